@@ -1,0 +1,124 @@
+"""The one Alembic environment for sessionstore, used from a checkout and from the wheel.
+
+Where the database comes from, in order: a connection injected by the caller
+(``config.attributes["connection"]``: the caller owns the transaction), ``-x url=...``, the
+``sqlalchemy.url`` option set by ``sessionstore.migrate``, ``SESSIONSTORE_URL``, the default
+SQLite file. With a URL, the whole upgrade runs in ONE write transaction (``BEGIN IMMEDIATE`` on
+SQLite, an advisory lock on PostgreSQL): a second process upgrading at the same time waits, then
+finds nothing to do; a process killed half-way leaves the old schema intact.
+
+Before the chain runs, legacy Hermes files are adopted (``sessionstore.legacy``); after it, a
+missing full-text index is re-created and filled from the existing messages.
+"""
+
+from __future__ import annotations
+
+from logging.config import fileConfig
+
+from alembic import context
+from alembic.script import ScriptDirectory
+from sqlalchemy.engine import Connection
+
+from sessionstore import legacy
+from sessionstore._migrations import search_ddl
+from sessionstore.config import resolve_url
+from sessionstore.dialects import dialect_for
+from sessionstore.engine import create_store_engine
+from sessionstore.models import SEARCH_OBJECT_NAMES, Base
+from sessionstore.retry import RetryPolicy, run_with_retry
+
+config = context.config
+
+if config.config_file_name is not None and config.attributes.get("configure_logger", True):
+    fileConfig(config.config_file_name, disable_existing_loggers=False)
+
+# A migration may wait a long time behind another process's migration of a big file.
+MIGRATION_RETRY = RetryPolicy(max_attempts=100_000, budget_s=600.0)
+# Commands that only read must not stamp a legacy file as a side effect.
+READ_ONLY_COMMANDS = frozenset({"current", "history", "heads", "branches", "show", "check"})
+
+
+def include_name(name: str | None, type_: str, _parent_names: object) -> bool:
+    """Hide the raw-DDL full-text objects from autogenerate: the models do not describe them."""
+    if type_ in ("table", "index") and name is not None:
+        return name not in SEARCH_OBJECT_NAMES and not name.startswith("messages_fts")
+    return True
+
+
+def _should_adopt() -> bool:
+    if not config.attributes.get("adopt_legacy", True):
+        return False
+    command = getattr(config.cmd_opts, "cmd", None)
+    name = getattr(command[0], "__name__", "") if command else ""
+    return name not in READ_ONLY_COMMANDS
+
+
+def _run_chain(connection: Connection) -> None:
+    if _should_adopt():
+        known = {rev.revision for rev in ScriptDirectory.from_config(config).walk_revisions()}
+        legacy.adopt(connection, known)
+    context.configure(
+        connection=connection,
+        target_metadata=Base.metadata,
+        include_name=include_name,
+        # SQLite can run DDL in a transaction too: all steps commit together or not at all.
+        transactional_ddl=True,
+        compare_type=True,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+    if _should_adopt() and _has_messages(connection) and search_ddl.search_objects_missing(
+        connection
+    ):
+        search_ddl.create_search_objects(connection)
+
+
+def _has_messages(connection: Connection) -> bool:
+    from sqlalchemy import inspect
+
+    return inspect(connection).has_table("messages")
+
+
+def run_migrations_offline() -> None:
+    url = resolve_url(context.get_x_argument(as_dictionary=True).get("url")
+                      or config.get_main_option("sqlalchemy.url"))
+    context.configure(
+        url=url,
+        target_metadata=Base.metadata,
+        include_name=include_name,
+        literal_binds=True,
+        transactional_ddl=True,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    injected = config.attributes.get("connection")
+    if injected is not None:
+        _run_chain(injected)
+        return
+    url = resolve_url(
+        context.get_x_argument(as_dictionary=True).get("url")
+        or config.get_main_option("sqlalchemy.url")
+    )
+    engine = create_store_engine(url)
+    dialect = dialect_for(engine)
+
+    def migrate_once() -> None:
+        with engine.connect() as connection:
+            connection.execution_options(**dialect.write_options())
+            with connection.begin():
+                dialect.lock_for_migration(connection)
+                _run_chain(connection)
+
+    try:
+        run_with_retry(migrate_once, dialect.is_retryable, MIGRATION_RETRY)
+    finally:
+        engine.dispose()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()

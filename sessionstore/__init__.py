@@ -1,0 +1,40 @@
+"""sessionstore: the durable, searchable memory of LLM agents.
+
+``from sessionstore import SessionDB`` gives the Hermes-compatible facade; ``Store`` and the
+repository underneath are the typed API.
+"""
+
+from __future__ import annotations
+
+from .errors import (
+    ImportConflictError,
+    MigrationError,
+    ReadOnlyStoreError,
+    SchemaOutOfDateError,
+    SchemaTooNewError,
+    SessionStoreError,
+    StoreBusyError,
+    StoreFullError,
+    StoreUnavailableError,
+    UnknownRevisionError,
+)
+from .retry import RetryPolicy
+from .store import Store
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ImportConflictError",
+    "MigrationError",
+    "ReadOnlyStoreError",
+    "RetryPolicy",
+    "SchemaOutOfDateError",
+    "SchemaTooNewError",
+    "SessionStoreError",
+    "Store",
+    "StoreBusyError",
+    "StoreFullError",
+    "StoreUnavailableError",
+    "UnknownRevisionError",
+    "__version__",
+]

@@ -1,0 +1,63 @@
+"""Everything that differs between SQLite and PostgreSQL, behind one small interface.
+
+The rest of the package asks ``dialect_for(engine)`` and calls methods; it never tests the
+dialect's name itself.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+from sqlalchemy.engine import URL, Connection, Engine, make_url
+
+if TYPE_CHECKING:
+    from ..errors import SessionStoreError
+
+
+class StoreDialect(Protocol):
+    name: str
+    serialize_writes_in_process: bool
+    """True where one process's threads should queue for the write lock (SQLite's single writer)."""
+
+    def engine_options(self, url: URL, *, read_only: bool, busy_timeout_s: float) -> dict[str, Any]:
+        """Keyword arguments for ``create_engine`` (URL rewrites go in ``prepare_url``)."""
+
+    def prepare_url(self, url: URL, *, read_only: bool) -> URL: ...
+
+    def install_listeners(self, engine: Engine, *, read_only: bool, busy_timeout_s: float) -> None:
+        """Attach connect/begin listeners to this engine instance (never globally)."""
+
+    def write_options(self) -> dict[str, Any]:
+        """Execution options that make the next BEGIN a write transaction."""
+
+    def is_retryable(self, exc: BaseException) -> bool:
+        """True for lock, busy, serialization and deadlock errors worth a fresh attempt."""
+
+    def translate_error(self, exc: BaseException) -> SessionStoreError | None:
+        """A clear typed error for a known failure (disk full, not a database...), else None."""
+
+    def checkpoint(self, engine: Engine) -> None:
+        """Best-effort log maintenance after many writes; never raises."""
+
+    def lock_for_migration(self, conn: Connection) -> None:
+        """Serialise concurrent migrations on this database (called inside the transaction)."""
+
+    def ensure_database_location(self, url: URL) -> None:
+        """Create what the database needs to exist before the first connect (a directory)."""
+
+
+def dialect_for_url(url: str | URL) -> StoreDialect:
+    backend = make_url(url).get_backend_name()
+    if backend == "sqlite":
+        from .sqlite import SQLiteDialect
+
+        return SQLiteDialect()
+    if backend == "postgresql":
+        from .postgresql import PostgreSQLDialect
+
+        return PostgreSQLDialect()
+    raise ValueError(f"unsupported database {backend!r}: use a sqlite:// or postgresql:// URL")
+
+
+def dialect_for(engine: Engine | Connection) -> StoreDialect:
+    return dialect_for_url(engine.engine.url)

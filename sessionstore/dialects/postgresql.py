@@ -1,0 +1,75 @@
+"""PostgreSQL: the server does the locking; we retry what it asks us to retry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import event, text
+from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.exc import DBAPIError
+
+from ..errors import SessionStoreError, StoreFullError, StoreUnavailableError
+
+# serialization_failure, deadlock_detected, lock_not_available (lock_timeout),
+# and query_canceled, which is how a statement_timeout during a lock wait surfaces.
+_RETRYABLE_SQLSTATES = frozenset({"40001", "40P01", "55P03"})
+_DISK_FULL_SQLSTATES = frozenset({"53100"})
+# An arbitrary but fixed key: every sessionstore process agrees on it.
+MIGRATION_LOCK_KEY = 0x5E5510_5707E
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    original = exc.orig if isinstance(exc, DBAPIError) else exc
+    return getattr(original, "sqlstate", None)
+
+
+class PostgreSQLDialect:
+    name = "postgresql"
+    serialize_writes_in_process = False
+
+    def prepare_url(self, url: URL, *, read_only: bool) -> URL:
+        if url.drivername == "postgresql":
+            # psycopg 3 is the driver we support; a bare postgresql:// URL means it.
+            return url.set(drivername="postgresql+psycopg")
+        return url
+
+    def engine_options(self, url: URL, *, read_only: bool, busy_timeout_s: float) -> dict[str, Any]:
+        timeout_ms = max(int(busy_timeout_s * 1000), 1)
+        return {
+            "pool_pre_ping": True,
+            # A row lock that is not granted within the busy timeout becomes a retryable
+            # 55P03 instead of an unbounded wait.
+            "connect_args": {"options": f"-c lock_timeout={timeout_ms}"},
+        }
+
+    def ensure_database_location(self, url: URL) -> None:
+        return None
+
+    def install_listeners(self, engine: Engine, *, read_only: bool, busy_timeout_s: float) -> None:
+        if not read_only:
+            return
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(conn: Connection) -> None:
+            conn.exec_driver_sql("SET TRANSACTION READ ONLY")
+
+    def write_options(self) -> dict[str, Any]:
+        return {}
+
+    def is_retryable(self, exc: BaseException) -> bool:
+        return _sqlstate(exc) in _RETRYABLE_SQLSTATES
+
+    def translate_error(self, exc: BaseException) -> SessionStoreError | None:
+        state = _sqlstate(exc)
+        if state in _DISK_FULL_SQLSTATES:
+            return StoreFullError("the PostgreSQL server's disk is full; nothing was written")
+        if state is not None and state.startswith("08"):
+            return StoreUnavailableError(f"cannot reach the PostgreSQL server: {exc}")
+        return None
+
+    def checkpoint(self, engine: Engine) -> None:
+        return None
+
+    def lock_for_migration(self, conn: Connection) -> None:
+        # Transaction-scoped: released by the COMMIT that publishes the new schema.
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})

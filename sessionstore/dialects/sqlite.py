@@ -1,0 +1,148 @@
+"""SQLite: WAL, foreign keys, a short busy timeout, and BEGIN chosen per transaction.
+
+The pysqlite driver's own transaction handling is switched off on connect (``isolation_level =
+None``) so that SQLAlchemy's ``begin`` event emits every BEGIN itself; that is SQLAlchemy's
+documented recipe and the only way to choose ``BEGIN IMMEDIATE`` for writes.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event, text
+from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.exc import DBAPIError
+
+from ..errors import (
+    ReadOnlyStoreError,
+    SessionStoreError,
+    StoreFullError,
+    StoreUnavailableError,
+)
+
+logger = logging.getLogger(__name__)
+
+BEGIN_MODE_OPTION = "sqlite_begin"
+WRITE_BEGIN_MODE = "IMMEDIATE"
+_BEGIN_MODES = frozenset({"DEFERRED", "IMMEDIATE", "EXCLUSIVE"})
+
+
+def _is_memory(url: URL) -> bool:
+    return url.database in (None, "", ":memory:") or str(url.database).startswith("file::memory:")
+
+
+class SQLiteDialect:
+    name = "sqlite"
+    serialize_writes_in_process = True
+
+    def prepare_url(self, url: URL, *, read_only: bool) -> URL:
+        if not read_only or _is_memory(url):
+            return url
+        # mode=ro makes the driver refuse every write and never create the file.
+        path = Path(str(url.database)).expanduser().resolve()
+        return url.set(database=f"file:{path}?mode=ro").update_query_dict({"uri": "true"})
+
+    def engine_options(self, url: URL, *, read_only: bool, busy_timeout_s: float) -> dict[str, Any]:
+        # check_same_thread=False: connections move between threads through the pool; SQLite
+        # itself is built thread-safe. timeout is the busy handler's wait before "locked".
+        return {"connect_args": {"check_same_thread": False, "timeout": busy_timeout_s}}
+
+    def ensure_database_location(self, url: URL) -> None:
+        if _is_memory(url):
+            return
+        Path(str(url.database)).expanduser().parent.mkdir(parents=True, exist_ok=True)
+
+    def install_listeners(self, engine: Engine, *, read_only: bool, busy_timeout_s: float) -> None:
+        label = engine.url.database or ":memory:"
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
+            # Autocommit at the driver, so the begin listener below owns every BEGIN.
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            try:
+                # Short wait inside SQLite; the jittered retry above it does the rest.
+                cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+                # Child rows must point at real sessions; SQLite checks only when asked.
+                cursor.execute("PRAGMA foreign_keys = ON")
+                if read_only:
+                    # Belt and braces with mode=ro: this connection can never write.
+                    cursor.execute("PRAGMA query_only = ON")
+                else:
+                    _enable_wal(cursor, label)
+            finally:
+                cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(conn: Connection) -> None:
+            mode = str(conn.get_execution_options().get(BEGIN_MODE_OPTION, "DEFERRED")).upper()
+            if mode not in _BEGIN_MODES:
+                raise ValueError(f"unknown SQLite BEGIN mode {mode!r}")
+            conn.exec_driver_sql(f"BEGIN {mode}")
+
+    def write_options(self) -> dict[str, Any]:
+        # Take the write lock up front: contention shows at BEGIN, never mid-transaction
+        # (where a deferred transaction's upgrade to a writer can fail with SQLITE_BUSY).
+        return {BEGIN_MODE_OPTION: WRITE_BEGIN_MODE}
+
+    def is_retryable(self, exc: BaseException) -> bool:
+        original = exc.orig if isinstance(exc, DBAPIError) else exc
+        if not isinstance(original, sqlite3.OperationalError):
+            return False
+        message = str(original).lower()
+        return "locked" in message or "busy" in message
+
+    def translate_error(self, exc: BaseException) -> SessionStoreError | None:
+        original = exc.orig if isinstance(exc, DBAPIError) else exc
+        if not isinstance(original, sqlite3.Error):
+            return None
+        message = str(original).lower()
+        if "disk is full" in message or "database or disk is full" in message:
+            return StoreFullError(
+                "the disk holding the session store is full; nothing was written "
+                "and earlier data is intact: free some space and retry"
+            )
+        if "readonly database" in message or "read-only" in message:
+            return ReadOnlyStoreError(f"the session store is read-only here: {original}")
+        if "file is not a database" in message or "malformed" in message:
+            return StoreUnavailableError(
+                f"this file is not a usable SQLite database ({original}); it was not modified"
+            )
+        if "unable to open database" in message:
+            return StoreUnavailableError(f"cannot open the SQLite database: {original}")
+        return None
+
+    def checkpoint(self, engine: Engine) -> None:
+        try:
+            with engine.connect() as conn:
+                # PASSIVE never waits for readers; frames in use are simply left for later.
+                conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
+        except Exception:  # noqa: BLE001 - maintenance must never fail a caller
+            logger.debug("WAL checkpoint skipped", exc_info=True)
+
+    def lock_for_migration(self, conn: Connection) -> None:
+        # The migration runs inside BEGIN IMMEDIATE: holding the write lock is the lock.
+        conn.execute(text("SELECT 1"))
+
+
+def _enable_wal(cursor: sqlite3.Cursor, label: str) -> None:
+    """WAL lets readers and one writer work at once; some filesystems cannot do it."""
+    try:
+        row = cursor.execute("PRAGMA journal_mode = WAL").fetchone()
+        mode = str(row[0]).lower() if row else "unknown"
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc).lower():
+            # Another connection is mid-write; it set WAL already or the next connect will.
+            logger.debug("journal mode not changed for %s: %s", label, exc)
+            return
+        mode = f"unchanged ({exc})"
+    if mode != "wal" and label != ":memory:":
+        logger.warning(
+            "WAL is not available for %s (journal_mode=%s); using the rollback journal: "
+            "readers and the writer will block each other",
+            label,
+            mode,
+        )

@@ -1,0 +1,53 @@
+"""The exceptions sessionstore raises: one family, each saying what went wrong in plain words."""
+
+from __future__ import annotations
+
+
+class SessionStoreError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class StoreBusyError(SessionStoreError):
+    """A write could not get the database's write lock within its retry budget."""
+
+    def __init__(self, attempts: int, waited_s: float, last_error: BaseException | None = None):
+        self.attempts = attempts
+        self.waited_s = waited_s
+        self.last_error = last_error
+        super().__init__(
+            f"the session store is busy: another process held the write lock for "
+            f"{waited_s:.2f}s ({attempts} attempts); try again later"
+            + (f" (last error: {last_error})" if last_error is not None else "")
+        )
+
+
+class ReadOnlyStoreError(SessionStoreError):
+    """A write was attempted on a store opened read-only."""
+
+
+class MigrationError(SessionStoreError):
+    """The schema could not be brought to the requested revision; nothing was changed."""
+
+
+class SchemaTooNewError(MigrationError):
+    """The database was written by a newer program than this release understands."""
+
+
+class UnknownRevisionError(MigrationError):
+    """The database is stamped with an Alembic revision this release does not ship."""
+
+
+class SchemaOutOfDateError(SessionStoreError):
+    """The store needs a migration but was opened with auto-migration switched off."""
+
+
+class StoreUnavailableError(SessionStoreError):
+    """The database file or server cannot be opened: not a database, unreadable, or unreachable."""
+
+
+class StoreFullError(SessionStoreError):
+    """The disk (or the database's page limit) is full; earlier data is intact."""
+
+
+class ImportConflictError(SessionStoreError):
+    """An import met a session id that already exists and the policy says to fail."""

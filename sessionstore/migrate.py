@@ -1,0 +1,111 @@
+"""Run the Alembic chain from code: the same scripts as ``alembic upgrade head``, no checkout.
+
+The migration scripts ship inside the package (``sessionstore._migrations``), and the Alembic
+``Config`` is built here, so an installed wheel can upgrade a store (``sessionstore db upgrade``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.engine import Connection
+
+from . import legacy
+from .config import resolve_url
+from .engine import create_store_engine
+from .errors import StoreUnavailableError
+
+HEAD = "head"
+
+
+def script_location() -> str:
+    return str(Path(str(resources.files("sessionstore._migrations"))))
+
+
+def alembic_config(url: str | None = None, *, connection: Connection | None = None) -> Config:
+    """An Alembic Config for ``url`` (or an open ``connection`` whose transaction you own)."""
+    cfg = Config()
+    cfg.set_main_option("script_location", script_location())
+    # configparser treats % as interpolation: URL-encoded passwords must be doubled.
+    cfg.set_main_option("sqlalchemy.url", resolve_url(url).replace("%", "%%"))
+    cfg.attributes["configure_logger"] = False
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg
+
+
+def script_directory() -> ScriptDirectory:
+    return ScriptDirectory.from_config(alembic_config("sqlite://"))
+
+
+def head_revision() -> str:
+    head = script_directory().get_current_head()
+    assert head is not None, "the migration chain has no head"
+    return head
+
+
+def upgrade(url: str | None = None, revision: str = HEAD) -> None:
+    """Bring the store at ``url`` to ``revision``, adopting a legacy Hermes file first."""
+    command.upgrade(alembic_config(url), revision)
+
+
+def downgrade(url: str | None, revision: str) -> None:
+    command.downgrade(alembic_config(url), revision)
+
+
+def stamp(url: str | None, revision: str) -> None:
+    command.stamp(alembic_config(url), revision)
+
+
+@dataclass(frozen=True)
+class Status:
+    revision: str | None
+    schema_version: int | None
+    head: str
+
+    @property
+    def up_to_date(self) -> bool:
+        return self.revision == self.head
+
+
+def status_of(connection: Connection) -> Status:
+    state = legacy.read_state(connection)
+    return Status(state.alembic_revision, state.schema_version, head_revision())
+
+
+def status(url: str | None = None) -> Status:
+    engine = create_store_engine(url, read_only=False)
+    try:
+        with engine.connect() as connection:
+            return status_of(connection)
+    except StoreUnavailableError:
+        raise
+    finally:
+        engine.dispose()
+
+
+def current(url: str | None = None) -> str | None:
+    """The Alembic revision the store is at (None for an empty or unadopted legacy store)."""
+    engine = create_store_engine(url)
+    try:
+        with engine.connect() as connection:
+            return MigrationContext.configure(connection).get_current_revision()
+    finally:
+        engine.dispose()
+
+
+def history() -> list[tuple[str, str | None, str]]:
+    """(revision, down_revision, first docstring line), oldest first."""
+    revisions = list(script_directory().walk_revisions())
+    revisions.reverse()
+    return [
+        (rev.revision, rev.down_revision if isinstance(rev.down_revision, str) else None,
+         (rev.doc or "").strip().splitlines()[0] if rev.doc else "")
+        for rev in revisions
+    ]

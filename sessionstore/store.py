@@ -1,0 +1,153 @@
+"""The unit of work: ``write(fn)`` and ``read(fn)`` around one connection and one transaction.
+
+A write is ``retry(BEGIN IMMEDIATE; fn(conn); COMMIT)``: the whole transaction is the unit that
+is retried, so ``fn`` must not have side effects outside the database (encode JSON before
+calling ``write``). A read uses a deferred BEGIN and never takes the write lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.exc import DBAPIError
+
+from .dialects import StoreDialect, dialect_for
+from .engine import DEFAULT_BUSY_TIMEOUT_S, create_store_engine
+from .errors import ReadOnlyStoreError, StoreBusyError
+from .retry import RetryPolicy, run_with_retry
+
+T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_EVERY_N_WRITES = 50
+
+
+class Store:
+    """A session store's engine plus the rules for using it safely from many threads."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        read_only: bool = False,
+        retry: RetryPolicy | None = None,
+        checkpoint_every: int = CHECKPOINT_EVERY_N_WRITES,
+        owns_engine: bool = False,
+    ) -> None:
+        self.engine = engine
+        self.dialect: StoreDialect = dialect_for(engine)
+        self.read_only = read_only
+        self.retry = retry or RetryPolicy()
+        self.checkpoint_every = checkpoint_every
+        self._owns_engine = owns_engine
+        self._write_options = self.dialect.write_options()
+        # SQLite has one writer per file: threads of one process queue here instead of
+        # fighting over the file lock with sleeps.
+        self._write_lock: contextlib.AbstractContextManager[Any] = (
+            threading.Lock() if self.dialect.serialize_writes_in_process else _NO_LOCK
+        )
+        self._counter_lock = threading.Lock()
+        self._writes = 0
+        self._closed = False
+
+    @classmethod
+    def open(
+        cls,
+        url: str | URL | None = None,
+        *,
+        read_only: bool = False,
+        retry: RetryPolicy | None = None,
+        busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+        checkpoint_every: int = CHECKPOINT_EVERY_N_WRITES,
+    ) -> Store:
+        engine = create_store_engine(url, read_only=read_only, busy_timeout_s=busy_timeout_s)
+        return cls(
+            engine,
+            read_only=read_only,
+            retry=retry,
+            checkpoint_every=checkpoint_every,
+            owns_engine=True,
+        )
+
+    @property
+    def url(self) -> URL:
+        return self.engine.url
+
+    def write(self, work: Callable[[Connection], T], *, retry: RetryPolicy | None = None) -> T:
+        """Run ``work`` in a write transaction, retrying the whole of it while the store is busy."""
+        if self.read_only:
+            raise ReadOnlyStoreError("this session store was opened read-only")
+
+        def attempt() -> T:
+            with self._write_lock, self.engine.connect() as conn:
+                conn.execution_options(**self._write_options)
+                with conn.begin():
+                    return work(conn)
+
+        try:
+            result = run_with_retry(attempt, self.dialect.is_retryable, retry or self.retry)
+        except StoreBusyError:
+            raise
+        except DBAPIError as exc:
+            translated = self.dialect.translate_error(exc)
+            if translated is not None:
+                raise translated from exc
+            raise
+        self._count_write()
+        return result
+
+    def read(self, work: Callable[[Connection], T]) -> T:
+        """Run ``work`` in a read transaction: one consistent snapshot, no write lock."""
+        try:
+            with self.engine.connect() as conn, conn.begin():
+                return work(conn)
+        except DBAPIError as exc:
+            translated = self.dialect.translate_error(exc)
+            if translated is not None:
+                raise translated from exc
+            raise
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[Connection]:
+        """A read transaction held open for streaming (e.g. a large export)."""
+        with self.engine.connect() as conn, conn.begin():
+            yield conn
+
+    def checkpoint(self) -> None:
+        if not self.read_only:
+            self.dialect.checkpoint(self.engine)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.checkpoint()
+        if self._owns_engine:
+            self.engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _count_write(self) -> None:
+        with self._counter_lock:
+            self._writes += 1
+            due = self.checkpoint_every > 0 and self._writes % self.checkpoint_every == 0
+        if due:
+            self.checkpoint()
+
+
+class _NoLock(contextlib.AbstractContextManager[None]):
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+
+_NO_LOCK = _NoLock()
