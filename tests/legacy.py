@@ -172,7 +172,7 @@ _V1_MESSAGE_COLUMNS = (
 
 def session_columns(version: int) -> tuple[str, ...]:
     """The columns of `sessions` in a Hermes file of this schema version, in table order."""
-    columns = _V1_SESSION_COLUMNS
+    columns: tuple[str, ...] = _V1_SESSION_COLUMNS
     if version >= 3:
         columns += ("title",)
     if version >= 5:
@@ -182,7 +182,7 @@ def session_columns(version: int) -> tuple[str, ...]:
 
 def message_columns(version: int) -> tuple[str, ...]:
     """The columns of `messages` in a Hermes file of this schema version, in table order."""
-    columns = _V1_MESSAGE_COLUMNS
+    columns: tuple[str, ...] = _V1_MESSAGE_COLUMNS
     if version >= 2:
         columns += ("finish_reason",)
     if version >= 6:

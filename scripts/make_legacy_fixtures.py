@@ -1,0 +1,47 @@
+"""Write the legacy Hermes database fixtures (schema v1..v6, clean and messy) to a directory.
+
+    python scripts/make_legacy_fixtures.py OUTDIR
+
+The builders live in `tests/legacy.py`, where the tests import them; this script only loads
+that module by path (the tests directory is not a package) and writes the set, so a person can
+open the very files the tests upgrade, e.g. `sqlite3 OUTDIR/hermes_v3_duplicate_titles.db`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+BUILDERS_PATH = Path(__file__).resolve().parent.parent / "tests" / "legacy.py"
+
+
+def load_builders() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("legacy_fixtures", BUILDERS_PATH)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load the fixture builders from {BUILDERS_PATH}")
+    module = importlib.util.module_from_spec(spec)
+    # Registered before running, so dataclasses can resolve the module's own annotations.
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir", type=Path, help="directory to write the .db files into")
+    args = parser.parse_args(argv)
+
+    builders = load_builders()
+    specs = {spec.filename: spec for spec in builders.fixture_set()}
+    for path in builders.write_fixture_set(args.out_dir):
+        spec = specs[path.name]
+        variant = f", {spec.variant}" if spec.variant else ""
+        print(f"{path}  (Hermes v{spec.version} DDL{variant})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
