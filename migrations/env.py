@@ -17,7 +17,7 @@ from logging.config import fileConfig
 
 from alembic import context
 from alembic.script import ScriptDirectory
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 
 from sessionstore import legacy
 from sessionstore._migrations import search_ddl
@@ -93,16 +93,7 @@ def run_migrations_offline() -> None:
         context.run_migrations()
 
 
-def run_migrations_online() -> None:
-    injected = config.attributes.get("connection")
-    if injected is not None:
-        _run_chain(injected)
-        return
-    url = resolve_url(
-        context.get_x_argument(as_dictionary=True).get("url")
-        or config.get_main_option("sqlalchemy.url")
-    )
-    engine = create_store_engine(url)
+def _migrate_with_engine(engine: Engine) -> None:
     dialect = dialect_for(engine)
 
     def migrate_once() -> None:
@@ -112,8 +103,24 @@ def run_migrations_online() -> None:
                 dialect.lock_for_migration(connection)
                 _run_chain(connection)
 
+    run_with_retry(migrate_once, dialect.is_retryable, MIGRATION_RETRY)
+
+
+def run_migrations_online() -> None:
+    injected = config.attributes.get("connection")
+    if isinstance(injected, Engine):
+        _migrate_with_engine(injected)
+        return
+    if injected is not None:
+        _run_chain(injected)
+        return
+    url = resolve_url(
+        context.get_x_argument(as_dictionary=True).get("url")
+        or config.get_main_option("sqlalchemy.url")
+    )
+    engine = create_store_engine(url)
     try:
-        run_with_retry(migrate_once, dialect.is_retryable, MIGRATION_RETRY)
+        _migrate_with_engine(engine)
     finally:
         engine.dispose()
 

@@ -115,7 +115,6 @@ class Session(Base):
     __table_args__ = (
         Index(IDX_SESSIONS_SOURCE, "source"),
         Index(IDX_SESSIONS_PARENT, "parent_session_id"),
-        Index(IDX_SESSIONS_STARTED, text("started_at DESC")),
         Index(
             IDX_SESSIONS_TITLE_UNIQUE,
             "title",
@@ -148,6 +147,9 @@ class Message(Base):
         {"sqlite_autoincrement": True},
     )
 
+
+# Declared after the class so it can name the column; newest-first listing walks it in order.
+Index(IDX_SESSIONS_STARTED, Session.started_at.desc())
 
 sessions_table = Session.__table__
 messages_table = Message.__table__
