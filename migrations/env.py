@@ -118,7 +118,8 @@ def run_migrations_online() -> None:
         context.get_x_argument(as_dictionary=True).get("url")
         or config.get_main_option("sqlalchemy.url")
     )
-    engine = create_store_engine(url)
+    # Journal mode untouched: a refused (too new) file must stay byte-identical.
+    engine = create_store_engine(url, set_journal_mode=False)
     try:
         _migrate_with_engine(engine)
     finally:

@@ -23,9 +23,14 @@ def create_store_engine(
     *,
     read_only: bool = False,
     busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+    set_journal_mode: bool = True,
     **engine_kwargs: Any,
 ) -> Engine:
-    """A SQLAlchemy engine for a session store at ``url`` (default: the URL rules of config)."""
+    """A SQLAlchemy engine for a session store at ``url`` (default: the URL rules of config).
+
+    ``set_journal_mode=False`` leaves the file's journal mode alone: migrations inspect a file
+    before deciding to touch it, and switching to WAL is already a change to the file.
+    """
     parsed = make_url(resolve_url(url) if not isinstance(url, URL) else url)
     dialect = dialect_for_url(parsed)
     parsed = dialect.prepare_url(parsed, read_only=read_only)
@@ -34,5 +39,10 @@ def create_store_engine(
     options = dialect.engine_options(parsed, read_only=read_only, busy_timeout_s=busy_timeout_s)
     options.update(engine_kwargs)
     engine = create_engine(parsed, **options)
-    dialect.install_listeners(engine, read_only=read_only, busy_timeout_s=busy_timeout_s)
+    dialect.install_listeners(
+        engine,
+        read_only=read_only,
+        busy_timeout_s=busy_timeout_s,
+        set_journal_mode=set_journal_mode,
+    )
     return engine

@@ -51,3 +51,11 @@ class StoreFullError(SessionStoreError):
 
 class ImportConflictError(SessionStoreError):
     """An import met a session id that already exists and the policy says to fail."""
+
+
+class UnknownSessionError(SessionStoreError, LookupError):
+    """The operation needs a session that does not exist."""
+
+
+class TitleInUseError(SessionStoreError, ValueError):
+    """Another session already holds this title (titles are unique)."""

@@ -80,7 +80,7 @@ def status_of(connection: Connection) -> Status:
 
 
 def status(url: str | None = None) -> Status:
-    engine = create_store_engine(url, read_only=False)
+    engine = create_store_engine(url, set_journal_mode=False)
     try:
         with engine.connect() as connection:
             return status_of(connection)
@@ -92,7 +92,7 @@ def status(url: str | None = None) -> Status:
 
 def current(url: str | None = None) -> str | None:
     """The Alembic revision the store is at (None for an empty or unadopted legacy store)."""
-    engine = create_store_engine(url)
+    engine = create_store_engine(url, set_journal_mode=False)
     try:
         with engine.connect() as connection:
             return MigrationContext.configure(connection).get_current_revision()

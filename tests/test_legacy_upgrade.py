@@ -373,17 +373,7 @@ def test_hostile_stored_text_survives_upgrade(
 
 @pytest.mark.parametrize(
     "journal_mode",
-    [
-        "wal",
-        pytest.param(
-            "delete",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="known bug: the store engine's on-connect PRAGMA journal_mode=WAL "
-                "rewrites the file header before the too-new check refuses the file",
-            ),
-        ),
-    ],
+    ["wal", "delete"],
 )
 def test_too_new_database_is_refused_and_left_untouched(tmp_path: Path, journal_mode: str) -> None:
     path = tmp_path / "state.db"

@@ -8,10 +8,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
+from sqlalchemy import Table
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 
 if TYPE_CHECKING:
+    from sqlalchemy.dialects.postgresql import Insert as PgInsert
+    from sqlalchemy.dialects.sqlite import Insert as SqliteInsert
+
     from ..errors import SessionStoreError
+
+    UpsertInsert = SqliteInsert | PgInsert
 
 
 class StoreDialect(Protocol):
@@ -24,7 +30,9 @@ class StoreDialect(Protocol):
 
     def prepare_url(self, url: URL, *, read_only: bool) -> URL: ...
 
-    def install_listeners(self, engine: Engine, *, read_only: bool, busy_timeout_s: float) -> None:
+    def install_listeners(
+        self, engine: Engine, *, read_only: bool, busy_timeout_s: float, set_journal_mode: bool
+    ) -> None:
         """Attach connect/begin listeners to this engine instance (never globally)."""
 
     def write_options(self) -> dict[str, Any]:
@@ -44,6 +52,9 @@ class StoreDialect(Protocol):
 
     def ensure_database_location(self, url: URL) -> None:
         """Create what the database needs to exist before the first connect (a directory)."""
+
+    def insert(self, table: Table) -> UpsertInsert:
+        """An INSERT that supports ``on_conflict_do_nothing`` on this database."""
 
 
 def dialect_for_url(url: str | URL) -> StoreDialect:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import event, text
+from sqlalchemy import Table, event, text
+from sqlalchemy.dialects.postgresql import Insert, insert
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
@@ -45,13 +46,18 @@ class PostgreSQLDialect:
     def ensure_database_location(self, url: URL) -> None:
         return None
 
-    def install_listeners(self, engine: Engine, *, read_only: bool, busy_timeout_s: float) -> None:
+    def install_listeners(
+        self, engine: Engine, *, read_only: bool, busy_timeout_s: float, set_journal_mode: bool
+    ) -> None:
         if not read_only:
             return
 
         @event.listens_for(engine, "begin")
         def _on_begin(conn: Connection) -> None:
             conn.exec_driver_sql("SET TRANSACTION READ ONLY")
+
+    def insert(self, table: Table) -> Insert:
+        return insert(table)
 
     def write_options(self) -> dict[str, Any]:
         return {}

@@ -12,7 +12,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event, text
+from sqlalchemy import Table, event, text
+from sqlalchemy.dialects.sqlite import Insert, insert
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
@@ -55,7 +56,9 @@ class SQLiteDialect:
             return
         Path(str(url.database)).expanduser().parent.mkdir(parents=True, exist_ok=True)
 
-    def install_listeners(self, engine: Engine, *, read_only: bool, busy_timeout_s: float) -> None:
+    def install_listeners(
+        self, engine: Engine, *, read_only: bool, busy_timeout_s: float, set_journal_mode: bool
+    ) -> None:
         label = engine.url.database or ":memory:"
 
         @event.listens_for(engine, "connect")
@@ -71,7 +74,7 @@ class SQLiteDialect:
                 if read_only:
                     # Belt and braces with mode=ro: this connection can never write.
                     cursor.execute("PRAGMA query_only = ON")
-                else:
+                elif set_journal_mode:
                     _enable_wal(cursor, label)
             finally:
                 cursor.close()
@@ -82,6 +85,9 @@ class SQLiteDialect:
             if mode not in _BEGIN_MODES:
                 raise ValueError(f"unknown SQLite BEGIN mode {mode!r}")
             conn.exec_driver_sql(f"BEGIN {mode}")
+
+    def insert(self, table: Table) -> Insert:
+        return insert(table)
 
     def write_options(self) -> dict[str, Any]:
         # Take the write lock up front: contention shows at BEGIN, never mid-transaction
