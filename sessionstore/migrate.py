@@ -6,9 +6,11 @@ The migration scripts ship inside the package (``sessionstore._migrations``), an
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from alembic import command
 from alembic.config import Config
@@ -20,6 +22,9 @@ from . import legacy
 from .config import resolve_url
 from .engine import create_store_engine
 from .errors import StoreUnavailableError
+
+if TYPE_CHECKING:
+    from .transfer import TransferResult
 
 HEAD = "head"
 
@@ -109,3 +114,21 @@ def history() -> list[tuple[str, str | None, str]]:
          (rev.doc or "").strip().splitlines()[0] if rev.doc else "")
         for rev in revisions
     ]
+
+
+def copy(
+    src_url: str, dst_url: str, *, progress: Callable[[int], None] | None = None
+) -> TransferResult:
+    """Move a whole store (e.g. a SQLite file into PostgreSQL), streamed in batches.
+
+    The target is upgraded to head first; ids, lineage, titles, counters, JSON and timestamps
+    are preserved, sequences advanced, and the counts verified at the end. Restartable: an
+    interrupted copy is completed by running it again.
+    """
+    from .store import Store
+    from .transfer import copy_store
+
+    upgrade(src_url)
+    upgrade(dst_url)
+    with Store.open(src_url, read_only=True) as source, Store.open(dst_url) as target:
+        return copy_store(source, target, progress=progress)

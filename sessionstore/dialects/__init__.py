@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
 class StoreDialect(Protocol):
     name: str
+    stores_nul_in_text: bool
+    """False where TEXT cannot hold U+0000 (PostgreSQL): free text is then cleaned first."""
     serialize_writes_in_process: bool
     """True where one process's threads should queue for the write lock (SQLite's single writer)."""
 
@@ -43,6 +45,9 @@ class StoreDialect(Protocol):
 
     def translate_error(self, exc: BaseException) -> SessionStoreError | None:
         """A clear typed error for a known failure (disk full, not a database...), else None."""
+
+    def reset_sequences(self, conn: Connection) -> None:
+        """After rows were inserted with explicit ids, make the next generated id larger."""
 
     def checkpoint(self, engine: Engine) -> None:
         """Best-effort log maintenance after many writes; never raises."""

@@ -9,12 +9,18 @@ from sqlalchemy.dialects.postgresql import Insert, insert
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from ..errors import SessionStoreError, StoreFullError, StoreUnavailableError
+from ..errors import (
+    ReadOnlyStoreError,
+    SessionStoreError,
+    StoreFullError,
+    StoreUnavailableError,
+)
 
-# serialization_failure, deadlock_detected, lock_not_available (lock_timeout),
-# and query_canceled, which is how a statement_timeout during a lock wait surfaces.
+# serialization_failure, deadlock_detected, lock_not_available (lock_timeout). Not
+# query_canceled (57014): that is also a deliberate cancel or statement_timeout, never a lock.
 _RETRYABLE_SQLSTATES = frozenset({"40001", "40P01", "55P03"})
 _DISK_FULL_SQLSTATES = frozenset({"53100"})
+_READ_ONLY_SQLSTATE = "25006"  # read_only_sql_transaction
 # An arbitrary but fixed key: every sessionstore process agrees on it.
 MIGRATION_LOCK_KEY = 0x5E5510_5707E
 
@@ -26,6 +32,7 @@ def _sqlstate(exc: BaseException) -> str | None:
 
 class PostgreSQLDialect:
     name = "postgresql"
+    stores_nul_in_text = False
     serialize_writes_in_process = False
 
     def prepare_url(self, url: URL, *, read_only: bool) -> URL:
@@ -69,9 +76,20 @@ class PostgreSQLDialect:
         state = _sqlstate(exc)
         if state in _DISK_FULL_SQLSTATES:
             return StoreFullError("the PostgreSQL server's disk is full; nothing was written")
+        if state == _READ_ONLY_SQLSTATE:
+            return ReadOnlyStoreError("this session store is read-only; nothing was written")
         if state is not None and state.startswith("08"):
             return StoreUnavailableError(f"cannot reach the PostgreSQL server: {exc}")
         return None
+
+    def reset_sequences(self, conn: Connection) -> None:
+        # Rows inserted with explicit ids do not move the serial sequence: move it past them.
+        conn.execute(
+            text(
+                "SELECT setval(pg_get_serial_sequence('messages', 'id'), "
+                "COALESCE((SELECT MAX(id) FROM messages), 0) + 1, false)"
+            )
+        )
 
     def checkpoint(self, engine: Engine) -> None:
         return None

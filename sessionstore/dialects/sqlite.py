@@ -11,6 +11,7 @@ import logging
 import sqlite3
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote, urlsplit
 
 from sqlalchemy import Table, event, text
 from sqlalchemy.dialects.sqlite import Insert, insert
@@ -35,15 +36,33 @@ def _is_memory(url: URL) -> bool:
     return url.database in (None, "", ":memory:") or str(url.database).startswith("file::memory:")
 
 
+def _is_uri_filename(url: URL) -> bool:
+    # Only with uri=true does the driver read "file:..." as a URI; otherwise it is a plain name.
+    uri_flag = str(url.query.get("uri", "")).lower() in {"true", "1", "yes", "on", "y", "t"}
+    return uri_flag and str(url.database).startswith("file:")
+
+
+def _filesystem_path(url: URL) -> Path:
+    if _is_uri_filename(url):
+        # The path sits between "file:" and any "?query" or "#fragment", percent-encoded.
+        return Path(unquote(urlsplit(str(url.database)).path))
+    return Path(str(url.database)).expanduser()
+
+
 class SQLiteDialect:
     name = "sqlite"
+    stores_nul_in_text = True
     serialize_writes_in_process = True
 
     def prepare_url(self, url: URL, *, read_only: bool) -> URL:
         if not read_only or _is_memory(url):
             return url
         # mode=ro makes the driver refuse every write and never create the file.
-        path = Path(str(url.database)).expanduser().resolve()
+        if _is_uri_filename(url):
+            return url.update_query_dict({"mode": "ro"})
+        # Quoted: a "?", "#" or "%" in the path would otherwise end the path early and lose
+        # mode=ro, and the driver would then create a file at the truncated path.
+        path = quote(_filesystem_path(url).resolve().as_posix())
         return url.set(database=f"file:{path}?mode=ro").update_query_dict({"uri": "true"})
 
     def engine_options(self, url: URL, *, read_only: bool, busy_timeout_s: float) -> dict[str, Any]:
@@ -54,7 +73,7 @@ class SQLiteDialect:
     def ensure_database_location(self, url: URL) -> None:
         if _is_memory(url):
             return
-        Path(str(url.database)).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        _filesystem_path(url).parent.mkdir(parents=True, exist_ok=True)
 
     def install_listeners(
         self, engine: Engine, *, read_only: bool, busy_timeout_s: float, set_journal_mode: bool
@@ -121,12 +140,16 @@ class SQLiteDialect:
             return StoreUnavailableError(f"cannot open the SQLite database: {original}")
         return None
 
+    def reset_sequences(self, conn: Connection) -> None:
+        # AUTOINCREMENT keeps sqlite_sequence at the highest id ever inserted, explicit or not.
+        return None
+
     def checkpoint(self, engine: Engine) -> None:
         try:
             with engine.connect() as conn:
                 # PASSIVE never waits for readers; frames in use are simply left for later.
                 conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
-        except Exception:  # noqa: BLE001 - maintenance must never fail a caller
+        except Exception:
             logger.debug("WAL checkpoint skipped", exc_info=True)
 
     def lock_for_migration(self, conn: Connection) -> None:

@@ -1,0 +1,82 @@
+"""Typed rows the repository returns. Field names are the column names, so a record turns into
+the Hermes dict shape with ``to_dict()`` and nothing else."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    id: str
+    source: str
+    user_id: str | None
+    model: str | None
+    model_config: str | None
+    system_prompt: str | None
+    parent_session_id: str | None
+    started_at: float
+    ended_at: float | None
+    end_reason: str | None
+    message_count: int | None
+    tool_call_count: int | None
+    input_tokens: int | None
+    output_tokens: int | None
+    title: str | None
+    cache_read_tokens: int | None
+    cache_write_tokens: int | None
+    reasoning_tokens: int | None
+    billing_provider: str | None
+    billing_base_url: str | None
+    billing_mode: str | None
+    estimated_cost_usd: float | None
+    actual_cost_usd: float | None
+    cost_status: str | None
+    cost_source: str | None
+    pricing_version: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRecord:
+    id: int
+    session_id: str
+    role: str
+    content: str | None
+    tool_call_id: str | None
+    tool_calls: str | None
+    tool_name: str | None
+    timestamp: float
+    token_count: int | None
+    finish_reason: str | None
+    reasoning: str | None
+    reasoning_details: str | None
+    codex_reasoning_items: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionListing:
+    """A row of the rich session list: the session (or its compression tip) plus extras."""
+
+    session: SessionRecord
+    preview: str
+    last_active: float
+    lineage_root_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        row = self.session.to_dict()
+        row["preview"] = self.preview
+        row["last_active"] = self.last_active
+        if self.lineage_root_id is not None:
+            row["_lineage_root_id"] = self.lineage_root_id
+        return row
+
+
+SESSION_FIELDS = tuple(f.name for f in fields(SessionRecord))
+MESSAGE_FIELDS = tuple(f.name for f in fields(MessageRecord))

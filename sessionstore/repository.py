@@ -1,0 +1,771 @@
+"""Typed operations on sessions and messages: every behaviour of the Hermes store, in Core SQL.
+
+The repository builds statements and runs them through ``Store.write`` / ``Store.read``; it holds
+no engine state of its own. Values are validated and JSON is encoded *before* a write
+transaction starts, so the write lock is held only for the statements themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    and_,
+    delete,
+    func,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.engine import Connection, Row
+from sqlalchemy.exc import IntegrityError
+
+from . import titles, validation
+from .errors import TitleInUseError, UnknownSessionError
+from .models import messages_table as messages
+from .models import sessions_table as sessions
+from .records import MESSAGE_FIELDS, SESSION_FIELDS, MessageRecord, SessionListing, SessionRecord
+from .search.sanitize import escape_like
+from .store import Store
+
+if TYPE_CHECKING:
+    from .search import SearchHit
+
+logger = logging.getLogger(__name__)
+
+COMPRESSION_END_REASON = "compression"
+MAX_LINEAGE_DEPTH = 100
+PREVIEW_LENGTH = 60
+CONTEXT_CHARS = 200
+SECONDS_PER_DAY = 86_400
+
+
+def encode_json(value: Any, name: str) -> str | None:
+    """Hermes stores falsy JSON values as NULL; everything else as compact UTF-8 JSON."""
+    if not value:
+        return None
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} is not JSON-serialisable: {exc}") from None
+
+
+def count_tool_calls(tool_calls: Any) -> int:
+    if isinstance(tool_calls, (list, tuple)):
+        return len(tool_calls)
+    return 1 if tool_calls else 0
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """One message ready to insert: validated, JSON already encoded."""
+
+    role: str
+    content: str | None = None
+    tool_name: str | None = None
+    tool_calls: str | None = None
+    tool_call_id: str | None = None
+    token_count: int | None = None
+    finish_reason: str | None = None
+    reasoning: str | None = None
+    reasoning_details: str | None = None
+    codex_reasoning_items: str | None = None
+    tool_call_total: int = 0
+
+
+class SessionRepository:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._nul_allowed = store.dialect.stores_nul_in_text
+
+    # -- validation helpers -------------------------------------------------------------
+    def _text(self, value: Any, name: str) -> str | None:
+        return validation.free_text(value, name, nul_allowed=self._nul_allowed)
+
+    def prepare_message(
+        self,
+        role: Any,
+        content: Any = None,
+        *,
+        tool_name: Any = None,
+        tool_calls: Any = None,
+        tool_call_id: Any = None,
+        token_count: Any = None,
+        finish_reason: Any = None,
+        reasoning: Any = None,
+        reasoning_details: Any = None,
+        codex_reasoning_items: Any = None,
+    ) -> NewMessage:
+        if content is not None and not isinstance(content, str):
+            # OpenAI multi-part content (a list of parts) is kept as its JSON text.
+            content = encode_json(content, "content")
+        return NewMessage(
+            role=validation.identifier(role, "role"),
+            content=self._text(content, "content"),
+            tool_name=validation.optional_identifier(tool_name, "tool_name"),
+            tool_calls=self._text(encode_json(tool_calls, "tool_calls"), "tool_calls"),
+            tool_call_id=validation.optional_identifier(tool_call_id, "tool_call_id"),
+            token_count=None
+            if token_count is None
+            else validation.integer(token_count, "token_count"),
+            finish_reason=validation.optional_identifier(finish_reason, "finish_reason"),
+            reasoning=self._text(reasoning, "reasoning"),
+            reasoning_details=self._text(
+                encode_json(reasoning_details, "reasoning_details"), "reasoning_details"
+            ),
+            codex_reasoning_items=self._text(
+                encode_json(codex_reasoning_items, "codex_reasoning_items"),
+                "codex_reasoning_items",
+            ),
+            tool_call_total=count_tool_calls(tool_calls),
+        )
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def create_session(
+        self,
+        session_id: str,
+        source: str,
+        *,
+        model: str | None = None,
+        model_config: Any = None,
+        system_prompt: str | None = None,
+        user_id: str | None = None,
+        parent_session_id: str | None = None,
+        started_at: float | None = None,
+    ) -> str:
+        values = {
+            "id": validation.identifier(session_id, "session_id"),
+            "source": validation.identifier(source, "source"),
+            "user_id": validation.optional_identifier(user_id, "user_id"),
+            "model": validation.optional_identifier(model, "model"),
+            "model_config": self._text(encode_json(model_config, "model_config"), "model_config"),
+            "system_prompt": self._text(system_prompt, "system_prompt"),
+            "parent_session_id": validation.optional_identifier(
+                parent_session_id, "parent_session_id"
+            ),
+            "started_at": time.time() if started_at is None else float(started_at),
+        }
+        statement = self.store.dialect.insert(sessions).values(values).on_conflict_do_nothing()
+        try:
+            self.store.write(lambda conn: conn.execute(statement))
+        except IntegrityError as exc:
+            raise UnknownSessionError(
+                f"parent session {parent_session_id!r} does not exist"
+            ) from exc
+        return session_id
+
+    def ensure_session(self, session_id: str, source: str = "unknown",
+                       model: str | None = None) -> None:
+        values = {
+            "id": validation.identifier(session_id, "session_id"),
+            "source": validation.identifier(source, "source"),
+            "model": validation.optional_identifier(model, "model"),
+            "started_at": time.time(),
+        }
+        statement = self.store.dialect.insert(sessions).values(values).on_conflict_do_nothing()
+        self.store.write(lambda conn: conn.execute(statement))
+
+    def end_session(self, session_id: str, end_reason: str | None) -> bool:
+        """End a live session; the first end reason wins (a compression split stays one)."""
+        statement = (
+            update(sessions)
+            .where(sessions.c.id == validation.identifier(session_id, "session_id"))
+            .where(sessions.c.ended_at.is_(None))
+            .values(ended_at=time.time(), end_reason=self._text(end_reason, "end_reason"))
+        )
+        return self.store.write(lambda conn: conn.execute(statement).rowcount > 0)
+
+    def reopen_session(self, session_id: str) -> bool:
+        statement = (
+            update(sessions)
+            .where(sessions.c.id == validation.identifier(session_id, "session_id"))
+            .values(ended_at=None, end_reason=None)
+        )
+        return self.store.write(lambda conn: conn.execute(statement).rowcount > 0)
+
+    def update_system_prompt(self, session_id: str, system_prompt: str | None) -> bool:
+        statement = (
+            update(sessions)
+            .where(sessions.c.id == validation.identifier(session_id, "session_id"))
+            .values(system_prompt=self._text(system_prompt, "system_prompt"))
+        )
+        return self.store.write(lambda conn: conn.execute(statement).rowcount > 0)
+
+    def update_token_counts(
+        self,
+        session_id: str,
+        *,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        model: str | None = None,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
+        reasoning_tokens: int = 0,
+        estimated_cost_usd: float | None = None,
+        actual_cost_usd: float | None = None,
+        cost_status: str | None = None,
+        cost_source: str | None = None,
+        pricing_version: str | None = None,
+        billing_provider: str | None = None,
+        billing_base_url: str | None = None,
+        billing_mode: str | None = None,
+        absolute: bool = False,
+    ) -> bool:
+        """Add token deltas (default) or set the totals (``absolute=True``).
+
+        Costs: incrementally the estimate adds to 0 when it was NULL, and the actual cost only
+        changes when one is given; with ``absolute`` each cost is set when given, kept when not.
+        cost_status/cost_source/pricing_version take a new value when given; billing provider,
+        base URL, mode and the model are set once (the first value sticks).
+        """
+        tokens = {
+            "input_tokens": validation.integer(input_tokens, "input_tokens"),
+            "output_tokens": validation.integer(output_tokens, "output_tokens"),
+            "cache_read_tokens": validation.integer(cache_read_tokens, "cache_read_tokens"),
+            "cache_write_tokens": validation.integer(cache_write_tokens, "cache_write_tokens"),
+            "reasoning_tokens": validation.integer(reasoning_tokens, "reasoning_tokens"),
+        }
+        estimated = validation.optional_number(estimated_cost_usd, "estimated_cost_usd")
+        actual = validation.optional_number(actual_cost_usd, "actual_cost_usd")
+        values: dict[str, Any] = {}
+        for name, amount in tokens.items():
+            column = sessions.c[name]
+            values[name] = amount if absolute else func.coalesce(column, 0) + amount
+        if absolute:
+            if estimated is not None:
+                values["estimated_cost_usd"] = estimated
+            if actual is not None:
+                values["actual_cost_usd"] = actual
+        else:
+            values["estimated_cost_usd"] = func.coalesce(sessions.c.estimated_cost_usd, 0.0) + (
+                estimated or 0.0
+            )
+            if actual is not None:
+                values["actual_cost_usd"] = func.coalesce(sessions.c.actual_cost_usd, 0.0) + actual
+        for name, value in (
+            ("cost_status", cost_status),
+            ("cost_source", cost_source),
+            ("pricing_version", pricing_version),
+        ):
+            if value is not None:
+                values[name] = validation.identifier(value, name)
+        for name, value in (
+            ("billing_provider", billing_provider),
+            ("billing_base_url", billing_base_url),
+            ("billing_mode", billing_mode),
+            ("model", model),
+        ):
+            if value is not None:
+                values[name] = func.coalesce(sessions.c[name], validation.identifier(value, name))
+        statement = (
+            update(sessions)
+            .where(sessions.c.id == validation.identifier(session_id, "session_id"))
+            .values(values)
+        )
+        return self.store.write(lambda conn: conn.execute(statement).rowcount > 0)
+
+    # -- reading sessions -----------------------------------------------------------------
+    def get_session(self, session_id: str) -> SessionRecord | None:
+        if not isinstance(session_id, str):
+            return None
+        statement = select(*_session_columns()).where(sessions.c.id == session_id)
+        return self.store.read(lambda conn: _one_session(conn.execute(statement).first()))
+
+    def resolve_session_id(self, id_or_prefix: str) -> str | None:
+        """Exact id, else the one session whose id starts with the text, else None."""
+        if not isinstance(id_or_prefix, str) or not id_or_prefix or _unbindable(id_or_prefix):
+            return None
+
+        def run(conn: Connection) -> str | None:
+            exact = conn.execute(select(sessions.c.id).where(sessions.c.id == id_or_prefix))
+            found = exact.scalar()
+            if found is not None:
+                return str(found)
+            pattern = escape_like(id_or_prefix) + "%"
+            rows = conn.execute(
+                select(sessions.c.id)
+                .where(sessions.c.id.like(pattern, escape="\\"))
+                .order_by(sessions.c.started_at.desc())
+                .limit(2)
+            ).all()
+            return str(rows[0][0]) if len(rows) == 1 else None
+
+        return self.store.read(run)
+
+    def session_count(self, source: str | None = None) -> int:
+        statement = select(func.count()).select_from(sessions)
+        if source is not None:
+            statement = statement.where(sessions.c.source == source)
+        return int(self.store.read(lambda conn: conn.execute(statement).scalar_one()))
+
+    def message_count(self, session_id: str | None = None) -> int:
+        statement = select(func.count()).select_from(messages)
+        if session_id is not None:
+            statement = statement.where(messages.c.session_id == session_id)
+        return int(self.store.read(lambda conn: conn.execute(statement).scalar_one()))
+
+    def search_sessions(
+        self, source: str | None = None, limit: int = 20, offset: int = 0
+    ) -> list[SessionRecord]:
+        statement = (
+            select(*_session_columns())
+            .order_by(sessions.c.started_at.desc(), sessions.c.id)
+            .limit(max(int(limit), 0))
+            .offset(max(int(offset), 0))
+        )
+        if source is not None:
+            statement = statement.where(sessions.c.source == source)
+        return self.store.read(
+            lambda conn: [SessionRecord(*row) for row in conn.execute(statement)]
+        )
+
+    def iter_sessions(self, conn: Connection, source: str | None = None) -> Iterator[SessionRecord]:
+        """Stream every session, oldest first (parents before children), for export."""
+        statement = select(*_session_columns()).order_by(sessions.c.started_at, sessions.c.id)
+        if source is not None:
+            statement = statement.where(sessions.c.source == source)
+        for row in conn.execution_options(yield_per=500).execute(statement):
+            yield SessionRecord(*row)
+
+    def iter_messages(self, conn: Connection, session_id: str) -> Iterator[MessageRecord]:
+        statement = _messages_of(session_id)
+        for row in conn.execution_options(yield_per=1000).execute(statement):
+            yield MessageRecord(*row)
+
+    # -- titles ---------------------------------------------------------------------------
+    def set_session_title(self, session_id: str, title: str | None) -> bool:
+        """Set (or clear, with None/blank) a title; True if the session exists."""
+        clean = titles.sanitize_title(title)
+        session_id = validation.identifier(session_id, "session_id")
+
+        def run(conn: Connection) -> bool:
+            if clean is not None:
+                holder = conn.execute(
+                    select(sessions.c.id).where(sessions.c.title == clean)
+                ).scalar()
+                if holder is not None and holder != session_id:
+                    raise TitleInUseError(
+                        f"title {clean!r} is already in use by session {holder}"
+                    )
+            result = conn.execute(
+                update(sessions).where(sessions.c.id == session_id).values(title=clean)
+            )
+            return result.rowcount > 0
+
+        try:
+            return self.store.write(run)
+        except IntegrityError as exc:
+            # Lost a race for the same title: the unique index decided.
+            raise TitleInUseError(f"title {clean!r} is already in use") from exc
+
+    def get_session_title(self, session_id: str) -> str | None:
+        if not isinstance(session_id, str) or _unbindable(session_id):
+            return None
+        statement = select(sessions.c.title).where(sessions.c.id == session_id)
+        return self.store.read(lambda conn: conn.execute(statement).scalar())
+
+    def get_session_by_title(self, title: str) -> SessionRecord | None:
+        if not isinstance(title, str) or _unbindable(title):
+            return None
+        statement = select(*_session_columns()).where(sessions.c.title == title)
+        return self.store.read(lambda conn: _one_session(conn.execute(statement).first()))
+
+    def resolve_session_by_title(self, title: str) -> str | None:
+        """The newest numbered variant ("title #N") if any, else the exact title's session."""
+        if not isinstance(title, str) or not title or _unbindable(title):
+            return None
+        def run(conn: Connection) -> str | None:
+            rows = conn.execute(
+                select(sessions.c.id, sessions.c.title)
+                .where(sessions.c.title.like(titles.lineage_like_pattern(title), escape="\\"))
+                .order_by(sessions.c.started_at.desc())
+            ).all()
+            for session_id, candidate in rows:
+                candidate_base, number = titles.split_lineage(candidate)
+                if number is not None and candidate_base == title:
+                    return str(session_id)
+            exact = conn.execute(select(sessions.c.id).where(sessions.c.title == title)).scalar()
+            return None if exact is None else str(exact)
+
+        return self.store.read(run)
+
+    def get_next_title_in_lineage(self, base_title: str) -> str:
+        base, _ = titles.split_lineage(validation.identifier(base_title, "base_title"))
+        statement = select(sessions.c.title).where(
+            or_(
+                sessions.c.title == base,
+                sessions.c.title.like(titles.lineage_like_pattern(base), escape="\\"),
+            )
+        )
+        existing = self.store.read(lambda conn: [row[0] for row in conn.execute(statement)])
+        return titles.next_title_in_lineage(base_title, existing)
+
+    # -- lineage --------------------------------------------------------------------------
+    def get_compression_tip(self, session_id: str) -> str | None:
+        """Follow compression continuations to the newest one (bounded walk); None if unknown."""
+        if not isinstance(session_id, str) or _unbindable(session_id):
+            return None
+        return self.store.read(lambda conn: _compression_tip(conn, session_id))
+
+    def list_sessions_rich(
+        self,
+        source: str | None = None,
+        exclude_sources: Sequence[str] | None = None,
+        limit: int = 20,
+        offset: int = 0,
+        include_children: bool = False,
+        project_compression_tips: bool = True,
+    ) -> list[SessionListing]:
+        statement = _rich_select()
+        if source is not None:
+            statement = statement.where(sessions.c.source == source)
+        if exclude_sources:
+            statement = statement.where(sessions.c.source.not_in(list(exclude_sources)))
+        if not include_children:
+            statement = statement.where(sessions.c.parent_session_id.is_(None))
+        statement = (
+            statement.order_by(sessions.c.started_at.desc(), sessions.c.id)
+            .limit(max(int(limit), 0))
+            .offset(max(int(offset), 0))
+        )
+
+        def run(conn: Connection) -> list[SessionListing]:
+            listings = [_listing(row) for row in conn.execute(statement)]
+            if not project_compression_tips:
+                return listings
+            roots = [
+                item for item in listings if item.session.end_reason == COMPRESSION_END_REASON
+            ]
+            if not roots:
+                return listings
+            tips = {item.session.id: _compression_tip(conn, item.session.id) for item in roots}
+            tip_ids = {tip for root, tip in tips.items() if tip is not None and tip != root}
+            if not tip_ids:
+                return listings
+            tip_rows = {
+                listing.session.id: listing
+                for listing in (
+                    _listing(row)
+                    for row in conn.execute(_rich_select().where(sessions.c.id.in_(tip_ids)))
+                )
+            }
+            projected = []
+            for item in listings:
+                tip_id = tips.get(item.session.id)
+                tip = tip_rows.get(tip_id) if tip_id else None
+                projected.append(item if tip is None else _project(item, tip))
+            return projected
+
+        return self.store.read(run)
+
+    # -- messages -------------------------------------------------------------------------
+    def append_message(self, session_id: str, message: NewMessage) -> int:
+        return self.append_messages(session_id, [message])[0]
+
+    def append_messages(self, session_id: str, batch: Sequence[NewMessage]) -> list[int]:
+        """Insert one turn's messages in one transaction and bump the counters once."""
+        session_id = validation.identifier(session_id, "session_id")
+        if not batch:
+            return []
+        now = time.time()
+        rows = [
+            {
+                "session_id": session_id,
+                "role": message.role,
+                "content": message.content,
+                "tool_call_id": message.tool_call_id,
+                "tool_calls": message.tool_calls,
+                "tool_name": message.tool_name,
+                # Strictly increasing within a batch, so (timestamp, id) order is the turn order.
+                "timestamp": now + index * 1e-6,
+                "token_count": message.token_count,
+                "finish_reason": message.finish_reason,
+                "reasoning": message.reasoning,
+                "reasoning_details": message.reasoning_details,
+                "codex_reasoning_items": message.codex_reasoning_items,
+            }
+            for index, message in enumerate(batch)
+        ]
+        tool_calls = sum(message.tool_call_total for message in batch)
+        counters = (
+            update(sessions)
+            .where(sessions.c.id == session_id)
+            .values(
+                message_count=func.coalesce(sessions.c.message_count, 0) + len(batch),
+                tool_call_count=func.coalesce(sessions.c.tool_call_count, 0) + tool_calls,
+            )
+        )
+
+        def run(conn: Connection) -> list[int]:
+            if len(rows) == 1:
+                ids = [int(conn.execute(messages.insert(), rows[0]).inserted_primary_key[0])]
+            else:
+                result = conn.execute(
+                    messages.insert().returning(messages.c.id, sort_by_parameter_order=True),
+                    rows,
+                )
+                ids = [int(row[0]) for row in result]
+            if conn.execute(counters).rowcount == 0:
+                raise UnknownSessionError(f"session {session_id!r} does not exist")
+            return ids
+
+        try:
+            return self.store.write(run)
+        except IntegrityError as exc:
+            raise UnknownSessionError(f"session {session_id!r} does not exist") from exc
+
+    def search_messages(
+        self,
+        query: str,
+        *,
+        source_filter: list[str] | None = None,
+        exclude_sources: list[str] | None = None,
+        role_filter: list[str] | None = None,
+        limit: int = 20,
+        offset: int = 0,
+    ) -> list[SearchHit]:
+        """Full-text search (see ``sessionstore.search``); any text returns a list."""
+        from .search import search_messages
+
+        return self.store.read(
+            lambda conn: search_messages(
+                conn,
+                query,
+                source_filter=source_filter,
+                exclude_sources=exclude_sources,
+                role_filter=role_filter,
+                limit=limit,
+                offset=offset,
+            )
+        )
+
+    def get_messages(self, session_id: str) -> list[MessageRecord]:
+        if not isinstance(session_id, str) or _unbindable(session_id):
+            return []
+        statement = _messages_of(session_id)
+        return self.store.read(
+            lambda conn: [MessageRecord(*row) for row in conn.execute(statement)]
+        )
+
+    def clear_messages(self, session_id: str) -> None:
+        session_id = validation.identifier(session_id, "session_id")
+
+        def run(conn: Connection) -> None:
+            conn.execute(delete(messages).where(messages.c.session_id == session_id))
+            conn.execute(
+                update(sessions)
+                .where(sessions.c.id == session_id)
+                .values(message_count=0, tool_call_count=0)
+            )
+
+        self.store.write(run)
+
+    def delete_session(self, session_id: str) -> bool:
+        """Delete a session and its messages; its children are kept, orphaned."""
+        if not isinstance(session_id, str) or _unbindable(session_id):
+            return False
+
+        def run(conn: Connection) -> bool:
+            exists = conn.execute(select(sessions.c.id).where(sessions.c.id == session_id))
+            if exists.first() is None:
+                return False
+            _delete_sessions(conn, [session_id])
+            return True
+
+        return self.store.write(run)
+
+    def prune_sessions(self, older_than_days: float = 90, source: str | None = None) -> int:
+        """Delete ended sessions started before the cutoff; never a live one."""
+        cutoff = time.time() - float(older_than_days) * SECONDS_PER_DAY
+        condition = and_(sessions.c.started_at < cutoff, sessions.c.ended_at.is_not(None))
+        if source is not None:
+            condition = and_(condition, sessions.c.source == source)
+
+        def run(conn: Connection) -> int:
+            doomed = [row[0] for row in conn.execute(select(sessions.c.id).where(condition))]
+            for start in range(0, len(doomed), 500):
+                _delete_sessions(conn, doomed[start : start + 500])
+            return len(doomed)
+
+        return self.store.write(run)
+
+    def prunable_sessions(
+        self, older_than_days: float = 90, source: str | None = None
+    ) -> list[SessionRecord]:
+        """What ``prune_sessions`` would delete, for a dry run."""
+        cutoff = time.time() - float(older_than_days) * SECONDS_PER_DAY
+        statement = select(*_session_columns()).where(
+            sessions.c.started_at < cutoff, sessions.c.ended_at.is_not(None)
+        )
+        if source is not None:
+            statement = statement.where(sessions.c.source == source)
+        return self.store.read(
+            lambda conn: [SessionRecord(*row) for row in conn.execute(statement)]
+        )
+
+
+# -- statement builders (module level: pure functions of their arguments) -------------------
+def _session_columns() -> list[Any]:
+    return [sessions.c[name] for name in SESSION_FIELDS]
+
+
+def _messages_of(session_id: str) -> Select[Any]:
+    return (
+        select(*[messages.c[name] for name in MESSAGE_FIELDS])
+        .where(messages.c.session_id == session_id)
+        .order_by(messages.c.timestamp, messages.c.id)
+    )
+
+
+def _one_session(row: Row[Any] | None) -> SessionRecord | None:
+    return None if row is None else SessionRecord(*row)
+
+
+def _unbindable(text: str) -> bool:
+    """Text no driver can send (lone surrogates) or no PostgreSQL text can hold (NUL)."""
+    if "\x00" in text:
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _first_user_text() -> ColumnElement[Any]:
+    first = messages.alias("first_user")
+    flattened = func.replace(func.replace(first.c.content, "\n", " "), "\r", " ")
+    return (
+        select(func.substr(flattened, 1, PREVIEW_LENGTH + 3 + 200))
+        .where(
+            first.c.session_id == sessions.c.id,
+            first.c.role == "user",
+            first.c.content.is_not(None),
+        )
+        .order_by(first.c.timestamp, first.c.id)
+        .limit(1)
+        .correlate(sessions)
+        .scalar_subquery()
+    )
+
+
+def _last_active() -> ColumnElement[Any]:
+    latest = messages.alias("latest")
+    newest = (
+        select(func.max(latest.c.timestamp))
+        .where(latest.c.session_id == sessions.c.id)
+        .correlate(sessions)
+        .scalar_subquery()
+    )
+    return func.coalesce(newest, sessions.c.started_at)
+
+
+def _rich_select() -> Select[Any]:
+    return select(
+        *_session_columns(),
+        _first_user_text().label("_preview_raw"),
+        _last_active().label("last_active"),
+    )
+
+
+def _preview(raw: str | None) -> str:
+    text = (raw or "").strip()
+    if not text:
+        return ""
+    return text[:PREVIEW_LENGTH] + ("..." if len(text) > PREVIEW_LENGTH else "")
+
+
+def _listing(row: Row[Any]) -> SessionListing:
+    width = len(SESSION_FIELDS)
+    return SessionListing(
+        session=SessionRecord(*row[:width]),
+        preview=_preview(row[width]),
+        last_active=float(row[width + 1]),
+    )
+
+
+_PROJECTED_FIELDS = (
+    "id",
+    "ended_at",
+    "end_reason",
+    "message_count",
+    "tool_call_count",
+    "title",
+    "model",
+    "system_prompt",
+)
+
+
+def _project(root: SessionListing, tip: SessionListing) -> SessionListing:
+    """Show a compressed conversation as its live tip, keeping where it started."""
+    from dataclasses import replace
+
+    changes = {name: getattr(tip.session, name) for name in _PROJECTED_FIELDS}
+    return SessionListing(
+        session=replace(root.session, **changes),
+        preview=tip.preview or root.preview,
+        last_active=tip.last_active,
+        lineage_root_id=root.session.id,
+    )
+
+
+def _compression_tip(conn: Connection, session_id: str) -> str | None:
+    parent = sessions.alias("parent")
+    current = conn.execute(select(sessions.c.id).where(sessions.c.id == session_id)).scalar()
+    if current is None:
+        return None
+    for _ in range(MAX_LINEAGE_DEPTH):
+        child = conn.execute(
+            select(sessions.c.id)
+            .join(parent, parent.c.id == sessions.c.parent_session_id)
+            .where(
+                parent.c.id == current,
+                parent.c.end_reason == COMPRESSION_END_REASON,
+                parent.c.ended_at.is_not(None),
+                sessions.c.started_at >= parent.c.ended_at,
+            )
+            .order_by(sessions.c.started_at.desc(), sessions.c.id.desc())
+            .limit(1)
+        ).scalar()
+        if child is None:
+            break
+        current = child
+    return str(current)
+
+
+def _delete_sessions(conn: Connection, session_ids: list[str]) -> None:
+    conn.execute(
+        update(sessions)
+        .where(sessions.c.parent_session_id.in_(session_ids))
+        .values(parent_session_id=None)
+    )
+    conn.execute(delete(messages).where(messages.c.session_id.in_(session_ids)))
+    conn.execute(delete(sessions).where(sessions.c.id.in_(session_ids)))
+
+
+def decode_json(value: str | None, name: str, message_id: int | None, default: Any) -> Any:
+    """Decode a stored JSON column; a corrupt value degrades to ``default`` with a warning."""
+    if value is None or value == "":
+        return default
+    try:
+        return json.loads(value)
+    except (json.JSONDecodeError, TypeError, ValueError):
+        logger.warning("message %s: corrupt %s JSON in the store, using %r", message_id, name,
+                       default)
+        return default
+
+
+__all__ = [
+    "NewMessage",
+    "SessionRepository",
+    "count_tool_calls",
+    "decode_json",
+    "encode_json",
+]
