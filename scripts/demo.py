@@ -89,7 +89,8 @@ def main() -> int:
         for row in db.list_sessions_rich(limit=5):
             title = row["title"] or "(untitled)"
             count = row["message_count"] or 0
-            print(f"  {row['id'][:12]:12}  {row['source']:10}  {count:5} msgs  {title}: {row['preview']}")
+            short_id = row["id"][:12]
+            print(f"  {short_id:12}  {row['source']:10}  {count:5} msgs  {title}: {row['preview']}")
         for query in ("migrate database", "数据库"):
             hits = db.search_messages(query, limit=3)
             print(f"search {query!r}: {len(hits)} hit(s)")
