@@ -8,6 +8,8 @@ autogenerate by name (``SEARCH_OBJECT_NAMES``).
 
 from __future__ import annotations
 
+from typing import cast
+
 from sqlalchemy import (
     REAL,
     Double,
@@ -15,14 +17,16 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    Table,
     Text,
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeEngine
 
 # REAL is what Hermes wrote on SQLite (8-byte float there); PostgreSQL's REAL is 4 bytes, which
 # would round Unix timestamps to minutes, so it gets DOUBLE PRECISION.
-FloatColumn = Double().with_variant(REAL(), "sqlite")
+FloatColumn: TypeEngine[float] = Double().with_variant(REAL(), "sqlite")
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -151,6 +155,6 @@ class Message(Base):
 # Declared after the class so it can name the column; newest-first listing walks it in order.
 Index(IDX_SESSIONS_STARTED, Session.started_at.desc())
 
-sessions_table = Session.__table__
-messages_table = Message.__table__
-schema_version_table = SchemaVersion.__table__
+sessions_table = cast(Table, Session.__table__)
+messages_table = cast(Table, Message.__table__)
+schema_version_table = cast(Table, SchemaVersion.__table__)

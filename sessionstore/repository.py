@@ -505,7 +505,8 @@ class SessionRepository:
 
         def run(conn: Connection) -> list[int]:
             if len(rows) == 1:
-                ids = [int(conn.execute(messages.insert(), rows[0]).inserted_primary_key[0])]
+                key = conn.execute(messages.insert(), rows[0]).inserted_primary_key
+                ids = [int(key[0])] if key is not None else []
             else:
                 result = conn.execute(
                     messages.insert().returning(messages.c.id, sort_by_parameter_order=True),
@@ -625,7 +626,7 @@ def _messages_of(session_id: str) -> Select[Any]:
 
 
 def _one_session(row: Row[Any] | None) -> SessionRecord | None:
-    return None if row is None else SessionRecord(*row)
+    return None if row is None else SessionRecord(*tuple(row))
 
 
 def _unbindable(text: str) -> bool:
@@ -685,7 +686,7 @@ def _preview(raw: str | None) -> str:
 def _listing(row: Row[Any]) -> SessionListing:
     width = len(SESSION_FIELDS)
     return SessionListing(
-        session=SessionRecord(*row[:width]),
+        session=SessionRecord(*tuple(row)[:width]),
         preview=_preview(row[width]),
         last_active=float(row[width + 1]),
     )

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal
 
-from sqlalchemy import select, update
+from sqlalchemy import Select, select, update
 from sqlalchemy.engine import Connection
 
 from .errors import ImportConflictError, SessionStoreError
@@ -186,11 +186,15 @@ def _count_present(target: Store, source: Store) -> tuple[int, int]:
     return session_total, message_total
 
 
+def _scalars(store: Store, statement: Select[Any]) -> list[Any]:
+    return store.read(lambda conn: [row[0] for row in conn.execute(statement)])
+
+
 def _existing_session_ids(store: Store, ids: list[str]) -> set[str]:
     found: set[str] = set()
     for start in range(0, len(ids), BATCH_ROWS):
         statement = select(sessions.c.id).where(sessions.c.id.in_(ids[start : start + BATCH_ROWS]))
-        found.update(store.read(lambda conn, q=statement: [row[0] for row in conn.execute(q)]))
+        found.update(_scalars(store, statement))
     return found
 
 
