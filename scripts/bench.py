@@ -1,0 +1,1443 @@
+#!/usr/bin/env python3
+"""Benchmark sessionstore against the store it replaces: Hermes's raw-``sqlite3`` SessionDB.
+
+One run builds the same synthetic corpus (deterministic seed; by default 100 000 messages over
+500 sessions, one of them 2 000 messages long, English text from a Zipf vocabulary, CJK
+sentences, tool calls) in two stores and times, alternating baseline and sessionstore call by
+call so that machine drift hits both sides alike:
+
+* ``append_message`` (one message per transaction) and a 10-message turn
+  (``append_messages``; Hermes has no batch, so its turn is ten ``append_message`` calls);
+* ``search_messages`` p50 for English words, phrases, prefixes and CJK substrings;
+* ``list_sessions_rich(limit=50)``;
+* loading a 2 000-message session (``get_messages`` and ``get_messages_as_conversation``).
+
+It prints one table: workload, baseline, sessionstore, ratio, target, PASS/MISS.
+
+The baseline (:class:`HermesBaseline`) is Hermes's ``hermes_state.SessionDB`` hot paths
+reproduced in plain ``sqlite3``: the connection settings, the v6 DDL, ``_execute_write``
+(``threading.Lock`` + ``BEGIN IMMEDIATE`` + jittered retry + a PASSIVE checkpoint every 50
+writes), the FTS5 query with ``snippet()`` and per-hit context queries, the CJK ``LIKE``
+fallback, the one-query rich listing and the ``SELECT *`` load. It is the yardstick, so it is
+written the way Hermes wrote it, not the fastest way possible.
+
+The corpus is written once into a Hermes v6 file by bulk insert (not through the timed path);
+the sessionstore side is a byte copy of that file opened with ``SessionDB`` (which adopts and
+upgrades it, as it would a user's ``state.db``), or, with ``--url postgresql+psycopg://...``,
+a scratch database created on that server, loaded with COPY and dropped at the end. The
+baseline always stays on SQLite.
+
+``--writers 1,4,8`` switches to the multi-process mode: for each count, that many processes
+each open their own store and append to their own session for ``--duration`` seconds; the
+table gives messages/s and p50/p99 append latency for Hermes and for sessionstore.
+
+Examples::
+
+    .venv/bin/python scripts/bench.py                       # full run, SQLite (~1-2 min)
+    .venv/bin/python scripts/bench.py --quick               # small corpus, fewer repetitions
+    .venv/bin/python scripts/bench.py --url postgresql+psycopg://postgres@127.0.0.1:5432/test
+    .venv/bin/python scripts/bench.py --writers 1,4,8 [--url ...]
+    .venv/bin/python scripts/bench.py --profile append      # where sessionstore's time goes
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import functools
+import gc
+import io
+import itertools
+import json
+import logging
+import multiprocessing
+import os
+import platform
+import pstats
+import random
+import re
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
+from sessionstore.facade import SessionDB
+
+logger = logging.getLogger("bench")
+
+DEFAULT_MESSAGES = 100_000
+MESSAGES_PER_SESSION = 200
+LONG_SESSION_MESSAGES = 2_000
+TURN_SIZE = 10
+LIST_LIMIT = 50
+SEED = 20240601
+
+# ---------------------------------------------------------------------------------------------
+# The baseline: Hermes's SessionDB, in the SQL and the Python it is written in
+# ---------------------------------------------------------------------------------------------
+
+# A fresh Hermes v6 file (hermes_state.py SCHEMA_SQL + FTS_SQL): every column in the CREATE.
+HERMES_V6_DDL = """
+CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    source TEXT NOT NULL,
+    user_id TEXT,
+    model TEXT,
+    model_config TEXT,
+    system_prompt TEXT,
+    parent_session_id TEXT,
+    started_at REAL NOT NULL,
+    ended_at REAL,
+    end_reason TEXT,
+    message_count INTEGER DEFAULT 0,
+    tool_call_count INTEGER DEFAULT 0,
+    input_tokens INTEGER DEFAULT 0,
+    output_tokens INTEGER DEFAULT 0,
+    cache_read_tokens INTEGER DEFAULT 0,
+    cache_write_tokens INTEGER DEFAULT 0,
+    reasoning_tokens INTEGER DEFAULT 0,
+    billing_provider TEXT,
+    billing_base_url TEXT,
+    billing_mode TEXT,
+    estimated_cost_usd REAL,
+    actual_cost_usd REAL,
+    cost_status TEXT,
+    cost_source TEXT,
+    pricing_version TEXT,
+    title TEXT,
+    FOREIGN KEY (parent_session_id) REFERENCES sessions(id)
+);
+CREATE TABLE IF NOT EXISTS messages (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL REFERENCES sessions(id),
+    role TEXT NOT NULL,
+    content TEXT,
+    tool_call_id TEXT,
+    tool_calls TEXT,
+    tool_name TEXT,
+    timestamp REAL NOT NULL,
+    token_count INTEGER,
+    finish_reason TEXT,
+    reasoning TEXT,
+    reasoning_details TEXT,
+    codex_reasoning_items TEXT
+);
+CREATE INDEX IF NOT EXISTS idx_sessions_source ON sessions(source);
+CREATE INDEX IF NOT EXISTS idx_sessions_parent ON sessions(parent_session_id);
+CREATE INDEX IF NOT EXISTS idx_sessions_started ON sessions(started_at DESC);
+CREATE INDEX IF NOT EXISTS idx_messages_session ON messages(session_id, timestamp);
+CREATE UNIQUE INDEX IF NOT EXISTS idx_sessions_title_unique
+    ON sessions(title) WHERE title IS NOT NULL;
+CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
+    content, content=messages, content_rowid=id
+);
+CREATE TRIGGER IF NOT EXISTS messages_fts_insert AFTER INSERT ON messages BEGIN
+    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+END;
+CREATE TRIGGER IF NOT EXISTS messages_fts_delete AFTER DELETE ON messages BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content)
+        VALUES('delete', old.id, old.content);
+END;
+CREATE TRIGGER IF NOT EXISTS messages_fts_update AFTER UPDATE ON messages BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content)
+        VALUES('delete', old.id, old.content);
+    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+END;
+"""
+
+SESSION_COLUMNS = (
+    "id", "source", "user_id", "model", "model_config", "system_prompt", "parent_session_id",
+    "started_at", "ended_at", "end_reason", "message_count", "tool_call_count", "input_tokens",
+    "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens",
+    "billing_provider", "billing_base_url", "billing_mode", "estimated_cost_usd",
+    "actual_cost_usd", "cost_status", "cost_source", "pricing_version", "title",
+)  # fmt: skip
+MESSAGE_COLUMNS = (
+    "id", "session_id", "role", "content", "tool_call_id", "tool_calls", "tool_name",
+    "timestamp", "token_count", "finish_reason", "reasoning", "reasoning_details",
+    "codex_reasoning_items",
+)  # fmt: skip
+
+
+class HermesBaseline:
+    """Hermes's SessionDB hot paths, verbatim in spirit: one connection, one lock, raw SQL."""
+
+    _WRITE_MAX_RETRIES = 15
+    _WRITE_RETRY_MIN_S = 0.020
+    _WRITE_RETRY_MAX_S = 0.150
+    _CHECKPOINT_EVERY_N_WRITES = 50
+
+    def __init__(self, db_path: Path) -> None:
+        self.db_path = db_path
+        self._lock = threading.Lock()
+        self._write_count = 0
+        self._conn = sqlite3.connect(
+            str(db_path), check_same_thread=False, timeout=1.0, isolation_level=None
+        )
+        self._conn.row_factory = sqlite3.Row
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA foreign_keys=ON")
+
+    def close(self) -> None:
+        self._try_wal_checkpoint()
+        self._conn.close()
+
+    # -- writes ---------------------------------------------------------------------------
+    def _execute_write(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        last_err: Exception | None = None
+        for attempt in range(self._WRITE_MAX_RETRIES):
+            try:
+                with self._lock:
+                    self._conn.execute("BEGIN IMMEDIATE")
+                    try:
+                        result = fn(self._conn)
+                        self._conn.commit()
+                    except BaseException:
+                        self._conn.rollback()
+                        raise
+                self._write_count += 1
+                if self._write_count % self._CHECKPOINT_EVERY_N_WRITES == 0:
+                    self._try_wal_checkpoint()
+                return result
+            except sqlite3.OperationalError as exc:
+                err_msg = str(exc).lower()
+                if "locked" in err_msg or "busy" in err_msg:
+                    last_err = exc
+                    if attempt < self._WRITE_MAX_RETRIES - 1:
+                        time.sleep(random.uniform(self._WRITE_RETRY_MIN_S, self._WRITE_RETRY_MAX_S))
+                        continue
+                raise
+        raise last_err or sqlite3.OperationalError("database is locked")
+
+    def _try_wal_checkpoint(self) -> None:
+        with contextlib.suppress(Exception), self._lock:
+            self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+
+    def create_session(self, session_id: str, source: str, model: str | None = None) -> str:
+        def _do(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                """INSERT OR IGNORE INTO sessions (id, source, user_id, model, model_config,
+                   system_prompt, parent_session_id, started_at)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
+                (session_id, source, None, model, None, None, None, time.time()),
+            )
+
+        self._execute_write(_do)
+        return session_id
+
+    def append_message(
+        self,
+        session_id: str,
+        role: str,
+        content: str | None = None,
+        tool_name: str | None = None,
+        tool_calls: Any = None,
+        tool_call_id: str | None = None,
+        token_count: int | None = None,
+        finish_reason: str | None = None,
+        reasoning: str | None = None,
+        reasoning_details: Any = None,
+        codex_reasoning_items: Any = None,
+    ) -> int:
+        # JSON is encoded before the write transaction, as Hermes does.
+        tool_calls_json = json.dumps(tool_calls) if tool_calls else None
+        reasoning_details_json = json.dumps(reasoning_details) if reasoning_details else None
+        codex_items_json = json.dumps(codex_reasoning_items) if codex_reasoning_items else None
+
+        def _do(conn: sqlite3.Connection) -> int:
+            cursor = conn.execute(
+                """INSERT INTO messages (session_id, role, content, tool_call_id,
+                   tool_calls, tool_name, timestamp, token_count, finish_reason,
+                   reasoning, reasoning_details, codex_reasoning_items)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                (
+                    session_id, role, content, tool_call_id, tool_calls_json, tool_name,
+                    time.time(), token_count, finish_reason, reasoning,
+                    reasoning_details_json, codex_items_json,
+                ),
+            )  # fmt: skip
+            msg_id = int(cursor.lastrowid or 0)
+            num_tool_calls = 0
+            if tool_calls is not None:
+                num_tool_calls = len(tool_calls) if isinstance(tool_calls, list) else 1
+            if num_tool_calls > 0:
+                conn.execute(
+                    """UPDATE sessions SET message_count = message_count + 1,
+                       tool_call_count = tool_call_count + ? WHERE id = ?""",
+                    (num_tool_calls, session_id),
+                )
+            else:
+                conn.execute(
+                    "UPDATE sessions SET message_count = message_count + 1 WHERE id = ?",
+                    (session_id,),
+                )
+            return msg_id
+
+        return int(self._execute_write(_do))
+
+    def append_turn(self, session_id: str, turn: Sequence[dict[str, Any]]) -> list[int]:
+        """Hermes has no batch write: an agent loop appends a turn one message at a time."""
+        return [self.append_message(session_id, **hermes_kwargs(message)) for message in turn]
+
+    # -- search ---------------------------------------------------------------------------
+    @staticmethod
+    def _sanitize_fts5_query(query: str) -> str:
+        quoted_parts: list[str] = []
+
+        def _preserve_quoted(match: re.Match[str]) -> str:
+            quoted_parts.append(match.group(0))
+            return f"\x00Q{len(quoted_parts) - 1}\x00"
+
+        sanitized = re.sub(r'"[^"]*"', _preserve_quoted, query)
+        sanitized = re.sub(r'[+{}()\"^]', " ", sanitized)
+        sanitized = re.sub(r"\*+", "*", sanitized)
+        sanitized = re.sub(r"(^|\s)\*", r"\1", sanitized)
+        sanitized = re.sub(r"(?i)^(AND|OR|NOT)\b\s*", "", sanitized.strip())
+        sanitized = re.sub(r"(?i)\s+(AND|OR|NOT)\s*$", "", sanitized.strip())
+        sanitized = re.sub(r"\b(\w+(?:[.-]\w+)+)\b", r'"\1"', sanitized)
+        for index, quoted in enumerate(quoted_parts):
+            sanitized = sanitized.replace(f"\x00Q{index}\x00", quoted)
+        return sanitized.strip()
+
+    @staticmethod
+    def _contains_cjk(text: str) -> bool:
+        for ch in text:
+            cp = ord(ch)
+            if (
+                0x4E00 <= cp <= 0x9FFF
+                or 0x3400 <= cp <= 0x4DBF
+                or 0x20000 <= cp <= 0x2A6DF
+                or 0x3000 <= cp <= 0x303F
+                or 0x3040 <= cp <= 0x309F
+                or 0x30A0 <= cp <= 0x30FF
+                or 0xAC00 <= cp <= 0xD7AF
+            ):
+                return True
+        return False
+
+    def search_messages(self, query: str, limit: int = 20, offset: int = 0) -> list[dict[str, Any]]:
+        if not query or not query.strip():
+            return []
+        query = self._sanitize_fts5_query(query)
+        if not query:
+            return []
+        sql = """
+            SELECT m.id, m.session_id, m.role,
+                   snippet(messages_fts, 0, '>>>', '<<<', '...', 40) AS snippet,
+                   m.content, m.timestamp, m.tool_name,
+                   s.source, s.model, s.started_at AS session_started
+            FROM messages_fts
+            JOIN messages m ON m.id = messages_fts.rowid
+            JOIN sessions s ON s.id = m.session_id
+            WHERE messages_fts MATCH ?
+            ORDER BY rank
+            LIMIT ? OFFSET ?
+        """
+        matches: list[dict[str, Any]]
+        with self._lock:
+            try:
+                cursor = self._conn.execute(sql, (query, limit, offset))
+            except sqlite3.OperationalError:
+                if not self._contains_cjk(query):
+                    return []
+                matches = []
+            else:
+                matches = [dict(row) for row in cursor.fetchall()]
+
+        if not matches and self._contains_cjk(query):
+            raw_query = query.strip('"').strip()
+            like_sql = """
+                SELECT m.id, m.session_id, m.role,
+                       substr(m.content, max(1, instr(m.content, ?) - 40), 120) AS snippet,
+                       m.content, m.timestamp, m.tool_name,
+                       s.source, s.model, s.started_at AS session_started
+                FROM messages m
+                JOIN sessions s ON s.id = m.session_id
+                WHERE m.content LIKE ?
+                ORDER BY m.timestamp DESC
+                LIMIT ? OFFSET ?
+            """
+            with self._lock:
+                cursor = self._conn.execute(
+                    like_sql, (raw_query, f"%{raw_query}%", limit, offset)
+                )
+                matches = [dict(row) for row in cursor.fetchall()]
+
+        for match in matches:
+            try:
+                with self._lock:
+                    context_cursor = self._conn.execute(
+                        """SELECT role, content FROM messages
+                           WHERE session_id = ? AND id >= ? - 1 AND id <= ? + 1
+                           ORDER BY id""",
+                        (match["session_id"], match["id"], match["id"]),
+                    )
+                    match["context"] = [
+                        {"role": row["role"], "content": (row["content"] or "")[:200]}
+                        for row in context_cursor.fetchall()
+                    ]
+            except Exception:
+                match["context"] = []
+        for match in matches:
+            match.pop("content", None)
+        return matches
+
+    # -- listing --------------------------------------------------------------------------
+    _RICH_SELECT = """
+        SELECT s.*,
+            COALESCE(
+                (SELECT SUBSTR(REPLACE(REPLACE(m.content, X'0A', ' '), X'0D', ' '), 1, 63)
+                 FROM messages m
+                 WHERE m.session_id = s.id AND m.role = 'user' AND m.content IS NOT NULL
+                 ORDER BY m.timestamp, m.id LIMIT 1),
+                ''
+            ) AS _preview_raw,
+            COALESCE(
+                (SELECT MAX(m2.timestamp) FROM messages m2 WHERE m2.session_id = s.id),
+                s.started_at
+            ) AS last_active
+        FROM sessions s
+    """
+
+    @staticmethod
+    def _rich_row(row: sqlite3.Row) -> dict[str, Any]:
+        session = dict(row)
+        raw = session.pop("_preview_raw", "").strip()
+        if raw:
+            session["preview"] = raw[:60] + ("..." if len(raw) > 60 else "")
+        else:
+            session["preview"] = ""
+        return session
+
+    def get_compression_tip(self, session_id: str) -> str:
+        current = session_id
+        for _ in range(100):
+            with self._lock:
+                row = self._conn.execute(
+                    "SELECT id FROM sessions WHERE parent_session_id = ? AND started_at >= ("
+                    "SELECT ended_at FROM sessions WHERE id = ? AND end_reason = 'compression'"
+                    ") ORDER BY started_at DESC LIMIT 1",
+                    (current, current),
+                ).fetchone()
+            if row is None:
+                return current
+            current = row["id"]
+        return current
+
+    def list_sessions_rich(self, limit: int = 20, offset: int = 0) -> list[dict[str, Any]]:
+        query = (
+            self._RICH_SELECT
+            + " WHERE s.parent_session_id IS NULL ORDER BY s.started_at DESC LIMIT ? OFFSET ?"
+        )
+        with self._lock:
+            rows = self._conn.execute(query, (limit, offset)).fetchall()
+        sessions = [self._rich_row(row) for row in rows]
+        projected = []
+        for session in sessions:
+            if session.get("end_reason") != "compression":
+                projected.append(session)
+                continue
+            tip_id = self.get_compression_tip(session["id"])
+            if tip_id == session["id"]:
+                projected.append(session)
+                continue
+            with self._lock:
+                tip = self._conn.execute(self._RICH_SELECT + " WHERE s.id = ?", (tip_id,))
+                tip_row = tip.fetchone()
+            if tip_row is None:
+                projected.append(session)
+                continue
+            tip_session = self._rich_row(tip_row)
+            merged = dict(session)
+            for key in (
+                "id", "ended_at", "end_reason", "message_count", "tool_call_count", "title",
+                "last_active", "preview", "model", "system_prompt",
+            ):  # fmt: skip
+                merged[key] = tip_session[key]
+            merged["_lineage_root_id"] = session["id"]
+            projected.append(merged)
+        return projected
+
+    # -- loading --------------------------------------------------------------------------
+    def get_messages(self, session_id: str) -> list[dict[str, Any]]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT * FROM messages WHERE session_id = ? ORDER BY timestamp, id",
+                (session_id,),
+            ).fetchall()
+        result = []
+        for row in rows:
+            message = dict(row)
+            if message.get("tool_calls"):
+                try:
+                    message["tool_calls"] = json.loads(message["tool_calls"])
+                except (json.JSONDecodeError, TypeError):
+                    message["tool_calls"] = []
+            result.append(message)
+        return result
+
+    def get_messages_as_conversation(self, session_id: str) -> list[dict[str, Any]]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT role, content, tool_call_id, tool_calls, tool_name, reasoning, "
+                "reasoning_details, codex_reasoning_items "
+                "FROM messages WHERE session_id = ? ORDER BY timestamp, id",
+                (session_id,),
+            ).fetchall()
+        messages = []
+        for row in rows:
+            message: dict[str, Any] = {"role": row["role"], "content": row["content"]}
+            if row["tool_call_id"]:
+                message["tool_call_id"] = row["tool_call_id"]
+            if row["tool_name"]:
+                message["tool_name"] = row["tool_name"]
+            if row["tool_calls"]:
+                try:
+                    message["tool_calls"] = json.loads(row["tool_calls"])
+                except (json.JSONDecodeError, TypeError):
+                    message["tool_calls"] = []
+            if row["role"] == "assistant":
+                if row["reasoning"]:
+                    message["reasoning"] = row["reasoning"]
+                for key in ("reasoning_details", "codex_reasoning_items"):
+                    if row[key]:
+                        try:
+                            message[key] = json.loads(row[key])
+                        except (json.JSONDecodeError, TypeError):
+                            message[key] = None
+            messages.append(message)
+        return messages
+
+
+def hermes_kwargs(message: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAI-shaped message as ``append_message`` keyword arguments."""
+    return {
+        "role": message["role"],
+        "content": message.get("content"),
+        "tool_name": message.get("tool_name"),
+        "tool_calls": message.get("tool_calls"),
+        "tool_call_id": message.get("tool_call_id"),
+        "token_count": message.get("token_count"),
+        "finish_reason": message.get("finish_reason"),
+        "reasoning": message.get("reasoning"),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# The synthetic corpus
+# ---------------------------------------------------------------------------------------------
+
+# Ordered roughly by how often an agent's conversations use them: the Zipf ranks follow.
+COMMON_WORDS = """
+the to and a of is in it you that for this on with be are i can we not have as if file
+will do at but or your from run test error use so all what code now an my there which by
+function should need one just check let me here was new when fix line then value data it's
+database make how return query python add path session message change more up out see
+server get config first set call update also because like model work output time version
+try result list step build type install command log user create import name class look
+into no default only write read open table string number key request response test_ case
+module script branch commit merge issue problem option works project found test.py failing
+works, missing running local remote cache index search api client token limit retry lock
+timeout connection thread process worker queue event handler loop async await schema column
+row insert select delete migration upgrade downgrade sqlite postgres engine transaction
+commit rollback journal checkpoint busy locked wal fts5 trigger snippet rank prefix phrase
+tokenizer unicode encoding utf-8 json yaml toml docker container image deploy pipeline ci
+lint format mypy ruff pytest fixture mock patch assert raise exception traceback stack
+memory cpu disk network latency throughput benchmark profile trace metric alert dashboard
+gateway telegram discord slack whatsapp cli terminal shell bash zsh editor vim emacs
+prompt context window compression summary title lineage parent child tool agent assistant
+reasoning plan task goal subtask delegate review approve reject comment suggestion docs
+readme changelog release tag semver dependency package wheel venv pip poetry uv lockfile
+"""
+PHRASES = (
+    "database migration", "connection pool", "retry with jitter", "write ahead log",
+    "unit test", "pull request", "stack trace", "rate limit", "context window",
+    "session title", "full text search", "busy timeout", "foreign key", "schema version",
+    "tool call", "token count", "error message", "file not found", "permission denied",
+    "exit code", "dry run", "feature flag", "race condition", "memory leak",
+)  # fmt: skip
+CJK_WORDS = (
+    "数据库迁移", "会话管理", "全文搜索", "并发写入", "检查点", "上下文压缩", "工具调用",
+    "错误信息", "单元测试", "配置文件", "性能分析", "重试机制", "事务", "索引", "标题",
+    "データベース", "検索エンジン", "セッション", "移行スクリプト", "テスト結果",
+    "데이터베이스", "세션", "검색",
+)  # fmt: skip
+CJK_GLUE = ("的", "和", "在", "是", "需要", "已经", "不能", "可以", "の", "を", "に")
+SOURCES = ("cli",) * 10 + ("telegram",) * 4 + ("discord",) * 3 + ("slack",) * 2 + ("whatsapp",)
+MODELS = ("anthropic/claude-sonnet-4", "openai/gpt-4.1", "nous/hermes-4-405b", "qwen/qwen3-coder")
+TOOLS = ("terminal", "read_file", "write_file", "search_files", "web_search", "patch")
+
+
+def _vocabulary(rng: random.Random) -> tuple[list[str], list[float]]:
+    """Real words first, then a long tail of identifiers; Zipf weights over the ranks."""
+    words = list(dict.fromkeys(COMMON_WORDS.split()))
+    syllables = ["ba", "ko", "ri", "tu", "me", "sa", "lo", "ni", "de", "fa", "gu", "pe", "zo"]
+    tail = {
+        "".join(rng.choice(syllables) for _ in range(rng.randint(2, 4)))
+        + rng.choice(("", "er", "ix"))
+        for _ in range(4000)
+    }
+    words += sorted(tail - set(words))
+    cumulative = list(itertools.accumulate(1.0 / rank for rank in range(1, len(words) + 1)))
+    return words, cumulative
+
+
+@dataclass
+class Corpus:
+    sessions: list[tuple[Any, ...]]
+    messages: list[tuple[Any, ...]]
+    long_session_id: str
+    live_session_ids: list[str]
+    vocabulary: list[str]
+
+    @property
+    def message_total(self) -> int:
+        return len(self.messages)
+
+
+class TextMaker:
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.words, self.cumulative = _vocabulary(rng)
+
+    def sentence(self, low: int = 6, high: int = 18) -> str:
+        count = self.rng.randint(low, high)
+        words = self.rng.choices(self.words, cum_weights=self.cumulative, k=count)
+        if self.rng.random() < 0.35:
+            words.insert(self.rng.randrange(len(words) + 1), self.rng.choice(PHRASES))
+        return words[0].capitalize() + " " + " ".join(words[1:]) + "."
+
+    def paragraph(self, low: int, high: int) -> str:
+        return " ".join(self.sentence() for _ in range(self.rng.randint(low, high)))
+
+    def cjk(self) -> str:
+        # CJK words glued into runs: unicode61 indexes a run as one token, so a word inside
+        # it is only found by substring search (Hermes's LIKE fallback).
+        parts = []
+        for _ in range(self.rng.randint(2, 4)):
+            run = "".join(
+                self.rng.choice(CJK_WORDS) + self.rng.choice(CJK_GLUE)
+                for _ in range(self.rng.randint(3, 6))
+            )
+            parts.append(run + self.rng.choice(("。", "，", "！")))
+        return "".join(parts)
+
+    def tool_output(self) -> str:
+        lines = []
+        for _ in range(self.rng.randint(3, 14)):
+            kind = self.rng.random()
+            if kind < 0.3:
+                lines.append(
+                    f"{self.rng.choice(('INFO', 'WARN', 'ERROR'))} "
+                    f"src/{self.rng.choice(self.words[:200])}.py:{self.rng.randint(1, 900)} "
+                    + self.sentence(4, 10)
+                )
+            elif kind < 0.4:
+                lines.append("sqlite3.OperationalError: database is locked (attempt "
+                             f"{self.rng.randint(1, 15)})")
+            else:
+                lines.append(self.sentence(5, 14))
+        return "\n".join(lines)
+
+    def user(self) -> str:
+        if self.rng.random() < 0.06:
+            return self.cjk()
+        text = self.paragraph(1, 3)
+        return text if self.rng.random() < 0.5 else text[:-1] + "?"
+
+    def assistant(self) -> str:
+        if self.rng.random() < 0.04:
+            return self.cjk() + " " + self.paragraph(1, 2)
+        return self.paragraph(2, 6)
+
+
+def make_turn(text: TextMaker, call_ids: Iterator[int]) -> list[dict[str, Any]]:
+    """One agent turn in OpenAI shape: user, assistant tool calls and results, final answer."""
+    rng = text.rng
+    turn: list[dict[str, Any]] = [
+        {"role": "user", "content": text.user(), "token_count": rng.randint(10, 200)}
+    ]
+    for _ in range(rng.choice((0, 1, 1, 2, 3))):
+        calls: list[dict[str, Any]] = []
+        for _ in range(rng.choice((1, 1, 2))):
+            tool = rng.choice(TOOLS)
+            calls.append(
+                {
+                    "id": f"call_{next(call_ids):08x}",
+                    "type": "function",
+                    "function": {
+                        "name": tool,
+                        "arguments": json.dumps({"path": f"src/{rng.choice(text.words[:300])}.py",
+                                                 "query": text.sentence(2, 5)}),
+                    },
+                }
+            )
+        turn.append(
+            {
+                "role": "assistant",
+                "content": text.sentence() if rng.random() < 0.5 else None,
+                "tool_calls": calls,
+                "finish_reason": "tool_calls",
+                "reasoning": text.sentence() if rng.random() < 0.2 else None,
+                "token_count": rng.randint(20, 400),
+            }
+        )
+        for call in calls:
+            turn.append(
+                {
+                    "role": "tool",
+                    "content": text.tool_output(),
+                    "tool_call_id": call["id"],
+                    "tool_name": call["function"]["name"],
+                }
+            )
+    turn.append(
+        {
+            "role": "assistant",
+            "content": text.assistant(),
+            "finish_reason": "stop",
+            "token_count": rng.randint(50, 800),
+        }
+    )
+    return turn
+
+
+def build_corpus(total_messages: int, seed: int = SEED) -> Corpus:
+    rng = random.Random(seed)
+    text = TextMaker(rng)
+    call_ids = itertools.count(1)
+    session_total = max(5, total_messages // MESSAGES_PER_SESSION)
+    long_size = min(LONG_SESSION_MESSAGES, total_messages // 5)
+    remaining = total_messages - long_size
+    weights = [rng.uniform(0.2, 1.8) for _ in range(session_total - 1)]
+    sizes = [max(2, int(remaining * w / sum(weights))) for w in weights]
+    sizes[-1] += remaining - sum(sizes)
+    # The long session sits among the recent ones, like the conversation someone resumes.
+    sizes.insert(session_total - session_total // 10, long_size)
+
+    now = time.time()
+    first_start = now - 90 * 86_400
+    spacing = (now - 3_600 - first_start) / session_total
+    sessions: list[tuple[Any, ...]] = []
+    messages: list[tuple[Any, ...]] = []
+    live: list[str] = []
+    long_session_id = ""
+    message_id = 0
+    compression_roots = set(rng.sample(range(session_total - 40, session_total - 2), 3))
+    previous_id: str | None = None
+    for index, size in enumerate(sizes):
+        session_id = f"{time.strftime('%Y%m%d', time.gmtime(first_start + index * spacing))}_" + (
+            uuid.UUID(int=rng.getrandbits(128)).hex[:12]
+        )
+        started = first_start + index * spacing
+        parent = None
+        if index - 1 in compression_roots or (previous_id and rng.random() < 0.04):
+            parent = previous_id
+        clock = started
+        tool_calls_total = 0
+        produced = 0
+        while produced < size:
+            for message in make_turn(text, call_ids)[: size - produced]:
+                clock += rng.uniform(1.0, 40.0)
+                message_id += 1
+                produced += 1
+                tool_calls = message.get("tool_calls")
+                tool_calls_total += len(tool_calls) if tool_calls else 0
+                messages.append(
+                    (
+                        message_id, session_id, message["role"], message.get("content"),
+                        message.get("tool_call_id"), json.dumps(tool_calls) if tool_calls else None,
+                        message.get("tool_name"), clock, message.get("token_count"),
+                        message.get("finish_reason"), message.get("reasoning"), None, None,
+                    )
+                )  # fmt: skip
+        is_live = index >= session_total - 12
+        end_reason = None if is_live else "user_exit"
+        if index in compression_roots:
+            end_reason = "compression"
+        ended_at = None if is_live and end_reason is None else clock + 1.0
+        if is_live and end_reason is None:
+            live.append(session_id)
+        title = f"{rng.choice(PHRASES)} {index}" if rng.random() < 0.6 else None
+        values = {
+            "id": session_id, "source": rng.choice(SOURCES), "user_id": f"user-{rng.randint(1, 9)}",
+            "model": rng.choice(MODELS), "model_config": json.dumps({"temperature": 0.7}),
+            "system_prompt": "You are Hermes, a helpful agent. " + text.sentence(),
+            "parent_session_id": parent, "started_at": started, "ended_at": ended_at,
+            "end_reason": end_reason, "message_count": size, "tool_call_count": tool_calls_total,
+            "input_tokens": rng.randint(1_000, 900_000), "output_tokens": rng.randint(100, 90_000),
+            "cache_read_tokens": 0, "cache_write_tokens": 0, "reasoning_tokens": 0,
+            "billing_provider": "openrouter", "billing_base_url": None, "billing_mode": None,
+            "estimated_cost_usd": round(rng.uniform(0, 3), 4), "actual_cost_usd": None,
+            "cost_status": "estimated", "cost_source": None, "pricing_version": None,
+            "title": title,
+        }  # fmt: skip
+        sessions.append(tuple(values[name] for name in SESSION_COLUMNS))
+        if size == long_size and not long_session_id:
+            long_session_id = session_id
+        previous_id = session_id
+    return Corpus(sessions, messages, long_session_id, live, text.words)
+
+
+def write_hermes_file(path: Path, corpus: Corpus) -> None:
+    """The corpus as a Hermes v6 state.db: its DDL, then one bulk transaction."""
+    conn = sqlite3.connect(str(path), isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.executescript(HERMES_V6_DDL)
+        conn.execute("BEGIN")
+        conn.execute("INSERT INTO schema_version (version) VALUES (6)")
+        conn.executemany(
+            f"INSERT INTO sessions ({', '.join(SESSION_COLUMNS)}) "
+            f"VALUES ({', '.join('?' * len(SESSION_COLUMNS))})",
+            corpus.sessions,
+        )
+        conn.executemany(
+            f"INSERT INTO messages ({', '.join(MESSAGE_COLUMNS)}) "
+            f"VALUES ({', '.join('?' * len(MESSAGE_COLUMNS))})",
+            corpus.messages,
+        )
+        conn.execute("COMMIT")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+
+
+def copy_sqlite_file(source: Path, target: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        if Path(f"{source}{suffix}").exists():
+            shutil.copyfile(f"{source}{suffix}", f"{target}{suffix}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The sessionstore side: a SQLite copy, or a scratch PostgreSQL database
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Target:
+    """Where sessionstore runs in this benchmark, and how to clean up after it."""
+
+    url: str
+    label: str
+    cleanup: Callable[[], None] = field(default=lambda: None)
+
+
+def scratch_postgresql(admin_url: str) -> Target:
+    """A new database on the server behind ``admin_url``; the user's own data is not touched."""
+    name = f"sessionstore_bench_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    url = make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+
+    def drop() -> None:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+    return Target(url, "PostgreSQL", drop)
+
+
+def load_postgresql(url: str, corpus: Corpus) -> None:
+    """COPY the corpus in with the secondary indexes dropped, then rebuild them and ANALYZE.
+
+    Building a GIN index once is far cheaper than maintaining it row by row; the index
+    definitions are read back from the catalog so whatever the migrations built is rebuilt.
+    """
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            definitions = [
+                (row[0], row[1])
+                for row in conn.execute(
+                    sa.text(
+                        "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'messages' "
+                        "AND indexname NOT IN (SELECT conname FROM pg_constraint)"
+                    )
+                )
+            ]
+            for name, _ in definitions:
+                conn.execute(sa.text(f'DROP INDEX "{name}"'))
+            cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+            with cursor.copy(f"COPY sessions ({', '.join(SESSION_COLUMNS)}) FROM STDIN") as copy:
+                for row in corpus.sessions:
+                    copy.write_row(row)
+            with cursor.copy(f"COPY messages ({', '.join(MESSAGE_COLUMNS)}) FROM STDIN") as copy:
+                for row in corpus.messages:
+                    copy.write_row(row)
+            conn.execute(
+                sa.text(
+                    "SELECT setval(pg_get_serial_sequence('messages', 'id'), "
+                    "(SELECT MAX(id) FROM messages))"
+                )
+            )
+            for _, definition in definitions:
+                conn.execute(sa.text(definition))
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(sa.text("VACUUM ANALYZE"))
+    finally:
+        engine.dispose()
+
+
+def prepare_target(args: argparse.Namespace, workdir: Path, hermes_file: Path,
+                   corpus: Corpus) -> Target:
+    if args.url and make_url(args.url).get_backend_name() == "postgresql":
+        target = scratch_postgresql(args.url)
+        try:
+            SessionDB(url=target.url).close()  # creates the schema
+            load_postgresql(target.url, corpus)
+        except BaseException:
+            target.cleanup()
+            raise
+        return target
+    if args.url:
+        path = Path(str(make_url(args.url).database)).expanduser()
+        if path.exists():
+            raise SystemExit(f"{path} exists: the benchmark writes a fresh store, give a new path")
+    else:
+        path = workdir / "sessionstore.db"
+    copy_sqlite_file(hermes_file, path)
+    started = time.perf_counter()
+    # Opening adopts the Hermes file and runs any newer migrations, as for a user's state.db.
+    SessionDB(path).close()
+    logger.info("adopted and upgraded the Hermes copy in %.1f s", time.perf_counter() - started)
+    return Target(f"sqlite:///{path}", "SQLite")
+
+
+# ---------------------------------------------------------------------------------------------
+# Measuring
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    workload: str
+    baseline_s: float | None
+    ours_s: float | None
+    target: str  # "<=1.30" (ratio at most) or ">=5" etc.
+    note: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        if self.baseline_s is None or self.ours_s is None or self.baseline_s == 0:
+            return None
+        return self.ours_s / self.baseline_s
+
+    @property
+    def verdict(self) -> str:
+        ratio = self.ratio
+        if ratio is None:
+            return "n/a"
+        bound = float(self.target[2:])
+        ok = ratio <= bound if self.target.startswith("<=") else ratio >= bound
+        return "PASS" if ok else "MISS"
+
+
+class Profiler:
+    """Optional cProfile around the sessionstore calls only, one profile per workload."""
+
+    def __init__(self, wanted: set[str]) -> None:
+        self.wanted = wanted
+        self.reports: dict[str, str] = {}
+
+    def wrap(
+        self, workload: str, fn: Callable[[], Any]
+    ) -> tuple[Callable[[], Any], Callable[[], None]]:
+        if not any(workload.startswith(w) for w in self.wanted) and "all" not in self.wanted:
+            return fn, lambda: None
+        profile = cProfile.Profile()
+
+        def profiled() -> Any:
+            profile.enable()
+            try:
+                return fn()
+            finally:
+                profile.disable()
+
+        def finish() -> None:
+            out = io.StringIO()
+            stats = pstats.Stats(profile, stream=out).strip_dirs().sort_stats("tottime")
+            stats.print_stats(22)
+            self.reports[workload] = out.getvalue()
+
+        return profiled, finish
+
+
+def alternate(
+    baseline: Callable[[], Any],
+    ours: Callable[[], Any],
+    repetitions: int,
+    warmup: int,
+) -> tuple[list[float], list[float]]:
+    """Time both sides call by call, swapping which goes first, and return every sample."""
+    for _ in range(warmup):
+        baseline()
+        ours()
+    gc.collect()
+    base_samples: list[float] = []
+    our_samples: list[float] = []
+    clock = time.perf_counter
+    for index in range(repetitions):
+        order = ((baseline, base_samples), (ours, our_samples))
+        for fn, samples in order if index % 2 == 0 else reversed(order):
+            started = clock()
+            fn()
+            samples.append(clock() - started)
+    return base_samples, our_samples
+
+
+def percentile(samples: Sequence[float], fraction: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+@dataclass(frozen=True)
+class SearchCase:
+    category: str
+    query: str
+
+
+def search_cases(words: Sequence[str]) -> list[SearchCase]:
+    """Words from frequent to rare, two-word phrases, prefixes, CJK substrings."""
+    ranked = [w for w in words if w.isalpha()]
+    word_queries = [ranked[i] for i in (30, 60, 120, 200, 300)] + [
+        "sqlite", "timeout", "migration", "checkpoint", ranked[-50], ranked[-500]
+    ]
+    return (
+        [SearchCase("words", w) for w in word_queries]
+        + [SearchCase("phrases", f'"{p}"') for p in PHRASES[:8]]
+        + [SearchCase("phrases", "database migration")]
+        + [SearchCase("prefixes", p) for p in ("migra*", "check*", "conn*", "tok*", "sess*",
+                                                "err*", "ba*", ranked[-50][:4] + "*")]
+        + [SearchCase("CJK", q) for q in ("数据库", "全文搜索", "会话管理", "検索", "セッション",
+                                          "데이터베이스", "上下文压缩", "性能")]
+    )
+
+
+@dataclass
+class Plan:
+    append_reps: int
+    turn_reps: int
+    search_reps: int
+    list_reps: int
+    load_reps: int
+    warmup: int
+
+
+FULL_PLAN = Plan(append_reps=1500, turn_reps=250, search_reps=7, list_reps=200, load_reps=60,
+                 warmup=20)
+QUICK_PLAN = Plan(append_reps=200, turn_reps=30, search_reps=3, list_reps=30, load_reps=10,
+                  warmup=3)
+
+
+def search_available(db: SessionDB) -> str | None:
+    try:
+        db.search_messages("probe")
+    except (ImportError, AttributeError, NotImplementedError) as exc:
+        return f"search not available in sessionstore yet ({type(exc).__name__}: {exc})"
+    return None
+
+
+def run_workloads(
+    baseline: HermesBaseline,
+    ours: SessionDB,
+    corpus: Corpus,
+    plan: Plan,
+    profiler: Profiler,
+    text: TextMaker,
+    only: Sequence[str] = (),
+) -> tuple[list[Row], list[str]]:
+    rows: list[Row] = []
+    notes: list[str] = []
+
+    def selected(workload: str) -> bool:
+        return not only or any(workload.startswith(prefix) for prefix in only)
+
+    # -- reads first, on the identical corpus -----------------------------------------------
+    missing_search = search_available(ours)
+    cases = search_cases(corpus.vocabulary)
+    for category in ("words", "phrases", "prefixes", "CJK"):
+        label = f"search p50: {category}"
+        if not selected(label):
+            continue
+        if missing_search:
+            rows.append(Row(label, None, None, "<=1.20", missing_search))
+            continue
+        base_all: list[float] = []
+        ours_all: list[float] = []
+        hits: list[str] = []
+        for case in (c for c in cases if c.category == category):
+            expected = baseline.search_messages(case.query)
+            got = ours.search_messages(case.query)
+            hits.append(f"{case.query}={len(expected)}/{len(got)}")
+            if {h["id"] for h in expected} != {h["id"] for h in got}:
+                notes.append(
+                    f"search {case.query!r}: Hermes returned {len(expected)} hits, "
+                    f"sessionstore {len(got)} (different rows)"
+                )
+            timed_ours, finish = profiler.wrap(
+                label, functools.partial(ours.search_messages, case.query)
+            )
+            b, o = alternate(functools.partial(baseline.search_messages, case.query), timed_ours,
+                             plan.search_reps, warmup=1)
+            finish()
+            base_all += b
+            ours_all += o
+        rows.append(Row(label, statistics.median(base_all), statistics.median(ours_all),
+                        "<=1.20"))
+        logger.info("%s hits Hermes/sessionstore: %s", label, ", ".join(hits))
+
+    label = f"list_sessions_rich(limit={LIST_LIMIT})"
+    if selected(label):
+        base_list = baseline.list_sessions_rich(limit=LIST_LIMIT)
+        our_list = ours.list_sessions_rich(limit=LIST_LIMIT)
+        if [s["id"] for s in base_list] != [s["id"] for s in our_list]:
+            notes.append("list_sessions_rich: Hermes and sessionstore list different sessions")
+        timed_ours, finish = profiler.wrap(
+            label, lambda: ours.list_sessions_rich(limit=LIST_LIMIT)
+        )
+        b, o = alternate(lambda: baseline.list_sessions_rich(limit=LIST_LIMIT), timed_ours,
+                         plan.list_reps, plan.warmup)
+        finish()
+        rows.append(Row(label, statistics.median(b), statistics.median(o), "<=1.20"))
+
+    long_id = corpus.long_session_id
+    long_size = len(baseline.get_messages(long_id))
+    if len(ours.get_messages(long_id)) != long_size:
+        notes.append("get_messages: Hermes and sessionstore load different message counts")
+    for name in ("get_messages", "get_messages_as_conversation"):
+        label = f"load {long_size} msgs: {name}"
+        if not selected(label):
+            continue
+        ours_fn = getattr(ours, name)
+        base_fn = getattr(baseline, name)
+        timed_ours, finish = profiler.wrap(label, functools.partial(ours_fn, long_id))
+        b, o = alternate(functools.partial(base_fn, long_id), timed_ours, plan.load_reps,
+                         max(2, plan.warmup // 5))
+        finish()
+        rows.append(Row(label, statistics.median(b), statistics.median(o), "<=1.20"))
+
+    # -- writes: the same messages into the same live sessions on both sides ----------------
+    call_ids = itertools.count(10**7)
+    sessions = itertools.cycle(corpus.live_session_ids)
+    singles = [
+        (next(sessions), message)
+        for _ in range(plan.append_reps // 4 + plan.warmup + 10)
+        for message in make_turn(text, call_ids)
+    ]
+    base_singles, our_singles = itertools.cycle(singles), itertools.cycle(singles)
+
+    def base_append() -> None:
+        session_id, message = next(base_singles)
+        baseline.append_message(session_id, **hermes_kwargs(message))
+
+    def our_append() -> None:
+        session_id, message = next(our_singles)
+        ours.append_message(session_id, **hermes_kwargs(message))
+
+    label = "append_message (1 msg/txn)"
+    if not (selected(label) or selected("turn")):
+        return rows, notes
+    timed_ours, finish = profiler.wrap(label, our_append)
+    base_single, our_single = alternate(base_append, timed_ours, plan.append_reps, plan.warmup)
+    finish()
+    rows.append(Row(label, statistics.median(base_single), statistics.median(our_single),
+                    "<=1.30"))
+
+    turns: list[tuple[str, list[dict[str, Any]]]] = []
+    while len(turns) < plan.turn_reps + plan.warmup:
+        turn = make_turn(text, call_ids) + make_turn(text, call_ids) + make_turn(text, call_ids)
+        if len(turn) >= TURN_SIZE:
+            turns.append((next(sessions), turn[:TURN_SIZE]))
+    base_turn_iter, our_turn_iter = itertools.cycle(turns), itertools.cycle(turns)
+
+    def base_turn() -> None:
+        baseline.append_turn(*next(base_turn_iter))
+
+    def our_turn() -> None:
+        ours.append_messages(*next(our_turn_iter))
+
+    label = f"turn of {TURN_SIZE} (per msg)"
+    timed_ours, finish = profiler.wrap(label, our_turn)
+    base_turns, our_turns = alternate(
+        base_turn, timed_ours, plan.turn_reps, max(2, plan.warmup // 4)
+    )
+    finish()
+    per_msg_ours = statistics.median(our_turns) / TURN_SIZE
+    rows.append(
+        Row(label, statistics.median(base_turns) / TURN_SIZE, per_msg_ours, "<=0.20",
+            "Hermes: 10 x append_message; target = 5x cheaper per message")
+    )
+    gain = statistics.median(our_single) / per_msg_ours
+    notes.append(
+        f"batching: a {TURN_SIZE}-message turn costs {per_msg_ours * 1e6:.0f} us per message, "
+        f"{gain:.1f}x less than sessionstore's own append_message "
+        f"({'PASS' if gain >= 5 else 'MISS'} >= 5x)"
+    )
+    notes.append(
+        "append latency p99 (Hermes / sessionstore): "
+        f"{percentile(base_single, 0.99) * 1e6:.0f} / {percentile(our_single, 0.99) * 1e6:.0f} us"
+    )
+    return rows, notes
+
+
+def format_seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value >= 0.1:
+        return f"{value * 1e3:.0f} ms"
+    if value >= 0.001:
+        return f"{value * 1e3:.2f} ms"
+    return f"{value * 1e6:.0f} us"
+
+
+def print_table(rows: Sequence[Row], ours_label: str) -> None:
+    header = ("workload", "Hermes (sqlite3)", f"sessionstore ({ours_label})", "ratio",
+              "target", "result")
+    body = [
+        (
+            row.workload,
+            format_seconds(row.baseline_s),
+            format_seconds(row.ours_s),
+            "-" if row.ratio is None else f"{row.ratio:.2f}x",
+            row.target.replace("<=", "<= ").replace(">=", ">= ") + "x",
+            row.verdict,
+        )
+        for row in rows
+    ]
+    widths = [max(len(str(line[i])) for line in [header, *body]) for i in range(len(header))]
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
+    print("  ".join("-" * w for w in widths))
+    for line in body:
+        print("  ".join(str(c).ljust(w) for c, w in zip(line, widths, strict=True)))
+    for row in rows:
+        if row.note:
+            print(f"  {row.workload}: {row.note}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Multi-process writers
+# ---------------------------------------------------------------------------------------------
+
+
+def writer_process(
+    kind: str,
+    location: str,
+    worker: int,
+    duration_s: float,
+    barrier: Any,
+    results: Any,
+) -> None:
+    """Append for ``duration_s`` to a session of our own; report every latency."""
+    rng = random.Random(worker)
+    text = TextMaker(rng)
+    call_ids = itertools.count(worker * 10**8)
+    messages = [m for _ in range(60) for m in make_turn(text, call_ids)]
+    session_id = f"writer-{kind}-{worker}-{uuid.uuid4().hex[:8]}"
+    store: Any
+    if kind == "hermes":
+        store = HermesBaseline(Path(location))
+        store.create_session(session_id, "bench")
+
+        def append(message: dict[str, Any]) -> None:
+            store.append_message(session_id, **hermes_kwargs(message))
+    else:
+        store = SessionDB(url=location)
+        store.create_session(session_id, "bench")
+
+        def append(message: dict[str, Any]) -> None:
+            store.append_message(session_id, **hermes_kwargs(message))
+
+    latencies: list[float] = []
+    errors: dict[str, int] = {}
+    barrier.wait()
+    started = time.perf_counter()
+    deadline = started + duration_s
+    clock = time.perf_counter
+    for message in itertools.cycle(messages):
+        before = clock()
+        if before >= deadline:
+            break
+        try:
+            append(message)
+        except Exception as exc:  # every failure is a figure here
+            errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+            continue
+        latencies.append(clock() - before)
+    elapsed = clock() - started
+    store.close()
+    results.put((kind, worker, latencies, errors, elapsed))
+
+
+@dataclass
+class WriterFigures:
+    store: str
+    writers: int
+    messages_per_s: float
+    p50_s: float
+    p99_s: float
+    errors: dict[str, int]
+
+
+def run_writers(kind: str, location: str, count: int, duration_s: float) -> WriterFigures:
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(count)
+    results = context.Queue()
+    processes = [
+        context.Process(target=writer_process,
+                        args=(kind, location, worker, duration_s, barrier, results))
+        for worker in range(count)
+    ]
+    for process in processes:
+        process.start()
+    collected = [results.get(timeout=duration_s + 120) for _ in processes]
+    for process in processes:
+        process.join()
+    latencies = [lat for item in collected for lat in item[2]]
+    errors: dict[str, int] = {}
+    for item in collected:
+        for name, n in item[3].items():
+            errors[name] = errors.get(name, 0) + n
+    elapsed = max(item[4] for item in collected)
+    return WriterFigures(
+        kind, count, len(latencies) / elapsed,
+        percentile(latencies, 0.5) if latencies else float("nan"),
+        percentile(latencies, 0.99) if latencies else float("nan"),
+        errors,
+    )
+
+
+def writers_mode(args: argparse.Namespace, workdir: Path, hermes_file: Path,
+                 target: Target) -> None:
+    counts = [int(part) for part in args.writers.split(",") if part.strip()]
+    figures: list[WriterFigures] = []
+    for count in counts:
+        # A fresh copy per run: every run starts from the same file.
+        base_copy = workdir / f"hermes_writers_{count}.db"
+        copy_sqlite_file(hermes_file, base_copy)
+        figures.append(run_writers("hermes", str(base_copy), count, args.duration))
+        figures.append(run_writers("sessionstore", target.url, count, args.duration))
+        logger.info("writers=%d done", count)
+    print(f"\nMulti-process append_message, {args.duration:g} s per run, one session per writer")
+    header = ("store", "writers", "messages/s", "p50", "p99", "errors")
+    lines = [
+        (
+            "Hermes (sqlite3)" if f.store == "hermes" else f"sessionstore ({target.label})",
+            str(f.writers),
+            f"{f.messages_per_s:,.0f}",
+            format_seconds(f.p50_s),
+            format_seconds(f.p99_s),
+            ", ".join(f"{k}={v}" for k, v in f.errors.items()) or "0",
+        )
+        for f in figures
+    ]
+    widths = [max(len(line[i]) for line in [header, *lines]) for i in range(len(header))]
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
+    print("  ".join("-" * w for w in widths))
+    for line in lines:
+        print("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=None,
+                        help=f"corpus size (default {DEFAULT_MESSAGES:,}; 5,000 with --quick)")
+    parser.add_argument("--url", help="run sessionstore on this database instead of a SQLite "
+                        "copy (PostgreSQL: a scratch database is created on that server)")
+    parser.add_argument("--writers", help="multi-process mode: comma-separated writer counts")
+    parser.add_argument("--duration", type=float, default=5.0,
+                        help="seconds per multi-process run (default 5)")
+    parser.add_argument("--quick", action="store_true", help="small corpus, few repetitions")
+    parser.add_argument("--seed", type=int, default=SEED)
+    parser.add_argument("--workdir", type=Path, help="keep the files here (default: temp dir)")
+    parser.add_argument("--profile", action="append", default=[], metavar="WORKLOAD",
+                        help="cProfile sessionstore for workloads starting with this text "
+                        "(e.g. append, turn, search, list, load, all)")
+    parser.add_argument("--only", action="append", default=[], metavar="WORKLOAD",
+                        help="time only workloads starting with this text (search, list, load, "
+                        "append, turn; append and turn always run together)")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    args = parser.parse_args(argv)
+    if args.messages is None:
+        args.messages = 5_000 if args.quick else DEFAULT_MESSAGES
+    if args.messages < 100:
+        parser.error("--messages must be at least 100")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="# %(message)s", stream=sys.stderr)
+    logging.getLogger("sessionstore").setLevel(logging.WARNING)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    with contextlib.ExitStack() as stack:
+        if args.workdir:
+            workdir = args.workdir
+            workdir.mkdir(parents=True, exist_ok=True)
+        else:
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ss-bench-")))
+        started = time.perf_counter()
+        corpus = build_corpus(args.messages, args.seed)
+        hermes_file = workdir / "hermes.db"
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{hermes_file}{suffix}").unlink(missing_ok=True)
+        write_hermes_file(hermes_file, corpus)
+        logger.info("corpus: %d messages in %d sessions, built in %.1f s", corpus.message_total,
+                    len(corpus.sessions), time.perf_counter() - started)
+        started = time.perf_counter()
+        target = prepare_target(args, workdir, hermes_file, corpus)
+        stack.callback(target.cleanup)
+        logger.info("sessionstore side ready (%s) in %.1f s", target.label,
+                    time.perf_counter() - started)
+
+        print(f"sessionstore benchmark: {corpus.message_total:,} messages, "
+              f"{len(corpus.sessions)} sessions; Python {platform.python_version()}, "
+              f"SQLite {sqlite3.sqlite_version}, SQLAlchemy {sa.__version__}, "
+              f"{os.cpu_count()} CPUs; sessionstore on {target.label}")
+        if args.writers:
+            writers_mode(args, workdir, hermes_file, target)
+            return 0
+
+        baseline_file = workdir / "hermes_baseline.db"
+        copy_sqlite_file(hermes_file, baseline_file)
+        baseline = HermesBaseline(baseline_file)
+        stack.callback(baseline.close)
+        ours = SessionDB(url=target.url)
+        stack.callback(ours.close)
+        profiler = Profiler(set(args.profile))
+        plan = QUICK_PLAN if args.quick else FULL_PLAN
+        started = time.perf_counter()
+        rows, notes = run_workloads(baseline, ours, corpus, plan, profiler,
+                                    TextMaker(random.Random(args.seed + 1)), args.only)
+        logger.info("workloads timed in %.1f s", time.perf_counter() - started)
+        print()
+        print_table(rows, target.label)
+        for note in notes:
+            print(f"- {note}")
+        for workload, report in profiler.reports.items():
+            print(f"\n## cProfile, sessionstore side of: {workload}\n{report}")
+        missed = [row for row in rows if row.verdict == "MISS"]
+        return 1 if args.check and missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
