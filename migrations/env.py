@@ -41,7 +41,9 @@ READ_ONLY_COMMANDS = frozenset({"current", "history", "heads", "branches", "show
 def include_name(name: str | None, type_: str, _parent_names: object) -> bool:
     """Hide the raw-DDL full-text objects from autogenerate: the models do not describe them."""
     if type_ in ("table", "index") and name is not None:
-        return name not in SEARCH_OBJECT_NAMES and not name.startswith("messages_fts")
+        return name not in SEARCH_OBJECT_NAMES and not name.startswith(
+            ("messages_fts", "messages_trigram")
+        )
     return True
 
 

@@ -106,3 +106,78 @@ def drop_search_objects(bind: sa.engine.Connection) -> None:
         return
     bind.exec_driver_sql(f"DROP INDEX IF EXISTS {PG_TRGM_INDEX}")
     bind.exec_driver_sql(f"DROP INDEX IF EXISTS {PG_TSV_INDEX}")
+
+
+# --------------------------------------------------------------------------------------------
+# SQLite indexed substring search (revision 0007): FTS5's trigram tokenizer.
+# --------------------------------------------------------------------------------------------
+# Hermes falls back to a full LIKE scan of every message for CJK text, which its unicode61
+# tokenizer cannot split into words. A trigram index answers any substring of three or more
+# characters from the index instead. It is a second external-content table beside
+# messages_fts (so the word index and its ranking stay exactly Hermes's), kept in step the
+# same way. Cost: the index holds every three-character window of every message, several
+# times the size of the text itself.
+
+TRIGRAM_TABLE = "messages_trigram"
+TRIGRAM_TRIGGER_INSERT = "messages_trigram_insert"
+TRIGRAM_TRIGGER_DELETE = "messages_trigram_delete"
+TRIGRAM_TRIGGER_UPDATE = "messages_trigram_update"
+TRIGRAM_TRIGGERS = (TRIGRAM_TRIGGER_INSERT, TRIGRAM_TRIGGER_DELETE, TRIGRAM_TRIGGER_UPDATE)
+
+SQLITE_CREATE_TRIGRAM = (
+    f"CREATE VIRTUAL TABLE IF NOT EXISTS {TRIGRAM_TABLE} USING fts5("
+    "content, content=messages, content_rowid=id, tokenize='trigram')"
+)
+SQLITE_CREATE_TRIGRAM_TRIGGERS = (
+    f"""CREATE TRIGGER IF NOT EXISTS {TRIGRAM_TRIGGER_INSERT} AFTER INSERT ON messages BEGIN
+    INSERT INTO {TRIGRAM_TABLE}(rowid, content) VALUES (new.id, new.content);
+END""",
+    f"""CREATE TRIGGER IF NOT EXISTS {TRIGRAM_TRIGGER_DELETE} AFTER DELETE ON messages BEGIN
+    INSERT INTO {TRIGRAM_TABLE}({TRIGRAM_TABLE}, rowid, content)
+        VALUES('delete', old.id, old.content);
+END""",
+    f"""CREATE TRIGGER IF NOT EXISTS {TRIGRAM_TRIGGER_UPDATE} AFTER UPDATE ON messages BEGIN
+    INSERT INTO {TRIGRAM_TABLE}({TRIGRAM_TABLE}, rowid, content)
+        VALUES('delete', old.id, old.content);
+    INSERT INTO {TRIGRAM_TABLE}(rowid, content) VALUES (new.id, new.content);
+END""",
+)
+SQLITE_REBUILD_TRIGRAM = f"INSERT INTO {TRIGRAM_TABLE}({TRIGRAM_TABLE}) VALUES('rebuild')"
+
+# The trigram tokenizer arrived in SQLite 3.34 and FTS5 itself is a compile-time option, so
+# support is probed on the live library: a throw-away table in the connection's private temp
+# schema. A failed CREATE rolls back only itself; the surrounding transaction goes on.
+_TRIGRAM_PROBE_TABLE = "temp.messages_trigram_probe"
+SQLITE_PROBE_TRIGRAM = (
+    f"CREATE VIRTUAL TABLE {_TRIGRAM_PROBE_TABLE} USING fts5(content, tokenize='trigram')"
+)
+
+
+def sqlite_supports_trigram(bind: sa.engine.Connection) -> bool:
+    """Whether this connection's SQLite library can build an FTS5 trigram index."""
+    bind.exec_driver_sql(f"DROP TABLE IF EXISTS {_TRIGRAM_PROBE_TABLE}")
+    try:
+        bind.exec_driver_sql(SQLITE_PROBE_TRIGRAM)
+    except sa.exc.OperationalError:
+        return False
+    bind.exec_driver_sql(f"DROP TABLE {_TRIGRAM_PROBE_TABLE}")
+    return True
+
+
+def create_trigram_objects(bind: sa.engine.Connection) -> None:
+    """Create the trigram table and its triggers, then index every message already stored.
+
+    The rebuild runs even when the table was already there: a half-applied earlier attempt
+    may have left it without triggers, and so out of step with ``messages``.
+    """
+    bind.exec_driver_sql(SQLITE_CREATE_TRIGRAM)
+    for ddl in SQLITE_CREATE_TRIGRAM_TRIGGERS:
+        bind.exec_driver_sql(ddl)
+    bind.exec_driver_sql(SQLITE_REBUILD_TRIGRAM)
+
+
+def drop_trigram_objects(bind: sa.engine.Connection) -> None:
+    # Triggers first: while they exist, any write to messages needs the table.
+    for trigger in TRIGRAM_TRIGGERS:
+        bind.exec_driver_sql(f"DROP TRIGGER IF EXISTS {trigger}")
+    bind.exec_driver_sql(f"DROP TABLE IF EXISTS {TRIGRAM_TABLE}")

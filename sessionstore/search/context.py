@@ -1,0 +1,88 @@
+"""The conversation around each hit: the message before, the hit, the message after.
+
+"Before" and "after" follow the session's order, ``(timestamp, id)``, the order
+``get_messages`` uses, not raw id adjacency (Hermes's ``id ± 1`` picks up another session's
+message, or none, when sessions interleave). Whatever the number of hits, this costs two
+statements: one finds every hit's neighbours with correlated subqueries (each an index probe
+on ``idx_messages_session``), one fetches the first 200 characters of all those messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import BindParameter, Select, and_, bindparam, func, or_, select
+from sqlalchemy.engine import Connection
+
+from ..models import messages_table
+from .hits import CONTEXT_CONTENT_CHARS, ContextMessage
+
+
+def fetch_context(conn: Connection, hit_ids: Sequence[int]) -> dict[int, list[ContextMessage]]:
+    """For each hit id: its previous message (if any), itself, its next message (if any).
+
+    A message without text comes back as ``""``, as Hermes's ``(content or "")[:200]`` does.
+    """
+    if not hit_ids:
+        return {}
+    neighbours = conn.execute(_neighbours_of(hit_ids)).all()
+    wanted = sorted({int(id_) for row in neighbours for id_ in row if id_ is not None})
+    messages = {
+        int(id_): ContextMessage(role=str(role), content=content or "")
+        for id_, role, content in conn.execute(_heads_of(wanted))
+    }
+    context: dict[int, list[ContextMessage]] = {}
+    for hit_id, previous_id, next_id in neighbours:
+        ordered = (previous_id, hit_id, next_id)
+        context[int(hit_id)] = [messages[int(id_)] for id_ in ordered if id_ in messages]
+    return context
+
+
+def _literal_ids(name: str, ids: Sequence[int]) -> BindParameter[list[int]]:
+    # Rendered into the SQL text rather than bound: integers are safe to inline, and a page of
+    # many thousand hits would otherwise exceed SQLite's limit on bound variables.
+    return bindparam(name, [int(id_) for id_ in ids], expanding=True, literal_execute=True)
+
+
+def _neighbours_of(hit_ids: Sequence[int]) -> Select[Any]:
+    hit = messages_table.alias("hit")
+    earlier = messages_table.alias("earlier")
+    later = messages_table.alias("later")
+    previous_id = (
+        select(earlier.c.id)
+        .where(
+            earlier.c.session_id == hit.c.session_id,
+            or_(
+                earlier.c.timestamp < hit.c.timestamp,
+                and_(earlier.c.timestamp == hit.c.timestamp, earlier.c.id < hit.c.id),
+            ),
+        )
+        .order_by(earlier.c.timestamp.desc(), earlier.c.id.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+    next_id = (
+        select(later.c.id)
+        .where(
+            later.c.session_id == hit.c.session_id,
+            or_(
+                later.c.timestamp > hit.c.timestamp,
+                and_(later.c.timestamp == hit.c.timestamp, later.c.id > hit.c.id),
+            ),
+        )
+        .order_by(later.c.timestamp, later.c.id)
+        .limit(1)
+        .scalar_subquery()
+    )
+    return select(hit.c.id, previous_id, next_id).where(
+        hit.c.id.in_(_literal_ids("hit_ids", hit_ids))
+    )
+
+
+def _heads_of(ids: Sequence[int]) -> Select[Any]:
+    return select(
+        messages_table.c.id,
+        messages_table.c.role,
+        func.substr(messages_table.c.content, 1, CONTEXT_CONTENT_CHARS),
+    ).where(messages_table.c.id.in_(_literal_ids("context_ids", ids)))

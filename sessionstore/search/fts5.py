@@ -1,0 +1,210 @@
+"""Search on SQLite: FTS5 for words, the FTS5 trigram index (or a scan) for substrings.
+
+Word search is Hermes's query: ``messages_fts MATCH`` ranked by bm25 (``rank``), with
+``snippet()``. Substring search, for CJK text the word tokenizer cannot split, uses the
+``messages_trigram`` index of revision 0007 for needles of three or more characters, and a
+``LIKE`` scan otherwise: for shorter needles (a trigram index cannot answer them) and on files
+without the index (a SQLite older than 3.34 at migration time).
+
+A query the FTS5 parser rejects answers "no match" instead of raising; any other database
+error (locked, I/O, corruption) propagates.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import OperationalError
+
+from .hits import (
+    SNIPPET_ELLIPSIS,
+    SNIPPET_END,
+    SNIPPET_START,
+    SUBSTRING_SNIPPET_SIDE_CHARS,
+    MatchRow,
+    match_row,
+    substring_snippet,
+)
+from .request import Page, SearchFilters, filtered_statement
+from .sanitize import escape_like
+
+TRIGRAM_TABLE: Final = "messages_trigram"
+TRIGRAM_MIN_CHARS: Final = 3
+"""A trigram index can only answer needles of at least one trigram."""
+LIKE_ESCAPE: Final = "\\"
+SNIPPET_TOKENS: Final = 40
+
+_MARKERS: Final = {
+    "mark_start": SNIPPET_START,
+    "mark_end": SNIPPET_END,
+    "ellipsis": SNIPPET_ELLIPSIS,
+}
+
+_WORD_SEARCH: Final = f"""
+SELECT m.id, m.session_id, m.role,
+       snippet(messages_fts, 0, :mark_start, :mark_end, :ellipsis, {SNIPPET_TOKENS}),
+       m.timestamp, m.tool_name, s.source, s.model, s.started_at
+FROM messages_fts
+JOIN messages AS m ON m.id = messages_fts.rowid
+JOIN sessions AS s ON s.id = m.session_id
+WHERE messages_fts MATCH :query {{filters}}
+ORDER BY messages_fts.rank, m.id
+LIMIT :limit OFFSET :offset
+"""
+
+_ANY_WORD_MATCH: Final = """
+SELECT 1
+FROM messages_fts
+JOIN messages AS m ON m.id = messages_fts.rowid
+JOIN sessions AS s ON s.id = m.session_id
+WHERE messages_fts MATCH :query {filters}
+LIMIT 1
+"""
+
+_HAS_TRIGRAM_TABLE: Final = text(
+    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = :name"
+).bindparams(name=TRIGRAM_TABLE)
+
+# A trigram snippet counts characters (each token is one position), so 40 tokens show about
+# as much text as the LIKE path's 20 characters either side.
+_TRIGRAM_SEARCH: Final = f"""
+SELECT m.id, m.session_id, m.role,
+       snippet({TRIGRAM_TABLE}, 0, :mark_start, :mark_end, :ellipsis, {SNIPPET_TOKENS}),
+       m.timestamp, m.tool_name, s.source, s.model, s.started_at
+FROM {TRIGRAM_TABLE}
+JOIN messages AS m ON m.id = {TRIGRAM_TABLE}.rowid
+JOIN sessions AS s ON s.id = m.session_id
+WHERE {TRIGRAM_TABLE} MATCH :phrase {{filters}}
+ORDER BY m.timestamp DESC, m.id DESC
+LIMIT :limit OFFSET :offset
+"""
+
+# SQLite's LIKE and lower() both fold ASCII letters only, so instr() over lower() finds the
+# very occurrence LIKE matched. The text around it is cut from the page's rows only.
+_SIDE = SUBSTRING_SNIPPET_SIDE_CHARS
+_LIKE_SEARCH: Final = f"""
+SELECT page.id, page.session_id, page.role, page.timestamp, page.tool_name, page.source,
+       page.model, page.started_at, page.hit_start,
+       CASE WHEN page.hit_start > 0 THEN substr(m.content, max(1, page.hit_start - {_SIDE}),
+                                               page.hit_start - max(1, page.hit_start - {_SIDE}))
+       END AS text_before,
+       CASE WHEN page.hit_start > 0 THEN substr(m.content, page.hit_start, length(:needle))
+       END AS hit_text,
+       CASE WHEN page.hit_start > 0
+            THEN substr(m.content, page.hit_start + length(:needle), {_SIDE + 1})
+            ELSE substr(m.content, 1, {2 * _SIDE + 1})
+       END AS text_after
+FROM (
+    SELECT m.id, m.session_id, m.role, m.timestamp, m.tool_name, s.source, s.model,
+           s.started_at, instr(lower(m.content), lower(:needle)) AS hit_start
+    FROM messages AS m
+    JOIN sessions AS s ON s.id = m.session_id
+    WHERE m.content LIKE :pattern ESCAPE '{LIKE_ESCAPE}' {{filters}}
+    ORDER BY m.timestamp DESC, m.id DESC
+    LIMIT :limit OFFSET :offset
+) AS page
+JOIN messages AS m ON m.id = page.id
+ORDER BY page.timestamp DESC, page.id DESC
+"""
+
+
+class FTS5Search:
+    """The SQLite search backend (see the module docstring)."""
+
+    def word_matches(
+        self, conn: Connection, query: str, filters: SearchFilters, page: Page
+    ) -> list[MatchRow]:
+        statement = filtered_statement(_WORD_SEARCH, filters)
+        try:
+            rows = conn.execute(statement, {"query": query, **_MARKERS, **page.params}).all()
+        except OperationalError as exc:
+            if not is_query_error(exc):
+                raise
+            return []
+        return [match_row(*row) for row in rows]
+
+    def has_word_match(self, conn: Connection, query: str, filters: SearchFilters) -> bool:
+        statement = filtered_statement(_ANY_WORD_MATCH, filters)
+        try:
+            return conn.execute(statement, {"query": query}).first() is not None
+        except OperationalError as exc:
+            if not is_query_error(exc):
+                raise
+            return False
+
+    def substring_matches(
+        self, conn: Connection, needle: str, filters: SearchFilters, page: Page
+    ) -> list[MatchRow]:
+        if len(needle) >= TRIGRAM_MIN_CHARS and self._has_trigram_index(conn):
+            rows = self._trigram_matches(conn, needle, filters, page)
+            if rows is not None:
+                return rows
+        return self._like_matches(conn, needle, filters, page)
+
+    def _has_trigram_index(self, conn: Connection) -> bool:
+        return conn.execute(_HAS_TRIGRAM_TABLE).first() is not None
+
+    def _trigram_matches(
+        self, conn: Connection, needle: str, filters: SearchFilters, page: Page
+    ) -> list[MatchRow] | None:
+        """Hits from the trigram index; None when this SQLite cannot read the index."""
+        statement = filtered_statement(_TRIGRAM_SEARCH, filters)
+        params = {"phrase": fts5_phrase(needle), **_MARKERS, **page.params}
+        try:
+            rows = conn.execute(statement, params).all()
+        except OperationalError as exc:
+            # e.g. "no such tokenizer": a file indexed by a newer SQLite than this one.
+            if not is_query_error(exc):
+                raise
+            return None
+        return [match_row(*row) for row in rows]
+
+    def _like_matches(
+        self, conn: Connection, needle: str, filters: SearchFilters, page: Page
+    ) -> list[MatchRow]:
+        statement = filtered_statement(_LIKE_SEARCH, filters)
+        params: dict[str, Any] = {"needle": needle, "pattern": like_pattern(needle), **page.params}
+        return [
+            match_row(
+                row.id,
+                row.session_id,
+                row.role,
+                substring_snippet(row.hit_start, row.text_before, row.hit_text, row.text_after),
+                row.timestamp,
+                row.tool_name,
+                row.source,
+                row.model,
+                row.started_at,
+            )
+            for row in conn.execute(statement, params)
+        ]
+
+
+def fts5_phrase(needle: str) -> str:
+    """``needle`` as one FTS5 string: a trigram phrase query matches it as a substring."""
+    return '"' + needle.replace('"', '""') + '"'
+
+
+def like_pattern(needle: str) -> str:
+    return "%" + escape_like(needle, LIKE_ESCAPE) + "%"
+
+
+# Messages of the errors SQLite raises for a query it cannot run as written (FTS5 syntax, an
+# unknown column or tokenizer, a missing index table), as opposed to the database's state.
+_QUERY_ERROR_MARKERS: Final = (
+    "fts5",
+    "syntax error",
+    "unterminated string",
+    "no such",
+    "unknown special query",
+    "tokeni",
+    "expression tree",
+    "parser stack",
+)
+
+
+def is_query_error(exc: OperationalError) -> bool:
+    message = str(exc.orig).lower()
+    return any(marker in message for marker in _QUERY_ERROR_MARKERS)

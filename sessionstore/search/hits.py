@@ -1,0 +1,147 @@
+"""What a search returns: one hit per matching message, Hermes's dict shape on demand.
+
+Both database backends produce :class:`MatchRow` values (the hit without its context); the
+service adds the context. :func:`substring_snippet` gives substring hits (where no full-text
+``snippet()`` exists) the same look as full-text ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+SNIPPET_START: Final = ">>>"
+SNIPPET_END: Final = "<<<"
+SNIPPET_ELLIPSIS: Final = "..."
+CONTEXT_CONTENT_CHARS: Final = 200
+"""How much of each context message is returned (Hermes: ``content[:200]``)."""
+SUBSTRING_SNIPPET_SIDE_CHARS: Final = 20
+"""Characters kept on each side of a substring hit: about the 40 tokens of a trigram
+``snippet()``, which counts characters."""
+
+
+@dataclass(frozen=True, slots=True)
+class ContextMessage:
+    role: str
+    content: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"role": self.role, "content": self.content}
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    id: int
+    session_id: str
+    role: str
+    snippet: str
+    timestamp: float
+    tool_name: str | None
+    source: str
+    model: str | None
+    session_started: float
+    context: list[ContextMessage]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The dict Hermes's ``SessionDB.search_messages`` returns for one hit."""
+        return {
+            "id": self.id,
+            "session_id": self.session_id,
+            "role": self.role,
+            "snippet": self.snippet,
+            "timestamp": self.timestamp,
+            "tool_name": self.tool_name,
+            "source": self.source,
+            "model": self.model,
+            "session_started": self.session_started,
+            "context": [message.to_dict() for message in self.context],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class MatchRow:
+    """A matching message as a backend found it, before its context is attached."""
+
+    id: int
+    session_id: str
+    role: str
+    snippet: str
+    timestamp: float
+    tool_name: str | None
+    source: str
+    model: str | None
+    session_started: float
+
+    def with_context(self, context: list[ContextMessage]) -> SearchHit:
+        return SearchHit(
+            id=self.id,
+            session_id=self.session_id,
+            role=self.role,
+            snippet=self.snippet,
+            timestamp=self.timestamp,
+            tool_name=self.tool_name,
+            source=self.source,
+            model=self.model,
+            session_started=self.session_started,
+            context=context,
+        )
+
+
+def match_row(
+    id_: Any,
+    session_id: Any,
+    role: Any,
+    snippet: Any,
+    timestamp: Any,
+    tool_name: Any,
+    source: Any,
+    model: Any,
+    session_started: Any,
+) -> MatchRow:
+    """Build a :class:`MatchRow` from database values, normalising their Python types.
+
+    Legacy files may hold integer timestamps (SQLite keeps what it was given), and a snippet
+    of a message without text is NULL.
+    """
+    return MatchRow(
+        id=int(id_),
+        session_id=str(session_id),
+        role=str(role),
+        snippet="" if snippet is None else str(snippet),
+        timestamp=float(timestamp),
+        tool_name=tool_name,
+        source=str(source),
+        model=model,
+        session_started=float(session_started),
+    )
+
+
+def substring_snippet(
+    position: int, before: str | None, matched: str | None, after: str | None
+) -> str:
+    """``[...]before>>>matched<<<after[...]`` for a hit found by substring.
+
+    ``position`` is the 1-based start of the hit in the message (0: not located) and
+    ``before`` the up to :data:`SUBSTRING_SNIPPET_SIDE_CHARS` characters in front of it.
+    ``after`` is fetched one character longer than it is shown: that extra character is how a
+    truncated tail is recognised. A row the database's case-insensitive match found but whose
+    position lookup did not (a rare Unicode case-folding corner) comes with ``position`` 0 and
+    the start of the message in ``after``; it is shown without markers rather than wrong ones.
+    """
+    before, after = before or "", after or ""
+    if position <= 0 or not matched:
+        shown = 2 * SUBSTRING_SNIPPET_SIDE_CHARS
+        return after[:shown] + (SNIPPET_ELLIPSIS if len(after) > shown else "")
+    more_before = position > SUBSTRING_SNIPPET_SIDE_CHARS + 1
+    more_after = len(after) > SUBSTRING_SNIPPET_SIDE_CHARS
+    return "".join(
+        (
+            SNIPPET_ELLIPSIS if more_before else "",
+            before,
+            SNIPPET_START,
+            matched,
+            SNIPPET_END,
+            after[:SUBSTRING_SNIPPET_SIDE_CHARS],
+            SNIPPET_ELLIPSIS if more_after else "",
+        )
+    )

@@ -1,0 +1,179 @@
+"""Search on PostgreSQL: tsvector/GIN for words, the pg_trgm GIN index for substrings.
+
+Word search matches the expression index of revision 0001: the ``WHERE`` clause repeats the
+migrations' ``PG_TSV_EXPRESSION`` verbatim, or the planner would not recognise the index. Hits
+are ranked by ``ts_rank`` and shown with ``ts_headline``, shaped like SQLite's ``snippet()``:
+``>>>``/``<<<`` markers, a window of about 40 words around the best match, and ``...`` where
+text was cut off (added here, as ``ts_headline`` has no such option).
+
+Substring search (CJK) is ``content ILIKE '%needle%'``, which the ``pg_trgm`` GIN index
+``ix_messages_content_trgm`` serves for needles of three or more characters.
+
+PostgreSQL cannot take a NUL character in a text parameter: every value bound here has none
+(the sanitizer and the service remove them).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Final
+
+from sqlalchemy.engine import Connection
+
+from .hits import (
+    SNIPPET_ELLIPSIS,
+    SNIPPET_END,
+    SNIPPET_START,
+    SUBSTRING_SNIPPET_SIDE_CHARS,
+    MatchRow,
+    match_row,
+    substring_snippet,
+)
+from .request import Page, SearchFilters, filtered_statement
+from .sanitize import escape_like, to_postgres_tsquery
+
+LIKE_ESCAPE: Final = "\\"
+# Only what the index covers can match: headlines read no further (PG_TSV_EXPRESSION cuts
+# content to the same length).
+INDEXED_CHARS: Final = 200_000
+HEADLINE_OPTIONS: Final = (
+    f"StartSel={SNIPPET_START}, StopSel={SNIPPET_END}, MaxWords=40, MinWords=15, ShortWord=0, "
+    f"MaxFragments=1, FragmentDelimiter={SNIPPET_ELLIPSIS}"
+)
+
+_TSQUERY: Final = "to_tsquery('simple', :tsquery)"
+
+
+def indexed_tsvector_expression() -> str:
+    """The indexed expression, taken from the migrations that created the index.
+
+    They ship as a package-data directory mypy cannot see, hence the dynamic import.
+    """
+    search_ddl = importlib.import_module("sessionstore._migrations.search_ddl")
+    return str(search_ddl.PG_TSV_EXPRESSION)
+
+
+# The page is chosen from (id, score) alone; full rows, and the expensive headlines, are
+# fetched for the page only. The headline's own text, markers removed, is looked up in the
+# message to decide whether words were cut off before or after it.
+_WORD_SEARCH: Final = f"""
+SELECT m.id, m.session_id, m.role,
+       CASE WHEN fragment.start > 1 AND left(m.content, fragment.start - 1) ~ '[[:alnum:]]'
+            THEN :ellipsis ELSE '' END
+       || headline.text
+       || CASE WHEN fragment.start > 0
+                    AND substr(m.content, fragment.start + length(plain.text)) ~ '[[:alnum:]]'
+               THEN :ellipsis ELSE '' END,
+       m.timestamp, m.tool_name, s.source, s.model, s.started_at
+FROM (
+    SELECT m.id, ts_rank({{tsvector}}, {_TSQUERY}) AS score
+    FROM messages AS m
+    JOIN sessions AS s ON s.id = m.session_id
+    WHERE {{tsvector}} @@ {_TSQUERY} {{filters}}
+    ORDER BY score DESC, m.id
+    LIMIT :limit OFFSET :offset
+) AS page
+JOIN messages AS m ON m.id = page.id
+JOIN sessions AS s ON s.id = m.session_id
+CROSS JOIN LATERAL (
+    SELECT ts_headline('simple', left(m.content, {INDEXED_CHARS}), {_TSQUERY},
+                       :headline_options) AS text
+) AS headline
+CROSS JOIN LATERAL (
+    SELECT replace(replace(headline.text, :mark_start, ''), :mark_end, '') AS text
+) AS plain
+CROSS JOIN LATERAL (SELECT strpos(m.content, plain.text) AS start) AS fragment
+ORDER BY page.score DESC, page.id
+"""
+
+_ANY_WORD_MATCH: Final = f"""
+SELECT 1
+FROM messages AS m
+JOIN sessions AS s ON s.id = m.session_id
+WHERE {{tsvector}} @@ {_TSQUERY} {{filters}}
+LIMIT 1
+"""
+
+# ILIKE lower-cases both sides, so strpos() over lower() finds the occurrence it matched.
+_SIDE = SUBSTRING_SNIPPET_SIDE_CHARS
+_SUBSTRING_SEARCH: Final = f"""
+SELECT m.id, m.session_id, m.role, m.timestamp, m.tool_name, s.source, s.model, s.started_at,
+       hit.start AS hit_start,
+       CASE WHEN hit.start > 0 THEN substr(m.content, greatest(1, hit.start - {_SIDE}),
+                                           hit.start - greatest(1, hit.start - {_SIDE}))
+       END AS text_before,
+       CASE WHEN hit.start > 0 THEN substr(m.content, hit.start, length(:needle))
+       END AS hit_text,
+       CASE WHEN hit.start > 0
+            THEN substr(m.content, hit.start + length(:needle), {_SIDE + 1})
+            ELSE substr(m.content, 1, {2 * _SIDE + 1})
+       END AS text_after
+FROM (
+    SELECT m.id
+    FROM messages AS m
+    JOIN sessions AS s ON s.id = m.session_id
+    WHERE m.content ILIKE :pattern ESCAPE '{LIKE_ESCAPE}' {{filters}}
+    ORDER BY m.timestamp DESC, m.id DESC
+    LIMIT :limit OFFSET :offset
+) AS page
+JOIN messages AS m ON m.id = page.id
+JOIN sessions AS s ON s.id = m.session_id
+CROSS JOIN LATERAL (SELECT strpos(lower(m.content), lower(:needle)) AS start) AS hit
+ORDER BY m.timestamp DESC, m.id DESC
+"""
+
+
+class PostgreSQLSearch:
+    """The PostgreSQL search backend (see the module docstring)."""
+
+    def word_matches(
+        self, conn: Connection, query: str, filters: SearchFilters, page: Page
+    ) -> list[MatchRow]:
+        tsquery = to_postgres_tsquery(query)
+        if tsquery is None:
+            return []
+        params = {
+            "tsquery": tsquery,
+            "headline_options": HEADLINE_OPTIONS,
+            "mark_start": SNIPPET_START,
+            "mark_end": SNIPPET_END,
+            "ellipsis": SNIPPET_ELLIPSIS,
+            **page.params,
+        }
+        statement = filtered_statement(
+            _WORD_SEARCH, filters, tsvector=indexed_tsvector_expression()
+        )
+        rows = conn.execute(statement, params)
+        return [match_row(*row) for row in rows]
+
+    def has_word_match(self, conn: Connection, query: str, filters: SearchFilters) -> bool:
+        tsquery = to_postgres_tsquery(query)
+        if tsquery is None:
+            return False
+        statement = filtered_statement(
+            _ANY_WORD_MATCH, filters, tsvector=indexed_tsvector_expression()
+        )
+        return conn.execute(statement, {"tsquery": tsquery}).first() is not None
+
+    def substring_matches(
+        self, conn: Connection, needle: str, filters: SearchFilters, page: Page
+    ) -> list[MatchRow]:
+        params = {
+            "needle": needle,
+            "pattern": "%" + escape_like(needle, LIKE_ESCAPE) + "%",
+            **page.params,
+        }
+        return [
+            match_row(
+                row.id,
+                row.session_id,
+                row.role,
+                substring_snippet(row.hit_start, row.text_before, row.hit_text, row.text_after),
+                row.timestamp,
+                row.tool_name,
+                row.source,
+                row.model,
+                row.started_at,
+            )
+            for row in conn.execute(filtered_statement(_SUBSTRING_SEARCH, filters), params)
+        ]

@@ -1,0 +1,124 @@
+"""The caller's search arguments, checked once and turned into the SQL both backends share.
+
+Every backend query names ``messages`` ``m`` and ``sessions`` ``s``, so the filter clauses
+below fit all of them. Decisions:
+
+- a filter of ``None`` filters nothing; an empty inclusion list (``source_filter=[]``,
+  ``role_filter=[]``) matches nothing, the way ``IN ()`` would; an empty exclusion list
+  excludes nothing;
+- a filter value no row can hold (a NUL character, a lone surrogate: the write path refuses
+  both in identifiers) is dropped before it reaches the driver, which could not encode it;
+- a wrong type (a bare ``str`` instead of a list, a non-``str`` item, a non-``int`` limit) is
+  a ``TypeError``;
+- ``limit <= 0`` means no results, a negative ``offset`` counts as 0, and both are capped at
+  the largest value the databases' 64-bit ``LIMIT``/``OFFSET`` accept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from sqlalchemy import TextClause, bindparam, text
+
+from ..validation import integer
+
+MAX_ROW_COUNT: Final = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    limit: int
+    offset: int
+
+    @property
+    def params(self) -> dict[str, int]:
+        return {"limit": self.limit, "offset": self.offset}
+
+
+@dataclass(frozen=True, slots=True)
+class SearchFilters:
+    sources: tuple[str, ...] | None = None
+    excluded_sources: tuple[str, ...] = ()
+    roles: tuple[str, ...] | None = None
+
+    @property
+    def matches_nothing(self) -> bool:
+        return self.sources == () or self.roles == ()
+
+    def sql(self) -> str:
+        """``AND ...`` clauses to append to a ``WHERE`` (empty when nothing is filtered)."""
+        clauses = []
+        if self.sources is not None:
+            clauses.append("AND s.source IN :sources")
+        if self.excluded_sources:
+            clauses.append("AND s.source NOT IN :excluded_sources")
+        if self.roles is not None:
+            clauses.append("AND m.role IN :roles")
+        return " ".join(clauses)
+
+    def bind(self, statement: TextClause) -> TextClause:
+        """Bind the values :meth:`sql` refers to (each list as an expanding ``IN``)."""
+        values: dict[str, tuple[str, ...]] = {}
+        if self.sources is not None:
+            values["sources"] = self.sources
+        if self.excluded_sources:
+            values["excluded_sources"] = self.excluded_sources
+        if self.roles is not None:
+            values["roles"] = self.roles
+        return statement.bindparams(
+            *(bindparam(name, value=value, expanding=True) for name, value in values.items())
+        )
+
+
+def filtered_statement(sql_template: str, filters: SearchFilters, **fragments: str) -> TextClause:
+    """``sql_template`` with ``{filters}`` replaced by the filter clauses (values bound) and
+    any other ``{name}`` by the trusted SQL text in ``fragments``."""
+    return filters.bind(text(sql_template.format(filters=filters.sql(), **fragments)))
+
+
+def make_page(limit: Any, offset: Any) -> Page | None:
+    """The page to fetch, or None when ``limit`` asks for no rows."""
+    limit = integer(limit, "limit")
+    offset = integer(offset, "offset")
+    if limit <= 0:
+        return None
+    return Page(limit=min(limit, MAX_ROW_COUNT), offset=min(max(offset, 0), MAX_ROW_COUNT))
+
+
+def make_filters(
+    source_filter: Iterable[str] | None,
+    exclude_sources: Iterable[str] | None,
+    role_filter: Iterable[str] | None,
+) -> SearchFilters:
+    excluded = _storable_values(exclude_sources, "exclude_sources")
+    return SearchFilters(
+        sources=_storable_values(source_filter, "source_filter"),
+        excluded_sources=excluded or (),
+        roles=_storable_values(role_filter, "role_filter"),
+    )
+
+
+def _storable_values(values: Iterable[str] | None, name: str) -> tuple[str, ...] | None:
+    if values is None:
+        return None
+    if isinstance(values, (str, bytes)):
+        raise TypeError(f"{name} must be a list of str, not a single {type(values).__name__}")
+    kept: dict[str, None] = {}
+    for value in values:
+        if not isinstance(value, str):
+            raise TypeError(f"{name} items must be str, not {type(value).__name__}")
+        if _storable(value):
+            kept[value] = None
+    return tuple(kept)
+
+
+def _storable(value: str) -> bool:
+    if "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
