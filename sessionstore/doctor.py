@@ -1,0 +1,523 @@
+"""Health checks and repairs of a session store: the library behind ``sessionstore db doctor``.
+
+``diagnose(store)`` only reads (the one exception is SQLite's FTS5 ``integrity-check``, which is
+spelled as an INSERT and so needs a connection that may write; it changes nothing). Each finding
+is a :class:`Check` with a stable name, so scripts can read the ``--json`` report.
+``repair(store, report)`` fixes what can be fixed without losing data: it rebuilds the full-text
+index, recomputes counters from the rows, clears parent ids that point at nothing and adopts
+messages whose session is missing into a placeholder session. Take a backup first
+(:func:`backup_sqlite_file`); the CLI does.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sqlite3
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Literal
+
+from sqlalchemy import func, select, update
+from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.exc import DBAPIError
+
+from . import legacy, migrate
+from .dialects.sqlite import _filesystem_path, _is_memory
+from .models import messages_table as messages
+from .models import sessions_table as sessions
+from .repository import count_tool_calls
+from .store import Store
+
+CheckStatus = Literal["ok", "warn", "fail", "skip"]
+
+WAL_WARN_BYTES = 64 * 1024 * 1024
+"""A WAL this big means checkpoints are not keeping up (a reader that never lets go)."""
+
+MAX_EXAMPLES = 3
+UPDATE_BATCH = 500
+PLACEHOLDER_SOURCE = "unknown"
+
+# SQLite full-text tables the migrations may create: Hermes's word index and the trigram index
+# for CJK. Both are external-content tables over ``messages``, rebuilt the same way.
+SQLITE_FTS_TABLES = ("messages_fts", "messages_trigram")
+PG_SEARCH_INDEXES = ("ix_messages_content_tsv", "ix_messages_content_trgm")
+
+_REVISION_TO_HERMES = {revision: number for number, revision in legacy.HERMES_REVISIONS.items()}
+
+
+@dataclass
+class _Findings:
+    """What the checks found that ``repair`` needs again (ids, not just counts)."""
+
+    dangling_parents: list[str] = field(default_factory=list)
+    orphan_sessions: list[str] = field(default_factory=list)
+    wrong_counters: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One finding. ``fail`` is a problem (exit 1); ``warn`` is worth knowing, not failing."""
+
+    name: str
+    status: CheckStatus
+    detail: str
+    fixable: bool = False
+
+    @property
+    def is_problem(self) -> bool:
+        return self.status == "fail"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": self.status,
+            "detail": self.detail,
+            "fixable": self.fixable,
+        }
+
+
+@dataclass(frozen=True)
+class Report:
+    checks: tuple[Check, ...]
+    # What ``repair`` acts on: the ids behind the findings, so it does not search again.
+    findings: _Findings = field(default_factory=_Findings, repr=False, compare=False)
+
+    @property
+    def problems(self) -> list[Check]:
+        return [check for check in self.checks if check.is_problem]
+
+    @property
+    def healthy(self) -> bool:
+        return not self.problems
+
+    def get(self, name: str) -> Check | None:
+        return next((check for check in self.checks if check.name == name), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"healthy": self.healthy, "checks": [check.to_dict() for check in self.checks]}
+
+
+def _search_ddl() -> ModuleType:
+    # The migrations own the full-text DDL (an old revision must keep building the same
+    # objects); the repair re-uses it rather than keeping a second copy. They ship as a
+    # package-data directory mypy cannot see, hence the dynamic import.
+    return importlib.import_module("sessionstore._migrations.search_ddl")
+
+
+# -- files -----------------------------------------------------------------------------------
+def sqlite_file_of(url: str | URL) -> Path | None:
+    """The database file behind a SQLite URL; None for memory databases and other engines."""
+    parsed = make_url(url) if isinstance(url, str) else url
+    if parsed.get_backend_name() != "sqlite" or _is_memory(parsed):
+        return None
+    return _filesystem_path(parsed)
+
+
+def backup_sqlite_file(path: Path, *, clock: Callable[[], float] = time.time) -> Path:
+    """Copy a live SQLite file to ``<file>.bak-<timestamp>`` beside it; return the copy's path.
+
+    sqlite3's online backup API copies a consistent snapshot (WAL content included) even while
+    other processes write, which a plain file copy does not.
+    """
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(clock()))
+    target = path.with_name(f"{path.name}.bak-{stamp}")
+    suffix = 1
+    while target.exists():
+        # Two backups in one second (an upgrade straight after a doctor --fix) keep both.
+        target = path.with_name(f"{path.name}.bak-{stamp}-{suffix}")
+        suffix += 1
+    source = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        destination = sqlite3.connect(target)
+        try:
+            source.backup(destination)
+        finally:
+            destination.close()
+    except BaseException:
+        target.unlink(missing_ok=True)
+        raise
+    finally:
+        source.close()
+    return target
+
+
+# -- diagnosis -------------------------------------------------------------------------------
+def diagnose(store: Store, *, wal_warn_bytes: int = WAL_WARN_BYTES) -> Report:
+    """Run every check; a store that is not at head gets only the schema finding."""
+    findings = _Findings()
+    schema, at_head = store.read(_check_schema)
+    if not at_head:
+        # The other checks assume the current columns: one clear instruction to upgrade beats
+        # a cascade of SQL errors.
+        return Report((schema,), findings)
+    checks = [schema]
+    if store.dialect.name == "sqlite":
+        checks.append(_sqlite_integrity(store))
+        checks.extend(_sqlite_fts_checks(store))
+    else:
+        checks.append(Check("integrity", "skip", "PostgreSQL checks its own pages"))
+        checks.extend(_pg_search_checks(store))
+    checks.append(store.read(lambda conn: _check_dangling_parents(conn, findings)))
+    checks.append(store.read(lambda conn: _check_orphan_messages(conn, findings)))
+    checks.extend(store.read(lambda conn: _check_counters(conn, findings)))
+    checks.append(_check_wal(store, wal_warn_bytes))
+    return Report(tuple(checks), findings)
+
+
+def _check_schema(conn: Connection) -> tuple[Check, bool]:
+    state = legacy.read_state(conn)
+    head = migrate.head_revision()
+    if state.alembic_revision != head:
+        return Check(
+            "schema",
+            "fail",
+            f"at revision {state.alembic_revision or 'none'} (Hermes schema "
+            f"{state.schema_version or 'none'}), not {head}: run `sessionstore db upgrade`",
+        ), False
+    # Revisions after the Hermes chain keep writing Hermes's last number.
+    expected = _REVISION_TO_HERMES.get(head, legacy.NEWEST_HERMES_SCHEMA)
+    if state.schema_version != expected:
+        return Check(
+            "schema",
+            "fail",
+            f"schema_version says {state.schema_version} but revision {head} is Hermes schema "
+            f"{expected}: another program changed this file",
+        ), True
+    return Check("schema", "ok", f"revision {head}, Hermes schema {expected}"), True
+
+
+def _sqlite_integrity(store: Store) -> Check:
+    with store.engine.connect() as conn:
+        rows = [str(row[0]) for row in conn.exec_driver_sql("PRAGMA integrity_check")]
+        conn.rollback()
+    if rows == ["ok"]:
+        return Check("integrity", "ok", "PRAGMA integrity_check: ok")
+    shown = "; ".join(rows[:MAX_EXAMPLES]) + (" ..." if len(rows) > MAX_EXAMPLES else "")
+    return Check("integrity", "fail", f"{len(rows)} problem(s): {shown}")
+
+
+def _sqlite_objects(conn: Connection) -> set[str]:
+    rows = conn.exec_driver_sql(
+        "SELECT name FROM sqlite_master WHERE type IN ('table', 'trigger')"
+    )
+    return {str(row[0]) for row in rows}
+
+
+def _sqlite_fts_checks(store: Store) -> list[Check]:
+    search_ddl = _search_ddl()
+
+    with store.engine.connect() as conn:
+        objects = _sqlite_objects(conn)
+        expected = [search_ddl.FTS_TABLE, *search_ddl.FTS_TRIGGERS]
+        if search_ddl.TRIGRAM_TABLE in objects:
+            # Optional (the SQLite library may lack the tokenizer), but once there it must be
+            # kept in step, or substring search misses new messages.
+            expected.extend(search_ddl.TRIGRAM_TRIGGERS)
+        missing = [name for name in expected if name not in objects]
+        tables = [name for name in SQLITE_FTS_TABLES if name in objects]
+        message_total = int(conn.execute(select(func.count()).select_from(messages)).scalar_one())
+        parity: list[str] = []
+        for table in tables:
+            docsize = f"{table}_docsize"
+            if docsize not in objects:
+                continue
+            indexed = int(conn.exec_driver_sql(f"SELECT count(*) FROM {docsize}").scalar_one())
+            if indexed != message_total:
+                parity.append(f"{table} holds {indexed} rows for {message_total} messages")
+        broken: list[str] = []
+        for table in tables:
+            try:
+                # rank=1 also compares the index with the external content table (``messages``).
+                conn.exec_driver_sql(
+                    f"INSERT INTO {table}({table}, rank) VALUES('integrity-check', 1)"
+                )
+            except DBAPIError as exc:
+                broken.append(f"{table}: {str(exc.orig).splitlines()[0]}")
+        conn.rollback()
+    checks = [
+        Check("fts_objects", "fail", f"missing: {', '.join(missing)}", fixable=True)
+        if missing
+        else Check("fts_objects", "ok", "full-text table and triggers present"),
+        Check("fts_parity", "fail", "; ".join(parity), fixable=True)
+        if parity
+        else Check("fts_parity", "ok", f"{message_total} messages indexed"),
+        Check("fts_integrity", "fail", "; ".join(broken), fixable=True)
+        if broken
+        else Check("fts_integrity", "ok", "integrity-check: ok"),
+    ]
+    return checks
+
+
+def _pg_search_checks(store: Store) -> list[Check]:
+    statement = (
+        "SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+        "WHERE c.relname IN ('ix_messages_content_tsv', 'ix_messages_content_trgm')"
+    )
+    found = store.read(
+        lambda conn: {str(row[0]): bool(row[1]) for row in conn.exec_driver_sql(statement)}
+    )
+    missing = [name for name in PG_SEARCH_INDEXES if name not in found]
+    invalid = [name for name, valid in found.items() if not valid]
+    return [
+        Check("fts_objects", "fail", f"missing: {', '.join(missing)}", fixable=True)
+        if missing
+        else Check("fts_objects", "ok", "search indexes present"),
+        Check("fts_parity", "skip", "expression indexes cover every row by construction"),
+        Check("fts_integrity", "fail", f"invalid: {', '.join(invalid)}", fixable=True)
+        if invalid
+        else Check("fts_integrity", "ok", "search indexes valid"),
+    ]
+
+
+def _examples(ids: Iterable[str]) -> str:
+    listed = list(ids)
+    shown = ", ".join(listed[:MAX_EXAMPLES])
+    return shown + (f" and {len(listed) - MAX_EXAMPLES} more" if len(listed) > MAX_EXAMPLES else "")
+
+
+def _check_dangling_parents(conn: Connection, findings: _Findings) -> Check:
+    parent = sessions.alias("parent")
+    statement = select(sessions.c.id).where(
+        sessions.c.parent_session_id.is_not(None),
+        ~select(parent.c.id).where(parent.c.id == sessions.c.parent_session_id).exists(),
+    )
+    findings.dangling_parents = [str(row[0]) for row in conn.execute(statement)]
+    if findings.dangling_parents:
+        return Check(
+            "dangling_parents",
+            "fail",
+            f"{len(findings.dangling_parents)} session(s) name a parent that does not exist: "
+            + _examples(findings.dangling_parents),
+            fixable=True,
+        )
+    return Check("dangling_parents", "ok", "every parent exists")
+
+
+def _check_orphan_messages(conn: Connection, findings: _Findings) -> Check:
+    statement = (
+        select(messages.c.session_id, func.count())
+        .where(~select(sessions.c.id).where(sessions.c.id == messages.c.session_id).exists())
+        .group_by(messages.c.session_id)
+    )
+    rows = [(str(row[0]), int(row[1])) for row in conn.execute(statement)]
+    findings.orphan_sessions = [session_id for session_id, _ in rows]
+    if rows:
+        total = sum(count for _, count in rows)
+        return Check(
+            "orphan_messages",
+            "fail",
+            f"{total} message(s) belong to {len(rows)} missing session(s): "
+            + _examples(findings.orphan_sessions),
+            fixable=True,
+        )
+    return Check("orphan_messages", "ok", "every message has its session")
+
+
+def _tool_calls_in(value: str) -> int | None:
+    """How many tool calls a stored value holds, or None when the JSON is damaged."""
+    try:
+        return count_tool_calls(json.loads(value))
+    except (json.JSONDecodeError, TypeError, ValueError):
+        return None
+
+
+def actual_counters(conn: Connection) -> dict[str, tuple[int, int | None]]:
+    """(messages, tool calls) per session as the rows say; tool calls None when unknowable."""
+    counts: dict[str, tuple[int, int | None]] = {}
+    message_rows = conn.execute(
+        select(sessions.c.id, func.count(messages.c.id))
+        .select_from(sessions.outerjoin(messages, messages.c.session_id == sessions.c.id))
+        .group_by(sessions.c.id)
+    )
+    for session_id, message_total in message_rows:
+        counts[str(session_id)] = (int(message_total), 0)
+    tool_totals: dict[str, int | None] = defaultdict(int)
+    tool_rows = conn.execution_options(yield_per=1000).execute(
+        select(messages.c.session_id, messages.c.tool_calls).where(
+            messages.c.tool_calls.is_not(None)
+        )
+    )
+    for session_id, value in tool_rows:
+        key = str(session_id)
+        in_row = _tool_calls_in(str(value)) if value else 0
+        so_far = tool_totals[key]
+        tool_totals[key] = None if in_row is None or so_far is None else so_far + in_row
+    for session_id, total in tool_totals.items():
+        if session_id in counts:
+            counts[session_id] = (counts[session_id][0], total)
+    return counts
+
+
+def _check_counters(conn: Connection, findings: _Findings) -> list[Check]:
+    actual = actual_counters(conn)
+    stored = {
+        str(row[0]): (row[1], row[2])
+        for row in conn.execute(
+            select(sessions.c.id, sessions.c.message_count, sessions.c.tool_call_count)
+        )
+    }
+    wrong_messages: list[str] = []
+    wrong_tools: list[str] = []
+    for session_id, (message_total, tool_total) in actual.items():
+        stored_messages, stored_tools = stored.get(session_id, (None, None))
+        fixed_tools = int(stored_tools or 0) if tool_total is None else tool_total
+        if int(stored_messages or 0) != message_total:
+            wrong_messages.append(session_id)
+        if tool_total is not None and int(stored_tools or 0) != tool_total:
+            wrong_tools.append(session_id)
+        if session_id in wrong_messages or session_id in wrong_tools:
+            findings.wrong_counters[session_id] = (message_total, fixed_tools)
+    return [
+        Check(
+            "message_counts",
+            "fail",
+            f"{len(wrong_messages)} session(s) with a message_count that disagrees with their "
+            f"rows: {_examples(wrong_messages)}",
+            fixable=True,
+        )
+        if wrong_messages
+        else Check("message_counts", "ok", "message_count matches the rows"),
+        Check(
+            "tool_call_counts",
+            "fail",
+            f"{len(wrong_tools)} session(s) with a tool_call_count that disagrees with their "
+            f"rows: {_examples(wrong_tools)}",
+            fixable=True,
+        )
+        if wrong_tools
+        else Check("tool_call_counts", "ok", "tool_call_count matches the rows"),
+    ]
+
+
+def _check_wal(store: Store, wal_warn_bytes: int) -> Check:
+    path = sqlite_file_of(store.url)
+    if path is None:
+        return Check("wal_size", "skip", "no write-ahead log file on this engine")
+    wal = path.with_name(path.name + "-wal")
+    size = wal.stat().st_size if wal.exists() else 0
+    megabytes = size / (1024 * 1024)
+    if size > wal_warn_bytes:
+        return Check(
+            "wal_size",
+            "warn",
+            f"{wal.name} is {megabytes:.1f} MiB: checkpoints are not keeping up "
+            "(a long-lived reader?)",
+            fixable=True,
+        )
+    return Check("wal_size", "ok", f"{wal.name}: {megabytes:.1f} MiB")
+
+
+# -- repair ----------------------------------------------------------------------------------
+def repair(store: Store, report: Report) -> list[str]:
+    """Fix the fixable findings of ``report``; return one line per action taken.
+
+    Run :func:`diagnose` again afterwards to see what remains.
+    """
+    flagged = {
+        check.name for check in report.checks if check.fixable and check.status in ("fail", "warn")
+    }
+    findings = report.findings
+    actions: list[str] = []
+    if "orphan_messages" in flagged:
+        actions.append(_adopt_orphans(store, findings.orphan_sessions))
+    if "dangling_parents" in flagged:
+        actions.append(_clear_dangling_parents(store, findings.dangling_parents))
+    if flagged & {"message_counts", "tool_call_counts"}:
+        actions.append(_fix_counters(store, findings.wrong_counters))
+    if flagged & {"fts_objects", "fts_parity", "fts_integrity"}:
+        actions.append(_rebuild_search(store))
+    if "wal_size" in flagged:
+        actions.append(_truncate_wal(store))
+    return actions
+
+
+def _adopt_orphans(store: Store, session_ids: list[str]) -> str:
+    """Give orphaned messages a session to belong to: deleting them would lose data."""
+
+    def run(conn: Connection) -> None:
+        for session_id in session_ids:
+            rows = conn.execute(
+                select(messages.c.timestamp, messages.c.tool_calls).where(
+                    messages.c.session_id == session_id
+                )
+            ).all()
+            tool_calls = sum(_tool_calls_in(str(value)) or 0 for _, value in rows if value)
+            conn.execute(
+                sessions.insert().values(
+                    id=session_id,
+                    source=PLACEHOLDER_SOURCE,
+                    started_at=min((float(row[0]) for row in rows), default=time.time()),
+                    message_count=len(rows),
+                    tool_call_count=tool_calls,
+                )
+            )
+
+    store.write(run)
+    return f"created {len(session_ids)} placeholder session(s) for orphaned messages"
+
+
+def _clear_dangling_parents(store: Store, session_ids: list[str]) -> str:
+    def run(conn: Connection) -> None:
+        for start in range(0, len(session_ids), UPDATE_BATCH):
+            chunk = session_ids[start : start + UPDATE_BATCH]
+            conn.execute(
+                update(sessions).where(sessions.c.id.in_(chunk)).values(parent_session_id=None)
+            )
+
+    store.write(run)
+    return f"cleared {len(session_ids)} dangling parent id(s)"
+
+
+def _fix_counters(store: Store, wrong: dict[str, tuple[int, int]]) -> str:
+    def run(conn: Connection) -> None:
+        for session_id, (message_total, tool_total) in wrong.items():
+            conn.execute(
+                update(sessions)
+                .where(sessions.c.id == session_id)
+                .values(message_count=message_total, tool_call_count=tool_total)
+            )
+
+    store.write(run)
+    return f"recomputed the counters of {len(wrong)} session(s)"
+
+
+def _rebuild_search(store: Store) -> str:
+    search_ddl = _search_ddl()
+
+    def run(conn: Connection) -> None:
+        if store.dialect.name == "sqlite":
+            search_ddl.create_search_objects(conn)
+            conn.exec_driver_sql(search_ddl.SQLITE_REBUILD_FTS)
+            if search_ddl.TRIGRAM_TABLE in _sqlite_objects(conn):
+                # Re-creates missing triggers, then rebuilds the index from ``messages``.
+                search_ddl.create_trigram_objects(conn)
+            return
+        search_ddl.create_search_objects(conn)
+        for index in PG_SEARCH_INDEXES:
+            conn.exec_driver_sql(f"REINDEX INDEX {index}")
+
+    store.write(run)
+    return "rebuilt the full-text index"
+
+
+def _truncate_wal(store: Store) -> str:
+    with store.engine.connect() as conn:
+        conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    return "checkpointed and truncated the write-ahead log"
+
+
+__all__ = [
+    "WAL_WARN_BYTES",
+    "Check",
+    "Report",
+    "actual_counters",
+    "backup_sqlite_file",
+    "diagnose",
+    "repair",
+    "sqlite_file_of",
+]
