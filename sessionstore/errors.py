@@ -49,6 +49,11 @@ class StoreFullError(SessionStoreError):
     """The disk (or the database's page limit) is full; earlier data is intact."""
 
 
+class UnsupportedValueError(SessionStoreError, ValueError):
+    """A value this database cannot store, index or match: a megabyte-long id (index limits),
+    a too-long LIKE pattern, NUL characters in PostgreSQL text. Nothing was written."""
+
+
 class ImportConflictError(SessionStoreError):
     """An import met a session id that already exists and the policy says to fail."""
 

@@ -6,7 +6,9 @@ The migration scripts ship inside the package (``sessionstore._migrations``), an
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -17,11 +19,13 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 
 from . import legacy
 from .config import resolve_url
+from .dialects import dialect_for
 from .engine import create_store_engine
-from .errors import StoreUnavailableError
+from .errors import StoreBusyError
 
 if TYPE_CHECKING:
     from .transfer import TransferResult
@@ -84,25 +88,40 @@ def status_of(connection: Connection) -> Status:
     return Status(state.alembic_revision, state.schema_version, head_revision())
 
 
-def status(url: str | None = None) -> Status:
+@contextmanager
+def _inspecting(url: str | None) -> Iterator[Connection]:
+    """A connection that only looks; driver errors come out as this package's errors.
+
+    Opening a store starts here, so a file that is not a database, cannot be opened, or is
+    locked by another program must be reported in those words, not as a driver traceback.
+    """
     engine = create_store_engine(url, set_journal_mode=False)
+    dialect = dialect_for(engine)
+    started = time.monotonic()
     try:
         with engine.connect() as connection:
-            return status_of(connection)
-    except StoreUnavailableError:
+            yield connection
+    except DBAPIError as exc:
+        if dialect.is_retryable(exc):
+            # The busy timeout already waited; a status read is not worth a retry loop.
+            raise StoreBusyError(1, time.monotonic() - started, exc) from exc
+        translated = dialect.translate_error(exc)
+        if translated is not None:
+            raise translated from exc
         raise
     finally:
         engine.dispose()
 
 
+def status(url: str | None = None) -> Status:
+    with _inspecting(url) as connection:
+        return status_of(connection)
+
+
 def current(url: str | None = None) -> str | None:
     """The Alembic revision the store is at (None for an empty or unadopted legacy store)."""
-    engine = create_store_engine(url, set_journal_mode=False)
-    try:
-        with engine.connect() as connection:
-            return MigrationContext.configure(connection).get_current_revision()
-    finally:
-        engine.dispose()
+    with _inspecting(url) as connection:
+        return MigrationContext.configure(connection).get_current_revision()
 
 
 def history() -> list[tuple[str, str | None, str]]:

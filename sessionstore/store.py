@@ -103,10 +103,21 @@ class Store:
         return result
 
     def read(self, work: Callable[[Connection], T]) -> T:
-        """Run ``work`` in a read transaction: one consistent snapshot, no write lock."""
-        try:
+        """Run ``work`` in a read transaction: one consistent snapshot, no write lock.
+
+        Retried like a write when the store is locked: under WAL that never happens, but in
+        rollback-journal mode (WAL unsupported, or a foreign program's EXCLUSIVE lock) a writer
+        blocks readers, and the caller's budget must bound that wait too.
+        """
+
+        def attempt() -> T:
             with self.engine.connect() as conn, conn.begin():
                 return work(conn)
+
+        try:
+            return run_with_retry(attempt, self.dialect.is_retryable, self.retry)
+        except StoreBusyError:
+            raise
         except DBAPIError as exc:
             translated = self.dialect.translate_error(exc)
             if translated is not None:

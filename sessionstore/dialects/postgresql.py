@@ -14,6 +14,7 @@ from ..errors import (
     SessionStoreError,
     StoreFullError,
     StoreUnavailableError,
+    UnsupportedValueError,
 )
 
 # serialization_failure, deadlock_detected, lock_not_available (lock_timeout). Not
@@ -21,6 +22,10 @@ from ..errors import (
 _RETRYABLE_SQLSTATES = frozenset({"40001", "40P01", "55P03"})
 _DISK_FULL_SQLSTATES = frozenset({"53100"})
 _READ_ONLY_SQLSTATE = "25006"  # read_only_sql_transaction
+# program_limit_exceeded: e.g. an id too long for its btree index (about 2.7 kB).
+_TOO_LARGE_SQLSTATE = "54000"
+# character_not_in_repertoire: e.g. a NUL byte that reached the server.
+_BAD_TEXT_SQLSTATE = "22021"
 # An arbitrary but fixed key: every sessionstore process agrees on it.
 MIGRATION_LOCK_KEY = 0x5E5510_5707E
 
@@ -78,6 +83,18 @@ class PostgreSQLDialect:
             return StoreFullError("the PostgreSQL server's disk is full; nothing was written")
         if state == _READ_ONLY_SQLSTATE:
             return ReadOnlyStoreError("this session store is read-only; nothing was written")
+        original = exc.orig if isinstance(exc, DBAPIError) else exc
+        if state == _TOO_LARGE_SQLSTATE:
+            return UnsupportedValueError(
+                "a value is too large for PostgreSQL to index; nothing was written "
+                f"({str(original).splitlines()[0]})"
+            )
+        # psycopg refuses NUL itself, before the server sees it, so there is no SQLSTATE.
+        if state == _BAD_TEXT_SQLSTATE or "cannot contain NUL" in str(original):
+            return UnsupportedValueError(
+                "PostgreSQL text cannot hold NUL characters; nothing was read or written "
+                f"({str(original).splitlines()[0]})"
+            )
         if state is not None and state.startswith("08"):
             return StoreUnavailableError(f"cannot reach the PostgreSQL server: {exc}")
         return None

@@ -23,6 +23,7 @@ from ..errors import (
     SessionStoreError,
     StoreFullError,
     StoreUnavailableError,
+    UnsupportedValueError,
 )
 
 logger = logging.getLogger(__name__)
@@ -79,9 +80,13 @@ class SQLiteDialect:
         self, engine: Engine, *, read_only: bool, busy_timeout_s: float, set_journal_mode: bool
     ) -> None:
         label = engine.url.database or ":memory:"
+        path = None if _is_memory(engine.url) else _filesystem_path(engine.url)
 
         @event.listens_for(engine, "connect")
         def _on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
+            if path is not None:
+                # Before any PRAGMA: switching to WAL would already write over a foreign file.
+                _refuse_foreign_file(path)
             # Autocommit at the driver, so the begin listener below owns every BEGIN.
             dbapi_connection.isolation_level = None
             cursor = dbapi_connection.cursor()
@@ -138,6 +143,9 @@ class SQLiteDialect:
             )
         if "unable to open database" in message:
             return StoreUnavailableError(f"cannot open the SQLite database: {original}")
+        if "pattern too complex" in message or "string or blob too big" in message:
+            # SQLite's length limits (SQLITE_LIMIT_LIKE_PATTERN_LENGTH, SQLITE_MAX_LENGTH).
+            return UnsupportedValueError(f"a value is too long for SQLite to handle: {original}")
         return None
 
     def reset_sequences(self, conn: Connection) -> None:
@@ -155,6 +163,27 @@ class SQLiteDialect:
     def lock_for_migration(self, conn: Connection) -> None:
         # The migration runs inside BEGIN IMMEDIATE: holding the write lock is the lock.
         conn.execute(text("SELECT 1"))
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _refuse_foreign_file(path: Path) -> None:
+    """Refuse a non-empty file without the SQLite header before SQLite touches it.
+
+    SQLite itself reports most foreign files as "not a database", but it reads a one-byte
+    file as an empty database and would write a new store over it.
+    """
+    try:
+        with path.open("rb") as handle:
+            header = handle.read(len(SQLITE_HEADER))
+    except OSError:
+        return  # missing or unreadable: SQLite creates it or reports why it cannot
+    if header and header != SQLITE_HEADER:
+        raise StoreUnavailableError(
+            f"this file is not a usable SQLite database (no SQLite header): {path}; "
+            "it was not modified"
+        )
 
 
 def _enable_wal(cursor: sqlite3.Cursor, label: str) -> None:
