@@ -1327,6 +1327,7 @@ class WriterFigures:
     store: str
     writers: int
     messages_per_s: float
+    mean_s: float
     p50_s: float
     p99_s: float
     errors: dict[str, int]
@@ -1354,6 +1355,7 @@ def run_writers(kind: str, location: str, count: int, duration_s: float) -> Writ
     elapsed = max(item[4] for item in collected)
     return WriterFigures(
         kind, count, len(latencies) / elapsed,
+        statistics.fmean(latencies) if latencies else float("nan"),
         percentile(latencies, 0.5) if latencies else float("nan"),
         percentile(latencies, 0.99) if latencies else float("nan"),
         errors,
@@ -1372,12 +1374,13 @@ def writers_mode(args: argparse.Namespace, workdir: Path, hermes_file: Path,
         figures.append(run_writers("sessionstore", target.url, count, args.duration))
         logger.info("writers=%d done", count)
     print(f"\nMulti-process append_message, {args.duration:g} s per run, one session per writer")
-    header = ("store", "writers", "messages/s", "p50", "p99", "errors")
+    header = ("store", "writers", "messages/s", "mean", "p50", "p99", "errors")
     lines = [
         (
             "Hermes (sqlite3)" if f.store == "hermes" else f"sessionstore ({target.label})",
             str(f.writers),
             f"{f.messages_per_s:,.0f}",
+            format_seconds(f.mean_s),
             format_seconds(f.p50_s),
             format_seconds(f.p99_s),
             ", ".join(f"{k}={v}" for k, v in f.errors.items()) or "0",
