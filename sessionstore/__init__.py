@@ -18,6 +18,7 @@ from .errors import (
     StoreUnavailableError,
     UnknownRevisionError,
 )
+from .facade import SessionDB
 from .retry import RetryPolicy
 from .store import Store
 
@@ -30,6 +31,7 @@ __all__ = [
     "RetryPolicy",
     "SchemaOutOfDateError",
     "SchemaTooNewError",
+    "SessionDB",
     "SessionStoreError",
     "Store",
     "StoreBusyError",

@@ -47,7 +47,7 @@ class RetryPolicy:
 def run_with_retry(
     attempt: Callable[[], T],
     is_retryable: Callable[[BaseException], bool],
-    policy: RetryPolicy = RetryPolicy(),  # noqa: B008 - frozen, so sharing the default is safe
+    policy: RetryPolicy = RetryPolicy(),
     *,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,

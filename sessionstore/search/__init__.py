@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from .hits import ContextMessage, SearchHit
 from .sanitize import (
     MAX_NEGATIONS,
     MAX_TSQUERY_TEXT_BYTES,
@@ -13,12 +14,16 @@ from .sanitize import (
     sanitize_fts5_query,
     to_postgres_tsquery,
 )
+from .service import search_messages
 
 __all__ = [
     "MAX_NEGATIONS",
     "MAX_TSQUERY_TEXT_BYTES",
+    "ContextMessage",
+    "SearchHit",
     "contains_cjk",
     "escape_like",
     "sanitize_fts5_query",
+    "search_messages",
     "to_postgres_tsquery",
 ]
