@@ -47,7 +47,8 @@ MESSAGE_KEYS = {"id", "session_id", "role", "content", "tool_calls", "tool_name"
 
 @pytest.fixture
 def runner() -> CliRunner:
-    return CliRunner()
+    # A wide, fixed terminal: table cells must not wrap whatever the caller's COLUMNS is.
+    return CliRunner(env={"COLUMNS": "200"})
 
 
 def run(runner: CliRunner, url: str, *args: str, input: str | None = None) -> Any:
