@@ -119,27 +119,60 @@ def drop_search_objects(bind: sa.engine.Connection) -> None:
 # times the size of the text itself.
 
 TRIGRAM_TABLE = "messages_trigram"
+TRIGRAM_SOURCE_VIEW = "messages_trigram_source"
 TRIGRAM_TRIGGER_INSERT = "messages_trigram_insert"
 TRIGRAM_TRIGGER_DELETE = "messages_trigram_delete"
 TRIGRAM_TRIGGER_UPDATE = "messages_trigram_update"
 TRIGRAM_TRIGGERS = (TRIGRAM_TRIGGER_INSERT, TRIGRAM_TRIGGER_DELETE, TRIGRAM_TRIGGER_UPDATE)
 
+# Only messages holding CJK text are indexed: the trigram index is searched only for queries
+# that contain CJK, and a message matching such a query necessarily contains CJK too. Indexing
+# every message would triple the file and double the cost of each append (measured with
+# scripts/bench.py) for nothing. The ranges are those of sessionstore.search.contains_cjk
+# (tests/test_search.py checks they agree); GLOB compares code points inside [...].
+CJK_GLOB = (
+    "*["
+    "\u1100-\u11ff"
+    "\u2e80-\u33ff"
+    "\u3400-\u4dbf"
+    "\u4e00-\u9fff"
+    "\ua960-\ua97f"
+    "\uac00-\ud7ff"
+    "\uf900-\ufaff"
+    "\ufe30-\ufe4f"
+    "\uff00-\uffef"
+    "\U00020000-\U0003ffff"
+    "]*"
+)
+_HAS_CJK_NEW = f"new.content GLOB '{CJK_GLOB}'"
+_HAS_CJK_OLD = f"old.content GLOB '{CJK_GLOB}'"
+
+# The index's external content is a view of exactly the indexed rows, so FTS5's own
+# integrity-check (which compares index and content) holds, and snippet() reads the text.
+SQLITE_CREATE_TRIGRAM_SOURCE = (
+    f"CREATE VIEW IF NOT EXISTS {TRIGRAM_SOURCE_VIEW} AS "
+    f"SELECT id, content FROM messages WHERE content GLOB '{CJK_GLOB}'"
+)
 SQLITE_CREATE_TRIGRAM = (
     f"CREATE VIRTUAL TABLE IF NOT EXISTS {TRIGRAM_TABLE} USING fts5("
-    "content, content=messages, content_rowid=id, tokenize='trigram')"
+    f"content, content={TRIGRAM_SOURCE_VIEW}, content_rowid=id, tokenize='trigram')"
 )
 SQLITE_CREATE_TRIGRAM_TRIGGERS = (
-    f"""CREATE TRIGGER IF NOT EXISTS {TRIGRAM_TRIGGER_INSERT} AFTER INSERT ON messages BEGIN
+    f"""CREATE TRIGGER IF NOT EXISTS {TRIGRAM_TRIGGER_INSERT} AFTER INSERT ON messages
+WHEN {_HAS_CJK_NEW} BEGIN
     INSERT INTO {TRIGRAM_TABLE}(rowid, content) VALUES (new.id, new.content);
 END""",
-    f"""CREATE TRIGGER IF NOT EXISTS {TRIGRAM_TRIGGER_DELETE} AFTER DELETE ON messages BEGIN
+    f"""CREATE TRIGGER IF NOT EXISTS {TRIGRAM_TRIGGER_DELETE} AFTER DELETE ON messages
+WHEN {_HAS_CJK_OLD} BEGIN
     INSERT INTO {TRIGRAM_TABLE}({TRIGRAM_TABLE}, rowid, content)
         VALUES('delete', old.id, old.content);
 END""",
-    f"""CREATE TRIGGER IF NOT EXISTS {TRIGRAM_TRIGGER_UPDATE} AFTER UPDATE ON messages BEGIN
+    f"""CREATE TRIGGER IF NOT EXISTS {TRIGRAM_TRIGGER_UPDATE} AFTER UPDATE ON messages
+WHEN {_HAS_CJK_OLD} OR {_HAS_CJK_NEW} BEGIN
     INSERT INTO {TRIGRAM_TABLE}({TRIGRAM_TABLE}, rowid, content)
-        VALUES('delete', old.id, old.content);
-    INSERT INTO {TRIGRAM_TABLE}(rowid, content) VALUES (new.id, new.content);
+        SELECT 'delete', old.id, old.content WHERE {_HAS_CJK_OLD};
+    INSERT INTO {TRIGRAM_TABLE}(rowid, content)
+        SELECT new.id, new.content WHERE {_HAS_CJK_NEW};
 END""",
 )
 SQLITE_REBUILD_TRIGRAM = f"INSERT INTO {TRIGRAM_TABLE}({TRIGRAM_TABLE}) VALUES('rebuild')"
@@ -170,6 +203,7 @@ def create_trigram_objects(bind: sa.engine.Connection) -> None:
     The rebuild runs even when the table was already there: a half-applied earlier attempt
     may have left it without triggers, and so out of step with ``messages``.
     """
+    bind.exec_driver_sql(SQLITE_CREATE_TRIGRAM_SOURCE)
     bind.exec_driver_sql(SQLITE_CREATE_TRIGRAM)
     for ddl in SQLITE_CREATE_TRIGRAM_TRIGGERS:
         bind.exec_driver_sql(ddl)
@@ -181,3 +215,4 @@ def drop_trigram_objects(bind: sa.engine.Connection) -> None:
     for trigger in TRIGRAM_TRIGGERS:
         bind.exec_driver_sql(f"DROP TRIGGER IF EXISTS {trigger}")
     bind.exec_driver_sql(f"DROP TABLE IF EXISTS {TRIGRAM_TABLE}")
+    bind.exec_driver_sql(f"DROP VIEW IF EXISTS {TRIGRAM_SOURCE_VIEW}")

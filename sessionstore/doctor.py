@@ -45,6 +45,8 @@ PLACEHOLDER_SOURCE = "unknown"
 # SQLite full-text tables the migrations may create: Hermes's word index and the trigram index
 # for CJK. Both are external-content tables over ``messages``, rebuilt the same way.
 SQLITE_FTS_TABLES = ("messages_fts", "messages_trigram")
+# What each full-text table indexes: every message, or (trigram) only those with CJK text.
+SQLITE_FTS_CONTENT = {"messages_fts": "messages", "messages_trigram": "messages_trigram_source"}
 PG_SEARCH_INDEXES = ("ix_messages_content_tsv", "ix_messages_content_trgm")
 
 _REVISION_TO_HERMES = {revision: number for number, revision in legacy.HERMES_REVISIONS.items()}
@@ -227,8 +229,12 @@ def _sqlite_fts_checks(store: Store) -> list[Check]:
             if docsize not in objects:
                 continue
             indexed = int(conn.exec_driver_sql(f"SELECT count(*) FROM {docsize}").scalar_one())
-            if indexed != message_total:
-                parity.append(f"{table} holds {indexed} rows for {message_total} messages")
+            source = SQLITE_FTS_CONTENT[table]
+            expected_rows = int(
+                conn.exec_driver_sql(f"SELECT count(*) FROM {source}").scalar_one()
+            )
+            if indexed != expected_rows:
+                parity.append(f"{table} holds {indexed} rows for {expected_rows} in {source}")
         broken: list[str] = []
         for table in tables:
             try:

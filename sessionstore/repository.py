@@ -584,7 +584,8 @@ class SessionRepository:
 
     def prune_sessions(self, older_than_days: float = 90, source: str | None = None) -> int:
         """Delete ended sessions started before the cutoff; never a live one."""
-        cutoff = time.time() - float(older_than_days) * SECONDS_PER_DAY
+        cutoff = _prune_cutoff(older_than_days)
+        source = validation.optional_identifier(source, "source")
         condition = and_(sessions.c.started_at < cutoff, sessions.c.ended_at.is_not(None))
         if source is not None:
             condition = and_(condition, sessions.c.source == source)
@@ -601,7 +602,8 @@ class SessionRepository:
         self, older_than_days: float = 90, source: str | None = None
     ) -> list[SessionRecord]:
         """What ``prune_sessions`` would delete, for a dry run."""
-        cutoff = time.time() - float(older_than_days) * SECONDS_PER_DAY
+        cutoff = _prune_cutoff(older_than_days)
+        source = validation.optional_identifier(source, "source")
         statement = select(*_session_columns()).where(
             sessions.c.started_at < cutoff, sessions.c.ended_at.is_not(None)
         )
@@ -610,6 +612,13 @@ class SessionRepository:
         return self.store.read(
             lambda conn: [SessionRecord(*row) for row in conn.execute(statement)]
         )
+
+
+def _prune_cutoff(older_than_days: Any) -> float:
+    days = validation.optional_number(older_than_days, "older_than_days")
+    if days is None or days != days or days < 0:  # NaN never equals itself
+        raise ValueError("older_than_days must be a non-negative number")
+    return time.time() - days * SECONDS_PER_DAY
 
 
 # -- statement builders (module level: pure functions of their arguments) -------------------

@@ -502,16 +502,6 @@ def _expected_stored(slot: WriteSlot, value: str, nul_allowed: bool) -> Any:
     return value
 
 
-def _known_library_bug(slot_name: str, value: Any) -> bool:
-    """Inputs that hit a bug reported to the repository's owner (see the strict xfail below).
-
-    `prune_sessions` binds `source` unchecked: a value that is not text escapes as a raw
-    SQLAlchemy error. The property tests step around exactly these inputs so that they keep
-    testing everything else; delete this once the xfail passes.
-    """
-    return slot_name == "prune_sessions.source" and not isinstance(value, (str, type(None)))
-
-
 class HostileCheck:
     """Call a write slot with a value; enforce the contract of SPEC §7."""
 
@@ -522,8 +512,6 @@ class HostileCheck:
         self.bystander = _bystander_state(db)
 
     def __call__(self, slot: WriteSlot, value: Any) -> str:
-        if _known_library_bug(slot.name, value):
-            return "skipped: known library bug"
         self.victims += 1
         victim = f"victim-{self.victims}"
         self.db.create_session(victim, "victims")
@@ -639,11 +627,6 @@ def test_lookups_answer_odd_values_clearly(
     assert failures == [], failures
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="repository.prune_sessions binds `source` without validation (reported); "
-    "when this passes, delete _known_library_bug",
-)
 def test_prune_sessions_answers_a_bad_source_clearly(store_url: str) -> None:
     with SessionDB(url=store_url) as db:
         for bad_source in (object(), [1], b"cli", 5):

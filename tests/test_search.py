@@ -748,3 +748,20 @@ def test_postgresql_search_plans_use_the_gin_indexes(store: Store) -> None:
     assert "ix_messages_content_trgm" in plans["数据库迁移"]
     for plan in plans.values():
         assert "Seq Scan on messages" not in plan
+
+
+def test_trigram_glob_agrees_with_contains_cjk() -> None:
+    """Revision 0007 indexes exactly the messages contains_cjk would search for (see CJK_GLOB)."""
+    import sqlite3
+
+    from sessionstore._migrations.search_ddl import CJK_GLOB
+    from sessionstore.search import contains_cjk
+
+    conn = sqlite3.connect(":memory:")
+    points = list(range(0x20, 0x3500, 7)) + list(range(0x4DB0, 0xD7FF, 13))
+    points += list(range(0xE000, 0x10000, 11)) + list(range(0x1F000, 0x40100, 97))
+    points += [0x10FF, 0x1100, 0x11FF, 0x1200, 0x2E7F, 0x2E80, 0x33FF, 0x3400, 0xFFEF, 0xFFF0]
+    for point in points:
+        text = f"ab{chr(point)}cd"
+        globbed = conn.execute("SELECT ? GLOB ?", (text, CJK_GLOB)).fetchone()[0]
+        assert bool(globbed) == contains_cjk(text), hex(point)
