@@ -33,6 +33,7 @@ from .models import messages_table as messages
 from .models import sessions_table as sessions
 from .records import MESSAGE_FIELDS, SESSION_FIELDS, MessageRecord, SessionListing, SessionRecord
 from .search.sanitize import escape_like
+from .statements import HotWrites
 from .store import Store
 
 if TYPE_CHECKING:
@@ -84,6 +85,7 @@ class SessionRepository:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._nul_allowed = store.dialect.stores_nul_in_text
+        self._hot_writes = HotWrites(store.engine.dialect)
 
     # -- validation helpers -------------------------------------------------------------
     def _text(self, value: Any, name: str) -> str | None:
@@ -494,28 +496,13 @@ class SessionRepository:
             for index, message in enumerate(batch)
         ]
         tool_calls = sum(message.tool_call_total for message in batch)
-        counters = (
-            update(sessions)
-            .where(sessions.c.id == session_id)
-            .values(
-                message_count=func.coalesce(sessions.c.message_count, 0) + len(batch),
-                tool_call_count=func.coalesce(sessions.c.tool_call_count, 0) + tool_calls,
-            )
-        )
+        hot = self._hot_writes
 
         def run(conn: Connection) -> list[int]:
-            if len(rows) == 1:
-                key = conn.execute(messages.insert(), rows[0]).inserted_primary_key
-                ids = [int(key[0])] if key is not None else []
-            else:
-                result = conn.execute(
-                    messages.insert().returning(messages.c.id, sort_by_parameter_order=True),
-                    rows,
-                )
-                ids = [int(row[0]) for row in result]
-            if conn.execute(counters).rowcount == 0:
+            # Counters first: an unknown session is found without an FK error to decode.
+            if not hot.bump_counters(conn, session_id, len(rows), tool_calls):
                 raise UnknownSessionError(f"session {session_id!r} does not exist")
-            return ids
+            return hot.insert_messages(conn, rows)
 
         try:
             return self.store.write(run)

@@ -1,0 +1,138 @@
+"""The hot write path: Core statements compiled once per dialect, run on the driver's cursor.
+
+Appending a message is what an agent does most. Building and compiling a Core statement and
+passing it through SQLAlchemy's execution machinery costs several times what SQLite needs to
+run it (measured by scripts/bench.py), so the few statements on that path are built with Core
+here, compiled once for the engine's dialect, and executed directly on the DBAPI cursor of the
+connection that ``Store.write`` opened (same transaction, same BEGIN IMMEDIATE). Driver errors
+are re-raised as SQLAlchemy's exception classes, so callers see the same types as elsewhere.
+
+How new ids come back follows the dialect's capabilities, not its name: RETURNING where the
+database has it (a batched multi-row INSERT where ordered RETURNING is supported, i.e.
+PostgreSQL), else the cursor's ``lastrowid``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import bindparam, func, insert, update
+from sqlalchemy.engine import Connection, Dialect
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.sql import Executable
+
+from .models import messages_table as messages
+from .models import sessions_table as sessions
+from .records import MESSAGE_FIELDS
+
+INSERTED_MESSAGE_FIELDS = tuple(name for name in MESSAGE_FIELDS if name != "id")
+
+
+class CompiledStatement:
+    """A statement compiled for one dialect, with its parameters in the driver's order."""
+
+    def __init__(self, statement: Executable, dialect: Dialect) -> None:
+        compiled = statement.compile(dialect=dialect)
+        self.sql = str(compiled)
+        self.positional_names: tuple[str, ...] | None = (
+            tuple(compiled.positiontup or ()) if compiled.positional else None
+        )
+        # Values the statement itself carries (e.g. the 0 in COALESCE(x, 0)).
+        self._fixed = {
+            name: value for name, value in compiled.params.items() if value is not None
+        }
+
+    def parameters(self, values: Mapping[str, Any]) -> Sequence[Any] | Mapping[str, Any]:
+        merged = {**self._fixed, **values} if self._fixed else values
+        if self.positional_names is None:
+            return merged
+        return tuple(merged[name] for name in self.positional_names)
+
+
+class HotWrites:
+    """Message inserts and counter bumps for one engine's dialect."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self._dialect = dialect
+        row = {name: bindparam(name) for name in INSERTED_MESSAGE_FIELDS}
+        self._returning_many = bool(
+            getattr(dialect, "insert_executemany_returning_sort_by_parameter_order", False)
+        )
+        self._insert_one = CompiledStatement(
+            insert(messages).values(row).returning(messages.c.id)
+            if dialect.insert_returning
+            else insert(messages).values(row),
+            dialect,
+        )
+        self._bump_counters = CompiledStatement(
+            update(sessions)
+            .where(sessions.c.id == bindparam("session_id"))
+            .values(
+                message_count=func.coalesce(sessions.c.message_count, 0)
+                + bindparam("messages_added"),
+                tool_call_count=func.coalesce(sessions.c.tool_call_count, 0)
+                + bindparam("tool_calls_added"),
+            ),
+            dialect,
+        )
+        self._returning_one = bool(dialect.insert_returning)
+
+    def bump_counters(
+        self, conn: Connection, session_id: str, messages_added: int, tool_calls_added: int
+    ) -> bool:
+        """Add to a session's counters; False when the session does not exist."""
+        cursor = self._run(
+            conn,
+            self._bump_counters,
+            {
+                "session_id": session_id,
+                "messages_added": messages_added,
+                "tool_calls_added": tool_calls_added,
+            },
+        )
+        return bool(cursor.rowcount)
+
+    def insert_messages(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> list[int]:
+        if len(rows) > 1 and self._returning_many:
+            # PostgreSQL: one batched INSERT ... RETURNING, ids kept in parameter order.
+            result = conn.execute(
+                insert(messages).returning(messages.c.id, sort_by_parameter_order=True),
+                [dict(row) for row in rows],
+            )
+            return [int(value) for value in result.scalars()]
+        # SQLite: row by row on the raw cursor costs a few microseconds each, inside one
+        # transaction, and each id comes back exactly.
+        return [self._insert_single(conn, row) for row in rows]
+
+    def _insert_single(self, conn: Connection, row: Mapping[str, Any]) -> int:
+        statement = self._insert_one
+        cursor = self._cursor(conn)
+        try:
+            cursor.execute(statement.sql, statement.parameters(row))
+            # With RETURNING, SQLite does the insert's work (and fails) during the fetch.
+            return int(cursor.fetchone()[0]) if self._returning_one else int(cursor.lastrowid)
+        except self._driver_error() as exc:
+            raise self._wrap(statement.sql, exc) from exc
+
+    def _cursor(self, conn: Connection) -> Any:
+        return conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+
+    def _driver_error(self) -> type[BaseException]:
+        error: type[BaseException] = self._dialect.loaded_dbapi.Error
+        return error
+
+    def _run(
+        self, conn: Connection, statement: CompiledStatement, values: Mapping[str, Any]
+    ) -> Any:
+        cursor = self._cursor(conn)
+        try:
+            cursor.execute(statement.sql, statement.parameters(values))
+        except self._driver_error() as exc:
+            raise self._wrap(statement.sql, exc) from exc
+        return cursor
+
+    def _wrap(self, sql: str, exc: BaseException) -> BaseException:
+        return DBAPIError.instance(
+            sql, None, exc, self._dialect.loaded_dbapi.Error, dialect=self._dialect
+        )
