@@ -303,7 +303,7 @@ class SessionDB:
 
     def get_messages_as_conversation(self, session_id: str) -> list[dict[str, Any]]:
         conversation = []
-        for record in self._repo.get_messages(session_id):
+        for record in self._repo.get_conversation(session_id):
             message: dict[str, Any] = {"role": record.role, "content": record.content}
             if record.tool_call_id:
                 message["tool_call_id"] = record.tool_call_id

@@ -7,33 +7,46 @@ transaction starts, so the write lock is held only for the statements themselves
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import starmap
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     ColumnElement,
     Select,
     and_,
+    bindparam,
     delete,
     func,
     or_,
     select,
+    text,
     update,
 )
 from sqlalchemy.engine import Connection, Row
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.sql import Executable
 
 from . import titles, validation
 from .errors import TitleInUseError, UnknownSessionError
 from .models import messages_table as messages
 from .models import sessions_table as sessions
-from .records import MESSAGE_FIELDS, SESSION_FIELDS, MessageRecord, SessionListing, SessionRecord
+from .records import (
+    CONVERSATION_FIELDS,
+    MESSAGE_FIELDS,
+    SESSION_FIELDS,
+    ConversationRow,
+    MessageRecord,
+    SessionListing,
+    SessionRecord,
+)
 from .search.sanitize import escape_like
-from .statements import HotWrites
+from .statements import HotReads, HotWrites
 from .store import Store
 
 if TYPE_CHECKING:
@@ -86,6 +99,8 @@ class SessionRepository:
         self.store = store
         self._nul_allowed = store.dialect.stores_nul_in_text
         self._hot_writes = HotWrites(store.engine.dialect)
+        self._load_messages = HotReads(store.engine.dialect, _MESSAGES_OF_SESSION)
+        self._load_conversation = HotReads(store.engine.dialect, _CONVERSATION_OF_SESSION)
 
     # -- validation helpers -------------------------------------------------------------
     def _text(self, value: Any, name: str) -> str | None:
@@ -425,21 +440,21 @@ class SessionRepository:
         include_children: bool = False,
         project_compression_tips: bool = True,
     ) -> list[SessionListing]:
-        statement = _rich_select()
         if source is not None:
-            statement = statement.where(sessions.c.source == source)
-        if exclude_sources:
-            statement = statement.where(sessions.c.source.not_in(list(exclude_sources)))
-        if not include_children:
-            statement = statement.where(sessions.c.parent_session_id.is_(None))
-        statement = (
-            statement.order_by(sessions.c.started_at.desc(), sessions.c.id)
-            .limit(max(int(limit), 0))
-            .offset(max(int(offset), 0))
-        )
+            source = validation.identifier(source, "source")
+        excluded = [
+            validation.identifier(item, "exclude_sources") for item in exclude_sources or ()
+        ]
+        statement = _listing_statement(source is not None, bool(excluded), include_children)
+        parameters: dict[str, Any] = {
+            "source": source,
+            "excluded": excluded,
+            "limit": max(int(limit), 0),
+            "offset": max(int(offset), 0),
+        }
 
         def run(conn: Connection) -> list[SessionListing]:
-            listings = [_listing(row) for row in conn.execute(statement)]
+            listings = [_listing(row) for row in conn.execute(statement, parameters)]
             if not project_compression_tips:
                 return listings
             roots = [
@@ -447,7 +462,7 @@ class SessionRepository:
             ]
             if not roots:
                 return listings
-            tips = {item.session.id: _compression_tip(conn, item.session.id) for item in roots}
+            tips = _compression_tips(conn, [item.session.id for item in roots])
             tip_ids = {tip for root, tip in tips.items() if tip is not None and tip != root}
             if not tip_ids:
                 return listings
@@ -455,7 +470,7 @@ class SessionRepository:
                 listing.session.id: listing
                 for listing in (
                     _listing(row)
-                    for row in conn.execute(_rich_select().where(sessions.c.id.in_(tip_ids)))
+                    for row in conn.execute(_RICH_SELECT_BY_IDS, {"ids": sorted(tip_ids)})
                 )
             }
             projected = []
@@ -537,9 +552,22 @@ class SessionRepository:
     def get_messages(self, session_id: str) -> list[MessageRecord]:
         if not isinstance(session_id, str) or _unbindable(session_id):
             return []
-        statement = _messages_of(session_id)
+        load = self._load_messages
         return self.store.read(
-            lambda conn: [MessageRecord(*row) for row in conn.execute(statement)]
+            lambda conn: list(
+                starmap(MessageRecord, load.rows(conn, {"session_id": session_id}))
+            )
+        )
+
+    def get_conversation(self, session_id: str) -> list[ConversationRow]:
+        """Only the columns needed to replay a session to a model, in order."""
+        if not isinstance(session_id, str) or _unbindable(session_id):
+            return []
+        load = self._load_conversation
+        return self.store.read(
+            lambda conn: list(
+                map(ConversationRow._make, load.rows(conn, {"session_id": session_id}))
+            )
         )
 
     def clear_messages(self, session_id: str) -> None:
@@ -613,16 +641,26 @@ def _session_columns() -> list[Any]:
     return [sessions.c[name] for name in SESSION_FIELDS]
 
 
-def _messages_of(session_id: str) -> Select[Any]:
-    return (
-        select(*[messages.c[name] for name in MESSAGE_FIELDS])
-        .where(messages.c.session_id == session_id)
-        .order_by(messages.c.timestamp, messages.c.id)
-    )
+_MESSAGES_OF_SESSION = (
+    select(*[messages.c[name] for name in MESSAGE_FIELDS])
+    .where(messages.c.session_id == bindparam("session_id"))
+    .order_by(messages.c.timestamp, messages.c.id)
+)
+
+
+_CONVERSATION_OF_SESSION = (
+    select(*[messages.c[name] for name in CONVERSATION_FIELDS])
+    .where(messages.c.session_id == bindparam("session_id"))
+    .order_by(messages.c.timestamp, messages.c.id)
+)
+
+
+def _messages_of(session_id: str) -> Executable:
+    return _MESSAGES_OF_SESSION.params(session_id=session_id)
 
 
 def _one_session(row: Row[Any] | None) -> SessionRecord | None:
-    return None if row is None else SessionRecord(*tuple(row))
+    return None if row is None else SessionRecord._make(row)
 
 
 def _unbindable(text: str) -> bool:
@@ -665,10 +703,37 @@ def _last_active() -> ColumnElement[Any]:
 
 
 def _rich_select() -> Select[Any]:
+    return _RICH_SELECT
+
+
+def _build_rich_select() -> Select[Any]:
     return select(
         *_session_columns(),
         _first_user_text().label("_preview_raw"),
         _last_active().label("last_active"),
+    )
+
+
+_RICH_SELECT = _build_rich_select()
+_RICH_SELECT_BY_IDS = _RICH_SELECT.where(sessions.c.id.in_(bindparam("ids", expanding=True)))
+
+
+@functools.cache
+def _listing_statement(by_source: bool, excluding: bool, include_children: bool) -> Select[Any]:
+    """One prebuilt statement per filter shape; the values are bound at execution."""
+    statement = _RICH_SELECT
+    if by_source:
+        statement = statement.where(sessions.c.source == bindparam("source"))
+    if excluding:
+        statement = statement.where(
+            sessions.c.source.not_in(bindparam("excluded", expanding=True))
+        )
+    if not include_children:
+        statement = statement.where(sessions.c.parent_session_id.is_(None))
+    return (
+        statement.order_by(sessions.c.started_at.desc(), sessions.c.id)
+        .limit(bindparam("limit"))
+        .offset(bindparam("offset"))
     )
 
 
@@ -682,7 +747,7 @@ def _preview(raw: str | None) -> str:
 def _listing(row: Row[Any]) -> SessionListing:
     width = len(SESSION_FIELDS)
     return SessionListing(
-        session=SessionRecord(*tuple(row)[:width]),
+        session=SessionRecord._make(tuple(row)[:width]),
         preview=_preview(row[width]),
         last_active=float(row[width + 1]),
     )
@@ -702,39 +767,54 @@ _PROJECTED_FIELDS = (
 
 def _project(root: SessionListing, tip: SessionListing) -> SessionListing:
     """Show a compressed conversation as its live tip, keeping where it started."""
-    from dataclasses import replace
-
     changes = {name: getattr(tip.session, name) for name in _PROJECTED_FIELDS}
     return SessionListing(
-        session=replace(root.session, **changes),
+        session=root.session._replace(**changes),
         preview=tip.preview or root.preview,
         last_active=tip.last_active,
         lineage_root_id=root.session.id,
     )
 
 
+# Every root's chain of compression continuations, walked in one recursive query (one round
+# trip for a whole page of roots). A continuation is the newest child that started at or after
+# its parent ended with 'compression'; depth is bounded so a corrupt cycle cannot loop forever.
+_COMPRESSION_TIPS = text(
+    f"""
+WITH RECURSIVE chain(root, id, depth) AS (
+    SELECT id, id, 0 FROM sessions WHERE id IN :roots
+    UNION ALL
+    SELECT chain.root, child.id, chain.depth + 1
+    FROM chain
+    JOIN sessions AS parent ON parent.id = chain.id
+    JOIN sessions AS child ON child.parent_session_id = parent.id
+    WHERE parent.end_reason = '{COMPRESSION_END_REASON}'
+      AND parent.ended_at IS NOT NULL
+      AND child.started_at >= parent.ended_at
+      AND chain.depth < {MAX_LINEAGE_DEPTH}
+      AND child.id = (
+          SELECT newest.id FROM sessions AS newest
+          WHERE newest.parent_session_id = parent.id AND newest.started_at >= parent.ended_at
+          ORDER BY newest.started_at DESC, newest.id DESC
+          LIMIT 1
+      )
+)
+SELECT root, id FROM chain AS last
+WHERE depth = (SELECT MAX(depth) FROM chain AS other WHERE other.root = last.root)
+"""
+).bindparams(bindparam("roots", expanding=True))
+
+
+def _compression_tips(conn: Connection, root_ids: Sequence[str]) -> dict[str, str]:
+    """Each known root's tip (itself when it has no continuation); unknown ids are absent."""
+    if not root_ids:
+        return {}
+    rows = conn.execute(_COMPRESSION_TIPS, {"roots": list(root_ids)})
+    return {str(root): str(tip) for root, tip in rows}
+
+
 def _compression_tip(conn: Connection, session_id: str) -> str | None:
-    parent = sessions.alias("parent")
-    current = conn.execute(select(sessions.c.id).where(sessions.c.id == session_id)).scalar()
-    if current is None:
-        return None
-    for _ in range(MAX_LINEAGE_DEPTH):
-        child = conn.execute(
-            select(sessions.c.id)
-            .join(parent, parent.c.id == sessions.c.parent_session_id)
-            .where(
-                parent.c.id == current,
-                parent.c.end_reason == COMPRESSION_END_REASON,
-                parent.c.ended_at.is_not(None),
-                sessions.c.started_at >= parent.c.ended_at,
-            )
-            .order_by(sessions.c.started_at.desc(), sessions.c.id.desc())
-            .limit(1)
-        ).scalar()
-        if child is None:
-            break
-        current = child
-    return str(current)
+    return _compression_tips(conn, [session_id]).get(session_id)
 
 
 def _delete_sessions(conn: Connection, session_ids: list[str]) -> None:

@@ -136,3 +136,25 @@ class HotWrites:
         return DBAPIError.instance(
             sql, None, exc, self._dialect.loaded_dbapi.Error, dialect=self._dialect
         )
+
+
+class HotReads:
+    """Loading a whole conversation: one compiled SELECT, rows fetched as plain tuples."""
+
+    def __init__(self, dialect: Dialect, statement: Executable) -> None:
+        self._dialect = dialect
+        self._compiled = CompiledStatement(statement, dialect)
+
+    def rows(self, conn: Connection, values: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.execute(self._compiled.sql, self._compiled.parameters(values))
+            rows: list[tuple[Any, ...]] = cursor.fetchall()
+        except self._dialect.loaded_dbapi.Error as exc:
+            raise DBAPIError.instance(
+                self._compiled.sql, None, exc, self._dialect.loaded_dbapi.Error,
+                dialect=self._dialect,
+            ) from exc
+        finally:
+            cursor.close()
+        return rows

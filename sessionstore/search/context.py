@@ -26,11 +26,13 @@ def fetch_context(conn: Connection, hit_ids: Sequence[int]) -> dict[int, list[Co
     """
     if not hit_ids:
         return {}
-    neighbours = conn.execute(_neighbours_of(hit_ids)).all()
+    neighbours = conn.execute(_NEIGHBOURS, {"hit_ids": [int(i) for i in hit_ids]}).all()
     wanted = sorted({int(id_) for row in neighbours for id_ in row if id_ is not None})
     messages = {
         int(id_): ContextMessage(role=str(role), content=content or "")
-        for id_, role, content in conn.execute(_heads_of(wanted))
+        for id_, role, content in conn.execute(
+            _HEADS, {"context_ids": [int(i) for i in wanted]}
+        )
     }
     context: dict[int, list[ContextMessage]] = {}
     for hit_id, previous_id, next_id in neighbours:
@@ -39,13 +41,13 @@ def fetch_context(conn: Connection, hit_ids: Sequence[int]) -> dict[int, list[Co
     return context
 
 
-def _literal_ids(name: str, ids: Sequence[int]) -> BindParameter[list[int]]:
+def _literal_ids(name: str) -> BindParameter[list[int]]:
     # Rendered into the SQL text rather than bound: integers are safe to inline, and a page of
     # many thousand hits would otherwise exceed SQLite's limit on bound variables.
-    return bindparam(name, [int(id_) for id_ in ids], expanding=True, literal_execute=True)
+    return bindparam(name, expanding=True, literal_execute=True)
 
 
-def _neighbours_of(hit_ids: Sequence[int]) -> Select[Any]:
+def _neighbours() -> Select[Any]:
     hit = messages_table.alias("hit")
     earlier = messages_table.alias("earlier")
     later = messages_table.alias("later")
@@ -76,13 +78,18 @@ def _neighbours_of(hit_ids: Sequence[int]) -> Select[Any]:
         .scalar_subquery()
     )
     return select(hit.c.id, previous_id, next_id).where(
-        hit.c.id.in_(_literal_ids("hit_ids", hit_ids))
+        hit.c.id.in_(_literal_ids("hit_ids"))
     )
 
 
-def _heads_of(ids: Sequence[int]) -> Select[Any]:
+def _heads() -> Select[Any]:
     return select(
         messages_table.c.id,
         messages_table.c.role,
         func.substr(messages_table.c.content, 1, CONTEXT_CONTENT_CHARS),
-    ).where(messages_table.c.id.in_(_literal_ids("context_ids", ids)))
+    ).where(messages_table.c.id.in_(_literal_ids("context_ids")))
+
+
+# Built once: statement construction costs more than SQLite takes to run them.
+_NEIGHBOURS = _neighbours()
+_HEADS = _heads()

@@ -50,7 +50,7 @@ FROM messages_fts
 JOIN messages AS m ON m.id = messages_fts.rowid
 JOIN sessions AS s ON s.id = m.session_id
 WHERE messages_fts MATCH :query {{filters}}
-ORDER BY messages_fts.rank, m.id
+ORDER BY messages_fts.rank
 LIMIT :limit OFFSET :offset
 """
 
