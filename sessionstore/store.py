@@ -48,6 +48,7 @@ class Store:
         self.checkpoint_every = checkpoint_every
         self._owns_engine = owns_engine
         self._write_options = self.dialect.write_options()
+        self._read_options = self.dialect.read_options()
         # SQLite has one writer per file: threads of one process queue here instead of
         # fighting over the file lock with sleeps.
         self._write_lock: contextlib.AbstractContextManager[Any] = (
@@ -148,8 +149,10 @@ class Store:
         """
 
         def attempt() -> T:
-            with self.engine.connect() as conn, conn.begin():
-                return work(conn)
+            with self.engine.connect() as conn:
+                conn.execution_options(**self._read_options)
+                with conn.begin():
+                    return work(conn)
 
         try:
             return run_with_retry(attempt, self.dialect.is_retryable, self.retry)
@@ -164,8 +167,10 @@ class Store:
     @contextlib.contextmanager
     def reading(self) -> Iterator[Connection]:
         """A read transaction held open for streaming (e.g. a large export)."""
-        with self.engine.connect() as conn, conn.begin():
-            yield conn
+        with self.engine.connect() as conn:
+            conn.execution_options(**self._read_options)
+            with conn.begin():
+                yield conn
 
     def checkpoint(self) -> None:
         if not self.read_only:

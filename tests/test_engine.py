@@ -506,16 +506,8 @@ def test_a_long_read_never_blocks_a_writer(
 
 
 def test_a_read_sees_one_snapshot_while_a_writer_commits(
-    store_url: str, open_store: Callable[..., Store], request: pytest.FixtureRequest
+    store_url: str, open_store: Callable[..., Store]
 ) -> None:
-    if not is_sqlite(store_url):
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="Store.read on PostgreSQL runs at READ COMMITTED: each statement "
-                "takes a new snapshot, so the read is not one consistent snapshot",
-            )
-        )
     store = open_store(store_url)
     store.write(insert_session("before"))
     inside, written = threading.Event(), threading.Event()

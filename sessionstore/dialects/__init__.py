@@ -37,6 +37,9 @@ class StoreDialect(Protocol):
     ) -> None:
         """Attach connect/begin listeners to this engine instance (never globally)."""
 
+    def read_options(self) -> dict[str, Any]:
+        """Execution options that make a read transaction one consistent snapshot."""
+
     def write_options(self) -> dict[str, Any]:
         """Execution options that make the next BEGIN a write transaction."""
 

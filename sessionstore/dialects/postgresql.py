@@ -71,6 +71,11 @@ class PostgreSQLDialect:
     def insert(self, table: Table) -> Insert:
         return insert(table)
 
+    def read_options(self) -> dict[str, Any]:
+        # READ COMMITTED would give each statement of a read its own snapshot; a listing and
+        # its compression tips, or a hit and its context, must come from the same moment.
+        return {"isolation_level": "REPEATABLE READ"}
+
     def write_options(self) -> dict[str, Any]:
         return {}
 

@@ -113,6 +113,10 @@ class SQLiteDialect:
     def insert(self, table: Table) -> Insert:
         return insert(table)
 
+    def read_options(self) -> dict[str, Any]:
+        # A deferred BEGIN already reads one snapshot under WAL.
+        return {}
+
     def write_options(self) -> dict[str, Any]:
         # Take the write lock up front: contention shows at BEGIN, never mid-transaction
         # (where a deferred transaction's upgrade to a writer can fail with SQLITE_BUSY).
