@@ -9,4 +9,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e ".[dev]"
+# Static checks first: the public API is typed (py.typed) and kept ruff- and mypy-clean.
+.venv/bin/ruff check .
+.venv/bin/mypy
 exec .venv/bin/python -m pytest -n auto -q "$@"

@@ -15,12 +15,13 @@ PostgreSQL), else the cursor's ``lastrowid``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import bindparam, func, insert, update
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.sql import Executable
+from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql.compiler import SQLCompiler
 
 from .models import messages_table as messages
 from .models import sessions_table as sessions
@@ -32,8 +33,8 @@ INSERTED_MESSAGE_FIELDS = tuple(name for name in MESSAGE_FIELDS if name != "id")
 class CompiledStatement:
     """A statement compiled for one dialect, with its parameters in the driver's order."""
 
-    def __init__(self, statement: Executable, dialect: Dialect) -> None:
-        compiled = statement.compile(dialect=dialect)
+    def __init__(self, statement: ClauseElement, dialect: Dialect) -> None:
+        compiled = cast(SQLCompiler, statement.compile(dialect=dialect))
         self.sql = str(compiled)
         self.positional_names: tuple[str, ...] | None = (
             tuple(compiled.positiontup or ()) if compiled.positional else None
@@ -55,7 +56,7 @@ class HotWrites:
 
     def __init__(self, dialect: Dialect) -> None:
         self._dialect = dialect
-        row = {name: bindparam(name) for name in INSERTED_MESSAGE_FIELDS}
+        row: dict[str, Any] = {name: bindparam(name) for name in INSERTED_MESSAGE_FIELDS}
         self._returning_many = bool(
             getattr(dialect, "insert_executemany_returning_sort_by_parameter_order", False)
         )
@@ -141,7 +142,7 @@ class HotWrites:
 class HotReads:
     """Loading a whole conversation: one compiled SELECT, rows fetched as plain tuples."""
 
-    def __init__(self, dialect: Dialect, statement: Executable) -> None:
+    def __init__(self, dialect: Dialect, statement: ClauseElement) -> None:
         self._dialect = dialect
         self._compiled = CompiledStatement(statement, dialect)
 

@@ -34,7 +34,7 @@ def _pg_reachable() -> str | None:
             conn.execute(sa.text("SELECT 1"))
         engine.dispose()
         return None
-    except Exception as exc:  # noqa: BLE001 - any failure means "not available"
+    except Exception as exc:
         return str(exc).splitlines()[0]
 
 
