@@ -98,7 +98,9 @@ class SessionRepository:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._nul_allowed = store.dialect.stores_nul_in_text
-        self._hot_writes = HotWrites(store.engine.dialect)
+        self._hot_writes = HotWrites(
+            store.engine.dialect, batch_returning=store.dialect.batch_returning_inserts
+        )
         self._load_messages = HotReads(store.engine.dialect, _MESSAGES_OF_SESSION)
         self._load_conversation = HotReads(store.engine.dialect, _CONVERSATION_OF_SESSION)
 

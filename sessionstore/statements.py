@@ -7,9 +7,10 @@ here, compiled once for the engine's dialect, and executed directly on the DBAPI
 connection that ``Store.write`` opened (same transaction, same BEGIN IMMEDIATE). Driver errors
 are re-raised as SQLAlchemy's exception classes, so callers see the same types as elsewhere.
 
-How new ids come back follows the dialect's capabilities, not its name: RETURNING where the
-database has it (a batched multi-row INSERT where ordered RETURNING is supported, i.e.
-PostgreSQL), else the cursor's ``lastrowid``.
+How new ids come back follows capabilities, not names: RETURNING where the database has it, a
+batched multi-row INSERT ... RETURNING where the store dialect says batching pays
+(``StoreDialect.batch_returning_inserts``: a network round trip per row costs more than the
+batch), else one cheap insert per row on the open cursor.
 """
 
 from __future__ import annotations
@@ -54,12 +55,10 @@ class CompiledStatement:
 class HotWrites:
     """Message inserts and counter bumps for one engine's dialect."""
 
-    def __init__(self, dialect: Dialect) -> None:
+    def __init__(self, dialect: Dialect, *, batch_returning: bool) -> None:
         self._dialect = dialect
         row: dict[str, Any] = {name: bindparam(name) for name in INSERTED_MESSAGE_FIELDS}
-        self._returning_many = bool(
-            getattr(dialect, "insert_executemany_returning_sort_by_parameter_order", False)
-        )
+        self._returning_many = batch_returning
         self._insert_one = CompiledStatement(
             insert(messages).values(row).returning(messages.c.id)
             if dialect.insert_returning

@@ -24,6 +24,8 @@ class StoreDialect(Protocol):
     name: str
     stores_nul_in_text: bool
     """False where TEXT cannot hold U+0000 (PostgreSQL): free text is then cleaned first."""
+    batch_returning_inserts: bool
+    """True where many rows go best in one INSERT ... RETURNING (a server round trip each)."""
     serialize_writes_in_process: bool
     """True where one process's threads should queue for the write lock (SQLite's single writer)."""
 

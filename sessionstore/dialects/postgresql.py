@@ -38,6 +38,7 @@ def _sqlstate(exc: BaseException) -> str | None:
 class PostgreSQLDialect:
     name = "postgresql"
     stores_nul_in_text = False
+    batch_returning_inserts = True  # a round trip per row costs more than one batched statement
     serialize_writes_in_process = False
 
     def prepare_url(self, url: URL, *, read_only: bool) -> URL:

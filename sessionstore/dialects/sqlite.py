@@ -53,6 +53,7 @@ def _filesystem_path(url: URL) -> Path:
 class SQLiteDialect:
     name = "sqlite"
     stores_nul_in_text = True
+    batch_returning_inserts = False  # in-process: a row costs microseconds
     serialize_writes_in_process = True
 
     def prepare_url(self, url: URL, *, read_only: bool) -> URL:
