@@ -22,3 +22,9 @@ __all__ = [
     "test_up_down_consistency",
     "test_upgrade",
 ]
+
+
+def test_the_packaged_head_constant_names_the_newest_script() -> None:
+    from sessionstore import migrate
+
+    assert migrate.script_directory().get_current_head() == migrate.HEAD_REVISION
