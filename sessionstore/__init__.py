@@ -17,6 +17,7 @@ from .errors import (
     StoreFullError,
     StoreUnavailableError,
     UnknownRevisionError,
+    UnsupportedValueError,
 )
 from .facade import SessionDB
 from .retry import RetryPolicy
@@ -38,5 +39,6 @@ __all__ = [
     "StoreFullError",
     "StoreUnavailableError",
     "UnknownRevisionError",
+    "UnsupportedValueError",
     "__version__",
 ]

@@ -33,6 +33,10 @@ class SessionDB:
 
     Thread-safe: many threads may share one instance; writes are serialised per process on
     SQLite and retried across processes with jittered back-off.
+
+    Opening a store that needs a migration while another process is migrating it waits for
+    that migration (up to the migration budget of 10 minutes, not ``retry``'s): the store
+    cannot be used before its schema is ready, and giving up half-way would help nobody.
     """
 
     MAX_TITLE_LENGTH = titles.MAX_TITLE_LENGTH
