@@ -40,7 +40,7 @@ READ_ONLY_COMMANDS = frozenset({"current", "history", "heads", "branches", "show
 
 def include_name(name: str | None, type_: str, _parent_names: object) -> bool:
     """Hide the raw-DDL full-text objects from autogenerate: the models do not describe them."""
-    if type_ in ("table", "index") and name is not None:
+    if type_ in ("table", "index", "column") and name is not None:
         return name not in SEARCH_OBJECT_NAMES and not name.startswith(
             ("messages_fts", "messages_trigram")
         )
@@ -72,7 +72,7 @@ def _run_chain(connection: Connection) -> None:
     if _should_adopt() and _has_messages(connection) and search_ddl.search_objects_missing(
         connection
     ):
-        search_ddl.create_search_objects(connection)
+        search_ddl.repair_search_objects(connection)
 
 
 def _has_messages(connection: Connection) -> bool:

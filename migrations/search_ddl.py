@@ -72,7 +72,7 @@ def search_objects_missing(bind: sa.engine.Connection) -> bool:
     """True when any full-text object is absent (a half-migrated or hand-edited file)."""
     if bind.dialect.name == "sqlite":
         return not {FTS_TABLE, *FTS_TRIGGERS} <= _sqlite_objects(bind)
-    return not {PG_TSV_INDEX, PG_TRGM_INDEX} <= _pg_objects(bind)
+    return not set(pg_search_indexes(bind)) <= _pg_objects(bind)
 
 
 def create_search_objects(bind: sa.engine.Connection) -> None:
@@ -216,3 +216,48 @@ def drop_trigram_objects(bind: sa.engine.Connection) -> None:
         bind.exec_driver_sql(f"DROP TRIGGER IF EXISTS {trigger}")
     bind.exec_driver_sql(f"DROP TABLE IF EXISTS {TRIGRAM_TABLE}")
     bind.exec_driver_sql(f"DROP VIEW IF EXISTS {TRIGRAM_SOURCE_VIEW}")
+
+
+# --------------------------------------------------------------------------------------------
+# PostgreSQL stored tsvector (revision 0008).
+# --------------------------------------------------------------------------------------------
+# Ranking with ts_rank needs the tsvector of every match; over the expression index of 0001
+# PostgreSQL recomputes to_tsvector() for each one (and again to recheck phrases), which made a
+# word search 25-50x slower than SQLite's (scripts/bench.py). A stored generated column keeps
+# the same expression computed once per write.
+PG_TSV_COLUMN = "content_tsv"
+PG_TSV_COLUMN_INDEX = "ix_messages_content_tsvector"
+PG_ADD_TSV_COLUMN = (
+    f"ALTER TABLE messages ADD COLUMN IF NOT EXISTS {PG_TSV_COLUMN} tsvector "
+    f"GENERATED ALWAYS AS ({PG_TSV_EXPRESSION}) STORED"
+)
+PG_CREATE_TSV_COLUMN_INDEX = (
+    f"CREATE INDEX IF NOT EXISTS {PG_TSV_COLUMN_INDEX} ON messages USING gin ({PG_TSV_COLUMN})"
+)
+
+
+def _pg_has_tsv_column(bind: sa.engine.Connection) -> bool:
+    row = bind.execute(
+        sa.text(
+            "SELECT 1 FROM information_schema.columns "
+            "WHERE table_name = 'messages' AND column_name = :column"
+        ),
+        {"column": PG_TSV_COLUMN},
+    ).first()
+    return row is not None
+
+
+def pg_search_indexes(bind: sa.engine.Connection) -> tuple[str, ...]:
+    """The PostgreSQL search indexes this database should have at its current revision."""
+    word_index = PG_TSV_COLUMN_INDEX if _pg_has_tsv_column(bind) else PG_TSV_INDEX
+    return (word_index, PG_TRGM_INDEX)
+
+
+def repair_search_objects(bind: sa.engine.Connection) -> None:
+    """Re-create missing full-text objects as the current revision has them (env.py, doctor)."""
+    if bind.dialect.name == "sqlite" or not _pg_has_tsv_column(bind):
+        create_search_objects(bind)
+        return
+    bind.exec_driver_sql(PG_CREATE_TRGM_EXTENSION)
+    bind.exec_driver_sql(PG_CREATE_TSV_COLUMN_INDEX)
+    bind.exec_driver_sql(PG_CREATE_TRGM_INDEX)

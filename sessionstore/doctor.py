@@ -47,7 +47,6 @@ PLACEHOLDER_SOURCE = "unknown"
 SQLITE_FTS_TABLES = ("messages_fts", "messages_trigram")
 # What each full-text table indexes: every message, or (trigram) only those with CJK text.
 SQLITE_FTS_CONTENT = {"messages_fts": "messages", "messages_trigram": "messages_trigram_source"}
-PG_SEARCH_INDEXES = ("ix_messages_content_tsv", "ix_messages_content_trgm")
 
 _REVISION_TO_HERMES = {revision: number for number, revision in legacy.HERMES_REVISIONS.items()}
 
@@ -262,12 +261,16 @@ def _sqlite_fts_checks(store: Store) -> list[Check]:
 def _pg_search_checks(store: Store) -> list[Check]:
     statement = (
         "SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
-        "WHERE c.relname IN ('ix_messages_content_tsv', 'ix_messages_content_trgm')"
+        "WHERE c.relname = ANY(%(names)s)"
     )
-    found = store.read(
-        lambda conn: {str(row[0]): bool(row[1]) for row in conn.exec_driver_sql(statement)}
-    )
-    missing = [name for name in PG_SEARCH_INDEXES if name not in found]
+
+    def run(conn: Connection) -> tuple[tuple[str, ...], dict[str, bool]]:
+        expected = _search_ddl().pg_search_indexes(conn)
+        rows = conn.exec_driver_sql(statement, {"names": list(expected)})
+        return expected, {str(row[0]): bool(row[1]) for row in rows}
+
+    expected, found = store.read(run)
+    missing = [name for name in expected if name not in found]
     invalid = [name for name, valid in found.items() if not valid]
     return [
         Check("fts_objects", "fail", f"missing: {', '.join(missing)}", fixable=True)
@@ -503,8 +506,8 @@ def _rebuild_search(store: Store) -> str:
                 # Re-creates missing triggers, then rebuilds the index from ``messages``.
                 search_ddl.create_trigram_objects(conn)
             return
-        search_ddl.create_search_objects(conn)
-        for index in PG_SEARCH_INDEXES:
+        search_ddl.repair_search_objects(conn)
+        for index in search_ddl.pg_search_indexes(conn):
             conn.exec_driver_sql(f"REINDEX INDEX {index}")
 
     store.write(run)

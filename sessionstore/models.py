@@ -62,6 +62,8 @@ SEARCH_OBJECT_NAMES = frozenset(
         "messages_trigram_docsize",
         "messages_trigram_config",
         "ix_messages_content_tsv",
+        "ix_messages_content_tsvector",
+        "content_tsv",
         "ix_messages_content_trgm",
     }
 )

@@ -703,7 +703,7 @@ def _damage(url: str) -> set[str]:
             sa.text("UPDATE sessions SET message_count = 99, tool_call_count = 7 WHERE id = :id"),
             {"id": ALPHA},
         )
-        conn.execute(sa.text("DROP INDEX ix_messages_content_tsv"))
+        conn.execute(sa.text("DROP INDEX ix_messages_content_tsvector"))
     engine.dispose()
     return {"message_counts", "tool_call_counts", "fts_objects"}
 
@@ -716,8 +716,8 @@ def damaged(seeded: str) -> Iterator[tuple[str, set[str]]]:
         # The PostgreSQL database is shared by the run: put the index back whatever happened.
         with Store.open(seeded) as store:
             store.write(lambda conn: conn.exec_driver_sql(
-                "CREATE INDEX IF NOT EXISTS ix_messages_content_tsv ON messages USING gin "
-                "((to_tsvector('simple'::regconfig, left(coalesce(content, ''), 200000))))"
+                "CREATE INDEX IF NOT EXISTS ix_messages_content_tsvector ON messages "
+                "USING gin (content_tsv)"
             ))  # fmt: skip
 
 

@@ -1,7 +1,7 @@
 """Search on PostgreSQL: tsvector/GIN for words, the pg_trgm GIN index for substrings.
 
-Word search matches the expression index of revision 0001: the ``WHERE`` clause repeats the
-migrations' ``PG_TSV_EXPRESSION`` verbatim, or the planner would not recognise the index. Hits
+Word search uses the stored ``content_tsv`` column of revision 0008 and its GIN index (the
+tsvector is computed once per write, not per match as with 0001's expression index). Hits
 are ranked by ``ts_rank`` and shown with ``ts_headline``, shaped like SQLite's ``snippet()``:
 ``>>>``/``<<<`` markers, a window of about 40 words around the best match, and ``...`` where
 text was cut off (added here, as ``ts_headline`` has no such option).
@@ -44,13 +44,29 @@ HEADLINE_OPTIONS: Final = (
 _TSQUERY: Final = "to_tsquery('simple', :tsquery)"
 
 
-def indexed_tsvector_expression() -> str:
-    """The indexed expression, taken from the migrations that created the index.
+_TSV_SOURCE_KEY: Final = "sessionstore.tsvector_source"
 
-    They ship as a package-data directory mypy cannot see, hence the dynamic import.
+
+def indexed_tsvector_expression(conn: Connection) -> str:
+    """What to match words against: revision 0008's stored column, else 0001's expression.
+
+    Both are GIN-indexed; the expression text must be the migrations' verbatim for the planner
+    to use its index. Which one this database has is looked up once per DBAPI connection. The
+    migrations ship as a package-data directory mypy cannot see, hence the dynamic import.
     """
+    info = conn.connection.info
+    cached = info.get(_TSV_SOURCE_KEY)
+    if cached is not None:
+        return str(cached)
     search_ddl = importlib.import_module("sessionstore._migrations.search_ddl")
-    return str(search_ddl.PG_TSV_EXPRESSION)
+    has_column = conn.exec_driver_sql(
+        "SELECT 1 FROM information_schema.columns "
+        "WHERE table_name = 'messages' AND column_name = %(column)s",
+        {"column": search_ddl.PG_TSV_COLUMN},
+    ).first()
+    source = f"m.{search_ddl.PG_TSV_COLUMN}" if has_column else str(search_ddl.PG_TSV_EXPRESSION)
+    info[_TSV_SOURCE_KEY] = source
+    return source
 
 
 # The page is chosen from (id, score) alone; full rows, and the expensive headlines, are
@@ -141,7 +157,7 @@ class PostgreSQLSearch:
             **page.params,
         }
         statement = filtered_statement(
-            _WORD_SEARCH, filters, tsvector=indexed_tsvector_expression()
+            _WORD_SEARCH, filters, tsvector=indexed_tsvector_expression(conn)
         )
         rows = conn.execute(statement, params)
         return [match_row(*row) for row in rows]
@@ -151,7 +167,7 @@ class PostgreSQLSearch:
         if tsquery is None:
             return False
         statement = filtered_statement(
-            _ANY_WORD_MATCH, filters, tsvector=indexed_tsvector_expression()
+            _ANY_WORD_MATCH, filters, tsvector=indexed_tsvector_expression(conn)
         )
         return conn.execute(statement, {"tsquery": tsquery}).first() is not None
 
