@@ -7,8 +7,12 @@ PYTHON="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e ".[dev]"
+install_log="$(mktemp)"
+install() {  # quiet unless it fails
+  .venv/bin/python -m pip install -q "$@" >"$install_log" 2>&1 || { cat "$install_log"; exit 1; }
+}
+install --upgrade pip
+install -e ".[dev]"
 # Static checks first: the public API is typed (py.typed) and kept ruff- and mypy-clean.
 .venv/bin/ruff check .
 .venv/bin/mypy
