@@ -25,7 +25,7 @@ from .hits import (
     SUBSTRING_SNIPPET_SIDE_CHARS,
     MatchRow,
     match_row,
-    substring_snippet,
+    substring_match_rows,
 )
 from .request import Page, SearchFilters, filtered_statement
 from .sanitize import escape_like
@@ -166,20 +166,7 @@ class FTS5Search:
     ) -> list[MatchRow]:
         statement = filtered_statement(_LIKE_SEARCH, filters)
         params: dict[str, Any] = {"needle": needle, "pattern": like_pattern(needle), **page.params}
-        return [
-            match_row(
-                row.id,
-                row.session_id,
-                row.role,
-                substring_snippet(row.hit_start, row.text_before, row.hit_text, row.text_after),
-                row.timestamp,
-                row.tool_name,
-                row.source,
-                row.model,
-                row.started_at,
-            )
-            for row in conn.execute(statement, params)
-        ]
+        return substring_match_rows(conn.execute(statement, params))
 
 
 def fts5_phrase(needle: str) -> str:

@@ -7,6 +7,7 @@ service adds the context. :func:`substring_snippet` gives substring hits (where 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -145,3 +146,21 @@ def substring_snippet(
             SNIPPET_ELLIPSIS if more_after else "",
         )
     )
+
+
+def substring_match_rows(rows: Iterable[Any]) -> list[MatchRow]:
+    """Rows of a substring search (both backends select the same columns) as match rows."""
+    return [
+        match_row(
+            row.id,
+            row.session_id,
+            row.role,
+            substring_snippet(row.hit_start, row.text_before, row.hit_text, row.text_after),
+            row.timestamp,
+            row.tool_name,
+            row.source,
+            row.model,
+            row.started_at,
+        )
+        for row in rows
+    ]

@@ -27,7 +27,7 @@ from .hits import (
     SUBSTRING_SNIPPET_SIDE_CHARS,
     MatchRow,
     match_row,
-    substring_snippet,
+    substring_match_rows,
 )
 from .request import Page, SearchFilters, filtered_statement
 from .sanitize import escape_like, to_postgres_tsquery
@@ -179,17 +179,6 @@ class PostgreSQLSearch:
             "pattern": "%" + escape_like(needle, LIKE_ESCAPE) + "%",
             **page.params,
         }
-        return [
-            match_row(
-                row.id,
-                row.session_id,
-                row.role,
-                substring_snippet(row.hit_start, row.text_before, row.hit_text, row.text_after),
-                row.timestamp,
-                row.tool_name,
-                row.source,
-                row.model,
-                row.started_at,
-            )
-            for row in conn.execute(filtered_statement(_SUBSTRING_SEARCH, filters), params)
-        ]
+        return substring_match_rows(
+            conn.execute(filtered_statement(_SUBSTRING_SEARCH, filters), params)
+        )
