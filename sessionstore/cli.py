@@ -657,17 +657,25 @@ def db_doctor(
 @_report_errors
 def db_copy(
     ctx: typer.Context,
-    target: Annotated[
-        str, typer.Argument(metavar="TARGET_URL", help="URL of the store to copy into.")
+    urls: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="[SRC_URL] DST_URL",
+            help="Where to copy from (default: the global --url store) and to.",
+        ),
     ],
     as_json: JsonOption = False,
 ) -> None:
-    """Copy every session and message of the store into TARGET (upgraded first).
+    """Copy every session and message from SRC (or --url) into DST (upgraded first).
 
     Safe to re-run: an interrupted copy is completed, existing rows are kept.
     """
+    if len(urls) > 2:
+        raise UsageProblem("db copy takes SRC_URL DST_URL, or DST_URL with --url as the source")
     state = _state(ctx)
-    target_state = CliState(target, state.debug)
+    if len(urls) == 2:
+        state = CliState(urls[0], state.debug)
+    target_state = CliState(urls[-1], state.debug)
     target_url = _url(target_state)
     with _open_store(state) as source:
         total = SessionRepository(source).session_count()

@@ -794,6 +794,18 @@ def test_db_copy_sqlite_into_postgresql(
     assert rerun.exit_code == 0
 
 
+def test_db_copy_takes_source_and_target_as_arguments(
+    runner: CliRunner, tmp_path: Path, empty_pg_url: str
+) -> None:
+    source = f"sqlite:///{tmp_path}/state.db"
+    seed(source)
+    result = runner.invoke(cli.app, ["db", "copy", source, empty_pg_url, "--json"])
+    assert result.exit_code == 0, result.output
+    assert session_ids(empty_pg_url) == {ALPHA, ALPHA_OLD, CHILD, LIVE_OLD}
+    too_many = runner.invoke(cli.app, ["db", "copy", source, empty_pg_url, source])
+    assert too_many.exit_code == 2
+
+
 # -- helpers ---------------------------------------------------------------------------------------
 def test_short_ids_are_unique_prefixes(store_url: str) -> None:
     ids = ["abcdefgh-1", "abcdefgh-2", "abcdefgh", "zz-short", "qqqqqqqqqqqqqqqq"]
