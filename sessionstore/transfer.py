@@ -24,7 +24,9 @@ else); a parent that is not in the target is set once the parent arrives, or lef
 
 from __future__ import annotations
 
+import itertools
 import json
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal
@@ -217,18 +219,44 @@ def write_records(
     pending_parents: dict[str, str] = {}
     position = _Position()
     batch: list[Record] = []
-    for kind, row in records:
-        batch.append((kind, row))
-        if kind == "session" and progress is not None:
-            progress(1)
-        if len(batch) >= BATCH_ROWS:
-            position = _flush(store, batch, on_conflict, result, pending_parents, position)
-            batch = []
-    if batch:
-        _flush(store, batch, on_conflict, result, pending_parents, position)
+    # Messages whose id another session already uses in the target get fresh ids, but only
+    # after every explicit id is in: a generated id must not take one a later batch needs.
+    # They wait in a temporary file, so memory stays bounded however many there are.
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as renumbered:
+        for kind, row in records:
+            batch.append((kind, row))
+            if kind == "session" and progress is not None:
+                progress(1)
+            if len(batch) >= BATCH_ROWS:
+                position = _flush(
+                    store, batch, on_conflict, result, pending_parents, position, renumbered
+                )
+                batch = []
+        if batch:
+            _flush(store, batch, on_conflict, result, pending_parents, position, renumbered)
+        store.write(store.dialect.reset_sequences)
+        _insert_renumbered(store, renumbered)
     _resolve_parents(store, pending_parents, result)
     store.write(store.dialect.reset_sequences)
     return result
+
+
+def _insert_renumbered(store: Store, spool: IO[str]) -> None:
+    spool.seek(0)
+    chunk: list[dict[str, Any]] = []
+    for line in itertools.chain(spool, [None]):
+        if line is not None:
+            chunk.append(json.loads(line))
+        if chunk and (line is None or len(chunk) >= BATCH_ROWS):
+            _insert_rows(store, chunk)
+            chunk = []
+
+
+def _insert_rows(store: Store, rows: list[dict[str, Any]]) -> None:
+    def run(conn: Connection) -> None:
+        conn.execute(messages.insert(), rows)
+
+    store.write(run)
 
 
 def _flush(
@@ -238,10 +266,13 @@ def _flush(
     result: TransferResult,
     pending_parents: dict[str, str],
     start: _Position,
+    renumbered: IO[str],
 ) -> _Position:
     """Write one batch in one transaction; returns where the next batch continues."""
 
-    def run(conn: Connection) -> tuple[TransferResult, dict[str, str], _Position]:
+    def run(
+        conn: Connection,
+    ) -> tuple[TransferResult, dict[str, str], _Position, list[dict[str, Any]]]:
         local = TransferResult()
         parents: dict[str, str] = {}
         position = _Position(start.session_id, start.skipping)
@@ -258,6 +289,7 @@ def _flush(
             )
         }
         message_rows: list[dict[str, Any]] = []
+        deferred: list[dict[str, Any]] = []
         for kind, row in batch:
             if kind == "session":
                 position = _Position(row["id"], False)
@@ -285,22 +317,39 @@ def _flush(
                 continue
             if owner is not None:
                 values.pop("id")
+                if _already_copied(conn, values):
+                    continue
+                deferred.append(values)
                 local.renumbered_messages += 1
-                conn.execute(messages.insert(), values)
             else:
                 message_rows.append(values)
             local.messages += 1
         if message_rows:
             conn.execute(messages.insert(), message_rows)
-        return local, parents, position
+        return local, parents, position, deferred
 
-    local, parents, position = store.write(run)
+    local, parents, position, deferred = store.write(run)
+    for values in deferred:
+        renumbered.write(json.dumps(values, ensure_ascii=False) + "\n")
     result.sessions += local.sessions
     result.messages += local.messages
     result.skipped_sessions += local.skipped_sessions
     result.renumbered_messages += local.renumbered_messages
     pending_parents.update(parents)
     return position
+
+
+def _already_copied(conn: Connection, values: dict[str, Any]) -> bool:
+    """A renumbered message a previous (interrupted) run already wrote, found by its content."""
+    statement = select(messages.c.id).where(
+        messages.c.session_id == values["session_id"],
+        messages.c.timestamp == values["timestamp"],
+        messages.c.role == values["role"],
+        messages.c.content.is_(None)
+        if values["content"] is None
+        else messages.c.content == values["content"],
+    )
+    return conn.execute(statement.limit(1)).first() is not None
 
 
 def _session_exists(conn: Connection, session_id: str) -> bool:
