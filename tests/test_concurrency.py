@@ -226,9 +226,9 @@ def test_readers_see_consistent_counts_while_writers_write(db: SessionDB) -> Non
 
 
 # -- separate processes on one SQLite file -------------------------------------------------------
-def _process_worker(path: str, worker: int, barrier: Any) -> None:
+def _process_worker(url: str, worker: int, barrier: Any) -> None:
     """Runs in a child process: an agent of its own, writing to the shared session and its own."""
-    db = SessionDB(db_path=path)
+    db = SessionDB(url=url)
     try:
         db.create_session("shared", "cli")  # every agent races to create it: idempotent
         own = f"proc-{worker}"
@@ -254,12 +254,13 @@ def _process_worker(path: str, worker: int, barrier: Any) -> None:
         db.close()
 
 
-def _run_processes(path: Path) -> None:
+def _run_processes(path: Path | str, processes_count: int = PROCESSES) -> None:
+    url = path if isinstance(path, str) else f"sqlite:///{path}"
     context = multiprocessing.get_context("spawn")
-    barrier = context.Barrier(PROCESSES)
+    barrier = context.Barrier(processes_count)
     processes = [
-        context.Process(target=_process_worker, args=(str(path), n, barrier))
-        for n in range(PROCESSES)
+        context.Process(target=_process_worker, args=(url, n, barrier))
+        for n in range(processes_count)
     ]
     for process in processes:
         process.start()
@@ -268,28 +269,31 @@ def _run_processes(path: Path) -> None:
     for process in processes:
         if process.is_alive():
             process.kill()
-    assert [p.exitcode for p in processes] == [0] * PROCESSES
+    assert [p.exitcode for p in processes] == [0] * processes_count
 
 
-def _assert_process_counts(path: Path) -> None:
-    db = SessionDB(db_path=path)
+def _assert_process_counts(path: Path | str, processes_count: int = processes_count) -> None:
+    db = SessionDB(url=path) if isinstance(path, str) else SessionDB(db_path=path)
+    processes_count = processes_count
     try:
-        total_shared = PROCESSES * MESSAGES_PER_PROCESS
+        total_shared = processes_count * MESSAGES_PER_PROCESS
         shared = db.get_session("shared")
         assert shared is not None
         assert shared["message_count"] == db.message_count("shared") == total_shared
-        assert shared["tool_call_count"] == PROCESSES * len(range(0, MESSAGES_PER_PROCESS, 4))
+        assert shared["tool_call_count"] == processes_count * len(range(0, MESSAGES_PER_PROCESS, 4))
         assert shared["input_tokens"] == total_shared
         assert shared["output_tokens"] == 2 * total_shared
         turns = len(range(0, MESSAGES_PER_PROCESS, 10))
-        for worker in range(PROCESSES):
+        for worker in range(processes_count):
             own = db.get_session(f"proc-{worker}")
             assert own is not None
             assert own["message_count"] == db.message_count(f"proc-{worker}") == 2 * turns
-        assert db.session_count() == PROCESSES + 1
-        assert db.message_count() == total_shared + PROCESSES * 2 * turns
+        assert db.session_count() == processes_count + 1
+        assert db.message_count() == total_shared + processes_count * 2 * turns
     finally:
         db.close()
+    if isinstance(path, str):
+        return
     # The file is sound after the storm.
     engine = sa.create_engine(f"sqlite:///{path}")
     try:
@@ -311,3 +315,9 @@ def test_processes_open_a_new_sqlite_file_at_once(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     _run_processes(path)
     _assert_process_counts(path)
+
+
+def test_eight_processes_append_to_one_postgresql_store(empty_pg_url: str) -> None:
+    # No one created the schema first: eight processes race to migrate it, then to write.
+    _run_processes(empty_pg_url, processes_count=8)
+    _assert_process_counts(empty_pg_url, processes_count=8)
