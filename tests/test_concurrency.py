@@ -272,9 +272,8 @@ def _run_processes(path: Path | str, processes_count: int = PROCESSES) -> None:
     assert [p.exitcode for p in processes] == [0] * processes_count
 
 
-def _assert_process_counts(path: Path | str, processes_count: int = processes_count) -> None:
+def _assert_process_counts(path: Path | str, processes_count: int = PROCESSES) -> None:
     db = SessionDB(url=path) if isinstance(path, str) else SessionDB(db_path=path)
-    processes_count = processes_count
     try:
         total_shared = processes_count * MESSAGES_PER_PROCESS
         shared = db.get_session("shared")
