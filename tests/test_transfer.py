@@ -97,3 +97,9 @@ def test_copy_into_a_store_whose_ids_are_taken_renumbers_and_reruns_cleanly(
         assert target.message_count() == expected_messages + 30
         assert target.message_count("already-here") == 30
         assert target.search_messages("数据库")
+
+
+def test_copy_of_a_legacy_upgraded_file_is_exact(legacy_url: str, store_url: str) -> None:
+    migrate.copy(legacy_url, store_url)
+    with SessionDB(url=legacy_url) as source, SessionDB(url=store_url) as target:
+        assert _export(target) == _export(source)
