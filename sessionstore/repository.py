@@ -30,7 +30,6 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection, Row
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.sql import Executable
 
 from . import titles, validation
 from .errors import TitleInUseError, UnknownSessionError
@@ -354,8 +353,8 @@ class SessionRepository:
             yield SessionRecord(*row)
 
     def iter_messages(self, conn: Connection, session_id: str) -> Iterator[MessageRecord]:
-        statement = _messages_of(session_id)
-        for row in conn.execution_options(yield_per=1000).execute(statement):
+        streaming = conn.execution_options(yield_per=1000)
+        for row in streaming.execute(_MESSAGES_OF_SESSION, {"session_id": session_id}):
             yield MessageRecord(*row)
 
     # -- titles ---------------------------------------------------------------------------
@@ -657,10 +656,6 @@ _CONVERSATION_OF_SESSION = (
 )
 
 
-def _messages_of(session_id: str) -> Executable:
-    return _MESSAGES_OF_SESSION.params(session_id=session_id)
-
-
 def _one_session(row: Row[Any] | None) -> SessionRecord | None:
     return None if row is None else SessionRecord._make(row)
 
@@ -702,10 +697,6 @@ def _last_active() -> ColumnElement[Any]:
         .scalar_subquery()
     )
     return func.coalesce(newest, sessions.c.started_at)
-
-
-def _rich_select() -> Select[Any]:
-    return _RICH_SELECT
 
 
 def _build_rich_select() -> Select[Any]:
