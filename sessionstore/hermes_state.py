@@ -40,7 +40,8 @@ reaches into (its insights, dashboard, ACP sessions, CLI resume):
   SQLite lock that transaction holds, until the retry budget runs out.
 - ``_execute_write(fn)``: Hermes's write helper: ``fn(conn)`` inside ``BEGIN IMMEDIATE`` on
   ``_conn``, committed, retried with jitter while the store is busy.
-- ``_sanitize_fts5_query`` and ``_contains_cjk``: the static helpers under their Hermes names.
+- ``_sanitize_fts5_query`` and ``_contains_cjk``: the static helpers under their Hermes names;
+  ``set_token_counts``: early v6's spelling of ``update_token_counts(..., absolute=True)``.
 """
 
 from __future__ import annotations
@@ -233,6 +234,44 @@ class SessionDB(facade.SessionDB):
     @staticmethod
     def _contains_cjk(text: str) -> bool:
         return contains_cjk(text)
+
+    def set_token_counts(
+        self,
+        session_id: str,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        model: str | None = None,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
+        reasoning_tokens: int = 0,
+        estimated_cost_usd: float | None = None,
+        actual_cost_usd: float | None = None,
+        cost_status: str | None = None,
+        cost_source: str | None = None,
+        pricing_version: str | None = None,
+        billing_provider: str | None = None,
+        billing_base_url: str | None = None,
+        billing_mode: str | None = None,
+    ) -> None:
+        """Hermes v6's older spelling of ``update_token_counts(..., absolute=True)``."""
+        self.update_token_counts(
+            session_id,
+            input_tokens,
+            output_tokens,
+            model,
+            cache_read_tokens,
+            cache_write_tokens,
+            reasoning_tokens,
+            estimated_cost_usd,
+            actual_cost_usd,
+            cost_status,
+            cost_source,
+            pricing_version,
+            billing_provider,
+            billing_base_url,
+            billing_mode,
+            absolute=True,
+        )
 
     def _execute_write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Hermes's write helper: ``fn(_conn)`` in ``BEGIN IMMEDIATE``, committed, retried."""

@@ -372,6 +372,17 @@ def test_execute_write_runs_hermes_style_and_waits_out_a_busy_store(
     assert db.get_session("x") is None and write_lock_is_free(db_file)
 
 
+def test_set_token_counts_sets_the_totals(db: SessionDB) -> None:
+    db.create_session("s", "gateway")
+    db.update_token_counts("s", input_tokens=5, output_tokens=5)
+    db.set_token_counts("s", input_tokens=100, output_tokens=40, model="m", reasoning_tokens=3)
+    db.set_token_counts("s", input_tokens=120, output_tokens=50)
+    session = db.get_session("s")
+    assert session is not None
+    assert (session["input_tokens"], session["output_tokens"]) == (120, 50)
+    assert (session["reasoning_tokens"], session["model"]) == (0, "m")
+
+
 # -- titles, as `hermes sessions rename` and the gateway's /title see them -------------------------
 def test_title_conflicts_read_exactly_as_in_hermes(db: SessionDB) -> None:
     db.create_session("first", "cli")
@@ -565,8 +576,19 @@ def test_layout_helper_keeps_triggers_indexes_and_the_autoincrement_mark(
         db.append_message("s", "user", f"message {number}")
     db.clear_messages("s")
     db.close()
+    dependents_sql = (
+        "SELECT type, name, sql FROM sqlite_master WHERE tbl_name = 'messages'"
+        " AND type IN ('index', 'trigger') ORDER BY name"
+    )
+    with sqlite3.connect(db_file) as conn:
+        dependents = conn.execute(dependents_sql).fetchall()
+    conn.close()
+    assert len([row for row in dependents if row[0] == "trigger"]) >= 3
     shuffled = [*reversed(HERMES_V6_MESSAGE_ORDER[1:]), "id"]
     assert _run_helper(db_file, "messages", shuffled) is True
+    with sqlite3.connect(db_file) as conn:
+        assert conn.execute(dependents_sql).fetchall() == dependents
+    conn.close()
     again = SessionDB(db_file)
     try:
         columns = [row["name"] for row in again._conn.execute("PRAGMA table_info(messages)")]
