@@ -115,6 +115,44 @@ def test_the_module_replaces_hermes_state_wholesale(hermes_state: Any, db_file: 
         db.close()
 
 
+def test_a_hermes_checkout_with_the_one_line_module_runs_on_the_store(tmp_path: Path) -> None:
+    checkout = tmp_path / "hermes-agent"
+    checkout.mkdir()
+    (checkout / "hermes_state.py").write_text(
+        "import sys, sessionstore.hermes_state as m; sys.modules[__name__] = m\n"
+    )
+    # What Hermes's own modules do with it: import names, patch the default, use _conn/_lock.
+    client = (
+        "import sys, pathlib\n"
+        "import hermes_state\n"
+        "from hermes_state import SessionDB, SCHEMA_VERSION\n"
+        "import sessionstore.hermes_state as ours\n"
+        "assert hermes_state is ours and SCHEMA_VERSION == 6\n"
+        "hermes_state.DEFAULT_DB_PATH = pathlib.Path(sys.argv[1])\n"
+        "db = SessionDB()\n"
+        "db.create_session('acp-1', 'acp', model='a')\n"
+        "with db._lock:\n"
+        "    db._conn.execute('UPDATE sessions SET model = ? WHERE id = ?', ('b', 'acp-1'))\n"
+        "    db._conn.commit()\n"
+        "row = db._conn.execute('SELECT model FROM sessions WHERE id = ?', ('acp-1',)).fetchone()\n"
+        "print(row['model'], db.get_session('acp-1')['model'])\n"
+        "db.close()\n"
+    )
+    target = tmp_path / "home" / "state.db"
+    environment = {k: v for k, v in os.environ.items() if k != "SESSIONSTORE_URL"}
+    result = subprocess.run(
+        [sys.executable, "-c", client, str(target)],
+        cwd=checkout,
+        env={**environment, "PYTHONPATH": str(checkout)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["b", "b"]
+    assert target.exists()
+
+
 def test_default_db_path_is_read_when_sessiondb_is_called(
     hermes_state: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
