@@ -22,7 +22,10 @@ reaches into (its insights, dashboard, ACP sessions, CLI resume):
   opened through the store's engine, so it gets the store's PRAGMAs (busy timeout, foreign
   keys, WAL) and its opening rules; like Hermes's it runs in autocommit mode
   (``isolation_level=None``: each statement outside an explicit ``BEGIN`` commits itself) and
-  returns ``sqlite3.Row`` rows. What it commits is visible to the store's other connections
+  returns ``sqlite3.Row`` rows. (Hermes v6 moved to autocommit when it began writing with
+  ``BEGIN IMMEDIATE``; code written for the driver's older implicit transactions still works:
+  its UPDATE commits at once, its ``commit()`` is a no-op, and no lock outlives the
+  statement.) What it commits is visible to the store's other connections
   at their next transaction, and the reverse. After ``fork()`` the child never uses the
   connection it inherited: the first ``_conn`` in the child opens a new one (the inherited one
   is left untouched, never closed, because closing it could disturb the parent's locks).

@@ -26,7 +26,7 @@ import pytest
 import sqlalchemy as sa
 from alembic.migration import MigrationContext
 from alembic.operations import Operations
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from legacy import build_legacy_db
 
@@ -433,6 +433,33 @@ def test_title_conflicts_read_exactly_as_in_hermes(db: SessionDB) -> None:
     assert db.get_next_title_in_lineage("Release plan") == "Release plan #2"
     with pytest.raises(ValueError, match=r"^Title too long \(101 chars, max 100\)$"):
         db.set_session_title("second", "x" * 101)
+
+
+# One file for every example (each resets the titles it uses), hence the fixture is fine.
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(title=st.text(min_size=1, max_size=120))
+def test_any_title_conflict_names_the_title_and_its_holder(tmp_path: Path, title: str) -> None:
+    try:
+        clean = SessionDB.sanitize_title(title)
+    except ValueError:
+        return  # too long: its own error, tested above
+    if clean is None:
+        return
+    db = SessionDB(tmp_path / "titles.db")
+    try:
+        db.create_session("holder", "cli")
+        db.create_session("other", "cli")
+        db.set_session_title("holder", None)
+        db.set_session_title("other", None)
+        assert db.set_session_title("holder", title) is True
+        with pytest.raises(ValueError) as refused:
+            db.set_session_title("other", title)
+        assert str(refused.value) == f"Title '{clean}' is already in use by session holder"
+        assert db.get_session_title("other") is None
+    finally:
+        db.close()
 
 
 # -- lifecycle of the connection ----------------------------------------------------------------
