@@ -133,3 +133,158 @@ def renumber_duplicate_titles() -> int:
         taken.add(new_title)
         renamed += 1
     return renamed
+
+
+# -- physical column order ---------------------------------------------------------------------
+
+_TABLE_CONSTRAINT_KEYWORDS = frozenset({"constraint", "primary", "foreign", "unique", "check"})
+
+
+def lay_out_empty_table(table: str, columns: list[str] | tuple[str, ...]) -> bool:
+    """Give an EMPTY SQLite table the physical column order ``columns`` (a version's order).
+
+    Why: ``ALTER TABLE ADD COLUMN`` can only append, so a file built step by step gets its
+    columns in step order, while Hermes creates a fresh file from its current ``SCHEMA_SQL``,
+    whose order differs (e.g. ``sessions.title`` is last from v5 on). ``SELECT *`` readers
+    (Hermes's own code through ``_conn``, exports, positional tools) see that order. A table
+    that holds no row can be laid out again at no risk; a table with rows is never rebuilt
+    (its data matter more than its order), so this returns False and changes nothing.
+
+    The table is re-created from its own ``CREATE TABLE`` text with the column definitions
+    reordered (every type, default, constraint and name kept verbatim); its indexes and
+    triggers (the full-text triggers on ``messages``) are re-created from their stored SQL and
+    the AUTOINCREMENT high-water mark is kept, so ids are never reused. Columns the table has
+    but ``columns`` does not name keep their relative order after the named ones; named
+    columns the table lacks are ignored. No-op on other databases and when the order is right.
+    Returns True when the table was laid out again.
+    """
+    bind = op.get_bind()
+    if bind.dialect.name != "sqlite" or not table_exists(table):
+        return False
+    quoted = _quote_identifier(table)
+    current = [str(row[1]) for row in bind.exec_driver_sql(f"PRAGMA table_info({quoted})")]
+    wanted = [name for name in columns if name in current]
+    desired = wanted + [name for name in current if name not in wanted]
+    if desired == current:
+        return False
+    if bind.exec_driver_sql(f"SELECT 1 FROM {quoted} LIMIT 1").first() is not None:
+        return False
+    create_sql = bind.execute(
+        sa.text("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = :name"),
+        {"name": table},
+    ).scalar_one()
+    dependents = [
+        str(sql)
+        for (sql,) in bind.execute(
+            sa.text(
+                "SELECT sql FROM sqlite_master WHERE tbl_name = :name"
+                " AND type IN ('index', 'trigger') AND sql IS NOT NULL ORDER BY rowid"
+            ),
+            {"name": table},
+        )
+    ]
+    high_water = None
+    if table_exists("sqlite_sequence"):
+        high_water = bind.execute(
+            sa.text("SELECT seq FROM sqlite_sequence WHERE name = :name"), {"name": table}
+        ).scalar()
+    reordered = reorder_create_table_sql(str(create_sql), desired)
+    bind.exec_driver_sql(f"DROP TABLE {quoted}")
+    bind.exec_driver_sql(reordered)
+    for sql in dependents:
+        bind.exec_driver_sql(sql)
+    if high_water is not None:
+        bind.execute(
+            sa.text("INSERT INTO sqlite_sequence (name, seq) VALUES (:name, :seq)"),
+            {"name": table, "seq": high_water},
+        )
+    laid_out = [str(row[1]) for row in bind.exec_driver_sql(f"PRAGMA table_info({quoted})")]
+    if laid_out != desired:  # pragma: no cover - a parser defect; the transaction rolls back
+        raise RuntimeError(f"re-creating {table} gave columns {laid_out}, not {desired}")
+    return True
+
+
+def reorder_create_table_sql(create_sql: str, order: list[str]) -> str:
+    """``create_sql`` (a ``CREATE TABLE`` statement) with its column definitions in ``order``.
+
+    Table constraints follow the columns in their original order; text after the closing
+    parenthesis (``WITHOUT ROWID``, ``STRICT``) is kept. Every column must be named in ``order``.
+    """
+    open_at = create_sql.index("(")
+    close_at = create_sql.rindex(")")
+    elements = _split_top_level(create_sql[open_at + 1 : close_at])
+    by_name: dict[str, str] = {}
+    constraints: list[str] = []
+    for element in elements:
+        name = _leading_identifier(element)
+        if name is None or name[1] in _TABLE_CONSTRAINT_KEYWORDS:
+            constraints.append(element)
+        else:
+            by_name[name[0]] = element
+    if sorted(by_name) != sorted(order):
+        raise ValueError(f"columns {sorted(by_name)} cannot be put in the order {order}")
+    body = ",\n    ".join([by_name[name] for name in order] + constraints)
+    return f"{create_sql[: open_at + 1]}\n    {body}\n{create_sql[close_at:]}"
+
+
+def _split_top_level(body: str) -> list[str]:
+    """Split a parenthesised SQL list at its top-level commas (quotes and comments respected)."""
+    parts: list[str] = []
+    depth = 0
+    start = 0
+    index = 0
+    closers = {"'": "'", '"': '"', "`": "`", "[": "]"}
+    while index < len(body):
+        char = body[index]
+        if char in closers:
+            end = body.find(closers[char], index + 1)
+            # A doubled quote is an escaped quote: keep scanning after it.
+            while char != "[" and end != -1 and body.startswith(closers[char] * 2, end):
+                end = body.find(closers[char], end + 2)
+            index = len(body) if end == -1 else end + 1
+            continue
+        if body.startswith("--", index):
+            end = body.find("\n", index)
+            index = len(body) if end == -1 else end + 1
+            continue
+        if body.startswith("/*", index):
+            end = body.find("*/", index + 2)
+            index = len(body) if end == -1 else end + 2
+            continue
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(body[start:index].strip())
+            start = index + 1
+        index += 1
+    parts.append(body[start:].strip())
+    return [part for part in parts if part]
+
+
+_LEADING_NOISE = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*", re.DOTALL)
+_IDENTIFIER = re.compile(r'"((?:[^"]|"")*)"|`((?:[^`]|``)*)`|\[([^\]]*)\]|([^\s(,]+)')
+
+
+def _leading_identifier(element: str) -> tuple[str, str] | None:
+    """The first identifier of a column or constraint definition: (name, lowercase bare word).
+
+    The second item is empty for a quoted identifier, so a column named "check" is a column.
+    """
+    noise = _LEADING_NOISE.match(element)
+    match = _IDENTIFIER.match(element, noise.end() if noise else 0)
+    if match is None:
+        return None
+    double, backtick, bracket, bare = match.groups()
+    if double is not None:
+        return double.replace('""', '"'), ""
+    if backtick is not None:
+        return backtick.replace("``", "`"), ""
+    if bracket is not None:
+        return bracket, ""
+    return bare, bare.lower()
+
+
+def _quote_identifier(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'

@@ -105,7 +105,6 @@ class Session(Base):
     tool_call_count: Mapped[int | None] = mapped_column(server_default=text("0"))
     input_tokens: Mapped[int | None] = mapped_column(server_default=text("0"))
     output_tokens: Mapped[int | None] = mapped_column(server_default=text("0"))
-    title: Mapped[str | None]
     cache_read_tokens: Mapped[int | None] = mapped_column(server_default=text("0"))
     cache_write_tokens: Mapped[int | None] = mapped_column(server_default=text("0"))
     reasoning_tokens: Mapped[int | None] = mapped_column(server_default=text("0"))
@@ -117,6 +116,9 @@ class Session(Base):
     cost_status: Mapped[str | None]
     cost_source: Mapped[str | None]
     pricing_version: Mapped[str | None]
+    # Last, as in Hermes v6's SCHEMA_SQL: a fresh file has this physical order (revision 0005
+    # lays an empty table out again in it), and ``SELECT *`` readers see it.
+    title: Mapped[str | None]
 
     __table_args__ = (
         Index(IDX_SESSIONS_SOURCE, "source"),

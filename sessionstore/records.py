@@ -13,6 +13,8 @@ from typing import Any, NamedTuple
 
 
 class SessionRecord(NamedTuple):
+    """A ``sessions`` row; fields in Hermes v6's column order (``title`` last)."""
+
     id: str
     source: str
     user_id: str | None
@@ -27,7 +29,6 @@ class SessionRecord(NamedTuple):
     tool_call_count: int | None
     input_tokens: int | None
     output_tokens: int | None
-    title: str | None
     cache_read_tokens: int | None
     cache_write_tokens: int | None
     reasoning_tokens: int | None
@@ -39,6 +40,7 @@ class SessionRecord(NamedTuple):
     cost_status: str | None
     cost_source: str | None
     pricing_version: str | None
+    title: str | None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(zip(SESSION_FIELDS, self, strict=True))
@@ -73,9 +75,11 @@ class SessionListing:
     lineage_root_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        # Hermes's order: the session's columns, then last_active (a SQL column), then preview
+        # (added in Python after the query).
         row = self.session.to_dict()
-        row["preview"] = self.preview
         row["last_active"] = self.last_active
+        row["preview"] = self.preview
         if self.lineage_root_id is not None:
             row["_lineage_root_id"] = self.lineage_root_id
         return row

@@ -369,8 +369,9 @@ class SessionRepository:
                     select(sessions.c.id).where(sessions.c.title == clean)
                 ).scalar()
                 if holder is not None and holder != session_id:
+                    # Hermes's exact words: users see them in `sessions rename` and `/title`.
                     raise TitleInUseError(
-                        f"title {clean!r} is already in use by session {holder}"
+                        f"Title '{clean}' is already in use by session {holder}"
                     )
             result = conn.execute(
                 update(sessions).where(sessions.c.id == session_id).values(title=clean)
@@ -381,7 +382,9 @@ class SessionRepository:
             return self.store.write(run)
         except IntegrityError as exc:
             # Lost a race for the same title: the unique index decided.
-            raise TitleInUseError(f"title {clean!r} is already in use") from exc
+            raise TitleInUseError(
+                f"Title '{clean}' is already in use by another session"
+            ) from exc
 
     def get_session_title(self, session_id: str) -> str | None:
         if not isinstance(session_id, str) or _unbindable(session_id):
@@ -456,7 +459,9 @@ class SessionRepository:
 
         def run(conn: Connection) -> list[SessionListing]:
             listings = [_listing(row) for row in conn.execute(statement, parameters)]
-            if not project_compression_tips:
+            # As Hermes: with children listed, each continuation is its own row already, so
+            # projecting a root onto its tip would show the tip twice and lose the root.
+            if not project_compression_tips or include_children:
                 return listings
             roots = [
                 item for item in listings if item.session.end_reason == COMPRESSION_END_REASON
@@ -763,7 +768,7 @@ def _project(root: SessionListing, tip: SessionListing) -> SessionListing:
     changes = {name: getattr(tip.session, name) for name in _PROJECTED_FIELDS}
     return SessionListing(
         session=root.session._replace(**changes),
-        preview=tip.preview or root.preview,
+        preview=tip.preview,
         last_active=tip.last_active,
         lineage_root_id=root.session.id,
     )

@@ -12,7 +12,8 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from types import TracebackType
+from typing import Protocol, TypeVar
 
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError
@@ -50,9 +51,10 @@ class Store:
         self._write_options = self.dialect.write_options()
         self._read_options = self.dialect.read_options()
         # SQLite has one writer per file: threads of one process queue here instead of
-        # fighting over the file lock with sleeps.
-        self._write_lock: contextlib.AbstractContextManager[Any] = (
-            threading.Lock() if self.dialect.serialize_writes_in_process else _NO_LOCK
+        # fighting over the file lock with sleeps. Re-entrant, because code holding it through
+        # ``write_lock`` (the Hermes ``_lock``) may call the store's own write methods.
+        self._write_lock: WriteLock = (
+            threading.RLock() if self.dialect.serialize_writes_in_process else _NO_LOCK
         )
         # With writes serialised in-process, one connection can serve them all: no pool
         # checkout and reset per write (a measurable share of an append). Dropped on any error.
@@ -85,6 +87,20 @@ class Store:
     @property
     def url(self) -> URL:
         return self.engine.url
+
+    @property
+    def write_lock(self) -> WriteLock:
+        """The lock every write of this store in this process holds (re-entrant).
+
+        Code that writes to the store outside :meth:`write` (the Hermes compatibility surface,
+        ``sessionstore.hermes_state``) holds it too, so its writes queue with the store's own.
+        The rule for whoever extends the write path: whatever :meth:`write` must hold around a
+        transaction (say, a cross-process lock) is taken by this object's ``acquire``/``__enter__``
+        and let go by ``release``/``__exit__``; it is looked up on every use, never cached, so
+        a lock replaced after ``fork()`` is the one taken. A no-op lock where the database
+        serialises writers itself (PostgreSQL).
+        """
+        return self._write_lock
 
     def write(self, work: Callable[[Connection], T], *, retry: RetryPolicy | None = None) -> T:
         """Run ``work`` in a write transaction, retrying the whole of it while the store is busy."""
@@ -203,8 +219,41 @@ class Store:
             self.checkpoint()
 
 
-class _NoLock(contextlib.AbstractContextManager[None]):
-    def __exit__(self, *exc_info: object) -> None:
+class WriteLock(Protocol):
+    """What :attr:`Store.write_lock` offers: a ``threading.RLock``'s interface."""
+
+    def acquire(self, blocking: bool = ..., timeout: float = ...) -> bool: ...
+
+    def release(self) -> None: ...
+
+    def __enter__(self) -> bool: ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+        /,
+    ) -> None: ...
+
+
+class _NoLock:
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return True
+
+    def release(self) -> None:
+        return None
+
+    def __enter__(self) -> bool:
+        return True
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+        /,
+    ) -> None:
         return None
 
 

@@ -21,29 +21,28 @@ import sqlalchemy as sa
 from sessionstore import SessionStoreError
 from sessionstore.facade import SessionDB
 
-SESSION_COLUMNS = frozenset(
-    {
-        "id", "source", "user_id", "model", "model_config", "system_prompt",
-        "parent_session_id", "started_at", "ended_at", "end_reason", "message_count",
-        "tool_call_count", "input_tokens", "output_tokens", "title", "cache_read_tokens",
-        "cache_write_tokens", "reasoning_tokens", "billing_provider", "billing_base_url",
-        "billing_mode", "estimated_cost_usd", "actual_cost_usd", "cost_status", "cost_source",
-        "pricing_version",
-    }
+# Hermes v6's dict keys, in Hermes's order: a fresh Hermes file's column order (SCHEMA_SQL, with
+# `title` last) for `SELECT *` rows; search hits as its SELECT list names them, `content`
+# popped and `context` appended; rich listings add `last_active` (SQL) then `preview` (Python).
+SESSION_KEYS = (
+    "id", "source", "user_id", "model", "model_config", "system_prompt", "parent_session_id",
+    "started_at", "ended_at", "end_reason", "message_count", "tool_call_count", "input_tokens",
+    "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens",
+    "billing_provider", "billing_base_url", "billing_mode", "estimated_cost_usd",
+    "actual_cost_usd", "cost_status", "cost_source", "pricing_version", "title",
 )  # fmt: skip
-MESSAGE_COLUMNS = frozenset(
-    {
-        "id", "session_id", "role", "content", "tool_call_id", "tool_calls", "tool_name",
-        "timestamp", "token_count", "finish_reason", "reasoning", "reasoning_details",
-        "codex_reasoning_items",
-    }
+MESSAGE_KEYS = (
+    "id", "session_id", "role", "content", "tool_call_id", "tool_calls", "tool_name",
+    "timestamp", "token_count", "finish_reason", "reasoning", "reasoning_details",
+    "codex_reasoning_items",
 )  # fmt: skip
-SEARCH_HIT_KEYS = frozenset(
-    {
-        "id", "session_id", "role", "snippet", "timestamp", "tool_name", "source", "model",
-        "session_started", "context",
-    }
+SEARCH_HIT_KEYS = (
+    "id", "session_id", "role", "snippet", "timestamp", "tool_name", "source", "model",
+    "session_started", "context",
 )  # fmt: skip
+LISTING_KEYS = (*SESSION_KEYS, "last_active", "preview")
+PROJECTED_LISTING_KEYS = (*LISTING_KEYS, "_lineage_root_id")
+EXPORT_KEYS = (*SESSION_KEYS, "messages")
 DAY = 86_400.0
 
 
@@ -177,7 +176,7 @@ def test_create_session_returns_id_and_stores_every_column(db: SessionDB) -> Non
     assert returned == "sess-1"
     row = db.get_session("sess-1")
     assert row is not None
-    assert set(row) == SESSION_COLUMNS
+    assert list(row) == list(SESSION_KEYS)
     assert row["source"] == "telegram"
     assert row["model"] == "anthropic/claude-sonnet-4"
     assert json.loads(row["model_config"]) == {"temperature": 0.2, "max_tokens": 4096}
@@ -422,8 +421,10 @@ def test_set_session_title_refuses_a_title_held_by_another_session(db: SessionDB
     db.create_session("a", "cli")
     db.create_session("b", "cli")
     assert db.set_session_title("a", "Shared name")
-    with pytest.raises(ValueError, match="already in use"):
+    with pytest.raises(ValueError) as refused:
         db.set_session_title("b", "Shared name")
+    # Hermes's exact text: users read it in `hermes sessions rename` and the gateway's /title.
+    assert str(refused.value) == "Title 'Shared name' is already in use by session a"
     # The same title after sanitizing is the same title.
     with pytest.raises(ValueError, match="already in use"):
         db.set_session_title("b", "Shared\u200b   name ")
@@ -435,8 +436,9 @@ def test_set_session_title_refuses_a_title_held_by_another_session(db: SessionDB
 def test_set_session_title_too_long_changes_nothing(db: SessionDB) -> None:
     db.create_session("s", "cli")
     db.set_session_title("s", "Kept")
-    with pytest.raises(ValueError, match="too long"):
+    with pytest.raises(ValueError) as refused:
         db.set_session_title("s", "z" * 101)
+    assert str(refused.value) == "Title too long (101 chars, max 100)"
     assert db.get_session_title("s") == "Kept"
 
 
@@ -455,7 +457,7 @@ def test_title_lookups(db: SessionDB) -> None:
     assert db.get_session_title("s") == "Lookup me"
     assert db.get_session_title("ghost") is None
     found = db.get_session_by_title("Lookup me")
-    assert found is not None and found["id"] == "s" and set(found) == SESSION_COLUMNS
+    assert found is not None and found["id"] == "s" and list(found) == list(SESSION_KEYS)
     assert db.get_session_by_title("Lookup") is None
 
 
@@ -678,7 +680,8 @@ def test_list_sessions_rich_row_shape_and_last_active(db: SessionDB, raw: RawSQL
     raw.set_message_time(second, 900.0)
 
     rows = {row["id"]: row for row in db.list_sessions_rich()}
-    assert set(rows["quiet"]) == SESSION_COLUMNS | {"preview", "last_active"}
+    assert list(rows["quiet"]) == list(LISTING_KEYS)
+    assert list(rows["busy"]) == list(LISTING_KEYS)
     assert rows["quiet"]["last_active"] == pytest.approx(1000.0)
     assert rows["busy"]["last_active"] == pytest.approx(900.0)
     assert rows["busy"]["message_count"] == 2
@@ -718,6 +721,19 @@ def test_list_sessions_rich_hides_children_unless_asked(db: SessionDB, raw: RawS
     ]
 
 
+def test_list_sessions_rich_with_children_lists_every_session_of_a_chain_as_itself(
+    db: SessionDB, raw: RawSQL
+) -> None:
+    # Hermes skips the compression projection when children are listed: every session of the
+    # chain appears once, as itself (projecting would show the tip twice and lose the root).
+    _compressed_conversation(db, raw)
+    rows = db.list_sessions_rich(include_children=True)
+    assert [row["id"] for row in rows] == ["tip", "root"]
+    assert all(list(row) == list(LISTING_KEYS) for row in rows)
+    assert rows[1]["end_reason"] == "compression"
+    assert rows[1]["preview"] == "root question"
+
+
 def _compressed_conversation(db: SessionDB, raw: RawSQL) -> None:
     make_session(
         db, raw, "root", started_at=1000.0, ended_at=2000.0, end_reason="compression",
@@ -744,6 +760,7 @@ def test_list_sessions_rich_projects_compression_root_onto_its_tip(
     assert tip is not None
     assert row["id"] == "tip"
     assert row["_lineage_root_id"] == "root"
+    assert list(row) == list(PROJECTED_LISTING_KEYS)
     assert row["started_at"] == pytest.approx(1000.0)  # where the conversation began
     assert row["ended_at"] is None and row["end_reason"] is None
     assert row["message_count"] == 3 and row["tool_call_count"] == 1
@@ -833,7 +850,7 @@ def test_get_messages_round_trips_every_column(db: SessionDB) -> None:
         reasoning_details=details, codex_reasoning_items=codex,
     )  # fmt: skip
     (row,) = db.get_messages("s")
-    assert set(row) == MESSAGE_COLUMNS
+    assert list(row) == list(MESSAGE_KEYS)
     assert row["id"] == message_id and row["session_id"] == "s"
     assert row["role"] == "assistant" and row["content"] == "Let me search."
     assert row["tool_calls"] == calls  # decoded
@@ -870,9 +887,11 @@ CONVERSATION_CASES: list[Any] = [
         id="assistant-tool-call-without-content",
     ),
     pytest.param(
-        dict(role="tool", content="ok", tool_call_id="c1", tool_name="terminal"),
-        {"role": "tool", "content": "ok", "tool_call_id": "c1", "tool_name": "terminal"},
-        id="tool-result",
+        dict(role="tool", content="ok", tool_call_id="c1", tool_name="terminal",
+             tool_calls=[tool_call("c2")]),
+        {"role": "tool", "content": "ok", "tool_call_id": "c1", "tool_name": "terminal",
+         "tool_calls": [tool_call("c2")]},
+        id="every-optional-key",
     ),
     pytest.param(
         dict(role="assistant", content="done", reasoning="because",
@@ -905,6 +924,8 @@ def test_get_messages_as_conversation_shape(
     role = fields.pop("role")
     db.append_message("s", role, **fields)
     assert db.get_messages_as_conversation("s") == [expected]
+    # Key order too: the expected dicts are written in the order Hermes adds the keys.
+    assert [list(m) for m in db.get_messages_as_conversation("s")] == [list(expected)]
 
 
 def test_corrupt_json_in_the_store_degrades_with_a_warning(
@@ -1068,7 +1089,8 @@ def test_search_messages_hit_shape(db: SessionDB, corpus: dict[str, int]) -> Non
     hits = db.search_messages("upgrade")
     assert [hit["id"] for hit in hits] == [corpus["answer"]]
     (hit,) = hits
-    assert set(hit) == SEARCH_HIT_KEYS
+    assert list(hit) == list(SEARCH_HIT_KEYS)
+    assert all(list(message) == ["role", "content"] for message in hit["context"])
     assert hit["session_id"] == "cli-s" and hit["role"] == "assistant"
     assert hit["source"] == "cli" and hit["model"] == "model-a"
     assert hit["session_started"] == pytest.approx(1000.0)
@@ -1153,7 +1175,7 @@ def test_search_messages_never_raises(
     before = raw.dump()
     hits = db.search_messages(query)
     assert isinstance(hits, list)
-    assert all(set(hit) == SEARCH_HIT_KEYS for hit in hits)
+    assert all(list(hit) == list(SEARCH_HIT_KEYS) for hit in hits)
     assert raw.dump() == before
 
 
@@ -1181,7 +1203,7 @@ def test_search_sessions_newest_first(db: SessionDB, raw: RawSQL) -> None:
     make_session(db, raw, "child", started_at=250.0, source="cli", parent="old")
     rows = db.search_sessions()
     assert [r["id"] for r in rows] == ["new", "child", "mid", "old"]
-    assert all(set(r) >= SESSION_COLUMNS for r in rows)
+    assert all(list(r) == list(SESSION_KEYS) for r in rows)
     assert [r["id"] for r in db.search_sessions(source="cli")] == ["child", "mid", "old"]
     assert [r["id"] for r in db.search_sessions(limit=2, offset=1)] == ["child", "mid"]
 
@@ -1212,6 +1234,8 @@ def test_export_session_and_export_all(db: SessionDB) -> None:
     assert session_a is not None and session_b is not None
     exported = db.export_session("a")
     assert exported == {**session_a, "messages": db.get_messages("a")}
+    assert list(exported) == list(EXPORT_KEYS)
+    assert all(list(message) == list(MESSAGE_KEYS) for message in exported["messages"])
     assert exported["messages"][1]["tool_calls"] == [tool_call("c1")]
     assert db.export_session("ghost") is None
 
@@ -1220,6 +1244,7 @@ def test_export_session_and_export_all(db: SessionDB) -> None:
         "a": exported,
         "b": {**session_b, "messages": []},
     }
+    assert all(list(item) == list(EXPORT_KEYS) for item in everything)
     assert [item["id"] for item in db.export_all(source="telegram")] == ["b"]
 
 

@@ -3,7 +3,8 @@
 Why: without them a reloaded session loses the assistant's reasoning chain, which breaks
 multi-turn reasoning continuity for OpenRouter/OpenAI/Nous providers. Added only when absent.
 messages carries the full-text triggers: the SQLite downgrade must keep them (see
-helpers.drop_columns).
+helpers.drop_columns). An empty ``messages`` table is laid out in Hermes v6's declared order
+(today the same as the step order, so normally nothing happens; see 0005).
 
 Revision ID: 0006
 Revises: 0005
@@ -26,11 +27,17 @@ depends_on: str | Sequence[str] | None = None
 SCHEMA_VERSION = 6
 
 NEW_COLUMNS = ("reasoning", "reasoning_details", "codex_reasoning_items")
+# Hermes's SCHEMA_SQL order for messages at v6.
+MESSAGE_COLUMN_ORDER = (
+    "id", "session_id", "role", "content", "tool_call_id", "tool_calls", "tool_name",
+    "timestamp", "token_count", "finish_reason", *NEW_COLUMNS,
+)  # fmt: skip
 
 
 def upgrade() -> None:
     for name in NEW_COLUMNS:
         helpers.add_column_if_missing("messages", sa.Column(name, sa.Text()))
+    helpers.lay_out_empty_table("messages", MESSAGE_COLUMN_ORDER)
     helpers.set_schema_version(SCHEMA_VERSION)
 
 
