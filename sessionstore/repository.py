@@ -58,6 +58,7 @@ MAX_LINEAGE_DEPTH = 100
 PREVIEW_LENGTH = 60
 CONTEXT_CHARS = 200
 SECONDS_PER_DAY = 86_400
+SHORT_ID_LENGTH = 8
 
 
 def encode_json(value: Any, name: str) -> str | None:
@@ -316,6 +317,36 @@ class SessionRepository:
             return str(rows[0][0]) if len(rows) == 1 else None
 
         return self.store.read(run)
+
+    def session_ids_with_prefix(self, prefix: str, limit: int) -> list[str]:
+        """Ids that start with ``prefix``, newest session first (at most ``limit``)."""
+        if not isinstance(prefix, str) or not prefix or _unbindable(prefix):
+            return []
+        statement = (
+            select(sessions.c.id)
+            .where(sessions.c.id.like(escape_like(prefix) + "%", escape="\\"))
+            .order_by(sessions.c.started_at.desc())
+            .limit(max(int(limit), 0))
+        )
+        return self.store.read(lambda conn: [str(row[0]) for row in conn.execute(statement)])
+
+    def short_ids(self, ids: Sequence[str], min_length: int = SHORT_ID_LENGTH) -> dict[str, str]:
+        """The shortest prefix (at least ``min_length`` characters) naming each id uniquely."""
+        if not ids:
+            return {}
+        heads = sorted({session_id[:min_length] for session_id in ids})
+        statement = select(sessions.c.id).where(
+            func.substr(sessions.c.id, 1, min_length).in_(heads)
+        )
+        neighbours = self.store.read(lambda conn: [str(row[0]) for row in conn.execute(statement)])
+        shortest: dict[str, str] = {}
+        for session_id in ids:
+            length = min_length
+            for other in neighbours:
+                if other != session_id:
+                    length = max(length, _common_prefix_length(session_id, other) + 1)
+            shortest[session_id] = session_id[:length]
+        return shortest
 
     def session_count(self, source: str | None = None) -> int:
         statement = select(func.count()).select_from(sessions)
@@ -669,6 +700,15 @@ def _unbindable(text: str) -> bool:
     except UnicodeEncodeError:
         return True
     return False
+
+
+def _common_prefix_length(left: str, right: str) -> int:
+    size = 0
+    for a, b in zip(left, right, strict=False):
+        if a != b:
+            break
+        size += 1
+    return size
 
 
 def _first_user_text() -> ColumnElement[Any]:

@@ -363,7 +363,7 @@ def test_search_any_text_is_not_an_error(runner: CliRunner, seeded: str) -> None
 def test_snippet_markers_become_highlights(
     snippet: str, plain: str, highlighted: list[str]
 ) -> None:
-    text = cli._highlighted(snippet)
+    text = cli.highlighted(snippet)
     assert text.plain == plain
     assert [text.plain[span.start : span.end] for span in text.spans] == highlighted
     assert all(span.style == cli.HIGHLIGHT_STYLE for span in text.spans)
@@ -484,7 +484,7 @@ def test_prune_source_filter_and_nothing_to_do(runner: CliRunner, seeded: str) -
 def test_prune_asks_on_a_terminal(
     runner: CliRunner, seeded: str, monkeypatch: pytest.MonkeyPatch, answer: str, kept: bool
 ) -> None:
-    monkeypatch.setattr(cli, "_stdin_is_interactive", lambda: True)
+    monkeypatch.setattr(cli._common, "stdin_is_interactive", lambda: True)
     result = run(runner, seeded, "prune", "--older-than", "90d", input=answer)
     assert "Delete these 1 session(s)" in result.stdout
     assert result.exit_code == (1 if kept else 0)
@@ -525,7 +525,7 @@ def test_stats(runner: CliRunner, seeded: str) -> None:
     assert (gpt["input_tokens"], gpt["output_tokens"]) == (1200, 300)
     assert gpt["cost_usd"] == pytest.approx(0.012)
     days = {row["day"]: row for row in data["days"]}
-    old_day = cli._day(OLD)
+    old_day = cli.day(OLD)
     assert days[old_day]["sessions"] == 2
     assert sum(row["tokens"] for row in data["days"]) == 1500
 

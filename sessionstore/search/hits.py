@@ -8,7 +8,7 @@ service adds the context. :func:`substring_snippet` gives substring hits (where 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 SNIPPET_START: Final = ">>>"
@@ -23,8 +23,13 @@ SUBSTRING_SNIPPET_SIDE_CHARS: Final = 20
 
 @dataclass(frozen=True, slots=True)
 class ContextMessage:
+    """One line of a hit's context; ``is_hit`` marks the hit itself (not part of Hermes's dict,
+    and not compared: it says where the hit sits, which a caller cannot otherwise tell when the
+    session has no earlier message)."""
+
     role: str
     content: str | None
+    is_hit: bool = field(default=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {"role": self.role, "content": self.content}

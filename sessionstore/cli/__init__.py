@@ -1,0 +1,53 @@
+"""The ``sessionstore`` command line: inspect, search, move and maintain a session store.
+
+One module per verb group (``db``, ``sessions``, ``search``, ``transfer``, ``prune``, ``stats``,
+``title``) registers its verbs on the application in :mod:`._app`; :mod:`._common` holds what
+they share (errors, global options, how a store is opened) and :mod:`._output` how they print.
+
+Conventions every verb follows:
+
+- the store is ``--url``, else the URL rules of :mod:`sessionstore.config`;
+- a verb that reads never migrates: a store that is not at the current schema is refused with
+  the instruction to run ``sessionstore db upgrade`` (the one verb that changes the schema, after
+  taking a backup of a SQLite file);
+- ``--json`` prints machine-readable output wherever a table would be shown;
+- errors are one line on stderr (``--debug`` shows the traceback); exit status 0 is success, 1 a
+  failure, 2 a usage error;
+- progress bars and spinners appear only when stderr is a terminal, so pipes stay clean.
+"""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+from ..stats import collect_stats
+from . import db, prune, search, sessions, stats, title, transfer
+from ._app import app
+from ._common import CliError, UsageProblem, describe_error, resolve_ref, short_ids
+from ._output import HIGHLIGHT_STYLE, day, highlighted
+from .prune import parse_age
+
+# The verb modules register themselves on import; named here so the import is not "unused".
+_VERB_MODULES = (db, prune, search, sessions, stats, title, transfer)
+
+
+def main() -> NoReturn:
+    """The console script ``sessionstore`` (and ``python -m sessionstore``)."""
+    app(prog_name="sessionstore")
+    raise SystemExit(0)  # pragma: no cover - Typer exits on its own in standalone mode
+
+
+__all__ = [
+    "HIGHLIGHT_STYLE",
+    "CliError",
+    "UsageProblem",
+    "app",
+    "collect_stats",
+    "day",
+    "describe_error",
+    "highlighted",
+    "main",
+    "parse_age",
+    "resolve_ref",
+    "short_ids",
+]

@@ -1,0 +1,287 @@
+"""``sessionstore db``: schema upgrades and downgrades (SQLite backed up first), the
+revision, the migration chain, health checks and repairs, and store-to-store copies."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+from sqlalchemy.engine import URL
+
+from .. import doctor, legacy, migrate
+from ..engine import create_store_engine
+from ..repository import SessionRepository
+from ..store import Store
+from . import _output as out
+from ._app import db_app
+from ._common import (
+    EXIT_FAILURE,
+    CliState,
+    JsonOption,
+    UsageProblem,
+    cli_state,
+    full,
+    open_store,
+    report_errors,
+    require_existing,
+    shown,
+    store_url,
+)
+
+
+@dataclass(frozen=True)
+class _SchemaPlan:
+    before: migrate.Status | None
+    needs_backup: bool
+
+
+def _plan_schema_change(url: URL, target: str) -> _SchemaPlan:
+    """Where the store is now, checked for refusal before anything (a backup) is written."""
+    path = doctor.sqlite_file_of(url)
+    if path is not None and (not path.exists() or path.stat().st_size == 0):
+        return _SchemaPlan(None, needs_backup=False)
+    if path is not None:
+        require_existing(url)
+        store = Store.open(url, read_only=True)
+    else:
+        store = Store(create_store_engine(url, set_journal_mode=False), owns_engine=True)
+    try:
+        state, status = store.read(lambda conn: (legacy.read_state(conn), migrate.status_of(conn)))
+    finally:
+        store.close()
+    if target == migrate.HEAD:
+        # What the migration would refuse anyway, refused before a backup is written.
+        legacy.check_not_too_new(state)
+        legacy.check_revision_known(state, {rev for rev, _, _ in migrate.history()})
+    changes = status.revision != _resolve_revision(target)
+    return _SchemaPlan(status, needs_backup=path is not None and changes and not state.is_empty)
+
+
+def _resolve_revision(revision: str) -> str:
+    return migrate.head_revision() if revision == migrate.HEAD else revision
+
+
+def _backup_if_needed(url: URL, plan: _SchemaPlan) -> Path | None:
+    path = doctor.sqlite_file_of(url)
+    if path is None or not plan.needs_backup:
+        return None
+    return doctor.backup_sqlite_file(path)
+
+
+def _change_schema(
+    state: CliState,
+    revision: str,
+    apply: Callable[[str, str], None],
+    verb: str,
+    as_json: bool,
+) -> None:
+    url = store_url(state)
+    plan = _plan_schema_change(url, revision)
+    before = plan.before.revision if plan.before else None
+    if plan.before is not None and before == _resolve_revision(revision):
+        if as_json:
+            out.print_json({"url": shown(url), "from": before, "to": before, "changed": False,
+                         "backup": None})
+        else:
+            typer.echo(f"{shown(url)} is already at revision {before}; nothing to do")
+        return
+    backup = _backup_if_needed(url, plan)
+    if backup is not None and not as_json:
+        typer.echo(f"backup of {doctor.sqlite_file_of(url)} written to {backup}")
+    with out.spinner(f"{verb} {shown(url)} ..."):
+        apply(full(url), revision)
+    after = migrate.status(full(url)).revision
+    if as_json:
+        out.print_json({"url": shown(url), "from": before, "to": after, "changed": before != after,
+                     "backup": None if backup is None else str(backup)})
+    else:
+        typer.echo(f"{verb} {shown(url)}: revision {before or 'none'} -> {after or 'none'}")
+
+
+@db_app.command("upgrade")
+@report_errors
+def db_upgrade(
+    ctx: typer.Context,
+    revision: Annotated[
+        str, typer.Argument(metavar="REVISION", help="Target revision (default: the newest).")
+    ] = migrate.HEAD,
+    as_json: JsonOption = False,
+) -> None:
+    """Bring the store to the current schema (adopting a Hermes state.db), after a backup.
+
+    A SQLite file that the upgrade changes is first copied to <file>.bak-<timestamp>.
+    """
+    _change_schema(cli_state(ctx), revision, migrate.upgrade, "upgraded", as_json)
+
+
+@db_app.command("downgrade")
+@report_errors
+def db_downgrade(
+    ctx: typer.Context,
+    revision: Annotated[
+        str, typer.Argument(metavar="REVISION", help="Target revision, e.g. 0005 or base.")
+    ],
+    as_json: JsonOption = False,
+) -> None:
+    """Step the schema back to REVISION (a SQLite file is backed up first)."""
+    _change_schema(cli_state(ctx), revision, migrate.downgrade, "downgraded", as_json)
+
+
+@db_app.command("current")
+@report_errors
+def db_current(ctx: typer.Context, as_json: JsonOption = False) -> None:
+    """Show the store's schema revision and whether it is current."""
+    url = store_url(cli_state(ctx))
+    require_existing(url)
+    with contextlib.closing(Store.open(url, read_only=True)) as store:
+        status = store.read(migrate.status_of)
+    if as_json:
+        out.print_json({**asdict(status), "up_to_date": status.up_to_date})
+        return
+    line = (
+        f"revision {status.revision or 'none'} (Hermes schema "
+        f"{status.schema_version or 'none'})"
+    )
+    if status.up_to_date:
+        typer.echo(f"{line}: current")
+    else:
+        typer.echo(f"{line}: not current ({status.head}); run `sessionstore db upgrade`")
+
+
+@db_app.command("history")
+@report_errors
+def db_history(ctx: typer.Context, as_json: JsonOption = False) -> None:
+    """List the migration chain, oldest first."""
+    head = migrate.head_revision()
+    rows: list[dict[str, Any]] = [
+        {"revision": revision, "down_revision": down, "description": doc, "head": revision == head}
+        for revision, down, doc in migrate.history()
+    ]
+    if as_json:
+        out.print_json(rows)
+        return
+    table = Table("Revision", "Down", "Description", title="Migrations (oldest first)")
+    for row in rows:
+        mark = " (head)" if row["head"] else ""
+        table.add_row(
+            f"{row['revision']}{mark}",
+            str(row["down_revision"] or ""),
+            Text(str(row["description"])),
+        )
+    out.console().print(table)
+
+
+_STATUS_MARKS = {
+    "ok": Text("ok", style="green"),
+    "warn": Text("warn", style="yellow"),
+    "fail": Text("FAIL", style="bold red"),
+    "skip": Text("skip", style="dim"),
+}
+
+
+@db_app.command("doctor")
+@report_errors
+def db_doctor(
+    ctx: typer.Context,
+    fix: Annotated[
+        bool,
+        typer.Option(
+            "--fix",
+            help="After a backup: rebuild the full-text index, repair counters, clear "
+            "dangling parents.",
+        ),
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Check the store's health; exit status 1 while problems remain."""
+    url = store_url(cli_state(ctx))
+    require_existing(url)
+    backup: Path | None = None
+    actions: list[str] = []
+    # Not read-only: SQLite's FTS5 integrity check is an INSERT. The journal mode is left as
+    # it is, so a file that is refused below stays byte-identical.
+    engine = create_store_engine(url, set_journal_mode=False)
+    with contextlib.closing(Store(engine, owns_engine=True)) as store:
+        with out.spinner("checking ..."):
+            report = doctor.diagnose(store)
+        fixable = [c for c in report.checks if c.fixable and c.status in ("fail", "warn")]
+        if fix and fixable:
+            path = doctor.sqlite_file_of(url)
+            if path is not None:
+                backup = doctor.backup_sqlite_file(path)
+            with out.spinner("repairing ..."):
+                actions = doctor.repair(store, report)
+                report = doctor.diagnose(store)
+    if as_json:
+        out.print_json(
+            {
+                **report.to_dict(),
+                "actions": actions,
+                "backup": None if backup is None else str(backup),
+            }
+        )
+    else:
+        table = Table("Check", "Status", "Detail", title=f"Health of {shown(url)}")
+        for check in report.checks:
+            table.add_row(check.name, _STATUS_MARKS[check.status], Text(check.detail))
+        console = out.console()
+        if backup is not None:
+            console.print(f"backup written to {backup}", markup=False)
+        for action in actions:
+            console.print(Text(f"fixed: {action}", style="green"))
+        console.print(table)
+        if report.healthy:
+            console.print(Text("no problems found", style="green"))
+        else:
+            hint = "" if fix else " (try --fix)" if any(c.fixable for c in report.problems) else ""
+            console.print(Text(f"{len(report.problems)} problem(s){hint}", style="bold red"))
+    if not report.healthy:
+        raise typer.Exit(EXIT_FAILURE)
+
+
+@db_app.command("copy")
+@report_errors
+def db_copy(
+    ctx: typer.Context,
+    urls: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="[SRC_URL] DST_URL",
+            help="Where to copy from (default: the global --url store) and to.",
+        ),
+    ],
+    as_json: JsonOption = False,
+) -> None:
+    """Copy every session and message from SRC (or --url) into DST (upgraded first).
+
+    Safe to re-run: an interrupted copy is completed, existing rows are kept.
+    """
+    if len(urls) > 2:
+        raise UsageProblem("db copy takes SRC_URL DST_URL, or DST_URL with --url as the source")
+    options = cli_state(ctx)
+    if len(urls) == 2:
+        options = CliState(urls[0], options.debug)
+    target_state = CliState(urls[-1], options.debug)
+    target_url = store_url(target_state)
+    with open_store(options) as source:
+        total = SessionRepository(source).session_count()
+    # The URL as given: the open store's own URL carries the read-only rewrite.
+    source_url = full(store_url(options))
+    with out.progress("copying", total) as advance:
+        result = migrate.copy(source_url, full(target_url), progress=advance)
+    if as_json:
+        out.print_json(asdict(result))
+    else:
+        typer.echo(
+            f"copied {result.sessions} session(s) and {result.messages} message(s) into "
+            f"{shown(target_url)}"
+            + (f"; {result.skipped_sessions} already there" if result.skipped_sessions else "")
+        )
+
+
