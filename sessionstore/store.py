@@ -14,10 +14,11 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError
 
-from .dialects import StoreDialect, dialect_for
+from .config import resolve_url
+from .dialects import StoreDialect, dialect_for, dialect_for_url
 from .engine import DEFAULT_BUSY_TIMEOUT_S, create_store_engine
 from .errors import ReadOnlyStoreError, StoreBusyError
 from .retry import RetryPolicy, run_with_retry
@@ -73,7 +74,10 @@ class Store:
         busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
         checkpoint_every: int = CHECKPOINT_EVERY_N_WRITES,
     ) -> Store:
-        engine = create_store_engine(url, read_only=read_only, busy_timeout_s=busy_timeout_s)
+        parsed = url if isinstance(url, URL) else make_url(resolve_url(url))
+        # ``?mode=ro`` in a SQLite URL makes a read-only store, for this object's checks too.
+        read_only = read_only or dialect_for_url(parsed).requests_read_only(parsed)
+        engine = create_store_engine(parsed, read_only=read_only, busy_timeout_s=busy_timeout_s)
         return cls(
             engine,
             read_only=read_only,

@@ -154,7 +154,8 @@ def test_usage_errors_exit_2(runner: CliRunner, tmp_path: Path, args: list[str])
 # -- opening stores: refusals ------------------------------------------------------------------
 @pytest.mark.parametrize(
     "url",
-    ["mysql://user:hunter2@db/x", "not a url", "postgresql+nosuchdriver://localhost/x"],
+    ["mysql://user:hunter2@db/x", "sqlite+nosuchdriver:///x.db",
+     "postgresql+nosuchdriver://localhost/x"],
 )
 def test_bad_url_is_a_usage_error(runner: CliRunner, url: str) -> None:
     result = runner.invoke(cli.app, ["--url", url, "sessions", "list"])
@@ -168,7 +169,7 @@ def test_missing_file_is_refused_and_not_created(runner: CliRunner, tmp_path: Pa
     path = tmp_path / "nowhere" / "state.db"
     result = run(runner, f"sqlite:///{path}", "sessions", "list")
     assert result.exit_code == 1
-    assert "sessionstore db upgrade" in one_error_line(result)
+    assert f"`sessionstore --url {path} db upgrade`" in one_error_line(result)
     assert not path.exists()
     assert not path.parent.exists()
 
@@ -607,7 +608,7 @@ def test_legacy_file_is_refused_then_upgraded_with_a_backup(
     for args in (["sessions", "list"], ["stats"], ["search", "alembic"], ["export"]):
         refused = run(runner, url, *args)
         assert refused.exit_code == 1, args
-        assert "sessionstore db upgrade" in one_error_line(refused)
+        assert f"`sessionstore --url {path} db upgrade`" in one_error_line(refused)
     doctor = run(runner, url, "db", "doctor", "--json")
     assert doctor.exit_code == 1
     assert json.loads(doctor.stdout)["checks"][0]["name"] == "schema"
@@ -841,7 +842,7 @@ def test_console_script_runs(tmp_path: Path) -> None:
     assert listed.stderr == ""  # no progress noise when piped
 
     bad = subprocess.run(
-        [_console_script(), "--url", "nonsense", "stats"],
+        [_console_script(), "--url", "mysql://nonsense", "stats"],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert bad.returncode == 2

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import os
 import re
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Annotated, ParamSpec
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Annotated, Any, ParamSpec
 
 import typer
 from alembic.util import CommandError
@@ -22,7 +24,8 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
 from .. import doctor, migrate
-from ..config import resolve_url
+from ..commands import cli_command
+from ..config import resolve_url, sqlite_url
 from ..dialects import dialect_for_url
 from ..errors import SessionStoreError
 from ..repository import SessionRepository
@@ -98,21 +101,44 @@ def _first_line(text: str) -> str:
     return " ".join(text.strip().splitlines()[:1]).strip()
 
 
+UrlOption = Annotated[
+    str | None,
+    typer.Option(
+        "--url",
+        help="The store: a database URL (sqlite:///path, postgresql://...) or a SQLite file "
+        "path. Default: $SESSIONSTORE_URL, else $HERMES_HOME/state.db.",
+        show_default=False,
+        metavar="URL",
+    ),
+]
+
+
 def report_errors(command: Callable[P, None]) -> Callable[P, None]:
     """Turn any exception of a verb into one line on stderr and exit status 1 (or 2).
+
+    Also gives the verb a ``--url`` option of its own (``sessions list --url x.db`` as well as
+    ``--url x.db sessions list``): the wrapper takes it out of the arguments and puts it into
+    the shared state, so verbs only ever read :func:`cli_state`.
 
     With ``--debug`` the exception propagates and Typer prints the traceback.
     """
 
     @functools.wraps(command)
     def run(*args: P.args, **kwargs: P.kwargs) -> None:
+        verb_url = kwargs.pop("url", None)
         # Typer hands over its own Context class, not always ``typer.Context``: duck-typed.
-        ctx = kwargs.get("ctx")
-        debug = hasattr(ctx, "find_root") and cli_state(ctx).debug  # type: ignore[arg-type]
+        ctx: Any = kwargs.get("ctx")
+        has_context = hasattr(ctx, "find_root")
+        if has_context and verb_url is not None:
+            ctx.find_root().obj = replace(cli_state(ctx), url_option=str(verb_url))
+        debug = has_context and cli_state(ctx).debug
         try:
             command(*args, **kwargs)
         except (typer.Exit, typer.Abort, typer.BadParameter, KeyboardInterrupt):
             raise
+        except BrokenPipeError:
+            silence_broken_pipe()
+            raise typer.Exit(0) from None
         except CliError as exc:
             if debug:
                 raise
@@ -124,7 +150,30 @@ def report_errors(command: Callable[P, None]) -> Callable[P, None]:
             print_error(describe_error(exc))
             raise typer.Exit(EXIT_FAILURE) from None
 
+    signature = inspect.signature(command, eval_str=True)
+    url_parameter = inspect.Parameter(
+        "url", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=UrlOption
+    )
+    run.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[*signature.parameters.values(), url_parameter]
+    )
+    run.__annotations__ = {**command.__annotations__, "url": UrlOption}
     return run
+
+
+def silence_broken_pipe() -> None:
+    """The reader of standard output went away (``| head``): stop quietly.
+
+    Whatever is still buffered can never be delivered; pointing the descriptor at /dev/null
+    keeps the interpreter's final flush from raising again on the way out.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        # Not a real file descriptor (a test runner's buffer): nothing to keep quiet.
+        pass
 
 
 def stdin_is_interactive() -> bool:
@@ -145,14 +194,38 @@ def confirm(question: str, *, refusal: str, declined: str = "nothing deleted") -
 
 # -- opening stores --------------------------------------------------------------------------
 def store_url(options: CliState) -> URL:
-    raw = resolve_url(options.url_option)
+    """The store's URL: ``--url``, else the environment's rules; a plain path is a SQLite file."""
+    if options.url_option is not None and not options.url_option.strip():
+        raise UsageProblem(
+            "--url is empty: give a database URL or a SQLite file path (or leave --url out "
+            "for the default store)"
+        )
+    raw = as_url(resolve_url(options.url_option))
     try:
         parsed = make_url(raw)
         dialect_for_url(parsed)
         parsed.get_dialect()
     except (ArgumentError, ValueError, NoSuchModuleError) as exc:
         raise UsageProblem(f"bad database URL {hide_password(raw)!r}: {exc}") from None
+    except ImportError as exc:
+        raise UsageProblem(_missing_driver(parsed, exc)) from None
     return parsed
+
+
+def as_url(text: str) -> str:
+    """A URL as given, or a SQLite URL for a plain file path (anything without ``://``)."""
+    if "://" in text:
+        return text
+    return sqlite_url(Path(text).expanduser().absolute())
+
+
+def _missing_driver(url: URL, exc: ImportError) -> str:
+    if url.get_backend_name() == "postgresql":
+        return (
+            f"the PostgreSQL driver is not installed ({exc}): pip install "
+            "'sessionstore[postgresql]' (or psycopg[binary])"
+        )
+    return f"the database driver for {url.drivername} is not installed: {exc}"
 
 
 def shown(url: URL) -> str:
@@ -165,8 +238,8 @@ def full(url: URL) -> str:
 
 
 def hint(url: URL, *verb: str) -> str:
-    """The command to suggest, in backquotes."""
-    return "`sessionstore " + " ".join(verb) + "`"
+    """The exact command to suggest for this store, in backquotes."""
+    return f"`{cli_command(url, *verb)}`"
 
 
 def require_existing(url: URL) -> None:

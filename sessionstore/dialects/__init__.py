@@ -34,6 +34,9 @@ class StoreDialect(Protocol):
 
     def prepare_url(self, url: URL, *, read_only: bool) -> URL: ...
 
+    def requests_read_only(self, url: URL) -> bool:
+        """True when the URL itself asks for a read-only store (SQLite's ``?mode=ro``)."""
+
     def install_listeners(
         self, engine: Engine, *, read_only: bool, busy_timeout_s: float, set_journal_mode: bool
     ) -> None:

@@ -83,6 +83,9 @@ class PostgreSQLDialect:
     def is_retryable(self, exc: BaseException) -> bool:
         return _sqlstate(exc) in _RETRYABLE_SQLSTATES
 
+    def requests_read_only(self, url: URL) -> bool:
+        return False
+
     def translate_error(self, exc: BaseException) -> SessionStoreError | None:
         state = _sqlstate(exc)
         if state in _DISK_FULL_SQLSTATES:

@@ -56,7 +56,20 @@ class SQLiteDialect:
     batch_returning_inserts = False  # in-process: a row costs microseconds
     serialize_writes_in_process = True
 
+    def requests_read_only(self, url: URL) -> bool:
+        return str(url.query.get("mode", "")).lower() == "ro"
+
     def prepare_url(self, url: URL, *, read_only: bool) -> URL:
+        if "mode" in url.query and not _is_uri_filename(url) and not _is_memory(url):
+            # ``sqlite:///x.db?mode=ro``: the driver only reads ``mode`` from a file: URI, and
+            # ``read_only`` (from requests_read_only) already says ro; other modes move into
+            # the URI so the driver sees them.
+            mode = str(url.query["mode"])
+            url = url.difference_update_query(["mode"])
+            if mode.lower() != "ro":
+                path = quote(_filesystem_path(url).resolve().as_posix())
+                url = url.set(database=f"file:{path}?mode={quote(mode)}")
+                return url.update_query_dict({"uri": "true"})
         if not read_only or _is_memory(url):
             return url
         # mode=ro makes the driver refuse every write and never create the file.
