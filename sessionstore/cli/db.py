@@ -27,6 +27,7 @@ from ._common import (
     UsageProblem,
     cli_state,
     full,
+    hint,
     open_store,
     report_errors,
     require_existing,
@@ -197,9 +198,21 @@ def db_doctor(
             "dangling parents.",
         ),
     ] = False,
+    recount_tool_calls: Annotated[
+        bool,
+        typer.Option(
+            "--recount-tool-calls",
+            help="After a backup: rewrite tool_call_count counted by an older Hermes rule (one "
+            "per tool-related message) to the current one (the number of tool calls).",
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Check the store's health; exit status 1 while problems remain."""
+    """Check the store's health; exit status 1 while problems remain.
+
+    A tool_call_count that follows an older Hermes version's rule is accepted as it is; only
+    --recount-tool-calls rewrites it.
+    """
     url = store_url(cli_state(ctx))
     require_existing(url)
     backup: Path | None = None
@@ -211,12 +224,16 @@ def db_doctor(
         with out.spinner("checking ..."):
             report = doctor.diagnose(store)
         fixable = [c for c in report.checks if c.fixable and c.status in ("fail", "warn")]
-        if fix and fixable:
+        recount = recount_tool_calls and bool(report.findings.recount_tool_calls)
+        if (fix and fixable) or recount:
             path = doctor.sqlite_file_of(url)
             if path is not None:
                 backup = doctor.backup_sqlite_file(path)
             with out.spinner("repairing ..."):
-                actions = doctor.repair(store, report)
+                actions = doctor.repair(
+                    store, report if fix else _only_recount(report),
+                    recount_tool_calls=recount_tool_calls,
+                )
                 report = doctor.diagnose(store)
     if as_json:
         out.print_json(
@@ -239,10 +256,18 @@ def db_doctor(
         if report.healthy:
             console.print(Text("no problems found", style="green"))
         else:
-            hint = "" if fix else " (try --fix)" if any(c.fixable for c in report.problems) else ""
-            console.print(Text(f"{len(report.problems)} problem(s){hint}", style="bold red"))
+            fixable_left = any(c.fixable for c in report.problems)
+            suggestion = ""
+            if fixable_left and not fix:
+                suggestion = f" (try {hint(url, 'db', 'doctor', '--fix')})"
+            console.print(Text(f"{len(report.problems)} problem(s){suggestion}", style="bold red"))
     if not report.healthy:
         raise typer.Exit(EXIT_FAILURE)
+
+
+def _only_recount(report: doctor.Report) -> doctor.Report:
+    """The report with nothing flagged but the recount: --recount-tool-calls without --fix."""
+    return doctor.Report((), report.findings)
 
 
 @db_app.command("copy")
