@@ -445,6 +445,26 @@ class SessionRepository:
 
         return self.store.read(run)
 
+    def titles_ignoring_case(self, title: str) -> list[str]:
+        """The lineage base titles ("name" for "name #3") equal to ``title`` but for case."""
+        if not isinstance(title, str) or not title.strip() or _unbindable(title):
+            return []
+        wanted = title.casefold()
+        statement = select(sessions.c.title).where(sessions.c.title.is_not(None))
+        if title.isascii():
+            # SQLite's lower() and LIKE fold ASCII only: narrow in SQL, decide in Python.
+            statement = statement.where(
+                func.lower(sessions.c.title).like(escape_like(title.lower()) + "%", escape="\\")
+            )
+        found: set[str] = set()
+        for (candidate,) in self.store.read(lambda conn: conn.execute(statement).all()):
+            base, _ = titles.split_lineage(str(candidate))
+            if base.casefold() == wanted:
+                found.add(base)
+            elif str(candidate).casefold() == wanted:
+                found.add(str(candidate))  # "Name #2" asked for as "name #2"
+        return sorted(found)
+
     def get_next_title_in_lineage(self, base_title: str) -> str:
         base, _ = titles.split_lineage(validation.identifier(base_title, "base_title"))
         statement = select(sessions.c.title).where(
@@ -513,6 +533,27 @@ class SessionRepository:
             return projected
 
         return self.store.read(run)
+
+    def count_listed_sessions(
+        self,
+        source: str | None = None,
+        exclude_sources: Sequence[str] | None = None,
+        include_children: bool = False,
+    ) -> int:
+        """How many sessions ``list_sessions_rich`` pages through with these filters."""
+        statement = select(func.count()).select_from(sessions)
+        if source is not None:
+            statement = statement.where(
+                sessions.c.source == validation.identifier(source, "source")
+            )
+        excluded = [
+            validation.identifier(item, "exclude_sources") for item in exclude_sources or ()
+        ]
+        if excluded:
+            statement = statement.where(sessions.c.source.not_in(excluded))
+        if not include_children:
+            statement = statement.where(sessions.c.parent_session_id.is_(None))
+        return int(self.store.read(lambda conn: conn.execute(statement).scalar_one()))
 
     # -- messages -------------------------------------------------------------------------
     def append_message(self, session_id: str, message: NewMessage) -> int:

@@ -191,3 +191,210 @@ def test_freshly_upgraded_v1_file_counted_the_v1_way_is_healthy(
     assert result.exit_code == 0, result.output
     assert "no problems found" in result.stdout
     assert _tool_counts(path) == before  # --fix rewrote no history
+
+
+# -- 3. a pipe closed early -------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def big_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Far more output than a pipe buffers (64 KiB), so the writer meets the closed pipe."""
+    path = tmp_path_factory.mktemp("pipe") / "state.db"
+    with SessionDB(path) as db:
+        for number in range(120):
+            session_id = f"s{number:03d}"
+            db.create_session(session_id, "cli")
+            db.append_messages(
+                session_id, [{"role": "user", "content": f"pipe words {'x' * 800}"}] * 8
+            )
+    return path
+
+
+@pytest.mark.parametrize(
+    "verb",
+    [["export"], ["sessions", "show", "s001", "--full"], ["sessions", "list", "--all"],
+     ["search", "pipe", "--limit", "500"], ["prune", "--older-than", "0s", "--dry-run"]],
+    ids=" ".join,
+)  # fmt: skip
+def test_console_script_into_a_pipe_closed_early(big_store: Path, verb: list[str]) -> None:
+    if verb[0] == "prune":
+        with SessionDB(big_store) as db:
+            for number in range(120):
+                db.end_session(f"s{number:03d}", "done")
+    env = {**os.environ, "SESSIONSTORE_URL": str(big_store), "COLUMNS": "100"}
+    process = subprocess.Popen(
+        [console_script(), *verb], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    assert process.stdout is not None and process.stderr is not None
+    first = process.stdout.readline()
+    process.stdout.close()  # what `| head -1` does
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=60) == 0, stderr
+    assert first
+    assert "Broken pipe" not in stderr and "error" not in stderr and "Traceback" not in stderr
+
+
+# -- 4. ?mode=ro ------------------------------------------------------------------------------------
+def test_mode_ro_url_reads_and_refuses_writes(runner: CliRunner, tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    make_store(path, sessions=2)
+    before = path.read_bytes()
+    url = f"sqlite:///{path}?mode=ro"
+    listed = invoke(runner, "--url", url, "sessions", "list", "--json")
+    assert listed.exit_code == 0, listed.output
+    assert len(json.loads(listed.stdout)) == 2
+    with Store.open(url) as store:
+        assert store.read_only
+    refused = invoke(runner, "--url", url, "title", "set", "s000", "new title")
+    assert refused.exit_code == 1
+    assert "read-only" in one_error_line(refused)
+    assert path.read_bytes() == before
+
+
+# -- 8. --url anywhere, as a path, never empty ---------------------------------------------------------
+@pytest.mark.parametrize("spelling", ["url", "path", "relative"])
+def test_url_after_the_verb_and_as_a_path(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spelling: str
+) -> None:
+    path = tmp_path / "state.db"
+    make_store(path, sessions=3)
+    monkeypatch.chdir(tmp_path)
+    given = {"url": f"sqlite:///{path}", "path": str(path), "relative": "state.db"}[spelling]
+    for args in (["sessions", "list", "--json", "--url", given],
+                 ["--url", given, "sessions", "list", "--json"]):  # fmt: skip
+        result = invoke(runner, *args)
+        assert result.exit_code == 0, result.output
+        assert {row["id"] for row in json.loads(result.stdout)} == {"s000", "s001", "s002"}
+    assert not (tmp_path / "home" / "state.db").exists()
+
+
+def test_url_after_the_verb_wins_over_the_global_one(runner: CliRunner, tmp_path: Path) -> None:
+    make_store(tmp_path / "a.db", sessions=1)
+    make_store(tmp_path / "b.db", sessions=2)
+    result = invoke(runner, "--url", str(tmp_path / "a.db"), "sessions", "list", "--json",
+                    "--url", str(tmp_path / "b.db"))  # fmt: skip
+    assert len(json.loads(result.stdout)) == 2
+
+
+@pytest.mark.parametrize("args", [["--url", "", "stats"], ["stats", "--url", ""],
+                                  ["--url", "  ", "sessions", "list"]])  # fmt: skip
+def test_empty_url_is_a_usage_error(runner: CliRunner, args: list[str]) -> None:
+    result = invoke(runner, *args)
+    assert result.exit_code == 2
+    assert "--url is empty" in one_error_line(result)
+
+
+# -- 9. help, flags, completion, one-line usage errors --------------------------------------------
+def test_help_renders_flags_as_flags(runner: CliRunner) -> None:
+    for verb in (["sessions", "list"], ["db", "doctor"], ["prune"], ["title", "set"]):
+        text = invoke(runner, *verb, "--help").stdout
+        assert "<bool>" not in text, verb
+        assert "--json " in text or text.rstrip().endswith("--json"), verb
+        assert "--url URL" in text, verb
+    assert "--install-completion" in invoke(runner, "--help").stdout
+
+
+def test_console_script_help_and_usage_errors(tmp_path: Path) -> None:
+    env = {**os.environ, "HERMES_HOME": str(tmp_path), "COLUMNS": "80"}
+    helped = subprocess.run([console_script(), "sessions", "list", "--help"],
+                            capture_output=True, text=True, env=env, timeout=60, check=False)  # fmt: skip
+    assert helped.returncode == 0
+    assert "--json" in helped.stdout and "<bool>" not in helped.stdout
+    assert all(len(line) <= 80 for line in helped.stdout.splitlines())
+    for args in (["sessions", "list", "--bogus"], ["sessions", "lis"], ["prune", "--older-than"],
+                 ["sessions", "list", "--json", "true"]):  # fmt: skip
+        result = subprocess.run([console_script(), *args], capture_output=True, text=True,
+                                env=env, timeout=60, check=False)  # fmt: skip
+        assert result.returncode == 2, (args, result.stderr)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), (args, result.stderr)
+        assert "╭" not in result.stderr
+
+
+def test_title_verbs_have_json(runner: CliRunner, tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    make_store(path, sessions=1)
+    result = invoke(runner, "--url", str(path), "title", "set", "s000", "Deploy Bot", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {"id": "s000", "title": "Deploy Bot"}
+    following = invoke(runner, "--url", str(path), "title", "next", "Deploy Bot", "--json")
+    assert json.loads(following.stdout) == {"base": "Deploy Bot", "next": "Deploy Bot #2"}
+
+
+# -- 10. listing ------------------------------------------------------------------------------------
+def test_list_says_when_more_exist_and_all_lists_every_one(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    path = tmp_path / "state.db"
+    make_store(path, sessions=40)
+    page = invoke(runner, "--url", str(path), "sessions", "list", "--json")
+    assert len(json.loads(page.stdout)) == 20
+    assert "showing 20 of 40 sessions" in page.stderr and "--all" in page.stderr
+    every = invoke(runner, "--url", str(path), "sessions", "list", "--all", "--json")
+    assert len(json.loads(every.stdout)) == 40 and every.stderr == ""
+    last = invoke(runner, "--url", str(path), "sessions", "list", "--offset", "30", "--json")
+    assert len(json.loads(last.stdout)) == 10 and last.stderr == ""
+
+
+def test_list_is_one_line_per_session_at_80_columns(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    url = make_store(path, sessions=0)
+    with SessionDB(url=url) as db:
+        for number in range(5):
+            session_id = f"session-with-a-long-id-{number}"
+            db.create_session(session_id, "telegram-group-chat", model="a-very-long-model-name-v2")
+            db.set_session_title(session_id, f"A rather long title for session number {number}")
+            db.append_message(session_id, "user", "a long first message " * 20)
+    result = CliRunner(env={"COLUMNS": "80"}).invoke(
+        cli.app, ["--url", str(path), "sessions", "list"]
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.rstrip("\n").splitlines()
+    assert len(lines) == 2 + 5  # header, rule, one line per session
+    assert all(len(line) <= 80 for line in lines), lines
+    assert all("session-with-a-long-id-" in line for line in lines[2:])
+
+
+def test_title_lookup_ignores_case(runner: CliRunner, tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    url = make_store(path, sessions=3)
+    with SessionDB(url=url) as db:
+        db.set_session_title("s000", "Deploy Bot")
+        db.set_session_title("s001", "Deploy Bot #2")
+        db.set_session_title("s002", "Ünïcode Tïtle")
+    for ref, expected in (("deploy bot", "s001"), ("DEPLOY BOT #2", "s001"),
+                          ("ünïcode tïtle", "s002"), ("Deploy Bot", "s001")):  # fmt: skip
+        shown = invoke(runner, "--url", str(path), "sessions", "show", ref, "--json")
+        assert shown.exit_code == 0, (ref, shown.output)
+        assert {row["session_id"] for row in json.loads(shown.stdout)} == {expected}, ref
+    with SessionDB(url=url) as db:
+        db.set_session_title("s002", "deploy BOT")
+    ambiguous = invoke(runner, "--url", str(path), "sessions", "show", "Deploy bot")
+    assert ambiguous.exit_code == 1 and "ambiguous" in one_error_line(ambiguous)
+
+
+def test_sessions_delete_asks_and_is_refused_without_a_terminal(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "state.db"
+    url = make_store(path, sessions=3)
+    with SessionDB(url=url) as db:
+        db.create_session("child", "cli", parent_session_id="s000")
+    refused = invoke(runner, "--url", str(path), "sessions", "delete", "s000")
+    assert refused.exit_code == 1
+    assert "--yes" in one_error_line(refused)
+    monkeypatch.setattr(cli._common, "stdin_is_interactive", lambda: True)
+    declined = invoke(runner, "--url", str(path), "sessions", "delete", "s000", input="n\n")
+    assert declined.exit_code == 1 and "Delete session s000" in declined.stdout
+    with SessionDB(url=url) as db:
+        assert db.get_session("s000") is not None
+    accepted = invoke(runner, "--url", str(path), "sessions", "delete", "s000", input="y\n")
+    assert accepted.exit_code == 0, accepted.output
+    forced = invoke(runner, "--url", str(path), "sessions", "delete", "s001", "--yes", "--json")
+    assert json.loads(forced.stdout) == {"id": "s001", "deleted": True}
+    with SessionDB(url=url) as db:
+        assert db.get_session("s000") is None and db.get_session("s001") is None
+        assert db.get_messages("s000") == []
+        child = db.get_session("child")
+        assert child is not None and child["parent_session_id"] is None
+        assert db.get_session("s002") is not None
+    missing = invoke(runner, "--url", str(path), "sessions", "delete", "nope", "--yes")
+    assert missing.exit_code == 1 and "no session matches" in one_error_line(missing)

@@ -10,8 +10,8 @@ import typer
 from typer.core import TyperGroup
 
 from .. import __version__
-from ._common import CliState, UrlOption, silence_broken_pipe
-from ._output import print_error
+from ._common import CliState, UrlOption
+from ._output import print_error, silence_broken_pipe
 
 
 class _OneLineErrors(TyperGroup):

@@ -30,7 +30,7 @@ from ..dialects import dialect_for_url
 from ..errors import SessionStoreError
 from ..repository import SessionRepository
 from ..store import Store
-from ._output import print_error
+from ._output import print_error, silence_broken_pipe
 
 P = ParamSpec("P")
 
@@ -161,21 +161,6 @@ def report_errors(command: Callable[P, None]) -> Callable[P, None]:
     return run
 
 
-def silence_broken_pipe() -> None:
-    """The reader of standard output went away (``| head``): stop quietly.
-
-    Whatever is still buffered can never be delivered; pointing the descriptor at /dev/null
-    keeps the interpreter's final flush from raising again on the way out.
-    """
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError, AttributeError):
-        # Not a real file descriptor (a test runner's buffer): nothing to keep quiet.
-        pass
-
-
 def stdin_is_interactive() -> bool:
     return sys.stdin is not None and sys.stdin.isatty()
 
@@ -291,11 +276,24 @@ def open_store(options: CliState, *, write: bool = False) -> Iterator[Store]:
 
 
 def resolve_ref(store: Store, ref: str) -> str:
-    """A session id from an id, a unique id prefix or a title (newest of its lineage)."""
+    """A session id from an id, a unique id prefix or a title (newest of its lineage).
+
+    A title matches exactly first, then ignoring case when only one title fits.
+    """
     repository = SessionRepository(store)
     found = repository.resolve_session_id(ref) or repository.resolve_session_by_title(ref)
     if found is not None:
         return found
+    # Titles are typed from memory: "deploy bot" finds "Deploy Bot" when that is the only one.
+    spelled = repository.titles_ignoring_case(ref)
+    if len(spelled) == 1:
+        found = repository.resolve_session_by_title(spelled[0])
+        if found is not None:
+            return found
+    elif len(spelled) > 1:
+        listed = ", ".join(repr(title) for title in spelled[:AMBIGUOUS_SHOWN])
+        raise CliError(f"{ref!r} is ambiguous: several titles differ from it only in case "
+                       f"({listed}); give the exact title")
     candidates = repository.session_ids_with_prefix(ref, AMBIGUOUS_SHOWN + 1)
     if len(candidates) > 1:
         listed = ", ".join(candidates[:AMBIGUOUS_SHOWN])

@@ -42,11 +42,34 @@ HIGHLIGHT_STYLE = "bold black on yellow"
 _CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
+def silence_broken_pipe() -> None:
+    """The reader of standard output went away (``| head``): stop quietly.
+
+    Whatever is still buffered can never be delivered; pointing the descriptor at /dev/null
+    keeps the interpreter's final flush from raising again on the way out.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        # Not a real file descriptor (a test runner's buffer): nothing to keep quiet.
+        pass
+
+
+class _QuietConsole(Console):
+    def on_broken_pipe(self) -> None:
+        # Rich's own reaction is exit status 1; a reader that stopped early is not a failure.
+        self.quiet = True
+        silence_broken_pipe()
+        raise SystemExit(0)
+
+
 def console(*, stderr: bool = False) -> Console:
     stream = sys.stderr if stderr else sys.stdout
     interactive = stream.isatty()
     width = None if interactive or os.environ.get("COLUMNS") else PIPE_WIDTH
-    return Console(file=stream, width=width, highlight=False, soft_wrap=False)
+    return _QuietConsole(file=stream, width=width, highlight=False, soft_wrap=False)
 
 
 def print_json(data: Any) -> None:

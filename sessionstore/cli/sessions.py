@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from typing import Annotated, Any
 
 import typer
-from rich.console import Group, RenderableType
+from rich import box
+from rich.console import Group, JustifyMethod, RenderableType
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -21,6 +22,7 @@ from ._common import (
     CliError,
     JsonOption,
     cli_state,
+    confirm,
     open_store,
     report_errors,
     resolve_ref,
@@ -31,19 +33,52 @@ TOOL_OUTPUT_LINES = 8
 TOOL_ARGUMENTS_CHARS = 100
 
 
-def _listing_table(listings: Sequence[SessionListing], short: dict[str, str]) -> Table:
-    table = Table("ID", "Title", "Source", "Model", "Msgs", "Last active", "Preview")
+NARROW_COLUMNS = 100
+"""Below this terminal width the listing leaves out the model column."""
+
+
+def _listing_table(
+    listings: Sequence[SessionListing], short: dict[str, str], width: int
+) -> Table:
+    """One line per session at any width: cells are cut with an ellipsis, never wrapped (a
+    wrapped row at 80 columns took seven lines). Below 100 columns the model is left out."""
+    narrow = width < NARROW_COLUMNS
+    rows: list[list[str | Text]] = []
     for listing in listings:
         session = listing.session
-        table.add_row(
+        row: list[str | Text] = [
             short.get(session.id, session.id),
             Text(out.printable(session.title)) if session.title else out.dim("-"),
             Text(out.printable(session.source)),
-            Text(out.printable(session.model or "")),
+        ]
+        if not narrow:
+            row.append(Text(out.printable(session.model or "")))
+        row += [
             str(session.message_count or 0),
             out.when(listing.last_active),
-            Text(out.printable(listing.preview)),
-        )
+            Text(" ".join(out.printable(listing.preview).split())),
+        ]
+        rows.append(row)
+    headers = ["ID", "Title", "Source", *([] if narrow else ["Model"]), "Msgs", "Last active",
+               "Preview"]  # fmt: skip
+    caps = [40, 24, 12, *([] if narrow else [20]), 6, 16, 60]
+    widths = [
+        min(cap, max(len(header), *(len(str(row[index])) for row in rows)))
+        for index, (header, cap) in enumerate(zip(headers, caps, strict=True))
+    ]
+    # What is left after the other columns and the three cells between columns goes to the
+    # preview, then (if still short) the title gives way.
+    spare = width - sum(widths[:-1]) - 3 * (len(headers) - 1) - 1
+    widths[-1] = max(min(widths[-1], spare), 7)
+    if spare < 7:
+        widths[1] = max(5, widths[1] - (7 - spare))
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, expand=False)
+    for header, column_width in zip(headers, widths, strict=True):
+        justify: JustifyMethod = "right" if header == "Msgs" else "left"
+        table.add_column(header, width=column_width, no_wrap=True, overflow="ellipsis",
+                         justify=justify)  # fmt: skip
+    for row in rows:
+        table.add_row(*row)
     return table
 
 
@@ -53,32 +88,86 @@ def sessions_list(
     ctx: typer.Context,
     source: Annotated[str | None, typer.Option(help="Only this source (cli, telegram...).")] = None,
     exclude_source: Annotated[
-        list[str] | None, typer.Option(help="Leave out this source (repeatable).")
+        list[str] | None,
+        typer.Option(metavar="SOURCE", help="Leave out this source (repeatable)."),
     ] = None,
     children: Annotated[
         bool, typer.Option("--children", help="Include child sessions (subagents).")
     ] = False,
     limit: Annotated[int, typer.Option(min=0, help="At most this many sessions.")] = 20,
     offset: Annotated[int, typer.Option(min=0, help="Skip this many first.")] = 0,
+    show_all: Annotated[
+        bool, typer.Option("--all", "-a", help="Every session (no --limit).")
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """List sessions, newest first (a compressed conversation shows as its newest part)."""
+    """List sessions, newest first (a compressed conversation shows as its newest part).
+
+    When more sessions exist than are shown, a line on stderr says how many and how to see
+    them (--all, or --offset for the next page).
+    """
     with open_store(cli_state(ctx)) as store:
-        listings = SessionRepository(store).list_sessions_rich(
+        repository = SessionRepository(store)
+        total = repository.count_listed_sessions(
+            source=source, exclude_sources=exclude_source or None, include_children=children
+        )
+        listings = repository.list_sessions_rich(
             source=source,
             exclude_sources=exclude_source or None,
-            limit=limit,
+            limit=max(total - offset, 0) if show_all else limit,
             offset=offset,
             include_children=children,
         )
+        more = total - offset - len(listings)
         if as_json:
             out.print_json([listing.to_dict() for listing in listings])
-            return
-        if not listings:
-            out.note("no sessions")
-            return
-        short = short_ids(store, [listing.session.id for listing in listings])
-    out.console().print(_listing_table(listings, short))
+        elif not listings:
+            out.note("no sessions" if total == 0 else f"no sessions past --offset {offset}")
+        else:
+            short = short_ids(store, [listing.session.id for listing in listings])
+            console = out.console()
+            console.print(_listing_table(listings, short, console.width))
+    if more > 0 and listings:
+        out.note(
+            f"showing {len(listings)} of {total} sessions; --all lists every one, "
+            f"--offset {offset + len(listings)} the next page"
+        )
+
+
+@sessions_app.command("delete")
+@report_errors
+def sessions_delete(
+    ctx: typer.Context,
+    ref: Annotated[
+        str, typer.Argument(metavar="REF", help="Session id, unique id prefix, or title.")
+    ],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Delete one session and its messages (its child sessions are kept, unlinked).
+
+    Asks first on a terminal; without one, refuses unless --yes is given.
+    """
+    with open_store(cli_state(ctx), write=True) as store:
+        repository = SessionRepository(store)
+        session_id = resolve_ref(store, ref)
+        session = repository.get_session(session_id)
+        if session is None:
+            raise CliError(f"no session matches {ref!r}")
+        if not yes:
+            named = f" ({session.title!r})" if session.title else ""
+            confirm(
+                f"Delete session {session_id}{named} and its {session.message_count or 0} "
+                "message(s)?",
+                refusal=f"refusing to delete session {session_id} without confirmation",
+            )
+        deleted = repository.delete_session(session_id)
+    if as_json:
+        out.print_json({"id": session_id, "deleted": deleted})
+    elif deleted:
+        typer.echo(f"deleted session {session_id} and its messages")
+    else:
+        raise CliError(f"session {session_id} no longer exists")
 
 
 def _tool_call_summary(call: Any) -> str:
