@@ -651,7 +651,7 @@ def test_downgrade_backs_up_and_reading_verbs_then_refuse(
     runner: CliRunner, store_url: str, tmp_path: Path
 ) -> None:
     seed(store_url)
-    result = run(runner, store_url, "db", "downgrade", "0005", "--json")
+    result = run(runner, store_url, "db", "downgrade", "0005", "--json", "--yes")
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
     assert payload["to"] == "0005"

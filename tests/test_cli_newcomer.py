@@ -66,7 +66,7 @@ def console_script() -> str:
     return found
 
 
-# -- 1. hints name the store they are about -----------------------------------------------------
+# -- 1. hints name the store they are about -------------------------------------------------------
 def test_hint_names_the_store_and_running_it_fixes_that_store(
     runner: CliRunner, tmp_path: Path
 ) -> None:
@@ -101,7 +101,7 @@ def test_doctor_rows_name_the_store(runner: CliRunner, tmp_path: Path) -> None:
     assert f"`sessionstore --url {path} db upgrade`" in detail
 
 
-# -- 2. doctor accepts each era's tool_call_count ---------------------------------------------------
+# -- 2. doctor accepts each era's tool_call_count -------------------------------------------------
 def _counted_store(path: Path) -> str:
     """Two sessions with one assistant message of two calls and two tool results each."""
     url = make_store(path, sessions=0)
@@ -193,7 +193,7 @@ def test_freshly_upgraded_v1_file_counted_the_v1_way_is_healthy(
     assert _tool_counts(path) == before  # --fix rewrote no history
 
 
-# -- 3. a pipe closed early -------------------------------------------------------------------------
+# -- 3. a pipe closed early -----------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def big_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Far more output than a pipe buffers (64 KiB), so the writer meets the closed pipe."""
@@ -232,7 +232,7 @@ def test_console_script_into_a_pipe_closed_early(big_store: Path, verb: list[str
     assert "Broken pipe" not in stderr and "error" not in stderr and "Traceback" not in stderr
 
 
-# -- 4. ?mode=ro ------------------------------------------------------------------------------------
+# -- 4. ?mode=ro ----------------------------------------------------------------------------------
 def test_mode_ro_url_reads_and_refuses_writes(runner: CliRunner, tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     make_store(path, sessions=2)
@@ -249,7 +249,7 @@ def test_mode_ro_url_reads_and_refuses_writes(runner: CliRunner, tmp_path: Path)
     assert path.read_bytes() == before
 
 
-# -- 8. --url anywhere, as a path, never empty ---------------------------------------------------------
+# -- 8. --url anywhere, as a path, never empty ----------------------------------------------------
 @pytest.mark.parametrize("spelling", ["url", "path", "relative"])
 def test_url_after_the_verb_and_as_a_path(
     runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spelling: str
@@ -294,8 +294,10 @@ def test_help_renders_flags_as_flags(runner: CliRunner) -> None:
 
 def test_console_script_help_and_usage_errors(tmp_path: Path) -> None:
     env = {**os.environ, "HERMES_HOME": str(tmp_path), "COLUMNS": "80"}
-    helped = subprocess.run([console_script(), "sessions", "list", "--help"],
-                            capture_output=True, text=True, env=env, timeout=60, check=False)  # fmt: skip
+    helped = subprocess.run(
+        [console_script(), "sessions", "list", "--help"],
+        capture_output=True, text=True, env=env, timeout=60, check=False,
+    )  # fmt: skip
     assert helped.returncode == 0
     assert "--json" in helped.stdout and "<bool>" not in helped.stdout
     assert all(len(line) <= 80 for line in helped.stdout.splitlines())
@@ -319,7 +321,7 @@ def test_title_verbs_have_json(runner: CliRunner, tmp_path: Path) -> None:
     assert json.loads(following.stdout) == {"base": "Deploy Bot", "next": "Deploy Bot #2"}
 
 
-# -- 10. listing ------------------------------------------------------------------------------------
+# -- 10. listing ----------------------------------------------------------------------------------
 def test_list_says_when_more_exist_and_all_lists_every_one(
     runner: CliRunner, tmp_path: Path
 ) -> None:
@@ -398,3 +400,61 @@ def test_sessions_delete_asks_and_is_refused_without_a_terminal(
         assert db.get_session("s002") is not None
     missing = invoke(runner, "--url", str(path), "sessions", "delete", "nope", "--yes")
     assert missing.exit_code == 1 and "no session matches" in one_error_line(missing)
+
+
+# -- 11. downgrades that drop data ask ------------------------------------------------------------
+def _message_total(url: str) -> int:
+    with Store.open(url, read_only=True) as store:
+        return int(store.read(lambda conn: conn.exec_driver_sql(
+            "SELECT count(*) FROM messages").scalar_one()))  # fmt: skip
+
+
+def test_downgrade_to_base_of_an_adopted_v1_file_asks_and_backs_up(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from legacy import build_legacy_db
+
+    path = tmp_path / "state.db"
+    build_legacy_db(path, 1)
+    upgraded = invoke(runner, "--url", str(path), "db", "upgrade")
+    assert upgraded.exit_code == 0
+    assert "Hermes schema v1" in upgraded.stdout and "revision 0008" in upgraded.stdout
+    messages = _message_total(f"sqlite:///{path}")
+    assert messages > 0
+    backups = set(tmp_path.glob("state.db.bak-*"))  # the upgrade's
+
+    refused = invoke(runner, "--url", str(path), "db", "downgrade", "base")
+    assert refused.exit_code == 1
+    line = one_error_line(refused)
+    assert "--yes" in line and f"{messages} message(s)" in line
+    monkeypatch.setattr(cli._common, "stdin_is_interactive", lambda: True)
+    declined = invoke(runner, "--url", str(path), "db", "downgrade", "base", input="n\n")
+    assert declined.exit_code == 1 and "drops every table" in declined.stdout
+    assert _message_total(f"sqlite:///{path}") == messages
+    assert set(tmp_path.glob("state.db.bak-*")) == backups  # nothing happened, not even a backup
+
+    done = invoke(runner, "--url", str(path), "db", "downgrade", "base", "--yes", "--json")
+    assert done.exit_code == 0, done.output
+    backup = Path(json.loads(done.stdout)["backup"])
+    assert _message_total(f"sqlite:///{backup}") == messages  # the backup kept every row
+
+
+def test_index_only_downgrade_and_empty_store_do_not_ask(runner: CliRunner, tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    make_store(path, sessions=2)
+    assert invoke(runner, "--url", str(path), "db", "downgrade", "0006").exit_code == 0
+    empty = tmp_path / "empty.db"
+    migrate.upgrade(f"sqlite:///{empty}")
+    assert invoke(runner, "--url", str(empty), "db", "downgrade", "base").exit_code == 0
+
+
+def test_postgresql_downgrade_is_refused_without_yes(runner: CliRunner, store_url: str) -> None:
+    make_url_store = store_url
+    with SessionDB(url=make_url_store) as db:
+        db.create_session("pg1", "cli")
+        db.append_message("pg1", "user", "keep me")
+    refused = invoke(runner, "--url", store_url, "db", "downgrade", "0005")
+    assert refused.exit_code == 1 and "--yes" in one_error_line(refused)
+    if store_url.startswith("postgresql"):
+        assert "pg_dump" in one_error_line(refused)
+    assert migrate.status(store_url).up_to_date

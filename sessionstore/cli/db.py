@@ -12,10 +12,12 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 from rich.text import Text
-from sqlalchemy.engine import URL
+from sqlalchemy import func, inspect, select
+from sqlalchemy.engine import URL, Connection
 
 from .. import doctor, legacy, migrate
 from ..engine import create_store_engine
+from ..models import messages_table, sessions_table
 from ..repository import SessionRepository
 from ..store import Store
 from . import _output as out
@@ -26,6 +28,7 @@ from ._common import (
     JsonOption,
     UsageProblem,
     cli_state,
+    confirm,
     full,
     hint,
     open_store,
@@ -35,11 +38,28 @@ from ._common import (
     store_url,
 )
 
+PRESERVING_REVISIONS = frozenset({"0004", "0007", "0008"})
+"""Revisions whose downgrade drops only indexes (derived data, rebuilt by an upgrade). Undoing
+any other revision drops columns or tables, so a downgrade across it loses data."""
+
 
 @dataclass(frozen=True)
 class _SchemaPlan:
     before: migrate.Status | None
     needs_backup: bool
+    rows: tuple[int, int] = (0, 0)
+    """Sessions and messages now in the store (what a destructive downgrade puts at risk)."""
+
+
+def _row_count(conn: Connection) -> tuple[int, int]:
+    tables = set(inspect(conn).get_table_names())
+
+    def count(table: Any) -> int:
+        if table.name not in tables:
+            return 0
+        return int(conn.execute(select(func.count()).select_from(table)).scalar_one())
+
+    return count(sessions_table), count(messages_table)
 
 
 def _plan_schema_change(url: URL, target: str) -> _SchemaPlan:
@@ -53,7 +73,9 @@ def _plan_schema_change(url: URL, target: str) -> _SchemaPlan:
     else:
         store = Store(create_store_engine(url, set_journal_mode=False), owns_engine=True)
     try:
-        state, status = store.read(lambda conn: (legacy.read_state(conn), migrate.status_of(conn)))
+        state, status, rows = store.read(
+            lambda conn: (legacy.read_state(conn), migrate.status_of(conn), _row_count(conn))
+        )
     finally:
         store.close()
     if target == migrate.HEAD:
@@ -61,11 +83,24 @@ def _plan_schema_change(url: URL, target: str) -> _SchemaPlan:
         legacy.check_not_too_new(state)
         legacy.check_revision_known(state, {rev for rev, _, _ in migrate.history()})
     changes = status.revision != _resolve_revision(target)
-    return _SchemaPlan(status, needs_backup=path is not None and changes and not state.is_empty)
+    return _SchemaPlan(
+        status, needs_backup=path is not None and changes and not state.is_empty, rows=rows
+    )
 
 
 def _resolve_revision(revision: str) -> str:
     return migrate.head_revision() if revision == migrate.HEAD else revision
+
+
+def _undone_revisions(current: str | None, target: str) -> list[str]:
+    """The revisions a downgrade from ``current`` to ``target`` undoes, newest first."""
+    chain = [revision for revision, _, _ in migrate.history()]
+    if current not in chain:
+        return []
+    stop = -1 if target in ("base", "") else chain.index(target) if target in chain else None
+    if stop is None:
+        return []  # an unknown target: the migration reports it
+    return list(reversed(chain[stop + 1 : chain.index(current) + 1]))
 
 
 def _backup_if_needed(url: URL, plan: _SchemaPlan) -> Path | None:
@@ -75,12 +110,47 @@ def _backup_if_needed(url: URL, plan: _SchemaPlan) -> Path | None:
     return doctor.backup_sqlite_file(path)
 
 
+def _describe(status: migrate.Status | None) -> str:
+    """Where a store's schema stands, in the words of both histories."""
+    if status is None or (status.revision is None and status.schema_version is None):
+        return "an empty store"
+    if status.revision is None:
+        return f"Hermes schema v{status.schema_version} (a Hermes file, not yet adopted)"
+    hermes = f", Hermes schema v{status.schema_version}" if status.schema_version else ""
+    return f"revision {status.revision}{hermes}"
+
+
+def _confirm_downgrade(url: URL, plan: _SchemaPlan, revision: str, yes: bool) -> None:
+    before = plan.before.revision if plan.before else None
+    lossy = [r for r in _undone_revisions(before, revision) if r not in PRESERVING_REVISIONS]
+    if not lossy or plan.rows == (0, 0) or yes:
+        return
+    what = (
+        f"every table, so all {plan.rows[0]} session(s) and {plan.rows[1]} message(s)"
+        if revision in ("base", "")
+        else "the columns added by revision(s) " + ", ".join(lossy)
+    )
+    safety = (
+        "a backup of the file is taken first"
+        if doctor.sqlite_file_of(url) is not None
+        else "PostgreSQL is not backed up by sessionstore: take a pg_dump first"
+    )
+    confirm(
+        f"Downgrading {shown(url)} to {revision} drops {what}; {safety}. Continue?",
+        refusal=f"refusing to downgrade {shown(url)} to {revision}, which drops {what} "
+        f"({safety}), without confirmation",
+        declined="nothing changed",
+    )
+
+
 def _change_schema(
     state: CliState,
     revision: str,
     apply: Callable[[str, str], None],
     verb: str,
     as_json: bool,
+    *,
+    yes: bool = True,
 ) -> None:
     url = store_url(state)
     plan = _plan_schema_change(url, revision)
@@ -88,21 +158,30 @@ def _change_schema(
     if plan.before is not None and before == _resolve_revision(revision):
         if as_json:
             out.print_json({"url": shown(url), "from": before, "to": before, "changed": False,
-                         "backup": None})
+                            "backup": None})
         else:
             typer.echo(f"{shown(url)} is already at revision {before}; nothing to do")
         return
+    if apply is migrate.downgrade:
+        _confirm_downgrade(url, plan, revision, yes)
     backup = _backup_if_needed(url, plan)
     if backup is not None and not as_json:
         typer.echo(f"backup of {doctor.sqlite_file_of(url)} written to {backup}")
     with out.spinner(f"{verb} {shown(url)} ..."):
         apply(full(url), revision)
-    after = migrate.status(full(url)).revision
+    after = migrate.status(full(url))
     if as_json:
-        out.print_json({"url": shown(url), "from": before, "to": after, "changed": before != after,
-                     "backup": None if backup is None else str(backup)})
+        out.print_json({
+            "url": shown(url),
+            "from": before,
+            "from_schema_version": plan.before.schema_version if plan.before else None,
+            "to": after.revision,
+            "to_schema_version": after.schema_version,
+            "changed": before != after.revision,
+            "backup": None if backup is None else str(backup),
+        })  # fmt: skip
     else:
-        typer.echo(f"{verb} {shown(url)}: revision {before or 'none'} -> {after or 'none'}")
+        typer.echo(f"{verb} {shown(url)}: {_describe(plan.before)} -> {_describe(after)}")
 
 
 @db_app.command("upgrade")
@@ -128,10 +207,20 @@ def db_downgrade(
     revision: Annotated[
         str, typer.Argument(metavar="REVISION", help="Target revision, e.g. 0005 or base.")
     ],
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Drop data without asking (see below).")
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Step the schema back to REVISION (a SQLite file is backed up first)."""
-    _change_schema(cli_state(ctx), revision, migrate.downgrade, "downgraded", as_json)
+    """Step the schema back to REVISION (a SQLite file is backed up first).
+
+    A downgrade that drops data (tables, or columns that hold values: every step but 0004, 0007
+    and 0008) asks first on a terminal and is refused without one unless --yes is given.
+    PostgreSQL is not backed up: take a pg_dump first.
+    """
+    _change_schema(
+        cli_state(ctx), revision, migrate.downgrade, "downgraded", as_json, yes=yes
+    )
 
 
 @db_app.command("current")
