@@ -458,3 +458,47 @@ def test_postgresql_downgrade_is_refused_without_yes(runner: CliRunner, store_ur
     if store_url.startswith("postgresql"):
         assert "pg_dump" in one_error_line(refused)
     assert migrate.status(store_url).up_to_date
+
+
+# -- 7. import creates a new store -------------------------------------------------------------
+def test_import_restores_into_a_new_file(runner: CliRunner, tmp_path: Path) -> None:
+    source = tmp_path / "state.db"
+    make_store(source, sessions=3)
+    dump = tmp_path / "all.jsonl"
+    assert invoke(runner, "--url", str(source), "export", "-o", str(dump)).exit_code == 0
+    target = tmp_path / "restored" / "new.db"
+    result = invoke(runner, "--url", str(target), "import", str(dump))
+    assert result.exit_code == 0, result.output
+    assert "created a new session store" in result.stderr
+    assert "imported 3 session(s)" in result.stdout
+    exported = invoke(runner, "--url", str(target), "export").stdout
+    assert exported == dump.read_text(encoding="utf-8")
+    missing = invoke(runner, "--url", str(tmp_path / "other.db"), "import", "nope.jsonl")
+    assert missing.exit_code == 1 and not (tmp_path / "other.db").exists()
+
+
+def test_import_still_refuses_a_legacy_file(runner: CliRunner, tmp_path: Path) -> None:
+    from legacy import build_legacy_db
+
+    path = tmp_path / "state.db"
+    build_legacy_db(path, 3)
+    before = path.read_bytes()
+    dump = tmp_path / "x.jsonl"
+    dump.write_text("", encoding="utf-8")
+    refused = invoke(runner, "--url", str(path), "import", str(dump))
+    assert refused.exit_code == 1 and "db upgrade" in one_error_line(refused)
+    assert path.read_bytes() == before
+
+
+def test_export_to_a_directory_is_a_clear_error(runner: CliRunner, tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    make_store(path)
+    folder = tmp_path / "adir"
+    folder.mkdir()
+    result = invoke(runner, "--url", str(path), "export", "-o", str(folder))
+    assert result.exit_code == 2
+    line = one_error_line(result)
+    assert "is a directory" in line and ".partial" not in line
+    assert list(folder.iterdir()) == []
+    nowhere = invoke(runner, "--url", str(path), "export", "-o", str(tmp_path / "no" / "x.jsonl"))
+    assert nowhere.exit_code == 2 and "does not exist" in one_error_line(nowhere)

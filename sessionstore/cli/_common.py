@@ -23,10 +23,11 @@ from alembic.util import CommandError
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
-from .. import doctor, migrate
+from .. import doctor, legacy, migrate
 from ..commands import cli_command
 from ..config import resolve_url, sqlite_url
 from ..dialects import dialect_for_url
+from ..engine import create_store_engine
 from ..errors import SessionStoreError
 from ..repository import SessionRepository
 from ..store import Store
@@ -273,6 +274,26 @@ def open_store(options: CliState, *, write: bool = False) -> Iterator[Store]:
         yield store
     finally:
         store.close()
+
+
+def create_if_new(options: CliState) -> bool:
+    """Create the store at the current schema when there is none yet; True if it did.
+
+    "None yet" is a SQLite file that is missing or empty, or a database without a table of
+    ours or Hermes's: nothing that anyone wrote can be changed by this.
+    """
+    url = store_url(options)
+    path = doctor.sqlite_file_of(url)
+    if path is not None:
+        if path.is_dir() or (path.exists() and path.stat().st_size > 0):
+            return False
+    else:
+        engine = create_store_engine(url, set_journal_mode=False)
+        with contextlib.closing(Store(engine, owns_engine=True)) as probe:
+            if not probe.read(legacy.read_state).is_empty:
+                return False
+    migrate.upgrade(full(url))
+    return True
 
 
 def resolve_ref(store: Store, ref: str) -> str:

@@ -21,10 +21,14 @@ from . import _output as out
 from ._app import app
 from ._common import (
     JsonOption,
+    UsageProblem,
     cli_state,
+    create_if_new,
     open_store,
     report_errors,
     resolve_ref,
+    shown,
+    store_url,
 )
 
 
@@ -43,6 +47,8 @@ def export(
     ] = None,
 ) -> None:
     """Write sessions and their messages as JSONL (streamed; restorable with `import`)."""
+    if output is not None:
+        _check_output_path(output)
     with open_store(cli_state(ctx)) as store:
         session_ids = [resolve_ref(store, ref) for ref in session] if session else None
         total = (
@@ -60,6 +66,15 @@ def export(
                 count = _export_to_file(store, output, source, session_ids, advance)
     where = "standard output" if output is None else str(output)
     out.note(f"exported {count} session(s) to {where}")
+
+
+def _check_output_path(output: Path) -> None:
+    if output.is_dir():
+        raise UsageProblem(
+            f"-o {output} is a directory: give a file name, e.g. -o {output / 'sessions.jsonl'}"
+        )
+    if not output.parent.is_dir():
+        raise UsageProblem(f"-o {output}: the directory {output.parent} does not exist")
 
 
 def _export_to_file(
@@ -111,7 +126,11 @@ def import_(
     ] = ConflictPolicyChoice.skip,
     as_json: JsonOption = False,
 ) -> None:
-    """Restore a JSONL export (ids, lineage, titles, counters and timestamps as exported)."""
+    """Restore a JSONL export (ids, lineage, titles, counters and timestamps as exported).
+
+    The restore path: a store that does not exist yet (a new file, an empty PostgreSQL
+    database) is created at the current schema first. An existing store must be current.
+    """
     with contextlib.ExitStack() as stack:
         if file == "-":
             # ``fail`` reads the input twice; standard input can be read once.
@@ -121,7 +140,10 @@ def import_(
             fp.seek(0)
         else:
             fp = stack.enter_context(open(file, encoding="utf-8"))
-        store = stack.enter_context(open_store(cli_state(ctx), write=True))
+        options = cli_state(ctx)
+        if create_if_new(options):
+            out.note(f"created a new session store at {shown(store_url(options))}")
+        store = stack.enter_context(open_store(options, write=True))
         total = _count_sessions_in(fp) if out.console(stderr=True).is_terminal else None
         with out.progress("importing", total) as advance:
             result = import_jsonl(store, fp, on_conflict=on_conflict.value, progress=advance)
