@@ -502,3 +502,62 @@ def test_export_to_a_directory_is_a_clear_error(runner: CliRunner, tmp_path: Pat
     assert list(folder.iterdir()) == []
     nowhere = invoke(runner, "--url", str(path), "export", "-o", str(tmp_path / "no" / "x.jsonl"))
     assert nowhere.exit_code == 2 and "does not exist" in one_error_line(nowhere)
+
+
+# -- 5. the first adoption of a foreign file takes a backup -------------------------------------
+def _rows(path: Path, table: str) -> list[Any]:
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        return conn.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall()
+    finally:
+        conn.close()
+
+
+def test_sessiondb_backs_up_a_hermes_file_on_first_adoption(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from legacy import build_legacy_db
+
+    path = tmp_path / "state.db"
+    build_legacy_db(path, 3)
+    sessions, messages = _rows(path, "sessions"), _rows(path, "messages")
+    with caplog.at_level("WARNING", logger="sessionstore.adoption"), SessionDB(path) as db:
+        backup = db.adoption_backup
+        assert backup is not None and backup.parent == tmp_path
+        assert migrate.status(f"sqlite:///{path}").up_to_date
+    assert str(backup) in caplog.text
+    assert _rows(backup, "schema_version") == [(3,)]
+    assert _rows(backup, "sessions") == sessions and _rows(backup, "messages") == messages
+    with SessionDB(path) as again:
+        assert again.adoption_backup is None  # adopted once: ours now
+    copies = [p for p in tmp_path.glob("state.db.bak-*") if not p.name.endswith(("-wal", "-shm"))]
+    assert copies == [backup]
+
+
+def test_adoption_backup_opt_out_and_new_files(tmp_path: Path) -> None:
+    from legacy import build_legacy_db
+
+    path = tmp_path / "state.db"
+    build_legacy_db(path, 6)
+    with SessionDB(path, backup_on_adopt=False) as db:
+        assert db.adoption_backup is None
+    with SessionDB(tmp_path / "new.db") as fresh:
+        assert fresh.adoption_backup is None
+    assert not list(tmp_path.glob("*.bak-*"))
+
+
+def test_demo_script_backs_up_the_hermes_file_it_adopts(tmp_path: Path) -> None:
+    from legacy import build_legacy_db
+
+    home = tmp_path / "home"
+    home.mkdir()
+    build_legacy_db(home / "state.db", 2)
+    env = {**os.environ, "HERMES_HOME": str(home)}
+    env.pop("SESSIONSTORE_URL", None)
+    demo = Path(__file__).resolve().parents[1] / "scripts" / "demo.py"
+    result = subprocess.run([sys.executable, str(demo), "--no-sample"], capture_output=True,
+                            text=True, env=env, timeout=120, check=False)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (backup,) = [p for p in home.glob("state.db.bak-*") if not p.name.endswith(("-wal", "-shm"))]
+    assert f"backup:   {backup}" in result.stdout
+    assert _rows(backup, "schema_version") == [(2,)]
