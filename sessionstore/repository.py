@@ -77,9 +77,20 @@ def count_tool_calls(tool_calls: Any) -> int:
     return 1 if tool_calls else 0
 
 
+_NEW_MESSAGE_TEXT_FIELDS = ("content", "tool_name", "tool_call_id", "finish_reason", "reasoning")
+_NEW_MESSAGE_JSON_FIELDS = ("tool_calls", "reasoning_details", "codex_reasoning_items")
+
+
 @dataclass(frozen=True, slots=True)
 class NewMessage:
-    """One message ready to insert: validated, JSON already encoded."""
+    """One message ready to insert, JSON encoded.
+
+    Build it with :meth:`SessionRepository.prepare_message` (which also validates the text),
+    or directly: ``tool_calls``, ``reasoning_details`` and ``codex_reasoning_items`` may be
+    given as Python values (a list of tool-call dicts, say) and are encoded here, and
+    ``tool_call_total`` then defaults to the number of tool calls. A value of the wrong type
+    is a ``TypeError`` naming the field.
+    """
 
     role: str
     content: str | None = None
@@ -92,6 +103,30 @@ class NewMessage:
     reasoning_details: str | None = None
     codex_reasoning_items: str | None = None
     tool_call_total: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.role, str):
+            raise TypeError(f"NewMessage.role must be str, not {type(self.role).__name__}")
+        for name in _NEW_MESSAGE_TEXT_FIELDS:
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise TypeError(
+                    f"NewMessage.{name} must be str or None, not {type(value).__name__}"
+                )
+        for name in _NEW_MESSAGE_JSON_FIELDS:
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                if name == "tool_calls" and self.tool_call_total == 0:
+                    object.__setattr__(self, "tool_call_total", count_tool_calls(value))
+                object.__setattr__(self, name, encode_json(value, name))
+        if self.token_count is not None and (
+            isinstance(self.token_count, bool) or not isinstance(self.token_count, int)
+        ):
+            raise TypeError(
+                f"NewMessage.token_count must be int or None, not {type(self.token_count).__name__}"
+            )
+        if isinstance(self.tool_call_total, bool) or not isinstance(self.tool_call_total, int):
+            raise TypeError("NewMessage.tool_call_total must be int")
 
 
 class SessionRepository:

@@ -17,10 +17,11 @@ from typing import Any, TypeVar
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError
 
+from .commands import cli_command
 from .config import resolve_url
 from .dialects import StoreDialect, dialect_for, dialect_for_url
 from .engine import DEFAULT_BUSY_TIMEOUT_S, create_store_engine
-from .errors import ReadOnlyStoreError, StoreBusyError
+from .errors import ReadOnlyStoreError, SchemaMissingError, SessionStoreError, StoreBusyError
 from .retry import RetryPolicy, run_with_retry
 
 T = TypeVar("T")
@@ -115,7 +116,7 @@ class Store:
         except StoreBusyError:
             raise
         except DBAPIError as exc:
-            translated = self.dialect.translate_error(exc)
+            translated = self._translate(exc)
             if translated is not None:
                 raise translated from exc
             raise
@@ -163,10 +164,20 @@ class Store:
         except StoreBusyError:
             raise
         except DBAPIError as exc:
-            translated = self.dialect.translate_error(exc)
+            translated = self._translate(exc)
             if translated is not None:
                 raise translated from exc
             raise
+
+    def _translate(self, exc: DBAPIError) -> SessionStoreError | None:
+        translated = self.dialect.translate_error(exc)
+        if isinstance(translated, SchemaMissingError):
+            # A Store never migrates (SessionDB does): say how to create the schema here.
+            return SchemaMissingError(
+                f"{translated}: create the schema first with sessionstore.migrate.upgrade(url) "
+                f"or `{cli_command(self.url, 'db', 'upgrade')}`"
+            )
+        return translated
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[Connection]:

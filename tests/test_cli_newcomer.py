@@ -561,3 +561,35 @@ def test_demo_script_backs_up_the_hermes_file_it_adopts(tmp_path: Path) -> None:
     (backup,) = [p for p in home.glob("state.db.bak-*") if not p.name.endswith(("-wal", "-shm"))]
     assert f"backup:   {backup}" in result.stdout
     assert _rows(backup, "schema_version") == [(2,)]
+
+
+# -- 12. the typed repository ---------------------------------------------------------------------
+def test_bare_store_on_a_new_database_is_a_clear_typed_error(empty_url: str) -> None:
+    from sessionstore.errors import SchemaMissingError
+    from sessionstore.repository import SessionRepository
+
+    with Store.open(empty_url) as store:
+        repository = SessionRepository(store)
+        with pytest.raises(SchemaMissingError, match="migrate.upgrade") as caught:
+            repository.create_session("s1", "cli")
+        assert "db upgrade" in str(caught.value)
+        with pytest.raises(SchemaMissingError):
+            repository.get_session("s1")
+
+
+def test_new_message_takes_python_tool_calls_or_names_the_bad_field(store_url: str) -> None:
+    from sessionstore.repository import NewMessage, SessionRepository
+
+    calls = [tool_call("c1"), tool_call("c2")]
+    message = NewMessage(role="assistant", tool_calls=calls)  # type: ignore[arg-type]
+    assert message.tool_call_total == 2 and json.loads(message.tool_calls or "") == calls
+    with Store.open(store_url) as store:
+        repository = SessionRepository(store)
+        repository.create_session("s1", "cli")
+        repository.append_message("s1", message)
+        record = repository.get_session("s1")
+        assert record is not None and record.tool_call_count == 2
+        assert json.loads(repository.get_messages("s1")[0].tool_calls or "") == calls
+    for bad in ({"role": 7}, {"role": "user", "content": 3}, {"role": "user", "token_count": "9"}):
+        with pytest.raises(TypeError, match="NewMessage"):
+            NewMessage(**bad)  # type: ignore[arg-type]

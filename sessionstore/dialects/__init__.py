@@ -6,6 +6,7 @@ dialect's name itself.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import Table
@@ -18,6 +19,12 @@ if TYPE_CHECKING:
     from ..errors import SessionStoreError
 
     UpsertInsert = SqliteInsert | PgInsert
+
+
+MISSING_CORE_TABLE = re.compile(
+    r'(?:no such table: (?:main\.)?|relation ")(?:sessions|messages)\b', re.IGNORECASE
+)
+"""A driver's words for "the sessions/messages table does not exist" (SQLite; PostgreSQL)."""
 
 
 class StoreDialect(Protocol):

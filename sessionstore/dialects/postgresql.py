@@ -11,11 +11,13 @@ from sqlalchemy.exc import DBAPIError
 
 from ..errors import (
     ReadOnlyStoreError,
+    SchemaMissingError,
     SessionStoreError,
     StoreFullError,
     StoreUnavailableError,
     UnsupportedValueError,
 )
+from . import MISSING_CORE_TABLE
 
 # serialization_failure, deadlock_detected, lock_not_available (lock_timeout). Not
 # query_canceled (57014): that is also a deliberate cancel or statement_timeout, never a lock.
@@ -26,6 +28,7 @@ _READ_ONLY_SQLSTATE = "25006"  # read_only_sql_transaction
 _TOO_LARGE_SQLSTATE = "54000"
 # character_not_in_repertoire: e.g. a NUL byte that reached the server.
 _BAD_TEXT_SQLSTATE = "22021"
+_UNDEFINED_TABLE_SQLSTATE = "42P01"
 # An arbitrary but fixed key: every sessionstore process agrees on it.
 MIGRATION_LOCK_KEY = 0x5E5510_5707E
 
@@ -103,6 +106,10 @@ class PostgreSQLDialect:
             return UnsupportedValueError(
                 "PostgreSQL text cannot hold NUL characters; nothing was read or written "
                 f"({str(original).splitlines()[0]})"
+            )
+        if state == _UNDEFINED_TABLE_SQLSTATE and MISSING_CORE_TABLE.search(str(original)):
+            return SchemaMissingError(
+                f"this database has no session tables ({str(original).splitlines()[0]})"
             )
         if state is not None and state.startswith("08"):
             return StoreUnavailableError(f"cannot reach the PostgreSQL server: {exc}")

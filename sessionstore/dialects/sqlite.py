@@ -20,11 +20,13 @@ from sqlalchemy.exc import DBAPIError
 
 from ..errors import (
     ReadOnlyStoreError,
+    SchemaMissingError,
     SessionStoreError,
     StoreFullError,
     StoreUnavailableError,
     UnsupportedValueError,
 )
+from . import MISSING_CORE_TABLE
 
 logger = logging.getLogger(__name__)
 
@@ -168,6 +170,8 @@ class SQLiteDialect:
             return StoreUnavailableError(
                 f"this file is not a usable SQLite database ({original}); it was not modified"
             )
+        if MISSING_CORE_TABLE.search(message):
+            return SchemaMissingError(f"this database has no session tables ({original})")
         if "unable to open database" in message:
             return StoreUnavailableError(f"cannot open the SQLite database: {original}")
         if "pattern too complex" in message or "string or blob too big" in message:
