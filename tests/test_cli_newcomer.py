@@ -570,7 +570,7 @@ def test_bare_store_on_a_new_database_is_a_clear_typed_error(empty_url: str) -> 
 
     with Store.open(empty_url) as store:
         repository = SessionRepository(store)
-        with pytest.raises(SchemaMissingError, match="migrate.upgrade") as caught:
+        with pytest.raises(SchemaMissingError, match=r"migrate\.upgrade") as caught:
             repository.create_session("s1", "cli")
         assert "db upgrade" in str(caught.value)
         with pytest.raises(SchemaMissingError):
