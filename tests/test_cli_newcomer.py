@@ -593,3 +593,29 @@ def test_new_message_takes_python_tool_calls_or_names_the_bad_field(store_url: s
     for bad in ({"role": 7}, {"role": "user", "content": 3}, {"role": "user", "token_count": "9"}):
         with pytest.raises(TypeError, match="NewMessage"):
             NewMessage(**bad)  # type: ignore[arg-type]
+
+
+# -- 13. small ones -------------------------------------------------------------------------------
+def test_two_character_chinese_snippets_end_at_sentence_boundaries(store_url: str) -> None:
+    text = (
+        "今天天气很好。我们去公园散步吧！数据库迁移已经完成了，请检查一下结果。"
+        "明天再讨论部署的问题。"
+    )
+    with SessionDB(url=store_url) as db:
+        db.create_session("zh", "cli")
+        db.append_message("zh", "user", text)
+        snippets = {query: db.search_messages(query)[0]["snippet"] for query in ("迁移", "部署")}
+    assert snippets["迁移"].endswith("请检查一下结果。...")
+    assert "数据库>>>迁移<<<已经完成了" in snippets["迁移"]
+    assert snippets["部署"] == "...明天再讨论>>>部署<<<的问题。"
+    for snippet in snippets.values():
+        assert snippet.replace(">>>", "").replace("<<<", "").strip(".") in text
+
+
+def test_substring_snippet_without_sentence_ends_keeps_its_window() -> None:
+    from sessionstore.search.hits import substring_snippet
+
+    before, after = "一" * 20, "二" * 21
+    assert substring_snippet(30, before, "迁移", after) == (
+        "..." + before + ">>>迁移<<<" + "二" * 20 + "..."
+    )
