@@ -51,6 +51,11 @@ class StoreUnavailableError(SessionStoreError):
     """The database file or server cannot be opened: not a database, unreadable, or unreachable."""
 
 
+class DriverMissingError(SessionStoreError, ImportError):
+    """The database driver for this URL is not installed (PostgreSQL: psycopg, which the
+    ``postgresql`` extra installs)."""
+
+
 class StoreFullError(SessionStoreError):
     """The disk (or the database's page limit) is full; earlier data is intact."""
 

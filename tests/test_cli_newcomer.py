@@ -619,3 +619,16 @@ def test_substring_snippet_without_sentence_ends_keeps_its_window() -> None:
     assert substring_snippet(30, before, "迁移", after) == (
         "..." + before + ">>>迁移<<<" + "二" * 20 + "..."
     )
+
+
+def test_missing_postgresql_driver_names_the_extra(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sessionstore.errors import DriverMissingError
+
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as if it were not installed
+    result = invoke(runner, "--url", "postgresql://postgres@127.0.0.1/test", "stats")
+    assert result.exit_code == 1
+    assert "sessionstore[postgresql]" in one_error_line(result)
+    with pytest.raises(DriverMissingError, match=r"sessionstore\[postgresql\]"):
+        SessionDB(url="postgresql+psycopg://postgres@127.0.0.1/test")

@@ -193,8 +193,6 @@ def store_url(options: CliState) -> URL:
         parsed.get_dialect()
     except (ArgumentError, ValueError, NoSuchModuleError) as exc:
         raise UsageProblem(f"bad database URL {hide_password(raw)!r}: {exc}") from None
-    except ImportError as exc:
-        raise UsageProblem(_missing_driver(parsed, exc)) from None
     return parsed
 
 
@@ -203,15 +201,6 @@ def as_url(text: str) -> str:
     if "://" in text:
         return text
     return sqlite_url(Path(text).expanduser().absolute())
-
-
-def _missing_driver(url: URL, exc: ImportError) -> str:
-    if url.get_backend_name() == "postgresql":
-        return (
-            f"the PostgreSQL driver is not installed ({exc}): pip install "
-            "'sessionstore[postgresql]' (or psycopg[binary])"
-        )
-    return f"the database driver for {url.drivername} is not installed: {exc}"
 
 
 def shown(url: URL) -> str:

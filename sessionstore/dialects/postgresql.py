@@ -10,6 +10,7 @@ from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from ..errors import (
+    DriverMissingError,
     ReadOnlyStoreError,
     SchemaMissingError,
     SessionStoreError,
@@ -38,6 +39,19 @@ def _sqlstate(exc: BaseException) -> str | None:
     return getattr(original, "sqlstate", None)
 
 
+def _require_driver(url: URL) -> None:
+    if url.get_driver_name() != "psycopg":
+        return  # another driver named explicitly: SQLAlchemy reports it if missing
+    try:
+        import psycopg  # noqa: F401
+    except ImportError as exc:
+        raise DriverMissingError(
+            f"PostgreSQL URLs need the psycopg driver, which is not installed ({exc}): "
+            "pip install 'sessionstore[postgresql]' (from a checkout: pip install -e "
+            "'.[postgresql]')"
+        ) from exc
+
+
 class PostgreSQLDialect:
     name = "postgresql"
     stores_nul_in_text = False
@@ -51,6 +65,7 @@ class PostgreSQLDialect:
         return url
 
     def engine_options(self, url: URL, *, read_only: bool, busy_timeout_s: float) -> dict[str, Any]:
+        _require_driver(url)
         timeout_ms = max(int(busy_timeout_s * 1000), 1)
         return {
             "pool_pre_ping": True,
