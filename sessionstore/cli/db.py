@@ -241,7 +241,7 @@ def db_current(ctx: typer.Context, as_json: JsonOption = False) -> None:
     if status.up_to_date:
         typer.echo(f"{line}: current")
     else:
-        typer.echo(f"{line}: not current ({status.head}); run `sessionstore db upgrade`")
+        typer.echo(f"{line}: not current ({status.head}); run {hint(url, 'db', 'upgrade')}")
 
 
 @db_app.command("history")
