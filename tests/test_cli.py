@@ -485,7 +485,7 @@ def test_prune_source_filter_and_nothing_to_do(runner: CliRunner, seeded: str) -
 def test_prune_asks_on_a_terminal(
     runner: CliRunner, seeded: str, monkeypatch: pytest.MonkeyPatch, answer: str, kept: bool
 ) -> None:
-    monkeypatch.setattr(cli._common, "stdin_is_interactive", lambda: True)
+    monkeypatch.setattr(cli, "_stdin_is_interactive", lambda: True)
     result = run(runner, seeded, "prune", "--older-than", "90d", input=answer)
     assert "Delete these 1 session(s)" in result.stdout
     assert result.exit_code == (1 if kept else 0)

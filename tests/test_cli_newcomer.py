@@ -383,7 +383,7 @@ def test_sessions_delete_asks_and_is_refused_without_a_terminal(
     refused = invoke(runner, "--url", str(path), "sessions", "delete", "s000")
     assert refused.exit_code == 1
     assert "--yes" in one_error_line(refused)
-    monkeypatch.setattr(cli._common, "stdin_is_interactive", lambda: True)
+    monkeypatch.setattr(cli, "_stdin_is_interactive", lambda: True)
     declined = invoke(runner, "--url", str(path), "sessions", "delete", "s000", input="n\n")
     assert declined.exit_code == 1 and "Delete session s000" in declined.stdout
     with SessionDB(url=url) as db:
@@ -427,7 +427,7 @@ def test_downgrade_to_base_of_an_adopted_v1_file_asks_and_backs_up(
     assert refused.exit_code == 1
     line = one_error_line(refused)
     assert "--yes" in line and f"{messages} message(s)" in line
-    monkeypatch.setattr(cli._common, "stdin_is_interactive", lambda: True)
+    monkeypatch.setattr(cli, "_stdin_is_interactive", lambda: True)
     declined = invoke(runner, "--url", str(path), "db", "downgrade", "base", input="n\n")
     assert declined.exit_code == 1 and "drops every table" in declined.stdout
     assert _message_total(f"sqlite:///{path}") == messages

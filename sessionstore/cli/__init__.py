@@ -23,12 +23,24 @@ from typing import NoReturn
 from ..stats import collect_stats
 from . import db, prune, search, sessions, stats, title, transfer
 from ._app import app
-from ._common import CliError, UsageProblem, describe_error, resolve_ref, short_ids
+from ._common import (
+    CliError,
+    UsageProblem,
+    describe_error,
+    resolve_ref,
+    short_ids,
+    stdin_is_interactive,
+)
 from ._output import HIGHLIGHT_STYLE, day, highlighted
 from .prune import parse_age
 
 # The verb modules register themselves on import; named here so the import is not "unused".
 _VERB_MODULES = (db, prune, search, sessions, stats, title, transfer)
+
+# The names of the single-module CLI, kept for callers that used them.
+_stdin_is_interactive = stdin_is_interactive
+_highlighted = highlighted
+_day = day
 
 
 def main() -> NoReturn:

@@ -172,7 +172,11 @@ def confirm(question: str, *, refusal: str, declined: str = "nothing deleted") -
     ``refusal`` says what is refused; the message adds why and the flag that skips the question.
     ``declined`` is the error when the answer is no.
     """
-    if not stdin_is_interactive():
+    # Looked up on the package (``sessionstore.cli._stdin_is_interactive``): the one seam
+    # through which a test or an embedding program says whether someone can answer.
+    package = sys.modules.get(__package__ or "")
+    interactive = getattr(package, "_stdin_is_interactive", stdin_is_interactive)
+    if not interactive():
         raise CliError(f"{refusal}: standard input is not a terminal; pass --yes")
     if not typer.confirm(question, default=False):
         raise CliError(declined)
