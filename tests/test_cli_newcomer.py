@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from sessionstore import cli, doctor, migrate
@@ -449,8 +451,7 @@ def test_index_only_downgrade_and_empty_store_do_not_ask(runner: CliRunner, tmp_
 
 
 def test_postgresql_downgrade_is_refused_without_yes(runner: CliRunner, store_url: str) -> None:
-    make_url_store = store_url
-    with SessionDB(url=make_url_store) as db:
+    with SessionDB(url=store_url) as db:
         db.create_session("pg1", "cli")
         db.append_message("pg1", "user", "keep me")
     refused = invoke(runner, "--url", store_url, "db", "downgrade", "0005")
@@ -632,3 +633,36 @@ def test_missing_postgresql_driver_names_the_extra(
     assert "sessionstore[postgresql]" in one_error_line(result)
     with pytest.raises(DriverMissingError, match=r"sessionstore\[postgresql\]"):
         SessionDB(url="postgresql+psycopg://postgres@127.0.0.1/test")
+
+
+# -- hostile input ------------------------------------------------------------------------------
+_PATH_TEXT = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00/"), min_size=1
+).filter(lambda name: name not in (".", ".."))
+
+
+@settings(max_examples=60, deadline=None)
+@given(name=_PATH_TEXT)
+def test_a_hint_for_any_file_name_splits_back_to_that_file(name: str) -> None:
+    path = Path("/srv/stores") / name
+    words = shlex.split(cli_command(cli._common.as_url(str(path)), "db", "upgrade"))
+    assert words[:2] == ["sessionstore", "--url"] and words[3:] == ["db", "upgrade"]
+    assert Path(words[2]) == path.resolve()
+    assert cli._common.as_url(words[2]).database == str(path.resolve())  # the same file again
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ref=st.text(max_size=40))
+def test_any_ref_resolves_or_fails_in_one_line(tmp_path: Path, ref: str) -> None:
+    path = tmp_path / "hostile.db"
+    if not path.exists():
+        make_store(path, sessions=2)
+        with SessionDB(path) as db:
+            db.set_session_title("s000", "Deploy Bot")
+    result = CliRunner().invoke(cli.app, ["--url", str(path), "sessions", "show", ref, "--json"])
+    assert result.exit_code in (0, 1, 2), result.output
+    assert "Traceback" not in result.output
+    if result.exit_code:
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr

@@ -25,7 +25,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
 from .. import doctor, legacy, migrate
 from ..commands import cli_command
-from ..config import resolve_url, sqlite_url
+from ..config import resolve_url
 from ..dialects import dialect_for_url
 from ..engine import create_store_engine
 from ..errors import SessionStoreError
@@ -190,9 +190,9 @@ def store_url(options: CliState) -> URL:
             "--url is empty: give a database URL or a SQLite file path (or leave --url out "
             "for the default store)"
         )
-    raw = as_url(resolve_url(options.url_option))
+    raw = resolve_url(options.url_option)
     try:
-        parsed = make_url(raw)
+        parsed = as_url(raw)
         dialect_for_url(parsed)
         parsed.get_dialect()
     except (ArgumentError, ValueError, NoSuchModuleError) as exc:
@@ -200,11 +200,15 @@ def store_url(options: CliState) -> URL:
     return parsed
 
 
-def as_url(text: str) -> str:
-    """A URL as given, or a SQLite URL for a plain file path (anything without ``://``)."""
+def as_url(text: str) -> URL:
+    """The URL given, or the SQLite URL of a plain file path (anything without ``://``).
+
+    Built as a URL object, not text: a file name may hold ``?`` or ``#``, which URL text
+    would read as the start of a query.
+    """
     if "://" in text:
-        return text
-    return sqlite_url(Path(text).expanduser().absolute())
+        return make_url(text)
+    return URL.create("sqlite", database=str(Path(text).expanduser().absolute()))
 
 
 def shown(url: URL) -> str:

@@ -45,13 +45,16 @@ def search(
         str, typer.Argument(metavar="QUERY", help='Words, "phrases", prefix*, AND/OR/NOT.')
     ],
     source: Annotated[
-        list[str] | None, typer.Option(help="Only sessions of this source (repeatable).")
+        list[str] | None,
+        typer.Option(metavar="SOURCE", help="Only sessions of this source (repeatable)."),
     ] = None,
     exclude_source: Annotated[
-        list[str] | None, typer.Option(help="Leave out this source (repeatable).")
+        list[str] | None,
+        typer.Option(metavar="SOURCE", help="Leave out this source (repeatable)."),
     ] = None,
     role: Annotated[
-        list[str] | None, typer.Option(help="Only messages of this role (repeatable).")
+        list[str] | None,
+        typer.Option(metavar="ROLE", help="Only messages of this role (repeatable)."),
     ] = None,
     limit: Annotated[int, typer.Option(min=0, help="At most this many hits.")] = 20,
     offset: Annotated[int, typer.Option(min=0, help="Skip this many first.")] = 0,

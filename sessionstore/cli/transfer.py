@@ -38,12 +38,16 @@ def export(
     ctx: typer.Context,
     output: Annotated[
         Path | None,
-        typer.Option("-o", "--output", help="Write to this file (default: standard output)."),
+        typer.Option(
+            "-o", "--output", metavar="FILE", help="Write to this file (default: standard output)."
+        ),
     ] = None,
     source: Annotated[str | None, typer.Option(help="Only sessions of this source.")] = None,
     session: Annotated[
         list[str] | None,
-        typer.Option("--session", help="Only this session: id, prefix or title (repeatable)."),
+        typer.Option(
+            "--session", metavar="REF", help="Only this session: id, prefix or title (repeatable)."
+        ),
     ] = None,
 ) -> None:
     """Write sessions and their messages as JSONL (streamed; restorable with `import`)."""
