@@ -6,13 +6,19 @@ they share (errors, global options, how a store is opened) and :mod:`._output` h
 
 Conventions every verb follows:
 
-- the store is ``--url``, else the URL rules of :mod:`sessionstore.config`;
+- the store is ``--url`` (before or after the verb; a URL, or a plain path to a SQLite file;
+  empty is a usage error), else the URL rules of :mod:`sessionstore.config`;
 - a verb that reads never migrates: a store that is not at the current schema is refused with
-  the instruction to run ``sessionstore db upgrade`` (the one verb that changes the schema, after
-  taking a backup of a SQLite file);
+  the command that upgrades it (``db upgrade``, which backs a SQLite file up first); ``import``
+  alone creates a store that does not exist yet;
+- every command a message suggests is exact for the same store (:mod:`sessionstore.commands`);
 - ``--json`` prints machine-readable output wherever a table would be shown;
-- errors are one line on stderr (``--debug`` shows the traceback); exit status 0 is success, 1 a
-  failure, 2 a usage error;
+- errors, usage errors included, are one line on stderr (``--debug`` shows the traceback); exit
+  status 0 is success, 1 a failure, 2 a usage error;
+- a reader that closes the pipe early (``| head``) ends the verb quietly with status 0 (the
+  consumer had what it wanted; like ripgrep, unlike a SIGPIPE death's 141);
+- deleting (prune, sessions delete, a downgrade that drops data) asks on a terminal and is
+  refused without one unless ``--yes``;
 - progress bars and spinners appear only when stderr is a terminal, so pipes stay clean.
 """
 

@@ -30,6 +30,10 @@ class _OneLineErrors(TyperGroup):
         except BrokenPipeError:
             silence_broken_pipe()
             sys.exit(0)
+        except typer.Abort:
+            # Ctrl-C or end of input at a question: nothing was done.
+            print_error("aborted; nothing changed")
+            sys.exit(1)
         except Exception as exc:
             # Click's exception classes are vendored inside newer Typer releases and not
             # exported: recognised by their shape and class names instead.
