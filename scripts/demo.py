@@ -75,6 +75,9 @@ def main() -> int:
     before = migrate.status(url)
     started = time.perf_counter()
     with SessionDB(url=url) as db:
+        if db.adoption_backup is not None:
+            print(f"backup:   {db.adoption_backup} (taken before adopting a file "
+                  "sessionstore did not write)")
         after = migrate.status(url)
         print(
             f"schema:   revision {before.revision or '(none)'} -> {after.revision} "

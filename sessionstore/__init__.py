@@ -7,9 +7,11 @@ repository underneath are the typed API.
 from __future__ import annotations
 
 from .errors import (
+    DriverMissingError,
     ImportConflictError,
     MigrationError,
     ReadOnlyStoreError,
+    SchemaMissingError,
     SchemaOutOfDateError,
     SchemaTooNewError,
     SessionStoreError,
@@ -26,10 +28,12 @@ from .store import Store
 __version__ = "0.1.0"
 
 __all__ = [
+    "DriverMissingError",
     "ImportConflictError",
     "MigrationError",
     "ReadOnlyStoreError",
     "RetryPolicy",
+    "SchemaMissingError",
     "SchemaOutOfDateError",
     "SchemaTooNewError",
     "SessionDB",

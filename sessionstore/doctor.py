@@ -22,11 +22,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import DBAPIError
 
 from . import legacy, migrate
+from .commands import cli_command
 from .dialects.sqlite import _filesystem_path, _is_memory
 from .models import messages_table as messages
 from .models import sessions_table as sessions
@@ -58,6 +59,9 @@ class _Findings:
     dangling_parents: list[str] = field(default_factory=list)
     orphan_sessions: list[str] = field(default_factory=list)
     wrong_counters: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # Every session whose tool_call_count is not the v6 count, legacy-valid ones included: what
+    # an explicit recount rewrites.
+    recount_tool_calls: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -151,7 +155,7 @@ def backup_sqlite_file(path: Path, *, clock: Callable[[], float] = time.time) ->
 def diagnose(store: Store, *, wal_warn_bytes: int = WAL_WARN_BYTES) -> Report:
     """Run every check; a store that is not at head gets only the schema finding."""
     findings = _Findings()
-    schema, at_head = store.read(_check_schema)
+    schema, at_head = store.read(lambda conn: _check_schema(conn, store.url))
     if not at_head:
         # The other checks assume the current columns: one clear instruction to upgrade beats
         # a cascade of SQL errors.
@@ -170,7 +174,7 @@ def diagnose(store: Store, *, wal_warn_bytes: int = WAL_WARN_BYTES) -> Report:
     return Report(tuple(checks), findings)
 
 
-def _check_schema(conn: Connection) -> tuple[Check, bool]:
+def _check_schema(conn: Connection, url: URL) -> tuple[Check, bool]:
     state = legacy.read_state(conn)
     head = migrate.head_revision()
     if state.alembic_revision != head:
@@ -178,7 +182,8 @@ def _check_schema(conn: Connection) -> tuple[Check, bool]:
             "schema",
             "fail",
             f"at revision {state.alembic_revision or 'none'} (Hermes schema "
-            f"{state.schema_version or 'none'}), not {head}: run `sessionstore db upgrade`",
+            f"{state.schema_version or 'none'}), not {head}: run "
+            f"`{cli_command(url, 'db', 'upgrade')}`",
         ), False
     # Revisions after the Hermes chain keep writing Hermes's last number.
     expected = _REVISION_TO_HERMES.get(head, legacy.NEWEST_HERMES_SCHEMA)
@@ -335,8 +340,57 @@ def _tool_calls_in(value: str) -> int | None:
         return None
 
 
+@dataclass
+class _ToolCounting:
+    """One session's tool-call counter under each era's rule.
+
+    Hermes v6 (and sessionstore) add the number of tool calls a message carries; Hermes v1
+    added one per tool-related message. A file that lived through both eras holds the v1 sum
+    of its older messages plus the v6 sum of the newer ones: every "split point" in message
+    order is a legitimate history, so the accepted values are all of those sums.
+    """
+
+    v6: int = 0
+    v1: int = 0
+    accepted: set[int] = field(default_factory=lambda: {0})
+    damaged: bool = False
+
+    def add(self, v1_weight: int, v6_weight: int | None) -> None:
+        """The next message in session order (older messages are the v1 era)."""
+        if v6_weight is None:
+            self.damaged = True
+            return
+        # Every history so far had switched to v6 before this message, or this message is
+        # still v1 (and so was everything before it).
+        self.v1 += v1_weight
+        self.accepted = {total + v6_weight for total in self.accepted} | {self.v1}
+        self.v6 += v6_weight
+
+
+def _v1_weight(role: str, value: str | None) -> int:
+    """Hermes v1's count: one for a message with tool calls or a tool result, else none."""
+    has_calls = bool(value) and value not in ("[]", "null", '""')
+    return 1 if has_calls or role == "tool" else 0
+
+
+def _tool_counting(conn: Connection) -> dict[str, _ToolCounting]:
+    rows = conn.execution_options(yield_per=1000).execute(
+        select(messages.c.session_id, messages.c.role, messages.c.tool_calls)
+        .where(or_(messages.c.tool_calls.is_not(None), messages.c.role == "tool"))
+        .order_by(messages.c.session_id, messages.c.timestamp, messages.c.id)
+    )
+    counting: dict[str, _ToolCounting] = defaultdict(_ToolCounting)
+    for session_id, role, value in rows:
+        v6_weight = _tool_calls_in(str(value)) if value else 0
+        counting[str(session_id)].add(_v1_weight(str(role), value), v6_weight)
+    return counting
+
+
 def actual_counters(conn: Connection) -> dict[str, tuple[int, int | None]]:
-    """(messages, tool calls) per session as the rows say; tool calls None when unknowable."""
+    """(messages, tool calls) per session as the rows say; tool calls None when unknowable.
+
+    Tool calls are counted by the current (Hermes v6) rule.
+    """
     counts: dict[str, tuple[int, int | None]] = {}
     message_rows = conn.execute(
         select(sessions.c.id, func.count(messages.c.id))
@@ -345,42 +399,52 @@ def actual_counters(conn: Connection) -> dict[str, tuple[int, int | None]]:
     )
     for session_id, message_total in message_rows:
         counts[str(session_id)] = (int(message_total), 0)
-    tool_totals: dict[str, int | None] = defaultdict(int)
-    tool_rows = conn.execution_options(yield_per=1000).execute(
-        select(messages.c.session_id, messages.c.tool_calls).where(
-            messages.c.tool_calls.is_not(None)
-        )
-    )
-    for session_id, value in tool_rows:
-        key = str(session_id)
-        in_row = _tool_calls_in(str(value)) if value else 0
-        so_far = tool_totals[key]
-        tool_totals[key] = None if in_row is None or so_far is None else so_far + in_row
-    for session_id, total in tool_totals.items():
+    for session_id, counting in _tool_counting(conn).items():
         if session_id in counts:
-            counts[session_id] = (counts[session_id][0], total)
+            tools = None if counting.damaged else counting.v6
+            counts[session_id] = (counts[session_id][0], tools)
     return counts
 
 
 def _check_counters(conn: Connection, findings: _Findings) -> list[Check]:
-    actual = actual_counters(conn)
+    message_totals = {
+        str(row[0]): int(row[1])
+        for row in conn.execute(
+            select(sessions.c.id, func.count(messages.c.id))
+            .select_from(sessions.outerjoin(messages, messages.c.session_id == sessions.c.id))
+            .group_by(sessions.c.id)
+        )
+    }
+    counting = _tool_counting(conn)
     stored = {
-        str(row[0]): (row[1], row[2])
+        str(row[0]): (int(row[1] or 0), int(row[2] or 0))
         for row in conn.execute(
             select(sessions.c.id, sessions.c.message_count, sessions.c.tool_call_count)
         )
     }
     wrong_messages: list[str] = []
     wrong_tools: list[str] = []
-    for session_id, (message_total, tool_total) in actual.items():
-        stored_messages, stored_tools = stored.get(session_id, (None, None))
-        fixed_tools = int(stored_tools or 0) if tool_total is None else tool_total
-        if int(stored_messages or 0) != message_total:
+    legacy_tools: list[str] = []
+    for session_id, message_total in message_totals.items():
+        stored_messages, stored_tools = stored.get(session_id, (0, 0))
+        tools = counting.get(session_id) or _ToolCounting()
+        if stored_messages != message_total:
             wrong_messages.append(session_id)
-        if tool_total is not None and int(stored_tools or 0) != tool_total:
-            wrong_tools.append(session_id)
+        if not tools.damaged and stored_tools != tools.v6:
+            findings.recount_tool_calls[session_id] = tools.v6
+            if stored_tools in tools.accepted:
+                legacy_tools.append(session_id)
+            else:
+                wrong_tools.append(session_id)
         if session_id in wrong_messages or session_id in wrong_tools:
-            findings.wrong_counters[session_id] = (message_total, fixed_tools)
+            fixed = tools.v6 if session_id in wrong_tools else stored_tools
+            findings.wrong_counters[session_id] = (message_total, fixed)
+    legacy_note = (
+        f"; {len(legacy_tools)} session(s) counted the Hermes v1 way (one per tool-related "
+        "message), accepted: --recount-tool-calls rewrites them to the v6 rule"
+        if legacy_tools
+        else ""
+    )
     return [
         Check(
             "message_counts",
@@ -394,12 +458,12 @@ def _check_counters(conn: Connection, findings: _Findings) -> list[Check]:
         Check(
             "tool_call_counts",
             "fail",
-            f"{len(wrong_tools)} session(s) with a tool_call_count that disagrees with their "
-            f"rows: {_examples(wrong_tools)}",
+            f"{len(wrong_tools)} session(s) with a tool_call_count that no Hermes version's rule "
+            f"gives for their rows: {_examples(wrong_tools)}" + legacy_note,
             fixable=True,
         )
         if wrong_tools
-        else Check("tool_call_counts", "ok", "tool_call_count matches the rows"),
+        else Check("tool_call_counts", "ok", "tool_call_count matches the rows" + legacy_note),
     ]
 
 
@@ -422,10 +486,12 @@ def _check_wal(store: Store, wal_warn_bytes: int) -> Check:
 
 
 # -- repair ----------------------------------------------------------------------------------
-def repair(store: Store, report: Report) -> list[str]:
+def repair(store: Store, report: Report, *, recount_tool_calls: bool = False) -> list[str]:
     """Fix the fixable findings of ``report``; return one line per action taken.
 
-    Run :func:`diagnose` again afterwards to see what remains.
+    A tool_call_count that follows an older Hermes rule is history, not damage: it is rewritten
+    to the current rule only with ``recount_tool_calls=True``. Run :func:`diagnose` again
+    afterwards to see what remains.
     """
     flagged = {
         check.name for check in report.checks if check.fixable and check.status in ("fail", "warn")
@@ -442,7 +508,25 @@ def repair(store: Store, report: Report) -> list[str]:
         actions.append(_rebuild_search(store))
     if "wal_size" in flagged:
         actions.append(_truncate_wal(store))
+    legacy = {
+        session_id: total
+        for session_id, total in findings.recount_tool_calls.items()
+        if session_id not in findings.wrong_counters
+    }
+    if recount_tool_calls and legacy:
+        actions.append(_recount_tool_calls(store, legacy))
     return actions
+
+
+def _recount_tool_calls(store: Store, totals: dict[str, int]) -> str:
+    def run(conn: Connection) -> None:
+        for session_id, total in totals.items():
+            conn.execute(
+                update(sessions).where(sessions.c.id == session_id).values(tool_call_count=total)
+            )
+
+    store.write(run)
+    return f"recounted the tool calls of {len(totals)} session(s) by the Hermes v6 rule"
 
 
 def _adopt_orphans(store: Store, session_ids: list[str]) -> str:

@@ -33,6 +33,7 @@ def create_store_engine(
     """
     parsed = make_url(resolve_url(url) if not isinstance(url, URL) else url)
     dialect = dialect_for_url(parsed)
+    read_only = read_only or dialect.requests_read_only(parsed)
     parsed = dialect.prepare_url(parsed, read_only=read_only)
     if not read_only:
         dialect.ensure_database_location(parsed)

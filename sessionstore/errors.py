@@ -41,8 +41,19 @@ class SchemaOutOfDateError(SessionStoreError):
     """The store needs a migration but was opened with auto-migration switched off."""
 
 
+class SchemaMissingError(SchemaOutOfDateError):
+    """The database has no session tables yet (a new file or database): create the schema with
+    ``sessionstore.migrate.upgrade(url)`` (or ``sessionstore db upgrade``) before using it.
+    ``SessionDB`` does that itself; a bare ``Store`` never migrates."""
+
+
 class StoreUnavailableError(SessionStoreError):
     """The database file or server cannot be opened: not a database, unreadable, or unreachable."""
+
+
+class DriverMissingError(SessionStoreError, ImportError):
+    """The database driver for this URL is not installed (PostgreSQL: psycopg, which the
+    ``postgresql`` extra installs)."""
 
 
 class StoreFullError(SessionStoreError):

@@ -17,7 +17,10 @@ from typing import Any
 from sqlalchemy.engine import make_url
 
 from . import migrate, titles
+from .adoption import backup_before_adoption
+from .commands import cli_command
 from .config import resolve_url, sqlite_url
+from .dialects import dialect_for_url
 from .errors import SchemaOutOfDateError
 from .repository import NewMessage, SessionRepository, decode_json
 from .retry import RetryPolicy
@@ -50,7 +53,15 @@ class SessionDB:
         auto_migrate: bool = True,
         retry: RetryPolicy | None = None,
         busy_timeout_s: float = 1.0,
+        backup_on_adopt: bool = True,
     ) -> None:
+        """Open (and migrate, unless ``auto_migrate=False``) the store.
+
+        The first time a file sessionstore did not write (a Hermes ``state.db``) is migrated,
+        it is backed up first with SQLite's backup API; the copy's path is in
+        ``adoption_backup`` (and a warning is logged). ``backup_on_adopt=False`` skips that.
+        A ``?mode=ro`` SQLite URL opens read-only, like ``read_only=True``.
+        """
         if db_path is not None and url is not None:
             raise ValueError("give db_path or url, not both")
         resolved = sqlite_url(db_path) if db_path is not None else resolve_url(url)
@@ -62,8 +73,10 @@ class SessionDB:
             ":memory:",
         )
         self.db_path: Path | None = Path(str(parsed.database)).expanduser() if is_file else None
+        self.adoption_backup: Path | None = None
+        read_only = read_only or (is_file and dialect_for_url(parsed).requests_read_only(parsed))
         if not read_only:
-            self._prepare_schema(resolved, auto_migrate)
+            self.adoption_backup = self._prepare_schema(resolved, auto_migrate, backup_on_adopt)
         self._store = Store.open(
             resolved, read_only=read_only, retry=retry, busy_timeout_s=busy_timeout_s
         )
@@ -71,22 +84,24 @@ class SessionDB:
             self._store.close()
             raise SchemaOutOfDateError(
                 "this store is not at the current schema and was opened read-only; "
-                "run `sessionstore db upgrade` first"
+                f"run `{cli_command(resolved, 'db', 'upgrade')}` first"
             )
         self._repo = SessionRepository(self._store)
 
     @staticmethod
-    def _prepare_schema(url: str, auto_migrate: bool) -> None:
+    def _prepare_schema(url: str, auto_migrate: bool, backup: bool) -> Path | None:
         status = migrate.status(url)
         if status.up_to_date:
-            return
+            return None
         if not auto_migrate:
             raise SchemaOutOfDateError(
                 f"this store is at revision {status.revision or 'none'} (Hermes schema "
                 f"{status.schema_version or 'none'}), not {status.head}; run "
-                "`sessionstore db upgrade` or open it with auto_migrate=True"
+                f"`{cli_command(url, 'db', 'upgrade')}` or open it with auto_migrate=True"
             )
+        copy = backup_before_adoption(url) if backup and status.revision is None else None
         migrate.upgrade(url)
+        return copy
 
     @property
     def store(self) -> Store:

@@ -58,6 +58,7 @@ MAX_LINEAGE_DEPTH = 100
 PREVIEW_LENGTH = 60
 CONTEXT_CHARS = 200
 SECONDS_PER_DAY = 86_400
+SHORT_ID_LENGTH = 8
 
 
 def encode_json(value: Any, name: str) -> str | None:
@@ -76,9 +77,20 @@ def count_tool_calls(tool_calls: Any) -> int:
     return 1 if tool_calls else 0
 
 
+_NEW_MESSAGE_TEXT_FIELDS = ("content", "tool_name", "tool_call_id", "finish_reason", "reasoning")
+_NEW_MESSAGE_JSON_FIELDS = ("tool_calls", "reasoning_details", "codex_reasoning_items")
+
+
 @dataclass(frozen=True, slots=True)
 class NewMessage:
-    """One message ready to insert: validated, JSON already encoded."""
+    """One message ready to insert, JSON encoded.
+
+    Build it with :meth:`SessionRepository.prepare_message` (which also validates the text),
+    or directly: ``tool_calls``, ``reasoning_details`` and ``codex_reasoning_items`` may be
+    given as Python values (a list of tool-call dicts, say) and are encoded here, and
+    ``tool_call_total`` then defaults to the number of tool calls. A value of the wrong type
+    is a ``TypeError`` naming the field.
+    """
 
     role: str
     content: str | None = None
@@ -91,6 +103,30 @@ class NewMessage:
     reasoning_details: str | None = None
     codex_reasoning_items: str | None = None
     tool_call_total: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.role, str):
+            raise TypeError(f"NewMessage.role must be str, not {type(self.role).__name__}")
+        for name in _NEW_MESSAGE_TEXT_FIELDS:
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise TypeError(
+                    f"NewMessage.{name} must be str or None, not {type(value).__name__}"
+                )
+        for name in _NEW_MESSAGE_JSON_FIELDS:
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                if name == "tool_calls" and self.tool_call_total == 0:
+                    object.__setattr__(self, "tool_call_total", count_tool_calls(value))
+                object.__setattr__(self, name, encode_json(value, name))
+        if self.token_count is not None and (
+            isinstance(self.token_count, bool) or not isinstance(self.token_count, int)
+        ):
+            raise TypeError(
+                f"NewMessage.token_count must be int or None, not {type(self.token_count).__name__}"
+            )
+        if isinstance(self.tool_call_total, bool) or not isinstance(self.tool_call_total, int):
+            raise TypeError("NewMessage.tool_call_total must be int")
 
 
 class SessionRepository:
@@ -317,6 +353,36 @@ class SessionRepository:
 
         return self.store.read(run)
 
+    def session_ids_with_prefix(self, prefix: str, limit: int) -> list[str]:
+        """Ids that start with ``prefix``, newest session first (at most ``limit``)."""
+        if not isinstance(prefix, str) or not prefix or _unbindable(prefix):
+            return []
+        statement = (
+            select(sessions.c.id)
+            .where(sessions.c.id.like(escape_like(prefix) + "%", escape="\\"))
+            .order_by(sessions.c.started_at.desc())
+            .limit(max(int(limit), 0))
+        )
+        return self.store.read(lambda conn: [str(row[0]) for row in conn.execute(statement)])
+
+    def short_ids(self, ids: Sequence[str], min_length: int = SHORT_ID_LENGTH) -> dict[str, str]:
+        """The shortest prefix (at least ``min_length`` characters) naming each id uniquely."""
+        if not ids:
+            return {}
+        heads = sorted({session_id[:min_length] for session_id in ids})
+        statement = select(sessions.c.id).where(
+            func.substr(sessions.c.id, 1, min_length).in_(heads)
+        )
+        neighbours = self.store.read(lambda conn: [str(row[0]) for row in conn.execute(statement)])
+        shortest: dict[str, str] = {}
+        for session_id in ids:
+            length = min_length
+            for other in neighbours:
+                if other != session_id:
+                    length = max(length, _common_prefix_length(session_id, other) + 1)
+            shortest[session_id] = session_id[:length]
+        return shortest
+
     def session_count(self, source: str | None = None) -> int:
         statement = select(func.count()).select_from(sessions)
         if source is not None:
@@ -417,6 +483,26 @@ class SessionRepository:
 
         return self.store.read(run)
 
+    def titles_ignoring_case(self, title: str) -> list[str]:
+        """The lineage base titles ("name" for "name #3") equal to ``title`` but for case."""
+        if not isinstance(title, str) or not title.strip() or _unbindable(title):
+            return []
+        wanted = title.casefold()
+        statement = select(sessions.c.title).where(sessions.c.title.is_not(None))
+        if title.isascii():
+            # SQLite's lower() and LIKE fold ASCII only: narrow in SQL, decide in Python.
+            statement = statement.where(
+                func.lower(sessions.c.title).like(escape_like(title.lower()) + "%", escape="\\")
+            )
+        found: set[str] = set()
+        for (candidate,) in self.store.read(lambda conn: conn.execute(statement).all()):
+            base, _ = titles.split_lineage(str(candidate))
+            if base.casefold() == wanted:
+                found.add(base)
+            elif str(candidate).casefold() == wanted:
+                found.add(str(candidate))  # "Name #2" asked for as "name #2"
+        return sorted(found)
+
     def get_next_title_in_lineage(self, base_title: str) -> str:
         base, _ = titles.split_lineage(validation.identifier(base_title, "base_title"))
         statement = select(sessions.c.title).where(
@@ -487,6 +573,27 @@ class SessionRepository:
             return projected
 
         return self.store.read(run)
+
+    def count_listed_sessions(
+        self,
+        source: str | None = None,
+        exclude_sources: Sequence[str] | None = None,
+        include_children: bool = False,
+    ) -> int:
+        """How many sessions ``list_sessions_rich`` pages through with these filters."""
+        statement = select(func.count()).select_from(sessions)
+        if source is not None:
+            statement = statement.where(
+                sessions.c.source == validation.identifier(source, "source")
+            )
+        excluded = [
+            validation.identifier(item, "exclude_sources") for item in exclude_sources or ()
+        ]
+        if excluded:
+            statement = statement.where(sessions.c.source.not_in(excluded))
+        if not include_children:
+            statement = statement.where(sessions.c.parent_session_id.is_(None))
+        return int(self.store.read(lambda conn: conn.execute(statement).scalar_one()))
 
     # -- messages -------------------------------------------------------------------------
     def append_message(self, session_id: str, message: NewMessage) -> int:
@@ -674,6 +781,15 @@ def _unbindable(text: str) -> bool:
     except UnicodeEncodeError:
         return True
     return False
+
+
+def _common_prefix_length(left: str, right: str) -> int:
+    size = 0
+    for a, b in zip(left, right, strict=False):
+        if a != b:
+            break
+        size += 1
+    return size
 
 
 def _first_user_text() -> ColumnElement[Any]:

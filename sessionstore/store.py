@@ -15,12 +15,14 @@ from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Protocol, TypeVar
 
-from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError
 
-from .dialects import StoreDialect, dialect_for
+from .commands import cli_command
+from .config import resolve_url
+from .dialects import StoreDialect, dialect_for, dialect_for_url
 from .engine import DEFAULT_BUSY_TIMEOUT_S, create_store_engine
-from .errors import ReadOnlyStoreError, StoreBusyError
+from .errors import ReadOnlyStoreError, SchemaMissingError, SessionStoreError, StoreBusyError
 from .retry import RetryPolicy, run_with_retry
 
 T = TypeVar("T")
@@ -75,7 +77,10 @@ class Store:
         busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
         checkpoint_every: int = CHECKPOINT_EVERY_N_WRITES,
     ) -> Store:
-        engine = create_store_engine(url, read_only=read_only, busy_timeout_s=busy_timeout_s)
+        parsed = url if isinstance(url, URL) else make_url(resolve_url(url))
+        # ``?mode=ro`` in a SQLite URL makes a read-only store, for this object's checks too.
+        read_only = read_only or dialect_for_url(parsed).requests_read_only(parsed)
+        engine = create_store_engine(parsed, read_only=read_only, busy_timeout_s=busy_timeout_s)
         return cls(
             engine,
             read_only=read_only,
@@ -127,7 +132,7 @@ class Store:
         except StoreBusyError:
             raise
         except DBAPIError as exc:
-            translated = self.dialect.translate_error(exc)
+            translated = self._translate(exc)
             if translated is not None:
                 raise translated from exc
             raise
@@ -175,10 +180,20 @@ class Store:
         except StoreBusyError:
             raise
         except DBAPIError as exc:
-            translated = self.dialect.translate_error(exc)
+            translated = self._translate(exc)
             if translated is not None:
                 raise translated from exc
             raise
+
+    def _translate(self, exc: DBAPIError) -> SessionStoreError | None:
+        translated = self.dialect.translate_error(exc)
+        if isinstance(translated, SchemaMissingError):
+            # A Store never migrates (SessionDB does): say how to create the schema here.
+            return SchemaMissingError(
+                f"{translated}: create the schema first with sessionstore.migrate.upgrade(url) "
+                f"or `{cli_command(self.url, 'db', 'upgrade')}`"
+            )
+        return translated
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[Connection]:

@@ -154,7 +154,8 @@ def test_usage_errors_exit_2(runner: CliRunner, tmp_path: Path, args: list[str])
 # -- opening stores: refusals ------------------------------------------------------------------
 @pytest.mark.parametrize(
     "url",
-    ["mysql://user:hunter2@db/x", "not a url", "postgresql+nosuchdriver://localhost/x"],
+    ["mysql://user:hunter2@db/x", "sqlite+nosuchdriver:///x.db",
+     "postgresql+nosuchdriver://localhost/x"],
 )
 def test_bad_url_is_a_usage_error(runner: CliRunner, url: str) -> None:
     result = runner.invoke(cli.app, ["--url", url, "sessions", "list"])
@@ -168,7 +169,7 @@ def test_missing_file_is_refused_and_not_created(runner: CliRunner, tmp_path: Pa
     path = tmp_path / "nowhere" / "state.db"
     result = run(runner, f"sqlite:///{path}", "sessions", "list")
     assert result.exit_code == 1
-    assert "sessionstore db upgrade" in one_error_line(result)
+    assert f"`sessionstore --url {path} db upgrade`" in one_error_line(result)
     assert not path.exists()
     assert not path.parent.exists()
 
@@ -363,7 +364,7 @@ def test_search_any_text_is_not_an_error(runner: CliRunner, seeded: str) -> None
 def test_snippet_markers_become_highlights(
     snippet: str, plain: str, highlighted: list[str]
 ) -> None:
-    text = cli._highlighted(snippet)
+    text = cli.highlighted(snippet)
     assert text.plain == plain
     assert [text.plain[span.start : span.end] for span in text.spans] == highlighted
     assert all(span.style == cli.HIGHLIGHT_STYLE for span in text.spans)
@@ -525,7 +526,7 @@ def test_stats(runner: CliRunner, seeded: str) -> None:
     assert (gpt["input_tokens"], gpt["output_tokens"]) == (1200, 300)
     assert gpt["cost_usd"] == pytest.approx(0.012)
     days = {row["day"]: row for row in data["days"]}
-    old_day = cli._day(OLD)
+    old_day = cli.day(OLD)
     assert days[old_day]["sessions"] == 2
     assert sum(row["tokens"] for row in data["days"]) == 1500
 
@@ -607,7 +608,7 @@ def test_legacy_file_is_refused_then_upgraded_with_a_backup(
     for args in (["sessions", "list"], ["stats"], ["search", "alembic"], ["export"]):
         refused = run(runner, url, *args)
         assert refused.exit_code == 1, args
-        assert "sessionstore db upgrade" in one_error_line(refused)
+        assert f"`sessionstore --url {path} db upgrade`" in one_error_line(refused)
     doctor = run(runner, url, "db", "doctor", "--json")
     assert doctor.exit_code == 1
     assert json.loads(doctor.stdout)["checks"][0]["name"] == "schema"
@@ -650,7 +651,7 @@ def test_downgrade_backs_up_and_reading_verbs_then_refuse(
     runner: CliRunner, store_url: str, tmp_path: Path
 ) -> None:
     seed(store_url)
-    result = run(runner, store_url, "db", "downgrade", "0005", "--json")
+    result = run(runner, store_url, "db", "downgrade", "0005", "--json", "--yes")
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
     assert payload["to"] == "0005"
@@ -841,7 +842,7 @@ def test_console_script_runs(tmp_path: Path) -> None:
     assert listed.stderr == ""  # no progress noise when piped
 
     bad = subprocess.run(
-        [_console_script(), "--url", "nonsense", "stats"],
+        [_console_script(), "--url", "mysql://nonsense", "stats"],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert bad.returncode == 2

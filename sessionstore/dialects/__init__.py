@@ -6,6 +6,7 @@ dialect's name itself.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import Table
@@ -18,6 +19,12 @@ if TYPE_CHECKING:
     from ..errors import SessionStoreError
 
     UpsertInsert = SqliteInsert | PgInsert
+
+
+MISSING_CORE_TABLE = re.compile(
+    r'(?:no such table: (?:main\.)?|relation ")(?:sessions|messages)\b', re.IGNORECASE
+)
+"""A driver's words for "the sessions/messages table does not exist" (SQLite; PostgreSQL)."""
 
 
 class StoreDialect(Protocol):
@@ -33,6 +40,9 @@ class StoreDialect(Protocol):
         """Keyword arguments for ``create_engine`` (URL rewrites go in ``prepare_url``)."""
 
     def prepare_url(self, url: URL, *, read_only: bool) -> URL: ...
+
+    def requests_read_only(self, url: URL) -> bool:
+        """True when the URL itself asks for a read-only store (SQLite's ``?mode=ro``)."""
 
     def install_listeners(
         self, engine: Engine, *, read_only: bool, busy_timeout_s: float, set_journal_mode: bool

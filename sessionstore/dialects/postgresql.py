@@ -10,12 +10,15 @@ from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from ..errors import (
+    DriverMissingError,
     ReadOnlyStoreError,
+    SchemaMissingError,
     SessionStoreError,
     StoreFullError,
     StoreUnavailableError,
     UnsupportedValueError,
 )
+from . import MISSING_CORE_TABLE
 
 # serialization_failure, deadlock_detected, lock_not_available (lock_timeout). Not
 # query_canceled (57014): that is also a deliberate cancel or statement_timeout, never a lock.
@@ -26,6 +29,7 @@ _READ_ONLY_SQLSTATE = "25006"  # read_only_sql_transaction
 _TOO_LARGE_SQLSTATE = "54000"
 # character_not_in_repertoire: e.g. a NUL byte that reached the server.
 _BAD_TEXT_SQLSTATE = "22021"
+_UNDEFINED_TABLE_SQLSTATE = "42P01"
 # An arbitrary but fixed key: every sessionstore process agrees on it.
 MIGRATION_LOCK_KEY = 0x5E5510_5707E
 
@@ -33,6 +37,19 @@ MIGRATION_LOCK_KEY = 0x5E5510_5707E
 def _sqlstate(exc: BaseException) -> str | None:
     original = exc.orig if isinstance(exc, DBAPIError) else exc
     return getattr(original, "sqlstate", None)
+
+
+def _require_driver(url: URL) -> None:
+    if url.get_driver_name() != "psycopg":
+        return  # another driver named explicitly: SQLAlchemy reports it if missing
+    try:
+        import psycopg  # noqa: F401
+    except ImportError as exc:
+        raise DriverMissingError(
+            f"PostgreSQL URLs need the psycopg driver, which is not installed ({exc}): "
+            "pip install 'sessionstore[postgresql]' (from a checkout: pip install -e "
+            "'.[postgresql]')"
+        ) from exc
 
 
 class PostgreSQLDialect:
@@ -48,6 +65,7 @@ class PostgreSQLDialect:
         return url
 
     def engine_options(self, url: URL, *, read_only: bool, busy_timeout_s: float) -> dict[str, Any]:
+        _require_driver(url)
         timeout_ms = max(int(busy_timeout_s * 1000), 1)
         return {
             "pool_pre_ping": True,
@@ -83,6 +101,9 @@ class PostgreSQLDialect:
     def is_retryable(self, exc: BaseException) -> bool:
         return _sqlstate(exc) in _RETRYABLE_SQLSTATES
 
+    def requests_read_only(self, url: URL) -> bool:
+        return False
+
     def translate_error(self, exc: BaseException) -> SessionStoreError | None:
         state = _sqlstate(exc)
         if state in _DISK_FULL_SQLSTATES:
@@ -100,6 +121,10 @@ class PostgreSQLDialect:
             return UnsupportedValueError(
                 "PostgreSQL text cannot hold NUL characters; nothing was read or written "
                 f"({str(original).splitlines()[0]})"
+            )
+        if state == _UNDEFINED_TABLE_SQLSTATE and MISSING_CORE_TABLE.search(str(original)):
+            return SchemaMissingError(
+                f"this database has no session tables ({str(original).splitlines()[0]})"
             )
         if state is not None and state.startswith("08"):
             return StoreUnavailableError(f"cannot reach the PostgreSQL server: {exc}")

@@ -20,11 +20,13 @@ from sqlalchemy.exc import DBAPIError
 
 from ..errors import (
     ReadOnlyStoreError,
+    SchemaMissingError,
     SessionStoreError,
     StoreFullError,
     StoreUnavailableError,
     UnsupportedValueError,
 )
+from . import MISSING_CORE_TABLE
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +58,20 @@ class SQLiteDialect:
     batch_returning_inserts = False  # in-process: a row costs microseconds
     serialize_writes_in_process = True
 
+    def requests_read_only(self, url: URL) -> bool:
+        return str(url.query.get("mode", "")).lower() == "ro"
+
     def prepare_url(self, url: URL, *, read_only: bool) -> URL:
+        if "mode" in url.query and not _is_uri_filename(url) and not _is_memory(url):
+            # ``sqlite:///x.db?mode=ro``: the driver only reads ``mode`` from a file: URI, and
+            # ``read_only`` (from requests_read_only) already says ro; other modes move into
+            # the URI so the driver sees them.
+            mode = str(url.query["mode"])
+            url = url.difference_update_query(["mode"])
+            if mode.lower() != "ro":
+                path = quote(_filesystem_path(url).resolve().as_posix())
+                url = url.set(database=f"file:{path}?mode={quote(mode)}")
+                return url.update_query_dict({"uri": "true"})
         if not read_only or _is_memory(url):
             return url
         # mode=ro makes the driver refuse every write and never create the file.
@@ -155,6 +170,8 @@ class SQLiteDialect:
             return StoreUnavailableError(
                 f"this file is not a usable SQLite database ({original}); it was not modified"
             )
+        if MISSING_CORE_TABLE.search(message):
+            return SchemaMissingError(f"this database has no session tables ({original})")
         if "unable to open database" in message:
             return StoreUnavailableError(f"cannot open the SQLite database: {original}")
         if "pattern too complex" in message or "string or blob too big" in message:

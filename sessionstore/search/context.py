@@ -10,6 +10,7 @@ on ``idx_messages_session``), one fetches the first 200 characters of all those 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import BindParameter, Select, and_, bindparam, func, or_, select
@@ -22,6 +23,7 @@ from .hits import CONTEXT_CONTENT_CHARS, ContextMessage
 def fetch_context(conn: Connection, hit_ids: Sequence[int]) -> dict[int, list[ContextMessage]]:
     """For each hit id: its previous message (if any), itself, its next message (if any).
 
+    The hit's own entry has ``is_hit`` set, so a reader can place it without another query.
     A message without text comes back as ``""``, as Hermes's ``(content or "")[:200]`` does.
     """
     if not hit_ids:
@@ -36,8 +38,11 @@ def fetch_context(conn: Connection, hit_ids: Sequence[int]) -> dict[int, list[Co
     }
     context: dict[int, list[ContextMessage]] = {}
     for hit_id, previous_id, next_id in neighbours:
-        ordered = (previous_id, hit_id, next_id)
-        context[int(hit_id)] = [messages[int(id_)] for id_ in ordered if id_ in messages]
+        around = [messages[id_] for id_ in (previous_id,) if id_ in messages]
+        if hit_id in messages:
+            around.append(replace(messages[hit_id], is_hit=True))
+        around.extend(messages[id_] for id_ in (next_id,) if id_ in messages)
+        context[int(hit_id)] = around
     return context
 
 

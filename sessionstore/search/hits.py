@@ -8,7 +8,7 @@ service adds the context. :func:`substring_snippet` gives substring hits (where 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 SNIPPET_START: Final = ">>>"
@@ -23,8 +23,13 @@ SUBSTRING_SNIPPET_SIDE_CHARS: Final = 20
 
 @dataclass(frozen=True, slots=True)
 class ContextMessage:
+    """One line of a hit's context; ``is_hit`` marks the hit itself (not part of Hermes's dict,
+    and not compared: it says where the hit sits, which a caller cannot otherwise tell when the
+    session has no earlier message)."""
+
     role: str
     content: str | None
+    is_hit: bool = field(default=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {"role": self.role, "content": self.content}
@@ -135,6 +140,11 @@ def substring_snippet(
         return after[:shown] + (SNIPPET_ELLIPSIS if len(after) > shown else "")
     more_before = position > SUBSTRING_SNIPPET_SIDE_CHARS + 1
     more_after = len(after) > SUBSTRING_SNIPPET_SIDE_CHARS
+    after = after[:SUBSTRING_SNIPPET_SIDE_CHARS]
+    if more_before:
+        before = _from_sentence_start(before)
+    if more_after:
+        after = _to_sentence_end(after)
     return "".join(
         (
             SNIPPET_ELLIPSIS if more_before else "",
@@ -142,10 +152,32 @@ def substring_snippet(
             SNIPPET_START,
             matched,
             SNIPPET_END,
-            after[:SUBSTRING_SNIPPET_SIDE_CHARS],
+            after,
             SNIPPET_ELLIPSIS if more_after else "",
         )
     )
+
+
+# Where a sentence ends: CJK and ASCII terminators, and a line break. A window cut at a
+# fixed width starts or ends mid-sentence; backing off to the nearest of these (when the
+# window holds one) shows whole sentences around the hit.
+_SENTENCE_ENDS = frozenset("。！？!?；;\n")
+
+
+def _from_sentence_start(before: str) -> str:
+    """``before`` from just after its first sentence end (as is when it holds none)."""
+    for index, character in enumerate(before):
+        if character in _SENTENCE_ENDS:
+            return before[index + 1 :].lstrip()
+    return before
+
+
+def _to_sentence_end(after: str) -> str:
+    """``after`` up to and including its last sentence end (as is when it holds none)."""
+    for index in range(len(after) - 1, -1, -1):
+        if after[index] in _SENTENCE_ENDS:
+            return after[: index + 1]
+    return after
 
 
 def substring_match_rows(rows: Iterable[Any]) -> list[MatchRow]:

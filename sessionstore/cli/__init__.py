@@ -1,0 +1,71 @@
+"""The ``sessionstore`` command line: inspect, search, move and maintain a session store.
+
+One module per verb group (``db``, ``sessions``, ``search``, ``transfer``, ``prune``, ``stats``,
+``title``) registers its verbs on the application in :mod:`._app`; :mod:`._common` holds what
+they share (errors, global options, how a store is opened) and :mod:`._output` how they print.
+
+Conventions every verb follows:
+
+- the store is ``--url`` (before or after the verb; a URL, or a plain path to a SQLite file;
+  empty is a usage error), else the URL rules of :mod:`sessionstore.config`;
+- a verb that reads never migrates: a store that is not at the current schema is refused with
+  the command that upgrades it (``db upgrade``, which backs a SQLite file up first); ``import``
+  alone creates a store that does not exist yet;
+- every command a message suggests is exact for the same store (:mod:`sessionstore.commands`);
+- ``--json`` prints machine-readable output wherever a table would be shown;
+- errors, usage errors included, are one line on stderr (``--debug`` shows the traceback); exit
+  status 0 is success, 1 a failure, 2 a usage error;
+- a reader that closes the pipe early (``| head``) ends the verb quietly with status 0 (the
+  consumer had what it wanted; like ripgrep, unlike a SIGPIPE death's 141);
+- deleting (prune, sessions delete, a downgrade that drops data) asks on a terminal and is
+  refused without one unless ``--yes``;
+- progress bars and spinners appear only when stderr is a terminal, so pipes stay clean.
+"""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+from ..stats import collect_stats
+from . import db, prune, search, sessions, stats, title, transfer
+from ._app import app
+from ._common import (
+    CliError,
+    UsageProblem,
+    describe_error,
+    resolve_ref,
+    short_ids,
+    stdin_is_interactive,
+)
+from ._output import HIGHLIGHT_STYLE, day, highlighted
+from .prune import parse_age
+
+# The verb modules register themselves on import; named here so the import is not "unused".
+_VERB_MODULES = (db, prune, search, sessions, stats, title, transfer)
+
+# The names of the single-module CLI, kept for callers that used them.
+_stdin_is_interactive = stdin_is_interactive
+_highlighted = highlighted
+_day = day
+
+
+def main() -> NoReturn:
+    """The console script ``sessionstore`` (and ``python -m sessionstore``)."""
+    app(prog_name="sessionstore")
+    raise SystemExit(0)  # pragma: no cover - Typer exits on its own in standalone mode
+
+
+__all__ = [
+    "HIGHLIGHT_STYLE",
+    "CliError",
+    "UsageProblem",
+    "app",
+    "collect_stats",
+    "day",
+    "describe_error",
+    "highlighted",
+    "main",
+    "parse_age",
+    "resolve_ref",
+    "short_ids",
+]

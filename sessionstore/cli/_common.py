@@ -1,0 +1,327 @@
+"""What every verb shares: its error mapping, the global options, and how a store is opened.
+
+Policy in one place: a verb that reads never migrates (a store not at the current schema is
+refused with the command that upgrades it), reading verbs never create a file, and every
+exception becomes one line on stderr with exit status 1 (2 for usage errors).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import os
+import re
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Annotated, Any, ParamSpec
+
+import typer
+from alembic.util import CommandError
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
+
+from .. import doctor, legacy, migrate
+from ..commands import cli_command
+from ..config import resolve_url
+from ..dialects import dialect_for_url
+from ..engine import create_store_engine
+from ..errors import SessionStoreError
+from ..repository import SessionRepository
+from ..store import Store
+from ._output import print_error, silence_broken_pipe
+
+P = ParamSpec("P")
+
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+AMBIGUOUS_SHOWN = 5
+_PASSWORD_IN_URL = re.compile(r"(://[^:/@]*:)[^@]*@")
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+class CliError(Exception):
+    """A failure to report as one line, with the exit status to use."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_FAILURE) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class UsageProblem(CliError):
+    def __init__(self, message: str) -> None:
+        super().__init__(message, EXIT_USAGE)
+
+
+@dataclass
+class CliState:
+    url_option: str | None
+    debug: bool
+
+
+def cli_state(ctx: typer.Context) -> CliState:
+    found = ctx.find_root().obj
+    if not isinstance(found, CliState):
+        # A verb invoked without the root callback (only possible from Python): defaults.
+        found = CliState(None, False)
+    return found
+
+
+def hide_password(url: str) -> str:
+    return _PASSWORD_IN_URL.sub(r"\1***@", url)
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line that says what went wrong, for any exception a verb can raise."""
+    if isinstance(exc, DBAPIError):
+        translated = _translate_dbapi_error(exc)
+        return translated or f"database error: {_first_line(str(exc.orig))}"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"the input is not UTF-8 text ({exc.reason} at byte {exc.start})"
+    if isinstance(exc, OSError):
+        if exc.filename is not None and exc.strerror:
+            return f"{exc.strerror}: {exc.filename}"
+        return _first_line(str(exc)) or type(exc).__name__
+    if isinstance(exc, (SessionStoreError, CommandError, ValueError, TypeError, LookupError)):
+        return _first_line(str(exc)) or type(exc).__name__
+    return f"unexpected {type(exc).__name__}: {_first_line(str(exc))} (--debug shows where)"
+
+
+def _translate_dbapi_error(exc: DBAPIError) -> str | None:
+    for backend in ("sqlite", "postgresql"):
+        translated = dialect_for_url(f"{backend}://").translate_error(exc)
+        if translated is not None:
+            return _first_line(str(translated))
+    return None
+
+
+def _first_line(text: str) -> str:
+    return " ".join(text.strip().splitlines()[:1]).strip()
+
+
+UrlOption = Annotated[
+    str | None,
+    typer.Option(
+        "--url",
+        help="The store: a database URL (sqlite:///path, postgresql://...) or a SQLite file "
+        "path. Default: $SESSIONSTORE_URL, else $HERMES_HOME/state.db.",
+        show_default=False,
+        metavar="URL",
+    ),
+]
+
+
+def report_errors(command: Callable[P, None]) -> Callable[P, None]:
+    """Turn any exception of a verb into one line on stderr and exit status 1 (or 2).
+
+    Also gives the verb a ``--url`` option of its own (``sessions list --url x.db`` as well as
+    ``--url x.db sessions list``): the wrapper takes it out of the arguments and puts it into
+    the shared state, so verbs only ever read :func:`cli_state`.
+
+    With ``--debug`` the exception propagates and Typer prints the traceback.
+    """
+
+    @functools.wraps(command)
+    def run(*args: P.args, **kwargs: P.kwargs) -> None:
+        verb_url = kwargs.pop("url", None)
+        # Typer hands over its own Context class, not always ``typer.Context``: duck-typed.
+        ctx: Any = kwargs.get("ctx")
+        has_context = hasattr(ctx, "find_root")
+        if has_context and verb_url is not None:
+            ctx.find_root().obj = replace(cli_state(ctx), url_option=str(verb_url))
+        debug = has_context and cli_state(ctx).debug
+        try:
+            command(*args, **kwargs)
+        except (typer.Exit, typer.Abort, typer.BadParameter, KeyboardInterrupt):
+            raise
+        except BrokenPipeError:
+            silence_broken_pipe()
+            raise typer.Exit(0) from None
+        except CliError as exc:
+            if debug:
+                raise
+            print_error(str(exc))
+            raise typer.Exit(exc.exit_code) from None
+        except Exception as exc:
+            if debug:
+                raise
+            print_error(describe_error(exc))
+            raise typer.Exit(EXIT_FAILURE) from None
+
+    signature = inspect.signature(command, eval_str=True)
+    url_parameter = inspect.Parameter(
+        "url", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=UrlOption
+    )
+    run.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[*signature.parameters.values(), url_parameter]
+    )
+    run.__annotations__ = {**command.__annotations__, "url": UrlOption}
+    return run
+
+
+def stdin_is_interactive() -> bool:
+    return sys.stdin is not None and sys.stdin.isatty()
+
+
+def confirm(question: str, *, refusal: str, declined: str = "nothing deleted") -> None:
+    """Ask on a terminal (no unless answered yes); refuse outright when nobody can answer.
+
+    ``refusal`` says what is refused; the message adds why and the flag that skips the question.
+    ``declined`` is the error when the answer is no.
+    """
+    # Looked up on the package (``sessionstore.cli._stdin_is_interactive``): the one seam
+    # through which a test or an embedding program says whether someone can answer.
+    package = sys.modules.get(__package__ or "")
+    interactive = getattr(package, "_stdin_is_interactive", stdin_is_interactive)
+    if not interactive():
+        raise CliError(f"{refusal}: standard input is not a terminal; pass --yes")
+    if not typer.confirm(question, default=False):
+        raise CliError(declined)
+
+
+# -- opening stores --------------------------------------------------------------------------
+def store_url(options: CliState) -> URL:
+    """The store's URL: ``--url``, else the environment's rules; a plain path is a SQLite file."""
+    if options.url_option is not None and not options.url_option.strip():
+        raise UsageProblem(
+            "--url is empty: give a database URL or a SQLite file path (or leave --url out "
+            "for the default store)"
+        )
+    raw = resolve_url(options.url_option)
+    try:
+        parsed = as_url(raw)
+        dialect_for_url(parsed)
+        parsed.get_dialect()
+    except (ArgumentError, ValueError, NoSuchModuleError) as exc:
+        raise UsageProblem(f"bad database URL {hide_password(raw)!r}: {exc}") from None
+    return parsed
+
+
+def as_url(text: str) -> URL:
+    """The URL given, or the SQLite URL of a plain file path (anything without ``://``).
+
+    Built as a URL object, not text: a file name may hold ``?`` or ``#``, which URL text
+    would read as the start of a query.
+    """
+    if "://" in text:
+        return make_url(text)
+    return URL.create("sqlite", database=str(Path(text).expanduser().absolute()))
+
+
+def shown(url: URL) -> str:
+    path = doctor.sqlite_file_of(url)
+    return str(path) if path is not None else url.render_as_string(hide_password=True)
+
+
+def full(url: URL) -> str:
+    return url.render_as_string(hide_password=False)
+
+
+def hint(url: URL, *verb: str) -> str:
+    """The exact command to suggest for this store, in backquotes."""
+    return f"`{cli_command(url, *verb)}`"
+
+
+def require_existing(url: URL) -> None:
+    """Reading verbs never create a database: a missing file is an error, not an empty store."""
+    path = doctor.sqlite_file_of(url)
+    if path is None:
+        return
+    if not path.exists():
+        raise CliError(f"no session store at {path}: create it with {hint(url, 'db', 'upgrade')}")
+    if path.is_dir():
+        raise CliError(f"{path} is a directory, not a session store file")
+    if not os.access(path, os.R_OK):
+        raise CliError(f"cannot read {path}: permission denied")
+
+
+def outdated(status: migrate.Status, url: URL) -> CliError:
+    return CliError(
+        f"the store at {shown(url)} is at revision {status.revision or 'none'} (Hermes schema "
+        f"{status.schema_version or 'none'}), not the current {status.head}: run "
+        f"{hint(url, 'db', 'upgrade')} first"
+    )
+
+
+@contextlib.contextmanager
+def open_store(options: CliState, *, write: bool = False) -> Iterator[Store]:
+    """The store, checked to be at head first, read-only unless the verb writes."""
+    url = store_url(options)
+    require_existing(url)
+    # The check runs on a read-only connection: refusing a legacy file must not change it
+    # (a writable SQLite connection would already switch its journal mode).
+    probe = Store.open(url, read_only=True)
+    try:
+        status = probe.read(migrate.status_of)
+    except BaseException:
+        probe.close()
+        raise
+    if not status.up_to_date:
+        probe.close()
+        raise outdated(status, url)
+    if write:
+        probe.close()
+        store = Store.open(url)
+    else:
+        store = probe
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def create_if_new(options: CliState) -> bool:
+    """Create the store at the current schema when there is none yet; True if it did.
+
+    "None yet" is a SQLite file that is missing or empty, or a database without a table of
+    ours or Hermes's: nothing that anyone wrote can be changed by this.
+    """
+    url = store_url(options)
+    path = doctor.sqlite_file_of(url)
+    if path is not None:
+        if path.is_dir() or (path.exists() and path.stat().st_size > 0):
+            return False
+    else:
+        engine = create_store_engine(url, set_journal_mode=False)
+        with contextlib.closing(Store(engine, owns_engine=True)) as probe:
+            if not probe.read(legacy.read_state).is_empty:
+                return False
+    migrate.upgrade(full(url))
+    return True
+
+
+def resolve_ref(store: Store, ref: str) -> str:
+    """A session id from an id, a unique id prefix or a title (newest of its lineage).
+
+    A title matches exactly first, then ignoring case when only one title fits.
+    """
+    repository = SessionRepository(store)
+    found = repository.resolve_session_id(ref) or repository.resolve_session_by_title(ref)
+    if found is not None:
+        return found
+    # Titles are typed from memory: "deploy bot" finds "Deploy Bot" when that is the only one.
+    spelled = repository.titles_ignoring_case(ref)
+    if len(spelled) == 1:
+        found = repository.resolve_session_by_title(spelled[0])
+        if found is not None:
+            return found
+    elif len(spelled) > 1:
+        listed = ", ".join(repr(title) for title in spelled[:AMBIGUOUS_SHOWN])
+        raise CliError(f"{ref!r} is ambiguous: several titles differ from it only in case "
+                       f"({listed}); give the exact title")
+    candidates = repository.session_ids_with_prefix(ref, AMBIGUOUS_SHOWN + 1)
+    if len(candidates) > 1:
+        listed = ", ".join(candidates[:AMBIGUOUS_SHOWN])
+        more = " ..." if len(candidates) > AMBIGUOUS_SHOWN else ""
+        raise CliError(
+            f"{ref!r} is ambiguous: it starts several session ids ({listed}{more}); "
+            "give more characters"
+        )
+    raise CliError(f"no session matches {ref!r} (as an id, an id prefix or a title)")
+
+
+def short_ids(store: Store, ids: list[str]) -> dict[str, str]:
+    return SessionRepository(store).short_ids(ids)

@@ -1,0 +1,155 @@
+"""What the verbs print: a console sized for terminals and pipes, JSON, status lines, progress.
+
+Data goes to standard output; status lines, progress and errors to standard error, so a pipe
+carries only the data. Progress bars and spinners appear only when stderr is a terminal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.text import Text
+
+PIPE_WIDTH = 200
+"""Rich's width when stdout is not a terminal: wide enough that tables are not squeezed."""
+BAR_WIDTH = 30
+ROLE_STYLES = {
+    "user": "bold green",
+    "assistant": "bold blue",
+    "tool": "bold magenta",
+    "system": "bold yellow",
+}
+HIGHLIGHT_STYLE = "bold black on yellow"
+# C0/C1 control characters other than tab and newline: stored text must not be able to drive
+# the terminal (escape sequences in a tool's output, say).
+_CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def silence_broken_pipe() -> None:
+    """The reader of standard output went away (``| head``): stop quietly.
+
+    Whatever is still buffered can never be delivered; pointing the descriptor at /dev/null
+    keeps the interpreter's final flush from raising again on the way out.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        # Not a real file descriptor (a test runner's buffer): nothing to keep quiet.
+        pass
+
+
+class _QuietConsole(Console):
+    def on_broken_pipe(self) -> None:
+        # Rich's own reaction is exit status 1; a reader that stopped early is not a failure.
+        self.quiet = True
+        silence_broken_pipe()
+        raise SystemExit(0)
+
+
+def console(*, stderr: bool = False) -> Console:
+    stream = sys.stderr if stderr else sys.stdout
+    interactive = stream.isatty()
+    width = None if interactive or os.environ.get("COLUMNS") else PIPE_WIDTH
+    return _QuietConsole(file=stream, width=width, highlight=False, soft_wrap=False)
+
+
+def print_json(data: Any) -> None:
+    typer.echo(json.dumps(data, ensure_ascii=False, indent=2, default=str))
+
+
+def note(message: str) -> None:
+    """A status line for humans: on stderr, so stdout stays the data."""
+    typer.echo(message, err=True)
+
+
+def print_error(message: str) -> None:
+    typer.secho(f"error: {' '.join(message.split())}", fg="red", err=True)
+
+
+def printable(text: str | None) -> str:
+    return _CONTROL_CHARACTERS.sub("", text or "")
+
+
+def when(timestamp: float | None) -> str:
+    if timestamp is None:
+        return ""
+    return datetime.fromtimestamp(float(timestamp)).strftime("%Y-%m-%d %H:%M")
+
+
+def day(timestamp: float) -> str:
+    return datetime.fromtimestamp(float(timestamp)).date().isoformat()
+
+
+def dim(text: str) -> Text:
+    return Text(text, style="dim")
+
+
+def bar(value: float, largest: float) -> Text:
+    if largest <= 0 or value <= 0:
+        return Text("")
+    cells = max(1, round(BAR_WIDTH * value / largest))
+    return Text("█" * cells, style="cyan")
+
+
+def highlighted(snippet: str) -> Text:
+    """A snippet with its >>>match<<< markers turned into highlighting."""
+    text = Text()
+    rest = printable(snippet).replace("\n", " ")
+    while rest:
+        start = rest.find(">>>")
+        end = rest.find("<<<", start + 3) if start >= 0 else -1
+        if start < 0 or end < 0:
+            text.append(rest)
+            break
+        text.append(rest[:start])
+        text.append(rest[start + 3 : end], style=HIGHLIGHT_STYLE)
+        rest = rest[end + 3 :]
+    return text
+
+
+@contextlib.contextmanager
+def progress(description: str, total: int | None) -> Iterator[Callable[[int], None] | None]:
+    """A progress bar on a terminal's stderr; ``None`` (stay quiet) when piped."""
+    err_console = console(stderr=True)
+    if not err_console.is_terminal:
+        yield None
+        return
+    columns = (
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=err_console, transient=True) as bar_:
+        task = bar_.add_task(description, total=total)
+        yield lambda steps: bar_.advance(task, steps)
+
+
+@contextlib.contextmanager
+def spinner(description: str) -> Iterator[None]:
+    err_console = console(stderr=True)
+    if not err_console.is_terminal:
+        yield
+        return
+    with err_console.status(description):
+        yield

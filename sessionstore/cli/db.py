@@ -1,0 +1,401 @@
+"""``sessionstore db``: schema upgrades and downgrades (SQLite backed up first), the
+revision, the migration chain, health checks and repairs, and store-to-store copies."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+from sqlalchemy import func, inspect, select
+from sqlalchemy.engine import URL, Connection
+
+from .. import doctor, legacy, migrate
+from ..engine import create_store_engine
+from ..models import messages_table, sessions_table
+from ..repository import SessionRepository
+from ..store import Store
+from . import _output as out
+from ._app import db_app
+from ._common import (
+    EXIT_FAILURE,
+    CliState,
+    JsonOption,
+    UsageProblem,
+    cli_state,
+    confirm,
+    full,
+    hint,
+    open_store,
+    report_errors,
+    require_existing,
+    shown,
+    store_url,
+)
+
+PRESERVING_REVISIONS = frozenset({"0004", "0007", "0008"})
+"""Revisions whose downgrade drops only indexes (derived data, rebuilt by an upgrade). Undoing
+any other revision drops columns or tables, so a downgrade across it loses data."""
+
+
+@dataclass(frozen=True)
+class _SchemaPlan:
+    before: migrate.Status | None
+    needs_backup: bool
+    rows: tuple[int, int] = (0, 0)
+    """Sessions and messages now in the store (what a destructive downgrade puts at risk)."""
+
+
+def _row_count(conn: Connection) -> tuple[int, int]:
+    tables = set(inspect(conn).get_table_names())
+
+    def count(table: Any) -> int:
+        if table.name not in tables:
+            return 0
+        return int(conn.execute(select(func.count()).select_from(table)).scalar_one())
+
+    return count(sessions_table), count(messages_table)
+
+
+def _plan_schema_change(url: URL, target: str) -> _SchemaPlan:
+    """Where the store is now, checked for refusal before anything (a backup) is written."""
+    path = doctor.sqlite_file_of(url)
+    if path is not None and (not path.exists() or path.stat().st_size == 0):
+        return _SchemaPlan(None, needs_backup=False)
+    if path is not None:
+        require_existing(url)
+        store = Store.open(url, read_only=True)
+    else:
+        store = Store(create_store_engine(url, set_journal_mode=False), owns_engine=True)
+    try:
+        state, status, rows = store.read(
+            lambda conn: (legacy.read_state(conn), migrate.status_of(conn), _row_count(conn))
+        )
+    finally:
+        store.close()
+    if target == migrate.HEAD:
+        # What the migration would refuse anyway, refused before a backup is written.
+        legacy.check_not_too_new(state)
+        legacy.check_revision_known(state, {rev for rev, _, _ in migrate.history()})
+    changes = status.revision != _resolve_revision(target)
+    return _SchemaPlan(
+        status, needs_backup=path is not None and changes and not state.is_empty, rows=rows
+    )
+
+
+def _resolve_revision(revision: str) -> str:
+    return migrate.head_revision() if revision == migrate.HEAD else revision
+
+
+def _undone_revisions(current: str | None, target: str) -> list[str]:
+    """The revisions a downgrade from ``current`` to ``target`` undoes, newest first."""
+    chain = [revision for revision, _, _ in migrate.history()]
+    if current not in chain:
+        return []
+    stop = -1 if target in ("base", "") else chain.index(target) if target in chain else None
+    if stop is None:
+        return []  # an unknown target: the migration reports it
+    return list(reversed(chain[stop + 1 : chain.index(current) + 1]))
+
+
+def _backup_if_needed(url: URL, plan: _SchemaPlan) -> Path | None:
+    path = doctor.sqlite_file_of(url)
+    if path is None or not plan.needs_backup:
+        return None
+    return doctor.backup_sqlite_file(path)
+
+
+def _describe(status: migrate.Status | None) -> str:
+    """Where a store's schema stands, in the words of both histories."""
+    if status is None or (status.revision is None and status.schema_version is None):
+        return "an empty store"
+    if status.revision is None:
+        return f"Hermes schema v{status.schema_version} (a Hermes file, not yet adopted)"
+    hermes = f", Hermes schema v{status.schema_version}" if status.schema_version else ""
+    return f"revision {status.revision}{hermes}"
+
+
+def _confirm_downgrade(url: URL, plan: _SchemaPlan, revision: str, yes: bool) -> None:
+    before = plan.before.revision if plan.before else None
+    lossy = [r for r in _undone_revisions(before, revision) if r not in PRESERVING_REVISIONS]
+    if not lossy or plan.rows == (0, 0) or yes:
+        return
+    what = (
+        f"every table, so all {plan.rows[0]} session(s) and {plan.rows[1]} message(s)"
+        if revision in ("base", "")
+        else "the columns added by revision(s) " + ", ".join(lossy)
+    )
+    safety = (
+        "a backup of the file is taken first"
+        if doctor.sqlite_file_of(url) is not None
+        else "PostgreSQL is not backed up by sessionstore: take a pg_dump first"
+    )
+    confirm(
+        f"Downgrading {shown(url)} to {revision} drops {what}; {safety}. Continue?",
+        refusal=f"refusing to downgrade {shown(url)} to {revision}, which drops {what} "
+        f"({safety}), without confirmation",
+        declined="nothing changed",
+    )
+
+
+def _change_schema(
+    state: CliState,
+    revision: str,
+    apply: Callable[[str, str], None],
+    verb: str,
+    as_json: bool,
+    *,
+    yes: bool = True,
+) -> None:
+    url = store_url(state)
+    plan = _plan_schema_change(url, revision)
+    before = plan.before.revision if plan.before else None
+    if plan.before is not None and before == _resolve_revision(revision):
+        if as_json:
+            out.print_json({"url": shown(url), "from": before, "to": before, "changed": False,
+                            "backup": None})
+        else:
+            typer.echo(f"{shown(url)} is already at revision {before}; nothing to do")
+        return
+    if apply is migrate.downgrade:
+        _confirm_downgrade(url, plan, revision, yes)
+    backup = _backup_if_needed(url, plan)
+    if backup is not None and not as_json:
+        typer.echo(f"backup of {doctor.sqlite_file_of(url)} written to {backup}")
+    with out.spinner(f"{verb} {shown(url)} ..."):
+        apply(full(url), revision)
+    after = migrate.status(full(url))
+    if as_json:
+        out.print_json({
+            "url": shown(url),
+            "from": before,
+            "from_schema_version": plan.before.schema_version if plan.before else None,
+            "to": after.revision,
+            "to_schema_version": after.schema_version,
+            "changed": before != after.revision,
+            "backup": None if backup is None else str(backup),
+        })  # fmt: skip
+    else:
+        typer.echo(f"{verb} {shown(url)}: {_describe(plan.before)} -> {_describe(after)}")
+
+
+@db_app.command("upgrade")
+@report_errors
+def db_upgrade(
+    ctx: typer.Context,
+    revision: Annotated[
+        str, typer.Argument(metavar="REVISION", help="Target revision (default: the newest).")
+    ] = migrate.HEAD,
+    as_json: JsonOption = False,
+) -> None:
+    """Bring the store to the current schema (adopting a Hermes state.db), after a backup.
+
+    A SQLite file that the upgrade changes is first copied to <file>.bak-<timestamp>.
+    """
+    _change_schema(cli_state(ctx), revision, migrate.upgrade, "upgraded", as_json)
+
+
+@db_app.command("downgrade")
+@report_errors
+def db_downgrade(
+    ctx: typer.Context,
+    revision: Annotated[
+        str, typer.Argument(metavar="REVISION", help="Target revision, e.g. 0005 or base.")
+    ],
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Drop data without asking (see below).")
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Step the schema back to REVISION (a SQLite file is backed up first).
+
+    A downgrade that drops data (tables, or columns that hold values: every step but 0004, 0007
+    and 0008) asks first on a terminal and is refused without one unless --yes is given.
+    PostgreSQL is not backed up: take a pg_dump first.
+    """
+    _change_schema(
+        cli_state(ctx), revision, migrate.downgrade, "downgraded", as_json, yes=yes
+    )
+
+
+@db_app.command("current")
+@report_errors
+def db_current(ctx: typer.Context, as_json: JsonOption = False) -> None:
+    """Show the store's schema revision and whether it is current."""
+    url = store_url(cli_state(ctx))
+    require_existing(url)
+    with contextlib.closing(Store.open(url, read_only=True)) as store:
+        status = store.read(migrate.status_of)
+    if as_json:
+        out.print_json({**asdict(status), "up_to_date": status.up_to_date})
+        return
+    line = (
+        f"revision {status.revision or 'none'} (Hermes schema "
+        f"{status.schema_version or 'none'})"
+    )
+    if status.up_to_date:
+        typer.echo(f"{line}: current")
+    else:
+        typer.echo(f"{line}: not current ({status.head}); run {hint(url, 'db', 'upgrade')}")
+
+
+@db_app.command("history")
+@report_errors
+def db_history(ctx: typer.Context, as_json: JsonOption = False) -> None:
+    """List the migration chain, oldest first."""
+    head = migrate.head_revision()
+    rows: list[dict[str, Any]] = [
+        {"revision": revision, "down_revision": down, "description": doc, "head": revision == head}
+        for revision, down, doc in migrate.history()
+    ]
+    if as_json:
+        out.print_json(rows)
+        return
+    table = Table("Revision", "Down", "Description", title="Migrations (oldest first)")
+    for row in rows:
+        mark = " (head)" if row["head"] else ""
+        table.add_row(
+            f"{row['revision']}{mark}",
+            str(row["down_revision"] or ""),
+            Text(str(row["description"])),
+        )
+    out.console().print(table)
+
+
+_STATUS_MARKS = {
+    "ok": Text("ok", style="green"),
+    "warn": Text("warn", style="yellow"),
+    "fail": Text("FAIL", style="bold red"),
+    "skip": Text("skip", style="dim"),
+}
+
+
+@db_app.command("doctor")
+@report_errors
+def db_doctor(
+    ctx: typer.Context,
+    fix: Annotated[
+        bool,
+        typer.Option(
+            "--fix",
+            help="After a backup: rebuild the full-text index, repair counters, clear "
+            "dangling parents.",
+        ),
+    ] = False,
+    recount_tool_calls: Annotated[
+        bool,
+        typer.Option(
+            "--recount-tool-calls",
+            help="After a backup: rewrite tool_call_count counted by an older Hermes rule (one "
+            "per tool-related message) to the current one (the number of tool calls).",
+        ),
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Check the store's health; exit status 1 while problems remain.
+
+    A tool_call_count that follows an older Hermes version's rule is accepted as it is; only
+    --recount-tool-calls rewrites it.
+    """
+    url = store_url(cli_state(ctx))
+    require_existing(url)
+    backup: Path | None = None
+    actions: list[str] = []
+    # Not read-only: SQLite's FTS5 integrity check is an INSERT. The journal mode is left as
+    # it is, so a file that is refused below stays byte-identical.
+    engine = create_store_engine(url, set_journal_mode=False)
+    with contextlib.closing(Store(engine, owns_engine=True)) as store:
+        with out.spinner("checking ..."):
+            report = doctor.diagnose(store)
+        fixable = [c for c in report.checks if c.fixable and c.status in ("fail", "warn")]
+        recount = recount_tool_calls and bool(report.findings.recount_tool_calls)
+        if (fix and fixable) or recount:
+            path = doctor.sqlite_file_of(url)
+            if path is not None:
+                backup = doctor.backup_sqlite_file(path)
+            with out.spinner("repairing ..."):
+                actions = doctor.repair(
+                    store, report if fix else _only_recount(report),
+                    recount_tool_calls=recount_tool_calls,
+                )
+                report = doctor.diagnose(store)
+    if as_json:
+        out.print_json(
+            {
+                **report.to_dict(),
+                "actions": actions,
+                "backup": None if backup is None else str(backup),
+            }
+        )
+    else:
+        table = Table("Check", "Status", "Detail", title=f"Health of {shown(url)}")
+        for check in report.checks:
+            table.add_row(check.name, _STATUS_MARKS[check.status], Text(check.detail))
+        console = out.console()
+        if backup is not None:
+            console.print(f"backup written to {backup}", markup=False)
+        for action in actions:
+            console.print(Text(f"fixed: {action}", style="green"))
+        console.print(table)
+        if report.healthy:
+            console.print(Text("no problems found", style="green"))
+        else:
+            fixable_left = any(c.fixable for c in report.problems)
+            suggestion = ""
+            if fixable_left and not fix:
+                suggestion = f" (try {hint(url, 'db', 'doctor', '--fix')})"
+            console.print(Text(f"{len(report.problems)} problem(s){suggestion}", style="bold red"))
+    if not report.healthy:
+        raise typer.Exit(EXIT_FAILURE)
+
+
+def _only_recount(report: doctor.Report) -> doctor.Report:
+    """The report with nothing flagged but the recount: --recount-tool-calls without --fix."""
+    return doctor.Report((), report.findings)
+
+
+@db_app.command("copy")
+@report_errors
+def db_copy(
+    ctx: typer.Context,
+    urls: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="[SRC_URL] DST_URL",
+            help="Where to copy from (default: the global --url store) and to.",
+        ),
+    ],
+    as_json: JsonOption = False,
+) -> None:
+    """Copy every session and message from SRC (or --url) into DST (upgraded first).
+
+    Safe to re-run: an interrupted copy is completed, existing rows are kept.
+    """
+    if len(urls) > 2:
+        raise UsageProblem("db copy takes SRC_URL DST_URL, or DST_URL with --url as the source")
+    options = cli_state(ctx)
+    if len(urls) == 2:
+        options = CliState(urls[0], options.debug)
+    target_state = CliState(urls[-1], options.debug)
+    target_url = store_url(target_state)
+    with open_store(options) as source:
+        total = SessionRepository(source).session_count()
+    # The URL as given: the open store's own URL carries the read-only rewrite.
+    source_url = full(store_url(options))
+    with out.progress("copying", total) as advance:
+        result = migrate.copy(source_url, full(target_url), progress=advance)
+    if as_json:
+        out.print_json(asdict(result))
+    else:
+        typer.echo(
+            f"copied {result.sessions} session(s) and {result.messages} message(s) into "
+            f"{shown(target_url)}"
+            + (f"; {result.skipped_sessions} already there" if result.skipped_sessions else "")
+        )
+
+

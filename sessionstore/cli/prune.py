@@ -1,0 +1,109 @@
+"""``sessionstore prune``: delete ended sessions older than an age, after confirmation."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+from typing import Annotated
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from ..records import SessionRecord
+from ..repository import SessionRepository
+from ..store import Store
+from . import _output as out
+from ._app import app
+from ._common import (
+    JsonOption,
+    UsageProblem,
+    cli_state,
+    confirm,
+    open_store,
+    report_errors,
+    short_ids,
+)
+
+SECONDS_PER_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
+
+
+def parse_age(text: str) -> float:
+    """'90d', '12h', '2w', '30m', '45s' or a bare number of days, as days."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text.lower())
+    if match is None:
+        raise UsageProblem(
+            f"--older-than {text!r}: use a number and a unit, e.g. 90d, 12h, 2w (s, m, h, d, w)"
+        )
+    amount = float(match.group(1))
+    unit = match.group(2) or "d"
+    return amount * SECONDS_PER_UNIT[unit] / SECONDS_PER_UNIT["d"]
+
+
+@app.command("prune")
+@report_errors
+def prune(
+    ctx: typer.Context,
+    older_than: Annotated[
+        str, typer.Option("--older-than", help="Age of the sessions to delete: 90d, 12h, 2w.")
+    ] = "90d",
+    source: Annotated[str | None, typer.Option(help="Only sessions of this source.")] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show what would be deleted; delete nothing.")
+    ] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Delete ended sessions older than --older-than, and their messages (never live ones)."""
+    days = parse_age(older_than)
+    with open_store(cli_state(ctx), write=True) as store:
+        repository = SessionRepository(store)
+        cutoff = time.time() - days * 86_400
+        doomed = sorted(
+            repository.prunable_sessions(days, source), key=lambda session: session.started_at
+        )
+        if not as_json:
+            _show_doomed(store, doomed)
+        deleted = 0
+        if doomed and not dry_run:
+            if not yes:
+                confirm(
+                    f"Delete these {len(doomed)} session(s) and their messages?",
+                    refusal=f"refusing to delete {len(doomed)} session(s) without confirmation",
+                )
+            # The cutoff shown is the one used, however long the confirmation took.
+            deleted = repository.prune_sessions((time.time() - cutoff) / 86_400, source)
+    if as_json:
+        out.print_json(
+            {
+                "older_than_days": days,
+                "source": source,
+                "dry_run": dry_run,
+                "sessions": [session.to_dict() for session in doomed],
+                "deleted": deleted,
+            }
+        )
+    elif not doomed:
+        typer.echo("nothing to prune")
+    elif dry_run:
+        typer.echo(f"dry run: {len(doomed)} session(s) would be deleted")
+    else:
+        typer.echo(f"deleted {deleted} session(s)")
+
+
+def _show_doomed(store: Store, doomed: Sequence[SessionRecord]) -> None:
+    if not doomed:
+        return
+    short = short_ids(store, [session.id for session in doomed])
+    table = Table("ID", "Title", "Source", "Started", "Ended", "Msgs", title="To delete")
+    for session in doomed:
+        table.add_row(
+            short.get(session.id, session.id),
+            Text(out.printable(session.title)) if session.title else out.dim("-"),
+            Text(out.printable(session.source)),
+            out.when(session.started_at),
+            out.when(session.ended_at),
+            str(session.message_count or 0),
+        )
+    out.console().print(table)

@@ -1,0 +1,100 @@
+"""``sessionstore search``: full-text hits with their surrounding messages."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.text import Text
+
+from ..repository import SessionRepository
+from ..search import ContextMessage, SearchHit
+from . import _output as out
+from ._app import app
+from ._common import (
+    JsonOption,
+    cli_state,
+    open_store,
+    report_errors,
+    short_ids,
+)
+
+CONTEXT_LINE_CHARS = 160
+
+
+def _context_line(message: ContextMessage) -> Text:
+    content = " ".join(out.printable(message.content or "").split())
+    if len(content) > CONTEXT_LINE_CHARS:
+        content = content[: CONTEXT_LINE_CHARS - 3] + "..."
+    return Text(f"    {out.printable(message.role)}: {content}", style="dim")
+
+
+def _split_context(hit: SearchHit) -> tuple[list[ContextMessage], list[ContextMessage]]:
+    """The context lines before and after the hit (none if the hit is not among them)."""
+    for position, message in enumerate(hit.context):
+        if message.is_hit:
+            return list(hit.context[:position]), list(hit.context[position + 1 :])
+    return [], []
+
+
+@app.command("search")
+@report_errors
+def search(
+    ctx: typer.Context,
+    query: Annotated[
+        str, typer.Argument(metavar="QUERY", help='Words, "phrases", prefix*, AND/OR/NOT.')
+    ],
+    source: Annotated[
+        list[str] | None,
+        typer.Option(metavar="SOURCE", help="Only sessions of this source (repeatable)."),
+    ] = None,
+    exclude_source: Annotated[
+        list[str] | None,
+        typer.Option(metavar="SOURCE", help="Leave out this source (repeatable)."),
+    ] = None,
+    role: Annotated[
+        list[str] | None,
+        typer.Option(metavar="ROLE", help="Only messages of this role (repeatable)."),
+    ] = None,
+    limit: Annotated[int, typer.Option(min=0, help="At most this many hits.")] = 20,
+    offset: Annotated[int, typer.Option(min=0, help="Skip this many first.")] = 0,
+    context: Annotated[
+        bool, typer.Option("--context/--no-context", help="Show the messages around each hit.")
+    ] = True,
+    as_json: JsonOption = False,
+) -> None:
+    """Full-text search over every message, best matches first."""
+    with open_store(cli_state(ctx)) as store:
+        hits = SessionRepository(store).search_messages(
+            query,
+            source_filter=source or None,
+            exclude_sources=exclude_source or None,
+            role_filter=role or None,
+            limit=limit,
+            offset=offset,
+        )
+        if as_json:
+            out.print_json([hit.to_dict() for hit in hits])
+            return
+        if not hits:
+            out.note("no matches")
+            return
+        short = short_ids(store, sorted({hit.session_id for hit in hits}))
+    console = out.console()
+    for hit in hits:
+        console.print(
+            Text.assemble(
+                (short.get(hit.session_id, hit.session_id), "bold"),
+                "  ",
+                (out.printable(hit.role), out.ROLE_STYLES.get(hit.role, "bold")),
+                ("  " + out.when(hit.timestamp), "dim"),
+                ("  " + out.printable(f"{hit.source} {hit.model or ''}").strip(), "dim"),
+            )
+        )
+        before, after = _split_context(hit) if context else ([], [])
+        for message in before:
+            console.print(_context_line(message))
+        console.print(Text("  ") + out.highlighted(hit.snippet))
+        for message in after:
+            console.print(_context_line(message))
+        console.print()

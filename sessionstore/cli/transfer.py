@@ -1,0 +1,166 @@
+"""``export`` and ``import``: JSONL streams of sessions and their messages."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict
+from enum import Enum
+from pathlib import Path
+from typing import IO, Annotated
+
+import typer
+
+from ..repository import SessionRepository
+from ..store import Store
+from ..transfer import export_jsonl, import_jsonl
+from . import _output as out
+from ._app import app
+from ._common import (
+    JsonOption,
+    UsageProblem,
+    cli_state,
+    create_if_new,
+    open_store,
+    report_errors,
+    resolve_ref,
+    shown,
+    store_url,
+)
+
+
+@app.command("export")
+@report_errors
+def export(
+    ctx: typer.Context,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "-o", "--output", metavar="FILE", help="Write to this file (default: standard output)."
+        ),
+    ] = None,
+    source: Annotated[str | None, typer.Option(help="Only sessions of this source.")] = None,
+    session: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--session", metavar="REF", help="Only this session: id, prefix or title (repeatable)."
+        ),
+    ] = None,
+) -> None:
+    """Write sessions and their messages as JSONL (streamed; restorable with `import`)."""
+    if output is not None:
+        _check_output_path(output)
+    with open_store(cli_state(ctx)) as store:
+        session_ids = [resolve_ref(store, ref) for ref in session] if session else None
+        total = (
+            len(session_ids)
+            if session_ids is not None
+            else SessionRepository(store).session_count(source)
+        )
+        with out.progress("exporting", total) as advance:
+            if output is None:
+                count = export_jsonl(
+                    store, sys.stdout, source=source, session_ids=session_ids, progress=advance
+                )
+                sys.stdout.flush()
+            else:
+                count = _export_to_file(store, output, source, session_ids, advance)
+    where = "standard output" if output is None else str(output)
+    out.note(f"exported {count} session(s) to {where}")
+
+
+def _check_output_path(output: Path) -> None:
+    if output.is_dir():
+        raise UsageProblem(
+            f"-o {output} is a directory: give a file name, e.g. -o {output / 'sessions.jsonl'}"
+        )
+    if not output.parent.is_dir():
+        raise UsageProblem(f"-o {output}: the directory {output.parent} does not exist")
+
+
+def _export_to_file(
+    store: Store,
+    output: Path,
+    source: str | None,
+    session_ids: list[str] | None,
+    advance: Callable[[int], None] | None,
+) -> int:
+    # Written beside the target and renamed at the end: an interrupted export never leaves a
+    # truncated file under the name a later `import` would trust.
+    partial = output.with_name(output.name + ".partial")
+    try:
+        with partial.open("w", encoding="utf-8") as fp:
+            count = export_jsonl(store, fp, source=source, session_ids=session_ids,
+                                 progress=advance)
+        os.replace(partial, output)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    return count
+
+
+class ConflictPolicyChoice(str, Enum):
+    skip = "skip"
+    fail = "fail"
+
+
+def _count_sessions_in(fp: IO[str]) -> int:
+    start = fp.tell()
+    count = sum(1 for line in fp if line.startswith('{"session"'))
+    fp.seek(start)
+    return count
+
+
+@app.command("import")
+@report_errors
+def import_(
+    ctx: typer.Context,
+    file: Annotated[
+        str, typer.Argument(metavar="FILE", help="A JSONL export, or - for standard input.")
+    ],
+    on_conflict: Annotated[
+        ConflictPolicyChoice,
+        typer.Option(
+            "--on-conflict",
+            help="A session id that already exists: skip it, or fail before importing anything.",
+        ),
+    ] = ConflictPolicyChoice.skip,
+    as_json: JsonOption = False,
+) -> None:
+    """Restore a JSONL export (ids, lineage, titles, counters and timestamps as exported).
+
+    The restore path: a store that does not exist yet (a new file, an empty PostgreSQL
+    database) is created at the current schema first. An existing store must be current.
+    """
+    with contextlib.ExitStack() as stack:
+        if file == "-":
+            # ``fail`` reads the input twice; standard input can be read once.
+            fp: IO[str] = stack.enter_context(tempfile.TemporaryFile("w+", encoding="utf-8"))
+            for line in sys.stdin:
+                fp.write(line)
+            fp.seek(0)
+        else:
+            fp = stack.enter_context(open(file, encoding="utf-8"))
+        options = cli_state(ctx)
+        if create_if_new(options):
+            out.note(f"created a new session store at {shown(store_url(options))}")
+        store = stack.enter_context(open_store(options, write=True))
+        total = _count_sessions_in(fp) if out.console(stderr=True).is_terminal else None
+        with out.progress("importing", total) as advance:
+            result = import_jsonl(store, fp, on_conflict=on_conflict.value, progress=advance)
+    if as_json:
+        out.print_json(asdict(result))
+        return
+    summary = f"imported {result.sessions} session(s) and {result.messages} message(s)"
+    if result.skipped_sessions:
+        summary += f"; skipped {result.skipped_sessions} that already exist"
+    if result.renumbered_messages:
+        summary += f"; {result.renumbered_messages} message(s) got new ids"
+    if result.orphaned_parents:
+        summary += f"; {len(result.orphaned_parents)} parent(s) not found, left empty"
+    typer.echo(summary)
+
+
