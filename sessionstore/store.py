@@ -3,30 +3,43 @@
 A write is ``retry(BEGIN IMMEDIATE; fn(conn); COMMIT)``: the whole transaction is the unit that
 is retried, so ``fn`` must not have side effects outside the database (encode JSON before
 calling ``write``). A read uses a deferred BEGIN and never takes the write lock.
+
+On SQLite, writers queue before the retry loop: threads of one store on a lock, then every
+writer of the file, across stores and processes, on the kernel lock of
+:mod:`sessionstore.writerqueue`. Both waits count against the retry budget. After ``fork()``
+the child drops every handle it inherited (:mod:`sessionstore.forksafety`) and opens its own.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
+from . import forksafety
 from .dialects import StoreDialect, dialect_for
 from .engine import DEFAULT_BUSY_TIMEOUT_S, create_store_engine
 from .errors import ReadOnlyStoreError, StoreBusyError
 from .retry import RetryPolicy, run_with_retry
+from .writerqueue import QueueTimeout, WriterQueue
 
 T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_EVERY_N_WRITES = 50
+QUEUED_MAX_SLEEP_S = 0.005
+"""Sleep between attempts while at the head of the writers' queue. The jitter exists to spread
+this package's writers apart; in the queue only a foreign program competes, and a short sleep
+catches its release sooner."""
 
 
 class Store:
@@ -50,18 +63,21 @@ class Store:
         self._write_options = self.dialect.write_options()
         self._read_options = self.dialect.read_options()
         # SQLite has one writer per file: threads of one process queue here instead of
-        # fighting over the file lock with sleeps.
-        self._write_lock: contextlib.AbstractContextManager[Any] = (
-            threading.Lock() if self.dialect.serialize_writes_in_process else _NO_LOCK
+        # fighting over the file lock with sleeps, then processes on the writers' queue.
+        self._serialize = self.dialect.serialize_writes_in_process
+        self._write_lock = threading.Lock()
+        self._queue: WriterQueue | None = (
+            None if read_only else self.dialect.writer_queue(engine.url, read_only=read_only)
         )
         # With writes serialised in-process, one connection can serve them all: no pool
         # checkout and reset per write (a measurable share of an append). Dropped on any error.
-        self._keep_writer = self.dialect.serialize_writes_in_process
+        self._keep_writer = self._serialize
         self._writer: Connection | None = None
         self._writer_pid = 0
         self._counter_lock = threading.Lock()
         self._writes = 0
         self._closed = False
+        forksafety.track(self)
 
     @classmethod
     def open(
@@ -74,13 +90,34 @@ class Store:
         checkpoint_every: int = CHECKPOINT_EVERY_N_WRITES,
     ) -> Store:
         engine = create_store_engine(url, read_only=read_only, busy_timeout_s=busy_timeout_s)
-        return cls(
+        store = cls(
             engine,
             read_only=read_only,
             retry=retry,
             checkpoint_every=checkpoint_every,
             owns_engine=True,
         )
+        if not read_only:
+            try:
+                store._connect_now()
+            except BaseException:
+                store.close()
+                raise
+        return store
+
+    def _connect_now(self) -> None:
+        """Connect once, so the connect listener switches the file to WAL at open, not at the
+        first write (until then, other processes' readers and writers block each other)."""
+        try:
+            with self.engine.connect():
+                pass
+        except DBAPIError as exc:
+            if self.dialect.is_retryable(exc):
+                return  # a foreign writer is mid-transaction: the next connection sets WAL
+            translated = self.dialect.translate_error(exc)
+            if translated is not None:
+                raise translated from exc
+            raise
 
     @property
     def url(self) -> URL:
@@ -92,22 +129,25 @@ class Store:
             raise ReadOnlyStoreError("this session store was opened read-only")
 
         def attempt() -> T:
-            with self._write_lock:
-                conn = self._writer_connection()
-                try:
-                    with conn.begin():
-                        return work(conn)
-                except BaseException:
-                    # A failed BEGIN or a rolled-back transaction leaves the connection clean;
-                    # anything stranger and it is thrown away.
-                    broken = conn.invalidated or conn.closed or conn.in_transaction()
-                    self._release_writer(conn, broken=broken)
-                    raise
-                else:
-                    self._release_writer(conn, broken=False)
+            conn = self._writer_connection()
+            try:
+                with conn.begin():
+                    return work(conn)
+            except BaseException:
+                # A failed BEGIN or a rolled-back transaction leaves the connection clean;
+                # anything stranger and it is thrown away.
+                broken = conn.invalidated or conn.closed or conn.in_transaction()
+                self._release_writer(conn, broken=broken)
+                raise
+            else:
+                self._release_writer(conn, broken=False)
 
+        policy = retry or self.retry
         try:
-            result = run_with_retry(attempt, self.dialect.is_retryable, retry or self.retry)
+            if self._serialize:
+                result = self._queued(attempt, policy)
+            else:
+                result = run_with_retry(attempt, self.dialect.is_retryable, policy)
         except StoreBusyError:
             raise
         except DBAPIError as exc:
@@ -117,6 +157,39 @@ class Store:
             raise
         self._count_write()
         return result
+
+    def _queued(self, attempt: Callable[[], T], policy: RetryPolicy) -> T:
+        """``attempt``'s retry loop at the head of the queue: threads, then processes."""
+        started = time.monotonic()
+        lock = self._write_lock
+        if not lock.acquire(timeout=policy.budget_s):
+            raise StoreBusyError(0, time.monotonic() - started, QueueTimeout(
+                "other threads of this process kept the store busy"))
+        try:
+            held: int | None = None
+            queue = self._queue
+            if queue is not None:
+                try:
+                    held = queue.acquire(policy.budget_s - (time.monotonic() - started))
+                except QueueTimeout as exc:
+                    raise StoreBusyError(0, time.monotonic() - started, exc) from None
+            try:
+                remaining = max(policy.budget_s - (time.monotonic() - started), 0.001)
+                if held is None:
+                    inner = dataclasses.replace(policy, budget_s=remaining)
+                else:
+                    inner = dataclasses.replace(
+                        policy,
+                        budget_s=remaining,
+                        min_sleep_s=min(policy.min_sleep_s, QUEUED_MAX_SLEEP_S),
+                        max_sleep_s=min(policy.max_sleep_s, QUEUED_MAX_SLEEP_S),
+                    )
+                return run_with_retry(attempt, self.dialect.is_retryable, inner)
+            finally:
+                if held is not None and queue is not None:
+                    queue.release(held)
+        finally:
+            lock.release()
 
     def _writer_connection(self) -> Connection:
         if self._writer is not None and self._writer_pid == os.getpid():
@@ -186,8 +259,28 @@ class Store:
                 with contextlib.suppress(Exception):
                     writer.close()
         self.checkpoint()
+        if self._queue is not None:
+            self._queue.close()
         if self._owns_engine:
             self.engine.dispose()
+
+    def after_fork_in_child(self) -> None:
+        """In a forked child: fresh thread locks; the kept writer is the parent's, let go.
+
+        Called by :mod:`sessionstore.forksafety` before the engine's own reset.
+        """
+        # A parent thread that held a lock at the fork never runs here to release it.
+        writer_idle = not self._write_lock.locked()
+        self._write_lock = threading.Lock()
+        self._counter_lock = threading.Lock()
+        writer, self._writer = self._writer, None
+        if writer is None:
+            return
+        # Never finalized: the pool would roll it back, i.e. use it.
+        forksafety.abandon(writer)
+        if writer_idle and not writer.closed:
+            with contextlib.suppress(Exception):
+                self.dialect.release_inherited(writer.connection.dbapi_connection)
 
     def __enter__(self) -> Store:
         return self
@@ -201,11 +294,3 @@ class Store:
             due = self.checkpoint_every > 0 and self._writes % self.checkpoint_every == 0
         if due:
             self.checkpoint()
-
-
-class _NoLock(contextlib.AbstractContextManager[None]):
-    def __exit__(self, *exc_info: object) -> None:
-        return None
-
-
-_NO_LOCK = _NoLock()
