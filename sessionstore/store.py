@@ -13,9 +13,9 @@ the child drops every handle it inherited (:mod:`sessionstore.forksafety`) and o
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import os
+import random
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -40,6 +40,10 @@ QUEUED_MAX_SLEEP_S = 0.005
 """Sleep between attempts while at the head of the writers' queue. The jitter exists to spread
 this package's writers apart; in the queue only a foreign program competes, and a short sleep
 catches its release sooner."""
+
+
+def _queued_jitter(low: float, high: float) -> float:
+    return random.uniform(min(low, QUEUED_MAX_SLEEP_S), min(high, QUEUED_MAX_SLEEP_S))
 
 
 class Store:
@@ -174,17 +178,13 @@ class Store:
                 except QueueTimeout as exc:
                     raise StoreBusyError(0, time.monotonic() - started, exc) from None
             try:
-                remaining = max(policy.budget_s - (time.monotonic() - started), 0.001)
-                if held is None:
-                    inner = dataclasses.replace(policy, budget_s=remaining)
-                else:
-                    inner = dataclasses.replace(
-                        policy,
-                        budget_s=remaining,
-                        min_sleep_s=min(policy.min_sleep_s, QUEUED_MAX_SLEEP_S),
-                        max_sleep_s=min(policy.max_sleep_s, QUEUED_MAX_SLEEP_S),
-                    )
-                return run_with_retry(attempt, self.dialect.is_retryable, inner)
+                return run_with_retry(
+                    attempt,
+                    self.dialect.is_retryable,
+                    policy,
+                    started=started,
+                    jitter=random.uniform if held is None else _queued_jitter,
+                )
             finally:
                 if held is not None and queue is not None:
                     queue.release(held)

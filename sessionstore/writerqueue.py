@@ -16,8 +16,8 @@ shell, Hermes) and catches its release within one poll.
   obtains after the caller left.
 - The side file is a different file from the store, so opening and closing it never touches
   SQLite's locks. A closing store removes it while holding the lock, so a closed store leaves
-  nothing behind; every holder checks, after locking, that the path still names the file it
-  locked (one ``stat``), and otherwise starts again on the new file.
+  nothing behind; every holder checks, after locking, that the file it locked still has a
+  name (one ``fstat``), and otherwise starts again on a new one.
 - Where it cannot be created or locked (a read-only directory, a filesystem without ``flock``),
   writers fall back to SQLite's own locking and the jittered retry: nothing breaks, waits are
   just less fair.
@@ -97,11 +97,12 @@ class WriterQueue:
                 os.close(fd)
 
     def _still_current(self, fd: int) -> bool:
+        # Only a closing store removes the file, and only while holding its lock: a file we
+        # locked that has no name left is the removed one. One fstat, no path lookup.
         try:
-            held, named = os.fstat(fd), os.stat(self.path)
+            return os.fstat(fd).st_nlink > 0
         except OSError:
             return False
-        return (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino)
 
     def _drop_shared(self, fd: int) -> None:
         with self._fd_lock:
@@ -129,7 +130,7 @@ class WriterQueue:
             return
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            if self._still_current(fd):
+            if self._still_current(fd) and _same_file(fd, self.path):
                 self.path.unlink()
             fcntl.flock(fd, fcntl.LOCK_UN)
         except OSError:
@@ -193,6 +194,11 @@ class WriterQueue:
             self._give_up(error)
             return None
         raise QueueTimeout(f"waited {timeout_s:.2f}s behind other writers of this store")
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    held, named = os.fstat(fd), os.stat(path)
+    return (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino)
 
 
 class _Waiter:
