@@ -264,6 +264,8 @@ def _collect(outputs: list[Path]) -> tuple[set[str], list[tuple[float, float]], 
     waits: list[tuple[float, float]] = []
     errors: list[str] = []
     for out in outputs:
+        if not out.exists():  # the writer crashed; reported by its exit code
+            continue
         for opener in json.loads(out.read_text()):
             acked.update(opener["acked"])
             waits.extend(tuple(wait) for wait in opener["waits"])
@@ -300,6 +302,7 @@ def run_lock_storm(args: argparse.Namespace, work_dir: Path) -> bool:
     for process in [*writers, holder]:
         process.join()
     acked, waits, errors = _collect(outputs)
+    errors += [f"writer {n} exited with {p.exitcode}" for n, p in enumerate(writers) if p.exitcode]
     hold = json.loads(hold_out.read_text())
     held_s = hold["released"] - hold["held"]
     lost = acked - _file_contents(path)
@@ -351,6 +354,7 @@ def run_openers(args: argparse.Namespace, work_dir: Path) -> bool:
     for process in writers:
         process.start()
     foreign_acked: set[str] = set()
+    foreign_errors: list[str] = []
     visits = 0
     while time.time() < start_at:
         time.sleep(0.01)
@@ -360,31 +364,35 @@ def run_openers(args: argparse.Namespace, work_dir: Path) -> bool:
              f"shell{visits}", "1", "5"],
             capture_output=True, text=True, check=False,
         )
-        if shell.returncode != 0:
-            print(f"  ! the sqlite3 program failed: {shell.stderr.strip()[-300:]}")
-            return False
         foreign_acked.update(shell.stdout.split())
         visits += 1
+        if shell.returncode != 0:
+            foreign_errors.append(shell.stderr.strip().splitlines()[-1])
     for process in writers:
         process.join()
     acked, waits, errors = _collect(outputs)
+    errors = foreign_errors + errors
+    crashed = [f"writer {n} exited with {p.exitcode}" for n, p in enumerate(writers) if p.exitcode]
     everything = acked | foreign_acked
-    lost = everything - _file_contents(path)
-    conn = sqlite3.connect(path)
     try:
-        integrity = conn.execute("PRAGMA integrity_check").fetchone()[0]
-        conn.execute("INSERT INTO messages_fts(messages_fts) VALUES('integrity-check')")
-    finally:
-        conn.close()
+        lost = everything - _file_contents(path)
+        conn = sqlite3.connect(path)
+        try:
+            integrity = conn.execute("PRAGMA integrity_check").fetchone()[0]
+            conn.execute("INSERT INTO messages_fts(messages_fts) VALUES('integrity-check')")
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        lost, integrity = everything, f"unreadable ({exc})"
     worst = max((wait for _, wait in waits), default=0.0)
     print(
         f"  acknowledged {len(acked)} by SessionDB and {len(foreign_acked)} by {visits} "
         f"sqlite3 visits; failed {len(errors)}, lost {len(lost)}; worst wait {worst:.3f}s; "
         f"integrity_check {integrity}"
     )
-    for problem in errors[:5]:
+    for problem in [*crashed, *errors[:5]]:
         print(f"  ! {problem}")
-    return not lost and not errors and integrity == "ok"
+    return not lost and not errors and not crashed and integrity == "ok"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,6 +5,7 @@ Run as ``python tests/openerlib.py MODE ...``:
 - ``foreign PATH SESSION TAG REPEATS N``: a raw ``sqlite3`` program writing with Hermes's own
   statements (one message plus the counter, one transaction each), closing the file after every
   ``N`` messages, ``REPEATS`` times. It prints each message's text once its COMMIT returned.
+  A trailing ``keep-wal`` switches its automatic checkpoints off.
 - ``sessionstore URL SESSION TAG OPENERS N``: ``OPENERS`` ``SessionDB`` objects in one process,
   each appending ``N`` messages from its own thread and printing what was acknowledged.
 - ``read URL OPENERS``: ``OPENERS`` new ``SessionDB`` objects each print every message text
@@ -31,9 +32,14 @@ HERMES_COUNT = "UPDATE sessions SET message_count = message_count + 1 WHERE id =
 PROGRAM = str(Path(__file__).resolve())
 
 
-def foreign(path: str, session_id: str, tag: str, repeats: int, per_open: int) -> None:
+def foreign(
+    path: str, session_id: str, tag: str, repeats: int, per_open: int, keep_wal: bool = False
+) -> None:
     for repeat in range(repeats):
         conn = sqlite3.connect(path, timeout=30, isolation_level=None)
+        if keep_wal:
+            # Its commits stay in the WAL: only a copy made through SQLite holds them.
+            conn.execute("PRAGMA wal_autocheckpoint = 0")
         try:
             for number in range(per_open):
                 text = f"{tag}-{repeat}-{number}"
@@ -106,7 +112,7 @@ def raw(path: str) -> None:
 if __name__ == "__main__":
     mode, *args = sys.argv[1:]
     if mode == "foreign":
-        foreign(args[0], args[1], args[2], int(args[3]), int(args[4]))
+        foreign(args[0], args[1], args[2], int(args[3]), int(args[4]), args[5:] == ["keep-wal"])
     elif mode == "sessionstore":
         sessionstore_writers(args[0], args[1], args[2], int(args[3]), int(args[4]))
     elif mode == "read":

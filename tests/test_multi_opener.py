@@ -426,7 +426,7 @@ class _Appender:
     """A foreign program appending until stopped; ``acked`` grows as its COMMITs return."""
 
     def __init__(self, path: Path) -> None:
-        self.process = _start("foreign", path, SESSION, "bg", 1000, 10_000)
+        self.process = _start("foreign", path, SESSION, "bg", 1, 1_000_000, "keep-wal")
         self.acked: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
