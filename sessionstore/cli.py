@@ -288,6 +288,12 @@ def _require_existing(url: URL) -> None:
         raise CliError(f"cannot read {path}: permission denied")
 
 
+def _refuse_store_file(url: URL, path: Path) -> None:
+    """The store's own files are SQLite's alone: never read, replaced or written as JSONL."""
+    if doctor.is_store_file(url, path):
+        raise CliError(f"{path} is the session store's own file; choose another file")
+
+
 def _outdated(status: migrate.Status, url: URL) -> CliError:
     return CliError(
         f"the store at {_shown(url)} is at revision {status.revision or 'none'} (Hermes schema "
@@ -1017,6 +1023,8 @@ def export(
     ] = None,
 ) -> None:
     """Write sessions and their messages as JSONL (streamed; restorable with `import`)."""
+    if output is not None:
+        _refuse_store_file(_url(_state(ctx)), output)
     with _open_store(_state(ctx)) as store:
         session_ids = [resolve_ref(store, ref) for ref in session] if session else None
         total = (
@@ -1094,6 +1102,7 @@ def import_(
                 fp.write(line)
             fp.seek(0)
         else:
+            _refuse_store_file(_url(_state(ctx)), Path(file))
             fp = stack.enter_context(open(file, encoding="utf-8"))
         store = stack.enter_context(_open_store(_state(ctx), write=True))
         total = _count_sessions_in(fp) if _console(stderr=True).is_terminal else None

@@ -121,6 +121,29 @@ def sqlite_file_of(url: str | URL) -> Path | None:
     return _filesystem_path(parsed)
 
 
+STORE_FILE_SUFFIXES = ("", "-wal", "-shm", "-journal")
+
+
+def is_store_file(url: str | URL, path: Path) -> bool:
+    """True when ``path`` is the database behind ``url`` or one of SQLite's files beside it.
+
+    Compared by ``stat`` (same device and inode) where the file exists, by resolved name
+    otherwise; nothing is opened.
+    """
+    database = sqlite_file_of(url)
+    if database is None:
+        return False
+    for suffix in STORE_FILE_SUFFIXES:
+        candidate = database.with_name(database.name + suffix)
+        try:
+            if os.path.samefile(candidate, path):
+                return True
+        except OSError:
+            if candidate.resolve() == path.resolve():
+                return True
+    return False
+
+
 def backup_sqlite_file(path: Path, *, clock: Callable[[], float] = time.time) -> Path:
     """Copy a live SQLite file to ``<file>.bak-<timestamp>`` beside it; return the copy's path.
 
@@ -541,6 +564,7 @@ __all__ = [
     "actual_counters",
     "backup_sqlite_file",
     "diagnose",
+    "is_store_file",
     "repair",
     "sqlite_file_of",
 ]

@@ -28,11 +28,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from openerlib import PROGRAM
 from typer.testing import CliRunner
 
 from sessionstore import cli, doctor, migrate
 from sessionstore.config import sqlite_url
+from sessionstore.dialects.sqlite import SQLITE_HEADER
+from sessionstore.errors import StoreUnavailableError
 from sessionstore.facade import SessionDB
 from sessionstore.store import Store
 
@@ -491,3 +495,98 @@ def test_a_backup_taken_while_another_process_appends(tmp_path: Path, verb: str)
     assert {f"seed-{n} " + "text " * 50 for n in range(200)} <= contents
     assert before <= contents, f"{len(before - contents)} acked writes missing from the backup"
     _assert_everyone_sees(url, path, set(appender.acked), [])
+
+
+# --- nothing but SQLite opens the store's files -------------------------------------------------
+
+
+def test_no_python_code_opens_closes_or_unlinks_the_stores_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The audit of deliver item 1, as a test: every path that touches a store from Python
+    (opening, writing, search, doctor and its repair, backups, upgrades, the CLI's checks,
+    export) while other openers hold SQLite connections, with Python's file functions watched."""
+    import builtins
+    import io
+    import shutil
+
+    path = tmp_path / "state.db"
+    url = _new_store(path)
+    store_files = {str(path) + suffix for suffix in ("", "-wal", "-shm", "-journal")}
+    touched: list[str] = []
+
+    def watch(module: Any, name: str) -> None:
+        real = getattr(module, name)
+
+        def watched(target: Any, *args: Any, **kwargs: Any) -> Any:
+            if isinstance(target, str | os.PathLike) and os.path.abspath(target) in store_files:
+                touched.append(f"{name}({target})")
+            return real(target, *args, **kwargs)
+
+        monkeypatch.setattr(module, name, watched)
+
+    for module, name in [
+        (builtins, "open"), (io, "open"), (os, "open"), (os, "truncate"), (os, "unlink"),
+        (os, "remove"), (os, "replace"), (os, "rename"), (shutil, "copyfile"),
+        (shutil, "copy"), (shutil, "copy2"),
+    ]:
+        watch(module, name)
+    holder = SessionDB(url=url)  # holds SQLite connections (and locks) throughout
+    holder.append_message(SESSION, "user", "held open")
+    second = SessionDB(url=url)
+    second.append_message(SESSION, "user", "migrate database")
+    assert second.search_messages("migrate")
+    with Store.open(url) as store:
+        doctor.repair(store, doctor.diagnose(store))
+    doctor.backup_sqlite_file(path)
+    runner = CliRunner()
+    for args in (
+        ["db", "doctor", "--fix"], ["db", "current"], ["sessions", "list"], ["stats"],
+        ["search", "migrate"], ["export", "-o", str(tmp_path / "all.jsonl")],
+        ["db", "downgrade", "0007"], ["db", "upgrade"],
+    ):
+        result = runner.invoke(cli.app, ["--url", url, *args])
+        assert result.exit_code == 0, (args, result.output)
+    for args in (["export", "-o", str(path)], ["import", str(path) + "-wal"]):
+        result = runner.invoke(cli.app, ["--url", url, *args])
+        assert result.exit_code != 0 and "store's own file" in result.output, result.output
+    second.append_message(SESSION, "user", "after everything")
+    second.close()
+    holder.close()
+    assert not touched, touched
+    monkeypatch.undo()
+    _assert_everyone_sees(url, path, {"held open", "migrate database", "after everything"}, [])
+
+
+FOREIGN_CONTENTS = st.one_of(
+    st.binary(min_size=1, max_size=600),
+    st.binary(min_size=0, max_size=600).map(lambda tail: SQLITE_HEADER + tail),
+)
+
+
+def test_any_non_empty_foreign_file_is_refused_untouched_even_with_a_store_open(
+    tmp_path: Path,
+) -> None:
+    """A store already open in this process (holding SQLite locks on its own file) while
+    foreign files are refused: no foreign file is written, and the open store keeps its locks."""
+    own = tmp_path / "state.db"
+    url = _new_store(own)
+    with SessionDB(url=url) as db:
+        db.append_message(SESSION, "user", "kept")
+
+        @settings(max_examples=40, deadline=None)
+        @given(contents=FOREIGN_CONTENTS)
+        def refused(contents: bytes) -> None:
+            foreign = tmp_path / f"foreign-{os.urandom(6).hex()}.db"
+            foreign.write_bytes(contents)
+            for read_only in (False, True):
+                with pytest.raises(StoreUnavailableError, match="not a usable SQLite database"):
+                    SessionDB(foreign, read_only=read_only)
+                assert foreign.read_bytes() == contents
+            assert not list(tmp_path.glob(f"{foreign.name}?*"))  # no -wal, -shm, -writelock
+            foreign.unlink()
+
+        refused()
+        db.append_message(SESSION, "user", "still kept")
+        assert {"kept", "still kept"} <= _contents(db)
+    _assert_everyone_sees(url, own, {"kept", "still kept"}, [], new_process=False)
