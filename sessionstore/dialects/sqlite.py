@@ -175,9 +175,7 @@ class SQLiteDialect:
         return WriterQueue(path.with_name(path.name + WRITER_QUEUE_SUFFIX))
 
     def release_inherited(self, dbapi_connection: Any) -> None:
-        # Through SQLite, so its lock bookkeeping for the file forgets this copy.
-        with contextlib.suppress(sqlite3.Error):
-            dbapi_connection.close()
+        close_inherited(dbapi_connection)
 
     def insert(self, table: Table) -> Insert:
         return insert(table)
@@ -305,8 +303,7 @@ class _ProcessConnections:
                 forksafety.abandon(conn)
                 left_open += 1
             else:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.close()
+                close_inherited(conn)
             self._live.pop(key, None)
             self._in_use.discard(key)
         # A new pool; the old one's records still point at the parent's copies.
@@ -319,6 +316,20 @@ class _ProcessConnections:
                 left_open,
                 self._label,
             )
+
+
+def close_inherited(conn: sqlite3.Connection) -> None:
+    """Close, in a forked child, a connection the parent opened: through SQLite, so that its
+    lock bookkeeping for the file forgets this copy, and without the close-time checkpoint
+    where Python can switch it off (3.12+); without that switch the checkpoint cannot start
+    anyway while the parent holds its shared lock."""
+    no_checkpoint = getattr(sqlite3, "SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE", None)
+    setconfig = getattr(conn, "setconfig", None)
+    if no_checkpoint is not None and setconfig is not None:
+        with contextlib.suppress(sqlite3.Error):
+            setconfig(no_checkpoint, True)
+    with contextlib.suppress(sqlite3.Error):
+        conn.close()
 
 
 def _is_closed(conn: sqlite3.Connection) -> bool:
