@@ -151,17 +151,20 @@ class WriterQueue:
             return self._fd
 
     def _open(self) -> int | None:
+        try:
+            return self._open_description()
+        except OSError as exc:
+            self._give_up(exc)
+            return None
+
+    def _open_description(self) -> int:
+        """A new open file description of the side file, created if a closing store removed it."""
         flags = os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
         try:
             return os.open(self.path, os.O_RDWR | os.O_CREAT | flags, 0o666)
         except OSError:
-            pass
-        try:
             # Someone else's side file we may not write: flock needs only a read descriptor.
             return os.open(self.path, os.O_RDONLY | flags)
-        except OSError as exc:
-            self._give_up(exc)
-            return None
 
     def _give_up(self, exc: OSError) -> None:
         # Once per queue: a read-only directory does not become writable between two appends.
@@ -177,7 +180,7 @@ class WriterQueue:
         # A description of its own: the lock it waits for is then not "already ours" through
         # the shared descriptor, and an abandoned wait can be cleaned up independently.
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = self._open_description()
         except OSError as exc:
             self._give_up(exc)
             return None
