@@ -217,3 +217,15 @@ def test_a_forked_child_queues_on_its_own_description(tmp_path: Path) -> None:
         queue.release(held)
         db.append_message("s", "user", "parent again")
     assert _count(path) == 2
+
+
+def test_a_named_memory_database_has_no_side_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    url = "sqlite:///file:scratch?mode=memory&cache=shared&uri=true"
+    with Store.open(url) as keeper, Store.open(url) as store:
+        keeper.write(lambda conn: conn.exec_driver_sql("CREATE TABLE t (x)"))
+        store.write(lambda conn: conn.exec_driver_sql("INSERT INTO t VALUES (1)"))
+        assert store.read(lambda conn: conn.exec_driver_sql("SELECT count(*) FROM t").scalar()) == 1
+    assert list(tmp_path.iterdir()) == []

@@ -35,7 +35,7 @@ import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from sqlalchemy import Table, event, text
 from sqlalchemy.dialects.sqlite import Insert, insert
@@ -62,7 +62,12 @@ WRITER_QUEUE_SUFFIX = "-writelock"
 
 
 def _is_memory(url: URL) -> bool:
-    return url.database in (None, "", ":memory:") or str(url.database).startswith("file::memory:")
+    if url.database in (None, "", ":memory:") or str(url.database).startswith("file::memory:"):
+        return True
+    # file:name?mode=memory is a named in-memory database: there is no file beside it.
+    return _is_uri_filename(url) and "memory" in parse_qs(urlsplit(str(url.database)).query).get(
+        "mode", []
+    )
 
 
 def _is_uri_filename(url: URL) -> bool:
