@@ -166,7 +166,7 @@ class Store:
         """``attempt``'s retry loop at the head of the queue: threads, then processes."""
         started = time.monotonic()
         lock = self._write_lock
-        if not lock.acquire(timeout=policy.budget_s):
+        if not lock.acquire(False) and not lock.acquire(timeout=policy.budget_s):
             raise StoreBusyError(0, time.monotonic() - started, QueueTimeout(
                 "other threads of this process kept the store busy"))
         try:
@@ -174,7 +174,7 @@ class Store:
             queue = self._queue
             if queue is not None:
                 try:
-                    held = queue.acquire(policy.budget_s - (time.monotonic() - started))
+                    held = queue.acquire(started + policy.budget_s)
                 except QueueTimeout as exc:
                     raise StoreBusyError(0, time.monotonic() - started, exc) from None
             try:

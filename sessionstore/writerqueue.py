@@ -61,13 +61,28 @@ class WriterQueue:
     def available(self) -> bool:
         return not self._unavailable
 
-    def acquire(self, timeout_s: float) -> int | None:
-        """Wait up to ``timeout_s`` for the lock; return its descriptor for :meth:`release`.
+    def acquire(self, deadline: float) -> int | None:
+        """Wait until ``deadline`` (a ``time.monotonic`` reading) for the lock; return its
+        descriptor for :meth:`release`.
 
         None: queueing is unavailable here and the caller goes on without it.
-        Raises :class:`QueueTimeout` when the budget runs out first.
+        Raises :class:`QueueTimeout` when the deadline passes first.
         """
-        deadline = time.monotonic() + timeout_s
+        fd = self._fd
+        if fd is not None:
+            # The uncontended path, kept to two system calls.
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                pass  # contended, or stranger: the general path below sorts it out
+            else:
+                if self._still_current(fd):
+                    return fd
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                self._drop_shared(fd)
+        return self._acquire(deadline)
+
+    def _acquire(self, deadline: float) -> int | None:
         while True:
             fd = self._shared_fd()
             if fd is None:

@@ -84,12 +84,12 @@ def test_a_queued_writer_proceeds_as_soon_as_the_holder_releases(tmp_path: Path)
 def test_two_stores_in_one_process_exclude_each_other(tmp_path: Path) -> None:
     path, _ = _store(tmp_path)
     first, second = WriterQueue(_side(path)), WriterQueue(_side(path))
-    held = first.acquire(1.0)
+    held = first.acquire(time.monotonic() + 1.0)
     assert held is not None
     with pytest.raises(QueueTimeout):
-        second.acquire(0.1)
+        second.acquire(time.monotonic() + 0.1)
     first.release(held)
-    again = second.acquire(1.0)
+    again = second.acquire(time.monotonic() + 1.0)
     assert again is not None
     second.release(again)
     first.close()
@@ -107,11 +107,11 @@ def test_a_closed_store_leaves_no_side_file_and_others_go_on(tmp_path: Path) -> 
     c = WriterQueue(_side(path))
     b_queue = b.store._queue
     assert b_queue is not None
-    held = b_queue.acquire(1.0)
+    held = b_queue.acquire(time.monotonic() + 1.0)
     assert held is not None
     try:
         with pytest.raises(QueueTimeout):  # the new file excludes as the old one did
-            c.acquire(0.1)
+            c.acquire(time.monotonic() + 0.1)
     finally:
         b_queue.release(held)
         c.close()
@@ -194,7 +194,7 @@ def test_a_forked_child_queues_on_its_own_description(tmp_path: Path) -> None:
         db.append_message("s", "user", "parent")
         queue = db.store._queue
         assert queue is not None
-        held = queue.acquire(1.0)  # the parent holds the queue across the fork
+        held = queue.acquire(time.monotonic() + 1.0)  # the parent holds the queue across the fork
         assert held is not None
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child
@@ -212,7 +212,7 @@ def test_a_forked_child_queues_on_its_own_description(tmp_path: Path) -> None:
         # The child's exit released nothing of the parent's: still held here.
         probe = WriterQueue(_side(path))
         with pytest.raises(QueueTimeout):
-            probe.acquire(0.1)
+            probe.acquire(time.monotonic() + 0.1)
         probe.close()
         queue.release(held)
         db.append_message("s", "user", "parent again")
