@@ -22,8 +22,10 @@ writing into, and acknowledged writes vanish. So:
 - after ``fork()`` the child closes its inherited connections through SQLite before any use
   (:mod:`sessionstore.forksafety`).
 
-What can still break the guarantee is a program outside SQLite that opens and closes the file
-(a backup tool copying it with ``cp``, an editor): that is SQLite's own documented limitation.
+What can still break the guarantee is code outside SQLite that opens the file: in a process that
+also holds SQLite connections to it, closing that descriptor drops their locks (SQLite's own
+documented limitation, "How To Corrupt An SQLite Database File", 2.2); from anywhere, ``cp`` of
+the live file gives a torn copy, and deleting ``-wal``/``-shm`` loses what they hold.
 """
 
 from __future__ import annotations
