@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sqlite3
 import time
 from collections import defaultdict
@@ -29,6 +30,7 @@ from sqlalchemy.exc import DBAPIError
 from . import legacy, migrate
 from .commands import cli_command
 from .dialects.sqlite import _filesystem_path, _is_memory
+from .errors import StoreUnavailableError
 from .models import messages_table as messages
 from .models import sessions_table as sessions
 from .repository import count_tool_calls
@@ -123,11 +125,38 @@ def sqlite_file_of(url: str | URL) -> Path | None:
     return _filesystem_path(parsed)
 
 
+STORE_FILE_SUFFIXES = ("", "-wal", "-shm", "-journal")
+
+
+def is_store_file(url: str | URL, path: Path) -> bool:
+    """True when ``path`` is the database behind ``url`` or one of SQLite's files beside it.
+
+    Compared by ``stat`` (same device and inode) where the file exists, by resolved name
+    otherwise; nothing is opened.
+    """
+    database = sqlite_file_of(url)
+    if database is None:
+        return False
+    for suffix in STORE_FILE_SUFFIXES:
+        candidate = database.with_name(database.name + suffix)
+        try:
+            if os.path.samefile(candidate, path):
+                return True
+        except OSError:
+            if candidate.resolve() == path.resolve():
+                return True
+    return False
+
+
 def backup_sqlite_file(path: Path, *, clock: Callable[[], float] = time.time) -> Path:
     """Copy a live SQLite file to ``<file>.bak-<timestamp>`` beside it; return the copy's path.
 
-    sqlite3's online backup API copies a consistent snapshot (WAL content included) even while
-    other processes write, which a plain file copy does not.
+    Through SQLite's online backup API, in one step: the copy is one consistent snapshot (WAL
+    content included) holding every write committed before it started, even while other
+    processes go on writing, and the store's own files are only ever opened and closed by
+    SQLite (see :mod:`sessionstore.dialects.sqlite`), never by a plain file copy. The copy is
+    written under a temporary name, checked with ``quick_check``, then renamed: a backup file
+    that exists is complete.
     """
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(clock()))
     target = path.with_name(f"{path.name}.bak-{stamp}")
@@ -136,15 +165,23 @@ def backup_sqlite_file(path: Path, *, clock: Callable[[], float] = time.time) ->
         # Two backups in one second (an upgrade straight after a doctor --fix) keep both.
         target = path.with_name(f"{path.name}.bak-{stamp}-{suffix}")
         suffix += 1
-    source = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    partial = target.with_name(target.name + ".partial")
+    source = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
     try:
-        destination = sqlite3.connect(target)
+        destination = sqlite3.connect(partial)
         try:
-            source.backup(destination)
+            source.backup(destination)  # pages=-1: the whole file in one step, one snapshot
+            verdict = destination.execute("PRAGMA quick_check").fetchone()
+            if not verdict or verdict[0] != "ok":
+                raise StoreUnavailableError(
+                    f"the backup of {path} did not pass quick_check ({verdict}); "
+                    "nothing was changed"
+                )
         finally:
             destination.close()
+        os.replace(partial, target)
     except BaseException:
-        target.unlink(missing_ok=True)
+        partial.unlink(missing_ok=True)
         raise
     finally:
         source.close()
@@ -611,6 +648,7 @@ __all__ = [
     "actual_counters",
     "backup_sqlite_file",
     "diagnose",
+    "is_store_file",
     "repair",
     "sqlite_file_of",
 ]

@@ -34,8 +34,10 @@ logger = logging.getLogger(__name__)
 class SessionDB:
     """SQLite- (or PostgreSQL-) backed session storage with full-text search.
 
-    Thread-safe: many threads may share one instance; writes are serialised per process on
-    SQLite and retried across processes with jittered back-off.
+    Thread-safe: many threads may share one instance. On SQLite, writers queue in the kernel
+    (threads, other instances, other processes: ``sessionstore.writerqueue``) and wait for
+    foreign programs with a bounded retry; after ``fork()`` both processes may go on using
+    the same instance.
 
     Opening a store that needs a migration while another process is migrating it waits for
     that migration (up to the migration budget of 10 minutes, not ``retry``'s): the store

@@ -389,7 +389,7 @@ class _HermesLock:
     def __init__(self, db: SessionDB) -> None:
         self._db = db
         self._depth = threading.local()
-        self._fallback: WriteLock = threading.RLock()
+        self._fallback = WriteLock(None, RetryPolicy().budget_s)  # no queue: a re-entrant lock
 
     def _target(self) -> WriteLock:
         # Looked up every time: the store's lock may be replaced (after fork, for one).

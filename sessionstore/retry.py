@@ -52,13 +52,16 @@ def run_with_retry(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
     jitter: Callable[[float, float], float] = random.uniform,
+    started: float | None = None,
 ) -> T:
     """Call ``attempt`` until it succeeds, retrying only errors ``is_retryable`` accepts.
 
     ``attempt`` must be a whole transaction (its own BEGIN and COMMIT), so a retry never
-    repeats half of one. Any other error propagates at once.
+    repeats half of one. Any other error propagates at once. ``started`` (a ``clock`` reading)
+    is when the budget began, if earlier than now: time spent queueing counts against it.
     """
-    started = clock()
+    if started is None:
+        started = clock()
     last_error: BaseException | None = None
     for attempt_number in range(1, policy.max_attempts + 1):
         try:

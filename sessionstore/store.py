@@ -3,6 +3,11 @@
 A write is ``retry(BEGIN IMMEDIATE; fn(conn); COMMIT)``: the whole transaction is the unit that
 is retried, so ``fn`` must not have side effects outside the database (encode JSON before
 calling ``write``). A read uses a deferred BEGIN and never takes the write lock.
+
+On SQLite, writers queue before the retry loop: threads of one store on a lock, then every
+writer of the file, across stores and processes, on the kernel lock of
+:mod:`sessionstore.writerqueue`. Both waits count against the retry budget. After ``fork()``
+the child drops every handle it inherited (:mod:`sessionstore.forksafety`) and opens its own.
 """
 
 from __future__ import annotations
@@ -10,26 +15,37 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 import threading
+import time
 from collections.abc import Callable, Iterator
-from types import TracebackType
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError
 
+from . import forksafety
 from .commands import cli_command
 from .config import resolve_url
 from .dialects import StoreDialect, dialect_for, dialect_for_url
 from .engine import DEFAULT_BUSY_TIMEOUT_S, create_store_engine
 from .errors import ReadOnlyStoreError, SchemaMissingError, SessionStoreError, StoreBusyError
 from .retry import RetryPolicy, run_with_retry
+from .writerqueue import QueueTimeout, WriterQueue
 
 T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_EVERY_N_WRITES = 50
+QUEUED_MAX_SLEEP_S = 0.005
+"""Sleep between attempts while at the head of the writers' queue. The jitter exists to spread
+this package's writers apart; in the queue only a foreign program competes, and a short sleep
+catches its release sooner."""
+
+
+def _queued_jitter(low: float, high: float) -> float:
+    return random.uniform(min(low, QUEUED_MAX_SLEEP_S), min(high, QUEUED_MAX_SLEEP_S))
 
 
 class Store:
@@ -53,19 +69,21 @@ class Store:
         self._write_options = self.dialect.write_options()
         self._read_options = self.dialect.read_options()
         # SQLite has one writer per file: threads of one process queue here instead of
-        # fighting over the file lock with sleeps. Re-entrant, because code holding it through
-        # ``write_lock`` (the Hermes ``_lock``) may call the store's own write methods.
-        self._write_lock: WriteLock = (
-            threading.RLock() if self.dialect.serialize_writes_in_process else _NO_LOCK
+        # fighting over the file lock with sleeps, then processes on the writers' queue.
+        self._serialize = self.dialect.serialize_writes_in_process
+        self._queue: WriterQueue | None = (
+            None if read_only else self.dialect.writer_queue(engine.url, read_only=read_only)
         )
+        self._write_lock = WriteLock(self._queue, self.retry.budget_s)
         # With writes serialised in-process, one connection can serve them all: no pool
         # checkout and reset per write (a measurable share of an append). Dropped on any error.
-        self._keep_writer = self.dialect.serialize_writes_in_process
+        self._keep_writer = self._serialize
         self._writer: Connection | None = None
         self._writer_pid = 0
         self._counter_lock = threading.Lock()
         self._writes = 0
         self._closed = False
+        forksafety.track(self)
 
     @classmethod
     def open(
@@ -81,13 +99,34 @@ class Store:
         # ``?mode=ro`` in a SQLite URL makes a read-only store, for this object's checks too.
         read_only = read_only or dialect_for_url(parsed).requests_read_only(parsed)
         engine = create_store_engine(parsed, read_only=read_only, busy_timeout_s=busy_timeout_s)
-        return cls(
+        store = cls(
             engine,
             read_only=read_only,
             retry=retry,
             checkpoint_every=checkpoint_every,
             owns_engine=True,
         )
+        if not read_only:
+            try:
+                store._connect_now()
+            except BaseException:
+                store.close()
+                raise
+        return store
+
+    def _connect_now(self) -> None:
+        """Connect once, so the connect listener switches the file to WAL at open, not at the
+        first write (until then, other processes' readers and writers block each other)."""
+        try:
+            with self.engine.connect():
+                pass
+        except DBAPIError as exc:
+            if self.dialect.is_retryable(exc):
+                return  # a foreign writer is mid-transaction: the next connection sets WAL
+            translated = self.dialect.translate_error(exc)
+            if translated is not None:
+                raise translated from exc
+            raise
 
     @property
     def url(self) -> URL:
@@ -98,12 +137,10 @@ class Store:
         """The lock every write of this store in this process holds (re-entrant).
 
         Code that writes to the store outside :meth:`write` (the Hermes compatibility surface,
-        ``sessionstore.hermes_state``) holds it too, so its writes queue with the store's own.
-        The rule for whoever extends the write path: whatever :meth:`write` must hold around a
-        transaction (say, a cross-process lock) is taken by this object's ``acquire``/``__enter__``
-        and let go by ``release``/``__exit__``; it is looked up on every use, never cached, so
-        a lock replaced after ``fork()`` is the one taken. A no-op lock where the database
-        serialises writers itself (PostgreSQL).
+        ``sessionstore.hermes_state``) holds it too, so its writes queue with the store's own:
+        threads on a re-entrant lock, and the outermost holder on the file's writers' queue.
+        It is looked up on every use, never cached, so the lock replaced after ``fork()`` is
+        the one taken. On PostgreSQL there is no writers' queue: the server orders writers.
         """
         return self._write_lock
 
@@ -113,22 +150,25 @@ class Store:
             raise ReadOnlyStoreError("this session store was opened read-only")
 
         def attempt() -> T:
-            with self._write_lock:
-                conn = self._writer_connection()
-                try:
-                    with conn.begin():
-                        return work(conn)
-                except BaseException:
-                    # A failed BEGIN or a rolled-back transaction leaves the connection clean;
-                    # anything stranger and it is thrown away.
-                    broken = conn.invalidated or conn.closed or conn.in_transaction()
-                    self._release_writer(conn, broken=broken)
-                    raise
-                else:
-                    self._release_writer(conn, broken=False)
+            conn = self._writer_connection()
+            try:
+                with conn.begin():
+                    return work(conn)
+            except BaseException:
+                # A failed BEGIN or a rolled-back transaction leaves the connection clean;
+                # anything stranger and it is thrown away.
+                broken = conn.invalidated or conn.closed or conn.in_transaction()
+                self._release_writer(conn, broken=broken)
+                raise
+            else:
+                self._release_writer(conn, broken=False)
 
+        policy = retry or self.retry
         try:
-            result = run_with_retry(attempt, self.dialect.is_retryable, retry or self.retry)
+            if self._serialize:
+                result = self._queued(attempt, policy)
+            else:
+                result = run_with_retry(attempt, self.dialect.is_retryable, policy)
         except StoreBusyError:
             raise
         except DBAPIError as exc:
@@ -138,6 +178,25 @@ class Store:
             raise
         self._count_write()
         return result
+
+    def _queued(self, attempt: Callable[[], T], policy: RetryPolicy) -> T:
+        """``attempt``'s retry loop at the head of the queue: threads, then processes."""
+        started = time.monotonic()
+        lock = self._write_lock
+        try:
+            lock.enter(started + policy.budget_s, strict=True)
+        except QueueTimeout as exc:
+            raise StoreBusyError(0, time.monotonic() - started, exc) from None
+        try:
+            return run_with_retry(
+                attempt,
+                self.dialect.is_retryable,
+                policy,
+                started=started,
+                jitter=_queued_jitter if lock.queued else random.uniform,
+            )
+        finally:
+            lock.release()
 
     def _writer_connection(self) -> Connection:
         if self._writer is not None and self._writer_pid == os.getpid():
@@ -217,8 +276,28 @@ class Store:
                 with contextlib.suppress(Exception):
                     writer.close()
         self.checkpoint()
+        if self._queue is not None:
+            self._queue.close()
         if self._owns_engine:
             self.engine.dispose()
+
+    def after_fork_in_child(self) -> None:
+        """In a forked child: fresh thread locks; the kept writer is the parent's, let go.
+
+        Called by :mod:`sessionstore.forksafety` before the engine's own reset.
+        """
+        # A parent thread that held a lock at the fork never runs here to release it.
+        writer_idle = not self._write_lock.held
+        self._write_lock = WriteLock(self._queue, self.retry.budget_s)
+        self._counter_lock = threading.Lock()
+        writer, self._writer = self._writer, None
+        if writer is None:
+            return
+        # Never finalized: the pool would roll it back, i.e. use it.
+        forksafety.abandon(writer)
+        if writer_idle and not writer.closed:
+            with contextlib.suppress(Exception):
+                self.dialect.release_inherited(writer.connection.dbapi_connection)
 
     def __enter__(self) -> Store:
         return self
@@ -234,42 +313,77 @@ class Store:
             self.checkpoint()
 
 
-class WriteLock(Protocol):
-    """What :attr:`Store.write_lock` offers: a ``threading.RLock``'s interface."""
+class WriteLock:
+    """The lock every writer of one store holds in this process.
 
-    def acquire(self, blocking: bool = ..., timeout: float = ...) -> bool: ...
+    Threads queue on a re-entrant lock (re-entrant because code holding it as Hermes's
+    ``_lock`` may call the store's own write methods); the outermost holder then queues with
+    every other writer of the file on the writers' queue (:mod:`sessionstore.writerqueue`),
+    and lets go of it on its last release. Only the outermost holder ever touches the queue,
+    so ``_depth`` and ``_held`` change under the thread lock alone.
+    """
 
-    def release(self) -> None: ...
+    def __init__(self, queue: WriterQueue | None, budget_s: float) -> None:
+        self._threads = threading.RLock()
+        self._queue = queue
+        self._budget_s = budget_s
+        self._depth = 0
+        self._held: int | None = None
 
-    def __enter__(self) -> bool: ...
+    @property
+    def held(self) -> bool:
+        """True while some thread holds it (read in a forked child to see what was in use)."""
+        return self._depth > 0
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-        /,
-    ) -> None: ...
+    @property
+    def queued(self) -> bool:
+        """True while the outermost holder also holds the file's writers' queue."""
+        return self._held is not None
 
+    def enter(self, deadline: float, *, strict: bool) -> None:
+        """Take the lock by ``deadline`` (``time.monotonic``), for the store's own writes.
 
-class _NoLock:
+        ``strict``: a wait that runs out raises :class:`QueueTimeout` (the caller's budget is
+        spent). Otherwise a writers' queue still busy at the deadline is gone without: SQLite's
+        own locking keeps the write correct, only less fairly ordered.
+        """
+        threads = self._threads
+        if not threads.acquire(False):
+            remaining = max(0.0, deadline - time.monotonic())
+            if not threads.acquire(timeout=remaining):
+                raise QueueTimeout("other threads of this process kept the store busy")
+        self._join_queue(deadline, strict=strict)
+
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        """``threading.RLock.acquire``'s contract; the queue is waited for at most ``timeout``
+        (else the retry budget) and never makes the call fail."""
+        if not self._threads.acquire(blocking, timeout):
+            return False
+        budget = 0.0 if not blocking else (timeout if timeout >= 0 else self._budget_s)
+        self._join_queue(time.monotonic() + budget, strict=False)
         return True
+
+    def _join_queue(self, deadline: float, *, strict: bool) -> None:
+        if self._depth == 0 and self._queue is not None:
+            try:
+                self._held = self._queue.acquire(deadline)
+            except QueueTimeout:
+                if strict:
+                    self._threads.release()
+                    raise
+                self._held = None
+        self._depth += 1
 
     def release(self) -> None:
-        return None
+        self._depth -= 1
+        if self._depth == 0 and self._held is not None:
+            held, self._held = self._held, None
+            if self._queue is not None:
+                self._queue.release(held)
+        self._threads.release()
 
     def __enter__(self) -> bool:
-        return True
+        return self.acquire()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-        /,
-    ) -> None:
-        return None
-
-
-_NO_LOCK = _NoLock()
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()

@@ -787,9 +787,12 @@ def test_a_file_that_is_not_a_database_is_refused_untouched(
     path.write_bytes(b"these are my notes, not a database\n" * 200)
     before = file_digest(path)
 
-    store = open_store(url_of(path))
+    # Opening a writable store connects at once (to switch it to WAL): it is refused there.
     with pytest.raises(StoreUnavailableError, match="not a usable SQLite database"):
-        store.read(lambda conn: conn.exec_driver_sql("SELECT 1").scalar())
+        open_store(url_of(path))
+    store = open_store(url_of(path), read_only=True)
+    with pytest.raises(StoreUnavailableError, match="not a usable SQLite database"):
+        store.read(lambda conn: conn.exec_driver_sql("SELECT count(*) FROM sqlite_master").scalar())
 
     assert file_digest(path) == before
 

@@ -532,9 +532,6 @@ def test_conn_exists_only_on_a_sqlite_file(empty_pg_url: str) -> None:
         pytest.param(
             sessionstore.SessionDB,
             id="package",
-            # The package facade opens its first connection lazily; the multi-opener work
-            # (issue 9) switches a fresh file to WAL at open. Passes once that is merged.
-            marks=pytest.mark.xfail(strict=False, reason="WAL at open comes with issue 9"),
         ),
     ],
 )

@@ -14,6 +14,7 @@ from typing import IO, Annotated
 
 import typer
 
+from .. import doctor
 from ..repository import SessionRepository
 from ..store import Store
 from ..transfer import export_jsonl, import_jsonl
@@ -53,6 +54,7 @@ def export(
     """Write sessions and their messages as JSONL (streamed; restorable with `import`)."""
     if output is not None:
         _check_output_path(output)
+        _refuse_store_file(ctx, output)
     with open_store(cli_state(ctx)) as store:
         session_ids = [resolve_ref(store, ref) for ref in session] if session else None
         total = (
@@ -70,6 +72,12 @@ def export(
                 count = _export_to_file(store, output, source, session_ids, advance)
     where = "standard output" if output is None else str(output)
     out.note(f"exported {count} session(s) to {where}")
+
+
+def _refuse_store_file(ctx: typer.Context, path: Path) -> None:
+    """The store's own files are SQLite's alone: never read, replaced or written as JSONL."""
+    if doctor.is_store_file(store_url(cli_state(ctx)), path):
+        raise UsageProblem(f"{path} is the session store's own file; choose another file")
 
 
 def _check_output_path(output: Path) -> None:
@@ -143,6 +151,7 @@ def import_(
                 fp.write(line)
             fp.seek(0)
         else:
+            _refuse_store_file(ctx, Path(file))
             fp = stack.enter_context(open(file, encoding="utf-8"))
         options = cli_state(ctx)
         if create_if_new(options):

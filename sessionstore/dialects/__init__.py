@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from sqlalchemy.dialects.sqlite import Insert as SqliteInsert
 
     from ..errors import SessionStoreError
+    from ..writerqueue import WriterQueue
 
     UpsertInsert = SqliteInsert | PgInsert
 
@@ -72,6 +73,12 @@ class StoreDialect(Protocol):
 
     def ensure_database_location(self, url: URL) -> None:
         """Create what the database needs to exist before the first connect (a directory)."""
+
+    def writer_queue(self, url: URL, *, read_only: bool) -> WriterQueue | None:
+        """Where this package's writers queue across processes (None: the server queues them)."""
+
+    def release_inherited(self, dbapi_connection: Any) -> None:
+        """In a forked child: let go of a driver connection the parent opened, safely."""
 
     def insert(self, table: Table) -> UpsertInsert:
         """An INSERT that supports ``on_conflict_do_nothing`` on this database."""

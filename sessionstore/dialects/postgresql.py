@@ -9,6 +9,7 @@ from sqlalchemy.dialects.postgresql import Insert, insert
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
+from .. import forksafety
 from ..errors import (
     DriverMissingError,
     ReadOnlyStoreError,
@@ -32,6 +33,10 @@ _BAD_TEXT_SQLSTATE = "22021"
 _UNDEFINED_TABLE_SQLSTATE = "42P01"
 # An arbitrary but fixed key: every sessionstore process agrees on it.
 MIGRATION_LOCK_KEY = 0x5E5510_5707E
+
+
+def _fresh_pool(engine: Engine) -> None:
+    engine.dispose(close=False)
 
 
 def _sqlstate(exc: BaseException) -> str | None:
@@ -80,12 +85,24 @@ class PostgreSQLDialect:
     def install_listeners(
         self, engine: Engine, *, read_only: bool, busy_timeout_s: float, set_journal_mode: bool
     ) -> None:
+        # A forked child gets a pool of its own. The parent's sockets are dropped without a
+        # word: psycopg never closes a connection from a process that did not open it, and the
+        # parent goes on using them.
+        forksafety.track_engine(engine, _fresh_pool)
         if not read_only:
             return
 
         @event.listens_for(engine, "begin")
         def _on_begin(conn: Connection) -> None:
             conn.exec_driver_sql("SET TRANSACTION READ ONLY")
+
+    def writer_queue(self, url: URL, *, read_only: bool) -> None:
+        # The server queues lock waiters itself.
+        return None
+
+    def release_inherited(self, dbapi_connection: Any) -> None:
+        # Never close it here: that would say goodbye to the server on the parent's socket.
+        forksafety.abandon(dbapi_connection)
 
     def insert(self, table: Table) -> Insert:
         return insert(table)

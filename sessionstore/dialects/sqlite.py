@@ -3,21 +3,48 @@
 The pysqlite driver's own transaction handling is switched off on connect (``isolation_level =
 None``) so that SQLAlchemy's ``begin`` event emits every BEGIN itself; that is SQLAlchemy's
 documented recipe and the only way to choose ``BEGIN IMMEDIATE`` for writes.
+
+The file rule
+-------------
+Nothing in this package opens, closes, copies, truncates or unlinks a store's file, its ``-wal``
+or its ``-shm`` except SQLite itself. On POSIX, closing *any* descriptor of a file drops every
+fcntl lock the process holds on it, including the ones SQLite took for other connections; another
+process then believes it is the last user, checkpoints and deletes a WAL this process is still
+writing into, and acknowledged writes vanish. So:
+
+- a foreign or truncated file is refused by ``os.stat`` (no descriptor: a file of 1 to 511
+  bytes is never a database, and SQLite would write a new store over it) and, for anything
+  larger, by SQLite's own "file is not a database" on the first read, which is before any write;
+- backups go through SQLite's online backup API (``sessionstore.doctor.backup_sqlite_file``);
+- sizes and existence are checked with ``stat``/``access``, which open nothing;
+- the writers' queue (:mod:`sessionstore.writerqueue`) locks a *different* file,
+  ``<db>-writelock``, which SQLite never uses;
+- after ``fork()`` the child closes its inherited connections through SQLite before any use
+  (:mod:`sessionstore.forksafety`).
+
+What can still break the guarantee is code outside SQLite that opens the file: in a process that
+also holds SQLite connections to it, closing that descriptor drops their locks (SQLite's own
+documented limitation, "How To Corrupt An SQLite Database File", 2.2); from anywhere, ``cp`` of
+the live file gives a torn copy, and deleting ``-wal``/``-shm`` loses what they hold.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from sqlalchemy import Table, event, text
 from sqlalchemy.dialects.sqlite import Insert, insert
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
+from .. import forksafety
 from ..errors import (
     ReadOnlyStoreError,
     SchemaMissingError,
@@ -26,6 +53,7 @@ from ..errors import (
     StoreUnavailableError,
     UnsupportedValueError,
 )
+from ..writerqueue import WriterQueue
 from . import MISSING_CORE_TABLE
 
 logger = logging.getLogger(__name__)
@@ -33,10 +61,17 @@ logger = logging.getLogger(__name__)
 BEGIN_MODE_OPTION = "sqlite_begin"
 WRITE_BEGIN_MODE = "IMMEDIATE"
 _BEGIN_MODES = frozenset({"DEFERRED", "IMMEDIATE", "EXCLUSIVE"})
+WRITER_QUEUE_SUFFIX = "-writelock"
+"""The side file this package's writers queue on (``state.db-writelock``); SQLite never uses it."""
 
 
 def _is_memory(url: URL) -> bool:
-    return url.database in (None, "", ":memory:") or str(url.database).startswith("file::memory:")
+    if url.database in (None, "", ":memory:") or str(url.database).startswith("file::memory:"):
+        return True
+    # file:name?mode=memory is a named in-memory database: there is no file beside it.
+    return _is_uri_filename(url) and "memory" in parse_qs(urlsplit(str(url.database)).query).get(
+        "mode", []
+    )
 
 
 def _is_uri_filename(url: URL) -> bool:
@@ -97,12 +132,15 @@ class SQLiteDialect:
     ) -> None:
         label = engine.url.database or ":memory:"
         path = None if _is_memory(engine.url) else _filesystem_path(engine.url)
+        connections = _ProcessConnections(engine)
+        forksafety.track_engine(engine, connections.after_fork_in_child)
 
         @event.listens_for(engine, "connect")
         def _on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
             if path is not None:
                 # Before any PRAGMA: switching to WAL would already write over a foreign file.
                 _refuse_foreign_file(path)
+            connections.add(dbapi_connection)
             # Autocommit at the driver, so the begin listener below owns every BEGIN.
             dbapi_connection.isolation_level = None
             cursor = dbapi_connection.cursor()
@@ -119,6 +157,23 @@ class SQLiteDialect:
             finally:
                 cursor.close()
 
+        @event.listens_for(engine, "close")
+        def _on_close(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
+            connections.discard(dbapi_connection)
+
+        @event.listens_for(engine, "close_detached")
+        def _on_close_detached(dbapi_connection: sqlite3.Connection) -> None:
+            connections.discard(dbapi_connection)
+
+        @event.listens_for(engine, "checkout")
+        def _on_checkout(dbapi_connection: sqlite3.Connection, _record: Any, _proxy: Any) -> None:
+            connections.checked_out(dbapi_connection)
+
+        @event.listens_for(engine, "checkin")
+        def _on_checkin(dbapi_connection: sqlite3.Connection | None, _record: Any) -> None:
+            if dbapi_connection is not None:
+                connections.checked_in(dbapi_connection)
+
         @event.listens_for(engine, "begin")
         def _on_begin(conn: Connection) -> None:
             mode = str(conn.get_execution_options().get(BEGIN_MODE_OPTION, "DEFERRED")).upper()
@@ -134,6 +189,15 @@ class SQLiteDialect:
                 raise DBAPIError.instance(
                     statement, None, exc, sqlite3.Error, dialect=conn.dialect
                 ) from exc
+
+    def writer_queue(self, url: URL, *, read_only: bool) -> WriterQueue | None:
+        if read_only or _is_memory(url):
+            return None
+        path = _filesystem_path(url).absolute()
+        return WriterQueue(path.with_name(path.name + WRITER_QUEUE_SUFFIX))
+
+    def release_inherited(self, dbapi_connection: Any) -> None:
+        close_inherited(dbapi_connection)
 
     def insert(self, table: Table) -> Insert:
         return insert(table)
@@ -197,24 +261,107 @@ class SQLiteDialect:
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"
+MIN_DATABASE_BYTES = 512
+"""The smallest page size: a database file is empty or at least one whole page long."""
 
 
 def _refuse_foreign_file(path: Path) -> None:
-    """Refuse a non-empty file without the SQLite header before SQLite touches it.
+    """Refuse a file that cannot be a database before SQLite writes to it, opening nothing.
 
-    SQLite itself reports most foreign files as "not a database", but it reads a one-byte
-    file as an empty database and would write a new store over it.
+    SQLite itself answers "file is not a database" for a foreign file of a page or more on its
+    first read, but it reads a file shorter than its header as an empty database and would
+    write a new store over it. ``stat`` settles that case without a descriptor, so it is safe
+    while this process holds SQLite locks on the file (see the module docstring).
     """
     try:
-        with path.open("rb") as handle:
-            header = handle.read(len(SQLITE_HEADER))
+        size = os.stat(path).st_size
     except OSError:
-        return  # missing or unreadable: SQLite creates it or reports why it cannot
-    if header and header != SQLITE_HEADER:
+        return  # missing or unreachable: SQLite creates it or reports why it cannot
+    if 0 < size < MIN_DATABASE_BYTES and path.is_file():
         raise StoreUnavailableError(
-            f"this file is not a usable SQLite database (no SQLite header): {path}; "
-            "it was not modified"
+            f"this file is not a usable SQLite database ({size} bytes, shorter than one "
+            f"page): {path}; it was not modified"
         )
+
+
+class _ProcessConnections:
+    """The driver connections of one engine, with the process that opened each.
+
+    After ``fork()`` the child closes the copies it inherited, through SQLite, so that SQLite's
+    per-process lock bookkeeping forgets them and the child's own connections take real file
+    locks. Closing in the child releases nothing of the parent's (fcntl locks belong to the
+    process that took them); with the parent still holding its shared lock, SQLite's
+    close-time checkpoint cannot start either. A copy that some other parent thread was using
+    at the moment of the fork may be inside SQLite, holding a mutex no thread of the child will
+    ever release: it is left alone, and the child is warned.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._label = engine.url.database or ":memory:"
+        self._lock = threading.Lock()
+        self._live: dict[int, tuple[sqlite3.Connection, int]] = {}
+        self._in_use: set[int] = set()
+
+    def add(self, conn: sqlite3.Connection) -> None:
+        with self._lock:
+            self._live[id(conn)] = (conn, os.getpid())
+
+    def discard(self, conn: sqlite3.Connection) -> None:
+        with self._lock:
+            self._live.pop(id(conn), None)
+            self._in_use.discard(id(conn))
+
+    def checked_out(self, conn: sqlite3.Connection) -> None:
+        self._in_use.add(id(conn))  # set.add is atomic under the GIL
+
+    def checked_in(self, conn: sqlite3.Connection) -> None:
+        self._in_use.discard(id(conn))
+
+    def after_fork_in_child(self, engine: Engine) -> None:
+        self._lock = threading.Lock()
+        pid = os.getpid()
+        inherited = [(key, conn) for key, (conn, owner) in self._live.items() if owner != pid]
+        left_open = 0
+        for key, conn in inherited:
+            if key in self._in_use and not _is_closed(conn):
+                forksafety.abandon(conn)
+                left_open += 1
+            else:
+                close_inherited(conn)
+            self._live.pop(key, None)
+            self._in_use.discard(key)
+        # A new pool; the old one's records still point at the parent's copies.
+        engine.dispose(close=False)
+        if left_open:
+            logger.warning(
+                "forked while %d connection(s) to %s were in use by another thread: they "
+                "cannot be closed safely in the child, so SQLite may not lock the file for "
+                "this process; fork from a thread that is not using the store",
+                left_open,
+                self._label,
+            )
+
+
+def close_inherited(conn: sqlite3.Connection) -> None:
+    """Close, in a forked child, a connection the parent opened: through SQLite, so that its
+    lock bookkeeping for the file forgets this copy, and without the close-time checkpoint
+    where Python can switch it off (3.12+); without that switch the checkpoint cannot start
+    anyway while the parent holds its shared lock."""
+    no_checkpoint = getattr(sqlite3, "SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE", None)
+    setconfig = getattr(conn, "setconfig", None)
+    if no_checkpoint is not None and setconfig is not None:
+        with contextlib.suppress(sqlite3.Error):
+            setconfig(no_checkpoint, True)
+    with contextlib.suppress(sqlite3.Error):
+        conn.close()
+
+
+def _is_closed(conn: sqlite3.Connection) -> bool:
+    try:
+        conn.in_transaction  # noqa: B018 - raises on a closed connection
+    except sqlite3.ProgrammingError:
+        return True
+    return False
 
 
 def _enable_wal(cursor: sqlite3.Cursor, label: str) -> None:
@@ -223,7 +370,7 @@ def _enable_wal(cursor: sqlite3.Cursor, label: str) -> None:
         row = cursor.execute("PRAGMA journal_mode = WAL").fetchone()
         mode = str(row[0]).lower() if row else "unknown"
     except sqlite3.OperationalError as exc:
-        if "locked" in str(exc).lower():
+        if "locked" in str(exc).lower() or "busy" in str(exc).lower():
             # Another connection is mid-write; it set WAL already or the next connect will.
             logger.debug("journal mode not changed for %s: %s", label, exc)
             return

@@ -1,0 +1,231 @@
+"""The writers' queue (``<db>-writelock``): exclusion, budgets, degradation, fork, clean-up.
+
+How fair the waiting is gets measured by ``scripts/stress.py --storm``, not here: these tests
+check the behaviour that must hold on any machine, however loaded.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from sessionstore.config import sqlite_url
+from sessionstore.errors import StoreBusyError
+from sessionstore.facade import SessionDB
+from sessionstore.retry import RetryPolicy
+from sessionstore.store import Store
+from sessionstore.writerqueue import QueueTimeout, WriterQueue
+
+
+def _store(tmp_path: Path) -> tuple[Path, str]:
+    path = tmp_path / "state.db"
+    with SessionDB(path) as db:
+        db.create_session("s", "cli")
+    return path, sqlite_url(path)
+
+
+def _side(path: Path) -> Path:
+    return path.with_name(path.name + "-writelock")
+
+
+def _count(path: Path) -> int:
+    conn = sqlite3.connect(path)
+    try:
+        return int(conn.execute("SELECT count(*) FROM messages").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def test_a_writer_held_in_the_queue_gives_up_within_its_budget(tmp_path: Path) -> None:
+    path, url = _store(tmp_path)
+    with SessionDB(url=url, retry=RetryPolicy(budget_s=0.3)) as db:
+        db.append_message("s", "user", "first")  # creates the side file
+        holder = os.open(_side(path), os.O_RDONLY)
+        try:
+            fcntl.flock(holder, fcntl.LOCK_EX)
+            started = time.monotonic()
+            with pytest.raises(StoreBusyError, match="busy"):
+                db.append_message("s", "user", "never written")
+            assert time.monotonic() - started < 3.0
+        finally:
+            fcntl.flock(holder, fcntl.LOCK_UN)
+            os.close(holder)
+        # The abandoned wait passed its turn on: the next write goes straight through.
+        db.append_message("s", "user", "second")
+    assert _count(path) == 2
+
+
+def test_a_queued_writer_proceeds_as_soon_as_the_holder_releases(tmp_path: Path) -> None:
+    path, url = _store(tmp_path)
+    with SessionDB(url=url) as db:
+        db.append_message("s", "user", "first")
+        holder = os.open(_side(path), os.O_RDONLY)
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        done = threading.Event()
+        writer = threading.Thread(
+            target=lambda: (db.append_message("s", "user", "queued"), done.set())
+        )
+        writer.start()
+        assert not done.wait(0.3)  # it waits for the holder, not for SQLite
+        fcntl.flock(holder, fcntl.LOCK_UN)
+        os.close(holder)
+        assert done.wait(10)
+        writer.join()
+    assert _count(path) == 2
+
+
+def test_two_stores_in_one_process_exclude_each_other(tmp_path: Path) -> None:
+    path, _ = _store(tmp_path)
+    first, second = WriterQueue(_side(path)), WriterQueue(_side(path))
+    held = first.acquire(time.monotonic() + 1.0)
+    assert held is not None
+    with pytest.raises(QueueTimeout):
+        second.acquire(time.monotonic() + 0.1)
+    first.release(held)
+    again = second.acquire(time.monotonic() + 1.0)
+    assert again is not None
+    second.release(again)
+    first.close()
+    second.close()
+
+
+def test_a_closed_store_leaves_no_side_file_and_others_go_on(tmp_path: Path) -> None:
+    path, url = _store(tmp_path)
+    a, b = SessionDB(url=url), SessionDB(url=url)
+    a.append_message("s", "user", "a1")
+    b.append_message("s", "user", "b1")
+    a.close()  # removes the side file while nobody holds it
+    assert not _side(path).exists()
+    b.append_message("s", "user", "b2")  # starts again on a new one
+    c = WriterQueue(_side(path))
+    b_queue = b.store._queue
+    assert b_queue is not None
+    held = b_queue.acquire(time.monotonic() + 1.0)
+    assert held is not None
+    try:
+        with pytest.raises(QueueTimeout):  # the new file excludes as the old one did
+            c.acquire(time.monotonic() + 0.1)
+    finally:
+        b_queue.release(held)
+        c.close()
+    b.close()
+    assert not _side(path).exists()
+    assert _count(path) == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.db"]
+
+
+def test_without_a_side_file_writers_fall_back_to_sqlite_locking(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A read-only directory (or a filesystem without flock): writes still succeed."""
+    path, url = _store(tmp_path)
+    real_open = os.open
+
+    def refusing_open(name: str | os.PathLike[str], flags: int, *args: int) -> int:
+        if str(name).endswith("-writelock"):
+            raise PermissionError(13, "Permission denied", str(name))
+        return real_open(name, flags, *args)
+
+    monkeypatch.setattr(os, "open", refusing_open)
+    caplog.set_level(logging.INFO, logger="sessionstore.writerqueue")
+    dbs = [SessionDB(url=url) for _ in range(2)]
+
+    def write(db: SessionDB, n: int) -> None:
+        for i in range(20):
+            db.append_message("s", "user", f"{n}-{i}")
+
+    threads = [threading.Thread(target=write, args=(db, n)) for n, db in enumerate(dbs)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for db in dbs:
+        db.close()
+    assert _count(path) == 40
+    assert not _side(path).exists()
+    fallbacks = [r for r in caplog.records if "cannot queue" in r.getMessage()]
+    assert len(fallbacks) == 2  # once per store, not once per write
+
+
+def test_a_foreign_holder_longer_than_the_budget_never_deadlocks(tmp_path: Path) -> None:
+    path, url = _store(tmp_path)
+    foreign = sqlite3.connect(path, isolation_level=None)
+    foreign.execute("BEGIN IMMEDIATE")
+    errors: list[BaseException] = []
+    with Store.open(url, retry=RetryPolicy(budget_s=0.5), busy_timeout_s=0.1) as store:
+
+        def write() -> None:
+            try:
+                store.write(lambda conn: conn.exec_driver_sql(
+                    "INSERT INTO messages (session_id, role, content, timestamp) "
+                    "VALUES ('s', 'user', 'x', 0)"))
+            except BaseException as exc:
+                errors.append(exc)
+
+        started = time.monotonic()
+        threads = [threading.Thread(target=write) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=10)
+        assert not any(thread.is_alive() for thread in threads)
+        assert time.monotonic() - started < 5.0
+        assert len(errors) == 3 and all(isinstance(e, StoreBusyError) for e in errors)
+        foreign.execute("COMMIT")
+        foreign.close()
+        write()  # the holder is gone: the queue is free again
+        assert len(errors) == 3
+    assert _count(path) == 1
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_queues_on_its_own_description(tmp_path: Path) -> None:
+    """flock belongs to an open file description, shared across fork: the child must not
+    believe it holds the parent's lock, nor release it."""
+    path, url = _store(tmp_path)
+    with SessionDB(url=url, retry=RetryPolicy(budget_s=0.3)) as db:
+        db.append_message("s", "user", "parent")
+        queue = db.store._queue
+        assert queue is not None
+        held = queue.acquire(time.monotonic() + 1.0)  # the parent holds the queue across the fork
+        assert held is not None
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child
+            code = 0
+            try:
+                db.append_message("s", "user", "child")
+                code = 2  # it did not queue behind the parent
+            except StoreBusyError:
+                code = 0
+            except BaseException:
+                code = 3
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        # The child's exit released nothing of the parent's: still held here.
+        probe = WriterQueue(_side(path))
+        with pytest.raises(QueueTimeout):
+            probe.acquire(time.monotonic() + 0.1)
+        probe.close()
+        queue.release(held)
+        db.append_message("s", "user", "parent again")
+    assert _count(path) == 2
+
+
+def test_a_named_memory_database_has_no_side_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    url = "sqlite:///file:scratch?mode=memory&cache=shared&uri=true"
+    with Store.open(url) as keeper, Store.open(url) as store:
+        keeper.write(lambda conn: conn.exec_driver_sql("CREATE TABLE t (x)"))
+        store.write(lambda conn: conn.exec_driver_sql("INSERT INTO t VALUES (1)"))
+        assert store.read(lambda conn: conn.exec_driver_sql("SELECT count(*) FROM t").scalar()) == 1
+    assert list(tmp_path.iterdir()) == []
