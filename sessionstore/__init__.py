@@ -7,6 +7,7 @@ repository underneath are the typed API.
 from __future__ import annotations
 
 from .errors import (
+    ConstraintViolationError,
     ImportConflictError,
     MigrationError,
     ReadOnlyStoreError,
@@ -18,6 +19,8 @@ from .errors import (
     StoreUnavailableError,
     UnknownRevisionError,
     UnsupportedValueError,
+    ValueOutOfRangeError,
+    WriteOutcomeUnknownError,
 )
 from .facade import SessionDB
 from .retry import RetryPolicy
@@ -26,6 +29,7 @@ from .store import Store
 __version__ = "0.1.0"
 
 __all__ = [
+    "ConstraintViolationError",
     "ImportConflictError",
     "MigrationError",
     "ReadOnlyStoreError",
@@ -40,5 +44,7 @@ __all__ = [
     "StoreUnavailableError",
     "UnknownRevisionError",
     "UnsupportedValueError",
+    "ValueOutOfRangeError",
+    "WriteOutcomeUnknownError",
     "__version__",
 ]

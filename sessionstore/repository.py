@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from sqlalchemy.engine import Connection, Row
 from sqlalchemy.exc import IntegrityError
 
 from . import titles, validation
-from .errors import TitleInUseError, UnknownSessionError
+from .errors import TitleInUseError, UnknownSessionError, ValueOutOfRangeError
 from .models import messages_table as messages
 from .models import sessions_table as sessions
 from .records import (
@@ -168,7 +169,9 @@ class SessionRepository:
             "parent_session_id": validation.optional_identifier(
                 parent_session_id, "parent_session_id"
             ),
-            "started_at": time.time() if started_at is None else float(started_at),
+            "started_at": time.time()
+            if started_at is None
+            else validation.number(started_at, "started_at"),
         }
         statement = self.store.dialect.insert(sessions).values(values).on_conflict_do_nothing()
         try:
@@ -253,9 +256,18 @@ class SessionRepository:
         estimated = validation.optional_number(estimated_cost_usd, "estimated_cost_usd")
         actual = validation.optional_number(actual_cost_usd, "actual_cost_usd")
         values: dict[str, Any] = {}
+        # Each addition is checked against its column's range inside the UPDATE itself (so in
+        # the write transaction, against the value it adds to): SQLite would otherwise turn an
+        # integer total past 2**63 into a REAL, and a float total past its range into inf.
+        guards: list[ColumnElement[bool]] = []
         for name, amount in tokens.items():
             column = sessions.c[name]
-            values[name] = amount if absolute else func.coalesce(column, 0) + amount
+            if absolute:
+                values[name] = amount
+                continue
+            values[name] = func.coalesce(column, 0) + amount
+            guards.extend(_addition_guard(column, amount, validation.INT64_MIN,
+                                          validation.INT64_MAX))
         if absolute:
             if estimated is not None:
                 values["estimated_cost_usd"] = estimated
@@ -265,8 +277,12 @@ class SessionRepository:
             values["estimated_cost_usd"] = func.coalesce(sessions.c.estimated_cost_usd, 0.0) + (
                 estimated or 0.0
             )
+            guards.extend(_addition_guard(sessions.c.estimated_cost_usd, estimated or 0.0,
+                                          -sys.float_info.max, sys.float_info.max))
             if actual is not None:
                 values["actual_cost_usd"] = func.coalesce(sessions.c.actual_cost_usd, 0.0) + actual
+                guards.extend(_addition_guard(sessions.c.actual_cost_usd, actual,
+                                              -sys.float_info.max, sys.float_info.max))
         for name, value in (
             ("cost_status", cost_status),
             ("cost_source", cost_source),
@@ -282,12 +298,20 @@ class SessionRepository:
         ):
             if value is not None:
                 values[name] = func.coalesce(sessions.c[name], validation.identifier(value, name))
-        statement = (
-            update(sessions)
-            .where(sessions.c.id == validation.identifier(session_id, "session_id"))
-            .values(values)
-        )
-        return self.store.write(lambda conn: conn.execute(statement).rowcount > 0)
+        session_id = validation.identifier(session_id, "session_id")
+        statement = update(sessions).where(sessions.c.id == session_id, *guards).values(values)
+
+        def run(conn: Connection) -> bool:
+            if conn.execute(statement).rowcount > 0:
+                return True
+            if guards and _session_exists(conn, session_id):
+                raise ValueOutOfRangeError(
+                    f"session {session_id!r}: adding these amounts would take a total past "
+                    "what its column holds (64-bit integers, finite floats); nothing was written"
+                )
+            return False
+
+        return self.store.write(run)
 
     # -- reading sessions -----------------------------------------------------------------
     def get_session(self, session_id: str) -> SessionRecord | None:
@@ -517,6 +541,11 @@ class SessionRepository:
         def run(conn: Connection) -> list[int]:
             # Counters first: an unknown session is found without an FK error to decode.
             if not hot.bump_counters(conn, session_id, len(rows), tool_calls):
+                if _session_exists(conn, session_id):
+                    raise ValueOutOfRangeError(
+                        f"session {session_id!r}: its message or tool-call count would pass "
+                        "2**63 - 1; nothing was written"
+                    )
                 raise UnknownSessionError(f"session {session_id!r} does not exist")
             return hot.insert_messages(conn, rows)
 
@@ -628,6 +657,25 @@ class SessionRepository:
         return self.store.read(
             lambda conn: [SessionRecord(*row) for row in conn.execute(statement)]
         )
+
+
+def _addition_guard(
+    column: Any, amount: float, low: float, high: float
+) -> list[ColumnElement[bool]]:
+    """The condition under which ``COALESCE(column, 0) + amount`` stays within [low, high].
+
+    Written as a comparison with a bound computed here, so the check itself cannot overflow.
+    """
+    if amount > 0:
+        return [func.coalesce(column, 0) <= high - amount]
+    if amount < 0:
+        return [func.coalesce(column, 0) >= low - amount]
+    return []
+
+
+def _session_exists(conn: Connection, session_id: str) -> bool:
+    found = conn.execute(select(sessions.c.id).where(sessions.c.id == session_id)).first()
+    return found is not None
 
 
 def _prune_cutoff(older_than_days: Any) -> float:

@@ -15,6 +15,7 @@ from ..errors import (
     StoreFullError,
     StoreUnavailableError,
     UnsupportedValueError,
+    ValueOutOfRangeError,
 )
 
 # serialization_failure, deadlock_detected, lock_not_available (lock_timeout). Not
@@ -26,6 +27,8 @@ _READ_ONLY_SQLSTATE = "25006"  # read_only_sql_transaction
 _TOO_LARGE_SQLSTATE = "54000"
 # character_not_in_repertoire: e.g. a NUL byte that reached the server.
 _BAD_TEXT_SQLSTATE = "22021"
+# numeric_value_out_of_range: a total past BIGINT or DOUBLE PRECISION.
+_OUT_OF_RANGE_SQLSTATE = "22003"
 # An arbitrary but fixed key: every sessionstore process agrees on it.
 MIGRATION_LOCK_KEY = 0x5E5510_5707E
 
@@ -90,6 +93,11 @@ class PostgreSQLDialect:
         if state == _READ_ONLY_SQLSTATE:
             return ReadOnlyStoreError("this session store is read-only; nothing was written")
         original = exc.orig if isinstance(exc, DBAPIError) else exc
+        if state == _OUT_OF_RANGE_SQLSTATE:
+            return ValueOutOfRangeError(
+                "a number is out of the range its column holds; nothing was written "
+                f"({str(original).splitlines()[0]})"
+            )
         if state == _TOO_LARGE_SQLSTATE:
             return UnsupportedValueError(
                 "a value is too large for PostgreSQL to index; nothing was written "
