@@ -46,6 +46,7 @@ from .records import (
     SessionRecord,
 )
 from .search.sanitize import escape_like
+from .dialects import json_list
 from .statements import HotReads, HotWrites
 from .store import Store
 
@@ -133,7 +134,7 @@ class SessionRepository:
             tool_call_id=validation.optional_identifier(tool_call_id, "tool_call_id"),
             token_count=None
             if token_count is None
-            else validation.integer(token_count, "token_count"),
+            else validation.counter(token_count, "token_count"),
             finish_reason=validation.optional_identifier(finish_reason, "finish_reason"),
             reasoning=self._text(reasoning, "reasoning"),
             reasoning_details=self._text(
@@ -247,11 +248,11 @@ class SessionRepository:
         base URL, mode and the model are set once (the first value sticks).
         """
         tokens = {
-            "input_tokens": validation.integer(input_tokens, "input_tokens"),
-            "output_tokens": validation.integer(output_tokens, "output_tokens"),
-            "cache_read_tokens": validation.integer(cache_read_tokens, "cache_read_tokens"),
-            "cache_write_tokens": validation.integer(cache_write_tokens, "cache_write_tokens"),
-            "reasoning_tokens": validation.integer(reasoning_tokens, "reasoning_tokens"),
+            "input_tokens": validation.counter(input_tokens, "input_tokens"),
+            "output_tokens": validation.counter(output_tokens, "output_tokens"),
+            "cache_read_tokens": validation.counter(cache_read_tokens, "cache_read_tokens"),
+            "cache_write_tokens": validation.counter(cache_write_tokens, "cache_write_tokens"),
+            "reasoning_tokens": validation.counter(reasoning_tokens, "reasoning_tokens"),
         }
         estimated = validation.optional_number(estimated_cost_usd, "estimated_cost_usd")
         actual = validation.optional_number(actual_cost_usd, "actual_cost_usd")
@@ -344,12 +345,16 @@ class SessionRepository:
     def session_count(self, source: str | None = None) -> int:
         statement = select(func.count()).select_from(sessions)
         if source is not None:
+            if not _matchable(source):
+                return 0
             statement = statement.where(sessions.c.source == source)
         return int(self.store.read(lambda conn: conn.execute(statement).scalar_one()))
 
     def message_count(self, session_id: str | None = None) -> int:
         statement = select(func.count()).select_from(messages)
         if session_id is not None:
+            if not _matchable(session_id):
+                return 0
             statement = statement.where(messages.c.session_id == session_id)
         return int(self.store.read(lambda conn: conn.execute(statement).scalar_one()))
 
@@ -359,10 +364,12 @@ class SessionRepository:
         statement = (
             select(*_session_columns())
             .order_by(sessions.c.started_at.desc(), sessions.c.id)
-            .limit(max(int(limit), 0))
-            .offset(max(int(offset), 0))
+            .limit(row_count(limit, "limit"))
+            .offset(row_count(offset, "offset"))
         )
         if source is not None:
+            if not _matchable(source):
+                return []
             statement = statement.where(sessions.c.source == source)
         return self.store.read(
             lambda conn: [SessionRecord(*row) for row in conn.execute(statement)]
@@ -470,12 +477,16 @@ class SessionRepository:
         excluded = [
             validation.identifier(item, "exclude_sources") for item in exclude_sources or ()
         ]
-        statement = _listing_statement(source is not None, bool(excluded), include_children)
+        statement = _listing_statement(
+            source is not None,
+            self.store.dialect.json_list_sql("excluded") if excluded else None,
+            include_children,
+        )
         parameters: dict[str, Any] = {
             "source": source,
-            "excluded": excluded,
-            "limit": max(int(limit), 0),
-            "offset": max(int(offset), 0),
+            "excluded": json_list(excluded),
+            "limit": row_count(limit, "limit"),
+            "offset": row_count(offset, "offset"),
         }
 
         def run(conn: Connection) -> list[SessionListing]:
@@ -708,6 +719,22 @@ def _one_session(row: Row[Any] | None) -> SessionRecord | None:
     return None if row is None else SessionRecord._make(row)
 
 
+def row_count(value: Any, name: str) -> int:
+    """A LIMIT or OFFSET: anything ``int()`` takes (as Hermes did), negatives as 0, capped at
+    the largest value both databases accept; NaN, infinities and text are a ``ValueError``."""
+    try:
+        number = int(value)
+    except OverflowError:
+        raise ValueError(f"{name} must be a finite number, not {value!r}") from None
+    return min(max(number, 0), validation.INT64_MAX)
+
+
+def _matchable(value: Any) -> bool:
+    """A lookup value some stored identifier could equal; anything else matches nothing
+    (as SQLite answers a wrong type), rather than reaching a driver that cannot bind it."""
+    return isinstance(value, str) and not _unbindable(value)
+
+
 def _unbindable(text: str) -> bool:
     """Text no driver can send (lone surrogates) or no PostgreSQL text can hold (NUL)."""
     if "\x00" in text:
@@ -760,15 +787,19 @@ _RICH_SELECT_BY_IDS = _RICH_SELECT.where(sessions.c.id.in_(bindparam("ids", expa
 
 
 @functools.cache
-def _listing_statement(by_source: bool, excluding: bool, include_children: bool) -> Select[Any]:
-    """One prebuilt statement per filter shape; the values are bound at execution."""
+def _listing_statement(
+    by_source: bool, excluded_list_sql: str | None, include_children: bool
+) -> Select[Any]:
+    """One prebuilt statement per filter shape; the values are bound at execution.
+
+    The excluded sources are one JSON parameter (``excluded_list_sql``, the dialect's), so
+    100,000 of them are one parameter, not more than PostgreSQL's protocol accepts.
+    """
     statement = _RICH_SELECT
     if by_source:
         statement = statement.where(sessions.c.source == bindparam("source"))
-    if excluding:
-        statement = statement.where(
-            sessions.c.source.not_in(bindparam("excluded", expanding=True))
-        )
+    if excluded_list_sql is not None:
+        statement = statement.where(text(f"sessions.source NOT IN {excluded_list_sql}"))
     if not include_children:
         statement = statement.where(sessions.c.parent_session_id.is_(None))
     return (

@@ -57,10 +57,15 @@ def free_text(value: Any, name: str, *, nul_allowed: bool) -> str | None:
 
 
 def integer(value: Any, name: str) -> int:
-    """A 64-bit integer: ``TypeError`` for another type, :class:`ValueOutOfRangeError` (a
-    ``ValueError``) beyond the range a counter column holds."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    return value
+
+
+def counter(value: Any, name: str) -> int:
+    """An integer a counter column can hold: ``TypeError`` for another type,
+    :class:`ValueOutOfRangeError` (a ``ValueError``) beyond signed 64 bits."""
+    value = integer(value, name)
     if not INT64_MIN <= value <= INT64_MAX:
         raise ValueOutOfRangeError(
             f"{name}={value} does not fit in a 64-bit counter (|value| < 2**63); nothing was "

@@ -6,6 +6,8 @@ dialect's name itself.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import Table
@@ -65,6 +67,16 @@ class StoreDialect(Protocol):
 
     def insert(self, table: Table) -> UpsertInsert:
         """An INSERT that supports ``on_conflict_do_nothing`` on this database."""
+
+    def json_list_sql(self, param: str) -> str:
+        """SQL for a parenthesised subquery of the text values of the JSON-array parameter
+        ``param`` (bind it with :func:`json_list`): one bound parameter however long the list,
+        where an expanding ``IN`` would need one per value (PostgreSQL takes at most 65535)."""
+
+
+def json_list(values: Iterable[str]) -> str:
+    """The value to bind to a :meth:`StoreDialect.json_list_sql` parameter."""
+    return json.dumps(list(values))
 
 
 def dialect_for_url(url: str | URL) -> StoreDialect:

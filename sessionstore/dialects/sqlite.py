@@ -123,6 +123,9 @@ class SQLiteDialect:
     def insert(self, table: Table) -> Insert:
         return insert(table)
 
+    def json_list_sql(self, param: str) -> str:
+        return f"(SELECT value FROM json_each(:{param}))"
+
     def read_options(self) -> dict[str, Any]:
         # A deferred BEGIN already reads one snapshot under WAL.
         return {}

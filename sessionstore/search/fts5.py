@@ -116,7 +116,7 @@ class FTS5Search:
     def word_matches(
         self, conn: Connection, query: str, filters: SearchFilters, page: Page
     ) -> list[MatchRow]:
-        statement = filtered_statement(_WORD_SEARCH, filters)
+        statement = filtered_statement(_WORD_SEARCH, filters, conn)
         try:
             rows = conn.execute(statement, {"query": query, **_MARKERS, **page.params}).all()
         except OperationalError as exc:
@@ -126,7 +126,7 @@ class FTS5Search:
         return [match_row(*row) for row in rows]
 
     def has_word_match(self, conn: Connection, query: str, filters: SearchFilters) -> bool:
-        statement = filtered_statement(_ANY_WORD_MATCH, filters)
+        statement = filtered_statement(_ANY_WORD_MATCH, filters, conn)
         try:
             return conn.execute(statement, {"query": query}).first() is not None
         except OperationalError as exc:
@@ -150,7 +150,7 @@ class FTS5Search:
         self, conn: Connection, needle: str, filters: SearchFilters, page: Page
     ) -> list[MatchRow] | None:
         """Hits from the trigram index; None when this SQLite cannot read the index."""
-        statement = filtered_statement(_TRIGRAM_SEARCH, filters)
+        statement = filtered_statement(_TRIGRAM_SEARCH, filters, conn)
         params = {"phrase": fts5_phrase(needle), **_MARKERS, **page.params}
         try:
             rows = conn.execute(statement, params).all()
@@ -164,7 +164,7 @@ class FTS5Search:
     def _like_matches(
         self, conn: Connection, needle: str, filters: SearchFilters, page: Page
     ) -> list[MatchRow]:
-        statement = filtered_statement(_LIKE_SEARCH, filters)
+        statement = filtered_statement(_LIKE_SEARCH, filters, conn)
         params: dict[str, Any] = {"needle": needle, "pattern": like_pattern(needle), **page.params}
         return substring_match_rows(conn.execute(statement, params))
 
