@@ -33,6 +33,7 @@ from sqlalchemy.engine import Connection, Row
 from sqlalchemy.exc import IntegrityError
 
 from . import titles, validation
+from .dialects import json_list
 from .errors import TitleInUseError, UnknownSessionError, ValueOutOfRangeError
 from .models import messages_table as messages
 from .models import sessions_table as sessions
@@ -46,7 +47,6 @@ from .records import (
     SessionRecord,
 )
 from .search.sanitize import escape_like
-from .dialects import json_list
 from .statements import HotReads, HotWrites
 from .store import Store
 
