@@ -65,13 +65,13 @@ def integer(value: Any, name: str) -> int:
 def counter(value: Any, name: str) -> int:
     """An integer a counter column can hold: ``TypeError`` for another type,
     :class:`ValueOutOfRangeError` (a ``ValueError``) beyond signed 64 bits."""
-    value = integer(value, name)
-    if not INT64_MIN <= value <= INT64_MAX:
+    checked = integer(value, name)
+    if not INT64_MIN <= checked <= INT64_MAX:
         raise ValueOutOfRangeError(
-            f"{name}={value} does not fit in a 64-bit counter (|value| < 2**63); nothing was "
+            f"{name}={checked} does not fit in a 64-bit counter (|value| < 2**63); nothing was "
             "written"
         )
-    return value
+    return checked
 
 
 def number(value: Any, name: str) -> float:
