@@ -12,7 +12,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import starmap
 from typing import TYPE_CHECKING, Any
@@ -34,7 +34,12 @@ from sqlalchemy.exc import IntegrityError
 
 from . import titles, validation
 from .dialects import json_list
-from .errors import TitleInUseError, UnknownSessionError, ValueOutOfRangeError
+from .errors import (
+    ConstraintViolationError,
+    TitleInUseError,
+    UnknownSessionError,
+    ValueOutOfRangeError,
+)
 from .models import messages_table as messages
 from .models import sessions_table as sessions
 from .records import (
@@ -106,6 +111,23 @@ class SessionRepository:
         self._load_conversation = HotReads(store.engine.dialect, _CONVERSATION_OF_SESSION)
 
     # -- validation helpers -------------------------------------------------------------
+    def _integrity_error(
+        self, exc: IntegrityError, missing_session: str, doing: str
+    ) -> Exception:
+        """The typed error for a constraint a write broke: a foreign key here always means a
+        session that does not exist; anything else is said as what it is."""
+        violation = self.store.dialect.integrity_violation(exc)
+        if violation is not None and violation.kind == "foreign_key":
+            return UnknownSessionError(missing_session)
+        kind = "a constraint" if violation is None else f"a {violation.kind.replace('_', ' ')}"
+        name = None if violation is None else violation.constraint
+        return ConstraintViolationError(
+            f"{doing} broke {kind} constraint"
+            + (f" ({name})" if name else "")
+            + f"; nothing was written ({str(exc.orig).splitlines()[0]})",
+            name,
+        )
+
     def _text(self, value: Any, name: str) -> str | None:
         return validation.free_text(value, name, nul_allowed=self._nul_allowed)
 
@@ -176,10 +198,12 @@ class SessionRepository:
         }
         statement = self.store.dialect.insert(sessions).values(values).on_conflict_do_nothing()
         try:
-            self.store.write(lambda conn: conn.execute(statement))
+            # Idempotent (ON CONFLICT DO NOTHING): after a lost COMMIT it is simply run again.
+            self.store.write(lambda conn: conn.execute(statement), recover=_run_again)
         except IntegrityError as exc:
-            raise UnknownSessionError(
-                f"parent session {parent_session_id!r} does not exist"
+            raise self._integrity_error(
+                exc, f"parent session {parent_session_id!r} does not exist",
+                f"creating session {session_id!r}",
             ) from exc
         return session_id
 
@@ -192,7 +216,7 @@ class SessionRepository:
             "started_at": time.time(),
         }
         statement = self.store.dialect.insert(sessions).values(values).on_conflict_do_nothing()
-        self.store.write(lambda conn: conn.execute(statement))
+        self.store.write(lambda conn: conn.execute(statement), recover=_run_again)
 
     def end_session(self, session_id: str, end_reason: str | None) -> bool:
         """End a live session; the first end reason wins (a compression split stays one)."""
@@ -561,9 +585,11 @@ class SessionRepository:
             return hot.insert_messages(conn, rows)
 
         try:
-            return self.store.write(run)
+            return self.store.write(run, recover=_appended_rows(session_id, rows))
         except IntegrityError as exc:
-            raise UnknownSessionError(f"session {session_id!r} does not exist") from exc
+            raise self._integrity_error(
+                exc, f"session {session_id!r} does not exist", f"appending to {session_id!r}"
+            ) from exc
 
     def search_messages(
         self,
@@ -668,6 +694,43 @@ class SessionRepository:
         return self.store.read(
             lambda conn: [SessionRecord(*row) for row in conn.execute(statement)]
         )
+
+
+def _run_again(conn: Connection) -> None:
+    """``recover`` for an idempotent write: nothing to look for, running it again is safe."""
+    return None
+
+
+def _appended_rows(
+    session_id: str, rows: Sequence[dict[str, Any]]
+) -> Callable[[Connection], list[int] | None]:
+    """``recover`` for an append whose COMMIT was lost with the connection: the ids of its
+    rows if the server committed it, else None (then it is run again, once).
+
+    The rows are recognised by what the client chose before the first attempt and no other
+    append shares: the session, each row's timestamp (now + index microseconds, identical in
+    every attempt), role and content. This is what keeps a retried append from storing a
+    message twice; no schema change (an idempotency-token column) is needed for it.
+    """
+    first, last = rows[0]["timestamp"], rows[-1]["timestamp"]
+
+    def recover(conn: Connection) -> list[int] | None:
+        found = conn.execute(
+            select(messages.c.id, messages.c.timestamp, messages.c.role, messages.c.content)
+            .where(
+                messages.c.session_id == session_id,
+                messages.c.timestamp >= first,
+                messages.c.timestamp <= last,
+            )
+            .order_by(messages.c.timestamp, messages.c.id)
+        ).all()
+        by_key = {(row[1], row[2], row[3]): int(row[0]) for row in found}
+        ids = [by_key.get((row["timestamp"], row["role"], row["content"])) for row in rows]
+        if any(identifier is None for identifier in ids):
+            return None
+        return [identifier for identifier in ids if identifier is not None]
+
+    return recover
 
 
 def _addition_guard(

@@ -19,7 +19,12 @@ from sqlalchemy.exc import DBAPIError
 
 from .dialects import StoreDialect, dialect_for
 from .engine import DEFAULT_BUSY_TIMEOUT_S, create_store_engine
-from .errors import ReadOnlyStoreError, StoreBusyError
+from .errors import (
+    ReadOnlyStoreError,
+    StoreBusyError,
+    StoreUnavailableError,
+    WriteOutcomeUnknownError,
+)
 from .retry import RetryPolicy, run_with_retry
 
 T = TypeVar("T")
@@ -86,29 +91,53 @@ class Store:
     def url(self) -> URL:
         return self.engine.url
 
-    def write(self, work: Callable[[Connection], T], *, retry: RetryPolicy | None = None) -> T:
-        """Run ``work`` in a write transaction, retrying the whole of it while the store is busy."""
+    def write(
+        self,
+        work: Callable[[Connection], T],
+        *,
+        retry: RetryPolicy | None = None,
+        recover: Callable[[Connection], T | None] | None = None,
+    ) -> T:
+        """Run ``work`` in a write transaction, retrying the whole of it while the store is busy
+        or after the connection was lost before COMMIT (the server rolled it back).
+
+        A connection lost *during* COMMIT leaves the outcome unknown: the server may have
+        committed without the client hearing it. Then ``recover`` (given by idempotent writes)
+        looks in a fresh read whether the write is there: its answer is returned, or with None
+        the whole write runs again. Without ``recover`` that is a
+        :class:`WriteOutcomeUnknownError`: repeating it blindly could apply it twice.
+        """
         if self.read_only:
             raise ReadOnlyStoreError("this session store was opened read-only")
 
         def attempt() -> T:
             with self._write_lock:
                 conn = self._writer_connection()
+                committing = False
                 try:
                     with conn.begin():
-                        return work(conn)
-                except BaseException:
+                        result = work(conn)
+                        committing = True
+                except BaseException as exc:
                     # A failed BEGIN or a rolled-back transaction leaves the connection clean;
                     # anything stranger and it is thrown away.
                     broken = conn.invalidated or conn.closed or conn.in_transaction()
                     self._release_writer(conn, broken=broken)
+                    if committing and self.dialect.is_disconnect(exc):
+                        return self._after_lost_commit(exc, recover)
                     raise
                 else:
                     self._release_writer(conn, broken=False)
+                    return result
 
         try:
-            result = run_with_retry(attempt, self.dialect.is_retryable, retry or self.retry)
-        except StoreBusyError:
+            result = run_with_retry(attempt, self._is_retryable, retry or self.retry)
+        except StoreBusyError as exc:
+            if exc.last_error is not None and self.dialect.is_disconnect(exc.last_error):
+                raise StoreUnavailableError(
+                    f"lost the connection to the database {exc.attempts} times in a row: "
+                    f"{exc.last_error}"
+                ) from exc.last_error
             raise
         except DBAPIError as exc:
             translated = self.dialect.translate_error(exc)
@@ -117,6 +146,26 @@ class Store:
             raise
         self._count_write()
         return result
+
+    def _is_retryable(self, exc: BaseException) -> bool:
+        # A lost connection is retried like a busy store: a fresh connection gets a fresh
+        # transaction, and the lost one never committed (lost COMMITs are handled apart).
+        return self.dialect.is_retryable(exc) or self.dialect.is_disconnect(exc)
+
+    def _after_lost_commit(
+        self, exc: BaseException, recover: Callable[[Connection], T | None] | None
+    ) -> T:
+        if recover is None:
+            raise WriteOutcomeUnknownError(
+                "the connection to the database was lost while it committed this write; it "
+                "may or may not have been stored, and repeating it could apply it twice: "
+                f"check before trying again ({exc})"
+            ) from exc
+        found = self.read(recover)
+        if found is not None:
+            logger.info("a write whose COMMIT acknowledgement was lost is in the store")
+            return found
+        raise exc  # not committed: retryable, the whole write runs again
 
     def _writer_connection(self) -> Connection:
         if self._writer is not None and self._writer_pid == os.getpid():
@@ -155,8 +204,13 @@ class Store:
                     return work(conn)
 
         try:
-            return run_with_retry(attempt, self.dialect.is_retryable, self.retry)
-        except StoreBusyError:
+            return run_with_retry(attempt, self._is_retryable, self.retry)
+        except StoreBusyError as exc:
+            if exc.last_error is not None and self.dialect.is_disconnect(exc.last_error):
+                raise StoreUnavailableError(
+                    f"lost the connection to the database {exc.attempts} times in a row: "
+                    f"{exc.last_error}"
+                ) from exc.last_error
             raise
         except DBAPIError as exc:
             translated = self.dialect.translate_error(exc)
