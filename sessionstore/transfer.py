@@ -53,10 +53,11 @@ from typing import IO, Any, Literal, TypeVar
 
 from sqlalchemy import Select, func, select, update
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql import Executable
 
 from . import validation
-from .errors import ImportConflictError, SessionStoreError
+from .errors import ConstraintViolationError, ImportConflictError, SessionStoreError
 from .models import messages_table as messages
 from .models import sessions_table as sessions
 from .records import MESSAGE_FIELDS, SESSION_FIELDS
@@ -235,7 +236,18 @@ def import_jsonl(
             store, read_records(fp), on_conflict=on_conflict, progress=progress, conn=conn
         )
 
-    return store.write(run)
+    try:
+        return store.write(run)
+    except IntegrityError as exc:
+        violation = store.dialect.integrity_violation(exc)
+        name = None if violation is None else violation.constraint
+        raise ConstraintViolationError(
+            "the file's records (or a concurrent writer) broke a constraint of the target"
+            + (f" ({name})" if name else "")
+            + ", e.g. one message id twice; nothing was imported "
+            + f"({str(exc.orig).splitlines()[0]})",
+            name,
+        ) from exc
 
 
 @dataclass
@@ -250,8 +262,12 @@ class RecordScan:
 def scan_records(records: Iterable[Record]) -> RecordScan:
     """Read every record once (:func:`read_records` checks each line as it goes)."""
     scan = RecordScan()
+    seen: set[str] = set()
     for kind, row in records:
         if kind == "session":
+            if row["id"] in seen:
+                raise ImportFormatError(f"session {row['id']!r} appears twice in the file")
+            seen.add(row["id"])
             scan.session_ids.append(row["id"])
         else:
             scan.messages += 1
