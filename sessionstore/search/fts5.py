@@ -27,6 +27,7 @@ from .hits import (
     match_row,
     substring_match_rows,
 )
+from .long_text import LONG_MESSAGE_CHARS, long_text_snippet, term_pattern
 from .request import Page, SearchFilters, filtered_statement
 from .sanitize import escape_like
 
@@ -42,10 +43,15 @@ _MARKERS: Final = {
     "ellipsis": SNIPPET_ELLIPSIS,
 }
 
+# snippet() is quadratic in the hits inside one message: long messages get their snippet cut
+# in Python instead (see long_text), from their content, fetched for the page's rows only.
 _WORD_SEARCH: Final = f"""
 SELECT m.id, m.session_id, m.role,
-       snippet(messages_fts, 0, :mark_start, :mark_end, :ellipsis, {SNIPPET_TOKENS}),
-       m.timestamp, m.tool_name, s.source, s.model, s.started_at
+       CASE WHEN length(m.content) <= {LONG_MESSAGE_CHARS}
+            THEN snippet(messages_fts, 0, :mark_start, :mark_end, :ellipsis, {SNIPPET_TOKENS})
+       END,
+       m.timestamp, m.tool_name, s.source, s.model, s.started_at,
+       CASE WHEN length(m.content) > {LONG_MESSAGE_CHARS} THEN m.content END
 FROM messages_fts
 JOIN messages AS m ON m.id = messages_fts.rowid
 JOIN sessions AS s ON s.id = m.session_id
@@ -125,7 +131,15 @@ class FTS5Search:
             if not is_query_error(exc):
                 raise
             return []
-        return [match_row(*row) for row in rows]
+        terms = term_pattern(query) if any(row[9] is not None for row in rows) else None
+        return [
+            match_row(
+                row[0], row[1], row[2],
+                row[3] if row[9] is None else long_text_snippet(row[9], terms),
+                row[4], row[5], row[6], row[7], row[8],
+            )
+            for row in rows
+        ]  # fmt: skip
 
     def has_word_match(self, conn: Connection, query: str, filters: SearchFilters) -> bool:
         statement = filtered_statement(_ANY_WORD_MATCH, filters, conn)
