@@ -21,6 +21,7 @@ from .dialects import StoreDialect, dialect_for
 from .engine import DEFAULT_BUSY_TIMEOUT_S, create_store_engine
 from .errors import (
     ReadOnlyStoreError,
+    SessionStoreError,
     StoreBusyError,
     StoreUnavailableError,
     WriteOutcomeUnknownError,
@@ -133,12 +134,7 @@ class Store:
         try:
             result = run_with_retry(attempt, self._is_retryable, retry or self.retry)
         except StoreBusyError as exc:
-            if exc.last_error is not None and self.dialect.is_disconnect(exc.last_error):
-                raise StoreUnavailableError(
-                    f"lost the connection to the database {exc.attempts} times in a row: "
-                    f"{exc.last_error}"
-                ) from exc.last_error
-            raise
+            raise self._exhausted(exc) from exc.last_error
         except DBAPIError as exc:
             translated = self.dialect.translate_error(exc)
             if translated is not None:
@@ -151,6 +147,15 @@ class Store:
         # A lost connection is retried like a busy store: a fresh connection gets a fresh
         # transaction, and the lost one never committed (lost COMMITs are handled apart).
         return self.dialect.is_retryable(exc) or self.dialect.is_disconnect(exc)
+
+    def _exhausted(self, exc: StoreBusyError) -> SessionStoreError:
+        """What to raise when the retries ran out: busy, or the database kept going away."""
+        if exc.last_error is not None and self.dialect.is_disconnect(exc.last_error):
+            return StoreUnavailableError(
+                f"lost the connection to the database {exc.attempts} times in a row: "
+                f"{exc.last_error}"
+            )
+        return exc
 
     def _after_lost_commit(
         self, exc: BaseException, recover: Callable[[Connection], T | None] | None
@@ -206,12 +211,7 @@ class Store:
         try:
             return run_with_retry(attempt, self._is_retryable, self.retry)
         except StoreBusyError as exc:
-            if exc.last_error is not None and self.dialect.is_disconnect(exc.last_error):
-                raise StoreUnavailableError(
-                    f"lost the connection to the database {exc.attempts} times in a row: "
-                    f"{exc.last_error}"
-                ) from exc.last_error
-            raise
+            raise self._exhausted(exc) from exc.last_error
         except DBAPIError as exc:
             translated = self.dialect.translate_error(exc)
             if translated is not None:
