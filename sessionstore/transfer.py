@@ -14,7 +14,9 @@ written in batches of statements.
 An import is all-or-nothing per file: the whole file is read and checked first (a damaged
 line anywhere is an :class:`ImportFormatError` naming it, before anything is written), then
 every record goes in in ONE write transaction, so a failure half-way leaves the target as it
-was. Input must be seekable (the CLI spools standard input to a temporary file). ``copy``
+was. Input must be seekable (the CLI spools standard input to a temporary file). On SQLite
+that transaction holds the write lock for the whole import: other writers wait, within their
+retry budget. ``copy``
 commits in batches instead (a long copy must not hold the target's write lock for its whole
 run) and is made resumable by ``merge``: run it again and it finishes.
 
