@@ -203,11 +203,16 @@ def test_each_constraint_is_reported_as_what_it_is(target: SessionDB) -> None:
     target.create_session("s", "cli")
     with target.store.engine.begin() as conn:
         conn.execute(sa.text("CREATE UNIQUE INDEX test_unique_content ON messages (content)"))
-    target.append_message("s", "user", "once")
-    with pytest.raises(ConstraintViolationError, match="unique") as caught:
+    try:
         target.append_message("s", "user", "once")
-    assert not isinstance(caught.value, UnknownSessionError)
-    with pytest.raises(UnknownSessionError):
-        target.append_message("nobody", "user", "hello")
-    assert target.message_count() == 1
-    counters_equal_rows(target)
+        with pytest.raises(ConstraintViolationError, match="unique") as caught:
+            target.append_message("s", "user", "once")
+        assert not isinstance(caught.value, UnknownSessionError)
+        with pytest.raises(UnknownSessionError):
+            target.append_message("nobody", "user", "hello")
+        assert target.message_count() == 1
+        counters_equal_rows(target)
+    finally:
+        # The PostgreSQL database is shared by the whole run: leave its schema as found.
+        with target.store.engine.begin() as conn:
+            conn.execute(sa.text("DROP INDEX test_unique_content"))

@@ -61,6 +61,7 @@ def _sqlstate(exc: BaseException) -> str | None:
 
 
 _OWNER_PID_KEY = "sessionstore_owner_pid"
+_FRESH_KEY = "sessionstore_fresh"
 
 
 def _check_out_safely(engine: Engine) -> None:
@@ -79,12 +80,18 @@ def _check_out_safely(engine: Engine) -> None:
     @event.listens_for(engine, "connect")
     def _remember_owner(dbapi_connection: Any, record: Any) -> None:
         record.info[_OWNER_PID_KEY] = os.getpid()
+        record.info[_FRESH_KEY] = True
 
     @event.listens_for(engine, "checkout")
     def _check_owner_then_ping(dbapi_connection: Any, record: Any, proxy: Any) -> None:
         if record.info.get(_OWNER_PID_KEY, os.getpid()) != os.getpid():
             record.dbapi_connection = proxy.dbapi_connection = None
             raise DisconnectionError("connection inherited from the parent process")
+        if record.info.pop(_FRESH_KEY, False):
+            # Just connected: a ping proves nothing more, and the pool gives a checkout only
+            # two tries; a connection killed this early fails its first statement instead,
+            # which the store retries.
+            return
         try:
             engine.dialect.do_ping(dbapi_connection)  # what pool_pre_ping would have done
         except Exception as exc:
