@@ -8,6 +8,8 @@ against one store, then a row-by-row verdict from the database itself.
     python scripts/stress.py --seconds 0 --migration-trials 20
     python scripts/stress.py --storm                  # 6 writers + a foreign 3 s BEGIN IMMEDIATE
     python scripts/stress.py --openers --seconds 20   # many SessionDB objects + the sqlite3 shell
+    python scripts/stress.py --seconds 45 --url postgresql+psycopg://postgres@127.0.0.1/stress \
+        --kill-backends 4 --kill-rate 0 --no-holds
 
 Writers append single messages and batches (all-or-nothing turns) and log each call after it
 returned; every --hold-every seconds another program holds the write lock for --hold-seconds;
@@ -18,6 +20,12 @@ SQLite, the file and its full-text index are integrity-checked. With --migration
 many upgrades of a large Hermes v1 file are SIGKILLed part-way and completed by the next
 `alembic upgrade head`. Exit status 0 means nothing was lost, duplicated or corrupted and no
 caller saw a lock error.
+
+With --kill-backends (PostgreSQL), another connection also terminates the store's server
+backends (pg_terminate_backend: what a server restart or an administrator does) that many
+times per second while the writers append: every append must still be stored exactly once
+(retried when the connection was lost before COMMIT, found rather than repeated when it was
+lost during COMMIT) and no caller may see the error.
 
 The scenarios are the long versions of tests/test_faults.py and share its machinery
 (tests/faultlib.py).
@@ -106,6 +114,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         help="SessionDB objects per process, a thread each (default: --storm 1, --openers 3)",
     )
+    parser.add_argument(
+        "--kill-backends",
+        type=float,
+        default=0.0,
+        help="PostgreSQL: pg_terminate_backend() of the store's backends, times per second",
+    )
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: random)")
     parser.add_argument("--work-dir", type=Path, help="keep logs and the SQLite file here")
     args = parser.parse_args(argv)
@@ -117,6 +131,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.processes = 6 if args.storm else 3 if args.openers else 8
     if args.openers_per_process is None:
         args.openers_per_process = 1 if args.storm else 3
+    if args.kill_backends > 0:
+        if not (args.url or "").startswith("postgresql"):
+            parser.error("--kill-backends needs a PostgreSQL --url")
+        # The foreign lock holder is a plain program without retries: its killed connection
+        # would count as a crash of the harness, not of the store.
+        args.no_holds = True
     if args.seed is None:
         args.seed = random.randrange(2**32)
     return args
@@ -147,14 +167,60 @@ def run_storm(args: argparse.Namespace, work_dir: Path) -> bool:
         f"{args.kill_rate:g} kills/min, seed {args.seed}, logs in {work_dir}",
         flush=True,
     )
-    result = faultlib.run_storm(config)
+    killer = BackendKiller(url, args.kill_backends, args.seconds) if args.kill_backends else None
+    if killer is not None:
+        killer.start()
+    try:
+        result = faultlib.run_storm(config)
+    finally:
+        if killer is not None:
+            killer.finish()
     print(result.summary())
+    if killer is not None:
+        print(f"backends: {killer.terminated} PostgreSQL backends terminated "
+              f"({killer.rounds} rounds at {args.kill_backends:g}/s) while the writers appended")
     verdict = result.verdict
     for problem in [*verdict.problems, *result.append_errors[:5], *result.read_errors[:5]]:
         print(f"  ! {problem}")
     for crash in result.crashed:
         print(f"  ! crashed: {crash}")
     return verdict.ok and not result.append_errors and not result.read_errors and not result.crashed
+
+
+class BackendKiller(threading.Thread):
+    """Terminates the store database's backends (all but its own) ``rate`` times a second,
+    for ``seconds`` from its start: the storm starts after it (its processes must get ready
+    first), so the kills stop before the storm ends and the verdict's own connection is safe.
+    """
+
+    def __init__(self, url: str, rate: float, seconds: float) -> None:
+        super().__init__(daemon=True)
+        import sqlalchemy as sa
+
+        self.engine = sa.create_engine(url, isolation_level="AUTOCOMMIT")
+        self.interval = 1.0 / rate
+        self.seconds = seconds
+        self.stop = threading.Event()
+        self.terminated = 0
+        self.rounds = 0
+
+    def run(self) -> None:
+        import sqlalchemy as sa
+
+        statement = sa.text(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        stop_at = time.monotonic() + self.seconds
+        with self.engine.connect() as conn:
+            while not self.stop.wait(self.interval) and time.monotonic() < stop_at:
+                self.terminated += int(conn.execute(statement).scalar_one())
+                self.rounds += 1
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.join()
+        self.engine.dispose()
 
 
 def run_migration_trials(args: argparse.Namespace, work_dir: Path) -> bool:

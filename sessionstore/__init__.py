@@ -7,6 +7,7 @@ repository underneath are the typed API.
 from __future__ import annotations
 
 from .errors import (
+    ConstraintViolationError,
     DriverMissingError,
     ImportConflictError,
     MigrationError,
@@ -20,6 +21,8 @@ from .errors import (
     StoreUnavailableError,
     UnknownRevisionError,
     UnsupportedValueError,
+    ValueOutOfRangeError,
+    WriteOutcomeUnknownError,
 )
 from .facade import SessionDB
 from .retry import RetryPolicy
@@ -28,6 +31,7 @@ from .store import Store
 __version__ = "0.1.0"
 
 __all__ = [
+    "ConstraintViolationError",
     "DriverMissingError",
     "ImportConflictError",
     "MigrationError",
@@ -44,5 +48,7 @@ __all__ = [
     "StoreUnavailableError",
     "UnknownRevisionError",
     "UnsupportedValueError",
+    "ValueOutOfRangeError",
+    "WriteOutcomeUnknownError",
     "__version__",
 ]

@@ -1,10 +1,12 @@
 """Health checks and repairs of a session store: the library behind ``sessionstore db doctor``.
 
 ``diagnose(store)`` only reads (the one exception is SQLite's FTS5 ``integrity-check``, which is
-spelled as an INSERT and so needs a connection that may write; it changes nothing). Each finding
+spelled as an INSERT and so runs in a write transaction; it changes nothing). Lock contention
+is never reported as damage: a store that stays busy gets "not checked" (``skip``). Each finding
 is a :class:`Check` with a stable name, so scripts can read the ``--json`` report.
 ``repair(store, report)`` fixes what can be fixed without losing data: it rebuilds the full-text
-index, recomputes counters from the rows, clears parent ids that point at nothing and adopts
+index, recomputes counters from the rows (counted and written in one write transaction, so a
+concurrent writer cannot slip between), clears parent ids that point at nothing and adopts
 messages whose session is missing into a placeholder session. Take a backup first
 (:func:`backup_sqlite_file`); the CLI does.
 """
@@ -30,7 +32,7 @@ from sqlalchemy.exc import DBAPIError
 from . import legacy, migrate
 from .commands import cli_command
 from .dialects.sqlite import _filesystem_path, _is_memory
-from .errors import StoreUnavailableError
+from .errors import ReadOnlyStoreError, StoreBusyError, StoreUnavailableError
 from .models import messages_table as messages
 from .models import sessions_table as sessions
 from .repository import count_tool_calls
@@ -235,9 +237,14 @@ def _check_schema(conn: Connection, url: URL) -> tuple[Check, bool]:
 
 
 def _sqlite_integrity(store: Store) -> Check:
-    with store.engine.connect() as conn:
-        rows = [str(row[0]) for row in conn.exec_driver_sql("PRAGMA integrity_check")]
-        conn.rollback()
+    try:
+        rows = store.read(
+            lambda conn: [str(row[0]) for row in conn.exec_driver_sql("PRAGMA integrity_check")]
+        )
+    except StoreBusyError as exc:
+        # Rollback-journal mode: a writer can keep readers out. Busy is not corrupt.
+        return Check("integrity", "skip", f"the store stayed busy ({exc.attempts} attempts); "
+                     "not checked")
     if rows == ["ok"]:
         return Check("integrity", "ok", "PRAGMA integrity_check: ok")
     shown = "; ".join(rows[:MAX_EXAMPLES]) + (" ..." if len(rows) > MAX_EXAMPLES else "")
@@ -252,41 +259,25 @@ def _sqlite_objects(conn: Connection) -> set[str]:
 
 
 def _sqlite_fts_checks(store: Store) -> list[Check]:
-    search_ddl = _search_ddl()
+    """The full-text checks, in one write transaction (``BEGIN IMMEDIATE``).
 
-    with store.engine.connect() as conn:
-        objects = _sqlite_objects(conn)
-        expected = [search_ddl.FTS_TABLE, *search_ddl.FTS_TRIGGERS]
-        if search_ddl.TRIGRAM_TABLE in objects:
-            # Optional (the SQLite library may lack the tokenizer), but once there it must be
-            # kept in step, or substring search misses new messages.
-            expected.extend(search_ddl.TRIGRAM_TRIGGERS)
-        missing = [name for name in expected if name not in objects]
-        tables = [name for name in SQLITE_FTS_TABLES if name in objects]
-        message_total = int(conn.execute(select(func.count()).select_from(messages)).scalar_one())
-        parity: list[str] = []
-        for table in tables:
-            docsize = f"{table}_docsize"
-            if docsize not in objects:
-                continue
-            indexed = int(conn.exec_driver_sql(f"SELECT count(*) FROM {docsize}").scalar_one())
-            source = SQLITE_FTS_CONTENT[table]
-            expected_rows = int(
-                conn.exec_driver_sql(f"SELECT count(*) FROM {source}").scalar_one()
-            )
-            if indexed != expected_rows:
-                parity.append(f"{table} holds {indexed} rows for {expected_rows} in {source}")
-        broken: list[str] = []
-        for table in tables:
-            try:
-                # rank=1 also compares the index with the external content table (``messages``).
-                conn.exec_driver_sql(
-                    f"INSERT INTO {table}({table}, rank) VALUES('integrity-check', 1)"
-                )
-            except DBAPIError as exc:
-                broken.append(f"{table}: {str(exc.orig).splitlines()[0]}")
-        conn.rollback()
-    checks = [
+    FTS5's ``integrity-check`` is spelled as an INSERT: run in a read transaction it has to
+    upgrade to a writer, and under load SQLite answers "database is locked" (a busy writer, or
+    a snapshot gone stale), which must never read as a damaged index. Holding the write lock
+    from the start, the checks see one state of the file and nothing can be locked out from
+    under them; waiting for the lock follows the store's retry policy, and a store that stays
+    busy is reported as "not checked", never as damage (so ``--fix`` rebuilds nothing)."""
+
+    def run(conn: Connection) -> tuple[list[str], list[str], list[str], int]:
+        return _sqlite_fts_findings(store, conn)
+
+    try:
+        missing, parity, broken, message_total = store.write(run)
+    except StoreBusyError as exc:
+        return _fts_not_checked(f"the store stayed busy ({exc.attempts} attempts); not checked")
+    except ReadOnlyStoreError:
+        missing, parity, broken, message_total = store.read(run)
+    return [
         Check("fts_objects", "fail", f"missing: {', '.join(missing)}", fixable=True)
         if missing
         else Check("fts_objects", "ok", "full-text table and triggers present"),
@@ -297,7 +288,52 @@ def _sqlite_fts_checks(store: Store) -> list[Check]:
         if broken
         else Check("fts_integrity", "ok", "integrity-check: ok"),
     ]
-    return checks
+
+
+def _fts_not_checked(reason: str) -> list[Check]:
+    return [Check(name, "skip", reason) for name in ("fts_objects", "fts_parity", "fts_integrity")]
+
+
+def _sqlite_fts_findings(
+    store: Store, conn: Connection
+) -> tuple[list[str], list[str], list[str], int]:
+    search_ddl = _search_ddl()
+    objects = _sqlite_objects(conn)
+    expected = [search_ddl.FTS_TABLE, *search_ddl.FTS_TRIGGERS]
+    if search_ddl.TRIGRAM_TABLE in objects:
+        # Optional (the SQLite library may lack the tokenizer), but once there it must be
+        # kept in step, or substring search misses new messages.
+        expected.extend(search_ddl.TRIGRAM_TRIGGERS)
+    missing = [name for name in expected if name not in objects]
+    tables = [name for name in SQLITE_FTS_TABLES if name in objects]
+    message_total = int(conn.execute(select(func.count()).select_from(messages)).scalar_one())
+    parity: list[str] = []
+    for table in tables:
+        docsize = f"{table}_docsize"
+        if docsize not in objects:
+            continue
+        indexed = int(conn.exec_driver_sql(f"SELECT count(*) FROM {docsize}").scalar_one())
+        source = SQLITE_FTS_CONTENT[table]
+        expected_rows = int(conn.exec_driver_sql(f"SELECT count(*) FROM {source}").scalar_one())
+        if indexed != expected_rows:
+            parity.append(f"{table} holds {indexed} rows for {expected_rows} in {source}")
+    broken: list[str] = []
+    for table in tables:
+        try:
+            with conn.begin_nested():
+                # rank=1 also compares the index with the external content table.
+                conn.exec_driver_sql(
+                    f"INSERT INTO {table}({table}, rank) VALUES('integrity-check', 1)"
+                )
+        except DBAPIError as exc:
+            if store.dialect.is_retryable(exc) or _is_read_only_refusal(exc):
+                raise  # contention (retried by the store) or a read-only file: not damage
+            broken.append(f"{table}: {str(exc.orig).splitlines()[0]}")
+    return missing, parity, broken, message_total
+
+
+def _is_read_only_refusal(exc: DBAPIError) -> bool:
+    return "readonly" in str(exc.orig).lower() or "read-only" in str(exc.orig).lower()
 
 
 def _pg_search_checks(store: Store) -> list[Check]:
@@ -604,16 +640,53 @@ def _clear_dangling_parents(store: Store, session_ids: list[str]) -> str:
 
 
 def _fix_counters(store: Store, wrong: dict[str, tuple[int, int]]) -> str:
+    """Recompute and write the flagged sessions' counters in ONE write transaction.
+
+    The counts ``diagnose`` saw are stale by now (a backup and any number of appends may have
+    happened since): they only say which sessions to look at. Inside the write transaction
+    the session rows are locked first (PostgreSQL: ``FOR UPDATE``, which waits for in-flight
+    appends to those sessions, since each append bumps its session's row before inserting;
+    SQLite: ``BEGIN IMMEDIATE`` already excludes every writer), then the rows are counted and
+    the counters written, so no append can fall between the count and the write."""
+    session_ids = sorted(wrong)
+
     def run(conn: Connection) -> None:
-        for session_id, (message_total, tool_total) in wrong.items():
+        for start in range(0, len(session_ids), UPDATE_BATCH):
+            chunk = session_ids[start : start + UPDATE_BATCH]
             conn.execute(
-                update(sessions)
-                .where(sessions.c.id == session_id)
-                .values(message_count=message_total, tool_call_count=tool_total)
-            )
+                select(sessions.c.id).where(sessions.c.id.in_(chunk)).with_for_update()
+            ).all()
+            totals = _counters_of(conn, chunk)
+            for session_id in chunk:
+                message_total, tool_total = totals.get(session_id, (0, 0))
+                values: dict[str, int] = {"message_count": message_total}
+                if tool_total is not None:
+                    values["tool_call_count"] = tool_total
+                conn.execute(update(sessions).where(sessions.c.id == session_id).values(values))
 
     store.write(run)
     return f"recomputed the counters of {len(wrong)} session(s)"
+
+
+def _counters_of(conn: Connection, session_ids: list[str]) -> dict[str, tuple[int, int | None]]:
+    """(messages, tool calls) of these sessions as their rows say now; tool calls None when
+    a stored tool_calls value is damaged (the counter is then left alone)."""
+    totals: dict[str, tuple[int, int | None]] = {}
+    # Streamed per statement: Connection.execution_options would switch the whole write
+    # transaction to server-side cursors.
+    rows = conn.execute(
+        select(messages.c.session_id, messages.c.tool_calls).where(
+            messages.c.session_id.in_(session_ids)
+        ),
+        execution_options={"yield_per": 1000},
+    )
+    for session_id, value in rows:
+        key = str(session_id)
+        message_total, tool_total = totals.get(key, (0, 0))
+        in_row = _tool_calls_in(str(value)) if value else 0
+        tools = None if in_row is None or tool_total is None else tool_total + in_row
+        totals[key] = (message_total + 1, tools)
+    return totals
 
 
 def _rebuild_search(store: Store) -> str:

@@ -65,6 +65,30 @@ class UnsupportedValueError(SessionStoreError, ValueError):
     a too-long LIKE pattern, NUL characters in PostgreSQL text. Nothing was written."""
 
 
+class ValueOutOfRangeError(UnsupportedValueError):
+    """A number no counter can hold: beyond a signed 64-bit integer (both databases store
+    counters as 64-bit integers), or an addition whose total would pass that range. The
+    counter keeps its value and its integer type; nothing was written.
+
+    A ``ValueError`` (through :class:`UnsupportedValueError`), not Python's ``OverflowError``:
+    the caller passed a value the store cannot take, like any other bad argument."""
+
+
+class ConstraintViolationError(SessionStoreError):
+    """A write broke a database constraint other than the ones given their own error
+    (an unknown session, a title in use): e.g. a message id another writer already took.
+    ``constraint`` names it when the database said which. Nothing was written."""
+
+    def __init__(self, message: str, constraint: str | None = None) -> None:
+        super().__init__(message)
+        self.constraint = constraint
+
+
+class WriteOutcomeUnknownError(SessionStoreError):
+    """The connection was lost while the server was committing a write, and this write
+    cannot be checked for or safely repeated: it may or may not have been stored."""
+
+
 class ImportConflictError(SessionStoreError):
     """An import met a session id that already exists and the policy says to fail."""
 

@@ -7,12 +7,11 @@ The migration scripts ship inside the package (``sessionstore._migrations``), an
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from alembic import command
 from alembic.config import Config
@@ -25,7 +24,10 @@ from . import legacy
 from .config import resolve_url
 from .dialects import dialect_for
 from .engine import create_store_engine
-from .errors import StoreBusyError
+from .errors import StoreBusyError, StoreUnavailableError
+from .retry import RetryPolicy, run_with_retry
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from .transfer import TransferResult
@@ -53,7 +55,7 @@ def script_directory() -> ScriptDirectory:
     return ScriptDirectory.from_config(alembic_config("sqlite://"))
 
 
-HEAD_REVISION = "0008"
+HEAD_REVISION = "0009"
 """The newest revision this release ships. A constant so that opening an up-to-date store
 costs one small read and no Alembic work; tests/test_migrations.py checks it against the
 scripts, so a new revision cannot forget to move it."""
@@ -92,19 +94,29 @@ def status_of(connection: Connection) -> Status:
     return Status(state.alembic_revision, state.schema_version, head_revision())
 
 
-@contextmanager
-def _inspecting(url: str | None) -> Iterator[Connection]:
-    """A connection that only looks; driver errors come out as this package's errors.
+def _inspect(url: str | None, look: Callable[[Connection], T]) -> T:
+    """Run ``look`` on a connection that only looks; driver errors come out as this
+    package's errors.
 
     Opening a store starts here, so a file that is not a database, cannot be opened, or is
-    locked by another program must be reported in those words, not as a driver traceback.
+    locked by another program must be reported in those words, not as a driver traceback. A
+    connection the server dropped (a restart, pg_terminate_backend) is retried on a new one.
     """
     engine = create_store_engine(url, set_journal_mode=False)
     dialect = dialect_for(engine)
     started = time.monotonic()
-    try:
+
+    def attempt() -> T:
         with engine.connect() as connection:
-            yield connection
+            return look(connection)
+
+    try:
+        return run_with_retry(attempt, dialect.is_disconnect, RetryPolicy())
+    except StoreBusyError as exc:
+        raise StoreUnavailableError(
+            f"lost the connection to the database {exc.attempts} times in a row: "
+            f"{exc.last_error}"
+        ) from exc.last_error
     except DBAPIError as exc:
         if dialect.is_retryable(exc):
             # The busy timeout already waited; a status read is not worth a retry loop.
@@ -118,14 +130,14 @@ def _inspecting(url: str | None) -> Iterator[Connection]:
 
 
 def status(url: str | None = None) -> Status:
-    with _inspecting(url) as connection:
-        return status_of(connection)
+    return _inspect(url, status_of)
 
 
 def current(url: str | None = None) -> str | None:
     """The Alembic revision the store is at (None for an empty or unadopted legacy store)."""
-    with _inspecting(url) as connection:
-        return MigrationContext.configure(connection).get_current_revision()
+    return _inspect(
+        url, lambda connection: MigrationContext.configure(connection).get_current_revision()
+    )
 
 
 def history() -> list[tuple[str, str | None, str]]:

@@ -12,6 +12,7 @@ from typing import cast
 
 from sqlalchemy import (
     REAL,
+    BigInteger,
     Double,
     ForeignKey,
     Index,
@@ -27,6 +28,9 @@ from sqlalchemy.types import TypeEngine
 # REAL is what Hermes wrote on SQLite (8-byte float there); PostgreSQL's REAL is 4 bytes, which
 # would round Unix timestamps to minutes, so it gets DOUBLE PRECISION.
 FloatColumn: TypeEngine[float] = Double().with_variant(REAL(), "sqlite")
+# Counters are 64-bit on both databases: SQLite's INTEGER already is (and its DDL stays
+# Hermes's), PostgreSQL's integer is 32 bits, hence BIGINT there (revision 0009).
+CounterColumn: TypeEngine[int] = BigInteger().with_variant(Integer(), "sqlite")
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -101,13 +105,13 @@ class Session(Base):
     started_at: Mapped[float]
     ended_at: Mapped[float | None]
     end_reason: Mapped[str | None]
-    message_count: Mapped[int | None] = mapped_column(server_default=text("0"))
-    tool_call_count: Mapped[int | None] = mapped_column(server_default=text("0"))
-    input_tokens: Mapped[int | None] = mapped_column(server_default=text("0"))
-    output_tokens: Mapped[int | None] = mapped_column(server_default=text("0"))
-    cache_read_tokens: Mapped[int | None] = mapped_column(server_default=text("0"))
-    cache_write_tokens: Mapped[int | None] = mapped_column(server_default=text("0"))
-    reasoning_tokens: Mapped[int | None] = mapped_column(server_default=text("0"))
+    message_count: Mapped[int | None] = mapped_column(CounterColumn, server_default=text("0"))
+    tool_call_count: Mapped[int | None] = mapped_column(CounterColumn, server_default=text("0"))
+    input_tokens: Mapped[int | None] = mapped_column(CounterColumn, server_default=text("0"))
+    output_tokens: Mapped[int | None] = mapped_column(CounterColumn, server_default=text("0"))
+    cache_read_tokens: Mapped[int | None] = mapped_column(CounterColumn, server_default=text("0"))
+    cache_write_tokens: Mapped[int | None] = mapped_column(CounterColumn, server_default=text("0"))
+    reasoning_tokens: Mapped[int | None] = mapped_column(CounterColumn, server_default=text("0"))
     billing_provider: Mapped[str | None]
     billing_base_url: Mapped[str | None]
     billing_mode: Mapped[str | None]
@@ -144,7 +148,7 @@ class Message(Base):
     tool_calls: Mapped[str | None]
     tool_name: Mapped[str | None]
     timestamp: Mapped[float]
-    token_count: Mapped[int | None]
+    token_count: Mapped[int | None] = mapped_column(CounterColumn)
     finish_reason: Mapped[str | None]
     reasoning: Mapped[str | None]
     reasoning_details: Mapped[str | None]

@@ -10,8 +10,9 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import starmap
 from typing import TYPE_CHECKING, Any
@@ -32,7 +33,13 @@ from sqlalchemy.engine import Connection, Row
 from sqlalchemy.exc import IntegrityError
 
 from . import titles, validation
-from .errors import TitleInUseError, UnknownSessionError
+from .dialects import json_list
+from .errors import (
+    ConstraintViolationError,
+    TitleInUseError,
+    UnknownSessionError,
+    ValueOutOfRangeError,
+)
 from .models import messages_table as messages
 from .models import sessions_table as sessions
 from .records import (
@@ -140,6 +147,23 @@ class SessionRepository:
         self._load_conversation = HotReads(store.engine.dialect, _CONVERSATION_OF_SESSION)
 
     # -- validation helpers -------------------------------------------------------------
+    def _integrity_error(
+        self, exc: IntegrityError, missing_session: str, doing: str
+    ) -> Exception:
+        """The typed error for a constraint a write broke: a foreign key here always means a
+        session that does not exist; anything else is said as what it is."""
+        violation = self.store.dialect.integrity_violation(exc)
+        if violation is not None and violation.kind == "foreign_key":
+            return UnknownSessionError(missing_session)
+        kind = "a constraint" if violation is None else f"a {violation.kind.replace('_', ' ')}"
+        name = None if violation is None else violation.constraint
+        return ConstraintViolationError(
+            f"{doing} broke {kind} constraint"
+            + (f" ({name})" if name else "")
+            + f"; nothing was written ({str(exc.orig).splitlines()[0]})",
+            name,
+        )
+
     def _text(self, value: Any, name: str) -> str | None:
         return validation.free_text(value, name, nul_allowed=self._nul_allowed)
 
@@ -168,7 +192,7 @@ class SessionRepository:
             tool_call_id=validation.optional_identifier(tool_call_id, "tool_call_id"),
             token_count=None
             if token_count is None
-            else validation.integer(token_count, "token_count"),
+            else validation.counter(token_count, "token_count"),
             finish_reason=validation.optional_identifier(finish_reason, "finish_reason"),
             reasoning=self._text(reasoning, "reasoning"),
             reasoning_details=self._text(
@@ -204,14 +228,18 @@ class SessionRepository:
             "parent_session_id": validation.optional_identifier(
                 parent_session_id, "parent_session_id"
             ),
-            "started_at": time.time() if started_at is None else float(started_at),
+            "started_at": time.time()
+            if started_at is None
+            else validation.number(started_at, "started_at"),
         }
         statement = self.store.dialect.insert(sessions).values(values).on_conflict_do_nothing()
         try:
-            self.store.write(lambda conn: conn.execute(statement))
+            # Idempotent (ON CONFLICT DO NOTHING): after a lost COMMIT it is simply run again.
+            self.store.write(lambda conn: conn.execute(statement), recover=_run_again)
         except IntegrityError as exc:
-            raise UnknownSessionError(
-                f"parent session {parent_session_id!r} does not exist"
+            raise self._integrity_error(
+                exc, f"parent session {parent_session_id!r} does not exist",
+                f"creating session {session_id!r}",
             ) from exc
         return session_id
 
@@ -224,7 +252,7 @@ class SessionRepository:
             "started_at": time.time(),
         }
         statement = self.store.dialect.insert(sessions).values(values).on_conflict_do_nothing()
-        self.store.write(lambda conn: conn.execute(statement))
+        self.store.write(lambda conn: conn.execute(statement), recover=_run_again)
 
     def end_session(self, session_id: str, end_reason: str | None) -> bool:
         """End a live session; the first end reason wins (a compression split stays one)."""
@@ -280,18 +308,27 @@ class SessionRepository:
         base URL, mode and the model are set once (the first value sticks).
         """
         tokens = {
-            "input_tokens": validation.integer(input_tokens, "input_tokens"),
-            "output_tokens": validation.integer(output_tokens, "output_tokens"),
-            "cache_read_tokens": validation.integer(cache_read_tokens, "cache_read_tokens"),
-            "cache_write_tokens": validation.integer(cache_write_tokens, "cache_write_tokens"),
-            "reasoning_tokens": validation.integer(reasoning_tokens, "reasoning_tokens"),
+            "input_tokens": validation.counter(input_tokens, "input_tokens"),
+            "output_tokens": validation.counter(output_tokens, "output_tokens"),
+            "cache_read_tokens": validation.counter(cache_read_tokens, "cache_read_tokens"),
+            "cache_write_tokens": validation.counter(cache_write_tokens, "cache_write_tokens"),
+            "reasoning_tokens": validation.counter(reasoning_tokens, "reasoning_tokens"),
         }
         estimated = validation.optional_number(estimated_cost_usd, "estimated_cost_usd")
         actual = validation.optional_number(actual_cost_usd, "actual_cost_usd")
         values: dict[str, Any] = {}
+        # Each addition is checked against its column's range inside the UPDATE itself (so in
+        # the write transaction, against the value it adds to): SQLite would otherwise turn an
+        # integer total past 2**63 into a REAL, and a float total past its range into inf.
+        guards: list[ColumnElement[bool]] = []
         for name, amount in tokens.items():
             column = sessions.c[name]
-            values[name] = amount if absolute else func.coalesce(column, 0) + amount
+            if absolute:
+                values[name] = amount
+                continue
+            values[name] = func.coalesce(column, 0) + amount
+            guards.extend(_addition_guard(column, amount, validation.INT64_MIN,
+                                          validation.INT64_MAX))
         if absolute:
             if estimated is not None:
                 values["estimated_cost_usd"] = estimated
@@ -301,8 +338,12 @@ class SessionRepository:
             values["estimated_cost_usd"] = func.coalesce(sessions.c.estimated_cost_usd, 0.0) + (
                 estimated or 0.0
             )
+            guards.extend(_addition_guard(sessions.c.estimated_cost_usd, estimated or 0.0,
+                                          -sys.float_info.max, sys.float_info.max))
             if actual is not None:
                 values["actual_cost_usd"] = func.coalesce(sessions.c.actual_cost_usd, 0.0) + actual
+                guards.extend(_addition_guard(sessions.c.actual_cost_usd, actual,
+                                              -sys.float_info.max, sys.float_info.max))
         for name, value in (
             ("cost_status", cost_status),
             ("cost_source", cost_source),
@@ -318,12 +359,20 @@ class SessionRepository:
         ):
             if value is not None:
                 values[name] = func.coalesce(sessions.c[name], validation.identifier(value, name))
-        statement = (
-            update(sessions)
-            .where(sessions.c.id == validation.identifier(session_id, "session_id"))
-            .values(values)
-        )
-        return self.store.write(lambda conn: conn.execute(statement).rowcount > 0)
+        session_id = validation.identifier(session_id, "session_id")
+        statement = update(sessions).where(sessions.c.id == session_id, *guards).values(values)
+
+        def run(conn: Connection) -> bool:
+            if conn.execute(statement).rowcount > 0:
+                return True
+            if guards and _session_exists(conn, session_id):
+                raise ValueOutOfRangeError(
+                    f"session {session_id!r}: adding these amounts would take a total past "
+                    "what its column holds (64-bit integers, finite floats); nothing was written"
+                )
+            return False
+
+        return self.store.write(run)
 
     # -- reading sessions -----------------------------------------------------------------
     def get_session(self, session_id: str) -> SessionRecord | None:
@@ -386,12 +435,16 @@ class SessionRepository:
     def session_count(self, source: str | None = None) -> int:
         statement = select(func.count()).select_from(sessions)
         if source is not None:
+            if not _matchable(source):
+                return 0
             statement = statement.where(sessions.c.source == source)
         return int(self.store.read(lambda conn: conn.execute(statement).scalar_one()))
 
     def message_count(self, session_id: str | None = None) -> int:
         statement = select(func.count()).select_from(messages)
         if session_id is not None:
+            if not _matchable(session_id):
+                return 0
             statement = statement.where(messages.c.session_id == session_id)
         return int(self.store.read(lambda conn: conn.execute(statement).scalar_one()))
 
@@ -401,10 +454,12 @@ class SessionRepository:
         statement = (
             select(*_session_columns())
             .order_by(sessions.c.started_at.desc(), sessions.c.id)
-            .limit(max(int(limit), 0))
-            .offset(max(int(offset), 0))
+            .limit(row_count(limit, "limit"))
+            .offset(row_count(offset, "offset"))
         )
         if source is not None:
+            if not _matchable(source):
+                return []
             statement = statement.where(sessions.c.source == source)
         return self.store.read(
             lambda conn: [SessionRecord(*row) for row in conn.execute(statement)]
@@ -535,12 +590,16 @@ class SessionRepository:
         excluded = [
             validation.identifier(item, "exclude_sources") for item in exclude_sources or ()
         ]
-        statement = _listing_statement(source is not None, bool(excluded), include_children)
+        statement = _listing_statement(
+            source is not None,
+            self.store.dialect.json_list_sql("excluded") if excluded else None,
+            include_children,
+        )
         parameters: dict[str, Any] = {
             "source": source,
-            "excluded": excluded,
-            "limit": max(int(limit), 0),
-            "offset": max(int(offset), 0),
+            "excluded": json_list(excluded),
+            "limit": row_count(limit, "limit"),
+            "offset": row_count(offset, "offset"),
         }
 
         def run(conn: Connection) -> list[SessionListing]:
@@ -629,13 +688,20 @@ class SessionRepository:
         def run(conn: Connection) -> list[int]:
             # Counters first: an unknown session is found without an FK error to decode.
             if not hot.bump_counters(conn, session_id, len(rows), tool_calls):
+                if _session_exists(conn, session_id):
+                    raise ValueOutOfRangeError(
+                        f"session {session_id!r}: its message or tool-call count would pass "
+                        "2**63 - 1; nothing was written"
+                    )
                 raise UnknownSessionError(f"session {session_id!r} does not exist")
             return hot.insert_messages(conn, rows)
 
         try:
-            return self.store.write(run)
+            return self.store.write(run, recover=_appended_rows(session_id, rows))
         except IntegrityError as exc:
-            raise UnknownSessionError(f"session {session_id!r} does not exist") from exc
+            raise self._integrity_error(
+                exc, f"session {session_id!r} does not exist", f"appending to {session_id!r}"
+            ) from exc
 
     def search_messages(
         self,
@@ -742,6 +808,62 @@ class SessionRepository:
         )
 
 
+def _run_again(conn: Connection) -> None:
+    """``recover`` for an idempotent write: nothing to look for, running it again is safe."""
+    return None
+
+
+def _appended_rows(
+    session_id: str, rows: Sequence[dict[str, Any]]
+) -> Callable[[Connection], list[int] | None]:
+    """``recover`` for an append whose COMMIT was lost with the connection: the ids of its
+    rows if the server committed it, else None (then it is run again, once).
+
+    The rows are recognised by what the client chose before the first attempt and no other
+    append shares: the session, each row's timestamp (now + index microseconds, identical in
+    every attempt), role and content. This is what keeps a retried append from storing a
+    message twice; no schema change (an idempotency-token column) is needed for it.
+    """
+    first, last = rows[0]["timestamp"], rows[-1]["timestamp"]
+
+    def recover(conn: Connection) -> list[int] | None:
+        found = conn.execute(
+            select(messages.c.id, messages.c.timestamp, messages.c.role, messages.c.content)
+            .where(
+                messages.c.session_id == session_id,
+                messages.c.timestamp >= first,
+                messages.c.timestamp <= last,
+            )
+            .order_by(messages.c.timestamp, messages.c.id)
+        ).all()
+        by_key = {(row[1], row[2], row[3]): int(row[0]) for row in found}
+        ids = [by_key.get((row["timestamp"], row["role"], row["content"])) for row in rows]
+        if any(identifier is None for identifier in ids):
+            return None
+        return [identifier for identifier in ids if identifier is not None]
+
+    return recover
+
+
+def _addition_guard(
+    column: Any, amount: float, low: float, high: float
+) -> list[ColumnElement[bool]]:
+    """The condition under which ``COALESCE(column, 0) + amount`` stays within [low, high].
+
+    Written as a comparison with a bound computed here, so the check itself cannot overflow.
+    """
+    if amount > 0:
+        return [func.coalesce(column, 0) <= high - amount]
+    if amount < 0:
+        return [func.coalesce(column, 0) >= low - amount]
+    return []
+
+
+def _session_exists(conn: Connection, session_id: str) -> bool:
+    found = conn.execute(select(sessions.c.id).where(sessions.c.id == session_id)).first()
+    return found is not None
+
+
 def _prune_cutoff(older_than_days: Any) -> float:
     days = validation.optional_number(older_than_days, "older_than_days")
     if days is None or days != days or days < 0:  # NaN never equals itself
@@ -770,6 +892,22 @@ _CONVERSATION_OF_SESSION = (
 
 def _one_session(row: Row[Any] | None) -> SessionRecord | None:
     return None if row is None else SessionRecord._make(row)
+
+
+def row_count(value: Any, name: str) -> int:
+    """A LIMIT or OFFSET: anything ``int()`` takes (as Hermes did), negatives as 0, capped at
+    the largest value both databases accept; NaN, infinities and text are a ``ValueError``."""
+    try:
+        number = int(value)
+    except OverflowError:
+        raise ValueError(f"{name} must be a finite number, not {value!r}") from None
+    return min(max(number, 0), validation.INT64_MAX)
+
+
+def _matchable(value: Any) -> bool:
+    """A lookup value some stored identifier could equal; anything else matches nothing
+    (as SQLite answers a wrong type), rather than reaching a driver that cannot bind it."""
+    return isinstance(value, str) and not _unbindable(value)
 
 
 def _unbindable(text: str) -> bool:
@@ -833,15 +971,19 @@ _RICH_SELECT_BY_IDS = _RICH_SELECT.where(sessions.c.id.in_(bindparam("ids", expa
 
 
 @functools.cache
-def _listing_statement(by_source: bool, excluding: bool, include_children: bool) -> Select[Any]:
-    """One prebuilt statement per filter shape; the values are bound at execution."""
+def _listing_statement(
+    by_source: bool, excluded_list_sql: str | None, include_children: bool
+) -> Select[Any]:
+    """One prebuilt statement per filter shape; the values are bound at execution.
+
+    The excluded sources are one JSON parameter (``excluded_list_sql``, the dialect's), so
+    100,000 of them are one parameter, not more than PostgreSQL's protocol accepts.
+    """
     statement = _RICH_SELECT
     if by_source:
         statement = statement.where(sessions.c.source == bindparam("source"))
-    if excluding:
-        statement = statement.where(
-            sessions.c.source.not_in(bindparam("excluded", expanding=True))
-        )
+    if excluded_list_sql is not None:
+        statement = statement.where(text(f"sessions.source NOT IN {excluded_list_sql}"))
     if not include_children:
         statement = statement.where(sessions.c.parent_session_id.is_(None))
     return (

@@ -28,6 +28,7 @@ from .models import messages_table as messages
 from .models import sessions_table as sessions
 from .records import MESSAGE_FIELDS
 
+INT64_MAX = 2**63 - 1
 INSERTED_MESSAGE_FIELDS = tuple(name for name in MESSAGE_FIELDS if name != "id")
 
 
@@ -65,9 +66,15 @@ class HotWrites:
             else insert(messages).values(row),
             dialect,
         )
+        # The limits keep each total within 64 bits (SQLite would turn it into a REAL past
+        # 2**63): a session at its limit matches no row, like an unknown one.
         self._bump_counters = CompiledStatement(
             update(sessions)
-            .where(sessions.c.id == bindparam("session_id"))
+            .where(
+                sessions.c.id == bindparam("session_id"),
+                func.coalesce(sessions.c.message_count, 0) <= bindparam("message_limit"),
+                func.coalesce(sessions.c.tool_call_count, 0) <= bindparam("tool_call_limit"),
+            )
             .values(
                 message_count=func.coalesce(sessions.c.message_count, 0)
                 + bindparam("messages_added"),
@@ -81,7 +88,8 @@ class HotWrites:
     def bump_counters(
         self, conn: Connection, session_id: str, messages_added: int, tool_calls_added: int
     ) -> bool:
-        """Add to a session's counters; False when the session does not exist."""
+        """Add to a session's counters; False when the session does not exist (or when a
+        total would pass 2**63 - 1: the caller tells the two apart)."""
         cursor = self._run(
             conn,
             self._bump_counters,
@@ -89,6 +97,8 @@ class HotWrites:
                 "session_id": session_id,
                 "messages_added": messages_added,
                 "tool_calls_added": tool_calls_added,
+                "message_limit": INT64_MAX - messages_added,
+                "tool_call_limit": INT64_MAX - tool_calls_added,
             },
         )
         return bool(cursor.rowcount)

@@ -29,7 +29,14 @@ from .commands import cli_command
 from .config import resolve_url
 from .dialects import StoreDialect, dialect_for, dialect_for_url
 from .engine import DEFAULT_BUSY_TIMEOUT_S, create_store_engine
-from .errors import ReadOnlyStoreError, SchemaMissingError, SessionStoreError, StoreBusyError
+from .errors import (
+    ReadOnlyStoreError,
+    SchemaMissingError,
+    SessionStoreError,
+    StoreBusyError,
+    StoreUnavailableError,
+    WriteOutcomeUnknownError,
+)
 from .retry import RetryPolicy, run_with_retry
 from .writerqueue import QueueTimeout, WriterQueue
 
@@ -144,33 +151,52 @@ class Store:
         """
         return self._write_lock
 
-    def write(self, work: Callable[[Connection], T], *, retry: RetryPolicy | None = None) -> T:
-        """Run ``work`` in a write transaction, retrying the whole of it while the store is busy."""
+    def write(
+        self,
+        work: Callable[[Connection], T],
+        *,
+        retry: RetryPolicy | None = None,
+        recover: Callable[[Connection], T | None] | None = None,
+    ) -> T:
+        """Run ``work`` in a write transaction, retrying the whole of it while the store is busy
+        or after the connection was lost before COMMIT (the server rolled it back).
+
+        A connection lost *during* COMMIT leaves the outcome unknown: the server may have
+        committed without the client hearing it. Then ``recover`` (given by idempotent writes)
+        looks in a fresh read whether the write is there: its answer is returned, or with None
+        the whole write runs again. Without ``recover`` that is a
+        :class:`WriteOutcomeUnknownError`: repeating it blindly could apply it twice.
+        """
         if self.read_only:
             raise ReadOnlyStoreError("this session store was opened read-only")
 
         def attempt() -> T:
             conn = self._writer_connection()
+            committing = False
             try:
                 with conn.begin():
-                    return work(conn)
-            except BaseException:
+                    result = work(conn)
+                    committing = True
+            except BaseException as exc:
                 # A failed BEGIN or a rolled-back transaction leaves the connection clean;
                 # anything stranger and it is thrown away.
                 broken = conn.invalidated or conn.closed or conn.in_transaction()
                 self._release_writer(conn, broken=broken)
+                if committing and self.dialect.is_disconnect(exc):
+                    return self._after_lost_commit(exc, recover)
                 raise
             else:
                 self._release_writer(conn, broken=False)
+                return result
 
         policy = retry or self.retry
         try:
             if self._serialize:
                 result = self._queued(attempt, policy)
             else:
-                result = run_with_retry(attempt, self.dialect.is_retryable, policy)
-        except StoreBusyError:
-            raise
+                result = run_with_retry(attempt, self._is_retryable, policy)
+        except StoreBusyError as exc:
+            raise self._exhausted(exc) from exc.last_error
         except DBAPIError as exc:
             translated = self._translate(exc)
             if translated is not None:
@@ -190,13 +216,42 @@ class Store:
         try:
             return run_with_retry(
                 attempt,
-                self.dialect.is_retryable,
+                self._is_retryable,
                 policy,
                 started=started,
                 jitter=_queued_jitter if lock.queued else random.uniform,
             )
         finally:
             lock.release()
+
+    def _is_retryable(self, exc: BaseException) -> bool:
+        # A lost connection is retried like a busy store: a fresh connection gets a fresh
+        # transaction, and the lost one never committed (lost COMMITs are handled apart).
+        return self.dialect.is_retryable(exc) or self.dialect.is_disconnect(exc)
+
+    def _exhausted(self, exc: StoreBusyError) -> SessionStoreError:
+        """What to raise when the retries ran out: busy, or the database kept going away."""
+        if exc.last_error is not None and self.dialect.is_disconnect(exc.last_error):
+            return StoreUnavailableError(
+                f"lost the connection to the database {exc.attempts} times in a row: "
+                f"{exc.last_error}"
+            )
+        return exc
+
+    def _after_lost_commit(
+        self, exc: BaseException, recover: Callable[[Connection], T | None] | None
+    ) -> T:
+        if recover is None:
+            raise WriteOutcomeUnknownError(
+                "the connection to the database was lost while it committed this write; it "
+                "may or may not have been stored, and repeating it could apply it twice: "
+                f"check before trying again ({exc})"
+            ) from exc
+        found = self.read(recover)
+        if found is not None:
+            logger.info("a write whose COMMIT acknowledgement was lost is in the store")
+            return found
+        raise exc  # not committed: retryable, the whole write runs again
 
     def _writer_connection(self) -> Connection:
         if self._writer is not None and self._writer_pid == os.getpid():
@@ -235,9 +290,9 @@ class Store:
                     return work(conn)
 
         try:
-            return run_with_retry(attempt, self.dialect.is_retryable, self.retry)
-        except StoreBusyError:
-            raise
+            return run_with_retry(attempt, self._is_retryable, self.retry)
+        except StoreBusyError as exc:
+            raise self._exhausted(exc) from exc.last_error
         except DBAPIError as exc:
             translated = self._translate(exc)
             if translated is not None:

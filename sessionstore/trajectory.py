@@ -20,6 +20,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, overload
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: appends stay atomic, the look is best-effort
+    fcntl = None  # type: ignore[assignment]
+
 logger = logging.getLogger(__name__)
 
 COMPLETED_TRAJECTORIES_FILENAME = "trajectory_samples.jsonl"
@@ -35,9 +40,10 @@ THINK_CLOSE_TAG = "</think>"
 _SCRATCHPAD_TAG_PATTERN = re.compile(r"<(/?)REASONING_SCRATCHPAD>")
 
 # Windows would otherwise open the descriptor in text mode and turn "\n" into "\r\n";
-# close-on-exec keeps the descriptor out of subprocesses a tool may spawn meanwhile.
+# close-on-exec keeps the descriptor out of subprocesses a tool may spawn meanwhile. Read
+# access is for looking at the file's last byte (see ``_append_line``).
 _APPEND_FLAGS = (
-    os.O_WRONLY
+    os.O_RDWR
     | os.O_APPEND
     | os.O_CREAT
     | getattr(os, "O_BINARY", 0)
@@ -79,9 +85,28 @@ def _encode_entry_line(entry: dict[str, Any]) -> bytes:
         ) from exc
 
 
+def _ends_mid_line(descriptor: int) -> bool:
+    """True when the file's last byte is not a newline: a writer was killed mid-append."""
+    if os.fstat(descriptor).st_size == 0:
+        return False
+    # O_APPEND sends every write to the end whatever the offset, so seeking to read is safe.
+    os.lseek(descriptor, -1, os.SEEK_END)
+    return os.read(descriptor, 1) != b"\n"
+
+
 def _append_line(path: Path, data: bytes) -> None:
     descriptor = os.open(path, _APPEND_FLAGS, 0o666)
     try:
+        if fcntl is not None:
+            # Another saver's line may be half-way into the file while we look at its last
+            # byte: savers take turns (flock, on this descriptor only; released by the close),
+            # so the look and the write see whole lines.
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+        if _ends_mid_line(descriptor):
+            # Start on a fresh line, in the same write: glued onto a torn line, this entry would
+            # be lost with it. Two savers racing here add at most a blank line, which loaders
+            # skip.
+            data = b"\n" + data
         written = os.write(descriptor, data)
         # A local regular file takes the whole buffer in one write, which is what keeps
         # concurrent appenders apart. Should the kernel ever accept less (disk filling up, a
@@ -178,42 +203,70 @@ def _parse_entry_line(raw_line: bytes) -> dict[str, Any] | None:
     return entry if isinstance(entry, dict) else None
 
 
-def _iter_entries(path: Path) -> Iterator[dict[str, Any]]:
-    unreadable_line_number: int | None = None
-    with path.open("rb") as trajectory_file:
-        for line_number, raw_line in enumerate(trajectory_file, start=1):
-            if not raw_line.strip():
-                continue
-            if unreadable_line_number is not None:
-                # A bad line followed by good ones was not an interrupted final append: the file
-                # is damaged, and skipping quietly would hide lost training data.
-                raise ValueError(
-                    f"{path}: line {unreadable_line_number} is not a JSON trajectory entry"
-                )
-            entry = _parse_entry_line(raw_line)
-            if entry is None:
-                unreadable_line_number = line_number
-                continue
-            yield entry
-    if unreadable_line_number is not None:
-        logger.warning(
-            "%s: skipped the last line (%d): it is not a complete JSON trajectory entry, "
-            "probably an append that was cut off",
-            path,
-            unreadable_line_number,
-        )
+_ENTRY_START = b'{"conversations": '
+"""How every saved entry begins (``conversations`` is its first key)."""
 
 
-def load_trajectories(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+def _salvage_glued_entry(raw_line: bytes) -> dict[str, Any] | None:
+    """The last whole entry in a line where an older writer glued it onto a torn one."""
+    position = raw_line.rfind(_ENTRY_START)
+    while position > 0:
+        entry = _parse_entry_line(raw_line[position:])
+        if entry is not None:
+            return entry
+        position = raw_line.rfind(_ENTRY_START, 0, position)
+    return None
+
+
+class TrajectoryEntries(Iterator[dict[str, Any]]):
+    """The entries of a trajectory file, oldest first; lines that are not a whole entry are
+    skipped and their numbers collected in :attr:`skipped_lines` (each also logged as a
+    warning), wherever in the file they are."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.skipped_lines: list[int] = []
+        self._entries = self._read()
+
+    def __next__(self) -> dict[str, Any]:
+        return next(self._entries)
+
+    def _read(self) -> Iterator[dict[str, Any]]:
+        with self.path.open("rb") as trajectory_file:
+            for line_number, raw_line in enumerate(trajectory_file, start=1):
+                if not raw_line.strip():
+                    continue
+                entry = _parse_entry_line(raw_line)
+                if entry is None:
+                    self.skipped_lines.append(line_number)
+                    entry = _salvage_glued_entry(raw_line)
+                    logger.warning(
+                        "%s: skipped line %d: it is not a complete JSON trajectory entry, "
+                        "probably an append that was cut off%s",
+                        self.path,
+                        line_number,
+                        "; kept the whole entry that follows it on the same line"
+                        if entry is not None
+                        else "",
+                    )
+                    if entry is None:
+                        continue
+                yield entry
+
+
+def load_trajectories(path: str | os.PathLike[str]) -> TrajectoryEntries:
     """Iterate over the entries of a trajectory JSONL file, oldest first.
 
-    A last line that is truncated or not valid JSON (a writer was killed mid-append) is skipped
-    with a logged warning; a bad line anywhere else raises ``ValueError`` naming the line. Blank
-    lines are ignored. A missing file raises ``FileNotFoundError`` here, not on first iteration.
+    A line that is truncated or not valid JSON (a writer was killed mid-append), wherever it
+    is, is skipped with a logged warning and its number added to the returned iterator's
+    ``skipped_lines``; the file is never refused for it. A whole entry glued onto the end of a
+    torn line (by writers older than this one, which did not start on a fresh line) is kept.
+    Blank lines are ignored. A missing file raises ``FileNotFoundError`` here, not on first
+    iteration.
     """
     trajectory_path = Path(path)
     if trajectory_path.is_dir():
         raise IsADirectoryError(f"{trajectory_path} is a directory, not a trajectory file")
     if not trajectory_path.exists():
         raise FileNotFoundError(f"no trajectory file at {trajectory_path}")
-    return _iter_entries(trajectory_path)
+    return TrajectoryEntries(trajectory_path)

@@ -8,14 +8,36 @@ Format (one JSON object per line, UTF-8, non-ASCII kept as is)::
     {"message": {...every messages column...}}      # that session's messages follow it
     ...
 
-Memory stays constant: sessions and messages are streamed from the database and written in
-batches. Import policy for a session id that already exists (``on_conflict``):
+Memory stays constant: sessions and messages are streamed from the file or database and
+written in batches of statements.
+
+An import is all-or-nothing per file: the whole file is read and checked first (a damaged
+line anywhere is an :class:`ImportFormatError` naming it, before anything is written), then
+every record goes in in ONE write transaction, so a failure half-way leaves the target as it
+was. Input must be seekable (the CLI spools standard input to a temporary file). On SQLite
+that transaction holds the write lock for the whole import: other writers wait, within their
+retry budget. ``copy``
+commits in batches instead (a long copy must not hold the target's write lock for its whole
+run) and is made resumable by ``merge``: run it again and it finishes.
+
+Import policy for a session id that already exists (``on_conflict``):
 
 - ``"skip"``: leave the existing session and its messages alone; import nothing for it;
-- ``"fail"``: raise :class:`ImportConflictError` before anything is written (the file is
-  scanned once first);
+- ``"fail"``: raise :class:`ImportConflictError` before anything is written;
 - ``"merge"``: keep the existing session row and add whichever of its messages are missing
-  (by message id). ``copy`` uses this, so an interrupted copy can simply be run again.
+  (by message id, or for a renumbered message by its content). This completes an import or
+  copy that an older release, a crash or a truncated file left partial: run it again with
+  the complete file. A session that gains messages this way gets a ``message_count`` no
+  lower than its rows (the counter never claims fewer messages than there are).
+
+Counters equal rows: sessions arrive with their exported counters and all their exported
+messages, in the same transaction, or not at all.
+
+Into a store in use (PostgreSQL with live writers): before explicit ids are inserted the
+message id sequence is moved past the highest id to be imported, under a brief table lock
+that waits for in-flight appends (``StoreDialect.reserve_message_ids``); from then on no
+concurrent append can be given an id the import needs, and an id an append already holds is
+seen as taken and the imported message renumbered.
 
 Ids, parents, titles, counters, JSON text and timestamps are restored as stored. A message id
 that another session already uses in the target gets a fresh id (ids are referenced by nothing
@@ -29,12 +51,15 @@ import json
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any, Literal
+from typing import IO, Any, Literal, TypeVar
 
-from sqlalchemy import Select, select, update
+from sqlalchemy import Select, func, select, update
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.sql import Executable
 
-from .errors import ImportConflictError, SessionStoreError
+from . import validation
+from .errors import ConstraintViolationError, ImportConflictError, SessionStoreError
 from .models import messages_table as messages
 from .models import sessions_table as sessions
 from .records import MESSAGE_FIELDS, SESSION_FIELDS
@@ -45,6 +70,7 @@ FORMAT_NAME = "sessionstore-export"
 FORMAT_VERSION = 1
 BATCH_ROWS = 1000
 
+T = TypeVar("T")
 ConflictPolicy = Literal["skip", "fail", "merge"]
 Record = tuple[str, dict[str, Any]]
 Progress = Callable[[int], None]
@@ -108,6 +134,7 @@ def read_records(fp: IO[str]) -> Iterator[Record]:
         raise ImportFormatError("this file is not a sessionstore export (bad first line)")
     if header.get("version") != FORMAT_VERSION:
         raise ImportFormatError(f"unsupported export version {header.get('version')!r}")
+    current_session: str | None = None
     for number, line in enumerate(fp, start=2):
         if not line.strip():
             continue
@@ -127,7 +154,58 @@ def read_records(fp: IO[str]) -> Iterator[Record]:
             raise ImportFormatError(
                 f"line {number}: bad {kind} record (missing {missing}, unknown {sorted(unknown)})"
             )
-        yield kind, {name: row.get(name) for name in expected}
+        values = {name: row.get(name) for name in expected}
+        problem = _bad_value(kind, values)
+        if problem is not None:
+            raise ImportFormatError(f"line {number}: bad {kind} record: {problem}")
+        if kind == "session":
+            current_session = values["id"]
+        elif current_session is None or values["session_id"] != current_session:
+            raise ImportFormatError(
+                f"line {number}: message {values['id']!r} does not follow its session "
+                f"{values['session_id']!r}"
+            )
+        yield kind, values
+
+
+_INTEGER_FIELDS = frozenset(
+    {"message_count", "tool_call_count", "input_tokens", "output_tokens", "cache_read_tokens",
+     "cache_write_tokens", "reasoning_tokens", "token_count"}
+)  # fmt: skip
+_NUMBER_FIELDS = frozenset({"started_at", "ended_at", "timestamp", "estimated_cost_usd",
+                            "actual_cost_usd"})  # fmt: skip
+_REQUIRED_FIELDS = {"session": ("id", "source", "started_at"),
+                    "message": ("id", "session_id", "role", "timestamp")}  # fmt: skip
+
+
+def _bad_value(kind: str, values: dict[str, Any]) -> str | None:
+    """Why a record's values cannot be stored as they are (None when they can): checked for
+    the whole file before the first write, so a poisoned number cannot stop an import half-way
+    (or, NaN, be stored at all)."""
+    for name in _REQUIRED_FIELDS[kind]:
+        if values.get(name) is None:
+            return f"{name} is missing"
+    if kind == "message":
+        identifier = values["id"]
+        if isinstance(identifier, bool) or not isinstance(identifier, int) or identifier < 1:
+            return f"id must be a positive integer, not {identifier!r}"
+    for name, value in values.items():
+        if value is None or (kind == "message" and name == "id"):
+            continue
+        try:
+            if name in _INTEGER_FIELDS:
+                validation.counter(value, name)
+            elif name in _NUMBER_FIELDS:
+                validation.number(value, name)
+            else:
+                validation.identifier(value, name)
+        except (TypeError, ValueError) as exc:
+            if name in _INTEGER_FIELDS or name in _NUMBER_FIELDS or not isinstance(value, str):
+                return str(exc)
+            # NUL characters in free text are the store's business (cleaned for PostgreSQL).
+            if "NUL" not in str(exc):
+                return str(exc)
+    return None
 
 
 def import_jsonl(
@@ -137,24 +215,77 @@ def import_jsonl(
     on_conflict: ConflictPolicy = "skip",
     progress: Progress | None = None,
 ) -> TransferResult:
-    """Restore an export into ``store`` (empty or not) under the given conflict policy."""
+    """Restore an export into ``store`` (empty or not) under the given conflict policy.
+
+    All or nothing: a damaged file, a conflict under ``"fail"`` or a database error leaves the
+    target exactly as it was. ``progress`` is called once per session written (again from the
+    start should the transaction be retried after a busy store or a dropped connection).
+    """
+    start = fp.tell()
+    scan = scan_records(read_records(fp))
     if on_conflict == "fail":
-        start = fp.tell()
-        ids = [row["id"] for kind, row in read_records(fp) if kind == "session"]
-        clash = _existing_session_ids(store, ids)
+        clash = _existing_session_ids(store, scan.session_ids)
         if clash:
             raise ImportConflictError(
                 f"{len(clash)} session id(s) already exist in the target, e.g. "
-                f"{sorted(clash)[0]!r}; nothing was imported (use --on-conflict skip)"
+                f"{sorted(clash)[0]!r}; nothing was imported (use --on-conflict skip or merge)"
             )
+    store.write(lambda conn: store.dialect.reserve_message_ids(conn, scan.highest_message_id))
+
+    def run(conn: Connection) -> TransferResult:
         fp.seek(start)
-    return write_records(store, read_records(fp), on_conflict=on_conflict, progress=progress)
+        return write_records(
+            store, read_records(fp), on_conflict=on_conflict, progress=progress, conn=conn
+        )
+
+    try:
+        return store.write(run)
+    except IntegrityError as exc:
+        violation = store.dialect.integrity_violation(exc)
+        name = None if violation is None else violation.constraint
+        raise ConstraintViolationError(
+            "the file's records (or a concurrent writer) broke a constraint of the target"
+            + (f" ({name})" if name else "")
+            + ", e.g. one message id twice; nothing was imported "
+            + f"({str(exc.orig).splitlines()[0]})",
+            name,
+        ) from exc
+
+
+@dataclass
+class RecordScan:
+    """What a whole-file check found: the sessions and the highest message id."""
+
+    session_ids: list[str] = field(default_factory=list)
+    highest_message_id: int = 0
+    messages: int = 0
+
+
+def scan_records(records: Iterable[Record]) -> RecordScan:
+    """Read every record once (:func:`read_records` checks each line as it goes)."""
+    scan = RecordScan()
+    seen: set[str] = set()
+    for kind, row in records:
+        if kind == "session":
+            if row["id"] in seen:
+                raise ImportFormatError(f"session {row['id']!r} appears twice in the file")
+            seen.add(row["id"])
+            scan.session_ids.append(row["id"])
+        else:
+            scan.messages += 1
+            scan.highest_message_id = max(scan.highest_message_id, row["id"])
+    return scan
 
 
 def copy_store(
     source: Store, target: Store, *, progress: Progress | None = None
 ) -> TransferResult:
-    """Copy every session and message from ``source`` into ``target``; safe to re-run."""
+    """Copy every session and message from ``source`` into ``target``; safe to re-run, and
+    safe while others write to ``target`` (see the module docstring)."""
+    highest = source.read(
+        lambda conn: conn.execute(select(func.coalesce(func.max(messages.c.id), 0))).scalar_one()
+    )
+    target.write(lambda conn: target.dialect.reserve_message_ids(conn, int(highest)))
     result = write_records(target, iter_records(source), on_conflict="merge", progress=progress)
     expected_sessions = SessionRepository(source).session_count()
     expected_messages = SessionRepository(source).message_count()
@@ -206,6 +337,7 @@ class _Position:
 
     session_id: str | None = None
     skipping: bool = False
+    merging: bool = False
 
 
 def write_records(
@@ -214,9 +346,14 @@ def write_records(
     *,
     on_conflict: ConflictPolicy,
     progress: Progress | None = None,
+    conn: Connection | None = None,
 ) -> TransferResult:
+    """Write ``records`` under ``on_conflict``: all in the open transaction ``conn`` when given
+    (the import's all-or-nothing), else one write transaction per batch (``copy``)."""
+    run_in = _Runner(store, conn)
     result = TransferResult()
     pending_parents: dict[str, str] = {}
+    merged: set[str] = set()
     position = _Position()
     batch: list[Record] = []
     # Messages whose id another session already uses in the target get fresh ids, but only
@@ -229,53 +366,102 @@ def write_records(
                 progress(1)
             if len(batch) >= BATCH_ROWS:
                 position = _flush(
-                    store, batch, on_conflict, result, pending_parents, position, renumbered
+                    run_in, batch, on_conflict, result, pending_parents, merged, position,
+                    renumbered,
                 )
                 batch = []
         if batch:
-            _flush(store, batch, on_conflict, result, pending_parents, position, renumbered)
-        store.write(store.dialect.reset_sequences)
-        _insert_renumbered(store, renumbered)
-    _resolve_parents(store, pending_parents, result)
-    store.write(store.dialect.reset_sequences)
+            _flush(
+                run_in, batch, on_conflict, result, pending_parents, merged, position,
+                renumbered,
+            )
+        _insert_renumbered(run_in, renumbered)
+    _resolve_parents(run_in, pending_parents, result)
+    _raise_merged_counters(run_in, merged)
     return result
 
 
-def _insert_renumbered(store: Store, spool: IO[str]) -> None:
+class _Runner:
+    """Runs a piece of work in the open transaction, or else in a write transaction of its own."""
+
+    def __init__(self, store: Store, conn: Connection | None) -> None:
+        self.store = store
+        self.conn = conn
+
+    def __call__(self, work: Callable[[Connection], T]) -> T:
+        if self.conn is not None:
+            return work(self.conn)
+        return self.store.write(work)
+
+
+def _insert_renumbered(
+    run_in: _Runner, spool: IO[str]
+) -> None:
     spool.seek(0)
     chunk: list[dict[str, Any]] = []
     for line in itertools.chain(spool, [None]):
         if line is not None:
             chunk.append(json.loads(line))
         if chunk and (line is None or len(chunk) >= BATCH_ROWS):
-            _insert_rows(store, chunk)
+            _insert_rows(run_in, chunk)
             chunk = []
 
 
-def _insert_rows(store: Store, rows: list[dict[str, Any]]) -> None:
+def _insert_rows(run_in: _Runner, rows: list[dict[str, Any]]) -> None:
     def run(conn: Connection) -> None:
         conn.execute(messages.insert(), rows)
 
-    store.write(run)
+    run_in(run)
+
+
+def _raise_merged_counters(
+    run_in: _Runner, session_ids: set[str]
+) -> None:
+    """A session that gained messages by ``merge`` counts at least the rows it has."""
+    ordered = sorted(session_ids)
+    for start in range(0, len(ordered), BATCH_ROWS):
+        chunk = ordered[start : start + BATCH_ROWS]
+        rows = (
+            select(func.count())
+            .where(messages.c.session_id == sessions.c.id)
+            .correlate(sessions)
+            .scalar_subquery()
+        )
+        statement = (
+            update(sessions)
+            .where(sessions.c.id.in_(chunk), func.coalesce(sessions.c.message_count, 0) < rows)
+            .values(message_count=rows)
+        )
+        _execute(run_in, statement)
+
+
+def _execute(run_in: _Runner, statement: Executable) -> None:
+    def run(conn: Connection) -> None:
+        conn.execute(statement)
+
+    run_in(run)
 
 
 def _flush(
-    store: Store,
+    run_in: _Runner,
     batch: list[Record],
     on_conflict: ConflictPolicy,
     result: TransferResult,
     pending_parents: dict[str, str],
+    merged: set[str],
     start: _Position,
     renumbered: IO[str],
 ) -> _Position:
-    """Write one batch in one transaction; returns where the next batch continues."""
+    """Write one batch (in one transaction when batches commit); returns where the next batch
+    continues."""
 
     def run(
         conn: Connection,
-    ) -> tuple[TransferResult, dict[str, str], _Position, list[dict[str, Any]]]:
+    ) -> tuple[TransferResult, dict[str, str], set[str], _Position, list[dict[str, Any]]]:
         local = TransferResult()
         parents: dict[str, str] = {}
-        position = _Position(start.session_id, start.skipping)
+        gained: set[str] = set()
+        position = _Position(start.session_id, start.skipping, start.merging)
         session_ids = [row["id"] for kind, row in batch if kind == "session"]
         existing = {
             row[0]
@@ -292,13 +478,15 @@ def _flush(
         deferred: list[dict[str, Any]] = []
         for kind, row in batch:
             if kind == "session":
-                position = _Position(row["id"], False)
+                position = _Position(row["id"], False, False)
                 if row["id"] in existing:
                     if on_conflict == "fail":
                         raise ImportConflictError(f"session {row['id']!r} already exists")
                     if on_conflict == "skip":
                         position.skipping = True
                         local.skipped_sessions += 1
+                    else:
+                        position.merging = True
                     continue
                 values = dict(row)
                 parent = values.get("parent_session_id")
@@ -323,12 +511,14 @@ def _flush(
                 local.renumbered_messages += 1
             else:
                 message_rows.append(values)
+            if position.merging:
+                gained.add(position.session_id)
             local.messages += 1
         if message_rows:
             conn.execute(messages.insert(), message_rows)
-        return local, parents, position, deferred
+        return local, parents, gained, position, deferred
 
-    local, parents, position, deferred = store.write(run)
+    local, parents, gained, position, deferred = run_in(run)
     for values in deferred:
         renumbered.write(json.dumps(values, ensure_ascii=False) + "\n")
     result.sessions += local.sessions
@@ -336,6 +526,7 @@ def _flush(
     result.skipped_sessions += local.skipped_sessions
     result.renumbered_messages += local.renumbered_messages
     pending_parents.update(parents)
+    merged.update(gained)
     return position
 
 
@@ -357,7 +548,11 @@ def _session_exists(conn: Connection, session_id: str) -> bool:
     return conn.execute(statement).first() is not None
 
 
-def _resolve_parents(store: Store, pending: dict[str, str], result: TransferResult) -> None:
+def _resolve_parents(
+    run_in: _Runner,
+    pending: dict[str, str],
+    result: TransferResult,
+) -> None:
     if not pending:
         return
 
@@ -372,4 +567,4 @@ def _resolve_parents(store: Store, pending: dict[str, str], result: TransferResu
                 orphaned.append(child)
         return orphaned
 
-    result.orphaned_parents.extend(store.write(run))
+    result.orphaned_parents.extend(run_in(run))

@@ -10,9 +10,16 @@ the whole message.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from .errors import ValueOutOfRangeError
+
 REPLACEMENT_CHARACTER = "\ufffd"
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+"""Every counter is a signed 64-bit integer on both databases (SQLite INTEGER, PostgreSQL
+BIGINT since revision 0009)."""
 
 
 def _check_encodable(value: str, name: str) -> None:
@@ -55,9 +62,37 @@ def integer(value: Any, name: str) -> int:
     return value
 
 
+def counter(value: Any, name: str) -> int:
+    """An integer a counter column can hold: ``TypeError`` for another type,
+    :class:`ValueOutOfRangeError` (a ``ValueError``) beyond signed 64 bits."""
+    checked = integer(value, name)
+    if not INT64_MIN <= checked <= INT64_MAX:
+        raise ValueOutOfRangeError(
+            f"{name}={checked} does not fit in a 64-bit counter (|value| < 2**63); nothing was "
+            "written"
+        )
+    return checked
+
+
+def number(value: Any, name: str) -> float:
+    """A finite number as float. NaN and infinities are refused (``ValueError``): stored, one
+    of them would wipe (SQLite: NULL) or poison (PostgreSQL: NaN forever) every total it is
+    added to."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, not {type(value).__name__}")
+    try:
+        result = float(value)
+    except OverflowError:
+        raise ValueOutOfRangeError(f"{name} is too large to store as a number") from None
+    if not math.isfinite(result):
+        raise ValueError(f"{name} must be a finite number, not {result!r}")
+    return result
+
+
 def optional_number(value: Any, name: str) -> float | None:
+    """:func:`number`, or None."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number or None, not {type(value).__name__}")
-    return float(value)
+    return number(value, name)

@@ -329,20 +329,50 @@ def test_load_skips_a_bad_last_line_with_a_warning(
         entries = list(load_trajectories(target))
 
     assert [entry["model"] for entry in entries] == ["m1", "m2"]
-    assert "skipped the last line (3)" in caplog.text
+    assert "skipped line 3" in caplog.text
 
 
-def test_load_raises_on_a_bad_line_before_good_ones(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "torn",
+    [b'{"broken', b'{"conversations": [{"from": "human", "value": "\xe6\x80', b"\xff\xfe", b"42"],
+    ids=["truncated-json", "truncated-utf8", "invalid-utf8", "not-an-object"],
+)
+def test_a_torn_line_anywhere_is_skipped_and_reported_and_the_next_save_survives(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, torn: bytes
+) -> None:
+    """A saver killed mid-write leaves a line without its newline: the next save must start
+    on a fresh line (not be glued on and lost), and the loader skips the torn one."""
     target = tmp_path / "t.jsonl"
     save_trajectory([], "m1", True, target)
     with target.open("ab") as handle:
-        handle.write(b'{"broken\n')
+        handle.write(torn)  # no newline: the writer died here
+    save_trajectory([{"from": "human", "value": "二"}], "m2", True, target)
     save_trajectory([], "m3", True, target)
+    with target.open("ab") as handle:
+        handle.write(b'{"conversations": [], "mod')
 
-    entries = load_trajectories(target)
-    assert next(entries)["model"] == "m1"
-    with pytest.raises(ValueError, match="line 2 is not a JSON trajectory entry"):
-        next(entries)
+    with caplog.at_level(logging.WARNING, logger="sessionstore.trajectory"):
+        entries = load_trajectories(target)
+        models = [entry["model"] for entry in entries]
+
+    assert models == ["m1", "m2", "m3"]
+    assert entries.skipped_lines == [2, 5]
+    assert "skipped line 2" in caplog.text and "skipped line 5" in caplog.text
+
+
+def test_an_entry_glued_onto_a_torn_line_by_an_older_writer_is_recovered(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    target = tmp_path / "t.jsonl"
+    glued = json.dumps({"conversations": [], "model": "glued", "completed": True})
+    target.write_bytes(b'{"conversations": [{"from": "gpt", "value": "cu' + glued.encode()
+                       + b"\n")
+    save_trajectory([], "after", True, target)
+
+    with caplog.at_level(logging.WARNING, logger="sessionstore.trajectory"):
+        entries = load_trajectories(target)
+        assert [entry["model"] for entry in entries] == ["glued", "after"]
+    assert entries.skipped_lines == [1]
 
 
 def test_load_ignores_blank_lines(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

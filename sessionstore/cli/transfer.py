@@ -113,6 +113,7 @@ def _export_to_file(
 class ConflictPolicyChoice(str, Enum):
     skip = "skip"
     fail = "fail"
+    merge = "merge"
 
 
 def _count_sessions_in(fp: IO[str]) -> int:
@@ -133,7 +134,8 @@ def import_(
         ConflictPolicyChoice,
         typer.Option(
             "--on-conflict",
-            help="A session id that already exists: skip it, or fail before importing anything.",
+            help="A session id that already exists: skip it, fail before importing anything, "
+            "or merge (add its missing messages: finishes an interrupted import).",
         ),
     ] = ConflictPolicyChoice.skip,
     as_json: JsonOption = False,

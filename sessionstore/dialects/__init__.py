@@ -6,8 +6,11 @@ dialect's name itself.
 
 from __future__ import annotations
 
+import json
 import re
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from sqlalchemy import Table
 from sqlalchemy.engine import URL, Connection, Engine, make_url
@@ -62,8 +65,18 @@ class StoreDialect(Protocol):
     def translate_error(self, exc: BaseException) -> SessionStoreError | None:
         """A clear typed error for a known failure (disk full, not a database...), else None."""
 
-    def reset_sequences(self, conn: Connection) -> None:
-        """After rows were inserted with explicit ids, make the next generated id larger."""
+    def reserve_message_ids(self, conn: Connection, highest: int) -> None:
+        """Before rows with explicit ids up to ``highest`` are inserted (import, copy): make
+        sure no writer, concurrent ones included, is ever given a generated id ``<= highest``
+        that is not already visible in the table. Run it in its own short write transaction."""
+
+    def is_disconnect(self, exc: BaseException) -> bool:
+        """True when the connection to the database was lost (the server closed it, was
+        restarted, or the socket broke): the transaction it carried did not commit, unless
+        the loss came during COMMIT itself."""
+
+    def integrity_violation(self, exc: BaseException) -> IntegrityViolation | None:
+        """Which kind of constraint an integrity error broke, and its name when known."""
 
     def checkpoint(self, engine: Engine) -> None:
         """Best-effort log maintenance after many writes; never raises."""
@@ -82,6 +95,22 @@ class StoreDialect(Protocol):
 
     def insert(self, table: Table) -> UpsertInsert:
         """An INSERT that supports ``on_conflict_do_nothing`` on this database."""
+
+    def json_list_sql(self, param: str) -> str:
+        """SQL for a parenthesised subquery of the text values of the JSON-array parameter
+        ``param`` (bind it with :func:`json_list`): one bound parameter however long the list,
+        where an expanding ``IN`` would need one per value (PostgreSQL takes at most 65535)."""
+
+
+@dataclass(frozen=True)
+class IntegrityViolation:
+    kind: Literal["foreign_key", "unique", "not_null", "check", "other"]
+    constraint: str | None = None
+
+
+def json_list(values: Iterable[str]) -> str:
+    """The value to bind to a :meth:`StoreDialect.json_list_sql` parameter."""
+    return json.dumps(list(values))
 
 
 def dialect_for_url(url: str | URL) -> StoreDialect:

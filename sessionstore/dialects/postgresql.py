@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import Any, Literal
 
 from sqlalchemy import Table, event, text
 from sqlalchemy.dialects.postgresql import Insert, insert
 from sqlalchemy.engine import URL, Connection, Engine
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, DisconnectionError
 
 from .. import forksafety
 from ..errors import (
@@ -18,8 +19,9 @@ from ..errors import (
     StoreFullError,
     StoreUnavailableError,
     UnsupportedValueError,
+    ValueOutOfRangeError,
 )
-from . import MISSING_CORE_TABLE
+from . import MISSING_CORE_TABLE, IntegrityViolation
 
 # serialization_failure, deadlock_detected, lock_not_available (lock_timeout). Not
 # query_canceled (57014): that is also a deliberate cancel or statement_timeout, never a lock.
@@ -31,6 +33,28 @@ _TOO_LARGE_SQLSTATE = "54000"
 # character_not_in_repertoire: e.g. a NUL byte that reached the server.
 _BAD_TEXT_SQLSTATE = "22021"
 _UNDEFINED_TABLE_SQLSTATE = "42P01"
+# numeric_value_out_of_range: a total past BIGINT or DOUBLE PRECISION.
+_OUT_OF_RANGE_SQLSTATE = "22003"
+# admin_shutdown (pg_terminate_backend, a fast shutdown), crash_shutdown, cannot_connect_now.
+_SERVER_GONE_SQLSTATES = frozenset({"57P01", "57P02", "57P03"})
+_INTEGRITY_KINDS: dict[str, Literal["foreign_key", "unique", "not_null", "check", "other"]] = {
+    "23503": "foreign_key",
+    "23505": "unique",
+    "23502": "not_null",
+    "23514": "check",
+    "23000": "other",
+    "23001": "other",
+    "23P01": "other",
+}
+_CONNECTION_LOST_MARKERS = (
+    "connection failed",
+    "connection is lost",
+    "connection is closed",
+    "server closed the connection",
+    "consuming input failed",
+    "terminating connection",
+)
+messages_table_name = "messages"
 # An arbitrary but fixed key: every sessionstore process agrees on it.
 MIGRATION_LOCK_KEY = 0x5E5510_5707E
 
@@ -57,6 +81,44 @@ def _require_driver(url: URL) -> None:
         ) from exc
 
 
+_OWNER_PID_KEY = "sessionstore_owner_pid"
+_FRESH_KEY = "sessionstore_fresh"
+
+
+def _check_out_safely(engine: Engine) -> None:
+    """Each pooled connection is checked before use, in this order:
+
+    1. owner: a connection inherited through fork() shares its socket with the parent; using
+       it, even for a ping, interleaves two processes' protocol on one socket (a child can read
+       the reply meant for its sibling and the sibling waits forever), and closing it sends
+       the parent's server a Terminate. The child drops it without touching it;
+    2. liveness: a ping, so a connection whose backend was terminated (pg_terminate_backend,
+       a server restart) is replaced instead of failing the caller's first statement.
+
+    Either way the pool connects anew (SQLAlchemy retries checkout on DisconnectionError).
+    """
+
+    @event.listens_for(engine, "connect")
+    def _remember_owner(dbapi_connection: Any, record: Any) -> None:
+        record.info[_OWNER_PID_KEY] = os.getpid()
+        record.info[_FRESH_KEY] = True
+
+    @event.listens_for(engine, "checkout")
+    def _check_owner_then_ping(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+        if record.info.get(_OWNER_PID_KEY, os.getpid()) != os.getpid():
+            record.dbapi_connection = proxy.dbapi_connection = None
+            raise DisconnectionError("connection inherited from the parent process")
+        if record.info.pop(_FRESH_KEY, False):
+            # Just connected: a ping proves nothing more, and the pool gives a checkout only
+            # two tries; a connection killed this early fails its first statement instead,
+            # which the store retries.
+            return
+        try:
+            engine.dialect.do_ping(dbapi_connection)  # what pool_pre_ping would have done
+        except Exception as exc:
+            raise DisconnectionError(f"stale connection: {exc}") from exc
+
+
 class PostgreSQLDialect:
     name = "postgresql"
     stores_nul_in_text = False
@@ -73,7 +135,8 @@ class PostgreSQLDialect:
         _require_driver(url)
         timeout_ms = max(int(busy_timeout_s * 1000), 1)
         return {
-            "pool_pre_ping": True,
+            # No pool_pre_ping: it would ping a connection inherited through fork() before
+            # any listener can tell; ``_check_out_safely`` pings after checking the owner.
             # A row lock that is not granted within the busy timeout becomes a retryable
             # 55P03 instead of an unbounded wait.
             "connect_args": {"options": f"-c lock_timeout={timeout_ms}"},
@@ -89,6 +152,7 @@ class PostgreSQLDialect:
         # word: psycopg never closes a connection from a process that did not open it, and the
         # parent goes on using them.
         forksafety.track_engine(engine, _fresh_pool)
+        _check_out_safely(engine)
         if not read_only:
             return
 
@@ -106,6 +170,9 @@ class PostgreSQLDialect:
 
     def insert(self, table: Table) -> Insert:
         return insert(table)
+
+    def json_list_sql(self, param: str) -> str:
+        return f"(SELECT json_array_elements_text(CAST(:{param} AS json)))"
 
     def read_options(self) -> dict[str, Any]:
         # READ COMMITTED would give each statement of a read its own snapshot; a listing and
@@ -128,6 +195,11 @@ class PostgreSQLDialect:
         if state == _READ_ONLY_SQLSTATE:
             return ReadOnlyStoreError("this session store is read-only; nothing was written")
         original = exc.orig if isinstance(exc, DBAPIError) else exc
+        if state == _OUT_OF_RANGE_SQLSTATE:
+            return ValueOutOfRangeError(
+                "a number is out of the range its column holds; nothing was written "
+                f"({str(original).splitlines()[0]})"
+            )
         if state == _TOO_LARGE_SQLSTATE:
             return UnsupportedValueError(
                 "a value is too large for PostgreSQL to index; nothing was written "
@@ -143,18 +215,51 @@ class PostgreSQLDialect:
             return SchemaMissingError(
                 f"this database has no session tables ({str(original).splitlines()[0]})"
             )
-        if state is not None and state.startswith("08"):
+        server_gone = state is not None and (
+            state.startswith("08") or state in _SERVER_GONE_SQLSTATES
+        )
+        if server_gone or self.is_disconnect(exc):
             return StoreUnavailableError(f"cannot reach the PostgreSQL server: {exc}")
         return None
 
-    def reset_sequences(self, conn: Connection) -> None:
-        # Rows inserted with explicit ids do not move the serial sequence: move it past them.
+    def reserve_message_ids(self, conn: Connection, highest: int) -> None:
+        # Every INSERT holds ROW EXCLUSIVE on messages until it commits, and takes its id from
+        # the sequence meanwhile; EXCLUSIVE conflicts with it. Once granted, no append is in
+        # flight (each id handed out so far is committed, hence visible, or dead), and new
+        # appends wait the few milliseconds until this transaction commits, by which time the
+        # sequence is past ``highest``. nextval() reads the sequence's position atomically.
+        # Never setval() from MAX(id) outside such a lock: it can move the sequence back under
+        # an in-flight append and hand its id out twice.
+        conn.exec_driver_sql(f"LOCK TABLE {messages_table_name} IN EXCLUSIVE MODE")
         conn.execute(
             text(
                 "SELECT setval(pg_get_serial_sequence('messages', 'id'), "
-                "COALESCE((SELECT MAX(id) FROM messages), 0) + 1, false)"
-            )
+                "GREATEST(:highest, nextval(pg_get_serial_sequence('messages', 'id')), "
+                "COALESCE((SELECT MAX(id) FROM messages), 0)), true)"
+            ),
+            {"highest": highest},
         )
+
+    def is_disconnect(self, exc: BaseException) -> bool:
+        if not isinstance(exc, DBAPIError):
+            return False  # only the driver's own errors say anything about the connection
+        if exc.connection_invalidated:
+            return True
+        state = _sqlstate(exc)
+        if state is None:
+            # libpq's own errors carry no SQLSTATE; these words are its lost/refused link.
+            message = str(exc.orig).lower()
+            return any(marker in message for marker in _CONNECTION_LOST_MARKERS)
+        return state.startswith("08") or state in _SERVER_GONE_SQLSTATES
+
+    def integrity_violation(self, exc: BaseException) -> IntegrityViolation | None:
+        original = exc.orig if isinstance(exc, DBAPIError) else exc
+        state = _sqlstate(exc)
+        kind = _INTEGRITY_KINDS.get(state or "")
+        if kind is None:
+            return None
+        diag = getattr(original, "diag", None)
+        return IntegrityViolation(kind, getattr(diag, "constraint_name", None))
 
     def checkpoint(self, engine: Engine) -> None:
         return None

@@ -36,7 +36,7 @@ import os
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from sqlalchemy import Table, event, text
@@ -54,9 +54,18 @@ from ..errors import (
     UnsupportedValueError,
 )
 from ..writerqueue import WriterQueue
-from . import MISSING_CORE_TABLE
+from . import MISSING_CORE_TABLE, IntegrityViolation
 
 logger = logging.getLogger(__name__)
+
+_INTEGRITY_MESSAGES: tuple[
+    tuple[str, Literal["foreign_key", "unique", "not_null", "check", "other"]], ...
+] = (
+    ("FOREIGN KEY constraint failed", "foreign_key"),
+    ("UNIQUE constraint failed", "unique"),
+    ("NOT NULL constraint failed", "not_null"),
+    ("CHECK constraint failed", "check"),
+)
 
 BEGIN_MODE_OPTION = "sqlite_begin"
 WRITE_BEGIN_MODE = "IMMEDIATE"
@@ -202,6 +211,9 @@ class SQLiteDialect:
     def insert(self, table: Table) -> Insert:
         return insert(table)
 
+    def json_list_sql(self, param: str) -> str:
+        return f"(SELECT value FROM json_each(:{param}))"
+
     def read_options(self) -> dict[str, Any]:
         # A deferred BEGIN already reads one snapshot under WAL.
         return {}
@@ -243,9 +255,39 @@ class SQLiteDialect:
             return UnsupportedValueError(f"a value is too long for SQLite to handle: {original}")
         return None
 
-    def reset_sequences(self, conn: Connection) -> None:
-        # AUTOINCREMENT keeps sqlite_sequence at the highest id ever inserted, explicit or not.
-        return None
+    def reserve_message_ids(self, conn: Connection, highest: int) -> None:
+        # One writer at a time, and each import or copy batch checks which ids are taken in
+        # its own write transaction, so nothing can collide. Moving AUTOINCREMENT's counter
+        # past the incoming ids only spares live appends between two copy batches from taking
+        # an id a later batch needs (which would then be renumbered).
+        has_sequence = conn.exec_driver_sql(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sqlite_sequence'"
+        ).first()
+        if has_sequence is None or highest <= 0:
+            return
+        moved = conn.exec_driver_sql(
+            "UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = 'messages'", (highest,)
+        )
+        if moved.rowcount == 0:
+            conn.exec_driver_sql(
+                "INSERT INTO sqlite_sequence (name, seq) VALUES ('messages', ?)", (highest,)
+            )
+
+    def is_disconnect(self, exc: BaseException) -> bool:
+        # An embedded database has no connection to lose.
+        return False
+
+    def integrity_violation(self, exc: BaseException) -> IntegrityViolation | None:
+        original = exc.orig if isinstance(exc, DBAPIError) else exc
+        if not isinstance(original, sqlite3.IntegrityError):
+            return None
+        message = str(original)
+        for prefix, kind in _INTEGRITY_MESSAGES:
+            if message.startswith(prefix):
+                # "UNIQUE constraint failed: messages.id" names the columns, not a constraint.
+                detail = message[len(prefix) :].lstrip(": ").strip() or None
+                return IntegrityViolation(kind, detail)
+        return IntegrityViolation("other", None)
 
     def checkpoint(self, engine: Engine) -> None:
         try:

@@ -27,6 +27,7 @@ from .hits import (
     match_row,
     substring_match_rows,
 )
+from .long_text import LONG_MESSAGE_CHARS, long_text_snippet, term_pattern
 from .request import Page, SearchFilters, filtered_statement
 from .sanitize import escape_like
 
@@ -42,10 +43,15 @@ _MARKERS: Final = {
     "ellipsis": SNIPPET_ELLIPSIS,
 }
 
+# snippet() is quadratic in the hits inside one message: long messages get their snippet cut
+# in Python instead (see long_text), from their content, fetched for the page's rows only.
 _WORD_SEARCH: Final = f"""
 SELECT m.id, m.session_id, m.role,
-       snippet(messages_fts, 0, :mark_start, :mark_end, :ellipsis, {SNIPPET_TOKENS}),
-       m.timestamp, m.tool_name, s.source, s.model, s.started_at
+       CASE WHEN length(m.content) <= {LONG_MESSAGE_CHARS}
+            THEN snippet(messages_fts, 0, :mark_start, :mark_end, :ellipsis, {SNIPPET_TOKENS})
+       END,
+       m.timestamp, m.tool_name, s.source, s.model, s.started_at,
+       CASE WHEN length(m.content) > {LONG_MESSAGE_CHARS} THEN m.content END
 FROM messages_fts
 JOIN messages AS m ON m.id = messages_fts.rowid
 JOIN sessions AS s ON s.id = m.session_id
@@ -67,24 +73,17 @@ _HAS_TRIGRAM_TABLE: Final = text(
     "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = :name"
 ).bindparams(name=TRIGRAM_TABLE)
 
-# A trigram snippet counts characters (each token is one position), so 40 tokens show about
-# as much text as the LIKE path's 20 characters either side.
-_TRIGRAM_SEARCH: Final = f"""
-SELECT m.id, m.session_id, m.role,
-       snippet({TRIGRAM_TABLE}, 0, :mark_start, :mark_end, :ellipsis, {SNIPPET_TOKENS}),
-       m.timestamp, m.tool_name, s.source, s.model, s.started_at
-FROM {TRIGRAM_TABLE}
-JOIN messages AS m ON m.id = {TRIGRAM_TABLE}.rowid
-JOIN sessions AS s ON s.id = m.session_id
-WHERE {TRIGRAM_TABLE} MATCH :phrase {{filters}}
-ORDER BY m.timestamp DESC, m.id DESC
-LIMIT :limit OFFSET :offset
-"""
-
+# Substring hits, from the trigram index or a LIKE scan, get their snippet from instr() around
+# the first occurrence: one pass over the message. FTS5's snippet() over the trigram table
+# scores every candidate window against every hit, which is quadratic in the hits inside one
+# message (4.7 s for a 32k-character message of one repeated character; minutes for
+# megabytes, in C code that cannot be interrupted, holding a read transaction).
 # SQLite's LIKE and lower() both fold ASCII letters only, so instr() over lower() finds the
-# very occurrence LIKE matched. The text around it is cut from the page's rows only.
+# very occurrence LIKE matched (the trigram tokenizer folds more; a hit instr() cannot place
+# is shown without markers, see substring_snippet). The text around it is cut from the
+# page's rows only.
 _SIDE = SUBSTRING_SNIPPET_SIDE_CHARS
-_LIKE_SEARCH: Final = f"""
+_SUBSTRING_SEARCH: Final = f"""
 SELECT page.id, page.session_id, page.role, page.timestamp, page.tool_name, page.source,
        page.model, page.started_at, page.hit_start,
        CASE WHEN page.hit_start > 0 THEN substr(m.content, max(1, page.hit_start - {_SIDE}),
@@ -99,15 +98,24 @@ SELECT page.id, page.session_id, page.role, page.timestamp, page.tool_name, page
 FROM (
     SELECT m.id, m.session_id, m.role, m.timestamp, m.tool_name, s.source, s.model,
            s.started_at, instr(lower(m.content), lower(:needle)) AS hit_start
-    FROM messages AS m
-    JOIN sessions AS s ON s.id = m.session_id
-    WHERE m.content LIKE :pattern ESCAPE '{LIKE_ESCAPE}' {{filters}}
+    {{candidates}} {{filters}}
     ORDER BY m.timestamp DESC, m.id DESC
     LIMIT :limit OFFSET :offset
 ) AS page
 JOIN messages AS m ON m.id = page.id
 ORDER BY page.timestamp DESC, page.id DESC
 """
+
+_TRIGRAM_CANDIDATES: Final = f"""
+    FROM {TRIGRAM_TABLE}
+    JOIN messages AS m ON m.id = {TRIGRAM_TABLE}.rowid
+    JOIN sessions AS s ON s.id = m.session_id
+    WHERE {TRIGRAM_TABLE} MATCH :phrase"""
+
+_LIKE_CANDIDATES: Final = f"""
+    FROM messages AS m
+    JOIN sessions AS s ON s.id = m.session_id
+    WHERE m.content LIKE :pattern ESCAPE '{LIKE_ESCAPE}'"""
 
 
 class FTS5Search:
@@ -116,17 +124,25 @@ class FTS5Search:
     def word_matches(
         self, conn: Connection, query: str, filters: SearchFilters, page: Page
     ) -> list[MatchRow]:
-        statement = filtered_statement(_WORD_SEARCH, filters)
+        statement = filtered_statement(_WORD_SEARCH, filters, conn)
         try:
             rows = conn.execute(statement, {"query": query, **_MARKERS, **page.params}).all()
         except OperationalError as exc:
             if not is_query_error(exc):
                 raise
             return []
-        return [match_row(*row) for row in rows]
+        terms = term_pattern(query) if any(row[9] is not None for row in rows) else None
+        return [
+            match_row(
+                row[0], row[1], row[2],
+                row[3] if row[9] is None else long_text_snippet(row[9], terms),
+                row[4], row[5], row[6], row[7], row[8],
+            )
+            for row in rows
+        ]  # fmt: skip
 
     def has_word_match(self, conn: Connection, query: str, filters: SearchFilters) -> bool:
-        statement = filtered_statement(_ANY_WORD_MATCH, filters)
+        statement = filtered_statement(_ANY_WORD_MATCH, filters, conn)
         try:
             return conn.execute(statement, {"query": query}).first() is not None
         except OperationalError as exc:
@@ -150,8 +166,10 @@ class FTS5Search:
         self, conn: Connection, needle: str, filters: SearchFilters, page: Page
     ) -> list[MatchRow] | None:
         """Hits from the trigram index; None when this SQLite cannot read the index."""
-        statement = filtered_statement(_TRIGRAM_SEARCH, filters)
-        params = {"phrase": fts5_phrase(needle), **_MARKERS, **page.params}
+        statement = filtered_statement(
+            _SUBSTRING_SEARCH, filters, conn, candidates=_TRIGRAM_CANDIDATES
+        )
+        params = {"needle": needle, "phrase": fts5_phrase(needle), **page.params}
         try:
             rows = conn.execute(statement, params).all()
         except OperationalError as exc:
@@ -159,12 +177,14 @@ class FTS5Search:
             if not is_query_error(exc):
                 raise
             return None
-        return [match_row(*row) for row in rows]
+        return substring_match_rows(rows)
 
     def _like_matches(
         self, conn: Connection, needle: str, filters: SearchFilters, page: Page
     ) -> list[MatchRow]:
-        statement = filtered_statement(_LIKE_SEARCH, filters)
+        statement = filtered_statement(
+            _SUBSTRING_SEARCH, filters, conn, candidates=_LIKE_CANDIDATES
+        )
         params: dict[str, Any] = {"needle": needle, "pattern": like_pattern(needle), **page.params}
         return substring_match_rows(conn.execute(statement, params))
 

@@ -157,7 +157,7 @@ class PostgreSQLSearch:
             **page.params,
         }
         statement = filtered_statement(
-            _WORD_SEARCH, filters, tsvector=indexed_tsvector_expression(conn)
+            _WORD_SEARCH, filters, conn, tsvector=indexed_tsvector_expression(conn)
         )
         rows = conn.execute(statement, params)
         return [match_row(*row) for row in rows]
@@ -167,7 +167,7 @@ class PostgreSQLSearch:
         if tsquery is None:
             return False
         statement = filtered_statement(
-            _ANY_WORD_MATCH, filters, tsvector=indexed_tsvector_expression(conn)
+            _ANY_WORD_MATCH, filters, conn, tsvector=indexed_tsvector_expression(conn)
         )
         return conn.execute(statement, {"tsquery": tsquery}).first() is not None
 
@@ -180,5 +180,5 @@ class PostgreSQLSearch:
             **page.params,
         }
         return substring_match_rows(
-            conn.execute(filtered_statement(_SUBSTRING_SEARCH, filters), params)
+            conn.execute(filtered_statement(_SUBSTRING_SEARCH, filters, conn), params)
         )

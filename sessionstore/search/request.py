@@ -16,12 +16,14 @@ below fit all of them. Decisions:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
 from sqlalchemy import TextClause, bindparam, text
+from sqlalchemy.engine import Connection
 
+from ..dialects import dialect_for, json_list
 from ..validation import integer
 
 MAX_ROW_COUNT: Final = 2**63 - 1
@@ -47,19 +49,24 @@ class SearchFilters:
     def matches_nothing(self) -> bool:
         return self.sources == () or self.roles == ()
 
-    def sql(self) -> str:
-        """``AND ...`` clauses to append to a ``WHERE`` (empty when nothing is filtered)."""
+    def sql(self, list_sql: Callable[[str], str]) -> str:
+        """``AND ...`` clauses to append to a ``WHERE`` (empty when nothing is filtered).
+
+        Each list is one JSON parameter (``list_sql`` is the dialect's
+        :meth:`~sessionstore.dialects.StoreDialect.json_list_sql`), so a filter of 100,000
+        values is one parameter, not 100,000 (more than PostgreSQL's protocol accepts).
+        """
         clauses = []
         if self.sources is not None:
-            clauses.append("AND s.source IN :sources")
+            clauses.append(f"AND s.source IN {list_sql('sources')}")
         if self.excluded_sources:
-            clauses.append("AND s.source NOT IN :excluded_sources")
+            clauses.append(f"AND s.source NOT IN {list_sql('excluded_sources')}")
         if self.roles is not None:
-            clauses.append("AND m.role IN :roles")
+            clauses.append(f"AND m.role IN {list_sql('roles')}")
         return " ".join(clauses)
 
     def bind(self, statement: TextClause) -> TextClause:
-        """Bind the values :meth:`sql` refers to (each list as an expanding ``IN``)."""
+        """Bind the values :meth:`sql` refers to (each list as one JSON text)."""
         values: dict[str, tuple[str, ...]] = {}
         if self.sources is not None:
             values["sources"] = self.sources
@@ -68,14 +75,17 @@ class SearchFilters:
         if self.roles is not None:
             values["roles"] = self.roles
         return statement.bindparams(
-            *(bindparam(name, value=value, expanding=True) for name, value in values.items())
+            *(bindparam(name, value=json_list(value)) for name, value in values.items())
         )
 
 
-def filtered_statement(sql_template: str, filters: SearchFilters, **fragments: str) -> TextClause:
+def filtered_statement(
+    sql_template: str, filters: SearchFilters, conn: Connection, **fragments: str
+) -> TextClause:
     """``sql_template`` with ``{filters}`` replaced by the filter clauses (values bound) and
     any other ``{name}`` by the trusted SQL text in ``fragments``."""
-    return filters.bind(text(sql_template.format(filters=filters.sql(), **fragments)))
+    list_sql = dialect_for(conn).json_list_sql
+    return filters.bind(text(sql_template.format(filters=filters.sql(list_sql), **fragments)))
 
 
 def make_page(limit: Any, offset: Any) -> Page | None:
