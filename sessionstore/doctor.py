@@ -66,6 +66,9 @@ class _Findings:
     # Every session whose tool_call_count is not the v6 count, legacy-valid ones included: what
     # an explicit recount rewrites.
     recount_tool_calls: dict[str, int] = field(default_factory=dict)
+    # Sessions whose tool_call_count matches no era's rule: the only ones a plain --fix
+    # recounts (the others' counters are history).
+    wrong_tool_counts: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -509,6 +512,7 @@ def _check_counters(conn: Connection, findings: _Findings) -> list[Check]:
                 legacy_tools.append(session_id)
             else:
                 wrong_tools.append(session_id)
+                findings.wrong_tool_counts.add(session_id)
         if session_id in wrong_messages or session_id in wrong_tools:
             fixed = tools.v6 if session_id in wrong_tools else stored_tools
             findings.wrong_counters[session_id] = (message_total, fixed)
@@ -576,7 +580,9 @@ def repair(store: Store, report: Report, *, recount_tool_calls: bool = False) ->
     if "dangling_parents" in flagged:
         actions.append(_clear_dangling_parents(store, findings.dangling_parents))
     if flagged & {"message_counts", "tool_call_counts"}:
-        actions.append(_fix_counters(store, findings.wrong_counters))
+        actions.append(
+            _fix_counters(store, findings.wrong_counters, findings.wrong_tool_counts)
+        )
     if flagged & {"fts_objects", "fts_parity", "fts_integrity"}:
         actions.append(_rebuild_search(store))
     if "wal_size" in flagged:
@@ -639,7 +645,9 @@ def _clear_dangling_parents(store: Store, session_ids: list[str]) -> str:
     return f"cleared {len(session_ids)} dangling parent id(s)"
 
 
-def _fix_counters(store: Store, wrong: dict[str, tuple[int, int]]) -> str:
+def _fix_counters(
+    store: Store, wrong: dict[str, tuple[int, int]], wrong_tools: set[str]
+) -> str:
     """Recompute and write the flagged sessions' counters in ONE write transaction.
 
     The counts ``diagnose`` saw are stale by now (a backup and any number of appends may have
@@ -647,7 +655,9 @@ def _fix_counters(store: Store, wrong: dict[str, tuple[int, int]]) -> str:
     the session rows are locked first (PostgreSQL: ``FOR UPDATE``, which waits for in-flight
     appends to those sessions, since each append bumps its session's row before inserting;
     SQLite: ``BEGIN IMMEDIATE`` already excludes every writer), then the rows are counted and
-    the counters written, so no append can fall between the count and the write."""
+    the counters written, so no append can fall between the count and the write. A
+    tool_call_count is rewritten only for sessions in ``wrong_tools`` (one that follows an
+    older Hermes rule is history, see :func:`repair`)."""
     session_ids = sorted(wrong)
 
     def run(conn: Connection) -> None:
@@ -660,7 +670,7 @@ def _fix_counters(store: Store, wrong: dict[str, tuple[int, int]]) -> str:
             for session_id in chunk:
                 message_total, tool_total = totals.get(session_id, (0, 0))
                 values: dict[str, int] = {"message_count": message_total}
-                if tool_total is not None:
+                if tool_total is not None and session_id in wrong_tools:
                     values["tool_call_count"] = tool_total
                 conn.execute(update(sessions).where(sessions.c.id == session_id).values(values))
 

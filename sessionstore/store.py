@@ -113,7 +113,7 @@ class Store:
             checkpoint_every=checkpoint_every,
             owns_engine=True,
         )
-        if not read_only:
+        if not read_only and store.dialect.connect_at_open:
             try:
                 store._connect_now()
             except BaseException:
@@ -325,7 +325,8 @@ class Store:
         if self._closed:
             return
         self._closed = True
-        with self._write_lock:
+        # Threads only: joining the writers' queue here would create its side file again.
+        with self._write_lock.threads:
             writer, self._writer = self._writer, None
             if writer is not None and self._writer_pid == os.getpid():
                 with contextlib.suppress(Exception):
@@ -384,6 +385,12 @@ class WriteLock:
         self._budget_s = budget_s
         self._depth = 0
         self._held: int | None = None
+
+    @property
+    def threads(self) -> threading.RLock:
+        """The in-process part alone, for work that must exclude this store's own threads
+        but has nothing to write (closing)."""
+        return self._threads
 
     @property
     def held(self) -> bool:

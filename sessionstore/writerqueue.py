@@ -144,12 +144,12 @@ class WriterQueue:
         if fd is None:
             return
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            if self._still_current(fd) and _same_file(fd, self.path):
-                self.path.unlink()
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            if _lock_briefly(fd):
+                if self._still_current(fd) and _same_file(fd, self.path):
+                    self.path.unlink()
+                fcntl.flock(fd, fcntl.LOCK_UN)
         except OSError:
-            pass  # busy, or already gone: the next closer tidies up
+            pass  # already gone, or stranger: the next closer tidies up
         finally:
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -212,6 +212,25 @@ class WriterQueue:
             self._give_up(error)
             return None
         raise QueueTimeout(f"waited {timeout_s:.2f}s behind other writers of this store")
+
+
+CLOSE_LOCK_TRIES = 5
+CLOSE_LOCK_PAUSE_S = 0.002
+
+
+def _lock_briefly(fd: int) -> bool:
+    """Try for a few ms to lock ``fd`` without waiting in the kernel. A waiter that gave up
+    still takes and passes on the lock once on its way out; a closing store that tried only
+    once could meet it there and leave the side file behind."""
+    for attempt in range(CLOSE_LOCK_TRIES):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if attempt + 1 < CLOSE_LOCK_TRIES:
+                time.sleep(CLOSE_LOCK_PAUSE_S)
+            continue
+        return True
+    return False
 
 
 def _same_file(fd: int, path: Path) -> bool:

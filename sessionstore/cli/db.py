@@ -38,7 +38,7 @@ from ._common import (
     store_url,
 )
 
-PRESERVING_REVISIONS = frozenset({"0004", "0007", "0008"})
+PRESERVING_REVISIONS = frozenset({"0004", "0007", "0008", "0009"})
 """Revisions whose downgrade drops only indexes (derived data, rebuilt by an upgrade). Undoing
 any other revision drops columns or tables, so a downgrade across it loses data."""
 
@@ -214,8 +214,8 @@ def db_downgrade(
 ) -> None:
     """Step the schema back to REVISION (a SQLite file is backed up first).
 
-    A downgrade that drops data (tables, or columns that hold values: every step but 0004, 0007
-    and 0008) asks first on a terminal and is refused without one unless --yes is given.
+    A downgrade that drops data (tables, or columns that hold values: every step but 0004, 0007,
+    0008 and 0009) asks first on a terminal and is refused without one unless --yes is given.
     PostgreSQL is not backed up: take a pg_dump first.
     """
     _change_schema(

@@ -38,6 +38,9 @@ class StoreDialect(Protocol):
     batch_returning_inserts: bool
     """True where many rows go best in one INSERT ... RETURNING (a server round trip each)."""
     serialize_writes_in_process: bool
+    connect_at_open: bool
+    """True where opening a store must connect at once (SQLite: the connect listener switches a
+    fresh file to WAL, which must not wait for the first write)."""
     """True where one process's threads should queue for the write lock (SQLite's single writer)."""
 
     def engine_options(self, url: URL, *, read_only: bool, busy_timeout_s: float) -> dict[str, Any]:

@@ -124,6 +124,7 @@ class PostgreSQLDialect:
     stores_nul_in_text = False
     batch_returning_inserts = True  # a round trip per row costs more than one batched statement
     serialize_writes_in_process = False
+    connect_at_open = False  # a server that is down is reported by the first call
 
     def prepare_url(self, url: URL, *, read_only: bool) -> URL:
         if url.drivername == "postgresql":

@@ -101,6 +101,7 @@ class SQLiteDialect:
     stores_nul_in_text = True
     batch_returning_inserts = False  # in-process: a row costs microseconds
     serialize_writes_in_process = True
+    connect_at_open = True  # WAL from the moment the store is open
 
     def requests_read_only(self, url: URL) -> bool:
         return str(url.query.get("mode", "")).lower() == "ro"
