@@ -133,3 +133,78 @@ def renumber_duplicate_titles() -> int:
         taken.add(new_title)
         renamed += 1
     return renamed
+
+
+REAL = sa.Double().with_variant(sa.REAL(), "sqlite")
+"""Hermes's REAL: 8 bytes on SQLite; DOUBLE PRECISION on PostgreSQL, whose REAL is 4."""
+
+
+def add_columns_if_missing(table: str, columns: list[sa.Column[object]]) -> None:
+    present = column_names(table)
+    for column in columns:
+        if column.name not in present:
+            op.add_column(table, column)
+
+
+def drop_indexes_then_columns(table: str, indexes: list[str], columns: list[str]) -> None:
+    """Drop indexes first: SQLite refuses to drop a column an index still names."""
+    for name in indexes:
+        drop_index_if_present(name, table)
+    drop_columns(table, columns)
+
+
+def create_partial_index_if_missing(
+    name: str, table: str, columns: list[str | sa.TextClause], where: str, **kwargs: object
+) -> None:
+    create_index_if_missing(
+        name,
+        table,
+        columns,
+        sqlite_where=sa.text(where),
+        postgresql_where=sa.text(where),
+        **kwargs,
+    )
+
+
+def table_is_empty(name: str) -> bool:
+    bind = op.get_bind()
+    return bind.execute(sa.text(f'SELECT 1 FROM "{name}" LIMIT 1')).first() is None
+
+
+def recreate_empty_table_in_order(table: sa.Table) -> bool:
+    """Rebuild a still-empty SQLite table so its physical column order is ``table``'s.
+
+    ``ALTER TABLE ADD COLUMN`` appends, so a store built by the chain has its columns in the
+    order they arrived, while a file the newest Hermes creates has them in its declared order
+    (and ``SELECT *`` rows, hence Hermes's dicts, follow the physical order). Only a table that
+    holds no row, has exactly the wanted columns and has never held a row (no AUTOINCREMENT
+    high-water mark) is touched, so no value can be lost; its indexes and triggers are
+    re-created from their stored SQL. Returns whether the table was rebuilt. PostgreSQL and
+    any table with rows or extra columns are left alone.
+    """
+    bind = op.get_bind()
+    if bind.dialect.name != "sqlite" or not table_exists(table.name):
+        return False
+    current = [column["name"] for column in _inspector().get_columns(table.name)]
+    wanted = [column.name for column in table.columns]
+    if current == wanted or sorted(current) != sorted(wanted) or not table_is_empty(table.name):
+        return False
+    if _inspector().has_table("sqlite_sequence"):
+        seq = bind.exec_driver_sql(
+            "SELECT 1 FROM sqlite_sequence WHERE name = ?", (table.name,)
+        ).first()
+        if seq is not None:
+            return False
+    dependents = [
+        str(row[0])
+        for row in bind.exec_driver_sql(
+            "SELECT sql FROM sqlite_master WHERE tbl_name = ? AND type IN ('index', 'trigger') "
+            "AND sql IS NOT NULL ORDER BY type = 'trigger', name",
+            (table.name,),
+        )
+    ]
+    bind.exec_driver_sql(f'DROP TABLE "{table.name}"')
+    table.create(bind)
+    for ddl in dependents:
+        bind.exec_driver_sql(ddl)
+    return True

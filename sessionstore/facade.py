@@ -14,11 +14,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import Connection, make_url
 
-from . import migrate, titles
+from . import legacy, migrate, titles
 from .config import resolve_url, sqlite_url
 from .errors import SchemaOutOfDateError
+from .records import MESSAGE_FIELDS, SESSION_FIELDS
 from .repository import NewMessage, SessionRepository, decode_json
 from .retry import RetryPolicy
 from .search import contains_cjk as _contains_cjk
@@ -67,12 +68,11 @@ class SessionDB:
         self._store = Store.open(
             resolved, read_only=read_only, retry=retry, busy_timeout_s=busy_timeout_s
         )
-        if read_only and not self._store.read(migrate.status_of).up_to_date:
-            self._store.close()
-            raise SchemaOutOfDateError(
-                "this store is not at the current schema and was opened read-only; "
-                "run `sessionstore db upgrade` first"
-            )
+        if read_only:
+            problem = self._store.read(unreadable_reason)
+            if problem is not None:
+                self._store.close()
+                raise SchemaOutOfDateError(problem)
         self._repo = SessionRepository(self._store)
 
     @staticmethod
@@ -387,6 +387,34 @@ class SessionDB:
             session = record.to_dict()
             exported.append({**session, "messages": self.get_messages(record.id)})
         return exported
+
+
+def unreadable_reason(conn: Connection) -> str | None:
+    """Why a store cannot be read as it is (None: it can).
+
+    A store at head can. So can one that is not, a Hermes file of any number included (a newer
+    one too), as long as it holds every column this release reads: read-only access changes
+    nothing, so nothing needs adopting. Otherwise the reason says what is missing and what
+    to do about it.
+    """
+    status = migrate.status_of(conn)
+    if status.up_to_date:
+        return None
+    missing = legacy.missing_for_reads(conn, SESSION_FIELDS, MESSAGE_FIELDS)
+    if not missing:
+        return None
+    shown = ", ".join(missing[:6]) + (" ..." if len(missing) > 6 else "")
+    if status.schema_version is not None and status.schema_version > legacy.NEWEST_HERMES_SCHEMA:
+        return (
+            f"this store has schema version {status.schema_version}, newer than the "
+            f"{legacy.NEWEST_HERMES_SCHEMA} this release understands, and lacks what it reads "
+            f"({shown}); a newer sessionstore is needed to read it"
+        )
+    return (
+        f"this store is at revision {status.revision or 'none'} (Hermes schema "
+        f"{status.schema_version or 'none'}) and lacks what this release reads ({shown}); "
+        "run `sessionstore db upgrade` (it keeps every row), then open it again"
+    )
 
 
 def _as_list(value: Sequence[str] | str | None) -> list[str] | None:

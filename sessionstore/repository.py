@@ -90,6 +90,11 @@ class NewMessage:
     reasoning: str | None = None
     reasoning_details: str | None = None
     codex_reasoning_items: str | None = None
+    reasoning_content: str | None = None
+    codex_message_items: str | None = None
+    platform_message_id: str | None = None
+    observed: int = 0
+    timestamp: float | None = None
     tool_call_total: int = 0
 
 
@@ -120,6 +125,11 @@ class SessionRepository:
         reasoning: Any = None,
         reasoning_details: Any = None,
         codex_reasoning_items: Any = None,
+        reasoning_content: Any = None,
+        codex_message_items: Any = None,
+        platform_message_id: Any = None,
+        observed: Any = False,
+        timestamp: Any = None,
     ) -> NewMessage:
         if content is not None and not isinstance(content, str):
             # OpenAI multi-part content (a list of parts) is kept as its JSON text.
@@ -142,6 +152,18 @@ class SessionRepository:
                 encode_json(codex_reasoning_items, "codex_reasoning_items"),
                 "codex_reasoning_items",
             ),
+            reasoning_content=self._text(reasoning_content, "reasoning_content"),
+            codex_message_items=self._text(
+                encode_json(codex_message_items, "codex_message_items"), "codex_message_items"
+            ),
+            platform_message_id=validation.optional_identifier(
+                None if platform_message_id is None else str(platform_message_id),
+                "platform_message_id",
+            ),
+            observed=1 if observed else 0,
+            timestamp=None
+            if timestamp is None
+            else validation.optional_number(timestamp, "timestamp"),
             tool_call_total=count_tool_calls(tool_calls),
         )
 
@@ -502,12 +524,17 @@ class SessionRepository:
                 "tool_calls": message.tool_calls,
                 "tool_name": message.tool_name,
                 # Strictly increasing within a batch, so (timestamp, id) order is the turn order.
-                "timestamp": now + index * 1e-6,
+                "timestamp": now + index * 1e-6 if message.timestamp is None
+                else message.timestamp,
                 "token_count": message.token_count,
                 "finish_reason": message.finish_reason,
                 "reasoning": message.reasoning,
                 "reasoning_details": message.reasoning_details,
                 "codex_reasoning_items": message.codex_reasoning_items,
+                "reasoning_content": message.reasoning_content,
+                "codex_message_items": message.codex_message_items,
+                "platform_message_id": message.platform_message_id,
+                "observed": message.observed,
             }
             for index, message in enumerate(batch)
         ]
@@ -534,6 +561,7 @@ class SessionRepository:
         role_filter: list[str] | None = None,
         limit: int = 20,
         offset: int = 0,
+        include_inactive: bool = False,
     ) -> list[SearchHit]:
         """Full-text search (see ``sessionstore.search``); any text returns a list."""
         from .search import search_messages
@@ -547,6 +575,7 @@ class SessionRepository:
                 role_filter=role_filter,
                 limit=limit,
                 offset=offset,
+                include_inactive=include_inactive,
             )
         )
 

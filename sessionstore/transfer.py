@@ -37,7 +37,7 @@ from sqlalchemy.engine import Connection
 from .errors import ImportConflictError, SessionStoreError
 from .models import messages_table as messages
 from .models import sessions_table as sessions
-from .records import MESSAGE_FIELDS, SESSION_FIELDS
+from .records import FIELD_DEFAULTS, MESSAGE_FIELDS, SESSION_FIELDS
 from .repository import SessionRepository
 from .store import Store
 
@@ -127,7 +127,7 @@ def read_records(fp: IO[str]) -> Iterator[Record]:
             raise ImportFormatError(
                 f"line {number}: bad {kind} record (missing {missing}, unknown {sorted(unknown)})"
             )
-        yield kind, {name: row.get(name) for name in expected}
+        yield kind, {name: row.get(name, FIELD_DEFAULTS.get(name)) for name in expected}
 
 
 def import_jsonl(

@@ -17,27 +17,14 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from legacy_later import HEAD_MESSAGE_NAMES, HEAD_SESSION_NAMES
 
 from sessionstore import SessionStoreError
 from sessionstore.facade import SessionDB
 
-SESSION_COLUMNS = frozenset(
-    {
-        "id", "source", "user_id", "model", "model_config", "system_prompt",
-        "parent_session_id", "started_at", "ended_at", "end_reason", "message_count",
-        "tool_call_count", "input_tokens", "output_tokens", "title", "cache_read_tokens",
-        "cache_write_tokens", "reasoning_tokens", "billing_provider", "billing_base_url",
-        "billing_mode", "estimated_cost_usd", "actual_cost_usd", "cost_status", "cost_source",
-        "pricing_version",
-    }
-)  # fmt: skip
-MESSAGE_COLUMNS = frozenset(
-    {
-        "id", "session_id", "role", "content", "tool_call_id", "tool_calls", "tool_name",
-        "timestamp", "token_count", "finish_reason", "reasoning", "reasoning_details",
-        "codex_reasoning_items",
-    }
-)  # fmt: skip
+# Newest Hermes's columns (schema v17), in its order.
+SESSION_COLUMNS = frozenset(HEAD_SESSION_NAMES)
+MESSAGE_COLUMNS = frozenset(HEAD_MESSAGE_NAMES)
 SEARCH_HIT_KEYS = frozenset(
     {
         "id", "session_id", "role", "snippet", "timestamp", "tool_name", "source", "model",

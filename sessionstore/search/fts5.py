@@ -2,7 +2,8 @@
 
 Word search is Hermes's query: ``messages_fts MATCH`` ranked by bm25 (``rank``), with
 ``snippet()``. Substring search, for CJK text the word tokenizer cannot split, uses the
-``messages_trigram`` index of revision 0007 for needles of three or more characters, and a
+``messages_fts_trigram`` index (Hermes v10's name, revision 0013)
+for needles of three or more characters, and a
 ``LIKE`` scan otherwise: for shorter needles (a trigram index cannot answer them) and on files
 without the index (a SQLite older than 3.34 at migration time).
 
@@ -30,7 +31,8 @@ from .hits import (
 from .request import Page, SearchFilters, filtered_statement
 from .sanitize import escape_like
 
-TRIGRAM_TABLE: Final = "messages_trigram"
+TRIGRAM_TABLE: Final = "messages_fts_trigram"
+"""Hermes's trigram table (revision 0013 on; 0007's ``messages_trigram`` before)."""
 TRIGRAM_MIN_CHARS: Final = 3
 """A trigram index can only answer needles of at least one trigram."""
 LIKE_ESCAPE: Final = "\\"
@@ -101,7 +103,9 @@ FROM (
            s.started_at, instr(lower(m.content), lower(:needle)) AS hit_start
     FROM messages AS m
     JOIN sessions AS s ON s.id = m.session_id
-    WHERE m.content LIKE :pattern ESCAPE '{LIKE_ESCAPE}' {{filters}}
+    WHERE (m.content LIKE :pattern ESCAPE '{LIKE_ESCAPE}'
+           OR m.tool_name LIKE :pattern ESCAPE '{LIKE_ESCAPE}'
+           OR m.tool_calls LIKE :pattern ESCAPE '{LIKE_ESCAPE}') {{filters}}
     ORDER BY m.timestamp DESC, m.id DESC
     LIMIT :limit OFFSET :offset
 ) AS page

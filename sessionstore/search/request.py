@@ -42,6 +42,9 @@ class SearchFilters:
     sources: tuple[str, ...] | None = None
     excluded_sources: tuple[str, ...] = ()
     roles: tuple[str, ...] | None = None
+    searchable_only: bool = False
+    """Leave out rewound messages (``active=0, compacted=0``); compaction-archived ones stay
+    searchable, as in Hermes (its default ``m.active = 1 OR m.compacted = 1``)."""
 
     @property
     def matches_nothing(self) -> bool:
@@ -56,6 +59,8 @@ class SearchFilters:
             clauses.append("AND s.source NOT IN :excluded_sources")
         if self.roles is not None:
             clauses.append("AND m.role IN :roles")
+        if self.searchable_only:
+            clauses.append("AND (m.active = 1 OR m.compacted = 1)")
         return " ".join(clauses)
 
     def bind(self, statement: TextClause) -> TextClause:
@@ -91,12 +96,15 @@ def make_filters(
     source_filter: Iterable[str] | None,
     exclude_sources: Iterable[str] | None,
     role_filter: Iterable[str] | None,
+    *,
+    searchable_only: bool = False,
 ) -> SearchFilters:
     excluded = _storable_values(exclude_sources, "exclude_sources")
     return SearchFilters(
         sources=_storable_values(source_filter, "source_filter"),
         excluded_sources=excluded or (),
         roles=_storable_values(role_filter, "role_filter"),
+        searchable_only=searchable_only,
     )
 
 

@@ -1,0 +1,53 @@
+"""Hermes schema v11: full-text search over content, tool name and tool calls (SQLite).
+
+Why: Hermes v11 (8d76d69d4) made a search for a command inside ``tool_calls`` (``kubectl``)
+or a tool's name (``terminal``) find the message: both FTS tables index
+``content || ' ' || tool_name || ' ' || tool_calls``. Hermes rebuilt them *inline* (a second
+copy of every message's text inside the index); newest Hermes checks only that its six
+trigger names exist, so here both tables are external-content over views computing exactly
+that text (``messages_fts_source``, ``messages_fts_trigram_source``): the same rows match, the
+same snippets come back, and an append writes the index only. The update triggers fire only
+when an indexed column changes. Whatever FTS objects the file holds (v6 external-content,
+Hermes's inline tables, a half-built set) are dropped and both indexes refilled from the rows,
+in this transaction.
+
+Downgrade returns to the v10 layout: v6's ``messages_fts`` over ``content`` and v10's trigram
+table over ``content``. PostgreSQL: nothing (word search is over ``content``; see 0008).
+
+Revision ID: 0014
+Revises: 0013
+Create Date: 2026-12-01
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from alembic import op
+
+from sessionstore._migrations import helpers, search_ddl
+
+revision: str = "0014"
+down_revision: str | None = "0013"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+SCHEMA_VERSION = 11
+
+
+def upgrade() -> None:
+    bind = op.get_bind()
+    if bind.dialect.name == "sqlite":
+        search_ddl.create_later_search_objects(
+            bind, trigram=search_ddl.sqlite_supports_trigram(bind)
+        )
+    helpers.set_schema_version(SCHEMA_VERSION)
+
+
+def downgrade() -> None:
+    bind = op.get_bind()
+    if bind.dialect.name == "sqlite":
+        search_ddl.restore_v6_search_objects(bind)
+        if search_ddl.sqlite_supports_trigram(bind):
+            search_ddl.create_v10_trigram(bind)
+    helpers.set_schema_version(SCHEMA_VERSION - 1)
