@@ -11,7 +11,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import starmap
 from typing import TYPE_CHECKING, Any
@@ -106,7 +106,11 @@ class SessionRepository:
             store.engine.dialect, batch_returning=store.dialect.batch_returning_inserts
         )
         self._load_messages = HotReads(store.engine.dialect, _MESSAGES_OF_SESSION)
+        self._load_live_messages = HotReads(store.engine.dialect, _LIVE_MESSAGES_OF_SESSION)
         self._load_conversation = HotReads(store.engine.dialect, _CONVERSATION_OF_SESSION)
+        self._load_live_conversation = HotReads(
+            store.engine.dialect, _LIVE_CONVERSATION_OF_SESSION
+        )
 
     # -- validation helpers -------------------------------------------------------------
     def _text(self, value: Any, name: str) -> str | None:
@@ -179,7 +183,12 @@ class SessionRepository:
         user_id: str | None = None,
         parent_session_id: str | None = None,
         started_at: float | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> str:
+        """Insert the session if it is new. ``extra`` holds later-Hermes columns (gateway
+        peer, cwd and git); on an existing session they fill only what is still NULL, as
+        newest Hermes's session upsert does."""
+        filled = self._extra_session_values(extra)
         values = {
             "id": validation.identifier(session_id, "session_id"),
             "source": validation.identifier(source, "source"),
@@ -191,10 +200,12 @@ class SessionRepository:
                 parent_session_id, "parent_session_id"
             ),
             "started_at": time.time() if started_at is None else float(started_at),
+            **filled,
         }
         statement = self.store.dialect.insert(sessions).values(values).on_conflict_do_nothing()
         try:
-            self.store.write(lambda conn: conn.execute(statement))
+            self.store.write(lambda conn: self._insert_or_fill(conn, statement, values["id"],
+                                                               filled))
         except IntegrityError as exc:
             raise UnknownSessionError(
                 f"parent session {parent_session_id!r} does not exist"
@@ -202,15 +213,42 @@ class SessionRepository:
         return session_id
 
     def ensure_session(self, session_id: str, source: str = "unknown",
-                       model: str | None = None) -> None:
+                       model: str | None = None,
+                       extra: Mapping[str, Any] | None = None) -> None:
+        filled = self._extra_session_values(extra)
         values = {
             "id": validation.identifier(session_id, "session_id"),
             "source": validation.identifier(source, "source"),
             "model": validation.optional_identifier(model, "model"),
             "started_at": time.time(),
+            **filled,
         }
         statement = self.store.dialect.insert(sessions).values(values).on_conflict_do_nothing()
-        self.store.write(lambda conn: conn.execute(statement))
+        self.store.write(lambda conn: self._insert_or_fill(conn, statement, values["id"], filled))
+
+    def _extra_session_values(self, extra: Mapping[str, Any] | None) -> dict[str, Any]:
+        if not extra:
+            return {}
+        unknown = sorted(set(extra) - set(EXTRA_SESSION_COLUMNS))
+        if unknown:
+            raise TypeError(f"unknown session column(s): {', '.join(unknown)}")
+        return {
+            name: self._text(None if value is None else str(value), name)
+            for name, value in extra.items()
+            if value is not None and value != ""
+        }
+
+    @staticmethod
+    def _insert_or_fill(conn: Connection, statement: Any, session_id: str,
+                        filled: Mapping[str, Any]) -> None:
+        inserted = conn.execute(statement).rowcount
+        if filled and not inserted:
+            conn.execute(
+                update(sessions)
+                .where(sessions.c.id == session_id)
+                .values({name: func.coalesce(sessions.c[name], value)
+                         for name, value in filled.items()})
+            )
 
     def end_session(self, session_id: str, end_reason: str | None) -> bool:
         """End a live session; the first end reason wins (a compression split stays one)."""
@@ -257,6 +295,7 @@ class SessionRepository:
         billing_base_url: str | None = None,
         billing_mode: str | None = None,
         absolute: bool = False,
+        api_call_count: int = 0,
     ) -> bool:
         """Add token deltas (default) or set the totals (``absolute=True``).
 
@@ -271,6 +310,7 @@ class SessionRepository:
             "cache_read_tokens": validation.integer(cache_read_tokens, "cache_read_tokens"),
             "cache_write_tokens": validation.integer(cache_write_tokens, "cache_write_tokens"),
             "reasoning_tokens": validation.integer(reasoning_tokens, "reasoning_tokens"),
+            "api_call_count": validation.integer(api_call_count, "api_call_count"),
         }
         estimated = validation.optional_number(estimated_cost_usd, "estimated_cost_usd")
         actual = validation.optional_number(actual_cost_usd, "actual_cost_usd")
@@ -339,10 +379,32 @@ class SessionRepository:
 
         return self.store.read(run)
 
-    def session_count(self, source: str | None = None) -> int:
+    def session_count(
+        self,
+        source: str | None = None,
+        *,
+        include_archived: bool = False,
+        archived_only: bool = False,
+        exclude_children: bool = False,
+        exclude_sources: Sequence[str] | None = None,
+        cwd_prefix: str | None = None,
+    ) -> int:
+        """How many sessions; archived ones only when asked (as Hermes's ``session_count``).
+
+        ``exclude_children`` counts what a picker lists (roots and branch children, no
+        subagent runs); ``cwd_prefix`` keeps sessions whose ``cwd`` starts with it.
+        """
         statement = select(func.count()).select_from(sessions)
-        if source is not None:
-            statement = statement.where(sessions.c.source == source)
+        for condition in _session_filters(
+            source=source,
+            exclude_sources=exclude_sources,
+            include_archived=include_archived,
+            archived_only=archived_only,
+            cwd_prefix=cwd_prefix,
+        ):
+            statement = statement.where(condition)
+        if exclude_children:
+            statement = statement.where(listable_condition())
         return int(self.store.read(lambda conn: conn.execute(statement).scalar_one()))
 
     def message_count(self, session_id: str | None = None) -> int:
@@ -448,6 +510,116 @@ class SessionRepository:
         return titles.next_title_in_lineage(base_title, existing)
 
     # -- lineage --------------------------------------------------------------------------
+    def compression_ancestors(self, session_id: str) -> list[str]:
+        """The sessions this one continues after compression, oldest first."""
+        if not isinstance(session_id, str) or _unbindable(session_id):
+            return []
+
+        def run(conn: Connection) -> list[str]:
+            chain: list[str] = []
+            current = session_id
+            for _ in range(MAX_LINEAGE_DEPTH):
+                parent = conn.execute(
+                    select(sessions.c.parent_session_id).where(sessions.c.id == current)
+                ).scalar()
+                if parent is None or parent in chain or parent == session_id:
+                    break
+                reason = conn.execute(
+                    select(sessions.c.end_reason).where(sessions.c.id == parent)
+                ).scalar()
+                if reason != COMPRESSION_END_REASON:
+                    break
+                chain.append(str(parent))
+                current = str(parent)
+            return list(reversed(chain))
+
+        return self.store.read(run)
+
+    def set_session_archived(self, session_id: str, archived: bool = True) -> bool:
+        """Archive (or unarchive) a session with its whole compression lineage: every session
+        reachable through a parent that ended ``'compression'``, up and down. False when the
+        session does not exist."""
+        if not isinstance(session_id, str) or _unbindable(session_id):
+            return False
+        flag = 1 if archived else 0
+
+        def run(conn: Connection) -> bool:
+            lineage = _compression_lineage(conn, session_id)
+            if not lineage:
+                return False
+            conn.execute(
+                update(sessions).where(sessions.c.id.in_(sorted(lineage))).values(archived=flag)
+            )
+            return True
+
+        return self.store.write(run)
+
+    # -- working directory and git ----------------------------------------------------------
+    def update_session_cwd(
+        self,
+        session_id: str,
+        cwd: str | None,
+        git_branch: str | None = None,
+        git_repo_root: str | None = None,
+    ) -> bool:
+        """Record where a session runs; git values are written only when non-empty."""
+        values: dict[str, Any] = {"cwd": self._text(cwd, "cwd")}
+        for name, value in (("git_branch", git_branch), ("git_repo_root", git_repo_root)):
+            if value:
+                values[name] = self._text(value, name)
+        statement = (
+            update(sessions)
+            .where(sessions.c.id == validation.identifier(session_id, "session_id"))
+            .values(values)
+        )
+        return self.store.write(lambda conn: conn.execute(statement).rowcount > 0)
+
+    def backfill_repo_roots(self, roots: Mapping[str, str]) -> int:
+        """Fill ``git_repo_root`` from ``{cwd: root}`` where it is still empty; rows changed."""
+        pairs = [
+            (validation.identifier(cwd, "cwd"), validation.identifier(root, "git_repo_root"))
+            for cwd, root in roots.items()
+            if root
+        ]
+
+        def run(conn: Connection) -> int:
+            changed = 0
+            for cwd, root in pairs:
+                changed += conn.execute(
+                    update(sessions)
+                    .where(
+                        sessions.c.cwd == cwd,
+                        or_(sessions.c.git_repo_root.is_(None), sessions.c.git_repo_root == ""),
+                    )
+                    .values(git_repo_root=root)
+                ).rowcount
+            return changed
+
+        return self.store.write(run) if pairs else 0
+
+    def distinct_session_cwds(self, include_archived: bool = False) -> list[str]:
+        statement = select(sessions.c.cwd).distinct().where(
+            sessions.c.cwd.is_not(None), sessions.c.cwd != ""
+        )
+        if not include_archived:
+            statement = statement.where(func.coalesce(sessions.c.archived, 0) == 0)
+        rows = self.store.read(lambda conn: conn.execute(statement).all())
+        return sorted(str(row[0]) for row in rows)
+
+    def has_platform_message_id(self, session_id: str, platform_message_id: str) -> bool:
+        if not all(isinstance(v, str) and not _unbindable(v)
+                   for v in (session_id, platform_message_id)):
+            return False
+        statement = (
+            select(messages.c.id)
+            .where(
+                messages.c.session_id == session_id,
+                messages.c.platform_message_id == platform_message_id,
+            )
+            .limit(1)
+        )
+        return self.store.read(lambda conn: conn.execute(statement).first() is not None)
+
     def get_compression_tip(self, session_id: str) -> str | None:
         """Follow compression continuations to the newest one (bounded walk); None if unknown."""
         if not isinstance(session_id, str) or _unbindable(session_id):
@@ -462,16 +634,32 @@ class SessionRepository:
         offset: int = 0,
         include_children: bool = False,
         project_compression_tips: bool = True,
+        *,
+        include_archived: bool = False,
+        archived_only: bool = False,
+        cwd_prefix: str | None = None,
     ) -> list[SessionListing]:
+        """Sessions newest first, as a picker shows them.
+
+        Listed by default: roots and branch children (``_branched_from`` set, or started after
+        a parent that ended ``'branched'``), never a delegate (subagent) run
+        (``_delegate_from`` set) and never an archived session; ``include_children`` lists
+        every session. ``archived_only`` lists the archived ones alone.
+        """
         if source is not None:
             source = validation.identifier(source, "source")
         excluded = [
             validation.identifier(item, "exclude_sources") for item in exclude_sources or ()
         ]
-        statement = _listing_statement(source is not None, bool(excluded), include_children)
+        prefix = validation.optional_identifier(cwd_prefix, "cwd_prefix")
+        archive = "only" if archived_only else ("all" if include_archived else "hide")
+        statement = _listing_statement(
+            source is not None, bool(excluded), include_children, archive, prefix is not None
+        )
         parameters: dict[str, Any] = {
             "source": source,
             "excluded": excluded,
+            "cwd_pattern": None if prefix is None else escape_like(prefix) + "%",
             "limit": max(int(limit), 0),
             "offset": max(int(offset), 0),
         }
@@ -579,21 +767,28 @@ class SessionRepository:
             )
         )
 
-    def get_messages(self, session_id: str) -> list[MessageRecord]:
+    def get_messages(
+        self, session_id: str, include_inactive: bool = False
+    ) -> list[MessageRecord]:
+        """The session's messages in order; rewound and compaction-archived rows only with
+        ``include_inactive``."""
         if not isinstance(session_id, str) or _unbindable(session_id):
             return []
-        load = self._load_messages
+        load = self._load_messages if include_inactive else self._load_live_messages
         return self.store.read(
             lambda conn: list(
                 starmap(MessageRecord, load.rows(conn, {"session_id": session_id}))
             )
         )
 
-    def get_conversation(self, session_id: str) -> list[ConversationRow]:
-        """Only the columns needed to replay a session to a model, in order."""
+    def get_conversation(
+        self, session_id: str, include_inactive: bool = False
+    ) -> list[ConversationRow]:
+        """Only the columns needed to replay a session to a model, in order (live rows only,
+        unless ``include_inactive``)."""
         if not isinstance(session_id, str) or _unbindable(session_id):
             return []
-        load = self._load_conversation
+        load = self._load_conversation if include_inactive else self._load_live_conversation
         return self.store.read(
             lambda conn: list(
                 map(ConversationRow._make, load.rows(conn, {"session_id": session_id}))
@@ -614,18 +809,47 @@ class SessionRepository:
         self.store.write(run)
 
     def delete_session(self, session_id: str) -> bool:
-        """Delete a session and its messages; its children are kept, orphaned."""
+        """Delete a session and its messages, with its delegate (subagent) children, as newest
+        Hermes does; every other child (branch, compression continuation, untagged) is kept,
+        orphaned."""
         if not isinstance(session_id, str) or _unbindable(session_id):
             return False
+        return self.delete_sessions([session_id]) > 0
 
-        def run(conn: Connection) -> bool:
-            exists = conn.execute(select(sessions.c.id).where(sessions.c.id == session_id))
-            if exists.first() is None:
-                return False
-            _delete_sessions(conn, [session_id])
-            return True
+    def delete_sessions(self, session_ids: Sequence[str]) -> int:
+        """Delete these sessions (and their delegate children, recursively); how many of the
+        given ids existed."""
+        wanted = [item for item in session_ids if isinstance(item, str) and not _unbindable(item)]
+        if not wanted:
+            return 0
+
+        def run(conn: Connection) -> int:
+            found = [
+                str(row[0])
+                for row in conn.execute(select(sessions.c.id).where(sessions.c.id.in_(wanted)))
+            ]
+            doomed = [*found, *_delegate_descendants(conn, found)]
+            for start in range(0, len(doomed), 500):
+                _delete_sessions(conn, doomed[start : start + 500])
+            return len(found)
 
         return self.store.write(run)
+
+    def recount(self, conn: Connection, session_id: str) -> None:
+        """Set a session's counters to those of its live rows."""
+        rows = conn.execute(
+            select(messages.c.tool_calls).where(
+                messages.c.session_id == session_id, messages.c.active == 1
+            )
+        ).all()
+        tool_calls = sum(
+            count_tool_calls(decode_json(row[0], "tool_calls", None, None)) for row in rows
+        )
+        conn.execute(
+            update(sessions)
+            .where(sessions.c.id == session_id)
+            .values(message_count=len(rows), tool_call_count=tool_calls)
+        )
 
     def prune_sessions(self, older_than_days: float = 90, source: str | None = None) -> int:
         """Delete ended sessions started before the cutoff; never a live one."""
@@ -684,6 +908,9 @@ _CONVERSATION_OF_SESSION = (
     .order_by(messages.c.timestamp, messages.c.id)
 )
 
+_LIVE_MESSAGES_OF_SESSION = _MESSAGES_OF_SESSION.where(messages.c.active == 1)
+_LIVE_CONVERSATION_OF_SESSION = _CONVERSATION_OF_SESSION.where(messages.c.active == 1)
+
 
 def _one_session(row: Row[Any] | None) -> SessionRecord | None:
     return None if row is None else SessionRecord._make(row)
@@ -741,7 +968,9 @@ _RICH_SELECT_BY_IDS = _RICH_SELECT.where(sessions.c.id.in_(bindparam("ids", expa
 
 
 @functools.cache
-def _listing_statement(by_source: bool, excluding: bool, include_children: bool) -> Select[Any]:
+def _listing_statement(
+    by_source: bool, excluding: bool, include_children: bool, archive: str, by_cwd: bool
+) -> Select[Any]:
     """One prebuilt statement per filter shape; the values are bound at execution."""
     statement = _RICH_SELECT
     if by_source:
@@ -751,7 +980,13 @@ def _listing_statement(by_source: bool, excluding: bool, include_children: bool)
             sessions.c.source.not_in(bindparam("excluded", expanding=True))
         )
     if not include_children:
-        statement = statement.where(sessions.c.parent_session_id.is_(None))
+        statement = statement.where(listable_condition())
+    if archive == "hide":
+        statement = statement.where(func.coalesce(sessions.c.archived, 0) == 0)
+    elif archive == "only":
+        statement = statement.where(sessions.c.archived == 1)
+    if by_cwd:
+        statement = statement.where(sessions.c.cwd.like(bindparam("cwd_pattern"), escape="\\"))
     return (
         statement.order_by(sessions.c.started_at.desc(), sessions.c.id)
         .limit(bindparam("limit"))
@@ -798,6 +1033,158 @@ def _project(root: SessionListing, tip: SessionListing) -> SessionListing:
     )
 
 
+# A JSON marker is looked for in model_config's text: portable across SQLite and PostgreSQL,
+# and a malformed model_config (the files hold some) cannot make the query fail, as
+# json_extract would. The key's quotes keep it from matching inside another key or value.
+BRANCH_MARKER = "_branched_from"
+DELEGATE_MARKER = "_delegate_from"
+TOOL_SOURCE = "tool"
+BRANCHED_END_REASON = "branched"
+
+
+def _marker_pattern(marker: str) -> str:
+    return '%"' + escape_like(marker) + '"%'
+
+
+def _has_marker_sql(alias: str, marker: str) -> str:
+    pattern = _marker_pattern(marker).replace("'", "''")
+    return f"COALESCE({alias}.model_config, '') LIKE '{pattern}' ESCAPE '\\'"
+
+
+def _not_a_fork(alias: str) -> str:
+    """SQL: the session ``alias`` is not a branch, not a delegate run and not a tool run, so a
+    compression tip may move to it."""
+    return (
+        f"NOT ({_has_marker_sql(alias, BRANCH_MARKER)}) "
+        f"AND NOT ({_has_marker_sql(alias, DELEGATE_MARKER)}) "
+        f"AND COALESCE({alias}.source, '') <> '{TOOL_SOURCE}'"
+    )
+
+
+def has_marker(marker: str, table: Any = sessions) -> ColumnElement[bool]:
+    return func.coalesce(table.c.model_config, "").like(_marker_pattern(marker), escape="\\")
+
+
+def listable_condition() -> ColumnElement[bool]:
+    """Roots and branch children, without delegate runs: what Hermes's pickers list."""
+    parent = sessions.alias("listed_parent")
+    branched_parent = (
+        select(parent.c.id)
+        .where(
+            parent.c.id == sessions.c.parent_session_id,
+            parent.c.end_reason == BRANCHED_END_REASON,
+            sessions.c.started_at >= parent.c.ended_at,
+        )
+        .correlate(sessions)
+        .exists()
+    )
+    return and_(
+        or_(sessions.c.parent_session_id.is_(None), has_marker(BRANCH_MARKER), branched_parent),
+        ~has_marker(DELEGATE_MARKER),
+    )
+
+
+def _session_filters(
+    *,
+    source: str | None,
+    exclude_sources: Sequence[str] | None,
+    include_archived: bool,
+    archived_only: bool,
+    cwd_prefix: str | None,
+) -> list[ColumnElement[bool]]:
+    conditions: list[ColumnElement[bool]] = []
+    if source is not None:
+        conditions.append(sessions.c.source == validation.identifier(source, "source"))
+    excluded = [validation.identifier(item, "exclude_sources") for item in exclude_sources or ()]
+    if excluded:
+        conditions.append(sessions.c.source.not_in(excluded))
+    if archived_only:
+        conditions.append(sessions.c.archived == 1)
+    elif not include_archived:
+        conditions.append(func.coalesce(sessions.c.archived, 0) == 0)
+    if cwd_prefix is not None:
+        prefix = validation.identifier(cwd_prefix, "cwd_prefix")
+        conditions.append(sessions.c.cwd.like(escape_like(prefix) + "%", escape="\\"))
+    return conditions
+
+
+def _delegate_descendants(conn: Connection, parents: Sequence[str]) -> list[str]:
+    """Delegate children of ``parents``, recursively: sessions whose ``_delegate_from`` names
+    one of them, or whose parent is one of them and which carry any ``_delegate_from``. The
+    parents themselves are never collected."""
+    visited = set(parents)
+    frontier = set(parents)
+    found: list[str] = []
+    while frontier:
+        rows = conn.execute(
+            select(sessions.c.id, sessions.c.parent_session_id, sessions.c.model_config).where(
+                has_marker(DELEGATE_MARKER),
+                or_(
+                    sessions.c.parent_session_id.in_(sorted(frontier)),
+                    *(
+                        sessions.c.model_config.like(f"%{escape_like(parent)}%", escape="\\")
+                        for parent in sorted(frontier)
+                    ),
+                ),
+            )
+        ).all()
+        next_frontier: set[str] = set()
+        for session_id, parent_id, config in rows:
+            if session_id in visited:
+                continue
+            marker = _json_object(config).get(DELEGATE_MARKER)
+            if marker in frontier or (parent_id in frontier and marker is not None):
+                visited.add(session_id)
+                next_frontier.add(session_id)
+                found.append(str(session_id))
+        frontier = next_frontier
+    return found
+
+
+def _compression_lineage(conn: Connection, session_id: str) -> set[str]:
+    """The session and every session linked to it by a compression edge, either way."""
+    rows = conn.execute(
+        select(sessions.c.id, sessions.c.parent_session_id, sessions.c.end_reason)
+    ).all()
+    by_id = {str(row[0]): row for row in rows}
+    if session_id not in by_id:
+        return set()
+    children: dict[str, list[str]] = {}
+    for row in rows:
+        if row[1] is not None:
+            children.setdefault(str(row[1]), []).append(str(row[0]))
+    lineage = {session_id}
+    pending = [session_id]
+    while pending and len(lineage) <= MAX_LINEAGE_DEPTH * 100:
+        current = pending.pop()
+        row = by_id[current]
+        linked: list[str] = []
+        parent = by_id.get(str(row[1])) if row[1] is not None else None
+        if parent is not None and parent[2] == COMPRESSION_END_REASON:
+            linked.append(str(parent[0]))
+        if row[2] == COMPRESSION_END_REASON:
+            linked += children.get(current, [])
+        for other in linked:
+            if other not in lineage:
+                lineage.add(other)
+                pending.append(other)
+    return lineage
+
+
+def _json_object(raw: Any) -> dict[str, Any]:
+    try:
+        value = json.loads(raw) if isinstance(raw, str) and raw else {}
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+EXTRA_SESSION_COLUMNS = (
+    "session_key", "chat_id", "chat_type", "thread_id", "cwd", "git_branch", "git_repo_root",
+)  # fmt: skip
+"""Later-Hermes session columns ``create_session``/``ensure_session`` accept as keywords."""
+
+
 # Every root's chain of compression continuations, walked in one recursive query (one round
 # trip for a whole page of roots). A continuation is the newest child that started at or after
 # its parent ended with 'compression'; depth is bounded so a corrupt cycle cannot loop forever.
@@ -817,6 +1204,7 @@ WITH RECURSIVE chain(root, id, depth) AS (
       AND child.id = (
           SELECT newest.id FROM sessions AS newest
           WHERE newest.parent_session_id = parent.id AND newest.started_at >= parent.ended_at
+            AND {_not_a_fork("newest")}
           ORDER BY newest.started_at DESC, newest.id DESC
           LIMIT 1
       )
