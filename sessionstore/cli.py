@@ -687,7 +687,7 @@ def db_copy(
     target_state = CliState(urls[-1], state.debug)
     target_url = _url(target_state)
     with _open_store(state) as source:
-        total = SessionRepository(source).session_count()
+        total = SessionRepository(source).session_count(include_archived=True)
     # The URL as given: the open store's own URL carries the read-only rewrite.
     source_url = _full(_url(state))
     with _progress("copying", total) as advance:
@@ -730,6 +730,9 @@ def sessions_list(
     children: Annotated[
         bool, typer.Option("--children", help="Include child sessions (subagents).")
     ] = False,
+    archived: Annotated[
+        bool, typer.Option("--archived", help="Include archived sessions.")
+    ] = False,
     limit: Annotated[int, typer.Option(min=0, help="At most this many sessions.")] = 20,
     offset: Annotated[int, typer.Option(min=0, help="Skip this many first.")] = 0,
     as_json: JsonOption = False,
@@ -742,6 +745,7 @@ def sessions_list(
             limit=limit,
             offset=offset,
             include_children=children,
+            include_archived=archived,
         )
         if as_json:
             _print_json([listing.to_dict() for listing in listings])
@@ -1031,7 +1035,7 @@ def export(
         total = (
             len(session_ids)
             if session_ids is not None
-            else SessionRepository(store).session_count(source)
+            else SessionRepository(store).session_count(source, include_archived=True)
         )
         with _progress("exporting", total) as advance:
             if output is None:

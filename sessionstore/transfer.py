@@ -156,7 +156,7 @@ def copy_store(
 ) -> TransferResult:
     """Copy every session and message from ``source`` into ``target``; safe to re-run."""
     result = write_records(target, iter_records(source), on_conflict="merge", progress=progress)
-    expected_sessions = SessionRepository(source).session_count()
+    expected_sessions = SessionRepository(source).session_count(include_archived=True)
     expected_messages = SessionRepository(source).message_count()
     present = _count_present(target, source)
     if present != (expected_sessions, expected_messages):

@@ -10,6 +10,7 @@ All inspection goes through plain `sqlite3`.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from legacy_later import (
     HEAD_VERSION,
     HERMES_FTS_TRIGGERS,
     LATER_ARCHIVED,
+    LATER_BRANCH,
     LATER_DELEGATE,
     LATER_ROOT,
     build_later_db,
@@ -199,3 +201,43 @@ def test_v17_file_reads_without_an_upgrade(tmp_path: Path) -> None:
         assert db.get_session(LATER_ARCHIVED) is not None
         assert db.search_messages("kubectl")
     assert path.read_bytes() == original
+
+
+@pytest.mark.postgresql
+def test_v17_file_round_trip_into_postgresql(tmp_path: Path, empty_pg_url: str) -> None:
+    """Adopt a current Hermes file, write to it, export it, import it into PostgreSQL."""
+    import io
+
+    from sessionstore.records import MESSAGE_FIELDS, SESSION_FIELDS
+    from sessionstore.store import Store
+    from sessionstore.transfer import export_jsonl, import_jsonl
+
+    path = tmp_path / "state.db"
+    build_later_db(path, 17)
+    with SessionDB(path) as db:  # adopts the file on open
+        db.append_message(LATER_ROOT, "assistant", "written by sessionstore 写入",
+                          reasoning_content="", platform_message_id="tg-2002")  # fmt: skip
+        db.rewind_to_message(LATER_ROOT, db.list_recent_user_messages(LATER_ROOT)[0]["id"])
+        db.set_session_archived(LATER_BRANCH)
+        db.update_token_counts(LATER_ROOT, api_call_count=2)
+        exported = io.StringIO()
+        export_jsonl(db.store, exported)
+        sqlite_sessions = db.export_all()
+    migrate.upgrade(empty_pg_url)
+    with Store.open(empty_pg_url) as target:
+        exported.seek(0)
+        import_jsonl(target, exported)
+    with SessionDB(url=empty_pg_url) as pg:
+        pg_sessions = pg.export_all()
+        assert [s["id"] for s in pg_sessions] == [s["id"] for s in sqlite_sessions]
+        for ours, theirs in zip(sqlite_sessions, pg_sessions, strict=True):
+            assert {k: ours[k] for k in SESSION_FIELDS} == {k: theirs[k] for k in SESSION_FIELDS}
+            assert [{k: m[k] for k in MESSAGE_FIELDS} for m in ours["messages"]] == [
+                {k: m[k] for k in MESSAGE_FIELDS} for m in theirs["messages"]
+            ]
+        # The later state means the same there: rewound rows hidden, archived sessions too.
+        assert "rewoundword" not in json.dumps(pg.get_messages_as_conversation(LATER_ROOT))
+        assert pg.search_messages("compactedword")
+        assert not pg.search_messages("rewoundword")
+        assert LATER_BRANCH not in {row["id"] for row in pg.list_sessions_rich(limit=100)}
+        assert LATER_DELEGATE not in {row["id"] for row in pg.list_sessions_rich(limit=100)}
