@@ -111,6 +111,13 @@ class SessionRepository:
         self._load_live_conversation = HotReads(
             store.engine.dialect, _LIVE_CONVERSATION_OF_SESSION
         )
+        self._hot_listings: dict[Select[Any], HotReads] = {}
+
+    def _hot_listing(self, statement: Select[Any]) -> HotReads:
+        hot = self._hot_listings.get(statement)
+        if hot is None:
+            hot = self._hot_listings[statement] = HotReads(self.store.engine.dialect, statement)
+        return hot
 
     # -- validation helpers -------------------------------------------------------------
     def _text(self, value: Any, name: str) -> str | None:
@@ -664,8 +671,15 @@ class SessionRepository:
             "offset": max(int(offset), 0),
         }
 
+        # Without an expanding IN list the page is read on the driver cursor: the row is 41
+        # columns wide since Hermes v17, and SQLAlchemy's per-row processing showed.
+        hot = None if excluded else self._hot_listing(statement)
+
         def run(conn: Connection) -> list[SessionListing]:
-            listings = [_listing(row) for row in conn.execute(statement, parameters)]
+            rows = hot.rows(conn, parameters) if hot is not None else conn.execute(
+                statement, parameters
+            )
+            listings = [_listing(row) for row in rows]
             if not project_compression_tips:
                 return listings
             roots = [
@@ -1001,7 +1015,7 @@ def _preview(raw: str | None) -> str:
     return text[:PREVIEW_LENGTH] + ("..." if len(text) > PREVIEW_LENGTH else "")
 
 
-def _listing(row: Row[Any]) -> SessionListing:
+def _listing(row: Sequence[Any]) -> SessionListing:
     width = len(SESSION_FIELDS)
     return SessionListing(
         session=SessionRecord._make(tuple(row)[:width]),
