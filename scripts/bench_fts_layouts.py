@@ -87,11 +87,14 @@ def build(path: Path, layout: str) -> sqlite3.Connection:
     return conn
 
 
-def corpus(count: int, cjk_share: float, seed: int = 17) -> list[tuple[str, str | None, str | None]]:
+Row = tuple[str, str | None, str | None]
+
+
+def corpus(count: int, cjk_share: float, seed: int = 17) -> list[Row]:
     rng = random.Random(seed)
     words = ["deploy", "alembic", "kubectl", "migration", "search", "index", "agent", "turn"]
     cjk = ["数据库", "迁移", "部署到集群", "日本語のテスト", "한국어 메시지"]
-    rows: list[tuple[str, str | None, str | None]] = []
+    rows: list[Row] = []
     for n in range(count):
         text = " ".join(rng.choice(words) for _ in range(rng.randint(8, 60)))
         if rng.random() < cjk_share:
@@ -107,7 +110,7 @@ def corpus(count: int, cjk_share: float, seed: int = 17) -> list[tuple[str, str 
 LAYOUTS = ("hermes-v6", "hermes-v11", "sessionstore")
 
 
-def append_turns(conn: sqlite3.Connection, rows: list[tuple[str, str | None, str | None]]) -> float:
+def append_turns(conn: sqlite3.Connection, rows: list[Row]) -> float:
     """Seconds to append ``rows`` as turns of four messages, one transaction each."""
     started = time.perf_counter()
     for start in range(0, len(rows), 4):
