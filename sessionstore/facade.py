@@ -535,11 +535,14 @@ class SessionDB:
         role_filter: Sequence[str] | None = None,
         limit: int = 20,
         offset: int = 0,
+        sort: str | None = None,
         include_inactive: bool = False,
     ) -> list[dict[str, Any]]:
         """Full-text search; any user text returns a list (possibly empty), never raises.
 
         Compaction-archived messages are found; rewound ones only with ``include_inactive``.
+        ``sort`` is None (best match first), ``'newest'`` or ``'oldest'``; any other value
+        is a ValueError (a programming error, not user text).
         """
         if not isinstance(query, str):
             return []
@@ -553,6 +556,7 @@ class SessionDB:
                 limit=limit,
                 offset=offset,
                 include_inactive=include_inactive,
+                sort=sort,
             )
         ]
 

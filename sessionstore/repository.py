@@ -764,6 +764,7 @@ class SessionRepository:
         limit: int = 20,
         offset: int = 0,
         include_inactive: bool = False,
+        sort: str | None = None,
     ) -> list[SearchHit]:
         """Full-text search (see ``sessionstore.search``); any text returns a list."""
         from .search import search_messages
@@ -778,6 +779,7 @@ class SessionRepository:
                 limit=limit,
                 offset=offset,
                 include_inactive=include_inactive,
+                sort=sort,
             )
         )
 

@@ -598,3 +598,20 @@ def test_v16_backfill_tags_delegates_like_hermes(tmp_path: Path) -> None:
     assert configs["orphan"] == "not json", "malformed JSON is kept as it is"
     assert json.loads(configs["toolrun"]) == {"k": 1, "_delegate_from": "__orphaned__"}
     assert configs["p"] is None, "a titled root with children is left alone"
+
+
+@pytest.mark.parametrize(("sort", "expected"), [("newest", ["c", "b", "a"]),
+                                                ("oldest", ["a", "b", "c"])])  # fmt: skip
+def test_search_sort_by_time(db: SessionDB, sort: str, expected: list[str]) -> None:
+    db.create_session("s", "cli")
+    ids = {}
+    for name, when, text in (("a", 10.0, "ocelot"), ("b", 20.0, "ocelot ocelot ocelot"),
+                             ("c", 30.0, "ocelot once")):  # fmt: skip
+        ids[db.append_message("s", "user", text, timestamp=when)] = name
+    hits = db.search_messages("ocelot", sort=sort)
+    assert [ids[hit["id"]] for hit in hits] == expected
+    cjk = {db.append_message("s", "user", f"数据库{n}", timestamp=40.0 + n): n for n in range(3)}
+    cjk_hits = [cjk[hit["id"]] for hit in db.search_messages("数据库", sort=sort)]
+    assert cjk_hits == (sorted(cjk_hits, reverse=sort == "newest"))
+    with pytest.raises(ValueError):
+        db.search_messages("ocelot", sort="sideways")

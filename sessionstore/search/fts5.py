@@ -52,7 +52,7 @@ FROM messages_fts
 JOIN messages AS m ON m.id = messages_fts.rowid
 JOIN sessions AS s ON s.id = m.session_id
 WHERE messages_fts MATCH :query {{filters}}
-ORDER BY messages_fts.rank
+ORDER BY {{order}}
 LIMIT :limit OFFSET :offset
 """
 
@@ -79,7 +79,7 @@ FROM {TRIGRAM_TABLE}
 JOIN messages AS m ON m.id = {TRIGRAM_TABLE}.rowid
 JOIN sessions AS s ON s.id = m.session_id
 WHERE {TRIGRAM_TABLE} MATCH :phrase {{filters}}
-ORDER BY m.timestamp DESC, m.id DESC
+ORDER BY {{order}}
 LIMIT :limit OFFSET :offset
 """
 
@@ -106,11 +106,11 @@ FROM (
     WHERE (m.content LIKE :pattern ESCAPE '{LIKE_ESCAPE}'
            OR m.tool_name LIKE :pattern ESCAPE '{LIKE_ESCAPE}'
            OR m.tool_calls LIKE :pattern ESCAPE '{LIKE_ESCAPE}') {{filters}}
-    ORDER BY m.timestamp DESC, m.id DESC
+    ORDER BY {{order}}
     LIMIT :limit OFFSET :offset
 ) AS page
 JOIN messages AS m ON m.id = page.id
-ORDER BY page.timestamp DESC, page.id DESC
+ORDER BY {{page_order}}
 """
 
 
@@ -120,7 +120,9 @@ class FTS5Search:
     def word_matches(
         self, conn: Connection, query: str, filters: SearchFilters, page: Page
     ) -> list[MatchRow]:
-        statement = filtered_statement(_WORD_SEARCH, filters)
+        statement = filtered_statement(
+            _WORD_SEARCH, filters, order=filters.order("messages_fts.rank")
+        )
         try:
             rows = conn.execute(statement, {"query": query, **_MARKERS, **page.params}).all()
         except OperationalError as exc:
@@ -154,7 +156,7 @@ class FTS5Search:
         self, conn: Connection, needle: str, filters: SearchFilters, page: Page
     ) -> list[MatchRow] | None:
         """Hits from the trigram index; None when this SQLite cannot read the index."""
-        statement = filtered_statement(_TRIGRAM_SEARCH, filters)
+        statement = filtered_statement(_TRIGRAM_SEARCH, filters, order=filters.time_order())
         params = {"phrase": fts5_phrase(needle), **_MARKERS, **page.params}
         try:
             rows = conn.execute(statement, params).all()
@@ -168,7 +170,9 @@ class FTS5Search:
     def _like_matches(
         self, conn: Connection, needle: str, filters: SearchFilters, page: Page
     ) -> list[MatchRow]:
-        statement = filtered_statement(_LIKE_SEARCH, filters)
+        statement = filtered_statement(
+            _LIKE_SEARCH, filters, order=filters.time_order(), page_order=filters.time_order("page")
+        )
         params: dict[str, Any] = {"needle": needle, "pattern": like_pattern(needle), **page.params}
         return substring_match_rows(conn.execute(statement, params))
 

@@ -86,7 +86,7 @@ FROM (
     FROM messages AS m
     JOIN sessions AS s ON s.id = m.session_id
     WHERE {{tsvector}} @@ {_TSQUERY} {{filters}}
-    ORDER BY score DESC, m.id
+    ORDER BY {{order}}
     LIMIT :limit OFFSET :offset
 ) AS page
 JOIN messages AS m ON m.id = page.id
@@ -99,7 +99,7 @@ CROSS JOIN LATERAL (
     SELECT replace(replace(headline.text, :mark_start, ''), :mark_end, '') AS text
 ) AS plain
 CROSS JOIN LATERAL (SELECT strpos(m.content, plain.text) AS start) AS fragment
-ORDER BY page.score DESC, page.id
+ORDER BY {{page_order}}
 """
 
 _ANY_WORD_MATCH: Final = f"""
@@ -129,13 +129,13 @@ FROM (
     FROM messages AS m
     JOIN sessions AS s ON s.id = m.session_id
     WHERE m.content ILIKE :pattern ESCAPE '{LIKE_ESCAPE}' {{filters}}
-    ORDER BY m.timestamp DESC, m.id DESC
+    ORDER BY {{order}}
     LIMIT :limit OFFSET :offset
 ) AS page
 JOIN messages AS m ON m.id = page.id
 JOIN sessions AS s ON s.id = m.session_id
 CROSS JOIN LATERAL (SELECT strpos(lower(m.content), lower(:needle)) AS start) AS hit
-ORDER BY m.timestamp DESC, m.id DESC
+ORDER BY {{order}}
 """
 
 
@@ -157,7 +157,11 @@ class PostgreSQLSearch:
             **page.params,
         }
         statement = filtered_statement(
-            _WORD_SEARCH, filters, tsvector=indexed_tsvector_expression(conn)
+            _WORD_SEARCH,
+            filters,
+            tsvector=indexed_tsvector_expression(conn),
+            order=filters.order("score DESC, m.id"),
+            page_order=filters.order("page.score DESC, page.id"),
         )
         rows = conn.execute(statement, params)
         return [match_row(*row) for row in rows]
@@ -180,5 +184,8 @@ class PostgreSQLSearch:
             **page.params,
         }
         return substring_match_rows(
-            conn.execute(filtered_statement(_SUBSTRING_SEARCH, filters), params)
+            conn.execute(
+                filtered_statement(_SUBSTRING_SEARCH, filters, order=filters.time_order()),
+                params,
+            )
         )

@@ -25,6 +25,7 @@ from sqlalchemy import TextClause, bindparam, text
 from ..validation import integer
 
 MAX_ROW_COUNT: Final = 2**63 - 1
+SORT_ORDERS: Final = (None, "newest", "oldest")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,8 @@ class SearchFilters:
     sources: tuple[str, ...] | None = None
     excluded_sources: tuple[str, ...] = ()
     roles: tuple[str, ...] | None = None
+    sort: str | None = None
+    """None: best match first (substring hits: newest first); 'newest' or 'oldest': by time."""
     searchable_only: bool = False
     """Leave out rewound messages (``active=0, compacted=0``); compaction-archived ones stay
     searchable, as in Hermes (its default ``m.active = 1 OR m.compacted = 1``)."""
@@ -49,6 +52,16 @@ class SearchFilters:
     @property
     def matches_nothing(self) -> bool:
         return self.sources == () or self.roles == ()
+
+    def order(self, relevance: str, alias: str = "m") -> str:
+        """The ORDER BY of a word search: ``relevance`` unless a time order was asked for."""
+        if self.sort is None:
+            return relevance
+        return self.time_order(alias)
+
+    def time_order(self, alias: str = "m") -> str:
+        direction = "ASC" if self.sort == "oldest" else "DESC"
+        return f"{alias}.timestamp {direction}, {alias}.id {direction}"
 
     def sql(self) -> str:
         """``AND ...`` clauses to append to a ``WHERE`` (empty when nothing is filtered)."""
@@ -98,13 +111,17 @@ def make_filters(
     role_filter: Iterable[str] | None,
     *,
     searchable_only: bool = False,
+    sort: str | None = None,
 ) -> SearchFilters:
+    if sort not in SORT_ORDERS:
+        raise ValueError(f"sort must be one of None, 'newest', 'oldest', not {sort!r}")
     excluded = _storable_values(exclude_sources, "exclude_sources")
     return SearchFilters(
         sources=_storable_values(source_filter, "source_filter"),
         excluded_sources=excluded or (),
         roles=_storable_values(role_filter, "role_filter"),
         searchable_only=searchable_only,
+        sort=sort,
     )
 
 

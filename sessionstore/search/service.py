@@ -88,6 +88,7 @@ def search_messages(
     limit: int = 20,
     offset: int = 0,
     include_inactive: bool = False,
+    sort: str | None = None,
 ) -> list[SearchHit]:
     """Messages matching ``query``: FTS5 query syntax, any text accepted (see ``sanitize``).
 
@@ -98,6 +99,8 @@ def search_messages(
     and filters that are not lists of ``str`` (see :mod:`.request` for the filter rules).
     Database failures (locked, unreachable) propagate; the caller's store handles them.
     Rewound messages (``active=0, compacted=0``) are left out unless ``include_inactive``.
+    ``sort`` ``'newest'``/``'oldest'`` orders word hits by time instead of relevance
+    (substring hits are newest first unless ``'oldest'``); any other value is a ValueError.
     """
     if not isinstance(query, str):
         raise TypeError(f"query must be a str, not {type(query).__name__}")
@@ -107,6 +110,7 @@ def search_messages(
         exclude_sources,
         role_filter,
         searchable_only=not include_inactive and has_message_states(conn),
+        sort=sort,
     )
     sanitized = sanitize_fts5_query(query)
     if page is None or filters.matches_nothing or not sanitized:
