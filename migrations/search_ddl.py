@@ -263,7 +263,8 @@ def _pg_has_tsv_column(bind: sa.engine.Connection) -> bool:
 def pg_search_indexes(bind: sa.engine.Connection) -> tuple[str, ...]:
     """The PostgreSQL search indexes this database should have at its current revision."""
     word_index = PG_TSV_COLUMN_INDEX if _pg_has_tsv_column(bind) else PG_TSV_INDEX
-    return (word_index, PG_TRGM_INDEX)
+    substring_index = PG_LATER_TRGM_INDEX if uses_later_layout(bind) else PG_TRGM_INDEX
+    return (word_index, substring_index)
 
 
 def repair_search_objects(bind: sa.engine.Connection) -> None:
@@ -276,6 +277,9 @@ def repair_search_objects(bind: sa.engine.Connection) -> None:
         return
     bind.exec_driver_sql(PG_CREATE_TRGM_EXTENSION)
     bind.exec_driver_sql(PG_CREATE_TSV_COLUMN_INDEX)
+    if uses_later_layout(bind):
+        bind.exec_driver_sql(PG_CREATE_LATER_TRGM_INDEX)
+        return
     bind.exec_driver_sql(PG_CREATE_TRGM_INDEX)
 
 
@@ -456,3 +460,52 @@ def uses_later_layout(bind: sa.engine.Connection) -> bool:
 
 
 LATER_LAYOUT_FROM = 14
+
+
+# --------------------------------------------------------------------------------------------
+# PostgreSQL at Hermes v11 (revision 0014): word and substring search over the same text as
+# SQLite's, content || tool name || tool calls. The stored tsvector is recomputed from it and
+# the pg_trgm index moves from ``content`` to it (one trigram index, not two).
+# --------------------------------------------------------------------------------------------
+def pg_indexed_text(alias: str | None = None) -> str:
+    """The indexed text; search queries name the table (``m``), the index does not."""
+    prefix = f"{alias}." if alias else ""
+    return (
+        f"(coalesce({prefix}content, '') || ' ' || coalesce({prefix}tool_name, '') || ' ' || "
+        f"coalesce({prefix}tool_calls, ''))"
+    )
+
+
+PG_INDEXED_TEXT = pg_indexed_text()
+PG_LATER_TSV_EXPRESSION = (
+    f"to_tsvector('simple'::regconfig, left({PG_INDEXED_TEXT}, 200000))"
+)
+PG_LATER_TRGM_INDEX = "ix_messages_indexed_text_trgm"
+PG_CREATE_LATER_TRGM_INDEX = (
+    f"CREATE INDEX IF NOT EXISTS {PG_LATER_TRGM_INDEX} ON messages "
+    f"USING gin ({PG_INDEXED_TEXT} gin_trgm_ops)"
+)
+
+
+def _pg_replace_tsv_column(bind: sa.engine.Connection, expression: str) -> None:
+    bind.exec_driver_sql(f"DROP INDEX IF EXISTS {PG_TSV_COLUMN_INDEX}")
+    bind.exec_driver_sql(f"ALTER TABLE messages DROP COLUMN IF EXISTS {PG_TSV_COLUMN}")
+    bind.exec_driver_sql(
+        f"ALTER TABLE messages ADD COLUMN {PG_TSV_COLUMN} tsvector "
+        f"GENERATED ALWAYS AS ({expression}) STORED"
+    )
+    bind.exec_driver_sql(PG_CREATE_TSV_COLUMN_INDEX)
+
+
+def pg_create_later_search(bind: sa.engine.Connection) -> None:
+    bind.exec_driver_sql(PG_CREATE_TRGM_EXTENSION)
+    _pg_replace_tsv_column(bind, PG_LATER_TSV_EXPRESSION)
+    bind.exec_driver_sql(PG_CREATE_LATER_TRGM_INDEX)
+    bind.exec_driver_sql(f"DROP INDEX IF EXISTS {PG_TRGM_INDEX}")
+
+
+def pg_restore_content_search(bind: sa.engine.Connection) -> None:
+    """Back to revision 0008's objects: tsvector and trigram index over ``content``."""
+    _pg_replace_tsv_column(bind, PG_TSV_EXPRESSION)
+    bind.exec_driver_sql(PG_CREATE_TRGM_INDEX)
+    bind.exec_driver_sql(f"DROP INDEX IF EXISTS {PG_LATER_TRGM_INDEX}")

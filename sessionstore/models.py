@@ -69,6 +69,7 @@ SEARCH_OBJECT_NAMES = frozenset(
         "ix_messages_content_tsvector",
         "content_tsv",
         "ix_messages_content_trgm",
+        "ix_messages_indexed_text_trgm",
     }
 )
 

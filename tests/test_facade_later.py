@@ -615,3 +615,16 @@ def test_search_sort_by_time(db: SessionDB, sort: str, expected: list[str]) -> N
     assert cjk_hits == (sorted(cjk_hits, reverse=sort == "newest"))
     with pytest.raises(ValueError):
         db.search_messages("ocelot", sort="sideways")
+
+
+def test_tool_name_and_tool_calls_are_searchable(db: SessionDB) -> None:
+    """Hermes v11: the index holds content, tool name and tool calls (both dialects)."""
+    db.create_session("s", "cli")
+    call = [{"id": "c1", "type": "function",
+             "function": {"name": "terminal", "arguments": '{"command": "kubectl 部署集群"}'}}]
+    message_id = db.append_message("s", "assistant", None, tool_name="terminal", tool_calls=call)
+    plain = db.append_message("s", "user", "nothing to see")
+    assert ids_of(db.search_messages("kubectl")) == [message_id]
+    assert message_id in ids_of(db.search_messages("terminal"))
+    assert ids_of(db.search_messages("部署集群")) == [message_id]
+    assert plain not in ids_of(db.search_messages("kubectl"))

@@ -753,7 +753,7 @@ def test_postgresql_search_plans_use_the_gin_indexes(store: Store) -> None:
 
         plans[query] = store.read(explain)
     assert "ix_messages_content_tsv" in plans["needle"]
-    assert "ix_messages_content_trgm" in plans["数据库迁移"]
+    assert "ix_messages_indexed_text_trgm" in plans["数据库迁移"]
     for plan in plans.values():
         assert "Seq Scan on messages" not in plan
 

@@ -11,8 +11,18 @@ when an indexed column changes. Whatever FTS objects the file holds (v6 external
 Hermes's inline tables, a half-built set) are dropped and both indexes refilled from the rows,
 in this transaction.
 
+Measured with ``scripts/bench_fts_layouts.py`` (20 000 messages, 10 % with CJK text, one
+run): per appended message Hermes's inline shape costs 3.1-3.6x v6's index work and makes the
+file 3.85x as large; this shape costs 1.6-1.8x v6 (the extra words of tool calls) at 1.14x
+the size. With half the messages in CJK the trigram work dominates and both come close
+(2.8x against 3.1x), the file still 1.6x against 3.85x.
+
+PostgreSQL gets the same text: the stored ``content_tsv`` (0008) is recomputed over it and the
+``pg_trgm`` index moves from ``content`` to it (``ix_messages_indexed_text_trgm`` replaces
+``ix_messages_content_trgm``: one trigram index, not two). This rewrites ``messages`` once.
+
 Downgrade returns to the v10 layout: v6's ``messages_fts`` over ``content`` and v10's trigram
-table over ``content``. PostgreSQL: nothing (word search is over ``content``; see 0008).
+table over ``content``; on PostgreSQL 0008's objects over ``content``.
 
 Revision ID: 0014
 Revises: 0013
@@ -41,6 +51,8 @@ def upgrade() -> None:
         search_ddl.create_later_search_objects(
             bind, trigram=search_ddl.sqlite_supports_trigram(bind)
         )
+    else:
+        search_ddl.pg_create_later_search(bind)
     helpers.set_schema_version(SCHEMA_VERSION)
 
 
@@ -50,4 +62,6 @@ def downgrade() -> None:
         search_ddl.restore_v6_search_objects(bind)
         if search_ddl.sqlite_supports_trigram(bind):
             search_ddl.create_v10_trigram(bind)
+    else:
+        search_ddl.pg_restore_content_search(bind)
     helpers.set_schema_version(SCHEMA_VERSION - 1)

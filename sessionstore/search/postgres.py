@@ -6,8 +6,10 @@ are ranked by ``ts_rank`` and shown with ``ts_headline``, shaped like SQLite's `
 ``>>>``/``<<<`` markers, a window of about 40 words around the best match, and ``...`` where
 text was cut off (added here, as ``ts_headline`` has no such option).
 
-Substring search (CJK) is ``content ILIKE '%needle%'``, which the ``pg_trgm`` GIN index
-``ix_messages_content_trgm`` serves for needles of three or more characters.
+Substring search (CJK) is ``ILIKE '%needle%'`` over the indexed text (from revision 0014
+content, tool name and tool calls, as Hermes v11 indexes them), which the ``pg_trgm`` GIN index
+``ix_messages_indexed_text_trgm`` (before 0014: ``ix_messages_content_trgm`` over ``content``)
+serves for needles of three or more characters.
 
 PostgreSQL cannot take a NUL character in a text parameter: every value bound here has none
 (the sanitizer and the service remove them).
@@ -66,6 +68,27 @@ def indexed_tsvector_expression(conn: Connection) -> str:
     ).first()
     source = f"m.{search_ddl.PG_TSV_COLUMN}" if has_column else str(search_ddl.PG_TSV_EXPRESSION)
     info[_TSV_SOURCE_KEY] = source
+    return source
+
+
+_SUBSTRING_SOURCE_KEY: Final = "sessionstore.substring_source"
+
+
+def indexed_substring_text(conn: Connection) -> str:
+    """What a substring is looked for in: from revision 0014 (Hermes v11) content, tool name
+    and tool calls, through the trigram index over exactly that expression; before, content.
+    Looked up once per DBAPI connection."""
+    info = conn.connection.info
+    cached = info.get(_SUBSTRING_SOURCE_KEY)
+    if cached is not None:
+        return str(cached)
+    search_ddl = importlib.import_module("sessionstore._migrations.search_ddl")
+    has_index = conn.exec_driver_sql(
+        "SELECT 1 FROM pg_indexes WHERE tablename = 'messages' AND indexname = %(name)s",
+        {"name": search_ddl.PG_LATER_TRGM_INDEX},
+    ).first()
+    source = str(search_ddl.pg_indexed_text("m")) if has_index else "m.content"
+    info[_SUBSTRING_SOURCE_KEY] = source
     return source
 
 
@@ -128,7 +151,7 @@ FROM (
     SELECT m.id
     FROM messages AS m
     JOIN sessions AS s ON s.id = m.session_id
-    WHERE m.content ILIKE :pattern ESCAPE '{LIKE_ESCAPE}' {{filters}}
+    WHERE {{substring_text}} ILIKE :pattern ESCAPE '{LIKE_ESCAPE}' {{filters}}
     ORDER BY {{order}}
     LIMIT :limit OFFSET :offset
 ) AS page
@@ -185,7 +208,12 @@ class PostgreSQLSearch:
         }
         return substring_match_rows(
             conn.execute(
-                filtered_statement(_SUBSTRING_SEARCH, filters, order=filters.time_order()),
+                filtered_statement(
+                    _SUBSTRING_SEARCH,
+                    filters,
+                    order=filters.time_order(),
+                    substring_text=indexed_substring_text(conn),
+                ),
                 params,
             )
         )
