@@ -395,3 +395,74 @@ def hermes_append(path: str | Path, session_id: str, content: str, *, tool_calls
         return int(cursor.lastrowid or 0)
     finally:
         conn.close()
+
+
+LATER_FIXTURES: tuple[tuple[str, int, str | None], ...] = (
+    *((f"hermes_v{v}.db", v, None) for v in (7, 10, 11, 12, 14, 16, 17)),
+    ("hermes_v12_unbumped_early.db", 12, "unbumped_early"),
+    ("hermes_v17_bump_commit.db", 17, "v17_bump_commit"),
+    ("hermes_v16_missing_late.db", 16, "missing_late"),
+    ("hermes_v12_external_fts.db", 12, "external_fts"),
+)
+"""(file name, version, variant) of every later-era fixture file."""
+
+
+def write_later_fixture_set(out_dir: str | Path) -> list[Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, version, variant in LATER_FIXTURES:
+        target = out / name
+        target.unlink(missing_ok=True)
+        build_later_db(target, version, variant=variant)
+        written.append(target)
+    return written
+
+
+def hermes_head_open(path: str | Path) -> None:
+    """Apply what newest Hermes does to a file it opens (HERMES-LATER §7), from the facts:
+    its tables and indexes if missing, every missing column appended (its reconciler), the
+    v11 FTS rebuild when the file is below 11 or has fewer than its six triggers, the v16
+    delegate backfill below 16, then 17. Objects it does not know are left alone."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("BEGIN")
+        conn.execute(_STATE_META_DDL)
+        conn.execute(_LOCKS_DDL)
+        for table, columns in (("sessions", HEAD_SESSION_COLUMNS),
+                               ("messages", HEAD_MESSAGE_COLUMNS)):  # fmt: skip
+            for name, sql_type in columns:
+                _add_column(conn, table, name, sql_type)
+        for _, name, ddl in _INDEX_STEPS:
+            conn.execute(f"CREATE INDEX IF NOT EXISTS {name} {ddl}")
+        conn.execute(
+            "CREATE UNIQUE INDEX IF NOT EXISTS idx_sessions_title_unique ON sessions(title) "
+            "WHERE title IS NOT NULL"
+        )
+        version = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] or 0
+        triggers = {
+            row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='trigger'")
+        }
+        if version < 11 or not set(HERMES_FTS_TRIGGERS) <= triggers:
+            _v11_fts_rebuild(conn)
+        if version < 16:
+            _delegate_backfill(conn)
+        if version < HEAD_VERSION:
+            conn.execute("DELETE FROM schema_version")
+            conn.execute("INSERT INTO schema_version (version) VALUES (?)", (HEAD_VERSION,))
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+def schema_objects(path: str | Path) -> list[tuple[str, str, str]]:
+    """Every schema object with its SQL, and the version: what an open may not change."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        rows = conn.execute(
+            "SELECT type, name, COALESCE(sql, '') FROM sqlite_master ORDER BY type, name"
+        ).fetchall()
+        version = conn.execute("SELECT version FROM schema_version").fetchall()
+        return [*rows, ("version", str(version), "")]
+    finally:
+        conn.close()

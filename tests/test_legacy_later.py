@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from legacy import build_legacy_db
 from legacy_later import (
     HEAD_INDEXES,
     HEAD_MESSAGE_NAMES,
@@ -28,8 +29,10 @@ from legacy_later import (
     LATER_ROOT,
     build_later_db,
     hermes_append,
+    hermes_head_open,
     hermes_open_actions,
     later_default,
+    schema_objects,
 )
 from test_legacy_upgrade import (
     assert_only_delegate_tags_added,
@@ -155,13 +158,33 @@ def test_fresh_head_store_is_what_newest_hermes_creates(tmp_path: Path) -> None:
     assert fts_tables == {"messages_fts", "messages_fts_trigram"}
 
 
-def test_moved_on_file_is_adopted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["built-at-17", "hermes-opened-our-0008-file"])
+def test_moved_on_file_is_adopted(tmp_path: Path, how: str) -> None:
     """sessionstore upgraded a v6 file (revision 0008), then newest Hermes took it to 17."""
     path = tmp_path / "state.db"
-    build_later_db(path, 17)
-    with open_db(path) as conn:
-        conn.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL PRIMARY KEY)")
-        conn.execute("INSERT INTO alembic_version VALUES ('0008')")
+    if how == "built-at-17":
+        build_later_db(path, 17)
+        with open_db(path) as conn:
+            conn.execute(
+                "CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL PRIMARY KEY)"
+            )
+            conn.execute("INSERT INTO alembic_version VALUES ('0008')")
+    else:
+        build_legacy_db(path, 6)
+        migrate.upgrade(sqlite_url(path), "0008")  # with 0007's messages_trigram
+        assert "messages_trigram" in schema_names(path, "table")
+        hermes_head_open(path)  # Hermes keeps our objects, rebuilds its FTS inline
+        assert "messages_trigram" in schema_names(path, "table")
+        assert schema_versions(path) == [HEAD_VERSION]
+        with open_db(path) as conn:
+            conn.execute(
+                "INSERT INTO sessions (id, source, started_at, session_key) "
+                "VALUES ('hermes-later', 'telegram', 5.0, 'k')"
+            )
+            conn.execute(
+                "INSERT INTO messages (session_id, role, content, timestamp) "
+                "VALUES ('hermes-later', 'user', 'written by hermes 部署到集群 kubectl', 6.0)"
+            )
     before = snapshot(path)
 
     migrate.upgrade(sqlite_url(path))
@@ -169,8 +192,28 @@ def test_moved_on_file_is_adopted(tmp_path: Path) -> None:
     assert migrate.current(sqlite_url(path)) == migrate.HEAD_REVISION
     assert schema_versions(path) == [HEAD_VERSION]
     assert_later_rows_kept(before, path)
-    assert_later_search_works(path)
+    if how == "built-at-17":
+        assert_later_search_works(path)
+    else:
+        assert not {"messages_trigram"} & schema_names(path, "table"), "one trigram index"
+        with open_db(path) as conn:
+            for table in ("messages_fts", "messages_fts_trigram"):
+                conn.execute(f"INSERT INTO {table}({table}, rank) VALUES('integrity-check', 1)")
+            assert len(fts_ids(conn, "messages_fts", "kubectl")) == 1
+            assert len(fts_ids(conn, "messages_fts_trigram", "部署到")) == 1
     assert hermes_open_actions(path) == []
+
+
+def test_newest_hermes_changes_nothing_in_a_head_store(tmp_path: Path) -> None:
+    """Fresh and adopted stores at head: newest Hermes's open leaves every object as it is."""
+    fresh, adopted = tmp_path / "fresh.db", tmp_path / "adopted.db"
+    migrate.upgrade(sqlite_url(fresh))
+    build_later_db(adopted, 12, variant="unbumped_early")
+    migrate.upgrade(sqlite_url(adopted))
+    for path in (fresh, adopted):
+        objects = schema_objects(path)
+        hermes_head_open(path)
+        assert schema_objects(path) == objects
 
 
 def test_newest_hermes_keeps_writing_and_sessionstore_sees_it(tmp_path: Path) -> None:
