@@ -284,3 +284,36 @@ def test_v17_file_round_trip_into_postgresql(tmp_path: Path, empty_pg_url: str) 
         assert not pg.search_messages("rewoundword")
         assert LATER_BRANCH not in {row["id"] for row in pg.list_sessions_rich(limit=100)}
         assert LATER_DELEGATE not in {row["id"] for row in pg.list_sessions_rich(limit=100)}
+
+
+def test_a_file_newer_than_17_is_refused_untouched_and_readable(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from sessionstore.cli import app
+    from sessionstore.errors import SchemaOutOfDateError, SchemaTooNewError
+
+    path = tmp_path / "state.db"
+    build_later_db(path, 17)
+    with open_db(path) as conn:
+        conn.execute("UPDATE schema_version SET version = 18")
+        conn.execute("ALTER TABLE sessions ADD COLUMN hermes_v18_field TEXT")
+    original = path.read_bytes()
+
+    with pytest.raises(SchemaTooNewError) as refused:
+        migrate.upgrade(sqlite_url(path))
+    assert "18" in str(refused.value) and "read-only" in str(refused.value)
+    assert path.read_bytes() == original
+    with SessionDB(path, read_only=True) as db:
+        assert db.get_session(LATER_ROOT) is not None
+        assert db.search_messages("kubectl")
+    result = CliRunner().invoke(app, ["--url", sqlite_url(path), "sessions", "list", "--json"])
+    assert result.exit_code == 0, result.output
+    assert LATER_ROOT in result.stdout
+    assert path.read_bytes() == original
+
+    # Too new and without the columns this release reads: no circle back to `db upgrade`.
+    old_shape = tmp_path / "old.db"
+    build_legacy_db(old_shape, 6, variant="too_new")
+    with pytest.raises(SchemaOutOfDateError) as unreadable:
+        SessionDB(old_shape, read_only=True)
+    assert "newer" in str(unreadable.value) and "db upgrade" not in str(unreadable.value)
