@@ -75,9 +75,9 @@ _SUBSTRING_SOURCE_KEY: Final = "sessionstore.substring_source"
 
 
 def indexed_substring_text(conn: Connection) -> str:
-    """What a substring is looked for in: from revision 0014 (Hermes v11) content, tool name
-    and tool calls, through the trigram index over exactly that expression; before, content.
-    Looked up once per DBAPI connection."""
+    """The text substring search looks in and headlines are cut from: from revision 0014
+    (Hermes v11) content, tool name and tool calls (the trigram index is over exactly that
+    expression); before, content. Looked up once per DBAPI connection."""
     info = conn.connection.info
     cached = info.get(_SUBSTRING_SOURCE_KEY)
     if cached is not None:
@@ -94,14 +94,15 @@ def indexed_substring_text(conn: Connection) -> str:
 
 # The page is chosen from (id, score) alone; full rows, and the expensive headlines, are
 # fetched for the page only. The headline's own text, markers removed, is looked up in the
-# message to decide whether words were cut off before or after it.
+# message to decide whether words were cut off before or after it. The text is the indexed
+# one (content, tool name, tool calls from revision 0014), as SQLite's snippet() shows it.
 _WORD_SEARCH: Final = f"""
 SELECT m.id, m.session_id, m.role,
-       CASE WHEN fragment.start > 1 AND left(m.content, fragment.start - 1) ~ '[[:alnum:]]'
+       CASE WHEN fragment.start > 1 AND left(doc.text, fragment.start - 1) ~ '[[:alnum:]]'
             THEN :ellipsis ELSE '' END
        || headline.text
        || CASE WHEN fragment.start > 0
-                    AND substr(m.content, fragment.start + length(plain.text)) ~ '[[:alnum:]]'
+                    AND substr(doc.text, fragment.start + length(plain.text)) ~ '[[:alnum:]]'
                THEN :ellipsis ELSE '' END,
        m.timestamp, m.tool_name, s.source, s.model, s.started_at
 FROM (
@@ -114,14 +115,15 @@ FROM (
 ) AS page
 JOIN messages AS m ON m.id = page.id
 JOIN sessions AS s ON s.id = m.session_id
+CROSS JOIN LATERAL (SELECT {{document}} AS text) AS doc
 CROSS JOIN LATERAL (
-    SELECT ts_headline('simple', left(m.content, {INDEXED_CHARS}), {_TSQUERY},
+    SELECT ts_headline('simple', left(doc.text, {INDEXED_CHARS}), {_TSQUERY},
                        :headline_options) AS text
 ) AS headline
 CROSS JOIN LATERAL (
     SELECT replace(replace(headline.text, :mark_start, ''), :mark_end, '') AS text
 ) AS plain
-CROSS JOIN LATERAL (SELECT strpos(m.content, plain.text) AS start) AS fragment
+CROSS JOIN LATERAL (SELECT strpos(doc.text, plain.text) AS start) AS fragment
 ORDER BY {{page_order}}
 """
 
@@ -185,6 +187,8 @@ class PostgreSQLSearch:
             tsvector=indexed_tsvector_expression(conn),
             order=filters.order("score DESC, m.id"),
             page_order=filters.order("page.score DESC, page.id"),
+            # The headline is cut from the text the words were indexed from.
+            document=indexed_substring_text(conn),
         )
         rows = conn.execute(statement, params)
         return [match_row(*row) for row in rows]
