@@ -406,6 +406,27 @@ class SessionDB:
     def delete_sessions(self, session_ids: Sequence[str]) -> int:
         return self._repo.delete_sessions(session_ids)
 
+    def delete_session_if_empty(self, session_id: str) -> bool:
+        return self._repo.delete_session_if_empty(session_id)
+
+    def prune_empty_ghost_sessions(self) -> int:
+        return self._repo.prune_empty_ghost_sessions()
+
+    def update_session_model(self, session_id: str, model: str | None) -> bool:
+        return self._repo.update_session_model(session_id, model)
+
+    def update_session_meta(
+        self, session_id: str, model_config_json: str | None, model: str | None = None
+    ) -> bool:
+        return self._repo.update_session_meta(session_id, model_config_json, model)
+
+    def update_session_billing_route(
+        self, session_id: str, *, provider: str, base_url: str, billing_mode: str | None = None
+    ) -> bool:
+        return self._repo.update_session_billing_route(
+            session_id, provider=provider, base_url=base_url, billing_mode=billing_mode
+        )
+
     # -- rewind and compaction (Hermes v14..v16 era) ----------------------------------------
     def rewind_to_message(self, session_id: str, target_message_id: int) -> dict[str, Any]:
         return self._states.rewind_to_message(session_id, target_message_id)

@@ -58,6 +58,8 @@ MAX_LINEAGE_DEPTH = 100
 PREVIEW_LENGTH = 60
 CONTEXT_CHARS = 200
 SECONDS_PER_DAY = 86_400
+GHOST_SOURCE = "tui"
+GHOST_AGE_S = 24 * 3600.0
 
 
 def encode_json(value: Any, name: str) -> str | None:
@@ -850,6 +852,87 @@ class SessionRepository:
             return len(found)
 
         return self.store.write(run)
+
+    def delete_session_if_empty(self, session_id: str) -> bool:
+        """Delete a session only while it has no title, no message and no child."""
+        if not isinstance(session_id, str) or _unbindable(session_id):
+            return False
+        child = sessions.alias("child")
+        statement = delete(sessions).where(
+            sessions.c.id == session_id,
+            sessions.c.title.is_(None),
+            ~select(messages.c.id).where(messages.c.session_id == session_id).exists(),
+            ~select(child.c.id).where(child.c.parent_session_id == session_id).exists(),
+        )
+        return self.store.write(lambda conn: conn.execute(statement).rowcount > 0)
+
+    def prune_empty_ghost_sessions(
+        self, source: str = GHOST_SOURCE, older_than_s: float = GHOST_AGE_S
+    ) -> int:
+        """Delete ghost sessions, as newest Hermes does for its TUI: ended, untitled, with no
+        message, started more than a day ago. Children are orphaned. Returns how many."""
+        source = validation.identifier(source, "source")
+        age = validation.optional_number(older_than_s, "older_than_s")
+        if age is None or age != age or age < 0:
+            raise ValueError("older_than_s must be a non-negative number")
+        condition = and_(
+            sessions.c.source == source,
+            sessions.c.title.is_(None),
+            sessions.c.ended_at.is_not(None),
+            sessions.c.started_at < time.time() - age,
+            ~select(messages.c.id).where(messages.c.session_id == sessions.c.id).exists(),
+        )
+
+        def run(conn: Connection) -> int:
+            doomed = [str(row[0]) for row in conn.execute(select(sessions.c.id).where(condition))]
+            for start in range(0, len(doomed), 500):
+                _delete_sessions(conn, doomed[start : start + 500])
+            return len(doomed)
+
+        return self.store.write(run)
+
+    def update_session_model(self, session_id: str, model: str | None) -> bool:
+        statement = (
+            update(sessions)
+            .where(sessions.c.id == validation.identifier(session_id, "session_id"))
+            .values(model=validation.optional_identifier(model, "model"))
+        )
+        return self.store.write(lambda conn: conn.execute(statement).rowcount > 0)
+
+    def update_session_meta(
+        self, session_id: str, model_config_json: str | None, model: str | None = None
+    ) -> bool:
+        """Replace ``model_config`` (JSON text, as Hermes passes it) and, when given, the model."""
+        values: dict[str, Any] = {
+            "model_config": self._text(model_config_json, "model_config_json")
+        }
+        if model is not None:
+            values["model"] = validation.identifier(model, "model")
+        statement = (
+            update(sessions)
+            .where(sessions.c.id == validation.identifier(session_id, "session_id"))
+            .values(values)
+        )
+        return self.store.write(lambda conn: conn.execute(statement).rowcount > 0)
+
+    def update_session_billing_route(
+        self, session_id: str, *, provider: str, base_url: str, billing_mode: str | None = None
+    ) -> bool:
+        """A model-route change: the new billing provider and URL, the mode when given, and
+        the cached system prompt dropped (it named the old route), as Hermes does."""
+        values: dict[str, Any] = {
+            "billing_provider": validation.identifier(provider, "provider"),
+            "billing_base_url": validation.identifier(base_url, "base_url"),
+            "system_prompt": None,
+        }
+        if billing_mode is not None:
+            values["billing_mode"] = validation.identifier(billing_mode, "billing_mode")
+        statement = (
+            update(sessions)
+            .where(sessions.c.id == validation.identifier(session_id, "session_id"))
+            .values(values)
+        )
+        return self.store.write(lambda conn: conn.execute(statement).rowcount > 0)
 
     def recount(self, conn: Connection, session_id: str) -> None:
         """Set a session's counters to those of its live rows."""

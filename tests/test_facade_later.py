@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -628,3 +629,49 @@ def test_tool_name_and_tool_calls_are_searchable(db: SessionDB) -> None:
     assert message_id in ids_of(db.search_messages("terminal"))
     assert ids_of(db.search_messages("部署集群")) == [message_id]
     assert plain not in ids_of(db.search_messages("kubectl"))
+
+
+# session -> deleted by delete_session_if_empty?
+IF_EMPTY_CASES = [
+    pytest.param({}, True, id="empty"),
+    pytest.param({"title": "named"}, False, id="titled"),
+    pytest.param({"message": True}, False, id="has-message"),
+    pytest.param({"child": True}, False, id="has-child"),
+]
+
+
+@pytest.mark.parametrize(("shape", "deleted"), IF_EMPTY_CASES)
+def test_delete_session_if_empty(db: SessionDB, shape: dict[str, Any], deleted: bool) -> None:
+    session(db, "s", started_at=1.0, title=shape.get("title"))
+    if shape.get("message"):
+        db.append_message("s", "user", "hi")
+    if shape.get("child"):
+        session(db, "kid", started_at=2.0, parent="s")
+    assert db.delete_session_if_empty("s") is deleted
+    assert (db.get_session("s") is None) is deleted
+
+
+def test_prune_empty_ghost_sessions(db: SessionDB) -> None:
+    session(db, "ghost", started_at=1.0, source="tui", ended_at=2.0, end_reason="tui_shutdown")
+    session(db, "live-ghost", started_at=1.0, source="tui")
+    session(db, "titled", started_at=1.0, source="tui", ended_at=2.0, title="kept")
+    session(db, "talked", started_at=1.0, source="tui", ended_at=2.0)
+    db.append_message("talked", "user", "hi")
+    session(db, "cli", started_at=1.0, ended_at=2.0)
+    session(db, "recent", started_at=time.time(), source="tui", ended_at=time.time())
+    assert db.prune_empty_ghost_sessions() == 1
+    assert db.get_session("ghost") is None
+    assert all(db.get_session(k) for k in ("live-ghost", "titled", "talked", "cli", "recent"))
+
+
+def test_model_meta_and_billing_route_updates(db: SessionDB) -> None:
+    db.create_session("s", "cli", model="a", system_prompt="old route prompt")
+    assert db.update_session_model("s", "b")
+    assert db.update_session_meta("s", json.dumps({"_branched_from": "x"}), model="c")
+    assert db.update_session_billing_route("s", provider="openrouter", base_url="https://o")
+    row = db.get_session("s")
+    assert row is not None
+    assert row["model"] == "c" and json.loads(row["model_config"]) == {"_branched_from": "x"}
+    assert (row["billing_provider"], row["billing_base_url"]) == ("openrouter", "https://o")
+    assert row["system_prompt"] is None
+    assert db.update_session_model("ghost", "b") is False
