@@ -137,7 +137,6 @@ class ConversationRow(NamedTuple):
     codex_message_items: str | None
     platform_message_id: str | None
     observed: int | None
-    timestamp: float
 
 
 CONVERSATION_FIELDS = ConversationRow._fields
