@@ -21,6 +21,7 @@ from sqlalchemy import (
     Select,
     and_,
     bindparam,
+    case,
     delete,
     func,
     or_,
@@ -611,7 +612,7 @@ class SessionRepository:
             sessions.c.cwd.is_not(None), sessions.c.cwd != ""
         )
         if not include_archived:
-            statement = statement.where(func.coalesce(sessions.c.archived, 0) == 0)
+            statement = statement.where(sessions.c.archived == 0)
         rows = self.store.read(lambda conn: conn.execute(statement).all())
         return sorted(str(row[0]) for row in rows)
 
@@ -1081,7 +1082,7 @@ def _listing_statement(
     if not include_children:
         statement = statement.where(listable_condition())
     if archive == "hide":
-        statement = statement.where(func.coalesce(sessions.c.archived, 0) == 0)
+        statement = statement.where(sessions.c.archived == 0)
     elif archive == "only":
         statement = statement.where(sessions.c.archived == 1)
     if by_cwd:
@@ -1177,10 +1178,14 @@ def listable_condition() -> ColumnElement[bool]:
         .correlate(sessions)
         .exists()
     )
-    return and_(
-        or_(sessions.c.parent_session_id.is_(None), has_marker(BRANCH_MARKER), branched_parent),
-        ~has_marker(DELEGATE_MARKER),
+    # CASE, not OR: it guarantees that a root (most rows) never runs the branch tests.
+    listable_kind = case(
+        (sessions.c.parent_session_id.is_(None), 1),
+        (has_marker(BRANCH_MARKER), 1),
+        (branched_parent, 1),
+        else_=0,
     )
+    return and_(listable_kind == 1, ~has_marker(DELEGATE_MARKER))
 
 
 def _session_filters(
