@@ -100,8 +100,9 @@ class MessageStates:
     @staticmethod
     def _insert(conn: Connection, session_id: str, batch: Sequence[NewMessage]) -> int:
         now = time.time()
-        rows = [_row(message, session_id, now + index * 1e-6) for index, message in
-                enumerate(batch)]  # fmt: skip
+        rows = [
+            _row(message, session_id, now + index * 1e-6) for index, message in enumerate(batch)
+        ]
         if rows:
             conn.execute(insert(messages), rows)
         return sum(message.tool_call_total for message in batch)
