@@ -135,6 +135,46 @@ def renumber_duplicate_titles() -> int:
     return renamed
 
 
+REAL = sa.Double().with_variant(sa.REAL(), "sqlite")
+"""Hermes's REAL: 8 bytes on SQLite; DOUBLE PRECISION on PostgreSQL, whose REAL is 4."""
+
+COUNTER = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+"""A counter: Hermes's INTEGER on SQLite (64 bits already); BIGINT on PostgreSQL, whose integer
+is 32 bits (revision 0009 widened the older counters, so a later one is born BIGINT there)."""
+
+
+def add_columns_if_missing(table: str, columns: list[sa.Column[object]]) -> None:
+    present = column_names(table)
+    for column in columns:
+        if column.name not in present:
+            op.add_column(table, column)
+
+
+def drop_indexes_then_columns(table: str, indexes: list[str], columns: list[str]) -> None:
+    """Drop indexes first: SQLite refuses to drop a column an index still names."""
+    for name in indexes:
+        drop_index_if_present(name, table)
+    drop_columns(table, columns)
+
+
+def create_partial_index_if_missing(
+    name: str, table: str, columns: list[str | sa.TextClause], where: str, **kwargs: object
+) -> None:
+    create_index_if_missing(
+        name,
+        table,
+        columns,
+        sqlite_where=sa.text(where),
+        postgresql_where=sa.text(where),
+        **kwargs,
+    )
+
+
+def table_is_empty(name: str) -> bool:
+    bind = op.get_bind()
+    return bind.execute(sa.text(f'SELECT 1 FROM "{name}" LIMIT 1')).first() is None
+
+
 # -- physical column order ---------------------------------------------------------------------
 
 _TABLE_CONSTRAINT_KEYWORDS = frozenset({"constraint", "primary", "foreign", "unique", "check"})

@@ -71,6 +71,8 @@ def _pg_objects(bind: sa.engine.Connection) -> set[str]:
 def search_objects_missing(bind: sa.engine.Connection) -> bool:
     """True when any full-text object is absent (a half-migrated or hand-edited file)."""
     if bind.dialect.name == "sqlite":
+        if uses_later_layout(bind):
+            return later_layout_missing(bind)
         return not {FTS_TABLE, *FTS_TRIGGERS} <= _sqlite_objects(bind)
     return not set(pg_search_indexes(bind)) <= _pg_objects(bind)
 
@@ -187,7 +189,18 @@ SQLITE_PROBE_TRIGRAM = (
 
 
 def sqlite_supports_trigram(bind: sa.engine.Connection) -> bool:
-    """Whether this connection's SQLite library can build an FTS5 trigram index."""
+    """Whether this connection's SQLite library can build an FTS5 trigram index.
+
+    Asked once per connection: a failed probe can leave an unusable temp entry behind, and
+    several revisions of one chain ask.
+    """
+    known = bind.info.get(_TRIGRAM_PROBE_TABLE)
+    if known is None:
+        known = bind.info[_TRIGRAM_PROBE_TABLE] = _probe_trigram(bind)
+    return bool(known)
+
+
+def _probe_trigram(bind: sa.engine.Connection) -> bool:
     bind.exec_driver_sql(f"DROP TABLE IF EXISTS {_TRIGRAM_PROBE_TABLE}")
     try:
         bind.exec_driver_sql(SQLITE_PROBE_TRIGRAM)
@@ -250,14 +263,249 @@ def _pg_has_tsv_column(bind: sa.engine.Connection) -> bool:
 def pg_search_indexes(bind: sa.engine.Connection) -> tuple[str, ...]:
     """The PostgreSQL search indexes this database should have at its current revision."""
     word_index = PG_TSV_COLUMN_INDEX if _pg_has_tsv_column(bind) else PG_TSV_INDEX
-    return (word_index, PG_TRGM_INDEX)
+    substring_index = PG_LATER_TRGM_INDEX if uses_later_layout(bind) else PG_TRGM_INDEX
+    return (word_index, substring_index)
 
 
 def repair_search_objects(bind: sa.engine.Connection) -> None:
     """Re-create missing full-text objects as the current revision has them (env.py, doctor)."""
+    if bind.dialect.name == "sqlite" and uses_later_layout(bind):
+        create_later_search_objects(bind, trigram=sqlite_supports_trigram(bind))
+        return
     if bind.dialect.name == "sqlite" or not _pg_has_tsv_column(bind):
         create_search_objects(bind)
         return
     bind.exec_driver_sql(PG_CREATE_TRGM_EXTENSION)
     bind.exec_driver_sql(PG_CREATE_TSV_COLUMN_INDEX)
+    if uses_later_layout(bind):
+        bind.exec_driver_sql(PG_CREATE_LATER_TRGM_INDEX)
+        return
     bind.exec_driver_sql(PG_CREATE_TRGM_INDEX)
+
+
+# --------------------------------------------------------------------------------------------
+# The later Hermes layout (revisions 0013 = Hermes v10, 0014 = Hermes v11).
+# --------------------------------------------------------------------------------------------
+# Hermes v10 added ``messages_fts_trigram`` (trigram FTS5, over content); v11 rebuilt both FTS
+# tables *inline* over ``content || ' ' || tool_name || ' ' || tool_calls``, with six triggers
+# named messages_fts_{insert,delete,update} and messages_fts_trigram_{insert,delete,update}.
+# Newest Hermes checks those six names exist and never reads their bodies or the tables'
+# options, so the shape here is chosen for cost, with the same search results:
+#
+# - both tables are external-content over views that compute the very text Hermes indexes, so
+#   the text is not stored a second time (an inline table keeps its own copy of every message:
+#   one more row write per append, and the file grows by the size of all text);
+# - the trigram table holds only rows whose indexed text contains CJK: Hermes asks it only for
+#   queries with three or more CJK characters, and a row matching such a query necessarily
+#   contains CJK (the reasoning of revision 0007, whose ``messages_trigram`` this replaces);
+# - the update triggers fire only when an indexed column changes (``UPDATE OF``), so flipping
+#   ``active``/``compacted`` (rewind, compaction) does not re-index the message.
+FTS_SOURCE_VIEW = "messages_fts_source"
+HERMES_TRIGRAM_TABLE = "messages_fts_trigram"
+HERMES_TRIGRAM_SOURCE_VIEW = "messages_fts_trigram_source"
+HERMES_TRIGRAM_TRIGGERS = (
+    "messages_fts_trigram_insert",
+    "messages_fts_trigram_delete",
+    "messages_fts_trigram_update",
+)
+HERMES_FTS_TRIGGERS = (*FTS_TRIGGERS, *HERMES_TRIGRAM_TRIGGERS)
+"""The six trigger names newest Hermes checks for on every open."""
+
+_INDEXED_COLUMNS = "id, content, tool_name, tool_calls"
+
+
+def indexed_text(row: str | None) -> str:
+    """Hermes v11's indexed text of a message row (``new``/``old`` in a trigger, or none)."""
+    # The same words as Hermes's ``COALESCE(content,'') || ' ' || ...`` (so the same matches),
+    # without the blanks it leaves where a column is NULL, which snippets would show.
+    prefix = f"{row}." if row else ""
+    return (
+        f"COALESCE({prefix}content, '') || COALESCE(' ' || {prefix}tool_name, '') || "
+        f"COALESCE(' ' || {prefix}tool_calls, '')"
+    )
+
+
+def _cjk(expression: str) -> str:
+    return f"({expression}) GLOB '{CJK_GLOB}'"
+
+
+def _later_sqlite_ddl(*, over_tool_columns: bool) -> tuple[str, ...]:
+    """Views, tables and triggers of the v11 layout (or v10's trigram-only step)."""
+    text_of = indexed_text if over_tool_columns else (
+        lambda row: f"{row}.content" if row else "content"
+    )
+    statements: list[str] = []
+    if over_tool_columns:
+        statements += [
+            f"CREATE VIEW IF NOT EXISTS {FTS_SOURCE_VIEW} AS "
+            f"SELECT id, {indexed_text(None)} AS content FROM messages",
+            f"CREATE VIRTUAL TABLE IF NOT EXISTS {FTS_TABLE} USING fts5("
+            f"content, content={FTS_SOURCE_VIEW}, content_rowid=id)",
+            f"""CREATE TRIGGER IF NOT EXISTS {FTS_TRIGGER_INSERT} AFTER INSERT ON messages BEGIN
+    INSERT INTO {FTS_TABLE}(rowid, content) VALUES (new.id, {text_of('new')});
+END""",
+            f"""CREATE TRIGGER IF NOT EXISTS {FTS_TRIGGER_DELETE} AFTER DELETE ON messages BEGIN
+    INSERT INTO {FTS_TABLE}({FTS_TABLE}, rowid, content)
+        VALUES('delete', old.id, {text_of('old')});
+END""",
+            f"""CREATE TRIGGER IF NOT EXISTS {FTS_TRIGGER_UPDATE}
+AFTER UPDATE OF {_INDEXED_COLUMNS} ON messages BEGIN
+    INSERT INTO {FTS_TABLE}({FTS_TABLE}, rowid, content)
+        VALUES('delete', old.id, {text_of('old')});
+    INSERT INTO {FTS_TABLE}(rowid, content) VALUES (new.id, {text_of('new')});
+END""",
+        ]
+    table = HERMES_TRIGRAM_TABLE
+    new_cjk, old_cjk = _cjk(text_of("new")), _cjk(text_of("old"))
+    update_of = _INDEXED_COLUMNS if over_tool_columns else "id, content"
+    statements += [
+        f"CREATE VIEW IF NOT EXISTS {HERMES_TRIGRAM_SOURCE_VIEW} AS "
+        f"SELECT id, {text_of(None)} AS content FROM messages WHERE {_cjk(text_of(None))}",
+        f"CREATE VIRTUAL TABLE IF NOT EXISTS {table} USING fts5("
+        f"content, content={HERMES_TRIGRAM_SOURCE_VIEW}, content_rowid=id, tokenize='trigram')",
+        f"""CREATE TRIGGER IF NOT EXISTS {HERMES_TRIGRAM_TRIGGERS[0]} AFTER INSERT ON messages
+WHEN {new_cjk} BEGIN
+    INSERT INTO {table}(rowid, content) VALUES (new.id, {text_of('new')});
+END""",
+        f"""CREATE TRIGGER IF NOT EXISTS {HERMES_TRIGRAM_TRIGGERS[1]} AFTER DELETE ON messages
+WHEN {old_cjk} BEGIN
+    INSERT INTO {table}({table}, rowid, content) VALUES('delete', old.id, {text_of('old')});
+END""",
+        f"""CREATE TRIGGER IF NOT EXISTS {HERMES_TRIGRAM_TRIGGERS[2]}
+AFTER UPDATE OF {update_of} ON messages WHEN {old_cjk} OR {new_cjk} BEGIN
+    INSERT INTO {table}({table}, rowid, content)
+        SELECT 'delete', old.id, {text_of('old')} WHERE {old_cjk};
+    INSERT INTO {table}(rowid, content) SELECT new.id, {text_of('new')} WHERE {new_cjk};
+END""",
+    ]
+    return tuple(statements)
+
+
+def _drop_names(bind: sa.engine.Connection, kind: str, names: tuple[str, ...]) -> None:
+    for name in names:
+        bind.exec_driver_sql(f"DROP {kind} IF EXISTS {name}")
+
+
+def drop_hermes_trigram_objects(bind: sa.engine.Connection) -> None:
+    """Remove ``messages_fts_trigram`` whatever its shape (Hermes's inline one included)."""
+    _drop_names(bind, "TRIGGER", HERMES_TRIGRAM_TRIGGERS)
+    bind.exec_driver_sql(f"DROP TABLE IF EXISTS {HERMES_TRIGRAM_TABLE}")
+    bind.exec_driver_sql(f"DROP VIEW IF EXISTS {HERMES_TRIGRAM_SOURCE_VIEW}")
+
+
+def drop_word_index(bind: sa.engine.Connection) -> None:
+    """Remove ``messages_fts`` and its triggers, in either Hermes shape."""
+    _drop_names(bind, "TRIGGER", FTS_TRIGGERS)
+    bind.exec_driver_sql(f"DROP TABLE IF EXISTS {FTS_TABLE}")
+    bind.exec_driver_sql(f"DROP VIEW IF EXISTS {FTS_SOURCE_VIEW}")
+
+
+def create_v10_trigram(bind: sa.engine.Connection) -> None:
+    """Hermes v10's trigram index (content only), replacing revision 0007's twin."""
+    drop_trigram_objects(bind)
+    drop_hermes_trigram_objects(bind)
+    for ddl in _later_sqlite_ddl(over_tool_columns=False):
+        bind.exec_driver_sql(ddl)
+    bind.exec_driver_sql(_rebuild(HERMES_TRIGRAM_TABLE))
+
+
+def _rebuild(table: str) -> str:
+    return f"INSERT INTO {table}({table}) VALUES('rebuild')"
+
+
+def create_later_search_objects(bind: sa.engine.Connection, *, trigram: bool) -> None:
+    """The v11 layout from scratch: whatever FTS objects a file holds are replaced, and both
+    indexes are filled from the rows (a Hermes file may hold inline or external-content ones,
+    with or without their triggers, in step or not)."""
+    drop_word_index(bind)
+    drop_hermes_trigram_objects(bind)
+    drop_trigram_objects(bind)
+    statements = _later_sqlite_ddl(over_tool_columns=True)
+    word, trigram_ddl = statements[:5], statements[5:]
+    for ddl in word:
+        bind.exec_driver_sql(ddl)
+    bind.exec_driver_sql(SQLITE_REBUILD_FTS)
+    if trigram:
+        for ddl in trigram_ddl:
+            bind.exec_driver_sql(ddl)
+        bind.exec_driver_sql(_rebuild(HERMES_TRIGRAM_TABLE))
+
+
+def restore_v6_search_objects(bind: sa.engine.Connection) -> None:
+    """Back to the v6 layout: external-content ``messages_fts`` over ``content`` only."""
+    drop_word_index(bind)
+    drop_hermes_trigram_objects(bind)
+    create_search_objects(bind)
+
+
+def later_layout_missing(bind: sa.engine.Connection) -> bool:
+    """True when a v11-layout file lacks one of its FTS objects (the trigram ones only when
+    this SQLite could have built them)."""
+    rows = bind.exec_driver_sql(
+        "SELECT name FROM sqlite_master WHERE type IN ('table', 'view', 'trigger')"
+    )
+    present = {row[0] for row in rows}
+    needed = {FTS_TABLE, FTS_SOURCE_VIEW, *FTS_TRIGGERS}
+    if HERMES_TRIGRAM_TABLE in present or sqlite_supports_trigram(bind):
+        needed |= {HERMES_TRIGRAM_TABLE, HERMES_TRIGRAM_SOURCE_VIEW, *HERMES_TRIGRAM_TRIGGERS}
+    return not needed <= present
+
+
+def uses_later_layout(bind: sa.engine.Connection) -> bool:
+    """Whether the file's revision is at or past Hermes v11's FTS layout (revision 0014)."""
+    if not sa.inspect(bind).has_table("alembic_version"):
+        return False
+    revision = bind.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
+    return isinstance(revision, str) and revision.isdigit() and int(revision) >= LATER_LAYOUT_FROM
+
+
+LATER_LAYOUT_FROM = 14
+
+
+# --------------------------------------------------------------------------------------------
+# PostgreSQL at Hermes v11 (revision 0014): word and substring search over the same text as
+# SQLite's, content || tool name || tool calls. The stored tsvector is recomputed from it and
+# the pg_trgm index moves from ``content`` to it (one trigram index, not two).
+# --------------------------------------------------------------------------------------------
+def pg_indexed_text(alias: str | None = None) -> str:
+    """The indexed text; search queries name the table (``m``), the index does not."""
+    prefix = f"{alias}." if alias else ""
+    return (
+        f"(coalesce({prefix}content, '') || ' ' || coalesce({prefix}tool_name, '') || ' ' || "
+        f"coalesce({prefix}tool_calls, ''))"
+    )
+
+
+PG_INDEXED_TEXT = pg_indexed_text()
+PG_LATER_TSV_EXPRESSION = (
+    f"to_tsvector('simple'::regconfig, left({PG_INDEXED_TEXT}, 200000))"
+)
+PG_LATER_TRGM_INDEX = "ix_messages_indexed_text_trgm"
+PG_CREATE_LATER_TRGM_INDEX = (
+    f"CREATE INDEX IF NOT EXISTS {PG_LATER_TRGM_INDEX} ON messages "
+    f"USING gin ({PG_INDEXED_TEXT} gin_trgm_ops)"
+)
+
+
+def _pg_replace_tsv_column(bind: sa.engine.Connection, expression: str) -> None:
+    bind.exec_driver_sql(f"DROP INDEX IF EXISTS {PG_TSV_COLUMN_INDEX}")
+    bind.exec_driver_sql(f"ALTER TABLE messages DROP COLUMN IF EXISTS {PG_TSV_COLUMN}")
+    bind.exec_driver_sql(
+        f"ALTER TABLE messages ADD COLUMN {PG_TSV_COLUMN} tsvector "
+        f"GENERATED ALWAYS AS ({expression}) STORED"
+    )
+    bind.exec_driver_sql(PG_CREATE_TSV_COLUMN_INDEX)
+
+
+def pg_create_later_search(bind: sa.engine.Connection) -> None:
+    bind.exec_driver_sql(PG_CREATE_TRGM_EXTENSION)
+    _pg_replace_tsv_column(bind, PG_LATER_TSV_EXPRESSION)
+    bind.exec_driver_sql(PG_CREATE_LATER_TRGM_INDEX)
+    bind.exec_driver_sql(f"DROP INDEX IF EXISTS {PG_TRGM_INDEX}")
+
+
+def pg_restore_content_search(bind: sa.engine.Connection) -> None:
+    """Back to revision 0008's objects: tsvector and trigram index over ``content``."""
+    _pg_replace_tsv_column(bind, PG_TSV_EXPRESSION)
+    bind.exec_driver_sql(PG_CREATE_TRGM_INDEX)
+    bind.exec_driver_sql(f"DROP INDEX IF EXISTS {PG_LATER_TRGM_INDEX}")

@@ -1,8 +1,9 @@
-"""Write the legacy Hermes database fixtures (schema v1..v6, clean and messy) to a directory.
+"""Write the legacy Hermes database fixtures (schema v1..v17, clean and messy) to a directory.
 
     python scripts/make_legacy_fixtures.py OUTDIR
 
-The builders live in `tests/legacy.py`, where the tests import them; this script only loads
+The builders live in `tests/legacy.py` and `tests/legacy_later.py` (v7..v17), where the
+tests import them; this script only loads
 that module by path (the tests directory is not a package) and writes the set, so a person can
 open the very files the tests upgrade, e.g. `sqlite3 OUTDIR/hermes_v3_duplicate_titles.db`.
 """
@@ -15,11 +16,13 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-BUILDERS_PATH = Path(__file__).resolve().parent.parent / "tests" / "legacy.py"
+TESTS_DIR = Path(__file__).resolve().parent.parent / "tests"
+BUILDERS_PATH = TESTS_DIR / "legacy.py"
+LATER_BUILDERS_PATH = TESTS_DIR / "legacy_later.py"
 
 
-def load_builders() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("legacy_fixtures", BUILDERS_PATH)
+def load_builders(path: Path = BUILDERS_PATH, name: str = "legacy") -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load the fixture builders from {BUILDERS_PATH}")
     module = importlib.util.module_from_spec(spec)
@@ -40,6 +43,12 @@ def main(argv: list[str] | None = None) -> int:
         spec = specs[path.name]
         variant = f", {spec.variant}" if spec.variant else ""
         print(f"{path}  (Hermes v{spec.version} DDL{variant})")
+    later = load_builders(LATER_BUILDERS_PATH, "legacy_later")  # imports "legacy", loaded above
+    for path, (_, version, variant_name) in zip(
+        later.write_later_fixture_set(args.out_dir), later.LATER_FIXTURES, strict=True
+    ):
+        variant = f", {variant_name}" if variant_name else ""
+        print(f"{path}  (Hermes v{version} mainline history{variant})")
     return 0
 
 

@@ -47,11 +47,18 @@ MAX_EXAMPLES = 3
 UPDATE_BATCH = 500
 PLACEHOLDER_SOURCE = "unknown"
 
-# SQLite full-text tables the migrations may create: Hermes's word index and the trigram index
-# for CJK. Both are external-content tables over ``messages``, rebuilt the same way.
-SQLITE_FTS_TABLES = ("messages_fts", "messages_trigram")
+# SQLite full-text tables the migrations may create: Hermes's word index and a trigram index
+# for CJK (revision 0007's ``messages_trigram`` up to Hermes v9, Hermes's name from v10 on).
+# All are external-content tables, over ``messages`` or over a view of it.
+SQLITE_FTS_TABLES = ("messages_fts", "messages_trigram", "messages_fts_trigram")
 # What each full-text table indexes: every message, or (trigram) only those with CJK text.
-SQLITE_FTS_CONTENT = {"messages_fts": "messages", "messages_trigram": "messages_trigram_source"}
+SQLITE_FTS_CONTENT = {
+    "messages_fts": "messages",
+    "messages_trigram": "messages_trigram_source",
+    "messages_fts_trigram": "messages_fts_trigram_source",
+}
+# From Hermes v11 (revision 0014) the word index reads the concatenated text of this view.
+SQLITE_FTS_LATER_CONTENT = "messages_fts_source"
 
 _REVISION_TO_HERMES = {revision: number for number, revision in legacy.HERMES_REVISIONS.items()}
 
@@ -256,7 +263,7 @@ def _sqlite_integrity(store: Store) -> Check:
 
 def _sqlite_objects(conn: Connection) -> set[str]:
     rows = conn.exec_driver_sql(
-        "SELECT name FROM sqlite_master WHERE type IN ('table', 'trigger')"
+        "SELECT name FROM sqlite_master WHERE type IN ('table', 'view', 'trigger')"
     )
     return {str(row[0]) for row in rows}
 
@@ -307,6 +314,8 @@ def _sqlite_fts_findings(
         # Optional (the SQLite library may lack the tokenizer), but once there it must be
         # kept in step, or substring search misses new messages.
         expected.extend(search_ddl.TRIGRAM_TRIGGERS)
+    if search_ddl.HERMES_TRIGRAM_TABLE in objects:
+        expected.extend(search_ddl.HERMES_TRIGRAM_TRIGGERS)
     missing = [name for name in expected if name not in objects]
     tables = [name for name in SQLITE_FTS_TABLES if name in objects]
     message_total = int(conn.execute(select(func.count()).select_from(messages)).scalar_one())
@@ -317,6 +326,8 @@ def _sqlite_fts_findings(
             continue
         indexed = int(conn.exec_driver_sql(f"SELECT count(*) FROM {docsize}").scalar_one())
         source = SQLITE_FTS_CONTENT[table]
+        if table == "messages_fts" and SQLITE_FTS_LATER_CONTENT in objects:
+            source = SQLITE_FTS_LATER_CONTENT
         expected_rows = int(conn.exec_driver_sql(f"SELECT count(*) FROM {source}").scalar_one())
         if indexed != expected_rows:
             parity.append(f"{table} holds {indexed} rows for {expected_rows} in {source}")
@@ -703,6 +714,11 @@ def _rebuild_search(store: Store) -> str:
     search_ddl = _search_ddl()
 
     def run(conn: Connection) -> None:
+        if store.dialect.name == "sqlite" and search_ddl.uses_later_layout(conn):
+            search_ddl.create_later_search_objects(
+                conn, trigram=search_ddl.sqlite_supports_trigram(conn)
+            )
+            return
         if store.dialect.name == "sqlite":
             search_ddl.create_search_objects(conn)
             conn.exec_driver_sql(search_ddl.SQLITE_REBUILD_FTS)

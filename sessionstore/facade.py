@@ -14,14 +14,18 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import Connection, make_url
 
-from . import migrate, titles
+from . import legacy, migrate, titles
 from .adoption import backup_before_adoption
 from .commands import cli_command
 from .config import resolve_url, sqlite_url
 from .dialects import dialect_for_url
 from .errors import SchemaOutOfDateError
+from .gateway import Gateway
+from .leases import DEFAULT_TTL_S, Leases, Meta
+from .message_states import MessageStates
+from .records import MESSAGE_FIELDS, SESSION_FIELDS
 from .repository import NewMessage, SessionRepository, decode_json
 from .retry import RetryPolicy
 from .search import contains_cjk as _contains_cjk
@@ -82,13 +86,19 @@ class SessionDB:
         self._store = Store.open(
             resolved, read_only=read_only, retry=retry, busy_timeout_s=busy_timeout_s
         )
-        if read_only and not self._store.read(migrate.status_of).up_to_date:
-            self._store.close()
-            raise SchemaOutOfDateError(
-                "this store is not at the current schema and was opened read-only; "
-                f"run `{cli_command(resolved, 'db', 'upgrade')}` first"
+        if read_only:
+            upgrade = cli_command(resolved, "db", "upgrade")
+            problem = self._store.read(
+                lambda conn: unreadable_reason(conn, upgrade_command=upgrade)
             )
+            if problem is not None:
+                self._store.close()
+                raise SchemaOutOfDateError(problem)
         self._repo = SessionRepository(self._store)
+        self._states = MessageStates(self._store, self._repo)
+        self._leases = Leases(self._store)
+        self._meta = Meta(self._store)
+        self._gateway = Gateway(self._store)
 
     @staticmethod
     def _prepare_schema(url: str, auto_migrate: bool, backup: bool) -> Path | None:
@@ -145,7 +155,11 @@ class SessionDB:
         system_prompt: str | None = None,
         user_id: str | None = None,
         parent_session_id: str | None = None,
+        **extra: Any,
     ) -> str:
+        """Create a session if it is new. Later-Hermes columns come as keywords
+        (``session_key``, ``chat_id``, ``chat_type``, ``thread_id``, ``cwd``, ``git_branch``,
+        ``git_repo_root``); on an existing session they fill only what is still empty."""
         return self._repo.create_session(
             session_id,
             source,
@@ -154,6 +168,7 @@ class SessionDB:
             system_prompt=system_prompt,
             user_id=user_id,
             parent_session_id=parent_session_id,
+            extra=extra,
         )
 
     def end_session(self, session_id: str, end_reason: str) -> None:
@@ -182,6 +197,7 @@ class SessionDB:
         billing_provider: str | None = None,
         billing_base_url: str | None = None,
         billing_mode: str | None = None,
+        api_call_count: int = 0,
         absolute: bool = False,
     ) -> None:
         self._repo.update_token_counts(
@@ -201,11 +217,12 @@ class SessionDB:
             billing_base_url=billing_base_url,
             billing_mode=billing_mode,
             absolute=absolute,
+            api_call_count=api_call_count,
         )
 
     def ensure_session(self, session_id: str, source: str = "unknown",
-                       model: str | None = None) -> None:
-        self._repo.ensure_session(session_id, source, model)
+                       model: str | None = None, **extra: Any) -> None:
+        self._repo.ensure_session(session_id, source, model, extra=extra)
 
     def get_session(self, session_id: str) -> dict[str, Any] | None:
         record = self._repo.get_session(session_id)
@@ -243,7 +260,12 @@ class SessionDB:
         offset: int = 0,
         include_children: bool = False,
         project_compression_tips: bool = True,
+        include_archived: bool = False,
+        archived_only: bool = False,
+        cwd_prefix: str | None = None,
     ) -> list[dict[str, Any]]:
+        """Roots and branch children, newest first; delegate runs and archived sessions are
+        left out unless asked for (``include_children``, ``include_archived``)."""
         return [
             listing.to_dict()
             for listing in self._repo.list_sessions_rich(
@@ -253,8 +275,29 @@ class SessionDB:
                 offset=offset,
                 include_children=include_children,
                 project_compression_tips=project_compression_tips,
+                include_archived=include_archived,
+                archived_only=archived_only,
+                cwd_prefix=cwd_prefix,
             )
         ]
+
+    def set_session_archived(self, session_id: str, archived: bool = True) -> bool:
+        return self._repo.set_session_archived(session_id, archived)
+
+    def distinct_session_cwds(self, include_archived: bool = False) -> list[str]:
+        return self._repo.distinct_session_cwds(include_archived)
+
+    def update_session_cwd(
+        self,
+        session_id: str,
+        cwd: str | None,
+        git_branch: str | None = None,
+        git_repo_root: str | None = None,
+    ) -> bool:
+        return self._repo.update_session_cwd(session_id, cwd, git_branch, git_repo_root)
+
+    def backfill_repo_roots(self, roots: Mapping[str, str]) -> int:
+        return self._repo.backfill_repo_roots(roots)
 
     # -- messages ---------------------------------------------------------------------------
     def append_message(
@@ -270,6 +313,11 @@ class SessionDB:
         reasoning: str | None = None,
         reasoning_details: Any = None,
         codex_reasoning_items: Any = None,
+        reasoning_content: str | None = None,
+        codex_message_items: Any = None,
+        platform_message_id: str | None = None,
+        observed: bool = False,
+        timestamp: float | None = None,
     ) -> int:
         message = self._repo.prepare_message(
             role,
@@ -282,6 +330,11 @@ class SessionDB:
             reasoning=reasoning,
             reasoning_details=reasoning_details,
             codex_reasoning_items=codex_reasoning_items,
+            reasoning_content=reasoning_content,
+            codex_message_items=codex_message_items,
+            platform_message_id=platform_message_id,
+            observed=observed,
+            timestamp=timestamp,
         )
         return self._repo.append_message(session_id, message)
 
@@ -293,38 +346,44 @@ class SessionDB:
         Beyond Hermes: this is the write path an agent loop should use after each turn; the
         counters move once and the turn is all-or-nothing.
         """
-        prepared: list[NewMessage] = []
-        for index, message in enumerate(messages):
-            if not isinstance(message, Mapping):
-                raise TypeError(f"messages[{index}] must be a dict, not {type(message).__name__}")
-            prepared.append(
-                self._repo.prepare_message(
-                    message.get("role"),
-                    message.get("content"),
-                    tool_name=message.get("tool_name", message.get("name")),
-                    tool_calls=message.get("tool_calls"),
-                    tool_call_id=message.get("tool_call_id"),
-                    token_count=message.get("token_count"),
-                    finish_reason=message.get("finish_reason"),
-                    reasoning=message.get("reasoning"),
-                    reasoning_details=message.get("reasoning_details"),
-                    codex_reasoning_items=message.get("codex_reasoning_items"),
-                )
-            )
+        prepared: list[NewMessage] = self._states.prepare(messages)
         return self._repo.append_messages(session_id, prepared)
 
-    def get_messages(self, session_id: str) -> list[dict[str, Any]]:
+    def get_messages(
+        self, session_id: str, include_inactive: bool = False
+    ) -> list[dict[str, Any]]:
+        """The session's rows in order; rewound and compaction-archived ones only with
+        ``include_inactive``."""
         rows = []
-        for record in self._repo.get_messages(session_id):
+        for record in self._repo.get_messages(session_id, include_inactive):
             row = record.to_dict()
             if row["tool_calls"]:
                 row["tool_calls"] = decode_json(row["tool_calls"], "tool_calls", record.id, [])
             rows.append(row)
         return rows
 
-    def get_messages_as_conversation(self, session_id: str) -> list[dict[str, Any]]:
+    def get_messages_as_conversation(
+        self,
+        session_id: str,
+        include_ancestors: bool = False,
+        include_inactive: bool = False,
+    ) -> list[dict[str, Any]]:
+        """The session as OpenAI-shaped messages to replay (live rows only by default).
+
+        ``include_ancestors`` prepends the sessions this one continues after compression,
+        oldest first.
+        """
+        session_ids = [session_id]
+        if include_ancestors:
+            session_ids = [*self._repo.compression_ancestors(session_id), session_id]
+        conversation: list[dict[str, Any]] = []
+        for one in session_ids:
+            conversation += self._conversation_of(one, include_inactive)
+        return conversation
+
+    def _conversation_of(self, session_id: str, include_inactive: bool) -> list[dict[str, Any]]:
         conversation = []
-        for record in self._repo.get_conversation(session_id):
+        for record in self._repo.get_conversation(session_id, include_inactive):
             message: dict[str, Any] = {"role": record.role, "content": record.content}
             if record.tool_call_id:
                 message["tool_call_id"] = record.tool_call_id
@@ -343,6 +402,17 @@ class SessionDB:
                     message["codex_reasoning_items"] = decode_json(
                         record.codex_reasoning_items, "codex_reasoning_items", record.id, None
                     )
+                # Written whenever it is not NULL: an empty string counts (Kimi replay).
+                if record.reasoning_content is not None:
+                    message["reasoning_content"] = record.reasoning_content
+                if record.codex_message_items:
+                    message["codex_message_items"] = decode_json(
+                        record.codex_message_items, "codex_message_items", record.id, None
+                    )
+            if record.platform_message_id:
+                message["message_id"] = record.platform_message_id
+            if record.observed:
+                message["observed"] = True
             conversation.append(message)
         return conversation
 
@@ -350,7 +420,149 @@ class SessionDB:
         self._repo.clear_messages(session_id)
 
     def delete_session(self, session_id: str) -> bool:
+        """Delete a session with its delegate children; other children are orphaned."""
         return self._repo.delete_session(session_id)
+
+    def delete_sessions(self, session_ids: Sequence[str]) -> int:
+        return self._repo.delete_sessions(session_ids)
+
+    def delete_session_if_empty(self, session_id: str) -> bool:
+        return self._repo.delete_session_if_empty(session_id)
+
+    def prune_empty_ghost_sessions(self) -> int:
+        return self._repo.prune_empty_ghost_sessions()
+
+    def update_session_model(self, session_id: str, model: str | None) -> bool:
+        return self._repo.update_session_model(session_id, model)
+
+    def update_session_meta(
+        self, session_id: str, model_config_json: str | None, model: str | None = None
+    ) -> bool:
+        return self._repo.update_session_meta(session_id, model_config_json, model)
+
+    def update_session_billing_route(
+        self, session_id: str, *, provider: str, base_url: str, billing_mode: str | None = None
+    ) -> bool:
+        return self._repo.update_session_billing_route(
+            session_id, provider=provider, base_url=base_url, billing_mode=billing_mode
+        )
+
+    # -- rewind and compaction (Hermes v14..v16 era) ----------------------------------------
+    def rewind_to_message(self, session_id: str, target_message_id: int) -> dict[str, Any]:
+        return self._states.rewind_to_message(session_id, target_message_id)
+
+    def restore_rewound(self, session_id: str, since_message_id: int) -> int:
+        return self._states.restore_rewound(session_id, since_message_id)
+
+    def list_recent_user_messages(
+        self, session_id: str, limit: int = 20, include_inactive: bool = False
+    ) -> list[dict[str, Any]]:
+        return self._states.list_recent_user_messages(session_id, limit, include_inactive)
+
+    def has_archived_messages(self, session_id: str) -> bool:
+        return self._states.has_archived_messages(session_id)
+
+    def archive_and_compact(
+        self, session_id: str, compacted_messages: Sequence[Mapping[str, Any]]
+    ) -> int:
+        return self._states.archive_and_compact(session_id, compacted_messages)
+
+    def replace_messages(
+        self,
+        session_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        active_only: bool = False,
+    ) -> int:
+        return self._states.replace_messages(session_id, messages, active_only)
+
+    def has_platform_message_id(self, session_id: str, platform_message_id: str) -> bool:
+        return self._repo.has_platform_message_id(session_id, platform_message_id)
+
+    # -- compression leases and cooldowns (Hermes v14) --------------------------------------
+    def try_acquire_compression_lock(
+        self, session_id: str, holder: str, ttl_seconds: float = DEFAULT_TTL_S
+    ) -> bool:
+        return self._leases.try_acquire(session_id, holder, ttl_seconds)
+
+    def refresh_compression_lock(
+        self, session_id: str, holder: str, ttl_seconds: float = DEFAULT_TTL_S
+    ) -> bool:
+        return self._leases.refresh(session_id, holder, ttl_seconds)
+
+    def release_compression_lock(self, session_id: str, holder: str) -> bool:
+        return self._leases.release(session_id, holder)
+
+    def get_compression_lock_holder(self, session_id: str) -> str | None:
+        return self._leases.holder(session_id)
+
+    def record_compression_failure_cooldown(
+        self, session_id: str, until: float, error: str | None = None
+    ) -> bool:
+        return self._leases.record_cooldown(session_id, until, error)
+
+    def get_compression_failure_cooldown(self, session_id: str) -> dict[str, Any] | None:
+        return self._leases.cooldown(session_id)
+
+    def clear_compression_failure_cooldown(self, session_id: str) -> bool:
+        return self._leases.clear_cooldown(session_id)
+
+    # -- state_meta -------------------------------------------------------------------------
+    def get_meta(self, key: str) -> str | None:
+        return self._meta.get(key)
+
+    def set_meta(self, key: str, value: str | None) -> None:
+        self._meta.set(key, value)
+
+    # -- gateway peers and handoff (Hermes v11..v17) -----------------------------------------
+    def record_gateway_session_peer(
+        self,
+        session_id: str,
+        *,
+        source: str | None = None,
+        user_id: str | None = None,
+        session_key: str | None = None,
+        chat_id: str | None = None,
+        chat_type: str | None = None,
+        thread_id: str | None = None,
+    ) -> bool:
+        return self._gateway.record_peer(
+            session_id, source=source, user_id=user_id, session_key=session_key,
+            chat_id=chat_id, chat_type=chat_type, thread_id=thread_id,
+        )  # fmt: skip
+
+    def find_latest_gateway_session_for_peer(
+        self,
+        *,
+        source: str,
+        user_id: str | None = None,
+        session_key: str | None = None,
+        chat_id: str | None = None,
+        chat_type: str | None = None,
+        thread_id: str | None = None,
+    ) -> dict[str, Any] | None:
+        found = self._gateway.find_latest_for_peer(
+            source=source, user_id=user_id, session_key=session_key,
+            chat_id=chat_id, chat_type=chat_type, thread_id=thread_id,
+        )  # fmt: skip
+        return None if found is None else found.to_dict()
+
+    def request_handoff(self, session_id: str, platform: str) -> bool:
+        return self._gateway.request_handoff(session_id, platform)
+
+    def get_handoff_state(self, session_id: str) -> dict[str, Any] | None:
+        return self._gateway.handoff_state(session_id)
+
+    def list_pending_handoffs(self) -> list[dict[str, Any]]:
+        return [record.to_dict() for record in self._gateway.pending_handoffs()]
+
+    def claim_handoff(self, session_id: str) -> bool:
+        return self._gateway.claim_handoff(session_id)
+
+    def complete_handoff(self, session_id: str) -> bool:
+        return self._gateway.complete_handoff(session_id)
+
+    def fail_handoff(self, session_id: str, error: str | None) -> bool:
+        return self._gateway.fail_handoff(session_id, error)
 
     def prune_sessions(self, older_than_days: int = 90, source: str | None = None) -> int:
         return self._repo.prune_sessions(older_than_days, source)
@@ -364,8 +576,15 @@ class SessionDB:
         role_filter: Sequence[str] | None = None,
         limit: int = 20,
         offset: int = 0,
+        sort: str | None = None,
+        include_inactive: bool = False,
     ) -> list[dict[str, Any]]:
-        """Full-text search; any user text returns a list (possibly empty), never raises."""
+        """Full-text search; any user text returns a list (possibly empty), never raises.
+
+        Compaction-archived messages are found; rewound ones only with ``include_inactive``.
+        ``sort`` is None (best match first), ``'newest'`` or ``'oldest'``; any other value
+        is a ValueError (a programming error, not user text).
+        """
         if not isinstance(query, str):
             return []
         return [
@@ -377,6 +596,8 @@ class SessionDB:
                 role_filter=_as_list(role_filter),
                 limit=limit,
                 offset=offset,
+                include_inactive=include_inactive,
+                sort=sort,
             )
         ]
 
@@ -385,8 +606,24 @@ class SessionDB:
     ) -> list[dict[str, Any]]:
         return [r.to_dict() for r in self._repo.search_sessions(source, limit, offset)]
 
-    def session_count(self, source: str | None = None) -> int:
-        return self._repo.session_count(source)
+    def session_count(
+        self,
+        source: str | None = None,
+        include_archived: bool = False,
+        archived_only: bool = False,
+        exclude_children: bool = False,
+        exclude_sources: Sequence[str] | None = None,
+        cwd_prefix: str | None = None,
+    ) -> int:
+        """How many sessions; archived ones are not counted unless asked for."""
+        return self._repo.session_count(
+            source,
+            include_archived=include_archived,
+            archived_only=archived_only,
+            exclude_children=exclude_children,
+            exclude_sources=_as_list(exclude_sources),
+            cwd_prefix=cwd_prefix,
+        )
 
     def message_count(self, session_id: str | None = None) -> int:
         return self._repo.message_count(session_id)
@@ -396,14 +633,46 @@ class SessionDB:
         session = self.get_session(session_id)
         if session is None:
             return None
-        return {**session, "messages": self.get_messages(session_id)}
+        return {**session, "messages": self.get_messages(session_id, include_inactive=True)}
 
     def export_all(self, source: str | None = None) -> list[dict[str, Any]]:
         exported = []
         for record in self._repo.search_sessions(source, limit=2**62, offset=0):
             session = record.to_dict()
-            exported.append({**session, "messages": self.get_messages(record.id)})
+            exported.append(
+                {**session, "messages": self.get_messages(record.id, include_inactive=True)}
+            )
         return exported
+
+
+def unreadable_reason(
+    conn: Connection, *, upgrade_command: str = "sessionstore db upgrade"
+) -> str | None:
+    """Why a store cannot be read as it is (None: it can).
+
+    A store at head can. So can one that is not, a Hermes file of any number included (a newer
+    one too), as long as it holds every column this release reads: read-only access changes
+    nothing, so nothing needs adopting. Otherwise the reason says what is missing and what
+    to do about it.
+    """
+    status = migrate.status_of(conn)
+    if status.up_to_date:
+        return None
+    missing = legacy.missing_for_reads(conn, SESSION_FIELDS, MESSAGE_FIELDS)
+    if not missing:
+        return None
+    shown = ", ".join(missing[:6]) + (" ..." if len(missing) > 6 else "")
+    if status.schema_version is not None and status.schema_version > legacy.NEWEST_HERMES_SCHEMA:
+        return (
+            f"this store has schema version {status.schema_version}, newer than the "
+            f"{legacy.NEWEST_HERMES_SCHEMA} this release understands, and lacks what it reads "
+            f"({shown}); a newer sessionstore is needed to read it"
+        )
+    return (
+        f"this store is at revision {status.revision or 'none'} (Hermes schema "
+        f"{status.schema_version or 'none'}) and lacks what this release reads ({shown}); "
+        f"run `{upgrade_command}` (it keeps every row), then open it again"
+    )
 
 
 def _as_list(value: Sequence[str] | str | None) -> list[str] | None:

@@ -1,4 +1,4 @@
-"""A stand-in for Hermes v6's ``hermes_state`` module: its code runs on sessionstore unchanged.
+"""A stand-in for Hermes's ``hermes_state`` module: its code runs on sessionstore unchanged.
 
 This is a compatibility surface, not the API we recommend. New code uses
 ``sessionstore.SessionDB`` (the same public methods) or the typed repository; this module
@@ -8,8 +8,9 @@ exists so that a Hermes checkout can swap its store with one line::
     import sys, sessionstore.hermes_state as m; sys.modules[__name__] = m
 
 What Hermes's module offers at module level, and so does this one: ``SessionDB``,
-``DEFAULT_DB_PATH``, ``SCHEMA_VERSION``, ``SCHEMA_SQL`` and ``FTS_SQL`` (Hermes v6's DDL text),
-``logger``.
+``DEFAULT_DB_PATH``, ``SCHEMA_VERSION`` (the Hermes schema of a store at head: newest Hermes's, 17),
+``SCHEMA_SQL`` and ``FTS_SQL`` (Hermes v6's DDL text, kept for code that reads them; a fresh
+store is newest Hermes's shape, see ``migrations/versions/0020``), ``logger``.
 
 ``SessionDB`` here is ``sessionstore.SessionDB`` plus the private surface Hermes's own code
 reaches into (its insights, dashboard, ACP sessions, CLI resume):

@@ -2,9 +2,19 @@
 
 Every Hermes ``state.db`` has a ``schema_version`` row but no ``alembic_version`` table. Before
 Alembic runs, this step reads the Hermes number, refuses what it cannot understand (a number
-above the newest it knows, a revision it does not ship) and otherwise stamps the matching
-revision, so Alembic continues the chain from there. It runs inside the migration transaction:
-a refusal leaves the file exactly as it was.
+above the newest it knows, a revision it does not ship) and otherwise stamps a revision, so
+Alembic continues the chain from there. It runs inside the migration transaction: a refusal
+leaves the file exactly as it was.
+
+Adoption goes by content, not by number. Up to v6 a number names one shape. From v7 on it
+does not (columns and indexes landed without a bump, some bumps carry no DDL, a v17 file may
+lack columns newest Hermes adds without a bump, and the FTS tables may be external-content or
+inline), so a file numbered 7..17 is stamped at the last revision whose shape its columns
+prove (at most v6 plus our own search revisions, ``LATER_CHAIN_BASE``), and every later
+revision adds only what is missing, keeps every row, value and extra column, and rebuilds the
+full-text objects from the rows. The same holds for a file sessionstore upgraded that a newer
+Hermes then moved on: its ``alembic_version`` is older than its ``schema_version`` says, and
+the chain from that revision completes it the same way.
 """
 
 from __future__ import annotations
@@ -20,8 +30,15 @@ from .errors import SchemaTooNewError, UnknownRevisionError
 
 logger = logging.getLogger(__name__)
 
-NEWEST_HERMES_SCHEMA = 6
-HERMES_REVISIONS = {1: "0001", 2: "0002", 3: "0003", 4: "0004", 5: "0005", 6: "0006"}
+NEWEST_HERMES_SCHEMA = 17
+HERMES_REVISIONS = {
+    **{version: f"{version:04d}" for version in range(1, 7)},
+    **{version: f"{version + 3:04d}" for version in range(7, 18)},
+}
+"""The revision that reproduces each Hermes schema number (v7 is 0010 ... v17 is 0020)."""
+LATER_CHAIN_BASE = "0008"
+"""The revision a v7..v17 file with every v6 column is adopted at: v6 plus our own search
+revisions, whose objects the later chain replaces anyway."""
 ALEMBIC_VERSION_TABLE = "alembic_version"
 
 
@@ -82,13 +99,46 @@ def infer_hermes_version(conn: Connection) -> int:
     return 1
 
 
+def too_new_message(schema_version: int) -> str:
+    return (
+        f"this database has schema version {schema_version}, newer than the "
+        f"{NEWEST_HERMES_SCHEMA} this release of sessionstore understands; it was left "
+        "untouched. Reading it is still possible while its tables keep the columns this "
+        "release reads: open it read-only (SessionDB(path, read_only=True); the CLI's reading "
+        "verbs do so by themselves). Writing to it needs a sessionstore release that knows "
+        f"schema {schema_version}; until then let the program that wrote it write."
+    )
+
+
 def check_not_too_new(state: StoreState) -> None:
     if state.schema_version is not None and state.schema_version > NEWEST_HERMES_SCHEMA:
-        raise SchemaTooNewError(
-            f"this database has schema version {state.schema_version}, newer than the "
-            f"{NEWEST_HERMES_SCHEMA} this release of sessionstore understands; it was left "
-            "untouched. Upgrade sessionstore (or use the program that wrote it)."
-        )
+        raise SchemaTooNewError(too_new_message(state.schema_version))
+
+
+def adoption_revision(conn: Connection, schema_version: int | None) -> str:
+    """The revision a Hermes file without ``alembic_version`` is stamped at (by content)."""
+    proven = infer_hermes_version(conn)
+    if schema_version is None or schema_version < 1:
+        logger.warning("schema_version row missing; columns show Hermes schema v%d", proven)
+        return HERMES_REVISIONS[proven] if proven < 6 else LATER_CHAIN_BASE
+    if schema_version <= 6:
+        return HERMES_REVISIONS[schema_version]
+    # A number above 6 names no single shape: start from what the columns prove.
+    return HERMES_REVISIONS[proven] if proven < 6 else LATER_CHAIN_BASE
+
+
+def missing_for_reads(conn: Connection, session_fields: Collection[str],
+                      message_fields: Collection[str]) -> list[str]:
+    """What a store lacks for this release's read queries (empty: it can be read as it is)."""
+    inspector = inspect(conn)
+    missing: list[str] = []
+    for table, fields in (("sessions", session_fields), ("messages", message_fields)):
+        if not inspector.has_table(table):
+            missing.append(f"table {table}")
+            continue
+        present = {column["name"] for column in inspector.get_columns(table)}
+        missing += [f"{table}.{name}" for name in fields if name not in present]
+    return missing
 
 
 def check_revision_known(state: StoreState, known_revisions: Collection[str]) -> None:
@@ -108,10 +158,7 @@ def adopt(conn: Connection, known_revisions: Collection[str]) -> str | None:
     if state.alembic_revision is not None or not state.has_sessions:
         return None
     version = state.schema_version
-    if version is None or version < 1:
-        version = infer_hermes_version(conn)
-        logger.warning("schema_version row missing; columns show Hermes schema v%d", version)
-    revision = HERMES_REVISIONS[version]
+    revision = adoption_revision(conn, version)
     if not state.has_alembic_table:
         conn.execute(
             text(
@@ -122,5 +169,5 @@ def adopt(conn: Connection, known_revisions: Collection[str]) -> str | None:
     conn.execute(
         text(f"INSERT INTO {ALEMBIC_VERSION_TABLE} (version_num) VALUES (:rev)"), {"rev": revision}
     )
-    logger.info("adopted a Hermes schema v%d database at revision %s", version, revision)
+    logger.info("adopted a Hermes schema v%s database at revision %s", version, revision)
     return revision

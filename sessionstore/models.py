@@ -1,4 +1,4 @@
-"""The v6 schema of the Hermes session store as typed SQLAlchemy models.
+"""The v17 schema of the Hermes session store (newest Hermes HEAD) as typed SQLAlchemy models.
 
 These models describe what the migrations build; Alembic autogenerate must find no difference
 between the two (``tests/test_migrations.py``). The full-text objects (FTS5 table and triggers on
@@ -8,7 +8,7 @@ autogenerate by name (``SEARCH_OBJECT_NAMES``).
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 from sqlalchemy import (
     REAL,
@@ -22,7 +22,7 @@ from sqlalchemy import (
     Text,
     text,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, MappedColumn, mapped_column
 from sqlalchemy.types import TypeEngine
 
 # REAL is what Hermes wrote on SQLite (8-byte float there); PostgreSQL's REAL is 4 bytes, which
@@ -40,35 +40,40 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 17
 """The Hermes schema number these models implement (``schema_version.version``)."""
 
 # Index names are fixed by the Hermes files on disk, so they are spelled out, not generated.
 IDX_SESSIONS_SOURCE = "idx_sessions_source"
+IDX_SESSIONS_SOURCE_ID = "idx_sessions_source_id"
 IDX_SESSIONS_PARENT = "idx_sessions_parent"
 IDX_SESSIONS_STARTED = "idx_sessions_started"
 IDX_SESSIONS_TITLE_UNIQUE = "idx_sessions_title_unique"
+IDX_SESSIONS_SESSION_KEY = "idx_sessions_session_key"
+IDX_SESSIONS_GATEWAY_PEER = "idx_sessions_gateway_peer"
+IDX_SESSIONS_HANDOFF_STATE = "idx_sessions_handoff_state"
 IDX_MESSAGES_SESSION = "idx_messages_session"
+IDX_MESSAGES_SESSION_ACTIVE = "idx_messages_session_active"
+IDX_MESSAGES_PLATFORM_MSG_ID = "idx_messages_platform_msg_id"
+IDX_COMPRESSION_LOCKS_EXPIRES = "idx_compression_locks_expires"
 
 # Full-text objects created by raw DDL in the migrations (see migrations/search_ddl.py).
+_FTS5_SHADOWS = ("data", "idx", "content", "docsize", "config")
 SEARCH_OBJECT_NAMES = frozenset(
     {
-        "messages_fts",
-        "messages_fts_data",
-        "messages_fts_idx",
-        "messages_fts_content",
-        "messages_fts_docsize",
-        "messages_fts_config",
-        "messages_trigram",
-        "messages_trigram_data",
-        "messages_trigram_idx",
-        "messages_trigram_content",
-        "messages_trigram_docsize",
-        "messages_trigram_config",
+        *(
+            f"{table}_{shadow}" if shadow else table
+            for table in ("messages_fts", "messages_trigram", "messages_fts_trigram")
+            for shadow in ("", *_FTS5_SHADOWS)
+        ),
+        "messages_fts_source",
+        "messages_fts_trigram_source",
+        "messages_trigram_source",
         "ix_messages_content_tsv",
         "ix_messages_content_tsvector",
         "content_tsv",
         "ix_messages_content_trgm",
+        "ix_messages_indexed_text_trgm",
     }
 )
 
@@ -92,12 +97,27 @@ class SchemaVersion(Base):
     version: Mapped[int] = mapped_column(nullable=False)
 
 
+def _zero() -> Mapped[int | None]:
+    return mapped_column(server_default=text("0"))
+
+
+def _counter() -> MappedColumn[Any]:
+    """A count starting at 0: 64-bit on both databases (see ``CounterColumn``)."""
+    return mapped_column(CounterColumn, server_default=text("0"))
+
+
 class Session(Base):
+    """Columns in newest Hermes's declared order (a fresh file's physical order)."""
+
     __tablename__ = "sessions"
 
     id: Mapped[str] = mapped_column(primary_key=True)
     source: Mapped[str]
     user_id: Mapped[str | None]
+    session_key: Mapped[str | None]
+    chat_id: Mapped[str | None]
+    chat_type: Mapped[str | None]
+    thread_id: Mapped[str | None]
     model: Mapped[str | None]
     model_config: Mapped[str | None]
     system_prompt: Mapped[str | None]
@@ -105,13 +125,16 @@ class Session(Base):
     started_at: Mapped[float]
     ended_at: Mapped[float | None]
     end_reason: Mapped[str | None]
-    message_count: Mapped[int | None] = mapped_column(CounterColumn, server_default=text("0"))
-    tool_call_count: Mapped[int | None] = mapped_column(CounterColumn, server_default=text("0"))
-    input_tokens: Mapped[int | None] = mapped_column(CounterColumn, server_default=text("0"))
-    output_tokens: Mapped[int | None] = mapped_column(CounterColumn, server_default=text("0"))
-    cache_read_tokens: Mapped[int | None] = mapped_column(CounterColumn, server_default=text("0"))
-    cache_write_tokens: Mapped[int | None] = mapped_column(CounterColumn, server_default=text("0"))
-    reasoning_tokens: Mapped[int | None] = mapped_column(CounterColumn, server_default=text("0"))
+    message_count: Mapped[int | None] = _counter()
+    tool_call_count: Mapped[int | None] = _counter()
+    input_tokens: Mapped[int | None] = _counter()
+    output_tokens: Mapped[int | None] = _counter()
+    cache_read_tokens: Mapped[int | None] = _counter()
+    cache_write_tokens: Mapped[int | None] = _counter()
+    reasoning_tokens: Mapped[int | None] = _counter()
+    cwd: Mapped[str | None]
+    git_branch: Mapped[str | None]
+    git_repo_root: Mapped[str | None]
     billing_provider: Mapped[str | None]
     billing_base_url: Mapped[str | None]
     billing_mode: Mapped[str | None]
@@ -120,12 +143,19 @@ class Session(Base):
     cost_status: Mapped[str | None]
     cost_source: Mapped[str | None]
     pricing_version: Mapped[str | None]
-    # Last, as in Hermes v6's SCHEMA_SQL: a fresh file has this physical order (revision 0005
-    # lays an empty table out again in it), and ``SELECT *`` readers see it.
     title: Mapped[str | None]
+    api_call_count: Mapped[int | None] = _counter()
+    handoff_state: Mapped[str | None]
+    handoff_platform: Mapped[str | None]
+    handoff_error: Mapped[str | None]
+    compression_failure_cooldown_until: Mapped[float | None]
+    compression_failure_error: Mapped[str | None]
+    rewind_count: Mapped[int] = _counter()
+    archived: Mapped[int] = mapped_column(server_default=text("0"))
 
     __table_args__ = (
         Index(IDX_SESSIONS_SOURCE, "source"),
+        Index(IDX_SESSIONS_SOURCE_ID, "source", "id"),
         Index(IDX_SESSIONS_PARENT, "parent_session_id"),
         Index(
             IDX_SESSIONS_TITLE_UNIQUE,
@@ -134,10 +164,13 @@ class Session(Base):
             sqlite_where=text("title IS NOT NULL"),
             postgresql_where=text("title IS NOT NULL"),
         ),
+        Index(IDX_SESSIONS_HANDOFF_STATE, "handoff_state", "started_at"),
     )
 
 
 class Message(Base):
+    """Columns in newest Hermes's declared order (a fresh file's physical order)."""
+
     __tablename__ = "messages"
 
     id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
@@ -151,18 +184,66 @@ class Message(Base):
     token_count: Mapped[int | None] = mapped_column(CounterColumn)
     finish_reason: Mapped[str | None]
     reasoning: Mapped[str | None]
+    reasoning_content: Mapped[str | None]
     reasoning_details: Mapped[str | None]
     codex_reasoning_items: Mapped[str | None]
+    codex_message_items: Mapped[str | None]
+    platform_message_id: Mapped[str | None]
+    observed: Mapped[int | None] = _zero()
+    active: Mapped[int] = mapped_column(server_default=text("1"))
+    compacted: Mapped[int] = mapped_column(server_default=text("0"))
 
     __table_args__ = (
         Index(IDX_MESSAGES_SESSION, "session_id", "timestamp"),
+        Index(IDX_MESSAGES_SESSION_ACTIVE, "session_id", "active", "timestamp"),
+        Index(
+            IDX_MESSAGES_PLATFORM_MSG_ID,
+            "session_id",
+            "platform_message_id",
+            sqlite_where=text("platform_message_id IS NOT NULL"),
+            postgresql_where=text("platform_message_id IS NOT NULL"),
+        ),
         {"sqlite_autoincrement": True},
     )
 
 
-# Declared after the class so it can name the column; newest-first listing walks it in order.
+class StateMeta(Base):
+    """Hermes's key/value housekeeping table (v8 era)."""
+
+    __tablename__ = "state_meta"
+
+    key: Mapped[str] = mapped_column(primary_key=True)
+    value: Mapped[str | None]
+
+
+class CompressionLock(Base):
+    """One compression lease per session (Hermes v14); no FK: a lease outlives its session."""
+
+    __tablename__ = "compression_locks"
+
+    session_id: Mapped[str] = mapped_column(primary_key=True)
+    holder: Mapped[str]
+    acquired_at: Mapped[float]
+    expires_at: Mapped[float]
+
+    __table_args__ = (Index(IDX_COMPRESSION_LOCKS_EXPIRES, "expires_at"),)
+
+
+# Declared after the classes so they can name the columns; newest-first walks them in order.
 Index(IDX_SESSIONS_STARTED, Session.started_at.desc())
+Index(IDX_SESSIONS_SESSION_KEY, Session.session_key, Session.started_at.desc())
+Index(
+    IDX_SESSIONS_GATEWAY_PEER,
+    Session.source,
+    Session.user_id,
+    Session.chat_id,
+    Session.chat_type,
+    Session.thread_id,
+    Session.started_at.desc(),
+)
 
 sessions_table = cast(Table, Session.__table__)
 messages_table = cast(Table, Message.__table__)
 schema_version_table = cast(Table, SchemaVersion.__table__)
+state_meta_table = cast(Table, StateMeta.__table__)
+compression_locks_table = cast(Table, CompressionLock.__table__)

@@ -13,11 +13,15 @@ from typing import Any, NamedTuple
 
 
 class SessionRecord(NamedTuple):
-    """A ``sessions`` row; fields in Hermes v6's column order (``title`` last)."""
+    """A ``sessions`` row; fields in newest Hermes's column order (its dicts' key order)."""
 
     id: str
     source: str
     user_id: str | None
+    session_key: str | None
+    chat_id: str | None
+    chat_type: str | None
+    thread_id: str | None
     model: str | None
     model_config: str | None
     system_prompt: str | None
@@ -32,6 +36,9 @@ class SessionRecord(NamedTuple):
     cache_read_tokens: int | None
     cache_write_tokens: int | None
     reasoning_tokens: int | None
+    cwd: str | None
+    git_branch: str | None
+    git_repo_root: str | None
     billing_provider: str | None
     billing_base_url: str | None
     billing_mode: str | None
@@ -41,12 +48,22 @@ class SessionRecord(NamedTuple):
     cost_source: str | None
     pricing_version: str | None
     title: str | None
+    api_call_count: int | None
+    handoff_state: str | None
+    handoff_platform: str | None
+    handoff_error: str | None
+    compression_failure_cooldown_until: float | None
+    compression_failure_error: str | None
+    rewind_count: int
+    archived: int
 
     def to_dict(self) -> dict[str, Any]:
         return dict(zip(SESSION_FIELDS, self, strict=True))
 
 
 class MessageRecord(NamedTuple):
+    """A ``messages`` row; fields in newest Hermes's column order."""
+
     id: int
     session_id: str
     role: str
@@ -58,8 +75,14 @@ class MessageRecord(NamedTuple):
     token_count: int | None
     finish_reason: str | None
     reasoning: str | None
+    reasoning_content: str | None
     reasoning_details: str | None
     codex_reasoning_items: str | None
+    codex_message_items: str | None
+    platform_message_id: str | None
+    observed: int | None
+    active: int
+    compacted: int
 
     def to_dict(self) -> dict[str, Any]:
         return dict(zip(MESSAGE_FIELDS, self, strict=True))
@@ -88,6 +111,17 @@ class SessionListing:
 SESSION_FIELDS: tuple[str, ...] = SessionRecord._fields
 MESSAGE_FIELDS: tuple[str, ...] = MessageRecord._fields
 
+FIELD_DEFAULTS: dict[str, int] = {
+    "api_call_count": 0,
+    "rewind_count": 0,
+    "archived": 0,
+    "observed": 0,
+    "active": 1,
+    "compacted": 0,
+}
+"""What a row written before a column existed holds in it (the column's default): an export
+made by an older release lacks these fields."""
+
 
 class ConversationRow(NamedTuple):
     """The columns a conversation replay needs, in the order the query returns them."""
@@ -99,8 +133,12 @@ class ConversationRow(NamedTuple):
     tool_name: str | None
     tool_calls: str | None
     reasoning: str | None
+    reasoning_content: str | None
     reasoning_details: str | None
     codex_reasoning_items: str | None
+    codex_message_items: str | None
+    platform_message_id: str | None
+    observed: int | None
 
 
 CONVERSATION_FIELDS = ConversationRow._fields

@@ -12,7 +12,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import starmap
 from typing import TYPE_CHECKING, Any
@@ -22,6 +22,7 @@ from sqlalchemy import (
     Select,
     and_,
     bindparam,
+    case,
     delete,
     func,
     or_,
@@ -66,6 +67,8 @@ PREVIEW_LENGTH = 60
 CONTEXT_CHARS = 200
 SECONDS_PER_DAY = 86_400
 SHORT_ID_LENGTH = 8
+GHOST_SOURCE = "tui"
+GHOST_AGE_S = 24 * 3600.0
 
 
 def encode_json(value: Any, name: str) -> str | None:
@@ -109,6 +112,11 @@ class NewMessage:
     reasoning: str | None = None
     reasoning_details: str | None = None
     codex_reasoning_items: str | None = None
+    reasoning_content: str | None = None
+    codex_message_items: str | None = None
+    platform_message_id: str | None = None
+    observed: int = 0
+    timestamp: float | None = None
     tool_call_total: int = 0
 
     def __post_init__(self) -> None:
@@ -144,7 +152,18 @@ class SessionRepository:
             store.engine.dialect, batch_returning=store.dialect.batch_returning_inserts
         )
         self._load_messages = HotReads(store.engine.dialect, _MESSAGES_OF_SESSION)
+        self._load_live_messages = HotReads(store.engine.dialect, _LIVE_MESSAGES_OF_SESSION)
         self._load_conversation = HotReads(store.engine.dialect, _CONVERSATION_OF_SESSION)
+        self._load_live_conversation = HotReads(
+            store.engine.dialect, _LIVE_CONVERSATION_OF_SESSION
+        )
+        self._hot_listings: dict[Select[Any], HotReads] = {}
+
+    def _hot_listing(self, statement: Select[Any]) -> HotReads:
+        hot = self._hot_listings.get(statement)
+        if hot is None:
+            hot = self._hot_listings[statement] = HotReads(self.store.engine.dialect, statement)
+        return hot
 
     # -- validation helpers -------------------------------------------------------------
     def _integrity_error(
@@ -180,6 +199,11 @@ class SessionRepository:
         reasoning: Any = None,
         reasoning_details: Any = None,
         codex_reasoning_items: Any = None,
+        reasoning_content: Any = None,
+        codex_message_items: Any = None,
+        platform_message_id: Any = None,
+        observed: Any = False,
+        timestamp: Any = None,
     ) -> NewMessage:
         if content is not None and not isinstance(content, str):
             # OpenAI multi-part content (a list of parts) is kept as its JSON text.
@@ -202,6 +226,18 @@ class SessionRepository:
                 encode_json(codex_reasoning_items, "codex_reasoning_items"),
                 "codex_reasoning_items",
             ),
+            reasoning_content=self._text(reasoning_content, "reasoning_content"),
+            codex_message_items=self._text(
+                encode_json(codex_message_items, "codex_message_items"), "codex_message_items"
+            ),
+            platform_message_id=validation.optional_identifier(
+                None if platform_message_id is None else str(platform_message_id),
+                "platform_message_id",
+            ),
+            observed=1 if observed else 0,
+            timestamp=None
+            if timestamp is None
+            else validation.optional_number(timestamp, "timestamp"),
             tool_call_total=count_tool_calls(tool_calls),
         )
 
@@ -217,7 +253,12 @@ class SessionRepository:
         user_id: str | None = None,
         parent_session_id: str | None = None,
         started_at: float | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> str:
+        """Insert the session if it is new. ``extra`` holds later-Hermes columns (gateway
+        peer, cwd and git); on an existing session they fill only what is still NULL, as
+        newest Hermes's session upsert does."""
+        filled = self._extra_session_values(extra)
         values = {
             "id": validation.identifier(session_id, "session_id"),
             "source": validation.identifier(source, "source"),
@@ -231,11 +272,16 @@ class SessionRepository:
             "started_at": time.time()
             if started_at is None
             else validation.number(started_at, "started_at"),
+            **filled,
         }
         statement = self.store.dialect.insert(sessions).values(values).on_conflict_do_nothing()
         try:
-            # Idempotent (ON CONFLICT DO NOTHING): after a lost COMMIT it is simply run again.
-            self.store.write(lambda conn: conn.execute(statement), recover=_run_again)
+            # Idempotent (ON CONFLICT DO NOTHING, then COALESCE fills): after a lost COMMIT it
+            # is simply run again.
+            self.store.write(
+                lambda conn: self._insert_or_fill(conn, statement, values["id"], filled),
+                recover=_run_again,
+            )
         except IntegrityError as exc:
             raise self._integrity_error(
                 exc, f"parent session {parent_session_id!r} does not exist",
@@ -244,15 +290,45 @@ class SessionRepository:
         return session_id
 
     def ensure_session(self, session_id: str, source: str = "unknown",
-                       model: str | None = None) -> None:
+                       model: str | None = None,
+                       extra: Mapping[str, Any] | None = None) -> None:
+        filled = self._extra_session_values(extra)
         values = {
             "id": validation.identifier(session_id, "session_id"),
             "source": validation.identifier(source, "source"),
             "model": validation.optional_identifier(model, "model"),
             "started_at": time.time(),
+            **filled,
         }
         statement = self.store.dialect.insert(sessions).values(values).on_conflict_do_nothing()
-        self.store.write(lambda conn: conn.execute(statement), recover=_run_again)
+        self.store.write(
+            lambda conn: self._insert_or_fill(conn, statement, values["id"], filled),
+            recover=_run_again,
+        )
+
+    def _extra_session_values(self, extra: Mapping[str, Any] | None) -> dict[str, Any]:
+        if not extra:
+            return {}
+        unknown = sorted(set(extra) - set(EXTRA_SESSION_COLUMNS))
+        if unknown:
+            raise TypeError(f"unknown session column(s): {', '.join(unknown)}")
+        return {
+            name: self._text(None if value is None else str(value), name)
+            for name, value in extra.items()
+            if value is not None and value != ""
+        }
+
+    @staticmethod
+    def _insert_or_fill(conn: Connection, statement: Any, session_id: str,
+                        filled: Mapping[str, Any]) -> None:
+        inserted = conn.execute(statement).rowcount
+        if filled and not inserted:
+            conn.execute(
+                update(sessions)
+                .where(sessions.c.id == session_id)
+                .values({name: func.coalesce(sessions.c[name], value)
+                         for name, value in filled.items()})
+            )
 
     def end_session(self, session_id: str, end_reason: str | None) -> bool:
         """End a live session; the first end reason wins (a compression split stays one)."""
@@ -299,6 +375,7 @@ class SessionRepository:
         billing_base_url: str | None = None,
         billing_mode: str | None = None,
         absolute: bool = False,
+        api_call_count: int = 0,
     ) -> bool:
         """Add token deltas (default) or set the totals (``absolute=True``).
 
@@ -313,6 +390,7 @@ class SessionRepository:
             "cache_read_tokens": validation.counter(cache_read_tokens, "cache_read_tokens"),
             "cache_write_tokens": validation.counter(cache_write_tokens, "cache_write_tokens"),
             "reasoning_tokens": validation.counter(reasoning_tokens, "reasoning_tokens"),
+            "api_call_count": validation.counter(api_call_count, "api_call_count"),
         }
         estimated = validation.optional_number(estimated_cost_usd, "estimated_cost_usd")
         actual = validation.optional_number(actual_cost_usd, "actual_cost_usd")
@@ -432,12 +510,34 @@ class SessionRepository:
             shortest[session_id] = session_id[:length]
         return shortest
 
-    def session_count(self, source: str | None = None) -> int:
+    def session_count(
+        self,
+        source: str | None = None,
+        *,
+        include_archived: bool = False,
+        archived_only: bool = False,
+        exclude_children: bool = False,
+        exclude_sources: Sequence[str] | None = None,
+        cwd_prefix: str | None = None,
+    ) -> int:
+        """How many sessions; archived ones only when asked (as Hermes's ``session_count``).
+
+        ``exclude_children`` counts what a picker lists (roots and branch children, no
+        subagent runs); ``cwd_prefix`` keeps sessions whose ``cwd`` starts with it.
+        """
+        if source is not None and not _matchable(source):
+            return 0
         statement = select(func.count()).select_from(sessions)
-        if source is not None:
-            if not _matchable(source):
-                return 0
-            statement = statement.where(sessions.c.source == source)
+        for condition in _session_filters(
+            source=source,
+            exclude_sources=exclude_sources,
+            include_archived=include_archived,
+            archived_only=archived_only,
+            cwd_prefix=cwd_prefix,
+        ):
+            statement = statement.where(condition)
+        if exclude_children:
+            statement = statement.where(listable_condition())
         return int(self.store.read(lambda conn: conn.execute(statement).scalar_one()))
 
     def message_count(self, session_id: str | None = None) -> int:
@@ -570,6 +670,116 @@ class SessionRepository:
         return titles.next_title_in_lineage(base_title, existing)
 
     # -- lineage --------------------------------------------------------------------------
+    def compression_ancestors(self, session_id: str) -> list[str]:
+        """The sessions this one continues after compression, oldest first."""
+        if not isinstance(session_id, str) or _unbindable(session_id):
+            return []
+
+        def run(conn: Connection) -> list[str]:
+            chain: list[str] = []
+            current = session_id
+            for _ in range(MAX_LINEAGE_DEPTH):
+                parent = conn.execute(
+                    select(sessions.c.parent_session_id).where(sessions.c.id == current)
+                ).scalar()
+                if parent is None or parent in chain or parent == session_id:
+                    break
+                reason = conn.execute(
+                    select(sessions.c.end_reason).where(sessions.c.id == parent)
+                ).scalar()
+                if reason != COMPRESSION_END_REASON:
+                    break
+                chain.append(str(parent))
+                current = str(parent)
+            return list(reversed(chain))
+
+        return self.store.read(run)
+
+    def set_session_archived(self, session_id: str, archived: bool = True) -> bool:
+        """Archive (or unarchive) a session with its whole compression lineage: every session
+        reachable through a parent that ended ``'compression'``, up and down. False when the
+        session does not exist."""
+        if not isinstance(session_id, str) or _unbindable(session_id):
+            return False
+        flag = 1 if archived else 0
+
+        def run(conn: Connection) -> bool:
+            lineage = _compression_lineage(conn, session_id)
+            if not lineage:
+                return False
+            conn.execute(
+                update(sessions).where(sessions.c.id.in_(sorted(lineage))).values(archived=flag)
+            )
+            return True
+
+        return self.store.write(run)
+
+    # -- working directory and git ----------------------------------------------------------
+    def update_session_cwd(
+        self,
+        session_id: str,
+        cwd: str | None,
+        git_branch: str | None = None,
+        git_repo_root: str | None = None,
+    ) -> bool:
+        """Record where a session runs; git values are written only when non-empty."""
+        values: dict[str, Any] = {"cwd": self._text(cwd, "cwd")}
+        for name, value in (("git_branch", git_branch), ("git_repo_root", git_repo_root)):
+            if value:
+                values[name] = self._text(value, name)
+        statement = (
+            update(sessions)
+            .where(sessions.c.id == validation.identifier(session_id, "session_id"))
+            .values(values)
+        )
+        return self.store.write(lambda conn: conn.execute(statement).rowcount > 0)
+
+    def backfill_repo_roots(self, roots: Mapping[str, str]) -> int:
+        """Fill ``git_repo_root`` from ``{cwd: root}`` where it is still empty; rows changed."""
+        pairs = [
+            (validation.identifier(cwd, "cwd"), validation.identifier(root, "git_repo_root"))
+            for cwd, root in roots.items()
+            if root
+        ]
+
+        def run(conn: Connection) -> int:
+            changed = 0
+            for cwd, root in pairs:
+                changed += conn.execute(
+                    update(sessions)
+                    .where(
+                        sessions.c.cwd == cwd,
+                        or_(sessions.c.git_repo_root.is_(None), sessions.c.git_repo_root == ""),
+                    )
+                    .values(git_repo_root=root)
+                ).rowcount
+            return changed
+
+        return self.store.write(run) if pairs else 0
+
+    def distinct_session_cwds(self, include_archived: bool = False) -> list[str]:
+        statement = select(sessions.c.cwd).distinct().where(
+            sessions.c.cwd.is_not(None), sessions.c.cwd != ""
+        )
+        if not include_archived:
+            statement = statement.where(sessions.c.archived == 0)
+        rows = self.store.read(lambda conn: conn.execute(statement).all())
+        return sorted(str(row[0]) for row in rows)
+
+    def has_platform_message_id(self, session_id: str, platform_message_id: str) -> bool:
+        if not all(isinstance(v, str) and not _unbindable(v)
+                   for v in (session_id, platform_message_id)):
+            return False
+        statement = (
+            select(messages.c.id)
+            .where(
+                messages.c.session_id == session_id,
+                messages.c.platform_message_id == platform_message_id,
+            )
+            .limit(1)
+        )
+        return self.store.read(lambda conn: conn.execute(statement).first() is not None)
+
     def get_compression_tip(self, session_id: str) -> str | None:
         """Follow compression continuations to the newest one (bounded walk); None if unknown."""
         if not isinstance(session_id, str) or _unbindable(session_id):
@@ -584,26 +794,49 @@ class SessionRepository:
         offset: int = 0,
         include_children: bool = False,
         project_compression_tips: bool = True,
+        *,
+        include_archived: bool = False,
+        archived_only: bool = False,
+        cwd_prefix: str | None = None,
     ) -> list[SessionListing]:
+        """Sessions newest first, as a picker shows them.
+
+        Listed by default: roots and branch children (``_branched_from`` set, or started after
+        a parent that ended ``'branched'``), never a delegate (subagent) run
+        (``_delegate_from`` set) and never an archived session; ``include_children`` lists
+        every session. ``archived_only`` lists the archived ones alone.
+        """
         if source is not None:
             source = validation.identifier(source, "source")
         excluded = [
             validation.identifier(item, "exclude_sources") for item in exclude_sources or ()
         ]
+        prefix = validation.optional_identifier(cwd_prefix, "cwd_prefix")
+        archive = "only" if archived_only else ("all" if include_archived else "hide")
         statement = _listing_statement(
             source is not None,
             self.store.dialect.json_list_sql("excluded") if excluded else None,
             include_children,
+            archive,
+            prefix is not None,
         )
         parameters: dict[str, Any] = {
             "source": source,
             "excluded": json_list(excluded),
+            "cwd_pattern": None if prefix is None else escape_like(prefix) + "%",
             "limit": row_count(limit, "limit"),
             "offset": row_count(offset, "offset"),
         }
 
+        # Without an expanding IN list the page is read on the driver cursor: the row is 41
+        # columns wide since Hermes v17, and SQLAlchemy's per-row processing showed.
+        hot = None if excluded else self._hot_listing(statement)
+
         def run(conn: Connection) -> list[SessionListing]:
-            listings = [_listing(row) for row in conn.execute(statement, parameters)]
+            rows = hot.rows(conn, parameters) if hot is not None else conn.execute(
+                statement, parameters
+            )
+            listings = [_listing(row) for row in rows]
             # As Hermes: with children listed, each continuation is its own row already, so
             # projecting a root onto its tip would show the tip twice and lose the root.
             if not project_compression_tips or include_children:
@@ -638,21 +871,22 @@ class SessionRepository:
         source: str | None = None,
         exclude_sources: Sequence[str] | None = None,
         include_children: bool = False,
+        *,
+        include_archived: bool = False,
+        archived_only: bool = False,
+        cwd_prefix: str | None = None,
     ) -> int:
         """How many sessions ``list_sessions_rich`` pages through with these filters."""
-        statement = select(func.count()).select_from(sessions)
         if source is not None:
-            statement = statement.where(
-                sessions.c.source == validation.identifier(source, "source")
-            )
-        excluded = [
-            validation.identifier(item, "exclude_sources") for item in exclude_sources or ()
-        ]
-        if excluded:
-            statement = statement.where(sessions.c.source.not_in(excluded))
-        if not include_children:
-            statement = statement.where(sessions.c.parent_session_id.is_(None))
-        return int(self.store.read(lambda conn: conn.execute(statement).scalar_one()))
+            source = validation.identifier(source, "source")
+        return self.session_count(
+            source,
+            include_archived=include_archived,
+            archived_only=archived_only,
+            exclude_children=not include_children,
+            exclude_sources=exclude_sources,
+            cwd_prefix=cwd_prefix,
+        )
 
     # -- messages -------------------------------------------------------------------------
     def append_message(self, session_id: str, message: NewMessage) -> int:
@@ -673,12 +907,17 @@ class SessionRepository:
                 "tool_calls": message.tool_calls,
                 "tool_name": message.tool_name,
                 # Strictly increasing within a batch, so (timestamp, id) order is the turn order.
-                "timestamp": now + index * 1e-6,
+                "timestamp": now + index * 1e-6 if message.timestamp is None
+                else message.timestamp,
                 "token_count": message.token_count,
                 "finish_reason": message.finish_reason,
                 "reasoning": message.reasoning,
                 "reasoning_details": message.reasoning_details,
                 "codex_reasoning_items": message.codex_reasoning_items,
+                "reasoning_content": message.reasoning_content,
+                "codex_message_items": message.codex_message_items,
+                "platform_message_id": message.platform_message_id,
+                "observed": message.observed,
             }
             for index, message in enumerate(batch)
         ]
@@ -712,6 +951,8 @@ class SessionRepository:
         role_filter: list[str] | None = None,
         limit: int = 20,
         offset: int = 0,
+        include_inactive: bool = False,
+        sort: str | None = None,
     ) -> list[SearchHit]:
         """Full-text search (see ``sessionstore.search``); any text returns a list."""
         from .search import search_messages
@@ -725,24 +966,33 @@ class SessionRepository:
                 role_filter=role_filter,
                 limit=limit,
                 offset=offset,
+                include_inactive=include_inactive,
+                sort=sort,
             )
         )
 
-    def get_messages(self, session_id: str) -> list[MessageRecord]:
+    def get_messages(
+        self, session_id: str, include_inactive: bool = False
+    ) -> list[MessageRecord]:
+        """The session's messages in order; rewound and compaction-archived rows only with
+        ``include_inactive``."""
         if not isinstance(session_id, str) or _unbindable(session_id):
             return []
-        load = self._load_messages
+        load = self._load_messages if include_inactive else self._load_live_messages
         return self.store.read(
             lambda conn: list(
                 starmap(MessageRecord, load.rows(conn, {"session_id": session_id}))
             )
         )
 
-    def get_conversation(self, session_id: str) -> list[ConversationRow]:
-        """Only the columns needed to replay a session to a model, in order."""
+    def get_conversation(
+        self, session_id: str, include_inactive: bool = False
+    ) -> list[ConversationRow]:
+        """Only the columns needed to replay a session to a model, in order (live rows only,
+        unless ``include_inactive``)."""
         if not isinstance(session_id, str) or _unbindable(session_id):
             return []
-        load = self._load_conversation
+        load = self._load_conversation if include_inactive else self._load_live_conversation
         return self.store.read(
             lambda conn: list(
                 map(ConversationRow._make, load.rows(conn, {"session_id": session_id}))
@@ -763,18 +1013,128 @@ class SessionRepository:
         self.store.write(run)
 
     def delete_session(self, session_id: str) -> bool:
-        """Delete a session and its messages; its children are kept, orphaned."""
+        """Delete a session and its messages, with its delegate (subagent) children, as newest
+        Hermes does; every other child (branch, compression continuation, untagged) is kept,
+        orphaned."""
         if not isinstance(session_id, str) or _unbindable(session_id):
             return False
+        return self.delete_sessions([session_id]) > 0
 
-        def run(conn: Connection) -> bool:
-            exists = conn.execute(select(sessions.c.id).where(sessions.c.id == session_id))
-            if exists.first() is None:
-                return False
-            _delete_sessions(conn, [session_id])
-            return True
+    def delete_sessions(self, session_ids: Sequence[str]) -> int:
+        """Delete these sessions (and their delegate children, recursively); how many of the
+        given ids existed."""
+        wanted = [item for item in session_ids if isinstance(item, str) and not _unbindable(item)]
+        if not wanted:
+            return 0
+
+        def run(conn: Connection) -> int:
+            found = [
+                str(row[0])
+                for row in conn.execute(select(sessions.c.id).where(sessions.c.id.in_(wanted)))
+            ]
+            doomed = [*found, *_delegate_descendants(conn, found)]
+            for start in range(0, len(doomed), 500):
+                _delete_sessions(conn, doomed[start : start + 500])
+            return len(found)
 
         return self.store.write(run)
+
+    def delete_session_if_empty(self, session_id: str) -> bool:
+        """Delete a session only while it has no title, no message and no child."""
+        if not isinstance(session_id, str) or _unbindable(session_id):
+            return False
+        child = sessions.alias("child")
+        statement = delete(sessions).where(
+            sessions.c.id == session_id,
+            sessions.c.title.is_(None),
+            ~select(messages.c.id).where(messages.c.session_id == session_id).exists(),
+            ~select(child.c.id).where(child.c.parent_session_id == session_id).exists(),
+        )
+        return self.store.write(lambda conn: conn.execute(statement).rowcount > 0)
+
+    def prune_empty_ghost_sessions(
+        self, source: str = GHOST_SOURCE, older_than_s: float = GHOST_AGE_S
+    ) -> int:
+        """Delete ghost sessions, as newest Hermes does for its TUI: ended, untitled, with no
+        message, started more than a day ago. Children are orphaned. Returns how many."""
+        source = validation.identifier(source, "source")
+        age = validation.optional_number(older_than_s, "older_than_s")
+        if age is None or age != age or age < 0:
+            raise ValueError("older_than_s must be a non-negative number")
+        condition = and_(
+            sessions.c.source == source,
+            sessions.c.title.is_(None),
+            sessions.c.ended_at.is_not(None),
+            sessions.c.started_at < time.time() - age,
+            ~select(messages.c.id).where(messages.c.session_id == sessions.c.id).exists(),
+        )
+
+        def run(conn: Connection) -> int:
+            doomed = [str(row[0]) for row in conn.execute(select(sessions.c.id).where(condition))]
+            for start in range(0, len(doomed), 500):
+                _delete_sessions(conn, doomed[start : start + 500])
+            return len(doomed)
+
+        return self.store.write(run)
+
+    def update_session_model(self, session_id: str, model: str | None) -> bool:
+        statement = (
+            update(sessions)
+            .where(sessions.c.id == validation.identifier(session_id, "session_id"))
+            .values(model=validation.optional_identifier(model, "model"))
+        )
+        return self.store.write(lambda conn: conn.execute(statement).rowcount > 0)
+
+    def update_session_meta(
+        self, session_id: str, model_config_json: str | None, model: str | None = None
+    ) -> bool:
+        """Replace ``model_config`` (JSON text, as Hermes passes it) and, when given, the model."""
+        values: dict[str, Any] = {
+            "model_config": self._text(model_config_json, "model_config_json")
+        }
+        if model is not None:
+            values["model"] = validation.identifier(model, "model")
+        statement = (
+            update(sessions)
+            .where(sessions.c.id == validation.identifier(session_id, "session_id"))
+            .values(values)
+        )
+        return self.store.write(lambda conn: conn.execute(statement).rowcount > 0)
+
+    def update_session_billing_route(
+        self, session_id: str, *, provider: str, base_url: str, billing_mode: str | None = None
+    ) -> bool:
+        """A model-route change: the new billing provider and URL, the mode when given, and
+        the cached system prompt dropped (it named the old route), as Hermes does."""
+        values: dict[str, Any] = {
+            "billing_provider": validation.identifier(provider, "provider"),
+            "billing_base_url": validation.identifier(base_url, "base_url"),
+            "system_prompt": None,
+        }
+        if billing_mode is not None:
+            values["billing_mode"] = validation.identifier(billing_mode, "billing_mode")
+        statement = (
+            update(sessions)
+            .where(sessions.c.id == validation.identifier(session_id, "session_id"))
+            .values(values)
+        )
+        return self.store.write(lambda conn: conn.execute(statement).rowcount > 0)
+
+    def recount(self, conn: Connection, session_id: str) -> None:
+        """Set a session's counters to those of its live rows."""
+        rows = conn.execute(
+            select(messages.c.tool_calls).where(
+                messages.c.session_id == session_id, messages.c.active == 1
+            )
+        ).all()
+        tool_calls = sum(
+            count_tool_calls(decode_json(row[0], "tool_calls", None, None)) for row in rows
+        )
+        conn.execute(
+            update(sessions)
+            .where(sessions.c.id == session_id)
+            .values(message_count=len(rows), tool_call_count=tool_calls)
+        )
 
     def prune_sessions(self, older_than_days: float = 90, source: str | None = None) -> int:
         """Delete ended sessions started before the cutoff; never a live one."""
@@ -889,6 +1249,9 @@ _CONVERSATION_OF_SESSION = (
     .order_by(messages.c.timestamp, messages.c.id)
 )
 
+_LIVE_MESSAGES_OF_SESSION = _MESSAGES_OF_SESSION.where(messages.c.active == 1)
+_LIVE_CONVERSATION_OF_SESSION = _CONVERSATION_OF_SESSION.where(messages.c.active == 1)
+
 
 def _one_session(row: Row[Any] | None) -> SessionRecord | None:
     return None if row is None else SessionRecord._make(row)
@@ -972,7 +1335,11 @@ _RICH_SELECT_BY_IDS = _RICH_SELECT.where(sessions.c.id.in_(bindparam("ids", expa
 
 @functools.cache
 def _listing_statement(
-    by_source: bool, excluded_list_sql: str | None, include_children: bool
+    by_source: bool,
+    excluded_list_sql: str | None,
+    include_children: bool,
+    archive: str,
+    by_cwd: bool,
 ) -> Select[Any]:
     """One prebuilt statement per filter shape; the values are bound at execution.
 
@@ -985,7 +1352,13 @@ def _listing_statement(
     if excluded_list_sql is not None:
         statement = statement.where(text(f"sessions.source NOT IN {excluded_list_sql}"))
     if not include_children:
-        statement = statement.where(sessions.c.parent_session_id.is_(None))
+        statement = statement.where(listable_condition())
+    if archive == "hide":
+        statement = statement.where(sessions.c.archived == 0)
+    elif archive == "only":
+        statement = statement.where(sessions.c.archived == 1)
+    if by_cwd:
+        statement = statement.where(sessions.c.cwd.like(bindparam("cwd_pattern"), escape="\\"))
     return (
         statement.order_by(sessions.c.started_at.desc(), sessions.c.id)
         .limit(bindparam("limit"))
@@ -1000,7 +1373,7 @@ def _preview(raw: str | None) -> str:
     return text[:PREVIEW_LENGTH] + ("..." if len(text) > PREVIEW_LENGTH else "")
 
 
-def _listing(row: Row[Any]) -> SessionListing:
+def _listing(row: Sequence[Any]) -> SessionListing:
     width = len(SESSION_FIELDS)
     return SessionListing(
         session=SessionRecord._make(tuple(row)[:width]),
@@ -1032,6 +1405,162 @@ def _project(root: SessionListing, tip: SessionListing) -> SessionListing:
     )
 
 
+# A JSON marker is looked for in model_config's text: portable across SQLite and PostgreSQL,
+# and a malformed model_config (the files hold some) cannot make the query fail, as
+# json_extract would. The key's quotes keep it from matching inside another key or value.
+BRANCH_MARKER = "_branched_from"
+DELEGATE_MARKER = "_delegate_from"
+TOOL_SOURCE = "tool"
+BRANCHED_END_REASON = "branched"
+
+
+def _marker_pattern(marker: str) -> str:
+    return '%"' + escape_like(marker) + '"%'
+
+
+def _has_marker_sql(alias: str, marker: str) -> str:
+    pattern = _marker_pattern(marker).replace("'", "''")
+    return f"COALESCE({alias}.model_config, '') LIKE '{pattern}' ESCAPE '\\'"
+
+
+def _not_a_fork(alias: str) -> str:
+    """SQL: the session ``alias`` is not a branch, not a delegate run and not a tool run, so a
+    compression tip may move to it."""
+    return (
+        f"NOT ({_has_marker_sql(alias, BRANCH_MARKER)}) "
+        f"AND NOT ({_has_marker_sql(alias, DELEGATE_MARKER)}) "
+        f"AND COALESCE({alias}.source, '') <> '{TOOL_SOURCE}'"
+    )
+
+
+def has_marker(marker: str, table: Any = sessions) -> ColumnElement[bool]:
+    return func.coalesce(table.c.model_config, "").like(_marker_pattern(marker), escape="\\")
+
+
+def listable_condition() -> ColumnElement[bool]:
+    """Roots and branch children, without delegate runs: what Hermes's pickers list."""
+    parent = sessions.alias("listed_parent")
+    branched_parent = (
+        select(parent.c.id)
+        .where(
+            parent.c.id == sessions.c.parent_session_id,
+            parent.c.end_reason == BRANCHED_END_REASON,
+            sessions.c.started_at >= parent.c.ended_at,
+        )
+        .correlate(sessions)
+        .exists()
+    )
+    # CASE, not OR: it guarantees that a root (most rows) never runs the branch tests.
+    listable_kind = case(
+        (sessions.c.parent_session_id.is_(None), 1),
+        (has_marker(BRANCH_MARKER), 1),
+        (branched_parent, 1),
+        else_=0,
+    )
+    return and_(listable_kind == 1, ~has_marker(DELEGATE_MARKER))
+
+
+def _session_filters(
+    *,
+    source: str | None,
+    exclude_sources: Sequence[str] | None,
+    include_archived: bool,
+    archived_only: bool,
+    cwd_prefix: str | None,
+) -> list[ColumnElement[bool]]:
+    conditions: list[ColumnElement[bool]] = []
+    if source is not None:
+        conditions.append(sessions.c.source == validation.identifier(source, "source"))
+    excluded = [validation.identifier(item, "exclude_sources") for item in exclude_sources or ()]
+    if excluded:
+        conditions.append(sessions.c.source.not_in(excluded))
+    if archived_only:
+        conditions.append(sessions.c.archived == 1)
+    elif not include_archived:
+        conditions.append(func.coalesce(sessions.c.archived, 0) == 0)
+    if cwd_prefix is not None:
+        prefix = validation.identifier(cwd_prefix, "cwd_prefix")
+        conditions.append(sessions.c.cwd.like(escape_like(prefix) + "%", escape="\\"))
+    return conditions
+
+
+def _delegate_descendants(conn: Connection, parents: Sequence[str]) -> list[str]:
+    """Delegate children of ``parents``, recursively: sessions whose ``_delegate_from`` names
+    one of them, or whose parent is one of them and which carry any ``_delegate_from``. The
+    parents themselves are never collected."""
+    visited = set(parents)
+    frontier = set(parents)
+    found: list[str] = []
+    while frontier:
+        rows = conn.execute(
+            select(sessions.c.id, sessions.c.parent_session_id, sessions.c.model_config).where(
+                has_marker(DELEGATE_MARKER),
+                or_(
+                    sessions.c.parent_session_id.in_(sorted(frontier)),
+                    *(
+                        sessions.c.model_config.like(f"%{escape_like(parent)}%", escape="\\")
+                        for parent in sorted(frontier)
+                    ),
+                ),
+            )
+        ).all()
+        next_frontier: set[str] = set()
+        for session_id, parent_id, config in rows:
+            if session_id in visited:
+                continue
+            marker = _json_object(config).get(DELEGATE_MARKER)
+            if marker in frontier or (parent_id in frontier and marker is not None):
+                visited.add(session_id)
+                next_frontier.add(session_id)
+                found.append(str(session_id))
+        frontier = next_frontier
+    return found
+
+
+def _compression_lineage(conn: Connection, session_id: str) -> set[str]:
+    """The session and every session linked to it by a compression edge, either way."""
+    rows = conn.execute(
+        select(sessions.c.id, sessions.c.parent_session_id, sessions.c.end_reason)
+    ).all()
+    by_id = {str(row[0]): row for row in rows}
+    if session_id not in by_id:
+        return set()
+    children: dict[str, list[str]] = {}
+    for row in rows:
+        if row[1] is not None:
+            children.setdefault(str(row[1]), []).append(str(row[0]))
+    lineage = {session_id}
+    pending = [session_id]
+    while pending and len(lineage) <= MAX_LINEAGE_DEPTH * 100:
+        current = pending.pop()
+        row = by_id[current]
+        linked: list[str] = []
+        parent = by_id.get(str(row[1])) if row[1] is not None else None
+        if parent is not None and parent[2] == COMPRESSION_END_REASON:
+            linked.append(str(parent[0]))
+        if row[2] == COMPRESSION_END_REASON:
+            linked += children.get(current, [])
+        for other in linked:
+            if other not in lineage:
+                lineage.add(other)
+                pending.append(other)
+    return lineage
+
+
+def _json_object(raw: Any) -> dict[str, Any]:
+    try:
+        value = json.loads(raw) if isinstance(raw, str) and raw else {}
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+EXTRA_SESSION_COLUMNS = (
+    "session_key", "chat_id", "chat_type", "thread_id", "cwd", "git_branch", "git_repo_root",
+)  # fmt: skip
+"""Later-Hermes session columns ``create_session``/``ensure_session`` accept as keywords."""
+
+
 # Every root's chain of compression continuations, walked in one recursive query (one round
 # trip for a whole page of roots). A continuation is the newest child that started at or after
 # its parent ended with 'compression'; depth is bounded so a corrupt cycle cannot loop forever.
@@ -1051,6 +1580,7 @@ WITH RECURSIVE chain(root, id, depth) AS (
       AND child.id = (
           SELECT newest.id FROM sessions AS newest
           WHERE newest.parent_session_id = parent.id AND newest.started_at >= parent.ended_at
+            AND {_not_a_fork("newest")}
           ORDER BY newest.started_at DESC, newest.id DESC
           LIMIT 1
       )

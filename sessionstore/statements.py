@@ -29,7 +29,10 @@ from .models import sessions_table as sessions
 from .records import MESSAGE_FIELDS
 
 INT64_MAX = 2**63 - 1
-INSERTED_MESSAGE_FIELDS = tuple(name for name in MESSAGE_FIELDS if name != "id")
+# active/compacted take their defaults (a live message); only compaction writes them.
+INSERTED_MESSAGE_FIELDS = tuple(
+    name for name in MESSAGE_FIELDS if name not in ("id", "active", "compacted")
+)
 
 
 class CompiledStatement:

@@ -62,7 +62,7 @@ from . import validation
 from .errors import ConstraintViolationError, ImportConflictError, SessionStoreError
 from .models import messages_table as messages
 from .models import sessions_table as sessions
-from .records import MESSAGE_FIELDS, SESSION_FIELDS
+from .records import FIELD_DEFAULTS, MESSAGE_FIELDS, SESSION_FIELDS
 from .repository import SessionRepository
 from .store import Store
 
@@ -154,7 +154,7 @@ def read_records(fp: IO[str]) -> Iterator[Record]:
             raise ImportFormatError(
                 f"line {number}: bad {kind} record (missing {missing}, unknown {sorted(unknown)})"
             )
-        values = {name: row.get(name) for name in expected}
+        values = {name: row.get(name, FIELD_DEFAULTS.get(name)) for name in expected}
         problem = _bad_value(kind, values)
         if problem is not None:
             raise ImportFormatError(f"line {number}: bad {kind} record: {problem}")
@@ -170,10 +170,11 @@ def read_records(fp: IO[str]) -> Iterator[Record]:
 
 _INTEGER_FIELDS = frozenset(
     {"message_count", "tool_call_count", "input_tokens", "output_tokens", "cache_read_tokens",
-     "cache_write_tokens", "reasoning_tokens", "token_count"}
+     "cache_write_tokens", "reasoning_tokens", "token_count", "api_call_count", "rewind_count",
+     "archived", "observed", "active", "compacted"}
 )  # fmt: skip
 _NUMBER_FIELDS = frozenset({"started_at", "ended_at", "timestamp", "estimated_cost_usd",
-                            "actual_cost_usd"})  # fmt: skip
+                            "actual_cost_usd", "compression_failure_cooldown_until"})  # fmt: skip
 _REQUIRED_FIELDS = {"session": ("id", "source", "started_at"),
                     "message": ("id", "session_id", "role", "timestamp")}  # fmt: skip
 
@@ -287,7 +288,7 @@ def copy_store(
     )
     target.write(lambda conn: target.dialect.reserve_message_ids(conn, int(highest)))
     result = write_records(target, iter_records(source), on_conflict="merge", progress=progress)
-    expected_sessions = SessionRepository(source).session_count()
+    expected_sessions = SessionRepository(source).session_count(include_archived=True)
     expected_messages = SessionRepository(source).message_count()
     present = _count_present(target, source)
     if present != (expected_sessions, expected_messages):

@@ -94,7 +94,12 @@ def migrated_pg_url(pg_databases: PgDatabases) -> str:
 def _truncate(url: str) -> None:
     engine = sa.create_engine(url)
     with engine.begin() as conn:
-        conn.execute(sa.text("TRUNCATE messages, sessions RESTART IDENTITY CASCADE"))
+        conn.execute(
+            sa.text(
+                "TRUNCATE messages, sessions, state_meta, compression_locks "
+                "RESTART IDENTITY CASCADE"
+            )
+        )
     engine.dispose()
 
 

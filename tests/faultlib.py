@@ -28,6 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# The Hermes number a store at head carries (newest Hermes, v17).
+HERMES_HEAD_SCHEMA = 17
+
 TESTS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = TESTS_DIR.parent
 
@@ -791,7 +794,7 @@ def run_migration_trial(
                 "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'messages'"
             )
         }
-    if version != 6 or revision != head_revision():
+    if version != HERMES_HEAD_SCHEMA or revision != head_revision():
         problems.append(f"ended at schema_version {version}, revision {revision}")
     missing = {"messages_fts_insert", "messages_fts_delete", "messages_fts_update"} - triggers
     if missing:

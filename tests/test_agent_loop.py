@@ -248,11 +248,17 @@ def test_agent_loop_on_an_upgraded_legacy_v1_file(tmp_path: Path, agent_loop: Mo
 
     sessions_after, messages_after = _legacy_rows(path)
     new_ids = {outcome["root_id"], outcome["child_id"]}
-    assert [row for row in sessions_after if row[0] not in new_ids] == legacy_sessions
+    # Hermes's v16 step may tag a root that looks like an orphaned subagent run
+    # (model_config gains "_delegate_from"); every other value is unchanged.
+    kept = [row for row in sessions_after if row[0] not in new_ids]
+    assert [row[:4] + row[5:] for row in kept] == [row[:4] + row[5:] for row in legacy_sessions]
+    for after, before in zip(kept, legacy_sessions, strict=True):
+        if after[4] != before[4]:
+            assert after[4] is not None and "_delegate_from" in json.loads(after[4])
     assert [row for row in messages_after if row[1] not in new_ids] == legacy_messages
     conn = sqlite3.connect(path)
     try:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(6,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(17,)]
     finally:
         conn.close()
 

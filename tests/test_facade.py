@@ -17,25 +17,17 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from legacy_later import HEAD_MESSAGE_NAMES, HEAD_SESSION_NAMES
 
 from sessionstore import SessionStoreError
 from sessionstore.facade import SessionDB
 
-# Hermes v6's dict keys, in Hermes's order: a fresh Hermes file's column order (SCHEMA_SQL, with
-# `title` last) for `SELECT *` rows; search hits as its SELECT list names them, `content`
-# popped and `context` appended; rich listings add `last_active` (SQL) then `preview` (Python).
-SESSION_KEYS = (
-    "id", "source", "user_id", "model", "model_config", "system_prompt", "parent_session_id",
-    "started_at", "ended_at", "end_reason", "message_count", "tool_call_count", "input_tokens",
-    "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens",
-    "billing_provider", "billing_base_url", "billing_mode", "estimated_cost_usd",
-    "actual_cost_usd", "cost_status", "cost_source", "pricing_version", "title",
-)  # fmt: skip
-MESSAGE_KEYS = (
-    "id", "session_id", "role", "content", "tool_call_id", "tool_calls", "tool_name",
-    "timestamp", "token_count", "finish_reason", "reasoning", "reasoning_details",
-    "codex_reasoning_items",
-)  # fmt: skip
+# Newest Hermes's (schema v17) dict keys, in Hermes's order: a fresh Hermes file's column order
+# (v6's columns keep their relative order, `title` after `pricing_version`) for `SELECT *`
+# rows; search hits as its SELECT list names them, `content` popped and `context` appended;
+# rich listings add `last_active` (SQL) then `preview` (Python).
+SESSION_KEYS = HEAD_SESSION_NAMES
+MESSAGE_KEYS = HEAD_MESSAGE_NAMES
 SEARCH_HIT_KEYS = (
     "id", "session_id", "role", "snippet", "timestamp", "tool_name", "source", "model",
     "session_started", "context",

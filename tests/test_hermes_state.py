@@ -29,6 +29,7 @@ from alembic.operations import Operations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from legacy import build_legacy_db
+from legacy_later import HEAD_MESSAGE_NAMES, HEAD_SESSION_NAMES
 
 import sessionstore
 import sessionstore.hermes_state as hermes_state_module
@@ -48,6 +49,9 @@ HERMES_V6_MESSAGE_ORDER = [
     "timestamp", "token_count", "finish_reason", "reasoning", "reasoning_details",
     "codex_reasoning_items",
 ]  # fmt: skip
+# At head the store is newest Hermes's (v17): v6's columns keep their relative order.
+HEAD_SESSION_ORDER = list(HEAD_SESSION_NAMES)
+HEAD_MESSAGE_ORDER = list(HEAD_MESSAGE_NAMES)
 
 
 @pytest.fixture
@@ -102,7 +106,7 @@ def test_the_module_replaces_hermes_state_wholesale(hermes_state: Any, db_file: 
     from hermes_state import DEFAULT_DB_PATH, SCHEMA_VERSION
     from hermes_state import SessionDB as HermesSessionDB
 
-    assert SCHEMA_VERSION == 6
+    assert SCHEMA_VERSION == 17
     assert isinstance(DEFAULT_DB_PATH, Path) and DEFAULT_DB_PATH.name == "state.db"
     assert issubclass(HermesSessionDB, sessionstore.SessionDB)
     assert "CREATE TABLE IF NOT EXISTS sessions" in hermes_state.SCHEMA_SQL
@@ -110,7 +114,7 @@ def test_the_module_replaces_hermes_state_wholesale(hermes_state: Any, db_file: 
     db = HermesSessionDB(db_file)
     try:
         assert db.create_session("s1", "cli") == "s1"
-        assert db._conn.execute("SELECT version FROM schema_version").fetchone()[0] == 6
+        assert db._conn.execute("SELECT version FROM schema_version").fetchone()[0] == 17
     finally:
         db.close()
 
@@ -127,7 +131,7 @@ def test_a_hermes_checkout_with_the_one_line_module_runs_on_the_store(tmp_path: 
         "import hermes_state\n"
         "from hermes_state import SessionDB, SCHEMA_VERSION\n"
         "import sessionstore.hermes_state as ours\n"
-        "assert hermes_state is ours and SCHEMA_VERSION == 6\n"
+        "assert hermes_state is ours and SCHEMA_VERSION == 17\n"
         "hermes_state.DEFAULT_DB_PATH = pathlib.Path(sys.argv[1])\n"
         "db = SessionDB()\n"
         "db.create_session('acp-1', 'acp', model='a')\n"
@@ -223,10 +227,10 @@ def test_conn_reads_what_the_store_wrote_insights_style(db: SessionDB) -> None:
     star = db._conn.execute("SELECT * FROM sessions WHERE id = 'a'").fetchone()
     session = db.get_session("a")
     assert session is not None
-    assert list(star.keys()) == list(session) == HERMES_V6_SESSION_ORDER
+    assert list(star.keys()) == list(session) == HEAD_SESSION_ORDER
     assert dict(star) == session
     message = db._conn.execute("SELECT * FROM messages").fetchone()
-    assert list(message.keys()) == list(db.get_messages("a")[0]) == HERMES_V6_MESSAGE_ORDER
+    assert list(message.keys()) == list(db.get_messages("a")[0]) == HEAD_MESSAGE_ORDER
 
 
 def test_conn_sees_writes_of_another_process_and_the_other_way_round(
@@ -552,7 +556,9 @@ def test_a_fresh_file_is_in_wal_mode_for_other_connections_right_after_open(
 
 
 def test_a_fresh_file_has_hermes_v6_tables_column_for_column(db_file: Path) -> None:
-    migrate.upgrade(f"sqlite:///{db_file}")
+    # At revision 0006 (Hermes v6) a fresh file is the one Hermes v6's SCHEMA_SQL creates; at
+    # head it is newest Hermes's (tests/test_legacy_later.py).
+    migrate.upgrade(f"sqlite:///{db_file}", "0006")
     hermes = sqlite3.connect(":memory:")
     hermes.executescript(hermes_state_module.SCHEMA_SQL)
     hermes.executescript(hermes_state_module.FTS_SQL)
@@ -586,7 +592,7 @@ def test_an_empty_legacy_file_is_laid_out_in_hermes_order_and_still_indexes(
     db = SessionDB(path)
     try:
         columns = [row["name"] for row in db._conn.execute("PRAGMA table_info(sessions)")]
-        assert columns == HERMES_V6_SESSION_ORDER
+        assert columns == HEAD_SESSION_ORDER
         db.create_session("s", "cli")
         db.append_message("s", "user", "after the layout")
         assert [hit["session_id"] for hit in db.search_messages("layout")] == ["s"]
@@ -613,7 +619,7 @@ def test_a_legacy_file_with_rows_keeps_them_and_its_order(tmp_path: Path) -> Non
         assert [tuple(row) for row in after] == [tuple(row) for row in before]
         # The facade still answers in Hermes's key order.
         first = db.get_session(before[0][0])
-        assert first is not None and list(first) == HERMES_V6_SESSION_ORDER
+        assert first is not None and list(first) == HEAD_SESSION_ORDER
     finally:
         db.close()
 
@@ -646,7 +652,7 @@ def test_layout_helper_keeps_triggers_indexes_and_the_autoincrement_mark(
         dependents = conn.execute(dependents_sql).fetchall()
     conn.close()
     assert len([row for row in dependents if row[0] == "trigger"]) >= 3
-    shuffled = [*reversed(HERMES_V6_MESSAGE_ORDER[1:]), "id"]
+    shuffled = [*reversed(HEAD_MESSAGE_ORDER[1:]), "id"]
     assert _run_helper(db_file, "messages", shuffled) is True
     with sqlite3.connect(db_file) as conn:
         assert conn.execute(dependents_sql).fetchall() == dependents
@@ -668,14 +674,14 @@ def test_layout_helper_keeps_triggers_indexes_and_the_autoincrement_mark(
 def test_layout_helper_never_rebuilds_a_table_with_rows(db: SessionDB, db_file: Path) -> None:
     db.create_session("s", "cli")
     db.close()
-    shuffled = list(reversed(HERMES_V6_SESSION_ORDER))
+    shuffled = list(reversed(HEAD_SESSION_ORDER))
     assert _run_helper(db_file, "sessions", shuffled) is False
     with sqlite3.connect(db_file) as conn:
         assert [row[1] for row in conn.execute("PRAGMA table_info(sessions)")] == (
-            HERMES_V6_SESSION_ORDER
+            HEAD_SESSION_ORDER
         )
     conn.close()
-    assert _run_helper(db_file, "sessions", HERMES_V6_SESSION_ORDER) is False  # already so
+    assert _run_helper(db_file, "sessions", HEAD_SESSION_ORDER) is False  # already so
 
 
 _NAMES = st.lists(

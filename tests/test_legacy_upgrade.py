@@ -8,6 +8,7 @@ All inspection goes through plain `sqlite3`, so the checks do not trust the code
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import re
 import sqlite3
@@ -30,7 +31,9 @@ from legacy import (
     message_columns,
     session_columns,
 )
+from legacy_later import HEAD_MESSAGE_NAMES, HEAD_SESSION_NAMES, HEAD_VERSION, later_default
 
+from sessionstore import legacy as adoption
 from sessionstore import migrate
 from sessionstore.errors import SchemaTooNewError
 
@@ -100,6 +103,14 @@ def fts_ids(conn: sqlite3.Connection, word: str) -> set[int]:
     return {row[0] for row in rows}
 
 
+def indexed_text(message: Row, *, with_tools: bool) -> str:
+    """The text the word index holds for a message: content, and from Hermes v11 (revision
+    0014) its tool name and tool calls too."""
+    if not with_tools:
+        return message["content"] or ""
+    return " ".join(message.get(name) or "" for name in ("content", "tool_name", "tool_calls"))
+
+
 def fts5_tokens(text: str | None) -> set[str]:
     """Approximates FTS5's unicode61 tokenizer: runs of letters/digits, case-folded."""
     return set(re.findall(r"[^\W_]+", (text or "").casefold()))
@@ -124,23 +135,41 @@ def assert_rows_preserved(before: list[Row], after: list[Row], *, ignore: set[st
             assert type(new[column]) is type(value), f"row {old['id']} column {column} retyped"
 
 
+def assert_only_delegate_tags_added(before: list[Row], after: list[Row]) -> None:
+    """model_config is kept, except for the ``_delegate_from`` marker of Hermes's v16 step."""
+    for old, new in zip(before, after, strict=True):
+        if old["model_config"] == new["model_config"]:
+            continue
+        original = json.loads(old["model_config"] or "{}")
+        tagged = json.loads(new["model_config"])
+        assert "_delegate_from" in tagged and "_delegate_from" not in original, old["id"]
+        assert {k: v for k, v in tagged.items() if k != "_delegate_from"} == original
+
+
 def assert_new_columns_defaulted(
     before: list[Row], after: list[Row], columns: tuple[str, ...]
 ) -> None:
     for old, new in zip(before, after, strict=True):
         for column in columns:
             if column not in old:
-                assert new[column] == column_default(column), (old["id"], column, new[column])
+                expected = column_default(column)
+                if expected is None:
+                    expected = later_default(column)
+                assert new[column] == expected, (old["id"], column, new[column])
 
 
-def assert_search_works(path: Path, messages: list[Row]) -> None:
+def assert_search_works(path: Path, messages: list[Row], *, with_tools: bool = False) -> None:
     """FTS index consistent, old text findable, and the three triggers keeping it in step."""
     triggers = schema_names(path, "trigger")
     assert set(FTS_TRIGGER_NAMES) <= triggers, f"triggers present: {triggers}"
     with open_db(path) as conn:
         conn.execute("INSERT INTO messages_fts(messages_fts) VALUES('integrity-check')")
         for word in FTS_PROBE_WORDS:
-            expected = {m["id"] for m in messages if word.casefold() in fts5_tokens(m["content"])}
+            expected = {
+                m["id"]
+                for m in messages
+                if word.casefold() in fts5_tokens(indexed_text(m, with_tools=with_tools))
+            }
             assert expected, f"fixture has no message with {word!r}"
             assert fts_ids(conn, word) == expected, word
 
@@ -175,24 +204,23 @@ def assert_titles_unique(path: Path) -> None:
 
 
 def assert_at_head(path: Path, before: Snapshot, *, titles_may_change: bool = False) -> Snapshot:
-    assert schema_versions(path) == [NEWEST_KNOWN_VERSION]
+    assert schema_versions(path) == [HEAD_VERSION]
     assert_sound(path)
     after = snapshot(path)
-    assert set(session_columns(NEWEST_KNOWN_VERSION)) <= set(table_columns(path, "sessions"))
-    assert set(message_columns(NEWEST_KNOWN_VERSION)) <= set(table_columns(path, "messages"))
+    assert set(HEAD_SESSION_NAMES) <= set(table_columns(path, "sessions"))
+    assert set(HEAD_MESSAGE_NAMES) <= set(table_columns(path, "messages"))
     title_ignored = {"title"} if titles_may_change else set()
-    assert_rows_preserved(before["sessions"], after["sessions"], ignore=title_ignored)
+    assert_rows_preserved(
+        before["sessions"], after["sessions"], ignore={*title_ignored, "model_config"}
+    )
+    assert_only_delegate_tags_added(before["sessions"], after["sessions"])
     assert_rows_preserved(before["messages"], after["messages"], ignore=set())
-    assert_new_columns_defaulted(
-        before["sessions"], after["sessions"], session_columns(NEWEST_KNOWN_VERSION)
-    )
-    assert_new_columns_defaulted(
-        before["messages"], after["messages"], message_columns(NEWEST_KNOWN_VERSION)
-    )
+    assert_new_columns_defaulted(before["sessions"], after["sessions"], HEAD_SESSION_NAMES)
+    assert_new_columns_defaulted(before["messages"], after["messages"], HEAD_MESSAGE_NAMES)
     indexes = schema_names(path, "index")
     assert {TITLE_INDEX_NAME, *V1_INDEX_NAMES} <= indexes
     assert_titles_unique(path)
-    assert_search_works(path, after["messages"])
+    assert_search_works(path, after["messages"], with_tools=True)
     return after
 
 
@@ -211,7 +239,10 @@ def assert_at_version(path: Path, version: int, before: Snapshot, upgraded: Snap
         # Against the upgraded state exactly (a renumbered title stays renumbered) ...
         assert restricted(after[table], columns) == restricted(upgraded[table], columns)
         # ... and against the original file for everything the upgrade may not rewrite.
-        assert_rows_preserved(restricted(before[table], columns), after[table], ignore={"title"})
+        assert_rows_preserved(
+            restricted(before[table], columns), after[table], ignore={"title", "model_config"}
+        )
+    assert_only_delegate_tags_added(before["sessions"], after["sessions"])
     indexes = schema_names(path, "index")
     assert set(V1_INDEX_NAMES) <= indexes
     assert (TITLE_INDEX_NAME in indexes) == (version >= 4)
@@ -250,9 +281,12 @@ def test_upgrade_is_idempotent(tmp_path: Path) -> None:
     assert_at_head(path, first)
 
 
+_HERMES_NUMBER_OF = {revision: number for number, revision in adoption.HERMES_REVISIONS.items()}
+
+
 def expected_schema_version(revision: str) -> int:
-    # Our own revisions after 0006 never write a number above 6: Hermes owns those numbers.
-    return int(revision) if revision in HERMES_REVISIONS else NEWEST_KNOWN_VERSION
+    # Our own revisions between the Hermes ones (0007, 0008, ...) keep Hermes's v6 number.
+    return _HERMES_NUMBER_OF.get(revision, NEWEST_KNOWN_VERSION)
 
 
 @pytest.mark.parametrize("start", ["legacy_v1", "fresh"])
@@ -383,7 +417,8 @@ def test_too_new_database_is_refused_and_left_untouched(tmp_path: Path, journal_
     with pytest.raises(SchemaTooNewError) as refused:
         migrate.upgrade(sqlite_url(path), "head")
 
-    assert "7" in str(refused.value), "the error names the version it found"
+    assert "18" in str(refused.value), "the error names the version it found"
+    assert "read-only" in str(refused.value), "the error offers what still works"
     assert path.read_bytes() == original_bytes
     assert "alembic_version" not in schema_names(path, "table")
 
@@ -432,10 +467,11 @@ def test_fresh_database_round_trips_through_base(tmp_path: Path, fresh: str) -> 
 
     for _ in range(2):
         migrate.upgrade(url, "head")
-        assert schema_versions(path) == [NEWEST_KNOWN_VERSION]
+        assert schema_versions(path) == [HEAD_VERSION]
         assert hermes_tables <= schema_names(path, "table")
-        assert set(session_columns(NEWEST_KNOWN_VERSION)) <= set(table_columns(path, "sessions"))
-        assert set(message_columns(NEWEST_KNOWN_VERSION)) <= set(table_columns(path, "messages"))
+        # A fresh store is the file newest Hermes creates, down to the column order.
+        assert table_columns(path, "sessions") == list(HEAD_SESSION_NAMES)
+        assert table_columns(path, "messages") == list(HEAD_MESSAGE_NAMES)
         assert {TITLE_INDEX_NAME, *V1_INDEX_NAMES} <= schema_names(path, "index")
         assert set(FTS_TRIGGER_NAMES) <= schema_names(path, "trigger")
         assert_sound(path)

@@ -544,7 +544,7 @@ def test_no_python_code_opens_closes_or_unlinks_the_stores_files(
     for args in (
         ["db", "doctor", "--fix"], ["db", "current"], ["sessions", "list"], ["stats"],
         ["search", "migrate"], ["export", "-o", str(tmp_path / "all.jsonl")],
-        ["db", "downgrade", "0007"], ["db", "upgrade"],
+        ["db", "downgrade", "0007", "--yes"], ["db", "upgrade"],
     ):
         result = runner.invoke(cli.app, ["--url", url, *args])
         assert result.exit_code == 0, (args, result.output)

@@ -222,7 +222,9 @@ def test_revision_0009_downgrade_refuses_values_beyond_32_bits(empty_pg_url: str
         db.update_token_counts("big", cache_read_tokens=3 * 10**9)
     with pytest.raises(RuntimeError, match=r"sessions\.cache_read_tokens.*nothing was changed"):
         migrate.downgrade(empty_pg_url, "0008")
-    assert migrate.current(empty_pg_url) == "0009"
+    # The whole downgrade is refused: the store is still at head (the later revisions' steps
+    # down were rolled back with it).
+    assert migrate.current(empty_pg_url) == migrate.HEAD_REVISION
     assert {pg_column_types(empty_pg_url)[key] for key in COUNTERS} == {"bigint"}
     with SessionDB(url=empty_pg_url) as db:
         assert db.get_session("big")["cache_read_tokens"] == 3 * 10**9  # type: ignore[index]
@@ -239,7 +241,7 @@ def test_revision_0009_changes_nothing_on_sqlite(tmp_path: Path) -> None:
                 sa.text("SELECT sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY name"))]
 
     before = ddl()
-    migrate.upgrade(url)
+    migrate.upgrade(url, "0009")
     assert ddl() == before
     migrate.downgrade(url, "0008")
     assert ddl() == before

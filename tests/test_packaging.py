@@ -56,6 +56,6 @@ def test_an_installed_wheel_upgrades_a_store_without_a_checkout(tmp_path: Path) 
 
     assert result.stdout.strip() == HEAD_REVISION
     with sqlite3.connect(database) as conn:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(6,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(17,)]
         names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
     assert {"sessions", "messages", "messages_fts", "messages_fts_insert"} <= names

@@ -587,45 +587,49 @@ def sqlite_names(store: Store, kind: str) -> set[str]:
     )
 
 
-TRIGRAM_TRIGGERS = {"messages_trigram_insert", "messages_trigram_delete", "messages_trigram_update"}
+# Hermes v10's names (revision 0013 replaced 0007's messages_trigram with them).
+TRIGRAM_TABLE = "messages_fts_trigram"
+TRIGRAM_TRIGGERS = {
+    "messages_fts_trigram_insert", "messages_fts_trigram_delete", "messages_fts_trigram_update",
+}  # fmt: skip
+V0007_TRIGRAM_TRIGGERS = {
+    "messages_trigram_insert", "messages_trigram_delete", "messages_trigram_update",
+}  # fmt: skip
 
 
-def trigram_ids(store: Store, needle: str) -> set[int]:
+def trigram_ids(store: Store, needle: str, table: str = TRIGRAM_TABLE) -> set[int]:
     return store.read(
         lambda c: {
             row[0]
             for row in c.execute(
-                sa.text("SELECT rowid FROM messages_trigram WHERE messages_trigram MATCH :q"),
+                sa.text(f"SELECT rowid FROM {table} WHERE {table} MATCH :q"),
                 {"q": '"' + needle + '"'},
             )
         }
     )
 
 
-def assert_trigram_index_intact(store: Store) -> None:
+def assert_trigram_index_intact(store: Store, table: str = TRIGRAM_TABLE) -> None:
     def check(conn: Connection) -> None:
-        conn.execute(
-            sa.text("INSERT INTO messages_trigram(messages_trigram) VALUES('integrity-check')")
-        )
+        conn.execute(sa.text(f"INSERT INTO {table}({table}) VALUES('integrity-check')"))
         # rank 1: also compare the index with the content of messages, row by row.
         conn.execute(
-            sa.text(
-                "INSERT INTO messages_trigram(messages_trigram, rank) VALUES('integrity-check', 1)"
-            )
+            sa.text(f"INSERT INTO {table}({table}, rank) VALUES('integrity-check', 1)")
         )
 
     store.write(check)
 
 
 def test_trigram_table_and_triggers_exist(sqlite_store: Store) -> None:
-    assert "messages_trigram" in sqlite_names(sqlite_store, "table")
+    assert TRIGRAM_TABLE in sqlite_names(sqlite_store, "table")
     assert sqlite_names(sqlite_store, "trigger") >= TRIGRAM_TRIGGERS
+    assert not {"messages_trigram"} & sqlite_names(sqlite_store, "table"), "one trigram index"
     ddl = sqlite_store.read(
         lambda c: c.execute(
-            sa.text("SELECT sql FROM sqlite_master WHERE name = 'messages_trigram'")
+            sa.text("SELECT sql FROM sqlite_master WHERE name = :name"), {"name": TRIGRAM_TABLE}
         ).scalar_one()
     )
-    assert "tokenize='trigram'" in ddl and "content=messages" in ddl
+    assert "tokenize='trigram'" in ddl and "content=messages_fts_trigram_source" in ddl
 
 
 def test_trigram_index_follows_insert_update_delete(sqlite_store: Store) -> None:
@@ -650,18 +654,19 @@ def test_cjk_search_uses_the_trigram_index_not_a_scan(sqlite_store: Store) -> No
     with StatementLog(sqlite_store) as log:
         hits = search(sqlite_store, "数据库")
     assert names_of(hits, ids) == ["chinese"]
-    assert log.containing("messages_trigram MATCH")
+    assert log.containing(f"{TRIGRAM_TABLE} MATCH")
     assert not log.containing("LIKE")
 
 
 def test_cjk_search_scans_when_the_trigram_index_is_absent(sqlite_store: Store) -> None:
     """A file migrated by a SQLite without the trigram tokenizer has no index: scan instead."""
     ids = seed(sqlite_store, CORPUS)
-    migrate.downgrade(str(sqlite_store.url), "0006")
+    search_ddl = pytest.importorskip("sessionstore._migrations.search_ddl")
+    sqlite_store.write(search_ddl.drop_hermes_trigram_objects)
     with StatementLog(sqlite_store) as log:
         hits = search(sqlite_store, "数据库")
     assert names_of(hits, ids) == ["chinese"]
-    assert log.containing("LIKE") and not log.containing("messages_trigram MATCH")
+    assert log.containing("LIKE") and not log.containing(f"{TRIGRAM_TABLE} MATCH")
 
 
 def test_revision_0007_skips_the_index_without_the_trigram_tokenizer(
@@ -678,7 +683,9 @@ def test_revision_0007_skips_the_index_without_the_trigram_tokenizer(
     assert migrate.current(url) == migrate.HEAD_REVISION
     with Store.open(url) as store:
         tables = sqlite_names(store, "table")
-        assert not {name for name in tables if name.startswith("messages_trigram")}
+        assert not {
+            name for name in tables if name.startswith(("messages_trigram", TRIGRAM_TABLE))
+        }
         ids = seed(store, CORPUS)
         assert names_of(search(store, "数据库"), ids) == ["chinese"]
 
@@ -700,12 +707,12 @@ def test_revision_0007_up_down_up_keeps_schema_version_and_indexes_existing_rows
                 present = "messages_trigram" in sqlite_names(store, "table")
                 assert present is (revision == "0007")
                 triggers = sqlite_names(store, "trigger")
-                assert (triggers >= TRIGRAM_TRIGGERS) is (revision == "0007")
+                assert (triggers >= V0007_TRIGRAM_TRIGGERS) is (revision == "0007")
             assert names_of(search(store, "数据库"), ids) == ["chinese"]
     with Store.open(empty_url) as store:
         if is_sqlite(store):
-            assert trigram_ids(store, "数据库") == {ids["chinese"]}
-            assert_trigram_index_intact(store)
+            assert trigram_ids(store, "数据库", "messages_trigram") == {ids["chinese"]}
+            assert_trigram_index_intact(store, "messages_trigram")
 
 
 # -- PostgreSQL: the planner uses the indexes ---------------------------------------------------
@@ -746,7 +753,7 @@ def test_postgresql_search_plans_use_the_gin_indexes(store: Store) -> None:
 
         plans[query] = store.read(explain)
     assert "ix_messages_content_tsv" in plans["needle"]
-    assert "ix_messages_content_trgm" in plans["数据库迁移"]
+    assert "ix_messages_indexed_text_trgm" in plans["数据库迁移"]
     for plan in plans.values():
         assert "Seq Scan on messages" not in plan
 

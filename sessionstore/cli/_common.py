@@ -260,8 +260,17 @@ def open_store(options: CliState, *, write: bool = False) -> Iterator[Store]:
         probe.close()
         raise
     if not status.up_to_date:
-        probe.close()
-        raise outdated(status, url)
+        # A reading verb reads a store that has what it reads (a current Hermes file, a newer
+        # one) as it is; only what it cannot read sends the user to `db upgrade`.
+        from ..facade import unreadable_reason
+
+        problem = "writes need the current schema" if write else probe.read(unreadable_reason)
+        if problem is not None:
+            probe.close()
+            number = status.schema_version
+            if number is not None and number > legacy.NEWEST_HERMES_SCHEMA:
+                raise CliError(legacy.too_new_message(number) if write else problem)
+            raise outdated(status, url)
     if write:
         probe.close()
         store = Store.open(url)

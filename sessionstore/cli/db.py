@@ -38,9 +38,11 @@ from ._common import (
     store_url,
 )
 
-PRESERVING_REVISIONS = frozenset({"0004", "0007", "0008", "0009"})
-"""Revisions whose downgrade drops only indexes (derived data, rebuilt by an upgrade). Undoing
-any other revision drops columns or tables, so a downgrade across it loses data."""
+PRESERVING_REVISIONS = frozenset({"0004", "0007", "0008", "0009", "0013", "0014", "0019"})
+"""Revisions whose downgrade loses no value: it drops or rebuilds only indexes (derived data,
+rebuilt by an upgrade: 0004, 0007, 0008, 0013, 0014), narrows counters only when every value
+fits (0009, else it refuses) or only writes the schema number back (0019). Undoing any other
+revision drops columns or tables, so a downgrade across it loses data."""
 
 
 @dataclass(frozen=True)
@@ -215,7 +217,8 @@ def db_downgrade(
     """Step the schema back to REVISION (a SQLite file is backed up first).
 
     A downgrade that drops data (tables, or columns that hold values: every step but 0004, 0007,
-    0008 and 0009) asks first on a terminal and is refused without one unless --yes is given.
+    0008, 0009, 0013, 0014 and 0019) asks first on a terminal and is refused without one unless
+    --yes is given.
     PostgreSQL is not backed up: take a pg_dump first.
     """
     _change_schema(
@@ -384,7 +387,7 @@ def db_copy(
     target_state = CliState(urls[-1], options.debug)
     target_url = store_url(target_state)
     with open_store(options) as source:
-        total = SessionRepository(source).session_count()
+        total = SessionRepository(source).session_count(include_archived=True)
     # The URL as given: the open store's own URL carries the read-only rewrite.
     source_url = full(store_url(options))
     with out.progress("copying", total) as advance:

@@ -94,6 +94,9 @@ def sessions_list(
     children: Annotated[
         bool, typer.Option("--children", help="Include child sessions (subagents).")
     ] = False,
+    archived: Annotated[
+        bool, typer.Option("--archived", help="Include archived sessions.")
+    ] = False,
     limit: Annotated[int, typer.Option(min=0, help="At most this many sessions.")] = 20,
     offset: Annotated[int, typer.Option(min=0, help="Skip this many first.")] = 0,
     show_all: Annotated[
@@ -109,7 +112,10 @@ def sessions_list(
     with open_store(cli_state(ctx)) as store:
         repository = SessionRepository(store)
         total = repository.count_listed_sessions(
-            source=source, exclude_sources=exclude_source or None, include_children=children
+            source=source,
+            exclude_sources=exclude_source or None,
+            include_children=children,
+            include_archived=archived,
         )
         listings = repository.list_sessions_rich(
             source=source,
@@ -117,6 +123,7 @@ def sessions_list(
             limit=max(total - offset, 0) if show_all else limit,
             offset=offset,
             include_children=children,
+            include_archived=archived,
         )
         more = total - offset - len(listings)
         if as_json:

@@ -60,7 +60,7 @@ def export(
         total = (
             len(session_ids)
             if session_ids is not None
-            else SessionRepository(store).session_count(source)
+            else SessionRepository(store).session_count(source, include_archived=True)
         )
         with out.progress("exporting", total) as advance:
             if output is None:

@@ -2,7 +2,8 @@
 
 Word search is Hermes's query: ``messages_fts MATCH`` ranked by bm25 (``rank``), with
 ``snippet()``. Substring search, for CJK text the word tokenizer cannot split, uses the
-``messages_trigram`` index of revision 0007 for needles of three or more characters, and a
+``messages_fts_trigram`` index (Hermes v10's name, revision 0013)
+for needles of three or more characters, and a
 ``LIKE`` scan otherwise: for shorter needles (a trigram index cannot answer them) and on files
 without the index (a SQLite older than 3.34 at migration time).
 
@@ -31,7 +32,8 @@ from .long_text import LONG_MESSAGE_CHARS, long_text_snippet, term_pattern
 from .request import Page, SearchFilters, filtered_statement
 from .sanitize import escape_like
 
-TRIGRAM_TABLE: Final = "messages_trigram"
+TRIGRAM_TABLE: Final = "messages_fts_trigram"
+"""Hermes's trigram table (revision 0013 on; 0007's ``messages_trigram`` before)."""
 TRIGRAM_MIN_CHARS: Final = 3
 """A trigram index can only answer needles of at least one trigram."""
 LIKE_ESCAPE: Final = "\\"
@@ -56,7 +58,7 @@ FROM messages_fts
 JOIN messages AS m ON m.id = messages_fts.rowid
 JOIN sessions AS s ON s.id = m.session_id
 WHERE messages_fts MATCH :query {{filters}}
-ORDER BY messages_fts.rank
+ORDER BY {{order}}
 LIMIT :limit OFFSET :offset
 """
 
@@ -99,11 +101,11 @@ FROM (
     SELECT m.id, m.session_id, m.role, m.timestamp, m.tool_name, s.source, s.model,
            s.started_at, instr(lower(m.content), lower(:needle)) AS hit_start
     {{candidates}} {{filters}}
-    ORDER BY m.timestamp DESC, m.id DESC
+    ORDER BY {{order}}
     LIMIT :limit OFFSET :offset
 ) AS page
 JOIN messages AS m ON m.id = page.id
-ORDER BY page.timestamp DESC, page.id DESC
+ORDER BY {{page_order}}
 """
 
 _TRIGRAM_CANDIDATES: Final = f"""
@@ -115,7 +117,9 @@ _TRIGRAM_CANDIDATES: Final = f"""
 _LIKE_CANDIDATES: Final = f"""
     FROM messages AS m
     JOIN sessions AS s ON s.id = m.session_id
-    WHERE m.content LIKE :pattern ESCAPE '{LIKE_ESCAPE}'"""
+    WHERE (m.content LIKE :pattern ESCAPE '{LIKE_ESCAPE}'
+           OR m.tool_name LIKE :pattern ESCAPE '{LIKE_ESCAPE}'
+           OR m.tool_calls LIKE :pattern ESCAPE '{LIKE_ESCAPE}')"""
 
 
 class FTS5Search:
@@ -124,7 +128,9 @@ class FTS5Search:
     def word_matches(
         self, conn: Connection, query: str, filters: SearchFilters, page: Page
     ) -> list[MatchRow]:
-        statement = filtered_statement(_WORD_SEARCH, filters, conn)
+        statement = filtered_statement(
+            _WORD_SEARCH, filters, conn, order=filters.order("messages_fts.rank")
+        )
         try:
             rows = conn.execute(statement, {"query": query, **_MARKERS, **page.params}).all()
         except OperationalError as exc:
@@ -167,7 +173,12 @@ class FTS5Search:
     ) -> list[MatchRow] | None:
         """Hits from the trigram index; None when this SQLite cannot read the index."""
         statement = filtered_statement(
-            _SUBSTRING_SEARCH, filters, conn, candidates=_TRIGRAM_CANDIDATES
+            _SUBSTRING_SEARCH,
+            filters,
+            conn,
+            candidates=_TRIGRAM_CANDIDATES,
+            order=filters.time_order(),
+            page_order=filters.time_order("page"),
         )
         params = {"needle": needle, "phrase": fts5_phrase(needle), **page.params}
         try:
@@ -183,7 +194,12 @@ class FTS5Search:
         self, conn: Connection, needle: str, filters: SearchFilters, page: Page
     ) -> list[MatchRow]:
         statement = filtered_statement(
-            _SUBSTRING_SEARCH, filters, conn, candidates=_LIKE_CANDIDATES
+            _SUBSTRING_SEARCH,
+            filters,
+            conn,
+            candidates=_LIKE_CANDIDATES,
+            order=filters.time_order(),
+            page_order=filters.time_order("page"),
         )
         params: dict[str, Any] = {"needle": needle, "pattern": like_pattern(needle), **page.params}
         return substring_match_rows(conn.execute(statement, params))

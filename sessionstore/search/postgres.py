@@ -6,8 +6,10 @@ are ranked by ``ts_rank`` and shown with ``ts_headline``, shaped like SQLite's `
 ``>>>``/``<<<`` markers, a window of about 40 words around the best match, and ``...`` where
 text was cut off (added here, as ``ts_headline`` has no such option).
 
-Substring search (CJK) is ``content ILIKE '%needle%'``, which the ``pg_trgm`` GIN index
-``ix_messages_content_trgm`` serves for needles of three or more characters.
+Substring search (CJK) is ``ILIKE '%needle%'`` over the indexed text (from revision 0014
+content, tool name and tool calls, as Hermes v11 indexes them), which the ``pg_trgm`` GIN index
+``ix_messages_indexed_text_trgm`` (before 0014: ``ix_messages_content_trgm`` over ``content``)
+serves for needles of three or more characters.
 
 PostgreSQL cannot take a NUL character in a text parameter: every value bound here has none
 (the sanitizer and the service remove them).
@@ -69,16 +71,38 @@ def indexed_tsvector_expression(conn: Connection) -> str:
     return source
 
 
+_SUBSTRING_SOURCE_KEY: Final = "sessionstore.substring_source"
+
+
+def indexed_substring_text(conn: Connection) -> str:
+    """The text substring search looks in and headlines are cut from: from revision 0014
+    (Hermes v11) content, tool name and tool calls (the trigram index is over exactly that
+    expression); before, content. Looked up once per DBAPI connection."""
+    info = conn.connection.info
+    cached = info.get(_SUBSTRING_SOURCE_KEY)
+    if cached is not None:
+        return str(cached)
+    search_ddl = importlib.import_module("sessionstore._migrations.search_ddl")
+    has_index = conn.exec_driver_sql(
+        "SELECT 1 FROM pg_indexes WHERE tablename = 'messages' AND indexname = %(name)s",
+        {"name": search_ddl.PG_LATER_TRGM_INDEX},
+    ).first()
+    source = str(search_ddl.pg_indexed_text("m")) if has_index else "m.content"
+    info[_SUBSTRING_SOURCE_KEY] = source
+    return source
+
+
 # The page is chosen from (id, score) alone; full rows, and the expensive headlines, are
 # fetched for the page only. The headline's own text, markers removed, is looked up in the
-# message to decide whether words were cut off before or after it.
+# message to decide whether words were cut off before or after it. The text is the indexed
+# one (content, tool name, tool calls from revision 0014), as SQLite's snippet() shows it.
 _WORD_SEARCH: Final = f"""
 SELECT m.id, m.session_id, m.role,
-       CASE WHEN fragment.start > 1 AND left(m.content, fragment.start - 1) ~ '[[:alnum:]]'
+       CASE WHEN fragment.start > 1 AND left(doc.text, fragment.start - 1) ~ '[[:alnum:]]'
             THEN :ellipsis ELSE '' END
        || headline.text
        || CASE WHEN fragment.start > 0
-                    AND substr(m.content, fragment.start + length(plain.text)) ~ '[[:alnum:]]'
+                    AND substr(doc.text, fragment.start + length(plain.text)) ~ '[[:alnum:]]'
                THEN :ellipsis ELSE '' END,
        m.timestamp, m.tool_name, s.source, s.model, s.started_at
 FROM (
@@ -86,20 +110,21 @@ FROM (
     FROM messages AS m
     JOIN sessions AS s ON s.id = m.session_id
     WHERE {{tsvector}} @@ {_TSQUERY} {{filters}}
-    ORDER BY score DESC, m.id
+    ORDER BY {{order}}
     LIMIT :limit OFFSET :offset
 ) AS page
 JOIN messages AS m ON m.id = page.id
 JOIN sessions AS s ON s.id = m.session_id
+CROSS JOIN LATERAL (SELECT {{document}} AS text) AS doc
 CROSS JOIN LATERAL (
-    SELECT ts_headline('simple', left(m.content, {INDEXED_CHARS}), {_TSQUERY},
+    SELECT ts_headline('simple', left(doc.text, {INDEXED_CHARS}), {_TSQUERY},
                        :headline_options) AS text
 ) AS headline
 CROSS JOIN LATERAL (
     SELECT replace(replace(headline.text, :mark_start, ''), :mark_end, '') AS text
 ) AS plain
-CROSS JOIN LATERAL (SELECT strpos(m.content, plain.text) AS start) AS fragment
-ORDER BY page.score DESC, page.id
+CROSS JOIN LATERAL (SELECT strpos(doc.text, plain.text) AS start) AS fragment
+ORDER BY {{page_order}}
 """
 
 _ANY_WORD_MATCH: Final = f"""
@@ -128,14 +153,14 @@ FROM (
     SELECT m.id
     FROM messages AS m
     JOIN sessions AS s ON s.id = m.session_id
-    WHERE m.content ILIKE :pattern ESCAPE '{LIKE_ESCAPE}' {{filters}}
-    ORDER BY m.timestamp DESC, m.id DESC
+    WHERE {{substring_text}} ILIKE :pattern ESCAPE '{LIKE_ESCAPE}' {{filters}}
+    ORDER BY {{order}}
     LIMIT :limit OFFSET :offset
 ) AS page
 JOIN messages AS m ON m.id = page.id
 JOIN sessions AS s ON s.id = m.session_id
 CROSS JOIN LATERAL (SELECT strpos(lower(m.content), lower(:needle)) AS start) AS hit
-ORDER BY m.timestamp DESC, m.id DESC
+ORDER BY {{order}}
 """
 
 
@@ -157,7 +182,14 @@ class PostgreSQLSearch:
             **page.params,
         }
         statement = filtered_statement(
-            _WORD_SEARCH, filters, conn, tsvector=indexed_tsvector_expression(conn)
+            _WORD_SEARCH,
+            filters,
+            conn,
+            tsvector=indexed_tsvector_expression(conn),
+            order=filters.order("score DESC, m.id"),
+            page_order=filters.order("page.score DESC, page.id"),
+            # The headline is cut from the text the words were indexed from.
+            document=indexed_substring_text(conn),
         )
         rows = conn.execute(statement, params)
         return [match_row(*row) for row in rows]
@@ -180,5 +212,14 @@ class PostgreSQLSearch:
             **page.params,
         }
         return substring_match_rows(
-            conn.execute(filtered_statement(_SUBSTRING_SEARCH, filters, conn), params)
+            conn.execute(
+                filtered_statement(
+                    _SUBSTRING_SEARCH,
+                    filters,
+                    conn,
+                    order=filters.time_order(),
+                    substring_text=indexed_substring_text(conn),
+                ),
+                params,
+            )
         )

@@ -27,6 +27,7 @@ from ..dialects import dialect_for, json_list
 from ..validation import integer
 
 MAX_ROW_COUNT: Final = 2**63 - 1
+SORT_ORDERS: Final = (None, "newest", "oldest")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,10 +45,25 @@ class SearchFilters:
     sources: tuple[str, ...] | None = None
     excluded_sources: tuple[str, ...] = ()
     roles: tuple[str, ...] | None = None
+    sort: str | None = None
+    """None: best match first (substring hits: newest first); 'newest' or 'oldest': by time."""
+    searchable_only: bool = False
+    """Leave out rewound messages (``active=0, compacted=0``); compaction-archived ones stay
+    searchable, as in Hermes (its default ``m.active = 1 OR m.compacted = 1``)."""
 
     @property
     def matches_nothing(self) -> bool:
         return self.sources == () or self.roles == ()
+
+    def order(self, relevance: str, alias: str = "m") -> str:
+        """The ORDER BY of a word search: ``relevance`` unless a time order was asked for."""
+        if self.sort is None:
+            return relevance
+        return self.time_order(alias)
+
+    def time_order(self, alias: str = "m") -> str:
+        direction = "ASC" if self.sort == "oldest" else "DESC"
+        return f"{alias}.timestamp {direction}, {alias}.id {direction}"
 
     def sql(self, list_sql: Callable[[str], str]) -> str:
         """``AND ...`` clauses to append to a ``WHERE`` (empty when nothing is filtered).
@@ -63,6 +79,8 @@ class SearchFilters:
             clauses.append(f"AND s.source NOT IN {list_sql('excluded_sources')}")
         if self.roles is not None:
             clauses.append(f"AND m.role IN {list_sql('roles')}")
+        if self.searchable_only:
+            clauses.append("AND (m.active = 1 OR m.compacted = 1)")
         return " ".join(clauses)
 
     def bind(self, statement: TextClause) -> TextClause:
@@ -101,12 +119,19 @@ def make_filters(
     source_filter: Iterable[str] | None,
     exclude_sources: Iterable[str] | None,
     role_filter: Iterable[str] | None,
+    *,
+    searchable_only: bool = False,
+    sort: str | None = None,
 ) -> SearchFilters:
+    if sort not in SORT_ORDERS:
+        raise ValueError(f"sort must be one of None, 'newest', 'oldest', not {sort!r}")
     excluded = _storable_values(exclude_sources, "exclude_sources")
     return SearchFilters(
         sources=_storable_values(source_filter, "source_filter"),
         excluded_sources=excluded or (),
         roles=_storable_values(role_filter, "role_filter"),
+        searchable_only=searchable_only,
+        sort=sort,
     )
 
 

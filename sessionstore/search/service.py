@@ -13,10 +13,12 @@ search has no match at all, so paging never mixes the two result sets.
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Final, Protocol
 
-from sqlalchemy.engine import Connection
+from sqlalchemy import inspect
+from sqlalchemy.engine import Connection, Engine
 
 from .context import fetch_context
 from .fts5 import FTS5Search
@@ -52,6 +54,22 @@ BACKENDS: Final[Mapping[str, Callable[[], SearchBackend]]] = {
 }
 
 
+_MESSAGE_STATES: weakref.WeakKeyDictionary[Engine, bool] = weakref.WeakKeyDictionary()
+
+
+def has_message_states(conn: Connection) -> bool:
+    """Whether ``messages`` has Hermes's ``active``/``compacted`` columns (revisions 0018 and
+    0020 on); a store at an older revision is searched without the state filter. Asked once
+    per engine: a store's engine is made after its migration."""
+    engine = conn.engine
+    known = _MESSAGE_STATES.get(engine)
+    if known is None:
+        columns = {column["name"] for column in inspect(conn).get_columns("messages")}
+        known = {"active", "compacted"} <= columns
+        _MESSAGE_STATES[engine] = known
+    return known
+
+
 def backend_for(conn: Connection) -> SearchBackend:
     name = conn.dialect.name
     try:
@@ -69,6 +87,8 @@ def search_messages(
     role_filter: list[str] | None = None,
     limit: int = 20,
     offset: int = 0,
+    include_inactive: bool = False,
+    sort: str | None = None,
 ) -> list[SearchHit]:
     """Messages matching ``query``: FTS5 query syntax, any text accepted (see ``sanitize``).
 
@@ -78,11 +98,20 @@ def search_messages(
     ``TypeError`` for a query that is not a ``str``, a limit or offset that is not an ``int``,
     and filters that are not lists of ``str`` (see :mod:`.request` for the filter rules).
     Database failures (locked, unreachable) propagate; the caller's store handles them.
+    Rewound messages (``active=0, compacted=0``) are left out unless ``include_inactive``.
+    ``sort`` ``'newest'``/``'oldest'`` orders word hits by time instead of relevance
+    (substring hits are newest first unless ``'oldest'``); any other value is a ValueError.
     """
     if not isinstance(query, str):
         raise TypeError(f"query must be a str, not {type(query).__name__}")
     page = make_page(limit, offset)
-    filters = make_filters(source_filter, exclude_sources, role_filter)
+    filters = make_filters(
+        source_filter,
+        exclude_sources,
+        role_filter,
+        searchable_only=not include_inactive and has_message_states(conn),
+        sort=sort,
+    )
     sanitized = sanitize_fts5_query(query)
     if page is None or filters.matches_nothing or not sanitized:
         return []
