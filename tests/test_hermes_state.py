@@ -323,6 +323,38 @@ def test_lock_writes_queue_with_the_store_own_writes(db: SessionDB) -> None:
     assert session is not None and session["model"] == "acp" and session["message_count"] == 1
 
 
+_OTHER_PROCESS_APPEND = """
+import sys, time
+from sessionstore import SessionDB
+db = SessionDB(sys.argv[1])
+db.append_message("s", "user", "from the other process")
+print(time.time())
+db.close()
+"""
+
+
+def test_lock_queues_the_writers_of_other_processes_too(db: SessionDB, db_file: Path) -> None:
+    """``_lock`` is the store's whole write lock: threads, then the file's writers' queue. A
+    Hermes-style block holds no SQLite lock between its statements (autocommit), so without
+    the queue another process's append would slip in before the block is done."""
+    db.create_session("s", "cli")
+    with db._lock:
+        other = subprocess.Popen(
+            [sys.executable, "-c", _OTHER_PROCESS_APPEND, str(db_file)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(1.0)  # time enough for the other process to open and try to write
+        assert db.message_count("s") == 0  # it is queued, not done
+        db._conn.execute("UPDATE sessions SET model = 'acp' WHERE id = 's'")
+        released_at = time.time()
+    out, _ = other.communicate(timeout=30)
+    assert other.returncode == 0
+    assert float(out.strip()) >= released_at
+    session = db.get_session("s")
+    assert session is not None and session["model"] == "acp" and session["message_count"] == 1
+
+
 def test_store_methods_may_be_called_while_holding_the_lock(db: SessionDB) -> None:
     done = threading.Event()
 
