@@ -229,8 +229,11 @@ def _fork_store_url(store_url: str, tmp_path: Path) -> tuple[str, Path | None]:
     return store_url, path
 
 
-def _signal(flag: Path) -> None:
-    flag.write_text("1")
+def _signal(flag: Path, text: str = "1") -> None:
+    # Written aside and renamed: a reader polling for the name never sees it half written.
+    partial = flag.with_name(flag.name + ".partial")
+    partial.write_text(text)
+    os.replace(partial, flag)
 
 
 def _await(flag: Path, timeout_s: float = 60.0) -> None:
@@ -321,7 +324,7 @@ def test_a_daemon_that_keeps_using_the_inherited_store(store_url: str, tmp_path:
             except BaseException as exc:
                 print(f"daemon failed: {exc!r}", file=sys.stderr, flush=True)
                 code = 1
-            done.write_text(str(code))
+            _signal(done, str(code))
             os._exit(code)
 
     with _in_child(detach) as pid:
