@@ -10,7 +10,7 @@ exists so that a Hermes checkout can swap its store with one line::
 What Hermes's module offers at module level, and so does this one: ``SessionDB``,
 ``DEFAULT_DB_PATH``, ``SCHEMA_VERSION`` (the Hermes schema of a store at head: newest Hermes's, 17),
 ``SCHEMA_SQL`` and ``FTS_SQL`` (Hermes v6's DDL text, kept for code that reads them; a fresh
-store is newest Hermes's shape, see ``migrations/versions/0020``), ``logger``.
+store is newest Hermes's shape, see ``sessionstore/_migrations/versions/0020``), ``logger``.
 
 ``SessionDB`` here is ``sessionstore.SessionDB`` plus the private surface Hermes's own code
 reaches into (its insights, dashboard, ACP sessions, CLI resume):

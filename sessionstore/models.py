@@ -57,7 +57,7 @@ IDX_MESSAGES_SESSION_ACTIVE = "idx_messages_session_active"
 IDX_MESSAGES_PLATFORM_MSG_ID = "idx_messages_platform_msg_id"
 IDX_COMPRESSION_LOCKS_EXPIRES = "idx_compression_locks_expires"
 
-# Full-text objects created by raw DDL in the migrations (see migrations/search_ddl.py).
+# Full-text objects created by raw DDL in the migrations (sessionstore/_migrations/search_ddl.py).
 _FTS5_SHADOWS = ("data", "idx", "content", "docsize", "config")
 SEARCH_OBJECT_NAMES = frozenset(
     {

@@ -69,7 +69,7 @@ def upgrade() -> None:
     helpers.add_columns_if_missing(
         "sessions",
         [
-            *(sa.Column(name, sa.Text()) for name in (*PEER_COLUMNS, *GIT_COLUMNS)),
+            *[sa.Column(name, sa.Text()) for name in (*PEER_COLUMNS, *GIT_COLUMNS)],
             sa.Column("compression_failure_cooldown_until", helpers.REAL),
             sa.Column("compression_failure_error", sa.Text()),
         ],

@@ -25,7 +25,7 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 SCHEMA_VERSION = 1
-TIMESTAMP = sa.Double().with_variant(sa.REAL(), "sqlite")
+TIMESTAMP: sa.types.TypeEngine[float] = sa.Double().with_variant(sa.REAL(), "sqlite")
 
 
 def upgrade() -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
@@ -135,7 +137,7 @@ def renumber_duplicate_titles() -> int:
     return renamed
 
 
-REAL = sa.Double().with_variant(sa.REAL(), "sqlite")
+REAL: sa.types.TypeEngine[float] = sa.Double().with_variant(sa.REAL(), "sqlite")
 """Hermes's REAL: 8 bytes on SQLite; DOUBLE PRECISION on PostgreSQL, whose REAL is 4."""
 
 COUNTER = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
@@ -143,7 +145,7 @@ COUNTER = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 is 32 bits (revision 0009 widened the older counters, so a later one is born BIGINT there)."""
 
 
-def add_columns_if_missing(table: str, columns: list[sa.Column[object]]) -> None:
+def add_columns_if_missing(table: str, columns: Sequence[sa.Column[Any]]) -> None:
     present = column_names(table)
     for column in columns:
         if column.name not in present:

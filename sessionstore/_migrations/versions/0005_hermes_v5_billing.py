@@ -28,7 +28,7 @@ depends_on: str | Sequence[str] | None = None
 
 SCHEMA_VERSION = 5
 
-TIMESTAMP_OR_MONEY = sa.Double().with_variant(sa.REAL(), "sqlite")
+TIMESTAMP_OR_MONEY: sa.types.TypeEngine[float] = sa.Double().with_variant(sa.REAL(), "sqlite")
 NEW_COLUMNS = (
     ("cache_read_tokens", sa.Integer(), sa.text("0")),
     ("cache_write_tokens", sa.Integer(), sa.text("0")),
