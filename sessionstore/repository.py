@@ -330,31 +330,30 @@ class SessionRepository:
                          for name, value in filled.items()})
             )
 
+    def _update_session(self, session_id: str, values: dict[str, Any], *conditions: Any) -> bool:
+        """Set ``values`` on one session (where ``conditions`` hold); True when a row changed."""
+        statement = (
+            update(sessions)
+            .where(sessions.c.id == validation.identifier(session_id, "session_id"), *conditions)
+            .values(values)
+        )
+        return self.store.write(lambda conn: conn.execute(statement).rowcount > 0)
+
     def end_session(self, session_id: str, end_reason: str | None) -> bool:
         """End a live session; the first end reason wins (a compression split stays one)."""
-        statement = (
-            update(sessions)
-            .where(sessions.c.id == validation.identifier(session_id, "session_id"))
-            .where(sessions.c.ended_at.is_(None))
-            .values(ended_at=time.time(), end_reason=self._text(end_reason, "end_reason"))
+        return self._update_session(
+            session_id,
+            {"ended_at": time.time(), "end_reason": self._text(end_reason, "end_reason")},
+            sessions.c.ended_at.is_(None),
         )
-        return self.store.write(lambda conn: conn.execute(statement).rowcount > 0)
 
     def reopen_session(self, session_id: str) -> bool:
-        statement = (
-            update(sessions)
-            .where(sessions.c.id == validation.identifier(session_id, "session_id"))
-            .values(ended_at=None, end_reason=None)
-        )
-        return self.store.write(lambda conn: conn.execute(statement).rowcount > 0)
+        return self._update_session(session_id, {"ended_at": None, "end_reason": None})
 
     def update_system_prompt(self, session_id: str, system_prompt: str | None) -> bool:
-        statement = (
-            update(sessions)
-            .where(sessions.c.id == validation.identifier(session_id, "session_id"))
-            .values(system_prompt=self._text(system_prompt, "system_prompt"))
+        return self._update_session(
+            session_id, {"system_prompt": self._text(system_prompt, "system_prompt")}
         )
-        return self.store.write(lambda conn: conn.execute(statement).rowcount > 0)
 
     def update_token_counts(
         self,
@@ -727,12 +726,7 @@ class SessionRepository:
         for name, value in (("git_branch", git_branch), ("git_repo_root", git_repo_root)):
             if value:
                 values[name] = self._text(value, name)
-        statement = (
-            update(sessions)
-            .where(sessions.c.id == validation.identifier(session_id, "session_id"))
-            .values(values)
-        )
-        return self.store.write(lambda conn: conn.execute(statement).rowcount > 0)
+        return self._update_session(session_id, values)
 
     def backfill_repo_roots(self, roots: Mapping[str, str]) -> int:
         """Fill ``git_repo_root`` from ``{cwd: root}`` where it is still empty; rows changed."""
@@ -1078,12 +1072,9 @@ class SessionRepository:
         return self.store.write(run)
 
     def update_session_model(self, session_id: str, model: str | None) -> bool:
-        statement = (
-            update(sessions)
-            .where(sessions.c.id == validation.identifier(session_id, "session_id"))
-            .values(model=validation.optional_identifier(model, "model"))
+        return self._update_session(
+            session_id, {"model": validation.optional_identifier(model, "model")}
         )
-        return self.store.write(lambda conn: conn.execute(statement).rowcount > 0)
 
     def update_session_meta(
         self, session_id: str, model_config_json: str | None, model: str | None = None
@@ -1094,12 +1085,7 @@ class SessionRepository:
         }
         if model is not None:
             values["model"] = validation.identifier(model, "model")
-        statement = (
-            update(sessions)
-            .where(sessions.c.id == validation.identifier(session_id, "session_id"))
-            .values(values)
-        )
-        return self.store.write(lambda conn: conn.execute(statement).rowcount > 0)
+        return self._update_session(session_id, values)
 
     def update_session_billing_route(
         self, session_id: str, *, provider: str, base_url: str, billing_mode: str | None = None
@@ -1113,12 +1099,7 @@ class SessionRepository:
         }
         if billing_mode is not None:
             values["billing_mode"] = validation.identifier(billing_mode, "billing_mode")
-        statement = (
-            update(sessions)
-            .where(sessions.c.id == validation.identifier(session_id, "session_id"))
-            .values(values)
-        )
-        return self.store.write(lambda conn: conn.execute(statement).rowcount > 0)
+        return self._update_session(session_id, values)
 
     def recount(self, conn: Connection, session_id: str) -> None:
         """Set a session's counters to those of its live rows."""
