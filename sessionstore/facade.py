@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.engine import Connection, Engine, make_url
 
 from . import legacy, migrate, titles
 from .adoption import backup_before_adoption
@@ -73,18 +73,25 @@ class SessionDB:
         resolved = sqlite_url(db_path) if db_path is not None else resolve_url(url)
         parsed = make_url(resolved)
         self.url = resolved
-        is_file = parsed.get_backend_name() == "sqlite" and parsed.database not in (
-            None,
-            "",
-            ":memory:",
-        )
-        self.db_path: Path | None = Path(str(parsed.database)).expanduser() if is_file else None
+        dialect = dialect_for_url(parsed)
+        self.db_path: Path | None = dialect.database_file(parsed)
         self.adoption_backup: Path | None = None
-        read_only = read_only or (is_file and dialect_for_url(parsed).requests_read_only(parsed))
-        if not read_only:
-            self.adoption_backup = self._prepare_schema(resolved, auto_migrate, backup_on_adopt)
+        read_only = read_only or (
+            self.db_path is not None and dialect.requests_read_only(parsed)
+        )
+
+        def prepare(engine: Engine) -> None:
+            # On the store's own engine: one engine per store, for the check and a migration.
+            self.adoption_backup = self._prepare_schema(
+                engine, resolved, auto_migrate, backup_on_adopt
+            )
+
         self._store = Store.open(
-            resolved, read_only=read_only, retry=retry, busy_timeout_s=busy_timeout_s
+            parsed,
+            read_only=read_only,
+            retry=retry,
+            busy_timeout_s=busy_timeout_s,
+            prepare=None if read_only else prepare,
         )
         if read_only:
             upgrade = cli_command(resolved, "db", "upgrade")
@@ -101,8 +108,12 @@ class SessionDB:
         self._gateway = Gateway(self._store)
 
     @staticmethod
-    def _prepare_schema(url: str, auto_migrate: bool, backup: bool) -> Path | None:
-        status = migrate.status(url)
+    def _prepare_schema(
+        engine: Engine, url: str, auto_migrate: bool, backup: bool
+    ) -> Path | None:
+        """Check the schema (two small reads when it is current) and migrate if needed;
+        the adoption backup's path when one was taken."""
+        status = migrate.status(engine)
         if status.up_to_date:
             return None
         if not auto_migrate:
@@ -111,8 +122,8 @@ class SessionDB:
                 f"{status.schema_version or 'none'}), not {status.head}; run "
                 f"`{cli_command(url, 'db', 'upgrade')}` or open it with auto_migrate=True"
             )
-        copy = backup_before_adoption(url) if backup and status.revision is None else None
-        migrate.upgrade(url)
+        copy = backup_before_adoption(url, status) if backup else None
+        migrate.upgrade(engine)
         return copy
 
     @property

@@ -24,10 +24,10 @@ from sqlalchemy.engine import Connection
 
 from . import validation
 from .leases import bindable
-from .models import messages_table as messages
-from .models import sessions_table as sessions
 from .records import SESSION_FIELDS, SessionRecord
 from .store import Store
+from .tables import messages_table as messages
+from .tables import sessions_table as sessions
 
 RESUMABLE_END_REASON = "agent_close"
 PENDING, RUNNING, COMPLETED, FAILED = "pending", "running", "completed", "failed"

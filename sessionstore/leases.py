@@ -28,10 +28,10 @@ from sqlalchemy import and_, delete, select, update
 from sqlalchemy.engine import Connection
 
 from . import validation
-from .models import compression_locks_table as locks
-from .models import sessions_table as sessions
-from .models import state_meta_table as state_meta
 from .store import Store
+from .tables import compression_locks_table as locks
+from .tables import sessions_table as sessions
+from .tables import state_meta_table as state_meta
 
 DEFAULT_TTL_S = 300.0
 MAX_ERROR_CHARS = 500

@@ -23,10 +23,10 @@ from sqlalchemy.engine import Connection
 from . import validation
 from .errors import UnknownSessionError
 from .leases import bindable
-from .models import messages_table as messages
-from .models import sessions_table as sessions
 from .repository import NewMessage, SessionRepository
 from .store import Store
+from .tables import messages_table as messages
+from .tables import sessions_table as sessions
 
 RECENT_PREVIEW_CHARS = 80
 REWIND_ROLE = "user"

@@ -41,8 +41,6 @@ from .errors import (
     UnknownSessionError,
     ValueOutOfRangeError,
 )
-from .models import messages_table as messages
-from .models import sessions_table as sessions
 from .records import (
     CONVERSATION_FIELDS,
     MESSAGE_FIELDS,
@@ -55,6 +53,8 @@ from .records import (
 from .search.sanitize import escape_like
 from .statements import HotReads, HotWrites
 from .store import Store
+from .tables import messages_table as messages
+from .tables import sessions_table as sessions
 
 if TYPE_CHECKING:
     from .search import SearchHit

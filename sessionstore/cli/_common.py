@@ -23,10 +23,10 @@ from alembic.util import CommandError
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
-from .. import doctor, legacy, migrate
+from .. import legacy, migrate
 from ..commands import cli_command
 from ..config import resolve_url
-from ..dialects import dialect_for_url
+from ..dialects import database_file, dialect_for_url, translate_any_error
 from ..engine import create_store_engine
 from ..errors import SessionStoreError
 from ..repository import SessionRepository
@@ -91,11 +91,8 @@ def describe_error(exc: BaseException) -> str:
 
 
 def _translate_dbapi_error(exc: DBAPIError) -> str | None:
-    for backend in ("sqlite", "postgresql"):
-        translated = dialect_for_url(f"{backend}://").translate_error(exc)
-        if translated is not None:
-            return _first_line(str(translated))
-    return None
+    translated = translate_any_error(exc)
+    return None if translated is None else _first_line(str(translated))
 
 
 def _first_line(text: str) -> str:
@@ -212,7 +209,7 @@ def as_url(text: str) -> URL:
 
 
 def shown(url: URL) -> str:
-    path = doctor.sqlite_file_of(url)
+    path = database_file(url)
     return str(path) if path is not None else url.render_as_string(hide_password=True)
 
 
@@ -227,7 +224,7 @@ def hint(url: URL, *verb: str) -> str:
 
 def require_existing(url: URL) -> None:
     """Reading verbs never create a database: a missing file is an error, not an empty store."""
-    path = doctor.sqlite_file_of(url)
+    path = database_file(url)
     if path is None:
         return
     if not path.exists():
@@ -289,7 +286,7 @@ def create_if_new(options: CliState) -> bool:
     ours or Hermes's: nothing that anyone wrote can be changed by this.
     """
     url = store_url(options)
-    path = doctor.sqlite_file_of(url)
+    path = database_file(url)
     if path is not None:
         if path.is_dir() or (path.exists() and path.stat().st_size > 0):
             return False
