@@ -14,7 +14,6 @@ messages whose session is missing into a placeholder session. Take a backup firs
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import time
 from collections import defaultdict
@@ -29,10 +28,10 @@ from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import DBAPIError
 
 from . import legacy, migrate
+from .codec import stored_tool_call_count
 from .commands import cli_command
 from .dialects import dialect_for_url
 from .errors import ReadOnlyStoreError, StoreBusyError
-from .repository import count_tool_calls
 from .store import Store
 from .tables import messages_table as messages
 from .tables import sessions_table as sessions
@@ -363,12 +362,6 @@ def _check_orphan_messages(conn: Connection, findings: _Findings) -> Check:
     return Check("orphan_messages", "ok", "every message has its session")
 
 
-def _tool_calls_in(value: str) -> int | None:
-    """How many tool calls a stored value holds, or None when the JSON is damaged."""
-    try:
-        return count_tool_calls(json.loads(value))
-    except (json.JSONDecodeError, TypeError, ValueError):
-        return None
 
 
 @dataclass
@@ -412,7 +405,7 @@ def _tool_counting(conn: Connection) -> dict[str, _ToolCounting]:
     )
     counting: dict[str, _ToolCounting] = defaultdict(_ToolCounting)
     for session_id, role, value in rows:
-        v6_weight = _tool_calls_in(str(value)) if value else 0
+        v6_weight = stored_tool_call_count(str(value)) if value else 0
         counting[str(session_id)].add(_v1_weight(str(role), value), v6_weight)
     return counting
 
@@ -572,7 +565,7 @@ def _adopt_orphans(store: Store, session_ids: list[str]) -> str:
                     messages.c.session_id == session_id
                 )
             ).all()
-            tool_calls = sum(_tool_calls_in(str(value)) or 0 for _, value in rows if value)
+            tool_calls = sum(stored_tool_call_count(str(value)) or 0 for _, value in rows if value)
             conn.execute(
                 sessions.insert().values(
                     id=session_id,
@@ -647,7 +640,7 @@ def _counters_of(conn: Connection, session_ids: list[str]) -> dict[str, tuple[in
     for session_id, value in rows:
         key = str(session_id)
         message_total, tool_total = totals.get(key, (0, 0))
-        in_row = _tool_calls_in(str(value)) if value else 0
+        in_row = stored_tool_call_count(str(value)) if value else 0
         tools = None if in_row is None or tool_total is None else tool_total + in_row
         totals[key] = (message_total + 1, tools)
     return totals

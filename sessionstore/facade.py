@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 
 from . import legacy, migrate, titles
 from .adoption import backup_before_adoption
+from .codec import decode_json
 from .commands import cli_command
 from .config import resolve_url, sqlite_url
 from .dialects import dialect_for_url
@@ -26,7 +27,7 @@ from .gateway import Gateway
 from .leases import DEFAULT_TTL_S, Leases, Meta
 from .message_states import MessageStates
 from .records import MESSAGE_FIELDS, SESSION_FIELDS
-from .repository import NewMessage, SessionRepository, decode_json
+from .repository import NewMessage, SessionRepository
 from .retry import RetryPolicy
 from .search import contains_cjk as _contains_cjk
 from .search import sanitize_fts5_query as _sanitize_fts5_query
@@ -577,6 +578,11 @@ class SessionDB:
 
     def prune_sessions(self, older_than_days: int = 90, source: str | None = None) -> int:
         return self._repo.prune_sessions(older_than_days, source)
+
+    def prune_sessions_before(self, cutoff: float, source: str | None = None) -> int:
+        """Delete ended sessions started before ``cutoff`` (a Unix timestamp): the form for a
+        cutoff that was shown or computed first (``prune_sessions`` counts days from now)."""
+        return self._repo.prune_sessions_before(cutoff, source)
 
     # -- search and counts ------------------------------------------------------------------
     def search_messages(
