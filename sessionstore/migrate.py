@@ -71,9 +71,12 @@ def alembic_config(
 
 
 def script_directory() -> ScriptDirectory:
+    from alembic.config import Config
     from alembic.script import ScriptDirectory
 
-    return ScriptDirectory.from_config(alembic_config("sqlite://"))
+    cfg = Config()  # the scripts alone: no database
+    cfg.set_main_option("script_location", script_location())
+    return ScriptDirectory.from_config(cfg)
 
 
 HEAD_REVISION = "0020"

@@ -10,26 +10,20 @@ order); the migrations build the tables, these only describe them.
 
 from __future__ import annotations
 
-from sqlalchemy import (
-    REAL,
-    BigInteger,
-    Column,
-    Double,
-    ForeignKey,
-    Integer,
-    MetaData,
-    Table,
-    Text,
-    text,
-)
-from sqlalchemy.types import TypeEngine
+from sqlalchemy import Column, ForeignKey, Integer, MetaData, Table, Text, text
 
-# REAL is what Hermes wrote on SQLite (8-byte float there); PostgreSQL's REAL is 4 bytes, which
-# would round Unix timestamps to minutes, so it gets DOUBLE PRECISION.
-FloatColumn: TypeEngine[float] = Double().with_variant(REAL(), "sqlite")
-# Counters are 64-bit on both databases: SQLite's INTEGER already is (and its DDL stays
-# Hermes's), PostgreSQL's integer is 32 bits, hence BIGINT there (revision 0009).
-CounterColumn: TypeEngine[int] = BigInteger().with_variant(Integer(), "sqlite")
+from .dialects.types import CounterColumn, FloatColumn
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "CounterColumn",
+    "FloatColumn",
+    "compression_locks_table",
+    "messages_table",
+    "metadata",
+    "sessions_table",
+    "state_meta_table",
+]
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",

@@ -15,7 +15,6 @@ import re
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Annotated, Any, ParamSpec
 
 import typer
@@ -26,7 +25,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from .. import legacy, migrate
 from ..commands import cli_command
 from ..config import resolve_url
-from ..dialects import database_file, dialect_for_url, translate_any_error
+from ..dialects import database_file, dialect_for_url, file_url_object, translate_any_error
 from ..engine import create_store_engine
 from ..errors import SessionStoreError
 from ..repository import SessionRepository
@@ -205,7 +204,7 @@ def as_url(text: str) -> URL:
     """
     if "://" in text:
         return make_url(text)
-    return URL.create("sqlite", database=str(Path(text).expanduser().absolute()))
+    return file_url_object(text)
 
 
 def shown(url: URL) -> str:

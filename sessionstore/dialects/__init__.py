@@ -7,6 +7,7 @@ dialect's name itself.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
@@ -186,3 +187,16 @@ def translate_any_error(exc: BaseException) -> SessionStoreError | None:
 
 
 _BACKENDS = ("sqlite", "postgresql")
+FILE_BACKEND = "sqlite"
+"""The embedded database: a store given as a plain file path is one of these."""
+
+
+def file_url(path: str | os.PathLike[str]) -> str:
+    """The URL text of the store in the database file ``path`` (``~`` expanded)."""
+    return f"{FILE_BACKEND}:///{Path(path).expanduser()}"
+
+
+def file_url_object(path: str | os.PathLike[str]) -> URL:
+    """The same as a URL object: a file name may hold ``?`` or ``#``, which URL text would
+    read as the start of a query (the CLI takes paths as typed)."""
+    return URL.create(FILE_BACKEND, database=str(Path(path).expanduser().absolute()))
