@@ -18,22 +18,22 @@ from pathlib import Path
 from sqlalchemy.engine import URL
 
 from .dialects import backup_database
-from .migrate import Status
+from .legacy import StoreState
 
 logger = logging.getLogger(__name__)
 
 
-def needs_adoption_backup(status: Status) -> bool:
+def needs_adoption_backup(state: StoreState) -> bool:
     """True for a store that holds tables sessionstore has never migrated."""
-    return status.revision is None and not status.empty
+    return state.alembic_revision is None and not state.is_empty
 
 
-def backup_before_adoption(url: str | URL, status: Status) -> Path | None:
+def backup_before_adoption(url: str | URL, state: StoreState) -> Path | None:
     """Back the store up if this is its first adoption; the backup's path, else None.
 
-    ``status`` is the store's status, read just before (on the store's own engine).
+    ``state`` is what the store said of its schema just before (on the store's own engine).
     """
-    if not needs_adoption_backup(status):
+    if not needs_adoption_backup(state):
         return None
     backup = backup_database(url)
     if backup is not None:

@@ -114,7 +114,8 @@ class SessionDB:
     ) -> Path | None:
         """Check the schema (two small reads when it is current) and migrate if needed;
         the adoption backup's path when one was taken."""
-        status = migrate.status(engine)
+        state = migrate.state(engine)
+        status = migrate.status_from(state)
         if status.up_to_date:
             return None
         if not auto_migrate:
@@ -123,7 +124,7 @@ class SessionDB:
                 f"{status.schema_version or 'none'}), not {status.head}; run "
                 f"`{cli_command(url, 'db', 'upgrade')}` or open it with auto_migrate=True"
             )
-        copy = backup_before_adoption(url, status) if backup else None
+        copy = backup_before_adoption(url, state) if backup else None
         migrate.upgrade(engine)
         return copy
 

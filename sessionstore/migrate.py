@@ -109,8 +109,6 @@ class Status:
     revision: str | None
     schema_version: int | None
     head: str
-    empty: bool = False
-    """True for a database with no table of ours or Hermes's (nothing to back up)."""
 
     @property
     def up_to_date(self) -> bool:
@@ -118,10 +116,11 @@ class Status:
 
 
 def status_of(connection: Connection) -> Status:
-    state = legacy.read_state(connection)
-    return Status(
-        state.alembic_revision, state.schema_version, head_revision(), empty=state.is_empty
-    )
+    return status_from(legacy.read_state(connection))
+
+
+def status_from(state: legacy.StoreState) -> Status:
+    return Status(state.alembic_revision, state.schema_version, head_revision())
 
 
 def _inspect(target: Target, look: Callable[[Connection], T]) -> T:
@@ -162,6 +161,11 @@ def _inspect(target: Target, look: Callable[[Connection], T]) -> T:
 
 def status(url: Target = None) -> Status:
     return _inspect(url, status_of)
+
+
+def state(url: Target = None) -> legacy.StoreState:
+    """What the store says about its own schema (the status plus whether it holds anything)."""
+    return _inspect(url, legacy.read_state)
 
 
 def current(url: Target = None) -> str | None:

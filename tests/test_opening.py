@@ -93,15 +93,15 @@ def test_the_up_to_date_check_queries_the_catalog_once(store_url: str) -> None:
         status = migrate.status(engine)
     finally:
         engine.dispose()
-    assert status.up_to_date and not status.empty
+    assert status.up_to_date
     assert status.schema_version == 17
     # Which tables exist, then both version numbers in one SELECT: nothing else.
     assert len(statements) == 2, statements
 
 
 def test_the_status_of_an_empty_database_reads_only_the_catalog(empty_url: str) -> None:
-    status = migrate.status(empty_url)
-    assert status.empty and status.revision is None and status.schema_version is None
+    state = migrate.state(empty_url)
+    assert state.is_empty and state.alembic_revision is None and state.schema_version is None
 
 
 OPEN_AND_READ = """

@@ -18,7 +18,6 @@ from dataclasses import dataclass, replace
 from typing import Annotated, Any, ParamSpec
 
 import typer
-from alembic.util import CommandError
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
@@ -84,9 +83,18 @@ def describe_error(exc: BaseException) -> str:
         if exc.filename is not None and exc.strerror:
             return f"{exc.strerror}: {exc.filename}"
         return _first_line(str(exc)) or type(exc).__name__
-    if isinstance(exc, (SessionStoreError, CommandError, ValueError, TypeError, LookupError)):
+    expected = (SessionStoreError, ValueError, TypeError, LookupError)
+    if isinstance(exc, expected) or _is_alembic_error(exc):
         return _first_line(str(exc)) or type(exc).__name__
     return f"unexpected {type(exc).__name__}: {_first_line(str(exc))} (--debug shows where)"
+
+
+def _is_alembic_error(exc: BaseException) -> bool:
+    """An Alembic ``CommandError`` (an unknown revision, say), without importing Alembic for
+    verbs that never migrate: if it was never imported, nothing raised one."""
+    alembic_errors = sys.modules.get("alembic.util.exc")
+    command_error = getattr(alembic_errors, "CommandError", None)
+    return isinstance(command_error, type) and isinstance(exc, command_error)
 
 
 def _translate_dbapi_error(exc: DBAPIError) -> str | None:
