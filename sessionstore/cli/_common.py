@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Annotated, Any, ParamSpec
 
 import typer
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
 from .. import legacy, migrate
@@ -255,35 +255,46 @@ def open_store(options: CliState, *, write: bool = False) -> Iterator[Store]:
     """The store, checked to be at head first, read-only unless the verb writes."""
     url = store_url(options)
     require_existing(url)
-    # The check runs on a read-only connection: refusing a legacy file must not change it
-    # (a writable SQLite connection would already switch its journal mode).
-    probe = Store.open(url, read_only=True)
-    try:
-        status = probe.read(migrate.status_of)
-    except BaseException:
-        probe.close()
-        raise
-    if not status.up_to_date:
-        # A reading verb reads a store that has what it reads (a current Hermes file, a newer
-        # one) as it is; only what it cannot read sends the user to `db upgrade`.
-        from ..facade import unreadable_reason
-
-        problem = "writes need the current schema" if write else probe.read(unreadable_reason)
-        if problem is not None:
-            probe.close()
-            number = status.schema_version
-            if number is not None and number > legacy.NEWEST_HERMES_SCHEMA:
-                raise CliError(legacy.too_new_message(number) if write else problem)
-            raise outdated(status, url)
     if write:
-        probe.close()
-        store = Store.open(url)
+        # One engine: the check runs on it before the journal mode is switched, so refusing
+        # a legacy file leaves it as it was.
+        def refuse_unless_current(engine: Engine) -> None:
+            status = migrate.status(engine)
+            if not status.up_to_date:
+                number = status.schema_version
+                if number is not None and number > legacy.NEWEST_HERMES_SCHEMA:
+                    raise CliError(legacy.too_new_message(number))
+                raise outdated(status, url)
+
+        store = Store.open(url, prepare=refuse_unless_current)
     else:
-        store = probe
+        store = _open_for_reading(url)
     try:
         yield store
     finally:
         store.close()
+
+
+def _open_for_reading(url: URL) -> Store:
+    """A read-only store that holds what the reading verbs read, else the refusal."""
+    store = Store.open(url, read_only=True)
+    try:
+        status = store.read(migrate.status_of)
+        if not status.up_to_date:
+            # A reading verb reads a store that has what it reads (a current Hermes file, a
+            # newer one) as it is; only what it cannot read sends the user to `db upgrade`.
+            from ..facade import unreadable_reason
+
+            problem = store.read(unreadable_reason)
+            if problem is not None:
+                number = status.schema_version
+                if number is not None and number > legacy.NEWEST_HERMES_SCHEMA:
+                    raise CliError(problem)
+                raise outdated(status, url)
+    except BaseException:
+        store.close()
+        raise
+    return store
 
 
 def create_if_new(options: CliState) -> bool:
@@ -297,12 +308,13 @@ def create_if_new(options: CliState) -> bool:
     if path is not None:
         if path.is_dir() or (path.exists() and path.stat().st_size > 0):
             return False
-    else:
-        engine = create_store_engine(url, set_journal_mode=False)
-        with contextlib.closing(Store(engine, owns_engine=True)) as probe:
-            if not probe.read(legacy.read_state).is_empty:
-                return False
-    migrate.upgrade(full(url))
+        migrate.upgrade(full(url))
+        return True
+    engine = create_store_engine(url, set_journal_mode=False)
+    with contextlib.closing(Store(engine, owns_engine=True)) as probe:
+        if not probe.read(legacy.read_state).is_empty:
+            return False
+        migrate.upgrade(engine)  # on the probe's engine: one engine for the whole check
     return True
 
 
