@@ -156,3 +156,15 @@ def test_a_store_that_needs_a_migration_still_gets_one_in_a_fresh_interpreter(
     count, alembic_loaded = result.stdout.split()
     assert int(count) > 0 and alembic_loaded == "True"
     assert migrate.status(sqlite_url(path)).up_to_date
+
+
+def test_an_in_memory_store_is_migrated_on_the_engine_it_is_used_with(
+    engines_built: list[Engine],
+) -> None:
+    # With a second engine for the migration, the schema went to a memory database nobody
+    # used again, and the first write found no tables.
+    with SessionDB(url="sqlite://") as db:
+        db.create_session("s1", "cli")
+        db.append_message("s1", "user", "kept in memory")
+        assert [hit["session_id"] for hit in db.search_messages("memory")] == ["s1"]
+    assert len(engines_built) == 1
