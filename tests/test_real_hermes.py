@@ -1,0 +1,332 @@
+"""Field databases written by the real Hermes releases, adopted, upgraded and shared.
+
+Each real release (hermes-agent 0.13.0 for schema v11, 0.15.0 v13, 0.16.0 v14, 0.17.0 v16,
+0.18.0 v17) builds a populated `state.db` with its own `SessionDB` (`tests/real_hermes.py`). The
+oracle is that release itself: what its own reads (`get_session`, `get_messages`,
+`list_sessions_rich`, `search_messages`, counts) return from a backup copy of the original
+file. After our `SessionDB` adopts and upgrades the file:
+
+- every row and every column value of every table is still there (extra tables included),
+  and equals what real Hermes 0.18.0's own migration makes of the same original file;
+- our reads return what the original release returned (every key it returns), and our
+  search finds what its search found (words, tool calls, CJK);
+- the real Hermes 0.18.0 opens the upgraded file without changing its schema, reads the same,
+  appends, and we find its new messages;
+- downgraded to the revision of the release's schema, the rows are kept and the release
+  itself opens and reads the file as before.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Callable
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+from real_hermes import (
+    HERMES_RELEASES,
+    SEARCH_QUERIES,
+    RealHermes,
+    backup_copy,
+)
+
+from sessionstore import migrate
+from sessionstore.facade import SessionDB
+
+FIELD_SCHEMAS = (11, 13, 14, 16, 17)
+HEAD_HERMES = 17
+# The revision that reproduces each released schema (where a downgrade target exists).
+DOWNGRADE_REVISION = {11: "0014", 13: "0016", 14: "0017", 16: "0019"}
+
+
+class FieldFiles:
+    """Built once per test session and schema: the pristine file and its release's reads."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.built: dict[int, tuple[Path, dict[str, Any], dict[str, Any]]] = {}
+
+    def hermes(self, schema: int) -> RealHermes:
+        return RealHermes(schema, self.root / "home" / HERMES_RELEASES[schema])
+
+    def get(self, schema: int) -> tuple[Path, dict[str, Any], dict[str, Any]]:
+        if schema not in self.built:
+            hermes = self.hermes(schema)
+            pristine = self.root / f"field-v{schema}.db"
+            made = hermes.build(pristine)
+            # The release reads a backup copy: opening a file is itself a write for Hermes.
+            reads = hermes.read(backup_copy(pristine, self.root / f"read-v{schema}.db"))
+            self.built[schema] = (pristine, made, reads)
+        return self.built[schema]
+
+
+@pytest.fixture(scope="session")
+def field_files(tmp_path_factory: pytest.TempPathFactory) -> FieldFiles:
+    return FieldFiles(tmp_path_factory.mktemp("field"))
+
+
+def field_copy(field_files: FieldFiles, schema: int, target: Path) -> Path:
+    pristine, _, _ = field_files.get(schema)
+    return backup_copy(pristine, target)
+
+
+def raw_tables(path: Path) -> dict[str, list[dict[str, Any]]]:
+    """Every row of every ordinary table, through plain sqlite3 (FTS shadow tables and the
+    version bookkeeping aside)."""
+    with closing(sqlite3.connect(path)) as conn:
+        conn.row_factory = sqlite3.Row
+        names = [row[0] for row in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND sql NOT LIKE 'CREATE VIRTUAL%'"
+            " AND name NOT LIKE 'sqlite_%' AND name NOT LIKE 'messages_fts%'"
+            " AND name NOT IN ('alembic_version', 'schema_version')"
+        )]  # fmt: skip
+        return {
+            name: [dict(row) for row in conn.execute(f'SELECT * FROM "{name}" ORDER BY rowid')]
+            for name in names
+        }
+
+
+def schema_sql(path: Path) -> list[tuple[str, str, str | None]]:
+    with closing(sqlite3.connect(path)) as conn:
+        return sorted(conn.execute("SELECT type, name, sql FROM sqlite_master"))
+
+
+def assert_rows_kept(
+    before: dict[str, list[dict[str, Any]]],
+    after: dict[str, list[dict[str, Any]]],
+    *,
+    may_change: Callable[[str, str], bool] = lambda table, column: False,
+) -> None:
+    """Every table, row and value of ``before`` is in ``after`` (same order, same types)."""
+    for table, rows in before.items():
+        assert table in after, f"table {table} was lost"
+        assert len(after[table]) == len(rows), f"{table}: {len(rows)} -> {len(after[table])} rows"
+        for old, new in zip(rows, after[table], strict=True):
+            for column, value in old.items():
+                if may_change(table, column):
+                    continue
+                assert column in new, f"{table}.{column} was lost"
+                assert (new[column], type(new[column])) == (value, type(value)), (
+                    f"{table} row {old.get('id', old)}.{column}: {value!r} -> {new[column]!r}"
+                )
+
+
+def assert_same_keys(expected: Any, actual: Any, where: str) -> None:
+    """``actual`` has every key ``expected`` has, with the same value (recursively)."""
+    if isinstance(expected, dict):
+        assert isinstance(actual, dict), f"{where}: {actual!r} is not a dict"
+        for key, value in expected.items():
+            assert key in actual, f"{where}: key {key!r} missing"
+            assert_same_keys(value, actual[key], f"{where}.{key}")
+    elif isinstance(expected, list):
+        assert isinstance(actual, list), f"{where}: {actual!r} is not a list"
+        assert len(actual) == len(expected), f"{where}: {len(expected)} items, got {len(actual)}"
+        for index, (old, new) in enumerate(zip(expected, actual, strict=True)):
+            assert_same_keys(old, new, f"{where}[{index}]")
+    else:
+        assert actual == expected, f"{where}: expected {expected!r}, got {actual!r}"
+
+
+def snippet_core(snippet: str) -> str:
+    return " ".join(snippet.split()).removeprefix("...").removesuffix("...").strip()
+
+
+def comparable_hits(hits: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Hits in message-id order: equal-rank ties may come in either order."""
+    return sorted(hits, key=lambda hit: hit["id"])
+
+
+def assert_same_hits(expected: list[dict[str, Any]], actual: list[dict[str, Any]],
+                     where: str) -> None:
+    """The same hits with the same fields; snippets highlight the same words in the same
+    text, their windows may be cut a few characters apart: Hermes indexes ``content || ' ' ||
+    tool_name || ' ' || tool_calls`` and keeps the blanks of NULL columns, our index leaves
+    them out (`sessionstore/_migrations/search_ddl.py: indexed_text`), which moves a trigram
+    snippet's window."""
+    expected, actual = comparable_hits(expected), comparable_hits(actual)
+    assert [hit["id"] for hit in actual] == [hit["id"] for hit in expected], where
+    for old, new in zip(expected, actual, strict=True):
+        assert_same_keys({k: v for k, v in old.items() if k != "snippet"}, new, where)
+        assert re.findall(">>>(.*?)<<<", new["snippet"]) == re.findall(
+            ">>>(.*?)<<<", old["snippet"]
+        ), (where, old["snippet"], new["snippet"])
+        ours, theirs = snippet_core(new["snippet"]), snippet_core(old["snippet"])
+        assert ours in theirs or theirs in ours, (where, old["snippet"], new["snippet"])
+
+
+def our_reads(db: Any) -> dict[str, Any]:
+    """The reads of `tests/real_hermes_driver.py:read`, through an object with Hermes's API."""
+    from real_hermes_driver import ALL_SESSION_IDS, CHAIN_TIP_ID, ROOT_ID, TELEGRAM_ID
+
+    return {
+        "sessions": {sid: db.get_session(sid) for sid in ALL_SESSION_IDS},
+        "messages": {sid: db.get_messages(sid) for sid in ALL_SESSION_IDS},
+        "messages_with_inactive": {
+            sid: db.get_messages(sid, include_inactive=True) for sid in ALL_SESSION_IDS
+        },
+        "conversations": {sid: db.get_messages_as_conversation(sid) for sid in ALL_SESSION_IDS},
+        "listings": {
+            "default": db.list_sessions_rich(limit=100),
+            "children": db.list_sessions_rich(limit=100, include_children=True),
+            "telegram": db.list_sessions_rich(source="telegram", limit=100),
+            "archived": db.list_sessions_rich(limit=100, archived_only=True),
+        },
+        "searches": {query: db.search_messages(query, limit=50) for query in SEARCH_QUERIES},
+        "searches_inactive": {
+            query: db.search_messages(query, limit=50, include_inactive=True)
+            for query in SEARCH_QUERIES
+        },
+        "session_count": db.session_count(),
+        "message_count": db.message_count(),
+        "message_counts": {sid: db.message_count(sid) for sid in ALL_SESSION_IDS},
+        "titles": {sid: db.get_session_title(sid) for sid in ALL_SESSION_IDS},
+        "compression_tip": db.get_compression_tip(ROOT_ID),
+        "meta": {key: db.get_meta(key) for key in ("last_auto_prune", "field_note")},
+        "lock_holder": db.get_compression_lock_holder(CHAIN_TIP_ID),
+        "handoff": db.get_handoff_state(TELEGRAM_ID),
+    }
+
+
+def assert_reads_match(expected: dict[str, Any], actual: dict[str, Any], who: str) -> None:
+    """``actual`` (our reads, or a newer release's) returns what the release returned."""
+    for section, value in expected.items():
+        if isinstance(value, dict) and "absent" in value:
+            continue  # the release had no such method
+        if section in ("searches", "searches_inactive"):
+            for query, hits in value.items():
+                if isinstance(hits, dict):
+                    continue
+                assert_same_hits(hits, actual[section][query], f"{who}: {section}[{query!r}]")
+            continue
+        if section == "listings":
+            for name, rows in value.items():
+                if isinstance(rows, dict):
+                    continue
+                assert_same_keys(rows, actual[section][name], f"{who}: listings[{name}]")
+            continue
+        if section == "messages_with_inactive" and isinstance(next(iter(value.values())), dict):
+            continue
+        assert_same_keys(value, actual[section], f"{who}: {section}")
+
+
+def counters(path: Path) -> dict[str, tuple[int, int]]:
+    """Each session's stored message_count and its number of rows. They differ where Hermes
+    made them differ: `archive_and_compact` counts the compacted set, not the archived rows."""
+    with closing(sqlite3.connect(path)) as conn:
+        return {
+            sid: (count, rows)
+            for sid, count, rows in conn.execute(
+                "SELECT s.id, s.message_count, COUNT(m.id) FROM sessions s "
+                "LEFT JOIN messages m ON m.session_id = s.id GROUP BY s.id"
+            )
+        }
+
+
+@pytest.mark.parametrize("schema", FIELD_SCHEMAS, ids=lambda v: f"v{v}")
+def test_real_field_file_is_adopted_keeping_everything_hermes_reads(
+    field_files: FieldFiles, tmp_path: Path, schema: int
+) -> None:
+    path = field_copy(field_files, schema, tmp_path / "state.db")
+    _, made, hermes_reads = field_files.get(schema)
+    before = raw_tables(path)
+
+    db = SessionDB(db_path=path)
+    try:
+        assert db.adoption_backup is not None
+        assert raw_tables(db.adoption_backup) == before, "the adoption backup is the original"
+        ours = our_reads(db)
+    finally:
+        db.close()
+
+    assert migrate.current(f"sqlite:///{path}") == migrate.HEAD_REVISION
+    after = raw_tables(path)
+    assert_rows_kept(before, after)
+    assert counters(path) == counters(db.adoption_backup)
+    assert_reads_match(hermes_reads, ours, f"sessionstore on a v{schema} file")
+    # Real Hermes found every query's hits; so must we (the oracle is not vacuous).
+    assert all(hermes_reads["searches"][query] for query in SEARCH_QUERIES if query != "haiku"), (
+        made
+    )
+
+
+@pytest.mark.parametrize("schema", FIELD_SCHEMAS, ids=lambda v: f"v{v}")
+def test_our_upgrade_equals_real_hermes_18_upgrading_the_same_file(
+    field_files: FieldFiles, tmp_path: Path, schema: int
+) -> None:
+    ours = field_copy(field_files, schema, tmp_path / "ours.db")
+    theirs = field_copy(field_files, schema, tmp_path / "theirs.db")
+    SessionDB(db_path=ours, backup_on_adopt=False).close()
+    field_files.hermes(HEAD_HERMES).read(theirs)  # Hermes migrates a file by opening it
+
+    our_tables, their_tables = raw_tables(ours), raw_tables(theirs)
+    assert set(our_tables) == set(their_tables)
+    for table, rows in their_tables.items():
+        assert len(our_tables[table]) == len(rows), table
+        for theirs_row, ours_row in zip(rows, our_tables[table], strict=True):
+            assert ours_row == theirs_row, f"{table}: Hermes 0.18 made {theirs_row}, we {ours_row}"
+
+
+@pytest.mark.parametrize("schema", FIELD_SCHEMAS, ids=lambda v: f"v{v}")
+def test_real_hermes_18_shares_our_upgraded_file(
+    field_files: FieldFiles, tmp_path: Path, schema: int
+) -> None:
+    """Hermes 0.18 reads our upgrade of a file as it reads its own upgrade of the same file,
+    changes nothing in its schema, writes to it, and we find what it wrote."""
+    path = field_copy(field_files, schema, tmp_path / "state.db")
+    theirs = field_copy(field_files, schema, tmp_path / "theirs.db")
+    SessionDB(db_path=path, backup_on_adopt=False).close()
+    schema_before = schema_sql(path)
+    head = field_files.hermes(HEAD_HERMES)
+
+    head_reads = head.read(path)
+
+    assert schema_sql(path) == schema_before, "real Hermes 0.18 changed our head file's schema"
+    assert_reads_match(head.read(theirs), head_reads, f"hermes 0.18 on our upgraded v{schema}")
+    counted_before = counters(path)
+    new_ids = head.calls(path, [
+        ("append_message", ["field-root-tip", "user", "Rotate the etcd snapshots nightly"], {}),
+        ("append_message", ["field-root-tip", "assistant", "已设置每晚轮换快照。"],
+         {"finish_reason": "stop"}),
+        ("create_session", ["field-after", "cli"], {"model": "claude-sonnet-4"}),
+        ("append_message", ["field-after", "user", "Hermes wrote this after the upgrade"], {}),
+    ])  # fmt: skip
+    assert schema_sql(path) == schema_before
+
+    db = SessionDB(db_path=path)
+    try:
+        tip = db.get_messages("field-root-tip")
+        assert [m["id"] for m in tip[-2:]] == new_ids[:2]
+        assert [m["content"] for m in tip[-2:]] == [
+            "Rotate the etcd snapshots nightly", "已设置每晚轮换快照。",
+        ]
+        assert [hit["id"] for hit in db.search_messages("etcd")] == [new_ids[0]]
+        assert [hit["id"] for hit in db.search_messages("轮换快照")] == [new_ids[1]]
+        assert [hit["id"] for hit in db.search_messages("轮换")] == [new_ids[1]]
+        assert [hit["session_id"] for hit in db.search_messages("upgrade")] == ["field-after"]
+    finally:
+        db.close()
+    count, rows = counted_before["field-root-tip"]
+    assert counters(path)["field-root-tip"] == (count + 2, rows + 2)
+    assert counters(path)["field-after"] == (1, 1)
+
+
+@pytest.mark.parametrize("schema", sorted(DOWNGRADE_REVISION), ids=lambda v: f"v{v}")
+def test_downgrade_to_the_release_schema_keeps_rows_and_the_release_reads_them(
+    field_files: FieldFiles, tmp_path: Path, schema: int
+) -> None:
+    path = field_copy(field_files, schema, tmp_path / "state.db")
+    _, _, release_reads = field_files.get(schema)
+    before = raw_tables(path)
+    url = f"sqlite:///{path}"
+    migrate.upgrade(url)
+
+    migrate.downgrade(url, DOWNGRADE_REVISION[schema])
+
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(schema,)]
+    assert_rows_kept(before, raw_tables(path))
+    release = field_files.hermes(schema)
+    assert_reads_match(release_reads, release.read(path), f"{release.release} after a downgrade")
