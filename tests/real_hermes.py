@@ -42,7 +42,7 @@ NEWEST_KNOWN_RELEASE = HERMES_RELEASES[17]
 DRIVER = Path(__file__).with_name("real_hermes_driver.py")
 SEARCH_QUERIES = (
     "kubectl", "zookeeper", "deployment", "haiku", "winter", "spring", "vacuum",
-    "certificate", "search_files", "helm", "Tokyo", "dashboard",
+    "certificate", "search_files", "helm", "Tokyo", "dashboard", "rollback",
     "部署", "部署到集群", "東京", "天気", "日志", "晴れ", "扩容", "部署指南",
 )  # fmt: skip
 """Words (content, tool names, tool-call arguments) and CJK substrings of 2-5 characters."""

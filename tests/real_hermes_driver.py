@@ -37,9 +37,10 @@ ARCHIVED_ID = "field-archived"
 REWOUND_ID = "field-rewound"
 COMPACTED_ID = "field-compacted"
 EMPTY_ID = "field-empty"
+CLOCK_STEP_ID = "field-clock-step"
 ALL_SESSION_IDS = (
     ROOT_ID, CONTINUATION_ID, CHAIN_TIP_ID, BRANCH_ID, DELEGATE_ID, TELEGRAM_ID, ARCHIVED_ID,
-    REWOUND_ID, COMPACTED_ID, EMPTY_ID,
+    REWOUND_ID, COMPACTED_ID, EMPTY_ID, CLOCK_STEP_ID,
 )  # fmt: skip
 
 KUBECTL_CALL = [
@@ -172,8 +173,8 @@ def build(db: Any) -> dict[str, Any]:
     message(REWOUND_ID, "assistant", "Snowfall hushes the quiet town", finish_reason="stop")
     if hasattr(db, "rewind_to_message"):
         db.rewind_to_message(REWOUND_ID, rewind_target)
-        message(REWOUND_ID, "user", "Make it about spring blossoms")
         features.append("rewind")
+    message(REWOUND_ID, "user", "Make it about spring blossoms")
     if hasattr(db, "update_session_cwd"):
         db.update_session_cwd(REWOUND_ID, "/home/alice/poems")
         features.append("cwd")
@@ -194,6 +195,23 @@ def build(db: Any) -> dict[str, Any]:
         db.record_compression_failure_cooldown(COMPACTED_ID, time.time() + 600.0,
                                                "summary model timed out")
         features.append("cooldown")
+
+    # The wall clock stepped back mid-turn (NTP, a VM or laptop resuming): the tool result and
+    # the answer carry earlier timestamps than the call. Hermes stamps rows with time.time().
+    db.create_session(CLOCK_STEP_ID, "cli", model="claude-sonnet-4")
+    message(CLOCK_STEP_ID, "user", "Roll back the failed migration")
+    message(CLOCK_STEP_ID, "assistant", None, finish_reason="tool_calls", tool_calls=[
+        {"id": "call_r1", "type": "function",
+         "function": {"name": "terminal", "arguments": '{"command": "alembic downgrade -1"}'}},
+    ])  # fmt: skip
+    wall_clock = time.time
+    time.time = lambda: wall_clock() - 120.0  # type: ignore[assignment]
+    try:
+        message(CLOCK_STEP_ID, "tool", "rollback done: now at revision 0019",
+                tool_name="terminal", tool_call_id="call_r1")
+        message(CLOCK_STEP_ID, "assistant", "The rollback finished.", finish_reason="stop")
+    finally:
+        time.time = wall_clock  # type: ignore[assignment]
 
     db.create_session(EMPTY_ID, "cli", model="claude-sonnet-4")
     db.set_meta("last_auto_prune", "1760000000.5")

@@ -32,6 +32,7 @@ from real_hermes import (
     RealHermes,
     backup_copy,
 )
+from test_legacy_upgrade import assert_only_delegate_tags_added
 
 from sessionstore import migrate
 from sessionstore.facade import SessionDB
@@ -40,6 +41,7 @@ FIELD_SCHEMAS = (11, 13, 14, 16, 17)
 HEAD_HERMES = 17
 # The revision that reproduces each released schema (where a downgrade target exists).
 DOWNGRADE_REVISION = {11: "0014", 13: "0016", 14: "0017", 16: "0019"}
+DELEGATE_BACKFILL_SCHEMA = 16
 
 
 class FieldFiles:
@@ -48,6 +50,7 @@ class FieldFiles:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.built: dict[int, tuple[Path, dict[str, Any], dict[str, Any]]] = {}
+        self.head_upgrades: dict[int, dict[str, Any]] = {}
 
     def hermes(self, schema: int) -> RealHermes:
         return RealHermes(schema, self.root / "home" / HERMES_RELEASES[schema])
@@ -61,6 +64,14 @@ class FieldFiles:
             reads = hermes.read(backup_copy(pristine, self.root / f"read-v{schema}.db"))
             self.built[schema] = (pristine, made, reads)
         return self.built[schema]
+
+    def head_reads(self, schema: int) -> dict[str, Any]:
+        """What Hermes 0.18 reads from its own upgrade of the file (it upgrades by opening)."""
+        if schema not in self.head_upgrades:
+            pristine, _, _ = self.get(schema)
+            theirs = backup_copy(pristine, self.root / f"head-upgraded-v{schema}.db")
+            self.head_upgrades[schema] = self.hermes(HEAD_HERMES).read(theirs)
+        return self.head_upgrades[schema]
 
 
 @pytest.fixture(scope="session")
@@ -131,7 +142,8 @@ def assert_same_keys(expected: Any, actual: Any, where: str) -> None:
 
 
 def snippet_core(snippet: str) -> str:
-    return " ".join(snippet.split()).removeprefix("...").removesuffix("...").strip()
+    unmarked = snippet.replace(">>>", "").replace("<<<", "")
+    return " ".join(unmarked.split()).removeprefix("...").removesuffix("...").strip()
 
 
 def comparable_hits(hits: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -145,14 +157,17 @@ def assert_same_hits(expected: list[dict[str, Any]], actual: list[dict[str, Any]
     text, their windows may be cut a few characters apart: Hermes indexes ``content || ' ' ||
     tool_name || ' ' || tool_calls`` and keeps the blanks of NULL columns, our index leaves
     them out (`sessionstore/_migrations/search_ddl.py: indexed_text`), which moves a trigram
-    snippet's window."""
+    snippet's window. Hermes's ``LIKE`` fallback (CJK shorter than 3 characters) returns a
+    window without highlights; ours highlights it (`search/hits.py: substring_snippet`)."""
     expected, actual = comparable_hits(expected), comparable_hits(actual)
     assert [hit["id"] for hit in actual] == [hit["id"] for hit in expected], where
     for old, new in zip(expected, actual, strict=True):
         assert_same_keys({k: v for k, v in old.items() if k != "snippet"}, new, where)
-        assert re.findall(">>>(.*?)<<<", new["snippet"]) == re.findall(
-            ">>>(.*?)<<<", old["snippet"]
-        ), (where, old["snippet"], new["snippet"])
+        highlighted = re.findall(">>>(.*?)<<<", old["snippet"])
+        if highlighted:
+            assert re.findall(">>>(.*?)<<<", new["snippet"]) == highlighted, (
+                where, old["snippet"], new["snippet"],
+            )  # fmt: skip
         ours, theirs = snippet_core(new["snippet"]), snippet_core(old["snippet"])
         assert ours in theirs or theirs in ours, (where, old["snippet"], new["snippet"])
 
@@ -190,9 +205,40 @@ def our_reads(db: Any) -> dict[str, Any]:
     }
 
 
-def assert_reads_match(expected: dict[str, Any], actual: dict[str, Any], who: str) -> None:
+RELEASE_SEMANTICS = frozenset({"listings", "conversations", "compression_tip"})
+"""Reads whose rules changed between releases (which children a listing shows, what a
+replayed message carries, whether a branch child is a compression tip): ours follow newest
+Hermes, so they are compared with what Hermes 0.18 reads from the same file."""
+
+
+def without_delegate_tags(reads: dict[str, Any], schema: int) -> dict[str, Any]:
+    """A release's reads without ``model_config`` where Hermes's v16 step may tag it (the
+    comparison with Hermes 0.18's own upgrade checks the tags)."""
+    if schema >= DELEGATE_BACKFILL_SCHEMA:
+        return reads
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k != "model_config"}
+        if isinstance(value, list):
+            return [strip(item) for item in value]
+        return value
+
+    stripped: dict[str, Any] = strip(reads)
+    return stripped
+
+
+def may_be_tagged(schema: int) -> Callable[[str, str], bool]:
+    tagged = schema < DELEGATE_BACKFILL_SCHEMA  # Hermes's v16 step tags delegate runs once
+    return lambda table, column: tagged and (table, column) == ("sessions", "model_config")
+
+
+def assert_reads_match(expected: dict[str, Any], actual: dict[str, Any], who: str,
+                       *, skip: frozenset[str] = frozenset()) -> None:
     """``actual`` (our reads, or a newer release's) returns what the release returned."""
     for section, value in expected.items():
+        if section in skip:
+            continue
         if isinstance(value, dict) and "absent" in value:
             continue  # the release had no such method
         if section in ("searches", "searches_inactive"):
@@ -243,13 +289,20 @@ def test_real_field_file_is_adopted_keeping_everything_hermes_reads(
 
     assert migrate.current(f"sqlite:///{path}") == migrate.HEAD_REVISION
     after = raw_tables(path)
-    assert_rows_kept(before, after)
+    assert_rows_kept(before, after, may_change=may_be_tagged(schema))
+    assert_only_delegate_tags_added(before["sessions"], after["sessions"])
     assert counters(path) == counters(db.adoption_backup)
-    assert_reads_match(hermes_reads, ours, f"sessionstore on a v{schema} file")
-    # Real Hermes found every query's hits; so must we (the oracle is not vacuous).
-    assert all(hermes_reads["searches"][query] for query in SEARCH_QUERIES if query != "haiku"), (
-        made
-    )
+    assert_reads_match(without_delegate_tags(hermes_reads, schema), ours,
+                       f"sessionstore on a v{schema} file",
+                       skip=RELEASE_SEMANTICS)  # fmt: skip
+    assert_reads_match(field_files.head_reads(schema), ours, f"sessionstore on a v{schema} file,"
+                       " as Hermes 0.18 reads its upgrade")  # fmt: skip
+    # The oracle is not vacuous: the release found hits for every query (a rewound message's
+    # words only with include_inactive, where the release has rewind).
+    found = {**hermes_reads["searches"]}
+    if "rewind" in made["features"]:
+        found.update(hermes_reads["searches_inactive"])
+    assert [query for query in SEARCH_QUERIES if not found[query]] == []
 
 
 @pytest.mark.parametrize("schema", FIELD_SCHEMAS, ids=lambda v: f"v{v}")
@@ -276,7 +329,6 @@ def test_real_hermes_18_shares_our_upgraded_file(
     """Hermes 0.18 reads our upgrade of a file as it reads its own upgrade of the same file,
     changes nothing in its schema, writes to it, and we find what it wrote."""
     path = field_copy(field_files, schema, tmp_path / "state.db")
-    theirs = field_copy(field_files, schema, tmp_path / "theirs.db")
     SessionDB(db_path=path, backup_on_adopt=False).close()
     schema_before = schema_sql(path)
     head = field_files.hermes(HEAD_HERMES)
@@ -284,7 +336,8 @@ def test_real_hermes_18_shares_our_upgraded_file(
     head_reads = head.read(path)
 
     assert schema_sql(path) == schema_before, "real Hermes 0.18 changed our head file's schema"
-    assert_reads_match(head.read(theirs), head_reads, f"hermes 0.18 on our upgraded v{schema}")
+    assert_reads_match(field_files.head_reads(schema), head_reads,
+                       f"hermes 0.18 on our upgraded v{schema}")  # fmt: skip
     counted_before = counters(path)
     new_ids = head.calls(path, [
         ("append_message", ["field-root-tip", "user", "Rotate the etcd snapshots nightly"], {}),
@@ -327,6 +380,9 @@ def test_downgrade_to_the_release_schema_keeps_rows_and_the_release_reads_them(
 
     with closing(sqlite3.connect(path)) as conn:
         assert conn.execute("SELECT version FROM schema_version").fetchall() == [(schema,)]
-    assert_rows_kept(before, raw_tables(path))
+    after = raw_tables(path)
+    assert_rows_kept(before, after, may_change=may_be_tagged(schema))
+    assert_only_delegate_tags_added(before["sessions"], after["sessions"])
     release = field_files.hermes(schema)
-    assert_reads_match(release_reads, release.read(path), f"{release.release} after a downgrade")
+    assert_reads_match(without_delegate_tags(release_reads, schema), release.read(path),
+                       f"{release.release} after a downgrade")  # fmt: skip
