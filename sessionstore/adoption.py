@@ -30,6 +30,8 @@ def needs_adoption_backup(url: str | URL) -> bool:
     # Read-only: deciding whether to back up must not change the file (not even to WAL).
     with Store.open(make_url(url) if isinstance(url, str) else url, read_only=True) as probe:
         state = probe.read(legacy.read_state)
+    # A file the migration will refuse (a newer Hermes's) gets nothing written beside it either.
+    legacy.check_not_too_new(state)
     return state.alembic_revision is None and not state.is_empty
 
 

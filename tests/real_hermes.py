@@ -155,6 +155,22 @@ class RealHermes:
         return self.run(db_path, "calls", [list(step) for step in steps])
 
 
+def build_with_sessionstore(db_path: Path, home: Path) -> dict[str, Any]:
+    """The driver's ``build`` through our ``sessionstore.hermes_state`` (a subprocess too, so
+    the scenario runs exactly as it runs on a real release)."""
+    home.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "HERMES_HOME": str(home)}
+    completed = subprocess.run(
+        [sys.executable, str(DRIVER), "sessionstore", str(db_path), "build"],
+        input="null", capture_output=True, text=True, env=env, cwd=home, timeout=120,
+        check=False,
+    )  # fmt: skip
+    if completed.returncode != 0:
+        raise HermesError(f"sessionstore build of {db_path} failed:\n{completed.stderr}")
+    made: dict[str, Any] = json.loads(completed.stdout)["result"]
+    return made
+
+
 def backup_copy(source: Path, target: Path) -> Path:
     """A consistent copy through SQLite's backup API (never a byte copy)."""
     with sqlite3.connect(source) as src, sqlite3.connect(target) as dst:

@@ -3,7 +3,9 @@
 Usage: ``python real_hermes_driver.py HERMES_ROOT DB_PATH ACTION`` with a JSON argument on
 stdin; prints one JSON document on stdout. ``HERMES_ROOT`` is an unpacked hermes-agent
 wheel; its ``hermes_state`` is imported from there (never ours: this process has no
-sessionstore on its path first and imports Hermes's module under its own name).
+sessionstore on its path first and imports Hermes's module under its own name). With
+``HERMES_ROOT`` = ``sessionstore`` the same actions run on our ``sessionstore.hermes_state``
+instead (a file written by us the way a Hermes user writes one).
 
 Actions:
 
@@ -27,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+OURS = "sessionstore"
 ROOT_ID = "field-root"
 CONTINUATION_ID = "field-root-cont"
 CHAIN_TIP_ID = "field-root-tip"
@@ -276,8 +279,12 @@ def main() -> None:
     root, db_path, action = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
     argument = json.loads(sys.stdin.read() or "null")
     # This script's own directory (our tests) must not shadow the wheel's modules.
-    sys.path[:] = [root, *(p for p in sys.path[1:] if Path(p).resolve() != Path(root).resolve())]
-    import hermes_state
+    if root == OURS:
+        from sessionstore import hermes_state
+    else:
+        wheel = Path(root).resolve()
+        sys.path[:] = [root, *(p for p in sys.path[1:] if Path(p).resolve() != wheel)]
+        import hermes_state
 
     db = hermes_state.SessionDB(db_path=db_path)
     try:

@@ -31,11 +31,17 @@ from real_hermes import (
     SEARCH_QUERIES,
     RealHermes,
     backup_copy,
+    build_with_sessionstore,
+    file_bytes,
 )
 from test_legacy_upgrade import assert_only_delegate_tags_added
+from typer.testing import CliRunner
 
 from sessionstore import migrate
+from sessionstore.cli import app
+from sessionstore.errors import SchemaTooNewError
 from sessionstore.facade import SessionDB
+from sessionstore.records import MESSAGE_FIELDS, SESSION_FIELDS
 
 FIELD_SCHEMAS = (11, 13, 14, 16, 17)
 HEAD_HERMES = 17
@@ -163,6 +169,9 @@ def assert_same_hits(expected: list[dict[str, Any]], actual: list[dict[str, Any]
     assert [hit["id"] for hit in actual] == [hit["id"] for hit in expected], where
     for old, new in zip(expected, actual, strict=True):
         assert_same_keys({k: v for k, v in old.items() if k != "snippet"}, new, where)
+        # Hermes's LIKE fallback gives a message without content a None snippet, ours "".
+        old = {**old, "snippet": old["snippet"] or ""}
+        new = {**new, "snippet": new["snippet"] or ""}
         highlighted = re.findall(">>>(.*?)<<<", old["snippet"])
         if highlighted:
             assert re.findall(">>>(.*?)<<<", new["snippet"]) == highlighted, (
@@ -386,3 +395,118 @@ def test_downgrade_to_the_release_schema_keeps_rows_and_the_release_reads_them(
     release = field_files.hermes(schema)
     assert_reads_match(without_delegate_tags(release_reads, schema), release.read(path),
                        f"{release.release} after a downgrade")  # fmt: skip
+
+
+def test_real_hermes_18_reads_and_writes_a_file_we_created(
+    field_files: FieldFiles, tmp_path: Path
+) -> None:
+    """A store we created fresh (``SessionDB()`` on an empty path) and filled through the
+    driver's scenario is a Hermes 0.18 file: Hermes's open changes nothing, its reads return
+    what ours return (multi-part content, tool calls, CJK, lineage, archive, rewind,
+    compaction), and what it appends we read and find."""
+    path = tmp_path / "state.db"
+    SessionDB(db_path=path).close()  # created at head by us
+    build_with_sessionstore(path, tmp_path / "home")
+    schema_before = schema_sql(path)
+    db = SessionDB(db_path=path)
+    try:
+        ours = our_reads(db)
+    finally:
+        db.close()
+    head = field_files.hermes(HEAD_HERMES)
+
+    theirs = head.read(path)
+
+    assert schema_sql(path) == schema_before, "real Hermes 0.18 changed a file we created"
+    assert_reads_match(theirs, ours, "sessionstore on its own file, as Hermes 0.18 reads it")
+    multi_part = ours["messages"]["field-root-tip"][4]["content"]
+    assert isinstance(multi_part, list) and multi_part[0]["text"].startswith("Here is")
+    parts = [{"type": "text", "text": "Hermes pasted a diagram of the 网络拓扑"},
+             {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]  # fmt: skip
+    new_ids = head.calls(path, [
+        ("append_message", ["field-root-tip", "user", parts], {}),
+        ("append_message", ["field-root-tip", "assistant", "The topology has two spines."],
+         {"finish_reason": "stop", "tool_calls": None}),
+        ("set_session_title", ["field-empty", "Filled by Hermes"], {}),
+    ])  # fmt: skip
+    assert schema_sql(path) == schema_before
+
+    db = SessionDB(db_path=path)
+    try:
+        tip = db.get_messages("field-root-tip")
+        assert [(m["id"], m["content"]) for m in tip[-2:]] == [
+            (new_ids[0], parts), (new_ids[1], "The topology has two spines."),
+        ]  # fmt: skip
+        assert [hit["id"] for hit in db.search_messages("spines")] == [new_ids[1]]
+        # Words of a multi-part message are found; its CJK is not, in Hermes either: Hermes's
+        # json.dumps escapes it (\uXXXX) in the text both indexes see.
+        assert [hit["id"] for hit in db.search_messages("diagram")] == [new_ids[0]]
+        assert db.search_messages("网络拓扑") == []
+        assert db.get_session_title("field-empty") == "Filled by Hermes"
+        assert db.get_session("field-root-tip")["message_count"] == len(tip)
+    finally:
+        db.close()
+
+
+def assert_untouched(path: Path, original: dict[str, bytes]) -> None:
+    """The database file byte for byte, and no write-ahead content beside it. Reading a WAL
+    file leaves SQLite's empty ``-wal`` and its ``-shm`` index when the reader may not
+    checkpoint (a read-only open): they hold no data and Hermes's next open reuses them."""
+    now = file_bytes(path)
+    assert now[""] == original[""], "the database file changed"
+    assert now.get("-wal", b"") == original.get("-wal", b""), "write-ahead content appeared"
+
+
+def release_reads_of(field_files: FieldFiles, schema: int, tmp_path: Path) -> dict[str, Any]:
+    pristine, _, _ = field_files.get(schema)
+    return field_files.hermes(schema).read(backup_copy(pristine, tmp_path / "release-read.db"))
+
+
+def test_a_v22_file_of_hermes_19_is_refused_untouched_and_read_only_reads_it(
+    field_files: FieldFiles, tmp_path: Path
+) -> None:
+    """Hermes 0.19.0 writes schema v22 (a per-model usage table kept by its token updates,
+    gateway routing tables, origin columns): writing there without maintaining them would
+    make Hermes's own accounting wrong, so opening it for writing is refused with the version
+    named, before anything is written (no backup beside it either); read-only, its sessions,
+    messages and search read as Hermes 0.19 reads them, and the file stays byte-identical."""
+    pristine, _, _ = field_files.get(22)
+    directory = tmp_path / "hermes-home"
+    directory.mkdir()
+    path = backup_copy(pristine, directory / "state.db")
+    original = file_bytes(path)
+    listing = sorted(p.name for p in directory.iterdir())
+
+    with pytest.raises(SchemaTooNewError, match=r"schema version 22\b.*left untouched"):
+        SessionDB(db_path=path)
+    assert_untouched(path, original)
+    beside = sorted(p.name for p in directory.iterdir() if not p.name.endswith(("-wal", "-shm")))
+    assert beside == listing, "nothing written beside it"
+
+    result = CliRunner().invoke(app, ["db", "upgrade", "--url", str(path)])
+    assert result.exit_code == 1 and "22" in result.output, result.output
+    assert_untouched(path, original)
+    assert [p for p in directory.iterdir() if ".bak-" in p.name] == []
+
+    release_reads = release_reads_of(field_files, 22, tmp_path)
+    db = SessionDB(db_path=path, read_only=True)
+    try:
+        ours = {
+            "sessions": {sid: db.get_session(sid) for sid in release_reads["sessions"]},
+            "messages": {sid: db.get_messages(sid) for sid in release_reads["messages"]},
+            "searches": {query: db.search_messages(query, limit=50) for query in SEARCH_QUERIES},
+            "message_count": db.message_count(),
+            "titles": {sid: db.get_session_title(sid) for sid in release_reads["titles"]},
+        }
+    finally:
+        db.close()
+    # Our columns only (v22 adds columns this release does not know), each with Hermes's value.
+    known = {**release_reads, "sessions": {
+        sid: {key: row[key] for key in SESSION_FIELDS}
+        for sid, row in release_reads["sessions"].items()
+    }, "messages": {
+        sid: [{key: row[key] for key in MESSAGE_FIELDS} for row in rows]
+        for sid, rows in release_reads["messages"].items()
+    }}  # fmt: skip
+    assert_reads_match({key: known[key] for key in ours}, ours, "read-only on v22")
+    assert_untouched(path, original)
