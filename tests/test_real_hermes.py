@@ -37,7 +37,7 @@ from real_hermes import (
 from test_legacy_upgrade import assert_only_delegate_tags_added
 from typer.testing import CliRunner
 
-from sessionstore import migrate
+from sessionstore import Store, doctor, migrate
 from sessionstore.cli import app
 from sessionstore.errors import SchemaTooNewError
 from sessionstore.facade import SessionDB
@@ -551,3 +551,17 @@ def test_a_real_field_file_copied_to_postgresql_reads_as_hermes_reads_it(
         for section in ("searches", "searches_inactive")
         for expected_ids in [sorted(hit["id"] for hit in expected[section]["deployment"])]
     }
+
+
+@pytest.mark.parametrize("schema", FIELD_SCHEMAS, ids=lambda v: f"v{v}")
+def test_doctor_finds_a_real_upgraded_file_healthy(
+    field_files: FieldFiles, tmp_path: Path, schema: int
+) -> None:
+    """A real Hermes file, upgraded, is healthy: in particular a session Hermes 0.18 compacted
+    (``archive_and_compact`` counts the compacted set, not the archived rows) is not a wrong
+    counter, and ``--fix`` would have nothing to rewrite."""
+    path = field_copy(field_files, schema, tmp_path / "state.db")
+    SessionDB(db_path=path, backup_on_adopt=False).close()
+    with Store.open(f"sqlite:///{path}") as store:
+        report = doctor.diagnose(store)
+    assert report.problems == []
