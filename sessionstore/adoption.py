@@ -18,13 +18,15 @@ from pathlib import Path
 from sqlalchemy.engine import URL
 
 from .dialects import backup_database
-from .legacy import StoreState
+from .legacy import StoreState, check_not_too_new
 
 logger = logging.getLogger(__name__)
 
 
 def needs_adoption_backup(state: StoreState) -> bool:
     """True for a store that holds tables sessionstore has never migrated."""
+    # A file the migration will refuse (a newer Hermes's) gets nothing written beside it either.
+    check_not_too_new(state)
     return state.alembic_revision is None and not state.is_empty
 
 

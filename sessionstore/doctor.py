@@ -397,14 +397,62 @@ def _v1_weight(role: str, value: str | None) -> int:
     return 1 if has_calls or role == "tool" else 0
 
 
+def last_compaction(conn: Connection, session_ids: list[str] | None = None) -> dict[str, int]:
+    """Per session, the id of its newest compaction-archived row (``compacted = 1``).
+
+    Hermes's ``archive_and_compact`` sets the counters to the compacted set it inserts (after
+    every archived row), and appends count on from there: the rows a session's counters
+    count are those after that id. Sessions never compacted count every row."""
+    statement = (
+        select(messages.c.session_id, func.max(messages.c.id))
+        .where(messages.c.compacted == 1)
+        .group_by(messages.c.session_id)
+    )
+    if session_ids is not None:
+        statement = statement.where(messages.c.session_id.in_(session_ids))
+    return {str(session_id): int(last) for session_id, last in conn.execute(statement)}
+
+
+def _counted_totals(conn: Connection) -> dict[str, int]:
+    """Messages per session, as Hermes counts them (see :func:`last_compaction`)."""
+    totals = {
+        str(row[0]): int(row[1])
+        for row in conn.execute(
+            select(sessions.c.id, func.count(messages.c.id))
+            .select_from(sessions.outerjoin(messages, messages.c.session_id == sessions.c.id))
+            .group_by(sessions.c.id)
+        )
+    }
+    compacted = last_compaction(conn)
+    if compacted:
+        last = (
+            select(messages.c.session_id, func.max(messages.c.id).label("last_id"))
+            .where(messages.c.compacted == 1)
+            .group_by(messages.c.session_id)
+            .subquery()
+        )
+        archived = conn.execute(
+            select(messages.c.session_id, func.count(messages.c.id))
+            .join(last, (last.c.session_id == messages.c.session_id)
+                  & (messages.c.id <= last.c.last_id))
+            .group_by(messages.c.session_id)
+        )  # fmt: skip
+        for session_id, before in archived:
+            totals[str(session_id)] -= int(before)
+    return totals
+
+
 def _tool_counting(conn: Connection) -> dict[str, _ToolCounting]:
+    compacted = last_compaction(conn)
     rows = conn.execution_options(yield_per=1000).execute(
-        select(messages.c.session_id, messages.c.role, messages.c.tool_calls)
+        select(messages.c.session_id, messages.c.role, messages.c.tool_calls, messages.c.id)
         .where(or_(messages.c.tool_calls.is_not(None), messages.c.role == "tool"))
         .order_by(messages.c.session_id, messages.c.timestamp, messages.c.id)
     )
     counting: dict[str, _ToolCounting] = defaultdict(_ToolCounting)
-    for session_id, role, value in rows:
+    for session_id, role, value, message_id in rows:
+        if message_id <= compacted.get(str(session_id), 0):
+            continue  # archived by a compaction: no longer counted
         v6_weight = stored_tool_call_count(str(value)) if value else 0
         counting[str(session_id)].add(_v1_weight(str(role), value), v6_weight)
     return counting
@@ -416,13 +464,8 @@ def actual_counters(conn: Connection) -> dict[str, tuple[int, int | None]]:
     Tool calls are counted by the current (Hermes v6) rule.
     """
     counts: dict[str, tuple[int, int | None]] = {}
-    message_rows = conn.execute(
-        select(sessions.c.id, func.count(messages.c.id))
-        .select_from(sessions.outerjoin(messages, messages.c.session_id == sessions.c.id))
-        .group_by(sessions.c.id)
-    )
-    for session_id, message_total in message_rows:
-        counts[str(session_id)] = (int(message_total), 0)
+    for session_id, message_total in _counted_totals(conn).items():
+        counts[session_id] = (message_total, 0)
     for session_id, counting in _tool_counting(conn).items():
         if session_id in counts:
             tools = None if counting.damaged else counting.v6
@@ -431,14 +474,7 @@ def actual_counters(conn: Connection) -> dict[str, tuple[int, int | None]]:
 
 
 def _check_counters(conn: Connection, findings: _Findings) -> list[Check]:
-    message_totals = {
-        str(row[0]): int(row[1])
-        for row in conn.execute(
-            select(sessions.c.id, func.count(messages.c.id))
-            .select_from(sessions.outerjoin(messages, messages.c.session_id == sessions.c.id))
-            .group_by(sessions.c.id)
-        )
-    }
+    message_totals = _counted_totals(conn)
     counting = _tool_counting(conn)
     stored = {
         str(row[0]): (int(row[1] or 0), int(row[2] or 0))
@@ -629,16 +665,19 @@ def _counters_of(conn: Connection, session_ids: list[str]) -> dict[str, tuple[in
     """(messages, tool calls) of these sessions as their rows say now; tool calls None when
     a stored tool_calls value is damaged (the counter is then left alone)."""
     totals: dict[str, tuple[int, int | None]] = {}
+    compacted = last_compaction(conn, session_ids)
     # Streamed per statement: Connection.execution_options would switch the whole write
     # transaction to server-side cursors.
     rows = conn.execute(
-        select(messages.c.session_id, messages.c.tool_calls).where(
+        select(messages.c.session_id, messages.c.tool_calls, messages.c.id).where(
             messages.c.session_id.in_(session_ids)
         ),
         execution_options={"yield_per": 1000},
     )
-    for session_id, value in rows:
+    for session_id, value, message_id in rows:
         key = str(session_id)
+        if message_id <= compacted.get(key, 0):
+            continue  # archived by a compaction: no longer counted
         message_total, tool_total = totals.get(key, (0, 0))
         in_row = stored_tool_call_count(str(value)) if value else 0
         tools = None if in_row is None or tool_total is None else tool_total + in_row

@@ -25,6 +25,7 @@ from .dialects import dialect_for_url
 from .errors import SchemaOutOfDateError
 from .gateway import Gateway
 from .leases import DEFAULT_TTL_S, Leases, Meta
+from .message_content import decode_content
 from .message_states import MessageStates
 from .records import MESSAGE_FIELDS, SESSION_FIELDS
 from .repository import NewMessage, SessionRepository
@@ -370,6 +371,7 @@ class SessionDB:
         rows = []
         for record in self._repo.get_messages(session_id, include_inactive):
             row = record.to_dict()
+            row["content"] = decode_content(row["content"])
             if row["tool_calls"]:
                 row["tool_calls"] = decode_json(row["tool_calls"], "tool_calls", record.id, [])
             rows.append(row)
@@ -397,16 +399,29 @@ class SessionDB:
     def _conversation_of(self, session_id: str, include_inactive: bool) -> list[dict[str, Any]]:
         conversation = []
         for record in self._repo.get_conversation(session_id, include_inactive):
-            message: dict[str, Any] = {"role": record.role, "content": record.content}
+            # Hermes 0.18's keys, in its order.
+            content = decode_content(record.content)
+            message: dict[str, Any] = {"role": record.role, "content": content}
+            if record.timestamp:
+                message["timestamp"] = record.timestamp
             if record.tool_call_id:
                 message["tool_call_id"] = record.tool_call_id
             if record.tool_name:
                 message["tool_name"] = record.tool_name
             if record.tool_calls:
                 message["tool_calls"] = decode_json(record.tool_calls, "tool_calls", record.id, [])
+            if record.platform_message_id:
+                message["message_id"] = record.platform_message_id
+            if record.observed:
+                message["observed"] = True
             if record.role == "assistant":
+                if record.finish_reason:
+                    message["finish_reason"] = record.finish_reason
                 if record.reasoning:
                     message["reasoning"] = record.reasoning
+                # Written whenever it is not NULL: an empty string counts (Kimi replay).
+                if record.reasoning_content is not None:
+                    message["reasoning_content"] = record.reasoning_content
                 if record.reasoning_details:
                     message["reasoning_details"] = decode_json(
                         record.reasoning_details, "reasoning_details", record.id, None
@@ -415,17 +430,10 @@ class SessionDB:
                     message["codex_reasoning_items"] = decode_json(
                         record.codex_reasoning_items, "codex_reasoning_items", record.id, None
                     )
-                # Written whenever it is not NULL: an empty string counts (Kimi replay).
-                if record.reasoning_content is not None:
-                    message["reasoning_content"] = record.reasoning_content
                 if record.codex_message_items:
                     message["codex_message_items"] = decode_json(
                         record.codex_message_items, "codex_message_items", record.id, None
                     )
-            if record.platform_message_id:
-                message["message_id"] = record.platform_message_id
-            if record.observed:
-                message["observed"] = True
             conversation.append(message)
         return conversation
 

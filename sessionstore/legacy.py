@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
 
+from ._migrations.chain_state import HERMES_SCHEMA_BEFORE_CHAIN
 from .dialects import dialect_for
 from .errors import SchemaTooNewError, UnknownRevisionError
 
@@ -168,6 +169,8 @@ def adopt(conn: Connection, known_revisions: Collection[str]) -> str | None:
     state = read_state(conn)
     check_not_too_new(state)
     check_revision_known(state, known_revisions)
+    # Data steps Hermes already ran on this file (v16's backfill) must not run again.
+    conn.info[HERMES_SCHEMA_BEFORE_CHAIN] = state.schema_version
     if state.alembic_revision is not None or not state.has_sessions:
         return None
     version = state.schema_version

@@ -22,6 +22,7 @@ from sqlalchemy.engine import Connection
 
 from . import validation
 from .errors import UnknownSessionError
+from .message_content import decode_content, text_of
 from .repository import NewMessage, SessionRepository
 from .store import Store
 from .tables import messages_table as messages
@@ -152,7 +153,9 @@ class MessageStates:
             ).scalar()
             return {
                 "rewound_count": int(rewound or 0),
-                "target_message": dict(target._mapping),
+                "target_message": {
+                    **target._mapping, "content": decode_content(target.content)
+                },
                 "new_head_id": None if head is None else int(head),
             }
 
@@ -194,7 +197,7 @@ class MessageStates:
         return [
             {
                 "id": int(row.id),
-                "preview": _preview(row.content),
+                "preview": _preview(text_of(row.content)),
                 "timestamp": float(row.timestamp),
                 "active": bool(row.active),
             }

@@ -132,6 +132,7 @@ class ConversationRow(NamedTuple):
     tool_call_id: str | None
     tool_name: str | None
     tool_calls: str | None
+    finish_reason: str | None
     reasoning: str | None
     reasoning_content: str | None
     reasoning_details: str | None
@@ -139,6 +140,7 @@ class ConversationRow(NamedTuple):
     codex_message_items: str | None
     platform_message_id: str | None
     observed: int | None
+    timestamp: float
 
 
 CONVERSATION_FIELDS = ConversationRow._fields

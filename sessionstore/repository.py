@@ -42,6 +42,7 @@ from .errors import (
     UnknownSessionError,
     ValueOutOfRangeError,
 )
+from .message_content import encode_content
 from .records import (
     CONVERSATION_FIELDS,
     MESSAGE_FIELDS,
@@ -190,9 +191,11 @@ class SessionRepository:
         observed: Any = False,
         timestamp: Any = None,
     ) -> NewMessage:
-        if content is not None and not isinstance(content, str):
-            # OpenAI multi-part content (a list of parts) is kept as its JSON text.
+        if isinstance(content, (bytes, int, float)):
             content = encode_json(content, "content")
+        elif content is not None and not isinstance(content, str):
+            # OpenAI multi-part content (a list of parts): marked JSON text, as Hermes keeps it.
+            content = encode_content(content)
         return NewMessage(
             role=validation.identifier(role, "role"),
             content=self._text(content, "content"),
@@ -1221,17 +1224,20 @@ def _session_columns() -> list[Any]:
     return [sessions.c[name] for name in SESSION_FIELDS]
 
 
+# Insertion (id) order, as every Hermes release reads a session: time.time() is not monotonic
+# (NTP steps, VM or laptop resume), and a tool result stamped before its call must still come
+# after it, or the replayed conversation is refused by the provider.
 _MESSAGES_OF_SESSION = (
     select(*[messages.c[name] for name in MESSAGE_FIELDS])
     .where(messages.c.session_id == bindparam("session_id"))
-    .order_by(messages.c.timestamp, messages.c.id)
+    .order_by(messages.c.id)
 )
 
 
 _CONVERSATION_OF_SESSION = (
     select(*[messages.c[name] for name in CONVERSATION_FIELDS])
     .where(messages.c.session_id == bindparam("session_id"))
-    .order_by(messages.c.timestamp, messages.c.id)
+    .order_by(messages.c.id)
 )
 
 _LIVE_MESSAGES_OF_SESSION = _MESSAGES_OF_SESSION.where(messages.c.active == 1)

@@ -368,6 +368,7 @@ def write_records(
     """Write ``records`` under ``on_conflict``: all in the open transaction ``conn`` when given
     (the import's all-or-nothing), else one write transaction per batch (``copy``)."""
     run_in = _Runner(store, conn)
+    storable = _storable_text(store)
     result = TransferResult()
     pending_parents: dict[str, str] = {}
     merged: set[str] = set()
@@ -378,7 +379,7 @@ def write_records(
     # They wait in a temporary file, so memory stays bounded however many there are.
     with tempfile.TemporaryFile("w+", encoding="utf-8") as renumbered:
         for kind, row in records:
-            batch.append((kind, row))
+            batch.append((kind, storable(row)))
             if kind == "session" and progress is not None:
                 progress(1)
             if len(batch) >= BATCH_ROWS:
@@ -396,6 +397,26 @@ def write_records(
     _resolve_parents(run_in, pending_parents, result)
     _raise_merged_counters(run_in, merged)
     return result
+
+
+def _storable_text(store: Store) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """NUL in text becomes U+FFFD where the target cannot store it (PostgreSQL), as on every
+    other write path (``validation.free_text``). Real Hermes files hold NUL: multi-part
+    content is stored ``"\\x00json:..."`` (`message_content`), and without this a copy of
+    such a file into PostgreSQL failed as a whole."""
+    if store.dialect.stores_nul_in_text:
+        return lambda row: row
+    replacement = validation.REPLACEMENT_CHARACTER
+
+    def clean(row: dict[str, Any]) -> dict[str, Any]:
+        if not any(isinstance(value, str) and "\x00" in value for value in row.values()):
+            return row
+        return {
+            name: value.replace("\x00", replacement) if isinstance(value, str) else value
+            for name, value in row.items()
+        }
+
+    return clean
 
 
 class _Runner:

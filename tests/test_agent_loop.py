@@ -133,9 +133,11 @@ def assert_conversation_recorded(
     assert listed["preview"].startswith("[CONTEXT COMPACTION] Earlier: the alembic")
     assert listed["preview"].endswith("...")
 
-    # The resumed conversation is in OpenAI shape, reasoning only on assistant messages.
+    # The resumed conversation is in OpenAI shape, reasoning only on assistant messages; each
+    # message carries its timestamp, as Hermes 0.18's does.
     conversation = outcome["resumed_conversation"]
     assert [m["role"] for m in conversation] == ["user", "user", "assistant", "tool", "assistant"]
+    assert all(isinstance(m.pop("timestamp"), float) for m in conversation)
     summary, question, call, result, answer = conversation
     assert set(summary) == set(question) == {"role", "content"}
     assert call["content"] is None and call["tool_calls"][0]["id"] == "call_3"
@@ -151,7 +153,8 @@ def assert_conversation_recorded(
         {"type": "reasoning", "id": "rs_call_3", "summary": []}
     ]
     assert "tool_calls" not in answer and "reasoning" not in answer
-    assert db.get_messages_as_conversation(child_id)[:5] == conversation
+    stored = db.get_messages_as_conversation(child_id)[:5]
+    assert [{k: v for k, v in m.items() if k != "timestamp"} for m in stored] == conversation
 
     # Exports hold the whole sessions as they ended.
     exports = outcome["exports"]

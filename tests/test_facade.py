@@ -853,7 +853,11 @@ def test_get_messages_round_trips_every_column(db: SessionDB) -> None:
     assert isinstance(row["timestamp"], float)
 
 
-def test_get_messages_orders_by_timestamp_then_id(db: SessionDB, raw: RawSQL) -> None:
+def test_messages_come_in_insertion_order_whatever_their_timestamps(
+    db: SessionDB, raw: RawSQL
+) -> None:
+    # Every real Hermes release (0.13.0 .. 0.19.0) reads ORDER BY id: a clock that stepped
+    # back must not put a tool result before its call (the SPEC's v6 said timestamp, id).
     db.create_session("s", "cli")
     first = db.append_message("s", "user", "first written")
     second = db.append_message("s", "assistant", "second written")
@@ -861,7 +865,10 @@ def test_get_messages_orders_by_timestamp_then_id(db: SessionDB, raw: RawSQL) ->
     raw.set_message_time(first, 30.0)
     raw.set_message_time(second, 10.0)
     raw.set_message_time(third, 10.0)
-    assert [m["id"] for m in db.get_messages("s")] == [second, third, first]
+    assert [m["id"] for m in db.get_messages("s")] == [first, second, third]
+    assert [m["content"] for m in db.get_messages_as_conversation("s")] == [
+        "first written", "second written", "third written",
+    ]
 
 
 def test_get_messages_of_unknown_session_is_empty(db: SessionDB) -> None:
@@ -889,7 +896,7 @@ CONVERSATION_CASES: list[Any] = [
         dict(role="assistant", content="done", reasoning="because",
              reasoning_details=[{"type": "reasoning.text", "text": "t"}],
              codex_reasoning_items=[{"id": "rs_1"}], finish_reason="stop", token_count=9),
-        {"role": "assistant", "content": "done", "reasoning": "because",
+        {"role": "assistant", "content": "done", "finish_reason": "stop", "reasoning": "because",
          "reasoning_details": [{"type": "reasoning.text", "text": "t"}],
          "codex_reasoning_items": [{"id": "rs_1"}]},
         id="assistant-reasoning",
@@ -915,8 +922,12 @@ def test_get_messages_as_conversation_shape(
     fields = dict(message)
     role = fields.pop("role")
     db.append_message("s", role, **fields)
+    # Hermes 0.17+ carries each message's timestamp, right after role and content.
+    (stored,) = db.get_messages("s")
+    role_and_content, rest = list(expected.items())[:2], list(expected.items())[2:]
+    expected = dict([*role_and_content, ("timestamp", stored["timestamp"]), *rest])
     assert db.get_messages_as_conversation("s") == [expected]
-    # Key order too: the expected dicts are written in the order Hermes adds the keys.
+    # Key order too: the expected dicts are written in the order Hermes 0.18 adds the keys.
     assert [list(m) for m in db.get_messages_as_conversation("s")] == [list(expected)]
 
 

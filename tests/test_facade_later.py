@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sessionstore import migrate
+from sessionstore import doctor, migrate
 from sessionstore.facade import SessionDB
 from sessionstore.leases import Leases
 from sessionstore.store import Store
@@ -146,6 +146,31 @@ def test_archive_and_compact_in_one_transaction(db: SessionDB) -> None:
     with pytest.raises(TypeError):
         db.archive_and_compact("s", ["not a dict"])  # type: ignore[list-item]
     assert len(db.get_messages("s")) == 2, "a refused compaction changed nothing"
+
+
+def test_doctor_accepts_the_counters_of_a_compaction_and_counts_on_from_them(
+    db: SessionDB,
+) -> None:
+    # Hermes 0.18's archive_and_compact sets the counters to the compacted set; appends count
+    # on from there. That is no damage for doctor, and --fix writes that rule back.
+    db.create_session("s", "cli")
+    for n in range(4):
+        db.append_message("s", "user", f"turn {n}")
+    db.append_message("s", "assistant", None, tool_calls=[{"id": "c1", "type": "function"}])
+    db.archive_and_compact("s", [{"role": "user", "content": "[summary]"}])
+    db.append_message("s", "assistant", "after", tool_calls=[{"id": "c2", "type": "function"}])
+    row = db.get_session("s")
+    assert row is not None and (row["message_count"], row["tool_call_count"]) == (2, 1)
+
+    report = doctor.diagnose(db.store)
+    assert report.problems == []
+    db.store.write(lambda conn: conn.execute(sa.text(
+        "UPDATE sessions SET message_count = 9, tool_call_count = 7 WHERE id = 's'")))  # fmt: skip
+    damaged = doctor.diagnose(db.store)
+    assert {check.name for check in damaged.problems} == {"message_counts", "tool_call_counts"}
+    doctor.repair(db.store, damaged)
+    row = db.get_session("s")
+    assert row is not None and (row["message_count"], row["tool_call_count"]) == (2, 1)
 
 
 def test_replace_messages_active_only_keeps_inactive_rows(db: SessionDB) -> None:

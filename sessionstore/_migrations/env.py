@@ -23,6 +23,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from sessionstore import legacy
 from sessionstore._migrations import search_ddl
+from sessionstore._migrations.chain_state import HERMES_SCHEMA_BEFORE_CHAIN
 from sessionstore.config import resolve_url
 from sessionstore.dialects import dialect_for
 from sessionstore.engine import create_store_engine
@@ -58,6 +59,13 @@ def _should_adopt() -> bool:
 
 
 def _run_chain(connection: Connection) -> None:
+    try:
+        _adopt_and_migrate(connection)
+    finally:
+        connection.info.pop(HERMES_SCHEMA_BEFORE_CHAIN, None)
+
+
+def _adopt_and_migrate(connection: Connection) -> None:
     if _should_adopt():
         known = {rev.revision for rev in ScriptDirectory.from_config(config).walk_revisions()}
         legacy.adopt(connection, known)

@@ -13,9 +13,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import BindParameter, Select, and_, bindparam, func, or_, select
+from sqlalchemy import BindParameter, Select, and_, bindparam, case, func, or_, select
 from sqlalchemy.engine import Connection
 
+from ..message_content import STORED_ON_POSTGRESQL_PREFIX, text_of
 from ..tables import messages_table
 from .hits import CONTEXT_CONTENT_CHARS, ContextMessage
 
@@ -31,10 +32,8 @@ def fetch_context(conn: Connection, hit_ids: Sequence[int]) -> dict[int, list[Co
     neighbours = conn.execute(_NEIGHBOURS, {"hit_ids": [int(i) for i in hit_ids]}).all()
     wanted = sorted({int(id_) for row in neighbours for id_ in row if id_ is not None})
     messages = {
-        int(id_): ContextMessage(role=str(role), content=content or "")
-        for id_, role, content in conn.execute(
-            _HEADS, {"context_ids": [int(i) for i in wanted]}
-        )
+        int(id_): ContextMessage(role=str(role), content=text_of(content)[:CONTEXT_CONTENT_CHARS])
+        for id_, role, content in conn.execute(_HEADS, {"context_ids": [int(i) for i in wanted]})
     }
     context: dict[int, list[ContextMessage]] = {}
     for hit_id, previous_id, next_id in neighbours:
@@ -82,16 +81,25 @@ def _neighbours() -> Select[Any]:
         .limit(1)
         .scalar_subquery()
     )
-    return select(hit.c.id, previous_id, next_id).where(
-        hit.c.id.in_(_literal_ids("hit_ids"))
-    )
+    return select(hit.c.id, previous_id, next_id).where(hit.c.id.in_(_literal_ids("hit_ids")))
+
+
+def _is_marked(content: Any) -> Any:
+    """Marked JSON content (`message_content`): SQLite sees its leading NUL as the end of the
+    text (``length() = 0``), PostgreSQL stores the marker with U+FFFD."""
+    prefix = STORED_ON_POSTGRESQL_PREFIX
+    return or_(func.length(content) == 0, func.substr(content, 1, len(prefix)) == prefix)
 
 
 def _heads() -> Select[Any]:
     return select(
         messages_table.c.id,
         messages_table.c.role,
-        func.substr(messages_table.c.content, 1, CONTEXT_CONTENT_CHARS),
+        # Structured (multi-part) content whole, so its text parts can be shown.
+        case(
+            (_is_marked(messages_table.c.content), messages_table.c.content),
+            else_=func.substr(messages_table.c.content, 1, CONTEXT_CONTENT_CHARS),
+        ),
     ).where(messages_table.c.id.in_(_literal_ids("context_ids")))
 
 

@@ -46,10 +46,11 @@ _MARKERS: Final = {
 }
 
 # snippet() is quadratic in the hits inside one message: long messages get their snippet cut
-# in Python instead (see long_text), from their content, fetched for the page's rows only.
+# in Python instead (see long_text), from their content, fetched for the page's rows only. A
+# message without content (an assistant's tool calls, found by their text) gets snippet().
 _WORD_SEARCH: Final = f"""
 SELECT m.id, m.session_id, m.role,
-       CASE WHEN length(m.content) <= {LONG_MESSAGE_CHARS}
+       CASE WHEN COALESCE(length(m.content), 0) <= {LONG_MESSAGE_CHARS}
             THEN snippet(messages_fts, 0, :mark_start, :mark_end, :ellipsis, {SNIPPET_TOKENS})
        END,
        m.timestamp, m.tool_name, s.source, s.model, s.started_at,

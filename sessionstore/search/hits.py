@@ -123,7 +123,7 @@ def match_row(
 
 
 def substring_snippet(
-    position: int, before: str | None, matched: str | None, after: str | None
+    position: int | None, before: str | None, matched: str | None, after: str | None
 ) -> str:
     """``[...]before>>>matched<<<after[...]`` for a hit found by substring.
 
@@ -133,9 +133,10 @@ def substring_snippet(
     truncated tail is recognised. A row the database's case-insensitive match found but whose
     position lookup did not (a rare Unicode case-folding corner) comes with ``position`` 0 and
     the start of the message in ``after``; it is shown without markers rather than wrong ones.
+    A message without content (found by its tool calls' text) has no position (None).
     """
     before, after = before or "", after or ""
-    if position <= 0 or not matched:
+    if position is None or position <= 0 or not matched:
         shown = 2 * SUBSTRING_SNIPPET_SIDE_CHARS
         return after[:shown] + (SNIPPET_ELLIPSIS if len(after) > shown else "")
     more_before = position > SUBSTRING_SNIPPET_SIDE_CHARS + 1

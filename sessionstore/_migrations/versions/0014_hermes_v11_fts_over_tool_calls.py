@@ -21,8 +21,14 @@ PostgreSQL gets the same text: the stored ``content_tsv`` (0008) is recomputed o
 ``pg_trgm`` index moves from ``content`` to it (``ix_messages_indexed_text_trgm`` replaces
 ``ix_messages_content_trgm``: one trigram index, not two). This rewrites ``messages`` once.
 
+The handoff columns (``sessions.handoff_state``, ``handoff_platform``, ``handoff_error``;
+00ce5f04d) landed during v11 without a number, and the released v11 (hermes-agent 0.13.0 and
+0.14.0) writes them: they are added here when absent, so a downgrade to v11 gives the file a
+released v11 Hermes has, with its handoffs (revision 0015 added them until the real 0.13.0
+files showed a downgrade to 0014 dropping a user's handoff state; `tests/test_real_hermes.py`).
+
 Downgrade returns to the v10 layout: v6's ``messages_fts`` over ``content`` and v10's trigram
-table over ``content``; on PostgreSQL 0008's objects over ``content``.
+table over ``content``; on PostgreSQL 0008's objects over ``content``; the handoff columns go.
 
 Revision ID: 0014
 Revises: 0013
@@ -33,6 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import sqlalchemy as sa
 from alembic import op
 
 from sessionstore._migrations import helpers, search_ddl
@@ -43,6 +50,7 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 SCHEMA_VERSION = 11
+HANDOFF_COLUMNS = ("handoff_state", "handoff_platform", "handoff_error")
 
 
 def upgrade() -> None:
@@ -53,6 +61,9 @@ def upgrade() -> None:
         )
     else:
         search_ddl.pg_create_later_search(bind)
+    helpers.add_columns_if_missing(
+        "sessions", [sa.Column(name, sa.Text()) for name in HANDOFF_COLUMNS]
+    )
     helpers.set_schema_version(SCHEMA_VERSION)
 
 
@@ -64,4 +75,5 @@ def downgrade() -> None:
             search_ddl.create_v10_trigram(bind)
     else:
         search_ddl.pg_restore_content_search(bind)
+    helpers.drop_columns("sessions", list(HANDOFF_COLUMNS))
     helpers.set_schema_version(SCHEMA_VERSION - 1)

@@ -3,9 +3,10 @@
 Why: Hermes v12 (31a010010) keeps the chat platform's own message id (Telegram, Yuanbao) to
 de-duplicate and reply, looked up through the partial index ``idx_messages_platform_msg_id``.
 The handoff state machine (``sessions.handoff_state``, ``handoff_platform``, ``handoff_error``;
-00ce5f04d) landed during v11 without a number, so every mainline file stamped 12 has it too.
-A file may also carry ``handoff_pending`` (a commit replaced in the same push): it is left as
-it is, with its values. All added only when absent; the downgrade drops what it added.
+00ce5f04d) landed during v11 without a number; revision 0014 adds it (released v11 files hold
+it), so here it is only made sure of, and the downgrade to v11 keeps it. A file may also carry
+``handoff_pending`` (a commit replaced in the same push): it is left as it is, with its
+values. All added only when absent; the downgrade drops the platform id and its index.
 
 Revision ID: 0015
 Revises: 0014
@@ -46,5 +47,4 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     helpers.drop_indexes_then_columns("messages", [PLATFORM_INDEX], ["platform_message_id"])
-    helpers.drop_columns("sessions", list(HANDOFF_COLUMNS))
     helpers.set_schema_version(SCHEMA_VERSION - 1)

@@ -1,13 +1,11 @@
 """Hermes schema v15: ``idx_sessions_source_id``, plus the v14-era rewind/archive columns.
 
 Why: Hermes v15 (ed81cfe3d) bounds the cron run-history query to one job with an index on
-``sessions(source, id)``. Landed during v14 without a number, and so in every mainline file
-stamped 15: ``sessions.cwd`` (51c68d4ab), rewind (3e59be0c4: ``sessions.rewind_count`` and
-``messages.active``, ``NOT NULL DEFAULT 1`` so every existing message stays live, with
-``idx_messages_session_active``) and archiving (85b65e29f: ``sessions.archived``). A file may
-also carry ``sessions.icon`` (added and removed on a side branch): it is left with its values.
-All added only when absent. Downgrade drops them; rewound (``active=0``) messages are kept as
-rows, and become ordinary messages again in the v14 shape, which cannot mark them.
+``sessions(source, id)``. The v14-era columns (``cwd``, ``rewind_count``, ``messages.active``
+and its index, ``archived``) belong to revision 0017, as the released v14 has them; they are
+only made sure of here, and a downgrade to v14 keeps them. A file may also carry
+``sessions.icon`` (added and removed on a side branch): it is left with its values. All added
+only when absent. Downgrade drops the index.
 
 Revision ID: 0018
 Revises: 0017
@@ -54,6 +52,5 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    helpers.drop_indexes_then_columns("messages", [ACTIVE_INDEX], ["active"])
-    helpers.drop_indexes_then_columns("sessions", [SOURCE_ID_INDEX], list(SESSION_COLUMNS))
+    helpers.drop_index_if_present(SOURCE_ID_INDEX, "sessions")
     helpers.set_schema_version(SCHEMA_VERSION - 1)

@@ -10,6 +10,12 @@ with their parent. Its data step (no DDL) tags, as Hermes does:
 2. every untagged root with no title, at most 25 messages, at least one ``tool`` message and
    no children (an already-orphaned subagent run): ``_delegate_from`` = ``'__orphaned__'``.
 
+Hermes runs this step only when its open takes a file across v16. A file that was at v16 or
+later before this migration run (a Hermes v16/v17 file adopted at 0008, or one a newer Hermes
+moved on) is not tagged again: the real 0.17.0/0.18.0 files showed the step hiding a user's
+own untitled session with a tool message as an ``__orphaned__`` subagent run
+(`tests/test_real_hermes.py`; `sessionstore/_migrations/chain_state.py`).
+
 It runs in Python over the rows rather than with ``json_set`` so that it behaves the same on
 PostgreSQL and so one malformed ``model_config`` (kept as it is) does not stop the others from
 being tagged; the JSON written is compact, like SQLite's ``json_set``. Downgrade only writes 15
@@ -31,6 +37,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from sessionstore._migrations import helpers
+from sessionstore._migrations.chain_state import HERMES_SCHEMA_BEFORE_CHAIN
 
 revision: str = "0019"
 down_revision: str | None = "0018"
@@ -65,6 +72,10 @@ def _tag(bind: sa.engine.Connection, session_id: str, config: dict[str, Any], va
 
 def upgrade() -> None:
     bind = op.get_bind()
+    before = bind.info.get(HERMES_SCHEMA_BEFORE_CHAIN)
+    if isinstance(before, int) and before >= SCHEMA_VERSION:
+        helpers.set_schema_version(SCHEMA_VERSION)  # Hermes tagged this file's rows itself
+        return
     rows = bind.execute(
         sa.text(
             "SELECT id, parent_session_id, model_config, title, message_count, started_at, "
