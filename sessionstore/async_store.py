@@ -128,6 +128,7 @@ class AsyncStore:
         self._closed = False
         self._turns: asyncio.Lock | None = None
         self._turns_loop: asyncio.AbstractEventLoop | None = None
+        self._jobs: set[concurrent.futures.Future[Any]] = set()
         self._start_threads()
         forksafety.track(self)
 
@@ -203,7 +204,6 @@ class AsyncStore:
         """:func:`sessionstore.retry.run_with_retry`'s loop with ``asyncio.sleep``: the whole
         transaction again, only on retryable errors, bounded by attempts and the budget."""
         policy = self.retry
-        loop = asyncio.get_running_loop()
         deadline = started + policy.budget_s
         call = _Call()
         attempts = 0
@@ -212,10 +212,10 @@ class AsyncStore:
             while True:
                 try:
                     if serialized:
-                        return await loop.run_in_executor(
+                        return await self._submit(
                             executor, self._locked_attempt, call, work, deadline
                         )
-                    return await loop.run_in_executor(executor, _plain_attempt, call, work)
+                    return await self._submit(executor, _plain_attempt, call, work)
                 except _LockWait as wait:
                     if time.monotonic() >= deadline:
                         raise StoreBusyError(
@@ -239,8 +239,29 @@ class AsyncStore:
             call.cancelled = True
             if serialized:
                 with contextlib.suppress(RuntimeError):  # executor shut down: nothing held
-                    executor.submit(self._release, call)
+                    self._track(executor.submit(self._release, call))
             raise
+
+    def _submit(
+        self, executor: concurrent.futures.Executor, fn: Callable[..., T], *args: Any
+    ) -> asyncio.Future[T]:
+        job = self._track(executor.submit(fn, *args))
+        # Cancelling the awaiting task cancels a job that has not started; one that has
+        # started runs to its end (see the module's docstring).
+        return asyncio.wrap_future(job)
+
+    def _track(self, job: concurrent.futures.Future[T]) -> concurrent.futures.Future[T]:
+        self._jobs.add(job)
+        job.add_done_callback(self._jobs.discard)
+        return job
+
+    async def idle(self) -> None:
+        """Wait until every attempt started so far, cancelled callers' included, has ended.
+
+        Never needed for correctness (the next call queues behind them); useful to observe a
+        settled store, e.g. connections back in the pool after a cancellation storm."""
+        while self._jobs:
+            await asyncio.to_thread(concurrent.futures.wait, list(self._jobs))
 
     def _is_retryable(self, exc: BaseException) -> bool:
         """The single attempt's way of saying "retry me": busy, or the connection was lost
@@ -325,6 +346,7 @@ class AsyncStore:
     def after_fork_in_child(self) -> None:
         """The parent's threads do not exist here, nor its loop: start afresh."""
         self._turns = self._turns_loop = None
+        self._jobs = set()
         self._start_threads()
 
     async def __aenter__(self) -> AsyncStore:
