@@ -58,9 +58,11 @@ from .writerqueue import QueueTimeout
 
 T = TypeVar("T")
 
-READER_THREADS = 4
-"""Readers' threads of a SQLite store: enough that a slow search does not hold up the others,
-few enough that they do not fight the event loop for the GIL on a small machine."""
+READER_THREADS = 2
+"""Readers' threads of a SQLite store: two, so a slow search does not hold up every other read,
+and no more, because each thread running Python competes with the event loop for the GIL (on
+2 cores, 4 readers doubled the loop's p99 lag under a search-heavy load, at equal throughput:
+``scripts/bench_async.py``)."""
 SHARED_THREADS = 8
 """Threads of a PostgreSQL store, reads and writes alike (within the engine's pool of 5+10)."""
 QUEUE_SLICE_S = 0.25
