@@ -44,6 +44,11 @@ class Chat:
     messages: int = 0
     tool_calls: int = 0
 
+    @property
+    def session_key(self) -> str:
+        """Hermes's gateway key of a direct chat."""
+        return f"agent:main:{self.platform}:dm:{self.chat_id}"
+
 
 @dataclass
 class Observed:
@@ -56,15 +61,16 @@ class Observed:
 async def open_session(db: AsyncSessionDB, chat: Chat) -> str:
     """The chat's latest session, or a new one with its peer recorded."""
     found = await db.find_latest_gateway_session_for_peer(
-        source=chat.platform, user_id=chat.user_id, chat_id=chat.chat_id, chat_type="dm"
-    )
+        source=chat.platform, user_id=chat.user_id, session_key=chat.session_key,
+        chat_id=chat.chat_id, chat_type="dm",
+    )  # fmt: skip
     if found is not None:
         return str(found["id"])
     session_id = f"{chat.platform}-{chat.chat_id}-{int(time.time() * 1000)}"
     await db.create_session(session_id, chat.platform, model=MODEL, user_id=chat.user_id)
     await db.record_gateway_session_peer(
         session_id, source=chat.platform, user_id=chat.user_id,
-        chat_id=chat.chat_id, chat_type="dm",
+        session_key=chat.session_key, chat_id=chat.chat_id, chat_type="dm",
     )  # fmt: skip
     return session_id
 
