@@ -377,6 +377,18 @@ def write_lock_is_free(url: str) -> bool:
         conn.close()
 
 
+def writers_queue_is_free(url: str) -> bool:
+    """Another opener of the file gets the writers' queue within half a second."""
+    from sessionstore import RetryPolicy
+
+    with SessionDB(url=url, retry=RetryPolicy(budget_s=0.5)) as other:
+        try:
+            other.create_session("queue-probe", "cli")
+        except StoreBusyError:
+            return False
+    return True
+
+
 @pytest.mark.asyncio
 @pytest.mark.parametrize("seed", [7, 1234])
 async def test_cancellation_storm_leaves_whole_turns_and_exact_counters(
@@ -450,6 +462,7 @@ async def test_cancellation_storm_leaves_whole_turns_and_exact_counters(
         assert idle_in_transaction(store_url) == 0
     else:
         assert write_lock_is_free(store_url)
+        assert writers_queue_is_free(store_url)
 
 
 # -- fork ------------------------------------------------------------------------------------------
