@@ -101,6 +101,7 @@ class Figures:
     failures: int
     note: str = ""
     reads_during_hold: int | None = None
+    store: str = ""
 
     @property
     def turns_per_s(self) -> float:
@@ -233,7 +234,8 @@ def verdicts(rows: list[Figures]) -> list[str]:
     for row in rows:
         if row.side == "AsyncSessionDB" and row.tasks == 50:
             ok = row.lag(0.99) <= TARGET_P99_MS and row.failures == 0
-            lines.append(f"{'PASS' if ok else 'MISS'}: 50 tasks {row.note or 'free lock'}: "
+            lines.append(f"{'PASS' if ok else 'MISS'}: {row.store}, 50 tasks, "
+                         f"{row.note or 'free lock'}: "
                          f"p99 {row.lag(0.99):.1f} ms (target <= {TARGET_P99_MS:g} ms), "
                          f"{row.failures} failures")
     return lines
@@ -265,7 +267,9 @@ async def bench(label: str, fresh: Callable[[], str], counts: Sequence[int], dur
             target = await asyncio.to_thread(fresh)
             url = target if "://" in target else f"sqlite:///{target}"
             held = (target, hold) if hold > 0 else None
-            rows.append(await run(kind, url, tasks, duration, held))
+            figures = await run(kind, url, tasks, duration, held)
+            figures.store = label
+            rows.append(figures)
     print_table(label, rows)
     return rows
 
