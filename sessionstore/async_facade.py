@@ -88,10 +88,10 @@ class AsyncSessionDB:
         return self
 
     async def _opened(self) -> tuple[SessionDB, AsyncStore]:
-        if self._sync is not None and self._runner is not None:
-            return self._sync, self._runner
         if self._closed:
             raise StoreClosedError("this AsyncSessionDB is closed")
+        if self._sync is not None and self._runner is not None:
+            return self._sync, self._runner
         if self._opening is None:
             self._opening = asyncio.get_running_loop().run_in_executor(None, self._open_sync)
         opening = self._opening

@@ -181,6 +181,21 @@ async def test_a_closed_store_says_so_and_leaves_no_thread(store_url: str) -> No
 
 
 @pytest.mark.asyncio
+async def test_a_cancelled_open_still_opens_once_and_closes(store_url: str) -> None:
+    db = AsyncSessionDB(url=store_url)
+    opening = asyncio.create_task(db.open())
+    await asyncio.sleep(0)
+    opening.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await opening
+    await db.create_session("s1", "cli")  # the open that went on is the one used
+    assert await db.get_session("s1") is not None
+    await db.close()
+    with pytest.raises(StoreClosedError):
+        await db.open()
+
+
+@pytest.mark.asyncio
 async def test_the_typed_repository_on_its_own(store_url: str) -> None:
     from sessionstore.async_store import AsyncStore
 
