@@ -627,6 +627,9 @@ class AsyncSessionDB:
     async def prune_sessions(self, older_than_days: int = 90, source: str | None = None) -> int:
         return await self._write(lambda db: db.prune_sessions(older_than_days, source))
 
+    async def prune_sessions_before(self, cutoff: float, source: str | None = None) -> int:
+        return await self._write(lambda db: db.prune_sessions_before(cutoff, source))
+
     async def search_messages(
         self,
         query: str,

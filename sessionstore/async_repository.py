@@ -396,10 +396,20 @@ class AsyncSessionRepository:
     async def prune_sessions(self, older_than_days: float = 90, source: str | None = None) -> int:
         return await self._write(lambda repo: repo.prune_sessions(older_than_days, source))
 
+    async def prune_sessions_before(self, cutoff: float, source: str | None = None) -> int:
+        return await self._write(lambda repo: repo.prune_sessions_before(cutoff, source))
+
     async def prunable_sessions(
         self,
         older_than_days: float = 90,
         source: str | None = None,
     ) -> list[SessionRecord]:
         return await self._read(lambda repo: repo.prunable_sessions(older_than_days, source))
+
+    async def prunable_sessions_before(
+        self,
+        cutoff: float,
+        source: str | None = None,
+    ) -> list[SessionRecord]:
+        return await self._write(lambda repo: repo.prunable_sessions_before(cutoff, source))
     # --- end of generated methods ---

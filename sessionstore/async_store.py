@@ -54,6 +54,7 @@ from .engine import DEFAULT_BUSY_TIMEOUT_S
 from .errors import SessionStoreError, StoreBusyError, StoreUnavailableError
 from .retry import RetryPolicy
 from .store import CHECKPOINT_EVERY_N_WRITES, Store, _queued_jitter
+from .translate import exhausted
 from .writerqueue import QueueTimeout
 
 T = TypeVar("T")
@@ -283,7 +284,7 @@ class AsyncStore:
         underlying = last.last_error if isinstance(last, StoreBusyError) else last
         if isinstance(last, StoreUnavailableError):
             underlying = last.__cause__
-        error = self.store._exhausted(StoreBusyError(attempts, waited_s, underlying))
+        error = exhausted(self.store.dialect, StoreBusyError(attempts, waited_s, underlying))
         error.__cause__ = underlying
         return error
 

@@ -17,6 +17,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from .config import resolve_url
+from .dialects import database_file
 
 PROGRAM = "sessionstore"
 
@@ -24,7 +25,7 @@ PROGRAM = "sessionstore"
 def store_argument(url: str | URL) -> str:
     """How the store at ``url`` is spelled on the command line (before quoting)."""
     parsed = make_url(url) if isinstance(url, str) else url
-    path = _sqlite_file(parsed)
+    path = _database_file(parsed)
     if path is not None:
         return str(path)
     return parsed.render_as_string(hide_password=True)
@@ -36,7 +37,7 @@ def is_default_store(url: str | URL) -> bool:
         parsed = make_url(url) if isinstance(url, str) else url
     except ArgumentError:
         return False
-    mine, theirs = _sqlite_file(parsed), _sqlite_file(default)
+    mine, theirs = _database_file(parsed), _database_file(default)
     if mine is not None or theirs is not None:
         return mine == theirs
     return parsed.render_as_string(hide_password=False) == default.render_as_string(
@@ -53,11 +54,6 @@ def cli_command(url: str | URL | None, *words: str) -> str:
     return shlex.join(parts)
 
 
-def _sqlite_file(url: URL) -> Path | None:
-    # Imported here: the dialect module pulls in the driver, which this module's users (error
-    # messages) may not otherwise need.
-    from .dialects.sqlite import _filesystem_path, _is_memory
-
-    if url.get_backend_name() != "sqlite" or _is_memory(url):
-        return None
-    return _filesystem_path(url).expanduser().resolve()
+def _database_file(url: URL) -> Path | None:
+    path = database_file(url)
+    return None if path is None else path.expanduser().resolve()

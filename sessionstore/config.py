@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .dialects import file_url
+
 URL_ENV_VAR = "SESSIONSTORE_URL"
 HERMES_HOME_ENV_VAR = "HERMES_HOME"
 DEFAULT_DB_FILENAME = "state.db"
@@ -23,7 +25,9 @@ def default_db_path() -> Path:
 
 
 def sqlite_url(path: str | os.PathLike[str]) -> str:
-    return f"sqlite:///{Path(path).expanduser()}"
+    """The URL of the store in the file ``path`` (the embedded database's URL rules live in
+    :mod:`sessionstore.dialects`; this name stays for the callers that know it)."""
+    return file_url(path)
 
 
 def resolve_url(url: str | None = None) -> str:

@@ -8,18 +8,16 @@ is a :class:`Check` with a stable name, so scripts can read the ``--json`` repor
 index, recomputes counters from the rows (counted and written in one write transaction, so a
 concurrent writer cannot slip between), clears parent ids that point at nothing and adopts
 messages whose session is missing into a placeholder session. Take a backup first
-(:func:`backup_sqlite_file`); the CLI does.
+(:func:`sessionstore.dialects.backup_database`); the CLI does.
 """
 
 from __future__ import annotations
 
 import importlib
-import json
 import os
-import sqlite3
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -30,13 +28,13 @@ from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import DBAPIError
 
 from . import legacy, migrate
+from .codec import stored_tool_call_count
 from .commands import cli_command
-from .dialects.sqlite import _filesystem_path, _is_memory
-from .errors import ReadOnlyStoreError, StoreBusyError, StoreUnavailableError
-from .models import messages_table as messages
-from .models import sessions_table as sessions
-from .repository import count_tool_calls
+from .dialects import dialect_for_url
+from .errors import ReadOnlyStoreError, StoreBusyError
 from .store import Store
+from .tables import messages_table as messages
+from .tables import sessions_table as sessions
 
 CheckStatus = Literal["ok", "warn", "fail", "skip"]
 
@@ -129,28 +127,15 @@ def _search_ddl() -> ModuleType:
 
 
 # -- files -----------------------------------------------------------------------------------
-def sqlite_file_of(url: str | URL) -> Path | None:
-    """The database file behind a SQLite URL; None for memory databases and other engines."""
-    parsed = make_url(url) if isinstance(url, str) else url
-    if parsed.get_backend_name() != "sqlite" or _is_memory(parsed):
-        return None
-    return _filesystem_path(parsed)
-
-
-STORE_FILE_SUFFIXES = ("", "-wal", "-shm", "-journal")
-
-
 def is_store_file(url: str | URL, path: Path) -> bool:
-    """True when ``path`` is the database behind ``url`` or one of SQLite's files beside it.
+    """True when ``path`` is the database behind ``url`` or one of the files beside it that
+    belong to it (SQLite's log and journal).
 
     Compared by ``stat`` (same device and inode) where the file exists, by resolved name
     otherwise; nothing is opened.
     """
-    database = sqlite_file_of(url)
-    if database is None:
-        return False
-    for suffix in STORE_FILE_SUFFIXES:
-        candidate = database.with_name(database.name + suffix)
+    parsed = make_url(url) if isinstance(url, str) else url
+    for candidate in dialect_for_url(parsed).store_files(parsed):
         try:
             if os.path.samefile(candidate, path):
                 return True
@@ -158,46 +143,6 @@ def is_store_file(url: str | URL, path: Path) -> bool:
             if candidate.resolve() == path.resolve():
                 return True
     return False
-
-
-def backup_sqlite_file(path: Path, *, clock: Callable[[], float] = time.time) -> Path:
-    """Copy a live SQLite file to ``<file>.bak-<timestamp>`` beside it; return the copy's path.
-
-    Through SQLite's online backup API, in one step: the copy is one consistent snapshot (WAL
-    content included) holding every write committed before it started, even while other
-    processes go on writing, and the store's own files are only ever opened and closed by
-    SQLite (see :mod:`sessionstore.dialects.sqlite`), never by a plain file copy. The copy is
-    written under a temporary name, checked with ``quick_check``, then renamed: a backup file
-    that exists is complete.
-    """
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(clock()))
-    target = path.with_name(f"{path.name}.bak-{stamp}")
-    suffix = 1
-    while target.exists():
-        # Two backups in one second (an upgrade straight after a doctor --fix) keep both.
-        target = path.with_name(f"{path.name}.bak-{stamp}-{suffix}")
-        suffix += 1
-    partial = target.with_name(target.name + ".partial")
-    source = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
-    try:
-        destination = sqlite3.connect(partial)
-        try:
-            source.backup(destination)  # pages=-1: the whole file in one step, one snapshot
-            verdict = destination.execute("PRAGMA quick_check").fetchone()
-            if not verdict or verdict[0] != "ok":
-                raise StoreUnavailableError(
-                    f"the backup of {path} did not pass quick_check ({verdict}); "
-                    "nothing was changed"
-                )
-        finally:
-            destination.close()
-        os.replace(partial, target)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
-    finally:
-        source.close()
-    return target
 
 
 # -- diagnosis -------------------------------------------------------------------------------
@@ -209,12 +154,10 @@ def diagnose(store: Store, *, wal_warn_bytes: int = WAL_WARN_BYTES) -> Report:
         # The other checks assume the current columns: one clear instruction to upgrade beats
         # a cascade of SQL errors.
         return Report((schema,), findings)
-    checks = [schema]
+    checks = [schema, _check_integrity(store)]
     if store.dialect.name == "sqlite":
-        checks.append(_sqlite_integrity(store))
         checks.extend(_sqlite_fts_checks(store))
     else:
-        checks.append(Check("integrity", "skip", "PostgreSQL checks its own pages"))
         checks.extend(_pg_search_checks(store))
     checks.append(store.read(lambda conn: _check_dangling_parents(conn, findings)))
     checks.append(store.read(lambda conn: _check_orphan_messages(conn, findings)))
@@ -246,17 +189,17 @@ def _check_schema(conn: Connection, url: URL) -> tuple[Check, bool]:
     return Check("schema", "ok", f"revision {head}, Hermes schema {expected}"), True
 
 
-def _sqlite_integrity(store: Store) -> Check:
+def _check_integrity(store: Store) -> Check:
     try:
-        rows = store.read(
-            lambda conn: [str(row[0]) for row in conn.exec_driver_sql("PRAGMA integrity_check")]
-        )
+        rows = store.read(store.dialect.integrity_problems)
     except StoreBusyError as exc:
         # Rollback-journal mode: a writer can keep readers out. Busy is not corrupt.
         return Check("integrity", "skip", f"the store stayed busy ({exc.attempts} attempts); "
                      "not checked")
-    if rows == ["ok"]:
-        return Check("integrity", "ok", "PRAGMA integrity_check: ok")
+    if rows is None:
+        return Check("integrity", "skip", "the database server checks its own pages")
+    if not rows:
+        return Check("integrity", "ok", "integrity_check: ok")
     shown = "; ".join(rows[:MAX_EXAMPLES]) + (" ..." if len(rows) > MAX_EXAMPLES else "")
     return Check("integrity", "fail", f"{len(rows)} problem(s): {shown}")
 
@@ -419,12 +362,6 @@ def _check_orphan_messages(conn: Connection, findings: _Findings) -> Check:
     return Check("orphan_messages", "ok", "every message has its session")
 
 
-def _tool_calls_in(value: str) -> int | None:
-    """How many tool calls a stored value holds, or None when the JSON is damaged."""
-    try:
-        return count_tool_calls(json.loads(value))
-    except (json.JSONDecodeError, TypeError, ValueError):
-        return None
 
 
 @dataclass
@@ -468,7 +405,7 @@ def _tool_counting(conn: Connection) -> dict[str, _ToolCounting]:
     )
     counting: dict[str, _ToolCounting] = defaultdict(_ToolCounting)
     for session_id, role, value in rows:
-        v6_weight = _tool_calls_in(str(value)) if value else 0
+        v6_weight = stored_tool_call_count(str(value)) if value else 0
         counting[str(session_id)].add(_v1_weight(str(role), value), v6_weight)
     return counting
 
@@ -556,10 +493,9 @@ def _check_counters(conn: Connection, findings: _Findings) -> list[Check]:
 
 
 def _check_wal(store: Store, wal_warn_bytes: int) -> Check:
-    path = sqlite_file_of(store.url)
-    if path is None:
+    wal = store.dialect.write_ahead_log(store.url)
+    if wal is None:
         return Check("wal_size", "skip", "no write-ahead log file on this engine")
-    wal = path.with_name(path.name + "-wal")
     size = wal.stat().st_size if wal.exists() else 0
     megabytes = size / (1024 * 1024)
     if size > wal_warn_bytes:
@@ -629,7 +565,7 @@ def _adopt_orphans(store: Store, session_ids: list[str]) -> str:
                     messages.c.session_id == session_id
                 )
             ).all()
-            tool_calls = sum(_tool_calls_in(str(value)) or 0 for _, value in rows if value)
+            tool_calls = sum(stored_tool_call_count(str(value)) or 0 for _, value in rows if value)
             conn.execute(
                 sessions.insert().values(
                     id=session_id,
@@ -704,7 +640,7 @@ def _counters_of(conn: Connection, session_ids: list[str]) -> dict[str, tuple[in
     for session_id, value in rows:
         key = str(session_id)
         message_total, tool_total = totals.get(key, (0, 0))
-        in_row = _tool_calls_in(str(value)) if value else 0
+        in_row = stored_tool_call_count(str(value)) if value else 0
         tools = None if in_row is None or tool_total is None else tool_total + in_row
         totals[key] = (message_total + 1, tools)
     return totals
@@ -735,8 +671,7 @@ def _rebuild_search(store: Store) -> str:
 
 
 def _truncate_wal(store: Store) -> str:
-    with store.engine.connect() as conn:
-        conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    store.dialect.truncate_write_ahead_log(store.engine)
     return "checkpointed and truncated the write-ahead log"
 
 
@@ -745,9 +680,7 @@ __all__ = [
     "Check",
     "Report",
     "actual_counters",
-    "backup_sqlite_file",
     "diagnose",
     "is_store_file",
     "repair",
-    "sqlite_file_of",
 ]

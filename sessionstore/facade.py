@@ -14,10 +14,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.engine import Connection, Engine, make_url
 
 from . import legacy, migrate, titles
 from .adoption import backup_before_adoption
+from .codec import decode_json
 from .commands import cli_command
 from .config import resolve_url, sqlite_url
 from .dialects import dialect_for_url
@@ -26,7 +27,7 @@ from .gateway import Gateway
 from .leases import DEFAULT_TTL_S, Leases, Meta
 from .message_states import MessageStates
 from .records import MESSAGE_FIELDS, SESSION_FIELDS
-from .repository import NewMessage, SessionRepository, decode_json
+from .repository import NewMessage, SessionRepository
 from .retry import RetryPolicy
 from .search import contains_cjk as _contains_cjk
 from .search import sanitize_fts5_query as _sanitize_fts5_query
@@ -73,18 +74,25 @@ class SessionDB:
         resolved = sqlite_url(db_path) if db_path is not None else resolve_url(url)
         parsed = make_url(resolved)
         self.url = resolved
-        is_file = parsed.get_backend_name() == "sqlite" and parsed.database not in (
-            None,
-            "",
-            ":memory:",
-        )
-        self.db_path: Path | None = Path(str(parsed.database)).expanduser() if is_file else None
+        dialect = dialect_for_url(parsed)
+        self.db_path: Path | None = dialect.database_file(parsed)
         self.adoption_backup: Path | None = None
-        read_only = read_only or (is_file and dialect_for_url(parsed).requests_read_only(parsed))
-        if not read_only:
-            self.adoption_backup = self._prepare_schema(resolved, auto_migrate, backup_on_adopt)
+        read_only = read_only or (
+            self.db_path is not None and dialect.requests_read_only(parsed)
+        )
+
+        def prepare(engine: Engine) -> None:
+            # On the store's own engine: one engine per store, for the check and a migration.
+            self.adoption_backup = self._prepare_schema(
+                engine, resolved, auto_migrate, backup_on_adopt
+            )
+
         self._store = Store.open(
-            resolved, read_only=read_only, retry=retry, busy_timeout_s=busy_timeout_s
+            parsed,
+            read_only=read_only,
+            retry=retry,
+            busy_timeout_s=busy_timeout_s,
+            prepare=None if read_only else prepare,
         )
         if read_only:
             upgrade = cli_command(resolved, "db", "upgrade")
@@ -101,8 +109,13 @@ class SessionDB:
         self._gateway = Gateway(self._store)
 
     @staticmethod
-    def _prepare_schema(url: str, auto_migrate: bool, backup: bool) -> Path | None:
-        status = migrate.status(url)
+    def _prepare_schema(
+        engine: Engine, url: str, auto_migrate: bool, backup: bool
+    ) -> Path | None:
+        """Check the schema (two small reads when it is current) and migrate if needed;
+        the adoption backup's path when one was taken."""
+        state = migrate.state(engine)
+        status = migrate.status_from(state)
         if status.up_to_date:
             return None
         if not auto_migrate:
@@ -111,8 +124,8 @@ class SessionDB:
                 f"{status.schema_version or 'none'}), not {status.head}; run "
                 f"`{cli_command(url, 'db', 'upgrade')}` or open it with auto_migrate=True"
             )
-        copy = backup_before_adoption(url) if backup and status.revision is None else None
-        migrate.upgrade(url)
+        copy = backup_before_adoption(url, state) if backup else None
+        migrate.upgrade(engine)
         return copy
 
     @property
@@ -566,6 +579,11 @@ class SessionDB:
 
     def prune_sessions(self, older_than_days: int = 90, source: str | None = None) -> int:
         return self._repo.prune_sessions(older_than_days, source)
+
+    def prune_sessions_before(self, cutoff: float, source: str | None = None) -> int:
+        """Delete ended sessions started before ``cutoff`` (a Unix timestamp): the form for a
+        cutoff that was shown or computed first (``prune_sessions`` counts days from now)."""
+        return self._repo.prune_sessions_before(cutoff, source)
 
     # -- search and counts ------------------------------------------------------------------
     def search_messages(

@@ -23,11 +23,11 @@ from sqlalchemy import Select, and_, func, or_, select, update
 from sqlalchemy.engine import Connection
 
 from . import validation
-from .leases import bindable
-from .models import messages_table as messages
-from .models import sessions_table as sessions
 from .records import SESSION_FIELDS, SessionRecord
 from .store import Store
+from .tables import messages_table as messages
+from .tables import sessions_table as sessions
+from .validation import bindable
 
 RESUMABLE_END_REASON = "agent_close"
 PENDING, RUNNING, COMPLETED, FAILED = "pending", "running", "completed", "failed"

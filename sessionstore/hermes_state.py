@@ -64,10 +64,10 @@ from sqlalchemy.pool import PoolProxiedConnection
 
 from . import facade
 from .config import default_db_path
-from .models import SCHEMA_VERSION
 from .retry import RetryPolicy, run_with_retry
 from .search import contains_cjk, sanitize_fts5_query
 from .store import Store, WriteLock
+from .tables import SCHEMA_VERSION
 
 __all__ = ["DEFAULT_DB_PATH", "FTS_SQL", "SCHEMA_SQL", "SCHEMA_VERSION", "SessionDB"]
 

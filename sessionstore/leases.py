@@ -28,24 +28,14 @@ from sqlalchemy import and_, delete, select, update
 from sqlalchemy.engine import Connection
 
 from . import validation
-from .models import compression_locks_table as locks
-from .models import sessions_table as sessions
-from .models import state_meta_table as state_meta
 from .store import Store
+from .tables import compression_locks_table as locks
+from .tables import sessions_table as sessions
+from .tables import state_meta_table as state_meta
+from .validation import bindable
 
 DEFAULT_TTL_S = 300.0
 MAX_ERROR_CHARS = 500
-
-
-def bindable(value: Any) -> bool:
-    """A ``str`` every driver can send (no NUL, no lone surrogate): a lookup key."""
-    if not isinstance(value, str) or "\x00" in value:
-        return False
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _ttl(value: Any) -> float:

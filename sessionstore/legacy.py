@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
 
+from .dialects import dialect_for
 from .errors import SchemaTooNewError, UnknownRevisionError
 
 logger = logging.getLogger(__name__)
@@ -40,6 +41,7 @@ LATER_CHAIN_BASE = "0008"
 """The revision a v7..v17 file with every v6 column is adopted at: v6 plus our own search
 revisions, whose objects the later chain replaces anyway."""
 ALEMBIC_VERSION_TABLE = "alembic_version"
+SCHEMA_VERSION_TABLE = "schema_version"
 
 
 @dataclass(frozen=True)
@@ -57,17 +59,28 @@ class StoreState:
 
 
 def read_state(conn: Connection) -> StoreState:
-    inspector = inspect(conn)
-    tables = set(inspector.get_table_names())
+    """Two small queries, whatever the store: which tables exist (one catalog query, not the
+    Inspector), then both version numbers in one SELECT. Opening an up-to-date store costs
+    exactly this."""
+    tables = dialect_for(conn).existing_tables(
+        conn, (SCHEMA_VERSION_TABLE, ALEMBIC_VERSION_TABLE, "sessions")
+    )
     schema_version: int | None = None
-    if "schema_version" in tables:
-        row = conn.execute(text("SELECT MAX(version) FROM schema_version")).first()
-        if row is not None and row[0] is not None:
-            schema_version = int(row[0])
     revision: str | None = None
-    if ALEMBIC_VERSION_TABLE in tables:
-        rows = conn.execute(text(f"SELECT version_num FROM {ALEMBIC_VERSION_TABLE}")).all()
-        revision = rows[0][0] if rows else None
+    if tables & {SCHEMA_VERSION_TABLE, ALEMBIC_VERSION_TABLE}:
+        hermes = (
+            f"(SELECT MAX(version) FROM {SCHEMA_VERSION_TABLE})"
+            if SCHEMA_VERSION_TABLE in tables
+            else "NULL"
+        )
+        alembic = (
+            f"(SELECT version_num FROM {ALEMBIC_VERSION_TABLE} LIMIT 1)"
+            if ALEMBIC_VERSION_TABLE in tables
+            else "NULL"
+        )
+        row = conn.execute(text(f"SELECT {hermes}, {alembic}")).one()
+        schema_version = None if row[0] is None else int(row[0])
+        revision = None if row[1] is None else str(row[1])
     return StoreState(
         schema_version=schema_version,
         alembic_revision=revision,

@@ -22,11 +22,11 @@ from sqlalchemy.engine import Connection
 
 from . import validation
 from .errors import UnknownSessionError
-from .leases import bindable
-from .models import messages_table as messages
-from .models import sessions_table as sessions
 from .repository import NewMessage, SessionRepository
 from .store import Store
+from .tables import messages_table as messages
+from .tables import sessions_table as sessions
+from .validation import bindable
 
 RECENT_PREVIEW_CHARS = 80
 REWIND_ROLE = "user"

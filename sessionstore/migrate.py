@@ -13,46 +13,70 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from . import legacy
 from .config import resolve_url
 from .dialects import dialect_for
 from .engine import create_store_engine
-from .errors import StoreBusyError, StoreUnavailableError
+from .errors import StoreBusyError
 from .retry import RetryPolicy, run_with_retry
+from .translate import typed_errors
 
 T = TypeVar("T")
 
 if TYPE_CHECKING:
-    from .transfer import TransferResult
+    # Alembic is imported only when a migration command runs: opening an up-to-date store
+    # never needs it (about 100 ms of startup).
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
 
 HEAD = "head"
+
+Target = str | URL | Engine | None
+"""A store to migrate or look at: a URL (``None``: the configured default), or the engine of
+an open store, which is then used as it is (never disposed here)."""
 
 
 def script_location() -> str:
     return str(Path(str(resources.files("sessionstore._migrations"))))
 
 
-def alembic_config(url: str | None = None, *, connection: Connection | None = None) -> Config:
-    """An Alembic Config for ``url`` (or an open ``connection`` whose transaction you own)."""
+def _url_text(target: Target) -> str:
+    if isinstance(target, Engine):
+        return target.url.render_as_string(hide_password=False)
+    if isinstance(target, URL):
+        return target.render_as_string(hide_password=False)
+    return resolve_url(target)
+
+
+def alembic_config(
+    url: Target = None, *, connection: Connection | Engine | None = None
+) -> Config:
+    """An Alembic Config for ``url``, or for an open ``connection`` whose transaction you own,
+    or for an engine (then ``env.py`` migrates in one retried write transaction on it)."""
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", script_location())
     # configparser treats % as interpolation: URL-encoded passwords must be doubled.
-    cfg.set_main_option("sqlalchemy.url", resolve_url(url).replace("%", "%%"))
+    cfg.set_main_option("sqlalchemy.url", _url_text(url).replace("%", "%%"))
     cfg.attributes["configure_logger"] = False
+    if connection is None and isinstance(url, Engine):
+        connection = url
     if connection is not None:
         cfg.attributes["connection"] = connection
     return cfg
 
 
 def script_directory() -> ScriptDirectory:
-    return ScriptDirectory.from_config(alembic_config("sqlite://"))
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    cfg = Config()  # the scripts alone: no database
+    cfg.set_main_option("script_location", script_location())
+    return ScriptDirectory.from_config(cfg)
 
 
 HEAD_REVISION = "0020"
@@ -65,17 +89,19 @@ def head_revision() -> str:
     return HEAD_REVISION
 
 
-def upgrade(url: str | None = None, revision: str = HEAD) -> None:
-    """Bring the store at ``url`` to ``revision``, adopting a legacy Hermes file first."""
+def upgrade(url: Target = None, revision: str = HEAD) -> None:
+    """Bring the store at ``url`` to ``revision``, adopting a legacy Hermes file first.
+
+    Given an open store's engine, the migration runs on that engine (one engine per store)."""
+    from alembic import command
+
     command.upgrade(alembic_config(url), revision)
 
 
-def downgrade(url: str | None, revision: str) -> None:
+def downgrade(url: Target, revision: str) -> None:
+    from alembic import command
+
     command.downgrade(alembic_config(url), revision)
-
-
-def stamp(url: str | None, revision: str) -> None:
-    command.stamp(alembic_config(url), revision)
 
 
 @dataclass(frozen=True)
@@ -90,19 +116,28 @@ class Status:
 
 
 def status_of(connection: Connection) -> Status:
-    state = legacy.read_state(connection)
+    return status_from(legacy.read_state(connection))
+
+
+def status_from(state: legacy.StoreState) -> Status:
     return Status(state.alembic_revision, state.schema_version, head_revision())
 
 
-def _inspect(url: str | None, look: Callable[[Connection], T]) -> T:
+def _inspect(target: Target, look: Callable[[Connection], T]) -> T:
     """Run ``look`` on a connection that only looks; driver errors come out as this
     package's errors.
 
     Opening a store starts here, so a file that is not a database, cannot be opened, or is
     locked by another program must be reported in those words, not as a driver traceback. A
     connection the server dropped (a restart, pg_terminate_backend) is retried on a new one.
+    An engine given is used as it is; one built here from a URL leaves the journal mode
+    alone and is disposed of afterwards.
     """
-    engine = create_store_engine(url, set_journal_mode=False)
+    owned = not isinstance(target, Engine)
+    if isinstance(target, Engine):
+        engine = target
+    else:
+        engine = create_store_engine(target, set_journal_mode=False)
     dialect = dialect_for(engine)
     started = time.monotonic()
 
@@ -111,33 +146,31 @@ def _inspect(url: str | None, look: Callable[[Connection], T]) -> T:
             return look(connection)
 
     try:
-        return run_with_retry(attempt, dialect.is_disconnect, RetryPolicy())
-    except StoreBusyError as exc:
-        raise StoreUnavailableError(
-            f"lost the connection to the database {exc.attempts} times in a row: "
-            f"{exc.last_error}"
-        ) from exc.last_error
-    except DBAPIError as exc:
-        if dialect.is_retryable(exc):
-            # The busy timeout already waited; a status read is not worth a retry loop.
-            raise StoreBusyError(1, time.monotonic() - started, exc) from exc
-        translated = dialect.translate_error(exc)
-        if translated is not None:
-            raise translated from exc
-        raise
+        with typed_errors(dialect):
+            try:
+                return run_with_retry(attempt, dialect.is_disconnect, RetryPolicy())
+            except DBAPIError as exc:
+                if dialect.is_retryable(exc):
+                    # The busy timeout already waited; a status read is not worth a retry loop.
+                    raise StoreBusyError(1, time.monotonic() - started, exc) from exc
+                raise
     finally:
-        engine.dispose()
+        if owned:
+            engine.dispose()
 
 
-def status(url: str | None = None) -> Status:
+def status(url: Target = None) -> Status:
     return _inspect(url, status_of)
 
 
-def current(url: str | None = None) -> str | None:
+def state(url: Target = None) -> legacy.StoreState:
+    """What the store says about its own schema (the status plus whether it holds anything)."""
+    return _inspect(url, legacy.read_state)
+
+
+def current(url: Target = None) -> str | None:
     """The Alembic revision the store is at (None for an empty or unadopted legacy store)."""
-    return _inspect(
-        url, lambda connection: MigrationContext.configure(connection).get_current_revision()
-    )
+    return _inspect(url, lambda connection: legacy.read_state(connection).alembic_revision)
 
 
 def history() -> list[tuple[str, str | None, str]]:
@@ -149,21 +182,3 @@ def history() -> list[tuple[str, str | None, str]]:
          (rev.doc or "").strip().splitlines()[0] if rev.doc else "")
         for rev in revisions
     ]
-
-
-def copy(
-    src_url: str, dst_url: str, *, progress: Callable[[int], None] | None = None
-) -> TransferResult:
-    """Move a whole store (e.g. a SQLite file into PostgreSQL), streamed in batches.
-
-    The target is upgraded to head first; ids, lineage, titles, counters, JSON and timestamps
-    are preserved, sequences advanced, and the counts verified at the end. Restartable: an
-    interrupted copy is completed by running it again.
-    """
-    from .store import Store
-    from .transfer import copy_store
-
-    upgrade(src_url)
-    upgrade(dst_url)
-    with Store.open(src_url, read_only=True) as source, Store.open(dst_url) as target:
-        return copy_store(source, target, progress=progress)

@@ -1,47 +1,45 @@
 """The v17 schema of the Hermes session store (newest Hermes HEAD) as typed SQLAlchemy models.
 
 These models describe what the migrations build; Alembic autogenerate must find no difference
-between the two (``tests/test_migrations.py``). The full-text objects (FTS5 table and triggers on
+between the two (``tests/test_migrations.py``). They map the Core tables of
+:mod:`sessionstore.tables` (what the runtime uses, without importing ``sqlalchemy.orm``) and
+declare the indexes, which only DDL needs. The full-text objects (FTS5 table and triggers on
 SQLite, expression indexes on PostgreSQL) are raw DDL owned by the migrations and are hidden from
 autogenerate by name (``SEARCH_OBJECT_NAMES``).
 """
 
 from __future__ import annotations
 
-from typing import Any, cast
+from sqlalchemy import Index, Integer, Text, text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from sqlalchemy import (
-    REAL,
-    BigInteger,
-    Double,
-    ForeignKey,
-    Index,
-    Integer,
-    MetaData,
-    Table,
-    Text,
-    text,
+from .tables import (
+    SCHEMA_VERSION,
+    CounterColumn,
+    FloatColumn,
+    compression_locks_table,
+    messages_table,
+    metadata,
+    sessions_table,
+    state_meta_table,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, MappedColumn, mapped_column
-from sqlalchemy.types import TypeEngine
 
-# REAL is what Hermes wrote on SQLite (8-byte float there); PostgreSQL's REAL is 4 bytes, which
-# would round Unix timestamps to minutes, so it gets DOUBLE PRECISION.
-FloatColumn: TypeEngine[float] = Double().with_variant(REAL(), "sqlite")
-# Counters are 64-bit on both databases: SQLite's INTEGER already is (and its DDL stays
-# Hermes's), PostgreSQL's integer is 32 bits, hence BIGINT there (revision 0009).
-CounterColumn: TypeEngine[int] = BigInteger().with_variant(Integer(), "sqlite")
-
-NAMING_CONVENTION = {
-    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
-    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
-
-SCHEMA_VERSION = 17
-"""The Hermes schema number these models implement (``schema_version.version``)."""
+__all__ = [
+    "SCHEMA_VERSION",
+    "SEARCH_OBJECT_NAMES",
+    "Base",
+    "CompressionLock",
+    "CounterColumn",
+    "FloatColumn",
+    "Message",
+    "SchemaVersion",
+    "Session",
+    "StateMeta",
+    "compression_locks_table",
+    "messages_table",
+    "sessions_table",
+    "state_meta_table",
+]
 
 # Index names are fixed by the Hermes files on disk, so they are spelled out, not generated.
 IDX_SESSIONS_SOURCE = "idx_sessions_source"
@@ -79,7 +77,7 @@ SEARCH_OBJECT_NAMES = frozenset(
 
 
 class Base(DeclarativeBase):
-    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    metadata = metadata
     type_annotation_map = {  # noqa: RUF012 - SQLAlchemy reads this class attribute
         str: Text(),
         int: Integer(),
@@ -88,7 +86,8 @@ class Base(DeclarativeBase):
 
 
 class SchemaVersion(Base):
-    """The single-row table Hermes uses to know its schema number."""
+    """The single-row table Hermes uses to know its schema number (the runtime reads it with
+    raw SQL, before it knows which tables exist: no Core table for it)."""
 
     __tablename__ = "schema_version"
     # Hermes declared no primary key; the mapper needs one, the table keeps none.
@@ -97,153 +96,88 @@ class SchemaVersion(Base):
     version: Mapped[int] = mapped_column(nullable=False)
 
 
-def _zero() -> Mapped[int | None]:
-    return mapped_column(server_default=text("0"))
-
-
-def _counter() -> MappedColumn[Any]:
-    """A count starting at 0: 64-bit on both databases (see ``CounterColumn``)."""
-    return mapped_column(CounterColumn, server_default=text("0"))
-
-
+# Each model maps every column of its table; the annotations type the ones code reads from
+# mapped objects (add one as needed: it must name a column of the table).
 class Session(Base):
     """Columns in newest Hermes's declared order (a fresh file's physical order)."""
 
-    __tablename__ = "sessions"
+    __table__ = sessions_table
 
-    id: Mapped[str] = mapped_column(primary_key=True)
+    id: Mapped[str]
     source: Mapped[str]
-    user_id: Mapped[str | None]
-    session_key: Mapped[str | None]
-    chat_id: Mapped[str | None]
-    chat_type: Mapped[str | None]
-    thread_id: Mapped[str | None]
-    model: Mapped[str | None]
-    model_config: Mapped[str | None]
-    system_prompt: Mapped[str | None]
-    parent_session_id: Mapped[str | None] = mapped_column(ForeignKey("sessions.id"))
-    started_at: Mapped[float]
-    ended_at: Mapped[float | None]
-    end_reason: Mapped[str | None]
-    message_count: Mapped[int | None] = _counter()
-    tool_call_count: Mapped[int | None] = _counter()
-    input_tokens: Mapped[int | None] = _counter()
-    output_tokens: Mapped[int | None] = _counter()
-    cache_read_tokens: Mapped[int | None] = _counter()
-    cache_write_tokens: Mapped[int | None] = _counter()
-    reasoning_tokens: Mapped[int | None] = _counter()
-    cwd: Mapped[str | None]
-    git_branch: Mapped[str | None]
-    git_repo_root: Mapped[str | None]
-    billing_provider: Mapped[str | None]
-    billing_base_url: Mapped[str | None]
-    billing_mode: Mapped[str | None]
-    estimated_cost_usd: Mapped[float | None]
-    actual_cost_usd: Mapped[float | None]
-    cost_status: Mapped[str | None]
-    cost_source: Mapped[str | None]
-    pricing_version: Mapped[str | None]
     title: Mapped[str | None]
-    api_call_count: Mapped[int | None] = _counter()
-    handoff_state: Mapped[str | None]
-    handoff_platform: Mapped[str | None]
-    handoff_error: Mapped[str | None]
-    compression_failure_cooldown_until: Mapped[float | None]
-    compression_failure_error: Mapped[str | None]
-    rewind_count: Mapped[int] = _counter()
-    archived: Mapped[int] = mapped_column(server_default=text("0"))
-
-    __table_args__ = (
-        Index(IDX_SESSIONS_SOURCE, "source"),
-        Index(IDX_SESSIONS_SOURCE_ID, "source", "id"),
-        Index(IDX_SESSIONS_PARENT, "parent_session_id"),
-        Index(
-            IDX_SESSIONS_TITLE_UNIQUE,
-            "title",
-            unique=True,
-            sqlite_where=text("title IS NOT NULL"),
-            postgresql_where=text("title IS NOT NULL"),
-        ),
-        Index(IDX_SESSIONS_HANDOFF_STATE, "handoff_state", "started_at"),
-    )
+    parent_session_id: Mapped[str | None]
+    started_at: Mapped[float]
+    message_count: Mapped[int | None]
 
 
 class Message(Base):
     """Columns in newest Hermes's declared order (a fresh file's physical order)."""
 
-    __tablename__ = "messages"
+    __table__ = messages_table
 
-    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
-    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id"))
+    id: Mapped[int]
+    session_id: Mapped[str]
     role: Mapped[str]
     content: Mapped[str | None]
-    tool_call_id: Mapped[str | None]
-    tool_calls: Mapped[str | None]
-    tool_name: Mapped[str | None]
     timestamp: Mapped[float]
-    token_count: Mapped[int | None] = mapped_column(CounterColumn)
-    finish_reason: Mapped[str | None]
-    reasoning: Mapped[str | None]
-    reasoning_content: Mapped[str | None]
-    reasoning_details: Mapped[str | None]
-    codex_reasoning_items: Mapped[str | None]
-    codex_message_items: Mapped[str | None]
-    platform_message_id: Mapped[str | None]
-    observed: Mapped[int | None] = _zero()
-    active: Mapped[int] = mapped_column(server_default=text("1"))
-    compacted: Mapped[int] = mapped_column(server_default=text("0"))
-
-    __table_args__ = (
-        Index(IDX_MESSAGES_SESSION, "session_id", "timestamp"),
-        Index(IDX_MESSAGES_SESSION_ACTIVE, "session_id", "active", "timestamp"),
-        Index(
-            IDX_MESSAGES_PLATFORM_MSG_ID,
-            "session_id",
-            "platform_message_id",
-            sqlite_where=text("platform_message_id IS NOT NULL"),
-            postgresql_where=text("platform_message_id IS NOT NULL"),
-        ),
-        {"sqlite_autoincrement": True},
-    )
 
 
 class StateMeta(Base):
     """Hermes's key/value housekeeping table (v8 era)."""
 
-    __tablename__ = "state_meta"
+    __table__ = state_meta_table
 
-    key: Mapped[str] = mapped_column(primary_key=True)
+    key: Mapped[str]
     value: Mapped[str | None]
 
 
 class CompressionLock(Base):
     """One compression lease per session (Hermes v14); no FK: a lease outlives its session."""
 
-    __tablename__ = "compression_locks"
+    __table__ = compression_locks_table
 
-    session_id: Mapped[str] = mapped_column(primary_key=True)
+    session_id: Mapped[str]
     holder: Mapped[str]
     acquired_at: Mapped[float]
     expires_at: Mapped[float]
 
-    __table_args__ = (Index(IDX_COMPRESSION_LOCKS_EXPIRES, "expires_at"),)
 
-
-# Declared after the classes so they can name the columns; newest-first walks them in order.
-Index(IDX_SESSIONS_STARTED, Session.started_at.desc())
-Index(IDX_SESSIONS_SESSION_KEY, Session.session_key, Session.started_at.desc())
+# Indexes are DDL only (the runtime's statements never name them): declared here, beside the
+# models autogenerate compares, and kept off the runtime's import path. Partial indexes need
+# ``postgresql_where=``, which loads the PostgreSQL dialect (about 20 ms) on import.
+_sessions = sessions_table.c
+_messages = messages_table.c
+Index(IDX_SESSIONS_SOURCE, _sessions.source)
+Index(IDX_SESSIONS_SOURCE_ID, _sessions.source, _sessions.id)
+Index(IDX_SESSIONS_PARENT, _sessions.parent_session_id)
+Index(
+    IDX_SESSIONS_TITLE_UNIQUE,
+    _sessions.title,
+    unique=True,
+    sqlite_where=text("title IS NOT NULL"),
+    postgresql_where=text("title IS NOT NULL"),
+)
+Index(IDX_SESSIONS_HANDOFF_STATE, _sessions.handoff_state, _sessions.started_at)
+# Newest-first walks read these in order.
+Index(IDX_SESSIONS_STARTED, _sessions.started_at.desc())
+Index(IDX_SESSIONS_SESSION_KEY, _sessions.session_key, _sessions.started_at.desc())
 Index(
     IDX_SESSIONS_GATEWAY_PEER,
-    Session.source,
-    Session.user_id,
-    Session.chat_id,
-    Session.chat_type,
-    Session.thread_id,
-    Session.started_at.desc(),
+    _sessions.source,
+    _sessions.user_id,
+    _sessions.chat_id,
+    _sessions.chat_type,
+    _sessions.thread_id,
+    _sessions.started_at.desc(),
 )
-
-sessions_table = cast(Table, Session.__table__)
-messages_table = cast(Table, Message.__table__)
-schema_version_table = cast(Table, SchemaVersion.__table__)
-state_meta_table = cast(Table, StateMeta.__table__)
-compression_locks_table = cast(Table, CompressionLock.__table__)
+Index(IDX_MESSAGES_SESSION, _messages.session_id, _messages.timestamp)
+Index(IDX_MESSAGES_SESSION_ACTIVE, _messages.session_id, _messages.active, _messages.timestamp)
+Index(
+    IDX_MESSAGES_PLATFORM_MSG_ID,
+    _messages.session_id,
+    _messages.platform_message_id,
+    sqlite_where=text("platform_message_id IS NOT NULL"),
+    postgresql_where=text("platform_message_id IS NOT NULL"),
+)
+Index(IDX_COMPRESSION_LOCKS_EXPIRES, compression_locks_table.c.expires_at)

@@ -8,7 +8,6 @@ transaction starts, so the write lock is held only for the statements themselves
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import sys
 import time
@@ -34,6 +33,8 @@ from sqlalchemy.engine import Connection, Row
 from sqlalchemy.exc import IntegrityError
 
 from . import titles, validation
+from .codec import count_tool_calls, decode_json, encode_json
+from .codec import decode_json_object as _json_object
 from .dialects import json_list
 from .errors import (
     ConstraintViolationError,
@@ -41,8 +42,6 @@ from .errors import (
     UnknownSessionError,
     ValueOutOfRangeError,
 )
-from .models import messages_table as messages
-from .models import sessions_table as sessions
 from .records import (
     CONVERSATION_FIELDS,
     MESSAGE_FIELDS,
@@ -55,6 +54,9 @@ from .records import (
 from .search.sanitize import escape_like
 from .statements import HotReads, HotWrites
 from .store import Store
+from .tables import messages_table as messages
+from .tables import sessions_table as sessions
+from .validation import bindable
 
 if TYPE_CHECKING:
     from .search import SearchHit
@@ -64,27 +66,10 @@ logger = logging.getLogger(__name__)
 COMPRESSION_END_REASON = "compression"
 MAX_LINEAGE_DEPTH = 100
 PREVIEW_LENGTH = 60
-CONTEXT_CHARS = 200
 SECONDS_PER_DAY = 86_400
 SHORT_ID_LENGTH = 8
 GHOST_SOURCE = "tui"
 GHOST_AGE_S = 24 * 3600.0
-
-
-def encode_json(value: Any, name: str) -> str | None:
-    """Hermes stores falsy JSON values as NULL; everything else as compact UTF-8 JSON."""
-    if not value:
-        return None
-    try:
-        return json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name} is not JSON-serialisable: {exc}") from None
-
-
-def count_tool_calls(tool_calls: Any) -> int:
-    if isinstance(tool_calls, (list, tuple)):
-        return len(tool_calls)
-    return 1 if tool_calls else 0
 
 
 _NEW_MESSAGE_TEXT_FIELDS = ("content", "tool_name", "tool_call_id", "finish_reason", "reasoning")
@@ -460,7 +445,7 @@ class SessionRepository:
 
     def resolve_session_id(self, id_or_prefix: str) -> str | None:
         """Exact id, else the one session whose id starts with the text, else None."""
-        if not isinstance(id_or_prefix, str) or not id_or_prefix or _unbindable(id_or_prefix):
+        if not isinstance(id_or_prefix, str) or not id_or_prefix or not bindable(id_or_prefix):
             return None
 
         def run(conn: Connection) -> str | None:
@@ -481,7 +466,7 @@ class SessionRepository:
 
     def session_ids_with_prefix(self, prefix: str, limit: int) -> list[str]:
         """Ids that start with ``prefix``, newest session first (at most ``limit``)."""
-        if not isinstance(prefix, str) or not prefix or _unbindable(prefix):
+        if not isinstance(prefix, str) or not prefix or not bindable(prefix):
             return []
         statement = (
             select(sessions.c.id)
@@ -607,20 +592,20 @@ class SessionRepository:
             ) from exc
 
     def get_session_title(self, session_id: str) -> str | None:
-        if not isinstance(session_id, str) or _unbindable(session_id):
+        if not isinstance(session_id, str) or not bindable(session_id):
             return None
         statement = select(sessions.c.title).where(sessions.c.id == session_id)
         return self.store.read(lambda conn: conn.execute(statement).scalar())
 
     def get_session_by_title(self, title: str) -> SessionRecord | None:
-        if not isinstance(title, str) or _unbindable(title):
+        if not isinstance(title, str) or not bindable(title):
             return None
         statement = select(*_session_columns()).where(sessions.c.title == title)
         return self.store.read(lambda conn: _one_session(conn.execute(statement).first()))
 
     def resolve_session_by_title(self, title: str) -> str | None:
         """The newest numbered variant ("title #N") if any, else the exact title's session."""
-        if not isinstance(title, str) or not title or _unbindable(title):
+        if not isinstance(title, str) or not title or not bindable(title):
             return None
         def run(conn: Connection) -> str | None:
             rows = conn.execute(
@@ -639,7 +624,7 @@ class SessionRepository:
 
     def titles_ignoring_case(self, title: str) -> list[str]:
         """The lineage base titles ("name" for "name #3") equal to ``title`` but for case."""
-        if not isinstance(title, str) or not title.strip() or _unbindable(title):
+        if not isinstance(title, str) or not title.strip() or not bindable(title):
             return []
         wanted = title.casefold()
         statement = select(sessions.c.title).where(sessions.c.title.is_not(None))
@@ -671,7 +656,7 @@ class SessionRepository:
     # -- lineage --------------------------------------------------------------------------
     def compression_ancestors(self, session_id: str) -> list[str]:
         """The sessions this one continues after compression, oldest first."""
-        if not isinstance(session_id, str) or _unbindable(session_id):
+        if not isinstance(session_id, str) or not bindable(session_id):
             return []
 
         def run(conn: Connection) -> list[str]:
@@ -698,7 +683,7 @@ class SessionRepository:
         """Archive (or unarchive) a session with its whole compression lineage: every session
         reachable through a parent that ended ``'compression'``, up and down. False when the
         session does not exist."""
-        if not isinstance(session_id, str) or _unbindable(session_id):
+        if not isinstance(session_id, str) or not bindable(session_id):
             return False
         flag = 1 if archived else 0
 
@@ -761,7 +746,7 @@ class SessionRepository:
         return sorted(str(row[0]) for row in rows)
 
     def has_platform_message_id(self, session_id: str, platform_message_id: str) -> bool:
-        if not all(isinstance(v, str) and not _unbindable(v)
+        if not all(isinstance(v, str) and bindable(v)
                    for v in (session_id, platform_message_id)):
             return False
         statement = (
@@ -776,7 +761,7 @@ class SessionRepository:
 
     def get_compression_tip(self, session_id: str) -> str | None:
         """Follow compression continuations to the newest one (bounded walk); None if unknown."""
-        if not isinstance(session_id, str) or _unbindable(session_id):
+        if not isinstance(session_id, str) or not bindable(session_id):
             return None
         return self.store.read(lambda conn: _compression_tip(conn, session_id))
 
@@ -970,7 +955,7 @@ class SessionRepository:
     ) -> list[MessageRecord]:
         """The session's messages in order; rewound and compaction-archived rows only with
         ``include_inactive``."""
-        if not isinstance(session_id, str) or _unbindable(session_id):
+        if not isinstance(session_id, str) or not bindable(session_id):
             return []
         load = self._load_messages if include_inactive else self._load_live_messages
         return self.store.read(
@@ -984,7 +969,7 @@ class SessionRepository:
     ) -> list[ConversationRow]:
         """Only the columns needed to replay a session to a model, in order (live rows only,
         unless ``include_inactive``)."""
-        if not isinstance(session_id, str) or _unbindable(session_id):
+        if not isinstance(session_id, str) or not bindable(session_id):
             return []
         load = self._load_conversation if include_inactive else self._load_live_conversation
         return self.store.read(
@@ -1010,14 +995,14 @@ class SessionRepository:
         """Delete a session and its messages, with its delegate (subagent) children, as newest
         Hermes does; every other child (branch, compression continuation, untagged) is kept,
         orphaned."""
-        if not isinstance(session_id, str) or _unbindable(session_id):
+        if not isinstance(session_id, str) or not bindable(session_id):
             return False
         return self.delete_sessions([session_id]) > 0
 
     def delete_sessions(self, session_ids: Sequence[str]) -> int:
         """Delete these sessions (and their delegate children, recursively); how many of the
         given ids existed."""
-        wanted = [item for item in session_ids if isinstance(item, str) and not _unbindable(item)]
+        wanted = [item for item in session_ids if isinstance(item, str) and bindable(item)]
         if not wanted:
             return 0
 
@@ -1035,7 +1020,7 @@ class SessionRepository:
 
     def delete_session_if_empty(self, session_id: str) -> bool:
         """Delete a session only while it has no title, no message and no child."""
-        if not isinstance(session_id, str) or _unbindable(session_id):
+        if not isinstance(session_id, str) or not bindable(session_id):
             return False
         child = sessions.alias("child")
         statement = delete(sessions).where(
@@ -1118,8 +1103,14 @@ class SessionRepository:
         )
 
     def prune_sessions(self, older_than_days: float = 90, source: str | None = None) -> int:
-        """Delete ended sessions started before the cutoff; never a live one."""
-        cutoff = _prune_cutoff(older_than_days)
+        """Delete ended sessions started more than ``older_than_days`` ago; never a live one."""
+        return self.prune_sessions_before(_prune_cutoff(older_than_days), source)
+
+    def prune_sessions_before(self, cutoff: float, source: str | None = None) -> int:
+        """Delete ended sessions started before ``cutoff`` (a Unix timestamp); never a live
+        one. The form to use when the cutoff was shown to someone first: a day count would be
+        turned into a timestamp again later, and move."""
+        cutoff = _cutoff_timestamp(cutoff)
         source = validation.optional_identifier(source, "source")
         condition = and_(sessions.c.started_at < cutoff, sessions.c.ended_at.is_not(None))
         if source is not None:
@@ -1137,7 +1128,13 @@ class SessionRepository:
         self, older_than_days: float = 90, source: str | None = None
     ) -> list[SessionRecord]:
         """What ``prune_sessions`` would delete, for a dry run."""
-        cutoff = _prune_cutoff(older_than_days)
+        return self.prunable_sessions_before(_prune_cutoff(older_than_days), source)
+
+    def prunable_sessions_before(
+        self, cutoff: float, source: str | None = None
+    ) -> list[SessionRecord]:
+        """What ``prune_sessions_before`` would delete, for a dry run."""
+        cutoff = _cutoff_timestamp(cutoff)
         source = validation.optional_identifier(source, "source")
         statement = select(*_session_columns()).where(
             sessions.c.started_at < cutoff, sessions.c.ended_at.is_not(None)
@@ -1212,6 +1209,13 @@ def _prune_cutoff(older_than_days: Any) -> float:
     return time.time() - days * SECONDS_PER_DAY
 
 
+def _cutoff_timestamp(cutoff: Any) -> float:
+    moment = validation.optional_number(cutoff, "cutoff")  # finite, or a clear error
+    if moment is None:
+        raise TypeError("cutoff must be a Unix timestamp (seconds), not None")
+    return moment
+
+
 # -- statement builders (module level: pure functions of their arguments) -------------------
 def _session_columns() -> list[Any]:
     return [sessions.c[name] for name in SESSION_FIELDS]
@@ -1251,18 +1255,7 @@ def row_count(value: Any, name: str) -> int:
 def _matchable(value: Any) -> bool:
     """A lookup value some stored identifier could equal; anything else matches nothing
     (as SQLite answers a wrong type), rather than reaching a driver that cannot bind it."""
-    return isinstance(value, str) and not _unbindable(value)
-
-
-def _unbindable(text: str) -> bool:
-    """Text no driver can send (lone surrogates) or no PostgreSQL text can hold (NUL)."""
-    if "\x00" in text:
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
+    return bindable(value)
 
 
 def _common_prefix_length(left: str, right: str) -> int:
@@ -1528,14 +1521,6 @@ def _compression_lineage(conn: Connection, session_id: str) -> set[str]:
     return lineage
 
 
-def _json_object(raw: Any) -> dict[str, Any]:
-    try:
-        value = json.loads(raw) if isinstance(raw, str) and raw else {}
-    except (TypeError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
 EXTRA_SESSION_COLUMNS = (
     "session_key", "chat_id", "chat_type", "thread_id", "cwd", "git_branch", "git_repo_root",
 )  # fmt: skip
@@ -1592,18 +1577,6 @@ def _delete_sessions(conn: Connection, session_ids: list[str]) -> None:
     )
     conn.execute(delete(messages).where(messages.c.session_id.in_(session_ids)))
     conn.execute(delete(sessions).where(sessions.c.id.in_(session_ids)))
-
-
-def decode_json(value: str | None, name: str, message_id: int | None, default: Any) -> Any:
-    """Decode a stored JSON column; a corrupt value degrades to ``default`` with a warning."""
-    if value is None or value == "":
-        return default
-    try:
-        return json.loads(value)
-    except (json.JSONDecodeError, TypeError, ValueError):
-        logger.warning("message %s: corrupt %s JSON in the store, using %r", message_id, name,
-                       default)
-        return default
 
 
 __all__ = [

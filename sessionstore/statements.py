@@ -24,9 +24,9 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from .models import messages_table as messages
-from .models import sessions_table as sessions
 from .records import MESSAGE_FIELDS
+from .tables import messages_table as messages
+from .tables import sessions_table as sessions
 
 INT64_MAX = 2**63 - 1
 # active/compacted take their defaults (a live message); only compaction writes them.

@@ -13,8 +13,8 @@ from typing import Any
 from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.engine import Connection
 
-from .models import messages_table as messages
-from .models import sessions_table as sessions
+from .tables import messages_table as messages
+from .tables import sessions_table as sessions
 
 
 def _cost() -> ColumnElement[Any]:

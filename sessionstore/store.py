@@ -34,10 +34,10 @@ from .errors import (
     SchemaMissingError,
     SessionStoreError,
     StoreBusyError,
-    StoreUnavailableError,
     WriteOutcomeUnknownError,
 )
 from .retry import RetryPolicy, run_with_retry
+from .translate import typed_errors
 from .writerqueue import QueueTimeout, WriterQueue
 
 T = TypeVar("T")
@@ -101,11 +101,25 @@ class Store:
         retry: RetryPolicy | None = None,
         busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
         checkpoint_every: int = CHECKPOINT_EVERY_N_WRITES,
+        prepare: Callable[[Engine], object] | None = None,
     ) -> Store:
+        """Open the store at ``url`` (default: the URL rules of :mod:`sessionstore.config`)
+        on one engine, the only one this store ever uses.
+
+        ``prepare`` runs first on that engine, with the file's journal mode still untouched:
+        it may check the schema and migrate (``SessionDB`` does), and when it raises, the file
+        is as it was and the store is closed. Only then does a writable store switch the
+        journal mode (SQLite: WAL).
+        """
         parsed = url if isinstance(url, URL) else make_url(resolve_url(url))
         # ``?mode=ro`` in a SQLite URL makes a read-only store, for this object's checks too.
         read_only = read_only or dialect_for_url(parsed).requests_read_only(parsed)
-        engine = create_store_engine(parsed, read_only=read_only, busy_timeout_s=busy_timeout_s)
+        engine = create_store_engine(
+            parsed,
+            read_only=read_only,
+            busy_timeout_s=busy_timeout_s,
+            set_journal_mode=prepare is None,
+        )
         store = cls(
             engine,
             read_only=read_only,
@@ -113,12 +127,17 @@ class Store:
             checkpoint_every=checkpoint_every,
             owns_engine=True,
         )
-        if not read_only and store.dialect.connect_at_open:
-            try:
+        try:
+            if prepare is not None:
+                prepare(engine)
+                if not read_only:
+                    store.dialect.enable_journal_mode(engine)
+            if not read_only and store.dialect.connect_at_open:
                 store._connect_now()
-            except BaseException:
-                store.close()
-                raise
+        except BaseException:
+            # No checkpoint: a store refused by ``prepare`` (too new, foreign) stays as it was.
+            store._close(checkpoint=prepare is None)
+            raise
         return store
 
     def _connect_now(self) -> None:
@@ -190,18 +209,11 @@ class Store:
                 return result
 
         policy = retry or self.retry
-        try:
+        with typed_errors(self.dialect, refine=self._with_schema_hint):
             if self._serialize:
                 result = self._queued(attempt, policy)
             else:
                 result = run_with_retry(attempt, self._is_retryable, policy)
-        except StoreBusyError as exc:
-            raise self._exhausted(exc) from exc.last_error
-        except DBAPIError as exc:
-            translated = self._translate(exc)
-            if translated is not None:
-                raise translated from exc
-            raise
         self._count_write()
         return result
 
@@ -228,15 +240,6 @@ class Store:
         # A lost connection is retried like a busy store: a fresh connection gets a fresh
         # transaction, and the lost one never committed (lost COMMITs are handled apart).
         return self.dialect.is_retryable(exc) or self.dialect.is_disconnect(exc)
-
-    def _exhausted(self, exc: StoreBusyError) -> SessionStoreError:
-        """What to raise when the retries ran out: busy, or the database kept going away."""
-        if exc.last_error is not None and self.dialect.is_disconnect(exc.last_error):
-            return StoreUnavailableError(
-                f"lost the connection to the database {exc.attempts} times in a row: "
-                f"{exc.last_error}"
-            )
-        return exc
 
     def _after_lost_commit(
         self, exc: BaseException, recover: Callable[[Connection], T | None] | None
@@ -289,18 +292,10 @@ class Store:
                 with conn.begin():
                     return work(conn)
 
-        try:
+        with typed_errors(self.dialect, refine=self._with_schema_hint):
             return run_with_retry(attempt, self._is_retryable, self.retry)
-        except StoreBusyError as exc:
-            raise self._exhausted(exc) from exc.last_error
-        except DBAPIError as exc:
-            translated = self._translate(exc)
-            if translated is not None:
-                raise translated from exc
-            raise
 
-    def _translate(self, exc: DBAPIError) -> SessionStoreError | None:
-        translated = self.dialect.translate_error(exc)
+    def _with_schema_hint(self, translated: SessionStoreError) -> SessionStoreError:
         if isinstance(translated, SchemaMissingError):
             # A Store never migrates (SessionDB does): say how to create the schema here.
             return SchemaMissingError(
@@ -322,6 +317,9 @@ class Store:
             self.dialect.checkpoint(self.engine)
 
     def close(self) -> None:
+        self._close(checkpoint=True)
+
+    def _close(self, *, checkpoint: bool) -> None:
         if self._closed:
             return
         self._closed = True
@@ -331,7 +329,8 @@ class Store:
             if writer is not None and self._writer_pid == os.getpid():
                 with contextlib.suppress(Exception):
                     writer.close()
-        self.checkpoint()
+        if checkpoint:
+            self.checkpoint()
         if self._queue is not None:
             self._queue.close()
         if self._owns_engine:

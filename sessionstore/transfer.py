@@ -60,11 +60,11 @@ from sqlalchemy.sql import Executable
 
 from . import validation
 from .errors import ConstraintViolationError, ImportConflictError, SessionStoreError
-from .models import messages_table as messages
-from .models import sessions_table as sessions
 from .records import FIELD_DEFAULTS, MESSAGE_FIELDS, SESSION_FIELDS
 from .repository import SessionRepository
 from .store import Store
+from .tables import messages_table as messages
+from .tables import sessions_table as sessions
 
 FORMAT_NAME = "sessionstore-export"
 FORMAT_VERSION = 1
@@ -297,6 +297,22 @@ def copy_store(
             f"messages, target holds {present[0]}/{present[1]} of them"
         )
     return result
+
+
+def copy(src_url: str, dst_url: str, *, progress: Progress | None = None) -> TransferResult:
+    """Move a whole store (e.g. a SQLite file into PostgreSQL), streamed in batches.
+
+    Both stores are upgraded to head first (the source too: an old Hermes file is read in the
+    current shape); ids, lineage, titles, counters, JSON and timestamps are preserved,
+    sequences advanced, and the counts verified at the end. Restartable: an interrupted copy
+    is completed by running it again.
+    """
+    from . import migrate
+
+    migrate.upgrade(src_url)
+    migrate.upgrade(dst_url)
+    with Store.open(src_url, read_only=True) as source, Store.open(dst_url) as target:
+        return copy_store(source, target, progress=progress)
 
 
 def _count_present(target: Store, source: Store) -> tuple[int, int]:

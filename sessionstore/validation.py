@@ -22,6 +22,19 @@ INT64_MAX = 2**63 - 1
 BIGINT since revision 0009)."""
 
 
+def bindable(value: object) -> bool:
+    """True for a ``str`` every driver can send and every database can hold: no NUL (which
+    PostgreSQL text cannot hold) and no lone surrogate (which no driver can encode). The one
+    test for lookup keys and filter values; a value that fails it can match no stored row."""
+    if not isinstance(value, str) or "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _check_encodable(value: str, name: str) -> None:
     try:
         value.encode("utf-8")

@@ -13,6 +13,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from datetime import date, datetime, timedelta
 from pathlib import Path
@@ -478,6 +479,45 @@ def test_prune_source_filter_and_nothing_to_do(runner: CliRunner, seeded: str) -
     result = run(runner, seeded, "prune", "--older-than", "90d", "--source", "cli", "--yes")
     assert result.exit_code == 0
     assert "nothing to prune" in result.stdout
+    assert len(session_ids(seeded)) == 4
+
+
+@pytest.mark.parametrize(
+    "cutoff",
+    [
+        (date.today() - timedelta(days=100)).isoformat(),
+        (datetime.fromtimestamp(OLD) + timedelta(hours=1)).isoformat(timespec="minutes"),
+        str(OLD + 1.5),
+    ],
+)
+def test_prune_before_a_moment_deletes_what_started_before_it(
+    runner: CliRunner, seeded: str, cutoff: str
+) -> None:
+    dry = run(runner, seeded, "prune", "--before", cutoff, "--dry-run", "--json")
+    assert dry.exit_code == 0, dry.output
+    payload = json.loads(dry.stdout)
+    assert [s["id"] for s in payload["sessions"]] == [ALPHA_OLD]
+    assert payload["before"] < time.time() - 50 * 86_400
+    result = run(runner, seeded, "prune", "--before", cutoff, "--yes")
+    assert result.exit_code == 0, result.output
+    assert session_ids(seeded) == {ALPHA, CHILD, LIVE_OLD}
+
+
+def test_prune_before_a_moment_earlier_than_everything_deletes_nothing(
+    runner: CliRunner, seeded: str
+) -> None:
+    result = run(runner, seeded, "prune", "--before", "2001-01-01", "--yes")
+    assert result.exit_code == 0
+    assert "nothing to prune" in result.stdout
+
+
+@pytest.mark.parametrize("args", [["--before", "last tuesday"], ["--before", "2026-13-45"],
+                                  ["--before", "2026-01-01", "--older-than", "90d"]])
+def test_prune_refuses_a_bad_or_doubled_cutoff(
+    runner: CliRunner, seeded: str, args: list[str]
+) -> None:
+    result = run(runner, seeded, "prune", *args, "--yes")
+    assert result.exit_code == 2
     assert len(session_ids(seeded)) == 4
 
 

@@ -1059,6 +1059,31 @@ def test_prune_sessions_deletes_an_old_parent_and_child_together(
     assert db.session_count() == 0
 
 
+def test_prune_sessions_before_a_cutoff_timestamp(db: SessionDB, raw: RawSQL) -> None:
+    make_session(db, raw, "ended-at-1000", started_at=1000.0, ended_at=1001.0, end_reason="x")
+    make_session(db, raw, "ended-at-2000", started_at=2000.0, ended_at=2001.0, end_reason="x")
+    make_session(db, raw, "live-at-500", started_at=500.0)
+    assert db.prune_sessions_before(1000.0) == 0  # strictly before
+    assert db.prune_sessions_before(1500, source="telegram") == 0
+    assert db.prune_sessions_before(1500) == 1
+    assert db.get_session("ended-at-1000") is None
+    assert {r["id"] for r in db.search_sessions()} == {"ended-at-2000", "live-at-500"}
+
+
+@pytest.mark.parametrize(
+    ("cutoff", "error"),
+    [(None, TypeError), ("1500", TypeError), (True, TypeError), (float("nan"), ValueError),
+     (float("inf"), ValueError)],
+)  # fmt: skip
+def test_prune_sessions_before_refuses_what_is_not_a_moment(
+    db: SessionDB, raw: RawSQL, cutoff: object, error: type[Exception]
+) -> None:
+    make_session(db, raw, "ended", started_at=1000.0, ended_at=1001.0, end_reason="x")
+    with pytest.raises(error):
+        db.prune_sessions_before(cutoff)  # type: ignore[arg-type]
+    assert db.get_session("ended") is not None
+
+
 # -- search --------------------------------------------------------------------------------------
 @pytest.fixture
 def corpus(db: SessionDB, raw: RawSQL) -> dict[str, int]:

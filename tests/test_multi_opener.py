@@ -36,6 +36,7 @@ from typer.testing import CliRunner
 
 from sessionstore import cli, doctor, migrate
 from sessionstore.config import sqlite_url
+from sessionstore.dialects import backup_database, database_file
 from sessionstore.dialects.sqlite import SQLITE_HEADER
 from sessionstore.errors import StoreUnavailableError
 from sessionstore.facade import SessionDB
@@ -225,7 +226,7 @@ def _fork_store_url(store_url: str, tmp_path: Path) -> tuple[str, Path | None]:
     with SessionDB(url=store_url) as db:
         if db.get_session(SESSION) is None:
             db.create_session(SESSION, "cli")
-    path = doctor.sqlite_file_of(store_url)
+    path = database_file(store_url)
     return store_url, path
 
 
@@ -542,7 +543,7 @@ def test_no_python_code_opens_closes_or_unlinks_the_stores_files(
     assert second.search_messages("migrate")
     with Store.open(url) as store:
         doctor.repair(store, doctor.diagnose(store))
-    doctor.backup_sqlite_file(path)
+    backup_database(url)
     runner = CliRunner()
     for args in (
         ["db", "doctor", "--fix"], ["db", "current"], ["sessions", "list"], ["stats"],

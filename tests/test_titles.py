@@ -273,3 +273,33 @@ def test_like_pattern_fetches_the_lineage_from_sqlite(
     ]
     assert sorted(candidates) == sorted(expected_candidates)
     assert next_title_in_lineage(base, candidates) == expected_next
+
+
+# The migrations' frozen copy of the lineage rule (revision 0004 renumbers duplicate titles
+# with it) reads every title as the runtime does. If the runtime rule ever changes, this test
+# says so: the frozen copy then stays as it is (old revisions never change), and this test
+# pins the rule as of that revision instead.
+@settings(max_examples=500, deadline=None)
+@given(
+    title=st.one_of(
+        st.text(max_size=20),
+        st.builds(
+            lambda base, digits: f"{base} #{digits}",
+            st.text(max_size=10),
+            st.text(alphabet="0123456789٣\n ", min_size=0, max_size=4),
+        ),
+    )
+)
+def test_the_migrations_read_a_lineage_as_the_runtime_does(title: str) -> None:
+    from sessionstore._migrations.helpers import _LINEAGE
+
+    match = _LINEAGE.fullmatch(title)
+    frozen = (match.group(1), int(match.group(2))) if match else (title, None)
+    assert frozen == split_lineage(title)
+
+
+@pytest.mark.parametrize("title", ["name #٣", " #3", "name #3\n"])
+def test_titles_hermes_never_writes_are_no_lineage_in_the_migrations_either(title: str) -> None:
+    from sessionstore._migrations.helpers import _LINEAGE
+
+    assert _LINEAGE.fullmatch(title) is None

@@ -1,4 +1,4 @@
-"""Export, import and copy of whole stores (sessionstore.transfer, migrate.copy).
+"""Export, import and copy of whole stores (sessionstore.transfer, transfer.copy).
 
 Export -> import into a fresh store -> export again is byte-identical, on both dialects and
 across them; conflicts follow the chosen policy and never duplicate; a copy into a store whose
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from legacy import build_legacy_db
 
-from sessionstore import ImportConflictError, SessionDB, migrate
+from sessionstore import ImportConflictError, SessionDB, migrate, transfer
 from sessionstore.transfer import ImportFormatError, export_jsonl, import_jsonl
 
 
@@ -88,9 +88,9 @@ def test_copy_into_a_store_whose_ids_are_taken_renumbers_and_reruns_cleanly(
         )
     with SessionDB(url=legacy_url) as source:
         expected_sessions, expected_messages = source.session_count(), source.message_count()
-    first = migrate.copy(legacy_url, store_url)
+    first = transfer.copy(legacy_url, store_url)
     assert first.sessions == expected_sessions and first.renumbered_messages > 0
-    again = migrate.copy(legacy_url, store_url)
+    again = transfer.copy(legacy_url, store_url)
     assert (again.sessions, again.messages) == (0, 0)
     with SessionDB(url=store_url) as target:
         assert target.session_count() == expected_sessions + 1
@@ -100,6 +100,6 @@ def test_copy_into_a_store_whose_ids_are_taken_renumbers_and_reruns_cleanly(
 
 
 def test_copy_of_a_legacy_upgraded_file_is_exact(legacy_url: str, store_url: str) -> None:
-    migrate.copy(legacy_url, store_url)
+    transfer.copy(legacy_url, store_url)
     with SessionDB(url=legacy_url) as source, SessionDB(url=store_url) as target:
         assert _export(target) == _export(source)

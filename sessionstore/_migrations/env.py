@@ -1,7 +1,9 @@
 """The one Alembic environment for sessionstore, used from a checkout and from the wheel.
 
-Where the database comes from, in order: a connection injected by the caller
-(``config.attributes["connection"]``: the caller owns the transaction), ``-x url=...``, the
+Where the database comes from, in order: a connection or engine injected by the caller
+(``config.attributes["connection"]``: with a connection the caller owns the transaction; with
+an engine, the open store's own, the upgrade below runs on it: ``SessionDB`` builds one engine
+per store and migrates on it), ``-x url=...``, the
 ``sqlalchemy.url`` option set by ``sessionstore.migrate``, ``SESSIONSTORE_URL``, the default
 SQLite file. With a URL, the whole upgrade runs in ONE write transaction (``BEGIN IMMEDIATE`` on
 SQLite, an advisory lock on PostgreSQL): a second process upgrading at the same time waits, then

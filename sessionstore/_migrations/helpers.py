@@ -83,7 +83,13 @@ def set_schema_version(version: int) -> None:
     )
 
 
-_LINEAGE = re.compile(r"^(.*?) #(\d+)$", re.DOTALL)
+# A frozen copy of the runtime's lineage rule (``sessionstore.titles``, which a migration must
+# not import: an old revision never changes when the runtime does). "name #3" is number 3 of
+# "name" only with ASCII digits and a non-empty base, over the whole title. Hermes's own regex
+# (``^(.*?) #(\d+)$``) also takes other scripts' digits, an empty base and a trailing newline,
+# but every title Hermes writes is stripped and numbered with ASCII digits, so both read the
+# titles Hermes writes alike; ours does not misread "Chapter #٣" as a number.
+_LINEAGE = re.compile(r"(.+?) #([0-9]+)", re.DOTALL)
 
 
 def renumber_duplicate_titles() -> int:
@@ -91,9 +97,9 @@ def renumber_duplicate_titles() -> int:
 
     Within each group of equal titles the oldest session (by started_at, then id) keeps the
     title; each later one becomes ``base #N`` with N one above the highest number the lineage
-    already uses (a plain title counts as #1), exactly like Hermes's
-    ``get_next_title_in_lineage``. No session and no title is dropped. Returns how many rows
-    were renamed.
+    already uses (a plain title counts as #1), by the rule of ``sessionstore.titles`` (our
+    ``get_next_title_in_lineage``), frozen here as ``_LINEAGE``. No session and no title is
+    dropped. Returns how many rows were renamed.
     """
     bind = op.get_bind()
     rows = bind.execute(
@@ -118,13 +124,13 @@ def renumber_duplicate_titles() -> int:
         if title not in seen:
             seen.add(title)
             continue
-        match = _LINEAGE.match(title)
+        match = _LINEAGE.fullmatch(title)
         base = match.group(1) if match else title
         highest = 1
         for other in taken:
             if other == base:
                 continue
-            other_match = _LINEAGE.match(other)
+            other_match = _LINEAGE.fullmatch(other)
             if other_match and other_match.group(1) == base:
                 highest = max(highest, int(other_match.group(2)))
         new_title = f"{base} #{highest + 1}"

@@ -15,18 +15,16 @@ import re
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Annotated, Any, ParamSpec
 
 import typer
-from alembic.util import CommandError
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
-from .. import doctor, legacy, migrate
+from .. import legacy, migrate
 from ..commands import cli_command
 from ..config import resolve_url
-from ..dialects import dialect_for_url
+from ..dialects import database_file, dialect_for_url, file_url_object, translate_any_error
 from ..engine import create_store_engine
 from ..errors import SessionStoreError
 from ..repository import SessionRepository
@@ -85,17 +83,23 @@ def describe_error(exc: BaseException) -> str:
         if exc.filename is not None and exc.strerror:
             return f"{exc.strerror}: {exc.filename}"
         return _first_line(str(exc)) or type(exc).__name__
-    if isinstance(exc, (SessionStoreError, CommandError, ValueError, TypeError, LookupError)):
+    expected = (SessionStoreError, ValueError, TypeError, LookupError)
+    if isinstance(exc, expected) or _is_alembic_error(exc):
         return _first_line(str(exc)) or type(exc).__name__
     return f"unexpected {type(exc).__name__}: {_first_line(str(exc))} (--debug shows where)"
 
 
+def _is_alembic_error(exc: BaseException) -> bool:
+    """An Alembic ``CommandError`` (an unknown revision, say), without importing Alembic for
+    verbs that never migrate: if it was never imported, nothing raised one."""
+    alembic_errors = sys.modules.get("alembic.util.exc")
+    command_error = getattr(alembic_errors, "CommandError", None)
+    return isinstance(command_error, type) and isinstance(exc, command_error)
+
+
 def _translate_dbapi_error(exc: DBAPIError) -> str | None:
-    for backend in ("sqlite", "postgresql"):
-        translated = dialect_for_url(f"{backend}://").translate_error(exc)
-        if translated is not None:
-            return _first_line(str(translated))
-    return None
+    translated = translate_any_error(exc)
+    return None if translated is None else _first_line(str(translated))
 
 
 def _first_line(text: str) -> str:
@@ -208,11 +212,11 @@ def as_url(text: str) -> URL:
     """
     if "://" in text:
         return make_url(text)
-    return URL.create("sqlite", database=str(Path(text).expanduser().absolute()))
+    return file_url_object(text)
 
 
 def shown(url: URL) -> str:
-    path = doctor.sqlite_file_of(url)
+    path = database_file(url)
     return str(path) if path is not None else url.render_as_string(hide_password=True)
 
 
@@ -227,7 +231,7 @@ def hint(url: URL, *verb: str) -> str:
 
 def require_existing(url: URL) -> None:
     """Reading verbs never create a database: a missing file is an error, not an empty store."""
-    path = doctor.sqlite_file_of(url)
+    path = database_file(url)
     if path is None:
         return
     if not path.exists():
@@ -251,35 +255,46 @@ def open_store(options: CliState, *, write: bool = False) -> Iterator[Store]:
     """The store, checked to be at head first, read-only unless the verb writes."""
     url = store_url(options)
     require_existing(url)
-    # The check runs on a read-only connection: refusing a legacy file must not change it
-    # (a writable SQLite connection would already switch its journal mode).
-    probe = Store.open(url, read_only=True)
-    try:
-        status = probe.read(migrate.status_of)
-    except BaseException:
-        probe.close()
-        raise
-    if not status.up_to_date:
-        # A reading verb reads a store that has what it reads (a current Hermes file, a newer
-        # one) as it is; only what it cannot read sends the user to `db upgrade`.
-        from ..facade import unreadable_reason
-
-        problem = "writes need the current schema" if write else probe.read(unreadable_reason)
-        if problem is not None:
-            probe.close()
-            number = status.schema_version
-            if number is not None and number > legacy.NEWEST_HERMES_SCHEMA:
-                raise CliError(legacy.too_new_message(number) if write else problem)
-            raise outdated(status, url)
     if write:
-        probe.close()
-        store = Store.open(url)
+        # One engine: the check runs on it before the journal mode is switched, so refusing
+        # a legacy file leaves it as it was.
+        def refuse_unless_current(engine: Engine) -> None:
+            status = migrate.status(engine)
+            if not status.up_to_date:
+                number = status.schema_version
+                if number is not None and number > legacy.NEWEST_HERMES_SCHEMA:
+                    raise CliError(legacy.too_new_message(number))
+                raise outdated(status, url)
+
+        store = Store.open(url, prepare=refuse_unless_current)
     else:
-        store = probe
+        store = _open_for_reading(url)
     try:
         yield store
     finally:
         store.close()
+
+
+def _open_for_reading(url: URL) -> Store:
+    """A read-only store that holds what the reading verbs read, else the refusal."""
+    store = Store.open(url, read_only=True)
+    try:
+        status = store.read(migrate.status_of)
+        if not status.up_to_date:
+            # A reading verb reads a store that has what it reads (a current Hermes file, a
+            # newer one) as it is; only what it cannot read sends the user to `db upgrade`.
+            from ..facade import unreadable_reason
+
+            problem = store.read(unreadable_reason)
+            if problem is not None:
+                number = status.schema_version
+                if number is not None and number > legacy.NEWEST_HERMES_SCHEMA:
+                    raise CliError(problem)
+                raise outdated(status, url)
+    except BaseException:
+        store.close()
+        raise
+    return store
 
 
 def create_if_new(options: CliState) -> bool:
@@ -289,16 +304,17 @@ def create_if_new(options: CliState) -> bool:
     ours or Hermes's: nothing that anyone wrote can be changed by this.
     """
     url = store_url(options)
-    path = doctor.sqlite_file_of(url)
+    path = database_file(url)
     if path is not None:
         if path.is_dir() or (path.exists() and path.stat().st_size > 0):
             return False
-    else:
-        engine = create_store_engine(url, set_journal_mode=False)
-        with contextlib.closing(Store(engine, owns_engine=True)) as probe:
-            if not probe.read(legacy.read_state).is_empty:
-                return False
-    migrate.upgrade(full(url))
+        migrate.upgrade(full(url))
+        return True
+    engine = create_store_engine(url, set_journal_mode=False)
+    with contextlib.closing(Store(engine, owns_engine=True)) as probe:
+        if not probe.read(legacy.read_state).is_empty:
+            return False
+        migrate.upgrade(engine)  # on the probe's engine: one engine for the whole check
     return True
 
 

@@ -15,11 +15,12 @@ from rich.text import Text
 from sqlalchemy import func, inspect, select
 from sqlalchemy.engine import URL, Connection
 
-from .. import doctor, legacy, migrate
+from .. import doctor, legacy, migrate, transfer
+from ..dialects import backup_database, database_file
 from ..engine import create_store_engine
-from ..models import messages_table, sessions_table
 from ..repository import SessionRepository
 from ..store import Store
+from ..tables import messages_table, sessions_table
 from . import _output as out
 from ._app import db_app
 from ._common import (
@@ -66,7 +67,7 @@ def _row_count(conn: Connection) -> tuple[int, int]:
 
 def _plan_schema_change(url: URL, target: str) -> _SchemaPlan:
     """Where the store is now, checked for refusal before anything (a backup) is written."""
-    path = doctor.sqlite_file_of(url)
+    path = database_file(url)
     if path is not None and (not path.exists() or path.stat().st_size == 0):
         return _SchemaPlan(None, needs_backup=False)
     if path is not None:
@@ -106,10 +107,9 @@ def _undone_revisions(current: str | None, target: str) -> list[str]:
 
 
 def _backup_if_needed(url: URL, plan: _SchemaPlan) -> Path | None:
-    path = doctor.sqlite_file_of(url)
-    if path is None or not plan.needs_backup:
+    if database_file(url) is None or not plan.needs_backup:
         return None
-    return doctor.backup_sqlite_file(path)
+    return backup_database(url)
 
 
 def _describe(status: migrate.Status | None) -> str:
@@ -134,7 +134,7 @@ def _confirm_downgrade(url: URL, plan: _SchemaPlan, revision: str, yes: bool) ->
     )
     safety = (
         "a backup of the file is taken first"
-        if doctor.sqlite_file_of(url) is not None
+        if database_file(url) is not None
         else "PostgreSQL is not backed up by sessionstore: take a pg_dump first"
     )
     confirm(
@@ -168,7 +168,7 @@ def _change_schema(
         _confirm_downgrade(url, plan, revision, yes)
     backup = _backup_if_needed(url, plan)
     if backup is not None and not as_json:
-        typer.echo(f"backup of {doctor.sqlite_file_of(url)} written to {backup}")
+        typer.echo(f"backup of {database_file(url)} written to {backup}")
     with out.spinner(f"{verb} {shown(url)} ..."):
         apply(full(url), revision)
     after = migrate.status(full(url))
@@ -318,9 +318,7 @@ def db_doctor(
         fixable = [c for c in report.checks if c.fixable and c.status in ("fail", "warn")]
         recount = recount_tool_calls and bool(report.findings.recount_tool_calls)
         if (fix and fixable) or recount:
-            path = doctor.sqlite_file_of(url)
-            if path is not None:
-                backup = doctor.backup_sqlite_file(path)
+            backup = backup_database(url)
             with out.spinner("repairing ..."):
                 actions = doctor.repair(
                     store, report if fix else _only_recount(report),
@@ -391,7 +389,7 @@ def db_copy(
     # The URL as given: the open store's own URL carries the read-only rewrite.
     source_url = full(store_url(options))
     with out.progress("copying", total) as advance:
-        result = migrate.copy(source_url, full(target_url), progress=advance)
+        result = transfer.copy(source_url, full(target_url), progress=advance)
     if as_json:
         out.print_json(asdict(result))
     else:

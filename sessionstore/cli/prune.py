@@ -1,7 +1,14 @@
-"""``sessionstore prune``: delete ended sessions older than an age, after confirmation."""
+"""``sessionstore prune``: delete ended sessions older than an age, after confirmation.
+
+The age is ``--older-than`` (90d, 12h, ...) or a cutoff moment, ``--before`` (an ISO date or
+date-time, local time unless it names its offset, or a Unix timestamp). Either way the cutoff
+is computed once, shown, and the very same timestamp is used for the deletion, however long
+the confirmation took.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import time
 from collections.abc import Sequence
@@ -26,6 +33,7 @@ from ._common import (
     short_ids,
 )
 
+DEFAULT_AGE = "90d"
 SECONDS_PER_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
 
 
@@ -41,13 +49,44 @@ def parse_age(text: str) -> float:
     return amount * SECONDS_PER_UNIT[unit] / SECONDS_PER_UNIT["d"]
 
 
+def parse_moment(text: str) -> float:
+    """'2026-01-31', '2026-01-31T12:00', '2026-01-31 12:00+02:00' or a Unix timestamp."""
+    stripped = text.strip()
+    try:
+        return float(stripped)
+    except ValueError:
+        pass
+    try:
+        moment = dt.datetime.fromisoformat(stripped)
+    except ValueError:
+        raise UsageProblem(
+            f"--before {text!r}: use a date (2026-01-31), a date and time (2026-01-31T12:00, "
+            "local time unless an offset is given) or a Unix timestamp"
+        ) from None
+    return moment.timestamp()  # naive: local time, as the listing shows times
+
+
 @app.command("prune")
 @report_errors
 def prune(
     ctx: typer.Context,
     older_than: Annotated[
-        str, typer.Option("--older-than", help="Age of the sessions to delete: 90d, 12h, 2w.")
-    ] = "90d",
+        str | None,
+        typer.Option(
+            "--older-than",
+            help="Age of the sessions to delete: 90d, 12h, 2w (default 90d).",
+            show_default=False,
+        ),
+    ] = None,
+    before: Annotated[
+        str | None,
+        typer.Option(
+            "--before",
+            help="Instead of --older-than: delete sessions started before this moment "
+            "(2026-01-31, 2026-01-31T12:00 or a Unix timestamp).",
+            show_default=False,
+        ),
+    ] = None,
     source: Annotated[str | None, typer.Option(help="Only sessions of this source.")] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show what would be deleted; delete nothing.")
@@ -55,13 +94,21 @@ def prune(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Delete ended sessions older than --older-than, and their messages (never live ones)."""
-    days = parse_age(older_than)
+    """Delete ended sessions older than --older-than (or started before --before), and their
+    messages (never live ones)."""
+    if before is not None and older_than is not None:
+        raise UsageProblem("give --older-than or --before, not both")
+    if before is not None:
+        cutoff = parse_moment(before)
+        days = max(0.0, (time.time() - cutoff) / 86_400)
+    else:
+        days = parse_age(older_than or DEFAULT_AGE)
+        cutoff = time.time() - days * 86_400
     with open_store(cli_state(ctx), write=True) as store:
         repository = SessionRepository(store)
-        cutoff = time.time() - days * 86_400
         doomed = sorted(
-            repository.prunable_sessions(days, source), key=lambda session: session.started_at
+            repository.prunable_sessions_before(cutoff, source),
+            key=lambda session: session.started_at,
         )
         if not as_json:
             _show_doomed(store, doomed)
@@ -73,11 +120,12 @@ def prune(
                     refusal=f"refusing to delete {len(doomed)} session(s) without confirmation",
                 )
             # The cutoff shown is the one used, however long the confirmation took.
-            deleted = repository.prune_sessions((time.time() - cutoff) / 86_400, source)
+            deleted = repository.prune_sessions_before(cutoff, source)
     if as_json:
         out.print_json(
             {
                 "older_than_days": days,
+                "before": cutoff,
                 "source": source,
                 "dry_run": dry_run,
                 "sessions": [session.to_dict() for session in doomed],

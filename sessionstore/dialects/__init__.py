@@ -7,9 +7,11 @@ dialect's name itself.
 from __future__ import annotations
 
 import json
+import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from sqlalchemy import Table
@@ -99,6 +101,34 @@ class StoreDialect(Protocol):
     def insert(self, table: Table) -> UpsertInsert:
         """An INSERT that supports ``on_conflict_do_nothing`` on this database."""
 
+    def existing_tables(self, conn: Connection, names: Collection[str]) -> set[str]:
+        """Which of the tables ``names`` exist (the default schema), in one catalog query."""
+
+    def enable_journal_mode(self, engine: Engine) -> None:
+        """Switch the store to its journal mode now and on every later connection (for an
+        engine built with ``set_journal_mode=False`` whose schema proved fit to use)."""
+
+    # -- where the database lives -----------------------------------------------------------
+    def database_file(self, url: URL) -> Path | None:
+        """The file the database lives in; None for a server or an in-memory database."""
+
+    def store_files(self, url: URL) -> tuple[Path, ...]:
+        """The database file and the files beside it that belong to it (its log, ...)."""
+
+    def backup(self, url: URL, *, clock: Callable[[], float]) -> Path | None:
+        """A consistent copy of the live database beside it (its path), or None where this
+        package takes no backups (a server: use its own dump tools)."""
+
+    def write_ahead_log(self, url: URL) -> Path | None:
+        """The log file whose growth shows that checkpoints are not keeping up, if any."""
+
+    def truncate_write_ahead_log(self, engine: Engine) -> None:
+        """Checkpoint the whole log into the database and shrink the log file."""
+
+    def integrity_problems(self, conn: Connection) -> list[str] | None:
+        """What the database's own page check reports (empty: sound); None where the server
+        checks its own pages."""
+
     def json_list_sql(self, param: str) -> str:
         """SQL for a parenthesised subquery of the text values of the JSON-array parameter
         ``param`` (bind it with :func:`json_list`): one bound parameter however long the list,
@@ -131,3 +161,42 @@ def dialect_for_url(url: str | URL) -> StoreDialect:
 
 def dialect_for(engine: Engine | Connection) -> StoreDialect:
     return dialect_for_url(engine.engine.url)
+
+
+def database_file(url: str | URL) -> Path | None:
+    """The file behind a store's URL; None for a server or an in-memory database."""
+    parsed = make_url(url)
+    return dialect_for_url(parsed).database_file(parsed)
+
+
+def backup_database(url: str | URL, *, clock: Callable[[], float] | None = None) -> Path | None:
+    """Back the store up the way its dialect can (the copy's path); None where it cannot."""
+    import time
+
+    parsed = make_url(url)
+    return dialect_for_url(parsed).backup(parsed, clock=clock or time.time)
+
+
+def translate_any_error(exc: BaseException) -> SessionStoreError | None:
+    """The typed error for a driver error when the store it came from is not known."""
+    for backend in _BACKENDS:
+        translated = dialect_for_url(f"{backend}://").translate_error(exc)
+        if translated is not None:
+            return translated
+    return None
+
+
+_BACKENDS = ("sqlite", "postgresql")
+FILE_BACKEND = "sqlite"
+"""The embedded database: a store given as a plain file path is one of these."""
+
+
+def file_url(path: str | os.PathLike[str]) -> str:
+    """The URL text of the store in the database file ``path`` (``~`` expanded)."""
+    return f"{FILE_BACKEND}:///{Path(path).expanduser()}"
+
+
+def file_url_object(path: str | os.PathLike[str]) -> URL:
+    """The same as a URL object: a file name may hold ``?`` or ``#``, which URL text would
+    read as the start of a query (the CLI takes paths as typed)."""
+    return URL.create(FILE_BACKEND, database=str(Path(path).expanduser().absolute()))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Collection
+from pathlib import Path
 from typing import Any, Literal
 
 from sqlalchemy import Table, event, text
@@ -160,6 +162,41 @@ class PostgreSQLDialect:
         @event.listens_for(engine, "begin")
         def _on_begin(conn: Connection) -> None:
             conn.exec_driver_sql("SET TRANSACTION READ ONLY")
+
+    def enable_journal_mode(self, engine: Engine) -> None:
+        return None  # the server keeps its own write-ahead log
+
+    def existing_tables(self, conn: Connection, names: Collection[str]) -> set[str]:
+        # The tables the Inspector would list: ordinary and partitioned ones, in the schema
+        # unqualified names resolve to.
+        rows = conn.execute(
+            text(
+                "SELECT c.relname FROM pg_catalog.pg_class c "
+                "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') "
+                "AND c.relname = ANY(:names)"
+            ),
+            {"names": sorted(names)},
+        )
+        return {str(row[0]) for row in rows}
+
+    def database_file(self, url: URL) -> Path | None:
+        return None
+
+    def store_files(self, url: URL) -> tuple[Path, ...]:
+        return ()
+
+    def backup(self, url: URL, *, clock: Callable[[], float]) -> Path | None:
+        return None  # pg_dump's job: sessionstore never copies a server's data directory
+
+    def write_ahead_log(self, url: URL) -> Path | None:
+        return None
+
+    def truncate_write_ahead_log(self, engine: Engine) -> None:
+        return None
+
+    def integrity_problems(self, conn: Connection) -> list[str] | None:
+        return None  # PostgreSQL checks its own pages
 
     def writer_queue(self, url: URL, *, read_only: bool) -> None:
         # The server queues lock waiters itself.

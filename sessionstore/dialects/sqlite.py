@@ -15,7 +15,7 @@ writing into, and acknowledged writes vanish. So:
 - a foreign or truncated file is refused by ``os.stat`` (no descriptor: a file of 1 to 511
   bytes is never a database, and SQLite would write a new store over it) and, for anything
   larger, by SQLite's own "file is not a database" on the first read, which is before any write;
-- backups go through SQLite's online backup API (``sessionstore.doctor.backup_sqlite_file``);
+- backups go through SQLite's online backup API (``SQLiteDialect.backup``);
 - sizes and existence are checked with ``stat``/``access``, which open nothing;
 - the writers' queue (:mod:`sessionstore.writerqueue`) locks a *different* file,
   ``<db>-writelock``, which SQLite never uses;
@@ -35,6 +35,8 @@ import logging
 import os
 import sqlite3
 import threading
+import time
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qs, quote, unquote, urlsplit
@@ -70,6 +72,9 @@ _INTEGRITY_MESSAGES: tuple[
 BEGIN_MODE_OPTION = "sqlite_begin"
 WRITE_BEGIN_MODE = "IMMEDIATE"
 _BEGIN_MODES = frozenset({"DEFERRED", "IMMEDIATE", "EXCLUSIVE"})
+COMPANION_SUFFIXES = ("-wal", "-shm", "-journal")
+"""The files SQLite keeps beside a database, which belong to it (the log, its index, the
+rollback journal)."""
 WRITER_QUEUE_SUFFIX = "-writelock"
 """The side file this package's writers queue on (``state.db-writelock``); SQLite never uses it."""
 
@@ -200,6 +205,60 @@ class SQLiteDialect:
                     statement, None, exc, sqlite3.Error, dialect=conn.dialect
                 ) from exc
 
+    def enable_journal_mode(self, engine: Engine) -> None:
+        label = engine.url.database or ":memory:"
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
+            _enable_wal_on(dbapi_connection, label)
+
+        # The pool may already hold connections made before (the schema check): switch the
+        # file through one of them now (the mode is the file's, every connection sees it).
+        with engine.connect() as conn:
+            driver = conn.connection.driver_connection
+            if isinstance(driver, sqlite3.Connection):
+                _enable_wal_on(driver, label)
+
+    def existing_tables(self, conn: Connection, names: Collection[str]) -> set[str]:
+        wanted = sorted(names)
+        if not wanted:
+            return set()
+        marks = ", ".join("?" for _ in wanted)
+        rows = conn.exec_driver_sql(
+            f"SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ({marks})",
+            tuple(wanted),
+        )
+        return {str(row[0]) for row in rows}
+
+    def database_file(self, url: URL) -> Path | None:
+        if _is_memory(url):
+            return None
+        return _filesystem_path(url)
+
+    def store_files(self, url: URL) -> tuple[Path, ...]:
+        database = self.database_file(url)
+        if database is None:
+            return ()
+        return (database, *(database.with_name(database.name + s) for s in COMPANION_SUFFIXES))
+
+    def backup(self, url: URL, *, clock: Callable[[], float] = time.time) -> Path | None:
+        path = self.database_file(url)
+        if path is None:
+            return None
+        return backup_file(path, clock=clock)
+
+    def write_ahead_log(self, url: URL) -> Path | None:
+        path = self.database_file(url)
+        return None if path is None else path.with_name(path.name + "-wal")
+
+    def truncate_write_ahead_log(self, engine: Engine) -> None:
+        with engine.connect() as conn:
+            conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def integrity_problems(self, conn: Connection) -> list[str] | None:
+        rows = [str(row[0]) for row in conn.exec_driver_sql("PRAGMA integrity_check")]
+        return [] if rows == ["ok"] else rows
+
     def writer_queue(self, url: URL, *, read_only: bool) -> WriterQueue | None:
         if read_only or _is_memory(url):
             return None
@@ -301,6 +360,46 @@ class SQLiteDialect:
     def lock_for_migration(self, conn: Connection) -> None:
         # The migration runs inside BEGIN IMMEDIATE: holding the write lock is the lock.
         conn.execute(text("SELECT 1"))
+
+
+def backup_file(path: Path, *, clock: Callable[[], float] = time.time) -> Path:
+    """Copy a live SQLite file to ``<file>.bak-<timestamp>`` beside it; return the copy's path.
+
+    Through SQLite's online backup API, in one step: the copy is one consistent snapshot (WAL
+    content included) holding every write committed before it started, even while other
+    processes go on writing, and the store's own files are only ever opened and closed by
+    SQLite (the file rule above), never by a plain file copy. The copy is written under a
+    temporary name, checked with ``quick_check``, then renamed: a backup file that exists is
+    complete.
+    """
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(clock()))
+    target = path.with_name(f"{path.name}.bak-{stamp}")
+    suffix = 1
+    while target.exists():
+        # Two backups in one second (an upgrade straight after a doctor --fix) keep both.
+        target = path.with_name(f"{path.name}.bak-{stamp}-{suffix}")
+        suffix += 1
+    partial = target.with_name(target.name + ".partial")
+    source = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+    try:
+        destination = sqlite3.connect(partial)
+        try:
+            source.backup(destination)  # pages=-1: the whole file in one step, one snapshot
+            verdict = destination.execute("PRAGMA quick_check").fetchone()
+            if not verdict or verdict[0] != "ok":
+                raise StoreUnavailableError(
+                    f"the backup of {path} did not pass quick_check ({verdict}); "
+                    "nothing was changed"
+                )
+        finally:
+            destination.close()
+        os.replace(partial, target)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    finally:
+        source.close()
+    return target
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -405,6 +504,14 @@ def _is_closed(conn: sqlite3.Connection) -> bool:
     except sqlite3.ProgrammingError:
         return True
     return False
+
+
+def _enable_wal_on(dbapi_connection: sqlite3.Connection, label: str) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        _enable_wal(cursor, label)
+    finally:
+        cursor.close()
 
 
 def _enable_wal(cursor: sqlite3.Cursor, label: str) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import BindParameter, Select, and_, bindparam, func, or_, select
 from sqlalchemy.engine import Connection
 
-from ..models import messages_table
+from ..tables import messages_table
 from .hits import CONTEXT_CONTENT_CHARS, ContextMessage
 
 

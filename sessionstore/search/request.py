@@ -24,7 +24,7 @@ from sqlalchemy import TextClause, bindparam, text
 from sqlalchemy.engine import Connection
 
 from ..dialects import dialect_for, json_list
-from ..validation import integer
+from ..validation import bindable, integer
 
 MAX_ROW_COUNT: Final = 2**63 - 1
 SORT_ORDERS: Final = (None, "newest", "oldest")
@@ -144,16 +144,9 @@ def _storable_values(values: Iterable[str] | None, name: str) -> tuple[str, ...]
     for value in values:
         if not isinstance(value, str):
             raise TypeError(f"{name} items must be str, not {type(value).__name__}")
-        if _storable(value):
+        if bindable(value):
             kept[value] = None
     return tuple(kept)
 
 
-def _storable(value: str) -> bool:
-    if "\x00" in value:
-        return False
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+

@@ -1,0 +1,62 @@
+"""How JSON values are stored: Hermes's encoding of JSON columns, and the tool-call count.
+
+One place for what every reader and writer must agree on: a falsy value is stored as NULL,
+anything else as compact UTF-8 JSON; a stored value that is not valid JSON degrades to a
+default with a warning (never an exception on read); a message's tool calls count as the
+length of the list (Hermes v6's rule), one for any other non-empty value.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+def encode_json(value: Any, name: str) -> str | None:
+    """Hermes stores falsy JSON values as NULL; everything else as compact UTF-8 JSON."""
+    if not value:
+        return None
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} is not JSON-serialisable: {exc}") from None
+
+
+def decode_json(value: str | None, name: str, message_id: int | None, default: Any) -> Any:
+    """Decode a stored JSON column; a corrupt value degrades to ``default`` with a warning."""
+    if value is None or value == "":
+        return default
+    try:
+        return json.loads(value)
+    except (json.JSONDecodeError, TypeError, ValueError):
+        logger.warning("message %s: corrupt %s JSON in the store, using %r", message_id, name,
+                       default)
+        return default
+
+
+def decode_json_object(raw: Any) -> dict[str, Any]:
+    """A stored JSON object (e.g. ``model_config``); anything else, damaged or not, is ``{}``."""
+    try:
+        value = json.loads(raw) if isinstance(raw, str) and raw else {}
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def count_tool_calls(tool_calls: Any) -> int:
+    """The tool calls a message carries (Hermes v6's rule): a list's length, else 0 or 1."""
+    if isinstance(tool_calls, (list, tuple)):
+        return len(tool_calls)
+    return 1 if tool_calls else 0
+
+
+def stored_tool_call_count(value: str) -> int | None:
+    """How many tool calls a stored ``tool_calls`` value holds; None when its JSON is damaged
+    (a count that cannot be known, which a repair must leave alone)."""
+    try:
+        return count_tool_calls(json.loads(value))
+    except (json.JSONDecodeError, TypeError, ValueError):
+        return None
