@@ -1420,6 +1420,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--keep", action="store_true",
                         help="keep the PostgreSQL scratch database (its URL is printed)")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument("--async", action="store_true", dest="async_api",
+                        help="benchmark AsyncSessionDB instead (scripts/bench_async.py)")
     args = parser.parse_args(argv)
     if args.messages is None:
         args.messages = 5_000 if args.quick else DEFAULT_MESSAGES
@@ -1429,6 +1431,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--async" in argv:  # the async API's benchmark: scripts/bench_async.py (issue 16)
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from bench_async import main as bench_async
+
+        return bench_async([arg for arg in argv if arg != "--async"])
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="# %(message)s", stream=sys.stderr)
     logging.getLogger("sessionstore").setLevel(logging.WARNING)

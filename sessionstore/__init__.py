@@ -1,10 +1,13 @@
 """sessionstore: the durable, searchable memory of LLM agents.
 
-``from sessionstore import SessionDB`` gives the Hermes-compatible facade; ``Store`` and the
-repository underneath are the typed API.
+``from sessionstore import SessionDB`` gives the Hermes-compatible facade, ``AsyncSessionDB``
+the same as coroutines for asyncio programs; ``Store`` and the repository underneath are the
+typed API.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from .errors import (
     ConstraintViolationError,
@@ -28,9 +31,13 @@ from .facade import SessionDB
 from .retry import RetryPolicy
 from .store import Store
 
+if TYPE_CHECKING:
+    from .async_facade import AsyncSessionDB
+
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsyncSessionDB",
     "ConstraintViolationError",
     "DriverMissingError",
     "ImportConflictError",
@@ -52,3 +59,12 @@ __all__ = [
     "WriteOutcomeUnknownError",
     "__version__",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use: a sync program never pays for asyncio and the async layer.
+    if name == "AsyncSessionDB":
+        from .async_facade import AsyncSessionDB
+
+        return AsyncSessionDB
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

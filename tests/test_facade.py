@@ -13,10 +13,11 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import sqlalchemy as sa
+from asynclib import BlockingAsyncSessionDB
 from legacy_later import HEAD_MESSAGE_NAMES, HEAD_SESSION_NAMES
 
 from sessionstore import SessionStoreError
@@ -96,9 +97,13 @@ class RawSQL:
         self.engine.dispose()
 
 
-@pytest.fixture
-def db(store_url: str) -> Iterator[SessionDB]:
-    database = SessionDB(url=store_url)
+@pytest.fixture(params=["sync", "async"])
+def db(request: pytest.FixtureRequest, store_url: str) -> Iterator[SessionDB]:
+    """``SessionDB``, and ``AsyncSessionDB`` driven through its coroutines (same tables)."""
+    if request.param == "sync":
+        database = SessionDB(url=store_url)
+    else:
+        database = cast(SessionDB, BlockingAsyncSessionDB(url=store_url))
     yield database
     database.close()
 
