@@ -58,7 +58,8 @@ class SessionRecord(NamedTuple):
     archived: int
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(zip(SESSION_FIELDS, self, strict=True))
+        # A NamedTuple always has exactly its fields: zip needs no length check.
+        return dict(zip(SESSION_FIELDS, self))  # noqa: B905
 
 
 class MessageRecord(NamedTuple):
@@ -85,7 +86,7 @@ class MessageRecord(NamedTuple):
     compacted: int
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(zip(MESSAGE_FIELDS, self, strict=True))
+        return dict(zip(MESSAGE_FIELDS, self))  # noqa: B905 - a NamedTuple is always whole
 
 
 @dataclass(frozen=True, slots=True)
