@@ -932,20 +932,32 @@ class SessionRepository:
         ]
         tool_calls = sum(message.tool_call_total for message in batch)
         hot = self._hot_writes
+        # A server: one message is one statement, one round trip (see HotWrites).
+        one_statement = len(rows) == 1 and hot.appends_in_one_statement
+
+        def not_written(conn: Connection) -> Exception:
+            if _session_exists(conn, session_id):
+                return ValueOutOfRangeError(
+                    f"session {session_id!r}: its message or tool-call count would pass "
+                    "2**63 - 1; nothing was written"
+                )
+            return UnknownSessionError(f"session {session_id!r} does not exist")
 
         def run(conn: Connection) -> list[int]:
+            if one_statement:
+                appended = hot.append_in_one_statement(conn, rows[0], tool_calls)
+                if appended is None:
+                    raise not_written(conn)
+                return [appended]
             # Counters first: an unknown session is found without an FK error to decode.
             if not hot.bump_counters(conn, session_id, len(rows), tool_calls):
-                if _session_exists(conn, session_id):
-                    raise ValueOutOfRangeError(
-                        f"session {session_id!r}: its message or tool-call count would pass "
-                        "2**63 - 1; nothing was written"
-                    )
-                raise UnknownSessionError(f"session {session_id!r} does not exist")
+                raise not_written(conn)
             return hot.insert_messages(conn, rows)
 
         try:
-            return self.store.write(run, recover=_appended_rows(session_id, rows))
+            return self.store.write(
+                run, recover=_appended_rows(session_id, rows), single_statement=one_statement
+            )
         except IntegrityError as exc:
             raise self._integrity_error(
                 exc, f"session {session_id!r} does not exist", f"appending to {session_id!r}"

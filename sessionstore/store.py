@@ -157,9 +157,15 @@ class Store:
         *,
         retry: RetryPolicy | None = None,
         recover: Callable[[Connection], T | None] | None = None,
+        single_statement: bool = False,
     ) -> T:
         """Run ``work`` in a write transaction, retrying the whole of it while the store is busy
         or after the connection was lost before COMMIT (the server rolled it back).
+
+        ``single_statement``: ``work`` changes the database in one statement (a CTE that
+        bumps the counters and inserts), so where the dialect says it pays
+        (``single_statement_appends``: a server) it runs in autocommit, and that statement is
+        the whole transaction: one round trip, no BEGIN, no COMMIT. Its loss is a lost COMMIT.
 
         A connection lost *during* COMMIT leaves the outcome unknown: the server may have
         committed without the client hearing it. Then ``recover`` (given by idempotent writes)
@@ -170,22 +176,35 @@ class Store:
         if self.read_only:
             raise ReadOnlyStoreError("this session store was opened read-only")
 
+        autocommit = single_statement and self.dialect.single_statement_appends
+
         def attempt() -> T:
             conn = self._writer_connection()
-            committing = False
+            # In autocommit the statement is the COMMIT: losing it leaves the outcome unknown.
+            committing = autocommit
             try:
+                if autocommit:
+                    self.dialect.set_autocommit(conn.connection.dbapi_connection, True)
                 with conn.begin():
                     result = work(conn)
                     committing = True
             except BaseException as exc:
                 # A failed BEGIN or a rolled-back transaction leaves the connection clean;
-                # anything stranger and it is thrown away.
-                broken = conn.invalidated or conn.closed or conn.in_transaction()
+                # anything stranger, or a lost connection (statements on the driver cursor
+                # never tell SQLAlchemy), and it is thrown away.
+                lost = self.dialect.is_disconnect(exc)
+                broken = lost or conn.invalidated or conn.closed or conn.in_transaction()
+                if autocommit and not broken:
+                    self._end_autocommit(conn)
                 self._release_writer(conn, broken=broken)
-                if committing and self.dialect.is_disconnect(exc):
+                if lost:
+                    self.dialect.connection_lost(self.engine)
+                if committing and lost:
                     return self._after_lost_commit(exc, recover)
                 raise
             else:
+                if autocommit:
+                    self._end_autocommit(conn)
                 self._release_writer(conn, broken=False)
                 return result
 
@@ -204,6 +223,13 @@ class Store:
             raise
         self._count_write()
         return result
+
+    def _end_autocommit(self, conn: Connection) -> None:
+        try:
+            self.dialect.set_autocommit(conn.connection.dbapi_connection, False)
+        except Exception:  # a connection that cannot switch back is not given to anyone
+            with contextlib.suppress(Exception):
+                conn.invalidate()
 
     def _queued(self, attempt: Callable[[], T], policy: RetryPolicy) -> T:
         """``attempt``'s retry loop at the head of the queue: threads, then processes."""
@@ -251,6 +277,9 @@ class Store:
         if found is not None:
             logger.info("a write whose COMMIT acknowledgement was lost is in the store")
             return found
+        # The look went through a pooled connection that would sit idle, unpinged, during the
+        # retry's sleep, when whatever killed the first one may kill it too.
+        self.dialect.connection_lost(self.engine)
         raise exc  # not committed: retryable, the whole write runs again
 
     def _writer_connection(self) -> Connection:
@@ -285,9 +314,19 @@ class Store:
 
         def attempt() -> T:
             with self.engine.connect() as conn:
-                conn.execution_options(**self._read_options)
-                with conn.begin():
-                    return work(conn)
+                try:
+                    conn.execution_options(**self._read_options)
+                    with conn.begin():
+                        return work(conn)
+                except BaseException as exc:
+                    # A statement on the driver cursor that lost its connection never told
+                    # SQLAlchemy: without this the pool would hand the dead one out again.
+                    if self.dialect.is_disconnect(exc):
+                        if not conn.invalidated:
+                            with contextlib.suppress(Exception):
+                                conn.invalidate()
+                        self.dialect.connection_lost(self.engine)
+                    raise
 
         try:
             return run_with_retry(attempt, self._is_retryable, self.retry)
