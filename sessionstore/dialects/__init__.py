@@ -39,6 +39,9 @@ class StoreDialect(Protocol):
     """True where many rows go best in one INSERT ... RETURNING (a server round trip each)."""
     serialize_writes_in_process: bool
     single_statement_appends: bool
+    autocommit_snapshot_reads: bool
+    """True where one statement outside a transaction reads a consistent snapshot and leaves
+    nothing open (SQLite in autocommit): a lone SELECT then needs no BEGIN and COMMIT."""
     """True where an append is best one statement in autocommit (a CTE that bumps the counters
     and inserts the row: one round trip to a server instead of BEGIN, two statements, COMMIT)."""
     connect_at_open: bool

@@ -122,6 +122,8 @@ class PostgreSQLDialect:
     batch_returning_inserts = True  # a round trip per row costs more than one batched statement
     serialize_writes_in_process = False
     single_statement_appends = True  # one round trip: the CTE is its own transaction
+    # psycopg begins a transaction at the first statement: reads keep their explicit one.
+    autocommit_snapshot_reads = False
     connect_at_open = False  # a server that is down is reported by the first call
 
     def prepare_url(self, url: URL, *, read_only: bool) -> URL:

@@ -102,6 +102,7 @@ class SQLiteDialect:
     batch_returning_inserts = False  # in-process: a row costs microseconds
     serialize_writes_in_process = True
     single_statement_appends = False  # in-process: a statement costs microseconds, no trip
+    autocommit_snapshot_reads = True  # the driver is in autocommit; BEGIN is ours to send
     connect_at_open = True  # WAL from the moment the store is open
 
     def requests_read_only(self, url: URL) -> bool:
