@@ -8,7 +8,6 @@ when loading a 2,000-message conversation).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 
@@ -58,7 +57,8 @@ class SessionRecord(NamedTuple):
     archived: int
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(zip(SESSION_FIELDS, self, strict=True))
+        # A NamedTuple always has exactly its fields: zip needs no length check.
+        return dict(zip(SESSION_FIELDS, self))  # noqa: B905
 
 
 class MessageRecord(NamedTuple):
@@ -85,12 +85,14 @@ class MessageRecord(NamedTuple):
     compacted: int
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(zip(MESSAGE_FIELDS, self, strict=True))
+        return dict(zip(MESSAGE_FIELDS, self))  # noqa: B905 - a NamedTuple is always whole
 
 
-@dataclass(frozen=True, slots=True)
-class SessionListing:
-    """A row of the rich session list: the session (or its compression tip) plus extras."""
+class SessionListing(NamedTuple):
+    """A row of the rich session list: the session (or its compression tip) plus extras.
+
+    A NamedTuple like the records: a page of 50 is built per listing, and a frozen
+    dataclass's ``__init__`` showed in the listing's profile."""
 
     session: SessionRecord
     preview: str
@@ -100,7 +102,7 @@ class SessionListing:
     def to_dict(self) -> dict[str, Any]:
         # Hermes's order: the session's columns, then last_active (a SQL column), then preview
         # (added in Python after the query).
-        row = self.session.to_dict()
+        row = dict(zip(SESSION_FIELDS, self.session))  # noqa: B905 - a whole record
         row["last_active"] = self.last_active
         row["preview"] = self.preview
         if self.lineage_root_id is not None:

@@ -144,6 +144,16 @@ class SessionRepository:
             store.engine.dialect, _LIVE_CONVERSATION_OF_SESSION
         )
         self._hot_listings: dict[Select[Any], HotReads] = {}
+        # A page's compression roots and their tips, on the driver cursor too: the list is one
+        # JSON parameter, where an expanding IN would be compiled again on every call.
+        self._load_tips = HotReads(
+            store.engine.dialect,
+            text(_compression_tips_sql(store.dialect.json_list_sql("roots"))),
+        )
+        self._load_listings_by_ids = HotReads(
+            store.engine.dialect,
+            _RICH_SELECT.where(text(f"sessions.id IN {store.dialect.json_list_sql('ids')}")),
+        )
 
     def _hot_listing(self, statement: Select[Any]) -> HotReads:
         hot = self._hot_listings.get(statement)
@@ -818,7 +828,7 @@ class SessionRepository:
             rows = hot.rows(conn, parameters) if hot is not None else conn.execute(
                 statement, parameters
             )
-            listings = [_listing(row) for row in rows]
+            listings = list(map(_listing, rows))
             # As Hermes: with children listed, each continuation is its own row already, so
             # projecting a root onto its tip would show the tip twice and lose the root.
             if not project_compression_tips or include_children:
@@ -828,15 +838,20 @@ class SessionRepository:
             ]
             if not roots:
                 return listings
-            tips = _compression_tips(conn, [item.session.id for item in roots])
+            tips = {
+                str(root): str(tip)
+                for root, tip in self._load_tips.rows(
+                    conn, {"roots": json_list([item.session.id for item in roots])}
+                )
+            }
             tip_ids = {tip for root, tip in tips.items() if tip is not None and tip != root}
             if not tip_ids:
                 return listings
             tip_rows = {
                 listing.session.id: listing
-                for listing in (
-                    _listing(row)
-                    for row in conn.execute(_RICH_SELECT_BY_IDS, {"ids": sorted(tip_ids)})
+                for listing in map(
+                    _listing,
+                    self._load_listings_by_ids.rows(conn, {"ids": json_list(sorted(tip_ids))}),
                 )
             }
             projected = []
@@ -846,7 +861,10 @@ class SessionRepository:
                 projected.append(item if tip is None else _project(item, tip))
             return projected
 
-        return self.store.read(run)
+        # Each statement may read a newer commit than the page's (SQLite, outside a
+        # transaction): a tip that appeared since is shown, one deleted since leaves its root
+        # as it was listed. That is what a listing a moment later would show anyway.
+        return self.store.read(run, single_statement=True)
 
     def count_listed_sessions(
         self,
@@ -905,20 +923,32 @@ class SessionRepository:
         ]
         tool_calls = sum(message.tool_call_total for message in batch)
         hot = self._hot_writes
+        # A server: one message is one statement, one round trip (see HotWrites).
+        one_statement = len(rows) == 1 and hot.appends_in_one_statement
+
+        def not_written(conn: Connection) -> Exception:
+            if _session_exists(conn, session_id):
+                return ValueOutOfRangeError(
+                    f"session {session_id!r}: its message or tool-call count would pass "
+                    "2**63 - 1; nothing was written"
+                )
+            return UnknownSessionError(f"session {session_id!r} does not exist")
 
         def run(conn: Connection) -> list[int]:
+            if one_statement:
+                appended = hot.append_in_one_statement(conn, rows[0], tool_calls)
+                if appended is None:
+                    raise not_written(conn)
+                return [appended]
             # Counters first: an unknown session is found without an FK error to decode.
             if not hot.bump_counters(conn, session_id, len(rows), tool_calls):
-                if _session_exists(conn, session_id):
-                    raise ValueOutOfRangeError(
-                        f"session {session_id!r}: its message or tool-call count would pass "
-                        "2**63 - 1; nothing was written"
-                    )
-                raise UnknownSessionError(f"session {session_id!r} does not exist")
+                raise not_written(conn)
             return hot.insert_messages(conn, rows)
 
         try:
-            return self.store.write(run, recover=_appended_rows(session_id, rows))
+            return self.store.write(
+                run, recover=_appended_rows(session_id, rows), single_statement=one_statement
+            )
         except IntegrityError as exc:
             raise self._integrity_error(
                 exc, f"session {session_id!r} does not exist", f"appending to {session_id!r}"
@@ -964,7 +994,8 @@ class SessionRepository:
         return self.store.read(
             lambda conn: list(
                 starmap(MessageRecord, load.rows(conn, {"session_id": session_id}))
-            )
+            ),
+            single_statement=True,
         )
 
     def get_conversation(
@@ -978,7 +1009,8 @@ class SessionRepository:
         return self.store.read(
             lambda conn: list(
                 map(ConversationRow._make, load.rows(conn, {"session_id": session_id}))
-            )
+            ),
+            single_statement=True,
         )
 
     def clear_messages(self, session_id: str) -> None:
@@ -1275,9 +1307,11 @@ def _common_prefix_length(left: str, right: str) -> int:
 
 def _first_user_text() -> ColumnElement[Any]:
     first = messages.alias("first_user")
-    flattened = func.replace(func.replace(first.c.content, "\n", " "), "\r", " ")
+    # Cut first, then flatten: the same text (each replace swaps one character for one), but
+    # replace() no longer runs over the whole of a long first message for 263 characters.
+    head = func.substr(first.c.content, 1, PREVIEW_LENGTH + 3 + 200)
     return (
-        select(func.substr(flattened, 1, PREVIEW_LENGTH + 3 + 200))
+        select(func.replace(func.replace(head, "\n", " "), "\r", " "))
         .where(
             first.c.session_id == sessions.c.id,
             first.c.role == "user",
@@ -1310,7 +1344,6 @@ def _build_rich_select() -> Select[Any]:
 
 
 _RICH_SELECT = _build_rich_select()
-_RICH_SELECT_BY_IDS = _RICH_SELECT.where(sessions.c.id.in_(bindparam("ids", expanding=True)))
 
 
 @functools.cache
@@ -1323,26 +1356,38 @@ def _listing_statement(
 ) -> Select[Any]:
     """One prebuilt statement per filter shape; the values are bound at execution.
 
+    The page is chosen first, from ``sessions`` alone (its index on ``started_at``), and only
+    its rows are enriched with the preview and last-activity subqueries: with both in the
+    select list of the filtered query, a plan that sorts (a source filter takes
+    ``idx_sessions_source``) ran them for every matching session before the LIMIT. Measured
+    on the 100k-message bench file: with ``source = 'cli'`` 1.8 ms before, 0.47 ms paged
+    first; unfiltered, where the index already gives the order, it costs about 7% more
+    (0.35 ms against 0.33 ms), a price paid for a bound that holds on every plan.
+
     The excluded sources are one JSON parameter (``excluded_list_sql``, the dialect's), so
     100,000 of them are one parameter, not more than PostgreSQL's protocol accepts.
     """
-    statement = _RICH_SELECT
+    page = select(sessions.c.id)
     if by_source:
-        statement = statement.where(sessions.c.source == bindparam("source"))
+        page = page.where(sessions.c.source == bindparam("source"))
     if excluded_list_sql is not None:
-        statement = statement.where(text(f"sessions.source NOT IN {excluded_list_sql}"))
+        page = page.where(text(f"sessions.source NOT IN {excluded_list_sql}"))
     if not include_children:
-        statement = statement.where(listable_condition())
+        page = page.where(listable_condition())
     if archive == "hide":
-        statement = statement.where(sessions.c.archived == 0)
+        page = page.where(sessions.c.archived == 0)
     elif archive == "only":
-        statement = statement.where(sessions.c.archived == 1)
+        page = page.where(sessions.c.archived == 1)
     if by_cwd:
-        statement = statement.where(sessions.c.cwd.like(bindparam("cwd_pattern"), escape="\\"))
-    return (
-        statement.order_by(sessions.c.started_at.desc(), sessions.c.id)
+        page = page.where(sessions.c.cwd.like(bindparam("cwd_pattern"), escape="\\"))
+    chosen = (
+        page.order_by(sessions.c.started_at.desc(), sessions.c.id)
         .limit(bindparam("limit"))
         .offset(bindparam("offset"))
+        .subquery("page")
+    )
+    return _RICH_SELECT.join_from(sessions, chosen, chosen.c.id == sessions.c.id).order_by(
+        sessions.c.started_at.desc(), sessions.c.id
     )
 
 
@@ -1353,12 +1398,15 @@ def _preview(raw: str | None) -> str:
     return text[:PREVIEW_LENGTH] + ("..." if len(text) > PREVIEW_LENGTH else "")
 
 
+_SESSION_WIDTH = len(SESSION_FIELDS)
+
+
 def _listing(row: Sequence[Any]) -> SessionListing:
-    width = len(SESSION_FIELDS)
+    width = _SESSION_WIDTH
     return SessionListing(
-        session=SessionRecord._make(tuple(row)[:width]),
-        preview=_preview(row[width]),
-        last_active=float(row[width + 1]),
+        SessionRecord._make(row[:width]),
+        _preview(row[width]),
+        float(row[width + 1]),
     )
 
 
@@ -1536,10 +1584,11 @@ EXTRA_SESSION_COLUMNS = (
 # Every root's chain of compression continuations, walked in one recursive query (one round
 # trip for a whole page of roots). A continuation is the newest child that started at or after
 # its parent ended with 'compression'; depth is bounded so a corrupt cycle cannot loop forever.
-_COMPRESSION_TIPS = text(
-    f"""
+def _compression_tips_sql(roots_sql: str) -> str:
+    """The walk from each root to its tip; ``roots_sql`` is the SQL of the roots' list."""
+    return f"""
 WITH RECURSIVE chain(root, id, depth) AS (
-    SELECT id, id, 0 FROM sessions WHERE id IN :roots
+    SELECT id, id, 0 FROM sessions WHERE id IN {roots_sql}
     UNION ALL
     SELECT chain.root, child.id, chain.depth + 1
     FROM chain
@@ -1560,7 +1609,11 @@ WITH RECURSIVE chain(root, id, depth) AS (
 SELECT root, id FROM chain AS last
 WHERE depth = (SELECT MAX(depth) FROM chain AS other WHERE other.root = last.root)
 """
-).bindparams(bindparam("roots", expanding=True))
+
+
+_COMPRESSION_TIPS = text(_compression_tips_sql(":roots")).bindparams(
+    bindparam("roots", expanding=True)
+)
 
 
 def _compression_tips(conn: Connection, root_ids: Sequence[str]) -> dict[str, str]:

@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from sqlalchemy import bindparam, func, insert, update
+from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy import cast as sql_cast
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import ClauseElement
@@ -86,7 +87,74 @@ class HotWrites:
             ),
             dialect,
         )
-        self._returning_one = bool(dialect.insert_returning)
+        # In-process, ``lastrowid`` is free and exact (one writer, one connection); RETURNING
+        # makes SQLite run the insert during the fetch, a measurable extra step per append.
+        self._returning_one = batch_returning and bool(dialect.insert_returning)
+        # One append, one statement, where a statement is a round trip: the counters are
+        # bumped in a CTE and the row is inserted only if that matched the session (and its
+        # totals stay in range); no row back means nothing was written.
+        bumped = (
+            update(sessions)
+            .where(
+                sessions.c.id == bindparam("session_id"),
+                func.coalesce(sessions.c.message_count, 0) <= bindparam("message_limit"),
+                func.coalesce(sessions.c.tool_call_count, 0) <= bindparam("tool_call_limit"),
+            )
+            .values(
+                message_count=func.coalesce(sessions.c.message_count, 0)
+                + bindparam("messages_added"),
+                tool_call_count=func.coalesce(sessions.c.tool_call_count, 0)
+                + bindparam("tool_calls_added"),
+            )
+            .returning(sessions.c.id)
+            .cte("bumped")
+        )
+        values = select(
+            *[
+                bumped.c.id if name == "session_id"
+                else sql_cast(bindparam(name), messages.c[name].type)
+                for name in INSERTED_MESSAGE_FIELDS
+            ]
+        )
+        self._append_one = (
+            CompiledStatement(
+                insert(messages)
+                .add_cte(bumped)
+                .from_select(list(INSERTED_MESSAGE_FIELDS), values)
+                .returning(messages.c.id),
+                dialect,
+            )
+            if batch_returning and dialect.insert_returning
+            else None
+        )
+
+    @property
+    def appends_in_one_statement(self) -> bool:
+        """True where :meth:`append_in_one_statement` exists (RETURNING, a server)."""
+        return self._append_one is not None
+
+    def append_in_one_statement(
+        self, conn: Connection, row: Mapping[str, Any], tool_calls_added: int
+    ) -> int | None:
+        """Bump the counters and insert ``row`` in one statement; None when the session does
+        not exist or a total would pass 2**63 - 1 (nothing written: the caller tells which)."""
+        statement = self._append_one
+        if statement is None:
+            raise TypeError("this dialect appends in two statements (appends_in_one_statement)")
+        cursor = self._cursor(conn)
+        values = {
+            **row,
+            "messages_added": 1,
+            "tool_calls_added": tool_calls_added,
+            "message_limit": INT64_MAX - 1,
+            "tool_call_limit": INT64_MAX - tool_calls_added,
+        }
+        try:
+            cursor.execute(statement.sql, statement.parameters(values))
+            found = cursor.fetchone()
+        except self._driver_error() as exc:
+            raise self._wrap(statement.sql, exc) from exc
+        return None if found is None else int(found[0])
 
     def bump_counters(
         self, conn: Connection, session_id: str, messages_added: int, tool_calls_added: int
@@ -129,6 +197,9 @@ class HotWrites:
             raise self._wrap(statement.sql, exc) from exc
 
     def _cursor(self, conn: Connection) -> Any:
+        # A fresh cursor per statement: pysqlite leaves a kept cursor's last statement
+        # unreset ("cannot commit transaction - SQL statements in progress"); a dropped one
+        # is finalized at once.
         return conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
 
     def _driver_error(self) -> type[BaseException]:

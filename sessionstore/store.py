@@ -45,6 +45,9 @@ T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_EVERY_N_WRITES = 50
+IDLE_READERS = 4
+"""Read connections a store keeps checked out between reads (below the pool's size of 5): a
+pool checkout and its reset cost about as much as loading a short conversation."""
 QUEUED_MAX_SLEEP_S = 0.005
 """Sleep between attempts while at the head of the writers' queue. The jitter exists to spread
 this package's writers apart; in the queue only a foreign program competes, and a short sleep
@@ -87,6 +90,10 @@ class Store:
         self._keep_writer = self._serialize
         self._writer: Connection | None = None
         self._writer_pid = 0
+        # Idle read connections, kept checked out: a read pops one (or connects), then puts it
+        # back. list.pop/append are atomic, so threads share it without a lock; at most
+        # IDLE_READERS wait here, and a thread never holds one between two reads.
+        self._idle_readers: list[Connection] = []
         self._counter_lock = threading.Lock()
         self._writes = 0
         self._closed = False
@@ -176,9 +183,15 @@ class Store:
         *,
         retry: RetryPolicy | None = None,
         recover: Callable[[Connection], T | None] | None = None,
+        single_statement: bool = False,
     ) -> T:
         """Run ``work`` in a write transaction, retrying the whole of it while the store is busy
         or after the connection was lost before COMMIT (the server rolled it back).
+
+        ``single_statement``: ``work`` changes the database in one statement (a CTE that
+        bumps the counters and inserts), so where the dialect says it pays
+        (``single_statement_appends``: a server) it runs in autocommit, and that statement is
+        the whole transaction: one round trip, no BEGIN, no COMMIT. Its loss is a lost COMMIT.
 
         A connection lost *during* COMMIT leaves the outcome unknown: the server may have
         committed without the client hearing it. Then ``recover`` (given by idempotent writes)
@@ -189,22 +202,36 @@ class Store:
         if self.read_only:
             raise ReadOnlyStoreError("this session store was opened read-only")
 
+        autocommit = single_statement and self.dialect.single_statement_appends
+
         def attempt() -> T:
             conn = self._writer_connection()
-            committing = False
+            # In autocommit the statement is the COMMIT: losing it leaves the outcome unknown.
+            committing = autocommit
             try:
+                if autocommit:
+                    self.dialect.set_autocommit(conn.connection.dbapi_connection, True)
                 with conn.begin():
                     result = work(conn)
                     committing = True
             except BaseException as exc:
                 # A failed BEGIN or a rolled-back transaction leaves the connection clean;
-                # anything stranger and it is thrown away.
-                broken = conn.invalidated or conn.closed or conn.in_transaction()
+                # anything stranger, or a lost connection (statements on the driver cursor
+                # never tell SQLAlchemy), and it is thrown away.
+                lost = self.dialect.is_disconnect(exc)
+                broken = lost or conn.invalidated or conn.closed or conn.in_transaction()
+                if autocommit and not broken:
+                    self._end_autocommit(conn)
                 self._release_writer(conn, broken=broken)
-                if committing and self.dialect.is_disconnect(exc):
+                if lost:
+                    self._drop_idle_readers()
+                    self.dialect.connection_lost(self.engine)
+                if committing and lost:
                     return self._after_lost_commit(exc, recover)
                 raise
             else:
+                if autocommit:
+                    self._end_autocommit(conn)
                 self._release_writer(conn, broken=False)
                 return result
 
@@ -216,6 +243,13 @@ class Store:
                 result = run_with_retry(attempt, self._is_retryable, policy)
         self._count_write()
         return result
+
+    def _end_autocommit(self, conn: Connection) -> None:
+        try:
+            self.dialect.set_autocommit(conn.connection.dbapi_connection, False)
+        except Exception:  # a connection that cannot switch back is not given to anyone
+            with contextlib.suppress(Exception):
+                conn.invalidate()
 
     def _queued(self, attempt: Callable[[], T], policy: RetryPolicy) -> T:
         """``attempt``'s retry loop at the head of the queue: threads, then processes."""
@@ -254,6 +288,10 @@ class Store:
         if found is not None:
             logger.info("a write whose COMMIT acknowledgement was lost is in the store")
             return found
+        # The look went through a connection that would sit idle, unpinged, during the retry's
+        # sleep, when whatever killed the first one may kill it too.
+        self._drop_idle_readers()
+        self.dialect.connection_lost(self.engine)
         raise exc  # not committed: retryable, the whole write runs again
 
     def _writer_connection(self) -> Connection:
@@ -278,22 +316,80 @@ class Store:
                     conn.invalidate()
                 conn.close()
 
-    def read(self, work: Callable[[Connection], T]) -> T:
+    def read(self, work: Callable[[Connection], T], *, single_statement: bool = False) -> T:
         """Run ``work`` in a read transaction: one consistent snapshot, no write lock.
+
+        ``single_statement``: ``work`` reads with one statement on the driver cursor (or with
+        statements that need not agree with each other), so where the dialect says a statement
+        outside a transaction reads one snapshot of its own (SQLite in autocommit), no BEGIN
+        and COMMIT are sent around it. Statements through SQLAlchemy then still begin a
+        transaction, which is rolled back afterwards.
 
         Retried like a write when the store is locked: under WAL that never happens, but in
         rollback-journal mode (WAL unsupported, or a foreign program's EXCLUSIVE lock) a writer
         blocks readers, and the caller's budget must bound that wait too.
         """
+        bare = single_statement and self.dialect.autocommit_snapshot_reads
 
         def attempt() -> T:
-            with self.engine.connect() as conn:
-                conn.execution_options(**self._read_options)
-                with conn.begin():
-                    return work(conn)
+            conn = self._reader_connection()
+            clean = False
+            try:
+                if bare:
+                    result = work(conn)
+                    if conn.in_transaction():
+                        conn.rollback()
+                else:
+                    with conn.begin():
+                        result = work(conn)
+                clean = True
+                return result
+            except BaseException as exc:
+                # A statement on the driver cursor that lost its connection never told
+                # SQLAlchemy: without this the pool would hand the dead one out again.
+                if self.dialect.is_disconnect(exc):
+                    if not conn.invalidated:
+                        with contextlib.suppress(Exception):
+                            conn.invalidate()
+                    self._drop_idle_readers()
+                    self.dialect.connection_lost(self.engine)
+                if bare and conn.in_transaction():
+                    with contextlib.suppress(Exception):
+                        conn.rollback()
+                clean = not (conn.invalidated or conn.closed or conn.in_transaction())
+                raise
+            finally:
+                self._release_reader(conn, clean=clean)
 
         with typed_errors(self.dialect, refine=self._with_schema_hint):
             return run_with_retry(attempt, self._is_retryable, self.retry)
+
+    def _reader_connection(self) -> Connection:
+        try:
+            return self._idle_readers.pop()
+        except IndexError:
+            conn = self.engine.connect()
+            conn.execution_options(**self._read_options)
+            return conn
+
+    def _release_reader(self, conn: Connection, *, clean: bool) -> None:
+        if clean and not self._closed and len(self._idle_readers) < IDLE_READERS:
+            self._idle_readers.append(conn)
+            return
+        with contextlib.suppress(Exception):
+            if not clean and not conn.invalidated:
+                conn.invalidate()
+            conn.close()
+
+    def _drop_idle_readers(self) -> None:
+        while True:
+            try:
+                conn = self._idle_readers.pop()
+            except IndexError:
+                return
+            with contextlib.suppress(Exception):
+                conn.invalidate()
+                conn.close()
 
     def _with_schema_hint(self, translated: SessionStoreError) -> SessionStoreError:
         if isinstance(translated, SchemaMissingError):
@@ -329,6 +425,9 @@ class Store:
             if writer is not None and self._writer_pid == os.getpid():
                 with contextlib.suppress(Exception):
                     writer.close()
+        while self._idle_readers:
+            with contextlib.suppress(Exception):
+                self._idle_readers.pop().close()
         if checkpoint:
             self.checkpoint()
         if self._queue is not None:
@@ -345,6 +444,13 @@ class Store:
         writer_idle = not self._write_lock.held
         self._write_lock = WriteLock(self._queue, self.retry.budget_s)
         self._counter_lock = threading.Lock()
+        # Idle readers were idle at the fork (one in use is not in the list): the parent's.
+        inherited, self._idle_readers = self._idle_readers, []
+        for reader in inherited:
+            forksafety.abandon(reader)
+            if not reader.closed:
+                with contextlib.suppress(Exception):
+                    self.dialect.release_inherited(reader.connection.dbapi_connection)
         writer, self._writer = self._writer, None
         if writer is None:
             return

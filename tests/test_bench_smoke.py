@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -23,14 +24,21 @@ WORKLOAD_ROWS = {
     "search words": r"search p50: words\s",
     "search phrases": r"search p50: phrases\s",
     "search prefixes": r"search p50: prefixes\s",
-    "search CJK": r"search p50: CJK\s",
+    "search CJK words": r"search p50: CJK words\s",
+    "search CJK 1": r"search p50: CJK 1 char\s",
+    "search CJK 2": r"search p50: CJK 2 chars\s",
+    "search CJK 3": r"search p50: CJK 3 chars\s",
     "list": r"list_sessions_rich\(limit=50\)\s",
     "load rows": r"load \d+ msgs: get_messages\s",
     "load conversation": r"load \d+ msgs: get_messages_as_conversation\s",
     "append": r"append_message \(1 msg/txn\)\s",
+    "append 4 KB": r"append_message, 4 KB ASCII\s",
     "turn": r"turn of 10 \(per msg\)\s",
 }
-SEARCH_ROWS = ("search words", "search phrases", "search prefixes", "search CJK")
+SEARCH_ROWS = ("search words", "search phrases", "search prefixes", "search CJK words",
+               "search CJK 1", "search CJK 2", "search CJK 3")
+# The baseline: the real Hermes 0.18.0 wheel, or (said loudly) the v6 reproduction.
+BASELINE = r"(?:Hermes 0\.18\.0|Hermes v6 reproduction)"
 RATIO = re.compile(r"\s(\d+\.\d\d)x\s+(<=|>=) \d+\.\d\dx\s+(PASS|MISS)\b")
 
 
@@ -58,7 +66,8 @@ def table_rows(stdout: str) -> dict[str, str]:
 def assert_ratio_table(result: subprocess.CompletedProcess[str]) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
-    assert re.search(r"^workload\s+Hermes \(sqlite3\)\s+sessionstore", out, re.M), out
+    assert re.search(rf"^workload\s+{BASELINE}\s+sessionstore", out, re.M), out
+    assert re.search(r"^startup: import\+open\+first read\s.*\s(PASS|MISS)\s*$", out, re.M), out
     rows = table_rows(out)
     assert set(rows) == set(WORKLOAD_ROWS), f"missing rows: {set(WORKLOAD_ROWS) - set(rows)}"
     for name in set(WORKLOAD_ROWS) - set(SEARCH_ROWS):
@@ -74,6 +83,13 @@ def test_sqlite_run_prints_the_ratio_table(tmp_path: Path) -> None:
     assert_ratio_table(result)
     # The baseline and the sessionstore copy were built from the same Hermes file.
     assert (tmp_path / "hermes.db").exists() and (tmp_path / "sessionstore.db").exists()
+    if "baseline: Hermes 0.18.0" in result.stdout:
+        # Written by the real Hermes: its schema version and its trigram index.
+        with sqlite3.connect(tmp_path / "hermes.db") as conn:
+            assert conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] == 17
+            assert conn.execute(
+                "SELECT COUNT(*) FROM sqlite_master WHERE name = 'messages_fts_trigram'"
+            ).fetchone()[0] == 1
 
 
 @pytest.mark.parametrize(
@@ -99,17 +115,28 @@ def test_existing_sqlite_target_is_never_overwritten(tmp_path: Path) -> None:
     assert existing.read_bytes() == b"not a benchmark store"
 
 
-def test_writers_mode_prints_throughput_per_store_and_count(tmp_path: Path) -> None:
-    result = run_bench("--quick", "--messages", "300", "--writers", "1,2", "--duration", "0.5",
-                       "--workdir", str(tmp_path))
+def test_writers_mode_prints_wall_time_per_store_and_count(tmp_path: Path) -> None:
+    result = run_bench("--quick", "--messages", "300", "--writers", "1,2", "--writer-messages",
+                       "20", "--writer-runs", "1", "--workdir", str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.splitlines()
-    for store in ("Hermes (sqlite3)", "sessionstore (SQLite)"):
+    for store in (BASELINE, re.escape("sessionstore (SQLite)")):
         for writers in ("1", "2"):
             pattern = re.compile(
-                rf"^{re.escape(store)}\s+{writers}\s+[\d,]+(?:\s+\S+ (?:us|ms)){{3}}\s+0\s*$"
+                rf"^{store}\s+{writers}\s+\S+ (?:us|ms)\s+[\d,]+(?:\s+\S+ (?:us|ms)){{3}}\s+0\s*$"
             )
             assert any(pattern.match(line) for line in lines), (store, writers, result.stdout)
+    assert re.search(r"^2 writer processes x 20 appends, wall\s.*<= 1\.00x\s+(PASS|MISS)",
+                     result.stdout, re.M), result.stdout
+
+
+def test_without_the_real_hermes_the_fallback_is_said_loudly(tmp_path: Path) -> None:
+    result = run_bench("--quick", "--messages", "300", "--only", "append", "--no-real-hermes",
+                       "--workdir", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "NOT the issue-12 figures" in result.stdout
+    assert "WARNING: the real Hermes 0.18.0 is not the baseline" in result.stderr
+    assert re.search(r"^workload\s+Hermes v6 reproduction\s", result.stdout, re.M)
 
 
 @pytest.mark.postgresql

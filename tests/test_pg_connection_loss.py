@@ -55,9 +55,11 @@ def backend_pid(conn: sa.Connection) -> int:
 
 
 def rows(db: SessionDB) -> list[tuple[int, str]]:
-    with db.store.engine.connect() as conn:
-        return [(int(r[0]), str(r[1])) for r in conn.execute(
-            sa.text("SELECT id, content FROM messages ORDER BY id"))]
+    # Through the store, as every reader of it goes: checkouts send no ping, so a pooled
+    # connection whose backend was killed while idle is found dead by its first statement and
+    # the store retries; a bare ``engine.connect()`` has no retry around it.
+    return db.store.read(lambda conn: [(int(r[0]), str(r[1])) for r in conn.execute(
+        sa.text("SELECT id, content FROM messages ORDER BY id"))])
 
 
 def counter(db: SessionDB) -> int:

@@ -40,6 +40,12 @@ class StoreDialect(Protocol):
     batch_returning_inserts: bool
     """True where many rows go best in one INSERT ... RETURNING (a server round trip each)."""
     serialize_writes_in_process: bool
+    single_statement_appends: bool
+    autocommit_snapshot_reads: bool
+    """True where one statement outside a transaction reads a consistent snapshot and leaves
+    nothing open (SQLite in autocommit): a lone SELECT then needs no BEGIN and COMMIT."""
+    """True where an append is best one statement in autocommit (a CTE that bumps the counters
+    and inserts the row: one round trip to a server instead of BEGIN, two statements, COMMIT)."""
     connect_at_open: bool
     """True where opening a store must connect at once (SQLite: the connect listener switches a
     fresh file to WAL, which must not wait for the first write)."""
@@ -74,6 +80,13 @@ class StoreDialect(Protocol):
         """Before rows with explicit ids up to ``highest`` are inserted (import, copy): make
         sure no writer, concurrent ones included, is ever given a generated id ``<= highest``
         that is not already visible in the table. Run it in its own short write transaction."""
+
+    def set_autocommit(self, dbapi_connection: Any, on: bool) -> None:
+        """Switch the driver's autocommit (only where ``single_statement_appends``)."""
+
+    def connection_lost(self, engine: Engine) -> None:
+        """A connection of ``engine`` was found dead: let go of the idle ones too (they met the
+        same server restart or kill), so the retry does not meet them one by one."""
 
     def is_disconnect(self, exc: BaseException) -> bool:
         """True when the connection to the database was lost (the server closed it, was

@@ -84,41 +84,38 @@ def _require_driver(url: URL) -> None:
 
 
 _OWNER_PID_KEY = "sessionstore_owner_pid"
-_FRESH_KEY = "sessionstore_fresh"
 
 
 def _check_out_safely(engine: Engine) -> None:
-    """Each pooled connection is checked before use, in this order:
+    """Each pooled connection is checked before use, without a round trip:
 
     1. owner: a connection inherited through fork() shares its socket with the parent; using
        it, even for a ping, interleaves two processes' protocol on one socket (a child can read
        the reply meant for its sibling and the sibling waits forever), and closing it sends
        the parent's server a Terminate. The child drops it without touching it;
-    2. liveness: a ping, so a connection whose backend was terminated (pg_terminate_backend,
-       a server restart) is replaced instead of failing the caller's first statement.
+    2. liveness, as far as the client already knows it: a connection psycopg has seen break
+       or close is replaced.
 
     Either way the pool connects anew (SQLAlchemy retries checkout on DisconnectionError).
+    There is no ping (``pool_pre_ping``, a round trip on every checkout: as much as an append
+    costs): a connection whose backend went away unnoticed (pg_terminate_backend, a server
+    restart) fails its first statement instead, is invalidated, and the store retries the
+    whole transaction on a fresh one (a write whose COMMIT was lost is looked for first).
     """
 
     @event.listens_for(engine, "connect")
     def _remember_owner(dbapi_connection: Any, record: Any) -> None:
         record.info[_OWNER_PID_KEY] = os.getpid()
-        record.info[_FRESH_KEY] = True
 
     @event.listens_for(engine, "checkout")
-    def _check_owner_then_ping(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+    def _check_owner(dbapi_connection: Any, record: Any, proxy: Any) -> None:
         if record.info.get(_OWNER_PID_KEY, os.getpid()) != os.getpid():
             record.dbapi_connection = proxy.dbapi_connection = None
             raise DisconnectionError("connection inherited from the parent process")
-        if record.info.pop(_FRESH_KEY, False):
-            # Just connected: a ping proves nothing more, and the pool gives a checkout only
-            # two tries; a connection killed this early fails its first statement instead,
-            # which the store retries.
-            return
-        try:
-            engine.dialect.do_ping(dbapi_connection)  # what pool_pre_ping would have done
-        except Exception as exc:
-            raise DisconnectionError(f"stale connection: {exc}") from exc
+        if getattr(dbapi_connection, "broken", False) or getattr(
+            dbapi_connection, "closed", False
+        ):
+            raise DisconnectionError("the connection is known to be broken")
 
 
 class PostgreSQLDialect:
@@ -126,6 +123,9 @@ class PostgreSQLDialect:
     stores_nul_in_text = False
     batch_returning_inserts = True  # a round trip per row costs more than one batched statement
     serialize_writes_in_process = False
+    single_statement_appends = True  # one round trip: the CTE is its own transaction
+    # psycopg begins a transaction at the first statement: reads keep their explicit one.
+    autocommit_snapshot_reads = False
     connect_at_open = False  # a server that is down is reported by the first call
 
     def prepare_url(self, url: URL, *, read_only: bool) -> URL:
@@ -138,8 +138,8 @@ class PostgreSQLDialect:
         _require_driver(url)
         timeout_ms = max(int(busy_timeout_s * 1000), 1)
         return {
-            # No pool_pre_ping: it would ping a connection inherited through fork() before
-            # any listener can tell; ``_check_out_safely`` pings after checking the owner.
+            # No pool_pre_ping: a round trip per checkout; ``_check_out_safely`` checks the
+            # owner and what the driver knows, and the store retries after a lost connection.
             # A row lock that is not granted within the busy timeout becomes a retryable
             # 55P03 instead of an unbounded wait.
             "connect_args": {"options": f"-c lock_timeout={timeout_ms}"},
@@ -277,6 +277,15 @@ class PostgreSQLDialect:
             ),
             {"highest": highest},
         )
+
+    def set_autocommit(self, dbapi_connection: Any, on: bool) -> None:
+        # psycopg only flips a flag while the connection is idle: no round trip.
+        dbapi_connection.autocommit = on
+
+    def connection_lost(self, engine: Engine) -> None:
+        # Closes the idle pooled connections only; checked-out ones finish (or fail) on their
+        # own, and the pool connects anew on demand. This is what replaces a ping per checkout.
+        engine.pool.dispose()
 
     def is_disconnect(self, exc: BaseException) -> bool:
         if not isinstance(exc, DBAPIError):

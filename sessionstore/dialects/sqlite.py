@@ -106,6 +106,8 @@ class SQLiteDialect:
     stores_nul_in_text = True
     batch_returning_inserts = False  # in-process: a row costs microseconds
     serialize_writes_in_process = True
+    single_statement_appends = False  # in-process: a statement costs microseconds, no trip
+    autocommit_snapshot_reads = True  # the driver is in autocommit; BEGIN is ours to send
     connect_at_open = True  # WAL from the moment the store is open
 
     def requests_read_only(self, url: URL) -> bool:
@@ -332,6 +334,15 @@ class SQLiteDialect:
             conn.exec_driver_sql(
                 "INSERT INTO sqlite_sequence (name, seq) VALUES ('messages', ?)", (highest,)
             )
+
+    def set_autocommit(self, dbapi_connection: Any, on: bool) -> None:
+        # The driver is always in autocommit here (isolation_level = None on connect) and the
+        # begin listener owns every BEGIN; single_statement_appends is False, so nothing
+        # ever needs it switched.
+        return None
+
+    def connection_lost(self, engine: Engine) -> None:
+        return None  # never called: an embedded database has no connection to lose
 
     def is_disconnect(self, exc: BaseException) -> bool:
         # An embedded database has no connection to lose.
