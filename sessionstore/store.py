@@ -166,6 +166,15 @@ class Store:
         return self.engine.url
 
     @property
+    def idle_readers(self) -> int:
+        """Read connections kept checked out between reads (at most ``IDLE_READERS``).
+
+        They are the store's, not leaks: a check for leaked connections subtracts them from the
+        pool's checked-out count.
+        """
+        return len(self._idle_readers)
+
+    @property
     def write_lock(self) -> WriteLock:
         """The lock every write of this store in this process holds (re-entrant).
 
