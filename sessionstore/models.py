@@ -25,6 +25,8 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, MappedColumn, mapped_column
 from sqlalchemy.types import TypeEngine
 
+from .dialects import search_names
+
 # REAL is what Hermes wrote on SQLite (8-byte float there); PostgreSQL's REAL is 4 bytes, which
 # would round Unix timestamps to minutes, so it gets DOUBLE PRECISION.
 FloatColumn: TypeEngine[float] = Double().with_variant(REAL(), "sqlite")
@@ -57,25 +59,8 @@ IDX_MESSAGES_SESSION_ACTIVE = "idx_messages_session_active"
 IDX_MESSAGES_PLATFORM_MSG_ID = "idx_messages_platform_msg_id"
 IDX_COMPRESSION_LOCKS_EXPIRES = "idx_compression_locks_expires"
 
-# Full-text objects created by raw DDL in the migrations (sessionstore/_migrations/search_ddl.py).
-_FTS5_SHADOWS = ("data", "idx", "content", "docsize", "config")
-SEARCH_OBJECT_NAMES = frozenset(
-    {
-        *(
-            f"{table}_{shadow}" if shadow else table
-            for table in ("messages_fts", "messages_trigram", "messages_fts_trigram")
-            for shadow in ("", *_FTS5_SHADOWS)
-        ),
-        "messages_fts_source",
-        "messages_fts_trigram_source",
-        "messages_trigram_source",
-        "ix_messages_content_tsv",
-        "ix_messages_content_tsvector",
-        "content_tsv",
-        "ix_messages_content_trgm",
-        "ix_messages_indexed_text_trgm",
-    }
-)
+# Full-text objects created by raw DDL in the migrations: their names live with the search code.
+SEARCH_OBJECT_NAMES = search_names.SEARCH_OBJECT_NAMES
 
 
 class Base(DeclarativeBase):
