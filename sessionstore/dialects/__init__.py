@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from sqlalchemy.dialects.sqlite import Insert as SqliteInsert
 
     from ..errors import SessionStoreError
+    from ..search.index import SearchIndex
     from ..writerqueue import WriterQueue
 
     UpsertInsert = SqliteInsert | PgInsert
@@ -98,6 +99,11 @@ class StoreDialect(Protocol):
 
     def insert(self, table: Table) -> UpsertInsert:
         """An INSERT that supports ``on_conflict_do_nothing`` on this database."""
+
+    @property
+    def search_index(self) -> SearchIndex:
+        """This database's one search-index object: word and substring matching, and the
+        search objects' create, detect, rebuild, check and optimize."""
 
     def json_list_sql(self, param: str) -> str:
         """SQL for a parenthesised subquery of the text values of the JSON-array parameter

@@ -36,7 +36,7 @@ import os
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from sqlalchemy import Table, event, text
@@ -55,6 +55,9 @@ from ..errors import (
 )
 from ..writerqueue import WriterQueue
 from . import MISSING_CORE_TABLE, IntegrityViolation
+
+if TYPE_CHECKING:
+    from ..search.index import SearchIndex
 
 logger = logging.getLogger(__name__)
 
@@ -211,6 +214,13 @@ class SQLiteDialect:
 
     def insert(self, table: Table) -> Insert:
         return insert(table)
+
+    @property
+    def search_index(self) -> SearchIndex:
+        # Imported on first search: opening a store needs none of it.
+        from .sqlite_search import SQLiteSearchIndex
+
+        return SQLiteSearchIndex()
 
     def json_list_sql(self, param: str) -> str:
         return f"(SELECT value FROM json_each(:{param}))"
