@@ -35,8 +35,8 @@ from ..search.hits import (
 from ..search.index import IndexHealth
 from ..search.long_text import LONG_MESSAGE_CHARS, long_text_snippet, term_pattern
 from ..search.request import Page, SearchFilters, filtered_statement
-from ..search.sanitize import escape_like
-from ..search.terms import SubstringQuery, index_tokens
+from ..search.sanitize import contains_cjk, escape_like
+from ..search.terms import SubstringQuery, Term, index_tokens
 from . import search_names as names
 from . import sqlite_search_ddl as ddl
 
@@ -73,30 +73,35 @@ LIMIT :limit OFFSET :offset
 # lower() finds the very occurrence LIKE matched. The text around it is cut from the page's
 # rows only.
 _SUBSTRING_SEARCH: Final = f"""
-SELECT page.id, page.session_id, page.role, page.timestamp, page.tool_name, page.source,
-       page.model, page.started_at, page.hit_start,
-       {substring_snippet_sql("m.content", "page.hit_start", ":needle", "max")}
+SELECT hit.id, hit.session_id, hit.role, hit.timestamp, hit.tool_name, hit.source, hit.model,
+       hit.started_at, hit.hit_start,
+       {substring_snippet_sql("m.content", "hit.hit_start", ":needle", "max")}
 FROM (
     SELECT m.id, m.session_id, m.role, m.timestamp, m.tool_name, s.source, s.model,
            s.started_at, instr(lower(m.content), lower(:needle)) AS hit_start
-    {{candidates}}
-    WHERE {{match}}({{verify}}) {{filters}}
-    ORDER BY {{order}}
-    LIMIT :limit OFFSET :offset
-) AS page
-JOIN messages AS m ON m.id = page.id
+    FROM (
+        SELECT m.id
+        {{candidates}}
+        WHERE {{match}}({{verify}}) {{filters}}
+        ORDER BY {{order}}
+        LIMIT :limit OFFSET :offset
+    ) AS page
+    JOIN messages AS m ON m.id = page.id
+    JOIN sessions AS s ON s.id = m.session_id
+) AS hit
+JOIN messages AS m ON m.id = hit.id
 ORDER BY {{page_order}}
 """
-
+# The page is chosen from ids alone (sessions joined only when a source filter needs them);
+# the columns, the position of the hit and the text around it are read for the page's rows.
 _BIGRAM_CANDIDATES: Final = f"""
-    FROM {names.BIGRAM_TABLE}
-    JOIN messages AS m ON m.id = {names.BIGRAM_TABLE}.rowid
-    JOIN sessions AS s ON s.id = m.session_id"""
+        FROM {names.BIGRAM_TABLE}
+        JOIN messages AS m ON m.id = {names.BIGRAM_TABLE}.rowid"""
 _BIGRAM_MATCH: Final = f"{names.BIGRAM_TABLE} MATCH :grams AND "
-
 _SCAN_CANDIDATES: Final = """
-    FROM messages AS m
-    JOIN sessions AS s ON s.id = m.session_id"""
+        FROM messages AS m"""
+_SESSIONS: Final = """
+        JOIN sessions AS s ON s.id = m.session_id"""
 
 _OBJECTS: Final = text("SELECT name FROM sqlite_master WHERE type IN ('table', 'view', 'trigger')")
 
@@ -137,11 +142,14 @@ class SQLiteSearchIndex:
         self, conn: Connection, query: SubstringQuery, filters: SearchFilters, page: Page
     ) -> list[MatchRow]:
         params: dict[str, Any] = {"needle": query.snippet_term, **page.params}
-        verify = _verification(query, params)
-        candidates, match = _SCAN_CANDIDATES, ""
+        candidates, match, verify = _SCAN_CANDIDATES, "", _verification(query, params)
         if query.indexable and names.BIGRAM_TABLE in _objects(conn):
             candidates, match = _BIGRAM_CANDIDATES, _BIGRAM_MATCH
             params["grams"] = bigram_match(query)
+            if all(answered_by_tokens(term) for term in query.terms):
+                verify = "1"  # the tokens are the text itself: nothing left to verify
+        if filters.sources is not None or filters.excluded_sources:
+            candidates += _SESSIONS
         statement = filtered_statement(
             _SUBSTRING_SEARCH,
             filters,
@@ -150,7 +158,7 @@ class SQLiteSearchIndex:
             match=match,
             verify=verify,
             order=filters.time_order(),
-            page_order=filters.time_order("page"),
+            page_order=filters.time_order("hit"),
         )
         return substring_match_rows(conn.execute(statement, params))
 
@@ -241,6 +249,19 @@ def _verification(query: SubstringQuery, params: dict[str, Any]) -> str:
             clauses.append(f"NOT ({found})" if term.excluded else f"({found})")
         alternatives.append("(" + " AND ".join(clauses) + ")")
     return " OR ".join(alternatives)
+
+
+def answered_by_tokens(term: Term) -> bool:
+    """Whether the bigram tokens of ``term`` hold exactly the rows ``LIKE`` would find: one CJK
+    character (a prefix query on the tokens it starts), or a CJK character and one more that
+    the ``ascii`` tokenizer keeps inside the token (any but ASCII punctuation and spaces),
+    folded as ``LIKE`` folds. Anything longer is a conjunction of bigrams and is verified."""
+    if term.excluded or not term.text or not contains_cjk(term.text[0]):
+        return False
+    if len(term.text) == 1:
+        return True
+    second = term.text[1]
+    return len(term.text) == 2 and (not second.isascii() or second.isalnum())
 
 
 def bigram_match(query: SubstringQuery) -> str:
