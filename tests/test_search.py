@@ -937,3 +937,38 @@ def test_trigram_glob_agrees_with_contains_cjk() -> None:
         assert bool(conn.execute("SELECT ? GLOB ?", (text, cjk_ddl.CJK_GLOB)).fetchone()[0]) \
             == contains_cjk(text), hex(point)  # fmt: skip
     assert postgresql_search.CJK_CLASS == sqlite_ddl.CJK_CLASS == cjk_ddl.CJK_CLASS
+
+
+# -- the search-index object: detect, create, rebuild, check, optimize ---------------------------
+def test_search_index_lifecycle_verbs(store: Store) -> None:
+    """Each dialect's one search-index object: what it misses, it creates; a rebuild and an
+    optimize change no result; its check finds it whole."""
+    ids = seed(store, CORPUS)
+    queries = ("deploy", "数据库", "库", "数据 迁移")
+    before = {q: names_of(search(store, q), ids) for q in queries}
+    assert all(before.values())
+    index = store.dialect.search_index
+    assert store.read(index.missing) == []
+    bigram_objects = (
+        [BIGRAM_TABLE, *(f"{BIGRAM_TABLE}_{e}" for e in ("insert", "delete", "update"))]
+        if is_sqlite(store)
+        else ["ix_messages_cjk_bigrams"]
+    )
+
+    def drop(conn: Connection) -> None:
+        for name in reversed(bigram_objects):
+            kind = ("TRIGGER" if name.endswith(("insert", "delete", "update")) else "TABLE") \
+                if is_sqlite(store) else "INDEX"  # fmt: skip
+            conn.exec_driver_sql(f"DROP {kind} {name}")
+
+    store.write(drop)
+    assert set(store.read(index.missing)) == set(bigram_objects)
+    health = store.write(index.check) if index.check_writes else store.read(index.check)
+    assert health.missing
+    store.write(index.create)
+    assert store.read(index.missing) == []
+    for verb in (index.rebuild, index.optimize):
+        store.write(verb)
+        assert {q: names_of(search(store, q), ids) for q in queries} == before
+    health = store.write(index.check) if index.check_writes else store.read(index.check)
+    assert health.missing == [] and health.broken == [] and not health.out_of_step
