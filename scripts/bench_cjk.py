@@ -33,12 +33,13 @@ CJK_WORDS = (
     "データベース", "検索エンジン", "セッション", "데이터베이스", "세션", "검색",
 )  # fmt: skip
 GLUE = ("的", "和", "在", "是", "需要", "已经", "不能", "可以", "の", "を")
-WORDS = (
+_WORD_TEXT = (
     "the a to of and in is for on with that this it be as at by from or an are was not but "
     "deploy gateway session store search index query write read lock retry timeout commit "
     "migration schema table column message token model tool terminal file error warning info "
     "build test release branch merge review config cache queue worker thread process signal"
-).split()
+)
+WORDS = _WORD_TEXT.split()
 QUERIES = (
     ("1 char", "库"), ("1 char", "检"), ("2 chars", "数据"), ("2 chars", "迁移"),
     ("2 chars", "索引"), ("3 chars", "数据库"), ("3 chars", "检查点"),
