@@ -219,8 +219,8 @@ def db_downgrade(
     """Step the schema back to REVISION (a SQLite file is backed up first).
 
     A downgrade that drops data (tables, or columns that hold values: every step but 0004, 0007,
-    0008, 0009, 0013, 0014, 0019 and 0021) asks first on a terminal and is refused without one unless
-    --yes is given.
+    0008, 0009, 0013, 0014, 0019 and 0021) asks first on a terminal and is refused without one
+    unless --yes is given.
     PostgreSQL is not backed up: take a pg_dump first.
     """
     _change_schema(
