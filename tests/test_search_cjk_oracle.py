@@ -27,8 +27,14 @@ CJK = "数据库迁移部署的了库𠀀𠀁ㄱ가。"
 OTHER = "abXY _%\\.é-"
 ALPHABET = CJK + OTHER
 TEXT = st.text(st.sampled_from(ALPHABET), max_size=40)
-ROW = st.tuples(TEXT, st.none() | st.text(st.sampled_from(CJK + "ab_"), max_size=4),
-                st.none() | TEXT)  # fmt: skip
+ROW = st.tuples(
+    st.none() | TEXT,  # a tool call's message has no content
+    st.none() | st.text(st.sampled_from(CJK + "ab_"), max_size=4),
+    st.none() | TEXT,
+)
+
+
+Row = tuple[str | None, str | None, str | None]
 
 
 @pytest.fixture
@@ -49,7 +55,7 @@ def fold(text: str, dialect: str) -> str:
 
 
 def oracle(
-    rows: list[tuple[str, str | None, str | None]], terms: list[str], dialect: str
+    rows: list[Row], terms: list[str], dialect: str
 ) -> set[int]:
     found = set()
     for message_id, (content, tool_name, tool_calls) in enumerate(rows, start=1):
@@ -61,7 +67,7 @@ def oracle(
     return found
 
 
-def replace_rows(store: Store, rows: list[tuple[str, str | None, str | None]]) -> None:
+def replace_rows(store: Store, rows: list[Row]) -> None:
     def write(conn: Connection) -> None:
         conn.execute(sa.text("DELETE FROM messages"))
         for message_id, (content, tool_name, tool_calls) in enumerate(rows, start=1):
@@ -79,7 +85,7 @@ def replace_rows(store: Store, rows: list[tuple[str, str | None, str | None]]) -
 
 
 @st.composite
-def corpus_and_query(draw: Any) -> tuple[list[tuple[str, str | None, str | None]], list[str]]:
+def corpus_and_query(draw: Any) -> tuple[list[Row], list[str]]:
     rows = draw(st.lists(ROW, min_size=1, max_size=12))
     texts = [value for row in rows for value in row if value]
     terms = []
@@ -107,9 +113,10 @@ def corpus_and_query(draw: Any) -> tuple[list[tuple[str, str | None, str | None]
 @example(case=([("a数据b", "迁移", None), ("数 据", None, '{"q": "数据"}')], ["数据"]))
 @example(case=([("deploy 数据库", None, None), ("数据库 only", None, None)], ["DEPLOY", "数据库"]))
 @example(case=([("𠀀𠀁x", None, None), ("𠀀", None, None)], ["𠀀𠀁"]))
+@example(case=([(None, "终端", '{"q": "部署集群"}'), ("部署", None, None)], ["部署集群"]))
 @example(case=([("数据%库", None, None), ("数据x库", None, None)], ["据%"]))
 def test_indexed_cjk_search_equals_a_substring_scan(
-    store: Store, case: tuple[list[tuple[str, str | None, str | None]], list[str]]
+    store: Store, case: tuple[list[Row], list[str]]
 ) -> None:
     rows, terms = case
     replace_rows(store, rows)

@@ -152,7 +152,9 @@ FROM (
 ) AS page
 JOIN messages AS m ON m.id = page.id
 JOIN sessions AS s ON s.id = m.session_id
-CROSS JOIN LATERAL (SELECT strpos(lower(m.content), lower(:needle)) AS start) AS hit
+CROSS JOIN LATERAL (
+    SELECT coalesce(strpos(lower(m.content), lower(:needle)), 0) AS start
+) AS hit
 ORDER BY {{order}}
 """
 

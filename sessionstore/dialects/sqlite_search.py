@@ -78,7 +78,7 @@ SELECT hit.id, hit.session_id, hit.role, hit.timestamp, hit.tool_name, hit.sourc
        {substring_snippet_sql("m.content", "hit.hit_start", ":needle", "max")}
 FROM (
     SELECT m.id, m.session_id, m.role, m.timestamp, m.tool_name, s.source, s.model,
-           s.started_at, instr(lower(m.content), lower(:needle)) AS hit_start
+           s.started_at, coalesce(instr(lower(m.content), lower(:needle)), 0) AS hit_start
     FROM (
         SELECT m.id
         {{candidates}}

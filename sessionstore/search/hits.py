@@ -120,7 +120,7 @@ def match_row(
 
 
 def substring_snippet(
-    position: int, before: str | None, matched: str | None, after: str | None
+    position: int | None, before: str | None, matched: str | None, after: str | None
 ) -> str:
     """``[...]before>>>matched<<<after[...]`` for a hit found by substring.
 
@@ -132,7 +132,7 @@ def substring_snippet(
     the start of the message in ``after``; it is shown without markers rather than wrong ones.
     """
     before, after = before or "", after or ""
-    if position <= 0 or not matched:
+    if not position or position <= 0 or not matched:
         shown = 2 * SUBSTRING_SNIPPET_SIDE_CHARS
         return after[:shown] + (SNIPPET_ELLIPSIS if len(after) > shown else "")
     more_before = position > SUBSTRING_SNIPPET_SIDE_CHARS + 1
