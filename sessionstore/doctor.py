@@ -13,19 +13,16 @@ messages whose session is missing into a placeholder session. Take a backup firs
 
 from __future__ import annotations
 
-import importlib
 import os
 import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Literal
 
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.engine import URL, Connection, make_url
-from sqlalchemy.exc import DBAPIError
 
 from . import legacy, migrate
 from .codec import stored_tool_call_count
@@ -44,19 +41,6 @@ WAL_WARN_BYTES = 64 * 1024 * 1024
 MAX_EXAMPLES = 3
 UPDATE_BATCH = 500
 PLACEHOLDER_SOURCE = "unknown"
-
-# SQLite full-text tables the migrations may create: Hermes's word index and a trigram index
-# for CJK (revision 0007's ``messages_trigram`` up to Hermes v9, Hermes's name from v10 on).
-# All are external-content tables, over ``messages`` or over a view of it.
-SQLITE_FTS_TABLES = ("messages_fts", "messages_trigram", "messages_fts_trigram")
-# What each full-text table indexes: every message, or (trigram) only those with CJK text.
-SQLITE_FTS_CONTENT = {
-    "messages_fts": "messages",
-    "messages_trigram": "messages_trigram_source",
-    "messages_fts_trigram": "messages_fts_trigram_source",
-}
-# From Hermes v11 (revision 0014) the word index reads the concatenated text of this view.
-SQLITE_FTS_LATER_CONTENT = "messages_fts_source"
 
 _REVISION_TO_HERMES = {revision: number for number, revision in legacy.HERMES_REVISIONS.items()}
 
@@ -119,13 +103,6 @@ class Report:
         return {"healthy": self.healthy, "checks": [check.to_dict() for check in self.checks]}
 
 
-def _search_ddl() -> ModuleType:
-    # The migrations own the full-text DDL (an old revision must keep building the same
-    # objects); the repair re-uses it rather than keeping a second copy. They ship as a
-    # package-data directory mypy cannot see, hence the dynamic import.
-    return importlib.import_module("sessionstore._migrations.search_ddl")
-
-
 # -- files -----------------------------------------------------------------------------------
 def is_store_file(url: str | URL, path: Path) -> bool:
     """True when ``path`` is the database behind ``url`` or one of the files beside it that
@@ -155,10 +132,7 @@ def diagnose(store: Store, *, wal_warn_bytes: int = WAL_WARN_BYTES) -> Report:
         # a cascade of SQL errors.
         return Report((schema,), findings)
     checks = [schema, _check_integrity(store)]
-    if store.dialect.name == "sqlite":
-        checks.extend(_sqlite_fts_checks(store))
-    else:
-        checks.extend(_pg_search_checks(store))
+    checks.extend(_search_checks(store))
     checks.append(store.read(lambda conn: _check_dangling_parents(conn, findings)))
     checks.append(store.read(lambda conn: _check_orphan_messages(conn, findings)))
     checks.extend(store.read(lambda conn: _check_counters(conn, findings)))
@@ -204,118 +178,41 @@ def _check_integrity(store: Store) -> Check:
     return Check("integrity", "fail", f"{len(rows)} problem(s): {shown}")
 
 
-def _sqlite_objects(conn: Connection) -> set[str]:
-    rows = conn.exec_driver_sql(
-        "SELECT name FROM sqlite_master WHERE type IN ('table', 'view', 'trigger')"
-    )
-    return {str(row[0]) for row in rows}
+def _search_checks(store: Store) -> list[Check]:
+    """The full-text checks, asked of the dialect's search index.
 
-
-def _sqlite_fts_checks(store: Store) -> list[Check]:
-    """The full-text checks, in one write transaction (``BEGIN IMMEDIATE``).
-
-    FTS5's ``integrity-check`` is spelled as an INSERT: run in a read transaction it has to
+    Where the index's integrity check writes (FTS5 spells it as an INSERT), the checks run in
+    one write transaction (``BEGIN IMMEDIATE``): in a read transaction the check would have to
     upgrade to a writer, and under load SQLite answers "database is locked" (a busy writer, or
     a snapshot gone stale), which must never read as a damaged index. Holding the write lock
-    from the start, the checks see one state of the file and nothing can be locked out from
-    under them; waiting for the lock follows the store's retry policy, and a store that stays
-    busy is reported as "not checked", never as damage (so ``--fix`` rebuilds nothing)."""
-
-    def run(conn: Connection) -> tuple[list[str], list[str], list[str], int]:
-        return _sqlite_fts_findings(store, conn)
-
+    from the start, the checks see one state of the file; waiting for the lock follows the
+    store's retry policy, and a store that stays busy is reported as "not checked", never as
+    damage (so ``--fix`` rebuilds nothing). A read-only store is checked in a read
+    transaction."""
+    index = store.dialect.search_index
     try:
-        missing, parity, broken, message_total = store.write(run)
+        health = store.write(index.check) if index.check_writes else store.read(index.check)
     except StoreBusyError as exc:
         return _fts_not_checked(f"the store stayed busy ({exc.attempts} attempts); not checked")
     except ReadOnlyStoreError:
-        missing, parity, broken, message_total = store.read(run)
+        health = store.read(index.check)
     return [
-        Check("fts_objects", "fail", f"missing: {', '.join(missing)}", fixable=True)
-        if missing
-        else Check("fts_objects", "ok", "full-text table and triggers present"),
-        Check("fts_parity", "fail", "; ".join(parity), fixable=True)
-        if parity
-        else Check("fts_parity", "ok", f"{message_total} messages indexed"),
-        Check("fts_integrity", "fail", "; ".join(broken), fixable=True)
-        if broken
+        Check("fts_objects", "fail", f"missing: {', '.join(health.missing)}", fixable=True)
+        if health.missing
+        else Check("fts_objects", "ok", "search indexes and their triggers present"),
+        Check("fts_parity", "skip", "expression indexes cover every row by construction")
+        if health.out_of_step is None
+        else Check("fts_parity", "fail", "; ".join(health.out_of_step), fixable=True)
+        if health.out_of_step
+        else Check("fts_parity", "ok", f"{health.indexed} messages indexed"),
+        Check("fts_integrity", "fail", "; ".join(health.broken), fixable=True)
+        if health.broken
         else Check("fts_integrity", "ok", "integrity-check: ok"),
     ]
 
 
 def _fts_not_checked(reason: str) -> list[Check]:
     return [Check(name, "skip", reason) for name in ("fts_objects", "fts_parity", "fts_integrity")]
-
-
-def _sqlite_fts_findings(
-    store: Store, conn: Connection
-) -> tuple[list[str], list[str], list[str], int]:
-    search_ddl = _search_ddl()
-    objects = _sqlite_objects(conn)
-    expected = [search_ddl.FTS_TABLE, *search_ddl.FTS_TRIGGERS]
-    if search_ddl.TRIGRAM_TABLE in objects:
-        # Optional (the SQLite library may lack the tokenizer), but once there it must be
-        # kept in step, or substring search misses new messages.
-        expected.extend(search_ddl.TRIGRAM_TRIGGERS)
-    if search_ddl.HERMES_TRIGRAM_TABLE in objects:
-        expected.extend(search_ddl.HERMES_TRIGRAM_TRIGGERS)
-    missing = [name for name in expected if name not in objects]
-    tables = [name for name in SQLITE_FTS_TABLES if name in objects]
-    message_total = int(conn.execute(select(func.count()).select_from(messages)).scalar_one())
-    parity: list[str] = []
-    for table in tables:
-        docsize = f"{table}_docsize"
-        if docsize not in objects:
-            continue
-        indexed = int(conn.exec_driver_sql(f"SELECT count(*) FROM {docsize}").scalar_one())
-        source = SQLITE_FTS_CONTENT[table]
-        if table == "messages_fts" and SQLITE_FTS_LATER_CONTENT in objects:
-            source = SQLITE_FTS_LATER_CONTENT
-        expected_rows = int(conn.exec_driver_sql(f"SELECT count(*) FROM {source}").scalar_one())
-        if indexed != expected_rows:
-            parity.append(f"{table} holds {indexed} rows for {expected_rows} in {source}")
-    broken: list[str] = []
-    for table in tables:
-        try:
-            with conn.begin_nested():
-                # rank=1 also compares the index with the external content table.
-                conn.exec_driver_sql(
-                    f"INSERT INTO {table}({table}, rank) VALUES('integrity-check', 1)"
-                )
-        except DBAPIError as exc:
-            if store.dialect.is_retryable(exc) or _is_read_only_refusal(exc):
-                raise  # contention (retried by the store) or a read-only file: not damage
-            broken.append(f"{table}: {str(exc.orig).splitlines()[0]}")
-    return missing, parity, broken, message_total
-
-
-def _is_read_only_refusal(exc: DBAPIError) -> bool:
-    return "readonly" in str(exc.orig).lower() or "read-only" in str(exc.orig).lower()
-
-
-def _pg_search_checks(store: Store) -> list[Check]:
-    statement = (
-        "SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
-        "WHERE c.relname = ANY(%(names)s)"
-    )
-
-    def run(conn: Connection) -> tuple[tuple[str, ...], dict[str, bool]]:
-        expected = _search_ddl().pg_search_indexes(conn)
-        rows = conn.exec_driver_sql(statement, {"names": list(expected)})
-        return expected, {str(row[0]): bool(row[1]) for row in rows}
-
-    expected, found = store.read(run)
-    missing = [name for name in expected if name not in found]
-    invalid = [name for name, valid in found.items() if not valid]
-    return [
-        Check("fts_objects", "fail", f"missing: {', '.join(missing)}", fixable=True)
-        if missing
-        else Check("fts_objects", "ok", "search indexes present"),
-        Check("fts_parity", "skip", "expression indexes cover every row by construction"),
-        Check("fts_integrity", "fail", f"invalid: {', '.join(invalid)}", fixable=True)
-        if invalid
-        else Check("fts_integrity", "ok", "search indexes valid"),
-    ]
 
 
 def _examples(ids: Iterable[str]) -> str:
@@ -686,26 +583,9 @@ def _counters_of(conn: Connection, session_ids: list[str]) -> dict[str, tuple[in
 
 
 def _rebuild_search(store: Store) -> str:
-    search_ddl = _search_ddl()
-
-    def run(conn: Connection) -> None:
-        if store.dialect.name == "sqlite" and search_ddl.uses_later_layout(conn):
-            search_ddl.create_later_search_objects(
-                conn, trigram=search_ddl.sqlite_supports_trigram(conn)
-            )
-            return
-        if store.dialect.name == "sqlite":
-            search_ddl.create_search_objects(conn)
-            conn.exec_driver_sql(search_ddl.SQLITE_REBUILD_FTS)
-            if search_ddl.TRIGRAM_TABLE in _sqlite_objects(conn):
-                # Re-creates missing triggers, then rebuilds the index from ``messages``.
-                search_ddl.create_trigram_objects(conn)
-            return
-        search_ddl.repair_search_objects(conn)
-        for index in search_ddl.pg_search_indexes(conn):
-            conn.exec_driver_sql(f"REINDEX INDEX {index}")
-
-    store.write(run)
+    # Dropped and built again from the rows in one write transaction: a reader sees the old
+    # index or the new one.
+    store.write(store.dialect.search_index.rebuild)
     return "rebuilt the full-text index"
 
 

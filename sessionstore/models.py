@@ -13,6 +13,7 @@ from __future__ import annotations
 from sqlalchemy import Index, Integer, Text, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from .dialects import search_names
 from .tables import (
     SCHEMA_VERSION,
     CounterColumn,
@@ -55,25 +56,8 @@ IDX_MESSAGES_SESSION_ACTIVE = "idx_messages_session_active"
 IDX_MESSAGES_PLATFORM_MSG_ID = "idx_messages_platform_msg_id"
 IDX_COMPRESSION_LOCKS_EXPIRES = "idx_compression_locks_expires"
 
-# Full-text objects created by raw DDL in the migrations (sessionstore/_migrations/search_ddl.py).
-_FTS5_SHADOWS = ("data", "idx", "content", "docsize", "config")
-SEARCH_OBJECT_NAMES = frozenset(
-    {
-        *(
-            f"{table}_{shadow}" if shadow else table
-            for table in ("messages_fts", "messages_trigram", "messages_fts_trigram")
-            for shadow in ("", *_FTS5_SHADOWS)
-        ),
-        "messages_fts_source",
-        "messages_fts_trigram_source",
-        "messages_trigram_source",
-        "ix_messages_content_tsv",
-        "ix_messages_content_tsvector",
-        "content_tsv",
-        "ix_messages_content_trgm",
-        "ix_messages_indexed_text_trgm",
-    }
-)
+# Full-text objects created by raw DDL in the migrations: their names live with the search code.
+SEARCH_OBJECT_NAMES = search_names.SEARCH_OBJECT_NAMES
 
 
 class Base(DeclarativeBase):

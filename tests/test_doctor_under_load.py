@@ -126,7 +126,7 @@ def test_busy_store_is_reported_not_checked(tmp_path: Path) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
         with Store.open(url, retry=RetryPolicy(max_attempts=2, budget_s=0.5),
                         busy_timeout_s=0.05) as store:
-            checks = doctor._sqlite_fts_checks(store)
+            checks = doctor._search_checks(store)
         conn.exec_driver_sql("ROLLBACK")
     holder.dispose()
     assert {check.status for check in checks} == {"skip"}

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cjk_checks import assert_cjk_index_matches_scan, assert_no_cjk_index
 from legacy import build_legacy_db
 from legacy_later import (
     HEAD_INDEXES,
@@ -116,6 +117,7 @@ def test_later_file_upgrades_to_head_and_back_keeping_every_row(
     assert schema_names(path, "index") >= HEAD_INDEXES
     assert set(HERMES_FTS_TRIGGERS) <= schema_names(path, "trigger")
     assert_later_search_works(path)
+    assert_cjk_index_matches_scan(path)
     assert hermes_open_actions(path) == []
     if version >= 8:
         with open_db(path) as conn:
@@ -137,6 +139,7 @@ def test_later_file_upgrades_to_head_and_back_keeping_every_row(
     for old, new in zip(before["messages"], down["messages"], strict=True):
         assert {k: v for k, v in old.items() if k in new} == new
     assert_search_works(path, down["messages"])
+    assert_no_cjk_index(path)
 
 
 def test_fresh_head_store_is_what_newest_hermes_creates(tmp_path: Path) -> None:
@@ -150,12 +153,13 @@ def test_fresh_head_store_is_what_newest_hermes_creates(tmp_path: Path) -> None:
     assert table_columns(path, "state_meta") == ["key", "value"]
     assert schema_names(path, "index") >= HEAD_INDEXES
     assert hermes_open_actions(path) == []
-    # One word index and one trigram index: 0007's table was replaced, not duplicated.
+    # One word index, one trigram index (0007's table was replaced, not duplicated) and the
+    # CJK bigram index of 0021.
     fts_tables = {
         row[0]
         for row in query(path, "SELECT name FROM sqlite_master WHERE sql LIKE '%USING fts5%'")
     }
-    assert fts_tables == {"messages_fts", "messages_fts_trigram"}
+    assert fts_tables == {"messages_fts", "messages_fts_trigram", "messages_cjk_bigram"}
 
 
 @pytest.mark.parametrize("how", ["built-at-17", "hermes-opened-our-0008-file"])
@@ -228,6 +232,7 @@ def test_newest_hermes_keeps_writing_and_sessionstore_sees_it(tmp_path: Path) ->
         assert [hit["id"] for hit in db.search_messages("quetzalwrite")] == [new_id]
     with open_db(path) as conn:
         assert fts_ids(conn, "messages_fts_trigram", "震预警系") == {new_id}
+    assert_cjk_index_matches_scan(path)  # Hermes's write, indexed by the bigram triggers
     with open_db(path) as conn:
         for table in ("messages_fts", "messages_fts_trigram"):
             conn.execute(f"INSERT INTO {table}({table}, rank) VALUES('integrity-check', 1)")

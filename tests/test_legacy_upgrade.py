@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cjk_checks import assert_cjk_index_matches_scan, assert_no_cjk_index
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from legacy import (
@@ -221,6 +222,7 @@ def assert_at_head(path: Path, before: Snapshot, *, titles_may_change: bool = Fa
     assert {TITLE_INDEX_NAME, *V1_INDEX_NAMES} <= indexes
     assert_titles_unique(path)
     assert_search_works(path, after["messages"], with_tools=True)
+    assert_cjk_index_matches_scan(path)
     return after
 
 
@@ -247,6 +249,7 @@ def assert_at_version(path: Path, version: int, before: Snapshot, upgraded: Snap
     assert set(V1_INDEX_NAMES) <= indexes
     assert (TITLE_INDEX_NAME in indexes) == (version >= 4)
     assert_search_works(path, after["messages"])
+    assert_no_cjk_index(path)
 
 
 # --- tests ----------------------------------------------------------------------------------
@@ -285,8 +288,10 @@ _HERMES_NUMBER_OF = {revision: number for number, revision in adoption.HERMES_RE
 
 
 def expected_schema_version(revision: str) -> int:
-    # Our own revisions between the Hermes ones (0007, 0008, ...) keep Hermes's v6 number.
-    return _HERMES_NUMBER_OF.get(revision, NEWEST_KNOWN_VERSION)
+    # Our own revisions keep the number of the Hermes revision before them: 0007-0009 say 6,
+    # 0021 (after 0020, Hermes v17) says 17.
+    earlier = [number for rev, number in _HERMES_NUMBER_OF.items() if rev <= revision]
+    return max(earlier, default=NEWEST_KNOWN_VERSION)
 
 
 @pytest.mark.parametrize("start", ["legacy_v1", "fresh"])

@@ -22,10 +22,12 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import OperationalError
 
 from sessionstore import migrate
-from sessionstore.search.fts5 import FTS5Search, is_query_error
+from sessionstore.dialects import dialect_for
+from sessionstore.dialects.sqlite_search import SQLiteSearchIndex, is_query_error
 from sessionstore.search.hits import ContextMessage, SearchHit
 from sessionstore.search.request import Page, SearchFilters
-from sessionstore.search.service import backend_for, search_messages
+from sessionstore.search.service import search_messages
+from sessionstore.search.terms import SubstringQuery, parse_substring_query
 from sessionstore.store import Store
 
 HIT_KEYS = [
@@ -92,6 +94,12 @@ def seed(
 
     store.write(write)
     return {message.name: index for index, message in enumerate(messages, start=1)}
+
+
+def substring_query(needle: str) -> SubstringQuery:
+    parsed = parse_substring_query(needle)
+    assert parsed is not None
+    return parsed
 
 
 def search(store: Store, query: str, **kwargs: Any) -> list[SearchHit]:
@@ -225,8 +233,9 @@ def test_more_occurrences_rank_first(store: Store) -> None:
     assert names_of(search(store, "alpha"), ids) == ["thrice", "once"]
 
 
-def test_word_hits_come_before_any_substring_search(store: Store) -> None:
-    """A CJK query with word matches is answered by them alone, on every page."""
+def test_a_cjk_query_is_a_substring_search_not_a_word_search(store: Store) -> None:
+    """As newest Hermes: a CJK query finds the text inside longer runs too (a word search
+    would find only the message where 数据 stands alone), newest first, on every page."""
     ids = seed(
         store,
         [
@@ -234,8 +243,40 @@ def test_word_hits_come_before_any_substring_search(store: Store) -> None:
             Msg("inside", "cli-1", "user", "数据库 contains it", 1002),
         ],
     )
-    assert names_of(search(store, "数据"), ids) == ["token"]
-    assert search(store, "数据", offset=1) == []
+    assert names_of(search(store, "数据"), ids) == ["inside", "token"]
+    assert names_of(search(store, "数据", offset=1), ids) == ["token"]
+    assert search(store, "数据", offset=2) == []
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        pytest.param("deploy 数据库", {"far_apart", "reversed"}, id="mixed-scripts-anywhere"),
+        pytest.param("数据库 deploy", {"far_apart", "reversed"}, id="any-order"),
+        pytest.param("DEPLOY 数据库", {"far_apart", "reversed"}, id="ascii-case-folded"),
+        pytest.param("deploy AND 数据库", {"far_apart", "reversed"}, id="explicit-and"),
+        pytest.param("迁移 OR 部署", {"migrate", "rollout"}, id="or"),
+        pytest.param("数据库 NOT deploy", {"no_deploy"}, id="not"),
+        pytest.param('"数据库 deploy"', {"reversed"}, id="quoted-phrase-adjacent"),
+        pytest.param("deploy 数据库 迁移", set(), id="all-terms-needed"),
+        pytest.param("NOT 数据库", set(), id="only-negative"),
+    ],
+)
+def test_mixed_script_queries_need_every_term_anywhere(
+    store: Store, query: str, expected: set[str]
+) -> None:
+    ids = seed(
+        store,
+        [
+            Msg("far_apart", "cli-1", "user", "deploy the service, then check the 数据库", 1001),
+            Msg("reversed", "cli-1", "user", "数据库 deploy finished", 1002),
+            Msg("no_deploy", "cli-1", "user", "数据库 only", 1003),
+            Msg("migrate", "cli-1", "user", "迁移 done", 1004),
+            Msg("rollout", "cli-1", "user", "部署 done", 1005),
+            Msg("english", "cli-1", "user", "deploy database", 1006),
+        ],
+    )
+    assert set(names_of(search(store, query), ids)) == expected
 
 
 # -- filters and paging ------------------------------------------------------------------------
@@ -501,8 +542,8 @@ def test_substring_search_takes_wildcards_literally(
         ],
     )
     rows = store.read(
-        lambda conn: backend_for(conn).substring_matches(
-            conn, needle, SearchFilters(), Page(limit=10, offset=0)
+        lambda conn: dialect_for(conn).search_index.substring_matches(
+            conn, substring_query(needle), SearchFilters(), Page(limit=10, offset=0)
         )
     )
     assert {name for name, id_ in ids.items() if id_ in {row.id for row in rows}} == expected
@@ -543,10 +584,9 @@ def test_sqlite_match_syntax_errors_find_nothing(tmp_path: Path, raw_match: str)
     migrate.upgrade(url)
     with Store.open(url) as store:
         seed(store, FILTER_CORPUS)
-        backend = FTS5Search()
+        index = SQLiteSearchIndex()
         page = Page(limit=10, offset=0)
-        assert store.read(lambda c: backend.word_matches(c, raw_match, SearchFilters(), page)) == []
-        assert store.read(lambda c: backend.has_word_match(c, raw_match, SearchFilters())) is False
+        assert store.read(lambda c: index.word_matches(c, raw_match, SearchFilters(), page)) == []
 
 
 @pytest.mark.parametrize(
@@ -649,24 +689,130 @@ def test_trigram_index_follows_insert_update_delete(sqlite_store: Store) -> None
     assert_trigram_index_intact(sqlite_store)
 
 
-def test_cjk_search_uses_the_trigram_index_not_a_scan(sqlite_store: Store) -> None:
+BIGRAM_TABLE = "messages_cjk_bigram"
+
+
+def sqlite_plan(store: Store, statement: str, parameters: Any) -> str:
+    rows = store.read(
+        lambda c: c.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters).all()
+    )
+    return "\n".join(str(row[-1]) for row in rows)
+
+
+@pytest.mark.parametrize("needle", ["库", "数据", "数据库", "deploy 数据", "迁移 OR 库"])
+def test_cjk_search_uses_the_bigram_index_not_a_scan(sqlite_store: Store, needle: str) -> None:
+    """1-, 2- and 3-character needles, mixed and OR queries: candidates from the index only."""
+    ids = seed(
+        sqlite_store,
+        [*CORPUS, Msg("mixed", "cli-1", "user", "deploy: 数据库迁移", 9000)],
+    )
+    with StatementLog(sqlite_store) as log:
+        hits = search(sqlite_store, needle)
+    assert hits and all(ids_id in ids.values() for ids_id in (hit.id for hit in hits))
+    ((statement, parameters),) = log.containing(f"{BIGRAM_TABLE} MATCH")
+    plan = sqlite_plan(sqlite_store, statement, parameters)
+    assert f"SCAN {BIGRAM_TABLE} VIRTUAL TABLE" in plan
+    full_scans = [line for line in plan.splitlines() if line.split()[:2] in (
+        ["SCAN", "m"], ["SCAN", "messages"]
+    )]  # fmt: skip
+    assert not full_scans, plan
+
+
+def test_cjk_search_scans_when_the_bigram_index_is_absent(sqlite_store: Store) -> None:
+    """A store below revision 0021 (opened read-only, say) has no bigram index: scan."""
     ids = seed(sqlite_store, CORPUS)
+    cjk_ddl = pytest.importorskip("sessionstore._migrations.cjk_ddl")
+    sqlite_store.write(cjk_ddl.sqlite_drop_bigram_index)
     with StatementLog(sqlite_store) as log:
         hits = search(sqlite_store, "数据库")
     assert names_of(hits, ids) == ["chinese"]
-    assert log.containing(f"{TRIGRAM_TABLE} MATCH")
-    assert not log.containing("LIKE")
+    assert log.containing("LIKE") and not log.containing(f"{BIGRAM_TABLE} MATCH")
 
 
-def test_cjk_search_scans_when_the_trigram_index_is_absent(sqlite_store: Store) -> None:
-    """A file migrated by a SQLite without the trigram tokenizer has no index: scan instead."""
-    ids = seed(sqlite_store, CORPUS)
-    search_ddl = pytest.importorskip("sessionstore._migrations.search_ddl")
-    sqlite_store.write(search_ddl.drop_hermes_trigram_objects)
-    with StatementLog(sqlite_store) as log:
-        hits = search(sqlite_store, "数据库")
-    assert names_of(hits, ids) == ["chinese"]
-    assert log.containing("LIKE") and not log.containing(f"{TRIGRAM_TABLE} MATCH")
+def bigram_ids(store: Store, needle: str) -> set[int]:
+    from sessionstore.dialects.sqlite_search import bigram_match
+
+    match = bigram_match(substring_query(needle))
+    return store.read(
+        lambda c: {
+            row[0]
+            for row in c.execute(
+                sa.text(f"SELECT rowid FROM {BIGRAM_TABLE} WHERE {BIGRAM_TABLE} MATCH :q"),
+                {"q": match},
+            )
+        }
+    )
+
+
+def test_bigram_index_follows_raw_insert_update_delete(sqlite_store: Store) -> None:
+    """Writes that bypass this package (a raw connection, as Hermes writes) are indexed by
+    the triggers; the doctor finds the index in step and intact after each."""
+    from sessionstore import doctor
+
+    def health() -> list[str]:
+        report = doctor.diagnose(sqlite_store)
+        return [f"{c.name}:{c.status}" for c in report.checks if c.name.startswith("fts_")]
+
+    ids = seed(sqlite_store, [Msg("m", "cli-1", "user", "今天的天气很好", 1)])
+    assert bigram_ids(sqlite_store, "天") == {ids["m"]}
+    assert bigram_ids(sqlite_store, "天气") == {ids["m"]}
+    path = sqlite_store.engine.url.database
+    raw = sqlite3.connect(str(path), isolation_level=None)
+    try:
+        raw.execute(
+            "UPDATE messages SET content = 'plain', tool_name = '工具' WHERE id = ?", (ids["m"],)
+        )
+        assert bigram_ids(sqlite_store, "天气") == set()
+        assert bigram_ids(sqlite_store, "工") == {ids["m"]}
+        raw.execute(
+            "INSERT INTO messages (session_id, role, content, tool_calls, timestamp) "
+            "VALUES ('cli-1', 'user', 'ascii only', '[{\"q\": \"数据\"}]', 2)"
+        )
+        assert bigram_ids(sqlite_store, "数据") == {ids["m"] + 1}
+        assert health() == ["fts_objects:ok", "fts_parity:ok", "fts_integrity:ok"]
+        raw.execute("DELETE FROM messages")
+        assert bigram_ids(sqlite_store, "工") == set() == bigram_ids(sqlite_store, "数")
+        assert health() == ["fts_objects:ok", "fts_parity:ok", "fts_integrity:ok"]
+        raw.execute(f"DELETE FROM {BIGRAM_TABLE}_docsize")  # damage the doctor must see
+        raw.execute(
+            "INSERT INTO messages (session_id, role, content, timestamp) "
+            "VALUES ('cli-1', 'user', '再来一次', 3)"
+        )
+        raw.execute(f"DELETE FROM {BIGRAM_TABLE}_docsize")
+    finally:
+        raw.close()
+    assert "fts_parity:fail" in health()
+    doctor.repair(sqlite_store, doctor.diagnose(sqlite_store))
+    assert health() == ["fts_objects:ok", "fts_parity:ok", "fts_integrity:ok"]
+    assert len(search(sqlite_store, "再")) == 1
+
+
+def test_ascii_rows_are_never_indexed_and_cost_no_glob(sqlite_store: Store) -> None:
+    """The prefilter: byte length = character length skips the CJK test for ASCII rows, and a
+    non-ASCII row without CJK is not indexed either."""
+    seed(
+        sqlite_store,
+        [
+            Msg("ascii", "cli-1", "user", "plain english " * 50, 1),
+            Msg("accents", "cli-1", "user", "café naïve", 2),
+            Msg("cjk", "cli-1", "user", "中文", 3),
+        ],
+    )
+    held = sqlite_store.read(
+        lambda c: c.exec_driver_sql(f"SELECT count(*) FROM {BIGRAM_TABLE}_docsize").scalar()
+    )
+    assert held == 1
+    triggers = sqlite_store.read(
+        lambda c: c.exec_driver_sql(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND sql LIKE '%GLOB%'"
+        ).all()
+    )
+    assert {name for name, _ in triggers} == {*TRIGRAM_TRIGGERS, *(
+        f"{BIGRAM_TABLE}_{event}" for event in ("insert", "delete", "update")
+    )}
+    for name, sql in triggers:
+        when = sql.split(" BEGIN")[0]
+        assert when.index("length(CAST(") < when.index("GLOB"), name
 
 
 def test_revision_0007_skips_the_index_without_the_trigram_tokenizer(
@@ -739,7 +885,12 @@ def test_postgresql_search_plans_use_the_gin_indexes(store: Store) -> None:
     store.write(fill)
     store.write(lambda c: c.execute(sa.text("ANALYZE messages")))
     plans = {}
-    for query, marker in (("needle", "@@"), ("数据库迁移", "ILIKE")):
+    grams = "sessionstore_cjk_grams"
+    queries = (
+        ("needle", "@@"), ("数据库迁移", grams), ("库", grams), ("迁移", grams),
+        ("rare 数据", grams),
+    )  # fmt: skip
+    for query, marker in queries:
         with StatementLog(store) as log:
             assert len(search(store, query)) == 1
         ((statement, parameters),) = log.containing(marker)
@@ -753,7 +904,12 @@ def test_postgresql_search_plans_use_the_gin_indexes(store: Store) -> None:
 
         plans[query] = store.read(explain)
     assert "ix_messages_content_tsv" in plans["needle"]
-    assert "ix_messages_indexed_text_trgm" in plans["数据库迁移"]
+    # 3+ characters: either GIN index serves (the planner picks); 1 and 2: only the bigrams can.
+    assert {"ix_messages_cjk_bigrams", "ix_messages_indexed_text_trgm"} & set(
+        plans["数据库迁移"].replace("(", " ").split()
+    )
+    for query in ("库", "迁移", "rare 数据"):
+        assert "ix_messages_cjk_bigrams" in plans[query], plans[query]
     for plan in plans.values():
         assert "Seq Scan on messages" not in plan
 
@@ -762,7 +918,10 @@ def test_trigram_glob_agrees_with_contains_cjk() -> None:
     """Revision 0007 indexes exactly the messages contains_cjk would search for (see CJK_GLOB)."""
     import sqlite3
 
+    from sessionstore._migrations import cjk_ddl
     from sessionstore._migrations.search_ddl import CJK_GLOB
+    from sessionstore.dialects import postgresql_search
+    from sessionstore.dialects import sqlite_search_ddl as sqlite_ddl
     from sessionstore.search import contains_cjk
 
     conn = sqlite3.connect(":memory:")
@@ -773,3 +932,43 @@ def test_trigram_glob_agrees_with_contains_cjk() -> None:
         text = f"ab{chr(point)}cd"
         globbed = conn.execute("SELECT ? GLOB ?", (text, CJK_GLOB)).fetchone()[0]
         assert bool(globbed) == contains_cjk(text), hex(point)
+        assert bool(conn.execute("SELECT ? GLOB ?", (text, sqlite_ddl.CJK_GLOB)).fetchone()[0]) \
+            == contains_cjk(text), hex(point)  # fmt: skip
+        assert bool(conn.execute("SELECT ? GLOB ?", (text, cjk_ddl.CJK_GLOB)).fetchone()[0]) \
+            == contains_cjk(text), hex(point)  # fmt: skip
+    assert postgresql_search.CJK_CLASS == sqlite_ddl.CJK_CLASS == cjk_ddl.CJK_CLASS
+
+
+# -- the search-index object: detect, create, rebuild, check, optimize ---------------------------
+def test_search_index_lifecycle_verbs(store: Store) -> None:
+    """Each dialect's one search-index object: what it misses, it creates; a rebuild and an
+    optimize change no result; its check finds it whole."""
+    ids = seed(store, CORPUS)
+    queries = ("deploy", "数据库", "库", "数据 迁移")
+    before = {q: names_of(search(store, q), ids) for q in queries}
+    assert all(before.values())
+    index = store.dialect.search_index
+    assert store.read(index.missing) == []
+    bigram_objects = (
+        [BIGRAM_TABLE, *(f"{BIGRAM_TABLE}_{e}" for e in ("insert", "delete", "update"))]
+        if is_sqlite(store)
+        else ["ix_messages_cjk_bigrams"]
+    )
+
+    def drop(conn: Connection) -> None:
+        for name in reversed(bigram_objects):
+            kind = ("TRIGGER" if name.endswith(("insert", "delete", "update")) else "TABLE") \
+                if is_sqlite(store) else "INDEX"  # fmt: skip
+            conn.exec_driver_sql(f"DROP {kind} {name}")
+
+    store.write(drop)
+    assert set(store.read(index.missing)) == set(bigram_objects)
+    health = store.write(index.check) if index.check_writes else store.read(index.check)
+    assert health.missing
+    store.write(index.create)
+    assert store.read(index.missing) == []
+    for verb in (index.rebuild, index.optimize):
+        store.write(verb)
+        assert {q: names_of(search(store, q), ids) for q in queries} == before
+    health = store.write(index.check) if index.check_writes else store.read(index.check)
+    assert health.missing == [] and health.broken == [] and not health.out_of_step

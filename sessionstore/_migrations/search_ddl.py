@@ -431,6 +431,19 @@ def create_later_search_objects(bind: sa.engine.Connection, *, trigram: bool) ->
         bind.exec_driver_sql(_rebuild(HERMES_TRIGRAM_TABLE))
 
 
+def restore_hermes_trigram_triggers(bind: sa.engine.Connection) -> None:
+    """Revision 0014's three trigram triggers as it built them (revision 0021's downgrade);
+    nothing when the file has no trigram table (a SQLite without the tokenizer)."""
+    present = bind.exec_driver_sql(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (HERMES_TRIGRAM_TABLE,)
+    ).first()
+    if present is None:
+        return
+    _drop_names(bind, "TRIGGER", HERMES_TRIGRAM_TRIGGERS)
+    for ddl in _later_sqlite_ddl(over_tool_columns=True)[7:]:
+        bind.exec_driver_sql(ddl)
+
+
 def restore_v6_search_objects(bind: sa.engine.Connection) -> None:
     """Back to the v6 layout: external-content ``messages_fts`` over ``content`` only."""
     drop_word_index(bind)

@@ -39,9 +39,11 @@ from ._common import (
     store_url,
 )
 
-PRESERVING_REVISIONS = frozenset({"0004", "0007", "0008", "0009", "0013", "0018", "0019"})
+PRESERVING_REVISIONS = frozenset(
+    {"0004", "0007", "0008", "0009", "0013", "0018", "0019", "0021"}
+)
 """Revisions whose downgrade loses no value: it drops or rebuilds only indexes (derived data,
-rebuilt by an upgrade: 0004, 0007, 0008, 0013, 0018), narrows counters only when every value
+rebuilt by an upgrade: 0004, 0007, 0008, 0013, 0018, 0021), narrows counters only when every value
 fits (0009, else it refuses) or only writes the schema number back (0019). Undoing any other
 revision drops columns or tables, so a downgrade across it loses data."""
 
@@ -217,8 +219,8 @@ def db_downgrade(
     """Step the schema back to REVISION (a SQLite file is backed up first).
 
     A downgrade that drops data (tables, or columns that hold values: every step but 0004, 0007,
-    0008, 0009, 0013, 0018 and 0019) asks first on a terminal and is refused without one unless
-    --yes is given.
+    0008, 0009, 0013, 0018, 0019 and 0021) asks first on a terminal and is refused without one
+    unless --yes is given.
     PostgreSQL is not backed up: take a pg_dump first.
     """
     _change_schema(

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from sqlalchemy.dialects.sqlite import Insert as SqliteInsert
 
     from ..errors import SessionStoreError
+    from ..search.index import SearchIndex
     from ..writerqueue import WriterQueue
 
     UpsertInsert = SqliteInsert | PgInsert
@@ -141,6 +142,11 @@ class StoreDialect(Protocol):
     def integrity_problems(self, conn: Connection) -> list[str] | None:
         """What the database's own page check reports (empty: sound); None where the server
         checks its own pages."""
+
+    @property
+    def search_index(self) -> SearchIndex:
+        """This database's one search-index object: word and substring matching, and the
+        search objects' create, detect, rebuild, check and optimize."""
 
     def json_list_sql(self, param: str) -> str:
         """SQL for a parenthesised subquery of the text values of the JSON-array parameter

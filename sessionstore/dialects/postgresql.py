@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import Table, event, text
 from sqlalchemy.dialects.postgresql import Insert, insert
@@ -24,6 +24,9 @@ from ..errors import (
     ValueOutOfRangeError,
 )
 from . import MISSING_CORE_TABLE, IntegrityViolation
+
+if TYPE_CHECKING:
+    from ..search.index import SearchIndex
 
 # serialization_failure, deadlock_detected, lock_not_available (lock_timeout). Not
 # query_canceled (57014): that is also a deliberate cancel or statement_timeout, never a lock.
@@ -208,6 +211,13 @@ class PostgreSQLDialect:
 
     def insert(self, table: Table) -> Insert:
         return insert(table)
+
+    @property
+    def search_index(self) -> SearchIndex:
+        # Imported on first search: opening a store needs none of it.
+        from .postgresql_search import PostgreSQLSearchIndex
+
+        return PostgreSQLSearchIndex()
 
     def json_list_sql(self, param: str) -> str:
         return f"(SELECT json_array_elements_text(CAST(:{param} AS json)))"

@@ -8,7 +8,7 @@ service adds the context. :func:`substring_snippet` gives substring hits (where 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Final
 
 SNIPPET_START: Final = ">>>"
@@ -19,6 +19,26 @@ CONTEXT_CONTENT_CHARS: Final = 200
 SUBSTRING_SNIPPET_SIDE_CHARS: Final = 20
 """Characters kept on each side of a substring hit: about the 40 tokens of a trigram
 ``snippet()``, which counts characters."""
+
+
+def substring_snippet_sql(content: str, hit_start: str, needle: str, greatest: str) -> str:
+    """The three columns :func:`substring_snippet` is built from, as SQL both dialects share:
+    ``text_before``, ``hit_text``, ``text_after``. Only the page's rows are cut.
+
+    ``hit_start`` is the 1-based position of the hit in ``content`` (0: not located), found
+    case-folded as the dialect's ``LIKE`` matched; ``greatest`` is the dialect's two-argument
+    maximum (``max`` on SQLite, ``greatest`` on PostgreSQL).
+    """
+    side = SUBSTRING_SNIPPET_SIDE_CHARS
+    before_from = f"{greatest}(1, {hit_start} - {side})"
+    return f"""
+       CASE WHEN {hit_start} > 0
+            THEN substr({content}, {before_from}, {hit_start} - {before_from}) END AS text_before,
+       CASE WHEN {hit_start} > 0 THEN substr({content}, {hit_start}, length({needle}))
+       END AS hit_text,
+       CASE WHEN {hit_start} > 0 THEN substr({content}, {hit_start} + length({needle}), {side + 1})
+            ELSE substr({content}, 1, {2 * side + 1})
+       END AS text_after"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,37 +56,8 @@ class ContextMessage:
 
 
 @dataclass(frozen=True, slots=True)
-class SearchHit:
-    id: int
-    session_id: str
-    role: str
-    snippet: str
-    timestamp: float
-    tool_name: str | None
-    source: str
-    model: str | None
-    session_started: float
-    context: list[ContextMessage]
-
-    def to_dict(self) -> dict[str, Any]:
-        """The dict Hermes's ``SessionDB.search_messages`` returns for one hit."""
-        return {
-            "id": self.id,
-            "session_id": self.session_id,
-            "role": self.role,
-            "snippet": self.snippet,
-            "timestamp": self.timestamp,
-            "tool_name": self.tool_name,
-            "source": self.source,
-            "model": self.model,
-            "session_started": self.session_started,
-            "context": [message.to_dict() for message in self.context],
-        }
-
-
-@dataclass(frozen=True, slots=True)
 class MatchRow:
-    """A matching message as a backend found it, before its context is attached."""
+    """A matching message as a search index found it, before its context is attached."""
 
     id: int
     session_id: str
@@ -79,18 +70,24 @@ class MatchRow:
     session_started: float
 
     def with_context(self, context: list[ContextMessage]) -> SearchHit:
-        return SearchHit(
-            id=self.id,
-            session_id=self.session_id,
-            role=self.role,
-            snippet=self.snippet,
-            timestamp=self.timestamp,
-            tool_name=self.tool_name,
-            source=self.source,
-            model=self.model,
-            session_started=self.session_started,
-            context=context,
-        )
+        values: dict[str, Any] = {name: getattr(self, name) for name in _MATCH_FIELDS}
+        return SearchHit(context=context, **values)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit(MatchRow):
+    """A match with its context: what ``search_messages`` returns."""
+
+    context: list[ContextMessage]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The dict Hermes's ``SessionDB.search_messages`` returns for one hit."""
+        hit: dict[str, Any] = {name: getattr(self, name) for name in _MATCH_FIELDS}
+        hit["context"] = [message.to_dict() for message in self.context]
+        return hit
+
+
+_MATCH_FIELDS: Final = tuple(item.name for item in fields(MatchRow))
 
 
 def match_row(

@@ -1,58 +1,29 @@
 """``search_messages``: the one entry point, the same flow on every database.
 
-1. Check the arguments (:mod:`.request`) and sanitize the query; nothing to search -> ``[]``.
-2. Word search through the database's backend, best match first.
-3. If that found nothing and the query holds CJK characters, substring search, newest first
-   (Hermes's CJK fallback; here served by an index where the database has one).
-4. Attach each hit's context in a fixed number of statements (:mod:`.context`).
+1. Check the arguments (:mod:`.request`); nothing to search -> ``[]``.
+2. A query holding CJK characters is a substring search (:mod:`.terms`: every term anywhere in
+   the message, newest first), as newest Hermes answers CJK; the database's search index looks
+   the CJK terms up in its bigram index and verifies every term against the text. Any other
+   query is sanitized (:mod:`.sanitize`) and matched as words, best match first.
+3. Attach each hit's context in a fixed number of statements (:mod:`.context`).
 
-A page past the end of the word results stays empty: the fallback runs only when the word
-search has no match at all, so paging never mixes the two result sets.
+The database's search index is its dialect's (``dialect_for(conn).search_index``): this
+module never names a database.
 """
 
 from __future__ import annotations
 
-import re
 import weakref
-from collections.abc import Callable, Mapping
-from typing import Final, Protocol
 
 from sqlalchemy import inspect
 from sqlalchemy.engine import Connection, Engine
 
+from ..dialects import dialect_for
 from .context import fetch_context
-from .fts5 import FTS5Search
-from .hits import MatchRow, SearchHit
-from .postgres import PostgreSQLSearch
-from .request import Page, SearchFilters, make_filters, make_page
+from .hits import SearchHit
+from .request import make_filters, make_page
 from .sanitize import contains_cjk, sanitize_fts5_query
-
-
-class SearchBackend(Protocol):
-    def word_matches(
-        self, conn: Connection, query: str, filters: SearchFilters, page: Page
-    ) -> list[MatchRow]:
-        """One page of hits for a sanitized FTS5 query, best first; a bad query finds nothing."""
-
-    def has_word_match(self, conn: Connection, query: str, filters: SearchFilters) -> bool:
-        """Whether :meth:`word_matches` would find anything on any page."""
-
-    def substring_matches(
-        self, conn: Connection, needle: str, filters: SearchFilters, page: Page
-    ) -> list[MatchRow]:
-        """One page of messages containing ``needle`` (case-insensitively), newest first."""
-
-
-# NUL cannot be bound on PostgreSQL and a lone surrogate cannot be encoded; neither is in any
-# stored message (the write path refuses or replaces both).
-_UNSEARCHABLE: Final = re.compile("[\x00\ud800-\udfff]")
-
-# The one place that maps a database to its search code (keyed by SQLAlchemy's dialect name).
-BACKENDS: Final[Mapping[str, Callable[[], SearchBackend]]] = {
-    "sqlite": FTS5Search,
-    "postgresql": PostgreSQLSearch,
-}
-
+from .terms import parse_substring_query
 
 _MESSAGE_STATES: weakref.WeakKeyDictionary[Engine, bool] = weakref.WeakKeyDictionary()
 
@@ -68,14 +39,6 @@ def has_message_states(conn: Connection) -> bool:
         known = {"active", "compacted"} <= columns
         _MESSAGE_STATES[engine] = known
     return known
-
-
-def backend_for(conn: Connection) -> SearchBackend:
-    name = conn.dialect.name
-    try:
-        return BACKENDS[name]()
-    except KeyError:
-        raise ValueError(f"no message search for database {name!r}") from None
 
 
 def search_messages(
@@ -112,35 +75,18 @@ def search_messages(
         searchable_only=not include_inactive and has_message_states(conn),
         sort=sort,
     )
-    sanitized = sanitize_fts5_query(query)
-    if page is None or filters.matches_nothing or not sanitized:
+    if page is None or filters.matches_nothing:
         return []
-    backend = backend_for(conn)
-    rows = backend.word_matches(conn, sanitized, filters, page)
-    if not rows and contains_cjk(query):
-        rows = _substring_fallback(conn, backend, query, sanitized, filters, page)
+    index = dialect_for(conn).search_index
+    if contains_cjk(query):
+        substring_query = parse_substring_query(query)
+        if substring_query is None:
+            return []
+        rows = index.substring_matches(conn, substring_query, filters, page)
+    else:
+        sanitized = sanitize_fts5_query(query)
+        if not sanitized:
+            return []
+        rows = index.word_matches(conn, sanitized, filters, page)
     context = fetch_context(conn, [row.id for row in rows])
     return [row.with_context(context.get(row.id, [])) for row in rows]
-
-
-def _substring_fallback(
-    conn: Connection,
-    backend: SearchBackend,
-    query: str,
-    sanitized: str,
-    filters: SearchFilters,
-    page: Page,
-) -> list[MatchRow]:
-    needle = substring_needle(query)
-    if not needle:
-        return []
-    if page.offset > 0 and backend.has_word_match(conn, sanitized, filters):
-        return []  # past the last page of word results, not a query without word results
-    return backend.substring_matches(conn, needle, filters, page)
-
-
-def substring_needle(query: str) -> str:
-    """The literal text a substring search looks for: the query as typed, minus what no
-    stored message can contain (NUL, lone surrogates) and, as in Hermes, surrounding
-    whitespace and double quotes (a quoted ``"数据库"`` means the same text)."""
-    return _UNSEARCHABLE.sub("", query).strip().strip('"').strip()

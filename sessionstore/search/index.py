@@ -1,0 +1,65 @@
+"""What every dialect's search index offers: the seam between search and the databases.
+
+Each dialect (:mod:`sessionstore.dialects`) owns one object of this shape, as Alembic keeps one
+``DefaultImpl`` per database and sqlite-utils keeps its full-text verbs on one table object: it
+matches words and substrings, and knows how to find, build, rebuild, check and optimize its own
+objects (whose names live in :mod:`sessionstore.dialects.search_names`). The search service,
+the doctor and the CLI ask ``dialect_for(conn).search_index``; none of them names a database.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from sqlalchemy.engine import Connection
+
+from .hits import MatchRow
+from .request import Page, SearchFilters
+from .terms import SubstringQuery
+
+
+@dataclass(frozen=True)
+class IndexHealth:
+    """What :meth:`SearchIndex.check` found (empty lists: nothing wrong)."""
+
+    missing: list[str] = field(default_factory=list)
+    """Objects the head layout has and this database lacks."""
+    out_of_step: list[str] | None = field(default_factory=list)
+    """Indexes holding another number of rows than they should; None: cannot differ."""
+    broken: list[str] = field(default_factory=list)
+    """Indexes their own integrity check rejects."""
+    indexed: int = 0
+    """Messages the word index covers."""
+
+
+class SearchIndex(Protocol):
+    check_writes: bool
+    """True when :meth:`check` must run in a write transaction (FTS5 spells its integrity
+    check as an INSERT); on a read-only store it is then run in a read transaction."""
+
+    def word_matches(
+        self, conn: Connection, query: str, filters: SearchFilters, page: Page
+    ) -> list[MatchRow]:
+        """One page of hits for a sanitized FTS5 query, best first; a bad query finds nothing."""
+
+    def substring_matches(
+        self, conn: Connection, query: SubstringQuery, filters: SearchFilters, page: Page
+    ) -> list[MatchRow]:
+        """One page of messages holding the query's terms (its CJK terms looked up in the
+        index, every term verified against the text), newest first."""
+
+    def missing(self, conn: Connection) -> list[str]:
+        """The search objects of the head layout this database lacks."""
+
+    def create(self, conn: Connection) -> None:
+        """Create whatever is missing and fill what was created from the rows."""
+
+    def rebuild(self, conn: Connection) -> None:
+        """Every search object built again and refilled from the rows (one transaction)."""
+
+    def check(self, conn: Connection) -> IndexHealth:
+        """Objects present, indexes in step with the rows, integrity."""
+
+    def optimize(self, conn: Connection) -> None:
+        """Merge the index's pieces for faster queries (no change in results)."""
