@@ -39,6 +39,7 @@ from typer.testing import CliRunner
 
 from sessionstore import Store, doctor, migrate, transfer
 from sessionstore.cli import app
+from sessionstore.dialects.search_names import SEARCH_OBJECT_NAMES
 from sessionstore.errors import SchemaTooNewError
 from sessionstore.facade import SessionDB
 from sessionstore.records import MESSAGE_FIELDS, SESSION_FIELDS
@@ -91,15 +92,15 @@ def field_copy(field_files: FieldFiles, schema: int, target: Path) -> Path:
 
 
 def raw_tables(path: Path) -> dict[str, list[dict[str, Any]]]:
-    """Every row of every ordinary table, through plain sqlite3 (FTS shadow tables and the
-    version bookkeeping aside)."""
+    """Every row of every ordinary table, through plain sqlite3 (full-text objects and their
+    shadow tables, and the version bookkeeping aside)."""
     with closing(sqlite3.connect(path)) as conn:
         conn.row_factory = sqlite3.Row
         names = [row[0] for row in conn.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table' AND sql NOT LIKE 'CREATE VIRTUAL%'"
             " AND name NOT LIKE 'sqlite_%' AND name NOT LIKE 'messages_fts%'"
             " AND name NOT IN ('alembic_version', 'schema_version')"
-        )]  # fmt: skip
+        ) if row[0] not in SEARCH_OBJECT_NAMES]  # fmt: skip
         return {
             name: [dict(row) for row in conn.execute(f'SELECT * FROM "{name}" ORDER BY rowid')]
             for name in names

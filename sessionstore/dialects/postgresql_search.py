@@ -32,6 +32,7 @@ from ..search.hits import (
     match_row,
     substring_match_rows,
     substring_snippet_sql,
+    substring_snippet_text_sql,
 )
 from ..search.index import IndexHealth
 from ..search.request import Page, SearchFilters, filtered_statement
@@ -138,10 +139,11 @@ ORDER BY {{page_order}}
 """
 
 # ILIKE lower-cases both sides, so strpos() over lower() finds the occurrence it matched.
+_SNIPPET_TEXT: Final = substring_snippet_text_sql("strpos", ":needle")
 _SUBSTRING_SEARCH: Final = f"""
 SELECT m.id, m.session_id, m.role, m.timestamp, m.tool_name, s.source, s.model, s.started_at,
        hit.start AS hit_start,
-       {substring_snippet_sql("m.content", "hit.start", ":needle", "greatest")}
+       {substring_snippet_sql(_SNIPPET_TEXT, "hit.start", ":needle", "greatest")}
 FROM (
     SELECT m.id
     FROM messages AS m
@@ -153,7 +155,7 @@ FROM (
 JOIN messages AS m ON m.id = page.id
 JOIN sessions AS s ON s.id = m.session_id
 CROSS JOIN LATERAL (
-    SELECT coalesce(strpos(lower(m.content), lower(:needle)), 0) AS start
+    SELECT coalesce(strpos(lower({_SNIPPET_TEXT}), lower(:needle)), 0) AS start
 ) AS hit
 ORDER BY {{order}}
 """

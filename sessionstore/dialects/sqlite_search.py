@@ -31,6 +31,7 @@ from ..search.hits import (
     match_row,
     substring_match_rows,
     substring_snippet_sql,
+    substring_snippet_text_sql,
 )
 from ..search.index import IndexHealth
 from ..search.long_text import LONG_MESSAGE_CHARS, long_text_snippet, term_pattern
@@ -73,13 +74,14 @@ LIMIT :limit OFFSET :offset
 # inside one message). SQLite's LIKE and lower() both fold ASCII letters only, so instr() over
 # lower() finds the very occurrence LIKE matched. The text around it is cut from the page's
 # rows only.
+_SNIPPET_TEXT: Final = substring_snippet_text_sql("instr", ":needle")
 _SUBSTRING_SEARCH: Final = f"""
 SELECT hit.id, hit.session_id, hit.role, hit.timestamp, hit.tool_name, hit.source, hit.model,
        hit.started_at, hit.hit_start,
-       {substring_snippet_sql("m.content", "hit.hit_start", ":needle", "max")}
+       {substring_snippet_sql(_SNIPPET_TEXT, "hit.hit_start", ":needle", "max")}
 FROM (
     SELECT m.id, m.session_id, m.role, m.timestamp, m.tool_name, s.source, s.model,
-           s.started_at, coalesce(instr(lower(m.content), lower(:needle)), 0) AS hit_start
+           s.started_at, coalesce(instr(lower({_SNIPPET_TEXT}), lower(:needle)), 0) AS hit_start
     FROM (
         SELECT m.id
         {{candidates}}

@@ -21,6 +21,23 @@ SUBSTRING_SNIPPET_SIDE_CHARS: Final = 20
 ``snippet()``, which counts characters."""
 
 
+def substring_snippet_text_sql(position: str, needle: str) -> str:
+    """The text a substring hit's snippet is cut from, as SQL both dialects share: the
+    message's content where the needle is in it, else its tool calls or tool name (the search
+    covers those too, and an assistant's tool-call message has no content), else the content.
+
+    ``position`` is the dialect's 1-based ``instr``/``strpos``; ``m`` is the message's alias.
+    """
+    def found_in(column: str) -> str:
+        return f"coalesce({position}(lower({column}), lower({needle})), 0) > 0"
+
+    return (
+        f"CASE WHEN {found_in('m.content')} THEN m.content"
+        f" WHEN {found_in('m.tool_calls')} THEN m.tool_calls"
+        f" WHEN {found_in('m.tool_name')} THEN m.tool_name ELSE m.content END"
+    )
+
+
 def substring_snippet_sql(content: str, hit_start: str, needle: str, greatest: str) -> str:
     """The three columns :func:`substring_snippet` is built from, as SQL both dialects share:
     ``text_before``, ``hit_text``, ``text_after``. Only the page's rows are cut.
