@@ -1497,8 +1497,16 @@ def startup_rows(source: HermesSource, hermes_path: Path, our_url: str, session_
     root = str(Path(module_file).parent) if module_file else ""
     values = {"root": root, "path": str(hermes_path), "url": our_url, "session": session_id}
     environment = {**os.environ, "HERMES_HOME": str(home)}
+    # Compiled modules cached, as an installed wheel has them, for all three programs alike
+    # and in a tree of their own: with PYTHONDONTWRITEBYTECODE set (as on these machines) a
+    # checkout's modules would be compiled again in every interpreter, site-packages' not.
+    environment.pop("PYTHONDONTWRITEBYTECODE", None)
+    environment["PYTHONPYCACHEPREFIX"] = str(home / "pycache")
     kinds = ["floor", "ours"] + (["hermes"] if source.real else [])
     samples: dict[str, list[float]] = {kind: [] for kind in kinds}
+    for kind in kinds:  # warm-up: writes the bytecode cache
+        subprocess.run([sys.executable, "-c", STARTUP_SNIPPETS[kind].format(**values)],
+                       check=True, env=environment)
     for _ in range(reps):
         for kind in kinds:
             code = STARTUP_SNIPPETS[kind].format(**values)
