@@ -14,6 +14,7 @@ inside a ``LIKE`` pattern.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Final, TypeAlias
@@ -50,7 +51,11 @@ _UNMATCHED_SPECIALS: Final = re.compile(r'[+{}()"^]')
 # What FTS5's query parser accepts in an unquoted term (sqlite3Fts5IsBareword): ASCII letters,
 # digits, "_", the SUB control char, and every non-ASCII character. Anything else outside a
 # string is syntax (":" filters a column, "-" negates one) or a syntax error ("!", "'", ...).
-_FTS5_BAREWORD: Final = re.compile(r"[A-Za-z0-9_\x1a\x80-\U0010ffff]+")
+# Compiled on first use, as is the CJK class below: the wide ranges cost milliseconds to
+# compile, and opening a store never searches (startup, issue 12).
+@functools.cache
+def _fts5_bareword() -> re.Pattern[str]:
+    return re.compile(r"[A-Za-z0-9_\x1a\x80-\U0010ffff]+")
 
 
 @dataclass(frozen=True)
@@ -177,7 +182,7 @@ def _render_fts5(token: _Token) -> str:
     needs_quotes = (
         token.is_phrase
         or token.text in _BOOLEAN_OPERATORS  # "AND*" would be an operator followed by "*"
-        or _FTS5_BAREWORD.fullmatch(token.text) is None
+        or _fts5_bareword().fullmatch(token.text) is None
     )
     # A term can hold no '"': balanced quotes became phrases and the rest became spaces.
     return f'"{token.text}"{star}' if needs_quotes else f"{token.text}{star}"
@@ -330,7 +335,12 @@ def _render_chain(chain: _NegationChain) -> str | None:
 # methods type) and the whole supplementary and tertiary ideographic planes (Extensions B-I).
 # FTS5's unicode61 tokenizer handles text in all of them poorly, and a false positive only
 # costs a substring search after FTS5 found nothing.
-_CJK_CHARACTER: Final = re.compile(
+@functools.cache
+def _cjk_character() -> re.Pattern[str]:
+    return re.compile(_CJK_CLASS)
+
+
+_CJK_CLASS: Final = (
     "["
     "\u1100-\u11ff"  # Hangul Jamo
     "\u2e80-\u33ff"  # CJK Radicals ... Symbols and Punctuation, kana, Bopomofo ... Compatibility
@@ -348,7 +358,7 @@ _CJK_CHARACTER: Final = re.compile(
 
 def contains_cjk(text: str) -> bool:
     """Whether ``text`` holds at least one Chinese, Japanese or Korean character."""
-    return _CJK_CHARACTER.search(text) is not None
+    return _cjk_character().search(text) is not None
 
 
 def escape_like(text: str, escape: str = "\\") -> str:
