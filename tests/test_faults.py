@@ -18,7 +18,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -111,14 +111,24 @@ def test_lock_storm_loses_nothing_and_no_lock_error_reaches_a_caller(tmp_path: P
         budget_s=20.0,
         max_attempts=1000,
     )
-    result = run_storm(config)
-    print("\n" + result.summary())
-
-    assert not result.crashed, result.crashed
-    assert result.append_errors == [], result.append_errors[:5]
-    assert result.verdict.ok, result.verdict.problems
-    assert result.verdict.rows == result.verdict.messages_ok
-    assert result.read_errors == [], result.read_errors[:5]
+    # The foreign holder waits for the lock in SQLite's busy handler, which polls; eight
+    # writers appending back to back hand the lock to one another through the writers' queue
+    # and can keep it from the poller until they stop (then the stall never hit a writer). The
+    # guarantees are checked on every run; the scenario is run again when the hold came too late.
+    for attempt in range(1, 4):
+        result = run_storm(config)
+        print("\n" + result.summary())
+        assert not result.crashed, result.crashed
+        assert result.append_errors == [], result.append_errors[:5]
+        assert result.verdict.ok, result.verdict.problems
+        assert result.verdict.rows == result.verdict.messages_ok
+        assert result.read_errors == [], result.read_errors[:5]
+        [(held_from, _)] = result.holds
+        if held_from < result.last_append_at:
+            break
+        work_dir = tmp_path / f"attempt-{attempt + 1}"
+        work_dir.mkdir()
+        config = replace(config, url=sqlite_url(work_dir / "state.db"), work_dir=work_dir)
     # The scenario really happened: the lock was held for the whole stall, writers waited
     # through it, readers kept reading during it (WAL), and writing resumed afterwards.
     [(held_from, held_to)] = result.holds
