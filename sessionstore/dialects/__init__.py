@@ -153,6 +153,9 @@ class StoreDialect(Protocol):
         ``param`` (bind it with :func:`json_list`): one bound parameter however long the list,
         where an expanding ``IN`` would need one per value (PostgreSQL takes at most 65535)."""
 
+    def json_id_list_sql(self, param: str) -> str:
+        """The same for a JSON array of integer ids (message ids): a subquery of integers."""
+
 
 @dataclass(frozen=True)
 class IntegrityViolation:

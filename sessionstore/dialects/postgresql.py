@@ -222,6 +222,9 @@ class PostgreSQLDialect:
     def json_list_sql(self, param: str) -> str:
         return f"(SELECT json_array_elements_text(CAST(:{param} AS json)))"
 
+    def json_id_list_sql(self, param: str) -> str:
+        return f"(SELECT CAST(json_array_elements_text(CAST(:{param} AS json)) AS bigint))"
+
     def read_options(self) -> dict[str, Any]:
         # READ COMMITTED would give each statement of a read its own snapshot; a listing and
         # its compression tips, or a hit and its context, must come from the same moment.

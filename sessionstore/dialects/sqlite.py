@@ -294,6 +294,10 @@ class SQLiteDialect:
     def json_list_sql(self, param: str) -> str:
         return f"(SELECT value FROM json_each(:{param}))"
 
+    def json_id_list_sql(self, param: str) -> str:
+        # json_each already yields a JSON number as an INTEGER.
+        return self.json_list_sql(param)
+
     def read_options(self) -> dict[str, Any]:
         # A deferred BEGIN already reads one snapshot under WAL.
         return {}

@@ -2,23 +2,31 @@
 
 "Before" and "after" follow the session's order, ``(timestamp, id)``, the order
 ``get_messages`` uses, not raw id adjacency (Hermes's ``id ± 1`` picks up another session's
-message, or none, when sessions interleave). Whatever the number of hits, this costs two
-statements: one finds every hit's neighbours with correlated subqueries (each an index probe
-on ``idx_messages_session``), one fetches the first 200 characters of all those messages.
+message, or none, when sessions interleave). Whatever the number of hits, this is one
+statement: each hit's neighbours are found by correlated subqueries (each an index probe on
+``idx_messages_session``) and the first 200 characters of all three messages come back in the
+hit's row. The hit ids are one JSON parameter, so the statement is compiled once per engine and
+run on the driver's cursor (SQLAlchemy's per-call compilation cost more than the query).
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import BindParameter, Select, and_, bindparam, case, func, or_, select
-from sqlalchemy.engine import Connection
+from sqlalchemy import Select, and_, case, func, or_, select, text
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.sql import ColumnElement
+from sqlalchemy.sql.selectable import NamedFromClause
 
+from ..dialects import dialect_for, json_list
 from ..message_content import STORED_ON_POSTGRESQL_PREFIX, text_of
+from ..statements import HotReads
 from ..tables import messages_table
 from .hits import CONTEXT_CONTENT_CHARS, ContextMessage
+
+_STATEMENTS: weakref.WeakKeyDictionary[Engine, HotReads] = weakref.WeakKeyDictionary()
 
 
 def fetch_context(conn: Connection, hit_ids: Sequence[int]) -> dict[int, list[ContextMessage]]:
@@ -26,62 +34,62 @@ def fetch_context(conn: Connection, hit_ids: Sequence[int]) -> dict[int, list[Co
 
     The hit's own entry has ``is_hit`` set, so a reader can place it without another query.
     A message without text comes back as ``""``, as Hermes's ``(content or "")[:200]`` does.
+    An id that names no message is absent from the result.
     """
     if not hit_ids:
         return {}
-    neighbours = conn.execute(_NEIGHBOURS, {"hit_ids": [int(i) for i in hit_ids]}).all()
-    wanted = sorted({int(id_) for row in neighbours for id_ in row if id_ is not None})
-    messages = {
-        int(id_): ContextMessage(role=str(role), content=text_of(content)[:CONTEXT_CONTENT_CHARS])
-        for id_, role, content in conn.execute(_HEADS, {"context_ids": [int(i) for i in wanted]})
-    }
+    rows = _statement(conn).rows(conn, {"hit_ids": json_list([int(i) for i in hit_ids])})
     context: dict[int, list[ContextMessage]] = {}
-    for hit_id, previous_id, next_id in neighbours:
-        around = [messages[id_] for id_ in (previous_id,) if id_ in messages]
-        if hit_id in messages:
-            around.append(replace(messages[hit_id], is_hit=True))
-        around.extend(messages[id_] for id_ in (next_id,) if id_ in messages)
+    for hit_id, role, head, before_id, before_role, before_head, after_id, after_role, after_head in rows:  # noqa: E501
+        around = []
+        if before_id is not None:
+            around.append(_message(before_role, before_head))
+        around.append(_message(role, head, is_hit=True))
+        if after_id is not None:
+            around.append(_message(after_role, after_head))
         context[int(hit_id)] = around
     return context
 
 
-def _literal_ids(name: str) -> BindParameter[list[int]]:
-    # Rendered into the SQL text rather than bound: integers are safe to inline, and a page of
-    # many thousand hits would otherwise exceed SQLite's limit on bound variables.
-    return bindparam(name, expanding=True, literal_execute=True)
+def _message(role: Any, head: Any, *, is_hit: bool = False) -> ContextMessage:
+    return ContextMessage(str(role), text_of(head)[:CONTEXT_CONTENT_CHARS], is_hit)
 
 
-def _neighbours() -> Select[Any]:
-    hit = messages_table.alias("hit")
-    earlier = messages_table.alias("earlier")
-    later = messages_table.alias("later")
-    previous_id = (
-        select(earlier.c.id)
-        .where(
-            earlier.c.session_id == hit.c.session_id,
-            or_(
-                earlier.c.timestamp < hit.c.timestamp,
-                and_(earlier.c.timestamp == hit.c.timestamp, earlier.c.id < hit.c.id),
-            ),
+def _statement(conn: Connection) -> HotReads:
+    engine = conn.engine
+    statement = _STATEMENTS.get(engine)
+    if statement is None:
+        id_list = dialect_for(conn).json_id_list_sql("hit_ids")
+        statement = _STATEMENTS[engine] = HotReads(conn.dialect, _context_rows(id_list))
+    return statement
+
+
+def _neighbour_id(hit: NamedFromClause, *, before: bool) -> ColumnElement[Any]:
+    other = messages_table.alias("earlier" if before else "later")
+    if before:
+        # The redundant bound on timestamp is the index range: under the OR alone both
+        # databases walk the session's whole index from its far end.
+        bound = other.c.timestamp <= hit.c.timestamp
+        strictly = or_(
+            other.c.timestamp < hit.c.timestamp,
+            and_(other.c.timestamp == hit.c.timestamp, other.c.id < hit.c.id),
         )
-        .order_by(earlier.c.timestamp.desc(), earlier.c.id.desc())
+        order = (other.c.timestamp.desc(), other.c.id.desc())
+    else:
+        bound = other.c.timestamp >= hit.c.timestamp
+        strictly = or_(
+            other.c.timestamp > hit.c.timestamp,
+            and_(other.c.timestamp == hit.c.timestamp, other.c.id > hit.c.id),
+        )
+        order = (other.c.timestamp.asc(), other.c.id.asc())
+    return (
+        select(other.c.id)
+        .where(other.c.session_id == hit.c.session_id, bound, strictly)
+        .order_by(*order)
         .limit(1)
+        .correlate(hit)
         .scalar_subquery()
     )
-    next_id = (
-        select(later.c.id)
-        .where(
-            later.c.session_id == hit.c.session_id,
-            or_(
-                later.c.timestamp > hit.c.timestamp,
-                and_(later.c.timestamp == hit.c.timestamp, later.c.id > hit.c.id),
-            ),
-        )
-        .order_by(later.c.timestamp, later.c.id)
-        .limit(1)
-        .scalar_subquery()
-    )
-    return select(hit.c.id, previous_id, next_id).where(hit.c.id.in_(_literal_ids("hit_ids")))
 
 
 def _is_marked(content: Any) -> Any:
@@ -91,18 +99,40 @@ def _is_marked(content: Any) -> Any:
     return or_(func.length(content) == 0, func.substr(content, 1, len(prefix)) == prefix)
 
 
-def _heads() -> Select[Any]:
+def _head(content: Any) -> ColumnElement[Any]:
+    # Structured (multi-part) content whole, so its text parts can be shown.
+    return case(
+        (_is_marked(content), content),
+        else_=func.substr(content, 1, CONTEXT_CONTENT_CHARS),
+    )
+
+
+def _context_rows(id_list_sql: str) -> Select[Any]:
+    hit = messages_table.alias("hit")
+    neighbours = (
+        select(
+            hit.c.id.label("hit_id"),
+            _neighbour_id(hit, before=True).label("before_id"),
+            _neighbour_id(hit, before=False).label("after_id"),
+        )
+        .where(text(f"hit.id IN {id_list_sql}"))
+        .cte("neighbours")
+    )
+    this = messages_table.alias("this")
+    before = messages_table.alias("before")
+    after = messages_table.alias("after")
     return select(
-        messages_table.c.id,
-        messages_table.c.role,
-        # Structured (multi-part) content whole, so its text parts can be shown.
-        case(
-            (_is_marked(messages_table.c.content), messages_table.c.content),
-            else_=func.substr(messages_table.c.content, 1, CONTEXT_CONTENT_CHARS),
-        ),
-    ).where(messages_table.c.id.in_(_literal_ids("context_ids")))
-
-
-# Built once: statement construction costs more than SQLite takes to run them.
-_NEIGHBOURS = _neighbours()
-_HEADS = _heads()
+        neighbours.c.hit_id,
+        this.c.role,
+        _head(this.c.content),
+        before.c.id,
+        before.c.role,
+        _head(before.c.content),
+        after.c.id,
+        after.c.role,
+        _head(after.c.content),
+    ).select_from(
+        neighbours.join(this, this.c.id == neighbours.c.hit_id)
+        .outerjoin(before, before.c.id == neighbours.c.before_id)
+        .outerjoin(after, after.c.id == neighbours.c.after_id)
+    )
