@@ -163,8 +163,9 @@ class IntegrityViolation:
     constraint: str | None = None
 
 
-def json_list(values: Iterable[str]) -> str:
-    """The value to bind to a :meth:`StoreDialect.json_list_sql` parameter."""
+def json_list(values: Iterable[str] | Iterable[int]) -> str:
+    """The value to bind to a :meth:`StoreDialect.json_list_sql` (or ``json_id_list_sql``)
+    parameter."""
     return json.dumps(list(values))
 
 
