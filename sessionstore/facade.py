@@ -280,20 +280,17 @@ class SessionDB:
     ) -> list[dict[str, Any]]:
         """Roots and branch children, newest first; delegate runs and archived sessions are
         left out unless asked for (``include_children``, ``include_archived``)."""
-        return [
-            listing.to_dict()
-            for listing in self._repo.list_sessions_rich(
-                source=source,
-                exclude_sources=exclude_sources,
-                limit=limit,
-                offset=offset,
-                include_children=include_children,
-                project_compression_tips=project_compression_tips,
-                include_archived=include_archived,
-                archived_only=archived_only,
-                cwd_prefix=cwd_prefix,
-            )
-        ]
+        return self._repo.list_sessions_rich_dicts(
+            source=source,
+            exclude_sources=exclude_sources,
+            limit=limit,
+            offset=offset,
+            include_children=include_children,
+            project_compression_tips=project_compression_tips,
+            include_archived=include_archived,
+            archived_only=archived_only,
+            cwd_prefix=cwd_prefix,
+        )
 
     def set_session_archived(self, session_id: str, archived: bool = True) -> bool:
         return self._repo.set_session_archived(session_id, archived)

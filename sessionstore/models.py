@@ -55,6 +55,8 @@ IDX_MESSAGES_SESSION = "idx_messages_session"
 IDX_MESSAGES_SESSION_ACTIVE = "idx_messages_session_active"
 IDX_MESSAGES_PLATFORM_MSG_ID = "idx_messages_platform_msg_id"
 IDX_COMPRESSION_LOCKS_EXPIRES = "idx_compression_locks_expires"
+IX_SESSIONS_STARTED_ID = "ix_sessions_started_id"
+"""Ours (revision 0022): the listing's order, ``id`` breaking ties."""
 
 # Full-text objects created by raw DDL in the migrations: their names live with the search code.
 SEARCH_OBJECT_NAMES = search_names.SEARCH_OBJECT_NAMES
@@ -145,6 +147,7 @@ Index(
 Index(IDX_SESSIONS_HANDOFF_STATE, _sessions.handoff_state, _sessions.started_at)
 # Newest-first walks read these in order.
 Index(IDX_SESSIONS_STARTED, _sessions.started_at.desc())
+Index(IX_SESSIONS_STARTED_ID, _sessions.started_at.desc(), _sessions.id)
 Index(IDX_SESSIONS_SESSION_KEY, _sessions.session_key, _sessions.started_at.desc())
 Index(
     IDX_SESSIONS_GATEWAY_PEER,

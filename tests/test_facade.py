@@ -766,6 +766,55 @@ def test_list_sessions_rich_projects_compression_root_onto_its_tip(
     assert row["last_active"] == pytest.approx(2500.0)
 
 
+def test_list_sessions_rich_projection_shows_the_tips_working_tree(
+    db: SessionDB, raw: RawSQL
+) -> None:
+    # Newest Hermes (0.18) projects cwd, git_branch and git_repo_root too: the conversation
+    # goes on in the tip's working tree.
+    _compressed_conversation(db, raw)
+    assert db.update_session_cwd("root", "/old", "main", "/old") is True
+    assert db.update_session_cwd("tip", "/new/sub", "feature", "/new") is True
+    (row,) = db.list_sessions_rich()
+    assert (row["cwd"], row["git_branch"], row["git_repo_root"]) == ("/new/sub", "feature", "/new")
+    (unprojected,) = db.list_sessions_rich(project_compression_tips=False)
+    assert (unprojected["cwd"], unprojected["git_branch"]) == ("/old", "main")
+
+
+@pytest.mark.parametrize("source", [None, "cli"], ids=["index-walk", "page-first"])
+def test_list_sessions_rich_pages_of_equal_start_times_cover_every_session_once(
+    db: SessionDB, raw: RawSQL, source: str | None
+) -> None:
+    # Both statement shapes (a source filter chooses the page first) break ties on id, so
+    # paging through sessions that started in the same instant neither repeats nor skips one.
+    names = [f"s{n:02d}" for n in range(23)]
+    for n, name in enumerate(reversed(names)):
+        make_session(db, raw, name, started_at=100.0 + (n // 7))
+    seen: list[str] = []
+    for offset in range(0, 30, 4):
+        seen += [row["id"] for row in db.list_sessions_rich(source=source, limit=4, offset=offset)]
+    assert sorted(seen) == sorted(names) and len(seen) == len(names)
+    assert seen == [
+        row["id"] for row in db.list_sessions_rich(source=source, limit=100)
+    ]
+
+
+def test_list_sessions_rich_dicts_are_the_records_as_dicts(
+    db: SessionDB, raw: RawSQL, store_url: str
+) -> None:
+    _compressed_conversation(db, raw)
+    make_session(db, raw, "plain", started_at=3000.0, source="telegram")
+    db.append_message("plain", "user", "  hello\r\nthere  ")
+    sync_db = SessionDB(url=store_url)
+    repo = sync_db.repository
+    for kwargs in ({}, {"source": "cli"}, {"include_children": True}, {"exclude_sources": ["x"]}):
+        records = [listing.to_dict() for listing in repo.list_sessions_rich(**kwargs)]
+        assert repo.list_sessions_rich_dicts(**kwargs) == records
+        assert [list(row) for row in records] == [
+            list(row) for row in repo.list_sessions_rich_dicts(**kwargs)
+        ]
+    sync_db.close()
+
+
 def test_list_sessions_rich_projection_follows_a_chain(db: SessionDB, raw: RawSQL) -> None:
     _build_lineage(
         db,
