@@ -1437,8 +1437,8 @@ def run_workloads(
         gain = our_single_s / per_msg_ours
         notes.append(
             f"batching: a {TURN_SIZE}-message turn costs {per_msg_ours * 1e6:.0f} us per "
-            f"message, {gain:.1f}x less than sessionstore's own append_message "
-            f"({'PASS' if gain >= 5 else 'MISS'} >= 5x)"
+            f"message, {gain:.1f}x less than sessionstore's own append_message (for "
+            f"information: the target is the row against Hermes)"
         )
     return rows, notes
 
