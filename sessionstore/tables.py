@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from sqlalchemy import Column, ForeignKey, Integer, MetaData, Table, Text, text
 
-from .dialects.types import CounterColumn, FloatColumn
+from .dialects.types import CounterColumn, FloatColumn, IdColumn
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -105,7 +105,7 @@ sessions_table = Table(
 messages_table = Table(
     "messages",
     metadata,
-    Column("id", Integer(), primary_key=True, autoincrement=True),
+    Column("id", IdColumn, primary_key=True, autoincrement=True),
     Column("session_id", Text(), ForeignKey("sessions.id"), nullable=False),
     _text("role", nullable=False),
     _text("content"),

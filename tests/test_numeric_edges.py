@@ -256,3 +256,106 @@ def _raw(url: str) -> Iterator[sa.Connection]:
             yield conn
     finally:
         engine.dispose()
+
+
+# -- revision 0023: 64-bit message ids on PostgreSQL ---------------------------------------
+BIG_ID = 3 * 10**9
+
+
+def pg_message_id_types(url: str) -> tuple[str, str]:
+    """``messages.id``'s type and its sequence's."""
+    with _raw(url) as conn:
+        sequence_type = conn.execute(
+            sa.text(
+                "SELECT data_type FROM pg_sequences "
+                "WHERE sequencename = (SELECT split_part(pg_get_serial_sequence('messages', "
+                "'id'), '.', 2))"
+            )
+        ).scalar_one()
+    return pg_column_types(url)[("messages", "id")], str(sequence_type)
+
+
+def test_copy_of_a_sqlite_store_with_message_ids_past_2_31(tmp_path: Path, store_url: str) -> None:
+    # SQLite never reuses a rowid: a long-lived file passes 2**31 ids without holding that
+    # many rows. Its copy keeps the ids, and the next append gets a larger one.
+    source_url = f"sqlite:///{tmp_path}/source.db"
+    with SessionDB(url=source_url) as source:
+        source.create_session("old", "cli")
+        source.append_message("old", "user", "first words")
+    with _raw(source_url) as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO messages (id, session_id, role, content, timestamp) "
+                "VALUES (:id, 'old', 'assistant', 'a reply far down the ids', 2.0)"
+            ),
+            {"id": BIG_ID},
+        )
+    with Store.open(source_url) as source_store, Store.open(store_url) as target:
+        result = copy_store(source_store, target)
+    assert result.messages == 2
+    with SessionDB(url=store_url) as target_db:
+        assert [m["id"] for m in target_db.get_messages("old")] == [1, BIG_ID]
+        new_id = target_db.append_message("old", "user", "and after the copy")
+        assert new_id > BIG_ID
+        assert [hit["id"] for hit in target_db.search_messages("reply")] == [BIG_ID]
+
+
+def test_revision_0023_widens_postgresql_message_ids_and_narrows_back(
+    empty_pg_url: str,
+) -> None:
+    migrate.upgrade(empty_pg_url, "0022")
+    assert pg_message_id_types(empty_pg_url) == ("integer", "integer")
+    with SessionDB(url=empty_pg_url) as db:
+        db.create_session("s", "cli")
+        kept = db.append_message("s", "user", "kept through both steps")
+    migrate.upgrade(empty_pg_url)
+    assert pg_message_id_types(empty_pg_url) == ("bigint", "bigint")
+    migrate.downgrade(empty_pg_url, "0022")
+    assert pg_message_id_types(empty_pg_url) == ("integer", "integer")
+    with SessionDB(url=empty_pg_url, read_only=True) as db:
+        assert [m["id"] for m in db.get_messages("s")] == [kept]
+        assert db.get_messages("s")[0]["content"] == "kept through both steps"
+
+
+@pytest.mark.parametrize("where", ["row", "sequence"])
+def test_revision_0023_downgrade_refuses_ids_beyond_32_bits(empty_pg_url: str, where: str) -> None:
+    migrate.upgrade(empty_pg_url)
+    with SessionDB(url=empty_pg_url) as db:
+        db.create_session("s", "cli")
+        db.append_message("s", "user", "small id")
+    with _raw(empty_pg_url) as conn:
+        if where == "row":
+            conn.execute(
+                sa.text(
+                    "INSERT INTO messages (id, session_id, role, content, timestamp) "
+                    "VALUES (:id, 's', 'user', 'big id', 2.0)"
+                ),
+                {"id": BIG_ID},
+            )
+        else:
+            conn.execute(
+                sa.text("SELECT setval(pg_get_serial_sequence('messages', 'id'), :id)"),
+                {"id": BIG_ID},
+            )
+    with pytest.raises(RuntimeError, match=r"below revision 0023.*nothing was changed"):
+        migrate.downgrade(empty_pg_url, "0022")
+    assert migrate.current(empty_pg_url) == migrate.HEAD_REVISION
+    assert pg_message_id_types(empty_pg_url) == ("bigint", "bigint")
+
+
+def test_revision_0023_changes_nothing_on_sqlite(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/s.db"
+    migrate.upgrade(url, "0022")
+    engine = sa.create_engine(url)
+
+    def ddl() -> list[str]:
+        with engine.connect() as conn:
+            return [str(row[0]) for row in conn.execute(
+                sa.text("SELECT sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY name"))]
+
+    before = ddl()
+    migrate.upgrade(url, "0023")
+    assert ddl() == before
+    migrate.downgrade(url, "0022")
+    assert ddl() == before
+    engine.dispose()

@@ -16,3 +16,6 @@ FloatColumn: TypeEngine[float] = Double().with_variant(REAL(), "sqlite")
 # Counters are 64-bit on both databases: SQLite's INTEGER already is (and its DDL stays
 # Hermes's), PostgreSQL's integer is 32 bits, hence BIGINT there (revision 0009).
 CounterColumn: TypeEngine[int] = BigInteger().with_variant(Integer(), "sqlite")
+# Message ids likewise (revision 0023): on SQLite the column stays Hermes's INTEGER PRIMARY KEY,
+# the rowid, which is already 64 bits.
+IdColumn: TypeEngine[int] = BigInteger().with_variant(Integer(), "sqlite")
