@@ -48,6 +48,10 @@ HEADLINE_OPTIONS: Final = (
     f"MaxFragments=1, FragmentDelimiter={SNIPPET_ELLIPSIS}"
 )
 _TSQUERY: Final = "to_tsquery('simple', :tsquery)"
+# Parsed once per statement (an InitPlan): in a prepared statement's generic plan the bare
+# call is not folded into a constant and ran for every matching row, in the recheck and in
+# ts_rank (44 ms against 32 for a word in 8% of 100,000 messages).
+_TSQUERY_ONCE: Final = f"(SELECT {_TSQUERY})"
 
 
 def indexed_text(alias: str | None = None) -> str:
@@ -117,10 +121,10 @@ SELECT m.id, m.session_id, m.role,
                THEN :ellipsis ELSE '' END,
        m.timestamp, m.tool_name, s.source, s.model, s.started_at
 FROM (
-    SELECT m.id, ts_rank({{tsvector}}, {_TSQUERY}) AS score
+    SELECT m.id, ts_rank({{tsvector}}, {_TSQUERY_ONCE}) AS score
     FROM messages AS m
     JOIN sessions AS s ON s.id = m.session_id
-    WHERE {{tsvector}} @@ {_TSQUERY} {{filters}}
+    WHERE {{tsvector}} @@ {_TSQUERY_ONCE} {{filters}}
     ORDER BY {{order}}
     LIMIT :limit OFFSET :offset
 ) AS page
