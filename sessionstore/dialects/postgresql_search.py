@@ -12,7 +12,9 @@ index ``ix_messages_cjk_bigrams`` (revision 0021) over ``sessionstore_cjk_grams(
 an array of the text's CJK characters and CJK-led bigrams: a row can hold a needle only if its
 array contains the needle's, whatever the needle's length (``pg_trgm`` cannot look up needles
 of one or two characters; its index ``ix_messages_indexed_text_trgm`` still serves a query
-whose alternative names no CJK term, and stores below 0021).
+whose alternative names no CJK term, and stores below 0021). The lookup is fenced in a
+``MATERIALIZED`` CTE (see ``_SUBSTRING_LOOKUP``), so every plan, generic or custom, with or
+without statistics, reads the candidates from that index and verifies only them.
 
 PostgreSQL cannot take a NUL character in a text parameter: every value bound here has none
 (the sanitizer and the term parser remove them).
