@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -55,7 +56,7 @@ from typing import IO, Any, Literal, TypeVar
 
 from sqlalchemy import Select, func, select, update
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.sql import Executable
 
 from . import validation
@@ -65,6 +66,8 @@ from .repository import SessionRepository
 from .store import Store
 from .tables import messages_table as messages
 from .tables import sessions_table as sessions
+
+logger = logging.getLogger(__name__)
 
 FORMAT_NAME = "sessionstore-export"
 FORMAT_VERSION = 1
@@ -221,6 +224,7 @@ def import_jsonl(
     All or nothing: a damaged file, a conflict under ``"fail"`` or a database error leaves the
     target exactly as it was. ``progress`` is called once per session written (again from the
     start should the transaction be retried after a busy store or a dropped connection).
+    On PostgreSQL the tables are then ANALYZEd, when anything was written.
     """
     start = fp.tell()
     scan = scan_records(read_records(fp))
@@ -240,7 +244,7 @@ def import_jsonl(
         )
 
     try:
-        return store.write(run)
+        result = store.write(run)
     except IntegrityError as exc:
         violation = store.dialect.integrity_violation(exc)
         name = None if violation is None else violation.constraint
@@ -251,6 +255,8 @@ def import_jsonl(
             + f"({str(exc.orig).splitlines()[0]})",
             name,
         ) from exc
+    _refresh_statistics(store, result)
+    return result
 
 
 @dataclass
@@ -296,7 +302,21 @@ def copy_store(
             f"copy incomplete: source has {expected_sessions} sessions/{expected_messages} "
             f"messages, target holds {present[0]}/{present[1]} of them"
         )
+    _refresh_statistics(target, result)
     return result
+
+
+def _refresh_statistics(store: Store, result: TransferResult) -> None:
+    """After rows went in, have the planner see them (PostgreSQL: ``ANALYZE``; see
+    ``StoreDialect.refresh_statistics``): a store just filled by ``db copy`` is queried at
+    once, long before autovacuum would analyze it. The rows are committed by now: a refresh
+    that fails (another ANALYZE holding the lock past the busy timeout) is only logged."""
+    if not (result.sessions or result.messages):
+        return
+    try:
+        store.write(store.dialect.refresh_statistics)
+    except (SessionStoreError, SQLAlchemyError) as exc:
+        logger.warning("the planner statistics were not refreshed after the load: %s", exc)
 
 
 def copy(src_url: str, dst_url: str, *, progress: Progress | None = None) -> TransferResult:
@@ -305,7 +325,8 @@ def copy(src_url: str, dst_url: str, *, progress: Progress | None = None) -> Tra
     Both stores are upgraded to head first (the source too: an old Hermes file is read in the
     current shape); ids, lineage, titles, counters, JSON and timestamps are preserved,
     sequences advanced, and the counts verified at the end. Restartable: an interrupted copy
-    is completed by running it again.
+    is completed by running it again. On PostgreSQL the target is then ANALYZEd, so its first
+    queries are planned for the rows it now holds, not for the empty tables it started as.
     """
     from . import migrate
 

@@ -103,3 +103,43 @@ def test_copy_of_a_legacy_upgraded_file_is_exact(legacy_url: str, store_url: str
     transfer.copy(legacy_url, store_url)
     with SessionDB(url=legacy_url) as source, SessionDB(url=store_url) as target:
         assert _export(target) == _export(source)
+
+
+def _analyze_counts(url: str) -> dict[str, int]:
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                sa.text(
+                    "SELECT relname, analyze_count FROM pg_stat_user_tables "
+                    "WHERE relname IN ('sessions', 'messages')"
+                )
+            )
+            return {str(name): int(count) for name, count in rows}
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("store_url", ["postgresql"], indirect=True)
+def test_copy_and_import_into_postgresql_analyze_the_loaded_tables(
+    legacy_url: str, store_url: str
+) -> None:
+    """A store just filled is queried at once: its planner statistics must describe the rows
+    it now holds, not the empty tables (autovacuum gets there only later)."""
+    before = _analyze_counts(store_url)
+    transfer.copy(legacy_url, store_url)
+    after_copy = _analyze_counts(store_url)
+    assert all(after_copy[table] > before.get(table, 0) for table in ("sessions", "messages"))
+    with SessionDB(url=legacy_url) as source:
+        dump = _export(source)
+    with SessionDB(url=store_url) as target:
+        import_jsonl(target.store, io.StringIO(dump), on_conflict="skip")  # writes nothing
+        assert _analyze_counts(store_url) == after_copy
+        target.store.write(
+            lambda conn: conn.exec_driver_sql("TRUNCATE messages, sessions CASCADE")
+        )
+        import_jsonl(target.store, io.StringIO(dump))
+        after_import = _analyze_counts(store_url)
+    assert all(after_import[table] > after_copy[table] for table in ("sessions", "messages"))

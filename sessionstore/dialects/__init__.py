@@ -82,6 +82,11 @@ class StoreDialect(Protocol):
         sure no writer, concurrent ones included, is ever given a generated id ``<= highest``
         that is not already visible in the table. Run it in its own short write transaction."""
 
+    def refresh_statistics(self, conn: Connection) -> None:
+        """After a bulk load (import, copy): bring the query planner's statistics of
+        ``sessions`` and ``messages`` up to date, so the next queries are not planned for
+        the tables as they were before the load."""
+
     def set_autocommit(self, dbapi_connection: Any, on: bool) -> None:
         """Switch the driver's autocommit (only where ``single_statement_appends``)."""
 

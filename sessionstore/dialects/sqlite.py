@@ -357,6 +357,12 @@ class SQLiteDialect:
                 "INSERT INTO sqlite_sequence (name, seq) VALUES ('messages', ?)", (highest,)
             )
 
+    def refresh_statistics(self, conn: Connection) -> None:
+        # SQLite plans without sqlite_stat1 unless ANALYZE was once run; Hermes never runs
+        # it, and writing the table here would change every later plan of a file Hermes
+        # shares, so a load leaves it alone.
+        return None
+
     def set_autocommit(self, dbapi_connection: Any, on: bool) -> None:
         # The driver is always in autocommit here (isolation_level = None on connect) and the
         # begin listener owns every BEGIN; single_statement_appends is False, so nothing
