@@ -37,24 +37,58 @@ INSERTED_MESSAGE_FIELDS = tuple(
 
 
 class CompiledStatement:
-    """A statement compiled for one dialect, with its parameters in the driver's order."""
+    """A statement compiled for one dialect, with its parameters in the driver's order.
+
+    Compiled on first use, not when built: every store builds all its hot statements at open,
+    and compiling them there cost about 5 ms of each fresh interpreter's start, mostly for
+    statements a short-lived program never runs.
+    """
+
+    __slots__ = ("_compiled", "_dialect", "_statement")
 
     def __init__(self, statement: ClauseElement, dialect: Dialect) -> None:
-        compiled = cast(SQLCompiler, statement.compile(dialect=dialect))
-        self.sql = str(compiled)
-        self.positional_names: tuple[str, ...] | None = (
-            tuple(compiled.positiontup or ()) if compiled.positional else None
+        self._statement = statement
+        self._dialect = dialect
+        self._compiled: _Compiled | None = None
+
+    def _compile(self) -> _Compiled:
+        compiled = cast(SQLCompiler, self._statement.compile(dialect=self._dialect))
+        result = _Compiled(
+            str(compiled),
+            tuple(compiled.positiontup or ()) if compiled.positional else None,
+            # Values the statement itself carries (e.g. the 0 in COALESCE(x, 0)).
+            {name: value for name, value in compiled.params.items() if value is not None},
         )
-        # Values the statement itself carries (e.g. the 0 in COALESCE(x, 0)).
-        self._fixed = {
-            name: value for name, value in compiled.params.items() if value is not None
-        }
+        # One assignment of a finished object: threads racing here compile the same text.
+        self._compiled = result
+        return result
+
+    @property
+    def sql(self) -> str:
+        return (self._compiled or self._compile()).sql
+
+    @property
+    def positional_names(self) -> tuple[str, ...] | None:
+        return (self._compiled or self._compile()).positional_names
 
     def parameters(self, values: Mapping[str, Any]) -> Sequence[Any] | Mapping[str, Any]:
-        merged = {**self._fixed, **values} if self._fixed else values
-        if self.positional_names is None:
+        compiled = self._compiled or self._compile()
+        fixed = compiled.fixed
+        merged = {**fixed, **values} if fixed else values
+        if compiled.positional_names is None:
             return merged
-        return tuple(merged[name] for name in self.positional_names)
+        return tuple(merged[name] for name in compiled.positional_names)
+
+
+class _Compiled:
+    __slots__ = ("fixed", "positional_names", "sql")
+
+    def __init__(
+        self, sql: str, positional_names: tuple[str, ...] | None, fixed: dict[str, Any]
+    ) -> None:
+        self.sql = sql
+        self.positional_names = positional_names
+        self.fixed = fixed
 
 
 class HotWrites:
@@ -90,40 +124,10 @@ class HotWrites:
         # In-process, ``lastrowid`` is free and exact (one writer, one connection); RETURNING
         # makes SQLite run the insert during the fetch, a measurable extra step per append.
         self._returning_one = batch_returning and bool(dialect.insert_returning)
-        # One append, one statement, where a statement is a round trip: the counters are
-        # bumped in a CTE and the row is inserted only if that matched the session (and its
-        # totals stay in range); no row back means nothing was written.
-        bumped = (
-            update(sessions)
-            .where(
-                sessions.c.id == bindparam("session_id"),
-                func.coalesce(sessions.c.message_count, 0) <= bindparam("message_limit"),
-                func.coalesce(sessions.c.tool_call_count, 0) <= bindparam("tool_call_limit"),
-            )
-            .values(
-                message_count=func.coalesce(sessions.c.message_count, 0)
-                + bindparam("messages_added"),
-                tool_call_count=func.coalesce(sessions.c.tool_call_count, 0)
-                + bindparam("tool_calls_added"),
-            )
-            .returning(sessions.c.id)
-            .cte("bumped")
-        )
-        values = select(
-            *[
-                bumped.c.id if name == "session_id"
-                else sql_cast(bindparam(name), messages.c[name].type)
-                for name in INSERTED_MESSAGE_FIELDS
-            ]
-        )
+        # One append, one statement, where a statement is a round trip (built only there:
+        # in-process it would be built at every open and never run).
         self._append_one = (
-            CompiledStatement(
-                insert(messages)
-                .add_cte(bumped)
-                .from_select(list(INSERTED_MESSAGE_FIELDS), values)
-                .returning(messages.c.id),
-                dialect,
-            )
+            CompiledStatement(_append_in_one_statement(), dialect)
             if batch_returning and dialect.insert_returning
             else None
         )
@@ -220,6 +224,40 @@ class HotWrites:
         return DBAPIError.instance(
             sql, None, exc, self._dialect.loaded_dbapi.Error, dialect=self._dialect
         )
+
+
+def _append_in_one_statement() -> ClauseElement:
+    """The counters are bumped in a CTE and the row is inserted only if that matched the
+    session (and its totals stay in range); no row back means nothing was written."""
+    bumped = (
+        update(sessions)
+        .where(
+            sessions.c.id == bindparam("session_id"),
+            func.coalesce(sessions.c.message_count, 0) <= bindparam("message_limit"),
+            func.coalesce(sessions.c.tool_call_count, 0) <= bindparam("tool_call_limit"),
+        )
+        .values(
+            message_count=func.coalesce(sessions.c.message_count, 0)
+            + bindparam("messages_added"),
+            tool_call_count=func.coalesce(sessions.c.tool_call_count, 0)
+            + bindparam("tool_calls_added"),
+        )
+        .returning(sessions.c.id)
+        .cte("bumped")
+    )
+    values = select(
+        *[
+            bumped.c.id if name == "session_id"
+            else sql_cast(bindparam(name), messages.c[name].type)
+            for name in INSERTED_MESSAGE_FIELDS
+        ]
+    )
+    return (
+        insert(messages)
+        .add_cte(bumped)
+        .from_select(list(INSERTED_MESSAGE_FIELDS), values)
+        .returning(messages.c.id)
+    )
 
 
 class HotReads:
