@@ -15,7 +15,7 @@ batch), else one cheap insert per row on the open cursor.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 from sqlalchemy import bindparam, func, insert, select, update
@@ -44,15 +44,24 @@ class CompiledStatement:
     statements a short-lived program never runs.
     """
 
-    __slots__ = ("_compiled", "_dialect", "_statement")
+    __slots__ = ("_build", "_compiled", "_dialect")
 
     def __init__(self, statement: ClauseElement, dialect: Dialect) -> None:
-        self._statement = statement
+        self._build: Callable[[], ClauseElement] = lambda: statement
         self._dialect = dialect
         self._compiled: _Compiled | None = None
 
+    @classmethod
+    def built_later(cls, build: Callable[[], ClauseElement], dialect: Dialect) -> CompiledStatement:
+        """The statement ``build()`` returns, built (and compiled) on first use."""
+        compiled = cls.__new__(cls)
+        compiled._build = build
+        compiled._dialect = dialect
+        compiled._compiled = None
+        return compiled
+
     def _compile(self) -> _Compiled:
-        compiled = cast(SQLCompiler, self._statement.compile(dialect=self._dialect))
+        compiled = cast(SQLCompiler, self._build().compile(dialect=self._dialect))
         result = _Compiled(
             str(compiled),
             tuple(compiled.positiontup or ()) if compiled.positional else None,
@@ -96,38 +105,19 @@ class HotWrites:
 
     def __init__(self, dialect: Dialect, *, batch_returning: bool) -> None:
         self._dialect = dialect
-        row: dict[str, Any] = {name: bindparam(name) for name in INSERTED_MESSAGE_FIELDS}
         self._returning_many = batch_returning
-        self._insert_one = CompiledStatement(
-            insert(messages).values(row).returning(messages.c.id)
-            if dialect.insert_returning
-            else insert(messages).values(row),
-            dialect,
+        # Built on first use too: a program that only reads never needs them.
+        self._insert_one = CompiledStatement.built_later(
+            lambda: _insert_message(returning=bool(dialect.insert_returning)), dialect
         )
-        # The limits keep each total within 64 bits (SQLite would turn it into a REAL past
-        # 2**63): a session at its limit matches no row, like an unknown one.
-        self._bump_counters = CompiledStatement(
-            update(sessions)
-            .where(
-                sessions.c.id == bindparam("session_id"),
-                func.coalesce(sessions.c.message_count, 0) <= bindparam("message_limit"),
-                func.coalesce(sessions.c.tool_call_count, 0) <= bindparam("tool_call_limit"),
-            )
-            .values(
-                message_count=func.coalesce(sessions.c.message_count, 0)
-                + bindparam("messages_added"),
-                tool_call_count=func.coalesce(sessions.c.tool_call_count, 0)
-                + bindparam("tool_calls_added"),
-            ),
-            dialect,
-        )
+        self._bump_counters = CompiledStatement.built_later(_bump_counters, dialect)
         # In-process, ``lastrowid`` is free and exact (one writer, one connection); RETURNING
         # makes SQLite run the insert during the fetch, a measurable extra step per append.
         self._returning_one = batch_returning and bool(dialect.insert_returning)
-        # One append, one statement, where a statement is a round trip (built only there:
-        # in-process it would be built at every open and never run).
+        # One append, one statement, where a statement is a round trip (only there: in-process
+        # it would never run).
         self._append_one = (
-            CompiledStatement(_append_in_one_statement(), dialect)
+            CompiledStatement.built_later(_append_in_one_statement, dialect)
             if batch_returning and dialect.insert_returning
             else None
         )
@@ -224,6 +214,31 @@ class HotWrites:
         return DBAPIError.instance(
             sql, None, exc, self._dialect.loaded_dbapi.Error, dialect=self._dialect
         )
+
+
+def _insert_message(*, returning: bool) -> ClauseElement:
+    row: dict[str, Any] = {name: bindparam(name) for name in INSERTED_MESSAGE_FIELDS}
+    statement = insert(messages).values(row)
+    return statement.returning(messages.c.id) if returning else statement
+
+
+def _bump_counters() -> ClauseElement:
+    # The limits keep each total within 64 bits (SQLite would turn it into a REAL past
+    # 2**63): a session at its limit matches no row, like an unknown one.
+    return (
+        update(sessions)
+        .where(
+            sessions.c.id == bindparam("session_id"),
+            func.coalesce(sessions.c.message_count, 0) <= bindparam("message_limit"),
+            func.coalesce(sessions.c.tool_call_count, 0) <= bindparam("tool_call_limit"),
+        )
+        .values(
+            message_count=func.coalesce(sessions.c.message_count, 0)
+            + bindparam("messages_added"),
+            tool_call_count=func.coalesce(sessions.c.tool_call_count, 0)
+            + bindparam("tool_calls_added"),
+        )
+    )
 
 
 def _append_in_one_statement() -> ClauseElement:
