@@ -10,7 +10,6 @@ plain path as a SQLite file); any other URL by its text, with a password shown a
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
 from sqlalchemy.engine import URL, make_url
@@ -51,6 +50,8 @@ def cli_command(url: str | URL | None, *words: str) -> str:
     if url is not None and not is_default_store(url):
         parts += ["--url", store_argument(url)]
     parts += words
+    import shlex  # only when a hint is written; not on the way to opening a store
+
     return shlex.join(parts)
 
 

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
 
-from ._migrations.chain_state import HERMES_SCHEMA_BEFORE_CHAIN
 from .dialects import dialect_for
 from .errors import SchemaTooNewError, UnknownRevisionError
 
@@ -79,7 +78,7 @@ def read_state(conn: Connection) -> StoreState:
             if ALEMBIC_VERSION_TABLE in tables
             else "NULL"
         )
-        row = conn.execute(text(f"SELECT {hermes}, {alembic}")).one()
+        row = conn.exec_driver_sql(f"SELECT {hermes}, {alembic}").one()
         schema_version = None if row[0] is None else int(row[0])
         revision = None if row[1] is None else str(row[1])
     return StoreState(
@@ -169,6 +168,9 @@ def adopt(conn: Connection, known_revisions: Collection[str]) -> str | None:
     state = read_state(conn)
     check_not_too_new(state)
     check_revision_known(state, known_revisions)
+    # Only a migration gets here: the package of the migrations stays out of a plain open.
+    from ._migrations.chain_state import HERMES_SCHEMA_BEFORE_CHAIN
+
     # Data steps Hermes already ran on this file (v16's backfill) must not run again.
     conn.info[HERMES_SCHEMA_BEFORE_CHAIN] = state.schema_version
     if state.alembic_revision is not None or not state.has_sessions:

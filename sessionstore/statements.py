@@ -15,7 +15,7 @@ batch), else one cheap insert per row on the open cursor.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 from sqlalchemy import bindparam, func, insert, select, update
@@ -37,24 +37,67 @@ INSERTED_MESSAGE_FIELDS = tuple(
 
 
 class CompiledStatement:
-    """A statement compiled for one dialect, with its parameters in the driver's order."""
+    """A statement compiled for one dialect, with its parameters in the driver's order.
+
+    Compiled on first use, not when built: every store builds all its hot statements at open,
+    and compiling them there cost about 5 ms of each fresh interpreter's start, mostly for
+    statements a short-lived program never runs.
+    """
+
+    __slots__ = ("_build", "_compiled", "_dialect")
 
     def __init__(self, statement: ClauseElement, dialect: Dialect) -> None:
-        compiled = cast(SQLCompiler, statement.compile(dialect=dialect))
-        self.sql = str(compiled)
-        self.positional_names: tuple[str, ...] | None = (
-            tuple(compiled.positiontup or ()) if compiled.positional else None
+        self._build: Callable[[], ClauseElement] = lambda: statement
+        self._dialect = dialect
+        self._compiled: _Compiled | None = None
+
+    @classmethod
+    def built_later(cls, build: Callable[[], ClauseElement], dialect: Dialect) -> CompiledStatement:
+        """The statement ``build()`` returns, built (and compiled) on first use."""
+        compiled = cls.__new__(cls)
+        compiled._build = build
+        compiled._dialect = dialect
+        compiled._compiled = None
+        return compiled
+
+    def _compile(self) -> _Compiled:
+        compiled = cast(SQLCompiler, self._build().compile(dialect=self._dialect))
+        result = _Compiled(
+            str(compiled),
+            tuple(compiled.positiontup or ()) if compiled.positional else None,
+            # Values the statement itself carries (e.g. the 0 in COALESCE(x, 0)).
+            {name: value for name, value in compiled.params.items() if value is not None},
         )
-        # Values the statement itself carries (e.g. the 0 in COALESCE(x, 0)).
-        self._fixed = {
-            name: value for name, value in compiled.params.items() if value is not None
-        }
+        # One assignment of a finished object: threads racing here compile the same text.
+        self._compiled = result
+        return result
+
+    @property
+    def sql(self) -> str:
+        return (self._compiled or self._compile()).sql
+
+    @property
+    def positional_names(self) -> tuple[str, ...] | None:
+        return (self._compiled or self._compile()).positional_names
 
     def parameters(self, values: Mapping[str, Any]) -> Sequence[Any] | Mapping[str, Any]:
-        merged = {**self._fixed, **values} if self._fixed else values
-        if self.positional_names is None:
+        compiled = self._compiled or self._compile()
+        fixed = compiled.fixed
+        merged = {**fixed, **values} if fixed else values
+        if compiled.positional_names is None:
             return merged
-        return tuple(merged[name] for name in self.positional_names)
+        return tuple(merged[name] for name in compiled.positional_names)
+
+
+class _Compiled:
+    __slots__ = ("fixed", "positional_names", "sql")
+
+    def __init__(
+        self, sql: str, positional_names: tuple[str, ...] | None, fixed: dict[str, Any]
+    ) -> None:
+        self.sql = sql
+        self.positional_names = positional_names
+        self.fixed = fixed
 
 
 class HotWrites:
@@ -62,68 +105,19 @@ class HotWrites:
 
     def __init__(self, dialect: Dialect, *, batch_returning: bool) -> None:
         self._dialect = dialect
-        row: dict[str, Any] = {name: bindparam(name) for name in INSERTED_MESSAGE_FIELDS}
         self._returning_many = batch_returning
-        self._insert_one = CompiledStatement(
-            insert(messages).values(row).returning(messages.c.id)
-            if dialect.insert_returning
-            else insert(messages).values(row),
-            dialect,
+        # Built on first use too: a program that only reads never needs them.
+        self._insert_one = CompiledStatement.built_later(
+            lambda: _insert_message(returning=bool(dialect.insert_returning)), dialect
         )
-        # The limits keep each total within 64 bits (SQLite would turn it into a REAL past
-        # 2**63): a session at its limit matches no row, like an unknown one.
-        self._bump_counters = CompiledStatement(
-            update(sessions)
-            .where(
-                sessions.c.id == bindparam("session_id"),
-                func.coalesce(sessions.c.message_count, 0) <= bindparam("message_limit"),
-                func.coalesce(sessions.c.tool_call_count, 0) <= bindparam("tool_call_limit"),
-            )
-            .values(
-                message_count=func.coalesce(sessions.c.message_count, 0)
-                + bindparam("messages_added"),
-                tool_call_count=func.coalesce(sessions.c.tool_call_count, 0)
-                + bindparam("tool_calls_added"),
-            ),
-            dialect,
-        )
+        self._bump_counters = CompiledStatement.built_later(_bump_counters, dialect)
         # In-process, ``lastrowid`` is free and exact (one writer, one connection); RETURNING
         # makes SQLite run the insert during the fetch, a measurable extra step per append.
         self._returning_one = batch_returning and bool(dialect.insert_returning)
-        # One append, one statement, where a statement is a round trip: the counters are
-        # bumped in a CTE and the row is inserted only if that matched the session (and its
-        # totals stay in range); no row back means nothing was written.
-        bumped = (
-            update(sessions)
-            .where(
-                sessions.c.id == bindparam("session_id"),
-                func.coalesce(sessions.c.message_count, 0) <= bindparam("message_limit"),
-                func.coalesce(sessions.c.tool_call_count, 0) <= bindparam("tool_call_limit"),
-            )
-            .values(
-                message_count=func.coalesce(sessions.c.message_count, 0)
-                + bindparam("messages_added"),
-                tool_call_count=func.coalesce(sessions.c.tool_call_count, 0)
-                + bindparam("tool_calls_added"),
-            )
-            .returning(sessions.c.id)
-            .cte("bumped")
-        )
-        values = select(
-            *[
-                bumped.c.id if name == "session_id"
-                else sql_cast(bindparam(name), messages.c[name].type)
-                for name in INSERTED_MESSAGE_FIELDS
-            ]
-        )
+        # One append, one statement, where a statement is a round trip (only there: in-process
+        # it would never run).
         self._append_one = (
-            CompiledStatement(
-                insert(messages)
-                .add_cte(bumped)
-                .from_select(list(INSERTED_MESSAGE_FIELDS), values)
-                .returning(messages.c.id),
-                dialect,
-            )
+            CompiledStatement.built_later(_append_in_one_statement, dialect)
             if batch_returning and dialect.insert_returning
             else None
         )
@@ -220,6 +214,65 @@ class HotWrites:
         return DBAPIError.instance(
             sql, None, exc, self._dialect.loaded_dbapi.Error, dialect=self._dialect
         )
+
+
+def _insert_message(*, returning: bool) -> ClauseElement:
+    row: dict[str, Any] = {name: bindparam(name) for name in INSERTED_MESSAGE_FIELDS}
+    statement = insert(messages).values(row)
+    return statement.returning(messages.c.id) if returning else statement
+
+
+def _bump_counters() -> ClauseElement:
+    # The limits keep each total within 64 bits (SQLite would turn it into a REAL past
+    # 2**63): a session at its limit matches no row, like an unknown one.
+    return (
+        update(sessions)
+        .where(
+            sessions.c.id == bindparam("session_id"),
+            func.coalesce(sessions.c.message_count, 0) <= bindparam("message_limit"),
+            func.coalesce(sessions.c.tool_call_count, 0) <= bindparam("tool_call_limit"),
+        )
+        .values(
+            message_count=func.coalesce(sessions.c.message_count, 0)
+            + bindparam("messages_added"),
+            tool_call_count=func.coalesce(sessions.c.tool_call_count, 0)
+            + bindparam("tool_calls_added"),
+        )
+    )
+
+
+def _append_in_one_statement() -> ClauseElement:
+    """The counters are bumped in a CTE and the row is inserted only if that matched the
+    session (and its totals stay in range); no row back means nothing was written."""
+    bumped = (
+        update(sessions)
+        .where(
+            sessions.c.id == bindparam("session_id"),
+            func.coalesce(sessions.c.message_count, 0) <= bindparam("message_limit"),
+            func.coalesce(sessions.c.tool_call_count, 0) <= bindparam("tool_call_limit"),
+        )
+        .values(
+            message_count=func.coalesce(sessions.c.message_count, 0)
+            + bindparam("messages_added"),
+            tool_call_count=func.coalesce(sessions.c.tool_call_count, 0)
+            + bindparam("tool_calls_added"),
+        )
+        .returning(sessions.c.id)
+        .cte("bumped")
+    )
+    values = select(
+        *[
+            bumped.c.id if name == "session_id"
+            else sql_cast(bindparam(name), messages.c[name].type)
+            for name in INSERTED_MESSAGE_FIELDS
+        ]
+    )
+    return (
+        insert(messages)
+        .add_cte(bumped)
+        .from_select(list(INSERTED_MESSAGE_FIELDS), values)
+        .returning(messages.c.id)
+    )
 
 
 class HotReads:

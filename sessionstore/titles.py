@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable
 from typing import Final
 
-from .search.sanitize import escape_like
+from .search.sanitize import escape_like, lazy_pattern
 
 __all__ = [
     "MAX_TITLE_LENGTH",
@@ -35,16 +35,16 @@ MAX_TITLE_LENGTH: Final = 100
 # - U+FEFF byte-order mark / zero-width no-break space;
 # - U+FFF9-U+FFFC interlinear annotation marks and the object replacement character;
 # - lone surrogates U+D800-U+DFFF, which no database driver can encode.
-_INVISIBLE_CHARACTERS: Final = re.compile(
+_invisible_characters: Final = lazy_pattern(
     r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\x80-\x84\x86-\x9f"
     r"\u00ad\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ufff9-\ufffc"
     r"\ud800-\udfff]"
 )
-_WHITESPACE_RUN: Final = re.compile(r"\s+")
+_whitespace_run: Final = lazy_pattern(r"\s+")
 
 # Only ASCII digits number a lineage: "name #٣" is a name, not "name" number 3. The base must
 # not be empty: a title cannot start with a space once sanitized, so " #3" is no lineage.
-_LINEAGE_SUFFIX: Final = re.compile(r"(.+?) #([0-9]+)", re.DOTALL)
+_lineage_suffix: Final = lazy_pattern(r"(.+?) #([0-9]+)", re.DOTALL)
 
 
 def sanitize_title(title: str | None) -> str | None:
@@ -60,8 +60,8 @@ def sanitize_title(title: str | None) -> str | None:
         return None
     if not isinstance(title, str):
         raise TypeError(f"title must be a str or None, not {type(title).__name__}")
-    visible = _INVISIBLE_CHARACTERS.sub("", title)
-    cleaned = _WHITESPACE_RUN.sub(" ", visible).strip()
+    visible = _invisible_characters().sub("", title)
+    cleaned = _whitespace_run().sub(" ", visible).strip()
     if not cleaned:
         return None
     if len(cleaned) > MAX_TITLE_LENGTH:
@@ -71,7 +71,7 @@ def sanitize_title(title: str | None) -> str | None:
 
 def split_lineage(title: str) -> tuple[str, int | None]:
     """Split ``"name #3"`` into ``("name", 3)``; an unnumbered title gives ``(title, None)``."""
-    match = _LINEAGE_SUFFIX.fullmatch(title)
+    match = _lineage_suffix().fullmatch(title)
     if match is None:
         return title, None
     return match.group(1), int(match.group(2))

@@ -23,7 +23,7 @@ from ..errors import (
     UnsupportedValueError,
     ValueOutOfRangeError,
 )
-from . import MISSING_CORE_TABLE, IntegrityViolation
+from . import IntegrityViolation, missing_core_table
 
 if TYPE_CHECKING:
     from ..search.index import SearchIndex
@@ -262,7 +262,7 @@ class PostgreSQLDialect:
                 "PostgreSQL text cannot hold NUL characters; nothing was read or written "
                 f"({str(original).splitlines()[0]})"
             )
-        if state == _UNDEFINED_TABLE_SQLSTATE and MISSING_CORE_TABLE.search(str(original)):
+        if state == _UNDEFINED_TABLE_SQLSTATE and missing_core_table().search(str(original)):
             return SchemaMissingError(
                 f"this database has no session tables ({str(original).splitlines()[0]})"
             )

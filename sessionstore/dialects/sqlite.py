@@ -56,7 +56,7 @@ from ..errors import (
     UnsupportedValueError,
 )
 from ..writerqueue import WriterQueue
-from . import MISSING_CORE_TABLE, IntegrityViolation
+from . import IntegrityViolation, missing_core_table
 
 if TYPE_CHECKING:
     from ..search.index import SearchIndex
@@ -330,7 +330,7 @@ class SQLiteDialect:
             return StoreUnavailableError(
                 f"this file is not a usable SQLite database ({original}); it was not modified"
             )
-        if MISSING_CORE_TABLE.search(message):
+        if missing_core_table().search(message):
             return SchemaMissingError(f"this database has no session tables ({original})")
         if "unable to open database" in message:
             return StoreUnavailableError(f"cannot open the SQLite database: {original}")

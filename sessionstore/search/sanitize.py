@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Final, TypeAlias
 
 __all__ = [
@@ -41,13 +41,24 @@ MAX_TSQUERY_TEXT_BYTES: Final = 8192
 
 _BOOLEAN_OPERATORS: Final = frozenset({"AND", "OR", "NOT"})
 
+
+def lazy_pattern(pattern: str, flags: int = 0) -> Callable[[], re.Pattern[str]]:
+    """``re.compile(pattern, flags)``, done on the first call and kept.
+
+    Every module the package imports to open a store used to compile its patterns at import:
+    together about 2 ms of each fresh interpreter's start, for text that opening and reading
+    never looks at (startup, issue 12).
+    """
+    return functools.cache(lambda: re.compile(pattern, flags))
+
+
 # Python's sqlite3 and psycopg cannot encode lone surrogates (UnicodeEncodeError), and a
 # surrogate carries no searchable text, so they are removed before anything else.
-_LONE_SURROGATES: Final = re.compile(r"[\ud800-\udfff]")
-_BALANCED_PHRASE: Final = re.compile(r'"([^"]*)"')
-_GLUED_STARS: Final = re.compile(r"\*+")
+_lone_surrogates: Final = lazy_pattern(r"[\ud800-\udfff]")
+_balanced_phrase: Final = lazy_pattern(r'"([^"]*)"')
+_glued_stars: Final = lazy_pattern(r"\*+")
 # The seed's list of FTS5 operators that make no sense outside a phrase once unbalanced.
-_UNMATCHED_SPECIALS: Final = re.compile(r'[+{}()"^]')
+_unmatched_specials: Final = lazy_pattern(r'[+{}()"^]')
 # What FTS5's query parser accepts in an unquoted term (sqlite3Fts5IsBareword): ASCII letters,
 # digits, "_", the SUB control char, and every non-ASCII character. Anything else outside a
 # string is syntax (":" filters a column, "-" negates one) or a syntax error ("!", "'", ...).
@@ -58,17 +69,22 @@ def _fts5_bareword() -> re.Pattern[str]:
     return re.compile(r"[A-Za-z0-9_\x1a\x80-\U0010ffff]+")
 
 
-@dataclass(frozen=True)
+# Plain slotted classes, not dataclasses: building a dataclass costs about 0.5 ms at import.
 class _Term:
-    text: str
-    is_prefix: bool
-    # A balanced "phrase" from the input: kept verbatim and always quoted.
-    is_phrase: bool
+    __slots__ = ("is_phrase", "is_prefix", "text")
+
+    def __init__(self, text: str, *, is_prefix: bool, is_phrase: bool) -> None:
+        self.text = text
+        self.is_prefix = is_prefix
+        # A balanced "phrase" from the input: kept verbatim and always quoted.
+        self.is_phrase = is_phrase
 
 
-@dataclass(frozen=True)
 class _Operator:
-    name: str
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
 
 
 _Token: TypeAlias = "_Term | _Operator"
@@ -100,7 +116,7 @@ def sanitize_fts5_query(query: str) -> str:
     Tokens are joined by single spaces and the result is stripped; ``""`` means there is
     nothing to search for (``MATCH ''`` is itself an error, so callers must not run it).
     """
-    cleaned = _LONE_SURROGATES.sub("", query).replace("\x00", " ")
+    cleaned = _lone_surrogates().sub("", query).replace("\x00", " ")
     tokens = _limit_negations(_normalize_operators(_tokenize_fts5(cleaned)))
     return " ".join(_render_fts5(token) for token in tokens).strip()
 
@@ -108,10 +124,10 @@ def sanitize_fts5_query(query: str) -> str:
 def _tokenize_fts5(query: str) -> list[_Token]:
     tokens: list[_Token] = []
     position = 0
-    for phrase in _BALANCED_PHRASE.finditer(query):
+    for phrase in _balanced_phrase().finditer(query):
         tokens.extend(_tokenize_free_text(query[position : phrase.start()]))
         position = phrase.end()
-        stars = _GLUED_STARS.match(query, position)
+        stars = _glued_stars().match(query, position)
         if stars is not None:
             position = stars.end()
         content = phrase.group(1)
@@ -123,9 +139,9 @@ def _tokenize_fts5(query: str) -> list[_Token]:
 
 def _tokenize_free_text(text: str) -> list[_Token]:
     tokens: list[_Token] = []
-    for chunk in _UNMATCHED_SPECIALS.sub(" ", text).split():
+    for chunk in _unmatched_specials().sub(" ", text).split():
         # "foo*bar" is the prefix foo followed by bar; empty pieces are stray stars.
-        pieces = _GLUED_STARS.split(chunk)
+        pieces = _glued_stars().split(chunk)
         for index, piece in enumerate(pieces):
             if not piece:
                 continue
@@ -194,13 +210,12 @@ def _render_fts5(token: _Token) -> str:
 
 # The canonical FTS5 query is a sequence of "quoted"* phrases, bare words and operators; this
 # pattern also reads arbitrary text leniently (an unmatched quote is simply skipped).
-_FTS5_QUERY_TOKEN: Final = re.compile(r'"([^"]*)"(\*?)|([^\s"]+)')
+_fts5_query_token: Final = lazy_pattern(r'"([^"]*)"(\*?)|([^\s"]+)')
 # NUL cannot be sent to PostgreSQL at all and the other controls mean nothing to its parser.
-_CONTROL_CHARACTERS: Final = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_TRAILING_PARTIAL_WORD: Final = re.compile(r"\S*$")
+_control_characters: Final = lazy_pattern(r"[\x00-\x1f\x7f-\x9f]")
+_trailing_partial_word: Final = lazy_pattern(r"\S*$")
 
 
-@dataclass
 class _NegationChain:
     """``positive NOT negated[0] NOT negated[1] ...``.
 
@@ -208,8 +223,11 @@ class _NegationChain:
     nothing searchable in it, kept until rendering so that it still takes its operator along.
     """
 
-    positive: list[str | None]
-    negated: list[list[str | None]]
+    __slots__ = ("negated", "positive")
+
+    def __init__(self, *, positive: list[str | None], negated: list[list[str | None]]) -> None:
+        self.positive = positive
+        self.negated = negated
 
 
 def to_postgres_tsquery(sanitized: str) -> str | None:
@@ -244,7 +262,7 @@ def to_postgres_tsquery(sanitized: str) -> str | None:
     or_groups: list[list[_NegationChain]] = []
     pending_operator: str | None = None
     bytes_left = MAX_TSQUERY_TEXT_BYTES
-    for match in _FTS5_QUERY_TOKEN.finditer(_LONE_SURROGATES.sub("", sanitized)):
+    for match in _fts5_query_token().finditer(_lone_surrogates().sub("", sanitized)):
         phrase, phrase_star, bare = match.groups()
         if bare is not None and bare in _BOOLEAN_OPERATORS:
             pending_operator = bare  # the last of consecutive operators wins, as in FTS5
@@ -253,7 +271,7 @@ def to_postgres_tsquery(sanitized: str) -> str | None:
             text, is_prefix = phrase, phrase_star == "*"
         else:
             text, is_prefix = bare.rstrip("*"), bare.endswith("*")
-        text = _CONTROL_CHARACTERS.sub(" ", text).strip()
+        text = _control_characters().sub(" ", text).strip()
         if len(text.encode("utf-8")) > bytes_left:
             text = _truncate_to_whole_words(text, bytes_left)
             is_prefix = False
@@ -275,7 +293,7 @@ def to_postgres_tsquery(sanitized: str) -> str | None:
 def _truncate_to_whole_words(text: str, max_bytes: int) -> str:
     cut = text.encode("utf-8")[:max_bytes].decode("utf-8", errors="ignore")
     if cut != text and not text[len(cut)].isspace():
-        cut = _TRAILING_PARTIAL_WORD.sub("", cut)  # a half word would search for another word
+        cut = _trailing_partial_word().sub("", cut)  # a half word would search for another word
     return cut.strip()
 
 
