@@ -139,17 +139,23 @@ class SessionRepository:
         self._hot_writes = HotWrites(
             store.engine.dialect, batch_returning=store.dialect.batch_returning_inserts
         )
-        self._load_messages = HotReads(store.engine.dialect, _MESSAGES_OF_SESSION)
-        self._load_live_messages = HotReads(store.engine.dialect, _LIVE_MESSAGES_OF_SESSION)
-        self._load_conversation = HotReads(store.engine.dialect, _CONVERSATION_OF_SESSION)
-        self._load_live_conversation = HotReads(
-            store.engine.dialect, _LIVE_CONVERSATION_OF_SESSION
+        # Built on first use: a short-lived program (a hook, a CLI call) opens the store for
+        # one call, and building every statement at open showed in its start-up.
+        dialect = store.engine.dialect
+        self._load_messages = HotReads.built_later(dialect, _messages_of_session)
+        self._load_live_messages = HotReads.built_later(
+            dialect, lambda: _messages_of_session().where(messages.c.active == 1)
+        )
+        self._load_conversation = HotReads.built_later(dialect, _conversation_of_session)
+        self._load_live_conversation = HotReads.built_later(
+            dialect, lambda: _conversation_of_session().where(messages.c.active == 1)
         )
         self._hot_listings: dict[Select[Any], HotReads] = {}
         # A page's compression roots and their tips, on the driver cursor too: the list is one
         # JSON parameter, where an expanding IN would be compiled again on every call.
-        self._load_tip_listings = HotReads(
-            store.engine.dialect, _tip_listings_statement(store.dialect.json_list_sql("roots"))
+        roots_sql = store.dialect.json_list_sql("roots")
+        self._load_tip_listings = HotReads.built_later(
+            dialect, lambda: _tip_listings_statement(roots_sql)
         )
 
     def _hot_listing(self, statement: Select[Any]) -> HotReads:
@@ -569,7 +575,7 @@ class SessionRepository:
 
     def iter_messages(self, conn: Connection, session_id: str) -> Iterator[MessageRecord]:
         streaming = conn.execution_options(yield_per=1000)
-        for row in streaming.execute(_MESSAGES_OF_SESSION, {"session_id": session_id}):
+        for row in streaming.execute(_messages_of_session(), {"session_id": session_id}):
             yield MessageRecord(*row)
 
     # -- titles ---------------------------------------------------------------------------
@@ -1279,21 +1285,22 @@ def _session_columns() -> list[Any]:
 # Insertion (id) order, as every Hermes release reads a session: time.time() is not monotonic
 # (NTP steps, VM or laptop resume), and a tool result stamped before its call must still come
 # after it, or the replayed conversation is refused by the provider.
-_MESSAGES_OF_SESSION = (
-    select(*[messages.c[name] for name in MESSAGE_FIELDS])
-    .where(messages.c.session_id == bindparam("session_id"))
-    .order_by(messages.c.id)
-)
+@functools.cache
+def _messages_of_session() -> Select[Any]:
+    return (
+        select(*[messages.c[name] for name in MESSAGE_FIELDS])
+        .where(messages.c.session_id == bindparam("session_id"))
+        .order_by(messages.c.id)
+    )
 
 
-_CONVERSATION_OF_SESSION = (
-    select(*[messages.c[name] for name in CONVERSATION_FIELDS])
-    .where(messages.c.session_id == bindparam("session_id"))
-    .order_by(messages.c.id)
-)
-
-_LIVE_MESSAGES_OF_SESSION = _MESSAGES_OF_SESSION.where(messages.c.active == 1)
-_LIVE_CONVERSATION_OF_SESSION = _CONVERSATION_OF_SESSION.where(messages.c.active == 1)
+@functools.cache
+def _conversation_of_session() -> Select[Any]:
+    return (
+        select(*[messages.c[name] for name in CONVERSATION_FIELDS])
+        .where(messages.c.session_id == bindparam("session_id"))
+        .order_by(messages.c.id)
+    )
 
 
 def _one_session(row: Row[Any] | None) -> SessionRecord | None:
@@ -1355,7 +1362,8 @@ def _last_active() -> ColumnElement[Any]:
     return func.coalesce(newest, sessions.c.started_at)
 
 
-def _build_rich_select() -> Select[Any]:
+@functools.cache
+def _rich_select() -> Select[Any]:
     # Hermes's dict order: the columns, last_active, then the preview (see _listing_dict).
     return select(
         *_session_columns(),
@@ -1364,7 +1372,6 @@ def _build_rich_select() -> Select[Any]:
     )
 
 
-_RICH_SELECT = _build_rich_select()
 
 
 @functools.cache
@@ -1404,7 +1411,7 @@ def _listing_statement(
     newest_first = (sessions.c.started_at.desc(), sessions.c.id)
     if not by_source:
         return (
-            _RICH_SELECT.where(*conditions)
+            _rich_select().where(*conditions)
             .order_by(*newest_first)
             .limit(bindparam("limit"))
             .offset(bindparam("offset"))
@@ -1417,7 +1424,7 @@ def _listing_statement(
         .offset(bindparam("offset"))
         .subquery("page")
     )
-    return _RICH_SELECT.join_from(sessions, chosen, chosen.c.id == sessions.c.id).order_by(
+    return _rich_select().join_from(sessions, chosen, chosen.c.id == sessions.c.id).order_by(
         *newest_first
     )
 
@@ -1431,7 +1438,7 @@ def _tip_listings_statement(roots_list_sql: str) -> Select[Any]:
         .subquery("tips")
     )
     return (
-        _RICH_SELECT.add_columns(tips.c.root)
+        _rich_select().add_columns(tips.c.root)
         .join_from(sessions, tips, tips.c.id == sessions.c.id)
         .where(tips.c.id != tips.c.root)
     )

@@ -282,6 +282,14 @@ class HotReads:
         self._dialect = dialect
         self._compiled = CompiledStatement(statement, dialect)
 
+    @classmethod
+    def built_later(cls, dialect: Dialect, build: Callable[[], ClauseElement]) -> HotReads:
+        """The SELECT ``build()`` returns, built (and compiled) on first use."""
+        reads = cls.__new__(cls)
+        reads._dialect = dialect
+        reads._compiled = CompiledStatement.built_later(build, dialect)
+        return reads
+
     def rows(self, conn: Connection, values: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
         try:
