@@ -57,8 +57,6 @@ IDX_MESSAGES_PLATFORM_MSG_ID = "idx_messages_platform_msg_id"
 IDX_COMPRESSION_LOCKS_EXPIRES = "idx_compression_locks_expires"
 IX_SESSIONS_STARTED_ID = "ix_sessions_started_id"
 """Ours (revision 0022): the listing's order, ``id`` breaking ties."""
-IX_MESSAGES_SUBSTRING_PAGE = search_names.SUBSTRING_PAGE_INDEX
-"""Ours (revision 0024): what a page of substring hits is chosen by, without the rows."""
 
 # Full-text objects created by raw DDL in the migrations: their names live with the search code.
 SEARCH_OBJECT_NAMES = search_names.SEARCH_OBJECT_NAMES
@@ -162,15 +160,6 @@ Index(
 )
 Index(IDX_MESSAGES_SESSION, _messages.session_id, _messages.timestamp)
 Index(IDX_MESSAGES_SESSION_ACTIVE, _messages.session_id, _messages.active, _messages.timestamp)
-Index(
-    IX_MESSAGES_SUBSTRING_PAGE,
-    _messages.id,
-    _messages.timestamp,
-    _messages.active,
-    _messages.compacted,
-    _messages.role,
-    _messages.session_id,
-)
 Index(
     IDX_MESSAGES_PLATFORM_MSG_ID,
     _messages.session_id,

@@ -34,7 +34,8 @@ OLD_TRIGRAM_TRIGGERS: Final = (
 )
 
 SUBSTRING_PAGE_INDEX: Final = "ix_messages_substring_page"
-"""A covering index of what a page of substring hits is chosen by (revision 0024)."""
+"""A covering index of what a page of substring hits is chosen by (revision 0024, SQLite
+only: PostgreSQL's CJK plan fetches its few candidates by primary key)."""
 
 BIGRAM_TABLE: Final = "messages_cjk_bigram"
 """The CJK character-bigram index (revision 0021), contentless, over the CJK rows only."""
@@ -78,6 +79,7 @@ SEARCH_OBJECT_NAMES: Final = frozenset(
         PG_CONTENT_TRGM_INDEX,
         PG_TRGM_INDEX,
         PG_BIGRAM_INDEX,
+        SUBSTRING_PAGE_INDEX,
     }
 )
 """Every object the search indexes consist of (the models describe none of them)."""

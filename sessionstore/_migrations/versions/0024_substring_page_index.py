@@ -10,7 +10,9 @@ filters' keys), a few dozen bytes per message, so the same lookups touch a small
 (7.1 -> 2.8 ms). The search names it with ``INDEXED BY`` (SQLite would otherwise take the
 rowid); a store below this revision is searched as before.
 
-PostgreSQL gets the same index (one schema on both databases); its CJK plan does not need it.
+SQLite only, like the other search objects (``search_names`` lists it, autogenerate skips it):
+PostgreSQL's CJK plan fetches its few candidates by primary key, and there the index would
+only cost every insert.
 
 Derived data only: the downgrade drops it and loses nothing. Hermes leaves indexes it does not
 know alone; ``schema_version`` stays 17.
@@ -37,9 +39,13 @@ COLUMNS = ["id", "timestamp", "active", "compacted", "role", "session_id"]
 
 
 def upgrade() -> None:
+    if op.get_bind().dialect.name != "sqlite":
+        return
     # IF NOT EXISTS: an interrupted upgrade (index built, revision not yet stamped) re-runs.
     op.create_index(INDEX_NAME, "messages", COLUMNS, if_not_exists=True)
 
 
 def downgrade() -> None:
+    if op.get_bind().dialect.name != "sqlite":
+        return
     op.drop_index(INDEX_NAME, table_name="messages", if_exists=True)
