@@ -230,9 +230,14 @@ def test_revision_0009_downgrade_refuses_values_beyond_32_bits(empty_pg_url: str
         assert db.get_session("big")["cache_read_tokens"] == 3 * 10**9  # type: ignore[index]
 
 
-def test_revision_0009_changes_nothing_on_sqlite(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("below", "revision"), [("0008", "0009"), ("0022", "0023")])
+def test_postgresql_only_revisions_change_nothing_on_sqlite(
+    tmp_path: Path, below: str, revision: str
+) -> None:
+    """0009 (64-bit counters) and 0023 (64-bit message ids) are PostgreSQL's alone: SQLite's
+    INTEGER already is 64 bits, and its DDL stays Hermes's."""
     url = f"sqlite:///{tmp_path}/s.db"
-    migrate.upgrade(url, "0008")
+    migrate.upgrade(url, below)
     engine = sa.create_engine(url)
 
     def ddl() -> list[str]:
@@ -241,9 +246,9 @@ def test_revision_0009_changes_nothing_on_sqlite(tmp_path: Path) -> None:
                 sa.text("SELECT sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY name"))]
 
     before = ddl()
-    migrate.upgrade(url, "0009")
+    migrate.upgrade(url, revision)
     assert ddl() == before
-    migrate.downgrade(url, "0008")
+    migrate.downgrade(url, below)
     assert ddl() == before
     engine.dispose()
 
@@ -341,21 +346,3 @@ def test_revision_0023_downgrade_refuses_ids_beyond_32_bits(empty_pg_url: str, w
         migrate.downgrade(empty_pg_url, "0022")
     assert migrate.current(empty_pg_url) == migrate.HEAD_REVISION
     assert pg_message_id_types(empty_pg_url) == ("bigint", "bigint")
-
-
-def test_revision_0023_changes_nothing_on_sqlite(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path}/s.db"
-    migrate.upgrade(url, "0022")
-    engine = sa.create_engine(url)
-
-    def ddl() -> list[str]:
-        with engine.connect() as conn:
-            return [str(row[0]) for row in conn.execute(
-                sa.text("SELECT sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY name"))]
-
-    before = ddl()
-    migrate.upgrade(url, "0023")
-    assert ddl() == before
-    migrate.downgrade(url, "0022")
-    assert ddl() == before
-    engine.dispose()
