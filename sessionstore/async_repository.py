@@ -27,14 +27,17 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 ALIAS = "repo"
-NOT_MIRRORED = frozenset({"iter_sessions", "iter_messages", "recount", "prepare_message"})
+# list_sessions_rich_dicts is the Hermes facade's fast path (AsyncSessionDB reaches it through
+# SessionDB); async callers of the typed layer get the records from list_sessions_rich.
+NOT_MIRRORED = frozenset({
+    "iter_sessions", "iter_messages", "recount", "prepare_message", "list_sessions_rich_dicts",
+})  # fmt: skip
 READ_METHODS = frozenset({
     "get_session", "resolve_session_id", "session_ids_with_prefix", "short_ids",
     "session_count", "message_count", "search_sessions", "get_session_title",
     "get_session_by_title", "resolve_session_by_title", "titles_ignoring_case",
     "get_next_title_in_lineage", "compression_ancestors", "distinct_session_cwds",
     "has_platform_message_id", "get_compression_tip", "list_sessions_rich",
-    "list_sessions_rich_dicts",
     "count_listed_sessions", "search_messages", "get_messages", "get_conversation",
     "prunable_sessions",
 })  # fmt: skip
@@ -263,33 +266,6 @@ class AsyncSessionRepository:
     ) -> list[SessionListing]:
         return await self._read(
             lambda repo: repo.list_sessions_rich(
-                source,
-                exclude_sources,
-                limit,
-                offset,
-                include_children,
-                project_compression_tips,
-                include_archived=include_archived,
-                archived_only=archived_only,
-                cwd_prefix=cwd_prefix,
-            )
-        )
-
-    async def list_sessions_rich_dicts(
-        self,
-        source: str | None = None,
-        exclude_sources: Sequence[str] | None = None,
-        limit: int = 20,
-        offset: int = 0,
-        include_children: bool = False,
-        project_compression_tips: bool = True,
-        *,
-        include_archived: bool = False,
-        archived_only: bool = False,
-        cwd_prefix: str | None = None,
-    ) -> list[dict[str, Any]]:
-        return await self._read(
-            lambda repo: repo.list_sessions_rich_dicts(
                 source,
                 exclude_sources,
                 limit,
