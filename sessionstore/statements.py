@@ -22,7 +22,7 @@ from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy import cast as sql_cast
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql import ClauseElement, Update
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from .records import MESSAGE_FIELDS
@@ -222,7 +222,7 @@ def _insert_message(*, returning: bool) -> ClauseElement:
     return statement.returning(messages.c.id) if returning else statement
 
 
-def _bump_counters() -> ClauseElement:
+def _bump_counters() -> Update:
     # The limits keep each total within 64 bits (SQLite would turn it into a REAL past
     # 2**63): a session at its limit matches no row, like an unknown one.
     return (
@@ -244,22 +244,7 @@ def _bump_counters() -> ClauseElement:
 def _append_in_one_statement() -> ClauseElement:
     """The counters are bumped in a CTE and the row is inserted only if that matched the
     session (and its totals stay in range); no row back means nothing was written."""
-    bumped = (
-        update(sessions)
-        .where(
-            sessions.c.id == bindparam("session_id"),
-            func.coalesce(sessions.c.message_count, 0) <= bindparam("message_limit"),
-            func.coalesce(sessions.c.tool_call_count, 0) <= bindparam("tool_call_limit"),
-        )
-        .values(
-            message_count=func.coalesce(sessions.c.message_count, 0)
-            + bindparam("messages_added"),
-            tool_call_count=func.coalesce(sessions.c.tool_call_count, 0)
-            + bindparam("tool_calls_added"),
-        )
-        .returning(sessions.c.id)
-        .cte("bumped")
-    )
+    bumped = _bump_counters().returning(sessions.c.id).cte("bumped")
     values = select(
         *[
             bumped.c.id if name == "session_id"
