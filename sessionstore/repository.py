@@ -1334,11 +1334,11 @@ def _common_prefix_length(left: str, right: str) -> int:
 
 def _first_user_text() -> ColumnElement[Any]:
     first = messages.alias("first_user")
-    # Cut first, then flatten: the same text (each replace swaps one character for one), but
-    # replace() no longer runs over the whole of a long first message for 263 characters.
+    # Only the head is read out; _preview flattens its line breaks in Python, where two
+    # replace() calls per row cost less than in SQL (a fifth of this subquery on SQLite).
     head = func.substr(first.c.content, 1, PREVIEW_LENGTH + 3 + 200)
     return (
-        select(func.replace(func.replace(head, "\n", " "), "\r", " "))
+        select(head)
         .where(
             first.c.session_id == sessions.c.id,
             first.c.role == "user",
@@ -1445,7 +1445,10 @@ def _tip_listings_statement(roots_list_sql: str) -> Select[Any]:
 
 
 def _preview(raw: str | None) -> str:
-    text = (raw or "").strip()
+    """Hermes's preview: line breaks as spaces, stripped, 60 characters and an ellipsis."""
+    if not raw:
+        return ""
+    text = raw.replace("\n", " ").replace("\r", " ").strip()
     if not text:
         return ""
     return text[:PREVIEW_LENGTH] + ("..." if len(text) > PREVIEW_LENGTH else "")
