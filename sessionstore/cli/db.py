@@ -39,14 +39,15 @@ from ._common import (
     store_url,
 )
 
-PRESERVING_REVISIONS = frozenset(
-    {"0004", "0007", "0008", "0009", "0013", "0018", "0019", "0021", "0022", "0023", "0024"}
-)
+PRESERVING_REVISIONS = frozenset({
+    "0004", "0007", "0008", "0009", "0013", "0018", "0019", "0021", "0022", "0023", "0024",
+    "0025",
+})
 """Revisions whose downgrade loses no value: it drops or rebuilds only indexes (derived data,
-rebuilt by an upgrade: 0004, 0007, 0008, 0013, 0018, 0021, 0022, 0024), narrows counters or ids
-only when every value fits (0009, 0023, else it refuses) or only writes the schema number
-back (0019). Undoing any other revision drops columns or tables, so a downgrade across it
-loses data."""
+rebuilt by an upgrade: 0004, 0007, 0008, 0013, 0018, 0021, 0022, 0024), rewrites trigger text
+only (0025), narrows counters or ids only when every value fits (0009, 0023, else it refuses)
+or only writes the schema number back (0019). Undoing any other revision drops columns or
+tables, so a downgrade across it loses data."""
 
 
 @dataclass(frozen=True)
@@ -238,7 +239,7 @@ def db_current(ctx: typer.Context, as_json: JsonOption = False) -> None:
     with contextlib.closing(Store.open(url, read_only=True)) as store:
         status = store.read(migrate.status_of)
     if as_json:
-        out.print_json({**asdict(status), "up_to_date": status.up_to_date})
+        out.print_json({**status._asdict(), "up_to_date": status.up_to_date})
         return
     line = (
         f"revision {status.revision or 'none'} (Hermes schema "

@@ -1,6 +1,6 @@
 """The SQLite search objects as a store at head has them, for the runtime (create, rebuild).
 
-The migrations built them (revisions 0014 and 0021) from frozen DDL of their own; this is the
+The migrations built them (revisions 0014, 0021 and 0025) from frozen DDL of their own; this is the
 runtime's copy of the head layout, so a repair never depends on an old revision's code:
 
 - ``messages_fts``: Hermes's word index, external content over a view of Hermes v11's indexed
@@ -77,22 +77,26 @@ def column_grams(expression: str) -> str:
     Each CJK character gives one token: it and the character after it (alone at the end). The
     text is walked as a BLOB in chunks of :data:`CHUNK_BYTES` bytes, each snapped to character
     boundaries (``substr`` on a BLOB is constant time; on TEXT it counts characters from the
-    start, which would make a long message quadratic); pure-ASCII chunks are skipped.
+    start, which would make a long message quadratic); pure-ASCII chunks are skipped. A
+    chunk's edges are computed once, in a derived table of their own (revision 0025): SQLite
+    parses every trigger's text on each new connection, and writing them out at every use
+    made the triggers 51 KB.
     ``expression`` must be a bound value or a trigger's ``new``/``old`` column: those are read
     once, while a table column would be read again for every chunk.
     """
+    chunk = CHUNK_BYTES
     blob = f"CAST({expression} AS BLOB)"
-    start = f"(chunk.key * {CHUNK_BYTES} + 1)"
-    end = f"(chunk.key * {CHUNK_BYTES} + {CHUNK_BYTES + 1})"
-    first = f"({start} + {_skip_continuation(blob, start)})"
-    after = f"({end} + {_skip_continuation(blob, end)})"
-    positions = "[" + ",".join(str(i) for i in range(1, CHUNK_BYTES + 1)) + "]"
+    positions = "[" + ",".join(str(i) for i in range(1, chunk + 1)) + "]"
     return f"""(SELECT group_concat(substr(piece.t, position.value, 2), ' ')
- FROM (SELECT CAST(substr({blob}, {first}, {after} - {first} + 4) AS TEXT) AS t,
-              length(CAST(substr({blob}, {first}, {after} - {first}) AS TEXT)) AS n,
-              {after} - {first} AS b
-       FROM json_each('[' || replace(hex(zeroblob(length({blob}) / {CHUNK_BYTES})), '00', '0,')
-                      || '0]') AS chunk
+ FROM (SELECT CAST(substr(edge.b, edge.s, edge.e - edge.s + 4) AS TEXT) AS t,
+              length(CAST(substr(edge.b, edge.s, edge.e - edge.s) AS TEXT)) AS n,
+              edge.e - edge.s AS b
+       FROM (SELECT raw.b AS b, raw.s + {_skip_continuation('raw.b', 'raw.s')} AS s,
+                    raw.e + {_skip_continuation('raw.b', 'raw.e')} AS e
+             FROM (SELECT {blob} AS b, chunk.key * {chunk} + 1 AS s,
+                          chunk.key * {chunk} + {chunk + 1} AS e
+                   FROM json_each('[' || replace(hex(zeroblob(length({blob}) / {chunk})),
+                                  '00', '0,') || '0]') AS chunk) AS raw) AS edge
        LIMIT -1) AS piece,
       json_each('{positions}') AS position
  WHERE piece.n < piece.b AND position.value <= piece.n
