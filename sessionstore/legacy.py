@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
@@ -44,8 +44,7 @@ ALEMBIC_VERSION_TABLE = "alembic_version"
 SCHEMA_VERSION_TABLE = "schema_version"
 
 
-@dataclass(frozen=True)
-class StoreState:
+class StoreState(NamedTuple):  # not a dataclass: see migrate.Status
     """What a database says about its own schema, read without changing anything."""
 
     schema_version: int | None
