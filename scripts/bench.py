@@ -1227,7 +1227,7 @@ class Plan:
 
 
 FULL_PLAN = Plan(append_reps=1500, turn_reps=250, search_reps=7, list_reps=200, load_reps=60,
-                 warmup=20, startup_reps=7)
+                 warmup=20, startup_reps=15)
 QUICK_PLAN = Plan(append_reps=200, turn_reps=30, search_reps=3, list_reps=30, load_reps=10,
                   warmup=3, startup_reps=3)
 
