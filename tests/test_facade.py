@@ -22,6 +22,7 @@ from legacy_later import HEAD_MESSAGE_NAMES, HEAD_SESSION_NAMES
 
 from sessionstore import SessionStoreError
 from sessionstore.facade import SessionDB
+from sessionstore.statements import ROWS_PER_INSERT
 
 # Newest Hermes's (schema v17) dict keys, in Hermes's order: a fresh Hermes file's column order
 # (v6's columns keep their relative order, `title` after `pricing_version`) for `SELECT *`
@@ -1051,6 +1052,48 @@ def test_append_messages_writes_one_turn_in_order(db: SessionDB) -> None:
     assert row is not None
     assert (row["message_count"], row["tool_call_count"]) == (5, 2)
     assert db.append_messages("s", []) == []
+
+
+def test_a_long_turn_keeps_every_id_with_its_message(db: SessionDB, raw: RawSQL) -> None:
+    """More messages than one INSERT takes (SQLite: ROWS_PER_INSERT), after deletions left the
+    id sequence ahead of the largest id: each id returned is its own message's, in order."""
+    db.create_session("s", "cli")
+    db.create_session("gone", "cli")
+    db.append_messages("gone", [{"role": "user", "content": f"old {n}"} for n in range(7)])
+    db.delete_session("gone")
+    count = 2 * ROWS_PER_INSERT + 5
+    turn = [
+        {"role": "user" if n % 2 == 0 else "assistant", "content": f"message {n}",
+         "tool_name": "terminal" if n % 7 == 0 else None}
+        for n in range(count)
+    ]  # fmt: skip
+    ids = db.append_messages("s", turn)
+    assert len(ids) == count and len(set(ids)) == count
+    by_id = {m["id"]: m for m in db.get_messages("s")}
+    assert [by_id[i]["content"] for i in ids] == [m["content"] for m in turn]
+    assert [by_id[i]["tool_name"] for i in ids] == [m["tool_name"] for m in turn]
+    assert [m["id"] for m in db.get_messages("s")] == ids
+    assert db.get_session("s")["message_count"] == count  # type: ignore[index]
+    assert db.append_message("s", "user", "after") == ids[-1] + 1
+
+
+def test_a_turn_near_the_64_bit_id_ceiling_gets_its_own_ids(
+    db: SessionDB, raw: RawSQL
+) -> None:
+    db.create_session("s", "cli")
+    top = 2**63 - 1
+    raw.execute(
+        "INSERT INTO messages (id, session_id, role, content, timestamp) "
+        "VALUES (:id, 's', 'user', 'near the top', 1.0)",
+        id=top - 6,
+    )
+    raw.execute("UPDATE sessions SET message_count = 1 WHERE id = 's'")
+    if db.store.engine.dialect.name == "postgresql":  # an explicit id leaves the sequence be
+        raw.execute("SELECT setval(pg_get_serial_sequence('messages', 'id'), :id)", id=top - 6)
+    turn = [{"role": "assistant", "content": f"reply {n}"} for n in range(3)]
+    ids = db.append_messages("s", turn)
+    assert ids == [top - 5, top - 4, top - 3]
+    assert [m["content"] for m in db.get_messages("s")][1:] == [m["content"] for m in turn]
 
 
 def test_append_messages_is_all_or_nothing(db: SessionDB) -> None:
