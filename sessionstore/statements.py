@@ -184,7 +184,7 @@ class HotWrites:
                 [dict(row) for row in rows],
             )
             return [int(value) for value in result.scalars()]
-        if len(rows) == 1 or self._returning_one:
+        if len(rows) == 1 or self._returning_one or not self._ids_follow_on(conn, len(rows)):
             return [self._insert_single(conn, row) for row in rows]
         # SQLite: a turn is one multi-row INSERT per chunk. FTS5 writes out its pending terms at
         # the start of every statement that changes it, so ten single-row INSERTs were ten index
@@ -194,32 +194,37 @@ class HotWrites:
             ids.extend(self._insert_chunk(conn, rows[start : start + ROWS_PER_INSERT]))
         return ids
 
-    def _insert_chunk(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> list[int]:
-        """One INSERT for ``rows``; their ids, in order.
+    def _ids_follow_on(self, conn: Connection, count: int) -> bool:
+        """Whether ``count`` new rows get the ids after the largest one, one after another.
 
-        SQLite inserts a VALUES list in order and gives each new row the largest id so far
-        plus one (with AUTOINCREMENT, Hermes's schema, the largest ever used), so the ids are
-        the ``len(rows)`` before ``lastrowid``: exact, with no RETURNING (whose row order SQLite
-        does not promise). Only a table without AUTOINCREMENT whose ids reach 2**63 - 1 would
-        have SQLite pick random free ids; near that ceiling the rows go one by one.
+        SQLite gives each new row the largest id so far plus one (with AUTOINCREMENT, Hermes's
+        schema, the largest ever used); only a table without AUTOINCREMENT whose ids reach
+        2**63 - 1 has it pick random free ids instead, so near that ceiling rows go one by one.
         """
-        count = len(rows)
-        statement = self._insert_one
         cursor = self._cursor(conn)
         try:
-            cursor.execute(_LARGEST_MESSAGE_ID)
-            largest = cursor.fetchone()[0]
-            if largest is not None and int(largest) > INT64_MAX - count:
-                return [self._insert_single(conn, row) for row in rows]
-            sql = self._multi_row_sql.get(count)
-            if sql is None:
-                head, values = statement.sql.split(" VALUES ", 1)
-                sql = self._multi_row_sql[count] = f"{head} VALUES {', '.join([values] * count)}"
-            parameters = [value for row in rows for value in statement.parameters(row)]
-            cursor.execute(sql, parameters)
-            last = int(cursor.lastrowid)
+            largest = cursor.execute(_LARGEST_MESSAGE_ID).fetchone()[0]
         except self._driver_error() as exc:
-            raise self._wrap(statement.sql, exc) from exc
+            raise self._wrap(_LARGEST_MESSAGE_ID, exc) from exc
+        return largest is None or int(largest) <= INT64_MAX - count
+
+    def _insert_chunk(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> list[int]:
+        """One INSERT for ``rows``; their ids, in order: SQLite inserts a VALUES list in order
+        and the ids follow on (:meth:`_ids_follow_on`), so they are the ``len(rows)`` ending
+        at ``lastrowid``, exact without RETURNING (whose row order SQLite does not promise)."""
+        count = len(rows)
+        statement = self._insert_one
+        sql = self._multi_row_sql.get(count)
+        if sql is None:
+            head, values = statement.sql.split(" VALUES ", 1)
+            sql = self._multi_row_sql[count] = f"{head} VALUES {', '.join([values] * count)}"
+        parameters = [value for row in rows for value in statement.parameters(row)]
+        cursor = self._cursor(conn)
+        try:
+            cursor.execute(sql, parameters)
+        except self._driver_error() as exc:
+            raise self._wrap(sql, exc) from exc
+        last = int(cursor.lastrowid)
         return list(range(last - count + 1, last + 1))
 
     def _insert_single(self, conn: Connection, row: Mapping[str, Any]) -> int:

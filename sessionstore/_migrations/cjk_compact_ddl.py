@@ -24,18 +24,8 @@ BIGRAM_TABLE = cjk_ddl.BIGRAM_TABLE
 BIGRAM_TRIGGERS = cjk_ddl.BIGRAM_TRIGGERS
 CHUNK_BYTES = cjk_ddl.CHUNK_BYTES
 INDEXED_COLUMNS = cjk_ddl.INDEXED_COLUMNS
-
-
-def _skip_continuation(blob: str, position: str) -> str:
-    """How many UTF-8 continuation bytes start at ``position`` (0 to 3): 0021's test."""
-    first, second, third = (
-        f"(substr({blob}, {position}{offset}, 1) BETWEEN x'80' AND x'BF')"
-        for offset in ("", " + 1", " + 2")
-    )
-    return (
-        f"(CASE WHEN {first} THEN (CASE WHEN {second} THEN "
-        f"(CASE WHEN {third} THEN 3 ELSE 2 END) ELSE 1 END) ELSE 0 END)"
-    )
+# 0021's test of how many UTF-8 continuation bytes start at a position (0 to 3), reused as is.
+_skip = cjk_ddl._skip_continuation
 
 
 def column_grams(expression: str) -> str:
@@ -47,8 +37,8 @@ def column_grams(expression: str) -> str:
  FROM (SELECT CAST(substr(edge.b, edge.s, edge.e - edge.s + 4) AS TEXT) AS t,
               length(CAST(substr(edge.b, edge.s, edge.e - edge.s) AS TEXT)) AS n,
               edge.e - edge.s AS b
-       FROM (SELECT raw.b AS b, raw.s + {_skip_continuation('raw.b', 'raw.s')} AS s,
-                    raw.e + {_skip_continuation('raw.b', 'raw.e')} AS e
+       FROM (SELECT raw.b AS b, raw.s + {_skip('raw.b', 'raw.s')} AS s,
+                    raw.e + {_skip('raw.b', 'raw.e')} AS e
              FROM (SELECT {blob} AS b, chunk.key * {chunk} + 1 AS s,
                           chunk.key * {chunk} + {chunk + 1} AS e
                    FROM json_each('[' || replace(hex(zeroblob(length({blob}) / {chunk})),
