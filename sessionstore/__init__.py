@@ -9,6 +9,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+# SQLAlchemy first, from the package's top level rather than from deep inside the chain of
+# our own modules' imports. CPython 3.11+ keeps frames in 16 KB chunks and unmaps a chunk as
+# soon as the frame at its start returns. SQLAlchemy's import, run a few of our imports
+# deeper, had a hot loop straddling a chunk edge: ~900 mmap/munmap pairs with their page
+# faults, 8 ms of system time per start (strace and getrusage of ``from sessionstore.facade
+# import SessionDB``); from here 100-300, as many as a bare ``import sqlalchemy`` pays.
+import sqlalchemy  # noqa: F401
+
 from .errors import (
     ConstraintViolationError,
     DriverMissingError,
