@@ -55,7 +55,7 @@ from .records import (
     SessionRecord,
 )
 from .search.sanitize import escape_like
-from .statements import HotReads, HotWrites
+from .statements import HotReads, HotWrites, plain_select
 from .store import Store
 from .tables import messages_table as messages
 from .tables import sessions_table as sessions
@@ -142,13 +142,14 @@ class SessionRepository:
         # Built on first use: a short-lived program (a hook, a CLI call) opens the store for
         # one call, and building every statement at open showed in its start-up.
         dialect = store.engine.dialect
+        self._load_session = HotReads.built_later(dialect, _session_by_id)
         self._load_messages = HotReads.built_later(dialect, _messages_of_session)
         self._load_live_messages = HotReads.built_later(
-            dialect, lambda: _messages_of_session().where(messages.c.active == 1)
+            dialect, lambda: _messages_of_session(live_only=True)
         )
         self._load_conversation = HotReads.built_later(dialect, _conversation_of_session)
         self._load_live_conversation = HotReads.built_later(
-            dialect, lambda: _conversation_of_session().where(messages.c.active == 1)
+            dialect, lambda: _conversation_of_session(live_only=True)
         )
         self._hot_listings: dict[Select[Any], HotReads] = {}
         # A page's compression roots and their tips, on the driver cursor too: the list is one
@@ -454,10 +455,13 @@ class SessionRepository:
 
     # -- reading sessions -----------------------------------------------------------------
     def get_session(self, session_id: str) -> SessionRecord | None:
-        if not isinstance(session_id, str):
+        if not isinstance(session_id, str) or not bindable(session_id):
             return None
-        statement = select(*_session_columns()).where(sessions.c.id == session_id)
-        return self.store.read(lambda conn: _one_session(conn.execute(statement).first()))
+        rows = self.store.read(
+            lambda conn: self._load_session.rows(conn, {"id": session_id}),
+            single_statement=True,
+        )
+        return SessionRecord._make(rows[0]) if rows else None
 
     def resolve_session_id(self, id_or_prefix: str) -> str | None:
         """Exact id, else the one session whose id starts with the text, else None."""
@@ -1286,21 +1290,21 @@ def _session_columns() -> list[Any]:
 # (NTP steps, VM or laptop resume), and a tool result stamped before its call must still come
 # after it, or the replayed conversation is refused by the provider.
 @functools.cache
-def _messages_of_session() -> Select[Any]:
-    return (
-        select(*[messages.c[name] for name in MESSAGE_FIELDS])
-        .where(messages.c.session_id == bindparam("session_id"))
-        .order_by(messages.c.id)
-    )
+def _messages_of_session(*, live_only: bool = False) -> TextClause:
+    return plain_select(messages, MESSAGE_FIELDS, _of_session(live_only), order_by="id")
 
 
 @functools.cache
-def _conversation_of_session() -> Select[Any]:
-    return (
-        select(*[messages.c[name] for name in CONVERSATION_FIELDS])
-        .where(messages.c.session_id == bindparam("session_id"))
-        .order_by(messages.c.id)
-    )
+def _conversation_of_session(*, live_only: bool = False) -> TextClause:
+    return plain_select(messages, CONVERSATION_FIELDS, _of_session(live_only), order_by="id")
+
+
+def _of_session(live_only: bool) -> str:
+    return "session_id = :session_id AND active = 1" if live_only else "session_id = :session_id"
+
+
+def _session_by_id() -> TextClause:
+    return plain_select(sessions, SESSION_FIELDS, "id = :id")
 
 
 def _one_session(row: Row[Any] | None) -> SessionRecord | None:
