@@ -3,10 +3,19 @@
 
 Format (one JSON object per line, UTF-8, non-ASCII kept as is)::
 
-    {"format": "sessionstore-export", "version": 1}
+    {"format": "sessionstore-export", "version": 2}
     {"session": {...every sessions column...}}
     {"message": {...every messages column...}}      # that session's messages follow it
     ...
+    {"state": {"key": "...", "value": "..."}}       # Hermes's state_meta, after every session
+
+Version 1 (no ``state`` records) is still read. ``state_meta`` holds what Hermes keeps beside
+its sessions: a session's goal (``goal:<session id>``), its own housekeeping markers
+(``last_auto_prune``, ``ghost_session_prune_v1``, ...). A whole-store export carries every
+row; an export of some sessions (by source or id) carries only the rows of the form
+``<name>:<session id>`` for those sessions, since the store-wide markers describe a store the
+target is not. Compression leases and cooldowns are not carried: they are seconds-long claims
+of the process that took them, meaningless in another store.
 
 Memory stays constant: sessions and messages are streamed from the file or database and
 written in batches of statements.
@@ -66,12 +75,16 @@ from .repository import SessionRepository
 from .store import Store
 from .tables import messages_table as messages
 from .tables import sessions_table as sessions
+from .tables import state_meta_table as state_meta
 
 logger = logging.getLogger(__name__)
 
 FORMAT_NAME = "sessionstore-export"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 BATCH_ROWS = 1000
+STATE_ROWS_PER_INSERT = 400
+"""Two parameters a row: within the 999 bound parameters every SQLite build accepts."""
 
 T = TypeVar("T")
 ConflictPolicy = Literal["skip", "fail", "merge"]
@@ -90,21 +103,37 @@ class TransferResult:
     skipped_sessions: int = 0
     renumbered_messages: int = 0
     orphaned_parents: list[str] = field(default_factory=list)
+    state_keys: int = 0
+    """``state_meta`` rows written (a key the target already holds is left as it is)."""
 
 
 def iter_records(
     store: Store, *, source: str | None = None, session_ids: Iterable[str] | None = None
 ) -> Iterator[Record]:
-    """Every session (oldest first) followed by its messages, streamed from one snapshot."""
+    """Every session (oldest first) followed by its messages, then the ``state_meta`` rows
+    (see the module docstring for which), streamed from one snapshot."""
     wanted = None if session_ids is None else set(session_ids)
+    whole_store = wanted is None and source is None
+    exported: set[str] = set()
     repository = SessionRepository(store)
     with store.reading() as conn:
         for session in repository.iter_sessions(conn, source):
             if wanted is not None and session.id not in wanted:
                 continue
+            exported.add(session.id)
             yield "session", session.to_dict()
             for message in repository.iter_messages(conn, session.id):
                 yield "message", message.to_dict()
+        rows = conn.execute(select(state_meta.c.key, state_meta.c.value).order_by(state_meta.c.key))
+        for key, value in rows:
+            if whole_store or _session_of_key(str(key)) in exported:
+                yield "state", {"key": key, "value": value}
+
+
+def _session_of_key(key: str) -> str | None:
+    """The session a ``<name>:<session id>`` key belongs to (e.g. ``goal:<id>``)."""
+    name, colon, session_id = key.partition(":")
+    return session_id if colon and name else None
 
 
 def export_jsonl(
@@ -135,8 +164,10 @@ def read_records(fp: IO[str]) -> Iterator[Record]:
         header = None
     if not isinstance(header, dict) or header.get("format") != FORMAT_NAME:
         raise ImportFormatError("this file is not a sessionstore export (bad first line)")
-    if header.get("version") != FORMAT_VERSION:
-        raise ImportFormatError(f"unsupported export version {header.get('version')!r}")
+    version = header.get("version")
+    if isinstance(version, bool) or version not in READABLE_VERSIONS:
+        raise ImportFormatError(f"unsupported export version {version!r}")
+    kinds = ("session", "message") if version == 1 else ("session", "message", "state")
     current_session: str | None = None
     for number, line in enumerate(fp, start=2):
         if not line.strip():
@@ -148,10 +179,10 @@ def read_records(fp: IO[str]) -> Iterator[Record]:
         if not isinstance(item, dict) or len(item) != 1:
             raise ImportFormatError(f"line {number} is not a session or message record")
         ((kind, row),) = item.items()
-        expected = SESSION_FIELDS if kind == "session" else MESSAGE_FIELDS
-        if kind not in ("session", "message") or not isinstance(row, dict):
+        if kind not in kinds or not isinstance(row, dict):
             raise ImportFormatError(f"line {number}: unknown record kind {kind!r}")
-        missing = [name for name in ("id",) if name not in row]
+        expected = _RECORD_FIELDS[kind]
+        missing = [name for name in (_KEY_FIELD[kind],) if name not in row]
         unknown = set(row) - set(expected)
         if missing or unknown:
             raise ImportFormatError(
@@ -163,6 +194,8 @@ def read_records(fp: IO[str]) -> Iterator[Record]:
             raise ImportFormatError(f"line {number}: bad {kind} record: {problem}")
         if kind == "session":
             current_session = values["id"]
+        elif kind == "state":
+            current_session = None  # no message may follow: state comes after every session
         elif current_session is None or values["session_id"] != current_session:
             raise ImportFormatError(
                 f"line {number}: message {values['id']!r} does not follow its session "
@@ -179,7 +212,11 @@ _INTEGER_FIELDS = frozenset(
 _NUMBER_FIELDS = frozenset({"started_at", "ended_at", "timestamp", "estimated_cost_usd",
                             "actual_cost_usd", "compression_failure_cooldown_until"})  # fmt: skip
 _REQUIRED_FIELDS = {"session": ("id", "source", "started_at"),
-                    "message": ("id", "session_id", "role", "timestamp")}  # fmt: skip
+                    "message": ("id", "session_id", "role", "timestamp"),
+                    "state": ("key",)}  # fmt: skip
+_STATE_FIELDS = ("key", "value")
+_RECORD_FIELDS = {"session": SESSION_FIELDS, "message": MESSAGE_FIELDS, "state": _STATE_FIELDS}
+_KEY_FIELD = {"session": "id", "message": "id", "state": "key"}
 
 
 def _bad_value(kind: str, values: dict[str, Any]) -> str | None:
@@ -193,6 +230,9 @@ def _bad_value(kind: str, values: dict[str, Any]) -> str | None:
         identifier = values["id"]
         if isinstance(identifier, bool) or not isinstance(identifier, int) or identifier < 1:
             return f"id must be a positive integer, not {identifier!r}"
+    if kind == "state" and not validation.bindable(values["key"]):
+        # A key is looked up by equality: NUL or a lone surrogate could never be found again.
+        return f"key must be text without NUL or lone surrogates, not {values['key']!r}"
     for name, value in values.items():
         if value is None or (kind == "message" and name == "id"):
             continue
@@ -235,6 +275,15 @@ def import_jsonl(
                 f"{len(clash)} session id(s) already exist in the target, e.g. "
                 f"{sorted(clash)[0]!r}; nothing was imported (use --on-conflict skip or merge)"
             )
+        differing = sorted(
+            key for key, value in _existing_state(store, list(scan.state)).items()
+            if value != _storable_text(store)({"value": scan.state[key]})["value"]
+        )
+        if differing:
+            raise ImportConflictError(
+                f"{len(differing)} state_meta key(s) already hold other values in the target, "
+                f"e.g. {differing[0]!r}; nothing was imported (use --on-conflict skip or merge)"
+            )
     store.write(lambda conn: store.dialect.reserve_message_ids(conn, scan.highest_message_id))
 
     def run(conn: Connection) -> TransferResult:
@@ -261,11 +310,12 @@ def import_jsonl(
 
 @dataclass
 class RecordScan:
-    """What a whole-file check found: the sessions and the highest message id."""
+    """What a whole-file check found: the sessions, the highest message id, the state."""
 
     session_ids: list[str] = field(default_factory=list)
     highest_message_id: int = 0
     messages: int = 0
+    state: dict[str, str | None] = field(default_factory=dict)
 
 
 def scan_records(records: Iterable[Record]) -> RecordScan:
@@ -278,6 +328,10 @@ def scan_records(records: Iterable[Record]) -> RecordScan:
                 raise ImportFormatError(f"session {row['id']!r} appears twice in the file")
             seen.add(row["id"])
             scan.session_ids.append(row["id"])
+        elif kind == "state":
+            if row["key"] in scan.state:
+                raise ImportFormatError(f"state key {row['key']!r} appears twice in the file")
+            scan.state[row["key"]] = row["value"]
         else:
             scan.messages += 1
             scan.highest_message_id = max(scan.highest_message_id, row["id"])
@@ -287,8 +341,9 @@ def scan_records(records: Iterable[Record]) -> RecordScan:
 def copy_store(
     source: Store, target: Store, *, progress: Progress | None = None
 ) -> TransferResult:
-    """Copy every session and message from ``source`` into ``target``; safe to re-run, and
-    safe while others write to ``target`` (see the module docstring)."""
+    """Copy every session and message, and the ``state_meta`` rows, from ``source`` into
+    ``target``; safe to re-run, and safe while others write to ``target`` (see the module
+    docstring). A state key the target already holds keeps the target's value."""
     highest = source.read(
         lambda conn: conn.execute(select(func.coalesce(func.max(messages.c.id), 0))).scalar_one()
     )
@@ -301,6 +356,13 @@ def copy_store(
         raise SessionStoreError(
             f"copy incomplete: source has {expected_sessions} sessions/{expected_messages} "
             f"messages, target holds {present[0]}/{present[1]} of them"
+        )
+    source_keys = _scalars(source, select(state_meta.c.key))
+    missing_keys = set(source_keys) - set(_existing_state(target, source_keys))
+    if missing_keys:
+        raise SessionStoreError(
+            f"copy incomplete: {len(missing_keys)} state_meta key(s) of the source are not in "
+            f"the target, e.g. {sorted(missing_keys)[0]!r}"
         )
     _refresh_statistics(target, result)
     return result
@@ -361,6 +423,20 @@ def _scalars(store: Store, statement: Select[Any]) -> list[Any]:
     return store.read(lambda conn: [row[0] for row in conn.execute(statement)])
 
 
+def _existing_state(store: Store, keys: list[str]) -> dict[str, str | None]:
+    found: dict[str, str | None] = {}
+    for start in range(0, len(keys), BATCH_ROWS):
+        statement = select(state_meta.c.key, state_meta.c.value).where(
+            state_meta.c.key.in_(keys[start : start + BATCH_ROWS])
+        )
+        found.update((str(key), value) for key, value in _rows(store, statement))
+    return found
+
+
+def _rows(store: Store, statement: Select[Any]) -> list[Any]:
+    return store.read(lambda conn: list(conn.execute(statement)))
+
+
 def _existing_session_ids(store: Store, ids: list[str]) -> set[str]:
     found: set[str] = set()
     for start in range(0, len(ids), BATCH_ROWS):
@@ -398,8 +474,12 @@ def write_records(
     # Messages whose id another session already uses in the target get fresh ids, but only
     # after every explicit id is in: a generated id must not take one a later batch needs.
     # They wait in a temporary file, so memory stays bounded however many there are.
+    state: list[dict[str, Any]] = []
     with tempfile.TemporaryFile("w+", encoding="utf-8") as renumbered:
         for kind, row in records:
+            if kind == "state":
+                state.append(storable(row))
+                continue
             batch.append((kind, storable(row)))
             if kind == "session" and progress is not None:
                 progress(1)
@@ -417,7 +497,28 @@ def write_records(
         _insert_renumbered(run_in, renumbered)
     _resolve_parents(run_in, pending_parents, result)
     _raise_merged_counters(run_in, merged)
+    result.state_keys = _insert_state(run_in, state)
     return result
+
+
+def _insert_state(run_in: _Runner, rows: list[dict[str, Any]]) -> int:
+    """Every ``state_meta`` row the target lacks; a key it holds keeps its value (under
+    ``"fail"`` a differing one was refused before anything was written)."""
+    written = 0
+    for start in range(0, len(rows), STATE_ROWS_PER_INSERT):
+        chunk = rows[start : start + STATE_ROWS_PER_INSERT]
+
+        def run(conn: Connection, chunk: list[dict[str, Any]] = chunk) -> int:
+            statement = (
+                run_in.store.dialect.insert(state_meta)
+                .values(chunk)
+                .on_conflict_do_nothing(index_elements=[state_meta.c.key])
+            )
+            # Without preserve_rowcount SQLAlchemy reports -1 for an INSERT on psycopg.
+            return int(conn.execution_options(preserve_rowcount=True).execute(statement).rowcount)
+
+        written += run_in(run)
+    return written
 
 
 def _storable_text(store: Store) -> Callable[[dict[str, Any]], dict[str, Any]]:

@@ -401,6 +401,7 @@ def db_copy(
             f"copied {result.sessions} session(s) and {result.messages} message(s) into "
             f"{shown(target_url)}"
             + (f"; {result.skipped_sessions} already there" if result.skipped_sessions else "")
+            + (f"; {result.state_keys} state key(s)" if result.state_keys else "")
         )
 
 

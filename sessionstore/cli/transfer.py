@@ -168,6 +168,8 @@ def import_(
     summary = f"imported {result.sessions} session(s) and {result.messages} message(s)"
     if result.skipped_sessions:
         summary += f"; skipped {result.skipped_sessions} that already exist"
+    if result.state_keys:
+        summary += f"; {result.state_keys} state key(s)"
     if result.renumbered_messages:
         summary += f"; {result.renumbered_messages} message(s) got new ids"
     if result.orphaned_parents:
