@@ -808,12 +808,20 @@ def test_list_sessions_rich_dicts_are_the_records_as_dicts(
     db.append_message("plain", "user", "  hello\r\nthere  ")
     sync_db = SessionDB(url=store_url)
     repo = sync_db.repository
-    for kwargs in ({}, {"source": "cli"}, {"include_children": True}, {"exclude_sources": ["x"]}):
+    for kwargs in (
+        {}, {"source": "cli"}, {"include_children": True}, {"exclude_sources": ["x"]},
+        {"order_by_last_active": True}, {"order_by_last_active": True, "id_query": "roo"},
+        {"min_message_count": 2},
+    ):  # fmt: skip
         records = [listing.to_dict() for listing in repo.list_sessions_rich(**kwargs)]
         assert repo.list_sessions_rich_dicts(**kwargs) == records
         assert [list(row) for row in records] == [
             list(row) for row in repo.list_sessions_rich_dicts(**kwargs)
         ]
+    for threshold in (0, 2, 3):
+        assert repo.count_listed_sessions(min_message_count=threshold) == len(
+            repo.list_sessions_rich(min_message_count=threshold, limit=100)
+        )
     sync_db.close()
 
 
