@@ -299,6 +299,9 @@ class AsyncSessionDB:
         include_archived: bool = False,
         archived_only: bool = False,
         cwd_prefix: str | None = None,
+        min_message_count: int = 0,
+        order_by_last_active: bool = False,
+        id_query: str | None = None,
     ) -> list[dict[str, Any]]:
         return await self._read(
             lambda db: db.list_sessions_rich(
@@ -311,6 +314,9 @@ class AsyncSessionDB:
                 include_archived,
                 archived_only,
                 cwd_prefix,
+                min_message_count,
+                order_by_last_active,
+                id_query,
             )
         )
 
@@ -670,6 +676,7 @@ class AsyncSessionDB:
         exclude_children: bool = False,
         exclude_sources: Sequence[str] | None = None,
         cwd_prefix: str | None = None,
+        min_message_count: int = 0,
     ) -> int:
         return await self._read(
             lambda db: db.session_count(
@@ -679,6 +686,7 @@ class AsyncSessionDB:
                 exclude_children,
                 exclude_sources,
                 cwd_prefix,
+                min_message_count,
             )
         )
 

@@ -171,6 +171,7 @@ class AsyncSessionRepository:
         exclude_children: bool = False,
         exclude_sources: Sequence[str] | None = None,
         cwd_prefix: str | None = None,
+        min_message_count: int = 0,
     ) -> int:
         return await self._read(
             lambda repo: repo.session_count(
@@ -180,6 +181,7 @@ class AsyncSessionRepository:
                 exclude_children=exclude_children,
                 exclude_sources=exclude_sources,
                 cwd_prefix=cwd_prefix,
+                min_message_count=min_message_count,
             )
         )
 
@@ -263,6 +265,9 @@ class AsyncSessionRepository:
         include_archived: bool = False,
         archived_only: bool = False,
         cwd_prefix: str | None = None,
+        min_message_count: int = 0,
+        order_by_last_active: bool = False,
+        id_query: str | None = None,
     ) -> list[SessionListing]:
         return await self._read(
             lambda repo: repo.list_sessions_rich(
@@ -275,6 +280,9 @@ class AsyncSessionRepository:
                 include_archived=include_archived,
                 archived_only=archived_only,
                 cwd_prefix=cwd_prefix,
+                min_message_count=min_message_count,
+                order_by_last_active=order_by_last_active,
+                id_query=id_query,
             )
         )
 
@@ -287,6 +295,7 @@ class AsyncSessionRepository:
         include_archived: bool = False,
         archived_only: bool = False,
         cwd_prefix: str | None = None,
+        min_message_count: int = 0,
     ) -> int:
         return await self._read(
             lambda repo: repo.count_listed_sessions(
@@ -296,6 +305,7 @@ class AsyncSessionRepository:
                 include_archived=include_archived,
                 archived_only=archived_only,
                 cwd_prefix=cwd_prefix,
+                min_message_count=min_message_count,
             )
         )
 

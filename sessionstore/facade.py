@@ -277,9 +277,21 @@ class SessionDB:
         include_archived: bool = False,
         archived_only: bool = False,
         cwd_prefix: str | None = None,
+        min_message_count: int = 0,
+        order_by_last_active: bool = False,
+        id_query: str | None = None,
     ) -> list[dict[str, Any]]:
         """Roots and branch children, newest first; delegate runs and archived sessions are
-        left out unless asked for (``include_children``, ``include_archived``)."""
+        left out unless asked for (``include_children``, ``include_archived``).
+
+        Hermes 0.18's later keywords come after v6's positional parameters (Hermes's callers
+        pass them by name): ``min_message_count`` (only a positive int filters),
+        ``order_by_last_active`` (newest activity anywhere in a compression chain first) and
+        ``id_query`` (a case-insensitive substring of the id of the row or of any session in
+        its chain; honoured only with ``order_by_last_active``, as in Hermes).
+        ``search_query``, which a summary of later Hermes lists, is not accepted: Hermes
+        0.18 has no such parameter, and what it would mean is not known.
+        """
         return self._repo.list_sessions_rich_dicts(
             source=source,
             exclude_sources=exclude_sources,
@@ -290,6 +302,9 @@ class SessionDB:
             include_archived=include_archived,
             archived_only=archived_only,
             cwd_prefix=cwd_prefix,
+            min_message_count=min_message_count,
+            order_by_last_active=order_by_last_active,
+            id_query=id_query,
         )
 
     def set_session_archived(self, session_id: str, archived: bool = True) -> bool:
@@ -637,8 +652,10 @@ class SessionDB:
         exclude_children: bool = False,
         exclude_sources: Sequence[str] | None = None,
         cwd_prefix: str | None = None,
+        min_message_count: int = 0,
     ) -> int:
-        """How many sessions; archived ones are not counted unless asked for."""
+        """How many sessions; archived ones are not counted unless asked for. A positive
+        ``min_message_count`` counts those with at least that many messages (Hermes 0.18)."""
         return self._repo.session_count(
             source,
             include_archived=include_archived,
@@ -646,6 +663,7 @@ class SessionDB:
             exclude_children=exclude_children,
             exclude_sources=_as_list(exclude_sources),
             cwd_prefix=cwd_prefix,
+            min_message_count=min_message_count,
         )
 
     def message_count(self, session_id: str | None = None) -> int:

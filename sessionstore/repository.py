@@ -523,15 +523,23 @@ class SessionRepository:
         exclude_children: bool = False,
         exclude_sources: Sequence[str] | None = None,
         cwd_prefix: str | None = None,
+        min_message_count: int = 0,
     ) -> int:
         """How many sessions; archived ones only when asked (as Hermes's ``session_count``).
 
         ``exclude_children`` counts what a picker lists (roots and branch children, no
-        subagent runs); ``cwd_prefix`` keeps sessions whose ``cwd`` starts with it.
+        subagent runs); ``cwd_prefix`` keeps sessions whose ``cwd`` starts with it;
+        ``min_message_count`` (when positive) those with at least that many messages, as
+        :meth:`list_sessions_rich` does.
         """
+        threshold = message_threshold(min_message_count)
         if source is not None and not _matchable(source):
             return 0
         statement = select(func.count()).select_from(sessions)
+        if threshold is not None:
+            if threshold > validation.INT64_MAX:
+                return 0  # past every 64-bit counter
+            statement = statement.where(sessions.c.message_count >= threshold)
         for condition in _session_filters(
             source=source,
             exclude_sources=exclude_sources,
@@ -797,6 +805,9 @@ class SessionRepository:
         include_archived: bool = False,
         archived_only: bool = False,
         cwd_prefix: str | None = None,
+        min_message_count: int = 0,
+        order_by_last_active: bool = False,
+        id_query: str | None = None,
     ) -> list[SessionListing]:
         """Sessions newest first, as a picker shows them.
 
@@ -806,10 +817,21 @@ class SessionRepository:
         every session. ``archived_only`` lists the archived ones alone. With
         ``project_compression_tips`` a compression root is shown as its newest continuation
         (:data:`PROJECTED_FIELDS`), keeping its own ``started_at``, with ``lineage_root_id``.
+
+        As Hermes 0.18: a positive ``min_message_count`` lists only sessions with at least that
+        many messages (an int; ``TypeError`` otherwise). ``order_by_last_active`` orders by
+        the latest activity anywhere in a session's forward compression chain (see
+        :func:`_activity_listing_statement`): a compressed conversation continued today comes
+        first though its root is old; ``limit`` and ``offset`` count in that order. On that
+        path alone (Hermes ignores it on the other) ``id_query`` keeps the rows whose id, or
+        the id of any session in their chain, contains it: stripped, lower-cased, matched
+        without wildcards, ASCII letters in any case (SQLite's ``lower()``, which Hermes
+        uses). Hermes 0.18 has no ``search_query``, so neither does this.
         """
         rows = self._listing_rows(
             source, exclude_sources, limit, offset, include_children,
             project_compression_tips, include_archived, archived_only, cwd_prefix,
+            min_message_count, order_by_last_active, id_query,
         )  # fmt: skip
         return [_listing(row, root) for row, root in rows]
 
@@ -825,6 +847,9 @@ class SessionRepository:
         include_archived: bool = False,
         archived_only: bool = False,
         cwd_prefix: str | None = None,
+        min_message_count: int = 0,
+        order_by_last_active: bool = False,
+        id_query: str | None = None,
     ) -> list[dict[str, Any]]:
         """:meth:`list_sessions_rich` as Hermes's dicts (``SessionListing.to_dict``), built
         straight from the rows: a picker's page is 50 dicts of 43 keys, and going through the
@@ -832,6 +857,7 @@ class SessionRepository:
         rows = self._listing_rows(
             source, exclude_sources, limit, offset, include_children,
             project_compression_tips, include_archived, archived_only, cwd_prefix,
+            min_message_count, order_by_last_active, id_query,
         )  # fmt: skip
         return [_listing_dict(row, root) for row, root in rows]
 
@@ -846,6 +872,9 @@ class SessionRepository:
         include_archived: bool,
         archived_only: bool,
         cwd_prefix: str | None,
+        min_message_count: int = 0,
+        order_by_last_active: bool = False,
+        id_query: str | None = None,
     ) -> list[tuple[Sequence[Any], str | None]]:
         """The page's rich rows (compression roots already projected onto their tips), each
         with the id of the root it was projected from (None when it was not)."""
@@ -855,21 +884,41 @@ class SessionRepository:
             validation.identifier(item, "exclude_sources") for item in exclude_sources or ()
         ]
         prefix = validation.optional_identifier(cwd_prefix, "cwd_prefix")
-        archive = "only" if archived_only else ("all" if include_archived else "hide")
-        statement = _listing_statement(
-            source is not None,
-            self.store.dialect.json_list_sql("excluded") if excluded else None,
-            include_children,
-            archive,
-            prefix is not None,
-        )
+        threshold = message_threshold(min_message_count)
+        needle = id_needle(id_query)
         parameters: dict[str, Any] = {
             "source": source,
             "excluded": json_list(excluded),
             "cwd_pattern": None if prefix is None else escape_like(prefix) + "%",
+            "min_messages": threshold,
+            "id_needle": needle,
             "limit": row_count(limit, "limit"),
             "offset": row_count(offset, "offset"),
         }
+        if threshold is not None and threshold > validation.INT64_MAX:
+            return []  # past every 64-bit counter
+        archive = "only" if archived_only else ("all" if include_archived else "hide")
+        dialect = self.store.dialect
+        shape: ListingShape = (
+            source is not None,
+            dialect.json_list_sql("excluded") if excluded else None,
+            bool(include_children),
+            archive,
+            prefix is not None,
+            threshold is not None,
+        )
+        if not order_by_last_active:
+            # As Hermes: id_query only narrows the listing ordered by activity.
+            statement = _listing_statement(shape)
+        elif needle is not None and not bindable(needle):
+            return []  # NUL or a lone surrogate: no stored id holds one
+        else:
+            statement = _activity_listing_statement(
+                shape,
+                None if needle is None
+                else dialect.ascii_folded_contains_sql(f"{_MATCHED}.id", "id_needle"),
+                dialect.bytewise_collation,
+            )
         # The page is read on the driver cursor: the row is 41 columns wide since Hermes v17,
         # and SQLAlchemy's per-row processing showed.
         hot = self._hot_listing(statement)
@@ -905,6 +954,7 @@ class SessionRepository:
         include_archived: bool = False,
         archived_only: bool = False,
         cwd_prefix: str | None = None,
+        min_message_count: int = 0,
     ) -> int:
         """How many sessions ``list_sessions_rich`` pages through with these filters."""
         if source is not None:
@@ -916,6 +966,7 @@ class SessionRepository:
             exclude_children=not include_children,
             exclude_sources=exclude_sources,
             cwd_prefix=cwd_prefix,
+            min_message_count=min_message_count,
         )
 
     # -- messages -------------------------------------------------------------------------
@@ -1321,6 +1372,25 @@ def row_count(value: Any, name: str) -> int:
     return min(max(number, 0), validation.INT64_MAX)
 
 
+def message_threshold(value: Any) -> int | None:
+    """``min_message_count`` as Hermes reads it: only a positive count filters (None: no
+    filter). An ``int`` (a ``bool`` or anything else is a ``TypeError``); one past the 64-bit
+    counters is returned as it is, and the caller answers that no session has that many."""
+    count = validation.integer(value, "min_message_count")
+    return count if count > 0 else None
+
+
+def id_needle(value: Any) -> str | None:
+    """``id_query`` as Hermes reads it, stripped and lower-cased (Python's ``str.lower``); None
+    when that leaves nothing. A ``str`` or None: another type is a ``TypeError`` (Hermes fails
+    on ``.strip()``)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"id_query must be a str or None, not {type(value).__name__}")
+    return value.strip().lower() or None
+
+
 def _matchable(value: Any) -> bool:
     """A lookup value some stored identifier could equal; anything else matches nothing
     (as SQLite answers a wrong type), rather than reaching a driver that cannot bind it."""
@@ -1378,27 +1448,15 @@ def _rich_select() -> Select[Any]:
 
 
 
-@functools.cache
-def _listing_statement(
-    by_source: bool,
-    excluded_list_sql: str | None,
-    include_children: bool,
-    archive: str,
-    by_cwd: bool,
-) -> Select[Any]:
-    """One prebuilt statement per filter shape; the values are bound at execution.
+ListingShape = tuple[bool, str | None, bool, str, bool, bool]
+"""What a listing's filters look like, the values aside (one prebuilt statement per shape):
+by source, the dialect's SQL for the excluded sources' list (None: none excluded), children
+included, archive (``"hide"``, ``"all"`` or ``"only"``), by cwd prefix, by message count."""
 
-    Without a source filter the listing walks ``ix_sessions_started_id`` (revision 0022: the
-    listing's own order) and stops at the page's end, so the preview and last-activity
-    subqueries run for the page's rows only. A source filter takes ``idx_sessions_source``
-    instead, and a plan that sorts would run both subqueries for every matching session
-    before the LIMIT (1.8 ms with ``source = 'cli'`` on the 100k-message bench file): there
-    the page is chosen first, from ``sessions`` alone, and only its rows are enriched
-    (0.47 ms).
 
-    The excluded sources are one JSON parameter (``excluded_list_sql``, the dialect's), so
-    100,000 of them are one parameter, not more than PostgreSQL's protocol accepts.
-    """
+def _listing_conditions(shape: ListingShape) -> list[ColumnElement[bool] | TextClause]:
+    """The WHERE of a listing of this shape: every path lists the same sessions."""
+    by_source, excluded_list_sql, include_children, archive, by_cwd, by_messages = shape
     conditions: list[ColumnElement[bool] | TextClause] = []
     if by_source:
         conditions.append(sessions.c.source == bindparam("source"))
@@ -1412,8 +1470,30 @@ def _listing_statement(
         conditions.append(sessions.c.archived == 1)
     if by_cwd:
         conditions.append(sessions.c.cwd.like(bindparam("cwd_pattern"), escape="\\"))
+    if by_messages:
+        # No COALESCE: as Hermes, a NULL count is not "at least n".
+        conditions.append(sessions.c.message_count >= bindparam("min_messages"))
+    return conditions
+
+
+@functools.cache
+def _listing_statement(shape: ListingShape) -> Select[Any]:
+    """One prebuilt statement per filter shape; the values are bound at execution.
+
+    Without a source filter the listing walks ``ix_sessions_started_id`` (revision 0022: the
+    listing's own order) and stops at the page's end, so the preview and last-activity
+    subqueries run for the page's rows only. A source filter takes ``idx_sessions_source``
+    instead, and a plan that sorts would run both subqueries for every matching session
+    before the LIMIT (1.8 ms with ``source = 'cli'`` on the 100k-message bench file): there
+    the page is chosen first, from ``sessions`` alone, and only its rows are enriched
+    (0.47 ms).
+
+    The excluded sources are one JSON parameter (``excluded_list_sql``, the dialect's), so
+    100,000 of them are one parameter, not more than PostgreSQL's protocol accepts.
+    """
+    conditions = _listing_conditions(shape)
     newest_first = (sessions.c.started_at.desc(), sessions.c.id)
-    if not by_source:
+    if not shape[0]:
         return (
             _rich_select().where(*conditions)
             .order_by(*newest_first)
@@ -1430,6 +1510,85 @@ def _listing_statement(
     )
     return _rich_select().join_from(sessions, chosen, chosen.c.id == sessions.c.id).order_by(
         *newest_first
+    )
+
+
+_MATCHED = "matched"
+"""The alias of the chain in the id filter's EXISTS (the dialect's match SQL names it)."""
+
+
+@functools.cache
+def _activity_listing_statement(
+    shape: ListingShape, id_match_sql: str | None, bytewise_collation: str
+) -> Select[Any]:
+    """The listing of ``shape`` in Hermes 0.18's ``order_by_last_active`` order.
+
+    Each listed session is the root of a chain: itself, then every child of a chain member
+    that ended with ``'compression'`` and is not a fork (branch, delegate or tool run; no
+    condition on times, as Hermes's chain has none). Its activity is the latest of each
+    member's newest message (else its ``started_at``); rows are ordered by that, then
+    ``started_at``, then id (byte order, as SQLite compares text), all descending. The page
+    is chosen from that order before its rows are enriched; ``id_match_sql`` (the dialect's
+    test on ``matched.id``), when given, keeps the rows with a matching member.
+
+    The chain is a ``UNION``, where Hermes's is ``UNION ALL``: the same (root, member) pair
+    is not walked twice, so a corrupt cycle of parents ends the walk instead of running the
+    query forever, and a maximum over the members is the same either way.
+    """
+    seed = select(
+        sessions.c.id.label("root"), sessions.c.id, sessions.c.end_reason, sessions.c.started_at
+    ).where(*_listing_conditions(shape))
+    chain = seed.cte("chain", recursive=True)
+    child = sessions.alias("chain_child")
+    chain = chain.union(
+        select(chain.c.root, child.c.id, child.c.end_reason, child.c.started_at)
+        .join_from(chain, child, child.c.parent_session_id == chain.c.id)
+        .where(
+            chain.c.end_reason == COMPRESSION_END_REASON,
+            ~has_marker(BRANCH_MARKER, child),
+            ~has_marker(DELEGATE_MARKER, child),
+            func.coalesce(child.c.source, "") != TOOL_SOURCE,
+        )
+    )
+    member_messages = messages.alias("member_messages")
+    newest_message = (
+        select(func.max(member_messages.c.timestamp))
+        .where(member_messages.c.session_id == chain.c.id)
+        .correlate(chain)
+        .scalar_subquery()
+    )
+    activity = (
+        select(
+            chain.c.root,
+            func.max(func.coalesce(newest_message, chain.c.started_at)).label("active"),
+        )
+        .group_by(chain.c.root)
+        .subquery("chain_activity")
+    )
+    page = select(sessions.c.id, activity.c.active).join_from(
+        sessions, activity, activity.c.root == sessions.c.id
+    )
+    if id_match_sql is not None:
+        matched = chain.alias(_MATCHED)
+        page = page.where(
+            select(matched.c.root)
+            .where(matched.c.root == sessions.c.id, text(id_match_sql))
+            .exists()
+        )
+    chosen = (
+        page.order_by(
+            activity.c.active.desc(),
+            sessions.c.started_at.desc(),
+            sessions.c.id.collate(bytewise_collation).desc(),
+        )
+        .limit(bindparam("limit"))
+        .offset(bindparam("offset"))
+        .subquery("page")
+    )
+    return _rich_select().join_from(sessions, chosen, chosen.c.id == sessions.c.id).order_by(
+        chosen.c.active.desc(),
+        sessions.c.started_at.desc(),
+        sessions.c.id.collate(bytewise_collation).desc(),
     )
 
 

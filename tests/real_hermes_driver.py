@@ -231,6 +231,28 @@ def call_if_there(db: Any, name: str, *args: Any, **kwargs: Any) -> Any:
     return method(*args, **kwargs)
 
 
+def call_with_all(db: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+    """``call_if_there``, but absent unless this release takes every one of the keywords."""
+    method = getattr(db, name, None)
+    if method is None or not all(accepts(method, key) for key in kwargs):
+        return {"absent": name}
+    return method(*args, **kwargs)
+
+
+# Hermes 0.18's listing keywords, read from every file (absent in older releases).
+LATER_LISTINGS: dict[str, dict[str, Any]] = {
+    "by_activity": {"order_by_last_active": True},
+    "by_activity_unprojected": {"order_by_last_active": True, "project_compression_tips": False},
+    "by_activity_children": {"order_by_last_active": True, "include_children": True},
+    "by_activity_page": {"order_by_last_active": True, "limit": 3, "offset": 2},
+    "with_messages": {"min_message_count": 3},
+    "by_activity_with_messages": {"order_by_last_active": True, "min_message_count": 3},
+    "id_of_root": {"order_by_last_active": True, "id_query": "FIELD-ROOT"},
+    "id_of_tip": {"order_by_last_active": True, "id_query": " root-tip"},
+    "id_without_match": {"order_by_last_active": True, "id_query": "field_root"},
+}
+
+
 def read(db: Any, queries: list[str]) -> dict[str, Any]:
     """Everything this release's own reads return for the file."""
     sessions = {sid: db.get_session(sid) for sid in ALL_SESSION_IDS}
@@ -245,6 +267,10 @@ def read(db: Any, queries: list[str]) -> dict[str, Any]:
         "children": db.list_sessions_rich(limit=100, include_children=True),
         "telegram": db.list_sessions_rich(source="telegram", limit=100),
         "archived": call_if_there(db, "list_sessions_rich", limit=100, archived_only=True),
+        **{
+            name: call_with_all(db, "list_sessions_rich", **{"limit": 100, **kwargs})
+            for name, kwargs in LATER_LISTINGS.items()
+        },
     }
     searches = {query: db.search_messages(query, limit=50) for query in queries}
     searches_inactive = {
@@ -261,6 +287,7 @@ def read(db: Any, queries: list[str]) -> dict[str, Any]:
         "searches": searches,
         "searches_inactive": searches_inactive,
         "session_count": db.session_count(),
+        "session_count_with_messages": call_with_all(db, "session_count", min_message_count=3),
         "message_count": db.message_count(),
         "message_counts": {sid: db.message_count(sid) for sid in ALL_SESSION_IDS},
         "titles": {sid: db.get_session_title(sid) for sid in ALL_SESSION_IDS},

@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -20,7 +21,7 @@ import sqlalchemy as sa
 from asynclib import BlockingAsyncSessionDB
 from legacy_later import HEAD_MESSAGE_NAMES, HEAD_SESSION_NAMES
 
-from sessionstore import SessionStoreError
+from sessionstore import SessionStoreError, migrate
 from sessionstore.facade import SessionDB
 from sessionstore.statements import ROWS_PER_INSERT
 
@@ -807,12 +808,20 @@ def test_list_sessions_rich_dicts_are_the_records_as_dicts(
     db.append_message("plain", "user", "  hello\r\nthere  ")
     sync_db = SessionDB(url=store_url)
     repo = sync_db.repository
-    for kwargs in ({}, {"source": "cli"}, {"include_children": True}, {"exclude_sources": ["x"]}):
+    for kwargs in (
+        {}, {"source": "cli"}, {"include_children": True}, {"exclude_sources": ["x"]},
+        {"order_by_last_active": True}, {"order_by_last_active": True, "id_query": "roo"},
+        {"min_message_count": 2},
+    ):  # fmt: skip
         records = [listing.to_dict() for listing in repo.list_sessions_rich(**kwargs)]
         assert repo.list_sessions_rich_dicts(**kwargs) == records
         assert [list(row) for row in records] == [
             list(row) for row in repo.list_sessions_rich_dicts(**kwargs)
         ]
+    for threshold in (0, 2, 3):
+        assert repo.count_listed_sessions(min_message_count=threshold) == len(
+            repo.list_sessions_rich(min_message_count=threshold, limit=100)
+        )
     sync_db.close()
 
 
@@ -848,6 +857,299 @@ def test_list_sessions_rich_does_not_project_a_non_continuation(db: SessionDB, r
     (row,) = db.list_sessions_rich()
     assert row["id"] == "root"
     assert "_lineage_root_id" not in row
+
+
+# -- Hermes 0.18's listing keywords: min_message_count, order_by_last_active, id_query ----------
+def _timed_session(
+    db: SessionDB, raw: RawSQL, session_id: str, started_at: float, *activity: float,
+    parent: str | None = None, ended_at: float | None = None, end_reason: str | None = None,
+    source: str = "cli", model_config: dict[str, Any] | None = None,
+) -> str:
+    """A session started at ``started_at`` with one user message at each ``activity`` time."""
+    db.create_session(session_id, source, model_config=model_config, parent_session_id=parent)
+    raw.set_times(session_id, started_at=started_at, ended_at=ended_at, end_reason=end_reason)
+    for timestamp in activity:
+        raw.set_message_time(db.append_message(session_id, "user", f"at {timestamp}"), timestamp)
+    return session_id
+
+
+def _ids(rows: list[dict[str, Any]]) -> list[str]:
+    return [row["id"] for row in rows]
+
+
+@pytest.mark.parametrize("recent", [False, True], ids=["by-start", "by-activity"])
+def test_min_message_count_lists_and_counts_sessions_with_at_least_n(
+    db: SessionDB, raw: RawSQL, recent: bool
+) -> None:
+    for count in range(4):
+        _timed_session(db, raw, f"m{count}", 100.0 + count, *[200.0 + count] * count)
+
+    def listed(n: int) -> list[str]:
+        return _ids(db.list_sessions_rich(min_message_count=n, order_by_last_active=recent))
+
+    assert listed(2) == ["m3", "m2"]
+    assert listed(3) == ["m3"] and listed(4) == []
+    assert listed(0) == listed(-7) == ["m3", "m2", "m1", "m0"]  # only a positive count filters
+    assert [db.session_count(min_message_count=n) for n in (-1, 0, 1, 2, 3, 4)] == [
+        4, 4, 3, 2, 1, 0,
+    ]  # fmt: skip
+    assert db.session_count(min_message_count=2, exclude_children=True) == len(listed(2))
+
+
+def test_min_message_count_filters_the_listed_row_not_its_continuation(
+    db: SessionDB, raw: RawSQL
+) -> None:
+    # Hermes compares the row's own message_count (the root's), before projecting it.
+    _compressed_conversation(db, raw)  # root: 2 messages, tip: 3
+    assert _ids(db.list_sessions_rich(min_message_count=3)) == []
+    assert _ids(db.list_sessions_rich(min_message_count=2)) == ["tip"]
+    assert db.session_count(min_message_count=3) == 1  # the tip, counted as itself
+
+
+def test_order_by_last_active_surfaces_an_old_root_whose_tip_is_fresh(
+    db: SessionDB, raw: RawSQL
+) -> None:
+    _compressed_conversation(db, raw)  # started at 1000, its tip last active at 2500
+    _timed_session(db, raw, "newer", 2300.0, 2400.0)
+    _timed_session(db, raw, "idle", 3000.0)  # no messages: active when it started
+
+    assert _ids(db.list_sessions_rich()) == ["idle", "newer", "tip"]
+    rows = db.list_sessions_rich(order_by_last_active=True)
+    assert _ids(rows) == ["idle", "tip", "newer"]
+    assert rows[1]["_lineage_root_id"] == "root" and rows[1]["started_at"] == 1000.0
+    assert rows[1]["last_active"] == 2500.0
+    # Unprojected, the root keeps its place in the order and shows its own last activity.
+    unprojected = db.list_sessions_rich(order_by_last_active=True, project_compression_tips=False)
+    assert [(row["id"], row["last_active"]) for row in unprojected] == [
+        ("idle", 3000.0), ("root", 1600.0), ("newer", 2400.0),
+    ]  # fmt: skip
+
+
+def test_order_by_last_active_applies_limit_and_offset_after_ordering(
+    db: SessionDB, raw: RawSQL
+) -> None:
+    # Started in one order, active in another: every page is a slice of the activity order.
+    for n, active in enumerate([500.0, 900.0, 100.0, 700.0, 300.0, 800.0, 200.0]):
+        _timed_session(db, raw, f"s{n}", 10.0 + n, active)
+    everything = _ids(db.list_sessions_rich(order_by_last_active=True, limit=100))
+    assert everything == ["s1", "s5", "s3", "s0", "s4", "s6", "s2"]
+    pages = [
+        _ids(db.list_sessions_rich(order_by_last_active=True, limit=3, offset=offset))
+        for offset in (0, 3, 6, 9)
+    ]
+    assert pages == [everything[0:3], everything[3:6], everything[6:], []]
+
+
+def test_order_by_last_active_breaks_ties_by_start_then_id_bytewise(
+    db: SessionDB, raw: RawSQL
+) -> None:
+    # As Hermes: last activity, then started_at, then id, all descending; ids compare as
+    # SQLite compares text, by bytes ("Z" < "_" < "a" < "é"), whatever the server's locale.
+    for session_id in ["a", "Z", "_x", "é", "B"]:
+        _timed_session(db, raw, session_id, 100.0, 500.0)
+    _timed_session(db, raw, "later-start", 200.0, 500.0)
+    _timed_session(db, raw, "idle", 500.0)  # no message: its start is its activity
+    rows = db.list_sessions_rich(order_by_last_active=True)
+    assert _ids(rows) == ["idle", "later-start", "é", "a", "_x", "Z", "B"]
+
+
+@pytest.mark.postgresql
+def test_order_by_last_active_tie_order_ignores_a_postgresql_locale(pg_databases: Any) -> None:
+    # A server whose databases sort text by a language's rules (ICU en-US: "_x" < "a" < "B"
+    # < "é" < "Z") still breaks the tie by bytes, as Hermes's SQLite does.
+    name = f"sstest_icu_{uuid.uuid4().hex[:10]}"
+    with pg_databases.admin.connect() as conn:
+        conn.execute(sa.text(
+            f'CREATE DATABASE "{name}" TEMPLATE template0 LOCALE_PROVIDER icu '
+            "ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'"
+        ))  # fmt: skip
+    pg_databases.created.append(name)
+    url = (
+        sa.make_url(pg_databases.admin.url).set(database=name).render_as_string(hide_password=False)
+    )
+    migrate.upgrade(url)
+    db, raw = SessionDB(url=url), RawSQL(url)
+    try:
+        for session_id in ["a", "Z", "_x", "é", "B"]:
+            _timed_session(db, raw, session_id, 100.0, 500.0)
+        assert raw.scalar("SELECT string_agg(id, ' ' ORDER BY id) FROM sessions") == "_x a B é Z"
+        assert _ids(db.list_sessions_rich(order_by_last_active=True)) == ["é", "a", "_x", "Z", "B"]
+    finally:
+        db.close()
+        raw.close()
+
+
+# (id, parent, started_at, ended_at, end_reason, source, model_config, message times)
+ChainCase = list[tuple[str, str | None, float, float | None, str | None, str,
+                       dict[str, Any] | None, tuple[float, ...]]]  # fmt: skip
+ACTIVITY_CHAIN_CASES: list[Any] = [
+    pytest.param([
+        ("root", None, 100, 200, "compression", "cli", None, (150,)),
+        ("cont", "root", 201, None, None, "cli", None, (900,)),
+    ], ["root", "other"], id="continuation-lifts-its-root"),
+    pytest.param([
+        ("root", None, 100, 200, "compression", "cli", None, (150,)),
+        ("early", "root", 180, None, None, "cli", None, (900,)),
+    ], ["root", "other"], id="continuation-that-started-before-the-end-lifts-it-too"),
+    pytest.param([
+        ("root", None, 100, 200, "compression", "cli", None, (150,)),
+        ("c1", "root", 201, 300, "compression", "cli", None, (250,)),
+        ("c2", "c1", 301, None, None, "cli", None, (900,)),
+    ], ["root", "other"], id="the-whole-chain-counts"),
+    pytest.param([
+        ("root", None, 100, 200, "compression", "cli", None, (150,)),
+        ("c1", "root", 201, 300, "user_exit", "cli", None, (250,)),
+        ("c2", "c1", 301, None, None, "cli", None, (900,)),
+    ], ["other", "root"], id="chain-stops-at-a-member-not-ended-by-compression"),
+    pytest.param([
+        ("root", None, 100, 200, "user_exit", "cli", None, (150,)),
+        ("child", "root", 201, None, None, "cli", None, (900,)),
+    ], ["other", "root"], id="child-of-a-root-not-ended-by-compression"),
+    pytest.param([
+        ("root", None, 100, 200, "compression", "cli", None, (150,)),
+        ("branch", "root", 201, None, None, "cli", {"_branched_from": "root"}, (900,)),
+    ], ["branch", "other", "root"], id="branch-is-listed-apart-and-lifts-nothing"),
+    pytest.param([
+        ("root", None, 100, 200, "compression", "cli", None, (150,)),
+        ("delegate", "root", 201, None, None, "cli", {"_delegate_from": "root"}, (900,)),
+    ], ["other", "root"], id="delegate-run-lifts-nothing"),
+    pytest.param([
+        ("root", None, 100, 200, "compression", "cli", None, (150,)),
+        ("tool-run", "root", 201, None, None, "tool", None, (900,)),
+    ], ["other", "root"], id="tool-run-lifts-nothing"),
+    pytest.param([
+        ("root", None, 100, 200, "compression", "cli", None, (150,)),
+        ("stale", "root", 201, 210, "ws_orphan_reap", "cli", None, (900,)),
+        ("live", "root", 205, None, None, "cli", None, (160,)),
+    ], ["root", "other"], id="every-sibling-counts-not-only-the-tip"),
+    pytest.param([
+        ("root", None, 100, 200, "compression", "cli", None, ()),
+        ("cont", "root", 950, None, None, "cli", None, ()),
+    ], ["root", "other"], id="a-member-without-messages-is-active-at-its-start"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("chain", "order"), ACTIVITY_CHAIN_CASES)
+def test_order_by_last_active_takes_the_latest_activity_of_the_forward_chain(
+    db: SessionDB, raw: RawSQL, chain: ChainCase, order: list[str]
+) -> None:
+    for session_id, parent, started, ended, reason, source, config, times in chain:
+        _timed_session(db, raw, session_id, started, *times, parent=parent, ended_at=ended,
+                       end_reason=reason, source=source, model_config=config)  # fmt: skip
+    _timed_session(db, raw, "other", 50.0, 500.0)
+    rows = db.list_sessions_rich(order_by_last_active=True, project_compression_tips=False)
+    assert _ids(rows) == order
+
+
+def test_order_by_last_active_ends_on_a_cycle_of_parents(db: SessionDB, raw: RawSQL) -> None:
+    # A corrupt file whose compression parents loop: Hermes's UNION ALL walk would not end.
+    _timed_session(db, raw, "a", 100.0, 150.0, ended_at=200.0, end_reason="compression")
+    _timed_session(db, raw, "b", 201.0, 900.0, parent="a", ended_at=300.0,
+                   end_reason="compression")  # fmt: skip
+    _timed_session(db, raw, "self", 50.0, 60.0, ended_at=70.0, end_reason="compression")
+    raw.execute("UPDATE sessions SET parent_session_id = 'b' WHERE id = 'a'")
+    raw.execute("UPDATE sessions SET parent_session_id = 'self' WHERE id = 'self'")
+    rows = db.list_sessions_rich(order_by_last_active=True, include_children=True)
+    assert _ids(rows) == ["b", "a", "self"]
+    assert _ids(db.list_sessions_rich(order_by_last_active=True, include_children=True,
+                                      id_query="b")) == ["b", "a"]  # fmt: skip
+
+
+def _id_query_family(db: SessionDB, raw: RawSQL) -> None:
+    _timed_session(db, raw, "Root-AAA", 100.0, 150.0, ended_at=200.0, end_reason="compression")
+    _timed_session(db, raw, "tip-BBB", 201.0, 900.0, parent="Root-AAA")
+    _timed_session(db, raw, "100%_done\\x", 300.0, 400.0)
+    _timed_session(db, raw, "100x-done", 310.0, 390.0)
+    _timed_session(db, raw, "Ünï", 320.0, 380.0)
+    _timed_session(db, raw, "ünï", 330.0, 370.0)
+
+
+EVERY_ID_QUERY_ROW = ["tip-BBB", "100%_done\\x", "100x-done", "Ünï", "ünï"]  # by activity
+ID_QUERY_CASES = [
+    pytest.param("root-aaa", ["tip-BBB"], id="the-root-id-finds-the-projected-conversation"),
+    pytest.param("BBB", ["tip-BBB"], id="the-tip-id-finds-it-too"),
+    pytest.param("  ROOT ", ["tip-BBB"], id="stripped-and-ascii-case-insensitive"),
+    pytest.param("-", ["tip-BBB", "100x-done"], id="substring-anywhere"),
+    pytest.param("%", ["100%_done\\x"], id="percent-is-literal"),
+    pytest.param("_do", ["100%_done\\x"], id="underscore-is-literal"),
+    pytest.param("\\x", ["100%_done\\x"], id="backslash-is-literal"),
+    pytest.param("%_DONE\\", ["100%_done\\x"], id="all-three-at-once"),
+    # Hermes lower-cases the query in Python and the id with SQLite's lower() (ASCII only):
+    # "Ü" in a query finds the lower-case id, never the upper-case one.
+    pytest.param("Ünï", ["ünï"], id="non-ascii-query-is-lowered"),
+    pytest.param("ünï", ["ünï"], id="non-ascii-ids-keep-their-case"),
+    pytest.param("nothing-like-it", [], id="no-match"),
+    pytest.param("", EVERY_ID_QUERY_ROW, id="empty"),
+    pytest.param(" \t", EVERY_ID_QUERY_ROW, id="blank"),
+    pytest.param(None, EVERY_ID_QUERY_ROW, id="none"),
+]
+
+
+@pytest.mark.parametrize(("query", "expected"), ID_QUERY_CASES)
+def test_id_query_matches_the_row_and_its_chain(
+    db: SessionDB, raw: RawSQL, query: str | None, expected: list[str]
+) -> None:
+    _id_query_family(db, raw)
+    rows = db.list_sessions_rich(order_by_last_active=True, id_query=query)
+    assert _ids(rows) == expected
+
+
+def test_id_query_is_ignored_without_order_by_last_active(db: SessionDB, raw: RawSQL) -> None:
+    # Hermes builds the id filter on the activity path only; elsewhere it is dropped.
+    _id_query_family(db, raw)
+    everything = _ids(db.list_sessions_rich())
+    assert _ids(db.list_sessions_rich(id_query="root")) == everything
+    assert _ids(db.list_sessions_rich(id_query="nul\x00")) == everything
+
+
+@pytest.mark.parametrize("query", ["a\x00", "\ud800"], ids=["nul", "lone-surrogate"])
+def test_id_query_no_id_can_hold_matches_nothing(db: SessionDB, raw: RawSQL, query: str) -> None:
+    _id_query_family(db, raw)
+    assert db.list_sessions_rich(order_by_last_active=True, id_query=query) == []
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda db: db.list_sessions_rich(min_message_count="2"),
+        lambda db: db.list_sessions_rich(min_message_count=2.0),
+        lambda db: db.list_sessions_rich(min_message_count=None),
+        lambda db: db.list_sessions_rich(min_message_count=True),
+        lambda db: db.session_count(min_message_count="1"),
+        lambda db: db.list_sessions_rich(id_query=5),
+        lambda db: db.list_sessions_rich(order_by_last_active=True, id_query=b"root"),
+    ],
+    ids=["count-str", "count-float", "count-none", "count-bool", "session-count-str",
+         "id-query-int", "id-query-bytes"],
+)  # fmt: skip
+def test_listing_keywords_of_the_wrong_type_are_a_type_error(
+    db: SessionDB, call: Callable[[SessionDB], Any]
+) -> None:
+    db.create_session("s", "cli")
+    with pytest.raises(TypeError):
+        call(db)
+
+
+def test_a_min_message_count_past_every_counter_matches_nothing(db: SessionDB) -> None:
+    db.create_session("s", "cli")
+    db.append_message("s", "user", "hi")
+    for recent in (False, True):
+        assert db.list_sessions_rich(min_message_count=2**63, order_by_last_active=recent) == []
+    assert db.session_count(min_message_count=2**100) == 0
+    assert _ids(db.list_sessions_rich(min_message_count=1)) == ["s"]
+
+
+def test_listing_keywords_come_after_v6_positional_parameters(db: SessionDB) -> None:
+    # Hermes 0.18 added them among its own parameters; its callers name them, and v6 callers
+    # pass the first six positionally (SPEC), so ours keep v6's order and append them.
+    import inspect
+
+    names = list(inspect.signature(SessionDB.list_sessions_rich).parameters)[1:]
+    assert names[:6] == ["source", "exclude_sources", "limit", "offset", "include_children",
+                         "project_compression_tips"]  # fmt: skip
+    assert names[-3:] == ["min_message_count", "order_by_last_active", "id_query"]
+    assert "search_query" not in names
+    assert list(inspect.signature(SessionDB.session_count).parameters)[-1] == "min_message_count"
 
 
 # -- messages ------------------------------------------------------------------------------------

@@ -242,6 +242,12 @@ LISTING_CASES = [
                  {"root", "branch-marked", "branch-after", "before-branch", "comp-root",
                   "comp-child", "delegate", "orphan-run"}, id="include-children"),
 ]  # fmt: skip
+# Ordered by activity (Hermes 0.18), a listing lists the very same sessions.
+LISTING_CASES += [
+    pytest.param({**param.values[0], "order_by_last_active": True}, param.values[1],
+                 id=f"{param.id}-by-activity")
+    for param in list(LISTING_CASES)
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("options", "listed"), LISTING_CASES)
@@ -256,6 +262,8 @@ COUNT_CASES = [
     pytest.param({"archived_only": True}, 1, id="archived-only"),
     pytest.param({"exclude_children": True}, 4, id="picker"),
     pytest.param({"exclude_sources": ["subagent"]}, 7, id="exclude-source"),
+    pytest.param({"min_message_count": 1}, 0, id="with-a-message"),
+    pytest.param({"min_message_count": 0, "exclude_children": True}, 4, id="zero-is-no-filter"),
 ]
 
 

@@ -302,6 +302,71 @@ def test_search_messages_is_total_and_read_only(
     seeded.assert_unchanged()
 
 
+# What Hermes 0.18's ``id_query`` finds: each listed row with its forward compression chain
+# (root -> c1 -> c2 is listed once, as c2), the query stripped and lower-cased in Python, each
+# id lower-cased as SQLite's lower() does it (ASCII letters only), no wildcards.
+LISTED_CHAINS = {
+    ("c2" if sid == "root" else sid): (["root", "c1", "c2"] if sid == "root" else [sid])
+    for sid in SESSION_IDS if sid not in ("c1", "c2")
+}  # fmt: skip
+
+
+def _sqlite_lower(text: str) -> str:
+    return "".join(ch.lower() if "A" <= ch <= "Z" else ch for ch in text)
+
+
+@PROPERTY_SETTINGS
+@given(
+    query=st.one_of(
+        hostile_text,
+        st.text(alphabet="%_\\aAbBzZ1-", min_size=1, max_size=3),
+        st.builds(lambda sid, a, b: sid[a:b].upper() if a % 2 else f" {sid[a:b]}\t",
+                  st.sampled_from(SESSION_IDS), st.integers(0, 4), st.integers(1, 8)),
+    ),
+    limit=st.integers(0, 20),
+)  # fmt: skip
+def test_id_query_finds_what_hermes_finds_and_changes_nothing(
+    seeded: SeededStore, query: str, limit: int
+) -> None:
+    rows = seeded.db.list_sessions_rich(order_by_last_active=True, id_query=query, limit=limit)
+    everything = seeded.db.list_sessions_rich(order_by_last_active=True, limit=100)
+    needle = query.strip().lower()
+    if not needle:
+        expected = [row["id"] for row in everything]
+    elif not is_storable(needle):
+        expected = []
+    else:
+        expected = [
+            row["id"] for row in everything
+            if any(needle in _sqlite_lower(member) for member in LISTED_CHAINS[row["id"]])
+        ]  # fmt: skip
+    assert [row["id"] for row in rows] == expected[:limit]
+    seeded.assert_unchanged()
+
+
+@PROPERTY_SETTINGS
+@given(threshold=st.integers(-(2**70), 2**70) | st.integers(-3, 4))
+def test_min_message_count_keeps_the_sessions_with_at_least_that_many(
+    seeded: SeededStore, threshold: int
+) -> None:
+    db = seeded.db
+
+    def own_count(row: dict[str, Any]) -> int:
+        # Hermes compares the listed row's own count: a compression root's, not its tip's.
+        return MESSAGES_PER_SESSION[row.get("_lineage_root_id", row["id"])]
+
+    for recent in (False, True):
+        everything = db.list_sessions_rich(order_by_last_active=recent, limit=100)
+        rows = db.list_sessions_rich(
+            min_message_count=threshold, order_by_last_active=recent, limit=100
+        )
+        assert rows == [row for row in everything if threshold <= 0 or own_count(row) >= threshold]
+    assert db.session_count(min_message_count=threshold) == sum(
+        1 for sid in SESSION_IDS if threshold <= 0 or MESSAGES_PER_SESSION[sid] >= threshold
+    )
+    seeded.assert_unchanged()
+
+
 @settings(max_examples=200, deadline=None)
 @given(title=st.one_of(hostile_text, st.text(alphabet=any_character, max_size=150)))
 def test_sanitize_title_output_is_clean_and_stable(title: str) -> None:

@@ -2,7 +2,8 @@
 item 9): a result of the documented type, or ``TypeError``/``ValueError``; never a raw
 driver error. PostgreSQL used to answer ``message_count(1)`` with "operator does not exist:
 text = integer" and 100,000 excluded sources with "number of parameters must be between 0 and
-65535"; SQLite answered both.
+65535"; SQLite answered both. Hermes 0.18's listing keywords too: a ``min_message_count`` past
+64 bits would be the driver's ``OverflowError``, a NUL in ``id_query`` PostgreSQL's error.
 """
 
 from __future__ import annotations
@@ -51,6 +52,25 @@ ONE_ARGUMENT_LOOKUPS: dict[str, tuple[Callable[[SessionDB, Any], Any], tuple[typ
     "list_sessions_rich(offset)": (lambda db, v: db.list_sessions_rich(offset=v), (list,)),
     "list_sessions_rich(exclude)": (
         lambda db, v: db.list_sessions_rich(exclude_sources=v), (list,)
+    ),
+    "list_sessions_rich(min_message_count)": (
+        lambda db, v: db.list_sessions_rich(min_message_count=v), (list,)
+    ),
+    "list_sessions_rich(min_message_count, by activity)": (
+        lambda db, v: db.list_sessions_rich(min_message_count=v, order_by_last_active=True),
+        (list,),
+    ),
+    "list_sessions_rich(order_by_last_active)": (
+        lambda db, v: db.list_sessions_rich(order_by_last_active=v), (list,)
+    ),
+    "list_sessions_rich(id_query)": (
+        lambda db, v: db.list_sessions_rich(order_by_last_active=True, id_query=v), (list,)
+    ),
+    "list_sessions_rich(id_query, by start)": (
+        lambda db, v: db.list_sessions_rich(id_query=v), (list,)
+    ),
+    "session_count(min_message_count)": (
+        lambda db, v: db.session_count(min_message_count=v), (int,)
     ),
     "search_messages(query)": (lambda db, v: db.search_messages(v), (list,)),
     "search_messages(source_filter)": (
@@ -107,9 +127,21 @@ def test_lookup_answers_hostile_arguments_with_a_typed_result_or_error(
         (lambda db: db.session_count("\ud800"), 0),
         (lambda db: len(db.search_sessions(limit=2**70)), 1),
         (lambda db: db.list_sessions_rich(offset=2**64), []),
+        (lambda db: db.list_sessions_rich(min_message_count=2**64), []),
+        (lambda db: db.list_sessions_rich(min_message_count=2**64, order_by_last_active=True),
+         []),
+        (lambda db: db.session_count(min_message_count=2**64), 0),
+        (lambda db: len(db.list_sessions_rich(min_message_count=-(2**64))), 1),
+        (lambda db: db.list_sessions_rich(order_by_last_active=True, id_query="s\x00"), []),
+        (lambda db: db.list_sessions_rich(order_by_last_active=True, id_query="\ud800"), []),
+        (lambda db: len(db.list_sessions_rich(id_query="s\x00")), 1),
+        (lambda db: len(db.list_sessions_rich(order_by_last_active=True, id_query="S1")), 1),
     ],
     ids=["message_count-int", "session_count-int", "search_sessions-int", "export_all-int",
-         "message_count-nul", "session_count-surrogate", "limit-huge", "offset-huge"],
+         "message_count-nul", "session_count-surrogate", "limit-huge", "offset-huge",
+         "min_message_count-huge", "min_message_count-huge-by-activity",
+         "session_count-min_message_count-huge", "min_message_count-very-negative",
+         "id_query-nul", "id_query-surrogate", "id_query-ignored-by-start", "id_query-case"],
 )  # fmt: skip
 def test_wrong_type_lookups_match_nothing_on_both_dialects(
     db: SessionDB, call: Callable[[SessionDB], Any], expected: Any

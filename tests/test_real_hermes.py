@@ -18,6 +18,8 @@ file. After our `SessionDB` adopts and upgrades the file:
 
 from __future__ import annotations
 
+import json
+import random
 import re
 import sqlite3
 from collections.abc import Callable
@@ -184,7 +186,13 @@ def assert_same_hits(expected: list[dict[str, Any]], actual: list[dict[str, Any]
 
 def our_reads(db: Any) -> dict[str, Any]:
     """The reads of `tests/real_hermes_driver.py:read`, through an object with Hermes's API."""
-    from real_hermes_driver import ALL_SESSION_IDS, CHAIN_TIP_ID, ROOT_ID, TELEGRAM_ID
+    from real_hermes_driver import (
+        ALL_SESSION_IDS,
+        CHAIN_TIP_ID,
+        LATER_LISTINGS,
+        ROOT_ID,
+        TELEGRAM_ID,
+    )
 
     return {
         "sessions": {sid: db.get_session(sid) for sid in ALL_SESSION_IDS},
@@ -198,6 +206,10 @@ def our_reads(db: Any) -> dict[str, Any]:
             "children": db.list_sessions_rich(limit=100, include_children=True),
             "telegram": db.list_sessions_rich(source="telegram", limit=100),
             "archived": db.list_sessions_rich(limit=100, archived_only=True),
+            **{
+                name: db.list_sessions_rich(**{"limit": 100, **kwargs})
+                for name, kwargs in LATER_LISTINGS.items()
+            },
         },
         "searches": {query: db.search_messages(query, limit=50) for query in SEARCH_QUERIES},
         "searches_inactive": {
@@ -205,6 +217,7 @@ def our_reads(db: Any) -> dict[str, Any]:
             for query in SEARCH_QUERIES
         },
         "session_count": db.session_count(),
+        "session_count_with_messages": db.session_count(min_message_count=3),
         "message_count": db.message_count(),
         "message_counts": {sid: db.message_count(sid) for sid in ALL_SESSION_IDS},
         "titles": {sid: db.get_session_title(sid) for sid in ALL_SESSION_IDS},
@@ -566,3 +579,173 @@ def test_doctor_finds_a_real_upgraded_file_healthy(
     with Store.open(f"sqlite:///{path}") as store:
         report = doctor.diagnose(store)
     assert report.problems == []
+
+
+# -- Hermes 0.18's listing keywords on arbitrary session graphs ----------------------------------
+# Ids that sort differently by bytes and by locale, fold differently in ASCII and in Unicode,
+# and hold LIKE's wildcards and escape.
+GRAPH_IDS = (
+    "A", "a", "B_1", "b%2", "c\\3", "Ünï", "ünï", "root-X", "z", "_q", "é", "Z9", "m-m", "x y",
+)  # fmt: skip
+GRAPH_SEEDS = range(12)
+Graph = tuple[list[dict[str, Any]], list[tuple[str, float]]]
+
+
+def random_graph(seed: int) -> Graph:
+    """Sessions with parents (always an earlier session: no cycle, which Hermes's walk would
+    not survive), every end reason that matters to a chain, fork markers, tool runs,
+    archived rows, and times drawn from a few values so activity and starts tie often."""
+    rng = random.Random(seed)
+    ids = rng.sample(GRAPH_IDS, rng.randint(9, len(GRAPH_IDS)))
+    sessions: list[dict[str, Any]] = []
+    messages: list[tuple[str, float]] = []
+    for index, session_id in enumerate(ids):
+        reason = rng.choice([None, None, "compression", "compression", "branched", "user_exit"])
+        count = rng.randint(0, 3)
+        sessions.append({
+            "id": session_id,
+            "parent": rng.choice(ids[:index]) if index and rng.random() < 0.45 else None,
+            "source": rng.choice(["cli", "cli", "cli", "telegram", "tool"]),
+            "model_config": rng.choice([None, None, None, '{"_branched_from": "x"}',
+                                        '{"_delegate_from": "x"}', '{"temperature": 1}']),
+            "started_at": float(rng.choice([100, 200, 300, 400, 500])),
+            "ended_at": float(rng.choice([150, 250, 350, 450])) if reason else None,
+            "end_reason": reason,
+            "message_count": count,
+            "archived": int(rng.random() < 0.1),
+        })  # fmt: skip
+        messages += [(session_id, float(rng.choice([120, 220, 320, 420, 520, 620])))
+                     for _ in range(count)]  # fmt: skip
+    return sessions, messages
+
+
+def write_graph(path: Path, graph: Graph) -> None:
+    sessions, messages = graph
+    with closing(sqlite3.connect(path)) as conn, conn:
+        conn.executemany(
+            "INSERT INTO sessions (id, source, model_config, parent_session_id, started_at,"
+            " ended_at, end_reason, message_count, archived) VALUES (:id, :source,"
+            " :model_config, :parent, :started_at, :ended_at, :end_reason, :message_count,"
+            " :archived)",
+            sessions,
+        )
+        conn.executemany(
+            "INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, 'user', ?, ?)",
+            [(session_id, f"said at {at}", at) for session_id, at in messages],
+        )
+
+
+def graph_calls(seed: int, graph: Graph) -> list[tuple[str, list[Any], dict[str, Any]]]:
+    rng = random.Random(seed + 1000)
+    ids = [session["id"] for session in graph[0]]
+    pieces = []
+    for session_id in rng.sample(ids, 4):
+        start = rng.randrange(len(session_id))
+        piece = session_id[start : start + rng.randint(1, 3)]
+        pieces.append(piece.upper() if rng.random() < 0.5 else f" {piece} ")
+    needles = ["%", "_", "\\", "Ü", "ü", "-", *pieces]
+    recent = {"order_by_last_active": True, "limit": 100}
+    listings = [
+        recent,
+        {**recent, "project_compression_tips": False},
+        {**recent, "include_children": True},
+        {**recent, "include_archived": True, "limit": 4, "offset": 1},
+        {**recent, "archived_only": True},
+        {**recent, "min_message_count": 2},
+        {**recent, "min_message_count": 1, "include_children": True},
+        {**recent, "source": "cli", "exclude_sources": ["tool"]},
+        *({**recent, "id_query": needle} for needle in needles),
+        *({**recent, "id_query": needle, "include_children": True} for needle in needles[-3:]),
+        {"limit": 100, "min_message_count": 2},  # by start: Hermes leaves ties unordered
+        {"limit": 100, "id_query": pieces[0]},  # by start Hermes ignores id_query
+    ]
+    counts = [
+        {"min_message_count": 2},
+        {"min_message_count": 1, "exclude_children": True},
+        {"min_message_count": -1, "include_archived": True},
+        {"min_message_count": 3, "archived_only": True},
+    ]
+    return [("list_sessions_rich", [], kwargs) for kwargs in listings] + [
+        ("session_count", [], kwargs) for kwargs in counts
+    ]
+
+
+def listed_roots(rows: list[dict[str, Any]]) -> list[str]:
+    """The listed sessions, each as the root a projected row stands for."""
+    return [row.get("_lineage_root_id", row["id"]) for row in rows]
+
+
+def assert_listing_keywords_match(
+    calls: list[tuple[str, list[Any], dict[str, Any]]], theirs: list[Any], db: SessionDB,
+    where: str,
+) -> int:
+    """Our answers to ``calls`` against Hermes's: counts equal; listings by activity list the
+    same sessions in the same order, each row with Hermes's values wherever both show the
+    same session (a compression root whose tip differs by rule is the known exception, see
+    ``get_compression_tip``); by start, the same sessions. Returns the rows compared whole."""
+    compared = 0
+    for (name, _, kwargs), expected in zip(calls, theirs, strict=True):
+        ours = json.loads(json.dumps(getattr(db, name)(**kwargs), default=repr))
+        label = f"{where}: {name}({kwargs})"
+        if name == "session_count":
+            assert ours == expected, label
+            continue
+        if not kwargs.get("order_by_last_active"):
+            assert sorted(listed_roots(ours)) == sorted(listed_roots(expected)), label
+            continue
+        assert listed_roots(ours) == listed_roots(expected), label
+        for our_row, their_row in zip(ours, expected, strict=True):
+            if our_row["id"] == their_row["id"]:
+                assert_same_keys(their_row, our_row, label)
+                compared += 1
+    return compared
+
+
+def graph_file(field_files: FieldFiles, tmp_path: Path, seed: int) -> tuple[Path, Any, Any]:
+    """A fresh store of ours holding the seed's graph, and Hermes 0.18's answers on it."""
+    path = tmp_path / "state.db"
+    SessionDB(db_path=path).close()  # created at head: Hermes 0.18 opens it unchanged
+    graph = random_graph(seed)
+    write_graph(path, graph)
+    calls = graph_calls(seed, graph)
+    theirs = field_files.hermes(HEAD_HERMES).calls(backup_copy(path, tmp_path / "h.db"), calls)
+    return path, calls, theirs
+
+
+@pytest.mark.parametrize("seed", GRAPH_SEEDS)
+def test_listing_keywords_answer_as_real_hermes_18_on_random_graphs(
+    field_files: FieldFiles, tmp_path: Path, seed: int
+) -> None:
+    """``min_message_count``, ``order_by_last_active`` and ``id_query`` (and the count's
+    ``min_message_count``) against the real Hermes 0.18 on the same file: forward chains
+    through every kind of child, ties of activity and start, ids that sort and fold
+    differently by bytes and by locale, wildcards in the query."""
+    path, calls, theirs = graph_file(field_files, tmp_path, seed)
+    db = SessionDB(db_path=path, backup_on_adopt=False)
+    try:
+        compared = assert_listing_keywords_match(calls, theirs, db, f"seed {seed}")
+    finally:
+        db.close()
+    assert compared > 20
+    # Not vacuous: by activity is not the order by start, and some id query narrows.
+    by_activity, by_start = theirs[1], sorted(
+        theirs[1], key=lambda row: (row["started_at"], row["id"].encode()), reverse=True
+    )
+    assert listed_roots(by_activity) != listed_roots(by_start)
+
+
+@pytest.mark.postgresql
+@pytest.mark.parametrize("seed", GRAPH_SEEDS[:6])
+def test_listing_keywords_on_postgresql_answer_as_real_hermes_18(
+    field_files: FieldFiles, tmp_path: Path, empty_pg_url: str, seed: int
+) -> None:
+    """The same graphs copied into PostgreSQL (``sessionstore db copy``): the same answers as
+    Hermes 0.18 gives on the SQLite file, ties by bytes and ASCII-only folding included."""
+    path, calls, theirs = graph_file(field_files, tmp_path, seed)
+    transfer.copy(f"sqlite:///{path}", empty_pg_url)
+    db = SessionDB(url=empty_pg_url)
+    try:
+        compared = assert_listing_keywords_match(calls, theirs, db, f"PostgreSQL, seed {seed}")
+    finally:
+        db.close()
+    assert compared > 20

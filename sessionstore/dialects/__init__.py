@@ -56,6 +56,10 @@ class StoreDialect(Protocol):
     """True where opening a store must connect at once (SQLite: the connect listener switches a
     fresh file to WAL, which must not wait for the first write)."""
     """True where one process's threads should queue for the write lock (SQLite's single writer)."""
+    bytewise_collation: str
+    """The collation that orders text by its bytes (code points), as SQLite's default
+    ``BINARY`` does: an ``ORDER BY`` that must agree with Hermes on equal keys uses it
+    (PostgreSQL's default follows the database's locale)."""
 
     def engine_options(self, url: URL, *, read_only: bool, busy_timeout_s: float) -> dict[str, Any]:
         """Keyword arguments for ``create_engine`` (URL rewrites go in ``prepare_url``)."""
@@ -165,6 +169,11 @@ class StoreDialect(Protocol):
 
     def json_id_list_sql(self, param: str) -> str:
         """The same for a JSON array of integer ids (message ids): a subquery of integers."""
+
+    def ascii_folded_contains_sql(self, haystack_sql: str, needle_param: str) -> str:
+        """SQL true when the text ``haystack_sql``, its ASCII letters lower-cased and no other
+        character changed (SQLite's ``lower()``), contains the text bound to ``needle_param``
+        as a plain substring (no wildcards: ``%``, ``_`` and ``\\`` are themselves)."""
 
 
 class IntegrityViolation(NamedTuple):

@@ -64,6 +64,10 @@ messages_table_name = "messages"
 MIGRATION_LOCK_KEY = 0x5E5510_5707E
 
 
+_ASCII_UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_ASCII_LOWER = "abcdefghijklmnopqrstuvwxyz"
+
+
 def _fresh_pool(engine: Engine) -> None:
     engine.dispose(close=False)
 
@@ -130,6 +134,7 @@ class PostgreSQLDialect:
     # psycopg begins a transaction at the first statement: reads keep their explicit one.
     autocommit_snapshot_reads = False
     connect_at_open = False  # a server that is down is reported by the first call
+    bytewise_collation = "C"
 
     def prepare_url(self, url: URL, *, read_only: bool) -> URL:
         if url.drivername == "postgresql":
@@ -224,6 +229,14 @@ class PostgreSQLDialect:
 
     def json_id_list_sql(self, param: str) -> str:
         return f"(SELECT CAST(json_array_elements_text(CAST(:{param} AS json)) AS bigint))"
+
+    def ascii_folded_contains_sql(self, haystack_sql: str, needle_param: str) -> str:
+        # lower() here folds every letter the database's locale knows; SQLite's folds ASCII
+        # only, and Hermes's id search is SQLite's, so the ASCII letters are mapped by hand.
+        return (
+            f"strpos(translate({haystack_sql}, '{_ASCII_UPPER}', '{_ASCII_LOWER}'), "
+            f":{needle_param}) > 0"
+        )
 
     def read_options(self) -> dict[str, Any]:
         # READ COMMITTED would give each statement of a read its own snapshot; a listing and

@@ -115,6 +115,7 @@ class SQLiteDialect:
     single_statement_appends = False  # in-process: a statement costs microseconds, no trip
     autocommit_snapshot_reads = True  # the driver is in autocommit; BEGIN is ours to send
     connect_at_open = True  # WAL from the moment the store is open
+    bytewise_collation = "BINARY"  # the default: memcmp of the UTF-8 text
 
     def requests_read_only(self, url: URL) -> bool:
         return str(url.query.get("mode", "")).lower() == "ro"
@@ -297,6 +298,11 @@ class SQLiteDialect:
     def json_id_list_sql(self, param: str) -> str:
         # json_each already yields a JSON number as an INTEGER.
         return self.json_list_sql(param)
+
+    def ascii_folded_contains_sql(self, haystack_sql: str, needle_param: str) -> str:
+        # lower() folds ASCII letters only (no ICU here). instr(), not LIKE: no wildcards to
+        # escape, and no 50,000-byte pattern limit for a needle to run into.
+        return f"instr(lower({haystack_sql}), :{needle_param}) > 0"
 
     def read_options(self) -> dict[str, Any]:
         # A deferred BEGIN already reads one snapshot under WAL.
