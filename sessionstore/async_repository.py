@@ -239,7 +239,7 @@ class AsyncSessionRepository:
     async def backfill_repo_roots(self, roots: Mapping[str, str]) -> int:
         return await self._write(lambda repo: repo.backfill_repo_roots(roots))
 
-    async def distinct_session_cwds(self, include_archived: bool = False) -> list[str]:
+    async def distinct_session_cwds(self, include_archived: bool = False) -> list[dict[str, Any]]:
         return await self._read(lambda repo: repo.distinct_session_cwds(include_archived))
 
     async def has_platform_message_id(self, session_id: str, platform_message_id: str) -> bool:

@@ -310,7 +310,7 @@ class SessionDB:
     def set_session_archived(self, session_id: str, archived: bool = True) -> bool:
         return self._repo.set_session_archived(session_id, archived)
 
-    def distinct_session_cwds(self, include_archived: bool = False) -> list[str]:
+    def distinct_session_cwds(self, include_archived: bool = False) -> list[dict[str, Any]]:
         return self._repo.distinct_session_cwds(include_archived)
 
     def update_session_cwd(

@@ -533,6 +533,8 @@ class SessionRepository:
         :meth:`list_sessions_rich` does.
         """
         threshold = message_threshold(min_message_count)
+        if source == "":
+            source = None  # as Hermes: an empty source is no filter
         if source is not None and not _matchable(source):
             return 0
         statement = select(func.count()).select_from(sessions)
@@ -764,14 +766,27 @@ class SessionRepository:
 
         return self.store.write(run) if pairs else 0
 
-    def distinct_session_cwds(self, include_archived: bool = False) -> list[str]:
-        statement = select(sessions.c.cwd).distinct().where(
-            sessions.c.cwd.is_not(None), sessions.c.cwd != ""
+    def distinct_session_cwds(self, include_archived: bool = False) -> list[dict[str, Any]]:
+        """Every working directory sessions ran in, as Hermes 0.18 reports it for repository
+        discovery: ``{"cwd", "sessions", "last_active"}`` (how many sessions, and the latest
+        end or start among them), children included, blank ones left out, sorted by cwd."""
+        statement = (
+            select(
+                sessions.c.cwd,
+                func.count(),
+                func.max(func.coalesce(sessions.c.ended_at, sessions.c.started_at, 0)),
+            )
+            .where(sessions.c.cwd.is_not(None), func.trim(sessions.c.cwd) != "")
+            .group_by(sessions.c.cwd)
+            .order_by(sessions.c.cwd)
         )
         if not include_archived:
             statement = statement.where(sessions.c.archived == 0)
         rows = self.store.read(lambda conn: conn.execute(statement).all())
-        return sorted(str(row[0]) for row in rows)
+        return [
+            {"cwd": str(cwd), "sessions": int(count or 0), "last_active": float(latest or 0)}
+            for cwd, count, latest in rows
+        ]
 
     def has_platform_message_id(self, session_id: str, platform_message_id: str) -> bool:
         if not all(isinstance(v, str) and bindable(v)
@@ -878,18 +893,21 @@ class SessionRepository:
     ) -> list[tuple[Sequence[Any], str | None]]:
         """The page's rich rows (compression roots already projected onto their tips), each
         with the id of the root it was projected from (None when it was not)."""
+        if source == "":
+            source = None  # as Hermes: an empty source is no filter
         if source is not None:
             source = validation.identifier(source, "source")
         excluded = [
             validation.identifier(item, "exclude_sources") for item in exclude_sources or ()
         ]
-        prefix = validation.optional_identifier(cwd_prefix, "cwd_prefix")
+        prefix = validation.optional_identifier(cwd_prefix or None, "cwd_prefix")
         threshold = message_threshold(min_message_count)
         needle = id_needle(id_query)
         parameters: dict[str, Any] = {
             "source": source,
             "excluded": json_list(excluded),
-            "cwd_pattern": None if prefix is None else escape_like(prefix) + "%",
+            **dict(zip(_CWD_PARAMETERS, cwd_patterns(prefix) if prefix else (None,) * 4,
+                       strict=True)),
             "min_messages": threshold,
             "id_needle": needle,
             "limit": row_count(limit, "limit"),
@@ -1469,7 +1487,7 @@ def _listing_conditions(shape: ListingShape) -> list[ColumnElement[bool] | TextC
     elif archive == "only":
         conditions.append(sessions.c.archived == 1)
     if by_cwd:
-        conditions.append(sessions.c.cwd.like(bindparam("cwd_pattern"), escape="\\"))
+        conditions.append(_cwd_condition(*map(bindparam, _CWD_PARAMETERS)))
     if by_messages:
         # No COALESCE: as Hermes, a NULL count is not "at least n".
         conditions.append(sessions.c.message_count >= bindparam("min_messages"))
@@ -1752,10 +1770,36 @@ def _session_filters(
         conditions.append(sessions.c.archived == 1)
     elif not include_archived:
         conditions.append(func.coalesce(sessions.c.archived, 0) == 0)
-    if cwd_prefix is not None:
+    if cwd_prefix:
         prefix = validation.identifier(cwd_prefix, "cwd_prefix")
-        conditions.append(sessions.c.cwd.like(escape_like(prefix) + "%", escape="\\"))
+        conditions.append(_cwd_condition(*cwd_patterns(prefix)))
     return conditions
+
+
+_CWD_PARAMETERS = ("cwd_exact", "cwd_below_slash", "cwd_below_backslash", "cwd_width")
+
+
+def cwd_patterns(prefix: str) -> tuple[str, str, str, int]:
+    """``cwd_prefix`` as Hermes 0.18 matches it: the directory itself, or a path below it
+    (after ``/`` or ``\\``), so ``/src/app`` does not take ``/src/app2``. Compared as text,
+    not with LIKE: ``%`` and ``_`` in the prefix are literal (``my_project`` is not
+    ``myXproject``, as it is for Hermes), and the case of letters counts on both databases
+    (Hermes's SQLite LIKE folded it below the directory). A prefix of separators only (``/``)
+    takes every path below it, where Hermes's took ``/`` alone.
+
+    Returns the directory, the two beginnings of a path below it, and their length.
+    """
+    base = prefix.rstrip("/\\")
+    if not base:
+        return prefix, prefix, prefix, len(prefix)
+    return base, base + "/", base + "\\", len(base) + 1
+
+
+def _cwd_condition(
+    exact: Any, below_slash: Any, below_backslash: Any, width: Any
+) -> ColumnElement[bool]:
+    beginning = func.substr(sessions.c.cwd, 1, width)
+    return or_(sessions.c.cwd == exact, beginning == below_slash, beginning == below_backslash)
 
 
 def _delegate_descendants(conn: Connection, parents: Sequence[str]) -> list[str]:

@@ -358,11 +358,15 @@ def test_cwd_git_and_repo_root_backfill(db: SessionDB) -> None:
     assert row is not None and (row["cwd"], row["git_branch"]) == ("/w/app", "main")
     assert db.backfill_repo_roots({"/w/app": "/w", "/w/lib": "/w"}) == 2
     assert db.backfill_repo_roots({"/w/app": "/other"}) == 0, "only empty roots are filled"
-    assert db.distinct_session_cwds() == ["/w/app", "/w/lib"]
+    def cwds(**kwargs: Any) -> list[str]:
+        return [row["cwd"] for row in db.distinct_session_cwds(**kwargs)]
+
+    assert cwds() == ["/w/app", "/w/lib"]
     db.set_session_archived("t")
-    assert db.distinct_session_cwds() == ["/w/app"]
-    assert db.distinct_session_cwds(include_archived=True) == ["/w/app", "/w/lib"]
-    assert {r["id"] for r in db.list_sessions_rich(cwd_prefix="/w/a")} == {"s"}
+    assert cwds() == ["/w/app"]
+    assert cwds(include_archived=True) == ["/w/app", "/w/lib"]
+    assert {r["id"] for r in db.list_sessions_rich(cwd_prefix="/w/app")} == {"s"}
+    assert db.list_sessions_rich(cwd_prefix="/w/a") == [], "a directory, not a string prefix"
     with pytest.raises(TypeError):
         db.create_session("u", "cli", no_such_column="x")
 
@@ -708,3 +712,63 @@ def test_model_meta_and_billing_route_updates(db: SessionDB) -> None:
     assert (row["billing_provider"], row["billing_base_url"]) == ("openrouter", "https://o")
     assert row["system_prompt"] is None
     assert db.update_session_model("ghost", "b") is False
+
+
+
+# cwd_prefix as Hermes 0.18 matches it (the directory itself, or a path below it after "/" or
+# "\\"), except that % and _ are literal and a prefix of separators takes every path below it.
+CWDS = ["/w/app", "/w/app/src", "/w/app/src/deep", "/w/app\\win", "/w/app2", "/w/my_project",
+        "/w/myXproject", "/W/APP", None]
+UNDER_APP = {"/w/app", "/w/app/src", "/w/app/src/deep", "/w/app\\win"}
+CWD_CASES = [
+    ("/w/app", UNDER_APP),
+    ("/w/app/", UNDER_APP),
+    ("/w/app\\", UNDER_APP),
+    ("/w/app/src", {"/w/app/src", "/w/app/src/deep"}),
+    ("/w/a", set()),
+    ("/w/my_project", {"/w/my_project"}),
+    ("/w/my%", set()),
+    ("/W/APP", {"/W/APP"}),
+    ("/", {cwd for cwd in CWDS if cwd is not None}),
+    ("", set(CWDS)),  # as Hermes: an empty prefix is no filter
+]
+
+
+@pytest.mark.parametrize(
+    ("prefix", "expected"), CWD_CASES, ids=[case[0] or "empty" for case in CWD_CASES]
+)
+def test_cwd_prefix_takes_a_directory_and_what_is_below_it(
+    db: SessionDB, prefix: str, expected: set[str | None]
+) -> None:
+    for number, cwd in enumerate(CWDS):
+        db.create_session(f"s{number}", "cli", cwd=cwd)
+    listed = [row["cwd"] for row in db.list_sessions_rich(cwd_prefix=prefix, limit=100)]
+    assert set(listed) == expected and len(listed) == len(expected)
+    assert db.session_count(cwd_prefix=prefix) == len(expected)
+
+
+def test_an_empty_source_is_no_filter_as_in_hermes(db: SessionDB) -> None:
+    db.create_session("a", "cli")
+    db.create_session("b", "telegram")
+    assert {row["id"] for row in db.list_sessions_rich(source="")} == {"a", "b"}
+    assert db.session_count(source="") == 2
+
+
+def test_distinct_session_cwds_reports_usage_as_hermes_18(db: SessionDB) -> None:
+    """Hermes 0.18's TUI gateway reads ``row.get("cwd")``, ``"sessions"``, ``"last_active"``."""
+    session(db, "a", started_at=100.0, ended_at=150.0)
+    session(db, "b", started_at=200.0)
+    session(db, "c", started_at=300.0, ended_at=400.0, parent="a")
+    session(db, "d", started_at=500.0)
+    session(db, "e", started_at=600.0)
+    for session_id, cwd in (("a", "/w/app"), ("b", "/w/app"), ("c", "/w/lib"), ("d", "   "),
+                            ("e", "/w/gone")):
+        db.update_session_cwd(session_id, cwd)
+    db.set_session_archived("e")
+    assert db.distinct_session_cwds() == [
+        {"cwd": "/w/app", "sessions": 2, "last_active": 200.0},
+        {"cwd": "/w/lib", "sessions": 1, "last_active": 400.0},
+    ]
+    assert [row["cwd"] for row in db.distinct_session_cwds(include_archived=True)] == [
+        "/w/app", "/w/gone", "/w/lib"
+    ]
