@@ -261,7 +261,7 @@ class AsyncSessionDB:
         source: str = 'unknown',
         model: str | None = None,
         **extra: Any,
-    ) -> None:
+    ) -> str:
         return await self._write(lambda db: db.ensure_session(session_id, source, model, **extra))
 
     async def get_session(self, session_id: str) -> dict[str, Any] | None:

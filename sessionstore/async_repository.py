@@ -95,7 +95,7 @@ class AsyncSessionRepository:
         source: str = 'unknown',
         model: str | None = None,
         extra: Mapping[str, Any] | None = None,
-    ) -> None:
+    ) -> str:
         return await self._write(lambda repo: repo.ensure_session(session_id, source, model, extra))
 
     async def end_session(self, session_id: str, end_reason: str | None) -> bool:

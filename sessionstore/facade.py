@@ -235,8 +235,10 @@ class SessionDB:
         )
 
     def ensure_session(self, session_id: str, source: str = "unknown",
-                       model: str | None = None, **extra: Any) -> None:
-        self._repo.ensure_session(session_id, source, model, extra=extra)
+                       model: str | None = None, **extra: Any) -> str:
+        """Create the session if it is missing; takes every keyword ``create_session`` takes
+        (which fill what an existing session still lacks, as there)."""
+        return self._repo.ensure_session(session_id, source, model, extra=extra)
 
     def get_session(self, session_id: str) -> dict[str, Any] | None:
         record = self._repo.get_session(session_id)

@@ -258,8 +258,9 @@ class SessionRepository:
         extra: Mapping[str, Any] | None = None,
     ) -> str:
         """Insert the session if it is new. ``extra`` holds later-Hermes columns (gateway
-        peer, cwd and git); on an existing session they fill only what is still NULL, as
-        newest Hermes's session upsert does."""
+        peer, cwd and git). On an existing session the model, model_config, system prompt,
+        parent and those columns fill only what is still NULL (never source or user_id), as
+        Hermes 0.18's session upsert does: a gateway's bare row gets the agent's model later."""
         filled = self._extra_session_values(extra)
         values = {
             "id": validation.identifier(session_id, "session_id"),
@@ -276,12 +277,21 @@ class SessionRepository:
             else validation.number(started_at, "started_at"),
             **filled,
         }
-        statement = self.store.dialect.insert(sessions).values(values).on_conflict_do_nothing()
+        fills = {
+            **{name: values[name] for name in _FILLED_ON_CONFLICT if values[name] is not None},
+            **filled,
+        }
+        # preserve_rowcount: psycopg reports -1 for an INSERT otherwise, and the fill of an
+        # existing session below would never run on PostgreSQL.
+        statement = (
+            self.store.dialect.insert(sessions).values(values).on_conflict_do_nothing()
+            .execution_options(preserve_rowcount=True)
+        )
         try:
             # Idempotent (ON CONFLICT DO NOTHING, then COALESCE fills): after a lost COMMIT it
             # is simply run again.
             self.store.write(
-                lambda conn: self._insert_or_fill(conn, statement, values["id"], filled),
+                lambda conn: self._insert_or_fill(conn, statement, values["id"], fills),
                 recover=_run_again,
             )
         except IntegrityError as exc:
@@ -293,20 +303,12 @@ class SessionRepository:
 
     def ensure_session(self, session_id: str, source: str = "unknown",
                        model: str | None = None,
-                       extra: Mapping[str, Any] | None = None) -> None:
-        filled = self._extra_session_values(extra)
-        values = {
-            "id": validation.identifier(session_id, "session_id"),
-            "source": validation.identifier(source, "source"),
-            "model": validation.optional_identifier(model, "model"),
-            "started_at": time.time(),
-            **filled,
-        }
-        statement = self.store.dialect.insert(sessions).values(values).on_conflict_do_nothing()
-        self.store.write(
-            lambda conn: self._insert_or_fill(conn, statement, values["id"], filled),
-            recover=_run_again,
-        )
+                       extra: Mapping[str, Any] | None = None) -> str:
+        """:meth:`create_session` with Hermes's defaults: every keyword ``create_session``
+        takes is taken here too (``extra`` holds them), as in Hermes 0.18."""
+        rest = dict(extra or {})
+        base = {name: rest.pop(name) for name in _BASE_SESSION_KEYWORDS if name in rest}
+        return self.create_session(session_id, source, model=model, **base, extra=rest)
 
     def _extra_session_values(self, extra: Mapping[str, Any] | None) -> dict[str, Any]:
         if not extra:
@@ -1864,6 +1866,11 @@ def _compression_lineage(conn: Connection, session_id: str) -> set[str]:
                 pending.append(other)
     return lineage
 
+
+_FILLED_ON_CONFLICT = ("model", "model_config", "system_prompt", "parent_session_id")
+"""What ``create_session`` on an existing session fills where still NULL, beside the extras."""
+_BASE_SESSION_KEYWORDS = ("model_config", "system_prompt", "user_id", "parent_session_id")
+"""``create_session``'s named keywords that ``ensure_session`` takes through ``**kwargs``."""
 
 EXTRA_SESSION_COLUMNS = (
     "session_key", "chat_id", "chat_type", "thread_id", "cwd", "git_branch", "git_repo_root",
