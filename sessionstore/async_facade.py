@@ -342,8 +342,8 @@ class AsyncSessionDB:
             )
         )
 
-    async def backfill_repo_roots(self, roots: Mapping[str, str]) -> int:
-        return await self._write(lambda db: db.backfill_repo_roots(roots))
+    async def backfill_repo_roots(self, cwd_to_root: Mapping[str, str]) -> int:
+        return await self._write(lambda db: db.backfill_repo_roots(cwd_to_root))
 
     async def append_message(
         self,
@@ -545,13 +545,13 @@ class AsyncSessionDB:
     async def record_compression_failure_cooldown(
         self,
         session_id: str,
-        until: float,
+        cooldown_until: float,
         error: str | None = None,
     ) -> bool:
         return await self._write(
             lambda db: db.record_compression_failure_cooldown(
                 session_id,
-                until,
+                cooldown_until,
                 error,
             )
         )

@@ -324,8 +324,12 @@ class SessionDB:
     ) -> bool:
         return self._repo.update_session_cwd(session_id, cwd, git_branch, git_repo_root)
 
-    def backfill_repo_roots(self, roots: Mapping[str, str]) -> int:
-        return self._repo.backfill_repo_roots(roots)
+    def backfill_repo_roots(self, cwd_to_root: Mapping[str, str]) -> int:
+        """Fill ``git_repo_root`` from ``{cwd: root}`` where it is still empty (pairs with an
+        empty cwd or root are skipped, as in Hermes); how many sessions changed."""
+        return self._repo.backfill_repo_roots(
+            {cwd: root for cwd, root in cwd_to_root.items() if cwd and root}
+        )
 
     # -- messages ---------------------------------------------------------------------------
     def append_message(
@@ -531,9 +535,9 @@ class SessionDB:
         return self._leases.holder(session_id)
 
     def record_compression_failure_cooldown(
-        self, session_id: str, until: float, error: str | None = None
+        self, session_id: str, cooldown_until: float, error: str | None = None
     ) -> bool:
-        return self._leases.record_cooldown(session_id, until, error)
+        return self._leases.record_cooldown(session_id, cooldown_until, error)
 
     def get_compression_failure_cooldown(self, session_id: str) -> dict[str, Any] | None:
         return self._leases.cooldown(session_id)
