@@ -416,17 +416,32 @@ class AsyncSessionDB:
     async def clear_messages(self, session_id: str) -> None:
         return await self._write(lambda db: db.clear_messages(session_id))
 
-    async def delete_session(self, session_id: str) -> bool:
-        return await self._write(lambda db: db.delete_session(session_id))
+    async def delete_session(
+        self,
+        session_id: str,
+        sessions_dir: str | os.PathLike[str] | None = None,
+    ) -> bool:
+        return await self._write(lambda db: db.delete_session(session_id, sessions_dir))
 
-    async def delete_sessions(self, session_ids: Sequence[str]) -> int:
-        return await self._write(lambda db: db.delete_sessions(session_ids))
+    async def delete_sessions(
+        self,
+        session_ids: Sequence[str],
+        sessions_dir: str | os.PathLike[str] | None = None,
+    ) -> int:
+        return await self._write(lambda db: db.delete_sessions(session_ids, sessions_dir))
 
-    async def delete_session_if_empty(self, session_id: str) -> bool:
-        return await self._write(lambda db: db.delete_session_if_empty(session_id))
+    async def delete_session_if_empty(
+        self,
+        session_id: str,
+        sessions_dir: str | os.PathLike[str] | None = None,
+    ) -> bool:
+        return await self._write(lambda db: db.delete_session_if_empty(session_id, sessions_dir))
 
-    async def prune_empty_ghost_sessions(self) -> int:
-        return await self._write(lambda db: db.prune_empty_ghost_sessions())
+    async def prune_empty_ghost_sessions(
+        self,
+        sessions_dir: str | os.PathLike[str] | None = None,
+    ) -> int:
+        return await self._write(lambda db: db.prune_empty_ghost_sessions(sessions_dir))
 
     async def update_session_model(self, session_id: str, model: str | None) -> bool:
         return await self._write(lambda db: db.update_session_model(session_id, model))
@@ -630,8 +645,19 @@ class AsyncSessionDB:
     async def fail_handoff(self, session_id: str, error: str | None) -> bool:
         return await self._write(lambda db: db.fail_handoff(session_id, error))
 
-    async def prune_sessions(self, older_than_days: int = 90, source: str | None = None) -> int:
-        return await self._write(lambda db: db.prune_sessions(older_than_days, source))
+    async def prune_sessions(
+        self,
+        older_than_days: int = 90,
+        source: str | None = None,
+        sessions_dir: str | os.PathLike[str] | None = None,
+    ) -> int:
+        return await self._write(
+            lambda db: db.prune_sessions(
+                older_than_days,
+                source,
+                sessions_dir,
+            )
+        )
 
     async def prune_sessions_before(self, cutoff: float, source: str | None = None) -> int:
         return await self._write(lambda db: db.prune_sessions_before(cutoff, source))

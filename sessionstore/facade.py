@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 
 from . import legacy, migrate, titles
 from .adoption import backup_before_adoption
+from .cleanup import remove_transcripts, sessions_directory
 from .codec import decode_json
 from .commands import cli_command
 from .config import resolve_url, sqlite_url
@@ -28,11 +29,12 @@ from .leases import DEFAULT_TTL_S, Leases, Meta
 from .message_content import decode_content
 from .message_states import MessageStates
 from .records import MESSAGE_FIELDS, SESSION_FIELDS
-from .repository import NewMessage, SessionRepository
+from .repository import NewMessage, SessionRepository, _prune_cutoff
 from .retry import RetryPolicy
 from .search import contains_cjk as _contains_cjk
 from .search import sanitize_fts5_query as _sanitize_fts5_query
 from .store import Store
+from .validation import bindable
 
 logger = logging.getLogger(__name__)
 
@@ -458,18 +460,50 @@ class SessionDB:
     def clear_messages(self, session_id: str) -> None:
         self._repo.clear_messages(session_id)
 
-    def delete_session(self, session_id: str) -> bool:
-        """Delete a session with its delegate children; other children are orphaned."""
-        return self._repo.delete_session(session_id)
+    def delete_session(
+        self, session_id: str, sessions_dir: str | os.PathLike[str] | None = None
+    ) -> bool:
+        """Delete a session with its delegate children; other children are orphaned. With
+        ``sessions_dir`` (Hermes's transcript directory), the transcript and request-dump files
+        of every session deleted go too (``sessionstore.cleanup.remove_transcripts``)."""
+        directory = sessions_directory(sessions_dir)
+        if not isinstance(session_id, str) or not bindable(session_id):
+            return False
+        deletion = self._repo.delete_sessions_detailed([session_id])
+        remove_transcripts(directory, deletion.removed)
+        return deletion.total > 0
 
-    def delete_sessions(self, session_ids: Sequence[str]) -> int:
-        return self._repo.delete_sessions(session_ids)
+    def delete_sessions(
+        self, session_ids: Sequence[str], sessions_dir: str | os.PathLike[str] | None = None
+    ) -> int:
+        """Delete these sessions (unknown ids skipped) with their delegate children, in one
+        transaction; how many of the given ids existed. ``sessions_dir`` as in
+        ``delete_session``."""
+        directory = sessions_directory(sessions_dir)
+        deletion = self._repo.delete_sessions_detailed(session_ids)
+        remove_transcripts(directory, deletion.removed)
+        return deletion.total
 
-    def delete_session_if_empty(self, session_id: str) -> bool:
-        return self._repo.delete_session_if_empty(session_id)
+    def delete_session_if_empty(
+        self, session_id: str, sessions_dir: str | os.PathLike[str] | None = None
+    ) -> bool:
+        """Delete a session only while it has no title, no message and no child; its files in
+        ``sessions_dir`` go with it."""
+        directory = sessions_directory(sessions_dir)
+        deleted = self._repo.delete_session_if_empty(session_id)
+        if deleted:
+            remove_transcripts(directory, [session_id])
+        return deleted
 
-    def prune_empty_ghost_sessions(self) -> int:
-        return self._repo.prune_empty_ghost_sessions()
+    def prune_empty_ghost_sessions(
+        self, sessions_dir: str | os.PathLike[str] | None = None
+    ) -> int:
+        """Delete Hermes's TUI ghost sessions (ended, untitled, no message, over a day old),
+        orphaning their children; their files in ``sessions_dir`` go with them."""
+        directory = sessions_directory(sessions_dir)
+        deletion = self._repo.prune_empty_ghost_sessions_detailed()
+        remove_transcripts(directory, deletion.removed)
+        return deletion.total
 
     def update_session_model(self, session_id: str, model: str | None) -> bool:
         return self._repo.update_session_model(session_id, model)
@@ -603,8 +637,20 @@ class SessionDB:
     def fail_handoff(self, session_id: str, error: str | None) -> bool:
         return self._gateway.fail_handoff(session_id, error)
 
-    def prune_sessions(self, older_than_days: int = 90, source: str | None = None) -> int:
-        return self._repo.prune_sessions(older_than_days, source)
+    def prune_sessions(
+        self,
+        older_than_days: int = 90,
+        source: str | None = None,
+        sessions_dir: str | os.PathLike[str] | None = None,
+    ) -> int:
+        """Delete ended sessions started more than ``older_than_days`` ago, orphaning their
+        children; their files in ``sessions_dir`` go with them."""
+        directory = sessions_directory(sessions_dir)
+        deletion = self._repo.prune_sessions_before_detailed(
+            _prune_cutoff(older_than_days), source
+        )
+        remove_transcripts(directory, deletion.removed)
+        return deletion.total
 
     def prune_sessions_before(self, cutoff: float, source: str | None = None) -> int:
         """Delete ended sessions started before ``cutoff`` (a Unix timestamp): the form for a

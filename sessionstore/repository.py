@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import starmap
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy import (
     ColumnElement,
@@ -130,6 +130,14 @@ class NewMessage:
             )
         if isinstance(self.tool_call_total, bool) or not isinstance(self.tool_call_total, int):
             raise TypeError("NewMessage.tool_call_total must be int")
+
+
+class Deletion(NamedTuple):
+    """What a delete removed: ``total`` as the method reports it, ``removed`` every session
+    that went (delegate children a delete took along included)."""
+
+    total: int
+    removed: tuple[str, ...]
 
 
 class SessionRepository:
@@ -1138,11 +1146,25 @@ class SessionRepository:
     def delete_sessions(self, session_ids: Sequence[str]) -> int:
         """Delete these sessions (and their delegate children, recursively); how many of the
         given ids existed."""
-        wanted = [item for item in session_ids if isinstance(item, str) and bindable(item)]
-        if not wanted:
-            return 0
+        return self.delete_sessions_detailed(session_ids).total
 
-        def run(conn: Connection) -> int:
+    def delete_sessions_detailed(self, session_ids: Sequence[str] | None) -> Deletion:
+        """:meth:`delete_sessions`, saying also which sessions went (the given ones that
+        existed, then their delegate children): the facade removes their transcript files.
+
+        ``None`` or an empty list deletes nothing, as in Hermes; a lone ``str`` is a
+        ``TypeError`` (Hermes would delete a session per character of it)."""
+        if session_ids is None:
+            return Deletion(0, ())
+        if isinstance(session_ids, (str, bytes)):
+            raise TypeError("session_ids must be a list of session ids, not a single str")
+        wanted = list(dict.fromkeys(
+            item for item in session_ids if isinstance(item, str) and bindable(item)
+        ))  # fmt: skip
+        if not wanted:
+            return Deletion(0, ())
+
+        def run(conn: Connection) -> Deletion:
             found = [
                 str(row[0])
                 for row in conn.execute(select(sessions.c.id).where(sessions.c.id.in_(wanted)))
@@ -1150,7 +1172,7 @@ class SessionRepository:
             doomed = [*found, *_delegate_descendants(conn, found)]
             for start in range(0, len(doomed), 500):
                 _delete_sessions(conn, doomed[start : start + 500])
-            return len(found)
+            return Deletion(len(found), tuple(doomed))
 
         return self.store.write(run)
 
@@ -1172,6 +1194,15 @@ class SessionRepository:
     ) -> int:
         """Delete ghost sessions, as newest Hermes does for its TUI: ended, untitled, with no
         message, started more than a day ago. Children are orphaned. Returns how many."""
+        return self.prune_empty_ghost_sessions_detailed(source, older_than_s).total
+
+    def prune_empty_ghost_sessions_detailed(
+        self, source: str = GHOST_SOURCE, older_than_s: float = GHOST_AGE_S
+    ) -> Deletion:
+        """:meth:`prune_empty_ghost_sessions`, saying also which sessions went.
+
+        Children are orphaned where Hermes 0.18's prune fails on the foreign key instead (it
+        deletes without orphaning, so one ghost with a child stops the whole prune)."""
         source = validation.identifier(source, "source")
         age = validation.optional_number(older_than_s, "older_than_s")
         if age is None or age != age or age < 0:
@@ -1184,11 +1215,11 @@ class SessionRepository:
             ~select(messages.c.id).where(messages.c.session_id == sessions.c.id).exists(),
         )
 
-        def run(conn: Connection) -> int:
+        def run(conn: Connection) -> Deletion:
             doomed = [str(row[0]) for row in conn.execute(select(sessions.c.id).where(condition))]
             for start in range(0, len(doomed), 500):
                 _delete_sessions(conn, doomed[start : start + 500])
-            return len(doomed)
+            return Deletion(len(doomed), tuple(doomed))
 
         return self.store.write(run)
 
@@ -1246,17 +1277,23 @@ class SessionRepository:
         """Delete ended sessions started before ``cutoff`` (a Unix timestamp); never a live
         one. The form to use when the cutoff was shown to someone first: a day count would be
         turned into a timestamp again later, and move."""
+        return self.prune_sessions_before_detailed(cutoff, source).total
+
+    def prune_sessions_before_detailed(
+        self, cutoff: float, source: str | None = None
+    ) -> Deletion:
+        """:meth:`prune_sessions_before`, saying also which sessions went."""
         cutoff = _cutoff_timestamp(cutoff)
         source = validation.optional_identifier(source, "source")
         condition = and_(sessions.c.started_at < cutoff, sessions.c.ended_at.is_not(None))
         if source is not None:
             condition = and_(condition, sessions.c.source == source)
 
-        def run(conn: Connection) -> int:
-            doomed = [row[0] for row in conn.execute(select(sessions.c.id).where(condition))]
+        def run(conn: Connection) -> Deletion:
+            doomed = [str(row[0]) for row in conn.execute(select(sessions.c.id).where(condition))]
             for start in range(0, len(doomed), 500):
                 _delete_sessions(conn, doomed[start : start + 500])
-            return len(doomed)
+            return Deletion(len(doomed), tuple(doomed))
 
         return self.store.write(run)
 
@@ -1936,6 +1973,7 @@ def _delete_sessions(conn: Connection, session_ids: list[str]) -> None:
 
 
 __all__ = [
+    "Deletion",
     "NewMessage",
     "SessionRepository",
     "count_tool_calls",
