@@ -41,6 +41,7 @@ READ_METHODS = frozenset({
     "get_compression_failure_cooldown", "get_meta", "find_latest_gateway_session_for_peer",
     "get_handoff_state", "list_pending_handoffs", "search_messages", "search_sessions",
     "session_count", "message_count", "export_session", "export_all",
+    "count_empty_sessions",
 })  # fmt: skip
 
 
@@ -724,4 +725,16 @@ class AsyncSessionDB:
 
     async def export_all(self, source: str | None = None) -> list[dict[str, Any]]:
         return await self._read(lambda db: db.export_all(source))
+
+    async def finalize_orphaned_compression_sessions(self) -> int:
+        return await self._write(lambda db: db.finalize_orphaned_compression_sessions())
+
+    async def count_empty_sessions(self) -> int:
+        return await self._read(lambda db: db.count_empty_sessions())
+
+    async def delete_empty_sessions(
+        self,
+        sessions_dir: str | os.PathLike[str] | None = None,
+    ) -> int:
+        return await self._write(lambda db: db.delete_empty_sessions(sessions_dir))
     # --- end of generated methods ---

@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 
 from . import legacy, migrate, titles
 from .adoption import backup_before_adoption
-from .cleanup import remove_transcripts, sessions_directory
+from .cleanup import Cleanup, remove_transcripts, sessions_directory
 from .codec import decode_json
 from .commands import cli_command
 from .config import resolve_url, sqlite_url
@@ -110,6 +110,7 @@ class SessionDB:
         self._leases = Leases(self._store)
         self._meta = Meta(self._store)
         self._gateway = Gateway(self._store)
+        self._cleanup = Cleanup(self._store)
 
     @staticmethod
     def _prepare_schema(
@@ -736,6 +737,24 @@ class SessionDB:
                 {**session, "messages": self.get_messages(record.id, include_inactive=True)}
             )
         return exported
+
+    # -- Hermes 0.18: listing and lineage, cleanup, maintenance -----------------------------
+    def finalize_orphaned_compression_sessions(self) -> int:
+        """End compression continuations left open for over 7 days (``end_reason =
+        'orphaned_compression'``); nothing is deleted. How many."""
+        return self._cleanup.finalize_orphaned_compression_sessions()
+
+    def count_empty_sessions(self) -> int:
+        """Ended, unarchived sessions without messages: what ``delete_empty_sessions`` takes."""
+        return self._cleanup.count_empty_sessions()
+
+    def delete_empty_sessions(self, sessions_dir: str | os.PathLike[str] | None = None) -> int:
+        """Delete the ended, unarchived sessions without messages, orphaning their children;
+        their files in ``sessions_dir`` go with them. How many."""
+        directory = sessions_directory(sessions_dir)
+        deletion = self._cleanup.delete_empty_sessions()
+        remove_transcripts(directory, deletion.removed)
+        return deletion.total
 
 
 def unreadable_reason(
