@@ -41,7 +41,8 @@ READ_METHODS = frozenset({
     "get_compression_failure_cooldown", "get_meta", "find_latest_gateway_session_for_peer",
     "get_handoff_state", "list_pending_handoffs", "search_messages", "search_sessions",
     "session_count", "message_count", "export_session", "export_all",
-    "count_empty_sessions",
+    "resolve_resume_session_id", "get_messages_around", "get_anchored_view",
+    "search_sessions_by_id", "list_cron_job_runs", "count_empty_sessions",
 })  # fmt: skip
 
 
@@ -725,6 +726,57 @@ class AsyncSessionDB:
 
     async def export_all(self, source: str | None = None) -> list[dict[str, Any]]:
         return await self._read(lambda db: db.export_all(source))
+
+    async def resolve_resume_session_id(self, session_id: str) -> str:
+        return await self._read(lambda db: db.resolve_resume_session_id(session_id))
+
+    async def get_messages_around(
+        self,
+        session_id: str,
+        around_message_id: int,
+        window: int = 5,
+    ) -> dict[str, Any]:
+        return await self._read(
+            lambda db: db.get_messages_around(
+                session_id,
+                around_message_id,
+                window,
+            )
+        )
+
+    async def get_anchored_view(
+        self,
+        session_id: str,
+        around_message_id: int,
+        window: int = 5,
+        bookend: int = 3,
+        keep_roles: tuple[str, ...] | None = ('user', 'assistant'),
+    ) -> dict[str, Any]:
+        return await self._read(
+            lambda db: db.get_anchored_view(
+                session_id,
+                around_message_id,
+                window,
+                bookend,
+                keep_roles,
+            )
+        )
+
+    async def search_sessions_by_id(
+        self,
+        query: str,
+        limit: int = 20,
+        include_archived: bool = True,
+    ) -> list[dict[str, Any]]:
+        return await self._read(lambda db: db.search_sessions_by_id(query, limit, include_archived))
+
+    async def list_cron_job_runs(
+        self,
+        job_id: str,
+        limit: int = 20,
+        offset: int = 0,
+    ) -> list[dict[str, Any]]:
+        return await self._read(lambda db: db.list_cron_job_runs(job_id, limit, offset))
 
     async def finalize_orphaned_compression_sessions(self) -> int:
         return await self._write(lambda db: db.finalize_orphaned_compression_sessions())

@@ -26,15 +26,17 @@ from .dialects import dialect_for_url
 from .errors import SchemaOutOfDateError
 from .gateway import Gateway
 from .leases import DEFAULT_TTL_S, Leases, Meta
+from .lineage import Lineage, rank_by_id
 from .message_content import decode_content
 from .message_states import MessageStates
+from .message_windows import MessageWindows
 from .records import MESSAGE_FIELDS, SESSION_FIELDS
-from .repository import NewMessage, SessionRepository, _prune_cutoff
+from .repository import NewMessage, SessionRepository, _prune_cutoff, row_count
 from .retry import RetryPolicy
 from .search import contains_cjk as _contains_cjk
 from .search import sanitize_fts5_query as _sanitize_fts5_query
 from .store import Store
-from .validation import bindable
+from .validation import INT64_MAX, bindable
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +112,8 @@ class SessionDB:
         self._leases = Leases(self._store)
         self._meta = Meta(self._store)
         self._gateway = Gateway(self._store)
+        self._lineage = Lineage(self._store)
+        self._windows = MessageWindows(self._store)
         self._cleanup = Cleanup(self._store)
 
     @staticmethod
@@ -739,6 +743,65 @@ class SessionDB:
         return exported
 
     # -- Hermes 0.18: listing and lineage, cleanup, maintenance -----------------------------
+    def resolve_resume_session_id(self, session_id: str) -> str:
+        """The session a resume of ``session_id`` should load: the live end of its compression
+        chain, walked on to the deepest descendant that holds messages (``session_id`` itself
+        when none does; an empty or unknown id comes back as given)."""
+        resolved: str = self._lineage.resume_target(session_id)
+        return resolved
+
+    def get_messages_around(
+        self, session_id: str, around_message_id: int, window: int = 5
+    ) -> dict[str, Any]:
+        """``{window, messages_before, messages_after}``: up to ``window`` messages each side
+        of one message, by id, rewound and archived rows included (empty when the message is
+        not in that session)."""
+        return self._windows.around(session_id, around_message_id, window)
+
+    def get_anchored_view(
+        self,
+        session_id: str,
+        around_message_id: int,
+        window: int = 5,
+        bookend: int = 3,
+        keep_roles: tuple[str, ...] | None = ("user", "assistant"),
+    ) -> dict[str, Any]:
+        """``get_messages_around`` kept to ``keep_roles`` (the anchor always), plus the
+        session's first and last ``bookend`` messages of those roles with text outside the
+        window (``bookend_start``, ``bookend_end``)."""
+        return self._windows.anchored_view(
+            session_id, around_message_id, window, bookend, keep_roles
+        )
+
+    def search_sessions_by_id(
+        self, query: str, limit: int = 20, include_archived: bool = True
+    ) -> list[dict[str, Any]]:
+        """Listed sessions whose id (or any id of their compression chain) holds ``query``,
+        case-insensitively: exact ids first, then prefixes, then the rest, each most recently
+        active first."""
+        if not isinstance(query, str):
+            return []
+        needle = query.strip().lower()
+        count = row_count(limit, "limit")
+        if not needle or count <= 0 or not bindable(needle):
+            return []
+        # Hermes's call, by keyword: the listing's id filter and activity order.
+        options: dict[str, Any] = {
+            "limit": min(max(count * 4, count), INT64_MAX),
+            "offset": 0,
+            "include_archived": include_archived,
+            "order_by_last_active": True,
+            "id_query": needle,
+        }
+        return rank_by_id(self.list_sessions_rich(**options), needle, count)
+
+    def list_cron_job_runs(
+        self, job_id: str, limit: int = 20, offset: int = 0
+    ) -> list[dict[str, Any]]:
+        """The runs of one cron job (sessions ``cron_{job_id}_*`` of source ``'cron'``),
+        newest first, as ``list_sessions_rich`` rows."""
+        return self._lineage.cron_job_runs(job_id, limit, offset)
+
     def finalize_orphaned_compression_sessions(self) -> int:
         """End compression continuations left open for over 7 days (``end_reason =
         'orphaned_compression'``); nothing is deleted. How many."""
@@ -755,6 +818,7 @@ class SessionDB:
         deletion = self._cleanup.delete_empty_sessions()
         remove_transcripts(directory, deletion.removed)
         return deletion.total
+
 
 
 def unreadable_reason(

@@ -7,7 +7,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from sqlalchemy import Table, event, text
+from sqlalchemy import ColumnElement, Table, event, func, text
 from sqlalchemy.dialects.postgresql import Insert, insert
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError, DisconnectionError
@@ -347,3 +347,8 @@ class PostgreSQLDialect:
     def lock_for_migration(self, conn: Connection) -> None:
         # Transaction-scoped: released by the COMMIT that publishes the new schema.
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+
+    def starts_with(self, column: ColumnElement[str], prefix: str) -> ColumnElement[bool]:
+        # starts_with() compares characters exactly, whatever the database's collation (a
+        # locale's collation orders ids differently from SQLite, so a range would not do).
+        return func.starts_with(column, prefix)

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
-from sqlalchemy import Table, event, text
+from sqlalchemy import ColumnElement, Table, and_, event, func, text, true
 from sqlalchemy.dialects.sqlite import Insert, insert
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError
@@ -405,6 +405,17 @@ class SQLiteDialect:
     def lock_for_migration(self, conn: Connection) -> None:
         # The migration runs inside BEGIN IMMEDIATE: holding the write lock is the lock.
         conn.execute(text("SELECT 1"))
+
+    def starts_with(self, column: ColumnElement[str], prefix: str) -> ColumnElement[bool]:
+        # Text compares by its UTF-8 bytes here (BINARY), the order of code points, so the
+        # ids that begin with the prefix are exactly one range of the id's index, as Hermes
+        # queries it. A prefix whose last character has no successor is compared directly.
+        if not prefix:
+            return true()
+        last = ord(prefix[-1])
+        if last >= 0x10FFFF or 0xD7FF <= last <= 0xDFFF:
+            return func.substr(column, 1, len(prefix)) == prefix
+        return and_(column >= prefix, column < prefix[:-1] + chr(last + 1))
 
 
 def backup_file(path: Path, *, clock: Callable[[], float] = time.time) -> Path:
