@@ -789,4 +789,26 @@ class AsyncSessionDB:
         sessions_dir: str | os.PathLike[str] | None = None,
     ) -> int:
         return await self._write(lambda db: db.delete_empty_sessions(sessions_dir))
+
+    async def optimize_fts(self) -> int:
+        return await self._write(lambda db: db.optimize_fts())
+
+    async def vacuum(self) -> int:
+        return await self._write(lambda db: db.vacuum())
+
+    async def maybe_auto_prune_and_vacuum(
+        self,
+        retention_days: int = 90,
+        min_interval_hours: int = 24,
+        vacuum: bool = True,
+        sessions_dir: str | os.PathLike[str] | None = None,
+    ) -> dict[str, Any]:
+        return await self._write(
+            lambda db: db.maybe_auto_prune_and_vacuum(
+                retention_days,
+                min_interval_hours,
+                vacuum,
+                sessions_dir,
+            )
+        )
     # --- end of generated methods ---

@@ -27,6 +27,7 @@ from .errors import SchemaOutOfDateError
 from .gateway import Gateway
 from .leases import DEFAULT_TTL_S, Leases, Meta
 from .lineage import Lineage, rank_by_id
+from .maintenance import Maintenance, auto_prune_and_vacuum
 from .message_content import decode_content
 from .message_states import MessageStates
 from .message_windows import MessageWindows
@@ -115,6 +116,7 @@ class SessionDB:
         self._lineage = Lineage(self._store)
         self._windows = MessageWindows(self._store)
         self._cleanup = Cleanup(self._store)
+        self._maintenance = Maintenance(self._store)
 
     @staticmethod
     def _prepare_schema(
@@ -819,6 +821,32 @@ class SessionDB:
         remove_transcripts(directory, deletion.removed)
         return deletion.total
 
+    def optimize_fts(self) -> int:
+        """Merge the search index's pieces (results unchanged); how many indexes."""
+        return self._maintenance.optimize_fts()
+
+    def vacuum(self) -> int:
+        """``optimize_fts``, then give deleted rows' space back (SQLite: ``VACUUM``;
+        PostgreSQL: ``VACUUM (ANALYZE)``); what ``optimize_fts`` returned."""
+        return self._maintenance.vacuum()
+
+    def maybe_auto_prune_and_vacuum(
+        self,
+        retention_days: int = 90,
+        min_interval_hours: int = 24,
+        vacuum: bool = True,
+        sessions_dir: str | os.PathLike[str] | None = None,
+    ) -> dict[str, Any]:
+        """Start-up housekeeping at most every ``min_interval_hours`` (``state_meta``
+        ``last_auto_prune``): prune sessions older than ``retention_days``, vacuum if any
+        went. Never raises; ``{skipped, pruned, vacuumed}`` (and ``error`` on failure)."""
+        return auto_prune_and_vacuum(
+            self,
+            retention_days=retention_days,
+            min_interval_hours=min_interval_hours,
+            vacuum=vacuum,
+            sessions_dir=sessions_dir,
+        )
 
 
 def unreadable_reason(
