@@ -41,6 +41,8 @@ READ_METHODS = frozenset({
     "get_compression_failure_cooldown", "get_meta", "find_latest_gateway_session_for_peer",
     "get_handoff_state", "list_pending_handoffs", "search_messages", "search_sessions",
     "session_count", "message_count", "export_session", "export_all",
+    "resolve_resume_session_id", "get_messages_around", "get_anchored_view",
+    "search_sessions_by_id", "list_cron_job_runs", "count_empty_sessions",
 })  # fmt: skip
 
 
@@ -261,7 +263,7 @@ class AsyncSessionDB:
         source: str = 'unknown',
         model: str | None = None,
         **extra: Any,
-    ) -> None:
+    ) -> str:
         return await self._write(lambda db: db.ensure_session(session_id, source, model, **extra))
 
     async def get_session(self, session_id: str) -> dict[str, Any] | None:
@@ -342,8 +344,8 @@ class AsyncSessionDB:
             )
         )
 
-    async def backfill_repo_roots(self, roots: Mapping[str, str]) -> int:
-        return await self._write(lambda db: db.backfill_repo_roots(roots))
+    async def backfill_repo_roots(self, cwd_to_root: Mapping[str, str]) -> int:
+        return await self._write(lambda db: db.backfill_repo_roots(cwd_to_root))
 
     async def append_message(
         self,
@@ -416,17 +418,32 @@ class AsyncSessionDB:
     async def clear_messages(self, session_id: str) -> None:
         return await self._write(lambda db: db.clear_messages(session_id))
 
-    async def delete_session(self, session_id: str) -> bool:
-        return await self._write(lambda db: db.delete_session(session_id))
+    async def delete_session(
+        self,
+        session_id: str,
+        sessions_dir: str | os.PathLike[str] | None = None,
+    ) -> bool:
+        return await self._write(lambda db: db.delete_session(session_id, sessions_dir))
 
-    async def delete_sessions(self, session_ids: Sequence[str]) -> int:
-        return await self._write(lambda db: db.delete_sessions(session_ids))
+    async def delete_sessions(
+        self,
+        session_ids: Sequence[str],
+        sessions_dir: str | os.PathLike[str] | None = None,
+    ) -> int:
+        return await self._write(lambda db: db.delete_sessions(session_ids, sessions_dir))
 
-    async def delete_session_if_empty(self, session_id: str) -> bool:
-        return await self._write(lambda db: db.delete_session_if_empty(session_id))
+    async def delete_session_if_empty(
+        self,
+        session_id: str,
+        sessions_dir: str | os.PathLike[str] | None = None,
+    ) -> bool:
+        return await self._write(lambda db: db.delete_session_if_empty(session_id, sessions_dir))
 
-    async def prune_empty_ghost_sessions(self) -> int:
-        return await self._write(lambda db: db.prune_empty_ghost_sessions())
+    async def prune_empty_ghost_sessions(
+        self,
+        sessions_dir: str | os.PathLike[str] | None = None,
+    ) -> int:
+        return await self._write(lambda db: db.prune_empty_ghost_sessions(sessions_dir))
 
     async def update_session_model(self, session_id: str, model: str | None) -> bool:
         return await self._write(lambda db: db.update_session_model(session_id, model))
@@ -545,13 +562,13 @@ class AsyncSessionDB:
     async def record_compression_failure_cooldown(
         self,
         session_id: str,
-        until: float,
+        cooldown_until: float,
         error: str | None = None,
     ) -> bool:
         return await self._write(
             lambda db: db.record_compression_failure_cooldown(
                 session_id,
-                until,
+                cooldown_until,
                 error,
             )
         )
@@ -630,8 +647,19 @@ class AsyncSessionDB:
     async def fail_handoff(self, session_id: str, error: str | None) -> bool:
         return await self._write(lambda db: db.fail_handoff(session_id, error))
 
-    async def prune_sessions(self, older_than_days: int = 90, source: str | None = None) -> int:
-        return await self._write(lambda db: db.prune_sessions(older_than_days, source))
+    async def prune_sessions(
+        self,
+        older_than_days: int = 90,
+        source: str | None = None,
+        sessions_dir: str | os.PathLike[str] | None = None,
+    ) -> int:
+        return await self._write(
+            lambda db: db.prune_sessions(
+                older_than_days,
+                source,
+                sessions_dir,
+            )
+        )
 
     async def prune_sessions_before(self, cutoff: float, source: str | None = None) -> int:
         return await self._write(lambda db: db.prune_sessions_before(cutoff, source))
@@ -698,4 +726,89 @@ class AsyncSessionDB:
 
     async def export_all(self, source: str | None = None) -> list[dict[str, Any]]:
         return await self._read(lambda db: db.export_all(source))
+
+    async def resolve_resume_session_id(self, session_id: str) -> str:
+        return await self._read(lambda db: db.resolve_resume_session_id(session_id))
+
+    async def get_messages_around(
+        self,
+        session_id: str,
+        around_message_id: int,
+        window: int = 5,
+    ) -> dict[str, Any]:
+        return await self._read(
+            lambda db: db.get_messages_around(
+                session_id,
+                around_message_id,
+                window,
+            )
+        )
+
+    async def get_anchored_view(
+        self,
+        session_id: str,
+        around_message_id: int,
+        window: int = 5,
+        bookend: int = 3,
+        keep_roles: tuple[str, ...] | None = ('user', 'assistant'),
+    ) -> dict[str, Any]:
+        return await self._read(
+            lambda db: db.get_anchored_view(
+                session_id,
+                around_message_id,
+                window,
+                bookend,
+                keep_roles,
+            )
+        )
+
+    async def search_sessions_by_id(
+        self,
+        query: str,
+        limit: int = 20,
+        include_archived: bool = True,
+    ) -> list[dict[str, Any]]:
+        return await self._read(lambda db: db.search_sessions_by_id(query, limit, include_archived))
+
+    async def list_cron_job_runs(
+        self,
+        job_id: str,
+        limit: int = 20,
+        offset: int = 0,
+    ) -> list[dict[str, Any]]:
+        return await self._read(lambda db: db.list_cron_job_runs(job_id, limit, offset))
+
+    async def finalize_orphaned_compression_sessions(self) -> int:
+        return await self._write(lambda db: db.finalize_orphaned_compression_sessions())
+
+    async def count_empty_sessions(self) -> int:
+        return await self._read(lambda db: db.count_empty_sessions())
+
+    async def delete_empty_sessions(
+        self,
+        sessions_dir: str | os.PathLike[str] | None = None,
+    ) -> int:
+        return await self._write(lambda db: db.delete_empty_sessions(sessions_dir))
+
+    async def optimize_fts(self) -> int:
+        return await self._write(lambda db: db.optimize_fts())
+
+    async def vacuum(self) -> int:
+        return await self._write(lambda db: db.vacuum())
+
+    async def maybe_auto_prune_and_vacuum(
+        self,
+        retention_days: int = 90,
+        min_interval_hours: int = 24,
+        vacuum: bool = True,
+        sessions_dir: str | os.PathLike[str] | None = None,
+    ) -> dict[str, Any]:
+        return await self._write(
+            lambda db: db.maybe_auto_prune_and_vacuum(
+                retention_days,
+                min_interval_hours,
+                vacuum,
+                sessions_dir,
+            )
+        )
     # --- end of generated methods ---

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .async_store import AsyncStore
 from .records import ConversationRow, MessageRecord, SessionListing, SessionRecord
-from .repository import NewMessage, SessionRepository
+from .repository import Deletion, NewMessage, SessionRepository
 
 if TYPE_CHECKING:
     from .search import SearchHit
@@ -95,7 +95,7 @@ class AsyncSessionRepository:
         source: str = 'unknown',
         model: str | None = None,
         extra: Mapping[str, Any] | None = None,
-    ) -> None:
+    ) -> str:
         return await self._write(lambda repo: repo.ensure_session(session_id, source, model, extra))
 
     async def end_session(self, session_id: str, end_reason: str | None) -> bool:
@@ -363,6 +363,9 @@ class AsyncSessionRepository:
     async def delete_sessions(self, session_ids: Sequence[str]) -> int:
         return await self._write(lambda repo: repo.delete_sessions(session_ids))
 
+    async def delete_sessions_detailed(self, session_ids: Sequence[str] | None) -> Deletion:
+        return await self._write(lambda repo: repo.delete_sessions_detailed(session_ids))
+
     async def delete_session_if_empty(self, session_id: str) -> bool:
         return await self._write(lambda repo: repo.delete_session_if_empty(session_id))
 
@@ -372,6 +375,18 @@ class AsyncSessionRepository:
         older_than_s: float = 86400.0,
     ) -> int:
         return await self._write(lambda repo: repo.prune_empty_ghost_sessions(source, older_than_s))
+
+    async def prune_empty_ghost_sessions_detailed(
+        self,
+        source: str = 'tui',
+        older_than_s: float = 86400.0,
+    ) -> Deletion:
+        return await self._write(
+            lambda repo: repo.prune_empty_ghost_sessions_detailed(
+                source,
+                older_than_s,
+            )
+        )
 
     async def update_session_model(self, session_id: str, model: str | None) -> bool:
         return await self._write(lambda repo: repo.update_session_model(session_id, model))
@@ -412,6 +427,13 @@ class AsyncSessionRepository:
 
     async def prune_sessions_before(self, cutoff: float, source: str | None = None) -> int:
         return await self._write(lambda repo: repo.prune_sessions_before(cutoff, source))
+
+    async def prune_sessions_before_detailed(
+        self,
+        cutoff: float,
+        source: str | None = None,
+    ) -> Deletion:
+        return await self._write(lambda repo: repo.prune_sessions_before_detailed(cutoff, source))
 
     async def prunable_sessions(
         self,

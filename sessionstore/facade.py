@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 
 from . import legacy, migrate, titles
 from .adoption import backup_before_adoption
+from .cleanup import Cleanup, remove_transcripts, sessions_directory
 from .codec import decode_json
 from .commands import cli_command
 from .config import resolve_url, sqlite_url
@@ -25,14 +26,18 @@ from .dialects import dialect_for_url
 from .errors import SchemaOutOfDateError
 from .gateway import Gateway
 from .leases import DEFAULT_TTL_S, Leases, Meta
+from .lineage import Lineage, rank_by_id
+from .maintenance import Maintenance, auto_prune_and_vacuum
 from .message_content import decode_content
 from .message_states import MessageStates
+from .message_windows import MessageWindows
 from .records import MESSAGE_FIELDS, SESSION_FIELDS
-from .repository import NewMessage, SessionRepository
+from .repository import NewMessage, SessionRepository, _prune_cutoff, row_count
 from .retry import RetryPolicy
 from .search import contains_cjk as _contains_cjk
 from .search import sanitize_fts5_query as _sanitize_fts5_query
 from .store import Store
+from .validation import INT64_MAX, bindable
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +113,10 @@ class SessionDB:
         self._leases = Leases(self._store)
         self._meta = Meta(self._store)
         self._gateway = Gateway(self._store)
+        self._lineage = Lineage(self._store)
+        self._windows = MessageWindows(self._store)
+        self._cleanup = Cleanup(self._store)
+        self._maintenance = Maintenance(self._store)
 
     @staticmethod
     def _prepare_schema(
@@ -235,8 +244,10 @@ class SessionDB:
         )
 
     def ensure_session(self, session_id: str, source: str = "unknown",
-                       model: str | None = None, **extra: Any) -> None:
-        self._repo.ensure_session(session_id, source, model, extra=extra)
+                       model: str | None = None, **extra: Any) -> str:
+        """Create the session if it is missing; takes every keyword ``create_session`` takes
+        (which fill what an existing session still lacks, as there)."""
+        return self._repo.ensure_session(session_id, source, model, extra=extra)
 
     def get_session(self, session_id: str) -> dict[str, Any] | None:
         record = self._repo.get_session(session_id)
@@ -322,8 +333,12 @@ class SessionDB:
     ) -> bool:
         return self._repo.update_session_cwd(session_id, cwd, git_branch, git_repo_root)
 
-    def backfill_repo_roots(self, roots: Mapping[str, str]) -> int:
-        return self._repo.backfill_repo_roots(roots)
+    def backfill_repo_roots(self, cwd_to_root: Mapping[str, str]) -> int:
+        """Fill ``git_repo_root`` from ``{cwd: root}`` where it is still empty (pairs with an
+        empty cwd or root are skipped, as in Hermes); how many sessions changed."""
+        return self._repo.backfill_repo_roots(
+            {cwd: root for cwd, root in cwd_to_root.items() if cwd and root}
+        )
 
     # -- messages ---------------------------------------------------------------------------
     def append_message(
@@ -452,18 +467,50 @@ class SessionDB:
     def clear_messages(self, session_id: str) -> None:
         self._repo.clear_messages(session_id)
 
-    def delete_session(self, session_id: str) -> bool:
-        """Delete a session with its delegate children; other children are orphaned."""
-        return self._repo.delete_session(session_id)
+    def delete_session(
+        self, session_id: str, sessions_dir: str | os.PathLike[str] | None = None
+    ) -> bool:
+        """Delete a session with its delegate children; other children are orphaned. With
+        ``sessions_dir`` (Hermes's transcript directory), the transcript and request-dump files
+        of every session deleted go too (``sessionstore.cleanup.remove_transcripts``)."""
+        directory = sessions_directory(sessions_dir)
+        if not isinstance(session_id, str) or not bindable(session_id):
+            return False
+        deletion = self._repo.delete_sessions_detailed([session_id])
+        remove_transcripts(directory, deletion.removed)
+        return deletion.total > 0
 
-    def delete_sessions(self, session_ids: Sequence[str]) -> int:
-        return self._repo.delete_sessions(session_ids)
+    def delete_sessions(
+        self, session_ids: Sequence[str], sessions_dir: str | os.PathLike[str] | None = None
+    ) -> int:
+        """Delete these sessions (unknown ids skipped) with their delegate children, in one
+        transaction; how many of the given ids existed. ``sessions_dir`` as in
+        ``delete_session``."""
+        directory = sessions_directory(sessions_dir)
+        deletion = self._repo.delete_sessions_detailed(session_ids)
+        remove_transcripts(directory, deletion.removed)
+        return deletion.total
 
-    def delete_session_if_empty(self, session_id: str) -> bool:
-        return self._repo.delete_session_if_empty(session_id)
+    def delete_session_if_empty(
+        self, session_id: str, sessions_dir: str | os.PathLike[str] | None = None
+    ) -> bool:
+        """Delete a session only while it has no title, no message and no child; its files in
+        ``sessions_dir`` go with it."""
+        directory = sessions_directory(sessions_dir)
+        deleted = self._repo.delete_session_if_empty(session_id)
+        if deleted:
+            remove_transcripts(directory, [session_id])
+        return deleted
 
-    def prune_empty_ghost_sessions(self) -> int:
-        return self._repo.prune_empty_ghost_sessions()
+    def prune_empty_ghost_sessions(
+        self, sessions_dir: str | os.PathLike[str] | None = None
+    ) -> int:
+        """Delete Hermes's TUI ghost sessions (ended, untitled, no message, over a day old),
+        orphaning their children; their files in ``sessions_dir`` go with them."""
+        directory = sessions_directory(sessions_dir)
+        deletion = self._repo.prune_empty_ghost_sessions_detailed()
+        remove_transcripts(directory, deletion.removed)
+        return deletion.total
 
     def update_session_model(self, session_id: str, model: str | None) -> bool:
         return self._repo.update_session_model(session_id, model)
@@ -529,9 +576,9 @@ class SessionDB:
         return self._leases.holder(session_id)
 
     def record_compression_failure_cooldown(
-        self, session_id: str, until: float, error: str | None = None
+        self, session_id: str, cooldown_until: float, error: str | None = None
     ) -> bool:
-        return self._leases.record_cooldown(session_id, until, error)
+        return self._leases.record_cooldown(session_id, cooldown_until, error)
 
     def get_compression_failure_cooldown(self, session_id: str) -> dict[str, Any] | None:
         return self._leases.cooldown(session_id)
@@ -597,8 +644,20 @@ class SessionDB:
     def fail_handoff(self, session_id: str, error: str | None) -> bool:
         return self._gateway.fail_handoff(session_id, error)
 
-    def prune_sessions(self, older_than_days: int = 90, source: str | None = None) -> int:
-        return self._repo.prune_sessions(older_than_days, source)
+    def prune_sessions(
+        self,
+        older_than_days: int = 90,
+        source: str | None = None,
+        sessions_dir: str | os.PathLike[str] | None = None,
+    ) -> int:
+        """Delete ended sessions started more than ``older_than_days`` ago, orphaning their
+        children; their files in ``sessions_dir`` go with them."""
+        directory = sessions_directory(sessions_dir)
+        deletion = self._repo.prune_sessions_before_detailed(
+            _prune_cutoff(older_than_days), source
+        )
+        remove_transcripts(directory, deletion.removed)
+        return deletion.total
 
     def prune_sessions_before(self, cutoff: float, source: str | None = None) -> int:
         """Delete ended sessions started before ``cutoff`` (a Unix timestamp): the form for a
@@ -684,6 +743,110 @@ class SessionDB:
                 {**session, "messages": self.get_messages(record.id, include_inactive=True)}
             )
         return exported
+
+    # -- Hermes 0.18: listing and lineage, cleanup, maintenance -----------------------------
+    def resolve_resume_session_id(self, session_id: str) -> str:
+        """The session a resume of ``session_id`` should load: the live end of its compression
+        chain, walked on to the deepest descendant that holds messages (``session_id`` itself
+        when none does; an empty or unknown id comes back as given)."""
+        resolved: str = self._lineage.resume_target(session_id)
+        return resolved
+
+    def get_messages_around(
+        self, session_id: str, around_message_id: int, window: int = 5
+    ) -> dict[str, Any]:
+        """``{window, messages_before, messages_after}``: up to ``window`` messages each side
+        of one message, by id, rewound and archived rows included (empty when the message is
+        not in that session)."""
+        return self._windows.around(session_id, around_message_id, window)
+
+    def get_anchored_view(
+        self,
+        session_id: str,
+        around_message_id: int,
+        window: int = 5,
+        bookend: int = 3,
+        keep_roles: tuple[str, ...] | None = ("user", "assistant"),
+    ) -> dict[str, Any]:
+        """``get_messages_around`` kept to ``keep_roles`` (the anchor always), plus the
+        session's first and last ``bookend`` messages of those roles with text outside the
+        window (``bookend_start``, ``bookend_end``)."""
+        return self._windows.anchored_view(
+            session_id, around_message_id, window, bookend, keep_roles
+        )
+
+    def search_sessions_by_id(
+        self, query: str, limit: int = 20, include_archived: bool = True
+    ) -> list[dict[str, Any]]:
+        """Listed sessions whose id (or any id of their compression chain) holds ``query``,
+        case-insensitively: exact ids first, then prefixes, then the rest, each most recently
+        active first."""
+        if not isinstance(query, str):
+            return []
+        needle = query.strip().lower()
+        count = row_count(limit, "limit")
+        if not needle or count <= 0 or not bindable(needle):
+            return []
+        # Hermes's call, by keyword: the listing's id filter and activity order.
+        options: dict[str, Any] = {
+            "limit": min(max(count * 4, count), INT64_MAX),
+            "offset": 0,
+            "include_archived": include_archived,
+            "order_by_last_active": True,
+            "id_query": needle,
+        }
+        return rank_by_id(self.list_sessions_rich(**options), needle, count)
+
+    def list_cron_job_runs(
+        self, job_id: str, limit: int = 20, offset: int = 0
+    ) -> list[dict[str, Any]]:
+        """The runs of one cron job (sessions ``cron_{job_id}_*`` of source ``'cron'``),
+        newest first, as ``list_sessions_rich`` rows."""
+        return self._lineage.cron_job_runs(job_id, limit, offset)
+
+    def finalize_orphaned_compression_sessions(self) -> int:
+        """End compression continuations left open for over 7 days (``end_reason =
+        'orphaned_compression'``); nothing is deleted. How many."""
+        return self._cleanup.finalize_orphaned_compression_sessions()
+
+    def count_empty_sessions(self) -> int:
+        """Ended, unarchived sessions without messages: what ``delete_empty_sessions`` takes."""
+        return self._cleanup.count_empty_sessions()
+
+    def delete_empty_sessions(self, sessions_dir: str | os.PathLike[str] | None = None) -> int:
+        """Delete the ended, unarchived sessions without messages, orphaning their children;
+        their files in ``sessions_dir`` go with them. How many."""
+        directory = sessions_directory(sessions_dir)
+        deletion = self._cleanup.delete_empty_sessions()
+        remove_transcripts(directory, deletion.removed)
+        return deletion.total
+
+    def optimize_fts(self) -> int:
+        """Merge the search index's pieces (results unchanged); how many indexes."""
+        return self._maintenance.optimize_fts()
+
+    def vacuum(self) -> int:
+        """``optimize_fts``, then give deleted rows' space back (SQLite: ``VACUUM``;
+        PostgreSQL: ``VACUUM (ANALYZE)``); what ``optimize_fts`` returned."""
+        return self._maintenance.vacuum()
+
+    def maybe_auto_prune_and_vacuum(
+        self,
+        retention_days: int = 90,
+        min_interval_hours: int = 24,
+        vacuum: bool = True,
+        sessions_dir: str | os.PathLike[str] | None = None,
+    ) -> dict[str, Any]:
+        """Start-up housekeeping at most every ``min_interval_hours`` (``state_meta``
+        ``last_auto_prune``): prune sessions older than ``retention_days``, vacuum if any
+        went. Never raises; ``{skipped, pruned, vacuumed}`` (and ``error`` on failure)."""
+        return auto_prune_and_vacuum(
+            self,
+            retention_days=retention_days,
+            min_interval_hours=min_interval_hours,
+            vacuum=vacuum,
+            sessions_dir=sessions_dir,
+        )
 
 
 def unreadable_reason(

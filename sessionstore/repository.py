@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import starmap
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy import (
     ColumnElement,
@@ -130,6 +130,14 @@ class NewMessage:
             )
         if isinstance(self.tool_call_total, bool) or not isinstance(self.tool_call_total, int):
             raise TypeError("NewMessage.tool_call_total must be int")
+
+
+class Deletion(NamedTuple):
+    """What a delete removed: ``total`` as the method reports it, ``removed`` every session
+    that went (delegate children a delete took along included)."""
+
+    total: int
+    removed: tuple[str, ...]
 
 
 class SessionRepository:
@@ -258,8 +266,9 @@ class SessionRepository:
         extra: Mapping[str, Any] | None = None,
     ) -> str:
         """Insert the session if it is new. ``extra`` holds later-Hermes columns (gateway
-        peer, cwd and git); on an existing session they fill only what is still NULL, as
-        newest Hermes's session upsert does."""
+        peer, cwd and git). On an existing session the model, model_config, system prompt,
+        parent and those columns fill only what is still NULL (never source or user_id), as
+        Hermes 0.18's session upsert does: a gateway's bare row gets the agent's model later."""
         filled = self._extra_session_values(extra)
         values = {
             "id": validation.identifier(session_id, "session_id"),
@@ -276,12 +285,21 @@ class SessionRepository:
             else validation.number(started_at, "started_at"),
             **filled,
         }
-        statement = self.store.dialect.insert(sessions).values(values).on_conflict_do_nothing()
+        fills = {
+            **{name: values[name] for name in _FILLED_ON_CONFLICT if values[name] is not None},
+            **filled,
+        }
+        # preserve_rowcount: psycopg reports -1 for an INSERT otherwise, and the fill of an
+        # existing session below would never run on PostgreSQL.
+        statement = (
+            self.store.dialect.insert(sessions).values(values).on_conflict_do_nothing()
+            .execution_options(preserve_rowcount=True)
+        )
         try:
             # Idempotent (ON CONFLICT DO NOTHING, then COALESCE fills): after a lost COMMIT it
             # is simply run again.
             self.store.write(
-                lambda conn: self._insert_or_fill(conn, statement, values["id"], filled),
+                lambda conn: self._insert_or_fill(conn, statement, values["id"], fills),
                 recover=_run_again,
             )
         except IntegrityError as exc:
@@ -293,20 +311,12 @@ class SessionRepository:
 
     def ensure_session(self, session_id: str, source: str = "unknown",
                        model: str | None = None,
-                       extra: Mapping[str, Any] | None = None) -> None:
-        filled = self._extra_session_values(extra)
-        values = {
-            "id": validation.identifier(session_id, "session_id"),
-            "source": validation.identifier(source, "source"),
-            "model": validation.optional_identifier(model, "model"),
-            "started_at": time.time(),
-            **filled,
-        }
-        statement = self.store.dialect.insert(sessions).values(values).on_conflict_do_nothing()
-        self.store.write(
-            lambda conn: self._insert_or_fill(conn, statement, values["id"], filled),
-            recover=_run_again,
-        )
+                       extra: Mapping[str, Any] | None = None) -> str:
+        """:meth:`create_session` with Hermes's defaults: every keyword ``create_session``
+        takes is taken here too (``extra`` holds them), as in Hermes 0.18."""
+        rest = dict(extra or {})
+        base = {name: rest.pop(name) for name in _BASE_SESSION_KEYWORDS if name in rest}
+        return self.create_session(session_id, source, model=model, **base, extra=rest)
 
     def _extra_session_values(self, extra: Mapping[str, Any] | None) -> dict[str, Any]:
         if not extra:
@@ -1136,11 +1146,25 @@ class SessionRepository:
     def delete_sessions(self, session_ids: Sequence[str]) -> int:
         """Delete these sessions (and their delegate children, recursively); how many of the
         given ids existed."""
-        wanted = [item for item in session_ids if isinstance(item, str) and bindable(item)]
-        if not wanted:
-            return 0
+        return self.delete_sessions_detailed(session_ids).total
 
-        def run(conn: Connection) -> int:
+    def delete_sessions_detailed(self, session_ids: Sequence[str] | None) -> Deletion:
+        """:meth:`delete_sessions`, saying also which sessions went (the given ones that
+        existed, then their delegate children): the facade removes their transcript files.
+
+        ``None`` or an empty list deletes nothing, as in Hermes; a lone ``str`` is a
+        ``TypeError`` (Hermes would delete a session per character of it)."""
+        if session_ids is None:
+            return Deletion(0, ())
+        if isinstance(session_ids, (str, bytes)):
+            raise TypeError("session_ids must be a list of session ids, not a single str")
+        wanted = list(dict.fromkeys(
+            item for item in session_ids if isinstance(item, str) and bindable(item)
+        ))  # fmt: skip
+        if not wanted:
+            return Deletion(0, ())
+
+        def run(conn: Connection) -> Deletion:
             found = [
                 str(row[0])
                 for row in conn.execute(select(sessions.c.id).where(sessions.c.id.in_(wanted)))
@@ -1148,7 +1172,7 @@ class SessionRepository:
             doomed = [*found, *_delegate_descendants(conn, found)]
             for start in range(0, len(doomed), 500):
                 _delete_sessions(conn, doomed[start : start + 500])
-            return len(found)
+            return Deletion(len(found), tuple(doomed))
 
         return self.store.write(run)
 
@@ -1170,6 +1194,15 @@ class SessionRepository:
     ) -> int:
         """Delete ghost sessions, as newest Hermes does for its TUI: ended, untitled, with no
         message, started more than a day ago. Children are orphaned. Returns how many."""
+        return self.prune_empty_ghost_sessions_detailed(source, older_than_s).total
+
+    def prune_empty_ghost_sessions_detailed(
+        self, source: str = GHOST_SOURCE, older_than_s: float = GHOST_AGE_S
+    ) -> Deletion:
+        """:meth:`prune_empty_ghost_sessions`, saying also which sessions went.
+
+        Children are orphaned where Hermes 0.18's prune fails on the foreign key instead (it
+        deletes without orphaning, so one ghost with a child stops the whole prune)."""
         source = validation.identifier(source, "source")
         age = validation.optional_number(older_than_s, "older_than_s")
         if age is None or age != age or age < 0:
@@ -1182,11 +1215,11 @@ class SessionRepository:
             ~select(messages.c.id).where(messages.c.session_id == sessions.c.id).exists(),
         )
 
-        def run(conn: Connection) -> int:
+        def run(conn: Connection) -> Deletion:
             doomed = [str(row[0]) for row in conn.execute(select(sessions.c.id).where(condition))]
             for start in range(0, len(doomed), 500):
                 _delete_sessions(conn, doomed[start : start + 500])
-            return len(doomed)
+            return Deletion(len(doomed), tuple(doomed))
 
         return self.store.write(run)
 
@@ -1244,17 +1277,23 @@ class SessionRepository:
         """Delete ended sessions started before ``cutoff`` (a Unix timestamp); never a live
         one. The form to use when the cutoff was shown to someone first: a day count would be
         turned into a timestamp again later, and move."""
+        return self.prune_sessions_before_detailed(cutoff, source).total
+
+    def prune_sessions_before_detailed(
+        self, cutoff: float, source: str | None = None
+    ) -> Deletion:
+        """:meth:`prune_sessions_before`, saying also which sessions went."""
         cutoff = _cutoff_timestamp(cutoff)
         source = validation.optional_identifier(source, "source")
         condition = and_(sessions.c.started_at < cutoff, sessions.c.ended_at.is_not(None))
         if source is not None:
             condition = and_(condition, sessions.c.source == source)
 
-        def run(conn: Connection) -> int:
-            doomed = [row[0] for row in conn.execute(select(sessions.c.id).where(condition))]
+        def run(conn: Connection) -> Deletion:
+            doomed = [str(row[0]) for row in conn.execute(select(sessions.c.id).where(condition))]
             for start in range(0, len(doomed), 500):
                 _delete_sessions(conn, doomed[start : start + 500])
-            return len(doomed)
+            return Deletion(len(doomed), tuple(doomed))
 
         return self.store.write(run)
 
@@ -1865,6 +1904,11 @@ def _compression_lineage(conn: Connection, session_id: str) -> set[str]:
     return lineage
 
 
+_FILLED_ON_CONFLICT = ("model", "model_config", "system_prompt", "parent_session_id")
+"""What ``create_session`` on an existing session fills where still NULL, beside the extras."""
+_BASE_SESSION_KEYWORDS = ("model_config", "system_prompt", "user_id", "parent_session_id")
+"""``create_session``'s named keywords that ``ensure_session`` takes through ``**kwargs``."""
+
 EXTRA_SESSION_COLUMNS = (
     "session_key", "chat_id", "chat_type", "thread_id", "cwd", "git_branch", "git_repo_root",
 )  # fmt: skip
@@ -1929,6 +1973,7 @@ def _delete_sessions(conn: Connection, session_ids: list[str]) -> None:
 
 
 __all__ = [
+    "Deletion",
     "NewMessage",
     "SessionRepository",
     "count_tool_calls",

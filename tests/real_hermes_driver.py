@@ -15,7 +15,8 @@ Actions:
   cwd, archive, rewind, compaction, gateway peers, handoffs, leases, metadata, the opt-in
   Telegram tables). Which features exist is read from the release's own API.
 - ``read``: everything that release's own reads return for the file (argument: the queries).
-- ``calls``: a list of ``[method, args, kwargs]`` run in order; their results.
+- ``calls``: a list of ``[method, args, kwargs]`` run in order; their results (``$sql`` steps
+  and ``{"$path": ...}`` arguments: see ``SQL_STEP`` and ``PATH_KEY``).
 
 Only the standard library and the wheel's own modules are used here.
 """
@@ -298,8 +299,31 @@ def read(db: Any, queries: list[str]) -> dict[str, Any]:
     }
 
 
+SQL_STEP = "$sql"
+"""A ``calls`` step that runs one SQL statement (named ``:parameters``) on the store's own
+connection instead of a method: it sets what no method sets (started_at, archived...)."""
+PATH_KEY = "$path"
+"""An argument ``{"$path": "..."}`` is passed as a ``pathlib.Path`` (JSON has none)."""
+
+
+def argument(value: Any) -> Any:
+    if isinstance(value, dict) and set(value) == {PATH_KEY}:
+        return Path(value[PATH_KEY])
+    return value
+
+
 def calls(db: Any, steps: list[list[Any]]) -> list[Any]:
-    return [getattr(db, name)(*args, **kwargs) for name, args, kwargs in steps]
+    results = []
+    for name, args, kwargs in steps:
+        if name == SQL_STEP:
+            db._conn.execute(args[0], args[1] if len(args) > 1 else {})
+            db._conn.commit()
+            results.append(None)
+            continue
+        method = getattr(db, name)
+        results.append(method(*map(argument, args),
+                              **{key: argument(value) for key, value in kwargs.items()}))
+    return results
 
 
 def main() -> None:

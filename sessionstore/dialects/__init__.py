@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
-from sqlalchemy import Table
+from sqlalchemy import ColumnElement, Table
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 
 if TYPE_CHECKING:
@@ -116,6 +116,18 @@ class StoreDialect(Protocol):
 
     def lock_for_migration(self, conn: Connection) -> None:
         """Serialise concurrent migrations on this database (called inside the transaction)."""
+
+    def vacuum(self, conn: Connection, tables: Collection[str]) -> None:
+        """Give the space of deleted rows back, as Hermes's ``vacuum()`` does, on ``conn``
+        outside any transaction (the caller holds the store's write lock). SQLite: ``VACUUM``
+        through SQLite itself, the log checkpointed before and after, so the file shrinks;
+        PostgreSQL: ``VACUUM (ANALYZE)`` of ``tables``, which makes the space reusable and
+        returns empty pages at the end of each table without blocking readers or writers."""
+
+    def starts_with(self, column: ColumnElement[str], prefix: str) -> ColumnElement[bool]:
+        """True where the text of ``column`` begins with ``prefix``, character for character
+        (never folded or collated), in a form the database can answer from ``column``'s index
+        where it can (Hermes's cron-run range ``[prefix, prefix_hi)``)."""
 
     def ensure_database_location(self, url: URL) -> None:
         """Create what the database needs to exist before the first connect (a directory)."""

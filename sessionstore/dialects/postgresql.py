@@ -7,7 +7,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from sqlalchemy import Table, event, text
+from sqlalchemy import ColumnElement, Table, event, func, text
 from sqlalchemy.dialects.postgresql import Insert, insert
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError, DisconnectionError
@@ -347,3 +347,21 @@ class PostgreSQLDialect:
     def lock_for_migration(self, conn: Connection) -> None:
         # Transaction-scoped: released by the COMMIT that publishes the new schema.
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+
+    def vacuum(self, conn: Connection, tables: Collection[str]) -> None:
+        # Plain VACUUM, not VACUUM FULL: FULL would rewrite each table under an ACCESS
+        # EXCLUSIVE lock, stopping every reader and writer of the store until it is done,
+        # where SQLite's VACUUM leaves WAL readers alone. Plain VACUUM takes a lock that
+        # conflicts with neither, makes dead rows' space reusable and trims empty pages off
+        # each table's end; ANALYZE refreshes the planner's view after a large delete.
+        # It cannot run inside a transaction block: autocommit on this connection.
+        autocommit = conn.execution_options(isolation_level="AUTOCOMMIT")
+        present = sorted(self.existing_tables(autocommit, tables))
+        if present:
+            names = ", ".join(f'"{name}"' for name in present)
+            autocommit.exec_driver_sql(f"VACUUM (ANALYZE) {names}")
+
+    def starts_with(self, column: ColumnElement[str], prefix: str) -> ColumnElement[bool]:
+        # starts_with() compares characters exactly, whatever the database's collation (a
+        # locale's collation orders ids differently from SQLite, so a range would not do).
+        return func.starts_with(column, prefix)

@@ -36,7 +36,7 @@ from ..search.hits import (
     substring_snippet_sql,
     substring_snippet_text_sql,
 )
-from ..search.index import IndexHealth
+from ..search.index import IndexHealth, optimize_each
 from ..search.request import Page, SearchFilters, filtered_statement
 from ..search.sanitize import escape_like, to_postgres_tsquery
 from ..search.terms import SubstringQuery
@@ -314,8 +314,11 @@ class PostgreSQLSearchIndex:
             broken=[name for name, valid in found.items() if not valid],
         )
 
-    def optimize(self, conn: Connection) -> None:
+    def optimize(self, conn: Connection) -> int:
         """Move GIN's pending entries (fast-update list) into the main index structure."""
-        for index in HEAD_INDEXES:
-            conn.exec_driver_sql("SELECT gin_clean_pending_list(%(index)s::regclass)",
-                                 {"index": index})
+        present = _indexes(conn)
+        return optimize_each(conn, [
+            (index, "SELECT gin_clean_pending_list(%(index)s::regclass)", {"index": index})
+            for index in HEAD_INDEXES
+            if index in present
+        ])  # fmt: skip

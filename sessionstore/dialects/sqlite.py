@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
-from sqlalchemy import Table, event, text
+from sqlalchemy import ColumnElement, Table, and_, event, func, text, true
 from sqlalchemy.dialects.sqlite import Insert, insert
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError
@@ -405,6 +405,44 @@ class SQLiteDialect:
     def lock_for_migration(self, conn: Connection) -> None:
         # The migration runs inside BEGIN IMMEDIATE: holding the write lock is the lock.
         conn.execute(text("SELECT 1"))
+
+    def vacuum(self, conn: Connection, tables: Collection[str]) -> None:
+        # Straight to the driver, which is in autocommit (isolation_level = None): through
+        # SQLAlchemy the begin listener would open a transaction, where VACUUM cannot run.
+        # SQLite rewrites the file itself (the file rule above): nothing is copied or
+        # unlinked from Python, and the other connections, ours and other processes', keep
+        # reading their snapshots meanwhile. In WAL mode the rewritten pages go through the
+        # log, so the checkpoint after it is what shrinks the file.
+        driver = conn.connection.driver_connection
+        assert isinstance(driver, sqlite3.Connection)
+        if driver.in_transaction:
+            raise RuntimeError("VACUUM needs a connection outside any transaction")
+        _checkpoint_truncate(driver)
+        try:
+            driver.execute("VACUUM")
+        except sqlite3.Error as exc:
+            raise DBAPIError.instance("VACUUM", None, exc, sqlite3.Error,
+                                      dialect=conn.dialect) from exc  # fmt: skip
+        _checkpoint_truncate(driver)
+
+    def starts_with(self, column: ColumnElement[str], prefix: str) -> ColumnElement[bool]:
+        # Text compares by its UTF-8 bytes here (BINARY), the order of code points, so the
+        # ids that begin with the prefix are exactly one range of the id's index, as Hermes
+        # queries it. A prefix whose last character has no successor is compared directly.
+        if not prefix:
+            return true()
+        last = ord(prefix[-1])
+        if last >= 0x10FFFF or 0xD7FF <= last <= 0xDFFF:
+            return func.substr(column, 1, len(prefix)) == prefix
+        return and_(column >= prefix, column < prefix[:-1] + chr(last + 1))
+
+
+def _checkpoint_truncate(driver: sqlite3.Connection) -> None:
+    """Best effort: a reader still on an old snapshot leaves part of the log for later."""
+    try:
+        driver.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    except sqlite3.Error:
+        logger.debug("WAL checkpoint around VACUUM skipped", exc_info=True)
 
 
 def backup_file(path: Path, *, clock: Callable[[], float] = time.time) -> Path:

@@ -33,7 +33,7 @@ from ..search.hits import (
     substring_snippet_sql,
     substring_snippet_text_sql,
 )
-from ..search.index import IndexHealth
+from ..search.index import IndexHealth, optimize_each
 from ..search.long_text import LONG_MESSAGE_CHARS, long_text_snippet, term_pattern
 from ..search.request import Page, SearchFilters, filtered_statement
 from ..search.sanitize import contains_cjk, escape_like
@@ -242,11 +242,13 @@ class SQLiteSearchIndex:
                 broken.append(f"{table}: {problem}")
         return IndexHealth(missing, out_of_step, broken, indexed)
 
-    def optimize(self, conn: Connection) -> None:
+    def optimize(self, conn: Connection) -> int:
         present = _objects(conn)
-        for table in names.FTS5_TABLES:
-            if table in present:
-                conn.exec_driver_sql(f"INSERT INTO {table}({table}) VALUES('optimize')")
+        return optimize_each(conn, [
+            (table, f"INSERT INTO {table}({table}) VALUES('optimize')", {})
+            for table in names.FTS5_TABLES
+            if table in present
+        ])  # fmt: skip
 
 
 def _verification(query: SubstringQuery, params: dict[str, Any]) -> str:

@@ -9,14 +9,19 @@ the doctor and the CLI ask ``dialect_for(conn).search_index``; none of them name
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 
 from .hits import MatchRow
 from .request import Page, SearchFilters
 from .terms import SubstringQuery
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -61,5 +66,27 @@ class SearchIndex(Protocol):
     def check(self, conn: Connection) -> IndexHealth:
         """Objects present, indexes in step with the rows, integrity."""
 
-    def optimize(self, conn: Connection) -> None:
-        """Merge the index's pieces for faster queries (no change in results)."""
+    def optimize(self, conn: Connection) -> int:
+        """Merge the index's pieces for faster queries (no change in results); how many
+        indexes were merged. One that fails is logged and skipped, as Hermes's
+        ``optimize_fts`` does; a busy or lost database still raises (to be retried)."""
+
+
+def optimize_each(conn: Connection, steps: Iterable[tuple[str, str, dict[str, Any]]]) -> int:
+    """Run each ``(index, sql, parameters)`` step in a savepoint of its own: one that fails
+    (a damaged index) is logged and undone, the others still run. How many ran."""
+    from ..dialects import dialect_for
+
+    dialect = dialect_for(conn)
+    done = 0
+    for index, sql, parameters in steps:
+        try:
+            with conn.begin_nested():
+                conn.exec_driver_sql(sql, parameters)
+        except DBAPIError as exc:
+            if dialect.is_retryable(exc) or dialect.is_disconnect(exc):
+                raise
+            logger.warning("optimizing the search index %s failed: %s", index, exc.orig)
+            continue
+        done += 1
+    return done
