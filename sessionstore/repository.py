@@ -565,8 +565,9 @@ class SessionRepository:
         return int(self.store.read(lambda conn: conn.execute(statement).scalar_one()))
 
     def message_count(self, session_id: str | None = None) -> int:
+        """Messages of one session, or of all (``None``, or as Hermes an empty id)."""
         statement = select(func.count()).select_from(messages)
-        if session_id is not None:
+        if session_id is not None and session_id != "":
             if not _matchable(session_id):
                 return 0
             statement = statement.where(messages.c.session_id == session_id)
