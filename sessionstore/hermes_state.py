@@ -8,6 +8,9 @@ exists so that a Hermes checkout can swap its store with one line::
     import sys, sessionstore.hermes_state as m; sys.modules[__name__] = m
 
 What Hermes's module offers at module level, and so does this one: ``SessionDB``,
+``AsyncSessionDB`` (Hermes's forwarder: ``AsyncSessionDB(db)``, each call in a thread), the
+helpers ``get_last_init_error``, ``format_session_db_unavailable``, ``is_malformed_db_error``,
+``apply_wal_with_fallback`` and ``repair_state_db_schema`` (see ``sessionstore.hermes_helpers``),
 ``DEFAULT_DB_PATH``, ``SCHEMA_VERSION`` (the Hermes schema of a store at head: newest Hermes's, 17),
 ``SCHEMA_SQL`` and ``FTS_SQL`` (Hermes v6's DDL text, kept for code that reads them; a fresh
 store is newest Hermes's shape, see ``sessionstore/_migrations/versions/0020``), ``logger``.
@@ -64,12 +67,36 @@ from sqlalchemy.pool import PoolProxiedConnection
 
 from . import facade
 from .config import default_db_path
+from .hermes_helpers import (
+    AsyncSessionDB,
+    apply_wal_with_fallback,
+    format_session_db_unavailable,
+    get_last_init_error,
+    is_malformed_db_error,
+    repair_state_db_schema,
+    set_last_init_error,
+)
 from .retry import RetryPolicy, run_with_retry
 from .search import contains_cjk, sanitize_fts5_query
 from .store import Store, WriteLock
 from .tables import SCHEMA_VERSION
 
-__all__ = ["DEFAULT_DB_PATH", "FTS_SQL", "SCHEMA_SQL", "SCHEMA_VERSION", "SessionDB"]
+__all__ = [
+    "DEFAULT_DB_PATH",
+    "FTS_SQL",
+    "SCHEMA_SQL",
+    "SCHEMA_VERSION",
+    "AsyncSessionDB",
+    "SessionDB",
+    "apply_wal_with_fallback",
+    "format_session_db_unavailable",
+    "get_last_init_error",
+    "is_malformed_db_error",
+    "repair_state_db_schema",
+]
+
+# Hermes's name for it (its tests reset the record with ``_set_last_init_error(None)``).
+_set_last_init_error = set_last_init_error
 
 T = TypeVar("T")
 
@@ -195,20 +222,26 @@ class SessionDB(facade.SessionDB):
     ) -> None:
         if db_path is None and url is None:
             db_path = _default_db_path()
-        super().__init__(
-            db_path,
-            url=url,
-            read_only=read_only,
-            auto_migrate=auto_migrate,
-            retry=retry,
-            busy_timeout_s=busy_timeout_s,
-        )
-        self._raw = _OwnedConnection(self.store) if self.db_path is not None else None
-        self._hermes_lock = _HermesLock(self)
-        if self._raw is not None:
-            # Hermes opens its connection in the constructor; so do we, which also puts a
-            # fresh file into WAL before anyone else looks at it.
-            self._raw.get()
+        try:
+            super().__init__(
+                db_path,
+                url=url,
+                read_only=read_only,
+                auto_migrate=auto_migrate,
+                retry=retry,
+                busy_timeout_s=busy_timeout_s,
+            )
+            self._raw = _OwnedConnection(self.store) if self.db_path is not None else None
+            self._hermes_lock = _HermesLock(self)
+            if self._raw is not None:
+                # Hermes opens its connection in the constructor; so do we, which also puts
+                # a fresh file into WAL before anyone else looks at it.
+                self._raw.get()
+        except Exception as exc:
+            # What /resume and friends report (format_session_db_unavailable); a later
+            # success does not clear it, as in Hermes.
+            set_last_init_error(f"{type(exc).__name__}: {exc}")
+            raise
 
     # -- Hermes's private surface ---------------------------------------------------------
     @property
