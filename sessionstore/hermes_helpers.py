@@ -265,33 +265,36 @@ def _rebuild_search_index(path: Path) -> None:
 
 
 def _deduplicate_schema(path: Path) -> None:
-    conn = _connect(path)
-    try:
-        conn.execute("PRAGMA writable_schema=ON")
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute(
-            "DELETE FROM sqlite_master WHERE rowid NOT IN "
-            "(SELECT min(rowid) FROM sqlite_master GROUP BY type, name)"
-        )
-        conn.execute("COMMIT")
-    finally:
-        conn.execute("PRAGMA writable_schema=OFF")
-        conn.close()
+    _edit_schema(path, "DELETE FROM sqlite_master WHERE rowid NOT IN "
+                       "(SELECT min(rowid) FROM sqlite_master GROUP BY type, name)")
 
 
 def _drop_search_schema(path: Path) -> None:
+    _edit_schema(
+        path,
+        "DELETE FROM sqlite_master WHERE "
+        + " OR ".join("name LIKE ?" for _ in _SEARCH_OBJECT_PATTERNS),
+        _SEARCH_OBJECT_PATTERNS,
+        vacuum=True,
+    )
+    _rebuild_search_index(path)
+
+
+def _edit_schema(
+    path: Path, sql: str, parameters: tuple[str, ...] = (), *, vacuum: bool = False
+) -> None:
+    """One write of ``sqlite_master`` itself, under the write lock, then (``vacuum``) the
+    pages the removed objects held given back."""
     conn = _connect(path)
     try:
         conn.execute("PRAGMA writable_schema=ON")
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute(
-            "DELETE FROM sqlite_master WHERE "
-            + " OR ".join("name LIKE ?" for _ in _SEARCH_OBJECT_PATTERNS),
-            _SEARCH_OBJECT_PATTERNS,
-        )
-        conn.execute("COMMIT")
-        conn.execute("PRAGMA writable_schema=OFF")
-        conn.execute("VACUUM")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(sql, parameters)
+            conn.execute("COMMIT")
+        finally:
+            conn.execute("PRAGMA writable_schema=OFF")
+        if vacuum:
+            conn.execute("VACUUM")
     finally:
         conn.close()
-    _rebuild_search_index(path)

@@ -24,16 +24,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
-from .errors import ReadOnlyStoreError, StoreBusyError
-from .retry import run_with_retry
+from .errors import ReadOnlyStoreError
 from .store import Store
 from .tables import metadata
-from .translate import typed_errors
-from .writerqueue import QueueTimeout
-
-T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
@@ -66,27 +61,8 @@ class Maintenance:
             with self.store.engine.connect() as conn:
                 dialect.vacuum(conn, tables)
 
-        self._outside_transaction(attempt)
+        self.store.serialized(attempt)
         return optimized
-
-    def _outside_transaction(self, attempt: Callable[[], T]) -> T:
-        """Run ``attempt`` (its own connection, no transaction) as ``Store.write`` runs a
-        transaction: under the store's write lock, retried while the database is busy."""
-        store = self.store
-        policy = store.retry
-        started = time.monotonic()
-        lock = store.write_lock
-        try:
-            lock.enter(started + policy.budget_s, strict=True)
-        except QueueTimeout as exc:
-            raise StoreBusyError(0, time.monotonic() - started, exc) from None
-        try:
-            with typed_errors(store.dialect):
-                return run_with_retry(
-                    attempt, store.dialect.is_retryable, policy, started=started
-                )
-        finally:
-            lock.release()
 
 
 class _MaintainedStore(Protocol):

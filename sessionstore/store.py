@@ -244,14 +244,20 @@ class Store:
                 self._release_writer(conn, broken=False)
                 return result
 
+        result = self.serialized(attempt, retry)
+        self._count_write()
+        return result
+
+    def serialized(self, attempt: Callable[[], T], retry: RetryPolicy | None = None) -> T:
+        """``attempt`` as :meth:`write` runs its transaction: at the head of the writers'
+        queue where this store serializes writers (SQLite), retried while the database is
+        busy, errors typed. For work that brings its own connection and must run outside any
+        transaction (a ``VACUUM``)."""
         policy = retry or self.retry
         with typed_errors(self.dialect, refine=self._with_schema_hint):
             if self._serialize:
-                result = self._queued(attempt, policy)
-            else:
-                result = run_with_retry(attempt, self._is_retryable, policy)
-        self._count_write()
-        return result
+                return self._queued(attempt, policy)
+            return run_with_retry(attempt, self._is_retryable, policy)
 
     def _end_autocommit(self, conn: Connection) -> None:
         try:
