@@ -27,9 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select, update
-from sqlalchemy.engine import Connection
 
-from .repository import COMPRESSION_END_REASON, Deletion, _delete_sessions
+from .repository import COMPRESSION_END_REASON, Deletion, delete_matching
 from .store import Store
 from .tables import messages_table as messages
 from .tables import sessions_table as sessions
@@ -42,7 +41,6 @@ ORPHAN_AGE_S = 7 * 86_400.0
 TRANSCRIPT_SUFFIXES = (".json", ".jsonl")
 REQUEST_DUMP_PREFIX = "request_dump_"
 REQUEST_DUMP_SUFFIX = ".json"
-CHUNK = 500
 
 
 def sessions_directory(value: Any) -> Path | None:
@@ -123,16 +121,7 @@ class Cleanup:
         return int(self.store.read(lambda conn: conn.execute(statement).scalar_one()))
 
     def delete_empty_sessions(self) -> Deletion:
-        def run(conn: Connection) -> Deletion:
-            doomed = [
-                str(row[0])
-                for row in conn.execute(select(sessions.c.id).where(_empty_condition()))
-            ]
-            for start in range(0, len(doomed), CHUNK):
-                _delete_sessions(conn, doomed[start : start + CHUNK])
-            return Deletion(len(doomed), tuple(doomed))
-
-        return self.store.write(run)
+        return self.store.write(lambda conn: delete_matching(conn, _empty_condition()))
 
     def finalize_orphaned_compression_sessions(self) -> int:
         now = self.clock()

@@ -1171,8 +1171,7 @@ class SessionRepository:
                 for row in conn.execute(select(sessions.c.id).where(sessions.c.id.in_(wanted)))
             ]
             doomed = [*found, *_delegate_descendants(conn, found)]
-            for start in range(0, len(doomed), 500):
-                _delete_sessions(conn, doomed[start : start + 500])
+            _delete_sessions(conn, doomed)
             return Deletion(len(found), tuple(doomed))
 
         return self.store.write(run)
@@ -1216,13 +1215,7 @@ class SessionRepository:
             ~select(messages.c.id).where(messages.c.session_id == sessions.c.id).exists(),
         )
 
-        def run(conn: Connection) -> Deletion:
-            doomed = [str(row[0]) for row in conn.execute(select(sessions.c.id).where(condition))]
-            for start in range(0, len(doomed), 500):
-                _delete_sessions(conn, doomed[start : start + 500])
-            return Deletion(len(doomed), tuple(doomed))
-
-        return self.store.write(run)
+        return self.store.write(lambda conn: delete_matching(conn, condition))
 
     def update_session_model(self, session_id: str, model: str | None) -> bool:
         return self._update_session(
@@ -1290,13 +1283,7 @@ class SessionRepository:
         if source is not None:
             condition = and_(condition, sessions.c.source == source)
 
-        def run(conn: Connection) -> Deletion:
-            doomed = [str(row[0]) for row in conn.execute(select(sessions.c.id).where(condition))]
-            for start in range(0, len(doomed), 500):
-                _delete_sessions(conn, doomed[start : start + 500])
-            return Deletion(len(doomed), tuple(doomed))
-
-        return self.store.write(run)
+        return self.store.write(lambda conn: delete_matching(conn, condition))
 
     def prunable_sessions(
         self, older_than_days: float = 90, source: str | None = None
@@ -1963,14 +1950,28 @@ def _compression_tip(conn: Connection, session_id: str) -> str | None:
     return _compression_tips(conn, [session_id]).get(session_id)
 
 
-def _delete_sessions(conn: Connection, session_ids: list[str]) -> None:
-    conn.execute(
-        update(sessions)
-        .where(sessions.c.parent_session_id.in_(session_ids))
-        .values(parent_session_id=None)
-    )
-    conn.execute(delete(messages).where(messages.c.session_id.in_(session_ids)))
-    conn.execute(delete(sessions).where(sessions.c.id.in_(session_ids)))
+def delete_matching(conn: Connection, condition: ColumnElement[bool]) -> Deletion:
+    """Delete every session ``condition`` selects (children orphaned); which went."""
+    doomed = [str(row[0]) for row in conn.execute(select(sessions.c.id).where(condition))]
+    _delete_sessions(conn, doomed)
+    return Deletion(len(doomed), tuple(doomed))
+
+
+_DELETE_CHUNK = 500
+"""Ids per statement: within every database's bound-parameter limit."""
+
+
+def _delete_sessions(conn: Connection, session_ids: Sequence[str]) -> None:
+    """Orphan the children of ``session_ids``, then delete their messages and them."""
+    for start in range(0, len(session_ids), _DELETE_CHUNK):
+        chunk = list(session_ids[start : start + _DELETE_CHUNK])
+        conn.execute(
+            update(sessions)
+            .where(sessions.c.parent_session_id.in_(chunk))
+            .values(parent_session_id=None)
+        )
+        conn.execute(delete(messages).where(messages.c.session_id.in_(chunk)))
+        conn.execute(delete(sessions).where(sessions.c.id.in_(chunk)))
 
 
 __all__ = [
