@@ -25,18 +25,15 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, bindparam, case, func, select
+from sqlalchemy import Select, bindparam, case, func, select
 from sqlalchemy.engine import Connection
 
 from .repository import (
-    BRANCH_MARKER,
     COMPRESSION_END_REASON,
-    DELEGATE_MARKER,
     MAX_LINEAGE_DEPTH,
-    TOOL_SOURCE,
     _listing_dict,
     _rich_select,
-    has_marker,
+    not_a_fork,
     row_count,
 )
 from .store import Store
@@ -47,15 +44,6 @@ from .validation import bindable
 RESUME_DEPTH = 32
 """Hermes's cap on the walk past the compression tip (malformed data may loop)."""
 CRON_SOURCE = "cron"
-
-
-def _not_a_fork(table: Any) -> list[ColumnElement[bool]]:
-    """Conditions: ``table``'s session is no branch, no delegate run and no tool run."""
-    return [
-        ~has_marker(BRANCH_MARKER, table),
-        ~has_marker(DELEGATE_MARKER, table),
-        func.coalesce(table.c.source, "") != TOOL_SOURCE,
-    ]
 
 
 @functools.cache
@@ -77,7 +65,7 @@ def _tip_step() -> Select[Any]:
         .where(
             parent.c.id == bindparam("current"),
             parent.c.end_reason == COMPRESSION_END_REASON,
-            *_not_a_fork(child),
+            *not_a_fork(child),
         )
         .order_by(
             case(
@@ -99,7 +87,7 @@ def _resume_step() -> Select[Any]:
     one that is not a fork (whatever its parent's end reason)."""
     return (
         select(sessions.c.id)
-        .where(sessions.c.parent_session_id == bindparam("current"), *_not_a_fork(sessions))
+        .where(sessions.c.parent_session_id == bindparam("current"), *not_a_fork(sessions))
         .order_by(sessions.c.started_at.desc(), sessions.c.id.desc())
         .limit(1)
     )

@@ -1590,9 +1590,7 @@ def _activity_listing_statement(
         .join_from(chain, child, child.c.parent_session_id == chain.c.id)
         .where(
             chain.c.end_reason == COMPRESSION_END_REASON,
-            ~has_marker(BRANCH_MARKER, child),
-            ~has_marker(DELEGATE_MARKER, child),
-            func.coalesce(child.c.source, "") != TOOL_SOURCE,
+            *not_a_fork(child),
         )
     )
     member_messages = messages.alias("member_messages")
@@ -1754,6 +1752,15 @@ def _not_a_fork(alias: str) -> str:
 
 def has_marker(marker: str, table: Any = sessions) -> ColumnElement[bool]:
     return func.coalesce(table.c.model_config, "").like(_marker_pattern(marker), escape="\\")
+
+
+def not_a_fork(table: Any) -> list[ColumnElement[bool]]:
+    """``_not_a_fork`` as Core conditions on ``table`` (a ``sessions`` alias)."""
+    return [
+        ~has_marker(BRANCH_MARKER, table),
+        ~has_marker(DELEGATE_MARKER, table),
+        func.coalesce(table.c.source, "") != TOOL_SOURCE,
+    ]
 
 
 def listable_condition() -> ColumnElement[bool]:
