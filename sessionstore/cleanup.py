@@ -101,6 +101,15 @@ def _belongs_to(name: str, session_ids: set[str]) -> bool:
     return False
 
 
+def delete_with_transcripts(sessions_dir: Any, delete: Callable[[], Deletion]) -> Deletion:
+    """``delete()``, then the deleted sessions' files in ``sessions_dir``; a ``sessions_dir``
+    that is not a path is refused first, so it deletes nothing."""
+    directory = sessions_directory(sessions_dir)
+    deletion = delete()
+    remove_transcripts(directory, deletion.removed)
+    return deletion
+
+
 def _empty_condition() -> Any:
     return (
         (sessions.c.message_count == 0)

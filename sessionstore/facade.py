@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 
 from . import legacy, migrate, titles
 from .adoption import backup_before_adoption
-from .cleanup import Cleanup, remove_transcripts, sessions_directory
+from .cleanup import Cleanup, delete_with_transcripts, remove_transcripts, sessions_directory
 from .codec import decode_json
 from .commands import cli_command
 from .config import resolve_url, sqlite_url
@@ -473,11 +473,12 @@ class SessionDB:
         """Delete a session with its delegate children; other children are orphaned. With
         ``sessions_dir`` (Hermes's transcript directory), the transcript and request-dump files
         of every session deleted go too (``sessionstore.cleanup.remove_transcripts``)."""
-        directory = sessions_directory(sessions_dir)
+        sessions_directory(sessions_dir)  # refused before anything else, as for the others
         if not isinstance(session_id, str) or not bindable(session_id):
             return False
-        deletion = self._repo.delete_sessions_detailed([session_id])
-        remove_transcripts(directory, deletion.removed)
+        deletion = delete_with_transcripts(
+            sessions_dir, lambda: self._repo.delete_sessions_detailed([session_id])
+        )
         return deletion.total > 0
 
     def delete_sessions(
@@ -486,9 +487,9 @@ class SessionDB:
         """Delete these sessions (unknown ids skipped) with their delegate children, in one
         transaction; how many of the given ids existed. ``sessions_dir`` as in
         ``delete_session``."""
-        directory = sessions_directory(sessions_dir)
-        deletion = self._repo.delete_sessions_detailed(session_ids)
-        remove_transcripts(directory, deletion.removed)
+        deletion = delete_with_transcripts(
+            sessions_dir, lambda: self._repo.delete_sessions_detailed(session_ids)
+        )
         return deletion.total
 
     def delete_session_if_empty(
@@ -507,9 +508,9 @@ class SessionDB:
     ) -> int:
         """Delete Hermes's TUI ghost sessions (ended, untitled, no message, over a day old),
         orphaning their children; their files in ``sessions_dir`` go with them."""
-        directory = sessions_directory(sessions_dir)
-        deletion = self._repo.prune_empty_ghost_sessions_detailed()
-        remove_transcripts(directory, deletion.removed)
+        deletion = delete_with_transcripts(
+            sessions_dir, self._repo.prune_empty_ghost_sessions_detailed
+        )
         return deletion.total
 
     def update_session_model(self, session_id: str, model: str | None) -> bool:
@@ -652,11 +653,12 @@ class SessionDB:
     ) -> int:
         """Delete ended sessions started more than ``older_than_days`` ago, orphaning their
         children; their files in ``sessions_dir`` go with them."""
-        directory = sessions_directory(sessions_dir)
-        deletion = self._repo.prune_sessions_before_detailed(
-            _prune_cutoff(older_than_days), source
+        deletion = delete_with_transcripts(
+            sessions_dir,
+            lambda: self._repo.prune_sessions_before_detailed(
+                _prune_cutoff(older_than_days), source
+            ),
         )
-        remove_transcripts(directory, deletion.removed)
         return deletion.total
 
     def prune_sessions_before(self, cutoff: float, source: str | None = None) -> int:
@@ -816,10 +818,7 @@ class SessionDB:
     def delete_empty_sessions(self, sessions_dir: str | os.PathLike[str] | None = None) -> int:
         """Delete the ended, unarchived sessions without messages, orphaning their children;
         their files in ``sessions_dir`` go with them. How many."""
-        directory = sessions_directory(sessions_dir)
-        deletion = self._cleanup.delete_empty_sessions()
-        remove_transcripts(directory, deletion.removed)
-        return deletion.total
+        return delete_with_transcripts(sessions_dir, self._cleanup.delete_empty_sessions).total
 
     def optimize_fts(self) -> int:
         """Merge the search index's pieces (results unchanged); how many indexes."""
