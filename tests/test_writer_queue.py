@@ -229,3 +229,144 @@ def test_a_named_memory_database_has_no_side_file(
         store.write(lambda conn: conn.exec_driver_sql("INSERT INTO t VALUES (1)"))
         assert store.read(lambda conn: conn.exec_driver_sql("SELECT count(*) FROM t").scalar()) == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def _waiter_threads() -> int:
+    return sum(1 for t in threading.enumerate() if t.name == "sessionstore-writer-queue")
+
+
+def _acquire_into(queue: WriterQueue, got: list[int | None]) -> None:
+    got.append(queue.acquire(time.monotonic() + 5))
+
+
+def test_contended_waits_reuse_one_helper_thread(tmp_path: Path) -> None:
+    """Starting a thread per contended wait cost more than a fast commit: one per queue."""
+    lock = tmp_path / "q-writelock"
+    holder, waiter = WriterQueue(lock), WriterQueue(lock)
+    before = _waiter_threads()
+    for _ in range(20):
+        held = holder.acquire(time.monotonic() + 1.0)
+        assert held is not None
+        got: list[int | None] = []
+        thread = threading.Thread(target=_acquire_into, args=(waiter, got))
+        thread.start()
+        time.sleep(0.002)
+        holder.release(held)
+        thread.join(timeout=5)
+        assert got and got[0] is not None
+        waiter.release(got[0])
+    assert _waiter_threads() - before <= 1
+    holder.close()
+    waiter.close()
+    assert not lock.exists()
+
+
+def test_an_abandoned_wait_passes_the_lock_on(tmp_path: Path) -> None:
+    lock = tmp_path / "q-writelock"
+    holder, quitter, third = WriterQueue(lock), WriterQueue(lock), WriterQueue(lock)
+    held = holder.acquire(time.monotonic() + 1.0)
+    assert held is not None
+    with pytest.raises(QueueTimeout):
+        quitter.acquire(time.monotonic() + 0.05)
+    holder.release(held)
+    # The quitter's helper obtains the lock on its way out and lets go of it at once.
+    started = time.monotonic()
+    taken = third.acquire(time.monotonic() + 2.0)
+    assert taken is not None and time.monotonic() - started < 1.5
+    third.release(taken)
+    for queue in (holder, quitter, third):
+        queue.close()
+    assert not lock.exists()
+
+
+def test_a_new_wait_takes_over_an_abandoned_one(tmp_path: Path) -> None:
+    lock = tmp_path / "q-writelock"
+    holder, waiter = WriterQueue(lock), WriterQueue(lock)
+    held = holder.acquire(time.monotonic() + 1.0)
+    assert held is not None
+    with pytest.raises(QueueTimeout):
+        waiter.acquire(time.monotonic() + 0.05)
+    got: list[int | None] = []
+    thread = threading.Thread(target=_acquire_into, args=(waiter, got))
+    thread.start()
+    time.sleep(0.05)
+    assert not got  # still excluded while the holder holds
+    holder.release(held)
+    thread.join(timeout=5)
+    assert got and got[0] is not None
+    # Held through the waiter: the holder's description cannot take it meanwhile.
+    with pytest.raises(QueueTimeout):
+        holder.acquire(time.monotonic() + 0.05)
+    waiter.release(got[0])
+    again = holder.acquire(time.monotonic() + 2.0)
+    assert again is not None
+    holder.release(again)
+    waiter.close()
+    holder.close()
+    assert not lock.exists()
+
+
+def test_closing_a_queue_whose_helper_still_waits_leaves_no_side_file(tmp_path: Path) -> None:
+    lock = tmp_path / "q-writelock"
+    holder, quitter = WriterQueue(lock), WriterQueue(lock)
+    held = holder.acquire(time.monotonic() + 1.0)
+    assert held is not None
+    with pytest.raises(QueueTimeout):
+        quitter.acquire(time.monotonic() + 0.05)
+    before = _waiter_threads()
+    quitter.close()  # its helper is blocked in flock; it ends once it gets the lock
+    holder.release(held)
+    holder.close()
+    deadline = time.monotonic() + 5
+    while _waiter_threads() >= before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _waiter_threads() < before
+    assert not lock.exists()
+    # A closed queue that is used again works again, with a new helper.
+    reopened = WriterQueue(lock)
+    taken = quitter.acquire(time.monotonic() + 1.0)
+    assert taken is not None
+    with pytest.raises(QueueTimeout):
+        reopened.acquire(time.monotonic() + 0.05)
+    quitter.release(taken)
+    taken = reopened.acquire(time.monotonic() + 1.0)
+    assert taken is not None
+    reopened.release(taken)
+    reopened.close()
+    quitter.close()
+    assert not lock.exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_of_a_process_with_a_helper_waits_on_its_own(tmp_path: Path) -> None:
+    """The parent's helper thread and its description do not exist for the child: the child
+    waits on its own, and nothing it does releases the parent's lock."""
+    lock = tmp_path / "q-writelock"
+    holder, queue = WriterQueue(lock), WriterQueue(lock)
+    held = holder.acquire(time.monotonic() + 1.0)
+    assert held is not None
+    with pytest.raises(QueueTimeout):
+        queue.acquire(time.monotonic() + 0.05)  # the parent now has a helper, blocked
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        code = 0
+        try:
+            queue.acquire(time.monotonic() + 0.1)
+            code = 2  # it got a lock the parent holds
+        except QueueTimeout:
+            code = 0
+        except BaseException:
+            code = 3
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    probe = WriterQueue(lock)
+    with pytest.raises(QueueTimeout):
+        probe.acquire(time.monotonic() + 0.05)
+    holder.release(held)
+    taken = queue.acquire(time.monotonic() + 2.0)
+    assert taken is not None
+    queue.release(taken)
+    for q in (probe, queue, holder):
+        q.close()
+    assert not lock.exists()
