@@ -254,7 +254,7 @@ def test_an_unknown_parent_is_a_typed_error(db: SessionDB) -> None:
 
 def test_renamed_arguments_are_taken_by_hermes_names(db: SessionDB) -> None:
     db.create_session("s", "cli")
-    db.record_compression_failure_cooldown("s", cooldown_until=NOW + 600, error="timeout")
+    db.record_compression_failure_cooldown("s", cooldown_until=NOW + DAY, error="timeout")
     assert db.get_compression_failure_cooldown("s")["error"] == "timeout"  # type: ignore[index]
     db.update_session_cwd("s", "/w/app")
     db.create_session("t", "cli", cwd="")

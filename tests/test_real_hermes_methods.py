@@ -443,7 +443,7 @@ def test_hermes_keywords_match_hermes(hermes: RealHermes, db: SessionDB, tmp_pat
         ("ensure_session", ["full", "discord"], {key: "later" for key in
                                                    ("model", "system_prompt", "cwd")}),
         ("record_compression_failure_cooldown", ["full"],
-         {"cooldown_until": NOW + 600, "error": "summary model timed out"}),
+         {"cooldown_until": NOW + DAY, "error": "summary model timed out"}),
         ("get_compression_failure_cooldown", ["full"], {}),
         ("update_session_cwd", ["bare", "/w/lib"], {}),
         ("backfill_repo_roots", [], {"cwd_to_root": {"/w/app": "/w", "/w/lib": "/w", "": "/x"}}),
@@ -454,6 +454,6 @@ def test_hermes_keywords_match_hermes(hermes: RealHermes, db: SessionDB, tmp_pat
     theirs, ours = side_by_side(hermes, db, tmp_path, steps)
     for cooldown in (theirs[7], ours[7]):
         assert (cooldown["cooldown_until"], cooldown["error"]) == (
-            NOW + 600, "summary model timed out"
+            NOW + DAY, "summary model timed out"
         )
     assert theirs[-1]["user_id"] is None and theirs[-1]["model"] == "claude"

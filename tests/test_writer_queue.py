@@ -81,9 +81,8 @@ def test_a_queued_writer_proceeds_as_soon_as_the_holder_releases(tmp_path: Path)
     assert _count(path) == 2
 
 
-def test_two_stores_in_one_process_exclude_each_other(tmp_path: Path) -> None:
-    path, _ = _store(tmp_path)
-    first, second = WriterQueue(_side(path)), WriterQueue(_side(path))
+def _assert_excludes(first: WriterQueue, second: WriterQueue) -> None:
+    """While ``first`` holds, ``second`` waits in vain; once it lets go, ``second`` gets it."""
     held = first.acquire(time.monotonic() + 1.0)
     assert held is not None
     with pytest.raises(QueueTimeout):
@@ -92,6 +91,12 @@ def test_two_stores_in_one_process_exclude_each_other(tmp_path: Path) -> None:
     again = second.acquire(time.monotonic() + 1.0)
     assert again is not None
     second.release(again)
+
+
+def test_two_stores_in_one_process_exclude_each_other(tmp_path: Path) -> None:
+    path, _ = _store(tmp_path)
+    first, second = WriterQueue(_side(path)), WriterQueue(_side(path))
+    _assert_excludes(first, second)
     first.close()
     second.close()
 
@@ -261,13 +266,20 @@ def test_contended_waits_reuse_one_helper_thread(tmp_path: Path) -> None:
     assert not lock.exists()
 
 
-def test_an_abandoned_wait_passes_the_lock_on(tmp_path: Path) -> None:
-    lock = tmp_path / "q-writelock"
-    holder, quitter, third = WriterQueue(lock), WriterQueue(lock), WriterQueue(lock)
+def _held_and_abandoned(lock: Path) -> tuple[WriterQueue, int, WriterQueue]:
+    """A holder, its lock, and a second queue whose wait ran out (its helper still blocked)."""
+    holder, quitter = WriterQueue(lock), WriterQueue(lock)
     held = holder.acquire(time.monotonic() + 1.0)
     assert held is not None
     with pytest.raises(QueueTimeout):
         quitter.acquire(time.monotonic() + 0.05)
+    return holder, held, quitter
+
+
+def test_an_abandoned_wait_passes_the_lock_on(tmp_path: Path) -> None:
+    lock = tmp_path / "q-writelock"
+    holder, held, quitter = _held_and_abandoned(lock)
+    third = WriterQueue(lock)
     holder.release(held)
     # The quitter's helper obtains the lock on its way out and lets go of it at once.
     started = time.monotonic()
@@ -281,11 +293,7 @@ def test_an_abandoned_wait_passes_the_lock_on(tmp_path: Path) -> None:
 
 def test_a_new_wait_takes_over_an_abandoned_one(tmp_path: Path) -> None:
     lock = tmp_path / "q-writelock"
-    holder, waiter = WriterQueue(lock), WriterQueue(lock)
-    held = holder.acquire(time.monotonic() + 1.0)
-    assert held is not None
-    with pytest.raises(QueueTimeout):
-        waiter.acquire(time.monotonic() + 0.05)
+    holder, held, waiter = _held_and_abandoned(lock)
     got: list[int | None] = []
     thread = threading.Thread(target=_acquire_into, args=(waiter, got))
     thread.start()
@@ -308,11 +316,7 @@ def test_a_new_wait_takes_over_an_abandoned_one(tmp_path: Path) -> None:
 
 def test_closing_a_queue_whose_helper_still_waits_leaves_no_side_file(tmp_path: Path) -> None:
     lock = tmp_path / "q-writelock"
-    holder, quitter = WriterQueue(lock), WriterQueue(lock)
-    held = holder.acquire(time.monotonic() + 1.0)
-    assert held is not None
-    with pytest.raises(QueueTimeout):
-        quitter.acquire(time.monotonic() + 0.05)
+    holder, held, quitter = _held_and_abandoned(lock)
     before = _waiter_threads()
     quitter.close()  # its helper is blocked in flock; it ends once it gets the lock
     holder.release(held)
@@ -324,14 +328,7 @@ def test_closing_a_queue_whose_helper_still_waits_leaves_no_side_file(tmp_path: 
     assert not lock.exists()
     # A closed queue that is used again works again, with a new helper.
     reopened = WriterQueue(lock)
-    taken = quitter.acquire(time.monotonic() + 1.0)
-    assert taken is not None
-    with pytest.raises(QueueTimeout):
-        reopened.acquire(time.monotonic() + 0.05)
-    quitter.release(taken)
-    taken = reopened.acquire(time.monotonic() + 1.0)
-    assert taken is not None
-    reopened.release(taken)
+    _assert_excludes(quitter, reopened)
     reopened.close()
     quitter.close()
     assert not lock.exists()
@@ -342,11 +339,7 @@ def test_a_forked_child_of_a_process_with_a_helper_waits_on_its_own(tmp_path: Pa
     """The parent's helper thread and its description do not exist for the child: the child
     waits on its own, and nothing it does releases the parent's lock."""
     lock = tmp_path / "q-writelock"
-    holder, queue = WriterQueue(lock), WriterQueue(lock)
-    held = holder.acquire(time.monotonic() + 1.0)
-    assert held is not None
-    with pytest.raises(QueueTimeout):
-        queue.acquire(time.monotonic() + 0.05)  # the parent now has a helper, blocked
+    holder, held, queue = _held_and_abandoned(lock)  # the parent now has a blocked helper
     pid = os.fork()
     if pid == 0:  # pragma: no cover - runs in the child
         code = 0
