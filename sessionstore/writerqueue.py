@@ -78,7 +78,7 @@ class WriterQueue:
             except OSError:
                 pass  # contended, or stranger: the general path below sorts it out
             else:
-                if self._still_current(fd):
+                if _still_current(fd):
                     return fd
                 fcntl.flock(fd, fcntl.LOCK_UN)
                 self._drop_shared(fd)
@@ -93,14 +93,14 @@ class WriterQueue:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 held = self._wait(deadline - time.monotonic())
-                if held is None or self._still_current(held):
+                if held is None or _still_current(held):
                     return held
                 self.release(held)
                 continue
             except OSError as exc:
                 self._give_up(exc)
                 return None
-            if self._still_current(fd):
+            if _still_current(fd):
                 return fd
             # A closing store removed the file we hold: start again on the new one.
             fcntl.flock(fd, fcntl.LOCK_UN)
@@ -116,14 +116,6 @@ class WriterQueue:
         finally:
             if fd != self._fd:
                 os.close(fd)
-
-    def _still_current(self, fd: int) -> bool:
-        # Only a closing store removes the file, and only while holding its lock: a file we
-        # locked that has no name left is the removed one. One fstat, no path lookup.
-        try:
-            return os.fstat(fd).st_nlink > 0
-        except OSError:
-            return False
 
     def _drop_shared(self, fd: int) -> None:
         with self._fd_lock:
@@ -159,7 +151,7 @@ class WriterQueue:
             return
         try:
             if _lock_briefly(fd):
-                if self._still_current(fd) and _same_file(fd, self.path):
+                if _still_current(fd) and _same_file(fd, self.path):
                     self.path.unlink()
                 fcntl.flock(fd, fcntl.LOCK_UN)
         except OSError:
@@ -181,19 +173,10 @@ class WriterQueue:
 
     def _open(self) -> int | None:
         try:
-            return self._open_description()
+            return _open_description(self.path)
         except OSError as exc:
             self._give_up(exc)
             return None
-
-    def _open_description(self) -> int:
-        """A new open file description of the side file, created if a closing store removed it."""
-        flags = os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
-        try:
-            return os.open(self.path, os.O_RDWR | os.O_CREAT | flags, 0o666)
-        except OSError:
-            # Someone else's side file we may not write: flock needs only a read descriptor.
-            return os.open(self.path, os.O_RDONLY | flags)
 
     def _give_up(self, exc: OSError) -> None:
         # Once per queue: a read-only directory does not become writable between two appends.
@@ -208,7 +191,7 @@ class WriterQueue:
     def _wait(self, timeout_s: float) -> int | None:
         with self._fd_lock:
             if self._waiter is None or self._waiter.stopped:
-                self._waiter = _Waiter(self)
+                self._waiter = _Waiter(self.path)
             waiter = self._waiter
         try:
             return waiter.wait(timeout_s)
@@ -234,6 +217,25 @@ def _lock_briefly(fd: int) -> bool:
             continue
         return True
     return False
+
+
+def _open_description(path: Path) -> int:
+    """A new open file description of the side file, created if a closing store removed it."""
+    flags = os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT | flags, 0o666)
+    except OSError:
+        # Someone else's side file we may not write: flock needs only a read descriptor.
+        return os.open(path, os.O_RDONLY | flags)
+
+
+def _still_current(fd: int) -> bool:
+    # Only a closing store removes the file, and only while holding its lock: a file we
+    # locked that has no name left is the removed one. One fstat, no path lookup.
+    try:
+        return os.fstat(fd).st_nlink > 0
+    except OSError:
+        return False
 
 
 def _same_file(fd: int, path: Path) -> bool:
@@ -272,14 +274,13 @@ class _Waiter:
     again while the lock it handed over is held (its description would lock at once).
     """
 
-    def __init__(self, queue: WriterQueue) -> None:
-        self._queue = queue
+    def __init__(self, path: Path) -> None:
+        self._path = path
         self._changed = threading.Condition(threading.Lock())
         self._claim: _Claim | None = None
         self._fd: int | None = None
         self._handed_over = False
         self._stopping = False
-        self._failed: OSError | None = None
         self._thread: threading.Thread | None = None
 
     @property
@@ -297,8 +298,6 @@ class _Waiter:
         """
         claim = _Claim()
         with self._changed:
-            if self._failed is not None:
-                raise self._failed
             self._claim = claim
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -358,7 +357,6 @@ class _Waiter:
                 continue
             except OSError as exc:
                 with self._changed:
-                    self._failed = exc
                     claim, self._claim = self._claim, None
                     if claim is not None:
                         claim.error = exc
@@ -387,11 +385,11 @@ class _Waiter:
             if fd is None:
                 if self._stopping or self._claim is None:
                     raise _Unwanted
-                fd = self._queue._open_description()
+                fd = _open_description(self._path)
                 with self._changed:
                     self._fd = fd
             fcntl.flock(fd, fcntl.LOCK_EX)
-            if self._queue._still_current(fd):
+            if _still_current(fd):
                 return fd
             # A closing store removed that file while we waited: wait again on the new one.
             fcntl.flock(fd, fcntl.LOCK_UN)

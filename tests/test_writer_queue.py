@@ -12,6 +12,7 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -190,6 +191,24 @@ def test_a_foreign_holder_longer_than_the_budget_never_deadlocks(tmp_path: Path)
     assert _count(path) == 1
 
 
+def _in_a_child(action: Callable[[], object], expected: type[BaseException]) -> int:
+    """Run ``action`` in a forked child: 0 when it raised ``expected``, 2 when it went
+    through, 3 on any other error."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        code = 3
+        try:
+            action()
+            code = 2
+        except expected:
+            code = 0
+        except BaseException:
+            code = 3
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_forked_child_queues_on_its_own_description(tmp_path: Path) -> None:
     """flock belongs to an open file description, shared across fork: the child must not
@@ -201,19 +220,8 @@ def test_a_forked_child_queues_on_its_own_description(tmp_path: Path) -> None:
         assert queue is not None
         held = queue.acquire(time.monotonic() + 1.0)  # the parent holds the queue across the fork
         assert held is not None
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - runs in the child
-            code = 0
-            try:
-                db.append_message("s", "user", "child")
-                code = 2  # it did not queue behind the parent
-            except StoreBusyError:
-                code = 0
-            except BaseException:
-                code = 3
-            os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0
+        # The child must queue behind the parent and give up.
+        assert _in_a_child(lambda: db.append_message("s", "user", "child"), StoreBusyError) == 0
         # The child's exit released nothing of the parent's: still held here.
         probe = WriterQueue(_side(path))
         with pytest.raises(QueueTimeout):
@@ -340,19 +348,7 @@ def test_a_forked_child_of_a_process_with_a_helper_waits_on_its_own(tmp_path: Pa
     waits on its own, and nothing it does releases the parent's lock."""
     lock = tmp_path / "q-writelock"
     holder, held, queue = _held_and_abandoned(lock)  # the parent now has a blocked helper
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the child
-        code = 0
-        try:
-            queue.acquire(time.monotonic() + 0.1)
-            code = 2  # it got a lock the parent holds
-        except QueueTimeout:
-            code = 0
-        except BaseException:
-            code = 3
-        os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    assert _in_a_child(lambda: queue.acquire(time.monotonic() + 0.1), QueueTimeout) == 0
     probe = WriterQueue(lock)
     with pytest.raises(QueueTimeout):
         probe.acquire(time.monotonic() + 0.05)
