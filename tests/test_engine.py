@@ -19,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -371,11 +372,30 @@ def test_a_filesystem_without_shared_memory_falls_back_to_the_rollback_journal(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["netfs"]
 
 
-@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:"])
-def test_an_in_memory_store_works_without_a_wal_warning(
-    url: str, caplog: pytest.LogCaptureFixture, open_store: Callable[..., Store]
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite://",
+        "sqlite:///:memory:",
+        "sqlite:///file:named_memory?mode=memory&cache=shared&uri=true",
+        "sqlite:///file:private_memory?mode=memory&uri=true",
+    ],
+)
+def test_an_in_memory_store_works_without_a_warning(
+    url: str,
+    caplog: pytest.LogCaptureFixture,
+    open_store: Callable[..., Store],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="sessionstore.dialects.sqlite"):
+    # No WAL warning, no SQLAlchemy 2.1 warning about the pool class "mode=memory" selects,
+    # and no side file or directory for a database that has no file.
+    monkeypatch.chdir(tmp_path)
+    with (
+        caplog.at_level(logging.WARNING, logger="sessionstore.dialects.sqlite"),
+        warnings.catch_warnings(),
+    ):
+        warnings.simplefilter("error")
         store = open_store(url)
         store.write(lambda conn: conn.exec_driver_sql("CREATE TABLE t (x)"))
         store.write(lambda conn: conn.exec_driver_sql("INSERT INTO t VALUES (42)"))
@@ -383,6 +403,7 @@ def test_an_in_memory_store_works_without_a_wal_warning(
 
     assert value == 42
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert list(tmp_path.iterdir()) == []
 
 
 # --- BEGIN modes -------------------------------------------------------------------------------

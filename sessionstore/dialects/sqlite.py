@@ -45,6 +45,7 @@ from sqlalchemy import ColumnElement, Table, and_, event, func, text, true
 from sqlalchemy.dialects.sqlite import Insert, insert
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import SingletonThreadPool
 
 from .. import forksafety
 from ..errors import (
@@ -88,10 +89,13 @@ WRITER_QUEUE_SUFFIX = "-writelock"
 def _is_memory(url: URL) -> bool:
     if url.database in (None, "", ":memory:") or str(url.database).startswith("file::memory:"):
         return True
-    # file:name?mode=memory is a named in-memory database: there is no file beside it.
-    return _is_uri_filename(url) and "memory" in parse_qs(urlsplit(str(url.database)).query).get(
-        "mode", []
-    )
+    # file:name?mode=memory is a named in-memory database: there is no file beside it. The
+    # driver builds the URI from the filename's own query and the URL's extra parameters.
+    if not _is_uri_filename(url):
+        return False
+    in_filename = parse_qs(urlsplit(str(url.database)).query).get("mode", [])
+    in_url = url.query.get("mode", ())
+    return "memory" in [*in_filename, *((in_url,) if isinstance(in_url, str) else in_url)]
 
 
 def _is_uri_filename(url: URL) -> bool:
@@ -144,7 +148,14 @@ class SQLiteDialect:
     def engine_options(self, url: URL, *, read_only: bool, busy_timeout_s: float) -> dict[str, Any]:
         # check_same_thread=False: connections move between threads through the pool; SQLite
         # itself is built thread-safe. timeout is the busy handler's wait before "locked".
-        return {"connect_args": {"check_same_thread": False, "timeout": busy_timeout_s}}
+        options: dict[str, Any] = {
+            "connect_args": {"check_same_thread": False, "timeout": busy_timeout_s}
+        }
+        if _is_uri_filename(url) and _is_memory(url):
+            # A named in-memory database lives only while a connection holds it: one connection
+            # per thread, as SQLAlchemy 2.0 chose from "mode=memory" and 2.1 will stop choosing.
+            options["poolclass"] = SingletonThreadPool
+        return options
 
     def ensure_database_location(self, url: URL) -> None:
         if _is_memory(url):
@@ -608,7 +619,8 @@ def _enable_wal(cursor: sqlite3.Cursor, label: str) -> None:
             logger.debug("journal mode not changed for %s: %s", label, exc)
             return
         mode = f"unchanged ({exc})"
-    if mode != "wal" and label != ":memory:":
+    # An in-memory database (":memory:" or a named one) answers "memory": nothing to warn about.
+    if mode not in ("wal", "memory"):
         logger.warning(
             "WAL is not available for %s (journal_mode=%s); using the rollback journal: "
             "readers and the writer will block each other",
