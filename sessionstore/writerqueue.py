@@ -323,7 +323,10 @@ class _Waiter:
                 self._handed_over = False
                 if self._stopping and self._thread is None:
                     self._close_description()
-                self._changed.notify()
+                if self._claim is not None or self._stopping:
+                    # Only then has the thread something to do; waking it for nothing would
+                    # take the interpreter from this writer just as it goes on.
+                    self._changed.notify()
 
     def stop(self) -> None:
         """Let the thread end once it is idle. The description is closed by whoever is last
