@@ -248,14 +248,23 @@ class _Unwanted(Exception):
 
 
 class _Claim:
-    """One caller's wait, answered by the waiter's thread."""
+    """One caller's wait, answered by the waiter's thread.
 
-    __slots__ = ("done", "error", "fd")
+    ``answered`` is a plain lock, taken at creation and released by the thread once ``fd``
+    or ``error`` is set: the caller wakes on it directly, where an ``Event`` would make it
+    take the event's own lock again, which the answering thread may still be holding.
+    """
+
+    __slots__ = ("answered", "error", "fd")
 
     def __init__(self) -> None:
-        self.done = threading.Event()
+        self.answered = threading.Lock()
+        self.answered.acquire()
         self.fd: int | None = None
         self.error: OSError | None = None
+
+    def answer(self) -> None:
+        self.answered.release()
 
 
 class _Waiter:
@@ -305,7 +314,15 @@ class _Waiter:
                 )
                 self._thread.start()
             self._changed.notify()
-        claim.done.wait(max(timeout_s, 0.0))
+        try:
+            answered = claim.answered.acquire(timeout=max(timeout_s, 0.0))
+        except BaseException:
+            # Interrupted (Ctrl-C): nobody would release a lock handed to this claim.
+            self._withdraw(claim)
+            raise
+        if answered and claim.fd is not None:
+            # Set before the answer: read without taking the thread's condition.
+            return claim.fd
         with self._changed:
             if claim.fd is not None:
                 return claim.fd
@@ -314,6 +331,14 @@ class _Waiter:
             if self._claim is claim:
                 self._claim = None
         raise QueueTimeout(f"waited {timeout_s:.2f}s behind other writers of this store")
+
+    def _withdraw(self, claim: _Claim) -> None:
+        with self._changed:
+            if self._claim is claim:
+                self._claim = None
+            fd = claim.fd
+        if fd is not None:
+            self.release(fd)
 
     def release(self, fd: int) -> None:
         try:
@@ -363,7 +388,7 @@ class _Waiter:
                     claim, self._claim = self._claim, None
                     if claim is not None:
                         claim.error = exc
-                        claim.done.set()
+                        claim.answer()
                     self._thread = None
                     self._close_description()
                 return
@@ -375,7 +400,7 @@ class _Waiter:
                     continue
                 self._handed_over = True
                 claim.fd = fd
-                claim.done.set()
+                claim.answer()
 
     def _lock_current(self) -> int:
         """Block until this thread's description of the *current* side file holds the lock.

@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import signal
 import sqlite3
 import threading
 import time
@@ -295,6 +296,49 @@ def test_an_abandoned_wait_passes_the_lock_on(tmp_path: Path) -> None:
     assert taken is not None and time.monotonic() - started < 1.5
     third.release(taken)
     for queue in (holder, quitter, third):
+        queue.close()
+    assert not lock.exists()
+
+
+class _Interrupted(BaseException):
+    """Stands in for KeyboardInterrupt, without touching the runner's own SIGINT handling."""
+
+
+def _raise_interrupted(_signum: int, _frame: object) -> None:
+    raise _Interrupted
+
+
+@pytest.mark.skipif(
+    threading.current_thread() is not threading.main_thread(),
+    reason="signals reach the main thread",
+)
+def test_an_interrupted_wait_passes_the_lock_on(tmp_path: Path) -> None:
+    """Ctrl-C during a contended wait: the lock the helper obtains afterwards must not stay
+    with a claim that nobody will ever release."""
+    lock = tmp_path / "q-writelock"
+    holder, waiter, third = WriterQueue(lock), WriterQueue(lock), WriterQueue(lock)
+    held = holder.acquire(time.monotonic() + 1.0)
+    assert held is not None
+    previous = signal.signal(signal.SIGUSR1, _raise_interrupted)
+    try:
+        main = threading.main_thread().ident
+        assert main is not None
+        timer = threading.Timer(0.2, signal.pthread_kill, (main, signal.SIGUSR1))
+        timer.start()
+        with pytest.raises(_Interrupted):
+            waiter.acquire(time.monotonic() + 10.0)
+        timer.join()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    holder.release(held)
+    taken = third.acquire(time.monotonic() + 2.0)
+    assert taken is not None
+    third.release(taken)
+    # The interrupted queue itself can still wait and write.
+    again = waiter.acquire(time.monotonic() + 2.0)
+    assert again is not None
+    waiter.release(again)
+    for queue in (holder, waiter, third):
         queue.close()
     assert not lock.exists()
 
