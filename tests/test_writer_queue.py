@@ -300,6 +300,18 @@ def test_an_abandoned_wait_passes_the_lock_on(tmp_path: Path) -> None:
     assert not lock.exists()
 
 
+def _take_and_release(queue: WriterQueue) -> None:
+    taken = queue.acquire(time.monotonic() + 2.0)
+    assert taken is not None
+    queue.release(taken)
+
+
+def _close_leaving_no_side_file(lock: Path, *queues: WriterQueue) -> None:
+    for queue in queues:
+        queue.close()
+    assert not lock.exists()
+
+
 class _Interrupted(BaseException):
     """Stands in for KeyboardInterrupt, without touching the runner's own SIGINT handling."""
 
@@ -331,16 +343,9 @@ def test_an_interrupted_wait_passes_the_lock_on(tmp_path: Path) -> None:
     finally:
         signal.signal(signal.SIGUSR1, previous)
     holder.release(held)
-    taken = third.acquire(time.monotonic() + 2.0)
-    assert taken is not None
-    third.release(taken)
-    # The interrupted queue itself can still wait and write.
-    again = waiter.acquire(time.monotonic() + 2.0)
-    assert again is not None
-    waiter.release(again)
-    for queue in (holder, waiter, third):
-        queue.close()
-    assert not lock.exists()
+    _take_and_release(third)
+    _take_and_release(waiter)  # the interrupted queue itself can still wait and write
+    _close_leaving_no_side_file(lock, holder, waiter, third)
 
 
 def test_a_new_wait_takes_over_an_abandoned_one(tmp_path: Path) -> None:
@@ -397,9 +402,5 @@ def test_a_forked_child_of_a_process_with_a_helper_waits_on_its_own(tmp_path: Pa
     with pytest.raises(QueueTimeout):
         probe.acquire(time.monotonic() + 0.05)
     holder.release(held)
-    taken = queue.acquire(time.monotonic() + 2.0)
-    assert taken is not None
-    queue.release(taken)
-    for q in (probe, queue, holder):
-        q.close()
-    assert not lock.exists()
+    _take_and_release(queue)
+    _close_leaving_no_side_file(lock, probe, queue, holder)
