@@ -93,9 +93,9 @@ def _is_memory(url: URL) -> bool:
     # driver builds the URI from the filename's own query and the URL's extra parameters.
     if not _is_uri_filename(url):
         return False
+    in_url = url.query.get("mode", ())  # a str, or a tuple when given more than once
     in_filename = parse_qs(urlsplit(str(url.database)).query).get("mode", [])
-    in_url = url.query.get("mode", ())
-    return "memory" in [*in_filename, *((in_url,) if isinstance(in_url, str) else in_url)]
+    return "memory" in in_filename or "memory" in ((in_url,) if isinstance(in_url, str) else in_url)
 
 
 def _is_uri_filename(url: URL) -> bool:
