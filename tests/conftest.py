@@ -9,8 +9,10 @@ under ``CI=true``: CI must never pass by not testing.
 from __future__ import annotations
 
 import os
+import sqlite3
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -103,13 +105,36 @@ def _truncate(url: str) -> None:
     engine.dispose()
 
 
+@pytest.fixture(scope="session")
+def migrated_sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One SQLite file migrated to head per test process, never opened by a store.
+
+    Each test gets its own copy (``store_url``): the full Alembic upgrade cost ~140 ms a
+    test, a copy with SQLite's backup API 2-3 ms. The copy is page for page what the upgrade
+    makes (same schema, ``alembic_version`` and rows; both in the rollback journal until a
+    store opens them). Tests of the upgrade itself start from ``empty_url`` instead.
+    """
+    path = tmp_path_factory.mktemp("migrated") / "state.db"
+    migrate.upgrade(f"sqlite:///{path}")
+    return path
+
+
+def _copy_sqlite_file(source: Path, target: Path) -> None:
+    origin, copy = sqlite3.connect(source), sqlite3.connect(target)
+    try:
+        origin.backup(copy)
+    finally:
+        copy.close()
+        origin.close()
+
+
 @pytest.fixture(params=DIALECTS)
-def store_url(request: pytest.FixtureRequest, tmp_path: object) -> str:
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A migrated, empty store URL on each dialect."""
     if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path}/state.db"
-        migrate.upgrade(url)
-        return url
+        path = tmp_path / "state.db"
+        _copy_sqlite_file(request.getfixturevalue("migrated_sqlite_template"), path)
+        return f"sqlite:///{path}"
     url = request.getfixturevalue("migrated_pg_url")
     _truncate(url)
     return str(url)
