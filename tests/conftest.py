@@ -128,13 +128,19 @@ def _copy_sqlite_file(source: Path, target: Path) -> None:
         origin.close()
 
 
+@pytest.fixture
+def migrated_sqlite_url(migrated_sqlite_template: Path, tmp_path: Path) -> str:
+    """A migrated, empty SQLite store of this test's own (``tmp_path/state.db``)."""
+    path = tmp_path / "state.db"
+    _copy_sqlite_file(migrated_sqlite_template, path)
+    return f"sqlite:///{path}"
+
+
 @pytest.fixture(params=DIALECTS)
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+def store_url(request: pytest.FixtureRequest) -> str:
     """A migrated, empty store URL on each dialect."""
     if request.param == "sqlite":
-        path = tmp_path / "state.db"
-        _copy_sqlite_file(request.getfixturevalue("migrated_sqlite_template"), path)
-        return f"sqlite:///{path}"
+        return str(request.getfixturevalue("migrated_sqlite_url"))
     url = request.getfixturevalue("migrated_pg_url")
     _truncate(url)
     return str(url)

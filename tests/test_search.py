@@ -609,10 +609,8 @@ def test_only_query_errors_are_swallowed(message: str, is_query: bool) -> None:
 
 # -- SQLite: the trigram index (revision 0007) -------------------------------------------------
 @pytest.fixture
-def sqlite_store(tmp_path: Path) -> Iterator[Store]:
-    url = f"sqlite:///{tmp_path}/state.db"
-    migrate.upgrade(url)
-    with Store.open(url) as opened:
+def sqlite_store(migrated_sqlite_url: str) -> Iterator[Store]:
+    with Store.open(migrated_sqlite_url) as opened:
         yield opened
 
 
