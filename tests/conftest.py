@@ -109,7 +109,7 @@ def _truncate(url: str) -> None:
 def migrated_sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One SQLite file migrated to head per test process, never opened by a store.
 
-    Each test gets its own copy (``store_url``): the full Alembic upgrade cost ~140 ms a
+    Each test gets its own copy (``migrated_sqlite_url``): the full Alembic upgrade cost ~140 ms a
     test, a copy with SQLite's backup API 2-3 ms. The copy is page for page what the upgrade
     makes (same schema, ``alembic_version`` and rows; both in the rollback journal until a
     store opens them). Tests of the upgrade itself start from ``empty_url`` instead.
