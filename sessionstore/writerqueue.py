@@ -319,26 +319,23 @@ class _Waiter:
         except BaseException:
             # Interrupted (Ctrl-C): nobody would release a lock handed to this claim.
             self._withdraw(claim)
-            raise
-        if answered and claim.fd is not None:
-            # Set before the answer: read without taking the thread's condition.
-            return claim.fd
-        with self._changed:
             if claim.fd is not None:
-                return claim.fd
-            if claim.error is not None:
-                raise claim.error
-            if self._claim is claim:
-                self._claim = None
+                self.release(claim.fd)
+            raise
+        if not answered:
+            self._withdraw(claim)
+        # Set by the thread before its answer, or before the withdrawal: final either way.
+        if claim.fd is not None:
+            return claim.fd
+        if claim.error is not None:
+            raise claim.error
         raise QueueTimeout(f"waited {timeout_s:.2f}s behind other writers of this store")
 
     def _withdraw(self, claim: _Claim) -> None:
+        """From now on the thread answers ``claim`` no more; what it answered stays in it."""
         with self._changed:
             if self._claim is claim:
                 self._claim = None
-            fd = claim.fd
-        if fd is not None:
-            self.release(fd)
 
     def release(self, fd: int) -> None:
         try:
