@@ -26,7 +26,9 @@ goes first, so machine drift hits both sides alike:
 * ``list_sessions_rich(limit=50)``;
 * loading a 2 000-message session (``get_messages``) and a 100-message one
   (``get_messages_as_conversation``);
-* import + open + first read in a fresh interpreter.
+* import + open + first read in a fresh interpreter;
+* six writer processes, each appending 300 messages to its own session, wall time (median of
+  three runs a side; a full SQLite run only, as ``--writers 6 --writer-messages 300`` does).
 
 It prints one table: workload, Hermes, sessionstore, ratio, the issue-12 target, PASS/MISS.
 
@@ -34,7 +36,7 @@ With ``--url postgresql+psycopg://...`` sessionstore runs on a scratch database 
 server (loaded with COPY, dropped at the end); the table then also compares PostgreSQL append
 and search with sessionstore on SQLite. The baseline always stays on SQLite.
 
-``--writers 1,6`` switches to the multi-process mode: for each count, that many processes each
+``--writers 1,6`` switches to the multi-process mode alone: for each count, that many processes each
 open their own store and append ``--writer-messages`` messages to their own session; the table
 gives the wall time for all of them, messages/s and p50/p99 append latency for Hermes (real
 Hermes processes) and for sessionstore, and the wall-time ratio.
@@ -1224,12 +1226,17 @@ class Plan:
     load_reps: int
     warmup: int
     startup_reps: int
+    # Item 5 (six writer processes) in a plain run; 0 leaves it to ``--writers``. A quick run
+    # skips it: its 27 s would be most of a quick run.
+    writer_count: int
+    writer_messages: int
+    writer_runs: int
 
 
 FULL_PLAN = Plan(append_reps=1500, turn_reps=250, search_reps=7, list_reps=200, load_reps=60,
-                 warmup=20, startup_reps=15)
+                 warmup=20, startup_reps=15, writer_count=6, writer_messages=300, writer_runs=3)
 QUICK_PLAN = Plan(append_reps=200, turn_reps=30, search_reps=3, list_reps=30, load_reps=10,
-                  warmup=3, startup_reps=3)
+                  warmup=3, startup_reps=3, writer_count=0, writer_messages=0, writer_runs=0)
 
 
 def search_function(db: SessionDB) -> tuple[Callable[[str], list[dict[str, Any]]] | None, str]:
@@ -1652,31 +1659,37 @@ def run_writers(kind: str, location: str, count: int, message_total: int,
     )
 
 
-def writers_mode(args: argparse.Namespace, workdir: Path, hermes_file: Path,
-                 target: Target, source: HermesSource) -> list[Row]:
-    counts = [int(part) for part in args.writers.split(",") if part.strip()]
-    hermes = (str(args.hermes_cache), str(workdir / "hermes_home")) if source.real else None
+def writer_rows(counts: Sequence[int], writer_messages: int, writer_runs: int,
+                workdir: Path, hermes_file: Path, target: Target, source: HermesSource,
+                hermes_cache: Path) -> tuple[list[Row], list[WriterFigures]]:
+    """One row per writer count: the median wall of ``writer_runs`` runs on each side."""
+    hermes = (str(hermes_cache), str(workdir / "hermes_home")) if source.real else None
     figures: list[WriterFigures] = []
     rows: list[Row] = []
     for count in counts:
         walls: dict[str, list[float]] = {"hermes": [], "sessionstore": []}
-        for repeat in range(args.writer_runs):
+        for repeat in range(writer_runs):
             # A fresh copy per run: every run starts from the same file. Alternating which
             # side goes first, as the single-process workloads do.
             base_copy = workdir / f"hermes_writers_{count}_{repeat}.db"
             copy_sqlite_file(hermes_file, base_copy)
             order = [("hermes", str(base_copy)), ("sessionstore", target.url)]
             for kind, location in order if repeat % 2 == 0 else reversed(order):
-                figure = run_writers(kind, location, count, args.writer_messages, hermes)
+                figure = run_writers(kind, location, count, writer_messages, hermes)
                 walls[kind].append(figure.wall_s)
                 figures.append(figure)
-        rows.append(Row(f"{count} writer processes x {args.writer_messages} appends, wall",
+        rows.append(Row(f"{count} writer processes x {writer_messages} appends, wall",
                         statistics.median(walls["hermes"]),
                         statistics.median(walls["sessionstore"]),
                         "<=1.00" if count > 1 else "report",
-                        f"median of {args.writer_runs} runs each"))
+                        f"median of {writer_runs} runs each (issue 12 item 5)"))
         logger.info("writers=%d done", count)
-    print(f"\nMulti-process append_message: {args.writer_messages} messages per writer, "
+    return rows, figures
+
+
+def print_writer_figures(figures: Sequence[WriterFigures], writer_messages: int,
+                         target: Target, source: HermesSource) -> None:
+    print(f"\nMulti-process append_message: {writer_messages} messages per writer, "
           "one session per writer")
     header = ("store", "writers", "wall", "messages/s", "mean", "p50", "p99", "errors")
     lines = [
@@ -1697,7 +1710,6 @@ def writers_mode(args: argparse.Namespace, workdir: Path, hermes_file: Path,
     print("  ".join("-" * w for w in widths))
     for line in lines:
         print("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)))
-    return rows
 
 
 def source_label(source: HermesSource) -> str:
@@ -1771,7 +1783,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         "(e.g. append, turn, search, list, load, all)")
     parser.add_argument("--only", action="append", default=[], metavar="WORKLOAD",
                         help="time only workloads starting with this text (search, list, load, "
-                        "append, turn; append and turn always run together)")
+                        "append, turn, startup, writers; append and turn always run together)")
     parser.add_argument("--keep", action="store_true",
                         help="keep the PostgreSQL scratch database (its URL is printed)")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
@@ -1842,7 +1854,10 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{source_label(source)}; files in {workdir}")
         plan = QUICK_PLAN if args.quick else FULL_PLAN
         if args.writers:
-            rows = writers_mode(args, workdir, hermes_file, target, source)
+            counts = [int(part) for part in args.writers.split(",") if part.strip()]
+            rows, figures = writer_rows(counts, args.writer_messages, args.writer_runs, workdir,
+                                        hermes_file, target, source, args.hermes_cache)
+            print_writer_figures(figures, args.writer_messages, target, source)
             print()
             print_table(rows, target.label, source_label(source))
             return 1 if args.check and any(row.verdict == "MISS" for row in rows) else 0
@@ -1867,11 +1882,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.only or "startup" in args.only:
             rows += startup_rows(source, baseline_file, target.url, corpus.long_session_id,
                                  home, plan.startup_reps)
+        writer_figures: list[WriterFigures] = []
+        # Item 5 is measured on the embedded default, against Hermes on its own SQLite file.
+        if plan.writer_count and target.label == "SQLite" and (
+                not args.only or "writers" in args.only):
+            writer_table, writer_figures = writer_rows(
+                [plan.writer_count], plan.writer_messages, plan.writer_runs, workdir,
+                hermes_file, target, source, args.hermes_cache)
+            rows += writer_table
         logger.info("workloads timed in %.1f s", time.perf_counter() - started)
         print()
         print_table(rows, target.label, source_label(source))
         for note in notes:
             print(f"- {note}")
+        if writer_figures:
+            print_writer_figures(writer_figures, plan.writer_messages, target, source)
         for workload, report in profiler.reports().items():
             print(f"\n## cProfile, sessionstore side of: {workload}\n{report}")
         missed = [row for row in rows if row.verdict == "MISS"]
