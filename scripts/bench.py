@@ -1234,7 +1234,7 @@ class Plan:
 
 
 FULL_PLAN = Plan(append_reps=1500, turn_reps=250, search_reps=7, list_reps=200, load_reps=60,
-                 warmup=20, startup_reps=15, writer_count=6, writer_messages=300, writer_runs=3)
+                 warmup=20, startup_reps=21, writer_count=6, writer_messages=300, writer_runs=3)
 QUICK_PLAN = Plan(append_reps=200, turn_reps=30, search_reps=3, list_reps=30, load_reps=10,
                   warmup=3, startup_reps=3, writer_count=0, writer_messages=0, writer_runs=0)
 
@@ -1521,12 +1521,22 @@ def startup_rows(source: HermesSource, hermes_path: Path, our_url: str, session_
             subprocess.run([sys.executable, "-c", code], check=True, env=environment)
             samples[kind].append(time.perf_counter() - started)
     floor = statistics.median(samples["floor"])
-    ours = statistics.median(samples["ours"])
+    # What the target bounds is our cost over the floor. Each round starts the floor and ours
+    # back to back, so the median of the rounds' differences cancels the drift of a loaded
+    # machine, which moves the two medians apart by tens of ms from run to run; the median
+    # of our own starts is printed beside it.
+    over_floor = statistics.median(
+        ours - floor_start for ours, floor_start in zip(samples["ours"], samples["floor"],
+                                                        strict=True)
+    )
     hermes = statistics.median(samples["hermes"]) if source.real else None
     return [
-        Row("startup: import+open+first read", hermes, ours, f"<~{floor + STARTUP_ALLOWANCE_S}",
-            f"fresh interpreter; target: SQLAlchemy's import ({floor * 1e3:.0f} ms) + 60 ms "
-            "(issue 12 item 4, engineer 'house')"),
+        Row("startup: import+open+first read", hermes, floor + over_floor,
+            f"<~{floor + STARTUP_ALLOWANCE_S}",
+            f"fresh interpreter, {reps} rounds; ours = the floor + the median of each round's "
+            f"difference ({over_floor * 1e3:+.0f} ms; median of our own starts "
+            f"{statistics.median(samples['ours']) * 1e3:.0f} ms); target: SQLAlchemy's import "
+            f"({floor * 1e3:.0f} ms) + 60 ms (issue 12 item 4, engineer 'house')"),
     ]
 
 
