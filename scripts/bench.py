@@ -1900,6 +1900,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 [plan.writer_count], plan.writer_messages, plan.writer_runs, workdir,
                 hermes_file, target, source, args.hermes_cache)
             rows += writer_table
+        elif "writers" in args.only:
+            logger.warning("no writer row in this run (--quick, or not on SQLite): "
+                           "--writers 6 times it alone")
         logger.info("workloads timed in %.1f s", time.perf_counter() - started)
         print()
         print_table(rows, target.label, source_label(source))
