@@ -9,13 +9,13 @@ under ``CI=true``: CI must never pass by not testing.
 from __future__ import annotations
 
 import os
-import sqlite3
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from real_hermes import backup_copy
 from sqlalchemy.engine import Engine, make_url
 
 from sessionstore import migrate
@@ -119,21 +119,10 @@ def migrated_sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _copy_sqlite_file(source: Path, target: Path) -> None:
-    origin, copy = sqlite3.connect(source), sqlite3.connect(target)
-    try:
-        origin.backup(copy)
-    finally:
-        copy.close()
-        origin.close()
-
-
 @pytest.fixture
 def migrated_sqlite_url(migrated_sqlite_template: Path, tmp_path: Path) -> str:
     """A migrated, empty SQLite store of this test's own (``tmp_path/state.db``)."""
-    path = tmp_path / "state.db"
-    _copy_sqlite_file(migrated_sqlite_template, path)
-    return f"sqlite:///{path}"
+    return f"sqlite:///{backup_copy(migrated_sqlite_template, tmp_path / 'state.db')}"
 
 
 @pytest.fixture(params=DIALECTS)
