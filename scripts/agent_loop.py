@@ -24,7 +24,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sessionstore.facade import SessionDB
+from sessionstore.api.session_db import SessionDB
 
 MODEL = "anthropic/claude-sonnet-4"
 MODEL_CONFIG = {"temperature": 0.3, "max_tokens": 8192, "reasoning_effort": "medium"}

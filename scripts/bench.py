@@ -88,7 +88,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from sessionstore.facade import SessionDB
+from sessionstore.api.session_db import SessionDB
 
 logger = logging.getLogger("bench")
 
@@ -145,7 +145,7 @@ def unpacked_hermes(cache: Path) -> Path:
 
 def load_real_hermes(cache: Path, home: Path) -> HermesSource:
     """Import the real ``hermes_state`` as ``real_hermes_state`` (never as ``hermes_state``,
-    which would clash with ``sessionstore.hermes_state`` users); None when it cannot be had."""
+    which would clash with ``sessionstore.hermes.state`` users); None when it cannot be had."""
     try:
         root = unpacked_hermes(cache)
     except (OSError, subprocess.SubprocessError, StopIteration, zipfile.BadZipFile) as exc:
@@ -1491,7 +1491,7 @@ STARTUP_SNIPPETS = {
         "db.get_session({session!r}); db.close()"
     ),
     "ours": (
-        "from sessionstore.facade import SessionDB; db = SessionDB(url={url!r}); "
+        "from sessionstore.api.session_db import SessionDB; db = SessionDB(url={url!r}); "
         "db.get_session({session!r}); db.close()"
     ),
 }

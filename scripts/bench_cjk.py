@@ -62,8 +62,8 @@ def cjk(rng: random.Random) -> str:
 
 def fill(path: Path, total: int, seed: int = 7) -> None:
     """The corpus, written by a raw connection in one transaction (the triggers index it)."""
-    from sessionstore import migrate
-    from sessionstore.config import sqlite_url
+    from sessionstore.schema import migrate
+    from sessionstore.storage.config import sqlite_url
 
     migrate.upgrade(sqlite_url(path))
     rng = random.Random(seed)

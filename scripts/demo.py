@@ -13,9 +13,9 @@ import argparse
 import time
 import uuid
 
-from sessionstore import migrate
-from sessionstore.config import resolve_url
-from sessionstore.facade import SessionDB
+from sessionstore.api.session_db import SessionDB
+from sessionstore.schema import migrate
+from sessionstore.storage.config import resolve_url
 
 SAMPLE_SOURCE = "sessionstore-demo"
 

@@ -2,10 +2,10 @@
 
     python scripts/make_legacy_fixtures.py OUTDIR
 
-The builders live in `tests/legacy.py` and `tests/legacy_later.py` (v7..v17), where the
-tests import them; this script only loads
-that module by path (the tests directory is not a package) and writes the set, so a person can
-open the very files the tests upgrade, e.g. `sqlite3 OUTDIR/hermes_v3_duplicate_titles.db`.
+The builders live in `tests/support/legacy_v1_v6.py` and `tests/support/legacy_v7_v17.py` (v7..v17),
+where the tests import them; this script only loads that module by path (the tests directory is not
+a package) and writes the set, so a person can open the very files the tests upgrade, e.g. `sqlite3
+OUTDIR/hermes_v3_duplicate_titles.db`.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-TESTS_DIR = Path(__file__).resolve().parent.parent / "tests"
-BUILDERS_PATH = TESTS_DIR / "legacy.py"
-LATER_BUILDERS_PATH = TESTS_DIR / "legacy_later.py"
+TESTS_DIR = Path(__file__).resolve().parent.parent / "tests" / "support"
+BUILDERS_PATH = TESTS_DIR / "legacy_v1_v6.py"
+LATER_BUILDERS_PATH = TESTS_DIR / "legacy_v7_v17.py"
 
 
-def load_builders(path: Path = BUILDERS_PATH, name: str = "legacy") -> ModuleType:
+def load_builders(path: Path = BUILDERS_PATH, name: str = "legacy_v1_v6") -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load the fixture builders from {BUILDERS_PATH}")
@@ -43,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
         spec = specs[path.name]
         variant = f", {spec.variant}" if spec.variant else ""
         print(f"{path}  (Hermes v{spec.version} DDL{variant})")
-    later = load_builders(LATER_BUILDERS_PATH, "legacy_later")  # imports "legacy", loaded above
+    # legacy_v7_v17 imports legacy_v1_v6, loaded above.
+    later = load_builders(LATER_BUILDERS_PATH, "legacy_v7_v17")
     for path, (_, version, variant_name) in zip(
         later.write_later_fixture_set(args.out_dir), later.LATER_FIXTURES, strict=True
     ):

@@ -27,14 +27,14 @@ times per second while the writers append: every append must still be stored exa
 (retried when the connection was lost before COMMIT, found rather than repeated when it was
 lost during COMMIT) and no caller may see the error.
 
-The scenarios are the long versions of tests/test_faults.py and share its machinery
-(tests/faultlib.py).
+The scenarios are the long versions of tests/storage/test_faults.py and share its machinery
+(tests/support/faultlib.py).
 
 ``--storm`` is the fair-waiting scenario: --processes writers (6 by default) append as fast as
 they can while a foreign program holds ``BEGIN IMMEDIATE`` for --hold-seconds; it prints the
 worst single append's wait (the goal: no more than the hold plus 0.3 s), the typical append
 under contention, failures and the lost count. ``--openers`` is the many-openers scenario of
-tests/test_multi_opener.py at length: --openers-per-process ``SessionDB`` objects in each of
+tests/storage/test_multi_opener.py at length: --openers-per-process ``SessionDB`` objects in each of
 --processes processes, plus raw ``sqlite3`` programs inserting with Hermes's statements and
 closing the file again and again; it prints the lost count and the worst wait. Both exit 1 on
 any loss or failure (and --storm on a wait over the goal).
@@ -56,7 +56,7 @@ import time
 import uuid
 from pathlib import Path
 
-TESTS_DIR = Path(__file__).resolve().parents[1] / "tests"
+TESTS_DIR = Path(__file__).resolve().parents[1] / "tests" / "support"
 sys.path.insert(0, str(TESTS_DIR))
 
 import faultlib  # noqa: E402 - found through the path above
@@ -273,7 +273,7 @@ def _await_go(go: str) -> dict[str, float]:
 def _timed_writer(url: str, tag: str, openers: int, go: str, out: str, budget: float) -> None:
     """Append from ``openers`` SessionDB objects (a thread each) while the plan says; log waits."""
     from sessionstore import SessionDB
-    from sessionstore.retry import RetryPolicy
+    from sessionstore.storage.retry import RetryPolicy
 
     dbs = [SessionDB(url=url, retry=RetryPolicy(budget_s=budget)) for _ in range(openers)]
     results: list[dict[str, object]] = [{} for _ in range(openers)]

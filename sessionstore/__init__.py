@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING, Any
 # our own modules' imports. CPython 3.11+ keeps frames in 16 KB chunks and unmaps a chunk as
 # soon as the frame at its start returns. SQLAlchemy's import, run a few of our imports
 # deeper, had a hot loop straddling a chunk edge: ~900 mmap/munmap pairs with their page
-# faults, 8 ms of system time per start (strace and getrusage of ``from sessionstore.facade
+# faults, 8 ms of system time per start (strace and getrusage of ``from sessionstore.api.session_db
 # import SessionDB``). From here 40-560 pairs across caller depths 0-12 (before: 300-1,260),
 # near a bare ``import sqlalchemy``'s 50-270.
 import sqlalchemy  # noqa: F401
 
+from .api.session_db import SessionDB
 from .errors import (
     ConstraintViolationError,
     DriverMissingError,
@@ -36,12 +37,11 @@ from .errors import (
     ValueOutOfRangeError,
     WriteOutcomeUnknownError,
 )
-from .facade import SessionDB
-from .retry import RetryPolicy
-from .store import Store
+from .storage.retry import RetryPolicy
+from .storage.store import Store
 
 if TYPE_CHECKING:
-    from .async_facade import AsyncSessionDB
+    from .api.async_session_db import AsyncSessionDB
 
 __version__ = "0.1.0"
 
@@ -73,7 +73,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # Imported on first use: a sync program never pays for asyncio and the async layer.
     if name == "AsyncSessionDB":
-        from .async_facade import AsyncSessionDB
+        from .api.async_session_db import AsyncSessionDB
 
         return AsyncSessionDB
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -43,7 +43,7 @@ class SchemaOutOfDateError(SessionStoreError):
 
 class SchemaMissingError(SchemaOutOfDateError):
     """The database has no session tables yet (a new file or database): create the schema with
-    ``sessionstore.migrate.upgrade(url)`` (or ``sessionstore db upgrade``) before using it.
+    ``sessionstore.schema.migrate.upgrade(url)`` (or ``sessionstore db upgrade``) before using it.
     ``SessionDB`` does that itself; a bare ``Store`` never migrates."""
 
 

@@ -1,112 +1,15 @@
-"""Usage figures of a store: sessions and messages per source; tokens and cost per model and day.
+"""``sessionstore.stats`` is now :mod:`sessionstore.sessions.stats` (usage figures).
 
-Plain dicts (JSON-ready) computed in a handful of aggregate statements; the per-day figures
-stream the sessions' start times once and bucket them by local calendar day.
+The old path stays importable, as the very same module object, because earlier READMEs named
+it; new code imports the new path.
 """
 
-from __future__ import annotations
+import sys
+from typing import TYPE_CHECKING
 
-from collections import defaultdict
-from datetime import datetime
-from typing import Any
+from .sessions import stats as _moved
 
-from sqlalchemy import ColumnElement, func, select
-from sqlalchemy.engine import Connection
+if TYPE_CHECKING:
+    from .sessions.stats import *  # noqa: F403
 
-from .tables import messages_table as messages
-from .tables import sessions_table as sessions
-
-
-def _cost() -> ColumnElement[Any]:
-    return func.coalesce(sessions.c.actual_cost_usd, sessions.c.estimated_cost_usd, 0.0)
-
-
-def _local_day(timestamp: float) -> str:
-    return datetime.fromtimestamp(float(timestamp)).date().isoformat()
-
-
-def collect_stats(conn: Connection, days: int) -> dict[str, Any]:
-    """``totals``, ``sources``, ``models`` and the most recent ``days`` days that had sessions."""
-    sources = _per_source(conn)
-    models = _per_model(conn)
-    totals = {
-        "sessions": sum(row["sessions"] for row in sources),
-        "messages": sum(row["messages"] for row in sources),
-        "input_tokens": sum(row["input_tokens"] for row in models),
-        "output_tokens": sum(row["output_tokens"] for row in models),
-        "cost_usd": round(sum(row["cost_usd"] for row in models), 6),
-    }
-    return {"totals": totals, "sources": sources, "models": models, "days": _per_day(conn, days)}
-
-
-def _per_source(conn: Connection) -> list[dict[str, Any]]:
-    session_rows = conn.execute(
-        select(sessions.c.source, func.count()).group_by(sessions.c.source)
-    ).all()
-    message_rows: dict[Any, int] = {
-        source: int(count)
-        for source, count in conn.execute(
-            select(sessions.c.source, func.count(messages.c.id))
-            .select_from(messages.join(sessions, sessions.c.id == messages.c.session_id))
-            .group_by(sessions.c.source)
-        )
-    }
-    return sorted(
-        (
-            {
-                "source": str(source),
-                "sessions": int(count),
-                "messages": int(message_rows.get(source, 0)),
-            }
-            for source, count in session_rows
-        ),
-        key=lambda row: (-row["sessions"], row["source"]),
-    )
-
-
-def _per_model(conn: Connection) -> list[dict[str, Any]]:
-    model_rows = conn.execute(
-        select(
-            sessions.c.model,
-            func.count(),
-            func.sum(func.coalesce(sessions.c.input_tokens, 0)),
-            func.sum(func.coalesce(sessions.c.output_tokens, 0)),
-            func.sum(_cost()),
-        ).group_by(sessions.c.model)
-    ).all()
-    return sorted(
-        (
-            {
-                "model": model,
-                "sessions": int(count),
-                "input_tokens": int(input_tokens or 0),
-                "output_tokens": int(output_tokens or 0),
-                "cost_usd": round(float(cost or 0.0), 6),
-            }
-            for model, count, input_tokens, output_tokens, cost in model_rows
-        ),
-        key=lambda row: (-(row["input_tokens"] + row["output_tokens"]), str(row["model"])),
-    )
-
-
-def _per_day(conn: Connection, days: int) -> list[dict[str, Any]]:
-    per_day: dict[str, dict[str, Any]] = defaultdict(
-        lambda: {"sessions": 0, "tokens": 0, "cost_usd": 0.0}
-    )
-    day_rows = conn.execution_options(yield_per=5000).execute(
-        select(
-            sessions.c.started_at,
-            func.coalesce(sessions.c.input_tokens, 0) + func.coalesce(sessions.c.output_tokens, 0),
-            _cost(),
-        )
-    )
-    for started_at, tokens, cost in day_rows:
-        bucket = per_day[_local_day(started_at)]
-        bucket["sessions"] += 1
-        bucket["tokens"] += int(tokens or 0)
-        bucket["cost_usd"] += float(cost or 0.0)
-    recent = sorted(per_day)[-days:] if days > 0 else []
-    return [
-        {"day": day, **per_day[day], "cost_usd": round(per_day[day]["cost_usd"], 6)}
-        for day in recent
-    ]
+sys.modules[__name__] = _moved

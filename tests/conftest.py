@@ -9,17 +9,25 @@ under ``CI=true``: CI must never pass by not testing.
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from real_hermes import backup_copy
 from sqlalchemy.engine import Engine, make_url
 
-from sessionstore import migrate
-from sessionstore.engine import create_store_engine
+# The shared test machinery (Hermes file builders, fault and opener programs, the real-Hermes
+# runner) lives in tests/support/ and is imported by its module names, here and in the
+# subprocesses those programs start.
+SUPPORT_DIR = Path(__file__).resolve().parent / "support"
+sys.path.insert(0, str(SUPPORT_DIR))
+
+from real_hermes import backup_copy  # noqa: E402
+
+from sessionstore.schema import migrate  # noqa: E402
+from sessionstore.storage.engine import create_store_engine  # noqa: E402
 
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 DIALECTS = ["sqlite", "postgresql"]

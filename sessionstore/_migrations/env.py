@@ -4,12 +4,12 @@ Where the database comes from, in order: a connection or engine injected by the 
 (``config.attributes["connection"]``: with a connection the caller owns the transaction; with
 an engine, the open store's own, the upgrade below runs on it: ``SessionDB`` builds one engine
 per store and migrates on it), ``-x url=...``, the
-``sqlalchemy.url`` option set by ``sessionstore.migrate``, ``SESSIONSTORE_URL``, the default
+``sqlalchemy.url`` option set by ``sessionstore.schema.migrate``, ``SESSIONSTORE_URL``, the default
 SQLite file. With a URL, the whole upgrade runs in ONE write transaction (``BEGIN IMMEDIATE`` on
 SQLite, an advisory lock on PostgreSQL): a second process upgrading at the same time waits, then
 finds nothing to do; a process killed half-way leaves the old schema intact.
 
-Before the chain runs, legacy Hermes files are adopted (``sessionstore.legacy``); after it, a
+Before the chain runs, legacy Hermes files are adopted (``sessionstore.schema.legacy``); after it, a
 missing full-text index is re-created and filled from the existing messages.
 """
 
@@ -21,14 +21,14 @@ from alembic import context
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection, Engine
 
-from sessionstore import legacy
 from sessionstore._migrations import search_ddl
 from sessionstore._migrations.chain_state import HERMES_SCHEMA_BEFORE_CHAIN
-from sessionstore.config import resolve_url
 from sessionstore.dialects import dialect_for
-from sessionstore.engine import create_store_engine
-from sessionstore.models import SEARCH_OBJECT_NAMES, Base
-from sessionstore.retry import RetryPolicy, run_with_retry
+from sessionstore.schema import legacy
+from sessionstore.schema.models import SEARCH_OBJECT_NAMES, Base
+from sessionstore.storage.config import resolve_url
+from sessionstore.storage.engine import create_store_engine
+from sessionstore.storage.retry import RetryPolicy, run_with_retry
 
 config = context.config
 

@@ -83,12 +83,12 @@ def set_schema_version(version: int) -> None:
     )
 
 
-# A frozen copy of the runtime's lineage rule (``sessionstore.titles``, which a migration must
-# not import: an old revision never changes when the runtime does). "name #3" is number 3 of
+# A frozen copy of the runtime's lineage rule (``sessionstore.sessions.titles``, which a migration
+# must not import: an old revision never changes when the runtime does). "name #3" is number 3 of
 # "name" only with ASCII digits and a non-empty base, over the whole title. Hermes's own regex
-# (``^(.*?) #(\d+)$``) also takes other scripts' digits, an empty base and a trailing newline,
-# but every title Hermes writes is stripped and numbered with ASCII digits, so both read the
-# titles Hermes writes alike; ours does not misread "Chapter #٣" as a number.
+# (``^(.*?) #(\d+)$``) also takes other scripts' digits, an empty base and a trailing newline, but
+# every title Hermes writes is stripped and numbered with ASCII digits, so both read the titles
+# Hermes writes alike; ours does not misread "Chapter #٣" as a number.
 _LINEAGE = re.compile(r"(.+?) #([0-9]+)", re.DOTALL)
 
 
@@ -97,7 +97,7 @@ def renumber_duplicate_titles() -> int:
 
     Within each group of equal titles the oldest session (by started_at, then id) keeps the
     title; each later one becomes ``base #N`` with N one above the highest number the lineage
-    already uses (a plain title counts as #1), by the rule of ``sessionstore.titles`` (our
+    already uses (a plain title counts as #1), by the rule of ``sessionstore.sessions.titles`` (our
     ``get_next_title_in_lineage``), frozen here as ``_LINEAGE``. No session and no title is
     dropped. Returns how many rows were renamed.
     """

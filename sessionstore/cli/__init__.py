@@ -7,11 +7,12 @@ they share (errors, global options, how a store is opened) and :mod:`._output` h
 Conventions every verb follows:
 
 - the store is ``--url`` (before or after the verb; a URL, or a plain path to a SQLite file;
-  empty is a usage error), else the URL rules of :mod:`sessionstore.config`;
+  empty is a usage error), else the URL rules of :mod:`sessionstore.storage.config`;
 - a verb that reads never migrates: a store that is not at the current schema is refused with
   the command that upgrades it (``db upgrade``, which backs a SQLite file up first); ``import``
   alone creates a store that does not exist yet;
-- every command a message suggests is exact for the same store (:mod:`sessionstore.commands`);
+- every command a message suggests is exact for the same store
+  (:mod:`sessionstore.storage.command_hints`);
 - ``--json`` prints machine-readable output wherever a table would be shown;
 - errors, usage errors included, are one line on stderr (``--debug`` shows the traceback); exit
   status 0 is success, 1 a failure, 2 a usage error;
@@ -27,7 +28,7 @@ from __future__ import annotations
 import gc
 from typing import NoReturn
 
-from ..stats import collect_stats
+from ..sessions.stats import collect_stats
 from . import db, prune, search, sessions, stats, title, transfer
 from ._app import app
 from ._common import (

@@ -21,14 +21,14 @@ import typer
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
-from .. import legacy, migrate
-from ..commands import cli_command
-from ..config import resolve_url
 from ..dialects import database_file, dialect_for_url, file_url_object, translate_any_error
-from ..engine import create_store_engine
 from ..errors import SessionStoreError
-from ..repository import SessionRepository
-from ..store import Store
+from ..schema import legacy, migrate
+from ..sessions.repository import SessionRepository
+from ..storage.command_hints import cli_command
+from ..storage.config import resolve_url
+from ..storage.engine import create_store_engine
+from ..storage.store import Store
 from ._output import print_error, silence_broken_pipe
 
 P = ParamSpec("P")
@@ -283,7 +283,7 @@ def _open_for_reading(url: URL) -> Store:
         if not status.up_to_date:
             # A reading verb reads a store that has what it reads (a current Hermes file, a
             # newer one) as it is; only what it cannot read sends the user to `db upgrade`.
-            from ..facade import unreadable_reason
+            from ..api.session_db import unreadable_reason
 
             problem = store.read(unreadable_reason)
             if problem is not None:

@@ -15,12 +15,13 @@ from rich.text import Text
 from sqlalchemy import func, inspect, select
 from sqlalchemy.engine import URL, Connection
 
-from .. import doctor, legacy, migrate, transfer
 from ..dialects import backup_database, database_file
-from ..engine import create_store_engine
-from ..repository import SessionRepository
-from ..store import Store
-from ..tables import messages_table, sessions_table
+from ..ops import doctor, transfer
+from ..schema import legacy, migrate
+from ..sessions.repository import SessionRepository
+from ..sql.tables import messages_table, sessions_table
+from ..storage.engine import create_store_engine
+from ..storage.store import Store
 from . import _output as out
 from ._app import db_app
 from ._common import (

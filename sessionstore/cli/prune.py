@@ -18,9 +18,9 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from ..records import SessionRecord
-from ..repository import SessionRepository
-from ..store import Store
+from ..sessions.repository import SessionRepository
+from ..sql.records import SessionRecord
+from ..storage.store import Store
 from . import _output as out
 from ._app import app
 from ._common import (

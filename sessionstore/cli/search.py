@@ -7,17 +7,11 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from ..repository import SessionRepository
 from ..search import ContextMessage, SearchHit
+from ..sessions.repository import SessionRepository
 from . import _output as out
 from ._app import app
-from ._common import (
-    JsonOption,
-    cli_state,
-    open_store,
-    report_errors,
-    short_ids,
-)
+from ._common import JsonOption, cli_state, open_store, report_errors, short_ids
 
 CONTEXT_LINE_CHARS = 160
 

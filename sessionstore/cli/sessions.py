@@ -14,9 +14,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ..codec import decode_json
-from ..records import MessageRecord, SessionListing, SessionRecord
-from ..repository import SessionRepository
+from ..sessions.repository import SessionRepository
+from ..sql.codec import decode_json
+from ..sql.records import MessageRecord, SessionListing, SessionRecord
 from . import _output as out
 from ._app import sessions_app
 from ._common import (

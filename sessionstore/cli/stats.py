@@ -8,15 +8,10 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from ..stats import collect_stats
+from ..sessions.stats import collect_stats
 from . import _output as out
 from ._app import app
-from ._common import (
-    JsonOption,
-    cli_state,
-    open_store,
-    report_errors,
-)
+from ._common import JsonOption, cli_state, open_store, report_errors
 
 
 @app.command("stats")

@@ -6,17 +6,10 @@ from typing import Annotated
 
 import typer
 
-from ..repository import SessionRepository
+from ..sessions.repository import SessionRepository
 from . import _output as out
 from ._app import title_app
-from ._common import (
-    CliError,
-    JsonOption,
-    cli_state,
-    open_store,
-    report_errors,
-    resolve_ref,
-)
+from ._common import CliError, JsonOption, cli_state, open_store, report_errors, resolve_ref
 
 
 @title_app.command("set")

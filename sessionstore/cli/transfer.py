@@ -14,10 +14,10 @@ from typing import IO, Annotated
 
 import typer
 
-from .. import doctor
-from ..repository import SessionRepository
-from ..store import Store
-from ..transfer import export_jsonl, import_jsonl
+from ..ops import doctor
+from ..ops.transfer import export_jsonl, import_jsonl
+from ..sessions.repository import SessionRepository
+from ..storage.store import Store
 from . import _output as out
 from ._app import app
 from ._common import (

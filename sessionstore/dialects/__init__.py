@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from ..errors import SessionStoreError
     from ..search.index import SearchIndex
-    from ..writerqueue import WriterQueue
+    from ..storage.writers_queue import WriterQueue
 
     UpsertInsert = SqliteInsert | PgInsert
 

@@ -12,7 +12,6 @@ from sqlalchemy.dialects.postgresql import Insert, insert
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 
-from .. import forksafety
 from ..errors import (
     DriverMissingError,
     ReadOnlyStoreError,
@@ -23,6 +22,7 @@ from ..errors import (
     UnsupportedValueError,
     ValueOutOfRangeError,
 )
+from ..storage import fork_safety as forksafety
 from . import IntegrityViolation, missing_core_table
 
 if TYPE_CHECKING:
@@ -220,7 +220,7 @@ class PostgreSQLDialect:
     @property
     def search_index(self) -> SearchIndex:
         # Imported on first search: opening a store needs none of it.
-        from .postgresql_search import PostgreSQLSearchIndex
+        from ..search.postgresql import PostgreSQLSearchIndex
 
         return PostgreSQLSearchIndex()
 

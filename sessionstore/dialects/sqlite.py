@@ -17,10 +17,10 @@ writing into, and acknowledged writes vanish. So:
   larger, by SQLite's own "file is not a database" on the first read, which is before any write;
 - backups go through SQLite's online backup API (``SQLiteDialect.backup``);
 - sizes and existence are checked with ``stat``/``access``, which open nothing;
-- the writers' queue (:mod:`sessionstore.writerqueue`) locks a *different* file,
+- the writers' queue (:mod:`sessionstore.storage.writers_queue`) locks a *different* file,
   ``<db>-writelock``, which SQLite never uses;
 - after ``fork()`` the child closes its inherited connections through SQLite before any use
-  (:mod:`sessionstore.forksafety`).
+  (:mod:`sessionstore.storage.fork_safety`).
 
 What can still break the guarantee is code outside SQLite that opens the file: in a process that
 also holds SQLite connections to it, closing that descriptor drops their locks (SQLite's own
@@ -47,7 +47,6 @@ from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import SingletonThreadPool
 
-from .. import forksafety
 from ..errors import (
     ReadOnlyStoreError,
     SchemaMissingError,
@@ -56,7 +55,8 @@ from ..errors import (
     StoreUnavailableError,
     UnsupportedValueError,
 )
-from ..writerqueue import WriterQueue
+from ..storage import fork_safety as forksafety
+from ..storage.writers_queue import WriterQueue
 from . import IntegrityViolation, missing_core_table
 
 if TYPE_CHECKING:
@@ -299,7 +299,7 @@ class SQLiteDialect:
     @property
     def search_index(self) -> SearchIndex:
         # Imported on first search: opening a store needs none of it.
-        from .sqlite_search import SQLiteSearchIndex
+        from ..search.sqlite import SQLiteSearchIndex
 
         return SQLiteSearchIndex()
 

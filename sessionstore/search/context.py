@@ -21,9 +21,9 @@ from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.selectable import NamedFromClause
 
 from ..dialects import dialect_for, json_list
-from ..message_content import STORED_ON_POSTGRESQL_PREFIX, text_of
-from ..statements import HotReads
-from ..tables import messages_table
+from ..sql.message_content import STORED_ON_POSTGRESQL_PREFIX, text_of
+from ..sql.statements import HotReads
+from ..sql.tables import messages_table
 from .hits import CONTEXT_CONTENT_CHARS, ContextMessage
 
 _STATEMENTS: weakref.WeakKeyDictionary[Engine, HotReads] = weakref.WeakKeyDictionary()

@@ -3,7 +3,7 @@
 Each dialect (:mod:`sessionstore.dialects`) owns one object of this shape, as Alembic keeps one
 ``DefaultImpl`` per database and sqlite-utils keeps its full-text verbs on one table object: it
 matches words and substrings, and knows how to find, build, rebuild, check and optimize its own
-objects (whose names live in :mod:`sessionstore.dialects.search_names`). The search service,
+objects (whose names live in :mod:`sessionstore.search.names`). The search service,
 the doctor and the CLI ask ``dialect_for(conn).search_index``; none of them names a database.
 """
 

@@ -25,7 +25,7 @@ from sqlalchemy import TextClause, bindparam, text
 from sqlalchemy.engine import Connection
 
 from ..dialects import dialect_for, json_list
-from ..validation import bindable, integer
+from ..sql.validation import bindable, integer
 
 MAX_ROW_COUNT: Final = 2**63 - 1
 SORT_ORDERS: Final = (None, "newest", "oldest")

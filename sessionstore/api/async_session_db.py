@@ -1,0 +1,814 @@
+"""``AsyncSessionDB``: the ``SessionDB`` API for asyncio programs (a chat gateway serving
+many conversations from one event loop), which never blocks the loop.
+
+Every ``SessionDB`` method is here as a coroutine with the same name, arguments, defaults,
+result shapes and errors: each *is* the sync method, run by
+:class:`~sessionstore.storage.async_store.AsyncStore` (see there for the threads, the retry in the
+event loop and what cancellation does). The static helpers (``sanitize_title``,
+``sanitize_fts5_query``, ``contains_cjk``) do no I/O and stay plain functions.
+
+The constructor takes ``SessionDB``'s arguments and does no I/O: the store is opened (and
+migrated, as ``SessionDB`` does) in a thread by ``await db.open()``, ``async with``, or the
+first call. The mirrored methods are generated (``scripts/gen_async_api.py``) from
+``SessionDB``; a test fails when one is missing or differs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ..storage.async_store import AsyncStore, StoreClosedError, single_attempt
+from ..storage.retry import RetryPolicy
+from ..storage.store import Store
+from .async_repository import AsyncSessionRepository
+from .session_db import SessionDB
+
+T = TypeVar("T")
+
+ALIAS = "db"
+NOT_MIRRORED = frozenset({"close"})
+READ_METHODS = frozenset({
+    "get_session", "resolve_session_id", "get_session_title", "get_session_by_title",
+    "resolve_session_by_title", "get_next_title_in_lineage", "get_compression_tip",
+    "list_sessions_rich", "distinct_session_cwds", "get_messages",
+    "get_messages_as_conversation", "has_archived_messages", "list_recent_user_messages",
+    "has_platform_message_id", "get_compression_lock_holder",
+    "get_compression_failure_cooldown", "get_meta", "find_latest_gateway_session_for_peer",
+    "get_handoff_state", "list_pending_handoffs", "search_messages", "search_sessions",
+    "session_count", "message_count", "export_session", "export_all",
+    "resolve_resume_session_id", "get_messages_around", "get_anchored_view",
+    "search_sessions_by_id", "list_cron_job_runs", "count_empty_sessions",
+})  # fmt: skip
+
+
+class AsyncSessionDB:
+    """``SessionDB`` as coroutines; ``async with AsyncSessionDB(...) as db`` or
+    ``await db.close()``. One instance serves one event loop at a time."""
+
+    MAX_TITLE_LENGTH = SessionDB.MAX_TITLE_LENGTH
+    sanitize_title = staticmethod(SessionDB.sanitize_title)
+    sanitize_fts5_query = staticmethod(SessionDB.sanitize_fts5_query)
+    contains_cjk = staticmethod(SessionDB.contains_cjk)
+
+    def __init__(
+        self,
+        db_path: str | os.PathLike[str] | None = None,
+        *,
+        url: str | None = None,
+        read_only: bool = False,
+        auto_migrate: bool = True,
+        retry: RetryPolicy | None = None,
+        busy_timeout_s: float = 1.0,
+        backup_on_adopt: bool = True,
+    ) -> None:
+        """``SessionDB``'s arguments; ``retry`` is the event loop's retry of each call."""
+        if db_path is not None and url is not None:
+            raise ValueError("give db_path or url, not both")
+        self._db_path = db_path
+        self._url = url
+        self._read_only = read_only
+        self._auto_migrate = auto_migrate
+        self._retry = retry or RetryPolicy()
+        self._busy_timeout_s = busy_timeout_s
+        self._backup_on_adopt = backup_on_adopt
+        self._sync: SessionDB | None = None
+        self._runner: AsyncStore | None = None
+        self._repository: AsyncSessionRepository | None = None
+        self._opening: asyncio.Future[None] | None = None
+        self._closed = False
+
+    # -- opening and closing ------------------------------------------------------------------
+    async def open(self) -> AsyncSessionDB:
+        """Open (and migrate, unless ``auto_migrate=False``) the store, in a thread. Calling it
+        again does nothing; a cancelled open still finishes, and the next call uses it."""
+        await self._opened()
+        return self
+
+    async def _opened(self) -> tuple[SessionDB, AsyncStore]:
+        if self._closed:
+            raise StoreClosedError("this AsyncSessionDB is closed")
+        if self._sync is not None and self._runner is not None:
+            return self._sync, self._runner
+        if self._opening is None:
+            self._opening = asyncio.get_running_loop().run_in_executor(None, self._open_sync)
+        opening = self._opening
+        try:
+            # Shielded: a cancelled caller must not leave a store opened by nobody.
+            await asyncio.shield(opening)
+        except BaseException:
+            if opening.done() and opening.exception() is not None:
+                self._opening = None  # a failed open may be tried again
+            raise
+        assert self._sync is not None and self._runner is not None
+        return self._sync, self._runner
+
+    def _open_sync(self) -> None:
+        db = SessionDB(
+            self._db_path,
+            url=self._url,
+            read_only=self._read_only,
+            auto_migrate=self._auto_migrate,
+            retry=single_attempt(self._retry),
+            busy_timeout_s=self._busy_timeout_s,
+            backup_on_adopt=self._backup_on_adopt,
+        )
+        self._runner = AsyncStore(db.store, retry=self._retry, closer=db.close)
+        self._sync = db
+
+    async def close(self) -> None:
+        """Wait for the writes in progress, then close the store (idempotent)."""
+        self._closed = True
+        opening = self._opening
+        if opening is not None and not opening.done():
+            await asyncio.wait({opening})
+        if self._runner is not None:
+            await self._runner.close()
+
+    async def __aenter__(self) -> AsyncSessionDB:
+        return await self.open()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- what SessionDB exposes besides its methods -------------------------------------------
+    def _require_open(self) -> SessionDB:
+        if self._sync is None:
+            raise StoreClosedError("not open yet: `await db.open()` (or `async with`) first")
+        return self._sync
+
+    @property
+    def url(self) -> str:
+        return self._require_open().url
+
+    @property
+    def db_path(self) -> Path | None:
+        return self._require_open().db_path
+
+    @property
+    def adoption_backup(self) -> Path | None:
+        return self._require_open().adoption_backup
+
+    @property
+    def store(self) -> Store:
+        """The sync store underneath (its retry policy is a single attempt)."""
+        return self._require_open().store
+
+    @property
+    def async_store(self) -> AsyncStore:
+        self._require_open()
+        assert self._runner is not None
+        return self._runner
+
+    @property
+    def repository(self) -> AsyncSessionRepository:
+        """The typed repository, as coroutines, on the same store and threads."""
+        sync = self._require_open()
+        if self._repository is None:
+            self._repository = AsyncSessionRepository(self.async_store, sync.repository)
+        return self._repository
+
+    # -- the runner's two doors ---------------------------------------------------------------
+    async def _read(self, call: Callable[[SessionDB], T]) -> T:
+        db, runner = await self._opened()
+        return await runner.read(functools.partial(call, db))
+
+    async def _write(self, call: Callable[[SessionDB], T]) -> T:
+        db, runner = await self._opened()
+        return await runner.write(functools.partial(call, db))
+
+    # --- generated by scripts/gen_async_api.py from SessionDB: do not edit by hand ---
+    async def create_session(
+        self,
+        session_id: str,
+        source: str,
+        model: str | None = None,
+        model_config: dict[str, Any] | None = None,
+        system_prompt: str | None = None,
+        user_id: str | None = None,
+        parent_session_id: str | None = None,
+        **extra: Any,
+    ) -> str:
+        return await self._write(
+            lambda db: db.create_session(
+                session_id,
+                source,
+                model,
+                model_config,
+                system_prompt,
+                user_id,
+                parent_session_id,
+                **extra,
+            )
+        )
+
+    async def end_session(self, session_id: str, end_reason: str) -> None:
+        return await self._write(lambda db: db.end_session(session_id, end_reason))
+
+    async def reopen_session(self, session_id: str) -> None:
+        return await self._write(lambda db: db.reopen_session(session_id))
+
+    async def update_system_prompt(self, session_id: str, system_prompt: str) -> None:
+        return await self._write(lambda db: db.update_system_prompt(session_id, system_prompt))
+
+    async def update_token_counts(
+        self,
+        session_id: str,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        model: str | None = None,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
+        reasoning_tokens: int = 0,
+        estimated_cost_usd: float | None = None,
+        actual_cost_usd: float | None = None,
+        cost_status: str | None = None,
+        cost_source: str | None = None,
+        pricing_version: str | None = None,
+        billing_provider: str | None = None,
+        billing_base_url: str | None = None,
+        billing_mode: str | None = None,
+        api_call_count: int = 0,
+        absolute: bool = False,
+    ) -> None:
+        return await self._write(
+            lambda db: db.update_token_counts(
+                session_id,
+                input_tokens,
+                output_tokens,
+                model,
+                cache_read_tokens,
+                cache_write_tokens,
+                reasoning_tokens,
+                estimated_cost_usd,
+                actual_cost_usd,
+                cost_status,
+                cost_source,
+                pricing_version,
+                billing_provider,
+                billing_base_url,
+                billing_mode,
+                api_call_count,
+                absolute,
+            )
+        )
+
+    async def ensure_session(
+        self,
+        session_id: str,
+        source: str = 'unknown',
+        model: str | None = None,
+        **extra: Any,
+    ) -> str:
+        return await self._write(lambda db: db.ensure_session(session_id, source, model, **extra))
+
+    async def get_session(self, session_id: str) -> dict[str, Any] | None:
+        return await self._read(lambda db: db.get_session(session_id))
+
+    async def resolve_session_id(self, session_id_or_prefix: str) -> str | None:
+        return await self._read(lambda db: db.resolve_session_id(session_id_or_prefix))
+
+    async def set_session_title(self, session_id: str, title: str | None) -> bool:
+        return await self._write(lambda db: db.set_session_title(session_id, title))
+
+    async def get_session_title(self, session_id: str) -> str | None:
+        return await self._read(lambda db: db.get_session_title(session_id))
+
+    async def get_session_by_title(self, title: str) -> dict[str, Any] | None:
+        return await self._read(lambda db: db.get_session_by_title(title))
+
+    async def resolve_session_by_title(self, title: str) -> str | None:
+        return await self._read(lambda db: db.resolve_session_by_title(title))
+
+    async def get_next_title_in_lineage(self, base_title: str) -> str:
+        return await self._read(lambda db: db.get_next_title_in_lineage(base_title))
+
+    async def get_compression_tip(self, session_id: str) -> str | None:
+        return await self._read(lambda db: db.get_compression_tip(session_id))
+
+    async def list_sessions_rich(
+        self,
+        source: str | None = None,
+        exclude_sources: Sequence[str] | None = None,
+        limit: int = 20,
+        offset: int = 0,
+        include_children: bool = False,
+        project_compression_tips: bool = True,
+        include_archived: bool = False,
+        archived_only: bool = False,
+        cwd_prefix: str | None = None,
+        min_message_count: int = 0,
+        order_by_last_active: bool = False,
+        id_query: str | None = None,
+    ) -> list[dict[str, Any]]:
+        return await self._read(
+            lambda db: db.list_sessions_rich(
+                source,
+                exclude_sources,
+                limit,
+                offset,
+                include_children,
+                project_compression_tips,
+                include_archived,
+                archived_only,
+                cwd_prefix,
+                min_message_count,
+                order_by_last_active,
+                id_query,
+            )
+        )
+
+    async def set_session_archived(self, session_id: str, archived: bool = True) -> bool:
+        return await self._write(lambda db: db.set_session_archived(session_id, archived))
+
+    async def distinct_session_cwds(self, include_archived: bool = False) -> list[dict[str, Any]]:
+        return await self._read(lambda db: db.distinct_session_cwds(include_archived))
+
+    async def update_session_cwd(
+        self,
+        session_id: str,
+        cwd: str | None,
+        git_branch: str | None = None,
+        git_repo_root: str | None = None,
+    ) -> bool:
+        return await self._write(
+            lambda db: db.update_session_cwd(
+                session_id,
+                cwd,
+                git_branch,
+                git_repo_root,
+            )
+        )
+
+    async def backfill_repo_roots(self, cwd_to_root: Mapping[str, str]) -> int:
+        return await self._write(lambda db: db.backfill_repo_roots(cwd_to_root))
+
+    async def append_message(
+        self,
+        session_id: str,
+        role: str,
+        content: str | None = None,
+        tool_name: str | None = None,
+        tool_calls: Any = None,
+        tool_call_id: str | None = None,
+        token_count: int | None = None,
+        finish_reason: str | None = None,
+        reasoning: str | None = None,
+        reasoning_details: Any = None,
+        codex_reasoning_items: Any = None,
+        reasoning_content: str | None = None,
+        codex_message_items: Any = None,
+        platform_message_id: str | None = None,
+        observed: bool = False,
+        timestamp: float | None = None,
+    ) -> int:
+        return await self._write(
+            lambda db: db.append_message(
+                session_id,
+                role,
+                content,
+                tool_name,
+                tool_calls,
+                tool_call_id,
+                token_count,
+                finish_reason,
+                reasoning,
+                reasoning_details,
+                codex_reasoning_items,
+                reasoning_content,
+                codex_message_items,
+                platform_message_id,
+                observed,
+                timestamp,
+            )
+        )
+
+    async def append_messages(
+        self,
+        session_id: str,
+        messages: Sequence[Mapping[str, Any]],
+    ) -> list[int]:
+        return await self._write(lambda db: db.append_messages(session_id, messages))
+
+    async def get_messages(
+        self,
+        session_id: str,
+        include_inactive: bool = False,
+    ) -> list[dict[str, Any]]:
+        return await self._read(lambda db: db.get_messages(session_id, include_inactive))
+
+    async def get_messages_as_conversation(
+        self,
+        session_id: str,
+        include_ancestors: bool = False,
+        include_inactive: bool = False,
+    ) -> list[dict[str, Any]]:
+        return await self._read(
+            lambda db: db.get_messages_as_conversation(
+                session_id,
+                include_ancestors,
+                include_inactive,
+            )
+        )
+
+    async def clear_messages(self, session_id: str) -> None:
+        return await self._write(lambda db: db.clear_messages(session_id))
+
+    async def delete_session(
+        self,
+        session_id: str,
+        sessions_dir: str | os.PathLike[str] | None = None,
+    ) -> bool:
+        return await self._write(lambda db: db.delete_session(session_id, sessions_dir))
+
+    async def delete_sessions(
+        self,
+        session_ids: Sequence[str],
+        sessions_dir: str | os.PathLike[str] | None = None,
+    ) -> int:
+        return await self._write(lambda db: db.delete_sessions(session_ids, sessions_dir))
+
+    async def delete_session_if_empty(
+        self,
+        session_id: str,
+        sessions_dir: str | os.PathLike[str] | None = None,
+    ) -> bool:
+        return await self._write(lambda db: db.delete_session_if_empty(session_id, sessions_dir))
+
+    async def prune_empty_ghost_sessions(
+        self,
+        sessions_dir: str | os.PathLike[str] | None = None,
+    ) -> int:
+        return await self._write(lambda db: db.prune_empty_ghost_sessions(sessions_dir))
+
+    async def update_session_model(self, session_id: str, model: str | None) -> bool:
+        return await self._write(lambda db: db.update_session_model(session_id, model))
+
+    async def update_session_meta(
+        self,
+        session_id: str,
+        model_config_json: str | None,
+        model: str | None = None,
+    ) -> bool:
+        return await self._write(
+            lambda db: db.update_session_meta(
+                session_id,
+                model_config_json,
+                model,
+            )
+        )
+
+    async def update_session_billing_route(
+        self,
+        session_id: str,
+        *,
+        provider: str,
+        base_url: str,
+        billing_mode: str | None = None,
+    ) -> bool:
+        return await self._write(
+            lambda db: db.update_session_billing_route(
+                session_id,
+                provider=provider,
+                base_url=base_url,
+                billing_mode=billing_mode,
+            )
+        )
+
+    async def rewind_to_message(self, session_id: str, target_message_id: int) -> dict[str, Any]:
+        return await self._write(lambda db: db.rewind_to_message(session_id, target_message_id))
+
+    async def restore_rewound(self, session_id: str, since_message_id: int) -> int:
+        return await self._write(lambda db: db.restore_rewound(session_id, since_message_id))
+
+    async def list_recent_user_messages(
+        self,
+        session_id: str,
+        limit: int = 20,
+        include_inactive: bool = False,
+    ) -> list[dict[str, Any]]:
+        return await self._read(
+            lambda db: db.list_recent_user_messages(
+                session_id,
+                limit,
+                include_inactive,
+            )
+        )
+
+    async def has_archived_messages(self, session_id: str) -> bool:
+        return await self._read(lambda db: db.has_archived_messages(session_id))
+
+    async def archive_and_compact(
+        self,
+        session_id: str,
+        compacted_messages: Sequence[Mapping[str, Any]],
+    ) -> int:
+        return await self._write(lambda db: db.archive_and_compact(session_id, compacted_messages))
+
+    async def replace_messages(
+        self,
+        session_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        active_only: bool = False,
+    ) -> int:
+        return await self._write(lambda db: db.replace_messages(session_id, messages, active_only))
+
+    async def has_platform_message_id(self, session_id: str, platform_message_id: str) -> bool:
+        return await self._read(
+            lambda db: db.has_platform_message_id(
+                session_id,
+                platform_message_id,
+            )
+        )
+
+    async def try_acquire_compression_lock(
+        self,
+        session_id: str,
+        holder: str,
+        ttl_seconds: float = 300.0,
+    ) -> bool:
+        return await self._write(
+            lambda db: db.try_acquire_compression_lock(
+                session_id,
+                holder,
+                ttl_seconds,
+            )
+        )
+
+    async def refresh_compression_lock(
+        self,
+        session_id: str,
+        holder: str,
+        ttl_seconds: float = 300.0,
+    ) -> bool:
+        return await self._write(
+            lambda db: db.refresh_compression_lock(
+                session_id,
+                holder,
+                ttl_seconds,
+            )
+        )
+
+    async def release_compression_lock(self, session_id: str, holder: str) -> bool:
+        return await self._write(lambda db: db.release_compression_lock(session_id, holder))
+
+    async def get_compression_lock_holder(self, session_id: str) -> str | None:
+        return await self._read(lambda db: db.get_compression_lock_holder(session_id))
+
+    async def record_compression_failure_cooldown(
+        self,
+        session_id: str,
+        cooldown_until: float,
+        error: str | None = None,
+    ) -> bool:
+        return await self._write(
+            lambda db: db.record_compression_failure_cooldown(
+                session_id,
+                cooldown_until,
+                error,
+            )
+        )
+
+    async def get_compression_failure_cooldown(self, session_id: str) -> dict[str, Any] | None:
+        return await self._read(lambda db: db.get_compression_failure_cooldown(session_id))
+
+    async def clear_compression_failure_cooldown(self, session_id: str) -> bool:
+        return await self._write(lambda db: db.clear_compression_failure_cooldown(session_id))
+
+    async def get_meta(self, key: str) -> str | None:
+        return await self._read(lambda db: db.get_meta(key))
+
+    async def set_meta(self, key: str, value: str | None) -> None:
+        return await self._write(lambda db: db.set_meta(key, value))
+
+    async def record_gateway_session_peer(
+        self,
+        session_id: str,
+        *,
+        source: str | None = None,
+        user_id: str | None = None,
+        session_key: str | None = None,
+        chat_id: str | None = None,
+        chat_type: str | None = None,
+        thread_id: str | None = None,
+    ) -> bool:
+        return await self._write(
+            lambda db: db.record_gateway_session_peer(
+                session_id,
+                source=source,
+                user_id=user_id,
+                session_key=session_key,
+                chat_id=chat_id,
+                chat_type=chat_type,
+                thread_id=thread_id,
+            )
+        )
+
+    async def find_latest_gateway_session_for_peer(
+        self,
+        *,
+        source: str,
+        user_id: str | None = None,
+        session_key: str | None = None,
+        chat_id: str | None = None,
+        chat_type: str | None = None,
+        thread_id: str | None = None,
+    ) -> dict[str, Any] | None:
+        return await self._read(
+            lambda db: db.find_latest_gateway_session_for_peer(
+                source=source,
+                user_id=user_id,
+                session_key=session_key,
+                chat_id=chat_id,
+                chat_type=chat_type,
+                thread_id=thread_id,
+            )
+        )
+
+    async def request_handoff(self, session_id: str, platform: str) -> bool:
+        return await self._write(lambda db: db.request_handoff(session_id, platform))
+
+    async def get_handoff_state(self, session_id: str) -> dict[str, Any] | None:
+        return await self._read(lambda db: db.get_handoff_state(session_id))
+
+    async def list_pending_handoffs(self) -> list[dict[str, Any]]:
+        return await self._read(lambda db: db.list_pending_handoffs())
+
+    async def claim_handoff(self, session_id: str) -> bool:
+        return await self._write(lambda db: db.claim_handoff(session_id))
+
+    async def complete_handoff(self, session_id: str) -> bool:
+        return await self._write(lambda db: db.complete_handoff(session_id))
+
+    async def fail_handoff(self, session_id: str, error: str | None) -> bool:
+        return await self._write(lambda db: db.fail_handoff(session_id, error))
+
+    async def prune_sessions(
+        self,
+        older_than_days: int = 90,
+        source: str | None = None,
+        sessions_dir: str | os.PathLike[str] | None = None,
+    ) -> int:
+        return await self._write(
+            lambda db: db.prune_sessions(
+                older_than_days,
+                source,
+                sessions_dir,
+            )
+        )
+
+    async def prune_sessions_before(self, cutoff: float, source: str | None = None) -> int:
+        return await self._write(lambda db: db.prune_sessions_before(cutoff, source))
+
+    async def search_messages(
+        self,
+        query: str,
+        source_filter: Sequence[str] | None = None,
+        exclude_sources: Sequence[str] | None = None,
+        role_filter: Sequence[str] | None = None,
+        limit: int = 20,
+        offset: int = 0,
+        sort: str | None = None,
+        include_inactive: bool = False,
+    ) -> list[dict[str, Any]]:
+        return await self._read(
+            lambda db: db.search_messages(
+                query,
+                source_filter,
+                exclude_sources,
+                role_filter,
+                limit,
+                offset,
+                sort,
+                include_inactive,
+            )
+        )
+
+    async def search_sessions(
+        self,
+        source: str | None = None,
+        limit: int = 20,
+        offset: int = 0,
+    ) -> list[dict[str, Any]]:
+        return await self._read(lambda db: db.search_sessions(source, limit, offset))
+
+    async def session_count(
+        self,
+        source: str | None = None,
+        include_archived: bool = False,
+        archived_only: bool = False,
+        exclude_children: bool = False,
+        exclude_sources: Sequence[str] | None = None,
+        cwd_prefix: str | None = None,
+        min_message_count: int = 0,
+    ) -> int:
+        return await self._read(
+            lambda db: db.session_count(
+                source,
+                include_archived,
+                archived_only,
+                exclude_children,
+                exclude_sources,
+                cwd_prefix,
+                min_message_count,
+            )
+        )
+
+    async def message_count(self, session_id: str | None = None) -> int:
+        return await self._read(lambda db: db.message_count(session_id))
+
+    async def export_session(self, session_id: str) -> dict[str, Any] | None:
+        return await self._read(lambda db: db.export_session(session_id))
+
+    async def export_all(self, source: str | None = None) -> list[dict[str, Any]]:
+        return await self._read(lambda db: db.export_all(source))
+
+    async def resolve_resume_session_id(self, session_id: str) -> str:
+        return await self._read(lambda db: db.resolve_resume_session_id(session_id))
+
+    async def get_messages_around(
+        self,
+        session_id: str,
+        around_message_id: int,
+        window: int = 5,
+    ) -> dict[str, Any]:
+        return await self._read(
+            lambda db: db.get_messages_around(
+                session_id,
+                around_message_id,
+                window,
+            )
+        )
+
+    async def get_anchored_view(
+        self,
+        session_id: str,
+        around_message_id: int,
+        window: int = 5,
+        bookend: int = 3,
+        keep_roles: tuple[str, ...] | None = ('user', 'assistant'),
+    ) -> dict[str, Any]:
+        return await self._read(
+            lambda db: db.get_anchored_view(
+                session_id,
+                around_message_id,
+                window,
+                bookend,
+                keep_roles,
+            )
+        )
+
+    async def search_sessions_by_id(
+        self,
+        query: str,
+        limit: int = 20,
+        include_archived: bool = True,
+    ) -> list[dict[str, Any]]:
+        return await self._read(lambda db: db.search_sessions_by_id(query, limit, include_archived))
+
+    async def list_cron_job_runs(
+        self,
+        job_id: str,
+        limit: int = 20,
+        offset: int = 0,
+    ) -> list[dict[str, Any]]:
+        return await self._read(lambda db: db.list_cron_job_runs(job_id, limit, offset))
+
+    async def finalize_orphaned_compression_sessions(self) -> int:
+        return await self._write(lambda db: db.finalize_orphaned_compression_sessions())
+
+    async def count_empty_sessions(self) -> int:
+        return await self._read(lambda db: db.count_empty_sessions())
+
+    async def delete_empty_sessions(
+        self,
+        sessions_dir: str | os.PathLike[str] | None = None,
+    ) -> int:
+        return await self._write(lambda db: db.delete_empty_sessions(sessions_dir))
+
+    async def optimize_fts(self) -> int:
+        return await self._write(lambda db: db.optimize_fts())
+
+    async def vacuum(self) -> int:
+        return await self._write(lambda db: db.vacuum())
+
+    async def maybe_auto_prune_and_vacuum(
+        self,
+        retention_days: int = 90,
+        min_interval_hours: int = 24,
+        vacuum: bool = True,
+        sessions_dir: str | os.PathLike[str] | None = None,
+    ) -> dict[str, Any]:
+        return await self._write(
+            lambda db: db.maybe_auto_prune_and_vacuum(
+                retention_days,
+                min_interval_hours,
+                vacuum,
+                sessions_dir,
+            )
+        )
+    # --- end of generated methods ---

@@ -1,0 +1,892 @@
+"""``SessionDB``: the Hermes v6 session store API, as a drop-in over the typed repository.
+
+Same names, arguments, defaults and dict shapes as Hermes's ``hermes_state.SessionDB``; a Hermes
+user changes one import. Rows come back as plain dicts keyed by column name. Opening a store
+runs the migrations when it is not at head (legacy Hermes files included) unless
+``auto_migrate=False``; opening an up-to-date store costs one small read and no Alembic work.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.engine import Connection, Engine, make_url
+
+from ..dialects import dialect_for_url
+from ..errors import SchemaOutOfDateError
+from ..schema import legacy, migrate
+from ..schema.adoption import backup_before_adoption
+from ..search import contains_cjk as _contains_cjk
+from ..search import sanitize_fts5_query as _sanitize_fts5_query
+from ..sessions import titles
+from ..sessions.cleanup import (
+    Cleanup,
+    delete_with_transcripts,
+    remove_transcripts,
+    sessions_directory,
+)
+from ..sessions.gateway import Gateway
+from ..sessions.leases import DEFAULT_TTL_S, Leases, Meta
+from ..sessions.lineage import Lineage, rank_by_id
+from ..sessions.maintenance import Maintenance, auto_prune_and_vacuum
+from ..sessions.repository import NewMessage, SessionRepository, _prune_cutoff, row_count
+from ..sessions.rewind import MessageStates
+from ..sessions.windows import MessageWindows
+from ..sql.codec import decode_json
+from ..sql.message_content import decode_content
+from ..sql.records import MESSAGE_FIELDS, SESSION_FIELDS
+from ..sql.validation import INT64_MAX, bindable
+from ..storage.command_hints import cli_command
+from ..storage.config import resolve_url, sqlite_url
+from ..storage.retry import RetryPolicy
+from ..storage.store import Store
+
+logger = logging.getLogger(__name__)
+
+
+class SessionDB:
+    """SQLite- (or PostgreSQL-) backed session storage with full-text search.
+
+    Thread-safe: many threads may share one instance. On SQLite, writers queue in the kernel
+    (threads, other instances, other processes: ``sessionstore.storage.writers_queue``) and wait for
+    foreign programs with a bounded retry; after ``fork()`` both processes may go on using
+    the same instance.
+
+    Opening a store that needs a migration while another process is migrating it waits for
+    that migration (up to the migration budget of 10 minutes, not ``retry``'s): the store
+    cannot be used before its schema is ready, and giving up half-way would help nobody.
+    """
+
+    MAX_TITLE_LENGTH = titles.MAX_TITLE_LENGTH
+
+    def __init__(
+        self,
+        db_path: str | os.PathLike[str] | None = None,
+        *,
+        url: str | None = None,
+        read_only: bool = False,
+        auto_migrate: bool = True,
+        retry: RetryPolicy | None = None,
+        busy_timeout_s: float = 1.0,
+        backup_on_adopt: bool = True,
+    ) -> None:
+        """Open (and migrate, unless ``auto_migrate=False``) the store.
+
+        The first time a file sessionstore did not write (a Hermes ``state.db``) is migrated,
+        it is backed up first with SQLite's backup API; the copy's path is in
+        ``adoption_backup`` (and a warning is logged). ``backup_on_adopt=False`` skips that.
+        A ``?mode=ro`` SQLite URL opens read-only, like ``read_only=True``.
+        """
+        if db_path is not None and url is not None:
+            raise ValueError("give db_path or url, not both")
+        resolved = sqlite_url(db_path) if db_path is not None else resolve_url(url)
+        parsed = make_url(resolved)
+        self.url = resolved
+        dialect = dialect_for_url(parsed)
+        self.db_path: Path | None = dialect.database_file(parsed)
+        self.adoption_backup: Path | None = None
+        read_only = read_only or (
+            self.db_path is not None and dialect.requests_read_only(parsed)
+        )
+
+        def prepare(engine: Engine) -> None:
+            # On the store's own engine: one engine per store, for the check and a migration.
+            self.adoption_backup = self._prepare_schema(
+                engine, resolved, auto_migrate, backup_on_adopt
+            )
+
+        self._store = Store.open(
+            parsed,
+            read_only=read_only,
+            retry=retry,
+            busy_timeout_s=busy_timeout_s,
+            prepare=None if read_only else prepare,
+        )
+        if read_only:
+            upgrade = cli_command(resolved, "db", "upgrade")
+            problem = self._store.read(
+                lambda conn: unreadable_reason(conn, upgrade_command=upgrade)
+            )
+            if problem is not None:
+                self._store.close()
+                raise SchemaOutOfDateError(problem)
+        self._repo = SessionRepository(self._store)
+        self._states = MessageStates(self._store, self._repo)
+        self._leases = Leases(self._store)
+        self._meta = Meta(self._store)
+        self._gateway = Gateway(self._store)
+        self._lineage = Lineage(self._store)
+        self._windows = MessageWindows(self._store)
+        self._cleanup = Cleanup(self._store)
+        self._maintenance = Maintenance(self._store)
+
+    @staticmethod
+    def _prepare_schema(
+        engine: Engine, url: str, auto_migrate: bool, backup: bool
+    ) -> Path | None:
+        """Check the schema (two small reads when it is current) and migrate if needed;
+        the adoption backup's path when one was taken."""
+        state = migrate.state(engine)
+        status = migrate.status_from(state)
+        if status.up_to_date:
+            return None
+        if not auto_migrate:
+            raise SchemaOutOfDateError(
+                f"this store is at revision {status.revision or 'none'} (Hermes schema "
+                f"{status.schema_version or 'none'}), not {status.head}; run "
+                f"`{cli_command(url, 'db', 'upgrade')}` or open it with auto_migrate=True"
+            )
+        copy = backup_before_adoption(url, state) if backup else None
+        migrate.upgrade(engine)
+        return copy
+
+    @property
+    def store(self) -> Store:
+        return self._store
+
+    @property
+    def repository(self) -> SessionRepository:
+        return self._repo
+
+    def close(self) -> None:
+        self._store.close()
+
+    def __enter__(self) -> SessionDB:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- static helpers ---------------------------------------------------------------------
+    @staticmethod
+    def sanitize_title(title: str | None) -> str | None:
+        return titles.sanitize_title(title)
+
+    @staticmethod
+    def sanitize_fts5_query(query: str) -> str:
+        return _sanitize_fts5_query(query)
+
+    @staticmethod
+    def contains_cjk(text: str) -> bool:
+        return _contains_cjk(text)
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def create_session(
+        self,
+        session_id: str,
+        source: str,
+        model: str | None = None,
+        model_config: dict[str, Any] | None = None,
+        system_prompt: str | None = None,
+        user_id: str | None = None,
+        parent_session_id: str | None = None,
+        **extra: Any,
+    ) -> str:
+        """Create a session if it is new. Later-Hermes columns come as keywords
+        (``session_key``, ``chat_id``, ``chat_type``, ``thread_id``, ``cwd``, ``git_branch``,
+        ``git_repo_root``); on an existing session they fill only what is still empty."""
+        return self._repo.create_session(
+            session_id,
+            source,
+            model=model,
+            model_config=model_config,
+            system_prompt=system_prompt,
+            user_id=user_id,
+            parent_session_id=parent_session_id,
+            extra=extra,
+        )
+
+    def end_session(self, session_id: str, end_reason: str) -> None:
+        self._repo.end_session(session_id, end_reason)
+
+    def reopen_session(self, session_id: str) -> None:
+        self._repo.reopen_session(session_id)
+
+    def update_system_prompt(self, session_id: str, system_prompt: str) -> None:
+        self._repo.update_system_prompt(session_id, system_prompt)
+
+    def update_token_counts(
+        self,
+        session_id: str,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        model: str | None = None,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
+        reasoning_tokens: int = 0,
+        estimated_cost_usd: float | None = None,
+        actual_cost_usd: float | None = None,
+        cost_status: str | None = None,
+        cost_source: str | None = None,
+        pricing_version: str | None = None,
+        billing_provider: str | None = None,
+        billing_base_url: str | None = None,
+        billing_mode: str | None = None,
+        api_call_count: int = 0,
+        absolute: bool = False,
+    ) -> None:
+        self._repo.update_token_counts(
+            session_id,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            model=model,
+            cache_read_tokens=cache_read_tokens,
+            cache_write_tokens=cache_write_tokens,
+            reasoning_tokens=reasoning_tokens,
+            estimated_cost_usd=estimated_cost_usd,
+            actual_cost_usd=actual_cost_usd,
+            cost_status=cost_status,
+            cost_source=cost_source,
+            pricing_version=pricing_version,
+            billing_provider=billing_provider,
+            billing_base_url=billing_base_url,
+            billing_mode=billing_mode,
+            absolute=absolute,
+            api_call_count=api_call_count,
+        )
+
+    def ensure_session(self, session_id: str, source: str = "unknown",
+                       model: str | None = None, **extra: Any) -> str:
+        """Create the session if it is missing; takes every keyword ``create_session`` takes
+        (which fill what an existing session still lacks, as there)."""
+        return self._repo.ensure_session(session_id, source, model, extra=extra)
+
+    def get_session(self, session_id: str) -> dict[str, Any] | None:
+        record = self._repo.get_session(session_id)
+        return None if record is None else record.to_dict()
+
+    def resolve_session_id(self, session_id_or_prefix: str) -> str | None:
+        return self._repo.resolve_session_id(session_id_or_prefix)
+
+    # -- titles -----------------------------------------------------------------------------
+    def set_session_title(self, session_id: str, title: str | None) -> bool:
+        return self._repo.set_session_title(session_id, title)
+
+    def get_session_title(self, session_id: str) -> str | None:
+        return self._repo.get_session_title(session_id)
+
+    def get_session_by_title(self, title: str) -> dict[str, Any] | None:
+        record = self._repo.get_session_by_title(title)
+        return None if record is None else record.to_dict()
+
+    def resolve_session_by_title(self, title: str) -> str | None:
+        return self._repo.resolve_session_by_title(title)
+
+    def get_next_title_in_lineage(self, base_title: str) -> str:
+        return self._repo.get_next_title_in_lineage(base_title)
+
+    # -- lineage and listing ----------------------------------------------------------------
+    def get_compression_tip(self, session_id: str) -> str | None:
+        return self._repo.get_compression_tip(session_id)
+
+    def list_sessions_rich(
+        self,
+        source: str | None = None,
+        exclude_sources: Sequence[str] | None = None,
+        limit: int = 20,
+        offset: int = 0,
+        include_children: bool = False,
+        project_compression_tips: bool = True,
+        include_archived: bool = False,
+        archived_only: bool = False,
+        cwd_prefix: str | None = None,
+        min_message_count: int = 0,
+        order_by_last_active: bool = False,
+        id_query: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Roots and branch children, newest first; delegate runs and archived sessions are
+        left out unless asked for (``include_children``, ``include_archived``).
+
+        Hermes 0.18's later keywords come after v6's positional parameters (Hermes's callers
+        pass them by name): ``min_message_count`` (only a positive int filters),
+        ``order_by_last_active`` (newest activity anywhere in a compression chain first) and
+        ``id_query`` (a case-insensitive substring of the id of the row or of any session in
+        its chain; honoured only with ``order_by_last_active``, as in Hermes).
+        ``search_query``, which a summary of later Hermes lists, is not accepted: Hermes
+        0.18 has no such parameter, and what it would mean is not known.
+        """
+        return self._repo.list_sessions_rich_dicts(
+            source=source,
+            exclude_sources=exclude_sources,
+            limit=limit,
+            offset=offset,
+            include_children=include_children,
+            project_compression_tips=project_compression_tips,
+            include_archived=include_archived,
+            archived_only=archived_only,
+            cwd_prefix=cwd_prefix,
+            min_message_count=min_message_count,
+            order_by_last_active=order_by_last_active,
+            id_query=id_query,
+        )
+
+    def set_session_archived(self, session_id: str, archived: bool = True) -> bool:
+        return self._repo.set_session_archived(session_id, archived)
+
+    def distinct_session_cwds(self, include_archived: bool = False) -> list[dict[str, Any]]:
+        return self._repo.distinct_session_cwds(include_archived)
+
+    def update_session_cwd(
+        self,
+        session_id: str,
+        cwd: str | None,
+        git_branch: str | None = None,
+        git_repo_root: str | None = None,
+    ) -> bool:
+        return self._repo.update_session_cwd(session_id, cwd, git_branch, git_repo_root)
+
+    def backfill_repo_roots(self, cwd_to_root: Mapping[str, str]) -> int:
+        """Fill ``git_repo_root`` from ``{cwd: root}`` where it is still empty (pairs with an
+        empty cwd or root are skipped, as in Hermes); how many sessions changed."""
+        return self._repo.backfill_repo_roots(
+            {cwd: root for cwd, root in cwd_to_root.items() if cwd and root}
+        )
+
+    # -- messages ---------------------------------------------------------------------------
+    def append_message(
+        self,
+        session_id: str,
+        role: str,
+        content: str | None = None,
+        tool_name: str | None = None,
+        tool_calls: Any = None,
+        tool_call_id: str | None = None,
+        token_count: int | None = None,
+        finish_reason: str | None = None,
+        reasoning: str | None = None,
+        reasoning_details: Any = None,
+        codex_reasoning_items: Any = None,
+        reasoning_content: str | None = None,
+        codex_message_items: Any = None,
+        platform_message_id: str | None = None,
+        observed: bool = False,
+        timestamp: float | None = None,
+    ) -> int:
+        message = self._repo.prepare_message(
+            role,
+            content,
+            tool_name=tool_name,
+            tool_calls=tool_calls,
+            tool_call_id=tool_call_id,
+            token_count=token_count,
+            finish_reason=finish_reason,
+            reasoning=reasoning,
+            reasoning_details=reasoning_details,
+            codex_reasoning_items=codex_reasoning_items,
+            reasoning_content=reasoning_content,
+            codex_message_items=codex_message_items,
+            platform_message_id=platform_message_id,
+            observed=observed,
+            timestamp=timestamp,
+        )
+        return self._repo.append_message(session_id, message)
+
+    def append_messages(
+        self, session_id: str, messages: Sequence[Mapping[str, Any]]
+    ) -> list[int]:
+        """Write one turn's new messages (OpenAI-shaped dicts) in one transaction.
+
+        Beyond Hermes: this is the write path an agent loop should use after each turn; the
+        counters move once and the turn is all-or-nothing.
+        """
+        prepared: list[NewMessage] = self._states.prepare(messages)
+        return self._repo.append_messages(session_id, prepared)
+
+    def get_messages(
+        self, session_id: str, include_inactive: bool = False
+    ) -> list[dict[str, Any]]:
+        """The session's rows in order; rewound and compaction-archived ones only with
+        ``include_inactive``."""
+        rows = []
+        for record in self._repo.get_messages(session_id, include_inactive):
+            row = record.to_dict()
+            row["content"] = decode_content(row["content"])
+            if row["tool_calls"]:
+                row["tool_calls"] = decode_json(row["tool_calls"], "tool_calls", record.id, [])
+            rows.append(row)
+        return rows
+
+    def get_messages_as_conversation(
+        self,
+        session_id: str,
+        include_ancestors: bool = False,
+        include_inactive: bool = False,
+    ) -> list[dict[str, Any]]:
+        """The session as OpenAI-shaped messages to replay (live rows only by default).
+
+        ``include_ancestors`` prepends the sessions this one continues after compression,
+        oldest first.
+        """
+        session_ids = [session_id]
+        if include_ancestors:
+            session_ids = [*self._repo.compression_ancestors(session_id), session_id]
+        conversation: list[dict[str, Any]] = []
+        for one in session_ids:
+            conversation += self._conversation_of(one, include_inactive)
+        return conversation
+
+    def _conversation_of(self, session_id: str, include_inactive: bool) -> list[dict[str, Any]]:
+        conversation = []
+        for record in self._repo.get_conversation(session_id, include_inactive):
+            # Hermes 0.18's keys, in its order.
+            content = decode_content(record.content)
+            message: dict[str, Any] = {"role": record.role, "content": content}
+            if record.timestamp:
+                message["timestamp"] = record.timestamp
+            if record.tool_call_id:
+                message["tool_call_id"] = record.tool_call_id
+            if record.tool_name:
+                message["tool_name"] = record.tool_name
+            if record.tool_calls:
+                message["tool_calls"] = decode_json(record.tool_calls, "tool_calls", record.id, [])
+            if record.platform_message_id:
+                message["message_id"] = record.platform_message_id
+            if record.observed:
+                message["observed"] = True
+            if record.role == "assistant":
+                if record.finish_reason:
+                    message["finish_reason"] = record.finish_reason
+                if record.reasoning:
+                    message["reasoning"] = record.reasoning
+                # Written whenever it is not NULL: an empty string counts (Kimi replay).
+                if record.reasoning_content is not None:
+                    message["reasoning_content"] = record.reasoning_content
+                if record.reasoning_details:
+                    message["reasoning_details"] = decode_json(
+                        record.reasoning_details, "reasoning_details", record.id, None
+                    )
+                if record.codex_reasoning_items:
+                    message["codex_reasoning_items"] = decode_json(
+                        record.codex_reasoning_items, "codex_reasoning_items", record.id, None
+                    )
+                if record.codex_message_items:
+                    message["codex_message_items"] = decode_json(
+                        record.codex_message_items, "codex_message_items", record.id, None
+                    )
+            conversation.append(message)
+        return conversation
+
+    def clear_messages(self, session_id: str) -> None:
+        self._repo.clear_messages(session_id)
+
+    def delete_session(
+        self, session_id: str, sessions_dir: str | os.PathLike[str] | None = None
+    ) -> bool:
+        """Delete a session with its delegate children; other children are orphaned. With
+        ``sessions_dir`` (Hermes's transcript directory), the transcript and request-dump files
+        of every session deleted go too (``sessionstore.sessions.cleanup.remove_transcripts``)."""
+        sessions_directory(sessions_dir)  # refused before anything else, as for the others
+        if not isinstance(session_id, str) or not bindable(session_id):
+            return False
+        deletion = delete_with_transcripts(
+            sessions_dir, lambda: self._repo.delete_sessions_detailed([session_id])
+        )
+        return deletion.total > 0
+
+    def delete_sessions(
+        self, session_ids: Sequence[str], sessions_dir: str | os.PathLike[str] | None = None
+    ) -> int:
+        """Delete these sessions (unknown ids skipped) with their delegate children, in one
+        transaction; how many of the given ids existed. ``sessions_dir`` as in
+        ``delete_session``."""
+        deletion = delete_with_transcripts(
+            sessions_dir, lambda: self._repo.delete_sessions_detailed(session_ids)
+        )
+        return deletion.total
+
+    def delete_session_if_empty(
+        self, session_id: str, sessions_dir: str | os.PathLike[str] | None = None
+    ) -> bool:
+        """Delete a session only while it has no title, no message and no child; its files in
+        ``sessions_dir`` go with it."""
+        directory = sessions_directory(sessions_dir)
+        deleted = self._repo.delete_session_if_empty(session_id)
+        if deleted:
+            remove_transcripts(directory, [session_id])
+        return deleted
+
+    def prune_empty_ghost_sessions(
+        self, sessions_dir: str | os.PathLike[str] | None = None
+    ) -> int:
+        """Delete Hermes's TUI ghost sessions (ended, untitled, no message, over a day old),
+        orphaning their children; their files in ``sessions_dir`` go with them."""
+        deletion = delete_with_transcripts(
+            sessions_dir, self._repo.prune_empty_ghost_sessions_detailed
+        )
+        return deletion.total
+
+    def update_session_model(self, session_id: str, model: str | None) -> bool:
+        return self._repo.update_session_model(session_id, model)
+
+    def update_session_meta(
+        self, session_id: str, model_config_json: str | None, model: str | None = None
+    ) -> bool:
+        return self._repo.update_session_meta(session_id, model_config_json, model)
+
+    def update_session_billing_route(
+        self, session_id: str, *, provider: str, base_url: str, billing_mode: str | None = None
+    ) -> bool:
+        return self._repo.update_session_billing_route(
+            session_id, provider=provider, base_url=base_url, billing_mode=billing_mode
+        )
+
+    # -- rewind and compaction (Hermes v14..v16 era) ----------------------------------------
+    def rewind_to_message(self, session_id: str, target_message_id: int) -> dict[str, Any]:
+        return self._states.rewind_to_message(session_id, target_message_id)
+
+    def restore_rewound(self, session_id: str, since_message_id: int) -> int:
+        return self._states.restore_rewound(session_id, since_message_id)
+
+    def list_recent_user_messages(
+        self, session_id: str, limit: int = 20, include_inactive: bool = False
+    ) -> list[dict[str, Any]]:
+        return self._states.list_recent_user_messages(session_id, limit, include_inactive)
+
+    def has_archived_messages(self, session_id: str) -> bool:
+        return self._states.has_archived_messages(session_id)
+
+    def archive_and_compact(
+        self, session_id: str, compacted_messages: Sequence[Mapping[str, Any]]
+    ) -> int:
+        return self._states.archive_and_compact(session_id, compacted_messages)
+
+    def replace_messages(
+        self,
+        session_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        active_only: bool = False,
+    ) -> int:
+        return self._states.replace_messages(session_id, messages, active_only)
+
+    def has_platform_message_id(self, session_id: str, platform_message_id: str) -> bool:
+        return self._repo.has_platform_message_id(session_id, platform_message_id)
+
+    # -- compression leases and cooldowns (Hermes v14) --------------------------------------
+    def try_acquire_compression_lock(
+        self, session_id: str, holder: str, ttl_seconds: float = DEFAULT_TTL_S
+    ) -> bool:
+        return self._leases.try_acquire(session_id, holder, ttl_seconds)
+
+    def refresh_compression_lock(
+        self, session_id: str, holder: str, ttl_seconds: float = DEFAULT_TTL_S
+    ) -> bool:
+        return self._leases.refresh(session_id, holder, ttl_seconds)
+
+    def release_compression_lock(self, session_id: str, holder: str) -> bool:
+        return self._leases.release(session_id, holder)
+
+    def get_compression_lock_holder(self, session_id: str) -> str | None:
+        return self._leases.holder(session_id)
+
+    def record_compression_failure_cooldown(
+        self, session_id: str, cooldown_until: float, error: str | None = None
+    ) -> bool:
+        return self._leases.record_cooldown(session_id, cooldown_until, error)
+
+    def get_compression_failure_cooldown(self, session_id: str) -> dict[str, Any] | None:
+        return self._leases.cooldown(session_id)
+
+    def clear_compression_failure_cooldown(self, session_id: str) -> bool:
+        return self._leases.clear_cooldown(session_id)
+
+    # -- state_meta -------------------------------------------------------------------------
+    def get_meta(self, key: str) -> str | None:
+        return self._meta.get(key)
+
+    def set_meta(self, key: str, value: str | None) -> None:
+        self._meta.set(key, value)
+
+    # -- gateway peers and handoff (Hermes v11..v17) -----------------------------------------
+    def record_gateway_session_peer(
+        self,
+        session_id: str,
+        *,
+        source: str | None = None,
+        user_id: str | None = None,
+        session_key: str | None = None,
+        chat_id: str | None = None,
+        chat_type: str | None = None,
+        thread_id: str | None = None,
+    ) -> bool:
+        return self._gateway.record_peer(
+            session_id, source=source, user_id=user_id, session_key=session_key,
+            chat_id=chat_id, chat_type=chat_type, thread_id=thread_id,
+        )  # fmt: skip
+
+    def find_latest_gateway_session_for_peer(
+        self,
+        *,
+        source: str,
+        user_id: str | None = None,
+        session_key: str | None = None,
+        chat_id: str | None = None,
+        chat_type: str | None = None,
+        thread_id: str | None = None,
+    ) -> dict[str, Any] | None:
+        found = self._gateway.find_latest_for_peer(
+            source=source, user_id=user_id, session_key=session_key,
+            chat_id=chat_id, chat_type=chat_type, thread_id=thread_id,
+        )  # fmt: skip
+        return None if found is None else found.to_dict()
+
+    def request_handoff(self, session_id: str, platform: str) -> bool:
+        return self._gateway.request_handoff(session_id, platform)
+
+    def get_handoff_state(self, session_id: str) -> dict[str, Any] | None:
+        return self._gateway.handoff_state(session_id)
+
+    def list_pending_handoffs(self) -> list[dict[str, Any]]:
+        return [record.to_dict() for record in self._gateway.pending_handoffs()]
+
+    def claim_handoff(self, session_id: str) -> bool:
+        return self._gateway.claim_handoff(session_id)
+
+    def complete_handoff(self, session_id: str) -> bool:
+        return self._gateway.complete_handoff(session_id)
+
+    def fail_handoff(self, session_id: str, error: str | None) -> bool:
+        return self._gateway.fail_handoff(session_id, error)
+
+    def prune_sessions(
+        self,
+        older_than_days: int = 90,
+        source: str | None = None,
+        sessions_dir: str | os.PathLike[str] | None = None,
+    ) -> int:
+        """Delete ended sessions started more than ``older_than_days`` ago, orphaning their
+        children; their files in ``sessions_dir`` go with them."""
+        deletion = delete_with_transcripts(
+            sessions_dir,
+            lambda: self._repo.prune_sessions_before_detailed(
+                _prune_cutoff(older_than_days), source
+            ),
+        )
+        return deletion.total
+
+    def prune_sessions_before(self, cutoff: float, source: str | None = None) -> int:
+        """Delete ended sessions started before ``cutoff`` (a Unix timestamp): the form for a
+        cutoff that was shown or computed first (``prune_sessions`` counts days from now)."""
+        return self._repo.prune_sessions_before(cutoff, source)
+
+    # -- search and counts ------------------------------------------------------------------
+    def search_messages(
+        self,
+        query: str,
+        source_filter: Sequence[str] | None = None,
+        exclude_sources: Sequence[str] | None = None,
+        role_filter: Sequence[str] | None = None,
+        limit: int = 20,
+        offset: int = 0,
+        sort: str | None = None,
+        include_inactive: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Full-text search; any user text returns a list (possibly empty), never raises.
+
+        Compaction-archived messages are found; rewound ones only with ``include_inactive``.
+        ``sort`` is None (best match first), ``'newest'`` or ``'oldest'``; any other value
+        is a ValueError (a programming error, not user text).
+        """
+        if not isinstance(query, str):
+            return []
+        return [
+            hit.to_dict()
+            for hit in self._repo.search_messages(
+                query,
+                source_filter=_as_list(source_filter),
+                exclude_sources=_as_list(exclude_sources),
+                role_filter=_as_list(role_filter),
+                limit=limit,
+                offset=offset,
+                include_inactive=include_inactive,
+                sort=sort,
+            )
+        ]
+
+    def search_sessions(
+        self, source: str | None = None, limit: int = 20, offset: int = 0
+    ) -> list[dict[str, Any]]:
+        return [r.to_dict() for r in self._repo.search_sessions(source, limit, offset)]
+
+    def session_count(
+        self,
+        source: str | None = None,
+        include_archived: bool = False,
+        archived_only: bool = False,
+        exclude_children: bool = False,
+        exclude_sources: Sequence[str] | None = None,
+        cwd_prefix: str | None = None,
+        min_message_count: int = 0,
+    ) -> int:
+        """How many sessions; archived ones are not counted unless asked for. A positive
+        ``min_message_count`` counts those with at least that many messages (Hermes 0.18)."""
+        return self._repo.session_count(
+            source,
+            include_archived=include_archived,
+            archived_only=archived_only,
+            exclude_children=exclude_children,
+            exclude_sources=_as_list(exclude_sources),
+            cwd_prefix=cwd_prefix,
+            min_message_count=min_message_count,
+        )
+
+    def message_count(self, session_id: str | None = None) -> int:
+        return self._repo.message_count(session_id)
+
+    # -- export -----------------------------------------------------------------------------
+    def export_session(self, session_id: str) -> dict[str, Any] | None:
+        session = self.get_session(session_id)
+        if session is None:
+            return None
+        return {**session, "messages": self.get_messages(session_id, include_inactive=True)}
+
+    def export_all(self, source: str | None = None) -> list[dict[str, Any]]:
+        exported = []
+        for record in self._repo.search_sessions(source, limit=2**62, offset=0):
+            session = record.to_dict()
+            exported.append(
+                {**session, "messages": self.get_messages(record.id, include_inactive=True)}
+            )
+        return exported
+
+    # -- Hermes 0.18: listing and lineage, cleanup, maintenance -----------------------------
+    def resolve_resume_session_id(self, session_id: str) -> str:
+        """The session a resume of ``session_id`` should load: the live end of its compression
+        chain, walked on to the deepest descendant that holds messages (``session_id`` itself
+        when none does; an empty or unknown id comes back as given)."""
+        resolved: str = self._lineage.resume_target(session_id)
+        return resolved
+
+    def get_messages_around(
+        self, session_id: str, around_message_id: int, window: int = 5
+    ) -> dict[str, Any]:
+        """``{window, messages_before, messages_after}``: up to ``window`` messages each side
+        of one message, by id, rewound and archived rows included (empty when the message is
+        not in that session)."""
+        return self._windows.around(session_id, around_message_id, window)
+
+    def get_anchored_view(
+        self,
+        session_id: str,
+        around_message_id: int,
+        window: int = 5,
+        bookend: int = 3,
+        keep_roles: tuple[str, ...] | None = ("user", "assistant"),
+    ) -> dict[str, Any]:
+        """``get_messages_around`` kept to ``keep_roles`` (the anchor always), plus the
+        session's first and last ``bookend`` messages of those roles with text outside the
+        window (``bookend_start``, ``bookend_end``)."""
+        return self._windows.anchored_view(
+            session_id, around_message_id, window, bookend, keep_roles
+        )
+
+    def search_sessions_by_id(
+        self, query: str, limit: int = 20, include_archived: bool = True
+    ) -> list[dict[str, Any]]:
+        """Listed sessions whose id (or any id of their compression chain) holds ``query``,
+        case-insensitively: exact ids first, then prefixes, then the rest, each most recently
+        active first."""
+        if not isinstance(query, str):
+            return []
+        needle = query.strip().lower()
+        count = row_count(limit, "limit")
+        if not needle or count <= 0 or not bindable(needle):
+            return []
+        # Hermes's call, by keyword: the listing's id filter and activity order.
+        options: dict[str, Any] = {
+            "limit": min(max(count * 4, count), INT64_MAX),
+            "offset": 0,
+            "include_archived": include_archived,
+            "order_by_last_active": True,
+            "id_query": needle,
+        }
+        return rank_by_id(self.list_sessions_rich(**options), needle, count)
+
+    def list_cron_job_runs(
+        self, job_id: str, limit: int = 20, offset: int = 0
+    ) -> list[dict[str, Any]]:
+        """The runs of one cron job (sessions ``cron_{job_id}_*`` of source ``'cron'``),
+        newest first, as ``list_sessions_rich`` rows."""
+        return self._lineage.cron_job_runs(job_id, limit, offset)
+
+    def finalize_orphaned_compression_sessions(self) -> int:
+        """End compression continuations left open for over 7 days (``end_reason =
+        'orphaned_compression'``); nothing is deleted. How many."""
+        return self._cleanup.finalize_orphaned_compression_sessions()
+
+    def count_empty_sessions(self) -> int:
+        """Ended, unarchived sessions without messages: what ``delete_empty_sessions`` takes."""
+        return self._cleanup.count_empty_sessions()
+
+    def delete_empty_sessions(self, sessions_dir: str | os.PathLike[str] | None = None) -> int:
+        """Delete the ended, unarchived sessions without messages, orphaning their children;
+        their files in ``sessions_dir`` go with them. How many."""
+        return delete_with_transcripts(sessions_dir, self._cleanup.delete_empty_sessions).total
+
+    def optimize_fts(self) -> int:
+        """Merge the search index's pieces (results unchanged); how many indexes."""
+        return self._maintenance.optimize_fts()
+
+    def vacuum(self) -> int:
+        """``optimize_fts``, then give deleted rows' space back (SQLite: ``VACUUM``;
+        PostgreSQL: ``VACUUM (ANALYZE)``); what ``optimize_fts`` returned."""
+        return self._maintenance.vacuum()
+
+    def maybe_auto_prune_and_vacuum(
+        self,
+        retention_days: int = 90,
+        min_interval_hours: int = 24,
+        vacuum: bool = True,
+        sessions_dir: str | os.PathLike[str] | None = None,
+    ) -> dict[str, Any]:
+        """Start-up housekeeping at most every ``min_interval_hours`` (``state_meta``
+        ``last_auto_prune``): prune sessions older than ``retention_days``, vacuum if any
+        went. Never raises; ``{skipped, pruned, vacuumed}`` (and ``error`` on failure)."""
+        return auto_prune_and_vacuum(
+            self,
+            retention_days=retention_days,
+            min_interval_hours=min_interval_hours,
+            vacuum=vacuum,
+            sessions_dir=sessions_dir,
+        )
+
+
+def unreadable_reason(
+    conn: Connection, *, upgrade_command: str = "sessionstore db upgrade"
+) -> str | None:
+    """Why a store cannot be read as it is (None: it can).
+
+    A store at head can. So can one that is not, a Hermes file of any number included (a newer
+    one too), as long as it holds every column this release reads: read-only access changes
+    nothing, so nothing needs adopting. Otherwise the reason says what is missing and what
+    to do about it.
+    """
+    status = migrate.status_of(conn)
+    if status.up_to_date:
+        return None
+    missing = legacy.missing_for_reads(conn, SESSION_FIELDS, MESSAGE_FIELDS)
+    if not missing:
+        return None
+    shown = ", ".join(missing[:6]) + (" ..." if len(missing) > 6 else "")
+    if status.schema_version is not None and status.schema_version > legacy.NEWEST_HERMES_SCHEMA:
+        return (
+            f"this store has schema version {status.schema_version}, newer than the "
+            f"{legacy.NEWEST_HERMES_SCHEMA} this release understands, and lacks what it reads "
+            f"({shown}); a newer sessionstore is needed to read it"
+        )
+    return (
+        f"this store is at revision {status.revision or 'none'} (Hermes schema "
+        f"{status.schema_version or 'none'}) and lacks what this release reads ({shown}); "
+        f"run `{upgrade_command}` (it keeps every row), then open it again"
+    )
+
+
+def _as_list(value: Sequence[str] | str | None) -> list[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return [value]
+    return [item for item in value if isinstance(item, str)]

@@ -1,0 +1,300 @@
+"""The module-level helpers of Hermes's ``hermes_state`` (0.18), for the drop-in module.
+
+Hermes's gateway, CLI and tools import these next to ``SessionDB``: ``AsyncSessionDB`` (a
+forwarder that runs each call in a thread), the record of the last failed open
+(``get_last_init_error``, ``format_session_db_unavailable``), ``is_malformed_db_error``,
+``apply_wal_with_fallback`` (for the other SQLite files Hermes keeps, such as its kanban
+board) and ``repair_state_db_schema``. Same names, arguments and results as Hermes's; where
+they touch a file they do it through SQLite only (never a Python copy or unlink of a database
+file that another connection may hold: see the README's "Many openers, one file").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sqlite3
+import sys
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..search.names import FTS5_TABLES
+
+if TYPE_CHECKING:
+    from ..api.session_db import SessionDB
+
+logger = logging.getLogger("sessionstore.hermes.state")
+
+WAL_INCOMPATIBLE_MARKERS = ("locking protocol", "not authorized")
+"""What SQLite says when a file system cannot hold a WAL (NFS, SMB, some FUSE mounts)."""
+MALFORMED_MARKERS = ("malformed database schema", "database disk image is malformed")
+
+_last_init_error: str | None = None
+_last_init_error_lock = threading.Lock()
+_warned_wal_fallback: set[str] = set()
+_warned_wal_fallback_lock = threading.Lock()
+
+
+class AsyncSessionDB:
+    """Hermes's async door onto a ``SessionDB``: ``AsyncSessionDB(db)``; each method call is
+    ``await``-ed and runs in a thread (``asyncio.to_thread``), attributes that are not methods
+    are returned as they are. ``sessionstore.AsyncSessionDB`` is the typed, pooled version."""
+
+    def __init__(self, db: SessionDB) -> None:
+        self._db = db
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._db, name)
+        if not callable(attribute):
+            return attribute
+
+        async def offloaded(*args: Any, **kwargs: Any) -> Any:
+            return await asyncio.to_thread(attribute, *args, **kwargs)
+
+        return offloaded
+
+
+def set_last_init_error(message: str | None) -> None:
+    """Record the cause of a failed ``SessionDB()`` (``None`` clears it). A successful open
+    does not clear it, as in Hermes: another thread may be about to report its failure."""
+    global _last_init_error
+    with _last_init_error_lock:
+        _last_init_error = message
+
+
+def get_last_init_error() -> str | None:
+    """The cause of the latest failed ``SessionDB()`` in this process, or None."""
+    return _last_init_error
+
+
+def format_session_db_unavailable(prefix: str = "Session database not available") -> str:
+    """``"<prefix>: <cause>."``, with a hint when the cause is a file system without WAL."""
+    cause = get_last_init_error()
+    if not cause:
+        return f"{prefix}."
+    hint = ""
+    if any(marker in cause.lower() for marker in WAL_INCOMPATIBLE_MARKERS):
+        hint = " (state.db may be on NFS/SMB/FUSE — see https://www.sqlite.org/wal.html)"
+    return f"{prefix}: {cause}{hint}."
+
+
+def is_malformed_db_error(exc: BaseException) -> bool:
+    """True for SQLite's "malformed schema / disk image" errors, also when wrapped (by
+    SQLAlchemy or by our own errors) around the driver's."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, sqlite3.DatabaseError) and any(
+            marker in str(current).lower() for marker in MALFORMED_MARKERS
+        ):
+            return True
+        current = getattr(current, "orig", None) or current.__cause__ or current.__context__
+    return False
+
+
+def apply_wal_with_fallback(conn: sqlite3.Connection, *, db_label: str = "state.db") -> str:
+    """Put ``conn``'s database in WAL mode, or in DELETE mode where the file system cannot
+    hold a WAL (one warning per ``db_label``); returns the mode set. Never moves a database
+    that is in WAL already (asked first, so a file others hold in WAL is left alone)."""
+    try:
+        if _journal_mode(conn) == "wal":
+            _checkpoint_barrier(conn)
+            return "wal"
+    except sqlite3.OperationalError:
+        pass
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        _checkpoint_barrier(conn)
+        return "wal"
+    except sqlite3.OperationalError as exc:
+        if not any(marker in str(exc).lower() for marker in WAL_INCOMPATIBLE_MARKERS):
+            raise
+        try:
+            in_wal = _journal_mode(conn) == "wal"
+        except sqlite3.OperationalError:
+            in_wal = False
+        if in_wal:
+            raise
+        with _warned_wal_fallback_lock:
+            first = db_label not in _warned_wal_fallback
+            _warned_wal_fallback.add(db_label)
+        if first:
+            logger.warning("%s: WAL is not supported here (%s); using journal_mode=DELETE",
+                           db_label, exc)
+        conn.execute("PRAGMA journal_mode=DELETE")
+        return "delete"
+
+
+def _journal_mode(conn: sqlite3.Connection) -> str | None:
+    row = conn.execute("PRAGMA journal_mode").fetchone()
+    return None if row is None or row[0] is None else str(row[0]).strip().lower()
+
+
+def _checkpoint_barrier(conn: sqlite3.Connection) -> None:
+    # macOS's fsync() is no write barrier; F_FULLFSYNC at checkpoints is (Hermes #30636).
+    if sys.platform == "darwin":
+        with contextlib.suppress(sqlite3.OperationalError):
+            conn.execute("PRAGMA checkpoint_fullfsync=1")
+
+
+# -- repair_state_db_schema --------------------------------------------------------------------
+
+_SEARCH_OBJECT_PATTERNS = ("messages_fts%", "messages_trigram%", "messages_cjk_bigram%")
+"""Every search object of any layout (tables, FTS5 shadow tables, views, triggers)."""
+
+
+def repair_state_db_schema(db_path: str | Path, *, backup: bool = True) -> dict[str, Any]:
+    """Hermes's repair of a file whose schema will not parse or whose full-text index rejects
+    writes, least destructive first; the sessions and messages rows are never touched.
+
+    Beyond Hermes's checks, each full-text index's own ``integrity-check`` is run: a damaged
+    index takes writes and finds nothing, and Hermes's probe called that healthy.
+
+    1. ``rebuild_fts``: the search index dropped and built again from the rows (what
+       ``sessionstore db doctor --fix`` does), in one transaction;
+    2. ``dedup_schema``: duplicate ``sqlite_master`` entries removed (keeps the index);
+    3. ``drop_fts_rebuild``: every search object removed from the schema, ``VACUUM``, and the
+       index built again from the rows (Hermes leaves that to its next open; we do it here).
+
+    First a backup ``<file>.malformed-backup-<stamp>`` unless ``backup=False``, taken with
+    SQLite's backup API (a page copy: it needs no schema that parses); when it cannot be
+    taken nothing is changed. Returns ``{repaired, strategy, backup_path, error}``;
+    ``strategy`` is ``"already_healthy"`` for a file that needed nothing.
+    """
+    report: dict[str, Any] = {
+        "repaired": False, "strategy": None, "backup_path": None, "error": None,
+    }  # fmt: skip
+    path = Path(db_path)
+    if not path.is_file():
+        report["error"] = f"{path} does not exist"
+        return report
+    if _health_problem(path) is None:
+        report.update(repaired=True, strategy="already_healthy")
+        return report
+    if backup:
+        try:
+            report["backup_path"] = str(_page_copy(path))
+        except (sqlite3.Error, OSError) as exc:
+            report["error"] = f"no backup could be taken, nothing was changed: {exc}"
+            return report
+    for strategy, attempt in (("rebuild_fts", _rebuild_search_index),
+                              ("dedup_schema", _deduplicate_schema),
+                              ("drop_fts_rebuild", _drop_search_schema)):  # fmt: skip
+        try:
+            attempt(path)
+        except Exception as exc:  # each step is tried in turn; the report says why it failed
+            logger.warning("state.db repair step %s failed: %s", strategy, exc)
+            report["error"] = f"{type(exc).__name__}: {exc}"
+            continue
+        problem = _health_problem(path)
+        if problem is None:
+            report.update(repaired=True, strategy=strategy, error=None)
+            logger.warning("state.db repaired (%s): %s", strategy, path)
+            return report
+        report["error"] = problem
+    logger.error("state.db could not be repaired automatically: %s (backup: %s)", path,
+                 report["backup_path"])
+    return report
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(str(path), isolation_level=None, timeout=5.0)
+
+
+def _health_problem(path: Path) -> str | None:
+    """None when the file parses, passes ``integrity_check`` and each full-text index's own
+    check, reads, and takes a message through the search triggers (a rolled-back write);
+    else what failed."""
+    conn = _connect(path)
+    try:
+        conn.execute("PRAGMA journal_mode").fetchone()
+        problems = [str(row[0]) for row in conn.execute("PRAGMA integrity_check")
+                    if row and str(row[0]).lower() != "ok"]  # fmt: skip
+        if problems:
+            return "; ".join(problems[:3])
+        conn.execute("SELECT count(*) FROM sessions").fetchone()
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        for table in FTS5_TABLES:
+            if table in tables:
+                # An index whose pages were damaged still takes writes and reads nothing.
+                conn.execute(f"INSERT INTO {table}({table}) VALUES('integrity-check')")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("INSERT INTO sessions (id, source, started_at) "
+                         "VALUES ('_sessionstore_health_probe', '_health_probe', 0)")
+            conn.execute("INSERT INTO messages (session_id, role, content, timestamp) "
+                         "VALUES ('_sessionstore_health_probe', 'user', 'probe 探针', 0)")
+        finally:
+            conn.execute("ROLLBACK")
+        return None
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc).lower():
+            return None  # not a populated store yet: nothing this repair is for
+        return str(exc)
+    except sqlite3.DatabaseError as exc:
+        return str(exc)
+    finally:
+        conn.close()
+
+
+def _page_copy(path: Path) -> Path:
+    import datetime
+
+    stamp = datetime.datetime.now().strftime("%Y%m%d_%H%M%S")
+    target = path.with_name(f"{path.name}.malformed-backup-{stamp}")
+    source = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        copy = sqlite3.connect(str(target))
+        try:
+            source.backup(copy)
+        finally:
+            copy.close()
+    finally:
+        source.close()
+    return target
+
+
+def _rebuild_search_index(path: Path) -> None:
+    from ..storage.store import Store
+
+    with Store.open(f"sqlite:///{path}") as store:
+        store.write(store.dialect.search_index.rebuild)
+
+
+def _deduplicate_schema(path: Path) -> None:
+    _edit_schema(path, "DELETE FROM sqlite_master WHERE rowid NOT IN "
+                       "(SELECT min(rowid) FROM sqlite_master GROUP BY type, name)")
+
+
+def _drop_search_schema(path: Path) -> None:
+    _edit_schema(
+        path,
+        "DELETE FROM sqlite_master WHERE "
+        + " OR ".join("name LIKE ?" for _ in _SEARCH_OBJECT_PATTERNS),
+        _SEARCH_OBJECT_PATTERNS,
+        vacuum=True,
+    )
+    _rebuild_search_index(path)
+
+
+def _edit_schema(
+    path: Path, sql: str, parameters: tuple[str, ...] = (), *, vacuum: bool = False
+) -> None:
+    """One write of ``sqlite_master`` itself, under the write lock, then (``vacuum``) the
+    pages the removed objects held given back."""
+    conn = _connect(path)
+    try:
+        conn.execute("PRAGMA writable_schema=ON")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(sql, parameters)
+            conn.execute("COMMIT")
+        finally:
+            conn.execute("PRAGMA writable_schema=OFF")
+        if vacuum:
+            conn.execute("VACUUM")
+    finally:
+        conn.close()

@@ -1,0 +1,477 @@
+"""A stand-in for Hermes's ``hermes_state`` module: its code runs on sessionstore unchanged.
+
+This is a compatibility surface, not the API we recommend. New code uses
+``sessionstore.SessionDB`` (the same public methods) or the typed repository; this module
+exists so that a Hermes checkout can swap its store with one line::
+
+    # hermes_state.py in a Hermes checkout
+    import sys, sessionstore.hermes.state as m; sys.modules[__name__] = m
+
+What Hermes's module offers at module level, and so does this one: ``SessionDB``,
+``AsyncSessionDB`` (Hermes's forwarder: ``AsyncSessionDB(db)``, each call in a thread), the
+helpers ``get_last_init_error``, ``format_session_db_unavailable``, ``is_malformed_db_error``,
+``apply_wal_with_fallback`` and ``repair_state_db_schema`` (see ``sessionstore.hermes.helpers``),
+``DEFAULT_DB_PATH``, ``SCHEMA_VERSION`` (the Hermes schema of a store at head: newest Hermes's, 17),
+``SCHEMA_SQL`` and ``FTS_SQL`` (Hermes v6's DDL text, kept for code that reads them; a fresh
+store is newest Hermes's shape, see ``sessionstore/_migrations/versions/0020``), ``logger``.
+
+``SessionDB`` here is ``sessionstore.SessionDB`` plus the private surface Hermes's own code
+reaches into (its insights, dashboard, ACP sessions, CLI resume):
+
+- ``SessionDB()`` with no path reads the module attribute ``DEFAULT_DB_PATH`` at call time:
+  a re-pointed value (tests monkeypatch it) is the file opened. Left at its import-time value,
+  the package's URL rules apply (``SESSIONSTORE_URL``, else ``$HERMES_HOME/state.db`` as the
+  environment says *now*), which is the same file unless ``SESSIONSTORE_URL`` says otherwise.
+- ``_conn``: a real ``sqlite3.Connection`` to the store's file, owned by the store. It is
+  opened through the store's engine, so it gets the store's PRAGMAs (busy timeout, foreign
+  keys, WAL) and its opening rules; like Hermes's it runs in autocommit mode
+  (``isolation_level=None``: each statement outside an explicit ``BEGIN`` commits itself) and
+  returns ``sqlite3.Row`` rows. (Hermes v6 moved to autocommit when it began writing with
+  ``BEGIN IMMEDIATE``; code written for the driver's older implicit transactions still works:
+  its UPDATE commits at once, its ``commit()`` is a no-op, and no lock outlives the
+  statement.) What it commits is visible to the store's other connections
+  at their next transaction, and the reverse. After ``fork()`` the child never uses the
+  connection it inherited: the first ``_conn`` in the child opens a new one (the inherited one
+  is left untouched, never closed, because closing it could disturb the parent's locks).
+  ``None`` once the database is closed, as in Hermes. Only on a SQLite file: on PostgreSQL or an
+  in-memory store, ``_conn`` raises ``AttributeError`` (which Hermes's callers already expect
+  from a store without it).
+- ``_lock``: the store's own in-process write lock (``Store.write_lock``, re-entrant), so
+  ``with db._lock: db._conn.execute("UPDATE ..."); db._conn.commit()`` queues with the
+  store's writes instead of racing them. Leaving the outermost ``with db._lock:`` never leaves a
+  transaction open: one the caller opened (an explicit ``BEGIN``) and did not finish is
+  committed on a normal exit and rolled back when the block raises, with a warning either way,
+  so SQLite's write lock is never held past the block. A transaction opened on ``_conn``
+  *without* ``_lock`` is the caller's to finish, exactly as in Hermes. Do not call the store's
+  own write methods while holding a transaction open on ``_conn``: they would wait for the
+  SQLite lock that transaction holds, until the retry budget runs out.
+- ``_execute_write(fn)``: Hermes's write helper: ``fn(conn)`` inside ``BEGIN IMMEDIATE`` on
+  ``_conn``, committed, retried with jitter while the store is busy.
+- ``_sanitize_fts5_query`` and ``_contains_cjk``: the static helpers under their Hermes names;
+  ``set_token_counts``: early v6's spelling of ``update_token_counts(..., absolute=True)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sqlite3
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Final, TypeVar
+
+from sqlalchemy.pool import PoolProxiedConnection
+
+from ..api import session_db as facade
+from ..search import contains_cjk, sanitize_fts5_query
+from ..sql.tables import SCHEMA_VERSION
+from ..storage.config import default_db_path
+from ..storage.retry import RetryPolicy, run_with_retry
+from ..storage.store import Store, WriteLock
+from .helpers import (
+    AsyncSessionDB,
+    apply_wal_with_fallback,
+    format_session_db_unavailable,
+    get_last_init_error,
+    is_malformed_db_error,
+    repair_state_db_schema,
+    set_last_init_error,
+)
+
+__all__ = [
+    "DEFAULT_DB_PATH",
+    "FTS_SQL",
+    "SCHEMA_SQL",
+    "SCHEMA_VERSION",
+    "AsyncSessionDB",
+    "SessionDB",
+    "apply_wal_with_fallback",
+    "format_session_db_unavailable",
+    "get_last_init_error",
+    "is_malformed_db_error",
+    "repair_state_db_schema",
+]
+
+# Hermes's name for it (its tests reset the record with ``_set_last_init_error(None)``).
+_set_last_init_error = set_last_init_error
+
+T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_DB_PATH: Path = default_db_path()
+"""Where ``SessionDB()`` opens its file; patch this attribute to move it (read at call time)."""
+_IMPORT_DEFAULT_DB_PATH: Final = DEFAULT_DB_PATH
+
+# Hermes v6's DDL, as its module publishes it (``SCHEMA_SQL`` then ``FTS_SQL``). A fresh
+# sessionstore file has these tables with these columns in this order (tests check it).
+SCHEMA_SQL: Final = """
+CREATE TABLE IF NOT EXISTS schema_version (
+    version INTEGER NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    source TEXT NOT NULL,
+    user_id TEXT,
+    model TEXT,
+    model_config TEXT,
+    system_prompt TEXT,
+    parent_session_id TEXT,
+    started_at REAL NOT NULL,
+    ended_at REAL,
+    end_reason TEXT,
+    message_count INTEGER DEFAULT 0,
+    tool_call_count INTEGER DEFAULT 0,
+    input_tokens INTEGER DEFAULT 0,
+    output_tokens INTEGER DEFAULT 0,
+    cache_read_tokens INTEGER DEFAULT 0,
+    cache_write_tokens INTEGER DEFAULT 0,
+    reasoning_tokens INTEGER DEFAULT 0,
+    billing_provider TEXT,
+    billing_base_url TEXT,
+    billing_mode TEXT,
+    estimated_cost_usd REAL,
+    actual_cost_usd REAL,
+    cost_status TEXT,
+    cost_source TEXT,
+    pricing_version TEXT,
+    title TEXT,
+    FOREIGN KEY (parent_session_id) REFERENCES sessions(id)
+);
+
+CREATE TABLE IF NOT EXISTS messages (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL REFERENCES sessions(id),
+    role TEXT NOT NULL,
+    content TEXT,
+    tool_call_id TEXT,
+    tool_calls TEXT,
+    tool_name TEXT,
+    timestamp REAL NOT NULL,
+    token_count INTEGER,
+    finish_reason TEXT,
+    reasoning TEXT,
+    reasoning_details TEXT,
+    codex_reasoning_items TEXT
+);
+
+CREATE INDEX IF NOT EXISTS idx_sessions_source ON sessions(source);
+CREATE INDEX IF NOT EXISTS idx_sessions_parent ON sessions(parent_session_id);
+CREATE INDEX IF NOT EXISTS idx_sessions_started ON sessions(started_at DESC);
+CREATE INDEX IF NOT EXISTS idx_messages_session ON messages(session_id, timestamp);
+"""
+
+FTS_SQL: Final = """
+CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
+    content,
+    content=messages,
+    content_rowid=id
+);
+
+CREATE TRIGGER IF NOT EXISTS messages_fts_insert AFTER INSERT ON messages BEGIN
+    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+END;
+
+CREATE TRIGGER IF NOT EXISTS messages_fts_delete AFTER DELETE ON messages BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content) VALUES('delete', old.id, old.content);
+END;
+
+CREATE TRIGGER IF NOT EXISTS messages_fts_update AFTER UPDATE ON messages BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content) VALUES('delete', old.id, old.content);
+    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+END;
+"""
+
+# Connections inherited through fork(): kept referenced so that garbage collection never
+# closes them in the child (sqlite3 closes on dealloc, which could touch the parent's locks).
+_INHERITED: list[PoolProxiedConnection] = []
+
+
+def _default_db_path() -> Path | None:
+    """The patched ``DEFAULT_DB_PATH``, or None for the package's URL rules."""
+    if DEFAULT_DB_PATH != _IMPORT_DEFAULT_DB_PATH:
+        return Path(DEFAULT_DB_PATH)
+    return None
+
+
+class SessionDB(facade.SessionDB):
+    """Hermes v6's ``hermes_state.SessionDB``: the facade plus Hermes's private surface.
+
+    See the module docstring for ``_conn``, ``_lock`` and their rules.
+    """
+
+    # Hermes's write-contention tuning, under its names (the store's RetryPolicy defaults).
+    _WRITE_MAX_RETRIES = RetryPolicy.max_attempts
+    _WRITE_RETRY_MIN_S = RetryPolicy.min_sleep_s
+    _WRITE_RETRY_MAX_S = RetryPolicy.max_sleep_s
+    _CHECKPOINT_EVERY_N_WRITES = 50
+
+    def __init__(
+        self,
+        db_path: str | os.PathLike[str] | None = None,
+        *,
+        url: str | None = None,
+        read_only: bool = False,
+        auto_migrate: bool = True,
+        retry: RetryPolicy | None = None,
+        busy_timeout_s: float = 1.0,
+    ) -> None:
+        if db_path is None and url is None:
+            db_path = _default_db_path()
+        try:
+            super().__init__(
+                db_path,
+                url=url,
+                read_only=read_only,
+                auto_migrate=auto_migrate,
+                retry=retry,
+                busy_timeout_s=busy_timeout_s,
+            )
+            self._raw = _OwnedConnection(self.store) if self.db_path is not None else None
+            self._hermes_lock = _HermesLock(self)
+            if self._raw is not None:
+                # Hermes opens its connection in the constructor; so do we, which also puts
+                # a fresh file into WAL before anyone else looks at it.
+                self._raw.get()
+        except Exception as exc:
+            # What /resume and friends report (format_session_db_unavailable); a later
+            # success does not clear it, as in Hermes.
+            set_last_init_error(f"{type(exc).__name__}: {exc}")
+            raise
+
+    # -- Hermes's private surface ---------------------------------------------------------
+    @property
+    def _conn(self) -> sqlite3.Connection | None:
+        if self._raw is None:
+            raise AttributeError(
+                "_conn (a raw sqlite3 connection) exists only on a SQLite file store; "
+                "use the SessionDB methods"
+            )
+        return self._raw.get()
+
+    @_conn.setter
+    def _conn(self, value: sqlite3.Connection | None) -> None:
+        # Hermes's close() assigns None, and tests put stand-ins in its place.
+        if self._raw is None:
+            raise AttributeError("_conn exists only on a SQLite file store")
+        self._raw.replace(value)
+
+    @property
+    def _lock(self) -> _HermesLock:
+        return self._hermes_lock
+
+    @staticmethod
+    def _sanitize_fts5_query(query: str) -> str:
+        return sanitize_fts5_query(query)
+
+    @staticmethod
+    def _contains_cjk(text: str) -> bool:
+        return contains_cjk(text)
+
+    def set_token_counts(
+        self,
+        session_id: str,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        model: str | None = None,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
+        reasoning_tokens: int = 0,
+        estimated_cost_usd: float | None = None,
+        actual_cost_usd: float | None = None,
+        cost_status: str | None = None,
+        cost_source: str | None = None,
+        pricing_version: str | None = None,
+        billing_provider: str | None = None,
+        billing_base_url: str | None = None,
+        billing_mode: str | None = None,
+    ) -> None:
+        """Hermes v6's older spelling of ``update_token_counts(..., absolute=True)``."""
+        self.update_token_counts(
+            session_id,
+            input_tokens,
+            output_tokens,
+            model,
+            cache_read_tokens,
+            cache_write_tokens,
+            reasoning_tokens,
+            estimated_cost_usd,
+            actual_cost_usd,
+            cost_status,
+            cost_source,
+            pricing_version,
+            billing_provider,
+            billing_base_url,
+            billing_mode,
+            absolute=True,
+        )
+
+    def _execute_write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Hermes's write helper: ``fn(_conn)`` in ``BEGIN IMMEDIATE``, committed, retried."""
+        store = self.store
+
+        def attempt() -> T:
+            with self._lock:
+                conn = self._require_conn()
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    result = fn(conn)
+                    conn.commit()
+                except BaseException:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.rollback()
+                    raise
+                return result
+
+        return run_with_retry(attempt, store.dialect.is_retryable, store.retry)
+
+    def _try_wal_checkpoint(self) -> None:
+        """Best-effort PASSIVE checkpoint; never raises."""
+        self.store.checkpoint()
+
+    def _require_conn(self) -> sqlite3.Connection:
+        conn = self._conn
+        if conn is None:
+            raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+        return conn
+
+    def close(self) -> None:
+        if self._raw is not None:
+            with self._lock:
+                self._raw.close()
+        super().close()
+
+
+class _OwnedConnection:
+    """The one raw ``sqlite3`` connection a Hermes-style ``SessionDB`` hands out as ``_conn``.
+
+    Checked out of the store's engine pool (so it is opened the way every store connection is)
+    and held until close; re-opened in a forked child, never shared with it.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._pooled: PoolProxiedConnection | None = None
+        self._driver: sqlite3.Connection | None = None
+        self._override: tuple[sqlite3.Connection | None] | None = None
+        self._pid = 0
+        self._closed = False
+        self._guard = threading.Lock()
+
+    def get(self) -> sqlite3.Connection | None:
+        if self._override is not None:
+            return self._override[0]
+        driver = self._driver
+        if driver is not None and self._pid == os.getpid():
+            return driver
+        with self._guard:
+            if self._closed:
+                return None
+            if self._pooled is not None and self._pid != os.getpid():
+                self._forget_inherited()
+            if self._pooled is None:
+                pooled = self._store.engine.raw_connection()
+                connection = pooled.driver_connection
+                if not isinstance(connection, sqlite3.Connection):  # pragma: no cover
+                    pooled.close()
+                    raise AttributeError("_conn exists only on a SQLite file store")
+                connection.row_factory = sqlite3.Row
+                self._pooled, self._driver, self._pid = pooled, connection, os.getpid()
+            return self._driver
+
+    def current(self) -> sqlite3.Connection | None:
+        """The connection if this process has one open, without opening one."""
+        if self._override is not None:
+            return self._override[0]
+        return self._driver if self._pid == os.getpid() else None
+
+    def replace(self, value: sqlite3.Connection | None) -> None:
+        if value is None:
+            self.close()
+        self._override = (value,)
+
+    def _forget_inherited(self) -> None:
+        # The parent's connection and the pool's idle ones were opened by the parent: the child
+        # must not use them, nor close them. Drop them and let the child open its own.
+        assert self._pooled is not None
+        _INHERITED.append(self._pooled)
+        self._pooled = None
+        self._driver = None
+        self._store.engine.dispose(close=False)
+
+    def close(self) -> None:
+        with self._guard:
+            self._closed = True
+            pooled, self._pooled, self._driver = self._pooled, None, None
+            if pooled is None:
+                return
+            if self._pid != os.getpid():
+                _INHERITED.append(pooled)
+                return
+            with contextlib.suppress(Exception):
+                # Our row factory must not follow the connection back into the pool.
+                pooled.invalidate()
+
+
+class _HermesLock:
+    """``db._lock``: the store's write lock, finishing any transaction left open on ``_conn``."""
+
+    def __init__(self, db: SessionDB) -> None:
+        self._db = db
+        self._depth = threading.local()
+        self._fallback = WriteLock(None, RetryPolicy().budget_s)  # no queue: a re-entrant lock
+
+    def _target(self) -> WriteLock:
+        # Looked up every time: the store's lock may be replaced (after fork, for one).
+        if self._db._raw is None:
+            return self._fallback  # PostgreSQL: only Hermes's own callers need to queue here
+        return self._db.store.write_lock
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        acquired = self._target().acquire(blocking, timeout)
+        if acquired:
+            self._depth.value = getattr(self._depth, "value", 0) + 1
+        return acquired
+
+    def release(self) -> None:
+        self._release(failed=False)
+
+    def _release(self, *, failed: bool) -> None:
+        depth = getattr(self._depth, "value", 0)
+        try:
+            if depth == 1:
+                self._finish_open_transaction(failed=failed)
+        finally:
+            self._depth.value = max(depth - 1, 0)
+            self._target().release()
+
+    def _finish_open_transaction(self, *, failed: bool) -> None:
+        raw = self._db._raw
+        conn = raw.current() if raw is not None else None
+        if conn is None or not isinstance(conn, sqlite3.Connection) or not conn.in_transaction:
+            return
+        if failed:
+            logger.warning("a transaction left open on _conn was rolled back when _lock was let go")
+            conn.rollback()
+        else:
+            logger.warning("a transaction left open on _conn was committed when _lock was let go")
+            conn.commit()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._release(failed=exc_type is not None)
+
+    def __repr__(self) -> str:
+        return f"<hermes_state lock over {self._target()!r}>"
+

@@ -1,0 +1,605 @@
+"""Health checks and repairs of a session store: the library behind ``sessionstore db doctor``.
+
+``diagnose(store)`` only reads (the one exception is SQLite's FTS5 ``integrity-check``, which is
+spelled as an INSERT and so runs in a write transaction; it changes nothing). Lock contention
+is never reported as damage: a store that stays busy gets "not checked" (``skip``). Each finding
+is a :class:`Check` with a stable name, so scripts can read the ``--json`` report.
+``repair(store, report)`` fixes what can be fixed without losing data: it rebuilds the full-text
+index, recomputes counters from the rows (counted and written in one write transaction, so a
+concurrent writer cannot slip between), clears parent ids that point at nothing and adopts
+messages whose session is missing into a placeholder session. Take a backup first
+(:func:`sessionstore.dialects.backup_database`); the CLI does.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from sqlalchemy import func, or_, select, update
+from sqlalchemy.engine import URL, Connection, make_url
+
+from ..dialects import dialect_for_url
+from ..errors import ReadOnlyStoreError, StoreBusyError
+from ..schema import legacy, migrate
+from ..sql.codec import stored_tool_call_count
+from ..sql.tables import messages_table as messages
+from ..sql.tables import sessions_table as sessions
+from ..storage.command_hints import cli_command
+from ..storage.store import Store
+
+CheckStatus = Literal["ok", "warn", "fail", "skip"]
+
+WAL_WARN_BYTES = 64 * 1024 * 1024
+"""A WAL this big means checkpoints are not keeping up (a reader that never lets go)."""
+
+MAX_EXAMPLES = 3
+UPDATE_BATCH = 500
+PLACEHOLDER_SOURCE = "unknown"
+
+_REVISION_TO_HERMES = {revision: number for number, revision in legacy.HERMES_REVISIONS.items()}
+
+
+@dataclass
+class _Findings:
+    """What the checks found that ``repair`` needs again (ids, not just counts)."""
+
+    dangling_parents: list[str] = field(default_factory=list)
+    orphan_sessions: list[str] = field(default_factory=list)
+    wrong_counters: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # Every session whose tool_call_count is not the v6 count, legacy-valid ones included: what
+    # an explicit recount rewrites.
+    recount_tool_calls: dict[str, int] = field(default_factory=dict)
+    # Sessions whose tool_call_count matches no era's rule: the only ones a plain --fix
+    # recounts (the others' counters are history).
+    wrong_tool_counts: set[str] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One finding. ``fail`` is a problem (exit 1); ``warn`` is worth knowing, not failing."""
+
+    name: str
+    status: CheckStatus
+    detail: str
+    fixable: bool = False
+
+    @property
+    def is_problem(self) -> bool:
+        return self.status == "fail"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": self.status,
+            "detail": self.detail,
+            "fixable": self.fixable,
+        }
+
+
+@dataclass(frozen=True)
+class Report:
+    checks: tuple[Check, ...]
+    # What ``repair`` acts on: the ids behind the findings, so it does not search again.
+    findings: _Findings = field(default_factory=_Findings, repr=False, compare=False)
+
+    @property
+    def problems(self) -> list[Check]:
+        return [check for check in self.checks if check.is_problem]
+
+    @property
+    def healthy(self) -> bool:
+        return not self.problems
+
+    def get(self, name: str) -> Check | None:
+        return next((check for check in self.checks if check.name == name), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"healthy": self.healthy, "checks": [check.to_dict() for check in self.checks]}
+
+
+# -- files -----------------------------------------------------------------------------------
+def is_store_file(url: str | URL, path: Path) -> bool:
+    """True when ``path`` is the database behind ``url`` or one of the files beside it that
+    belong to it (SQLite's log and journal).
+
+    Compared by ``stat`` (same device and inode) where the file exists, by resolved name
+    otherwise; nothing is opened.
+    """
+    parsed = make_url(url) if isinstance(url, str) else url
+    for candidate in dialect_for_url(parsed).store_files(parsed):
+        try:
+            if os.path.samefile(candidate, path):
+                return True
+        except OSError:
+            if candidate.resolve() == path.resolve():
+                return True
+    return False
+
+
+# -- diagnosis -------------------------------------------------------------------------------
+def diagnose(store: Store, *, wal_warn_bytes: int = WAL_WARN_BYTES) -> Report:
+    """Run every check; a store that is not at head gets only the schema finding."""
+    findings = _Findings()
+    schema, at_head = store.read(lambda conn: _check_schema(conn, store.url))
+    if not at_head:
+        # The other checks assume the current columns: one clear instruction to upgrade beats
+        # a cascade of SQL errors.
+        return Report((schema,), findings)
+    checks = [schema, _check_integrity(store)]
+    checks.extend(_search_checks(store))
+    checks.append(store.read(lambda conn: _check_dangling_parents(conn, findings)))
+    checks.append(store.read(lambda conn: _check_orphan_messages(conn, findings)))
+    checks.extend(store.read(lambda conn: _check_counters(conn, findings)))
+    checks.append(_check_wal(store, wal_warn_bytes))
+    return Report(tuple(checks), findings)
+
+
+def _check_schema(conn: Connection, url: URL) -> tuple[Check, bool]:
+    state = legacy.read_state(conn)
+    head = migrate.head_revision()
+    if state.alembic_revision != head:
+        return Check(
+            "schema",
+            "fail",
+            f"at revision {state.alembic_revision or 'none'} (Hermes schema "
+            f"{state.schema_version or 'none'}), not {head}: run "
+            f"`{cli_command(url, 'db', 'upgrade')}`",
+        ), False
+    # Revisions after the Hermes chain keep writing Hermes's last number.
+    expected = _REVISION_TO_HERMES.get(head, legacy.NEWEST_HERMES_SCHEMA)
+    if state.schema_version != expected:
+        return Check(
+            "schema",
+            "fail",
+            f"schema_version says {state.schema_version} but revision {head} is Hermes schema "
+            f"{expected}: another program changed this file",
+        ), True
+    return Check("schema", "ok", f"revision {head}, Hermes schema {expected}"), True
+
+
+def _check_integrity(store: Store) -> Check:
+    try:
+        rows = store.read(store.dialect.integrity_problems)
+    except StoreBusyError as exc:
+        # Rollback-journal mode: a writer can keep readers out. Busy is not corrupt.
+        return Check("integrity", "skip", f"the store stayed busy ({exc.attempts} attempts); "
+                     "not checked")
+    if rows is None:
+        return Check("integrity", "skip", "the database server checks its own pages")
+    if not rows:
+        return Check("integrity", "ok", "integrity_check: ok")
+    shown = "; ".join(rows[:MAX_EXAMPLES]) + (" ..." if len(rows) > MAX_EXAMPLES else "")
+    return Check("integrity", "fail", f"{len(rows)} problem(s): {shown}")
+
+
+def _search_checks(store: Store) -> list[Check]:
+    """The full-text checks, asked of the dialect's search index.
+
+    Where the index's integrity check writes (FTS5 spells it as an INSERT), the checks run in
+    one write transaction (``BEGIN IMMEDIATE``): in a read transaction the check would have to
+    upgrade to a writer, and under load SQLite answers "database is locked" (a busy writer, or
+    a snapshot gone stale), which must never read as a damaged index. Holding the write lock
+    from the start, the checks see one state of the file; waiting for the lock follows the
+    store's retry policy, and a store that stays busy is reported as "not checked", never as
+    damage (so ``--fix`` rebuilds nothing). A read-only store is checked in a read
+    transaction."""
+    index = store.dialect.search_index
+    try:
+        health = store.write(index.check) if index.check_writes else store.read(index.check)
+    except StoreBusyError as exc:
+        return _fts_not_checked(f"the store stayed busy ({exc.attempts} attempts); not checked")
+    except ReadOnlyStoreError:
+        health = store.read(index.check)
+    return [
+        Check("fts_objects", "fail", f"missing: {', '.join(health.missing)}", fixable=True)
+        if health.missing
+        else Check("fts_objects", "ok", "search indexes and their triggers present"),
+        Check("fts_parity", "skip", "expression indexes cover every row by construction")
+        if health.out_of_step is None
+        else Check("fts_parity", "fail", "; ".join(health.out_of_step), fixable=True)
+        if health.out_of_step
+        else Check("fts_parity", "ok", f"{health.indexed} messages indexed"),
+        Check("fts_integrity", "fail", "; ".join(health.broken), fixable=True)
+        if health.broken
+        else Check("fts_integrity", "ok", "integrity-check: ok"),
+    ]
+
+
+def _fts_not_checked(reason: str) -> list[Check]:
+    return [Check(name, "skip", reason) for name in ("fts_objects", "fts_parity", "fts_integrity")]
+
+
+def _examples(ids: Iterable[str]) -> str:
+    listed = list(ids)
+    shown = ", ".join(listed[:MAX_EXAMPLES])
+    return shown + (f" and {len(listed) - MAX_EXAMPLES} more" if len(listed) > MAX_EXAMPLES else "")
+
+
+def _check_dangling_parents(conn: Connection, findings: _Findings) -> Check:
+    parent = sessions.alias("parent")
+    statement = select(sessions.c.id).where(
+        sessions.c.parent_session_id.is_not(None),
+        ~select(parent.c.id).where(parent.c.id == sessions.c.parent_session_id).exists(),
+    )
+    findings.dangling_parents = [str(row[0]) for row in conn.execute(statement)]
+    if findings.dangling_parents:
+        return Check(
+            "dangling_parents",
+            "fail",
+            f"{len(findings.dangling_parents)} session(s) name a parent that does not exist: "
+            + _examples(findings.dangling_parents),
+            fixable=True,
+        )
+    return Check("dangling_parents", "ok", "every parent exists")
+
+
+def _check_orphan_messages(conn: Connection, findings: _Findings) -> Check:
+    statement = (
+        select(messages.c.session_id, func.count())
+        .where(~select(sessions.c.id).where(sessions.c.id == messages.c.session_id).exists())
+        .group_by(messages.c.session_id)
+    )
+    rows = [(str(row[0]), int(row[1])) for row in conn.execute(statement)]
+    findings.orphan_sessions = [session_id for session_id, _ in rows]
+    if rows:
+        total = sum(count for _, count in rows)
+        return Check(
+            "orphan_messages",
+            "fail",
+            f"{total} message(s) belong to {len(rows)} missing session(s): "
+            + _examples(findings.orphan_sessions),
+            fixable=True,
+        )
+    return Check("orphan_messages", "ok", "every message has its session")
+
+
+
+
+@dataclass
+class _ToolCounting:
+    """One session's tool-call counter under each era's rule.
+
+    Hermes v6 (and sessionstore) add the number of tool calls a message carries; Hermes v1
+    added one per tool-related message. A file that lived through both eras holds the v1 sum
+    of its older messages plus the v6 sum of the newer ones: every "split point" in message
+    order is a legitimate history, so the accepted values are all of those sums.
+    """
+
+    v6: int = 0
+    v1: int = 0
+    accepted: set[int] = field(default_factory=lambda: {0})
+    damaged: bool = False
+
+    def add(self, v1_weight: int, v6_weight: int | None) -> None:
+        """The next message in session order (older messages are the v1 era)."""
+        if v6_weight is None:
+            self.damaged = True
+            return
+        # Every history so far had switched to v6 before this message, or this message is
+        # still v1 (and so was everything before it).
+        self.v1 += v1_weight
+        self.accepted = {total + v6_weight for total in self.accepted} | {self.v1}
+        self.v6 += v6_weight
+
+
+def _v1_weight(role: str, value: str | None) -> int:
+    """Hermes v1's count: one for a message with tool calls or a tool result, else none."""
+    has_calls = bool(value) and value not in ("[]", "null", '""')
+    return 1 if has_calls or role == "tool" else 0
+
+
+def last_compaction(conn: Connection, session_ids: list[str] | None = None) -> dict[str, int]:
+    """Per session, the id of its newest compaction-archived row (``compacted = 1``).
+
+    Hermes's ``archive_and_compact`` sets the counters to the compacted set it inserts (after
+    every archived row), and appends count on from there: the rows a session's counters
+    count are those after that id. Sessions never compacted count every row."""
+    statement = (
+        select(messages.c.session_id, func.max(messages.c.id))
+        .where(messages.c.compacted == 1)
+        .group_by(messages.c.session_id)
+    )
+    if session_ids is not None:
+        statement = statement.where(messages.c.session_id.in_(session_ids))
+    return {str(session_id): int(last) for session_id, last in conn.execute(statement)}
+
+
+def _counted_totals(conn: Connection) -> dict[str, int]:
+    """Messages per session, as Hermes counts them (see :func:`last_compaction`)."""
+    totals = {
+        str(row[0]): int(row[1])
+        for row in conn.execute(
+            select(sessions.c.id, func.count(messages.c.id))
+            .select_from(sessions.outerjoin(messages, messages.c.session_id == sessions.c.id))
+            .group_by(sessions.c.id)
+        )
+    }
+    compacted = last_compaction(conn)
+    if compacted:
+        last = (
+            select(messages.c.session_id, func.max(messages.c.id).label("last_id"))
+            .where(messages.c.compacted == 1)
+            .group_by(messages.c.session_id)
+            .subquery()
+        )
+        archived = conn.execute(
+            select(messages.c.session_id, func.count(messages.c.id))
+            .join(last, (last.c.session_id == messages.c.session_id)
+                  & (messages.c.id <= last.c.last_id))
+            .group_by(messages.c.session_id)
+        )  # fmt: skip
+        for session_id, before in archived:
+            totals[str(session_id)] -= int(before)
+    return totals
+
+
+def _tool_counting(conn: Connection) -> dict[str, _ToolCounting]:
+    compacted = last_compaction(conn)
+    rows = conn.execution_options(yield_per=1000).execute(
+        select(messages.c.session_id, messages.c.role, messages.c.tool_calls, messages.c.id)
+        .where(or_(messages.c.tool_calls.is_not(None), messages.c.role == "tool"))
+        .order_by(messages.c.session_id, messages.c.timestamp, messages.c.id)
+    )
+    counting: dict[str, _ToolCounting] = defaultdict(_ToolCounting)
+    for session_id, role, value, message_id in rows:
+        if message_id <= compacted.get(str(session_id), 0):
+            continue  # archived by a compaction: no longer counted
+        v6_weight = stored_tool_call_count(str(value)) if value else 0
+        counting[str(session_id)].add(_v1_weight(str(role), value), v6_weight)
+    return counting
+
+
+def actual_counters(conn: Connection) -> dict[str, tuple[int, int | None]]:
+    """(messages, tool calls) per session as the rows say; tool calls None when unknowable.
+
+    Tool calls are counted by the current (Hermes v6) rule.
+    """
+    counts: dict[str, tuple[int, int | None]] = {}
+    for session_id, message_total in _counted_totals(conn).items():
+        counts[session_id] = (message_total, 0)
+    for session_id, counting in _tool_counting(conn).items():
+        if session_id in counts:
+            tools = None if counting.damaged else counting.v6
+            counts[session_id] = (counts[session_id][0], tools)
+    return counts
+
+
+def _check_counters(conn: Connection, findings: _Findings) -> list[Check]:
+    message_totals = _counted_totals(conn)
+    counting = _tool_counting(conn)
+    stored = {
+        str(row[0]): (int(row[1] or 0), int(row[2] or 0))
+        for row in conn.execute(
+            select(sessions.c.id, sessions.c.message_count, sessions.c.tool_call_count)
+        )
+    }
+    wrong_messages: list[str] = []
+    wrong_tools: list[str] = []
+    legacy_tools: list[str] = []
+    for session_id, message_total in message_totals.items():
+        stored_messages, stored_tools = stored.get(session_id, (0, 0))
+        tools = counting.get(session_id) or _ToolCounting()
+        if stored_messages != message_total:
+            wrong_messages.append(session_id)
+        if not tools.damaged and stored_tools != tools.v6:
+            findings.recount_tool_calls[session_id] = tools.v6
+            if stored_tools in tools.accepted:
+                legacy_tools.append(session_id)
+            else:
+                wrong_tools.append(session_id)
+                findings.wrong_tool_counts.add(session_id)
+        if session_id in wrong_messages or session_id in wrong_tools:
+            fixed = tools.v6 if session_id in wrong_tools else stored_tools
+            findings.wrong_counters[session_id] = (message_total, fixed)
+    legacy_note = (
+        f"; {len(legacy_tools)} session(s) counted the Hermes v1 way (one per tool-related "
+        "message), accepted: --recount-tool-calls rewrites them to the v6 rule"
+        if legacy_tools
+        else ""
+    )
+    return [
+        Check(
+            "message_counts",
+            "fail",
+            f"{len(wrong_messages)} session(s) with a message_count that disagrees with their "
+            f"rows: {_examples(wrong_messages)}",
+            fixable=True,
+        )
+        if wrong_messages
+        else Check("message_counts", "ok", "message_count matches the rows"),
+        Check(
+            "tool_call_counts",
+            "fail",
+            f"{len(wrong_tools)} session(s) with a tool_call_count that no Hermes version's rule "
+            f"gives for their rows: {_examples(wrong_tools)}" + legacy_note,
+            fixable=True,
+        )
+        if wrong_tools
+        else Check("tool_call_counts", "ok", "tool_call_count matches the rows" + legacy_note),
+    ]
+
+
+def _check_wal(store: Store, wal_warn_bytes: int) -> Check:
+    wal = store.dialect.write_ahead_log(store.url)
+    if wal is None:
+        return Check("wal_size", "skip", "no write-ahead log file on this engine")
+    size = wal.stat().st_size if wal.exists() else 0
+    megabytes = size / (1024 * 1024)
+    if size > wal_warn_bytes:
+        return Check(
+            "wal_size",
+            "warn",
+            f"{wal.name} is {megabytes:.1f} MiB: checkpoints are not keeping up "
+            "(a long-lived reader?)",
+            fixable=True,
+        )
+    return Check("wal_size", "ok", f"{wal.name}: {megabytes:.1f} MiB")
+
+
+# -- repair ----------------------------------------------------------------------------------
+def repair(store: Store, report: Report, *, recount_tool_calls: bool = False) -> list[str]:
+    """Fix the fixable findings of ``report``; return one line per action taken.
+
+    A tool_call_count that follows an older Hermes rule is history, not damage: it is rewritten
+    to the current rule only with ``recount_tool_calls=True``. Run :func:`diagnose` again
+    afterwards to see what remains.
+    """
+    flagged = {
+        check.name for check in report.checks if check.fixable and check.status in ("fail", "warn")
+    }
+    findings = report.findings
+    actions: list[str] = []
+    if "orphan_messages" in flagged:
+        actions.append(_adopt_orphans(store, findings.orphan_sessions))
+    if "dangling_parents" in flagged:
+        actions.append(_clear_dangling_parents(store, findings.dangling_parents))
+    if flagged & {"message_counts", "tool_call_counts"}:
+        actions.append(
+            _fix_counters(store, findings.wrong_counters, findings.wrong_tool_counts)
+        )
+    if flagged & {"fts_objects", "fts_parity", "fts_integrity"}:
+        actions.append(_rebuild_search(store))
+    if "wal_size" in flagged:
+        actions.append(_truncate_wal(store))
+    legacy = {
+        session_id: total
+        for session_id, total in findings.recount_tool_calls.items()
+        if session_id not in findings.wrong_counters
+    }
+    if recount_tool_calls and legacy:
+        actions.append(_recount_tool_calls(store, legacy))
+    return actions
+
+
+def _recount_tool_calls(store: Store, totals: dict[str, int]) -> str:
+    def run(conn: Connection) -> None:
+        for session_id, total in totals.items():
+            conn.execute(
+                update(sessions).where(sessions.c.id == session_id).values(tool_call_count=total)
+            )
+
+    store.write(run)
+    return f"recounted the tool calls of {len(totals)} session(s) by the Hermes v6 rule"
+
+
+def _adopt_orphans(store: Store, session_ids: list[str]) -> str:
+    """Give orphaned messages a session to belong to: deleting them would lose data."""
+
+    def run(conn: Connection) -> None:
+        for session_id in session_ids:
+            rows = conn.execute(
+                select(messages.c.timestamp, messages.c.tool_calls).where(
+                    messages.c.session_id == session_id
+                )
+            ).all()
+            tool_calls = sum(stored_tool_call_count(str(value)) or 0 for _, value in rows if value)
+            conn.execute(
+                sessions.insert().values(
+                    id=session_id,
+                    source=PLACEHOLDER_SOURCE,
+                    started_at=min((float(row[0]) for row in rows), default=time.time()),
+                    message_count=len(rows),
+                    tool_call_count=tool_calls,
+                )
+            )
+
+    store.write(run)
+    return f"created {len(session_ids)} placeholder session(s) for orphaned messages"
+
+
+def _clear_dangling_parents(store: Store, session_ids: list[str]) -> str:
+    def run(conn: Connection) -> None:
+        for start in range(0, len(session_ids), UPDATE_BATCH):
+            chunk = session_ids[start : start + UPDATE_BATCH]
+            conn.execute(
+                update(sessions).where(sessions.c.id.in_(chunk)).values(parent_session_id=None)
+            )
+
+    store.write(run)
+    return f"cleared {len(session_ids)} dangling parent id(s)"
+
+
+def _fix_counters(
+    store: Store, wrong: dict[str, tuple[int, int]], wrong_tools: set[str]
+) -> str:
+    """Recompute and write the flagged sessions' counters in ONE write transaction.
+
+    The counts ``diagnose`` saw are stale by now (a backup and any number of appends may have
+    happened since): they only say which sessions to look at. Inside the write transaction
+    the session rows are locked first (PostgreSQL: ``FOR UPDATE``, which waits for in-flight
+    appends to those sessions, since each append bumps its session's row before inserting;
+    SQLite: ``BEGIN IMMEDIATE`` already excludes every writer), then the rows are counted and
+    the counters written, so no append can fall between the count and the write. A
+    tool_call_count is rewritten only for sessions in ``wrong_tools`` (one that follows an
+    older Hermes rule is history, see :func:`repair`)."""
+    session_ids = sorted(wrong)
+
+    def run(conn: Connection) -> None:
+        for start in range(0, len(session_ids), UPDATE_BATCH):
+            chunk = session_ids[start : start + UPDATE_BATCH]
+            conn.execute(
+                select(sessions.c.id).where(sessions.c.id.in_(chunk)).with_for_update()
+            ).all()
+            totals = _counters_of(conn, chunk)
+            for session_id in chunk:
+                message_total, tool_total = totals.get(session_id, (0, 0))
+                values: dict[str, int] = {"message_count": message_total}
+                if tool_total is not None and session_id in wrong_tools:
+                    values["tool_call_count"] = tool_total
+                conn.execute(update(sessions).where(sessions.c.id == session_id).values(values))
+
+    store.write(run)
+    return f"recomputed the counters of {len(wrong)} session(s)"
+
+
+def _counters_of(conn: Connection, session_ids: list[str]) -> dict[str, tuple[int, int | None]]:
+    """(messages, tool calls) of these sessions as their rows say now; tool calls None when
+    a stored tool_calls value is damaged (the counter is then left alone)."""
+    totals: dict[str, tuple[int, int | None]] = {}
+    compacted = last_compaction(conn, session_ids)
+    # Streamed per statement: Connection.execution_options would switch the whole write
+    # transaction to server-side cursors.
+    rows = conn.execute(
+        select(messages.c.session_id, messages.c.tool_calls, messages.c.id).where(
+            messages.c.session_id.in_(session_ids)
+        ),
+        execution_options={"yield_per": 1000},
+    )
+    for session_id, value, message_id in rows:
+        key = str(session_id)
+        if message_id <= compacted.get(key, 0):
+            continue  # archived by a compaction: no longer counted
+        message_total, tool_total = totals.get(key, (0, 0))
+        in_row = stored_tool_call_count(str(value)) if value else 0
+        tools = None if in_row is None or tool_total is None else tool_total + in_row
+        totals[key] = (message_total + 1, tools)
+    return totals
+
+
+def _rebuild_search(store: Store) -> str:
+    # Dropped and built again from the rows in one write transaction: a reader sees the old
+    # index or the new one.
+    store.write(store.dialect.search_index.rebuild)
+    return "rebuilt the full-text index"
+
+
+def _truncate_wal(store: Store) -> str:
+    store.dialect.truncate_write_ahead_log(store.engine)
+    return "checkpointed and truncated the write-ahead log"
+
+
+__all__ = [
+    "WAL_WARN_BYTES",
+    "Check",
+    "Report",
+    "actual_counters",
+    "diagnose",
+    "is_store_file",
+    "repair",
+]

@@ -1,0 +1,730 @@
+"""Moving whole stores: a streaming JSONL export, an import that restores it exactly, and
+``copy`` between two databases (e.g. a SQLite file into PostgreSQL).
+
+Format (one JSON object per line, UTF-8, non-ASCII kept as is)::
+
+    {"format": "sessionstore-export", "version": 2}
+    {"session": {...every sessions column...}}
+    {"message": {...every messages column...}}      # that session's messages follow it
+    ...
+    {"state": {"key": "...", "value": "..."}}       # Hermes's state_meta, after every session
+
+Version 1 (no ``state`` records) is still read. ``state_meta`` holds what Hermes keeps beside
+its sessions: a session's goal (``goal:<session id>``), its own housekeeping markers
+(``last_auto_prune``, ``ghost_session_prune_v1``, ...). A whole-store export carries every
+row; an export of some sessions (by source or id) carries only the rows of the form
+``<name>:<session id>`` for those sessions, since the store-wide markers describe a store the
+target is not. Compression leases and cooldowns are not carried: they are seconds-long claims
+of the process that took them, meaningless in another store.
+
+Memory stays constant: sessions and messages are streamed from the file or database and
+written in batches of statements.
+
+An import is all-or-nothing per file: the whole file is read and checked first (a damaged
+line anywhere is an :class:`ImportFormatError` naming it, before anything is written), then
+every record goes in in ONE write transaction, so a failure half-way leaves the target as it
+was. Input must be seekable (the CLI spools standard input to a temporary file). On SQLite
+that transaction holds the write lock for the whole import: other writers wait, within their
+retry budget. ``copy``
+commits in batches instead (a long copy must not hold the target's write lock for its whole
+run) and is made resumable by ``merge``: run it again and it finishes.
+
+Import policy for a session id that already exists (``on_conflict``):
+
+- ``"skip"``: leave the existing session and its messages alone; import nothing for it;
+- ``"fail"``: raise :class:`ImportConflictError` before anything is written;
+- ``"merge"``: keep the existing session row and add whichever of its messages are missing
+  (by message id, or for a renumbered message by its content). This completes an import or
+  copy that an older release, a crash or a truncated file left partial: run it again with
+  the complete file. A session that gains messages this way gets a ``message_count`` no
+  lower than its rows (the counter never claims fewer messages than there are).
+
+Counters equal rows: sessions arrive with their exported counters and all their exported
+messages, in the same transaction, or not at all.
+
+Into a store in use (PostgreSQL with live writers): before explicit ids are inserted the
+message id sequence is moved past the highest id to be imported, under a brief table lock
+that waits for in-flight appends (``StoreDialect.reserve_message_ids``); from then on no
+concurrent append can be given an id the import needs, and an id an append already holds is
+seen as taken and the imported message renumbered.
+
+Ids, parents, titles, counters, JSON text and timestamps are restored as stored. A message id
+that another session already uses in the target gets a fresh id (ids are referenced by nothing
+else); a parent that is not in the target is set once the parent arrives, or left NULL.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import IO, Any, Literal, TypeVar
+
+from sqlalchemy import Select, func, select, update
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.sql import Executable
+
+from ..errors import ConstraintViolationError, ImportConflictError, SessionStoreError
+from ..sessions.repository import SessionRepository
+from ..sql import validation
+from ..sql.records import FIELD_DEFAULTS, MESSAGE_FIELDS, SESSION_FIELDS
+from ..sql.tables import messages_table as messages
+from ..sql.tables import sessions_table as sessions
+from ..sql.tables import state_meta_table as state_meta
+from ..storage.store import Store
+
+logger = logging.getLogger(__name__)
+
+FORMAT_NAME = "sessionstore-export"
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+BATCH_ROWS = 1000
+STATE_ROWS_PER_INSERT = 400
+"""Two parameters a row: within the 999 bound parameters every SQLite build accepts."""
+
+T = TypeVar("T")
+ConflictPolicy = Literal["skip", "fail", "merge"]
+Record = tuple[str, dict[str, Any]]
+Progress = Callable[[int], None]
+
+
+class ImportFormatError(SessionStoreError, ValueError):
+    """The input is not a sessionstore export (or is damaged)."""
+
+
+@dataclass
+class TransferResult:
+    sessions: int = 0
+    messages: int = 0
+    skipped_sessions: int = 0
+    renumbered_messages: int = 0
+    orphaned_parents: list[str] = field(default_factory=list)
+    state_keys: int = 0
+    """``state_meta`` rows written (a key the target already holds is left as it is)."""
+
+
+def iter_records(
+    store: Store, *, source: str | None = None, session_ids: Iterable[str] | None = None
+) -> Iterator[Record]:
+    """Every session (oldest first) followed by its messages, then the ``state_meta`` rows
+    (see the module docstring for which), streamed from one snapshot."""
+    wanted = None if session_ids is None else set(session_ids)
+    whole_store = wanted is None and source is None
+    exported: set[str] = set()
+    repository = SessionRepository(store)
+    with store.reading() as conn:
+        for session in repository.iter_sessions(conn, source):
+            if wanted is not None and session.id not in wanted:
+                continue
+            exported.add(session.id)
+            yield "session", session.to_dict()
+            for message in repository.iter_messages(conn, session.id):
+                yield "message", message.to_dict()
+        rows = conn.execute(select(state_meta.c.key, state_meta.c.value).order_by(state_meta.c.key))
+        for key, value in rows:
+            if whole_store or _session_of_key(str(key)) in exported:
+                yield "state", {"key": key, "value": value}
+
+
+def _session_of_key(key: str) -> str | None:
+    """The session a ``<name>:<session id>`` key belongs to (e.g. ``goal:<id>``)."""
+    name, colon, session_id = key.partition(":")
+    return session_id if colon and name else None
+
+
+def export_jsonl(
+    store: Store,
+    fp: IO[str],
+    *,
+    source: str | None = None,
+    session_ids: Iterable[str] | None = None,
+    progress: Progress | None = None,
+) -> int:
+    """Write the store (or some sessions of it) as JSONL; returns the number of sessions."""
+    fp.write(json.dumps({"format": FORMAT_NAME, "version": FORMAT_VERSION}) + "\n")
+    count = 0
+    for kind, row in iter_records(store, source=source, session_ids=session_ids):
+        fp.write(json.dumps({kind: row}, ensure_ascii=False) + "\n")
+        if kind == "session":
+            count += 1
+            if progress is not None:
+                progress(1)
+    return count
+
+
+def read_records(fp: IO[str]) -> Iterator[Record]:
+    header_line = fp.readline()
+    try:
+        header = json.loads(header_line)
+    except json.JSONDecodeError:
+        header = None
+    if not isinstance(header, dict) or header.get("format") != FORMAT_NAME:
+        raise ImportFormatError("this file is not a sessionstore export (bad first line)")
+    version = header.get("version")
+    if isinstance(version, bool) or version not in READABLE_VERSIONS:
+        raise ImportFormatError(f"unsupported export version {version!r}")
+    kinds = ("session", "message") if version == 1 else ("session", "message", "state")
+    current_session: str | None = None
+    for number, line in enumerate(fp, start=2):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ImportFormatError(f"line {number} is not valid JSON: {exc}") from None
+        if not isinstance(item, dict) or len(item) != 1:
+            raise ImportFormatError(f"line {number} is not a session or message record")
+        ((kind, row),) = item.items()
+        if kind not in kinds or not isinstance(row, dict):
+            raise ImportFormatError(f"line {number}: unknown record kind {kind!r}")
+        expected = _RECORD_FIELDS[kind]
+        missing = [name for name in (_KEY_FIELD[kind],) if name not in row]
+        unknown = set(row) - set(expected)
+        if missing or unknown:
+            raise ImportFormatError(
+                f"line {number}: bad {kind} record (missing {missing}, unknown {sorted(unknown)})"
+            )
+        values = {name: row.get(name, FIELD_DEFAULTS.get(name)) for name in expected}
+        problem = _bad_value(kind, values)
+        if problem is not None:
+            raise ImportFormatError(f"line {number}: bad {kind} record: {problem}")
+        if kind == "session":
+            current_session = values["id"]
+        elif kind == "state":
+            current_session = None  # no message may follow: state comes after every session
+        elif current_session is None or values["session_id"] != current_session:
+            raise ImportFormatError(
+                f"line {number}: message {values['id']!r} does not follow its session "
+                f"{values['session_id']!r}"
+            )
+        yield kind, values
+
+
+_INTEGER_FIELDS = frozenset(
+    {"message_count", "tool_call_count", "input_tokens", "output_tokens", "cache_read_tokens",
+     "cache_write_tokens", "reasoning_tokens", "token_count", "api_call_count", "rewind_count",
+     "archived", "observed", "active", "compacted"}
+)  # fmt: skip
+_NUMBER_FIELDS = frozenset({"started_at", "ended_at", "timestamp", "estimated_cost_usd",
+                            "actual_cost_usd", "compression_failure_cooldown_until"})  # fmt: skip
+_REQUIRED_FIELDS = {"session": ("id", "source", "started_at"),
+                    "message": ("id", "session_id", "role", "timestamp"),
+                    "state": ("key",)}  # fmt: skip
+_STATE_FIELDS = ("key", "value")
+_RECORD_FIELDS = {"session": SESSION_FIELDS, "message": MESSAGE_FIELDS, "state": _STATE_FIELDS}
+_KEY_FIELD = {"session": "id", "message": "id", "state": "key"}
+
+
+def _bad_value(kind: str, values: dict[str, Any]) -> str | None:
+    """Why a record's values cannot be stored as they are (None when they can): checked for
+    the whole file before the first write, so a poisoned number cannot stop an import half-way
+    (or, NaN, be stored at all)."""
+    for name in _REQUIRED_FIELDS[kind]:
+        if values.get(name) is None:
+            return f"{name} is missing"
+    if kind == "message":
+        identifier = values["id"]
+        if isinstance(identifier, bool) or not isinstance(identifier, int) or identifier < 1:
+            return f"id must be a positive integer, not {identifier!r}"
+    if kind == "state" and not validation.bindable(values["key"]):
+        # A key is looked up by equality: NUL or a lone surrogate could never be found again.
+        return f"key must be text without NUL or lone surrogates, not {values['key']!r}"
+    for name, value in values.items():
+        if value is None or (kind == "message" and name == "id"):
+            continue
+        try:
+            if name in _INTEGER_FIELDS:
+                validation.counter(value, name)
+            elif name in _NUMBER_FIELDS:
+                validation.number(value, name)
+            else:
+                validation.identifier(value, name)
+        except (TypeError, ValueError) as exc:
+            if name in _INTEGER_FIELDS or name in _NUMBER_FIELDS or not isinstance(value, str):
+                return str(exc)
+            # NUL characters in free text are the store's business (cleaned for PostgreSQL).
+            if "NUL" not in str(exc):
+                return str(exc)
+    return None
+
+
+def import_jsonl(
+    store: Store,
+    fp: IO[str],
+    *,
+    on_conflict: ConflictPolicy = "skip",
+    progress: Progress | None = None,
+) -> TransferResult:
+    """Restore an export into ``store`` (empty or not) under the given conflict policy.
+
+    All or nothing: a damaged file, a conflict under ``"fail"`` or a database error leaves the
+    target exactly as it was. ``progress`` is called once per session written (again from the
+    start should the transaction be retried after a busy store or a dropped connection).
+    On PostgreSQL the tables are then ANALYZEd, when anything was written.
+    """
+    start = fp.tell()
+    scan = scan_records(read_records(fp))
+    if on_conflict == "fail":
+        clash = _existing_session_ids(store, scan.session_ids)
+        if clash:
+            raise ImportConflictError(
+                f"{len(clash)} session id(s) already exist in the target, e.g. "
+                f"{sorted(clash)[0]!r}; nothing was imported (use --on-conflict skip or merge)"
+            )
+        differing = sorted(
+            key for key, value in _existing_state(store, list(scan.state)).items()
+            if value != _storable_text(store)({"value": scan.state[key]})["value"]
+        )
+        if differing:
+            raise ImportConflictError(
+                f"{len(differing)} state_meta key(s) already hold other values in the target, "
+                f"e.g. {differing[0]!r}; nothing was imported (use --on-conflict skip or merge)"
+            )
+    store.write(lambda conn: store.dialect.reserve_message_ids(conn, scan.highest_message_id))
+
+    def run(conn: Connection) -> TransferResult:
+        fp.seek(start)
+        return write_records(
+            store, read_records(fp), on_conflict=on_conflict, progress=progress, conn=conn
+        )
+
+    try:
+        result = store.write(run)
+    except IntegrityError as exc:
+        violation = store.dialect.integrity_violation(exc)
+        name = None if violation is None else violation.constraint
+        raise ConstraintViolationError(
+            "the file's records (or a concurrent writer) broke a constraint of the target"
+            + (f" ({name})" if name else "")
+            + ", e.g. one message id twice; nothing was imported "
+            + f"({str(exc.orig).splitlines()[0]})",
+            name,
+        ) from exc
+    _refresh_statistics(store, result)
+    return result
+
+
+@dataclass
+class RecordScan:
+    """What a whole-file check found: the sessions, the highest message id, the state."""
+
+    session_ids: list[str] = field(default_factory=list)
+    highest_message_id: int = 0
+    messages: int = 0
+    state: dict[str, str | None] = field(default_factory=dict)
+
+
+def scan_records(records: Iterable[Record]) -> RecordScan:
+    """Read every record once (:func:`read_records` checks each line as it goes)."""
+    scan = RecordScan()
+    seen: set[str] = set()
+    for kind, row in records:
+        if kind == "session":
+            if row["id"] in seen:
+                raise ImportFormatError(f"session {row['id']!r} appears twice in the file")
+            seen.add(row["id"])
+            scan.session_ids.append(row["id"])
+        elif kind == "state":
+            if row["key"] in scan.state:
+                raise ImportFormatError(f"state key {row['key']!r} appears twice in the file")
+            scan.state[row["key"]] = row["value"]
+        else:
+            scan.messages += 1
+            scan.highest_message_id = max(scan.highest_message_id, row["id"])
+    return scan
+
+
+def copy_store(
+    source: Store, target: Store, *, progress: Progress | None = None
+) -> TransferResult:
+    """Copy every session and message, and the ``state_meta`` rows, from ``source`` into
+    ``target``; safe to re-run, and safe while others write to ``target`` (see the module
+    docstring). A state key the target already holds keeps the target's value."""
+    highest = source.read(
+        lambda conn: conn.execute(select(func.coalesce(func.max(messages.c.id), 0))).scalar_one()
+    )
+    target.write(lambda conn: target.dialect.reserve_message_ids(conn, int(highest)))
+    result = write_records(target, iter_records(source), on_conflict="merge", progress=progress)
+    expected_sessions = SessionRepository(source).session_count(include_archived=True)
+    expected_messages = SessionRepository(source).message_count()
+    present = _count_present(target, source)
+    if present != (expected_sessions, expected_messages):
+        raise SessionStoreError(
+            f"copy incomplete: source has {expected_sessions} sessions/{expected_messages} "
+            f"messages, target holds {present[0]}/{present[1]} of them"
+        )
+    source_keys = _scalars(source, select(state_meta.c.key))
+    missing_keys = set(source_keys) - set(_existing_state(target, source_keys))
+    if missing_keys:
+        raise SessionStoreError(
+            f"copy incomplete: {len(missing_keys)} state_meta key(s) of the source are not in "
+            f"the target, e.g. {sorted(missing_keys)[0]!r}"
+        )
+    _refresh_statistics(target, result)
+    return result
+
+
+def _refresh_statistics(store: Store, result: TransferResult) -> None:
+    """After rows went in, have the planner see them (PostgreSQL: ``ANALYZE``; see
+    ``StoreDialect.refresh_statistics``): a store just filled by ``db copy`` is queried at
+    once, long before autovacuum would analyze it. The rows are committed by now: a refresh
+    that fails (another ANALYZE holding the lock past the busy timeout) is only logged."""
+    if not (result.sessions or result.messages):
+        return
+    try:
+        store.write(store.dialect.refresh_statistics)
+    except (SessionStoreError, SQLAlchemyError) as exc:
+        logger.warning("the planner statistics were not refreshed after the load: %s", exc)
+
+
+def copy(src_url: str, dst_url: str, *, progress: Progress | None = None) -> TransferResult:
+    """Move a whole store (e.g. a SQLite file into PostgreSQL), streamed in batches.
+
+    Both stores are upgraded to head first (the source too: an old Hermes file is read in the
+    current shape); ids, lineage, titles, counters, JSON and timestamps are preserved,
+    sequences advanced, and the counts verified at the end. Restartable: an interrupted copy
+    is completed by running it again. On PostgreSQL the target is then ANALYZEd, so its first
+    queries are planned for the rows it now holds, not for the empty tables it started as.
+    """
+    from ..schema import migrate
+
+    migrate.upgrade(src_url)
+    migrate.upgrade(dst_url)
+    with Store.open(src_url, read_only=True) as source, Store.open(dst_url) as target:
+        return copy_store(source, target, progress=progress)
+
+
+def _count_present(target: Store, source: Store) -> tuple[int, int]:
+    session_total = 0
+    message_total = 0
+    with source.reading() as conn:
+        ids = [row[0] for row in conn.execute(select(sessions.c.id))]
+    for start in range(0, len(ids), BATCH_ROWS):
+        chunk = ids[start : start + BATCH_ROWS]
+
+        def count(conn: Connection, chunk: list[str] = chunk) -> tuple[int, int]:
+            s = conn.execute(select(sessions.c.id).where(sessions.c.id.in_(chunk))).all()
+            m = conn.execute(
+                select(messages.c.id).where(messages.c.session_id.in_(chunk))
+            ).all()
+            return len(s), len(m)
+
+        found = target.read(count)
+        session_total += found[0]
+        message_total += found[1]
+    return session_total, message_total
+
+
+def _scalars(store: Store, statement: Select[Any]) -> list[Any]:
+    return store.read(lambda conn: [row[0] for row in conn.execute(statement)])
+
+
+def _existing_state(store: Store, keys: list[str]) -> dict[str, str | None]:
+    found: dict[str, str | None] = {}
+    for start in range(0, len(keys), BATCH_ROWS):
+        statement = select(state_meta.c.key, state_meta.c.value).where(
+            state_meta.c.key.in_(keys[start : start + BATCH_ROWS])
+        )
+        found.update((str(key), value) for key, value in _rows(store, statement))
+    return found
+
+
+def _rows(store: Store, statement: Select[Any]) -> list[Any]:
+    return store.read(lambda conn: list(conn.execute(statement)))
+
+
+def _existing_session_ids(store: Store, ids: list[str]) -> set[str]:
+    found: set[str] = set()
+    for start in range(0, len(ids), BATCH_ROWS):
+        statement = select(sessions.c.id).where(sessions.c.id.in_(ids[start : start + BATCH_ROWS]))
+        found.update(_scalars(store, statement))
+    return found
+
+
+@dataclass
+class _Position:
+    """Which session the next message records belong to, carried across batches."""
+
+    session_id: str | None = None
+    skipping: bool = False
+    merging: bool = False
+
+
+def write_records(
+    store: Store,
+    records: Iterable[Record],
+    *,
+    on_conflict: ConflictPolicy,
+    progress: Progress | None = None,
+    conn: Connection | None = None,
+) -> TransferResult:
+    """Write ``records`` under ``on_conflict``: all in the open transaction ``conn`` when given
+    (the import's all-or-nothing), else one write transaction per batch (``copy``)."""
+    run_in = _Runner(store, conn)
+    storable = _storable_text(store)
+    result = TransferResult()
+    pending_parents: dict[str, str] = {}
+    merged: set[str] = set()
+    position = _Position()
+    batch: list[Record] = []
+    # Messages whose id another session already uses in the target get fresh ids, but only
+    # after every explicit id is in: a generated id must not take one a later batch needs.
+    # They wait in a temporary file, so memory stays bounded however many there are.
+    state: list[dict[str, Any]] = []
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as renumbered:
+        for kind, row in records:
+            if kind == "state":
+                state.append(storable(row))
+                continue
+            batch.append((kind, storable(row)))
+            if kind == "session" and progress is not None:
+                progress(1)
+            if len(batch) >= BATCH_ROWS:
+                position = _flush(
+                    run_in, batch, on_conflict, result, pending_parents, merged, position,
+                    renumbered,
+                )
+                batch = []
+        if batch:
+            _flush(
+                run_in, batch, on_conflict, result, pending_parents, merged, position,
+                renumbered,
+            )
+        _insert_renumbered(run_in, renumbered)
+    _resolve_parents(run_in, pending_parents, result)
+    _raise_merged_counters(run_in, merged)
+    result.state_keys = _insert_state(run_in, state)
+    return result
+
+
+def _insert_state(run_in: _Runner, rows: list[dict[str, Any]]) -> int:
+    """Every ``state_meta`` row the target lacks; a key it holds keeps its value (under
+    ``"fail"`` a differing one was refused before anything was written)."""
+    written = 0
+    for start in range(0, len(rows), STATE_ROWS_PER_INSERT):
+        chunk = rows[start : start + STATE_ROWS_PER_INSERT]
+
+        def run(conn: Connection, chunk: list[dict[str, Any]] = chunk) -> int:
+            statement = (
+                run_in.store.dialect.insert(state_meta)
+                .values(chunk)
+                .on_conflict_do_nothing(index_elements=[state_meta.c.key])
+            )
+            # Without preserve_rowcount SQLAlchemy reports -1 for an INSERT on psycopg.
+            return int(conn.execution_options(preserve_rowcount=True).execute(statement).rowcount)
+
+        written += run_in(run)
+    return written
+
+
+def _storable_text(store: Store) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """NUL in text becomes U+FFFD where the target cannot store it (PostgreSQL), as on every
+    other write path (``validation.free_text``). Real Hermes files hold NUL: multi-part
+    content is stored ``"\\x00json:..."`` (`message_content`), and without this a copy of
+    such a file into PostgreSQL failed as a whole."""
+    if store.dialect.stores_nul_in_text:
+        return lambda row: row
+    replacement = validation.REPLACEMENT_CHARACTER
+
+    def clean(row: dict[str, Any]) -> dict[str, Any]:
+        if not any(isinstance(value, str) and "\x00" in value for value in row.values()):
+            return row
+        return {
+            name: value.replace("\x00", replacement) if isinstance(value, str) else value
+            for name, value in row.items()
+        }
+
+    return clean
+
+
+class _Runner:
+    """Runs a piece of work in the open transaction, or else in a write transaction of its own."""
+
+    def __init__(self, store: Store, conn: Connection | None) -> None:
+        self.store = store
+        self.conn = conn
+
+    def __call__(self, work: Callable[[Connection], T]) -> T:
+        if self.conn is not None:
+            return work(self.conn)
+        return self.store.write(work)
+
+
+def _insert_renumbered(
+    run_in: _Runner, spool: IO[str]
+) -> None:
+    spool.seek(0)
+    chunk: list[dict[str, Any]] = []
+    for line in itertools.chain(spool, [None]):
+        if line is not None:
+            chunk.append(json.loads(line))
+        if chunk and (line is None or len(chunk) >= BATCH_ROWS):
+            _insert_rows(run_in, chunk)
+            chunk = []
+
+
+def _insert_rows(run_in: _Runner, rows: list[dict[str, Any]]) -> None:
+    def run(conn: Connection) -> None:
+        conn.execute(messages.insert(), rows)
+
+    run_in(run)
+
+
+def _raise_merged_counters(
+    run_in: _Runner, session_ids: set[str]
+) -> None:
+    """A session that gained messages by ``merge`` counts at least the rows it has."""
+    ordered = sorted(session_ids)
+    for start in range(0, len(ordered), BATCH_ROWS):
+        chunk = ordered[start : start + BATCH_ROWS]
+        rows = (
+            select(func.count())
+            .where(messages.c.session_id == sessions.c.id)
+            .correlate(sessions)
+            .scalar_subquery()
+        )
+        statement = (
+            update(sessions)
+            .where(sessions.c.id.in_(chunk), func.coalesce(sessions.c.message_count, 0) < rows)
+            .values(message_count=rows)
+        )
+        _execute(run_in, statement)
+
+
+def _execute(run_in: _Runner, statement: Executable) -> None:
+    def run(conn: Connection) -> None:
+        conn.execute(statement)
+
+    run_in(run)
+
+
+def _flush(
+    run_in: _Runner,
+    batch: list[Record],
+    on_conflict: ConflictPolicy,
+    result: TransferResult,
+    pending_parents: dict[str, str],
+    merged: set[str],
+    start: _Position,
+    renumbered: IO[str],
+) -> _Position:
+    """Write one batch (in one transaction when batches commit); returns where the next batch
+    continues."""
+
+    def run(
+        conn: Connection,
+    ) -> tuple[TransferResult, dict[str, str], set[str], _Position, list[dict[str, Any]]]:
+        local = TransferResult()
+        parents: dict[str, str] = {}
+        gained: set[str] = set()
+        position = _Position(start.session_id, start.skipping, start.merging)
+        session_ids = [row["id"] for kind, row in batch if kind == "session"]
+        existing = {
+            row[0]
+            for row in conn.execute(select(sessions.c.id).where(sessions.c.id.in_(session_ids)))
+        }
+        message_ids = [row["id"] for kind, row in batch if kind == "message"]
+        taken = {
+            int(row[0]): row[1]
+            for row in conn.execute(
+                select(messages.c.id, messages.c.session_id).where(messages.c.id.in_(message_ids))
+            )
+        }
+        message_rows: list[dict[str, Any]] = []
+        deferred: list[dict[str, Any]] = []
+        for kind, row in batch:
+            if kind == "session":
+                position = _Position(row["id"], False, False)
+                if row["id"] in existing:
+                    if on_conflict == "fail":
+                        raise ImportConflictError(f"session {row['id']!r} already exists")
+                    if on_conflict == "skip":
+                        position.skipping = True
+                        local.skipped_sessions += 1
+                    else:
+                        position.merging = True
+                    continue
+                values = dict(row)
+                parent = values.get("parent_session_id")
+                if parent is not None and not _session_exists(conn, parent):
+                    parents[values["id"]] = parent
+                    values["parent_session_id"] = None
+                conn.execute(sessions.insert(), values)
+                local.sessions += 1
+                continue
+            if position.skipping or position.session_id is None:
+                continue
+            values = dict(row)
+            values["session_id"] = position.session_id
+            owner = taken.get(int(values["id"]))
+            if owner == position.session_id:
+                continue
+            if owner is not None:
+                values.pop("id")
+                if _already_copied(conn, values):
+                    continue
+                deferred.append(values)
+                local.renumbered_messages += 1
+            else:
+                message_rows.append(values)
+            if position.merging:
+                gained.add(position.session_id)
+            local.messages += 1
+        if message_rows:
+            conn.execute(messages.insert(), message_rows)
+        return local, parents, gained, position, deferred
+
+    local, parents, gained, position, deferred = run_in(run)
+    for values in deferred:
+        renumbered.write(json.dumps(values, ensure_ascii=False) + "\n")
+    result.sessions += local.sessions
+    result.messages += local.messages
+    result.skipped_sessions += local.skipped_sessions
+    result.renumbered_messages += local.renumbered_messages
+    pending_parents.update(parents)
+    merged.update(gained)
+    return position
+
+
+def _already_copied(conn: Connection, values: dict[str, Any]) -> bool:
+    """A renumbered message a previous (interrupted) run already wrote, found by its content."""
+    statement = select(messages.c.id).where(
+        messages.c.session_id == values["session_id"],
+        messages.c.timestamp == values["timestamp"],
+        messages.c.role == values["role"],
+        messages.c.content.is_(None)
+        if values["content"] is None
+        else messages.c.content == values["content"],
+    )
+    return conn.execute(statement.limit(1)).first() is not None
+
+
+def _session_exists(conn: Connection, session_id: str) -> bool:
+    statement = select(sessions.c.id).where(sessions.c.id == session_id)
+    return conn.execute(statement).first() is not None
+
+
+def _resolve_parents(
+    run_in: _Runner,
+    pending: dict[str, str],
+    result: TransferResult,
+) -> None:
+    if not pending:
+        return
+
+    def run(conn: Connection) -> list[str]:
+        orphaned = []
+        for child, parent in pending.items():
+            if _session_exists(conn, parent):
+                conn.execute(
+                    update(sessions).where(sessions.c.id == child).values(parent_session_id=parent)
+                )
+            else:
+                orphaned.append(child)
+        return orphaned
+
+    result.orphaned_parents.extend(run_in(run))

@@ -1,0 +1,184 @@
+"""Run the Alembic chain from code: the same scripts as ``alembic upgrade head``, no checkout.
+
+The migration scripts ship inside the package (``sessionstore._migrations``), and the Alembic
+``Config`` is built here, so an installed wheel can upgrade a store (``sessionstore db upgrade``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
+
+from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.exc import DBAPIError
+
+from ..dialects import dialect_for
+from ..errors import StoreBusyError
+from ..storage.config import resolve_url
+from ..storage.engine import create_store_engine
+from ..storage.error_translation import typed_errors
+from ..storage.retry import RetryPolicy, run_with_retry
+from . import legacy
+
+T = TypeVar("T")
+
+if TYPE_CHECKING:
+    # Alembic is imported only when a migration command runs: opening an up-to-date store
+    # never needs it (about 100 ms of startup).
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+HEAD = "head"
+
+Target = str | URL | Engine | None
+"""A store to migrate or look at: a URL (``None``: the configured default), or the engine of
+an open store, which is then used as it is (never disposed here)."""
+
+
+def script_location() -> str:
+    return str(Path(str(resources.files("sessionstore._migrations"))))
+
+
+def _url_text(target: Target) -> str:
+    if isinstance(target, Engine):
+        return target.url.render_as_string(hide_password=False)
+    if isinstance(target, URL):
+        return target.render_as_string(hide_password=False)
+    return resolve_url(target)
+
+
+def alembic_config(
+    url: Target = None, *, connection: Connection | Engine | None = None
+) -> Config:
+    """An Alembic Config for ``url``, or for an open ``connection`` whose transaction you own,
+    or for an engine (then ``env.py`` migrates in one retried write transaction on it)."""
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", script_location())
+    # configparser treats % as interpolation: URL-encoded passwords must be doubled.
+    cfg.set_main_option("sqlalchemy.url", _url_text(url).replace("%", "%%"))
+    cfg.attributes["configure_logger"] = False
+    if connection is None and isinstance(url, Engine):
+        connection = url
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg
+
+
+def script_directory() -> ScriptDirectory:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    cfg = Config()  # the scripts alone: no database
+    cfg.set_main_option("script_location", script_location())
+    return ScriptDirectory.from_config(cfg)
+
+
+HEAD_REVISION = "0025"
+"""The newest revision this release ships. A constant so that opening an up-to-date store
+costs one small read and no Alembic work; tests/test_migrations.py checks it against the
+scripts, so a new revision cannot forget to move it."""
+
+
+def head_revision() -> str:
+    return HEAD_REVISION
+
+
+def upgrade(url: Target = None, revision: str = HEAD) -> None:
+    """Bring the store at ``url`` to ``revision``, adopting a legacy Hermes file first.
+
+    Given an open store's engine, the migration runs on that engine (one engine per store)."""
+    from alembic import command
+
+    command.upgrade(alembic_config(url), revision)
+
+
+def downgrade(url: Target, revision: str) -> None:
+    from alembic import command
+
+    command.downgrade(alembic_config(url), revision)
+
+
+# NamedTuples, not frozen dataclasses: the open path imports this module, and each dataclass
+# compiles its generated methods at import (about 0.8 ms apiece; scripts/startup.py).
+class Status(NamedTuple):
+    revision: str | None
+    schema_version: int | None
+    head: str
+
+    @property
+    def up_to_date(self) -> bool:
+        return self.revision == self.head
+
+
+def status_of(connection: Connection) -> Status:
+    return status_from(legacy.read_state(connection))
+
+
+def status_from(state: legacy.StoreState) -> Status:
+    return Status(state.alembic_revision, state.schema_version, head_revision())
+
+
+def _inspect(target: Target, look: Callable[[Connection], T]) -> T:
+    """Run ``look`` on a connection that only looks; driver errors come out as this
+    package's errors.
+
+    Opening a store starts here, so a file that is not a database, cannot be opened, or is
+    locked by another program must be reported in those words, not as a driver traceback. A
+    connection the server dropped (a restart, pg_terminate_backend) is retried on a new one.
+    An engine given is used as it is; one built here from a URL leaves the journal mode
+    alone and is disposed of afterwards.
+    """
+    owned = not isinstance(target, Engine)
+    if isinstance(target, Engine):
+        engine = target
+    else:
+        engine = create_store_engine(target, set_journal_mode=False)
+    dialect = dialect_for(engine)
+    started = time.monotonic()
+
+    def attempt() -> T:
+        with engine.connect() as connection:
+            return look(connection)
+
+    try:
+        with typed_errors(dialect):
+            try:
+                return run_with_retry(attempt, dialect.is_disconnect, RetryPolicy())
+            except DBAPIError as exc:
+                if dialect.is_retryable(exc):
+                    # The busy timeout already waited; a status read is not worth a retry loop.
+                    raise StoreBusyError(1, time.monotonic() - started, exc) from exc
+                raise
+    finally:
+        if owned:
+            engine.dispose()
+
+
+def status(url: Target = None) -> Status:
+    return _inspect(url, status_of)
+
+
+def state(url: Target = None) -> legacy.StoreState:
+    """What the store says about its own schema (the status plus whether it holds anything)."""
+    return _inspect(url, legacy.read_state)
+
+
+def current(url: Target = None) -> str | None:
+    """The Alembic revision the store is at (None for an empty or unadopted legacy store)."""
+    return _inspect(url, lambda connection: legacy.read_state(connection).alembic_revision)
+
+
+def history() -> list[tuple[str, str | None, str]]:
+    """(revision, down_revision, first docstring line), oldest first."""
+    revisions = list(script_directory().walk_revisions())
+    revisions.reverse()
+    return [
+        (rev.revision, rev.down_revision if isinstance(rev.down_revision, str) else None,
+         (rev.doc or "").strip().splitlines()[0] if rev.doc else "")
+        for rev in revisions
+    ]

@@ -1,0 +1,170 @@
+"""The v17 schema of the Hermes session store (newest Hermes HEAD) as typed SQLAlchemy models.
+
+These models describe what the migrations build; Alembic autogenerate must find no difference
+between the two (``tests/test_migrations.py``). They map the Core tables of
+:mod:`sessionstore.sql.tables` (what the runtime uses, without importing ``sqlalchemy.orm``) and
+declare the indexes, which only DDL needs. The full-text objects (FTS5 table and triggers on
+SQLite, expression indexes on PostgreSQL) are raw DDL owned by the migrations and are hidden from
+autogenerate by name (``SEARCH_OBJECT_NAMES``).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Index, Integer, Text, text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from ..search import names as search_names
+from ..sql.tables import (
+    SCHEMA_VERSION,
+    CounterColumn,
+    FloatColumn,
+    compression_locks_table,
+    messages_table,
+    metadata,
+    sessions_table,
+    state_meta_table,
+)
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "SEARCH_OBJECT_NAMES",
+    "Base",
+    "CompressionLock",
+    "CounterColumn",
+    "FloatColumn",
+    "Message",
+    "SchemaVersion",
+    "Session",
+    "StateMeta",
+    "compression_locks_table",
+    "messages_table",
+    "sessions_table",
+    "state_meta_table",
+]
+
+# Index names are fixed by the Hermes files on disk, so they are spelled out, not generated.
+IDX_SESSIONS_SOURCE = "idx_sessions_source"
+IDX_SESSIONS_SOURCE_ID = "idx_sessions_source_id"
+IDX_SESSIONS_PARENT = "idx_sessions_parent"
+IDX_SESSIONS_STARTED = "idx_sessions_started"
+IDX_SESSIONS_TITLE_UNIQUE = "idx_sessions_title_unique"
+IDX_SESSIONS_SESSION_KEY = "idx_sessions_session_key"
+IDX_SESSIONS_GATEWAY_PEER = "idx_sessions_gateway_peer"
+IDX_SESSIONS_HANDOFF_STATE = "idx_sessions_handoff_state"
+IDX_MESSAGES_SESSION = "idx_messages_session"
+IDX_MESSAGES_SESSION_ACTIVE = "idx_messages_session_active"
+IDX_MESSAGES_PLATFORM_MSG_ID = "idx_messages_platform_msg_id"
+IDX_COMPRESSION_LOCKS_EXPIRES = "idx_compression_locks_expires"
+IX_SESSIONS_STARTED_ID = "ix_sessions_started_id"
+"""Ours (revision 0022): the listing's order, ``id`` breaking ties."""
+
+# Full-text objects created by raw DDL in the migrations: their names live with the search code.
+SEARCH_OBJECT_NAMES = search_names.SEARCH_OBJECT_NAMES
+
+
+class Base(DeclarativeBase):
+    metadata = metadata
+    type_annotation_map = {  # noqa: RUF012 - SQLAlchemy reads this class attribute
+        str: Text(),
+        int: Integer(),
+        float: FloatColumn,
+    }
+
+
+class SchemaVersion(Base):
+    """The single-row table Hermes uses to know its schema number (the runtime reads it with
+    raw SQL, before it knows which tables exist: no Core table for it)."""
+
+    __tablename__ = "schema_version"
+    # Hermes declared no primary key; the mapper needs one, the table keeps none.
+    __mapper_args__ = {"primary_key": ["version"]}  # noqa: RUF012
+
+    version: Mapped[int] = mapped_column(nullable=False)
+
+
+# Each model maps every column of its table; the annotations type the ones code reads from
+# mapped objects (add one as needed: it must name a column of the table).
+class Session(Base):
+    """Columns in newest Hermes's declared order (a fresh file's physical order)."""
+
+    __table__ = sessions_table
+
+    id: Mapped[str]
+    source: Mapped[str]
+    title: Mapped[str | None]
+    parent_session_id: Mapped[str | None]
+    started_at: Mapped[float]
+    message_count: Mapped[int | None]
+
+
+class Message(Base):
+    """Columns in newest Hermes's declared order (a fresh file's physical order)."""
+
+    __table__ = messages_table
+
+    id: Mapped[int]
+    session_id: Mapped[str]
+    role: Mapped[str]
+    content: Mapped[str | None]
+    timestamp: Mapped[float]
+
+
+class StateMeta(Base):
+    """Hermes's key/value housekeeping table (v8 era)."""
+
+    __table__ = state_meta_table
+
+    key: Mapped[str]
+    value: Mapped[str | None]
+
+
+class CompressionLock(Base):
+    """One compression lease per session (Hermes v14); no FK: a lease outlives its session."""
+
+    __table__ = compression_locks_table
+
+    session_id: Mapped[str]
+    holder: Mapped[str]
+    acquired_at: Mapped[float]
+    expires_at: Mapped[float]
+
+
+# Indexes are DDL only (the runtime's statements never name them): declared here, beside the
+# models autogenerate compares, and kept off the runtime's import path. Partial indexes need
+# ``postgresql_where=``, which loads the PostgreSQL dialect (about 20 ms) on import.
+_sessions = sessions_table.c
+_messages = messages_table.c
+Index(IDX_SESSIONS_SOURCE, _sessions.source)
+Index(IDX_SESSIONS_SOURCE_ID, _sessions.source, _sessions.id)
+Index(IDX_SESSIONS_PARENT, _sessions.parent_session_id)
+Index(
+    IDX_SESSIONS_TITLE_UNIQUE,
+    _sessions.title,
+    unique=True,
+    sqlite_where=text("title IS NOT NULL"),
+    postgresql_where=text("title IS NOT NULL"),
+)
+Index(IDX_SESSIONS_HANDOFF_STATE, _sessions.handoff_state, _sessions.started_at)
+# Newest-first walks read these in order.
+Index(IDX_SESSIONS_STARTED, _sessions.started_at.desc())
+Index(IX_SESSIONS_STARTED_ID, _sessions.started_at.desc(), _sessions.id)
+Index(IDX_SESSIONS_SESSION_KEY, _sessions.session_key, _sessions.started_at.desc())
+Index(
+    IDX_SESSIONS_GATEWAY_PEER,
+    _sessions.source,
+    _sessions.user_id,
+    _sessions.chat_id,
+    _sessions.chat_type,
+    _sessions.thread_id,
+    _sessions.started_at.desc(),
+)
+Index(IDX_MESSAGES_SESSION, _messages.session_id, _messages.timestamp)
+Index(IDX_MESSAGES_SESSION_ACTIVE, _messages.session_id, _messages.active, _messages.timestamp)
+Index(
+    IDX_MESSAGES_PLATFORM_MSG_ID,
+    _messages.session_id,
+    _messages.platform_message_id,
+    sqlite_where=text("platform_message_id IS NOT NULL"),
+    postgresql_where=text("platform_message_id IS NOT NULL"),
+)
+Index(IDX_COMPRESSION_LOCKS_EXPIRES, compression_locks_table.c.expires_at)

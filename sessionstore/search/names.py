@@ -1,0 +1,85 @@
+"""The names of every search-index object the runtime knows, in one place.
+
+Each dialect's search index (``sessionstore.search.sqlite``,
+``sessionstore.search.postgresql``) builds, checks and queries these objects; the models
+hide them from autogenerate; the doctor reports them. The migrations keep frozen copies of
+their own (an old revision never changes when these do).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# -- SQLite (FTS5) -----------------------------------------------------------------------------
+WORD_TABLE: Final = "messages_fts"
+"""Hermes's word index (external content: ``messages``, from Hermes v11 the view below)."""
+WORD_SOURCE_VIEW: Final = "messages_fts_source"
+WORD_TRIGGERS: Final = ("messages_fts_insert", "messages_fts_delete", "messages_fts_update")
+
+TRIGRAM_TABLE: Final = "messages_fts_trigram"
+"""Hermes's trigram index (revision 0013 on), over the CJK rows only."""
+TRIGRAM_SOURCE_VIEW: Final = "messages_fts_trigram_source"
+TRIGRAM_TRIGGERS: Final = (
+    "messages_fts_trigram_insert",
+    "messages_fts_trigram_delete",
+    "messages_fts_trigram_update",
+)
+OLD_TRIGRAM_TABLE: Final = "messages_trigram"
+"""Revision 0007's trigram table (up to Hermes v9), replaced by :data:`TRIGRAM_TABLE` in 0013."""
+OLD_TRIGRAM_SOURCE_VIEW: Final = "messages_trigram_source"
+OLD_TRIGRAM_TRIGGERS: Final = (
+    "messages_trigram_insert",
+    "messages_trigram_delete",
+    "messages_trigram_update",
+)
+
+SUBSTRING_PAGE_INDEX: Final = "ix_messages_substring_page"
+"""A covering index of what a page of substring hits is chosen by (revision 0024, SQLite
+only: PostgreSQL's CJK plan fetches its few candidates by primary key)."""
+
+BIGRAM_TABLE: Final = "messages_cjk_bigram"
+"""The CJK character-bigram index (revision 0021), contentless, over the CJK rows only."""
+BIGRAM_TRIGGERS: Final = (
+    "messages_cjk_bigram_insert",
+    "messages_cjk_bigram_delete",
+    "messages_cjk_bigram_update",
+)
+
+HERMES_TRIGGERS: Final = (*WORD_TRIGGERS, *TRIGRAM_TRIGGERS)
+"""The six trigger names newest Hermes checks for on every open."""
+
+FTS5_TABLES: Final = (WORD_TABLE, OLD_TRIGRAM_TABLE, TRIGRAM_TABLE, BIGRAM_TABLE)
+FTS5_SHADOWS: Final = ("data", "idx", "content", "docsize", "config")
+
+# -- PostgreSQL --------------------------------------------------------------------------------
+PG_TSV_COLUMN: Final = "content_tsv"
+"""Revision 0008's stored tsvector (0001 indexed an expression instead)."""
+PG_TSV_EXPRESSION_INDEX: Final = "ix_messages_content_tsv"
+PG_TSV_COLUMN_INDEX: Final = "ix_messages_content_tsvector"
+PG_CONTENT_TRGM_INDEX: Final = "ix_messages_content_trgm"
+"""``pg_trgm`` over ``content`` (before revision 0014)."""
+PG_TRGM_INDEX: Final = "ix_messages_indexed_text_trgm"
+"""``pg_trgm`` over content, tool name and tool calls (revision 0014 on)."""
+PG_BIGRAM_INDEX: Final = "ix_messages_cjk_bigrams"
+PG_GRAMS_FUNCTION: Final = "sessionstore_cjk_grams"
+
+SEARCH_OBJECT_NAMES: Final = frozenset(
+    {
+        *(
+            f"{table}_{shadow}" if shadow else table
+            for table in FTS5_TABLES
+            for shadow in ("", *FTS5_SHADOWS)
+        ),
+        WORD_SOURCE_VIEW,
+        TRIGRAM_SOURCE_VIEW,
+        OLD_TRIGRAM_SOURCE_VIEW,
+        PG_TSV_EXPRESSION_INDEX,
+        PG_TSV_COLUMN_INDEX,
+        PG_TSV_COLUMN,
+        PG_CONTENT_TRGM_INDEX,
+        PG_TRGM_INDEX,
+        PG_BIGRAM_INDEX,
+        SUBSTRING_PAGE_INDEX,
+    }
+)
+"""Every object the search indexes consist of (the models describe none of them)."""

@@ -1,0 +1,324 @@
+"""PostgreSQL's search index: tsvector/GIN for words, a CJK bigram GIN index for substrings.
+
+Word search uses the stored ``content_tsv`` column (revision 0008; over content, tool name and
+tool calls from 0014) and its GIN index. Hits are ranked by ``ts_rank`` and shown with
+``ts_headline``, shaped like SQLite's ``snippet()``: ``>>>``/``<<<`` markers, a window of about
+40 words around the best match, and ``...`` where text was cut off (added here, as
+``ts_headline`` has no such option).
+
+Substring search (queries holding CJK, :mod:`sessionstore.search.terms`): every term is
+verified with ``ILIKE`` over the indexed text. The candidates come from the GIN expression
+index ``ix_messages_cjk_bigrams`` (revision 0021) over ``sessionstore_cjk_grams(lower(text))``,
+an array of the text's CJK characters and CJK-led bigrams: a row can hold a needle only if its
+array contains the needle's, whatever the needle's length (``pg_trgm`` cannot look up needles
+of one or two characters; its index ``ix_messages_indexed_text_trgm`` still serves a query
+whose alternative names no CJK term, and stores below 0021). The lookup is fenced in a
+``MATERIALIZED`` CTE (see ``_SUBSTRING_LOOKUP``), so every plan, generic or custom, with or
+without statistics, reads the candidates from that index and verifies only them.
+
+PostgreSQL cannot take a NUL character in a text parameter: every value bound here has none
+(the sanitizer and the term parser remove them).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from sqlalchemy.engine import Connection
+
+from . import names as names
+from .hits import (
+    SNIPPET_ELLIPSIS,
+    SNIPPET_END,
+    SNIPPET_START,
+    MatchRow,
+    match_row,
+    substring_match_rows,
+    substring_snippet_sql,
+    substring_snippet_text_sql,
+)
+from .index import IndexHealth, optimize_each
+from .request import Page, SearchFilters, filtered_statement
+from .sanitize import escape_like, to_postgres_tsquery
+from .terms import SubstringQuery
+
+LIKE_ESCAPE: Final = "\\"
+INDEXED_CHARS: Final = 200_000
+"""Only what the word index covers can match: headlines read no further."""
+HEADLINE_OPTIONS: Final = (
+    f"StartSel={SNIPPET_START}, StopSel={SNIPPET_END}, MaxWords=40, MinWords=15, ShortWord=0, "
+    f"MaxFragments=1, FragmentDelimiter={SNIPPET_ELLIPSIS}"
+)
+_TSQUERY: Final = "to_tsquery('simple', :tsquery)"
+# Parsed once per statement (an InitPlan): in a prepared statement's generic plan the bare
+# call is not folded into a constant and ran for every matching row, in the recheck and in
+# ts_rank (44 ms against 32 for a word in 8% of 100,000 messages).
+_TSQUERY_ONCE: Final = f"(SELECT {_TSQUERY})"
+
+
+def indexed_text(alias: str | None = None) -> str:
+    """Hermes v11's indexed text; the index expressions use it verbatim (no alias) and the
+    queries with one, or the planner would not match them."""
+    prefix = f"{alias}." if alias else ""
+    return (
+        f"(coalesce({prefix}content, '') || ' ' || coalesce({prefix}tool_name, '') || ' ' || "
+        f"coalesce({prefix}tool_calls, ''))"
+    )
+
+
+TSV_EXPRESSION: Final = f"to_tsvector('simple'::regconfig, left({indexed_text()}, {INDEXED_CHARS}))"
+CJK_CLASS: Final = "[" + "".join(
+    f"{chr(low)}-{chr(high)}"
+    for low, high in (
+        (0x1100, 0x11FF), (0x2E80, 0x33FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF),
+        (0xA960, 0xA97F), (0xAC00, 0xD7FF), (0xF900, 0xFAFF), (0xFE30, 0xFE4F),
+        (0xFF00, 0xFFEF), (0x20000, 0x3FFFF),
+    )
+) + "]"  # fmt: skip
+"""The ranges of :func:`sessionstore.search.contains_cjk` (tests check they agree)."""
+
+
+def grams_of(expression: str) -> str:
+    return f"{names.PG_GRAMS_FUNCTION}(lower({expression}))"
+
+
+# Head layout, for create and rebuild (the migrations keep frozen copies of their own).
+# string_to_array(t, NULL) splits a text into characters in one pass; lead() pairs each with
+# the next. Pure-ASCII text (octet length = character length) returns at once.
+CREATE_GRAMS_FUNCTION: Final = f"""
+CREATE OR REPLACE FUNCTION {names.PG_GRAMS_FUNCTION}(t text) RETURNS text[]
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+SELECT CASE WHEN octet_length(t) = char_length(t) THEN '{{}}'::text[] ELSE coalesce((
+    SELECT array_agg(DISTINCT gram.g)
+    FROM (SELECT c, lead(c) OVER (ORDER BY i) AS nxt
+          FROM unnest(string_to_array(t, NULL)) WITH ORDINALITY AS u(c, i)) AS pair
+    CROSS JOIN LATERAL (VALUES (pair.c), (pair.c || coalesce(pair.nxt, ''))) AS gram(g)
+    WHERE pair.c ~ '{CJK_CLASS}'
+), '{{}}'::text[]) END
+$$"""
+_CREATE: Final = (
+    "CREATE EXTENSION IF NOT EXISTS pg_trgm",
+    f"ALTER TABLE messages ADD COLUMN IF NOT EXISTS {names.PG_TSV_COLUMN} tsvector "
+    f"GENERATED ALWAYS AS ({TSV_EXPRESSION}) STORED",
+    f"CREATE INDEX IF NOT EXISTS {names.PG_TSV_COLUMN_INDEX} ON messages "
+    f"USING gin ({names.PG_TSV_COLUMN})",
+    f"CREATE INDEX IF NOT EXISTS {names.PG_TRGM_INDEX} ON messages "
+    f"USING gin ({indexed_text()} gin_trgm_ops)",
+    CREATE_GRAMS_FUNCTION,
+    f"CREATE INDEX IF NOT EXISTS {names.PG_BIGRAM_INDEX} ON messages "
+    f"USING gin ({grams_of(indexed_text())})",
+)
+HEAD_INDEXES: Final = (names.PG_TSV_COLUMN_INDEX, names.PG_TRGM_INDEX, names.PG_BIGRAM_INDEX)
+
+# The page is chosen from (id, score) alone; full rows, and the expensive headlines, are
+# fetched for the page only. The headline's own text, markers removed, is looked up in the
+# message to decide whether words were cut off before or after it.
+_WORD_SEARCH: Final = f"""
+SELECT m.id, m.session_id, m.role,
+       CASE WHEN fragment.start > 1 AND left(doc.text, fragment.start - 1) ~ '[[:alnum:]]'
+            THEN :ellipsis ELSE '' END
+       || headline.text
+       || CASE WHEN fragment.start > 0
+                    AND substr(doc.text, fragment.start + length(plain.text)) ~ '[[:alnum:]]'
+               THEN :ellipsis ELSE '' END,
+       m.timestamp, m.tool_name, s.source, s.model, s.started_at
+FROM (
+    SELECT m.id, ts_rank({{tsvector}}, {_TSQUERY_ONCE}) AS score
+    FROM messages AS m
+    JOIN sessions AS s ON s.id = m.session_id
+    WHERE {{tsvector}} @@ {_TSQUERY_ONCE} {{filters}}
+    ORDER BY {{order}}
+    LIMIT :limit OFFSET :offset
+) AS page
+JOIN messages AS m ON m.id = page.id
+JOIN sessions AS s ON s.id = m.session_id
+CROSS JOIN LATERAL (SELECT {{document}} AS text) AS doc
+CROSS JOIN LATERAL (
+    SELECT ts_headline('simple', left(doc.text, {INDEXED_CHARS}), {_TSQUERY},
+                       :headline_options) AS text
+) AS headline
+CROSS JOIN LATERAL (
+    SELECT replace(replace(headline.text, :mark_start, ''), :mark_end, '') AS text
+) AS plain
+CROSS JOIN LATERAL (SELECT strpos(doc.text, plain.text) AS start) AS fragment
+ORDER BY {{page_order}}
+"""
+
+# ILIKE lower-cases both sides, so strpos() over lower() finds the occurrence it matched.
+_SNIPPET_TEXT: Final = substring_snippet_text_sql("strpos", ":needle")
+_SUBSTRING_PAGE: Final = f"""
+SELECT m.id, m.session_id, m.role, m.timestamp, m.tool_name, s.source, s.model, s.started_at,
+       hit.start AS hit_start,
+       {substring_snippet_sql(_SNIPPET_TEXT, "hit.start", ":needle", "greatest")}
+FROM ({{page}}) AS page
+JOIN messages AS m ON m.id = page.id
+JOIN sessions AS s ON s.id = m.session_id
+CROSS JOIN LATERAL (
+    SELECT coalesce(strpos(lower({_SNIPPET_TEXT}), lower(:needle)), 0) AS start
+) AS hit
+ORDER BY {{order}}
+"""
+# No alternative can be looked up in the bigram index: the terms are verified row by row, and
+# the planner may walk the time index and stop at the page's end.
+_SUBSTRING_SCAN: Final = _SUBSTRING_PAGE.replace("{page}", """
+    SELECT m.id
+    FROM messages AS m
+    JOIN sessions AS s ON s.id = m.session_id
+    WHERE ({verify}) {filters}
+    ORDER BY {order}
+    LIMIT :limit OFFSET :offset
+""")
+# The candidates are exactly the rows the bigram index names, whatever the planner estimates.
+# Left to itself it does not do that: with a generic plan (psycopg prepares a statement on its
+# fifth run, and the server then plans for unknown parameters) or with statistics that make a
+# term look common, it walked the time or per-session index, ran the gram function row by row,
+# or AND-ed in a pg_trgm scan of the ILIKE, which for a needle of one or two characters reads
+# the whole trigram index (about 100 ms at 20,000 messages, against 2-4 ms from the bigrams).
+# So the lookup is alone in a MATERIALIZED CTE (a fence the planner does not push quals into
+# or pull quals out of), and the ILIKE is computed there as a column, not a condition: it is
+# only evaluated for candidates and can never become an index scan of its own. The filters,
+# the order and the page then apply to the verified candidates.
+_SUBSTRING_LOOKUP: Final = """WITH candidate AS MATERIALIZED (
+    SELECT m.id, m.session_id, m.role, m.timestamp, m.active, m.compacted,
+           ({verify}) AS verified
+    FROM messages AS m
+    WHERE {lookup}
+)""" + _SUBSTRING_PAGE.replace("{page}", """
+    SELECT m.id
+    FROM candidate AS m
+    JOIN sessions AS s ON s.id = m.session_id
+    WHERE m.verified {filters}
+    ORDER BY {order}
+    LIMIT :limit OFFSET :offset
+""")
+
+_LAYOUT_KEY: Final = "sessionstore.search_layout"
+
+
+def _layout(conn: Connection) -> tuple[str, str, bool]:
+    """(tsvector source, substring text, has the bigram index) of this database, looked up
+    once per DBAPI connection: revision 0008's stored column or 0001's expression; 0014's text
+    over three columns or ``content``; 0021's bigram index or not."""
+    info = conn.connection.info
+    cached = info.get(_LAYOUT_KEY)
+    if cached is not None:
+        return tuple(cached)
+    has_column = conn.exec_driver_sql(
+        "SELECT 1 FROM information_schema.columns "
+        "WHERE table_name = 'messages' AND column_name = %(column)s",
+        {"column": names.PG_TSV_COLUMN},
+    ).first()
+    indexes = _indexes(conn)
+    tsvector = (
+        f"m.{names.PG_TSV_COLUMN}"
+        if has_column
+        else "to_tsvector('simple'::regconfig, left(coalesce(content, ''), 200000))"
+    )
+    substring_text = indexed_text("m") if names.PG_TRGM_INDEX in indexes else "m.content"
+    layout = (tsvector, substring_text, names.PG_BIGRAM_INDEX in indexes)
+    info[_LAYOUT_KEY] = layout
+    return layout
+
+
+def _indexes(conn: Connection) -> set[str]:
+    rows = conn.exec_driver_sql("SELECT indexname FROM pg_indexes WHERE tablename = 'messages'")
+    return {str(row[0]) for row in rows}
+
+
+class PostgreSQLSearchIndex:
+    """The PostgreSQL search index (see the module docstring)."""
+
+    check_writes = False
+
+    def word_matches(
+        self, conn: Connection, query: str, filters: SearchFilters, page: Page
+    ) -> list[MatchRow]:
+        tsquery = to_postgres_tsquery(query)
+        if tsquery is None:
+            return []
+        tsvector, substring_text, _ = _layout(conn)
+        params = {
+            "tsquery": tsquery,
+            "headline_options": HEADLINE_OPTIONS,
+            "mark_start": SNIPPET_START,
+            "mark_end": SNIPPET_END,
+            "ellipsis": SNIPPET_ELLIPSIS,
+            **page.params,
+        }
+        statement = filtered_statement(
+            _WORD_SEARCH,
+            filters,
+            conn,
+            tsvector=tsvector,
+            order=filters.order("score DESC, m.id"),
+            page_order=filters.order("page.score DESC, page.id"),
+            # The headline is cut from the text the words were indexed from.
+            document=substring_text,
+        )
+        return [match_row(*row) for row in conn.execute(statement, params)]
+
+    def substring_matches(
+        self, conn: Connection, query: SubstringQuery, filters: SearchFilters, page: Page
+    ) -> list[MatchRow]:
+        _, substring_text, has_bigrams = _layout(conn)
+        params: dict[str, Any] = {"needle": query.snippet_term, **page.params}
+        alternatives, lookups = [], []
+        for group in query.groups:
+            clauses, wanted = [], []
+            for term in group:
+                name = f"term{len(params)}"
+                params[name] = "%" + escape_like(term.text, LIKE_ESCAPE) + "%"
+                found = f"{substring_text} ILIKE :{name} ESCAPE '{LIKE_ESCAPE}'"
+                clauses.append(f"NOT ({found})" if term.excluded else found)
+                if term.has_cjk and not term.excluded:
+                    wanted.append(grams_of(f":{name}_text"))
+                    params[f"{name}_text"] = term.text
+            alternatives.append("(" + " AND ".join(clauses) + ")")
+            lookups.append(f"{grams_of(substring_text)} @> ({' || '.join(wanted)})")
+        indexed = has_bigrams and query.indexable
+        statement = filtered_statement(
+            _SUBSTRING_LOOKUP if indexed else _SUBSTRING_SCAN,
+            filters,
+            conn,
+            lookup=" OR ".join(lookups),
+            verify=" OR ".join(alternatives),
+            order=filters.time_order(),
+        )
+        return substring_match_rows(conn.execute(statement, params))
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def missing(self, conn: Connection) -> list[str]:
+        present = _indexes(conn)
+        return [name for name in HEAD_INDEXES if name not in present]
+
+    def create(self, conn: Connection) -> None:
+        for statement in _CREATE:
+            conn.exec_driver_sql(statement)
+        conn.connection.info.pop(_LAYOUT_KEY, None)
+
+    def rebuild(self, conn: Connection) -> None:
+        self.create(conn)
+        for index in HEAD_INDEXES:
+            conn.exec_driver_sql(f"REINDEX INDEX {index}")
+
+    def check(self, conn: Connection) -> IndexHealth:
+        rows = conn.exec_driver_sql(
+            "SELECT c.relname, i.indisvalid FROM pg_index i "
+            "JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = ANY(%(names)s)",
+            {"names": list(HEAD_INDEXES)},
+        )
+        found = {str(row[0]): bool(row[1]) for row in rows}
+        return IndexHealth(
+            missing=[name for name in HEAD_INDEXES if name not in found],
+            out_of_step=None,  # expression indexes cover every row by construction
+            broken=[name for name, valid in found.items() if not valid],
+        )
+
+    def optimize(self, conn: Connection) -> int:
+        """Move GIN's pending entries (fast-update list) into the main index structure."""
+        present = _indexes(conn)
+        return optimize_each(conn, [
+            (index, "SELECT gin_clean_pending_list(%(index)s::regclass)", {"index": index})
+            for index in HEAD_INDEXES
+            if index in present
+        ])  # fmt: skip

@@ -1,0 +1,368 @@
+"""SQLite's search index: FTS5 for words, the CJK bigram index for substrings.
+
+Word search is Hermes's query: ``messages_fts MATCH`` ranked by bm25 (``rank``), with
+``snippet()``. A query holding CJK text is a substring search (:mod:`sessionstore.search.terms`):
+the candidates are the rows of ``messages_cjk_bigram`` holding every bigram of the query's CJK
+terms (revision 0021; any needle of one character or more), and each candidate is verified
+with ``LIKE`` over content, tool name and tool calls, so the answer is exactly a ``LIKE`` scan's
+while only the candidates are read. A file without the bigram index (a store opened read-only
+below revision 0021), or a query with an alternative that names no CJK term, is answered by
+the scan itself.
+
+The objects (:mod:`.sqlite_search_ddl`) are kept in step by triggers on ``messages``, written in
+plain SQL, so rows that another program writes (Hermes, a raw ``sqlite3`` script) are indexed
+like ours. A query the FTS5 parser rejects answers "no match" instead of raising; any other
+database error (locked, I/O, corruption) propagates.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from . import names as names
+from . import sqlite_ddl as ddl
+from .hits import (
+    SNIPPET_ELLIPSIS,
+    SNIPPET_END,
+    SNIPPET_START,
+    MatchRow,
+    match_row,
+    substring_match_rows,
+    substring_snippet_sql,
+    substring_snippet_text_sql,
+)
+from .index import IndexHealth, optimize_each
+from .request import Page, SearchFilters, filtered_statement
+from .sanitize import contains_cjk, escape_like
+from .snippets import LONG_MESSAGE_CHARS, long_text_snippet, term_pattern
+from .terms import SubstringQuery, Term, index_tokens
+
+LIKE_ESCAPE: Final = "\\"
+SNIPPET_TOKENS: Final = 40
+
+_MARKERS: Final = {
+    "mark_start": SNIPPET_START,
+    "mark_end": SNIPPET_END,
+    "ellipsis": SNIPPET_ELLIPSIS,
+}
+
+# snippet() is quadratic in the hits inside one message: long messages get their snippet cut
+# in Python instead (see long_text), from their content, fetched for the page's rows only. A
+# message without content (an assistant's tool calls, found by their text) gets snippet().
+_WORD_SEARCH: Final = f"""
+SELECT m.id, m.session_id, m.role,
+       CASE WHEN COALESCE(length(m.content), 0) <= {LONG_MESSAGE_CHARS}
+            THEN snippet({names.WORD_TABLE}, 0, :mark_start, :mark_end, :ellipsis,
+                         {SNIPPET_TOKENS})
+       END,
+       m.timestamp, m.tool_name, s.source, s.model, s.started_at,
+       CASE WHEN length(m.content) > {LONG_MESSAGE_CHARS} THEN m.content END
+FROM {names.WORD_TABLE}
+JOIN messages AS m ON m.id = {names.WORD_TABLE}.rowid
+JOIN sessions AS s ON s.id = m.session_id
+WHERE {names.WORD_TABLE} MATCH :query {{filters}}
+ORDER BY {{order}}
+LIMIT :limit OFFSET :offset
+"""
+
+# Substring hits get their snippet from instr() around the first occurrence: one pass over the
+# message (FTS5's snippet() scores every window against every hit: quadratic in the hits
+# inside one message). SQLite's LIKE and lower() both fold ASCII letters only, so instr() over
+# lower() finds the very occurrence LIKE matched. The text around it is cut from the page's
+# rows only.
+_SNIPPET_TEXT: Final = substring_snippet_text_sql("instr", ":needle")
+_SUBSTRING_SEARCH: Final = f"""
+SELECT hit.id, hit.session_id, hit.role, hit.timestamp, hit.tool_name, hit.source, hit.model,
+       hit.started_at, hit.hit_start,
+       {substring_snippet_sql(_SNIPPET_TEXT, "hit.hit_start", ":needle", "max")}
+FROM (
+    SELECT m.id, m.session_id, m.role, m.timestamp, m.tool_name, s.source, s.model,
+           s.started_at, coalesce(instr(lower({_SNIPPET_TEXT}), lower(:needle)), 0) AS hit_start
+    FROM (
+        SELECT m.id
+        {{candidates}}
+        WHERE {{match}}({{verify}}) {{filters}}
+        ORDER BY {{order}}
+        LIMIT :limit OFFSET :offset
+    ) AS page
+    JOIN messages AS m ON m.id = page.id
+    JOIN sessions AS s ON s.id = m.session_id
+) AS hit
+JOIN messages AS m ON m.id = hit.id
+ORDER BY {{page_order}}
+"""
+# The page is chosen from ids alone (sessions joined only when a source filter needs them);
+# the columns, the position of the hit and the text around it are read for the page's rows.
+_BIGRAM_CANDIDATES: Final = f"""
+        FROM {names.BIGRAM_TABLE}
+        JOIN messages AS m ON m.id = {names.BIGRAM_TABLE}.rowid"""
+# When the tokens answer the query alone (nothing to verify against the text), a page is chosen
+# from the covering index of revision 0024 (order, state, role, session): thousands of
+# candidates' rows are not read for their timestamps. SQLite would take the rowid otherwise.
+_BIGRAM_CANDIDATES_COVERED: Final = f"""
+        FROM {names.BIGRAM_TABLE}
+        JOIN messages AS m INDEXED BY {names.SUBSTRING_PAGE_INDEX}
+          ON m.id = {names.BIGRAM_TABLE}.rowid"""
+_BIGRAM_MATCH: Final = f"{names.BIGRAM_TABLE} MATCH :grams AND "
+_SCAN_CANDIDATES: Final = """
+        FROM messages AS m"""
+_SESSIONS: Final = """
+        JOIN sessions AS s ON s.id = m.session_id"""
+
+_OBJECTS: Final = text(
+    "SELECT name FROM sqlite_master WHERE type IN ('table', 'view', 'trigger', 'index')"
+)
+
+
+def _objects(conn: Connection) -> set[str]:
+    return {str(row[0]) for row in conn.execute(_OBJECTS)}
+
+
+class SQLiteSearchIndex:
+    """The SQLite search index (see the module docstring)."""
+
+    check_writes = True
+
+    # -- matching -------------------------------------------------------------------------
+    def word_matches(
+        self, conn: Connection, query: str, filters: SearchFilters, page: Page
+    ) -> list[MatchRow]:
+        statement = filtered_statement(
+            _WORD_SEARCH, filters, conn, order=filters.order(f"{names.WORD_TABLE}.rank")
+        )
+        try:
+            rows = conn.execute(statement, {"query": query, **_MARKERS, **page.params}).all()
+        except OperationalError as exc:
+            if not is_query_error(exc):
+                raise
+            return []
+        terms = term_pattern(query) if any(row[9] is not None for row in rows) else None
+        return [
+            match_row(
+                row[0], row[1], row[2],
+                row[3] if row[9] is None else long_text_snippet(row[9], terms),
+                row[4], row[5], row[6], row[7], row[8],
+            )
+            for row in rows
+        ]  # fmt: skip
+
+    def substring_matches(
+        self, conn: Connection, query: SubstringQuery, filters: SearchFilters, page: Page
+    ) -> list[MatchRow]:
+        params: dict[str, Any] = {"needle": query.snippet_term, **page.params}
+        candidates, match, verify = _SCAN_CANDIDATES, "", _verification(query, params)
+        present = _objects(conn) if query.indexable else set()
+        if names.BIGRAM_TABLE in present:
+            candidates, match = _BIGRAM_CANDIDATES, _BIGRAM_MATCH
+            params["grams"] = bigram_match(query)
+            if all(answered_by_tokens(term) for term in query.terms):
+                verify = "1"  # the tokens are the text itself: nothing left to verify
+                if names.SUBSTRING_PAGE_INDEX in present:
+                    candidates = _BIGRAM_CANDIDATES_COVERED
+        if filters.sources is not None or filters.excluded_sources:
+            candidates += _SESSIONS
+        statement = filtered_statement(
+            _SUBSTRING_SEARCH,
+            filters,
+            conn,
+            candidates=candidates,
+            match=match,
+            verify=verify,
+            order=filters.time_order(),
+            page_order=filters.time_order("hit"),
+        )
+        return substring_match_rows(conn.execute(statement, params))
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def _expected(self, conn: Connection, present: set[str]) -> list[str]:
+        expected = [names.WORD_TABLE, names.WORD_SOURCE_VIEW, *names.WORD_TRIGGERS]
+        if names.TRIGRAM_TABLE in present or supports_trigram(conn):
+            expected += [names.TRIGRAM_TABLE, names.TRIGRAM_SOURCE_VIEW, *names.TRIGRAM_TRIGGERS]
+        return [*expected, names.BIGRAM_TABLE, *names.BIGRAM_TRIGGERS]
+
+    def missing(self, conn: Connection) -> list[str]:
+        present = _objects(conn)
+        return [name for name in self._expected(conn, present) if name not in present]
+
+    def create(self, conn: Connection) -> None:
+        present = _objects(conn)
+        for table, statements, fill in (
+            (names.WORD_TABLE, ddl.WORD_DDL, _rebuild_external),
+            (names.TRIGRAM_TABLE, ddl.TRIGRAM_DDL, _rebuild_external),
+            (names.BIGRAM_TABLE, ddl.BIGRAM_DDL, _fill_bigrams),
+        ):
+            if table == names.TRIGRAM_TABLE and not (table in present or supports_trigram(conn)):
+                continue
+            for statement in statements:
+                conn.exec_driver_sql(statement)
+            if table not in present:
+                fill(conn, table)
+
+    def rebuild(self, conn: Connection) -> None:
+        """Drop every search object (whatever shape a file holds) and build the head layout."""
+        present = _objects(conn)
+        for name in (*names.HERMES_TRIGGERS, *names.OLD_TRIGRAM_TRIGGERS, *names.BIGRAM_TRIGGERS):
+            conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {name}")
+        for table in names.FTS5_TABLES:
+            if table in present:
+                conn.exec_driver_sql(f"DROP TABLE {table}")
+        for view in (names.WORD_SOURCE_VIEW, names.TRIGRAM_SOURCE_VIEW,
+                     names.OLD_TRIGRAM_SOURCE_VIEW):  # fmt: skip
+            conn.exec_driver_sql(f"DROP VIEW IF EXISTS {view}")
+        self.create(conn)
+
+    def check(self, conn: Connection) -> IndexHealth:
+        present = _objects(conn)
+        missing = [name for name in self._expected(conn, present) if name not in present]
+        counts = {
+            names.WORD_TABLE: f"SELECT count(*) FROM {names.WORD_SOURCE_VIEW}"
+            if names.WORD_SOURCE_VIEW in present
+            else "SELECT count(*) FROM messages",
+            names.TRIGRAM_TABLE: f"SELECT count(*) FROM {names.TRIGRAM_SOURCE_VIEW}",
+            names.BIGRAM_TABLE: ddl.CJK_ROW_COUNT,
+        }
+        out_of_step: list[str] = []
+        broken: list[str] = []
+        indexed = 0
+        for table, count_sql in counts.items():
+            if table not in present or f"{table}_docsize" not in present:
+                continue
+            held = int(conn.exec_driver_sql(f"SELECT count(*) FROM {table}_docsize").scalar_one())
+            should = int(conn.exec_driver_sql(count_sql).scalar_one())
+            if table == names.WORD_TABLE:
+                indexed = held
+            if held != should:
+                out_of_step.append(f"{table} holds {held} rows for {should}")
+            problem = _integrity_problem(conn, table)
+            if problem:
+                broken.append(f"{table}: {problem}")
+        return IndexHealth(missing, out_of_step, broken, indexed)
+
+    def optimize(self, conn: Connection) -> int:
+        present = _objects(conn)
+        return optimize_each(conn, [
+            (table, f"INSERT INTO {table}({table}) VALUES('optimize')", {})
+            for table in names.FTS5_TABLES
+            if table in present
+        ])  # fmt: skip
+
+
+def _verification(query: SubstringQuery, params: dict[str, Any]) -> str:
+    """``LIKE`` for every term of every alternative, its pattern bound into ``params``."""
+    alternatives = []
+    for group in query.groups:
+        clauses = []
+        for term in group:
+            name = f"term{len(params)}"
+            params[name] = like_pattern(term.text)
+            found = " OR ".join(
+                f"coalesce(m.{column} LIKE :{name} ESCAPE '{LIKE_ESCAPE}', 0)"
+                for column in ddl.INDEXED_COLUMNS
+            )
+            clauses.append(f"NOT ({found})" if term.excluded else f"({found})")
+        alternatives.append("(" + " AND ".join(clauses) + ")")
+    return " OR ".join(alternatives)
+
+
+def answered_by_tokens(term: Term) -> bool:
+    """Whether the bigram tokens of ``term`` hold exactly the rows ``LIKE`` would find: one CJK
+    character (a prefix query on the tokens it starts), or a CJK character and one more that
+    the ``ascii`` tokenizer keeps inside the token (any but ASCII punctuation and spaces),
+    folded as ``LIKE`` folds. Anything longer is a conjunction of bigrams and is verified."""
+    if term.excluded or not term.text or not contains_cjk(term.text[0]):
+        return False
+    if len(term.text) == 1:
+        return True
+    second = term.text[1]
+    return len(term.text) == 2 and (not second.isascii() or second.isalnum())
+
+
+def bigram_match(query: SubstringQuery) -> str:
+    """The FTS5 query over ``messages_cjk_bigram`` that every row matching ``query`` matches:
+    the bigrams of each included CJK term (its last character as a prefix)."""
+    alternatives = []
+    for group in query.groups:
+        tokens = [
+            '"' + token.replace('"', '""') + '"' + ("*" if prefix else "")
+            for term in group
+            if not term.excluded
+            for token, prefix in index_tokens(term.text)
+        ]
+        alternatives.append("(" + " AND ".join(dict.fromkeys(tokens)) + ")")
+    return " OR ".join(alternatives)
+
+
+def like_pattern(needle: str) -> str:
+    return "%" + escape_like(needle, LIKE_ESCAPE) + "%"
+
+
+def _rebuild_external(conn: Connection, table: str) -> None:
+    conn.exec_driver_sql(f"INSERT INTO {table}({table}) VALUES('rebuild')")
+
+
+def _fill_bigrams(conn: Connection, table: str) -> None:
+    # Row by row with the text bound: the token SQL reads a bound value once, a table column
+    # once per chunk (see sqlite_search_ddl.column_grams).
+    conn.exec_driver_sql(f"INSERT INTO {table}({table}) VALUES('delete-all')")
+    insert = text(ddl.BIGRAM_INSERT_ONE)
+    for row in conn.execute(text(ddl.BIGRAM_ROWS)).all():
+        conn.execute(
+            insert, {"id": row[0], "content": row[1], "tool_name": row[2], "tool_calls": row[3]}
+        )
+
+
+def _integrity_problem(conn: Connection, table: str) -> str | None:
+    # rank=1 also compares an external-content index with its content (a contentless one has
+    # none to compare). Lock contention and a read-only file are not damage: they propagate.
+    try:
+        with conn.begin_nested():
+            conn.exec_driver_sql(
+                f"INSERT INTO {table}({table}, rank) VALUES('integrity-check', 1)"
+            )
+    except DBAPIError as exc:
+        message = str(exc.orig).lower()
+        if any(word in message for word in ("locked", "busy", "readonly", "read-only")):
+            raise
+        return str(exc.orig).splitlines()[0]
+    return None
+
+
+def supports_trigram(conn: Connection) -> bool:
+    """Whether this connection's SQLite can build an FTS5 trigram index (3.34 on), asked once
+    per connection: a throw-away table in its private temp schema."""
+    info = conn.connection.info
+    known = info.get(ddl.TRIGRAM_PROBE_TABLE)
+    if known is None:
+        conn.exec_driver_sql(f"DROP TABLE IF EXISTS {ddl.TRIGRAM_PROBE_TABLE}")
+        try:
+            conn.exec_driver_sql(ddl.TRIGRAM_PROBE)
+        except OperationalError:
+            known = False
+        else:
+            conn.exec_driver_sql(f"DROP TABLE {ddl.TRIGRAM_PROBE_TABLE}")
+            known = True
+        info[ddl.TRIGRAM_PROBE_TABLE] = known
+    return bool(known)
+
+
+# Messages of the errors SQLite raises for a query it cannot run as written (FTS5 syntax, an
+# unknown column or tokenizer, a missing index table), as opposed to the database's state.
+_QUERY_ERROR_MARKERS: Final = (
+    "fts5",
+    "syntax error",
+    "unterminated string",
+    "no such",
+    "unknown special query",
+    "tokeni",
+    "expression tree",
+    "parser stack",
+)
+
+
+def is_query_error(exc: OperationalError) -> bool:
+    message = str(exc.orig).lower()
+    return any(marker in message for marker in _QUERY_ERROR_MARKERS)

@@ -1,0 +1,190 @@
+"""Compression leases, compression-failure cooldowns and ``state_meta``: Hermes v8/v14 state.
+
+A compression lease is a row of ``compression_locks`` per session: ``holder`` owns it until
+``expires_at``. Semantics are Hermes's (its ``*_compression_lock`` methods):
+
+- acquire: in one write transaction, drop the session's row if it has expired, insert ours if
+  there is none, then report whether the stored holder is ours. Acquiring a lease one already
+  holds succeeds and does not extend it (``refresh`` does);
+- refresh extends only a lease we still hold that has not expired;
+- release deletes only our own row (idempotent); the holder of a session is the holder of a
+  row that has not expired. A lease is expired once ``expires_at < now``;
+- expired rows of other sessions are never swept, and deleting a session leaves its lease.
+
+Bad arguments (a non-``str`` id or holder, a TTL that is not a positive finite number) are a
+``TypeError``/``ValueError``; Hermes's "any database error returns False" is not copied: a
+locked store is retried by ``Store.write`` and anything else is a real failure to report.
+The clock is injectable so that expiry can be tested without sleeping.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import and_, delete, select, update
+from sqlalchemy.engine import Connection
+
+from ..sql import validation
+from ..sql.tables import compression_locks_table as locks
+from ..sql.tables import sessions_table as sessions
+from ..sql.tables import state_meta_table as state_meta
+from ..sql.validation import bindable
+from ..storage.store import Store
+
+DEFAULT_TTL_S = 300.0
+MAX_ERROR_CHARS = 500
+
+
+def _ttl(value: Any) -> float:
+    ttl = validation.optional_number(value, "ttl_seconds")
+    if ttl is None or not math.isfinite(ttl) or ttl <= 0:
+        raise ValueError("ttl_seconds must be a positive, finite number of seconds")
+    return ttl
+
+
+class Leases:
+    """Compression leases and cooldowns of one store."""
+
+    def __init__(self, store: Store, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.clock = clock
+
+    # -- the lease --------------------------------------------------------------------------
+    def try_acquire(self, session_id: str, holder: str, ttl_seconds: float = DEFAULT_TTL_S) -> bool:
+        session_id = validation.identifier(session_id, "session_id")
+        holder = validation.identifier(holder, "holder")
+        ttl = _ttl(ttl_seconds)
+        insert = self.store.dialect.insert(locks)
+
+        def run(conn: Connection) -> bool:
+            now = self.clock()
+            conn.execute(
+                delete(locks).where(locks.c.session_id == session_id, locks.c.expires_at < now)
+            )
+            conn.execute(
+                insert.values(
+                    session_id=session_id, holder=holder, acquired_at=now, expires_at=now + ttl
+                ).on_conflict_do_nothing()
+            )
+            stored = conn.execute(
+                select(locks.c.holder).where(locks.c.session_id == session_id)
+            ).scalar()
+            return stored == holder
+
+        return self.store.write(run)
+
+    def refresh(self, session_id: str, holder: str, ttl_seconds: float = DEFAULT_TTL_S) -> bool:
+        session_id = validation.identifier(session_id, "session_id")
+        holder = validation.identifier(holder, "holder")
+        ttl = _ttl(ttl_seconds)
+
+        def run(conn: Connection) -> bool:
+            now = self.clock()
+            result = conn.execute(
+                update(locks)
+                .where(
+                    locks.c.session_id == session_id,
+                    locks.c.holder == holder,
+                    locks.c.expires_at >= now,
+                )
+                .values(expires_at=now + ttl)
+            )
+            return bool(result.rowcount)
+
+        return self.store.write(run)
+
+    def release(self, session_id: str, holder: str) -> bool:
+        """Give up our lease; True when there was one to give up."""
+        session_id = validation.identifier(session_id, "session_id")
+        holder = validation.identifier(holder, "holder")
+        statement = delete(locks).where(locks.c.session_id == session_id, locks.c.holder == holder)
+        return self.store.write(lambda conn: bool(conn.execute(statement).rowcount))
+
+    def holder(self, session_id: str) -> str | None:
+        if not bindable(session_id):
+            return None
+
+        def run(conn: Connection) -> str | None:
+            value = conn.execute(
+                select(locks.c.holder).where(
+                    locks.c.session_id == session_id, locks.c.expires_at >= self.clock()
+                )
+            ).scalar()
+            return None if value is None else str(value)
+
+        return self.store.read(run)
+
+    # -- compression-failure cooldown ---------------------------------------------------------
+    def record_cooldown(self, session_id: str, until: float, error: str | None = None) -> bool:
+        session_id = validation.identifier(session_id, "session_id")
+        moment = validation.optional_number(until, "until")
+        if moment is None or not math.isfinite(moment):
+            raise ValueError("until must be a finite Unix time")
+        text = None if error is None else validation.free_text(
+            str(error)[:MAX_ERROR_CHARS], "error", nul_allowed=self.store.dialect.stores_nul_in_text
+        )
+        statement = (
+            update(sessions)
+            .where(sessions.c.id == session_id)
+            .values(compression_failure_cooldown_until=moment, compression_failure_error=text)
+        )
+        return self.store.write(lambda conn: bool(conn.execute(statement).rowcount))
+
+    def cooldown(self, session_id: str) -> dict[str, Any] | None:
+        """``{cooldown_until, remaining_seconds, error}`` while the cooldown is in the future."""
+        if not bindable(session_id):
+            return None
+        statement = select(
+            sessions.c.compression_failure_cooldown_until, sessions.c.compression_failure_error
+        ).where(sessions.c.id == session_id)
+        row = self.store.read(lambda conn: conn.execute(statement).first())
+        if row is None or row[0] is None:
+            return None
+        remaining = float(row[0]) - self.clock()
+        if remaining <= 0:
+            return None
+        return {"cooldown_until": float(row[0]), "remaining_seconds": remaining, "error": row[1]}
+
+    def clear_cooldown(self, session_id: str) -> bool:
+        session_id = validation.identifier(session_id, "session_id")
+        statement = (
+            update(sessions)
+            .where(sessions.c.id == session_id)
+            .values(compression_failure_cooldown_until=None, compression_failure_error=None)
+        )
+        return self.store.write(lambda conn: bool(conn.execute(statement).rowcount))
+
+
+class Meta:
+    """Hermes's ``state_meta`` key/value table."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def get(self, key: str) -> str | None:
+        if not bindable(key):
+            return None
+        statement = select(state_meta.c.value).where(state_meta.c.key == key)
+        value = self.store.read(lambda conn: conn.execute(statement).scalar())
+        return None if value is None else str(value)
+
+    def set(self, key: str, value: str | None) -> None:
+        key = validation.identifier(key, "key")
+        nul_allowed = self.store.dialect.stores_nul_in_text
+        stored = None if value is None else validation.free_text(
+            str(value), "value", nul_allowed=nul_allowed
+        )
+        statement = (
+            self.store.dialect.insert(state_meta)
+            .values(key=key, value=stored)
+            .on_conflict_do_update(index_elements=[state_meta.c.key], set_={"value": stored})
+        )
+        self.store.write(lambda conn: conn.execute(statement))
+
+    def delete(self, key: str) -> bool:
+        key = validation.identifier(key, "key")
+        statement = delete(state_meta).where(and_(state_meta.c.key == key))
+        return self.store.write(lambda conn: bool(conn.execute(statement).rowcount))

@@ -1,0 +1,113 @@
+"""Session titles: cleaning what users type, and numbering a lineage ("name", "name #2", ...).
+
+Pure text functions; the repository fetches the candidate titles and enforces uniqueness.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Final
+
+from ..search.sanitize import escape_like, lazy_pattern
+
+__all__ = [
+    "MAX_TITLE_LENGTH",
+    "lineage_like_pattern",
+    "next_title_in_lineage",
+    "sanitize_title",
+    "split_lineage",
+]
+
+MAX_TITLE_LENGTH: Final = 100
+
+# Characters that render as nothing (or reorder the text around them) but still make two
+# titles that look identical compare unequal, or smuggle a hidden payload into a prompt:
+# - ASCII controls except tab, newline and CR, which are whitespace and collapse below;
+# - C1 controls U+0080-U+009F except NEL U+0085 (a line break, so whitespace): invisible and
+#   never meaningful in a title (our addition to the spec);
+# - U+00AD soft hyphen and U+180E Mongolian vowel separator: invisible format characters
+#   (our addition to the spec);
+# - U+200B-U+200F zero-width space/joiners and direction marks (the zero-width joiner is
+#   removed too, as the spec says, so emoji ZWJ sequences fall apart into their parts);
+# - U+2028-U+202E line/paragraph separators and bidi embeddings/overrides;
+# - U+2060-U+2069 word joiner, invisible operators and bidi isolates;
+# - U+FEFF byte-order mark / zero-width no-break space;
+# - U+FFF9-U+FFFC interlinear annotation marks and the object replacement character;
+# - lone surrogates U+D800-U+DFFF, which no database driver can encode.
+_invisible_characters: Final = lazy_pattern(
+    r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\x80-\x84\x86-\x9f"
+    r"\u00ad\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ufff9-\ufffc"
+    r"\ud800-\udfff]"
+)
+_whitespace_run: Final = lazy_pattern(r"\s+")
+
+# Only ASCII digits number a lineage: "name #٣" is a name, not "name" number 3. The base must
+# not be empty: a title cannot start with a space once sanitized, so " #3" is no lineage.
+_lineage_suffix: Final = lazy_pattern(r"(.+?) #([0-9]+)", re.DOTALL)
+
+
+def sanitize_title(title: str | None) -> str | None:
+    """Clean a user-supplied session title; ``None`` means "no title".
+
+    Invisible and control characters are removed, tab/newline/CR and every other whitespace
+    run become one space, the ends are stripped. An empty result is ``None``.
+
+    Raises ``TypeError`` for anything but ``str`` or ``None`` and ``ValueError`` (message
+    contains "too long") when more than :data:`MAX_TITLE_LENGTH` characters remain.
+    """
+    if title is None:
+        return None
+    if not isinstance(title, str):
+        raise TypeError(f"title must be a str or None, not {type(title).__name__}")
+    visible = _invisible_characters().sub("", title)
+    cleaned = _whitespace_run().sub(" ", visible).strip()
+    if not cleaned:
+        return None
+    if len(cleaned) > MAX_TITLE_LENGTH:
+        raise ValueError(f"Title too long ({len(cleaned)} chars, max {MAX_TITLE_LENGTH})")
+    return cleaned
+
+
+def split_lineage(title: str) -> tuple[str, int | None]:
+    """Split ``"name #3"`` into ``("name", 3)``; an unnumbered title gives ``(title, None)``."""
+    match = _lineage_suffix().fullmatch(title)
+    if match is None:
+        return title, None
+    return match.group(1), int(match.group(2))
+
+
+def next_title_in_lineage(base_title: str, existing_titles: Iterable[str]) -> str:
+    """The title for the next session of ``base_title``'s lineage.
+
+    A trailing ``" #N"`` of ``base_title`` is stripped to find the base. The base itself is
+    returned when no title of its lineage exists; otherwise ``"base #<max + 1>"``, where the
+    unnumbered base counts as #1 ("name" -> "name #2" -> "name #3"; gaps are not reused:
+    {"a", "a #3"} -> "a #4").
+
+    ``existing_titles`` may hold any titles: only the base itself and exact ``"base #N"`` are
+    counted, compared case-sensitively, so candidates fetched with the case-folding SQLite
+    ``LIKE`` of :func:`lineage_like_pattern` can be passed as they are.
+    """
+    base, _ = split_lineage(base_title)
+    highest: int | None = None
+    for title in existing_titles:
+        if title == base:
+            number: int | None = 1
+        else:
+            title_base, number = split_lineage(title)
+            if title_base != base:
+                continue
+        if number is not None and (highest is None or number > highest):
+            highest = number
+    if highest is None:
+        return base
+    return f"{base} #{highest + 1}"
+
+
+def lineage_like_pattern(base: str) -> str:
+    """The ``LIKE ... ESCAPE '\\'`` pattern matching ``"base #..."``: the numbered variants.
+
+    The base itself is not matched; query it with ``=`` alongside.
+    """
+    return f"{escape_like(base)} #%"

@@ -1,0 +1,203 @@
+"""A window of messages around one message, and the session's bookends: Hermes 0.18's
+``get_messages_around`` and ``get_anchored_view`` (its session-search tool pages through a
+hit with them).
+
+As in Hermes: rows are every message of the session by id, rewound and compaction-archived ones
+included; the window is up to ``window`` rows before the anchor, the anchor, and up to ``window``
+after; ``messages_before``/``messages_after`` count those (less than ``window`` at either end of
+the session). An anchor that is not a message of that session gives an empty view. The anchored
+view keeps the window's rows of ``keep_roles`` (the anchor always), and adds the session's first
+and last ``bookend`` rows of those roles that lie outside the window and have text: empty
+content (a tool-call-only turn) is skipped, and so is multi-part content, which Hermes's
+``length(content) > 0`` skips on SQLite (its marker starts with NUL, where SQLite's ``length``
+stops) and this module skips on both databases. Unlike Hermes's two locked reads, the window
+and the bookends come from one snapshot.
+
+Inputs: an id that is not text a database can hold matches nothing; the anchor must be an
+``int`` (``TypeError`` otherwise; one beyond 64 bits matches nothing); ``window`` and
+``bookend`` are read like a LIMIT (``row_count``: negatives are 0).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import Select, and_, bindparam, func, select
+from sqlalchemy.engine import Connection
+
+from ..sql import validation
+from ..sql.codec import decode_json
+from ..sql.message_content import STORED_ON_POSTGRESQL_PREFIX, decode_content
+from ..sql.records import MESSAGE_FIELDS, MessageRecord
+from ..sql.tables import messages_table as messages
+from ..sql.validation import bindable
+from ..storage.store import Store
+from .repository import row_count
+
+DEFAULT_WINDOW = 5
+DEFAULT_BOOKEND = 3
+DEFAULT_KEEP_ROLES: tuple[str, ...] = ("user", "assistant")
+
+
+def _empty_window() -> dict[str, Any]:
+    return {"window": [], "messages_before": 0, "messages_after": 0}
+
+
+def message_dict(row: Any) -> dict[str, Any]:
+    """A message row as ``get_messages`` gives it: content and tool calls decoded."""
+    record = MessageRecord(*row)
+    message = record.to_dict()
+    message["content"] = decode_content(message["content"])
+    if message["tool_calls"]:
+        message["tool_calls"] = decode_json(message["tool_calls"], "tool_calls", record.id, [])
+    return message
+
+
+def _columns() -> list[Any]:
+    return [messages.c[name] for name in MESSAGE_FIELDS]
+
+
+@functools.cache
+def _anchor() -> Select[Any]:
+    return (
+        select(messages.c.id)
+        .where(messages.c.id == bindparam("anchor"), messages.c.session_id == bindparam("sid"))
+        .limit(1)
+    )
+
+
+@functools.cache
+def _before() -> Select[Any]:
+    return (
+        select(*_columns())
+        .where(messages.c.session_id == bindparam("sid"), messages.c.id <= bindparam("anchor"))
+        .order_by(messages.c.id.desc())
+        .limit(bindparam("count"))
+    )
+
+
+@functools.cache
+def _after() -> Select[Any]:
+    return (
+        select(*_columns())
+        .where(messages.c.session_id == bindparam("sid"), messages.c.id > bindparam("anchor"))
+        .order_by(messages.c.id)
+        .limit(bindparam("count"))
+    )
+
+
+def _has_text() -> Any:
+    content = messages.c.content
+    marker = STORED_ON_POSTGRESQL_PREFIX
+    return and_(func.length(content) > 0, func.substr(content, 1, len(marker)) != marker)
+
+
+def _bookend(roles: list[str] | None, *, head: bool) -> Select[Any]:
+    conditions = [messages.c.session_id == bindparam("sid"), _has_text()]
+    if head:
+        conditions.append(messages.c.id < bindparam("edge"))
+    else:
+        conditions.append(messages.c.id > bindparam("edge"))
+    if roles is not None:
+        conditions.append(messages.c.role.in_(roles))
+    order = messages.c.id if head else messages.c.id.desc()
+    return select(*_columns()).where(*conditions).order_by(order).limit(bindparam("count"))
+
+
+def _anchor_id(value: Any) -> int | None:
+    anchor = validation.integer(value, "around_message_id")
+    if not validation.INT64_MIN <= anchor <= validation.INT64_MAX:
+        return None  # no row has it
+    return anchor
+
+
+def _roles(keep_roles: Any) -> list[str] | None:
+    if keep_roles is None:
+        return None
+    if isinstance(keep_roles, str):
+        return [keep_roles] if bindable(keep_roles) else []
+    if not isinstance(keep_roles, Iterable):
+        raise TypeError(f"keep_roles must be a tuple of roles or None, not "
+                        f"{type(keep_roles).__name__}")  # fmt: skip
+    return [role for role in keep_roles if isinstance(role, str) and bindable(role)]
+
+
+def _around(conn: Connection, session_id: str, anchor: int, window: int) -> tuple[
+    list[Any], list[Any]
+]:
+    """The rows up to and with the anchor (newest first) and after it, or two empty lists."""
+    keys = {"sid": session_id, "anchor": anchor}
+    if conn.execute(_anchor(), keys).first() is None:
+        return [], []
+    before = conn.execute(_before(), {**keys, "count": min(window + 1, validation.INT64_MAX)})
+    after = conn.execute(_after(), {**keys, "count": window})
+    return list(before), list(after)
+
+
+class MessageWindows:
+    """The windowed message reads of one store."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def around(self, session_id: Any, around_message_id: Any,
+               window: Any = DEFAULT_WINDOW) -> dict[str, Any]:  # fmt: skip
+        anchor = _anchor_id(around_message_id)
+        size = row_count(window, "window")
+        if anchor is None or not bindable(session_id):
+            return _empty_window()
+        before, after = self.store.read(lambda conn: _around(conn, session_id, anchor, size))
+        return _window_of(before, after)
+
+    def anchored_view(
+        self,
+        session_id: Any,
+        around_message_id: Any,
+        window: Any = DEFAULT_WINDOW,
+        bookend: Any = DEFAULT_BOOKEND,
+        keep_roles: Any = DEFAULT_KEEP_ROLES,
+    ) -> dict[str, Any]:
+        anchor = _anchor_id(around_message_id)
+        size = row_count(window, "window")
+        ends = row_count(bookend, "bookend")
+        roles = _roles(keep_roles)
+        empty = {**_empty_window(), "bookend_start": [], "bookend_end": []}
+        if anchor is None or not bindable(session_id):
+            return empty
+
+        def run(conn: Connection) -> tuple[list[Any], list[Any], list[Any], list[Any]]:
+            before, after = _around(conn, session_id, anchor, size)
+            if not before or ends == 0:
+                return before, after, [], []
+            first_id, last_id = before[-1][0], (after[-1] if after else before[0])[0]
+            head = conn.execute(
+                _bookend(roles, head=True), {"sid": session_id, "edge": first_id, "count": ends}
+            ).all()
+            tail = conn.execute(
+                _bookend(roles, head=False), {"sid": session_id, "edge": last_id, "count": ends}
+            ).all()
+            return before, after, list(head), list(reversed(tail))
+
+        before, after, head, tail = self.store.read(run)
+        if not before:
+            return empty
+        view = _window_of(before, after)
+        if roles is not None:
+            kept = set(roles)
+            view["window"] = [
+                message for message in view["window"]
+                if message["id"] == anchor or message["role"] in kept
+            ]  # fmt: skip
+        view["bookend_start"] = [message_dict(row) for row in head]
+        view["bookend_end"] = [message_dict(row) for row in tail]
+        return view
+
+
+def _window_of(before: list[Any], after: list[Any]) -> dict[str, Any]:
+    return {
+        "window": [message_dict(row) for row in [*reversed(before), *after]],
+        "messages_before": max(0, len(before) - 1),
+        "messages_after": len(after),
+    }

@@ -1,0 +1,146 @@
+"""The tables the runtime reads and writes, as SQLAlchemy Core ``Table`` objects.
+
+Statements, the repository, search and the tools use these. They are Core on purpose: the
+runtime path never imports ``sqlalchemy.orm`` (about 55 ms of startup), which only the typed
+models of :mod:`sessionstore.schema.models` need. Those models map these very ``Table`` objects and
+add the indexes (DDL the runtime never consults), so autogenerate compares one schema
+(``tests/test_migrations.py``). Column order is newest Hermes's (a fresh file's physical
+order); the migrations build the tables, these only describe them.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Column, ForeignKey, Integer, MetaData, Table, Text, text
+
+from ..dialects.types import CounterColumn, FloatColumn, IdColumn
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "CounterColumn",
+    "FloatColumn",
+    "compression_locks_table",
+    "messages_table",
+    "metadata",
+    "sessions_table",
+    "state_meta_table",
+]
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+SCHEMA_VERSION = 17
+"""The Hermes schema number these tables implement (``schema_version.version``)."""
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+def _text(name: str, *, nullable: bool = True) -> Column[str]:
+    return Column(name, Text(), nullable=nullable)
+
+
+def _float(name: str, *, nullable: bool = True) -> Column[float]:
+    return Column(name, FloatColumn, nullable=nullable)
+
+
+def _counter(name: str, *, nullable: bool = True) -> Column[int]:
+    """A count starting at 0: 64-bit on both databases (see ``CounterColumn``)."""
+    return Column(name, CounterColumn, nullable=nullable, server_default=text("0"))
+
+
+def _flag(name: str, default: str, *, nullable: bool = False) -> Column[int]:
+    return Column(name, Integer(), nullable=nullable, server_default=text(default))
+
+
+sessions_table = Table(
+    "sessions",
+    metadata,
+    Column("id", Text(), primary_key=True),
+    _text("source", nullable=False),
+    _text("user_id"),
+    _text("session_key"),
+    _text("chat_id"),
+    _text("chat_type"),
+    _text("thread_id"),
+    _text("model"),
+    _text("model_config"),
+    _text("system_prompt"),
+    Column("parent_session_id", Text(), ForeignKey("sessions.id"), nullable=True),
+    _float("started_at", nullable=False),
+    _float("ended_at"),
+    _text("end_reason"),
+    _counter("message_count"),
+    _counter("tool_call_count"),
+    _counter("input_tokens"),
+    _counter("output_tokens"),
+    _counter("cache_read_tokens"),
+    _counter("cache_write_tokens"),
+    _counter("reasoning_tokens"),
+    _text("cwd"),
+    _text("git_branch"),
+    _text("git_repo_root"),
+    _text("billing_provider"),
+    _text("billing_base_url"),
+    _text("billing_mode"),
+    _float("estimated_cost_usd"),
+    _float("actual_cost_usd"),
+    _text("cost_status"),
+    _text("cost_source"),
+    _text("pricing_version"),
+    _text("title"),
+    _counter("api_call_count"),
+    _text("handoff_state"),
+    _text("handoff_platform"),
+    _text("handoff_error"),
+    _float("compression_failure_cooldown_until"),
+    _text("compression_failure_error"),
+    _counter("rewind_count", nullable=False),
+    _flag("archived", "0"),
+)
+
+messages_table = Table(
+    "messages",
+    metadata,
+    Column("id", IdColumn, primary_key=True, autoincrement=True),
+    Column("session_id", Text(), ForeignKey("sessions.id"), nullable=False),
+    _text("role", nullable=False),
+    _text("content"),
+    _text("tool_call_id"),
+    _text("tool_calls"),
+    _text("tool_name"),
+    _float("timestamp", nullable=False),
+    Column("token_count", CounterColumn, nullable=True),
+    _text("finish_reason"),
+    _text("reasoning"),
+    _text("reasoning_content"),
+    _text("reasoning_details"),
+    _text("codex_reasoning_items"),
+    _text("codex_message_items"),
+    _text("platform_message_id"),
+    _flag("observed", "0", nullable=True),
+    _flag("active", "1"),
+    _flag("compacted", "0"),
+    sqlite_autoincrement=True,
+)
+
+state_meta_table = Table(
+    "state_meta",
+    metadata,
+    Column("key", Text(), primary_key=True),
+    _text("value"),
+)
+"""Hermes's key/value housekeeping table (v8 era)."""
+
+compression_locks_table = Table(
+    "compression_locks",
+    metadata,
+    Column("session_id", Text(), primary_key=True),
+    _text("holder", nullable=False),
+    _float("acquired_at", nullable=False),
+    _float("expires_at", nullable=False),
+)
+"""One compression lease per session (Hermes v14); no FK: a lease outlives its session."""

@@ -1,0 +1,111 @@
+"""Checks applied to every text argument before it reaches the database.
+
+Decisions (SPEC §7): a wrong type is a ``TypeError``; text that cannot be encoded as UTF-8 (a
+lone surrogate) is a ``ValueError`` naming the argument. NUL characters are refused in
+identifiers (ids, source, role, titles, tool names). In free text (message content,
+reasoning, system prompts) SQLite keeps them as they are, as Hermes does; PostgreSQL cannot store
+them in TEXT, so there they become U+FFFD (the Unicode replacement character) rather than losing
+the whole message.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..errors import ValueOutOfRangeError
+
+REPLACEMENT_CHARACTER = "\ufffd"
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+"""Every counter is a signed 64-bit integer on both databases (SQLite INTEGER, PostgreSQL
+BIGINT since revision 0009)."""
+
+
+def bindable(value: object) -> bool:
+    """True for a ``str`` every driver can send and every database can hold: no NUL (which
+    PostgreSQL text cannot hold) and no lone surrogate (which no driver can encode). The one
+    test for lookup keys and filter values; a value that fails it can match no stored row."""
+    if not isinstance(value, str) or "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_encodable(value: str, name: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{name} contains characters that are not valid Unicode text "
+            f"(lone surrogate at position {exc.start})"
+        ) from None
+
+
+def identifier(value: Any, name: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+    _check_encodable(value, name)
+    if "\x00" in value:
+        raise ValueError(f"{name} must not contain NUL characters")
+    return value
+
+
+def optional_identifier(value: Any, name: str) -> str | None:
+    return None if value is None else identifier(value, name)
+
+
+def free_text(value: Any, name: str, *, nul_allowed: bool) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str or None, not {type(value).__name__}")
+    _check_encodable(value, name)
+    if not nul_allowed and "\x00" in value:
+        return value.replace("\x00", REPLACEMENT_CHARACTER)
+    return value
+
+
+def integer(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    return value
+
+
+def counter(value: Any, name: str) -> int:
+    """An integer a counter column can hold: ``TypeError`` for another type,
+    :class:`ValueOutOfRangeError` (a ``ValueError``) beyond signed 64 bits."""
+    checked = integer(value, name)
+    if not INT64_MIN <= checked <= INT64_MAX:
+        raise ValueOutOfRangeError(
+            f"{name}={checked} does not fit in a 64-bit counter (|value| < 2**63); nothing was "
+            "written"
+        )
+    return checked
+
+
+def number(value: Any, name: str) -> float:
+    """A finite number as float. NaN and infinities are refused (``ValueError``): stored, one
+    of them would wipe (SQLite: NULL) or poison (PostgreSQL: NaN forever) every total it is
+    added to."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, not {type(value).__name__}")
+    try:
+        result = float(value)
+    except OverflowError:
+        raise ValueOutOfRangeError(f"{name} is too large to store as a number") from None
+    if not math.isfinite(result):
+        raise ValueError(f"{name} must be a finite number, not {result!r}")
+    return result
+
+
+def optional_number(value: Any, name: str) -> float | None:
+    """:func:`number`, or None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number or None, not {type(value).__name__}")
+    return number(value, name)

@@ -1,0 +1,60 @@
+"""The ``sessionstore`` command lines that messages suggest, exact for the store they are about.
+
+A hint must work when pasted: a refusal about ``/data/x.db`` that says "run ``sessionstore db
+upgrade``" would migrate the *default* store instead. So a suggested command names the store
+with ``--url`` unless it is the default one (what ``sessionstore`` opens with no ``--url`` in
+this environment), shell-quoted. A SQLite file is named by its absolute path (the CLI reads a
+plain path as a SQLite file); any other URL by its text, with a password shown as ``***``
+(secrets are not printed; put the real one back, or set ``SESSIONSTORE_URL``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
+from ..dialects import database_file
+from .config import resolve_url
+
+PROGRAM = "sessionstore"
+
+
+def store_argument(url: str | URL) -> str:
+    """How the store at ``url`` is spelled on the command line (before quoting)."""
+    parsed = make_url(url) if isinstance(url, str) else url
+    path = _database_file(parsed)
+    if path is not None:
+        return str(path)
+    return parsed.render_as_string(hide_password=True)
+
+
+def is_default_store(url: str | URL) -> bool:
+    try:
+        default = make_url(resolve_url(None))
+        parsed = make_url(url) if isinstance(url, str) else url
+    except ArgumentError:
+        return False
+    mine, theirs = _database_file(parsed), _database_file(default)
+    if mine is not None or theirs is not None:
+        return mine == theirs
+    return parsed.render_as_string(hide_password=False) == default.render_as_string(
+        hide_password=False
+    )
+
+
+def cli_command(url: str | URL | None, *words: str) -> str:
+    """``sessionstore [--url STORE] WORDS...``, shell-quoted, for the store at ``url``."""
+    parts = [PROGRAM]
+    if url is not None and not is_default_store(url):
+        parts += ["--url", store_argument(url)]
+    parts += words
+    import shlex  # only when a hint is written; not on the way to opening a store
+
+    return shlex.join(parts)
+
+
+def _database_file(url: URL) -> Path | None:
+    path = database_file(url)
+    return None if path is None else path.expanduser().resolve()

@@ -1,0 +1,49 @@
+"""Engines, configured in one place.
+
+``create_store_engine`` is the only function in the package that calls ``create_engine``: it
+resolves the URL rules, asks the dialect for its options and attaches the dialect's listeners
+(PRAGMAs, BEGIN mode) to the new engine instance, never to the Engine class.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import create_engine
+from sqlalchemy.engine import URL, Engine, make_url
+
+from ..dialects import dialect_for_url
+from .config import resolve_url
+
+DEFAULT_BUSY_TIMEOUT_S = 1.0
+
+
+def create_store_engine(
+    url: str | URL | None = None,
+    *,
+    read_only: bool = False,
+    busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+    set_journal_mode: bool = True,
+    **engine_kwargs: Any,
+) -> Engine:
+    """A SQLAlchemy engine for a session store at ``url`` (default: the URL rules of config).
+
+    ``set_journal_mode=False`` leaves the file's journal mode alone: migrations inspect a file
+    before deciding to touch it, and switching to WAL is already a change to the file.
+    """
+    parsed = make_url(resolve_url(url) if not isinstance(url, URL) else url)
+    dialect = dialect_for_url(parsed)
+    read_only = read_only or dialect.requests_read_only(parsed)
+    parsed = dialect.prepare_url(parsed, read_only=read_only)
+    if not read_only:
+        dialect.ensure_database_location(parsed)
+    options = dialect.engine_options(parsed, read_only=read_only, busy_timeout_s=busy_timeout_s)
+    options.update(engine_kwargs)
+    engine = create_engine(parsed, **options)
+    dialect.install_listeners(
+        engine,
+        read_only=read_only,
+        busy_timeout_s=busy_timeout_s,
+        set_journal_mode=set_journal_mode,
+    )
+    return engine

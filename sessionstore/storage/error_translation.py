@@ -1,0 +1,48 @@
+"""What a failed database call means, in this package's errors: one helper for every caller.
+
+``Store.read``, ``Store.write`` and the status reads of :mod:`sessionstore.schema.migrate` all wrap
+their work in :func:`typed_errors`, so a full disk, a foreign file, a missing schema or a
+database that kept going away reads the same wherever it is met.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+from sqlalchemy.exc import DBAPIError
+
+from ..dialects import StoreDialect
+from ..errors import SessionStoreError, StoreBusyError, StoreUnavailableError
+
+
+def exhausted(dialect: StoreDialect, exc: StoreBusyError) -> SessionStoreError:
+    """What to raise when the retries ran out: busy, or the database kept going away."""
+    if exc.last_error is not None and dialect.is_disconnect(exc.last_error):
+        return StoreUnavailableError(
+            f"lost the connection to the database {exc.attempts} times in a row: "
+            f"{exc.last_error}"
+        )
+    return exc
+
+
+@contextlib.contextmanager
+def typed_errors(
+    dialect: StoreDialect,
+    *,
+    refine: Callable[[SessionStoreError], SessionStoreError] | None = None,
+) -> Iterator[None]:
+    """Re-raise driver errors the dialect recognises as this package's typed errors.
+
+    ``refine`` may reword a translated error for its caller (a Store adds how to create a
+    missing schema). Errors the dialect does not recognise propagate unchanged.
+    """
+    try:
+        yield
+    except StoreBusyError as exc:
+        raise exhausted(dialect, exc) from exc.last_error
+    except DBAPIError as exc:
+        translated = dialect.translate_error(exc)
+        if translated is None:
+            raise
+        raise (refine(translated) if refine is not None else translated) from exc

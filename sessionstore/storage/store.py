@@ -1,0 +1,572 @@
+"""The unit of work: ``write(fn)`` and ``read(fn)`` around one connection and one transaction.
+
+A write is ``retry(BEGIN IMMEDIATE; fn(conn); COMMIT)``: the whole transaction is the unit that
+is retried, so ``fn`` must not have side effects outside the database (encode JSON before
+calling ``write``). A read uses a deferred BEGIN and never takes the write lock.
+
+On SQLite, writers queue before the retry loop: threads of one store on a lock, then every
+writer of the file, across stores and processes, on the kernel lock of
+:mod:`.writers_queue`. Both waits count against the retry budget. After ``fork()``
+the child drops every handle it inherited (:mod:`.fork_safety`) and opens its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+from sqlalchemy.engine import URL, Connection, Engine, make_url
+from sqlalchemy.exc import DBAPIError
+
+from ..dialects import StoreDialect, dialect_for, dialect_for_url
+from ..errors import (
+    ReadOnlyStoreError,
+    SchemaMissingError,
+    SessionStoreError,
+    StoreBusyError,
+    WriteOutcomeUnknownError,
+)
+from . import fork_safety as forksafety
+from .command_hints import cli_command
+from .config import resolve_url
+from .engine import DEFAULT_BUSY_TIMEOUT_S, create_store_engine
+from .error_translation import typed_errors
+from .retry import RetryPolicy, run_with_retry
+from .writers_queue import QueueTimeout, WriterQueue
+
+T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_EVERY_N_WRITES = 50
+IDLE_READERS = 4
+"""Read connections a store keeps checked out between reads (below the pool's size of 5): a
+pool checkout and its reset cost about as much as loading a short conversation."""
+QUEUED_MAX_SLEEP_S = 0.005
+"""Sleep between attempts while at the head of the writers' queue. The jitter exists to spread
+this package's writers apart; in the queue only a foreign program competes, and a short sleep
+catches its release sooner."""
+
+
+def _queued_jitter(low: float, high: float) -> float:
+    return random.uniform(min(low, QUEUED_MAX_SLEEP_S), min(high, QUEUED_MAX_SLEEP_S))
+
+
+class Store:
+    """A session store's engine plus the rules for using it safely from many threads."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        read_only: bool = False,
+        retry: RetryPolicy | None = None,
+        checkpoint_every: int = CHECKPOINT_EVERY_N_WRITES,
+        owns_engine: bool = False,
+    ) -> None:
+        self.engine = engine
+        self.dialect: StoreDialect = dialect_for(engine)
+        self.read_only = read_only
+        self.retry = retry or RetryPolicy()
+        self.checkpoint_every = checkpoint_every
+        self._owns_engine = owns_engine
+        self._write_options = self.dialect.write_options()
+        self._read_options = self.dialect.read_options()
+        # SQLite has one writer per file: threads of one process queue here instead of
+        # fighting over the file lock with sleeps, then processes on the writers' queue.
+        self._serialize = self.dialect.serialize_writes_in_process
+        self._queue: WriterQueue | None = (
+            None if read_only else self.dialect.writer_queue(engine.url, read_only=read_only)
+        )
+        self._write_lock = WriteLock(self._queue, self.retry.budget_s)
+        # With writes serialised in-process, one connection can serve them all: no pool
+        # checkout and reset per write (a measurable share of an append). Dropped on any error.
+        self._keep_writer = self._serialize
+        self._writer: Connection | None = None
+        self._writer_pid = 0
+        # Idle read connections, kept checked out: a read pops one (or connects), then puts it
+        # back. list.pop/append are atomic, so threads share it without a lock; at most
+        # IDLE_READERS wait here, and a thread never holds one between two reads.
+        self._idle_readers: list[Connection] = []
+        self._counter_lock = threading.Lock()
+        self._writes = 0
+        self._closed = False
+        forksafety.track(self)
+
+    @classmethod
+    def open(
+        cls,
+        url: str | URL | None = None,
+        *,
+        read_only: bool = False,
+        retry: RetryPolicy | None = None,
+        busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+        checkpoint_every: int = CHECKPOINT_EVERY_N_WRITES,
+        prepare: Callable[[Engine], object] | None = None,
+    ) -> Store:
+        """Open the store at ``url`` (default: the URL rules of :mod:`sessionstore.storage.config`)
+        on one engine, the only one this store ever uses.
+
+        ``prepare`` runs first on that engine, with the file's journal mode still untouched:
+        it may check the schema and migrate (``SessionDB`` does), and when it raises, the file
+        is as it was and the store is closed. Only then does a writable store switch the
+        journal mode (SQLite: WAL).
+        """
+        parsed = url if isinstance(url, URL) else make_url(resolve_url(url))
+        # ``?mode=ro`` in a SQLite URL makes a read-only store, for this object's checks too.
+        read_only = read_only or dialect_for_url(parsed).requests_read_only(parsed)
+        engine = create_store_engine(
+            parsed,
+            read_only=read_only,
+            busy_timeout_s=busy_timeout_s,
+            set_journal_mode=prepare is None,
+        )
+        store = cls(
+            engine,
+            read_only=read_only,
+            retry=retry,
+            checkpoint_every=checkpoint_every,
+            owns_engine=True,
+        )
+        try:
+            if prepare is not None:
+                prepare(engine)
+                if not read_only:
+                    store.dialect.enable_journal_mode(engine)
+            if not read_only and store.dialect.connect_at_open:
+                store._connect_now()
+        except BaseException:
+            # No checkpoint: a store refused by ``prepare`` (too new, foreign) stays as it was.
+            store._close(checkpoint=prepare is None)
+            raise
+        return store
+
+    def _connect_now(self) -> None:
+        """Connect once, so the connect listener switches the file to WAL at open, not at the
+        first write (until then, other processes' readers and writers block each other)."""
+        try:
+            with self.engine.connect():
+                pass
+        except DBAPIError as exc:
+            if self.dialect.is_retryable(exc):
+                return  # a foreign writer is mid-transaction: the next connection sets WAL
+            translated = self.dialect.translate_error(exc)
+            if translated is not None:
+                raise translated from exc
+            raise
+
+    @property
+    def url(self) -> URL:
+        return self.engine.url
+
+    @property
+    def idle_readers(self) -> int:
+        """Read connections kept checked out between reads (at most ``IDLE_READERS``).
+
+        They are the store's, not leaks: a check for leaked connections subtracts them from the
+        pool's checked-out count.
+        """
+        return len(self._idle_readers)
+
+    @property
+    def write_lock(self) -> WriteLock:
+        """The lock every write of this store in this process holds (re-entrant).
+
+        Code that writes to the store outside :meth:`write` (the Hermes compatibility surface,
+        ``sessionstore.hermes.state``) holds it too, so its writes queue with the store's own:
+        threads on a re-entrant lock, and the outermost holder on the file's writers' queue.
+        It is looked up on every use, never cached, so the lock replaced after ``fork()`` is
+        the one taken. On PostgreSQL there is no writers' queue: the server orders writers.
+        """
+        return self._write_lock
+
+    def write(
+        self,
+        work: Callable[[Connection], T],
+        *,
+        retry: RetryPolicy | None = None,
+        recover: Callable[[Connection], T | None] | None = None,
+        single_statement: bool = False,
+    ) -> T:
+        """Run ``work`` in a write transaction, retrying the whole of it while the store is busy
+        or after the connection was lost before COMMIT (the server rolled it back).
+
+        ``single_statement``: ``work`` changes the database in one statement (a CTE that
+        bumps the counters and inserts), so where the dialect says it pays
+        (``single_statement_appends``: a server) it runs in autocommit, and that statement is
+        the whole transaction: one round trip, no BEGIN, no COMMIT. Its loss is a lost COMMIT.
+
+        A connection lost *during* COMMIT leaves the outcome unknown: the server may have
+        committed without the client hearing it. Then ``recover`` (given by idempotent writes)
+        looks in a fresh read whether the write is there: its answer is returned, or with None
+        the whole write runs again. Without ``recover`` that is a
+        :class:`WriteOutcomeUnknownError`: repeating it blindly could apply it twice.
+        """
+        if self.read_only:
+            raise ReadOnlyStoreError("this session store was opened read-only")
+
+        autocommit = single_statement and self.dialect.single_statement_appends
+
+        def attempt() -> T:
+            conn = self._writer_connection()
+            # In autocommit the statement is the COMMIT: losing it leaves the outcome unknown.
+            committing = autocommit
+            try:
+                if autocommit:
+                    self.dialect.set_autocommit(conn.connection.dbapi_connection, True)
+                with conn.begin():
+                    result = work(conn)
+                    committing = True
+            except BaseException as exc:
+                # A failed BEGIN or a rolled-back transaction leaves the connection clean;
+                # anything stranger, or a lost connection (statements on the driver cursor
+                # never tell SQLAlchemy), and it is thrown away.
+                lost = self.dialect.is_disconnect(exc)
+                broken = lost or conn.invalidated or conn.closed or conn.in_transaction()
+                if autocommit and not broken:
+                    self._end_autocommit(conn)
+                self._release_writer(conn, broken=broken)
+                if lost:
+                    self._drop_idle_readers()
+                    self.dialect.connection_lost(self.engine)
+                if committing and lost:
+                    return self._after_lost_commit(exc, recover)
+                raise
+            else:
+                if autocommit:
+                    self._end_autocommit(conn)
+                self._release_writer(conn, broken=False)
+                return result
+
+        result = self.serialized(attempt, retry)
+        self._count_write()
+        return result
+
+    def serialized(self, attempt: Callable[[], T], retry: RetryPolicy | None = None) -> T:
+        """``attempt`` as :meth:`write` runs its transaction: at the head of the writers'
+        queue where this store serializes writers (SQLite), retried while the database is
+        busy, errors typed. For work that brings its own connection and must run outside any
+        transaction (a ``VACUUM``)."""
+        policy = retry or self.retry
+        with typed_errors(self.dialect, refine=self._with_schema_hint):
+            if self._serialize:
+                return self._queued(attempt, policy)
+            return run_with_retry(attempt, self._is_retryable, policy)
+
+    def _end_autocommit(self, conn: Connection) -> None:
+        try:
+            self.dialect.set_autocommit(conn.connection.dbapi_connection, False)
+        except Exception:  # a connection that cannot switch back is not given to anyone
+            with contextlib.suppress(Exception):
+                conn.invalidate()
+
+    def _queued(self, attempt: Callable[[], T], policy: RetryPolicy) -> T:
+        """``attempt``'s retry loop at the head of the queue: threads, then processes."""
+        started = time.monotonic()
+        lock = self._write_lock
+        try:
+            lock.enter(started + policy.budget_s, strict=True)
+        except QueueTimeout as exc:
+            raise StoreBusyError(0, time.monotonic() - started, exc) from None
+        try:
+            return run_with_retry(
+                attempt,
+                self._is_retryable,
+                policy,
+                started=started,
+                jitter=_queued_jitter if lock.queued else random.uniform,
+            )
+        finally:
+            lock.release()
+
+    def _is_retryable(self, exc: BaseException) -> bool:
+        # A lost connection is retried like a busy store: a fresh connection gets a fresh
+        # transaction, and the lost one never committed (lost COMMITs are handled apart).
+        return self.dialect.is_retryable(exc) or self.dialect.is_disconnect(exc)
+
+    def _after_lost_commit(
+        self, exc: BaseException, recover: Callable[[Connection], T | None] | None
+    ) -> T:
+        if recover is None:
+            raise WriteOutcomeUnknownError(
+                "the connection to the database was lost while it committed this write; it "
+                "may or may not have been stored, and repeating it could apply it twice: "
+                f"check before trying again ({exc})"
+            ) from exc
+        found = self.read(recover)
+        if found is not None:
+            logger.info("a write whose COMMIT acknowledgement was lost is in the store")
+            return found
+        # The look went through a connection that would sit idle, unpinged, during the retry's
+        # sleep, when whatever killed the first one may kill it too.
+        self._drop_idle_readers()
+        self.dialect.connection_lost(self.engine)
+        raise exc  # not committed: retryable, the whole write runs again
+
+    def _writer_connection(self) -> Connection:
+        if self._writer is not None and self._writer_pid == os.getpid():
+            return self._writer
+        # A connection inherited through fork() belongs to the parent: never touch it.
+        self._writer = None
+        conn = self.engine.connect()
+        conn.execution_options(**self._write_options)
+        if self._keep_writer:
+            self._writer, self._writer_pid = conn, os.getpid()
+        return conn
+
+    def _release_writer(self, conn: Connection, *, broken: bool) -> None:
+        if conn is self._writer and not broken:
+            return
+        if conn is self._writer:
+            self._writer = None
+        if not conn.closed:
+            with contextlib.suppress(Exception):
+                if broken:
+                    conn.invalidate()
+                conn.close()
+
+    def read(self, work: Callable[[Connection], T], *, single_statement: bool = False) -> T:
+        """Run ``work`` in a read transaction: one consistent snapshot, no write lock.
+
+        ``single_statement``: ``work`` reads with one statement on the driver cursor (or with
+        statements that need not agree with each other), so where the dialect says a statement
+        outside a transaction reads one snapshot of its own (SQLite in autocommit), no BEGIN
+        and COMMIT are sent around it. Statements through SQLAlchemy then still begin a
+        transaction, which is rolled back afterwards.
+
+        Retried like a write when the store is locked: under WAL that never happens, but in
+        rollback-journal mode (WAL unsupported, or a foreign program's EXCLUSIVE lock) a writer
+        blocks readers, and the caller's budget must bound that wait too.
+        """
+        bare = single_statement and self.dialect.autocommit_snapshot_reads
+
+        def attempt() -> T:
+            conn = self._reader_connection()
+            clean = False
+            try:
+                if bare:
+                    result = work(conn)
+                    if conn.in_transaction():
+                        conn.rollback()
+                else:
+                    with conn.begin():
+                        result = work(conn)
+                clean = True
+                return result
+            except BaseException as exc:
+                # A statement on the driver cursor that lost its connection never told
+                # SQLAlchemy: without this the pool would hand the dead one out again.
+                if self.dialect.is_disconnect(exc):
+                    if not conn.invalidated:
+                        with contextlib.suppress(Exception):
+                            conn.invalidate()
+                    self._drop_idle_readers()
+                    self.dialect.connection_lost(self.engine)
+                if bare and conn.in_transaction():
+                    with contextlib.suppress(Exception):
+                        conn.rollback()
+                clean = not (conn.invalidated or conn.closed or conn.in_transaction())
+                raise
+            finally:
+                self._release_reader(conn, clean=clean)
+
+        with typed_errors(self.dialect, refine=self._with_schema_hint):
+            return run_with_retry(attempt, self._is_retryable, self.retry)
+
+    def _reader_connection(self) -> Connection:
+        try:
+            return self._idle_readers.pop()
+        except IndexError:
+            conn = self.engine.connect()
+            conn.execution_options(**self._read_options)
+            return conn
+
+    def _release_reader(self, conn: Connection, *, clean: bool) -> None:
+        if clean and not self._closed and len(self._idle_readers) < IDLE_READERS:
+            self._idle_readers.append(conn)
+            return
+        with contextlib.suppress(Exception):
+            if not clean and not conn.invalidated:
+                conn.invalidate()
+            conn.close()
+
+    def _drop_idle_readers(self) -> None:
+        while True:
+            try:
+                conn = self._idle_readers.pop()
+            except IndexError:
+                return
+            with contextlib.suppress(Exception):
+                conn.invalidate()
+                conn.close()
+
+    def _with_schema_hint(self, translated: SessionStoreError) -> SessionStoreError:
+        if isinstance(translated, SchemaMissingError):
+            # A Store never migrates (SessionDB does): say how to create the schema here.
+            return SchemaMissingError(
+                f"{translated}: create the schema first with "
+                f"sessionstore.schema.migrate.upgrade(url) "
+                f"or `{cli_command(self.url, 'db', 'upgrade')}`"
+            )
+        return translated
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[Connection]:
+        """A read transaction held open for streaming (e.g. a large export)."""
+        with self.engine.connect() as conn:
+            conn.execution_options(**self._read_options)
+            with conn.begin():
+                yield conn
+
+    def checkpoint(self) -> None:
+        if not self.read_only:
+            self.dialect.checkpoint(self.engine)
+
+    def close(self) -> None:
+        self._close(checkpoint=True)
+
+    def _close(self, *, checkpoint: bool) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        # Threads only: joining the writers' queue here would create its side file again.
+        with self._write_lock.threads:
+            writer, self._writer = self._writer, None
+            if writer is not None and self._writer_pid == os.getpid():
+                with contextlib.suppress(Exception):
+                    writer.close()
+        while self._idle_readers:
+            with contextlib.suppress(Exception):
+                self._idle_readers.pop().close()
+        if checkpoint:
+            self.checkpoint()
+        if self._queue is not None:
+            self._queue.close()
+        if self._owns_engine:
+            self.engine.dispose()
+
+    def after_fork_in_child(self) -> None:
+        """In a forked child: fresh thread locks; the kept writer is the parent's, let go.
+
+        Called by :mod:`.fork_safety` before the engine's own reset.
+        """
+        # A parent thread that held a lock at the fork never runs here to release it.
+        writer_idle = not self._write_lock.held
+        self._write_lock = WriteLock(self._queue, self.retry.budget_s)
+        self._counter_lock = threading.Lock()
+        # Idle readers were idle at the fork (one in use is not in the list): the parent's.
+        inherited, self._idle_readers = self._idle_readers, []
+        for reader in inherited:
+            forksafety.abandon(reader)
+            if not reader.closed:
+                with contextlib.suppress(Exception):
+                    self.dialect.release_inherited(reader.connection.dbapi_connection)
+        writer, self._writer = self._writer, None
+        if writer is None:
+            return
+        # Never finalized: the pool would roll it back, i.e. use it.
+        forksafety.abandon(writer)
+        if writer_idle and not writer.closed:
+            with contextlib.suppress(Exception):
+                self.dialect.release_inherited(writer.connection.dbapi_connection)
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _count_write(self) -> None:
+        with self._counter_lock:
+            self._writes += 1
+            due = self.checkpoint_every > 0 and self._writes % self.checkpoint_every == 0
+        if due:
+            self.checkpoint()
+
+
+class WriteLock:
+    """The lock every writer of one store holds in this process.
+
+    Threads queue on a re-entrant lock (re-entrant because code holding it as Hermes's
+    ``_lock`` may call the store's own write methods); the outermost holder then queues with
+    every other writer of the file on the writers' queue (:mod:`.writers_queue`),
+    and lets go of it on its last release. Only the outermost holder ever touches the queue,
+    so ``_depth`` and ``_held`` change under the thread lock alone.
+    """
+
+    def __init__(self, queue: WriterQueue | None, budget_s: float) -> None:
+        self._threads = threading.RLock()
+        self._queue = queue
+        self._budget_s = budget_s
+        self._depth = 0
+        self._held: int | None = None
+
+    @property
+    def threads(self) -> threading.RLock:
+        """The in-process part alone, for work that must exclude this store's own threads
+        but has nothing to write (closing)."""
+        return self._threads
+
+    @property
+    def held(self) -> bool:
+        """True while some thread holds it (read in a forked child to see what was in use)."""
+        return self._depth > 0
+
+    @property
+    def queued(self) -> bool:
+        """True while the outermost holder also holds the file's writers' queue."""
+        return self._held is not None
+
+    def enter(self, deadline: float, *, strict: bool) -> None:
+        """Take the lock by ``deadline`` (``time.monotonic``), for the store's own writes.
+
+        ``strict``: a wait that runs out raises :class:`QueueTimeout` (the caller's budget is
+        spent). Otherwise a writers' queue still busy at the deadline is gone without: SQLite's
+        own locking keeps the write correct, only less fairly ordered.
+        """
+        threads = self._threads
+        if not threads.acquire(False):
+            remaining = max(0.0, deadline - time.monotonic())
+            if not threads.acquire(timeout=remaining):
+                raise QueueTimeout("other threads of this process kept the store busy")
+        self._join_queue(deadline, strict=strict)
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        """``threading.RLock.acquire``'s contract; the queue is waited for at most ``timeout``
+        (else the retry budget) and never makes the call fail."""
+        if not self._threads.acquire(blocking, timeout):
+            return False
+        budget = 0.0 if not blocking else (timeout if timeout >= 0 else self._budget_s)
+        self._join_queue(time.monotonic() + budget, strict=False)
+        return True
+
+    def _join_queue(self, deadline: float, *, strict: bool) -> None:
+        if self._depth == 0 and self._queue is not None:
+            try:
+                self._held = self._queue.acquire(deadline)
+            except QueueTimeout:
+                if strict:
+                    self._threads.release()
+                    raise
+                self._held = None
+        self._depth += 1
+
+    def release(self) -> None:
+        self._depth -= 1
+        if self._depth == 0 and self._held is not None:
+            held, self._held = self._held, None
+            if self._queue is not None:
+                self._queue.release(held)
+        self._threads.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()

@@ -1,0 +1,214 @@
+"""Dropped PostgreSQL connections (issue 10, item 6), with real ``pg_terminate_backend``.
+
+- a connection lost before COMMIT is retried (the server rolled the transaction back);
+- a COMMIT the server made but whose acknowledgement never reached the client is found, not
+  repeated: an append is stored exactly once and returns its ids;
+- a write that cannot be checked raises :class:`WriteOutcomeUnknownError` instead of being
+  applied twice;
+- after fork() the child's first call works and the parent's connections survive.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+from sessionstore import RetryPolicy, Store, StoreUnavailableError, WriteOutcomeUnknownError
+from sessionstore.api.session_db import SessionDB
+from sessionstore.sql.statements import HotWrites
+
+
+@pytest.fixture
+def pg_url(migrated_pg_url: str) -> str:
+    engine = sa.create_engine(migrated_pg_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("TRUNCATE messages, sessions RESTART IDENTITY CASCADE"))
+    engine.dispose()
+    return migrated_pg_url
+
+
+@pytest.fixture
+def db(pg_url: str) -> Iterator[SessionDB]:
+    database = SessionDB(url=pg_url)
+    database.create_session("s", "cli")
+    yield database
+    database.close()
+
+
+def terminate(pid: int, url: str) -> None:
+    with psycopg.connect(sa.make_url(url).set(drivername="postgresql").render_as_string(
+            hide_password=False), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+
+def backend_pid(conn: sa.Connection) -> int:
+    return int(conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one())
+
+
+def rows(db: SessionDB) -> list[tuple[int, str]]:
+    # Through the store, as every reader of it goes: checkouts send no ping, so a pooled
+    # connection whose backend was killed while idle is found dead by its first statement and
+    # the store retries; a bare ``engine.connect()`` has no retry around it.
+    return db.store.read(lambda conn: [(int(r[0]), str(r[1])) for r in conn.execute(
+        sa.text("SELECT id, content FROM messages ORDER BY id"))])
+
+
+def counter(db: SessionDB) -> int:
+    session = db.get_session("s")
+    assert session is not None
+    return int(session["message_count"])
+
+
+def test_connection_killed_before_commit_is_retried_once_stored_once(
+    db: SessionDB, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_insert = HotWrites.insert_messages
+    kills = 0
+
+    def insert_after_kill(self: HotWrites, conn: sa.Connection, batch: Any) -> list[int]:
+        nonlocal kills
+        if kills == 0:
+            kills += 1
+            terminate(backend_pid(conn), pg_url)
+        return real_insert(self, conn, batch)
+
+    monkeypatch.setattr(HotWrites, "insert_messages", insert_after_kill)
+    ids = db.append_messages("s", [{"role": "user", "content": "one"},
+                                   {"role": "assistant", "content": "two"}])
+    assert kills == 1
+    assert rows(db) == [(ids[0], "one"), (ids[1], "two")]
+    assert counter(db) == 2
+
+
+def _commit_then_lose_the_acknowledgement(url: str, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Make the next COMMIT reach the server and commit, then break the connection so the
+    client sees the driver's genuine connection error instead of the acknowledgement."""
+    real_commit = psycopg.Connection.commit
+    lost: list[int] = []
+
+    def commit(self: psycopg.Connection[Any]) -> None:
+        real_commit(self)
+        if lost:
+            return
+        lost.append(self.info.backend_pid)
+        terminate(self.info.backend_pid, url)
+        self.execute("SELECT 1")  # raises: the server closed the connection
+
+    monkeypatch.setattr(psycopg.Connection, "commit", commit)
+    return lost
+
+
+def test_append_whose_commit_acknowledgement_was_lost_is_stored_once(
+    db: SessionDB, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lost = _commit_then_lose_the_acknowledgement(pg_url, monkeypatch)
+    ids = db.append_messages("s", [{"role": "user", "content": "only once"},
+                                   {"role": "assistant", "content": "me too"}])
+    assert lost, "the acknowledgement was not lost: the test did not test anything"
+    assert rows(db) == [(ids[0], "only once"), (ids[1], "me too")]
+    assert counter(db) == 2
+
+
+def test_unverifiable_write_with_lost_acknowledgement_is_not_applied_twice(
+    db: SessionDB, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lost = _commit_then_lose_the_acknowledgement(pg_url, monkeypatch)
+    with pytest.raises(WriteOutcomeUnknownError, match="may or may not"):
+        db.update_token_counts("s", input_tokens=5)
+    assert lost
+    session = db.get_session("s")
+    assert session is not None and session["input_tokens"] == 5
+
+
+def test_session_creation_survives_a_lost_acknowledgement(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with SessionDB(url=pg_url) as db:
+        lost = _commit_then_lose_the_acknowledgement(pg_url, monkeypatch)
+        db.create_session("fresh", "cli")
+        assert lost
+        assert db.session_count() == 1
+
+
+def test_appends_while_backends_are_killed_lose_and_duplicate_nothing(
+    db: SessionDB, pg_url: str
+) -> None:
+    stop = threading.Event()
+    killed = 0
+
+    def killer() -> None:
+        nonlocal killed
+        database = sa.make_url(pg_url).database
+        with psycopg.connect(sa.make_url(pg_url).set(drivername="postgresql").render_as_string(
+                hide_password=False), autocommit=True) as admin:
+            while not stop.is_set():
+                killed += admin.execute(
+                    "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM "
+                    "pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+                    (database,),
+                ).fetchone()[0]  # type: ignore[index]
+                time.sleep(0.05)
+
+    thread = threading.Thread(target=killer)
+    thread.start()
+    appended = 0
+    try:
+        # At least 600 appends, and on a loaded machine more, until enough kills landed.
+        while appended < 600 or (killed <= 10 and appended < 3000):
+            db.append_message("s", "user", f"message {appended}")
+            appended += 1
+    finally:
+        stop.set()
+        thread.join()
+    assert killed > 10, "too few backends were killed for the test to mean anything"
+    contents = [content for _, content in rows(db)]
+    assert sorted(contents) == sorted(f"message {index}" for index in range(appended))
+    assert counter(db) == appended
+
+
+def _append_in_child(db: SessionDB, report: Path) -> None:
+    try:
+        ids = db.append_messages("s", [{"role": "user", "content": f"child {os.getpid()}"}])
+        report.write_text(f"ok {ids}")
+    except BaseException as exc:  # pragma: no cover - reported to the parent
+        report.write_text(f"error {exc!r}")
+
+
+@pytest.mark.skipif(
+    "fork" not in multiprocessing.get_all_start_methods(), reason="needs the fork start method"
+)
+def test_first_call_after_fork_works_and_the_parent_keeps_its_connections(
+    db: SessionDB, tmp_path: Path
+) -> None:
+    db.append_message("s", "user", "parent before")  # the pool now holds a connection
+    context = multiprocessing.get_context("fork")
+    reports = [tmp_path / f"child-{index}" for index in range(3)]
+    children = [context.Process(target=_append_in_child, args=(db, report)) for report in reports]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(timeout=60)
+    outcomes = [(child.exitcode, report.read_text() if report.exists() else None)
+                for child, report in zip(children, reports, strict=True)]
+    assert all(code == 0 and text and text.startswith("ok") for code, text in outcomes), outcomes
+    db.append_message("s", "user", "parent after")
+    assert len(rows(db)) == 5 and counter(db) == 5
+
+
+def test_server_unreachable_is_a_typed_error(pg_url: str) -> None:
+    url = sa.make_url(pg_url).set(port=1).render_as_string(hide_password=False)
+    store = Store.open(url, retry=RetryPolicy(max_attempts=3))
+    with pytest.raises(StoreUnavailableError):
+        store.read(lambda conn: conn.exec_driver_sql("SELECT 1").scalar())
+    with pytest.raises(StoreUnavailableError):
+        store.write(lambda conn: conn.exec_driver_sql("SELECT 1").scalar())
+    store.close()

@@ -1,0 +1,199 @@
+"""The module helpers of Hermes's ``hermes_state`` that its gateway, CLI and tools import
+beside ``SessionDB``: our drop-in module has each, with Hermes's names and results."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy.exc import DBAPIError
+
+from sessionstore import SessionStoreError
+from sessionstore.hermes import state as hermes_state
+
+
+@pytest.fixture
+def store_file(tmp_path: Path) -> Path:
+    path = tmp_path / "state.db"
+    db = hermes_state.SessionDB(db_path=path)
+    db.create_session("s", "cli")
+    db.append_messages("s", [{"role": "user", "content": f"hello world {n} 数据库"}
+                             for n in range(300)])  # fmt: skip
+    db.close()
+    return path
+
+
+def _holds_everything(path: Path) -> None:
+    db = hermes_state.SessionDB(db_path=path)
+    try:
+        assert db.message_count("s") == 300
+        assert len(db.search_messages("hello", limit=500)) == 300
+        assert len(db.search_messages("数据库", limit=500)) == 300
+        db.append_message("s", "user", "after the repair")
+        assert db.search_messages("after the repair")
+    finally:
+        db.close()
+
+
+# -- AsyncSessionDB --------------------------------------------------------------------------
+
+
+def test_async_session_db_runs_each_call_in_a_thread(store_file: Path) -> None:
+    db = hermes_state.SessionDB(db_path=store_file)
+    db.calling_thread = lambda: threading.get_ident()  # type: ignore[attr-defined]
+
+    async def main() -> None:
+        wrapped = hermes_state.AsyncSessionDB(db)
+        assert wrapped.db_path == db.db_path  # not a method: as it is
+        await wrapped.create_session("t", "telegram")
+        assert (await wrapped.get_session("t"))["source"] == "telegram"
+        assert await wrapped.message_count("s") == 300
+        assert await wrapped.calling_thread() != threading.get_ident()
+        with pytest.raises(ValueError):
+            await wrapped.set_session_title("t", "x" * 500)
+
+    try:
+        asyncio.run(main())
+    finally:
+        db.close()
+
+
+# -- the last failed open ----------------------------------------------------------------------
+
+
+def test_a_failed_open_is_recorded_for_the_slash_commands(tmp_path: Path) -> None:
+    hermes_state._set_last_init_error(None)
+    assert hermes_state.get_last_init_error() is None
+    assert hermes_state.format_session_db_unavailable() == "Session database not available."
+    not_a_database = tmp_path / "state.db"
+    not_a_database.write_bytes(b"these are not the pages of a database " * 100)
+    with pytest.raises(SessionStoreError):
+        hermes_state.SessionDB(db_path=not_a_database)
+    cause = hermes_state.get_last_init_error()
+    assert cause is not None and "Error" in cause.split(":")[0]
+    message = hermes_state.format_session_db_unavailable("No history")
+    assert message.startswith("No history: ") and message.endswith(".") and cause in message
+    hermes_state.SessionDB(db_path=tmp_path / "fine.db").close()
+    assert hermes_state.get_last_init_error() == cause, "a success does not clear it"
+    hermes_state._set_last_init_error("OperationalError: locking protocol")
+    assert "NFS/SMB/FUSE" in hermes_state.format_session_db_unavailable()
+    hermes_state._set_last_init_error(None)
+
+
+# -- is_malformed_db_error ---------------------------------------------------------------------
+
+
+def _wrapped(inner: BaseException) -> BaseException:
+    try:
+        try:
+            raise inner
+        except BaseException as exc:
+            raise SessionStoreError("the store failed") from exc
+    except SessionStoreError as outer:
+        return outer
+
+
+@pytest.mark.parametrize(
+    ("error", "malformed"),
+    [
+        (sqlite3.DatabaseError("database disk image is malformed"), True),
+        (sqlite3.DatabaseError("malformed database schema (x) - index x already exists"), True),
+        (sqlite3.OperationalError("database is locked"), False),
+        (sqlite3.DatabaseError("file is not a database"), False),
+        (ValueError("database disk image is malformed"), False),
+        (DBAPIError("SELECT 1", None, sqlite3.DatabaseError("database disk image is malformed")),
+         True),
+        (_wrapped(sqlite3.DatabaseError("database disk image is malformed")), True),
+        (_wrapped(sqlite3.OperationalError("database is locked")), False),
+    ],
+)
+def test_is_malformed_db_error(error: BaseException, malformed: bool) -> None:
+    assert hermes_state.is_malformed_db_error(error) is malformed
+
+
+# -- apply_wal_with_fallback -------------------------------------------------------------------
+
+
+class _NoWalConnection(sqlite3.Connection):
+    """A file system where asking for WAL fails as NFS makes it fail."""
+
+    error = "locking protocol"
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:  # type: ignore[override]
+        if sql.replace(" ", "").upper() == "PRAGMAJOURNAL_MODE=WAL":
+            raise sqlite3.OperationalError(self.error)
+        return super().execute(sql, *args)
+
+
+def test_apply_wal_with_fallback(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    conn = sqlite3.connect(tmp_path / "kanban.db")
+    assert hermes_state.apply_wal_with_fallback(conn) == "wal"
+    assert hermes_state.apply_wal_with_fallback(conn) == "wal"  # already: left alone
+    conn.close()
+    for attempt in range(2):
+        no_wal = sqlite3.connect(tmp_path / f"nfs{attempt}.db", factory=_NoWalConnection)
+        assert hermes_state.apply_wal_with_fallback(no_wal, db_label="nfs.db") == "delete"
+        assert no_wal.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+        no_wal.close()
+    assert sum("WAL is not supported" in r.getMessage() for r in caplog.records) == 1
+    other = sqlite3.connect(tmp_path / "other.db", factory=_NoWalConnection)
+    other.error = "disk is full"  # type: ignore[attr-defined]
+    with pytest.raises(sqlite3.OperationalError, match="disk is full"):
+        hermes_state.apply_wal_with_fallback(other)
+    other.close()
+
+
+# -- repair_state_db_schema --------------------------------------------------------------------
+
+
+def test_a_healthy_file_needs_nothing(store_file: Path) -> None:
+    report = hermes_state.repair_state_db_schema(store_file)
+    assert report == {"repaired": True, "strategy": "already_healthy", "backup_path": None,
+                      "error": None}
+    assert sorted(p.name for p in store_file.parent.iterdir()) == ["state.db"]
+
+
+def test_a_missing_file_is_reported(tmp_path: Path) -> None:
+    report = hermes_state.repair_state_db_schema(tmp_path / "nope.db")
+    assert report["repaired"] is False and "does not exist" in report["error"]
+
+
+def test_a_damaged_full_text_index_is_rebuilt_from_the_rows(store_file: Path) -> None:
+    with sqlite3.connect(store_file) as conn:
+        conn.execute("UPDATE messages_fts_data SET block = zeroblob(length(block)) WHERE id > 10")
+    report = hermes_state.repair_state_db_schema(store_file)
+    assert (report["repaired"], report["strategy"]) == (True, "rebuild_fts")
+    backup = Path(report["backup_path"])
+    assert backup.name.startswith("state.db.malformed-backup-")
+    with sqlite3.connect(backup) as conn:  # the damaged file, as it was
+        assert conn.execute("SELECT count(*) FROM messages").fetchone() == (300,)
+    _holds_everything(store_file)
+
+
+def test_a_duplicated_schema_entry_is_removed(store_file: Path) -> None:
+    with sqlite3.connect(store_file) as conn:
+        conn.execute("PRAGMA writable_schema=ON")
+        row = conn.execute("SELECT * FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL "
+                           "LIMIT 1").fetchone()
+        conn.execute("INSERT INTO sqlite_master VALUES (?, ?, ?, ?, ?)", row)
+    with pytest.raises(sqlite3.DatabaseError, match="malformed"):
+        sqlite3.connect(store_file).execute("SELECT count(*) FROM sessions")
+    report = hermes_state.repair_state_db_schema(store_file, backup=False)
+    assert (report["repaired"], report["strategy"], report["backup_path"]) == (
+        True, "dedup_schema", None
+    )
+    _holds_everything(store_file)
+
+
+def test_an_unparseable_search_object_is_dropped_and_built_again(store_file: Path) -> None:
+    with sqlite3.connect(store_file) as conn:
+        conn.execute("PRAGMA writable_schema=ON")
+        conn.execute("UPDATE sqlite_master SET sql = 'CREATE TABLE messages_fts_config(' "
+                     "WHERE name = 'messages_fts_config'")
+    report = hermes_state.repair_state_db_schema(store_file)
+    assert (report["repaired"], report["strategy"]) == (True, "drop_fts_rebuild"), report
+    _holds_everything(store_file)

@@ -1,0 +1,767 @@
+"""``sessionstore.hermes.state`` driven the way Hermes's own client code drives its module.
+
+Hermes's insights, dashboard and CLI read through ``db._conn``; its ACP sessions write with
+``with db._lock: db._conn.execute(UPDATE ...); db._conn.commit()``; its CLI reopens a resumed
+session with a raw UPDATE of ``ended_at``; its tests monkeypatch ``DEFAULT_DB_PATH``; a Hermes
+checkout swaps the module with ``sys.modules["hermes_state"] = ...``. Every case here is one of
+those, on a SQLite file, checked against what the store's other connections (and other
+processes) see. Also here: a fresh file's physical column order is Hermes v6's.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from alembic.migration import MigrationContext
+from alembic.operations import Operations
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from legacy_v1_v6 import build_legacy_db
+from legacy_v7_v17 import HEAD_MESSAGE_NAMES, HEAD_SESSION_NAMES
+
+import sessionstore
+import sessionstore.hermes.state as hermes_state_module
+from sessionstore._migrations import helpers
+from sessionstore.hermes.state import SessionDB
+from sessionstore.schema import migrate
+
+HERMES_V6_SESSION_ORDER = [
+    "id", "source", "user_id", "model", "model_config", "system_prompt", "parent_session_id",
+    "started_at", "ended_at", "end_reason", "message_count", "tool_call_count", "input_tokens",
+    "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens",
+    "billing_provider", "billing_base_url", "billing_mode", "estimated_cost_usd",
+    "actual_cost_usd", "cost_status", "cost_source", "pricing_version", "title",
+]  # fmt: skip
+HERMES_V6_MESSAGE_ORDER = [
+    "id", "session_id", "role", "content", "tool_call_id", "tool_calls", "tool_name",
+    "timestamp", "token_count", "finish_reason", "reasoning", "reasoning_details",
+    "codex_reasoning_items",
+]  # fmt: skip
+# At head the store is newest Hermes's (v17): v6's columns keep their relative order.
+HEAD_SESSION_ORDER = list(HEAD_SESSION_NAMES)
+HEAD_MESSAGE_ORDER = list(HEAD_MESSAGE_NAMES)
+
+
+@pytest.fixture
+def db_file(tmp_path: Path) -> Path:
+    return tmp_path / "state.db"
+
+
+@pytest.fixture
+def db(db_file: Path) -> Iterator[SessionDB]:
+    database = SessionDB(db_file)
+    yield database
+    database.close()
+
+
+@pytest.fixture
+def hermes_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """What a Hermes checkout's one-line ``hermes_state.py`` does, undone afterwards."""
+    monkeypatch.delitem(sys.modules, "hermes_state", raising=False)
+    monkeypatch.setitem(sys.modules, "hermes_state", hermes_state_module)
+    yield importlib.import_module("hermes_state")
+
+
+def write_lock_is_free(path: Path) -> bool:
+    """True when another connection can take SQLite's write lock right now (no waiting)."""
+    other = sqlite3.connect(path, timeout=0, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        other.execute("ROLLBACK")
+        return True
+    except sqlite3.OperationalError as exc:
+        assert "locked" in str(exc) or "busy" in str(exc)
+        return False
+    finally:
+        other.close()
+
+
+def table_info(conn: sqlite3.Connection, table: str) -> list[tuple[Any, ...]]:
+    """(name, type, notnull, default, pk) per column, in physical order.
+
+    A primary key counts as NOT NULL: Hermes's ``id TEXT PRIMARY KEY`` lets SQLite store a NULL
+    id (a legacy quirk), ours refuses it; nothing else may differ.
+    """
+    return [
+        (name, type_, bool(notnull or pk), default, pk)
+        for _, name, type_, notnull, default, pk in conn.execute(f"PRAGMA table_info({table})")
+    ]
+
+
+# -- the module --------------------------------------------------------------------------------
+def test_the_module_replaces_hermes_state_wholesale(hermes_state: Any, db_file: Path) -> None:
+    assert hermes_state is hermes_state_module
+    from hermes_state import DEFAULT_DB_PATH, SCHEMA_VERSION
+    from hermes_state import SessionDB as HermesSessionDB
+
+    assert SCHEMA_VERSION == 17
+    assert isinstance(DEFAULT_DB_PATH, Path) and DEFAULT_DB_PATH.name == "state.db"
+    assert issubclass(HermesSessionDB, sessionstore.SessionDB)
+    assert "CREATE TABLE IF NOT EXISTS sessions" in hermes_state.SCHEMA_SQL
+    assert "messages_fts" in hermes_state.FTS_SQL
+    db = HermesSessionDB(db_file)
+    try:
+        assert db.create_session("s1", "cli") == "s1"
+        assert db._conn.execute("SELECT version FROM schema_version").fetchone()[0] == 17
+    finally:
+        db.close()
+
+
+def test_a_hermes_checkout_with_the_one_line_module_runs_on_the_store(tmp_path: Path) -> None:
+    checkout = tmp_path / "hermes-agent"
+    checkout.mkdir()
+    (checkout / "hermes_state.py").write_text(
+        "import sys, sessionstore.hermes.state as m; sys.modules[__name__] = m\n"
+    )
+    # What Hermes's own modules do with it: import names, patch the default, use _conn/_lock.
+    client = (
+        "import sys, pathlib\n"
+        "import hermes_state\n"
+        "from hermes_state import SessionDB, SCHEMA_VERSION\n"
+        "import sessionstore.hermes.state as ours\n"
+        "assert hermes_state is ours and SCHEMA_VERSION == 17\n"
+        "hermes_state.DEFAULT_DB_PATH = pathlib.Path(sys.argv[1])\n"
+        "db = SessionDB()\n"
+        "db.create_session('acp-1', 'acp', model='a')\n"
+        "with db._lock:\n"
+        "    db._conn.execute('UPDATE sessions SET model = ? WHERE id = ?', ('b', 'acp-1'))\n"
+        "    db._conn.commit()\n"
+        "row = db._conn.execute('SELECT model FROM sessions WHERE id = ?', ('acp-1',)).fetchone()\n"
+        "print(row['model'], db.get_session('acp-1')['model'])\n"
+        "db.close()\n"
+    )
+    target = tmp_path / "home" / "state.db"
+    environment = {k: v for k, v in os.environ.items() if k != "SESSIONSTORE_URL"}
+    result = subprocess.run(
+        [sys.executable, "-c", client, str(target)],
+        cwd=checkout,
+        env={**environment, "PYTHONPATH": str(checkout)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["b", "b"]
+    assert target.exists()
+
+
+def test_default_db_path_is_read_when_sessiondb_is_called(
+    hermes_state: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SESSIONSTORE_URL", raising=False)
+    patched = tmp_path / "patched" / "state.db"
+    monkeypatch.setattr(hermes_state, "DEFAULT_DB_PATH", patched)
+    db = hermes_state.SessionDB()
+    try:
+        assert db.db_path == patched
+        db.create_session("s1", "cli")
+    finally:
+        db.close()
+    assert patched.exists()
+    reopened = sessionstore.SessionDB(patched)
+    try:
+        assert reopened.get_session("s1") is not None
+    finally:
+        reopened.close()
+
+
+def test_unpatched_default_follows_hermes_home_at_call_time(
+    hermes_state: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SESSIONSTORE_URL", raising=False)
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path / "home"))
+    db = hermes_state.SessionDB()
+    try:
+        assert db.db_path == tmp_path / "home" / "state.db"
+    finally:
+        db.close()
+
+
+def test_private_helpers_under_their_hermes_names(db: SessionDB) -> None:
+    for query in ['chat-send P2.2', '"unbalanced', "***", "hello AND", "数据库"]:
+        assert db._sanitize_fts5_query(query) == db.sanitize_fts5_query(query)
+    assert SessionDB._contains_cjk("数据库") and not SessionDB._contains_cjk("plain")
+
+
+# -- _conn -------------------------------------------------------------------------------------
+def test_conn_is_a_sqlite3_connection_configured_like_hermes_and_the_store(
+    db: SessionDB, db_file: Path
+) -> None:
+    conn = db._conn
+    assert isinstance(conn, sqlite3.Connection)
+    assert conn is db._conn  # one connection, as in Hermes
+    assert conn.row_factory is sqlite3.Row
+    assert conn.isolation_level is None  # Hermes v6: autocommit, it BEGINs itself
+    assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 1000
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA database_list").fetchone()["file"] == str(db_file)
+
+
+def test_conn_reads_what_the_store_wrote_insights_style(db: SessionDB) -> None:
+    db.create_session("a", "cli", model="m1")
+    db.create_session("b", "telegram", model="m1")
+    db.append_message("a", "user", "hi")
+    db.update_token_counts("a", input_tokens=10, output_tokens=5, estimated_cost_usd=0.5)
+    rows = db._conn.execute(
+        "SELECT source, COUNT(*) AS sessions, SUM(input_tokens) AS tokens, "
+        "SUM(estimated_cost_usd) AS cost FROM sessions GROUP BY source ORDER BY source"
+    ).fetchall()
+    assert [dict(row) for row in rows] == [
+        {"source": "cli", "sessions": 1, "tokens": 10, "cost": 0.5},
+        {"source": "telegram", "sessions": 1, "tokens": 0, "cost": None},
+    ]
+    # SELECT * gives Hermes's columns in Hermes's order, the same keys as get_session.
+    star = db._conn.execute("SELECT * FROM sessions WHERE id = 'a'").fetchone()
+    session = db.get_session("a")
+    assert session is not None
+    assert list(star.keys()) == list(session) == HEAD_SESSION_ORDER
+    assert dict(star) == session
+    message = db._conn.execute("SELECT * FROM messages").fetchone()
+    assert list(message.keys()) == list(db.get_messages("a")[0]) == HEAD_MESSAGE_ORDER
+
+
+def test_conn_sees_writes_of_another_process_and_the_other_way_round(
+    db: SessionDB, db_file: Path
+) -> None:
+    db.create_session("mine", "cli")
+    script = (
+        "import sys, sessionstore\n"
+        "db = sessionstore.SessionDB(sys.argv[1])\n"
+        "assert db.get_session('mine')['model'] == 'from-conn', db.get_session('mine')\n"
+        "db.create_session('theirs', 'gateway')\n"
+        "db.append_message('theirs', 'user', 'written elsewhere')\n"
+        "db.close()\n"
+    )
+    with db._lock:
+        db._conn.execute("UPDATE sessions SET model = ? WHERE id = ?", ("from-conn", "mine"))
+        db._conn.commit()
+    subprocess.run([sys.executable, "-c", script, str(db_file)], check=True, timeout=60)
+    row = db._conn.execute("SELECT message_count FROM sessions WHERE id = 'theirs'").fetchone()
+    assert row["message_count"] == 1
+    assert db.search_messages("elsewhere")[0]["session_id"] == "theirs"
+
+
+# -- _lock -------------------------------------------------------------------------------------
+def test_acp_style_update_under_lock_is_saved_and_holds_no_lock_afterwards(
+    db: SessionDB, db_file: Path
+) -> None:
+    db.create_session("acp", "acp", model="old-model")
+    with db._lock:
+        db._conn.execute(
+            "UPDATE sessions SET model = ?, billing_provider = ? WHERE id = ?",
+            ("new-model", "openrouter", "acp"),
+        )
+        db._conn.commit()
+    assert write_lock_is_free(db_file)
+    session = db.get_session("acp")
+    assert session is not None
+    assert (session["model"], session["billing_provider"]) == ("new-model", "openrouter")
+    other = sessionstore.SessionDB(db_file)
+    try:
+        assert other.get_session("acp") == session
+    finally:
+        other.close()
+
+
+def test_cli_resume_reopens_a_session_through_conn(db: SessionDB) -> None:
+    db.create_session("resumed", "cli")
+    db.end_session("resumed", "user_exit")
+    ended = db.get_session("resumed")
+    assert ended is not None and ended["ended_at"] is not None
+    with db._lock:
+        db._conn.execute(
+            "UPDATE sessions SET ended_at = NULL, end_reason = NULL WHERE id = ?", ("resumed",)
+        )
+        db._conn.commit()
+    session = db.get_session("resumed")
+    assert session is not None
+    assert session["ended_at"] is None and session["end_reason"] is None
+    # A reopened session can be ended again, with a new reason.
+    db.end_session("resumed", "compression")
+    again = db.get_session("resumed")
+    assert again is not None and again["end_reason"] == "compression"
+
+
+def test_lock_writes_queue_with_the_store_own_writes(db: SessionDB) -> None:
+    db.create_session("s", "cli")
+    holding = threading.Event()
+    released_at: list[float] = []
+    finished_at: list[float] = []
+
+    def hermes_writer() -> None:
+        with db._lock:
+            holding.set()
+            db._conn.execute("UPDATE sessions SET model = 'acp' WHERE id = 's'")
+            time.sleep(0.3)
+            released_at.append(time.monotonic())
+
+    def store_writer() -> None:
+        holding.wait(5)
+        db.append_message("s", "user", "queued behind _lock")
+        finished_at.append(time.monotonic())
+
+    threads = [threading.Thread(target=hermes_writer), threading.Thread(target=store_writer)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert released_at and finished_at and finished_at[0] >= released_at[0]
+    session = db.get_session("s")
+    assert session is not None and session["model"] == "acp" and session["message_count"] == 1
+
+
+_OTHER_PROCESS_APPEND = """
+import sys, time
+from sessionstore import SessionDB
+db = SessionDB(sys.argv[1])
+db.append_message("s", "user", "from the other process")
+print(time.time())
+db.close()
+"""
+
+
+def test_lock_queues_the_writers_of_other_processes_too(db: SessionDB, db_file: Path) -> None:
+    """``_lock`` is the store's whole write lock: threads, then the file's writers' queue. A
+    Hermes-style block holds no SQLite lock between its statements (autocommit), so without
+    the queue another process's append would slip in before the block is done."""
+    db.create_session("s", "cli")
+    with db._lock:
+        other = subprocess.Popen(
+            [sys.executable, "-c", _OTHER_PROCESS_APPEND, str(db_file)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(1.0)  # time enough for the other process to open and try to write
+        assert db.message_count("s") == 0  # it is queued, not done
+        db._conn.execute("UPDATE sessions SET model = 'acp' WHERE id = 's'")
+        released_at = time.time()
+    out, _ = other.communicate(timeout=30)
+    assert other.returncode == 0
+    assert float(out.strip()) >= released_at
+    session = db.get_session("s")
+    assert session is not None and session["model"] == "acp" and session["message_count"] == 1
+
+
+def test_store_methods_may_be_called_while_holding_the_lock(db: SessionDB) -> None:
+    done = threading.Event()
+
+    def nested() -> None:
+        with db._lock:
+            db.create_session("inside", "cli")
+            db.append_message("inside", "user", "re-entrant")
+            with db._lock:
+                db._conn.execute("UPDATE sessions SET title = 'T' WHERE id = 'inside'")
+        done.set()
+
+    worker = threading.Thread(target=nested, daemon=True)
+    worker.start()
+    worker.join(20)
+    assert done.is_set(), "deadlock: the store's write lock is not re-entrant"
+    session = db.get_session("inside")
+    assert session is not None and session["title"] == "T" and session["message_count"] == 1
+
+
+def test_a_transaction_left_open_under_lock_is_committed_on_exit(
+    db: SessionDB, db_file: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    db.create_session("s", "cli")
+    with caplog.at_level(logging.WARNING, logger="sessionstore.hermes.state"), db._lock:
+        db._conn.execute("BEGIN IMMEDIATE")
+        db._conn.execute("UPDATE sessions SET model = 'kept' WHERE id = 's'")
+        # no commit: the caller forgot
+    assert "committed" in caplog.text
+    assert not db._conn.in_transaction and write_lock_is_free(db_file)
+    session = db.get_session("s")
+    assert session is not None and session["model"] == "kept"
+
+
+def test_a_transaction_left_open_when_the_block_raises_is_rolled_back(
+    db: SessionDB, db_file: Path
+) -> None:
+    db.create_session("s", "cli", model="before")
+    with pytest.raises(RuntimeError), db._lock:
+        db._conn.execute("BEGIN")
+        db._conn.execute("UPDATE sessions SET model = 'lost' WHERE id = 's'")
+        raise RuntimeError("the caller failed half-way")
+    assert not db._conn.in_transaction and write_lock_is_free(db_file)
+    session = db.get_session("s")
+    assert session is not None and session["model"] == "before"
+
+
+def test_lock_acquire_and_release_work_like_a_threading_lock(db: SessionDB) -> None:
+    db.create_session("s", "cli")
+    assert db._lock.acquire() is True
+    try:
+        db._conn.execute("UPDATE sessions SET model = 'manual' WHERE id = 's'")
+    finally:
+        db._lock.release()
+    acquired_elsewhere: list[bool] = []
+
+    def other_thread() -> None:
+        got = db._lock.acquire(False)
+        acquired_elsewhere.append(got)
+        if got:
+            db._lock.release()
+
+    worker = threading.Thread(target=other_thread)
+    worker.start()
+    worker.join(5)
+    assert acquired_elsewhere == [True]  # released: another thread gets it at once
+    session = db.get_session("s")
+    assert session is not None and session["model"] == "manual"
+
+
+def test_execute_write_runs_hermes_style_and_waits_out_a_busy_store(
+    db: SessionDB, db_file: Path
+) -> None:
+    db.create_session("s", "cli")
+    blocker = sqlite3.connect(db_file, isolation_level=None, check_same_thread=False)
+    blocker.execute("BEGIN IMMEDIATE")
+    threading.Timer(0.5, lambda: blocker.execute("COMMIT")).start()
+    try:
+        changed = db._execute_write(
+            lambda conn: conn.execute("UPDATE sessions SET model = 'w' WHERE id = 's'").rowcount
+        )
+    finally:
+        time.sleep(0.6)
+        blocker.close()
+    assert changed == 1
+    session = db.get_session("s")
+    assert session is not None and session["model"] == "w"
+    with pytest.raises(sqlite3.IntegrityError):
+        db._execute_write(lambda conn: conn.execute("INSERT INTO sessions (id) VALUES ('x')"))
+    assert db.get_session("x") is None and write_lock_is_free(db_file)
+
+
+def test_set_token_counts_sets_the_totals(db: SessionDB) -> None:
+    db.create_session("s", "gateway")
+    db.update_token_counts("s", input_tokens=5, output_tokens=5)
+    db.set_token_counts("s", input_tokens=100, output_tokens=40, model="m", reasoning_tokens=3)
+    db.set_token_counts("s", input_tokens=120, output_tokens=50)
+    session = db.get_session("s")
+    assert session is not None
+    assert (session["input_tokens"], session["output_tokens"]) == (120, 50)
+    assert (session["reasoning_tokens"], session["model"]) == (0, "m")
+
+
+# -- titles, as `hermes sessions rename` and the gateway's /title see them -------------------------
+def test_title_conflicts_read_exactly_as_in_hermes(db: SessionDB) -> None:
+    db.create_session("first", "cli")
+    db.create_session("second", "telegram")
+    assert db.set_session_title("first", "Release plan") is True
+    with pytest.raises(ValueError) as refused:
+        db.set_session_title("second", "Release plan")
+    assert str(refused.value) == "Title 'Release plan' is already in use by session first"
+    assert db.get_session_title("second") is None
+    assert db.get_next_title_in_lineage("Release plan") == "Release plan #2"
+    with pytest.raises(ValueError, match=r"^Title too long \(101 chars, max 100\)$"):
+        db.set_session_title("second", "x" * 101)
+
+
+# One file for every example (each resets the titles it uses), hence the fixture is fine.
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(title=st.text(min_size=1, max_size=120))
+def test_any_title_conflict_names_the_title_and_its_holder(tmp_path: Path, title: str) -> None:
+    try:
+        clean = SessionDB.sanitize_title(title)
+    except ValueError:
+        return  # too long: its own error, tested above
+    if clean is None:
+        return
+    db = SessionDB(tmp_path / "titles.db")
+    try:
+        db.create_session("holder", "cli")
+        db.create_session("other", "cli")
+        db.set_session_title("holder", None)
+        db.set_session_title("other", None)
+        assert db.set_session_title("holder", title) is True
+        with pytest.raises(ValueError) as refused:
+            db.set_session_title("other", title)
+        assert str(refused.value) == f"Title '{clean}' is already in use by session holder"
+        assert db.get_session_title("other") is None
+    finally:
+        db.close()
+
+
+# -- lifecycle of the connection ----------------------------------------------------------------
+def test_close_leaves_conn_none_and_is_idempotent(db_file: Path) -> None:
+    db = SessionDB(db_file)
+    db.create_session("s", "cli")
+    db.close()
+    assert db._conn is None
+    db.close()
+    reopened = SessionDB(db_file)
+    try:
+        assert reopened._conn.execute("SELECT COUNT(*) FROM sessions").fetchone()[0] == 1
+    finally:
+        reopened.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_opens_its_own_conn_and_the_parent_keeps_working(
+    db: SessionDB, db_file: Path
+) -> None:
+    db.create_session("parent", "cli")
+    parent_conn = db._conn
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through its exit status
+        status = 1
+        try:
+            os.close(reader)
+            child_conn = db._conn
+            ok = child_conn is not parent_conn
+            with db._lock:
+                db._conn.execute("UPDATE sessions SET model = 'from-child' WHERE id = 'parent'")
+                db._conn.commit()
+            db.create_session("child", "cli")
+            os.write(writer, b"ok" if ok else b"shared")
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(writer)
+    _, status = os.waitpid(pid, 0)
+    report = os.read(reader, 16)
+    os.close(reader)
+    assert os.waitstatus_to_exitcode(status) == 0 and report == b"ok"
+    assert db._conn is parent_conn
+    session = db._conn.execute("SELECT model FROM sessions WHERE id = 'parent'").fetchone()
+    assert session["model"] == "from-child"
+    assert db.get_session("child") is not None
+    db.append_message("parent", "user", "the parent still writes")
+    assert db.message_count("parent") == 1
+
+
+def test_conn_exists_only_on_a_sqlite_file(empty_pg_url: str) -> None:
+    db = SessionDB(url=empty_pg_url)
+    try:
+        with pytest.raises(AttributeError, match="only on a SQLite file"):
+            db._conn  # noqa: B018 - the access is the test
+        db.create_session("s", "cli")
+        with db._lock:  # still a lock, so Hermes code that only queues keeps working
+            db.set_session_title("s", "pg title")
+        assert db.get_session_title("s") == "pg title"
+    finally:
+        db.close()
+
+
+# -- a fresh file ----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "facade",
+    [
+        pytest.param(SessionDB, id="hermes"),
+        pytest.param(
+            sessionstore.SessionDB,
+            id="package",
+        ),
+    ],
+)
+def test_a_fresh_file_is_in_wal_mode_for_other_connections_right_after_open(
+    tmp_path: Path, facade: type[sessionstore.SessionDB]
+) -> None:
+    path = tmp_path / "fresh.db"
+    db = facade(path)
+    try:
+        other = sqlite3.connect(path)
+        try:
+            mode = other.execute("PRAGMA journal_mode").fetchone()[0]
+        finally:
+            other.close()
+    finally:
+        db.close()
+    assert mode == "wal"
+
+
+def test_a_fresh_file_has_hermes_v6_tables_column_for_column(db_file: Path) -> None:
+    # At revision 0006 (Hermes v6) a fresh file is the one Hermes v6's SCHEMA_SQL creates; at
+    # head it is newest Hermes's (tests/schema/test_hermes_v7_v17_files.py).
+    migrate.upgrade(f"sqlite:///{db_file}", "0006")
+    hermes = sqlite3.connect(":memory:")
+    hermes.executescript(hermes_state_module.SCHEMA_SQL)
+    hermes.executescript(hermes_state_module.FTS_SQL)
+    ours = sqlite3.connect(db_file)
+    try:
+        for table in ("schema_version", "sessions", "messages"):
+            assert table_info(ours, table) == table_info(hermes, table), table
+        assert [row[0] for row in table_info(ours, "sessions")] == HERMES_V6_SESSION_ORDER
+        assert [row[0] for row in table_info(ours, "messages")] == HERMES_V6_MESSAGE_ORDER
+        for name in ("messages_fts_insert", "messages_fts_delete", "messages_fts_update"):
+            assert ours.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = ?", (name,)
+            ).fetchone(), name
+        indexes = {row[1] for row in ours.execute("PRAGMA index_list(sessions)")}
+        assert {"idx_sessions_source", "idx_sessions_parent", "idx_sessions_started",
+                "idx_sessions_title_unique"} <= indexes  # fmt: skip
+    finally:
+        ours.close()
+        hermes.close()
+
+
+def test_an_empty_legacy_file_is_laid_out_in_hermes_order_and_still_indexes(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "v3.db"
+    build_legacy_db(path, 3)
+    with sqlite3.connect(path) as conn:
+        conn.execute("DELETE FROM messages")
+        conn.execute("DELETE FROM sessions")
+    conn.close()
+    db = SessionDB(path)
+    try:
+        columns = [row["name"] for row in db._conn.execute("PRAGMA table_info(sessions)")]
+        assert columns == HEAD_SESSION_ORDER
+        db.create_session("s", "cli")
+        db.append_message("s", "user", "after the layout")
+        assert [hit["session_id"] for hit in db.search_messages("layout")] == ["s"]
+        assert db.set_session_title("s", "unique")
+        db.create_session("t", "cli")
+        with pytest.raises(ValueError, match="already in use"):
+            db.set_session_title("t", "unique")
+    finally:
+        db.close()
+
+
+def test_a_legacy_file_with_rows_keeps_them_and_its_order(tmp_path: Path) -> None:
+    path = tmp_path / "v3.db"
+    build_legacy_db(path, 3)
+    with sqlite3.connect(path) as conn:
+        before = conn.execute("SELECT * FROM sessions ORDER BY id").fetchall()
+    conn.close()
+    db = SessionDB(path)
+    try:
+        columns = [row["name"] for row in db._conn.execute("PRAGMA table_info(sessions)")]
+        # ALTER order: title right after output_tokens, the v5 columns after it.
+        assert columns.index("title") == columns.index("output_tokens") + 1
+        after = db._conn.execute(f"SELECT {', '.join(columns[:15])} FROM sessions ORDER BY id")
+        assert [tuple(row) for row in after] == [tuple(row) for row in before]
+        # The facade still answers in Hermes's key order.
+        first = db.get_session(before[0][0])
+        assert first is not None and list(first) == HEAD_SESSION_ORDER
+    finally:
+        db.close()
+
+
+# -- the layout helper itself --------------------------------------------------------------------
+def _run_helper(path: Path, table: str, order: list[str]) -> bool:
+    engine = sa.create_engine(f"sqlite:///{path}")
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql("PRAGMA foreign_keys = ON")
+            with Operations.context(MigrationContext.configure(conn)):
+                return helpers.lay_out_empty_table(table, order)
+    finally:
+        engine.dispose()
+
+
+def test_layout_helper_keeps_triggers_indexes_and_the_autoincrement_mark(
+    db: SessionDB, db_file: Path
+) -> None:
+    db.create_session("s", "cli")
+    for number in range(5):
+        db.append_message("s", "user", f"message {number}")
+    db.clear_messages("s")
+    db.close()
+    dependents_sql = (
+        "SELECT type, name, sql FROM sqlite_master WHERE tbl_name = 'messages'"
+        " AND type IN ('index', 'trigger') ORDER BY name"
+    )
+    with sqlite3.connect(db_file) as conn:
+        dependents = conn.execute(dependents_sql).fetchall()
+    conn.close()
+    assert len([row for row in dependents if row[0] == "trigger"]) >= 3
+    shuffled = [*reversed(HEAD_MESSAGE_ORDER[1:]), "id"]
+    assert _run_helper(db_file, "messages", shuffled) is True
+    with sqlite3.connect(db_file) as conn:
+        assert conn.execute(dependents_sql).fetchall() == dependents
+    conn.close()
+    again = SessionDB(db_file)
+    try:
+        columns = [row["name"] for row in again._conn.execute("PRAGMA table_info(messages)")]
+        assert columns == shuffled
+        new_id = again.append_message("s", "user", "numbered after the old ones")
+        assert new_id == 6
+        assert [hit["id"] for hit in again.search_messages("numbered")] == [new_id]
+        indexes = {row["name"] for row in again._conn.execute("PRAGMA index_list(messages)")}
+        assert "idx_messages_session" in indexes
+        assert again.get_messages("s")[0]["content"] == "numbered after the old ones"
+    finally:
+        again.close()
+
+
+def test_layout_helper_never_rebuilds_a_table_with_rows(db: SessionDB, db_file: Path) -> None:
+    db.create_session("s", "cli")
+    db.close()
+    shuffled = list(reversed(HEAD_SESSION_ORDER))
+    assert _run_helper(db_file, "sessions", shuffled) is False
+    with sqlite3.connect(db_file) as conn:
+        assert [row[1] for row in conn.execute("PRAGMA table_info(sessions)")] == (
+            HEAD_SESSION_ORDER
+        )
+    conn.close()
+    assert _run_helper(db_file, "sessions", HEAD_SESSION_ORDER) is False  # already so
+
+
+_NAMES = st.lists(
+    st.text(alphabet='abcXYZ_ "\'`[]()-,', min_size=1, max_size=8).filter(
+        lambda name: name.strip() == name and name.lower() not in {
+            "constraint", "primary", "foreign", "unique", "check"
+        }
+    ),
+    min_size=2,
+    max_size=6,
+    unique_by=str.lower,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(names=_NAMES, data=st.data())
+def test_reordering_create_table_text_keeps_every_definition(
+    names: list[str], data: st.DataObject
+) -> None:
+    def quoted(name: str) -> str:
+        return '"' + name.replace('"', '""') + '"'
+
+    definitions = [
+        f"{quoted(names[0])} TEXT NOT NULL DEFAULT 'a,b (c)'",
+        *(f"{quoted(name)} INTEGER DEFAULT (1 + 2) /* x, y */" for name in names[1:]),
+    ]
+    separator = ", -- comment, with a comma\n  "
+    columns = separator.join(definitions)
+    create = (
+        f"CREATE TABLE t (\n  {columns},\n  CONSTRAINT pk_t PRIMARY KEY ({quoted(names[0])}),"
+        f"\n  CHECK ({quoted(names[-1])} > 0)\n)"
+    )
+    order = data.draw(st.permutations(names))
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.execute(create)
+        expected = {row[1]: tuple(row[2:]) for row in conn.execute("PRAGMA table_info(t)")}
+        conn.execute("DROP TABLE t")
+        conn.execute(helpers.reorder_create_table_sql(create, list(order)))
+        rows = list(conn.execute("PRAGMA table_info(t)"))
+        assert [row[1] for row in rows] == list(order)
+        assert {row[1]: tuple(row[2:]) for row in rows} == expected
+        with pytest.raises(sqlite3.IntegrityError):
+            conn.execute(f"INSERT INTO t ({quoted(names[-1])}) VALUES (0)")
+    finally:
+        conn.close()
+
+
+def test_reordering_refuses_an_order_that_does_not_name_every_column() -> None:
+    with pytest.raises(ValueError, match="cannot be put in the order"):
+        helpers.reorder_create_table_sql("CREATE TABLE t (a TEXT, b TEXT)", ["b"])

@@ -1,0 +1,218 @@
+"""Import is all-or-nothing per file, a re-run completes a partial one, counters equal rows;
+copy and import into a store in use never collide with live appends; constraint errors are
+reported as what they are (issue 10, items 1 and 5), on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from typer.testing import CliRunner
+
+from sessionstore import ConstraintViolationError, SessionDB, Store, cli
+from sessionstore.errors import UnknownSessionError
+from sessionstore.ops.transfer import ImportFormatError, copy_store, export_jsonl, import_jsonl
+
+MESSAGES = 3000
+
+
+@pytest.fixture(scope="module")
+def big_export(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One session of 3,000 messages (ids 1..3000) and a small one, as an export."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('source')}/source.db"
+    with SessionDB(url=url) as db:
+        db.create_session("big", "cli")
+        for start in range(0, MESSAGES, 500):
+            db.append_messages("big", [{"role": "user", "content": f"m{index}"}
+                                       for index in range(start, start + 500)])
+        db.create_session("small", "telegram")
+        db.append_message("small", "user", "hello")
+        buffer = io.StringIO()
+        export_jsonl(db.store, buffer)
+    return buffer.getvalue()
+
+
+@pytest.fixture
+def target(store_url: str) -> Iterator[SessionDB]:
+    with SessionDB(url=store_url) as db:
+        yield db
+
+
+def counters_equal_rows(db: SessionDB) -> None:
+    for session in db.search_sessions(limit=1000):
+        assert session["message_count"] == db.message_count(session["id"]), session["id"]
+
+
+def lines_of(dump: str) -> list[str]:
+    return dump.splitlines(keepends=True)
+
+
+def test_damaged_last_line_imports_nothing(target: SessionDB, big_export: str) -> None:
+    damaged = big_export.rstrip("\n")[:-10] + "\n"
+    with pytest.raises(ImportFormatError, match=r"line \d+"):
+        import_jsonl(target.store, io.StringIO(damaged))
+    assert target.session_count() == 0 and target.message_count() == 0
+
+
+@pytest.mark.parametrize(
+    "poison",
+    ['"timestamp": NaN', '"timestamp": Infinity', '"token_count": 99999999999999999999',
+     '"token_count": "ten"', '"role": null'],
+    ids=["nan", "inf", "beyond-int64", "text-count", "missing-role"],
+)  # fmt: skip
+def test_a_poisoned_value_near_the_end_imports_nothing(
+    target: SessionDB, big_export: str, poison: str
+) -> None:
+    lines = lines_of(big_export)
+    record = json.loads(lines[-3])
+    name = poison.split(":")[0].strip('"')
+    record["message"][name] = "__POISON__"
+    lines[-3] = json.dumps(record).replace('"__POISON__"', poison.split(": ", 1)[1]) + "\n"
+    with pytest.raises(ImportFormatError, match=rf"line {len(lines) - 2}"):
+        import_jsonl(target.store, io.StringIO("".join(lines)))
+    assert target.session_count() == 0 and target.message_count() == 0
+
+
+def test_a_database_failure_half_way_leaves_the_target_as_it_was(
+    target: SessionDB, big_export: str
+) -> None:
+    """Two records with one id inside one batch: the database refuses the second one after
+    more than a thousand records are already written in the same transaction."""
+    target.create_session("already", "cli")
+    target.append_message("already", "user", "kept")
+    lines = lines_of(big_export)
+    lines.insert(1501, lines[1500])
+    with pytest.raises(ConstraintViolationError, match="nothing was imported"):
+        import_jsonl(target.store, io.StringIO("".join(lines)))
+    assert target.session_count() == 1 and target.message_count() == 1
+    counters_equal_rows(target)
+
+
+def test_rerun_with_the_complete_file_finishes_a_partial_import(
+    target: SessionDB, big_export: str
+) -> None:
+    """What an older release (or a file cut at a line boundary) left: 2,498 of 3,000."""
+    lines = lines_of(big_export)
+    partial = "".join(lines[: 2 + 2498])
+    first = import_jsonl(target.store, io.StringIO(partial))
+    assert first.messages == 2498 and target.message_count("big") == 2498
+
+    skipped = import_jsonl(target.store, io.StringIO(big_export))  # the default: skip
+    assert skipped.skipped_sessions == 1 and target.message_count("big") == 2498
+    assert skipped.sessions == 1  # "small" was new
+
+    merged = import_jsonl(target.store, io.StringIO(big_export), on_conflict="merge")
+    assert merged.messages == MESSAGES - 2498 and merged.sessions == 0
+    assert target.message_count("big") == MESSAGES and target.message_count("small") == 1
+    counters_equal_rows(target)
+    again = import_jsonl(target.store, io.StringIO(big_export), on_conflict="merge")
+    assert again.messages == 0 and target.message_count() == MESSAGES + 1
+
+
+def test_cli_import_merge_completes_a_partial_import(
+    store_url: str, big_export: str, tmp_path: Path
+) -> None:
+    runner = CliRunner(env={"COLUMNS": "200"})
+    full = tmp_path / "full.jsonl"
+    full.write_text(big_export, encoding="utf-8")
+    partial = tmp_path / "partial.jsonl"
+    partial.write_text("".join(lines_of(big_export)[:1002]), encoding="utf-8")
+    assert runner.invoke(cli.app, ["--url", store_url, "import", str(partial)]).exit_code == 0
+    result = runner.invoke(
+        cli.app, ["--url", store_url, "import", str(full), "--on-conflict", "merge", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["messages"] == MESSAGES - 1000 + 1
+    with SessionDB(url=store_url) as db:
+        assert db.message_count() == MESSAGES + 1
+        counters_equal_rows(db)
+
+
+# -- item 5: a store in use --------------------------------------------------------------
+class LiveAppender(threading.Thread):
+    """Appends to session 'live' until stopped, recording every outcome."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        self.db = SessionDB(url=url)
+        self.stop = threading.Event()
+        self.ids: list[int] = []
+        self.errors: list[BaseException] = []
+
+    def run(self) -> None:
+        index = 0
+        while not self.stop.is_set() or index < 20:
+            try:
+                self.ids.append(self.db.append_message("live", "user", f"live {index}"))
+            except BaseException as exc:
+                self.errors.append(exc)
+            index += 1
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.join()
+        self.db.close()
+
+
+def all_ids(db: SessionDB) -> list[int]:
+    with db.store.engine.connect() as conn:
+        return [int(row[0]) for row in conn.execute(sa.text("SELECT id FROM messages"))]
+
+
+@pytest.mark.parametrize("how", ["import", "copy"])
+def test_import_or_copy_alongside_live_appends_collides_with_nothing(
+    store_url: str, big_export: str, tmp_path: Path, how: str
+) -> None:
+    with SessionDB(url=store_url) as db:
+        db.create_session("live", "cli")
+        for index in range(5):
+            db.append_message("live", "user", f"before {index}")  # ids 1..5 now taken
+    appender = LiveAppender(store_url)
+    appender.start()
+    try:
+        with Store.open(store_url) as store:
+            if how == "import":
+                result: Any = import_jsonl(store, io.StringIO(big_export))
+            else:
+                source_url = f"sqlite:///{tmp_path}/source.db"
+                with SessionDB(url=source_url) as source_db:
+                    import_jsonl(source_db.store, io.StringIO(big_export))
+                with Store.open(source_url) as source:
+                    result = copy_store(source, store)
+    finally:
+        appender.finish()
+    assert appender.errors == []
+    assert result.messages == MESSAGES + 1
+    with SessionDB(url=store_url) as db:
+        ids = all_ids(db)
+        assert len(ids) == len(set(ids)) == MESSAGES + 1 + 5 + len(appender.ids)
+        assert set(appender.ids) <= set(ids)
+        assert db.message_count("live") == 5 + len(appender.ids)
+        assert db.message_count("big") == MESSAGES
+        counters_equal_rows(db)
+
+
+def test_each_constraint_is_reported_as_what_it_is(target: SessionDB) -> None:
+    target.create_session("s", "cli")
+    with target.store.engine.begin() as conn:
+        conn.execute(sa.text("CREATE UNIQUE INDEX test_unique_content ON messages (content)"))
+    try:
+        target.append_message("s", "user", "once")
+        with pytest.raises(ConstraintViolationError, match="unique") as caught:
+            target.append_message("s", "user", "once")
+        assert not isinstance(caught.value, UnknownSessionError)
+        with pytest.raises(UnknownSessionError):
+            target.append_message("nobody", "user", "hello")
+        assert target.message_count() == 1
+        counters_equal_rows(target)
+    finally:
+        # The PostgreSQL database is shared by the whole run: leave its schema as found.
+        with target.store.engine.begin() as conn:
+            conn.execute(sa.text("DROP INDEX test_unique_content"))

@@ -1,0 +1,296 @@
+"""Export, import and copy of whole stores (sessionstore.ops.transfer, transfer.copy).
+
+Export -> import into a fresh store -> export again is byte-identical, on both dialects and
+across them; conflicts follow the chosen policy and never duplicate; a copy into a store whose
+message ids are already taken renumbers without collisions, and running it again adds nothing.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from legacy_v1_v6 import build_legacy_db
+from legacy_v7_v17 import LATER_BRANCH, LATER_ROOT, build_later_db
+
+from sessionstore import ImportConflictError, SessionDB
+from sessionstore.ops import transfer
+from sessionstore.ops.transfer import ImportFormatError, export_jsonl, import_jsonl, read_records
+from sessionstore.schema import migrate
+from sessionstore.sql.validation import bindable
+
+
+def _export(db: SessionDB) -> str:
+    buffer = io.StringIO()
+    export_jsonl(db.store, buffer)
+    return buffer.getvalue()
+
+
+@pytest.fixture
+def legacy_url(tmp_path: Path) -> str:
+    path = tmp_path / "hermes_v3.db"
+    build_legacy_db(path, 3)
+    url = f"sqlite:///{path}"
+    migrate.upgrade(url)
+    return url
+
+
+def test_export_import_export_is_byte_identical(legacy_url: str, store_url: str) -> None:
+    with SessionDB(url=legacy_url) as source:
+        first = _export(source)
+        sessions, messages = source.session_count(), source.message_count()
+    with SessionDB(url=store_url) as target:
+        result = import_jsonl(target.store, io.StringIO(first))
+        assert (result.sessions, result.messages) == (sessions, messages)
+        assert _export(target) == first
+        # New messages get ids after the imported ones (sequences were advanced).
+        some_session = target.search_sessions(limit=1)[0]["id"]
+        new_id = target.append_message(some_session, "user", "after the import")
+        assert new_id > max(m["id"] for m in target.get_messages(some_session)[:-1])
+
+
+def test_conflicts_are_skipped_or_refused_never_duplicated(
+    legacy_url: str, store_url: str
+) -> None:
+    with SessionDB(url=legacy_url) as source:
+        dump = _export(source)
+    with SessionDB(url=store_url) as target:
+        import_jsonl(target.store, io.StringIO(dump))
+        before = _export(target)
+        skipped = import_jsonl(target.store, io.StringIO(dump), on_conflict="skip")
+        assert skipped.sessions == 0 and skipped.messages == 0 and skipped.skipped_sessions > 0
+        with pytest.raises(ImportConflictError, match="already exist"):
+            import_jsonl(target.store, io.StringIO(dump), on_conflict="fail")
+        assert _export(target) == before
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "not json\n",
+        '{"format": "other"}\n',
+        '{"format": "sessionstore-export", "version": 9}\n',
+        '{"format": "sessionstore-export", "version": 1}\n{"session": {"nope": 1}}\n',
+    ],
+)
+def test_foreign_input_is_refused_clearly(store_url: str, text: str) -> None:
+    with SessionDB(url=store_url) as target:
+        with pytest.raises(ImportFormatError):
+            import_jsonl(target.store, io.StringIO(text))
+        assert target.session_count() == 0
+
+
+def test_copy_into_a_store_whose_ids_are_taken_renumbers_and_reruns_cleanly(
+    legacy_url: str, store_url: str
+) -> None:
+    with SessionDB(url=store_url) as target:
+        target.create_session("already-here", "cli")
+        target.append_messages(
+            "already-here", [{"role": "user", "content": f"existing {n}"} for n in range(30)]
+        )
+    with SessionDB(url=legacy_url) as source:
+        expected_sessions, expected_messages = source.session_count(), source.message_count()
+    first = transfer.copy(legacy_url, store_url)
+    assert first.sessions == expected_sessions and first.renumbered_messages > 0
+    again = transfer.copy(legacy_url, store_url)
+    assert (again.sessions, again.messages) == (0, 0)
+    with SessionDB(url=store_url) as target:
+        assert target.session_count() == expected_sessions + 1
+        assert target.message_count() == expected_messages + 30
+        assert target.message_count("already-here") == 30
+        assert target.search_messages("数据库")
+
+
+def test_copy_of_a_legacy_upgraded_file_is_exact(legacy_url: str, store_url: str) -> None:
+    transfer.copy(legacy_url, store_url)
+    with SessionDB(url=legacy_url) as source, SessionDB(url=store_url) as target:
+        assert _export(target) == _export(source)
+
+
+def _analyze_counts(url: str) -> dict[str, int]:
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                sa.text(
+                    "SELECT relname, analyze_count FROM pg_stat_user_tables "
+                    "WHERE relname IN ('sessions', 'messages')"
+                )
+            )
+            return {str(name): int(count) for name, count in rows}
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("store_url", ["postgresql"], indirect=True)
+def test_copy_and_import_into_postgresql_analyze_the_loaded_tables(
+    legacy_url: str, store_url: str
+) -> None:
+    """A store just filled is queried at once: its planner statistics must describe the rows
+    it now holds, not the empty tables (autovacuum gets there only later)."""
+    before = _analyze_counts(store_url)
+    transfer.copy(legacy_url, store_url)
+    after_copy = _analyze_counts(store_url)
+    assert all(after_copy[table] > before.get(table, 0) for table in ("sessions", "messages"))
+    with SessionDB(url=legacy_url) as source:
+        dump = _export(source)
+    with SessionDB(url=store_url) as target:
+        import_jsonl(target.store, io.StringIO(dump), on_conflict="skip")  # writes nothing
+        assert _analyze_counts(store_url) == after_copy
+        target.store.write(
+            lambda conn: conn.exec_driver_sql("TRUNCATE messages, sessions CASCADE")
+        )
+        import_jsonl(target.store, io.StringIO(dump))
+        after_import = _analyze_counts(store_url)
+    assert all(after_import[table] > after_copy[table] for table in ("sessions", "messages"))
+
+
+# -- state_meta: carried by export, import and copy ---------------------------------------
+
+
+@pytest.fixture
+def later_url(tmp_path: Path) -> str:
+    """A Hermes v17 file (with its state_meta rows), upgraded, plus a second session's goal
+    and a value holding NUL (PostgreSQL stores U+FFFD instead)."""
+    path = tmp_path / "hermes_v17.db"
+    build_later_db(path, 17)
+    url = f"sqlite:///{path}"
+    migrate.upgrade(url)
+    with SessionDB(url=url) as db:
+        db.set_meta(f"goal:{LATER_BRANCH}", "branch goal\x00with NUL")
+        db.set_meta("ghost_session_prune_v1", None)
+    return url
+
+
+def _state(db: SessionDB) -> dict[str, str | None]:
+    with db.store.reading() as conn:
+        return {str(k): v for k, v in conn.execute(sa.text("SELECT key, value FROM state_meta"))}
+
+
+def _stored(db: SessionDB, value: str | None) -> str | None:
+    nul_kept = db.store.dialect.stores_nul_in_text
+    return value if value is None or nul_kept else value.replace("\x00", "\ufffd")
+
+
+def test_whole_store_export_import_and_copy_carry_state_meta(
+    later_url: str, store_url: str
+) -> None:
+    with SessionDB(url=later_url) as source:
+        dump = _export(source)
+        expected = _state(source)
+    assert {"last_auto_prune", f"goal:{LATER_ROOT}", f"goal:{LATER_BRANCH}",
+            "ghost_session_prune_v1"} <= set(expected)
+    assert '"version": 2' in dump.splitlines()[0]
+    with SessionDB(url=store_url) as target:
+        result = import_jsonl(target.store, io.StringIO(dump))
+        assert result.state_keys == len(expected)
+        assert _state(target) == {key: _stored(target, value) for key, value in expected.items()}
+        again = import_jsonl(target.store, io.StringIO(dump), on_conflict="merge")
+        assert again.state_keys == 0
+        target.store.write(lambda conn: conn.execute(sa.text("DELETE FROM state_meta")))
+        target.set_meta("last_auto_prune", "kept: the target's own")
+    copied = transfer.copy(later_url, store_url)
+    assert copied.state_keys == len(expected) - 1
+    with SessionDB(url=store_url) as target:
+        state = _state(target)
+        assert state.pop("last_auto_prune") == "kept: the target's own"
+        assert state == {key: _stored(target, value) for key, value in expected.items()
+                         if key != "last_auto_prune"}
+    assert transfer.copy(later_url, store_url).state_keys == 0
+
+
+def test_an_export_of_some_sessions_carries_only_their_own_state(later_url: str) -> None:
+    with SessionDB(url=later_url) as source:
+        buffer = io.StringIO()
+        export_jsonl(source.store, buffer, session_ids=[LATER_ROOT])
+    records = [json.loads(line) for line in buffer.getvalue().splitlines()[1:]]
+    state = [record["state"] for record in records if "state" in record]
+    assert state == [{"key": f"goal:{LATER_ROOT}", "value": "ship it"}]
+    assert "state" in records[-1]  # after every session and message
+
+
+def test_fail_refuses_a_state_key_that_holds_another_value(
+    later_url: str, store_url: str
+) -> None:
+    with SessionDB(url=later_url) as source:
+        dump = _export(source)
+    with SessionDB(url=store_url) as target:
+        target.set_meta("last_auto_prune", "a different value")
+        with pytest.raises(ImportConflictError, match="state_meta key"):
+            import_jsonl(target.store, io.StringIO(dump), on_conflict="fail")
+        assert target.session_count(include_archived=True) == 0
+        assert _state(target) == {"last_auto_prune": "a different value"}
+        skipped = import_jsonl(target.store, io.StringIO(dump), on_conflict="skip")
+        assert skipped.sessions > 0
+        assert _state(target)["last_auto_prune"] == "a different value"
+
+
+_HEADER_V1 = '{"format": "sessionstore-export", "version": 1}\n'
+_HEADER_V2 = '{"format": "sessionstore-export", "version": 2}\n'
+_SESSION = '{"session": {"id": "s1", "source": "cli", "started_at": 1.0}}\n'
+_MESSAGE = '{"message": {"id": 1, "session_id": "s1", "role": "user", "timestamp": 2.0}}\n'
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (_HEADER_V1 + '{"state": {"key": "k", "value": "v"}}\n', "unknown record kind"),
+        (_HEADER_V2 + '{"state": {"value": "v"}}\n', "missing"),
+        (_HEADER_V2 + '{"state": {"key": "k", "value": "v", "extra": 1}}\n', "unknown"),
+        (_HEADER_V2 + '{"state": {"key": null, "value": "v"}}\n', "key is missing"),
+        (_HEADER_V2 + '{"state": {"key": 7, "value": "v"}}\n', "key"),
+        (_HEADER_V2 + '{"state": {"key": "k", "value": 7}}\n', "value"),
+        (_HEADER_V2 + '{"state": {"key": "k\\u0000", "value": "v"}}\n', "NUL"),
+        (_HEADER_V2 + '{"state": {"key": "k\\ud800", "value": "v"}}\n', "key"),
+        (_HEADER_V2 + '{"state": ["k", "v"]}\n', "unknown record kind"),
+        (_HEADER_V2 + 2 * '{"state": {"key": "k", "value": "v"}}\n', "twice"),
+        (_HEADER_V2 + _SESSION + '{"state": {"key": "k", "value": "v"}}\n' + _MESSAGE,
+         "does not follow its session"),
+        ('{"format": "sessionstore-export", "version": true}\n', "unsupported export version"),
+    ],
+)
+def test_bad_state_records_are_refused_before_anything_is_written(
+    store_url: str, text: str, problem: str
+) -> None:
+    with SessionDB(url=store_url) as target:
+        with pytest.raises(ImportFormatError, match=problem):
+            import_jsonl(target.store, io.StringIO(text))
+        assert target.session_count(include_archived=True) == 0
+        assert _state(target) == {}
+
+
+def test_a_version_1_file_still_imports(store_url: str) -> None:
+    with SessionDB(url=store_url) as target:
+        result = import_jsonl(target.store, io.StringIO(_HEADER_V1 + _SESSION + _MESSAGE))
+        assert (result.sessions, result.messages, result.state_keys) == (1, 1, 0)
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda children: st.lists(children, max_size=3)
+    | st.dictionaries(st.text(max_size=5), children, max_size=3),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(row=st.dictionaries(st.sampled_from(["key", "value", "other"]), _JSON_VALUES)
+       | _JSON_VALUES)
+def test_any_state_record_is_read_as_storable_text_or_refused(row: object) -> None:
+    line = json.dumps({"state": row})
+    try:
+        records = list(read_records(io.StringIO(_HEADER_V2 + line + "\n")))
+    except ImportFormatError:
+        return
+    ((kind, values),) = records
+    assert kind == "state" and set(values) == {"key", "value"}
+    assert bindable(values["key"])
+    assert values["value"] is None or isinstance(values["value"], str)

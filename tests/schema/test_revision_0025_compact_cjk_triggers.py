@@ -1,0 +1,154 @@
+"""Revision 0025: the CJK bigram triggers in compact SQL, with exactly 0021's tokens.
+
+A contentless FTS5 table must be given, on delete, the very tokens a row was indexed with, so
+the compact spelling (0025's frozen helper, and the runtime's copy that a rebuild uses) must
+compute the same token string as 0021's for every text. Then a store whose rows were indexed
+by 0021's triggers is upgraded, its rows are updated and deleted by the new triggers, and the
+index still matches a substring scan; the same after the downgrade.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from cjk_checks import assert_cjk_index_matches_scan
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sessionstore._migrations import cjk_compact_ddl, cjk_ddl
+from sessionstore.schema import migrate
+from sessionstore.search import sqlite_ddl as sqlite_search_ddl
+from sessionstore.storage.config import sqlite_url
+
+SPELLINGS = {
+    "0021": cjk_ddl.column_grams,
+    "0025": cjk_compact_ddl.column_grams,
+    "runtime": sqlite_search_ddl.column_grams,
+}
+# CJK of 3 and 4 UTF-8 bytes, Hangul, full-width forms, other multi-byte text and ASCII, so
+# that characters straddle the 96-byte chunk edges in every way.
+PIECES = [
+    "数", "据库", "迁移", "検索", "세션", "ｄａｔａ", "𠀀", "𪚥", "é", "😀", "ß", "a", "b ", "\n",
+    ",", "x" * 37, "数据库" * 11, "é" * 47,
+]
+
+
+def _tokens(conn: sqlite3.Connection, value: str | None) -> dict[str, str | None]:
+    return {
+        name: conn.execute(f"SELECT {spell(':v')}", {"v": value}).fetchone()[0]
+        for name, spell in SPELLINGS.items()
+    }
+
+
+@pytest.fixture(scope="module")
+def memory() -> sqlite3.Connection:
+    return sqlite3.connect(":memory:")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None, "", "ascii only", "数", "数据库", "a数b据c", "数" * 200, "é" * 95 + "数据",
+        "x" * 95 + "数据库", "x" * 96 + "数", "x" * 94 + "😀数", "数据\n迁移", "𠀀𠀁" * 40,
+    ],
+    ids=repr,
+)
+def test_every_spelling_gives_0021s_tokens(memory: sqlite3.Connection, value: str | None) -> None:
+    tokens = _tokens(memory, value)
+    assert tokens["0025"] == tokens["0021"] and tokens["runtime"] == tokens["0021"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(PIECES), max_size=40).map("".join))
+def test_every_spelling_gives_0021s_tokens_on_mixed_text(value: str) -> None:
+    conn = sqlite3.connect(":memory:")
+    try:
+        tokens = _tokens(conn, value)
+    finally:
+        conn.close()
+    assert tokens["0025"] == tokens["0021"] and tokens["runtime"] == tokens["0021"]
+    if not any("\u4e00" <= c <= "\u9fff" or c in "𠀀𪚥" for c in value):
+        return
+    assert tokens["0021"]  # a text with CJK gives tokens: the comparison is not of two NULLs
+
+
+def _trigger_sql(path: Path) -> dict[str, str]:
+    conn = sqlite3.connect(path)
+    try:
+        return dict(
+            conn.execute(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND name IN (?, ?, ?)",
+                cjk_ddl.BIGRAM_TRIGGERS,
+            ).fetchall()
+        )
+    finally:
+        conn.close()
+
+
+def _write_cjk_rows(path: Path, session: str, count: int) -> None:
+    """Rows written as Hermes writes them (raw sqlite3): the store's triggers index them."""
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute(
+            "INSERT INTO sessions (id, source, started_at) VALUES (?, 'cli', 1.0)", (session,)
+        )
+        conn.executemany(
+            "INSERT INTO messages (session_id, role, content, tool_name, timestamp) "
+            "VALUES (?, 'user', ?, ?, ?)",
+            [
+                (
+                    session,
+                    f"消息{index} 数据库迁移 " + "检索" * (index % 60) + f" row {index}",
+                    "工具" if index % 3 == 0 else None,
+                    float(index),
+                )
+                for index in range(count)
+            ],
+        )
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def _churn(path: Path) -> None:
+    """Update and delete rows through the store's triggers (raw sqlite3, as Hermes would)."""
+    conn = sqlite3.connect(path)
+    try:
+        ids = [row[0] for row in conn.execute("SELECT id FROM messages ORDER BY id")]
+        for message_id in ids[::4]:
+            conn.execute("DELETE FROM messages WHERE id = ?", (message_id,))
+        for message_id in ids[1::4]:
+            conn.execute(
+                "UPDATE messages SET content = content || ' 更新了', tool_calls = '[\"调用\"]' "
+                "WHERE id = ?",
+                (message_id,),
+            )
+        for message_id in ids[2::4]:
+            conn.execute("UPDATE messages SET content = 'now plain ascii' WHERE id = ?",
+                         (message_id,))
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def test_rows_indexed_by_0021_are_updated_and_deleted_by_0025_and_back(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    url = sqlite_url(path)
+    migrate.upgrade(url, "0024")
+    _write_cjk_rows(path, "before", 120)  # indexed by 0021's triggers
+    old_sql = _trigger_sql(path)
+
+    migrate.upgrade(url, "0025")
+    new_sql = _trigger_sql(path)
+    assert set(new_sql) == set(cjk_ddl.BIGRAM_TRIGGERS)
+    assert sum(map(len, new_sql.values())) < 0.5 * sum(map(len, old_sql.values()))
+    _churn(path)  # 0021-indexed rows changed by 0025's triggers
+    _write_cjk_rows(path, "after", 80)  # indexed by 0025's triggers
+    assert_cjk_index_matches_scan(path)
+
+    migrate.downgrade(url, "0024")
+    assert _trigger_sql(path) == old_sql
+    _churn(path)  # 0025-indexed rows changed by 0021's triggers again
+    assert_cjk_index_matches_scan(path)

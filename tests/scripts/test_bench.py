@@ -1,0 +1,146 @@
+"""``scripts/bench.py`` runs end to end on a tiny corpus and prints its tables.
+
+Not a timed test: the figures on a tiny corpus mean nothing, so only the shape of the output
+and the exit status are checked (every workload row present, a numeric ratio where both sides
+ran, the multi-process table with one line per store and writer count).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import pg_admin_url
+
+BENCH = Path(__file__).resolve().parents[2] / "scripts" / "bench.py"
+
+# Each table row, as the pattern its line starts with.
+WORKLOAD_ROWS = {
+    "search words": r"search p50: words\s",
+    "search phrases": r"search p50: phrases\s",
+    "search prefixes": r"search p50: prefixes\s",
+    "search CJK words": r"search p50: CJK words\s",
+    "search CJK 1": r"search p50: CJK 1 char\s",
+    "search CJK 2": r"search p50: CJK 2 chars\s",
+    "search CJK 3": r"search p50: CJK 3 chars\s",
+    "list": r"list_sessions_rich\(limit=50\)\s",
+    "load rows": r"load \d+ msgs: get_messages\s",
+    "load conversation": r"load \d+ msgs: get_messages_as_conversation\s",
+    "append": r"append_message \(1 msg/txn\)\s",
+    "append 4 KB": r"append_message, 4 KB ASCII\s",
+    "turn": r"turn of 10 \(per msg\)\s",
+}
+SEARCH_ROWS = ("search words", "search phrases", "search prefixes", "search CJK words",
+               "search CJK 1", "search CJK 2", "search CJK 3")
+# The baseline: the real Hermes 0.18.0 wheel, or (said loudly) the v6 reproduction.
+BASELINE = r"(?:Hermes 0\.18\.0|Hermes v6 reproduction)"
+RATIO = re.compile(r"\s(\d+\.\d\d)x\s+(<=|>=) \d+\.\d\dx\s+(PASS|MISS)\b")
+
+
+def run_bench(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(BENCH.parents[1])}
+    return subprocess.run(
+        [sys.executable, str(BENCH), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
+
+
+def table_rows(stdout: str) -> dict[str, str]:
+    rows = {}
+    for line in stdout.splitlines():
+        for name, pattern in WORKLOAD_ROWS.items():
+            if re.match(pattern, line):
+                rows[name] = line
+    return rows
+
+
+def assert_ratio_table(result: subprocess.CompletedProcess[str]) -> None:
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    assert re.search(rf"^workload\s+{BASELINE}\s+sessionstore", out, re.M), out
+    assert re.search(r"^startup: import\+open\+first read\s.*\s(PASS|MISS)\s*$", out, re.M), out
+    rows = table_rows(out)
+    assert set(rows) == set(WORKLOAD_ROWS), f"missing rows: {set(WORKLOAD_ROWS) - set(rows)}"
+    for name in set(WORKLOAD_ROWS) - set(SEARCH_ROWS):
+        assert RATIO.search(rows[name]), f"no ratio/target/verdict in: {rows[name]!r}"
+    for name in SEARCH_ROWS:
+        # Either measured, or explicitly marked as not measurable yet; never silently blank.
+        assert RATIO.search(rows[name]) or rows[name].rstrip().endswith("n/a"), rows[name]
+    assert "batching: a 10-message turn costs" in out
+
+
+def test_sqlite_run_prints_the_ratio_table(tmp_path: Path) -> None:
+    result = run_bench("--quick", "--messages", "600", "--workdir", str(tmp_path))
+    assert_ratio_table(result)
+    # The baseline and the sessionstore copy were built from the same Hermes file.
+    assert (tmp_path / "hermes.db").exists() and (tmp_path / "sessionstore.db").exists()
+    if "baseline: Hermes 0.18.0" in result.stdout:
+        # Written by the real Hermes: its schema version and its trigram index.
+        with sqlite3.connect(tmp_path / "hermes.db") as conn:
+            assert conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] == 17
+            assert conn.execute(
+                "SELECT COUNT(*) FROM sqlite_master WHERE name = 'messages_fts_trigram'"
+            ).fetchone()[0] == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--messages", "10"), "--messages must be at least 100"),
+        (("--writers",), "expected one argument"),
+    ],
+)
+def test_bad_arguments_are_refused(args: tuple[str, ...], message: str) -> None:
+    result = run_bench(*args, timeout=60)
+    assert result.returncode == 2
+    assert message in result.stderr
+
+
+def test_existing_sqlite_target_is_never_overwritten(tmp_path: Path) -> None:
+    existing = tmp_path / "precious.db"
+    existing.write_bytes(b"not a benchmark store")
+    result = run_bench("--quick", "--messages", "200", "--workdir", str(tmp_path / "w"),
+                       "--url", f"sqlite:///{existing}", timeout=120)
+    assert result.returncode != 0
+    assert "exists" in result.stderr
+    assert existing.read_bytes() == b"not a benchmark store"
+
+
+def test_writers_mode_prints_wall_time_per_store_and_count(tmp_path: Path) -> None:
+    result = run_bench("--quick", "--messages", "300", "--writers", "1,2", "--writer-messages",
+                       "20", "--writer-runs", "1", "--workdir", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    for store in (BASELINE, re.escape("sessionstore (SQLite)")):
+        for writers in ("1", "2"):
+            pattern = re.compile(
+                rf"^{store}\s+{writers}\s+\S+ (?:us|ms)\s+[\d,]+(?:\s+\S+ (?:us|ms)){{3}}\s+0\s*$"
+            )
+            assert any(pattern.match(line) for line in lines), (store, writers, result.stdout)
+    assert re.search(r"^2 writer processes x 20 appends, wall\s.*<= 1\.00x\s+(PASS|MISS)",
+                     result.stdout, re.M), result.stdout
+
+
+def test_without_the_real_hermes_the_fallback_is_said_loudly(tmp_path: Path) -> None:
+    result = run_bench("--quick", "--messages", "300", "--only", "append", "--no-real-hermes",
+                       "--workdir", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "NOT the issue-12 figures" in result.stdout
+    assert "WARNING: the real Hermes 0.18.0 is not the baseline" in result.stderr
+    assert re.search(r"^workload\s+Hermes v6 reproduction\s", result.stdout, re.M)
+
+
+@pytest.mark.postgresql
+def test_postgresql_run_prints_the_ratio_table(require_postgresql: None) -> None:
+    result = run_bench("--quick", "--messages", "600", "--url", pg_admin_url())
+    assert_ratio_table(result)
+    assert "sessionstore on PostgreSQL" in result.stdout

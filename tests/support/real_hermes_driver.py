@@ -1,0 +1,357 @@
+"""Runs inside a subprocess: the real Hermes's ``hermes_state.SessionDB`` on one file.
+
+Usage: ``python real_hermes_driver.py HERMES_ROOT DB_PATH ACTION`` with a JSON argument on
+stdin; prints one JSON document on stdout. ``HERMES_ROOT`` is an unpacked hermes-agent
+wheel; its ``hermes_state`` is imported from there (never ours: this process has no
+sessionstore on its path first and imports Hermes's module under its own name). With
+``HERMES_ROOT`` = ``sessionstore`` the same actions run on our ``sessionstore.hermes.state``
+instead (a file written by us the way a Hermes user writes one).
+
+Actions:
+
+- ``build``: populate the file the way a user's Hermes of that release does it (sessions,
+  compression chain, branch and delegate children, titles, tool calls, reasoning, CJK and
+  English text, and every later feature the release has: platform ids, observed messages,
+  cwd, archive, rewind, compaction, gateway peers, handoffs, leases, metadata, the opt-in
+  Telegram tables). Which features exist is read from the release's own API.
+- ``read``: everything that release's own reads return for the file (argument: the queries).
+- ``calls``: a list of ``[method, args, kwargs]`` run in order; their results (``$sql`` steps
+  and ``{"$path": ...}`` arguments: see ``SQL_STEP`` and ``PATH_KEY``).
+
+Only the standard library and the wheel's own modules are used here.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+OURS = "sessionstore"
+ROOT_ID = "field-root"
+CONTINUATION_ID = "field-root-cont"
+CHAIN_TIP_ID = "field-root-tip"
+BRANCH_ID = "field-branch"
+DELEGATE_ID = "field-delegate"
+TELEGRAM_ID = "field-telegram"
+ARCHIVED_ID = "field-archived"
+REWOUND_ID = "field-rewound"
+COMPACTED_ID = "field-compacted"
+EMPTY_ID = "field-empty"
+CLOCK_STEP_ID = "field-clock-step"
+ALL_SESSION_IDS = (
+    ROOT_ID, CONTINUATION_ID, CHAIN_TIP_ID, BRANCH_ID, DELEGATE_ID, TELEGRAM_ID, ARCHIVED_ID,
+    REWOUND_ID, COMPACTED_ID, EMPTY_ID, CLOCK_STEP_ID,
+)  # fmt: skip
+
+KUBECTL_CALL = [
+    {"id": "call_k1", "type": "function",
+     "function": {"name": "terminal", "arguments": '{"command": "kubectl apply -f deploy.yaml"}'}},
+]  # fmt: skip
+GREP_CALLS = [
+    {"id": "call_g1", "type": "function",
+     "function": {"name": "search_files", "arguments": '{"pattern": "zookeeper"}'}},
+    {"id": "call_g2", "type": "function",
+     "function": {"name": "read_file", "arguments": '{"path": "docs/部署指南.md"}'}},
+]  # fmt: skip
+
+
+def accepts(method: Any, name: str) -> bool:
+    return name in inspect.signature(method).parameters
+
+
+def build(db: Any) -> dict[str, Any]:
+    """Populate ``db`` with what a Hermes user's file holds; returns what was made."""
+    made: dict[str, Any] = {"features": []}
+    features: list[str] = made["features"]
+
+    def message(session_id: str, role: str, content: Any = None, **fields: Any) -> int:
+        # Keep only what this release's append_message takes, but say what was dropped.
+        for name in list(fields):
+            if not accepts(db.append_message, name):
+                fields.pop(name)
+        message_id: int = db.append_message(session_id, role, content, **fields)
+        return message_id
+
+    db.create_session(ROOT_ID, "cli", model="claude-sonnet-4", user_id="alice",
+                      model_config={"temperature": 0.3, "max_tokens": 8192},
+                      system_prompt="You are Hermes, a helpful agent.")
+    db.set_session_title(ROOT_ID, "Deploy the cluster")
+    message(ROOT_ID, "user", "How do I deploy the cluster with kubectl? 请部署到集群 please")
+    message(ROOT_ID, "assistant", None, tool_calls=KUBECTL_CALL, finish_reason="tool_calls",
+            reasoning="The user wants a deployment; run kubectl apply first.",
+            reasoning_content="kubectl apply then watch the rollout",
+            reasoning_details=[{"type": "reasoning.text", "text": "apply", "signature": "sig1"}],
+            codex_reasoning_items=[{"type": "reasoning", "id": "rs_1", "summary": []}],
+            token_count=42)
+    message(ROOT_ID, "tool", "deployment.apps/web configured", tool_name="terminal",
+            tool_call_id="call_k1")
+    message(ROOT_ID, "assistant", "The deployment is configured; the rollout is running.",
+            finish_reason="stop", token_count=17,
+            codex_message_items=[{"type": "message", "role": "assistant", "id": "msg_1"}])
+    db.update_token_counts(ROOT_ID, input_tokens=1200, output_tokens=340, model="claude-sonnet-4",
+                           cache_read_tokens=800, cache_write_tokens=100, reasoning_tokens=55,
+                           estimated_cost_usd=0.0123, cost_status="estimated",
+                           cost_source="pricing-table", pricing_version="2026-01",
+                           billing_provider="anthropic", billing_mode="api",
+                           billing_base_url="https://api.anthropic.com",
+                           **({"api_call_count": 3}
+                              if accepts(db.update_token_counts, "api_call_count") else {}))
+    db.end_session(ROOT_ID, "compression")
+
+    # A compression chain: root -> continuation -> tip, titles along the lineage.
+    db.create_session(CONTINUATION_ID, "cli", model="claude-sonnet-4", parent_session_id=ROOT_ID)
+    db.set_session_title(CONTINUATION_ID, db.get_next_title_in_lineage("Deploy the cluster"))
+    message(CONTINUATION_ID, "user", "[summary] the cluster deployment was configured")
+    message(CONTINUATION_ID, "user", "部署完成了吗？还有日志吗")
+    message(CONTINUATION_ID, "assistant", "已经部署完成。日志在 /var/log/web 里。",
+            finish_reason="stop")
+    db.end_session(CONTINUATION_ID, "compression")
+    db.create_session(CHAIN_TIP_ID, "cli", model="claude-sonnet-4",
+                      parent_session_id=CONTINUATION_ID)
+    db.set_session_title(CHAIN_TIP_ID, db.get_next_title_in_lineage("Deploy the cluster"))
+    message(CHAIN_TIP_ID, "user", "Now scale the zookeeper ensemble to five nodes")
+    message(CHAIN_TIP_ID, "assistant", None, tool_calls=GREP_CALLS, finish_reason="tool_calls")
+    message(CHAIN_TIP_ID, "tool", "docs/部署指南.md:12: zookeeper replicas",
+            tool_name="search_files", tool_call_id="call_g1")
+    message(CHAIN_TIP_ID, "tool", "# 部署指南\n扩容 zookeeper 到五个节点", tool_name="read_file",
+            tool_call_id="call_g2")
+    # Multimodal content (a list of parts) is stored encoded and decoded on read.
+    message(CHAIN_TIP_ID, "user", [{"type": "text", "text": "Here is the dashboard screenshot"},
+                                   {"type": "image_url",
+                                    "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}])
+
+    # A /branch child and a delegate (subagent) child, marked as the CLI marks them.
+    db.create_session(BRANCH_ID, "cli", model="gpt-5", parent_session_id=ROOT_ID,
+                      model_config={"_branched_from": ROOT_ID})
+    db.set_session_title(BRANCH_ID, "Try helm instead")
+    message(BRANCH_ID, "user", "What about helm charts instead of raw manifests?")
+    message(BRANCH_ID, "assistant", "Helm packages the manifests as a chart.",
+            finish_reason="stop")
+    db.create_session(DELEGATE_ID, "cli", model="gpt-5-mini", parent_session_id=CHAIN_TIP_ID,
+                      model_config={"_delegate_from": CHAIN_TIP_ID, "role": "researcher"})
+    message(DELEGATE_ID, "user", "Research zookeeper quorum sizing")
+    message(DELEGATE_ID, "assistant", "An odd ensemble size (3, 5, 7) tolerates (n-1)/2 failures.",
+            finish_reason="stop")
+    db.end_session(DELEGATE_ID, "completed")
+
+    # A gateway (Telegram) conversation.
+    db.create_session(TELEGRAM_ID, "telegram", model="claude-haiku", user_id="tg-4242")
+    db.set_session_title(TELEGRAM_ID, "東京の天気")
+    message(TELEGRAM_ID, "user", "東京の天気はどうですか？", platform_message_id="tg-msg-1")
+    message(TELEGRAM_ID, "user", "(bob joined the chat)", observed=True,
+            platform_message_id="tg-msg-2")
+    message(TELEGRAM_ID, "assistant", "東京は晴れです。The weather in Tokyo is sunny.",
+            finish_reason="stop", platform_message_id="tg-msg-3")
+    if hasattr(db, "record_gateway_session_peer"):
+        db.record_gateway_session_peer(TELEGRAM_ID, source="telegram", user_id="tg-4242",
+                                       session_key="agent:main:telegram:dm:4242",
+                                       chat_id="4242", chat_type="dm", thread_id=None)
+        features.append("gateway_peer")
+    if hasattr(db, "enable_telegram_topic_mode"):
+        db.enable_telegram_topic_mode(chat_id="4242", user_id="tg-4242", has_topics_enabled=True)
+        db.bind_telegram_topic(chat_id="4242", thread_id="7", user_id="tg-4242",
+                               session_key="agent:main:telegram:dm:4242:7",
+                               session_id=TELEGRAM_ID)
+        features.append("telegram_topics")
+    if hasattr(db, "request_handoff"):
+        db.request_handoff(TELEGRAM_ID, "discord")
+        features.append("handoff")
+
+    db.create_session(ARCHIVED_ID, "discord", model="claude-haiku")
+    db.set_session_title(ARCHIVED_ID, "Old archived chat")
+    message(ARCHIVED_ID, "user", "An archived conversation about postgres vacuum")
+    message(ARCHIVED_ID, "assistant", "VACUUM reclaims dead tuples.", finish_reason="stop")
+    db.end_session(ARCHIVED_ID, "user_exit")
+    if hasattr(db, "set_session_archived"):
+        db.set_session_archived(ARCHIVED_ID, True)
+        features.append("archive")
+
+    db.create_session(REWOUND_ID, "cli", model="claude-sonnet-4")
+    message(REWOUND_ID, "user", "Write a haiku about autumn")
+    message(REWOUND_ID, "assistant", "Leaves drift on the pond", finish_reason="stop")
+    rewind_target = message(REWOUND_ID, "user", "Actually make it about winter snowfall")
+    message(REWOUND_ID, "assistant", "Snowfall hushes the quiet town", finish_reason="stop")
+    if hasattr(db, "rewind_to_message"):
+        db.rewind_to_message(REWOUND_ID, rewind_target)
+        features.append("rewind")
+    message(REWOUND_ID, "user", "Make it about spring blossoms")
+    if hasattr(db, "update_session_cwd"):
+        db.update_session_cwd(REWOUND_ID, "/home/alice/poems")
+        features.append("cwd")
+
+    db.create_session(COMPACTED_ID, "cli", model="claude-sonnet-4")
+    message(COMPACTED_ID, "user", "Summarise the incident report about the outage")
+    message(COMPACTED_ID, "assistant", "The outage came from an expired certificate.",
+            finish_reason="stop")
+    if hasattr(db, "archive_and_compact"):
+        db.archive_and_compact(COMPACTED_ID, [
+            {"role": "user", "content": "[compacted] incident: expired certificate"},
+        ])
+        features.append("compaction")
+    if hasattr(db, "try_acquire_compression_lock"):
+        db.try_acquire_compression_lock(CHAIN_TIP_ID, "worker-1", ttl_seconds=3600.0)
+        features.append("compression_lock")
+    if hasattr(db, "record_compression_failure_cooldown"):
+        db.record_compression_failure_cooldown(COMPACTED_ID, time.time() + 600.0,
+                                               "summary model timed out")
+        features.append("cooldown")
+
+    # The wall clock stepped back mid-turn (NTP, a VM or laptop resuming): the tool result and
+    # the answer carry earlier timestamps than the call. Hermes stamps rows with time.time().
+    db.create_session(CLOCK_STEP_ID, "cli", model="claude-sonnet-4")
+    message(CLOCK_STEP_ID, "user", "Roll back the failed migration")
+    message(CLOCK_STEP_ID, "assistant", None, finish_reason="tool_calls", tool_calls=[
+        {"id": "call_r1", "type": "function",
+         "function": {"name": "terminal", "arguments": '{"command": "alembic downgrade -1"}'}},
+    ])  # fmt: skip
+    wall_clock = time.time
+    time.time = lambda: wall_clock() - 120.0  # type: ignore[assignment]
+    try:
+        message(CLOCK_STEP_ID, "tool", "rollback done: now at revision 0019",
+                tool_name="terminal", tool_call_id="call_r1")
+        message(CLOCK_STEP_ID, "assistant", "The rollback finished.", finish_reason="stop")
+    finally:
+        time.time = wall_clock  # type: ignore[assignment]
+
+    db.create_session(EMPTY_ID, "cli", model="claude-sonnet-4")
+    db.set_meta("last_auto_prune", "1760000000.5")
+    db.set_meta("field_note", "written by real Hermes")
+    made["session_ids"] = list(ALL_SESSION_IDS)
+    return made
+
+
+def call_if_there(db: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+    method = getattr(db, name, None)
+    if method is None:
+        return {"absent": name}
+    kwargs = {key: value for key, value in kwargs.items() if accepts(method, key)}
+    return method(*args, **kwargs)
+
+
+def call_with_all(db: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+    """``call_if_there``, but absent unless this release takes every one of the keywords."""
+    method = getattr(db, name, None)
+    if method is None or not all(accepts(method, key) for key in kwargs):
+        return {"absent": name}
+    return method(*args, **kwargs)
+
+
+# Hermes 0.18's listing keywords, read from every file (absent in older releases).
+LATER_LISTINGS: dict[str, dict[str, Any]] = {
+    "by_activity": {"order_by_last_active": True},
+    "by_activity_unprojected": {"order_by_last_active": True, "project_compression_tips": False},
+    "by_activity_children": {"order_by_last_active": True, "include_children": True},
+    "by_activity_page": {"order_by_last_active": True, "limit": 3, "offset": 2},
+    "with_messages": {"min_message_count": 3},
+    "by_activity_with_messages": {"order_by_last_active": True, "min_message_count": 3},
+    "id_of_root": {"order_by_last_active": True, "id_query": "FIELD-ROOT"},
+    "id_of_tip": {"order_by_last_active": True, "id_query": " root-tip"},
+    "id_without_match": {"order_by_last_active": True, "id_query": "field_root"},
+}
+
+
+def read(db: Any, queries: list[str]) -> dict[str, Any]:
+    """Everything this release's own reads return for the file."""
+    sessions = {sid: db.get_session(sid) for sid in ALL_SESSION_IDS}
+    messages = {sid: db.get_messages(sid) for sid in ALL_SESSION_IDS}
+    with_inactive = {
+        sid: call_if_there(db, "get_messages", sid, include_inactive=True)
+        for sid in ALL_SESSION_IDS
+    }
+    conversations = {sid: db.get_messages_as_conversation(sid) for sid in ALL_SESSION_IDS}
+    listings = {
+        "default": db.list_sessions_rich(limit=100),
+        "children": db.list_sessions_rich(limit=100, include_children=True),
+        "telegram": db.list_sessions_rich(source="telegram", limit=100),
+        "archived": call_if_there(db, "list_sessions_rich", limit=100, archived_only=True),
+        **{
+            name: call_with_all(db, "list_sessions_rich", **{"limit": 100, **kwargs})
+            for name, kwargs in LATER_LISTINGS.items()
+        },
+    }
+    searches = {query: db.search_messages(query, limit=50) for query in queries}
+    searches_inactive = {
+        query: call_if_there(db, "search_messages", query, limit=50, include_inactive=True)
+        for query in queries
+    }
+    meta = {key: db.get_meta(key) for key in ("last_auto_prune", "field_note")}
+    return {
+        "sessions": sessions,
+        "messages": messages,
+        "messages_with_inactive": with_inactive,
+        "conversations": conversations,
+        "listings": listings,
+        "searches": searches,
+        "searches_inactive": searches_inactive,
+        "session_count": db.session_count(),
+        "session_count_with_messages": call_with_all(db, "session_count", min_message_count=3),
+        "message_count": db.message_count(),
+        "message_counts": {sid: db.message_count(sid) for sid in ALL_SESSION_IDS},
+        "titles": {sid: db.get_session_title(sid) for sid in ALL_SESSION_IDS},
+        "compression_tip": db.get_compression_tip(ROOT_ID),
+        "meta": meta,
+        "lock_holder": call_if_there(db, "get_compression_lock_holder", CHAIN_TIP_ID),
+        "handoff": call_if_there(db, "get_handoff_state", TELEGRAM_ID),
+    }
+
+
+SQL_STEP = "$sql"
+"""A ``calls`` step that runs one SQL statement (named ``:parameters``) on the store's own
+connection instead of a method: it sets what no method sets (started_at, archived...)."""
+PATH_KEY = "$path"
+"""An argument ``{"$path": "..."}`` is passed as a ``pathlib.Path`` (JSON has none)."""
+
+
+def argument(value: Any) -> Any:
+    if isinstance(value, dict) and set(value) == {PATH_KEY}:
+        return Path(value[PATH_KEY])
+    return value
+
+
+def calls(db: Any, steps: list[list[Any]]) -> list[Any]:
+    results = []
+    for name, args, kwargs in steps:
+        if name == SQL_STEP:
+            db._conn.execute(args[0], args[1] if len(args) > 1 else {})
+            db._conn.commit()
+            results.append(None)
+            continue
+        method = getattr(db, name)
+        results.append(method(*map(argument, args),
+                              **{key: argument(value) for key, value in kwargs.items()}))
+    return results
+
+
+def main() -> None:
+    root, db_path, action = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+    argument = json.loads(sys.stdin.read() or "null")
+    # This script's own directory (our tests) must not shadow the wheel's modules.
+    if root == OURS:
+        from sessionstore.hermes import state as hermes_state
+    else:
+        wheel = Path(root).resolve()
+        sys.path[:] = [root, *(p for p in sys.path[1:] if Path(p).resolve() != wheel)]
+        import hermes_state
+
+    db = hermes_state.SessionDB(db_path=db_path)
+    try:
+        if action == "build":
+            result: Any = build(db)
+        elif action == "read":
+            result = read(db, argument)
+        elif action == "calls":
+            result = calls(db, argument)
+        else:
+            raise SystemExit(f"unknown action {action!r}")
+    finally:
+        db.close()
+    json.dump({"schema_version": hermes_state.SCHEMA_VERSION, "result": result}, sys.stdout,
+              default=repr)
+
+
+if __name__ == "__main__":
+    main()
