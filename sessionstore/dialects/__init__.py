@@ -1,198 +1,40 @@
 """Everything that differs between SQLite and PostgreSQL, behind one small interface.
 
 The rest of the package asks ``dialect_for(engine)`` and calls methods; it never tests the
-dialect's name itself.
+dialect's name itself. The interface is :mod:`.interface`; this module picks the dialect of a
+URL and holds what callers ask of "the dialect of this store" in one call.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import os
-import re
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
+from typing import TYPE_CHECKING
 
-from sqlalchemy import ColumnElement, Table
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 
+from .interface import AfterForkReset, IntegrityViolation, StoreDialect, missing_core_table
+
 if TYPE_CHECKING:
-    from sqlalchemy.dialects.postgresql import Insert as PgInsert
-    from sqlalchemy.dialects.sqlite import Insert as SqliteInsert
-
     from ..errors import SessionStoreError
-    from ..search.index import SearchIndex
-    from ..storage.writers_queue import WriterQueue
 
-    UpsertInsert = SqliteInsert | PgInsert
-
-
-@functools.cache
-def missing_core_table() -> re.Pattern[str]:
-    """A driver's words for "the sessions/messages table does not exist" (SQLite; PostgreSQL).
-
-    Compiled on first use: only an error needs it, and opening a store should not pay for it.
-    """
-    return re.compile(
-        r'(?:no such table: (?:main\.)?|relation ")(?:sessions|messages)\b', re.IGNORECASE
-    )
-
-
-class StoreDialect(Protocol):
-    name: str
-    stores_nul_in_text: bool
-    """False where TEXT cannot hold U+0000 (PostgreSQL): free text is then cleaned first."""
-    batch_returning_inserts: bool
-    """True where many rows go best in one INSERT ... RETURNING (a server round trip each)."""
-    serialize_writes_in_process: bool
-    single_statement_appends: bool
-    autocommit_snapshot_reads: bool
-    """True where one statement outside a transaction reads a consistent snapshot and leaves
-    nothing open (SQLite in autocommit): a lone SELECT then needs no BEGIN and COMMIT."""
-    """True where an append is best one statement in autocommit (a CTE that bumps the counters
-    and inserts the row: one round trip to a server instead of BEGIN, two statements, COMMIT)."""
-    connect_at_open: bool
-    """True where opening a store must connect at once (SQLite: the connect listener switches a
-    fresh file to WAL, which must not wait for the first write)."""
-    """True where one process's threads should queue for the write lock (SQLite's single writer)."""
-    bytewise_collation: str
-    """The collation that orders text by its bytes (code points), as SQLite's default
-    ``BINARY`` does: an ``ORDER BY`` that must agree with Hermes on equal keys uses it
-    (PostgreSQL's default follows the database's locale)."""
-
-    def engine_options(self, url: URL, *, read_only: bool, busy_timeout_s: float) -> dict[str, Any]:
-        """Keyword arguments for ``create_engine`` (URL rewrites go in ``prepare_url``)."""
-
-    def prepare_url(self, url: URL, *, read_only: bool) -> URL: ...
-
-    def requests_read_only(self, url: URL) -> bool:
-        """True when the URL itself asks for a read-only store (SQLite's ``?mode=ro``)."""
-
-    def install_listeners(
-        self, engine: Engine, *, read_only: bool, busy_timeout_s: float, set_journal_mode: bool
-    ) -> None:
-        """Attach connect/begin listeners to this engine instance (never globally)."""
-
-    def read_options(self) -> dict[str, Any]:
-        """Execution options that make a read transaction one consistent snapshot."""
-
-    def write_options(self) -> dict[str, Any]:
-        """Execution options that make the next BEGIN a write transaction."""
-
-    def is_retryable(self, exc: BaseException) -> bool:
-        """True for lock, busy, serialization and deadlock errors worth a fresh attempt."""
-
-    def translate_error(self, exc: BaseException) -> SessionStoreError | None:
-        """A clear typed error for a known failure (disk full, not a database...), else None."""
-
-    def reserve_message_ids(self, conn: Connection, highest: int) -> None:
-        """Before rows with explicit ids up to ``highest`` are inserted (import, copy): make
-        sure no writer, concurrent ones included, is ever given a generated id ``<= highest``
-        that is not already visible in the table. Run it in its own short write transaction."""
-
-    def refresh_statistics(self, conn: Connection) -> None:
-        """After a bulk load (import, copy): bring the query planner's statistics of
-        ``sessions`` and ``messages`` up to date, so the next queries are not planned for
-        the tables as they were before the load."""
-
-    def set_autocommit(self, dbapi_connection: Any, on: bool) -> None:
-        """Switch the driver's autocommit (only where ``single_statement_appends``)."""
-
-    def connection_lost(self, engine: Engine) -> None:
-        """A connection of ``engine`` was found dead: let go of the idle ones too (they met the
-        same server restart or kill), so the retry does not meet them one by one."""
-
-    def is_disconnect(self, exc: BaseException) -> bool:
-        """True when the connection to the database was lost (the server closed it, was
-        restarted, or the socket broke): the transaction it carried did not commit, unless
-        the loss came during COMMIT itself."""
-
-    def integrity_violation(self, exc: BaseException) -> IntegrityViolation | None:
-        """Which kind of constraint an integrity error broke, and its name when known."""
-
-    def checkpoint(self, engine: Engine) -> None:
-        """Best-effort log maintenance after many writes; never raises."""
-
-    def lock_for_migration(self, conn: Connection) -> None:
-        """Serialise concurrent migrations on this database (called inside the transaction)."""
-
-    def vacuum(self, conn: Connection, tables: Collection[str]) -> None:
-        """Give the space of deleted rows back, as Hermes's ``vacuum()`` does, on ``conn``
-        outside any transaction (the caller holds the store's write lock). SQLite: ``VACUUM``
-        through SQLite itself, the log checkpointed before and after, so the file shrinks;
-        PostgreSQL: ``VACUUM (ANALYZE)`` of ``tables``, which makes the space reusable and
-        returns empty pages at the end of each table without blocking readers or writers."""
-
-    def starts_with(self, column: ColumnElement[str], prefix: str) -> ColumnElement[bool]:
-        """True where the text of ``column`` begins with ``prefix``, character for character
-        (never folded or collated), in a form the database can answer from ``column``'s index
-        where it can (Hermes's cron-run range ``[prefix, prefix_hi)``)."""
-
-    def ensure_database_location(self, url: URL) -> None:
-        """Create what the database needs to exist before the first connect (a directory)."""
-
-    def writer_queue(self, url: URL, *, read_only: bool) -> WriterQueue | None:
-        """Where this package's writers queue across processes (None: the server queues them)."""
-
-    def release_inherited(self, dbapi_connection: Any) -> None:
-        """In a forked child: let go of a driver connection the parent opened, safely."""
-
-    def insert(self, table: Table) -> UpsertInsert:
-        """An INSERT that supports ``on_conflict_do_nothing`` on this database."""
-
-    def existing_tables(self, conn: Connection, names: Collection[str]) -> set[str]:
-        """Which of the tables ``names`` exist (the default schema), in one catalog query."""
-
-    def enable_journal_mode(self, engine: Engine) -> None:
-        """Switch the store to its journal mode now and on every later connection (for an
-        engine built with ``set_journal_mode=False`` whose schema proved fit to use)."""
-
-    # -- where the database lives -----------------------------------------------------------
-    def database_file(self, url: URL) -> Path | None:
-        """The file the database lives in; None for a server or an in-memory database."""
-
-    def store_files(self, url: URL) -> tuple[Path, ...]:
-        """The database file and the files beside it that belong to it (its log, ...)."""
-
-    def backup(self, url: URL, *, clock: Callable[[], float]) -> Path | None:
-        """A consistent copy of the live database beside it (its path), or None where this
-        package takes no backups (a server: use its own dump tools)."""
-
-    def write_ahead_log(self, url: URL) -> Path | None:
-        """The log file whose growth shows that checkpoints are not keeping up, if any."""
-
-    def truncate_write_ahead_log(self, engine: Engine) -> None:
-        """Checkpoint the whole log into the database and shrink the log file."""
-
-    def integrity_problems(self, conn: Connection) -> list[str] | None:
-        """What the database's own page check reports (empty: sound); None where the server
-        checks its own pages."""
-
-    @property
-    def search_index(self) -> SearchIndex:
-        """This database's one search-index object: word and substring matching, and the
-        search objects' create, detect, rebuild, check and optimize."""
-
-    def json_list_sql(self, param: str) -> str:
-        """SQL for a parenthesised subquery of the text values of the JSON-array parameter
-        ``param`` (bind it with :func:`json_list`): one bound parameter however long the list,
-        where an expanding ``IN`` would need one per value (PostgreSQL takes at most 65535)."""
-
-    def json_id_list_sql(self, param: str) -> str:
-        """The same for a JSON array of integer ids (message ids): a subquery of integers."""
-
-    def ascii_folded_contains_sql(self, haystack_sql: str, needle_param: str) -> str:
-        """SQL true when the text ``haystack_sql``, its ASCII letters lower-cased and no other
-        character changed (SQLite's ``lower()``), contains the text bound to ``needle_param``
-        as a plain substring (no wildcards: ``%``, ``_`` and ``\\`` are themselves)."""
-
-
-class IntegrityViolation(NamedTuple):
-    # A NamedTuple, not a frozen dataclass: building one costs 0.5 ms at import, and this
-    # module is imported to open every store.
-    kind: Literal["foreign_key", "unique", "not_null", "check", "other"]
-    constraint: str | None = None
+__all__ = [
+    "FILE_BACKEND",
+    "AfterForkReset",
+    "IntegrityViolation",
+    "StoreDialect",
+    "backup_database",
+    "database_file",
+    "dialect_for",
+    "dialect_for_url",
+    "file_url",
+    "file_url_object",
+    "json_list",
+    "missing_core_table",
+    "translate_any_error",
+]
 
 
 def json_list(values: Iterable[str] | Iterable[int]) -> str:

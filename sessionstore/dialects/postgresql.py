@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from sqlalchemy import ColumnElement, Table, event, func, text
 from sqlalchemy.dialects.postgresql import Insert, insert
@@ -22,11 +22,7 @@ from ..errors import (
     UnsupportedValueError,
     ValueOutOfRangeError,
 )
-from ..storage import fork_safety as forksafety
-from . import IntegrityViolation, missing_core_table
-
-if TYPE_CHECKING:
-    from ..search.index import SearchIndex
+from .interface import AfterForkReset, IntegrityViolation, missing_core_table
 
 # serialization_failure, deadlock_detected, lock_not_available (lock_timeout). Not
 # query_canceled (57014): that is also a deliberate cancel or statement_timeout, never a lock.
@@ -68,7 +64,8 @@ _ASCII_UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _ASCII_LOWER = "abcdefghijklmnopqrstuvwxyz"
 
 
-def _fresh_pool(engine: Engine) -> None:
+def _fresh_pool(engine: Engine, keep_alive: Callable[[Any], None]) -> None:
+    # A new pool; the old one's connections are dropped without a word (nothing to keep).
     engine.dispose(close=False)
 
 
@@ -158,18 +155,18 @@ class PostgreSQLDialect:
 
     def install_listeners(
         self, engine: Engine, *, read_only: bool, busy_timeout_s: float, set_journal_mode: bool
-    ) -> None:
+    ) -> AfterForkReset:
+        _check_out_safely(engine)
+        if read_only:
+
+            @event.listens_for(engine, "begin")
+            def _on_begin(conn: Connection) -> None:
+                conn.exec_driver_sql("SET TRANSACTION READ ONLY")
+
         # A forked child gets a pool of its own. The parent's sockets are dropped without a
         # word: psycopg never closes a connection from a process that did not open it, and the
         # parent goes on using them.
-        forksafety.track_engine(engine, _fresh_pool)
-        _check_out_safely(engine)
-        if not read_only:
-            return
-
-        @event.listens_for(engine, "begin")
-        def _on_begin(conn: Connection) -> None:
-            conn.exec_driver_sql("SET TRANSACTION READ ONLY")
+        return _fresh_pool
 
     def enable_journal_mode(self, engine: Engine) -> None:
         return None  # the server keeps its own write-ahead log
@@ -206,23 +203,16 @@ class PostgreSQLDialect:
     def integrity_problems(self, conn: Connection) -> list[str] | None:
         return None  # PostgreSQL checks its own pages
 
-    def writer_queue(self, url: URL, *, read_only: bool) -> None:
+    def writer_queue_file(self, url: URL, *, read_only: bool) -> Path | None:
         # The server queues lock waiters itself.
         return None
 
-    def release_inherited(self, dbapi_connection: Any) -> None:
+    def release_inherited(self, dbapi_connection: Any) -> bool:
         # Never close it here: that would say goodbye to the server on the parent's socket.
-        forksafety.abandon(dbapi_connection)
+        return False
 
     def insert(self, table: Table) -> Insert:
         return insert(table)
-
-    @property
-    def search_index(self) -> SearchIndex:
-        # Imported on first search: opening a store needs none of it.
-        from ..search.postgresql import PostgreSQLSearchIndex
-
-        return PostgreSQLSearchIndex()
 
     def json_list_sql(self, param: str) -> str:
         return f"(SELECT json_array_elements_text(CAST(:{param} AS json)))"

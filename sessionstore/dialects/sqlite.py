@@ -18,9 +18,10 @@ writing into, and acknowledged writes vanish. So:
 - backups go through SQLite's online backup API (``SQLiteDialect.backup``);
 - sizes and existence are checked with ``stat``/``access``, which open nothing;
 - the writers' queue (:mod:`sessionstore.storage.writers_queue`) locks a *different* file,
-  ``<db>-writelock``, which SQLite never uses;
+  ``<db>-writelock`` (:meth:`SQLiteDialect.writer_queue_file`), which SQLite never uses;
 - after ``fork()`` the child closes its inherited connections through SQLite before any use
-  (:mod:`sessionstore.storage.fork_safety`).
+  (the reset :meth:`SQLiteDialect.install_listeners` hands back, which
+  :mod:`sessionstore.storage.fork_safety` runs).
 
 What can still break the guarantee is code outside SQLite that opens the file: in a process that
 also holds SQLite connections to it, closing that descriptor drops their locks (SQLite's own
@@ -38,7 +39,7 @@ import threading
 import time
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from sqlalchemy import ColumnElement, Table, and_, event, func, text, true
@@ -55,12 +56,7 @@ from ..errors import (
     StoreUnavailableError,
     UnsupportedValueError,
 )
-from ..storage import fork_safety as forksafety
-from ..storage.writers_queue import WriterQueue
-from . import IntegrityViolation, missing_core_table
-
-if TYPE_CHECKING:
-    from ..search.index import SearchIndex
+from .interface import AfterForkReset, IntegrityViolation, missing_core_table
 
 logger = logging.getLogger(__name__)
 
@@ -164,11 +160,10 @@ class SQLiteDialect:
 
     def install_listeners(
         self, engine: Engine, *, read_only: bool, busy_timeout_s: float, set_journal_mode: bool
-    ) -> None:
+    ) -> AfterForkReset:
         label = engine.url.database or ":memory:"
         path = None if _is_memory(engine.url) else _filesystem_path(engine.url)
         connections = _ProcessConnections(engine)
-        forksafety.track_engine(engine, connections.after_fork_in_child)
 
         @event.listens_for(engine, "connect")
         def _on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
@@ -230,6 +225,8 @@ class SQLiteDialect:
                     statement, None, exc, sqlite3.Error, dialect=conn.dialect
                 ) from exc
 
+        return connections.after_fork_in_child
+
     def enable_journal_mode(self, engine: Engine) -> None:
         label = engine.url.database or ":memory:"
 
@@ -284,24 +281,18 @@ class SQLiteDialect:
         rows = [str(row[0]) for row in conn.exec_driver_sql("PRAGMA integrity_check")]
         return [] if rows == ["ok"] else rows
 
-    def writer_queue(self, url: URL, *, read_only: bool) -> WriterQueue | None:
+    def writer_queue_file(self, url: URL, *, read_only: bool) -> Path | None:
         if read_only or _is_memory(url):
             return None
         path = _filesystem_path(url).absolute()
-        return WriterQueue(path.with_name(path.name + WRITER_QUEUE_SUFFIX))
+        return path.with_name(path.name + WRITER_QUEUE_SUFFIX)
 
-    def release_inherited(self, dbapi_connection: Any) -> None:
+    def release_inherited(self, dbapi_connection: Any) -> bool:
         close_inherited(dbapi_connection)
+        return True
 
     def insert(self, table: Table) -> Insert:
         return insert(table)
-
-    @property
-    def search_index(self) -> SearchIndex:
-        # Imported on first search: opening a store needs none of it.
-        from ..search.sqlite import SQLiteSearchIndex
-
-        return SQLiteSearchIndex()
 
     def json_list_sql(self, param: str) -> str:
         return f"(SELECT value FROM json_each(:{param}))"
@@ -553,14 +544,16 @@ class _ProcessConnections:
     def checked_in(self, conn: sqlite3.Connection) -> None:
         self._in_use.discard(id(conn))
 
-    def after_fork_in_child(self, engine: Engine) -> None:
+    def after_fork_in_child(self, engine: Engine, keep_alive: Callable[[Any], None]) -> None:
+        """The engine's reset in a forked child (see the class docstring); ``keep_alive``
+        holds what must be neither used nor finalized (storage's ``fork_safety.abandon``)."""
         self._lock = threading.Lock()
         pid = os.getpid()
         inherited = [(key, conn) for key, (conn, owner) in self._live.items() if owner != pid]
         left_open = 0
         for key, conn in inherited:
             if key in self._in_use and not _is_closed(conn):
-                forksafety.abandon(conn)
+                keep_alive(conn)
                 left_open += 1
             else:
                 close_inherited(conn)

@@ -258,10 +258,11 @@ def _page_copy(path: Path) -> Path:
 
 
 def _rebuild_search_index(path: Path) -> None:
+    from ..search.registry import search_index_for
     from ..storage.store import Store
 
     with Store.open(f"sqlite:///{path}") as store:
-        store.write(store.dialect.search_index.rebuild)
+        store.write(search_index_for(store.dialect).rebuild)
 
 
 def _deduplicate_schema(path: Path) -> None:

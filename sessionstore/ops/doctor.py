@@ -27,6 +27,7 @@ from sqlalchemy.engine import URL, Connection, make_url
 from ..dialects import dialect_for_url
 from ..errors import ReadOnlyStoreError, StoreBusyError
 from ..schema import legacy, migrate
+from ..search.registry import search_index_for
 from ..sql.codec import stored_tool_call_count
 from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
@@ -189,7 +190,7 @@ def _search_checks(store: Store) -> list[Check]:
     store's retry policy, and a store that stays busy is reported as "not checked", never as
     damage (so ``--fix`` rebuilds nothing). A read-only store is checked in a read
     transaction."""
-    index = store.dialect.search_index
+    index = search_index_for(store.dialect)
     try:
         health = store.write(index.check) if index.check_writes else store.read(index.check)
     except StoreBusyError as exc:
@@ -585,7 +586,7 @@ def _counters_of(conn: Connection, session_ids: list[str]) -> dict[str, tuple[in
 def _rebuild_search(store: Store) -> str:
     # Dropped and built again from the rows in one write transaction: a reader sees the old
     # index or the new one.
-    store.write(store.dialect.search_index.rebuild)
+    store.write(search_index_for(store.dialect).rebuild)
     return "rebuilt the full-text index"
 
 

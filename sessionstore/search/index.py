@@ -1,10 +1,12 @@
 """What every dialect's search index offers: the seam between search and the databases.
 
-Each dialect (:mod:`sessionstore.dialects`) owns one object of this shape, as Alembic keeps one
-``DefaultImpl`` per database and sqlite-utils keeps its full-text verbs on one table object: it
-matches words and substrings, and knows how to find, build, rebuild, check and optimize its own
-objects (whose names live in :mod:`sessionstore.search.names`). The search service,
-the doctor and the CLI ask ``dialect_for(conn).search_index``; none of them names a database.
+Each database has one object of this shape (:mod:`.sqlite`, :mod:`.postgresql`), kept by
+dialect name in :mod:`.registry`, as Alembic keeps one ``DefaultImpl`` per database and
+sqlite-utils keeps its full-text verbs on one table object: it matches words and substrings,
+and knows how to find, build, rebuild, check and optimize its own objects (whose names live in
+:mod:`sessionstore.search.object_names`), always as the head layout has them. The search
+service, the doctor, maintenance and the migrations' repair ask
+``search_index_for(dialect)``; none of them names a database.
 """
 
 from __future__ import annotations

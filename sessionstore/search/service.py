@@ -7,8 +7,8 @@
    query is sanitized (:mod:`.sanitize`) and matched as words, best match first.
 3. Attach each hit's context in a fixed number of statements (:mod:`.context`).
 
-The database's search index is its dialect's (``dialect_for(conn).search_index``): this
-module never names a database.
+The database's search index is the one :mod:`.registry` keeps for its dialect
+(``search_index_for(dialect_for(conn))``): this module never names a database.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from sqlalchemy.engine import Connection, Engine
 from ..dialects import dialect_for
 from .context import fetch_context
 from .hits import SearchHit
+from .registry import search_index_for
 from .request import make_filters, make_page
 from .sanitize import contains_cjk, sanitize_fts5_query
 from .terms import parse_substring_query
@@ -77,7 +78,7 @@ def search_messages(
     )
     if page is None or filters.matches_nothing:
         return []
-    index = dialect_for(conn).search_index
+    index = search_index_for(dialect_for(conn))
     if contains_cjk(query):
         substring_query = parse_substring_query(query)
         if substring_query is None:

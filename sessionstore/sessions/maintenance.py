@@ -43,7 +43,9 @@ class Maintenance:
         self.store = store
 
     def optimize_fts(self) -> int:
-        index = self.store.dialect.search_index
+        from ..search.registry import search_index_for  # on first use, not at open
+
+        index = search_index_for(self.store.dialect)
         return self.store.write(index.optimize)
 
     def vacuum(self) -> int:

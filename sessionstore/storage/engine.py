@@ -2,7 +2,8 @@
 
 ``create_store_engine`` is the only function in the package that calls ``create_engine``: it
 resolves the URL rules, asks the dialect for its options and attaches the dialect's listeners
-(PRAGMAs, BEGIN mode) to the new engine instance, never to the Engine class.
+(PRAGMAs, BEGIN mode) to the new engine instance, never to the Engine class, and registers the
+after-fork reset the dialect hands back with :mod:`.fork_safety`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.engine import URL, Engine, make_url
 
 from ..dialects import dialect_for_url
+from . import fork_safety
 from .config import resolve_url
 
 DEFAULT_BUSY_TIMEOUT_S = 1.0
@@ -40,10 +42,11 @@ def create_store_engine(
     options = dialect.engine_options(parsed, read_only=read_only, busy_timeout_s=busy_timeout_s)
     options.update(engine_kwargs)
     engine = create_engine(parsed, **options)
-    dialect.install_listeners(
+    after_fork = dialect.install_listeners(
         engine,
         read_only=read_only,
         busy_timeout_s=busy_timeout_s,
         set_journal_mode=set_journal_mode,
     )
+    fork_safety.track_engine(engine, after_fork)
     return engine

@@ -9,7 +9,10 @@ vanish. SQLite's rule is that the child must not use inherited connections.
 
 So every engine and :class:`~.store.Store` the package creates is tracked here (a
 ``WeakSet``: tracking never keeps an object alive), and one ``os.register_at_fork`` hook, run
-in the child right after the fork, asks each to drop what it inherited: SQLite connections are
+in the child right after the fork, asks each to drop what it inherited. What that means for an
+engine's connections is its dialect's to say (the reset ``install_listeners`` hands back, which
+:func:`~.engine.create_store_engine` registers here); the handles a reset must neither use nor
+let be finalized are kept by :func:`abandon`. SQLite connections are
 closed through SQLite (its bookkeeping forgets the copies, the child's later connections take
 real locks; closing in the child never releases a lock of the parent's), PostgreSQL sockets are
 abandoned without a word on the wire (the parent still talks over them), thread locks that some
@@ -36,9 +39,9 @@ class ForkAware(Protocol):
 
 
 _objects: weakref.WeakSet[ForkAware] = weakref.WeakSet()
-_engines: weakref.WeakKeyDictionary[Engine, Callable[[Engine], None]] = (
-    weakref.WeakKeyDictionary()
-)
+EngineReset = Callable[[Engine, Callable[[Any], None]], None]
+"""An engine's after-fork reset: called with the engine and :func:`abandon`."""
+_engines: weakref.WeakKeyDictionary[Engine, EngineReset] = weakref.WeakKeyDictionary()
 # What a child must neither use nor let the garbage collector finalize (a collected pool
 # connection would be rolled back, i.e. used): kept for the child's lifetime.
 _abandoned: list[Any] = []
@@ -53,8 +56,8 @@ def track(obj: ForkAware) -> None:
         _install_hook()
 
 
-def track_engine(engine: Engine, reset: Callable[[Engine], None]) -> None:
-    """Call ``reset(engine)`` in every child forked while ``engine`` is alive."""
+def track_engine(engine: Engine, reset: EngineReset) -> None:
+    """Call ``reset(engine, abandon)`` in every child forked while ``engine`` is alive."""
     with _guard:
         _engines[engine] = reset
         _install_hook()
@@ -86,6 +89,6 @@ def _reset_in_child() -> None:
             logger.warning("could not reset %r after fork", obj, exc_info=True)
     for engine, reset in list(_engines.items()):
         try:
-            reset(engine)
+            reset(engine, abandon)
         except Exception:
             logger.warning("could not reset %r after fork", engine, exc_info=True)

@@ -81,9 +81,10 @@ class Store:
         # SQLite has one writer per file: threads of one process queue here instead of
         # fighting over the file lock with sleeps, then processes on the writers' queue.
         self._serialize = self.dialect.serialize_writes_in_process
-        self._queue: WriterQueue | None = (
-            None if read_only else self.dialect.writer_queue(engine.url, read_only=read_only)
+        queue_file = (
+            None if read_only else self.dialect.writer_queue_file(engine.url, read_only=read_only)
         )
+        self._queue = None if queue_file is None else WriterQueue(queue_file)
         self._write_lock = WriteLock(self._queue, self.retry.budget_s)
         # With writes serialised in-process, one connection can serve them all: no pool
         # checkout and reset per write (a measurable share of an append). Dropped on any error.
@@ -466,7 +467,7 @@ class Store:
             forksafety.abandon(reader)
             if not reader.closed:
                 with contextlib.suppress(Exception):
-                    self.dialect.release_inherited(reader.connection.dbapi_connection)
+                    self._release_inherited(reader.connection.dbapi_connection)
         writer, self._writer = self._writer, None
         if writer is None:
             return
@@ -474,7 +475,13 @@ class Store:
         forksafety.abandon(writer)
         if writer_idle and not writer.closed:
             with contextlib.suppress(Exception):
-                self.dialect.release_inherited(writer.connection.dbapi_connection)
+                self._release_inherited(writer.connection.dbapi_connection)
+
+    def _release_inherited(self, dbapi_connection: object) -> None:
+        """The dialect closes an inherited driver connection where that is safe; one it must
+        not touch (a socket the parent still talks over) is kept alive, unused, instead."""
+        if not self.dialect.release_inherited(dbapi_connection):
+            forksafety.abandon(dbapi_connection)
 
     def __enter__(self) -> Store:
         return self

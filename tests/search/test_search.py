@@ -24,6 +24,7 @@ from sqlalchemy.exc import OperationalError
 from sessionstore.dialects import dialect_for
 from sessionstore.schema import migrate
 from sessionstore.search.hits import ContextMessage, SearchHit
+from sessionstore.search.registry import search_index_for
 from sessionstore.search.request import Page, SearchFilters
 from sessionstore.search.service import search_messages
 from sessionstore.search.sqlite import SQLiteSearchIndex, is_query_error
@@ -542,7 +543,7 @@ def test_substring_search_takes_wildcards_literally(
         ],
     )
     rows = store.read(
-        lambda conn: dialect_for(conn).search_index.substring_matches(
+        lambda conn: search_index_for(dialect_for(conn)).substring_matches(
             conn, substring_query(needle), SearchFilters(), Page(limit=10, offset=0)
         )
     )
@@ -972,7 +973,7 @@ def test_search_index_lifecycle_verbs(store: Store) -> None:
     queries = ("deploy", "数据库", "库", "数据 迁移")
     before = {q: names_of(search(store, q), ids) for q in queries}
     assert all(before.values())
-    index = store.dialect.search_index
+    index = search_index_for(store.dialect)
     assert store.read(index.missing) == []
     bigram_objects = (
         [BIGRAM_TABLE, *(f"{BIGRAM_TABLE}_{e}" for e in ("insert", "delete", "update"))]

@@ -1,0 +1,41 @@
+"""Which search index serves which database: one registry, keyed by the dialect's name.
+
+In the spirit of Alembic's per-dialect ``DefaultImpl`` registry, each database's search index
+lives here in the search wing (:mod:`.sqlite`, :mod:`.postgresql`), never in the dialect: the
+dialects know nothing of search, and the search service, the doctor, maintenance and the
+migrations' repair ask :func:`search_index_for` with the dialect they hold. A database this
+package does not know has no index (a ``ValueError``, as :func:`~sessionstore.dialects.
+dialect_for_url` refuses its URL).
+
+Each index module is imported on first use: opening a store and reading it never searches.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from ..dialects import StoreDialect
+    from .index import SearchIndex
+
+DEFAULT_INDEXES: Final = {
+    "sqlite": ("sessionstore.search.sqlite", "SQLiteSearchIndex"),
+    "postgresql": ("sessionstore.search.postgresql", "PostgreSQLSearchIndex"),
+}
+"""Dialect name -> (module, class) of its search index; each index object holds no state."""
+
+_built: dict[str, SearchIndex] = {}
+
+
+def search_index_for(dialect: StoreDialect) -> SearchIndex:
+    """The search index of ``dialect``'s database: word and substring matching, and its
+    search objects' detect, create, rebuild, check and optimize."""
+    index = _built.get(dialect.name)
+    if index is None:
+        try:
+            module, name = DEFAULT_INDEXES[dialect.name]
+        except KeyError:
+            raise ValueError(f"no search index for the {dialect.name!r} database") from None
+        index = _built[dialect.name] = getattr(importlib.import_module(module), name)()
+    return index
