@@ -68,7 +68,9 @@ def _run_chain(connection: Connection) -> None:
 def _adopt_and_migrate(connection: Connection) -> None:
     if _should_adopt():
         known = {rev.revision for rev in ScriptDirectory.from_config(config).walk_revisions()}
-        legacy.adopt(connection, known)
+        adoption = legacy.adopt(connection, known)
+        # Data steps Hermes already ran on this file (v16's backfill) must not run again.
+        connection.info[HERMES_SCHEMA_BEFORE_CHAIN] = adoption.found.schema_version
     context.configure(
         connection=connection,
         target_metadata=Base.metadata,

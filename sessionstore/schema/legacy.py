@@ -57,6 +57,17 @@ class StoreState(NamedTuple):  # not a dataclass: see migrate.Status
         return not self.has_sessions and self.schema_version is None and not self.has_alembic_table
 
 
+class Adoption(NamedTuple):
+    """What :func:`adopt` found before it changed anything, and the revision it stamped.
+
+    The migration environment records ``found.schema_version`` for the chain's data steps
+    (``sessionstore._migrations.chain_state``): this module stays below the migrations and
+    never imports them."""
+
+    found: StoreState
+    stamped: str | None
+
+
 def read_state(conn: Connection) -> StoreState:
     """Two small queries, whatever the store: which tables exist (one catalog query, not the
     Inspector), then both version numbers in one SELECT. Opening an up-to-date store costs
@@ -162,18 +173,13 @@ def check_revision_known(state: StoreState, known_revisions: Collection[str]) ->
         )
 
 
-def adopt(conn: Connection, known_revisions: Collection[str]) -> str | None:
-    """Refuse or stamp a legacy database; return the revision stamped, if any."""
+def adopt(conn: Connection, known_revisions: Collection[str]) -> Adoption:
+    """Refuse or stamp a legacy database; return what it found and the revision stamped."""
     state = read_state(conn)
     check_not_too_new(state)
     check_revision_known(state, known_revisions)
-    # Only a migration gets here: the package of the migrations stays out of a plain open.
-    from .._migrations.chain_state import HERMES_SCHEMA_BEFORE_CHAIN
-
-    # Data steps Hermes already ran on this file (v16's backfill) must not run again.
-    conn.info[HERMES_SCHEMA_BEFORE_CHAIN] = state.schema_version
     if state.alembic_revision is not None or not state.has_sessions:
-        return None
+        return Adoption(state, None)
     version = state.schema_version
     revision = adoption_revision(conn, version)
     if not state.has_alembic_table:
@@ -187,4 +193,4 @@ def adopt(conn: Connection, known_revisions: Collection[str]) -> str | None:
         text(f"INSERT INTO {ALEMBIC_VERSION_TABLE} (version_num) VALUES (:rev)"), {"rev": revision}
     )
     logger.info("adopted a Hermes schema v%s database at revision %s", version, revision)
-    return revision
+    return Adoption(state, revision)
