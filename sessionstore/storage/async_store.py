@@ -16,9 +16,9 @@ all of it; what it adds is *where* each part runs:
   writes share one pool.
 - **Each thread job is one transaction attempt**: the sync call runs on a store whose retry
   policy is a single attempt (:func:`single_attempt`). The retry loop itself is here, in the
-  event loop: the same whole-transaction, retryable-errors-only rule as
-  :func:`.retry.run_with_retry`, with the caller's :class:`RetryPolicy`, its back-off
-  in ``asyncio.sleep``. Lost-COMMIT recovery stays inside the attempt (``Store.write``).
+  event loop: the one retry rule (:class:`.retry.RetryLoop`, which :func:`.retry.run_with_retry`
+  drives too), with the caller's :class:`RetryPolicy`, its back-off in ``asyncio.sleep``.
+  Lost-COMMIT recovery stays inside the attempt (``Store.write``).
 - **The writers' queue** (other processes) is waited for in the writer thread in short slices
   (:data:`QUEUE_SLICE_S`); between slices the loop checks the budget and cancellation, so such
   a wait is abandoned within one slice and never blocks the loop. Once in, the queue is held
@@ -53,8 +53,8 @@ from ..errors import SessionStoreError, StoreBusyError, StoreUnavailableError
 from . import fork_safety as forksafety
 from .engine import DEFAULT_BUSY_TIMEOUT_S
 from .error_translation import exhausted
-from .retry import RetryPolicy
-from .store import CHECKPOINT_EVERY_N_WRITES, Store, _queued_jitter
+from .retry import RetryLoop, RetryPolicy, queued_jitter
+from .store import CHECKPOINT_EVERY_N_WRITES, Store
 from .writers_queue import QueueTimeout
 
 T = TypeVar("T")
@@ -204,13 +204,11 @@ class AsyncStore:
         *,
         serialized: bool,
     ) -> T:
-        """:func:`.retry.run_with_retry`'s loop with ``asyncio.sleep``: the whole
-        transaction again, only on retryable errors, bounded by attempts and the budget."""
-        policy = self.retry
-        deadline = started + policy.budget_s
+        """The one retry rule (:class:`.retry.RetryLoop`) driven with ``asyncio.sleep``: the
+        whole transaction again, only on retryable errors, bounded by attempts and the budget."""
+        loop = RetryLoop(self.retry, jitter=self._jitter, started=started)
+        deadline = started + self.retry.budget_s
         call = _Call()
-        attempts = 0
-        last_error: BaseException | None = None
         try:
             while True:
                 try:
@@ -228,13 +226,9 @@ class AsyncStore:
                 except Exception as exc:
                     if not self._is_retryable(exc):
                         raise
-                    attempts += 1
-                    last_error = exc
-                elapsed = time.monotonic() - started
-                jitter = _queued_jitter if self.store.write_lock.queued else random.uniform
-                pause = jitter(policy.min_sleep_s, policy.max_sleep_s)
-                if attempts >= policy.max_attempts or elapsed + pause > policy.budget_s:
-                    raise self._exhausted(attempts, time.monotonic() - started, last_error)
+                    pause = loop.pause_after(exc)
+                if pause is None:
+                    raise self._exhausted(loop.exhausted())
                 await asyncio.sleep(pause)
         except BaseException:
             # Cancelled, timed out, failed or exhausted: no attempt of this call starts any
@@ -278,13 +272,21 @@ class AsyncStore:
             and self.store.dialect.is_disconnect(cause)
         )
 
-    def _exhausted(
-        self, attempts: int, waited_s: float, last: BaseException | None
-    ) -> SessionStoreError:
+    def _jitter(self, low: float, high: float) -> float:
+        """The sync store's jitter: shorter at the head of the writers' queue."""
+        queued = self.store.write_lock.queued
+        return queued_jitter(low, high) if queued else random.uniform(low, high)
+
+    def _exhausted(self, spent: StoreBusyError) -> SessionStoreError:
+        """The loop's error, its last attempt's own error unwrapped (each attempt raised a
+        typed one from the single-attempt store), typed as ``Store`` types it."""
+        last = spent.last_error
         underlying = last.last_error if isinstance(last, StoreBusyError) else last
         if isinstance(last, StoreUnavailableError):
             underlying = last.__cause__
-        error = exhausted(self.store.dialect, StoreBusyError(attempts, waited_s, underlying))
+        error = exhausted(
+            self.store.dialect, StoreBusyError(spent.attempts, spent.waited_s, underlying)
+        )
         error.__cause__ = underlying
         return error
 

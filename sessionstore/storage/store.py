@@ -37,7 +37,7 @@ from .command_hints import cli_command
 from .config import resolve_url
 from .engine import DEFAULT_BUSY_TIMEOUT_S, create_store_engine
 from .error_translation import typed_errors
-from .retry import RetryPolicy, run_with_retry
+from .retry import RetryPolicy, queued_jitter, run_with_retry
 from .writers_queue import QueueTimeout, WriterQueue
 
 T = TypeVar("T")
@@ -48,16 +48,6 @@ CHECKPOINT_EVERY_N_WRITES = 50
 IDLE_READERS = 4
 """Read connections a store keeps checked out between reads (below the pool's size of 5): a
 pool checkout and its reset cost about as much as loading a short conversation."""
-QUEUED_MAX_SLEEP_S = 0.005
-"""Sleep between attempts while at the head of the writers' queue. The jitter exists to spread
-this package's writers apart; in the queue only a foreign program competes, and a short sleep
-catches its release sooner."""
-
-
-def _queued_jitter(low: float, high: float) -> float:
-    return random.uniform(min(low, QUEUED_MAX_SLEEP_S), min(high, QUEUED_MAX_SLEEP_S))
-
-
 class Store:
     """A session store's engine plus the rules for using it safely from many threads."""
 
@@ -281,7 +271,7 @@ class Store:
                 self._is_retryable,
                 policy,
                 started=started,
-                jitter=_queued_jitter if lock.queued else random.uniform,
+                jitter=queued_jitter if lock.queued else random.uniform,
             )
         finally:
             lock.release()
