@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..search.names import FTS5_TABLES
+from ..search.object_names import FTS5_TABLES
 
 if TYPE_CHECKING:
     from ..api.session_db import SessionDB

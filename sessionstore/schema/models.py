@@ -13,7 +13,7 @@ from __future__ import annotations
 from sqlalchemy import Index, Integer, Text, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from ..search import names as search_names
+from ..search import object_names as search_names
 from ..sql.tables import (
     SCHEMA_VERSION,
     CounterColumn,

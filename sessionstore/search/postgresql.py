@@ -26,7 +26,7 @@ from typing import Any, Final
 
 from sqlalchemy.engine import Connection
 
-from . import names as names
+from . import object_names as names
 from .hits import (
     SNIPPET_ELLIPSIS,
     SNIPPET_END,

@@ -9,7 +9,7 @@ while only the candidates are read. A file without the bigram index (a store ope
 below revision 0021), or a query with an alternative that names no CJK term, is answered by
 the scan itself.
 
-The objects (:mod:`.sqlite_search_ddl`) are kept in step by triggers on ``messages``, written in
+The objects (:mod:`.sqlite_ddl`) are kept in step by triggers on ``messages``, written in
 plain SQL, so rows that another program writes (Hermes, a raw ``sqlite3`` script) are indexed
 like ours. A query the FTS5 parser rejects answers "no match" instead of raising; any other
 database error (locked, I/O, corruption) propagates.
@@ -23,7 +23,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from . import names as names
+from . import object_names as names
 from . import sqlite_ddl as ddl
 from .hits import (
     SNIPPET_ELLIPSIS,
@@ -36,9 +36,9 @@ from .hits import (
     substring_snippet_text_sql,
 )
 from .index import IndexHealth, optimize_each
+from .long_text_snippets import LONG_MESSAGE_CHARS, long_text_snippet, term_pattern
 from .request import Page, SearchFilters, filtered_statement
 from .sanitize import contains_cjk, escape_like
-from .snippets import LONG_MESSAGE_CHARS, long_text_snippet, term_pattern
 from .terms import SubstringQuery, Term, index_tokens
 
 LIKE_ESCAPE: Final = "\\"
@@ -306,7 +306,7 @@ def _rebuild_external(conn: Connection, table: str) -> None:
 
 def _fill_bigrams(conn: Connection, table: str) -> None:
     # Row by row with the text bound: the token SQL reads a bound value once, a table column
-    # once per chunk (see sqlite_search_ddl.column_grams).
+    # once per chunk (see sqlite_ddl.column_grams).
     conn.exec_driver_sql(f"INSERT INTO {table}({table}) VALUES('delete-all')")
     insert = text(ddl.BIGRAM_INSERT_ONE)
     for row in conn.execute(text(ddl.BIGRAM_ROWS)).all():

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from . import names as names
+from . import object_names as names
 
 INDEXED_COLUMNS: Final = ("content", "tool_name", "tool_calls")
 CHUNK_BYTES: Final = 96

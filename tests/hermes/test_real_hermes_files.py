@@ -47,7 +47,7 @@ from sessionstore.cli import app
 from sessionstore.errors import SchemaTooNewError
 from sessionstore.ops import doctor, transfer
 from sessionstore.schema import migrate
-from sessionstore.search.names import SEARCH_OBJECT_NAMES
+from sessionstore.search.object_names import SEARCH_OBJECT_NAMES
 from sessionstore.sql.records import MESSAGE_FIELDS, SESSION_FIELDS
 
 FIELD_SCHEMAS = (11, 13, 14, 16, 17)

@@ -17,7 +17,8 @@ from cjk_checks import assert_cjk_index_matches_scan
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sessionstore._migrations import cjk_compact_ddl, cjk_ddl
+from sessionstore._migrations import revision_0021_ddl as cjk_ddl
+from sessionstore._migrations import revision_0025_ddl as cjk_compact_ddl
 from sessionstore.schema import migrate
 from sessionstore.search import sqlite_ddl as sqlite_search_ddl
 from sessionstore.storage.config import sqlite_url

@@ -747,7 +747,7 @@ def test_short_cjk_pages_come_from_the_covering_index(
 def test_cjk_search_scans_when_the_bigram_index_is_absent(sqlite_store: Store) -> None:
     """A store below revision 0021 (opened read-only, say) has no bigram index: scan."""
     ids = seed(sqlite_store, CORPUS)
-    cjk_ddl = pytest.importorskip("sessionstore._migrations.cjk_ddl")
+    cjk_ddl = pytest.importorskip("sessionstore._migrations.revision_0021_ddl")
     sqlite_store.write(cjk_ddl.sqlite_drop_bigram_index)
     with StatementLog(sqlite_store) as log:
         hits = search(sqlite_store, "数据库")
@@ -944,7 +944,7 @@ def test_trigram_glob_agrees_with_contains_cjk() -> None:
     """Revision 0007 indexes exactly the messages contains_cjk would search for (see CJK_GLOB)."""
     import sqlite3
 
-    from sessionstore._migrations import cjk_ddl
+    from sessionstore._migrations import revision_0021_ddl as cjk_ddl
     from sessionstore._migrations.search_ddl import CJK_GLOB
     from sessionstore.search import contains_cjk
     from sessionstore.search import postgresql as postgresql_search

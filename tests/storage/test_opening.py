@@ -135,7 +135,7 @@ NOT_ON_THE_RUNTIME_PATH = (
     "sessionstore.search.hits",
     "sessionstore.search.context",
     "sessionstore.search.sqlite",
-    "sessionstore.search.names",
+    "sessionstore.search.object_names",
     # Whole-store tools and the other front ends.
     "sessionstore.ops.transfer",
     "sessionstore.ops.doctor",

@@ -5,8 +5,8 @@ Chinese) with a ``LIKE`` scan of every message, and so did this package; a trigr
 cannot hold them. A bigram index (each CJK character with the one after it, as Lucene's CJK
 analyzers index) answers needles of any length: the candidates are the rows holding every
 bigram of the needle, then verified against the text, so the results are exactly the scan's.
-See ``cjk_ddl`` for the objects and why the tokens are computed in SQL inside the triggers
-(rows Hermes or any other program writes are indexed too).
+See ``_migrations/revision_0021_ddl.py`` for the objects and why the tokens are computed in
+SQL inside the triggers (rows Hermes or any other program writes are indexed too).
 
 Also: revision 0014's trigram triggers tested every appended message with a ``GLOB`` for CJK
 (about 83 ns per character, 8.7 µs for a typical append); they are re-created under the same
@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 from alembic import op
 
-from sessionstore._migrations import cjk_ddl, search_ddl
+from sessionstore._migrations import revision_0021_ddl, search_ddl
 
 revision: str = "0021"
 down_revision: str | None = "0020"
@@ -40,16 +40,16 @@ depends_on: str | Sequence[str] | None = None
 def upgrade() -> None:
     bind = op.get_bind()
     if bind.dialect.name == "sqlite":
-        cjk_ddl.sqlite_prefilter_trigram_triggers(bind)
-        cjk_ddl.sqlite_create_bigram_index(bind)
+        revision_0021_ddl.sqlite_prefilter_trigram_triggers(bind)
+        revision_0021_ddl.sqlite_create_bigram_index(bind)
     else:
-        cjk_ddl.pg_create_bigram_index(bind)
+        revision_0021_ddl.pg_create_bigram_index(bind)
 
 
 def downgrade() -> None:
     bind = op.get_bind()
     if bind.dialect.name == "sqlite":
-        cjk_ddl.sqlite_drop_bigram_index(bind)
+        revision_0021_ddl.sqlite_drop_bigram_index(bind)
         search_ddl.restore_hermes_trigram_triggers(bind)
     else:
-        cjk_ddl.pg_drop_bigram_index(bind)
+        revision_0021_ddl.pg_drop_bigram_index(bind)

@@ -5,7 +5,7 @@ Why: SQLite parses the text of every trigger when a connection first reads the s
 written out four times per column): 4-6 ms on every new connection, in every process that
 opens the store, Hermes's included. That was most of the time a short-lived program (a hook,
 a CLI call) spent opening an up-to-date store. The compact spelling computes each chunk's
-edges once in a derived table (``_migrations/cjk_compact_ddl.py``); the triggers shrink to
+edges once in a derived table (``_migrations/revision_0025_ddl.py``); the triggers shrink to
 about 21 KB.
 
 The tokens are exactly 0021's, so the rows already indexed are deleted correctly by the new
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from alembic import op
 
-from sessionstore._migrations import cjk_compact_ddl
+from sessionstore._migrations import revision_0025_ddl
 
 revision: str = "0025"
 down_revision: str | None = "0024"
@@ -35,10 +35,10 @@ depends_on: str | Sequence[str] | None = None
 def upgrade() -> None:
     bind = op.get_bind()
     if bind.dialect.name == "sqlite":
-        cjk_compact_ddl.sqlite_compact_bigram_triggers(bind)
+        revision_0025_ddl.sqlite_compact_bigram_triggers(bind)
 
 
 def downgrade() -> None:
     bind = op.get_bind()
     if bind.dialect.name == "sqlite":
-        cjk_compact_ddl.sqlite_restore_bigram_triggers(bind)
+        revision_0025_ddl.sqlite_restore_bigram_triggers(bind)
