@@ -9,8 +9,12 @@ SQLite file. With a URL, the whole upgrade runs in ONE write transaction (``BEGI
 SQLite, an advisory lock on PostgreSQL): a second process upgrading at the same time waits, then
 finds nothing to do; a process killed half-way leaves the old schema intact.
 
-Before the chain runs, legacy Hermes files are adopted (``sessionstore.schema.legacy``); after it, a
-missing full-text index is re-created and filled from the existing messages.
+Before the chain runs, legacy Hermes files are adopted (``sessionstore.schema.legacy``); after it,
+on a store at head, a missing search object is repaired: the whole head layout is built again
+from the runtime's one definition of it (``sessionstore.search``: the same rebuild as
+``db doctor --fix``) and filled from the existing messages. A store left below head (an
+upgrade to an older target, a downgrade) is not repaired here: the runtime knows only the head
+layout, and a revision's objects are its own DDL's.
 """
 
 from __future__ import annotations
@@ -21,11 +25,12 @@ from alembic import context
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection, Engine
 
-from sessionstore._migrations import search_ddl
 from sessionstore._migrations.chain_state import HERMES_SCHEMA_BEFORE_CHAIN
 from sessionstore.dialects import dialect_for
 from sessionstore.schema import legacy
 from sessionstore.schema.models import SEARCH_OBJECT_NAMES, Base
+from sessionstore.search.index import ensure_head_layout
+from sessionstore.search.registry import search_index_for
 from sessionstore.storage.config import resolve_url
 from sessionstore.storage.engine import create_store_engine
 from sessionstore.storage.retry import RetryPolicy, run_with_retry
@@ -81,16 +86,19 @@ def _adopt_and_migrate(connection: Connection) -> None:
     )
     with context.begin_transaction():
         context.run_migrations()
-    if _should_adopt() and _has_messages(connection) and search_ddl.search_objects_missing(
-        connection
-    ):
-        search_ddl.repair_search_objects(connection)
+    if _should_adopt() and _has_messages(connection) and _at_head():
+        ensure_head_layout(search_index_for(dialect_for(connection)), connection)
 
 
 def _has_messages(connection: Connection) -> bool:
     from sqlalchemy import inspect
 
     return inspect(connection).has_table("messages")
+
+
+def _at_head() -> bool:
+    head = ScriptDirectory.from_config(config).get_current_head()
+    return context.get_context().get_current_revision() == head
 
 
 def run_migrations_offline() -> None:

@@ -8,8 +8,10 @@ PostgreSQL: a GIN index over ``to_tsvector('simple', ...)`` for word search and 
 GIN index for substring and CJK search. The indexed expression is a constant here and the search
 code uses the very same text, or the planner would not use the index.
 
-These constants belong to the migrations: an old revision must keep building the same objects
-whatever the package later does, so nothing here imports ``sessionstore``.
+These constants belong to the revisions: an old revision must keep building the same objects
+whatever the package later does, so nothing here imports ``sessionstore``. Nothing outside the
+revisions uses them either: every repair builds the head layout from the runtime's one
+definition of it (``sessionstore.search.sqlite_ddl`` and ``postgresql_ddl``).
 """
 
 from __future__ import annotations
@@ -59,22 +61,6 @@ def _sqlite_objects(bind: sa.engine.Connection) -> set[str]:
         (FTS_TABLE, "messages"),
     )
     return {row[0] for row in rows}
-
-
-def _pg_objects(bind: sa.engine.Connection) -> set[str]:
-    rows = bind.execute(
-        sa.text("SELECT indexname FROM pg_indexes WHERE tablename = 'messages'")
-    )
-    return {row[0] for row in rows}
-
-
-def search_objects_missing(bind: sa.engine.Connection) -> bool:
-    """True when any full-text object is absent (a half-migrated or hand-edited file)."""
-    if bind.dialect.name == "sqlite":
-        if uses_later_layout(bind):
-            return later_layout_missing(bind)
-        return not {FTS_TABLE, *FTS_TRIGGERS} <= _sqlite_objects(bind)
-    return not set(pg_search_indexes(bind)) <= _pg_objects(bind)
 
 
 def create_search_objects(bind: sa.engine.Connection) -> None:
@@ -249,40 +235,6 @@ PG_CREATE_TSV_COLUMN_INDEX = (
 )
 
 
-def _pg_has_tsv_column(bind: sa.engine.Connection) -> bool:
-    row = bind.execute(
-        sa.text(
-            "SELECT 1 FROM information_schema.columns "
-            "WHERE table_name = 'messages' AND column_name = :column"
-        ),
-        {"column": PG_TSV_COLUMN},
-    ).first()
-    return row is not None
-
-
-def pg_search_indexes(bind: sa.engine.Connection) -> tuple[str, ...]:
-    """The PostgreSQL search indexes this database should have at its current revision."""
-    word_index = PG_TSV_COLUMN_INDEX if _pg_has_tsv_column(bind) else PG_TSV_INDEX
-    substring_index = PG_LATER_TRGM_INDEX if uses_later_layout(bind) else PG_TRGM_INDEX
-    return (word_index, substring_index)
-
-
-def repair_search_objects(bind: sa.engine.Connection) -> None:
-    """Re-create missing full-text objects as the current revision has them (env.py, doctor)."""
-    if bind.dialect.name == "sqlite" and uses_later_layout(bind):
-        create_later_search_objects(bind, trigram=sqlite_supports_trigram(bind))
-        return
-    if bind.dialect.name == "sqlite" or not _pg_has_tsv_column(bind):
-        create_search_objects(bind)
-        return
-    bind.exec_driver_sql(PG_CREATE_TRGM_EXTENSION)
-    bind.exec_driver_sql(PG_CREATE_TSV_COLUMN_INDEX)
-    if uses_later_layout(bind):
-        bind.exec_driver_sql(PG_CREATE_LATER_TRGM_INDEX)
-        return
-    bind.exec_driver_sql(PG_CREATE_TRGM_INDEX)
-
-
 # --------------------------------------------------------------------------------------------
 # The later Hermes layout (revisions 0013 = Hermes v10, 0014 = Hermes v11).
 # --------------------------------------------------------------------------------------------
@@ -449,30 +401,6 @@ def restore_v6_search_objects(bind: sa.engine.Connection) -> None:
     drop_word_index(bind)
     drop_hermes_trigram_objects(bind)
     create_search_objects(bind)
-
-
-def later_layout_missing(bind: sa.engine.Connection) -> bool:
-    """True when a v11-layout file lacks one of its FTS objects (the trigram ones only when
-    this SQLite could have built them)."""
-    rows = bind.exec_driver_sql(
-        "SELECT name FROM sqlite_master WHERE type IN ('table', 'view', 'trigger')"
-    )
-    present = {row[0] for row in rows}
-    needed = {FTS_TABLE, FTS_SOURCE_VIEW, *FTS_TRIGGERS}
-    if HERMES_TRIGRAM_TABLE in present or sqlite_supports_trigram(bind):
-        needed |= {HERMES_TRIGRAM_TABLE, HERMES_TRIGRAM_SOURCE_VIEW, *HERMES_TRIGRAM_TRIGGERS}
-    return not needed <= present
-
-
-def uses_later_layout(bind: sa.engine.Connection) -> bool:
-    """Whether the file's revision is at or past Hermes v11's FTS layout (revision 0014)."""
-    if not sa.inspect(bind).has_table("alembic_version"):
-        return False
-    revision = bind.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
-    return isinstance(revision, str) and revision.isdigit() and int(revision) >= LATER_LAYOUT_FROM
-
-
-LATER_LAYOUT_FROM = 14
 
 
 # --------------------------------------------------------------------------------------------

@@ -74,6 +74,19 @@ class SearchIndex(Protocol):
         ``optimize_fts`` does; a busy or lost database still raises (to be retried)."""
 
 
+def ensure_head_layout(index: SearchIndex, conn: Connection) -> bool:
+    """When any search object of the head layout is missing (dropped by hand, lost with a
+    half-copied schema), build the whole layout again from the rows: :meth:`SearchIndex.rebuild`,
+    the very repair ``db doctor --fix`` runs, so both give one result. True when it rebuilt.
+
+    Rebuilt rather than completed: writes made while a trigger was missing never reached
+    its index, so what is left of the index cannot be trusted to be in step."""
+    if not index.missing(conn):
+        return False
+    index.rebuild(conn)
+    return True
+
+
 def optimize_each(conn: Connection, steps: Iterable[tuple[str, str, dict[str, Any]]]) -> int:
     """Run each ``(index, sql, parameters)`` step in a savepoint of its own: one that fails
     (a damaged index) is logged and undone, the others still run. How many ran."""

@@ -38,13 +38,12 @@ from .hits import (
     substring_snippet_text_sql,
 )
 from .index import IndexHealth, optimize_each
+from .postgresql_ddl import HEAD_DDL, HEAD_INDEXES, INDEXED_CHARS, grams_of, indexed_text
 from .request import Page, SearchFilters, filtered_statement
 from .sanitize import escape_like, to_postgres_tsquery
 from .terms import SubstringQuery
 
 LIKE_ESCAPE: Final = "\\"
-INDEXED_CHARS: Final = 200_000
-"""Only what the word index covers can match: headlines read no further."""
 HEADLINE_OPTIONS: Final = (
     f"StartSel={SNIPPET_START}, StopSel={SNIPPET_END}, MaxWords=40, MinWords=15, ShortWord=0, "
     f"MaxFragments=1, FragmentDelimiter={SNIPPET_ELLIPSIS}"
@@ -55,60 +54,6 @@ _TSQUERY: Final = "to_tsquery('simple', :tsquery)"
 # ts_rank (44 ms against 32 for a word in 8% of 100,000 messages).
 _TSQUERY_ONCE: Final = f"(SELECT {_TSQUERY})"
 
-
-def indexed_text(alias: str | None = None) -> str:
-    """Hermes v11's indexed text; the index expressions use it verbatim (no alias) and the
-    queries with one, or the planner would not match them."""
-    prefix = f"{alias}." if alias else ""
-    return (
-        f"(coalesce({prefix}content, '') || ' ' || coalesce({prefix}tool_name, '') || ' ' || "
-        f"coalesce({prefix}tool_calls, ''))"
-    )
-
-
-TSV_EXPRESSION: Final = f"to_tsvector('simple'::regconfig, left({indexed_text()}, {INDEXED_CHARS}))"
-CJK_CLASS: Final = "[" + "".join(
-    f"{chr(low)}-{chr(high)}"
-    for low, high in (
-        (0x1100, 0x11FF), (0x2E80, 0x33FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF),
-        (0xA960, 0xA97F), (0xAC00, 0xD7FF), (0xF900, 0xFAFF), (0xFE30, 0xFE4F),
-        (0xFF00, 0xFFEF), (0x20000, 0x3FFFF),
-    )
-) + "]"  # fmt: skip
-"""The ranges of :func:`sessionstore.search.contains_cjk` (tests check they agree)."""
-
-
-def grams_of(expression: str) -> str:
-    return f"{names.PG_GRAMS_FUNCTION}(lower({expression}))"
-
-
-# Head layout, for create and rebuild (the migrations keep frozen copies of their own).
-# string_to_array(t, NULL) splits a text into characters in one pass; lead() pairs each with
-# the next. Pure-ASCII text (octet length = character length) returns at once.
-CREATE_GRAMS_FUNCTION: Final = f"""
-CREATE OR REPLACE FUNCTION {names.PG_GRAMS_FUNCTION}(t text) RETURNS text[]
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-SELECT CASE WHEN octet_length(t) = char_length(t) THEN '{{}}'::text[] ELSE coalesce((
-    SELECT array_agg(DISTINCT gram.g)
-    FROM (SELECT c, lead(c) OVER (ORDER BY i) AS nxt
-          FROM unnest(string_to_array(t, NULL)) WITH ORDINALITY AS u(c, i)) AS pair
-    CROSS JOIN LATERAL (VALUES (pair.c), (pair.c || coalesce(pair.nxt, ''))) AS gram(g)
-    WHERE pair.c ~ '{CJK_CLASS}'
-), '{{}}'::text[]) END
-$$"""
-_CREATE: Final = (
-    "CREATE EXTENSION IF NOT EXISTS pg_trgm",
-    f"ALTER TABLE messages ADD COLUMN IF NOT EXISTS {names.PG_TSV_COLUMN} tsvector "
-    f"GENERATED ALWAYS AS ({TSV_EXPRESSION}) STORED",
-    f"CREATE INDEX IF NOT EXISTS {names.PG_TSV_COLUMN_INDEX} ON messages "
-    f"USING gin ({names.PG_TSV_COLUMN})",
-    f"CREATE INDEX IF NOT EXISTS {names.PG_TRGM_INDEX} ON messages "
-    f"USING gin ({indexed_text()} gin_trgm_ops)",
-    CREATE_GRAMS_FUNCTION,
-    f"CREATE INDEX IF NOT EXISTS {names.PG_BIGRAM_INDEX} ON messages "
-    f"USING gin ({grams_of(indexed_text())})",
-)
-HEAD_INDEXES: Final = (names.PG_TSV_COLUMN_INDEX, names.PG_TRGM_INDEX, names.PG_BIGRAM_INDEX)
 
 # The page is chosen from (id, score) alone; full rows, and the expensive headlines, are
 # fetched for the page only. The headline's own text, markers removed, is looked up in the
@@ -292,7 +237,7 @@ class PostgreSQLSearchIndex:
         return [name for name in HEAD_INDEXES if name not in present]
 
     def create(self, conn: Connection) -> None:
-        for statement in _CREATE:
+        for statement in HEAD_DDL:
             conn.exec_driver_sql(statement)
         conn.connection.info.pop(_LAYOUT_KEY, None)
 

@@ -1,7 +1,11 @@
-"""The SQLite search objects as a store at head has them, for the runtime (create, rebuild).
+"""The SQLite search objects as a store at head has them: the one definition of the head layout.
 
-The migrations built them (revisions 0014, 0021 and 0025) from frozen DDL of their own; this is the
-runtime's copy of the head layout, so a repair never depends on an old revision's code:
+The migrations built them (revisions 0014, 0021 and 0025) from frozen DDL of their own; every
+repair builds them from here (the search index's create and rebuild: ``db doctor --fix``, and
+the migrations' repair of a dropped object after the chain), so a repair never depends on an
+old revision's code. The statements are the chain's own text, byte for byte as SQLite stores
+it (``tests/search/test_head_layout.py`` compares ``sqlite_master`` of a repaired store with a
+fresh one's), so a repaired store is indistinguishable from one the chain built:
 
 - ``messages_fts``: Hermes's word index, external content over a view of Hermes v11's indexed
   text (content, tool name, tool calls), three triggers;
@@ -51,10 +55,18 @@ def hermes_text(row: str | None) -> str:
 
 
 def has_cjk(row: str | None) -> str:
-    """Whether a row's indexed text holds CJK, the ASCII test first."""
+    """Whether a row's indexed text holds CJK, the ASCII test first (the trigram triggers')."""
     prefix = f"{row}." if row else ""
     prefilter = " OR ".join(not_ascii(f"{prefix}{column}") for column in INDEXED_COLUMNS)
     return f"(({prefilter}) AND ({hermes_text(row)}) GLOB '{CJK_GLOB}')"
+
+
+def any_column_has_cjk(row: str) -> str:
+    """The same answer, each column tested on its own (the bigram triggers' spelling)."""
+    columns = [f"{row}.{column}" for column in INDEXED_COLUMNS]
+    prefilter = " OR ".join(not_ascii(column) for column in columns)
+    globs = " OR ".join(f"{column} GLOB '{CJK_GLOB}'" for column in columns)
+    return f"(({prefilter}) AND ({globs}))"
 
 
 def _continuation(blob: str, position: str) -> str:
@@ -115,6 +127,13 @@ def row_grams(row: str) -> str:
 _WORD, _TRIGRAM, _BIGRAM = names.WORD_TABLE, names.TRIGRAM_TABLE, names.BIGRAM_TABLE
 _UPDATE_OF: Final = "id, content, tool_name, tool_calls"
 
+# Each statement is spelled as the revision that built the object at head spelled it (SQLite
+# keeps a trigger's text as written, minus IF NOT EXISTS): the word index and both views as
+# 0014, the trigram triggers as 0021 (with the ASCII prefilter), the bigram table as 0021 and
+# its triggers as 0025 (the compact token SQL of column_grams).
+_NEW_CJK, _OLD_CJK = has_cjk("new"), has_cjk("old")
+_NEW_COLUMN_CJK, _OLD_COLUMN_CJK = any_column_has_cjk("new"), any_column_has_cjk("old")
+
 WORD_DDL: Final = (
     f"CREATE VIEW IF NOT EXISTS {names.WORD_SOURCE_VIEW} AS "
     f"SELECT id, {hermes_text(None)} AS content FROM messages",
@@ -124,11 +143,13 @@ WORD_DDL: Final = (
     INSERT INTO {_WORD}(rowid, content) VALUES (new.id, {hermes_text('new')});
 END""",
     f"""CREATE TRIGGER IF NOT EXISTS {names.WORD_TRIGGERS[1]} AFTER DELETE ON messages BEGIN
-    INSERT INTO {_WORD}({_WORD}, rowid, content) VALUES('delete', old.id, {hermes_text('old')});
+    INSERT INTO {_WORD}({_WORD}, rowid, content)
+        VALUES('delete', old.id, {hermes_text('old')});
 END""",
     f"""CREATE TRIGGER IF NOT EXISTS {names.WORD_TRIGGERS[2]}
 AFTER UPDATE OF {_UPDATE_OF} ON messages BEGIN
-    INSERT INTO {_WORD}({_WORD}, rowid, content) VALUES('delete', old.id, {hermes_text('old')});
+    INSERT INTO {_WORD}({_WORD}, rowid, content)
+        VALUES('delete', old.id, {hermes_text('old')});
     INSERT INTO {_WORD}(rowid, content) VALUES (new.id, {hermes_text('new')});
 END""",
 )
@@ -138,39 +159,40 @@ TRIGRAM_DDL: Final = (
     f"WHERE ({hermes_text(None)}) GLOB '{CJK_GLOB}'",
     f"CREATE VIRTUAL TABLE IF NOT EXISTS {_TRIGRAM} USING fts5("
     f"content, content={names.TRIGRAM_SOURCE_VIEW}, content_rowid=id, tokenize='trigram')",
-    f"""CREATE TRIGGER IF NOT EXISTS {names.TRIGRAM_TRIGGERS[0]} AFTER INSERT ON messages
-WHEN {has_cjk('new')} BEGIN
+    f"""CREATE TRIGGER IF NOT EXISTS {names.TRIGRAM_TRIGGERS[0]} AFTER INSERT ON messages \
+WHEN {_NEW_CJK} BEGIN
     INSERT INTO {_TRIGRAM}(rowid, content) VALUES (new.id, {hermes_text('new')});
 END""",
-    f"""CREATE TRIGGER IF NOT EXISTS {names.TRIGRAM_TRIGGERS[1]} AFTER DELETE ON messages
-WHEN {has_cjk('old')} BEGIN
-    INSERT INTO {_TRIGRAM}({_TRIGRAM}, rowid, content)
-        VALUES('delete', old.id, {hermes_text('old')});
+    f"""CREATE TRIGGER IF NOT EXISTS {names.TRIGRAM_TRIGGERS[1]} AFTER DELETE ON messages \
+WHEN {_OLD_CJK} BEGIN
+    INSERT INTO {_TRIGRAM}({_TRIGRAM}, rowid, content) VALUES('delete', old.id, \
+{hermes_text('old')});
 END""",
     f"""CREATE TRIGGER IF NOT EXISTS {names.TRIGRAM_TRIGGERS[2]}
-AFTER UPDATE OF {_UPDATE_OF} ON messages WHEN {has_cjk('old')} OR {has_cjk('new')} BEGIN
+AFTER UPDATE OF {_UPDATE_OF} ON messages WHEN {_OLD_CJK} OR {_NEW_CJK} BEGIN
     INSERT INTO {_TRIGRAM}({_TRIGRAM}, rowid, content)
-        SELECT 'delete', old.id, {hermes_text('old')} WHERE {has_cjk('old')};
-    INSERT INTO {_TRIGRAM}(rowid, content)
-        SELECT new.id, {hermes_text('new')} WHERE {has_cjk('new')};
+        SELECT 'delete', old.id, {hermes_text('old')} WHERE {_OLD_CJK};
+    INSERT INTO {_TRIGRAM}(rowid, content) SELECT new.id, {hermes_text('new')} WHERE {_NEW_CJK};
 END""",
 )
 BIGRAM_DDL: Final = (
     f"CREATE VIRTUAL TABLE IF NOT EXISTS {_BIGRAM} USING fts5("
     "grams, content='', tokenize='ascii', detail=none, prefix='1')",
-    f"""CREATE TRIGGER IF NOT EXISTS {names.BIGRAM_TRIGGERS[0]} AFTER INSERT ON messages
-WHEN {has_cjk('new')} BEGIN
+    f"""CREATE TRIGGER IF NOT EXISTS {names.BIGRAM_TRIGGERS[0]} AFTER INSERT ON messages \
+WHEN {_NEW_COLUMN_CJK} BEGIN
     INSERT INTO {_BIGRAM}(rowid, grams) VALUES (new.id, {row_grams('new')});
 END""",
-    f"""CREATE TRIGGER IF NOT EXISTS {names.BIGRAM_TRIGGERS[1]} AFTER DELETE ON messages
-WHEN {has_cjk('old')} BEGIN
-    INSERT INTO {_BIGRAM}({_BIGRAM}, rowid, grams) VALUES ('delete', old.id, {row_grams('old')});
+    f"""CREATE TRIGGER IF NOT EXISTS {names.BIGRAM_TRIGGERS[1]} AFTER DELETE ON messages \
+WHEN {_OLD_COLUMN_CJK} BEGIN
+    INSERT INTO {_BIGRAM}({_BIGRAM}, rowid, grams)
+        VALUES ('delete', old.id, {row_grams('old')});
 END""",
     f"""CREATE TRIGGER IF NOT EXISTS {names.BIGRAM_TRIGGERS[2]}
-AFTER UPDATE OF {_UPDATE_OF} ON messages WHEN {has_cjk('old')} OR {has_cjk('new')} BEGIN
+AFTER UPDATE OF {_UPDATE_OF} ON messages WHEN {_OLD_COLUMN_CJK} OR {_NEW_COLUMN_CJK} BEGIN
     INSERT INTO {_BIGRAM}({_BIGRAM}, rowid, grams)
-        SELECT 'delete', old.id, {row_grams('old')} WHERE {has_cjk('old')};
-    INSERT INTO {_BIGRAM}(rowid, grams) SELECT new.id, {row_grams('new')} WHERE {has_cjk('new')};
+        SELECT 'delete', old.id, {row_grams('old')} WHERE {_OLD_COLUMN_CJK};
+    INSERT INTO {_BIGRAM}(rowid, grams)
+        SELECT new.id, {row_grams('new')} WHERE {_NEW_COLUMN_CJK};
 END""",
 )
 BIGRAM_ROWS: Final = (
