@@ -12,18 +12,31 @@ Each index module is imported on first use: opening a store and reading it never
 
 from __future__ import annotations
 
-import importlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from ..dialects import StoreDialect
     from .index import SearchIndex
 
-DEFAULT_INDEXES: Final = {
-    "sqlite": ("sessionstore.search.sqlite", "SQLiteSearchIndex"),
-    "postgresql": ("sessionstore.search.postgresql", "PostgreSQLSearchIndex"),
+
+def _sqlite_index() -> SearchIndex:
+    from .sqlite import SQLiteSearchIndex
+
+    return SQLiteSearchIndex()
+
+
+def _postgresql_index() -> SearchIndex:
+    from .postgresql import PostgreSQLSearchIndex
+
+    return PostgreSQLSearchIndex()
+
+
+DEFAULT_INDEXES: Final[dict[str, Callable[[], SearchIndex]]] = {
+    "sqlite": _sqlite_index,
+    "postgresql": _postgresql_index,
 }
-"""Dialect name -> (module, class) of its search index; each index object holds no state."""
+"""Dialect name -> what builds its search index (each index object holds no state)."""
 
 _built: dict[str, SearchIndex] = {}
 
@@ -33,9 +46,8 @@ def search_index_for(dialect: StoreDialect) -> SearchIndex:
     search objects' detect, create, rebuild, check and optimize."""
     index = _built.get(dialect.name)
     if index is None:
-        try:
-            module, name = DEFAULT_INDEXES[dialect.name]
-        except KeyError:
-            raise ValueError(f"no search index for the {dialect.name!r} database") from None
-        index = _built[dialect.name] = getattr(importlib.import_module(module), name)()
+        build = DEFAULT_INDEXES.get(dialect.name)
+        if build is None:
+            raise ValueError(f"no search index for the {dialect.name!r} database")
+        index = _built[dialect.name] = build()
     return index
