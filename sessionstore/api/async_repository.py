@@ -2,13 +2,15 @@
 
 Every method is the sync :class:`~sessionstore.sessions.repository.SessionRepository` method of the
 same name, run by an :class:`~sessionstore.storage.async_store.AsyncStore` (writes in turn in the
-writer thread, reads in the readers' pool, the retry in the event loop): the same statements,
-arguments, records and errors. ``prepare_message`` only validates and encodes, so it stays a
-plain method. The methods that take a live ``Connection`` (``iter_sessions``,
-``iter_messages``, ``recount``) have no async form: stream with ``store.store.reading()`` in a
-thread of your own.
+writer thread, reads in the readers' pool, the retry in the event loop, each as the sync method
+declares: :mod:`sessionstore.sessions.access`): the same statements, arguments, records and
+errors. ``prepare_message`` and ``prepare_messages`` only validate and encode, so they stay
+plain methods. The methods that take a live ``Connection`` (``iter_sessions``,
+``iter_messages``) have no async form: stream with ``store.store.reading()`` in a thread of
+your own.
 
-The mirrored methods are generated (``scripts/gen_async_api.py``) from the sync class.
+The mirrored methods are generated (``scripts/gen_async_api.py``) from the sync class and
+every part it is assembled from.
 """
 
 from __future__ import annotations
@@ -30,16 +32,8 @@ ALIAS = "repo"
 # list_sessions_rich_dicts is the Hermes facade's fast path (AsyncSessionDB reaches it through
 # SessionDB); async callers of the typed layer get the records from list_sessions_rich.
 NOT_MIRRORED = frozenset({
-    "iter_sessions", "iter_messages", "recount", "prepare_message", "list_sessions_rich_dicts",
-})  # fmt: skip
-READ_METHODS = frozenset({
-    "get_session", "resolve_session_id", "session_ids_with_prefix", "short_ids",
-    "session_count", "message_count", "search_sessions", "get_session_title",
-    "get_session_by_title", "resolve_session_by_title", "titles_ignoring_case",
-    "get_next_title_in_lineage", "compression_ancestors", "distinct_session_cwds",
-    "has_platform_message_id", "get_compression_tip", "list_sessions_rich",
-    "count_listed_sessions", "search_messages", "get_messages", "get_conversation",
-    "prunable_sessions",
+    "iter_sessions", "iter_messages", "prepare_message", "prepare_messages",
+    "list_sessions_rich_dicts",
 })  # fmt: skip
 
 
@@ -54,6 +48,10 @@ class AsyncSessionRepository:
     def prepare_message(self, role: Any, content: Any = None, **fields: Any) -> NewMessage:
         """Validate and encode one message (no I/O): ``SessionRepository.prepare_message``."""
         return self.sync.prepare_message(role, content, **fields)
+
+    def prepare_messages(self, batch: Sequence[Mapping[str, Any]]) -> list[NewMessage]:
+        """OpenAI-shaped dicts as messages (no I/O): ``SessionRepository.prepare_messages``."""
+        return self.sync.prepare_messages(batch)
 
     async def _read(self, call: Callable[[SessionRepository], T]) -> T:
         return await self.store.read(functools.partial(call, self.sync))
@@ -97,6 +95,9 @@ class AsyncSessionRepository:
         extra: Mapping[str, Any] | None = None,
     ) -> str:
         return await self._write(lambda repo: repo.ensure_session(session_id, source, model, extra))
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        return await self._read(lambda repo: repo.get_session(session_id))
 
     async def end_session(self, session_id: str, end_reason: str | None) -> bool:
         return await self._write(lambda repo: repo.end_session(session_id, end_reason))
@@ -150,8 +151,166 @@ class AsyncSessionRepository:
             )
         )
 
-    async def get_session(self, session_id: str) -> SessionRecord | None:
-        return await self._read(lambda repo: repo.get_session(session_id))
+    async def update_session_model(self, session_id: str, model: str | None) -> bool:
+        return await self._write(lambda repo: repo.update_session_model(session_id, model))
+
+    async def update_session_meta(
+        self,
+        session_id: str,
+        model_config_json: str | None,
+        model: str | None = None,
+    ) -> bool:
+        return await self._write(
+            lambda repo: repo.update_session_meta(
+                session_id,
+                model_config_json,
+                model,
+            )
+        )
+
+    async def update_session_billing_route(
+        self,
+        session_id: str,
+        *,
+        provider: str,
+        base_url: str,
+        billing_mode: str | None = None,
+    ) -> bool:
+        return await self._write(
+            lambda repo: repo.update_session_billing_route(
+                session_id,
+                provider=provider,
+                base_url=base_url,
+                billing_mode=billing_mode,
+            )
+        )
+
+    async def update_session_cwd(
+        self,
+        session_id: str,
+        cwd: str | None,
+        git_branch: str | None = None,
+        git_repo_root: str | None = None,
+    ) -> bool:
+        return await self._write(
+            lambda repo: repo.update_session_cwd(
+                session_id,
+                cwd,
+                git_branch,
+                git_repo_root,
+            )
+        )
+
+    async def backfill_repo_roots(self, roots: Mapping[str, str]) -> int:
+        return await self._write(lambda repo: repo.backfill_repo_roots(roots))
+
+    async def rewind_to_message(self, session_id: str, target_message_id: int) -> dict[str, Any]:
+        return await self._write(lambda repo: repo.rewind_to_message(session_id, target_message_id))
+
+    async def restore_rewound(self, session_id: str, since_message_id: int) -> int:
+        return await self._write(lambda repo: repo.restore_rewound(session_id, since_message_id))
+
+    async def list_recent_user_messages(
+        self,
+        session_id: str,
+        limit: int = 20,
+        include_inactive: bool = False,
+    ) -> list[dict[str, Any]]:
+        return await self._read(
+            lambda repo: repo.list_recent_user_messages(
+                session_id,
+                limit,
+                include_inactive,
+            )
+        )
+
+    async def has_archived_messages(self, session_id: str) -> bool:
+        return await self._read(lambda repo: repo.has_archived_messages(session_id))
+
+    async def archive_and_compact(
+        self,
+        session_id: str,
+        compacted_messages: Sequence[Mapping[str, Any]],
+    ) -> int:
+        return await self._write(
+            lambda repo: repo.archive_and_compact(
+                session_id,
+                compacted_messages,
+            )
+        )
+
+    async def replace_messages(
+        self,
+        session_id: str,
+        new_messages: Sequence[Mapping[str, Any]],
+        active_only: bool = False,
+    ) -> int:
+        return await self._write(
+            lambda repo: repo.replace_messages(
+                session_id,
+                new_messages,
+                active_only,
+            )
+        )
+
+    async def append_message(self, session_id: str, message: NewMessage) -> int:
+        return await self._write(lambda repo: repo.append_message(session_id, message))
+
+    async def append_messages(self, session_id: str, batch: Sequence[NewMessage]) -> list[int]:
+        return await self._write(lambda repo: repo.append_messages(session_id, batch))
+
+    async def get_messages(
+        self,
+        session_id: str,
+        include_inactive: bool = False,
+    ) -> list[MessageRecord]:
+        return await self._read(lambda repo: repo.get_messages(session_id, include_inactive))
+
+    async def get_conversation(
+        self,
+        session_id: str,
+        include_inactive: bool = False,
+    ) -> list[ConversationRow]:
+        return await self._read(lambda repo: repo.get_conversation(session_id, include_inactive))
+
+    async def message_count(self, session_id: str | None = None) -> int:
+        return await self._read(lambda repo: repo.message_count(session_id))
+
+    async def has_platform_message_id(self, session_id: str, platform_message_id: str) -> bool:
+        return await self._read(
+            lambda repo: repo.has_platform_message_id(
+                session_id,
+                platform_message_id,
+            )
+        )
+
+    async def search_messages(
+        self,
+        query: str,
+        *,
+        source_filter: list[str] | None = None,
+        exclude_sources: list[str] | None = None,
+        role_filter: list[str] | None = None,
+        limit: int = 20,
+        offset: int = 0,
+        include_inactive: bool = False,
+        sort: str | None = None,
+    ) -> list[SearchHit]:
+        return await self._read(
+            lambda repo: repo.search_messages(
+                query,
+                source_filter=source_filter,
+                exclude_sources=exclude_sources,
+                role_filter=role_filter,
+                limit=limit,
+                offset=offset,
+                include_inactive=include_inactive,
+                sort=sort,
+            )
+        )
+
+    async def clear_messages(self, session_id: str) -> None:
+        return await self._write(lambda repo: repo.clear_messages(session_id))
 
     async def resolve_session_id(self, id_or_prefix: str) -> str | None:
         return await self._read(lambda repo: repo.resolve_session_id(id_or_prefix))
@@ -185,9 +344,6 @@ class AsyncSessionRepository:
             )
         )
 
-    async def message_count(self, session_id: str | None = None) -> int:
-        return await self._read(lambda repo: repo.message_count(session_id))
-
     async def search_sessions(
         self,
         source: str | None = None,
@@ -196,62 +352,8 @@ class AsyncSessionRepository:
     ) -> list[SessionRecord]:
         return await self._read(lambda repo: repo.search_sessions(source, limit, offset))
 
-    async def set_session_title(self, session_id: str, title: str | None) -> bool:
-        return await self._write(lambda repo: repo.set_session_title(session_id, title))
-
-    async def get_session_title(self, session_id: str) -> str | None:
-        return await self._read(lambda repo: repo.get_session_title(session_id))
-
-    async def get_session_by_title(self, title: str) -> SessionRecord | None:
-        return await self._read(lambda repo: repo.get_session_by_title(title))
-
-    async def resolve_session_by_title(self, title: str) -> str | None:
-        return await self._read(lambda repo: repo.resolve_session_by_title(title))
-
-    async def titles_ignoring_case(self, title: str) -> list[str]:
-        return await self._read(lambda repo: repo.titles_ignoring_case(title))
-
-    async def get_next_title_in_lineage(self, base_title: str) -> str:
-        return await self._read(lambda repo: repo.get_next_title_in_lineage(base_title))
-
-    async def compression_ancestors(self, session_id: str) -> list[str]:
-        return await self._read(lambda repo: repo.compression_ancestors(session_id))
-
-    async def set_session_archived(self, session_id: str, archived: bool = True) -> bool:
-        return await self._write(lambda repo: repo.set_session_archived(session_id, archived))
-
-    async def update_session_cwd(
-        self,
-        session_id: str,
-        cwd: str | None,
-        git_branch: str | None = None,
-        git_repo_root: str | None = None,
-    ) -> bool:
-        return await self._write(
-            lambda repo: repo.update_session_cwd(
-                session_id,
-                cwd,
-                git_branch,
-                git_repo_root,
-            )
-        )
-
-    async def backfill_repo_roots(self, roots: Mapping[str, str]) -> int:
-        return await self._write(lambda repo: repo.backfill_repo_roots(roots))
-
     async def distinct_session_cwds(self, include_archived: bool = False) -> list[dict[str, Any]]:
         return await self._read(lambda repo: repo.distinct_session_cwds(include_archived))
-
-    async def has_platform_message_id(self, session_id: str, platform_message_id: str) -> bool:
-        return await self._read(
-            lambda repo: repo.has_platform_message_id(
-                session_id,
-                platform_message_id,
-            )
-        )
-
-    async def get_compression_tip(self, session_id: str) -> str | None:
-        return await self._read(lambda repo: repo.get_compression_tip(session_id))
 
     async def list_sessions_rich(
         self,
@@ -309,53 +411,57 @@ class AsyncSessionRepository:
             )
         )
 
-    async def append_message(self, session_id: str, message: NewMessage) -> int:
-        return await self._write(lambda repo: repo.append_message(session_id, message))
-
-    async def append_messages(self, session_id: str, batch: Sequence[NewMessage]) -> list[int]:
-        return await self._write(lambda repo: repo.append_messages(session_id, batch))
-
-    async def search_messages(
+    async def list_cron_job_runs(
         self,
-        query: str,
-        *,
-        source_filter: list[str] | None = None,
-        exclude_sources: list[str] | None = None,
-        role_filter: list[str] | None = None,
+        job_id: str,
         limit: int = 20,
         offset: int = 0,
-        include_inactive: bool = False,
-        sort: str | None = None,
-    ) -> list[SearchHit]:
+    ) -> list[dict[str, Any]]:
+        return await self._read(lambda repo: repo.list_cron_job_runs(job_id, limit, offset))
+
+    async def search_sessions_by_id(
+        self,
+        query: str,
+        limit: int = 20,
+        include_archived: bool = True,
+    ) -> list[dict[str, Any]]:
         return await self._read(
-            lambda repo: repo.search_messages(
+            lambda repo: repo.search_sessions_by_id(
                 query,
-                source_filter=source_filter,
-                exclude_sources=exclude_sources,
-                role_filter=role_filter,
-                limit=limit,
-                offset=offset,
-                include_inactive=include_inactive,
-                sort=sort,
+                limit,
+                include_archived,
             )
         )
 
-    async def get_messages(
-        self,
-        session_id: str,
-        include_inactive: bool = False,
-    ) -> list[MessageRecord]:
-        return await self._read(lambda repo: repo.get_messages(session_id, include_inactive))
+    async def compression_ancestors(self, session_id: str) -> list[str]:
+        return await self._read(lambda repo: repo.compression_ancestors(session_id))
 
-    async def get_conversation(
-        self,
-        session_id: str,
-        include_inactive: bool = False,
-    ) -> list[ConversationRow]:
-        return await self._read(lambda repo: repo.get_conversation(session_id, include_inactive))
+    async def get_compression_tip(self, session_id: str) -> str | None:
+        return await self._read(lambda repo: repo.get_compression_tip(session_id))
 
-    async def clear_messages(self, session_id: str) -> None:
-        return await self._write(lambda repo: repo.clear_messages(session_id))
+    async def resolve_resume_session_id(self, session_id: str) -> str:
+        return await self._read(lambda repo: repo.resolve_resume_session_id(session_id))
+
+    async def set_session_archived(self, session_id: str, archived: bool = True) -> bool:
+        return await self._write(lambda repo: repo.set_session_archived(session_id, archived))
+
+    async def set_session_title(self, session_id: str, title: str | None) -> bool:
+        return await self._write(lambda repo: repo.set_session_title(session_id, title))
+
+    async def get_session_title(self, session_id: str) -> str | None:
+        return await self._read(lambda repo: repo.get_session_title(session_id))
+
+    async def get_session_by_title(self, title: str) -> SessionRecord | None:
+        return await self._read(lambda repo: repo.get_session_by_title(title))
+
+    async def resolve_session_by_title(self, title: str) -> str | None:
+        return await self._read(lambda repo: repo.resolve_session_by_title(title))
+
+    async def titles_ignoring_case(self, title: str) -> list[str]:
+        return await self._read(lambda repo: repo.titles_ignoring_case(title))
+
+    async def get_next_title_in_lineage(self, base_title: str) -> str:
+        return await self._read(lambda repo: repo.get_next_title_in_lineage(base_title))
 
     async def delete_session(self, session_id: str) -> bool:
         return await self._write(lambda repo: repo.delete_session(session_id))
@@ -388,42 +494,15 @@ class AsyncSessionRepository:
             )
         )
 
-    async def update_session_model(self, session_id: str, model: str | None) -> bool:
-        return await self._write(lambda repo: repo.update_session_model(session_id, model))
-
-    async def update_session_meta(
-        self,
-        session_id: str,
-        model_config_json: str | None,
-        model: str | None = None,
-    ) -> bool:
-        return await self._write(
-            lambda repo: repo.update_session_meta(
-                session_id,
-                model_config_json,
-                model,
-            )
-        )
-
-    async def update_session_billing_route(
-        self,
-        session_id: str,
-        *,
-        provider: str,
-        base_url: str,
-        billing_mode: str | None = None,
-    ) -> bool:
-        return await self._write(
-            lambda repo: repo.update_session_billing_route(
-                session_id,
-                provider=provider,
-                base_url=base_url,
-                billing_mode=billing_mode,
-            )
-        )
-
     async def prune_sessions(self, older_than_days: float = 90, source: str | None = None) -> int:
         return await self._write(lambda repo: repo.prune_sessions(older_than_days, source))
+
+    async def prune_sessions_detailed(
+        self,
+        older_than_days: float = 90,
+        source: str | None = None,
+    ) -> Deletion:
+        return await self._write(lambda repo: repo.prune_sessions_detailed(older_than_days, source))
 
     async def prune_sessions_before(self, cutoff: float, source: str | None = None) -> int:
         return await self._write(lambda repo: repo.prune_sessions_before(cutoff, source))
@@ -447,5 +526,177 @@ class AsyncSessionRepository:
         cutoff: float,
         source: str | None = None,
     ) -> list[SessionRecord]:
-        return await self._write(lambda repo: repo.prunable_sessions_before(cutoff, source))
+        return await self._read(lambda repo: repo.prunable_sessions_before(cutoff, source))
+
+    async def count_empty_sessions(self) -> int:
+        return await self._read(lambda repo: repo.count_empty_sessions())
+
+    async def delete_empty_sessions(self) -> int:
+        return await self._write(lambda repo: repo.delete_empty_sessions())
+
+    async def delete_empty_sessions_detailed(self) -> Deletion:
+        return await self._write(lambda repo: repo.delete_empty_sessions_detailed())
+
+    async def get_messages_around(
+        self,
+        session_id: str,
+        around_message_id: int,
+        window: int = 5,
+    ) -> dict[str, Any]:
+        return await self._read(
+            lambda repo: repo.get_messages_around(
+                session_id,
+                around_message_id,
+                window,
+            )
+        )
+
+    async def get_anchored_view(
+        self,
+        session_id: str,
+        around_message_id: int,
+        window: int = 5,
+        bookend: int = 3,
+        keep_roles: tuple[str, ...] | None = ('user', 'assistant'),
+    ) -> dict[str, Any]:
+        return await self._read(
+            lambda repo: repo.get_anchored_view(
+                session_id,
+                around_message_id,
+                window,
+                bookend,
+                keep_roles,
+            )
+        )
+
+    async def try_acquire_compression_lock(
+        self,
+        session_id: str,
+        holder: str,
+        ttl_seconds: float = 300.0,
+    ) -> bool:
+        return await self._write(
+            lambda repo: repo.try_acquire_compression_lock(
+                session_id,
+                holder,
+                ttl_seconds,
+            )
+        )
+
+    async def refresh_compression_lock(
+        self,
+        session_id: str,
+        holder: str,
+        ttl_seconds: float = 300.0,
+    ) -> bool:
+        return await self._write(
+            lambda repo: repo.refresh_compression_lock(
+                session_id,
+                holder,
+                ttl_seconds,
+            )
+        )
+
+    async def release_compression_lock(self, session_id: str, holder: str) -> bool:
+        return await self._write(lambda repo: repo.release_compression_lock(session_id, holder))
+
+    async def get_compression_lock_holder(self, session_id: str) -> str | None:
+        return await self._read(lambda repo: repo.get_compression_lock_holder(session_id))
+
+    async def record_compression_failure_cooldown(
+        self,
+        session_id: str,
+        cooldown_until: float,
+        error: str | None = None,
+    ) -> bool:
+        return await self._write(
+            lambda repo: repo.record_compression_failure_cooldown(
+                session_id,
+                cooldown_until,
+                error,
+            )
+        )
+
+    async def get_compression_failure_cooldown(self, session_id: str) -> dict[str, Any] | None:
+        return await self._read(lambda repo: repo.get_compression_failure_cooldown(session_id))
+
+    async def clear_compression_failure_cooldown(self, session_id: str) -> bool:
+        return await self._write(lambda repo: repo.clear_compression_failure_cooldown(session_id))
+
+    async def get_meta(self, key: str) -> str | None:
+        return await self._read(lambda repo: repo.get_meta(key))
+
+    async def set_meta(self, key: str, value: str | None) -> None:
+        return await self._write(lambda repo: repo.set_meta(key, value))
+
+    async def record_gateway_session_peer(
+        self,
+        session_id: str,
+        *,
+        source: str | None = None,
+        user_id: str | None = None,
+        session_key: str | None = None,
+        chat_id: str | None = None,
+        chat_type: str | None = None,
+        thread_id: str | None = None,
+    ) -> bool:
+        return await self._write(
+            lambda repo: repo.record_gateway_session_peer(
+                session_id,
+                source=source,
+                user_id=user_id,
+                session_key=session_key,
+                chat_id=chat_id,
+                chat_type=chat_type,
+                thread_id=thread_id,
+            )
+        )
+
+    async def find_latest_gateway_session_for_peer(
+        self,
+        *,
+        source: str,
+        user_id: str | None = None,
+        session_key: str | None = None,
+        chat_id: str | None = None,
+        chat_type: str | None = None,
+        thread_id: str | None = None,
+    ) -> SessionRecord | None:
+        return await self._read(
+            lambda repo: repo.find_latest_gateway_session_for_peer(
+                source=source,
+                user_id=user_id,
+                session_key=session_key,
+                chat_id=chat_id,
+                chat_type=chat_type,
+                thread_id=thread_id,
+            )
+        )
+
+    async def request_handoff(self, session_id: str, platform: str) -> bool:
+        return await self._write(lambda repo: repo.request_handoff(session_id, platform))
+
+    async def claim_handoff(self, session_id: str) -> bool:
+        return await self._write(lambda repo: repo.claim_handoff(session_id))
+
+    async def complete_handoff(self, session_id: str) -> bool:
+        return await self._write(lambda repo: repo.complete_handoff(session_id))
+
+    async def fail_handoff(self, session_id: str, error: str | None) -> bool:
+        return await self._write(lambda repo: repo.fail_handoff(session_id, error))
+
+    async def get_handoff_state(self, session_id: str) -> dict[str, Any] | None:
+        return await self._read(lambda repo: repo.get_handoff_state(session_id))
+
+    async def list_pending_handoffs(self) -> list[SessionRecord]:
+        return await self._read(lambda repo: repo.list_pending_handoffs())
+
+    async def optimize_fts(self) -> int:
+        return await self._write(lambda repo: repo.optimize_fts())
+
+    async def vacuum(self) -> int:
+        return await self._write(lambda repo: repo.vacuum())
+
+    async def finalize_orphaned_compression_sessions(self) -> int:
+        return await self._write(lambda repo: repo.finalize_orphaned_compression_sessions())
     # --- end of generated methods ---

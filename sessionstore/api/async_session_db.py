@@ -10,7 +10,9 @@ event loop and what cancellation does). The static helpers (``sanitize_title``,
 The constructor takes ``SessionDB``'s arguments and does no I/O: the store is opened (and
 migrated, as ``SessionDB`` does) in a thread by ``await db.open()``, ``async with``, or the
 first call. The mirrored methods are generated (``scripts/gen_async_api.py``) from
-``SessionDB``; a test fails when one is missing or differs.
+``SessionDB``; a test fails when one is missing or differs. Each goes through the door its
+sync method declares (``@reads``: the readers' pool; ``@writes``: the writer's turn, see
+:mod:`sessionstore.sessions.access`).
 """
 
 from __future__ import annotations
@@ -32,18 +34,6 @@ T = TypeVar("T")
 
 ALIAS = "db"
 NOT_MIRRORED = frozenset({"close"})
-READ_METHODS = frozenset({
-    "get_session", "resolve_session_id", "get_session_title", "get_session_by_title",
-    "resolve_session_by_title", "get_next_title_in_lineage", "get_compression_tip",
-    "list_sessions_rich", "distinct_session_cwds", "get_messages",
-    "get_messages_as_conversation", "has_archived_messages", "list_recent_user_messages",
-    "has_platform_message_id", "get_compression_lock_holder",
-    "get_compression_failure_cooldown", "get_meta", "find_latest_gateway_session_for_peer",
-    "get_handoff_state", "list_pending_handoffs", "search_messages", "search_sessions",
-    "session_count", "message_count", "export_session", "export_all",
-    "resolve_resume_session_id", "get_messages_around", "get_anchored_view",
-    "search_sessions_by_id", "list_cron_job_runs", "count_empty_sessions",
-})  # fmt: skip
 
 
 class AsyncSessionDB:

@@ -4,6 +4,11 @@ Same names, arguments, defaults and dict shapes as Hermes's ``hermes_state.Sessi
 user changes one import. Rows come back as plain dicts keyed by column name. Opening a store
 runs the migrations when it is not at head (legacy Hermes files included) unless
 ``auto_migrate=False``; opening an up-to-date store costs one small read and no Alembic work.
+
+Each method converts Hermes's arguments and results (dicts, OpenAI-shaped messages, the
+transcript files of ``sessions_dir``) and calls the one
+:class:`~sessionstore.sessions.repository.SessionRepository`, where the rules live. Each is
+declared a read or a write (:mod:`sessionstore.sessions.access`) for its async mirror.
 """
 
 from __future__ import annotations
@@ -23,23 +28,16 @@ from ..schema.adoption import backup_before_adoption
 from ..search import contains_cjk as _contains_cjk
 from ..search import sanitize_fts5_query as _sanitize_fts5_query
 from ..sessions import titles
-from ..sessions.cleanup import (
-    Cleanup,
-    delete_with_transcripts,
-    remove_transcripts,
-    sessions_directory,
-)
-from ..sessions.gateway import Gateway
-from ..sessions.leases import DEFAULT_TTL_S, Leases, Meta
-from ..sessions.lineage import Lineage, rank_by_id
-from ..sessions.maintenance import Maintenance, auto_prune_and_vacuum
-from ..sessions.repository import NewMessage, SessionRepository, _prune_cutoff, row_count
-from ..sessions.rewind import MessageStates
-from ..sessions.windows import MessageWindows
+from ..sessions.access import reads, writes
+from ..sessions.leases import DEFAULT_TTL_S
+from ..sessions.listing import search_by_id
+from ..sessions.maintenance import auto_prune_and_vacuum
+from ..sessions.repository import SessionRepository
+from ..sessions.transcripts import delete_with_transcripts, remove_transcripts, sessions_directory
 from ..sql.codec import decode_json
 from ..sql.message_content import decode_content
 from ..sql.records import MESSAGE_FIELDS, SESSION_FIELDS
-from ..sql.validation import INT64_MAX, bindable
+from ..sql.validation import bindable
 from ..storage.command_hints import cli_command
 from ..storage.config import resolve_url, sqlite_url
 from ..storage.retry import RetryPolicy
@@ -115,14 +113,6 @@ class SessionDB:
                 self._store.close()
                 raise SchemaOutOfDateError(problem)
         self._repo = SessionRepository(self._store)
-        self._states = MessageStates(self._store, self._repo)
-        self._leases = Leases(self._store)
-        self._meta = Meta(self._store)
-        self._gateway = Gateway(self._store)
-        self._lineage = Lineage(self._store)
-        self._windows = MessageWindows(self._store)
-        self._cleanup = Cleanup(self._store)
-        self._maintenance = Maintenance(self._store)
 
     @staticmethod
     def _prepare_schema(
@@ -175,6 +165,7 @@ class SessionDB:
         return _contains_cjk(text)
 
     # -- lifecycle --------------------------------------------------------------------------
+    @writes
     def create_session(
         self,
         session_id: str,
@@ -200,15 +191,19 @@ class SessionDB:
             extra=extra,
         )
 
+    @writes
     def end_session(self, session_id: str, end_reason: str) -> None:
         self._repo.end_session(session_id, end_reason)
 
+    @writes
     def reopen_session(self, session_id: str) -> None:
         self._repo.reopen_session(session_id)
 
+    @writes
     def update_system_prompt(self, session_id: str, system_prompt: str) -> None:
         self._repo.update_system_prompt(session_id, system_prompt)
 
+    @writes
     def update_token_counts(
         self,
         session_id: str,
@@ -249,40 +244,50 @@ class SessionDB:
             api_call_count=api_call_count,
         )
 
+    @writes
     def ensure_session(self, session_id: str, source: str = "unknown",
                        model: str | None = None, **extra: Any) -> str:
         """Create the session if it is missing; takes every keyword ``create_session`` takes
         (which fill what an existing session still lacks, as there)."""
         return self._repo.ensure_session(session_id, source, model, extra=extra)
 
+    @reads
     def get_session(self, session_id: str) -> dict[str, Any] | None:
         record = self._repo.get_session(session_id)
         return None if record is None else record.to_dict()
 
+    @reads
     def resolve_session_id(self, session_id_or_prefix: str) -> str | None:
         return self._repo.resolve_session_id(session_id_or_prefix)
 
     # -- titles -----------------------------------------------------------------------------
+    @writes
     def set_session_title(self, session_id: str, title: str | None) -> bool:
         return self._repo.set_session_title(session_id, title)
 
+    @reads
     def get_session_title(self, session_id: str) -> str | None:
         return self._repo.get_session_title(session_id)
 
+    @reads
     def get_session_by_title(self, title: str) -> dict[str, Any] | None:
         record = self._repo.get_session_by_title(title)
         return None if record is None else record.to_dict()
 
+    @reads
     def resolve_session_by_title(self, title: str) -> str | None:
         return self._repo.resolve_session_by_title(title)
 
+    @reads
     def get_next_title_in_lineage(self, base_title: str) -> str:
         return self._repo.get_next_title_in_lineage(base_title)
 
     # -- lineage and listing ----------------------------------------------------------------
+    @reads
     def get_compression_tip(self, session_id: str) -> str | None:
         return self._repo.get_compression_tip(session_id)
 
+    @reads
     def list_sessions_rich(
         self,
         source: str | None = None,
@@ -324,12 +329,15 @@ class SessionDB:
             id_query=id_query,
         )
 
+    @writes
     def set_session_archived(self, session_id: str, archived: bool = True) -> bool:
         return self._repo.set_session_archived(session_id, archived)
 
+    @reads
     def distinct_session_cwds(self, include_archived: bool = False) -> list[dict[str, Any]]:
         return self._repo.distinct_session_cwds(include_archived)
 
+    @writes
     def update_session_cwd(
         self,
         session_id: str,
@@ -339,6 +347,7 @@ class SessionDB:
     ) -> bool:
         return self._repo.update_session_cwd(session_id, cwd, git_branch, git_repo_root)
 
+    @writes
     def backfill_repo_roots(self, cwd_to_root: Mapping[str, str]) -> int:
         """Fill ``git_repo_root`` from ``{cwd: root}`` where it is still empty (pairs with an
         empty cwd or root are skipped, as in Hermes); how many sessions changed."""
@@ -347,6 +356,7 @@ class SessionDB:
         )
 
     # -- messages ---------------------------------------------------------------------------
+    @writes
     def append_message(
         self,
         session_id: str,
@@ -385,6 +395,7 @@ class SessionDB:
         )
         return self._repo.append_message(session_id, message)
 
+    @writes
     def append_messages(
         self, session_id: str, messages: Sequence[Mapping[str, Any]]
     ) -> list[int]:
@@ -393,9 +404,9 @@ class SessionDB:
         Beyond Hermes: this is the write path an agent loop should use after each turn; the
         counters move once and the turn is all-or-nothing.
         """
-        prepared: list[NewMessage] = self._states.prepare(messages)
-        return self._repo.append_messages(session_id, prepared)
+        return self._repo.append_messages(session_id, self._repo.prepare_messages(messages))
 
+    @reads
     def get_messages(
         self, session_id: str, include_inactive: bool = False
     ) -> list[dict[str, Any]]:
@@ -410,6 +421,7 @@ class SessionDB:
             rows.append(row)
         return rows
 
+    @reads
     def get_messages_as_conversation(
         self,
         session_id: str,
@@ -470,15 +482,18 @@ class SessionDB:
             conversation.append(message)
         return conversation
 
+    @writes
     def clear_messages(self, session_id: str) -> None:
         self._repo.clear_messages(session_id)
 
+    @writes
     def delete_session(
         self, session_id: str, sessions_dir: str | os.PathLike[str] | None = None
     ) -> bool:
         """Delete a session with its delegate children; other children are orphaned. With
         ``sessions_dir`` (Hermes's transcript directory), the transcript and request-dump files
-        of every session deleted go too (``sessionstore.sessions.cleanup.remove_transcripts``)."""
+        of every session deleted go too
+        (``sessionstore.sessions.transcripts.remove_transcripts``)."""
         sessions_directory(sessions_dir)  # refused before anything else, as for the others
         if not isinstance(session_id, str) or not bindable(session_id):
             return False
@@ -487,6 +502,7 @@ class SessionDB:
         )
         return deletion.total > 0
 
+    @writes
     def delete_sessions(
         self, session_ids: Sequence[str], sessions_dir: str | os.PathLike[str] | None = None
     ) -> int:
@@ -498,6 +514,7 @@ class SessionDB:
         )
         return deletion.total
 
+    @writes
     def delete_session_if_empty(
         self, session_id: str, sessions_dir: str | os.PathLike[str] | None = None
     ) -> bool:
@@ -509,6 +526,7 @@ class SessionDB:
             remove_transcripts(directory, [session_id])
         return deleted
 
+    @writes
     def prune_empty_ghost_sessions(
         self, sessions_dir: str | os.PathLike[str] | None = None
     ) -> int:
@@ -519,14 +537,17 @@ class SessionDB:
         )
         return deletion.total
 
+    @writes
     def update_session_model(self, session_id: str, model: str | None) -> bool:
         return self._repo.update_session_model(session_id, model)
 
+    @writes
     def update_session_meta(
         self, session_id: str, model_config_json: str | None, model: str | None = None
     ) -> bool:
         return self._repo.update_session_meta(session_id, model_config_json, model)
 
+    @writes
     def update_session_billing_route(
         self, session_id: str, *, provider: str, base_url: str, billing_mode: str | None = None
     ) -> bool:
@@ -535,72 +556,89 @@ class SessionDB:
         )
 
     # -- rewind and compaction (Hermes v14..v16 era) ----------------------------------------
+    @writes
     def rewind_to_message(self, session_id: str, target_message_id: int) -> dict[str, Any]:
-        return self._states.rewind_to_message(session_id, target_message_id)
+        return self._repo.rewind_to_message(session_id, target_message_id)
 
+    @writes
     def restore_rewound(self, session_id: str, since_message_id: int) -> int:
-        return self._states.restore_rewound(session_id, since_message_id)
+        return self._repo.restore_rewound(session_id, since_message_id)
 
+    @reads
     def list_recent_user_messages(
         self, session_id: str, limit: int = 20, include_inactive: bool = False
     ) -> list[dict[str, Any]]:
-        return self._states.list_recent_user_messages(session_id, limit, include_inactive)
+        return self._repo.list_recent_user_messages(session_id, limit, include_inactive)
 
+    @reads
     def has_archived_messages(self, session_id: str) -> bool:
-        return self._states.has_archived_messages(session_id)
+        return self._repo.has_archived_messages(session_id)
 
+    @writes
     def archive_and_compact(
         self, session_id: str, compacted_messages: Sequence[Mapping[str, Any]]
     ) -> int:
-        return self._states.archive_and_compact(session_id, compacted_messages)
+        return self._repo.archive_and_compact(session_id, compacted_messages)
 
+    @writes
     def replace_messages(
         self,
         session_id: str,
         messages: Sequence[Mapping[str, Any]],
         active_only: bool = False,
     ) -> int:
-        return self._states.replace_messages(session_id, messages, active_only)
+        return self._repo.replace_messages(session_id, messages, active_only)
 
+    @reads
     def has_platform_message_id(self, session_id: str, platform_message_id: str) -> bool:
         return self._repo.has_platform_message_id(session_id, platform_message_id)
 
     # -- compression leases and cooldowns (Hermes v14) --------------------------------------
+    @writes
     def try_acquire_compression_lock(
         self, session_id: str, holder: str, ttl_seconds: float = DEFAULT_TTL_S
     ) -> bool:
-        return self._leases.try_acquire(session_id, holder, ttl_seconds)
+        return self._repo.try_acquire_compression_lock(session_id, holder, ttl_seconds)
 
+    @writes
     def refresh_compression_lock(
         self, session_id: str, holder: str, ttl_seconds: float = DEFAULT_TTL_S
     ) -> bool:
-        return self._leases.refresh(session_id, holder, ttl_seconds)
+        return self._repo.refresh_compression_lock(session_id, holder, ttl_seconds)
 
+    @writes
     def release_compression_lock(self, session_id: str, holder: str) -> bool:
-        return self._leases.release(session_id, holder)
+        return self._repo.release_compression_lock(session_id, holder)
 
+    @reads
     def get_compression_lock_holder(self, session_id: str) -> str | None:
-        return self._leases.holder(session_id)
+        return self._repo.get_compression_lock_holder(session_id)
 
+    @writes
     def record_compression_failure_cooldown(
         self, session_id: str, cooldown_until: float, error: str | None = None
     ) -> bool:
-        return self._leases.record_cooldown(session_id, cooldown_until, error)
+        return self._repo.record_compression_failure_cooldown(session_id, cooldown_until, error)
 
+    @reads
     def get_compression_failure_cooldown(self, session_id: str) -> dict[str, Any] | None:
-        return self._leases.cooldown(session_id)
+        return self._repo.get_compression_failure_cooldown(session_id)
 
+    @writes
     def clear_compression_failure_cooldown(self, session_id: str) -> bool:
-        return self._leases.clear_cooldown(session_id)
+        return self._repo.clear_compression_failure_cooldown(session_id)
 
     # -- state_meta -------------------------------------------------------------------------
+    @reads
     def get_meta(self, key: str) -> str | None:
-        return self._meta.get(key)
+        return self._repo.get_meta(key)
 
+    @writes
     def set_meta(self, key: str, value: str | None) -> None:
-        self._meta.set(key, value)
+        self._repo.set_meta(key, value)
 
     # -- gateway peers and handoff (Hermes v11..v17) -----------------------------------------
+    @writes
     def record_gateway_session_peer(
         self,
         session_id: str,
@@ -612,11 +650,12 @@ class SessionDB:
         chat_type: str | None = None,
         thread_id: str | None = None,
     ) -> bool:
-        return self._gateway.record_peer(
+        return self._repo.record_gateway_session_peer(
             session_id, source=source, user_id=user_id, session_key=session_key,
             chat_id=chat_id, chat_type=chat_type, thread_id=thread_id,
         )  # fmt: skip
 
+    @reads
     def find_latest_gateway_session_for_peer(
         self,
         *,
@@ -627,30 +666,37 @@ class SessionDB:
         chat_type: str | None = None,
         thread_id: str | None = None,
     ) -> dict[str, Any] | None:
-        found = self._gateway.find_latest_for_peer(
+        found = self._repo.find_latest_gateway_session_for_peer(
             source=source, user_id=user_id, session_key=session_key,
             chat_id=chat_id, chat_type=chat_type, thread_id=thread_id,
         )  # fmt: skip
         return None if found is None else found.to_dict()
 
+    @writes
     def request_handoff(self, session_id: str, platform: str) -> bool:
-        return self._gateway.request_handoff(session_id, platform)
+        return self._repo.request_handoff(session_id, platform)
 
+    @reads
     def get_handoff_state(self, session_id: str) -> dict[str, Any] | None:
-        return self._gateway.handoff_state(session_id)
+        return self._repo.get_handoff_state(session_id)
 
+    @reads
     def list_pending_handoffs(self) -> list[dict[str, Any]]:
-        return [record.to_dict() for record in self._gateway.pending_handoffs()]
+        return [record.to_dict() for record in self._repo.list_pending_handoffs()]
 
+    @writes
     def claim_handoff(self, session_id: str) -> bool:
-        return self._gateway.claim_handoff(session_id)
+        return self._repo.claim_handoff(session_id)
 
+    @writes
     def complete_handoff(self, session_id: str) -> bool:
-        return self._gateway.complete_handoff(session_id)
+        return self._repo.complete_handoff(session_id)
 
+    @writes
     def fail_handoff(self, session_id: str, error: str | None) -> bool:
-        return self._gateway.fail_handoff(session_id, error)
+        return self._repo.fail_handoff(session_id, error)
 
+    @writes
     def prune_sessions(
         self,
         older_than_days: int = 90,
@@ -661,18 +707,18 @@ class SessionDB:
         children; their files in ``sessions_dir`` go with them."""
         deletion = delete_with_transcripts(
             sessions_dir,
-            lambda: self._repo.prune_sessions_before_detailed(
-                _prune_cutoff(older_than_days), source
-            ),
+            lambda: self._repo.prune_sessions_detailed(older_than_days, source),
         )
         return deletion.total
 
+    @writes
     def prune_sessions_before(self, cutoff: float, source: str | None = None) -> int:
         """Delete ended sessions started before ``cutoff`` (a Unix timestamp): the form for a
         cutoff that was shown or computed first (``prune_sessions`` counts days from now)."""
         return self._repo.prune_sessions_before(cutoff, source)
 
     # -- search and counts ------------------------------------------------------------------
+    @reads
     def search_messages(
         self,
         query: str,
@@ -706,11 +752,13 @@ class SessionDB:
             )
         ]
 
+    @reads
     def search_sessions(
         self, source: str | None = None, limit: int = 20, offset: int = 0
     ) -> list[dict[str, Any]]:
         return [r.to_dict() for r in self._repo.search_sessions(source, limit, offset)]
 
+    @reads
     def session_count(
         self,
         source: str | None = None,
@@ -733,16 +781,19 @@ class SessionDB:
             min_message_count=min_message_count,
         )
 
+    @reads
     def message_count(self, session_id: str | None = None) -> int:
         return self._repo.message_count(session_id)
 
     # -- export -----------------------------------------------------------------------------
+    @reads
     def export_session(self, session_id: str) -> dict[str, Any] | None:
         session = self.get_session(session_id)
         if session is None:
             return None
         return {**session, "messages": self.get_messages(session_id, include_inactive=True)}
 
+    @reads
     def export_all(self, source: str | None = None) -> list[dict[str, Any]]:
         exported = []
         for record in self._repo.search_sessions(source, limit=2**62, offset=0):
@@ -753,21 +804,23 @@ class SessionDB:
         return exported
 
     # -- Hermes 0.18: listing and lineage, cleanup, maintenance -----------------------------
+    @reads
     def resolve_resume_session_id(self, session_id: str) -> str:
         """The session a resume of ``session_id`` should load: the live end of its compression
         chain, walked on to the deepest descendant that holds messages (``session_id`` itself
         when none does; an empty or unknown id comes back as given)."""
-        resolved: str = self._lineage.resume_target(session_id)
-        return resolved
+        return self._repo.resolve_resume_session_id(session_id)
 
+    @reads
     def get_messages_around(
         self, session_id: str, around_message_id: int, window: int = 5
     ) -> dict[str, Any]:
         """``{window, messages_before, messages_after}``: up to ``window`` messages each side
         of one message, by id, rewound and archived rows included (empty when the message is
         not in that session)."""
-        return self._windows.around(session_id, around_message_id, window)
+        return self._repo.get_messages_around(session_id, around_message_id, window)
 
+    @reads
     def get_anchored_view(
         self,
         session_id: str,
@@ -779,62 +832,59 @@ class SessionDB:
         """``get_messages_around`` kept to ``keep_roles`` (the anchor always), plus the
         session's first and last ``bookend`` messages of those roles with text outside the
         window (``bookend_start``, ``bookend_end``)."""
-        return self._windows.anchored_view(
+        return self._repo.get_anchored_view(
             session_id, around_message_id, window, bookend, keep_roles
         )
 
+    @reads
     def search_sessions_by_id(
         self, query: str, limit: int = 20, include_archived: bool = True
     ) -> list[dict[str, Any]]:
         """Listed sessions whose id (or any id of their compression chain) holds ``query``,
         case-insensitively: exact ids first, then prefixes, then the rest, each most recently
         active first."""
-        if not isinstance(query, str):
-            return []
-        needle = query.strip().lower()
-        count = row_count(limit, "limit")
-        if not needle or count <= 0 or not bindable(needle):
-            return []
-        # Hermes's call, by keyword: the listing's id filter and activity order.
-        options: dict[str, Any] = {
-            "limit": min(max(count * 4, count), INT64_MAX),
-            "offset": 0,
-            "include_archived": include_archived,
-            "order_by_last_active": True,
-            "id_query": needle,
-        }
-        return rank_by_id(self.list_sessions_rich(**options), needle, count)
+        return search_by_id(self.list_sessions_rich, query, limit, include_archived)
 
+    @reads
     def list_cron_job_runs(
         self, job_id: str, limit: int = 20, offset: int = 0
     ) -> list[dict[str, Any]]:
         """The runs of one cron job (sessions ``cron_{job_id}_*`` of source ``'cron'``),
         newest first, as ``list_sessions_rich`` rows."""
-        return self._lineage.cron_job_runs(job_id, limit, offset)
+        return self._repo.list_cron_job_runs(job_id, limit, offset)
 
+    @writes
     def finalize_orphaned_compression_sessions(self) -> int:
         """End compression continuations left open for over 7 days (``end_reason =
         'orphaned_compression'``); nothing is deleted. How many."""
-        return self._cleanup.finalize_orphaned_compression_sessions()
+        return self._repo.finalize_orphaned_compression_sessions()
 
+    @reads
     def count_empty_sessions(self) -> int:
         """Ended, unarchived sessions without messages: what ``delete_empty_sessions`` takes."""
-        return self._cleanup.count_empty_sessions()
+        return self._repo.count_empty_sessions()
 
+    @writes
     def delete_empty_sessions(self, sessions_dir: str | os.PathLike[str] | None = None) -> int:
         """Delete the ended, unarchived sessions without messages, orphaning their children;
         their files in ``sessions_dir`` go with them. How many."""
-        return delete_with_transcripts(sessions_dir, self._cleanup.delete_empty_sessions).total
+        deletion = delete_with_transcripts(
+            sessions_dir, self._repo.delete_empty_sessions_detailed
+        )
+        return deletion.total
 
+    @writes
     def optimize_fts(self) -> int:
         """Merge the search index's pieces (results unchanged); how many indexes."""
-        return self._maintenance.optimize_fts()
+        return self._repo.optimize_fts()
 
+    @writes
     def vacuum(self) -> int:
         """``optimize_fts``, then give deleted rows' space back (SQLite: ``VACUUM``;
         PostgreSQL: ``VACUUM (ANALYZE)``); what ``optimize_fts`` returned."""
-        return self._maintenance.vacuum()
+        return self._repo.vacuum()
 
+    @writes
     def maybe_auto_prune_and_vacuum(
         self,
         retention_days: int = 90,

@@ -23,11 +23,12 @@ from sqlalchemy import Select, and_, func, or_, select, update
 from sqlalchemy.engine import Connection
 
 from ..sql import validation
-from ..sql.records import SESSION_FIELDS, SessionRecord
+from ..sql.records import SessionRecord
 from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
 from ..sql.validation import bindable
-from ..storage.store import Store
+from .access import reads, writes
+from .shared import RepositoryPart, session_columns
 
 RESUMABLE_END_REASON = "agent_close"
 PENDING, RUNNING, COMPLETED, FAILED = "pending", "running", "completed", "failed"
@@ -36,21 +37,20 @@ MAX_ERROR_CHARS = 500
 
 
 def _session_select() -> Select[Any]:
-    return select(*[sessions.c[name] for name in SESSION_FIELDS])
+    return select(*session_columns())
 
 
-class Gateway:
-    def __init__(self, store: Store) -> None:
-        self.store = store
+class GatewayPart(RepositoryPart):
+    """Gateway peers and the handoff state machine."""
 
-    def _text(self, value: Any, name: str) -> str | None:
-        nul_allowed = self.store.dialect.stores_nul_in_text
-        return validation.free_text(
-            None if value is None else str(value), name, nul_allowed=nul_allowed
-        )
+    def _peer_text(self, value: Any, name: str) -> str | None:
+        """A gateway value as text: anything but None is taken as its ``str()`` (a numeric
+        chat id as its digits)."""
+        return self._text(None if value is None else str(value), name)
 
     # -- peers ----------------------------------------------------------------------------
-    def record_peer(
+    @writes
+    def record_gateway_session_peer(
         self,
         session_id: str,
         *,
@@ -65,13 +65,15 @@ class Gateway:
         if not session_key:
             return False
         values: dict[str, Any] = {
-            "session_key": self._text(session_key, "session_key"),
-            "chat_id": self._text(chat_id, "chat_id"),
-            "chat_type": self._text(chat_type, "chat_type"),
-            "thread_id": self._text(thread_id, "thread_id"),
+            "session_key": self._peer_text(session_key, "session_key"),
+            "chat_id": self._peer_text(chat_id, "chat_id"),
+            "chat_type": self._peer_text(chat_type, "chat_type"),
+            "thread_id": self._peer_text(thread_id, "thread_id"),
         }
         if user_id is not None:
-            values["user_id"] = func.coalesce(sessions.c.user_id, self._text(user_id, "user_id"))
+            values["user_id"] = func.coalesce(
+                sessions.c.user_id, self._peer_text(user_id, "user_id")
+            )
         statement = update(sessions).where(
             sessions.c.id == validation.identifier(session_id, "session_id")
         )
@@ -80,7 +82,8 @@ class Gateway:
             statement = statement.where(sessions.c.source == source)
         return self.store.write(lambda conn: conn.execute(statement.values(values)).rowcount > 0)
 
-    def find_latest_for_peer(
+    @reads
+    def find_latest_gateway_session_for_peer(
         self,
         *,
         source: str,
@@ -132,7 +135,7 @@ class Gateway:
         return self.store.read(run)
 
     # -- handoff --------------------------------------------------------------------------
-    def _move(self, session_id: str, allowed: Any, values: dict[str, Any]) -> bool:
+    def _move_handoff(self, session_id: str, allowed: Any, values: dict[str, Any]) -> bool:
         statement = (
             update(sessions)
             .where(sessions.c.id == validation.identifier(session_id, "session_id"), allowed)
@@ -140,11 +143,12 @@ class Gateway:
         )
         return self.store.write(lambda conn: conn.execute(statement).rowcount > 0)
 
+    @writes
     def request_handoff(self, session_id: str, platform: str) -> bool:
         allowed = or_(
             sessions.c.handoff_state.is_(None), sessions.c.handoff_state.in_(REQUESTABLE_FROM)
         )
-        return self._move(
+        return self._move_handoff(
             session_id,
             allowed,
             {
@@ -154,26 +158,30 @@ class Gateway:
             },
         )
 
+    @writes
     def claim_handoff(self, session_id: str) -> bool:
-        return self._move(session_id, sessions.c.handoff_state == PENDING,
+        return self._move_handoff(session_id, sessions.c.handoff_state == PENDING,
                           {"handoff_state": RUNNING})  # fmt: skip
 
+    @writes
     def complete_handoff(self, session_id: str) -> bool:
-        return self._move(
+        return self._move_handoff(
             session_id,
             sessions.c.handoff_state.in_((PENDING, RUNNING)),
             {"handoff_state": COMPLETED, "handoff_error": None},
         )
 
+    @writes
     def fail_handoff(self, session_id: str, error: str | None) -> bool:
         message = None if error is None else str(error)[:MAX_ERROR_CHARS]
-        return self._move(
+        return self._move_handoff(
             session_id,
             sessions.c.handoff_state.in_((PENDING, RUNNING)),
-            {"handoff_state": FAILED, "handoff_error": self._text(message, "error")},
+            {"handoff_state": FAILED, "handoff_error": self._peer_text(message, "error")},
         )
 
-    def handoff_state(self, session_id: str) -> dict[str, Any] | None:
+    @reads
+    def get_handoff_state(self, session_id: str) -> dict[str, Any] | None:
         if not bindable(session_id):
             return None
         statement = select(
@@ -184,7 +192,8 @@ class Gateway:
             return None
         return {"state": row[0], "platform": row[1], "error": row[2]}
 
-    def pending_handoffs(self) -> list[SessionRecord]:
+    @reads
+    def list_pending_handoffs(self) -> list[SessionRecord]:
         """Sessions waiting for a handoff, oldest first."""
         statement = (
             _session_select()

@@ -1,5 +1,7 @@
 """Compression leases, compression-failure cooldowns and ``state_meta``: Hermes v8/v14 state.
 
+The methods carry Hermes's names (``try_acquire_compression_lock``, ``get_meta``, ...).
+
 A compression lease is a row of ``compression_locks`` per session: ``holder`` owns it until
 ``expires_at``. Semantics are Hermes's (its ``*_compression_lock`` methods):
 
@@ -14,17 +16,16 @@ A compression lease is a row of ``compression_locks`` per session: ``holder`` ow
 Bad arguments (a non-``str`` id or holder, a TTL that is not a positive finite number) are a
 ``TypeError``/``ValueError``; Hermes's "any database error returns False" is not copied: a
 locked store is retried by ``Store.write`` and anything else is a real failure to report.
-The clock is injectable so that expiry can be tested without sleeping.
+The clock is the repository's (``SessionRepository(store, clock=...)``), so that expiry can be
+tested without sleeping.
 """
 
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import and_, delete, select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.engine import Connection
 
 from ..sql import validation
@@ -32,7 +33,8 @@ from ..sql.tables import compression_locks_table as locks
 from ..sql.tables import sessions_table as sessions
 from ..sql.tables import state_meta_table as state_meta
 from ..sql.validation import bindable
-from ..storage.store import Store
+from .access import reads, writes
+from .shared import RepositoryPart
 
 DEFAULT_TTL_S = 300.0
 MAX_ERROR_CHARS = 500
@@ -45,15 +47,14 @@ def _ttl(value: Any) -> float:
     return ttl
 
 
-class Leases:
-    """Compression leases and cooldowns of one store."""
-
-    def __init__(self, store: Store, clock: Callable[[], float] = time.time) -> None:
-        self.store = store
-        self.clock = clock
+class LeasesPart(RepositoryPart):
+    """Compression leases and cooldowns, and ``state_meta``."""
 
     # -- the lease --------------------------------------------------------------------------
-    def try_acquire(self, session_id: str, holder: str, ttl_seconds: float = DEFAULT_TTL_S) -> bool:
+    @writes
+    def try_acquire_compression_lock(
+        self, session_id: str, holder: str, ttl_seconds: float = DEFAULT_TTL_S
+    ) -> bool:
         session_id = validation.identifier(session_id, "session_id")
         holder = validation.identifier(holder, "holder")
         ttl = _ttl(ttl_seconds)
@@ -76,7 +77,10 @@ class Leases:
 
         return self.store.write(run)
 
-    def refresh(self, session_id: str, holder: str, ttl_seconds: float = DEFAULT_TTL_S) -> bool:
+    @writes
+    def refresh_compression_lock(
+        self, session_id: str, holder: str, ttl_seconds: float = DEFAULT_TTL_S
+    ) -> bool:
         session_id = validation.identifier(session_id, "session_id")
         holder = validation.identifier(holder, "holder")
         ttl = _ttl(ttl_seconds)
@@ -96,14 +100,16 @@ class Leases:
 
         return self.store.write(run)
 
-    def release(self, session_id: str, holder: str) -> bool:
+    @writes
+    def release_compression_lock(self, session_id: str, holder: str) -> bool:
         """Give up our lease; True when there was one to give up."""
         session_id = validation.identifier(session_id, "session_id")
         holder = validation.identifier(holder, "holder")
         statement = delete(locks).where(locks.c.session_id == session_id, locks.c.holder == holder)
         return self.store.write(lambda conn: bool(conn.execute(statement).rowcount))
 
-    def holder(self, session_id: str) -> str | None:
+    @reads
+    def get_compression_lock_holder(self, session_id: str) -> str | None:
         if not bindable(session_id):
             return None
 
@@ -118,14 +124,15 @@ class Leases:
         return self.store.read(run)
 
     # -- compression-failure cooldown ---------------------------------------------------------
-    def record_cooldown(self, session_id: str, until: float, error: str | None = None) -> bool:
+    @writes
+    def record_compression_failure_cooldown(
+        self, session_id: str, cooldown_until: float, error: str | None = None
+    ) -> bool:
         session_id = validation.identifier(session_id, "session_id")
-        moment = validation.optional_number(until, "until")
+        moment = validation.optional_number(cooldown_until, "until")
         if moment is None or not math.isfinite(moment):
             raise ValueError("until must be a finite Unix time")
-        text = None if error is None else validation.free_text(
-            str(error)[:MAX_ERROR_CHARS], "error", nul_allowed=self.store.dialect.stores_nul_in_text
-        )
+        text = None if error is None else self._text(str(error)[:MAX_ERROR_CHARS], "error")
         statement = (
             update(sessions)
             .where(sessions.c.id == session_id)
@@ -133,7 +140,8 @@ class Leases:
         )
         return self.store.write(lambda conn: bool(conn.execute(statement).rowcount))
 
-    def cooldown(self, session_id: str) -> dict[str, Any] | None:
+    @reads
+    def get_compression_failure_cooldown(self, session_id: str) -> dict[str, Any] | None:
         """``{cooldown_until, remaining_seconds, error}`` while the cooldown is in the future."""
         if not bindable(session_id):
             return None
@@ -148,7 +156,8 @@ class Leases:
             return None
         return {"cooldown_until": float(row[0]), "remaining_seconds": remaining, "error": row[1]}
 
-    def clear_cooldown(self, session_id: str) -> bool:
+    @writes
+    def clear_compression_failure_cooldown(self, session_id: str) -> bool:
         session_id = validation.identifier(session_id, "session_id")
         statement = (
             update(sessions)
@@ -157,34 +166,22 @@ class Leases:
         )
         return self.store.write(lambda conn: bool(conn.execute(statement).rowcount))
 
-
-class Meta:
-    """Hermes's ``state_meta`` key/value table."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
-    def get(self, key: str) -> str | None:
+    # -- state_meta -------------------------------------------------------------------------
+    @reads
+    def get_meta(self, key: str) -> str | None:
         if not bindable(key):
             return None
         statement = select(state_meta.c.value).where(state_meta.c.key == key)
         value = self.store.read(lambda conn: conn.execute(statement).scalar())
         return None if value is None else str(value)
 
-    def set(self, key: str, value: str | None) -> None:
+    @writes
+    def set_meta(self, key: str, value: str | None) -> None:
         key = validation.identifier(key, "key")
-        nul_allowed = self.store.dialect.stores_nul_in_text
-        stored = None if value is None else validation.free_text(
-            str(value), "value", nul_allowed=nul_allowed
-        )
+        stored = None if value is None else self._text(str(value), "value")
         statement = (
             self.store.dialect.insert(state_meta)
             .values(key=key, value=stored)
             .on_conflict_do_update(index_elements=[state_meta.c.key], set_={"value": stored})
         )
         self.store.write(lambda conn: conn.execute(statement))
-
-    def delete(self, key: str) -> bool:
-        key = validation.identifier(key, "key")
-        statement = delete(state_meta).where(and_(state_meta.c.key == key))
-        return self.store.write(lambda conn: bool(conn.execute(statement).rowcount))

@@ -1,22 +1,43 @@
-"""Hermes 0.18's lineage reads: where a resume lands, one cron job's runs, id search ranking.
+"""Lineage: how sessions continue one another, every tip and chain rule side by side.
 
-- :meth:`Lineage.resume_target` is Hermes's ``resolve_resume_session_id``: first follow the
-  compression chain to its live tip as Hermes 0.18's ``get_compression_tip`` walks it (children
-  of a parent that ended ``'compression'``, forks and tool runs left out, preferring a child that
-  itself ended ``'compression'``, then a live one, then the latest activity; no
-  ``started_at >= ended_at`` test, which races between the gateway and compression defeated),
-  then walk on through the newest non-fork child of each session, at most 32 steps, and land on
-  the deepest session holding messages (the tip when none holds any).
-- :meth:`Lineage.cron_job_runs` is ``list_cron_job_runs``: the sessions ``cron_{job_id}_*`` of
-  source ``'cron'``, newest first, as listing rows (``preview``, ``last_active``). The page is
-  chosen from ``sessions`` alone through the dialect's exact prefix test (SQLite: a range of the
-  id's index, as Hermes queries it), and only its rows are enriched.
-- :func:`rank_by_id` is the ranking half of ``search_sessions_by_id``: exact id (or lineage
-  root id) first, then prefix, then substring, ties in the listing's order.
+A session's children are of four kinds, told apart by markers in ``model_config`` and by the
+parent's end reason:
 
-A JSON marker (``_branched_from``, ``_delegate_from``) is looked for in ``model_config``'s text,
-as everywhere in this package (``repository.has_marker``), so a malformed ``model_config``
-cannot make a resume fail. Ids that are not text a database can hold match nothing.
+- a **compression continuation**: a child of a parent that ended ``'compression'``;
+- a **branch**: ``_branched_from`` set, or started after a parent that ended ``'branched'``;
+- a **delegate (subagent) run**: ``_delegate_from`` set;
+- a **tool run**: source ``'tool'``.
+
+Branches, delegate and tool runs are *forks*: a compression tip never moves to one
+(:func:`not_a_fork`). A JSON marker is looked for in ``model_config``'s text: portable across
+SQLite and PostgreSQL, and a malformed ``model_config`` (the files hold some) cannot make a
+query fail, as ``json_extract`` would; the key's quotes keep it from matching inside another
+key or value. Ids that are not text a database can hold match nothing.
+
+**Two compression-tip rules, on purpose.** Each is named for what it is for:
+
+- :func:`projection_tips` (the *listing's projection tip*, and :meth:`get_compression_tip`'s
+  answer): the v6 SPEC rule. From a root that ended ``'compression'``, move to the newest
+  non-fork child that started at or after the parent ended, and on; one recursive query walks
+  a whole page of roots in one round trip (a picker lists 50 rows). Hermes 0.18's listing
+  projects with its own ``get_compression_tip``; ours keeps the older rule, because the
+  listing and the ``sessions show`` tip have always agreed on it and a root's projected row is
+  what users pick from. Where the two differ (a continuation that started *before* its
+  parent ended, or a live child older than a stale one), the listing shows the older rule's
+  tip: ``tests/hermes/test_real_hermes_methods.py`` keeps a strict xfail on that difference.
+- :func:`resume_tip` (where a *resume* starts its walk): Hermes 0.18's ``get_compression_tip``,
+  walked one step at a time: children of a parent that ended ``'compression'``, forks left
+  out, preferring a child that itself ended ``'compression'``, then a live one, then the latest
+  activity; no ``started_at >= ended_at`` test, which races between the gateway and compression
+  defeated. A resume must land where Hermes lands (the conversation the user continues), so
+  it follows Hermes exactly. :func:`resume_target` then walks on through the newest non-fork
+  child of each session, at most :data:`RESUME_DEPTH` steps, and lands on the deepest session
+  holding messages (the tip when none holds any): Hermes's ``resolve_resume_session_id``.
+
+The other chain rules: :func:`listable_condition` (roots and branch children: what a picker
+lists), :func:`delegate_descendants` (what a delete takes along),
+:meth:`LineagePart.compression_ancestors` (what a conversation replays before itself) and the
+compression lineage an archive flag covers (up and down).
 """
 
 from __future__ import annotations
@@ -25,29 +46,203 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Select, bindparam, case, func, select
+from sqlalchemy import ColumnElement, Select, and_, bindparam, case, func, or_, select, text, update
 from sqlalchemy.engine import Connection
+from sqlalchemy.sql.elements import TextClause
 
+from ..search.sanitize import escape_like
+from ..sql.codec import decode_json_object
 from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
 from ..sql.validation import bindable
-from ..storage.store import Store
-from .repository import (
-    COMPRESSION_END_REASON,
-    MAX_LINEAGE_DEPTH,
-    _listing_dict,
-    _rich_select,
-    not_a_fork,
-    row_count,
-)
+from .access import reads, writes
+from .shared import RepositoryPart
 
+COMPRESSION_END_REASON = "compression"
+MAX_LINEAGE_DEPTH = 100
+"""The longest walk along a chain (a corrupt cycle of parents cannot loop forever)."""
 RESUME_DEPTH = 32
 """Hermes's cap on the walk past the compression tip (malformed data may loop)."""
-CRON_SOURCE = "cron"
+BRANCH_MARKER = "_branched_from"
+DELEGATE_MARKER = "_delegate_from"
+TOOL_SOURCE = "tool"
+BRANCHED_END_REASON = "branched"
+
+
+# -- kinds of children --------------------------------------------------------------------------
+def _marker_pattern(marker: str) -> str:
+    return '%"' + escape_like(marker) + '"%'
+
+
+def _has_marker_sql(alias: str, marker: str) -> str:
+    pattern = _marker_pattern(marker).replace("'", "''")
+    return f"COALESCE({alias}.model_config, '') LIKE '{pattern}' ESCAPE '\\'"
+
+
+def _not_a_fork_sql(alias: str) -> str:
+    """:func:`not_a_fork` as SQL text on the session ``alias`` (for the recursive walk)."""
+    return (
+        f"NOT ({_has_marker_sql(alias, BRANCH_MARKER)}) "
+        f"AND NOT ({_has_marker_sql(alias, DELEGATE_MARKER)}) "
+        f"AND COALESCE({alias}.source, '') <> '{TOOL_SOURCE}'"
+    )
+
+
+def has_marker(marker: str, table: Any = sessions) -> ColumnElement[bool]:
+    return func.coalesce(table.c.model_config, "").like(_marker_pattern(marker), escape="\\")
+
+
+def not_a_fork(table: Any) -> list[ColumnElement[bool]]:
+    """The session ``table`` (a ``sessions`` alias) is not a branch, not a delegate run and
+    not a tool run, so a compression tip may move to it."""
+    return [
+        ~has_marker(BRANCH_MARKER, table),
+        ~has_marker(DELEGATE_MARKER, table),
+        func.coalesce(table.c.source, "") != TOOL_SOURCE,
+    ]
+
+
+def listable_condition() -> ColumnElement[bool]:
+    """Roots and branch children, without delegate runs: what Hermes's pickers list."""
+    parent = sessions.alias("listed_parent")
+    branched_parent = (
+        select(parent.c.id)
+        .where(
+            parent.c.id == sessions.c.parent_session_id,
+            parent.c.end_reason == BRANCHED_END_REASON,
+            sessions.c.started_at >= parent.c.ended_at,
+        )
+        .correlate(sessions)
+        .exists()
+    )
+    # CASE, not OR: it guarantees that a root (most rows) never runs the branch tests.
+    listable_kind = case(
+        (sessions.c.parent_session_id.is_(None), 1),
+        (has_marker(BRANCH_MARKER), 1),
+        (branched_parent, 1),
+        else_=0,
+    )
+    return and_(listable_kind == 1, ~has_marker(DELEGATE_MARKER))
+
+
+def delegate_descendants(conn: Connection, parents: Sequence[str]) -> list[str]:
+    """Delegate children of ``parents``, recursively: sessions whose ``_delegate_from`` names
+    one of them, or whose parent is one of them and which carry any ``_delegate_from``. The
+    parents themselves are never collected."""
+    visited = set(parents)
+    frontier = set(parents)
+    found: list[str] = []
+    while frontier:
+        rows = conn.execute(
+            select(sessions.c.id, sessions.c.parent_session_id, sessions.c.model_config).where(
+                has_marker(DELEGATE_MARKER),
+                or_(
+                    sessions.c.parent_session_id.in_(sorted(frontier)),
+                    *(
+                        sessions.c.model_config.like(f"%{escape_like(parent)}%", escape="\\")
+                        for parent in sorted(frontier)
+                    ),
+                ),
+            )
+        ).all()
+        next_frontier: set[str] = set()
+        for session_id, parent_id, config in rows:
+            if session_id in visited:
+                continue
+            marker = decode_json_object(config).get(DELEGATE_MARKER)
+            if marker in frontier or (parent_id in frontier and marker is not None):
+                visited.add(session_id)
+                next_frontier.add(session_id)
+                found.append(str(session_id))
+        frontier = next_frontier
+    return found
+
+
+def _compression_lineage(conn: Connection, session_id: str) -> set[str]:
+    """The session and every session linked to it by a compression edge, either way."""
+    rows = conn.execute(
+        select(sessions.c.id, sessions.c.parent_session_id, sessions.c.end_reason)
+    ).all()
+    by_id = {str(row[0]): row for row in rows}
+    if session_id not in by_id:
+        return set()
+    children: dict[str, list[str]] = {}
+    for row in rows:
+        if row[1] is not None:
+            children.setdefault(str(row[1]), []).append(str(row[0]))
+    lineage = {session_id}
+    pending = [session_id]
+    while pending and len(lineage) <= MAX_LINEAGE_DEPTH * 100:
+        current = pending.pop()
+        row = by_id[current]
+        linked: list[str] = []
+        parent = by_id.get(str(row[1])) if row[1] is not None else None
+        if parent is not None and parent[2] == COMPRESSION_END_REASON:
+            linked.append(str(parent[0]))
+        if row[2] == COMPRESSION_END_REASON:
+            linked += children.get(current, [])
+        for other in linked:
+            if other not in lineage:
+                lineage.add(other)
+                pending.append(other)
+    return lineage
+
+
+# -- the listing's projection tip (v6 SPEC rule) -----------------------------------------------
+def projection_tips_sql(roots_sql: str) -> str:
+    """The walk from each root to the tip a listing projects it onto; ``roots_sql`` is the SQL
+    of the roots' list. Yields ``(root, id)``: each known root with its tip (itself when it has
+    no continuation).
+
+    A continuation is the newest non-fork child that started at or after its parent ended with
+    ``'compression'``; depth is bounded so a corrupt cycle cannot loop forever.
+    """
+    return f"""
+WITH RECURSIVE chain(root, id, depth) AS (
+    SELECT id, id, 0 FROM sessions WHERE id IN {roots_sql}
+    UNION ALL
+    SELECT chain.root, child.id, chain.depth + 1
+    FROM chain
+    JOIN sessions AS parent ON parent.id = chain.id
+    JOIN sessions AS child ON child.parent_session_id = parent.id
+    WHERE parent.end_reason = '{COMPRESSION_END_REASON}'
+      AND parent.ended_at IS NOT NULL
+      AND child.started_at >= parent.ended_at
+      AND chain.depth < {MAX_LINEAGE_DEPTH}
+      AND child.id = (
+          SELECT newest.id FROM sessions AS newest
+          WHERE newest.parent_session_id = parent.id AND newest.started_at >= parent.ended_at
+            AND {_not_a_fork_sql("newest")}
+          ORDER BY newest.started_at DESC, newest.id DESC
+          LIMIT 1
+      )
+)
+SELECT root, id FROM chain AS last
+WHERE depth = (SELECT MAX(depth) FROM chain AS other WHERE other.root = last.root)
+"""
 
 
 @functools.cache
-def _tip_step() -> Select[Any]:
+def _projection_tips_statement() -> TextClause:
+    return text(projection_tips_sql(":roots")).bindparams(bindparam("roots", expanding=True))
+
+
+def projection_tips(conn: Connection, root_ids: Sequence[str]) -> dict[str, str]:
+    """Each known root's projection tip (itself when it has no continuation); unknown ids are
+    absent."""
+    if not root_ids:
+        return {}
+    rows = conn.execute(_projection_tips_statement(), {"roots": list(root_ids)})
+    return {str(root): str(tip) for root, tip in rows}
+
+
+def projection_tip(conn: Connection, session_id: str) -> str | None:
+    return projection_tips(conn, [session_id]).get(session_id)
+
+
+# -- the resume target (Hermes 0.18's walk) ----------------------------------------------------
+@functools.cache
+def _resume_tip_step() -> Select[Any]:
     """The continuation Hermes 0.18's ``get_compression_tip`` moves to from ``:current``."""
     parent = sessions.alias("parent")
     child = sessions.alias("child")
@@ -98,13 +293,13 @@ def _has_messages() -> Select[Any]:
     return select(messages.c.id).where(messages.c.session_id == bindparam("current")).limit(1)
 
 
-def compression_tip(conn: Connection, session_id: str) -> str:
+def resume_tip(conn: Connection, session_id: str) -> str:
     """Hermes 0.18's ``get_compression_tip``: the end of the chain (the id itself when it has
     no continuation, known or not)."""
     current = session_id
     seen = {current}
     for _ in range(MAX_LINEAGE_DEPTH):
-        child = conn.execute(_tip_step(), {"current": current}).scalar()
+        child = conn.execute(_resume_tip_step(), {"current": current}).scalar()
         if not child or child in seen:
             return current
         seen.add(str(child))
@@ -114,7 +309,7 @@ def compression_tip(conn: Connection, session_id: str) -> str:
 
 def resume_target(conn: Connection, session_id: str) -> str:
     """Where resuming ``session_id`` should land (see the module's docstring)."""
-    start = compression_tip(conn, session_id)
+    start = resume_tip(conn, session_id)
     current = start
     seen = {current}
     best: str | None = None
@@ -129,60 +324,67 @@ def resume_target(conn: Connection, session_id: str) -> str:
     return best if best is not None else start
 
 
-def cron_prefix(job_id: str) -> str:
-    return f"cron_{job_id}_"
+class LineagePart(RepositoryPart):
+    """The lineage reads of the repository, and the archive flag that follows a lineage."""
 
+    @reads
+    def compression_ancestors(self, session_id: str) -> list[str]:
+        """The sessions this one continues after compression, oldest first."""
+        if not isinstance(session_id, str) or not bindable(session_id):
+            return []
 
-def rank_by_id(rows: Sequence[dict[str, Any]], needle: str, limit: int) -> list[dict[str, Any]]:
-    """``rows`` best match of ``needle`` (already stripped and lower-cased) first: an exact id
-    or lineage root id, then a prefix, then the rest, each group in the rows' order."""
+        def run(conn: Connection) -> list[str]:
+            chain: list[str] = []
+            current = session_id
+            for _ in range(MAX_LINEAGE_DEPTH):
+                parent = conn.execute(
+                    select(sessions.c.parent_session_id).where(sessions.c.id == current)
+                ).scalar()
+                if parent is None or parent in chain or parent == session_id:
+                    break
+                reason = conn.execute(
+                    select(sessions.c.end_reason).where(sessions.c.id == parent)
+                ).scalar()
+                if reason != COMPRESSION_END_REASON:
+                    break
+                chain.append(str(parent))
+                current = str(parent)
+            return list(reversed(chain))
 
-    def score(row: dict[str, Any]) -> int:
-        ids = [str(row.get("id") or ""), str(row.get("_lineage_root_id") or "")]
-        normalized = [value.lower() for value in ids if value]
-        if needle in normalized:
-            return 0
-        if any(value.startswith(needle) for value in normalized):
-            return 1
-        return 2
+        return self.store.read(run)
 
-    ranked = sorted(enumerate(rows), key=lambda item: (score(item[1]), item[0]))
-    return [row for _, row in ranked[:limit]]
+    @reads
+    def get_compression_tip(self, session_id: str) -> str | None:
+        """The projection tip (:func:`projection_tips`: the one a listing shows, bounded
+        walk); None if the session is unknown."""
+        if not isinstance(session_id, str) or not bindable(session_id):
+            return None
+        return self.store.read(lambda conn: projection_tip(conn, session_id))
 
-
-class Lineage:
-    """The lineage reads of one store."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
-    def resume_target(self, session_id: Any) -> Any:
-        """``resolve_resume_session_id``: an empty or unmatchable id comes back as it was."""
+    @reads
+    def resolve_resume_session_id(self, session_id: str) -> str:
+        """Hermes's ``resolve_resume_session_id`` (:func:`resume_target`): an empty or
+        unmatchable id comes back as it was."""
         if not session_id or not bindable(session_id):
             return session_id
         return self.store.read(lambda conn: resume_target(conn, session_id))
 
-    def cron_job_runs(self, job_id: Any, limit: Any = 20, offset: Any = 0) -> list[dict[str, Any]]:
-        page = {"limit": row_count(limit, "limit"), "offset": row_count(offset, "offset")}
-        if not isinstance(job_id, str) or not bindable(job_id):
-            return []
-        prefix = cron_prefix(job_id)
-        newest_first = (sessions.c.started_at.desc(), sessions.c.id.desc())
-        chosen = (
-            select(sessions.c.id)
-            .where(
-                sessions.c.source == CRON_SOURCE,
-                self.store.dialect.starts_with(sessions.c.id, prefix),
+    @writes
+    def set_session_archived(self, session_id: str, archived: bool = True) -> bool:
+        """Archive (or unarchive) a session with its whole compression lineage: every session
+        reachable through a parent that ended ``'compression'``, up and down. False when the
+        session does not exist."""
+        if not isinstance(session_id, str) or not bindable(session_id):
+            return False
+        flag = 1 if archived else 0
+
+        def run(conn: Connection) -> bool:
+            lineage = _compression_lineage(conn, session_id)
+            if not lineage:
+                return False
+            conn.execute(
+                update(sessions).where(sessions.c.id.in_(sorted(lineage))).values(archived=flag)
             )
-            .order_by(*newest_first)
-            .limit(page["limit"])
-            .offset(page["offset"])
-            .subquery("page")
-        )
-        statement = (
-            _rich_select()
-            .join_from(sessions, chosen, chosen.c.id == sessions.c.id)
-            .order_by(*newest_first)
-        )
-        rows = self.store.read(lambda conn: conn.execute(statement).all())
-        return [_listing_dict(row, None) for row in rows]
+            return True
+
+        return self.store.write(run)

@@ -1,5 +1,6 @@
-"""Hermes 0.18's store maintenance: ``optimize_fts``, ``vacuum`` and
-``maybe_auto_prune_and_vacuum``, on both databases.
+"""Hermes 0.18's store maintenance: ``optimize_fts``, ``vacuum``,
+``finalize_orphaned_compression_sessions`` and ``maybe_auto_prune_and_vacuum``, on both
+databases.
 
 - ``optimize_fts`` merges the search index's pieces (SQLite: FTS5 ``'optimize'`` on each FTS
   table present, ours included; PostgreSQL: GIN's pending lists moved into the indexes) and
@@ -10,6 +11,10 @@
   transaction, holding the store's write lock so this package's writers, in this process and
   others, wait for it, and retried like a write while a foreign program holds the file. Returns
   what ``optimize_fts`` returned.
+- ``finalize_orphaned_compression_sessions``: a compression continuation that never ended (no
+  ``end_reason``, no ``ended_at``, no API call) under a parent that ended ``'compression'``,
+  holding messages and started more than 7 days ago, is ended with
+  ``end_reason='orphaned_compression'``. Nothing is deleted. Returns how many.
 - ``maybe_auto_prune_and_vacuum`` is Hermes's startup housekeeping: unless the ``state_meta`` key
   ``last_auto_prune`` says it ran less than ``min_interval_hours`` ago, prune ended sessions
   older than ``retention_days``, vacuum when that deleted something (and ``vacuum``), and record
@@ -26,28 +31,36 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from sqlalchemy import select, update
+
 from ..errors import ReadOnlyStoreError
+from ..sql.tables import messages_table as messages
 from ..sql.tables import metadata
-from ..storage.store import Store
+from ..sql.tables import sessions_table as sessions
+from .access import writes
+from .lineage import COMPRESSION_END_REASON
+from .shared import RepositoryPart
 
 logger = logging.getLogger(__name__)
 
 LAST_AUTO_PRUNE_KEY = "last_auto_prune"
 SECONDS_PER_HOUR = 3600
+ORPHANED_COMPRESSION_END_REASON = "orphaned_compression"
+ORPHAN_AGE_S = 7 * 86_400.0
+"""How long a continuation must have been left open before it is finalized (Hermes: 7 days)."""
 
 
-class Maintenance:
-    """The maintenance operations of one store."""
+class MaintenancePart(RepositoryPart):
+    """The maintenance operations of the repository."""
 
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
+    @writes
     def optimize_fts(self) -> int:
         from ..search.registry import search_index_for  # on first use, not at open
 
         index = search_index_for(self.store.dialect)
         return self.store.write(index.optimize)
 
+    @writes
     def vacuum(self) -> int:
         if self.store.read_only:
             raise ReadOnlyStoreError("this session store was opened read-only")
@@ -66,6 +79,31 @@ class Maintenance:
         self.store.serialized(attempt)
         return optimized
 
+    @writes
+    def finalize_orphaned_compression_sessions(self) -> int:
+        now = self.clock()
+        parent = sessions.alias("parent")
+        statement = (
+            update(sessions)
+            .where(
+                sessions.c.api_call_count == 0,
+                sessions.c.end_reason.is_(None),
+                sessions.c.ended_at.is_(None),
+                sessions.c.started_at < now - ORPHAN_AGE_S,
+                sessions.c.parent_session_id.is_not(None),
+                select(parent.c.id)
+                .where(
+                    parent.c.id == sessions.c.parent_session_id,
+                    parent.c.end_reason == COMPRESSION_END_REASON,
+                    parent.c.ended_at.is_not(None),
+                )
+                .exists(),
+                select(messages.c.id).where(messages.c.session_id == sessions.c.id).exists(),
+            )
+            .values(ended_at=now, end_reason=ORPHANED_COMPRESSION_END_REASON)
+        )
+        return self.store.write(lambda conn: int(conn.execute(statement).rowcount or 0))
+
 
 class _MaintainedStore(Protocol):
     def get_meta(self, key: str) -> str | None: ...
@@ -75,6 +113,7 @@ class _MaintainedStore(Protocol):
     def prune_sessions(self, older_than_days: Any = ..., source: Any = ...,
                        sessions_dir: Any = ...) -> int: ...  # fmt: skip
 
+    @writes
     def vacuum(self) -> int: ...
 
 

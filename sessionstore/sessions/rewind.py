@@ -9,6 +9,10 @@ compaction-archived ones (they were replaced by the summary that follows them; r
 would replay the same history twice); ``rewind_to_message`` leaves ``message_count`` as it
 is (the rows are still there, as in Hermes), while ``archive_and_compact`` sets it to the new
 live count, as Hermes does. Every operation is one write transaction.
+
+Compaction and replacement write messages as an append does (:mod:`.messages`: the same
+preparation, the same row builder, the same recount), so :class:`RewindPart` builds on
+:class:`~.messages.MessagesPart`.
 """
 
 from __future__ import annotations
@@ -20,14 +24,14 @@ from typing import Any
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 
-from ..errors import UnknownSessionError
 from ..sql import validation
 from ..sql.message_content import decode_content, text_of
 from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
 from ..sql.validation import bindable
-from ..storage.store import Store
-from .repository import NewMessage, SessionRepository
+from .access import reads, writes
+from .messages import MessagesPart, NewMessage, message_rows, recount
+from .shared import require_session
 
 RECENT_PREVIEW_CHARS = 80
 REWIND_ROLE = "user"
@@ -38,77 +42,19 @@ def _preview(text: str | None) -> str:
     return flat if len(flat) <= RECENT_PREVIEW_CHARS else flat[: RECENT_PREVIEW_CHARS - 3] + "..."
 
 
-def _row(message: NewMessage, session_id: str, timestamp: float) -> dict[str, Any]:
-    return {
-        "session_id": session_id,
-        "role": message.role,
-        "content": message.content,
-        "tool_call_id": message.tool_call_id,
-        "tool_calls": message.tool_calls,
-        "tool_name": message.tool_name,
-        "timestamp": timestamp if message.timestamp is None else message.timestamp,
-        "token_count": message.token_count,
-        "finish_reason": message.finish_reason,
-        "reasoning": message.reasoning,
-        "reasoning_content": message.reasoning_content,
-        "reasoning_details": message.reasoning_details,
-        "codex_reasoning_items": message.codex_reasoning_items,
-        "codex_message_items": message.codex_message_items,
-        "platform_message_id": message.platform_message_id,
-        "observed": message.observed,
-    }
+def _insert(conn: Connection, session_id: str, batch: Sequence[NewMessage]) -> int:
+    """Insert ``batch`` as an append would; the tool calls it holds."""
+    rows = message_rows(session_id, batch, time.time())
+    if rows:
+        conn.execute(insert(messages), rows)
+    return sum(message.tool_call_total for message in batch)
 
 
-class MessageStates:
-    def __init__(self, store: Store, repository: SessionRepository) -> None:
-        self.store = store
-        self.repository = repository
-
-    def prepare(self, batch: Sequence[Mapping[str, Any]]) -> list[NewMessage]:
-        prepared = []
-        for index, message in enumerate(batch):
-            if not isinstance(message, Mapping):
-                raise TypeError(f"messages[{index}] must be a dict, not {type(message).__name__}")
-            prepared.append(
-                self.repository.prepare_message(
-                    message.get("role"),
-                    message.get("content"),
-                    tool_name=message.get("tool_name", message.get("name")),
-                    tool_calls=message.get("tool_calls"),
-                    tool_call_id=message.get("tool_call_id"),
-                    token_count=message.get("token_count"),
-                    finish_reason=message.get("finish_reason"),
-                    reasoning=message.get("reasoning"),
-                    reasoning_details=message.get("reasoning_details"),
-                    codex_reasoning_items=message.get("codex_reasoning_items"),
-                    reasoning_content=message.get("reasoning_content"),
-                    codex_message_items=message.get("codex_message_items"),
-                    platform_message_id=message.get(
-                        "platform_message_id", message.get("message_id")
-                    ),
-                    observed=message.get("observed", False),
-                    timestamp=message.get("timestamp"),
-                )
-            )
-        return prepared
-
-    @staticmethod
-    def _require_session(conn: Connection, session_id: str) -> None:
-        found = conn.execute(select(sessions.c.id).where(sessions.c.id == session_id)).first()
-        if found is None:
-            raise UnknownSessionError(f"session {session_id!r} does not exist")
-
-    @staticmethod
-    def _insert(conn: Connection, session_id: str, batch: Sequence[NewMessage]) -> int:
-        now = time.time()
-        rows = [
-            _row(message, session_id, now + index * 1e-6) for index, message in enumerate(batch)
-        ]
-        if rows:
-            conn.execute(insert(messages), rows)
-        return sum(message.tool_call_total for message in batch)
+class RewindPart(MessagesPart):
+    """Rewind, restore, compaction and replacement of a session's messages."""
 
     # -- rewind -------------------------------------------------------------------------------
+    @writes
     def rewind_to_message(self, session_id: str, target_message_id: int) -> dict[str, Any]:
         """Undo the conversation from a user message on: it and every later row go inactive.
 
@@ -121,7 +67,7 @@ class MessageStates:
         target_id = validation.integer(target_message_id, "target_message_id")
 
         def run(conn: Connection) -> dict[str, Any]:
-            self._require_session(conn, session_id)
+            require_session(conn, session_id)
             target = conn.execute(
                 select(messages.c.id, messages.c.role, messages.c.content, messages.c.timestamp)
                 .where(messages.c.id == target_id, messages.c.session_id == session_id)
@@ -161,6 +107,7 @@ class MessageStates:
 
         return self.store.write(run)
 
+    @writes
     def restore_rewound(self, session_id: str, since_message_id: int) -> int:
         """Bring rewound rows from ``since_message_id`` on back; returns how many."""
         session_id = validation.identifier(session_id, "session_id")
@@ -177,6 +124,7 @@ class MessageStates:
         )
         return self.store.write(lambda conn: int(conn.execute(statement).rowcount or 0))
 
+    @reads
     def list_recent_user_messages(
         self, session_id: str, limit: int = 20, include_inactive: bool = False
     ) -> list[dict[str, Any]]:
@@ -204,6 +152,7 @@ class MessageStates:
             for row in rows
         ]
 
+    @reads
     def has_archived_messages(self, session_id: str) -> bool:
         """Whether any row of the session is inactive (rewound or compaction-archived)."""
         if not bindable(session_id):
@@ -216,6 +165,7 @@ class MessageStates:
         return self.store.read(lambda conn: conn.execute(statement).first() is not None)
 
     # -- compaction and replacement -------------------------------------------------------------
+    @writes
     def archive_and_compact(
         self, session_id: str, compacted_messages: Sequence[Mapping[str, Any]]
     ) -> int:
@@ -223,16 +173,16 @@ class MessageStates:
         compacted transcript, set the counters to the new live rows'. Returns how many rows
         were written."""
         session_id = validation.identifier(session_id, "session_id")
-        batch = self.prepare(compacted_messages)
+        batch = self.prepare_messages(compacted_messages)
 
         def run(conn: Connection) -> int:
-            self._require_session(conn, session_id)
+            require_session(conn, session_id)
             conn.execute(
                 update(messages)
                 .where(messages.c.session_id == session_id, messages.c.active == 1)
                 .values(active=0, compacted=1)
             )
-            tool_calls = self._insert(conn, session_id, batch)
+            tool_calls = _insert(conn, session_id, batch)
             conn.execute(
                 update(sessions)
                 .where(sessions.c.id == session_id)
@@ -242,6 +192,7 @@ class MessageStates:
 
         return self.store.write(run)
 
+    @writes
     def replace_messages(
         self,
         session_id: str,
@@ -255,16 +206,16 @@ class MessageStates:
         written.
         """
         session_id = validation.identifier(session_id, "session_id")
-        batch = self.prepare(new_messages)
+        batch = self.prepare_messages(new_messages)
 
         def run(conn: Connection) -> int:
-            self._require_session(conn, session_id)
+            require_session(conn, session_id)
             doomed = delete(messages).where(messages.c.session_id == session_id)
             if active_only:
                 doomed = doomed.where(messages.c.active == 1)
             conn.execute(doomed)
-            self._insert(conn, session_id, batch)
-            self.repository.recount(conn, session_id)
+            _insert(conn, session_id, batch)
+            recount(conn, session_id)
             return len(batch)
 
         return self.store.write(run)

@@ -1,6 +1,10 @@
-"""Session titles: cleaning what users type, and numbering a lineage ("name", "name #2", ...).
+"""Session titles: cleaning what users type, numbering a lineage ("name", "name #2", ...),
+and the repository's title operations.
 
-Pure text functions; the repository fetches the candidate titles and enforces uniqueness.
+The rules are pure text functions (:func:`sanitize_title`, :func:`split_lineage`,
+:func:`next_title_in_lineage`, :func:`lineage_like_pattern`); :class:`TitlesPart` fetches the
+candidate titles with them and enforces uniqueness (one session per title, as Hermes's unique
+index says).
 """
 
 from __future__ import annotations
@@ -9,10 +13,22 @@ import re
 from collections.abc import Iterable
 from typing import Final
 
+from sqlalchemy import func, or_, select, update
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
+
+from ..errors import TitleInUseError
 from ..search.sanitize import escape_like, lazy_pattern
+from ..sql import validation
+from ..sql.records import SessionRecord
+from ..sql.tables import sessions_table as sessions
+from ..sql.validation import bindable
+from .access import reads, writes
+from .shared import RepositoryPart, session_columns
 
 __all__ = [
     "MAX_TITLE_LENGTH",
+    "TitlesPart",
     "lineage_like_pattern",
     "next_title_in_lineage",
     "sanitize_title",
@@ -111,3 +127,104 @@ def lineage_like_pattern(base: str) -> str:
     The base itself is not matched; query it with ``=`` alongside.
     """
     return f"{escape_like(base)} #%"
+
+
+class TitlesPart(RepositoryPart):
+    """Setting, reading and resolving session titles."""
+
+    @writes
+    def set_session_title(self, session_id: str, title: str | None) -> bool:
+        """Set (or clear, with None/blank) a title; True if the session exists."""
+        clean = sanitize_title(title)
+        session_id = validation.identifier(session_id, "session_id")
+
+        def run(conn: Connection) -> bool:
+            if clean is not None:
+                holder = conn.execute(
+                    select(sessions.c.id).where(sessions.c.title == clean)
+                ).scalar()
+                if holder is not None and holder != session_id:
+                    # Hermes's exact words: users see them in `sessions rename` and `/title`.
+                    raise TitleInUseError(
+                        f"Title '{clean}' is already in use by session {holder}"
+                    )
+            result = conn.execute(
+                update(sessions).where(sessions.c.id == session_id).values(title=clean)
+            )
+            return result.rowcount > 0
+
+        try:
+            return self.store.write(run)
+        except IntegrityError as exc:
+            # Lost a race for the same title: the unique index decided.
+            raise TitleInUseError(
+                f"Title '{clean}' is already in use by another session"
+            ) from exc
+
+    @reads
+    def get_session_title(self, session_id: str) -> str | None:
+        if not isinstance(session_id, str) or not bindable(session_id):
+            return None
+        statement = select(sessions.c.title).where(sessions.c.id == session_id)
+        return self.store.read(lambda conn: conn.execute(statement).scalar())
+
+    @reads
+    def get_session_by_title(self, title: str) -> SessionRecord | None:
+        if not isinstance(title, str) or not bindable(title):
+            return None
+        statement = select(*session_columns()).where(sessions.c.title == title)
+        row = self.store.read(lambda conn: conn.execute(statement).first())
+        return None if row is None else SessionRecord._make(row)
+
+    @reads
+    def resolve_session_by_title(self, title: str) -> str | None:
+        """The newest numbered variant ("title #N") if any, else the exact title's session."""
+        if not isinstance(title, str) or not title or not bindable(title):
+            return None
+        def run(conn: Connection) -> str | None:
+            rows = conn.execute(
+                select(sessions.c.id, sessions.c.title)
+                .where(sessions.c.title.like(lineage_like_pattern(title), escape="\\"))
+                .order_by(sessions.c.started_at.desc())
+            ).all()
+            for session_id, candidate in rows:
+                candidate_base, number = split_lineage(candidate)
+                if number is not None and candidate_base == title:
+                    return str(session_id)
+            exact = conn.execute(select(sessions.c.id).where(sessions.c.title == title)).scalar()
+            return None if exact is None else str(exact)
+
+        return self.store.read(run)
+
+    @reads
+    def titles_ignoring_case(self, title: str) -> list[str]:
+        """The lineage base titles ("name" for "name #3") equal to ``title`` but for case."""
+        if not isinstance(title, str) or not title.strip() or not bindable(title):
+            return []
+        wanted = title.casefold()
+        statement = select(sessions.c.title).where(sessions.c.title.is_not(None))
+        if title.isascii():
+            # SQLite's lower() and LIKE fold ASCII only: narrow in SQL, decide in Python.
+            statement = statement.where(
+                func.lower(sessions.c.title).like(escape_like(title.lower()) + "%", escape="\\")
+            )
+        found: set[str] = set()
+        for (candidate,) in self.store.read(lambda conn: conn.execute(statement).all()):
+            base, _ = split_lineage(str(candidate))
+            if base.casefold() == wanted:
+                found.add(base)
+            elif str(candidate).casefold() == wanted:
+                found.add(str(candidate))  # "Name #2" asked for as "name #2"
+        return sorted(found)
+
+    @reads
+    def get_next_title_in_lineage(self, base_title: str) -> str:
+        base, _ = split_lineage(validation.identifier(base_title, "base_title"))
+        statement = select(sessions.c.title).where(
+            or_(
+                sessions.c.title == base,
+                sessions.c.title.like(lineage_like_pattern(base), escape="\\"),
+            )
+        )
+        existing = self.store.read(lambda conn: [row[0] for row in conn.execute(statement)])
+        return next_title_in_lineage(base_title, existing)

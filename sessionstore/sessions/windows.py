@@ -33,8 +33,8 @@ from ..sql.message_content import STORED_ON_POSTGRESQL_PREFIX, decode_content
 from ..sql.records import MESSAGE_FIELDS, MessageRecord
 from ..sql.tables import messages_table as messages
 from ..sql.validation import bindable
-from ..storage.store import Store
-from .repository import row_count
+from .access import reads
+from .shared import RepositoryPart, row_count
 
 DEFAULT_WINDOW = 5
 DEFAULT_BOOKEND = 3
@@ -136,14 +136,13 @@ def _around(conn: Connection, session_id: str, anchor: int, window: int) -> tupl
     return list(before), list(after)
 
 
-class MessageWindows:
-    """The windowed message reads of one store."""
+class WindowsPart(RepositoryPart):
+    """The windowed message reads of the repository."""
 
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
-    def around(self, session_id: Any, around_message_id: Any,
-               window: Any = DEFAULT_WINDOW) -> dict[str, Any]:  # fmt: skip
+    @reads
+    def get_messages_around(
+        self, session_id: str, around_message_id: int, window: int = DEFAULT_WINDOW
+    ) -> dict[str, Any]:
         anchor = _anchor_id(around_message_id)
         size = row_count(window, "window")
         if anchor is None or not bindable(session_id):
@@ -151,13 +150,14 @@ class MessageWindows:
         before, after = self.store.read(lambda conn: _around(conn, session_id, anchor, size))
         return _window_of(before, after)
 
-    def anchored_view(
+    @reads
+    def get_anchored_view(
         self,
-        session_id: Any,
-        around_message_id: Any,
-        window: Any = DEFAULT_WINDOW,
-        bookend: Any = DEFAULT_BOOKEND,
-        keep_roles: Any = DEFAULT_KEEP_ROLES,
+        session_id: str,
+        around_message_id: int,
+        window: int = DEFAULT_WINDOW,
+        bookend: int = DEFAULT_BOOKEND,
+        keep_roles: tuple[str, ...] | None = DEFAULT_KEEP_ROLES,
     ) -> dict[str, Any]:
         anchor = _anchor_id(around_message_id)
         size = row_count(window, "window")

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from sessionstore.api.session_db import SessionDB
 from sessionstore.ops import doctor
 from sessionstore.schema import migrate
-from sessionstore.sessions.leases import Leases
+from sessionstore.sessions.repository import SessionRepository
 from sessionstore.storage.store import Store
 
 
@@ -532,7 +532,7 @@ def lease_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
 def test_lease_matches_a_model(lease_store: Store, ops: list[tuple[str, str, float]]) -> None:
     """Against a two-line model: (holder, expires_at) of the one session's lease."""
     clock = FakeClock()
-    leases = Leases(lease_store, clock)
+    leases = SessionRepository(lease_store, clock=clock)
     lease_store.write(lambda conn: conn.execute(sa.text("DELETE FROM compression_locks")))
     model: tuple[str, float] | None = None
     for op, holder, amount in ops:
@@ -542,19 +542,19 @@ def test_lease_matches_a_model(lease_store: Store, ops: list[tuple[str, str, flo
                 model = None
             if model is None:
                 model = (holder, clock.now + amount)
-            assert leases.try_acquire("s", holder, amount) is (model[0] == holder)
+            assert leases.try_acquire_compression_lock("s", holder, amount) is (model[0] == holder)
         elif op == "refresh":
             expected = live and model is not None and model[0] == holder
             if expected and model is not None:
                 model = (holder, clock.now + amount)
-            assert leases.refresh("s", holder, amount) is expected
+            assert leases.refresh_compression_lock("s", holder, amount) is expected
         elif op == "release":
             expected = model is not None and model[0] == holder
             if expected:
                 model = None
-            assert leases.release("s", holder) is expected
+            assert leases.release_compression_lock("s", holder) is expected
         elif op == "holder":
-            assert leases.holder("s") == (model[0] if live and model else None)
+            assert leases.get_compression_lock_holder("s") == (model[0] if live and model else None)
         else:
             clock.now += amount
         # Never two holders: the table holds at most one row per session.

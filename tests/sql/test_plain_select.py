@@ -13,7 +13,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 
-from sessionstore.sessions import repository
+from sessionstore.sessions import lifecycle
+from sessionstore.sessions import messages as message_part
 from sessionstore.sql.records import CONVERSATION_FIELDS, MESSAGE_FIELDS, SESSION_FIELDS
 from sessionstore.sql.statements import plain_select
 from sessionstore.sql.tables import messages_table as messages
@@ -30,16 +31,16 @@ def _core_messages(fields: tuple[str, ...], live_only: bool) -> sa.Select[Any]:
 
 
 CASES: list[tuple[str, Callable[[], Any], Callable[[], Any]]] = [
-    ("session by id", repository._session_by_id,
+    ("session by id", lifecycle._session_by_id,
      lambda: sa.select(*[sessions.c[name] for name in SESSION_FIELDS]).where(
          sessions.c.id == sa.bindparam("id"))),
-    ("messages", repository._messages_of_session,
+    ("messages", message_part._messages_of_session,
      lambda: _core_messages(MESSAGE_FIELDS, live_only=False)),
-    ("live messages", lambda: repository._messages_of_session(live_only=True),
+    ("live messages", lambda: message_part._messages_of_session(live_only=True),
      lambda: _core_messages(MESSAGE_FIELDS, live_only=True)),
-    ("conversation", repository._conversation_of_session,
+    ("conversation", message_part._conversation_of_session,
      lambda: _core_messages(CONVERSATION_FIELDS, live_only=False)),
-    ("live conversation", lambda: repository._conversation_of_session(live_only=True),
+    ("live conversation", lambda: message_part._conversation_of_session(live_only=True),
      lambda: _core_messages(CONVERSATION_FIELDS, live_only=True)),
 ]
 

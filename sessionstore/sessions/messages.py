@@ -1,0 +1,455 @@
+"""Messages: checking and encoding one before it is written, appending a turn, reading a
+session's messages back (whole rows, or only what replaying it to a model needs), counting,
+clearing, and full-text search.
+
+:func:`message_rows` is the one builder of the rows an append inserts: the appends here and
+the compaction and replacement of :mod:`.rewind` all go through it, so a new column is added
+in one place.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import starmap
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.sql.elements import TextClause
+
+from ..errors import UnknownSessionError, ValueOutOfRangeError
+from ..sql import validation
+from ..sql.codec import count_tool_calls, decode_json, encode_json
+from ..sql.message_content import encode_content
+from ..sql.records import CONVERSATION_FIELDS, MESSAGE_FIELDS, ConversationRow, MessageRecord
+from ..sql.statements import HotReads, HotWrites, plain_select
+from ..sql.tables import messages_table as messages
+from ..sql.tables import sessions_table as sessions
+from ..sql.validation import bindable
+from ..storage.store import Store
+from .access import reads, writes
+from .shared import RepositoryPart, constraint_error, matchable, session_exists
+
+if TYPE_CHECKING:
+    from ..search import SearchHit
+
+_NEW_MESSAGE_TEXT_FIELDS = ("content", "tool_name", "tool_call_id", "finish_reason", "reasoning")
+_NEW_MESSAGE_JSON_FIELDS = ("tool_calls", "reasoning_details", "codex_reasoning_items")
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """One message ready to insert, JSON encoded.
+
+    Build it with :meth:`SessionRepository.prepare_message` (which also validates the text),
+    or directly: ``tool_calls``, ``reasoning_details`` and ``codex_reasoning_items`` may be
+    given as Python values (a list of tool-call dicts, say) and are encoded here, and
+    ``tool_call_total`` then defaults to the number of tool calls. A value of the wrong type
+    is a ``TypeError`` naming the field.
+    """
+
+    role: str
+    content: str | None = None
+    tool_name: str | None = None
+    tool_calls: str | None = None
+    tool_call_id: str | None = None
+    token_count: int | None = None
+    finish_reason: str | None = None
+    reasoning: str | None = None
+    reasoning_details: str | None = None
+    codex_reasoning_items: str | None = None
+    reasoning_content: str | None = None
+    codex_message_items: str | None = None
+    platform_message_id: str | None = None
+    observed: int = 0
+    timestamp: float | None = None
+    tool_call_total: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.role, str):
+            raise TypeError(f"NewMessage.role must be str, not {type(self.role).__name__}")
+        for name in _NEW_MESSAGE_TEXT_FIELDS:
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise TypeError(
+                    f"NewMessage.{name} must be str or None, not {type(value).__name__}"
+                )
+        for name in _NEW_MESSAGE_JSON_FIELDS:
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                if name == "tool_calls" and self.tool_call_total == 0:
+                    object.__setattr__(self, "tool_call_total", count_tool_calls(value))
+                object.__setattr__(self, name, encode_json(value, name))
+        if self.token_count is not None and (
+            isinstance(self.token_count, bool) or not isinstance(self.token_count, int)
+        ):
+            raise TypeError(
+                f"NewMessage.token_count must be int or None, not {type(self.token_count).__name__}"
+            )
+        if isinstance(self.tool_call_total, bool) or not isinstance(self.tool_call_total, int):
+            raise TypeError("NewMessage.tool_call_total must be int")
+
+
+def message_rows(
+    session_id: str, batch: Sequence[NewMessage], now: float
+) -> list[dict[str, Any]]:
+    """The rows that append ``batch`` to a session: a message without a timestamp is stamped
+    ``now`` plus its index in microseconds, strictly increasing within a batch, so (timestamp,
+    id) order is the turn order."""
+    return [
+        {
+            "session_id": session_id,
+            "role": message.role,
+            "content": message.content,
+            "tool_call_id": message.tool_call_id,
+            "tool_calls": message.tool_calls,
+            "tool_name": message.tool_name,
+            "timestamp": now + index * 1e-6 if message.timestamp is None
+            else message.timestamp,
+            "token_count": message.token_count,
+            "finish_reason": message.finish_reason,
+            "reasoning": message.reasoning,
+            "reasoning_details": message.reasoning_details,
+            "codex_reasoning_items": message.codex_reasoning_items,
+            "reasoning_content": message.reasoning_content,
+            "codex_message_items": message.codex_message_items,
+            "platform_message_id": message.platform_message_id,
+            "observed": message.observed,
+        }
+        for index, message in enumerate(batch)
+    ]
+
+
+def recount(conn: Connection, session_id: str) -> None:
+    """Set a session's counters to those of its live rows."""
+    rows = conn.execute(
+        select(messages.c.tool_calls).where(
+            messages.c.session_id == session_id, messages.c.active == 1
+        )
+    ).all()
+    tool_calls = sum(
+        count_tool_calls(decode_json(row[0], "tool_calls", None, None)) for row in rows
+    )
+    conn.execute(
+        update(sessions)
+        .where(sessions.c.id == session_id)
+        .values(message_count=len(rows), tool_call_count=tool_calls)
+    )
+
+
+class MessagesPart(RepositoryPart):
+    """Preparing, appending, reading, counting, clearing and searching messages."""
+
+    def __init__(self, store: Store, *, clock: Callable[[], float] = time.time) -> None:
+        super().__init__(store, clock=clock)
+        self._hot_writes = HotWrites(
+            store.engine.dialect, batch_returning=store.dialect.batch_returning_inserts
+        )
+        # Built on first use: a short-lived program (a hook, a CLI call) opens the store for
+        # one call, and building every statement at open showed in its start-up.
+        dialect = store.engine.dialect
+        self._load_messages = HotReads.built_later(dialect, _messages_of_session)
+        self._load_live_messages = HotReads.built_later(
+            dialect, lambda: _messages_of_session(live_only=True)
+        )
+        self._load_conversation = HotReads.built_later(dialect, _conversation_of_session)
+        self._load_live_conversation = HotReads.built_later(
+            dialect, lambda: _conversation_of_session(live_only=True)
+        )
+
+    # -- preparing ------------------------------------------------------------------------
+    def prepare_message(
+        self,
+        role: Any,
+        content: Any = None,
+        *,
+        tool_name: Any = None,
+        tool_calls: Any = None,
+        tool_call_id: Any = None,
+        token_count: Any = None,
+        finish_reason: Any = None,
+        reasoning: Any = None,
+        reasoning_details: Any = None,
+        codex_reasoning_items: Any = None,
+        reasoning_content: Any = None,
+        codex_message_items: Any = None,
+        platform_message_id: Any = None,
+        observed: Any = False,
+        timestamp: Any = None,
+    ) -> NewMessage:
+        if isinstance(content, (bytes, int, float)):
+            content = encode_json(content, "content")
+        elif content is not None and not isinstance(content, str):
+            # OpenAI multi-part content (a list of parts): marked JSON text, as Hermes keeps it.
+            content = encode_content(content)
+        return NewMessage(
+            role=validation.identifier(role, "role"),
+            content=self._text(content, "content"),
+            tool_name=validation.optional_identifier(tool_name, "tool_name"),
+            tool_calls=self._text(encode_json(tool_calls, "tool_calls"), "tool_calls"),
+            tool_call_id=validation.optional_identifier(tool_call_id, "tool_call_id"),
+            token_count=None
+            if token_count is None
+            else validation.counter(token_count, "token_count"),
+            finish_reason=validation.optional_identifier(finish_reason, "finish_reason"),
+            reasoning=self._text(reasoning, "reasoning"),
+            reasoning_details=self._text(
+                encode_json(reasoning_details, "reasoning_details"), "reasoning_details"
+            ),
+            codex_reasoning_items=self._text(
+                encode_json(codex_reasoning_items, "codex_reasoning_items"),
+                "codex_reasoning_items",
+            ),
+            reasoning_content=self._text(reasoning_content, "reasoning_content"),
+            codex_message_items=self._text(
+                encode_json(codex_message_items, "codex_message_items"), "codex_message_items"
+            ),
+            platform_message_id=validation.optional_identifier(
+                None if platform_message_id is None else str(platform_message_id),
+                "platform_message_id",
+            ),
+            observed=1 if observed else 0,
+            timestamp=None
+            if timestamp is None
+            else validation.optional_number(timestamp, "timestamp"),
+            tool_call_total=count_tool_calls(tool_calls),
+        )
+
+    def prepare_messages(self, batch: Sequence[Mapping[str, Any]]) -> list[NewMessage]:
+        """:meth:`prepare_message` for each OpenAI-shaped dict of ``batch``, read with
+        Hermes's keys too (``name`` for ``tool_name``, ``message_id`` for
+        ``platform_message_id``); an item that is not a dict is a ``TypeError``."""
+        prepared = []
+        for index, message in enumerate(batch):
+            if not isinstance(message, Mapping):
+                raise TypeError(f"messages[{index}] must be a dict, not {type(message).__name__}")
+            prepared.append(
+                self.prepare_message(
+                    message.get("role"),
+                    message.get("content"),
+                    tool_name=message.get("tool_name", message.get("name")),
+                    tool_calls=message.get("tool_calls"),
+                    tool_call_id=message.get("tool_call_id"),
+                    token_count=message.get("token_count"),
+                    finish_reason=message.get("finish_reason"),
+                    reasoning=message.get("reasoning"),
+                    reasoning_details=message.get("reasoning_details"),
+                    codex_reasoning_items=message.get("codex_reasoning_items"),
+                    reasoning_content=message.get("reasoning_content"),
+                    codex_message_items=message.get("codex_message_items"),
+                    platform_message_id=message.get(
+                        "platform_message_id", message.get("message_id")
+                    ),
+                    observed=message.get("observed", False),
+                    timestamp=message.get("timestamp"),
+                )
+            )
+        return prepared
+
+    # -- appending ------------------------------------------------------------------------
+    @writes
+    def append_message(self, session_id: str, message: NewMessage) -> int:
+        return self.append_messages(session_id, [message])[0]
+
+    @writes
+    def append_messages(self, session_id: str, batch: Sequence[NewMessage]) -> list[int]:
+        """Insert one turn's messages in one transaction and bump the counters once."""
+        session_id = validation.identifier(session_id, "session_id")
+        if not batch:
+            return []
+        rows = message_rows(session_id, batch, time.time())
+        tool_calls = sum(message.tool_call_total for message in batch)
+        hot = self._hot_writes
+        # A server: one message is one statement, one round trip (see HotWrites).
+        one_statement = len(rows) == 1 and hot.appends_in_one_statement
+
+        def not_written(conn: Connection) -> Exception:
+            if session_exists(conn, session_id):
+                return ValueOutOfRangeError(
+                    f"session {session_id!r}: its message or tool-call count would pass "
+                    "2**63 - 1; nothing was written"
+                )
+            return UnknownSessionError(f"session {session_id!r} does not exist")
+
+        def run(conn: Connection) -> list[int]:
+            if one_statement:
+                appended = hot.append_in_one_statement(conn, rows[0], tool_calls)
+                if appended is None:
+                    raise not_written(conn)
+                return [appended]
+            # Counters first: an unknown session is found without an FK error to decode.
+            if not hot.bump_counters(conn, session_id, len(rows), tool_calls):
+                raise not_written(conn)
+            return hot.insert_messages(conn, rows)
+
+        try:
+            return self.store.write(
+                run, recover=_appended_rows(session_id, rows), single_statement=one_statement
+            )
+        except IntegrityError as exc:
+            raise constraint_error(
+                self.store.dialect, exc, f"session {session_id!r} does not exist",
+                f"appending to {session_id!r}",
+            ) from exc
+
+    # -- reading --------------------------------------------------------------------------
+    @reads
+    def get_messages(
+        self, session_id: str, include_inactive: bool = False
+    ) -> list[MessageRecord]:
+        """The session's messages in order; rewound and compaction-archived rows only with
+        ``include_inactive``."""
+        if not isinstance(session_id, str) or not bindable(session_id):
+            return []
+        load = self._load_messages if include_inactive else self._load_live_messages
+        return self.store.read(
+            lambda conn: list(
+                starmap(MessageRecord, load.rows(conn, {"session_id": session_id}))
+            ),
+            single_statement=True,
+        )
+
+    @reads
+    def get_conversation(
+        self, session_id: str, include_inactive: bool = False
+    ) -> list[ConversationRow]:
+        """Only the columns needed to replay a session to a model, in order (live rows only,
+        unless ``include_inactive``)."""
+        if not isinstance(session_id, str) or not bindable(session_id):
+            return []
+        load = self._load_conversation if include_inactive else self._load_live_conversation
+        return self.store.read(
+            lambda conn: list(
+                map(ConversationRow._make, load.rows(conn, {"session_id": session_id}))
+            ),
+            single_statement=True,
+        )
+
+    def iter_messages(self, conn: Connection, session_id: str) -> Iterator[MessageRecord]:
+        """Stream one session's messages in order, on the caller's connection (for export)."""
+        streaming = conn.execution_options(yield_per=1000)
+        for row in streaming.execute(_messages_of_session(), {"session_id": session_id}):
+            yield MessageRecord(*row)
+
+    @reads
+    def message_count(self, session_id: str | None = None) -> int:
+        """Messages of one session, or of all (``None``, or as Hermes an empty id)."""
+        statement = select(func.count()).select_from(messages)
+        if session_id is not None and session_id != "":
+            if not matchable(session_id):
+                return 0
+            statement = statement.where(messages.c.session_id == session_id)
+        return int(self.store.read(lambda conn: conn.execute(statement).scalar_one()))
+
+    @reads
+    def has_platform_message_id(self, session_id: str, platform_message_id: str) -> bool:
+        if not all(isinstance(v, str) and bindable(v)
+                   for v in (session_id, platform_message_id)):
+            return False
+        statement = (
+            select(messages.c.id)
+            .where(
+                messages.c.session_id == session_id,
+                messages.c.platform_message_id == platform_message_id,
+            )
+            .limit(1)
+        )
+        return self.store.read(lambda conn: conn.execute(statement).first() is not None)
+
+    @reads
+    def search_messages(
+        self,
+        query: str,
+        *,
+        source_filter: list[str] | None = None,
+        exclude_sources: list[str] | None = None,
+        role_filter: list[str] | None = None,
+        limit: int = 20,
+        offset: int = 0,
+        include_inactive: bool = False,
+        sort: str | None = None,
+    ) -> list[SearchHit]:
+        """Full-text search (see ``sessionstore.search``); any text returns a list."""
+        from ..search import search_messages
+
+        return self.store.read(
+            lambda conn: search_messages(
+                conn,
+                query,
+                source_filter=source_filter,
+                exclude_sources=exclude_sources,
+                role_filter=role_filter,
+                limit=limit,
+                offset=offset,
+                include_inactive=include_inactive,
+                sort=sort,
+            )
+        )
+
+    # -- clearing -------------------------------------------------------------------------
+    @writes
+    def clear_messages(self, session_id: str) -> None:
+        session_id = validation.identifier(session_id, "session_id")
+
+        def run(conn: Connection) -> None:
+            conn.execute(delete(messages).where(messages.c.session_id == session_id))
+            conn.execute(
+                update(sessions)
+                .where(sessions.c.id == session_id)
+                .values(message_count=0, tool_call_count=0)
+            )
+
+        self.store.write(run)
+
+
+def _appended_rows(
+    session_id: str, rows: Sequence[dict[str, Any]]
+) -> Callable[[Connection], list[int] | None]:
+    """``recover`` for an append whose COMMIT was lost with the connection: the ids of its
+    rows if the server committed it, else None (then it is run again, once).
+
+    The rows are recognised by what the client chose before the first attempt and no other
+    append shares: the session, each row's timestamp (now + index microseconds, identical in
+    every attempt), role and content. This is what keeps a retried append from storing a
+    message twice; no schema change (an idempotency-token column) is needed for it.
+    """
+    first, last = rows[0]["timestamp"], rows[-1]["timestamp"]
+
+    def recover(conn: Connection) -> list[int] | None:
+        found = conn.execute(
+            select(messages.c.id, messages.c.timestamp, messages.c.role, messages.c.content)
+            .where(
+                messages.c.session_id == session_id,
+                messages.c.timestamp >= first,
+                messages.c.timestamp <= last,
+            )
+            .order_by(messages.c.timestamp, messages.c.id)
+        ).all()
+        by_key = {(row[1], row[2], row[3]): int(row[0]) for row in found}
+        ids = [by_key.get((row["timestamp"], row["role"], row["content"])) for row in rows]
+        if any(identifier is None for identifier in ids):
+            return None
+        return [identifier for identifier in ids if identifier is not None]
+
+    return recover
+
+
+# Insertion (id) order, as every Hermes release reads a session: time.time() is not monotonic
+# (NTP steps, VM or laptop resume), and a tool result stamped before its call must still come
+# after it, or the replayed conversation is refused by the provider.
+@functools.cache
+def _messages_of_session(*, live_only: bool = False) -> TextClause:
+    return plain_select(messages, MESSAGE_FIELDS, _of_session(live_only), order_by="id")
+
+
+@functools.cache
+def _conversation_of_session(*, live_only: bool = False) -> TextClause:
+    return plain_select(messages, CONVERSATION_FIELDS, _of_session(live_only), order_by="id")
+
+
+def _of_session(live_only: bool) -> str:
+    return "session_id = :session_id AND active = 1" if live_only else "session_id = :session_id"

@@ -1,0 +1,95 @@
+"""What the parts of the repository share: the base each part stands on, and the input checks
+more than one part makes.
+
+:class:`RepositoryPart` holds the one store (and the clock leases, cooldowns and the orphan
+finalize read); every part of :class:`~sessionstore.sessions.repository.SessionRepository`
+derives from it, so the assembled repository is one object over one store. A check used by a
+single part lives in that part's module; the ones here are used by several.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
+
+from ..dialects import StoreDialect
+from ..errors import ConstraintViolationError, UnknownSessionError
+from ..sql import validation
+from ..sql.records import SESSION_FIELDS
+from ..sql.tables import sessions_table as sessions
+from ..sql.validation import bindable
+from ..storage.store import Store
+
+
+class RepositoryPart:
+    """The store a part runs its statements through, and the text check that depends on it.
+
+    Parts that build statements ahead of time extend ``__init__`` (calling ``super()``), so
+    each part sets up what it owns and the assembled repository sets up every part once.
+    """
+
+    def __init__(self, store: Store, *, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.clock = clock
+        self._nul_allowed = store.dialect.stores_nul_in_text
+
+    def _text(self, value: Any, name: str) -> str | None:
+        """Free text for this store: NUL only where its database keeps it (PostgreSQL does
+        not), lone surrogates never."""
+        return validation.free_text(value, name, nul_allowed=self._nul_allowed)
+
+
+def row_count(value: Any, name: str) -> int:
+    """A LIMIT or OFFSET: anything ``int()`` takes (as Hermes did), negatives as 0, capped at
+    the largest value both databases accept; NaN, infinities and text are a ``ValueError``."""
+    try:
+        number = int(value)
+    except OverflowError:
+        raise ValueError(f"{name} must be a finite number, not {value!r}") from None
+    return min(max(number, 0), validation.INT64_MAX)
+
+
+def matchable(value: Any) -> bool:
+    """A lookup value some stored identifier could equal; anything else matches nothing
+    (as SQLite answers a wrong type), rather than reaching a driver that cannot bind it."""
+    return bindable(value)
+
+
+def session_columns() -> list[Any]:
+    """The columns of a :class:`~sessionstore.sql.records.SessionRecord`, in its order."""
+    return [sessions.c[name] for name in SESSION_FIELDS]
+
+
+def session_exists(conn: Connection, session_id: str) -> bool:
+    found = conn.execute(select(sessions.c.id).where(sessions.c.id == session_id)).first()
+    return found is not None
+
+
+def require_session(conn: Connection, session_id: str) -> None:
+    """``UnknownSessionError`` unless the session exists (inside the caller's transaction)."""
+    if not session_exists(conn, session_id):
+        raise UnknownSessionError(f"session {session_id!r} does not exist")
+
+
+def constraint_error(
+    dialect: StoreDialect, exc: IntegrityError, missing_session: str, doing: str
+) -> Exception:
+    """The typed error for a constraint a write broke: a foreign key here always means a
+    session that does not exist (``missing_session`` says which); anything else is said as
+    what it is."""
+    violation = dialect.integrity_violation(exc)
+    if violation is not None and violation.kind == "foreign_key":
+        return UnknownSessionError(missing_session)
+    kind = "a constraint" if violation is None else f"a {violation.kind.replace('_', ' ')}"
+    name = None if violation is None else violation.constraint
+    return ConstraintViolationError(
+        f"{doing} broke {kind} constraint"
+        + (f" ({name})" if name else "")
+        + f"; nothing was written ({str(exc.orig).splitlines()[0]})",
+        name,
+    )
