@@ -1,7 +1,8 @@
 """The module-level helpers of Hermes's ``hermes_state`` (0.18), for the drop-in module.
 
-Hermes's gateway, CLI and tools import these next to ``SessionDB``: ``AsyncSessionDB`` (a
-forwarder that runs each call in a thread), the record of the last failed open
+Hermes's gateway, CLI and tools import these next to ``SessionDB``: ``ThreadedSessionDB`` (a
+forwarder that runs each call in a thread; Hermes calls it ``AsyncSessionDB``, the name
+:mod:`sessionstore.hermes.state` gives it too), the record of the last failed open
 (``get_last_init_error``, ``format_session_db_unavailable``), ``is_malformed_db_error``,
 ``apply_wal_with_fallback`` (for the other SQLite files Hermes keeps, such as its kanban
 board) and ``repair_state_db_schema``. Same names, arguments and results as Hermes's; where
@@ -37,10 +38,14 @@ _warned_wal_fallback: set[str] = set()
 _warned_wal_fallback_lock = threading.Lock()
 
 
-class AsyncSessionDB:
-    """Hermes's async door onto a ``SessionDB``: ``AsyncSessionDB(db)``; each method call is
-    ``await``-ed and runs in a thread (``asyncio.to_thread``), attributes that are not methods
-    are returned as they are. ``sessionstore.AsyncSessionDB`` is the typed, pooled version."""
+class ThreadedSessionDB:
+    """Hermes's async door onto a ``SessionDB`` (its ``hermes_state.AsyncSessionDB``):
+    ``ThreadedSessionDB(db)``; each method call is ``await``-ed and runs in a thread
+    (``asyncio.to_thread``), attributes that are not methods are returned as they are.
+
+    A name of its own, because ``sessionstore.AsyncSessionDB`` is another class: the typed,
+    pooled one (its own store, writer thread and readers' pool). This one only forwards to the
+    ``SessionDB`` it is given, as Hermes's does."""
 
     def __init__(self, db: SessionDB) -> None:
         self._db = db

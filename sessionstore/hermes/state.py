@@ -8,7 +8,8 @@ exists so that a Hermes checkout can swap its store with one line::
     import sys, sessionstore.hermes.state as m; sys.modules[__name__] = m
 
 What Hermes's module offers at module level, and so does this one: ``SessionDB``,
-``AsyncSessionDB`` (Hermes's forwarder: ``AsyncSessionDB(db)``, each call in a thread), the
+``AsyncSessionDB`` (Hermes's forwarder: ``AsyncSessionDB(db)``, each call in a thread; our name
+for it is ``ThreadedSessionDB``, since ``sessionstore.AsyncSessionDB`` is the pooled one), the
 helpers ``get_last_init_error``, ``format_session_db_unavailable``, ``is_malformed_db_error``,
 ``apply_wal_with_fallback`` and ``repair_state_db_schema`` (see ``sessionstore.hermes.helpers``),
 ``DEFAULT_DB_PATH``, ``SCHEMA_VERSION`` (the Hermes schema of a store at head: newest Hermes's, 17),
@@ -72,7 +73,7 @@ from ..storage.config import default_db_path
 from ..storage.retry import RetryPolicy, run_with_retry
 from ..storage.store import Store, WriteLock
 from .helpers import (
-    AsyncSessionDB,
+    ThreadedSessionDB,
     apply_wal_with_fallback,
     format_session_db_unavailable,
     get_last_init_error,
@@ -88,6 +89,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "AsyncSessionDB",
     "SessionDB",
+    "ThreadedSessionDB",
     "apply_wal_with_fallback",
     "format_session_db_unavailable",
     "get_last_init_error",
@@ -97,6 +99,8 @@ __all__ = [
 
 # Hermes's name for it (its tests reset the record with ``_set_last_init_error(None)``).
 _set_last_init_error = set_last_init_error
+# Hermes's name for the forwarder: its code does ``from hermes_state import AsyncSessionDB``.
+AsyncSessionDB = ThreadedSessionDB
 
 T = TypeVar("T")
 

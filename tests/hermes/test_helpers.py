@@ -46,6 +46,9 @@ def test_async_session_db_runs_each_call_in_a_thread(store_file: Path) -> None:
     db = hermes_state.SessionDB(db_path=store_file)
     db.calling_thread = lambda: threading.get_ident()  # type: ignore[attr-defined]
 
+    # Hermes's name, and ours (sessionstore.AsyncSessionDB is the pooled class, not this one).
+    assert hermes_state.AsyncSessionDB is hermes_state.ThreadedSessionDB
+
     async def main() -> None:
         wrapped = hermes_state.AsyncSessionDB(db)
         assert wrapped.db_path == db.db_path  # not a method: as it is
