@@ -16,15 +16,18 @@ key or value. Ids that are not text a database can hold match nothing.
 
 **Two compression-tip rules, on purpose.** Each is named for what it is for:
 
-- :func:`projection_tips` (the *listing's projection tip*, and :meth:`get_compression_tip`'s
-  answer): the v6 SPEC rule. From a root that ended ``'compression'``, move to the newest
-  non-fork child that started at or after the parent ended, and on; one recursive query walks
-  a whole page of roots in one round trip (a picker lists 50 rows). Hermes 0.18's listing
-  projects with its own ``get_compression_tip``; ours keeps the older rule, because the
-  listing and the ``sessions show`` tip have always agreed on it and a root's projected row is
-  what users pick from. Where the two differ (a continuation that started *before* its
-  parent ended, or a live child older than a stale one), the listing shows the older rule's
-  tip: ``tests/hermes/test_real_hermes_methods.py`` keeps a strict xfail on that difference.
+- :func:`projection_tips` (the *listing's projection tip*, which
+  :meth:`LineagePart.get_compression_tip` answers too): the SPEC's rule ("a compression
+  continuation is a child whose parent ended with ``compression`` and that started at or after
+  the parent's end; get_compression_tip follows such children to the newest one"). From a
+  root, move to the newest non-fork child that started at or after the parent ended, and on;
+  one recursive query walks a whole page of roots in one round trip (a picker lists 50
+  rows). Hermes 0.18 projects with its own
+  ``get_compression_tip`` instead, which also follows a continuation that started *before*
+  its parent ended and prefers a live child to a newer stale one. Moving the listing to that
+  rule changes what the SPEC and the listing's tests say a picker shows, so it is a decision
+  of its own, not part of a move: until it is made,
+  ``tests/hermes/test_real_hermes_methods.py`` keeps a strict xfail on the difference.
 - :func:`resume_tip` (where a *resume* starts its walk): Hermes 0.18's ``get_compression_tip``,
   walked one step at a time: children of a parent that ended ``'compression'``, forks left
   out, preferring a child that itself ended ``'compression'``, then a live one, then the latest

@@ -24,8 +24,7 @@ INHERITED_BY_EVERY_CLASS = frozenset({"__module__", "__qualname__", "__doc__", "
 def test_no_part_hides_a_name_of_another() -> None:
     """A name two parts defined would be one part's for the whole repository, whichever comes
     first in the order of the bases (a helper of one part silently replacing another's)."""
-    parts = [klass for klass in SessionRepository.__mro__
-             if issubclass(klass, RepositoryPart) and klass not in (SessionRepository,)]  # fmt: skip
+    parts = [klass for klass in SessionRepository.__mro__[1:] if issubclass(klass, RepositoryPart)]
     assert len(parts) >= 12  # every part and their base
     owner: dict[str, str] = {}
     for part in parts:
