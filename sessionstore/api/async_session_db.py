@@ -13,18 +13,26 @@ first call. The mirrored methods are generated (``scripts/gen_async_api.py``) fr
 ``SessionDB``; a test fails when one is missing or differs. Each goes through the door its
 sync method declares (``@reads``: the readers' pool; ``@writes``: the writer's turn, see
 :mod:`sessionstore.sessions.access`).
+
+Beyond ``SessionDB``: ``append_message`` and ``append_messages`` take a keyword-only
+``idempotency_key``, written here by hand. A cancelled write has settled when its call returns
+(committed or rolled back whole, nothing lands later), but it may have committed; with a key
+the caller asks :meth:`AsyncSessionDB.committed_ids` which, and retrying the append under the
+same key returns the first one's ids without writing twice.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import os
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..storage.async_store import AsyncStore, StoreClosedError, single_attempt
+from ..storage.async_store import AsyncStore, StoreClosedError, job_end, single_attempt
 from ..storage.retry import RetryPolicy
 from ..storage.store import Store
 from .async_repository import AsyncSessionRepository
@@ -33,7 +41,9 @@ from .session_db import SessionDB
 T = TypeVar("T")
 
 ALIAS = "db"
-NOT_MIRRORED = frozenset({"close"})
+NOT_MIRRORED = frozenset({"close", "append_message", "append_messages"})
+"""Written by hand: ``close``, and the appends (``SessionDB``'s arguments plus the keyword-only
+``idempotency_key``)."""
 
 
 class AsyncSessionDB:
@@ -69,7 +79,7 @@ class AsyncSessionDB:
         self._sync: SessionDB | None = None
         self._runner: AsyncStore | None = None
         self._repository: AsyncSessionRepository | None = None
-        self._opening: asyncio.Future[None] | None = None
+        self._opening: concurrent.futures.Future[None] | None = None
         self._closed = False
 
     # -- opening and closing ------------------------------------------------------------------
@@ -85,15 +95,15 @@ class AsyncSessionDB:
         if self._sync is not None and self._runner is not None:
             return self._sync, self._runner
         if self._opening is None:
-            self._opening = asyncio.get_running_loop().run_in_executor(None, self._open_sync)
+            self._opening = _in_thread(self._open_sync)
         opening = self._opening
-        try:
-            # Shielded: a cancelled caller must not leave a store opened by nobody.
-            await asyncio.shield(opening)
-        except BaseException:
-            if opening.done() and opening.exception() is not None:
+        # The opening is nobody's task and no loop's future: a cancelled caller, or a loop
+        # that dies meanwhile, leaves it to finish, and any loop's next call uses it.
+        await asyncio.shield(job_end(asyncio.get_running_loop(), opening))
+        if opening.exception() is not None:
+            if self._opening is opening:
                 self._opening = None  # a failed open may be tried again
-            raise
+            opening.result()
         assert self._sync is not None and self._runner is not None
         return self._sync, self._runner
 
@@ -115,7 +125,7 @@ class AsyncSessionDB:
         self._closed = True
         opening = self._opening
         if opening is not None and not opening.done():
-            await asyncio.wait({opening})
+            await asyncio.shield(job_end(asyncio.get_running_loop(), opening))
         if self._runner is not None:
             await self._runner.close()
 
@@ -167,9 +177,90 @@ class AsyncSessionDB:
         db, runner = await self._opened()
         return await runner.read(functools.partial(call, db))
 
-    async def _write(self, call: Callable[[SessionDB], T]) -> T:
+    async def _write(
+        self, call: Callable[[SessionDB], T], idempotency_key: Hashable | None = None
+    ) -> T:
         db, runner = await self._opened()
-        return await runner.write(functools.partial(call, db))
+        return await runner.write(functools.partial(call, db), idempotency_key=idempotency_key)
+
+    # -- appends with an idempotency key (by hand) --------------------------------------------
+    async def append_message(
+        self,
+        session_id: str,
+        role: str,
+        content: str | None = None,
+        tool_name: str | None = None,
+        tool_calls: Any = None,
+        tool_call_id: str | None = None,
+        token_count: int | None = None,
+        finish_reason: str | None = None,
+        reasoning: str | None = None,
+        reasoning_details: Any = None,
+        codex_reasoning_items: Any = None,
+        reasoning_content: str | None = None,
+        codex_message_items: Any = None,
+        platform_message_id: str | None = None,
+        observed: bool = False,
+        timestamp: float | None = None,
+        *,
+        idempotency_key: str | None = None,
+    ) -> int:
+        """``SessionDB.append_message``; ``idempotency_key``: see :meth:`append_messages`."""
+
+        def append(db: SessionDB) -> tuple[int, ...]:
+            return (
+                db.append_message(
+                    session_id,
+                    role,
+                    content,
+                    tool_name,
+                    tool_calls,
+                    tool_call_id,
+                    token_count,
+                    finish_reason,
+                    reasoning,
+                    reasoning_details,
+                    codex_reasoning_items,
+                    reasoning_content,
+                    codex_message_items,
+                    platform_message_id,
+                    observed,
+                    timestamp,
+                ),
+            )
+
+        ids = await self._write(append, _append_key(session_id, idempotency_key))
+        return ids[0]
+
+    async def append_messages(
+        self,
+        session_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        idempotency_key: str | None = None,
+    ) -> list[int]:
+        """``SessionDB.append_messages`` (one turn, one transaction, all or nothing).
+
+        ``idempotency_key`` names this append within the session (a turn id, say): if an
+        append under it already committed, its ids are returned and nothing is written, and
+        once the call has returned, cancelled or not, :meth:`committed_ids` tells whether it
+        committed. Remembered by this object in this process, for the 10,000 most recent
+        keys (:mod:`sessionstore.storage.keyed_writes`). (The ids are kept as a tuple, so
+        no caller can change what the next one is told.)
+        """
+        ids = await self._write(
+            lambda db: tuple(db.append_messages(session_id, messages)),
+            _append_key(session_id, idempotency_key),
+        )
+        return list(ids)
+
+    def committed_ids(self, session_id: str, idempotency_key: str) -> list[int] | None:
+        """The ids of the messages appended to ``session_id`` under ``idempotency_key``, or
+        None if no such append committed. Final once that append's call has returned (also
+        when it was cancelled or timed out): None then means it never will."""
+        key = _append_key(session_id, idempotency_key)
+        found = self.async_store.committed(key) if key is not None else None
+        return None if found is None else list(found.result)
 
     # --- generated by scripts/gen_async_api.py from SessionDB: do not edit by hand ---
     async def create_session(
@@ -336,53 +427,6 @@ class AsyncSessionDB:
 
     async def backfill_repo_roots(self, cwd_to_root: Mapping[str, str]) -> int:
         return await self._write(lambda db: db.backfill_repo_roots(cwd_to_root))
-
-    async def append_message(
-        self,
-        session_id: str,
-        role: str,
-        content: str | None = None,
-        tool_name: str | None = None,
-        tool_calls: Any = None,
-        tool_call_id: str | None = None,
-        token_count: int | None = None,
-        finish_reason: str | None = None,
-        reasoning: str | None = None,
-        reasoning_details: Any = None,
-        codex_reasoning_items: Any = None,
-        reasoning_content: str | None = None,
-        codex_message_items: Any = None,
-        platform_message_id: str | None = None,
-        observed: bool = False,
-        timestamp: float | None = None,
-    ) -> int:
-        return await self._write(
-            lambda db: db.append_message(
-                session_id,
-                role,
-                content,
-                tool_name,
-                tool_calls,
-                tool_call_id,
-                token_count,
-                finish_reason,
-                reasoning,
-                reasoning_details,
-                codex_reasoning_items,
-                reasoning_content,
-                codex_message_items,
-                platform_message_id,
-                observed,
-                timestamp,
-            )
-        )
-
-    async def append_messages(
-        self,
-        session_id: str,
-        messages: Sequence[Mapping[str, Any]],
-    ) -> list[int]:
-        return await self._write(lambda db: db.append_messages(session_id, messages))
 
     async def get_messages(
         self,
@@ -802,3 +846,30 @@ class AsyncSessionDB:
             )
         )
     # --- end of generated methods ---
+
+
+def _append_key(session_id: str, idempotency_key: str | None) -> tuple[str, str, str] | None:
+    """Appends of one session share one namespace of keys (a key names one append, whether
+    of one message or many); other writes have keys of their own."""
+    if idempotency_key is None:
+        return None
+    if not isinstance(idempotency_key, str) or not idempotency_key:
+        raise TypeError("idempotency_key must be a non-empty str")
+    return ("append", session_id, idempotency_key)
+
+
+def _in_thread(work: Callable[[], None]) -> concurrent.futures.Future[None]:
+    """``work()`` in a thread of its own; its outcome in the returned future."""
+    future: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+    def run() -> None:
+        future.set_running_or_notify_cancel()
+        try:
+            work()
+        except BaseException as exc:
+            future.set_exception(exc)
+        else:
+            future.set_result(None)
+
+    threading.Thread(target=run, name="sessionstore-open").start()
+    return future

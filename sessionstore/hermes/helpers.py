@@ -12,8 +12,8 @@ file that another connection may hold: see the README's "Many openers, one file"
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import functools
 import logging
 import sqlite3
 import sys
@@ -40,8 +40,10 @@ _warned_wal_fallback_lock = threading.Lock()
 
 class ThreadedSessionDB:
     """Hermes's async door onto a ``SessionDB`` (its ``hermes_state.AsyncSessionDB``):
-    ``ThreadedSessionDB(db)``; each method call is ``await``-ed and runs in a thread
-    (``asyncio.to_thread``), attributes that are not methods are returned as they are.
+    ``ThreadedSessionDB(db)``; each method call is ``await``-ed and runs in a thread (the
+    loop's default executor, as ``asyncio.to_thread``), attributes that are not methods are
+    returned as they are. Unlike Hermes's, a cancelled call returns only once the call in its
+    thread has ended (whole, with its retries), so nothing of it lands later.
 
     A name of its own, because ``sessionstore.AsyncSessionDB`` is another class: the typed,
     pooled one (its own store, writer thread and readers' pool). This one only forwards to the
@@ -56,7 +58,11 @@ class ThreadedSessionDB:
             return attribute
 
         async def offloaded(*args: Any, **kwargs: Any) -> Any:
-            return await asyncio.to_thread(attribute, *args, **kwargs)
+            # As Hermes's asyncio.to_thread, but settled: a cancelled call returns once the
+            # call in its thread has ended, so none of its writes lands afterwards.
+            from ..storage.async_store import in_thread_settled
+
+            return await in_thread_settled(functools.partial(attribute, *args, **kwargs))
 
         return offloaded
 

@@ -24,17 +24,38 @@ all of it; what it adds is *where* each part runs:
   a wait is abandoned within one slice and never blocks the loop. Once in, the queue is held
   across the call's whole retry loop, as ``Store.write`` holds it.
 
-Cancellation (and ``asyncio.timeout``), at any point:
+**Cancellation is settled**: when a cancelled (or timed-out) write call returns, its write has
+committed or rolled back, and nothing of it lands later. At any point:
 
-- waiting for the turn, for the writers' queue, or in the back-off: nothing was written and
-  nothing more will be;
-- while an attempt runs in its thread: that attempt runs to its end, so the transaction either
-  commits or rolls back *whole* (never half); the cancelled task does not wait for it, and no
-  further attempt starts. The next call queues behind it in the same thread and can use the
-  store at once.
+- waiting for the turn, for the writers' queue, in the back-off, or before its attempt started
+  in its thread: nothing was written and nothing will be (an attempt not started never starts;
+  a slice of waiting for the queue ends within :data:`QUEUE_SLICE_S` and writes nothing);
+- while an attempt runs in its thread: the call waits for that attempt to end (in the event
+  loop, which goes on running everything else), so the transaction commits or rolls back
+  *whole* before ``CancelledError`` propagates; no further attempt starts. Further
+  cancellations during that wait change nothing. The wait is one attempt at most: its
+  statements, a busy timeout on SQLite, a lost-COMMIT look on PostgreSQL (a server-side
+  cancel is not sent: psycopg's cancel request can land on the connection's *next*
+  statement, someone else's transaction).
+
+So a cancelled write **may have committed**, exactly when the cancellation came while its
+attempt ran and that attempt went through COMMIT (on PostgreSQL a one-message append is one
+autocommit statement: the statement is its COMMIT). To be told which, name the write with an
+idempotency key (``write(call, idempotency_key=...)``, :mod:`.keyed_writes`): once the call has
+returned, :meth:`AsyncStore.committed` answers for good, and a retry under the key returns the
+first write's result without writing again. Reads are not waited for: a cancelled read changes
+nothing, and its thread finishes on its own.
 
 One ``AsyncStore`` serves one event loop at a time (tests and scripts that run several loops one
-after another are fine). After ``fork()`` the child gets fresh threads and locks.
+after another are fine). **A loop that dies with calls in flight** (stopped and closed by a
+crash handler, its tasks never resumed) leaves the store usable: each of its attempts already
+running ends in its thread (commits or rolls back whole), its jobs not yet started are dropped
+once the loop is closed, and a call of it that was parked between attempts holding the writers'
+queue is let go of at the next write (other processes would otherwise wait for the queue for
+ever). Each loop takes turns on a lock of its own (an ``asyncio.Lock`` belongs to one loop, and
+a dead loop's is never released), and results are handed to a loop only while it is open. A
+write from the next loop therefore either commits and returns its result, or fails with a typed
+error and has not committed. After ``fork()`` the child gets fresh threads and locks.
 """
 
 from __future__ import annotations
@@ -42,10 +63,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
+import functools
 import random
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar, cast
 
 from sqlalchemy.engine import URL
 
@@ -53,6 +76,7 @@ from ..errors import SessionStoreError, StoreBusyError, StoreUnavailableError
 from . import fork_safety as forksafety
 from .engine import DEFAULT_BUSY_TIMEOUT_S
 from .error_translation import exhausted
+from .keyed_writes import Committed, KeyedWrites
 from .retry import RetryLoop, RetryPolicy, queued_jitter
 from .store import CHECKPOINT_EVERY_N_WRITES, Store
 from .writers_queue import QueueTimeout
@@ -90,22 +114,28 @@ class _LockWait(Exception):
 
 
 class _Skipped(Exception):
-    """The caller was cancelled before this attempt started: it did nothing (nobody awaits
-    this outcome any more)."""
+    """The caller was cancelled, or its loop closed, before this attempt started: it did
+    nothing (nobody awaits this outcome any more)."""
 
 
 class _Call:
     """One async call's state, shared with the worker thread that runs its attempts.
 
     ``cancelled`` is set by the event loop (the caller went away): a job that has not started
-    yet does nothing. ``holds_lock`` is only ever changed in the writer thread.
+    yet does nothing, as does one whose ``loop`` has closed. ``holds_lock`` is only ever
+    changed in the writer thread.
     """
 
-    __slots__ = ("cancelled", "holds_lock")
+    __slots__ = ("cancelled", "holds_lock", "loop")
 
-    def __init__(self) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.cancelled = False
         self.holds_lock = False
+        self.loop = loop
+
+    @property
+    def abandoned(self) -> bool:
+        return self.cancelled or self.loop.is_closed()
 
 
 class AsyncStore:
@@ -131,7 +161,9 @@ class AsyncStore:
         self._closed = False
         self._turns: asyncio.Lock | None = None
         self._turns_loop: asyncio.AbstractEventLoop | None = None
+        self._queue_holder: _Call | None = None  # read and written in the writer thread only
         self._jobs: set[concurrent.futures.Future[Any]] = set()
+        self._keyed = KeyedWrites()
         self._start_threads()
         forksafety.track(self)
 
@@ -178,14 +210,29 @@ class AsyncStore:
     async def read(self, call: Callable[[], T]) -> T:
         """Run ``call`` (one read transaction per attempt) in a reader thread, retried here."""
         self._check_open()
-        return await self._retrying(call, self._readers, time.monotonic(), serialized=False)
+        return await self._retrying(
+            call, self._readers, time.monotonic(), serialized=False, settled=False
+        )
 
-    async def write(self, call: Callable[[], T]) -> T:
-        """Run ``call`` (one write transaction per attempt) in the writer thread, in turn."""
+    async def write(
+        self, call: Callable[[], T], *, idempotency_key: Hashable | None = None
+    ) -> T:
+        """Run ``call`` (one write transaction per attempt) in the writer thread, in turn.
+
+        ``idempotency_key`` (any hashable, None for none) names the write: if a write under it
+        already committed, its result is returned and nothing is written; otherwise the
+        result is remembered for :meth:`committed` the moment the attempt commits.
+        """
         self._check_open()
+        if idempotency_key is not None:
+            found = self._keyed.committed(idempotency_key)
+            if found is not None:
+                return cast(T, found.result)
+            call = functools.partial(self._keyed.run_once, idempotency_key, call)
         started = time.monotonic()
         if not self._serialize:
             return await self._retrying(call, self._writer, started, serialized=False)
+        loop = asyncio.get_running_loop()
         turns = self._turn_lock()
         if not await _acquire_within(turns, self.retry.budget_s):
             raise StoreBusyError(0, time.monotonic() - started, None)
@@ -193,7 +240,16 @@ class AsyncStore:
             self._check_open()
             return await self._retrying(call, self._writer, started, serialized=True)
         finally:
-            turns.release()
+            if not loop.is_closed():
+                # (Closed: a dead loop's coroutine being closed by the garbage collector. Its
+                # waiters are gone for good, and waking them would call into that loop.)
+                turns.release()
+
+    def committed(self, idempotency_key: Hashable) -> Committed | None:
+        """The write made under ``idempotency_key`` if it committed, else None (see
+        :mod:`.keyed_writes` for how long keys are remembered). Final once that write's call
+        has returned, cancelled or not: nothing of a returned call lands later."""
+        return self._keyed.committed(idempotency_key)
 
     # -- the retry loop, in the event loop ----------------------------------------------------
     async def _retrying(
@@ -203,20 +259,22 @@ class AsyncStore:
         started: float,
         *,
         serialized: bool,
+        settled: bool = True,
     ) -> T:
         """The one retry rule (:class:`.retry.RetryLoop`) driven with ``asyncio.sleep``: the
-        whole transaction again, only on retryable errors, bounded by attempts and the budget."""
+        whole transaction again, only on retryable errors, bounded by attempts and the budget.
+        ``settled``: a cancellation waits for the attempt running in its thread (writes)."""
         loop = RetryLoop(self.retry, jitter=self._jitter, started=started)
         deadline = started + self.retry.budget_s
-        call = _Call()
+        call = _Call(asyncio.get_running_loop())
         try:
             while True:
                 try:
                     if serialized:
-                        return await self._submit(
-                            executor, self._locked_attempt, call, work, deadline
+                        return await self._attempt(
+                            executor, call, settled, self._locked_attempt, work, deadline
                         )
-                    return await self._submit(executor, _plain_attempt, call, work)
+                    return await self._attempt(executor, call, settled, _plain_attempt, work)
                 except _LockWait as wait:
                     if time.monotonic() >= deadline:
                         raise StoreBusyError(
@@ -239,13 +297,29 @@ class AsyncStore:
                     self._track(executor.submit(self._release, call))
             raise
 
-    def _submit(
-        self, executor: concurrent.futures.Executor, fn: Callable[..., T], *args: Any
-    ) -> asyncio.Future[T]:
-        job = self._track(executor.submit(fn, *args))
-        # Cancelling the awaiting task cancels a job that has not started; one that has
-        # started runs to its end (see the module's docstring).
-        return asyncio.wrap_future(job)
+    async def _attempt(
+        self,
+        executor: concurrent.futures.Executor,
+        call: _Call,
+        settled: bool,
+        fn: Callable[..., T],
+        *args: Any,
+    ) -> T:
+        """``fn(call, *args)`` as one job in ``executor``, awaited in ``call.loop``.
+
+        Cancelled: a job not started never starts; a started one is, when ``settled``,
+        waited for to its end (it commits or rolls back whole) before the cancellation goes
+        on, so that nothing of this call happens after it returned.
+        """
+        job = self._track(executor.submit(fn, call, *args))
+        try:
+            await job_end(call.loop, job)
+        except asyncio.CancelledError:
+            call.cancelled = True
+            if not job.cancel() and settled:
+                await _outlast_cancellations(call.loop, job)
+            raise
+        return job.result()
 
     def _track(self, job: concurrent.futures.Future[T]) -> concurrent.futures.Future[T]:
         self._jobs.add(job)
@@ -253,10 +327,11 @@ class AsyncStore:
         return job
 
     async def idle(self) -> None:
-        """Wait until every attempt started so far, cancelled callers' included, has ended.
+        """Wait until every attempt started so far, cancelled readers' included, has ended.
 
-        Never needed for correctness (the next call queues behind them); useful to observe a
-        settled store, e.g. connections back in the pool after a cancellation storm."""
+        Never needed for correctness (a cancelled write has ended when its call returns, and
+        the next call queues behind whatever runs); useful to observe a quiet store, e.g.
+        connections back in the pool after a cancellation storm."""
         while self._jobs:
             await asyncio.to_thread(concurrent.futures.wait, list(self._jobs))
 
@@ -293,8 +368,9 @@ class AsyncStore:
     # -- what the writer thread runs ----------------------------------------------------------
     def _locked_attempt(self, call: _Call, work: Callable[[], T], deadline: float) -> T:
         """One attempt with the writers' queue held (taken first, within one slice)."""
-        if call.cancelled:
+        if call.abandoned:
             raise _Skipped
+        self._let_go_of_stranded_queue(call)
         lock = self.store.write_lock
         if not call.holds_lock:
             try:
@@ -302,7 +378,8 @@ class AsyncStore:
             except QueueTimeout as exc:
                 raise _LockWait(exc) from None
             call.holds_lock = True
-            if call.cancelled:
+            self._queue_holder = call
+            if call.abandoned:
                 self._release(call)
                 raise _Skipped
         try:
@@ -314,16 +391,30 @@ class AsyncStore:
         self._release(call)
         return result
 
+    def _let_go_of_stranded_queue(self, call: _Call) -> None:
+        """Within one loop the turn lets one call at a time into this thread, and a call
+        that leaves lets go of the queue in a job queued before the next call's first. So
+        another holder here belongs to an event loop that stopped while that call waited
+        between attempts: it may never run again, and every other process would wait for the
+        queue for ever. Its hold ends here; if its loop does run again, its next attempt
+        queues afresh."""
+        holder = self._queue_holder
+        if holder is not None and holder is not call:
+            self._release(holder)
+
     def _release(self, call: _Call) -> None:
         if call.holds_lock:
             call.holds_lock = False
+            if self._queue_holder is call:
+                self._queue_holder = None
             self.store.write_lock.release()
 
     # -- turns, closing, fork -----------------------------------------------------------------
     def _turn_lock(self) -> asyncio.Lock:
         loop = asyncio.get_running_loop()
-        if self._turns is None or (self._turns_loop is not loop and not self._turns.locked()):
-            # An asyncio.Lock belongs to the loop it first waited in: a later loop gets its own.
+        if self._turns is None or self._turns_loop is not loop:
+            # An asyncio.Lock belongs to the loop it first waited in, and one that a loop
+            # stopped holding is never released: each loop takes turns on a lock of its own.
             self._turns, self._turns_loop = asyncio.Lock(), loop
         return self._turns
 
@@ -351,7 +442,9 @@ class AsyncStore:
     def after_fork_in_child(self) -> None:
         """The parent's threads do not exist here, nor its loop: start afresh."""
         self._turns = self._turns_loop = None
+        self._queue_holder = None
         self._jobs = set()
+        self._keyed.after_fork_in_child()
         self._start_threads()
 
     async def __aenter__(self) -> AsyncStore:
@@ -362,11 +455,71 @@ class AsyncStore:
 
 
 def _plain_attempt(call: _Call, work: Callable[[], T]) -> T:
-    if call.cancelled:
+    if call.abandoned:
         raise _Skipped
     return work()
 
 
+# -- handing a thread's outcome to a loop ------------------------------------------------------
+def job_end(
+    loop: asyncio.AbstractEventLoop, job: concurrent.futures.Future[Any]
+) -> asyncio.Future[None]:
+    """A future of ``loop`` done when ``job`` is (its outcome stays in ``job``).
+
+    Unlike ``asyncio.wrap_future`` it never touches ``job`` (cancelling the waiter does not
+    cancel the job: the caller decides) and never calls into a closed loop: a loop that died
+    has nobody left to tell, and the thread that finished the job must not fail for it."""
+    ended = loop.create_future()
+
+    def wake(_: concurrent.futures.Future[Any]) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed
+            loop.call_soon_threadsafe(_resolve, ended)
+
+    job.add_done_callback(wake)
+    return ended
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+async def in_thread_settled(fn: Callable[[], T]) -> T:
+    """``fn()`` in the loop's default executor, as ``asyncio.to_thread`` runs it (context
+    variables included), except that a cancellation is settled: an ``fn`` not started never
+    starts, and a started one is waited for to its end before the cancellation goes on."""
+    loop = asyncio.get_running_loop()
+    job: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+    def run() -> None:
+        if job.set_running_or_notify_cancel():
+            try:
+                job.set_result(fn())
+            except BaseException as exc:
+                job.set_exception(exc)
+
+    loop.run_in_executor(None, contextvars.copy_context().run, run)  # its outcome is `job`
+    try:
+        await job_end(loop, job)
+    except asyncio.CancelledError:
+        if not job.cancel():
+            await _outlast_cancellations(loop, job)
+        raise
+    return job.result()
+
+
+async def _outlast_cancellations(
+    loop: asyncio.AbstractEventLoop, job: concurrent.futures.Future[Any]
+) -> None:
+    """Wait for ``job`` to end however often the task is cancelled meanwhile (the caller
+    re-raises its first cancellation afterwards)."""
+    ended = job_end(loop, job)
+    while not ended.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(ended)
+
+
+# -- the turn lock -------------------------------------------------------------------------------
 async def _acquire_within(lock: asyncio.Lock, timeout_s: float) -> bool:
     """Take ``lock`` within ``timeout_s``; a cancelled or timed-out wait never keeps it.
 
@@ -383,6 +536,7 @@ async def _acquire_within(lock: asyncio.Lock, timeout_s: float) -> bool:
         _abandon(acquiring, lock)
         raise
     if done:
+        acquiring.result()  # a failed acquire is no turn
         return True
     _abandon(acquiring, lock)
     return False
@@ -393,6 +547,8 @@ def _abandon(acquiring: asyncio.Future[Any], lock: asyncio.Lock) -> None:
         if not future.cancelled() and future.exception() is None:
             lock.release()  # granted after all, just as we left
 
+    if acquiring.get_loop().is_closed():
+        return  # a dead loop's coroutine being closed: no turn will ever be granted there
     if acquiring.done():
         give_back(acquiring)
     else:

@@ -508,6 +508,212 @@ async def test_cancellation_storm_leaves_whole_turns_and_exact_counters(
         assert writers_queue_is_free(store_url)
 
 
+# -- settled cancellation, and a loop's death (issue 30) -------------------------------------------
+TURN_SIZE = 5
+
+
+def five(key: str) -> list[dict[str, Any]]:
+    """A 5-message turn whose rows are recognised by ``key``."""
+    return [{"role": "user" if k == 0 else "assistant", "content": f"{key} m{k}"}
+            for k in range(TURN_SIZE)]  # fmt: skip
+
+
+def rows_by_turn(url: str, session_id: str) -> dict[str, list[int]]:
+    """The ids of each turn's stored rows (by the key at the start of their content)."""
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.text("SELECT id, content FROM messages WHERE session_id = :s ORDER BY id"),
+            {"s": session_id},
+        ).all()
+    engine.dispose()
+    turns: dict[str, list[int]] = {}
+    for identifier, content in rows:
+        turns.setdefault(str(content).rsplit(" m", 1)[0], []).append(int(identifier))
+    return turns
+
+
+def test_the_appends_take_sessiondbs_arguments_and_an_idempotency_key() -> None:
+    for name in ("append_message", "append_messages"):
+        sync = inspect.signature(getattr(SessionDB, name))
+        mirror = inspect.signature(getattr(AsyncSessionDB, name))
+        *same, key = mirror.parameters.values()
+        assert same == list(sync.parameters.values())
+        assert (key.name, key.kind, key.default) == (
+            "idempotency_key", inspect.Parameter.KEYWORD_ONLY, None
+        )
+        assert mirror.return_annotation == sync.return_annotation
+
+
+@pytest.mark.asyncio
+async def test_a_cancellation_waits_for_the_running_attempt_and_the_key_says_it_committed(
+    store_url: str,
+) -> None:
+    """Cancelled twice while its attempt runs in the thread, the call returns only after that
+    attempt committed; the committed rows are there the moment it returns, and the key says
+    so; a retry under the key writes nothing."""
+    async with AsyncSessionDB(url=store_url) as db:
+        await db.create_session("chat", "cli")
+        repository = db.repository.sync
+        entered, gate = threading.Event(), threading.Event()
+
+        def slow_append() -> list[int]:
+            entered.set()
+            gate.wait(30)
+            prepared = [repository.prepare_message("user", "slow m0")]
+            return repository.append_messages("chat", prepared)
+
+        key = ("append", "chat", "slow")  # the key AsyncSessionDB gives an append
+        task = asyncio.create_task(db.async_store.write(slow_append, idempotency_key=key))
+        await asyncio.to_thread(entered.wait, 30)
+        task.cancel()
+        await asyncio.sleep(0)
+        task.cancel()  # a second cancellation changes nothing
+        asyncio.get_running_loop().call_later(0.05, gate.set)
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        stored = rows_by_turn(store_url, "chat")
+        assert stored == {"slow": db.committed_ids("chat", "slow")}
+        assert await db.append_messages(
+            "chat", [{"role": "user", "content": "slow m0"}], idempotency_key="slow"
+        ) == stored["slow"]
+        assert await db.message_count("chat") == 1
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("seed", [30, 2030])
+async def test_a_cancelled_turn_has_settled_when_its_call_returns(
+    store_url: str, seed: int
+) -> None:
+    """Eight tasks append 5-message turns and are cancelled (or time out) at random points,
+    round after round. Once gather has returned, the message count never moves again, not
+    even after every thread has gone quiet; every turn is whole; ``committed_ids`` names
+    exactly the turns that are stored; and retrying every turn under its key stores each one
+    exactly once."""
+    rng = random.Random(seed)
+    rounds, per_round = 16, 8
+    async with AsyncSessionDB(url=store_url) as db:
+        await db.create_session("chat", "telegram")
+
+        async def play(key: str, how: str, delay: float) -> list[int]:
+            work = db.append_messages("chat", five(key), idempotency_key=key)
+            if how == "timeout":
+                return await asyncio.wait_for(work, delay)
+            return await work
+
+        outcomes: dict[str, object] = {}
+        for r in range(rounds):
+            tasks: dict[str, asyncio.Task[list[int]]] = {}
+            for i in range(per_round):
+                key = f"r{r}t{i}"
+                how = rng.choice(["keep", "cancel", "cancel", "cancel", "timeout"])
+                delay = rng.choice([0.0, 0.0002, 0.001, 0.003, 0.01, 0.03])
+                task = asyncio.create_task(play(key, how, delay))
+                if how == "cancel" and delay == 0.0:
+                    task.cancel()
+                elif how == "cancel":
+                    asyncio.get_running_loop().call_later(delay, task.cancel)
+                tasks[key] = task
+            done = await asyncio.gather(*tasks.values(), return_exceptions=True)
+            settled = await db.message_count("chat")
+            for _ in range(8):  # sampled for a while: nothing of a returned call lands later
+                await asyncio.sleep(rng.choice([0.0, 0.001, 0.004]))
+                assert await db.message_count("chat") == settled, f"round {r}: it moved"
+            await db.async_store.idle()  # every attempt started so far has ended
+            assert await db.message_count("chat") == settled, f"round {r}: it moved later"
+            outcomes.update(zip(tasks, done, strict=True))
+
+        stored = rows_by_turn(store_url, "chat")
+        assert all(len(ids) == TURN_SIZE for ids in stored.values()), "a turn was written in part"
+        for key, outcome in outcomes.items():
+            assert db.committed_ids("chat", key) == stored.get(key), key
+            if isinstance(outcome, list):
+                assert outcome == stored[key]
+            else:
+                assert isinstance(outcome, (asyncio.CancelledError, asyncio.TimeoutError)), outcome
+        assert 0 < len(stored) < len(outcomes)  # some landed; those cancelled at once did not
+
+        before = dict(stored)
+        for key in outcomes:  # the caller's retry: a no-op for each turn that committed
+            ids = await db.append_messages("chat", five(key), idempotency_key=key)
+            if key in before:
+                assert ids == before[key]
+    stored = rows_by_turn(store_url, "chat")
+    assert sorted(stored) == sorted(outcomes)
+    assert all(len(ids) == TURN_SIZE for ids in stored.values())
+    assert {key: stored[key] for key in before} == before
+    assert counters_match_rows(store_url) == []
+
+
+def test_a_store_survives_its_loop_dying_with_writes_in_flight(store_url: str) -> None:
+    """An event loop stops and is closed with writes queued, running, and (SQLite) waiting
+    between attempts with the writers' queue held while another process holds the lock; its
+    tasks are never resumed. The next loop's first write commits and returns (never a bare
+    RuntimeError), exactly once; each dead turn is whole, ``committed_ids`` says which
+    committed, and retrying them under their keys stores every turn exactly once. Another
+    process can then write. Round after round, the loop dying at random points."""
+    rng = random.Random(26)
+    dialect = sa.make_url(store_url).get_backend_name()
+    db = AsyncSessionDB(url=store_url, busy_timeout_s=0.05)
+
+    async def start() -> None:
+        await db.create_session("chat", "telegram")
+
+    asyncio.run(start())
+    keys: list[str] = []
+    for r in range(6):
+        holder = None
+        if r % 2 == 1:  # another process holds the lock while the loop dies
+            script = PG_HOLDER if dialect == "postgresql" else SQLITE_HOLDER
+            target = store_url if dialect == "postgresql" else sqlite_path(store_url)
+            holder = Holder(script, target, 0.4)
+        dying = asyncio.new_event_loop()
+        round_keys = [f"dead{r}t{i}" for i in range(8)]
+        keys += round_keys
+        # Referenced until the round ends, then dropped: the garbage collector closes them
+        # during a later loop, as it would in a program.
+        abandoned = [
+            dying.create_task(db.append_messages("chat", five(key), idempotency_key=key))
+            for key in round_keys
+        ]
+        if holder is None:
+            for _ in range(rng.randrange(1, 40)):  # a random number of loop iterations
+                dying.run_until_complete(asyncio.sleep(0))
+        else:
+            dying.run_until_complete(asyncio.sleep(rng.uniform(0.1, 0.3)))
+        dying.close()  # the crash handler's way out: nothing is cancelled or awaited
+
+        async def next_loop(
+            r: int = r, round_keys: list[str] = round_keys
+        ) -> tuple[int, dict[str, list[int] | None]]:
+            first = await db.append_message("chat", "user", f"next{r} m0")
+            await db.async_store.idle()  # the dead loop's last attempts have ended too
+            return first, {key: db.committed_ids("chat", key) for key in round_keys}
+
+        first, told = asyncio.run(next_loop())
+        if holder is not None:
+            holder.wait()
+        stored = rows_by_turn(store_url, "chat")
+        assert stored[f"next{r}"] == [first]  # committed, returned, once
+        for key in round_keys:
+            assert told[key] == stored.get(key), key
+            assert told[key] is None or len(told[key] or []) == TURN_SIZE
+        if dialect == "sqlite":
+            assert writers_queue_is_free(store_url)
+            assert write_lock_is_free(store_url)
+        del abandoned
+
+    async def retry_and_close() -> None:
+        for key in keys:
+            await db.append_messages("chat", five(key), idempotency_key=key)
+        await db.close()
+
+    asyncio.run(retry_and_close())
+    stored = rows_by_turn(store_url, "chat")
+    assert all(len(stored[key]) == TURN_SIZE for key in keys)  # every turn, exactly once
+    assert counters_match_rows(store_url) == []
+
+
 # -- fork ------------------------------------------------------------------------------------------
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 def test_after_fork_the_child_and_the_parent_both_write(tmp_path: Path) -> None:

@@ -65,6 +65,35 @@ def test_async_session_db_runs_each_call_in_a_thread(store_file: Path) -> None:
         db.close()
 
 
+def test_a_cancelled_call_has_ended_when_it_returns(store_file: Path) -> None:
+    """A cancelled call returns once the call in its thread has ended (Hermes's returns at
+    once, and its write lands later): the write is there, not on its way."""
+    db = hermes_state.SessionDB(db_path=store_file)
+    entered, gate = threading.Event(), threading.Event()
+
+    def slow_append() -> int:
+        entered.set()
+        gate.wait(30)
+        return db.append_message("s", "user", "slow")
+
+    db.slow_append = slow_append  # type: ignore[attr-defined]
+
+    async def main() -> None:
+        task = asyncio.create_task(hermes_state.AsyncSessionDB(db).slow_append())
+        await asyncio.to_thread(entered.wait, 30)
+        task.cancel()
+        asyncio.get_running_loop().call_later(0.05, gate.set)
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert db.message_count("s") == 301
+
+    try:
+        asyncio.run(main())
+    finally:
+        gate.set()
+        db.close()
+
+
 # -- the last failed open ----------------------------------------------------------------------
 
 
