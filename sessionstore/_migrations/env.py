@@ -6,8 +6,13 @@ an engine, the open store's own, the upgrade below runs on it: ``SessionDB`` bui
 per store and migrates on it), ``-x url=...``, the
 ``sqlalchemy.url`` option set by ``sessionstore.schema.migrate``, ``SESSIONSTORE_URL``, the default
 SQLite file. With a URL, the whole upgrade runs in ONE write transaction (``BEGIN IMMEDIATE`` on
-SQLite, an advisory lock on PostgreSQL): a second process upgrading at the same time waits, then
-finds nothing to do; a process killed half-way leaves the old schema intact.
+SQLite, an advisory lock on PostgreSQL keyed by the store's schema): a second process upgrading
+the same store at the same time waits, then finds nothing to do; a process killed half-way
+leaves the old schema intact. On PostgreSQL, what the database shares (``pg_trgm``) is created
+first in a short transaction of its own; then the store's schema (the first the ``search_path``
+names) is created when missing and is, for the migration's transaction, the only schema names
+resolve in (a tenant never mistakes another schema's tables for its own), and the revisions'
+statements are rewritten by the dialect where that needs it (``migration_statement_rewrite``).
 
 Before the chain runs, legacy Hermes files are adopted (``sessionstore.schema.legacy``); after it,
 on a store at head, a missing search object is repaired: the whole head layout is built again
@@ -19,10 +24,14 @@ layout, and a revision's objects are its own DDL's.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from logging.config import fileConfig
+from typing import Any
 
 from alembic import context
 from alembic.script import ScriptDirectory
+from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
 from sessionstore._migrations.chain_state import HERMES_SCHEMA_BEFORE_CHAIN
@@ -71,6 +80,7 @@ def _run_chain(connection: Connection) -> None:
 
 
 def _adopt_and_migrate(connection: Connection) -> None:
+    dialect = dialect_for(connection)
     if _should_adopt():
         known = {rev.revision for rev in ScriptDirectory.from_config(config).walk_revisions()}
         adoption = legacy.adopt(connection, known)
@@ -84,16 +94,38 @@ def _adopt_and_migrate(connection: Connection) -> None:
         transactional_ddl=True,
         compare_type=True,
     )
-    with context.begin_transaction():
+    rewrite = dialect.migration_statement_rewrite(connection)
+    with _statements_rewritten(connection, rewrite), context.begin_transaction():
         context.run_migrations()
     if _should_adopt() and _has_messages(connection) and _at_head():
-        ensure_head_layout(search_index_for(dialect_for(connection)), connection)
+        ensure_head_layout(search_index_for(dialect), connection)
+
+
+@contextmanager
+def _statements_rewritten(
+    connection: Connection, rewrite: Callable[[str], str] | None
+) -> Iterator[None]:
+    """While the chain runs, every statement sent on ``connection`` passes through
+    ``rewrite`` (the dialect's: the revisions are frozen, the database they run in is not)."""
+    if rewrite is None:
+        yield
+        return
+
+    def rewritten(
+        _conn: Connection, _cursor: Any, statement: str, parameters: Any, _context: Any,
+        _executemany: bool,
+    ) -> tuple[str, Any]:
+        return rewrite(statement), parameters
+
+    event.listen(connection, "before_cursor_execute", rewritten, retval=True)
+    try:
+        yield
+    finally:
+        event.remove(connection, "before_cursor_execute", rewritten)
 
 
 def _has_messages(connection: Connection) -> bool:
-    from sqlalchemy import inspect
-
-    return inspect(connection).has_table("messages")
+    return bool(dialect_for(connection).existing_tables(connection, ("messages",)))
 
 
 def _at_head() -> bool:
@@ -119,10 +151,12 @@ def _migrate_with_engine(engine: Engine) -> None:
     dialect = dialect_for(engine)
 
     def migrate_once() -> None:
+        dialect.prepare_database(engine)
         with engine.connect() as connection:
             connection.execution_options(**dialect.write_options())
             with connection.begin():
                 dialect.lock_for_migration(connection)
+                dialect.enter_store_schema(connection)
                 _run_chain(connection)
 
     run_with_retry(migrate_once, dialect.is_retryable, MIGRATION_RETRY)

@@ -123,8 +123,27 @@ class StoreDialect(Protocol):
     def checkpoint(self, engine: Engine) -> None:
         """Best-effort log maintenance after many writes; never raises."""
 
+    def prepare_database(self, engine: Engine) -> None:
+        """Before a migration, outside its transaction: create, once and in a short transaction
+        of its own, what every store in the database shares (PostgreSQL: the ``pg_trgm``
+        extension), so that stores migrating side by side never race for it."""
+
     def lock_for_migration(self, conn: Connection) -> None:
-        """Serialise concurrent migrations on this database (called inside the transaction)."""
+        """Serialise concurrent migrations of this store (called inside the transaction).
+        PostgreSQL: one lock per schema, so the tenants of one database never wait for, nor
+        see, each other's migrations."""
+
+    def enter_store_schema(self, conn: Connection) -> None:
+        """Inside the migration's transaction, after the lock: create the namespace the store's
+        tables go into when it is missing and, until the transaction ends, resolve names in it
+        alone (PostgreSQL: the schema the ``search_path`` names first, then ``SET LOCAL
+        search_path`` to it, so no table of another schema on the path is taken for the
+        store's own). Nothing where the store has no namespace of its own (SQLite)."""
+
+    def migration_statement_rewrite(self, conn: Connection) -> Callable[[str], str] | None:
+        """What to do to each statement the (frozen) revisions send on ``conn`` so that it can
+        run from this store's namespace (PostgreSQL: name ``pg_trgm``'s operator class by the
+        schema the extension lives in); None when nothing needs it."""
 
     def vacuum(self, conn: Connection, tables: Collection[str]) -> None:
         """Give the space of deleted rows back, as Hermes's ``vacuum()`` does, on ``conn``
@@ -154,7 +173,9 @@ class StoreDialect(Protocol):
         """An INSERT that supports ``on_conflict_do_nothing`` on this database."""
 
     def existing_tables(self, conn: Connection, names: Collection[str]) -> set[str]:
-        """Which of the tables ``names`` exist (the default schema), in one catalog query."""
+        """Which of the tables ``names`` exist in the store's own namespace (PostgreSQL: the
+        schema ``current_schema()`` names, never another schema on the ``search_path``), in
+        one catalog query."""
 
     def enable_journal_mode(self, engine: Engine) -> None:
         """Switch the store to its journal mode now and on every later connection (for an

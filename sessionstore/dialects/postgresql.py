@@ -1,8 +1,30 @@
-"""PostgreSQL: the server does the locking; we retry what it asks us to retry."""
+"""PostgreSQL: the server does the locking; we retry what it asks us to retry.
+
+A URL means what it says
+------------------------
+Whatever the user gives libpq as ``options`` (``?options=-csearch_path%3Dtenant_a`` in the URL,
+else ``PGOPTIONS`` from the environment, as libpq itself would read it) is kept: our own
+``-c lock_timeout=...`` goes *before* it, so a user's ``lock_timeout`` wins and their
+``search_path``, ``statement_timeout`` and the rest are untouched.
+
+Schema per tenant
+-----------------
+A store lives in the schema its connections' ``search_path`` resolves unqualified names to
+(``current_schema()``), so one database can hold one store per schema. Everything this package
+reads from the catalog is narrowed to that schema (never "any schema's ``messages``"), the
+migration lock is keyed by it (two tenants migrating at once neither wait for nor see each
+other), a migration creates the schema the ``search_path`` names first when it is missing, and
+Alembic's ``alembic_version`` lives in it. What a database shares is created once, in its own
+short transaction before any migration: the ``pg_trgm`` extension (extensions are per
+database), in ``public`` where that schema exists. A tenant's ``search_path`` need not name
+that schema: the DDL that uses the extension names its operator class with the schema it lives
+in (:func:`qualify_extension_objects`).
+"""
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, Literal
@@ -56,8 +78,16 @@ _CONNECTION_LOST_MARKERS = (
     "terminating connection",
 )
 messages_table_name = "messages"
-# An arbitrary but fixed key: every sessionstore process agrees on it.
-MIGRATION_LOCK_KEY = 0x5E5510_5707E
+# Arbitrary but fixed: every sessionstore process agrees on them. Migrations lock the pair
+# (MIGRATION_LOCK_CLASS, hashtext(schema)), one lock per store; the extension step locks
+# (MIGRATION_LOCK_CLASS, DATABASE_LOCK_ID) for the few statements it needs.
+MIGRATION_LOCK_CLASS = 0x5E55_1057
+DATABASE_LOCK_ID = 0
+TRIGRAM_EXTENSION = "pg_trgm"
+SHARED_EXTENSION_SCHEMA = "public"
+"""Where a migration creates ``pg_trgm`` when the database has none yet (if this schema
+exists; else the store's own schema): a schema every tenant can use, that no tenant owns."""
+_TRIGRAM_OPCLASS = re.compile(r"(?<![.\w\"])gin_trgm_ops\b")
 
 
 _ASCII_UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -72,6 +102,101 @@ def _fresh_pool(engine: Engine, keep_alive: Callable[[Any], None]) -> None:
 def _sqlstate(exc: BaseException) -> str | None:
     original = exc.orig if isinstance(exc, DBAPIError) else exc
     return getattr(original, "sqlstate", None)
+
+
+def user_options(url: URL) -> str | None:
+    """The server options the user gave: the URL's ``options`` (all of them, in order, when
+    given more than once), else ``PGOPTIONS``, which libpq reads only when the connection
+    names no options itself (ours would hide it)."""
+    given = url.query.get("options")
+    if given:
+        return " ".join((given,) if isinstance(given, str) else given)
+    return os.environ.get("PGOPTIONS") or None
+
+
+def search_path_entries(search_path: str) -> list[str]:
+    """The schema names of a ``search_path`` setting, in order, as the server reads them:
+    comma-separated, double-quoted names kept as written (``""`` is one quote), bare names
+    folded to lower case. ``"$user"`` stays as it is."""
+    entries: list[str] = []
+    name: list[str] = []
+    quoted = in_quotes = False
+    index = 0
+    while index <= len(search_path):
+        char = search_path[index] if index < len(search_path) else ","
+        if in_quotes:
+            if char == '"' and search_path[index + 1 : index + 2] == '"':
+                name.append('"')
+                index += 1
+            elif char == '"':
+                in_quotes = False
+            else:
+                name.append(char)
+        elif char == '"':
+            in_quotes = quoted = True
+        elif char == ",":
+            text_ = "".join(name) if quoted else "".join(name).strip().lower()
+            if text_:
+                entries.append(text_)
+            name, quoted = [], False
+        elif not (char.isspace() and (quoted or not name)):
+            name.append(char)
+        index += 1
+    return entries
+
+
+def first_named_schema(search_path: str, user: str, current: str | None) -> str | None:
+    """The schema a ``search_path`` names first, existing or not: ``$user`` counts only where
+    it exists (then it is ``current``, the first existing entry), as the server skips it
+    otherwise; system schemas never count. None when the path names none."""
+    for entry in search_path_entries(search_path):
+        if entry == "$user":
+            if current == user:
+                return user
+            continue
+        if entry == "pg_catalog" or entry.startswith("pg_temp"):
+            continue
+        return entry
+    return None
+
+
+_WHERE_NAMES_RESOLVE = "current_setting('search_path'), current_user, current_schema()"
+
+
+def target_schema(conn: Connection) -> str | None:
+    """The schema a migration builds the store in (:func:`first_named_schema`)."""
+    row = conn.execute(text(f"SELECT {_WHERE_NAMES_RESOLVE}")).one()
+    return first_named_schema(str(row[0]), str(row[1]), row[2])
+
+
+def extension_schema(conn: Connection, extension: str = TRIGRAM_EXTENSION) -> str | None:
+    """The schema an installed extension's objects live in; None when it is not installed."""
+    return conn.execute(
+        text(
+            "SELECT n.nspname FROM pg_catalog.pg_extension e "
+            "JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = :name"
+        ),
+        {"name": extension},
+    ).scalar()
+
+
+def _schema_exists(conn: Connection, name: str) -> bool:
+    row = conn.execute(
+        text("SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = :name"), {"name": name}
+    ).first()
+    return row is not None
+
+
+def quote_identifier(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def qualify_extension_objects(statement: str, trigram_schema: str | None) -> str:
+    """``statement`` with ``pg_trgm``'s operator class named by its schema, so an index over it
+    can be built from a ``search_path`` that does not name that schema (a tenant's)."""
+    if trigram_schema is None or "gin_trgm_ops" not in statement:
+        return statement
+    return _TRIGRAM_OPCLASS.sub(f"{quote_identifier(trigram_schema)}.gin_trgm_ops", statement)
 
 
 def _require_driver(url: URL) -> None:
@@ -142,13 +267,14 @@ class PostgreSQLDialect:
     def engine_options(self, url: URL, *, read_only: bool, busy_timeout_s: float) -> dict[str, Any]:
         _require_driver(url)
         timeout_ms = max(int(busy_timeout_s * 1000), 1)
-        return {
-            # No pool_pre_ping: a round trip per checkout; ``_check_out_safely`` checks the
-            # owner and what the driver knows, and the store retries after a lost connection.
-            # A row lock that is not granted within the busy timeout becomes a retryable
-            # 55P03 instead of an unbounded wait.
-            "connect_args": {"options": f"-c lock_timeout={timeout_ms}"},
-        }
+        # A row lock that is not granted within the busy timeout becomes a retryable 55P03
+        # instead of an unbounded wait. Ours first: the server applies the options in order,
+        # so a lock_timeout of the user's own, later in the text, wins.
+        ours = f"-c lock_timeout={timeout_ms}"
+        theirs = user_options(url)
+        # No pool_pre_ping: a round trip per checkout; ``_check_out_safely`` checks the owner
+        # and what the driver knows, and the store retries after a lost connection.
+        return {"connect_args": {"options": f"{ours} {theirs}" if theirs else ours}}
 
     def ensure_database_location(self, url: URL) -> None:
         return None
@@ -173,17 +299,22 @@ class PostgreSQLDialect:
 
     def existing_tables(self, conn: Connection, names: Collection[str]) -> set[str]:
         # The tables the Inspector would list: ordinary and partitioned ones, in the schema
-        # unqualified names resolve to.
-        rows = conn.execute(
+        # unqualified names resolve to, and only if that is the store's own. While the schema
+        # a tenant's search_path names first does not exist, names resolve in the next one on
+        # the path (public, often: another store's): then the store has no table yet.
+        row = conn.execute(
             text(
-                "SELECT c.relname FROM pg_catalog.pg_class c "
+                f"SELECT {_WHERE_NAMES_RESOLVE}, ARRAY(SELECT c.relname "
+                "FROM pg_catalog.pg_class c "
                 "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
                 "WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') "
-                "AND c.relname = ANY(:names)"
+                "AND c.relname = ANY(:names))"
             ),
             {"names": sorted(names)},
-        )
-        return {str(row[0]) for row in rows}
+        ).one()
+        if row[2] is None or first_named_schema(str(row[0]), str(row[1]), row[2]) != row[2]:
+            return set()
+        return {str(name) for name in row[3]}
 
     def database_file(self, url: URL) -> Path | None:
         return None
@@ -334,9 +465,54 @@ class PostgreSQLDialect:
     def checkpoint(self, engine: Engine) -> None:
         return None
 
+    def prepare_database(self, engine: Engine) -> None:
+        # Extensions are per database. Created here, in a short transaction of its own under
+        # a database-wide lock, never inside a store's migration: two tenants would race to
+        # create it (one failing on the catalog's unique key), or the first would hold the
+        # lock for its whole migration and the second would wait for it.
+        with engine.connect() as conn:
+            installed = extension_schema(conn) is not None
+            conn.rollback()  # the look ended its autobegun transaction
+            if installed:
+                return
+            with conn.begin():
+                conn.execute(
+                    text("SELECT pg_advisory_xact_lock(:cls, :id)"),
+                    {"cls": MIGRATION_LOCK_CLASS, "id": DATABASE_LOCK_ID},
+                )
+                if extension_schema(conn) is not None:
+                    return
+                shared = _schema_exists(conn, SHARED_EXTENSION_SCHEMA)
+                where = f" SCHEMA {quote_identifier(SHARED_EXTENSION_SCHEMA)}" if shared else ""
+                conn.exec_driver_sql(f"CREATE EXTENSION IF NOT EXISTS {TRIGRAM_EXTENSION}{where}")
+
     def lock_for_migration(self, conn: Connection) -> None:
-        # Transaction-scoped: released by the COMMIT that publishes the new schema.
-        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+        # One lock per store (its schema), transaction-scoped: released by the COMMIT that
+        # publishes the new schema. Tenants of one database migrate side by side.
+        schema = target_schema(conn)
+        conn.execute(
+            text("SELECT pg_advisory_xact_lock(:cls, hashtext(:schema))"),
+            {"cls": MIGRATION_LOCK_CLASS, "schema": schema or ""},
+        )
+
+    def enter_store_schema(self, conn: Connection) -> None:
+        schema = target_schema(conn)
+        if schema is None:
+            return  # the server says "no schema has been selected to create in"
+        # Looked up first: CREATE SCHEMA needs the CREATE privilege on the database even when
+        # IF NOT EXISTS finds the schema there, and a tenant's role may not have it.
+        if not _schema_exists(conn, schema):
+            conn.exec_driver_sql(f"CREATE SCHEMA {quote_identifier(schema)}")
+        # The revisions ask "does table X exist?" through the Inspector, which answers for any
+        # schema on the path: with "tenant_b, public" and a store in public, a new tenant
+        # would find public's tables and build none of its own. Until COMMIT, only its own.
+        conn.exec_driver_sql(f"SET LOCAL search_path TO {quote_identifier(schema)}")
+
+    def migration_statement_rewrite(self, conn: Connection) -> Callable[[str], str] | None:
+        schema = extension_schema(conn)
+        if schema is None:
+            return None
+        return lambda statement: qualify_extension_objects(statement, schema)
 
     def vacuum(self, conn: Connection, tables: Collection[str]) -> None:
         # Plain VACUUM, not VACUUM FULL: FULL would rewrite each table under an ACCESS

@@ -404,9 +404,18 @@ class SQLiteDialect:
         except Exception:
             logger.debug("WAL checkpoint skipped", exc_info=True)
 
+    def prepare_database(self, engine: Engine) -> None:
+        return None  # one file, one store: nothing is shared
+
     def lock_for_migration(self, conn: Connection) -> None:
         # The migration runs inside BEGIN IMMEDIATE: holding the write lock is the lock.
         conn.execute(text("SELECT 1"))
+
+    def enter_store_schema(self, conn: Connection) -> None:
+        return None  # the file is the store's namespace
+
+    def migration_statement_rewrite(self, conn: Connection) -> Callable[[str], str] | None:
+        return None
 
     def vacuum(self, conn: Connection, tables: Collection[str]) -> None:
         # Straight to the driver, which is in autocommit (isolation_level = None): through

@@ -26,6 +26,7 @@ from typing import Any, Final
 
 from sqlalchemy.engine import Connection
 
+from ..dialects.postgresql import extension_schema, qualify_extension_objects
 from . import object_names as names
 from .hits import (
     SNIPPET_ELLIPSIS,
@@ -149,8 +150,8 @@ def _layout(conn: Connection) -> tuple[str, str, bool]:
     if cached is not None:
         return tuple(cached)
     has_column = conn.exec_driver_sql(
-        "SELECT 1 FROM information_schema.columns "
-        "WHERE table_name = 'messages' AND column_name = %(column)s",
+        "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() "
+        "AND table_name = 'messages' AND column_name = %(column)s",
         {"column": names.PG_TSV_COLUMN},
     ).first()
     indexes = _indexes(conn)
@@ -166,7 +167,11 @@ def _layout(conn: Connection) -> tuple[str, str, bool]:
 
 
 def _indexes(conn: Connection) -> set[str]:
-    rows = conn.exec_driver_sql("SELECT indexname FROM pg_indexes WHERE tablename = 'messages'")
+    # This store's own: another tenant's schema in the same database has the same names.
+    rows = conn.exec_driver_sql(
+        "SELECT indexname FROM pg_indexes "
+        "WHERE schemaname = current_schema() AND tablename = 'messages'"
+    )
     return {str(row[0]) for row in rows}
 
 
@@ -238,7 +243,10 @@ class PostgreSQLSearchIndex:
 
     def create(self, conn: Connection) -> None:
         for statement in HEAD_DDL:
-            conn.exec_driver_sql(statement)
+            # pg_trgm lives where the database has it (public, usually), which a tenant's
+            # search_path need not name: its operator class is named by that schema.
+            trigram_schema = extension_schema(conn) if "gin_trgm_ops" in statement else None
+            conn.exec_driver_sql(qualify_extension_objects(statement, trigram_schema))
         conn.connection.info.pop(_LAYOUT_KEY, None)
 
     def rebuild(self, conn: Connection) -> None:
@@ -249,7 +257,9 @@ class PostgreSQLSearchIndex:
     def check(self, conn: Connection) -> IndexHealth:
         rows = conn.exec_driver_sql(
             "SELECT c.relname, i.indisvalid FROM pg_index i "
-            "JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = ANY(%(names)s)",
+            "JOIN pg_class c ON c.oid = i.indexrelid "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = current_schema() AND c.relname = ANY(%(names)s)",
             {"names": list(HEAD_INDEXES)},
         )
         found = {str(row[0]): bool(row[1]) for row in rows}
