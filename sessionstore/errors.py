@@ -51,6 +51,11 @@ class StoreUnavailableError(SessionStoreError):
     """The database file or server cannot be opened: not a database, unreadable, or unreachable."""
 
 
+class SQLiteLibraryConflictError(StoreUnavailableError):
+    """The store's file is already open in this process through another SQLite library (or a
+    plain ``open()``): two libraries drop each other's file locks, so it is not opened."""
+
+
 class DriverMissingError(SessionStoreError, ImportError):
     """The database driver for this URL is not installed (PostgreSQL: psycopg, which the
     ``postgresql`` extra installs)."""

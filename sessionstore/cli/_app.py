@@ -77,7 +77,11 @@ app.add_typer(title_app, name="title")
 
 def _show_version(value: bool) -> None:
     if value:
+        from ..dialects.sqlite_library import library
+
         typer.echo(f"sessionstore {__version__}")
+        # Which SQLite the stores of this installation run on (a WAL-reset-bug fix or not).
+        typer.echo(library().describe())
         raise typer.Exit()
 
 

@@ -198,6 +198,11 @@ class StoreDialect(Protocol):
     def truncate_write_ahead_log(self, engine: Engine) -> None:
         """Checkpoint the whole log into the database and shrink the log file."""
 
+    def engine_summary(self, conn: Connection) -> tuple[str, bool]:
+        """What runs this store, in one line (SQLite: the library and its version, the file's
+        journal mode; PostgreSQL: the server's version and the store's schema), and False
+        when that is unsafe for it (a SQLite with the WAL-reset bug)."""
+
     def integrity_problems(self, conn: Connection) -> list[str] | None:
         """What the database's own page check reports (empty: sound); None where the server
         checks its own pages."""

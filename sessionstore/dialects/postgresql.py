@@ -331,6 +331,12 @@ class PostgreSQLDialect:
     def truncate_write_ahead_log(self, engine: Engine) -> None:
         return None
 
+    def engine_summary(self, conn: Connection) -> tuple[str, bool]:
+        row = conn.execute(
+            text("SELECT current_setting('server_version'), current_schema()")
+        ).one()
+        return f"PostgreSQL {row[0]}, schema {row[1]}", True
+
     def integrity_problems(self, conn: Connection) -> list[str] | None:
         return None  # PostgreSQL checks its own pages
 

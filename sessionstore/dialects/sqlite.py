@@ -39,7 +39,7 @@ import threading
 import time
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from sqlalchemy import ColumnElement, Table, and_, event, func, text, true
@@ -57,6 +57,7 @@ from ..errors import (
     UnsupportedValueError,
 )
 from .interface import AfterForkReset, IntegrityViolation, missing_core_table
+from .sqlite_library import connect, connection_class, is_connection, library
 
 logger = logging.getLogger(__name__)
 
@@ -144,8 +145,16 @@ class SQLiteDialect:
     def engine_options(self, url: URL, *, read_only: bool, busy_timeout_s: float) -> dict[str, Any]:
         # check_same_thread=False: connections move between threads through the pool; SQLite
         # itself is built thread-safe. timeout is the busy handler's wait before "locked".
+        # module/factory: the SQLite library this process runs on (sqlite_library: one with
+        # the WAL-reset fix where one can be had, and one library per file).
+        used = library()
         options: dict[str, Any] = {
-            "connect_args": {"check_same_thread": False, "timeout": busy_timeout_s}
+            "module": used.module,
+            "connect_args": {
+                "check_same_thread": False,
+                "timeout": busy_timeout_s,
+                "factory": connection_class(),
+            },
         }
         if _is_uri_filename(url) and _is_memory(url):
             # A named in-memory database lives only while a connection holds it: one connection
@@ -238,8 +247,8 @@ class SQLiteDialect:
         # file through one of them now (the mode is the file's, every connection sees it).
         with engine.connect() as conn:
             driver = conn.connection.driver_connection
-            if isinstance(driver, sqlite3.Connection):
-                _enable_wal_on(driver, label)
+            if is_connection(driver):
+                _enable_wal_on(cast(sqlite3.Connection, driver), label)
 
     def existing_tables(self, conn: Connection, names: Collection[str]) -> set[str]:
         wanted = sorted(names)
@@ -277,9 +286,16 @@ class SQLiteDialect:
         with engine.connect() as conn:
             conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
 
+    def engine_summary(self, conn: Connection) -> tuple[str, bool]:
+        used = library()
+        mode = conn.exec_driver_sql("PRAGMA journal_mode").scalar()
+        return f"{used.describe()}; this file: journal_mode={mode}", not used.wal_reset_bug
+
     def integrity_problems(self, conn: Connection) -> list[str] | None:
-        rows = [str(row[0]) for row in conn.exec_driver_sql("PRAGMA integrity_check")]
-        return [] if rows == ["ok"] else rows
+        # The pages and b-trees; the full-text indexes are the search checks' (fts_integrity,
+        # which a repair rebuilds), not reported twice (see page_problems).
+        driver = cast(sqlite3.Connection, conn.connection.driver_connection)
+        return page_problems(driver, "integrity_check")
 
     def writer_queue_file(self, url: URL, *, read_only: bool) -> Path | None:
         if read_only or _is_memory(url):
@@ -424,8 +440,8 @@ class SQLiteDialect:
         # unlinked from Python, and the other connections, ours and other processes', keep
         # reading their snapshots meanwhile. In WAL mode the rewritten pages go through the
         # log, so the checkpoint after it is what shrinks the file.
-        driver = conn.connection.driver_connection
-        assert isinstance(driver, sqlite3.Connection)
+        driver = cast(sqlite3.Connection, conn.connection.driver_connection)
+        assert is_connection(driver)
         if driver.in_transaction:
             raise RuntimeError("VACUUM needs a connection outside any transaction")
         _checkpoint_truncate(driver)
@@ -474,15 +490,16 @@ def backup_file(path: Path, *, clock: Callable[[], float] = time.time) -> Path:
         target = path.with_name(f"{path.name}.bak-{stamp}-{suffix}")
         suffix += 1
     partial = target.with_name(target.name + ".partial")
-    source = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+    # The store's own library: a second one would drop the store's locks when it closed.
+    source = connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
     try:
-        destination = sqlite3.connect(partial)
+        destination = connect(partial)
         try:
             source.backup(destination)  # pages=-1: the whole file in one step, one snapshot
-            verdict = destination.execute("PRAGMA quick_check").fetchone()
-            if not verdict or verdict[0] != "ok":
+            problems = page_problems(destination)
+            if problems:
                 raise StoreUnavailableError(
-                    f"the backup of {path} did not pass quick_check ({verdict}); "
+                    f"the backup of {path} did not pass quick_check ({problems[:3]}); "
                     "nothing was changed"
                 )
         finally:
@@ -494,6 +511,18 @@ def backup_file(path: Path, *, clock: Callable[[], float] = time.time) -> Path:
     finally:
         source.close()
     return target
+
+
+def page_problems(conn: sqlite3.Connection, check: str = "quick_check") -> list[str]:
+    """What ``PRAGMA quick_check`` (or ``integrity_check``) finds wrong with the database's
+    pages, leaving out what SQLite 3.44+ adds about FTS5 tables: whether each full-text index
+    agrees with what *this* library's tokenizer makes of its rows. A page copy cannot change
+    that, and a library other than the one that wrote an index may disagree with it without
+    any damage (a Hermes trigram index written by SQLite 3.40 over text holding NUL characters
+    is "malformed" to 3.53). The search indexes are checked, and rebuilt, on their own
+    (``db doctor``'s fts checks, and the chain after adoption)."""
+    rows = [str(row[0]) for row in conn.execute(f"PRAGMA {check}")]
+    return [row for row in rows if row != "ok" and " for FTS5 table " not in row]
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -585,7 +614,7 @@ def close_inherited(conn: sqlite3.Connection) -> None:
     lock bookkeeping for the file forgets this copy, and without the close-time checkpoint
     where Python can switch it off (3.12+); without that switch the checkpoint cannot start
     anyway while the parent holds its shared lock."""
-    no_checkpoint = getattr(sqlite3, "SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE", None)
+    no_checkpoint = getattr(library().module, "SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE", None)
     setconfig = getattr(conn, "setconfig", None)
     if no_checkpoint is not None and setconfig is not None:
         with contextlib.suppress(sqlite3.Error):
@@ -610,8 +639,16 @@ def _enable_wal_on(dbapi_connection: sqlite3.Connection, label: str) -> None:
         cursor.close()
 
 
+_warned_wal_reset_bug: set[str] = set()
+
+
 def _enable_wal(cursor: sqlite3.Cursor, label: str) -> None:
-    """WAL lets readers and one writer work at once; some filesystems cannot do it."""
+    """WAL lets readers and one writer work at once; some filesystems cannot do it, and a
+    SQLite with the WAL-reset bug must not (module docstring of :mod:`.sqlite_library`)."""
+    used = library()
+    if used.wal_reset_bug:
+        _gate_wal_reset_bug(cursor, label, used.describe())
+        return
     try:
         row = cursor.execute("PRAGMA journal_mode = WAL").fetchone()
         mode = str(row[0]).lower() if row else "unknown"
@@ -628,4 +665,31 @@ def _enable_wal(cursor: sqlite3.Cursor, label: str) -> None:
             "readers and the writer will block each other",
             label,
             mode,
+        )
+
+
+def _gate_wal_reset_bug(cursor: sqlite3.Cursor, label: str, library_line: str) -> None:
+    """Hermes's gate: a file not in WAL stays out of it; one in WAL keeps it (moving it back
+    needs every other opener gone), with one warning per file and process."""
+    try:
+        row = cursor.execute("PRAGMA journal_mode").fetchone()
+    except sqlite3.OperationalError as exc:
+        logger.debug("journal mode of %s not read: %s", label, exc)
+        return
+    mode = str(row[0]).lower() if row else "unknown"
+    if mode == "memory" or label in _warned_wal_reset_bug:
+        return
+    _warned_wal_reset_bug.add(label)
+    if mode == "wal":
+        logger.warning(
+            "%s is in WAL mode and %s: kept in WAL (no change while others may have it open); "
+            "install pysqlite3>=0.6.1 or a Python whose SQLite is 3.51.3 or newer",
+            label, library_line,
+        )
+    else:
+        logger.warning(
+            "%s: %s, so it is not switched to WAL (journal_mode=%s: readers wait while a "
+            "writer commits); install pysqlite3>=0.6.1 or a Python whose SQLite is 3.51.3 "
+            "or newer to run it in WAL",
+            label, library_line, mode,
         )

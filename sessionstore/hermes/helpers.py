@@ -21,6 +21,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..dialects import sqlite_library
 from ..search.object_names import FTS5_TABLES
 
 if TYPE_CHECKING:
@@ -109,7 +110,13 @@ def is_malformed_db_error(exc: BaseException) -> bool:
 def apply_wal_with_fallback(conn: sqlite3.Connection, *, db_label: str = "state.db") -> str:
     """Put ``conn``'s database in WAL mode, or in DELETE mode where the file system cannot
     hold a WAL (one warning per ``db_label``); returns the mode set. Never moves a database
-    that is in WAL already (asked first, so a file others hold in WAL is left alone)."""
+    that is in WAL already (asked first, so a file others hold in WAL is left alone).
+
+    As newest Hermes does, never on a SQLite with the WAL-reset bug (the library ``conn``
+    comes from, asked for its version): a file in WAL keeps it, with one warning per
+    ``db_label``; any other is put in DELETE mode."""
+    if _has_wal_reset_bug(conn):
+        return _gate_wal_reset_bug(conn, db_label)
     try:
         if _journal_mode(conn) == "wal":
             _checkpoint_barrier(conn)
@@ -137,6 +144,37 @@ def apply_wal_with_fallback(conn: sqlite3.Connection, *, db_label: str = "state.
                            db_label, exc)
         conn.execute("PRAGMA journal_mode=DELETE")
         return "delete"
+
+
+def _has_wal_reset_bug(conn: sqlite3.Connection) -> bool:
+    row = conn.execute("SELECT sqlite_version()").fetchone()
+    version = tuple(int(part) for part in str(row[0]).split(".") if part.isdigit())
+    return sqlite_library.has_wal_reset_bug(version)
+
+
+_warned_wal_reset_bug: set[str] = set()
+
+
+def _gate_wal_reset_bug(conn: sqlite3.Connection, db_label: str) -> str:
+    mode = _journal_mode(conn)
+    with _warned_wal_fallback_lock:
+        first = db_label not in _warned_wal_reset_bug
+        _warned_wal_reset_bug.add(db_label)
+    version = conn.execute("SELECT sqlite_version()").fetchone()[0]
+    if mode == "wal":
+        if first:
+            logger.warning("%s: SQLite %s has the WAL-reset bug "
+                           "(https://sqlite.org/wal.html#walresetbug); the database is in WAL "
+                           "already and is left so (no change under other openers)",
+                           db_label, version)
+        _checkpoint_barrier(conn)
+        return "wal"
+    if first:
+        logger.warning("%s: SQLite %s has the WAL-reset bug "
+                       "(https://sqlite.org/wal.html#walresetbug); using journal_mode=DELETE "
+                       "instead of enabling WAL", db_label, version)
+    conn.execute("PRAGMA journal_mode=DELETE")
+    return "delete"
 
 
 def _journal_mode(conn: sqlite3.Connection) -> str | None:
@@ -212,7 +250,8 @@ def repair_state_db_schema(db_path: str | Path, *, backup: bool = True) -> dict[
 
 
 def _connect(path: Path) -> sqlite3.Connection:
-    return sqlite3.connect(str(path), isolation_level=None, timeout=5.0)
+    # The stores' own SQLite library: never a second one on a file this process may hold.
+    return sqlite_library.connect(str(path), isolation_level=None, timeout=5.0)
 
 
 def _health_problem(path: Path) -> str | None:
@@ -256,9 +295,9 @@ def _page_copy(path: Path) -> Path:
 
     stamp = datetime.datetime.now().strftime("%Y%m%d_%H%M%S")
     target = path.with_name(f"{path.name}.malformed-backup-{stamp}")
-    source = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    source = sqlite_library.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        copy = sqlite3.connect(str(target))
+        copy = sqlite_library.connect(str(target))
         try:
             source.backup(copy)
         finally:

@@ -23,7 +23,11 @@ reaches into (its insights, dashboard, ACP sessions, CLI resume):
   a re-pointed value (tests monkeypatch it) is the file opened. Left at its import-time value,
   the package's URL rules apply (``SESSIONSTORE_URL``, else ``$HERMES_HOME/state.db`` as the
   environment says *now*), which is the same file unless ``SESSIONSTORE_URL`` says otherwise.
-- ``_conn``: a real ``sqlite3.Connection`` to the store's file, owned by the store. It is
+- ``_conn``: a real SQLite connection to the store's file, owned by the store, from the SQLite
+  library the store runs on (the standard library's ``sqlite3``, or ``pysqlite3`` where the
+  standard library's SQLite has the WAL-reset bug: see ``sessionstore.dialects.sqlite_library``;
+  its exceptions are also the standard library's classes, so ``except sqlite3.OperationalError``
+  catches them, and its rows are that library's ``Row``). It is
   opened through the store's engine, so it gets the store's PRAGMAs (busy timeout, foreign
   keys, WAL) and its opening rules; like Hermes's it runs in autocommit mode
   (``isolation_level=None``: each statement outside an explicit ``BEGIN`` commits itself) and
@@ -62,11 +66,12 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Final, TypeVar
+from typing import Final, TypeVar, cast
 
 from sqlalchemy.pool import PoolProxiedConnection
 
 from ..api import session_db as facade
+from ..dialects import sqlite_library
 from ..search import contains_cjk, sanitize_fts5_query
 from ..sql.tables import SCHEMA_VERSION
 from ..storage.config import default_db_path
@@ -380,11 +385,14 @@ class _OwnedConnection:
             if self._pooled is None:
                 pooled = self._store.engine.raw_connection()
                 connection = pooled.driver_connection
-                if not isinstance(connection, sqlite3.Connection):  # pragma: no cover
+                if not sqlite_library.is_connection(connection):  # pragma: no cover
                     pooled.close()
                     raise AttributeError("_conn exists only on a SQLite file store")
-                connection.row_factory = sqlite3.Row
-                self._pooled, self._driver, self._pid = pooled, connection, os.getpid()
+                # The Row of the connection's own library (pysqlite3's, where the store runs
+                # on it: the standard library's Row cannot read another library's cursor).
+                driver = cast(sqlite3.Connection, connection)
+                driver.row_factory = sqlite_library.library().module.Row
+                self._pooled, self._driver, self._pid = pooled, driver, os.getpid()
             return self._driver
 
     def current(self) -> sqlite3.Connection | None:
@@ -456,7 +464,8 @@ class _HermesLock:
     def _finish_open_transaction(self, *, failed: bool) -> None:
         raw = self._db._raw
         conn = raw.current() if raw is not None else None
-        if conn is None or not isinstance(conn, sqlite3.Connection) or not conn.in_transaction:
+        is_sqlite = isinstance(conn, sqlite3.Connection) or sqlite_library.is_connection(conn)
+        if conn is None or not is_sqlite or not conn.in_transaction:
             return
         if failed:
             logger.warning("a transaction left open on _conn was rolled back when _lock was let go")

@@ -132,7 +132,7 @@ def diagnose(store: Store, *, wal_warn_bytes: int = WAL_WARN_BYTES) -> Report:
         # The other checks assume the current columns: one clear instruction to upgrade beats
         # a cascade of SQL errors.
         return Report((schema,), findings)
-    checks = [schema, _check_integrity(store)]
+    checks = [schema, store.read(_check_engine), _check_integrity(store)]
     checks.extend(_search_checks(store))
     checks.append(store.read(lambda conn: _check_dangling_parents(conn, findings)))
     checks.append(store.read(lambda conn: _check_orphan_messages(conn, findings)))
@@ -162,6 +162,17 @@ def _check_schema(conn: Connection, url: URL) -> tuple[Check, bool]:
             f"{expected}: another program changed this file",
         ), True
     return Check("schema", "ok", f"revision {head}, Hermes schema {expected}"), True
+
+
+def _check_engine(conn: Connection) -> Check:
+    """Which database software runs the store (SQLite: the library and version in use)."""
+    summary, sound = dialect_for_url(conn.engine.url).engine_summary(conn)
+    if sound:
+        return Check("engine", "ok", summary)
+    return Check(
+        "engine", "warn",
+        f"{summary}: install pysqlite3>=0.6.1 or a Python whose SQLite is 3.51.3 or newer",
+    )  # fmt: skip
 
 
 def _check_integrity(store: Store) -> Check:

@@ -31,6 +31,7 @@ import pytest
 import pytest_asyncio
 import sqlalchemy as sa
 from asynclib import ticker
+from store_library import connect_like_the_store, engine_like_the_store
 
 from sessionstore import AsyncSessionDB, SessionDB, StoreBusyError
 from sessionstore.api.async_repository import AsyncSessionRepository
@@ -138,7 +139,7 @@ def turn(n: int) -> list[dict[str, Any]]:
 
 def counters_match_rows(url: str) -> list[tuple[str, int, int, int, int]]:
     """Sessions whose counters differ from their rows (empty when every counter is exact)."""
-    engine = sa.create_engine(url)
+    engine = engine_like_the_store(url)
     with engine.connect() as conn:
         rows = conn.execute(sa.text(
             "SELECT s.id, s.message_count, "
@@ -406,7 +407,7 @@ def idle_in_transaction(url: str) -> int:
 
 
 def write_lock_is_free(url: str) -> bool:
-    conn = sqlite3.connect(sqlite_path(url), timeout=0, isolation_level=None)
+    conn = connect_like_the_store(sqlite_path(url), timeout=0, isolation_level=None)
     try:
         conn.execute("BEGIN IMMEDIATE")
         conn.execute("ROLLBACK")
@@ -488,7 +489,7 @@ async def test_cancellation_storm_leaves_whole_turns_and_exact_counters(
         assert await db.append_message(sessions[1], "user", "right after") > 0
         await db.async_store.idle()
         assert db.store.engine.pool.checkedout() - db.store.idle_readers == baseline
-        engine = sa.create_engine(store_url)
+        engine = engine_like_the_store(store_url)
         with engine.connect() as conn:
             per_turn = [
                 conn.execute(

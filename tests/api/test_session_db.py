@@ -20,6 +20,7 @@ import pytest
 import sqlalchemy as sa
 from asynclib import BlockingAsyncSessionDB
 from legacy_v7_v17 import HEAD_MESSAGE_NAMES, HEAD_SESSION_NAMES
+from store_library import engine_like_the_store
 
 from sessionstore import SessionStoreError
 from sessionstore.api.session_db import SessionDB
@@ -54,7 +55,7 @@ class RawSQL:
     """Direct SQL on the store, beside the facade: to set clocks and to corrupt rows on purpose."""
 
     def __init__(self, url: str) -> None:
-        self.engine = sa.create_engine(url)
+        self.engine = engine_like_the_store(url)
 
     def execute(self, sql: str, **params: Any) -> None:
         with self.engine.begin() as conn:

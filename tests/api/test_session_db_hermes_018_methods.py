@@ -18,7 +18,6 @@ import ast
 import inspect
 import json
 import os
-import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,6 +27,7 @@ import pytest
 import sqlalchemy as sa
 from hypothesis import given
 from hypothesis import strategies as st
+from store_library import connect_like_the_store
 from test_lookup_inputs import HOSTILE, SETTINGS
 
 from sessionstore.api.async_session_db import AsyncSessionDB
@@ -823,7 +823,7 @@ def test_vacuum_leaves_every_other_opener_working(tmp_path: Path) -> None:
         db.append_message(f"s{index}", "user", "lorem ipsum " * 100)
         db.end_session(f"s{index}", "done")
     other = hermes_state.SessionDB(path)  # an opener holding its own raw connection
-    raw = sqlite3.connect(path)
+    raw = connect_like_the_store(path)  # the stores' library: this process holds the file
     raw.execute("BEGIN")
     assert raw.execute("SELECT count(*) FROM messages").fetchone() == (50,)
     execute(db, "UPDATE sessions SET started_at = 1")

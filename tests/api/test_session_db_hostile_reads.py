@@ -20,6 +20,7 @@ import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from store_library import engine_like_the_store
 
 from sessionstore.api.session_db import SessionDB
 
@@ -154,7 +155,7 @@ def seeded(
     else:
         url = request.getfixturevalue("pg_databases").create()
     db = SessionDB(url=url)
-    engine = sa.create_engine(url)
+    engine = engine_like_the_store(url)
     _seed(db, engine)
     store = SeededStore(db, engine, request.param == "sqlite", snapshot=([], []))
     store.snapshot = store.dump()

@@ -24,6 +24,7 @@ import sqlalchemy as sa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from legacy_v1_v6 import build_legacy_db
+from store_library import engine_like_the_store
 from typer.testing import CliRunner
 
 from sessionstore import cli
@@ -121,7 +122,9 @@ def one_error_line(result: Any) -> str:
 def test_version(runner: CliRunner) -> None:
     result = runner.invoke(cli.app, ["--version"])
     assert result.exit_code == 0
-    assert result.stdout.strip() == "sessionstore 0.1.0"
+    # The second line names the SQLite in use (tests/dialects/test_sqlite_library.py).
+    assert result.stdout.splitlines()[0] == "sessionstore 0.1.0"
+    assert result.stdout.splitlines()[1].startswith("SQLite ")
 
 
 VERBS = [
@@ -740,7 +743,7 @@ def _damage(url: str) -> set[str]:
         conn.close()
         return {"dangling_parents", "message_counts", "tool_call_counts", "fts_objects",
                 "fts_parity", "fts_integrity"}  # fmt: skip
-    engine = sa.create_engine(url)
+    engine = engine_like_the_store(url)
     with engine.begin() as conn:
         conn.execute(
             sa.text("UPDATE sessions SET message_count = 99, tool_call_count = 7 WHERE id = :id"),
@@ -894,4 +897,5 @@ def test_console_script_runs(tmp_path: Path) -> None:
         [sys.executable, "-m", "sessionstore", "--version"],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
-    assert module.returncode == 0 and module.stdout.strip() == "sessionstore 0.1.0"
+    assert module.returncode == 0
+    assert module.stdout.splitlines()[0] == "sessionstore 0.1.0"

@@ -6,13 +6,16 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy.exc import DBAPIError
+from store_library import connect_like_the_store
 
 from sessionstore import SessionStoreError
+from sessionstore.dialects.sqlite_library import has_wal_reset_bug, library
 from sessionstore.hermes import state as hermes_state
 
 
@@ -150,33 +153,64 @@ def test_is_malformed_db_error(error: BaseException, malformed: bool) -> None:
 # -- apply_wal_with_fallback -------------------------------------------------------------------
 
 
-class _NoWalConnection(sqlite3.Connection):
-    """A file system where asking for WAL fails as NFS makes it fail."""
+def _no_wal_connection(base: type[sqlite3.Connection]) -> type[sqlite3.Connection]:
+    """A connection class of ``base``'s library on a file system where asking for WAL fails
+    as NFS makes it fail."""
 
-    error = "locking protocol"
+    class NoWalConnection(base):  # type: ignore[valid-type,misc]
+        error = "locking protocol"
 
-    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:  # type: ignore[override]
-        if sql.replace(" ", "").upper() == "PRAGMAJOURNAL_MODE=WAL":
-            raise sqlite3.OperationalError(self.error)
-        return super().execute(sql, *args)
+        def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+            if sql.replace(" ", "").upper() == "PRAGMAJOURNAL_MODE=WAL":
+                raise sqlite3.OperationalError(self.error)
+            return super().execute(sql, *args)  # type: ignore[no-any-return]
+
+    return NoWalConnection
 
 
+@pytest.mark.skipif(library().wal_reset_bug, reason="the library in use gates WAL (below)")
 def test_apply_wal_with_fallback(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    conn = sqlite3.connect(tmp_path / "kanban.db")
+    # The stores' library, which has the WAL-reset fix (the next test covers one without).
+    no_wal = _no_wal_connection(library().module.Connection)
+    conn = connect_like_the_store(tmp_path / "kanban.db")
     assert hermes_state.apply_wal_with_fallback(conn) == "wal"
     assert hermes_state.apply_wal_with_fallback(conn) == "wal"  # already: left alone
     conn.close()
     for attempt in range(2):
-        no_wal = sqlite3.connect(tmp_path / f"nfs{attempt}.db", factory=_NoWalConnection)
-        assert hermes_state.apply_wal_with_fallback(no_wal, db_label="nfs.db") == "delete"
-        assert no_wal.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
-        no_wal.close()
+        nfs = connect_like_the_store(tmp_path / f"nfs{attempt}.db", factory=no_wal)
+        assert hermes_state.apply_wal_with_fallback(nfs, db_label="nfs.db") == "delete"
+        assert nfs.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+        nfs.close()
     assert sum("WAL is not supported" in r.getMessage() for r in caplog.records) == 1
-    other = sqlite3.connect(tmp_path / "other.db", factory=_NoWalConnection)
+    other = connect_like_the_store(tmp_path / "other.db", factory=no_wal)
     other.error = "disk is full"  # type: ignore[attr-defined]
     with pytest.raises(sqlite3.OperationalError, match="disk is full"):
         hermes_state.apply_wal_with_fallback(other)
     other.close()
+
+
+@pytest.mark.skipif(
+    not has_wal_reset_bug(sqlite3.sqlite_version_info),
+    reason="needs a standard library whose SQLite has the WAL-reset bug",
+)
+def test_apply_wal_with_fallback_never_turns_wal_on_with_the_wal_reset_bug(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Hermes's kanban board and other files, opened with the standard library's vulnerable
+    SQLite (as Hermes opens them): a new file stays out of WAL, a WAL file keeps it; one
+    warning per label. (No store of this process has these files open.)"""
+    fresh = sqlite3.connect(tmp_path / "kanban.db")
+    assert hermes_state.apply_wal_with_fallback(fresh, db_label="kanban.db") == "delete"
+    assert fresh.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    fresh.close()
+    already = sqlite3.connect(tmp_path / "wal.db")
+    already.execute("PRAGMA journal_mode=WAL")
+    for _ in range(2):
+        assert hermes_state.apply_wal_with_fallback(already, db_label="wal.db") == "wal"
+    assert already.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    already.close()
+    warnings = [r.getMessage() for r in caplog.records if "WAL-reset bug" in r.getMessage()]
+    assert len(warnings) == 2 and sqlite3.sqlite_version in warnings[0]
 
 
 # -- repair_state_db_schema --------------------------------------------------------------------
@@ -195,25 +229,28 @@ def test_a_missing_file_is_reported(tmp_path: Path) -> None:
 
 
 def test_a_damaged_full_text_index_is_rebuilt_from_the_rows(store_file: Path) -> None:
-    with sqlite3.connect(store_file) as conn:
+    # Closed before the repair opens the file: two libraries never hold it at once.
+    with closing(sqlite3.connect(store_file)) as conn, conn:
         conn.execute("UPDATE messages_fts_data SET block = zeroblob(length(block)) WHERE id > 10")
     report = hermes_state.repair_state_db_schema(store_file)
     assert (report["repaired"], report["strategy"]) == (True, "rebuild_fts")
     backup = Path(report["backup_path"])
     assert backup.name.startswith("state.db.malformed-backup-")
-    with sqlite3.connect(backup) as conn:  # the damaged file, as it was
+    with closing(sqlite3.connect(backup)) as conn:  # the damaged file, as it was
         assert conn.execute("SELECT count(*) FROM messages").fetchone() == (300,)
     _holds_everything(store_file)
 
 
 def test_a_duplicated_schema_entry_is_removed(store_file: Path) -> None:
-    with sqlite3.connect(store_file) as conn:
+    with closing(sqlite3.connect(store_file)) as conn, conn:
         conn.execute("PRAGMA writable_schema=ON")
         row = conn.execute("SELECT * FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL "
                            "LIMIT 1").fetchone()
         conn.execute("INSERT INTO sqlite_master VALUES (?, ?, ?, ?, ?)", row)
-    with pytest.raises(sqlite3.DatabaseError, match="malformed"):
-        sqlite3.connect(store_file).execute("SELECT count(*) FROM sessions")
+    with closing(sqlite3.connect(store_file)) as conn, pytest.raises(
+        sqlite3.DatabaseError, match="malformed"
+    ):
+        conn.execute("SELECT count(*) FROM sessions")
     report = hermes_state.repair_state_db_schema(store_file, backup=False)
     assert (report["repaired"], report["strategy"], report["backup_path"]) == (
         True, "dedup_schema", None
@@ -222,7 +259,7 @@ def test_a_duplicated_schema_entry_is_removed(store_file: Path) -> None:
 
 
 def test_an_unparseable_search_object_is_dropped_and_built_again(store_file: Path) -> None:
-    with sqlite3.connect(store_file) as conn:
+    with closing(sqlite3.connect(store_file)) as conn, conn:
         conn.execute("PRAGMA writable_schema=ON")
         conn.execute("UPDATE sqlite_master SET sql = 'CREATE TABLE messages_fts_config(' "
                      "WHERE name = 'messages_fts_config'")

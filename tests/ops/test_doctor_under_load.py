@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from store_library import engine_like_the_store
 
 from sessionstore import Store
 from sessionstore.api.session_db import SessionDB
@@ -122,7 +123,7 @@ def test_busy_store_is_reported_not_checked(tmp_path: Path) -> None:
         pass
     from sessionstore.storage.retry import RetryPolicy
 
-    holder = sa.create_engine(url, isolation_level="AUTOCOMMIT")
+    holder = engine_like_the_store(url, isolation_level="AUTOCOMMIT")
     with holder.connect() as conn:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
         with Store.open(url, retry=RetryPolicy(max_attempts=2, budget_s=0.5),

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from legacy_v1_v6 import build_legacy_db
 from legacy_v7_v17 import LATER_BRANCH, LATER_ROOT, build_later_db
+from store_library import engine_like_the_store
 
 from sessionstore import ImportConflictError, SessionDB
 from sessionstore.ops import transfer
@@ -116,7 +117,7 @@ def test_copy_of_a_legacy_upgraded_file_is_exact(legacy_url: str, store_url: str
 def _analyze_counts(url: str) -> dict[str, int]:
     import sqlalchemy as sa
 
-    engine = sa.create_engine(url)
+    engine = engine_like_the_store(url)
     try:
         with engine.connect() as conn:
             rows = conn.execute(

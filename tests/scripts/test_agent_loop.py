@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from legacy_v1_v6 import build_legacy_db
+from store_library import connect_like_the_store
 
 from sessionstore.api.session_db import SessionDB
 
@@ -259,7 +260,7 @@ def test_agent_loop_on_an_upgraded_legacy_v1_file(tmp_path: Path, agent_loop: Mo
         if after[4] != before[4]:
             assert after[4] is not None and "_delegate_from" in json.loads(after[4])
     assert [row for row in messages_after if row[1] not in new_ids] == legacy_messages
-    conn = sqlite3.connect(path)
+    conn = connect_like_the_store(path)
     try:
         assert conn.execute("SELECT version FROM schema_version").fetchall() == [(17,)]
     finally:

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import OperationalError
+from store_library import connect_like_the_store
 
 from sessionstore.dialects import dialect_for
 from sessionstore.schema import migrate
@@ -783,7 +784,7 @@ def test_bigram_index_follows_raw_insert_update_delete(sqlite_store: Store) -> N
     assert bigram_ids(sqlite_store, "天") == {ids["m"]}
     assert bigram_ids(sqlite_store, "天气") == {ids["m"]}
     path = sqlite_store.engine.url.database
-    raw = sqlite3.connect(str(path), isolation_level=None)
+    raw = connect_like_the_store(str(path), isolation_level=None)
     try:
         raw.execute(
             "UPDATE messages SET content = 'plain', tool_name = '工具' WHERE id = ?", (ids["m"],)

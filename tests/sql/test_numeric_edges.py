@@ -16,6 +16,7 @@ import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from store_library import engine_like_the_store
 
 from sessionstore import Store, ValueOutOfRangeError
 from sessionstore.api.session_db import SessionDB
@@ -240,7 +241,7 @@ def test_postgresql_only_revisions_change_nothing_on_sqlite(
     INTEGER already is 64 bits, and its DDL stays Hermes's."""
     url = f"sqlite:///{tmp_path}/s.db"
     migrate.upgrade(url, below)
-    engine = sa.create_engine(url)
+    engine = engine_like_the_store(url)
 
     def ddl() -> list[str]:
         with engine.connect() as conn:
@@ -257,7 +258,7 @@ def test_postgresql_only_revisions_change_nothing_on_sqlite(
 
 @contextlib.contextmanager
 def _raw(url: str) -> Iterator[sa.Connection]:
-    engine = sa.create_engine(url)
+    engine = engine_like_the_store(url)
     try:
         with engine.begin() as conn:
             yield conn

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from store_library import engine_like_the_store
 
 from sessionstore.api.session_db import SessionDB
 
@@ -294,7 +295,7 @@ def _assert_process_counts(path: Path | str, processes_count: int = PROCESSES) -
     if isinstance(path, str):
         return
     # The file is sound after the storm.
-    engine = sa.create_engine(f"sqlite:///{path}")
+    engine = engine_like_the_store(f"sqlite:///{path}")
     try:
         with engine.connect() as conn:
             assert conn.execute(sa.text("PRAGMA integrity_check")).scalar() == "ok"

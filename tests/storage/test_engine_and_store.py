@@ -32,6 +32,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from store_library import connect_like_the_store
 
 from sessionstore.dialects import dialect_for_url
 from sessionstore.dialects.postgresql import PostgreSQLDialect
@@ -160,7 +161,9 @@ def url_of(path: Path) -> str:
 
 def raw_sqlite(path: Path, timeout: float = 0.0) -> sqlite3.Connection:
     """A connection outside the Store, with manual transactions (BEGIN is ours to send)."""
-    return sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
+    return connect_like_the_store(
+        path, timeout=timeout, isolation_level=None, check_same_thread=False
+    )
 
 
 _LOCK_HOLDER = """

@@ -41,6 +41,7 @@ from faultlib import (
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import event
+from store_library import connect_like_the_store
 
 from sessionstore.api.session_db import SessionDB
 from sessionstore.errors import SessionStoreError, StoreFullError
@@ -299,7 +300,7 @@ def test_page_limit_full_store_refuses_writes_clearly_and_resumes(tmp_path: Path
         limit["pages"] = pages
         db.store.engine.dispose()  # pooled connections carry the old limit
 
-    with closing(sqlite3.connect(path)) as conn:
+    with closing(connect_like_the_store(path)) as conn:
         pages_now = conn.execute("PRAGMA page_count").fetchone()[0]
     set_limit(pages_now + 60)
     _assert_full_store_behaves(db, path, free_space=lambda: set_limit(1_000_000))

@@ -32,6 +32,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from openerlib import PROGRAM
+from store_library import connect_like_the_store
 from typer.testing import CliRunner
 
 from sessionstore import cli
@@ -392,7 +393,7 @@ def test_a_fresh_store_is_in_wal_mode_right_after_open(tmp_path: Path, opener: s
     else:
         handle = Store.open(sqlite_url(path))
     try:
-        other = sqlite3.connect(path)
+        other = connect_like_the_store(path)
         try:
             assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         finally:
@@ -408,7 +409,7 @@ def test_an_existing_rollback_journal_store_is_switched_at_open(tmp_path: Path) 
     conn.execute("PRAGMA journal_mode = DELETE")
     conn.close()
     with SessionDB(url=url):
-        other = sqlite3.connect(path)
+        other = connect_like_the_store(path)
         try:
             assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         finally:

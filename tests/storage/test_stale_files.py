@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 from faultlib import file_digest, sqlite_integrity_problems, sqlite_url
+from store_library import connect_like_the_store
 
 from sessionstore.api.session_db import SessionDB
 from sessionstore.errors import ReadOnlyStoreError, StoreBusyError, StoreUnavailableError
@@ -279,8 +280,9 @@ def test_read_only_mode_never_creates_a_missing_store(tmp_path: Path) -> None:
 
 @contextmanager
 def _foreign_exclusive_lock(path: Path, journal_mode: str) -> Iterator[None]:
-    """Another program (a plain sqlite3 connection) holds BEGIN EXCLUSIVE until released."""
-    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+    """Another program (a plain connection) holds BEGIN EXCLUSIVE until released. It runs in
+    this process, so it uses the stores' own SQLite library (tests/support/store_library.py)."""
+    with closing(connect_like_the_store(path, isolation_level=None)) as conn:
         assert conn.execute(f"PRAGMA journal_mode = {journal_mode}").fetchone()[0] == journal_mode
         conn.execute("BEGIN EXCLUSIVE")
         try:

@@ -10,13 +10,13 @@ import fcntl
 import logging
 import os
 import signal
-import sqlite3
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from store_library import connect_like_the_store
 
 from sessionstore.api.session_db import SessionDB
 from sessionstore.errors import StoreBusyError
@@ -38,7 +38,7 @@ def _side(path: Path) -> Path:
 
 
 def _count(path: Path) -> int:
-    conn = sqlite3.connect(path)
+    conn = connect_like_the_store(path)
     try:
         return int(conn.execute("SELECT count(*) FROM messages").fetchone()[0])
     finally:
@@ -163,7 +163,7 @@ def test_without_a_side_file_writers_fall_back_to_sqlite_locking(
 
 def test_a_foreign_holder_longer_than_the_budget_never_deadlocks(tmp_path: Path) -> None:
     path, url = _store(tmp_path)
-    foreign = sqlite3.connect(path, isolation_level=None)
+    foreign = connect_like_the_store(path, isolation_level=None)
     foreign.execute("BEGIN IMMEDIATE")
     errors: list[BaseException] = []
     with Store.open(url, retry=RetryPolicy(budget_s=0.5), busy_timeout_s=0.1) as store:

@@ -8,9 +8,10 @@ insert, an update and a delete. Below 0021: none of its objects is left.
 
 from __future__ import annotations
 
-import sqlite3
 from itertools import pairwise
 from pathlib import Path
+
+from store_library import connect_like_the_store
 
 from sessionstore.search import contains_cjk
 from sessionstore.search.service import search_messages
@@ -24,7 +25,7 @@ INTEGRITY_CHECK = f"INSERT INTO {BIGRAM_TABLE}({BIGRAM_TABLE}, rank) VALUES('int
 
 
 def _rows(path: Path) -> list[tuple[int, str | None, str | None, str | None]]:
-    conn = sqlite3.connect(path)
+    conn = connect_like_the_store(path)
     try:
         return conn.execute(
             "SELECT id, content, tool_name, tool_calls FROM messages ORDER BY id"
@@ -52,7 +53,7 @@ def _probes(rows: list[tuple[int, str | None, str | None, str | None]]) -> list[
 def assert_cjk_index_matches_scan(path: Path) -> None:
     rows = _rows(path)
     with_cjk = {row[0] for row in rows if any(contains_cjk(c or "") for c in row[1:])}
-    conn = sqlite3.connect(path)
+    conn = connect_like_the_store(path)
     try:
         held = conn.execute(f"SELECT count(*) FROM {BIGRAM_TABLE}_docsize").fetchone()[0]
         assert held == len(with_cjk), (held, len(with_cjk))
@@ -69,7 +70,7 @@ def assert_cjk_index_matches_scan(path: Path) -> None:
             )
             assert {hit.id for hit in hits} == expected, needle
     # The triggers, in a transaction rolled back so the file stays as the migration left it.
-    conn = sqlite3.connect(path, isolation_level=None)
+    conn = connect_like_the_store(path, isolation_level=None)
     try:
         conn.execute("BEGIN")
         session_id = conn.execute("SELECT id FROM sessions LIMIT 1").fetchone()[0]
@@ -92,7 +93,7 @@ def assert_cjk_index_matches_scan(path: Path) -> None:
 
 
 def assert_no_cjk_index(path: Path) -> None:
-    conn = sqlite3.connect(path)
+    conn = connect_like_the_store(path)
     try:
         names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
     finally:

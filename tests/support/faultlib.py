@@ -343,8 +343,9 @@ def _hold_write_lock(url: str, hold_s: float) -> tuple[float, float]:
             conn.execute("COMMIT")
             return held_from, time.time()
     import sqlalchemy as sa
+    from store_library import engine_like_the_store
 
-    engine = sa.create_engine(url)
+    engine = engine_like_the_store(url)
     try:
         with engine.begin() as conn:
             # Blocks every INSERT into messages; plain SELECTs still run.
@@ -481,8 +482,9 @@ def check_store(url: str, logs: Sequence[WorkerLog], *, sessions: Sequence[str])
 
 def _message_rows(url: str, sessions: Sequence[str]) -> Iterator[tuple[Any, ...]]:
     import sqlalchemy as sa
+    from store_library import engine_like_the_store
 
-    engine = sa.create_engine(url)
+    engine = engine_like_the_store(url)
     try:
         with engine.connect() as conn:
             result = conn.execution_options(stream_results=True, yield_per=2000).execute(
@@ -500,8 +502,9 @@ def _message_rows(url: str, sessions: Sequence[str]) -> Iterator[tuple[Any, ...]
 def counter_mismatches(url: str, sessions: Sequence[str]) -> list[str]:
     """Sessions whose message_count / tool_call_count differ from their rows."""
     import sqlalchemy as sa
+    from store_library import engine_like_the_store
 
-    engine = sa.create_engine(url)
+    engine = engine_like_the_store(url)
     problems = []
     try:
         with engine.connect() as conn:
@@ -548,7 +551,11 @@ def fts_tables(conn: sqlite3.Connection) -> list[str]:
 def sqlite_integrity_problems(path: Path) -> list[str]:
     """PRAGMA integrity_check, foreign keys, and every FTS5 index against its content table."""
     problems: list[str] = []
-    with closing(sqlite3.connect(path, isolation_level=None, timeout=30)) as conn:
+    # The stores' library: the one that wrote the FTS5 indexes it checks (and a store of this
+    # process may still hold the file).
+    from store_library import connect_like_the_store
+
+    with closing(connect_like_the_store(path, isolation_level=None, timeout=30)) as conn:
         result = [row[0] for row in conn.execute("PRAGMA integrity_check")]
         if result != ["ok"]:
             problems.extend(f"integrity_check: {line}" for line in result[:10])

@@ -1,0 +1,37 @@
+"""Opening a store's file from a test while a store in this process may hold it.
+
+sessionstore runs on one SQLite library per process (``sessionstore.dialects.sqlite_library``:
+pysqlite3 where the standard library's SQLite has the WAL-reset bug). A second library on the
+same file in the same process drops the first one's file locks when it closes, which is the
+corruption the package refuses to cause, so a test that inspects, blocks or writes a *live*
+store's file opens it with :func:`connect_like_the_store`. A file no store of this process has
+open (built before, or read after every store on it closed) may be opened with either.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import sqlalchemy as sa
+
+from sessionstore.dialects.sqlite_library import connect, connection_class, library
+
+
+def connect_like_the_store(database: Any, **kwargs: Any) -> sqlite3.Connection:
+    """``sqlite3.connect`` with the library the stores of this process run on."""
+    return connect(database, **kwargs)
+
+
+def store_row_factory() -> Any:
+    """That library's ``Row`` (the standard library's cannot read another library's cursor)."""
+    return library().module.Row
+
+
+def engine_like_the_store(url: str, **kwargs: Any) -> sa.Engine:
+    """A plain SQLAlchemy engine (no sessionstore listeners) on ``url``: for a SQLite URL,
+    on the stores' library; any other URL as ``sqlalchemy.create_engine`` makes it."""
+    if sa.make_url(url).get_backend_name() == "sqlite":
+        kwargs.setdefault("module", library().module)
+        kwargs.setdefault("connect_args", {}).setdefault("factory", connection_class())
+    return sa.create_engine(url, **kwargs)
