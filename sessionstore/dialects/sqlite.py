@@ -23,6 +23,11 @@ writing into, and acknowledged writes vanish. So:
   (the reset :meth:`SQLiteDialect.install_listeners` hands back, which
   :mod:`sessionstore.storage.fork_safety` runs).
 
+Which SQLite library runs the store is :mod:`.sqlite_library`'s decision (written down there):
+the standard library's when its SQLite has the WAL-reset fix, else pysqlite3 (SQLite 3.53.4)
+where installed, else the standard library with WAL refused for files not already in it
+(``_gate_wal_reset_bug``); every connection here comes from that one library.
+
 What can still break the guarantee is code outside SQLite that opens the file: in a process that
 also holds SQLite connections to it, closing that descriptor drops their locks (SQLite's own
 documented limitation, "How To Corrupt An SQLite Database File", 2.2); from anywhere, ``cp`` of
