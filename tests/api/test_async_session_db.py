@@ -396,7 +396,7 @@ async def test_a_budget_spent_behind_another_process_is_store_busy(tmp_path: Pat
 
 # -- cancellation storms ---------------------------------------------------------------------
 def idle_in_transaction(url: str) -> int:
-    engine = sa.create_engine(url)
+    engine = engine_like_the_store(url)
     with engine.connect() as conn:
         count = conn.execute(sa.text(
             "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() "
@@ -521,7 +521,7 @@ def five(key: str) -> list[dict[str, Any]]:
 
 def rows_by_turn(url: str, session_id: str) -> dict[str, list[int]]:
     """The ids of each turn's stored rows (by the key at the start of their content)."""
-    engine = sa.create_engine(url)
+    engine = engine_like_the_store(url)
     with engine.connect() as conn:
         rows = conn.execute(
             sa.text("SELECT id, content FROM messages WHERE session_id = :s ORDER BY id"),
