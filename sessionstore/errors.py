@@ -56,6 +56,11 @@ class SQLiteLibraryConflictError(StoreUnavailableError):
     plain ``open()``): two libraries drop each other's file locks, so it is not opened."""
 
 
+class StoreLocationError(SessionStoreError, ValueError):
+    """A store location that names no database this package can open: an empty one, text
+    that is not a URL, or a URL of a database other than SQLite and PostgreSQL."""
+
+
 class DriverMissingError(SessionStoreError, ImportError):
     """The database driver for this URL is not installed (PostgreSQL: psycopg, which the
     ``postgresql`` extra installs)."""

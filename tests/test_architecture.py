@@ -16,8 +16,9 @@ The wings, top to bottom; a module may import its own wing and the wings below i
 
 ``face`` is ``sessionstore/__init__.py`` (``SessionDB``, ``Store``, the errors) and the old
 top-level module paths kept as aliases (``sessionstore.hermes_state``, ``.migrate``, ...);
-``__main__`` belongs to the CLI. ``schema`` sits above ``search`` (the order first drawn had
-them the other way): the schema names the search objects (the models hide them from
+``__main__`` and ``migrations`` (``python -m sessionstore.migrations``, Alembic's command
+line) belong to the CLI. ``schema`` sits above ``search`` (the order first drawn had them the
+other way): the schema names the search objects (the models hide them from
 autogenerate) and the migrations' repair builds the search index's head layout, while search
 needs nothing of the schema.
 
@@ -45,6 +46,8 @@ WINGS = (
 MIGRATIONS = f"{PACKAGE}._migrations"
 ALIASES = ("hermes_state", "migrate", "repository", "stats", "trajectory", "transfer")
 """Top-level modules that are only the old paths of moved modules (the face)."""
+ENTRY_POINTS = ("__main__", "migrations")
+"""Top-level modules that are command lines (``python -m ...``): the CLI's wing."""
 
 
 @cache
@@ -113,7 +116,7 @@ def wing(module: str) -> str:
     parts = module.split(".")
     if len(parts) == 1 or parts[1] in ALIASES:
         return "face"
-    if parts[1] == "__main__":
+    if parts[1] in ENTRY_POINTS:
         return "cli"
     return parts[1]
 

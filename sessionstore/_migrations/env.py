@@ -3,16 +3,17 @@
 Where the database comes from, in order: a connection or engine injected by the caller
 (``config.attributes["connection"]``: with a connection the caller owns the transaction; with
 an engine, the open store's own, the upgrade below runs on it: ``SessionDB`` builds one engine
-per store and migrates on it), ``-x url=...``, the
-``sqlalchemy.url`` option set by ``sessionstore.schema.migrate``, ``SESSIONSTORE_URL``, the default
-SQLite file. With a URL, the whole upgrade runs in ONE write transaction (``BEGIN IMMEDIATE`` on
-SQLite, an advisory lock on PostgreSQL keyed by the store's schema): a second process upgrading
-the same store at the same time waits, then finds nothing to do; a process killed half-way
-leaves the old schema intact. On PostgreSQL, what the database shares (``pg_trgm``) is created
-first in a short transaction of its own; then the store's schema (the first the ``search_path``
-names) is created when missing and is, for the migration's transaction, the only schema names
-resolve in (a tenant never mistakes another schema's tables for its own), and the revisions'
-statements are rewritten by the dialect where that needs it (``migration_statement_rewrite``).
+per store and migrates on it), ``-x url=...`` (a URL or a plain SQLite file path, as the CLI's
+``--url``), the ``sqlalchemy.url`` option set by ``sessionstore.schema.migrate``,
+``SESSIONSTORE_URL``, the default SQLite file. With a URL, the whole upgrade runs in ONE write
+transaction (``BEGIN IMMEDIATE`` on SQLite, an advisory lock on PostgreSQL keyed by the store's
+schema): a second process upgrading the same store at the same time waits, then finds nothing
+to do; a process killed half-way leaves the old schema intact. On PostgreSQL, what the database
+shares (``pg_trgm``) is created first in a short transaction of its own; then the store's
+schema (the first the ``search_path`` names) is created when missing and is, for the
+migration's transaction, the only schema names resolve in (a tenant never mistakes another
+schema's tables for its own), and the revisions' statements are rewritten by the dialect where
+that needs it (``migration_statement_rewrite``).
 
 Before the chain runs, legacy Hermes files are adopted (``sessionstore.schema.legacy``); after it,
 on a store at head, a missing search object is repaired: the whole head layout is built again
@@ -20,10 +21,19 @@ from the runtime's one definition of it (``sessionstore.search``: the same rebui
 ``db doctor --fix``) and filled from the existing messages. A store left below head (an
 upgrade to an older target, a downgrade) is not repaired here: the runtime knows only the head
 layout, and a revision's objects are its own DDL's.
+
+Run from Alembic's command line (``alembic``, ``python -m sessionstore.migrations``), what the
+package refuses (a file from a newer Hermes, a bad URL, a server that is not there) is
+Alembic's one-line ``FAILED: ...`` with a non-zero exit status, not a traceback; called from
+code (``sessionstore.schema.migrate``), the typed errors propagate as they are. Logging follows the
+ini file's sections when it has them; an ini without (a hand-written one) still shows
+Alembic's and sessionstore's progress lines on stderr.
 """
 
 from __future__ import annotations
 
+import logging
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from logging.config import fileConfig
@@ -31,23 +41,44 @@ from typing import Any
 
 from alembic import context
 from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 from sqlalchemy import event
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import URL, Connection, Engine
 
 from sessionstore._migrations.chain_state import HERMES_SCHEMA_BEFORE_CHAIN
 from sessionstore.dialects import dialect_for
+from sessionstore.errors import SessionStoreError
 from sessionstore.schema import legacy
 from sessionstore.schema.models import SEARCH_OBJECT_NAMES, Base
 from sessionstore.search.index import ensure_head_layout
 from sessionstore.search.registry import search_index_for
-from sessionstore.storage.config import resolve_url
+from sessionstore.storage.config import store_location
 from sessionstore.storage.engine import create_store_engine
 from sessionstore.storage.retry import RetryPolicy, run_with_retry
 
 config = context.config
+FROM_THE_COMMAND_LINE = config.cmd_opts is not None
+"""Alembic's command line built this config (``sessionstore.schema.migrate`` builds its own)."""
+PROGRESS_LOGGERS = ("alembic", "sessionstore")
 
-if config.config_file_name is not None and config.attributes.get("configure_logger", True):
-    fileConfig(config.config_file_name, disable_existing_loggers=False)
+
+def _configure_logging() -> None:
+    if config.config_file_name is None or not config.attributes.get("configure_logger", True):
+        return
+    if config.file_config.has_section("formatters"):
+        fileConfig(config.config_file_name, disable_existing_loggers=False)
+        return
+    root = logging.getLogger()
+    if FROM_THE_COMMAND_LINE and not root.handlers:
+        # Only these loggers at INFO: a root at INFO would make SQLAlchemy echo every statement.
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)-5.5s [%(name)s] %(message)s"))
+        root.addHandler(handler)
+        for name in PROGRESS_LOGGERS:
+            logging.getLogger(name).setLevel(logging.INFO)
+
+
+_configure_logging()
 
 # A migration may wait a long time behind another process's migration of a big file.
 MIGRATION_RETRY = RetryPolicy(max_attempts=100_000, budget_s=600.0)
@@ -133,9 +164,17 @@ def _at_head() -> bool:
     return context.get_context().get_current_revision() == head
 
 
+def _store_url() -> URL:
+    """``-x url=`` (a URL or a plain path; empty is refused), else the config's URL, else the
+    environment's rules."""
+    given = context.get_x_argument(as_dictionary=True).get("url")
+    if given is None:
+        given = config.get_main_option("sqlalchemy.url") or None
+    return store_location(given)
+
+
 def run_migrations_offline() -> None:
-    url = resolve_url(context.get_x_argument(as_dictionary=True).get("url")
-                      or config.get_main_option("sqlalchemy.url"))
+    url = _store_url()
     context.configure(
         url=url,
         target_metadata=Base.metadata,
@@ -170,10 +209,7 @@ def run_migrations_online() -> None:
     if injected is not None:
         _run_chain(injected)
         return
-    url = resolve_url(
-        context.get_x_argument(as_dictionary=True).get("url")
-        or config.get_main_option("sqlalchemy.url")
-    )
+    url = _store_url()
     # Journal mode untouched: a refused (too new) file must stay byte-identical.
     engine = create_store_engine(url, set_journal_mode=False)
     try:
@@ -182,7 +218,17 @@ def run_migrations_online() -> None:
         engine.dispose()
 
 
-if context.is_offline_mode():
-    run_migrations_offline()
-else:
-    run_migrations_online()
+def run_migrations() -> None:
+    try:
+        if context.is_offline_mode():
+            run_migrations_offline()
+        else:
+            run_migrations_online()
+    except SessionStoreError as exc:
+        if not FROM_THE_COMMAND_LINE:
+            raise
+        # Alembic prints a CommandError as one "FAILED: ..." line and exits with status 1.
+        raise CommandError(f"{type(exc).__name__}: {exc}") from exc
+
+
+run_migrations()

@@ -11,22 +11,21 @@ import contextlib
 import functools
 import inspect
 import os
-import re
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Annotated, Any, ParamSpec
 
 import typer
-from sqlalchemy.engine import URL, Engine, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
+from sqlalchemy.engine import URL, Engine
+from sqlalchemy.exc import DBAPIError
 
-from ..dialects import database_file, dialect_for_url, file_url_object, translate_any_error
-from ..errors import SessionStoreError
+from ..dialects import database_file, translate_any_error
+from ..errors import SessionStoreError, StoreLocationError
 from ..schema import legacy, migrate
 from ..sessions.repository import SessionRepository
 from ..storage.command_hints import cli_command
-from ..storage.config import resolve_url
+from ..storage.config import store_location
 from ..storage.engine import create_store_engine
 from ..storage.store import Store
 from ._output import print_error, silence_broken_pipe
@@ -36,7 +35,6 @@ P = ParamSpec("P")
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 AMBIGUOUS_SHOWN = 5
-_PASSWORD_IN_URL = re.compile(r"(://[^:/@]*:)[^@]*@")
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
@@ -66,10 +64,6 @@ def cli_state(ctx: typer.Context) -> CliState:
         # A verb invoked without the root callback (only possible from Python): defaults.
         found = CliState(None, False)
     return found
-
-
-def hide_password(url: str) -> str:
-    return _PASSWORD_IN_URL.sub(r"\1***@", url)
 
 
 def describe_error(exc: BaseException) -> str:
@@ -194,25 +188,10 @@ def store_url(options: CliState) -> URL:
             "--url is empty: give a database URL or a SQLite file path (or leave --url out "
             "for the default store)"
         )
-    raw = resolve_url(options.url_option)
     try:
-        parsed = as_url(raw)
-        dialect_for_url(parsed)
-        parsed.get_dialect()
-    except (ArgumentError, ValueError, NoSuchModuleError) as exc:
-        raise UsageProblem(f"bad database URL {hide_password(raw)!r}: {exc}") from None
-    return parsed
-
-
-def as_url(text: str) -> URL:
-    """The URL given, or the SQLite URL of a plain file path (anything without ``://``).
-
-    Built as a URL object, not text: a file name may hold ``?`` or ``#``, which URL text
-    would read as the start of a query.
-    """
-    if "://" in text:
-        return make_url(text)
-    return file_url_object(text)
+        return store_location(options.url_option)
+    except StoreLocationError as exc:
+        raise UsageProblem(str(exc)) from None
 
 
 def shown(url: URL) -> str:

@@ -233,7 +233,18 @@ def db_downgrade(
 
 @db_app.command("current")
 @report_errors
-def db_current(ctx: typer.Context, as_json: JsonOption = False) -> None:
+def db_current(
+    ctx: typer.Context,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Exit with status 1 unless the store is at the current schema (for deploy "
+            "scripts: sessionstore db current --check || exit 1).",
+        ),
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
     """Show the store's schema revision and whether it is current."""
     url = store_url(cli_state(ctx))
     require_existing(url)
@@ -241,15 +252,17 @@ def db_current(ctx: typer.Context, as_json: JsonOption = False) -> None:
         status = store.read(migrate.status_of)
     if as_json:
         out.print_json({**status._asdict(), "up_to_date": status.up_to_date})
-        return
-    line = (
-        f"revision {status.revision or 'none'} (Hermes schema "
-        f"{status.schema_version or 'none'})"
-    )
-    if status.up_to_date:
-        typer.echo(f"{line}: current")
     else:
-        typer.echo(f"{line}: not current ({status.head}); run {hint(url, 'db', 'upgrade')}")
+        line = (
+            f"revision {status.revision or 'none'} (Hermes schema "
+            f"{status.schema_version or 'none'})"
+        )
+        if status.up_to_date:
+            typer.echo(f"{line}: current")
+        else:
+            typer.echo(f"{line}: not current ({status.head}); run {hint(url, 'db', 'upgrade')}")
+    if check and not status.up_to_date:
+        raise typer.Exit(EXIT_FAILURE)
 
 
 @db_app.command("history")

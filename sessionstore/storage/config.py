@@ -2,18 +2,28 @@
 
 Order: an explicit URL, else ``SESSIONSTORE_URL``, else SQLite at ``$HERMES_HOME/state.db``
 (``HERMES_HOME`` defaults to ``~/.hermes``) so an existing Hermes installation is used as is.
+
+Where a person types the location (the CLI's ``--url``, Alembic's ``-x url=``,
+``SESSIONSTORE_URL``), it is read by :func:`store_location`: a database URL, or a plain path
+to a SQLite file.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
-from ..dialects import file_url
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+from ..dialects import dialect_for_url, file_url, file_url_object
+from ..errors import StoreLocationError
 
 URL_ENV_VAR = "SESSIONSTORE_URL"
 HERMES_HOME_ENV_VAR = "HERMES_HOME"
 DEFAULT_DB_FILENAME = "state.db"
+_PASSWORD_IN_URL = re.compile(r"(://[^:/@]*:)[^@]*@")
 
 
 def hermes_home() -> Path:
@@ -38,3 +48,40 @@ def resolve_url(url: str | None = None) -> str:
     if from_env:
         return from_env
     return sqlite_url(default_db_path())
+
+
+def location_url(text: str) -> URL:
+    """The URL given, or the SQLite URL of a plain file path (anything without ``://``).
+
+    Built as a URL object, not text: a file name may hold ``?`` or ``#``, which URL text
+    would read as the start of a query.
+    """
+    if "://" in text:
+        return make_url(text)
+    return file_url_object(text)
+
+
+def store_location(given: str | None) -> URL:
+    """The store a person named (``None``: the environment's rules), checked to be one this
+    package opens; anything else is a :class:`StoreLocationError` saying what is wrong.
+
+    An empty location is refused rather than read as "the default": a script whose variable
+    came out empty must not operate on the default store by accident.
+    """
+    if given is not None and not given.strip():
+        raise StoreLocationError(
+            "the store location is empty: give a database URL or a SQLite file path"
+        )
+    raw = resolve_url(given)
+    try:
+        parsed = location_url(raw)
+        dialect_for_url(parsed)
+        parsed.get_dialect()
+    except (ArgumentError, ValueError, NoSuchModuleError) as exc:
+        raise StoreLocationError(f"bad database URL {hide_password(raw)!r}: {exc}") from None
+    return parsed
+
+
+def hide_password(url: str) -> str:
+    """URL text with its password as ``***``, also when the text does not parse."""
+    return _PASSWORD_IN_URL.sub(r"\1***@", url)

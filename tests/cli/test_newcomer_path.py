@@ -25,6 +25,7 @@ from sessionstore.api.session_db import SessionDB
 from sessionstore.ops import doctor
 from sessionstore.schema import migrate
 from sessionstore.storage.command_hints import cli_command
+from sessionstore.storage.config import location_url
 from sessionstore.storage.store import Store
 
 
@@ -650,10 +651,10 @@ _PATH_TEXT = st.text(
 @given(name=_PATH_TEXT)
 def test_a_hint_for_any_file_name_splits_back_to_that_file(name: str) -> None:
     path = Path("/srv/stores") / name
-    words = shlex.split(cli_command(cli._common.as_url(str(path)), "db", "upgrade"))
+    words = shlex.split(cli_command(location_url(str(path)), "db", "upgrade"))
     assert words[:2] == ["sessionstore", "--url"] and words[3:] == ["db", "upgrade"]
     assert Path(words[2]) == path.resolve()
-    assert cli._common.as_url(words[2]).database == str(path.resolve())  # the same file again
+    assert location_url(words[2]).database == str(path.resolve())  # the same file again
 
 
 @settings(

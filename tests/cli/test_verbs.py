@@ -659,6 +659,8 @@ def test_legacy_file_is_refused_then_upgraded_with_a_backup(
     assert json.loads(doctor.stdout)["checks"][0]["name"] == "schema"
     current = json.loads(run(runner, url, "db", "current", "--json").stdout)
     assert current["revision"] is None and current["schema_version"] == 3
+    gate = run(runner, url, "db", "current", "--check")
+    assert gate.exit_code == 1 and "not current" in gate.stdout  # a deploy script's gate
     assert path.read_bytes() == original  # reading verbs changed nothing
 
     upgraded = run(runner, url, "db", "upgrade")
@@ -674,6 +676,7 @@ def test_legacy_file_is_refused_then_upgraded_with_a_backup(
 
     again = run(runner, url, "db", "upgrade")
     assert "nothing to do" in again.stdout
+    assert run(runner, url, "db", "current", "--check").exit_code == 0
     assert len(backups(tmp_path)) == 1  # no backup when nothing changes
 
     listed = json.loads(run(runner, url, "sessions", "list", "--json", "--limit", "50").stdout)
