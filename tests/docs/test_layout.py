@@ -1,4 +1,4 @@
-"""The README's Layout section draws the house as it is: every name in it exists.
+"""The architecture page's Layout section draws the house as it is: every name in it exists.
 
 The drawing is the ``text`` block under ``## Layout``. Each line names a folder (``cli/``), and
 after it the files of that folder (``store.py``) or, for modules named without ``.py`` in a
@@ -19,8 +19,8 @@ _FILE = re.compile(r"\b([a-z_]+\.(?:py|sh))\b")
 
 
 def layout_lines() -> list[str]:
-    match = _BLOCK.search((ROOT / "README.md").read_text())
-    assert match, "the README has no Layout drawing"
+    match = _BLOCK.search((ROOT / "docs" / "architecture.md").read_text())
+    assert match, "docs/architecture.md has no Layout drawing"
     return match.group(1).splitlines()
 
 

@@ -1,0 +1,155 @@
+"""Every code block of the README and of the docs site runs as written, page by page.
+
+Each document (``README.md``, then ``docs/**/*.md``) runs its blocks in order against a fresh
+scratch directory, so a page may build on its own earlier blocks but never on another page's.
+``python`` blocks run in a subprocess; ``bash`` blocks run with ``bash -e -o pipefail`` (any
+failing line fails the test), with the package's console scripts first on the PATH. ``HOME``
+is the scratch directory and ``HERMES_HOME``/``SESSIONSTORE_URL`` are unset, so "the default
+store" and ``~/.hermes`` are a file in that directory, never the real ``~/.hermes``. Blocks of
+``alembic`` commands run in the checkout (where ``alembic.ini`` is, as the docs say); the
+others in the scratch directory. ``text`` blocks are program output or drawings, not run.
+
+Three substitutions, all about where or how long things run rather than what:
+
+- the example PostgreSQL URL becomes a fresh throw-away database;
+- the block of the two top-level commands (``./scripts/run.sh``, which the demo test covers,
+  and ``./scripts/test.sh``, which is this suite) is not re-run from inside it;
+- a block of measurements (every line runs ``.venv/bin/python scripts/<bench or stress>.py``,
+  minutes each) is checked, not run: each script must exist and accept every option the line
+  gives it (its ``--help`` names them).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sessionstore.schema import migrate
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+LANGUAGES = ("python", "bash", "text")
+_FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
+_MEASUREMENT = re.compile(r"^\.venv/bin/python (scripts/\w+\.py)\b(.*)$")
+
+
+def documents() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def blocks(document: Path) -> list[tuple[str, str]]:
+    return [(match.group(1), match.group(2)) for match in _FENCE.finditer(document.read_text())]
+
+
+def _name(document: Path) -> str:
+    return str(document.relative_to(ROOT))
+
+
+def _lines(code: str) -> list[str]:
+    return [line for line in code.splitlines() if line.strip()]
+
+
+def _is_measurement(code: str) -> bool:
+    return all(_MEASUREMENT.match(line) for line in _lines(code))
+
+
+# What some pages leave behind, checked after their blocks ran (relative to the scratch dir).
+_LEFT_BEHIND = {
+    "docs/getting-started.md": ["all.jsonl", "restored.db"],
+    "docs/migrations.md": ["new.db", "other.db", "migrated.db", "deployed.db"],
+    "docs/adopting.md": ["hermes-v1.db"],
+}
+
+
+def test_the_docs_have_the_blocks_this_test_runs() -> None:
+    counts = {language: 0 for language in LANGUAGES}
+    for document in documents():
+        for language, _ in blocks(document):
+            assert language in LANGUAGES, (_name(document), language)
+            counts[language] += 1
+    assert counts["python"] >= 12 and counts["bash"] >= 6, counts
+    assert [language for language, _ in blocks(ROOT / "README.md")] == ["bash", "python"]
+
+
+def test_no_indented_code_blocks() -> None:
+    """An indented block would be code that this test never sees: fences only."""
+    for document in documents():
+        outside_fences = _FENCE.sub("", document.read_text())
+        previous = ""
+        for line in outside_fences.splitlines():
+            if line.startswith("    ") and not previous.strip():
+                pytest.fail(f"{_name(document)}: indented code block at {line!r}")
+            previous = line
+
+
+@pytest.mark.parametrize("document", documents(), ids=_name)
+def test_every_block_runs_as_written(
+    document: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("HERMES_HOME", "SESSIONSTORE_URL")}  # fmt: skip
+    env.update(
+        HOME=str(scratch),
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+        COLUMNS="100",
+    )
+    pg_url = None
+    for number, (language, code) in enumerate(blocks(document)):
+        if language == "text" or "./scripts/test.sh" in code:
+            continue
+        if _is_measurement(code):
+            _check_measurements(code)
+            continue
+        if EXAMPLE_PG_URL in code:
+            pg_url = pg_url or str(request.getfixturevalue("empty_pg_url"))
+            code = code.replace(EXAMPLE_PG_URL, pg_url)
+        if language == "python":
+            command = [sys.executable, "-c", code]
+            cwd = scratch
+        else:
+            command = ["bash", "-e", "-o", "pipefail", "-c", code]
+            cwd = ROOT if all("alembic " in line for line in _lines(code)) else scratch
+        result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
+                                timeout=180, check=False)  # fmt: skip
+        assert result.returncode == 0, (
+            f"{_name(document)} block {number} ({language}):\n{code}\n{result.stderr}"
+        )
+    if (scratch / ".hermes" / "state.db").exists():
+        assert migrate.status(f"sqlite:///{scratch / '.hermes' / 'state.db'}").up_to_date
+    for name in _LEFT_BEHIND.get(_name(document), []):
+        assert (scratch / name).exists(), name
+    if pg_url is not None:
+        assert migrate.status(pg_url).up_to_date
+    assert not list(ROOT.glob("*.db")) and not (ROOT / "all.jsonl").exists()
+
+
+def _check_measurements(code: str) -> None:
+    for line in _lines(code):
+        match = _MEASUREMENT.match(line)
+        assert match, line
+        script, arguments = match.group(1), match.group(2).split("#")[0]
+        assert (ROOT / script).is_file(), script
+        usage = subprocess.run([sys.executable, script, "--help"], cwd=ROOT, capture_output=True,
+                               text=True, timeout=120, check=True).stdout  # fmt: skip
+        for word in shlex.split(arguments):
+            if word.startswith("--"):
+                assert word.split("=")[0] in usage, (line, word)
+
+
+def test_shell_commands_have_no_placeholders() -> None:
+    for document in documents():
+        for language, code in blocks(document):
+            if language != "bash":
+                continue
+            for line in code.splitlines():
+                command = line.split("  #")[0]
+                assert "..." not in command and "REF" not in command, (_name(document), line)
+                assert "<" not in command, (_name(document), line)
