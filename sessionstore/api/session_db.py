@@ -34,6 +34,7 @@ from ..sessions.listing import search_by_id
 from ..sessions.maintenance import auto_prune_and_vacuum
 from ..sessions.repository import SessionRepository
 from ..sessions.transcripts import delete_with_transcripts, remove_transcripts, sessions_directory
+from ..sql import validation
 from ..sql.codec import decode_json
 from ..sql.message_content import decode_content
 from ..sql.records import MESSAGE_FIELDS, SESSION_FIELDS
@@ -352,7 +353,11 @@ class SessionDB:
         """Fill ``git_repo_root`` from ``{cwd: root}`` where it is still empty (pairs with an
         empty cwd or root are skipped, as in Hermes); how many sessions changed."""
         return self._repo.backfill_repo_roots(
-            {cwd: root for cwd, root in cwd_to_root.items() if cwd and root}
+            {
+                cwd: root
+                for cwd, root in validation.mapping(cwd_to_root, "cwd_to_root").items()
+                if cwd and root
+            }
         )
 
     # -- messages ---------------------------------------------------------------------------

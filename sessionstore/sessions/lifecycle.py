@@ -316,7 +316,7 @@ class LifecyclePart(RepositoryPart):
         """Fill ``git_repo_root`` from ``{cwd: root}`` where it is still empty; rows changed."""
         pairs = [
             (validation.identifier(cwd, "cwd"), validation.identifier(root, "git_repo_root"))
-            for cwd, root in roots.items()
+            for cwd, root in validation.mapping(roots, "roots").items()
             if root
         ]
 

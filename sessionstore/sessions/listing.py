@@ -93,7 +93,7 @@ class ListingPart(RepositoryPart):
             select(sessions.c.id)
             .where(sessions.c.id.like(escape_like(prefix) + "%", escape="\\"))
             .order_by(sessions.c.started_at.desc())
-            .limit(max(int(limit), 0))
+            .limit(row_count(limit, "limit"))
         )
         return self.store.read(lambda conn: [str(row[0]) for row in conn.execute(statement)])
 
@@ -102,6 +102,8 @@ class ListingPart(RepositoryPart):
         """The shortest prefix (at least ``min_length`` characters) naming each id uniquely."""
         if not ids:
             return {}
+        # Bound to what substr() takes (PostgreSQL: a 32-bit length); no id is that long.
+        min_length = min(max(validation.integer(min_length, "min_length"), 0), 2**31 - 1)
         heads = sorted({session_id[:min_length] for session_id in ids})
         statement = select(sessions.c.id).where(
             func.substr(sessions.c.id, 1, min_length).in_(heads)

@@ -259,6 +259,12 @@ class MessagesPart(RepositoryPart):
     def append_messages(self, session_id: str, batch: Sequence[NewMessage]) -> list[int]:
         """Insert one turn's messages in one transaction and bump the counters once."""
         session_id = validation.identifier(session_id, "session_id")
+        if isinstance(batch, (str, bytes, Mapping)) or not all(
+            isinstance(message, NewMessage) for message in batch
+        ):
+            raise TypeError(
+                "batch must be a sequence of NewMessage values (prepare_message builds one)"
+            )
         if not batch:
             return []
         rows = message_rows(session_id, batch, time.time())

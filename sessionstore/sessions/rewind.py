@@ -64,17 +64,20 @@ class RewindPart(MessagesPart):
         A target that is not a ``user`` message of this session is a ``ValueError``.
         """
         session_id = validation.identifier(session_id, "session_id")
-        target_id = validation.integer(target_message_id, "target_message_id")
+        target_id = validation.row_id(target_message_id, "target_message_id")
 
         def run(conn: Connection) -> dict[str, Any]:
             require_session(conn, session_id)
-            target = conn.execute(
-                select(messages.c.id, messages.c.role, messages.c.content, messages.c.timestamp)
-                .where(messages.c.id == target_id, messages.c.session_id == session_id)
-            ).first()
+            target = None  # an id beyond 64 bits is no message's
+            if target_id is not None:
+                target = conn.execute(
+                    select(
+                        messages.c.id, messages.c.role, messages.c.content, messages.c.timestamp
+                    ).where(messages.c.id == target_id, messages.c.session_id == session_id)
+                ).first()
             if target is None or target.role != REWIND_ROLE:
                 raise ValueError(
-                    f"message {target_id} is not a user message of session {session_id!r}"
+                    f"message {target_message_id} is not a user message of session {session_id!r}"
                 )
             rewound = conn.execute(
                 update(messages)
@@ -112,6 +115,9 @@ class RewindPart(MessagesPart):
         """Bring rewound rows from ``since_message_id`` on back; returns how many."""
         session_id = validation.identifier(session_id, "session_id")
         since = validation.integer(since_message_id, "since_message_id")
+        if since > validation.INT64_MAX:
+            return 0  # no id is that large
+        since = max(since, validation.INT64_MIN)  # every id is at least this
         statement = (
             update(messages)
             .where(
@@ -130,7 +136,7 @@ class RewindPart(MessagesPart):
     ) -> list[dict[str, Any]]:
         """The session's latest user messages, newest first: ``{id, preview, timestamp, active}``
         with an 80-character one-line preview (rewind targets for a picker)."""
-        count = validation.integer(limit, "limit")
+        count = min(validation.integer(limit, "limit"), validation.INT64_MAX)
         if count <= 0 or not bindable(session_id):
             return []
         statement = (

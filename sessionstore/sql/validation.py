@@ -11,6 +11,7 @@ the whole message.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ValueOutOfRangeError
@@ -73,6 +74,21 @@ def integer(value: Any, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
     return value
+
+
+def mapping(value: Any, name: str) -> Mapping[Any, Any]:
+    """A mapping (``{cwd: root}``, a message): ``TypeError`` for anything else."""
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{name} must be a mapping, not {type(value).__name__}")
+    return value
+
+
+def row_id(value: Any, name: str) -> int | None:
+    """A row id to look up or compare with: ``TypeError`` for another type; None for an
+    integer beyond signed 64 bits, which no row can have (ids are 64-bit on both databases)
+    and no driver can bind: the caller answers as for an id that is not there."""
+    checked = integer(value, name)
+    return checked if INT64_MIN <= checked <= INT64_MAX else None
 
 
 def counter(value: Any, name: str) -> int:
