@@ -18,7 +18,7 @@ class _OneLineErrors(TyperGroup):
     """Usage errors as one line on stderr (``error: ... (see '... --help')``), exit status 2.
 
     Click's own rendering is a usage line, a hint and the error (Typer's: a box); a script
-    reading stderr wants the one line the README promises.
+    reading stderr wants the one line the docs promise (docs/cli.md).
     """
 
     def main(self, *args: Any, **extra: Any) -> Any:

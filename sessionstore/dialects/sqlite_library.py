@@ -30,7 +30,7 @@ protects none of them, and the rollback journal makes readers wait for commits. 
 pysqlite3 always: a fixed standard library needs nothing else, and one library less in the
 process is one trap less (below).
 
-What pysqlite3 costs, measured on this machine (README, "Performance"): the same append,
+What pysqlite3 costs, measured on this machine (CHANGELOG.md, "Which SQLite"): the same append,
 search and open times within noise, a few milliseconds more to import, and the trap below.
 
 One library per file

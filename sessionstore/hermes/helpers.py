@@ -7,7 +7,7 @@ forwarder that runs each call in a thread; Hermes calls it ``AsyncSessionDB``, t
 ``apply_wal_with_fallback`` (for the other SQLite files Hermes keeps, such as its kanban
 board) and ``repair_state_db_schema``. Same names, arguments and results as Hermes's; where
 they touch a file they do it through SQLite only (never a Python copy or unlink of a database
-file that another connection may hold: see the README's "Many openers, one file").
+file that another connection may hold: see docs/concurrency.md, "Many openers, one file").
 """
 
 from __future__ import annotations

@@ -89,7 +89,7 @@ def all_ids(db: SessionDB) -> set[str]:
 # -- the surface: every Hermes 0.18 method, with arguments a Hermes caller can use ----------
 
 OUT_OF_SCOPE = {
-    # The opt-in Telegram-topic tables are not carried (README: "Not done").
+    # The opt-in Telegram-topic tables are not carried (docs/hermes.md, "Differences from Hermes").
     "apply_telegram_topic_migration", "enable_telegram_topic_mode",
     "disable_telegram_topic_mode", "is_telegram_topic_mode_enabled",
     "get_telegram_topic_binding", "list_telegram_topic_bindings_for_chat",
