@@ -125,6 +125,9 @@ class SessionDB:
         status = migrate.status_from(state)
         if status.up_to_date:
             return None
+        refusal = migrate.upgrade_refusal(status)
+        if not auto_migrate and refusal is not None:
+            raise SchemaOutOfDateError(f"this store is not current, and {refusal}")
         if not auto_migrate:
             raise SchemaOutOfDateError(
                 f"this store is at revision {status.revision or 'none'} (Hermes schema "
@@ -932,6 +935,9 @@ def unreadable_reason(
             f"{legacy.NEWEST_HERMES_SCHEMA} this release understands, and lacks what it reads "
             f"({shown}); a newer sessionstore is needed to read it"
         )
+    refusal = migrate.upgrade_refusal(status)
+    if refusal is not None:  # an upgrade would refuse it too: say why, suggest nothing
+        return f"this store lacks what this release reads ({shown}): {refusal}"
     return (
         f"this store is at revision {status.revision or 'none'} (Hermes schema "
         f"{status.schema_version or 'none'}) and lacks what this release reads ({shown}); "

@@ -24,7 +24,7 @@ from ..dialects import database_file, translate_any_error
 from ..errors import SessionStoreError, StoreLocationError
 from ..schema import legacy, migrate
 from ..sessions.repository import SessionRepository
-from ..storage.command_hints import cli_command
+from ..storage.command_hints import cli_command, is_default_store
 from ..storage.config import store_location
 from ..storage.engine import create_store_engine
 from ..storage.store import Store
@@ -214,6 +214,9 @@ def require_existing(url: URL) -> None:
     if path is None:
         return
     if not path.exists():
+        if not path.parent.is_dir() and not is_default_store(url):
+            missing = path.parent
+            raise CliError(f"no session store at {path}: its directory {missing} does not exist")
         raise CliError(f"no session store at {path}: create it with {hint(url, 'db', 'upgrade')}")
     if path.is_dir():
         raise CliError(f"{path} is a directory, not a session store file")
@@ -221,7 +224,25 @@ def require_existing(url: URL) -> None:
         raise CliError(f"cannot read {path}: permission denied")
 
 
+def require_directory(url: URL) -> None:
+    """A verb that creates a store file creates no directory for it, except the default
+    store's (``$HERMES_HOME``, which Hermes itself creates): a mistyped path must not leave a
+    tree of directories behind."""
+    path = database_file(url)
+    if path is None or path.parent.is_dir() or is_default_store(url):
+        return
+    raise CliError(
+        f"cannot create a session store at {path}: the directory {path.parent} does not exist "
+        "(create it first, or give another path)"
+    )
+
+
 def outdated(status: migrate.Status, url: URL) -> CliError:
+    """The refusal of a store that is not current: with the upgrade command when the upgrade
+    can work, else the reason it cannot."""
+    refusal = migrate.upgrade_refusal(status)
+    if refusal is not None:
+        return CliError(refusal)
     return CliError(
         f"the store at {shown(url)} is at revision {status.revision or 'none'} (Hermes schema "
         f"{status.schema_version or 'none'}), not the current {status.head}: run "
@@ -240,9 +261,6 @@ def open_store(options: CliState, *, write: bool = False) -> Iterator[Store]:
         def refuse_unless_current(engine: Engine) -> None:
             status = migrate.status(engine)
             if not status.up_to_date:
-                number = status.schema_version
-                if number is not None and number > legacy.NEWEST_HERMES_SCHEMA:
-                    raise CliError(legacy.too_new_message(number))
                 raise outdated(status, url)
 
         store = Store.open(url, prepare=refuse_unless_current)
@@ -287,6 +305,7 @@ def create_if_new(options: CliState) -> bool:
     if path is not None:
         if path.is_dir() or (path.exists() and path.stat().st_size > 0):
             return False
+        require_directory(url)
         migrate.upgrade(full(url))
         return True
     engine = create_store_engine(url, set_journal_mode=False)

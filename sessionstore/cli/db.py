@@ -26,6 +26,7 @@ from . import _output as out
 from ._app import db_app
 from ._common import (
     EXIT_FAILURE,
+    CliError,
     CliState,
     JsonOption,
     UsageProblem,
@@ -35,6 +36,7 @@ from ._common import (
     hint,
     open_store,
     report_errors,
+    require_directory,
     require_existing,
     shown,
     store_url,
@@ -70,10 +72,32 @@ def _row_count(conn: Connection) -> tuple[int, int]:
     return count(sessions_table), count(messages_table)
 
 
-def _plan_schema_change(url: URL, target: str) -> _SchemaPlan:
+def _chain() -> list[str]:
+    return [revision for revision, _, _ in migrate.history()]
+
+
+def check_target(revision: str, *, downgrade: bool) -> None:
+    """A usage error for a target that names no revision, before the store is even opened
+    (nothing is created, backed up or migrated for a typo)."""
+    chain = _chain()
+    allowed = {migrate.HEAD, *chain, *(("base",) if downgrade else ())}
+    if revision in allowed:
+        return
+    ends = f"{chain[0]} ... {chain[-1]}" if chain else "none"
+    extra = "base" if downgrade else "head"
+    raise UsageProblem(
+        f"no revision {revision!r}: give one of this release's revisions ({ends}, listed by "
+        f"`sessionstore db history`) or {extra}"
+    )
+
+
+def _plan_schema_change(url: URL, target: str, *, downgrade: bool) -> _SchemaPlan:
     """Where the store is now, checked for refusal before anything (a backup) is written."""
     path = database_file(url)
     if path is not None and (not path.exists() or path.stat().st_size == 0):
+        if downgrade:
+            raise CliError(f"no session store at {path}: nothing to downgrade")
+        require_directory(url)
         return _SchemaPlan(None, needs_backup=False)
     if path is not None:
         require_existing(url)
@@ -86,14 +110,35 @@ def _plan_schema_change(url: URL, target: str) -> _SchemaPlan:
         )
     finally:
         store.close()
-    if target == migrate.HEAD:
+    if not downgrade:
         # What the migration would refuse anyway, refused before a backup is written.
         legacy.check_not_too_new(state)
-        legacy.check_revision_known(state, {rev for rev, _, _ in migrate.history()})
+        legacy.check_revision_known(state, set(_chain()))
+    _check_direction(url, status, target, downgrade=downgrade)
     changes = status.revision != _resolve_revision(target)
     return _SchemaPlan(
         status, needs_backup=path is not None and changes and not state.is_empty, rows=rows
     )
+
+
+def _check_direction(url: URL, status: migrate.Status, target: str, *, downgrade: bool) -> None:
+    """An upgrade that would go back, or a downgrade that would go forward, is refused before
+    anything is written (Alembic would refuse it after the backup)."""
+    chain = _chain()
+    if status.revision not in chain:
+        return
+    now = chain.index(status.revision)
+    goal = -1 if target == "base" else chain.index(_resolve_revision(target))
+    if downgrade and goal > now:
+        raise CliError(
+            f"{shown(url)} is at revision {status.revision}, below {target}: that is an "
+            f"upgrade, {hint(url, 'db', 'upgrade', target)}"
+        )
+    if not downgrade and goal < now:
+        raise CliError(
+            f"{shown(url)} is at revision {status.revision}, past {target}: going back is a "
+            "downgrade (sessionstore db downgrade, which asks before it drops data)"
+        )
 
 
 def _resolve_revision(revision: str) -> str:
@@ -159,8 +204,10 @@ def _change_schema(
     *,
     yes: bool = True,
 ) -> None:
+    downgrade = apply is migrate.downgrade
+    check_target(revision, downgrade=downgrade)
     url = store_url(state)
-    plan = _plan_schema_change(url, revision)
+    plan = _plan_schema_change(url, revision, downgrade=downgrade)
     before = plan.before.revision if plan.before else None
     if plan.before is not None and before == _resolve_revision(revision):
         if as_json:
@@ -169,7 +216,7 @@ def _change_schema(
         else:
             typer.echo(f"{shown(url)} is already at revision {before}; nothing to do")
         return
-    if apply is migrate.downgrade:
+    if downgrade:
         _confirm_downgrade(url, plan, revision, yes)
     backup = _backup_if_needed(url, plan)
     if backup is not None and not as_json:
@@ -257,8 +304,12 @@ def db_current(
             f"revision {status.revision or 'none'} (Hermes schema "
             f"{status.schema_version or 'none'})"
         )
+        refusal = migrate.upgrade_refusal(status)
         if status.up_to_date:
             typer.echo(f"{line}: current")
+        elif refusal is not None:
+            # `db upgrade` would refuse it: say why instead of suggesting it.
+            typer.echo(f"{line}: not current ({status.head}); {refusal}")
         else:
             typer.echo(f"{line}: not current ({status.head}); run {hint(url, 'db', 'upgrade')}")
     if check and not status.up_to_date:
@@ -402,6 +453,7 @@ def db_copy(
         options = CliState(urls[0], options.debug)
     target_state = CliState(urls[-1], options.debug)
     target_url = store_url(target_state)
+    require_directory(target_url)
     with open_store(options) as source:
         total = SessionRepository(source).session_count(include_archived=True)
     # The URL as given: the open store's own URL carries the read-only rewrite.

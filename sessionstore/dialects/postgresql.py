@@ -207,8 +207,8 @@ def _require_driver(url: URL) -> None:
     except ImportError as exc:
         raise DriverMissingError(
             f"PostgreSQL URLs need the psycopg driver, which is not installed ({exc}): "
-            "pip install 'sessionstore[postgresql]' (from a checkout: pip install -e "
-            "'.[postgresql]')"
+            "pip install 'psycopg[binary]' (what sessionstore's postgresql extra installs; "
+            "from a checkout: pip install -e '.[postgresql]')"
         ) from exc
 
 

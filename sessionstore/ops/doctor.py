@@ -145,12 +145,13 @@ def _check_schema(conn: Connection, url: URL) -> tuple[Check, bool]:
     state = legacy.read_state(conn)
     head = migrate.head_revision()
     if state.alembic_revision != head:
+        refusal = migrate.upgrade_refusal(migrate.status_from(state))
+        remedy = refusal or f"run `{cli_command(url, 'db', 'upgrade')}`"
         return Check(
             "schema",
             "fail",
             f"at revision {state.alembic_revision or 'none'} (Hermes schema "
-            f"{state.schema_version or 'none'}), not {head}: run "
-            f"`{cli_command(url, 'db', 'upgrade')}`",
+            f"{state.schema_version or 'none'}), not {head}: {remedy}",
         ), False
     # Revisions after the Hermes chain keep writing Hermes's last number.
     expected = _REVISION_TO_HERMES.get(head, legacy.NEWEST_HERMES_SCHEMA)

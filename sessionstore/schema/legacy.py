@@ -138,6 +138,26 @@ def check_not_too_new(state: StoreState) -> None:
         raise SchemaTooNewError(too_new_message(state.schema_version))
 
 
+def upgrade_refusal(
+    schema_version: int | None, alembic_revision: str | None, known_revisions: Collection[str]
+) -> str | None:
+    """Why an upgrade would refuse this store, in the words the refusal uses (None: it would
+    not). What a message suggests for a store that is not current depends on it: never an
+    upgrade that is bound to refuse."""
+    if schema_version is not None and schema_version > NEWEST_HERMES_SCHEMA:
+        return too_new_message(schema_version)
+    if alembic_revision is not None and alembic_revision not in known_revisions:
+        return unknown_revision_message(alembic_revision)
+    return None
+
+
+def unknown_revision_message(revision: str) -> str:
+    return (
+        f"this database is at migration {revision!r}, which this release of sessionstore "
+        "does not ship (was it written by a newer version?); it was left untouched."
+    )
+
+
 def adoption_revision(conn: Connection, schema_version: int | None) -> str:
     """The revision a Hermes file without ``alembic_version`` is stamped at (by content)."""
     proven = infer_hermes_version(conn)
@@ -166,11 +186,7 @@ def missing_for_reads(conn: Connection, session_fields: Collection[str],
 
 def check_revision_known(state: StoreState, known_revisions: Collection[str]) -> None:
     if state.alembic_revision is not None and state.alembic_revision not in known_revisions:
-        raise UnknownRevisionError(
-            f"this database is at migration {state.alembic_revision!r}, which this release of "
-            "sessionstore does not ship (was it written by a newer version?); it was left "
-            "untouched."
-        )
+        raise UnknownRevisionError(unknown_revision_message(state.alembic_revision))
 
 
 def adopt(conn: Connection, known_revisions: Collection[str]) -> Adoption:

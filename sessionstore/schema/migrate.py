@@ -115,6 +115,20 @@ class Status(NamedTuple):
         return self.revision == self.head
 
 
+def upgrade_refusal(status: Status) -> str | None:
+    """Why :func:`upgrade` would refuse this store, in its own words; None when it would not
+    (a message may then suggest the upgrade)."""
+    if status.up_to_date:
+        return None
+    # The scripts are read only for a revision this release may not ship.
+    known = known_revisions() if status.revision is not None else ()
+    return legacy.upgrade_refusal(status.schema_version, status.revision, known)
+
+
+def known_revisions() -> set[str]:
+    return {revision for revision, _, _ in history()}
+
+
 def status_of(connection: Connection) -> Status:
     return status_from(legacy.read_state(connection))
 

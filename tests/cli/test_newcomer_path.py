@@ -474,6 +474,9 @@ def test_import_restores_into_a_new_file(runner: CliRunner, tmp_path: Path) -> N
     dump = tmp_path / "all.jsonl"
     assert invoke(runner, "--url", str(source), "export", "-o", str(dump)).exit_code == 0
     target = tmp_path / "restored" / "new.db"
+    refused = invoke(runner, "--url", str(target), "import", str(dump))
+    assert "the directory" in one_error_line(refused) and not target.parent.exists()
+    target.parent.mkdir()
     result = invoke(runner, "--url", str(target), "import", str(dump))
     assert result.exit_code == 0, result.output
     assert "created a new session store" in result.stderr
@@ -628,16 +631,22 @@ def test_substring_snippet_without_sentence_ends_keeps_its_window() -> None:
     )
 
 
-def test_missing_postgresql_driver_names_the_extra(
+def test_missing_postgresql_driver_names_a_package_that_exists(
     runner: CliRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The hint names the distribution that provides the driver (sessionstore itself is not
+    on any index, so ``pip install 'sessionstore[postgresql]'`` could never work)."""
+    from importlib.metadata import distribution
+
     from sessionstore.errors import DriverMissingError
 
     monkeypatch.setitem(sys.modules, "psycopg", None)  # as if it were not installed
     result = invoke(runner, "--url", "postgresql://postgres@127.0.0.1/test", "stats")
     assert result.exit_code == 1
-    assert "sessionstore[postgresql]" in one_error_line(result)
-    with pytest.raises(DriverMissingError, match=r"sessionstore\[postgresql\]"):
+    line = one_error_line(result)
+    assert "pip install 'psycopg[binary]'" in line and "sessionstore[" not in line
+    assert distribution("psycopg").metadata["Name"] == "psycopg"  # what that installs
+    with pytest.raises(DriverMissingError, match=r"pip install 'psycopg\[binary\]'"):
         SessionDB(url="postgresql+psycopg://postgres@127.0.0.1/test")
 
 

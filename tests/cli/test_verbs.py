@@ -175,9 +175,15 @@ def test_missing_file_is_refused_and_not_created(runner: CliRunner, tmp_path: Pa
     path = tmp_path / "nowhere" / "state.db"
     result = run(runner, f"sqlite:///{path}", "sessions", "list")
     assert result.exit_code == 1
-    assert f"`sessionstore --url {path} db upgrade`" in one_error_line(result)
+    # No `db upgrade` hint: it would refuse to create the missing directory.
+    assert one_error_line(result) == (
+        f"error: no session store at {path}: its directory {path.parent} does not exist"
+    )
     assert not path.exists()
     assert not path.parent.exists()
+    beside = tmp_path / "state.db"  # in a directory that exists: the hint creates it
+    refused = run(runner, f"sqlite:///{beside}", "sessions", "list")
+    assert f"`sessionstore --url {beside} db upgrade`" in one_error_line(refused)
 
 
 def test_non_database_file_is_refused_untouched(runner: CliRunner, tmp_path: Path) -> None:
@@ -620,6 +626,11 @@ def test_db_upgrade_on_current_store_does_nothing(runner: CliRunner, store_url: 
 
 def test_db_upgrade_creates_a_new_store(runner: CliRunner, tmp_path: Path) -> None:
     path = tmp_path / "new" / "state.db"
+    refused = run(runner, f"sqlite:///{path}", "db", "upgrade")
+    assert refused.exit_code == 1
+    assert f"the directory {path.parent} does not exist" in one_error_line(refused)
+    assert not path.parent.exists()  # no verb creates a directory it was not asked to
+    path.parent.mkdir()
     result = run(runner, f"sqlite:///{path}", "db", "upgrade")
     assert result.exit_code == 0, result.output
     assert "backup" not in result.stdout
@@ -711,10 +722,14 @@ def test_downgrade_backs_up_and_reading_verbs_then_refuse(
     assert len(json.loads(run(runner, store_url, "sessions", "list", "--json").stdout)) == 3
 
 
-def test_unknown_revision_is_a_clear_failure(runner: CliRunner, store_url: str) -> None:
-    result = run(runner, store_url, "db", "downgrade", "9999")
-    assert result.exit_code == 1
-    assert "9999" in one_error_line(result)
+def test_unknown_revision_is_a_usage_error_before_anything(
+    runner: CliRunner, store_url: str
+) -> None:
+    for verb in ("upgrade", "downgrade"):
+        result = run(runner, store_url, "db", verb, "9999")
+        assert result.exit_code == 2
+        assert "no revision '9999'" in one_error_line(result)
+        assert "`sessionstore db history`" in result.stderr
 
 
 def test_doctor_healthy_store(runner: CliRunner, seeded: str) -> None:
