@@ -20,7 +20,9 @@ import sqlalchemy  # noqa: F401
 
 from .api.session_db import SessionDB
 from .errors import (
+    AuthenticationError,
     ConstraintViolationError,
+    DatabaseNotFoundError,
     DriverMissingError,
     ImportConflictError,
     MigrationError,
@@ -32,8 +34,12 @@ from .errors import (
     SQLiteLibraryConflictError,
     StoreBusyError,
     StoreFullError,
+    StoreLocationError,
     StoreUnavailableError,
+    StoreUnreachableError,
+    TitleInUseError,
     UnknownRevisionError,
+    UnknownSessionError,
     UnsupportedValueError,
     ValueOutOfRangeError,
     WriteOutcomeUnknownError,
@@ -48,7 +54,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AsyncSessionDB",
+    "AuthenticationError",
     "ConstraintViolationError",
+    "DatabaseNotFoundError",
     "DriverMissingError",
     "ImportConflictError",
     "MigrationError",
@@ -63,8 +71,12 @@ __all__ = [
     "Store",
     "StoreBusyError",
     "StoreFullError",
+    "StoreLocationError",
     "StoreUnavailableError",
+    "StoreUnreachableError",
+    "TitleInUseError",
     "UnknownRevisionError",
+    "UnknownSessionError",
     "UnsupportedValueError",
     "ValueOutOfRangeError",
     "WriteOutcomeUnknownError",

@@ -51,6 +51,21 @@ class StoreUnavailableError(SessionStoreError):
     """The database file or server cannot be opened: not a database, unreadable, or unreachable."""
 
 
+class StoreUnreachableError(StoreUnavailableError):
+    """No connection to the database server could be made: nothing listens at the address
+    (connection refused), the host name does not resolve, or connecting timed out. Reported at
+    the first attempt: a store that never had a connection has none to lose."""
+
+
+class DatabaseNotFoundError(StoreUnavailableError):
+    """The server answered, but the database the URL names does not exist on it."""
+
+
+class AuthenticationError(StoreUnavailableError):
+    """The server refused the credentials: an unknown role, a wrong password, or no access
+    rule (``pg_hba.conf``) for this client and database."""
+
+
 class SQLiteLibraryConflictError(StoreUnavailableError):
     """The store's file is already open in this process through another SQLite library (or a
     plain ``open()``): two libraries drop each other's file locks, so it is not opened."""

@@ -54,6 +54,7 @@ from sessionstore.search.index import ensure_head_layout
 from sessionstore.search.registry import search_index_for
 from sessionstore.storage.config import store_location
 from sessionstore.storage.engine import create_store_engine
+from sessionstore.storage.error_translation import typed_errors
 from sessionstore.storage.retry import RetryPolicy, run_with_retry
 
 config = context.config
@@ -198,7 +199,9 @@ def _migrate_with_engine(engine: Engine) -> None:
                 dialect.enter_store_schema(connection)
                 _run_chain(connection)
 
-    run_with_retry(migrate_once, dialect.is_retryable, MIGRATION_RETRY)
+    # A server that cannot be connected to is a typed error, by its cause, at once.
+    with typed_errors(dialect):
+        run_with_retry(migrate_once, dialect.is_retryable, MIGRATION_RETRY)
 
 
 def run_migrations_online() -> None:

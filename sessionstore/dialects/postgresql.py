@@ -35,12 +35,15 @@ from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 
 from ..errors import (
+    AuthenticationError,
+    DatabaseNotFoundError,
     DriverMissingError,
     ReadOnlyStoreError,
     SchemaMissingError,
     SessionStoreError,
     StoreFullError,
     StoreUnavailableError,
+    StoreUnreachableError,
     UnsupportedValueError,
     ValueOutOfRangeError,
 )
@@ -97,6 +100,49 @@ _ASCII_LOWER = "abcdefghijklmnopqrstuvwxyz"
 def _fresh_pool(engine: Engine, keep_alive: Callable[[Any], None]) -> None:
     # A new pool; the old one's connections are dropped without a word (nothing to keep).
     engine.dispose(close=False)
+
+
+# Connecting failed (psycopg's words; libpq puts no SQLSTATE on them). The server's own FATAL
+# replies inside them are in its language; lc_messages other than English reads as
+# "unreachable", still typed and still at once.
+_CONNECT_FAILURE_PREFIXES = ("connection failed:", "failed to resolve host",
+                             "connection timeout expired")  # fmt: skip
+# A server restarting or full answers with these: worth the retry budget.
+_CONNECT_TRANSIENT_MARKERS = ("starting up", "shutting down", "too many clients",
+                              "recovery mode", "not yet accepting")  # fmt: skip
+_AUTHENTICATION_MARKERS = ("authentication failed", "no pg_hba.conf entry", "role \"",
+                           "password", "permission denied for database")  # fmt: skip
+_DATABASE_MISSING = re.compile(r'database "(?P<name>(?:[^"]|"")*)" does not exist', re.I)
+
+
+def connect_failure(exc: BaseException) -> SessionStoreError | None:
+    """The typed error for a connection that could not be made and that no retry would
+    make (None for any other error, and for a server that is starting up or full).
+
+    A store that never connected has nothing to lose: refused, unresolvable, unknown database,
+    bad credentials are said at once, by cause, instead of as a lost connection retried for
+    the whole retry budget."""
+    if not isinstance(exc, DBAPIError):
+        return None
+    message = str(exc.orig).strip()
+    lowered = message.lower()
+    if not lowered.startswith(_CONNECT_FAILURE_PREFIXES):
+        return None
+    if any(marker in lowered for marker in _CONNECT_TRANSIENT_MARKERS):
+        return None
+    said = " ".join(message.split())
+    missing = _DATABASE_MISSING.search(message)
+    if missing is not None:
+        return DatabaseNotFoundError(
+            f"the PostgreSQL server has no database \"{missing.group('name')}\": create it "
+            f"first (CREATE DATABASE), or fix the URL ({said})"
+        )
+    if any(marker in lowered for marker in _AUTHENTICATION_MARKERS):
+        return AuthenticationError(
+            f"the PostgreSQL server refused the credentials: check the user name and password "
+            f"in the URL ({said})"
+        )
+    return StoreUnreachableError(f"cannot connect to the PostgreSQL server ({said})")
 
 
 def _sqlstate(exc: BaseException) -> str | None:
@@ -380,6 +426,9 @@ class PostgreSQLDialect:
         return False
 
     def translate_error(self, exc: BaseException) -> SessionStoreError | None:
+        failed_to_connect = connect_failure(exc)
+        if failed_to_connect is not None:
+            return failed_to_connect
         state = _sqlstate(exc)
         if state in _DISK_FULL_SQLSTATES:
             return StoreFullError("the PostgreSQL server's disk is full; nothing was written")
@@ -450,6 +499,8 @@ class PostgreSQLDialect:
     def is_disconnect(self, exc: BaseException) -> bool:
         if not isinstance(exc, DBAPIError):
             return False  # only the driver's own errors say anything about the connection
+        if connect_failure(exc) is not None:
+            return False  # never connected: nothing was lost, and a retry would fail alike
         if exc.connection_invalidated:
             return True
         state = _sqlstate(exc)
