@@ -106,7 +106,8 @@ def _truncate(url: str) -> None:
     with engine.begin() as conn:
         conn.execute(
             sa.text(
-                "TRUNCATE messages, sessions, state_meta, compression_locks "
+                "TRUNCATE messages, sessions, state_meta, compression_locks, session_model_usage, "
+                "gateway_routing, async_delegations "
                 "RESTART IDENTITY CASCADE"
             )
         )

@@ -12,9 +12,10 @@ What Hermes's module offers at module level, and so does this one: ``SessionDB``
 for it is ``ThreadedSessionDB``, since ``sessionstore.AsyncSessionDB`` is the pooled one), the
 helpers ``get_last_init_error``, ``format_session_db_unavailable``, ``is_malformed_db_error``,
 ``apply_wal_with_fallback`` and ``repair_state_db_schema`` (see ``sessionstore.hermes.helpers``),
-``DEFAULT_DB_PATH``, ``SCHEMA_VERSION`` (the Hermes schema of a store at head: newest Hermes's, 17),
-``SCHEMA_SQL`` and ``FTS_SQL`` (Hermes v6's DDL text, kept for code that reads them; a fresh
-store is newest Hermes's shape, see ``sessionstore/_migrations/versions/0020``), ``logger``.
+``DEFAULT_DB_PATH``, ``SCHEMA_VERSION`` (the Hermes schema of a store at head: hermes-agent
+0.19.0's, 22), ``SCHEMA_SQL`` and ``FTS_SQL`` (Hermes v6's DDL text, kept for code that reads
+them; a fresh store is hermes-agent 0.19.0's shape, see ``sessionstore/_migrations/versions/
+0026`` ... ``0030``), ``logger``.
 
 ``SessionDB`` here is ``sessionstore.SessionDB`` plus the private surface Hermes's own code
 reaches into (its insights, dashboard, ACP sessions, CLI resume):

@@ -1,4 +1,4 @@
-"""The v17 schema of the Hermes session store (newest Hermes HEAD) as typed SQLAlchemy models.
+"""The v22 schema of the Hermes session store (hermes-agent 0.19.0) as typed SQLAlchemy models.
 
 These models describe what the migrations build; Alembic autogenerate must find no difference
 between the two (``tests/test_migrations.py``). They map the Core tables of
@@ -18,9 +18,12 @@ from ..sql.tables import (
     SCHEMA_VERSION,
     CounterColumn,
     FloatColumn,
+    async_delegations_table,
     compression_locks_table,
+    gateway_routing_table,
     messages_table,
     metadata,
+    session_model_usage_table,
     sessions_table,
     state_meta_table,
 )
@@ -28,16 +31,22 @@ from ..sql.tables import (
 __all__ = [
     "SCHEMA_VERSION",
     "SEARCH_OBJECT_NAMES",
+    "AsyncDelegation",
     "Base",
     "CompressionLock",
     "CounterColumn",
     "FloatColumn",
+    "GatewayRoute",
     "Message",
     "SchemaVersion",
     "Session",
+    "SessionModelUsage",
     "StateMeta",
+    "async_delegations_table",
     "compression_locks_table",
+    "gateway_routing_table",
     "messages_table",
+    "session_model_usage_table",
     "sessions_table",
     "state_meta_table",
 ]
@@ -54,7 +63,11 @@ IDX_SESSIONS_HANDOFF_STATE = "idx_sessions_handoff_state"
 IDX_MESSAGES_SESSION = "idx_messages_session"
 IDX_MESSAGES_SESSION_ACTIVE = "idx_messages_session_active"
 IDX_MESSAGES_PLATFORM_MSG_ID = "idx_messages_platform_msg_id"
+IDX_MESSAGES_ACTIVE_NULL = "idx_messages_active_null"
 IDX_COMPRESSION_LOCKS_EXPIRES = "idx_compression_locks_expires"
+IDX_SESSION_MODEL_USAGE_SESSION = "idx_session_model_usage_session"
+IDX_SESSION_MODEL_USAGE_MODEL = "idx_session_model_usage_model"
+IDX_ASYNC_DELEGATIONS_DELIVERY = "idx_async_delegations_delivery"
 IX_SESSIONS_STARTED_ID = "ix_sessions_started_id"
 """Ours (revision 0022): the listing's order, ``id`` breaking ties."""
 
@@ -129,6 +142,38 @@ class CompressionLock(Base):
     expires_at: Mapped[float]
 
 
+class SessionModelUsage(Base):
+    """Per-model, per-task usage of a session (Hermes v20; ``task`` in the key since v22)."""
+
+    __table__ = session_model_usage_table
+
+    session_id: Mapped[str]
+    model: Mapped[str]
+    task: Mapped[str]
+    input_tokens: Mapped[int]
+    output_tokens: Mapped[int]
+
+
+class GatewayRoute(Base):
+    """The gateway's routing entry of one session key in one scope (Hermes v19)."""
+
+    __table__ = gateway_routing_table
+
+    scope: Mapped[str]
+    session_key: Mapped[str]
+    entry_json: Mapped[str]
+    updated_at: Mapped[float]
+
+
+class AsyncDelegation(Base):
+    """A background subagent run of Hermes's gateway (Hermes v21); kept, never written."""
+
+    __table__ = async_delegations_table
+
+    delegation_id: Mapped[str]
+    state: Mapped[str]
+
+
 # Indexes are DDL only (the runtime's statements never name them): declared here, beside the
 # models autogenerate compares, and kept off the runtime's import path. Partial indexes need
 # ``postgresql_where=``, which loads the PostgreSQL dialect (about 20 ms) on import.
@@ -167,4 +212,17 @@ Index(
     sqlite_where=text("platform_message_id IS NOT NULL"),
     postgresql_where=text("platform_message_id IS NOT NULL"),
 )
+Index(
+    IDX_MESSAGES_ACTIVE_NULL,
+    _messages.active,
+    sqlite_where=text("active IS NULL"),
+    postgresql_where=text("active IS NULL"),
+)
 Index(IDX_COMPRESSION_LOCKS_EXPIRES, compression_locks_table.c.expires_at)
+Index(IDX_SESSION_MODEL_USAGE_SESSION, session_model_usage_table.c.session_id)
+Index(IDX_SESSION_MODEL_USAGE_MODEL, session_model_usage_table.c.model)
+Index(
+    IDX_ASYNC_DELEGATIONS_DELIVERY,
+    async_delegations_table.c.delivery_state,
+    async_delegations_table.c.completed_at,
+)

@@ -10,7 +10,16 @@ order); the migrations build the tables, these only describe them.
 
 from __future__ import annotations
 
-from sqlalchemy import Column, ForeignKey, Integer, MetaData, Table, Text, text
+from sqlalchemy import (
+    Column,
+    ForeignKey,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+    text,
+)
 
 from ..dialects.types import CounterColumn, FloatColumn, IdColumn
 
@@ -18,9 +27,12 @@ __all__ = [
     "SCHEMA_VERSION",
     "CounterColumn",
     "FloatColumn",
+    "async_delegations_table",
     "compression_locks_table",
+    "gateway_routing_table",
     "messages_table",
     "metadata",
+    "session_model_usage_table",
     "sessions_table",
     "state_meta_table",
 ]
@@ -33,7 +45,7 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-SCHEMA_VERSION = 17
+SCHEMA_VERSION = 22
 """The Hermes schema number these tables implement (``schema_version.version``)."""
 
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
@@ -66,6 +78,9 @@ sessions_table = Table(
     _text("chat_id"),
     _text("chat_type"),
     _text("thread_id"),
+    _text("display_name"),
+    _text("origin_json"),
+    _flag("expiry_finalized", "0", nullable=True),
     _text("model"),
     _text("model_config"),
     _text("system_prompt"),
@@ -98,6 +113,8 @@ sessions_table = Table(
     _text("handoff_error"),
     _float("compression_failure_cooldown_until"),
     _text("compression_failure_error"),
+    _counter("compression_fallback_streak", nullable=False),
+    _text("profile_name"),
     _counter("rewind_count", nullable=False),
     _flag("archived", "0"),
 )
@@ -112,6 +129,7 @@ messages_table = Table(
     _text("tool_call_id"),
     _text("tool_calls"),
     _text("tool_name"),
+    _text("effect_disposition"),
     _float("timestamp", nullable=False),
     Column("token_count", CounterColumn, nullable=True),
     _text("finish_reason"),
@@ -124,6 +142,7 @@ messages_table = Table(
     _flag("observed", "0", nullable=True),
     _flag("active", "1"),
     _flag("compacted", "0"),
+    _text("api_content"),
     sqlite_autoincrement=True,
 )
 
@@ -144,3 +163,76 @@ compression_locks_table = Table(
     _float("expires_at", nullable=False),
 )
 """One compression lease per session (Hermes v14); no FK: a lease outlives its session."""
+
+USAGE_ROUTE_KEY = ("session_id", "model", "billing_provider", "billing_base_url", "billing_mode")
+USAGE_KEY = (*USAGE_ROUTE_KEY, "task")
+"""``session_model_usage``'s key as Hermes 0.19.0 (v22) keys it: the route and the task."""
+
+
+def _key_text(name: str) -> Column[str]:
+    """A key part Hermes defaults to '' (never NULL, so every route has one row)."""
+    return Column(name, Text(), nullable=False, server_default=text("''"))
+
+
+session_model_usage_table = Table(
+    "session_model_usage",
+    metadata,
+    Column("session_id", Text(), ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False),
+    _text("model", nullable=False),
+    _key_text("billing_provider"),
+    _key_text("billing_base_url"),
+    _key_text("billing_mode"),
+    _key_text("task"),
+    _counter("api_call_count", nullable=False),
+    _counter("input_tokens", nullable=False),
+    _counter("output_tokens", nullable=False),
+    _counter("cache_read_tokens", nullable=False),
+    _counter("cache_write_tokens", nullable=False),
+    _counter("reasoning_tokens", nullable=False),
+    Column("estimated_cost_usd", FloatColumn, nullable=False, server_default=text("0")),
+    Column("actual_cost_usd", FloatColumn, nullable=False, server_default=text("0")),
+    _text("cost_status"),
+    _text("cost_source"),
+    _float("first_seen"),
+    _float("last_seen"),
+    PrimaryKeyConstraint(*USAGE_KEY),
+)
+"""Per-model (and per-task) usage of each session (Hermes v20, task in the key since v22):
+every token update adds its delta to the row of the live model and billing route. Insights
+reads this table; a deleted session takes its rows (the schema's only ``ON DELETE CASCADE``)."""
+
+gateway_routing_table = Table(
+    "gateway_routing",
+    metadata,
+    _key_text("scope"),
+    _text("session_key", nullable=False),
+    _text("entry_json", nullable=False),
+    _float("updated_at", nullable=False),
+    PrimaryKeyConstraint("scope", "session_key"),
+)
+"""The gateway's durable routing index (Hermes v19): one JSON entry per (scope, session key)."""
+
+async_delegations_table = Table(
+    "async_delegations",
+    metadata,
+    Column("delegation_id", Text(), primary_key=True),
+    _text("origin_session", nullable=False),
+    _key_text("origin_ui_session_id"),
+    _text("parent_session_id"),
+    _text("state", nullable=False),
+    _float("dispatched_at", nullable=False),
+    _float("completed_at"),
+    _float("updated_at", nullable=False),
+    _text("event_json"),
+    _text("result_json"),
+    Column("delivery_state", Text(), nullable=False, server_default=text("'pending'")),
+    _counter("delivery_attempts", nullable=False),
+    _float("delivered_at"),
+    Column("owner_pid", CounterColumn, nullable=True),
+    Column("owner_started_at", CounterColumn, nullable=True),
+    _text("task_json"),
+    _text("delivery_claim"),
+    _float("delivery_claimed_at"),
+)
+"""Hermes's background subagent runs and the delivery of their results (v21). Its gateway owns
+them: sessionstore keeps and copies the rows and writes none."""

@@ -43,7 +43,13 @@ from legacy_v1_v6 import (
     message_columns,
     session_columns,
 )
-from legacy_v7_v17 import HEAD_MESSAGE_NAMES, HEAD_SESSION_NAMES, HEAD_VERSION, later_default
+from legacy_v7_v17 import (
+    CHAIN_HEAD_VERSION,
+    HEAD_MESSAGE_NAMES,
+    HEAD_SESSION_NAMES,
+    later_default,
+)
+from legacy_v18_v22 import V22_MESSAGE_NAMES, V22_SESSION_NAMES
 
 from sessionstore.errors import SchemaTooNewError
 from sessionstore.schema import legacy as adoption
@@ -83,7 +89,7 @@ def assert_titles_unique(path: Path) -> None:
 
 
 def assert_at_head(path: Path, before: Snapshot, *, titles_may_change: bool = False) -> Snapshot:
-    assert schema_versions(path) == [HEAD_VERSION]
+    assert schema_versions(path) == [CHAIN_HEAD_VERSION]
     assert_sound(path)
     after = snapshot(path)
     assert set(HEAD_SESSION_NAMES) <= set(table_columns(path, "sessions"))
@@ -300,7 +306,7 @@ def test_too_new_database_is_refused_and_left_untouched(tmp_path: Path, journal_
     with pytest.raises(SchemaTooNewError) as refused:
         migrate.upgrade(sqlite_url(path), "head")
 
-    assert "18" in str(refused.value), "the error names the version it found"
+    assert "23" in str(refused.value), "the error names the version it found"
     assert "read-only" in str(refused.value), "the error offers what still works"
     assert path.read_bytes() == original_bytes
     assert "alembic_version" not in schema_names(path, "table")
@@ -350,11 +356,11 @@ def test_fresh_database_round_trips_through_base(tmp_path: Path, fresh: str) -> 
 
     for _ in range(2):
         migrate.upgrade(url, "head")
-        assert schema_versions(path) == [HEAD_VERSION]
+        assert schema_versions(path) == [CHAIN_HEAD_VERSION]
         assert hermes_tables <= schema_names(path, "table")
         # A fresh store is the file newest Hermes creates, down to the column order.
-        assert table_columns(path, "sessions") == list(HEAD_SESSION_NAMES)
-        assert table_columns(path, "messages") == list(HEAD_MESSAGE_NAMES)
+        assert table_columns(path, "sessions") == list(V22_SESSION_NAMES)
+        assert table_columns(path, "messages") == list(V22_MESSAGE_NAMES)
         assert {TITLE_INDEX_NAME, *V1_INDEX_NAMES} <= schema_names(path, "index")
         assert set(FTS_TRIGGER_NAMES) <= schema_names(path, "trigger")
         assert_sound(path)
