@@ -288,6 +288,14 @@ class AsyncStore:
                 if pause is None:
                     raise self._exhausted(loop.exhausted())
                 await asyncio.sleep(pause)
+        except GeneratorExit:
+            # Closed by the garbage collector: its loop died with this call in flight. This
+            # runs wherever the collector fired, possibly inside ``executor.submit`` on this
+            # thread with the executor's (non-reentrant) lock held, so it takes no lock and
+            # submits nothing. A writers' queue it held is let go of by the next attempt
+            # (``_let_go_of_stranded_queue``), as when such a loop is never collected.
+            call.cancelled = True
+            raise
         except BaseException:
             # Cancelled, timed out, failed or exhausted: no attempt of this call starts any
             # more, and the writers' queue is let go of after the one that may be running.

@@ -14,6 +14,8 @@ The p99 figure itself is in ``scripts/bench_async.py``.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import gc
 import inspect
 import json
 import os
@@ -713,6 +715,45 @@ def test_a_store_survives_its_loop_dying_with_writes_in_flight(store_url: str) -
     stored = rows_by_turn(store_url, "chat")
     assert all(len(stored[key]) == TURN_SIZE for key in keys)  # every turn, exactly once
     assert counters_match_rows(store_url) == []
+
+
+def test_a_dead_loops_write_collected_by_the_gc_submits_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The collector closes a dead loop's write wherever it fires, e.g. inside
+    ``executor.submit`` on the same thread with the executor's non-reentrant lock held (the
+    suite hung there, in the test above): the closing call must submit nothing. The store
+    writes on afterwards and the writers' queue is free."""
+    db = AsyncSessionDB(tmp_path / "state.db")
+    asyncio.run(db.create_session("chat", "cli"))
+    store = db.async_store
+    dying = asyncio.new_event_loop()
+    task = dying.create_task(db.append_messages("chat", five("dead"), idempotency_key="dead"))
+    for _ in range(3):  # into the retry loop, its attempt submitted
+        dying.run_until_complete(asyncio.sleep(0))
+    dying.close()
+    concurrent.futures.wait(list(store._jobs))  # the attempt ended; nobody will resume it
+    submitted: list[object] = []
+    real_submit = store._writer.submit
+
+    def recording_submit(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        submitted.append(fn)
+        return real_submit(fn, *args, **kwargs)
+
+    monkeypatch.setattr(store._writer, "submit", recording_submit)
+    del task
+    gc.collect()
+    assert submitted == []
+
+    async def after() -> list[int]:
+        ids = await db.append_messages("chat", five("after"))
+        await db.close()
+        return ids
+
+    assert len(asyncio.run(after())) == TURN_SIZE
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    assert writers_queue_is_free(url)
+    assert counters_match_rows(url) == []
 
 
 # -- fork ------------------------------------------------------------------------------------------
