@@ -15,7 +15,9 @@ migration's transaction, the only schema names resolve in (a tenant never mistak
 schema's tables for its own), and the revisions' statements are rewritten by the dialect where
 that needs it (``migration_statement_rewrite``).
 
-Before the chain runs, legacy Hermes files are adopted (``sessionstore.schema.legacy``); after it,
+Before the chain runs, under that lock, the caller's ``before_change`` (``migrate.upgrade``'s:
+the backup, ``sessionstore.schema.adoption``) is given what the store says of its schema at
+that moment, then legacy Hermes files are adopted (``sessionstore.schema.legacy``); after it,
 on a store at head, a missing search object is repaired: the whole head layout is built again
 from the runtime's one definition of it (``sessionstore.search``: the same rebuild as
 ``db doctor --fix``) and filled from the existing messages. A store left below head (an
@@ -49,6 +51,7 @@ from sessionstore._migrations.chain_state import HERMES_SCHEMA_BEFORE_CHAIN
 from sessionstore.dialects import dialect_for
 from sessionstore.errors import SessionStoreError
 from sessionstore.schema import legacy
+from sessionstore.schema.migrate import BEFORE_CHANGE_ATTRIBUTE
 from sessionstore.schema.models import SEARCH_OBJECT_NAMES, Base
 from sessionstore.search.index import ensure_head_layout
 from sessionstore.search.registry import search_index_for
@@ -113,6 +116,10 @@ def _run_chain(connection: Connection) -> None:
 
 def _adopt_and_migrate(connection: Connection) -> None:
     dialect = dialect_for(connection)
+    before_change = config.attributes.get(BEFORE_CHANGE_ATTRIBUTE)
+    if before_change is not None:
+        # Under the lock: what the store says now, not what the caller saw before waiting.
+        before_change(connection, legacy.read_state(connection))
     if _should_adopt():
         known = {rev.revision for rev in ScriptDirectory.from_config(config).walk_revisions()}
         adoption = legacy.adopt(connection, known)

@@ -24,7 +24,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from ..dialects import dialect_for_url
 from ..errors import SchemaOutOfDateError
 from ..schema import legacy, migrate
-from ..schema.adoption import backup_before_adoption
+from ..schema.adoption import adoption_backup
 from ..search import contains_cjk as _contains_cjk
 from ..search import sanitize_fts5_query as _sanitize_fts5_query
 from ..sessions import titles
@@ -134,9 +134,11 @@ class SessionDB:
                 f"{status.schema_version or 'none'}), not {status.head}; run "
                 f"`{cli_command(url, 'db', 'upgrade')}` or open it with auto_migrate=True"
             )
-        copy = backup_before_adoption(url, state) if backup else None
-        migrate.upgrade(engine)
-        return copy
+        # The backup is decided and taken under the migration's lock: of several openers
+        # arriving together, the first backs up and migrates, the others find it done.
+        backup_step = adoption_backup(url) if backup else None
+        migrate.upgrade(engine, before_change=backup_step)
+        return None if backup_step is None else backup_step.path
 
     @property
     def store(self) -> Store:

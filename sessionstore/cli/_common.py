@@ -27,6 +27,7 @@ from ..sessions.repository import SessionRepository
 from ..storage.command_hints import cli_command, is_default_store
 from ..storage.config import store_location
 from ..storage.engine import create_store_engine
+from ..storage.private_files import PRIVATE_MODE, create_empty_file
 from ..storage.store import Store
 from ._output import print_error, silence_broken_pipe
 
@@ -294,11 +295,13 @@ def _open_for_reading(url: URL) -> Store:
     return store
 
 
-def create_if_new(options: CliState) -> bool:
+def create_if_new(options: CliState, mode: int = PRIVATE_MODE) -> bool:
     """Create the store at the current schema when there is none yet; True if it did.
 
     "None yet" is a SQLite file that is missing or empty, or a database without a table of
-    ours or Hermes's: nothing that anyone wrote can be changed by this.
+    ours or Hermes's: nothing that anyone wrote can be changed by this. A new SQLite file is
+    created exclusively with ``mode``: the store is about to hold a copy of data whose source
+    had that mode (``storage.private_files``).
     """
     url = store_url(options)
     path = database_file(url)
@@ -306,6 +309,9 @@ def create_if_new(options: CliState) -> bool:
         if path.is_dir() or (path.exists() and path.stat().st_size > 0):
             return False
         require_directory(url)
+        if not os.path.lexists(path):
+            with contextlib.suppress(OSError):  # what cannot be created, SQLite reports
+                create_empty_file(path, mode)
         migrate.upgrade(full(url))
         return True
     engine = create_store_engine(url, set_journal_mode=False)

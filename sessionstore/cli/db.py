@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -15,11 +15,13 @@ from rich.text import Text
 from sqlalchemy import func, inspect, select
 from sqlalchemy.engine import URL, Connection
 
-from ..dialects import backup_database, database_file
+from ..dialects import database_file
 from ..ops import doctor, transfer
 from ..schema import legacy, migrate
+from ..schema.adoption import BackupBeforeChange
 from ..sessions.repository import SessionRepository
 from ..sql.tables import messages_table, sessions_table
+from ..storage.backups import backup_database
 from ..storage.engine import create_store_engine
 from ..storage.store import Store
 from . import _output as out
@@ -56,7 +58,6 @@ tables, so a downgrade across it loses data."""
 @dataclass(frozen=True)
 class _SchemaPlan:
     before: migrate.Status | None
-    needs_backup: bool
     rows: tuple[int, int] = (0, 0)
     """Sessions and messages now in the store (what a destructive downgrade puts at risk)."""
 
@@ -98,7 +99,7 @@ def _plan_schema_change(url: URL, target: str, *, downgrade: bool) -> _SchemaPla
         if downgrade:
             raise CliError(f"no session store at {path}: nothing to downgrade")
         require_directory(url)
-        return _SchemaPlan(None, needs_backup=False)
+        return _SchemaPlan(None)
     if path is not None:
         require_existing(url)
         store = Store.open(url, read_only=True)
@@ -110,15 +111,16 @@ def _plan_schema_change(url: URL, target: str, *, downgrade: bool) -> _SchemaPla
         )
     finally:
         store.close()
+    _refuse_what_the_migration_would(state, downgrade=downgrade)
+    _check_direction(url, status, target, downgrade=downgrade)
+    return _SchemaPlan(status, rows=rows)
+
+
+def _refuse_what_the_migration_would(state: legacy.StoreState, *, downgrade: bool) -> None:
+    """Refused before a backup is written: a store too new, or at a revision not shipped."""
     if not downgrade:
-        # What the migration would refuse anyway, refused before a backup is written.
         legacy.check_not_too_new(state)
         legacy.check_revision_known(state, set(_chain()))
-    _check_direction(url, status, target, downgrade=downgrade)
-    changes = status.revision != _resolve_revision(target)
-    return _SchemaPlan(
-        status, needs_backup=path is not None and changes and not state.is_empty, rows=rows
-    )
 
 
 def _check_direction(url: URL, status: migrate.Status, target: str, *, downgrade: bool) -> None:
@@ -156,10 +158,17 @@ def _undone_revisions(current: str | None, target: str) -> list[str]:
     return list(reversed(chain[stop + 1 : chain.index(current) + 1]))
 
 
-def _backup_if_needed(url: URL, plan: _SchemaPlan) -> Path | None:
-    if database_file(url) is None or not plan.needs_backup:
-        return None
-    return backup_database(url)
+def _backup_step(url: URL, target: str, *, downgrade: bool) -> BackupBeforeChange:
+    """The backup an upgrade or downgrade takes, decided under the migration's lock: of a SQLite
+    file the change will touch. Another process that migrated the store while this one
+    waited for the lock leaves nothing to back up (and nothing to do)."""
+    wanted = _resolve_revision(target)
+
+    def needed(state: legacy.StoreState) -> bool:
+        _refuse_what_the_migration_would(state, downgrade=downgrade)
+        return not state.is_empty and migrate.status_from(state).revision != wanted
+
+    return BackupBeforeChange(full(url), needed)
 
 
 def _describe(status: migrate.Status | None) -> str:
@@ -198,7 +207,7 @@ def _confirm_downgrade(url: URL, plan: _SchemaPlan, revision: str, yes: bool) ->
 def _change_schema(
     state: CliState,
     revision: str,
-    apply: Callable[[str, str], None],
+    apply: Callable[..., None],
     verb: str,
     as_json: bool,
     *,
@@ -210,19 +219,29 @@ def _change_schema(
     plan = _plan_schema_change(url, revision, downgrade=downgrade)
     before = plan.before.revision if plan.before else None
     if plan.before is not None and before == _resolve_revision(revision):
-        if as_json:
-            out.print_json({"url": shown(url), "from": before, "to": before, "changed": False,
-                            "backup": None})
-        else:
-            typer.echo(f"{shown(url)} is already at revision {before}; nothing to do")
+        _report_nothing_to_do(url, before, as_json)
         return
     if downgrade:
         _confirm_downgrade(url, plan, revision, yes)
-    backup = _backup_if_needed(url, plan)
+    backup_step = (
+        _backup_step(url, revision, downgrade=downgrade)
+        if database_file(url) is not None
+        else None
+    )
+    with out.spinner(f"{verb} {shown(url)} ..."):
+        apply(full(url), revision, before_change=backup_step)
+    backup = None if backup_step is None else backup_step.path
+    if backup_step is not None and backup_step.found is not None:
+        # What the store said under the migration's lock: another process may have done the
+        # work while this one waited for it.
+        started = migrate.status_from(backup_step.found)
+        if started.revision == _resolve_revision(revision):
+            _report_nothing_to_do(url, started.revision, as_json)
+            return
+        plan = replace(plan, before=started)
+        before = started.revision
     if backup is not None and not as_json:
         typer.echo(f"backup of {database_file(url)} written to {backup}")
-    with out.spinner(f"{verb} {shown(url)} ..."):
-        apply(full(url), revision)
     after = migrate.status(full(url))
     if as_json:
         out.print_json({
@@ -236,6 +255,14 @@ def _change_schema(
         })  # fmt: skip
     else:
         typer.echo(f"{verb} {shown(url)}: {_describe(plan.before)} -> {_describe(after)}")
+
+
+def _report_nothing_to_do(url: URL, revision: str | None, as_json: bool) -> None:
+    if as_json:
+        out.print_json({"url": shown(url), "from": revision, "to": revision, "changed": False,
+                        "backup": None})
+    else:
+        typer.echo(f"{shown(url)} is already at revision {revision}; nothing to do")
 
 
 @db_app.command("upgrade")

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import tempfile
-from collections.abc import Callable
 from dataclasses import asdict
 from enum import Enum
 from pathlib import Path
@@ -14,10 +12,11 @@ from typing import IO, Annotated
 
 import typer
 
+from ..dialects.disk_space import out_of_room_typed
 from ..ops import doctor
-from ..ops.transfer import export_jsonl, import_jsonl
+from ..ops.transfer import export_jsonl, export_jsonl_file, import_jsonl
 from ..sessions.repository import SessionRepository
-from ..storage.store import Store
+from ..storage.private_files import mode_of
 from . import _output as out
 from ._app import app
 from ._common import (
@@ -64,12 +63,16 @@ def export(
         )
         with out.progress("exporting", total) as advance:
             if output is None:
-                count = export_jsonl(
-                    store, sys.stdout, source=source, session_ids=session_ids, progress=advance
-                )
-                sys.stdout.flush()
+                with out_of_room_typed("standard output", "the export is incomplete"):
+                    count = export_jsonl(
+                        store, sys.stdout, source=source, session_ids=session_ids,
+                        progress=advance,
+                    )
+                    sys.stdout.flush()
             else:
-                count = _export_to_file(store, output, source, session_ids, advance)
+                count = export_jsonl_file(
+                    store, output, source=source, session_ids=session_ids, progress=advance
+                )
     where = "standard output" if output is None else str(output)
     out.note(f"exported {count} session(s) to {where}")
 
@@ -87,27 +90,6 @@ def _check_output_path(output: Path) -> None:
         )
     if not output.parent.is_dir():
         raise UsageProblem(f"-o {output}: the directory {output.parent} does not exist")
-
-
-def _export_to_file(
-    store: Store,
-    output: Path,
-    source: str | None,
-    session_ids: list[str] | None,
-    advance: Callable[[int], None] | None,
-) -> int:
-    # Written beside the target and renamed at the end: an interrupted export never leaves a
-    # truncated file under the name a later `import` would trust.
-    partial = output.with_name(output.name + ".partial")
-    try:
-        with partial.open("w", encoding="utf-8") as fp:
-            count = export_jsonl(store, fp, source=source, session_ids=session_ids,
-                                 progress=advance)
-        os.replace(partial, output)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
-    return count
 
 
 class ConflictPolicyChoice(str, Enum):
@@ -149,14 +131,17 @@ def import_(
         if file == "-":
             # ``fail`` reads the input twice; standard input can be read once.
             fp: IO[str] = stack.enter_context(tempfile.TemporaryFile("w+", encoding="utf-8"))
-            for line in sys.stdin:
-                fp.write(line)
+            with out_of_room_typed("a temporary copy of standard input", "nothing was imported"):
+                for line in sys.stdin:
+                    fp.write(line)
+                fp.flush()
             fp.seek(0)
         else:
             _refuse_store_file(ctx, Path(file))
             fp = stack.enter_context(open(file, encoding="utf-8"))
         options = cli_state(ctx)
-        if create_if_new(options):
+        # A new store holds a copy of the file's data: it takes the file's mode.
+        if create_if_new(options, mode_of(None if file == "-" else Path(file))):
             out.note(f"created a new session store at {shown(store_url(options))}")
         store = stack.enter_context(open_store(options, write=True))
         total = _count_sessions_in(fp) if out.console(stderr=True).is_terminal else None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,7 +25,6 @@ __all__ = [
     "AfterForkReset",
     "IntegrityViolation",
     "StoreDialect",
-    "backup_database",
     "database_file",
     "dialect_for",
     "dialect_for_url",
@@ -64,14 +63,6 @@ def database_file(url: str | URL) -> Path | None:
     """The file behind a store's URL; None for a server or an in-memory database."""
     parsed = make_url(url)
     return dialect_for_url(parsed).database_file(parsed)
-
-
-def backup_database(url: str | URL, *, clock: Callable[[], float] | None = None) -> Path | None:
-    """Back the store up the way its dialect can (the copy's path); None where it cannot."""
-    import time
-
-    parsed = make_url(url)
-    return dialect_for_url(parsed).backup(parsed, clock=clock or time.time)
 
 
 def translate_any_error(exc: BaseException) -> SessionStoreError | None:

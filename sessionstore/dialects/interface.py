@@ -92,8 +92,14 @@ class StoreDialect(Protocol):
     def is_retryable(self, exc: BaseException) -> bool:
         """True for lock, busy, serialization and deadlock errors worth a fresh attempt."""
 
-    def translate_error(self, exc: BaseException) -> SessionStoreError | None:
-        """A clear typed error for a known failure (disk full, not a database...), else None."""
+    def translate_error(
+        self, exc: BaseException, url: URL | None = None
+    ) -> SessionStoreError | None:
+        """A clear typed error for a known failure (disk full, not a database...), else None.
+
+        ``url`` is the store the error came from, when known: an embedded database's generic
+        I/O error is a full disk when its files' disk (or the file-size limit) has no room
+        left (:mod:`.disk_space`), which only the files can tell."""
 
     def reserve_message_ids(self, conn: Connection, highest: int) -> None:
         """Before rows with explicit ids up to ``highest`` are inserted (import, copy): make
@@ -188,9 +194,11 @@ class StoreDialect(Protocol):
     def store_files(self, url: URL) -> tuple[Path, ...]:
         """The database file and the files beside it that belong to it (its log, ...)."""
 
-    def backup(self, url: URL, *, clock: Callable[[], float]) -> Path | None:
-        """A consistent copy of the live database beside it (its path), or None where this
-        package takes no backups (a server: use its own dump tools)."""
+    def copy_database(self, url: URL, destination: Path) -> None:
+        """Copy the live database into the new, empty file ``destination``: one consistent
+        snapshot, its pages checked. Only for a database that lives in a file
+        (``database_file`` is not None); a server's data is its own dump tool's, and this
+        package takes no copy of it (:mod:`sessionstore.storage.backups`)."""
 
     def write_ahead_log(self, url: URL) -> Path | None:
         """The log file whose growth shows that checkpoints are not keeping up, if any."""

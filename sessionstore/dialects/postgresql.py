@@ -368,8 +368,9 @@ class PostgreSQLDialect:
     def store_files(self, url: URL) -> tuple[Path, ...]:
         return ()
 
-    def backup(self, url: URL, *, clock: Callable[[], float]) -> Path | None:
-        return None  # pg_dump's job: sessionstore never copies a server's data directory
+    def copy_database(self, url: URL, destination: Path) -> None:
+        # pg_dump's job: sessionstore never copies a server's data directory.
+        raise StoreUnavailableError("a PostgreSQL database is backed up with pg_dump")
 
     def write_ahead_log(self, url: URL) -> Path | None:
         return None
@@ -425,7 +426,9 @@ class PostgreSQLDialect:
     def requests_read_only(self, url: URL) -> bool:
         return False
 
-    def translate_error(self, exc: BaseException) -> SessionStoreError | None:
+    def translate_error(
+        self, exc: BaseException, url: URL | None = None
+    ) -> SessionStoreError | None:
         failed_to_connect = connect_failure(exc)
         if failed_to_connect is not None:
             return failed_to_connect

@@ -41,7 +41,6 @@ import logging
 import os
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -57,10 +56,10 @@ from ..errors import (
     ReadOnlyStoreError,
     SchemaMissingError,
     SessionStoreError,
-    StoreFullError,
     StoreUnavailableError,
     UnsupportedValueError,
 )
+from .disk_space import full_disk_error, no_room_left
 from .interface import AfterForkReset, IntegrityViolation, missing_core_table
 from .sqlite_library import connect, connection_class, is_connection, library
 
@@ -277,11 +276,11 @@ class SQLiteDialect:
             return ()
         return (database, *(database.with_name(database.name + s) for s in COMPANION_SUFFIXES))
 
-    def backup(self, url: URL, *, clock: Callable[[], float] = time.time) -> Path | None:
+    def copy_database(self, url: URL, destination: Path) -> None:
         path = self.database_file(url)
         if path is None:
-            return None
-        return backup_file(path, clock=clock)
+            raise StoreUnavailableError("an in-memory database has no file to copy")
+        copy_pages(path, destination)
 
     def write_ahead_log(self, url: URL) -> Path | None:
         path = self.database_file(url)
@@ -343,16 +342,17 @@ class SQLiteDialect:
         message = str(original).lower()
         return "locked" in message or "busy" in message
 
-    def translate_error(self, exc: BaseException) -> SessionStoreError | None:
+    def translate_error(
+        self, exc: BaseException, url: URL | None = None
+    ) -> SessionStoreError | None:
         original = exc.orig if isinstance(exc, DBAPIError) else exc
         if not isinstance(original, sqlite3.Error):
             return None
         message = str(original).lower()
-        if "disk is full" in message or "database or disk is full" in message:
-            return StoreFullError(
-                "the disk holding the session store is full; nothing was written "
-                "and earlier data is intact: free some space and retry"
-            )
+        if "disk is full" in message or "database or disk is full" in message or (
+            "disk i/o error" in message and url is not None and no_room_left(self.store_files(url))
+        ):
+            return full_disk_error("the session store")
         if "readonly database" in message or "read-only" in message:
             return ReadOnlyStoreError(f"the session store is read-only here: {original}")
         if "file is not a database" in message or "malformed" in message:
@@ -477,45 +477,31 @@ def _checkpoint_truncate(driver: sqlite3.Connection) -> None:
         logger.debug("WAL checkpoint around VACUUM skipped", exc_info=True)
 
 
-def backup_file(path: Path, *, clock: Callable[[], float] = time.time) -> Path:
-    """Copy a live SQLite file to ``<file>.bak-<timestamp>`` beside it; return the copy's path.
+def copy_pages(path: Path, destination: Path, *, check: bool = True) -> None:
+    """Copy the live SQLite file ``path`` into the new, empty file ``destination``.
 
     Through SQLite's online backup API, in one step: the copy is one consistent snapshot (WAL
     content included) holding every write committed before it started, even while other
     processes go on writing, and the store's own files are only ever opened and closed by
-    SQLite (the file rule above), never by a plain file copy. The copy is written under a
-    temporary name, checked with ``quick_check``, then renamed: a backup file that exists is
-    complete.
+    SQLite (the file rule above), never by a plain file copy. With ``check`` the copy must
+    pass ``quick_check`` (:func:`page_problems`). Where the copy lives, its name and mode are
+    the caller's (:mod:`sessionstore.storage.private_files`).
     """
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(clock()))
-    target = path.with_name(f"{path.name}.bak-{stamp}")
-    suffix = 1
-    while target.exists():
-        # Two backups in one second (an upgrade straight after a doctor --fix) keep both.
-        target = path.with_name(f"{path.name}.bak-{stamp}-{suffix}")
-        suffix += 1
-    partial = target.with_name(target.name + ".partial")
     # The store's own library: a second one would drop the store's locks when it closed.
     source = connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
     try:
-        destination = connect(partial)
+        copy = connect(destination)
         try:
-            source.backup(destination)  # pages=-1: the whole file in one step, one snapshot
-            problems = page_problems(destination)
-            if problems:
-                raise StoreUnavailableError(
-                    f"the backup of {path} did not pass quick_check ({problems[:3]}); "
-                    "nothing was changed"
-                )
+            source.backup(copy)  # pages=-1: the whole file in one step, one snapshot
+            problems = page_problems(copy) if check else []
         finally:
-            destination.close()
-        os.replace(partial, target)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
+            copy.close()
     finally:
         source.close()
-    return target
+    if problems:
+        raise StoreUnavailableError(
+            f"the copy of {path} did not pass quick_check ({problems[:3]}); nothing was changed"
+        )
 
 
 def page_problems(conn: sqlite3.Connection, check: str = "quick_check") -> list[str]:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..dialects import sqlite_library
+from ..errors import SessionStoreError
 from ..search.object_names import FTS5_TABLES
 
 if TYPE_CHECKING:
@@ -226,7 +227,7 @@ def repair_state_db_schema(db_path: str | Path, *, backup: bool = True) -> dict[
     if backup:
         try:
             report["backup_path"] = str(_page_copy(path))
-        except (sqlite3.Error, OSError) as exc:
+        except (sqlite3.Error, OSError, SessionStoreError) as exc:
             report["error"] = f"no backup could be taken, nothing was changed: {exc}"
             return report
     for strategy, attempt in (("rebuild_fts", _rebuild_search_index),
@@ -291,20 +292,20 @@ def _health_problem(path: Path) -> str | None:
 
 
 def _page_copy(path: Path) -> Path:
+    """Hermes's name for the copy, written as every copy is (the file's mode, a private
+    workspace, a name that is free: ``storage.private_files``); no page check, the file is
+    known to be damaged."""
     import datetime
 
+    from ..dialects.sqlite import copy_pages
+    from ..storage.backups import numbered_names, write_copy
+
     stamp = datetime.datetime.now().strftime("%Y%m%d_%H%M%S")
-    target = path.with_name(f"{path.name}.malformed-backup-{stamp}")
-    source = sqlite_library.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        copy = sqlite_library.connect(str(target))
-        try:
-            source.backup(copy)
-        finally:
-            copy.close()
-    finally:
-        source.close()
-    return target
+    return write_copy(
+        path,
+        lambda destination: copy_pages(path, destination, check=False),
+        numbered_names(path, f".malformed-backup-{stamp}"),
+    )
 
 
 def _rebuild_search_index(path: Path) -> None:

@@ -55,12 +55,15 @@ else); a parent that is not in the target is set once the parent arrives, or lef
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
+import os
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, Any, Literal, TypeVar
 
 from sqlalchemy import Select, func, select, update
@@ -68,6 +71,8 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.sql import Executable
 
+from ..dialects import database_file
+from ..dialects.disk_space import out_of_room_typed
 from ..errors import ConstraintViolationError, ImportConflictError, SessionStoreError
 from ..sessions.repository import SessionRepository
 from ..sql import validation
@@ -75,6 +80,7 @@ from ..sql.records import FIELD_DEFAULTS, MESSAGE_FIELDS, SESSION_FIELDS
 from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
 from ..sql.tables import state_meta_table as state_meta
+from ..storage.private_files import create_empty_file, mode_of, private_copy, publish_over
 from ..storage.store import Store
 
 logger = logging.getLogger(__name__)
@@ -153,6 +159,34 @@ def export_jsonl(
             count += 1
             if progress is not None:
                 progress(1)
+    return count
+
+
+def export_jsonl_file(
+    store: Store,
+    output: Path,
+    *,
+    source: str | None = None,
+    session_ids: Iterable[str] | None = None,
+    progress: Progress | None = None,
+) -> int:
+    """:func:`export_jsonl` into the file ``output``, which appears only once complete: an
+    interrupted export never leaves a truncated file under a name a later import would trust.
+
+    The export is a copy of the store's data: it gets the store's mode (0600 for a server's)
+    and is written in a private workspace beside ``output``, then renamed over it
+    (:mod:`sessionstore.storage.private_files`). A full disk raises StoreFullError and leaves
+    ``output`` as it was."""
+    mode = mode_of(store.dialect.database_file(store.url))
+    with (
+        out_of_room_typed(f"the export {output}", f"{output} was not written"),
+        private_copy(output.parent, output.name, mode) as partial,
+    ):
+        with partial.open("w", encoding="utf-8") as fp:
+            count = export_jsonl(
+                store, fp, source=source, session_ids=session_ids, progress=progress
+            )
+        publish_over(partial, output)
     return count
 
 
@@ -391,11 +425,26 @@ def copy(src_url: str, dst_url: str, *, progress: Progress | None = None) -> Tra
     queries are planned for the rows it now holds, not for the empty tables it started as.
     """
     from ..schema import migrate
+    from ..schema.adoption import adoption_backup
 
-    migrate.upgrade(src_url)
+    # The source is adopted like any Hermes file SessionDB opens: backed up first.
+    migrate.upgrade(src_url, before_change=adoption_backup(src_url))
+    _create_private_target(src_url, dst_url)
     migrate.upgrade(dst_url)
     with Store.open(src_url, read_only=True) as source, Store.open(dst_url) as target:
         return copy_store(source, target, progress=progress)
+
+
+def _create_private_target(src_url: str, dst_url: str) -> None:
+    """A SQLite target that does not exist yet is created empty, exclusively, with the
+    source's mode (0600 for a server's): it is a copy of the source's data. What exists
+    (even as a link) is the user's and left as it is; what cannot be created here is left to
+    SQLite to create or to report."""
+    target = database_file(dst_url)
+    if target is None or os.path.lexists(target):
+        return
+    with contextlib.suppress(OSError):
+        create_empty_file(target, mode_of(database_file(src_url)))
 
 
 def _count_present(target: Store, source: Store) -> tuple[int, int]:

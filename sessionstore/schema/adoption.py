@@ -1,23 +1,31 @@
-"""The first adoption of a file sessionstore did not write: a consistent backup before changing it.
+"""The backup before a migration changes a file: taken under the migration's lock, once.
 
 A Hermes ``state.db`` (or any SQLite file without our ``alembic_version`` table) that holds
 tables is someone's history. Before the first migration that sessionstore runs on it, the store
 is backed up the way its dialect can (SQLite: the online backup API, a consistent snapshot,
 WAL content included, even while Hermes itself has it open; never a byte copy of a live file)
-to ``<file>.bak-<timestamp>`` beside it. Once adopted (``alembic_version`` present), a file is
+to ``<file>.bak-<timestamp>`` beside it, with the store's mode
+(:mod:`sessionstore.storage.backups`). Once adopted (``alembic_version`` present), a file is
 sessionstore's to migrate and no further automatic backups are taken; ``sessionstore db
 upgrade`` still takes one whenever it changes the schema. PostgreSQL is not backed up here
 (``pg_dump`` is its tool).
+
+The backup is taken inside the migration's write transaction, after the lock, from what the
+store says *then* (:class:`BackupBeforeChange`, the ``before_change`` of
+:func:`sessionstore.schema.migrate.upgrade`). So when several processes open one Hermes file at
+the same moment (a gateway's workers after an upgrade), exactly one backs it up and migrates;
+the others wait for its lock, then find the store at head: no second backup, nothing to do.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, Connection
 
-from ..dialects import backup_database
+from ..storage.backups import backup_database
 from .legacy import StoreState, check_not_too_new
 
 logger = logging.getLogger(__name__)
@@ -30,17 +38,38 @@ def needs_adoption_backup(state: StoreState) -> bool:
     return state.alembic_revision is None and not state.is_empty
 
 
-def backup_before_adoption(url: str | URL, state: StoreState) -> Path | None:
-    """Back the store up if this is its first adoption; the backup's path, else None.
+class BackupBeforeChange:
+    """Called by the migration environment under the migration lock, before anything is
+    changed, with what the store says of its schema at that moment: takes the backup when
+    ``needed(state)``, at most once however often the migration is retried.
 
-    ``state`` is what the store said of its schema just before (on the store's own engine).
-    """
-    if not needs_adoption_backup(state):
-        return None
-    backup = backup_database(url)
-    if backup is not None:
-        logger.warning(
-            "adopting %s, a database sessionstore did not write: backup written to %s",
-            url, backup,
-        )
-    return backup
+    ``found`` is that state (what this migration really started from: another process may
+    have migrated the store between a caller's first look and the lock); ``path`` is the
+    backup's, if one was taken."""
+
+    def __init__(self, url: str | URL, needed: Callable[[StoreState], bool]) -> None:
+        self.url = url
+        self.needed = needed
+        self.found: StoreState | None = None
+        self.path: Path | None = None
+
+    def __call__(self, connection: Connection, state: StoreState) -> None:
+        self.found = state
+        if self.path is not None or not self.needed(state):
+            return
+        self.path = backup_database(self.url)
+        if self.path is None:
+            return
+        if state.alembic_revision is None:
+            logger.warning(
+                "adopting %s, a database sessionstore did not write: backup written to %s",
+                self.url, self.path,
+            )
+        else:
+            logger.info("backup of %s written to %s before its schema changes",
+                        self.url, self.path)
+
+
+def adoption_backup(url: str | URL) -> BackupBeforeChange:
+    """The backup ``SessionDB`` takes: before the first adoption of a store only."""
+    return BackupBeforeChange(url, needs_adoption_backup)

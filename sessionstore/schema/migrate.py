@@ -12,10 +12,10 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
-from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError
 
-from ..dialects import dialect_for
+from ..dialects import dialect_for, dialect_for_url
 from ..errors import StoreBusyError
 from ..storage.config import resolve_url
 from ..storage.engine import create_store_engine
@@ -88,19 +88,39 @@ def head_revision() -> str:
     return HEAD_REVISION
 
 
-def upgrade(url: Target = None, revision: str = HEAD) -> None:
+BeforeChange = Callable[[Connection, legacy.StoreState], None]
+"""Called under the migration's lock, before the chain changes anything, with what the store
+says of its schema then (``schema.adoption.BackupBeforeChange`` takes the backup there)."""
+BEFORE_CHANGE_ATTRIBUTE = "before_change"
+
+
+def upgrade(
+    url: Target = None, revision: str = HEAD, *, before_change: BeforeChange | None = None
+) -> None:
     """Bring the store at ``url`` to ``revision``, adopting a legacy Hermes file first.
 
-    Given an open store's engine, the migration runs on that engine (one engine per store)."""
+    Given an open store's engine, the migration runs on that engine (one engine per store).
+    A full disk, a foreign file, a store kept busy are raised as this package's errors."""
     from alembic import command
 
-    command.upgrade(alembic_config(url), revision)
+    _run(url, lambda cfg: command.upgrade(cfg, revision), before_change)
 
 
-def downgrade(url: Target, revision: str) -> None:
+def downgrade(url: Target, revision: str, *, before_change: BeforeChange | None = None) -> None:
     from alembic import command
 
-    command.downgrade(alembic_config(url), revision)
+    _run(url, lambda cfg: command.downgrade(cfg, revision), before_change)
+
+
+def _run(
+    url: Target, command: Callable[[Config], None], before_change: BeforeChange | None
+) -> None:
+    cfg = alembic_config(url)
+    if before_change is not None:
+        cfg.attributes[BEFORE_CHANGE_ATTRIBUTE] = before_change
+    where = url.url if isinstance(url, Engine) else make_url(_url_text(url))
+    with typed_errors(dialect_for_url(where), url=where):
+        command(cfg)
 
 
 # NamedTuples, not frozen dataclasses: the open path imports this module, and each dataclass
@@ -160,7 +180,7 @@ def _inspect(target: Target, look: Callable[[Connection], T]) -> T:
             return look(connection)
 
     try:
-        with typed_errors(dialect):
+        with typed_errors(dialect, url=engine.url):
             try:
                 return run_with_retry(attempt, dialect.is_disconnect, RetryPolicy())
             except DBAPIError as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 
+from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
 from ..dialects import StoreDialect
@@ -31,18 +32,21 @@ def typed_errors(
     dialect: StoreDialect,
     *,
     refine: Callable[[SessionStoreError], SessionStoreError] | None = None,
+    url: URL | None = None,
 ) -> Iterator[None]:
     """Re-raise driver errors the dialect recognises as this package's typed errors.
 
     ``refine`` may reword a translated error for its caller (a Store adds how to create a
-    missing schema). Errors the dialect does not recognise propagate unchanged.
+    missing schema). ``url`` names the store, so that an error only its files can explain
+    (SQLite's "disk I/O error" on a full disk) is recognised. Errors the dialect does not
+    recognise propagate unchanged.
     """
     try:
         yield
     except StoreBusyError as exc:
         raise exhausted(dialect, exc) from exc.last_error
     except DBAPIError as exc:
-        translated = dialect.translate_error(exc)
+        translated = dialect.translate_error(exc, url)
         if translated is None:
             raise
         raise (refine(translated) if refine is not None else translated) from exc

@@ -74,7 +74,12 @@ class Store:
         queue_file = (
             None if read_only else self.dialect.writer_queue_file(engine.url, read_only=read_only)
         )
-        self._queue = None if queue_file is None else WriterQueue(queue_file)
+        self._queue = (
+            None
+            if queue_file is None
+            # The side file is the store's, as private as its file (``private_files``).
+            else WriterQueue(queue_file, self.dialect.database_file(engine.url))
+        )
         self._write_lock = WriteLock(self._queue, self.retry.budget_s)
         # With writes serialised in-process, one connection can serve them all: no pool
         # checkout and reset per write (a measurable share of an append). Dropped on any error.
@@ -147,7 +152,7 @@ class Store:
         except DBAPIError as exc:
             if self.dialect.is_retryable(exc):
                 return  # a foreign writer is mid-transaction: the next connection sets WAL
-            translated = self.dialect.translate_error(exc)
+            translated = self.dialect.translate_error(exc, self.engine.url)
             if translated is not None:
                 raise translated from exc
             raise
@@ -245,7 +250,7 @@ class Store:
         busy, errors typed. For work that brings its own connection and must run outside any
         transaction (a ``VACUUM``)."""
         policy = retry or self.retry
-        with typed_errors(self.dialect, refine=self._with_schema_hint):
+        with typed_errors(self.dialect, refine=self._with_schema_hint, url=self.engine.url):
             if self._serialize:
                 return self._queued(attempt, policy)
             return run_with_retry(attempt, self._is_retryable, policy)
@@ -367,7 +372,7 @@ class Store:
             finally:
                 self._release_reader(conn, clean=clean)
 
-        with typed_errors(self.dialect, refine=self._with_schema_hint):
+        with typed_errors(self.dialect, refine=self._with_schema_hint, url=self.engine.url):
             return run_with_retry(attempt, self._is_retryable, self.retry)
 
     def _reader_connection(self) -> Connection:

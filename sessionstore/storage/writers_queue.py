@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 from . import fork_safety as forksafety
+from .private_files import create_new_file, mode_of
 
 try:
     import fcntl
@@ -51,8 +52,11 @@ class QueueTimeout(Exception):
 class WriterQueue:
     """An exclusive lock on ``path`` shared by every writer of one store."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, mode_like: Path | None = None) -> None:
         self.path = path
+        self.mode_like = mode_like
+        """The file whose permissions the side file gets when this queue creates it (the
+        store's; 0600 without one: ``private_files.mode_of``)."""
         self._fd: int | None = None
         self._fd_lock = threading.Lock()
         self._waiter: _Waiter | None = None
@@ -173,7 +177,7 @@ class WriterQueue:
 
     def _open(self) -> int | None:
         try:
-            return _open_description(self.path)
+            return _open_description(self.path, self.mode_like)
         except OSError as exc:
             self._give_up(exc)
             return None
@@ -191,7 +195,7 @@ class WriterQueue:
     def _wait(self, timeout_s: float) -> int | None:
         with self._fd_lock:
             if self._waiter is None or self._waiter.stopped:
-                self._waiter = _Waiter(self.path)
+                self._waiter = _Waiter(self.path, self.mode_like)
             waiter = self._waiter
         try:
             return waiter.wait(timeout_s)
@@ -219,14 +223,22 @@ def _lock_briefly(fd: int) -> bool:
     return False
 
 
-def _open_description(path: Path) -> int:
-    """A new open file description of the side file, created if a closing store removed it."""
+def _open_description(path: Path, mode_like: Path | None) -> int:
+    """A new open file description of the side file, created if a closing store removed it:
+    exclusively, with ``mode_like``'s permissions (``private_files``)."""
     flags = os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
-    try:
-        return os.open(path, os.O_RDWR | os.O_CREAT | flags, 0o666)
-    except OSError:
-        # Someone else's side file we may not write: flock needs only a read descriptor.
-        return os.open(path, os.O_RDONLY | flags)
+    while True:
+        try:
+            return os.open(path, os.O_RDWR | flags)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            # Someone else's side file we may not write: flock needs only a read descriptor.
+            return os.open(path, os.O_RDONLY | flags)
+        try:
+            return create_new_file(path, mode_of(mode_like))
+        except FileExistsError:
+            continue  # another opener created it in between: open theirs
 
 
 def _still_current(fd: int) -> bool:
@@ -283,8 +295,9 @@ class _Waiter:
     again while the lock it handed over is held (its description would lock at once).
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, mode_like: Path | None) -> None:
         self._path = path
+        self._mode_like = mode_like
         self._changed = threading.Condition(threading.Lock())
         self._claim: _Claim | None = None
         self._fd: int | None = None
@@ -410,7 +423,7 @@ class _Waiter:
             if fd is None:
                 if self._stopping or self._claim is None:
                     raise _Unwanted
-                fd = _open_description(self._path)
+                fd = _open_description(self._path, self._mode_like)
                 with self._changed:
                     self._fd = fd
             fcntl.flock(fd, fcntl.LOCK_EX)

@@ -14,10 +14,9 @@ import json
 import os
 import random
 import sqlite3
-import subprocess
 import time
 from collections.abc import Callable, Iterator
-from contextlib import closing, contextmanager, suppress
+from contextlib import closing, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import event
 from store_library import connect_like_the_store
+from tiny_tmpfs import tiny_tmpfs
 
 from sessionstore.api.session_db import SessionDB
 from sessionstore.errors import SessionStoreError, StoreFullError
@@ -306,26 +306,8 @@ def test_page_limit_full_store_refuses_writes_clearly_and_resumes(tmp_path: Path
     _assert_full_store_behaves(db, path, free_space=lambda: set_limit(1_000_000))
 
 
-@contextmanager
-def _tiny_tmpfs(directory: Path, size: str) -> Iterator[Path]:
-    directory.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(directory)],
-        capture_output=True,
-        text=True,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
-        yield directory
-    finally:
-        subprocess.run(["umount", str(directory)], check=False)
-        if os.path.ismount(directory):
-            subprocess.run(["umount", "-l", str(directory)], check=False)
-
-
 def test_full_filesystem_refuses_writes_clearly_and_resumes(tmp_path: Path) -> None:
-    with _tiny_tmpfs(tmp_path / "tiny", "4m") as mount:
+    with tiny_tmpfs(tmp_path / "tiny", "4m") as mount:
         path = mount / "state.db"
         db = SessionDB(path)
         try:

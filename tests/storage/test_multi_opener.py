@@ -37,11 +37,12 @@ from typer.testing import CliRunner
 
 from sessionstore import cli
 from sessionstore.api.session_db import SessionDB
-from sessionstore.dialects import backup_database, database_file
+from sessionstore.dialects import database_file
 from sessionstore.dialects.sqlite import SQLITE_HEADER
 from sessionstore.errors import StoreUnavailableError
 from sessionstore.ops import doctor
 from sessionstore.schema import migrate
+from sessionstore.storage.backups import backup_database
 from sessionstore.storage.config import sqlite_url
 from sessionstore.storage.store import Store
 
