@@ -1454,6 +1454,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--hermes-v6", type=Path, default=DEFAULT_HERMES_V6,
                         help="the folder of Hermes v6's hermes_state.py, used in place "
                         "(default: ../shared/reference/hermes-v6 relative to the repository)")
+    parser.add_argument("--scale", nargs="?", const="10000,100000,1000000", default=None,
+                        metavar="SIZES",
+                        help="growth mode (scripts/bench_scale.py): build stores of these "
+                        "message counts (default 10000,100000,1000000) and one of 100k "
+                        "sessions, and report per-call cost and its growth")
+    parser.add_argument("--scale-sessions", type=int, default=100_000, metavar="N",
+                        help="with --scale: the sessions of the one-message-per-session store "
+                        "(default %(default)s)")
     parser.add_argument("--quick", action="store_true", help="small corpus, few repetitions")
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--workdir", type=Path, help="keep the files here (default: temp dir)")
@@ -1493,6 +1501,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             workdir.mkdir(parents=True, exist_ok=True)
         else:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ss-bench-")))
+        if args.scale:  # sessionstore against itself, as the store grows: no Hermes needed
+            sys.path.insert(0, str(Path(__file__).resolve().parent))
+            from bench_scale import run_scale
+
+            return run_scale(args, workdir)
         home = workdir / "hermes_home"
         sources = load_hermes_sources(args.hermes_cache, args.hermes_v6, home)
         for source in sources:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import pg_admin_url
+from store_library import connect_like_the_store
 
 BENCH = Path(__file__).resolve().parents[2] / "scripts" / "bench.py"
 
@@ -147,6 +148,32 @@ def test_a_missing_hermes_v6_is_named_with_the_option_to_fix_it(tmp_path: Path) 
     assert result.returncode != 0
     assert "Hermes v6 not found" in result.stderr and "--hermes-v6" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+SCALE_CALLS = (
+    "append_message", "conversation load", "word search 'docker deploy', limit 20",
+    "search CJK 2 chars", "search CJK 3 chars", "list_sessions_rich(limit=50)",
+    "prefix resolution", "title lineage", "message_count()",
+)  # fmt: skip
+
+
+def test_scale_mode_prints_per_call_cost_and_growth(tmp_path: Path) -> None:
+    result = run_bench("--scale", "400,2000", "--scale-sessions", "300", "--quick",
+                       "--workdir", str(tmp_path), timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    assert re.search(r"^call\s+400\s+2k\s+300 sessions\s+400->2k\s*$", out, re.M), out
+    for call in SCALE_CALLS:
+        pattern = rf"^{re.escape(call)}\s+(?:{FIGURE}\s+){{3}}\d+\.\d\dx\s*$"
+        assert re.search(pattern, out, re.M), (call, out)
+    assert "exact top-20 kept by the ranking window" in out
+    # Built through the store's own triggers: the word and CJK indexes hold the rows.
+    with contextlib.closing(connect_like_the_store(tmp_path / "scale_2000_200.db")) as conn:
+        total = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+        assert total > 2000  # the corpus and the timed appends
+        assert conn.execute("SELECT count(*) FROM messages_fts_docsize").fetchone()[0] == total
+        assert conn.execute(  # the appends are ASCII: only the corpus's CJK messages
+            "SELECT count(*) FROM messages_cjk_bigram_docsize").fetchone()[0] == 2000 // 17
 
 
 @pytest.mark.postgresql
