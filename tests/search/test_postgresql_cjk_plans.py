@@ -46,8 +46,12 @@ SELECT 's' || (g % 40),
        CASE WHEN g % 89 = 0 THEN 'terminal' END,
        CASE WHEN g % 83 = 0 THEN '[{"function": {"arguments": "查询数据"}}]' END,
        g / 3
-FROM generate_series(1, 12000) g;
+FROM generate_series(1, {rows}) g;
 """
+ROWS = 12_000
+# Issue 31 saw CJK queries filter row by row on a large store once the planner had statistics:
+# ten times the rows, and the same needles ten times rarer (about 0.1-0.2% of the rows).
+LARGE_ROWS = 120_000
 QUERIES = ("库", "検", "数据", "検索", "数据库", "迁移的")
 FILTERS: tuple[dict[str, Any], ...] = (
     {},
@@ -58,14 +62,23 @@ FILTERS: tuple[dict[str, Any], ...] = (
 )
 
 
-@pytest.fixture
-def db(migrated_pg_url: str) -> Iterator[SessionDB]:
-    engine = sa.create_engine(migrated_pg_url)
+def filled(url: str, rows: int, rarity: int) -> SessionDB:
+    """The store at ``url`` holding FILL's ``rows`` rows, each needle ``rarity`` times rarer."""
+    fill = FILL.replace("{rows}", str(rows))
+    if rarity > 1:
+        for modulus in (97, 61, 89, 83):
+            fill = fill.replace(f"g % {modulus} = 0", f"g % {modulus * rarity} = 0")
+    engine = sa.create_engine(url)
     with engine.begin() as conn:
         conn.execute(sa.text("TRUNCATE messages, sessions RESTART IDENTITY CASCADE"))
-        conn.connection.driver_connection.execute(FILL)  # type: ignore[union-attr]
+        conn.connection.driver_connection.execute(fill)  # type: ignore[union-attr]
     engine.dispose()
-    database = SessionDB(url=migrated_pg_url)
+    return SessionDB(url=url)
+
+
+@pytest.fixture
+def db(migrated_pg_url: str) -> Iterator[SessionDB]:
+    database = filled(migrated_pg_url, ROWS, 1)
     yield database
     database.close()
 
@@ -195,3 +208,22 @@ def test_a_mixed_script_query_uses_the_index_and_finds_each_term_anywhere(db: Se
         assert_candidates_come_from_the_bigram_index(
             plan_of(db, statement, parameters, generic=generic)
         )
+
+
+def test_a_large_analyzed_store_answers_cjk_from_the_bigram_index(migrated_pg_url: str) -> None:
+    """Loaded as users load one (rows in, then the documented ``ANALYZE``), a store ten times
+    larger with needles ten times rarer: the planner, knowing the statistics, still reads the
+    candidates from the bigram index, for every needle length, filter and time order."""
+    db = filled(migrated_pg_url, LARGE_ROWS, 10)
+    try:
+        db.store.write(lambda conn: conn.exec_driver_sql("ANALYZE sessions, messages"))
+        for query in QUERIES:
+            for kwargs in FILTERS[:3]:
+                ids, statement, parameters = search_statement(db, query, **kwargs)
+                assert ids == like_scan(db, query, **kwargs), (query, kwargs)
+                for generic in (False, True):
+                    assert_candidates_come_from_the_bigram_index(
+                        plan_of(db, statement, parameters, generic=generic)
+                    )
+    finally:
+        db.close()
