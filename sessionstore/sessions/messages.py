@@ -48,8 +48,10 @@ class NewMessage:
     Build it with :meth:`SessionRepository.prepare_message` (which also validates the text),
     or directly: ``tool_calls``, ``reasoning_details`` and ``codex_reasoning_items`` may be
     given as Python values (a list of tool-call dicts, say) and are encoded here, and
-    ``tool_call_total`` then defaults to the number of tool calls. A value of the wrong type
-    is a ``TypeError`` naming the field.
+    ``tool_call_total`` then defaults to the number of tool calls (also for JSON text). A
+    value of the wrong type is a ``TypeError`` naming the field: ``tool_calls`` is a list of
+    tool-call dicts (a number or one bare dict is a ``TypeError``), or as text the JSON of
+    such a list (other text is a ``ValueError``).
     """
 
     role: str
@@ -78,6 +80,15 @@ class NewMessage:
                 raise TypeError(
                     f"NewMessage.{name} must be str or None, not {type(value).__name__}"
                 )
+        if isinstance(self.tool_calls, str):
+            if self.tool_calls:
+                calls = validation.tool_calls_text(self.tool_calls, "NewMessage.tool_calls")
+                if self.tool_call_total == 0:
+                    object.__setattr__(self, "tool_call_total", calls)
+            else:
+                object.__setattr__(self, "tool_calls", None)
+        else:
+            validation.tool_calls(self.tool_calls, "NewMessage.tool_calls")
         for name in _NEW_MESSAGE_JSON_FIELDS:
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
@@ -190,7 +201,9 @@ class MessagesPart(RepositoryPart):
             role=validation.identifier(role, "role"),
             content=self._text(content, "content"),
             tool_name=validation.optional_identifier(tool_name, "tool_name"),
-            tool_calls=self._text(encode_json(tool_calls, "tool_calls"), "tool_calls"),
+            tool_calls=self._text(
+                encode_json(validation.tool_calls(tool_calls), "tool_calls"), "tool_calls"
+            ),
             tool_call_id=validation.optional_identifier(tool_call_id, "tool_call_id"),
             token_count=None
             if token_count is None

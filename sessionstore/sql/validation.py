@@ -10,8 +10,9 @@ the whole message.
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import ValueOutOfRangeError
@@ -57,6 +58,40 @@ def identifier(value: Any, name: str) -> str:
 
 def optional_identifier(value: Any, name: str) -> str | None:
     return None if value is None else identifier(value, name)
+
+
+def tool_calls(value: Any, name: str = "tool_calls") -> Sequence[Mapping[str, Any]] | None:
+    """A message's tool calls as OpenAI and Hermes write them: a list of tool-call objects
+    (dicts); None or an empty list is none. Anything else (a number, one bare dict, a string)
+    is a ``TypeError`` naming the field: Hermes would store it and count it as one call, and
+    every later read would find no call in it."""
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(
+            f"{name} must be a list of tool-call dicts (or None), not {type(value).__name__}"
+        )
+    for index, call in enumerate(value):
+        if not isinstance(call, Mapping):
+            raise TypeError(
+                f"{name}[{index}] must be a tool-call dict, not {type(call).__name__}"
+            )
+    return value
+
+
+def tool_calls_text(value: str, name: str = "tool_calls") -> int:
+    """Stored ``tool_calls`` text (``NewMessage`` takes the encoded form too): the JSON text of
+    a list of tool-call objects, else a ``ValueError`` naming the field. Returns how many
+    calls it holds."""
+    try:
+        decoded = json.loads(value)
+    except ValueError:
+        raise ValueError(
+            f"{name} is not JSON text (give the list of tool-call dicts, or its JSON)"
+        ) from None
+    if not isinstance(decoded, list) or not all(isinstance(call, dict) for call in decoded):
+        raise ValueError(f"{name} must be the JSON text of a list of tool-call objects")
+    return len(decoded)
 
 
 def free_text(value: Any, name: str, *, nul_allowed: bool) -> str | None:

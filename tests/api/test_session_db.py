@@ -1162,8 +1162,7 @@ def test_listing_keywords_come_after_v6_positional_parameters(db: SessionDB) -> 
         pytest.param([], 0, id="empty-list"),
         pytest.param([tool_call("c1")], 1, id="one-call"),
         pytest.param([tool_call("c1"), tool_call("c2"), tool_call("c3")], 3, id="three-calls"),
-        pytest.param(tool_call("c1"), 1, id="single-dict-counts-one"),
-        pytest.param("opaque", 1, id="other-truthy-counts-one"),
+        pytest.param((tool_call("c1"), tool_call("c2")), 2, id="a-tuple-counts-its-calls"),
     ],
 )
 def test_append_message_counters(db: SessionDB, tool_calls: Any, expected_increment: int) -> None:
@@ -1698,6 +1697,23 @@ BAD_CALLS: list[Any] = [
     pytest.param(
         lambda db: db.append_message("s", "assistant", "x", tool_calls=[object()]), TypeError,
         id="unserialisable-tool-calls",
+    ),
+    # Hermes would store these and count one call; every read would then find none (issue 27).
+    pytest.param(
+        lambda db: db.append_message("s", "assistant", "x", tool_calls=42), TypeError,
+        id="int-tool-calls",
+    ),
+    pytest.param(
+        lambda db: db.append_message("s", "assistant", "x", tool_calls={"id": 1}), TypeError,
+        id="bare-dict-tool-calls",
+    ),
+    pytest.param(
+        lambda db: db.append_message("s", "assistant", "x", tool_calls="not json"), TypeError,
+        id="str-tool-calls",
+    ),
+    pytest.param(
+        lambda db: db.append_messages("s", [{"role": "assistant", "tool_calls": [1, 2]}]),
+        TypeError, id="tool-calls-of-ints-in-a-turn",
     ),
     pytest.param(
         lambda db: db.update_token_counts("s", input_tokens="5"), TypeError, id="str-tokens"
