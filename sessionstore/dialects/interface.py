@@ -71,10 +71,21 @@ class StoreDialect(Protocol):
     def engine_options(self, url: URL, *, read_only: bool, busy_timeout_s: float) -> dict[str, Any]:
         """Keyword arguments for ``create_engine`` (URL rewrites go in ``prepare_url``)."""
 
-    def prepare_url(self, url: URL, *, read_only: bool) -> URL: ...
+    def prepare_url(self, url: URL, *, read_only: bool) -> URL:
+        """The URL the driver is given; a URL parameter the dialect cannot honour is a
+        ``StoreLocationError`` here, never silently dropped."""
 
     def requests_read_only(self, url: URL) -> bool:
-        """True when the URL itself asks for a read-only store (SQLite's ``?mode=ro``)."""
+        """True when the URL itself asks for a read-only store (SQLite's ``?mode=ro`` or
+        ``?immutable=1``); a parameter the dialect cannot honour is a ``StoreLocationError``."""
+
+    def lasting_parameters(self, url: URL) -> dict[str, str]:
+        """The URL parameters a command naming this store must repeat to open it at all
+        (SQLite: ``immutable=1``, for read-only media); the rest a hint may leave out."""
+
+    def read_only_media_url(self, url: URL) -> URL | None:
+        """The URL that reads this store where its directory cannot be written (read-only
+        media: SQLite's ``immutable=1``), when that is why it cannot be opened; else None."""
 
     def install_listeners(
         self, engine: Engine, *, read_only: bool, busy_timeout_s: float, set_journal_mode: bool

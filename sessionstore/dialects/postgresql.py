@@ -426,6 +426,12 @@ class PostgreSQLDialect:
     def requests_read_only(self, url: URL) -> bool:
         return False
 
+    def lasting_parameters(self, url: URL) -> dict[str, str]:
+        return {}  # a server's URL is named whole in hints
+
+    def read_only_media_url(self, url: URL) -> URL | None:
+        return None
+
     def translate_error(
         self, exc: BaseException, url: URL | None = None
     ) -> SessionStoreError | None:

@@ -44,7 +44,7 @@ import threading
 from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, Literal, cast
-from urllib.parse import parse_qs, quote, unquote, urlsplit
+from urllib.parse import parse_qs, parse_qsl, quote, unquote, urlsplit
 
 from sqlalchemy import ColumnElement, Table, and_, event, func, text, true
 from sqlalchemy.dialects.sqlite import Insert, insert
@@ -56,6 +56,7 @@ from ..errors import (
     ReadOnlyStoreError,
     SchemaMissingError,
     SessionStoreError,
+    StoreLocationError,
     StoreUnavailableError,
     UnsupportedValueError,
 )
@@ -101,8 +102,80 @@ def _is_memory(url: URL) -> bool:
 
 def _is_uri_filename(url: URL) -> bool:
     # Only with uri=true does the driver read "file:..." as a URI; otherwise it is a plain name.
-    uri_flag = str(url.query.get("uri", "")).lower() in {"true", "1", "yes", "on", "y", "t"}
-    return uri_flag and str(url.database).startswith("file:")
+    return _uri_flag(url) and str(url.database).startswith("file:")
+
+
+def _uri_flag(url: URL) -> bool:
+    return str(url.query.get("uri", "")).lower() in _TRUE_WORDS
+
+
+_TRUE_WORDS = frozenset({"true", "1", "yes", "on", "y", "t"})
+URI_PARAMETERS: dict[str, frozenset[str] | None] = {
+    "mode": frozenset({"ro", "rw", "rwc", "memory"}),
+    "immutable": frozenset({"0", "1"}),
+    "cache": frozenset({"private", "shared"}),
+    "vfs": None,  # any name; SQLite refuses one it does not have
+}
+"""The SQLite URI parameters a store URL may carry, and their values; the URL's query and a
+``file:`` URI's own query are read alike. ``mode=ro`` opens the store read-only; ``rw`` never
+creates the file; ``immutable=1`` opens it read-only without locks or a ``-shm`` file (read-only
+media); ``cache=private`` is SQLite's default; ``vfs`` picks a VFS (``unix-dotfile`` where the
+filesystem has no shared memory). Anything else is a ``StoreLocationError``: ``cache=shared`` on
+a file because shared-cache table locks (SQLITE_LOCKED) bypass the busy timeout and the writers'
+queue (a named in-memory database needs it, and has no other process to wait for), other names
+because a parameter the store would drop must not look honoured."""
+
+
+def uri_parameters(url: URL) -> dict[str, str]:
+    """The SQLite URI parameters of a store URL, checked (see :data:`URI_PARAMETERS`)."""
+    given: list[tuple[str, str]] = []
+    for key, value in url.query.items():
+        if key == "uri":
+            continue
+        given += [(key, item) for item in ((value,) if isinstance(value, str) else value)]
+    if _is_uri_filename(url):
+        given += parse_qsl(urlsplit(str(url.database)).query, keep_blank_values=True)
+    found: dict[str, str] = {}
+    for key, value in given:
+        if key not in URI_PARAMETERS:
+            raise StoreLocationError(
+                f"SQLite URL parameter {key!r} is not supported: a store URL takes "
+                f"{', '.join(sorted(URI_PARAMETERS))} and uri "
+                "(busy timeout and read-only access are options of the store)"
+            )
+        allowed = URI_PARAMETERS[key]
+        value = value if allowed is None else value.lower()
+        if (allowed is not None and value not in allowed) or found.get(key, value) != value:
+            choices = "a VFS name" if allowed is None else ", ".join(sorted(allowed))
+            raise StoreLocationError(
+                f"SQLite URL parameter {key}={value!r} is not one of {choices} (or it is given "
+                "twice, differently)"
+            )
+        found[key] = value
+    if found.get("cache") == "shared" and not _is_memory(url):
+        raise StoreLocationError(
+            "cache=shared is not supported for a store file: shared-cache table locks bypass "
+            "the busy timeout and the writers' queue; leave it out (each connection then has "
+            "its own cache)"
+        )
+    return found
+
+
+def _refuse_unseen_log(path: Path) -> None:
+    """``immutable=1`` reads the database file alone: changes still in a ``-wal`` beside it are
+    not seen (SQLite does not read the log of an immutable database). Refused, not silently
+    stale. ``stat`` only: the store's files are SQLite's to open."""
+    log = path.with_name(path.name + "-wal")
+    try:
+        size = log.stat().st_size
+    except OSError:
+        return
+    if size > 0:
+        raise StoreUnavailableError(
+            f"{path} has changes in {log.name} that immutable=1 would not see: open it "
+            "where it can be written (or copy the database and its -wal there), so SQLite "
+            "can read the log"
+        )
 
 
 def _filesystem_path(url: URL) -> Path:
@@ -110,6 +183,16 @@ def _filesystem_path(url: URL) -> Path:
         # The path sits between "file:" and any "?query" or "#fragment", percent-encoded.
         return Path(unquote(urlsplit(str(url.database)).path))
     return Path(str(url.database)).expanduser()
+
+
+def _file_uri(url: URL, parameters: dict[str, str]) -> URL:
+    """The store's URL as one ``file:`` URI carrying every SQLite parameter (the driver reads
+    parameters only from there). Quoted: a "?", "#" or "%" in the path would otherwise end the
+    path early, and the driver would then open (or create) a file at the truncated path."""
+    path = quote(_filesystem_path(url).resolve().as_posix())
+    query = "&".join(f"{key}={quote(value)}" for key, value in sorted(parameters.items()))
+    database = f"file:{path}?{query}" if query else f"file:{path}"
+    return url.set(database=database, query={"uri": "true"})
 
 
 class SQLiteDialect:
@@ -123,34 +206,27 @@ class SQLiteDialect:
     bytewise_collation = "BINARY"  # the default: memcmp of the UTF-8 text
 
     def requests_read_only(self, url: URL) -> bool:
-        return str(url.query.get("mode", "")).lower() == "ro"
+        parameters = uri_parameters(url)
+        return parameters.get("mode") == "ro" or parameters.get("immutable") == "1"
 
     def prepare_url(self, url: URL, *, read_only: bool) -> URL:
-        if "mode" in url.query and not _is_uri_filename(url) and not _is_memory(url):
-            # ``sqlite:///x.db?mode=ro``: the driver only reads ``mode`` from a file: URI, and
-            # ``read_only`` (from requests_read_only) already says ro; other modes move into
-            # the URI so the driver sees them.
-            mode = str(url.query["mode"])
-            url = url.difference_update_query(["mode"])
-            if mode.lower() != "ro":
-                path = quote(_filesystem_path(url).resolve().as_posix())
-                url = url.set(database=f"file:{path}?mode={quote(mode)}")
-                return url.update_query_dict({"uri": "true"})
-        if not read_only or _is_memory(url):
+        parameters = uri_parameters(url)  # checked first: a bad one is refused, never dropped
+        if _is_memory(url):
             return url
-        # mode=ro makes the driver refuse every write and never create the file.
-        if _is_uri_filename(url):
-            return url.update_query_dict({"mode": "ro"})
-        # Quoted: a "?", "#" or "%" in the path would otherwise end the path early and lose
-        # mode=ro, and the driver would then create a file at the truncated path.
-        path = quote(_filesystem_path(url).resolve().as_posix())
-        return url.set(database=f"file:{path}?mode=ro").update_query_dict({"uri": "true"})
+        if read_only:
+            # mode=ro makes the driver refuse every write and never create the file.
+            parameters["mode"] = "ro"
+        elif not parameters:
+            return url
+        return _file_uri(url, parameters)
 
     def engine_options(self, url: URL, *, read_only: bool, busy_timeout_s: float) -> dict[str, Any]:
         # check_same_thread=False: connections move between threads through the pool; SQLite
         # itself is built thread-safe. timeout is the busy handler's wait before "locked".
         # module/factory: the SQLite library this process runs on (sqlite_library: one with
         # the WAL-reset fix where one can be had, and one library per file).
+        if uri_parameters(url).get("immutable") == "1":
+            _refuse_unseen_log(_filesystem_path(url))
         used = library()
         options: dict[str, Any] = {
             "module": used.module,
@@ -270,6 +346,23 @@ class SQLiteDialect:
             return None
         return _filesystem_path(url)
 
+    def lasting_parameters(self, url: URL) -> dict[str, str]:
+        return {"immutable": "1"} if uri_parameters(url).get("immutable") == "1" else {}
+
+    def read_only_media_url(self, url: URL) -> URL | None:
+        path = self.database_file(url)
+        if path is None or uri_parameters(url).get("immutable") == "1":
+            return None
+        directory = path.parent
+        try:
+            exists = path.is_file()
+            read_only_media = bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+        except OSError:
+            return None
+        if not exists or not (read_only_media or not os.access(directory, os.W_OK)):
+            return None
+        return URL.create(url.drivername, database=str(path.resolve()), query={"immutable": "1"})
+
     def store_files(self, url: URL) -> tuple[Path, ...]:
         database = self.database_file(url)
         if database is None:
@@ -361,6 +454,8 @@ class SQLiteDialect:
             )
         if missing_core_table().search(message):
             return SchemaMissingError(f"this database has no session tables ({original})")
+        if "no such vfs" in message:
+            return StoreLocationError(f"the URL names a VFS this SQLite does not have ({original})")
         if "unable to open database" in message:
             return StoreUnavailableError(f"cannot open the SQLite database: {original}")
         if "pattern too complex" in message or "string or blob too big" in message:

@@ -15,17 +15,22 @@ from pathlib import Path
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
-from ..dialects import database_file
+from ..dialects import database_file, dialect_for_url
 from .config import resolve_url
 
 PROGRAM = "sessionstore"
 
 
 def store_argument(url: str | URL) -> str:
-    """How the store at ``url`` is spelled on the command line (before quoting)."""
+    """How the store at ``url`` is spelled on the command line (before quoting): a SQLite
+    file by its path, with the parameters it cannot be opened without (``immutable=1``)."""
     parsed = make_url(url) if isinstance(url, str) else url
     path = _database_file(parsed)
     if path is not None:
+        lasting = dialect_for_url(parsed).lasting_parameters(parsed)
+        if lasting:
+            shown = URL.create(parsed.drivername, database=str(path), query=lasting)
+            return shown.render_as_string(hide_password=True)
         return str(path)
     return parsed.render_as_string(hide_password=True)
 

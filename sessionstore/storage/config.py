@@ -75,7 +75,8 @@ def store_location(given: str | None) -> URL:
     raw = resolve_url(given)
     try:
         parsed = location_url(raw)
-        dialect_for_url(parsed)
+        # Its parameters too (a SQLite URI parameter the store would drop is refused).
+        dialect_for_url(parsed).requests_read_only(parsed)
         parsed.get_dialect()
     except (ArgumentError, ValueError, NoSuchModuleError) as exc:
         raise StoreLocationError(f"bad database URL {hide_password(raw)!r}: {exc}") from None

@@ -15,6 +15,7 @@ from sqlalchemy.exc import DBAPIError
 
 from ..dialects import StoreDialect
 from ..errors import SessionStoreError, StoreBusyError, StoreUnavailableError
+from .command_hints import cli_command
 
 
 def exhausted(dialect: StoreDialect, exc: StoreBusyError) -> SessionStoreError:
@@ -25,6 +26,23 @@ def exhausted(dialect: StoreDialect, exc: StoreBusyError) -> SessionStoreError:
             f"{exc.last_error}"
         )
     return exc
+
+
+def with_media_hint(
+    dialect: StoreDialect, url: URL, translated: SessionStoreError
+) -> SessionStoreError:
+    """A store that cannot be opened because its directory cannot be written (a WAL file on
+    read-only media: SQLite needs its ``-shm`` beside it) is told how to read it anyway."""
+    if type(translated) is not StoreUnavailableError:
+        return translated
+    media_url = dialect.read_only_media_url(url)
+    if media_url is None:
+        return translated
+    return StoreUnavailableError(
+        f"{translated}: its directory cannot be written (read-only media?); read it with "
+        f"immutable=1: `{cli_command(media_url, 'sessions', 'list')}`, or "
+        f"SessionDB(url={media_url.render_as_string()!r})"
+    )
 
 
 @contextlib.contextmanager
@@ -38,8 +56,9 @@ def typed_errors(
 
     ``refine`` may reword a translated error for its caller (a Store adds how to create a
     missing schema). ``url`` names the store, so that an error only its files can explain
-    (SQLite's "disk I/O error" on a full disk) is recognised. Errors the dialect does not
-    recognise propagate unchanged.
+    (SQLite's "disk I/O error" on a full disk) is recognised, and a store that read-only
+    media keeps from opening says how to read it. Errors the dialect does not recognise
+    propagate unchanged.
     """
     try:
         yield
@@ -49,4 +68,6 @@ def typed_errors(
         translated = dialect.translate_error(exc, url)
         if translated is None:
             raise
+        if url is not None:
+            translated = with_media_hint(dialect, url, translated)
         raise (refine(translated) if refine is not None else translated) from exc

@@ -36,7 +36,7 @@ from . import fork_safety as forksafety
 from .command_hints import cli_command
 from .config import resolve_url
 from .engine import DEFAULT_BUSY_TIMEOUT_S, create_store_engine
-from .error_translation import typed_errors
+from .error_translation import typed_errors, with_media_hint
 from .retry import RetryPolicy, queued_jitter, run_with_retry
 from .writers_queue import QueueTimeout, WriterQueue
 
@@ -154,7 +154,7 @@ class Store:
                 return  # a foreign writer is mid-transaction: the next connection sets WAL
             translated = self.dialect.translate_error(exc, self.engine.url)
             if translated is not None:
-                raise translated from exc
+                raise with_media_hint(self.dialect, self.url, translated) from exc
             raise
 
     @property
