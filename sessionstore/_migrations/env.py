@@ -36,12 +36,13 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from logging.config import fileConfig
 from typing import Any
 
 from alembic import context
+from alembic.runtime.migration import MigrationContext, MigrationInfo
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy import event
@@ -64,6 +65,8 @@ config = context.config
 FROM_THE_COMMAND_LINE = config.cmd_opts is not None
 """Alembic's command line built this config (``sessionstore.schema.migrate`` builds its own)."""
 PROGRESS_LOGGERS = ("alembic", "sessionstore")
+STEP_APPLIED = "step_applied"
+"""``config.attributes`` key of a callable told each revision reached (``migrate`` sets it)."""
 
 
 def _configure_logging() -> None:
@@ -123,6 +126,8 @@ def _adopt_and_migrate(connection: Connection) -> None:
     if _should_adopt():
         known = {rev.revision for rev in ScriptDirectory.from_config(config).walk_revisions()}
         adoption = legacy.adopt(connection, known)
+        if adoption.stamped is not None:
+            _report_reached(adoption.stamped)  # the steps before it are Hermes's own
         # Data steps Hermes already ran on this file (v16's backfill) must not run again.
         connection.info[HERMES_SCHEMA_BEFORE_CHAIN] = adoption.found.schema_version
     context.configure(
@@ -132,12 +137,27 @@ def _adopt_and_migrate(connection: Connection) -> None:
         # SQLite can run DDL in a transaction too: all steps commit together or not at all.
         transactional_ddl=True,
         compare_type=True,
+        on_version_apply=_step_applied,
     )
     rewrite = dialect.migration_statement_rewrite(connection)
     with _statements_rewritten(connection, rewrite), context.begin_transaction():
         context.run_migrations()
     if _should_adopt() and _has_messages(connection) and _at_head():
         ensure_head_layout(search_index_for(dialect), connection)
+
+
+def _step_applied(
+    ctx: MigrationContext, step: MigrationInfo, heads: Collection[Any], run_args: Mapping[str, Any]
+) -> None:
+    """Tell the caller (``migrate.upgrade(..., progress=...)``) each revision reached: a big
+    store's upgrade takes seconds, and the CLI shows which step runs."""
+    _report_reached(",".join(step.destination_revision_ids) or "base")
+
+
+def _report_reached(revision: str) -> None:
+    report = config.attributes.get(STEP_APPLIED)
+    if report is not None:
+        report(revision)
 
 
 @contextmanager

@@ -146,6 +146,31 @@ def progress(description: str, total: int | None) -> Iterator[Callable[[int], No
 
 
 @contextlib.contextmanager
+def stages(description: str) -> Iterator[Callable[[str, int, int], None] | None]:
+    """A progress bar over named stages on a terminal's stderr, for work that reports each
+    stage as it starts (``(name, number, of)``, number from 1); ``None`` (quiet) when piped."""
+    err_console = console(stderr=True)
+    if not err_console.is_terminal:
+        yield None
+        return
+    columns = (
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=err_console, transient=True) as bar_:
+        task = bar_.add_task(description, total=None)
+
+        def stage(name: str, number: int, total: int) -> None:
+            bar_.update(task, description=f"{description}: {name}", completed=number - 1,
+                        total=total)  # fmt: skip
+
+        yield stage
+
+
+@contextlib.contextmanager
 def spinner(description: str) -> Iterator[None]:
     err_console = console(stderr=True)
     if not err_console.is_terminal:

@@ -143,6 +143,50 @@ def _check_direction(url: URL, status: migrate.Status, target: str, *, downgrade
         )
 
 
+def _steps(current: str | None, target: str, *, downgrade: bool) -> list[tuple[str, str]]:
+    """(revision, description) of each step an upgrade or downgrade will run, in order; for a
+    Hermes file not yet adopted, from the first revision (adoption stamps a later one, and the
+    steps before it are then skipped)."""
+    history = migrate.history()
+    chain = [revision for revision, _, _ in history]
+    goal = -1 if target == "base" else chain.index(_resolve_revision(target))
+    now = chain.index(current) if current in chain else -1
+    if downgrade:
+        return [(revision, doc) for revision, _, doc in reversed(history[goal + 1 : now + 1])]
+    return [(revision, doc) for revision, _, doc in history[now + 1 : goal + 1]]
+
+
+def _step_names(
+    steps: list[tuple[str, str]],
+    stage: Callable[[str, int, int], None],
+    *,
+    downgrade: bool,
+) -> Callable[[str], None]:
+    """Name the first step on the progress bar now, then, as each revision is reached, the
+    step that runs next."""
+    order = [step for step, _ in steps]
+    position = 0
+
+    def describe(index: int) -> None:
+        step, doc = steps[index]
+        stage(f"{step} {doc[:60]}", index + 1, len(steps))
+
+    def reached(where: str) -> None:
+        nonlocal position
+        # The revision reached says where (an adopted Hermes file starts past the first
+        # steps); a step undone reaches the next one down, which is then the one running.
+        if where in order[position:]:
+            position = order.index(where) + (0 if downgrade else 1)
+        else:
+            position += 1
+        if position < len(steps):
+            describe(position)
+
+    if steps:
+        describe(0)
+    return reached
+
+
 def _resolve_revision(revision: str) -> str:
     return migrate.head_revision() if revision == migrate.HEAD else revision
 
@@ -228,8 +272,10 @@ def _change_schema(
         if database_file(url) is not None
         else None
     )
-    with out.spinner(f"{verb} {shown(url)} ..."):
-        apply(full(url), revision, before_change=backup_step)
+    steps = _steps(before, revision, downgrade=downgrade)
+    with out.stages(f"{'downgrading' if downgrade else 'upgrading'} {shown(url)}") as stage:
+        progress = None if stage is None else _step_names(steps, stage, downgrade=downgrade)
+        apply(full(url), revision, before_change=backup_step, progress=progress)
     backup = None if backup_step is None else backup_step.path
     if backup_step is not None and backup_step.found is not None:
         # What the store said under the migration's lock: another process may have done the
@@ -409,18 +455,19 @@ def db_doctor(
     # it is, so a file that is refused below stays byte-identical.
     engine = create_store_engine(url, set_journal_mode=False)
     with contextlib.closing(Store(engine, owns_engine=True)) as store:
-        with out.spinner("checking ..."):
-            report = doctor.diagnose(store)
+        with out.stages(f"checking {shown(url)}") as stage:
+            report = doctor.diagnose(store, progress=stage)
         fixable = [c for c in report.checks if c.fixable and c.status in ("fail", "warn")]
         recount = recount_tool_calls and bool(report.findings.recount_tool_calls)
         if (fix and fixable) or recount:
             backup = backup_database(url)
-            with out.spinner("repairing ..."):
+            with out.stages(f"repairing {shown(url)}") as stage:
                 actions = doctor.repair(
                     store, report if fix else _only_recount(report),
-                    recount_tool_calls=recount_tool_calls,
+                    recount_tool_calls=recount_tool_calls, progress=stage,
                 )
-                report = doctor.diagnose(store)
+            with out.stages(f"checking {shown(url)} again") as stage:
+                report = doctor.diagnose(store, progress=stage)
     if as_json:
         out.print_json(
             {

@@ -120,7 +120,8 @@ def prune(
                     refusal=f"refusing to delete {len(doomed)} session(s) without confirmation",
                 )
             # The cutoff shown is the one used, however long the confirmation took.
-            deleted = repository.prune_sessions_before(cutoff, source)
+            with out.spinner(f"deleting {len(doomed)} session(s) and their messages ..."):
+                deleted = repository.prune_sessions_before(cutoff, source)
     if as_json:
         out.print_json(
             {

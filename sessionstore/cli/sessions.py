@@ -169,7 +169,8 @@ def sessions_delete(
                 "message(s)?",
                 refusal=f"refusing to delete session {session_id} without confirmation",
             )
-        deleted = repository.delete_session(session_id)
+        with out.spinner(f"deleting session {session_id} ..."):
+            deleted = repository.delete_session(session_id)
     if as_json:
         out.print_json({"id": session_id, "deleted": deleted})
     elif deleted:

@@ -24,7 +24,7 @@ def stats(
     as_json: JsonOption = False,
 ) -> None:
     """Sessions and messages per source; tokens and cost per model and per day."""
-    with open_store(cli_state(ctx)) as store:
+    with open_store(cli_state(ctx)) as store, out.spinner("counting ..."):
         data = store.read(lambda conn: collect_stats(conn, days))
     if as_json:
         out.print_json(data)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -124,20 +124,40 @@ def is_store_file(url: str | URL, path: Path) -> bool:
 
 
 # -- diagnosis -------------------------------------------------------------------------------
-def diagnose(store: Store, *, wal_warn_bytes: int = WAL_WARN_BYTES) -> Report:
+Stage = Callable[[str, int, int], None]
+"""Told ``(what, number, of)`` as each stage of a diagnosis or repair starts (``number`` from
+1): checking a big store takes seconds, and the CLI shows which stage runs."""
+
+
+def diagnose(
+    store: Store, *, wal_warn_bytes: int = WAL_WARN_BYTES, progress: Stage | None = None
+) -> Report:
     """Run every check; a store that is not at head gets only the schema finding."""
     findings = _Findings()
+    stages: list[tuple[str, Callable[[], Check | list[Check]]]] = [
+        ("engine", lambda: store.read(_check_engine)),
+        ("integrity", lambda: _check_integrity(store)),
+        ("full-text indexes", lambda: _search_checks(store)),
+        ("lineage", lambda: store.read(lambda conn: _check_dangling_parents(conn, findings))),
+        ("orphaned messages", lambda: store.read(
+            lambda conn: _check_orphan_messages(conn, findings))),
+        ("counters", lambda: store.read(lambda conn: _check_counters(conn, findings))),
+        ("write-ahead log", lambda: _check_wal(store, wal_warn_bytes)),
+    ]  # fmt: skip
+    total = len(stages) + 1
+    if progress is not None:
+        progress("schema", 1, total)
     schema, at_head = store.read(lambda conn: _check_schema(conn, store.url))
     if not at_head:
         # The other checks assume the current columns: one clear instruction to upgrade beats
         # a cascade of SQL errors.
         return Report((schema,), findings)
-    checks = [schema, store.read(_check_engine), _check_integrity(store)]
-    checks.extend(_search_checks(store))
-    checks.append(store.read(lambda conn: _check_dangling_parents(conn, findings)))
-    checks.append(store.read(lambda conn: _check_orphan_messages(conn, findings)))
-    checks.extend(store.read(lambda conn: _check_counters(conn, findings)))
-    checks.append(_check_wal(store, wal_warn_bytes))
+    checks = [schema]
+    for number, (name, run) in enumerate(stages, start=2):
+        if progress is not None:
+            progress(name, number, total)
+        found = run()
+        checks.extend(found if isinstance(found, list) else [found])
     return Report(tuple(checks), findings)
 
 
@@ -456,7 +476,13 @@ def _check_wal(store: Store, wal_warn_bytes: int) -> Check:
 
 
 # -- repair ----------------------------------------------------------------------------------
-def repair(store: Store, report: Report, *, recount_tool_calls: bool = False) -> list[str]:
+def repair(
+    store: Store,
+    report: Report,
+    *,
+    recount_tool_calls: bool = False,
+    progress: Stage | None = None,
+) -> list[str]:
     """Fix the fixable findings of ``report``; return one line per action taken.
 
     A tool_call_count that follows an older Hermes rule is history, not damage: it is rewritten
@@ -467,26 +493,32 @@ def repair(store: Store, report: Report, *, recount_tool_calls: bool = False) ->
         check.name for check in report.checks if check.fixable and check.status in ("fail", "warn")
     }
     findings = report.findings
-    actions: list[str] = []
-    if "orphan_messages" in flagged:
-        actions.append(_adopt_orphans(store, findings.orphan_sessions))
-    if "dangling_parents" in flagged:
-        actions.append(_clear_dangling_parents(store, findings.dangling_parents))
-    if flagged & {"message_counts", "tool_call_counts"}:
-        actions.append(
-            _fix_counters(store, findings.wrong_counters, findings.wrong_tool_counts)
-        )
-    if flagged & {"fts_objects", "fts_parity", "fts_integrity"}:
-        actions.append(_rebuild_search(store))
-    if "wal_size" in flagged:
-        actions.append(_truncate_wal(store))
     legacy = {
         session_id: total
         for session_id, total in findings.recount_tool_calls.items()
         if session_id not in findings.wrong_counters
     }
+    planned: list[tuple[str, Callable[[], str]]] = []
+    if "orphan_messages" in flagged:
+        planned.append(("orphaned messages",
+                        lambda: _adopt_orphans(store, findings.orphan_sessions)))
+    if "dangling_parents" in flagged:
+        planned.append(("lineage",
+                        lambda: _clear_dangling_parents(store, findings.dangling_parents)))
+    if flagged & {"message_counts", "tool_call_counts"}:
+        planned.append(("counters", lambda: _fix_counters(
+            store, findings.wrong_counters, findings.wrong_tool_counts)))
+    if flagged & {"fts_objects", "fts_parity", "fts_integrity"}:
+        planned.append(("full-text indexes", lambda: _rebuild_search(store)))
+    if "wal_size" in flagged:
+        planned.append(("write-ahead log", lambda: _truncate_wal(store)))
     if recount_tool_calls and legacy:
-        actions.append(_recount_tool_calls(store, legacy))
+        planned.append(("tool-call counts", lambda: _recount_tool_calls(store, legacy)))
+    actions = []
+    for number, (name, run) in enumerate(planned, start=1):
+        if progress is not None:
+            progress(name, number, len(planned))
+        actions.append(run())
     return actions
 
 

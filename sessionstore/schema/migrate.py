@@ -50,14 +50,24 @@ def _url_text(target: Target) -> str:
     return resolve_url(target)
 
 
+StepApplied = Callable[[str], None]
+"""Told the revision each migration step reached, as it is reached (progress for long runs)."""
+
+
 def alembic_config(
-    url: Target = None, *, connection: Connection | Engine | None = None
+    url: Target = None,
+    *,
+    connection: Connection | Engine | None = None,
+    progress: StepApplied | None = None,
 ) -> Config:
     """An Alembic Config for ``url``, or for an open ``connection`` whose transaction you own,
-    or for an engine (then ``env.py`` migrates in one retried write transaction on it)."""
+    or for an engine (then ``env.py`` migrates in one retried write transaction on it).
+    ``progress`` is told each revision reached."""
     from alembic.config import Config
 
     cfg = Config()
+    if progress is not None:
+        cfg.attributes["step_applied"] = progress
     cfg.set_main_option("script_location", script_location())
     # configparser treats % as interpolation: URL-encoded passwords must be doubled.
     cfg.set_main_option("sqlalchemy.url", _url_text(url).replace("%", "%%"))
@@ -95,27 +105,42 @@ BEFORE_CHANGE_ATTRIBUTE = "before_change"
 
 
 def upgrade(
-    url: Target = None, revision: str = HEAD, *, before_change: BeforeChange | None = None
+    url: Target = None,
+    revision: str = HEAD,
+    *,
+    before_change: BeforeChange | None = None,
+    progress: StepApplied | None = None,
 ) -> None:
     """Bring the store at ``url`` to ``revision``, adopting a legacy Hermes file first.
 
     Given an open store's engine, the migration runs on that engine (one engine per store).
-    A full disk, a foreign file, a store kept busy are raised as this package's errors."""
+    A full disk, a foreign file, a store kept busy are raised as this package's errors.
+    ``progress`` is told each revision reached, as the steps run (one transaction: nothing
+    is committed until the last)."""
     from alembic import command
 
-    _run(url, lambda cfg: command.upgrade(cfg, revision), before_change)
+    _run(url, lambda cfg: command.upgrade(cfg, revision), before_change, progress)
 
 
-def downgrade(url: Target, revision: str, *, before_change: BeforeChange | None = None) -> None:
+def downgrade(
+    url: Target,
+    revision: str,
+    *,
+    before_change: BeforeChange | None = None,
+    progress: StepApplied | None = None,
+) -> None:
     from alembic import command
 
-    _run(url, lambda cfg: command.downgrade(cfg, revision), before_change)
+    _run(url, lambda cfg: command.downgrade(cfg, revision), before_change, progress)
 
 
 def _run(
-    url: Target, command: Callable[[Config], None], before_change: BeforeChange | None
+    url: Target,
+    command: Callable[[Config], None],
+    before_change: BeforeChange | None,
+    progress: StepApplied | None,
 ) -> None:
-    cfg = alembic_config(url)
+    cfg = alembic_config(url, progress=progress)
     if before_change is not None:
         cfg.attributes[BEFORE_CHANGE_ATTRIBUTE] = before_change
     where = url.url if isinstance(url, Engine) else make_url(_url_text(url))
