@@ -12,12 +12,11 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 from contextlib import closing
-from pathlib import Path
 from typing import Any
 
 import pytest
 import real_hermes_driver as scenario
-from real_hermes import FORK_RELEASES, RealHermes, RealHermesFork, backup_copy
+from real_hermes import FORK_RELEASES, ForkFiles, RealHermes, backup_copy
 from real_hermes_later_driver import (
     CALLER_UID,
     CONTINUATION_PROMPT,
@@ -39,27 +38,6 @@ V30_MESSAGE_COLUMNS = {"display_identity", "display_order"}
 V31_MESSAGE_COLUMNS = {"message_uid", "absorbed_message_uids", "tool_call_uids", "tool_call_uid"}
 UNBUMPED_SESSION_COLUMNS = {"transport_profile", "created_source", "compression_overload_streak"}
 TRIGRAM_EXCLUDED = (scenario.DELEGATE_ID, CRON_ID, SUBAGENT_ID)
-
-
-class ForkFiles:
-    """One fresh file per fork, built once per test session (a backup copy is what tests use)."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.built: dict[str, Path] = {}
-
-    def hermes(self, label: str) -> RealHermesFork:
-        return RealHermesFork(label, self.root / "home" / label)
-
-    def get(self, label: str) -> Path:
-        if label not in self.built:
-            path = self.root / f"{label}.db"
-            self.hermes(label).build(path)
-            self.built[label] = path
-        return self.built[label]
-
-    def copy(self, label: str, target: Path) -> Path:
-        return backup_copy(self.get(label), target)
 
 
 @pytest.fixture(scope="session")

@@ -268,3 +268,24 @@ class RealHermesFork(RealHermes):
         self.python = str(self.root.parents[2] / "bin" / "python")
         self.home = home
         home.mkdir(parents=True, exist_ok=True)
+
+
+class ForkFiles:
+    """One file per fork, built once by its own ``SessionDB`` (tests use backup copies)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.built: dict[str, Path] = {}
+
+    def hermes(self, label: str) -> RealHermesFork:
+        return RealHermesFork(label, self.root / "home" / label)
+
+    def get(self, label: str) -> Path:
+        if label not in self.built:
+            path = self.root / f"{label}.db"
+            self.hermes(label).build(path)
+            self.built[label] = path
+        return self.built[label]
+
+    def copy(self, label: str, target: Path) -> Path:
+        return backup_copy(self.get(label), target)
