@@ -4,12 +4,28 @@ PostgreSQL comes from ``SESSIONSTORE_TEST_PG_URL`` (default: the local server's 
 database, used only as the maintenance connection; every run creates and drops its own
 databases). When the server is unreachable the PostgreSQL tests are skipped locally, and fail
 under ``CI=true``: CI must never pass by not testing.
+
+What a test waited for, and why it no longer does (the inner loop, ``pytest -m "not slow"``,
+and the full run are timed in docs/getting-started.md):
+
+- **fsync.** Every commit of a store fsyncs (SQLite ``synchronous=FULL`` in WAL, PostgreSQL's
+  ``synchronous_commit``): 6-7 ms a commit on this disk when quiet, far more when the machine
+  is shared. No test crashes the machine or the server, so none needs the flush: test files
+  live on the RAM disk (``TMPDIR`` points at ``/dev/shm`` unless already set; the store's
+  code and its fsync calls are unchanged, the kernel has nothing to wait for), and the
+  throw-away PostgreSQL databases commit with ``synchronous_commit = off`` (a killed backend
+  loses nothing either way; only a server crash could, and no test makes one).
+- **Emptying PostgreSQL.** ``TRUNCATE`` makes new files for every table and index (170 ms);
+  ``DELETE`` of the few rows a test wrote takes a few ms (``pg_store_url``).
+- **Migrating.** The chain runs once per test process and dialect; tests get copies
+  (``migrated_sqlite_url``) or the emptied database (``pg_store_url``).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +44,20 @@ from real_hermes import backup_copy  # noqa: E402
 
 from sessionstore.schema import migrate  # noqa: E402
 from sessionstore.storage.engine import create_store_engine  # noqa: E402
+
+RAM_DISK = Path("/dev/shm")
+
+
+def _test_files_in_ram() -> None:
+    """``TMPDIR`` on the RAM disk for this run and the programs it starts (see above); a
+    ``TMPDIR`` already set is the user's choice and is kept."""
+    if "TMPDIR" in os.environ or not (RAM_DISK.is_dir() and os.access(RAM_DISK, os.W_OK)):
+        return
+    os.environ["TMPDIR"] = str(RAM_DISK)
+    tempfile.tempdir = None  # forget a directory chosen before this ran
+
+
+_test_files_in_ram()
 
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 DIALECTS = ["sqlite", "postgresql"]
@@ -70,6 +100,8 @@ class PgDatabases:
         name = f"sstest_{os.getpid()}_{uuid.uuid4().hex[:10]}"
         with self.admin.connect() as conn:
             conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+            # A commit need not wait for the disk in a database no test crashes (see above).
+            conn.execute(sa.text(f'ALTER DATABASE "{name}" SET synchronous_commit = off'))
         self.created.append(name)
         return make_url(pg_admin_url()).set(database=name).render_as_string(hide_password=False)
 
@@ -93,25 +125,66 @@ def empty_pg_url(pg_databases: PgDatabases) -> str:
     return pg_databases.create()
 
 
+class MigratedPg:
+    """The run's PostgreSQL database at head, and how to empty it back to what the chain left.
+
+    Every table the chain leaves empty is emptied (children before parents) and every
+    sequence restarts; tables the chain fills (``alembic_version``, ``schema_version``) are
+    kept. Learnt from the database itself right after the upgrade, so the tables of later
+    revisions are emptied too. ``DELETE`` rather than ``TRUNCATE``: a test writes a few rows,
+    and ``TRUNCATE`` makes new files for every table and index (170 ms against a few ms).
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        # Pinged before use: tests that kill every backend of this database kill ours too.
+        self.engine = sa.create_engine(url, pool_pre_ping=True)
+        metadata = sa.MetaData()
+        metadata.reflect(self.engine)
+        with self.engine.connect() as conn:
+            self.tables = [
+                table.name
+                for table in reversed(metadata.sorted_tables)
+                if conn.execute(sa.select(sa.func.count()).select_from(table)).scalar() == 0
+            ]
+            self.sequences = list(
+                conn.scalars(
+                    sa.text(
+                        "SELECT quote_ident(sequence_schema) || '.' || quote_ident(sequence_name)"
+                        " FROM information_schema.sequences"
+                        " WHERE sequence_schema = current_schema()"
+                    )
+                )
+            )
+
+    def empty(self) -> None:
+        with self.engine.begin() as conn:
+            for table in self.tables:
+                conn.exec_driver_sql(f'DELETE FROM "{table}"')
+            for sequence in self.sequences:
+                conn.exec_driver_sql(f"ALTER SEQUENCE {sequence} RESTART")
+
+
 @pytest.fixture(scope="session")
-def migrated_pg_url(pg_databases: PgDatabases) -> str:
-    """One PostgreSQL database at head for the whole run; tests get it emptied (below)."""
+def migrated_pg(pg_databases: PgDatabases) -> Iterator[MigratedPg]:
     url = pg_databases.create()
     migrate.upgrade(url)
-    return url
+    database = MigratedPg(url)  # before any test writes to it
+    yield database
+    database.engine.dispose()
 
 
-def _truncate(url: str) -> None:
-    engine = sa.create_engine(url)
-    with engine.begin() as conn:
-        conn.execute(
-            sa.text(
-                "TRUNCATE messages, sessions, state_meta, compression_locks, session_model_usage, "
-                "gateway_routing, async_delegations "
-                "RESTART IDENTITY CASCADE"
-            )
-        )
-    engine.dispose()
+@pytest.fixture(scope="session")
+def migrated_pg_url(migrated_pg: MigratedPg) -> str:
+    """One PostgreSQL database at head for the whole run; tests get it emptied (below)."""
+    return migrated_pg.url
+
+
+@pytest.fixture
+def pg_store_url(migrated_pg: MigratedPg) -> str:
+    """The run's migrated PostgreSQL database, empty (as the chain left it) for this test."""
+    migrated_pg.empty()
+    return migrated_pg.url
 
 
 @pytest.fixture(scope="session")
@@ -139,9 +212,7 @@ def store_url(request: pytest.FixtureRequest) -> str:
     """A migrated, empty store URL on each dialect."""
     if request.param == "sqlite":
         return str(request.getfixturevalue("migrated_sqlite_url"))
-    url = request.getfixturevalue("migrated_pg_url")
-    _truncate(url)
-    return str(url)
+    return str(request.getfixturevalue("pg_store_url"))
 
 
 @pytest.fixture(params=DIALECTS)

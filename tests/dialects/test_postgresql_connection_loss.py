@@ -28,12 +28,8 @@ from sessionstore.sql.statements import HotWrites
 
 
 @pytest.fixture
-def pg_url(migrated_pg_url: str) -> str:
-    engine = sa.create_engine(migrated_pg_url)
-    with engine.begin() as conn:
-        conn.execute(sa.text("TRUNCATE messages, sessions RESTART IDENTITY CASCADE"))
-    engine.dispose()
-    return migrated_pg_url
+def pg_url(pg_store_url: str) -> str:
+    return pg_store_url
 
 
 @pytest.fixture
@@ -139,6 +135,7 @@ def test_session_creation_survives_a_lost_acknowledgement(
         assert db.session_count() == 1
 
 
+@pytest.mark.slow
 def test_appends_while_backends_are_killed_lose_and_duplicate_nothing(
     db: SessionDB, pg_url: str
 ) -> None:

@@ -25,12 +25,8 @@ pytestmark = pytest.mark.postgresql
 
 
 @pytest.fixture
-def db(migrated_pg_url: str) -> Iterator[SessionDB]:
-    engine = sa.create_engine(migrated_pg_url)
-    with engine.begin() as conn:
-        conn.execute(sa.text("TRUNCATE messages, sessions RESTART IDENTITY CASCADE"))
-    engine.dispose()
-    database = SessionDB(url=migrated_pg_url)
+def db(pg_store_url: str) -> Iterator[SessionDB]:
+    database = SessionDB(url=pg_store_url)
     database.create_session("s", "cli")
     yield database
     database.close()

@@ -850,15 +850,14 @@ def test_postgresql_translates_known_failures(
 
 
 @pytest.fixture
-def pg_seeded(migrated_pg_url: str) -> Iterator[str]:
+def pg_seeded(pg_store_url: str) -> Iterator[str]:
     """The migrated PostgreSQL database emptied, with sessions 'a' and 'b'."""
-    engine = sa.create_engine(migrated_pg_url)
+    engine = sa.create_engine(pg_store_url)
     with engine.begin() as conn:
-        conn.execute(sa.text("TRUNCATE messages, sessions RESTART IDENTITY CASCADE"))
         for session_id in ("a", "b"):
             conn.execute(INSERT_SESSION, {"id": session_id, "started_at": 0.0})
     engine.dispose()
-    yield migrated_pg_url
+    yield pg_store_url
 
 
 LOCK_ROW = sa.text("SELECT id FROM sessions WHERE id = :id FOR UPDATE")

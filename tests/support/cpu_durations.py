@@ -1,0 +1,114 @@
+"""Per-test CPU seconds: how to find the slow tests on a shared, loaded machine.
+
+``--durations`` reports wall-clock time, which on a loaded machine measures the neighbours as
+much as the test. This plugin reports what a test itself costs: the CPU seconds (user + system)
+of the test process during its setup, call and teardown, plus those of the programs it started
+and waited for. A test that mostly waits (a sleep, a timeout, fsync) shows little CPU and a long
+wall time; compare both. Run it as::
+
+    PYTHONPATH=tests/support .venv/bin/python -m pytest -n auto -p cpu_durations \\
+        --cpu-durations 40 --durations 40
+
+(``PYTHONPATH`` because ``-p`` loads the plugin before ``conftest.py`` puts ``tests/support`` on
+``sys.path``.) It works across xdist workers: each report carries its CPU seconds in
+``user_properties`` and the controller adds them up. ``--cpu-durations-json FILE`` writes every
+test's seconds (and each file's total) for a closer look.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+PROPERTY = "cpu_s"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("cpu durations")
+    group.addoption(
+        "--cpu-durations", type=int, default=None, metavar="N",
+        help="show the N tests that used the most CPU (0: all)",
+    )  # fmt: skip
+    group.addoption(
+        "--cpu-durations-json", default=None, metavar="FILE",
+        help="write every test's CPU seconds to FILE",
+    )  # fmt: skip
+
+
+def _cpu_now() -> float:
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+def _measured(item: pytest.Item, phase: str) -> Iterator[None]:
+    started = _cpu_now()
+    yield
+    item.stash.setdefault(_SPENT, {})[phase] = _cpu_now() - started
+
+
+_SPENT = pytest.StashKey[dict[str, float]]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    yield from _measured(item, "setup")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    yield from _measured(item, "call")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    yield from _measured(item, "teardown")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
+    outcome = yield
+    spent = item.stash.get(_SPENT, {}).get(call.when)
+    if spent is not None:
+        outcome.get_result().user_properties.append((PROPERTY, spent))
+
+
+class _Totals:
+    def __init__(self) -> None:
+        self.by_test: dict[str, float] = defaultdict(float)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        for name, value in report.user_properties:
+            if name == PROPERTY:
+                self.by_test[report.nodeid] += float(value)
+
+    def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
+        by_file: dict[str, float] = defaultdict(float)
+        for nodeid, seconds in self.by_test.items():
+            by_file[nodeid.split("::")[0]] += seconds
+        shown = config.getoption("cpu_durations")
+        if shown is not None:
+            ranked = sorted(self.by_test.items(), key=lambda pair: -pair[1])
+            writer = terminalreporter
+            writer.write_sep("=", "CPU seconds per test (process + waited-for children)")
+            for nodeid, seconds in ranked if shown == 0 else ranked[:shown]:
+                writer.write_line(f"{seconds:8.2f}s {nodeid}")
+            writer.write_sep("-", "CPU seconds per file")
+            for path, seconds in sorted(by_file.items(), key=lambda pair: -pair[1]):
+                writer.write_line(f"{seconds:8.2f}s {path}")
+            writer.write_line(f"{sum(self.by_test.values()):8.2f}s in all tests")
+        target = config.getoption("cpu_durations_json")
+        if target:
+            Path(target).write_text(
+                json.dumps({"tests": self.by_test, "files": by_file}, indent=1, sort_keys=True)
+            )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist) adds up
+        config.pluginmanager.register(_Totals(), "cpu_durations_totals")
