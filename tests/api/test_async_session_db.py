@@ -320,6 +320,7 @@ def sqlite_path(url: str) -> str:
     return str(sa.make_url(url).database)
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 @pytest.mark.parametrize("script", [SQLITE_HOLDER, QUEUE_HOLDER], ids=["sqlite3", "queue"])
 async def test_the_loop_keeps_ticking_while_another_process_holds_the_lock(
@@ -432,6 +433,7 @@ def writers_queue_is_free(url: str) -> bool:
     return True
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 @pytest.mark.parametrize("seed", [7, 1234])
 async def test_cancellation_storm_leaves_whole_turns_and_exact_counters(
@@ -648,6 +650,7 @@ async def test_a_cancelled_turn_has_settled_when_its_call_returns(
     assert counters_match_rows(store_url) == []
 
 
+@pytest.mark.slow
 def test_a_store_survives_its_loop_dying_with_writes_in_flight(store_url: str) -> None:
     """An event loop stops and is closed with writes queued, running, and (SQLite) waiting
     between attempts with the writers' queue held while another process holds the lock; its

@@ -223,6 +223,7 @@ def test_the_migration_lock_is_one_per_schema(database: str) -> None:
 UPGRADE = "import sys; from sessionstore.schema import migrate; migrate.upgrade(sys.argv[1])"
 
 
+@pytest.mark.slow
 def test_tenants_migrating_at_once_on_a_new_database_both_succeed(database: str) -> None:
     """Both create their schema; the one extension of the database is created once, in
     public, outside either migration's transaction."""

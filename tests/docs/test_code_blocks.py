@@ -88,6 +88,7 @@ def test_no_indented_code_blocks() -> None:
             previous = line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("document", documents(), ids=_name)
 def test_every_block_runs_as_written(
     document: Path, tmp_path: Path, request: pytest.FixtureRequest

@@ -51,6 +51,9 @@ from sessionstore.schema import migrate
 from sessionstore.search.object_names import SEARCH_OBJECT_NAMES
 from sessionstore.sql.records import MESSAGE_FIELDS, SESSION_FIELDS
 
+# Slow: every test runs a real Hermes release in a side interpreter (the full run only).
+pytestmark = pytest.mark.slow
+
 FIELD_SCHEMAS = (11, 13, 14, 16, 17)
 HEAD_HERMES = 17
 # The revision that reproduces each released schema (where a downgrade target exists).

@@ -25,6 +25,9 @@ from real_hermes_later_driver import (
     SUBAGENT_ID,
 )
 
+# Slow: every test runs a real Hermes fork release in a side interpreter (the full run only).
+pytestmark = pytest.mark.slow
+
 # Columns and tables each number proves (tests/support/hermes_v23_v31.md §6, "required").
 V25_SESSION_COLUMNS = {
     "system_prompt_hash", "last_activity_at", "last_activity_description",

@@ -33,6 +33,9 @@ from real_hermes_driver import PATH_KEY, SQL_STEP, argument
 
 from sessionstore.api.session_db import SessionDB
 
+# Slow: every test runs a real Hermes release in a side interpreter (the full run only).
+pytestmark = pytest.mark.slow
+
 HEAD_HERMES = 17
 NOW = time.time()
 DAY = 86_400.0

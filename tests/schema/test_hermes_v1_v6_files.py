@@ -178,6 +178,7 @@ def expected_schema_version(revision: str) -> int:
     return max(earlier, default=NEWEST_KNOWN_VERSION)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("start", ["legacy_v1", "fresh"])
 def test_triggers_survive_every_single_step(tmp_path: Path, start: str) -> None:
     path = tmp_path / "state.db"
@@ -322,6 +323,7 @@ def _upgrade_when_released(url: str, start: Any, outcomes: Any) -> None:
         outcomes.put("ok")
 
 
+@pytest.mark.slow
 def test_two_processes_upgrading_at_once_both_succeed(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     build_legacy_db(path, 1)

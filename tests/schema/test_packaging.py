@@ -24,6 +24,9 @@ from legacy_v1_v6 import build_legacy_db
 
 from sessionstore.schema.migrate import HEAD_REVISION
 
+# Slow: builds and installs the wheel with pip (the full run only).
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 PACKAGED_INI = REPO / "sessionstore" / "_migrations" / "alembic.ini"
 

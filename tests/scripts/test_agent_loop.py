@@ -23,6 +23,9 @@ from store_library import connect_like_the_store
 
 from sessionstore.api.session_db import SessionDB
 
+# Slow: runs the agent-loop script in subprocesses (the full run only).
+pytestmark = pytest.mark.slow
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "agent_loop.py"
 ROOT_MESSAGES = 8  # two turns of user, assistant(tool call), tool, assistant
 CHILD_MESSAGES = 9  # the compaction summary, then two turns

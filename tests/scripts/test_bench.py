@@ -20,6 +20,9 @@ import pytest
 from conftest import pg_admin_url
 from store_library import connect_like_the_store
 
+# Slow: runs scripts/bench.py in a subprocess against real Hermes releases (the full run only).
+pytestmark = pytest.mark.slow
+
 BENCH = Path(__file__).resolve().parents[2] / "scripts" / "bench.py"
 
 # Each table row, as the pattern its line starts with.

@@ -12,7 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import pg_admin_url
+
+# Slow: runs scripts/bench.py --async in a subprocess on both dialects (the full run only).
+pytestmark = pytest.mark.slow
 
 BENCH = Path(__file__).resolve().parents[2] / "scripts" / "bench.py"
 # side, tasks, turns/s, ... max lag, failures

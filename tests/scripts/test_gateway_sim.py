@@ -18,6 +18,9 @@ import pytest
 
 from sessionstore import SessionDB
 
+# Slow: runs scripts/gateway_sim.py in subprocesses (the full run only).
+pytestmark = pytest.mark.slow
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gateway_sim.py"
 
 

@@ -23,6 +23,9 @@ from sessionstore.api.session_db import SessionDB
 from sessionstore.ops import doctor
 from sessionstore.storage.store import Store
 
+# Slow: runs a real Hermes release in a side interpreter (the full run only).
+pytestmark = pytest.mark.slow
+
 HERMES_CLIENT = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])

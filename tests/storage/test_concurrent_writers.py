@@ -20,6 +20,9 @@ from store_library import engine_like_the_store
 
 from sessionstore.api.session_db import SessionDB
 
+# Slow: each test starts several writer processes (the full run only).
+pytestmark = pytest.mark.slow
+
 THREADS = 8
 MESSAGES_PER_THREAD = 24
 BATCH_SIZE = 4

@@ -98,6 +98,7 @@ def test_the_checker_sees_every_kind_of_damage(tmp_path: Path, kind: str, damage
 # --- 1. lock storm ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_lock_storm_loses_nothing_and_no_lock_error_reaches_a_caller(tmp_path: Path) -> None:
     """8 writers, 2 readers, and a foreign write transaction held for 3 s in the middle."""
     config = StormConfig(
@@ -146,6 +147,7 @@ KILL_TRIALS = 8
 KILL_WRITERS = 2
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_moments_loses_and_half_writes_nothing(tmp_path: Path) -> None:
     url = sqlite_url(tmp_path / "state.db")
     sessions = ["kill-a", "kill-b", "kill-c"]
@@ -210,6 +212,7 @@ LEGACY_MESSAGES = 50_000
 MIGRATION_ATTEMPTS = 6
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("journal_mode", "variant", "runner"),
     [
@@ -306,6 +309,7 @@ def test_page_limit_full_store_refuses_writes_clearly_and_resumes(tmp_path: Path
     _assert_full_store_behaves(db, path, free_space=lambda: set_limit(1_000_000))
 
 
+@pytest.mark.slow
 def test_full_filesystem_refuses_writes_clearly_and_resumes(tmp_path: Path) -> None:
     with tiny_tmpfs(tmp_path / "tiny", "4m") as mount:
         path = mount / "state.db"
@@ -537,6 +541,7 @@ def hostile_check(store_url: str) -> Iterator[HostileCheck]:
     db.close()
 
 
+@pytest.mark.slow
 @given(
     slot_name=st.sampled_from(sorted(SLOTS_BY_NAME)),
     value=st.one_of(hostile_text, wrong_types),
@@ -553,6 +558,7 @@ def test_write_methods_answer_hostile_values_clearly(
     hostile_check(SLOTS_BY_NAME[slot_name], value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("slot", WRITE_SLOTS, ids=lambda slot: slot.name)
 def test_write_methods_answer_odd_values_clearly(
     hostile_check: HostileCheck, slot: WriteSlot
@@ -599,6 +605,7 @@ READ_CALLS: list[tuple[str, Callable[[SessionDB, Any], Any]]] = [
 ]  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "read"), READ_CALLS, ids=[name for name, _ in READ_CALLS])
 def test_lookups_answer_odd_values_clearly(
     hostile_check: HostileCheck, name: str, read: Callable[[SessionDB, Any], Any]

@@ -46,6 +46,10 @@ from sessionstore.storage.backups import backup_database
 from sessionstore.storage.config import sqlite_url
 from sessionstore.storage.store import Store
 
+# Slow: each test starts other processes (forks, shells, interpreters) on one store
+# (the full run only).
+pytestmark = pytest.mark.slow
+
 SESSION = "shared"
 
 needs_fork = pytest.mark.skipif(
