@@ -7,11 +7,50 @@ import sys
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from .. import __version__
 from ._common import CliState, UrlOption
 from ._output import print_error, silence_broken_pipe
+
+COMMAND_ORDER = (
+    "sessions", "search", "stats", "title", "export", "import", "prune", "db",
+    "list", "show", "delete", "set", "next",
+    "upgrade", "current", "history", "doctor", "downgrade", "copy",
+)  # fmt: skip
+"""The order ``--help`` lists verbs in: reading first, then changing, moving, the database
+(Click's own is registration order, which is import order)."""
+
+
+class PlainCommand(TyperCommand):
+    """A verb's help in Click's plain words: arguments by their name alone (``QUERY``,
+    ``[REVISION]``, ``[SRC_URL] DST_URL``), where Typer writes ``{QUERY}`` in the usage line
+    and ``QUERY <str>`` in the list."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if param.param_type_name == "argument":
+                name = param.metavar or (param.name or "").upper()
+                pieces.append(name if param.required else f"[{name}]")
+            else:
+                pieces.extend(param.get_usage_pieces(ctx))
+        return pieces
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        arguments, options = [], []
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            if param.param_type_name == "argument":
+                arguments.append((param.metavar or (param.name or "").upper(), record[1]))
+            else:
+                options.append(record)
+        for title, rows in (("Arguments", arguments), ("Options", options)):
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
 
 
 class _OneLineErrors(TyperGroup):
@@ -20,6 +59,10 @@ class _OneLineErrors(TyperGroup):
     Click's own rendering is a usage line, a hint and the error (Typer's: a box); a script
     reading stderr wants the one line the docs promise (docs/cli.md).
     """
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        rank = {name: position for position, name in enumerate(COMMAND_ORDER)}
+        return sorted(super().list_commands(ctx), key=lambda name: rank.get(name, len(rank)))
 
     def main(self, *args: Any, **extra: Any) -> Any:
         if not extra.pop("standalone_mode", True):
@@ -32,7 +75,7 @@ class _OneLineErrors(TyperGroup):
             sys.exit(0)
         except typer.Abort:
             # Ctrl-C or end of input at a question: nothing was done.
-            print_error("aborted; nothing changed")
+            typer.echo("aborted; nothing changed", err=True)
             sys.exit(1)
         except Exception as exc:
             # Click's exception classes are vendored inside newer Typer releases and not

@@ -48,6 +48,10 @@ class CliError(Exception):
         self.exit_code = exit_code
 
 
+class Declined(CliError):
+    """The answer to a question was no: said plainly (not as an error), exit status 1."""
+
+
 class UsageProblem(CliError):
     def __init__(self, message: str) -> None:
         super().__init__(message, EXIT_USAGE)
@@ -139,6 +143,9 @@ def report_errors(command: Callable[P, None]) -> Callable[P, None]:
         except BrokenPipeError:
             silence_broken_pipe()
             raise typer.Exit(0) from None
+        except Declined as exc:
+            typer.echo(str(exc), err=True)
+            raise typer.Exit(exc.exit_code) from None
         except CliError as exc:
             if debug:
                 raise
@@ -178,7 +185,7 @@ def confirm(question: str, *, refusal: str, declined: str = "nothing deleted") -
     if not interactive():
         raise CliError(f"{refusal}: standard input is not a terminal; pass --yes")
     if not typer.confirm(question, default=False):
-        raise CliError(declined)
+        raise Declined(declined)
 
 
 # -- opening stores --------------------------------------------------------------------------
@@ -329,6 +336,9 @@ def resolve_ref(store: Store, ref: str) -> str:
     """
     repository = SessionRepository(store)
     found = repository.resolve_session_id(ref) or repository.resolve_session_by_title(ref)
+    if found is None and ref.endswith(SHORTENED_MARK):
+        # Pasted from a listing, ellipsis and all.
+        found = repository.resolve_session_id(ref.removesuffix(SHORTENED_MARK))
     if found is not None:
         return found
     # Titles are typed from memory: "deploy bot" finds "Deploy Bot" when that is the only one.
@@ -352,5 +362,13 @@ def resolve_ref(store: Store, ref: str) -> str:
     raise CliError(f"no session matches {ref!r} (as an id, an id prefix or a title)")
 
 
+SHORTENED_MARK = "…"
+"""Ends an id the listing shortened to its unique prefix (a REF may keep it: it is dropped)."""
+
+
 def short_ids(store: Store, ids: list[str]) -> dict[str, str]:
-    return SessionRepository(store).short_ids(ids)
+    shortest = SessionRepository(store).short_ids(ids)
+    return {
+        session_id: short if short == session_id else short + SHORTENED_MARK
+        for session_id, short in shortest.items()
+    }

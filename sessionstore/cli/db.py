@@ -25,7 +25,7 @@ from ..storage.backups import backup_database
 from ..storage.engine import create_store_engine
 from ..storage.store import Store
 from . import _output as out
-from ._app import db_app
+from ._app import PlainCommand, db_app
 from ._common import (
     EXIT_FAILURE,
     CliError,
@@ -311,7 +311,7 @@ def _report_nothing_to_do(url: URL, revision: str | None, as_json: bool) -> None
         typer.echo(f"{shown(url)} is already at revision {revision}; nothing to do")
 
 
-@db_app.command("upgrade")
+@db_app.command("upgrade", cls=PlainCommand)
 @report_errors
 def db_upgrade(
     ctx: typer.Context,
@@ -327,7 +327,18 @@ def db_upgrade(
     _change_schema(cli_state(ctx), revision, migrate.upgrade, "upgraded", as_json)
 
 
-@db_app.command("downgrade")
+_DOWNGRADE_HELP = (
+    "Step the schema back to REVISION (a SQLite file is backed up first).\n\n"
+    "Undoing a revision drops the tables or columns it added, except "
+    + ", ".join(sorted(PRESERVING_REVISIONS))
+    + " (indexes, trigger text, counter widths or a schema number only); base drops "
+    "everything. A downgrade that drops data asks first on a terminal and is refused without "
+    "one unless --yes is given. PostgreSQL is not backed up: take a pg_dump first. The "
+    "revisions are listed by: sessionstore db history."
+)
+
+
+@db_app.command("downgrade", cls=PlainCommand, help=_DOWNGRADE_HELP)
 @report_errors
 def db_downgrade(
     ctx: typer.Context,
@@ -335,23 +346,17 @@ def db_downgrade(
         str, typer.Argument(metavar="REVISION", help="Target revision, e.g. 0005 or base.")
     ],
     yes: Annotated[
-        bool, typer.Option("--yes", "-y", help="Drop data without asking (see below).")
+        bool, typer.Option("--yes", "-y", help="Drop data without asking.")
     ] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Step the schema back to REVISION (a SQLite file is backed up first).
-
-    A downgrade that drops data (tables, or columns that hold values: every step but 0004, 0007,
-    0008, 0009, 0013, 0018, 0019 and 0021) asks first on a terminal and is refused without one
-    unless --yes is given.
-    PostgreSQL is not backed up: take a pg_dump first.
-    """
+    # The help is _DOWNGRADE_HELP: it names the revisions from PRESERVING_REVISIONS.
     _change_schema(
         cli_state(ctx), revision, migrate.downgrade, "downgraded", as_json, yes=yes
     )
 
 
-@db_app.command("current")
+@db_app.command("current", cls=PlainCommand)
 @report_errors
 def db_current(
     ctx: typer.Context,
@@ -389,7 +394,7 @@ def db_current(
         raise typer.Exit(EXIT_FAILURE)
 
 
-@db_app.command("history")
+@db_app.command("history", cls=PlainCommand)
 @report_errors
 def db_history(ctx: typer.Context, as_json: JsonOption = False) -> None:
     """List the migration chain, oldest first."""
@@ -420,7 +425,7 @@ _STATUS_MARKS = {
 }
 
 
-@db_app.command("doctor")
+@db_app.command("doctor", cls=PlainCommand)
 @report_errors
 def db_doctor(
     ctx: typer.Context,
@@ -503,7 +508,7 @@ def _only_recount(report: doctor.Report) -> doctor.Report:
     return doctor.Report((), report.findings)
 
 
-@db_app.command("copy")
+@db_app.command("copy", cls=PlainCommand)
 @report_errors
 def db_copy(
     ctx: typer.Context,

@@ -22,7 +22,7 @@ from ..sessions.repository import SessionRepository
 from ..sql.records import SessionRecord
 from ..storage.store import Store
 from . import _output as out
-from ._app import app
+from ._app import PlainCommand, app
 from ._common import (
     JsonOption,
     UsageProblem,
@@ -66,7 +66,7 @@ def parse_moment(text: str) -> float:
     return moment.timestamp()  # naive: local time, as the listing shows times
 
 
-@app.command("prune")
+@app.command("prune", cls=PlainCommand)
 @report_errors
 def prune(
     ctx: typer.Context,
@@ -74,6 +74,7 @@ def prune(
         str | None,
         typer.Option(
             "--older-than",
+            metavar="AGE",
             help="Age of the sessions to delete: 90d, 12h, 2w (default 90d).",
             show_default=False,
         ),
@@ -82,12 +83,15 @@ def prune(
         str | None,
         typer.Option(
             "--before",
+            metavar="MOMENT",
             help="Instead of --older-than: delete sessions started before this moment "
             "(2026-01-31, 2026-01-31T12:00 or a Unix timestamp).",
             show_default=False,
         ),
     ] = None,
-    source: Annotated[str | None, typer.Option(help="Only sessions of this source.")] = None,
+    source: Annotated[
+        str | None, typer.Option(metavar="SOURCE", help="Only sessions of this source.")
+    ] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show what would be deleted; delete nothing.")
     ] = False,
@@ -134,7 +138,8 @@ def prune(
             }
         )
     elif not doomed:
-        typer.echo("nothing to prune")
+        typer.echo("nothing to prune: no ended session started before the cutoff (sessions "
+                   "that never ended are never pruned)")  # fmt: skip
     elif dry_run:
         typer.echo(f"dry run: {len(doomed)} session(s) would be deleted")
     else:

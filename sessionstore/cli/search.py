@@ -10,7 +10,7 @@ from rich.text import Text
 from ..search import ContextMessage, SearchHit
 from ..sessions.repository import SessionRepository
 from . import _output as out
-from ._app import app
+from ._app import PlainCommand, app
 from ._common import JsonOption, cli_state, open_store, report_errors, short_ids
 
 CONTEXT_LINE_CHARS = 160
@@ -31,7 +31,7 @@ def _split_context(hit: SearchHit) -> tuple[list[ContextMessage], list[ContextMe
     return [], []
 
 
-@app.command("search")
+@app.command("search", cls=PlainCommand)
 @report_errors
 def search(
     ctx: typer.Context,
@@ -50,8 +50,8 @@ def search(
         list[str] | None,
         typer.Option(metavar="ROLE", help="Only messages of this role (repeatable)."),
     ] = None,
-    limit: Annotated[int, typer.Option(min=0, help="At most this many hits.")] = 20,
-    offset: Annotated[int, typer.Option(min=0, help="Skip this many first.")] = 0,
+    limit: Annotated[int, typer.Option(min=0, metavar="N", help="At most this many hits.")] = 20,
+    offset: Annotated[int, typer.Option(min=0, metavar="N", help="Skip this many first.")] = 0,
     context: Annotated[
         bool, typer.Option("--context/--no-context", help="Show the messages around each hit.")
     ] = True,

@@ -18,7 +18,7 @@ from ..sessions.repository import SessionRepository
 from ..sql.codec import decode_json
 from ..sql.records import MessageRecord, SessionListing, SessionRecord
 from . import _output as out
-from ._app import sessions_app
+from ._app import PlainCommand, sessions_app
 from ._common import (
     CliError,
     JsonOption,
@@ -83,11 +83,13 @@ def _listing_table(
     return table
 
 
-@sessions_app.command("list")
+@sessions_app.command("list", cls=PlainCommand)
 @report_errors
 def sessions_list(
     ctx: typer.Context,
-    source: Annotated[str | None, typer.Option(help="Only this source (cli, telegram...).")] = None,
+    source: Annotated[
+        str | None, typer.Option(metavar="SOURCE", help="Only this source (cli, telegram...).")
+    ] = None,
     exclude_source: Annotated[
         list[str] | None,
         typer.Option(metavar="SOURCE", help="Leave out this source (repeatable)."),
@@ -98,8 +100,10 @@ def sessions_list(
     archived: Annotated[
         bool, typer.Option("--archived", help="Include archived sessions.")
     ] = False,
-    limit: Annotated[int, typer.Option(min=0, help="At most this many sessions.")] = 20,
-    offset: Annotated[int, typer.Option(min=0, help="Skip this many first.")] = 0,
+    limit: Annotated[
+        int, typer.Option(min=0, metavar="N", help="At most this many sessions.")
+    ] = 20,
+    offset: Annotated[int, typer.Option(min=0, metavar="N", help="Skip this many first.")] = 0,
     show_all: Annotated[
         bool, typer.Option("--all", "-a", help="Every session (no --limit).")
     ] = False,
@@ -142,7 +146,7 @@ def sessions_list(
         )
 
 
-@sessions_app.command("delete")
+@sessions_app.command("delete", cls=PlainCommand)
 @report_errors
 def sessions_delete(
     ctx: typer.Context,
@@ -272,7 +276,7 @@ def _session_header(session: SessionRecord, tip: str | None) -> Panel:
     return Panel(grid, title="session", expand=False)
 
 
-@sessions_app.command("show")
+@sessions_app.command("show", cls=PlainCommand)
 @report_errors
 def sessions_show(
     ctx: typer.Context,

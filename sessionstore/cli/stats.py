@@ -10,16 +10,16 @@ from rich.text import Text
 
 from ..sessions.stats import collect_stats
 from . import _output as out
-from ._app import app
+from ._app import PlainCommand, app
 from ._common import JsonOption, cli_state, open_store, report_errors
 
 
-@app.command("stats")
+@app.command("stats", cls=PlainCommand)
 @report_errors
 def stats(
     ctx: typer.Context,
     days: Annotated[
-        int, typer.Option(min=0, help="Show the most recent N days that had sessions.")
+        int, typer.Option(min=0, metavar="N", help="Show the most recent N days that had sessions.")
     ] = 14,
     as_json: JsonOption = False,
 ) -> None:

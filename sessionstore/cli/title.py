@@ -8,11 +8,11 @@ import typer
 
 from ..sessions.repository import SessionRepository
 from . import _output as out
-from ._app import title_app
+from ._app import PlainCommand, title_app
 from ._common import CliError, JsonOption, cli_state, open_store, report_errors, resolve_ref
 
 
-@title_app.command("set")
+@title_app.command("set", cls=PlainCommand)
 @report_errors
 def title_set(
     ctx: typer.Context,
@@ -37,7 +37,7 @@ def title_set(
         typer.echo(f"{session_id}: title set to {stored!r}")
 
 
-@title_app.command("next")
+@title_app.command("next", cls=PlainCommand)
 @report_errors
 def title_next(
     ctx: typer.Context,

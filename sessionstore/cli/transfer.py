@@ -18,7 +18,7 @@ from ..ops.transfer import export_jsonl, export_jsonl_file, import_jsonl
 from ..sessions.repository import SessionRepository
 from ..storage.private_files import mode_of
 from . import _output as out
-from ._app import app
+from ._app import PlainCommand, app
 from ._common import (
     JsonOption,
     UsageProblem,
@@ -32,7 +32,7 @@ from ._common import (
 )
 
 
-@app.command("export")
+@app.command("export", cls=PlainCommand)
 @report_errors
 def export(
     ctx: typer.Context,
@@ -42,7 +42,9 @@ def export(
             "-o", "--output", metavar="FILE", help="Write to this file (default: standard output)."
         ),
     ] = None,
-    source: Annotated[str | None, typer.Option(help="Only sessions of this source.")] = None,
+    source: Annotated[
+        str | None, typer.Option(metavar="SOURCE", help="Only sessions of this source.")
+    ] = None,
     session: Annotated[
         list[str] | None,
         typer.Option(
@@ -105,7 +107,7 @@ def _count_sessions_in(fp: IO[str]) -> int:
     return count
 
 
-@app.command("import")
+@app.command("import", cls=PlainCommand)
 @report_errors
 def import_(
     ctx: typer.Context,

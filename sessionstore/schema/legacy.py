@@ -210,5 +210,11 @@ def adopt(conn: Connection, known_revisions: Collection[str]) -> Adoption:
     conn.execute(
         text(f"INSERT INTO {ALEMBIC_VERSION_TABLE} (version_num) VALUES (:rev)"), {"rev": revision}
     )
-    logger.info("adopted a Hermes schema v%s database at revision %s", version, revision)
+    # Alembic then logs each step by the Hermes schema that step introduced ("Running upgrade
+    # 0009 -> 0010, Hermes schema v7"): on a newer file those steps only add what it lacks.
+    logger.info(
+        "adopted a Hermes schema v%s database at revision %s; the steps after it add only what "
+        "this file lacks (each is named by the Hermes schema that introduced it)",
+        version, revision,
+    )
     return Adoption(state, revision)

@@ -49,6 +49,13 @@ HEADLINE_OPTIONS: Final = (
     f"StartSel={SNIPPET_START}, StopSel={SNIPPET_END}, MaxWords=40, MinWords=15, ShortWord=0, "
     f"MaxFragments=1, FragmentDelimiter={SNIPPET_ELLIPSIS}"
 )
+HEADLINE_WHOLE_OPTIONS: Final = (
+    f"StartSel={SNIPPET_START}, StopSel={SNIPPET_END}, MaxWords=40, MinWords=15, ShortWord=0"
+)
+"""For a message of at most 40 words, which the window holds whole: ts_headline's fragment
+mode leaves out a number that ends the message ("answer 0" came back as ">>>answer<<<",
+then "..."), its plain mode keeps every word."""
+SHORT_MESSAGE_WORDS: Final = 40
 _TSQUERY: Final = "to_tsquery('simple', :tsquery)"
 # Parsed once per statement (an InitPlan): in a prepared statement's generic plan the bare
 # call is not folded into a constant and ran for every matching row, in the recheck and in
@@ -80,8 +87,13 @@ JOIN messages AS m ON m.id = page.id
 JOIN sessions AS s ON s.id = m.session_id
 CROSS JOIN LATERAL (SELECT {{document}} AS text) AS doc
 CROSS JOIN LATERAL (
-    SELECT ts_headline('simple', left(doc.text, {INDEXED_CHARS}), {_TSQUERY},
-                       :headline_options) AS text
+    -- btrim: the indexed text ends in the blanks of NULL columns, which the whole-message
+    -- headline would keep.
+    SELECT btrim(ts_headline('simple', left(doc.text, {INDEXED_CHARS}), {_TSQUERY},
+                       CASE WHEN coalesce(array_length(regexp_split_to_array(
+                                     btrim(left(doc.text, {INDEXED_CHARS})), '\\s+'), 1), 0)
+                                 <= :short_words
+                            THEN :headline_whole ELSE :headline_options END)) AS text
 ) AS headline
 CROSS JOIN LATERAL (
     SELECT replace(replace(headline.text, :mark_start, ''), :mark_end, '') AS text
@@ -190,6 +202,8 @@ class PostgreSQLSearchIndex:
         params = {
             "tsquery": tsquery,
             "headline_options": HEADLINE_OPTIONS,
+            "headline_whole": HEADLINE_WHOLE_OPTIONS,
+            "short_words": SHORT_MESSAGE_WORDS,
             "mark_start": SNIPPET_START,
             "mark_end": SNIPPET_END,
             "ellipsis": SNIPPET_ELLIPSIS,

@@ -391,6 +391,7 @@ def test_sessions_delete_asks_and_is_refused_without_a_terminal(
     monkeypatch.setattr(cli, "_stdin_is_interactive", lambda: True)
     declined = invoke(runner, "--url", str(path), "sessions", "delete", "s000", input="n\n")
     assert declined.exit_code == 1 and "Delete session s000" in declined.stdout
+    assert declined.stderr == "nothing deleted\n"  # an answer, not an error (issue 27)
     with SessionDB(url=url) as db:
         assert db.get_session("s000") is not None
     accepted = invoke(runner, "--url", str(path), "sessions", "delete", "s000", input="y\n")
@@ -436,6 +437,7 @@ def test_downgrade_to_base_of_an_adopted_v1_file_asks_and_backs_up(
     monkeypatch.setattr(cli, "_stdin_is_interactive", lambda: True)
     declined = invoke(runner, "--url", str(path), "db", "downgrade", "base", input="n\n")
     assert declined.exit_code == 1 and "drops every table" in declined.stdout
+    assert declined.stderr == "nothing changed\n"
     assert _message_total(f"sqlite:///{path}") == messages
     assert set(tmp_path.glob("state.db.bak-*")) == backups  # nothing happened, not even a backup
 

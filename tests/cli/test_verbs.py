@@ -142,6 +142,21 @@ def test_every_verb_has_help(runner: CliRunner, verb: list[str]) -> None:
     assert "Usage:" in result.stdout
 
 
+@pytest.mark.parametrize("verb", VERBS, ids=lambda verb: " ".join(verb) or "root")
+def test_help_names_what_each_place_takes(runner: CliRunner, verb: list[str]) -> None:
+    """Click's plain words: QUERY, [REVISION], --limit N; not Typer's {QUERY}, QUERY <str>,
+    <int range> (issue 27), and no "(see below)" pointing at nothing."""
+    text = runner.invoke(cli.app, [*verb, "--help"]).stdout
+    for placeholder in ("{", "<str>", "<int", "<list", "see below"):
+        assert placeholder not in text, (verb, placeholder)
+
+
+def test_top_level_verbs_come_in_reading_order(runner: CliRunner) -> None:
+    text = runner.invoke(cli.app, ["--help"]).stdout
+    listed = [line.split()[0] for line in text.split("Commands:")[1].splitlines() if line.strip()]
+    assert listed == ["sessions", "search", "stats", "title", "export", "import", "prune", "db"]
+
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -229,8 +244,9 @@ def test_sessions_list_table(runner: CliRunner, seeded: str) -> None:
     result = run(runner, seeded, "sessions", "list")
     assert result.exit_code == 0, result.output
     out = result.stdout
-    # Short ids: the shortest prefix (>= 8 chars) that is unique in the store.
-    assert "alpha-0001 " in out and "alpha-0002 " in out
+    # Short ids: the shortest prefix (>= 8 chars) that is unique in the store, and an
+    # ellipsis saying it was cut (issue 27).
+    assert "alpha-0001… " in out and "alpha-0002… " in out
     assert ALPHA not in out
     assert TITLE in out and "telegram" in out and "gpt-4o" in out
     assert "[bold]prod[/bold]" in out  # user text is never read as Rich markup
@@ -878,10 +894,15 @@ def test_short_ids_are_unique_prefixes(store_url: str) -> None:
             db.create_session(session_id, "cli")
     with Store.open(store_url, read_only=True) as store:
         short = cli.short_ids(store, ids)
-        for session_id, prefix in short.items():
+        for session_id, shown in short.items():
+            # A shortened id ends with an ellipsis (issue 27); pasted back, it still resolves.
+            prefix = shown.removesuffix("…")
+            assert (prefix == session_id) == (shown == session_id)
             assert session_id.startswith(prefix) and len(prefix) >= min(8, len(session_id))
+            assert cli.resolve_ref(store, shown) == session_id
             assert cli.resolve_ref(store, prefix) == session_id
-    assert short["qqqqqqqqqqqqqqqq"] == "qqqqqqqq"
+    assert short["qqqqqqqqqqqqqqqq"] == "qqqqqqqq…"
+    assert short["zz-short"] == "zz-short"
 
 
 # -- the installed console script --------------------------------------------------------------

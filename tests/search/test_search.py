@@ -401,6 +401,20 @@ def test_word_snippet_marks_the_match(store: Store) -> None:
     assert "..." not in hit.snippet
 
 
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [("answer 0", ">>>answer<<< 0"), ("one two answer 12 34", "one two >>>answer<<< 12 34"),
+     ("answer", ">>>answer<<<")],
+)  # fmt: skip
+def test_word_snippet_of_a_short_message_keeps_every_word(
+    store: Store, content: str, expected: str
+) -> None:
+    """PostgreSQL's fragment headline dropped a number that ended the message (issue 27)."""
+    seed(store, [Msg("short", "cli-1", "assistant", content, 1001)])
+    (hit,) = search(store, "answer")
+    assert hit.snippet == expected
+
+
 def test_word_snippet_of_long_text_is_a_window_with_ellipses(store: Store) -> None:
     seed(store, [Msg("long", "cli-1", "user", LONG_WORDS, 1001)])
     (hit,) = search(store, "target")
