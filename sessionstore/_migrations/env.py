@@ -18,7 +18,9 @@ that needs it (``migration_statement_rewrite``).
 Before the chain runs, under that lock, the caller's ``before_change`` (``migrate.upgrade``'s:
 the backup, ``sessionstore.schema.adoption``) is given what the store says of its schema at
 that moment, then legacy Hermes files are adopted (``sessionstore.schema.legacy``); after it,
-on a store at head, a missing search object is repaired: the whole head layout is built again
+on a store at head, the shapes no revision can reach are healed (``legacy.complete_head_shape``:
+Hermes's usage and routing keys, ``messages.active``'s default), and a missing search object is
+repaired: the whole head layout is built again
 from the runtime's one definition of it (``sessionstore.search``: the same rebuild as
 ``db doctor --fix``) and filled from the existing messages. A store left below head (an
 upgrade to an older target, a downgrade) is not repaired here: the runtime knows only the head
@@ -142,8 +144,12 @@ def _adopt_and_migrate(connection: Connection) -> None:
     rewrite = dialect.migration_statement_rewrite(connection)
     with _statements_rewritten(connection, rewrite), context.begin_transaction():
         context.run_migrations()
-    if _should_adopt() and _has_messages(connection) and _at_head():
-        ensure_head_layout(search_index_for(dialect), connection)
+    if _should_adopt() and _at_head():
+        # Shapes that a revision's "add when absent" cannot reach (a wrong key, a column
+        # without its default), recognised by content and healed in this transaction.
+        legacy.complete_head_shape(connection)
+        if _has_messages(connection):
+            ensure_head_layout(search_index_for(dialect), connection)
 
 
 def _step_applied(

@@ -931,7 +931,7 @@ def unreadable_reason(
     if not missing:
         return None
     shown = ", ".join(missing[:6]) + (" ..." if len(missing) > 6 else "")
-    if status.schema_version is not None and status.schema_version > legacy.NEWEST_HERMES_SCHEMA:
+    if legacy.is_too_new(status.schema_version):
         return (
             f"this store has schema version {status.schema_version}, newer than the "
             f"{legacy.NEWEST_HERMES_SCHEMA} this release understands, and lacks what it reads "

@@ -292,8 +292,7 @@ def _open_for_reading(url: URL) -> Store:
 
             problem = store.read(unreadable_reason)
             if problem is not None:
-                number = status.schema_version
-                if number is not None and number > legacy.NEWEST_HERMES_SCHEMA:
+                if legacy.is_too_new(status.schema_version):
                     raise CliError(problem)
                 raise outdated(status, url)
     except BaseException:

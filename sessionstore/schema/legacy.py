@@ -8,26 +8,41 @@ leaves the file exactly as it was.
 
 Adoption goes by content, not by number. Up to v6 a number names one shape. From v7 on it
 does not (columns and indexes landed without a bump, some bumps carry no DDL, a v17 file may
-lack columns newest Hermes adds without a bump, and the FTS tables may be external-content or
-inline), so a file numbered 7..17 is stamped at the last revision whose shape its columns
-prove (at most v6 plus our own search revisions, ``LATER_CHAIN_BASE``), and every later
-revision adds only what is missing, keeps every row, value and extra column, and rebuilds the
-full-text objects from the rows. The same holds for a file sessionstore upgraded that a newer
-Hermes then moved on: its ``alembic_version`` is older than its ``schema_version`` says, and
-the chain from that revision completes it the same way.
+lack columns newest Hermes adds without a bump, a file may carry 0.19.0's tables under the
+number 17 when Hermes ran without FTS5, and the FTS tables may be external-content or inline),
+so a file numbered 7..22 is stamped at the last revision whose shape its columns prove (at
+most v6 plus our own search revisions, ``LATER_CHAIN_BASE``), and every later revision adds
+only what is missing, keeps every row, value and extra column, and rebuilds the full-text
+objects from the rows. Hermes's data steps (v16, v18, v20) run only where the file's number
+says Hermes has not run them, as Hermes's own open decides. The same holds for a file
+sessionstore upgraded that a newer Hermes then moved on: its ``alembic_version`` is older than
+its ``schema_version`` says, and the chain from that revision completes it the same way.
+
+Three shapes are there but wrong, and no revision's "add when absent" reaches them: the usage
+table keyed without ``task`` at 22 (#73823), the routing table without ``scope`` (#59203),
+``messages.active`` without its default (#51646). :func:`complete_head_shape` recognises them
+by their keys and column definitions and heals them after the chain, in its transaction.
+
+A store at our head whose ``schema_version`` is above the newest we know was moved on by a
+newer Hermes after we wrote it (Hermes never touches ``alembic_version``): it is refused for
+writing like any file of that schema (``migrate.Status.up_to_date`` is false for it, so every
+door asks :func:`upgrade_refusal` and says the same), and read as it is.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Collection
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from sqlalchemy import inspect, text
+from sqlalchemy import Column, MetaData, Table, inspect, text
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 
 from ..dialects import dialect_for
 from ..errors import SchemaTooNewError, UnknownRevisionError
+from ..sql.tables import gateway_routing_table, session_model_usage_table, sessions_table
 
 logger = logging.getLogger(__name__)
 
@@ -135,8 +150,15 @@ def too_new_message(schema_version: int) -> str:
     )
 
 
+def is_too_new(schema_version: int | None) -> bool:
+    """A Hermes number this release does not know (whatever ``alembic_version`` says)."""
+    return schema_version is not None and schema_version > NEWEST_HERMES_SCHEMA
+
+
 def check_not_too_new(state: StoreState) -> None:
-    if state.schema_version is not None and state.schema_version > NEWEST_HERMES_SCHEMA:
+    if state.schema_version is not None and is_too_new(state.schema_version):
+        # A newer Hermes's file, or one it moved on after we adopted it (our alembic_version,
+        # its higher number): refused whatever alembic_version says.
         raise SchemaTooNewError(too_new_message(state.schema_version))
 
 
@@ -146,7 +168,7 @@ def upgrade_refusal(
     """Why an upgrade would refuse this store, in the words the refusal uses (None: it would
     not). What a message suggests for a store that is not current depends on it: never an
     upgrade that is bound to refuse."""
-    if schema_version is not None and schema_version > NEWEST_HERMES_SCHEMA:
+    if schema_version is not None and is_too_new(schema_version):
         return too_new_message(schema_version)
     if alembic_revision is not None and alembic_revision not in known_revisions:
         return unknown_revision_message(alembic_revision)
@@ -218,3 +240,169 @@ def adopt(conn: Connection, known_revisions: Collection[str]) -> Adoption:
         version, revision,
     )
     return Adoption(state, revision)
+
+
+# -- completing the head shape: what no revision's "add when absent" can express ---------------
+# Each revision adds what a file lacks and leaves what is there; three shapes in the field are
+# there but wrong, and Hermes itself heals them on every open (iot 0.20.0 onward; 0.19.0 for
+# the NULL flags). They are recognised by their keys and column definitions, never by number,
+# and completed after the chain, in its transaction (after the first-adoption backup).
+ACTIVE_COLUMN_DEFINITION = "INTEGER NOT NULL DEFAULT 1"
+_ACTIVE_COLUMN = re.compile(
+    r"(?P<lead>[(,]\s*)(?P<name>\"active\"|`active`|\[active\]|\bactive\b)(?P<declared>\s+[^,()]*?)"
+    r"(?P<tail>\s*(?:,|\)\s*$))",
+    re.IGNORECASE,
+)
+_EMPTY_BY_DEFAULT = frozenset(
+    {"billing_provider", "billing_base_url", "billing_mode", "task", "scope"}
+)
+"""Key parts Hermes declares ``NOT NULL DEFAULT ''``: absent or NULL in an old shape, ''."""
+
+
+def complete_head_shape(conn: Connection) -> list[str]:
+    """Heal the shapes a head store must not have; what was healed, in words (logged too).
+
+    - ``session_model_usage`` keyed without ``task`` in a file numbered 22 or more (#73823:
+      every token write of Hermes 0.19.0 then fails): rebuilt with the v22 key, a plain
+      ``task`` column's values kept (else ''), the first row of a key kept (Hermes: ``INSERT
+      OR IGNORE``).
+    - ``gateway_routing`` keyed by ``session_key`` alone, without ``scope`` (early builds of
+      #59203): rebuilt keyed ``(scope, session_key)``, ``scope`` '' where absent, the most
+      recently updated entry of a key kept (Hermes: ``INSERT OR REPLACE ... ORDER BY
+      updated_at``).
+    - ``messages.active`` without ``NOT NULL DEFAULT 1`` (older reconcilers: #51646): rows
+      whose flag is NULL (hidden from every ``active = 1`` reader) are set to 1, and the column
+      gets its definition, so that a writer that leaves the flag out writes a live message.
+
+    Every row is kept, and every column a fork added to those tables.
+    """
+    from .models import SCHEMA_VERSION  # noqa: F401 - attaches the indexes to the tables
+
+    healed = []
+    if _heal_key(conn, session_model_usage_table, keep_latest_by=None):
+        healed.append("session_model_usage keyed without task (#73823): rebuilt with the v22 key")
+    if _heal_key(conn, gateway_routing_table, keep_latest_by="updated_at"):
+        healed.append("gateway_routing keyed without scope (#59203): rebuilt keyed by scope too")
+    active = _heal_active_flag(conn)
+    if active:
+        healed.append(active)
+    for what in healed:
+        logger.warning("completed the file's shape: %s", what)
+    return healed
+
+
+def _heal_key(conn: Connection, table: Table, *, keep_latest_by: str | None) -> bool:
+    inspector = inspect(conn)
+    if not inspector.has_table(table.name):
+        return False
+    key = [column.name for column in table.primary_key.columns]
+    if inspector.get_pk_constraint(table.name).get("constrained_columns") == key:
+        return False
+    present = inspector.get_columns(table.name)
+    extras = [
+        Column(column["name"], column["type"])
+        for column in present
+        if column["name"] not in table.c
+    ]
+    every_row = conn.execute(text(f"SELECT * FROM {quoted_name(table.name)}"))
+    rows = [dict(row._mapping) for row in every_row]
+    for row in rows:
+        for part in key:
+            if part in _EMPTY_BY_DEFAULT and row.get(part) is None:
+                row[part] = ""
+    if keep_latest_by is not None:
+        rows.sort(key=lambda row: (row.get(keep_latest_by) is not None, row.get(keep_latest_by)))
+    kept: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for row in rows:
+        identity = tuple(row.get(part) for part in key)
+        if keep_latest_by is not None or identity not in kept:
+            kept[identity] = row
+    rebuilt_metadata = MetaData(naming_convention=table.metadata.naming_convention)
+    sessions_table.to_metadata(rebuilt_metadata)  # what the usage table's key refers to
+    rebuilt = table.to_metadata(rebuilt_metadata)
+    for extra in extras:
+        rebuilt.append_column(extra)
+    conn.execute(text(f"DROP TABLE {quoted_name(table.name)}"))  # its indexes go with it
+    rebuilt.create(conn)
+    if kept:
+        conn.execute(rebuilt.insert(), list(kept.values()))
+    return True
+
+
+def _heal_active_flag(conn: Connection) -> str | None:
+    inspector = inspect(conn)
+    if not inspector.has_table("messages"):
+        return None
+    active = next(
+        (column for column in inspector.get_columns("messages") if column["name"] == "active"),
+        None,
+    )
+    if active is None:
+        return None
+    revived = conn.execute(text("UPDATE messages SET active = 1 WHERE active IS NULL")).rowcount
+    defined = not active["nullable"] and active.get("default") is not None
+    if defined:
+        return f"{revived} message(s) with a NULL active flag made live" if revived else None
+    if conn.dialect.name == "sqlite":
+        if not _define_sqlite_active_column(conn):
+            return f"{revived} message(s) with a NULL active flag made live" if revived else None
+    else:
+        conn.execute(text(
+            "ALTER TABLE messages ALTER COLUMN active SET DEFAULT 1,"
+            " ALTER COLUMN active SET NOT NULL"
+        ))  # fmt: skip
+    return (
+        f"messages.active without NOT NULL DEFAULT 1 (#51646): defined so; {revived} message(s) "
+        "with a NULL flag made live"
+    )
+
+
+def _define_sqlite_active_column(conn: Connection) -> bool:
+    """Give ``messages.active`` its definition in the stored ``CREATE TABLE`` text.
+
+    SQLite cannot alter a column; its documented way to change a default or constraint that
+    leaves the stored rows valid is to edit the schema text under ``writable_schema`` and bump
+    ``schema_version``. The rows were just made to satisfy ``NOT NULL``, and the new default
+    changes no row's value: a row that stores no flag (written before the column was added)
+    reads the declared default, NULL, so the UPDATE before this rewrote it with 1. Done in a
+    savepoint: a library that forbids it (defensive mode), or a definition not recognised
+    exactly once, leaves the text as it was (the NULL flags are healed all the same) and says
+    so.
+    """
+    create_sql = conn.execute(
+        text("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'messages'")
+    ).scalar_one()
+    found = list(_ACTIVE_COLUMN.finditer(create_sql))
+    if len(found) != 1:
+        logger.warning("messages.active left without its default: definition not recognised")
+        return False
+    match = found[0]
+    rewritten = (
+        create_sql[: match.start()]
+        + f"{match['lead']}{match['name']} {ACTIVE_COLUMN_DEFINITION}{match['tail']}"
+        + create_sql[match.end():]
+    )  # fmt: skip
+    try:
+        with conn.begin_nested():
+            cookie = int(conn.exec_driver_sql("PRAGMA schema_version").scalar_one())
+            conn.exec_driver_sql("PRAGMA writable_schema = ON")
+            try:
+                conn.execute(
+                    text("UPDATE sqlite_master SET sql = :sql WHERE type = 'table'"
+                         " AND name = 'messages'"),
+                    {"sql": rewritten},
+                )  # fmt: skip
+                conn.exec_driver_sql(f"PRAGMA schema_version = {cookie + 1}")
+            finally:
+                conn.exec_driver_sql("PRAGMA writable_schema = OFF")
+            info = {str(row[1]): row for row in conn.exec_driver_sql("PRAGMA table_info(messages)")}
+            if not (info["active"][3] == 1 and str(info["active"][4]) == "1"):
+                raise RuntimeError(f"messages.active reads {tuple(info['active'])} after the edit")
+    except (DBAPIError, RuntimeError) as exc:
+        logger.warning("messages.active left without its default: %s", exc)
+        return False
+    return True
+
+
+def quoted_name(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'

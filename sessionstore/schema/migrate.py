@@ -157,7 +157,11 @@ class Status(NamedTuple):
 
     @property
     def up_to_date(self) -> bool:
-        return self.revision == self.head
+        """At our head, and not moved on since: a Hermes newer than this release that opened
+        the store after us wrote a higher ``schema_version`` (it never touches
+        ``alembic_version``), and may have changed what it maintains. Such a store is as
+        foreign as any file of that newer schema: read-only until a release knows it."""
+        return self.revision == self.head and not legacy.is_too_new(self.schema_version)
 
 
 def upgrade_refusal(status: Status) -> str | None:

@@ -3,10 +3,11 @@
 Generic on purpose: the verbs are read from the command tree itself (a new verb is covered
 the day it is registered; a new argument needs a sample value below), and run against stores
 in every state the CLI has words for (missing, in a missing directory, empty, Hermes files of
-several eras, a file from a newer Hermes, an unknown revision, damaged, current, the default
-store, PostgreSQL). Every suggestion in what a verb prints (a backquoted ``sessionstore ...``
-command, or Click's ``see 'sessionstore ... --help'``) is then run, as the user would run it
-next, on the state the verb left, and must succeed (exit status 0).
+several eras, a file from a newer Hermes, a store of ours a newer Hermes moved on, an unknown
+revision, damaged, current, the default store, PostgreSQL). Every suggestion in what a verb
+prints (a backquoted ``sessionstore ...`` command, or Click's ``see 'sessionstore ... --help'``)
+is then run, as the user would run it next, on the state the verb left, and must succeed (exit
+status 0).
 
 Two more promises are checked on every run: a usage error (status 2) changed nothing (no
 backup, no file created, the store's bytes as they were), and no verb created a directory.
@@ -29,6 +30,7 @@ import sqlalchemy as sa
 import typer.main
 from legacy_v1_v6 import build_legacy_db
 from legacy_v7_v17 import build_later_db
+from legacy_v18_v22 import build_v22_db
 from sqlalchemy.engine import make_url
 from store_library import connect_like_the_store
 from typer.testing import CliRunner
@@ -109,6 +111,12 @@ def _damaged(path: Path) -> None:
     _change(path, "UPDATE sessions SET message_count = 99")
 
 
+def _moved_on(path: Path) -> None:
+    """Ours at head, then opened by a Hermes newer than this release (it wrote its number)."""
+    _current(path)
+    _change(path, "UPDATE schema_version SET version = 23")
+
+
 def _unknown_revision(path: Path) -> None:
     _current(path)
     _change(path, "UPDATE alembic_version SET version_num = '9999'")
@@ -130,6 +138,10 @@ SCENARIOS = {
     "empty-file": Scenario(lambda path: path.touch()),
     "hermes-v3": Scenario(lambda path: build_legacy_db(path, 3)),
     "hermes-v17": Scenario(lambda path: build_later_db(path, 17)),
+    "hermes-v22-route-keyed-usage": Scenario(
+        lambda path: build_v22_db(path, variant="route_keyed_usage")
+    ),
+    "moved-on-by-a-newer-hermes": Scenario(_moved_on),
     "newer-hermes": Scenario(lambda path: build_legacy_db(path, 6, variant="too_new")),
     "unknown-revision": Scenario(_unknown_revision),
     "damaged": Scenario(_damaged),

@@ -8,7 +8,14 @@ real wheels where the real thing is needed.
 
 from __future__ import annotations
 
+import re
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
 from legacy_v7_v17 import HEAD_INDEXES as V17_INDEXES
+from legacy_v7_v17 import LATER_ROOT, build_later_db
 
 V22_VERSION = 22
 
@@ -77,3 +84,177 @@ COLUMNS_NOT_YET_READ = frozenset({
 (``sessionstore/sql/records.py``) do not return yet: the schema landed first (issue 28,
 milestone 1); the reads that return them are issue 28's item 3 (branch ``v22-methods``), which
 empties this set, so that the comparisons with real Hermes that skip these keys hold in full."""
+
+
+# -- synthetic files of v18...v22 and their field variants ------------------------------------
+# Hermes 0.18.1 and 0.19.0 upgrade a v17 file by opening it: their reconciler appends the new
+# columns (quoted, as below), ``SCHEMA_SQL`` creates the new tables, ``DEFERRED_INDEX_SQL`` the
+# new index. These builders do the same to a v17 file of `legacy_v7_v17.build_later_db`, then
+# write what a user's Hermes 0.19.0 writes there, and then the variant seen in the field.
+RECONCILED_COLUMNS = (
+    ("sessions", "display_name", "TEXT"),
+    ("sessions", "origin_json", "TEXT"),
+    ("sessions", "expiry_finalized", "INTEGER DEFAULT 0"),
+    ("sessions", "compression_fallback_streak", "INTEGER NOT NULL DEFAULT 0"),
+    ("sessions", "profile_name", "TEXT"),
+    ("messages", "effect_disposition", "TEXT"),
+    ("messages", "api_content", "TEXT"),
+)
+ROUTING_DDL = (
+    "CREATE TABLE IF NOT EXISTS gateway_routing (scope TEXT NOT NULL DEFAULT '', session_key TEXT"
+    " NOT NULL, entry_json TEXT NOT NULL, updated_at REAL NOT NULL, PRIMARY KEY (scope,"
+    " session_key))"
+)
+SCOPELESS_ROUTING_DDL = (
+    "CREATE TABLE gateway_routing (session_key TEXT PRIMARY KEY, entry_json TEXT NOT NULL,"
+    " updated_at REAL NOT NULL)"
+)
+"""Early builds of the routing index (#59203): no scope."""
+_USAGE_COLUMNS = (
+    "session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE, model TEXT NOT NULL,"
+    " billing_provider TEXT NOT NULL DEFAULT '', billing_base_url TEXT NOT NULL DEFAULT '',"
+    " billing_mode TEXT NOT NULL DEFAULT '', {task}api_call_count INTEGER NOT NULL DEFAULT 0,"
+    " input_tokens INTEGER NOT NULL DEFAULT 0, output_tokens INTEGER NOT NULL DEFAULT 0,"
+    " cache_read_tokens INTEGER NOT NULL DEFAULT 0, cache_write_tokens INTEGER NOT NULL DEFAULT"
+    " 0, reasoning_tokens INTEGER NOT NULL DEFAULT 0, estimated_cost_usd REAL NOT NULL DEFAULT 0,"
+    " actual_cost_usd REAL NOT NULL DEFAULT 0, cost_status TEXT, cost_source TEXT, first_seen"
+    " REAL, last_seen REAL"
+)
+USAGE_DDL = (
+    f"CREATE TABLE IF NOT EXISTS session_model_usage ("
+    f"{_USAGE_COLUMNS.format(task=chr(32) + 'task TEXT NOT NULL DEFAULT ' + repr('') + ',')},"
+    " PRIMARY KEY (session_id, model, billing_provider, billing_base_url, billing_mode, task))"
+)
+ROUTE_KEYED_USAGE_DDL = (
+    f"CREATE TABLE session_model_usage ({_USAGE_COLUMNS.format(task='')}, PRIMARY KEY"
+    " (session_id, model, billing_provider, billing_base_url, billing_mode))"
+)
+"""The v20/v21 key; in a file numbered 22 or more, the #73823 shape (task added plain)."""
+DELEGATIONS_DDL = (
+    "CREATE TABLE IF NOT EXISTS async_delegations (delegation_id TEXT PRIMARY KEY, origin_session"
+    " TEXT NOT NULL, origin_ui_session_id TEXT NOT NULL DEFAULT '', parent_session_id TEXT, state"
+    " TEXT NOT NULL, dispatched_at REAL NOT NULL, completed_at REAL, updated_at REAL NOT NULL,"
+    " event_json TEXT, result_json TEXT, delivery_state TEXT NOT NULL DEFAULT 'pending',"
+    " delivery_attempts INTEGER NOT NULL DEFAULT 0, delivered_at REAL, owner_pid INTEGER,"
+    " owner_started_at INTEGER, task_json TEXT, delivery_claim TEXT, delivery_claimed_at REAL)"
+)
+V22_INDEX_DDL = (
+    "CREATE INDEX IF NOT EXISTS idx_session_model_usage_session ON session_model_usage(session_id)",
+    "CREATE INDEX IF NOT EXISTS idx_session_model_usage_model ON session_model_usage(model)",
+    "CREATE INDEX IF NOT EXISTS idx_async_delegations_delivery"
+    " ON async_delegations(delivery_state, completed_at)",
+    "CREATE INDEX IF NOT EXISTS idx_messages_active_null ON messages(active) WHERE active IS NULL",
+)
+V22_VARIANTS = ("route_keyed_usage", "scopeless_routing", "active_without_default", "unbumped")
+"""``route_keyed_usage``: #73823 (5-column usage key at 22, ``task`` a plain column);
+``scopeless_routing``: #59203's early table; ``active_without_default``: #51646 (the flag a plain
+``INTEGER``, NULL in rows a writer left it out of); ``unbumped``: 0.19.0's objects in a file its
+FTS5-less runtime left numbered 17."""
+USAGE_ROWS = (
+    # session, model, provider, task, calls, input, output, cost
+    (LATER_ROOT, "kimi-k2", "moonshot", "", 3, 1500, 320, 0.0042),
+    (LATER_ROOT, "gemini-flash", "google", "vision", 1, 800, 12, 0.0001),
+)
+ROUTING_ROWS = (
+    ("", "agent:main:telegram:dm:42", '{"session_id": "later-root-0001"}', 1_700_000_500.0),
+    ("profile:work", "agent:main:telegram:dm:42", '{"session_id": "x"}', 1_700_000_600.0),
+)
+
+
+def build_v22_db(path: str | Path, *, variant: str | None = None, version: int = 22) -> None:
+    """A Hermes file of schema ``version`` (18...22) in Hermes 0.19.0's shape, with rows in
+    every table it added, or one of ``V22_VARIANTS``."""
+    if variant is not None and variant not in V22_VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}")
+    build_later_db(path, 17)
+    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        conn.execute("BEGIN")
+        for table, column, declared in RECONCILED_COLUMNS:
+            conn.execute(f'ALTER TABLE "{table}" ADD COLUMN "{column}" {declared}')
+        conn.execute(SCOPELESS_ROUTING_DDL if variant == "scopeless_routing" else ROUTING_DDL)
+        if variant == "route_keyed_usage":
+            conn.execute(ROUTE_KEYED_USAGE_DDL)
+            conn.execute(
+                "ALTER TABLE \"session_model_usage\" ADD COLUMN \"task\" TEXT NOT NULL DEFAULT ''"
+            )
+        else:
+            conn.execute(USAGE_DDL)
+        conn.execute(DELEGATIONS_DDL)
+        for statement in V22_INDEX_DDL:
+            conn.execute(statement)
+        for session, model, provider, task, calls, tokens_in, tokens_out, cost in USAGE_ROWS:
+            conn.execute(
+                "INSERT INTO session_model_usage (session_id, model, billing_provider, task,"
+                " api_call_count, input_tokens, output_tokens, estimated_cost_usd, first_seen,"
+                " last_seen) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1700000000.5, 1700000900.25)",
+                (session, model, provider, task, calls, tokens_in, tokens_out, cost),
+            )
+        for scope, key, entry, updated in ROUTING_ROWS:
+            if variant == "scopeless_routing":
+                if scope:
+                    continue  # one scope only: the key has no room for two
+                conn.execute(
+                    "INSERT INTO gateway_routing (session_key, entry_json, updated_at)"
+                    " VALUES (?, ?, ?)",
+                    (key, entry, updated),
+                )
+            else:
+                conn.execute(
+                    "INSERT INTO gateway_routing VALUES (?, ?, ?, ?)", (scope, key, entry, updated)
+                )
+        conn.execute(
+            "INSERT INTO async_delegations (delegation_id, origin_session, state, dispatched_at,"
+            " updated_at, owner_pid, owner_started_at, task_json) VALUES ('deleg-1', ?, 'done',"
+            " 1700000100.0, 1700000200.0, 4242, 17000001234567, '{\"goal\": \"部署\"}')",
+            (LATER_ROOT,),
+        )
+        conn.execute(
+            "UPDATE messages SET api_content = '[exact bytes]', effect_disposition = 'applied'"
+            " WHERE id = (SELECT MIN(id) FROM messages)"
+        )
+        conn.execute(
+            "UPDATE sessions SET display_name = 'Alice', origin_json = '{\"chat_id\": \"42\"}',"
+            " profile_name = 'work' WHERE id = ?",
+            (LATER_ROOT,),
+        )
+        if variant == "active_without_default":
+            # Every row stores its flag first: a row written before an ADD COLUMN stores none
+            # and reads the declared default, which the redefinition below takes away.
+            conn.execute("UPDATE messages SET active = active")
+            _redefine_column(conn, "messages", "active", "INTEGER")
+            conn.execute(
+                "UPDATE messages SET active = NULL WHERE id IN"
+                " (SELECT id FROM messages WHERE active = 1 ORDER BY id LIMIT 2)"
+            )
+        number = 17 if variant == "unbumped" else version
+        conn.execute("UPDATE schema_version SET version = ?", (number,))
+        conn.execute("COMMIT")
+
+
+def _redefine_column(conn: sqlite3.Connection, table: str, column: str, declared: str) -> None:
+    """What an older reconciler left: the column's text in the stored CREATE TABLE replaced."""
+    (create_sql,) = conn.execute(
+        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
+    ).fetchone()
+    pattern = re.compile(rf'([(,]\s*)("?{column}"?)\s+[^,()]*?(\s*(?:,|\)\s*$))')
+    rewritten, count = pattern.subn(rf"\1\2 {declared}\3", create_sql)
+    assert count == 1, create_sql
+    (cookie,) = conn.execute("PRAGMA schema_version").fetchone()
+    conn.execute("PRAGMA writable_schema = ON")
+    conn.execute(
+        "UPDATE sqlite_master SET sql = ? WHERE type = 'table' AND name = ?", (rewritten, table)
+    )
+    conn.execute(f"PRAGMA schema_version = {cookie + 1}")
+    conn.execute("PRAGMA writable_schema = OFF")
+
+
+def all_rows(path: str | Path, table: str) -> list[dict[str, Any]]:
+    with closing(sqlite3.connect(path)) as conn:
+        conn.row_factory = sqlite3.Row
+        return [dict(row) for row in conn.execute(f'SELECT * FROM "{table}" ORDER BY rowid')]
+
+
+def primary_key(path: str | Path, table: str) -> list[str]:
+    with closing(sqlite3.connect(path)) as conn:
+        info = conn.execute(f'PRAGMA table_info("{table}")').fetchall()
+    return [row[1] for row in sorted((row for row in info if row[5]), key=lambda row: row[5])]

@@ -33,7 +33,8 @@ from typing import Any, NamedTuple
 import pytest
 
 HERMES_RELEASES: dict[int, str] = {
-    11: "0.13.0", 13: "0.15.0", 14: "0.16.0", 16: "0.17.0", 17: "0.18.0", 22: "0.19.0",
+    11: "0.13.0", 13: "0.15.0", 14: "0.16.0", 16: "0.17.0", 17: "0.18.0", 19: "0.18.2",
+    22: "0.19.0",
 }  # fmt: skip
 """The Hermes schema number each release's ``hermes_state.py`` writes, and the release."""
 NEWEST_KNOWN_RELEASE = HERMES_RELEASES[17]
