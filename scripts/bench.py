@@ -114,7 +114,24 @@ HERMES_WHEELS = ("0.18.0", "0.19.0")  # schema v17 and v22, from their PyPI whee
 DEFAULT_HERMES_CACHE = Path("~/.cache/sessionstore-bench").expanduser()
 # Hermes v6 (upstream 30ec12970b10), the leanest Hermes: its README says to use it from this
 # folder with the folder on sys.path. It is read where it lies, never copied into the project.
-DEFAULT_HERMES_V6 = Path(__file__).resolve().parents[1].parent / "shared/reference/hermes-v6"
+
+
+def default_hermes_v6() -> Path:
+    """``$SESSIONSTORE_HERMES_V6``, else the first ``shared/reference/hermes-v6`` beside the
+    repository or beside any folder above it (a clone made elsewhere, CI's included, finds the
+    machine's copy only through the variable, which ``.ci/run`` sets)."""
+    explicit = os.environ.get("SESSIONSTORE_HERMES_V6")
+    if explicit:
+        return Path(explicit)
+    repository = Path(__file__).resolve().parents[1]
+    for folder in repository.parents:
+        candidate = folder / "shared/reference/hermes-v6"
+        if (candidate / "hermes_state.py").is_file():
+            return candidate
+    return repository.parent / "shared/reference/hermes-v6"
+
+
+DEFAULT_HERMES_V6 = default_hermes_v6()
 # The helper modules each hermes_state imports by top-level name: they differ per release, so
 # each release is imported with its own (see load_hermes_module).
 HERMES_HELPER_MODULES = ("agent", "hermes_constants")
