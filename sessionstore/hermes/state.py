@@ -86,7 +86,6 @@ from .helpers import (
     is_malformed_db_error,
     repair_state_db_schema,
     set_last_init_error,
-    workspace_key,
 )
 
 __all__ = [
@@ -102,7 +101,6 @@ __all__ = [
     "get_last_init_error",
     "is_malformed_db_error",
     "repair_state_db_schema",
-    "workspace_key",
 ]
 
 # Hermes's name for it (its tests reset the record with ``_set_last_init_error(None)``).

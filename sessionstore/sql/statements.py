@@ -31,10 +31,9 @@ from .tables import messages_table as messages
 from .tables import sessions_table as sessions
 
 INT64_MAX = 2**63 - 1
-# ``compacted`` takes its default; only compaction writes it. ``active`` is written (1): a
-# file whose reconciled ``active`` lost its DEFAULT (#51646) would store NULL otherwise.
+# active/compacted take their defaults (a live message); only compaction writes them.
 INSERTED_MESSAGE_FIELDS = tuple(
-    name for name in MESSAGE_FIELDS if name not in ("id", "compacted")
+    name for name in MESSAGE_FIELDS if name not in ("id", "active", "compacted")
 )
 ROWS_PER_INSERT = 999 // len(INSERTED_MESSAGE_FIELDS)
 """Rows per multi-row INSERT on SQLite: within the 999 bound parameters every SQLite build
@@ -252,29 +251,17 @@ class HotWrites:
     def _run(
         self, conn: Connection, statement: CompiledStatement, values: Mapping[str, Any]
     ) -> Any:
-        return run_compiled(conn, statement, values)
+        cursor = self._cursor(conn)
+        try:
+            cursor.execute(statement.sql, statement.parameters(values))
+        except self._driver_error() as exc:
+            raise self._wrap(statement.sql, exc) from exc
+        return cursor
 
     def _wrap(self, sql: str, exc: BaseException) -> BaseException:
         return DBAPIError.instance(
             sql, None, exc, self._dialect.loaded_dbapi.Error, dialect=self._dialect
         )
-
-
-def run_compiled(
-    conn: Connection, statement: CompiledStatement, values: Mapping[str, Any]
-) -> Any:
-    """Run a statement compiled for ``conn``'s dialect on a fresh driver cursor of ``conn``
-    (in its open transaction); the cursor. A driver error is raised as SQLAlchemy's class for
-    it, as everywhere else."""
-    dialect = conn.dialect
-    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
-    try:
-        cursor.execute(statement.sql, statement.parameters(values))
-    except dialect.loaded_dbapi.Error as exc:
-        raise DBAPIError.instance(
-            statement.sql, None, exc, dialect.loaded_dbapi.Error, dialect=dialect
-        ) from exc
-    return cursor
 
 
 def _insert_message(*, returning: bool) -> ClauseElement:

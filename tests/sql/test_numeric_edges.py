@@ -320,10 +320,9 @@ def test_revision_0023_widens_postgresql_message_ids_and_narrows_back(
     assert pg_message_id_types(empty_pg_url) == ("bigint", "bigint")
     migrate.downgrade(empty_pg_url, "0022")
     assert pg_message_id_types(empty_pg_url) == ("integer", "integer")
-    # Read raw: at 0022 the store lacks the columns this release's reads name (Hermes v18+).
-    with _raw(empty_pg_url) as conn:
-        rows = conn.execute(sa.text("SELECT id, content FROM messages WHERE session_id = 's'"))
-        assert [tuple(row) for row in rows] == [(kept, "kept through both steps")]
+    with SessionDB(url=empty_pg_url, read_only=True) as db:
+        assert [m["id"] for m in db.get_messages("s")] == [kept]
+        assert db.get_messages("s")[0]["content"] == "kept through both steps"
 
 
 @pytest.mark.parametrize("where", ["row", "sequence"])
