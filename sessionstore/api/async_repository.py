@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..sessions.repository import Deletion, NewMessage, SessionRepository
 from ..sql.records import ConversationRow, MessageRecord, SessionListing, SessionRecord
+from ..sql.validation import SourceFilter
 from ..storage.async_store import AsyncStore
 
 if TYPE_CHECKING:
@@ -323,7 +324,7 @@ class AsyncSessionRepository:
 
     async def session_count(
         self,
-        source: str | None = None,
+        source: SourceFilter = None,
         *,
         include_archived: bool = False,
         archived_only: bool = False,
@@ -346,7 +347,7 @@ class AsyncSessionRepository:
 
     async def search_sessions(
         self,
-        source: str | None = None,
+        source: SourceFilter = None,
         limit: int = 20,
         offset: int = 0,
     ) -> list[SessionRecord]:
@@ -357,7 +358,7 @@ class AsyncSessionRepository:
 
     async def list_sessions_rich(
         self,
-        source: str | None = None,
+        source: SourceFilter = None,
         exclude_sources: Sequence[str] | None = None,
         limit: int = 20,
         offset: int = 0,
@@ -390,7 +391,7 @@ class AsyncSessionRepository:
 
     async def count_listed_sessions(
         self,
-        source: str | None = None,
+        source: SourceFilter = None,
         exclude_sources: Sequence[str] | None = None,
         include_children: bool = False,
         *,
@@ -494,37 +495,37 @@ class AsyncSessionRepository:
             )
         )
 
-    async def prune_sessions(self, older_than_days: float = 90, source: str | None = None) -> int:
+    async def prune_sessions(self, older_than_days: float = 90, source: SourceFilter = None) -> int:
         return await self._write(lambda repo: repo.prune_sessions(older_than_days, source))
 
     async def prune_sessions_detailed(
         self,
         older_than_days: float = 90,
-        source: str | None = None,
+        source: SourceFilter = None,
     ) -> Deletion:
         return await self._write(lambda repo: repo.prune_sessions_detailed(older_than_days, source))
 
-    async def prune_sessions_before(self, cutoff: float, source: str | None = None) -> int:
+    async def prune_sessions_before(self, cutoff: float, source: SourceFilter = None) -> int:
         return await self._write(lambda repo: repo.prune_sessions_before(cutoff, source))
 
     async def prune_sessions_before_detailed(
         self,
         cutoff: float,
-        source: str | None = None,
+        source: SourceFilter = None,
     ) -> Deletion:
         return await self._write(lambda repo: repo.prune_sessions_before_detailed(cutoff, source))
 
     async def prunable_sessions(
         self,
         older_than_days: float = 90,
-        source: str | None = None,
+        source: SourceFilter = None,
     ) -> list[SessionRecord]:
         return await self._read(lambda repo: repo.prunable_sessions(older_than_days, source))
 
     async def prunable_sessions_before(
         self,
         cutoff: float,
-        source: str | None = None,
+        source: SourceFilter = None,
     ) -> list[SessionRecord]:
         return await self._read(lambda repo: repo.prunable_sessions_before(cutoff, source))
 

@@ -32,6 +32,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..sql.validation import SourceFilter
 from ..storage.async_store import AsyncStore, StoreClosedError, job_end, single_attempt
 from ..storage.retry import RetryPolicy
 from ..storage.store import Store
@@ -373,7 +374,7 @@ class AsyncSessionDB:
 
     async def list_sessions_rich(
         self,
-        source: str | None = None,
+        source: SourceFilter = None,
         exclude_sources: Sequence[str] | None = None,
         limit: int = 20,
         offset: int = 0,
@@ -684,7 +685,7 @@ class AsyncSessionDB:
     async def prune_sessions(
         self,
         older_than_days: int = 90,
-        source: str | None = None,
+        source: SourceFilter = None,
         sessions_dir: str | os.PathLike[str] | None = None,
     ) -> int:
         return await self._write(
@@ -695,7 +696,7 @@ class AsyncSessionDB:
             )
         )
 
-    async def prune_sessions_before(self, cutoff: float, source: str | None = None) -> int:
+    async def prune_sessions_before(self, cutoff: float, source: SourceFilter = None) -> int:
         return await self._write(lambda db: db.prune_sessions_before(cutoff, source))
 
     async def search_messages(
@@ -724,7 +725,7 @@ class AsyncSessionDB:
 
     async def search_sessions(
         self,
-        source: str | None = None,
+        source: SourceFilter = None,
         limit: int = 20,
         offset: int = 0,
     ) -> list[dict[str, Any]]:
@@ -732,7 +733,7 @@ class AsyncSessionDB:
 
     async def session_count(
         self,
-        source: str | None = None,
+        source: SourceFilter = None,
         include_archived: bool = False,
         archived_only: bool = False,
         exclude_children: bool = False,
@@ -758,7 +759,7 @@ class AsyncSessionDB:
     async def export_session(self, session_id: str) -> dict[str, Any] | None:
         return await self._read(lambda db: db.export_session(session_id))
 
-    async def export_all(self, source: str | None = None) -> list[dict[str, Any]]:
+    async def export_all(self, source: SourceFilter = None) -> list[dict[str, Any]]:
         return await self._read(lambda db: db.export_all(source))
 
     async def resolve_resume_session_id(self, session_id: str) -> str:

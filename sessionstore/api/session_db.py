@@ -38,7 +38,7 @@ from ..sql import validation
 from ..sql.codec import decode_json
 from ..sql.message_content import decode_content
 from ..sql.records import MESSAGE_FIELDS, SESSION_FIELDS
-from ..sql.validation import bindable
+from ..sql.validation import SourceFilter, bindable
 from ..storage.command_hints import cli_command
 from ..storage.config import resolve_url, sqlite_url
 from ..storage.retry import RetryPolicy
@@ -296,7 +296,7 @@ class SessionDB:
     @reads
     def list_sessions_rich(
         self,
-        source: str | None = None,
+        source: SourceFilter = None,
         exclude_sources: Sequence[str] | None = None,
         limit: int = 20,
         offset: int = 0,
@@ -710,7 +710,7 @@ class SessionDB:
     def prune_sessions(
         self,
         older_than_days: int = 90,
-        source: str | None = None,
+        source: SourceFilter = None,
         sessions_dir: str | os.PathLike[str] | None = None,
     ) -> int:
         """Delete ended sessions started more than ``older_than_days`` ago, orphaning their
@@ -722,7 +722,7 @@ class SessionDB:
         return deletion.total
 
     @writes
-    def prune_sessions_before(self, cutoff: float, source: str | None = None) -> int:
+    def prune_sessions_before(self, cutoff: float, source: SourceFilter = None) -> int:
         """Delete ended sessions started before ``cutoff`` (a Unix timestamp): the form for a
         cutoff that was shown or computed first (``prune_sessions`` counts days from now)."""
         return self._repo.prune_sessions_before(cutoff, source)
@@ -764,14 +764,14 @@ class SessionDB:
 
     @reads
     def search_sessions(
-        self, source: str | None = None, limit: int = 20, offset: int = 0
+        self, source: SourceFilter = None, limit: int = 20, offset: int = 0
     ) -> list[dict[str, Any]]:
         return [r.to_dict() for r in self._repo.search_sessions(source, limit, offset)]
 
     @reads
     def session_count(
         self,
-        source: str | None = None,
+        source: SourceFilter = None,
         include_archived: bool = False,
         archived_only: bool = False,
         exclude_children: bool = False,
@@ -804,7 +804,7 @@ class SessionDB:
         return {**session, "messages": self.get_messages(session_id, include_inactive=True)}
 
     @reads
-    def export_all(self, source: str | None = None) -> list[dict[str, Any]]:
+    def export_all(self, source: SourceFilter = None) -> list[dict[str, Any]]:
         exported = []
         for record in self._repo.search_sessions(source, limit=2**62, offset=0):
             session = record.to_dict()

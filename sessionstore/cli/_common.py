@@ -38,6 +38,26 @@ EXIT_USAGE = 2
 AMBIGUOUS_SHOWN = 5
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+SourceOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--source",
+        metavar="SOURCE",
+        help="Only sessions of this source: cli, telegram... (repeatable: any of them).",
+    ),
+]
+"""``--source`` of every verb that picks sessions (search, sessions list, export, prune): one
+definition, so each reads, repeats and documents it alike. Hand the value to the library
+through :func:`sources`."""
+ExcludeSourceOption = Annotated[
+    list[str] | None,
+    typer.Option("--exclude-source", metavar="SOURCE", help="Leave out this source (repeatable)."),
+]
+
+
+def sources(option: list[str] | None) -> list[str] | None:
+    """A repeatable source option as the library takes it: None (no filter) when not given."""
+    return option or None
 
 
 class CliError(Exception):

@@ -25,12 +25,14 @@ from . import _output as out
 from ._app import PlainCommand, app
 from ._common import (
     JsonOption,
+    SourceOption,
     UsageProblem,
     cli_state,
     confirm,
     open_store,
     report_errors,
     short_ids,
+    sources,
 )
 
 DEFAULT_AGE = "90d"
@@ -89,9 +91,7 @@ def prune(
             show_default=False,
         ),
     ] = None,
-    source: Annotated[
-        str | None, typer.Option(metavar="SOURCE", help="Only sessions of this source.")
-    ] = None,
+    source: SourceOption = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show what would be deleted; delete nothing.")
     ] = False,
@@ -108,10 +108,11 @@ def prune(
     else:
         days = parse_age(older_than or DEFAULT_AGE)
         cutoff = time.time() - days * 86_400
+    picked = sources(source)
     with open_store(cli_state(ctx), write=True) as store:
         repository = SessionRepository(store)
         doomed = sorted(
-            repository.prunable_sessions_before(cutoff, source),
+            repository.prunable_sessions_before(cutoff, picked),
             key=lambda session: session.started_at,
         )
         if not as_json:
@@ -125,13 +126,13 @@ def prune(
                 )
             # The cutoff shown is the one used, however long the confirmation took.
             with out.spinner(f"deleting {len(doomed)} session(s) and their messages ..."):
-                deleted = repository.prune_sessions_before(cutoff, source)
+                deleted = repository.prune_sessions_before(cutoff, picked)
     if as_json:
         out.print_json(
             {
                 "older_than_days": days,
                 "before": cutoff,
-                "source": source,
+                "sources": picked,
                 "dry_run": dry_run,
                 "sessions": [session.to_dict() for session in doomed],
                 "deleted": deleted,

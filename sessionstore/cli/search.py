@@ -11,7 +11,16 @@ from ..search import ContextMessage, SearchHit
 from ..sessions.repository import SessionRepository
 from . import _output as out
 from ._app import PlainCommand, app
-from ._common import JsonOption, cli_state, open_store, report_errors, short_ids
+from ._common import (
+    ExcludeSourceOption,
+    JsonOption,
+    SourceOption,
+    cli_state,
+    open_store,
+    report_errors,
+    short_ids,
+    sources,
+)
 
 CONTEXT_LINE_CHARS = 160
 
@@ -38,14 +47,8 @@ def search(
     query: Annotated[
         str, typer.Argument(metavar="QUERY", help='Words, "phrases", prefix*, AND/OR/NOT.')
     ],
-    source: Annotated[
-        list[str] | None,
-        typer.Option(metavar="SOURCE", help="Only sessions of this source (repeatable)."),
-    ] = None,
-    exclude_source: Annotated[
-        list[str] | None,
-        typer.Option(metavar="SOURCE", help="Leave out this source (repeatable)."),
-    ] = None,
+    source: SourceOption = None,
+    exclude_source: ExcludeSourceOption = None,
     role: Annotated[
         list[str] | None,
         typer.Option(metavar="ROLE", help="Only messages of this role (repeatable)."),
@@ -61,8 +64,8 @@ def search(
     with open_store(cli_state(ctx)) as store:
         hits = SessionRepository(store).search_messages(
             query,
-            source_filter=source or None,
-            exclude_sources=exclude_source or None,
+            source_filter=sources(source),
+            exclude_sources=sources(exclude_source),
             role_filter=role or None,
             limit=limit,
             offset=offset,

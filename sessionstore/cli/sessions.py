@@ -21,13 +21,16 @@ from . import _output as out
 from ._app import PlainCommand, sessions_app
 from ._common import (
     CliError,
+    ExcludeSourceOption,
     JsonOption,
+    SourceOption,
     cli_state,
     confirm,
     open_store,
     report_errors,
     resolve_ref,
     short_ids,
+    sources,
 )
 
 TOOL_OUTPUT_LINES = 8
@@ -87,13 +90,8 @@ def _listing_table(
 @report_errors
 def sessions_list(
     ctx: typer.Context,
-    source: Annotated[
-        str | None, typer.Option(metavar="SOURCE", help="Only this source (cli, telegram...).")
-    ] = None,
-    exclude_source: Annotated[
-        list[str] | None,
-        typer.Option(metavar="SOURCE", help="Leave out this source (repeatable)."),
-    ] = None,
+    source: SourceOption = None,
+    exclude_source: ExcludeSourceOption = None,
     children: Annotated[
         bool, typer.Option("--children", help="Include child sessions (subagents).")
     ] = False,
@@ -117,14 +115,14 @@ def sessions_list(
     with open_store(cli_state(ctx)) as store:
         repository = SessionRepository(store)
         total = repository.count_listed_sessions(
-            source=source,
-            exclude_sources=exclude_source or None,
+            source=sources(source),
+            exclude_sources=sources(exclude_source),
             include_children=children,
             include_archived=archived,
         )
         listings = repository.list_sessions_rich(
-            source=source,
-            exclude_sources=exclude_source or None,
+            source=sources(source),
+            exclude_sources=sources(exclude_source),
             limit=max(total - offset, 0) if show_all else limit,
             offset=offset,
             include_children=children,

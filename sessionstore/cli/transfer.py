@@ -21,6 +21,7 @@ from . import _output as out
 from ._app import PlainCommand, app
 from ._common import (
     JsonOption,
+    SourceOption,
     UsageProblem,
     cli_state,
     create_if_new,
@@ -28,6 +29,7 @@ from ._common import (
     report_errors,
     resolve_ref,
     shown,
+    sources,
     store_url,
 )
 
@@ -42,9 +44,7 @@ def export(
             "-o", "--output", metavar="FILE", help="Write to this file (default: standard output)."
         ),
     ] = None,
-    source: Annotated[
-        str | None, typer.Option(metavar="SOURCE", help="Only sessions of this source.")
-    ] = None,
+    source: SourceOption = None,
     session: Annotated[
         list[str] | None,
         typer.Option(
@@ -56,24 +56,25 @@ def export(
     if output is not None:
         _check_output_path(output)
         _refuse_store_file(ctx, output)
+    picked = sources(source)
     with open_store(cli_state(ctx)) as store:
         session_ids = [resolve_ref(store, ref) for ref in session] if session else None
         total = (
             len(session_ids)
             if session_ids is not None
-            else SessionRepository(store).session_count(source, include_archived=True)
+            else SessionRepository(store).session_count(picked, include_archived=True)
         )
         with out.progress("exporting", total) as advance:
             if output is None:
                 with out_of_room_typed("standard output", "the export is incomplete"):
                     count = export_jsonl(
-                        store, sys.stdout, source=source, session_ids=session_ids,
+                        store, sys.stdout, source=picked, session_ids=session_ids,
                         progress=advance,
                     )
                     sys.stdout.flush()
             else:
                 count = export_jsonl_file(
-                    store, output, source=source, session_ids=session_ids, progress=advance
+                    store, output, source=picked, session_ids=session_ids, progress=advance
                 )
     where = "standard output" if output is None else str(output)
     out.note(f"exported {count} session(s) to {where}")

@@ -80,6 +80,7 @@ from ..sql.records import FIELD_DEFAULTS, MESSAGE_FIELDS, SESSION_FIELDS
 from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
 from ..sql.tables import state_meta_table as state_meta
+from ..sql.validation import SourceFilter
 from ..storage.private_files import create_empty_file, mode_of, private_copy, publish_over
 from ..storage.store import Store
 
@@ -114,10 +115,11 @@ class TransferResult:
 
 
 def iter_records(
-    store: Store, *, source: str | None = None, session_ids: Iterable[str] | None = None
+    store: Store, *, source: SourceFilter = None, session_ids: Iterable[str] | None = None
 ) -> Iterator[Record]:
-    """Every session (oldest first) followed by its messages, then the ``state_meta`` rows
-    (see the module docstring for which), streamed from one snapshot."""
+    """Every session (oldest first; of any of the sources, or with one of the ids, when
+    given) followed by its messages, then the ``state_meta`` rows (see the module docstring
+    for which), streamed from one snapshot."""
     wanted = None if session_ids is None else set(session_ids)
     whole_store = wanted is None and source is None
     exported: set[str] = set()
@@ -146,7 +148,7 @@ def export_jsonl(
     store: Store,
     fp: IO[str],
     *,
-    source: str | None = None,
+    source: SourceFilter = None,
     session_ids: Iterable[str] | None = None,
     progress: Progress | None = None,
 ) -> int:
@@ -166,7 +168,7 @@ def export_jsonl_file(
     store: Store,
     output: Path,
     *,
-    source: str | None = None,
+    source: SourceFilter = None,
     session_ids: Iterable[str] | None = None,
     progress: Progress | None = None,
 ) -> int:

@@ -13,7 +13,8 @@ the messages, then the sessions, in one transaction, and says which sessions wen
   ``prune_sessions``.
 - ``prune_empty_ghost_sessions``: Hermes's TUI ghosts (ended, untitled, no message, over a day
   old).
-- ``prune_sessions*``: ended sessions started before a cutoff; never a live one.
+- ``prune_sessions*``: ended sessions started before a cutoff; never a live one. ``source`` is
+  one source or a list of them (any of them: :data:`~sessionstore.sql.validation.SourceFilter`).
 """
 
 from __future__ import annotations
@@ -29,10 +30,10 @@ from ..sql import validation
 from ..sql.records import SessionRecord
 from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
-from ..sql.validation import bindable
+from ..sql.validation import SourceFilter, bindable
 from .access import reads, writes
 from .lineage import delegate_descendants
-from .shared import RepositoryPart, session_columns
+from .shared import RepositoryPart, session_columns, source_condition
 
 GHOST_SOURCE = "tui"
 GHOST_AGE_S = 24 * 3600.0
@@ -160,19 +161,19 @@ class DeletionPart(RepositoryPart):
         return self.store.write(lambda conn: delete_matching(conn, condition))
 
     @writes
-    def prune_sessions(self, older_than_days: float = 90, source: str | None = None) -> int:
+    def prune_sessions(self, older_than_days: float = 90, source: SourceFilter = None) -> int:
         """Delete ended sessions started more than ``older_than_days`` ago; never a live one."""
         return self.prune_sessions_detailed(older_than_days, source).total
 
     @writes
     def prune_sessions_detailed(
-        self, older_than_days: float = 90, source: str | None = None
+        self, older_than_days: float = 90, source: SourceFilter = None
     ) -> Deletion:
         """:meth:`prune_sessions`, saying also which sessions went."""
         return self.prune_sessions_before_detailed(_prune_cutoff(older_than_days), source)
 
     @writes
-    def prune_sessions_before(self, cutoff: float, source: str | None = None) -> int:
+    def prune_sessions_before(self, cutoff: float, source: SourceFilter = None) -> int:
         """Delete ended sessions started before ``cutoff`` (a Unix timestamp); never a live
         one. The form to use when the cutoff was shown to someone first: a day count would be
         turned into a timestamp again later, and move."""
@@ -180,39 +181,40 @@ class DeletionPart(RepositoryPart):
 
     @writes
     def prune_sessions_before_detailed(
-        self, cutoff: float, source: str | None = None
+        self, cutoff: float, source: SourceFilter = None
     ) -> Deletion:
         """:meth:`prune_sessions_before`, saying also which sessions went."""
         cutoff = _cutoff_timestamp(cutoff)
-        source = validation.optional_identifier(source, "source")
-        condition = and_(sessions.c.started_at < cutoff, sessions.c.ended_at.is_not(None))
-        if source is not None:
-            condition = and_(condition, sessions.c.source == source)
+        condition = self._prunable_condition(cutoff, source)
 
         return self.store.write(lambda conn: delete_matching(conn, condition))
 
     @reads
     def prunable_sessions(
-        self, older_than_days: float = 90, source: str | None = None
+        self, older_than_days: float = 90, source: SourceFilter = None
     ) -> list[SessionRecord]:
         """What ``prune_sessions`` would delete, for a dry run."""
         return self.prunable_sessions_before(_prune_cutoff(older_than_days), source)
 
     @reads
     def prunable_sessions_before(
-        self, cutoff: float, source: str | None = None
+        self, cutoff: float, source: SourceFilter = None
     ) -> list[SessionRecord]:
         """What ``prune_sessions_before`` would delete, for a dry run."""
-        cutoff = _cutoff_timestamp(cutoff)
-        source = validation.optional_identifier(source, "source")
         statement = select(*session_columns()).where(
-            sessions.c.started_at < cutoff, sessions.c.ended_at.is_not(None)
+            self._prunable_condition(_cutoff_timestamp(cutoff), source)
         )
-        if source is not None:
-            statement = statement.where(sessions.c.source == source)
         return self.store.read(
             lambda conn: [SessionRecord(*row) for row in conn.execute(statement)]
         )
+
+    def _prunable_condition(self, cutoff: float, source: SourceFilter) -> ColumnElement[bool]:
+        """Ended, started before ``cutoff``, of any of the sources (every source for None)."""
+        condition = and_(sessions.c.started_at < cutoff, sessions.c.ended_at.is_not(None))
+        selected = validation.sources(source, "source")
+        if selected is not None:
+            condition = and_(condition, source_condition(self.store.dialect, selected))
+        return condition
 
     # -- empty sessions (Hermes 0.18) -----------------------------------------------------------
     @reads

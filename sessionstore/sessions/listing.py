@@ -20,14 +20,14 @@ from sqlalchemy import ColumnElement, Select, bindparam, column, func, or_, sele
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import TextClause
 
-from ..dialects import json_list
+from ..dialects import StoreDialect, json_list
 from ..search.sanitize import escape_like
 from ..sql import validation
 from ..sql.records import SESSION_FIELDS, SessionListing, SessionRecord
 from ..sql.statements import HotReads
 from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
-from ..sql.validation import bindable
+from ..sql.validation import SourceFilter, bindable
 from ..storage.store import Store
 from .access import reads
 from .lineage import (
@@ -36,7 +36,7 @@ from .lineage import (
     not_a_fork,
     projection_tips_sql,
 )
-from .shared import RepositoryPart, matchable, row_count, session_columns
+from .shared import RepositoryPart, matchable, row_count, session_columns, source_condition
 
 PREVIEW_LENGTH = 60
 SHORT_ID_LENGTH = 8
@@ -121,7 +121,7 @@ class ListingPart(RepositoryPart):
     @reads
     def session_count(
         self,
-        source: str | None = None,
+        source: SourceFilter = None,
         *,
         include_archived: bool = False,
         archived_only: bool = False,
@@ -140,15 +140,17 @@ class ListingPart(RepositoryPart):
         threshold = message_threshold(min_message_count)
         if source == "":
             source = None  # as Hermes: an empty source is no filter
-        if source is not None and not matchable(source):
-            return 0
+        if source is not None and not validation.is_source_list(source) and not matchable(source):
+            return 0  # one source no stored one can equal (a wrong type, NUL): none
+        selected = validation.sources(source, "source")
         statement = select(func.count()).select_from(sessions)
         if threshold is not None:
             if threshold > validation.INT64_MAX:
                 return 0  # past every 64-bit counter
             statement = statement.where(sessions.c.message_count >= threshold)
         for condition in _session_filters(
-            source=source,
+            self.store.dialect,
+            sources=selected,
             exclude_sources=exclude_sources,
             include_archived=include_archived,
             archived_only=archived_only,
@@ -160,7 +162,7 @@ class ListingPart(RepositoryPart):
         return int(self.store.read(lambda conn: conn.execute(statement).scalar_one()))
     @reads
     def search_sessions(
-        self, source: str | None = None, limit: int = 20, offset: int = 0
+        self, source: SourceFilter = None, limit: int = 20, offset: int = 0
     ) -> list[SessionRecord]:
         statement = (
             select(*session_columns())
@@ -168,19 +170,24 @@ class ListingPart(RepositoryPart):
             .limit(row_count(limit, "limit"))
             .offset(row_count(offset, "offset"))
         )
-        if source is not None:
-            if not matchable(source):
-                return []
-            statement = statement.where(sessions.c.source == source)
+        if source is not None and not validation.is_source_list(source) and not matchable(source):
+            return []
+        selected = validation.sources(source, "source")
+        if selected is not None:
+            statement = statement.where(source_condition(self.store.dialect, selected))
         return self.store.read(
             lambda conn: [SessionRecord(*row) for row in conn.execute(statement)]
         )
 
-    def iter_sessions(self, conn: Connection, source: str | None = None) -> Iterator[SessionRecord]:
-        """Stream every session, oldest first (parents before children), for export."""
+    def iter_sessions(
+        self, conn: Connection, source: SourceFilter = None
+    ) -> Iterator[SessionRecord]:
+        """Stream every session (of any of the sources), oldest first (parents before
+        children), for export."""
         statement = select(*session_columns()).order_by(sessions.c.started_at, sessions.c.id)
-        if source is not None:
-            statement = statement.where(sessions.c.source == source)
+        selected = validation.sources(source, "source")
+        if selected is not None:
+            statement = statement.where(source_condition(self.store.dialect, selected))
         for row in conn.execution_options(yield_per=500).execute(statement):
             yield SessionRecord(*row)
 
@@ -210,7 +217,7 @@ class ListingPart(RepositoryPart):
     @reads
     def list_sessions_rich(
         self,
-        source: str | None = None,
+        source: SourceFilter = None,
         exclude_sources: Sequence[str] | None = None,
         limit: int = 20,
         offset: int = 0,
@@ -254,7 +261,7 @@ class ListingPart(RepositoryPart):
     @reads
     def list_sessions_rich_dicts(
         self,
-        source: str | None = None,
+        source: SourceFilter = None,
         exclude_sources: Sequence[str] | None = None,
         limit: int = 20,
         offset: int = 0,
@@ -280,7 +287,7 @@ class ListingPart(RepositoryPart):
 
     def _listing_rows(
         self,
-        source: str | None,
+        source: SourceFilter,
         exclude_sources: Sequence[str] | None,
         limit: int,
         offset: int,
@@ -297,8 +304,7 @@ class ListingPart(RepositoryPart):
         with the id of the root it was projected from (None when it was not)."""
         if source == "":
             source = None  # as Hermes: an empty source is no filter
-        if source is not None:
-            source = validation.identifier(source, "source")
+        selected = validation.sources(source, "source")
         excluded = [
             validation.identifier(item, "exclude_sources") for item in exclude_sources or ()
         ]
@@ -306,7 +312,11 @@ class ListingPart(RepositoryPart):
         threshold = message_threshold(min_message_count)
         needle = id_needle(id_query)
         parameters: dict[str, Any] = {
-            "source": source,
+            "source": (
+                None if selected is None
+                else selected[0] if len(selected) == 1
+                else json_list(selected)
+            ),
             "excluded": json_list(excluded),
             **dict(zip(_CWD_PARAMETERS, cwd_patterns(prefix) if prefix else (None,) * 4,
                        strict=True)),
@@ -319,8 +329,10 @@ class ListingPart(RepositoryPart):
             return []  # past every 64-bit counter
         archive = "only" if archived_only else ("all" if include_archived else "hide")
         dialect = self.store.dialect
+        if selected == ():
+            return []  # an empty list of sources: none listed
         shape: ListingShape = (
-            source is not None,
+            _source_shape(dialect, selected),
             dialect.json_list_sql("excluded") if excluded else None,
             bool(include_children),
             archive,
@@ -368,7 +380,7 @@ class ListingPart(RepositoryPart):
     @reads
     def count_listed_sessions(
         self,
-        source: str | None = None,
+        source: SourceFilter = None,
         exclude_sources: Sequence[str] | None = None,
         include_children: bool = False,
         *,
@@ -378,8 +390,7 @@ class ListingPart(RepositoryPart):
         min_message_count: int = 0,
     ) -> int:
         """How many sessions ``list_sessions_rich`` pages through with these filters."""
-        if source is not None:
-            source = validation.identifier(source, "source")
+        validation.sources(source, "source")  # refused as the listing refuses it
         return self.session_count(
             source,
             include_archived=include_archived,
@@ -502,18 +513,32 @@ def _rich_select() -> Select[Any]:
     )
 
 
-ListingShape = tuple[bool, str | None, bool, str, bool, bool]
+ListingShape = tuple[str | None, str | None, bool, str, bool, bool]
 """What a listing's filters look like, the values aside (one prebuilt statement per shape):
-by source, the dialect's SQL for the excluded sources' list (None: none excluded), children
-included, archive (``"hide"``, ``"all"`` or ``"only"``), by cwd prefix, by message count."""
+by source (:func:`_source_shape`), the dialect's SQL for the excluded sources' list (None: none
+excluded), children included, archive (``"hide"``, ``"all"`` or ``"only"``), by cwd prefix, by
+message count."""
+
+_ONE_SOURCE = "="
+
+
+def _source_shape(dialect: StoreDialect, selected: tuple[str, ...] | None) -> str | None:
+    """The source part of a listing's shape: None (every source), :data:`_ONE_SOURCE` (the
+    ``source`` parameter is the one source) or the dialect's SQL for a JSON list (it is the
+    list of several, any of which is kept: one parameter however many)."""
+    if selected is None:
+        return None
+    return _ONE_SOURCE if len(selected) == 1 else dialect.json_list_sql("source")
 
 
 def _listing_conditions(shape: ListingShape) -> list[ColumnElement[bool] | TextClause]:
     """The WHERE of a listing of this shape: every path lists the same sessions."""
     by_source, excluded_list_sql, include_children, archive, by_cwd, by_messages = shape
     conditions: list[ColumnElement[bool] | TextClause] = []
-    if by_source:
+    if by_source == _ONE_SOURCE:
         conditions.append(sessions.c.source == bindparam("source"))
+    elif by_source is not None:
+        conditions.append(text(f"sessions.source IN {by_source}"))
     if excluded_list_sql is not None:
         conditions.append(text(f"sessions.source NOT IN {excluded_list_sql}"))
     if not include_children:
@@ -547,7 +572,7 @@ def _listing_statement(shape: ListingShape) -> Select[Any]:
     """
     conditions = _listing_conditions(shape)
     newest_first = (sessions.c.started_at.desc(), sessions.c.id)
-    if not shape[0]:
+    if shape[0] is None:
         return (
             _rich_select().where(*conditions)
             .order_by(*newest_first)
@@ -733,16 +758,17 @@ def _project(root: Sequence[Any], tip: Sequence[Any]) -> tuple[Any, ...]:
 
 
 def _session_filters(
+    dialect: StoreDialect,
     *,
-    source: str | None,
+    sources: tuple[str, ...] | None,
     exclude_sources: Sequence[str] | None,
     include_archived: bool,
     archived_only: bool,
     cwd_prefix: str | None,
 ) -> list[ColumnElement[bool]]:
     conditions: list[ColumnElement[bool]] = []
-    if source is not None:
-        conditions.append(sessions.c.source == validation.identifier(source, "source"))
+    if sources is not None:
+        conditions.append(source_condition(dialect, sources))
     excluded = [validation.identifier(item, "exclude_sources") for item in exclude_sources or ()]
     if excluded:
         conditions.append(sessions.c.source.not_in(excluded))

@@ -10,14 +10,14 @@ single part lives in that part's module; the ones here are used by several.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, and_, false, select, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from ..dialects import StoreDialect
+from ..dialects import StoreDialect, json_list
 from ..errors import ConstraintViolationError, UnknownSessionError
 from ..sql import validation
 from ..sql.records import SESSION_FIELDS
@@ -58,6 +58,19 @@ def matchable(value: Any) -> bool:
     """A lookup value some stored identifier could equal; anything else matches nothing
     (as SQLite answers a wrong type), rather than reaching a driver that cannot bind it."""
     return bindable(value)
+
+
+def source_condition(dialect: StoreDialect, selected: Sequence[str]) -> ColumnElement[bool]:
+    """``sessions.source`` is one of ``selected`` (:func:`~sessionstore.sql.validation.sources`):
+    ``=`` for one (the plan a single source always had, on ``idx_sessions_source``), the
+    dialect's JSON list for several (one bound parameter however many, as search's
+    ``source_filter``), nothing for none."""
+    if not selected:
+        return false()
+    if len(selected) == 1:
+        return sessions.c.source == selected[0]
+    listed = text(f"sessions.source IN {dialect.json_list_sql('selected_sources')}")
+    return and_(listed.bindparams(selected_sources=json_list(selected)))
 
 
 def session_columns() -> list[Any]:

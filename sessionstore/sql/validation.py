@@ -60,6 +60,39 @@ def optional_identifier(value: Any, name: str) -> str | None:
     return None if value is None else identifier(value, name)
 
 
+SourceFilter = str | Sequence[str] | None
+"""Which sessions' sources a listing, count, export or prune keeps: ``None`` every source, a
+``str`` that one, a list (tuple, set) of ``str`` any of them (an empty one none, as search's
+``source_filter=[]``)."""
+
+
+def is_source_list(value: object) -> bool:
+    """Several sources (a list, tuple or set), as :func:`sources` takes them."""
+    return isinstance(value, (list, tuple, set, frozenset))
+
+
+def sources(value: Any, name: str = "source") -> tuple[str, ...] | None:
+    """A :data:`SourceFilter` as the sources it keeps (None: no filter), duplicates dropped.
+
+    A bare ``str`` is one source (as Hermes passes it); any other non-sequence, or a
+    sequence holding a non-``str``, is a ``TypeError``; each source is an :func:`identifier`
+    (NUL or a lone surrogate is a ``ValueError``)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return (identifier(value, name),)
+    if not is_source_list(value):
+        raise TypeError(
+            f"{name} must be a str or a list of str (or None), not {type(value).__name__}"
+        )
+    kept: dict[str, None] = {}
+    for item in value:
+        if not isinstance(item, str):
+            raise TypeError(f"{name} items must be str, not {type(item).__name__}")
+        kept[identifier(item, name)] = None
+    return tuple(kept)
+
+
 def tool_calls(value: Any, name: str = "tool_calls") -> Sequence[Mapping[str, Any]] | None:
     """A message's tool calls as OpenAI and Hermes write them: a list of tool-call objects
     (dicts); None or an empty list is none. Anything else (a number, one bare dict, a string)

@@ -712,6 +712,57 @@ def test_list_sessions_rich_source_filters(db: SessionDB, raw: RawSQL) -> None:
     assert ids(source="cli", exclude_sources=["tool"]) == ["cli-1"]
 
 
+def test_several_sources_keep_any_of_them_everywhere_a_source_filters(
+    db: SessionDB, raw: RawSQL
+) -> None:
+    """``source`` takes a list too (issue 27: the CLI's repeatable ``--source``): listing
+    (both statement shapes, and the activity order), counts, the plain listing, export and
+    prune keep the sessions of any of the sources; one source in a list is that source; an
+    empty list keeps none, as search's ``source_filter=[]``."""
+    for n, source in enumerate(["cli", "telegram", "tool", "discord", "telegram"]):
+        make_session(db, raw, f"{source}-{n}", started_at=100.0 * (n + 1), ended_at=
+                     100.0 * (n + 1) + 1, end_reason="user_exit", source=source)  # fmt: skip
+    several = ["telegram", "discord", "telegram", "no-such-source"]
+    expected = ["telegram-4", "discord-3", "telegram-1"]
+
+    def ids(**kwargs: Any) -> list[str]:
+        return [row["id"] for row in db.list_sessions_rich(**kwargs)]
+
+    assert ids(source=several) == expected
+    assert ids(source=tuple(several), limit=2, offset=1) == expected[1:]
+    assert ids(source=several, order_by_last_active=True) == expected
+    assert ids(source=several, exclude_sources=["discord"]) == ["telegram-4", "telegram-1"]
+    assert ids(source=["cli"]) == ids(source="cli") == ["cli-0"]
+    assert ids(source=[]) == [] and ids(source=[], order_by_last_active=True) == []
+    assert db.session_count(source=several) == 3
+    assert db.session_count(source=[]) == 0
+    assert db.session_count(source=["cli", "tool"], exclude_sources=["tool"]) == 1
+    assert [row["id"] for row in db.search_sessions(source=several)] == expected
+    assert [row["id"] for row in db.export_all(source=["cli", "tool"])] == ["tool-2", "cli-0"]
+
+    assert db.prune_sessions_before(150.0, source=several) == 0  # cli-0 is the only one
+    assert db.prune_sessions_before(250.0, source=several) == 1  # telegram-1
+    assert db.prune_sessions_before(1000.0, source=["telegram", "tool"]) == 2
+    assert db.prune_sessions(older_than_days=1, source=[]) == 0
+    assert sorted(row["id"] for row in db.search_sessions()) == ["cli-0", "discord-3"]
+
+
+@pytest.mark.parametrize(
+    ("source", "error"),
+    [(42, TypeError), (b"cli", TypeError), (["cli", 7], TypeError), ([None], TypeError),
+     (["cli", "a\x00b"], ValueError)],
+)  # fmt: skip
+def test_a_source_list_of_the_wrong_things_is_refused_typed(
+    db: SessionDB, raw: RawSQL, source: object, error: type[Exception]
+) -> None:
+    make_session(db, raw, "ended", started_at=1000.0, ended_at=1001.0, end_reason="x")
+    with pytest.raises(error):
+        db.list_sessions_rich(source=source)  # type: ignore[arg-type]
+    with pytest.raises(error):
+        db.prune_sessions_before(2000.0, source=source)  # type: ignore[arg-type]
+    assert db.get_session("ended") is not None
+
+
 def test_list_sessions_rich_hides_children_unless_asked(db: SessionDB, raw: RawSQL) -> None:
     make_session(db, raw, "parent", started_at=100.0)
     make_session(db, raw, "subagent", started_at=200.0, parent="parent")

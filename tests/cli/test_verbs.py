@@ -258,6 +258,8 @@ LIST_FILTER_CASES = [
     ([], {ALPHA, ALPHA_OLD, LIVE_OLD}),
     (["--children"], {ALPHA, ALPHA_OLD, LIVE_OLD, CHILD}),
     (["--source", "telegram"], {ALPHA_OLD}),
+    (["--source", "telegram", "--source", "discord"], {ALPHA_OLD, LIVE_OLD}),
+    (["--source", "telegram", "--source", "cli", "--exclude-source", "cli"], {ALPHA_OLD}),
     (["--exclude-source", "telegram", "--exclude-source", "discord"], {ALPHA}),
     (["--limit", "1"], {ALPHA}),
     (["--limit", "1", "--offset", "1"], {LIVE_OLD}),
@@ -367,6 +369,12 @@ def test_search_json_and_filters(runner: CliRunner, seeded: str) -> None:
     assert json.loads(excluded.stdout) == []
     telegram = run(runner, seeded, "search", "backups", "--json", "--source", "telegram")
     assert [hit["session_id"] for hit in json.loads(telegram.stdout)] == [ALPHA_OLD]
+    either = run(runner, seeded, "search", "alembic OR backups OR child", "--json",
+                 "--source", "telegram", "--source", "discord", "--source", "cli")  # fmt: skip
+    assert {hit["session_id"] for hit in json.loads(either.stdout)} == {ALPHA, ALPHA_OLD, CHILD}
+    two = run(runner, seeded, "search", "alembic OR backups OR child", "--json",
+              "--source", "telegram", "--source", "discord")  # fmt: skip
+    assert {hit["session_id"] for hit in json.loads(two.stdout)} == {ALPHA_OLD}
 
 
 HOSTILE_QUERIES = ['"unbalanced', "AND OR NOT", "***", "(", "数据库", "a\x00b", "%_\\", "x" * 5000]
@@ -442,6 +450,19 @@ def test_export_by_source(runner: CliRunner, seeded: str) -> None:
     assert [r["session"]["id"] for r in records if "session" in r] == [ALPHA_OLD]
 
 
+def test_export_by_several_sources(runner: CliRunner, seeded: str, tmp_path: Path) -> None:
+    """``--source`` repeats as on search: the sessions of any of them, oldest first, each
+    with its messages; the count and the progress total are theirs."""
+    output = tmp_path / "two.jsonl"
+    result = run(runner, seeded, "export", "--source", "discord", "--source", "telegram",
+                 "-o", str(output))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "exported 2 session(s)" in result.stderr
+    records = [json.loads(line) for line in output.read_text().splitlines()]
+    assert [r["session"]["id"] for r in records if "session" in r] == [ALPHA_OLD, LIVE_OLD]
+    assert [r["message"]["session_id"] for r in records if "message" in r] == [ALPHA_OLD]
+
+
 def test_import_from_stdin_with_fail_policy(
     runner: CliRunner, seeded: str, tmp_path: Path
 ) -> None:
@@ -507,6 +528,42 @@ def test_prune_source_filter_and_nothing_to_do(runner: CliRunner, seeded: str) -
     assert result.exit_code == 0
     assert "nothing to prune" in result.stdout
     assert len(session_ids(seeded)) == 4
+
+
+def test_prune_by_several_sources(runner: CliRunner, seeded: str) -> None:
+    """``--source`` repeats as on search: ended old sessions of any of the sources go (a live
+    one never does), other sources' stay; the JSON names the sources it was given."""
+    with SessionDB(url=seeded) as db:
+        db.repository.create_session("delta-0005-old", "discord", started_at=OLD + 2)
+        db.end_session("delta-0005-old", "user_exit")
+        db.repository.create_session("eps-0006-old-cli", "cli", started_at=OLD + 3)
+        db.end_session("eps-0006-old-cli", "user_exit")
+    args = ["prune", "--older-than", "90d", "--source", "telegram", "--source", "discord"]
+    dry = run(runner, seeded, *args, "--dry-run", "--json")
+    assert dry.exit_code == 0, dry.output
+    payload = json.loads(dry.stdout)
+    assert payload["sources"] == ["telegram", "discord"]
+    assert [s["id"] for s in payload["sessions"]] == [ALPHA_OLD, "delta-0005-old"]
+    result = run(runner, seeded, *args, "--yes")
+    assert result.exit_code == 0, result.output
+    assert "deleted 2 session(s)" in result.stdout
+    assert session_ids(seeded) == {ALPHA, CHILD, LIVE_OLD, "eps-0006-old-cli"}
+    everything = json.loads(run(runner, seeded, "prune", "--dry-run", "--json").stdout)
+    assert everything["sources"] is None
+    assert [s["id"] for s in everything["sessions"]] == ["eps-0006-old-cli"]
+
+
+SOURCE_VERBS = [["search"], ["sessions", "list"], ["export"], ["prune"]]
+
+
+def test_source_reads_and_repeats_alike_on_every_verb(runner: CliRunner) -> None:
+    """One definition of ``--source`` (cli/_common.py): the same help on each verb."""
+    helps = set()
+    for verb in SOURCE_VERBS:
+        text = runner.invoke(cli.app, [*verb, "--help"]).stdout
+        option = text.split("--source SOURCE", 1)[1].split("--", 1)[0]
+        helps.add(" ".join(option.split()))
+    assert helps == {"Only sessions of this source: cli, telegram... (repeatable: any of them)."}
 
 
 @pytest.mark.parametrize(

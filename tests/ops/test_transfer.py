@@ -218,6 +218,33 @@ def test_an_export_of_some_sessions_carries_only_their_own_state(later_url: str)
     assert "state" in records[-1]  # after every session and message
 
 
+def test_an_export_by_sources_carries_the_sessions_of_any_of_them(store_url: str) -> None:
+    """``source`` is one source or a list (the CLI's repeatable ``--source``): the sessions
+    of any of them with their messages and their own state rows; an empty list exports none."""
+    with SessionDB(url=store_url) as db:
+        for source in ("cli", "telegram", "discord"):
+            db.create_session(f"{source}-1", source)
+            db.append_message(f"{source}-1", "user", f"hello from {source}")
+            db.set_meta(f"goal:{source}-1", f"goal of {source}")
+        db.set_meta("last_auto_prune", "123")
+
+        def exported(**kwargs: object) -> tuple[list[str], list[str], list[str]]:
+            buffer = io.StringIO()
+            count = export_jsonl(db.store, buffer, **kwargs)  # type: ignore[arg-type]
+            records = [json.loads(line) for line in buffer.getvalue().splitlines()[1:]]
+            ids = [record["session"]["id"] for record in records if "session" in record]
+            assert count == len(ids)
+            owners = [record["message"]["session_id"] for record in records if "message" in record]
+            keys = [record["state"]["key"] for record in records if "state" in record]
+            return ids, owners, keys
+
+        assert exported(source=["discord", "cli"]) == (
+            ["cli-1", "discord-1"], ["cli-1", "discord-1"], ["goal:cli-1", "goal:discord-1"]
+        )
+        assert exported(source="telegram") == exported(source=["telegram"])
+        assert exported(source=[]) == ([], [], [])
+
+
 def test_fail_refuses_a_state_key_that_holds_another_value(
     later_url: str, store_url: str
 ) -> None:
