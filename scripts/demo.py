@@ -89,10 +89,13 @@ def main() -> int:
             print(f"sample:   recorded session {sample}")
         print(f"contents: {db.session_count()} sessions, {db.message_count()} messages")
         print("newest sessions:")
-        for row in db.list_sessions_rich(limit=5):
+        newest = db.list_sessions_rich(limit=5)
+        # As the CLI's listing: the shortest unique prefix, and an ellipsis when it was cut.
+        shortest = db.repository.short_ids([row["id"] for row in newest])
+        for row in newest:
             title = row["title"] or "(untitled)"
             count = row["message_count"] or 0
-            short_id = row["id"][:12]
+            short_id = shortest[row["id"]] + ("" if shortest[row["id"]] == row["id"] else "…")
             print(f"  {short_id:12}  {row['source']:10}  {count:5} msgs  {title}: {row['preview']}")
         for query in ("migrate database", "数据库"):
             hits = db.search_messages(query, limit=3)

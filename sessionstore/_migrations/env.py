@@ -28,7 +28,8 @@ layout, and a revision's objects are its own DDL's.
 
 Run from Alembic's command line (``alembic``, ``python -m sessionstore.migrations``), what the
 package refuses (a file from a newer Hermes, a bad URL, a server that is not there) is
-Alembic's one-line ``FAILED: ...`` with a non-zero exit status, not a traceback; called from
+Alembic's one-line ``FAILED: ...`` with a non-zero exit status, not a traceback, and as the
+CLI it creates no directory and no store on a command that only reads; called from
 code (``sessionstore.schema.migrate``), the typed errors propagate as they are. Logging follows the
 ini file's sections when it has them; an ini without (a hand-written one) still shows
 Alembic's and sessionstore's progress lines on stderr.
@@ -51,14 +52,14 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, Engine
 
 from sessionstore._migrations.chain_state import HERMES_SCHEMA_BEFORE_CHAIN
-from sessionstore.dialects import dialect_for
-from sessionstore.errors import SessionStoreError
+from sessionstore.dialects import database_file, dialect_for
+from sessionstore.errors import SessionStoreError, StoreLocationError
 from sessionstore.schema import legacy
 from sessionstore.schema.migrate import BEFORE_CHANGE_ATTRIBUTE
 from sessionstore.schema.models import SEARCH_OBJECT_NAMES, Base
 from sessionstore.search.index import ensure_head_layout
 from sessionstore.search.registry import search_index_for
-from sessionstore.storage.config import store_location
+from sessionstore.storage.config import require_directory, store_location
 from sessionstore.storage.engine import create_store_engine
 from sessionstore.storage.error_translation import typed_errors
 from sessionstore.storage.retry import RetryPolicy, run_with_retry
@@ -104,12 +105,28 @@ def include_name(name: str | None, type_: str, _parent_names: object) -> bool:
     return True
 
 
+def _command_name() -> str:
+    """The Alembic command run from its command line ("" when called from code)."""
+    command = getattr(config.cmd_opts, "cmd", None)
+    return getattr(command[0], "__name__", "") if command else ""
+
+
 def _should_adopt() -> bool:
     if not config.attributes.get("adopt_legacy", True):
         return False
-    command = getattr(config.cmd_opts, "cmd", None)
-    name = getattr(command[0], "__name__", "") if command else ""
-    return name not in READ_ONLY_COMMANDS
+    return _command_name() not in READ_ONLY_COMMANDS
+
+
+def _check_named_location(url: URL) -> None:
+    """From Alembic's command line, as from the CLI: a command that only reads creates no
+    store (``current`` on a missing file would leave an empty one behind), and none creates a
+    directory it was not asked to (:func:`~sessionstore.storage.config.require_directory`)."""
+    path = database_file(url)
+    if path is None or path.exists():
+        return
+    if _command_name() in READ_ONLY_COMMANDS:
+        raise StoreLocationError(f"no session store at {path} (`upgrade head` creates one)")
+    require_directory(url)
 
 
 def _run_chain(connection: Connection) -> None:
@@ -246,6 +263,8 @@ def run_migrations_online() -> None:
         _run_chain(injected)
         return
     url = _store_url()
+    if FROM_THE_COMMAND_LINE:
+        _check_named_location(url)
     # Journal mode untouched: a refused (too new) file must stay byte-identical.
     engine = create_store_engine(url, set_journal_mode=False)
     try:

@@ -24,8 +24,8 @@ from ..dialects import database_file, translate_any_error
 from ..errors import SessionStoreError, StoreLocationError
 from ..schema import legacy, migrate
 from ..sessions.repository import SessionRepository
-from ..storage.command_hints import cli_command, is_default_store
-from ..storage.config import store_location
+from ..storage.command_hints import cli_command
+from ..storage.config import is_default_store, require_directory, store_location
 from ..storage.engine import create_store_engine
 from ..storage.private_files import PRIVATE_MODE, create_empty_file
 from ..storage.store import Store
@@ -250,19 +250,6 @@ def require_existing(url: URL) -> None:
         raise CliError(f"{path} is a directory, not a session store file")
     if not os.access(path, os.R_OK):
         raise CliError(f"cannot read {path}: permission denied")
-
-
-def require_directory(url: URL) -> None:
-    """A verb that creates a store file creates no directory for it, except the default
-    store's (``$HERMES_HOME``, which Hermes itself creates): a mistyped path must not leave a
-    tree of directories behind."""
-    path = database_file(url)
-    if path is None or path.parent.is_dir() or is_default_store(url):
-        return
-    raise CliError(
-        f"cannot create a session store at {path}: the directory {path.parent} does not exist "
-        "(create it first, or give another path)"
-    )
 
 
 def outdated(status: migrate.Status, url: URL) -> CliError:

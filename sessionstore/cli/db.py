@@ -22,6 +22,7 @@ from ..schema.adoption import BackupBeforeChange
 from ..sessions.repository import SessionRepository
 from ..sql.tables import messages_table, sessions_table
 from ..storage.backups import backup_database
+from ..storage.config import require_directory
 from ..storage.engine import create_store_engine
 from ..storage.store import Store
 from . import _output as out
@@ -38,7 +39,6 @@ from ._common import (
     hint,
     open_store,
     report_errors,
-    require_directory,
     require_existing,
     shown,
     store_url,

@@ -13,10 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
 
 from ..dialects import database_file, dialect_for_url
-from .config import resolve_url
+from .config import is_default_store
 
 PROGRAM = "sessionstore"
 
@@ -33,20 +32,6 @@ def store_argument(url: str | URL) -> str:
             return shown.render_as_string(hide_password=True)
         return str(path)
     return parsed.render_as_string(hide_password=True)
-
-
-def is_default_store(url: str | URL) -> bool:
-    try:
-        default = make_url(resolve_url(None))
-        parsed = make_url(url) if isinstance(url, str) else url
-    except ArgumentError:
-        return False
-    mine, theirs = _database_file(parsed), _database_file(default)
-    if mine is not None or theirs is not None:
-        return mine == theirs
-    return parsed.render_as_string(hide_password=False) == default.render_as_string(
-        hide_password=False
-    )
 
 
 def cli_command(url: str | URL | None, *words: str) -> str:

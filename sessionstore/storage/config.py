@@ -17,7 +17,7 @@ from pathlib import Path
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
-from ..dialects import dialect_for_url, file_url, file_url_object
+from ..dialects import database_file, dialect_for_url, file_url, file_url_object
 from ..errors import StoreLocationError
 
 URL_ENV_VAR = "SESSIONSTORE_URL"
@@ -86,3 +86,37 @@ def store_location(given: str | None) -> URL:
 def hide_password(url: str) -> str:
     """URL text with its password as ``***``, also when the text does not parse."""
     return _PASSWORD_IN_URL.sub(r"\1***@", url)
+
+
+def is_default_store(url: str | URL) -> bool:
+    """``url`` is the store opened when none is named, in this environment."""
+    try:
+        default = make_url(resolve_url(None))
+        parsed = make_url(url) if isinstance(url, str) else url
+    except ArgumentError:
+        return False
+    mine, theirs = _resolved_file(parsed), _resolved_file(default)
+    if mine is not None or theirs is not None:
+        return mine == theirs
+    return parsed.render_as_string(hide_password=False) == default.render_as_string(
+        hide_password=False
+    )
+
+
+def require_directory(url: URL) -> None:
+    """A store a person named (the CLI's ``--url``, Alembic's ``-x url=``) gets no directory
+    created for it, except the default store's (``$HERMES_HOME``, which Hermes itself
+    creates): a mistyped path must not leave a tree of directories behind. Anything else is a
+    :class:`StoreLocationError`. (``SessionDB`` creates the directory, as Hermes's does.)"""
+    path = database_file(url)
+    if path is None or path.parent.is_dir() or is_default_store(url):
+        return
+    raise StoreLocationError(
+        f"cannot create a session store at {path}: the directory {path.parent} does not exist "
+        "(create it first, or give another path)"
+    )
+
+
+def _resolved_file(url: URL) -> Path | None:
+    path = database_file(url)
+    return None if path is None else path.expanduser().resolve()

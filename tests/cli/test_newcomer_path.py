@@ -573,6 +573,10 @@ def test_demo_script_backs_up_the_hermes_file_it_adopts(tmp_path: Path) -> None:
     (backup,) = [p for p in home.glob("state.db.bak-*") if not p.name.endswith(("-wal", "-shm"))]
     assert f"backup:   {backup}" in result.stdout
     assert _rows(backup, "schema_version") == [(2,)]
+    # Its listing cuts ids as the CLI's does: the unique prefix and an ellipsis (issue 27).
+    listed = result.stdout.split("newest sessions:\n", 1)[1].split("search ", 1)[0]
+    shown = [line.split()[0] for line in listed.splitlines()]
+    assert shown and all(len(short) > 8 and short.endswith("…") for short in shown), shown
 
 
 # -- 12. the typed repository ---------------------------------------------------------------------
