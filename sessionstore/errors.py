@@ -21,6 +21,17 @@ class StoreBusyError(SessionStoreError):
         )
 
 
+class StoreClosedError(SessionStoreError, RuntimeError):
+    """The store (a ``SessionDB``, ``AsyncSessionDB``, ``Store``) was closed before this call
+    could start: nothing of it was written. Open a new one.
+
+    A call that was already running when ``close()`` came finishes first: its result, or its
+    own error, is what it reports. A write still waiting for its turn (for the store's other
+    threads, another process's write, or its next attempt after a busy one) when the store
+    closed gets this error instead and has written nothing. A ``RuntimeError`` too, as in
+    Python's own "Event loop is closed"."""
+
+
 class ReadOnlyStoreError(SessionStoreError):
     """A write was attempted on a store opened read-only."""
 

@@ -32,8 +32,9 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..errors import StoreClosedError
 from ..sql.validation import SourceFilter
-from ..storage.async_store import AsyncStore, StoreClosedError, job_end, single_attempt
+from ..storage.async_store import AsyncStore, job_end, single_attempt
 from ..storage.retry import RetryPolicy
 from ..storage.store import Store
 from .async_repository import AsyncSessionRepository
@@ -129,6 +130,10 @@ class AsyncSessionDB:
             await asyncio.shield(job_end(asyncio.get_running_loop(), opening))
         if self._runner is not None:
             await self._runner.close()
+
+    async def aclose(self) -> None:
+        """:meth:`close` under the name ``contextlib.aclosing`` calls."""
+        await self.close()
 
     async def __aenter__(self) -> AsyncSessionDB:
         return await self.open()

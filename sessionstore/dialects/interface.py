@@ -29,10 +29,28 @@ if TYPE_CHECKING:
 
     UpsertInsert = SqliteInsert | PgInsert
 
-AfterForkReset = Callable[[Engine, Callable[[Any], None]], None]
+class InheritedHandles(Protocol):
+    """What a forked child's engine reset is given (the storage wing's ``ForkChild``)."""
+
+    quiet: bool
+    """True when no thread of the parent was inside SQLite through this package at the fork:
+    SQLite may be called in the child (from :meth:`defer`'s releases, never from the reset)."""
+
+    def abandon(self, obj: Any) -> None:
+        """Keep ``obj`` alive, unused and never finalized, for the rest of the child."""
+
+    def defer(self, release: Callable[[], None]) -> None:
+        """Run ``release`` at the child's first use of a database, not in the at-fork hook."""
+
+    def settle(self) -> None:
+        """Run the deferred releases (once); a dialect calls it before the child connects."""
+
+
+AfterForkReset = Callable[[Engine, InheritedHandles], None]
 """What a forked child does with one engine's inherited connections, before any use: called
-with the engine and ``keep_alive``, the function that holds a handle, unused and never
-finalized, for the rest of the child (a handle some parent thread was inside at the fork)."""
+in the at-fork hook with the engine and the fork's :class:`InheritedHandles`. It calls no
+database and takes no lock a parent thread may have held: a handle is abandoned, or its release
+deferred to the child's first use of a database."""
 
 
 @functools.cache
@@ -180,11 +198,6 @@ class StoreDialect(Protocol):
     def writer_queue_file(self, url: URL, *, read_only: bool) -> Path | None:
         """The side file this package's writers of ``url`` queue on across processes (the
         storage wing builds the queue on it); None where the server queues them."""
-
-    def release_inherited(self, dbapi_connection: Any) -> bool:
-        """In a forked child: let go of a driver connection the parent opened, safely. True
-        when it was closed here; False when it must not be touched at all (closing it would
-        speak on the parent's socket): the caller then keeps it alive, unused."""
 
     def insert(self, table: Table) -> UpsertInsert:
         """An INSERT that supports ``on_conflict_do_nothing`` on this database."""

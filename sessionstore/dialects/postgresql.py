@@ -47,7 +47,7 @@ from ..errors import (
     UnsupportedValueError,
     ValueOutOfRangeError,
 )
-from .interface import AfterForkReset, IntegrityViolation, missing_core_table
+from .interface import AfterForkReset, InheritedHandles, IntegrityViolation, missing_core_table
 
 # serialization_failure, deadlock_detected, lock_not_available (lock_timeout). Not
 # query_canceled (57014): that is also a deliberate cancel or statement_timeout, never a lock.
@@ -97,8 +97,11 @@ _ASCII_UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _ASCII_LOWER = "abcdefghijklmnopqrstuvwxyz"
 
 
-def _fresh_pool(engine: Engine, keep_alive: Callable[[Any], None]) -> None:
-    # A new pool; the old one's connections are dropped without a word (nothing to keep).
+def _fresh_pool(engine: Engine, child: InheritedHandles) -> None:
+    """A forked child's reset: a new pool. The old one is abandoned with its connections:
+    never closed (that would send the parent's server a Terminate on the parent's socket) and
+    never collected (the pool would roll a checked-out one back, speaking on it)."""
+    child.abandon(engine.pool)
     engine.dispose(close=False)
 
 
@@ -390,10 +393,6 @@ class PostgreSQLDialect:
     def writer_queue_file(self, url: URL, *, read_only: bool) -> Path | None:
         # The server queues lock waiters itself.
         return None
-
-    def release_inherited(self, dbapi_connection: Any) -> bool:
-        # Never close it here: that would say goodbye to the server on the parent's socket.
-        return False
 
     def insert(self, table: Table) -> Insert:
         return insert(table)

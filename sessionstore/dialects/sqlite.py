@@ -19,8 +19,9 @@ writing into, and acknowledged writes vanish. So:
 - sizes and existence are checked with ``stat``/``access``, which open nothing;
 - the writers' queue (:mod:`sessionstore.storage.writers_queue`) locks a *different* file,
   ``<db>-writelock`` (:meth:`SQLiteDialect.writer_queue_file`), which SQLite never uses;
-- after ``fork()`` the child closes its inherited connections through SQLite before any use
-  (the reset :meth:`SQLiteDialect.install_listeners` hands back, which
+- after ``fork()`` the child abandons its inherited connections in the at-fork hook and
+  closes them through SQLite before its first own connection, when the fork was quiet (the
+  reset :meth:`SQLiteDialect.install_listeners` hands back, which
   :mod:`sessionstore.storage.fork_safety` runs).
 
 Which SQLite library runs the store is :mod:`.sqlite_library`'s decision (written down there):
@@ -61,7 +62,7 @@ from ..errors import (
     UnsupportedValueError,
 )
 from .disk_space import full_disk_error, no_room_left
-from .interface import AfterForkReset, IntegrityViolation, missing_core_table
+from .interface import AfterForkReset, InheritedHandles, IntegrityViolation, missing_core_table
 from .sqlite_library import connect, connection_class, is_connection, library
 
 logger = logging.getLogger(__name__)
@@ -254,6 +255,11 @@ class SQLiteDialect:
         path = None if _is_memory(engine.url) else _filesystem_path(engine.url)
         connections = _ProcessConnections(engine)
 
+        @event.listens_for(engine, "do_connect")
+        def _on_do_connect(*_args: Any) -> None:
+            # In a forked child: what it inherited is settled before SQLite opens anything.
+            _before_connect()
+
         @event.listens_for(engine, "connect")
         def _on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
             if path is not None:
@@ -288,15 +294,6 @@ class SQLiteDialect:
         @event.listens_for(engine, "close_detached")
         def _on_close_detached(dbapi_connection: sqlite3.Connection) -> None:
             connections.discard(dbapi_connection)
-
-        @event.listens_for(engine, "checkout")
-        def _on_checkout(dbapi_connection: sqlite3.Connection, _record: Any, _proxy: Any) -> None:
-            connections.checked_out(dbapi_connection)
-
-        @event.listens_for(engine, "checkin")
-        def _on_checkin(dbapi_connection: sqlite3.Connection | None, _record: Any) -> None:
-            if dbapi_connection is not None:
-                connections.checked_in(dbapi_connection)
 
         @event.listens_for(engine, "begin")
         def _on_begin(conn: Connection) -> None:
@@ -399,10 +396,6 @@ class SQLiteDialect:
             return None
         path = _filesystem_path(url).absolute()
         return path.with_name(path.name + WRITER_QUEUE_SUFFIX)
-
-    def release_inherited(self, dbapi_connection: Any) -> bool:
-        close_inherited(dbapi_connection)
-        return True
 
     def insert(self, table: Table) -> Insert:
         return insert(table)
@@ -636,22 +629,24 @@ def _refuse_foreign_file(path: Path) -> None:
 
 
 class _ProcessConnections:
-    """The driver connections of one engine, with the process that opened each.
+    """The driver connections of one engine, with the process that opened each, and what a
+    forked child does with the ones it inherited (``sessionstore.storage.fork_safety``).
 
-    After ``fork()`` the child closes the copies it inherited, through SQLite, so that SQLite's
-    per-process lock bookkeeping forgets them and the child's own connections take real file
-    locks. Closing in the child releases nothing of the parent's (fcntl locks belong to the
-    process that took them); with the parent still holding its shared lock, SQLite's
-    close-time checkpoint cannot start either. A copy that some other parent thread was using
-    at the moment of the fork may be inside SQLite, holding a mutex no thread of the child will
-    ever release: it is left alone, and the child is warned.
+    In the at-fork hook: nothing through SQLite. They are abandoned (kept alive, never
+    finalized) with the engine's old pool, and the engine gets a new one. At the child's first
+    new connection to any SQLite store (:func:`_before_connect`), after a quiet fork, they are
+    closed through SQLite, so that SQLite's per-process lock bookkeeping forgets them and the
+    child's own connections take real file locks. Closing in the child releases nothing of the
+    parent's (fcntl locks belong to the process that took them); with the parent still holding
+    its shared lock, SQLite's close-time checkpoint cannot start either. One left inside a
+    transaction stays abandoned: closing it would roll back, and undoing a write transaction
+    edits the WAL index the parent shares.
     """
 
     def __init__(self, engine: Engine) -> None:
         self._label = engine.url.database or ":memory:"
         self._lock = threading.Lock()
         self._live: dict[int, tuple[sqlite3.Connection, int]] = {}
-        self._in_use: set[int] = set()
 
     def add(self, conn: sqlite3.Connection) -> None:
         with self._lock:
@@ -660,39 +655,67 @@ class _ProcessConnections:
     def discard(self, conn: sqlite3.Connection) -> None:
         with self._lock:
             self._live.pop(id(conn), None)
-            self._in_use.discard(id(conn))
 
-    def checked_out(self, conn: sqlite3.Connection) -> None:
-        self._in_use.add(id(conn))  # set.add is atomic under the GIL
-
-    def checked_in(self, conn: sqlite3.Connection) -> None:
-        self._in_use.discard(id(conn))
-
-    def after_fork_in_child(self, engine: Engine, keep_alive: Callable[[Any], None]) -> None:
-        """The engine's reset in a forked child (see the class docstring); ``keep_alive``
-        holds what must be neither used nor finalized (storage's ``fork_safety.abandon``)."""
+    def after_fork_in_child(self, engine: Engine, child: InheritedHandles) -> None:
+        """The engine's reset in a forked child (see the class docstring)."""
+        global _fork_child
+        _fork_child = child
         self._lock = threading.Lock()
         pid = os.getpid()
-        inherited = [(key, conn) for key, (conn, owner) in self._live.items() if owner != pid]
-        left_open = 0
-        for key, conn in inherited:
-            if key in self._in_use and not _is_closed(conn):
-                keep_alive(conn)
-                left_open += 1
-            else:
-                close_inherited(conn)
-            self._live.pop(key, None)
-            self._in_use.discard(key)
+        inherited = [conn for conn, owner in self._live.values() if owner != pid]
+        self._live = {key: entry for key, entry in self._live.items() if entry[1] == pid}
         # A new pool; the old one's records still point at the parent's copies.
+        child.abandon(engine.pool)
         engine.dispose(close=False)
-        if left_open:
-            logger.warning(
-                "forked while %d connection(s) to %s were in use by another thread: they "
-                "cannot be closed safely in the child, so SQLite may not lock the file for "
-                "this process; fork from a thread that is not using the store",
-                left_open,
-                self._label,
-            )
+        for conn in inherited:
+            child.abandon(conn)
+        if inherited and child.quiet:
+            label = self._label
+            child.defer(lambda: _close_inherited(inherited, label))
+
+
+_fork_child: InheritedHandles | None = None
+"""The fork that made this process, once a SQLite engine was reset in it."""
+
+
+def _before_connect() -> None:
+    """Before any new SQLite connection of a forked child: settle what it inherited first, or
+    refuse when the fork caught a thread inside SQLite (a call could block for ever)."""
+    child = _fork_child
+    if child is None:
+        return
+    if not child.quiet:
+        raise StoreUnavailableError(
+            "this process was forked while another thread of its parent was inside a "
+            "SQLite store (for longer than the fork waits), so SQLite may hold a lock here "
+            "that nobody will release: SQLite stores cannot be used in this process. Fork "
+            "when the store is quiet, or use the 'spawn' or 'forkserver' start method"
+        )
+    child.settle()
+
+
+def _close_inherited(connections: list[sqlite3.Connection], label: str) -> None:
+    """Close, in a child forked quietly, the connections it inherited (class docstring of
+    :class:`_ProcessConnections`)."""
+    left_open = 0
+    for conn in connections:
+        try:
+            in_transaction = conn.in_transaction
+        except sqlite3.ProgrammingError:
+            continue  # closed already
+        if in_transaction:
+            left_open += 1
+        else:
+            close_inherited(conn)
+    if left_open:
+        logger.warning(
+            "forked while %d connection(s) to %s were inside a transaction: they cannot be "
+            "closed safely in the child, so SQLite may not lock the file for this process; "
+            "fork when no transaction is open (outside `store.reading()` and `_conn` "
+            "transactions)",
+            left_open,
+            label,
+        )
 
 
 def close_inherited(conn: sqlite3.Connection) -> None:
@@ -707,14 +730,6 @@ def close_inherited(conn: sqlite3.Connection) -> None:
             setconfig(no_checkpoint, True)
     with contextlib.suppress(sqlite3.Error):
         conn.close()
-
-
-def _is_closed(conn: sqlite3.Connection) -> bool:
-    try:
-        conn.in_transaction  # noqa: B018 - raises on a closed connection
-    except sqlite3.ProgrammingError:
-        return True
-    return False
 
 
 def _enable_wal_on(dbapi_connection: sqlite3.Connection, label: str) -> None:

@@ -75,6 +75,7 @@ from ..api import session_db as facade
 from ..dialects import sqlite_library
 from ..search import contains_cjk, sanitize_fts5_query
 from ..sql.tables import SCHEMA_VERSION
+from ..storage import fork_safety
 from ..storage.config import default_db_path
 from ..storage.retry import RetryPolicy, run_with_retry
 from ..storage.store import Store, WriteLock
@@ -195,11 +196,6 @@ CREATE TRIGGER IF NOT EXISTS messages_fts_update AFTER UPDATE ON messages BEGIN
     INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
 END;
 """
-
-# Connections inherited through fork(): kept referenced so that garbage collection never
-# closes them in the child (sqlite3 closes on dealloc, which could touch the parent's locks).
-_INHERITED: list[PoolProxiedConnection] = []
-
 
 def _default_db_path() -> Path | None:
     """The patched ``DEFAULT_DB_PATH``, or None for the package's URL rules."""
@@ -325,7 +321,8 @@ class SessionDB(facade.SessionDB):
         store = self.store
 
         def attempt() -> T:
-            with self._lock:
+            # Inside SQLite through the package: a fork waits for it (storage.fork_safety).
+            with self._lock, fork_safety.inside():
                 conn = self._require_conn()
                 conn.execute("BEGIN IMMEDIATE")
                 try:
@@ -371,6 +368,7 @@ class _OwnedConnection:
         self._pid = 0
         self._closed = False
         self._guard = threading.Lock()
+        fork_safety.track(self)
 
     def get(self) -> sqlite3.Connection | None:
         if self._override is not None:
@@ -384,7 +382,8 @@ class _OwnedConnection:
             if self._pooled is not None and self._pid != os.getpid():
                 self._forget_inherited()
             if self._pooled is None:
-                pooled = self._store.engine.raw_connection()
+                with fork_safety.inside():
+                    pooled = self._store.engine.raw_connection()
                 connection = pooled.driver_connection
                 if not sqlite_library.is_connection(connection):  # pragma: no cover
                     pooled.close()
@@ -408,13 +407,17 @@ class _OwnedConnection:
         self._override = (value,)
 
     def _forget_inherited(self) -> None:
-        # The parent's connection and the pool's idle ones were opened by the parent: the child
-        # must not use them, nor close them. Drop them and let the child open its own.
+        # The parent's connection: the child must not use it, nor close it here (the engine's
+        # after-fork reset settles the driver connection inside it, and gave the engine a
+        # new pool). Abandon it and let the child open its own.
         assert self._pooled is not None
-        _INHERITED.append(self._pooled)
+        fork_safety.abandon(self._pooled)
         self._pooled = None
         self._driver = None
-        self._store.engine.dispose(close=False)
+
+    def after_fork_in_child(self) -> None:
+        # A parent thread may have held the guard at the fork.
+        self._guard = threading.Lock()
 
     def close(self) -> None:
         with self._guard:
@@ -423,9 +426,9 @@ class _OwnedConnection:
             if pooled is None:
                 return
             if self._pid != os.getpid():
-                _INHERITED.append(pooled)
+                fork_safety.abandon(pooled)
                 return
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception), fork_safety.inside():
                 # Our row factory must not follow the connection back into the pool.
                 pooled.invalidate()
 

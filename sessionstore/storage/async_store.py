@@ -72,7 +72,12 @@ from typing import Any, TypeVar, cast
 
 from sqlalchemy.engine import URL
 
-from ..errors import SessionStoreError, StoreBusyError, StoreUnavailableError
+from ..errors import (
+    SessionStoreError,
+    StoreBusyError,
+    StoreClosedError,
+    StoreUnavailableError,
+)
 from . import fork_safety as forksafety
 from .engine import DEFAULT_BUSY_TIMEOUT_S
 from .error_translation import exhausted
@@ -93,10 +98,6 @@ SHARED_THREADS = 8
 QUEUE_SLICE_S = 0.25
 """Longest single wait for the writers' queue in the writer thread: a cancelled or timed-out
 wait is noticed within this, and the budget is checked between slices."""
-
-
-class StoreClosedError(SessionStoreError, RuntimeError):
-    """The async store (or ``AsyncSessionDB``) was closed; open a new one."""
 
 
 def single_attempt(policy: RetryPolicy) -> RetryPolicy:

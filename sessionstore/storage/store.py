@@ -7,7 +7,13 @@ calling ``write``). A read uses a deferred BEGIN and never takes the write lock.
 On SQLite, writers queue before the retry loop: threads of one store on a lock, then every
 writer of the file, across stores and processes, on the kernel lock of
 :mod:`.writers_queue`. Both waits count against the retry budget. After ``fork()``
-the child drops every handle it inherited (:mod:`.fork_safety`) and opens its own.
+the child drops every handle it inherited (:mod:`.fork_safety`) and opens its own; on SQLite
+every attempt runs inside ``fork_safety.inside()``, so a fork never catches one inside SQLite.
+
+Closing is orderly (:meth:`Store.close`): the attempts running finish and report their own
+outcome, every call that has not started an attempt yet fails with
+:class:`~sessionstore.errors.StoreClosedError` having written nothing, and only then are the
+connections and the writers' side file let go of.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
+from types import TracebackType
 from typing import TypeVar
 
 from sqlalchemy.engine import URL, Connection, Engine, make_url
@@ -30,6 +37,7 @@ from ..errors import (
     SchemaMissingError,
     SessionStoreError,
     StoreBusyError,
+    StoreClosedError,
     WriteOutcomeUnknownError,
 )
 from . import fork_safety as forksafety
@@ -38,7 +46,7 @@ from .config import resolve_url
 from .engine import DEFAULT_BUSY_TIMEOUT_S, create_store_engine
 from .error_translation import typed_errors, with_media_hint
 from .retry import RetryPolicy, queued_jitter, run_with_retry
-from .writers_queue import QueueTimeout, WriterQueue
+from .writers_queue import QueueClosed, QueueTimeout, WriterQueue
 
 T = TypeVar("T")
 
@@ -92,7 +100,17 @@ class Store:
         self._idle_readers: list[Connection] = []
         self._counter_lock = threading.Lock()
         self._writes = 0
+        # Orderly closing: attempts in flight are counted under ``_state``; close() waits for
+        # them, and none starts once ``_closed`` is set.
+        self._state = threading.Condition(threading.Lock())
+        self._in_flight = 0
         self._closed = False
+        self._close_deferred = False
+        self._finished = False
+        # On SQLite every attempt is also inside the fork gate (SQLite runs in this process).
+        self._attempt = _Attempt(self, gated=self.dialect.serialize_writes_in_process)
+        self._recovery = _Attempt(self, gated=self.dialect.serialize_writes_in_process,
+                                  after_close=True)
         forksafety.track(self)
 
     @classmethod
@@ -131,12 +149,13 @@ class Store:
             owns_engine=True,
         )
         try:
-            if prepare is not None:
-                prepare(engine)
-                if not read_only:
-                    store.dialect.enable_journal_mode(engine)
-            if not read_only and store.dialect.connect_at_open:
-                store._connect_now()
+            with store._attempt:
+                if prepare is not None:
+                    prepare(engine)
+                    if not read_only:
+                        store.dialect.enable_journal_mode(engine)
+                if not read_only and store.dialect.connect_at_open:
+                    store._connect_now()
         except BaseException:
             # No checkpoint: a store refused by ``prepare`` (too new, foreign) stays as it was.
             store._close(checkpoint=prepare is None)
@@ -210,6 +229,10 @@ class Store:
         autocommit = single_statement and self.dialect.single_statement_appends
 
         def attempt() -> T:
+            with self._attempt:
+                return one_attempt()
+
+        def one_attempt() -> T:
             conn = self._writer_connection()
             # In autocommit the statement is the COMMIT: losing it leaves the outcome unknown.
             committing = autocommit
@@ -240,7 +263,11 @@ class Store:
                 self._release_writer(conn, broken=False)
                 return result
 
-        result = self.serialized(attempt, retry)
+        try:
+            result = self.serialized(attempt, retry)
+        finally:
+            if self._close_deferred:
+                self._finish_deferred_close()
         self._count_write()
         return result
 
@@ -295,7 +322,8 @@ class Store:
                 "may or may not have been stored, and repeating it could apply it twice: "
                 f"check before trying again ({exc})"
             ) from exc
-        found = self.read(recover)
+        # Inside the write's attempt: a close() meanwhile waits for this look too.
+        found = self._read(recover, single_statement=False, attempt=self._recovery)
         if found is not None:
             logger.info("a write whose COMMIT acknowledgement was lost is in the store")
             return found
@@ -340,9 +368,23 @@ class Store:
         rollback-journal mode (WAL unsupported, or a foreign program's EXCLUSIVE lock) a writer
         blocks readers, and the caller's budget must bound that wait too.
         """
-        bare = single_statement and self.dialect.autocommit_snapshot_reads
+        try:
+            return self._read(work, single_statement=single_statement, attempt=self._attempt)
+        finally:
+            if self._close_deferred:
+                self._finish_deferred_close()
 
-        def attempt() -> T:
+    def _read(
+        self, work: Callable[[Connection], T], *, single_statement: bool, attempt: _Attempt
+    ) -> T:
+        bare = single_statement and self.dialect.autocommit_snapshot_reads
+        scope = attempt
+
+        def attempt_read() -> T:
+            with scope:
+                return one_attempt()
+
+        def one_attempt() -> T:
             conn = self._reader_connection()
             clean = False
             try:
@@ -373,7 +415,7 @@ class Store:
                 self._release_reader(conn, clean=clean)
 
         with typed_errors(self.dialect, refine=self._with_schema_hint, url=self.engine.url):
-            return run_with_retry(attempt, self._is_retryable, self.retry)
+            return run_with_retry(attempt_read, self._is_retryable, self.retry)
 
     def _reader_connection(self) -> Connection:
         try:
@@ -414,69 +456,139 @@ class Store:
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[Connection]:
-        """A read transaction held open for streaming (e.g. a large export)."""
-        with self.engine.connect() as conn:
-            conn.execution_options(**self._read_options)
-            with conn.begin():
-                yield conn
+        """A read transaction held open for streaming (e.g. a large export).
+
+        On SQLite it is one attempt throughout: a fork waits for it to end (at most
+        ``fork_safety.FORK_WAIT_S``), and so does :meth:`close`."""
+        try:
+            with self._attempt, self.engine.connect() as conn:
+                conn.execution_options(**self._read_options)
+                with conn.begin():
+                    yield conn
+        finally:
+            if self._close_deferred:
+                self._finish_deferred_close()
 
     def checkpoint(self) -> None:
-        if not self.read_only:
-            self.dialect.checkpoint(self.engine)
-
-    def close(self) -> None:
-        self._close(checkpoint=True)
-
-    def _close(self, *, checkpoint: bool) -> None:
-        if self._closed:
+        """A best-effort checkpoint (SQLite's PASSIVE); nothing once the store is closed."""
+        if self.read_only:
             return
-        self._closed = True
-        # Threads only: joining the writers' queue here would create its side file again.
-        with self._write_lock.threads:
+        try:
+            with self._attempt:
+                self.dialect.checkpoint(self.engine)
+        except StoreClosedError:
+            return
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called (calls then raise ``StoreClosedError``)."""
+        return self._closed
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Close the store, in order (idempotent; see the module docstring).
+
+        From now on no attempt starts: a call waiting for its turn (this store's other
+        threads, the writers' queue, its next attempt) raises
+        :class:`~sessionstore.errors.StoreClosedError` at once, having written nothing. The
+        attempts already running are waited for, at most ``timeout_s`` (default: the retry
+        budget); each ends whole and reports its own outcome (a write that committed returns
+        its result). Then the connections, the checkpoint and the writers' side file are let
+        go of. Should an attempt still run when the time is up, close() returns and that
+        attempt finishes the closing as it leaves: nothing is closed under a running call.
+        """
+        with self._state:
+            if self._closed:
+                return
+            self._closed = True
+        self._write_lock.close()  # waiters for the writers' queue give up now
+        self._close_in_order(self.retry.budget_s if timeout_s is None else timeout_s)
+
+    def _close_in_order(self, timeout_s: float, *, checkpoint: bool = True) -> None:
+        deadline = time.monotonic() + timeout_s
+        with self._state:
+            settled = self._state.wait_for(
+                lambda: self._in_flight <= 0, timeout=max(0.0, deadline - time.monotonic())
+            )
+        threads = self._write_lock.threads
+        if settled and threads.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            try:
+                self._finish_close(checkpoint=checkpoint)
+            finally:
+                threads.release()
+            return
+        logger.warning(
+            "closing %s while calls were still running after %.0f s: they finish first, and "
+            "the last one finishes closing the store",
+            self.url.render_as_string(hide_password=True),
+            timeout_s,
+        )
+        with self._state:
+            self._close_deferred = True
+        self._finish_deferred_close()
+
+    def _finish_deferred_close(self) -> None:
+        """A call leaving a store whose close() gave up waiting: the last one closes it."""
+        threads = self._write_lock.threads
+        if not threads.acquire(False):
+            return  # another thread holds it: it comes here too when it leaves
+        try:
+            with self._state:
+                if self._in_flight > 0:
+                    return
+            self._finish_close(checkpoint=True)
+        finally:
+            threads.release()
+
+    def _finish_close(self, *, checkpoint: bool) -> None:
+        """Let go of everything; with the writers' thread lock held and no attempt running."""
+        with self._state:
+            if self._finished:
+                return
+            self._finished = True
+        with self._recovery:  # SQLite: inside the fork gate (closing calls into SQLite)
             writer, self._writer = self._writer, None
             if writer is not None and self._writer_pid == os.getpid():
                 with contextlib.suppress(Exception):
                     writer.close()
-        while self._idle_readers:
-            with contextlib.suppress(Exception):
-                self._idle_readers.pop().close()
-        if checkpoint:
-            self.checkpoint()
-        if self._queue is not None:
-            self._queue.close()
-        if self._owns_engine:
-            self.engine.dispose()
+            while self._idle_readers:
+                with contextlib.suppress(Exception):
+                    self._idle_readers.pop().close()
+            if checkpoint and not self.read_only:
+                with contextlib.suppress(Exception):
+                    self.dialect.checkpoint(self.engine)
+            # Removes the side file, or leaves that to the last release of a holder of the
+            # lock in this thread (a close() inside Hermes's ``with db._lock:``).
+            self._write_lock.close_queue()
+            if self._owns_engine:
+                self.engine.dispose()
+
+    def _close(self, *, checkpoint: bool) -> None:
+        """Close a store that failed to open (no call can be running in it)."""
+        with self._state:
+            if self._closed:
+                return
+            self._closed = True
+        self._write_lock.close()
+        self._close_in_order(0.0, checkpoint=checkpoint)
 
     def after_fork_in_child(self) -> None:
-        """In a forked child: fresh thread locks; the kept writer is the parent's, let go.
-
-        Called by :mod:`.fork_safety` before the engine's own reset.
-        """
+        """In a forked child: fresh thread locks; the connections the store kept are the
+        parent's, abandoned (never used, closed or finalized here; the engine's reset deals
+        with the driver connections in them). Called by :mod:`.fork_safety` before the
+        engine's own reset. Calls no SQLite."""
         # A parent thread that held a lock at the fork never runs here to release it.
-        writer_idle = not self._write_lock.held
-        self._write_lock = WriteLock(self._queue, self.retry.budget_s)
+        self._write_lock = WriteLock(self._queue, self.retry.budget_s, closed=self._closed)
         self._counter_lock = threading.Lock()
+        self._state = threading.Condition(threading.Lock())
+        self._in_flight = 0
         # Idle readers were idle at the fork (one in use is not in the list): the parent's.
         inherited, self._idle_readers = self._idle_readers, []
         for reader in inherited:
             forksafety.abandon(reader)
-            if not reader.closed:
-                with contextlib.suppress(Exception):
-                    self._release_inherited(reader.connection.dbapi_connection)
         writer, self._writer = self._writer, None
-        if writer is None:
-            return
-        # Never finalized: the pool would roll it back, i.e. use it.
-        forksafety.abandon(writer)
-        if writer_idle and not writer.closed:
-            with contextlib.suppress(Exception):
-                self._release_inherited(writer.connection.dbapi_connection)
-
-    def _release_inherited(self, dbapi_connection: object) -> None:
-        """The dialect closes an inherited driver connection where that is safe; one it must
-        not touch (a socket the parent still talks over) is kept alive, unused, instead."""
-        if not self.dialect.release_inherited(dbapi_connection):
-            forksafety.abandon(dbapi_connection)
+        if writer is not None:
+            # Never finalized: the pool would roll it back, i.e. use it.
+            forksafety.abandon(writer)
 
     def __enter__(self) -> Store:
         return self
@@ -492,6 +604,58 @@ class Store:
             self.checkpoint()
 
 
+def closed_error() -> StoreClosedError:
+    return StoreClosedError(
+        "this session store was closed before the call could start; nothing of it was "
+        "written (open the store again to go on)"
+    )
+
+
+class _Attempt:
+    """``with store._attempt:`` around everything one attempt does with the database.
+
+    Counts the attempt in flight (:meth:`Store.close` waits for those) and refuses to start one
+    once the store is closed, unless ``after_close`` (a look that belongs to an attempt already
+    running, and closing itself). ``gated``: the store runs in this process (SQLite), so the
+    attempt is also inside ``fork_safety.inside()``: no fork catches it inside SQLite.
+    """
+
+    __slots__ = ("_after_close", "_gated", "_store")
+
+    def __init__(self, store: Store, *, gated: bool, after_close: bool = False) -> None:
+        self._store = store
+        self._gated = gated
+        self._after_close = after_close
+
+    def __enter__(self) -> None:
+        if self._gated:
+            forksafety.inside().__enter__()
+        store = self._store
+        with store._state:
+            refused = store._closed and not self._after_close
+            if not refused:
+                store._in_flight += 1
+        if refused:
+            if self._gated:
+                forksafety.inside().__exit__(None, None, None)
+            raise closed_error()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        store = self._store
+        state = store._state
+        with state:
+            store._in_flight -= 1
+            if store._closed and store._in_flight <= 0:
+                state.notify_all()
+        if self._gated:
+            forksafety.inside().__exit__(exc_type, exc, traceback)
+
+
 class WriteLock:
     """The lock every writer of one store holds in this process.
 
@@ -502,12 +666,34 @@ class WriteLock:
     so ``_depth`` and ``_held`` change under the thread lock alone.
     """
 
-    def __init__(self, queue: WriterQueue | None, budget_s: float) -> None:
+    def __init__(
+        self, queue: WriterQueue | None, budget_s: float, *, closed: bool = False
+    ) -> None:
         self._threads = threading.RLock()
         self._queue = queue
         self._budget_s = budget_s
         self._depth = 0
         self._held: int | None = None
+        self._closed = closed
+        self._close_queue_at_release = False
+
+    def close(self) -> None:
+        """The store is closing: from now on nobody joins the writers' queue through this
+        lock, a wait for it in progress gives up at once, and :meth:`enter` raises
+        ``StoreClosedError``. (The thread lock itself keeps working: closing takes it.)"""
+        self._closed = True
+        if self._queue is not None:
+            self._queue.interrupt()
+
+    def close_queue(self) -> None:
+        """Let go of the side file (by a closing store holding :attr:`threads`): now, or at
+        the last release of this thread's own hold when it holds the lock itself."""
+        if self._queue is None:
+            return
+        if self._depth > 0:
+            self._close_queue_at_release = True
+        else:
+            self._queue.close()
 
     @property
     def threads(self) -> threading.RLock:
@@ -537,6 +723,9 @@ class WriteLock:
             remaining = max(0.0, deadline - time.monotonic())
             if not threads.acquire(timeout=remaining):
                 raise QueueTimeout("other threads of this process kept the store busy")
+        if self._closed:
+            threads.release()
+            raise closed_error()
         self._join_queue(deadline, strict=strict)
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
@@ -549,7 +738,8 @@ class WriteLock:
         return True
 
     def _join_queue(self, deadline: float, *, strict: bool) -> None:
-        if self._depth == 0 and self._queue is not None:
+        # Closed: no queue (joining it would create the side file again).
+        if self._depth == 0 and self._queue is not None and not self._closed:
             try:
                 self._held = self._queue.acquire(deadline)
             except QueueTimeout:
@@ -557,14 +747,22 @@ class WriteLock:
                     self._threads.release()
                     raise
                 self._held = None
+            except QueueClosed:
+                self._held = None
+                if strict:
+                    self._threads.release()
+                    raise closed_error() from None
         self._depth += 1
 
     def release(self) -> None:
         self._depth -= 1
-        if self._depth == 0 and self._held is not None:
-            held, self._held = self._held, None
-            if self._queue is not None:
+        if self._depth == 0 and self._queue is not None:
+            if self._held is not None:
+                held, self._held = self._held, None
                 self._queue.release(held)
+            if self._close_queue_at_release:
+                self._close_queue_at_release = False
+                self._queue.close()
         self._threads.release()
 
     def __enter__(self) -> bool:

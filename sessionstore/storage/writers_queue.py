@@ -49,6 +49,11 @@ class QueueTimeout(Exception):
     """The writers ahead did not finish within the caller's budget."""
 
 
+class QueueClosed(Exception):
+    """The store this queue belongs to is closing: nobody waits for the lock through it any
+    more (:meth:`WriterQueue.interrupt`)."""
+
+
 class WriterQueue:
     """An exclusive lock on ``path`` shared by every writer of one store."""
 
@@ -61,6 +66,7 @@ class WriterQueue:
         self._fd_lock = threading.Lock()
         self._waiter: _Waiter | None = None
         self._unavailable = fcntl is None
+        self._interrupted = False
         forksafety.track(self)
 
     @property
@@ -72,8 +78,11 @@ class WriterQueue:
         descriptor for :meth:`release`.
 
         None: queueing is unavailable here and the caller goes on without it.
-        Raises :class:`QueueTimeout` when the deadline passes first.
+        Raises :class:`QueueTimeout` when the deadline passes first, :class:`QueueClosed`
+        when the store is closing (:meth:`interrupt`).
         """
+        if self._interrupted:
+            raise QueueClosed
         fd = self._fd
         if fd is not None:
             # The uncontended path, kept to two system calls.
@@ -127,6 +136,15 @@ class WriterQueue:
                 self._fd = None
         with contextlib.suppress(OSError):
             os.close(fd)
+
+    def interrupt(self) -> None:
+        """The store is closing: a wait for the lock in progress ends at once with
+        :class:`QueueClosed`, and so does every later :meth:`acquire`. A holder keeps the
+        lock until its release; :meth:`close` then removes the side file."""
+        self._interrupted = True
+        waiter = self._waiter
+        if waiter is not None:
+            waiter.interrupt()
 
     def after_fork_in_child(self) -> None:
         self._fd_lock = threading.Lock()
@@ -194,9 +212,13 @@ class WriterQueue:
 
     def _wait(self, timeout_s: float) -> int | None:
         with self._fd_lock:
+            if self._interrupted:
+                raise QueueClosed
             if self._waiter is None or self._waiter.stopped:
                 self._waiter = _Waiter(self.path, self.mode_like)
             waiter = self._waiter
+            if self._interrupted:
+                waiter.interrupt()
         try:
             return waiter.wait(timeout_s)
         except OSError as exc:
@@ -273,7 +295,7 @@ class _Claim:
         self.answered = threading.Lock()
         self.answered.acquire()
         self.fd: int | None = None
-        self.error: OSError | None = None
+        self.error: OSError | QueueClosed | None = None
 
     def answer(self) -> None:
         self.answered.release()
@@ -303,6 +325,7 @@ class _Waiter:
         self._fd: int | None = None
         self._handed_over = False
         self._stopping = False
+        self._interrupted = False
         self._thread: threading.Thread | None = None
 
     @property
@@ -316,10 +339,13 @@ class _Waiter:
         """The lock, held through this waiter's description, within ``timeout_s``.
 
         Raises :class:`QueueTimeout` when it does not come in time, :class:`OSError` when
-        the side file cannot be opened or locked here.
+        the side file cannot be opened or locked here, :class:`QueueClosed` when the store
+        closes meanwhile (:meth:`interrupt`).
         """
         claim = _Claim()
         with self._changed:
+            if self._interrupted:
+                raise QueueClosed
             self._claim = claim
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -362,6 +388,17 @@ class _Waiter:
                     # Only then has the thread something to do; waking it for nothing would
                     # take the interpreter from this writer just as it goes on.
                     self._changed.notify()
+
+    def interrupt(self) -> None:
+        """The store is closing: the claim waiting now is answered with :class:`QueueClosed`
+        (the thread passes on whatever it obtains for it), and no new one is taken."""
+        with self._changed:
+            self._interrupted = True
+            claim, self._claim = self._claim, None
+            if claim is not None:
+                claim.error = QueueClosed()
+                claim.answer()
+            self._changed.notify()
 
     def stop(self) -> None:
         """Let the thread end once it is idle. The description is closed by whoever is last

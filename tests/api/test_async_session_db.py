@@ -38,9 +38,9 @@ from store_library import connect_like_the_store, engine_like_the_store
 from sessionstore import AsyncSessionDB, SessionDB, StoreBusyError
 from sessionstore.api.async_repository import AsyncSessionRepository
 from sessionstore.api.async_session_db import NOT_MIRRORED
+from sessionstore.errors import StoreClosedError
 from sessionstore.sessions.access import access_of
 from sessionstore.sessions.repository import SessionRepository
-from sessionstore.storage.async_store import StoreClosedError
 
 ROOT = Path(__file__).resolve().parents[2]
 

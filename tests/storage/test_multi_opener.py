@@ -15,7 +15,6 @@ real locks; another process closing then deleted a live WAL, and commits vanishe
 from __future__ import annotations
 
 import json
-import logging
 import multiprocessing
 import os
 import sqlite3
@@ -603,47 +602,3 @@ def test_any_non_empty_foreign_file_is_refused_untouched_even_with_a_store_open(
         db.append_message(SESSION, "user", "still kept")
         assert {"kept", "still kept"} <= _contents(db)
     _assert_everyone_sees(url, own, {"kept", "still kept"}, [], new_process=False)
-
-
-@needs_fork
-def test_a_fork_while_another_thread_reads_warns_and_the_child_still_works(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The connection a parent thread was using at the fork may be inside SQLite in the child,
-    holding a mutex nobody will release: it is left alone (never closed, never collected) and
-    the child is told; everything else is reset and the child can write."""
-    path = tmp_path / "state.db"
-    url = _new_store(path)
-    db = SessionDB(url=url)
-    db.append_message(SESSION, "user", "before")
-    reading, release = threading.Event(), threading.Event()
-
-    def reader() -> None:
-        with db.store.reading() as conn:
-            conn.exec_driver_sql("SELECT count(*) FROM messages").scalar()
-            reading.set()
-            release.wait(30)
-
-    thread = threading.Thread(target=reader)
-    thread.start()
-    assert reading.wait(30)
-    caplog.set_level(logging.WARNING, logger="sessionstore.dialects.sqlite")
-    report = tmp_path / "child.log"
-
-    def child() -> None:
-        warnings = [r.getMessage() for r in caplog.records if "forked while" in r.getMessage()]
-        db.append_message(SESSION, "user", "from the child")
-        report.write_text(json.dumps(warnings))
-
-    try:
-        with _in_child(child) as pid:
-            pass
-        _wait_ok(pid)
-    finally:
-        release.set()
-        thread.join()
-    warnings = json.loads(report.read_text())
-    assert len(warnings) == 1 and "in use by another thread" in warnings[0]
-    db.append_message(SESSION, "user", "after")
-    assert {"before", "from the child", "after"} <= _contents(db)
-    db.close()

@@ -1,0 +1,241 @@
+"""Forks never hang (issue 30, item 1): a process whose threads are busy in every store call
+forks again and again, and every child ends: one that never touches the store, one that opens
+its own, one that goes on with the store it inherited, on SQLite and PostgreSQL. Nothing the
+parent's threads were told was stored goes missing.
+
+Before the fix the at-fork hook closed the inherited SQLite connections in the child; when a
+parent thread held one of SQLite's mutexes at that moment (its allocator's, a connection's, the
+file's lock table's), the close blocked for ever: about one fork in five hung here. Every wait
+in these tests has a timeout, so a hang fails the test instead of stalling the run.
+
+Also here: a fork waits for a streaming read to end, and a fork whose wait runs out makes a
+child that exits cleanly and refuses, typed, to use SQLite stores.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import forklib
+import pytest
+
+from sessionstore import SessionDB
+from sessionstore.errors import StoreUnavailableError
+from sessionstore.storage import fork_safety
+
+needs_fork = pytest.mark.skipif(
+    "fork" not in multiprocessing.get_all_start_methods(), reason="needs the fork start method"
+)
+pytestmark = needs_fork
+
+
+def _jobs(forks: int) -> list[tuple[str, int]]:
+    return [(("idle", "own", "inherited")[n % 3], n) for n in range(forks)]
+
+
+def _fork_pool_while_busy(url: str, forks: int) -> None:
+    """``forks`` workers of a ``fork`` pool (one task each: ``maxtasksperchild=1``, so every
+    task is a new fork, made by the pool's own handler thread) while the parent's threads call
+    the store; then everything acknowledged, here and in the children, is checked."""
+    forklib.prepare(url)
+    db = SessionDB(url=url)
+    forklib.set_parent(db, url)
+    busy = forklib.BusyThreads(db).start()
+    child_texts: set[str] = set()
+    pool = multiprocessing.get_context("fork").Pool(2, maxtasksperchild=1)
+    try:
+        results = pool.map_async(forklib.child_task, _jobs(forks), chunksize=1)
+        try:
+            batches = results.get(timeout=60 + forks * 2)
+        except multiprocessing.TimeoutError:
+            pytest.fail(f"forked children hung ({forks} forks asked for)")
+        for batch in batches:
+            child_texts.update(batch)
+        pool.close()
+        # Every worker must also *exit*; Pool.join has no timeout, so it runs in a thread.
+        joiner = threading.Thread(target=pool.join, daemon=True)
+        joiner.start()
+        joiner.join(120)
+        assert not joiner.is_alive(), "a forked worker never exited"
+    finally:
+        pool.terminate()
+        busy.stop()
+        db.close()
+        forklib.set_parent(None, "")
+    assert not busy.errors, busy.errors
+    assert busy.calls > 0
+    assert len(child_texts) == 2 * sum(1 for kind, _ in _jobs(forks) if kind != "idle")
+    forklib.check_store(url, busy, child_texts)
+
+
+def test_forks_while_every_store_call_runs_never_hang(store_url: str) -> None:
+    _fork_pool_while_busy(store_url, 45)
+
+
+@pytest.mark.slow
+def test_a_thousand_forks_while_every_store_call_runs(store_url: str) -> None:
+    _fork_pool_while_busy(store_url, 1000)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("forks", [30])
+def test_children_that_exit_as_programs_do(store_url: str, forks: int) -> None:
+    """Plain ``os.fork()`` children ending through a normal interpreter shutdown (garbage
+    collection, finalizers): none hangs, none breaks the parent's store (on PostgreSQL,
+    closing an inherited connection would end the parent's session)."""
+    result = subprocess.run(
+        [sys.executable, forklib.__file__, store_url, str(forks)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert report["failed"] == [] and report["errors"] == [], report
+    assert report["forks"] == forks and report["parent_calls"] > 0
+
+
+# -- the fork's wait ------------------------------------------------------------------------------
+@pytest.fixture
+def streaming(tmp_path: Path) -> Iterator[tuple[SessionDB, threading.Event, threading.Event]]:
+    """A SQLite store and a thread inside ``store.reading()`` (a streaming read, as an
+    export holds it) until ``release`` is set; ``entered`` is set once it is inside."""
+    db = SessionDB(tmp_path / "state.db")
+    db.create_session("s", "cli")
+    db.append_message("s", "user", "before")
+    entered, release = threading.Event(), threading.Event()
+    marker = tmp_path / "reader-leaving"
+
+    def reader() -> None:
+        with db.store.reading() as conn:
+            conn.exec_driver_sql("SELECT count(*) FROM messages").scalar()
+            entered.set()
+            release.wait(60)
+            marker.write_text("1")  # still inside the read
+
+    thread = threading.Thread(target=reader, daemon=True)
+    thread.start()
+    assert entered.wait(30)
+    try:
+        yield db, entered, release
+    finally:
+        release.set()
+        thread.join(60)
+        db.close()
+
+
+def _fork(body: object) -> int:
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        code = 0
+        try:
+            body()  # type: ignore[operator]
+        except BaseException as exc:
+            print(f"child failed: {exc!r}", file=sys.stderr, flush=True)
+            code = 1
+        os._exit(code)
+    return pid
+
+
+def _exit_code(pid: int, timeout_s: float = 60.0) -> int:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung")
+        time.sleep(0.005)
+
+
+def test_a_fork_waits_for_a_streaming_read_then_the_child_writes(
+    streaming: tuple[SessionDB, threading.Event, threading.Event], tmp_path: Path
+) -> None:
+    db, _entered, release = streaming
+    marker = tmp_path / "reader-leaving"
+
+    def child() -> None:
+        # The fork happened only once the reader was leaving its read.
+        assert marker.exists(), "forked while another thread was inside SQLite"
+        db.append_message("s", "user", "from the child")
+
+    threading.Timer(0.3, release.set).start()
+    pid = _fork(child)  # waits here for the reader
+    assert _exit_code(pid) == 0, "the child failed (see stderr)"
+    db.append_message("s", "user", "after")
+    assert {"before", "from the child", "after"} <= {m["content"] for m in db.get_messages("s")}
+
+
+def test_a_fork_whose_wait_runs_out_makes_a_child_that_refuses_sqlite_typed(
+    streaming: tuple[SessionDB, threading.Event, threading.Event],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The reader stays inside SQLite past the fork's wait: the fork goes ahead (the parent is
+    told); its child exits normally when it leaves the store alone, and gets a typed error,
+    never a hang, when it tries to use a SQLite store (the inherited one or a new one)."""
+    db, _entered, _release = streaming
+    monkeypatch.setattr(fork_safety, "FORK_WAIT_S", 0.2)
+    caplog.set_level(logging.WARNING, logger="sessionstore.storage.fork_safety")
+    assert _exit_code(_fork(lambda: None)) == 0
+    report = tmp_path / "refusals.json"
+
+    def child() -> None:
+        refused = []
+        for use in (
+            lambda: db.append_message("s", "user", "from the child"),
+            lambda: SessionDB(tmp_path / "other.db").close(),
+        ):
+            try:
+                use()
+            except StoreUnavailableError as exc:
+                refused.append(str(exc))
+        report.write_text(json.dumps(refused))
+
+    assert _exit_code(_fork(child)) == 0, "the child failed (see stderr)"
+    refused = json.loads(report.read_text())
+    assert len(refused) == 2 and all("forked while" in text for text in refused), refused
+    assert any("forking while" in r.getMessage() for r in caplog.records)
+    db.append_message("s", "user", "the parent goes on")  # once the reader has left
+
+
+def test_a_transaction_left_open_at_the_fork_is_abandoned_and_the_child_still_writes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A connection some thread left inside a transaction (outside the store's calls: the
+    fork does not wait for that) cannot be closed safely in the child: it is left alone,
+    with a warning, and the child writes through its own connections."""
+    db = SessionDB(tmp_path / "state.db")
+    db.create_session("s", "cli")
+    raw = db.store.engine.connect()
+    raw.begin()
+    raw.exec_driver_sql("SELECT count(*) FROM messages").scalar()
+    caplog.set_level(logging.WARNING, logger="sessionstore.dialects.sqlite")
+    report = tmp_path / "warnings.json"
+
+    def child() -> None:
+        db.append_message("s", "user", "from the child")
+        warnings = [r.getMessage() for r in caplog.records if "forked while" in r.getMessage()]
+        report.write_text(json.dumps(warnings))
+
+    try:
+        assert _exit_code(_fork(child)) == 0, "the child failed (see stderr)"
+    finally:
+        raw.rollback()
+        raw.close()
+    warnings = json.loads(report.read_text())
+    assert len(warnings) == 1 and "inside a transaction" in warnings[0], warnings
+    assert "from the child" in {m["content"] for m in db.get_messages("s")}
+    db.close()
