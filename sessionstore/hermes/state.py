@@ -38,7 +38,9 @@ reaches into (its insights, dashboard, ACP sessions, CLI resume):
   statement.) What it commits is visible to the store's other connections
   at their next transaction, and the reverse. After ``fork()`` the child never uses the
   connection it inherited: the first ``_conn`` in the child opens a new one (the inherited one
-  is left untouched, never closed, because closing it could disturb the parent's locks).
+  is abandoned, and closed through SQLite before the child's first own connection when that
+  is safe: ``sessionstore.storage.fork_safety``). Statements run on ``_conn`` directly are
+  outside the store's calls: a fork does not wait for them to leave SQLite.
   ``None`` once the database is closed, as in Hermes. Only on a SQLite file: on PostgreSQL or an
   in-memory store, ``_conn`` raises ``AttributeError`` (which Hermes's callers already expect
   from a store without it).

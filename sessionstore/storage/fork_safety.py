@@ -146,12 +146,16 @@ def forked_child() -> ForkChild | None:
 
 # -- the fork gate -------------------------------------------------------------------------------
 class _Gate:
-    """How many threads are inside an in-process database now, and how many forks wait."""
+    """How many threads are inside an in-process database now, and how many forks wait.
 
-    __slots__ = ("changed", "forking", "inside")
+    ``lock`` is a plain lock taken directly on the hot path (an attempt's entry and exit);
+    ``changed`` is a condition over the same lock, used only while a fork is under way."""
+
+    __slots__ = ("changed", "forking", "inside", "lock")
 
     def __init__(self, inside: int = 0) -> None:
-        self.changed = threading.Condition(threading.Lock())
+        self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
         self.inside = inside
         self.forking = 0
 
@@ -169,10 +173,13 @@ class _Inside:
         depth = getattr(_depth, "n", 0)
         if depth == 0:
             gate = _gate
-            with gate.changed:
+            gate.lock.acquire()
+            try:
                 while gate.forking:
                     gate.changed.wait()
                 gate.inside += 1
+            finally:
+                gate.lock.release()
         _depth.n = depth + 1
 
     def __exit__(
@@ -185,10 +192,13 @@ class _Inside:
         _depth.n = depth
         if depth == 0:
             gate = _gate
-            with gate.changed:
+            gate.lock.acquire()
+            try:
                 gate.inside -= 1
                 if gate.forking and not gate.inside:
                     gate.changed.notify_all()
+            finally:
+                gate.lock.release()
 
 
 _INSIDE = _Inside()

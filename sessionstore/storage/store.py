@@ -102,7 +102,8 @@ class Store:
         self._writes = 0
         # Orderly closing: attempts in flight are counted under ``_state``; close() waits for
         # them, and none starts once ``_closed`` is set.
-        self._state = threading.Condition(threading.Lock())
+        self._state_lock = threading.Lock()  # taken directly on the hot path
+        self._state = threading.Condition(self._state_lock)
         self._in_flight = 0
         self._closed = False
         self._close_deferred = False
@@ -579,7 +580,8 @@ class Store:
         # A parent thread that held a lock at the fork never runs here to release it.
         self._write_lock = WriteLock(self._queue, self.retry.budget_s, closed=self._closed)
         self._counter_lock = threading.Lock()
-        self._state = threading.Condition(threading.Lock())
+        self._state_lock = threading.Lock()
+        self._state = threading.Condition(self._state_lock)
         self._in_flight = 0
         # Idle readers were idle at the fork (one in use is not in the list): the parent's.
         inherited, self._idle_readers = self._idle_readers, []
@@ -631,10 +633,12 @@ class _Attempt:
         if self._gated:
             forksafety.inside().__enter__()
         store = self._store
-        with store._state:
-            refused = store._closed and not self._after_close
-            if not refused:
-                store._in_flight += 1
+        lock = store._state_lock
+        lock.acquire()
+        refused = store._closed and not self._after_close
+        if not refused:
+            store._in_flight += 1
+        lock.release()
         if refused:
             if self._gated:
                 forksafety.inside().__exit__(None, None, None)
@@ -647,11 +651,12 @@ class _Attempt:
         traceback: TracebackType | None,
     ) -> None:
         store = self._store
-        state = store._state
-        with state:
-            store._in_flight -= 1
-            if store._closed and store._in_flight <= 0:
-                state.notify_all()
+        lock = store._state_lock
+        lock.acquire()
+        store._in_flight -= 1
+        if store._closed and store._in_flight <= 0:
+            store._state.notify_all()
+        lock.release()
         if self._gated:
             forksafety.inside().__exit__(exc_type, exc, traceback)
 
