@@ -36,6 +36,44 @@ def index_names(table: str) -> set[str]:
     return {index["name"] for index in _inspector().get_indexes(table) if index["name"]}
 
 
+def index_exists(name: str) -> bool:
+    """Whether an index of that name exists, read from the catalog (the Inspector skips
+    expression indexes on SQLite, so it cannot say)."""
+    bind = op.get_bind()
+    if bind.dialect.name == "sqlite":
+        found = bind.exec_driver_sql(
+            "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?", (name,)
+        ).first()
+    else:
+        found = bind.execute(
+            sa.text(
+                "SELECT 1 FROM pg_indexes WHERE indexname = :name"
+                " AND schemaname = current_schema()"
+            ),
+            {"name": name},
+        ).first()
+    return found is not None
+
+
+def create_raw_index_if_missing(name: str, table: str, columns: list[str | sa.TextClause],
+                                where: str | None = None) -> None:
+    """Create an index (partial with ``where``) unless one of that name exists."""
+    if index_exists(name):
+        return
+    if where is None:
+        op.create_index(name, table, columns)
+    else:
+        op.create_index(
+            name, table, columns,
+            sqlite_where=sa.text(where), postgresql_where=sa.text(where),
+        )  # fmt: skip
+
+
+def drop_raw_index_if_present(name: str, table: str) -> None:
+    if index_exists(name):
+        op.drop_index(name, table_name=table)
+
+
 def add_column_if_missing(table: str, column: sa.Column[object]) -> None:
     if column.name not in column_names(table):
         op.add_column(table, column)

