@@ -494,8 +494,9 @@ def release_reads_of(field_files: FieldFiles, schema: int, tmp_path: Path) -> di
 def test_a_v22_file_of_hermes_19_is_adopted_keeping_every_row(
     field_files: FieldFiles, tmp_path: Path
 ) -> None:
-    """Hermes 0.19.0 writes schema v22, our head's: its file is adopted (backed up first) and
-    every row of every table, the per-model usage and routing tables included, is kept."""
+    """Hermes 0.19.0 writes schema v22: its file is adopted (backed up first), taken to our head
+    (v31), and every row of every table, the per-model usage and routing tables included, is
+    kept."""
     pristine, _, _ = field_files.get(22)
     directory = tmp_path / "hermes-home"
     directory.mkdir()
@@ -509,14 +510,14 @@ def test_a_v22_file_of_hermes_19_is_adopted_keeping_every_row(
     assert [p for p in directory.iterdir() if ".bak-" in p.name], "a backup was written first"
     assert_rows_kept(before, raw_tables(path))
     with closing(sqlite3.connect(path)) as conn:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(22,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(31,)]
 
 
-def test_a_file_past_v22_is_refused_untouched_and_read_only_reads_it(
+def test_a_file_past_v31_is_refused_untouched_and_read_only_reads_it(
     field_files: FieldFiles, tmp_path: Path
 ) -> None:
-    """A Hermes 0.19.0 file a newer Hermes numbered 23: writing there without knowing what
-    v23 maintains could make Hermes's own bookkeeping wrong, so opening it for writing is
+    """A Hermes 0.19.0 file a newer Hermes numbered 32: writing there without knowing what
+    v32 maintains could make Hermes's own bookkeeping wrong, so opening it for writing is
     refused with the version named, before anything is written (no backup beside it either);
     read-only, its sessions, messages and search read as Hermes 0.19 read them, and the file
     stays byte-identical."""
@@ -525,18 +526,18 @@ def test_a_file_past_v22_is_refused_untouched_and_read_only_reads_it(
     directory.mkdir()
     path = backup_copy(pristine, directory / "state.db")
     with closing(sqlite3.connect(path)) as conn, conn:
-        conn.execute("UPDATE schema_version SET version = 23")
+        conn.execute("UPDATE schema_version SET version = 32")
     original = file_bytes(path)
     listing = sorted(p.name for p in directory.iterdir())
 
-    with pytest.raises(SchemaTooNewError, match=r"schema version 23\b.*left untouched"):
+    with pytest.raises(SchemaTooNewError, match=r"schema version 32\b.*left untouched"):
         SessionDB(db_path=path)
     assert_untouched(path, original)
     beside = sorted(p.name for p in directory.iterdir() if not p.name.endswith(("-wal", "-shm")))
     assert beside == listing, "nothing written beside it"
 
     result = CliRunner().invoke(app, ["db", "upgrade", "--url", str(path)])
-    assert result.exit_code == 1 and "23" in result.output, result.output
+    assert result.exit_code == 1 and "32" in result.output, result.output
     assert_untouched(path, original)
     assert [p for p in directory.iterdir() if ".bak-" in p.name] == []
 

@@ -28,7 +28,8 @@ from alembic.operations import Operations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from legacy_v1_v6 import build_legacy_db
-from legacy_v18_v22 import COLUMNS_NOT_YET_READ, V22_MESSAGE_NAMES, V22_SESSION_NAMES
+from legacy_v18_v22 import COLUMNS_NOT_YET_READ
+from legacy_v23_v31 import V31_MESSAGE_NAMES, V31_SESSION_NAMES
 from store_library import connect_like_the_store, engine_like_the_store
 
 import sessionstore
@@ -51,8 +52,8 @@ HERMES_V6_MESSAGE_ORDER = [
     "codex_reasoning_items",
 ]  # fmt: skip
 # At head the store is newest Hermes's (v17): v6's columns keep their relative order.
-HEAD_SESSION_ORDER = list(V22_SESSION_NAMES)
-HEAD_MESSAGE_ORDER = list(V22_MESSAGE_NAMES)
+HEAD_SESSION_ORDER = list(V31_SESSION_NAMES)
+HEAD_MESSAGE_ORDER = list(V31_MESSAGE_NAMES)
 READ_SESSION_ORDER = [name for name in HEAD_SESSION_ORDER if name not in COLUMNS_NOT_YET_READ]
 READ_MESSAGE_ORDER = [name for name in HEAD_MESSAGE_ORDER if name not in COLUMNS_NOT_YET_READ]
 
@@ -109,7 +110,7 @@ def test_the_module_replaces_hermes_state_wholesale(hermes_state: Any, db_file: 
     from hermes_state import DEFAULT_DB_PATH, SCHEMA_VERSION
     from hermes_state import SessionDB as HermesSessionDB
 
-    assert SCHEMA_VERSION == 22
+    assert SCHEMA_VERSION == 31
     assert isinstance(DEFAULT_DB_PATH, Path) and DEFAULT_DB_PATH.name == "state.db"
     assert issubclass(HermesSessionDB, sessionstore.SessionDB)
     assert "CREATE TABLE IF NOT EXISTS sessions" in hermes_state.SCHEMA_SQL
@@ -117,7 +118,7 @@ def test_the_module_replaces_hermes_state_wholesale(hermes_state: Any, db_file: 
     db = HermesSessionDB(db_file)
     try:
         assert db.create_session("s1", "cli") == "s1"
-        assert db._conn.execute("SELECT version FROM schema_version").fetchone()[0] == 22
+        assert db._conn.execute("SELECT version FROM schema_version").fetchone()[0] == 31
     finally:
         db.close()
 
@@ -134,7 +135,7 @@ def test_a_hermes_checkout_with_the_one_line_module_runs_on_the_store(tmp_path: 
         "import hermes_state\n"
         "from hermes_state import SessionDB, SCHEMA_VERSION\n"
         "import sessionstore.hermes.state as ours\n"
-        "assert hermes_state is ours and SCHEMA_VERSION == 22\n"
+        "assert hermes_state is ours and SCHEMA_VERSION == 31\n"
         "hermes_state.DEFAULT_DB_PATH = pathlib.Path(sys.argv[1])\n"
         "db = SessionDB()\n"
         "db.create_session('acp-1', 'acp', model='a')\n"

@@ -26,13 +26,18 @@ from legacy_v18_v22 import (
     ADDED_TABLES,
     REVISION_OF,
     V21_USAGE_KEY,
-    V22_DELEGATION_NAMES,
     V22_INDEXES,
     V22_MESSAGE_NAMES,
     V22_ROUTING_KEY,
     V22_SESSION_NAMES,
     V22_USAGE_KEY,
     V22_USAGE_NAMES,
+)
+from legacy_v23_v31 import (
+    HEAD_VERSION,
+    V31_DELEGATION_NAMES,
+    V31_MESSAGE_NAMES,
+    V31_SESSION_NAMES,
 )
 from real_hermes import RealHermes, backup_copy, build_with_sessionstore
 
@@ -78,12 +83,12 @@ def test_a_fresh_head_store_has_hermes_019s_tables_keys_and_indexes(
 ) -> None:
     migrate.upgrade(empty_url)
 
-    assert version_of(engine_for) == 22
+    assert version_of(engine_for) == HEAD_VERSION
     assert set(NEW_TABLES) <= tables_of(engine_for)
     assert columns_of(engine_for, "session_model_usage") == list(V22_USAGE_NAMES)
     assert key_of(engine_for, "session_model_usage") == list(V22_USAGE_KEY)
     assert key_of(engine_for, "gateway_routing") == list(V22_ROUTING_KEY)
-    assert columns_of(engine_for, "async_delegations") == list(V22_DELEGATION_NAMES)
+    assert columns_of(engine_for, "async_delegations") == list(V31_DELEGATION_NAMES)
     assert key_of(engine_for, "async_delegations") == ["delegation_id"]
     (usage_fk,) = sa.inspect(engine_for).get_foreign_keys("session_model_usage")
     assert usage_fk["referred_table"] == "sessions"
@@ -96,11 +101,11 @@ def test_a_fresh_head_store_has_hermes_019s_tables_keys_and_indexes(
     assert V22_INDEXES - {"idx_sessions_title_unique"} <= indexes | {"idx_messages_platform_msg_id"}
 
 
-def test_a_fresh_sqlite_store_is_laid_out_as_hermes_019_creates_one(tmp_path: Path) -> None:
+def test_a_fresh_sqlite_store_is_laid_out_as_newest_hermes_creates_one(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     migrate.upgrade(sqlite_url(path))
-    assert table_columns(path, "sessions") == list(V22_SESSION_NAMES)
-    assert table_columns(path, "messages") == list(V22_MESSAGE_NAMES)
+    assert table_columns(path, "sessions") == list(V31_SESSION_NAMES)
+    assert table_columns(path, "messages") == list(V31_MESSAGE_NAMES)
     assert schema_names(path, "index") >= V22_INDEXES
 
 
@@ -113,8 +118,9 @@ def test_real_hermes_019_opens_our_fresh_store_and_adds_or_rebuilds_nothing(
     tmp_path: Path,
 ) -> None:
     """Hermes 0.19.0's ``_init_schema`` (``CREATE ... IF NOT EXISTS``, its column reconciler,
-    its deferred indexes, its version-gated steps) finds everything in place: the catalog is
-    the same before and after, and so is the version."""
+    its deferred indexes, its version-gated steps) finds everything in place on our head store
+    (v31, newer than its own 22): the catalog is the same before and after, and so is the
+    version (an older Hermes never lowers it)."""
     path = tmp_path / "state.db"
     SessionDB(db_path=path).close()
     build_with_sessionstore(path, tmp_path / "home")  # with rows: its steps see real data
@@ -123,7 +129,7 @@ def test_real_hermes_019_opens_our_fresh_store_and_adds_or_rebuilds_nothing(
     RealHermes(22, tmp_path / "hermes-home").calls(path, [])
 
     assert sqlite_master(path) == before
-    assert schema_versions(path) == [22]
+    assert schema_versions(path) == [HEAD_VERSION]
 
 
 # -- the chain, step by step, on both databases -------------------------------------------------
@@ -249,7 +255,7 @@ def test_the_chain_goes_up_and_down_one_hermes_version_at_a_time(
             assert seeded[0]["last_seen"] == seeded[0]["first_seen"] == 1_700_000_000.25
     assert key_of(engine_for, "session_model_usage") == list(V22_USAGE_KEY)
     assert [r["task"] for r in rows(engine_for, "session_model_usage", "session_id")] == ["", ""]
-    assert migrate.current(url) == migrate.HEAD_REVISION
+    assert migrate.current(url) == REVISION_OF[22]
 
     insert_v22_rows(engine_for)
     routing = rows(engine_for, "gateway_routing", "scope")
@@ -278,7 +284,7 @@ def test_the_chain_goes_up_and_down_one_hermes_version_at_a_time(
     assert {r["api_content"] for r in rows(engine_for, "messages", "id")} == {"sent verbatim"}
 
     # And up again: the summed rows are the main loop's.
-    migrate.upgrade(url)
+    migrate.upgrade(url, REVISION_OF[22])
     assert key_of(engine_for, "session_model_usage") == list(V22_USAGE_KEY)
     assert {r["task"] for r in rows(engine_for, "session_model_usage", "1")} == {""}
     migrate.downgrade(url, REVISION_OF[21])
@@ -393,8 +399,9 @@ def all_rows(path: Path, table: str) -> list[dict[str, Any]]:
 
 def test_our_upgrade_of_a_real_v17_file_equals_real_hermes_019s(tmp_path: Path) -> None:
     """A file written by hermes-agent 0.18.0, with the gateway's ``sessions.json`` beside it,
-    taken to v22 by us and by the real 0.19.0: the same sessions (backfilled), messages, and
-    seeded per-model usage, value for value."""
+    taken to our head (v31) by us and to v22 by the real 0.19.0: the same sessions
+    (backfilled), messages, and seeded per-model usage, value for value in every column 0.19.0
+    has (ours has v23...v31's too)."""
     pristine = tmp_path / "field.db"
     RealHermes(17, tmp_path / "home-018").build(pristine)
     copies = {}
@@ -415,6 +422,7 @@ def test_our_upgrade_of_a_real_v17_file_equals_real_hermes_019s(tmp_path: Path) 
 
     for table in ("sessions", "messages", "session_model_usage", "gateway_routing"):
         ours, theirs = all_rows(copies["ours"], table), all_rows(copies["theirs"], table)
+        ours = [{key: row[key] for key in their} for row, their in zip(ours, theirs, strict=True)]
         assert ours == theirs, table
     assert all_rows(copies["ours"], "session_model_usage"), "the seed wrote rows"
     telegram = gateway_columns(copies["ours"], "field-telegram")

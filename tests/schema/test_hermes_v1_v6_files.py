@@ -49,7 +49,7 @@ from legacy_v7_v17 import (
     HEAD_SESSION_NAMES,
     later_default,
 )
-from legacy_v18_v22 import V22_MESSAGE_NAMES, V22_SESSION_NAMES
+from legacy_v23_v31 import V31_MESSAGE_NAMES, V31_SESSION_NAMES
 
 from sessionstore.errors import SchemaTooNewError
 from sessionstore.schema import legacy as adoption
@@ -307,7 +307,7 @@ def test_too_new_database_is_refused_and_left_untouched(tmp_path: Path, journal_
     with pytest.raises(SchemaTooNewError) as refused:
         migrate.upgrade(sqlite_url(path), "head")
 
-    assert "23" in str(refused.value), "the error names the version it found"
+    assert "32" in str(refused.value), "the error names the version it found"
     assert "read-only" in str(refused.value), "the error offers what still works"
     assert path.read_bytes() == original_bytes
     assert "alembic_version" not in schema_names(path, "table")
@@ -361,8 +361,8 @@ def test_fresh_database_round_trips_through_base(tmp_path: Path, fresh: str) -> 
         assert schema_versions(path) == [CHAIN_HEAD_VERSION]
         assert hermes_tables <= schema_names(path, "table")
         # A fresh store is the file newest Hermes creates, down to the column order.
-        assert table_columns(path, "sessions") == list(V22_SESSION_NAMES)
-        assert table_columns(path, "messages") == list(V22_MESSAGE_NAMES)
+        assert table_columns(path, "sessions") == list(V31_SESSION_NAMES)
+        assert table_columns(path, "messages") == list(V31_MESSAGE_NAMES)
         assert {TITLE_INDEX_NAME, *V1_INDEX_NAMES} <= schema_names(path, "index")
         assert set(FTS_TRIGGER_NAMES) <= schema_names(path, "trigger")
         assert_sound(path)

@@ -49,7 +49,7 @@ from legacy_v7_v17 import (
     later_default,
     schema_objects,
 )
-from legacy_v18_v22 import V22_INDEXES, V22_MESSAGE_NAMES, V22_SESSION_NAMES
+from legacy_v23_v31 import V31_INDEXES, V31_MESSAGE_NAMES, V31_SESSION_NAMES
 
 from sessionstore.api.session_db import SessionDB
 from sessionstore.schema import migrate
@@ -123,7 +123,9 @@ def test_later_file_upgrades_to_head_and_back_keeping_every_row(
     assert hermes_open_actions(path) == []
     if version >= 8:
         with open_db(path) as conn:
-            assert sorted(map(tuple, conn.execute("SELECT * FROM state_meta"))) == meta_before
+            # Every key kept; v31 adds its own (fts_storage_version, message_uid_backfill, ...).
+            after = set(map(tuple, conn.execute("SELECT * FROM state_meta")))
+            assert set(meta_before) <= after
 
     migrate.downgrade(sqlite_url(path), "0006")
 
@@ -147,13 +149,13 @@ def test_later_file_upgrades_to_head_and_back_keeping_every_row(
 def test_fresh_head_store_is_what_newest_hermes_creates(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     migrate.upgrade(sqlite_url(path))
-    assert table_columns(path, "sessions") == list(V22_SESSION_NAMES)
-    assert table_columns(path, "messages") == list(V22_MESSAGE_NAMES)
+    assert table_columns(path, "sessions") == list(V31_SESSION_NAMES)
+    assert table_columns(path, "messages") == list(V31_MESSAGE_NAMES)
     assert table_columns(path, "compression_locks") == [
         "session_id", "holder", "acquired_at", "expires_at",
     ]  # fmt: skip
     assert table_columns(path, "state_meta") == ["key", "value"]
-    assert schema_names(path, "index") >= V22_INDEXES
+    assert schema_names(path, "index") >= V31_INDEXES
     assert hermes_open_actions(path) == []
     # One word index, one trigram index (0007's table was replaced, not duplicated) and the
     # CJK bigram index of 0021.
@@ -293,7 +295,7 @@ def test_v17_file_round_trip_into_postgresql(tmp_path: Path, empty_pg_url: str) 
         assert LATER_DELEGATE not in {row["id"] for row in pg.list_sessions_rich(limit=100)}
 
 
-def test_a_file_newer_than_22_is_refused_untouched_and_readable(tmp_path: Path) -> None:
+def test_a_file_newer_than_31_is_refused_untouched_and_readable(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
     from sessionstore.cli import app
@@ -302,13 +304,13 @@ def test_a_file_newer_than_22_is_refused_untouched_and_readable(tmp_path: Path) 
     path = tmp_path / "state.db"
     build_later_db(path, 17)
     with open_db(path) as conn:
-        conn.execute("UPDATE schema_version SET version = 23")
-        conn.execute("ALTER TABLE sessions ADD COLUMN hermes_v23_field TEXT")
+        conn.execute("UPDATE schema_version SET version = 32")
+        conn.execute("ALTER TABLE sessions ADD COLUMN hermes_v32_field TEXT")
     original = path.read_bytes()
 
     with pytest.raises(SchemaTooNewError) as refused:
         migrate.upgrade(sqlite_url(path))
-    assert "23" in str(refused.value) and "read-only" in str(refused.value)
+    assert "32" in str(refused.value) and "read-only" in str(refused.value)
     assert path.read_bytes() == original
     with SessionDB(path, read_only=True) as db:
         assert db.get_session(LATER_ROOT) is not None

@@ -112,7 +112,7 @@ def test_a_wheel_in_a_fresh_venv_deploys_with_alembic_and_gates_on_db_current(
     assert after.stdout.strip().endswith(": current")
     with sqlite3.connect(hermes_file) as conn:
         assert conn.execute("SELECT count(*) FROM messages").fetchone()[0] == messages_before
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(22,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(31,)]
 
     # `alembic -c` with the packaged ini: current, history, downgrade, upgrade again.
     config_path = _run([*migrations, "--config-path"], cwd=deploy, env=env).stdout.strip()
@@ -137,7 +137,7 @@ def test_a_wheel_in_a_fresh_venv_deploys_with_alembic_and_gates_on_db_current(
     assert made.returncode == 0, made.stderr
     assert "Running upgrade" in made.stderr
     with sqlite3.connect(fresh) as conn:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(22,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(31,)]
 
     # Refusals are one FAILED line, not a traceback.
     for arguments in (["upgrade", "9999"], ["-x", "url=mysql://db/x", "current"]):

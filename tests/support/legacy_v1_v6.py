@@ -23,7 +23,7 @@ from typing import Any
 
 OLDEST_VERSION = 1
 NEWEST_KNOWN_VERSION = 6
-TOO_NEW_VERSION = 23
+TOO_NEW_VERSION = 32
 
 # The messy shapes real databases come in (SPEC §3). Each name maps to the versions it makes
 # sense for; `build_legacy_db` refuses the rest rather than building something misleading.
@@ -35,7 +35,7 @@ VARIANT_VERSIONS: dict[str, tuple[int, ...]] = {
     "half_applied": (1, 2, 3, 4, 5),
     # The FTS5 table and its triggers are missing (dropped by a repair tool, or never built).
     "no_fts": (1, 2, 3, 4, 5, 6),
-    # A newer Hermes than the newest we know (22) wrote schema_version 23 and a new column.
+    # A newer Hermes than the newest we know (31) wrote schema_version 32 and a new column.
     "too_new": (6,),
     # JSON columns hold text that is not JSON (truncated writes, hand edits).
     "malformed_json": (1, 2, 3, 4, 5, 6),
@@ -733,7 +733,7 @@ def build_legacy_db(
         message_table_columns = _table_columns(conn, "messages")
         for row in _session_rows(sessions, ids, rng):
             if variant == "too_new":
-                row["future_hermes_field"] = "v23 data"
+                row["future_hermes_field"] = "v32 data"
             _insert(conn, "sessions", row, session_table_columns)
         message_rows = list(_message_rows(sessions, ids, rng))
         if variant == "malformed_json":
@@ -806,8 +806,8 @@ def fixture_set() -> list[FixtureSpec]:
         ),
         FixtureSpec("hermes_v2_no_fts.db", 2, "no_fts"),
         FixtureSpec("hermes_v6_no_fts.db", 6, "no_fts"),
-        FixtureSpec("hermes_v23_too_new.db", 6, "too_new"),
-        FixtureSpec("hermes_v23_too_new_rollback_journal.db", 6, "too_new", journal_mode="delete"),
+        FixtureSpec("hermes_v32_too_new.db", 6, "too_new"),
+        FixtureSpec("hermes_v32_too_new_rollback_journal.db", 6, "too_new", journal_mode="delete"),
         FixtureSpec("hermes_v6_malformed_json.db", 6, "malformed_json"),
         FixtureSpec("hermes_v1_empty_schema_version.db", 1, "empty_schema_version"),
     ]

