@@ -557,6 +557,8 @@ def _adopt_orphans(store: Store, session_ids: list[str]) -> str:
                     tool_call_count=tool_calls,
                 )
             )
+        # Their rows join the indexes whose membership depends on the session (trigram).
+        search_index_for(store.dialect).sessions_changed(conn, session_ids)
 
     store.write(run)
     return f"created {len(session_ids)} placeholder session(s) for orphaned messages"

@@ -68,6 +68,11 @@ class SearchIndex(Protocol):
     def check(self, conn: Connection) -> IndexHealth:
         """Objects present, indexes in step with the rows, integrity."""
 
+    def sessions_changed(self, conn: Connection, session_ids: list[str]) -> None:
+        """Bring an index whose membership depends on the session row (Hermes's trigram
+        index: no cron, subagent or delegate sessions, v29/v30) in step with these sessions'
+        rows after their session was created or its ``source``/``model_config`` changed."""
+
     def optimize(self, conn: Connection) -> int:
         """Merge the index's pieces for faster queries (no change in results); how many
         indexes were merged. One that fails is logged and skipped, as Hermes's

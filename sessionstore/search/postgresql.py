@@ -283,6 +283,9 @@ class PostgreSQLSearchIndex:
             broken=[name for name, valid in found.items() if not valid],
         )
 
+    def sessions_changed(self, conn: Connection, session_ids: list[str]) -> None:
+        """Nothing: PostgreSQL's indexes are over every row (membership is not yet kept)."""
+
     def optimize(self, conn: Connection) -> int:
         """Move GIN's pending entries (fast-update list) into the main index structure."""
         present = _indexes(conn)

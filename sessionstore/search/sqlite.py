@@ -17,6 +17,7 @@ database error (locked, I/O, corruption) propagates.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Final
 
 from sqlalchemy import text
@@ -272,6 +273,26 @@ class SQLiteSearchIndex:
             if problem:
                 broken.append(f"{table}: {problem}")
         return IndexHealth(missing, out_of_step, broken, indexed)
+
+    def sessions_changed(self, conn: Connection, session_ids: list[str]) -> None:
+        # External content: a row the index holds must be deleted with the very text it was
+        # indexed with (the row's own), and a row it lacks must never get a 'delete'.
+        if not session_ids or names.TRIGRAM_TABLE not in _objects(conn):
+            return
+        table, view = names.TRIGRAM_TABLE, names.TRIGRAM_SOURCE_VIEW
+        scope = "m.session_id IN (SELECT value FROM json_each(:ids))"
+        held = f"m.id IN (SELECT id FROM {table}_docsize)"
+        member = f"m.id IN (SELECT id FROM {view})"
+        ids = {"ids": json.dumps(session_ids)}
+        conn.execute(text(
+            f"INSERT INTO {table}({table}, rowid, content, tool_name) SELECT 'delete', m.id,"
+            f" m.content, m.tool_name FROM messages AS m WHERE {scope} AND {held}"
+            f" AND NOT {member}"
+        ), ids)  # fmt: skip
+        conn.execute(text(
+            f"INSERT INTO {table}(rowid, content, tool_name) SELECT m.id, m.content, m.tool_name"
+            f" FROM messages AS m WHERE {scope} AND {member} AND NOT {held}"
+        ), ids)  # fmt: skip
 
     def optimize(self, conn: Connection) -> int:
         present = _objects(conn)
