@@ -134,6 +134,8 @@ def iter_records(
                 yield "message", message.to_dict()
         rows = conn.execute(select(state_meta.c.key, state_meta.c.value).order_by(state_meta.c.key))
         for key, value in rows:
+            if str(key) in STORE_LOCAL_STATE_KEYS:
+                continue
             if whole_store or _session_of_key(str(key)) in exported:
                 yield "state", {"key": key, "value": value}
 
@@ -251,6 +253,17 @@ _REQUIRED_FIELDS = {"session": ("id", "source", "started_at"),
                     "message": ("id", "session_id", "role", "timestamp"),
                     "state": ("key",)}  # fmt: skip
 _STATE_FIELDS = ("key", "value")
+STORE_LOCAL_STATE_KEYS = frozenset({
+    "db_file_generation", "store_instance_id", "store_created_at_utc",
+    "message_uid_backfill", "message_uid_backfill_id",
+    "fts_storage_version", "fts_rebuild_high_water", "fts_rebuild_progress",
+    "fts_optimize_available", "fts_stale", "fts_rebuild_deferral",
+    "fts_tool_full_content_high_water", "fts_cjk_stale", "fts_cjk_rebuild_high_water",
+    "fts_cjk_rebuild_progress",
+})  # fmt: skip
+"""``state_meta`` keys that describe one store file, not its history (Hermes v23...v31: the
+file's identity, its search layout and rebuild marks, the uid backfill): never exported, never
+imported or copied (each store has its own, and a copied one would be wrong)."""
 _RECORD_FIELDS = {"session": SESSION_FIELDS, "message": MESSAGE_FIELDS, "state": _STATE_FIELDS}
 _KEY_FIELD = {"session": "id", "message": "id", "state": "key"}
 
@@ -367,7 +380,8 @@ def scan_records(records: Iterable[Record]) -> RecordScan:
         elif kind == "state":
             if row["key"] in scan.state:
                 raise ImportFormatError(f"state key {row['key']!r} appears twice in the file")
-            scan.state[row["key"]] = row["value"]
+            if row["key"] not in STORE_LOCAL_STATE_KEYS:
+                scan.state[row["key"]] = row["value"]
         else:
             scan.messages += 1
             scan.highest_message_id = max(scan.highest_message_id, row["id"])
@@ -393,7 +407,8 @@ def copy_store(
             f"copy incomplete: source has {expected_sessions} sessions/{expected_messages} "
             f"messages, target holds {present[0]}/{present[1]} of them"
         )
-    source_keys = _scalars(source, select(state_meta.c.key))
+    source_keys = [key for key in _scalars(source, select(state_meta.c.key))
+                   if key not in STORE_LOCAL_STATE_KEYS]  # fmt: skip
     missing_keys = set(source_keys) - set(_existing_state(target, source_keys))
     if missing_keys:
         raise SessionStoreError(
@@ -529,7 +544,8 @@ def write_records(
     with tempfile.TemporaryFile("w+", encoding="utf-8") as renumbered:
         for kind, row in records:
             if kind == "state":
-                state.append(storable(row))
+                if row["key"] not in STORE_LOCAL_STATE_KEYS:
+                    state.append(storable(row))
                 continue
             batch.append((kind, storable(row)))
             if kind == "session" and progress is not None:

@@ -21,7 +21,13 @@ from store_library import engine_like_the_store
 
 from sessionstore import ImportConflictError, SessionDB
 from sessionstore.ops import transfer
-from sessionstore.ops.transfer import ImportFormatError, export_jsonl, import_jsonl, read_records
+from sessionstore.ops.transfer import (
+    STORE_LOCAL_STATE_KEYS,
+    ImportFormatError,
+    export_jsonl,
+    import_jsonl,
+    read_records,
+)
 from sessionstore.schema import migrate
 from sessionstore.sql.validation import bindable
 
@@ -172,8 +178,11 @@ def later_url(tmp_path: Path) -> str:
 
 
 def _state(db: SessionDB) -> dict[str, str | None]:
+    """The store's ``state_meta`` history (its own file-identity and layout keys aside: each
+    store has its own, never transferred)."""
     with db.store.reading() as conn:
-        return {str(k): v for k, v in conn.execute(sa.text("SELECT key, value FROM state_meta"))}
+        rows = conn.execute(sa.text("SELECT key, value FROM state_meta"))
+        return {str(k): v for k, v in rows if str(k) not in STORE_LOCAL_STATE_KEYS}
 
 
 def _stored(db: SessionDB, value: str | None) -> str | None:

@@ -31,7 +31,8 @@ would fail. ``db_file_generation`` and a non-zero ``PRAGMA application_id`` are 
 rebuilds and backfills nothing.
 
 PostgreSQL: the columns and the index; ``message_uid`` gets a column default minting the same
-32 hex digits (no trigger), and existing rows are given one.
+32 hex digits (no trigger), and existing rows are given one; none of Hermes's ``state_meta``
+marks of its SQLite file are written there.
 
 Downgrade: the triggers of v30 back (revision 0038's identity trigger), the uid trigger,
 indexes and columns dropped, the search objects of revision 0014/0021 rebuilt from the rows,
@@ -200,9 +201,9 @@ def upgrade() -> None:
         )  # fmt: skip
     mint = SQLITE_UID if sqlite else PG_UID
     bind.execute(sa.text(f"UPDATE messages SET message_uid = {mint} WHERE message_uid IS NULL"))
-    _delete_meta(bind, BACKFILL_CURSOR)
-    _set_meta(bind, BACKFILL_DONE, "1")
-    if sqlite:
+    if sqlite:  # Hermes's marks of its SQLite file (PostgreSQL mints by the column default)
+        _delete_meta(bind, BACKFILL_CURSOR)
+        _set_meta(bind, BACKFILL_DONE, "1")
         create_layout_3(bind)
         stamp_file_identity(bind)
     helpers.set_schema_version(SCHEMA_VERSION)
