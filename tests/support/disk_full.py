@@ -210,7 +210,12 @@ def export(squeeze: Squeeze, directory: Path) -> dict[str, Any]:
     output = directory / "dump.jsonl"
     with Store.open(f"sqlite:///{source}", read_only=True) as store:
         if squeeze.kind == "rlimit":
-            squeeze.tighten(-(source.stat().st_size // 2), source)  # the export outgrows it
+            # Half of what the export writes (the file's size says little: its indexes grew).
+            probe = directory / "probe.jsonl"
+            export_jsonl_file(store, probe)
+            needed = probe.stat().st_size
+            probe.unlink()
+            squeeze.tighten(needed // 2)  # the export outgrows it
         else:
             squeeze.tighten(128 * 1024)
         result = outcome(lambda: export_jsonl_file(store, output))
