@@ -230,10 +230,6 @@ class Store:
         autocommit = single_statement and self.dialect.single_statement_appends
 
         def attempt() -> T:
-            with self._attempt:
-                return one_attempt()
-
-        def one_attempt() -> T:
             conn = self._writer_connection()
             # In autocommit the statement is the COMMIT: losing it leaves the outcome unknown.
             committing = autocommit
@@ -278,10 +274,18 @@ class Store:
         busy, errors typed. For work that brings its own connection and must run outside any
         transaction (a ``VACUUM``)."""
         policy = retry or self.retry
+        scope = self._attempt
+
+        def counted() -> T:
+            # Each attempt is counted in flight (close waits for it) and, on SQLite, inside
+            # the fork gate; none starts once the store is closed.
+            with scope:
+                return attempt()
+
         with typed_errors(self.dialect, refine=self._with_schema_hint, url=self.engine.url):
             if self._serialize:
-                return self._queued(attempt, policy)
-            return run_with_retry(attempt, self._is_retryable, policy)
+                return self._queued(counted, policy)
+            return run_with_retry(counted, self._is_retryable, policy)
 
     def _end_autocommit(self, conn: Connection) -> None:
         try:
@@ -608,8 +612,8 @@ class Store:
 
 def closed_error() -> StoreClosedError:
     return StoreClosedError(
-        "this session store was closed before the call could start; nothing of it was "
-        "written (open the store again to go on)"
+        "this session store was closed before this call could write or read: nothing of it "
+        "was written (open the store again to go on)"
     )
 
 
