@@ -44,6 +44,11 @@ class SchemaTooNewError(MigrationError):
     """The database was written by a newer program than this release understands."""
 
 
+class SchemaShapeError(MigrationError):
+    """The file's ``schema_version`` names a Hermes schema its tables do not match (a fork
+    reusing Hermes's numbers?): refused before anything is written, the differences named."""
+
+
 class UnknownRevisionError(MigrationError):
     """The database is stamped with an Alembic revision this release does not ship."""
 

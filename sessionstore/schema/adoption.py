@@ -26,7 +26,7 @@ from pathlib import Path
 from sqlalchemy.engine import URL, Connection
 
 from ..storage.backups import backup_database
-from .legacy import StoreState, check_not_too_new
+from .legacy import StoreState, check_not_too_new, check_shape
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +57,8 @@ class BackupBeforeChange:
         self.found = state
         if self.path is not None or not self.needed(state):
             return
+        # A file that will be refused for its shape gets nothing written beside it either.
+        check_shape(connection, state)
         self.path = backup_database(self.url)
         if self.path is None:
             return

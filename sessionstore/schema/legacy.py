@@ -23,6 +23,10 @@ table keyed without ``task`` at 22 (#73823), the routing table without ``scope``
 ``messages.active`` without its default (#51646). :func:`complete_head_shape` recognises them
 by their keys and column definitions and heals them after the chain, in its transaction.
 
+A Hermes file numbered 18 to 31 must also have the shape its number names
+(:func:`check_shape`, by ``hermes_shapes.judge``: forks reuse Hermes's numbers for unrelated
+schemas); one that does not is refused before anything is written, backup included.
+
 A store at our head whose ``schema_version`` is above the newest we know was moved on by a
 newer Hermes after we wrote it (Hermes never touches ``alembic_version``): it is refused for
 writing like any file of that schema (``migrate.Status.up_to_date`` is false for it, so every
@@ -41,8 +45,9 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
 from ..dialects import dialect_for
-from ..errors import SchemaTooNewError, UnknownRevisionError
+from ..errors import SchemaShapeError, SchemaTooNewError, UnknownRevisionError
 from ..sql.tables import gateway_routing_table, session_model_usage_table, sessions_table
+from .hermes_shapes import NEWEST_JUDGED, OLDEST_JUDGED, Catalog, judge
 
 logger = logging.getLogger(__name__)
 
@@ -213,6 +218,19 @@ def check_revision_known(state: StoreState, known_revisions: Collection[str]) ->
         raise UnknownRevisionError(unknown_revision_message(state.alembic_revision))
 
 
+def check_shape(conn: Connection, state: StoreState) -> None:
+    """Refuse a Hermes file (not yet ours) whose number names a schema its tables do not match
+    (``hermes_shapes.judge``: numbers 18 and up; up to 17 every shape is adopted by content)."""
+    number = state.schema_version
+    if state.alembic_revision is not None or not state.has_sessions or number is None:
+        return
+    if not OLDEST_JUDGED <= number <= NEWEST_JUDGED:
+        return
+    refusal = judge(Catalog.read(conn), number).refusal()
+    if refusal is not None:
+        raise SchemaShapeError(refusal)
+
+
 def adopt(conn: Connection, known_revisions: Collection[str]) -> Adoption:
     """Refuse or stamp a legacy database; return what it found and the revision stamped."""
     state = read_state(conn)
@@ -220,6 +238,7 @@ def adopt(conn: Connection, known_revisions: Collection[str]) -> Adoption:
     check_revision_known(state, known_revisions)
     if state.alembic_revision is not None or not state.has_sessions:
         return Adoption(state, None)
+    check_shape(conn, state)
     version = state.schema_version
     revision = adoption_revision(conn, version)
     if not state.has_alembic_table:

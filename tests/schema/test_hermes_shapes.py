@@ -150,3 +150,53 @@ def test_reading_a_catalog_writes_nothing(fork_files: ForkFiles, tmp_path: Path)
     assert path.read_bytes() == before
     with closing(sqlite3.connect(path)) as conn:
         assert conn.execute("SELECT count(*) FROM sessions").fetchone()[0] > 0
+
+
+# -- adoption asks the verdict before anything is written -------------------------------------
+def test_a_fork_file_reusing_23_is_refused_untouched_with_what_differs(tmp_path: Path) -> None:
+    from file_checks import open_db
+    from legacy_v7_v17 import build_later_db
+    from real_hermes import file_bytes
+
+    from sessionstore.api.session_db import SessionDB
+    from sessionstore.errors import SchemaShapeError
+
+    directory = tmp_path / "home"
+    directory.mkdir()
+    path = directory / "state.db"
+    build_later_db(path, 17)
+    with open_db(path) as conn:
+        conn.execute("UPDATE schema_version SET version = 23")
+        conn.execute("CREATE TABLE session_index (id TEXT PRIMARY KEY)")
+        conn.execute("CREATE TABLE runs (id TEXT PRIMARY KEY)")
+    original = file_bytes(path)
+    listing = sorted(p.name for p in directory.iterdir())
+
+    with pytest.raises(SchemaShapeError) as refused:
+        SessionDB(db_path=path)
+    message = str(refused.value)
+    assert "schema_version says 23" in message and "sessions.display_name" in message
+    assert "runs" in message and "session_index" in message and "left untouched" in message
+    assert file_bytes(path) == original
+    beside = sorted(p.name for p in directory.iterdir() if not p.name.endswith(("-wal", "-shm")))
+    assert beside == listing, "no backup or anything else written beside it"
+
+
+def test_a_hermes_file_at_25_is_adopted_and_completed(tmp_path: Path) -> None:
+    from file_checks import open_db, schema_versions, sqlite_url
+
+    from sessionstore.api.session_db import SessionDB
+    from sessionstore.schema import migrate
+
+    path = tmp_path / "state.db"
+    migrate.upgrade(sqlite_url(path), "0033")  # Hermes v25's shape ...
+    with open_db(path) as conn:
+        conn.execute("DROP TABLE alembic_version")  # ... as a Hermes file, never ours
+        conn.execute(
+            "INSERT INTO sessions (id, source, started_at, system_prompt) VALUES ('s', 'cli', 1,"
+            " 'You are Hermes.')"
+        )
+    with SessionDB(db_path=path, backup_on_adopt=False) as db:
+        assert db.get_session("s") is not None
+    assert schema_versions(path) == [31]
+    assert migrate.current(sqlite_url(path)) == migrate.HEAD_REVISION
