@@ -1,4 +1,5 @@
-"""The site's generated pages: the CLI reference (from the Typer application) and the changelog.
+"""The site's generated pages: the CLI reference (from the Typer application) and the changelog;
+and the README's table of how long the commands take, shown where a page asks for it.
 
 The CLI reference is, for each command, the ``--help`` text that command prints (plain Click
 help, 100 columns), so it cannot drift from the program. The changelog page is the repository's
@@ -7,6 +8,11 @@ help, 100 columns), so it cannot drift from the program. The changelog page is t
 - ``mkdocs build`` runs this file as a hook (``mkdocs.yml``: ``hooks:``); ``on_files`` adds both
   pages at every build, so there is no committed copy to go stale;
 - ``python scripts/gen_docs_pages.py`` prints the CLI reference (to read it without a build).
+
+The times of the two commands and of the inner loop are measured figures with one home, the
+README's block between ``<!-- times -->`` and ``<!-- /times -->``; a page holding the line
+``<!-- times -->`` shows that block there (``on_page_markdown``), so re-measuring means
+editing one table.
 """
 
 from __future__ import annotations
@@ -62,6 +68,23 @@ def render_cli_reference() -> str:
         heading = "#" * min(len(path) + 1, 4)
         parts.append(f"{heading} `{' '.join(path)}`\n\n```text\n{help_text.rstrip()}\n```\n")
     return "\n".join(parts)
+
+
+TIMES_START, TIMES_END = "<!-- times -->", "<!-- /times -->"
+
+
+def readme_times() -> str:
+    """The README's block of measured times (between the markers), links made site-relative."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = readme.split(TIMES_START, 1)[1].split(TIMES_END, 1)[0].strip("\n")
+    return block.replace("](docs/", "](")
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    """MkDocs hook: the README's times where a page asks for them."""
+    if TIMES_START not in markdown:
+        return markdown
+    return markdown.replace(TIMES_START, readme_times(), 1)
 
 
 def on_files(files: Any, config: Any) -> Any:

@@ -236,3 +236,53 @@ def alembic_engine(empty_url: str) -> Iterator[Engine]:
     engine = create_store_engine(empty_url)
     yield engine
     engine.dispose()
+
+
+# -- the inner loop's property tests -------------------------------------------------------------
+INNER_LOOP_EXAMPLES = 10
+"""Examples per property test in the inner loop (``-m "not slow"``); the full run keeps the
+count each test asks for (up to 600). A property's first examples are its simplest and most
+telling; the hundreds after them are what the full run is for. Each example of a store-backed
+property is a few writes and reads (10-50 ms), so the inner loop's properties cost seconds,
+not minutes."""
+
+
+def _is_inner_loop(config: pytest.Config) -> bool:
+    """The run leaves the ``slow`` tests out: ``-m "not slow"`` (alone or within a larger
+    expression)."""
+    expression = " ".join(str(config.getoption("markexpr", "") or "").split())
+    return "not slow" in expression
+
+
+SLOW_LIST = Path(__file__).resolve().parent / "slow_tests.txt"
+
+
+def measured_slow_tests() -> frozenset[str]:
+    """The test ids of ``tests/slow_tests.txt``: measured expensive (``cpu_durations.py``)."""
+    if not SLOW_LIST.exists():
+        return frozenset()
+    lines = SLOW_LIST.read_text(encoding="utf-8").splitlines()
+    return frozenset(line for line in lines if line and not line.startswith("#"))
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # `slow` is a mark in the code for what is slow by nature (starts other programs), and a
+    # measured list for the rest: one rule, `-m "not slow"` leaves both out.
+    slow = measured_slow_tests()
+    for item in items:
+        if item.nodeid in slow:
+            item.add_marker(pytest.mark.slow)
+    if not _is_inner_loop(config):
+        return
+    from hypothesis import settings
+
+    for item in items:
+        test = getattr(item, "obj", None)
+        chosen = getattr(test, "_hypothesis_internal_use_settings", None)
+        if isinstance(chosen, settings) and chosen.max_examples > INNER_LOOP_EXAMPLES:
+            # Read by Hypothesis when the test runs (after collection): one place for the
+            # inner loop's count, however each test spells its own.
+            test._hypothesis_internal_use_settings = settings(  # type: ignore[union-attr]
+                chosen, max_examples=INNER_LOOP_EXAMPLES
+            )

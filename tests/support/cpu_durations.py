@@ -13,6 +13,14 @@ wall time; compare both. Run it as::
 ``sys.path``.) It works across xdist workers: each report carries its CPU seconds in
 ``user_properties`` and the controller adds them up. ``--cpu-durations-json FILE`` writes every
 test's seconds (and each file's total) for a closer look.
+
+Run as a program, it writes ``tests/slow_tests.txt`` (the tests the inner loop leaves out,
+``tests/conftest.py``) from such a file: every test of the run that took at least the
+threshold of CPU seconds (measure the inner loop, ``-m "not slow"``, with the list emptied)::
+
+    PYTHONPATH=tests/support .venv/bin/python -m pytest -n 2 -p cpu_durations \
+        --cpu-durations-json /tmp/cpu.json
+    .venv/bin/python tests/support/cpu_durations.py /tmp/cpu.json --threshold 0.1
 """
 
 from __future__ import annotations
@@ -112,3 +120,47 @@ class _Totals:
 def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # the controller (or a run without xdist) adds up
         config.pluginmanager.register(_Totals(), "cpu_durations_totals")
+
+
+SLOW_LIST = Path(__file__).resolve().parents[1] / "slow_tests.txt"
+SLOW_LIST_HEADER = """\
+# The tests `pytest -m "not slow"` leaves out, beside those marked `slow` in the code: each
+# took at least {threshold} CPU seconds (test process + the programs it waited for) in a run
+# of the inner loop before it was listed. Written by `python tests/support/cpu_durations.py
+# CPU.json --threshold {threshold}` (see that file); tests/conftest.py marks them `slow`.
+"""
+
+
+INNER_LOOP_KEEPS = frozenset({
+    # The cheapest test that exercises a module no faster test reaches
+    # (scripts/inner_loop_coverage.py found it), kept in the inner loop however it measures.
+    # cli/search.py, cli/title.py, hermes/state.py:
+    "tests/cli/test_verbs.py::test_search_shows_highlighted_hits_with_context[sqlite]",
+    "tests/cli/test_verbs.py::test_title_lineage_resolves_to_newest[postgresql]",
+    "tests/hermes/test_state_module.py::test_set_token_counts_sets_the_totals",
+})
+
+
+def write_slow_list(measured: Path, threshold: float, target: Path = SLOW_LIST) -> int:
+    """Write the ids of the tests that took at least ``threshold`` CPU seconds (but
+    :data:`INNER_LOOP_KEEPS`); how many."""
+    by_test: dict[str, float] = json.loads(measured.read_text())["tests"]
+    slow = sorted(
+        nodeid for nodeid, seconds in by_test.items()
+        if seconds >= threshold and nodeid not in INNER_LOOP_KEEPS
+    )  # fmt: skip
+    target.write_text(SLOW_LIST_HEADER.format(threshold=threshold) + "".join(
+        f"{nodeid}\n" for nodeid in slow
+    ))
+    return len(slow)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="write tests/slow_tests.txt")
+    parser.add_argument("measured", type=Path, help="a --cpu-durations-json file")
+    parser.add_argument("--threshold", type=float, default=0.1, help="CPU seconds")
+    options = parser.parse_args()
+    count = write_slow_list(options.measured, options.threshold)
+    print(f"{count} tests of at least {options.threshold} CPU s in {SLOW_LIST}")
