@@ -21,6 +21,9 @@ threshold of CPU seconds (measure the inner loop, ``-m "not slow"``, with the li
     PYTHONPATH=tests/support .venv/bin/python -m pytest -n 2 -p cpu_durations \
         --cpu-durations-json /tmp/cpu.json
     .venv/bin/python tests/support/cpu_durations.py /tmp/cpu.json --threshold 0.1
+
+``--add`` keeps the tests already listed (measure the inner loop as it is, then list what new
+tests cost too much).
 """
 
 from __future__ import annotations
@@ -141,14 +144,21 @@ INNER_LOOP_KEEPS = frozenset({
 })
 
 
-def write_slow_list(measured: Path, threshold: float, target: Path = SLOW_LIST) -> int:
+def write_slow_list(
+    measured: Path, threshold: float, target: Path = SLOW_LIST, *, add: bool = False
+) -> int:
     """Write the ids of the tests that took at least ``threshold`` CPU seconds (but
-    :data:`INNER_LOOP_KEEPS`); how many."""
+    :data:`INNER_LOOP_KEEPS`); with ``add``, beside those already listed (a measurement of
+    the inner loop does not run them). How many."""
     by_test: dict[str, float] = json.loads(measured.read_text())["tests"]
-    slow = sorted(
+    listed: set[str] = set()
+    if add and target.exists():
+        listed = {line for line in target.read_text().splitlines()
+                  if line and not line.startswith("#")}  # fmt: skip
+    slow = sorted(listed | {
         nodeid for nodeid, seconds in by_test.items()
         if seconds >= threshold and nodeid not in INNER_LOOP_KEEPS
-    )  # fmt: skip
+    })  # fmt: skip
     target.write_text(SLOW_LIST_HEADER.format(threshold=threshold) + "".join(
         f"{nodeid}\n" for nodeid in slow
     ))
@@ -161,6 +171,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="write tests/slow_tests.txt")
     parser.add_argument("measured", type=Path, help="a --cpu-durations-json file")
     parser.add_argument("--threshold", type=float, default=0.1, help="CPU seconds")
+    parser.add_argument("--add", action="store_true", help="keep the tests already listed")
     options = parser.parse_args()
-    count = write_slow_list(options.measured, options.threshold)
+    count = write_slow_list(options.measured, options.threshold, add=options.add)
     print(f"{count} tests of at least {options.threshold} CPU s in {SLOW_LIST}")
