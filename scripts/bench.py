@@ -26,6 +26,10 @@ which goes first, so machine drift hits every side alike:
 * ``append_message`` (one message per transaction), the same with 4 KB ASCII messages, and a
   10-message turn (``append_messages``; Hermes has no batch, so its turn is ten
   ``append_message`` calls);
+* an API call's writes since Hermes 0.19.0: ``append_message`` then ``update_token_counts``
+  with a model and billing route, whose delta both sides add to the per-model usage
+  (``session_model_usage``) in the same transaction; against Hermes 0.19.0 alone, the only
+  baseline that keeps that table;
 * ``search_messages`` p50 for English words, phrases, prefixes, CJK words, and 1-, 2- and
   3-character CJK substrings;
 * ``list_sessions_rich(limit=50)``;
@@ -268,6 +272,7 @@ class RealHermes:
         self.list_sessions_rich = self.db.list_sessions_rich
         self.get_messages = self.db.get_messages
         self.get_messages_as_conversation = self.db.get_messages_as_conversation
+        self.update_token_counts = self.db.update_token_counts
 
     def append_turn(self, session_id: str, turn: Sequence[dict[str, Any]]) -> list[int]:
         """Hermes has no batch write: an agent loop appends a turn one message at a time."""
@@ -1093,6 +1098,14 @@ def run_workloads(
         if note:
             notes.append(note)
 
+    label = "append + token update (per-model usage)"
+    if selected(label):
+        usage_figures, usage_ours = time_usage_appends(
+            baselines, ours, sessions, text, call_ids, plan, profiler, label
+        )
+        rows.append(Row(label, usage_figures, statistics.median(usage_ours), "<=1.00",
+                        USAGE_NOTE))  # fmt: skip
+
     label = f"turn of {TURN_SIZE} (per msg)"
     if not selected("turn") and not selected("append_message (1"):
         return rows, notes
@@ -1154,6 +1167,63 @@ def time_appends(
                            plan.warmup)
     finish()
     return samples
+
+
+USAGE_BASELINE = "Hermes 0.19.0"
+USAGE_NOTE = ("per API call: append_message + update_token_counts with model and billing; "
+              "only Hermes 0.19.0 keeps per-model usage (its baseline alone)")
+USAGE_ROUTES = (
+    {"model": "anthropic/claude-sonnet-4", "billing_provider": "openrouter",
+     "billing_base_url": "https://openrouter.ai/api/v1", "billing_mode": "api"},
+    {"model": "gpt-5", "billing_provider": "openai", "billing_mode": "api"},
+)  # fmt: skip
+"""Two routes, alternating: a mid-session /model switch on every other call, so both the
+upsert's insert and its update path are timed."""
+
+
+def time_usage_appends(
+    baselines: Sequence[RealHermes],
+    ours: SessionDB,
+    sessions: Iterator[str],
+    text: TextMaker,
+    call_ids: Iterator[int],
+    plan: Plan,
+    profiler: Profiler,
+    label: str,
+) -> tuple[dict[str, float | None], list[float]]:
+    """The agent loop's write per API call since Hermes 0.19.0: the assistant's message, then
+    its tokens and cost, which 0.19.0 (and sessionstore) also add to the session's per-model
+    usage row in the same transaction. Only Hermes 0.19.0 is timed: the older baselines write
+    no usage row, so against them the row would compare different work. Every side writes the
+    same calls to the same sessions."""
+    rng = random.Random(SEED + 7)
+    calls = []
+    for index in range(plan.append_reps + plan.warmup + 10):
+        message = next(m for m in make_turn(text, call_ids) if m["role"] == "assistant")
+        usage = {"input_tokens": rng.randint(500, 4000), "output_tokens": rng.randint(20, 800),
+                 "cache_read_tokens": rng.randint(0, 2000), "api_call_count": 1,
+                 "estimated_cost_usd": rng.random() / 100, "cost_status": "estimated",
+                 **USAGE_ROUTES[index % len(USAGE_ROUTES)]}  # fmt: skip
+        calls.append((next(sessions), message, usage))
+
+    def caller(store: Any) -> Callable[[], None]:
+        items = itertools.cycle(calls)
+
+        def call() -> None:
+            session_id, message, usage = next(items)
+            store.append_message(session_id, **hermes_kwargs(message))
+            store.update_token_counts(session_id, **usage)
+
+        return call
+
+    timed = [b for b in baselines if b.label == USAGE_BASELINE]
+    timed_ours, finish = profiler.wrap(label, caller(ours))
+    samples, ours_samples = side_by_side(timed, caller, timed_ours, plan.append_reps,
+                                         plan.warmup)  # fmt: skip
+    finish()
+    figures: dict[str, float | None] = {b.label: None for b in baselines}
+    figures.update(medians(samples))
+    return figures, ours_samples
 
 
 STARTUP_SNIPPETS = {

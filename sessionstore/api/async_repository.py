@@ -34,7 +34,7 @@ ALIAS = "repo"
 # SessionDB); async callers of the typed layer get the records from list_sessions_rich.
 NOT_MIRRORED = frozenset({
     "iter_sessions", "iter_messages", "prepare_message", "prepare_messages",
-    "list_sessions_rich_dicts",
+    "list_sessions_rich_dicts", "stored_content",
 })  # fmt: skip
 
 
@@ -103,54 +103,18 @@ class AsyncSessionRepository:
     async def end_session(self, session_id: str, end_reason: str | None) -> bool:
         return await self._write(lambda repo: repo.end_session(session_id, end_reason))
 
+    async def promote_to_session_reset(
+        self,
+        session_id: str,
+        reason: str = 'session_reset',
+    ) -> bool:
+        return await self._write(lambda repo: repo.promote_to_session_reset(session_id, reason))
+
     async def reopen_session(self, session_id: str) -> bool:
         return await self._write(lambda repo: repo.reopen_session(session_id))
 
     async def update_system_prompt(self, session_id: str, system_prompt: str | None) -> bool:
         return await self._write(lambda repo: repo.update_system_prompt(session_id, system_prompt))
-
-    async def update_token_counts(
-        self,
-        session_id: str,
-        *,
-        input_tokens: int = 0,
-        output_tokens: int = 0,
-        model: str | None = None,
-        cache_read_tokens: int = 0,
-        cache_write_tokens: int = 0,
-        reasoning_tokens: int = 0,
-        estimated_cost_usd: float | None = None,
-        actual_cost_usd: float | None = None,
-        cost_status: str | None = None,
-        cost_source: str | None = None,
-        pricing_version: str | None = None,
-        billing_provider: str | None = None,
-        billing_base_url: str | None = None,
-        billing_mode: str | None = None,
-        absolute: bool = False,
-        api_call_count: int = 0,
-    ) -> bool:
-        return await self._write(
-            lambda repo: repo.update_token_counts(
-                session_id,
-                input_tokens=input_tokens,
-                output_tokens=output_tokens,
-                model=model,
-                cache_read_tokens=cache_read_tokens,
-                cache_write_tokens=cache_write_tokens,
-                reasoning_tokens=reasoning_tokens,
-                estimated_cost_usd=estimated_cost_usd,
-                actual_cost_usd=actual_cost_usd,
-                cost_status=cost_status,
-                cost_source=cost_source,
-                pricing_version=pricing_version,
-                billing_provider=billing_provider,
-                billing_base_url=billing_base_url,
-                billing_mode=billing_mode,
-                absolute=absolute,
-                api_call_count=api_call_count,
-            )
-        )
 
     async def update_session_model(self, session_id: str, model: str | None) -> bool:
         return await self._write(lambda repo: repo.update_session_model(session_id, model))
@@ -205,6 +169,83 @@ class AsyncSessionRepository:
     async def backfill_repo_roots(self, roots: Mapping[str, str]) -> int:
         return await self._write(lambda repo: repo.backfill_repo_roots(roots))
 
+    async def update_token_counts(
+        self,
+        session_id: str,
+        *,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        model: str | None = None,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
+        reasoning_tokens: int = 0,
+        estimated_cost_usd: float | None = None,
+        actual_cost_usd: float | None = None,
+        cost_status: str | None = None,
+        cost_source: str | None = None,
+        pricing_version: str | None = None,
+        billing_provider: str | None = None,
+        billing_base_url: str | None = None,
+        billing_mode: str | None = None,
+        absolute: bool = False,
+        api_call_count: int = 0,
+    ) -> bool:
+        return await self._write(
+            lambda repo: repo.update_token_counts(
+                session_id,
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                model=model,
+                cache_read_tokens=cache_read_tokens,
+                cache_write_tokens=cache_write_tokens,
+                reasoning_tokens=reasoning_tokens,
+                estimated_cost_usd=estimated_cost_usd,
+                actual_cost_usd=actual_cost_usd,
+                cost_status=cost_status,
+                cost_source=cost_source,
+                pricing_version=pricing_version,
+                billing_provider=billing_provider,
+                billing_base_url=billing_base_url,
+                billing_mode=billing_mode,
+                absolute=absolute,
+                api_call_count=api_call_count,
+            )
+        )
+
+    async def record_auxiliary_usage(
+        self,
+        session_id: str,
+        task: str,
+        *,
+        model: str | None = None,
+        billing_provider: str | None = None,
+        billing_base_url: str | None = None,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
+        reasoning_tokens: int = 0,
+        estimated_cost_usd: float | None = None,
+    ) -> bool:
+        return await self._write(
+            lambda repo: repo.record_auxiliary_usage(
+                session_id,
+                task,
+                model=model,
+                billing_provider=billing_provider,
+                billing_base_url=billing_base_url,
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                cache_read_tokens=cache_read_tokens,
+                cache_write_tokens=cache_write_tokens,
+                reasoning_tokens=reasoning_tokens,
+                estimated_cost_usd=estimated_cost_usd,
+            )
+        )
+
+    async def get_model_usage(self, session_id: str | None = None) -> list[dict[str, Any]]:
+        return await self._read(lambda repo: repo.get_model_usage(session_id))
+
     async def rewind_to_message(self, session_id: str, target_message_id: int) -> dict[str, Any]:
         return await self._write(lambda repo: repo.rewind_to_message(session_id, target_message_id))
 
@@ -254,6 +295,9 @@ class AsyncSessionRepository:
             )
         )
 
+    async def import_sessions(self, payload: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        return await self._write(lambda repo: repo.import_sessions(payload))
+
     async def append_message(self, session_id: str, message: NewMessage) -> int:
         return await self._write(lambda repo: repo.append_message(session_id, message))
 
@@ -264,8 +308,29 @@ class AsyncSessionRepository:
         self,
         session_id: str,
         include_inactive: bool = False,
+        limit: int | None = None,
+        offset: int = 0,
     ) -> list[MessageRecord]:
-        return await self._read(lambda repo: repo.get_messages(session_id, include_inactive))
+        return await self._read(
+            lambda repo: repo.get_messages(
+                session_id,
+                include_inactive,
+                limit,
+                offset,
+            )
+        )
+
+    async def get_lineage_conversation(
+        self,
+        session_ids: Sequence[str],
+        include_inactive: bool = False,
+    ) -> list[tuple[str, ConversationRow]]:
+        return await self._read(
+            lambda repo: repo.get_lineage_conversation(
+                session_ids,
+                include_inactive,
+            )
+        )
 
     async def get_conversation(
         self,
@@ -307,6 +372,20 @@ class AsyncSessionRepository:
                 offset=offset,
                 include_inactive=include_inactive,
                 sort=sort,
+            )
+        )
+
+    async def set_latest_user_api_content(
+        self,
+        session_id: str,
+        content: Any,
+        api_content: Any,
+    ) -> int:
+        return await self._write(
+            lambda repo: repo.set_latest_user_api_content(
+                session_id,
+                content,
+                api_content,
             )
         )
 
@@ -371,6 +450,7 @@ class AsyncSessionRepository:
         min_message_count: int = 0,
         order_by_last_active: bool = False,
         id_query: str | None = None,
+        search_query: str | None = None,
     ) -> list[SessionListing]:
         return await self._read(
             lambda repo: repo.list_sessions_rich(
@@ -386,6 +466,7 @@ class AsyncSessionRepository:
                 min_message_count=min_message_count,
                 order_by_last_active=order_by_last_active,
                 id_query=id_query,
+                search_query=search_query,
             )
         )
 
@@ -443,11 +524,23 @@ class AsyncSessionRepository:
     async def resolve_resume_session_id(self, session_id: str) -> str:
         return await self._read(lambda repo: repo.resolve_resume_session_id(session_id))
 
+    async def lineage_root_to_tip(self, session_id: str) -> list[str]:
+        return await self._read(lambda repo: repo.lineage_root_to_tip(session_id))
+
+    async def get_conversation_root(self, session_id: str) -> str:
+        return await self._read(lambda repo: repo.get_conversation_root(session_id))
+
+    async def get_compression_lineage(self, session_id: str) -> list[str]:
+        return await self._read(lambda repo: repo.get_compression_lineage(session_id))
+
     async def set_session_archived(self, session_id: str, archived: bool = True) -> bool:
         return await self._write(lambda repo: repo.set_session_archived(session_id, archived))
 
     async def set_session_title(self, session_id: str, title: str | None) -> bool:
         return await self._write(lambda repo: repo.set_session_title(session_id, title))
+
+    async def set_auto_title_if_empty(self, session_id: str, title: str | None) -> bool:
+        return await self._write(lambda repo: repo.set_auto_title_if_empty(session_id, title))
 
     async def get_session_title(self, session_id: str) -> str | None:
         return await self._read(lambda repo: repo.get_session_title(session_id))
@@ -528,6 +621,48 @@ class AsyncSessionRepository:
         source: SourceFilter = None,
     ) -> list[SessionRecord]:
         return await self._read(lambda repo: repo.prunable_sessions_before(cutoff, source))
+
+    async def list_prune_candidates(
+        self,
+        older_than_days: float | None = None,
+        source: SourceFilter = None,
+        **filters: Any,
+    ) -> list[dict[str, Any]]:
+        return await self._read(
+            lambda repo: repo.list_prune_candidates(
+                older_than_days,
+                source,
+                **filters,
+            )
+        )
+
+    async def archive_sessions(
+        self,
+        older_than_days: float | None = None,
+        source: SourceFilter = None,
+        **filters: Any,
+    ) -> int:
+        return await self._write(
+            lambda repo: repo.archive_sessions(
+                older_than_days,
+                source,
+                **filters,
+            )
+        )
+
+    async def prune_sessions_matching(
+        self,
+        older_than_days: float | None = 90,
+        source: SourceFilter = None,
+        **filters: Any,
+    ) -> Deletion:
+        return await self._write(
+            lambda repo: repo.prune_sessions_matching(
+                older_than_days,
+                source,
+                **filters,
+            )
+        )
 
     async def count_empty_sessions(self) -> int:
         return await self._read(lambda repo: repo.count_empty_sessions())
@@ -624,6 +759,17 @@ class AsyncSessionRepository:
     async def clear_compression_failure_cooldown(self, session_id: str) -> bool:
         return await self._write(lambda repo: repo.clear_compression_failure_cooldown(session_id))
 
+    async def get_compression_fallback_streak(self, session_id: str) -> int:
+        return await self._read(lambda repo: repo.get_compression_fallback_streak(session_id))
+
+    async def set_compression_fallback_streak(self, session_id: str, streak: int) -> bool:
+        return await self._write(
+            lambda repo: repo.set_compression_fallback_streak(
+                session_id,
+                streak,
+            )
+        )
+
     async def get_meta(self, key: str) -> str | None:
         return await self._read(lambda repo: repo.get_meta(key))
 
@@ -640,6 +786,8 @@ class AsyncSessionRepository:
         chat_id: str | None = None,
         chat_type: str | None = None,
         thread_id: str | None = None,
+        display_name: str | None = None,
+        origin_json: str | None = None,
     ) -> bool:
         return await self._write(
             lambda repo: repo.record_gateway_session_peer(
@@ -650,6 +798,8 @@ class AsyncSessionRepository:
                 chat_id=chat_id,
                 chat_type=chat_type,
                 thread_id=thread_id,
+                display_name=display_name,
+                origin_json=origin_json,
             )
         )
 
@@ -674,6 +824,83 @@ class AsyncSessionRepository:
             )
         )
 
+    async def set_expiry_finalized(self, session_id: str, finalized: bool = True) -> bool:
+        return await self._write(lambda repo: repo.set_expiry_finalized(session_id, finalized))
+
+    async def list_gateway_sessions(
+        self,
+        *,
+        platform: str | None = None,
+        active_only: bool = True,
+    ) -> list[dict[str, Any]]:
+        return await self._read(
+            lambda repo: repo.list_gateway_sessions(
+                platform=platform,
+                active_only=active_only,
+            )
+        )
+
+    async def find_session_by_origin(
+        self,
+        *,
+        platform: str,
+        chat_id: str,
+        thread_id: str | None = None,
+        user_id: str | None = None,
+    ) -> str | None:
+        return await self._read(
+            lambda repo: repo.find_session_by_origin(
+                platform=platform,
+                chat_id=chat_id,
+                thread_id=thread_id,
+                user_id=user_id,
+            )
+        )
+
+    async def save_gateway_routing_entry(
+        self,
+        session_key: str,
+        entry_json: str,
+        *,
+        scope: str = '',
+    ) -> bool:
+        return await self._write(
+            lambda repo: repo.save_gateway_routing_entry(
+                session_key,
+                entry_json,
+                scope=scope,
+            )
+        )
+
+    async def replace_gateway_routing_entries(
+        self,
+        entries: Mapping[str, str],
+        *,
+        scope: str = '',
+    ) -> int:
+        return await self._write(
+            lambda repo: repo.replace_gateway_routing_entries(
+                entries,
+                scope=scope,
+            )
+        )
+
+    async def load_gateway_routing_entries(self, *, scope: str = '') -> dict[str, str]:
+        return await self._read(lambda repo: repo.load_gateway_routing_entries(scope=scope))
+
+    async def delete_gateway_routing_entries(
+        self,
+        session_keys: Sequence[str],
+        *,
+        scope: str = '',
+    ) -> int:
+        return await self._write(
+            lambda repo: repo.delete_gateway_routing_entries(
+                session_keys,
+                scope=scope,
+            )
+        )
+
     async def request_handoff(self, session_id: str, platform: str) -> bool:
         return await self._write(lambda repo: repo.request_handoff(session_id, platform))
 
@@ -694,6 +921,9 @@ class AsyncSessionRepository:
 
     async def optimize_fts(self) -> int:
         return await self._write(lambda repo: repo.optimize_fts())
+
+    async def rebuild_fts(self) -> int:
+        return await self._write(lambda repo: repo.rebuild_fts())
 
     async def vacuum(self) -> int:
         return await self._write(lambda repo: repo.vacuum())

@@ -208,6 +208,8 @@ class AsyncSessionDB:
         platform_message_id: str | None = None,
         observed: bool = False,
         timestamp: float | None = None,
+        effect_disposition: str | None = None,
+        api_content: str | None = None,
         *,
         idempotency_key: str | None = None,
     ) -> int:
@@ -232,6 +234,8 @@ class AsyncSessionDB:
                     platform_message_id,
                     observed,
                     timestamp,
+                    effect_disposition,
+                    api_content,
                 ),
             )
 
@@ -299,6 +303,13 @@ class AsyncSessionDB:
     async def reopen_session(self, session_id: str) -> None:
         return await self._write(lambda db: db.reopen_session(session_id))
 
+    async def promote_to_session_reset(
+        self,
+        session_id: str,
+        reason: str = 'session_reset',
+    ) -> bool:
+        return await self._write(lambda db: db.promote_to_session_reset(session_id, reason))
+
     async def update_system_prompt(self, session_id: str, system_prompt: str) -> None:
         return await self._write(lambda db: db.update_system_prompt(session_id, system_prompt))
 
@@ -344,6 +355,40 @@ class AsyncSessionDB:
             )
         )
 
+    async def record_auxiliary_usage(
+        self,
+        session_id: str,
+        task: str,
+        *,
+        model: str | None = None,
+        billing_provider: str | None = None,
+        billing_base_url: str | None = None,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
+        reasoning_tokens: int = 0,
+        estimated_cost_usd: float | None = None,
+    ) -> None:
+        return await self._write(
+            lambda db: db.record_auxiliary_usage(
+                session_id,
+                task,
+                model=model,
+                billing_provider=billing_provider,
+                billing_base_url=billing_base_url,
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                cache_read_tokens=cache_read_tokens,
+                cache_write_tokens=cache_write_tokens,
+                reasoning_tokens=reasoning_tokens,
+                estimated_cost_usd=estimated_cost_usd,
+            )
+        )
+
+    async def get_model_usage(self, session_id: str | None = None) -> list[dict[str, Any]]:
+        return await self._read(lambda db: db.get_model_usage(session_id))
+
     async def ensure_session(
         self,
         session_id: str,
@@ -361,6 +406,9 @@ class AsyncSessionDB:
 
     async def set_session_title(self, session_id: str, title: str | None) -> bool:
         return await self._write(lambda db: db.set_session_title(session_id, title))
+
+    async def set_auto_title_if_empty(self, session_id: str, title: str | None) -> bool:
+        return await self._write(lambda db: db.set_auto_title_if_empty(session_id, title))
 
     async def get_session_title(self, session_id: str) -> str | None:
         return await self._read(lambda db: db.get_session_title(session_id))
@@ -391,6 +439,8 @@ class AsyncSessionDB:
         min_message_count: int = 0,
         order_by_last_active: bool = False,
         id_query: str | None = None,
+        search_query: str | None = None,
+        compact_rows: bool = False,
     ) -> list[dict[str, Any]]:
         return await self._read(
             lambda db: db.list_sessions_rich(
@@ -406,6 +456,8 @@ class AsyncSessionDB:
                 min_message_count,
                 order_by_last_active,
                 id_query,
+                search_query,
+                compact_rows,
             )
         )
 
@@ -438,20 +490,57 @@ class AsyncSessionDB:
         self,
         session_id: str,
         include_inactive: bool = False,
+        limit: int | None = None,
+        offset: int = 0,
     ) -> list[dict[str, Any]]:
-        return await self._read(lambda db: db.get_messages(session_id, include_inactive))
+        return await self._read(
+            lambda db: db.get_messages(
+                session_id,
+                include_inactive,
+                limit,
+                offset,
+            )
+        )
 
     async def get_messages_as_conversation(
         self,
         session_id: str,
         include_ancestors: bool = False,
         include_inactive: bool = False,
+        repair_alternation: bool = False,
     ) -> list[dict[str, Any]]:
         return await self._read(
             lambda db: db.get_messages_as_conversation(
                 session_id,
                 include_ancestors,
                 include_inactive,
+                repair_alternation,
+            )
+        )
+
+    async def get_resume_conversations(
+        self,
+        session_id: str,
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        return await self._read(lambda db: db.get_resume_conversations(session_id))
+
+    async def get_ancestor_display_prefix(self, session_id: str) -> list[dict[str, Any]]:
+        return await self._read(lambda db: db.get_ancestor_display_prefix(session_id))
+
+    async def get_conversation_root(self, session_id: str) -> str:
+        return await self._read(lambda db: db.get_conversation_root(session_id))
+
+    async def set_latest_user_api_content(
+        self,
+        session_id: str,
+        content: Any,
+        api_content: str,
+    ) -> int:
+        return await self._write(
+            lambda db: db.set_latest_user_api_content(
+                session_id,
+                content,
+                api_content,
             )
         )
 
@@ -619,6 +708,12 @@ class AsyncSessionDB:
     async def clear_compression_failure_cooldown(self, session_id: str) -> bool:
         return await self._write(lambda db: db.clear_compression_failure_cooldown(session_id))
 
+    async def get_compression_fallback_streak(self, session_id: str) -> int:
+        return await self._read(lambda db: db.get_compression_fallback_streak(session_id))
+
+    async def set_compression_fallback_streak(self, session_id: str, streak: int) -> None:
+        return await self._write(lambda db: db.set_compression_fallback_streak(session_id, streak))
+
     async def get_meta(self, key: str) -> str | None:
         return await self._read(lambda db: db.get_meta(key))
 
@@ -635,6 +730,8 @@ class AsyncSessionDB:
         chat_id: str | None = None,
         chat_type: str | None = None,
         thread_id: str | None = None,
+        display_name: str | None = None,
+        origin_json: str | None = None,
     ) -> bool:
         return await self._write(
             lambda db: db.record_gateway_session_peer(
@@ -645,6 +742,85 @@ class AsyncSessionDB:
                 chat_id=chat_id,
                 chat_type=chat_type,
                 thread_id=thread_id,
+                display_name=display_name,
+                origin_json=origin_json,
+            )
+        )
+
+    async def set_expiry_finalized(self, session_id: str, finalized: bool = True) -> None:
+        return await self._write(lambda db: db.set_expiry_finalized(session_id, finalized))
+
+    async def list_gateway_sessions(
+        self,
+        *,
+        platform: str | None = None,
+        active_only: bool = True,
+    ) -> list[dict[str, Any]]:
+        return await self._read(
+            lambda db: db.list_gateway_sessions(
+                platform=platform,
+                active_only=active_only,
+            )
+        )
+
+    async def find_session_by_origin(
+        self,
+        *,
+        platform: str,
+        chat_id: str,
+        thread_id: str | None = None,
+        user_id: str | None = None,
+    ) -> str | None:
+        return await self._read(
+            lambda db: db.find_session_by_origin(
+                platform=platform,
+                chat_id=chat_id,
+                thread_id=thread_id,
+                user_id=user_id,
+            )
+        )
+
+    async def save_gateway_routing_entry(
+        self,
+        session_key: str,
+        entry_json: str,
+        *,
+        scope: str = '',
+    ) -> None:
+        return await self._write(
+            lambda db: db.save_gateway_routing_entry(
+                session_key,
+                entry_json,
+                scope=scope,
+            )
+        )
+
+    async def replace_gateway_routing_entries(
+        self,
+        entries: Mapping[str, str],
+        *,
+        scope: str = '',
+    ) -> None:
+        return await self._write(
+            lambda db: db.replace_gateway_routing_entries(
+                entries,
+                scope=scope,
+            )
+        )
+
+    async def load_gateway_routing_entries(self, *, scope: str = '') -> dict[str, str]:
+        return await self._read(lambda db: db.load_gateway_routing_entries(scope=scope))
+
+    async def delete_gateway_routing_entries(
+        self,
+        session_keys: Sequence[str],
+        *,
+        scope: str = '',
+    ) -> None:
+        return await self._write(
+            lambda db: db.delete_gateway_routing_entries(
+                session_keys,
+                scope=scope,
             )
         )
 
@@ -689,17 +865,41 @@ class AsyncSessionDB:
 
     async def prune_sessions(
         self,
-        older_than_days: int = 90,
+        older_than_days: float | None = 90,
         source: SourceFilter = None,
         sessions_dir: str | os.PathLike[str] | None = None,
+        **filters: Any,
     ) -> int:
         return await self._write(
             lambda db: db.prune_sessions(
                 older_than_days,
                 source,
                 sessions_dir,
+                **filters,
             )
         )
+
+    async def list_prune_candidates(
+        self,
+        older_than_days: float | None = None,
+        source: SourceFilter = None,
+        **filters: Any,
+    ) -> list[dict[str, Any]]:
+        return await self._read(
+            lambda db: db.list_prune_candidates(
+                older_than_days,
+                source,
+                **filters,
+            )
+        )
+
+    async def archive_sessions(
+        self,
+        older_than_days: float | None = None,
+        source: SourceFilter = None,
+        **filters: Any,
+    ) -> int:
+        return await self._write(lambda db: db.archive_sessions(older_than_days, source, **filters))
 
     async def prune_sessions_before(self, cutoff: float, source: SourceFilter = None) -> int:
         return await self._write(lambda db: db.prune_sessions_before(cutoff, source))
@@ -767,6 +967,15 @@ class AsyncSessionDB:
     async def export_all(self, source: SourceFilter = None) -> list[dict[str, Any]]:
         return await self._read(lambda db: db.export_all(source))
 
+    async def get_compression_lineage(self, session_id: str) -> list[str]:
+        return await self._read(lambda db: db.get_compression_lineage(session_id))
+
+    async def export_session_lineage(self, session_id: str) -> dict[str, Any] | None:
+        return await self._read(lambda db: db.export_session_lineage(session_id))
+
+    async def import_sessions(self, sessions: list[dict[str, Any]]) -> dict[str, Any]:
+        return await self._write(lambda db: db.import_sessions(sessions))
+
     async def resolve_resume_session_id(self, session_id: str) -> str:
         return await self._read(lambda db: db.resolve_resume_session_id(session_id))
 
@@ -832,6 +1041,9 @@ class AsyncSessionDB:
 
     async def optimize_fts(self) -> int:
         return await self._write(lambda db: db.optimize_fts())
+
+    async def rebuild_fts(self) -> int:
+        return await self._write(lambda db: db.rebuild_fts())
 
     async def vacuum(self) -> int:
         return await self._write(lambda db: db.vacuum())

@@ -19,12 +19,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.engine import Engine, make_url
 
 from ..dialects import dialect_for_url
 from ..errors import SchemaOutOfDateError
-from ..schema import legacy, migrate
+from ..schema import migrate
 from ..schema.adoption import adoption_backup
+from ..schema.readable import check_readable
 from ..search import contains_cjk as _contains_cjk
 from ..search import sanitize_fts5_query as _sanitize_fts5_query
 from ..sessions import titles
@@ -37,12 +38,12 @@ from ..sessions.transcripts import delete_with_transcripts, remove_transcripts, 
 from ..sql import validation
 from ..sql.codec import decode_json
 from ..sql.message_content import decode_content
-from ..sql.records import MESSAGE_FIELDS, SESSION_FIELDS
 from ..sql.validation import SourceFilter, bindable
 from ..storage.command_hints import cli_command
 from ..storage.config import resolve_url, sqlite_url
 from ..storage.retry import RetryPolicy
 from ..storage.store import Store
+from .conversation import conversation
 
 logger = logging.getLogger(__name__)
 
@@ -107,9 +108,7 @@ class SessionDB:
         )
         if read_only:
             upgrade = cli_command(resolved, "db", "upgrade")
-            problem = self._store.read(
-                lambda conn: unreadable_reason(conn, upgrade_command=upgrade)
-            )
+            problem = check_readable(self._store, upgrade_command=upgrade)
             if problem is not None:
                 self._store.close()
                 raise SchemaOutOfDateError(problem)
@@ -185,7 +184,8 @@ class SessionDB:
     ) -> str:
         """Create a session if it is new. Later-Hermes columns come as keywords
         (``session_key``, ``chat_id``, ``chat_type``, ``thread_id``, ``cwd``, ``git_branch``,
-        ``git_repo_root``); on an existing session they fill only what is still empty."""
+        ``git_repo_root``, ``profile_name``); on an existing session they fill only what is
+        still empty."""
         return self._repo.create_session(
             session_id,
             source,
@@ -204,6 +204,13 @@ class SessionDB:
     @writes
     def reopen_session(self, session_id: str) -> None:
         self._repo.reopen_session(session_id)
+
+    @writes
+    def promote_to_session_reset(self, session_id: str, reason: str = "session_reset") -> bool:
+        """End the session as a reset boundary (Hermes 0.19): a live one, or one ended only by
+        accident (``agent_close``, ``ws_orphan_reap``), which a gateway would otherwise
+        resume; a real end reason is kept. Whether it was promoted."""
+        return self._repo.promote_to_session_reset(session_id, reason)
 
     @writes
     def update_system_prompt(self, session_id: str, system_prompt: str) -> None:
@@ -230,6 +237,10 @@ class SessionDB:
         api_call_count: int = 0,
         absolute: bool = False,
     ) -> None:
+        """Add a call's tokens and costs to the session (``absolute``: set its totals), and
+        the same delta to its per-model usage row, in one transaction, as Hermes 0.19 does
+        (:mod:`sessionstore.sessions.usage` has the rules). An unknown session is left alone
+        (nothing is created)."""
         self._repo.update_token_counts(
             session_id,
             input_tokens=input_tokens,
@@ -251,6 +262,39 @@ class SessionDB:
         )
 
     @writes
+    def record_auxiliary_usage(
+        self,
+        session_id: str,
+        task: str,
+        *,
+        model: str | None = None,
+        billing_provider: str | None = None,
+        billing_base_url: str | None = None,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
+        reasoning_tokens: int = 0,
+        estimated_cost_usd: float | None = None,
+    ) -> None:
+        """Add an auxiliary model call (``task``: vision, compression, title generation...)
+        to the session's per-model usage, not to its totals (Hermes 0.19); a missing session
+        is created (source ``'unknown'``). See :mod:`sessionstore.sessions.usage`."""
+        self._repo.record_auxiliary_usage(
+            session_id, task, model=model, billing_provider=billing_provider,
+            billing_base_url=billing_base_url, input_tokens=input_tokens,
+            output_tokens=output_tokens, cache_read_tokens=cache_read_tokens,
+            cache_write_tokens=cache_write_tokens, reasoning_tokens=reasoning_tokens,
+            estimated_cost_usd=estimated_cost_usd,
+        )  # fmt: skip
+
+    @reads
+    def get_model_usage(self, session_id: str | None = None) -> list[dict[str, Any]]:
+        """Beyond Hermes: the per-model usage rows Hermes's Insights reads (of one session,
+        or all), each a dict of every column."""
+        return self._repo.get_model_usage(session_id)
+
+    @writes
     def ensure_session(self, session_id: str, source: str = "unknown",
                        model: str | None = None, **extra: Any) -> str:
         """Create the session if it is missing; takes every keyword ``create_session`` takes
@@ -270,6 +314,12 @@ class SessionDB:
     @writes
     def set_session_title(self, session_id: str, title: str | None) -> bool:
         return self._repo.set_session_title(session_id, title)
+
+    @writes
+    def set_auto_title_if_empty(self, session_id: str, title: str | None) -> bool:
+        """Set a generated title only while the session has none (Hermes 0.19); whether it
+        was set."""
+        return self._repo.set_auto_title_if_empty(session_id, title)
 
     @reads
     def get_session_title(self, session_id: str) -> str | None:
@@ -308,17 +358,20 @@ class SessionDB:
         min_message_count: int = 0,
         order_by_last_active: bool = False,
         id_query: str | None = None,
+        search_query: str | None = None,
+        compact_rows: bool = False,
     ) -> list[dict[str, Any]]:
         """Roots and branch children, newest first; delegate runs and archived sessions are
         left out unless asked for (``include_children``, ``include_archived``).
 
-        Hermes 0.18's later keywords come after v6's positional parameters (Hermes's callers
+        Hermes's later keywords come after v6's positional parameters (Hermes's callers
         pass them by name): ``min_message_count`` (only a positive int filters),
-        ``order_by_last_active`` (newest activity anywhere in a compression chain first) and
+        ``order_by_last_active`` (newest activity anywhere in a compression chain first),
         ``id_query`` (a case-insensitive substring of the id of the row or of any session in
-        its chain; honoured only with ``order_by_last_active``, as in Hermes).
-        ``search_query``, which a summary of later Hermes lists, is not accepted: Hermes
-        0.18 has no such parameter, and what it would mean is not known.
+        its chain) and ``search_query`` (the same, of the title or the id, and of the title
+        without ``-_.`` and blanks: ``an94`` finds ``AN-94``); both are honoured only with
+        ``order_by_last_active``, as in Hermes. ``compact_rows`` leaves ``system_prompt``
+        out of every row (Hermes 0.19: the key is absent and the prompt is not read).
         """
         return self._repo.list_sessions_rich_dicts(
             source=source,
@@ -333,6 +386,8 @@ class SessionDB:
             min_message_count=min_message_count,
             order_by_last_active=order_by_last_active,
             id_query=id_query,
+            search_query=search_query,
+            compact_rows=compact_rows,
         )
 
     @writes
@@ -385,7 +440,12 @@ class SessionDB:
         platform_message_id: str | None = None,
         observed: bool = False,
         timestamp: float | None = None,
+        effect_disposition: str | None = None,
+        api_content: str | None = None,
     ) -> int:
+        """Append one message; its id. ``effect_disposition`` and ``api_content`` (Hermes
+        0.19: what a tool call's effect became, and the exact text sent to the API when it
+        differs from ``content``) come after v6's arguments: pass them by name."""
         message = self._repo.prepare_message(
             role,
             content,
@@ -402,6 +462,8 @@ class SessionDB:
             platform_message_id=platform_message_id,
             observed=observed,
             timestamp=timestamp,
+            effect_disposition=effect_disposition,
+            api_content=api_content,
         )
         return self._repo.append_message(session_id, message)
 
@@ -418,12 +480,17 @@ class SessionDB:
 
     @reads
     def get_messages(
-        self, session_id: str, include_inactive: bool = False
+        self,
+        session_id: str,
+        include_inactive: bool = False,
+        limit: int | None = None,
+        offset: int = 0,
     ) -> list[dict[str, Any]]:
         """The session's rows in order; rewound and compaction-archived ones only with
-        ``include_inactive``."""
+        ``include_inactive``. ``limit``/``offset`` page them (Hermes 0.19: 0-based, in order;
+        ``offset`` alone pages too)."""
         rows = []
-        for record in self._repo.get_messages(session_id, include_inactive):
+        for record in self._repo.get_messages(session_id, include_inactive, limit, offset):
             row = record.to_dict()
             row["content"] = decode_content(row["content"])
             if row["tool_calls"]:
@@ -437,60 +504,75 @@ class SessionDB:
         session_id: str,
         include_ancestors: bool = False,
         include_inactive: bool = False,
+        repair_alternation: bool = False,
     ) -> list[dict[str, Any]]:
-        """The session as OpenAI-shaped messages to replay (live rows only by default).
+        """The session as OpenAI-shaped messages to replay (live rows only by default), by
+        the rules of :mod:`sessionstore.api.conversation`.
 
-        ``include_ancestors`` prepends the sessions this one continues after compression,
-        oldest first.
+        ``include_ancestors`` replays the whole parent chain first, root first
+        (``lineage_root_to_tip``: every kind of parent, as Hermes walks it), in insertion
+        order across the sessions, without a user message a continuation repeated.
+        ``repair_alternation`` (Hermes 0.19: a live replay) repairs the alternation of roles in
+        what is returned; the stored rows never change.
         """
-        session_ids = [session_id]
-        if include_ancestors:
-            session_ids = [*self._repo.compression_ancestors(session_id), session_id]
-        conversation: list[dict[str, Any]] = []
-        for one in session_ids:
-            conversation += self._conversation_of(one, include_inactive)
-        return conversation
+        session_ids = (
+            self._repo.lineage_root_to_tip(session_id) if include_ancestors else [session_id]
+        )
+        rows = self._repo.get_lineage_conversation(session_ids, include_inactive)
+        return conversation(
+            (row for _, row in rows),
+            with_ancestors=include_ancestors,
+            repair_alternation=repair_alternation,
+        )
 
-    def _conversation_of(self, session_id: str, include_inactive: bool) -> list[dict[str, Any]]:
-        conversation = []
-        for record in self._repo.get_conversation(session_id, include_inactive):
-            # Hermes 0.18's keys, in its order.
-            content = decode_content(record.content)
-            message: dict[str, Any] = {"role": record.role, "content": content}
-            if record.timestamp:
-                message["timestamp"] = record.timestamp
-            if record.tool_call_id:
-                message["tool_call_id"] = record.tool_call_id
-            if record.tool_name:
-                message["tool_name"] = record.tool_name
-            if record.tool_calls:
-                message["tool_calls"] = decode_json(record.tool_calls, "tool_calls", record.id, [])
-            if record.platform_message_id:
-                message["message_id"] = record.platform_message_id
-            if record.observed:
-                message["observed"] = True
-            if record.role == "assistant":
-                if record.finish_reason:
-                    message["finish_reason"] = record.finish_reason
-                if record.reasoning:
-                    message["reasoning"] = record.reasoning
-                # Written whenever it is not NULL: an empty string counts (Kimi replay).
-                if record.reasoning_content is not None:
-                    message["reasoning_content"] = record.reasoning_content
-                if record.reasoning_details:
-                    message["reasoning_details"] = decode_json(
-                        record.reasoning_details, "reasoning_details", record.id, None
-                    )
-                if record.codex_reasoning_items:
-                    message["codex_reasoning_items"] = decode_json(
-                        record.codex_reasoning_items, "codex_reasoning_items", record.id, None
-                    )
-                if record.codex_message_items:
-                    message["codex_message_items"] = decode_json(
-                        record.codex_message_items, "codex_message_items", record.id, None
-                    )
-            conversation.append(message)
-        return conversation
+    @reads
+    def get_resume_conversations(
+        self, session_id: str
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Hermes 0.19's ``(model_history, display_history)`` for a resume, from one read:
+        the session's live rows alternation-repaired (``get_messages_as_conversation(id,
+        repair_alternation=True)``), and its whole lineage's live rows as they are
+        (``get_messages_as_conversation(id, include_ancestors=True)``)."""
+        rows = self._repo.get_lineage_conversation(self._repo.lineage_root_to_tip(session_id))
+        model_history = conversation(
+            (row for owner, row in rows if owner == session_id),
+            with_ancestors=False,
+            repair_alternation=True,
+        )
+        display_history = conversation(
+            (row for _, row in rows), with_ancestors=True, repair_alternation=False
+        )
+        return model_history, display_history
+
+    @reads
+    def get_ancestor_display_prefix(self, session_id: str) -> list[dict[str, Any]]:
+        """The display messages of the session's ancestors only (its lineage's live rows not
+        its own), as a resume prepends them to the live history (Hermes 0.19, #65919)."""
+        lineage = self._repo.lineage_root_to_tip(session_id)
+        if len(lineage) <= 1:
+            return []
+        rows = self._repo.get_lineage_conversation(lineage)
+        return conversation(
+            (row for owner, row in rows if owner != session_id),
+            with_ancestors=True,
+            repair_alternation=False,
+        )
+
+    @reads
+    def get_conversation_root(self, session_id: str) -> str:
+        """The root of the session's parent chain: one id for every segment of a
+        conversation and its delegations (Hermes 0.19); the session itself without a
+        parent."""
+        return self._repo.get_conversation_root(session_id)
+
+    @writes
+    def set_latest_user_api_content(
+        self, session_id: str, content: Any, api_content: str
+    ) -> int:
+        """Put the ``api_content`` sidecar on the newest live user message, only when that
+        message's stored content is ``content`` (encoded as an append encodes it); rows
+        changed, 0 or 1 (Hermes 0.19)."""
+        return self._repo.set_latest_user_api_content(session_id, content, api_content)
 
     @writes
     def clear_messages(self, session_id: str) -> None:
@@ -638,6 +720,16 @@ class SessionDB:
     def clear_compression_failure_cooldown(self, session_id: str) -> bool:
         return self._repo.clear_compression_failure_cooldown(session_id)
 
+    @reads
+    def get_compression_fallback_streak(self, session_id: str) -> int:
+        """Consecutive compressions of the session that fell back to the deterministic
+        summary (Hermes 0.19); 0 when unknown."""
+        return self._repo.get_compression_fallback_streak(session_id)
+
+    @writes
+    def set_compression_fallback_streak(self, session_id: str, streak: int) -> None:
+        self._repo.set_compression_fallback_streak(session_id, streak)
+
     # -- state_meta -------------------------------------------------------------------------
     @reads
     def get_meta(self, key: str) -> str | None:
@@ -659,11 +751,68 @@ class SessionDB:
         chat_id: str | None = None,
         chat_type: str | None = None,
         thread_id: str | None = None,
+        display_name: str | None = None,
+        origin_json: str | None = None,
     ) -> bool:
         return self._repo.record_gateway_session_peer(
             session_id, source=source, user_id=user_id, session_key=session_key,
             chat_id=chat_id, chat_type=chat_type, thread_id=thread_id,
+            display_name=display_name, origin_json=origin_json,
         )  # fmt: skip
+
+    @writes
+    def set_expiry_finalized(self, session_id: str, finalized: bool = True) -> None:
+        """Record whether a gateway session's expiry was finalized (Hermes 0.18.1)."""
+        self._repo.set_expiry_finalized(session_id, finalized)
+
+    @reads
+    def list_gateway_sessions(
+        self, *, platform: str | None = None, active_only: bool = True
+    ) -> list[dict[str, Any]]:
+        """The newest session of each gateway ``session_key`` (with ``last_active``), most
+        recently active first; ``platform`` keeps one source, ``active_only`` live ones."""
+        return self._repo.list_gateway_sessions(platform=platform, active_only=active_only)
+
+    @reads
+    def find_session_by_origin(
+        self,
+        *,
+        platform: str,
+        chat_id: str,
+        thread_id: str | None = None,
+        user_id: str | None = None,
+    ) -> str | None:
+        """The newest live gateway session of a chat (and thread); None rather than another
+        sender's session when the chat is shared (Hermes 0.18.1)."""
+        return self._repo.find_session_by_origin(
+            platform=platform, chat_id=chat_id, thread_id=thread_id, user_id=user_id
+        )
+
+    @writes
+    def save_gateway_routing_entry(
+        self, session_key: str, entry_json: str, *, scope: str = ""
+    ) -> None:
+        """Write one entry of the gateway's routing index (Hermes v19) in ``scope``."""
+        self._repo.save_gateway_routing_entry(session_key, entry_json, scope=scope)
+
+    @writes
+    def replace_gateway_routing_entries(
+        self, entries: Mapping[str, str], *, scope: str = ""
+    ) -> None:
+        """Make ``entries`` the whole routing index of ``scope``, atomically."""
+        self._repo.replace_gateway_routing_entries(entries, scope=scope)
+
+    @reads
+    def load_gateway_routing_entries(self, *, scope: str = "") -> dict[str, str]:
+        """The routing index of ``scope``: ``{session_key: entry_json}``."""
+        return self._repo.load_gateway_routing_entries(scope=scope)
+
+    @writes
+    def delete_gateway_routing_entries(
+        self, session_keys: Sequence[str], *, scope: str = ""
+    ) -> None:
+        """Remove these keys from the routing index of ``scope``."""
+        self._repo.delete_gateway_routing_entries(session_keys, scope=scope)
 
     @reads
     def find_latest_gateway_session_for_peer(
@@ -709,17 +858,38 @@ class SessionDB:
     @writes
     def prune_sessions(
         self,
-        older_than_days: int = 90,
+        older_than_days: float | None = 90,
         source: SourceFilter = None,
         sessions_dir: str | os.PathLike[str] | None = None,
+        **filters: Any,
     ) -> int:
-        """Delete ended sessions started more than ``older_than_days`` ago, orphaning their
-        children; their files in ``sessions_dir`` go with them."""
+        """Delete ended sessions started more than ``older_than_days`` ago (None: no age
+        bound), orphaning their children; their files in ``sessions_dir`` go with them.
+        Hermes 0.18.1's keyword filters narrow it
+        (:func:`sessionstore.sessions.deletion.prune_condition`)."""
+        sessions_directory(sessions_dir)  # refused before anything is deleted
         deletion = delete_with_transcripts(
             sessions_dir,
-            lambda: self._repo.prune_sessions_detailed(older_than_days, source),
+            lambda: self._repo.prune_sessions_matching(older_than_days, source, **filters),
         )
         return deletion.total
+
+    @reads
+    def list_prune_candidates(
+        self, older_than_days: float | None = None, source: SourceFilter = None, **filters: Any
+    ) -> list[dict[str, Any]]:
+        """What ``prune_sessions``/``archive_sessions`` with these arguments would take,
+        oldest first, changing nothing (Hermes 0.18.1's dry run)."""
+        return self._repo.list_prune_candidates(older_than_days, source, **filters)
+
+    @writes
+    def archive_sessions(
+        self, older_than_days: float | None = None, source: SourceFilter = None, **filters: Any
+    ) -> int:
+        """Archive (hide) the sessions these filters select, each with its compression
+        lineage, deleting nothing; how many matched (Hermes 0.18.1). Only unarchived ones
+        unless ``archived`` is given."""
+        return self._repo.archive_sessions(older_than_days, source, **filters)
 
     @writes
     def prune_sessions_before(self, cutoff: float, source: SourceFilter = None) -> int:
@@ -813,6 +983,40 @@ class SessionDB:
             )
         return exported
 
+    @reads
+    def get_compression_lineage(self, session_id: str) -> list[str]:
+        """The compression lineage of the session, oldest first (Hermes 0.18.1): ``[]`` for
+        an unknown session, itself alone for a branch."""
+        return self._repo.get_compression_lineage(session_id)
+
+    @reads
+    def export_session_lineage(self, session_id: str) -> dict[str, Any] | None:
+        """A compression lineage exported as one logical session (Hermes 0.18.1): the tip's
+        export, with ``segments`` (each session's export, oldest first),
+        ``lineage_session_ids``, every segment's ``messages`` in order and their count in
+        ``message_count``; None for an unknown session."""
+        segments = [
+            exported
+            for one in self.get_compression_lineage(session_id)
+            if (exported := self.export_session(one)) is not None
+        ]
+        if not segments:
+            return None
+        lineage = dict(segments[-1])
+        every_message = [message for segment in segments for message in segment["messages"]]
+        lineage["segments"] = segments
+        lineage["lineage_session_ids"] = [segment["id"] for segment in segments]
+        lineage["message_count"] = len(every_message)
+        lineage["messages"] = every_message
+        return lineage
+
+    @writes
+    def import_sessions(self, sessions: list[dict[str, Any]]) -> dict[str, Any]:
+        """Restore exported sessions (``export_session``/``export_all`` dicts), skipping ids
+        that exist, all or nothing (Hermes 0.19; rules in
+        :mod:`sessionstore.sessions.imports`)."""
+        return self._repo.import_sessions(sessions)
+
     # -- Hermes 0.18: listing and lineage, cleanup, maintenance -----------------------------
     @reads
     def resolve_resume_session_id(self, session_id: str) -> str:
@@ -889,6 +1093,12 @@ class SessionDB:
         return self._repo.optimize_fts()
 
     @writes
+    def rebuild_fts(self) -> int:
+        """Build every search index again from the messages (Hermes 0.19's repair of an
+        index that refuses writes); how many indexes the store holds."""
+        return self._repo.rebuild_fts()
+
+    @writes
     def vacuum(self) -> int:
         """``optimize_fts``, then give deleted rows' space back (SQLite: ``VACUUM``;
         PostgreSQL: ``VACUUM (ANALYZE)``); what ``optimize_fts`` returned."""
@@ -912,39 +1122,6 @@ class SessionDB:
             vacuum=vacuum,
             sessions_dir=sessions_dir,
         )
-
-
-def unreadable_reason(
-    conn: Connection, *, upgrade_command: str = "sessionstore db upgrade"
-) -> str | None:
-    """Why a store cannot be read as it is (None: it can).
-
-    A store at head can. So can one that is not, a Hermes file of any number included (a newer
-    one too), as long as it holds every column this release reads: read-only access changes
-    nothing, so nothing needs adopting. Otherwise the reason says what is missing and what
-    to do about it.
-    """
-    status = migrate.status_of(conn)
-    if status.up_to_date:
-        return None
-    missing = legacy.missing_for_reads(conn, SESSION_FIELDS, MESSAGE_FIELDS)
-    if not missing:
-        return None
-    shown = ", ".join(missing[:6]) + (" ..." if len(missing) > 6 else "")
-    if legacy.is_too_new(status.schema_version):
-        return (
-            f"this store has schema version {status.schema_version}, newer than the "
-            f"{legacy.NEWEST_HERMES_SCHEMA} this release understands, and lacks what it reads "
-            f"({shown}); a newer sessionstore is needed to read it"
-        )
-    refusal = migrate.upgrade_refusal(status)
-    if refusal is not None:  # an upgrade would refuse it too: say why, suggest nothing
-        return f"this store lacks what this release reads ({shown}): {refusal}"
-    return (
-        f"this store is at revision {status.revision or 'none'} (Hermes schema "
-        f"{status.schema_version or 'none'}) and lacks what this release reads ({shown}); "
-        f"run `{upgrade_command}` (it keeps every row), then open it again"
-    )
 
 
 def _as_list(value: Sequence[str] | str | None) -> list[str] | None:

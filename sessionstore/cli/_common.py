@@ -289,19 +289,18 @@ def open_store(options: CliState, *, write: bool = False) -> Iterator[Store]:
 
 def _open_for_reading(url: URL) -> Store:
     """A read-only store that holds what the reading verbs read, else the refusal."""
+    from ..schema.readable import check_readable
+
     store = Store.open(url, read_only=True)
     try:
-        status = store.read(migrate.status_of)
-        if not status.up_to_date:
-            # A reading verb reads a store that has what it reads (a current Hermes file, a
-            # newer one) as it is; only what it cannot read sends the user to `db upgrade`.
-            from ..api.session_db import unreadable_reason
-
-            problem = store.read(unreadable_reason)
-            if problem is not None:
-                if legacy.is_too_new(status.schema_version):
-                    raise CliError(problem)
-                raise outdated(status, url)
+        # A reading verb reads a store that has what it reads (a current Hermes file, a newer
+        # one) as it is; only what it cannot read sends the user to `db upgrade`.
+        problem = check_readable(store, upgrade_command=cli_command(url, "db", "upgrade"))
+        if problem is not None:
+            status = store.read(migrate.status_of)
+            if legacy.is_too_new(status.schema_version):
+                raise CliError(problem)
+            raise outdated(status, url)
     except BaseException:
         store.close()
         raise

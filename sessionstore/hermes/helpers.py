@@ -1,13 +1,14 @@
-"""The module-level helpers of Hermes's ``hermes_state`` (0.18), for the drop-in module.
+"""The module-level helpers of Hermes's ``hermes_state`` (0.18, 0.19), for the drop-in module.
 
 Hermes's gateway, CLI and tools import these next to ``SessionDB``: ``ThreadedSessionDB`` (a
 forwarder that runs each call in a thread; Hermes calls it ``AsyncSessionDB``, the name
 :mod:`sessionstore.hermes.state` gives it too), the record of the last failed open
 (``get_last_init_error``, ``format_session_db_unavailable``), ``is_malformed_db_error``,
 ``apply_wal_with_fallback`` (for the other SQLite files Hermes keeps, such as its kanban
-board) and ``repair_state_db_schema``. Same names, arguments and results as Hermes's; where
-they touch a file they do it through SQLite only (never a Python copy or unlink of a database
-file that another connection may hold: see docs/concurrency.md, "Many openers, one file").
+board), ``repair_state_db_schema`` and 0.19's ``workspace_key``. Same names, arguments and
+results as Hermes's; where they touch a file they do it through SQLite only (never a Python
+copy or unlink of a database file that another connection may hold: see docs/concurrency.md,
+"Many openers, one file").
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import logging
 import sqlite3
 import sys
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -67,6 +69,18 @@ class ThreadedSessionDB:
             return await in_thread_settled(functools.partial(attribute, *args, **kwargs))
 
         return offloaded
+
+
+def workspace_key(row: Mapping[str, Any]) -> str | None:
+    """Hermes 0.19's workspace of a session row (a dict ``get_session`` or a listing returns):
+    its git repository root when known, else its working directory, stripped; None for a
+    session without either. The branch is left out, so a checkout does not split a
+    workspace's history."""
+    for name in ("git_repo_root", "cwd"):
+        value = (row.get(name) or "").strip()
+        if value:
+            return str(value)
+    return None
 
 
 def set_last_init_error(message: str | None) -> None:

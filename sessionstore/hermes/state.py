@@ -89,6 +89,7 @@ from .helpers import (
     is_malformed_db_error,
     repair_state_db_schema,
     set_last_init_error,
+    workspace_key,
 )
 
 __all__ = [
@@ -104,6 +105,7 @@ __all__ = [
     "get_last_init_error",
     "is_malformed_db_error",
     "repair_state_db_schema",
+    "workspace_key",
 ]
 
 # Hermes's name for it (its tests reset the record with ``_set_last_init_error(None)``).

@@ -3,13 +3,23 @@
 
 Format (one JSON object per line, UTF-8, non-ASCII kept as is)::
 
-    {"format": "sessionstore-export", "version": 2}
+    {"format": "sessionstore-export", "version": 3}
     {"session": {...every sessions column...}}
     {"message": {...every messages column...}}      # that session's messages follow it
+    {"usage": {...every session_model_usage column...}}  # then its per-model usage rows
     ...
     {"state": {"key": "...", "value": "..."}}       # Hermes's state_meta, after every session
+    {"routing": {...every gateway_routing column...}}     # the gateway's routing index
+    {"delegation": {...every async_delegations column...}}  # Hermes's background runs
 
-Version 1 (no ``state`` records) is still read. ``state_meta`` holds what Hermes keeps beside
+Versions 1 (no ``state`` records) and 2 (no ``usage``, ``routing`` or ``delegation``) are still
+read. A session's per-model usage (Hermes v20: what its Insights and cost reports read) travels
+with the session: skipped with it, merged by key (a row the target holds keeps its figures).
+The routing index and the background delegations (Hermes v19, v21) are the gateway's and
+Hermes's own rows: carried as they are, never changed by sessionstore; a whole-store export
+carries every one, an export of some sessions the delegations that started from (or report
+to) one of them and no routing entry. In the target, like ``state_meta``, a key it already
+holds keeps its row. ``state_meta`` holds what Hermes keeps beside
 its sessions: a session's goal (``goal:<session id>``), its own housekeeping markers
 (``last_auto_prune``, ``ghost_session_prune_v1``, ...). A whole-store export carries every
 row; an export of some sessions (by source or id) carries only the rows of the form
@@ -66,7 +76,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal, TypeVar
 
-from sqlalchemy import Select, func, select, update
+from sqlalchemy import Select, Table, bindparam, func, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.sql import Executable
@@ -76,8 +86,13 @@ from ..dialects.disk_space import out_of_room_typed
 from ..errors import ConstraintViolationError, ImportConflictError, SessionStoreError
 from ..sessions.repository import SessionRepository
 from ..sql import validation
+from ..sql.message_content import hermes_form
 from ..sql.records import FIELD_DEFAULTS, MESSAGE_FIELDS, SESSION_FIELDS
+from ..sql.tables import USAGE_KEY
+from ..sql.tables import async_delegations_table as delegations
+from ..sql.tables import gateway_routing_table as routing
 from ..sql.tables import messages_table as messages
+from ..sql.tables import session_model_usage_table as usage
 from ..sql.tables import sessions_table as sessions
 from ..sql.tables import state_meta_table as state_meta
 from ..sql.validation import SourceFilter
@@ -87,11 +102,9 @@ from ..storage.store import Store
 logger = logging.getLogger(__name__)
 
 FORMAT_NAME = "sessionstore-export"
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 BATCH_ROWS = 1000
-STATE_ROWS_PER_INSERT = 400
-"""Two parameters a row: within the 999 bound parameters every SQLite build accepts."""
 
 T = TypeVar("T")
 ConflictPolicy = Literal["skip", "fail", "merge"]
@@ -112,6 +125,11 @@ class TransferResult:
     orphaned_parents: list[str] = field(default_factory=list)
     state_keys: int = 0
     """``state_meta`` rows written (a key the target already holds is left as it is)."""
+    usage_rows: int = 0
+    """Per-model usage rows written."""
+    routing_entries: int = 0
+    delegations: int = 0
+    """Routing entries and delegations written (a key the target holds keeps its row)."""
 
 
 def iter_records(
@@ -124,6 +142,8 @@ def iter_records(
     whole_store = wanted is None and source is None
     exported: set[str] = set()
     repository = SessionRepository(store)
+    # A store read as it is (``sql.read_shape``) may lack the later tables: none is read.
+    has = store.read_shape.has_table
     with store.reading() as conn:
         for session in repository.iter_sessions(conn, source):
             if wanted is not None and session.id not in wanted:
@@ -132,12 +152,33 @@ def iter_records(
             yield "session", session.to_dict()
             for message in repository.iter_messages(conn, session.id):
                 yield "message", message.to_dict()
+            if not has(usage.name):
+                continue
+            for row in conn.execute(_usage_of_session, {"session_id": session.id}).mappings():
+                yield "usage", dict(row)
         rows = conn.execute(select(state_meta.c.key, state_meta.c.value).order_by(state_meta.c.key))
         for key, value in rows:
             if str(key) in STORE_LOCAL_STATE_KEYS:
                 continue
             if whole_store or _session_of_key(str(key)) in exported:
                 yield "state", {"key": key, "value": value}
+        if whole_store and has(routing.name):
+            for row in conn.execute(select(routing).order_by(*routing.primary_key)).mappings():
+                yield "routing", dict(row)
+        if not has(delegations.name):
+            return
+        for row in conn.execute(
+            select(delegations).order_by(delegations.c.delegation_id)
+        ).mappings():
+            if whole_store or {row["origin_session"], row["parent_session_id"]} & exported:
+                yield "delegation", dict(row)
+
+
+_usage_of_session = (
+    select(usage)
+    .where(usage.c.session_id == bindparam("session_id"))
+    .order_by(*(usage.c[name] for name in USAGE_KEY))
+)
 
 
 def _session_of_key(key: str) -> str | None:
@@ -205,7 +246,7 @@ def read_records(fp: IO[str]) -> Iterator[Record]:
     version = header.get("version")
     if isinstance(version, bool) or version not in READABLE_VERSIONS:
         raise ImportFormatError(f"unsupported export version {version!r}")
-    kinds = ("session", "message") if version == 1 else ("session", "message", "state")
+    kinds = _KINDS_OF_VERSION[version]
     current_session: str | None = None
     for number, line in enumerate(fp, start=2):
         if not line.strip():
@@ -226,18 +267,19 @@ def read_records(fp: IO[str]) -> Iterator[Record]:
             raise ImportFormatError(
                 f"line {number}: bad {kind} record (missing {missing}, unknown {sorted(unknown)})"
             )
-        values = {name: row.get(name, FIELD_DEFAULTS.get(name)) for name in expected}
+        defaults = _DEFAULTS.get(kind, FIELD_DEFAULTS)
+        values = {name: row.get(name, defaults.get(name)) for name in expected}
         problem = _bad_value(kind, values)
         if problem is not None:
             raise ImportFormatError(f"line {number}: bad {kind} record: {problem}")
         if kind == "session":
             current_session = values["id"]
-        elif kind == "state":
-            current_session = None  # no message may follow: state comes after every session
+        elif kind in _STORE_WIDE:
+            current_session = None  # no message may follow: these come after every session
         elif current_session is None or values["session_id"] != current_session:
             raise ImportFormatError(
-                f"line {number}: message {values['id']!r} does not follow its session "
-                f"{values['session_id']!r}"
+                f"line {number}: {kind} {values[_KEY_FIELD[kind]]!r} does not follow its "
+                f"session {values['session_id']!r}"
             )
         yield kind, values
 
@@ -245,13 +287,20 @@ def read_records(fp: IO[str]) -> Iterator[Record]:
 _INTEGER_FIELDS = frozenset(
     {"message_count", "tool_call_count", "input_tokens", "output_tokens", "cache_read_tokens",
      "cache_write_tokens", "reasoning_tokens", "token_count", "api_call_count", "rewind_count",
-     "archived", "observed", "active", "compacted"}
+     "archived", "observed", "active", "compacted", "expiry_finalized",
+     "compression_fallback_streak", "delivery_attempts", "owner_pid", "owner_started_at"}
 )  # fmt: skip
 _NUMBER_FIELDS = frozenset({"started_at", "ended_at", "timestamp", "estimated_cost_usd",
-                            "actual_cost_usd", "compression_failure_cooldown_until"})  # fmt: skip
+                            "actual_cost_usd", "compression_failure_cooldown_until",
+                            "first_seen", "last_seen", "updated_at", "dispatched_at",
+                            "completed_at", "delivered_at", "delivery_claimed_at"})  # fmt: skip
 _REQUIRED_FIELDS = {"session": ("id", "source", "started_at"),
                     "message": ("id", "session_id", "role", "timestamp"),
-                    "state": ("key",)}  # fmt: skip
+                    "usage": ("session_id", "model"),
+                    "state": ("key",),
+                    "routing": ("session_key", "entry_json", "updated_at"),
+                    "delegation": ("delegation_id", "origin_session", "state", "dispatched_at",
+                                   "updated_at")}  # fmt: skip
 _STATE_FIELDS = ("key", "value")
 STORE_LOCAL_STATE_KEYS = frozenset({
     "db_file_generation", "store_instance_id", "store_created_at_utc",
@@ -264,8 +313,31 @@ STORE_LOCAL_STATE_KEYS = frozenset({
 """``state_meta`` keys that describe one store file, not its history (Hermes v23...v31: the
 file's identity, its search layout and rebuild marks, the uid backfill): never exported, never
 imported or copied (each store has its own, and a copied one would be wrong)."""
-_RECORD_FIELDS = {"session": SESSION_FIELDS, "message": MESSAGE_FIELDS, "state": _STATE_FIELDS}
-_KEY_FIELD = {"session": "id", "message": "id", "state": "key"}
+_RECORD_FIELDS = {
+    "session": SESSION_FIELDS, "message": MESSAGE_FIELDS, "state": _STATE_FIELDS,
+    "usage": tuple(usage.c.keys()), "routing": tuple(routing.c.keys()),
+    "delegation": tuple(delegations.c.keys()),
+}  # fmt: skip
+_KEY_FIELD = {"session": "id", "message": "id", "state": "key", "usage": "model",
+              "routing": "session_key", "delegation": "delegation_id"}  # fmt: skip
+_STORE_WIDE = frozenset({"state", "routing", "delegation"})
+"""Record kinds that come after every session and belong to none."""
+_KINDS_OF_VERSION = {
+    1: ("session", "message"),
+    2: ("session", "message", "state"),
+    3: ("session", "message", "usage", "state", "routing", "delegation"),
+}
+_DEFAULTS: dict[str, dict[str, Any]] = {
+    "usage": {**dict.fromkeys(("billing_provider", "billing_base_url", "billing_mode", "task"),
+                              ""),
+              **dict.fromkeys(("api_call_count", "input_tokens", "output_tokens",
+                               "cache_read_tokens", "cache_write_tokens", "reasoning_tokens"), 0),
+              "estimated_cost_usd": 0.0, "actual_cost_usd": 0.0},
+    "routing": {"scope": ""},
+    "delegation": {"origin_ui_session_id": "", "delivery_state": "pending",
+                   "delivery_attempts": 0},
+}  # fmt: skip
+"""What a record that leaves a column out holds there (the column's default)."""
 
 
 def _bad_value(kind: str, values: dict[str, Any]) -> str | None:
@@ -382,7 +454,7 @@ def scan_records(records: Iterable[Record]) -> RecordScan:
                 raise ImportFormatError(f"state key {row['key']!r} appears twice in the file")
             if row["key"] not in STORE_LOCAL_STATE_KEYS:
                 scan.state[row["key"]] = row["value"]
-        else:
+        elif kind == "message":
             scan.messages += 1
             scan.highest_message_id = max(scan.highest_message_id, row["id"])
     return scan
@@ -391,9 +463,10 @@ def scan_records(records: Iterable[Record]) -> RecordScan:
 def copy_store(
     source: Store, target: Store, *, progress: Progress | None = None
 ) -> TransferResult:
-    """Copy every session and message, and the ``state_meta`` rows, from ``source`` into
-    ``target``; safe to re-run, and safe while others write to ``target`` (see the module
-    docstring). A state key the target already holds keeps the target's value."""
+    """Copy every session, message and per-model usage row, and the ``state_meta`` rows, the
+    routing index and the delegations, from ``source`` into ``target``; safe to re-run, and
+    safe while others write to ``target`` (see the module docstring). A key the target already
+    holds keeps the target's row."""
     highest = source.read(
         lambda conn: conn.execute(select(func.coalesce(func.max(messages.c.id), 0))).scalar_one()
     )
@@ -415,6 +488,14 @@ def copy_store(
             f"copy incomplete: {len(missing_keys)} state_meta key(s) of the source are not in "
             f"the target, e.g. {sorted(missing_keys)[0]!r}"
         )
+    for table in (usage, routing, delegations):
+        keys = select(*table.primary_key)
+        missing_rows = set(_rows(source, keys)) - set(_rows(target, keys))
+        if missing_rows:
+            raise SessionStoreError(
+                f"copy incomplete: {len(missing_rows)} {table.name} row(s) of the source are not "
+                f"in the target, e.g. {sorted(missing_rows)[0]!r}"
+            )
     _refresh_statistics(target, result)
     return result
 
@@ -500,7 +581,7 @@ def _existing_state(store: Store, keys: list[str]) -> dict[str, str | None]:
 
 
 def _rows(store: Store, statement: Select[Any]) -> list[Any]:
-    return store.read(lambda conn: list(conn.execute(statement)))
+    return store.read(lambda conn: [tuple(row) for row in conn.execute(statement)])
 
 
 def _existing_session_ids(store: Store, ids: list[str]) -> set[str]:
@@ -541,11 +622,15 @@ def write_records(
     # after every explicit id is in: a generated id must not take one a later batch needs.
     # They wait in a temporary file, so memory stays bounded however many there are.
     state: list[dict[str, Any]] = []
+    store_wide: dict[str, list[dict[str, Any]]] = {"routing": [], "delegation": []}
     with tempfile.TemporaryFile("w+", encoding="utf-8") as renumbered:
         for kind, row in records:
             if kind == "state":
                 if row["key"] not in STORE_LOCAL_STATE_KEYS:
                     state.append(storable(row))
+                continue
+            if kind in store_wide:
+                store_wide[kind].append(storable(row))
                 continue
             batch.append((kind, storable(row)))
             if kind == "session" and progress is not None:
@@ -564,22 +649,26 @@ def write_records(
         _insert_renumbered(run_in, renumbered)
     _resolve_parents(run_in, pending_parents, result)
     _raise_merged_counters(run_in, merged)
-    result.state_keys = _insert_state(run_in, state)
+    result.state_keys = _insert_absent(run_in, state_meta, state)
+    result.routing_entries = _insert_absent(run_in, routing, store_wide["routing"])
+    result.delegations = _insert_absent(run_in, delegations, store_wide["delegation"])
     return result
 
 
-def _insert_state(run_in: _Runner, rows: list[dict[str, Any]]) -> int:
-    """Every ``state_meta`` row the target lacks; a key it holds keeps its value (under
-    ``"fail"`` a differing one was refused before anything was written)."""
+def _insert_absent(run_in: _Runner, table: Table, rows: list[dict[str, Any]]) -> int:
+    """Every row of ``table`` (``state_meta``, the routing index, delegations) the target
+    lacks; a key it holds keeps its row (under ``"fail"`` a differing ``state_meta`` value was
+    refused before anything was written)."""
     written = 0
-    for start in range(0, len(rows), STATE_ROWS_PER_INSERT):
-        chunk = rows[start : start + STATE_ROWS_PER_INSERT]
+    per_insert = 999 // len(table.c)  # within the 999 bound parameters every SQLite accepts
+    for start in range(0, len(rows), per_insert):
+        chunk = rows[start : start + per_insert]
 
         def run(conn: Connection, chunk: list[dict[str, Any]] = chunk) -> int:
             statement = (
-                run_in.store.dialect.insert(state_meta)
+                run_in.store.dialect.insert(table)
                 .values(chunk)
-                .on_conflict_do_nothing(index_elements=[state_meta.c.key])
+                .on_conflict_do_nothing(index_elements=list(table.primary_key))
             )
             # Without preserve_rowcount SQLAlchemy reports -1 for an INSERT on psycopg.
             return int(conn.execution_options(preserve_rowcount=True).execute(statement).rowcount)
@@ -592,9 +681,11 @@ def _storable_text(store: Store) -> Callable[[dict[str, Any]], dict[str, Any]]:
     """NUL in text becomes U+FFFD where the target cannot store it (PostgreSQL), as on every
     other write path (``validation.free_text``). Real Hermes files hold NUL: multi-part
     content is stored ``"\\x00json:..."`` (`message_content`), and without this a copy of
-    such a file into PostgreSQL failed as a whole."""
+    such a file into PostgreSQL failed as a whole. The other way, into a store that keeps NUL
+    (SQLite), multi-part content gets Hermes's marker back (``message_content.hermes_form``):
+    Hermes reading a file copied from PostgreSQL would otherwise see the marked JSON as text."""
     if store.dialect.stores_nul_in_text:
-        return lambda row: row
+        return _with_hermes_marker
     replacement = validation.REPLACEMENT_CHARACTER
 
     def clean(row: dict[str, Any]) -> dict[str, Any]:
@@ -606,6 +697,12 @@ def _storable_text(store: Store) -> Callable[[dict[str, Any]], dict[str, Any]]:
         }
 
     return clean
+
+
+def _with_hermes_marker(row: dict[str, Any]) -> dict[str, Any]:
+    content = row.get("content")
+    restored = hermes_form(content)
+    return row if restored is content else {**row, "content": restored}
 
 
 class _Runner:
@@ -702,8 +799,13 @@ def _flush(
             )
         }
         message_rows: list[dict[str, Any]] = []
+        usage_rows: list[dict[str, Any]] = []
         deferred: list[dict[str, Any]] = []
         for kind, row in batch:
+            if kind == "usage":
+                if not position.skipping and position.session_id is not None:
+                    usage_rows.append({**row, "session_id": position.session_id})
+                continue
             if kind == "session":
                 position = _Position(row["id"], False, False)
                 if row["id"] in existing:
@@ -743,6 +845,15 @@ def _flush(
             local.messages += 1
         if message_rows:
             conn.execute(messages.insert(), message_rows)
+        for values in usage_rows:
+            # A row the target holds (a merge, a resumed copy) keeps its figures.
+            statement = (
+                run_in.store.dialect.insert(usage).values(values)
+                .on_conflict_do_nothing(index_elements=list(usage.primary_key))
+            )
+            local.usage_rows += int(
+                conn.execution_options(preserve_rowcount=True).execute(statement).rowcount
+            )
         return local, parents, gained, position, deferred
 
     local, parents, gained, position, deferred = run_in(run)
@@ -752,6 +863,7 @@ def _flush(
     result.messages += local.messages
     result.skipped_sessions += local.skipped_sessions
     result.renumbered_messages += local.renumbered_messages
+    result.usage_rows += local.usage_rows
     pending_parents.update(parents)
     merged.update(gained)
     return position

@@ -199,20 +199,6 @@ def adoption_revision(conn: Connection, schema_version: int | None) -> str:
     return HERMES_REVISIONS[proven] if proven < 6 else LATER_CHAIN_BASE
 
 
-def missing_for_reads(conn: Connection, session_fields: Collection[str],
-                      message_fields: Collection[str]) -> list[str]:
-    """What a store lacks for this release's read queries (empty: it can be read as it is)."""
-    inspector = inspect(conn)
-    missing: list[str] = []
-    for table, fields in (("sessions", session_fields), ("messages", message_fields)):
-        if not inspector.has_table(table):
-            missing.append(f"table {table}")
-            continue
-        present = {column["name"] for column in inspector.get_columns(table)}
-        missing += [f"{table}.{name}" for name in fields if name not in present]
-    return missing
-
-
 def check_revision_known(state: StoreState, known_revisions: Collection[str]) -> None:
     if state.alembic_revision is not None and state.alembic_revision not in known_revisions:
         raise UnknownRevisionError(unknown_revision_message(state.alembic_revision))

@@ -15,6 +15,13 @@ the messages, then the sessions, in one transaction, and says which sessions wen
   old).
 - ``prune_sessions*``: ended sessions started before a cutoff; never a live one. ``source`` is
   one source or a list of them (any of them: :data:`~sessionstore.sql.validation.SourceFilter`).
+- ``list_prune_candidates`` / ``archive_sessions`` / ``prune_sessions(**filters)`` (Hermes
+  0.18.1): the bulk selection of ended sessions by the filters of :func:`prune_condition`,
+  listed (a dry run), archived with their compression lineages, or deleted.
+
+A deleted session takes its per-model usage rows with it (``session_model_usage``: Hermes's
+``ON DELETE CASCADE``, done here by statement so a file whose table lacks the clause behaves
+the same).
 """
 
 from __future__ import annotations
@@ -29,10 +36,12 @@ from sqlalchemy.engine import Connection
 from ..sql import validation
 from ..sql.records import SessionRecord
 from ..sql.tables import messages_table as messages
+from ..sql.tables import session_model_usage_table as usage
 from ..sql.tables import sessions_table as sessions
 from ..sql.validation import SourceFilter, bindable
 from .access import reads, writes
-from .lineage import delegate_descendants
+from .lineage import compression_lineages, delegate_descendants
+from .listing import cwd_condition
 from .shared import RepositoryPart, session_columns, source_condition
 
 GHOST_SOURCE = "tui"
@@ -67,6 +76,7 @@ def _delete_sessions(conn: Connection, session_ids: Sequence[str]) -> None:
             .values(parent_session_id=None)
         )
         conn.execute(delete(messages).where(messages.c.session_id.in_(chunk)))
+        conn.execute(delete(usage).where(usage.c.session_id.in_(chunk)))
         conn.execute(delete(sessions).where(sessions.c.id.in_(chunk)))
 
 
@@ -201,7 +211,7 @@ class DeletionPart(RepositoryPart):
         self, cutoff: float, source: SourceFilter = None
     ) -> list[SessionRecord]:
         """What ``prune_sessions_before`` would delete, for a dry run."""
-        statement = select(*session_columns()).where(
+        statement = select(*session_columns(self.store.read_shape)).where(
             self._prunable_condition(_cutoff_timestamp(cutoff), source)
         )
         return self.store.read(
@@ -215,6 +225,60 @@ class DeletionPart(RepositoryPart):
         if selected is not None:
             condition = and_(condition, source_condition(self.store.dialect, selected))
         return condition
+
+    # -- bulk selection by filters (Hermes 0.18.1) -----------------------------------------------
+    @reads
+    def list_prune_candidates(
+        self, older_than_days: float | None = None, source: SourceFilter = None, **filters: Any
+    ) -> list[dict[str, Any]]:
+        """What ``prune_sessions``/``archive_sessions`` with these arguments would take, oldest
+        first, changing nothing: ``id, source, title, model, started_at, ended_at,
+        message_count, archived`` of each. The filters are :func:`prune_condition`'s (an
+        unknown one is a ``TypeError``); ``older_than_days`` sets ``started_before`` when
+        that is not given."""
+        condition = prune_condition(**_with_age(older_than_days, source, filters))
+        statement = (
+            select(*(sessions.c[name] for name in CANDIDATE_FIELDS))
+            .where(condition)
+            .order_by(sessions.c.started_at, sessions.c.id)
+        )
+        return self.store.read(
+            lambda conn: [dict(zip(CANDIDATE_FIELDS, row, strict=True))
+                          for row in conn.execute(statement)]
+        )  # fmt: skip
+
+    @writes
+    def archive_sessions(
+        self, older_than_days: float | None = None, source: SourceFilter = None, **filters: Any
+    ) -> int:
+        """Archive every session ``list_prune_candidates`` selects (``archived`` defaults to
+        False: only those not archived yet, so a repeat is a no-op), each with its whole
+        compression lineage, in one transaction; nothing is deleted. How many matched."""
+        filters.setdefault("archived", False)
+        condition = prune_condition(**_with_age(older_than_days, source, filters))
+
+        def run(conn: Connection) -> int:
+            matched = [str(row[0]) for row in conn.execute(select(sessions.c.id).where(condition))]
+            if matched:
+                lineage = sorted(compression_lineages(conn, matched))
+                for start in range(0, len(lineage), _DELETE_CHUNK):
+                    conn.execute(
+                        update(sessions)
+                        .where(sessions.c.id.in_(lineage[start : start + _DELETE_CHUNK]))
+                        .values(archived=1)
+                    )
+            return len(matched)
+
+        return self.store.write(run)
+
+    @writes
+    def prune_sessions_matching(
+        self, older_than_days: float | None = 90, source: SourceFilter = None, **filters: Any
+    ) -> Deletion:
+        """Delete what ``list_prune_candidates`` with these arguments selects (children
+        orphaned), saying which went: Hermes 0.18.1's ``prune_sessions`` with filters."""
+        condition = prune_condition(**_with_age(older_than_days, source, filters))
+        return self.store.write(lambda conn: delete_matching(conn, condition))
 
     # -- empty sessions (Hermes 0.18) -----------------------------------------------------------
     @reads
@@ -254,3 +318,109 @@ def _cutoff_timestamp(cutoff: Any) -> float:
     if moment is None:
         raise TypeError("cutoff must be a Unix timestamp (seconds), not None")
     return moment
+
+
+CANDIDATE_FIELDS = (
+    "id", "source", "title", "model", "started_at", "ended_at", "message_count", "archived",
+)  # fmt: skip
+"""What ``list_prune_candidates`` says of each session (Hermes 0.18.1's columns)."""
+
+
+def _with_age(
+    older_than_days: Any, source: Any, filters: dict[str, Any]
+) -> dict[str, Any]:
+    """The filters with ``source``, and ``started_before`` from ``older_than_days`` when it is
+    not given (Hermes: an explicit ``started_before`` wins)."""
+    chosen = {**filters, "source": source}
+    if chosen.get("started_before") is None and older_than_days is not None:
+        chosen["started_before"] = _prune_cutoff(older_than_days)
+    return chosen
+
+
+def prune_condition(
+    *,
+    started_before: float | None = None,
+    started_after: float | None = None,
+    source: SourceFilter = None,
+    title_like: str | None = None,
+    end_reason: str | None = None,
+    cwd_prefix: str | None = None,
+    min_messages: int | None = None,
+    max_messages: int | None = None,
+    archived: bool | None = None,
+    model_like: str | None = None,
+    provider: str | None = None,
+    user_id: str | None = None,
+    chat_id: str | None = None,
+    chat_type: str | None = None,
+    branch_like: str | None = None,
+    min_tokens: int | None = None,
+    max_tokens: int | None = None,
+    min_cost: float | None = None,
+    max_cost: float | None = None,
+    min_tool_calls: int | None = None,
+    max_tool_calls: int | None = None,
+) -> ColumnElement[bool]:
+    """Hermes 0.18.1's bulk selection (``_prune_filter_where``): every filter given ANDs in,
+    and only ended sessions are ever selected.
+
+    ``title_like``/``model_like``/``branch_like``: a case-insensitive substring (a LIKE
+    pattern, as Hermes's); ``provider`` (of the billing route, case-insensitive),
+    ``user_id``, ``chat_id``, ``chat_type``, ``end_reason``: equal; ``source``: one source or
+    any of a list of them (:data:`~sessionstore.sql.validation.SourceFilter`);
+    ``cwd_prefix``: the cwd or below it; ``min_/max_messages``, ``min_/max_tool_calls``,
+    ``min_/max_tokens`` (input + output), ``min_/max_cost`` (actual, else estimated);
+    ``started_before``/``started_after`` bound ``started_at`` (before: strictly); ``archived``
+    True only archived, False only unarchived, None both. Empty text filters are no filter,
+    as in Hermes; a value of the wrong type is a ``TypeError``."""
+    conditions: list[ColumnElement[bool]] = [sessions.c.ended_at.is_not(None)]
+    if started_before is not None:
+        conditions.append(sessions.c.started_at < validation.number(started_before,
+                                                                    "started_before"))
+    if started_after is not None:
+        conditions.append(sessions.c.started_at >= validation.number(started_after,
+                                                                     "started_after"))
+    if source is not None and source != "":  # '' is no filter, as in Hermes
+        selected = validation.sources(source, "source") or ()
+        conditions.append(sessions.c.source == selected[0] if len(selected) == 1
+                          else sessions.c.source.in_(selected))  # fmt: skip
+    for name, value in (("end_reason", end_reason), ("user_id", user_id),
+                        ("chat_id", chat_id), ("chat_type", chat_type)):  # fmt: skip
+        if value:
+            conditions.append(sessions.c[name] == validation.identifier(value, name))
+    for name, column, value in (("title_like", "title", title_like),
+                                ("model_like", "model", model_like),
+                                ("branch_like", "git_branch", branch_like)):  # fmt: skip
+        if value:
+            pattern = f"%{validation.identifier(value, name).lower()}%"
+            conditions.append(func.lower(func.coalesce(sessions.c[column], "")).like(pattern))
+    if provider:
+        conditions.append(
+            func.lower(func.coalesce(sessions.c.billing_provider, ""))
+            == validation.identifier(provider, "provider").lower()
+        )
+    if cwd_prefix:
+        conditions.append(cwd_condition(validation.identifier(cwd_prefix, "cwd_prefix")))
+    tokens = func.coalesce(sessions.c.input_tokens, 0) + func.coalesce(sessions.c.output_tokens, 0)
+    cost = func.coalesce(sessions.c.actual_cost_usd, sessions.c.estimated_cost_usd, 0)
+    tool_calls = func.coalesce(sessions.c.tool_call_count, 0)
+    bounds: list[tuple[str, Any, Any, bool]] = [
+        ("min_messages", sessions.c.message_count, min_messages, True),
+        ("max_messages", sessions.c.message_count, max_messages, False),
+        ("min_tokens", tokens, min_tokens, True),
+        ("max_tokens", tokens, max_tokens, False),
+        ("min_cost", cost, min_cost, True),
+        ("max_cost", cost, max_cost, False),
+        ("min_tool_calls", tool_calls, min_tool_calls, True),
+        ("max_tool_calls", tool_calls, max_tool_calls, False),
+    ]
+    for name, measured, value, lower in bounds:
+        if value is None:
+            continue
+        bound = validation.number(value, name)
+        conditions.append(measured >= bound if lower else measured <= bound)
+    if archived is True:
+        conditions.append(sessions.c.archived == 1)
+    elif archived is False:
+        conditions.append(sessions.c.archived == 0)
+    return and_(*conditions)

@@ -1,4 +1,5 @@
-"""Gateway peers (Hermes v17) and the cross-platform handoff state machine (v11 era).
+"""Gateway peers (Hermes v17), origins and routing (v18, v19), and the cross-platform handoff
+state machine (v11 era).
 
 A gateway session remembers its chat peer (``session_key``, ``chat_id``, ``chat_type``,
 ``thread_id``) so that, after a restart, the next message of the same peer finds it again:
@@ -6,8 +7,19 @@ A gateway session remembers its chat peer (``session_key``, ``chat_id``, ``chat_
 1. an exact ``session_key`` + ``source`` match, else
 2. only when ``chat_id`` and ``chat_type`` are given, the full peer tuple (``source``,
    ``user_id``, ``chat_id``, ``chat_type``, ``thread_id``; NULL and '' are the same);
-3. a candidate must still be live or have ended ``'agent_close'`` (an old cleanup bug, so
-   still resumable), and must hold messages; the newest ``started_at`` wins.
+3. a candidate must still be live or have ended by accident (``'agent_close'``, an old
+   cleanup bug, or ``'ws_orphan_reap'``, a mistaken TUI reaper: Hermes 0.19), and must hold
+   messages; the newest ``started_at`` wins.
+
+Origins (Hermes 0.18.1, #9006): a gateway session also keeps its ``display_name``, its whole
+origin (``origin_json``) and whether its expiry was finalized (``expiry_finalized``), so the
+gateway reads them from the store instead of ``sessions.json``. ``list_gateway_sessions`` is
+the newest session of each ``session_key``; ``find_session_by_origin`` the newest live one of
+a chat (and thread), refusing to guess between two senders of a shared chat.
+
+Routing (Hermes v19): ``gateway_routing`` holds the gateway's routing index, one JSON entry per
+``(scope, session_key)``; a scope (the caller's sessions directory) is saved, replaced whole,
+loaded and pruned on its own, other scopes untouched.
 
 Handoff: ``NULL -> pending -> running -> completed | failed``. A request is accepted only from
 no state, ``completed`` or ``failed`` (never on top of a live one); a claim moves exactly one
@@ -17,31 +29,33 @@ needs a live handoff (``pending`` or ``running``); an error is cut to 500 charac
 
 from __future__ import annotations
 
+import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Select, and_, func, or_, select, update
+from sqlalchemy import Select, and_, delete, func, insert, or_, select, update
 from sqlalchemy.engine import Connection
 
 from ..sql import validation
 from ..sql.records import SessionRecord
+from ..sql.tables import gateway_routing_table as routing
 from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
 from ..sql.validation import bindable
 from .access import reads, writes
+from .lifecycle import RECOVERABLE_END_REASONS
 from .shared import RepositoryPart, session_columns
 
-RESUMABLE_END_REASON = "agent_close"
 PENDING, RUNNING, COMPLETED, FAILED = "pending", "running", "completed", "failed"
 REQUESTABLE_FROM = (COMPLETED, FAILED)
 MAX_ERROR_CHARS = 500
 
 
-def _session_select() -> Select[Any]:
-    return select(*session_columns())
-
-
 class GatewayPart(RepositoryPart):
     """Gateway peers and the handoff state machine."""
+
+    def _session_select(self) -> Select[Any]:
+        return select(*session_columns(self.store.read_shape))
 
     def _peer_text(self, value: Any, name: str) -> str | None:
         """A gateway value as text: anything but None is taken as its ``str()`` (a numeric
@@ -60,8 +74,12 @@ class GatewayPart(RepositoryPart):
         chat_id: str | None = None,
         chat_type: str | None = None,
         thread_id: str | None = None,
+        display_name: str | None = None,
+        origin_json: str | None = None,
     ) -> bool:
-        """Remember a session's peer; without a ``session_key`` nothing is written."""
+        """Remember a session's peer; without a ``session_key`` nothing is written.
+        ``display_name`` and ``origin_json`` (Hermes 0.18.1) are written when given and kept
+        when not."""
         if not session_key:
             return False
         values: dict[str, Any] = {
@@ -70,6 +88,9 @@ class GatewayPart(RepositoryPart):
             "chat_type": self._peer_text(chat_type, "chat_type"),
             "thread_id": self._peer_text(thread_id, "thread_id"),
         }
+        for name, value in (("display_name", display_name), ("origin_json", origin_json)):
+            if value is not None:
+                values[name] = self._text(value, name)
         if user_id is not None:
             values["user_id"] = func.coalesce(
                 sessions.c.user_id, self._peer_text(user_id, "user_id")
@@ -100,10 +121,11 @@ class GatewayPart(RepositoryPart):
             select(messages.c.id).where(messages.c.session_id == sessions.c.id).exists()
         )
         resumable = and_(
-            or_(sessions.c.ended_at.is_(None), sessions.c.end_reason == RESUMABLE_END_REASON),
+            or_(sessions.c.ended_at.is_(None),
+                sessions.c.end_reason.in_(RECOVERABLE_END_REASONS)),
             has_messages,
         )
-        newest = _session_select().order_by(sessions.c.started_at.desc(), sessions.c.id.desc())
+        newest = self._session_select().order_by(sessions.c.started_at.desc(), sessions.c.id.desc())
 
         def run(conn: Connection) -> SessionRecord | None:
             if session_key:
@@ -133,6 +155,179 @@ class GatewayPart(RepositoryPart):
             return None if row is None else SessionRecord._make(row)
 
         return self.store.read(run)
+
+    # -- origins (Hermes 0.18.1) ---------------------------------------------------------
+    @writes
+    def set_expiry_finalized(self, session_id: str, finalized: bool = True) -> bool:
+        """Mark (or unmark) a gateway session's expiry as finalized; False for an empty id or
+        an unknown session."""
+        if not session_id:
+            return False
+        statement = (
+            update(sessions)
+            .where(sessions.c.id == validation.identifier(session_id, "session_id"))
+            .values(expiry_finalized=1 if finalized else 0)
+        )
+        return self.store.write(lambda conn: conn.execute(statement).rowcount > 0)
+
+    @reads
+    def list_gateway_sessions(
+        self, *, platform: str | None = None, active_only: bool = True
+    ) -> list[dict[str, Any]]:
+        """The newest session (by ``started_at``) of each ``session_key``, as Hermes 0.18.1
+        lists them instead of ``sessions.json``: session columns plus ``last_active`` (its
+        newest message, else its start), most recently active first. ``platform`` keeps one
+        source (ASCII case ignored); ``active_only`` the live ones."""
+        if platform is not None and not bindable(platform):
+            return []
+        rival = sessions.alias("same_key")
+        newest_of_key = (
+            select(func.max(rival.c.started_at))
+            .where(rival.c.session_key == sessions.c.session_key)
+            .scalar_subquery()
+        )
+        newest_message = (
+            select(func.max(messages.c.timestamp))
+            .where(messages.c.session_id == sessions.c.id)
+            .scalar_subquery()
+        )
+        last_active = func.coalesce(newest_message, sessions.c.started_at).label("last_active")
+        statement = select(*session_columns(self.store.read_shape), last_active).where(
+            sessions.c.session_key.is_not(None), sessions.c.started_at == newest_of_key
+        )
+        if platform:
+            statement = statement.where(func.lower(sessions.c.source) == func.lower(platform))
+        if active_only:
+            statement = statement.where(sessions.c.ended_at.is_(None))
+        statement = statement.order_by(last_active.desc(), sessions.c.id)
+        return self.store.read(lambda conn: [
+            {**SessionRecord._make(row[:-1]).to_dict(), "last_active": row[-1]}
+            for row in conn.execute(statement)
+        ])  # fmt: skip
+
+    @reads
+    def find_session_by_origin(
+        self,
+        *,
+        platform: str,
+        chat_id: str,
+        thread_id: str | None = None,
+        user_id: str | None = None,
+    ) -> str | None:
+        """The newest live gateway session of a chat (Hermes 0.18.1): its source is
+        ``platform`` (ASCII case ignored), its ``chat_id`` is ``chat_id`` (and its thread
+        ``thread_id`` when given; a NULL thread is ''). With ``user_id``, that sender's newest
+        session, else None when the chat has several sessions; without, None when the chat's
+        sessions belong to more than one sender. None also for an empty platform or chat."""
+        if not platform or chat_id in (None, ""):
+            return None
+        wanted = [str(chat_id), None if thread_id is None else str(thread_id)]
+        if not bindable(platform) or not all(v is None or bindable(v) for v in wanted):
+            return None
+        statement = (
+            select(sessions.c.id, sessions.c.user_id)
+            .where(
+                func.lower(sessions.c.source) == func.lower(platform),
+                sessions.c.session_key.is_not(None),
+                sessions.c.chat_id == wanted[0],
+                sessions.c.ended_at.is_(None),
+            )
+            .order_by(sessions.c.started_at.desc(), sessions.c.id)
+        )
+        if wanted[1] is not None:
+            statement = statement.where(func.coalesce(sessions.c.thread_id, "") == wanted[1])
+        rows = self.store.read(lambda conn: conn.execute(statement).all())
+        if not rows:
+            return None
+        if user_id:
+            exact = [row for row in rows if str(row[1] or "") == str(user_id)]
+            if exact:
+                return str(exact[0][0])
+            if len(rows) > 1:
+                return None
+        elif len(rows) > 1:
+            senders = {str(row[1] or "").strip() for row in rows} - {""}
+            if len(senders) > 1:
+                return None
+        return str(rows[0][0])
+
+    # -- routing (Hermes v19) -------------------------------------------------------------
+    @writes
+    def save_gateway_routing_entry(
+        self, session_key: str, entry_json: str, *, scope: str = ""
+    ) -> bool:
+        """Write one routing entry of ``scope`` (replacing the key's entry there); nothing for
+        an empty key or entry (False)."""
+        if not session_key or not entry_json:
+            return False
+        values = {
+            "scope": validation.identifier(scope, "scope"),
+            "session_key": validation.identifier(session_key, "session_key"),
+            "entry_json": validation.identifier(entry_json, "entry_json"),
+            "updated_at": time.time(),
+        }  # fmt: skip
+        insert = self.store.dialect.insert(routing).values(values)
+        statement = insert.on_conflict_do_update(
+            index_elements=[routing.c.scope, routing.c.session_key],
+            set_={"entry_json": insert.excluded.entry_json,
+                  "updated_at": insert.excluded.updated_at},
+        )  # fmt: skip
+        self.store.write(lambda conn: conn.execute(statement))
+        return True
+
+    @writes
+    def replace_gateway_routing_entries(
+        self, entries: Mapping[str, str], *, scope: str = ""
+    ) -> int:
+        """Make ``entries`` (``{session_key: entry_json}``) the whole routing index of
+        ``scope``, in one transaction: keys not in it go, pairs with an empty key or entry are
+        skipped. How many entries were written."""
+        scope = validation.identifier(scope, "scope")
+        if not isinstance(entries, Mapping):
+            raise TypeError(f"entries must be a mapping, not {type(entries).__name__}")
+        now = time.time()
+        rows = [
+            {"scope": scope, "session_key": validation.identifier(key, "session_key"),
+             "entry_json": validation.identifier(value, "entry_json"), "updated_at": now}
+            for key, value in (entries or {}).items()
+            if key and value
+        ]  # fmt: skip
+
+        def run(conn: Connection) -> int:
+            conn.execute(delete(routing).where(routing.c.scope == scope))
+            if rows:
+                conn.execute(insert(routing), rows)
+            return len(rows)
+
+        return self.store.write(run)
+
+    @reads
+    def load_gateway_routing_entries(self, *, scope: str = "") -> dict[str, str]:
+        """The routing index of ``scope``: ``{session_key: entry_json}``."""
+        if not bindable(scope) or not self.store.read_shape.has_table(routing.name):
+            return {}
+        statement = select(routing.c.session_key, routing.c.entry_json).where(
+            routing.c.scope == scope
+        )
+        return self.store.read(
+            lambda conn: {str(key): str(entry) for key, entry in conn.execute(statement)}
+        )
+
+    @writes
+    def delete_gateway_routing_entries(
+        self, session_keys: Sequence[str], *, scope: str = ""
+    ) -> int:
+        """Remove these keys' entries from ``scope``; how many went."""
+        if not session_keys:
+            return 0
+        if isinstance(session_keys, (str, bytes)):
+            raise TypeError("session_keys must be a list of keys, not a single str")
+        scope = validation.identifier(scope, "scope")
+        keys = [key for key in session_keys if isinstance(key, str) and bindable(key)]
+        statement = delete(routing).where(
+            routing.c.scope == scope, routing.c.session_key.in_(keys)
+        )
+        return self.store.write(lambda conn: conn.execute(statement).rowcount) if keys else 0
 
     # -- handoff --------------------------------------------------------------------------
     def _move_handoff(self, session_id: str, allowed: Any, values: dict[str, Any]) -> bool:
@@ -196,7 +391,7 @@ class GatewayPart(RepositoryPart):
     def list_pending_handoffs(self) -> list[SessionRecord]:
         """Sessions waiting for a handoff, oldest first."""
         statement = (
-            _session_select()
+            self._session_select()
             .where(sessions.c.handoff_state == PENDING)
             .order_by(sessions.c.started_at, sessions.c.id)
         )

@@ -1,4 +1,5 @@
-"""Compression leases, compression-failure cooldowns and ``state_meta``: Hermes v8/v14 state.
+"""Compression leases, compression-failure cooldowns, the compression fallback streak and
+``state_meta``: Hermes v8/v14/v21 state.
 
 The methods carry Hermes's names (``try_acquire_compression_lock``, ``get_meta``, ...).
 
@@ -16,6 +17,10 @@ A compression lease is a row of ``compression_locks`` per session: ``holder`` ow
 Bad arguments (a non-``str`` id or holder, a TTL that is not a positive finite number) are a
 ``TypeError``/``ValueError``; Hermes's "any database error returns False" is not copied: a
 locked store is retried by ``Store.write`` and anything else is a real failure to report.
+The fallback streak (Hermes 0.19, ``sessions.compression_fallback_streak``) counts a session's
+consecutive compressions that fell back to the deterministic summary: read as a count (0 for an
+unknown session or a damaged value), written as a count (a negative one as 0).
+
 The clock is the repository's (``SessionRepository(store, clock=...)``), so that expiry can be
 tested without sleeping.
 """
@@ -167,6 +172,36 @@ class LeasesPart(RepositoryPart):
         return self.store.write(lambda conn: bool(conn.execute(statement).rowcount))
 
     # -- state_meta -------------------------------------------------------------------------
+    # -- the fallback streak (Hermes 0.19) ---------------------------------------------------
+    @reads
+    def get_compression_fallback_streak(self, session_id: str) -> int:
+        if not session_id or not bindable(session_id):
+            return 0
+        if not self.store.read_shape.has_column(sessions.name, "compression_fallback_streak"):
+            return 0  # a store read as it is, from before Hermes v21: no streak yet
+        statement = select(sessions.c.compression_fallback_streak).where(
+            sessions.c.id == session_id
+        )
+        value = self.store.read(lambda conn: conn.execute(statement).scalar())
+        try:
+            return max(0, int(value or 0))
+        except (TypeError, ValueError):
+            return 0
+
+    @writes
+    def set_compression_fallback_streak(self, session_id: str, streak: int) -> bool:
+        """True when the session exists (and now holds ``max(0, streak)``); nothing for an
+        empty id."""
+        if not session_id:
+            return False
+        count = max(0, validation.counter(streak, "streak"))
+        statement = (
+            update(sessions)
+            .where(sessions.c.id == validation.identifier(session_id, "session_id"))
+            .values(compression_fallback_streak=count)
+        )
+        return self.store.write(lambda conn: conn.execute(statement).rowcount > 0)
+
     @reads
     def get_meta(self, key: str) -> str | None:
         if not bindable(key):

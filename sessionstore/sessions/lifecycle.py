@@ -1,5 +1,6 @@
 """A session's life as one row: created (or filled in), read back by id, updated (model,
-prompt, tokens and costs, working tree, billing route), ended and reopened.
+prompt, working tree, billing route), ended, reopened, and promoted to a reset boundary.
+Token and cost accounting is :mod:`.usage`'s.
 
 Values are validated and JSON is encoded *before* a write transaction starts, so the write lock
 is held only for the statements themselves.
@@ -7,35 +8,40 @@ is held only for the statements themselves.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, or_, update
+from sqlalchemy import func, or_, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import TextClause
 
-from ..errors import ValueOutOfRangeError
 from ..sql import validation
 from ..sql.codec import encode_json
+from ..sql.read_shape import ReadShape
 from ..sql.records import SESSION_FIELDS, SessionRecord
 from ..sql.statements import HotReads, plain_select
 from ..sql.tables import sessions_table as sessions
 from ..sql.validation import bindable
 from ..storage.store import Store
 from .access import reads, writes
-from .shared import RepositoryPart, constraint_error, session_exists
+from .shared import RepositoryPart, constraint_error
 
 EXTRA_SESSION_COLUMNS = (
     "session_key", "chat_id", "chat_type", "thread_id", "cwd", "git_branch", "git_repo_root",
+    "profile_name",
 )  # fmt: skip
 """Later-Hermes session columns ``create_session``/``ensure_session`` accept as keywords."""
 _FILLED_ON_CONFLICT = ("model", "model_config", "system_prompt", "parent_session_id")
 """What ``create_session`` on an existing session fills where still NULL, beside the extras."""
 _BASE_SESSION_KEYWORDS = ("model_config", "system_prompt", "user_id", "parent_session_id")
 """``create_session``'s named keywords that ``ensure_session`` takes through ``**kwargs``."""
+RECOVERABLE_END_REASONS = ("agent_close", "ws_orphan_reap")
+"""End reasons that were accidents, not conversation boundaries (Hermes 0.19): an old gateway
+cleanup's ``agent_close`` and a mistaken TUI reaper's ``ws_orphan_reap``. A gateway's
+recovery may resume such a session, and a reset may still promote it to a real end."""
+RESET_END_REASON = "session_reset"
 
 
 class LifecyclePart(RepositoryPart):
@@ -45,7 +51,9 @@ class LifecyclePart(RepositoryPart):
         super().__init__(store, clock=clock)
         # Built on first use: a short-lived program (a hook, a CLI call) opens the store for
         # one call, and building every statement at open showed in its start-up.
-        self._load_session = HotReads.built_later(store.engine.dialect, _session_by_id)
+        self._load_session = HotReads.built_later(
+            store.engine.dialect, lambda: _session_by_id(store.read_shape)
+        )
 
     @writes
     def create_session(
@@ -156,6 +164,22 @@ class LifecyclePart(RepositoryPart):
         )
 
     @writes
+    def promote_to_session_reset(self, session_id: str, reason: str = RESET_END_REASON) -> bool:
+        """End a session as an intentional reset boundary (Hermes 0.19, #61220): a live one,
+        or one that ended only by accident (:data:`RECOVERABLE_END_REASONS`), which a plain
+        ``end_session`` would leave resumable. Any other end reason is kept (the first real
+        boundary wins). True when the session was promoted; False when it was not, or for an
+        empty or impossible id or reason (Hermes answers False where it fails)."""
+        if not session_id or not bindable(session_id) or not bindable(reason):
+            return False
+        return self._update_session(
+            session_id,
+            {"ended_at": time.time(), "end_reason": reason},
+            or_(sessions.c.ended_at.is_(None),
+                sessions.c.end_reason.in_(RECOVERABLE_END_REASONS)),
+        )  # fmt: skip
+
+    @writes
     def reopen_session(self, session_id: str) -> bool:
         return self._update_session(session_id, {"ended_at": None, "end_reason": None})
 
@@ -164,103 +188,6 @@ class LifecyclePart(RepositoryPart):
         return self._update_session(
             session_id, {"system_prompt": self._text(system_prompt, "system_prompt")}
         )
-
-    @writes
-    def update_token_counts(
-        self,
-        session_id: str,
-        *,
-        input_tokens: int = 0,
-        output_tokens: int = 0,
-        model: str | None = None,
-        cache_read_tokens: int = 0,
-        cache_write_tokens: int = 0,
-        reasoning_tokens: int = 0,
-        estimated_cost_usd: float | None = None,
-        actual_cost_usd: float | None = None,
-        cost_status: str | None = None,
-        cost_source: str | None = None,
-        pricing_version: str | None = None,
-        billing_provider: str | None = None,
-        billing_base_url: str | None = None,
-        billing_mode: str | None = None,
-        absolute: bool = False,
-        api_call_count: int = 0,
-    ) -> bool:
-        """Add token deltas (default) or set the totals (``absolute=True``).
-
-        Costs: incrementally the estimate adds to 0 when it was NULL, and the actual cost only
-        changes when one is given; with ``absolute`` each cost is set when given, kept when not.
-        cost_status/cost_source/pricing_version take a new value when given; billing provider,
-        base URL, mode and the model are set once (the first value sticks).
-        """
-        tokens = {
-            "input_tokens": validation.counter(input_tokens, "input_tokens"),
-            "output_tokens": validation.counter(output_tokens, "output_tokens"),
-            "cache_read_tokens": validation.counter(cache_read_tokens, "cache_read_tokens"),
-            "cache_write_tokens": validation.counter(cache_write_tokens, "cache_write_tokens"),
-            "reasoning_tokens": validation.counter(reasoning_tokens, "reasoning_tokens"),
-            "api_call_count": validation.counter(api_call_count, "api_call_count"),
-        }
-        estimated = validation.optional_number(estimated_cost_usd, "estimated_cost_usd")
-        actual = validation.optional_number(actual_cost_usd, "actual_cost_usd")
-        values: dict[str, Any] = {}
-        # Each addition is checked against its column's range inside the UPDATE itself (so in
-        # the write transaction, against the value it adds to): SQLite would otherwise turn an
-        # integer total past 2**63 into a REAL, and a float total past its range into inf.
-        guards: list[ColumnElement[bool]] = []
-        for name, amount in tokens.items():
-            column = sessions.c[name]
-            if absolute:
-                values[name] = amount
-                continue
-            values[name] = func.coalesce(column, 0) + amount
-            guards.extend(_addition_guard(column, amount, validation.INT64_MIN,
-                                          validation.INT64_MAX))
-        if absolute:
-            if estimated is not None:
-                values["estimated_cost_usd"] = estimated
-            if actual is not None:
-                values["actual_cost_usd"] = actual
-        else:
-            values["estimated_cost_usd"] = func.coalesce(sessions.c.estimated_cost_usd, 0.0) + (
-                estimated or 0.0
-            )
-            guards.extend(_addition_guard(sessions.c.estimated_cost_usd, estimated or 0.0,
-                                          -sys.float_info.max, sys.float_info.max))
-            if actual is not None:
-                values["actual_cost_usd"] = func.coalesce(sessions.c.actual_cost_usd, 0.0) + actual
-                guards.extend(_addition_guard(sessions.c.actual_cost_usd, actual,
-                                              -sys.float_info.max, sys.float_info.max))
-        for name, value in (
-            ("cost_status", cost_status),
-            ("cost_source", cost_source),
-            ("pricing_version", pricing_version),
-        ):
-            if value is not None:
-                values[name] = validation.identifier(value, name)
-        for name, value in (
-            ("billing_provider", billing_provider),
-            ("billing_base_url", billing_base_url),
-            ("billing_mode", billing_mode),
-            ("model", model),
-        ):
-            if value is not None:
-                values[name] = func.coalesce(sessions.c[name], validation.identifier(value, name))
-        session_id = validation.identifier(session_id, "session_id")
-        statement = update(sessions).where(sessions.c.id == session_id, *guards).values(values)
-
-        def run(conn: Connection) -> bool:
-            if conn.execute(statement).rowcount > 0:
-                return True
-            if guards and session_exists(conn, session_id):
-                raise ValueOutOfRangeError(
-                    f"session {session_id!r}: adding these amounts would take a total past "
-                    "what its column holds (64-bit integers, finite floats); nothing was written"
-                )
-            return False
-
-        return self.store.write(run)
 
     @writes
     def update_session_model(self, session_id: str, model: str | None) -> bool:
@@ -353,19 +280,5 @@ def _run_again(conn: Connection) -> None:
     return None
 
 
-def _addition_guard(
-    column: Any, amount: float, low: float, high: float
-) -> list[ColumnElement[bool]]:
-    """The condition under which ``COALESCE(column, 0) + amount`` stays within [low, high].
-
-    Written as a comparison with a bound computed here, so the check itself cannot overflow.
-    """
-    if amount > 0:
-        return [func.coalesce(column, 0) <= high - amount]
-    if amount < 0:
-        return [func.coalesce(column, 0) >= low - amount]
-    return []
-
-
-def _session_by_id() -> TextClause:
-    return plain_select(sessions, SESSION_FIELDS, "id = :id")
+def _session_by_id(shape: ReadShape) -> TextClause:
+    return plain_select(sessions, SESSION_FIELDS, "id = :id", shape=shape)

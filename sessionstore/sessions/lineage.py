@@ -163,19 +163,23 @@ def delegate_descendants(conn: Connection, parents: Sequence[str]) -> list[str]:
 
 def _compression_lineage(conn: Connection, session_id: str) -> set[str]:
     """The session and every session linked to it by a compression edge, either way."""
+    return compression_lineages(conn, [session_id])
+
+
+def compression_lineages(conn: Connection, session_ids: Sequence[str]) -> set[str]:
+    """The known ones of ``session_ids`` and every session linked to one of them by a
+    compression edge, either way (one read of the table, however many seeds)."""
     rows = conn.execute(
         select(sessions.c.id, sessions.c.parent_session_id, sessions.c.end_reason)
     ).all()
     by_id = {str(row[0]): row for row in rows}
-    if session_id not in by_id:
-        return set()
     children: dict[str, list[str]] = {}
     for row in rows:
         if row[1] is not None:
             children.setdefault(str(row[1]), []).append(str(row[0]))
-    lineage = {session_id}
-    pending = [session_id]
-    while pending and len(lineage) <= MAX_LINEAGE_DEPTH * 100:
+    lineage = {session_id for session_id in session_ids if session_id in by_id}
+    pending = list(lineage)
+    while pending:
         current = pending.pop()
         row = by_id[current]
         linked: list[str] = []
@@ -189,6 +193,12 @@ def _compression_lineage(conn: Connection, session_id: str) -> set[str]:
                 lineage.add(other)
                 pending.append(other)
     return lineage
+
+
+def _is_branch_row(model_config: Any) -> bool:
+    """Hermes 0.19's ``_is_branch_child_row``: ``model_config`` parses as a JSON object whose
+    ``_branched_from`` is set (not null)."""
+    return decode_json_object(model_config).get(BRANCH_MARKER) is not None
 
 
 # -- the listing's projection tip (v6 SPEC rule) -----------------------------------------------
@@ -371,6 +381,94 @@ class LineagePart(RepositoryPart):
         if not session_id or not bindable(session_id):
             return session_id
         return self.store.read(lambda conn: resume_target(conn, session_id))
+
+    @reads
+    def lineage_root_to_tip(self, session_id: str) -> list[str]:
+        """Hermes 0.19's parent walk: the session and its ancestors through *every* kind of
+        parent (compression, branch, delegate), root first, at most
+        :data:`MAX_LINEAGE_DEPTH` long, stopping at a cycle or an unknown parent. An unknown
+        session is its own one-element chain, as in Hermes; an id no database could hold
+        too."""
+        if not isinstance(session_id, str) or not session_id or not bindable(session_id):
+            return [session_id]
+        parent_of = select(sessions.c.parent_session_id).where(
+            sessions.c.id == bindparam("id")
+        )
+
+        def run(conn: Connection) -> list[str]:
+            chain: list[str] = []
+            current: str | None = session_id
+            for _ in range(MAX_LINEAGE_DEPTH):
+                if not current or current in chain:
+                    break
+                chain.append(current)
+                row = conn.execute(parent_of, {"id": current}).first()
+                if row is None:
+                    break
+                current = None if row[0] is None else str(row[0])
+            return list(reversed(chain))
+
+        return self.store.read(run)
+
+    @reads
+    def get_conversation_root(self, session_id: str) -> str:
+        """Hermes 0.19's stable conversation id: the first session of
+        :meth:`lineage_root_to_tip` (``session_id`` itself without a parent)."""
+        chain = self.lineage_root_to_tip(session_id)
+        return chain[0] if chain and chain[0] else session_id
+
+    @reads
+    def get_compression_lineage(self, session_id: str) -> list[str]:
+        """Hermes 0.19's compression lineage, oldest first: up from the session through
+        parents it continues (a non-branch child of a parent that ended ``'compression'``),
+        then down from that root through the first non-branch child (by ``started_at``) of
+        each session that ended ``'compression'``. A branch child is its own lineage; an
+        unknown session has none (``[]``). When the walk down does not pass the session (it
+        is not on the chain's first-child path), its lineage is the session alone."""
+        if not isinstance(session_id, str) or not bindable(session_id):
+            return []
+        row_of = select(
+            sessions.c.id, sessions.c.parent_session_id, sessions.c.end_reason,
+            sessions.c.model_config,
+        ).where(sessions.c.id == bindparam("id"))  # fmt: skip
+        children_of = (
+            select(sessions.c.id, sessions.c.parent_session_id, sessions.c.end_reason,
+                   sessions.c.model_config)
+            .where(sessions.c.parent_session_id == bindparam("id"))
+            .order_by(sessions.c.started_at, sessions.c.id)
+        )  # fmt: skip
+
+        def run(conn: Connection) -> list[str]:
+            session = conn.execute(row_of, {"id": session_id}).first()
+            if session is None:
+                return []
+            if _is_branch_row(session[3]):
+                return [session_id]
+            root = session
+            ancestors = {str(root[0])}
+            while root[1] is not None and not _is_branch_row(root[3]):
+                parent = conn.execute(row_of, {"id": root[1]}).first()
+                if parent is None or parent[2] != COMPRESSION_END_REASON:
+                    break
+                if str(parent[0]) in ancestors:
+                    break
+                root = parent
+                ancestors.add(str(root[0]))
+            lineage = [str(root[0])]
+            current = root
+            while current[2] == COMPRESSION_END_REASON:
+                following = next(
+                    (child for child in conn.execute(children_of, {"id": current[0]})
+                     if not _is_branch_row(child[3])),
+                    None,
+                )  # fmt: skip
+                if following is None or str(following[0]) in lineage:
+                    break
+                lineage.append(str(following[0]))
+                current = following
+            return lineage if session_id in lineage else [session_id]
+
+        return self.store.read(run)
 
     @writes
     def set_session_archived(self, session_id: str, archived: bool = True) -> bool:

@@ -12,17 +12,19 @@ projected onto, are lineage rules (:mod:`.lineage`).
 from __future__ import annotations
 
 import functools
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, bindparam, column, func, or_, select, text
+from sqlalchemy import ColumnElement, Select, bindparam, column, func, null, or_, select, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import TextClause
 
 from ..dialects import StoreDialect, json_list
 from ..search.sanitize import escape_like
 from ..sql import validation
+from ..sql.read_shape import ReadShape
 from ..sql.records import SESSION_FIELDS, SessionListing, SessionRecord
 from ..sql.statements import HotReads
 from ..sql.tables import messages_table as messages
@@ -53,7 +55,11 @@ class ListingPart(RepositoryPart):
         # JSON parameter, where an expanding IN would be compiled again on every call.
         roots_sql = store.dialect.json_list_sql("roots")
         self._load_tip_listings = HotReads.built_later(
-            store.engine.dialect, lambda: _tip_listings_statement(roots_sql)
+            store.engine.dialect, lambda: _tip_listings_statement(roots_sql, store.read_shape)
+        )
+        self._load_compact_tip_listings = HotReads.built_later(
+            store.engine.dialect,
+            lambda: _tip_listings_statement(roots_sql, store.read_shape, compact=True),
         )
 
     def _hot_listing(self, statement: Select[Any]) -> HotReads:
@@ -165,7 +171,7 @@ class ListingPart(RepositoryPart):
         self, source: SourceFilter = None, limit: int = 20, offset: int = 0
     ) -> list[SessionRecord]:
         statement = (
-            select(*session_columns())
+            select(*session_columns(self.store.read_shape))
             .order_by(sessions.c.started_at.desc(), sessions.c.id)
             .limit(row_count(limit, "limit"))
             .offset(row_count(offset, "offset"))
@@ -184,7 +190,9 @@ class ListingPart(RepositoryPart):
     ) -> Iterator[SessionRecord]:
         """Stream every session (of any of the sources), oldest first (parents before
         children), for export."""
-        statement = select(*session_columns()).order_by(sessions.c.started_at, sessions.c.id)
+        statement = select(*session_columns(self.store.read_shape)).order_by(
+            sessions.c.started_at, sessions.c.id
+        )
         selected = validation.sources(source, "source")
         if selected is not None:
             statement = statement.where(source_condition(self.store.dialect, selected))
@@ -230,6 +238,7 @@ class ListingPart(RepositoryPart):
         min_message_count: int = 0,
         order_by_last_active: bool = False,
         id_query: str | None = None,
+        search_query: str | None = None,
     ) -> list[SessionListing]:
         """Sessions newest first, as a picker shows them.
 
@@ -249,12 +258,15 @@ class ListingPart(RepositoryPart):
         path alone (Hermes ignores it on the other) ``id_query`` keeps the rows whose id, or
         the id of any session in their chain, contains it: stripped, lower-cased, matched
         without wildcards, ASCII letters in any case (SQLite's ``lower()``, which Hermes
-        uses). Hermes 0.18 has no ``search_query``, so neither does this.
+        uses). On that path too, ``search_query`` (Hermes 0.19) keeps the rows whose id or
+        title, or those of any session in their chain, contain it the same way, or whose
+        title without ``-``, ``_``, ``.`` and blanks contains it without its punctuation
+        (``an94`` finds ``AN-94``).
         """
         rows = self._listing_rows(
             source, exclude_sources, limit, offset, include_children,
             project_compression_tips, include_archived, archived_only, cwd_prefix,
-            min_message_count, order_by_last_active, id_query,
+            min_message_count, order_by_last_active, id_query, search_query,
         )  # fmt: skip
         return [_listing(row, root) for row, root in rows]
 
@@ -274,15 +286,21 @@ class ListingPart(RepositoryPart):
         min_message_count: int = 0,
         order_by_last_active: bool = False,
         id_query: str | None = None,
+        search_query: str | None = None,
+        compact_rows: bool = False,
     ) -> list[dict[str, Any]]:
         """:meth:`list_sessions_rich` as Hermes's dicts (``SessionListing.to_dict``), built
         straight from the rows: a picker's page is 50 dicts of 43 keys, and going through the
-        records first cost a fifth of the call."""
+        records first cost a fifth of the call. ``compact_rows`` (Hermes 0.19) leaves the
+        ``system_prompt`` out: the key is absent and the statement never reads the column."""
         rows = self._listing_rows(
             source, exclude_sources, limit, offset, include_children,
             project_compression_tips, include_archived, archived_only, cwd_prefix,
-            min_message_count, order_by_last_active, id_query,
+            min_message_count, order_by_last_active, id_query, search_query,
+            compact=bool(compact_rows),
         )  # fmt: skip
+        if compact_rows:
+            return [_compact(_listing_dict(row, root)) for row, root in rows]
         return [_listing_dict(row, root) for row, root in rows]
 
     def _listing_rows(
@@ -299,6 +317,9 @@ class ListingPart(RepositoryPart):
         min_message_count: int = 0,
         order_by_last_active: bool = False,
         id_query: str | None = None,
+        search_query: str | None = None,
+        *,
+        compact: bool = False,
     ) -> list[tuple[Sequence[Any], str | None]]:
         """The page's rich rows (compression roots already projected onto their tips), each
         with the id of the root it was projected from (None when it was not)."""
@@ -311,6 +332,8 @@ class ListingPart(RepositoryPart):
         prefix = validation.optional_identifier(cwd_prefix or None, "cwd_prefix")
         threshold = message_threshold(min_message_count)
         needle = id_needle(id_query)
+        searched = id_needle(search_query, "search_query")
+        squeezed = None if searched is None else (re.sub(r"[\W_]+", "", searched) or None)
         parameters: dict[str, Any] = {
             "source": (
                 None if selected is None
@@ -322,6 +345,8 @@ class ListingPart(RepositoryPart):
                        strict=True)),
             "min_messages": threshold,
             "id_needle": needle,
+            "search_needle": searched,
+            "squeezed_needle": squeezed,
             "limit": row_count(limit, "limit"),
             "offset": row_count(offset, "offset"),
         }
@@ -340,16 +365,19 @@ class ListingPart(RepositoryPart):
             threshold is not None,
         )
         if not order_by_last_active:
-            # As Hermes: id_query only narrows the listing ordered by activity.
-            statement = _listing_statement(shape)
-        elif needle is not None and not bindable(needle):
-            return []  # NUL or a lone surrogate: no stored id holds one
+            # As Hermes: id_query and search_query only narrow the listing by activity.
+            statement = _listing_statement(shape, self.store.read_shape, compact)
+        elif any(value is not None and not bindable(value) for value in (needle, searched)):
+            return []  # NUL or a lone surrogate: no stored id or title holds one
         else:
             statement = _activity_listing_statement(
                 shape,
                 None if needle is None
                 else dialect.ascii_folded_contains_sql(f"{_MATCHED}.id", "id_needle"),
+                None if searched is None else _search_match_sql(dialect, squeezed is not None),
                 dialect.bytewise_collation,
+                self.store.read_shape,
+                compact,
             )
         # The page is read on the driver cursor: the row is 41 columns wide since Hermes v17,
         # and SQLAlchemy's per-row processing showed.
@@ -363,9 +391,9 @@ class ListingPart(RepositoryPart):
             roots = [row[0] for row in rows if row[_END_REASON_AT] == COMPRESSION_END_REASON]
             if not project or not roots:
                 return [(row, None) for row in rows]
+            load_tips = self._load_compact_tip_listings if compact else self._load_tip_listings
             tips = {
-                tip[_ROOT_AT]: tip
-                for tip in self._load_tip_listings.rows(conn, {"roots": json_list(roots)})
+                tip[_ROOT_AT]: tip for tip in load_tips.rows(conn, {"roots": json_list(roots)})
             }
             return [
                 (row, None) if (tip := tips.get(row[0])) is None else (_project(row, tip), row[0])
@@ -427,7 +455,7 @@ class ListingPart(RepositoryPart):
             .subquery("page")
         )
         statement = (
-            _rich_select()
+            _rich_select(False, self.store.read_shape)
             .join_from(sessions, chosen, chosen.c.id == sessions.c.id)
             .order_by(*newest_first)
         )
@@ -453,14 +481,14 @@ def message_threshold(value: Any) -> int | None:
     return count if count > 0 else None
 
 
-def id_needle(value: Any) -> str | None:
-    """``id_query`` as Hermes reads it, stripped and lower-cased (Python's ``str.lower``); None
-    when that leaves nothing. A ``str`` or None: another type is a ``TypeError`` (Hermes fails
-    on ``.strip()``)."""
+def id_needle(value: Any, name: str = "id_query") -> str | None:
+    """``id_query`` (or ``search_query``) as Hermes reads it, stripped and lower-cased
+    (Python's ``str.lower``); None when that leaves nothing. A ``str`` or None: another type
+    is a ``TypeError`` (Hermes fails on ``.strip()``)."""
     if value is None:
         return None
     if not isinstance(value, str):
-        raise TypeError(f"id_query must be a str or None, not {type(value).__name__}")
+        raise TypeError(f"{name} must be a str or None, not {type(value).__name__}")
     return value.strip().lower() or None
 
 
@@ -504,10 +532,18 @@ def _last_active() -> ColumnElement[Any]:
 
 
 @functools.cache
-def _rich_select() -> Select[Any]:
+def _rich_select(compact: bool, read: ReadShape) -> Select[Any]:
     # Hermes's dict order: the columns, last_active, then the preview (see _listing_dict).
+    # Compact rows read a NULL where the system prompt is (the key is dropped later): the
+    # prompt, often tens of kilobytes, is never copied out of its page.
+    columns: list[Any] = session_columns(read)
+    if compact:
+        columns = [
+            null().label(_SYSTEM_PROMPT) if column.name == _SYSTEM_PROMPT else column
+            for column in columns
+        ]
     return select(
-        *session_columns(),
+        *columns,
         _last_active().label("last_active"),
         _first_user_text().label("_preview_raw"),
     )
@@ -556,7 +592,9 @@ def _listing_conditions(shape: ListingShape) -> list[ColumnElement[bool] | TextC
 
 
 @functools.cache
-def _listing_statement(shape: ListingShape) -> Select[Any]:
+def _listing_statement(
+    shape: ListingShape, read: ReadShape, compact: bool = False
+) -> Select[Any]:
     """One prebuilt statement per filter shape; the values are bound at execution.
 
     Without a source filter the listing walks ``ix_sessions_started_id`` (revision 0022: the
@@ -574,7 +612,7 @@ def _listing_statement(shape: ListingShape) -> Select[Any]:
     newest_first = (sessions.c.started_at.desc(), sessions.c.id)
     if shape[0] is None:
         return (
-            _rich_select().where(*conditions)
+            _rich_select(compact, read).where(*conditions)
             .order_by(*newest_first)
             .limit(bindparam("limit"))
             .offset(bindparam("offset"))
@@ -587,18 +625,52 @@ def _listing_statement(shape: ListingShape) -> Select[Any]:
         .offset(bindparam("offset"))
         .subquery("page")
     )
-    return _rich_select().join_from(sessions, chosen, chosen.c.id == sessions.c.id).order_by(
-        *newest_first
-    )
+    return _rich_select(compact, read).join_from(
+        sessions, chosen, chosen.c.id == sessions.c.id
+    ).order_by(*newest_first)
 
 
 _MATCHED = "matched"
 """The alias of the chain in the id filter's EXISTS (the dialect's match SQL names it)."""
+_SEARCHED = "searched"
+_SEARCHED_SESSION = "searched_session"
+"""The aliases of the chain and its sessions in the search filter's EXISTS."""
+_SYSTEM_PROMPT = "system_prompt"
+_SQUEEZED_TITLE = (
+    f"replace(replace(replace(replace(coalesce({_SEARCHED_SESSION}.title, ''), "
+    "'-', ''), '_', ''), '.', ''), ' ', '')"
+)
+"""A title without the punctuation Hermes 0.19 squeezes out of it (``-``, ``_``, ``.``, blank)
+for ``search_query``'s compact match."""
+
+
+def _search_match_sql(dialect: Any, squeezed: bool) -> str:
+    """``search_query``'s test on one chain member (Hermes 0.19): its title or its id holds
+    the needle, or (``squeezed``) its squeezed title holds the needle without punctuation."""
+    tests = [
+        dialect.ascii_folded_contains_sql(
+            f"coalesce({_SEARCHED_SESSION}.title, '')", "search_needle"
+        ),
+        dialect.ascii_folded_contains_sql(f"{_SEARCHED}.id", "search_needle"),
+    ]
+    if squeezed:
+        tests.append(dialect.ascii_folded_contains_sql(_SQUEEZED_TITLE, "squeezed_needle"))
+    return "(" + " OR ".join(tests) + ")"
+
+
+def _compact(listing: dict[str, Any]) -> dict[str, Any]:
+    del listing[_SYSTEM_PROMPT]
+    return listing
 
 
 @functools.cache
 def _activity_listing_statement(
-    shape: ListingShape, id_match_sql: str | None, bytewise_collation: str
+    shape: ListingShape,
+    id_match_sql: str | None,
+    search_match_sql: str | None,
+    bytewise_collation: str,
+    read: ReadShape,
+    compact: bool = False,
 ) -> Select[Any]:
     """The listing of ``shape`` in Hermes 0.18's ``order_by_last_active`` order.
 
@@ -652,6 +724,15 @@ def _activity_listing_statement(
             .where(matched.c.root == sessions.c.id, text(id_match_sql))
             .exists()
         )
+    if search_match_sql is not None:
+        searched = chain.alias(_SEARCHED)
+        searched_session = sessions.alias(_SEARCHED_SESSION)
+        page = page.where(
+            select(searched.c.root)
+            .join_from(searched, searched_session, searched_session.c.id == searched.c.id)
+            .where(searched.c.root == sessions.c.id, text(search_match_sql))
+            .exists()
+        )
     chosen = (
         page.order_by(
             activity.c.active.desc(),
@@ -662,14 +743,18 @@ def _activity_listing_statement(
         .offset(bindparam("offset"))
         .subquery("page")
     )
-    return _rich_select().join_from(sessions, chosen, chosen.c.id == sessions.c.id).order_by(
+    return _rich_select(compact, read).join_from(
+        sessions, chosen, chosen.c.id == sessions.c.id
+    ).order_by(
         chosen.c.active.desc(),
         sessions.c.started_at.desc(),
         sessions.c.id.collate(bytewise_collation).desc(),
     )
 
 
-def _tip_listings_statement(roots_list_sql: str) -> Select[Any]:
+def _tip_listings_statement(
+    roots_list_sql: str, read: ReadShape, *, compact: bool = False
+) -> Select[Any]:
     """The rich row of each root's projection tip (:func:`.lineage.projection_tips_sql`), the
     root's id last (roots without a continuation are absent): the walk and the rows in one
     statement."""
@@ -679,7 +764,7 @@ def _tip_listings_statement(roots_list_sql: str) -> Select[Any]:
         .subquery("tips")
     )
     return (
-        _rich_select().add_columns(tips.c.root)
+        _rich_select(compact, read).add_columns(tips.c.root)
         .join_from(sessions, tips, tips.c.id == sessions.c.id)
         .where(tips.c.id != tips.c.root)
     )
@@ -799,6 +884,11 @@ def cwd_patterns(prefix: str) -> tuple[str, str, str, int]:
     if not base:
         return prefix, prefix, prefix, len(prefix)
     return base, base + "/", base + "\\", len(base) + 1
+
+
+def cwd_condition(prefix: str) -> ColumnElement[bool]:
+    """The session's cwd is ``prefix`` or below it (:func:`cwd_patterns`)."""
+    return _cwd_condition(*cwd_patterns(prefix))
 
 
 def _cwd_condition(

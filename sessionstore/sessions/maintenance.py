@@ -6,6 +6,10 @@ databases.
   table present, ours included; PostgreSQL: GIN's pending lists moved into the indexes) and
   returns how many indexes were merged. Results never change. An index that fails is logged
   and skipped, as in Hermes.
+- ``rebuild_fts`` (Hermes 0.19) builds every search index again from the rows, in one
+  transaction: the repair ``db doctor --fix`` runs (``SearchIndex.rebuild``), for an index
+  that corruption left refusing writes while the messages are intact. Returns how many
+  indexes the store then holds (each merged once, which a fresh build needs anyway).
 - ``vacuum`` runs ``optimize_fts`` (a failure there is logged, not raised), then gives the space
   of deleted rows back (:meth:`StoreDialect.vacuum`), on a connection of the store outside any
   transaction, holding the store's write lock so this package's writers, in this process and
@@ -32,6 +36,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from sqlalchemy import select, update
+from sqlalchemy.engine import Connection
 
 from ..errors import ReadOnlyStoreError
 from ..sql.tables import messages_table as messages
@@ -59,6 +64,18 @@ class MaintenancePart(RepositoryPart):
 
         index = search_index_for(self.store.dialect)
         return self.store.write(index.optimize)
+
+    @writes
+    def rebuild_fts(self) -> int:
+        from ..search.registry import search_index_for  # on first use, not at open
+
+        index = search_index_for(self.store.dialect)
+
+        def run(conn: Connection) -> int:
+            index.rebuild(conn)
+            return index.optimize(conn)
+
+        return self.store.write(run)
 
     @writes
     def vacuum(self) -> int:

@@ -25,19 +25,23 @@ from ..errors import UnknownSessionError, ValueOutOfRangeError
 from ..sql import validation
 from ..sql.codec import count_tool_calls, decode_json, encode_json
 from ..sql.message_content import encode_content
+from ..sql.read_shape import ReadShape
 from ..sql.records import CONVERSATION_FIELDS, MESSAGE_FIELDS, ConversationRow, MessageRecord
 from ..sql.statements import HotReads, HotWrites, plain_select
 from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
-from ..sql.validation import bindable
+from ..sql.validation import INT64_MAX, bindable
 from ..storage.store import Store
 from .access import reads, writes
-from .shared import RepositoryPart, constraint_error, matchable, session_exists
+from .shared import RepositoryPart, constraint_error, matchable, row_count, session_exists
 
 if TYPE_CHECKING:
     from ..search import SearchHit
 
-_NEW_MESSAGE_TEXT_FIELDS = ("content", "tool_name", "tool_call_id", "finish_reason", "reasoning")
+_NEW_MESSAGE_TEXT_FIELDS = (
+    "content", "tool_name", "tool_call_id", "finish_reason", "reasoning", "effect_disposition",
+    "api_content",
+)  # fmt: skip
 _NEW_MESSAGE_JSON_FIELDS = ("tool_calls", "reasoning_details", "codex_reasoning_items")
 
 
@@ -70,6 +74,8 @@ class NewMessage:
     observed: int = 0
     timestamp: float | None = None
     tool_call_total: int = 0
+    effect_disposition: str | None = None
+    api_content: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.role, str):
@@ -130,6 +136,12 @@ def message_rows(
             "codex_message_items": message.codex_message_items,
             "platform_message_id": message.platform_message_id,
             "observed": message.observed,
+            "effect_disposition": message.effect_disposition,
+            "api_content": message.api_content,
+            # Written, not left to the column's default: files some Hermes builds reconciled
+            # hold ``active`` without its DEFAULT 1 (#51646), where an omitted value is NULL
+            # and the row would vanish from every live read. Hermes 0.19 writes it too.
+            "active": 1,
         }
         for index, message in enumerate(batch)
     ]
@@ -163,13 +175,23 @@ class MessagesPart(RepositoryPart):
         # Built on first use: a short-lived program (a hook, a CLI call) opens the store for
         # one call, and building every statement at open showed in its start-up.
         dialect = store.engine.dialect
-        self._load_messages = HotReads.built_later(dialect, _messages_of_session)
+        # The store's read shape is decided before any part is built (``sql.read_shape``).
+        shape = store.read_shape
+        self._load_messages = HotReads.built_later(dialect, lambda: _messages_of_session(shape))
         self._load_live_messages = HotReads.built_later(
-            dialect, lambda: _messages_of_session(live_only=True)
+            dialect, lambda: _messages_of_session(shape, live_only=True)
         )
-        self._load_conversation = HotReads.built_later(dialect, _conversation_of_session)
+        self._load_message_page = HotReads.built_later(
+            dialect, lambda: _messages_of_session(shape, paged=True)
+        )
+        self._load_live_message_page = HotReads.built_later(
+            dialect, lambda: _messages_of_session(shape, live_only=True, paged=True)
+        )
+        self._load_conversation = HotReads.built_later(
+            dialect, lambda: _conversation_of_session(shape)
+        )
         self._load_live_conversation = HotReads.built_later(
-            dialect, lambda: _conversation_of_session(live_only=True)
+            dialect, lambda: _conversation_of_session(shape, live_only=True)
         )
 
     # -- preparing ------------------------------------------------------------------------
@@ -191,15 +213,12 @@ class MessagesPart(RepositoryPart):
         platform_message_id: Any = None,
         observed: Any = False,
         timestamp: Any = None,
+        effect_disposition: Any = None,
+        api_content: Any = None,
     ) -> NewMessage:
-        if isinstance(content, (bytes, int, float)):
-            content = encode_json(content, "content")
-        elif content is not None and not isinstance(content, str):
-            # OpenAI multi-part content (a list of parts): marked JSON text, as Hermes keeps it.
-            content = encode_content(content)
         return NewMessage(
             role=validation.identifier(role, "role"),
-            content=self._text(content, "content"),
+            content=self.stored_content(content),
             tool_name=validation.optional_identifier(tool_name, "tool_name"),
             tool_calls=self._text(
                 encode_json(validation.tool_calls(tool_calls), "tool_calls"), "tool_calls"
@@ -230,7 +249,24 @@ class MessagesPart(RepositoryPart):
             if timestamp is None
             else validation.optional_number(timestamp, "timestamp"),
             tool_call_total=count_tool_calls(tool_calls),
+            effect_disposition=validation.optional_identifier(
+                effect_disposition, "effect_disposition"
+            ),
+            # The exact text sent to the API (Hermes 0.19's byte-fidelity sidecar): only a
+            # str is kept, anything else is None, as Hermes stores it.
+            api_content=self._text(api_content, "api_content")
+            if isinstance(api_content, str) else None,
         )
+
+    def stored_content(self, content: Any) -> str | None:
+        """``content`` as a message row stores it: text as it is; numbers and bytes as JSON
+        text; anything else (OpenAI multi-part content, a list of parts) as marked JSON text,
+        as Hermes keeps it."""
+        if isinstance(content, (bytes, int, float)):
+            content = encode_json(content, "content")
+        elif content is not None and not isinstance(content, str):
+            content = encode_content(content)
+        return self._text(content, "content")
 
     def prepare_messages(self, batch: Sequence[Mapping[str, Any]]) -> list[NewMessage]:
         """:meth:`prepare_message` for each OpenAI-shaped dict of ``batch``, read with
@@ -259,6 +295,8 @@ class MessagesPart(RepositoryPart):
                     ),
                     observed=message.get("observed", False),
                     timestamp=message.get("timestamp"),
+                    effect_disposition=message.get("effect_disposition"),
+                    api_content=message.get("api_content"),
                 )
             )
         return prepared
@@ -318,18 +356,56 @@ class MessagesPart(RepositoryPart):
     # -- reading --------------------------------------------------------------------------
     @reads
     def get_messages(
-        self, session_id: str, include_inactive: bool = False
+        self,
+        session_id: str,
+        include_inactive: bool = False,
+        limit: int | None = None,
+        offset: int = 0,
     ) -> list[MessageRecord]:
         """The session's messages in order; rewound and compaction-archived rows only with
-        ``include_inactive``."""
+        ``include_inactive``. As Hermes 0.19: with ``limit`` at most that many rows from the
+        ``offset``-th on (0-based, in order); ``offset`` alone pages too; a negative limit is
+        no limit and a negative offset is 0 (SQLite's reading of both)."""
         if not isinstance(session_id, str) or not bindable(session_id):
             return []
-        load = self._load_messages if include_inactive else self._load_live_messages
+        page = message_page(limit, offset)
+        if page is None:
+            load = self._load_messages if include_inactive else self._load_live_messages
+            values: dict[str, Any] = {"session_id": session_id}
+        else:
+            load = self._load_message_page if include_inactive else self._load_live_message_page
+            values = {"session_id": session_id, "limit": page[0], "offset": page[1]}
         return self.store.read(
-            lambda conn: list(
-                starmap(MessageRecord, load.rows(conn, {"session_id": session_id}))
-            ),
+            lambda conn: list(starmap(MessageRecord, load.rows(conn, values))),
             single_statement=True,
+        )
+
+    @reads
+    def get_lineage_conversation(
+        self, session_ids: Sequence[str], include_inactive: bool = False
+    ) -> list[tuple[str, ConversationRow]]:
+        """The replay columns of several sessions' messages in one read, in insertion (id)
+        order across them, each with its session's id (a resume's lineage: one SELECT feeds
+        both its model and display histories, as in Hermes 0.19)."""
+        wanted = [one for one in session_ids if isinstance(one, str) and bindable(one)]
+        if not wanted:
+            return []
+        if len(wanted) == 1:  # the common case, on the prebuilt read
+            return [(wanted[0], row) for row in self.get_conversation(wanted[0], include_inactive)]
+        statement = (
+            select(
+                messages.c.session_id,
+                *self.store.read_shape.columns(messages, CONVERSATION_FIELDS),
+            )
+            .where(messages.c.session_id.in_(wanted))
+            .order_by(messages.c.id)
+        )
+        if not include_inactive:
+            statement = statement.where(messages.c.active == 1)
+        return self.store.read(
+            lambda conn: [
+                (str(row[0]), ConversationRow._make(row[1:])) for row in conn.execute(statement)
+            ]
         )
 
     @reads
@@ -351,7 +427,9 @@ class MessagesPart(RepositoryPart):
     def iter_messages(self, conn: Connection, session_id: str) -> Iterator[MessageRecord]:
         """Stream one session's messages in order, on the caller's connection (for export)."""
         streaming = conn.execution_options(yield_per=1000)
-        for row in streaming.execute(_messages_of_session(), {"session_id": session_id}):
+        for row in streaming.execute(
+            _messages_of_session(self.store.read_shape), {"session_id": session_id}
+        ):
             yield MessageRecord(*row)
 
     @reads
@@ -409,6 +487,32 @@ class MessagesPart(RepositoryPart):
             )
         )
 
+    @writes
+    def set_latest_user_api_content(self, session_id: str, content: Any, api_content: Any) -> int:
+        """Hermes 0.19's backfill of the ``api_content`` sidecar: set on the newest live user
+        message of the session, only when its stored content is ``content`` as an append
+        stores it (a guard against a racing rewrite); rows changed (0 or 1)."""
+        session_id = validation.identifier(session_id, "session_id")
+        expected = self.stored_content(content)
+        sidecar = self._text(api_content, "api_content")
+        newest_user = (
+            select(messages.c.id)
+            .where(
+                messages.c.session_id == session_id,
+                messages.c.role == "user",
+                messages.c.active == 1,
+            )
+            .order_by(messages.c.id.desc())
+            .limit(1)
+            .scalar_subquery()
+        )
+        statement = (
+            update(messages)
+            .where(messages.c.id == newest_user, messages.c.content.is_not_distinct_from(expected))
+            .values(api_content=sidecar)
+        )
+        return int(self.store.write(lambda conn: conn.execute(statement).rowcount))
+
     # -- clearing -------------------------------------------------------------------------
     @writes
     def clear_messages(self, session_id: str) -> None:
@@ -461,13 +565,38 @@ def _appended_rows(
 # (NTP steps, VM or laptop resume), and a tool result stamped before its call must still come
 # after it, or the replayed conversation is refused by the provider.
 @functools.cache
-def _messages_of_session(*, live_only: bool = False) -> TextClause:
-    return plain_select(messages, MESSAGE_FIELDS, _of_session(live_only), order_by="id")
+def _messages_of_session(
+    shape: ReadShape, *, live_only: bool = False, paged: bool = False
+) -> TextClause:
+    # LIMIT/OFFSET with bound values is the same text on both databases.
+    order = "id LIMIT :limit OFFSET :offset" if paged else "id"
+    return plain_select(
+        messages, MESSAGE_FIELDS, _of_session(live_only), order_by=order, shape=shape
+    )
+
+
+def message_page(limit: Any, offset: Any) -> tuple[int, int] | None:
+    """Hermes 0.19's ``get_messages`` paging as ``(limit, offset)``, or None when it does not
+    page (no ``limit`` and no ``offset``). ``int()``-able values as Hermes binds them; a
+    negative (or absent) limit is no limit, a negative offset is 0, as SQLite reads both."""
+    if limit is None and not offset:
+        return None
+    count = INT64_MAX if limit is None else row_count_or_all(limit, "limit")
+    return count, row_count(offset, "offset")
+
+
+def row_count_or_all(value: Any, name: str) -> int:
+    """:func:`.shared.row_count`, except that a negative value means no limit (SQLite's
+    reading of a negative LIMIT)."""
+    counted = row_count(value, name)  # the same checks and errors
+    return INT64_MAX if counted == 0 and int(value) < 0 else counted
 
 
 @functools.cache
-def _conversation_of_session(*, live_only: bool = False) -> TextClause:
-    return plain_select(messages, CONVERSATION_FIELDS, _of_session(live_only), order_by="id")
+def _conversation_of_session(shape: ReadShape, *, live_only: bool = False) -> TextClause:
+    return plain_select(
+        messages, CONVERSATION_FIELDS, _of_session(live_only), order_by="id", shape=shape
+    )
 
 
 def _of_session(live_only: bool) -> str:

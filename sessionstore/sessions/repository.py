@@ -4,17 +4,20 @@ assembled from one part per concern.
 Each part is a class over the same store (:class:`~.shared.RepositoryPart`), in a module of
 its own:
 
-- :mod:`.lifecycle`: a session's row: create, read by id, update, end, reopen;
+- :mod:`.lifecycle`: a session's row: create, read by id, update, end, reopen, reset;
+- :mod:`.usage`: token and cost totals, and the per-model usage Hermes's Insights reads;
 - :mod:`.messages`: prepare, append, read back, count, clear, search;
 - :mod:`.rewind`: rewind, restore, compaction, replacement (built on the messages part);
+- :mod:`.imports`: Hermes 0.19's import of exported sessions (built on the messages part);
 - :mod:`.listing`: find by id or prefix, counts, the rich listing, cron runs, id search;
 - :mod:`.lineage`: compression ancestors and tips (both tip rules), resume, archive;
 - :mod:`.titles`: set, read and resolve titles (and the lineage numbering rules);
-- :mod:`.deletion`: deletes and prunes, with which sessions went;
+- :mod:`.deletion`: deletes, prunes and bulk archives, with which sessions went;
 - :mod:`.windows`: a window of messages around one, with bookends;
-- :mod:`.leases`: compression leases, cooldowns, ``state_meta``;
-- :mod:`.gateway`: gateway peers and the handoff state machine;
-- :mod:`.maintenance`: ``optimize_fts``, ``vacuum``, finalizing orphaned continuations.
+- :mod:`.leases`: compression leases, cooldowns, the fallback streak, ``state_meta``;
+- :mod:`.gateway`: gateway peers, origins, routing and the handoff state machine;
+- :mod:`.maintenance`: ``optimize_fts``, ``rebuild_fts``, ``vacuum``, finalizing orphaned
+  continuations.
 
 Decision: the parts are mixins of one class, not objects the repository (or the Hermes
 facade) composes and forwards to. A method is written once, in its part, and is a method of
@@ -50,6 +53,7 @@ from .deletion import (
     delete_matching,
 )
 from .gateway import GatewayPart
+from .imports import ImportsPart
 from .leases import LeasesPart
 from .lifecycle import EXTRA_SESSION_COLUMNS, LifecyclePart
 from .lineage import (
@@ -79,12 +83,15 @@ from .messages import MessagesPart, NewMessage
 from .rewind import RewindPart
 from .shared import row_count
 from .titles import TitlesPart
+from .usage import UsagePart
 from .windows import WindowsPart
 
 
 class SessionRepository(
     LifecyclePart,
+    UsagePart,
     RewindPart,
+    ImportsPart,
     MessagesPart,
     ListingPart,
     LineagePart,

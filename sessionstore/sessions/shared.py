@@ -20,6 +20,7 @@ from sqlalchemy.exc import IntegrityError
 from ..dialects import StoreDialect, json_list
 from ..errors import ConstraintViolationError, UnknownSessionError
 from ..sql import validation
+from ..sql.read_shape import ReadShape
 from ..sql.records import SESSION_FIELDS
 from ..sql.tables import sessions_table as sessions
 from ..sql.validation import bindable
@@ -73,9 +74,11 @@ def source_condition(dialect: StoreDialect, selected: Sequence[str]) -> ColumnEl
     return and_(listed.bindparams(selected_sources=json_list(selected)))
 
 
-def session_columns() -> list[Any]:
-    """The columns of a :class:`~sessionstore.sql.records.SessionRecord`, in its order."""
-    return [sessions.c[name] for name in SESSION_FIELDS]
+def session_columns(shape: ReadShape) -> list[Any]:
+    """The columns of a :class:`~sessionstore.sql.records.SessionRecord`, in its order, as a
+    store of ``shape`` holds them (``sql.read_shape``: a later column it lacks, as its
+    default)."""
+    return shape.columns(sessions, SESSION_FIELDS)
 
 
 def session_exists(conn: Connection, session_id: str) -> bool:

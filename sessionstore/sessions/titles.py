@@ -135,10 +135,28 @@ class TitlesPart(RepositoryPart):
     @writes
     def set_session_title(self, session_id: str, title: str | None) -> bool:
         """Set (or clear, with None/blank) a title; True if the session exists."""
+        return self._set_title(session_id, title, only_if_empty=False)
+
+    @writes
+    def set_auto_title_if_empty(self, session_id: str, title: str | None) -> bool:
+        """Set a generated title only while the session has none (Hermes 0.19): the test and
+        the write are one transaction, so a concurrent manual rename is never overwritten.
+        True when the title was set; the checks are :meth:`set_session_title`'s."""
+        return self._set_title(session_id, title, only_if_empty=True)
+
+    def _set_title(self, session_id: str, title: str | None, *, only_if_empty: bool) -> bool:
         clean = sanitize_title(title)
         session_id = validation.identifier(session_id, "session_id")
+        target = update(sessions).where(sessions.c.id == session_id)
+        if only_if_empty:
+            target = target.where(sessions.c.title.is_(None))
+        untitled = select(sessions.c.id).where(
+            sessions.c.id == session_id, sessions.c.title.is_(None)
+        )
 
         def run(conn: Connection) -> bool:
+            if only_if_empty and conn.execute(untitled).first() is None:
+                return False  # unknown, or titled already: not even checked for uniqueness
             if clean is not None:
                 holder = conn.execute(
                     select(sessions.c.id).where(sessions.c.title == clean)
@@ -148,10 +166,7 @@ class TitlesPart(RepositoryPart):
                     raise TitleInUseError(
                         f"Title '{clean}' is already in use by session {holder}"
                     )
-            result = conn.execute(
-                update(sessions).where(sessions.c.id == session_id).values(title=clean)
-            )
-            return result.rowcount > 0
+            return conn.execute(target.values(title=clean)).rowcount > 0
 
         try:
             return self.store.write(run)
@@ -172,7 +187,7 @@ class TitlesPart(RepositoryPart):
     def get_session_by_title(self, title: str) -> SessionRecord | None:
         if not isinstance(title, str) or not bindable(title):
             return None
-        statement = select(*session_columns()).where(sessions.c.title == title)
+        statement = select(*session_columns(self.store.read_shape)).where(sessions.c.title == title)
         row = self.store.read(lambda conn: conn.execute(statement).first())
         return None if row is None else SessionRecord._make(row)
 

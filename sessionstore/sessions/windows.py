@@ -30,6 +30,7 @@ from sqlalchemy.engine import Connection
 from ..sql import validation
 from ..sql.codec import decode_json
 from ..sql.message_content import STORED_ON_POSTGRESQL_PREFIX, decode_content
+from ..sql.read_shape import ReadShape
 from ..sql.records import MESSAGE_FIELDS, MessageRecord
 from ..sql.tables import messages_table as messages
 from ..sql.validation import bindable
@@ -55,8 +56,8 @@ def message_dict(row: Any) -> dict[str, Any]:
     return message
 
 
-def _columns() -> list[Any]:
-    return [messages.c[name] for name in MESSAGE_FIELDS]
+def _columns(shape: ReadShape) -> list[Any]:
+    return shape.columns(messages, MESSAGE_FIELDS)
 
 
 @functools.cache
@@ -69,9 +70,9 @@ def _anchor() -> Select[Any]:
 
 
 @functools.cache
-def _before() -> Select[Any]:
+def _before(shape: ReadShape) -> Select[Any]:
     return (
-        select(*_columns())
+        select(*_columns(shape))
         .where(messages.c.session_id == bindparam("sid"), messages.c.id <= bindparam("anchor"))
         .order_by(messages.c.id.desc())
         .limit(bindparam("count"))
@@ -79,9 +80,9 @@ def _before() -> Select[Any]:
 
 
 @functools.cache
-def _after() -> Select[Any]:
+def _after(shape: ReadShape) -> Select[Any]:
     return (
-        select(*_columns())
+        select(*_columns(shape))
         .where(messages.c.session_id == bindparam("sid"), messages.c.id > bindparam("anchor"))
         .order_by(messages.c.id)
         .limit(bindparam("count"))
@@ -94,7 +95,7 @@ def _has_text() -> Any:
     return and_(func.length(content) > 0, func.substr(content, 1, len(marker)) != marker)
 
 
-def _bookend(roles: list[str] | None, *, head: bool) -> Select[Any]:
+def _bookend(shape: ReadShape, roles: list[str] | None, *, head: bool) -> Select[Any]:
     conditions = [messages.c.session_id == bindparam("sid"), _has_text()]
     if head:
         conditions.append(messages.c.id < bindparam("edge"))
@@ -103,7 +104,7 @@ def _bookend(roles: list[str] | None, *, head: bool) -> Select[Any]:
     if roles is not None:
         conditions.append(messages.c.role.in_(roles))
     order = messages.c.id if head else messages.c.id.desc()
-    return select(*_columns()).where(*conditions).order_by(order).limit(bindparam("count"))
+    return select(*_columns(shape)).where(*conditions).order_by(order).limit(bindparam("count"))
 
 
 def _anchor_id(value: Any) -> int | None:
@@ -124,15 +125,15 @@ def _roles(keep_roles: Any) -> list[str] | None:
     return [role for role in keep_roles if isinstance(role, str) and bindable(role)]
 
 
-def _around(conn: Connection, session_id: str, anchor: int, window: int) -> tuple[
-    list[Any], list[Any]
-]:
+def _around(
+    conn: Connection, shape: ReadShape, session_id: str, anchor: int, window: int
+) -> tuple[list[Any], list[Any]]:
     """The rows up to and with the anchor (newest first) and after it, or two empty lists."""
     keys = {"sid": session_id, "anchor": anchor}
     if conn.execute(_anchor(), keys).first() is None:
         return [], []
-    before = conn.execute(_before(), {**keys, "count": min(window + 1, validation.INT64_MAX)})
-    after = conn.execute(_after(), {**keys, "count": window})
+    before = conn.execute(_before(shape), {**keys, "count": min(window + 1, validation.INT64_MAX)})
+    after = conn.execute(_after(shape), {**keys, "count": window})
     return list(before), list(after)
 
 
@@ -147,7 +148,10 @@ class WindowsPart(RepositoryPart):
         size = row_count(window, "window")
         if anchor is None or not bindable(session_id):
             return _empty_window()
-        before, after = self.store.read(lambda conn: _around(conn, session_id, anchor, size))
+        shape = self.store.read_shape
+        before, after = self.store.read(
+            lambda conn: _around(conn, shape, session_id, anchor, size)
+        )
         return _window_of(before, after)
 
     @reads
@@ -166,17 +170,20 @@ class WindowsPart(RepositoryPart):
         empty = {**_empty_window(), "bookend_start": [], "bookend_end": []}
         if anchor is None or not bindable(session_id):
             return empty
+        shape = self.store.read_shape
 
         def run(conn: Connection) -> tuple[list[Any], list[Any], list[Any], list[Any]]:
-            before, after = _around(conn, session_id, anchor, size)
+            before, after = _around(conn, shape, session_id, anchor, size)
             if not before or ends == 0:
                 return before, after, [], []
             first_id, last_id = before[-1][0], (after[-1] if after else before[0])[0]
             head = conn.execute(
-                _bookend(roles, head=True), {"sid": session_id, "edge": first_id, "count": ends}
+                _bookend(shape, roles, head=True),
+                {"sid": session_id, "edge": first_id, "count": ends},
             ).all()
             tail = conn.execute(
-                _bookend(roles, head=False), {"sid": session_id, "edge": last_id, "count": ends}
+                _bookend(shape, roles, head=False),
+                {"sid": session_id, "edge": last_id, "count": ends},
             ).all()
             return before, after, list(head), list(reversed(tail))
 

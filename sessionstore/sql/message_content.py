@@ -40,6 +40,15 @@ def encode_content(content: Any) -> Any:
         raise TypeError(f"content is not JSON-serialisable: {exc}") from None
 
 
+def hermes_form(stored: Any) -> Any:
+    """A stored value as a store that keeps NUL holds it: the PostgreSQL form of the marker
+    (``"\\ufffdjson:"``) back to Hermes's ``"\\x00json:"``, so a row copied from PostgreSQL
+    into a SQLite file is multi-part content for Hermes too, not text."""
+    if isinstance(stored, str) and stored.startswith(STORED_ON_POSTGRESQL_PREFIX):
+        return JSON_CONTENT_PREFIX + stored[len(STORED_ON_POSTGRESQL_PREFIX):]
+    return stored
+
+
 def is_encoded(stored: Any) -> bool:
     return isinstance(stored, str) and stored.startswith(_PREFIXES)
 

@@ -21,6 +21,9 @@ class SessionRecord(NamedTuple):
     chat_id: str | None
     chat_type: str | None
     thread_id: str | None
+    display_name: str | None
+    origin_json: str | None
+    expiry_finalized: int | None
     model: str | None
     model_config: str | None
     system_prompt: str | None
@@ -53,6 +56,8 @@ class SessionRecord(NamedTuple):
     handoff_error: str | None
     compression_failure_cooldown_until: float | None
     compression_failure_error: str | None
+    compression_fallback_streak: int
+    profile_name: str | None
     rewind_count: int
     archived: int
 
@@ -71,6 +76,7 @@ class MessageRecord(NamedTuple):
     tool_call_id: str | None
     tool_calls: str | None
     tool_name: str | None
+    effect_disposition: str | None
     timestamp: float
     token_count: int | None
     finish_reason: str | None
@@ -83,6 +89,7 @@ class MessageRecord(NamedTuple):
     observed: int | None
     active: int
     compacted: int
+    api_content: str | None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(zip(MESSAGE_FIELDS, self))  # noqa: B905 - a NamedTuple is always whole
@@ -117,6 +124,8 @@ FIELD_DEFAULTS: dict[str, int] = {
     "api_call_count": 0,
     "rewind_count": 0,
     "archived": 0,
+    "expiry_finalized": 0,
+    "compression_fallback_streak": 0,
     "observed": 0,
     "active": 1,
     "compacted": 0,
@@ -133,6 +142,7 @@ class ConversationRow(NamedTuple):
     content: str | None
     tool_call_id: str | None
     tool_name: str | None
+    effect_disposition: str | None
     tool_calls: str | None
     finish_reason: str | None
     reasoning: str | None
@@ -143,6 +153,7 @@ class ConversationRow(NamedTuple):
     platform_message_id: str | None
     observed: int | None
     timestamp: float
+    api_content: str | None
 
 
 CONVERSATION_FIELDS = ConversationRow._fields

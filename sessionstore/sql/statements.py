@@ -26,14 +26,16 @@ from sqlalchemy.sql import ClauseElement, Update
 from sqlalchemy.sql.compiler import RESERVED_WORDS, SQLCompiler
 from sqlalchemy.sql.elements import TextClause
 
+from .read_shape import FULL, ReadShape
 from .records import MESSAGE_FIELDS
 from .tables import messages_table as messages
 from .tables import sessions_table as sessions
 
 INT64_MAX = 2**63 - 1
-# active/compacted take their defaults (a live message); only compaction writes them.
+# ``compacted`` takes its default; only compaction writes it. ``active`` is written (1): a
+# file whose reconciled ``active`` lost its DEFAULT (#51646) would store NULL otherwise.
 INSERTED_MESSAGE_FIELDS = tuple(
-    name for name in MESSAGE_FIELDS if name not in ("id", "active", "compacted")
+    name for name in MESSAGE_FIELDS if name not in ("id", "compacted")
 )
 ROWS_PER_INSERT = 999 // len(INSERTED_MESSAGE_FIELDS)
 """Rows per multi-row INSERT on SQLite: within the 999 bound parameters every SQLite build
@@ -251,17 +253,29 @@ class HotWrites:
     def _run(
         self, conn: Connection, statement: CompiledStatement, values: Mapping[str, Any]
     ) -> Any:
-        cursor = self._cursor(conn)
-        try:
-            cursor.execute(statement.sql, statement.parameters(values))
-        except self._driver_error() as exc:
-            raise self._wrap(statement.sql, exc) from exc
-        return cursor
+        return run_compiled(conn, statement, values)
 
     def _wrap(self, sql: str, exc: BaseException) -> BaseException:
         return DBAPIError.instance(
             sql, None, exc, self._dialect.loaded_dbapi.Error, dialect=self._dialect
         )
+
+
+def run_compiled(
+    conn: Connection, statement: CompiledStatement, values: Mapping[str, Any]
+) -> Any:
+    """Run a statement compiled for ``conn``'s dialect on a fresh driver cursor of ``conn``
+    (in its open transaction); the cursor. A driver error is raised as SQLAlchemy's class for
+    it, as everywhere else."""
+    dialect = conn.dialect
+    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    try:
+        cursor.execute(statement.sql, statement.parameters(values))
+    except dialect.loaded_dbapi.Error as exc:
+        raise DBAPIError.instance(
+            statement.sql, None, exc, dialect.loaded_dbapi.Error, dialect=dialect
+        ) from exc
+    return cursor
 
 
 def _insert_message(*, returning: bool) -> ClauseElement:
@@ -309,7 +323,12 @@ def _append_in_one_statement() -> ClauseElement:
 
 
 def plain_select(
-    table: Table, fields: Sequence[str], where: str, order_by: str | None = None
+    table: Table,
+    fields: Sequence[str],
+    where: str,
+    order_by: str | None = None,
+    *,
+    shape: ReadShape = FULL,
 ) -> TextClause:
     """``SELECT fields FROM table WHERE where [ORDER BY order_by]``, as a text statement.
 
@@ -318,13 +337,14 @@ def plain_select(
     while SQLAlchemy's compiler warms up, and this text compiles in 0.1-0.2 ms (start-up,
     issue 12). Its parameters are ``:name`` binds, as in any ``text()``. Column names come
     from ``table`` (a misspelt one is a ``KeyError`` here, not an error at the database), and
-    none may need quoting: a reserved word would have to be quoted per dialect.
+    none may need quoting: a reserved word would have to be quoted per dialect. A column
+    ``shape`` says the store lacks is selected as its default (``read_shape``).
     """
     names = [table.c[name].name for name in fields]
     for name in (table.name, *names):
         if not (name.isidentifier() and name.islower()) or name in RESERVED_WORDS:
             raise ValueError(f"{name!r} would need quoting in plain SQL")
-    sql = f"SELECT {', '.join(names)} FROM {table.name} WHERE {where}"
+    sql = f"SELECT {', '.join(shape.select_list(table, names))} FROM {table.name} WHERE {where}"
     return text(sql if order_by is None else f"{sql} ORDER BY {order_by}")
 
 

@@ -40,6 +40,7 @@ from ..errors import (
     StoreClosedError,
     WriteOutcomeUnknownError,
 )
+from ..sql.read_shape import FULL, ReadShape
 from . import fork_safety as forksafety
 from .command_hints import cli_command
 from .config import resolve_url
@@ -74,6 +75,10 @@ class Store:
         self.retry = retry or RetryPolicy()
         self.checkpoint_every = checkpoint_every
         self._owns_engine = owns_engine
+        self.read_shape: ReadShape = FULL
+        """The columns and tables this store's reads select (``sql.read_shape``): all of them,
+        unless the store was opened read-only as it is and lacks some (set once, at open, by
+        ``schema.readable.check_readable``, before any statement is built from it)."""
         self._write_options = self.dialect.write_options()
         self._read_options = self.dialect.read_options()
         # SQLite has one writer per file: threads of one process queue here instead of

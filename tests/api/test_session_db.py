@@ -19,7 +19,7 @@ from typing import Any, cast
 import pytest
 import sqlalchemy as sa
 from asynclib import BlockingAsyncSessionDB
-from legacy_v7_v17 import HEAD_MESSAGE_NAMES, HEAD_SESSION_NAMES
+from legacy_v18_v22 import V22_MESSAGE_NAMES, V22_SESSION_NAMES
 from store_library import engine_like_the_store
 
 from sessionstore import SessionStoreError
@@ -27,12 +27,12 @@ from sessionstore.api.session_db import SessionDB
 from sessionstore.schema import migrate
 from sessionstore.sql.statements import ROWS_PER_INSERT
 
-# Newest Hermes's (schema v17) dict keys, in Hermes's order: a fresh Hermes file's column order
+# Hermes 0.19.0's (schema v22) dict keys, in its order: a fresh Hermes file's column order
 # (v6's columns keep their relative order, `title` after `pricing_version`) for `SELECT *`
 # rows; search hits as its SELECT list names them, `content` popped and `context` appended;
 # rich listings add `last_active` (SQL) then `preview` (Python).
-SESSION_KEYS = HEAD_SESSION_NAMES
-MESSAGE_KEYS = HEAD_MESSAGE_NAMES
+SESSION_KEYS = V22_SESSION_NAMES
+MESSAGE_KEYS = V22_MESSAGE_NAMES
 SEARCH_HIT_KEYS = (
     "id", "session_id", "role", "snippet", "timestamp", "tool_name", "source", "model",
     "session_started", "context",
@@ -304,12 +304,14 @@ TOKEN_CASES: list[tuple[str, list[dict[str, Any]], dict[str, Any]]] = [
         dict(estimated_cost_usd=pytest.approx(1.0)),
     ),
     (
-        "billing provider, base url, mode and model are set once",
+        "billing provider, base url, mode and model: the first accounted call's, then kept",
         [
+            dict(billing_provider="ignored", model="not accounted"),  # no usage: sets nothing
             dict(billing_provider="openrouter", billing_base_url="https://openrouter.ai/api/v1",
-                 billing_mode="api", model="anthropic/claude-sonnet-4"),
+                 billing_mode="api", model="anthropic/claude-sonnet-4", input_tokens=1,
+                 api_call_count=1),
             dict(billing_provider="anthropic", billing_base_url="https://api.anthropic.com",
-                 billing_mode="subscription", model="other/model"),
+                 billing_mode="subscription", model="other/model", input_tokens=1),
         ],
         dict(billing_provider="openrouter", billing_base_url="https://openrouter.ai/api/v1",
              billing_mode="api", model="anthropic/claude-sonnet-4"),
@@ -1193,15 +1195,15 @@ def test_a_min_message_count_past_every_counter_matches_nothing(db: SessionDB) -
 
 
 def test_listing_keywords_come_after_v6_positional_parameters(db: SessionDB) -> None:
-    # Hermes 0.18 added them among its own parameters; its callers name them, and v6 callers
+    # Hermes 0.18/0.19 added them among its own parameters; its callers name them, and v6 callers
     # pass the first six positionally (SPEC), so ours keep v6's order and append them.
     import inspect
 
     names = list(inspect.signature(SessionDB.list_sessions_rich).parameters)[1:]
     assert names[:6] == ["source", "exclude_sources", "limit", "offset", "include_children",
                          "project_compression_tips"]  # fmt: skip
-    assert names[-3:] == ["min_message_count", "order_by_last_active", "id_query"]
-    assert "search_query" not in names
+    assert names[-5:] == ["min_message_count", "order_by_last_active", "id_query",
+                          "search_query", "compact_rows"]  # fmt: skip
     assert list(inspect.signature(SessionDB.session_count).parameters)[-1] == "min_message_count"
 
 
@@ -1545,7 +1547,7 @@ def test_prune_sessions_before_refuses_what_is_not_a_moment(
 @pytest.fixture
 def corpus(db: SessionDB, raw: RawSQL) -> dict[str, int]:
     make_session(db, raw, "cli-s", started_at=1000.0, source="cli")
-    db.update_token_counts("cli-s", model="model-a")
+    db.update_session_model("cli-s", "model-a")
     make_session(db, raw, "tg-s", started_at=2000.0, source="telegram")
     ids = {
         "question": db.append_message("cli-s", "user", "How do I configure alembic migrations?"),

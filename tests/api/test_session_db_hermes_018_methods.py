@@ -6,10 +6,11 @@ Listing and lineage (``resolve_resume_session_id``, ``get_messages_around``,
 ``delete_empty_sessions``, the ``sessions_dir`` of every delete), maintenance (``optimize_fts``,
 ``vacuum``, ``maybe_auto_prune_and_vacuum``), and the arguments Hermes 0.18 names differently
 (``cooldown_until``, ``cwd_to_root``, the keywords of ``create_session``/``ensure_session``).
-Every public method of Hermes 0.18's ``SessionDB`` (its source, read with ``ast``) is checked to
-exist here with arguments a Hermes caller can use. Rules are tables of cases; hostile inputs
-are property tests. The same operations side by side with the real Hermes 0.18 are in
-``tests/hermes/test_real_hermes_methods.py``.
+Every public method of the newest Hermes's ``SessionDB`` (hermes-agent 0.19.0; its source, read
+with ``ast``) is checked to exist here with arguments a Hermes caller can use (its 0.18.1 and
+0.19.0 methods are tested in ``tests/api/test_session_db_hermes_019_methods.py``). Rules are
+tables of cases; hostile inputs are property tests. The same operations side by side with the
+real Hermes are in ``tests/hermes/test_real_hermes_methods.py``.
 """
 
 from __future__ import annotations
@@ -98,15 +99,21 @@ OUT_OF_SCOPE = {
     "list_unlinked_telegram_sessions_for_user",
 }  # fmt: skip
 V6_POSITIONAL_ORDER = {"append_message", "list_sessions_rich", "session_count"}
-"""Hermes 0.18 put new arguments between v6's (``reasoning_content`` before
-``reasoning_details``, ``cwd_prefix`` third in the listing); ours keeps v6's order (SPEC §5)
-and appends the new ones, so only keyword callers of those are served (Hermes's are)."""
+"""Hermes 0.18 and 0.19 put new arguments between v6's (``reasoning_content`` before
+``reasoning_details``, ``cwd_prefix`` third in the listing, ``effect_disposition`` before
+``timestamp``); ours keeps v6's order (SPEC §5) and appends the new ones, so only keyword
+callers of those are served (Hermes's are)."""
+
+
+PARITY_RELEASE = "0.19.0"
+"""The newest hermes-agent on PyPI (schema v22, our head): every public method of its
+``SessionDB`` is ours."""
 
 
 def hermes_methods() -> dict[str, ast.FunctionDef]:
-    from real_hermes import NEWEST_KNOWN_RELEASE, hermes_root
+    from real_hermes import hermes_root
 
-    source = (hermes_root(NEWEST_KNOWN_RELEASE) / "hermes_state.py").read_text()
+    source = (hermes_root(PARITY_RELEASE) / "hermes_state.py").read_text()
     tree = ast.parse(source)
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "SessionDB")
     return {
@@ -173,7 +180,7 @@ def signature_problems(ours: Any, theirs: list[tuple[str, str, Any]], name: str)
 
 @pytest.mark.parametrize("cls", [SessionDB, hermes_state.SessionDB, AsyncSessionDB],
                          ids=["facade", "hermes_state", "async"])  # fmt: skip
-def test_every_hermes_018_method_is_there_with_hermes_arguments(cls: type) -> None:
+def test_every_hermes_019_method_is_there_with_hermes_arguments(cls: type) -> None:
     methods = hermes_methods()
     missing = sorted(set(methods) - OUT_OF_SCOPE - set(dir(cls)))
     assert missing == []

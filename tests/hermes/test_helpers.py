@@ -266,3 +266,18 @@ def test_an_unparseable_search_object_is_dropped_and_built_again(store_file: Pat
     report = hermes_state.repair_state_db_schema(store_file)
     assert (report["repaired"], report["strategy"]) == (True, "drop_fts_rebuild"), report
     _holds_everything(store_file)
+
+
+@pytest.mark.parametrize(
+    ("row", "expected"),
+    [
+        ({"git_repo_root": "/w/app", "cwd": "/w/app/src"}, "/w/app"),
+        ({"git_repo_root": "  ", "cwd": " /w/app/src "}, "/w/app/src"),
+        ({"git_repo_root": None, "cwd": None}, None),
+        ({}, None),
+    ],
+)
+def test_workspace_key_is_the_repository_root_else_the_cwd(
+    row: dict[str, Any], expected: str | None
+) -> None:
+    assert hermes_state.workspace_key(row) == expected

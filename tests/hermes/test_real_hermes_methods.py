@@ -1,4 +1,6 @@
-"""Hermes 0.18's later methods side by side with the real Hermes 0.18.0.
+"""Hermes 0.18's later methods side by side with the real Hermes of our head's schema (v22:
+hermes-agent 0.19.0, whose rows carry the v18...v22 columns ours do; 0.19.0 kept these methods'
+rules, and added ``ws_orphan_reap`` to the end reasons a gateway may resume).
 
 The same list of calls runs on the real release's ``SessionDB`` (a subprocess on its own SQLite
 file, `tests/support/real_hermes.py`) and on ours, on SQLite and on PostgreSQL; the answers must be
@@ -36,7 +38,7 @@ from sessionstore.api.session_db import SessionDB
 # Slow: every test runs a real Hermes release in a side interpreter (the full run only).
 pytestmark = pytest.mark.slow
 
-HEAD_HERMES = 17
+HEAD_HERMES = 22
 NOW = time.time()
 DAY = 86_400.0
 Step = tuple[str, list[Any], dict[str, Any]]

@@ -198,7 +198,7 @@ def test_whole_store_export_import_and_copy_carry_state_meta(
         expected = _state(source)
     assert {"last_auto_prune", f"goal:{LATER_ROOT}", f"goal:{LATER_BRANCH}",
             "ghost_session_prune_v1"} <= set(expected)
-    assert '"version": 2' in dump.splitlines()[0]
+    assert '"version": 3' in dump.splitlines()[0]
     with SessionDB(url=store_url) as target:
         result = import_jsonl(target.store, io.StringIO(dump))
         assert result.state_keys == len(expected)
@@ -331,3 +331,115 @@ def test_any_state_record_is_read_as_storable_text_or_refused(row: object) -> No
     assert kind == "state" and set(values) == {"key", "value"}
     assert bindable(values["key"])
     assert values["value"] is None or isinstance(values["value"], str)
+
+
+# -- Hermes v19...v22 rows: per-model usage, routing, delegations -------------------------------
+DELEGATION = {
+    "delegation_id": "d1", "origin_session": "u1", "origin_ui_session_id": "", "state": "done",
+    "parent_session_id": "u1", "dispatched_at": 1.0, "completed_at": 2.0, "updated_at": 2.0,
+    "event_json": "{}", "result_json": '{"ok": true}', "delivery_state": "delivered",
+    "delivery_attempts": 1, "delivered_at": 3.0, "owner_pid": 4242, "owner_started_at": 17,
+    "task_json": None, "delivery_claim": None, "delivery_claimed_at": None,
+}  # fmt: skip
+
+
+def _v22_rows(db: SessionDB) -> dict[str, list[dict[str, object]]]:
+    def read(conn: sa.Connection) -> dict[str, list[dict[str, object]]]:
+        return {
+            table: [dict(row) for row in conn.execute(sa.text(
+                f"SELECT * FROM {table} ORDER BY {order}")).mappings()]
+            for table, order in (
+                ("session_model_usage", "session_id, model, task"),
+                ("gateway_routing", "scope, session_key"),
+                ("async_delegations", "delegation_id"),
+            )
+        }  # fmt: skip
+
+    return db.store.read(read)
+
+
+def _later_columns(db: SessionDB) -> list[object]:
+    """Every session and message row (the Hermes v18...v22 columns among them)."""
+    return [(db.get_session(sid), db.get_messages(sid, include_inactive=True))
+            for sid in ("u1", "u2")]  # fmt: skip
+
+
+def _fill_v22(db: SessionDB) -> None:
+    for sid in ("u1", "u2"):
+        db.create_session(sid, "telegram", profile_name=f"profile-{sid}")
+        db.append_message(sid, "user", f"hello from {sid}", api_content=f"[{sid}] hello")
+        db.append_message(sid, "tool", "done", tool_call_id="c1", tool_name="terminal",
+                          effect_disposition="applied")  # fmt: skip
+        db.record_gateway_session_peer(sid, session_key=f"agent:main:telegram:dm:{sid}",
+                                       chat_id="42", display_name="Alice 爱丽丝",
+                                       origin_json='{"chat_id": "42"}')  # fmt: skip
+        db.set_compression_fallback_streak(sid, 2)
+        db.update_token_counts(sid, input_tokens=10, model="m", billing_provider="p",
+                               api_call_count=1, estimated_cost_usd=0.5)  # fmt: skip
+    db.set_expiry_finalized("u2")
+    db.record_auxiliary_usage("u1", "vision", model="g", input_tokens=3)
+    db.save_gateway_routing_entry("k1", '{"session_id": "u1"}')
+    db.save_gateway_routing_entry("k1", '{"scoped": 1}', scope="/srv")
+    db.store.write(lambda conn: conn.execute(
+        sa.insert(sa.table("async_delegations", *map(sa.column, DELEGATION))), DELEGATION))
+
+
+def test_usage_routing_and_delegations_round_trip_and_copy_both_ways(
+    store_url: str, tmp_path: Path
+) -> None:
+    with SessionDB(url=store_url) as source:
+        _fill_v22(source)
+        expected = _v22_rows(source)
+        columns = _later_columns(source)
+        dump = _export(source)
+    assert all(expected.values())
+    session, messages = columns[1]  # type: ignore[misc]
+    assert (session["display_name"], session["expiry_finalized"], session["profile_name"],
+            session["compression_fallback_streak"]) == ("Alice 爱丽丝", 1, "profile-u2", 2)
+    assert [(m["api_content"], m["effect_disposition"]) for m in messages] == [
+        ("[u2] hello", None), (None, "applied")]  # fmt: skip
+    # A copy straight out of this store (PostgreSQL too) into a new SQLite file.
+    direct = f"sqlite:///{tmp_path / 'direct.db'}"
+    transfer.copy(store_url, direct)
+    with SessionDB(url=direct) as copied:
+        assert _v22_rows(copied) == expected
+        assert _later_columns(copied) == columns
+    with SessionDB(db_path=tmp_path / "imported.db") as target:
+        result = import_jsonl(target.store, io.StringIO(dump))
+        assert (result.usage_rows, result.routing_entries, result.delegations) == (3, 2, 1)
+        assert _v22_rows(target) == expected
+        again = import_jsonl(target.store, io.StringIO(dump), on_conflict="merge")
+        assert (again.usage_rows, again.routing_entries, again.delegations) == (0, 0, 0)
+        assert _v22_rows(target) == expected, "a merge keeps the target's rows as they are"
+    # And back the other way: the SQLite file into a store of the other kind, then out again.
+    other = f"sqlite:///{tmp_path / 'copied.db'}"
+    transfer.copy(f"sqlite:///{tmp_path / 'imported.db'}", other)
+    transfer.copy(other, store_url)  # a re-run on the original: nothing doubles
+    with SessionDB(url=other) as copied, SessionDB(url=store_url) as original:
+        assert _v22_rows(copied) == expected
+        assert _v22_rows(original) == expected
+        assert _later_columns(copied) == _later_columns(original) == columns
+
+
+def test_an_export_of_some_sessions_carries_their_usage_and_delegations_only(
+    store_url: str,
+) -> None:
+    with SessionDB(url=store_url) as db:
+        _fill_v22(db)
+        for ids, delegations in ((["u2"], []), (["u1"], ["d1"])):
+            out = io.StringIO()
+            export_jsonl(db.store, out, session_ids=ids)
+            records = list(read_records(io.StringIO(out.getvalue())))
+            assert {row["session_id"] for kind, row in records if kind == "usage"} == set(ids)
+            assert [row["delegation_id"] for kind, row in records
+                    if kind == "delegation"] == delegations  # fmt: skip
+            assert [kind for kind, _ in records if kind == "routing"] == []
+
+
+def test_a_usage_record_away_from_its_session_is_refused() -> None:
+    text = (
+        '{"format": "sessionstore-export", "version": 3}\n'
+        '{"usage": {"session_id": "s", "model": "m"}}\n'
+    )
+    with pytest.raises(ImportFormatError, match="does not follow its session"):
+        list(read_records(io.StringIO(text)))

@@ -53,6 +53,12 @@ MEASURED = re.compile(
     r"(Hermes v6|Hermes 0\.18\.0|Hermes 0\.19\.0)\s+(<=|>=) \d+\.\d\dx\s+(PASS|MISS)\b"
 )
 
+# The usage row: v6 and 0.18.0 not timed ("-"), 0.19.0 and ours measured, judged against 0.19.0.
+USAGE_MEASURED = re.compile(
+    rf"\s-\s+-\s+{FIGURE}\s+{FIGURE}\s+(\d+\.\d\d)x\s+Hermes 0\.19\.0\s+<= 1\.00x\s+"
+    r"(PASS|MISS)\b"
+)
+
 
 def run_bench(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(BENCH.parents[1])}
@@ -89,6 +95,10 @@ def assert_ratio_table(result: subprocess.CompletedProcess[str]) -> None:
         # Either measured, or explicitly marked as not measurable yet; never silently blank.
         assert MEASURED.search(rows[name]) or rows[name].rstrip().endswith("n/a"), rows[name]
     assert "batching: a 10-message turn costs" in out
+    # The usage upsert's row: only Hermes 0.19.0 keeps per-model usage, so only it is timed.
+    usage = re.search(r"^append \+ token update \(per-model usage\)\s.*$", out, re.M)
+    assert usage is not None, out
+    assert USAGE_MEASURED.search(usage.group(0)), usage.group(0)
 
 
 def test_sqlite_run_prints_the_ratio_table(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from sessionstore.sql.message_content import (
     STORED_ON_POSTGRESQL_PREFIX,
     decode_content,
     encode_content,
+    hermes_form,
     text_of,
 )
 
@@ -110,3 +111,11 @@ def test_decoding_never_raises_on_what_a_file_holds() -> None:
     assert text_of('\x00json:{"a": 1}') == ""
     with pytest.raises(TypeError):
         encode_content([object()])
+
+
+def test_the_postgresql_marker_goes_back_to_hermes_s_where_nul_is_kept() -> None:
+    marked = encode_content([{"type": "text", "text": "x"}])
+    on_postgresql = marked.replace("\x00", "\ufffd")
+    assert hermes_form(on_postgresql) == marked
+    assert hermes_form(marked) is marked
+    assert hermes_form("plain text") == "plain text" and hermes_form(None) is None

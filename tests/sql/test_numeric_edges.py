@@ -149,6 +149,16 @@ def test_token_total_is_the_exact_sum_of_accepted_deltas(
     assert sql_type in ("integer", "bigint")
 
 
+def test_a_reset_total_takes_deltas_its_usage_row_cannot_hold(db: SessionDB) -> None:
+    """The per-model usage row outlives an absolute reset (Hermes 0.19.0): a delta the
+    session's reset total takes is taken, the row saturating (sessions/usage.py)."""
+    db.update_token_counts("s", cache_read_tokens=INT64_MAX)
+    db.update_token_counts("s", cache_read_tokens=0, absolute=True)
+    db.update_token_counts("s", cache_read_tokens=1)
+    assert stored(db, "cache_read_tokens")[0] == 1
+    assert [row["cache_read_tokens"] for row in db.get_model_usage("s")] == [INT64_MAX]
+
+
 def test_cache_reads_past_2_31_keep_updating(db: SessionDB) -> None:
     for _ in range(3):
         db.update_token_counts("s", cache_read_tokens=1_500_000_000)
@@ -320,9 +330,11 @@ def test_revision_0023_widens_postgresql_message_ids_and_narrows_back(
     assert pg_message_id_types(empty_pg_url) == ("bigint", "bigint")
     migrate.downgrade(empty_pg_url, "0022")
     assert pg_message_id_types(empty_pg_url) == ("integer", "integer")
+    # Read as it is: at 0022 the store lacks the Hermes v18+ columns, which read as defaults.
     with SessionDB(url=empty_pg_url, read_only=True) as db:
         assert [m["id"] for m in db.get_messages("s")] == [kept]
         assert db.get_messages("s")[0]["content"] == "kept through both steps"
+        assert db.get_messages("s")[0]["api_content"] is None
 
 
 @pytest.mark.parametrize("where", ["row", "sequence"])

@@ -429,8 +429,16 @@ WRITE_SLOTS = [
         WriteSlot(f"update_token_counts.{field}",
                   lambda db, v, x, field=field: db.update_token_counts(v, **{field: x}),
                   lambda db, v, x, field=field: db.get_session(v)[field])
-        for field in ("model", "cost_status", "cost_source", "pricing_version",
-                      "billing_provider", "billing_base_url", "billing_mode")
+        for field in ("cost_status", "cost_source", "pricing_version")
+    ),
+    # The model and billing route are taken only with accounted usage (a token, an API
+    # call or a cost: Hermes 0.19.0's update_token_counts), so these calls carry a token.
+    *(
+        WriteSlot(f"update_token_counts.{field}",
+                  lambda db, v, x, field=field: db.update_token_counts(
+                      v, input_tokens=1, **{field: x}),
+                  lambda db, v, x, field=field: db.get_session(v)[field])
+        for field in ("model", "billing_provider", "billing_base_url", "billing_mode")
     ),
     WriteSlot("set_session_title.session_id", lambda db, v, x: db.set_session_title(x, "t")),
     WriteSlot("set_session_title.title", lambda db, v, x: db.set_session_title(v, x),

@@ -77,8 +77,6 @@ REVISION_OF = {17: "0025", 18: "0026", 19: "0027", 20: "0028", 21: "0029", 22: "
 """The revision at which a store is each Hermes schema (0025 is v17 with our search objects)."""
 
 COLUMNS_NOT_YET_READ = frozenset({
-    "display_name", "origin_json", "expiry_finalized", "compression_fallback_streak",
-    "profile_name", "effect_disposition", "api_content",
     # v23...v31 (revisions 0031...0039; tests/support/legacy_v23_v31.py)
     "created_source", "system_prompt_hash", "git_metadata_generation", "title_source",
     "last_activity_at", "last_activity_description", "last_activity_provenance",
@@ -88,10 +86,10 @@ COLUMNS_NOT_YET_READ = frozenset({
     "display_identity", "display_order", "message_uid", "absorbed_message_uids",
     "tool_call_uids", "tool_call_uid",
 })  # fmt: skip
-"""The v18...v22 columns of ``sessions`` and ``messages`` that our records
-(``sessionstore/sql/records.py``) do not return yet: the schema landed first (issue 28,
-milestone 1); the reads that return them are issue 28's item 3 (branch ``v22-methods``), which
-empties this set, so that the comparisons with real Hermes that skip these keys hold in full."""
+"""The v23...v31 columns of ``sessions`` and ``messages`` that our records
+(``sessionstore/sql/records.py``) do not return yet: the schema landed first (issue 29,
+milestone 1); the reads that return them are issue 29's, which empties this set. The v18...v22
+columns are read (issue 28)."""
 
 
 # -- synthetic files of v18...v22 and their field variants ------------------------------------

@@ -159,6 +159,11 @@ class RealHermes:
     def calls(self, db_path: Path, steps: list[tuple[str, list[Any], dict[str, Any]]]) -> Any:
         return self.run(db_path, "calls", [list(step) for step in steps])
 
+    def insights(self, db_path: Path, days: int = 36500) -> dict[str, Any]:
+        """``hermes insights``: the release's own engine's ``overview`` and ``models``."""
+        report: dict[str, Any] = self.run(db_path, "insights", days)
+        return report
+
 
 def build_with_sessionstore(db_path: Path, home: Path) -> dict[str, Any]:
     """The driver's ``build`` through our ``sessionstore.hermes.state`` (a subprocess too, so

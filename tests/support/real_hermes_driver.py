@@ -17,6 +17,9 @@ Actions:
 - ``read``: everything that release's own reads return for the file (argument: the queries).
 - ``calls``: a list of ``[method, args, kwargs]`` run in order; their results (``$sql`` steps
   and ``{"$path": ...}`` arguments: see ``SQL_STEP`` and ``PATH_KEY``).
+- ``insights``: the report of the release's own ``agent.insights.InsightsEngine`` (``hermes
+  insights``) over the last N days (argument), its ``overview`` and ``models``
+  (:func:`insights_report`).
 
 Only the standard library and the wheel's own modules are used here.
 """
@@ -42,10 +45,14 @@ REWOUND_ID = "field-rewound"
 COMPACTED_ID = "field-compacted"
 EMPTY_ID = "field-empty"
 CLOCK_STEP_ID = "field-clock-step"
+IMPORTED_ID = "field-imported"
 ALL_SESSION_IDS = (
     ROOT_ID, CONTINUATION_ID, CHAIN_TIP_ID, BRANCH_ID, DELEGATE_ID, TELEGRAM_ID, ARCHIVED_ID,
-    REWOUND_ID, COMPACTED_ID, EMPTY_ID, CLOCK_STEP_ID,
+    REWOUND_ID, COMPACTED_ID, EMPTY_ID, CLOCK_STEP_ID, IMPORTED_ID,
 )  # fmt: skip
+TELEGRAM_KEY = "agent:main:telegram:dm:4242"
+ROUTING_SCOPE = "/home/alice/.hermes/sessions"
+DELEGATION_ID = "deleg-field-1"
 
 KUBECTL_CALL = [
     {"id": "call_k1", "type": "function",
@@ -217,11 +224,103 @@ def build(db: Any) -> dict[str, Any]:
     finally:
         time.time = wall_clock  # type: ignore[assignment]
 
+    later_features(db, features, message)
+
     db.create_session(EMPTY_ID, "cli", model="claude-sonnet-4")
     db.set_meta("last_auto_prune", "1760000000.5")
     db.set_meta("field_note", "written by real Hermes")
     made["session_ids"] = list(ALL_SESSION_IDS)
     return made
+
+
+def later_features(db: Any, features: list[str], message: Any) -> None:
+    """What Hermes 0.18.1 (schema v19) and 0.19.0 (v22) added, where this release has it:
+    gateway origins and the routing index, per-model usage with a model switch and an
+    auxiliary call, the API-content sidecar and effect dispositions, the fallback streak, a
+    title set only while empty, a reset boundary, an imported session, and a background
+    delegation row (written by Hermes's delegation tool, not by SessionDB: raw SQL here)."""
+    if hasattr(db, "record_gateway_session_peer") and accepts(
+        db.record_gateway_session_peer, "display_name"
+    ):
+        db.record_gateway_session_peer(
+            TELEGRAM_ID, source="telegram", user_id="tg-4242", session_key=TELEGRAM_KEY,
+            chat_id="4242", chat_type="dm", display_name="Alice (DM)",
+            origin_json='{"platform": "telegram", "chat_id": "4242", "user_name": "alice"}',
+        )  # fmt: skip
+        db.set_expiry_finalized(TELEGRAM_ID, True)
+        features.append("gateway_origin")
+    if hasattr(db, "save_gateway_routing_entry"):
+        db.save_gateway_routing_entry(TELEGRAM_KEY, json.dumps({"session_id": TELEGRAM_ID}))
+        db.save_gateway_routing_entry(TELEGRAM_KEY, '{"session_id": "scoped"}',
+                                      scope=ROUTING_SCOPE)  # fmt: skip
+        db.replace_gateway_routing_entries(
+            {"agent:main:discord:dm:7": json.dumps({"session_id": ARCHIVED_ID}),
+             TELEGRAM_KEY: json.dumps({"session_id": TELEGRAM_ID, "replaced": True})},
+        )  # fmt: skip
+        features.append("gateway_routing")
+    if hasattr(db, "record_auxiliary_usage"):
+        # A /model switch mid-conversation, then an auxiliary vision call.
+        db.update_token_counts(CHAIN_TIP_ID, input_tokens=900, output_tokens=120,
+                               model="gpt-5", billing_provider="openai",
+                               billing_base_url="https://api.openai.com/v1",
+                               billing_mode="api", api_call_count=2,
+                               estimated_cost_usd=0.031, cost_status="estimated",
+                               cost_source="pricing-table")  # fmt: skip
+        db.update_token_counts(CHAIN_TIP_ID, input_tokens=300, output_tokens=40,
+                               model="claude-sonnet-4", billing_provider="anthropic",
+                               api_call_count=1, estimated_cost_usd=0.004)  # fmt: skip
+        db.record_auxiliary_usage(CHAIN_TIP_ID, "vision", model="gemini-2.5-flash",
+                                  billing_provider="google", input_tokens=1500,
+                                  output_tokens=60, estimated_cost_usd=0.0007)  # fmt: skip
+        features.append("model_usage")
+    if accepts(db.append_message, "api_content"):
+        user = message(COMPACTED_ID, "user", "What changed in the certificate rotation?",
+                       api_content="What changed in the certificate rotation?\n"
+                                   "<memory>prefers short answers</memory>")  # fmt: skip
+        message(COMPACTED_ID, "tool", "rotation: renewed 2026-11-30", tool_name="terminal",
+                effect_disposition="applied")
+        message(COMPACTED_ID, "user", "Renew the staging certificate too")
+        db.set_latest_user_api_content(COMPACTED_ID, "Renew the staging certificate too",
+                                       "Renew the staging certificate too (sent)")
+        features.append("api_content")
+        del user
+    if hasattr(db, "set_compression_fallback_streak"):
+        db.set_compression_fallback_streak(COMPACTED_ID, 2)
+        features.append("fallback_streak")
+    if hasattr(db, "set_auto_title_if_empty"):
+        db.set_auto_title_if_empty(REWOUND_ID, "Seasonal haiku")
+        db.set_auto_title_if_empty(ROOT_ID, "Never replaces a title")
+        features.append("auto_title")
+    if hasattr(db, "promote_to_session_reset"):
+        db.promote_to_session_reset(CLOCK_STEP_ID, "idle")
+        features.append("session_reset")
+    if hasattr(db, "import_sessions"):
+        db.import_sessions([{
+            "id": IMPORTED_ID, "source": "cli", "model": "claude-haiku",
+            "title": "Imported from a backup", "started_at": 1760000000.0,
+            "ended_at": 1760000300.0, "end_reason": "user_exit", "input_tokens": 42,
+            "messages": [
+                {"role": "user", "content": "An imported question about rollback",
+                 "timestamp": 1760000001.0},
+                {"role": "assistant", "content": "An imported answer", "reasoning": "r",
+                 "timestamp": 1760000002.0},
+            ],
+        }])  # fmt: skip
+        features.append("import")
+    if hasattr(db, "_conn") and db._conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE name = 'async_delegations'"
+    ).fetchone():
+        db._conn.execute(
+            "INSERT INTO async_delegations (delegation_id, origin_session, "
+            "origin_ui_session_id, parent_session_id, state, dispatched_at, completed_at, "
+            "updated_at, event_json, result_json, delivery_state, delivery_attempts, "
+            "task_json) VALUES (?, ?, '', ?, 'completed', 1760000100.0, 1760000200.0, "
+            "1760000200.0, '{}', '{\"summary\": \"quorum of 5\"}', 'delivered', 1, "
+            "'{\"goal\": \"research\"}')",
+            (DELEGATION_ID, CHAIN_TIP_ID, CHAIN_TIP_ID),
+        )
+        db._conn.commit()
+        features.append("delegation")
 
 
 def call_if_there(db: Any, name: str, *args: Any, **kwargs: Any) -> Any:
@@ -296,12 +395,99 @@ def read(db: Any, queries: list[str]) -> dict[str, Any]:
         "meta": meta,
         "lock_holder": call_if_there(db, "get_compression_lock_holder", CHAIN_TIP_ID),
         "handoff": call_if_there(db, "get_handoff_state", TELEGRAM_ID),
+        **later_reads(db),
     }
+
+
+def later_reads(db: Any) -> dict[str, Any]:
+    """What Hermes 0.18.1 and 0.19.0's own reads return for the file (``{"absent": ...}``
+    where the release has no such read), and what Hermes's Insights reads of per-model usage
+    (the wheel's own query, :func:`insights_model_usage`)."""
+    return {
+        "routing": call_if_there(db, "load_gateway_routing_entries"),
+        "routing_scoped": call_if_there(db, "load_gateway_routing_entries", scope=ROUTING_SCOPE),
+        "gateway_sessions": call_if_there(db, "list_gateway_sessions", active_only=False),
+        "origin": call_if_there(db, "find_session_by_origin", platform="telegram",
+                                chat_id="4242"),
+        "lineages": {sid: db.get_compression_lineage(sid)
+                     for sid in (ROOT_ID, CHAIN_TIP_ID, BRANCH_ID)}
+        if hasattr(db, "get_compression_lineage") else {"absent": "get_compression_lineage"},
+        "lineage_export": call_if_there(db, "export_session_lineage", CONTINUATION_ID),
+        "resume": call_if_there(db, "get_resume_conversations", CHAIN_TIP_ID),
+        "ancestor_prefix": call_if_there(db, "get_ancestor_display_prefix", CHAIN_TIP_ID),
+        "conversation_root": call_if_there(db, "get_conversation_root", DELEGATE_ID),
+        "fallback_streak": call_if_there(db, "get_compression_fallback_streak", COMPACTED_ID),
+        "messages_page": call_with_all(db, "get_messages", CHAIN_TIP_ID, limit=2, offset=1),
+        "search_listing": call_with_all(db, "list_sessions_rich", order_by_last_active=True,
+                                        search_query="deploy", compact_rows=True),
+        "prune_candidates": call_if_there(db, "list_prune_candidates", older_than_days=0),
+        "model_usage": insights_model_usage(db),
+    }  # fmt: skip
+
+
+def insights_model_usage(db: Any) -> Any:
+    """The per-model usage rows Hermes's Insights reads: the query of the wheel's own
+    ``agent/insights.py`` (``InsightsEngine._GET_MODEL_USAGE_ALL``, taken from its source:
+    importing that module needs the agent's network dependencies), run on the file; rows in
+    key order. Absent where the release has no such table or query."""
+    import ast
+
+    source = Path(sys.modules[type(db).__module__].__file__ or "").with_name("agent")
+    insights = source / "insights.py"
+    if not insights.is_file() or not hasattr(db, "_conn"):
+        return {"absent": "model_usage"}
+    query = None
+    for node in ast.walk(ast.parse(insights.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(target, ast.Name) and target.id == "_GET_MODEL_USAGE_ALL"
+            for target in node.targets
+        ):
+            query = ast.literal_eval(node.value)
+    if query is None:
+        return {"absent": "model_usage"}
+    cursor = db._conn.execute(query, (0.0,))
+    names = [column[0] for column in cursor.description]
+    rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    return sorted(rows, key=lambda row: json.dumps(row, sort_keys=True, default=repr))
+
+
+def insights_report(db: Any, days: int) -> Any:
+    """What ``hermes insights`` reports: the release's own ``InsightsEngine(db).generate``,
+    its ``overview`` (totals) and ``models`` (the per-model breakdown). The engine's module
+    imports ``requests`` for price look-ups on the network; a ``--no-deps`` wheel has none, so
+    an offline stand-in is put in its place (every call raises ``ConnectionError``, which
+    the engine meets as any offline machine does): the figures come from the file alone."""
+    import types
+
+    try:
+        import requests  # noqa: F401
+    except ImportError:
+
+        class Offline(types.ModuleType):
+            def __getattr__(self, name: str) -> Any:
+                if name.startswith("__"):
+                    raise AttributeError(name)
+
+                def refuse(*args: Any, **kwargs: Any) -> Any:
+                    raise ConnectionError(f"offline: requests.{name}")
+
+                return refuse
+
+        sys.modules["requests"] = Offline("requests")
+    try:
+        from agent.insights import InsightsEngine
+    except ImportError as exc:
+        return {"absent": f"insights: {exc}"}
+    report = InsightsEngine(db).generate(days=days)
+    return {"overview": report.get("overview"), "models": report.get("models")}
 
 
 SQL_STEP = "$sql"
 """A ``calls`` step that runs one SQL statement (named ``:parameters``) on the store's own
 connection instead of a method: it sets what no method sets (started_at, archived...)."""
+SELECT_STEP = "$select"
+"""A ``calls`` step that runs one SELECT (named ``:parameters``) on the store's own connection
+and returns its rows as dicts: what no read method returns (Hermes's per-model usage rows)."""
 PATH_KEY = "$path"
 """An argument ``{"$path": "..."}`` is passed as a ``pathlib.Path`` (JSON has none)."""
 
@@ -320,10 +506,56 @@ def calls(db: Any, steps: list[list[Any]]) -> list[Any]:
             db._conn.commit()
             results.append(None)
             continue
+        if name == SELECT_STEP:
+            cursor = db._conn.execute(args[0], args[1] if len(args) > 1 else {})
+            names = [column[0] for column in cursor.description]
+            results.append([dict(zip(names, row, strict=True)) for row in cursor.fetchall()])
+            continue
         method = getattr(db, name)
         results.append(method(*map(argument, args),
                               **{key: argument(value) for key, value in kwargs.items()}))
     return results
+
+
+def functions_from_source(path: Path, names: tuple[str, ...], namespace: dict[str, Any]) -> None:
+    """Define the module-level functions ``names`` of the file at ``path`` in ``namespace``,
+    without running the rest of that module (its imports)."""
+    import ast
+
+    if not path.is_file():
+        return
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    wanted = [node for node in tree.body
+              if isinstance(node, ast.FunctionDef) and node.name in names]  # fmt: skip
+    exec(compile(ast.Module(body=wanted, type_ignores=[]), str(path), "exec"), namespace)
+
+
+def provide_repair_helper(root: Path) -> None:
+    """Hermes 0.19's ``repair_alternation`` imports ``repair_message_sequence`` from
+    ``agent.agent_runtime_helpers``, whose module imports the agent's runtime (PyYAML, httpx,
+    ...), which a ``--no-deps`` wheel does not bring. When that import fails, the module is
+    stood in for by the wheel's own two functions (``repair_message_sequence`` and the
+    ``drop_stale_api_content`` it calls), compiled from the wheel's source: the same code,
+    without the imports it does not use."""
+    try:
+        import agent.agent_runtime_helpers  # noqa: F401
+        return
+    except ImportError:
+        pass
+    import types
+    from collections.abc import Mapping
+    from typing import Optional
+
+    module = types.ModuleType("agent.agent_runtime_helpers")
+    namespace = module.__dict__
+    # The names its annotations use (evaluated when the functions are defined).
+    namespace.update(Any=Any, Dict=dict, List=list, Mapping=Mapping, Optional=Optional)
+    functions_from_source(root / "agent" / "turn_context.py", ("drop_stale_api_content",),
+                          namespace)  # fmt: skip
+    helpers = root / "agent" / "agent_runtime_helpers.py"
+    functions_from_source(helpers, ("repair_message_sequence",), namespace)
+    if "repair_message_sequence" in namespace:
+        sys.modules["agent.agent_runtime_helpers"] = module
 
 
 def main() -> None:
@@ -337,6 +569,9 @@ def main() -> None:
         sys.path[:] = [root, *(p for p in sys.path[1:] if Path(p).resolve() != wheel)]
         import hermes_state
 
+        if (wheel / "agent" / "agent_runtime_helpers.py").is_file():
+            provide_repair_helper(wheel)
+
     db = hermes_state.SessionDB(db_path=db_path)
     try:
         if action == "build":
@@ -345,6 +580,8 @@ def main() -> None:
             result = read(db, argument)
         elif action == "calls":
             result = calls(db, argument)
+        elif action == "insights":
+            result = insights_report(db, int(argument or 36500))
         else:
             raise SystemExit(f"unknown action {action!r}")
     finally:

@@ -1,0 +1,218 @@
+"""A session's messages as the OpenAI-shaped history Hermes replays, with Hermes 0.19's rules.
+
+Three rules shape a replayed history beyond decoding each row (:func:`message_of`):
+
+- **Replayed user messages.** With ancestors, a user message equal to an earlier user message
+  of the history, with no assistant reply (text or tool calls) in between, is left out: a
+  compression continuation starts by repeating the user's pending request.
+- **Background-review harness.** A persisted harness prompt of Hermes's skill/memory review
+  (older builds wrote it into the real session) and the assistant reply that answered it are
+  left out, so a resume never adopts the curator's role.
+- **Alternation repair** (``repair_alternation``, a live replay): consecutive assistant turns
+  merged (a provisional verification candidate replaced by its successor; Codex interim turns
+  never merged), tool results that answer no preceding tool call (or answer one twice) dropped,
+  consecutive plain-text user turns joined by a blank line (their ``api_content`` dropped, it
+  no longer matches). A port of Hermes 0.19's ``repair_message_sequence``; the stored rows
+  never change.
+
+Hermes 0.19 also runs its ``sanitize_context`` over user and assistant text (memory-context
+fences); rows here come back as stored, as they always have (that is agent-side scrubbing of
+what Hermes itself wrote, not part of the store).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from ..sql.codec import decode_json
+from ..sql.message_content import decode_content
+from ..sql.records import ConversationRow
+
+REVIEW_HARNESS_PREFIXES = (
+    "Review the conversation above and update the skill library",
+    "Review the conversation above and consider saving to memory",
+)
+VERIFICATION_FINISH_REASONS = frozenset({"verification_required", "verify_hook_continue"})
+
+
+def message_of(record: ConversationRow) -> dict[str, Any]:
+    """One row as Hermes 0.19 replays it: its keys, in its order."""
+    message: dict[str, Any] = {"role": record.role, "content": decode_content(record.content)}
+    if record.api_content:
+        message["api_content"] = record.api_content
+    if record.timestamp:
+        message["timestamp"] = record.timestamp
+    if record.tool_call_id:
+        message["tool_call_id"] = record.tool_call_id
+    if record.tool_name:
+        message["tool_name"] = record.tool_name
+    if record.effect_disposition:
+        message["effect_disposition"] = record.effect_disposition
+    if record.tool_calls:
+        message["tool_calls"] = decode_json(record.tool_calls, "tool_calls", record.id, [])
+    if record.platform_message_id:
+        message["message_id"] = record.platform_message_id
+    if record.observed:
+        message["observed"] = True
+    if record.role == "assistant":
+        if record.finish_reason:
+            message["finish_reason"] = record.finish_reason
+        if record.reasoning:
+            message["reasoning"] = record.reasoning
+        # Written whenever it is not NULL: an empty string counts (Kimi replay).
+        if record.reasoning_content is not None:
+            message["reasoning_content"] = record.reasoning_content
+        for name in ("reasoning_details", "codex_reasoning_items", "codex_message_items"):
+            raw = getattr(record, name)
+            if raw:
+                message[name] = decode_json(raw, name, record.id, None)
+    return message
+
+
+def conversation(
+    rows: Iterable[ConversationRow], *, with_ancestors: bool, repair_alternation: bool
+) -> list[dict[str, Any]]:
+    """The replayed history of ``rows`` (in insertion order), by the rules of the module."""
+    messages: list[dict[str, Any]] = []
+    for row in rows:
+        message = message_of(row)
+        if with_ancestors and _is_replayed_user_message(messages, message):
+            continue
+        messages.append(message)
+    messages = _without_review_harness(messages)
+    if repair_alternation and messages:
+        repair_message_sequence(messages)
+    return messages
+
+
+def _is_replayed_user_message(earlier: list[dict[str, Any]], message: dict[str, Any]) -> bool:
+    if message.get("role") != "user":
+        return False
+    content = message.get("content")
+    if not isinstance(content, str) or not content:
+        return False
+    for previous in reversed(earlier):
+        if previous.get("role") == "user" and previous.get("content") == content:
+            return True
+        if previous.get("role") == "assistant" and (
+            previous.get("content") or previous.get("tool_calls")
+        ):
+            return False
+    return False
+
+
+def _is_review_harness(message: dict[str, Any]) -> bool:
+    content = message.get("content")
+    return (
+        message.get("role") in ("user", "system")
+        and isinstance(content, str)
+        and content.lstrip().startswith(REVIEW_HARNESS_PREFIXES)
+    )
+
+
+def _without_review_harness(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    kept: list[dict[str, Any]] = []
+    answering_harness = False
+    for message in messages:
+        if _is_review_harness(message):
+            answering_harness = True
+            continue
+        if answering_harness:
+            answering_harness = False
+            if message.get("role") == "assistant":
+                continue
+        kept.append(message)
+    return kept
+
+
+def _is_codex_interim(message: dict[str, Any]) -> bool:
+    return bool(
+        message.get("codex_reasoning_items")
+        or message.get("codex_message_items")
+        or message.get("finish_reason") == "incomplete"
+    )
+
+
+def repair_message_sequence(messages: list[dict[str, Any]]) -> int:
+    """Hermes 0.19's ``repair_message_sequence`` (see the module), in place; how many
+    repairs it made."""
+    repairs = 0
+    merged_assistants: list[dict[str, Any]] = []
+    for message in messages:
+        previous = merged_assistants[-1] if merged_assistants else None
+        if (
+            previous is not None
+            and message.get("role") == "assistant"
+            and previous.get("role") == "assistant"
+            and not _is_codex_interim(message)
+            and not _is_codex_interim(previous)
+        ):
+            repairs += 1
+            if previous.get("finish_reason") in VERIFICATION_FINISH_REASONS:
+                merged_assistants[-1] = message
+                continue
+            earlier_calls = list(previous.get("tool_calls") or [])
+            later_calls = list(message.get("tool_calls") or [])
+            if later_calls:
+                previous["tool_calls"] = earlier_calls + later_calls
+            elif earlier_calls:
+                previous["tool_calls"] = earlier_calls
+            earlier_text, later_text = previous.get("content"), message.get("content")
+            if isinstance(earlier_text, str) and isinstance(later_text, str):
+                previous["content"] = "\n".join(
+                    part for part in (earlier_text.strip(), later_text.strip()) if part
+                )
+            elif not earlier_text and later_text is not None:
+                previous["content"] = later_text
+            if not previous.get("reasoning_content") and message.get("reasoning_content"):
+                previous["reasoning_content"] = message["reasoning_content"]
+            continue
+        merged_assistants.append(message)
+
+    answerable: set[Any] = set()
+    answered: list[dict[str, Any]] = []
+    for message in merged_assistants:
+        role = message.get("role")
+        if role == "assistant":
+            answerable = {
+                call.get(key)
+                for call in message.get("tool_calls") or []
+                if isinstance(call, dict)
+                for key in ("id", "call_id")
+                if call.get(key)
+            }
+            answered.append(message)
+        elif role == "tool":
+            call_id = message.get("tool_call_id")
+            if call_id and call_id in answerable:
+                answered.append(message)
+                answerable.discard(call_id)  # a second result for one call is a duplicate
+            else:
+                repairs += 1
+        else:
+            if role == "user":
+                answerable = set()
+            answered.append(message)
+
+    joined: list[dict[str, Any]] = []
+    for message in answered:
+        previous = joined[-1] if joined else None
+        if previous is not None and message.get("role") == "user" and (
+            previous.get("role") == "user"
+        ):
+            earlier_text, later_text = previous.get("content", ""), message.get("content", "")
+            if isinstance(earlier_text, str) and isinstance(later_text, str):
+                previous["content"] = (
+                    f"{earlier_text}\n\n{later_text}"
+                    if earlier_text and later_text
+                    else (earlier_text or later_text)
+                )
+                previous.pop("api_content", None)
+                repairs += 1
+                continue
+        joined.append(message)
+
+    if repairs:
+        messages[:] = joined
+    return repairs

@@ -1,0 +1,368 @@
+"""Importing exported sessions: Hermes 0.19's ``import_sessions``, the restore of history a
+dashboard reads back from an ``export_session``/``export_all`` file.
+
+All or nothing, in two steps:
+
+1. **Checked first, nothing written.** The payload is a list of at most
+   :data:`MAX_SESSIONS` session dicts; each needs an id (unique in the payload), its
+   ``messages`` a list of at most :data:`MAX_MESSAGES_PER_SESSION` dicts each with a role,
+   text fields text, ``model_config`` a JSON object (or its text), ``token_count`` an integer;
+   a session's JSON at most :data:`MAX_SESSION_BYTES`, the payload's
+   :data:`MAX_TOTAL_BYTES` and :data:`MAX_TOTAL_MESSAGES` messages. Any problem: nothing is
+   imported and the answer lists every problem (``{"ok": False, "errors": [{"index",
+   "session_id", "error"}]}``).
+2. **Written in one transaction.** A session whose id exists already is skipped, never
+   changed. An imported one keeps its history: its title, model, prompt, cwd and git, billing
+   and costs, token totals, start and end, archive flag; its messages become live rows (a
+   rewound or archived message of the export is live again) with their timestamps (a missing
+   one follows the previous message), and its counters are counted from them. What belonged to a
+   live process is not restored: gateway routing, handoff, leases, rewind state. A child keeps
+   its parent only when that parent exists or came in the same payload and the link makes no
+   cycle; otherwise it is detached (a root), and counted in ``detached``.
+
+Returns ``{"ok": True, "imported", "skipped", "detached", "imported_ids", "skipped_ids",
+"errors": []}``. The limits are Hermes's: an import is one write transaction, and a bounded
+one does not starve the live writers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.sql.elements import BindParameter
+
+from ..sql import validation
+from ..sql.codec import encode_json
+from ..sql.tables import messages_table as messages
+from ..sql.tables import sessions_table as sessions
+from .access import writes
+from .messages import MessagesPart, NewMessage, message_rows
+from .shared import constraint_error
+
+MAX_SESSIONS = 500
+MAX_MESSAGES_PER_SESSION = 10_000
+MAX_TOTAL_MESSAGES = 50_000
+MAX_SESSION_BYTES = 5 * 1024 * 1024
+MAX_TOTAL_BYTES = 25 * 1024 * 1024
+IMPORT_SOURCE = "import"
+"""The source of an imported session that names none."""
+
+_TEXT_FIELDS = (
+    "source", "user_id", "model", "system_prompt", "end_reason", "cwd", "git_branch",
+    "git_repo_root", "billing_provider", "billing_base_url", "billing_mode", "cost_status",
+    "cost_source", "pricing_version", "title",
+)  # fmt: skip
+_COUNTERS = (
+    "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
+    "reasoning_tokens", "api_call_count",
+)  # fmt: skip
+_MESSAGE_TEXT_FIELDS = (
+    "tool_call_id", "tool_name", "effect_disposition", "finish_reason", "reasoning",
+    "reasoning_content", "platform_message_id", "message_id",
+)  # fmt: skip
+_ASSISTANT_TEXT = ("reasoning", "reasoning_content")
+_ASSISTANT_JSON = ("reasoning_details", "codex_reasoning_items", "codex_message_items")
+"""Kept on assistant messages only, as Hermes imports them."""
+_ID: BindParameter[str] = bindparam("id")
+
+
+class _Prepared(NamedTuple):
+    row: dict[str, Any]
+    parent_id: str
+    batch: list[NewMessage]
+
+
+class ImportProblem(ValueError):
+    """One session of the payload cannot be imported (its message names the field)."""
+
+
+class ImportsPart(MessagesPart):
+    """Hermes 0.19's ``import_sessions`` (see the module)."""
+
+    @writes
+    def import_sessions(self, payload: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        if not isinstance(payload, list):
+            raise ValueError("sessions must be a list")
+        if len(payload) > MAX_SESSIONS:
+            raise ValueError(f"sessions must contain at most {MAX_SESSIONS} entries")
+        prepared: list[_Prepared] = []
+        errors: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        total_bytes = total_messages = 0
+        for index, raw in enumerate(payload):
+            if not isinstance(raw, dict):
+                errors.append(_problem(index, "", "session must be an object"))
+                continue
+            session_id = str(raw.get("id") or "").strip()
+            problem, size = _shape_problem(raw, session_id, seen)
+            if problem is None:
+                total_bytes += size
+                if total_bytes > MAX_TOTAL_BYTES:
+                    problem = "import exceeds the total size limit"
+            if problem is None:
+                try:
+                    one = self._prepare_session(raw, session_id)
+                except (ImportProblem, TypeError, ValueError) as exc:
+                    problem = str(exc)
+            if problem is None:
+                total_messages += len(one.batch)
+                if total_messages > MAX_TOTAL_MESSAGES:
+                    problem = "messages exceeds the total import limit"
+            if problem is not None:
+                errors.append(_problem(index, session_id, problem))
+                continue
+            seen.add(session_id)
+            prepared.append(one)
+        if errors:
+            return {"ok": False, "imported": 0, "skipped": 0, "detached": 0, "errors": errors}
+        try:
+            return self.store.write(lambda conn: _import(conn, prepared))
+        except IntegrityError as exc:
+            raise constraint_error(
+                self.store.dialect, exc, "a session of the import does not exist",
+                "importing sessions",
+            ) from exc
+
+    def _prepare_session(self, raw: Mapping[str, Any], session_id: str) -> _Prepared:
+        """The session's row and messages as they will be written (checked, encoded)."""
+        row: dict[str, Any] = {"id": validation.identifier(session_id, "id")}
+        for name in _TEXT_FIELDS:
+            row[name] = self._text(_text_or_none(raw.get(name), name), name)
+        row["source"] = validation.identifier(row["source"] or IMPORT_SOURCE, "source")
+        row["model_config"] = self._text(_json_object_or_none(raw.get("model_config")),
+                                         "model_config")  # fmt: skip
+        parent_id = (_text_or_none(raw.get("parent_session_id"), "parent_session_id") or "")
+        parent_id = validation.identifier(parent_id.strip(), "parent_session_id")
+        row["parent_session_id"] = None
+        started = _float_or_none(raw.get("started_at"))
+        row["started_at"] = time.time() if started is None else started
+        row["ended_at"] = _float_or_none(raw.get("ended_at"))
+        for name in _COUNTERS:
+            row[name] = validation.counter(_int_or_zero(raw.get(name)), name)
+        for name in ("estimated_cost_usd", "actual_cost_usd"):
+            row[name] = _float_or_none(raw.get(name))
+        row["archived"] = 1 if raw.get("archived") else 0
+        return _Prepared(row, parent_id, self._prepare_import_messages(raw.get("messages") or []))
+
+    def _prepare_import_messages(self, batch: Sequence[Mapping[str, Any]]) -> list[NewMessage]:
+        """Hermes's ``_insert_message_rows`` rules: reasoning only on assistant messages,
+        JSON text of reasoning read back as JSON, a missing or unreadable timestamp set just
+        after the previous message (now, for the first)."""
+        clock = time.time()
+        prepared: list[NewMessage] = []
+        for position, message in enumerate(batch):
+            role = message.get("role")
+            if not isinstance(role, str) or not role:
+                raise ImportProblem(f"messages[{position}].role must be a non-empty string")
+            for name in _MESSAGE_TEXT_FIELDS:
+                _text_or_none(message.get(name), name)
+            token_count = message.get("token_count")
+            if token_count is not None:
+                try:
+                    token_count = int(token_count)
+                except (TypeError, ValueError):
+                    raise ImportProblem("token_count must be an integer") from None
+            assistant = role == "assistant"
+            fields = {
+                **{name: message.get(name) if assistant else None for name in _ASSISTANT_TEXT},
+                **{name: _json_value(message.get(name)) if assistant else None
+                   for name in _ASSISTANT_JSON},
+            }  # fmt: skip
+            stamp = _timestamp(message.get("timestamp"))
+            at = clock if stamp is None else stamp
+            clock = max(clock + 1e-6, at + 1e-6)
+            platform_id = message.get("platform_message_id") or message.get("message_id")
+            prepared.append(
+                self.prepare_message(
+                    role,
+                    message.get("content"),
+                    tool_name=message.get("tool_name"),
+                    tool_calls=message.get("tool_calls") or None,
+                    tool_call_id=message.get("tool_call_id"),
+                    token_count=token_count,
+                    finish_reason=message.get("finish_reason"),
+                    reasoning=fields["reasoning"],
+                    reasoning_content=fields["reasoning_content"],
+                    reasoning_details=fields["reasoning_details"] or None,
+                    codex_reasoning_items=fields["codex_reasoning_items"] or None,
+                    codex_message_items=fields["codex_message_items"] or None,
+                    platform_message_id=platform_id or None,
+                    observed=bool(message.get("observed")),
+                    timestamp=at,
+                    effect_disposition=message.get("effect_disposition"),
+                    api_content=message.get("api_content"),
+                )
+            )
+        return prepared
+
+
+def _import(conn: Connection, prepared: Sequence[_Prepared]) -> dict[str, Any]:
+    imported: list[str] = []
+    skipped: list[str] = []
+    parents: dict[str, str] = {}
+    exists = select(sessions.c.id).where(sessions.c.id == _ID)
+    for one in prepared:
+        session_id = one.row["id"]
+        if conn.execute(exists, {"id": session_id}).first() is not None:
+            skipped.append(session_id)
+            continue
+        conn.execute(insert(sessions).values(one.row))
+        rows = message_rows(session_id, one.batch, time.time())
+        if rows:
+            conn.execute(insert(messages), rows)
+        conn.execute(
+            update(sessions)
+            .where(sessions.c.id == session_id)
+            .values(message_count=len(rows),
+                    tool_call_count=sum(message.tool_call_total for message in one.batch))
+        )  # fmt: skip
+        if one.parent_id:
+            parents[session_id] = one.parent_id
+        imported.append(session_id)
+
+    parent_of = select(sessions.c.parent_session_id).where(sessions.c.id == _ID)
+
+    def closes_a_cycle(child: str, parent: str) -> bool:
+        seen = {child}
+        current: str | None = parent
+        while current:
+            if current in seen:
+                return True
+            seen.add(current)
+            if current in parents:
+                current = parents[current]
+                continue
+            row = conn.execute(parent_of, {"id": current}).first()
+            if row is None:
+                return False
+            current = row[0]
+        return False
+
+    detached = 0
+    for child, parent in list(parents.items()):
+        found = conn.execute(exists, {"id": parent}).first() is not None
+        if found and not closes_a_cycle(child, parent):
+            conn.execute(
+                update(sessions).where(sessions.c.id == child).values(parent_session_id=parent)
+            )
+        else:
+            # Only the closing edge goes: later children may still hang from this root.
+            parents.pop(child, None)
+            detached += 1
+    return {
+        "ok": True,
+        "imported": len(imported),
+        "skipped": len(skipped),
+        "detached": detached,
+        "imported_ids": imported,
+        "skipped_ids": skipped,
+        "errors": [],
+    }
+
+
+def _problem(index: int, session_id: str, error: str) -> dict[str, Any]:
+    item: dict[str, Any] = {"index": index, "error": error}
+    if session_id:
+        item["session_id"] = session_id
+    return item
+
+
+def _shape_problem(
+    raw: Mapping[str, Any], session_id: str, seen: set[str]
+) -> tuple[str | None, int]:
+    """What is wrong with a session's shape (Hermes's checks, in its order), and its size."""
+    if not session_id:
+        return "session id is required", 0
+    if session_id in seen:
+        return "duplicate session id", 0
+    batch = raw.get("messages") or []
+    if not isinstance(batch, list):
+        return "messages must be a list", 0
+    if len(batch) > MAX_MESSAGES_PER_SESSION:
+        return "messages exceeds the per-session import limit", 0
+    if any(not isinstance(message, dict) for message in batch):
+        return "messages must contain only objects", 0
+    try:
+        size = len(
+            json.dumps(raw, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        )
+    except (TypeError, ValueError):
+        return "session must be JSON serializable", 0
+    if size > MAX_SESSION_BYTES:
+        return "session exceeds the import size limit", 0
+    return None, size
+
+
+def _text_or_none(value: Any, field: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise ImportProblem(f"{field} must be a string")
+
+
+def _json_object_or_none(value: Any) -> str | None:
+    """``model_config`` as stored: JSON text of an object (given as text or as a dict)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            raise ImportProblem("model_config must be valid JSON") from None
+        if not isinstance(parsed, dict):
+            raise ImportProblem("model_config must be a JSON object")
+        return value
+    if not isinstance(value, dict):
+        raise ImportProblem("model_config must be a JSON object")
+    try:
+        return encode_json(value, "model_config")
+    except (TypeError, ValueError):
+        raise ImportProblem("model_config must be JSON serializable") from None
+
+
+def _float_or_none(value: Any) -> float | None:
+    """A number Hermes would read (anything ``float()`` takes), else None; a value that is
+    not finite is None too (stored, it would poison every total and order)."""
+    if value is None or isinstance(value, bool):
+        return None if value is None else float(value)
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _int_or_zero(value: Any) -> int:
+    if value is None:
+        return 0
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        return 0
+
+
+def _timestamp(value: Any) -> float | None:
+    if value is None:
+        return None
+    if hasattr(value, "timestamp"):
+        try:
+            value = value.timestamp()
+        except (TypeError, ValueError, OverflowError):
+            return None
+    return _float_or_none(value)
+
+
+def _json_value(value: Any) -> Any:
+    """Reasoning exported as JSON text is read back as JSON (stored once, not twice)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
