@@ -15,6 +15,7 @@ from sqlalchemy.engine import Dialect
 
 from sessionstore.sessions import lifecycle
 from sessionstore.sessions import messages as message_part
+from sessionstore.sql.read_shape import FULL, ReadShape
 from sessionstore.sql.records import CONVERSATION_FIELDS, MESSAGE_FIELDS, SESSION_FIELDS
 from sessionstore.sql.statements import plain_select
 from sessionstore.sql.tables import messages_table as messages
@@ -31,16 +32,17 @@ def _core_messages(fields: tuple[str, ...], live_only: bool) -> sa.Select[Any]:
 
 
 CASES: list[tuple[str, Callable[[], Any], Callable[[], Any]]] = [
-    ("session by id", lifecycle._session_by_id,
+    ("session by id", lambda: lifecycle._session_by_id(FULL),
      lambda: sa.select(*[sessions.c[name] for name in SESSION_FIELDS]).where(
          sessions.c.id == sa.bindparam("id"))),
-    ("messages", message_part._messages_of_session,
+    ("messages", lambda: message_part._messages_of_session(FULL),
      lambda: _core_messages(MESSAGE_FIELDS, live_only=False)),
-    ("live messages", lambda: message_part._messages_of_session(live_only=True),
+    ("live messages", lambda: message_part._messages_of_session(FULL, live_only=True),
      lambda: _core_messages(MESSAGE_FIELDS, live_only=True)),
-    ("conversation", message_part._conversation_of_session,
+    ("conversation", lambda: message_part._conversation_of_session(FULL),
      lambda: _core_messages(CONVERSATION_FIELDS, live_only=False)),
-    ("live conversation", lambda: message_part._conversation_of_session(live_only=True),
+    ("live conversation",
+     lambda: message_part._conversation_of_session(FULL, live_only=True),
      lambda: _core_messages(CONVERSATION_FIELDS, live_only=True)),
 ]
 
@@ -72,3 +74,16 @@ def test_names_that_would_need_quoting_are_refused() -> None:
             plain_select(table, [name], "fine = :x")
     with pytest.raises(KeyError):
         plain_select(table, ["misspelt"], "fine = :x")
+
+
+def test_a_column_the_store_lacks_is_selected_as_its_default() -> None:
+    """A store read as it is (``sql.read_shape``): an absent later column reads as Hermes's
+    default, in its place, so the record keeps its fields; the rest is unchanged."""
+    shape = ReadShape(frozenset({("sessions", "display_name"), ("sessions", "expiry_finalized"),
+                                 ("messages", "api_content")}))  # fmt: skip
+    session_sql = str(lifecycle._session_by_id(shape))
+    assert ", NULL AS display_name, " in session_sql and ", 0 AS expiry_finalized, " in session_sql
+    assert session_sql.replace("NULL AS display_name", "display_name").replace(
+        "0 AS expiry_finalized", "expiry_finalized") == str(lifecycle._session_by_id(FULL))
+    assert str(message_part._messages_of_session(shape)).startswith("SELECT id, ")
+    assert " NULL AS api_content FROM messages " in str(message_part._messages_of_session(shape))
