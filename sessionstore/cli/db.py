@@ -4,6 +4,7 @@ revision, the migration chain, health checks and repairs, and store-to-store cop
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -483,14 +484,21 @@ def db_doctor(
         )
     else:
         table = Table("Check", "Status", "Detail", title=f"Health of {shown(url)}")
+        commands: list[tuple[str, str]] = []
         for check in report.checks:
-            table.add_row(check.name, _STATUS_MARKS[check.status], Text(check.detail))
+            # A command in a detail is printed below the table, on a line of its own: a
+            # table cell wraps it, and a wrapped command cannot be copied and run.
+            detail = _COMMAND_IN_TEXT.sub(_see_below, check.detail)
+            commands += [(check.name, found) for found in _COMMAND_IN_TEXT.findall(check.detail)]
+            table.add_row(check.name, _STATUS_MARKS[check.status], Text(detail))
         console = out.console()
         if backup is not None:
             console.print(f"backup written to {backup}", markup=False)
         for action in actions:
             console.print(Text(f"fixed: {action}", style="green"))
         console.print(table)
+        for name, command in commands:
+            console.print(Text(f"{name}: run {command}"), soft_wrap=True)
         if report.healthy:
             console.print(Text("no problems found", style="green"))
         else:
@@ -501,6 +509,13 @@ def db_doctor(
             console.print(Text(f"{len(report.problems)} problem(s){suggestion}", style="bold red"))
     if not report.healthy:
         raise typer.Exit(EXIT_FAILURE)
+
+
+_COMMAND_IN_TEXT = re.compile(r"`sessionstore[^`]*`")
+
+
+def _see_below(found: re.Match[str]) -> str:
+    return "the command below"
 
 
 def _only_recount(report: doctor.Report) -> doctor.Report:
