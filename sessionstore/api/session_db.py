@@ -120,8 +120,7 @@ class SessionDB:
     ) -> Path | None:
         """Check the schema (two small reads when it is current) and migrate if needed;
         the adoption backup's path when one was taken."""
-        state = migrate.state(engine)
-        status = migrate.status_from(state)
+        status = migrate.status(engine)  # a Hermes file's shape verdict included
         if status.up_to_date:
             return None
         refusal = migrate.upgrade_refusal(status)

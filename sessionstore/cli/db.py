@@ -376,14 +376,17 @@ def db_current(
     require_existing(url)
     with contextlib.closing(Store.open(url, read_only=True)) as store:
         status = store.read(migrate.status_of)
+    refusal = migrate.upgrade_refusal(status)
     if as_json:
-        out.print_json({**status._asdict(), "up_to_date": status.up_to_date})
+        out.print_json({
+            "revision": status.revision, "schema_version": status.schema_version,
+            "head": status.head, "up_to_date": status.up_to_date, "refusal": refusal,
+        })  # fmt: skip
     else:
         line = (
             f"revision {status.revision or 'none'} (Hermes schema "
             f"{status.schema_version or 'none'})"
         )
-        refusal = migrate.upgrade_refusal(status)
         if status.up_to_date:
             typer.echo(f"{line}: current")
         elif refusal is not None:

@@ -162,28 +162,28 @@ def diagnose(
 
 
 def _check_schema(conn: Connection, url: URL) -> tuple[Check, bool]:
-    state = legacy.read_state(conn)
+    status = migrate.status_of(conn)  # with the shape verdict of a Hermes file: one story
     head = migrate.head_revision()
-    if state.alembic_revision != head:
-        refusal = migrate.upgrade_refusal(migrate.status_from(state))
+    if status.revision != head:
+        refusal = migrate.upgrade_refusal(status)
         remedy = refusal or f"run `{cli_command(url, 'db', 'upgrade')}`"
         return Check(
             "schema",
             "fail",
-            f"at revision {state.alembic_revision or 'none'} (Hermes schema "
-            f"{state.schema_version or 'none'}), not {head}: {remedy}",
+            f"at revision {status.revision or 'none'} (Hermes schema "
+            f"{status.schema_version or 'none'}), not {head}: {remedy}",
         ), False
     # Revisions after the Hermes chain keep writing Hermes's last number.
     expected = _REVISION_TO_HERMES.get(head, legacy.NEWEST_HERMES_SCHEMA)
-    if legacy.is_too_new(state.schema_version):
+    if legacy.is_too_new(status.schema_version):
         # A newer Hermes moved the store on after us: the same words as every other verb.
-        refusal = migrate.upgrade_refusal(migrate.status_from(state))
+        refusal = migrate.upgrade_refusal(status)
         return Check("schema", "fail", f"revision {head}, but {refusal}"), False
-    if state.schema_version != expected:
+    if status.schema_version != expected:
         return Check(
             "schema",
             "fail",
-            f"schema_version says {state.schema_version} but revision {head} is Hermes schema "
+            f"schema_version says {status.schema_version} but revision {head} is Hermes schema "
             f"{expected}: another program changed this file",
         ), True
     return Check("schema", "ok", f"revision {head}, Hermes schema {expected}"), True

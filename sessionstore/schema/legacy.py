@@ -30,7 +30,10 @@ schemas); one that does not is refused before anything is written, backup includ
 A store at our head whose ``schema_version`` is above the newest we know was moved on by a
 newer Hermes after we wrote it (Hermes never touches ``alembic_version``): it is refused for
 writing like any file of that schema (``migrate.Status.up_to_date`` is false for it, so every
-door asks :func:`upgrade_refusal` and says the same), and read as it is.
+door asks :func:`upgrade_refusal` and says the same), and read as it is. A file refused for
+its shape is told the same way: ``migrate.status_of`` carries :func:`shape_refusal`, and every
+door (``db current``, ``db doctor``, the reading verbs, ``SessionDB``) says it instead of
+suggesting an upgrade that would refuse.
 """
 
 from __future__ import annotations
@@ -204,15 +207,22 @@ def check_revision_known(state: StoreState, known_revisions: Collection[str]) ->
         raise UnknownRevisionError(unknown_revision_message(state.alembic_revision))
 
 
-def check_shape(conn: Connection, state: StoreState) -> None:
-    """Refuse a Hermes file (not yet ours) whose number names a schema its tables do not match
-    (``hermes_shapes.judge``: numbers 18 and up; up to 17 every shape is adopted by content)."""
+def shape_refusal(conn: Connection, state: StoreState) -> str | None:
+    """Why a Hermes file (not yet ours) is not the schema its number names, in the words of
+    the refusal; None when it is, or when its number is not judged (``hermes_shapes.judge``:
+    numbers 18 and up; up to 17 every shape is adopted by content). Reads the catalog only for
+    such a file: an adopted store costs nothing more."""
     number = state.schema_version
     if state.alembic_revision is not None or not state.has_sessions or number is None:
-        return
+        return None
     if not OLDEST_JUDGED <= number <= NEWEST_JUDGED:
-        return
-    refusal = judge(Catalog.read(conn), number).refusal()
+        return None
+    return judge(Catalog.read(conn), number).refusal()
+
+
+def check_shape(conn: Connection, state: StoreState) -> None:
+    """Refuse a Hermes file whose number names a schema its tables do not match."""
+    refusal = shape_refusal(conn, state)
     if refusal is not None:
         raise SchemaShapeError(refusal)
 

@@ -154,6 +154,9 @@ class Status(NamedTuple):
     revision: str | None
     schema_version: int | None
     head: str
+    shape_refusal: str | None = None
+    """Why the file is not the Hermes schema its number names (``legacy.shape_refusal``): read
+    by :func:`status_of` for a Hermes file not yet adopted, None otherwise."""
 
     @property
     def up_to_date(self) -> bool:
@@ -171,7 +174,8 @@ def upgrade_refusal(status: Status) -> str | None:
         return None
     # The scripts are read only for a revision this release may not ship.
     known = known_revisions() if status.revision is not None else ()
-    return legacy.upgrade_refusal(status.schema_version, status.revision, known)
+    refusal = legacy.upgrade_refusal(status.schema_version, status.revision, known)
+    return refusal if refusal is not None else status.shape_refusal
 
 
 def known_revisions() -> set[str]:
@@ -179,11 +183,16 @@ def known_revisions() -> set[str]:
 
 
 def status_of(connection: Connection) -> Status:
-    return status_from(legacy.read_state(connection))
+    """The store's status, with the shape verdict of a Hermes file not yet adopted (so that
+    :func:`upgrade_refusal` says what the upgrade would)."""
+    state = legacy.read_state(connection)
+    return status_from(state, legacy.shape_refusal(connection, state))
 
 
-def status_from(state: legacy.StoreState) -> Status:
-    return Status(state.alembic_revision, state.schema_version, head_revision())
+def status_from(state: legacy.StoreState, shape_refusal: str | None = None) -> Status:
+    """The status from a state already read (without the catalog: give ``shape_refusal`` where
+    an upgrade refusal is to be told; :func:`status_of` reads both)."""
+    return Status(state.alembic_revision, state.schema_version, head_revision(), shape_refusal)
 
 
 def _inspect(target: Target, look: Callable[[Connection], T]) -> T:

@@ -117,6 +117,16 @@ def _moved_on(path: Path) -> None:
     _change(path, "UPDATE schema_version SET version = 23")
 
 
+def _fork_reusing_23(path: Path) -> None:
+    """A fork's own "v23" (shared facts §4): Hermes's v17 tables plus ``session_index`` and
+    ``runs``, none of Hermes v23's; refused by shape, untouched."""
+    build_later_db(path, 17)
+    for statement in ("UPDATE schema_version SET version = 23",
+                      "CREATE TABLE session_index (id TEXT PRIMARY KEY)",
+                      "CREATE TABLE runs (id TEXT PRIMARY KEY)"):  # fmt: skip
+        _change(path, statement)
+
+
 def _unknown_revision(path: Path) -> None:
     _current(path)
     _change(path, "UPDATE alembic_version SET version_num = '9999'")
@@ -144,6 +154,7 @@ SCENARIOS = {
     "moved-on-by-a-newer-hermes": Scenario(_moved_on),
     "newer-hermes": Scenario(lambda path: build_legacy_db(path, 6, variant="too_new")),
     "unknown-revision": Scenario(_unknown_revision),
+    "fork-reusing-23": Scenario(_fork_reusing_23),
     "damaged": Scenario(_damaged),
     "current": Scenario(_current),
     "default-hermes-v3": Scenario(lambda path: build_legacy_db(path, 3), default_store=True),
@@ -269,3 +280,46 @@ def test_every_hint_runs_on_postgresql(tmp_path: Path, empty_pg_url: str) -> Non
         return Workspace(tmp_path / directory, empty, url=missing.render_as_string(False))
 
     run_every_hint(template.root, nowhere, label="missing ")
+
+
+def _flat(text: str) -> str:
+    """Output with a table's cell borders and line wraps taken out (a long cell wraps)."""
+    return re.sub(r"[│\s]+", " ", text)
+
+
+def test_a_file_refused_by_shape_gets_one_story_from_every_verb(tmp_path: Path) -> None:
+    """A fork's file whose number names a Hermes schema its tables do not match (issue 29):
+    the adoption refuses it untouched (``SchemaShapeError``), and every verb tells that same
+    story. The schema verbs (``db current``, ``db doctor``, ``db upgrade``, ``db downgrade``) and
+    every verb that would write say the adoption's own words, none suggests the upgrade, a
+    reading verb reads the file as it is or says the same, and nothing is written to the file
+    or beside it."""
+    from sessionstore.errors import SchemaShapeError
+    from sessionstore.schema import migrate
+
+    scenario = SCENARIOS["fork-reusing-23"]
+    workspace = Workspace(tmp_path / "fork", scenario)
+    workspace.build()
+    before = workspace.files()
+    with pytest.raises(SchemaShapeError) as refused:
+        migrate.upgrade(f"sqlite:///{workspace.store}")
+    refusal = _flat(str(refused.value))
+    assert "schema_version says 23" in refusal and "left untouched" in refusal
+    said_it = set()
+    for arguments in invocations(workspace.root):
+        result = workspace.invoke(arguments)
+        output = _flat(result.output)
+        said = f"{' '.join(arguments)} -> {result.exit_code}: {result.output.strip()[-400:]}"
+        assert "db upgrade`" not in output, said
+        if refusal in output:
+            said_it.add(tuple(arguments[:2]))
+        elif result.exit_code not in (0, 2):
+            # Any other failure is the verb's own: the samples name sessions this file lacks.
+            assert "no session matches" in output, said
+        now = {path: data for path, data in workspace.files().items()
+               if not path.name.endswith(("-wal", "-shm"))}  # fmt: skip
+        assert now == before, f"the file or its directory changed: {said}"
+    dump = str(workspace.root / "dump.jsonl")
+    for verb in (("db", "current"), ("db", "doctor"), ("db", "upgrade"), ("db", "downgrade"),
+                 ("prune", "--dry-run"), ("sessions", "delete"), ("import", dump)):  # fmt: skip
+        assert verb in said_it, f"{' '.join(verb)} did not say the refusal"

@@ -682,6 +682,7 @@ def test_db_current_and_history(runner: CliRunner, store_url: str) -> None:
     assert result.exit_code == 0
     assert json.loads(result.stdout) == {
         "revision": head, "schema_version": 31, "head": head, "up_to_date": True,
+        "refusal": None,
     }  # fmt: skip
     history = json.loads(run(runner, store_url, "db", "history", "--json").stdout)
     assert [row["revision"] for row in history][:6] == ["0001", "0002", "0003", "0004",

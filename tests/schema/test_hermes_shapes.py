@@ -200,3 +200,36 @@ def test_a_hermes_file_at_25_is_adopted_and_completed(tmp_path: Path) -> None:
         assert db.get_session("s") is not None
     assert schema_versions(path) == [31]
     assert migrate.current(sqlite_url(path)) == migrate.HEAD_REVISION
+
+
+def test_the_status_tells_the_refusal_the_adoption_would_raise(tmp_path: Path) -> None:
+    """``migrate.status`` carries the shape verdict, so every door that asks
+    ``upgrade_refusal`` (CLI, doctor, ``SessionDB`` without auto-migration) says the adoption's
+    own words instead of suggesting an upgrade; a matching Hermes file and our store have none."""
+    from file_checks import open_db, sqlite_url
+    from legacy_v7_v17 import build_later_db
+
+    from sessionstore.api.session_db import SessionDB
+    from sessionstore.errors import SchemaOutOfDateError, SchemaShapeError
+    from sessionstore.schema import migrate
+
+    path = tmp_path / "state.db"
+    build_later_db(path, 17)
+    assert migrate.status(sqlite_url(path)).shape_refusal is None  # 17 is adopted by content
+    with open_db(path) as conn:
+        conn.execute("UPDATE schema_version SET version = 23")
+        conn.execute("CREATE TABLE runs (id TEXT PRIMARY KEY)")
+    status = migrate.status(sqlite_url(path))
+    with pytest.raises(SchemaShapeError) as refused:
+        migrate.upgrade(sqlite_url(path))
+    assert status.shape_refusal == str(refused.value)
+    assert migrate.upgrade_refusal(status) == str(refused.value)
+    with pytest.raises(SchemaOutOfDateError) as told:
+        SessionDB(db_path=path, auto_migrate=False)
+    assert str(refused.value) in str(told.value) and "db upgrade" not in str(told.value)
+
+    ours = tmp_path / "ours.db"
+    migrate.upgrade(sqlite_url(ours))
+    assert migrate.status(sqlite_url(ours)) == (
+        migrate.HEAD_REVISION, 31, migrate.HEAD_REVISION, None
+    )
