@@ -12,9 +12,11 @@ released wheels: ``tests/support/hermes_v23_v31.md`` §1 and §6) before anythin
   adds what such a file lacks); 23 requires all of 0.19.0's tables and columns (every Hermes
   that writes 23 creates them on each open); 24 and 27…29 add nothing attributable. Objects
   Hermes added without a bump are never required;
-- **keys**: a Hermes table that exists has Hermes's key (the two keys Hermes itself heals,
-  ``session_model_usage`` without ``task`` and the scope-less ``gateway_routing``, are the
-  migrations' business, not a refusal);
+- **keys**: a Hermes table that exists has Hermes's key, the head's own (``KEYS``, from
+  ``sql.tables``); the keys Hermes itself heals (``KEY_HEALS``: ``session_model_usage``
+  without ``task``, the scope-less ``gateway_routing``) are healed by the migrations
+  (``legacy.complete_head_shape`` reads them here), never a refusal. This module is the one
+  home of "what a Hermes table's shape must be, and which wrong shapes are healed";
 - anything else a file holds is Hermes's too or a gateway's (Hermes creates tables lazily in
   ``state.db``: topic tables, delivery obligations, hosted rooms): unknown tables are named in a
   refusal, never the reason for one.
@@ -27,9 +29,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
-from sqlalchemy import inspect
+from sqlalchemy import DefaultClause, TextClause, inspect
 from sqlalchemy.engine import Connection
+
+from ..sql.tables import metadata as head_metadata
 
 NEWEST_JUDGED = 31
 """The newest Hermes number whose shape this module knows."""
@@ -70,22 +75,48 @@ REQUIRED_SINCE: Mapping[int, tuple[str, ...]] = {
 """What each number adds that every Hermes writer of it has (cumulative with the numbers below)."""
 
 KEYS: Mapping[str, tuple[str, ...]] = {
-    "sessions": ("id",),
-    "messages": ("id",),
-    "state_meta": ("key",),
-    "system_prompts": ("hash",),
-    "session_turn_leases": ("conversation_id",),
-    "gateway_hygiene_state": ("session_key",),
-    "gateway_heartbeats": ("backend_id",),
-    "conversation_generations": ("source", "session_key"),
-    "compression_locks": ("session_id",),
-    "async_delegations": ("delegation_id",),
+    table.name: tuple(column.name for column in table.primary_key.columns)
+    for table in head_metadata.tables.values()
 }
-"""Hermes's key of each table it declares whose key no Hermes release ever healed."""
+"""Hermes's key of each table it declares: the head's own (``sql.tables``, a fresh iot 0.22.2
+file's shape), so the verdict, the heals and the migrations read one definition."""
+
+
+class KeyHeal(NamedTuple):
+    """A wrong key Hermes heals on every open (iot 0.20.0 onward): never a refusal; the
+    migrations heal it after the chain (``legacy.complete_head_shape``), in the same words."""
+
+    table: str
+    keep_latest_by: str | None
+    """Of rows that share the healed key, keep the latest by this column (Hermes: ``INSERT OR
+    REPLACE ... ORDER BY``); None keeps the first (``INSERT OR IGNORE``)."""
+    healed: str
+    """What was wrong and what the heal did, in words (logged, and returned by the heal)."""
+
+
+KEY_HEALS: tuple[KeyHeal, ...] = (
+    KeyHeal("session_model_usage", None,
+            "session_model_usage keyed without task (#73823): rebuilt with the v22 key"),
+    KeyHeal("gateway_routing", "updated_at",
+            "gateway_routing keyed without scope (#59203): rebuilt keyed by scope too"),
+)  # fmt: skip
+HEALED_KEYS = frozenset(heal.table for heal in KEY_HEALS)
+
+
+def empty_by_default(table: str) -> frozenset[str]:
+    """The columns of ``table`` Hermes declares ``NOT NULL DEFAULT ''`` (absent or NULL in an
+    older shape, they read as '')."""
+    return frozenset(
+        column.name for column in head_metadata.tables[table].columns
+        if isinstance(column.server_default, DefaultClause)
+        and isinstance(column.server_default.arg, TextClause)
+        and column.server_default.arg.text == "''"
+    )  # fmt: skip
+
 
 HERMES_TABLES = frozenset({
     *(name.split(".")[0] for names in REQUIRED_SINCE.values() for name in names), *KEYS,
-    "schema_version", "gateway_heartbeats", "telegram_dm_topic_mode",
+    "schema_version", "telegram_dm_topic_mode",
     "telegram_dm_topic_bindings", "delivery_obligations", "alembic_version", "sqlite_sequence",
 })  # fmt: skip
 """Tables Hermes (or sessionstore) has; a refusal names the others (search tables aside)."""
@@ -195,7 +226,7 @@ def judge(catalog: Catalog, claimed: int) -> ShapeVerdict:
         f"{table} is keyed by ({', '.join(shape.key) or 'nothing'}), not "
         f"({', '.join(KEYS[table])})"
         for table, shape in sorted(catalog.tables.items())
-        if table in KEYS and shape.key != KEYS[table]
+        if table in KEYS and table not in HEALED_KEYS and shape.key != KEYS[table]
     )
     unknown = tuple(
         sorted(

@@ -21,7 +21,9 @@ its ``schema_version`` says, and the chain from that revision completes it the s
 Three shapes are there but wrong, and no revision's "add when absent" reaches them: the usage
 table keyed without ``task`` at 22 (#73823), the routing table without ``scope`` (#59203),
 ``messages.active`` without its default (#51646). :func:`complete_head_shape` recognises them
-by their keys and column definitions and heals them after the chain, in its transaction.
+by their keys and column definitions and heals them after the chain, in its transaction. The
+keys, and which wrong keys are healed rather than refused, have one home:
+``hermes_shapes.KEYS`` and ``hermes_shapes.KEY_HEALS`` (the shape verdict reads the same).
 
 A Hermes file numbered 18 to 31 must also have the shape its number names
 (:func:`check_shape`, by ``hermes_shapes.judge``: forks reuse Hermes's numbers for unrelated
@@ -43,14 +45,24 @@ import re
 from collections.abc import Collection
 from typing import Any, NamedTuple
 
-from sqlalchemy import Column, MetaData, Table, inspect, text
+from sqlalchemy import Column, MetaData, inspect, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
 from ..dialects import dialect_for
 from ..errors import SchemaShapeError, SchemaTooNewError, UnknownRevisionError
-from ..sql.tables import gateway_routing_table, session_model_usage_table, sessions_table
-from .hermes_shapes import NEWEST_JUDGED, OLDEST_JUDGED, Catalog, judge
+from ..sql.tables import metadata as head_metadata
+from ..sql.tables import sessions_table
+from .hermes_shapes import (
+    KEY_HEALS,
+    KEYS,
+    NEWEST_JUDGED,
+    OLDEST_JUDGED,
+    Catalog,
+    KeyHeal,
+    empty_by_default,
+    judge,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -268,12 +280,6 @@ _ACTIVE_COLUMN = re.compile(
     r"(?P<tail>\s*(?:,|\)\s*$))",
     re.IGNORECASE,
 )
-_EMPTY_BY_DEFAULT = frozenset(
-    {"billing_provider", "billing_base_url", "billing_mode", "task", "scope"}
-)
-"""Key parts Hermes declares ``NOT NULL DEFAULT ''``: absent or NULL in an old shape, ''."""
-
-
 def complete_head_shape(conn: Connection) -> list[str]:
     """Heal the shapes a head store must not have; what was healed, in words (logged too).
 
@@ -293,11 +299,7 @@ def complete_head_shape(conn: Connection) -> list[str]:
     """
     from .models import SCHEMA_VERSION  # noqa: F401 - attaches the indexes to the tables
 
-    healed = []
-    if _heal_key(conn, session_model_usage_table, keep_latest_by=None):
-        healed.append("session_model_usage keyed without task (#73823): rebuilt with the v22 key")
-    if _heal_key(conn, gateway_routing_table, keep_latest_by="updated_at"):
-        healed.append("gateway_routing keyed without scope (#59203): rebuilt keyed by scope too")
+    healed = [heal.healed for heal in KEY_HEALS if _heal_key(conn, heal)]
     active = _heal_active_flag(conn)
     if active:
         healed.append(active)
@@ -306,13 +308,16 @@ def complete_head_shape(conn: Connection) -> list[str]:
     return healed
 
 
-def _heal_key(conn: Connection, table: Table, *, keep_latest_by: str | None) -> bool:
+def _heal_key(conn: Connection, heal: KeyHeal) -> bool:
     inspector = inspect(conn)
-    if not inspector.has_table(table.name):
+    if not inspector.has_table(heal.table):
         return False
-    key = [column.name for column in table.primary_key.columns]
+    table = head_metadata.tables[heal.table]
+    key = list(KEYS[heal.table])
     if inspector.get_pk_constraint(table.name).get("constrained_columns") == key:
         return False
+    keep_latest_by = heal.keep_latest_by
+    empty_parts = empty_by_default(heal.table)
     present = inspector.get_columns(table.name)
     extras = [
         Column(column["name"], column["type"])
@@ -323,7 +328,7 @@ def _heal_key(conn: Connection, table: Table, *, keep_latest_by: str | None) -> 
     rows = [dict(row._mapping) for row in every_row]
     for row in rows:
         for part in key:
-            if part in _EMPTY_BY_DEFAULT and row.get(part) is None:
+            if part in empty_parts and row.get(part) is None:
                 row[part] = ""
     if keep_latest_by is not None:
         rows.sort(key=lambda row: (row.get(keep_latest_by) is not None, row.get(keep_latest_by)))

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from real_hermes import FORK_RELEASES, ForkFiles
 
 from sessionstore.schema.hermes_shapes import (
+    HEALED_KEYS,
     KEYS,
     REQUIRED_SINCE,
     Catalog,
@@ -233,3 +234,16 @@ def test_the_status_tells_the_refusal_the_adoption_would_raise(tmp_path: Path) -
     assert migrate.status(sqlite_url(ours)) == (
         migrate.HEAD_REVISION, 31, migrate.HEAD_REVISION, None
     )
+
+
+@pytest.mark.parametrize("table", sorted(KEYS))
+def test_a_wrong_key_is_healed_or_refused_by_one_rule(table: str) -> None:
+    """``KEYS`` and ``KEY_HEALS`` are the one home of the head's keys: a table keyed otherwise
+    is refused unless its heal is listed (``complete_head_shape`` runs exactly those)."""
+    catalog = hermes_catalog(31)
+    shapes = dict(catalog.tables)
+    columns = shapes[table].columns if table in shapes else frozenset(KEYS[table])
+    shapes[table] = TableShape(columns, ())
+    verdict = judge(Catalog(shapes), 31)
+    assert verdict.matches == (table in HEALED_KEYS), verdict.refusal()
+
