@@ -226,6 +226,61 @@ def table_is_empty(name: str) -> bool:
 _TABLE_CONSTRAINT_KEYWORDS = frozenset({"constraint", "primary", "foreign", "unique", "check"})
 
 
+_FOREIGN_KEY_CLAUSE = re.compile(
+    r"^(?:constraint\s+\S+\s+)?foreign\s+key\s*\(\s*(?P<columns>[^)]*)\)", re.IGNORECASE
+)
+
+
+def drop_sqlite_foreign_key_clauses(table: str, column: str) -> bool:
+    """Remove ``FOREIGN KEY (column) REFERENCES ...`` table constraints from a SQLite table.
+
+    Why: SQLite refuses ``DROP COLUMN`` of a column a foreign key names, and Hermes's fresh
+    files declare some (v25's ``FOREIGN KEY (system_prompt_hash) REFERENCES
+    system_prompts(hash)``; its reconciled files have none). Rebuilding the table to drop it
+    would copy every row and, under ``foreign_keys = ON``, a ``DROP TABLE sessions`` would
+    cascade into the tables that reference it (the Telegram topic bindings, ON DELETE
+    CASCADE). A table constraint is not part of the stored record format, so SQLite's
+    documented way applies (as for ``messages.active`` in ``schema.legacy``): edit the stored
+    ``CREATE TABLE`` text under ``writable_schema`` and bump ``schema_version``. Only a
+    constraint on exactly ``column`` goes; every other element is kept verbatim. Returns True
+    when one was removed; a no-op on other databases.
+    """
+    bind = op.get_bind()
+    if bind.dialect.name != "sqlite" or not table_exists(table):
+        return False
+    create_sql = str(bind.execute(
+        sa.text("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = :name"),
+        {"name": table},
+    ).scalar_one())  # fmt: skip
+    open_at, close_at = create_sql.index("("), create_sql.rindex(")")
+    elements = _split_top_level(create_sql[open_at + 1 : close_at])
+    kept = []
+    for element in elements:
+        clause = _FOREIGN_KEY_CLAUSE.match(element.strip())
+        named = (
+            [_leading_identifier(part) for part in clause["columns"].split(",")] if clause else []
+        )
+        if clause and [name[0] for name in named if name] == [column]:
+            continue
+        kept.append(element)
+    if len(kept) == len(elements):
+        return False
+    rewritten = f"{create_sql[: open_at + 1]}\n    " + ",\n    ".join(kept) + (
+        f"\n{create_sql[close_at:]}"
+    )
+    cookie = int(bind.exec_driver_sql("PRAGMA schema_version").scalar_one())
+    bind.exec_driver_sql("PRAGMA writable_schema = ON")
+    try:
+        bind.execute(
+            sa.text("UPDATE sqlite_master SET sql = :sql WHERE type = 'table' AND name = :name"),
+            {"sql": rewritten, "name": table},
+        )
+        bind.exec_driver_sql(f"PRAGMA schema_version = {cookie + 1}")
+    finally:
+        bind.exec_driver_sql("PRAGMA writable_schema = OFF")
+    return True
+
+
 def lay_out_empty_table(table: str, columns: list[str] | tuple[str, ...]) -> bool:
     """Give an EMPTY SQLite table the physical column order ``columns`` (a version's order).
 

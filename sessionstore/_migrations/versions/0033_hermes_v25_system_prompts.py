@@ -24,7 +24,8 @@ reconciled files have none either, and no Hermes reader depends on it.
 
 Downgrade: hermes-agent 0.19.0 (v22) reads ``sessions.system_prompt`` alone, so every prompt
 only hashed (a Hermes v25+ wrote it) is written back inline (an inline one is kept), then the index,
-the column and the table go, and 24 is written back. Nothing is lost: ``system_prompts`` holds
+the column (with the foreign key a fresh Hermes file declares on it) and the table go, and 24
+is written back. Nothing is lost: ``system_prompts`` holds
 no prompt that no session names once ``tool_names`` (v28) is gone.
 
 Revision ID: 0033
@@ -130,6 +131,9 @@ def downgrade() -> None:
     bind = op.get_bind()
     if HASH_COLUMN in helpers.column_names("sessions") and helpers.table_exists(PROMPTS):
         inline_prompts(bind)
+    # A fresh Hermes v25+ file declares the column a foreign key, which SQLite's DROP COLUMN
+    # refuses: the constraint goes first (its text only; no row is copied).
+    helpers.drop_sqlite_foreign_key_clauses("sessions", HASH_COLUMN)
     helpers.drop_indexes_then_columns("sessions", [HASH_INDEX], [HASH_COLUMN])
     if helpers.table_exists(PROMPTS):
         op.drop_table(PROMPTS)
