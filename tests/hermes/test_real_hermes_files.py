@@ -274,22 +274,14 @@ def may_be_tagged(schema: int) -> Callable[[str, str], bool]:
 
 
 SEARCHES = frozenset({"searches", "searches_inactive"})
-V31_LAYOUT_SEARCH_GAP = (
-    "a Hermes of v22 or older searching a file in the v31 search layout (three-column index, "
-    "revision 0039) gets column 0's snippet for tool-call hits and no CJK trigram hits: issue 29 "
-    "settles whether head keeps a layout older Hermes search reads"
-)
 
 
-def assert_searches_match_later(expected: dict[str, Any], actual: dict[str, Any],
-                                who: str) -> None:
-    """Run last in a test: the search sections, an expected failure while the v31 layout gap
-    (``V31_LAYOUT_SEARCH_GAP``) stands; every other read was compared strictly before."""
-    try:
-        assert_reads_match({k: v for k, v in expected.items() if k in SEARCHES},
-                           {k: v for k, v in actual.items() if k in SEARCHES}, who)  # fmt: skip
-    except AssertionError as exc:
-        pytest.xfail(f"{V31_LAYOUT_SEARCH_GAP}: {exc}")
+def assert_searches_match(expected: dict[str, Any], actual: dict[str, Any], who: str) -> None:
+    """The search sections, compared strictly: a store at head keeps the search layout every
+    Hermes release reads (revision 0039; ``sessionstore.search.sqlite_ddl``), so Hermes 0.18
+    finds CJK text in tool output and gets a tool call's text as its snippet there too."""
+    assert_reads_match({k: v for k, v in expected.items() if k in SEARCHES},
+                       {k: v for k, v in actual.items() if k in SEARCHES}, who)  # fmt: skip
 
 
 def assert_reads_match(expected: dict[str, Any], actual: dict[str, Any], who: str,
@@ -426,7 +418,7 @@ def test_real_hermes_18_shares_our_upgraded_file(
     count, rows = counted_before["field-root-tip"]
     assert counters(path)["field-root-tip"] == (count + 2, rows + 2)
     assert counters(path)["field-after"] == (1, 1)
-    assert_searches_match_later(field_files.head_reads(schema), head_reads,
+    assert_searches_match(field_files.head_reads(schema), head_reads,
                                 f"hermes 0.18 on our upgraded v{schema}")  # fmt: skip
 
 
@@ -503,7 +495,7 @@ def test_real_hermes_18_reads_and_writes_a_file_we_created(
     finally:
         db.close()
     who = "sessionstore on its own file, as Hermes 0.18 reads it"
-    assert_searches_match_later(theirs, ours, who)
+    assert_searches_match(theirs, ours, who)
 
 
 def assert_untouched(path: Path, original: dict[str, bytes]) -> None:

@@ -683,8 +683,9 @@ def test_trigram_table_and_triggers_exist(sqlite_store: Store) -> None:
             sa.text("SELECT sql FROM sqlite_master WHERE name = :name"), {"name": TRIGRAM_TABLE}
         ).scalar_one()
     )
-    # Hermes's layout 3 (revision 0039): over the view of trigram member rows.
-    assert "tokenize='trigram'" in ddl and "content='messages_fts_trigram_src'" in ddl
+    # The v11 layout every store is created in (every Hermes release searches it): over the
+    # view of the CJK rows, tool output included (tests/search/test_fts_layouts.py: layout 3).
+    assert "tokenize='trigram'" in ddl and "content=messages_fts_trigram_source" in ddl
 
 
 def test_trigram_index_follows_insert_update_delete(sqlite_store: Store) -> None:
@@ -831,8 +832,9 @@ def test_bigram_index_follows_raw_insert_update_delete(sqlite_store: Store) -> N
 
 def test_ascii_rows_are_never_indexed_and_cost_no_glob(sqlite_store: Store) -> None:
     """The prefilter: byte length = character length skips the CJK test for ASCII rows, and a
-    non-ASCII row without CJK is not indexed either (the bigram index; since revision 0039 the
-    trigram index is Hermes's, over every member row, with no CJK test)."""
+    non-ASCII row without CJK is not indexed either (the bigram index, and the trigram index of
+    the v11 layout every store is created in; layout 3's is over every member row, with no CJK
+    test: tests/search/test_fts_layouts.py)."""
     seed(
         sqlite_store,
         [
@@ -850,9 +852,9 @@ def test_ascii_rows_are_never_indexed_and_cost_no_glob(sqlite_store: Store) -> N
             "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND sql LIKE '%GLOB%'"
         ).all()
     )
-    assert {name for name, _ in triggers} == {
+    assert {name for name, _ in triggers} == {*TRIGRAM_TRIGGERS, *(
         f"{BIGRAM_TABLE}_{event}" for event in ("insert", "delete", "update")
-    }
+    )}
     for name, sql in triggers:
         when = sql.split(" BEGIN")[0]
         assert when.index("length(CAST(") < when.index("GLOB"), name

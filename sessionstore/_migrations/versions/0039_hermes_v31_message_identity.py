@@ -14,28 +14,36 @@ a bump, added ``sessions.created_source``, ``compression_overload_streak``,
 ``transport_profile`` and ``idx_sessions_tool_names`` (iot 0.21.3, also v30, lacks them: they are
 this revision's, so a downgrade to 30 gives iot 0.21.3 its own shape back).
 
-Search: the word and trigram indexes move to Hermes's layout 3 (``state_meta
-fts_storage_version = 3``), exactly as iot 0.22.2 creates it on a fresh file
+Search, as Hermes v23+ does it for an existing file: a store whose word index is in Hermes's
+legacy layout (its SQL lacks ``tool_name``: revision 0014/0021's, which every store this chain
+builds has, or Hermes's own inline tables) keeps it, marked ``fts_optimize_available``, exactly
+as iot 0.22.2 leaves a v22 file: Hermes made the move opt-in because the releases before it
+(hermes-agent 0.18/0.19, PyPI's newest) search only that layout, and would stop finding CJK
+text in tool output and show a tool-call hit's content as its snippet. iot 0.22.2 searches it
+too and adds, rebuilds and backfills nothing on opening it. ``sessionstore db optimize-storage``
+(``SessionDB.optimize_fts_storage``) makes the move on request. A file in one of Hermes's
+external layouts (1 or 2, or half-rebuilt: iot 0.22.2's open realigns those) gets layout 3
+(``state_meta fts_storage_version = 3``) exactly as iot 0.22.2 creates it
 (``_migrations/hermes_v30_v31_ddl.py``): ``messages_fts (content, tool_name, tool_calls)`` over
 the view ``messages_fts_src`` (a tool row indexed as its first 8,192 characters) and
 ``messages_fts_trigram (content, tool_name)`` over ``messages_fts_trigram_src``: no tool rows,
-no cron or subagent sessions, no delegate children (v29/v30). Both are rebuilt from the rows,
-whatever a file held (Hermes's legacy inline tables, a half-rebuilt index: the rebuild
-markers are removed with it; our own bigram index is kept as it is). Without the trigram
+no cron or subagent sessions, no delegate children (v29/v30); the rebuild markers are removed
+with it. Our own bigram index is kept as it is in every case. Without the trigram
 tokenizer there is no trigram index, as in Hermes. A file holding Hermes's CJK bigram table
 (``messages_fts_cjk``, whose tokenizer is a loadable extension this package never loads) gets
 what Hermes does when it cannot load it: ``state_meta fts_cjk_stale = '1'`` first, then its
 triggers dropped (the table and view are kept for a Hermes that can load it), or every write
 would fail. ``db_file_generation`` and a non-zero ``PRAGMA application_id`` are set as iot
 0.22.2 sets them on open when absent. So iot 0.22.2 finds the store settled: its open adds,
-rebuilds and backfills nothing.
+rebuilds and backfills nothing, whichever of the two layouts the store has.
 
 PostgreSQL: the columns and the index; ``message_uid`` gets a column default minting the same
 32 hex digits (no trigger), and existing rows are given one; none of Hermes's ``state_meta``
 marks of its SQLite file are written there.
 
 Downgrade: the triggers of v30 back (revision 0038's identity trigger), the uid trigger,
-indexes and columns dropped, the search objects of revision 0014/0021 rebuilt from the rows,
+indexes and columns dropped, the search objects of revision 0014/0021 rebuilt from the rows
+(unless the store kept them),
 the v31 ``state_meta`` keys removed, ``fts_optimize_available`` set again (revision 0031), 30
 written back. A v30 Hermes has no place for the uids.
 
@@ -141,6 +149,15 @@ def create_layout_3(bind: sa.engine.Connection) -> None:
     _set_meta(bind, "fts_storage_version", ddl.FTS_STORAGE_VERSION)
 
 
+def has_legacy_word_index(bind: sa.engine.Connection) -> bool:
+    """Hermes's test (``_db_has_legacy_inline_fts``): a word index whose SQL lacks
+    ``tool_name``."""
+    found = bind.exec_driver_sql(
+        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (ddl.FTS_TABLE,)
+    ).first()
+    return found is not None and "tool_name" not in str(found[0] or "")
+
+
 def restore_layout_of_0021(bind: sa.engine.Connection) -> None:
     drop_search_layouts(bind)
     search_ddl.create_later_search_objects(bind, trigram=search_ddl.sqlite_supports_trigram(bind))
@@ -204,7 +221,8 @@ def upgrade() -> None:
     if sqlite:  # Hermes's marks of its SQLite file (PostgreSQL mints by the column default)
         _delete_meta(bind, BACKFILL_CURSOR)
         _set_meta(bind, BACKFILL_DONE, "1")
-        create_layout_3(bind)
+        if not has_legacy_word_index(bind):
+            create_layout_3(bind)
         stamp_file_identity(bind)
     helpers.set_schema_version(SCHEMA_VERSION)
 
@@ -212,7 +230,8 @@ def upgrade() -> None:
 def downgrade() -> None:
     bind = op.get_bind()
     if bind.dialect.name == "sqlite":
-        restore_layout_of_0021(bind)
+        if not has_legacy_word_index(bind):
+            restore_layout_of_0021(bind)  # a legacy index kept at 31 is 30's already
         ddl.replace_triggers(
             bind, (ddl.DISPLAY_IDENTITY_UPDATE_NAME, ddl.MESSAGE_UID_TRIGGER_NAME),
             (ddl.DISPLAY_IDENTITY_UPDATE_V30,),
