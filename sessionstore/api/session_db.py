@@ -79,10 +79,15 @@ class SessionDB:
         The first time a file sessionstore did not write (a Hermes ``state.db``) is migrated,
         it is backed up first with SQLite's backup API; the copy's path is in
         ``adoption_backup`` (and a warning is logged). ``backup_on_adopt=False`` skips that.
-        A ``?mode=ro`` SQLite URL opens read-only, like ``read_only=True``.
+        A ``?mode=ro`` SQLite URL opens read-only, like ``read_only=True``. A ``db_path``
+        string holding ``://`` is a database URL, as everywhere a store is named (the CLI's
+        ``--url``, ``SESSIONSTORE_URL``): ``SessionDB("postgresql://...")`` opens that database
+        rather than a SQLite file of that name.
         """
         if db_path is not None and url is not None:
             raise ValueError("give db_path or url, not both")
+        if isinstance(db_path, str) and "://" in db_path:
+            db_path, url = None, db_path
         resolved = sqlite_url(db_path) if db_path is not None else resolve_url(url)
         parsed = make_url(resolved)
         self.url = resolved

@@ -9,6 +9,7 @@ text = integer" and 100,000 excluded sources with "number of parameters must be 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -161,3 +162,25 @@ def test_a_hundred_thousand_excluded_sources_are_one_parameter(db: SessionDB) ->
         assert {hit["session_id"] for hit in hits} == {"s1", "s2"}, query
     roles = [f"role-{index}" for index in range(100_000)] + ["user"]
     assert len(db.search_messages("hello", role_filter=roles)) == 2
+
+
+def test_a_url_given_as_the_path_opens_that_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_store_url: str
+) -> None:
+    """``SessionDB("postgresql://...")`` once made a SQLite file under a directory named
+    ``postgresql+psycopg:`` in the working directory: the rule of every other place a store
+    is named applies (``://`` means a URL)."""
+    monkeypatch.chdir(tmp_path)
+    db = SessionDB(pg_store_url)
+    try:
+        assert db.url == pg_store_url and db.db_path is None
+        db.create_session("by-url", "cli")
+    finally:
+        db.close()
+    assert list(tmp_path.iterdir()) == []
+    sqlite_path = tmp_path / "by-url.db"
+    db = SessionDB(f"sqlite:///{sqlite_path}")
+    try:
+        assert db.db_path == sqlite_path
+    finally:
+        db.close()
