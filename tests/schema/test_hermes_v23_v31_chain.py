@@ -183,7 +183,12 @@ def test_the_chain_goes_up_and_down_one_hermes_version_at_a_time(
     assert prompts(engine_for) == expected_prompts
 
 
-def test_a_fresh_sqlite_store_has_newest_hermess_shape_and_search_layout(tmp_path: Path) -> None:
+def test_a_fresh_sqlite_store_has_newest_hermess_shape_and_every_hermess_search_layout(
+    tmp_path: Path,
+) -> None:
+    """v31's tables and marks; the search layout every Hermes release searches (Hermes's legacy
+    one, marked as iot 0.22.2 marks it: optimize-storage available), which iot 0.22.2 opens
+    without a change (tests/hermes/test_real_hermes_fork_files.py)."""
     path = tmp_path / "state.db"
     migrate.upgrade(sqlite_url(path))
     assert schema_versions(path) == [HEAD_VERSION]
@@ -193,15 +198,27 @@ def test_a_fresh_sqlite_store_has_newest_hermess_shape_and_search_layout(tmp_pat
     assert schema_names(path, "index") >= V31_INDEXES
     with closing(sqlite3.connect(path)) as conn:
         meta = dict(conn.execute("SELECT key, value FROM state_meta").fetchall())
-        assert meta["fts_storage_version"] == "3"
+        assert "fts_storage_version" not in meta and meta["fts_optimize_available"] == "1"
         assert meta["message_uid_backfill"] == "1"
         assert "db_file_generation" in meta
         assert conn.execute("PRAGMA application_id").fetchone()[0] != 0
+        fts = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'messages_fts'").fetchone()
+        assert "messages_fts_source" in fts[0] and "tool_name" not in fts[0]
+    db = SessionDB(path)
+    try:
+        assert db.optimize_fts_storage(vacuum=False) == {"ok": True, "vacuumed": None}
+    finally:
+        db.close()
+    with closing(sqlite3.connect(path)) as conn:
+        meta = dict(conn.execute("SELECT key, value FROM state_meta").fetchall())
+        assert meta["fts_storage_version"] == "3" and "fts_optimize_available" not in meta
         fts = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'messages_fts'").fetchone()
         assert "messages_fts_src" in fts[0] and "tool_name" in fts[0]
 
 
 def test_trigram_membership_follows_source_and_delegate(tmp_path: Path) -> None:
+    """In layout 3 (here a v22 store moved there after its upgrade: revision 0039 keeps the
+    legacy layout, whose trigram index holds every CJK row whatever its session)."""
     path = tmp_path / "state.db"
     url = sqlite_url(path)
     migrate.upgrade(url, V22_REVISION_OF[22])
@@ -211,6 +228,11 @@ def test_trigram_membership_follows_source_and_delegate(tmp_path: Path) -> None:
     finally:
         engine.dispose()
     migrate.upgrade(url)
+    db = SessionDB(path)
+    try:
+        db.optimize_fts_storage(vacuum=False)
+    finally:
+        db.close()
     with closing(sqlite3.connect(path)) as conn:
         indexed = {row[0] for row in conn.execute("SELECT id FROM messages_fts_trigram_docsize")}
         expected = {
