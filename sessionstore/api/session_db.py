@@ -35,9 +35,8 @@ from ..sessions.listing import search_by_id
 from ..sessions.maintenance import auto_prune_and_vacuum
 from ..sessions.repository import SessionRepository
 from ..sessions.transcripts import delete_with_transcripts, remove_transcripts, sessions_directory
+from ..sessions.windows import hermes_message_dict
 from ..sql import validation
-from ..sql.codec import decode_json
-from ..sql.message_content import decode_content
 from ..sql.validation import SourceFilter, bindable
 from ..storage.command_hints import cli_command
 from ..storage.config import resolve_url, sqlite_url
@@ -492,15 +491,12 @@ class SessionDB:
     ) -> list[dict[str, Any]]:
         """The session's rows in order; rewound and compaction-archived ones only with
         ``include_inactive``. ``limit``/``offset`` page them (Hermes 0.19: 0-based, in order;
-        ``offset`` alone pages too)."""
-        rows = []
-        for record in self._repo.get_messages(session_id, include_inactive, limit, offset):
-            row = record.to_dict()
-            row["content"] = decode_content(row["content"])
-            if row["tool_calls"]:
-                row["tool_calls"] = decode_json(row["tool_calls"], "tool_calls", record.id, [])
-            rows.append(row)
-        return rows
+        ``offset`` alone pages too). Each dict is newest Hermes's
+        (``sessions.windows.hermes_message_dict``)."""
+        return [
+            hermes_message_dict(record)
+            for record in self._repo.get_messages(session_id, include_inactive, limit, offset)
+        ]
 
     @reads
     def get_messages_as_conversation(

@@ -83,7 +83,9 @@ from sqlalchemy.sql import Executable
 
 from ..dialects import database_file
 from ..dialects.disk_space import out_of_room_typed
+from ..dialects.interface import StoreDialect
 from ..errors import ConstraintViolationError, ImportConflictError, SessionStoreError
+from ..sessions.prompts import store_prompt
 from ..sessions.repository import SessionRepository
 from ..sql import validation
 from ..sql.message_content import hermes_form
@@ -199,6 +201,9 @@ def export_jsonl(
     fp.write(json.dumps({"format": FORMAT_NAME, "version": FORMAT_VERSION}) + "\n")
     count = 0
     for kind, row in iter_records(store, source=source, session_ids=session_ids):
+        if kind == "message" and row["display_identity"] is not None:
+            # Bytes (a SHA-256 digest) travel as hex text; read_records turns them back.
+            row = {**row, "display_identity": bytes(row["display_identity"]).hex()}
         fp.write(json.dumps({kind: row}, ensure_ascii=False) + "\n")
         if kind == "session":
             count += 1
@@ -272,6 +277,8 @@ def read_records(fp: IO[str]) -> Iterator[Record]:
         problem = _bad_value(kind, values)
         if problem is not None:
             raise ImportFormatError(f"line {number}: bad {kind} record: {problem}")
+        if kind == "message" and values["display_identity"] is not None:
+            values["display_identity"] = bytes.fromhex(values["display_identity"])
         if kind == "session":
             current_session = values["id"]
         elif kind in _STORE_WIDE:
@@ -288,12 +295,18 @@ _INTEGER_FIELDS = frozenset(
     {"message_count", "tool_call_count", "input_tokens", "output_tokens", "cache_read_tokens",
      "cache_write_tokens", "reasoning_tokens", "token_count", "api_call_count", "rewind_count",
      "archived", "observed", "active", "compacted", "expiry_finalized",
-     "compression_fallback_streak", "delivery_attempts", "owner_pid", "owner_started_at"}
+     "compression_fallback_streak", "delivery_attempts", "owner_pid", "owner_started_at",
+     "git_metadata_generation", "compression_ineffective_count", "compression_overload_streak",
+     "auto_archived", "pinned", "hidden", "_compressed_summary", "display_order"}
 )  # fmt: skip
 _NUMBER_FIELDS = frozenset({"started_at", "ended_at", "timestamp", "estimated_cost_usd",
                             "actual_cost_usd", "compression_failure_cooldown_until",
                             "first_seen", "last_seen", "updated_at", "dispatched_at",
-                            "completed_at", "delivered_at", "delivery_claimed_at"})  # fmt: skip
+                            "completed_at", "delivered_at", "delivery_claimed_at",
+                            "last_activity_at", "compression_recovery_deadline",
+                            "last_read_at"})  # fmt: skip
+_HEX_DIGEST_LENGTH = 64
+"""``display_identity`` in an export: a SHA-256 digest as hex text."""
 _REQUIRED_FIELDS = {"session": ("id", "source", "started_at"),
                     "message": ("id", "session_id", "role", "timestamp"),
                     "usage": ("session_id", "model"),
@@ -354,8 +367,15 @@ def _bad_value(kind: str, values: dict[str, Any]) -> str | None:
     if kind == "state" and not validation.bindable(values["key"]):
         # A key is looked up by equality: NUL or a lone surrogate could never be found again.
         return f"key must be text without NUL or lone surrogates, not {values['key']!r}"
+    if kind == "message" and values["display_identity"] is not None:
+        identity = values["display_identity"]
+        if not (
+            isinstance(identity, str) and len(identity) == _HEX_DIGEST_LENGTH
+            and all(char in "0123456789abcdef" for char in identity)
+        ):
+            return f"display_identity must be {_HEX_DIGEST_LENGTH} lowercase hex digits"
     for name, value in values.items():
-        if value is None or (kind == "message" and name == "id"):
+        if value is None or (kind == "message" and name in ("id", "display_identity")):
             continue
         try:
             if name in _INTEGER_FIELDS:
@@ -817,7 +837,7 @@ def _flush(
                     else:
                         position.merging = True
                     continue
-                values = dict(row)
+                values = _with_stored_prompts(run_in.store.dialect, conn, dict(row))
                 parent = values.get("parent_session_id")
                 if parent is not None and not _session_exists(conn, parent):
                     parents[values["id"]] = parent
@@ -867,6 +887,18 @@ def _flush(
     pending_parents.update(parents)
     merged.update(gained)
     return position
+
+
+def _with_stored_prompts(
+    dialect: StoreDialect, conn: Connection, values: dict[str, Any]
+) -> dict[str, Any]:
+    """A session record as the target keeps it: its prompt (read through the source's
+    ``system_prompts``) stored as a hash and inline, its tool pin as a hash
+    (``sessions.prompts``); the hashes computed here, whatever the record names (a hash the
+    record names without its text names nothing here: it is dropped)."""
+    values["system_prompt_hash"] = store_prompt(dialect, conn, values.get("system_prompt"))
+    values["tool_names"] = store_prompt(dialect, conn, values.get("tool_names"))
+    return values
 
 
 def _already_copied(conn: Connection, values: dict[str, Any]) -> bool:

@@ -38,12 +38,14 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import BindParameter
 
+from ..dialects.interface import StoreDialect
 from ..sql import validation
 from ..sql.codec import encode_json
 from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
 from .access import writes
 from .messages import MessagesPart, NewMessage, message_rows
+from .prompts import store_prompt
 from .shared import constraint_error
 
 MAX_SESSIONS = 500
@@ -123,7 +125,8 @@ class ImportsPart(MessagesPart):
         if errors:
             return {"ok": False, "imported": 0, "skipped": 0, "detached": 0, "errors": errors}
         try:
-            return self.store.write(lambda conn: _import(conn, prepared))
+            dialect = self.store.dialect
+            return self.store.write(lambda conn: _import(conn, prepared, dialect))
         except IntegrityError as exc:
             raise constraint_error(
                 self.store.dialect, exc, "a session of the import does not exist",
@@ -203,7 +206,9 @@ class ImportsPart(MessagesPart):
         return prepared
 
 
-def _import(conn: Connection, prepared: Sequence[_Prepared]) -> dict[str, Any]:
+def _import(
+    conn: Connection, prepared: Sequence[_Prepared], dialect: StoreDialect
+) -> dict[str, Any]:
     imported: list[str] = []
     skipped: list[str] = []
     parents: dict[str, str] = {}
@@ -213,7 +218,10 @@ def _import(conn: Connection, prepared: Sequence[_Prepared]) -> dict[str, Any]:
         if conn.execute(exists, {"id": session_id}).first() is not None:
             skipped.append(session_id)
             continue
-        conn.execute(insert(sessions).values(one.row))
+        # The prompt as a hash and inline (.prompts), its hash computed here: as Hermes's
+        # import, whatever hash the payload names is not trusted.
+        key = store_prompt(dialect, conn, one.row["system_prompt"])
+        conn.execute(insert(sessions).values({**one.row, "system_prompt_hash": key}))
         rows = message_rows(session_id, one.batch, time.time())
         if rows:
             conn.execute(insert(messages), rows)

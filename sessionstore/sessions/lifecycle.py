@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sqlalchemy import func, or_, update
+from sqlalchemy import and_, case, func, or_, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import TextClause
@@ -26,6 +26,7 @@ from ..sql.tables import sessions_table as sessions
 from ..sql.validation import bindable
 from ..storage.store import Store
 from .access import reads, writes
+from .prompts import delete_unreferenced_prompts, store_prompt
 from .shared import RepositoryPart, constraint_error
 
 EXTRA_SESSION_COLUMNS = (
@@ -33,8 +34,9 @@ EXTRA_SESSION_COLUMNS = (
     "profile_name",
 )  # fmt: skip
 """Later-Hermes session columns ``create_session``/``ensure_session`` accept as keywords."""
-_FILLED_ON_CONFLICT = ("model", "model_config", "system_prompt", "parent_session_id")
-"""What ``create_session`` on an existing session fills where still NULL, beside the extras."""
+_FILLED_ON_CONFLICT = ("model", "model_config", "parent_session_id")
+"""What ``create_session`` on an existing session fills where still NULL, beside the extras
+and the prompt (filled only where the session has none, inline or hashed)."""
 _BASE_SESSION_KEYWORDS = ("model_config", "system_prompt", "user_id", "parent_session_id")
 """``create_session``'s named keywords that ``ensure_session`` takes through ``**kwargs``."""
 RECOVERABLE_END_REASONS = ("agent_close", "ws_orphan_reap")
@@ -99,13 +101,22 @@ class LifecyclePart(RepositoryPart):
             self.store.dialect.insert(sessions).values(values).on_conflict_do_nothing()
             .execution_options(preserve_rowcount=True)
         )
+        dialect = self.store.dialect
+        prompt = values["system_prompt"]
+
+        def run(conn: Connection) -> None:
+            # The prompt as a hash AND inline (see .prompts); in the same transaction.
+            key = store_prompt(dialect, conn, prompt)
+            _insert_or_fill(
+                conn, statement.values(system_prompt_hash=key), values["id"], fills, prompt, key
+            )
+            if key is not None:
+                delete_unreferenced_prompts(conn)
+
         try:
             # Idempotent (ON CONFLICT DO NOTHING, then COALESCE fills): after a lost COMMIT it
             # is simply run again.
-            self.store.write(
-                lambda conn: _insert_or_fill(conn, statement, values["id"], fills),
-                recover=_run_again,
-            )
+            self.store.write(run, recover=_run_again)
         except IntegrityError as exc:
             raise constraint_error(
                 self.store.dialect, exc, f"parent session {parent_session_id!r} does not exist",
@@ -185,9 +196,29 @@ class LifecyclePart(RepositoryPart):
 
     @writes
     def update_system_prompt(self, session_id: str, system_prompt: str | None) -> bool:
-        return self._update_session(
-            session_id, {"system_prompt": self._text(system_prompt, "system_prompt")}
-        )
+        """Replace the prompt: stored as its hash and inline (see :mod:`.prompts`); None
+        clears both. A ``system_prompts`` row no session names any more is deleted."""
+        prompt = self._text(system_prompt, "system_prompt")
+        return self._update_prompt(session_id, {"system_prompt": prompt}, prompt=prompt)
+
+    def _update_prompt(
+        self, session_id: str, values: dict[str, Any], *, prompt: str | None
+    ) -> bool:
+        """``values`` set on one session with the prompt (hash and inline copy) ``prompt``."""
+        statement_id = validation.identifier(session_id, "session_id")
+        dialect = self.store.dialect
+
+        def run(conn: Connection) -> bool:
+            key = store_prompt(dialect, conn, prompt)
+            changed = conn.execute(
+                update(sessions)
+                .where(sessions.c.id == statement_id)
+                .values({**values, "system_prompt": prompt, "system_prompt_hash": key})
+            ).rowcount > 0
+            delete_unreferenced_prompts(conn)
+            return changed
+
+        return self.store.write(run)
 
     @writes
     def update_session_model(self, session_id: str, model: str | None) -> bool:
@@ -216,11 +247,11 @@ class LifecyclePart(RepositoryPart):
         values: dict[str, Any] = {
             "billing_provider": validation.identifier(provider, "provider"),
             "billing_base_url": validation.identifier(base_url, "base_url"),
-            "system_prompt": None,
         }
         if billing_mode is not None:
             values["billing_mode"] = validation.identifier(billing_mode, "billing_mode")
-        return self._update_session(session_id, values)
+        # The prompt goes, hash and inline copy both: a hash left alone would still be read.
+        return self._update_prompt(session_id, values, prompt=None)
 
     # -- working directory and git ----------------------------------------------------------
     @writes
@@ -264,15 +295,20 @@ class LifecyclePart(RepositoryPart):
 
 
 def _insert_or_fill(conn: Connection, statement: Any, session_id: str,
-                    filled: Mapping[str, Any]) -> None:
+                    filled: Mapping[str, Any], prompt: str | None, key: str | None) -> None:
     inserted = conn.execute(statement).rowcount
-    if filled and not inserted:
-        conn.execute(
-            update(sessions)
-            .where(sessions.c.id == session_id)
-            .values({name: func.coalesce(sessions.c[name], value)
-                     for name, value in filled.items()})
-        )
+    if inserted:
+        return
+    values: dict[str, Any] = {
+        name: func.coalesce(sessions.c[name], value) for name, value in filled.items()
+    }
+    if prompt is not None:
+        # Only a session without a prompt (inline or hashed) gets one: the two must not part.
+        none_yet = and_(sessions.c.system_prompt.is_(None), sessions.c.system_prompt_hash.is_(None))
+        values["system_prompt"] = case((none_yet, prompt), else_=sessions.c.system_prompt)
+        values["system_prompt_hash"] = case((none_yet, key), else_=sessions.c.system_prompt_hash)
+    if values:
+        conn.execute(update(sessions).where(sessions.c.id == session_id).values(values))
 
 
 def _run_again(conn: Connection) -> None:

@@ -25,6 +25,7 @@ from ..errors import UnknownSessionError, ValueOutOfRangeError
 from ..sql import validation
 from ..sql.codec import count_tool_calls, decode_json, encode_json
 from ..sql.message_content import encode_content
+from ..sql.message_identity import stamp_identities
 from ..sql.read_shape import ReadShape
 from ..sql.records import CONVERSATION_FIELDS, MESSAGE_FIELDS, ConversationRow, MessageRecord
 from ..sql.statements import HotReads, HotWrites, plain_select
@@ -116,8 +117,9 @@ def message_rows(
 ) -> list[dict[str, Any]]:
     """The rows that append ``batch`` to a session: a message without a timestamp is stamped
     ``now`` plus its index in microseconds, strictly increasing within a batch, so (timestamp,
-    id) order is the turn order."""
-    return [
+    id) order is the turn order. Each row gets newest Hermes's identity columns (a fresh
+    ``message_uid``, tool-call uids, ``display_identity``: :mod:`..sql.message_identity`)."""
+    rows = [
         {
             "session_id": session_id,
             "role": message.role,
@@ -142,9 +144,14 @@ def message_rows(
             # hold ``active`` without its DEFAULT 1 (#51646), where an omitted value is NULL
             # and the row would vanish from every live read. Hermes 0.19 writes it too.
             "active": 1,
+            "_compressed_summary": 0,
+            "display_kind": None,
+            "display_metadata": None,
         }
         for index, message in enumerate(batch)
     ]
+    stamp_identities(rows)
+    return rows
 
 
 def recount(conn: Connection, session_id: str) -> None:

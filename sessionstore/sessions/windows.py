@@ -47,12 +47,26 @@ def _empty_window() -> dict[str, Any]:
 
 
 def message_dict(row: Any) -> dict[str, Any]:
-    """A message row as ``get_messages`` gives it: content and tool calls decoded."""
-    record = MessageRecord(*row)
+    """A message row as ``get_messages`` gives it (:func:`hermes_message_dict`)."""
+    return hermes_message_dict(MessageRecord(*row))
+
+
+def hermes_message_dict(record: MessageRecord) -> dict[str, Any]:
+    """A message as newest Hermes's reads give it (iot 0.22.2's ``_row_to_message_dict``):
+    every column but ``display_identity`` and ``display_order`` (its display index; raw
+    bytes no JSON encoder takes), ``_compressed_summary`` only where it is set (as ``True``,
+    last), content, tool calls and ``display_metadata`` decoded."""
     message = record.to_dict()
+    del message["display_identity"], message["display_order"]
+    if message.pop("_compressed_summary"):
+        message["_compressed_summary"] = True
     message["content"] = decode_content(message["content"])
     if message["tool_calls"]:
         message["tool_calls"] = decode_json(message["tool_calls"], "tool_calls", record.id, [])
+    if message["display_metadata"] is not None:
+        message["display_metadata"] = decode_json(
+            message["display_metadata"], "display_metadata", record.id, None
+        )
     return message
 
 

@@ -22,27 +22,58 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Table, cast, inspect, null
+from sqlalchemy import Table, cast, func, inspect, null, select
 from sqlalchemy.engine import Connection
 
 from .records import FIELD_DEFAULTS
-from .tables import async_delegations_table, gateway_routing_table, session_model_usage_table
+from .tables import (
+    async_delegations_table,
+    gateway_routing_table,
+    session_model_usage_table,
+    system_prompts_table,
+)
 
 LATER_COLUMNS: dict[str, tuple[str, ...]] = {
     "sessions": (
+        # v18...v22
         "display_name", "origin_json", "expiry_finalized", "compression_fallback_streak",
         "profile_name",
+        # v23...v31 (and the columns iot added without a bump)
+        "created_source", "system_prompt_hash", "git_metadata_generation", "title_source",
+        "last_activity_at", "last_activity_description", "last_activity_provenance",
+        "compression_ineffective_count", "compression_recovery_deadline",
+        "compression_overload_streak", "transport_profile", "auto_archived", "pinned",
+        "hidden", "last_read_at", "tool_names",
     ),
-    "messages": ("effect_disposition", "api_content"),
+    "messages": (
+        "effect_disposition", "api_content",
+        "_compressed_summary", "display_kind", "display_metadata", "display_identity",
+        "display_order", "message_uid", "absorbed_message_uids", "tool_call_uids",
+        "tool_call_uid",
+    ),
 }  # fmt: skip
-"""The columns of ``sessions`` and ``messages`` Hermes added in v18...v22: absent from a
+"""The columns of ``sessions`` and ``messages`` Hermes added in v18...v31: absent from a
 store that predates them, they read as their default (:data:`.records.FIELD_DEFAULTS`, else
 ``NULL``)."""
+PROMPTS_TABLE = "system_prompts"
+RESOLVED_COLUMNS: dict[str, str] = {
+    "system_prompt": "system_prompt_hash",
+    "tool_names": "tool_names",
+}
+"""The ``sessions`` columns read through ``system_prompts`` (Hermes v25+), and the column
+holding the hash that names their row: the read is ``COALESCE(<the row's prompt>,
+<the column>)``, as every Hermes since iot 0.20.0 reads it (``tool_names`` holds a hash or,
+written before iot 0.21.3, the JSON itself). A store without ``system_prompts`` (or without
+the hash column) reads the column alone."""
 LATER_TABLES: dict[str, Table] = {
     table.name: table
-    for table in (gateway_routing_table, session_model_usage_table, async_delegations_table)
+    for table in (
+        gateway_routing_table, session_model_usage_table, async_delegations_table,
+        system_prompts_table,
+    )
 }
-"""The tables Hermes added in v19...v21: absent, they read as empty. So does one in an
+"""The tables Hermes added in v19...v25 that the reads use: absent, they read as empty
+(``system_prompts``: every prompt is read from its column). So does one in an
 earlier form than our head's (the scope-less routing index of #59203, the usage table of v20
 and v21 without ``task``): what it holds is read once the file is adopted."""
 READ_TABLES = ("sessions", "messages")
@@ -70,9 +101,28 @@ class ReadShape:
     def has_column(self, table: str, name: str) -> bool:
         return (table, name) not in self.absent_columns
 
+    def resolves(self, table: Table, name: str) -> bool:
+        """Whether ``table.name`` is read through ``system_prompts`` (:data:`RESOLVED_COLUMNS`)."""
+        return (
+            table.name == "sessions"
+            and name in RESOLVED_COLUMNS
+            and self.has_table(PROMPTS_TABLE)
+            and self.has_column("sessions", RESOLVED_COLUMNS[name])
+            and self.has_column("sessions", name)
+        )
+
     def column(self, table: Table, name: str) -> Any:
-        """``table.c[name]``, or its default, typed and labelled with its name, when absent."""
+        """``table.c[name]``, or its default, typed and labelled with its name, when absent; a
+        prompt column read through ``system_prompts`` (:meth:`resolves`)."""
         column = table.c[name]
+        if self.resolves(table, name):
+            prompt = (
+                select(system_prompts_table.c.prompt)
+                .where(system_prompts_table.c.hash == table.c[RESOLVED_COLUMNS[name]])
+                .correlate(table)
+                .scalar_subquery()
+            )
+            return func.coalesce(prompt, column).label(name)
         if self.has_column(table.name, name):
             return column
         default = default_of(name)
@@ -86,7 +136,11 @@ class ReadShape:
         """The select list of a plain-text SELECT (``statements.plain_select``): the column's
         name, or ``<default> AS <name>`` when absent."""
         return [
-            name if self.has_column(table.name, name) else f"{_sql_literal(name)} AS {name}"
+            _resolved_sql(table.name, name)
+            if self.resolves(table, name)
+            else name
+            if self.has_column(table.name, name)
+            else f"{_sql_literal(name)} AS {name}"
             for name in names
         ]
 
@@ -136,6 +190,14 @@ def read_shape_of(
     )
     shape = ReadShape(frozenset(absent_columns), absent_tables)
     return ReadableShape(shape, missing)
+
+
+def _resolved_sql(table: str, name: str) -> str:
+    """:meth:`ReadShape.resolves`'s read in plain SQL (both dialects)."""
+    return (
+        f"coalesce((SELECT {PROMPTS_TABLE}.prompt FROM {PROMPTS_TABLE} WHERE "
+        f"{PROMPTS_TABLE}.hash = {table}.{RESOLVED_COLUMNS[name]}), {table}.{name}) AS {name}"
+    )
 
 
 def _sql_literal(name: str) -> str:

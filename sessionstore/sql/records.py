@@ -16,6 +16,7 @@ class SessionRecord(NamedTuple):
 
     id: str
     source: str
+    created_source: str | None
     user_id: str | None
     session_key: str | None
     chat_id: str | None
@@ -27,6 +28,7 @@ class SessionRecord(NamedTuple):
     model: str | None
     model_config: str | None
     system_prompt: str | None
+    system_prompt_hash: str | None
     parent_session_id: str | None
     started_at: float
     ended_at: float | None
@@ -41,6 +43,7 @@ class SessionRecord(NamedTuple):
     cwd: str | None
     git_branch: str | None
     git_repo_root: str | None
+    git_metadata_generation: int
     billing_provider: str | None
     billing_base_url: str | None
     billing_mode: str | None
@@ -50,6 +53,10 @@ class SessionRecord(NamedTuple):
     cost_source: str | None
     pricing_version: str | None
     title: str | None
+    title_source: str | None
+    last_activity_at: float | None
+    last_activity_description: str | None
+    last_activity_provenance: str | None
     api_call_count: int | None
     handoff_state: str | None
     handoff_platform: str | None
@@ -57,9 +64,18 @@ class SessionRecord(NamedTuple):
     compression_failure_cooldown_until: float | None
     compression_failure_error: str | None
     compression_fallback_streak: int
+    compression_ineffective_count: int
+    compression_recovery_deadline: float | None
+    compression_overload_streak: int
     profile_name: str | None
+    transport_profile: str | None
     rewind_count: int
     archived: int
+    auto_archived: int
+    pinned: int
+    hidden: int
+    last_read_at: float | None
+    tool_names: str | None
 
     def to_dict(self) -> dict[str, Any]:
         # A NamedTuple always has exactly its fields: zip needs no length check.
@@ -67,7 +83,9 @@ class SessionRecord(NamedTuple):
 
 
 class MessageRecord(NamedTuple):
-    """A ``messages`` row; fields in newest Hermes's column order."""
+    """A ``messages`` row; fields in newest Hermes's column order. The column
+    ``_compressed_summary`` is the field ``compressed_summary`` (a NamedTuple field cannot
+    start with an underscore); :data:`MESSAGE_FIELDS` and ``to_dict`` use the column's name."""
 
     id: int
     session_id: str
@@ -87,9 +105,18 @@ class MessageRecord(NamedTuple):
     codex_message_items: str | None
     platform_message_id: str | None
     observed: int | None
+    compressed_summary: int
     active: int
     compacted: int
     api_content: str | None
+    display_kind: str | None
+    display_metadata: str | None
+    display_identity: bytes | None
+    display_order: int | None
+    message_uid: str | None
+    absorbed_message_uids: str | None
+    tool_call_uids: str | None
+    tool_call_uid: str | None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(zip(MESSAGE_FIELDS, self))  # noqa: B905 - a NamedTuple is always whole
@@ -118,7 +145,11 @@ class SessionListing(NamedTuple):
 
 
 SESSION_FIELDS: tuple[str, ...] = SessionRecord._fields
-MESSAGE_FIELDS: tuple[str, ...] = MessageRecord._fields
+MESSAGE_FIELDS: tuple[str, ...] = tuple(
+    "_compressed_summary" if name == "compressed_summary" else name
+    for name in MessageRecord._fields
+)
+"""The ``messages`` columns a record holds, by their column names, in its order."""
 
 FIELD_DEFAULTS: dict[str, int] = {
     "api_call_count": 0,
@@ -126,7 +157,14 @@ FIELD_DEFAULTS: dict[str, int] = {
     "archived": 0,
     "expiry_finalized": 0,
     "compression_fallback_streak": 0,
+    "git_metadata_generation": 0,
+    "compression_ineffective_count": 0,
+    "compression_overload_streak": 0,
+    "auto_archived": 0,
+    "pinned": 0,
+    "hidden": 0,
     "observed": 0,
+    "_compressed_summary": 0,
     "active": 1,
     "compacted": 0,
 }

@@ -19,7 +19,7 @@ from typing import Any, cast
 import pytest
 import sqlalchemy as sa
 from asynclib import BlockingAsyncSessionDB
-from legacy_v18_v22 import V22_MESSAGE_NAMES, V22_SESSION_NAMES
+from legacy_v23_v31 import V31_MESSAGE_NAMES, V31_SESSION_NAMES
 from store_library import engine_like_the_store
 
 from sessionstore import SessionStoreError
@@ -31,8 +31,12 @@ from sessionstore.sql.statements import ROWS_PER_INSERT
 # (v6's columns keep their relative order, `title` after `pricing_version`) for `SELECT *`
 # rows; search hits as its SELECT list names them, `content` popped and `context` appended;
 # rich listings add `last_active` (SQL) then `preview` (Python).
-SESSION_KEYS = V22_SESSION_NAMES
-MESSAGE_KEYS = V22_MESSAGE_NAMES
+SESSION_KEYS = V31_SESSION_NAMES
+# As iot 0.22.2's message dicts: no display index, ``_compressed_summary`` only where set.
+MESSAGE_KEYS = tuple(
+    name for name in V31_MESSAGE_NAMES
+    if name not in ("display_identity", "display_order", "_compressed_summary")
+)
 SEARCH_HIT_KEYS = (
     "id", "session_id", "role", "snippet", "timestamp", "tool_name", "source", "model",
     "session_started", "context",

@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from legacy_v23_v31 import without_newer_columns
 from real_hermes import RealHermes
 from real_hermes_driver import PATH_KEY, SQL_STEP, argument
 
@@ -92,7 +93,8 @@ def assert_same(
     for (name, args, kwargs), expected, actual in zip(steps, theirs, ours, strict=True):
         if name in RESULTS_DIFFER or name in also_differ:
             continue
-        assert actual == expected, (name, args, kwargs)
+        # An older Hermes has none of the v23...v31 columns our answers carry.
+        assert without_newer_columns(expected, actual) == expected, (name, args, kwargs)
 
 
 def side_by_side(

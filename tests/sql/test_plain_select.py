@@ -33,7 +33,8 @@ def _core_messages(fields: tuple[str, ...], live_only: bool) -> sa.Select[Any]:
 
 CASES: list[tuple[str, Callable[[], Any], Callable[[], Any]]] = [
     ("session by id", lambda: lifecycle._session_by_id(FULL),
-     lambda: sa.select(*[sessions.c[name] for name in SESSION_FIELDS]).where(
+     # The prompt columns are read through system_prompts (``ReadShape.resolves``).
+     lambda: sa.select(*FULL.columns(sessions, SESSION_FIELDS)).where(
          sessions.c.id == sa.bindparam("id"))),
     ("messages", lambda: message_part._messages_of_session(FULL),
      lambda: _core_messages(MESSAGE_FIELDS, live_only=False)),
@@ -86,4 +87,22 @@ def test_a_column_the_store_lacks_is_selected_as_its_default() -> None:
     assert session_sql.replace("NULL AS display_name", "display_name").replace(
         "0 AS expiry_finalized", "expiry_finalized") == str(lifecycle._session_by_id(FULL))
     assert str(message_part._messages_of_session(shape)).startswith("SELECT id, ")
-    assert " NULL AS api_content FROM messages " in str(message_part._messages_of_session(shape))
+    assert ", NULL AS api_content, display_kind, " in str(
+        message_part._messages_of_session(shape)
+    )
+
+
+def test_a_store_without_system_prompts_reads_the_prompt_column_alone() -> None:
+    """Before v25 (no ``system_prompts``, no hash column) the prompt is its column; from v25
+    it is read through the table, the hash first (``ReadShape.resolves``)."""
+    shape = ReadShape(frozenset({("sessions", "system_prompt_hash"), ("sessions", "tool_names")}),
+                      frozenset({"system_prompts"}))  # fmt: skip
+    old = str(lifecycle._session_by_id(shape))
+    assert ", model_config, system_prompt, NULL AS system_prompt_hash, " in old
+    assert "system_prompts" not in old and ", NULL AS tool_names FROM sessions " in old
+    head = str(lifecycle._session_by_id(FULL))
+    assert (", coalesce((SELECT system_prompts.prompt FROM system_prompts WHERE "
+            "system_prompts.hash = sessions.system_prompt_hash), sessions.system_prompt) AS "
+            "system_prompt, system_prompt_hash, ") in head  # fmt: skip
+    assert ("system_prompts.hash = sessions.tool_names), sessions.tool_names) AS tool_names "
+            "FROM sessions ") in head  # fmt: skip

@@ -12,7 +12,6 @@ from __future__ import annotations
 import io
 import json
 
-import pytest
 from sqlalchemy import inspect
 
 from sessionstore import SessionDB
@@ -22,21 +21,12 @@ from sessionstore.sql.records import MESSAGE_FIELDS, SESSION_FIELDS
 from sessionstore.sql.tables import messages_table, sessions_table
 from sessionstore.storage.engine import create_store_engine
 
-V23_V31_COLUMNS_NOT_YET_IN_RECORDS = pytest.mark.xfail(
-    strict=True,
-    reason="the v23...v31 columns (revisions 0031...0039) are in the tables before the records "
-    "carry them: issue 29 adds them to SessionRecord/MessageRecord and removes this mark (the "
-    "v18...v22 ones are read since issue 28)",
-)
 
-
-@V23_V31_COLUMNS_NOT_YET_IN_RECORDS
 def test_record_fields_are_the_table_columns_in_order() -> None:
     assert tuple(sessions_table.c.keys()) == SESSION_FIELDS
     assert tuple(messages_table.c.keys()) == MESSAGE_FIELDS
 
 
-@V23_V31_COLUMNS_NOT_YET_IN_RECORDS
 def test_record_fields_are_the_columns_of_a_migrated_store(store_url: str) -> None:
     engine = create_store_engine(store_url, set_journal_mode=False)
     try:
@@ -53,7 +43,6 @@ def test_record_fields_are_the_columns_of_a_migrated_store(store_url: str) -> No
     assert set(columns["messages"]) - SEARCH_OBJECT_NAMES == set(MESSAGE_FIELDS)
 
 
-@V23_V31_COLUMNS_NOT_YET_IN_RECORDS
 def test_an_export_line_carries_every_column(store_url: str) -> None:
     with SessionDB(url=store_url) as db:
         db.create_session("s1", "cli", model="m")

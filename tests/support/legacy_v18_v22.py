@@ -76,21 +76,6 @@ ADDED_COLUMNS = {
 REVISION_OF = {17: "0025", 18: "0026", 19: "0027", 20: "0028", 21: "0029", 22: "0030"}
 """The revision at which a store is each Hermes schema (0025 is v17 with our search objects)."""
 
-COLUMNS_NOT_YET_READ = frozenset({
-    # v23...v31 (revisions 0031...0039; tests/support/legacy_v23_v31.py)
-    "created_source", "system_prompt_hash", "git_metadata_generation", "title_source",
-    "last_activity_at", "last_activity_description", "last_activity_provenance",
-    "compression_ineffective_count", "compression_recovery_deadline",
-    "compression_overload_streak", "transport_profile", "auto_archived", "pinned", "hidden",
-    "last_read_at", "tool_names", "_compressed_summary", "display_kind", "display_metadata",
-    "display_identity", "display_order", "message_uid", "absorbed_message_uids",
-    "tool_call_uids", "tool_call_uid",
-})  # fmt: skip
-"""The v23...v31 columns of ``sessions`` and ``messages`` that our records
-(``sessionstore/sql/records.py``) do not return yet: the schema landed first (issue 29,
-milestone 1); the reads that return them are issue 29's, which empties this set. The v18...v22
-columns are read (issue 28)."""
-
 
 # -- synthetic files of v18...v22 and their field variants ------------------------------------
 # Hermes 0.18.1 and 0.19.0 upgrade a v17 file by opening it: their reconciler appends the new

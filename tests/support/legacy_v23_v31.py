@@ -65,3 +65,28 @@ V31_TABLES = frozenset({
 
 # The revision at which a store is each Hermes schema (0031 ... 0039).
 REVISION_OF = {version: f"{version + 8:04d}" for version in range(23, 32)}
+
+
+def _v22_names() -> frozenset[str]:
+    from legacy_v18_v22 import V22_MESSAGE_NAMES, V22_SESSION_NAMES
+
+    return frozenset(V22_SESSION_NAMES) | frozenset(V22_MESSAGE_NAMES)
+
+
+V23_V31_COLUMNS = frozenset(V31_SESSION_NAMES + V31_MESSAGE_NAMES) - _v22_names()
+"""The ``sessions`` and ``messages`` columns of v23...v31: our records carry them (issue 29),
+the dicts of a release that predates them (Hermes 0.18/0.19) do not."""
+
+
+def without_newer_columns(theirs: object, ours: object) -> object:
+    """``ours`` without the v23...v31 keys that ``theirs`` (an older release's answer to the
+    same call) lacks, recursively: what is compared is what both releases answer."""
+    if isinstance(theirs, dict) and isinstance(ours, dict):
+        return {
+            key: without_newer_columns(theirs.get(key), value)
+            for key, value in ours.items()
+            if key in theirs or key not in V23_V31_COLUMNS
+        }
+    if isinstance(theirs, list) and isinstance(ours, list) and len(theirs) == len(ours):
+        return [without_newer_columns(old, new) for old, new in zip(theirs, ours, strict=True)]
+    return ours

