@@ -542,6 +542,15 @@ class AsyncSessionRepository:
     async def set_auto_title_if_empty(self, session_id: str, title: str | None) -> bool:
         return await self._write(lambda repo: repo.set_auto_title_if_empty(session_id, title))
 
+    async def set_auto_title(self, session_id: str, title: str | None, *, source: str) -> bool:
+        return await self._write(lambda repo: repo.set_auto_title(session_id, title, source=source))
+
+    async def get_session_title_source(self, session_id: str) -> str | None:
+        return await self._read(lambda repo: repo.get_session_title_source(session_id))
+
+    async def set_session_title_source(self, session_id: str, source: str) -> bool:
+        return await self._write(lambda repo: repo.set_session_title_source(session_id, source))
+
     async def get_session_title(self, session_id: str) -> str | None:
         return await self._read(lambda repo: repo.get_session_title(session_id))
 
@@ -775,6 +784,94 @@ class AsyncSessionRepository:
 
     async def set_meta(self, key: str, value: str | None) -> None:
         return await self._write(lambda repo: repo.set_meta(key, value))
+
+    async def try_acquire_session_turn_lease(
+        self,
+        session_id: str,
+        holder: str,
+        *,
+        ttl_seconds: float = 300.0,
+    ) -> bool:
+        return await self._write(
+            lambda repo: repo.try_acquire_session_turn_lease(
+                session_id,
+                holder,
+                ttl_seconds=ttl_seconds,
+            )
+        )
+
+    async def acquire_session_turn_lease(
+        self,
+        session_id: str,
+        holder: str,
+        *,
+        ttl_seconds: float = 300.0,
+        wait_seconds: float = 1800.0,
+        poll_interval_seconds: float = 1.0,
+        on_wait: Callable[[float], Any] | None = None,
+        should_abort: Callable[[], Any] | None = None,
+    ) -> bool:
+        return await self._write(
+            lambda repo: repo.acquire_session_turn_lease(
+                session_id,
+                holder,
+                ttl_seconds=ttl_seconds,
+                wait_seconds=wait_seconds,
+                poll_interval_seconds=poll_interval_seconds,
+                on_wait=on_wait,
+                should_abort=should_abort,
+            )
+        )
+
+    async def session_turn_lease_expires_at(self, session_id: str, holder: str) -> float | None:
+        return await self._read(lambda repo: repo.session_turn_lease_expires_at(session_id, holder))
+
+    async def refresh_session_turn_lease(
+        self,
+        session_id: str,
+        holder: str,
+        *,
+        ttl_seconds: float = 300.0,
+    ) -> bool:
+        return await self._write(
+            lambda repo: repo.refresh_session_turn_lease(
+                session_id,
+                holder,
+                ttl_seconds=ttl_seconds,
+            )
+        )
+
+    async def release_session_turn_lease(self, session_id: str, holder: str) -> None:
+        return await self._write(lambda repo: repo.release_session_turn_lease(session_id, holder))
+
+    async def set_session_pinned(self, session_id: str, pinned: bool) -> bool:
+        return await self._write(lambda repo: repo.set_session_pinned(session_id, pinned))
+
+    async def set_session_hidden(self, session_id: str, hidden: bool) -> bool:
+        return await self._write(lambda repo: repo.set_session_hidden(session_id, hidden))
+
+    async def set_session_read(self, session_id: str, read: bool = True) -> bool:
+        return await self._write(lambda repo: repo.set_session_read(session_id, read))
+
+    async def touch_session_activity(
+        self,
+        session_id: str,
+        ts: float | None = None,
+        *,
+        description: str | None = None,
+        provenance: Any = None,
+    ) -> None:
+        return await self._write(
+            lambda repo: repo.touch_session_activity(
+                session_id,
+                ts,
+                description=description,
+                provenance=provenance,
+            )
+        )
+
+    async def clear_session_activity_labels(self, session_id: str) -> None:
+        return await self._write(lambda repo: repo.clear_session_activity_labels(session_id))
 
     async def record_gateway_session_peer(
         self,

@@ -34,6 +34,7 @@ from ..sessions.leases import DEFAULT_TTL_S
 from ..sessions.listing import search_by_id
 from ..sessions.maintenance import auto_prune_and_vacuum
 from ..sessions.repository import SessionRepository
+from ..sessions.session_state import DEFAULT_TURN_LEASE_TTL_S
 from ..sessions.transcripts import delete_with_transcripts, remove_transcripts, sessions_directory
 from ..sessions.windows import hermes_message_dict
 from ..sql import validation
@@ -323,6 +324,112 @@ class SessionDB:
         """Set a generated title only while the session has none (Hermes 0.19); whether it
         was set."""
         return self._repo.set_auto_title_if_empty(session_id, title)
+
+    @writes
+    def set_auto_title(self, session_id: str, title: str | None, *, source: str) -> bool:
+        """An automatic title (iot 0.22.2): ``source`` ``derived`` or ``llm``; lands only on
+        an untitled session or over a title of strictly lower authority."""
+        return self._repo.set_auto_title(session_id, title, source=source)
+
+    @reads
+    def get_session_title_source(self, session_id: str) -> str | None:
+        """The provenance of the title (``derived``, ``llm``, ``user``); None untitled."""
+        return self._repo.get_session_title_source(session_id)
+
+    @writes
+    def set_session_title_source(self, session_id: str, source: str) -> bool:
+        return self._repo.set_session_title_source(session_id, source)
+
+    # -- pinned, hidden, read, activity (iot 0.22.2) ------------------------------------------
+    @writes
+    def set_session_pinned(self, session_id: str, pinned: bool) -> bool:
+        """Pin (or unpin) the session's compression lineage; pinning also unhides it."""
+        return self._repo.set_session_pinned(session_id, pinned)
+
+    @writes
+    def set_session_hidden(self, session_id: str, hidden: bool) -> bool:
+        return self._repo.set_session_hidden(session_id, hidden)
+
+    @writes
+    def set_session_read(self, session_id: str, read: bool = True) -> bool:
+        """Mark the lineage read (``last_read_at`` now) or unread (0)."""
+        return self._repo.set_session_read(session_id, read)
+
+    @staticmethod
+    def session_unread(session_row: Mapping[str, Any] | None) -> bool:
+        """iot's rule: unread when activity (``last_active``, else ``started_at``) postdates
+        the ``last_read_at`` watermark; NULL (never tracked) is read."""
+        row = session_row or {}
+        last_read = row.get("last_read_at")
+        if last_read is None:
+            return False
+        try:
+            last_active = float(row.get("last_active") or row.get("started_at") or 0)
+            return last_active > float(last_read)
+        except (TypeError, ValueError):
+            return False
+
+    @writes
+    def touch_session_activity(
+        self,
+        session_id: str,
+        ts: float | None = None,
+        *,
+        description: str | None = None,
+        provenance: Any = None,
+    ) -> None:
+        """Stamp mid-turn activity (never moving ``last_activity_at`` backwards)."""
+        self._repo.touch_session_activity(
+            session_id, ts, description=description, provenance=provenance
+        )
+
+    @writes
+    def clear_session_activity_labels(self, session_id: str) -> None:
+        """Clear the activity labels after a turn; ``last_activity_at`` is kept."""
+        self._repo.clear_session_activity_labels(session_id)
+
+    # -- turn leases (iot 0.22.2) -------------------------------------------------------------
+    @writes
+    def try_acquire_session_turn_lease(
+        self, session_id: str, holder: str, *, ttl_seconds: float = DEFAULT_TURN_LEASE_TTL_S
+    ) -> bool:
+        """Take the conversation's turn lease now, if free or expired."""
+        return self._repo.try_acquire_session_turn_lease(
+            session_id, holder, ttl_seconds=ttl_seconds
+        )
+
+    @writes
+    def acquire_session_turn_lease(
+        self,
+        session_id: str,
+        holder: str,
+        *,
+        ttl_seconds: float = DEFAULT_TURN_LEASE_TTL_S,
+        wait_seconds: float = 1800.0,
+        poll_interval_seconds: float = 1.0,
+        on_wait: Callable[[float], Any] | None = None,
+        should_abort: Callable[[], Any] | None = None,
+    ) -> bool:
+        """Wait for the conversation's turn lease (polling); False at the deadline."""
+        return self._repo.acquire_session_turn_lease(
+            session_id, holder, ttl_seconds=ttl_seconds, wait_seconds=wait_seconds,
+            poll_interval_seconds=poll_interval_seconds, on_wait=on_wait,
+            should_abort=should_abort,
+        )  # fmt: skip
+
+    @reads
+    def session_turn_lease_expires_at(self, session_id: str, holder: str) -> float | None:
+        return self._repo.session_turn_lease_expires_at(session_id, holder)
+
+    @writes
+    def refresh_session_turn_lease(
+        self, session_id: str, holder: str, *, ttl_seconds: float = DEFAULT_TURN_LEASE_TTL_S
+    ) -> bool:
+        return self._repo.refresh_session_turn_lease(session_id, holder, ttl_seconds=ttl_seconds)
+
+    @writes
+    def release_session_turn_lease(self, session_id: str, holder: str) -> None:
+        self._repo.release_session_turn_lease(session_id, holder)
 
     @reads
     def get_session_title(self, session_id: str) -> str | None:

@@ -865,6 +865,7 @@ def _flush(
             local.messages += 1
         if message_rows:
             conn.execute(messages.insert(), message_rows)
+            _keep_unset_display_orders(run_in.store, conn, message_rows)
         for values in usage_rows:
             # A row the target holds (a merge, a resumed copy) keeps its figures.
             statement = (
@@ -887,6 +888,23 @@ def _flush(
     pending_parents.update(parents)
     merged.update(gained)
     return position
+
+
+def _keep_unset_display_orders(
+    store: Store, conn: Connection, rows: list[dict[str, Any]]
+) -> None:
+    """A message whose record has no ``display_order`` keeps none: Hermes's SQLite trigger
+    gives every inserted row one, but an import restores rows as stored (a row an older
+    Hermes wrote has none until Hermes's own read path computes its display index)."""
+    if store.dialect.name != "sqlite":
+        return  # no trigger there
+    unset = [row["id"] for row in rows if row.get("display_order") is None]
+    for start in range(0, len(unset), 500):
+        conn.execute(
+            update(messages)
+            .where(messages.c.id.in_(unset[start : start + 500]))
+            .values(display_order=None)
+        )
 
 
 def _with_stored_prompts(

@@ -42,6 +42,7 @@ from ..sql.validation import SourceFilter, bindable
 from .access import reads, writes
 from .lineage import compression_lineages, delegate_descendants
 from .listing import cwd_condition
+from .prompts import delete_unreferenced_prompts
 from .shared import RepositoryPart, session_columns, source_condition
 
 GHOST_SOURCE = "tui"
@@ -67,7 +68,10 @@ def delete_matching(conn: Connection, condition: ColumnElement[bool]) -> Deletio
 
 
 def _delete_sessions(conn: Connection, session_ids: Sequence[str]) -> None:
-    """Orphan the children of ``session_ids``, then delete their messages and them."""
+    """Orphan the children of ``session_ids``, then delete their messages and them, and the
+    ``system_prompts`` rows no session names any more (iot's rule: a row still named, by a
+    prompt hash or a tool pin, stays). ``conversation_generations`` is never touched: a
+    peer's generation must not be issued twice, even once all its sessions are gone."""
     for start in range(0, len(session_ids), _DELETE_CHUNK):
         chunk = list(session_ids[start : start + _DELETE_CHUNK])
         conn.execute(
@@ -78,6 +82,8 @@ def _delete_sessions(conn: Connection, session_ids: Sequence[str]) -> None:
         conn.execute(delete(messages).where(messages.c.session_id.in_(chunk)))
         conn.execute(delete(usage).where(usage.c.session_id.in_(chunk)))
         conn.execute(delete(sessions).where(sessions.c.id.in_(chunk)))
+    if session_ids:
+        delete_unreferenced_prompts(conn)
 
 
 class DeletionPart(RepositoryPart):
@@ -138,7 +144,14 @@ class DeletionPart(RepositoryPart):
             ~select(messages.c.id).where(messages.c.session_id == session_id).exists(),
             ~select(child.c.id).where(child.c.parent_session_id == session_id).exists(),
         )
-        return self.store.write(lambda conn: conn.execute(statement).rowcount > 0)
+
+        def run(conn: Connection) -> bool:
+            deleted = conn.execute(statement).rowcount > 0
+            if deleted:
+                delete_unreferenced_prompts(conn)
+            return deleted
+
+        return self.store.write(run)
 
     @writes
     def prune_empty_ghost_sessions(

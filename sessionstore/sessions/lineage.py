@@ -484,7 +484,9 @@ class LineagePart(RepositoryPart):
             if not lineage:
                 return False
             conn.execute(
-                update(sessions).where(sessions.c.id.in_(sorted(lineage))).values(archived=flag)
+                update(sessions)
+                .where(sessions.c.id.in_(sorted(lineage)))
+                .values(archived=flag, auto_archived=0)
             )
             return True
 

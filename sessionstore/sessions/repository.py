@@ -15,6 +15,7 @@ its own:
 - :mod:`.deletion`: deletes, prunes and bulk archives, with which sessions went;
 - :mod:`.windows`: a window of messages around one, with bookends;
 - :mod:`.leases`: compression leases, cooldowns, the fallback streak, ``state_meta``;
+- :mod:`.session_state`: turn leases, pinned/hidden/read, activity (Hermes v24...v26);
 - :mod:`.gateway`: gateway peers, origins, routing and the handoff state machine;
 - :mod:`.maintenance`: ``optimize_fts``, ``rebuild_fts``, ``vacuum``, finalizing orphaned
   continuations.
@@ -81,6 +82,7 @@ from .listing import (
 from .maintenance import MaintenancePart
 from .messages import MessagesPart, NewMessage
 from .rewind import RewindPart
+from .session_state import SessionStatePart
 from .shared import row_count
 from .titles import TitlesPart
 from .usage import UsagePart
@@ -99,6 +101,7 @@ class SessionRepository(
     DeletionPart,
     WindowsPart,
     LeasesPart,
+    SessionStatePart,
     GatewayPart,
     MaintenancePart,
 ):

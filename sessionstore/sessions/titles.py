@@ -129,34 +129,103 @@ def lineage_like_pattern(base: str) -> str:
     return f"{escape_like(base)} #%"
 
 
+TITLE_SOURCE_DERIVED: Final = "derived"
+TITLE_SOURCE_LLM: Final = "llm"
+TITLE_SOURCE_USER: Final = "user"
+TITLE_SOURCE_RANK: Final = {TITLE_SOURCE_DERIVED: 0, TITLE_SOURCE_LLM: 1, TITLE_SOURCE_USER: 2}
+"""A title's provenance (``sessions.title_source``, Hermes v26) and its authority: an
+automatic title lands only over a strictly lower one; a user's always lands. NULL (a title
+written before provenance) ranks as ``user``; an unknown value as the lowest."""
+
+
+def _rank(source: str | None) -> int:
+    return TITLE_SOURCE_RANK[TITLE_SOURCE_USER] if source is None else TITLE_SOURCE_RANK.get(
+        source, 0
+    )
+
+
 class TitlesPart(RepositoryPart):
-    """Setting, reading and resolving session titles."""
+    """Setting, reading and resolving session titles, with their provenance."""
 
     @writes
     def set_session_title(self, session_id: str, title: str | None) -> bool:
-        """Set (or clear, with None/blank) a title; True if the session exists."""
-        return self._set_title(session_id, title, only_if_empty=False)
+        """Set (or clear, with None/blank) a title on the user's behalf (provenance
+        ``user``); True if the session exists."""
+        return self._set_title(session_id, title, source=TITLE_SOURCE_USER)
 
     @writes
     def set_auto_title_if_empty(self, session_id: str, title: str | None) -> bool:
         """Set a generated title only while the session has none (Hermes 0.19): the test and
         the write are one transaction, so a concurrent manual rename is never overwritten.
-        True when the title was set; the checks are :meth:`set_session_title`'s."""
-        return self._set_title(session_id, title, only_if_empty=True)
+        True when the title was set; the checks are :meth:`set_session_title`'s. Hermes
+        0.19's titler is the model's, so its provenance is ``llm``. iot 0.22.2 removed the
+        method (:meth:`set_auto_title` is its form); it is kept for 0.19's callers."""
+        return self._set_title(session_id, title, source=TITLE_SOURCE_LLM, only_if_empty=True)
 
-    def _set_title(self, session_id: str, title: str | None, *, only_if_empty: bool) -> bool:
+    @writes
+    def set_auto_title(self, session_id: str, title: str | None, *, source: str) -> bool:
+        """iot 0.22.2's automatic title: ``source`` is ``derived`` or ``llm`` (else
+        ``ValueError``); it lands only on an untitled session or over a title of strictly
+        lower authority (derived -> llm once; never over a user's). True when it landed."""
+        if source not in (TITLE_SOURCE_DERIVED, TITLE_SOURCE_LLM):
+            raise ValueError(f"invalid automatic title source: {source!r}")
+        return self._set_title(session_id, title, source=source)
+
+    @reads
+    def get_session_title_source(self, session_id: str) -> str | None:
+        """The provenance of the session's title; None when it has none (or is unknown)."""
+        if not isinstance(session_id, str) or not bindable(session_id):
+            return None
+        if not self.store.read_shape.has_column(sessions.name, "title_source"):
+            return None  # a store read as it is, from before Hermes v26
+        statement = select(sessions.c.title, sessions.c.title_source).where(
+            sessions.c.id == session_id
+        )
+        row = self.store.read(lambda conn: conn.execute(statement).first())
+        return None if row is None or row[0] is None else row[1]
+
+    @writes
+    def set_session_title_source(self, session_id: str, source: str) -> bool:
+        """Overwrite a title's provenance, the text untouched (``ValueError`` for an unknown
+        one); True when the session has a title."""
+        if source not in TITLE_SOURCE_RANK:
+            raise ValueError(f"invalid title source: {source!r}")
+        statement = (
+            update(sessions)
+            .where(
+                sessions.c.id == validation.identifier(session_id, "session_id"),
+                sessions.c.title.is_not(None),
+            )
+            .values(title_source=source)
+        )
+        return self.store.write(lambda conn: conn.execute(statement).rowcount > 0)
+
+    def _set_title(
+        self, session_id: str, title: str | None, *, source: str, only_if_empty: bool = False
+    ) -> bool:
         clean = sanitize_title(title)
         session_id = validation.identifier(session_id, "session_id")
-        target = update(sessions).where(sessions.c.id == session_id)
-        if only_if_empty:
-            target = target.where(sessions.c.title.is_(None))
-        untitled = select(sessions.c.id).where(
-            sessions.c.id == session_id, sessions.c.title.is_(None)
+        automatic = source != TITLE_SOURCE_USER
+        current_of = select(sessions.c.title, sessions.c.title_source).where(
+            sessions.c.id == session_id
         )
 
         def run(conn: Connection) -> bool:
-            if only_if_empty and conn.execute(untitled).first() is None:
-                return False  # unknown, or titled already: not even checked for uniqueness
+            current = conn.execute(current_of).first()
+            if current is None:
+                return False
+            if only_if_empty and current.title is not None:
+                return False  # titled already: not even checked for uniqueness
+            if automatic and current.title is not None and _rank(current.title_source) >= _rank(
+                source
+            ):
+                return False
+            # Compare-and-set on what was read: a write in between loses instead.
+            target = update(sessions).where(
+                sessions.c.id == session_id,
+                sessions.c.title.is_(None) if current.title is None
+                else sessions.c.title == current.title,
+            )  # fmt: skip
             if clean is not None:
                 holder = conn.execute(
                     select(sessions.c.id).where(sessions.c.title == clean)
@@ -166,7 +235,12 @@ class TitlesPart(RepositoryPart):
                     raise TitleInUseError(
                         f"Title '{clean}' is already in use by session {holder}"
                     )
-            return conn.execute(target.values(title=clean)).rowcount > 0
+            return (
+                conn.execute(
+                    target.values(title=clean, title_source=source if clean else None)
+                ).rowcount
+                > 0
+            )
 
         try:
             return self.store.write(run)

