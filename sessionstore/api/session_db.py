@@ -28,6 +28,7 @@ from ..schema.adoption import adoption_backup
 from ..schema.readable import check_readable
 from ..search import contains_cjk as _contains_cjk
 from ..search import sanitize_fts5_query as _sanitize_fts5_query
+from ..search.index import detach_unloadable
 from ..sessions import titles
 from ..sessions.access import reads, writes
 from ..sessions.leases import DEFAULT_TTL_S
@@ -127,6 +128,7 @@ class SessionDB:
         the adoption backup's path when one was taken."""
         status = migrate.status(engine)  # a Hermes file's shape verdict included
         if status.up_to_date:
+            detach_unloadable(engine)
             return None
         refusal = migrate.upgrade_refusal(status)
         if not auto_migrate and refusal is not None:
@@ -141,6 +143,7 @@ class SessionDB:
         # arriving together, the first backs up and migrates, the others find it done.
         backup_step = adoption_backup(url) if backup else None
         migrate.upgrade(engine, before_change=backup_step)
+        detach_unloadable(engine)
         return None if backup_step is None else backup_step.path
 
     @property

@@ -23,6 +23,7 @@ from sqlalchemy.exc import DBAPIError
 from ..dialects import database_file, translate_any_error
 from ..errors import SessionStoreError, StoreLocationError
 from ..schema import legacy, migrate
+from ..search.index import detach_unloadable
 from ..sessions.repository import SessionRepository
 from ..storage.command_hints import cli_command
 from ..storage.config import is_default_store, require_directory, store_location
@@ -277,6 +278,7 @@ def open_store(options: CliState, *, write: bool = False) -> Iterator[Store]:
             status = migrate.status(engine)
             if not status.up_to_date:
                 raise outdated(status, url)
+            detach_unloadable(engine)  # or a Hermes's CJK triggers would fail every write
 
         store = Store.open(url, prepare=refuse_unless_current)
     else:

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from .hits import MatchRow
@@ -81,6 +81,15 @@ class SearchIndex(Protocol):
         """Hermes's ``optimize-storage``: rebuild its indexes in the newest layout, and drop
         what an interrupted move of Hermes's left behind. False when there was nothing to do."""
 
+    def unloadable_triggers(self, conn: Connection) -> list[str]:
+        """Triggers another program added for an index whose tokenizer this process cannot
+        load (Hermes's CJK bigram index, a loadable extension): while they exist, every
+        write to ``messages`` fails."""
+
+    def detach_unloadable(self, conn: Connection) -> bool:
+        """Drop :meth:`unloadable_triggers` as that program does when it cannot load the
+        tokenizer (its index marked stale first, table kept); True when it dropped any."""
+
     def optimize(self, conn: Connection) -> int:
         """Merge the index's pieces for faster queries (no change in results); how many
         indexes were merged. One that fails is logged and skipped, as Hermes's
@@ -98,6 +107,23 @@ def ensure_head_layout(index: SearchIndex, conn: Connection) -> bool:
         return False
     index.rebuild(conn)
     return True
+
+
+def detach_unloadable(engine: Engine) -> bool:
+    """Before a store is written: detach another program's index this process cannot keep
+    (:meth:`SearchIndex.detach_unloadable`). A Hermes that can load its CJK tokenizer adds
+    that index to a store at head; Hermes itself, opening the file without the tokenizer,
+    detaches it on every open, and so does every writable open here. One catalog read when
+    there is nothing to do."""
+    from ..dialects import dialect_for
+    from .registry import search_index_for
+
+    index = search_index_for(dialect_for(engine))
+    with engine.connect() as conn:
+        if not index.unloadable_triggers(conn):
+            return False
+    with engine.begin() as conn:
+        return index.detach_unloadable(conn)
 
 
 def optimize_each(conn: Connection, steps: Iterable[tuple[str, str, dict[str, Any]]]) -> int:

@@ -51,6 +51,15 @@ BIGRAM_TRIGGERS: Final = (
     "messages_cjk_bigram_update",
 )
 
+HERMES_CJK_TABLE: Final = "messages_fts_cjk"
+"""Hermes's optional CJK bigram index (iot 0.20+), whose tokenizer ``cjk_unicode61`` is a
+loadable extension this package never loads: its triggers are detached, the table kept."""
+HERMES_CJK_TRIGGERS: Final = (
+    "messages_fts_cjk_insert",
+    "messages_fts_cjk_delete",
+    "messages_fts_cjk_update",
+)
+
 HERMES_TRIGGERS: Final = (*WORD_TRIGGERS, *TRIGRAM_TRIGGERS)
 """The six trigger names newest Hermes checks for on every open."""
 

@@ -292,6 +292,12 @@ class PostgreSQLSearchIndex:
     def move_to_newest_layout(self, conn: Connection) -> bool:
         return False
 
+    def unloadable_triggers(self, conn: Connection) -> list[str]:
+        return []  # no program adds an index of its own here
+
+    def detach_unloadable(self, conn: Connection) -> bool:
+        return False
+
     def optimize(self, conn: Connection) -> int:
         """Move GIN's pending entries (fast-update list) into the main index structure."""
         present = _indexes(conn)

@@ -333,6 +333,27 @@ class SQLiteSearchIndex:
     def _expected_missing(self, conn: Connection, present: set[str]) -> list[str]:
         return [n for n in self._expected(conn, present, ddl.LAYOUT_3) if n not in present]
 
+    def unloadable_triggers(self, conn: Connection) -> list[str]:
+        names_found = conn.exec_driver_sql(
+            "SELECT name FROM sqlite_master WHERE type = 'trigger' AND name IN (?, ?, ?)",
+            names.HERMES_CJK_TRIGGERS,
+        ).all()
+        return sorted(str(row[0]) for row in names_found)
+
+    def detach_unloadable(self, conn: Connection) -> bool:
+        live = self.unloadable_triggers(conn)
+        if not live:
+            return False
+        # Hermes's order (hermes_state_fts._ensure_fts_cjk_schema): the breadcrumb first, so
+        # a Hermes that can load the tokenizer knows the index missed writes and rebuilds it.
+        conn.exec_driver_sql(f"DELETE FROM state_meta WHERE key = '{ddl.HERMES_CJK_STALE_KEY}'")
+        conn.exec_driver_sql(
+            f"INSERT INTO state_meta (key, value) VALUES ('{ddl.HERMES_CJK_STALE_KEY}', '1')"
+        )
+        for name in live:
+            conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {name}")
+        return True
+
     def optimize(self, conn: Connection) -> int:
         present = _objects(conn)
         return optimize_each(conn, [

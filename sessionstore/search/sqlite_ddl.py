@@ -373,6 +373,8 @@ V11_LAYOUT: Final = Layout(
     names.V11_TRIGRAM_SOURCE_VIEW, None, False,
 )  # fmt: skip
 LAYOUTS: Final = (LAYOUT_3, V11_LAYOUT)
+HERMES_CJK_STALE_KEY: Final = "fts_cjk_stale"
+"""Hermes's mark that its CJK index missed writes (its triggers were detached)."""
 HERMES_TRASH_PREFIX: Final = "fts_v22_trash_"
 """Shadow tables an interrupted ``optimize-storage`` of Hermes's left behind (derived data)."""
 OPTIMIZE_AVAILABLE_KEY: Final = "fts_optimize_available"

@@ -475,12 +475,6 @@ def _add_cjk_table(path: Path) -> None:
         conn.execute("PRAGMA writable_schema = OFF")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open gap (issue 29): a store already at the head is not detached again when a "
-    "Hermes host WITH the extension later adds the CJK table and its triggers; Hermes "
-    "detaches on every open without the extension, sessionstore only in revision 0039",
-)
 def test_the_cjk_triggers_a_later_hermes_adds_at_the_head_do_not_stop_writes(
     tmp_path: Path,
 ) -> None:
@@ -492,3 +486,28 @@ def test_the_cjk_triggers_a_later_hermes_adds_at_the_head_do_not_stop_writes(
     with SessionDB(db_path=path) as db:
         db.append_message("s", "user", "after it 部署")
         assert len(db.get_messages("s")) == 2
+        # As Hermes without the extension: breadcrumb set, triggers gone, table kept.
+        assert db.get_meta("fts_cjk_stale") == "1"
+    with open_db(path) as conn:
+        names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    assert "messages_fts_cjk" in names and not names & {
+        "messages_fts_cjk_insert", "messages_fts_cjk_delete", "messages_fts_cjk_update"
+    }
+
+
+def test_a_cli_write_verb_detaches_the_cjk_triggers_too(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from sessionstore import cli
+
+    path = tmp_path / "state.db"
+    with SessionDB(db_path=path) as db:
+        db.create_session("s", "cli")
+        db.append_message("s", "user", "部署 before")
+    _add_cjk_table(path)
+    result = CliRunner().invoke(
+        cli.app, ["--url", str(path), "sessions", "delete", "s", "--yes"]
+    )
+    assert result.exit_code == 0, result.output
+    with SessionDB(db_path=path) as db:
+        assert db.get_session("s") is None
