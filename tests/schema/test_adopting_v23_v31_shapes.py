@@ -160,14 +160,15 @@ def round_trip(path: Path, *, probe: str = "kubectl") -> dict[str, Rows]:
         found = {int(row[0]) for row in conn.execute(
             "SELECT id FROM messages WHERE content LIKE ?", (f"%{probe}%",))}  # fmt: skip
     with SessionDB(db_path=path, backup_on_adopt=False) as db:
+        for session_id, prompt in prompts.items():  # read through system_prompts, hash first
+            assert (db.get_session(session_id) or {}).get("system_prompt") == prompt, session_id
         hits = {int(hit["id"]) for hit in db.search_messages(probe, limit=200)}
         assert found and found <= hits | _excluded_from_search(path, found), (found, hits)
         session = "written-at-the-head"  # a session of its own: the file's counters stay
         db.create_session(session, "cli")
         written = db.append_message(session, "user", f"written at the head {probe} 写入")
     assert migrate.current(sqlite_url(path)) == migrate.HEAD_REVISION
-    # Every prompt as Hermes reads it at the head (hash first); SessionDB's own read of hashed
-    # prompts is issue 29 item 3 (sessions/), checked where it is implemented.
+    # Every prompt as Hermes reads it at the head too (hash first), in the file itself.
     assert {key: value for key, value in prompts_of(path).items() if key != session} == prompts
     head = rows_of(path)
     assert_kept(before, head, where="at the head")
