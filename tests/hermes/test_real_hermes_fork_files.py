@@ -63,3 +63,52 @@ def test_a_fork_file_is_adopted_and_its_release_keeps_using_it(
     (session,) = fork_files.hermes(label).calls(path, [["get_session", [ROOT_ID], {}]])
     assert session["system_prompt"], "the release still reads its prompt"
     assert sql(path, "SELECT version FROM schema_version") == "31"
+
+
+NEWEST_FORK = "iot-0.22.2"
+LAYOUT_3_WORD_VIEW = "SELECT count(*) FROM sqlite_master WHERE name = 'messages_fts_src'"
+
+
+def test_the_forks_optimize_storage_on_a_file_we_adopted_and_ours_on_its_file(
+    fork_files: ForkFiles, tmp_path: Path
+) -> None:
+    """Issue 29 (the field): iot 0.22.2's `optimize_fts_storage` moves a file we adopted (kept
+    in the legacy layout every Hermes searches) to its layout 3, and we open the result again
+    and search it as before; our `optimize_fts_storage` gives iot a layout it finds settled."""
+    adopted = tmp_path / "adopted.db"
+    backup_copy(fork_files.get(NEWEST_FORK), adopted)
+    queries = ("kubectl", "部署", "deploy")
+
+    def answers(db: SessionDB) -> dict[str, list[int]]:
+        return {query: sorted(hit["id"] for hit in db.search_messages(query))
+                for query in queries}  # fmt: skip
+
+    with SessionDB(db_path=adopted, backup_on_adopt=False) as db:
+        before = answers(db)
+        assert db.fts_optimize_available() is True
+    release = fork_files.hermes(NEWEST_FORK)
+    available, moved = release.calls(adopted, [
+        ("fts_optimize_available", [], {}),
+        ("optimize_fts_storage", [], {"vacuum": False}),
+    ])  # fmt: skip
+    assert available is True and moved["ok"] is True, moved
+    assert sql(adopted, LAYOUT_3_WORD_VIEW) == "1"
+    with SessionDB(db_path=adopted, backup_on_adopt=False) as db:
+        assert db.fts_optimize_available() is False
+        assert answers(db) == before
+        new_id = db.append_message(ROOT_ID, "user", "新的部署 after the move")
+        assert new_id in [hit["id"] for hit in db.search_messages("新的部署")]
+    assert sql(adopted, "PRAGMA integrity_check") == "ok"
+    (hits,) = release.calls(adopted, [("search_messages", ["新的部署"], {})])
+    assert [hit["id"] for hit in hits] == [new_id]
+
+    mine = tmp_path / "mine.db"
+    with SessionDB(db_path=mine) as db:
+        db.create_session("mine", "cli")
+        db.append_message("mine", "user", "kubectl scale 部署指南")
+        assert db.optimize_fts_storage(vacuum=False)["ok"] is True
+    still, found = release.calls(mine, [
+        ("fts_optimize_available", [], {}),
+        ("search_messages", ["kubectl"], {}),
+    ])  # fmt: skip
+    assert still is False and [hit["session_id"] for hit in found] == ["mine"]
