@@ -37,7 +37,7 @@ from ..sessions.maintenance import auto_prune_and_vacuum
 from ..sessions.repository import SessionRepository
 from ..sessions.session_state import DEFAULT_TURN_LEASE_TTL_S
 from ..sessions.transcripts import delete_with_transcripts, remove_transcripts, sessions_directory
-from ..sessions.windows import hermes_message_dict
+from ..sessions.windows import hermes_message_dicts
 from ..sql import validation
 from ..sql.validation import SourceFilter, bindable
 from ..storage.command_hints import cli_command
@@ -603,10 +603,9 @@ class SessionDB:
         ``include_inactive``. ``limit``/``offset`` page them (Hermes 0.19: 0-based, in order;
         ``offset`` alone pages too). Each dict is newest Hermes's
         (``sessions.windows.hermes_message_dict``)."""
-        return [
-            hermes_message_dict(record)
-            for record in self._repo.get_messages(session_id, include_inactive, limit, offset)
-        ]
+        return hermes_message_dicts(
+            self._repo.get_message_rows(session_id, include_inactive, limit, offset)
+        )
 
     @reads
     def get_messages_as_conversation(
@@ -625,14 +624,15 @@ class SessionDB:
         ``repair_alternation`` (Hermes 0.19: a live replay) repairs the alternation of roles in
         what is returned; the stored rows never change.
         """
-        session_ids = (
-            self._repo.lineage_root_to_tip(session_id) if include_ancestors else [session_id]
-        )
-        rows = self._repo.get_lineage_conversation(session_ids, include_inactive)
+        if include_ancestors:
+            lineage = self._repo.get_lineage_conversation(
+                self._repo.lineage_root_to_tip(session_id), include_inactive
+            )
+            rows: Sequence[Sequence[Any]] = [row for _, row in lineage]
+        else:
+            rows = self._repo.get_conversation_rows(session_id, include_inactive)
         return conversation(
-            (row for _, row in rows),
-            with_ancestors=include_ancestors,
-            repair_alternation=repair_alternation,
+            rows, with_ancestors=include_ancestors, repair_alternation=repair_alternation
         )
 
     @reads

@@ -373,6 +373,19 @@ class MessagesPart(RepositoryPart):
         ``include_inactive``. As Hermes 0.19: with ``limit`` at most that many rows from the
         ``offset``-th on (0-based, in order); ``offset`` alone pages too; a negative limit is
         no limit and a negative offset is 0 (SQLite's reading of both)."""
+        rows = self.get_message_rows(session_id, include_inactive, limit, offset)
+        return list(starmap(MessageRecord, rows))
+
+    @reads
+    def get_message_rows(
+        self,
+        session_id: str,
+        include_inactive: bool = False,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[tuple[Any, ...]]:
+        """:meth:`get_messages` as the plain rows (``MESSAGE_FIELDS`` in order), for a caller
+        that builds its own dicts from them (``windows.hermes_message_dicts``)."""
         if not isinstance(session_id, str) or not bindable(session_id):
             return []
         page = message_page(limit, offset)
@@ -382,10 +395,7 @@ class MessagesPart(RepositoryPart):
         else:
             load = self._load_message_page if include_inactive else self._load_live_message_page
             values = {"session_id": session_id, "limit": page[0], "offset": page[1]}
-        return self.store.read(
-            lambda conn: list(starmap(MessageRecord, load.rows(conn, values))),
-            single_statement=True,
-        )
+        return self.store.read(lambda conn: load.rows(conn, values), single_statement=True)
 
     @reads
     def get_lineage_conversation(
@@ -421,14 +431,20 @@ class MessagesPart(RepositoryPart):
     ) -> list[ConversationRow]:
         """Only the columns needed to replay a session to a model, in order (live rows only,
         unless ``include_inactive``)."""
+        return list(map(ConversationRow._make, self.get_conversation_rows(session_id,
+                                                                          include_inactive)))
+
+    @reads
+    def get_conversation_rows(
+        self, session_id: str, include_inactive: bool = False
+    ) -> list[tuple[Any, ...]]:
+        """:meth:`get_conversation` as the plain rows (``CONVERSATION_FIELDS`` in order): a
+        replay unpacks each row once, and a record per row was garbage to collect."""
         if not isinstance(session_id, str) or not bindable(session_id):
             return []
         load = self._load_conversation if include_inactive else self._load_live_conversation
         return self.store.read(
-            lambda conn: list(
-                map(ConversationRow._make, load.rows(conn, {"session_id": session_id}))
-            ),
-            single_statement=True,
+            lambda conn: load.rows(conn, {"session_id": session_id}), single_statement=True
         )
 
     def iter_messages(self, conn: Connection, session_id: str) -> Iterator[MessageRecord]:

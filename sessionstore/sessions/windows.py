@@ -21,7 +21,9 @@ Inputs: an id that is not text a database can hold matches nothing; the anchor m
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Sequence
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import Select, and_, bindparam, func, select
@@ -29,7 +31,11 @@ from sqlalchemy.engine import Connection
 
 from ..sql import validation
 from ..sql.codec import decode_json
-from ..sql.message_content import STORED_ON_POSTGRESQL_PREFIX, decode_content
+from ..sql.message_content import (
+    ENCODED_CONTENT_PREFIXES,
+    STORED_ON_POSTGRESQL_PREFIX,
+    decode_content,
+)
 from ..sql.read_shape import ReadShape
 from ..sql.records import MESSAGE_FIELDS, MessageRecord
 from ..sql.tables import messages_table as messages
@@ -68,6 +74,43 @@ def hermes_message_dict(record: MessageRecord) -> dict[str, Any]:
             message["display_metadata"], "display_metadata", record.id, None
         )
     return message
+
+
+_HIDDEN_FIELDS = frozenset({"display_identity", "display_order", "_compressed_summary"})
+_SHOWN_AT = tuple(i for i, name in enumerate(MESSAGE_FIELDS) if name not in _HIDDEN_FIELDS)
+_SHOWN_FIELDS = tuple(MESSAGE_FIELDS[i] for i in _SHOWN_AT)
+_COMPRESSED_SUMMARY_AT = MESSAGE_FIELDS.index("_compressed_summary")
+
+
+def hermes_message_dicts(rows: Iterable[Sequence[Any]]) -> list[dict[str, Any]]:
+    """Plain message rows (``MESSAGE_FIELDS`` in order) as :func:`hermes_message_dict` gives
+    each, the same keys in the same order: the dicts are zipped in C from the shown columns,
+    and Python looks only at the keys it decodes (a record and its ``to_dict`` per row cost
+    more than SQLite's reading the rows of a long conversation)."""
+    shown = itemgetter(*_SHOWN_AT)
+    summary_at = _COMPRESSED_SUMMARY_AT
+    messages: list[dict[str, Any]] = []
+    keep = messages.append
+    loads = json.loads
+    for row in rows:
+        message = dict(zip(_SHOWN_FIELDS, shown(row)))  # noqa: B905 - as long as the fields
+        if row[summary_at]:
+            message["_compressed_summary"] = True
+        content = message["content"]
+        if isinstance(content, str) and content.startswith(ENCODED_CONTENT_PREFIXES):
+            message["content"] = decode_content(content)
+        tool_calls = message["tool_calls"]
+        if tool_calls:
+            try:
+                message["tool_calls"] = loads(tool_calls)
+            except (ValueError, TypeError):  # the warning, and the default, as everywhere
+                message["tool_calls"] = decode_json(tool_calls, "tool_calls", row[0], [])
+        if message["display_metadata"] is not None:
+            message["display_metadata"] = decode_json(
+                message["display_metadata"], "display_metadata", row[0], None
+            )
+        keep(message)
+    return messages
 
 
 def _columns(shape: ReadShape) -> list[Any]:

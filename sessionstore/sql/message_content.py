@@ -26,6 +26,8 @@ STORED_ON_POSTGRESQL_PREFIX: Final = "\ufffdjson:"
 functions stop at the first NUL, a marked value has ``length() = 0``: SQL can tell marked
 values without binding a NUL, which PostgreSQL could not take."""
 _PREFIXES: Final = (JSON_CONTENT_PREFIX, STORED_ON_POSTGRESQL_PREFIX)
+ENCODED_CONTENT_PREFIXES: Final = _PREFIXES
+"""What a stored value marked as structured content starts with (``is_encoded``)."""
 MULTIMODAL_PLACEHOLDER: Final = "[multimodal content]"
 
 
