@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable
 from typing import Final
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
@@ -309,10 +309,26 @@ class TitlesPart(RepositoryPart):
     @reads
     def get_next_title_in_lineage(self, base_title: str) -> str:
         base, _ = split_lineage(validation.identifier(base_title, "base_title"))
+        # Only the base and exact "base #N" count (case-sensitively, next_title_in_lineage),
+        # and every such title lies in the bytewise range [base + " #", base + " $"): the range
+        # is a seek on the title index where the case-folding LIKE alone was a scan of every
+        # session (21 ms at 100k sessions). LIKE still narrows the range as it did. SQLite's
+        # column is bytewise already (BINARY), and an explicit COLLATE under the OR would lose
+        # the index; PostgreSQL's locale order is not bytewise, so there the range says "C".
+        dialect = self.store.dialect
+        bytewise = (
+            sessions.c.title
+            if dialect.name == "sqlite"
+            else sessions.c.title.collate(dialect.bytewise_collation)
+        )
         statement = select(sessions.c.title).where(
             or_(
                 sessions.c.title == base,
-                sessions.c.title.like(lineage_like_pattern(base), escape="\\"),
+                and_(
+                    bytewise >= f"{base} #",
+                    bytewise < f"{base} $",
+                    sessions.c.title.like(lineage_like_pattern(base), escape="\\"),
+                ),
             )
         )
         existing = self.store.read(lambda conn: [row[0] for row in conn.execute(statement)])
