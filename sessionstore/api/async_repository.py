@@ -320,6 +320,22 @@ class AsyncSessionRepository:
             )
         )
 
+    async def get_message_rows(
+        self,
+        session_id: str,
+        include_inactive: bool = False,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[tuple[Any, ...]]:
+        return await self._read(
+            lambda repo: repo.get_message_rows(
+                session_id,
+                include_inactive,
+                limit,
+                offset,
+            )
+        )
+
     async def get_lineage_conversation(
         self,
         session_ids: Sequence[str],
@@ -338,6 +354,18 @@ class AsyncSessionRepository:
         include_inactive: bool = False,
     ) -> list[ConversationRow]:
         return await self._read(lambda repo: repo.get_conversation(session_id, include_inactive))
+
+    async def get_conversation_rows(
+        self,
+        session_id: str,
+        include_inactive: bool = False,
+    ) -> list[tuple[Any, ...]]:
+        return await self._read(
+            lambda repo: repo.get_conversation_rows(
+                session_id,
+                include_inactive,
+            )
+        )
 
     async def message_count(self, session_id: str | None = None) -> int:
         return await self._read(lambda repo: repo.message_count(session_id))
