@@ -39,6 +39,9 @@ from test_real_hermes_methods import DAY, NOW, family, make, message, normalized
 
 from sessionstore.api.session_db import SessionDB
 
+# Each test starts the real Hermes 0.19.0 (a program): the full run only, as the other
+# real-Hermes files.
+pytestmark = pytest.mark.slow
 HERMES_019 = 22
 Step = tuple[str, list[Any], dict[str, Any]]
 RESULTS_DIFFER = {

@@ -51,6 +51,9 @@ from sessionstore.api.session_db import SessionDB
 from sessionstore.ops import transfer
 from sessionstore.schema import migrate
 
+# Each test starts the real Hermes 0.19.0 (a program): the full run only, as the other
+# real-Hermes files.
+pytestmark = pytest.mark.slow
 NEW_FIELD_SCHEMAS = (19, 22)
 HERMES_019 = 22
 OLDER_RELEASES = {22: (19, 17), 19: (17,)}

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gc
 import random
+import shutil
 import sqlite3
 import subprocess
 import time
@@ -47,7 +48,7 @@ def _used_the_budget(waited_s: float) -> bool:
     return earliest <= waited_s <= BUDGET.budget_s + BUSY_TIMEOUT_S + 1.0
 
 
-def _make_store(path: Path, messages: int = 40) -> None:
+def _build_store(path: Path, messages: int = 40) -> None:
     """A healthy store, closed cleanly: everything in the main file, no -wal/-shm left.
 
     It holds an ended session too, so that every write method in WRITES has work to do.
@@ -62,6 +63,27 @@ def _make_store(path: Path, messages: int = 40) -> None:
         db.create_session("old", "cli")
         db.end_session("old", "user_exit")
     assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
+
+
+@pytest.fixture(scope="module")
+def _pristine_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """:func:`_build_store`'s file, built once per test process (a fresh store walks the whole
+    migration chain: a third of a second a test) and closed: no connection holds it."""
+    path = tmp_path_factory.mktemp("pristine") / "state.db"
+    _build_store(path)
+    return path
+
+
+@pytest.fixture
+def make_store(_pristine_store: Path) -> Callable[[Path], None]:
+    """Puts :func:`_build_store`'s healthy store at a path: a byte copy of the closed pristine
+    file (the same bytes a new build leaves, WAL mark in the header included)."""
+
+    def make(path: Path) -> None:
+        shutil.copyfile(_pristine_store, path)
+        assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
+
+    return make
 
 
 def _read_everything(db: SessionDB) -> Any:
@@ -127,7 +149,7 @@ def test_an_empty_file_is_an_empty_database_and_becomes_a_store(tmp_path: Path) 
 @pytest.fixture(scope="module")
 def healthy_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, Any]:
     path = tmp_path_factory.mktemp("healthy") / "state.db"
-    _make_store(path, messages=200)
+    _build_store(path, messages=200)
     with SessionDB(path, read_only=True) as db:
         contents = _read_everything(db)
     return path.read_bytes(), contents
@@ -200,9 +222,11 @@ WRITES: list[tuple[str, Callable[[SessionDB], Any]]] = [
 ]
 
 
-def test_an_immutable_database_file_reads_and_refuses_writes(tmp_path: Path) -> None:
+def test_an_immutable_database_file_reads_and_refuses_writes(
+    make_store: Callable[[Path], None], tmp_path: Path
+) -> None:
     path = tmp_path / "state.db"
-    _make_store(path)
+    make_store(path)
     digest = file_digest(path)
     with _immutable(path), SessionDB(path) as db:
         expected = _read_everything(db)
@@ -213,12 +237,14 @@ def test_an_immutable_database_file_reads_and_refuses_writes(tmp_path: Path) -> 
     assert file_digest(path) == digest
 
 
-def test_an_immutable_directory_is_refused_untouched(tmp_path: Path) -> None:
+def test_an_immutable_directory_is_refused_untouched(
+    make_store: Callable[[Path], None], tmp_path: Path
+) -> None:
     """A WAL database needs its -wal/-shm files next to it; in a locked directory it cannot
     be opened at all, and no new store can be created there."""
     directory = tmp_path / "locked"
     directory.mkdir()
-    _make_store(directory / "state.db")
+    make_store(directory / "state.db")
     with _immutable(directory), _unchanged(directory):
         for read_only in (False, True):
             with pytest.raises(StoreUnavailableError, match="cannot open"):
@@ -244,10 +270,12 @@ def _read_only_view(directory: Path, view: Path) -> Iterator[Path]:
             subprocess.run(["umount", "-l", str(view)], check=False)
 
 
-def test_a_read_only_filesystem_is_refused_untouched(tmp_path: Path) -> None:
+def test_a_read_only_filesystem_is_refused_untouched(
+    make_store: Callable[[Path], None], tmp_path: Path
+) -> None:
     directory = tmp_path / "data"
     directory.mkdir()
-    _make_store(directory / "state.db")
+    make_store(directory / "state.db")
     with _read_only_view(directory, tmp_path / "view") as view, _unchanged(directory):
         for read_only in (False, True):
             with pytest.raises(StoreUnavailableError, match="cannot open"):
@@ -256,9 +284,11 @@ def test_a_read_only_filesystem_is_refused_untouched(tmp_path: Path) -> None:
             SessionDB(view / "new.db")
 
 
-def test_read_only_mode_refuses_every_write_and_leaves_the_file_alone(tmp_path: Path) -> None:
+def test_read_only_mode_refuses_every_write_and_leaves_the_file_alone(
+    make_store: Callable[[Path], None], tmp_path: Path
+) -> None:
     path = tmp_path / "state.db"
-    _make_store(path)
+    make_store(path)
     digest = file_digest(path)
     with SessionDB(path, read_only=True) as db:
         expected = _read_everything(db)
@@ -293,10 +323,10 @@ def _foreign_exclusive_lock(path: Path, journal_mode: str) -> Iterator[None]:
 
 @pytest.mark.parametrize(("name", "write"), WRITES, ids=[name for name, _ in WRITES])
 def test_a_write_under_a_foreign_lock_fails_busy_within_the_budget(
-    tmp_path: Path, name: str, write: Callable[[SessionDB], Any]
+    make_store: Callable[[Path], None], tmp_path: Path, name: str, write: Callable[[SessionDB], Any]
 ) -> None:
     path = tmp_path / "state.db"
-    _make_store(path)
+    make_store(path)
     with SessionDB(path, retry=BUDGET, busy_timeout_s=BUSY_TIMEOUT_S) as db:
         expected = _read_everything(db)
         digest = file_digest(path)
@@ -315,10 +345,12 @@ def test_a_write_under_a_foreign_lock_fails_busy_within_the_budget(
     assert sqlite_integrity_problems(path) == []
 
 
-def test_a_store_locked_in_rollback_journal_mode_fails_busy_at_open(tmp_path: Path) -> None:
+def test_a_store_locked_in_rollback_journal_mode_fails_busy_at_open(
+    make_store: Callable[[Path], None], tmp_path: Path
+) -> None:
     """In rollback-journal mode an EXCLUSIVE lock blocks readers too: opening says "busy"."""
     path = tmp_path / "state.db"
-    _make_store(path)
+    make_store(path)
     with closing(sqlite3.connect(path, isolation_level=None)) as conn:
         conn.execute("PRAGMA journal_mode = delete")
     digest = file_digest(path)
@@ -332,14 +364,14 @@ def test_a_store_locked_in_rollback_journal_mode_fails_busy_at_open(tmp_path: Pa
         assert db.message_count("s1") == 40
 
 
-
 def test_a_read_under_a_foreign_lock_in_rollback_journal_mode_fails_busy_within_the_budget(
+    make_store: Callable[[Path], None],
     tmp_path: Path,
 ) -> None:
     """Where WAL is not in use (unsupported filesystem, or the file is kept in rollback mode), a
     foreign EXCLUSIVE lock blocks readers: a read is retried within the budget, then says busy."""
     path = tmp_path / "state.db"
-    _make_store(path)
+    make_store(path)
     with closing(sqlite3.connect(path, isolation_level=None)) as conn:
         conn.execute("PRAGMA journal_mode = delete")
     engine = create_store_engine(

@@ -133,7 +133,9 @@ class RealHermes:
         home.mkdir(parents=True, exist_ok=True)
 
     def run(self, db_path: Path, action: str, argument: Any = None) -> Any:
-        env = {**os.environ, "HERMES_HOME": str(self.home), "PYTHONDONTWRITEBYTECODE": "1"}
+        env = {**os.environ, "HERMES_HOME": str(self.home)}
+        if not env.get("PYTHONPYCACHEPREFIX"):  # else compiled once, kept out of the wheel's tree
+            env["PYTHONDONTWRITEBYTECODE"] = "1"
         env.pop("PYTHONPATH", None)
         completed = subprocess.run(
             [self.python, str(self.driver), str(self.root), str(db_path), action],
