@@ -14,4 +14,6 @@ ensure_venv ".[dev]"
 site_dir="$(mktemp -d)"
 .venv/bin/mkdocs build --strict --quiet --site-dir "$site_dir"
 rm -rf "$site_dir"
-exec .venv/bin/python -m pytest -n auto -q "$@"
+# worksteal: a worker that runs out of tests takes half of another's pending ones, instead of
+# idling while the other works through a queue of long ones (real Hermes, the thousand forks).
+exec .venv/bin/python -m pytest -n auto --dist worksteal -q "$@"

@@ -49,14 +49,14 @@ sys.path.insert(0, str(SUPPORT_DIR))
 def _bytecode_cached() -> None:
     """Compiled modules kept between processes, outside the source trees (see above).
 
-    This machine sets ``PYTHONDONTWRITEBYTECODE`` (no ``__pycache__`` beside the sources), so
-    every process compiled every module it imported from source: the package (installed
-    editable), the test modules (pytest's assertion rewrite), a real Hermes release's
-    ``hermes_state.py`` (3,000-7,800 lines) and its agent modules in every subprocess that runs
-    it (0.8 CPU s a start against 0.35 s). A ``PYTHONPYCACHEPREFIX`` keeps the compiled files in a tree of its own,
-    so the source trees stay clean and the compile happens once. Set in the environment too:
-    the xdist workers and every program a test starts inherit it. A prefix already set is the
-    user's choice and is kept."""
+    This machine sets ``PYTHONDONTWRITEBYTECODE`` (no ``__pycache__`` beside the sources), so every
+    process compiled every module it imported from source: the package (installed editable), the
+    test modules (pytest's assertion rewrite), a real Hermes release's ``hermes_state.py``
+    (3,000-7,800 lines) and its agent modules in every subprocess that runs it (0.8 CPU s a start
+    against 0.35 s). A ``PYTHONPYCACHEPREFIX`` keeps the compiled files in a tree of its own, so the
+    source trees stay clean and the compile happens once. Set in the environment too: the xdist
+    workers and every program a test starts inherit it. A prefix already set is the user's choice
+    and is kept."""
     if os.environ.get("PYTHONPYCACHEPREFIX"):
         return
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")

@@ -141,6 +141,9 @@ INNER_LOOP_KEEPS = frozenset({
     "tests/cli/test_verbs.py::test_search_shows_highlighted_hits_with_context[sqlite]",
     "tests/cli/test_verbs.py::test_title_lineage_resolves_to_newest[postgresql]",
     "tests/hermes/test_state_module.py::test_set_token_counts_sets_the_totals",
+    # cli/db.py, sessions/stats.py:
+    "tests/cli/test_verbs.py::test_unknown_revision_is_a_usage_error_before_anything[sqlite]",
+    "tests/cli/test_verbs.py::test_stats[sqlite]",
 })
 
 
