@@ -242,6 +242,17 @@ def migrated_sqlite_url(migrated_sqlite_template: Path, tmp_path: Path) -> str:
     return f"sqlite:///{backup_copy(migrated_sqlite_template, tmp_path / 'state.db')}"
 
 
+@pytest.fixture(scope="session")
+def hermes_answers(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the real Hermes releases' answers are kept for this run
+    (``RealHermes.calls_on_a_new_file``): shared by the run's xdist workers (their base
+    directories' parent is the run's own), never by two runs."""
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "hermes-answers"
+    root.mkdir(exist_ok=True)
+    return root
+
+
 @pytest.fixture(params=DIALECTS)
 def store_url(request: pytest.FixtureRequest) -> str:
     """A migrated, empty store URL on each dialect."""

@@ -18,6 +18,7 @@ cannot be had, its tests are skipped locally and fail under ``CI=true`` (CI has 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -160,6 +161,33 @@ class RealHermes:
 
     def calls(self, db_path: Path, steps: list[tuple[str, list[Any], dict[str, Any]]]) -> Any:
         return self.run(db_path, "calls", [list(step) for step in steps])
+
+    answers: Path | None = None
+    """Where :meth:`calls_on_a_new_file` keeps this release's answers for the run (a side by
+    side test runs once per dialect: the release need answer its steps only once)."""
+
+    def calls_on_a_new_file(
+        self, db_path: Path, steps: list[tuple[str, list[Any], dict[str, Any]]]
+    ) -> Any:
+        """:meth:`calls` on ``db_path``, a file that does not exist yet, or the release's answer
+        to the same steps earlier in the run (with :attr:`answers` set). The same steps on a
+        new file get the same answer, the clock columns aside, which the callers compare as set
+        or not; steps that name a path of their own test never match another test's. Nothing
+        is made at ``db_path`` when the answer is kept."""
+        if self.answers is None:
+            return self.calls(db_path, steps)
+        key = json.dumps([self.release, steps], sort_keys=True, default=repr)
+        name = hashlib.sha256(key.encode()).hexdigest()
+        kept = self.answers / f"{name}.json"
+        with (self.answers / f"{name}.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one worker asks the release, another waits
+            if kept.exists():
+                return json.loads(kept.read_text())
+            answer = self.calls(db_path, steps)
+            partial = self.answers / f"{name}.partial"
+            partial.write_text(json.dumps(answer))
+            partial.replace(kept)
+            return answer
 
     def insights(self, db_path: Path, days: int = 36500) -> dict[str, Any]:
         """``hermes insights``: the release's own engine's ``overview`` and ``models``."""
