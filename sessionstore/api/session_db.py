@@ -28,7 +28,7 @@ from ..schema.adoption import adoption_backup
 from ..schema.readable import check_readable
 from ..search import contains_cjk as _contains_cjk
 from ..search import sanitize_fts5_query as _sanitize_fts5_query
-from ..search.index import detach_unloadable
+from ..search.registry import detach_unloadable
 from ..sessions import titles
 from ..sessions.access import reads, writes
 from ..sessions.leases import DEFAULT_TTL_S

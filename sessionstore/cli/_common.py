@@ -23,7 +23,7 @@ from sqlalchemy.exc import DBAPIError
 from ..dialects import database_file, translate_any_error
 from ..errors import SessionStoreError, StoreLocationError
 from ..schema import legacy, migrate
-from ..search.index import detach_unloadable
+from ..search.registry import detach_unloadable
 from ..sessions.repository import SessionRepository
 from ..storage.command_hints import cli_command
 from ..storage.config import is_default_store, require_directory, store_location

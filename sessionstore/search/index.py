@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
 from .hits import MatchRow
@@ -107,23 +107,6 @@ def ensure_head_layout(index: SearchIndex, conn: Connection) -> bool:
         return False
     index.rebuild(conn)
     return True
-
-
-def detach_unloadable(engine: Engine) -> bool:
-    """Before a store is written: detach another program's index this process cannot keep
-    (:meth:`SearchIndex.detach_unloadable`). A Hermes that can load its CJK tokenizer adds
-    that index to a store at head; Hermes itself, opening the file without the tokenizer,
-    detaches it on every open, and so does every writable open here. One catalog read when
-    there is nothing to do."""
-    from ..dialects import dialect_for
-    from .registry import search_index_for
-
-    index = search_index_for(dialect_for(engine))
-    with engine.connect() as conn:
-        if not index.unloadable_triggers(conn):
-            return False
-    with engine.begin() as conn:
-        return index.detach_unloadable(conn)
 
 
 def optimize_each(conn: Connection, steps: Iterable[tuple[str, str, dict[str, Any]]]) -> int:

@@ -15,6 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
+from sqlalchemy.engine import Engine
+
+from ..dialects import dialect_for
+
 if TYPE_CHECKING:
     from ..dialects import StoreDialect
     from .index import SearchIndex
@@ -51,3 +55,17 @@ def search_index_for(dialect: StoreDialect) -> SearchIndex:
             raise ValueError(f"no search index for the {dialect.name!r} database")
         index = _built[dialect.name] = build()
     return index
+
+
+def detach_unloadable(engine: Engine) -> bool:
+    """Before a store is written: detach another program's index this process cannot keep
+    (:meth:`SearchIndex.detach_unloadable`). A Hermes that can load its CJK tokenizer adds
+    that index to a store at head; Hermes itself, opening the file without the tokenizer,
+    detaches it on every open, and so does every writable open here. One catalog read when
+    there is nothing to do."""
+    index = search_index_for(dialect_for(engine))
+    with engine.connect() as conn:
+        if not index.unloadable_triggers(conn):
+            return False
+    with engine.begin() as conn:
+        return index.detach_unloadable(conn)
