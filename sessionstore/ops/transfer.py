@@ -738,6 +738,17 @@ class _Runner:
         return self.store.write(work)
 
 
+def _spooled(values: dict[str, Any]) -> dict[str, Any]:
+    """A message row as JSON holds it: ``display_identity`` (bytes) as hex text."""
+    identity = values.get("display_identity")
+    return values if identity is None else {**values, "display_identity": bytes(identity).hex()}
+
+
+def _unspooled(values: dict[str, Any]) -> dict[str, Any]:
+    identity = values.get("display_identity")
+    return values if identity is None else {**values, "display_identity": bytes.fromhex(identity)}
+
+
 def _insert_renumbered(
     run_in: _Runner, spool: IO[str]
 ) -> None:
@@ -745,7 +756,7 @@ def _insert_renumbered(
     chunk: list[dict[str, Any]] = []
     for line in itertools.chain(spool, [None]):
         if line is not None:
-            chunk.append(json.loads(line))
+            chunk.append(_unspooled(json.loads(line)))
         if chunk and (line is None or len(chunk) >= BATCH_ROWS):
             _insert_rows(run_in, chunk)
             chunk = []
@@ -879,7 +890,7 @@ def _flush(
 
     local, parents, gained, position, deferred = run_in(run)
     for values in deferred:
-        renumbered.write(json.dumps(values, ensure_ascii=False) + "\n")
+        renumbered.write(json.dumps(_spooled(values), ensure_ascii=False) + "\n")
     result.sessions += local.sessions
     result.messages += local.messages
     result.skipped_sessions += local.skipped_sessions
