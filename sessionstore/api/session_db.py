@@ -361,15 +361,20 @@ class SessionDB:
     @staticmethod
     def session_unread(session_row: Mapping[str, Any] | None) -> bool:
         """iot's rule: unread when activity (``last_active``, else ``started_at``) postdates
-        the ``last_read_at`` watermark; NULL (never tracked) is read."""
-        row = session_row or {}
-        last_read = row.get("last_read_at")
+        the ``last_read_at`` watermark; NULL (never tracked) is read. A row that is not a
+        mapping is a ``TypeError``."""
+        if session_row is None:
+            return False
+        if not isinstance(session_row, Mapping):
+            raise TypeError(f"session_row must be a mapping, not {type(session_row).__name__}")
+        last_read = session_row.get("last_read_at")
         if last_read is None:
             return False
         try:
-            last_active = float(row.get("last_active") or row.get("started_at") or 0)
-            return last_active > float(last_read)
-        except (TypeError, ValueError):
+            activity = session_row.get("last_active") or session_row.get("started_at") or 0
+            return float(activity) > float(last_read)
+        except (TypeError, ValueError, OverflowError):
+            # a value no float holds (an int past 1e308) is no timestamp: read, as NULL is
             return False
 
     @writes
