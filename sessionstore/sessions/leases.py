@@ -45,11 +45,13 @@ DEFAULT_TTL_S = 300.0
 MAX_ERROR_CHARS = 500
 
 
-def _ttl(value: Any) -> float:
+def lease_ttl(value: Any, *, floor: float = 0.0) -> float:
+    """A lease's ``ttl_seconds``: positive and finite, else ``ValueError``; at least ``floor``
+    (the turn lease's 0.1 s, as iot clamps it)."""
     ttl = validation.optional_number(value, "ttl_seconds")
     if ttl is None or not math.isfinite(ttl) or ttl <= 0:
         raise ValueError("ttl_seconds must be a positive, finite number of seconds")
-    return ttl
+    return max(floor, ttl)
 
 
 class LeasesPart(RepositoryPart):
@@ -62,7 +64,7 @@ class LeasesPart(RepositoryPart):
     ) -> bool:
         session_id = validation.identifier(session_id, "session_id")
         holder = validation.identifier(holder, "holder")
-        ttl = _ttl(ttl_seconds)
+        ttl = lease_ttl(ttl_seconds)
         insert = self.store.dialect.insert(locks)
 
         def run(conn: Connection) -> bool:
@@ -88,7 +90,7 @@ class LeasesPart(RepositoryPart):
     ) -> bool:
         session_id = validation.identifier(session_id, "session_id")
         holder = validation.identifier(holder, "holder")
-        ttl = _ttl(ttl_seconds)
+        ttl = lease_ttl(ttl_seconds)
 
         def run(conn: Connection) -> bool:
             now = self.clock()

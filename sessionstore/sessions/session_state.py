@@ -39,6 +39,7 @@ from ..sql.tables import session_turn_leases_table as turn_leases
 from ..sql.tables import sessions_table as sessions
 from ..sql.validation import bindable
 from .access import reads, writes
+from .leases import lease_ttl
 from .lineage import COMPRESSION_END_REASON, MAX_LINEAGE_DEPTH, compression_lineages
 from .shared import RepositoryPart
 
@@ -55,11 +56,16 @@ ACTIVITY_PROVENANCES: Final = frozenset({
 _FORK_MARKERS: Final = ("_branched_from", "_delegate_from", "_reset_from")
 
 
+def _lease_parties(session_id: Any, holder: Any) -> tuple[str, str] | None:
+    """The checked (session, holder) of a turn-lease call; None when either is empty, which
+    iot answers with False (or nothing) and no statement: nobody can ever hold that lease."""
+    if not session_id or not holder:
+        return None
+    return validation.identifier(session_id, "session_id"), validation.identifier(holder, "holder")
+
+
 def _ttl(value: Any) -> float:
-    ttl = validation.optional_number(value, "ttl_seconds")
-    if ttl is None or not math.isfinite(ttl) or ttl <= 0:
-        raise ValueError("ttl_seconds must be a positive, finite number of seconds")
-    return max(0.1, ttl)
+    return lease_ttl(value, floor=0.1)
 
 
 def _is_fork_child(source: Any, model_config: Any, parent_id: str) -> bool:
@@ -116,10 +122,10 @@ class SessionStatePart(RepositoryPart):
     def try_acquire_session_turn_lease(
         self, session_id: str, holder: str, *, ttl_seconds: float = DEFAULT_TURN_LEASE_TTL_S
     ) -> bool:
-        if not session_id or not holder:
+        parties = _lease_parties(session_id, holder)
+        if parties is None:
             return False
-        session_id = validation.identifier(session_id, "session_id")
-        holder = validation.identifier(holder, "holder")
+        session_id, holder = parties
         ttl = _ttl(ttl_seconds)
         insert = self.store.dialect.insert(turn_leases)
 
@@ -162,6 +168,8 @@ class SessionStatePart(RepositoryPart):
         deadline or once ``should_abort()`` is true. ``on_wait(elapsed)`` is called while
         another holder has it. A store that stays locked is :class:`Store`'s retry budget's
         business, not a holder: its error is raised."""
+        if _lease_parties(session_id, holder) is None:
+            return False  # an empty id never gets the lease: no reason to wait for it
         wait = validation.optional_number(wait_seconds, "wait_seconds")
         poll = validation.optional_number(poll_interval_seconds, "poll_interval_seconds")
         if wait is None or poll is None or not (math.isfinite(wait) and math.isfinite(poll)):
@@ -202,10 +210,10 @@ class SessionStatePart(RepositoryPart):
     def refresh_session_turn_lease(
         self, session_id: str, holder: str, *, ttl_seconds: float = DEFAULT_TURN_LEASE_TTL_S
     ) -> bool:
-        if not session_id or not holder:
+        parties = _lease_parties(session_id, holder)
+        if parties is None:
             return False
-        session_id = validation.identifier(session_id, "session_id")
-        holder = validation.identifier(holder, "holder")
+        session_id, holder = parties
         expires_at = self.clock() + _ttl(ttl_seconds)
 
         def run(conn: Connection) -> bool:
@@ -223,10 +231,10 @@ class SessionStatePart(RepositoryPart):
 
     @writes
     def release_session_turn_lease(self, session_id: str, holder: str) -> None:
-        if not session_id or not holder:
+        parties = _lease_parties(session_id, holder)
+        if parties is None:
             return
-        session_id = validation.identifier(session_id, "session_id")
-        holder = validation.identifier(holder, "holder")
+        session_id, holder = parties
 
         def run(conn: Connection) -> None:
             conn.execute(

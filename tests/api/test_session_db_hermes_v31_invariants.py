@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -325,6 +326,12 @@ def test_a_turn_lease_is_one_per_conversation(store_url: str) -> None:
             with pytest.raises(TYPED):
                 db.try_acquire_session_turn_lease("x", "y", **bad)  # type: ignore[arg-type]
         assert not db.try_acquire_session_turn_lease("", "y")
+        started = time.monotonic()  # an empty id can never be held: no wait for it (it hung)
+        assert not db.acquire_session_turn_lease("", "y", wait_seconds=30)
+        assert not db.acquire_session_turn_lease("x", "", wait_seconds=30)
+        assert time.monotonic() - started < 5
+        with pytest.raises(TypeError):
+            db.acquire_session_turn_lease(7, "y", wait_seconds=30)  # type: ignore[arg-type]
         assert db.session_turn_lease_expires_at("\x00", "y") is None
 
 
