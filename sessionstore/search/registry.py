@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Final
 from sqlalchemy.engine import Engine
 
 from ..dialects import dialect_for
+from .object_names import HERMES_CJK_TABLE
 
 if TYPE_CHECKING:
     from ..dialects import StoreDialect
@@ -61,10 +62,16 @@ def detach_unloadable(engine: Engine) -> bool:
     """Before a store is written: detach another program's index this process cannot keep
     (:meth:`SearchIndex.detach_unloadable`). A Hermes that can load its CJK tokenizer adds
     that index to a store at head; Hermes itself, opening the file without the tokenizer,
-    detaches it on every open, and so does every writable open here. One catalog read when
-    there is nothing to do."""
-    index = search_index_for(dialect_for(engine))
+    detaches it on every open, and so does every writable open here.
+
+    One catalog read when there is nothing to do, and no index module imported: a store
+    without Hermes's CJK table has none of its triggers (Hermes creates both together and
+    drops only the triggers), and opening a store never imports search."""
+    dialect = dialect_for(engine)
     with engine.connect() as conn:
+        if not dialect.existing_tables(conn, (HERMES_CJK_TABLE,)):
+            return False
+        index = search_index_for(dialect)
         if not index.unloadable_triggers(conn):
             return False
     with engine.begin() as conn:

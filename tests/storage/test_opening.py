@@ -129,13 +129,13 @@ NOT_ON_THE_RUNTIME_PATH = (
     # Alembic's side of the package, even the constants a migration's adoption step uses.
     "sessionstore._migrations",
     "sessionstore.schema.models",
-    # Searching: the query machinery, the hits and their context, each dialect's index.
+    # Searching: the query machinery, the hits and their context, each dialect's index (its
+    # object names are constants a writable open needs to look for a Hermes's CJK table).
     "sessionstore.search.service",
     "sessionstore.search.index",
     "sessionstore.search.hits",
     "sessionstore.search.context",
     "sessionstore.search.sqlite",
-    "sessionstore.search.object_names",
     # Whole-store tools and the other front ends.
     "sessionstore.ops.transfer",
     "sessionstore.ops.doctor",
