@@ -5,12 +5,14 @@
 message, or none, when sessions interleave). Whatever the number of hits, this is one
 statement: each hit's neighbours are found by correlated subqueries (each an index probe on
 ``idx_messages_session``) and the first 200 characters of all three messages come back in the
-hit's row. The hit ids are one JSON parameter, so the statement is compiled once per engine and
-run on the driver's cursor (SQLAlchemy's per-call compilation cost more than the query).
+hit's row. The hit ids are one JSON parameter, so the statement is built once, compiled once
+per dialect (``sql.statements``) and run on the driver's cursor (SQLAlchemy's per-call
+compilation cost more than the query).
 """
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -107,6 +109,7 @@ def _head(content: Any) -> ColumnElement[Any]:
     )
 
 
+@functools.cache
 def _context_rows(id_list_sql: str) -> Select[Any]:
     hit = messages_table.alias("hit")
     neighbours = (

@@ -8,6 +8,7 @@ is held only for the statements themselves.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -316,5 +317,6 @@ def _run_again(conn: Connection) -> None:
     return None
 
 
+@functools.cache
 def _session_by_id(shape: ReadShape) -> TextClause:
     return plain_select(sessions, SESSION_FIELDS, "id = :id", shape=shape)

@@ -752,6 +752,7 @@ def _activity_listing_statement(
     )
 
 
+@functools.cache
 def _tip_listings_statement(
     roots_list_sql: str, read: ReadShape, *, compact: bool = False
 ) -> Select[Any]:

@@ -48,6 +48,7 @@ is.
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -120,12 +121,8 @@ class UsagePart(RepositoryPart):
             lambda: _usage_statement(upsert, borrow_route=False), dialect
         )
         self._create_bare_session = CompiledStatement.built_later(
-            lambda: upsert(sessions)
-            .values(id=bindparam("session_id"), source=UNKNOWN_SOURCE,
-                    started_at=bindparam("started_at"))
-            .on_conflict_do_nothing(),
-            dialect,
-        )  # fmt: skip
+            lambda: _bare_session_statement(upsert), dialect
+        )
 
     @writes
     def update_token_counts(
@@ -318,6 +315,7 @@ def _within(column: Any, name: str) -> ColumnElement[bool]:
     return and_(total >= bindparam(f"{name}_low"), total <= bindparam(f"{name}_high"))
 
 
+@functools.cache
 def _totals_statement(*, absolute: bool) -> Update:
     """The session totals' UPDATE (every value bound, one statement for every call).
 
@@ -396,6 +394,18 @@ def _usage_values(
     }
 
 
+@functools.cache
+def _bare_session_statement(upsert: Callable[[Any], Any]) -> Any:
+    """A session row with nothing but its id (for usage reported before the session)."""
+    return (
+        upsert(sessions)
+        .values(id=bindparam("session_id"), source=UNKNOWN_SOURCE,
+                started_at=bindparam("started_at"))
+        .on_conflict_do_nothing()
+    )  # fmt: skip
+
+
+@functools.cache
 def _usage_statement(upsert: Callable[[Any], Any], *, borrow_route: bool) -> Any:
     """Add one call to its per-model row, in one statement: ``INSERT ... SELECT`` from the
     session's row ``ON CONFLICT DO UPDATE`` adding the amounts, each total held at its

@@ -12,8 +12,9 @@ column is *required*: a store without one cannot be read as it is (an older Herm
 ``sessionstore db upgrade`` adopts it).
 
 The shape is decided once per open store (:func:`read_shape_of`, by its tables and columns,
-never its version number) and kept on the store; statements built from it are built per
-store. Writes never use it: a store is written only at our head, where nothing is absent.
+never its version number) and kept on the store; statements built from it are built once per
+shape (their builders are cached on it). Writes never use it: a store is written only at our
+head, where nothing is absent.
 """
 
 from __future__ import annotations
