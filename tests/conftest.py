@@ -33,6 +33,7 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -124,6 +125,10 @@ def require_postgresql() -> None:
     pytest.skip(message)
 
 
+_CONCURRENT_DROPS = 8
+"""Connections a worker drops its databases through (the server allows 100 in all)."""
+
+
 class PgDatabases:
     """Creates throw-away databases on the test server and drops them at the end."""
 
@@ -141,10 +146,23 @@ class PgDatabases:
         return make_url(pg_admin_url()).set(database=name).render_as_string(hide_password=False)
 
     def drop_all(self) -> None:
-        with self.admin.connect() as conn:
-            for name in self.created:
-                conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        """Drop every database this process created, all at once.
+
+        Each ``DROP DATABASE`` waits for a checkpoint of the whole server (1.3-7 s on the
+        shared machine, whatever the database's size): one after another, a worker that
+        created 100 databases waited minutes at its end. Asked concurrently, the drops wait
+        for one or two checkpoints between them (6 databases: 9.5-12.3 s one by one, 1.8-2.5 s
+        at once).
+        """
+        if self.created:
+            with ThreadPoolExecutor(min(len(self.created), _CONCURRENT_DROPS)) as pool:
+                list(pool.map(self._drop, self.created))
         self.admin.dispose()
+
+    def _drop(self, name: str) -> None:
+        # A connection per thread: the admin pool lends up to 15 (5 kept, 10 overflow).
+        with self.admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 @pytest.fixture(scope="session")
