@@ -439,6 +439,7 @@ class AsyncSessionRepository:
         exclude_sources: Sequence[str] | None = None,
         cwd_prefix: str | None = None,
         min_message_count: int = 0,
+        include_subagents: bool = False,
     ) -> int:
         return await self._read(
             lambda repo: repo.session_count(
@@ -449,6 +450,7 @@ class AsyncSessionRepository:
                 exclude_sources=exclude_sources,
                 cwd_prefix=cwd_prefix,
                 min_message_count=min_message_count,
+                include_subagents=include_subagents,
             )
         )
 
@@ -479,6 +481,9 @@ class AsyncSessionRepository:
         order_by_last_active: bool = False,
         id_query: str | None = None,
         search_query: str | None = None,
+        include_pinned: bool = False,
+        include_hidden: bool = False,
+        include_subagents: bool = False,
     ) -> list[SessionListing]:
         return await self._read(
             lambda repo: repo.list_sessions_rich(
@@ -495,6 +500,9 @@ class AsyncSessionRepository:
                 order_by_last_active=order_by_last_active,
                 id_query=id_query,
                 search_query=search_query,
+                include_pinned=include_pinned,
+                include_hidden=include_hidden,
+                include_subagents=include_subagents,
             )
         )
 
@@ -508,6 +516,8 @@ class AsyncSessionRepository:
         archived_only: bool = False,
         cwd_prefix: str | None = None,
         min_message_count: int = 0,
+        include_hidden: bool = False,
+        include_subagents: bool = False,
     ) -> int:
         return await self._read(
             lambda repo: repo.count_listed_sessions(
@@ -518,6 +528,8 @@ class AsyncSessionRepository:
                 archived_only=archived_only,
                 cwd_prefix=cwd_prefix,
                 min_message_count=min_message_count,
+                include_hidden=include_hidden,
+                include_subagents=include_subagents,
             )
         )
 

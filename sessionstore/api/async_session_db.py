@@ -540,6 +540,9 @@ class AsyncSessionDB:
         id_query: str | None = None,
         search_query: str | None = None,
         compact_rows: bool = False,
+        include_pinned: bool = False,
+        include_hidden: bool = False,
+        include_subagents: bool = False,
     ) -> list[dict[str, Any]]:
         return await self._read(
             lambda db: db.list_sessions_rich(
@@ -557,6 +560,9 @@ class AsyncSessionDB:
                 id_query,
                 search_query,
                 compact_rows,
+                include_pinned,
+                include_hidden,
+                include_subagents,
             )
         )
 
@@ -1044,6 +1050,7 @@ class AsyncSessionDB:
         exclude_sources: Sequence[str] | None = None,
         cwd_prefix: str | None = None,
         min_message_count: int = 0,
+        include_subagents: bool = False,
     ) -> int:
         return await self._read(
             lambda db: db.session_count(
@@ -1054,6 +1061,7 @@ class AsyncSessionDB:
                 exclude_sources,
                 cwd_prefix,
                 min_message_count,
+                include_subagents,
             )
         )
 

@@ -478,9 +478,13 @@ class SessionDB:
         id_query: str | None = None,
         search_query: str | None = None,
         compact_rows: bool = False,
+        include_pinned: bool = False,
+        include_hidden: bool = False,
+        include_subagents: bool = False,
     ) -> list[dict[str, Any]]:
-        """Roots and branch children, newest first; delegate runs and archived sessions are
-        left out unless asked for (``include_children``, ``include_archived``).
+        """Roots and branch children, newest first; delegate runs, archived and hidden
+        sessions are left out unless asked for (``include_children``, ``include_archived``,
+        ``include_hidden``).
 
         Hermes's later keywords come after v6's positional parameters (Hermes's callers
         pass them by name): ``min_message_count`` (only a positive int filters),
@@ -490,6 +494,13 @@ class SessionDB:
         without ``-_.`` and blanks: ``an94`` finds ``AN-94``); both are honoured only with
         ``order_by_last_active``, as in Hermes. ``compact_rows`` leaves ``system_prompt``
         out of every row (Hermes 0.19: the key is absent and the prompt is not read).
+
+        iot 0.22.2's (schema v26+), by name: ``include_hidden`` lists hidden sessions
+        (``set_session_hidden``; ``archived_only`` lists them anyway: it is where a hidden,
+        archived session is recovered); ``include_subagents`` lists delegate runs without
+        listing every child; ``include_pinned`` adds the pinned sessions the page lacks,
+        archived ones included, after the page. Each is a ``bool`` (``TypeError``
+        otherwise). See ``SessionRepository.list_sessions_rich``.
         """
         return self._repo.list_sessions_rich_dicts(
             source=source,
@@ -506,6 +517,9 @@ class SessionDB:
             id_query=id_query,
             search_query=search_query,
             compact_rows=compact_rows,
+            include_pinned=include_pinned,
+            include_hidden=include_hidden,
+            include_subagents=include_subagents,
         )
 
     @writes
@@ -1063,9 +1077,12 @@ class SessionDB:
         exclude_sources: Sequence[str] | None = None,
         cwd_prefix: str | None = None,
         min_message_count: int = 0,
+        include_subagents: bool = False,
     ) -> int:
         """How many sessions; archived ones are not counted unless asked for. A positive
-        ``min_message_count`` counts those with at least that many messages (Hermes 0.18)."""
+        ``min_message_count`` counts those with at least that many messages (Hermes 0.18).
+        ``include_subagents`` (iot) counts delegate runs where ``exclude_children`` leaves
+        children out. Hidden sessions are counted: iot 0.22.2's count has no hidden rule."""
         return self._repo.session_count(
             source,
             include_archived=include_archived,
@@ -1074,6 +1091,7 @@ class SessionDB:
             exclude_sources=_as_list(exclude_sources),
             cwd_prefix=cwd_prefix,
             min_message_count=min_message_count,
+            include_subagents=include_subagents,
         )
 
     @reads

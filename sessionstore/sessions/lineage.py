@@ -105,8 +105,10 @@ def not_a_fork(table: Any) -> list[ColumnElement[bool]]:
     ]
 
 
-def listable_condition() -> ColumnElement[bool]:
-    """Roots and branch children, without delegate runs: what Hermes's pickers list."""
+def listable_condition(*, include_subagents: bool = False) -> ColumnElement[bool]:
+    """Roots and branch children, without delegate runs: what Hermes's pickers list. With
+    ``include_subagents`` (iot's ``sessions.show_subagents``) the delegate runs are listed
+    too, and only they: a compression continuation stays behind its root."""
     parent = sessions.alias("listed_parent")
     branched_parent = (
         select(parent.c.id)
@@ -125,6 +127,8 @@ def listable_condition() -> ColumnElement[bool]:
         (branched_parent, 1),
         else_=0,
     )
+    if include_subagents:
+        return or_(listable_kind == 1, has_marker(DELEGATE_MARKER))
     return and_(listable_kind == 1, ~has_marker(DELEGATE_MARKER))
 
 

@@ -135,14 +135,43 @@ class ListingPart(RepositoryPart):
         exclude_sources: Sequence[str] | None = None,
         cwd_prefix: str | None = None,
         min_message_count: int = 0,
+        include_subagents: bool = False,
     ) -> int:
         """How many sessions; archived ones only when asked (as Hermes's ``session_count``).
 
         ``exclude_children`` counts what a picker lists (roots and branch children, no
-        subagent runs); ``cwd_prefix`` keeps sessions whose ``cwd`` starts with it;
-        ``min_message_count`` (when positive) those with at least that many messages, as
-        :meth:`list_sessions_rich` does.
+        subagent runs; with ``include_subagents``, iot's, the delegate runs too);
+        ``cwd_prefix`` keeps sessions whose ``cwd`` starts with it; ``min_message_count``
+        (when positive) those with at least that many messages, as
+        :meth:`list_sessions_rich` does. Hidden sessions are counted, as iot 0.22.2 counts
+        them (its count has no hidden rule); :meth:`count_listed_sessions` follows the
+        listing's.
         """
+        return self._count(
+            source,
+            include_archived=include_archived,
+            archived_only=archived_only,
+            exclude_children=exclude_children,
+            exclude_sources=exclude_sources,
+            cwd_prefix=cwd_prefix,
+            min_message_count=min_message_count,
+            include_subagents=validation.flag(include_subagents, "include_subagents"),
+            hide_hidden=False,
+        )
+
+    def _count(
+        self,
+        source: SourceFilter,
+        *,
+        include_archived: bool,
+        archived_only: bool,
+        exclude_children: bool,
+        exclude_sources: Sequence[str] | None,
+        cwd_prefix: str | None,
+        min_message_count: int,
+        include_subagents: bool,
+        hide_hidden: bool,
+    ) -> int:
         threshold = message_threshold(min_message_count)
         if source == "":
             source = None  # as Hermes: an empty source is no filter
@@ -164,8 +193,11 @@ class ListingPart(RepositoryPart):
         ):
             statement = statement.where(condition)
         if exclude_children:
-            statement = statement.where(listable_condition())
+            statement = statement.where(listable_condition(include_subagents=include_subagents))
+        if hide_hidden and self.store.read_shape.has_column("sessions", "hidden"):
+            statement = statement.where(sessions.c.hidden == 0)
         return int(self.store.read(lambda conn: conn.execute(statement).scalar_one()))
+
     @reads
     def search_sessions(
         self, source: SourceFilter = None, limit: int = 20, offset: int = 0
@@ -239,6 +271,9 @@ class ListingPart(RepositoryPart):
         order_by_last_active: bool = False,
         id_query: str | None = None,
         search_query: str | None = None,
+        include_pinned: bool = False,
+        include_hidden: bool = False,
+        include_subagents: bool = False,
     ) -> list[SessionListing]:
         """Sessions newest first, as a picker shows them.
 
@@ -262,11 +297,24 @@ class ListingPart(RepositoryPart):
         title, or those of any session in their chain, contain it the same way, or whose
         title without ``-``, ``_``, ``.`` and blanks contains it without its punctuation
         (``an94`` finds ``AN-94``).
+
+        As iot 0.22.2 (schema v26+): a hidden session (``hidden``, set across a lineage by
+        ``set_session_hidden``; Bot Mode's sessions) is left out unless ``include_hidden``,
+        except from ``archived_only``, the view that recovers what every other listing
+        leaves out. ``include_subagents`` lists the delegate runs too (not the compression
+        continuations) where children are left out. ``include_pinned`` adds, after the
+        page, every pinned session the page does not hold that the other filters keep,
+        archived or not (a pin is an explicit keep), newest first and not paged (each page
+        repeats the pins it lacks); the id and search filters do not apply to it. Added
+        rows are projected onto their tips as the page's are. Each of the three is a
+        ``bool`` (``TypeError`` otherwise).
         """
         rows = self._listing_rows(
             source, exclude_sources, limit, offset, include_children,
             project_compression_tips, include_archived, archived_only, cwd_prefix,
             min_message_count, order_by_last_active, id_query, search_query,
+            include_pinned=include_pinned, include_hidden=include_hidden,
+            include_subagents=include_subagents,
         )  # fmt: skip
         return [_listing(row, root) for row, root in rows]
 
@@ -288,6 +336,9 @@ class ListingPart(RepositoryPart):
         id_query: str | None = None,
         search_query: str | None = None,
         compact_rows: bool = False,
+        include_pinned: bool = False,
+        include_hidden: bool = False,
+        include_subagents: bool = False,
     ) -> list[dict[str, Any]]:
         """:meth:`list_sessions_rich` as Hermes's dicts (``SessionListing.to_dict``), built
         straight from the rows: a picker's page is 50 dicts of 43 keys, and going through the
@@ -297,7 +348,8 @@ class ListingPart(RepositoryPart):
             source, exclude_sources, limit, offset, include_children,
             project_compression_tips, include_archived, archived_only, cwd_prefix,
             min_message_count, order_by_last_active, id_query, search_query,
-            compact=bool(compact_rows),
+            compact=bool(compact_rows), include_pinned=include_pinned,
+            include_hidden=include_hidden, include_subagents=include_subagents,
         )  # fmt: skip
         if compact_rows:
             return [_compact(_listing_dict(row, root)) for row, root in rows]
@@ -320,9 +372,16 @@ class ListingPart(RepositoryPart):
         search_query: str | None = None,
         *,
         compact: bool = False,
+        include_pinned: bool = False,
+        include_hidden: bool = False,
+        include_subagents: bool = False,
     ) -> list[tuple[Sequence[Any], str | None]]:
         """The page's rich rows (compression roots already projected onto their tips), each
-        with the id of the root it was projected from (None when it was not)."""
+        with the id of the root it was projected from (None when it was not); then, with
+        ``include_pinned``, the pinned rows the page lacks, projected likewise."""
+        back_fill_pins = validation.flag(include_pinned, "include_pinned")
+        include_hidden = validation.flag(include_hidden, "include_hidden")
+        include_subagents = validation.flag(include_subagents, "include_subagents")
         if source == "":
             source = None  # as Hermes: an empty source is no filter
         selected = validation.sources(source, "source")
@@ -356,6 +415,7 @@ class ListingPart(RepositoryPart):
         dialect = self.store.dialect
         if selected == ():
             return []  # an empty list of sources: none listed
+        read = self.store.read_shape
         shape: ListingShape = (
             _source_shape(dialect, selected),
             dialect.json_list_sql("excluded") if excluded else None,
@@ -363,6 +423,15 @@ class ListingPart(RepositoryPart):
             archive,
             prefix is not None,
             threshold is not None,
+            # A store without the column (read as it is, before v26) hides nothing.
+            not include_hidden and not archived_only and read.has_column("sessions", "hidden"),
+            include_subagents,
+        )
+        # The pins' filters are the page's, archived or not (iot: a pin is an explicit keep).
+        pins = (
+            _pinned_statement((*shape[:3], "all", *shape[4:]), read, compact)
+            if back_fill_pins and read.has_column("sessions", "pinned")
+            else None
         )
         if not order_by_last_active:
             # As Hermes: id_query and search_query only narrow the listing by activity.
@@ -386,8 +455,14 @@ class ListingPart(RepositoryPart):
         # projecting a root onto its tip would show the tip twice and lose the root.
         project = project_compression_tips and not include_children
 
+        pinned = None if pins is None else self._hot_listing(pins)
+
         def run(conn: Connection) -> list[tuple[Sequence[Any], str | None]]:
             rows = hot.rows(conn, parameters)
+            if pinned is not None:
+                # Before the projection, so a pinned root is shown as its tip, as iot does.
+                listed = {row[0] for row in rows}
+                rows += [row for row in pinned.rows(conn, parameters) if row[0] not in listed]
             roots = [row[0] for row in rows if row[_END_REASON_AT] == COMPRESSION_END_REASON]
             if not project or not roots:
                 return [(row, None) for row in rows]
@@ -416,10 +491,14 @@ class ListingPart(RepositoryPart):
         archived_only: bool = False,
         cwd_prefix: str | None = None,
         min_message_count: int = 0,
+        include_hidden: bool = False,
+        include_subagents: bool = False,
     ) -> int:
-        """How many sessions ``list_sessions_rich`` pages through with these filters."""
+        """How many sessions ``list_sessions_rich`` pages through with these filters: hidden
+        ones only with ``include_hidden`` or ``archived_only``, as the listing (unlike
+        :meth:`session_count`, which counts them as iot's does)."""
         validation.sources(source, "source")  # refused as the listing refuses it
-        return self.session_count(
+        return self._count(
             source,
             include_archived=include_archived,
             archived_only=archived_only,
@@ -427,6 +506,8 @@ class ListingPart(RepositoryPart):
             exclude_sources=exclude_sources,
             cwd_prefix=cwd_prefix,
             min_message_count=min_message_count,
+            include_subagents=validation.flag(include_subagents, "include_subagents"),
+            hide_hidden=not validation.flag(include_hidden, "include_hidden") and not archived_only,
         )
 
 
@@ -549,11 +630,11 @@ def _rich_select(compact: bool, read: ReadShape) -> Select[Any]:
     )
 
 
-ListingShape = tuple[str | None, str | None, bool, str, bool, bool]
+ListingShape = tuple[str | None, str | None, bool, str, bool, bool, bool, bool]
 """What a listing's filters look like, the values aside (one prebuilt statement per shape):
 by source (:func:`_source_shape`), the dialect's SQL for the excluded sources' list (None: none
 excluded), children included, archive (``"hide"``, ``"all"`` or ``"only"``), by cwd prefix, by
-message count."""
+message count, hidden sessions left out, delegate runs listed (where children are not)."""
 
 _ONE_SOURCE = "="
 
@@ -569,7 +650,8 @@ def _source_shape(dialect: StoreDialect, selected: tuple[str, ...] | None) -> st
 
 def _listing_conditions(shape: ListingShape) -> list[ColumnElement[bool] | TextClause]:
     """The WHERE of a listing of this shape: every path lists the same sessions."""
-    by_source, excluded_list_sql, include_children, archive, by_cwd, by_messages = shape
+    (by_source, excluded_list_sql, include_children, archive, by_cwd, by_messages,
+     hide_hidden, include_subagents) = shape  # fmt: skip
     conditions: list[ColumnElement[bool] | TextClause] = []
     if by_source == _ONE_SOURCE:
         conditions.append(sessions.c.source == bindparam("source"))
@@ -578,7 +660,9 @@ def _listing_conditions(shape: ListingShape) -> list[ColumnElement[bool] | TextC
     if excluded_list_sql is not None:
         conditions.append(text(f"sessions.source NOT IN {excluded_list_sql}"))
     if not include_children:
-        conditions.append(listable_condition())
+        conditions.append(listable_condition(include_subagents=include_subagents))
+    if hide_hidden:
+        conditions.append(sessions.c.hidden == 0)
     if archive == "hide":
         conditions.append(sessions.c.archived == 0)
     elif archive == "only":
@@ -628,6 +712,17 @@ def _listing_statement(
     return _rich_select(compact, read).join_from(
         sessions, chosen, chosen.c.id == sessions.c.id
     ).order_by(*newest_first)
+
+
+@functools.cache
+def _pinned_statement(shape: ListingShape, read: ReadShape, compact: bool) -> Select[Any]:
+    """The pinned sessions a listing of ``shape`` keeps, newest first, unpaged (iot's
+    ``include_pinned`` back-fill)."""
+    return (
+        _rich_select(compact, read)
+        .where(*_listing_conditions(shape), sessions.c.pinned == 1)
+        .order_by(sessions.c.started_at.desc(), sessions.c.id)
+    )
 
 
 _MATCHED = "matched"

@@ -138,6 +138,14 @@ def free_text(value: Any, name: str, *, nul_allowed: bool) -> str | None:
     return value
 
 
+def flag(value: Any, name: str) -> bool:
+    """A yes/no keyword that is a ``bool``: another type (``1``, ``"no"``, None) is a
+    ``TypeError``, where a truthiness test would read ``"no"`` as yes."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
+    return value
+
+
 def integer(value: Any, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")

@@ -216,10 +216,8 @@ def test_our_reads_of_an_adopted_fork_file_equal_the_releases_own(
     assert migrate.current(f"sqlite:///{path}") == migrate.HEAD_REVISION
     listed = [index for index, step in enumerate(steps) if step[0] == "list_sessions_rich"]
     for index in listed:
-        # Our default listing still shows hidden sessions (the strict xfail below); a
-        # listing row's ``tool_names`` is iot's stored hash, ours the pinned list it names
+        # A listing row's ``tool_names`` is iot's stored hash, ours the pinned list it names
         # (get_session, compared above, agrees on the list).
-        ours[index] = [row for row in ours[index] if not row.get("hidden")]
         for rows in (ours[index], theirs[index]):
             for row in rows:
                 row.pop("tool_names", None)
@@ -300,11 +298,6 @@ def test_an_adopted_fork_file_taken_down_to_v22_gives_hermes_019_every_prompt(
 HIDING_FORKS = [label for label, fork in FORK_RELEASES.items() if fork.schema >= 26]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="SessionDB.list_sessions_rich has no include_hidden and "
-    "lists hidden sessions by default; iot/axisrow at v26+ leave them out",
-)
 @pytest.mark.parametrize("label", HIDING_FORKS)
 def test_our_default_listing_leaves_out_hidden_sessions_as_the_release_does(
     fork_files: ForkFiles, label: str, tmp_path: Path
