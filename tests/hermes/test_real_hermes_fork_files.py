@@ -308,3 +308,42 @@ def test_our_default_listing_leaves_out_hidden_sessions_as_the_release_does(
         (ours,) = our_calls(db, [step])
     assert scenario.EMPTY_ID not in [row["id"] for row in theirs]  # hidden by the fork's build
     assert [row["id"] for row in ours] == [row["id"] for row in theirs]
+
+
+LISTING_KEYWORDS: list[dict[str, Any]] = [
+    {"include_hidden": True},
+    {"include_subagents": True},
+    {"include_pinned": True},
+    {"include_pinned": True, "limit": 1},  # the pinned root is past the page: added after it
+    {"include_pinned": True, "offset": 1},
+    {"include_pinned": True, "archived_only": True},
+    {"include_hidden": True, "archived_only": True},
+    {"include_subagents": True, "include_children": True},
+    {"include_hidden": True, "include_pinned": True, "include_subagents": True,
+     "order_by_last_active": True},
+    {"include_pinned": True, "order_by_last_active": True, "search_query": "etcd"},
+]  # fmt: skip
+
+
+def test_our_listing_keywords_equal_the_newest_forks_own(
+    fork_files: ForkFiles, tmp_path: Path
+) -> None:
+    """iot 0.22.2's ``include_hidden``, ``include_pinned`` and ``include_subagents``, alone
+    and with the filters they interact with, list what the release lists, in its order."""
+    steps: list[Step] = [
+        ("list_sessions_rich", [], {"limit": 100, **keywords}) for keywords in LISTING_KEYWORDS
+    ]
+    label = NEWEST_FORK
+    theirs = fork_files.hermes(label).calls(fork_files.copy(label, tmp_path / "t.db"), steps)
+    with SessionDB(db_path=fork_files.copy(label, tmp_path / "o.db"), backup_on_adopt=False) as db:
+        ours = our_calls(db, steps)
+        (listed_by_default,) = our_calls(db, [("list_sessions_rich", [], {"limit": 100})])
+    for rows in (*ours, *theirs):
+        for row in rows:
+            row.pop("tool_names", None)
+    assert_same_reads(steps, theirs, ours, f"sessionstore on a {label} file")
+    # The oracle is not vacuous: each keyword changes what the release lists.
+    default = {row["id"] for row in listed_by_default}
+    assert scenario.EMPTY_ID in {row["id"] for row in theirs[0]} - default
+    assert scenario.DELEGATE_ID in {row["id"] for row in theirs[1]} - default
+    assert len(theirs[3]) > 1
