@@ -98,6 +98,10 @@ def sessions_list(
     archived: Annotated[
         bool, typer.Option("--archived", help="Include archived sessions.")
     ] = False,
+    include_hidden: Annotated[
+        bool,
+        typer.Option("--include-hidden", help="Include hidden sessions (Hermes's Bot Mode)."),
+    ] = False,
     limit: Annotated[
         int, typer.Option(min=0, metavar="N", help="At most this many sessions.")
     ] = 20,
@@ -111,6 +115,10 @@ def sessions_list(
 
     When more sessions exist than are shown, a line on stderr says how many and how to see
     them (--all, or --offset for the next page).
+
+    Hidden sessions (hidden in Hermes, as Bot Mode hides its own) are left out unless
+    --include-hidden, as Hermes's own session list leaves them out: this lists what Hermes's
+    list_sessions_rich lists, and the count on stderr counts the same sessions.
     """
     with open_store(cli_state(ctx)) as store:
         repository = SessionRepository(store)
@@ -119,6 +127,7 @@ def sessions_list(
             exclude_sources=sources(exclude_source),
             include_children=children,
             include_archived=archived,
+            include_hidden=include_hidden,
         )
         listings = repository.list_sessions_rich(
             source=sources(source),
@@ -127,6 +136,7 @@ def sessions_list(
             offset=offset,
             include_children=children,
             include_archived=archived,
+            include_hidden=include_hidden,
         )
         more = total - offset - len(listings)
         if as_json:

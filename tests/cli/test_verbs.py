@@ -275,6 +275,18 @@ def test_sessions_list_json_and_filters(runner: CliRunner, seeded: str) -> None:
         assert all(set(row) >= LISTING_KEYS for row in rows), args
 
 
+def test_sessions_list_leaves_hidden_sessions_out_unless_asked(
+    runner: CliRunner, seeded: str
+) -> None:
+    with SessionDB(url=seeded) as db:
+        assert db.set_session_hidden(ALPHA_OLD, True)
+    listed = run(runner, seeded, "sessions", "list", "--json", "--limit", "1")
+    assert [row["id"] for row in json.loads(listed.stdout)] == [ALPHA]
+    assert "showing 1 of 2 sessions" in listed.stderr  # the count leaves it out too
+    every = run(runner, seeded, "sessions", "list", "--json", "--include-hidden")
+    assert {row["id"] for row in json.loads(every.stdout)} == {ALPHA, ALPHA_OLD, LIVE_OLD}
+
+
 @pytest.mark.parametrize("ref", [ALPHA, "alpha-0001", TITLE])
 def test_sessions_show_renders_the_conversation(runner: CliRunner, seeded: str, ref: str) -> None:
     result = run(runner, seeded, "sessions", "show", ref)
