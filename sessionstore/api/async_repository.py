@@ -454,6 +454,21 @@ class AsyncSessionRepository:
             )
         )
 
+    async def session_count_by_source(
+        self,
+        *,
+        include_archived: bool = False,
+        archived_only: bool = False,
+        exclude_children: bool = False,
+    ) -> dict[str, int]:
+        return await self._read(
+            lambda repo: repo.session_count_by_source(
+                include_archived=include_archived,
+                archived_only=archived_only,
+                exclude_children=exclude_children,
+            )
+        )
+
     async def search_sessions(
         self,
         source: SourceFilter = None,
@@ -484,6 +499,8 @@ class AsyncSessionRepository:
         include_pinned: bool = False,
         include_hidden: bool = False,
         include_subagents: bool = False,
+        sources: Sequence[str] | None = None,
+        session_key: str | None = None,
     ) -> list[SessionListing]:
         return await self._read(
             lambda repo: repo.list_sessions_rich(
@@ -503,6 +520,8 @@ class AsyncSessionRepository:
                 include_pinned=include_pinned,
                 include_hidden=include_hidden,
                 include_subagents=include_subagents,
+                sources=sources,
+                session_key=session_key,
             )
         )
 

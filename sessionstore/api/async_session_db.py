@@ -543,6 +543,8 @@ class AsyncSessionDB:
         include_pinned: bool = False,
         include_hidden: bool = False,
         include_subagents: bool = False,
+        sources: Sequence[str] | None = None,
+        session_key: str | None = None,
     ) -> list[dict[str, Any]]:
         return await self._read(
             lambda db: db.list_sessions_rich(
@@ -563,6 +565,8 @@ class AsyncSessionDB:
                 include_pinned,
                 include_hidden,
                 include_subagents,
+                sources,
+                session_key,
             )
         )
 
@@ -1062,6 +1066,21 @@ class AsyncSessionDB:
                 cwd_prefix,
                 min_message_count,
                 include_subagents,
+            )
+        )
+
+    async def session_count_by_source(
+        self,
+        *,
+        include_archived: bool = False,
+        archived_only: bool = False,
+        exclude_children: bool = False,
+    ) -> dict[str, int]:
+        return await self._read(
+            lambda db: db.session_count_by_source(
+                include_archived=include_archived,
+                archived_only=archived_only,
+                exclude_children=exclude_children,
             )
         )
 

@@ -481,8 +481,10 @@ class SessionDB:
         include_pinned: bool = False,
         include_hidden: bool = False,
         include_subagents: bool = False,
+        sources: Sequence[str] | None = None,
+        session_key: str | None = None,
     ) -> list[dict[str, Any]]:
-        """Roots and branch children, newest first; delegate runs, archived and hidden
+        """Roots, branch and reset children, newest first; delegate runs, archived and hidden
         sessions are left out unless asked for (``include_children``, ``include_archived``,
         ``include_hidden``).
 
@@ -500,7 +502,9 @@ class SessionDB:
         archived session is recovered); ``include_subagents`` lists delegate runs without
         listing every child; ``include_pinned`` adds the pinned sessions the page lacks,
         archived ones included, after the page. Each is a ``bool`` (``TypeError``
-        otherwise). See ``SessionRepository.list_sessions_rich``.
+        otherwise). ``sources`` (a list) keeps any of them where ``source`` is not given
+        (``source`` wins; an empty list is no filter) and ``session_key`` the sessions of one
+        gateway key, as iot's. See ``SessionRepository.list_sessions_rich``.
         """
         return self._repo.list_sessions_rich_dicts(
             source=source,
@@ -520,6 +524,8 @@ class SessionDB:
             include_pinned=include_pinned,
             include_hidden=include_hidden,
             include_subagents=include_subagents,
+            sources=sources,
+            session_key=session_key,
         )
 
     @writes
@@ -1092,6 +1098,22 @@ class SessionDB:
             cwd_prefix=cwd_prefix,
             min_message_count=min_message_count,
             include_subagents=include_subagents,
+        )
+
+    @reads
+    def session_count_by_source(
+        self,
+        *,
+        include_archived: bool = False,
+        archived_only: bool = False,
+        exclude_children: bool = False,
+    ) -> dict[str, int]:
+        """iot 0.22.2's ``{source: count}``, most first; an empty source counts as
+        ``'cli'``. See ``SessionRepository.session_count_by_source``."""
+        return self._repo.session_count_by_source(
+            include_archived=include_archived,
+            archived_only=archived_only,
+            exclude_children=exclude_children,
         )
 
     @reads

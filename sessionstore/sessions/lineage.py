@@ -49,7 +49,19 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, bindparam, case, func, or_, select, text, update
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    and_,
+    bindparam,
+    case,
+    func,
+    literal_column,
+    or_,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import TextClause
 
@@ -68,6 +80,12 @@ RESUME_DEPTH = 32
 """Hermes's cap on the walk past the compression tip (malformed data may loop)."""
 BRANCH_MARKER = "_branched_from"
 DELEGATE_MARKER = "_delegate_from"
+RESET_MARKER = "_reset_from"
+RESET_END_REASONS = (
+    "session_reset", "session_switch", "idle", "daily", "suspended", "resume_pending_expired"
+)
+"""Where a parent ended when a gateway reset continued it in a child (iot 0.22.2's
+``_RESET_END_REASONS``): the pre-marker rule for a reset child."""
 TOOL_SOURCE = "tool"
 BRANCHED_END_REASON = "branched"
 
@@ -105,10 +123,18 @@ def not_a_fork(table: Any) -> list[ColumnElement[bool]]:
     ]
 
 
-def listable_condition(*, include_subagents: bool = False) -> ColumnElement[bool]:
-    """Roots and branch children, without delegate runs: what Hermes's pickers list. With
-    ``include_subagents`` (iot's ``sessions.show_subagents``) the delegate runs are listed
-    too, and only they: a compression continuation stays behind its root."""
+def listable_condition(
+    *, include_subagents: bool = False, legacy_resets: bool = False
+) -> ColumnElement[bool]:
+    """Roots, branch children and reset children, without delegate runs: what Hermes's
+    pickers list (iot 0.22.2's ``_LISTABLE_CHILD_SQL``). With ``include_subagents`` (iot's
+    ``sessions.show_subagents``) the delegate runs are listed too, and only they: a
+    compression continuation stays behind its root.
+
+    A reset child (a gateway's ``/new`` or idle reset) carries ``_reset_from``; before the
+    marker, it rode its parent's non-empty ``session_key`` after the parent ended at a reset
+    boundary (:data:`RESET_END_REASONS`). ``legacy_resets`` applies that older rule: only a
+    store with ``sessions.session_key`` (v18+) has it."""
     parent = sessions.alias("listed_parent")
     branched_parent = (
         select(parent.c.id)
@@ -121,12 +147,31 @@ def listable_condition(*, include_subagents: bool = False) -> ColumnElement[bool
         .exists()
     )
     # CASE, not OR: it guarantees that a root (most rows) never runs the branch tests.
-    listable_kind = case(
+    whens: list[tuple[ColumnElement[bool], int]] = [
         (sessions.c.parent_session_id.is_(None), 1),
         (has_marker(BRANCH_MARKER), 1),
         (branched_parent, 1),
-        else_=0,
-    )
+        (has_marker(RESET_MARKER), 1),
+    ]
+    if legacy_resets:
+        reset_parent = sessions.alias("reset_parent")
+        whens.append((
+            select(reset_parent.c.id)
+            .where(
+                reset_parent.c.id == sessions.c.parent_session_id,
+                # Inline literals: a prebuilt (driver-cursor) statement cannot expand an IN.
+                reset_parent.c.end_reason.in_(
+                    [literal_column(f"'{reason}'") for reason in RESET_END_REASONS]
+                ),
+                sessions.c.session_key.is_not(None),
+                sessions.c.session_key != "",
+                sessions.c.session_key == reset_parent.c.session_key,
+            )
+            .correlate(sessions)
+            .exists(),
+            1,
+        ))  # fmt: skip
+    listable_kind = case(*whens, else_=0)
     if include_subagents:
         return or_(listable_kind == 1, has_marker(DELEGATE_MARKER))
     return and_(listable_kind == 1, ~has_marker(DELEGATE_MARKER))

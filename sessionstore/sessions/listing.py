@@ -43,6 +43,8 @@ from .shared import RepositoryPart, matchable, row_count, session_columns, sourc
 PREVIEW_LENGTH = 60
 SHORT_ID_LENGTH = 8
 CRON_SOURCE = "cron"
+CLI_SOURCE = "cli"
+"""What iot 0.22.2 counts a session without a source as."""
 
 
 class ListingPart(RepositoryPart):
@@ -193,10 +195,51 @@ class ListingPart(RepositoryPart):
         ):
             statement = statement.where(condition)
         if exclude_children:
-            statement = statement.where(listable_condition(include_subagents=include_subagents))
+            statement = statement.where(listable_condition(
+                include_subagents=include_subagents,
+                legacy_resets=self.store.read_shape.has_column("sessions", "session_key"),
+            ))  # fmt: skip
         if hide_hidden and self.store.read_shape.has_column("sessions", "hidden"):
             statement = statement.where(sessions.c.hidden == 0)
         return int(self.store.read(lambda conn: conn.execute(statement).scalar_one()))
+
+    @reads
+    def session_count_by_source(
+        self,
+        *,
+        include_archived: bool = False,
+        archived_only: bool = False,
+        exclude_children: bool = False,
+    ) -> dict[str, int]:
+        """iot 0.22.2's ``{source: count}``: an empty or NULL source counted as ``'cli'``,
+        most sessions first (ties by source); archived ones only when asked,
+        ``exclude_children`` counting what a picker lists. Hidden sessions are counted, as
+        iot counts them. Each keyword is a ``bool`` (``TypeError`` otherwise)."""
+        include_archived = validation.flag(include_archived, "include_archived")
+        archived_only = validation.flag(archived_only, "archived_only")
+        exclude_children = validation.flag(exclude_children, "exclude_children")
+        label = func.coalesce(func.nullif(sessions.c.source, ""), CLI_SOURCE).label("label")
+        count = func.count().label("sessions")
+        statement = (
+            select(label, count)
+            .group_by(label)
+            .order_by(count.desc(), label)
+        )
+        for condition in _session_filters(
+            self.store.dialect,
+            sources=None,
+            exclude_sources=None,
+            include_archived=include_archived,
+            archived_only=archived_only,
+            cwd_prefix=None,
+        ):
+            statement = statement.where(condition)
+        if exclude_children:
+            statement = statement.where(listable_condition(
+                legacy_resets=read_shape_has(self.store, "session_key")
+            ))  # fmt: skip
+        rows = self.store.read(lambda conn: conn.execute(statement).all())
+        return {str(source): int(total) for source, total in rows}
 
     @reads
     def search_sessions(
@@ -274,6 +317,8 @@ class ListingPart(RepositoryPart):
         include_pinned: bool = False,
         include_hidden: bool = False,
         include_subagents: bool = False,
+        sources: Sequence[str] | None = None,
+        session_key: str | None = None,
     ) -> list[SessionListing]:
         """Sessions newest first, as a picker shows them.
 
@@ -314,7 +359,7 @@ class ListingPart(RepositoryPart):
             project_compression_tips, include_archived, archived_only, cwd_prefix,
             min_message_count, order_by_last_active, id_query, search_query,
             include_pinned=include_pinned, include_hidden=include_hidden,
-            include_subagents=include_subagents,
+            include_subagents=include_subagents, sources=sources, session_key=session_key,
         )  # fmt: skip
         return [_listing(row, root) for row, root in rows]
 
@@ -339,6 +384,8 @@ class ListingPart(RepositoryPart):
         include_pinned: bool = False,
         include_hidden: bool = False,
         include_subagents: bool = False,
+        sources: Sequence[str] | None = None,
+        session_key: str | None = None,
     ) -> list[dict[str, Any]]:
         """:meth:`list_sessions_rich` as Hermes's dicts (``SessionListing.to_dict``), built
         straight from the rows: a picker's page is 50 dicts of 43 keys, and going through the
@@ -350,6 +397,7 @@ class ListingPart(RepositoryPart):
             min_message_count, order_by_last_active, id_query, search_query,
             compact=bool(compact_rows), include_pinned=include_pinned,
             include_hidden=include_hidden, include_subagents=include_subagents,
+            sources=sources, session_key=session_key,
         )  # fmt: skip
         if compact_rows:
             return [_compact(_listing_dict(row, root)) for row, root in rows]
@@ -375,6 +423,8 @@ class ListingPart(RepositoryPart):
         include_pinned: bool = False,
         include_hidden: bool = False,
         include_subagents: bool = False,
+        sources: Sequence[str] | None = None,
+        session_key: str | None = None,
     ) -> list[tuple[Sequence[Any], str | None]]:
         """The page's rich rows (compression roots already projected onto their tips), each
         with the id of the root it was projected from (None when it was not); then, with
@@ -384,7 +434,18 @@ class ListingPart(RepositoryPart):
         include_subagents = validation.flag(include_subagents, "include_subagents")
         if source == "":
             source = None  # as Hermes: an empty source is no filter
+        if sources is not None and not validation.is_source_list(sources):
+            raise TypeError(f"sources must be a list of str, not {type(sources).__name__}")
+        if source is None and sources:
+            # iot 0.22.2: ``source`` wins when given; else ``sources``, an empty one no filter.
+            source = sources
         selected = validation.sources(source, "source")
+        if sources is not None and source is not sources:
+            validation.sources(sources, "sources")  # refused even where source wins
+        key = validation.optional_identifier(session_key or None, "session_key")
+        keyed = read_shape_has(self.store, "session_key")
+        if key is not None and not keyed:
+            return []  # a store before v18 has no session keys: none matches
         excluded = [
             validation.identifier(item, "exclude_sources") for item in exclude_sources or ()
         ]
@@ -403,6 +464,7 @@ class ListingPart(RepositoryPart):
             **dict(zip(_CWD_PARAMETERS, cwd_patterns(prefix) if prefix else (None,) * 4,
                        strict=True)),
             "min_messages": threshold,
+            "session_key": key,
             "id_needle": needle,
             "search_needle": searched,
             "squeezed_needle": squeezed,
@@ -426,6 +488,8 @@ class ListingPart(RepositoryPart):
             # A store without the column (read as it is, before v26) hides nothing.
             not include_hidden and not archived_only and read.has_column("sessions", "hidden"),
             include_subagents,
+            key is not None,
+            keyed,
         )
         # The pins' filters are the page's, archived or not (iot: a pin is an explicit keep).
         pins = (
@@ -630,11 +694,12 @@ def _rich_select(compact: bool, read: ReadShape) -> Select[Any]:
     )
 
 
-ListingShape = tuple[str | None, str | None, bool, str, bool, bool, bool, bool]
+ListingShape = tuple[str | None, str | None, bool, str, bool, bool, bool, bool, bool, bool]
 """What a listing's filters look like, the values aside (one prebuilt statement per shape):
 by source (:func:`_source_shape`), the dialect's SQL for the excluded sources' list (None: none
 excluded), children included, archive (``"hide"``, ``"all"`` or ``"only"``), by cwd prefix, by
-message count, hidden sessions left out, delegate runs listed (where children are not)."""
+message count, hidden sessions left out, delegate runs listed (where children are not), by
+session key, and whether the store has ``session_key`` (the pre-marker reset-child rule)."""
 
 _ONE_SOURCE = "="
 
@@ -651,7 +716,7 @@ def _source_shape(dialect: StoreDialect, selected: tuple[str, ...] | None) -> st
 def _listing_conditions(shape: ListingShape) -> list[ColumnElement[bool] | TextClause]:
     """The WHERE of a listing of this shape: every path lists the same sessions."""
     (by_source, excluded_list_sql, include_children, archive, by_cwd, by_messages,
-     hide_hidden, include_subagents) = shape  # fmt: skip
+     hide_hidden, include_subagents, by_session_key, keyed) = shape  # fmt: skip
     conditions: list[ColumnElement[bool] | TextClause] = []
     if by_source == _ONE_SOURCE:
         conditions.append(sessions.c.source == bindparam("source"))
@@ -660,7 +725,11 @@ def _listing_conditions(shape: ListingShape) -> list[ColumnElement[bool] | TextC
     if excluded_list_sql is not None:
         conditions.append(text(f"sessions.source NOT IN {excluded_list_sql}"))
     if not include_children:
-        conditions.append(listable_condition(include_subagents=include_subagents))
+        conditions.append(
+            listable_condition(include_subagents=include_subagents, legacy_resets=keyed)
+        )
+    if by_session_key:
+        conditions.append(sessions.c.session_key == bindparam("session_key"))
     if hide_hidden:
         conditions.append(sessions.c.hidden == 0)
     if archive == "hide":
@@ -936,6 +1005,11 @@ def _project(root: Sequence[Any], tip: Sequence[Any]) -> tuple[Any, ...]:
     for index in _PROJECTED_AT:
         values[index] = tip[index]
     return tuple(values)
+
+
+def read_shape_has(store: Store, name: str) -> bool:
+    """The store's ``sessions`` table has the column (read as it is, an old one may not)."""
+    return store.read_shape.has_column("sessions", name)
 
 
 def _session_filters(

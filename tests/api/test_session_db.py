@@ -1206,10 +1206,11 @@ def test_listing_keywords_come_after_v6_positional_parameters(db: SessionDB) -> 
     names = list(inspect.signature(SessionDB.list_sessions_rich).parameters)[1:]
     assert names[:6] == ["source", "exclude_sources", "limit", "offset", "include_children",
                          "project_compression_tips"]  # fmt: skip
-    assert names[-8:] == ["min_message_count", "order_by_last_active", "id_query",
-                          "search_query", "compact_rows",
-                          # iot 0.22.2's (schema v26+), after the ones before them
-                          "include_pinned", "include_hidden", "include_subagents"]  # fmt: skip
+    assert names[-10:] == ["min_message_count", "order_by_last_active", "id_query",
+                           "search_query", "compact_rows",
+                           # iot 0.22.2's (schema v26+), after the ones before them
+                           "include_pinned", "include_hidden", "include_subagents",
+                           "sources", "session_key"]  # fmt: skip
     assert list(inspect.signature(SessionDB.session_count).parameters)[-2:] == [
         "min_message_count", "include_subagents"]  # fmt: skip
 

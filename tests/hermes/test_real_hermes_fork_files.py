@@ -24,7 +24,12 @@ import real_hermes_driver as scenario
 from legacy_v18_v22 import REVISION_OF as V22_REVISION_OF
 from real_hermes import FORK_RELEASES, ForkFiles, RealHermes, backup_copy
 from real_hermes_driver import ROOT_ID
-from real_hermes_later_driver import CONTINUATION_PROMPT, LATER_SESSION_IDS, SHARED_PROMPT
+from real_hermes_later_driver import (
+    CONTINUATION_PROMPT,
+    LATER_SESSION_IDS,
+    RESET_ID,
+    SHARED_PROMPT,
+)
 
 from sessionstore.api.session_db import SessionDB
 from sessionstore.ops import transfer
@@ -347,3 +352,70 @@ def test_our_listing_keywords_equal_the_newest_forks_own(
     assert scenario.EMPTY_ID in {row["id"] for row in theirs[0]} - default
     assert scenario.DELEGATE_ID in {row["id"] for row in theirs[1]} - default
     assert len(theirs[3]) > 1
+
+
+GATEWAY_KEY = "agent:main:discord:dm:7"  # the reset session's key in the later driver's build
+MARKED_RESET_CHILD = "field-reset-child-marked"
+LEGACY_RESET_CHILD = "field-reset-child-legacy"
+KEYED_LISTINGS: list[dict[str, Any]] = [
+    {},
+    {"sources": ["discord", "telegram"]},
+    {"source": "cli", "sources": ["discord"]},  # source wins
+    {"sources": []},  # no filter
+    {"session_key": GATEWAY_KEY},
+    {"session_key": GATEWAY_KEY, "include_children": True},
+    {"session_key": GATEWAY_KEY, "order_by_last_active": True},
+    {"sources": ["cli"], "order_by_last_active": True, "include_pinned": True},
+]
+
+
+def test_our_sources_session_key_reset_children_and_counts_equal_the_newest_forks_own(
+    fork_files: ForkFiles, tmp_path: Path
+) -> None:
+    """iot 0.22.2's ``sources`` and ``session_key`` keywords, its reset children (marked with
+    ``_reset_from``, or by the pre-marker rule: the parent's key after a reset end) listed
+    by default, and ``session_count_by_source``: the same rows, in its order, and the same
+    counts, most first. Both sides first write the two reset children through their own API."""
+    writes: list[Step] = [
+        ("create_session", [MARKED_RESET_CHILD, "discord"],
+         {"parent_session_id": RESET_ID, "model_config": {"_reset_from": RESET_ID}}),
+        ("create_session", [LEGACY_RESET_CHILD, "discord"],
+         {"parent_session_id": RESET_ID, "session_key": GATEWAY_KEY}),
+    ]  # fmt: skip
+    reads: list[Step] = [
+        ("list_sessions_rich", [], {"limit": 100, **keywords}) for keywords in KEYED_LISTINGS
+    ]
+    reads += [
+        ("session_count_by_source", [], keywords)
+        for keywords in (
+            {}, {"include_archived": True}, {"archived_only": True}, {"exclude_children": True}
+        )
+    ]
+    reads.append(("session_count", [], {"exclude_children": True}))
+    label = NEWEST_FORK
+    theirs = fork_files.hermes(label).calls(
+        fork_files.copy(label, tmp_path / "t.db"), writes + reads
+    )[len(writes):]
+    with SessionDB(db_path=fork_files.copy(label, tmp_path / "o.db"), backup_on_adopt=False) as db:
+        ours = our_calls(db, writes + reads)[len(writes):]
+    for rows in (*ours, *theirs):
+        for row in rows if isinstance(rows, list) else ():
+            row.pop("tool_names", None)
+            if row["id"] in (MARKED_RESET_CHILD, LEGACY_RESET_CHILD):
+                # Written by each side's create_session: iot stamps created_source, ours
+                # does not (a write-path gap, not the listing's).
+                row.pop("created_source", None)
+                for clock in ("started_at", "last_active", "last_activity_at", "updated_at"):
+                    row.pop(clock, None)  # written a moment apart on each side
+    assert_same_reads(reads, theirs, ours, f"sessionstore on a {label} file")
+    for old, new in zip(theirs, ours, strict=True):  # the order too, and the count's keys
+        if isinstance(old, list):
+            assert [row["id"] for row in new] == [row["id"] for row in old]
+        elif isinstance(old, dict):
+            # Most first on both; iot leaves ties in SQLite's unspecified order, ours by source.
+            assert new == old
+            assert list(new.values()) == sorted(new.values(), reverse=True)
+    # Not vacuous: both reset children are listed by default, and the key narrows.
+    listed = [row["id"] for row in theirs[0]]
+    assert MARKED_RESET_CHILD in listed and LEGACY_RESET_CHILD in listed
+    assert {row["id"] for row in theirs[4]} == {RESET_ID, LEGACY_RESET_CHILD}
