@@ -35,9 +35,12 @@ EXTRA_SESSION_COLUMNS = (
     "profile_name",
 )  # fmt: skip
 """Later-Hermes session columns ``create_session``/``ensure_session`` accept as keywords."""
-_FILLED_ON_CONFLICT = ("model", "model_config", "parent_session_id")
+_FILLED_ON_CONFLICT = ("model", "model_config", "parent_session_id", "created_source")
 """What ``create_session`` on an existing session fills where still NULL, beside the extras
-and the prompt (filled only where the session has none, inline or hashed)."""
+and the prompt (filled only where the session has none, inline or hashed). ``created_source``
+is iot's immutable provenance (#56439): the source a session was first created with, kept
+when ``source`` (live routing state) changes; a row from before it (NULL) gets it from the
+next upsert, as iot's ``COALESCE(sessions.created_source, excluded.created_source)``."""
 _BASE_SESSION_KEYWORDS = ("model_config", "system_prompt", "user_id", "parent_session_id")
 """``create_session``'s named keywords that ``ensure_session`` takes through ``**kwargs``."""
 RECOVERABLE_END_REASONS = ("agent_close", "ws_orphan_reap")
@@ -80,6 +83,7 @@ class LifecyclePart(RepositoryPart):
         values = {
             "id": validation.identifier(session_id, "session_id"),
             "source": validation.identifier(source, "source"),
+            "created_source": source,
             "user_id": validation.optional_identifier(user_id, "user_id"),
             "model": validation.optional_identifier(model, "model"),
             "model_config": self._text(encode_json(model_config, "model_config"), "model_config"),

@@ -144,6 +144,22 @@ def test_create_session_fills_a_prompt_only_where_there_is_none(db: SessionDB) -
     assert db.get_session("bare")["system_prompt_hash"] == sha("late")  # type: ignore[index]
 
 
+def test_created_source_is_the_first_source_and_survives_a_change(db: SessionDB) -> None:
+    """iot's immutable provenance (#56439): stamped at creation, never overwritten; a row from
+    before the column (NULL) gets the source of the next upsert, as iot's COALESCE does."""
+    db.create_session("k", "kanban")
+    db.ensure_session("k", "telegram")
+    run(db, "UPDATE sessions SET source = 'cli' WHERE id = 'k'")  # live routing state moves
+    db.create_session("k", "discord")
+    db.ensure_session("old", "cli")
+    run(db, "UPDATE sessions SET created_source = NULL WHERE id = 'old'")
+    db.ensure_session("old", "slack")
+    rows = run(db, "SELECT id, source, created_source FROM sessions ORDER BY id")
+    assert rows == [{"id": "k", "source": "cli", "created_source": "kanban"},
+                    {"id": "old", "source": "cli", "created_source": "slack"}]  # fmt: skip
+    assert db.get_session("k")["created_source"] == "kanban"  # type: ignore[index]
+
+
 def test_a_billing_route_change_drops_hash_and_inline_copy(db: SessionDB) -> None:
     hash_only_session(db, "iot", PROMPT)
     db.update_session_billing_route("iot", provider="p", base_url="u")

@@ -402,9 +402,7 @@ def test_our_sources_session_key_reset_children_and_counts_equal_the_newest_fork
         for row in rows if isinstance(rows, list) else ():
             row.pop("tool_names", None)
             if row["id"] in (MARKED_RESET_CHILD, LEGACY_RESET_CHILD):
-                # Written by each side's create_session: iot stamps created_source, ours
-                # does not (a write-path gap, not the listing's).
-                row.pop("created_source", None)
+                # Written by each side's create_session (created_source stamped by both)
                 for clock in ("started_at", "last_active", "last_activity_at", "updated_at"):
                     row.pop(clock, None)  # written a moment apart on each side
     assert_same_reads(reads, theirs, ours, f"sessionstore on a {label} file")
