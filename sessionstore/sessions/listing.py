@@ -185,23 +185,38 @@ class ListingPart(RepositoryPart):
             if threshold > validation.INT64_MAX:
                 return 0  # past every 64-bit counter
             statement = statement.where(sessions.c.message_count >= threshold)
-        for condition in _session_filters(
-            self.store.dialect,
-            sources=selected,
-            exclude_sources=exclude_sources,
-            include_archived=include_archived,
-            archived_only=archived_only,
-            cwd_prefix=cwd_prefix,
-        ):
-            statement = statement.where(condition)
-        if exclude_children:
-            statement = statement.where(listable_condition(
-                include_subagents=include_subagents,
-                legacy_resets=self.store.read_shape.has_column("sessions", "session_key"),
-            ))  # fmt: skip
+        statement = statement.where(*self._counted_conditions(
+            sources=selected, exclude_sources=exclude_sources, include_archived=include_archived,
+            archived_only=archived_only, cwd_prefix=cwd_prefix,
+            exclude_children=exclude_children, include_subagents=include_subagents,
+        ))  # fmt: skip
         if hide_hidden and self.store.read_shape.has_column("sessions", "hidden"):
             statement = statement.where(sessions.c.hidden == 0)
         return int(self.store.read(lambda conn: conn.execute(statement).scalar_one()))
+
+    def _counted_conditions(
+        self,
+        *,
+        sources: tuple[str, ...] | None,
+        exclude_sources: Sequence[str] | None,
+        include_archived: bool,
+        archived_only: bool,
+        cwd_prefix: str | None,
+        exclude_children: bool,
+        include_subagents: bool,
+    ) -> list[ColumnElement[bool]]:
+        """What a count keeps: the session filters, and with ``exclude_children`` only what
+        a picker lists (one rule for every count)."""
+        conditions = list(_session_filters(
+            self.store.dialect, sources=sources, exclude_sources=exclude_sources,
+            include_archived=include_archived, archived_only=archived_only, cwd_prefix=cwd_prefix,
+        ))  # fmt: skip
+        if exclude_children:
+            conditions.append(listable_condition(
+                include_subagents=include_subagents,
+                legacy_resets=read_shape_has(self.store, "session_key"),
+            ))  # fmt: skip
+        return conditions
 
     @reads
     def session_count_by_source(
@@ -225,19 +240,11 @@ class ListingPart(RepositoryPart):
             .group_by(label)
             .order_by(count.desc(), label)
         )
-        for condition in _session_filters(
-            self.store.dialect,
-            sources=None,
-            exclude_sources=None,
-            include_archived=include_archived,
-            archived_only=archived_only,
-            cwd_prefix=None,
-        ):
-            statement = statement.where(condition)
-        if exclude_children:
-            statement = statement.where(listable_condition(
-                legacy_resets=read_shape_has(self.store, "session_key")
-            ))  # fmt: skip
+        statement = statement.where(*self._counted_conditions(
+            sources=None, exclude_sources=None, include_archived=include_archived,
+            archived_only=archived_only, cwd_prefix=None,
+            exclude_children=exclude_children, include_subagents=False,
+        ))  # fmt: skip
         rows = self.store.read(lambda conn: conn.execute(statement).all())
         return {str(source): int(total) for source, total in rows}
 
