@@ -984,6 +984,11 @@ def trigram_trigger_note(url: str) -> str:
     )
 
 
+def method_call(name: str, *args: Any) -> Callable[[RealHermes], Callable[[], Any]]:
+    """What :func:`side_by_side` times on a Hermes: its method ``name`` called with ``args``."""
+    return lambda base: functools.partial(getattr(base, name), *args)
+
+
 def side_by_side(
     baselines: Sequence[RealHermes],
     baseline_call: Callable[[RealHermes], Callable[[], Any]],
@@ -1042,7 +1047,7 @@ def run_workloads(
             hits.append(f"{case.query}={'/'.join(counts)}/{len(got)}")
             timed_ours, finish = profiler.wrap(label, functools.partial(our_search, case.query))
             b, o = side_by_side(
-                baselines, lambda base, q=case.query: functools.partial(base.search_messages, q),
+                baselines, method_call("search_messages", case.query),
                 timed_ours, plan.search_reps, warmup=1, budget_s=SEARCH_BUDGET_S)
             finish()
             for key, values in b.items():
@@ -1094,7 +1099,7 @@ def run_workloads(
                                            functools.partial(getattr(ours, name), session_id))
         b, o = side_by_side(
             baselines,
-            lambda base, n=name, sid=session_id: functools.partial(getattr(base, n), sid),
+            method_call(name, session_id),
             timed_ours, reps, max(2, plan.warmup // 5))
         finish()
         rows.append(Row(label, medians(b), statistics.median(o), "<=0.80"))
@@ -1456,7 +1461,8 @@ def writer_rows(counts: Sequence[int], writer_messages: int, writer_runs: int,
     rows: list[Row] = []
     home = str(workdir / "hermes_home")
     for count in counts:
-        walls: dict[str, list[float]] = {s.label: [] for s in sources} | {"sessionstore": []}
+        walls: dict[str, list[float]] = {
+            label: [] for label in [*(s.label for s in sources), "sessionstore"]}
         p99s: dict[str, list[float]] = {key: [] for key in walls}
         for repeat in range(writer_runs):
             # A fresh copy per run: every run starts from the same file. Rotating which side

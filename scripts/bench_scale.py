@@ -21,6 +21,7 @@ the next, and the issue's bound (1M within 1.5x of 100k) where both were measure
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import random
 import statistics
@@ -145,7 +146,7 @@ def measure(db: SessionDB, spec: StoreSpec, reps: int) -> dict[str, float]:
     figures[f"word search '{WORD_QUERY}', limit 20"] = median_of(
         lambda: db.search_messages(WORD_QUERY, limit=20), reps)
     for label, query in CJK_QUERIES.items():
-        figures[f"search {label}"] = median_of(lambda q=query: db.search_messages(q), reps)
+        figures[f"search {label}"] = median_of(functools.partial(db.search_messages, query), reps)
     figures["list_sessions_rich(limit=50)"] = median_of(
         lambda: db.list_sessions_rich(limit=50), reps)
     prefix = session_id(spec.sessions - 1)[:12]
