@@ -1102,4 +1102,26 @@ class AsyncSessionRepository:
 
     async def finalize_orphaned_compression_sessions(self) -> int:
         return await self._write(lambda repo: repo.finalize_orphaned_compression_sessions())
+
+    async def archive_stale_sessions(self, idle_days: float, *, exclude_pinned: bool = True) -> int:
+        return await self._write(
+            lambda repo: repo.archive_stale_sessions(
+                idle_days,
+                exclude_pinned=exclude_pinned,
+            )
+        )
+
+    async def maybe_auto_archive(
+        self,
+        idle_days: float = 3,
+        min_interval_hours: int = 24,
+        exclude_pinned: bool = True,
+    ) -> dict[str, Any]:
+        return await self._write(
+            lambda repo: repo.maybe_auto_archive(
+                idle_days,
+                min_interval_hours,
+                exclude_pinned,
+            )
+        )
     # --- end of generated methods ---

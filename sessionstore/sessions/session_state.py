@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 from sqlalchemy import and_, delete, or_, select, update
@@ -35,6 +35,7 @@ from sqlalchemy.engine import Connection
 
 from ..sql import validation
 from ..sql.codec import decode_json_object
+from ..sql.tables import compression_locks_table as compression_locks
 from ..sql.tables import session_turn_leases_table as turn_leases
 from ..sql.tables import sessions_table as sessions
 from ..sql.validation import bindable
@@ -344,3 +345,74 @@ class SessionStatePart(RepositoryPart):
             .values(last_activity_description="", last_activity_provenance="unknown")
         )
         self.store.write(lambda conn: conn.execute(statement))
+
+
+# -- what a pin and a turn lease keep (the prune and the idle sweep read these) -----------------
+_TAIL_CHUNK: Final = 500
+
+
+def pinned_tail(conn: Connection) -> set[str]:
+    """iot's ``_PINNED_TAIL_SQL``: the continuations a pinned segment covers. A pin is set on
+    the whole lineage, but a store can hold a pinned segment whose later continuations were
+    written unpinned; they belong to the pinned conversation all the same. Walked down from
+    every pinned session that ended ``'compression'``, through children that are not forks
+    (:func:`_is_fork_child`), level by level."""
+    frontier = [
+        str(row[0])
+        for row in conn.execute(
+            select(sessions.c.id).where(
+                sessions.c.pinned != 0, sessions.c.end_reason == COMPRESSION_END_REASON
+            )
+        )
+    ]
+    tail: set[str] = set()
+    while frontier:
+        following: list[str] = []
+        for start in range(0, len(frontier), _TAIL_CHUNK):
+            chunk = frontier[start : start + _TAIL_CHUNK]
+            rows = conn.execute(
+                select(sessions.c.id, sessions.c.parent_session_id, sessions.c.source,
+                       sessions.c.model_config, sessions.c.end_reason)
+                .where(sessions.c.parent_session_id.in_(chunk))
+            )  # fmt: skip
+            for row in rows:
+                child = str(row.id)
+                if child in tail or _is_fork_child(
+                    row.source, row.model_config, str(row.parent_session_id)
+                ):
+                    continue
+                tail.add(child)
+                if row.end_reason == COMPRESSION_END_REASON:
+                    following.append(child)
+        frontier = following
+    return tail
+
+
+def turn_guarded(conn: Connection, session_ids: Iterable[str], now: float) -> set[str]:
+    """Those of ``session_ids`` a live write guard protects (iot's ``_guarded_ids``): their
+    conversation's turn lease or their compression lease has not expired (``expires_at >
+    now``: iot's ``_stale_holder`` rule for both). An expired guard protects
+    nothing; it is left for its next acquirer to sweep (iot also deletes it here, and
+    reclaims a provably dead local holder, which a store shared by hosts cannot tell)."""
+    guarded: set[str] = set()
+    for session_id in session_ids:
+        lease = conn.execute(
+            select(turn_leases.c.expires_at).where(
+                turn_leases.c.conversation_id == turn_lease_key(conn, session_id)
+            )
+        ).scalar()
+        if lease is not None and float(lease) > now:
+            guarded.add(session_id)
+    candidates = sorted(set(session_ids) - guarded)
+    for start in range(0, len(candidates), _TAIL_CHUNK):
+        chunk = candidates[start : start + _TAIL_CHUNK]
+        guarded.update(
+            str(row[0])
+            for row in conn.execute(
+                select(compression_locks.c.session_id).where(
+                    compression_locks.c.session_id.in_(chunk),
+                    compression_locks.c.expires_at > now,
+                )
+            )
+        )
+    return guarded
