@@ -704,6 +704,37 @@ class AsyncSessionRepository:
             )
         )
 
+    async def count_prune_matches(
+        self,
+        older_than_days: float | None = None,
+        source: SourceFilter = None,
+        *,
+        pinned_only: bool = False,
+        **filters: Any,
+    ) -> int:
+        return await self._read(
+            lambda repo: repo.count_prune_matches(
+                older_than_days,
+                source,
+                pinned_only=pinned_only,
+                **filters,
+            )
+        )
+
+    async def count_open_prune_matches(
+        self,
+        older_than_days: float | None = None,
+        source: SourceFilter = None,
+        **filters: Any,
+    ) -> int:
+        return await self._read(
+            lambda repo: repo.count_open_prune_matches(
+                older_than_days,
+                source,
+                **filters,
+            )
+        )
+
     async def archive_sessions(
         self,
         older_than_days: float | None = None,
@@ -722,12 +753,15 @@ class AsyncSessionRepository:
         self,
         older_than_days: float | None = 90,
         source: SourceFilter = None,
+        *,
+        exclude_active_write_guards: bool = False,
         **filters: Any,
     ) -> Deletion:
         return await self._write(
             lambda repo: repo.prune_sessions_matching(
                 older_than_days,
                 source,
+                exclude_active_write_guards=exclude_active_write_guards,
                 **filters,
             )
         )

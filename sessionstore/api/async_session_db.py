@@ -977,6 +977,7 @@ class AsyncSessionDB:
         older_than_days: float | None = 90,
         source: SourceFilter = None,
         sessions_dir: str | os.PathLike[str] | None = None,
+        exclude_active_write_guards: bool = False,
         **filters: Any,
     ) -> int:
         return await self._write(
@@ -984,6 +985,38 @@ class AsyncSessionDB:
                 older_than_days,
                 source,
                 sessions_dir,
+                exclude_active_write_guards,
+                **filters,
+            )
+        )
+
+    async def count_prune_matches(
+        self,
+        older_than_days: float | None = None,
+        source: SourceFilter = None,
+        *,
+        pinned_only: bool = False,
+        **filters: Any,
+    ) -> int:
+        return await self._read(
+            lambda db: db.count_prune_matches(
+                older_than_days,
+                source,
+                pinned_only=pinned_only,
+                **filters,
+            )
+        )
+
+    async def count_open_prune_matches(
+        self,
+        older_than_days: float | None = None,
+        source: SourceFilter = None,
+        **filters: Any,
+    ) -> int:
+        return await self._read(
+            lambda db: db.count_open_prune_matches(
+                older_than_days,
+                source,
                 **filters,
             )
         )

@@ -996,18 +996,48 @@ class SessionDB:
         older_than_days: float | None = 90,
         source: SourceFilter = None,
         sessions_dir: str | os.PathLike[str] | None = None,
+        exclude_active_write_guards: bool = False,
         **filters: Any,
     ) -> int:
         """Delete ended sessions started more than ``older_than_days`` ago (None: no age
         bound), orphaning their children; their files in ``sessions_dir`` go with them.
         Hermes 0.18.1's keyword filters narrow it
-        (:func:`sessionstore.sessions.deletion.prune_condition`)."""
+        (:func:`sessionstore.sessions.deletion.prune_conditions`). Pinned conversations are
+        kept unless ``include_pinned=True``, as iot 0.22.2 keeps them;
+        ``exclude_active_write_guards`` (iot's automatic maintenance) also keeps the sessions
+        under a live turn or compression lease."""
         sessions_directory(sessions_dir)  # refused before anything is deleted
         deletion = delete_with_transcripts(
             sessions_dir,
-            lambda: self._repo.prune_sessions_matching(older_than_days, source, **filters),
-        )
+            lambda: self._repo.prune_sessions_matching(
+                older_than_days, source,
+                exclude_active_write_guards=exclude_active_write_guards, **filters,
+            ),
+        )  # fmt: skip
         return deletion.total
+
+    @reads
+    def count_prune_matches(
+        self,
+        older_than_days: float | None = None,
+        source: SourceFilter = None,
+        *,
+        pinned_only: bool = False,
+        **filters: Any,
+    ) -> int:
+        """How many sessions ``prune_sessions`` with these arguments would delete (iot
+        0.22.2), counted by the same condition; ``pinned_only``: how many pinned ones it
+        spares."""
+        return self._repo.count_prune_matches(
+            older_than_days, source, pinned_only=pinned_only, **filters
+        )
+
+    @reads
+    def count_open_prune_matches(
+        self, older_than_days: float | None = None, source: SourceFilter = None, **filters: Any
+    ) -> int:
+        """How many sessions that prune skips only because they are still open (iot 0.22.2)."""
+        return self._repo.count_open_prune_matches(older_than_days, source, **filters)
 
     @reads
     def list_prune_candidates(

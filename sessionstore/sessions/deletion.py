@@ -27,13 +27,14 @@ the same).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from sqlalchemy import ColumnElement, and_, delete, func, select, update
+from sqlalchemy import ColumnElement, and_, delete, false, func, select, update
 from sqlalchemy.engine import Connection
 
 from ..sql import validation
+from ..sql.read_shape import ReadShape
 from ..sql.records import SessionRecord
 from ..sql.tables import messages_table as messages
 from ..sql.tables import session_model_usage_table as usage
@@ -43,6 +44,7 @@ from .access import reads, writes
 from .lineage import compression_lineages, delegate_descendants
 from .listing import cwd_condition
 from .prompts import delete_unreferenced_prompts
+from .session_state import pinned_tail, turn_guarded
 from .shared import RepositoryPart, session_columns, source_condition
 
 GHOST_SOURCE = "tui"
@@ -209,8 +211,11 @@ class DeletionPart(RepositoryPart):
         """:meth:`prune_sessions_before`, saying also which sessions went."""
         cutoff = _cutoff_timestamp(cutoff)
         condition = self._prunable_condition(cutoff, source)
+        read = self.store.read_shape
 
-        return self.store.write(lambda conn: delete_matching(conn, condition))
+        return self.store.write(
+            lambda conn: delete_matching(conn, spare_pins(conn, read, condition))
+        )
 
     @reads
     def prunable_sessions(
@@ -224,12 +229,14 @@ class DeletionPart(RepositoryPart):
         self, cutoff: float, source: SourceFilter = None
     ) -> list[SessionRecord]:
         """What ``prune_sessions_before`` would delete, for a dry run."""
-        statement = select(*session_columns(self.store.read_shape)).where(
-            self._prunable_condition(_cutoff_timestamp(cutoff), source)
-        )
-        return self.store.read(
-            lambda conn: [SessionRecord(*row) for row in conn.execute(statement)]
-        )
+        read = self.store.read_shape
+        condition = self._prunable_condition(_cutoff_timestamp(cutoff), source)
+
+        def run(conn: Connection) -> list[SessionRecord]:
+            statement = select(*session_columns(read)).where(spare_pins(conn, read, condition))
+            return [SessionRecord(*row) for row in conn.execute(statement)]
+
+        return self.store.read(run)
 
     def _prunable_condition(self, cutoff: float, source: SourceFilter) -> ColumnElement[bool]:
         """Ended, started before ``cutoff``, of any of the sources (every source for None)."""
@@ -239,7 +246,29 @@ class DeletionPart(RepositoryPart):
             condition = and_(condition, source_condition(self.store.dialect, selected))
         return condition
 
-    # -- bulk selection by filters (Hermes 0.18.1) -----------------------------------------------
+    # -- bulk selection by filters (Hermes 0.18.1, pins and counts of iot 0.22.2) ---------------
+    def _selection(
+        self,
+        older_than_days: Any,
+        source: Any,
+        filters: dict[str, Any],
+        *,
+        open_sessions: bool = False,
+    ) -> Callable[[Connection], ColumnElement[bool]]:
+        """The one home of what the filtered prune takes: checked now (a bad filter raises
+        before any transaction), built inside the caller's transaction (the pins are read
+        there). ``open_sessions`` turns only the ended-session guard around (iot's
+        ``count_open_prune_matches``); every other condition is the prune's own."""
+        chosen = dict(filters)
+        include_pinned = validation.flag(chosen.pop("include_pinned", False), "include_pinned")
+        guarded, matched = prune_conditions(**_with_age(older_than_days, source, chosen))
+        guard = sessions.c.ended_at.is_(None) if open_sessions else guarded
+        condition = and_(guard, *matched)
+        read = self.store.read_shape
+        if include_pinned:
+            return lambda conn: condition
+        return lambda conn: spare_pins(conn, read, condition)
+
     @reads
     def list_prune_candidates(
         self, older_than_days: float | None = None, source: SourceFilter = None, **filters: Any
@@ -247,18 +276,65 @@ class DeletionPart(RepositoryPart):
         """What ``prune_sessions``/``archive_sessions`` with these arguments would take, oldest
         first, changing nothing: ``id, source, title, model, started_at, ended_at,
         message_count, archived`` of each. The filters are :func:`prune_condition`'s (an
-        unknown one is a ``TypeError``); ``older_than_days`` sets ``started_before`` when
-        that is not given."""
-        condition = prune_condition(**_with_age(older_than_days, source, filters))
-        statement = (
-            select(*(sessions.c[name] for name in CANDIDATE_FIELDS))
-            .where(condition)
-            .order_by(sessions.c.started_at, sessions.c.id)
-        )
-        return self.store.read(
-            lambda conn: [dict(zip(CANDIDATE_FIELDS, row, strict=True))
-                          for row in conn.execute(statement)]
-        )  # fmt: skip
+        unknown one is a ``TypeError``) and ``include_pinned``; ``older_than_days`` sets
+        ``started_before`` when that is not given."""
+        selection = self._selection(older_than_days, source, filters)
+
+        def run(conn: Connection) -> list[dict[str, Any]]:
+            statement = (
+                select(*(sessions.c[name] for name in CANDIDATE_FIELDS))
+                .where(selection(conn))
+                .order_by(sessions.c.started_at, sessions.c.id)
+            )
+            return [dict(zip(CANDIDATE_FIELDS, row, strict=True))
+                    for row in conn.execute(statement)]  # fmt: skip
+
+        return self.store.read(run)
+
+    @reads
+    def count_prune_matches(
+        self,
+        older_than_days: float | None = None,
+        source: SourceFilter = None,
+        *,
+        pinned_only: bool = False,
+        **filters: Any,
+    ) -> int:
+        """How many sessions ``list_prune_candidates`` with these arguments lists (iot
+        0.22.2): what the prune would delete, counted. ``pinned_only`` counts instead the
+        sessions that carry a pin and match the filters otherwise (the ones a prune spares,
+        not the continuations their pins cover)."""
+        if validation.flag(pinned_only, "pinned_only"):
+            filters = {**filters, "include_pinned": True}
+        selection = self._selection(older_than_days, source, filters)
+        pinned = pinned_only and self._holds_pins()
+
+        def run(conn: Connection) -> int:
+            condition = selection(conn)
+            if pinned_only:
+                condition = and_(condition, sessions.c.pinned != 0) if pinned else false()
+            statement = select(func.count()).select_from(sessions).where(condition)
+            return int(conn.execute(statement).scalar_one())
+
+        return self.store.read(run)
+
+    @reads
+    def count_open_prune_matches(
+        self, older_than_days: float | None = None, source: SourceFilter = None, **filters: Any
+    ) -> int:
+        """How many sessions the same prune would take were they ended (iot 0.22.2): every
+        condition of :meth:`count_prune_matches` with the ended-session guard turned around,
+        for a dry run that says what it skips because it is still open."""
+        selection = self._selection(older_than_days, source, filters, open_sessions=True)
+
+        def run(conn: Connection) -> int:
+            statement = select(func.count()).select_from(sessions).where(selection(conn))
+            return int(conn.execute(statement).scalar_one())
+
+        return self.store.read(run)
+
+    def _holds_pins(self) -> bool:
+        return self.store.read_shape.has_column(sessions.name, "pinned")
 
     @writes
     def archive_sessions(
@@ -268,10 +344,11 @@ class DeletionPart(RepositoryPart):
         False: only those not archived yet, so a repeat is a no-op), each with its whole
         compression lineage, in one transaction; nothing is deleted. How many matched."""
         filters.setdefault("archived", False)
-        condition = prune_condition(**_with_age(older_than_days, source, filters))
+        selection = self._selection(older_than_days, source, filters)
 
         def run(conn: Connection) -> int:
-            matched = [str(row[0]) for row in conn.execute(select(sessions.c.id).where(condition))]
+            matched = [str(row[0])
+                       for row in conn.execute(select(sessions.c.id).where(selection(conn)))]
             if matched:
                 lineage = sorted(compression_lineages(conn, matched))
                 for start in range(0, len(lineage), _DELETE_CHUNK):
@@ -286,12 +363,31 @@ class DeletionPart(RepositoryPart):
 
     @writes
     def prune_sessions_matching(
-        self, older_than_days: float | None = 90, source: SourceFilter = None, **filters: Any
+        self,
+        older_than_days: float | None = 90,
+        source: SourceFilter = None,
+        *,
+        exclude_active_write_guards: bool = False,
+        **filters: Any,
     ) -> Deletion:
         """Delete what ``list_prune_candidates`` with these arguments selects (children
-        orphaned), saying which went: Hermes 0.18.1's ``prune_sessions`` with filters."""
-        condition = prune_condition(**_with_age(older_than_days, source, filters))
-        return self.store.write(lambda conn: delete_matching(conn, condition))
+        orphaned), saying which went: Hermes 0.18.1's ``prune_sessions`` with filters.
+        ``exclude_active_write_guards`` (iot 0.22.2's automatic maintenance) also spares
+        every session under a live turn lease or compression lease
+        (:func:`.session_state.turn_guarded`)."""
+        selection = self._selection(older_than_days, source, filters)
+        guards = validation.flag(exclude_active_write_guards, "exclude_active_write_guards")
+
+        def run(conn: Connection) -> Deletion:
+            doomed = [str(row[0])
+                      for row in conn.execute(select(sessions.c.id).where(selection(conn)))]
+            if guards and doomed:
+                spared = turn_guarded(conn, doomed, self.clock())
+                doomed = [session_id for session_id in doomed if session_id not in spared]
+            _delete_sessions(conn, doomed)
+            return Deletion(len(doomed), tuple(doomed))
+
+        return self.store.write(run)
 
     # -- empty sessions (Hermes 0.18) -----------------------------------------------------------
     @reads
@@ -350,7 +446,14 @@ def _with_age(
     return chosen
 
 
-def prune_condition(
+def prune_condition(**filters: Any) -> ColumnElement[bool]:
+    """Hermes 0.18.1's bulk selection (``_prune_filter_where``): the filters of
+    :func:`prune_conditions`, every one given ANDed in, and only ended sessions."""
+    guard, conditions = prune_conditions(**filters)
+    return and_(guard, *conditions)
+
+
+def prune_conditions(
     *,
     started_before: float | None = None,
     started_after: float | None = None,
@@ -373,9 +476,10 @@ def prune_condition(
     max_cost: float | None = None,
     min_tool_calls: int | None = None,
     max_tool_calls: int | None = None,
-) -> ColumnElement[bool]:
-    """Hermes 0.18.1's bulk selection (``_prune_filter_where``): every filter given ANDs in,
-    and only ended sessions are ever selected.
+) -> tuple[ColumnElement[bool], list[ColumnElement[bool]]]:
+    """Hermes 0.18.1's bulk selection (``_prune_filter_where``) in its two parts: the
+    ended-session guard, and the conditions of the filters given (which
+    ``count_open_prune_matches`` keeps with the guard turned around).
 
     ``title_like``/``model_like``/``branch_like``: a case-insensitive substring (a LIKE
     pattern, as Hermes's); ``provider`` (of the billing route, case-insensitive),
@@ -386,7 +490,7 @@ def prune_condition(
     ``started_before``/``started_after`` bound ``started_at`` (before: strictly); ``archived``
     True only archived, False only unarchived, None both. Empty text filters are no filter,
     as in Hermes; a value of the wrong type is a ``TypeError``."""
-    conditions: list[ColumnElement[bool]] = [sessions.c.ended_at.is_not(None)]
+    conditions: list[ColumnElement[bool]] = []
     if started_before is not None:
         conditions.append(sessions.c.started_at < validation.number(started_before,
                                                                     "started_before"))
@@ -436,4 +540,18 @@ def prune_condition(
         conditions.append(sessions.c.archived == 1)
     elif archived is False:
         conditions.append(sessions.c.archived == 0)
-    return and_(*conditions)
+    return sessions.c.ended_at.is_not(None), conditions
+
+
+def spare_pins(
+    conn: Connection, read: ReadShape, condition: ColumnElement[bool]
+) -> ColumnElement[bool]:
+    """``condition`` less the pinned conversations: every session that carries a pin, and
+    the continuations a pinned segment covers (:func:`.session_state.pinned_tail`), as iot
+    0.22.2's bulk prune and archive keep them. The one home of that rule for every prune,
+    archive and count here; a store read as it is from before pins has none to spare."""
+    if not read.has_column(sessions.name, "pinned"):
+        return condition
+    spared = and_(condition, sessions.c.pinned == 0)
+    covered = pinned_tail(conn)
+    return and_(spared, sessions.c.id.not_in(sorted(covered))) if covered else spared

