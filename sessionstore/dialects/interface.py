@@ -207,6 +207,12 @@ class StoreDialect(Protocol):
         schema ``current_schema()`` names, never another schema on the ``search_path``), in
         one catalog query."""
 
+    def column_names(self, conn: Connection, table: str) -> set[str]:
+        """The columns of ``table`` in the store's own namespace (as :meth:`existing_tables`
+        finds it; empty when there is no such table), in one small catalog query:
+        SQLAlchemy's inspector reads every column's type and default, 4-9 ms against well
+        under one."""
+
     def enable_journal_mode(self, engine: Engine) -> None:
         """Switch the store to its journal mode now and on every later connection (for an
         engine built with ``set_journal_mode=False`` whose schema proved fit to use)."""

@@ -365,6 +365,19 @@ class PostgreSQLDialect:
             return set()
         return {str(name) for name in row[3]}
 
+    def column_names(self, conn: Connection, table: str) -> set[str]:
+        rows = conn.execute(
+            text(
+                "SELECT a.attname FROM pg_catalog.pg_attribute a "
+                "JOIN pg_catalog.pg_class c ON c.oid = a.attrelid "
+                "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = current_schema() AND c.relname = :table "
+                "AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped"
+            ),
+            {"table": table},
+        )
+        return {str(row[0]) for row in rows}
+
     def database_file(self, url: URL) -> Path | None:
         return None
 

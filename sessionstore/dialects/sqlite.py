@@ -338,6 +338,14 @@ class SQLiteDialect:
         )
         return {str(row[0]) for row in rows}
 
+    def column_names(self, conn: Connection, table: str) -> set[str]:
+        # table_xinfo also names hidden and generated columns, as the inspector does; "main":
+        # the store's own file, never an attached one.
+        rows = conn.exec_driver_sql(
+            "SELECT name FROM pragma_table_xinfo(?, 'main')", (table,)
+        )
+        return {str(row[0]) for row in rows}
+
     def database_file(self, url: URL) -> Path | None:
         if _is_memory(url):
             return None

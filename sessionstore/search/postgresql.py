@@ -161,12 +161,7 @@ def _layout(conn: Connection) -> tuple[str, str, bool]:
     cached = info.get(_LAYOUT_KEY)
     if cached is not None:
         return tuple(cached)
-    has_column = conn.exec_driver_sql(
-        "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() "
-        "AND table_name = 'messages' AND column_name = %(column)s",
-        {"column": names.PG_TSV_COLUMN},
-    ).first()
-    indexes = _indexes(conn)
+    has_column, indexes = _column_and_indexes(conn)
     tsvector = (
         f"m.{names.PG_TSV_COLUMN}"
         if has_column
@@ -178,13 +173,36 @@ def _layout(conn: Connection) -> tuple[str, str, bool]:
     return layout
 
 
+_COLUMN_AND_INDEXES: Final = """
+SELECT EXISTS (
+           SELECT 1 FROM pg_catalog.pg_attribute AS a
+           WHERE a.attrelid = c.oid AND a.attname = %(column)s
+             AND a.attnum > 0 AND NOT a.attisdropped
+       ),
+       ARRAY(
+           SELECT i.relname FROM pg_catalog.pg_index AS x
+           JOIN pg_catalog.pg_class AS i ON i.oid = x.indexrelid
+           WHERE x.indrelid = c.oid
+       )
+FROM pg_catalog.pg_class AS c
+JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+WHERE n.nspname = current_schema() AND c.relname = 'messages' AND c.relkind IN ('r', 'p')
+"""
+
+
+def _column_and_indexes(conn: Connection) -> tuple[bool, set[str]]:
+    """Whether ``messages`` has the stored tsvector column, and its index names, in one
+    ``pg_catalog`` query (``information_schema.columns`` and ``pg_indexes`` are views over
+    many catalogs: two queries of 2-7 ms each on a store's first search). This store's own
+    table: another tenant's schema in the same database has the same names."""
+    row = conn.exec_driver_sql(_COLUMN_AND_INDEXES, {"column": names.PG_TSV_COLUMN}).first()
+    if row is None:
+        return False, set()
+    return bool(row[0]), {str(name) for name in row[1]}
+
+
 def _indexes(conn: Connection) -> set[str]:
-    # This store's own: another tenant's schema in the same database has the same names.
-    rows = conn.exec_driver_sql(
-        "SELECT indexname FROM pg_indexes "
-        "WHERE schemaname = current_schema() AND tablename = 'messages'"
-    )
-    return {str(row[0]) for row in rows}
+    return _column_and_indexes(conn)[1]
 
 
 class PostgreSQLSearchIndex:

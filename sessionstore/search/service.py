@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import weakref
 
-from sqlalchemy import inspect
 from sqlalchemy.engine import Connection, Engine
 
 from ..dialects import dialect_for
@@ -32,11 +31,12 @@ _MESSAGE_STATES: weakref.WeakKeyDictionary[Engine, bool] = weakref.WeakKeyDictio
 def has_message_states(conn: Connection) -> bool:
     """Whether ``messages`` has Hermes's ``active``/``compacted`` columns (revisions 0018 and
     0020 on); a store at an older revision is searched without the state filter. Asked once
-    per engine: a store's engine is made after its migration."""
+    per engine: a store's engine is made after its migration. The dialect's small catalog
+    query, not the inspector's (which reads every column's type: 4-9 ms a store)."""
     engine = conn.engine
     known = _MESSAGE_STATES.get(engine)
     if known is None:
-        columns = {column["name"] for column in inspect(conn).get_columns("messages")}
+        columns = dialect_for(conn).column_names(conn, "messages")
         known = {"active", "compacted"} <= columns
         _MESSAGE_STATES[engine] = known
     return known
