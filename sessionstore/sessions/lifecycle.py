@@ -27,6 +27,7 @@ from ..sql.tables import sessions_table as sessions
 from ..sql.validation import bindable
 from ..storage.store import Store
 from .access import reads, writes
+from .maintenance import unarchive_swept_lineage
 from .prompts import delete_unreferenced_prompts, store_prompt
 from .shared import RepositoryPart, constraint_error
 
@@ -197,7 +198,22 @@ class LifecyclePart(RepositoryPart):
 
     @writes
     def reopen_session(self, session_id: str) -> bool:
-        return self._update_session(session_id, {"ended_at": None, "end_reason": None})
+        """Clear the end so the session can be resumed, and undo the idle sweep's archive of
+        its lineage (never a deliberate one: :func:`.maintenance.unarchive_swept_lineage`),
+        as iot 0.22.2 does. True when the session exists."""
+        statement = (
+            update(sessions)
+            .where(sessions.c.id == validation.identifier(session_id, "session_id"))
+            .values(ended_at=None, end_reason=None)
+        )
+
+        def run(conn: Connection) -> bool:
+            if conn.execute(statement).rowcount == 0:
+                return False
+            unarchive_swept_lineage(conn, session_id)
+            return True
+
+        return self.store.write(run)
 
     @writes
     def update_system_prompt(self, session_id: str, system_prompt: str | None) -> bool:

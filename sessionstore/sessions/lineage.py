@@ -244,6 +244,47 @@ def compression_lineages(conn: Connection, session_ids: Sequence[str]) -> set[st
     return lineage
 
 
+def line_through(conn: Connection, session_ids: Sequence[str]) -> set[str]:
+    """iot 0.22.2's ``_LINEAGE_CTE_SQL`` for each of ``session_ids``: the session, its
+    ancestors up through parents that ended ``'compression'``, and its descendants down
+    through every child of a session that ended ``'compression'``. Narrower than
+    :func:`compression_lineages`: a branch off an ancestor is not on the line. The idle sweep
+    archives, and a resume unarchives, exactly this."""
+    line: set[str] = set()
+    for session_id in session_ids:
+        current = session_id
+        while True:
+            line.add(current)
+            parent = conn.execute(
+                select(sessions.c.parent_session_id).where(sessions.c.id == current)
+            ).scalar()
+            if parent is None or parent in line:
+                break
+            ended = conn.execute(
+                select(sessions.c.end_reason).where(sessions.c.id == parent)
+            ).first()
+            if ended is None or ended[0] != COMPRESSION_END_REASON:
+                break
+            current = str(parent)
+        frontier = [session_id]
+        while frontier:
+            parent_row = sessions.alias("parent_row")
+            rows = conn.execute(
+                select(sessions.c.id)
+                .join(parent_row, parent_row.c.id == sessions.c.parent_session_id)
+                .where(
+                    parent_row.c.id.in_(frontier),
+                    parent_row.c.end_reason == COMPRESSION_END_REASON,
+                )
+            )
+            frontier = []
+            for row in rows:
+                if str(row[0]) not in line:
+                    line.add(str(row[0]))
+                    frontier.append(str(row[0]))
+    return line
+
+
 def _is_branch_row(model_config: Any) -> bool:
     """Hermes 0.19's ``_is_branch_child_row``: ``model_config`` parses as a JSON object whose
     ``_branched_from`` is set (not null)."""

@@ -39,9 +39,10 @@ databases.
   newer of ``last_activity_at`` and the newest message, else ``started_at``; a clock outside
   1970...2103 is not trusted, and a session with no trusted clock is never idle). Only a
   lineage's tip is judged (a session that ended ``'compression'`` never is: its continuation
-  is the live end), and it takes its whole compression lineage with it, open sessions
-  included, as iot's does. Not taken: an archived one (so a repeat is a no-op), a pinned
-  conversation and the continuations its pin covers (unless ``exclude_pinned=False``), the
+  is the live end), and it takes its compression line with it (its ancestors and
+  descendants: :func:`.lineage.line_through`), open sessions included, as iot's does. Not
+  taken: an archived one (so a repeat is a no-op), a pinned conversation and the
+  continuations its pin covers (unless ``exclude_pinned=False``), the
   canonical Bot Chat (hidden and titled ``"Bot Chat"``: only a deliberate archive retires
   it). The sweep stamps ``auto_archived`` on the rows it hides, and only on those: an
   ancestor archived deliberately keeps ``auto_archived = 0``. Returns how many tips matched.
@@ -55,6 +56,8 @@ databases.
   then record the time (a run that archived nothing too). A marker that is not a number is no
   prior run. It never raises: a failure (a hostile argument included) is logged and returned
   as ``"error"``, and the time is then not recorded. Returns ``{"skipped", "archived"}``.
+- ``unarchive_swept_lineage``: what resuming does to the sweep (``reopen_session`` calls it, as
+  iot's does): the lineage is unarchived, unless one of its rows was archived deliberately.
 
 A read-only store refuses ``optimize_fts`` and ``vacuum`` with :class:`ReadOnlyStoreError`.
 """
@@ -77,7 +80,7 @@ from ..sql.tables import metadata
 from ..sql.tables import sessions_table as sessions
 from .access import reads, writes
 from .leases import meta_upsert, meta_value
-from .lineage import COMPRESSION_END_REASON, compression_lineages
+from .lineage import COMPRESSION_END_REASON, line_through
 from .session_state import CANONICAL_BOT_CHAT_TITLE, pinned_tail
 from .shared import RepositoryPart
 
@@ -274,7 +277,7 @@ class MaintenancePart(RepositoryPart):
             )]  # fmt: skip
             if not tips:
                 return 0
-            hidden = sorted(compression_lineages(conn, tips))
+            hidden = sorted(line_through(conn, tips))
             for start in range(0, len(hidden), _ARCHIVE_CHUNK):
                 chunk = hidden[start : start + _ARCHIVE_CHUNK]
                 # The rows this sweep hides are its own; one archived already keeps its stamp.
@@ -315,6 +318,34 @@ class MaintenancePart(RepositoryPart):
             result["error"] = str(exc)
         return result
 
+
+
+def unarchive_swept_lineage(conn: Connection, session_id: str) -> bool:
+    """Undo the idle sweep on ``session_id``'s compression line, in the caller's write
+    transaction (iot's ``_unarchive_auto_archived_lineage``, #117713): a resumed chat is live
+    again, and the listing admits a lineage by its root. A lineage holding any deliberately
+    archived row (``archived`` without ``auto_archived``) is left alone: a manual archive
+    stays until the user lifts it. True when rows were unarchived."""
+    swept = select(sessions.c.id).where(sessions.c.auto_archived != 0).limit(1)
+    if conn.execute(swept).first() is None:
+        return False  # no sweep stamp anywhere: every archived row is a deliberate one
+    lineage = sorted(line_through(conn, [session_id]))
+    archived = [sessions.c.archived != 0]
+    for start in range(0, len(lineage), _ARCHIVE_CHUNK):
+        chunk = lineage[start : start + _ARCHIVE_CHUNK]
+        manual = select(sessions.c.id).where(
+            sessions.c.id.in_(chunk), *archived, sessions.c.auto_archived == 0
+        )
+        if conn.execute(manual.limit(1)).first() is not None:
+            return False
+    restored = 0
+    for start in range(0, len(lineage), _ARCHIVE_CHUNK):
+        chunk = lineage[start : start + _ARCHIVE_CHUNK]
+        restored += conn.execute(
+            update(sessions).where(sessions.c.id.in_(chunk), *archived)
+            .values(archived=0, auto_archived=0)
+        ).rowcount  # fmt: skip
+    return restored > 0
 
 
 def _recorded_time(raw: Any) -> float:

