@@ -595,6 +595,9 @@ class AsyncSessionRepository:
     async def set_session_archived(self, session_id: str, archived: bool = True) -> bool:
         return await self._write(lambda repo: repo.set_session_archived(session_id, archived))
 
+    async def unarchive_recoverable_session(self, session_id: str) -> bool:
+        return await self._write(lambda repo: repo.unarchive_recoverable_session(session_id))
+
     async def set_session_title(self, session_id: str, title: str | None) -> bool:
         return await self._write(lambda repo: repo.set_session_title(session_id, title))
 

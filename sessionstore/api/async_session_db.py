@@ -573,6 +573,9 @@ class AsyncSessionDB:
     async def set_session_archived(self, session_id: str, archived: bool = True) -> bool:
         return await self._write(lambda db: db.set_session_archived(session_id, archived))
 
+    async def unarchive_recoverable_session(self, session_id: str) -> bool:
+        return await self._write(lambda db: db.unarchive_recoverable_session(session_id))
+
     async def distinct_session_cwds(self, include_archived: bool = False) -> list[dict[str, Any]]:
         return await self._read(lambda db: db.distinct_session_cwds(include_archived))
 

@@ -532,6 +532,13 @@ class SessionDB:
     def set_session_archived(self, session_id: str, archived: bool = True) -> bool:
         return self._repo.set_session_archived(session_id, archived)
 
+    @writes
+    def unarchive_recoverable_session(self, session_id: str) -> bool:
+        """Unarchive a session archived by an accident (its tip ended ``agent_close``,
+        ``ws_orphan_reap``, ``superseded_by_resume`` or ``startup_orphan_reap``) and clear
+        that end, as iot 0.22.2 does; False for a deliberate archive, changing nothing."""
+        return self._repo.unarchive_recoverable_session(session_id)
+
     @reads
     def distinct_session_cwds(self, include_archived: bool = False) -> list[dict[str, Any]]:
         return self._repo.distinct_session_cwds(include_archived)

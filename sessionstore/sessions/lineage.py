@@ -74,6 +74,11 @@ from .access import reads, writes
 from .shared import RepositoryPart
 
 COMPRESSION_END_REASON = "compression"
+ACCIDENTAL_END_REASONS = (
+    "agent_close", "ws_orphan_reap", "superseded_by_resume", "startup_orphan_reap",
+)  # fmt: skip
+"""iot 0.22.2's ``RECOVERABLE_END_REASONS``: ends that were accidents, not the user's intent,
+which ``unarchive_recoverable_session`` undoes."""
 MAX_LINEAGE_DEPTH = 100
 """The longest walk along a chain (a corrupt cycle of parents cannot loop forever)."""
 RESUME_DEPTH = 32
@@ -578,6 +583,48 @@ class LineagePart(RepositoryPart):
                 .where(sessions.c.id.in_(sorted(lineage)))
                 .values(archived=flag, auto_archived=0)
             )
+            return True
+
+        return self.store.write(run)
+
+    @writes
+    def unarchive_recoverable_session(self, session_id: str) -> bool:
+        """iot 0.22.2's recovery of a session archived by an accident: when the session is
+        archived and its tip (:func:`projection_tip`) ended for a recoverable reason
+        (:data:`ACCIDENTAL_END_REASONS`), unarchive its compression lineage as
+        :meth:`set_session_archived` does and clear the tip's end, so a later deliberate
+        archive is never taken for an accident. True only then; False for anything else (a
+        deliberate archive, an unknown, empty or non-``str`` id), changing nothing. One
+        transaction, where iot takes three."""
+        if not isinstance(session_id, str) or not session_id or not bindable(session_id):
+            return False
+
+        def run(conn: Connection) -> bool:
+            archived = conn.execute(
+                select(sessions.c.archived).where(sessions.c.id == session_id)
+            ).first()
+            if archived is None or not archived[0]:
+                return False
+            tip = projection_tip(conn, session_id) or session_id
+            ended = conn.execute(
+                select(sessions.c.id, sessions.c.end_reason).where(sessions.c.id == tip)
+            ).first()
+            if ended is None:  # iot falls back to the session itself
+                ended = conn.execute(
+                    select(sessions.c.id, sessions.c.end_reason)
+                    .where(sessions.c.id == session_id)
+                ).first()  # fmt: skip
+            if ended is None or (ended[1] or "") not in ACCIDENTAL_END_REASONS:
+                return False
+            lineage = sorted(_compression_lineage(conn, session_id))
+            conn.execute(
+                update(sessions).where(sessions.c.id.in_(lineage))
+                .values(archived=0, auto_archived=0)
+            )  # fmt: skip
+            conn.execute(
+                update(sessions).where(sessions.c.id == ended[0])
+                .values(ended_at=None, end_reason=None)
+            )  # fmt: skip
             return True
 
         return self.store.write(run)

@@ -206,3 +206,33 @@ def test_resuming_undoes_the_sweep_but_never_a_deliberate_archive(db: SessionDB)
     assert flags(db)["kept"] == (1, 0)
     db.reopen_session("old")
     assert flags(db)["old"] == (0, 0) and flags(db)["old-ended"] == (1, 1)
+
+
+def test_only_an_archive_after_an_accidental_end_is_recovered(store_url: str) -> None:
+    with SessionDB(url=store_url) as db:
+        db.create_session("acc", "cli")
+        db.end_session("acc", "ws_orphan_reap")
+        db.create_session("meant", "cli")
+        db.end_session("meant", "user_exit")
+        db.create_session("root", "cli")
+        db.end_session("root", "compression")
+        db.create_session("tip", "cli", parent_session_id="root")
+        db.end_session("tip", "startup_orphan_reap")
+        for session_id in ("acc", "meant", "root"):
+            assert db.set_session_archived(session_id, True)
+        assert db.unarchive_recoverable_session("acc") is True
+        row = db.get_session("acc")
+        assert row is not None and (row["archived"], row["ended_at"], row["end_reason"]) == (
+            0, None, None)  # fmt: skip
+        assert db.unarchive_recoverable_session("acc") is False  # not archived any more
+        assert db.unarchive_recoverable_session("meant") is False  # a deliberate end
+        assert flags(db)["meant"] == (1, 0)
+        # Judged on the tip: the root's own end is the compression.
+        assert db.unarchive_recoverable_session("root") is True
+        assert flags(db)["root"] == (0, 0) and flags(db)["tip"] == (0, 0)
+        tip = db.get_session("tip")
+        assert tip is not None and tip["end_reason"] is None
+        before = flags(db)
+        for hostile in ("", None, 7, "\x00", "missing", ["acc"]):
+            assert db.unarchive_recoverable_session(hostile) is False  # type: ignore[arg-type]
+        assert flags(db) == before

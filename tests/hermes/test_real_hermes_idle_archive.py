@@ -91,3 +91,41 @@ def test_our_idle_sweep_and_prune_counts_equal_the_newest_forks_own(tmp_path: Pa
     assert resumed[scenario.ARCHIVED_ID][:2] == (1, 0)
     assert resumed[scenario.CHAIN_TIP_ID][:2] == (0, 0) and resumed[scenario.ROOT_ID][:2] == (0, 0)
     assert theirs[1] > 0 and theirs[2] >= 1 and theirs[3] > theirs[1]  # pins are spared
+
+
+RECOVERY: list[Step] = [
+    ("end_session", [scenario.TELEGRAM_ID, "ws_orphan_reap"], {}),
+    ("set_session_archived", [scenario.TELEGRAM_ID, True], {}),
+    ("end_session", [scenario.CHAIN_TIP_ID, "agent_close"], {}),
+    ("set_session_archived", [scenario.ROOT_ID, True], {}),
+    ("unarchive_recoverable_session", [scenario.ARCHIVED_ID], {}),  # deliberate
+    ("unarchive_recoverable_session", [scenario.TELEGRAM_ID], {}),
+    ("unarchive_recoverable_session", [scenario.TELEGRAM_ID], {}),  # not archived now
+    ("unarchive_recoverable_session", [scenario.ROOT_ID], {}),  # judged on its tip
+    ("unarchive_recoverable_session", [""], {}),
+    ("unarchive_recoverable_session", ["no-such-session"], {}),
+    EVERY_SESSION,
+    ("get_session", [scenario.TELEGRAM_ID], {}),
+    ("get_session", [scenario.CHAIN_TIP_ID], {}),
+]  # fmt: skip
+
+
+def test_our_recovery_of_accidental_archives_equals_the_newest_forks_own(
+    tmp_path: Path,
+) -> None:
+    files = ForkFiles(tmp_path / "forks")
+    theirs = files.hermes(NEWEST_FORK).calls(
+        files.copy(NEWEST_FORK, tmp_path / "t.db"), RECOVERY
+    )
+    with SessionDB(db_path=files.copy(NEWEST_FORK, tmp_path / "o.db"),
+                   backup_on_adopt=False) as db:  # fmt: skip
+        ours = our_calls(db, RECOVERY)
+    for index, (step, old, new) in enumerate(zip(RECOVERY, theirs, ours, strict=True)):
+        if step is EVERY_SESSION:
+            assert flags(new) == flags(old)
+        elif step[0] == "get_session":
+            assert (new["archived"], new["ended_at"], new["end_reason"]) == (
+                old["archived"], old["ended_at"], old["end_reason"]), step  # fmt: skip
+        elif step[0] == "unarchive_recoverable_session":
+            assert new == old, f"step {index}: {step}"
+    assert theirs[4:8] == [False, True, False, True]  # not vacuous
