@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from sqlalchemy import and_, delete, or_, select, update
@@ -388,14 +388,16 @@ def pinned_tail(conn: Connection) -> set[str]:
     return tail
 
 
-def turn_guarded(conn: Connection, session_ids: Iterable[str], now: float) -> set[str]:
+def turn_guarded(conn: Connection, session_ids: Sequence[str], now: float) -> set[str]:
     """Those of ``session_ids`` a live write guard protects (iot's ``_guarded_ids``): their
     conversation's turn lease or their compression lease has not expired (``expires_at >
     now``: iot's ``_stale_holder`` rule for both). An expired guard protects
     nothing; it is left for its next acquirer to sweep (iot also deletes it here, and
     reclaims a provably dead local holder, which a store shared by hosts cannot tell)."""
     guarded: set[str] = set()
-    for session_id in session_ids:
+    live = select(turn_leases.c.conversation_id).where(turn_leases.c.expires_at > now).limit(1)
+    leased = conn.execute(live).first() is not None  # else no walk per session is needed
+    for session_id in session_ids if leased else ():
         lease = conn.execute(
             select(turn_leases.c.expires_at).where(
                 turn_leases.c.conversation_id == turn_lease_key(conn, session_id)
