@@ -81,6 +81,9 @@ ACCIDENTAL_END_REASONS = (
 which ``unarchive_recoverable_session`` undoes."""
 MAX_LINEAGE_DEPTH = 100
 """The longest walk along a chain (a corrupt cycle of parents cannot loop forever)."""
+CHAIN_CAP = 1000
+"""The longest walk along a compression chain (iot 0.22.2's ``_CHAIN_CAP``: real chains
+reach ~180 sessions; a corrupt cycle stops at its first repeat anyway)."""
 RESUME_DEPTH = 32
 """Hermes's cap on the walk past the compression tip (malformed data may loop)."""
 BRANCH_MARKER = "_branched_from"
@@ -100,32 +103,72 @@ def _marker_pattern(marker: str) -> str:
     return '%"' + escape_like(marker) + '"%'
 
 
-def _has_marker_sql(alias: str, marker: str) -> str:
-    pattern = _marker_pattern(marker).replace("'", "''")
-    return f"COALESCE({alias}.model_config, '') LIKE '{pattern}' ESCAPE '\\'"
+def like_escaped_sql(value_sql: str) -> str:
+    """SQL of the text ``value_sql`` escaped for a ``LIKE ... ESCAPE '\\'`` pattern."""
+    return f"REPLACE(REPLACE(REPLACE({value_sql}, '\\', '\\\\'), '%', '\\%'), '_', '\\_')"
 
 
-def _not_a_fork_sql(alias: str) -> str:
-    """:func:`not_a_fork` as SQL text on the session ``alias`` (for the recursive walk)."""
+def _json_string_pattern_sql(value_sql: str) -> str:
+    """SQL of the text ``value_sql`` as a JSON string's body (``\\`` and ``"`` escaped, as
+    ``json.dumps`` writes them), escaped for a ``LIKE`` pattern."""
+    return like_escaped_sql(f"REPLACE(REPLACE({value_sql}, '\\', '\\\\'), '\"', '\\\"')")
+
+
+def marker_names_sql(alias: str, marker: str, target_sql: str) -> str:
+    """SQL: session ``alias``'s ``model_config`` sets ``marker`` to the id ``target_sql``
+    (``"marker": "id"``, with or without the blank ``json.dumps`` writes)."""
+    key = escape_like(marker)
+    value = _json_string_pattern_sql(target_sql)
+    config = f"COALESCE({alias}.model_config, '')"
+    return " OR ".join(
+        f"{config} LIKE '%\"{key}\"{colon}\"' || {value} || '\"%' ESCAPE '\\'"
+        for colon in (": ", ":")
+    )
+
+
+def continues_sql(child: str, parent: str) -> str:
+    """SQL: session ``child`` continues session ``parent`` (its parent): the compression
+    edge, the one rule every walk along a conversation uses (iot 0.22.2's
+    ``_non_continuation_child_sql``). ``parent`` ended ``'compression'``, and ``child`` is
+    not a fork of it: no branch, delegate or reset marker naming ``parent`` (a continuation
+    inherits its parent's ``model_config``, so a marker naming another session is inherited,
+    not a fork), and not a tool run. Both are aliases of ``sessions`` (or rows with its
+    ``id``, ``end_reason``, ``model_config`` and ``source`` columns)."""
+    forks = " OR ".join(
+        f"({marker_names_sql(child, marker, f'{parent}.id')})"
+        for marker in (BRANCH_MARKER, DELEGATE_MARKER, RESET_MARKER)
+    )
     return (
-        f"NOT ({_has_marker_sql(alias, BRANCH_MARKER)}) "
-        f"AND NOT ({_has_marker_sql(alias, DELEGATE_MARKER)}) "
-        f"AND COALESCE({alias}.source, '') <> '{TOOL_SOURCE}'"
+        f"({parent}.end_reason = '{COMPRESSION_END_REASON}' AND NOT ({forks}) "
+        f"AND COALESCE({child}.source, '') <> '{TOOL_SOURCE}')"
     )
 
 
 def has_marker(marker: str, table: Any = sessions) -> ColumnElement[bool]:
+    """The session ``table`` sets ``marker``, to whatever (Hermes's presence test)."""
     return func.coalesce(table.c.model_config, "").like(_marker_pattern(marker), escape="\\")
 
 
-def not_a_fork(table: Any) -> list[ColumnElement[bool]]:
-    """The session ``table`` (a ``sessions`` alias) is not a branch, not a delegate run and
-    not a tool run, so a compression tip may move to it."""
-    return [
-        ~has_marker(BRANCH_MARKER, table),
-        ~has_marker(DELEGATE_MARKER, table),
-        func.coalesce(table.c.source, "") != TOOL_SOURCE,
-    ]
+def _legacy_reset_child(child: Any) -> ColumnElement[bool]:
+    """The pre-marker reset rule (iot 0.22.2's ``_legacy_reset_child_sql``): the session
+    ``child`` rides its parent's non-empty ``session_key`` after the parent ended at a reset
+    boundary (:data:`RESET_END_REASONS`). Only a store with ``session_key`` (v18+) has it."""
+    reset_parent = sessions.alias("reset_parent")
+    return (
+        select(reset_parent.c.id)
+        .where(
+            reset_parent.c.id == child.c.parent_session_id,
+            # Inline literals: a prebuilt (driver-cursor) statement cannot expand an IN.
+            reset_parent.c.end_reason.in_(
+                [literal_column(f"'{reason}'") for reason in RESET_END_REASONS]
+            ),
+            child.c.session_key.is_not(None),
+            child.c.session_key != "",
+            child.c.session_key == reset_parent.c.session_key,
+        )
+        .correlate(child)
+        .exists()
+    )
 
 
 def listable_condition(
@@ -151,35 +194,34 @@ def listable_condition(
         .correlate(sessions)
         .exists()
     )
-    # CASE, not OR: it guarantees that a root (most rows) never runs the branch tests.
+    edge_parent = sessions.alias("listed_edge_parent")
+    continuation = (
+        select(edge_parent.c.id)
+        .where(
+            edge_parent.c.id == sessions.c.parent_session_id,
+            text(continues_sql(sessions.name, edge_parent.name)),
+        )
+        .correlate(sessions)
+        .exists()
+    )
+    # CASE, not OR: it guarantees that a root (most rows) never runs the child tests. 1: a
+    # listed kind; 2: a delegate run; a compression continuation (whatever markers it
+    # inherited) is shown through its root, never on its own.
     whens: list[tuple[ColumnElement[bool], int]] = [
-        (sessions.c.parent_session_id.is_(None), 1),
+        (and_(sessions.c.parent_session_id.is_(None), ~has_marker(DELEGATE_MARKER)), 1),
+        (sessions.c.parent_session_id.is_(None), 2),
+        (continuation, 0),
+        (has_marker(DELEGATE_MARKER), 2),
         (has_marker(BRANCH_MARKER), 1),
         (branched_parent, 1),
         (has_marker(RESET_MARKER), 1),
     ]
     if legacy_resets:
-        reset_parent = sessions.alias("reset_parent")
-        whens.append((
-            select(reset_parent.c.id)
-            .where(
-                reset_parent.c.id == sessions.c.parent_session_id,
-                # Inline literals: a prebuilt (driver-cursor) statement cannot expand an IN.
-                reset_parent.c.end_reason.in_(
-                    [literal_column(f"'{reason}'") for reason in RESET_END_REASONS]
-                ),
-                sessions.c.session_key.is_not(None),
-                sessions.c.session_key != "",
-                sessions.c.session_key == reset_parent.c.session_key,
-            )
-            .correlate(sessions)
-            .exists(),
-            1,
-        ))  # fmt: skip
+        whens.append((_legacy_reset_child(sessions), 1))
     listable_kind = case(*whens, else_=0)
     if include_subagents:
-        return or_(listable_kind == 1, has_marker(DELEGATE_MARKER))
-    return and_(listable_kind == 1, ~has_marker(DELEGATE_MARKER))
+        return listable_kind.in_([literal_column("1"), literal_column("2")])
+    return listable_kind == literal_column("1")
 
 
 def delegate_descendants(conn: Connection, parents: Sequence[str]) -> list[str]:
@@ -215,38 +257,35 @@ def delegate_descendants(conn: Connection, parents: Sequence[str]) -> list[str]:
     return found
 
 
-def _compression_lineage(conn: Connection, session_id: str) -> set[str]:
-    """The session and every session linked to it by a compression edge, either way."""
-    return compression_lineages(conn, [session_id])
+# -- the continuation step: one rule for every tip -----------------------------------------------
+def _last_active_sql(alias: str) -> str:
+    """When session ``alias`` was last active: its newest message, else its start."""
+    return (
+        f"COALESCE((SELECT MAX(step_messages.timestamp) FROM messages AS step_messages "
+        f"WHERE step_messages.session_id = {alias}.id), {alias}.started_at)"
+    )
 
 
-def compression_lineages(conn: Connection, session_ids: Sequence[str]) -> set[str]:
-    """The known ones of ``session_ids`` and every session linked to one of them by a
-    compression edge, either way (one read of the table, however many seeds)."""
-    rows = conn.execute(
-        select(sessions.c.id, sessions.c.parent_session_id, sessions.c.end_reason)
-    ).all()
-    by_id = {str(row[0]): row for row in rows}
-    children: dict[str, list[str]] = {}
-    for row in rows:
-        if row[1] is not None:
-            children.setdefault(str(row[1]), []).append(str(row[0]))
-    lineage = {session_id for session_id in session_ids if session_id in by_id}
-    pending = list(lineage)
-    while pending:
-        current = pending.pop()
-        row = by_id[current]
-        linked: list[str] = []
-        parent = by_id.get(str(row[1])) if row[1] is not None else None
-        if parent is not None and parent[2] == COMPRESSION_END_REASON:
-            linked.append(str(parent[0]))
-        if row[2] == COMPRESSION_END_REASON:
-            linked += children.get(current, [])
-        for other in linked:
-            if other not in lineage:
-                lineage.add(other)
-                pending.append(other)
-    return lineage
+def continuation_step_sql(current_sql: str) -> str:
+    """The continuation the chain moves to from the session whose id is ``current_sql`` (a
+    scalar SQL expression): one id, or none. Among the children that continue it
+    (:func:`continues_sql`), a child that itself ended ``'compression'`` first, then a live
+    one, then the latest activity, ``started_at`` and id (iot 0.22.2's ``_CHAIN_STEP_SQL``
+    order): a stale sibling (a ``ws_orphan_reap`` leftover) never wins over the live
+    continuation, whenever either started."""
+    return f"""(
+        SELECT step_child.id FROM sessions AS step_parent
+        JOIN sessions AS step_child ON step_child.parent_session_id = step_parent.id
+        WHERE step_parent.id = {current_sql}
+          AND {continues_sql("step_child", "step_parent")}
+        ORDER BY
+          CASE WHEN step_child.end_reason = '{COMPRESSION_END_REASON}' THEN 0
+               WHEN step_child.ended_at IS NULL THEN 1 ELSE 2 END,
+          {_last_active_sql("step_child")} DESC,
+          step_child.started_at DESC,
+          step_child.id DESC
+        LIMIT 1
+    )"""
 
 
 def line_through(conn: Connection, session_ids: Sequence[str]) -> set[str]:
@@ -290,41 +329,39 @@ def line_through(conn: Connection, session_ids: Sequence[str]) -> set[str]:
     return line
 
 
-def _is_branch_row(model_config: Any) -> bool:
-    """Hermes 0.19's ``_is_branch_child_row``: ``model_config`` parses as a JSON object whose
-    ``_branched_from`` is set (not null)."""
-    return decode_json_object(model_config).get(BRANCH_MARKER) is not None
+_CYCLE_SEPARATOR = "|"
 
 
-# -- the listing's projection tip (v6 SPEC rule) -----------------------------------------------
-def projection_tips_sql(roots_sql: str) -> str:
-    """The walk from each root to the tip a listing projects it onto; ``roots_sql`` is the SQL
-    of the roots' list. Yields ``(root, id)``: each known root with its tip (itself when it has
-    no continuation).
+def compression_chain_sql(roots_sql: str) -> str:
+    """The walk from each root along :func:`continuation_step_sql` to its tip; ``roots_sql``
+    is the SQL of the roots' list. Yields ``(root, id, depth)`` for every session of each
+    known root's chain, the root at depth 0 and its tip deepest.
 
-    A continuation is the newest non-fork child that started at or after its parent ended with
-    ``'compression'``; depth is bounded so a corrupt cycle cannot loop forever.
-    """
+    The walk stops where a step would come back to a session already on its chain (a corrupt
+    cycle of parents: Hermes's ``seen``), and after :data:`CHAIN_CAP` steps."""
+    sep = _CYCLE_SEPARATOR
+    seen_test = (
+        f"chain.path NOT LIKE '%{sep}' || {like_escaped_sql('next_session.id')} || '{sep}%' "
+        "ESCAPE '\\'"
+    )
     return f"""
-WITH RECURSIVE chain(root, id, depth) AS (
-    SELECT id, id, 0 FROM sessions WHERE id IN {roots_sql}
+WITH RECURSIVE chain(root, id, depth, path) AS (
+    SELECT id, id, 0, '{sep}' || id || '{sep}' FROM sessions WHERE id IN {roots_sql}
     UNION ALL
-    SELECT chain.root, child.id, chain.depth + 1
+    SELECT chain.root, next_session.id, chain.depth + 1,
+           chain.path || next_session.id || '{sep}'
     FROM chain
-    JOIN sessions AS parent ON parent.id = chain.id
-    JOIN sessions AS child ON child.parent_session_id = parent.id
-    WHERE parent.end_reason = '{COMPRESSION_END_REASON}'
-      AND parent.ended_at IS NOT NULL
-      AND child.started_at >= parent.ended_at
-      AND chain.depth < {MAX_LINEAGE_DEPTH}
-      AND child.id = (
-          SELECT newest.id FROM sessions AS newest
-          WHERE newest.parent_session_id = parent.id AND newest.started_at >= parent.ended_at
-            AND {_not_a_fork_sql("newest")}
-          ORDER BY newest.started_at DESC, newest.id DESC
-          LIMIT 1
-      )
+    JOIN sessions AS next_session ON next_session.id = {continuation_step_sql("chain.id")}
+    WHERE chain.depth < {CHAIN_CAP} AND {seen_test}
 )
+"""
+
+
+def projection_tips_sql(roots_sql: str) -> str:
+    """Each known root of ``roots_sql`` with its compression tip, as ``(root, id)`` (the root
+    itself when nothing continues it): :func:`compression_chain_sql`'s deepest session, one
+    statement for a whole page of roots."""
+    return compression_chain_sql(roots_sql) + """
 SELECT root, id FROM chain AS last
 WHERE depth = (SELECT MAX(depth) FROM chain AS other WHERE other.root = last.root)
 """
@@ -336,8 +373,8 @@ def _projection_tips_statement() -> TextClause:
 
 
 def projection_tips(conn: Connection, root_ids: Sequence[str]) -> dict[str, str]:
-    """Each known root's projection tip (itself when it has no continuation); unknown ids are
-    absent."""
+    """Each known root's compression tip (itself when it has no continuation); unknown ids
+    are absent."""
     if not root_ids:
         return {}
     rows = conn.execute(_projection_tips_statement(), {"roots": list(root_ids)})
@@ -348,49 +385,41 @@ def projection_tip(conn: Connection, session_id: str) -> str | None:
     return projection_tips(conn, [session_id]).get(session_id)
 
 
-# -- the resume target (Hermes 0.18's walk) ----------------------------------------------------
 @functools.cache
-def _resume_tip_step() -> Select[Any]:
-    """The continuation Hermes 0.18's ``get_compression_tip`` moves to from ``:current``."""
-    parent = sessions.alias("parent")
-    child = sessions.alias("child")
-    latest = messages.alias("latest")
-    last_active = func.coalesce(
-        select(func.max(latest.c.timestamp))
-        .where(latest.c.session_id == child.c.id)
-        .correlate(child)
-        .scalar_subquery(),
-        child.c.started_at,
-    )
-    return (
-        select(child.c.id)
-        .select_from(parent.join(child, child.c.parent_session_id == parent.c.id))
-        .where(
-            parent.c.id == bindparam("current"),
-            parent.c.end_reason == COMPRESSION_END_REASON,
-            *not_a_fork(child),
-        )
-        .order_by(
-            case(
-                (child.c.end_reason == COMPRESSION_END_REASON, 0),
-                (child.c.ended_at.is_(None), 1),
-                else_=2,
-            ),
-            last_active.desc(),
-            child.c.started_at.desc(),
-            child.c.id.desc(),
-        )
-        .limit(1)
+def _chain_statement() -> TextClause:
+    return text(
+        compression_chain_sql("(:root)") + "SELECT id FROM chain ORDER BY depth"
     )
 
 
+def compression_chain(conn: Connection, session_id: str) -> list[str]:
+    """iot 0.22.2's ``get_compression_chain``: the session, then each continuation to the tip
+    (``[session_id]`` when none, known or not)."""
+    chain = [str(row[0]) for row in conn.execute(_chain_statement(), {"root": session_id})]
+    return chain or [session_id]
+
+
+def resume_tip(conn: Connection, session_id: str) -> str:
+    """The compression tip a resume starts from: the id itself when nothing continues it,
+    known or not (iot 0.22.2's ``get_compression_tip``)."""
+    return compression_chain(conn, session_id)[-1]
+
+
+# -- the resume target (iot 0.22.2's resolve_resume_session_id) --------------------------------
 @functools.cache
-def _resume_step() -> Select[Any]:
+def _resume_step(legacy_resets: bool) -> Select[Any]:
     """The child ``resolve_resume_session_id`` walks to from ``:current``: the newest-started
-    one that is not a fork (whatever its parent's end reason)."""
+    one that is not a branch, a delegate run, a reset child (any marker, whatever it names,
+    or the pre-marker reset rule) or a tool run, whatever its parent's end reason."""
+    conditions = [
+        ~has_marker(BRANCH_MARKER), ~has_marker(DELEGATE_MARKER), ~has_marker(RESET_MARKER),
+        func.coalesce(sessions.c.source, "") != TOOL_SOURCE,
+    ]  # fmt: skip
+    if legacy_resets:
+        conditions.append(~_legacy_reset_child(sessions))
     return (
         select(sessions.c.id)
-        .where(sessions.c.parent_session_id == bindparam("current"), *not_a_fork(sessions))
+        .where(sessions.c.parent_session_id == bindparam("current"), *conditions)
         .order_by(sessions.c.started_at.desc(), sessions.c.id.desc())
         .limit(1)
     )
@@ -401,22 +430,9 @@ def _has_messages() -> Select[Any]:
     return select(messages.c.id).where(messages.c.session_id == bindparam("current")).limit(1)
 
 
-def resume_tip(conn: Connection, session_id: str) -> str:
-    """Hermes 0.18's ``get_compression_tip``: the end of the chain (the id itself when it has
-    no continuation, known or not)."""
-    current = session_id
-    seen = {current}
-    for _ in range(MAX_LINEAGE_DEPTH):
-        child = conn.execute(_resume_tip_step(), {"current": current}).scalar()
-        if not child or child in seen:
-            return current
-        seen.add(str(child))
-        current = str(child)
-    return current
-
-
-def resume_target(conn: Connection, session_id: str) -> str:
-    """Where resuming ``session_id`` should land (see the module's docstring)."""
+def resume_target(conn: Connection, session_id: str, *, legacy_resets: bool = True) -> str:
+    """Where resuming ``session_id`` should land (see the module's docstring).
+    ``legacy_resets``: the store has ``sessions.session_key`` (the pre-marker reset rule)."""
     start = resume_tip(conn, session_id)
     current = start
     seen = {current}
@@ -424,12 +440,142 @@ def resume_target(conn: Connection, session_id: str) -> str:
     for _ in range(RESUME_DEPTH):
         if conn.execute(_has_messages(), {"current": current}).first() is not None:
             best = current
-        child = conn.execute(_resume_step(), {"current": current}).scalar()
+        child = conn.execute(_resume_step(legacy_resets), {"current": current}).scalar()
         if not child or child in seen:
             break
         seen.add(str(child))
         current = str(child)
     return best if best is not None else start
+
+
+# -- walks along compression edges, either way --------------------------------------------------
+@functools.cache
+def _parent_edge() -> TextClause:
+    """The session ``:current`` continues (its parent, when the edge is a continuation)."""
+    return text(
+        "SELECT edge_parent.id FROM sessions AS edge_child "
+        "JOIN sessions AS edge_parent ON edge_parent.id = edge_child.parent_session_id "
+        f"WHERE edge_child.id = :current AND {continues_sql('edge_child', 'edge_parent')}"
+    )
+
+
+def compression_parent(conn: Connection, session_id: str) -> str | None:
+    """The session ``session_id`` continues, or None."""
+    parent = conn.execute(_parent_edge(), {"current": session_id}).scalar()
+    return None if parent is None else str(parent)
+
+
+def compression_root(conn: Connection, session_id: str) -> str:
+    """The first session of ``session_id``'s compression chain (up its continuation edges;
+    itself when it continues nothing, known or not)."""
+    ancestors = _compression_ancestors(conn, session_id)
+    return ancestors[0] if ancestors else session_id
+
+
+def _compression_ancestors(conn: Connection, session_id: str) -> list[str]:
+    chain: list[str] = []
+    current = session_id
+    for _ in range(CHAIN_CAP):
+        parent = compression_parent(conn, current)
+        if parent is None or parent in chain or parent == session_id:
+            break
+        chain.append(parent)
+        current = parent
+    return list(reversed(chain))
+
+
+@functools.cache
+def _edges_statement() -> TextClause:
+    """Both ends of every continuation edge touching one of ``:ids``."""
+    edge = continues_sql("edge_child", "edge_parent")
+    return text(
+        "SELECT edge_child.id FROM sessions AS edge_parent "
+        "JOIN sessions AS edge_child ON edge_child.parent_session_id = edge_parent.id "
+        f"WHERE edge_parent.id IN :ids AND {edge} "
+        "UNION "
+        "SELECT edge_parent.id FROM sessions AS edge_child "
+        "JOIN sessions AS edge_parent ON edge_parent.id = edge_child.parent_session_id "
+        f"WHERE edge_child.id IN :ids AND {edge}"
+    ).bindparams(bindparam("ids", expanding=True))
+
+
+@functools.cache
+def _known_statement() -> Select[Any]:
+    return select(sessions.c.id).where(sessions.c.id.in_(bindparam("ids", expanding=True)))
+
+
+_EDGE_CHUNK = 500
+
+
+@functools.cache
+def _continuations_statement() -> TextClause:
+    edge = continues_sql("edge_child", "edge_parent")
+    return text(
+        "SELECT edge_child.id, edge_child.end_reason FROM sessions AS edge_parent "
+        "JOIN sessions AS edge_child ON edge_child.parent_session_id = edge_parent.id "
+        f"WHERE edge_parent.id IN :ids AND {edge}"
+    ).bindparams(bindparam("ids", expanding=True))
+
+
+def continuations_of(conn: Connection, parents: Sequence[str]) -> list[tuple[str, Any]]:
+    """Every continuation of one of ``parents`` (:func:`continues_sql`), with its end reason."""
+    found: list[tuple[str, Any]] = []
+    for start in range(0, len(parents), _EDGE_CHUNK):
+        chunk = list(parents[start : start + _EDGE_CHUNK])
+        found += [(str(row[0]), row[1]) for row in conn.execute(
+            _continuations_statement(), {"ids": chunk}
+        )]  # fmt: skip
+    return found
+
+
+def compression_lineages(conn: Connection, session_ids: Sequence[str]) -> set[str]:
+    """The known ones of ``session_ids`` and every session linked to one of them by a
+    continuation edge (:func:`continues_sql`), either way: the whole conversation, branch,
+    delegate, reset and tool children left out (each is a conversation of its own)."""
+    wanted = sorted({one for one in session_ids if isinstance(one, str) and bindable(one)})
+    lineage: set[str] = set()
+    for start in range(0, len(wanted), _EDGE_CHUNK):
+        chunk = wanted[start : start + _EDGE_CHUNK]
+        lineage.update(str(row[0]) for row in conn.execute(_known_statement(), {"ids": chunk}))
+    frontier = sorted(lineage)
+    for _ in range(CHAIN_CAP):
+        if not frontier:
+            break
+        found: set[str] = set()
+        for start in range(0, len(frontier), _EDGE_CHUNK):
+            chunk = frontier[start : start + _EDGE_CHUNK]
+            found.update(str(row[0]) for row in conn.execute(_edges_statement(), {"ids": chunk}))
+        frontier = sorted(found - lineage)
+        lineage.update(frontier)
+    return lineage
+
+
+def _compression_lineage(conn: Connection, session_id: str) -> set[str]:
+    """The session and every session linked to it by a continuation edge, either way."""
+    return compression_lineages(conn, [session_id])
+
+
+@functools.cache
+def _first_continuation() -> TextClause:
+    """The first-started continuation of ``:current`` (the walk down a lineage)."""
+    return text(
+        "SELECT edge_child.id FROM sessions AS edge_parent "
+        "JOIN sessions AS edge_child ON edge_child.parent_session_id = edge_parent.id "
+        f"WHERE edge_parent.id = :current AND {continues_sql('edge_child', 'edge_parent')} "
+        "ORDER BY edge_child.started_at, edge_child.id LIMIT 1"
+    )
+
+
+def is_fork_row(parent_id: Any, source: Any, model_config: Any) -> bool:
+    """iot 0.22.2's ``_is_explicit_fork_child_row``: a tool run, or a session whose branch or
+    delegate marker names its parent (any such marker, for a session without a parent)."""
+    if source == TOOL_SOURCE:
+        return True
+    config = decode_json_object(model_config)
+    markers = (config.get(BRANCH_MARKER), config.get(DELEGATE_MARKER))
+    if parent_id:
+        return parent_id in markers
+    return any(marker is not None for marker in markers)
 
 
 class LineagePart(RepositoryPart):
@@ -442,29 +588,14 @@ class LineagePart(RepositoryPart):
             return []
 
         def run(conn: Connection) -> list[str]:
-            chain: list[str] = []
-            current = session_id
-            for _ in range(MAX_LINEAGE_DEPTH):
-                parent = conn.execute(
-                    select(sessions.c.parent_session_id).where(sessions.c.id == current)
-                ).scalar()
-                if parent is None or parent in chain or parent == session_id:
-                    break
-                reason = conn.execute(
-                    select(sessions.c.end_reason).where(sessions.c.id == parent)
-                ).scalar()
-                if reason != COMPRESSION_END_REASON:
-                    break
-                chain.append(str(parent))
-                current = str(parent)
-            return list(reversed(chain))
+            return _compression_ancestors(conn, session_id)
 
         return self.store.read(run)
 
     @reads
     def get_compression_tip(self, session_id: str) -> str | None:
-        """The projection tip (:func:`projection_tips`: the one a listing shows, bounded
-        walk); None if the session is unknown."""
+        """The compression tip (:func:`compression_chain`'s last: the one a listing shows and
+        a resume starts from); None if the session is unknown."""
         if not isinstance(session_id, str) or not bindable(session_id):
             return None
         return self.store.read(lambda conn: projection_tip(conn, session_id))
@@ -475,7 +606,10 @@ class LineagePart(RepositoryPart):
         unmatchable id comes back as it was."""
         if not session_id or not bindable(session_id):
             return session_id
-        return self.store.read(lambda conn: resume_target(conn, session_id))
+        keyed = self.store.read_shape.has_column(sessions.name, "session_key")
+        return self.store.read(
+            lambda conn: resume_target(conn, session_id, legacy_resets=keyed)
+        )
 
     @reads
     def lineage_root_to_tip(self, session_id: str) -> list[str]:
@@ -514,53 +648,32 @@ class LineagePart(RepositoryPart):
 
     @reads
     def get_compression_lineage(self, session_id: str) -> list[str]:
-        """Hermes 0.19's compression lineage, oldest first: up from the session through
-        parents it continues (a non-branch child of a parent that ended ``'compression'``),
-        then down from that root through the first non-branch child (by ``started_at``) of
-        each session that ended ``'compression'``. A branch child is its own lineage; an
-        unknown session has none (``[]``). When the walk down does not pass the session (it
-        is not on the chain's first-child path), its lineage is the session alone."""
+        """iot 0.22.2's compression lineage, oldest first: up from the session along its
+        continuation edges (:func:`continues_sql`) to the chain's first session, then down
+        from it through the first continuation (by ``started_at``) of each session. A fork
+        (:func:`is_fork_row`: a branch or delegate run of its parent, or a tool run) is its own
+        lineage; an unknown session has none (``[]``). When the walk down does not pass the
+        session (it is not on the chain's first-continuation path), its lineage is the session
+        alone."""
         if not isinstance(session_id, str) or not bindable(session_id):
             return []
         row_of = select(
-            sessions.c.id, sessions.c.parent_session_id, sessions.c.end_reason,
-            sessions.c.model_config,
-        ).where(sessions.c.id == bindparam("id"))  # fmt: skip
-        children_of = (
-            select(sessions.c.id, sessions.c.parent_session_id, sessions.c.end_reason,
-                   sessions.c.model_config)
-            .where(sessions.c.parent_session_id == bindparam("id"))
-            .order_by(sessions.c.started_at, sessions.c.id)
-        )  # fmt: skip
+            sessions.c.parent_session_id, sessions.c.source, sessions.c.model_config
+        ).where(sessions.c.id == bindparam("id"))
 
         def run(conn: Connection) -> list[str]:
             session = conn.execute(row_of, {"id": session_id}).first()
             if session is None:
                 return []
-            if _is_branch_row(session[3]):
+            if is_fork_row(*session):
                 return [session_id]
-            root = session
-            ancestors = {str(root[0])}
-            while root[1] is not None and not _is_branch_row(root[3]):
-                parent = conn.execute(row_of, {"id": root[1]}).first()
-                if parent is None or parent[2] != COMPRESSION_END_REASON:
+            root = compression_root(conn, session_id)
+            lineage = [root]
+            for _ in range(CHAIN_CAP):
+                following = conn.execute(_first_continuation(), {"current": lineage[-1]}).scalar()
+                if following is None or str(following) in lineage:
                     break
-                if str(parent[0]) in ancestors:
-                    break
-                root = parent
-                ancestors.add(str(root[0]))
-            lineage = [str(root[0])]
-            current = root
-            while current[2] == COMPRESSION_END_REASON:
-                following = next(
-                    (child for child in conn.execute(children_of, {"id": current[0]})
-                     if not _is_branch_row(child[3])),
-                    None,
-                )  # fmt: skip
-                if following is None or str(following[0]) in lineage:
-                    break
-                lineage.append(str(following[0]))
-                current = following
+                lineage.append(str(following))
             return lineage if session_id in lineage else [session_id]
 
         return self.store.read(run)

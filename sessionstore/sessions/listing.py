@@ -34,8 +34,8 @@ from ..storage.store import Store
 from .access import reads
 from .lineage import (
     COMPRESSION_END_REASON,
+    continues_sql,
     listable_condition,
-    not_a_fork,
     projection_tips_sql,
 )
 from .shared import RepositoryPart, matchable, row_count, session_columns, source_condition
@@ -865,10 +865,7 @@ def _activity_listing_statement(
     chain = chain.union(
         select(chain.c.root, child.c.id, child.c.end_reason, child.c.started_at)
         .join_from(chain, child, child.c.parent_session_id == chain.c.id)
-        .where(
-            chain.c.end_reason == COMPRESSION_END_REASON,
-            *not_a_fork(child),
-        )
+        .where(text(continues_sql(child.name, chain.name)))
     )
     member_messages = messages.alias("member_messages")
     newest_message = (

@@ -67,7 +67,6 @@ from .lineage import (
     LineagePart,
     has_marker,
     listable_condition,
-    not_a_fork,
 )
 from .listing import (
     PREVIEW_LENGTH,
@@ -140,6 +139,5 @@ __all__ = [
     "id_needle",
     "listable_condition",
     "message_threshold",
-    "not_a_fork",
     "row_count",
 ]

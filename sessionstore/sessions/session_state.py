@@ -34,14 +34,18 @@ from sqlalchemy import and_, delete, or_, select, update
 from sqlalchemy.engine import Connection
 
 from ..sql import validation
-from ..sql.codec import decode_json_object
 from ..sql.tables import compression_locks_table as compression_locks
 from ..sql.tables import session_turn_leases_table as turn_leases
 from ..sql.tables import sessions_table as sessions
 from ..sql.validation import bindable
 from .access import reads, writes
 from .leases import lease_ttl
-from .lineage import COMPRESSION_END_REASON, MAX_LINEAGE_DEPTH, compression_lineages
+from .lineage import (
+    COMPRESSION_END_REASON,
+    compression_lineages,
+    compression_root,
+    continuations_of,
+)
 from .shared import RepositoryPart
 
 DEFAULT_TURN_LEASE_TTL_S: Final = 300.0
@@ -54,7 +58,6 @@ ACTIVITY_PROVENANCES: Final = frozenset({
     "agent.compression_cooldown", "agent.compression_turnhold",
 })  # fmt: skip
 """iot 0.22.2's ``agent.session_activity.ActivityProvenance`` values."""
-_FORK_MARKERS: Final = ("_branched_from", "_delegate_from", "_reset_from")
 
 
 def _lease_parties(session_id: Any, holder: Any) -> tuple[str, str] | None:
@@ -69,35 +72,10 @@ def _ttl(value: Any) -> float:
     return lease_ttl(value, floor=0.1)
 
 
-def _is_fork_child(source: Any, model_config: Any, parent_id: str) -> bool:
-    """iot's ``_is_explicit_fork_child_row(include_reset=True)``: a tool child, or one whose
-    ``model_config`` names its parent as what it branched, delegated or reset from."""
-    if source == "tool":
-        return True
-    config = decode_json_object(model_config)
-    return parent_id in tuple(config.get(marker) for marker in _FORK_MARKERS)
-
-
 def turn_lease_key(conn: Connection, session_id: str) -> str:
-    """The conversation a session's turn lease is keyed by (see the module)."""
-    columns = (sessions.c.id, sessions.c.parent_session_id, sessions.c.source,
-               sessions.c.model_config, sessions.c.end_reason)  # fmt: skip
-    current = conn.execute(select(*columns).where(sessions.c.id == session_id)).first()
-    seen = {session_id}
-    for _ in range(MAX_LINEAGE_DEPTH):
-        if current is None:
-            break
-        parent_id = current.parent_session_id
-        if not parent_id or parent_id in seen or _is_fork_child(
-            current.source, current.model_config, parent_id
-        ):
-            break
-        parent = conn.execute(select(*columns).where(sessions.c.id == parent_id)).first()
-        if parent is None or parent.end_reason != COMPRESSION_END_REASON:
-            break
-        seen.add(parent_id)
-        current = parent
-    return session_id if current is None else str(current.id)
+    """The conversation a session's turn lease is keyed by (see the module): the first session
+    of its compression chain, up the continuation edges (:func:`.lineage.continues_sql`)."""
+    return compression_root(conn, session_id)
 
 
 def bounded_description(description: Any) -> str:
@@ -355,8 +333,8 @@ def pinned_tail(conn: Connection) -> set[str]:
     """iot's ``_PINNED_TAIL_SQL``: the continuations a pinned segment covers. A pin is set on
     the whole lineage, but a store can hold a pinned segment whose later continuations were
     written unpinned; they belong to the pinned conversation all the same. Walked down from
-    every pinned session that ended ``'compression'``, through children that are not forks
-    (:func:`_is_fork_child`), level by level."""
+    every pinned session that ended ``'compression'``, along the continuation edges
+    (:func:`.lineage.continues_sql`), level by level."""
     frontier = [
         str(row[0])
         for row in conn.execute(
@@ -368,22 +346,12 @@ def pinned_tail(conn: Connection) -> set[str]:
     tail: set[str] = set()
     while frontier:
         following: list[str] = []
-        for start in range(0, len(frontier), _TAIL_CHUNK):
-            chunk = frontier[start : start + _TAIL_CHUNK]
-            rows = conn.execute(
-                select(sessions.c.id, sessions.c.parent_session_id, sessions.c.source,
-                       sessions.c.model_config, sessions.c.end_reason)
-                .where(sessions.c.parent_session_id.in_(chunk))
-            )  # fmt: skip
-            for row in rows:
-                child = str(row.id)
-                if child in tail or _is_fork_child(
-                    row.source, row.model_config, str(row.parent_session_id)
-                ):
-                    continue
-                tail.add(child)
-                if row.end_reason == COMPRESSION_END_REASON:
-                    following.append(child)
+        for child, end_reason in continuations_of(conn, frontier):
+            if child in tail:
+                continue
+            tail.add(child)
+            if end_reason == COMPRESSION_END_REASON:
+                following.append(child)
         frontier = following
     return tail
 
