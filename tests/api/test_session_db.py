@@ -573,8 +573,27 @@ TIP_CASES: list[Any] = [
         "root", "c1", id="child-started-exactly-at-end",
     ),
     pytest.param(
+        # A deliberate difference from SPEC's "started at or after the parent's end": the
+        # gateway raced compression and wrote the continuation first (iot 0.22.2's rule).
         [("root", None, 100, 200, "compression"), ("c1", "root", 150, None, None)],
-        "root", "root", id="child-started-before-parent-ended-is-not-continuation",
+        "root", "c1", id="child-started-before-parent-ended-is-a-continuation",
+    ),
+    pytest.param(
+        [
+            ("root", None, 100, 200, "compression"),
+            ("live", "root", 210, None, None),
+            ("stale", "root", 400, 500, "ws_orphan_reap"),
+        ],
+        "root", "live", id="live-continuation-wins-over-a-newer-stale-sibling",
+    ),
+    pytest.param(
+        [
+            ("root", None, 100, 200, "compression"),
+            ("live", "root", 400, None, None),
+            ("c1", "root", 210, 300, "compression"),
+            ("c2", "c1", 310, None, None),
+        ],
+        "root", "c2", id="a-sibling-that-continued-the-chain-wins",
     ),
     pytest.param(
         [("root", None, 100, 200, "user_exit"), ("c1", "root", 250, None, None)],
@@ -911,11 +930,23 @@ def test_list_sessions_rich_does_not_project_a_non_continuation(db: SessionDB, r
     _build_lineage(
         db,
         raw,
-        [("root", None, 100, 200, "compression"), ("early", "root", 150, None, None)],
+        [("root", None, 100, 200, "user_exit"), ("child", "root", 250, None, None)],
     )
     (row,) = db.list_sessions_rich()
     assert row["id"] == "root"
     assert "_lineage_root_id" not in row
+
+
+def test_list_sessions_rich_projects_a_racing_continuation(db: SessionDB, raw: RawSQL) -> None:
+    """The continuation started before its parent ended (a gateway race), and a stale sibling
+    started later: the listing shows the live one, as get_compression_tip and a resume do."""
+    _build_lineage(db, raw, [
+        ("root", None, 100, 200, "compression"), ("early", "root", 150, None, None),
+        ("stale", "root", 300, 400, "ws_orphan_reap"),
+    ])  # fmt: skip
+    (row,) = db.list_sessions_rich()
+    assert (row["id"], row["_lineage_root_id"]) == ("early", "root")
+    assert db.get_compression_tip("root") == db.resolve_resume_session_id("root") == "early"
 
 
 # -- Hermes 0.18's listing keywords: min_message_count, order_by_last_active, id_query ----------

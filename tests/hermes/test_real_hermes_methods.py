@@ -16,8 +16,9 @@ keywords Hermes passes to ``create_session``/``ensure_session``,
 Where we differ on purpose, the scenario stays off it (see
 ``tests/api/test_session_db_hermes_018_methods.py``): a ghost session with a child (Hermes fails on
 the foreign key), ids holding glob characters (Hermes's glob removes other sessions' files),
-``optimize_fts``'s count (we have more indexes). Where we differ by a gap left for the listing code
-(its compression-tip rule), a strict xfail says so.
+``optimize_fts``'s count (we have more indexes). The family has no reset child: 0.19.0's chain
+follows one, iot 0.22.2's (and ours) does not (``tests/hermes/test_real_iot_chain_rule.py`` runs
+those cases against iot 0.22.2).
 """
 
 from __future__ import annotations
@@ -223,12 +224,6 @@ def test_search_by_id_matches_hermes(hermes: RealHermes, db: SessionDB, tmp_path
     assert "archived-root" in [row["id"] for row in by_root]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the listing projects a compression root with the older tip rule (child.started_at >= "
-    "parent.ended_at, newest child): Hermes 0.18's get_compression_tip also follows a "
-    "continuation that started before its parent ended and prefers a live child to a newer "
-    "stale one; resolve_resume_session_id has 0.18's walk (sessionstore.sessions.lineage)"
-))
 def test_search_by_id_over_a_racing_continuation_matches_hermes(
     hermes: RealHermes, db: SessionDB, tmp_path: Path
 ) -> None:

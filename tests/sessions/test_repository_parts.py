@@ -1,6 +1,6 @@
 """The repository assembled from its parts: no part hides another's names, no module of the
-domain reaches into another's private names, and the two compression-tip rules of
-``sessions/lineage.py`` each answer as documented where they differ."""
+domain reaches into another's private names, and the one compression-tip rule of
+``sessions/lineage.py`` answers alike for the listing, get_compression_tip and a resume."""
 
 from __future__ import annotations
 
@@ -52,12 +52,12 @@ def repository(store_url: str) -> Iterator[SessionRepository]:
         yield SessionRepository(store)
 
 
-def test_the_listing_tip_and_the_resume_target_differ_on_a_racing_continuation(
+def test_the_listing_tip_and_the_resume_target_agree_on_a_racing_continuation(
     repository: SessionRepository,
 ) -> None:
     """A continuation that started before its parent ended (the gateway raced compression):
-    the listing's projection tip (v6 rule: started at or after the end) stays on the root,
-    while a resume follows Hermes 0.18's walk onto the continuation."""
+    the listing's projection, get_compression_tip and a resume all follow it (one rule, iot
+    0.22.2's; SPEC's ``started_at >= ended_at`` would have left the listing on the root)."""
     repository.create_session("root", "cli", started_at=1000.0)
     repository.create_session("early", "cli", parent_session_id="root", started_at=1500.0)
     repository.append_message("early", repository.prepare_message("user", "still talking"))
@@ -68,13 +68,18 @@ def test_the_listing_tip_and_the_resume_target_differ_on_a_racing_continuation(
         .values(ended_at=2000.0, end_reason="compression")
     ))  # fmt: skip
 
-    assert repository.get_compression_tip("root") == "root"
+    assert repository.get_compression_tip("root") == "early"
     (listed,) = repository.list_sessions_rich()
-    assert (listed.session.id, listed.lineage_root_id) == ("root", None)
+    assert (listed.session.id, listed.lineage_root_id) == ("early", "root")
     assert repository.resolve_resume_session_id("root") == "early"
 
-    # A continuation that started after the end: both rules land on it.
+    # A stale sibling started after the end (a leftover websocket, closed): the live one,
+    # which holds the newer activity, stays the tip for every reader.
     repository.create_session("late", "cli", parent_session_id="root", started_at=2500.0)
-    repository.append_message("late", repository.prepare_message("user", "after the split"))
-    assert repository.get_compression_tip("root") == "late"
-    assert repository.resolve_resume_session_id("root") == "late"
+    repository.append_message("late", repository.prepare_message("user", "stale socket"))
+    repository.end_session("late", "ws_orphan_reap")
+    repository.append_message("early", repository.prepare_message("user", "newest turn"))
+    assert repository.get_compression_tip("root") == "early"
+    (listed,) = repository.list_sessions_rich()
+    assert listed.session.id == "early"
+    assert repository.resolve_resume_session_id("root") == "early"
