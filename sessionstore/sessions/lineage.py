@@ -17,7 +17,7 @@ ended ``'compression'``; the child is not a tool run, and no branch, delegate or
 of its names *the parent's id*. A continuation inherits its parent's ``model_config`` verbatim,
 so a branch that later compressed hands ``"_branched_from": <its own parent>`` on to its
 continuation: a marker naming another session is inherited, not a fork. Every walk here uses
-that edge, :func:`continues_sql`, and nothing else:
+that edge, :func:`continues_sql`:
 
 - the **tip** (:func:`compression_chain_sql`, :func:`continuation_step_sql`): from a session,
   move to the continuation that itself ended ``'compression'``, else a live one, else the
@@ -41,7 +41,11 @@ that edge, :func:`continues_sql`, and nothing else:
   :func:`compression_root`) walk the edge up; :meth:`LineagePart.get_compression_lineage`
   (iot's) walks it up, then down through the first-started continuation; the **lineage** a
   flag covers (archive, pin, hidden, read: :func:`compression_lineages`) is every session
-  linked by the edge either way, as iot's delete of a whole chain walks it.
+  linked by the edge either way, as iot's delete of a whole chain walks it; the continuations a
+  pin covers (:func:`continuations_of`, iot's ``_PINNED_TAIL_SQL``) walk it down. One walk
+  keeps iot's own older rule on purpose: :func:`line_through` (iot's ``_LINEAGE_CTE_SQL``:
+  ancestors, and every child below the session), what the idle sweep archives and a resume
+  unarchives, matched to the iot wheel.
 - :func:`listable_condition` (what a picker lists): roots, branch and reset children, never a
   delegate run (unless asked) and never a continuation, whatever markers it inherited (it is
   shown through its root).
