@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+import warnings
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
@@ -264,6 +265,30 @@ def content(path: Path) -> dict[str, Any]:
             "application_id": conn.execute("PRAGMA application_id").fetchone()[0],
             "version": conn.execute("SELECT version FROM schema_version").fetchall(),
         }
+
+
+@pytest.mark.slow  # the whole chain, then an adoption
+def test_adopting_a_v31_file_reflects_its_expression_index_without_a_warning(
+    tmp_path: Path,
+) -> None:
+    """iot 0.22.2's files carry the expression index ``idx_sessions_effective_activity``, which
+    SQLAlchemy's Inspector skips with an ``SAWarning``: ``db upgrade`` printed it five times
+    on a real iot file. Our head at v31 is iot's shape: without our stamp it is such a file."""
+    url = sqlite_url(tmp_path / "iot.db")
+    migrate.upgrade(url)
+    engine = create_store_engine(url)
+    with engine.begin() as conn:
+        assert conn.exec_driver_sql(
+            "SELECT 1 FROM sqlite_master WHERE name = 'idx_sessions_effective_activity'"
+        ).scalar() == 1
+        conn.exec_driver_sql("DROP TABLE alembic_version")
+    engine.dispose()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", sa.exc.SAWarning)
+        migrate.upgrade(url)
+    engine = create_store_engine(url)
+    assert version_of(engine) == HEAD_VERSION
+    engine.dispose()
 
 
 @pytest.mark.slow
