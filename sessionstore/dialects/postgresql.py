@@ -322,8 +322,14 @@ class PostgreSQLDialect:
         ours = f"-c lock_timeout={timeout_ms}"
         theirs = user_options(url)
         # No pool_pre_ping: a round trip per checkout; ``_check_out_safely`` checks the owner
-        # and what the driver knows, and the store retries after a lost connection.
-        return {"connect_args": {"options": f"{ours} {theirs}" if theirs else ours}}
+        # and what the driver knows, and the store retries after a lost connection. No native
+        # hstore: no column of the store is one, and SQLAlchemy would look the type up on each
+        # engine's first connection (a savepoint, a catalog query and its release: four of the
+        # nine round trips of that connection's set-up; every store has an engine of its own).
+        return {
+            "connect_args": {"options": f"{ours} {theirs}" if theirs else ours},
+            "use_native_hstore": False,
+        }
 
     def ensure_database_location(self, url: URL) -> None:
         return None
