@@ -160,10 +160,12 @@ def continues_sql(child: str, parent: str) -> str:
     inherits its parent's ``model_config``, so a marker naming another session is inherited,
     not a fork), and not a tool run. Both are aliases of ``sessions`` (or rows with its
     ``id``, ``end_reason``, ``model_config`` and ``source`` columns)."""
-    forks = " OR ".join(
+    named = " OR ".join(
         f"({marker_names_sql(child, marker, f'{parent}.id')})"
         for marker in (BRANCH_MARKER, DELEGATE_MARKER, RESET_MARKER)
     )
+    # Every marker ends ``_from"``: most children carry none, and skip the escaped compares.
+    forks = f"COALESCE({child}.model_config, '') LIKE '%from\"%' AND ({named})"
     return (
         f"({parent}.end_reason = '{COMPRESSION_END_REASON}' AND NOT ({forks}) "
         f"AND COALESCE({child}.source, '') <> '{TOOL_SOURCE}')"
