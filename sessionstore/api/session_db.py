@@ -32,7 +32,7 @@ from ..search.registry import detach_unloadable
 from ..sessions import titles
 from ..sessions.access import reads, writes
 from ..sessions.leases import DEFAULT_TTL_S
-from ..sessions.listing import search_by_id
+from ..sessions.listing import search_by_id, session_unread
 from ..sessions.maintenance import auto_prune_and_vacuum
 from ..sessions.repository import SessionRepository
 from ..sessions.session_state import DEFAULT_TURN_LEASE_TTL_S
@@ -367,15 +367,7 @@ class SessionDB:
             return False
         if not isinstance(session_row, Mapping):
             raise TypeError(f"session_row must be a mapping, not {type(session_row).__name__}")
-        last_read = session_row.get("last_read_at")
-        if last_read is None:
-            return False
-        try:
-            activity = session_row.get("last_active") or session_row.get("started_at") or 0
-            return float(activity) > float(last_read)
-        except (TypeError, ValueError, OverflowError):
-            # a value no float holds (an int past 1e308) is no timestamp: read, as NULL is
-            return False
+        return session_unread(session_row)
 
     @writes
     def touch_session_activity(

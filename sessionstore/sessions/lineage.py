@@ -429,6 +429,24 @@ def compression_chain(conn: Connection, session_id: str) -> list[str]:
     return chain or [session_id]
 
 
+@functools.cache
+def _chains_statement() -> TextClause:
+    return text(
+        compression_chain_sql(":roots") + "SELECT root, id FROM chain ORDER BY root, depth"
+    ).bindparams(bindparam("roots", expanding=True))
+
+
+def compression_chains(conn: Connection, root_ids: Sequence[str]) -> dict[str, list[str]]:
+    """:func:`compression_chain` of each known root, in one statement (a listing page's
+    projected roots: iot 0.22.2 shows each one's chain as ``_lineage_ids``)."""
+    if not root_ids:
+        return {}
+    chains: dict[str, list[str]] = {}
+    for root, session_id in conn.execute(_chains_statement(), {"roots": list(root_ids)}):
+        chains.setdefault(str(root), []).append(str(session_id))
+    return chains
+
+
 def resume_tip(conn: Connection, session_id: str) -> str:
     """The compression tip a resume starts from: the id itself when nothing continues it,
     known or not (iot 0.22.2's ``get_compression_tip``)."""

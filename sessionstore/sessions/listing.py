@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, bindparam, column, func, null, or_, select, text
@@ -34,6 +34,7 @@ from ..storage.store import Store
 from .access import reads
 from .lineage import (
     COMPRESSION_END_REASON,
+    compression_chains,
     continues_sql,
     listable_condition,
     projection_tips_sql,
@@ -368,7 +369,7 @@ class ListingPart(RepositoryPart):
             include_pinned=include_pinned, include_hidden=include_hidden,
             include_subagents=include_subagents, sources=sources, session_key=session_key,
         )  # fmt: skip
-        return [_listing(row, root) for row, root in rows]
+        return [_listing(row, root, chain) for row, root, chain in rows]
 
     @reads
     def list_sessions_rich_dicts(
@@ -407,8 +408,8 @@ class ListingPart(RepositoryPart):
             sources=sources, session_key=session_key,
         )  # fmt: skip
         if compact_rows:
-            return [_compact(_listing_dict(row, root)) for row, root in rows]
-        return [_listing_dict(row, root) for row, root in rows]
+            return [_compact(_rich_dict(row, root, chain)) for row, root, chain in rows]
+        return [_rich_dict(row, root, chain) for row, root, chain in rows]
 
     def _listing_rows(
         self,
@@ -432,7 +433,7 @@ class ListingPart(RepositoryPart):
         include_subagents: bool = False,
         sources: Sequence[str] | None = None,
         session_key: str | None = None,
-    ) -> list[tuple[Sequence[Any], str | None]]:
+    ) -> list[tuple[Sequence[Any], str | None, list[str] | None]]:
         """The page's rich rows (compression roots already projected onto their tips), each
         with the id of the root it was projected from (None when it was not); then, with
         ``include_pinned``, the pinned rows the page lacks, projected likewise."""
@@ -528,7 +529,7 @@ class ListingPart(RepositoryPart):
 
         pinned = None if pins is None else self._hot_listing(pins)
 
-        def run(conn: Connection) -> list[tuple[Sequence[Any], str | None]]:
+        def run(conn: Connection) -> list[tuple[Sequence[Any], str | None, list[str] | None]]:
             rows = hot.rows(conn, parameters)
             if pinned is not None:
                 # Before the projection, so a pinned root is shown as its tip, as iot does.
@@ -536,13 +537,15 @@ class ListingPart(RepositoryPart):
                 rows += [row for row in pinned.rows(conn, parameters) if row[0] not in listed]
             roots = [row[0] for row in rows if row[_END_REASON_AT] == COMPRESSION_END_REASON]
             if not project or not roots:
-                return [(row, None) for row in rows]
+                return [(row, None, None) for row in rows]
             load_tips = self._load_compact_tip_listings if compact else self._load_tip_listings
             tips = {
                 tip[_ROOT_AT]: tip for tip in load_tips.rows(conn, {"roots": json_list(roots)})
             }
+            chains = compression_chains(conn, list(tips)) if tips else {}
             return [
-                (row, None) if (tip := tips.get(row[0])) is None else (_project(row, tip), row[0])
+                (row, None, None) if (tip := tips.get(row[0])) is None
+                else (_project(row, tip), row[0], chains.get(row[0], [row[0], tip[0]]))
                 for row in rows
             ]
 
@@ -982,13 +985,16 @@ _PROJECTED_AT = (
 )
 
 
-def _listing(row: Sequence[Any], lineage_root_id: str | None) -> SessionListing:
+def _listing(
+    row: Sequence[Any], lineage_root_id: str | None, lineage_ids: list[str] | None = None
+) -> SessionListing:
     width = _SESSION_WIDTH
     return SessionListing(
         SessionRecord._make(row[:width]),
         _preview(row[_PREVIEW_AT]),
         float(row[_LAST_ACTIVE_AT]),
         lineage_root_id,
+        None if lineage_ids is None else tuple(lineage_ids),
     )
 
 
@@ -1003,11 +1009,47 @@ def _listing_dict(row: Sequence[Any], lineage_root_id: str | None) -> dict[str, 
     return listing
 
 
+def _rich_dict(
+    row: Sequence[Any], lineage_root_id: str | None, lineage_ids: list[str] | None
+) -> dict[str, Any]:
+    """A row of ``list_sessions_rich`` as iot 0.22.2 gives it: a projected root also carries
+    its chain (``_lineage_ids``: a picker's tile may hold a middle segment's id) and
+    ``continuation_kind`` (the row *is* an automatic continuation, #121148), and every row
+    says whether it is ``unread`` (:func:`session_unread`)."""
+    listing = _listing_dict(row, lineage_root_id)
+    if lineage_ids is not None:
+        listing["_lineage_ids"] = lineage_ids
+        listing["continuation_kind"] = COMPRESSION_END_REASON
+    listing["unread"] = session_unread(listing)
+    return listing
+
+
+def session_unread(session_row: Mapping[str, Any]) -> bool:
+    """iot 0.22.2's rule: unread when activity (``last_active``, else ``started_at``)
+    postdates the ``last_read_at`` watermark; NULL (never tracked) is read, and so is a value
+    no float holds (an int past 1e308 is no timestamp)."""
+    last_read = session_row.get("last_read_at")
+    if last_read is None:
+        return False
+    try:
+        activity = session_row.get("last_active") or session_row.get("started_at") or 0
+        return float(activity) > float(last_read)
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+_TITLE_AT = SESSION_FIELDS.index("title")
+
+
 def _project(root: Sequence[Any], tip: Sequence[Any]) -> tuple[Any, ...]:
-    """Show a compressed conversation as its live tip, keeping where it started."""
+    """Show a compressed conversation as its live tip, keeping where it started. A tip
+    without a title keeps the root's: iot carries the title root -> tip after the publish,
+    and a rotation cut off in between must still list the lineage under its name (#106165)."""
     values = list(root)
     for index in _PROJECTED_AT:
         values[index] = tip[index]
+    if values[_TITLE_AT] is None:
+        values[_TITLE_AT] = root[_TITLE_AT]
     return tuple(values)
 
 

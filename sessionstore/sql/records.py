@@ -132,15 +132,20 @@ class SessionListing(NamedTuple):
     preview: str
     last_active: float
     lineage_root_id: str | None = None
+    lineage_ids: tuple[str, ...] | None = None
+    """A projected root's compression chain, root first (iot 0.22.2's ``_lineage_ids``)."""
 
     def to_dict(self) -> dict[str, Any]:
         # Hermes's order: the session's columns, then last_active (a SQL column), then preview
         # (added in Python after the query).
-        row = dict(zip(SESSION_FIELDS, self.session))  # noqa: B905 - a whole record
+        row: dict[str, Any] = dict(zip(SESSION_FIELDS, self.session))  # noqa: B905 - whole
         row["last_active"] = self.last_active
         row["preview"] = self.preview
         if self.lineage_root_id is not None:
             row["_lineage_root_id"] = self.lineage_root_id
+        if self.lineage_ids is not None:
+            row["_lineage_ids"] = list(self.lineage_ids)
+            row["continuation_kind"] = "compression"
         return row
 
 

@@ -41,8 +41,10 @@ SEARCH_HIT_KEYS = (
     "id", "session_id", "role", "snippet", "timestamp", "tool_name", "source", "model",
     "session_started", "context",
 )  # fmt: skip
-LISTING_KEYS = (*SESSION_KEYS, "last_active", "preview")
-PROJECTED_LISTING_KEYS = (*LISTING_KEYS, "_lineage_root_id")
+LISTING_KEYS = (*SESSION_KEYS, "last_active", "preview", "unread")
+PROJECTED_LISTING_KEYS = (
+    *LISTING_KEYS[:-1], "_lineage_root_id", "_lineage_ids", "continuation_kind", "unread"
+)  # iot 0.22.2's order
 EXPORT_KEYS = (*SESSION_KEYS, "messages")
 DAY = 86_400.0
 
@@ -798,6 +800,24 @@ def test_list_sessions_rich_hides_children_unless_asked(db: SessionDB, raw: RawS
     ]
 
 
+def test_an_untitled_tip_is_listed_under_its_roots_title_and_its_whole_chain(
+    db: SessionDB, raw: RawSQL
+) -> None:
+    # iot 0.22.2 (#106165): the title moves root -> tip after the publish; a rotation cut
+    # off in between still lists the conversation under its name.
+    make_session(db, raw, "r", started_at=1000.0, ended_at=2000.0, end_reason="compression",
+                 title="Bot Chat")
+    make_session(db, raw, "m", started_at=2001.0, ended_at=3000.0, end_reason="compression",
+                 parent="r")
+    make_session(db, raw, "t", started_at=3001.0, parent="m")
+    (row,) = db.list_sessions_rich()
+    assert (row["id"], row["title"], row["_lineage_root_id"]) == ("t", "Bot Chat", "r")
+    assert row["_lineage_ids"] == ["r", "m", "t"]
+    db.set_session_read("t", False)
+    assert db.list_sessions_rich()[0]["unread"] is True
+    assert [row["id"] for row in db.list_sessions_rich(include_children=True)] == ["t", "m", "r"]
+
+
 def test_list_sessions_rich_with_children_lists_every_session_of_a_chain_as_itself(
     db: SessionDB, raw: RawSQL
 ) -> None:
@@ -843,6 +863,9 @@ def test_list_sessions_rich_projects_compression_root_onto_its_tip(
     assert row["message_count"] == 3 and row["tool_call_count"] == 1
     assert row["title"] == "Refactor #2"
     assert row["preview"] == "summary of the earlier conversation and a new question"
+    assert row["_lineage_ids"] == ["root", "tip"]
+    assert row["continuation_kind"] == "compression"
+    assert row["unread"] is False
     assert row["last_active"] == pytest.approx(2500.0)
 
 
