@@ -535,8 +535,11 @@ def test_titles_streaks_and_fts_rebuild_are_hermes_019s(
 def test_search_query_and_compact_rows_are_hermes_019s(
     hermes: RealHermes, db: SessionDB, tmp_path: Path
 ) -> None:
+    # Every tip titled: an untitled tip is listed under its root's title by iot 0.22.2
+    # (#106165), which we follow; 0.19.0 lists it untitled.
     titles = ("root", "AN-94 rifle notes"), ("cont", "Deploy_the.cluster #2"), (
-        "branch", "Helm charts"), ("live", "Café Ünïcode"), ("quiet", "100% done")
+        "branch", "Helm charts"), ("live", "Café Ünïcode"), ("quiet", "100% done"), (
+        "tip", "Rifle range")
     steps = [
         *family(race=False),
         *[("set_session_title", [sid, title], {}) for sid, title in titles],

@@ -78,6 +78,10 @@ V23_V31_COLUMNS = frozenset(V31_SESSION_NAMES + V31_MESSAGE_NAMES) - _v22_names(
 the dicts of a release that predates them (Hermes 0.18/0.19) do not."""
 
 
+NEWER_LISTING_KEYS = frozenset({"_lineage_ids", "continuation_kind", "unread"})
+"""What iot 0.22.2's ``list_sessions_rich`` adds to a row (and so do we), beyond columns."""
+
+
 def without_newer_columns(theirs: object, ours: object) -> object:
     """``ours`` without the v23...v31 keys that ``theirs`` (an older release's answer to the
     same call) lacks, recursively: what is compared is what both releases answer."""
@@ -85,7 +89,7 @@ def without_newer_columns(theirs: object, ours: object) -> object:
         return {
             key: without_newer_columns(theirs.get(key), value)
             for key, value in ours.items()
-            if key in theirs or key not in V23_V31_COLUMNS
+            if key in theirs or key not in V23_V31_COLUMNS | NEWER_LISTING_KEYS
         }
     if isinstance(theirs, list) and isinstance(ours, list) and len(theirs) == len(ours):
         return [without_newer_columns(old, new) for old, new in zip(theirs, ours, strict=True)]
