@@ -580,6 +580,9 @@ class AsyncSessionRepository:
     async def get_compression_tip(self, session_id: str) -> str | None:
         return await self._read(lambda repo: repo.get_compression_tip(session_id))
 
+    async def get_compression_chain(self, session_id: str) -> list[str]:
+        return await self._read(lambda repo: repo.get_compression_chain(session_id))
+
     async def resolve_resume_session_id(self, session_id: str) -> str:
         return await self._read(lambda repo: repo.resolve_resume_session_id(session_id))
 

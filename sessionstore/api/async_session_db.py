@@ -524,6 +524,9 @@ class AsyncSessionDB:
     async def get_compression_tip(self, session_id: str) -> str | None:
         return await self._read(lambda db: db.get_compression_tip(session_id))
 
+    async def get_compression_chain(self, session_id: str) -> list[str]:
+        return await self._read(lambda db: db.get_compression_chain(session_id))
+
     async def list_sessions_rich(
         self,
         source: SourceFilter = None,

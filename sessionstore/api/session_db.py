@@ -32,13 +32,14 @@ from ..search.registry import detach_unloadable
 from ..sessions import titles
 from ..sessions.access import reads, writes
 from ..sessions.leases import DEFAULT_TTL_S
-from ..sessions.listing import search_by_id, session_unread
+from ..sessions.listing import search_by_id
 from ..sessions.maintenance import auto_prune_and_vacuum
 from ..sessions.repository import SessionRepository
 from ..sessions.session_state import DEFAULT_TURN_LEASE_TTL_S
 from ..sessions.transcripts import delete_with_transcripts, remove_transcripts, sessions_directory
 from ..sessions.windows import hermes_message_dicts
 from ..sql import validation
+from ..sql.records import session_unread
 from ..sql.validation import SourceFilter, bindable
 from ..storage.command_hints import cli_command
 from ..storage.config import resolve_url, sqlite_url
@@ -452,6 +453,11 @@ class SessionDB:
     @reads
     def get_compression_tip(self, session_id: str) -> str | None:
         return self._repo.get_compression_tip(session_id)
+
+    @reads
+    def get_compression_chain(self, session_id: str) -> list[str]:
+        """The session, then each compression continuation to its tip (iot 0.22.2)."""
+        return self._repo.get_compression_chain(session_id)
 
     @reads
     def list_sessions_rich(

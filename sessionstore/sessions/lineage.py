@@ -649,6 +649,15 @@ class LineagePart(RepositoryPart):
         return self.store.read(lambda conn: projection_tip(conn, session_id))
 
     @reads
+    def get_compression_chain(self, session_id: str) -> list[str]:
+        """iot 0.22.2's ``get_compression_chain``: the session, then each continuation to the
+        tip, root first; ``[session_id]`` when nothing continues it, known or not. An id no
+        database can hold (not text, a NUL) is ``[]``."""
+        if not isinstance(session_id, str) or not bindable(session_id):
+            return []
+        return self.store.read(lambda conn: compression_chain(conn, session_id))
+
+    @reads
     def resolve_resume_session_id(self, session_id: str) -> str:
         """Hermes's ``resolve_resume_session_id`` (:func:`resume_target`): an empty or
         unmatchable id comes back as it was."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, bindparam, column, func, null, or_, select, text
@@ -25,7 +25,7 @@ from ..dialects import StoreDialect, json_list
 from ..search.sanitize import escape_like
 from ..sql import validation
 from ..sql.read_shape import ReadShape
-from ..sql.records import SESSION_FIELDS, SessionListing, SessionRecord
+from ..sql.records import SESSION_FIELDS, SessionListing, SessionRecord, session_unread
 from ..sql.statements import HotReads
 from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
@@ -1022,20 +1022,6 @@ def _rich_dict(
         listing["continuation_kind"] = COMPRESSION_END_REASON
     listing["unread"] = session_unread(listing)
     return listing
-
-
-def session_unread(session_row: Mapping[str, Any]) -> bool:
-    """iot 0.22.2's rule: unread when activity (``last_active``, else ``started_at``)
-    postdates the ``last_read_at`` watermark; NULL (never tracked) is read, and so is a value
-    no float holds (an int past 1e308 is no timestamp)."""
-    last_read = session_row.get("last_read_at")
-    if last_read is None:
-        return False
-    try:
-        activity = session_row.get("last_active") or session_row.get("started_at") or 0
-        return float(activity) > float(last_read)
-    except (TypeError, ValueError, OverflowError):
-        return False
 
 
 _TITLE_AT = SESSION_FIELDS.index("title")

@@ -8,6 +8,7 @@ when loading a 2,000-message conversation).
 
 # No ``from __future__ import annotations`` here: NamedTuple turns each string annotation into
 # a ForwardRef, compiling it, and 80 of them were a third of this module's import time.
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 
@@ -146,7 +147,22 @@ class SessionListing(NamedTuple):
         if self.lineage_ids is not None:
             row["_lineage_ids"] = list(self.lineage_ids)
             row["continuation_kind"] = "compression"
+        row["unread"] = session_unread(row)
         return row
+
+
+def session_unread(session_row: Mapping[str, Any]) -> bool:
+    """iot 0.22.2's rule: unread when activity (``last_active``, else ``started_at``)
+    postdates the ``last_read_at`` watermark; NULL (never tracked) is read, and so is a value
+    no float holds (an int past 1e308 is no timestamp)."""
+    last_read = session_row.get("last_read_at")
+    if last_read is None:
+        return False
+    try:
+        activity = session_row.get("last_active") or session_row.get("started_at") or 0
+        return float(activity) > float(last_read)
+    except (TypeError, ValueError, OverflowError):
+        return False
 
 
 SESSION_FIELDS: tuple[str, ...] = SessionRecord._fields

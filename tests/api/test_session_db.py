@@ -812,7 +812,11 @@ def test_an_untitled_tip_is_listed_under_its_roots_title_and_its_whole_chain(
     make_session(db, raw, "t", started_at=3001.0, parent="m")
     (row,) = db.list_sessions_rich()
     assert (row["id"], row["title"], row["_lineage_root_id"]) == ("t", "Bot Chat", "r")
-    assert row["_lineage_ids"] == ["r", "m", "t"]
+    assert row["_lineage_ids"] == ["r", "m", "t"] == db.get_compression_chain("r")
+    assert db.get_compression_chain("m") == ["m", "t"]
+    assert db.get_compression_chain("t") == ["t"]
+    assert db.get_compression_chain("nobody") == ["nobody"]
+    assert db.get_compression_chain("\x00") == []
     db.set_session_read("t", False)
     assert db.list_sessions_rich()[0]["unread"] is True
     assert [row["id"] for row in db.list_sessions_rich(include_children=True)] == ["t", "m", "r"]
