@@ -440,6 +440,7 @@ class AsyncSessionRepository:
         cwd_prefix: str | None = None,
         min_message_count: int = 0,
         include_subagents: bool = False,
+        sources: Sequence[str] | None = None,
     ) -> int:
         return await self._read(
             lambda repo: repo.session_count(
@@ -451,8 +452,12 @@ class AsyncSessionRepository:
                 cwd_prefix=cwd_prefix,
                 min_message_count=min_message_count,
                 include_subagents=include_subagents,
+                sources=sources,
             )
         )
+
+    async def session_count_ge(self, n: int = 1) -> bool:
+        return await self._read(lambda repo: repo.session_count_ge(n))
 
     async def session_count_by_source(
         self,
@@ -571,6 +576,25 @@ class AsyncSessionRepository:
                 query,
                 limit,
                 include_archived,
+            )
+        )
+
+    async def list_recent_sessions_bounded(
+        self,
+        *,
+        limit: int = 20,
+        exclude_sources: Sequence[str] | None = None,
+        timeout_seconds: float = 3.0,
+        candidate_limit: int | None = None,
+        lineage_limit: int | None = None,
+    ) -> list[dict[str, Any]]:
+        return await self._read(
+            lambda repo: repo.list_recent_sessions_bounded(
+                limit=limit,
+                exclude_sources=exclude_sources,
+                timeout_seconds=timeout_seconds,
+                candidate_limit=candidate_limit,
+                lineage_limit=lineage_limit,
             )
         )
 

@@ -1094,6 +1094,7 @@ class AsyncSessionDB:
         cwd_prefix: str | None = None,
         min_message_count: int = 0,
         include_subagents: bool = False,
+        sources: Sequence[str] | None = None,
     ) -> int:
         return await self._read(
             lambda db: db.session_count(
@@ -1105,8 +1106,12 @@ class AsyncSessionDB:
                 cwd_prefix,
                 min_message_count,
                 include_subagents,
+                sources,
             )
         )
+
+    async def session_count_ge(self, n: int = 1) -> bool:
+        return await self._read(lambda db: db.session_count_ge(n))
 
     async def session_count_by_source(
         self,
@@ -1191,6 +1196,25 @@ class AsyncSessionDB:
         offset: int = 0,
     ) -> list[dict[str, Any]]:
         return await self._read(lambda db: db.list_cron_job_runs(job_id, limit, offset))
+
+    async def list_recent_sessions_bounded(
+        self,
+        *,
+        limit: int = 20,
+        exclude_sources: Sequence[str] | None = None,
+        timeout_seconds: float = 3.0,
+        candidate_limit: int | None = None,
+        lineage_limit: int | None = None,
+    ) -> list[dict[str, Any]]:
+        return await self._read(
+            lambda db: db.list_recent_sessions_bounded(
+                limit=limit,
+                exclude_sources=exclude_sources,
+                timeout_seconds=timeout_seconds,
+                candidate_limit=candidate_limit,
+                lineage_limit=lineage_limit,
+            )
+        )
 
     async def finalize_orphaned_compression_sessions(self) -> int:
         return await self._write(lambda db: db.finalize_orphaned_compression_sessions())

@@ -1119,11 +1119,14 @@ class SessionDB:
         cwd_prefix: str | None = None,
         min_message_count: int = 0,
         include_subagents: bool = False,
+        sources: Sequence[str] | None = None,
     ) -> int:
         """How many sessions; archived ones are not counted unless asked for. A positive
         ``min_message_count`` counts those with at least that many messages (Hermes 0.18).
         ``include_subagents`` (iot) counts delegate runs where ``exclude_children`` leaves
-        children out. Hidden sessions are counted: iot 0.22.2's count has no hidden rule."""
+        children out. ``sources`` (iot 0.22.2) counts those of any of the sources when no
+        ``source`` is given (an empty list: no filter), as the listing's ``sources``. Hidden
+        sessions are counted: iot 0.22.2's count has no hidden rule."""
         return self._repo.session_count(
             source,
             include_archived=include_archived,
@@ -1133,7 +1136,15 @@ class SessionDB:
             cwd_prefix=cwd_prefix,
             min_message_count=min_message_count,
             include_subagents=include_subagents,
+            sources=sources,
         )
+
+    @reads
+    def session_count_ge(self, n: int = 1) -> bool:
+        """iot 0.22.2's ``session_count_ge``: at least ``n`` sessions exist, archived and
+        hidden ones included, without counting them all. See
+        ``SessionRepository.session_count_ge``."""
+        return self._repo.session_count_ge(n)
 
     @reads
     def session_count_by_source(
@@ -1256,6 +1267,28 @@ class SessionDB:
         """The runs of one cron job (sessions ``cron_{job_id}_*`` of source ``'cron'``),
         newest first, as ``list_sessions_rich`` rows."""
         return self._repo.list_cron_job_runs(job_id, limit, offset)
+
+    @reads
+    def list_recent_sessions_bounded(
+        self,
+        *,
+        limit: int = 20,
+        exclude_sources: Sequence[str] | None = None,
+        timeout_seconds: float = 3.0,
+        candidate_limit: int | None = None,
+        lineage_limit: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """iot 0.22.2's latency-bounded browse of recent conversations, each as its freshest
+        compression tip, newest activity first; ``TimeoutError`` past ``timeout_seconds``.
+        See ``SessionRepository.list_recent_sessions_bounded`` (the bounds, the row keys,
+        which inputs are refused)."""
+        return self._repo.list_recent_sessions_bounded(
+            limit=limit,
+            exclude_sources=exclude_sources,
+            timeout_seconds=timeout_seconds,
+            candidate_limit=candidate_limit,
+            lineage_limit=lineage_limit,
+        )
 
     @writes
     def finalize_orphaned_compression_sessions(self) -> int:

@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 
-from .interface import AfterForkReset, IntegrityViolation, StoreDialect, missing_core_table
+from .interface import (
+    AfterForkReset,
+    IntegrityViolation,
+    StatementDeadline,
+    StoreDialect,
+    missing_core_table,
+)
 
 if TYPE_CHECKING:
     from ..errors import SessionStoreError
@@ -24,6 +30,7 @@ __all__ = [
     "FILE_BACKEND",
     "AfterForkReset",
     "IntegrityViolation",
+    "StatementDeadline",
     "StoreDialect",
     "database_file",
     "dialect_for",

@@ -13,8 +13,11 @@ database's search index lives in :mod:`sessionstore.search` (``search_index_for(
 from __future__ import annotations
 
 import functools
+import math
 import re
+import time
 from collections.abc import Callable, Collection
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
@@ -62,6 +65,37 @@ def missing_core_table() -> re.Pattern[str]:
     return re.compile(
         r'(?:no such table: (?:main\.)?|relation ")(?:sessions|messages)\b', re.IGNORECASE
     )
+
+
+class StatementDeadline:
+    """A deadline for one unit of read work (:meth:`StoreDialect.statement_deadline`):
+    ``seconds`` from now on the monotonic clock; an infinite one never passes.
+
+    :meth:`check` runs before each statement: past the deadline it raises ``TimeoutError``;
+    a dialect whose database stops a statement by a timeout of its own extends it to hand the
+    database the time that is left (:meth:`_arm`)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.expires_at = time.monotonic() + seconds if math.isfinite(seconds) else math.inf
+
+    def expired(self) -> bool:
+        return time.monotonic() >= self.expires_at
+
+    def remaining(self) -> float:
+        return max(0.0, self.expires_at - time.monotonic())
+
+    def timeout_error(self) -> TimeoutError:
+        return TimeoutError(f"the read ran past its {self.seconds:g} s deadline")
+
+    def check(self) -> None:
+        """Before a statement: ``TimeoutError`` once the deadline has passed."""
+        if self.expired():
+            raise self.timeout_error()
+        self._arm()
+
+    def _arm(self) -> None:
+        """Let the next statement run at most until the deadline (nothing by default)."""
 
 
 class StoreDialect(Protocol):
@@ -252,6 +286,19 @@ class StoreDialect(Protocol):
 
     def json_id_list_sql(self, param: str) -> str:
         """The same for a JSON array of integer ids (message ids): a subquery of integers."""
+
+    def statement_deadline(
+        self, conn: Connection, seconds: float
+    ) -> AbstractContextManager[StatementDeadline]:
+        """Inside a read transaction on ``conn``: stop the statements run in the block once
+        ``seconds`` (>= 0, possibly infinite) have passed, the database interrupting the one
+        running then, and raise ``TimeoutError`` for it (the transaction is then unusable: the
+        caller lets it roll back). The block calls :meth:`StatementDeadline.check` before each
+        statement. SQLite: a progress handler on the driver's connection, removed when the
+        block ends, whatever happens (cheap statements may finish between its calls); PostgreSQL:
+        ``statement_timeout`` for the transaction alone (``SET LOCAL``), set to the time left
+        before each statement and put back when the block ends normally, a cancel for it read
+        as the timeout."""
 
     def ascii_folded_contains_sql(self, haystack_sql: str, needle_param: str) -> str:
         """SQL true when the text ``haystack_sql``, its ASCII letters lower-cased and no other

@@ -23,9 +23,11 @@ in (:func:`qualify_extension_objects`).
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import re
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,12 +49,21 @@ from ..errors import (
     UnsupportedValueError,
     ValueOutOfRangeError,
 )
-from .interface import AfterForkReset, InheritedHandles, IntegrityViolation, missing_core_table
+from .interface import (
+    AfterForkReset,
+    InheritedHandles,
+    IntegrityViolation,
+    StatementDeadline,
+    missing_core_table,
+)
 
 # serialization_failure, deadlock_detected, lock_not_available (lock_timeout). Not
 # query_canceled (57014): that is also a deliberate cancel or statement_timeout, never a lock.
 _RETRYABLE_SQLSTATES = frozenset({"40001", "40P01", "55P03"})
 _DISK_FULL_SQLSTATES = frozenset({"53100"})
+_QUERY_CANCELED_SQLSTATE = "57014"
+_LONGEST_TIMEOUT_MS = 2**31 - 1
+"""The largest ``statement_timeout`` the server takes (milliseconds, a 32-bit int)."""
 _READ_ONLY_SQLSTATE = "25006"  # read_only_sql_transaction
 # program_limit_exceeded: e.g. an id too long for its btree index (about 2.7 kB).
 _TOO_LARGE_SQLSTATE = "54000"
@@ -146,6 +157,32 @@ def connect_failure(exc: BaseException) -> SessionStoreError | None:
             f"in the URL ({said})"
         )
     return StoreUnreachableError(f"cannot connect to the PostgreSQL server ({said})")
+
+
+class _ServerDeadline(StatementDeadline):
+    """Hands the server the time left before each statement: ``statement_timeout`` for this
+    transaction alone (``set_config(..., true)`` is ``SET LOCAL``), at least 1 ms (0 would
+    switch it off); the value it had is kept to be put back."""
+
+    def __init__(self, conn: Connection, seconds: float) -> None:
+        super().__init__(seconds)
+        self._conn = conn
+        self.saved: str | None = None
+
+    def _arm(self) -> None:
+        left = self.remaining()
+        if not math.isfinite(left):
+            return
+        milliseconds = min(max(math.ceil(left * 1000), 1), _LONGEST_TIMEOUT_MS)
+        saved = self._conn.execute(
+            text(
+                "SELECT current_setting('statement_timeout'), "
+                "set_config('statement_timeout', :ms, true)"
+            ),
+            {"ms": str(milliseconds)},
+        ).scalar_one()
+        if self.saved is None:
+            self.saved = str(saved)
 
 
 def _sqlstate(exc: BaseException) -> str | None:
@@ -421,6 +458,21 @@ class PostgreSQLDialect:
 
     def json_id_list_sql(self, param: str) -> str:
         return f"(SELECT CAST(json_array_elements_text(CAST(:{param} AS json)) AS bigint))"
+
+    @contextlib.contextmanager
+    def statement_deadline(self, conn: Connection, seconds: float) -> Iterator[StatementDeadline]:
+        deadline = _ServerDeadline(conn, seconds)
+        try:
+            yield deadline
+        except Exception as exc:
+            if deadline.saved is not None and _sqlstate(exc) == _QUERY_CANCELED_SQLSTATE:
+                raise deadline.timeout_error() from exc
+            raise
+        if deadline.saved is not None:
+            conn.execute(
+                text("SELECT set_config('statement_timeout', :saved, true)"),
+                {"saved": deadline.saved},
+            )
 
     def ascii_folded_contains_sql(self, haystack_sql: str, needle_param: str) -> str:
         # lower() here folds every letter the database's locale knows; SQLite's folds ASCII

@@ -42,7 +42,7 @@ import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any, Literal, cast
 from urllib.parse import parse_qs, parse_qsl, quote, unquote, urlsplit
@@ -62,7 +62,13 @@ from ..errors import (
     UnsupportedValueError,
 )
 from .disk_space import full_disk_error, no_room_left
-from .interface import AfterForkReset, InheritedHandles, IntegrityViolation, missing_core_table
+from .interface import (
+    AfterForkReset,
+    InheritedHandles,
+    IntegrityViolation,
+    StatementDeadline,
+    missing_core_table,
+)
 from .sqlite_library import connect, connection_class, is_connection, library
 
 logger = logging.getLogger(__name__)
@@ -82,6 +88,9 @@ _INTEGRITY_MESSAGES: tuple[
 BEGIN_MODE_OPTION = "sqlite_begin"
 WRITE_BEGIN_MODE = "IMMEDIATE"
 _BEGIN_MODES = frozenset({"DEFERRED", "IMMEDIATE", "EXCLUSIVE"})
+_DEADLINE_INSTRUCTIONS = 1000
+"""How many virtual-machine instructions SQLite runs between two looks at a deadline (as iot
+0.22.2's browse looks)."""
 COMPANION_SUFFIXES = ("-wal", "-shm", "-journal")
 """The files SQLite keeps beside a database, which belong to it (the log, its index, the
 rollback journal)."""
@@ -414,6 +423,30 @@ class SQLiteDialect:
     def json_id_list_sql(self, param: str) -> str:
         # json_each already yields a JSON number as an INTEGER.
         return self.json_list_sql(param)
+
+    @contextlib.contextmanager
+    def statement_deadline(self, conn: Connection, seconds: float) -> Iterator[StatementDeadline]:
+        deadline = StatementDeadline(seconds)
+        driver = cast(sqlite3.Connection, conn.connection.dbapi_connection)
+        interrupted = False
+
+        def past_deadline() -> int:
+            nonlocal interrupted
+            if deadline.expired():
+                interrupted = True
+                return 1  # SQLite interrupts the running statement
+            return 0
+
+        driver.set_progress_handler(past_deadline, _DEADLINE_INSTRUCTIONS)
+        try:
+            yield deadline
+        except Exception as exc:
+            original = exc.orig if isinstance(exc, DBAPIError) else exc
+            if interrupted and "interrupt" in str(original).lower():
+                raise deadline.timeout_error() from exc
+            raise
+        finally:
+            driver.set_progress_handler(None, 0)
 
     def ascii_folded_contains_sql(self, haystack_sql: str, needle_param: str) -> str:
         # lower() folds ASCII letters only (no ICU here). instr(), not LIKE: no wildcards to

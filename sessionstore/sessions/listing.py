@@ -139,8 +139,13 @@ class ListingPart(RepositoryPart):
         cwd_prefix: str | None = None,
         min_message_count: int = 0,
         include_subagents: bool = False,
+        sources: Sequence[str] | None = None,
     ) -> int:
         """How many sessions; archived ones only when asked (as Hermes's ``session_count``).
+
+        ``sources`` (iot 0.22.2) counts the sessions of any of them, when ``source`` is not
+        given (``source`` wins, as in the listing); an empty list is no filter, and anything
+        but a list (tuple, set) of ``str`` a ``TypeError``.
 
         ``exclude_children`` counts what a picker lists (roots and branch children, no
         subagent runs; with ``include_subagents``, iot's, the delegate runs too);
@@ -150,6 +155,12 @@ class ListingPart(RepositoryPart):
         them (its count has no hidden rule); :meth:`count_listed_sessions` follows the
         listing's.
         """
+        if sources is not None:
+            if not validation.is_source_list(sources):
+                raise TypeError(f"sources must be a list of str, not {type(sources).__name__}")
+            validation.sources(sources, "sources")  # refused even where source wins
+            if (source is None or source == "") and sources:
+                source = sources
         return self._count(
             source,
             include_archived=include_archived,
@@ -161,6 +172,22 @@ class ListingPart(RepositoryPart):
             include_subagents=validation.flag(include_subagents, "include_subagents"),
             hide_hidden=False,
         )
+
+    @reads
+    def session_count_ge(self, n: int = 1) -> bool:
+        """iot 0.22.2's ``session_count_ge``: at least ``n`` sessions exist, archived and
+        hidden ones included; the scan stops at the ``n``-th. ``n`` is an ``int``
+        (``TypeError`` otherwise); ``n <= 0`` is always True (as iot's ``LIMIT``), one past
+        64 bits always False (no store holds that many)."""
+        wanted = validation.integer(n, "n")
+        if wanted <= 0:
+            return True
+        if wanted > validation.INT64_MAX:
+            return False
+        found = select(func.count()).select_from(
+            select(sessions.c.id).limit(wanted).subquery("found")
+        )
+        return int(self.store.read(lambda conn: conn.execute(found).scalar_one())) >= wanted
 
     def _count(
         self,
@@ -942,7 +969,7 @@ def _tip_listings_statement(
     )
 
 
-def _preview(raw: str | None) -> str:
+def preview_text(raw: str | None) -> str:
     """Hermes's preview: line breaks as spaces, stripped, 60 characters and an ellipsis."""
     if not raw:
         return ""
@@ -991,7 +1018,7 @@ def _listing(
     width = _SESSION_WIDTH
     return SessionListing(
         SessionRecord._make(row[:width]),
-        _preview(row[_PREVIEW_AT]),
+        preview_text(row[_PREVIEW_AT]),
         float(row[_LAST_ACTIVE_AT]),
         lineage_root_id,
         None if lineage_ids is None else tuple(lineage_ids),
@@ -1003,7 +1030,7 @@ def _listing_dict(row: Sequence[Any], lineage_root_id: str | None) -> dict[str, 
     listing = _EMPTY_LISTING.copy()
     listing.update(zip(_LISTING_KEYS, row))  # noqa: B905 - a tip row's extra root is dropped
     listing["last_active"] = float(listing["last_active"])
-    listing["preview"] = _preview(listing["preview"])
+    listing["preview"] = preview_text(listing["preview"])
     if lineage_root_id is not None:
         listing["_lineage_root_id"] = lineage_root_id
     return listing

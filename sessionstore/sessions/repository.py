@@ -10,6 +10,7 @@ its own:
 - :mod:`.rewind`: rewind, restore, compaction, replacement (built on the messages part);
 - :mod:`.imports`: Hermes 0.19's import of exported sessions (built on the messages part);
 - :mod:`.listing`: find by id or prefix, counts, the rich listing, cron runs, id search;
+- :mod:`.recent`: iot 0.22.2's latency-bounded browse of recent conversations;
 - :mod:`.lineage`: compression ancestors and tips (both tip rules), resume, archive;
 - :mod:`.titles`: set, read and resolve titles (and the lineage numbering rules);
 - :mod:`.deletion`: deletes, prunes and bulk archives, with which sessions went;
@@ -80,6 +81,7 @@ from .listing import (
 )
 from .maintenance import MaintenancePart
 from .messages import MessagesPart, NewMessage
+from .recent import RecentBrowsePart
 from .rewind import RewindPart
 from .session_state import SessionStatePart
 from .shared import row_count
@@ -95,6 +97,7 @@ class SessionRepository(
     ImportsPart,
     MessagesPart,
     ListingPart,
+    RecentBrowsePart,
     LineagePart,
     TitlesPart,
     DeletionPart,

@@ -1,0 +1,454 @@
+"""The latency-bounded browse of recent conversations: iot 0.22.2's
+``list_recent_sessions_bounded``, which its ``session_search`` tool calls to show "what was I
+doing lately" without paying for the rich listing.
+
+The work is bounded three ways, as iot bounds it:
+
+- **candidates**: only the ``candidate_limit`` sessions with the newest durable activity
+  stamp (``COALESCE(last_activity_at, started_at)``, the order ``ix_sessions_activity``
+  serves) that are not archived, hidden, delegate runs or of an excluded source;
+- **lineage rows**: each candidate is walked up its compression ancestry to its root, and
+  each root down its compression chain to its tips, each walk stopping at ``lineage_limit``
+  rows in all (breadth first: every candidate's first step before any second step). A
+  lineage whose walk stops before it reached its root, or before its tips, is left out, not
+  shown half-resolved; a corrupt cycle of parents uses up its own rows and stops;
+- **time**: a deadline (:meth:`~sessionstore.dialects.StoreDialect.statement_deadline`) stops
+  sustained work past ``timeout_seconds`` with ``TimeoutError``.
+
+A root is shown once, as its tip with the newest activity, keeping the root's ``started_at``
+(and its title when the tip has none); the rows are newest activity first. The compression
+edge is iot's ``compression_parent_edge`` (:func:`compression_parent_edge`): a child of a
+parent that ended ``'compression'`` that is no branch, no delegate run and no tool run; reset
+children are their own conversations and are never walked into, having a parent that ended at
+a reset boundary.
+
+Decision: the walks run level by level in Python (one statement per level), not as iot's
+recursive CTE with a ``LIMIT`` in its recursive part, which PostgreSQL does not implement. The
+rows a walk keeps at its ceiling are the same: SQLite's recursive queue is first in, first out,
+which is breadth first in candidate order. Where one level must be cut among several children
+of one session (a compression chain that forks, at the ceiling), ours keeps the children in id
+order, iot in SQLite's index order (by insertion).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import ColumnElement, Select, and_, bindparam, func, select, text
+from sqlalchemy.engine import Connection
+
+from ..dialects import StatementDeadline, StoreDialect, json_list
+from ..sql import validation
+from ..sql.tables import messages_table as messages
+from ..sql.tables import sessions_table as sessions
+from .access import reads
+from .lineage import (
+    BRANCH_MARKER,
+    COMPRESSION_END_REASON,
+    DELEGATE_MARKER,
+    TOOL_SOURCE,
+    has_marker,
+    listable_condition,
+)
+from .listing import PREVIEW_LENGTH, preview_text, read_shape_has
+from .shared import RepositoryPart
+
+DEFAULT_LIMIT = 20
+DEFAULT_TIMEOUT_S = 3.0
+CANDIDATE_FLOOR = 128
+"""The fewest candidates a browse preselects when not told (iot: ``max(128, limit * 8)``)."""
+CANDIDATES_PER_ROW = 8
+CANDIDATE_CEILING = 2048
+LINEAGE_ROWS_PER_CANDIDATE = 8
+LINEAGE_CEILING = 8192
+EPOCH_MIN = 0.0
+EPOCH_MAX = 4_200_000_000.0
+"""The window iot 0.22.2 trusts a timestamp in (``hermes_cli.timefmt``): a cell outside it
+(garbage from a damaged page, text) is skipped when activity is worked out."""
+
+_BROWSE_PARENT = "browse_parent"
+_BROWSE_CHILD = "browse_child"
+
+
+def compression_parent_edge(parent: Any, child: Any) -> list[ColumnElement[bool]]:
+    """iot 0.22.2's ``compression_parent_edge``: ``child`` continues ``parent`` by compression.
+    The parent ended ``'compression'``; the child is its child and is no branch
+    (``_branched_from``), no delegate run (``_delegate_from``) and no tool run. Kept here, for
+    this browse alone: the chain rules of :mod:`.lineage` answer other questions."""
+    return [
+        parent.c.end_reason == COMPRESSION_END_REASON,
+        child.c.parent_session_id == parent.c.id,
+        ~has_marker(BRANCH_MARKER, child),
+        ~has_marker(DELEGATE_MARKER, child),
+        func.coalesce(child.c.source, "") != TOOL_SOURCE,
+    ]
+
+
+def browse_bounds(
+    limit: Any, candidate_limit: Any, lineage_limit: Any
+) -> tuple[int, int, int]:
+    """The three bounds as iot clamps them: ``limit`` at least 1; candidates
+    ``max(128, limit * 8)`` when not given, at most 2048 and at least ``limit``; lineage rows
+    ``min(8192, candidates * 8)`` when not given, at most 8192 and at least the candidates.
+    Each is an ``int`` (a ``bool``, a float, text or None where an int is due: ``TypeError``);
+    a bound past 64 bits is taken as the largest 64-bit one."""
+    rows = min(max(1, validation.integer(limit, "limit")), validation.INT64_MAX)
+    if candidate_limit is None:
+        candidate_limit = max(CANDIDATE_FLOOR, rows * CANDIDATES_PER_ROW)
+    candidates = max(rows, min(validation.integer(candidate_limit, "candidate_limit"),
+                               CANDIDATE_CEILING))  # fmt: skip
+    if lineage_limit is None:
+        lineage_limit = min(LINEAGE_CEILING, candidates * LINEAGE_ROWS_PER_CANDIDATE)
+    lineage = max(candidates, min(validation.integer(lineage_limit, "lineage_limit"),
+                                  LINEAGE_CEILING))  # fmt: skip
+    return rows, candidates, lineage
+
+
+def browse_timeout(value: Any) -> float:
+    """``timeout_seconds``: a real number (``TypeError`` otherwise, a ``bool`` included); NaN
+    is a ``ValueError``; a negative one is 0 (iot: ``max(0.0, ...)``); infinity never
+    expires."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"timeout_seconds must be a number, not {type(value).__name__}")
+    seconds = float(value)
+    if math.isnan(seconds):
+        raise ValueError("timeout_seconds must not be NaN")
+    return max(0.0, seconds)
+
+
+def browse_excluded_sources(value: Any) -> list[str]:
+    """``exclude_sources``: None or a list (tuple, set) of ``str`` (a bare ``str``, which iot
+    would read as its characters, or any other type is a ``TypeError``; NUL or a lone
+    surrogate a ``ValueError``)."""
+    if value is None:
+        return []
+    if not validation.is_source_list(value):
+        raise TypeError(
+            f"exclude_sources must be a list of str or None, not {type(value).__name__}"
+        )
+    return sorted({validation.identifier(item, "exclude_sources") for item in value})
+
+
+def _freshest(last_activity: Any, newest_message: Any, started: Any) -> float | None:
+    """iot's freshest-of: the latest of the activity stamp and the newest message, each only
+    inside the trusted window, else ``started_at`` inside it, else None."""
+    trusted = [value for value in (last_activity, newest_message) if _in_window(value)]
+    if trusted:
+        return float(max(trusted))
+    return float(started) if _in_window(started) else None
+
+
+def _in_window(value: Any) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and EPOCH_MIN <= value <= EPOCH_MAX
+    )
+
+
+def _recency(activity: float | None) -> tuple[bool, float]:
+    """A sort key for ``activity DESC`` with NULL last (as SQLite orders it)."""
+    return (activity is not None, activity if activity is not None else 0.0)
+
+
+class _Walk:
+    """One bounded breadth-first walk: (start, node) rows, at most ``ceiling`` of them, the
+    same pair never twice (iot's ``UNION``), stopping when the ceiling is reached."""
+
+    def __init__(self, starts: Iterable[str], ceiling: int) -> None:
+        self.rows: list[tuple[str, str]] = []
+        self._seen: set[tuple[str, str]] = set()
+        self.ceiling = ceiling
+        self.frontier = [pair for pair in ((start, start) for start in starts) if self._add(pair)]
+
+    def _add(self, pair: tuple[str, str]) -> bool:
+        if pair in self._seen or self.full():
+            return False
+        self._seen.add(pair)
+        self.rows.append(pair)
+        return True
+
+    def full(self) -> bool:
+        return len(self.rows) >= self.ceiling
+
+    def step(self, next_of: dict[str, list[str]]) -> None:
+        following: list[tuple[str, str]] = []
+        for start, node in self.frontier:
+            for step in next_of.get(node, ()):
+                if self.full():
+                    self.frontier = []
+                    return
+                if self._add((start, step)):
+                    following.append((start, step))
+        self.frontier = following
+
+
+class RecentBrowsePart(RepositoryPart):
+    """iot 0.22.2's bounded recent browse (see the module)."""
+
+    @reads
+    def list_recent_sessions_bounded(
+        self,
+        *,
+        limit: int = DEFAULT_LIMIT,
+        exclude_sources: Sequence[str] | None = None,
+        timeout_seconds: float = DEFAULT_TIMEOUT_S,
+        candidate_limit: int | None = None,
+        lineage_limit: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """Recent conversations, newest activity first, each shown as its freshest
+        compression tip: iot 0.22.2's ``list_recent_sessions_bounded`` (see the module for
+        the bounds and the walk).
+
+        Each row is iot's dict, keys in its order: ``id``, ``source``, ``model``, ``title``
+        (the tip's, else the root's), ``started_at`` (the root's), ``ended_at``,
+        ``end_reason``, ``message_count``, ``tool_call_count`` (the tip's), ``last_active``
+        (the freshest of the tip's activity stamp and newest message, else its start: None
+        when none is a trusted timestamp), ``_lineage_root_id`` (the root, when the tip is
+        another session), ``preview`` (the tip's first user message, as the listing shows it)
+        and ``unread`` (always False: iot works it out from a ``last_read_at`` the row does
+        not carry).
+
+        Inputs, decided: ``limit``, ``candidate_limit`` and ``lineage_limit`` are ``int``
+        and clamped as iot clamps them (:func:`browse_bounds`: a limit below 1 is 1, the
+        ceilings 2048 and 8192); another type is a ``TypeError``, where iot would take
+        ``int()`` of anything. ``timeout_seconds`` is a real number, negative meaning 0,
+        infinite never expiring, NaN a ``ValueError`` (:func:`browse_timeout`); 0 always
+        times out. ``exclude_sources`` is None or a list of ``str``
+        (:func:`browse_excluded_sources`); a session without a source is then left out, as
+        SQL's ``NOT IN`` leaves it out for iot.
+
+        ``TimeoutError`` when the work runs past ``timeout_seconds``: checked before each
+        statement, and a running statement is interrupted by the database (SQLite: a
+        progress handler, always removed afterwards; PostgreSQL: ``SET LOCAL
+        statement_timeout``)."""
+        rows, candidates, ceiling = browse_bounds(limit, candidate_limit, lineage_limit)
+        seconds = browse_timeout(timeout_seconds)
+        excluded = browse_excluded_sources(exclude_sources)
+        hides = read_shape_has(self.store, "hidden")
+        stamped = read_shape_has(self.store, "last_activity_at")
+        keyed = read_shape_has(self.store, "session_key")
+
+        def run(conn: Connection) -> list[dict[str, Any]]:
+            with self.store.dialect.statement_deadline(conn, seconds) as deadline:
+                return _Browse(conn, deadline, self.store.dialect).run(
+                    rows, candidates, ceiling, excluded, hides=hides, stamped=stamped,
+                    keyed=keyed,
+                )  # fmt: skip
+
+        return self.store.read(run)
+
+
+class _Browse:
+    """One browse on one connection, each statement after a look at the deadline."""
+
+    def __init__(
+        self, conn: Connection, deadline: StatementDeadline, dialect: StoreDialect
+    ) -> None:
+        self.conn = conn
+        self.deadline = deadline
+        self.list_sql = dialect.json_list_sql
+        self.bytewise = dialect.bytewise_collation
+
+    def _run(self, statement: Any, parameters: dict[str, Any]) -> list[Any]:
+        self.deadline.check()
+        return list(self.conn.execute(statement, parameters).all())
+
+    def _in_list(self, column_sql: str, param: str) -> Any:
+        return text(f"{column_sql} IN {self.list_sql(param)}")
+
+    def run(
+        self,
+        rows: int,
+        candidates: int,
+        ceiling: int,
+        excluded: list[str],
+        *,
+        hides: bool,
+        stamped: bool,
+        keyed: bool,
+    ) -> list[dict[str, Any]]:
+        chosen = self._candidates(candidates, excluded, hides=hides, stamped=stamped)
+        if not chosen:
+            return []
+        roots = self._roots(chosen, ceiling)
+        tips_of = self._tips(roots, ceiling)
+        activity = self._activity({tip for tips in tips_of.values() for tip in tips})
+        listed = self._listed_roots(list(tips_of), hides=hides, keyed=keyed)
+        ranked: list[tuple[str, str, float | None, float]] = []
+        for root, tips in tips_of.items():
+            if root not in listed:
+                continue
+            tip = max(tips, key=lambda tip: (_recency(activity[tip]), tip))
+            ranked.append((root, tip, activity[tip], listed[root][0]))
+        ranked.sort(key=lambda item: (_recency(item[2]), item[3], item[1]), reverse=True)
+        page = ranked[:rows]
+        return self._hydrate(page, listed)
+
+    def _candidates(
+        self, count: int, excluded: list[str], *, hides: bool, stamped: bool
+    ) -> list[str]:
+        recency = (
+            func.coalesce(sessions.c.last_activity_at, sessions.c.started_at)
+            if stamped
+            else sessions.c.started_at
+        )
+        conditions: list[Any] = [sessions.c.archived == 0, ~has_marker(DELEGATE_MARKER)]
+        if hides:
+            conditions.append(sessions.c.hidden == 0)
+        if excluded:
+            conditions.append(text(f"sessions.source NOT IN {self.list_sql('excluded')}"))
+        statement: Select[Any] = (
+            select(sessions.c.id)
+            .where(*conditions)
+            .order_by(
+                recency.desc(),
+                sessions.c.started_at.desc(),
+                sessions.c.id.collate(self.bytewise).desc(),
+            )
+            .limit(bindparam("count"))
+        )
+        found = self._run(statement, {"count": count, "excluded": json_list(excluded)})
+        return [str(row[0]) for row in found]
+
+    def _edges(self, nodes: Iterable[str], *, upward: bool) -> dict[str, list[str]]:
+        """Each node's compression parent (``upward``) or children, by the edge; every node
+        asked is a key (an empty list: none)."""
+        asked = sorted(set(nodes))
+        parent = sessions.alias(_BROWSE_PARENT)
+        child = sessions.alias(_BROWSE_CHILD)
+        near, far = (child, parent) if upward else (parent, child)
+        statement = (
+            select(near.c.id, far.c.id)
+            .select_from(near.join(far, and_(*compression_parent_edge(parent, child))))
+            .where(self._in_list(f"{near.name}.id", "nodes"))
+            .order_by(near.c.id, far.c.id)
+        )
+        found: dict[str, list[str]] = {node: [] for node in asked}
+        for node, step in self._run(statement, {"nodes": json_list(asked)}):
+            found[str(node)].append(str(step))
+        return found
+
+    def _walk(
+        self, starts: list[str], ceiling: int, *, upward: bool
+    ) -> tuple[_Walk, dict[str, list[str]]]:
+        walk = _Walk(starts, ceiling)
+        known: dict[str, list[str]] = {}
+        while True:
+            unknown = {node for _, node in walk.rows if node not in known}
+            if unknown:
+                known.update(self._edges(unknown, upward=upward))
+            if not walk.frontier or walk.full():
+                return walk, known
+            walk.step(known)
+
+    def _roots(self, candidates: list[str], ceiling: int) -> list[str]:
+        """The compression roots the candidates' ancestry reached within the ceiling, in the
+        order the walk met them."""
+        walk, parent_of = self._walk(candidates, ceiling, upward=True)
+        roots: dict[str, None] = {}
+        for _, node in walk.rows:
+            if not parent_of[node]:
+                roots[node] = None
+        return list(roots)
+
+    def _tips(self, roots: list[str], ceiling: int) -> dict[str, list[str]]:
+        """Each root's tips (chain members without a continuation) its chain walk reached
+        within the ceiling; a root none was reached for is absent."""
+        walk, children_of = self._walk(roots, ceiling, upward=False)
+        tips: dict[str, list[str]] = {}
+        for root, node in walk.rows:
+            if not children_of[node]:
+                tips.setdefault(root, []).append(node)
+        return tips
+
+    def _activity(self, ids: set[str]) -> dict[str, float | None]:
+        latest = messages.alias("browse_latest")
+        newest = (
+            select(func.max(latest.c.timestamp))
+            .where(
+                latest.c.session_id == sessions.c.id,
+                latest.c.timestamp.between(EPOCH_MIN, EPOCH_MAX),
+            )
+            .correlate(sessions)
+            .scalar_subquery()
+        )
+        statement = select(
+            sessions.c.id, sessions.c.last_activity_at, newest, sessions.c.started_at
+        ).where(self._in_list("sessions.id", "ids"))
+        found = self._run(statement, {"ids": json_list(sorted(ids))})
+        return {str(row[0]): _freshest(row[1], row[2], row[3]) for row in found}
+
+    def _listed_roots(
+        self, roots: list[str], *, hides: bool, keyed: bool
+    ) -> dict[str, tuple[float, str | None]]:
+        """The roots a picker would list (not archived or hidden, no delegate run, a root or
+        a branch or reset child): their ``started_at`` and title."""
+        conditions: list[Any] = [
+            sessions.c.archived == 0,
+            listable_condition(legacy_resets=keyed),
+            self._in_list("sessions.id", "roots"),
+        ]
+        if hides:
+            conditions.append(sessions.c.hidden == 0)
+        statement = select(sessions.c.id, sessions.c.started_at, sessions.c.title).where(
+            *conditions
+        )
+        found = self._run(statement, {"roots": json_list(roots)})
+        return {str(row[0]): (float(row[1]), row[2]) for row in found}
+
+    def _hydrate(
+        self,
+        page: list[tuple[str, str, float | None, float]],
+        listed: dict[str, tuple[float, str | None]],
+    ) -> list[dict[str, Any]]:
+        if not page:
+            return []
+        first = messages.alias("browse_first")
+        head = (
+            select(func.substr(first.c.content, 1, PREVIEW_LENGTH + 3 + 200))
+            .where(
+                first.c.session_id == sessions.c.id,
+                first.c.role == "user",
+                first.c.content.is_not(None),
+            )
+            .order_by(first.c.timestamp, first.c.id)
+            .limit(1)
+            .correlate(sessions)
+            .scalar_subquery()
+        )
+        statement = select(
+            sessions.c.id,
+            sessions.c.source,
+            sessions.c.model,
+            sessions.c.title,
+            sessions.c.ended_at,
+            sessions.c.end_reason,
+            sessions.c.message_count,
+            sessions.c.tool_call_count,
+            head,
+        ).where(self._in_list("sessions.id", "tips"))
+        found = self._run(statement, {"tips": json_list(sorted({tip for _, tip, _, _ in page}))})
+        tip_rows = {str(row[0]): row for row in found}
+        result: list[dict[str, Any]] = []
+        for root, tip, activity, started in page:
+            row = tip_rows[tip]  # one snapshot: the tip the walk found is there
+            title = row[3] if row[3] is not None else listed[root][1]
+            result.append({
+                "id": tip,
+                "source": row[1],
+                "model": row[2],
+                "title": title,
+                "started_at": started,
+                "ended_at": row[4],
+                "end_reason": row[5],
+                "message_count": row[6],
+                "tool_call_count": row[7],
+                "last_active": activity,
+                "_lineage_root_id": root if root != tip else None,
+                "preview": preview_text(row[8]),
+                "unread": False,
+            })  # fmt: skip
+        return result
