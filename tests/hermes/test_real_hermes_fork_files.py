@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import real_hermes_driver as scenario
+import sqlalchemy as sa
 from legacy_v18_v22 import REVISION_OF as V22_REVISION_OF
 from real_hermes import FORK_RELEASES, ForkFiles, RealHermes, backup_copy
 from real_hermes_driver import ROOT_ID
@@ -417,3 +418,145 @@ def test_our_sources_session_key_reset_children_and_counts_equal_the_newest_fork
     listed = [row["id"] for row in theirs[0]]
     assert MARKED_RESET_CHILD in listed and LEGACY_RESET_CHILD in listed
     assert {row["id"] for row in theirs[4]} == {RESET_ID, LEGACY_RESET_CHILD}
+
+
+# -- iot 0.22.2's bounded recent browse (session_search's), and its counts ------------------
+
+BOUNDED_FAMILY: list[tuple[str, str, dict[str, Any]]] = [
+    ("bounded-fork-root", "cli", {}),
+    ("bounded-fork-a", "cli", {"parent_session_id": "bounded-fork-root"}),
+    ("bounded-fork-b", "telegram", {"parent_session_id": "bounded-fork-root"}),
+    ("bounded-tool", "tool", {"parent_session_id": "bounded-fork-root"}),
+    ("bounded-reset-child", "discord",
+     {"parent_session_id": RESET_ID, "model_config": {"_reset_from": RESET_ID}}),
+    ("bounded-hidden-root", "cli", {}),
+    ("bounded-hidden-tip", "cli", {"parent_session_id": "bounded-hidden-root"}),
+    ("bounded-archived-root", "cli", {}),
+    ("bounded-archived-tip", "cli", {"parent_session_id": "bounded-archived-root"}),
+]  # fmt: skip
+"""Written by each side through its own API after the build, then given the same clocks: a
+compression root continued twice (``bounded-fork-a``'s activity stamp is garbage, outside
+the window iot trusts), a tool run under it, a marked reset child, a hidden and an archived
+compressed conversation."""
+BOUNDED_ENDED = ("bounded-fork-root", "bounded-hidden-root", "bounded-archived-root")
+BOUNDED_BROWSES: list[dict[str, Any]] = [
+    {},
+    {"limit": 100},
+    {"limit": 3},
+    {"limit": 0},
+    {"limit": 100, "exclude_sources": ["telegram", "cron"]},
+    {"limit": 100, "exclude_sources": ["cli"]},
+    {"limit": 2, "candidate_limit": 2, "lineage_limit": 2},  # the ceiling cuts lineages
+    {"limit": 1, "candidate_limit": 1, "lineage_limit": 3},
+    {"limit": 5, "candidate_limit": 5, "lineage_limit": 7},
+    {"limit": 3, "candidate_limit": 4, "lineage_limit": 9, "timeout_seconds": 60.0},
+]
+
+
+def bounded_writes() -> list[Step]:
+    writes: list[Step] = []
+    for index, (session_id, source, keywords) in enumerate(BOUNDED_FAMILY):
+        writes.append(("create_session", [session_id, source], keywords))
+        writes.append(("append_message", [session_id, "user", f"question {index} of {session_id}"],
+                       {}))  # fmt: skip
+    writes += [("end_session", [session_id, "compression"], {}) for session_id in BOUNDED_ENDED]
+    writes += [
+        ("set_session_hidden", ["bounded-hidden-root", True], {}),
+        ("set_session_archived", ["bounded-archived-root", True], {}),
+    ]
+    for index, (session_id, _, _) in enumerate(BOUNDED_FAMILY):
+        started = 1_800_000_000.0 + 100 * index
+        active = 9e12 if session_id == "bounded-fork-a" else started + 50
+        writes += [
+            (scenario.SQL_STEP, ["UPDATE sessions SET started_at = :s, last_activity_at = :a"
+                                 " WHERE id = :id", {"s": started, "a": active, "id": session_id}],
+             {}),
+            (scenario.SQL_STEP, ["UPDATE messages SET timestamp = :t WHERE session_id = :id",
+                                 {"t": started + 10, "id": session_id}], {}),
+        ]  # fmt: skip
+    return writes
+
+
+def bounded_reads() -> list[Step]:
+    reads: list[Step] = [
+        ("list_recent_sessions_bounded", [], keywords) for keywords in BOUNDED_BROWSES
+    ]
+    reads += [
+        ("session_count", [], keywords)
+        for keywords in (
+            {"sources": ["telegram", "discord"]}, {"sources": ["cli"], "exclude_children": True},
+            {"sources": []}, {"source": "cli", "sources": ["discord"]},
+            {"sources": ["cli", "tool"], "include_archived": True},
+        )
+    ]  # fmt: skip
+    return reads + [("session_count_ge", [n], {}) for n in (1, 12, 10**6, 0, -1)]
+
+
+def assert_same_browses(reads: list[Step], theirs: list[Any], ours: list[Any], who: str) -> None:
+    for step, old, new in zip(reads, theirs, ours, strict=True):
+        where = f"{who}: {step[0]}({step[2]})"
+        assert new == old, where
+        if isinstance(old, list):
+            assert [list(row) for row in new] == [list(row) for row in old], where  # key order
+
+
+def the_releases_browses(fork_files: ForkFiles, tmp_path: Path) -> list[Any]:
+    writes, reads = bounded_writes(), bounded_reads()
+    label = NEWEST_FORK
+    theirs: list[Any] = fork_files.hermes(label).calls(
+        fork_files.copy(label, tmp_path / "t.db"), writes + reads
+    )[len(writes):]
+    # Not vacuous: the browse projects a root onto its freshest tip (not the one whose
+    # activity stamp is garbage), the ceilings cut lineages, the exclusions narrow.
+    browsed = [row["id"] for row in theirs[1]]
+    assert "bounded-fork-b" in browsed and "bounded-fork-a" not in browsed
+    assert not {"bounded-hidden-tip", "bounded-archived-tip", "bounded-tool"} & set(browsed)
+    assert "bounded-reset-child" in browsed and "field-root-tip" in browsed
+    assert [row["id"] for row in theirs[6]] == ["bounded-reset-child"]  # fork-a's cut
+    assert len(theirs[8]) == 2 < 5
+    assert theirs[4] != theirs[1] and theirs[5] != theirs[1]
+    return theirs
+
+
+def test_our_bounded_recent_browse_and_counts_equal_the_newest_forks_own(
+    fork_files: ForkFiles, tmp_path: Path
+) -> None:
+    """iot 0.22.2's ``list_recent_sessions_bounded`` (its ``session_search`` browse): the same
+    rows, keys and order, with the default bounds and with ceilings that cut lineages, and
+    excluded sources; ``session_count(sources=...)`` and ``session_count_ge``. Both sides
+    first write the same extra family through their own API, with the same clocks."""
+    writes, reads = bounded_writes(), bounded_reads()
+    theirs = the_releases_browses(fork_files, tmp_path)
+    with SessionDB(db_path=fork_files.copy(NEWEST_FORK, tmp_path / "o.db"),
+                   backup_on_adopt=False) as db:  # fmt: skip
+        ours = our_run(db, writes + reads)[len(writes):]
+    assert_same_browses(reads, theirs, ours, "sessionstore")
+
+
+@pytest.mark.postgresql
+def test_our_bounded_recent_browse_on_postgresql_equals_the_newest_forks_own(
+    fork_files: ForkFiles, tmp_path: Path, empty_pg_url: str
+) -> None:
+    """The same browses and counts on a PostgreSQL copy of the file we adopted and wrote."""
+    writes, reads = bounded_writes(), bounded_reads()
+    theirs = the_releases_browses(fork_files, tmp_path)
+    path = fork_files.copy(NEWEST_FORK, tmp_path / "o.db")
+    with SessionDB(db_path=path, backup_on_adopt=False) as db:
+        our_run(db, writes)
+    transfer.copy(f"sqlite:///{path}", empty_pg_url)
+    with SessionDB(url=empty_pg_url) as db:
+        ours = our_run(db, reads)
+    assert_same_browses(reads, theirs, ours, "sessionstore on PostgreSQL")
+
+
+def our_run(db: SessionDB, steps: list[Step]) -> list[Any]:
+    """``steps`` through our API (SQL steps through the store), as JSON like the driver's."""
+    results: list[Any] = []
+    for name, args, kwargs in steps:
+        if name == scenario.SQL_STEP:
+            db.store.write(lambda conn, a=args: conn.execute(sa.text(a[0]), a[1]))
+            results.append(None)
+            continue
+        results.append(getattr(db, name)(*args, **kwargs))
+    loaded: list[Any] = json.loads(json.dumps(results, default=repr))
+    return loaded
