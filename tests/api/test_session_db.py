@@ -1269,8 +1269,8 @@ def test_listing_keywords_come_after_v6_positional_parameters(db: SessionDB) -> 
                            # iot 0.22.2's (schema v26+), after the ones before them
                            "include_pinned", "include_hidden", "include_subagents",
                            "sources", "session_key"]  # fmt: skip
-    assert list(inspect.signature(SessionDB.session_count).parameters)[-2:] == [
-        "min_message_count", "include_subagents"]  # fmt: skip
+    assert list(inspect.signature(SessionDB.session_count).parameters)[-3:] == [
+        "min_message_count", "include_subagents", "sources"]  # fmt: skip
 
 
 # -- messages ------------------------------------------------------------------------------------
