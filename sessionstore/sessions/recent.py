@@ -108,11 +108,14 @@ def browse_bounds(
 
 def browse_timeout(value: Any) -> float:
     """``timeout_seconds``: a real number (``TypeError`` otherwise, a ``bool`` included); NaN
-    is a ``ValueError``; a negative one is 0 (iot: ``max(0.0, ...)``); infinity never
-    expires."""
+    is a ``ValueError``; a negative one is 0 (iot: ``max(0.0, ...)``); infinity, and an int
+    too large for a float, never expires."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"timeout_seconds must be a number, not {type(value).__name__}")
-    seconds = float(value)
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int past every float: forever, or (negative) no time at all
+        seconds = math.inf if value > 0 else 0.0
     if math.isnan(seconds):
         raise ValueError("timeout_seconds must not be NaN")
     return max(0.0, seconds)

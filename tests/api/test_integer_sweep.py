@@ -25,7 +25,9 @@ from sessionstore.api.session_db import SessionDB
 from sessionstore.errors import SessionStoreError
 from sessionstore.sessions.repository import NewMessage, SessionRepository
 
-TYPED = (TypeError, ValueError, LookupError, SessionStoreError)
+TYPED = (TypeError, ValueError, LookupError, SessionStoreError, TimeoutError)
+"""``TimeoutError``: a deadline given as no time at all (``list_recent_sessions_bounded``'s
+``timeout_seconds <= 0``, as documented)."""
 NOT_SWEPT = {"close", "vacuum", "optimize_fts", "maybe_auto_prune_and_vacuum"}
 """Whole-store maintenance: no argument that reaches a statement, and slow to repeat."""
 EDGES = [2**63, 2**63 - 1, -(2**63), -(2**63) - 1, 2**64, -(2**64), 2**1100, -(2**1100)]

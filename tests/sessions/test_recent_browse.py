@@ -18,7 +18,7 @@ from sqlalchemy import text, update
 from sqlalchemy.engine import Connection
 
 from sessionstore.api.session_db import SessionDB
-from sessionstore.sessions.recent import browse_bounds
+from sessionstore.sessions.recent import browse_bounds, browse_timeout
 from sessionstore.sql.tables import messages_table as messages
 from sessionstore.sql.tables import sessions_table as sessions
 
@@ -230,6 +230,8 @@ def test_bounds_are_clamped_as_iot_clamps_them() -> None:
     assert browse_bounds(20, 1, 1) == (20, 20, 20)  # never fewer than the rows asked
     assert browse_bounds(5000, None, None) == (5000, 5000, 8192)
     assert browse_bounds(2**80, None, None)[0] == 2**63 - 1
+    assert browse_timeout(2**1100) == math.inf and browse_timeout(-(2**1100)) == 0.0
+    assert browse_timeout(-1.5) == 0.0 and browse_timeout(2) == 2.0
 
 
 @pytest.fixture
