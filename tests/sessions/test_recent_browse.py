@@ -281,6 +281,8 @@ def test_hostile_inputs_give_a_typed_error_or_a_clamped_answer(
                 isinstance(excluded, list) and any("\x00" in item for item in excluded))
             return
         except TimeoutError:
-            assert isinstance(timeout, (int, float)) and timeout <= 0
+            # A finite deadline may pass on a loaded machine (a tiny positive one too); an
+            # endless one never does.
+            assert math.isfinite(browse_timeout(timeout))
             return
         assert rows == []  # an empty store, whatever the bounds
