@@ -24,6 +24,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from ..dialects import json_list
 from . import object_names as names
 from . import sqlite_ddl as ddl
 from .hits import (
@@ -38,7 +39,7 @@ from .hits import (
 )
 from .index import IndexHealth, optimize_each
 from .long_text_snippets import LONG_MESSAGE_CHARS, long_text_snippet, term_pattern
-from .request import Page, SearchFilters, filtered_statement
+from .request import Page, SearchFilters, filtered_rows, filtered_statement, hot_rows
 from .sanitize import contains_cjk, escape_like
 from .terms import SubstringQuery, Term, index_tokens
 
@@ -51,10 +52,24 @@ _MARKERS: Final = {
     "ellipsis": SNIPPET_ELLIPSIS,
 }
 
+# Best match first scores every match, and SQLite computes a row's columns before it sorts:
+# with snippet() in the ranked statement, every match got its snippet and all but a page of
+# them were thrown away. A page is therefore chosen from rowids alone (_WORD_PAGE), and the
+# page's rows get their columns and snippet from a second statement (_WORD_DETAILS), where
+# each rowid is a seek inside the match (FTS5's rowid = constraint), in the page's order.
+_WORD_PAGE: Final = f"""
+SELECT {names.WORD_TABLE}.rowid
+FROM {names.WORD_TABLE}
+JOIN messages AS m ON m.id = {names.WORD_TABLE}.rowid
+JOIN sessions AS s ON s.id = m.session_id
+WHERE {names.WORD_TABLE} MATCH :query {{window}} {{filters}}
+ORDER BY {{order}}
+LIMIT :limit OFFSET :offset
+"""
 # snippet() is quadratic in the hits inside one message: long messages get their snippet cut
 # in Python instead (see long_text), from their content, fetched for the page's rows only. A
 # message without content (an assistant's tool calls, found by their text) gets snippet().
-_WORD_SEARCH: Final = f"""
+_WORD_DETAILS: Final = f"""
 SELECT m.id, m.session_id, m.role,
        CASE WHEN COALESCE(length(m.content), 0) <= {LONG_MESSAGE_CHARS}
             THEN snippet({names.WORD_TABLE}, -1, :mark_start, :mark_end, :ellipsis,
@@ -62,12 +77,13 @@ SELECT m.id, m.session_id, m.role,
        END,
        m.timestamp, m.tool_name, s.source, s.model, s.started_at,
        CASE WHEN length(m.content) > {LONG_MESSAGE_CHARS} THEN m.content END
-FROM {names.WORD_TABLE}
-JOIN messages AS m ON m.id = {names.WORD_TABLE}.rowid
-JOIN sessions AS s ON s.id = m.session_id
-WHERE {names.WORD_TABLE} MATCH :query {{window}} {{filters}}
-ORDER BY {{order}}
-LIMIT :limit OFFSET :offset
+FROM json_each(:ids) AS page
+CROSS JOIN {names.WORD_TABLE}
+CROSS JOIN messages AS m
+CROSS JOIN sessions AS s
+WHERE {names.WORD_TABLE}.rowid = page.value AND {names.WORD_TABLE} MATCH :query
+  AND m.id = page.value AND s.id = m.session_id
+ORDER BY page.key
 """
 
 # Ranking scores every match, so a common word cost time linear in the store (34.7 ms at 100k
@@ -76,10 +92,10 @@ LIMIT :limit OFFSET :offset
 # bound below is a seek, not a filter. bm25 keeps its store-wide statistics; the order within
 # the window is Hermes's. Decision and relevance figures: docs/search.md ("Ranking window").
 RANK_WINDOW: Final = 4000
-_WINDOW_FLOOR: Final = text(f"""
+_WINDOW_FLOOR: Final = f"""
 SELECT rowid FROM {names.WORD_TABLE} WHERE {names.WORD_TABLE} MATCH :query
 ORDER BY rowid DESC LIMIT 1 OFFSET :last
-""")
+"""
 _WINDOW: Final = f"AND {names.WORD_TABLE}.rowid >= :floor"
 
 # Substring hits get their snippet from instr() around the first occurrence: one pass over the
@@ -144,13 +160,18 @@ class SQLiteSearchIndex:
     def word_matches(
         self, conn: Connection, query: str, filters: SearchFilters, page: Page
     ) -> list[MatchRow]:
-        params: dict[str, Any] = {"query": query, **_MARKERS, **page.params}
+        params: dict[str, Any] = {"query": query, **page.params}
         try:
-            floor = _window_floor(conn, params, filters, page)
-            rows = self._word_rows(conn, params, filters, floor)
-            if floor is not None and len(rows) < page.limit:
+            floor = _window_floor(conn, query, filters, page)
+            ids = self._word_page(conn, params, filters, floor)
+            if floor is not None and len(ids) < page.limit:
                 # The filters left too few of the window's matches: rank them all.
-                rows = self._word_rows(conn, params, filters, None)
+                ids = self._word_page(conn, params, filters, None)
+            if not ids:
+                return []
+            rows = hot_rows(conn, _WORD_DETAILS, {
+                "query": query, **_MARKERS, "ids": json_list([row[0] for row in ids]),
+            })  # fmt: skip
         except OperationalError as exc:
             if not is_query_error(exc):
                 raise
@@ -166,18 +187,18 @@ class SQLiteSearchIndex:
         ]  # fmt: skip
 
     @staticmethod
-    def _word_rows(
+    def _word_page(
         conn: Connection, params: dict[str, Any], filters: SearchFilters, floor: int | None
-    ) -> list[Any]:
-        statement = filtered_statement(
-            _WORD_SEARCH,
-            filters,
+    ) -> list[tuple[Any, ...]]:
+        """The page's rowids, best first (only those from ``floor`` on, when given)."""
+        return filtered_rows(
             conn,
+            _WORD_PAGE,
+            filters,
+            params if floor is None else {**params, "floor": floor},
             order=filters.order(f"{names.WORD_TABLE}.rank"),
             window="" if floor is None else _WINDOW,
         )
-        bound = params if floor is None else {**params, "floor": floor}
-        return list(conn.execute(statement, bound))
 
     def substring_matches(
         self, conn: Connection, query: SubstringQuery, filters: SearchFilters, page: Page
@@ -364,16 +385,15 @@ class SQLiteSearchIndex:
 
 
 def _window_floor(
-    conn: Connection, params: dict[str, Any], filters: SearchFilters, page: Page
+    conn: Connection, query: str, filters: SearchFilters, page: Page
 ) -> int | None:
     """The oldest rowid of the newest ``RANK_WINDOW`` matches, or None to rank every match:
     fewer matches than that, a time order (which sorts by time, not score), or a page reaching
     past half the window (paging stays consistent: every page of a query uses one window)."""
     if filters.sort is not None or page.limit + page.offset > RANK_WINDOW // 2:
         return None
-    found = conn.execute(_WINDOW_FLOOR, {"query": params["query"], "last": RANK_WINDOW - 1})
-    floor = found.scalar()
-    return None if floor is None else int(floor)
+    found = hot_rows(conn, _WINDOW_FLOOR, {"query": query, "last": RANK_WINDOW - 1})
+    return None if not found or found[0][0] is None else int(found[0][0])
 
 
 def _verification(query: SubstringQuery, params: dict[str, Any]) -> str:
