@@ -138,7 +138,13 @@ _HOT_READS_PER_ENGINE: Final = 512
 
 
 def hot_rows(conn: Connection, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-    """Rows of the trusted SQL text ``sql`` (``:name`` parameters) on the driver's cursor."""
+    """Rows of the trusted SQL text ``sql`` (``:name`` parameters) on the driver's cursor.
+
+    Where a program listens to the engine's cursor events (statement logging, tracing, the
+    tests' statement logs), the statement goes through SQLAlchemy instead, so it is seen.
+    """
+    if conn.dispatch.before_cursor_execute or conn.dispatch.after_cursor_execute:
+        return [tuple(row) for row in conn.execute(_text(sql), params)]
     engine = conn.engine
     statements = _HOT_READS.get(engine)
     if statements is None:

@@ -31,15 +31,14 @@ from .hits import (
     SNIPPET_ELLIPSIS,
     SNIPPET_END,
     SNIPPET_START,
+    SUBSTRING_SNIPPET_SIDE_CHARS,
     MatchRow,
     match_row,
-    substring_match_rows,
-    substring_snippet_sql,
-    substring_snippet_text_sql,
+    substring_snippet,
 )
 from .index import IndexHealth, optimize_each
 from .long_text_snippets import LONG_MESSAGE_CHARS, long_text_snippet, term_pattern
-from .request import Page, SearchFilters, filtered_rows, filtered_statement, hot_rows
+from .request import Page, SearchFilters, filtered_rows, hot_rows
 from .sanitize import contains_cjk, escape_like
 from .terms import SubstringQuery, Term, index_tokens
 
@@ -101,25 +100,46 @@ _WINDOW: Final = f"AND {names.WORD_TABLE}.rowid >= :floor"
 # Substring hits get their snippet from instr() around the first occurrence: one pass over the
 # message (FTS5's snippet() scores every window against every hit: quadratic in the hits
 # inside one message). SQLite's LIKE and lower() both fold ASCII letters only, so instr() over
-# lower() finds the very occurrence LIKE matched. The text around it is cut from the page's
-# rows only.
-_SNIPPET_TEXT: Final = substring_snippet_text_sql("instr", ":needle")
+# lower() finds the very occurrence LIKE matched: in the content, else the tool calls, else the
+# tool name (the columns the search covers; an assistant's tool-call message has no content).
+# Each position is computed once per page row ("OFFSET 0" keeps SQLite from flattening the
+# subquery, which would copy the instr() into every expression that names it), and the text
+# around the hit is one substr() that Python cuts into before / hit / after.
 _SUBSTRING_SEARCH: Final = f"""
 SELECT hit.id, hit.session_id, hit.role, hit.timestamp, hit.tool_name, hit.source, hit.model,
        hit.started_at, hit.hit_start,
-       {substring_snippet_sql(_SNIPPET_TEXT, "hit.hit_start", ":needle", "max")}
+       substr(CASE hit.hit_column WHEN 2 THEN m.tool_calls WHEN 3 THEN m.tool_name
+                   ELSE m.content END,
+              max(1, hit.hit_start - {SUBSTRING_SNIPPET_SIDE_CHARS}),
+              CASE WHEN hit.hit_start > 0
+                   THEN hit.hit_start - max(1, hit.hit_start - {SUBSTRING_SNIPPET_SIDE_CHARS})
+                        + length(:needle) + {SUBSTRING_SNIPPET_SIDE_CHARS + 1}
+                   ELSE {2 * SUBSTRING_SNIPPET_SIDE_CHARS + 1} END)
 FROM (
-    SELECT m.id, m.session_id, m.role, m.timestamp, m.tool_name, s.source, s.model,
-           s.started_at, coalesce(instr(lower({_SNIPPET_TEXT}), lower(:needle)), 0) AS hit_start
+    SELECT found.*,
+           CASE WHEN found.in_content > 0 THEN found.in_content
+                WHEN found.in_calls > 0 THEN found.in_calls
+                WHEN found.in_name > 0 THEN found.in_name ELSE 0 END AS hit_start,
+           CASE WHEN found.in_content > 0 THEN 1 WHEN found.in_calls > 0 THEN 2
+                WHEN found.in_name > 0 THEN 3 ELSE 1 END AS hit_column
     FROM (
-        SELECT m.id
-        {{candidates}}
-        WHERE {{match}}({{verify}}) {{filters}}
-        ORDER BY {{order}}
-        LIMIT :limit OFFSET :offset
-    ) AS page
-    JOIN messages AS m ON m.id = page.id
-    JOIN sessions AS s ON s.id = m.session_id
+        SELECT m.id, m.session_id, m.role, m.timestamp, m.tool_name, s.source, s.model,
+               s.started_at,
+               coalesce(instr(lower(m.content), lower(:needle)), 0) AS in_content,
+               coalesce(instr(lower(m.tool_calls), lower(:needle)), 0) AS in_calls,
+               coalesce(instr(lower(m.tool_name), lower(:needle)), 0) AS in_name
+        FROM (
+            SELECT m.id
+            {{candidates}}
+            WHERE {{match}}({{verify}}) {{filters}}
+            ORDER BY {{order}}
+            LIMIT :limit OFFSET :offset
+        ) AS page
+        JOIN messages AS m ON m.id = page.id
+        JOIN sessions AS s ON s.id = m.session_id
+        LIMIT -1 OFFSET 0
+    ) AS found
+    LIMIT -1 OFFSET 0
 ) AS hit
 JOIN messages AS m ON m.id = hit.id
 ORDER BY {{page_order}}
@@ -149,6 +169,36 @@ _OBJECTS: Final = text(
 
 def _objects(conn: Connection) -> set[str]:
     return {str(row[0]) for row in conn.execute(_OBJECTS)}
+
+
+_SUBSTRING_OBJECTS: Final = (names.BIGRAM_TABLE, names.SUBSTRING_PAGE_INDEX)
+_PRESENT: Final = """
+SELECT name FROM sqlite_master WHERE type IN ('table', 'index') AND name IN (:first, :second)
+"""
+
+
+def _present(conn: Connection, wanted: tuple[str, str]) -> set[str]:
+    """Which of the two objects ``wanted`` the store has: read on every search (a repair or
+    another program may drop or make them), on the driver cursor."""
+    rows = hot_rows(conn, _PRESENT, {"first": wanted[0], "second": wanted[1]})
+    return {str(row[0]) for row in rows}
+
+
+def _cut_snippet(hit_start: Any, window: Any, needle_length: int) -> str:
+    """The substring snippet from the text around the hit (see _SUBSTRING_SEARCH): the up to
+    SUBSTRING_SNIPPET_SIDE_CHARS characters before it, the hit, and one more than that after
+    it; the start of the text when the hit was not located (``hit_start`` 0)."""
+    text = window or ""
+    position = int(hit_start or 0)
+    if position <= 0:
+        return substring_snippet(position, None, None, text)
+    before = position - max(1, position - SUBSTRING_SNIPPET_SIDE_CHARS)
+    return substring_snippet(
+        position,
+        text[:before],
+        text[before : before + needle_length],
+        text[before + needle_length :],
+    )
 
 
 class SQLiteSearchIndex:
@@ -203,9 +253,10 @@ class SQLiteSearchIndex:
     def substring_matches(
         self, conn: Connection, query: SubstringQuery, filters: SearchFilters, page: Page
     ) -> list[MatchRow]:
-        params: dict[str, Any] = {"needle": query.snippet_term, **page.params}
+        needle = query.snippet_term
+        params: dict[str, Any] = {"needle": needle, **page.params}
         candidates, match, verify = _SCAN_CANDIDATES, "", _verification(query, params)
-        present = _objects(conn) if query.indexable else set()
+        present = _present(conn, _SUBSTRING_OBJECTS) if query.indexable else set()
         if names.BIGRAM_TABLE in present:
             candidates, match = _BIGRAM_CANDIDATES, _BIGRAM_MATCH
             params["grams"] = bigram_match(query)
@@ -215,17 +266,24 @@ class SQLiteSearchIndex:
                     candidates = _BIGRAM_CANDIDATES_COVERED
         if filters.sources is not None or filters.excluded_sources:
             candidates += _SESSIONS
-        statement = filtered_statement(
+        rows = filtered_rows(
+            conn,
             _SUBSTRING_SEARCH,
             filters,
-            conn,
+            params,
             candidates=candidates,
             match=match,
             verify=verify,
             order=filters.time_order(),
             page_order=filters.time_order("hit"),
         )
-        return substring_match_rows(conn.execute(statement, params))
+        return [
+            match_row(
+                row[0], row[1], row[2], _cut_snippet(row[8], row[9], len(needle)),
+                row[3], row[4], row[5], row[6], row[7],
+            )
+            for row in rows
+        ]  # fmt: skip
 
     # -- lifecycle --------------------------------------------------------------------------
     def layout(self, conn: Connection) -> ddl.Layout:
