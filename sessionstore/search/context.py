@@ -23,7 +23,7 @@ from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.selectable import NamedFromClause
 
 from ..dialects import dialect_for, json_list
-from ..sql.message_content import STORED_ON_POSTGRESQL_PREFIX, text_of
+from ..sql.message_content import STORED_ON_POSTGRESQL_PREFIX, is_encoded, text_of
 from ..sql.statements import HotReads
 from ..sql.tables import messages_table
 from .hits import CONTEXT_CONTENT_CHARS, ContextMessage
@@ -54,7 +54,9 @@ def fetch_context(conn: Connection, hit_ids: Sequence[int]) -> dict[int, list[Co
 
 
 def _message(role: Any, head: Any, *, is_hit: bool = False) -> ContextMessage:
-    return ContextMessage(str(role), text_of(head)[:CONTEXT_CONTENT_CHARS], is_hit)
+    # Plain text, the common case, without text_of's decoding steps.
+    text = head if type(head) is str and not is_encoded(head) else text_of(head)
+    return ContextMessage(str(role), text[:CONTEXT_CONTENT_CHARS], is_hit)
 
 
 def _statement(conn: Connection) -> HotReads:

@@ -54,8 +54,11 @@ _MARKERS: Final = {
 # Best match first scores every match, and SQLite computes a row's columns before it sorts:
 # with snippet() in the ranked statement, every match got its snippet and all but a page of
 # them were thrown away. A page is therefore chosen from rowids alone (_WORD_PAGE), and the
-# page's rows get their columns and snippet from a second statement (_WORD_DETAILS), where
-# each rowid is a seek inside the match (FTS5's rowid = constraint), in the page's order.
+# page's rows get their columns and snippet from a second statement (_WORD_DETAILS): one walk
+# of the match between the page's lowest and highest rowid, each row tested against the page's
+# ids before any column is read ("+" keeps the id list from being taken as one FTS5 lookup
+# per id, each parsing the query again: 0.28 against 0.16 ms for a page of 20). Python puts
+# the rows in the page's order.
 _WORD_PAGE: Final = f"""
 SELECT {names.WORD_TABLE}.rowid
 FROM {names.WORD_TABLE}
@@ -76,13 +79,12 @@ SELECT m.id, m.session_id, m.role,
        END,
        m.timestamp, m.tool_name, s.source, s.model, s.started_at,
        CASE WHEN length(m.content) > {LONG_MESSAGE_CHARS} THEN m.content END
-FROM json_each(:ids) AS page
-CROSS JOIN {names.WORD_TABLE}
-CROSS JOIN messages AS m
-CROSS JOIN sessions AS s
-WHERE {names.WORD_TABLE}.rowid = page.value AND {names.WORD_TABLE} MATCH :query
-  AND m.id = page.value AND s.id = m.session_id
-ORDER BY page.key
+FROM {names.WORD_TABLE}
+JOIN messages AS m ON m.id = {names.WORD_TABLE}.rowid
+JOIN sessions AS s ON s.id = m.session_id
+WHERE {names.WORD_TABLE} MATCH :query
+  AND {names.WORD_TABLE}.rowid BETWEEN :lowest AND :highest
+  AND +{names.WORD_TABLE}.rowid IN (SELECT value FROM json_each(:ids))
 """
 
 # Ranking scores every match, so a common word cost time linear in the store (34.7 ms at 100k
@@ -219,9 +221,12 @@ class SQLiteSearchIndex:
                 ids = self._word_page(conn, params, filters, None)
             if not ids:
                 return []
-            rows = hot_rows(conn, _WORD_DETAILS, {
-                "query": query, **_MARKERS, "ids": json_list([row[0] for row in ids]),
-            })  # fmt: skip
+            order = [row[0] for row in ids]
+            found = {row[0]: row for row in hot_rows(conn, _WORD_DETAILS, {
+                "query": query, **_MARKERS, "ids": json_list(order),
+                "lowest": min(order), "highest": max(order),
+            })}  # fmt: skip
+            rows = [found[rowid] for rowid in order if rowid in found]
         except OperationalError as exc:
             if not is_query_error(exc):
                 raise
