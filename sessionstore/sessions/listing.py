@@ -683,7 +683,9 @@ def _common_prefix_length(left: str, right: str) -> int:
     return size
 
 
-def _first_user_text() -> ColumnElement[Any]:
+def first_user_text() -> ColumnElement[Any]:
+    """The head of a session's first user message, over ``sessions`` (what a preview is
+    cut from: :func:`preview_text`)."""
     first = messages.alias("first_user")
     # Only the head is read out; _preview flattens its line breaks in Python, where two
     # replace() calls per row cost less than in SQL (a fifth of this subquery on SQLite).
@@ -727,7 +729,7 @@ def _rich_select(compact: bool, read: ReadShape) -> Select[Any]:
     return select(
         *columns,
         _last_active().label("last_active"),
-        _first_user_text().label("_preview_raw"),
+        first_user_text().label("_preview_raw"),
     )
 
 

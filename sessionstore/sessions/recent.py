@@ -41,7 +41,6 @@ from sqlalchemy.engine import Connection
 
 from ..dialects import StatementDeadline, StoreDialect, json_list
 from ..sql import validation
-from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
 from .access import reads
 from .lineage import (
@@ -52,7 +51,8 @@ from .lineage import (
     has_marker,
     listable_condition,
 )
-from .listing import PREVIEW_LENGTH, preview_text, read_shape_has
+from .listing import first_user_text, preview_text, read_shape_has
+from .maintenance import last_active_at
 from .shared import RepositoryPart
 
 DEFAULT_LIMIT = 20
@@ -63,10 +63,6 @@ CANDIDATES_PER_ROW = 8
 CANDIDATE_CEILING = 2048
 LINEAGE_ROWS_PER_CANDIDATE = 8
 LINEAGE_CEILING = 8192
-EPOCH_MIN = 0.0
-EPOCH_MAX = 4_200_000_000.0
-"""The window iot 0.22.2 trusts a timestamp in (``hermes_cli.timefmt``): a cell outside it
-(garbage from a damaged page, text) is skipped when activity is worked out."""
 
 _BROWSE_PARENT = "browse_parent"
 _BROWSE_CHILD = "browse_child"
@@ -132,23 +128,6 @@ def browse_excluded_sources(value: Any) -> list[str]:
             f"exclude_sources must be a list of str or None, not {type(value).__name__}"
         )
     return sorted({validation.identifier(item, "exclude_sources") for item in value})
-
-
-def _freshest(last_activity: Any, newest_message: Any, started: Any) -> float | None:
-    """iot's freshest-of: the latest of the activity stamp and the newest message, each only
-    inside the trusted window, else ``started_at`` inside it, else None."""
-    trusted = [value for value in (last_activity, newest_message) if _in_window(value)]
-    if trusted:
-        return float(max(trusted))
-    return float(started) if _in_window(started) else None
-
-
-def _in_window(value: Any) -> bool:
-    return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and EPOCH_MIN <= value <= EPOCH_MAX
-    )
 
 
 def _recency(activity: float | None) -> tuple[bool, float]:
@@ -368,21 +347,11 @@ class _Browse:
         return tips
 
     def _activity(self, ids: set[str]) -> dict[str, float | None]:
-        latest = messages.alias("browse_latest")
-        newest = (
-            select(func.max(latest.c.timestamp))
-            .where(
-                latest.c.session_id == sessions.c.id,
-                latest.c.timestamp.between(EPOCH_MIN, EPOCH_MAX),
-            )
-            .correlate(sessions)
-            .scalar_subquery()
+        statement = select(sessions.c.id, last_active_at()).where(
+            self._in_list("sessions.id", "ids")
         )
-        statement = select(
-            sessions.c.id, sessions.c.last_activity_at, newest, sessions.c.started_at
-        ).where(self._in_list("sessions.id", "ids"))
         found = self._run(statement, {"ids": json_list(sorted(ids))})
-        return {str(row[0]): _freshest(row[1], row[2], row[3]) for row in found}
+        return {str(row[0]): None if row[1] is None else float(row[1]) for row in found}
 
     def _listed_roots(
         self, roots: list[str], *, hides: bool, keyed: bool
@@ -409,19 +378,7 @@ class _Browse:
     ) -> list[dict[str, Any]]:
         if not page:
             return []
-        first = messages.alias("browse_first")
-        head = (
-            select(func.substr(first.c.content, 1, PREVIEW_LENGTH + 3 + 200))
-            .where(
-                first.c.session_id == sessions.c.id,
-                first.c.role == "user",
-                first.c.content.is_not(None),
-            )
-            .order_by(first.c.timestamp, first.c.id)
-            .limit(1)
-            .correlate(sessions)
-            .scalar_subquery()
-        )
+        head = first_user_text()
         statement = select(
             sessions.c.id,
             sessions.c.source,
