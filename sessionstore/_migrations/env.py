@@ -46,7 +46,6 @@ from typing import Any
 
 from alembic import context
 from alembic.runtime.migration import MigrationContext, MigrationInfo
-from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, Engine
@@ -143,7 +142,7 @@ def _adopt_and_migrate(connection: Connection) -> None:
         # Under the lock: what the store says now, not what the caller saw before waiting.
         before_change(connection, legacy.read_state(connection))
     if _should_adopt():
-        known = {rev.revision for rev in ScriptDirectory.from_config(config).walk_revisions()}
+        known = {rev.revision for rev in context.script.walk_revisions()}
         adoption = legacy.adopt(connection, known)
         if adoption.stamped is not None:
             _report_reached(adoption.stamped)  # the steps before it are Hermes's own
@@ -211,7 +210,7 @@ def _has_messages(connection: Connection) -> bool:
 
 
 def _at_head() -> bool:
-    head = ScriptDirectory.from_config(config).get_current_head()
+    head = context.script.get_current_head()
     return context.get_context().get_current_revision() == head
 
 
