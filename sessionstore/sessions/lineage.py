@@ -576,6 +576,41 @@ def continuations_of(conn: Connection, parents: Sequence[str]) -> list[tuple[str
     return found
 
 
+@functools.cache
+def _edges_from_statement() -> TextClause:
+    edge = continues_sql("edge_child", "edge_parent")
+    return text(
+        "SELECT edge_parent.id, edge_child.id FROM sessions AS edge_parent "
+        "JOIN sessions AS edge_child ON edge_child.parent_session_id = edge_parent.id "
+        f"WHERE edge_parent.id IN :ids AND {edge}"
+    ).bindparams(bindparam("ids", expanding=True))
+
+
+def continued_ancestors(conn: Connection, candidates: Sequence[str]) -> set[str]:
+    """Those of ``candidates`` a later segment of their conversation keeps (iot 0.22.2's
+    ``_continued_ancestors_sql``, the prune's ``whole_lineages``): a candidate one of whose
+    continuations (:func:`continues_sql`) is no candidate, or is itself kept. A
+    compressed-away segment ages with its conversation: while a later segment stays,
+    deleting it would cut the start off a chat still in use."""
+    chosen = set(candidates)
+    edges: list[tuple[str, str]] = []
+    parents = sorted(chosen)
+    for start in range(0, len(parents), _EDGE_CHUNK):
+        chunk = parents[start : start + _EDGE_CHUNK]
+        edges += [(str(row[0]), str(row[1]))
+                  for row in conn.execute(_edges_from_statement(), {"ids": chunk})]  # fmt: skip
+    parent_of: dict[str, set[str]] = {}
+    for parent, child in edges:
+        parent_of.setdefault(child, set()).add(parent)
+    kept = {parent for parent, child in edges if child not in chosen}
+    frontier = sorted(kept)
+    while frontier:
+        above = {parent for child in frontier for parent in parent_of.get(child, ())}
+        frontier = sorted(above - kept)
+        kept.update(frontier)
+    return kept
+
+
 def compression_lineages(conn: Connection, session_ids: Sequence[str]) -> set[str]:
     """The known ones of ``session_ids`` and every session linked to one of them by a
     continuation edge (:func:`continues_sql`), either way: the whole conversation, branch,

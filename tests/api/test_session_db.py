@@ -1555,7 +1555,7 @@ def test_prune_sessions_deletes_only_old_ended_sessions(db: SessionDB, raw: RawS
         source="telegram",
     )  # fmt: skip
     make_session(db, raw, "child-of-old", started_at=now - DAY, parent="old-ended")
-    db.append_message("old-ended", "user", "soon gone")
+    db.append_message("old-ended", "user", "soon gone", timestamp=old + 30)
     db.append_message("child-of-old", "user", "survives")
 
     assert db.prune_sessions(older_than_days=90, source="cli") == 1

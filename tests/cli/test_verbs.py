@@ -92,7 +92,7 @@ def seed(url: str) -> None:
         db.update_token_counts(ALPHA, input_tokens=1200, output_tokens=300,
                                estimated_cost_usd=0.012)
         db.repository.create_session(ALPHA_OLD, "telegram", model="claude", started_at=OLD)
-        db.append_message(ALPHA_OLD, "user", "old telegram chat about backups")
+        db.append_message(ALPHA_OLD, "user", "old telegram chat about backups", timestamp=OLD + 1)
         db.end_session(ALPHA_OLD, "user_exit")
         db.create_session(CHILD, "cli", model="gpt-4o", parent_session_id=ALPHA)
         db.append_message(CHILD, "user", "child task for the subagent")
@@ -607,7 +607,7 @@ def test_source_reads_and_repeats_alike_on_every_verb(runner: CliRunner) -> None
         str(OLD + 1.5),
     ],
 )
-def test_prune_before_a_moment_deletes_what_started_before_it(
+def test_prune_before_a_moment_deletes_what_was_last_active_before_it(
     runner: CliRunner, seeded: str, cutoff: str
 ) -> None:
     dry = run(runner, seeded, "prune", "--before", cutoff, "--dry-run", "--json")
