@@ -39,13 +39,14 @@ that edge, :func:`continues_sql`:
   none holds any).
 - the **ancestors** (:meth:`LineagePart.compression_ancestors`, a turn lease's key
   :func:`compression_root`) walk the edge up; :meth:`LineagePart.get_compression_lineage`
-  (iot's) walks it up, then down through the first-started continuation; the **lineage** a
-  flag covers (archive, pin, hidden, read: :func:`compression_lineages`) is every session
-  linked by the edge either way, as iot's delete of a whole chain walks it; the continuations a
-  pin covers (:func:`continuations_of`, iot's ``_PINNED_TAIL_SQL``) walk it down. One walk
-  keeps iot's own older rule on purpose: :func:`line_through` (iot's ``_LINEAGE_CTE_SQL``:
-  ancestors, and every child below the session), what the idle sweep archives and a resume
-  unarchives, matched to the iot wheel.
+  (iot's) walks it up, then down through the first-started continuation; the **lineage** the
+  deliberate archive covers (:func:`compression_lineages`) is every session linked by the
+  edge either way, as iot's delete of a whole chain walks it; the continuations a pin covers
+  (:func:`continuations_of`, iot's ``_PINNED_TAIL_SQL``) walk it down. One walk keeps iot's
+  own older rule on purpose: :func:`line_through` (iot's ``_LINEAGE_CTE_SQL``: ancestors, and
+  every child below the session), what pin, hidden and read set (iot's
+  ``_set_lineage_column``), what the idle sweep archives and a resume unarchives, matched to
+  the iot wheel.
 - :func:`listable_condition` (what a picker lists): roots, branch and reset children, never a
   delegate run (unless asked) and never a continuation, whatever markers it inherited (it is
   shown through its root).
@@ -54,9 +55,10 @@ Where iot itself differs: its ``get_compression_tip``, its listing's chain and i
 ``resolve_resume_session_id`` still test the branch and delegate markers by presence, so a
 continuation that inherited one is not followed there; ours follows it (iot's bound rule,
 which its prune, ``get_compression_lineage`` and ``find_live_compression_child`` use). Its
-archive flag takes a session's ancestors and every child below it, forks included; ours
-takes the conversation. ``tests/hermes/test_real_iot_chain_rule.py`` pins both with iot's own
-answers.
+deliberate archive takes a session's ancestors and every child below it, forks included; ours
+takes the conversation (kept: archiving a continuation must not hide a branch the user keeps
+working in, nor leave a stale sibling of the chain showing).
+``tests/hermes/test_real_iot_chain_rule.py`` pins both with iot's own answers.
 
 A marker is looked for in ``model_config``'s text: portable across SQLite and PostgreSQL, and
 a malformed ``model_config`` (the files hold some) cannot make a query fail, as

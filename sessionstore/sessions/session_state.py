@@ -11,10 +11,15 @@ method names and semantics:
   deletes only ours. iot also reclaims a lease whose ``pid=<n>`` holder is a provably dead
   local process; here a lease is reclaimed at its expiry only (a store may be shared by hosts
   whose process ids say nothing to each other);
-- pinned, hidden and read (v26/v24's ``last_read_at``), each set across the whole compression
-  lineage as iot does (Desktop projects a root forward to its tip). Pinning unhides, except
-  the canonical Bot Chat (hidden and titled exactly ``"Bot Chat"``). ``last_read_at`` is a
-  watermark: now when read, 0 when marked unread, NULL never tracked (read);
+- pinned, hidden and read (v26/v24's ``last_read_at``), each set on exactly the rows iot's
+  ``_set_lineage_column`` sets (Desktop projects a root forward to its tip, so a flag on the
+  tip alone would be undone by its root): :func:`.lineage.line_through`, the session, its
+  ancestors up through parents that ended ``'compression'`` and every child below one that
+  did (a branch or delegate run of a compression-ended session included, as in iot). Pinning
+  unhides the same rows, except when the session itself is the canonical Bot Chat (hidden and
+  titled exactly ``"Bot Chat"``). ``last_read_at`` is a watermark: now when read, 0 when
+  marked unread, NULL never tracked (read). False for an unknown session (iot: no row
+  updated); ours sets pin and unhide in one transaction where iot takes two;
 - activity (v24): ``touch_session_activity`` stamps ``last_activity_at`` (never backwards)
   with a bounded description and a known provenance (else ``"unknown"``);
   ``clear_session_activity_labels`` clears the labels and keeps the time.
@@ -40,12 +45,7 @@ from ..sql.tables import sessions_table as sessions
 from ..sql.validation import bindable
 from .access import reads, writes
 from .leases import lease_ttl
-from .lineage import (
-    COMPRESSION_END_REASON,
-    compression_lineages,
-    compression_root,
-    continuations_of,
-)
+from .lineage import COMPRESSION_END_REASON, compression_root, continuations_of, line_through
 from .shared import RepositoryPart
 
 DEFAULT_TURN_LEASE_TTL_S: Final = 300.0
@@ -227,20 +227,11 @@ class SessionStatePart(RepositoryPart):
 
     # -- pinned, hidden, read ------------------------------------------------------------------
     def _set_on_lineage(self, session_id: str, values: dict[str, Any]) -> bool:
-        """``values`` on the session and its whole compression lineage; False if unknown."""
+        """``values`` on the session's line (:func:`.lineage.line_through`, iot's
+        ``_set_lineage_column``); False if no row was set (an unknown session)."""
         if not isinstance(session_id, str) or not session_id or not bindable(session_id):
             return False
-
-        def run(conn: Connection) -> bool:
-            lineage = compression_lineages(conn, [session_id])
-            if not lineage:
-                return False
-            conn.execute(
-                update(sessions).where(sessions.c.id.in_(sorted(lineage))).values(values)
-            )
-            return True
-
-        return self.store.write(run)
+        return bool(self.store.write(lambda conn: _set_on_line(conn, session_id, values)))
 
     @writes
     def set_session_pinned(self, session_id: str, pinned: bool) -> bool:
@@ -252,17 +243,13 @@ class SessionStatePart(RepositoryPart):
             return False
 
         def run(conn: Connection) -> bool:
-            lineage = sorted(compression_lineages(conn, [session_id]))
-            if not lineage:
-                return False
             bot_chat = conn.execute(
                 select(sessions.c.id).where(sessions.c.id == session_id, canonical)
             ).first()
             values: dict[str, Any] = {"pinned": 1}
             if bot_chat is None:
                 values["hidden"] = 0
-            conn.execute(update(sessions).where(sessions.c.id.in_(lineage)).values(values))
-            return True
+            return _set_on_line(conn, session_id, values)
 
         return self.store.write(run)
 
@@ -323,6 +310,17 @@ class SessionStatePart(RepositoryPart):
             .values(last_activity_description="", last_activity_provenance="unknown")
         )
         self.store.write(lambda conn: conn.execute(statement))
+
+
+def _set_on_line(conn: Connection, session_id: str, values: dict[str, Any]) -> bool:
+    line = sorted(line_through(conn, [session_id]))
+    updated = 0
+    for start in range(0, len(line), _TAIL_CHUNK):
+        chunk = line[start : start + _TAIL_CHUNK]
+        updated += conn.execute(
+            update(sessions).where(sessions.c.id.in_(chunk)).values(values)
+        ).rowcount  # fmt: skip
+    return updated > 0
 
 
 # -- what a pin and a turn lease keep (the prune and the idle sweep read these) -----------------
