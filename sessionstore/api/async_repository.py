@@ -979,6 +979,9 @@ class AsyncSessionRepository:
     async def set_session_read(self, session_id: str, read: bool = True) -> bool:
         return await self._write(lambda repo: repo.set_session_read(session_id, read))
 
+    async def session_lifecycle_statuses(self, session_ids: Sequence[str] | None) -> dict[str, str]:
+        return await self._read(lambda repo: repo.session_lifecycle_statuses(session_ids))
+
     async def touch_session_activity(
         self,
         session_id: str,

@@ -430,6 +430,9 @@ class AsyncSessionDB:
     async def set_session_read(self, session_id: str, read: bool = True) -> bool:
         return await self._write(lambda db: db.set_session_read(session_id, read))
 
+    async def session_lifecycle_statuses(self, session_ids: Sequence[str] | None) -> dict[str, str]:
+        return await self._read(lambda db: db.session_lifecycle_statuses(session_ids))
+
     async def touch_session_activity(
         self,
         session_id: str,

@@ -370,6 +370,13 @@ class SessionDB:
             raise TypeError(f"session_row must be a mapping, not {type(session_row).__name__}")
         return session_unread(session_row)
 
+    @reads
+    def session_lifecycle_statuses(self, session_ids: Sequence[str] | None) -> dict[str, str]:
+        """iot 0.22.2's picker status of each session, from its last message row:
+        ``"complete"``, ``"interrupted"`` (a trailing user or tool row, tool calls pending),
+        ``"error"`` (an error finish) or ``"empty"`` (no messages, or no such session)."""
+        return self._repo.session_lifecycle_statuses(session_ids)
+
     @writes
     def touch_session_activity(
         self,

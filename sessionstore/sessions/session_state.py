@@ -22,7 +22,14 @@ method names and semantics:
   updated); ours sets pin and unhide in one transaction where iot takes two;
 - activity (v24): ``touch_session_activity`` stamps ``last_activity_at`` (never backwards)
   with a bounded description and a known provenance (else ``"unknown"``);
-  ``clear_session_activity_labels`` clears the labels and keeps the time.
+  ``clear_session_activity_labels`` clears the labels and keeps the time;
+- lifecycle status (iot's pickers and cron): ``session_lifecycle_statuses(ids)`` classifies
+  each session by its last message row (the highest id, archived rows included, as iot reads
+  it; :func:`classify_session_status`): ``"error"`` for an error finish, ``"interrupted"``
+  for a trailing user or tool row or an assistant row with tool calls pending,
+  ``"complete"`` otherwise, ``"empty"`` without messages (an unknown id too). Empty ids are
+  skipped; a lone ``str`` or a non-``str`` id is a ``TypeError`` (iot would answer per
+  character, or for an int key); an id no database can hold is ``"empty"``.
 
 Bad arguments (a non-``str`` id or holder, a TTL that is not a positive finite number) are a
 ``TypeError``/``ValueError``; an empty id or holder is Hermes's no-op (False or None).
@@ -35,11 +42,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from sqlalchemy import and_, delete, or_, select, update
+from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.engine import Connection
 
 from ..sql import validation
 from ..sql.tables import compression_locks_table as compression_locks
+from ..sql.tables import messages_table as messages
 from ..sql.tables import session_turn_leases_table as turn_leases
 from ..sql.tables import sessions_table as sessions
 from ..sql.validation import bindable
@@ -58,6 +66,30 @@ ACTIVITY_PROVENANCES: Final = frozenset({
     "agent.compression_cooldown", "agent.compression_turnhold",
 })  # fmt: skip
 """iot 0.22.2's ``agent.session_activity.ActivityProvenance`` values."""
+
+
+SESSION_STATUS_COMPLETE: Final = "complete"
+SESSION_STATUS_INTERRUPTED: Final = "interrupted"
+SESSION_STATUS_ERROR: Final = "error"
+SESSION_STATUS_EMPTY: Final = "empty"
+ERROR_FINISH_REASONS: Final = frozenset({"error", "agent_error", "content_filter"})
+"""iot 0.22.2's ``_ERROR_FINISH_REASONS``: a turn that ended in a provider or agent error."""
+
+
+def classify_session_status(
+    role: str | None, has_tool_calls: bool, finish_reason: str | None
+) -> str:
+    """iot 0.22.2's ``classify_session_status`` of a session's last message row: an error
+    finish is ``"error"``; a trailing user or tool row, or an assistant row with tool calls
+    pending, ``"interrupted"``; anything else ``"complete"`` (a picker must not alarm on a
+    shape it does not know)."""
+    finish = finish_reason.strip().lower() if isinstance(finish_reason, str) else ""
+    if finish in ERROR_FINISH_REASONS:
+        return SESSION_STATUS_ERROR
+    kind = role.strip().lower() if isinstance(role, str) else ""
+    if kind in {"user", "tool"} or (kind == "assistant" and has_tool_calls):
+        return SESSION_STATUS_INTERRUPTED
+    return SESSION_STATUS_COMPLETE
 
 
 def _lease_parties(session_id: Any, holder: Any) -> tuple[str, str] | None:
@@ -260,6 +292,48 @@ class SessionStatePart(RepositoryPart):
     @writes
     def set_session_read(self, session_id: str, read: bool = True) -> bool:
         return self._set_on_lineage(session_id, {"last_read_at": self.clock() if read else 0.0})
+
+    # -- lifecycle status ------------------------------------------------------------------
+    @reads
+    def session_lifecycle_statuses(self, session_ids: Sequence[str] | None) -> dict[str, str]:
+        """``{session_id: status}`` from each session's last message row, in the order given
+        (see the module); one statement per 500 ids, never a transcript scan."""
+        if not session_ids:
+            return {}
+        if isinstance(session_ids, (str, bytes)):
+            raise TypeError("session_ids must be a list of session ids, not a single str")
+        wanted: list[str] = []
+        for session_id in session_ids:
+            if not session_id:
+                continue
+            if not isinstance(session_id, str):
+                raise TypeError(f"a session id must be a str, not {type(session_id).__name__}")
+            wanted.append(session_id)
+        statuses = dict.fromkeys(wanted, SESSION_STATUS_EMPTY)
+        queried = [session_id for session_id in statuses if bindable(session_id)]
+        if not queried:
+            return statuses
+
+        def run(conn: Connection) -> None:
+            for start in range(0, len(queried), _TAIL_CHUNK):
+                chunk = queried[start : start + _TAIL_CHUNK]
+                latest = (
+                    select(func.max(messages.c.id).label("last_id"))
+                    .where(messages.c.session_id.in_(chunk))
+                    .group_by(messages.c.session_id)
+                    .subquery()
+                )
+                statement = select(
+                    messages.c.session_id, messages.c.role,
+                    messages.c.tool_calls.is_not(None), messages.c.finish_reason,
+                ).join(latest, messages.c.id == latest.c.last_id)  # fmt: skip
+                for session_id, role, has_tool_calls, finish_reason in conn.execute(statement):
+                    statuses[str(session_id)] = classify_session_status(
+                        role, bool(has_tool_calls), finish_reason
+                    )
+
+        self.store.read(run)
+        return statuses
 
     # -- activity --------------------------------------------------------------------------
     @writes
