@@ -39,6 +39,7 @@ from .lineage import (
     listable_condition,
     projection_tips_sql,
 )
+from .maintenance import last_active_at
 from .shared import RepositoryPart, matchable, row_count, session_columns, source_condition
 
 PREVIEW_LENGTH = 60
@@ -705,14 +706,11 @@ def first_user_text() -> ColumnElement[Any]:
 
 
 def _last_active() -> ColumnElement[Any]:
-    latest = messages.alias("latest")
-    newest = (
-        select(func.max(latest.c.timestamp))
-        .where(latest.c.session_id == sessions.c.id)
-        .correlate(sessions)
-        .scalar_subquery()
-    )
-    return func.coalesce(newest, sessions.c.started_at)
+    """A listing row's ``last_active``: iot 0.22.2's freshest of ``last_activity_at`` and the
+    newest message, else ``started_at`` (:func:`.maintenance.last_active_at`, the one home of
+    that rule). Where iot answers NULL (no clock inside 1970...2103), ours keeps the row's
+    ``started_at`` as it is: a listing row always has a number there."""
+    return func.coalesce(last_active_at(), sessions.c.started_at)
 
 
 @functools.cache
