@@ -20,7 +20,7 @@ SCENARIO: list[Step] = [
     ("append_message", ["both", "user", "hi"], {"timestamp": 2_000_000_900.0}),
     (SQL_STEP, ["UPDATE sessions SET started_at = 2000000000.0"], {}),
     (SQL_STEP, ["UPDATE sessions SET last_activity_at = 2000000700.0 "
-                "WHERE id IN ('stamped', 'both')"], {}),  # fmt: skip
+                "WHERE id IN ('stamped', 'both')"], {}),
     (SQL_STEP, ["UPDATE sessions SET last_activity_at = 2000000100.0 WHERE id = 'spoken'"], {}),
 ]
 EXPECTED = {"stamped": 2_000_000_700.0, "spoken": 2_000_000_500.0, "quiet": 2_000_000_000.0,
