@@ -1095,19 +1095,17 @@ class SessionDB:
         """
         if not isinstance(query, str):
             return []
-        return [
-            hit.to_dict()
-            for hit in self._repo.search_messages(
-                query,
-                source_filter=_as_list(source_filter),
-                exclude_sources=_as_list(exclude_sources),
-                role_filter=_as_list(role_filter),
-                limit=limit,
-                offset=offset,
-                include_inactive=include_inactive,
-                sort=sort,
-            )
-        ]
+        # The repository's search, its hits built as dicts directly (no SearchHit between);
+        # imported on first use, as the repository does (startup never loads the search).
+        from ..search.service import search_message_dicts
+
+        sources, excluded, roles = (
+            _as_list(source_filter), _as_list(exclude_sources), _as_list(role_filter)
+        )
+        return self._store.read(lambda conn: search_message_dicts(
+            conn, query, source_filter=sources, exclude_sources=excluded, role_filter=roles,
+            limit=limit, offset=offset, include_inactive=include_inactive, sort=sort,
+        ))  # fmt: skip
 
     @reads
     def search_sessions(

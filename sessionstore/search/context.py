@@ -7,7 +7,9 @@ statement: each hit's neighbours are found by correlated subqueries (each an ind
 ``idx_messages_session``) and the first 200 characters of all three messages come back in the
 hit's row. The hit ids are one JSON parameter, so the statement is built once, compiled once
 per dialect (``sql.statements``) and run on the driver's cursor (SQLAlchemy's per-call
-compilation cost more than the query).
+compilation cost more than the query). SQLite's search reads the same columns in the
+statement that reads its hits instead (:data:`CONTEXT_COLUMNS`, :data:`CONTEXT_JOINS`: one
+statement less); PostgreSQL's runs this one after.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import functools
 import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 from sqlalchemy import Select, and_, case, func, or_, select, text
 from sqlalchemy.engine import Connection, Engine
@@ -23,40 +25,94 @@ from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.selectable import NamedFromClause
 
 from ..dialects import dialect_for, json_list
-from ..sql.message_content import STORED_ON_POSTGRESQL_PREFIX, is_encoded, text_of
+from ..sql.message_content import (
+    ENCODED_CONTENT_PREFIXES,
+    STORED_ON_POSTGRESQL_PREFIX,
+    text_of,
+)
 from ..sql.statements import HotReads
 from ..sql.tables import messages_table
-from .hits import CONTEXT_CONTENT_CHARS, ContextMessage
+from .hits import CONTEXT_CONTENT_CHARS, ContextLine
 
 _STATEMENTS: weakref.WeakKeyDictionary[Engine, HotReads] = weakref.WeakKeyDictionary()
 
 
-def fetch_context(conn: Connection, hit_ids: Sequence[int]) -> dict[int, list[ContextMessage]]:
+def fetch_context(conn: Connection, hit_ids: Sequence[int]) -> dict[int, list[ContextLine]]:
     """For each hit id: its previous message (if any), itself, its next message (if any).
 
-    The hit's own entry has ``is_hit`` set, so a reader can place it without another query.
+    The hit's own line says so (``is_hit``), so a reader can place it without another query.
     A message without text comes back as ``""``, as Hermes's ``(content or "")[:200]`` does.
     An id that names no message is absent from the result.
     """
     if not hit_ids:
         return {}
     rows = _statement(conn).rows(conn, {"hit_ids": json_list([int(i) for i in hit_ids])})
-    context: dict[int, list[ContextMessage]] = {}
-    for hit_id, role, head, before_id, before_role, before_head, after_id, after_role, after_head in rows:  # noqa: E501
-        around = []
-        if before_id is not None:
-            around.append(_message(before_role, before_head))
-        around.append(_message(role, head, is_hit=True))
-        if after_id is not None:
-            around.append(_message(after_role, after_head))
-        context[int(hit_id)] = around
-    return context
+    return {int(row[0]): context_lines(row[1], row[2], *row[3:]) for row in rows}
 
 
-def _message(role: Any, head: Any, *, is_hit: bool = False) -> ContextMessage:
+def context_lines(
+    role: Any, head: Any, before_id: Any, before_role: Any, before_head: Any,
+    after_id: Any, after_role: Any, after_head: Any,
+) -> list[ContextLine]:
+    """A hit's context from the columns :data:`CONTEXT_COLUMNS` (or this module's statement)
+    reads: the hit's role and head, then each neighbour's id, role and head (no id: none)."""
     # Plain text, the common case, without text_of's decoding steps.
-    text = head if type(head) is str and not is_encoded(head) else text_of(head)
-    return ContextMessage(str(role), text[:CONTEXT_CONTENT_CHARS], is_hit)
+    hit = (str(role), head[:CONTEXT_CONTENT_CHARS] if type(head) is str
+           and not head.startswith(ENCODED_CONTENT_PREFIXES) else _text(head), True)
+    if before_id is None and after_id is None:
+        return [hit]
+    around = []
+    if before_id is not None:
+        around.append(_line(before_role, before_head))
+    around.append(hit)
+    if after_id is not None:
+        around.append(_line(after_role, after_head))
+    return around
+
+
+def _line(role: Any, head: Any) -> ContextLine:
+    if type(head) is str and not head.startswith(ENCODED_CONTENT_PREFIXES):
+        return (str(role), head[:CONTEXT_CONTENT_CHARS], False)
+    return (str(role), _text(head), False)
+
+
+def _text(head: Any) -> str:
+    return text_of(head)[:CONTEXT_CONTENT_CHARS]
+
+
+def _head_sql(content: str) -> str:
+    """:func:`_head` as SQL text (both dialects spell it so)."""
+    prefix = STORED_ON_POSTGRESQL_PREFIX
+    assert "'" not in prefix
+    return (f"CASE WHEN length({content}) = 0 OR substr({content}, 1, {len(prefix)}) = "
+            f"'{prefix}' THEN {content} ELSE substr({content}, 1, {CONTEXT_CONTENT_CHARS}) END")
+
+
+def _neighbour_sql(hit: str, *, before: bool) -> str:
+    """:func:`_neighbour_id` as SQL text, correlated with the hit's alias ``hit``."""
+    less, order = ("<", "DESC") if before else (">", "ASC")
+    return (
+        f"(SELECT other.id FROM messages AS other WHERE other.session_id = {hit}.session_id"
+        f" AND other.timestamp {less}= {hit}.timestamp AND (other.timestamp {less}"
+        f" {hit}.timestamp OR (other.timestamp = {hit}.timestamp AND other.id {less} {hit}.id))"
+        f" ORDER BY other.timestamp {order}, other.id {order} LIMIT 1)"
+    )
+
+
+CONTEXT_COLUMNS: Final = (
+    f"m.role, {_head_sql('m.content')}, context_before.id, context_before.role,"
+    f" {_head_sql('context_before.content')}, context_after.id, context_after.role,"
+    f" {_head_sql('context_after.content')}"
+)
+"""The columns :func:`context_lines` takes, in its order, for a hit aliased ``m`` in a
+statement that adds :data:`CONTEXT_JOINS`: a search reads its hits' context in the statement
+that reads their columns (one statement less than :func:`fetch_context`)."""
+CONTEXT_JOINS: Final = (
+    f" LEFT JOIN messages AS context_before ON context_before.id = "
+    f"{_neighbour_sql('m', before=True)}"
+    f" LEFT JOIN messages AS context_after ON context_after.id = "
+    f"{_neighbour_sql('m', before=False)}"
+)
 
 
 def _statement(conn: Connection) -> HotReads:

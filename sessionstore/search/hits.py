@@ -1,15 +1,17 @@
 """What a search returns: one hit per matching message, Hermes's dict shape on demand.
 
-Both database backends produce :class:`MatchRow` values (the hit without its context); the
-service adds the context. :func:`substring_snippet` gives substring hits (where no full-text
+Both database backends produce :class:`FoundRow` tuples (SQLite's with their context, read in
+the same statement; the service reads the others'), which become a :class:`SearchHit` or
+Hermes's dict. :func:`substring_snippet` gives substring hits (where no full-text
 ``snippet()`` exists) the same look as full-text ones.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 SNIPPET_START: Final = ">>>"
 SNIPPET_END: Final = "<<<"
@@ -72,9 +74,15 @@ class ContextMessage:
         return {"role": self.role, "content": self.content}
 
 
-@dataclass(frozen=True, slots=True)
-class MatchRow:
-    """A matching message as a search index found it, before its context is attached."""
+ContextLine = tuple[str, str | None, bool]
+"""One line of a hit's context as the indexes read it: role, the first
+:data:`CONTEXT_CONTENT_CHARS` characters of its text, whether it is the hit itself."""
+
+
+class FoundRow(NamedTuple):
+    """A matching message as a search index found it. A named tuple, not a dataclass: a
+    search builds one per hit, and its callers want either a :class:`SearchHit` (the
+    repository) or Hermes's dict (``SessionDB``), not one made from the other."""
 
     id: int
     session_id: str
@@ -85,19 +93,23 @@ class MatchRow:
     source: str
     model: str | None
     session_started: float
-
-    def with_context(self, context: list[ContextMessage]) -> SearchHit:
-        # Spelled out: a search builds one per hit, and a loop over the fields cost 3 us each.
-        return SearchHit(
-            self.id, self.session_id, self.role, self.snippet, self.timestamp, self.tool_name,
-            self.source, self.model, self.session_started, context,
-        )  # fmt: skip
+    context: list[ContextLine] | None
+    """None when the index did not read it (the service then does)."""
 
 
 @dataclass(frozen=True, slots=True)
-class SearchHit(MatchRow):
+class SearchHit:
     """A match with its context: what ``search_messages`` returns."""
 
+    id: int
+    session_id: str
+    role: str
+    snippet: str
+    timestamp: float
+    tool_name: str | None
+    source: str
+    model: str | None
+    session_started: float
     context: list[ContextMessage]
 
     def to_dict(self) -> dict[str, Any]:
@@ -118,6 +130,30 @@ class SearchHit(MatchRow):
         }
 
 
+def search_hit(row: FoundRow) -> SearchHit:
+    """The :class:`SearchHit` of a found row whose context is read."""
+    return SearchHit(
+        row.id, row.session_id, row.role, row.snippet, row.timestamp, row.tool_name,
+        row.source, row.model, row.session_started,
+        [ContextMessage(role, content, is_hit) for role, content, is_hit in row.context or ()],
+    )  # fmt: skip
+
+
+def hit_dict(row: FoundRow) -> dict[str, Any]:
+    """What :meth:`SearchHit.to_dict` returns for this row, without the hit in between."""
+    return {
+        "id": row.id,
+        "session_id": row.session_id,
+        "role": row.role,
+        "snippet": row.snippet,
+        "timestamp": row.timestamp,
+        "tool_name": row.tool_name,
+        "source": row.source,
+        "model": row.model,
+        "session_started": row.session_started,
+        "context": [{"role": role, "content": content} for role, content, _ in row.context or ()],
+    }
+
 
 def match_row(
     id_: Any,
@@ -129,23 +165,17 @@ def match_row(
     source: Any,
     model: Any,
     session_started: Any,
-) -> MatchRow:
-    """Build a :class:`MatchRow` from database values, normalising their Python types.
+    context: list[ContextLine] | None = None,
+) -> FoundRow:
+    """A :class:`FoundRow` from database values, normalising their Python types.
 
     Legacy files may hold integer timestamps (SQLite keeps what it was given), and a snippet
     of a message without text is NULL.
     """
-    return MatchRow(
-        id=int(id_),
-        session_id=str(session_id),
-        role=str(role),
-        snippet="" if snippet is None else str(snippet),
-        timestamp=float(timestamp),
-        tool_name=tool_name,
-        source=str(source),
-        model=model,
-        session_started=float(session_started),
-    )
+    return FoundRow(
+        int(id_), str(session_id), str(role), "" if snippet is None else str(snippet),
+        float(timestamp), tool_name, str(source), model, float(session_started), context,
+    )  # fmt: skip
 
 
 def substring_snippet(
@@ -188,26 +218,24 @@ def substring_snippet(
 # Where a sentence ends: CJK and ASCII terminators, and a line break. A window cut at a
 # fixed width starts or ends mid-sentence; backing off to the nearest of these (when the
 # window holds one) shows whole sentences around the hit.
-_SENTENCE_ENDS = frozenset("。！？!?；;\n")
+# Found by a compiled pattern, not a loop over the characters (two per substring hit).
+_SENTENCE_END = re.compile("[。！？!?；;\n]")
+_TO_LAST_SENTENCE_END = re.compile("^.*[。！？!?；;\n]", re.DOTALL)
 
 
 def _from_sentence_start(before: str) -> str:
     """``before`` from just after its first sentence end (as is when it holds none)."""
-    for index, character in enumerate(before):
-        if character in _SENTENCE_ENDS:
-            return before[index + 1 :].lstrip()
-    return before
+    found = _SENTENCE_END.search(before)
+    return before if found is None else before[found.end() :].lstrip()
 
 
 def _to_sentence_end(after: str) -> str:
     """``after`` up to and including its last sentence end (as is when it holds none)."""
-    for index in range(len(after) - 1, -1, -1):
-        if after[index] in _SENTENCE_ENDS:
-            return after[: index + 1]
-    return after
+    found = _TO_LAST_SENTENCE_END.match(after)
+    return after if found is None else after[: found.end()]
 
 
-def substring_match_rows(rows: Iterable[Any]) -> list[MatchRow]:
+def substring_match_rows(rows: Iterable[Any]) -> list[FoundRow]:
     """Rows of a substring search (both backends select the same columns) as match rows."""
     return [
         match_row(

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from .hits import MatchRow
+from .hits import FoundRow
 from .request import Page, SearchFilters
 from .terms import SubstringQuery
 
@@ -47,12 +47,12 @@ class SearchIndex(Protocol):
 
     def word_matches(
         self, conn: Connection, query: str, filters: SearchFilters, page: Page
-    ) -> list[MatchRow]:
+    ) -> list[FoundRow]:
         """One page of hits for a sanitized FTS5 query, best first; a bad query finds nothing."""
 
     def substring_matches(
         self, conn: Connection, query: SubstringQuery, filters: SearchFilters, page: Page
-    ) -> list[MatchRow]:
+    ) -> list[FoundRow]:
         """One page of messages holding the query's terms (its CJK terms looked up in the
         index, every term verified against the text), newest first."""
 

@@ -32,7 +32,7 @@ from .hits import (
     SNIPPET_ELLIPSIS,
     SNIPPET_END,
     SNIPPET_START,
-    MatchRow,
+    FoundRow,
     match_row,
     substring_match_rows,
     substring_snippet_sql,
@@ -212,7 +212,7 @@ class PostgreSQLSearchIndex:
 
     def word_matches(
         self, conn: Connection, query: str, filters: SearchFilters, page: Page
-    ) -> list[MatchRow]:
+    ) -> list[FoundRow]:
         tsquery = to_postgres_tsquery(query)
         if tsquery is None:
             return []
@@ -241,7 +241,7 @@ class PostgreSQLSearchIndex:
 
     def substring_matches(
         self, conn: Connection, query: SubstringQuery, filters: SearchFilters, page: Page
-    ) -> list[MatchRow]:
+    ) -> list[FoundRow]:
         _, substring_text, has_bigrams = _layout(conn)
         params: dict[str, Any] = {"needle": query.snippet_term, **page.params}
         alternatives, lookups = [], []

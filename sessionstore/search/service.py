@@ -5,7 +5,10 @@
    the message, newest first), as newest Hermes answers CJK; the database's search index looks
    the CJK terms up in its bigram index and verifies every term against the text. Any other
    query is sanitized (:mod:`.sanitize`) and matched as words, best match first.
-3. Attach each hit's context in a fixed number of statements (:mod:`.context`).
+3. Attach each hit's context in a fixed number of statements (:mod:`.context`), unless the
+   index read it with the hits (SQLite: in the statement that reads their columns).
+4. The hits as :class:`~.hits.SearchHit` values (the repository), or as Hermes's dicts
+   (``SessionDB``: :func:`search_message_dicts`, built from the rows, no hit in between).
 
 The database's search index is the one :mod:`.registry` keeps for its dialect
 (``search_index_for(dialect_for(conn))``): this module never names a database.
@@ -13,17 +16,19 @@ The database's search index is the one :mod:`.registry` keeps for its dialect
 
 from __future__ import annotations
 
+import functools
 import weakref
+from typing import Any, Final
 
 from sqlalchemy.engine import Connection, Engine
 
 from ..dialects import dialect_for
 from .context import fetch_context
-from .hits import SearchHit
+from .hits import FoundRow, SearchHit, hit_dict, search_hit
 from .registry import search_index_for
 from .request import make_filters, make_page
 from .sanitize import contains_cjk, sanitize_fts5_query
-from .terms import parse_substring_query
+from .terms import SubstringQuery, parse_substring_query
 
 _MESSAGE_STATES: weakref.WeakKeyDictionary[Engine, bool] = weakref.WeakKeyDictionary()
 
@@ -40,6 +45,22 @@ def has_message_states(conn: Connection) -> bool:
         known = {"active", "compacted"} <= columns
         _MESSAGE_STATES[engine] = known
     return known
+
+
+CACHED_QUERY_CHARS: Final = 200
+"""Queries up to this long are parsed once (an agent repeats its queries); longer ones, which
+would fill the cache with large texts, every time."""
+
+
+def _parse(query: str) -> SubstringQuery | str | None:
+    """A query holding CJK as a substring query, any other sanitized for FTS5; None: nothing
+    to search for. Pure: the same text always parses the same."""
+    if contains_cjk(query):
+        return parse_substring_query(query)
+    return sanitize_fts5_query(query) or None
+
+
+_parsed = functools.lru_cache(maxsize=512)(_parse)
 
 
 def search_messages(
@@ -66,6 +87,47 @@ def search_messages(
     ``sort`` ``'newest'``/``'oldest'`` orders word hits by time instead of relevance
     (substring hits are newest first unless ``'oldest'``); any other value is a ValueError.
     """
+    return [search_hit(row) for row in found_rows(
+        conn, query, source_filter=source_filter, exclude_sources=exclude_sources,
+        role_filter=role_filter, limit=limit, offset=offset,
+        include_inactive=include_inactive, sort=sort,
+    )]  # fmt: skip
+
+
+def search_message_dicts(
+    conn: Connection,
+    query: str,
+    *,
+    source_filter: list[str] | None = None,
+    exclude_sources: list[str] | None = None,
+    role_filter: list[str] | None = None,
+    limit: int = 20,
+    offset: int = 0,
+    include_inactive: bool = False,
+    sort: str | None = None,
+) -> list[dict[str, Any]]:
+    """:func:`search_messages`'s hits as Hermes's dicts (``SearchHit.to_dict``), built from
+    the rows directly: ``SessionDB``'s search, which returns dicts, never needs the hits."""
+    return [hit_dict(row) for row in found_rows(
+        conn, query, source_filter=source_filter, exclude_sources=exclude_sources,
+        role_filter=role_filter, limit=limit, offset=offset,
+        include_inactive=include_inactive, sort=sort,
+    )]  # fmt: skip
+
+
+def found_rows(
+    conn: Connection,
+    query: str,
+    *,
+    source_filter: list[str] | None,
+    exclude_sources: list[str] | None,
+    role_filter: list[str] | None,
+    limit: int,
+    offset: int,
+    include_inactive: bool,
+    sort: str | None,
+) -> list[FoundRow]:
+    """The rows of :func:`search_messages`, each with its context."""
     if not isinstance(query, str):
         raise TypeError(f"query must be a str, not {type(query).__name__}")
     page = make_page(limit, offset)
@@ -78,16 +140,15 @@ def search_messages(
     )
     if page is None or filters.matches_nothing:
         return []
+    parsed = _parsed(query) if len(query) <= CACHED_QUERY_CHARS else _parse(query)
+    if parsed is None:
+        return []
     index = search_index_for(dialect_for(conn))
-    if contains_cjk(query):
-        substring_query = parse_substring_query(query)
-        if substring_query is None:
-            return []
-        rows = index.substring_matches(conn, substring_query, filters, page)
+    if isinstance(parsed, SubstringQuery):
+        rows = index.substring_matches(conn, parsed, filters, page)
     else:
-        sanitized = sanitize_fts5_query(query)
-        if not sanitized:
-            return []
-        rows = index.word_matches(conn, sanitized, filters, page)
+        rows = index.word_matches(conn, parsed, filters, page)
+    if all(row.context is not None for row in rows):
+        return rows  # the index read the context with the hits (SQLite)
     context = fetch_context(conn, [row.id for row in rows])
-    return [row.with_context(context.get(row.id, [])) for row in rows]
+    return [row._replace(context=context.get(row.id, [])) for row in rows]

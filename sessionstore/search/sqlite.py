@@ -27,12 +27,13 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from ..dialects import json_list
 from . import object_names as names
 from . import sqlite_ddl as ddl
+from .context import CONTEXT_COLUMNS, CONTEXT_JOINS, context_lines
 from .hits import (
     SNIPPET_ELLIPSIS,
     SNIPPET_END,
     SNIPPET_START,
     SUBSTRING_SNIPPET_SIDE_CHARS,
-    MatchRow,
+    FoundRow,
     match_row,
     substring_snippet,
 )
@@ -60,7 +61,8 @@ _MARKERS: Final = {
 # per id, each parsing the query again: 0.28 against 0.16 ms for a page of 20). Python puts
 # the rows in the page's order.
 _WORD_PAGE: Final = f"""
-SELECT {names.WORD_TABLE}.rowid
+{{window_floor}}
+SELECT {names.WORD_TABLE}.rowid {{floor_column}}
 FROM {names.WORD_TABLE}
 JOIN messages AS m ON m.id = {names.WORD_TABLE}.rowid
 JOIN sessions AS s ON s.id = m.session_id
@@ -71,6 +73,7 @@ LIMIT :limit OFFSET :offset
 # snippet() is quadratic in the hits inside one message: long messages get their snippet cut
 # in Python instead (see long_text), from their content, fetched for the page's rows only. A
 # message without content (an assistant's tool calls, found by their text) gets snippet().
+# The context (the messages around each hit) is read here too: one statement less a search.
 _WORD_DETAILS: Final = f"""
 SELECT m.id, m.session_id, m.role,
        CASE WHEN COALESCE(length(m.content), 0) <= {LONG_MESSAGE_CHARS}
@@ -78,10 +81,12 @@ SELECT m.id, m.session_id, m.role,
                          {SNIPPET_TOKENS})
        END,
        m.timestamp, m.tool_name, s.source, s.model, s.started_at,
-       CASE WHEN length(m.content) > {LONG_MESSAGE_CHARS} THEN m.content END
+       CASE WHEN length(m.content) > {LONG_MESSAGE_CHARS} THEN m.content END,
+       {CONTEXT_COLUMNS}
 FROM {names.WORD_TABLE}
 JOIN messages AS m ON m.id = {names.WORD_TABLE}.rowid
 JOIN sessions AS s ON s.id = m.session_id
+{CONTEXT_JOINS}
 WHERE {names.WORD_TABLE} MATCH :query
   AND {names.WORD_TABLE}.rowid BETWEEN :lowest AND :highest
   AND +{names.WORD_TABLE}.rowid IN (SELECT value FROM json_each(:ids))
@@ -97,7 +102,16 @@ _WINDOW_FLOOR: Final = f"""
 SELECT rowid FROM {names.WORD_TABLE} WHERE {names.WORD_TABLE} MATCH :query
 ORDER BY rowid DESC LIMIT 1 OFFSET :last
 """
-_WINDOW: Final = f"AND {names.WORD_TABLE}.rowid >= :floor"
+# The floor found by the page's own statement (one statement less a search): computed once
+# (a materialized CTE), bounding the walk as the bound value does, and returned on every row,
+# so Python knows whether the window applied. No floor (fewer matches than the window): every
+# match from the lowest rowid on, which is ranking them all.
+_WINDOW_FLOOR_CTE: Final = f"""
+WITH window_floor(id) AS MATERIALIZED ({_WINDOW_FLOOR})"""
+_WINDOW_FLOOR_COLUMN: Final = ", (SELECT id FROM window_floor)"
+_WINDOW_FROM_FLOOR: Final = (
+    f"AND {names.WORD_TABLE}.rowid >= coalesce((SELECT id FROM window_floor), {-(2**63)})"
+)
 
 # Substring hits get their snippet from instr() around the first occurrence: one pass over the
 # message (FTS5's snippet() scores every window against every hit: quadratic in the hits
@@ -106,7 +120,8 @@ _WINDOW: Final = f"AND {names.WORD_TABLE}.rowid >= :floor"
 # tool name (the columns the search covers; an assistant's tool-call message has no content).
 # Each position is computed once per page row ("OFFSET 0" keeps SQLite from flattening the
 # subquery, which would copy the instr() into every expression that names it), and the text
-# around the hit is one substr() that Python cuts into before / hit / after.
+# around the hit is one substr() that Python cuts into before / hit / after. The hits' context
+# is read by the same statement.
 _SUBSTRING_SEARCH: Final = f"""
 SELECT hit.id, hit.session_id, hit.role, hit.timestamp, hit.tool_name, hit.source, hit.model,
        hit.started_at, hit.hit_start,
@@ -116,7 +131,8 @@ SELECT hit.id, hit.session_id, hit.role, hit.timestamp, hit.tool_name, hit.sourc
               CASE WHEN hit.hit_start > 0
                    THEN hit.hit_start - max(1, hit.hit_start - {SUBSTRING_SNIPPET_SIDE_CHARS})
                         + length(:needle) + {SUBSTRING_SNIPPET_SIDE_CHARS + 1}
-                   ELSE {2 * SUBSTRING_SNIPPET_SIDE_CHARS + 1} END)
+                   ELSE {2 * SUBSTRING_SNIPPET_SIDE_CHARS + 1} END),
+       {CONTEXT_COLUMNS}
 FROM (
     SELECT found.*,
            CASE WHEN found.in_content > 0 THEN found.in_content
@@ -144,6 +160,7 @@ FROM (
     LIMIT -1 OFFSET 0
 ) AS hit
 JOIN messages AS m ON m.id = hit.id
+{CONTEXT_JOINS}
 ORDER BY {{page_order}}
 """
 # The page is chosen from ids alone (sessions joined only when a source filter needs them);
@@ -211,14 +228,19 @@ class SQLiteSearchIndex:
     # -- matching -------------------------------------------------------------------------
     def word_matches(
         self, conn: Connection, query: str, filters: SearchFilters, page: Page
-    ) -> list[MatchRow]:
+    ) -> list[FoundRow]:
         params: dict[str, Any] = {"query": query, **page.params}
         try:
-            floor = _window_floor(conn, query, filters, page)
-            ids = self._word_page(conn, params, filters, floor)
-            if floor is not None and len(ids) < page.limit:
-                # The filters left too few of the window's matches: rank them all.
-                ids = self._word_page(conn, params, filters, None)
+            if _ranks_in_window(filters, page):
+                ids = self._windowed_page(conn, params, filters)
+                # The floor, from the rows (without rows, asked alone: no match at all, or
+                # none of the window's that the filters keep).
+                floor = ids[0][1] if ids else _window_floor(conn, query)
+                if floor is not None and len(ids) < page.limit:
+                    # The filters left too few of the window's matches: rank them all.
+                    ids = self._word_page(conn, params, filters)
+            else:
+                ids = self._word_page(conn, params, filters)
             if not ids:
                 return []
             order = [row[0] for row in ids]
@@ -236,28 +258,47 @@ class SQLiteSearchIndex:
             match_row(
                 row[0], row[1], row[2],
                 row[3] if row[9] is None else long_text_snippet(row[9], terms),
-                row[4], row[5], row[6], row[7], row[8],
+                row[4], row[5], row[6], row[7], row[8], context_lines(*row[10:]),
             )
             for row in rows
         ]  # fmt: skip
 
     @staticmethod
-    def _word_page(
-        conn: Connection, params: dict[str, Any], filters: SearchFilters, floor: int | None
+    def _windowed_page(
+        conn: Connection, params: dict[str, Any], filters: SearchFilters
     ) -> list[tuple[Any, ...]]:
-        """The page's rowids, best first (only those from ``floor`` on, when given)."""
+        """The page's rowids, best first among the window's, each with the window's floor
+        (None: fewer matches than the window, all of them ranked)."""
         return filtered_rows(
             conn,
             _WORD_PAGE,
             filters,
-            params if floor is None else {**params, "floor": floor},
+            {**params, "last": RANK_WINDOW - 1},
             order=filters.order(f"{names.WORD_TABLE}.rank"),
-            window="" if floor is None else _WINDOW,
+            window=_WINDOW_FROM_FLOOR,
+            window_floor=_WINDOW_FLOOR_CTE,
+            floor_column=_WINDOW_FLOOR_COLUMN,
+        )
+
+    @staticmethod
+    def _word_page(
+        conn: Connection, params: dict[str, Any], filters: SearchFilters
+    ) -> list[tuple[Any, ...]]:
+        """The page's rowids, best first among every match."""
+        return filtered_rows(
+            conn,
+            _WORD_PAGE,
+            filters,
+            params,
+            order=filters.order(f"{names.WORD_TABLE}.rank"),
+            window="",
+            window_floor="",
+            floor_column="",
         )
 
     def substring_matches(
         self, conn: Connection, query: SubstringQuery, filters: SearchFilters, page: Page
-    ) -> list[MatchRow]:
+    ) -> list[FoundRow]:
         needle = query.snippet_term
         params: dict[str, Any] = {"needle": needle, **page.params}
         candidates, match, verify = _SCAN_CANDIDATES, "", _verification(query, params)
@@ -285,7 +326,7 @@ class SQLiteSearchIndex:
         return [
             match_row(
                 row[0], row[1], row[2], _cut_snippet(row[8], row[9], len(needle)),
-                row[3], row[4], row[5], row[6], row[7],
+                row[3], row[4], row[5], row[6], row[7], context_lines(*row[10:]),
             )
             for row in rows
         ]  # fmt: skip
@@ -447,14 +488,16 @@ class SQLiteSearchIndex:
         ])  # fmt: skip
 
 
-def _window_floor(
-    conn: Connection, query: str, filters: SearchFilters, page: Page
-) -> int | None:
-    """The oldest rowid of the newest ``RANK_WINDOW`` matches, or None to rank every match:
-    fewer matches than that, a time order (which sorts by time, not score), or a page reaching
-    past half the window (paging stays consistent: every page of a query uses one window)."""
-    if filters.sort is not None or page.limit + page.offset > RANK_WINDOW // 2:
-        return None
+def _ranks_in_window(filters: SearchFilters, page: Page) -> bool:
+    """Whether best match first ranks the newest ``RANK_WINDOW`` matches only: not for a time
+    order (which sorts by time, not score), nor for a page reaching past half the window
+    (paging stays consistent: every page of a query uses one window)."""
+    return filters.sort is None and page.limit + page.offset <= RANK_WINDOW // 2
+
+
+def _window_floor(conn: Connection, query: str) -> int | None:
+    """The oldest rowid of the newest ``RANK_WINDOW`` matches, or None (fewer matches than
+    that: every match is ranked)."""
     found = hot_rows(conn, _WINDOW_FLOOR, {"query": query, "last": RANK_WINDOW - 1})
     return None if not found or found[0][0] is None else int(found[0][0])
 
