@@ -59,13 +59,15 @@ _MARKERS: Final = {
 # of the match between the page's lowest and highest rowid, each row tested against the page's
 # ids before any column is read ("+" keeps the id list from being taken as one FTS5 lookup
 # per id, each parsing the query again: 0.28 against 0.16 ms for a page of 20). Python puts
-# the rows in the page's order.
+# the rows in the page's order. Sessions are joined to the page only when a source filter needs
+# them (a probe per ranked match: about 0.1 ms of a common word's page); a message without its
+# session (an orphan a legacy file may hold), which the details drop, has the page chosen again
+# with them joined.
 _WORD_PAGE: Final = f"""
 {{window_floor}}
 SELECT {names.WORD_TABLE}.rowid {{floor_column}}
 FROM {names.WORD_TABLE}
-JOIN messages AS m ON m.id = {names.WORD_TABLE}.rowid
-JOIN sessions AS s ON s.id = m.session_id
+JOIN messages AS m ON m.id = {names.WORD_TABLE}.rowid {{sessions}}
 WHERE {names.WORD_TABLE} MATCH :query {{window}} {{filters}}
 ORDER BY {{order}}
 LIMIT :limit OFFSET :offset
@@ -230,25 +232,13 @@ class SQLiteSearchIndex:
         self, conn: Connection, query: str, filters: SearchFilters, page: Page
     ) -> list[FoundRow]:
         params: dict[str, Any] = {"query": query, **page.params}
+        by_source = filters.sources is not None or bool(filters.excluded_sources)
         try:
-            if _ranks_in_window(filters, page):
-                ids = self._windowed_page(conn, params, filters)
-                # The floor, from the rows (without rows, asked alone: no match at all, or
-                # none of the window's that the filters keep).
-                floor = ids[0][1] if ids else _window_floor(conn, query)
-                if floor is not None and len(ids) < page.limit:
-                    # The filters left too few of the window's matches: rank them all.
-                    ids = self._word_page(conn, params, filters)
-            else:
-                ids = self._word_page(conn, params, filters)
-            if not ids:
-                return []
-            order = [row[0] for row in ids]
-            found = {row[0]: row for row in hot_rows(conn, _WORD_DETAILS, {
-                "query": query, **_MARKERS, "ids": json_list(order),
-                "lowest": min(order), "highest": max(order),
-            })}  # fmt: skip
-            rows = [found[rowid] for rowid in order if rowid in found]
+            order = self._page_ids(conn, params, filters, page, by_source)
+            rows = _word_details(conn, query, order)
+            if len(rows) < len(order) and not by_source:
+                order = self._page_ids(conn, params, filters, page, True)
+                rows = _word_details(conn, query, order)
         except OperationalError as exc:
             if not is_query_error(exc):
                 raise
@@ -263,9 +253,26 @@ class SQLiteSearchIndex:
             for row in rows
         ]  # fmt: skip
 
+    def _page_ids(
+        self, conn: Connection, params: dict[str, Any], filters: SearchFilters, page: Page,
+        sessions: bool,
+    ) -> list[int]:
+        """The page's message ids, best first (``sessions``: joined to the ranked matches)."""
+        if _ranks_in_window(filters, page):
+            ids = self._windowed_page(conn, params, filters, sessions)
+            # The floor, from the rows (without rows, asked alone: no match at all, or none
+            # of the window's that the filters keep).
+            floor = ids[0][1] if ids else _window_floor(conn, params["query"])
+            if floor is not None and len(ids) < page.limit:
+                # The filters left too few of the window's matches: rank them all.
+                ids = self._word_page(conn, params, filters, sessions)
+        else:
+            ids = self._word_page(conn, params, filters, sessions)
+        return [row[0] for row in ids]
+
     @staticmethod
     def _windowed_page(
-        conn: Connection, params: dict[str, Any], filters: SearchFilters
+        conn: Connection, params: dict[str, Any], filters: SearchFilters, sessions: bool
     ) -> list[tuple[Any, ...]]:
         """The page's rowids, best first among the window's, each with the window's floor
         (None: fewer matches than the window, all of them ranked)."""
@@ -278,11 +285,12 @@ class SQLiteSearchIndex:
             window=_WINDOW_FROM_FLOOR,
             window_floor=_WINDOW_FLOOR_CTE,
             floor_column=_WINDOW_FLOOR_COLUMN,
+            sessions=_SESSIONS if sessions else "",
         )
 
     @staticmethod
     def _word_page(
-        conn: Connection, params: dict[str, Any], filters: SearchFilters
+        conn: Connection, params: dict[str, Any], filters: SearchFilters, sessions: bool
     ) -> list[tuple[Any, ...]]:
         """The page's rowids, best first among every match."""
         return filtered_rows(
@@ -294,6 +302,7 @@ class SQLiteSearchIndex:
             window="",
             window_floor="",
             floor_column="",
+            sessions=_SESSIONS if sessions else "",
         )
 
     def substring_matches(
@@ -486,6 +495,18 @@ class SQLiteSearchIndex:
             for table in names.FTS5_TABLES
             if table in present
         ])  # fmt: skip
+
+
+def _word_details(conn: Connection, query: str, order: list[int]) -> list[tuple[Any, ...]]:
+    """The columns, snippet and context of the page's messages, in the page's order (a
+    message without its session is left out)."""
+    if not order:
+        return []
+    found = {row[0]: row for row in hot_rows(conn, _WORD_DETAILS, {
+        "query": query, **_MARKERS, "ids": json_list(order),
+        "lowest": min(order), "highest": max(order),
+    })}  # fmt: skip
+    return [found[rowid] for rowid in order if rowid in found]
 
 
 def _ranks_in_window(filters: SearchFilters, page: Page) -> bool:

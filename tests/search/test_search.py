@@ -1024,3 +1024,30 @@ def test_search_index_lifecycle_verbs(store: Store) -> None:
         assert {q: names_of(search(store, q), ids) for q in queries} == before
     health = store.write(index.check) if index.check_writes else store.read(index.check)
     assert health.missing == [] and health.broken == [] and not health.out_of_step
+
+
+def test_a_message_without_its_session_is_no_hit_and_the_page_stays_full(
+    sqlite_store: Store,
+) -> None:
+    """A legacy file may hold a message whose session row is gone. The word page is ranked
+    without the sessions (a probe per match saved) and chosen again with them when one of its
+    messages has none: the orphan (the best match here) is left out, the page still holds
+    ``limit`` hits."""
+    ids = seed(sqlite_store, [
+        Msg("old", "cli-1", "user", "deploy docker", 1),
+        Msg("mid", "tg-1", "user", "deploy docker", 2),
+        Msg("new", "dc-1", "user", "deploy docker", 3),
+    ])  # fmt: skip
+    raw = sqlite_store.engine.raw_connection()  # autocommit at the driver: no BEGIN
+    try:
+        driver = raw.driver_connection
+        assert driver is not None
+        driver.execute("PRAGMA foreign_keys = OFF")
+        driver.execute("INSERT INTO messages (id, session_id, role, content, timestamp)"
+                       " VALUES (4, 'gone-1', 'user', 'deploy deploy deploy', 4)")
+        driver.execute("PRAGMA foreign_keys = ON")
+    finally:
+        raw.close()
+    hits = search(sqlite_store, "deploy", limit=2)
+    assert len(hits) == 2 and 4 not in {hit.id for hit in hits}
+    assert {hit.id for hit in search(sqlite_store, "deploy")} == set(ids.values())
