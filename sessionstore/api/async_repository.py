@@ -298,6 +298,45 @@ class AsyncSessionRepository:
     async def import_sessions(self, payload: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         return await self._write(lambda repo: repo.import_sessions(payload))
 
+    async def publish_compression_child(
+        self,
+        *,
+        parent_session_id: str,
+        child_session_id: str,
+        source: str,
+        messages: Sequence[Mapping[str, Any]],
+        model: str | None = None,
+        model_config: Mapping[str, Any] | None = None,
+        system_prompt: str | None = None,
+        cwd: str | None = None,
+        profile_name: str | None = None,
+        compression_lock_holder: str | None = None,
+        require_compression_lease: bool = True,
+        require_lease_refresh: bool = False,
+        lease_ttl_seconds: float = 300.0,
+        watermark: int | None = None,
+        watermark_ceiling: int | None = None,
+    ) -> None:
+        return await self._write(
+            lambda repo: repo.publish_compression_child(
+                parent_session_id=parent_session_id,
+                child_session_id=child_session_id,
+                source=source,
+                messages=messages,
+                model=model,
+                model_config=model_config,
+                system_prompt=system_prompt,
+                cwd=cwd,
+                profile_name=profile_name,
+                compression_lock_holder=compression_lock_holder,
+                require_compression_lease=require_compression_lease,
+                require_lease_refresh=require_lease_refresh,
+                lease_ttl_seconds=lease_ttl_seconds,
+                watermark=watermark,
+                watermark_ceiling=watermark_ceiling,
+            )
+        )
+
     async def append_message(self, session_id: str, message: NewMessage) -> int:
         return await self._write(lambda repo: repo.append_message(session_id, message))
 

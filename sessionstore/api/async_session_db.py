@@ -806,6 +806,45 @@ class AsyncSessionDB:
     async def get_compression_lock_holder(self, session_id: str) -> str | None:
         return await self._read(lambda db: db.get_compression_lock_holder(session_id))
 
+    async def publish_compression_child(
+        self,
+        *,
+        parent_session_id: str,
+        child_session_id: str,
+        source: str,
+        messages: Sequence[Mapping[str, Any]],
+        model: str | None = None,
+        model_config: Mapping[str, Any] | None = None,
+        system_prompt: str | None = None,
+        cwd: str | None = None,
+        profile_name: str | None = None,
+        compression_lock_holder: str | None = None,
+        require_compression_lease: bool = True,
+        require_lease_refresh: bool = False,
+        lease_ttl_seconds: float = 300.0,
+        watermark: int | None = None,
+        watermark_ceiling: int | None = None,
+    ) -> None:
+        return await self._write(
+            lambda db: db.publish_compression_child(
+                parent_session_id=parent_session_id,
+                child_session_id=child_session_id,
+                source=source,
+                messages=messages,
+                model=model,
+                model_config=model_config,
+                system_prompt=system_prompt,
+                cwd=cwd,
+                profile_name=profile_name,
+                compression_lock_holder=compression_lock_holder,
+                require_compression_lease=require_compression_lease,
+                require_lease_refresh=require_lease_refresh,
+                lease_ttl_seconds=lease_ttl_seconds,
+                watermark=watermark,
+                watermark_ceiling=watermark_ceiling,
+            )
+        )
+
     async def record_compression_failure_cooldown(
         self,
         session_id: str,

@@ -854,6 +854,43 @@ class SessionDB:
         return self._repo.get_compression_lock_holder(session_id)
 
     @writes
+    def publish_compression_child(
+        self,
+        *,
+        parent_session_id: str,
+        child_session_id: str,
+        source: str,
+        messages: Sequence[Mapping[str, Any]],
+        model: str | None = None,
+        model_config: Mapping[str, Any] | None = None,
+        system_prompt: str | None = None,
+        cwd: str | None = None,
+        profile_name: str | None = None,
+        compression_lock_holder: str | None = None,
+        require_compression_lease: bool = True,
+        require_lease_refresh: bool = False,
+        lease_ttl_seconds: float = 300.0,
+        watermark: int | None = None,
+        watermark_ceiling: int | None = None,
+    ) -> None:
+        """iot 0.22.2's atomic compression publication: the lease checked, the parent closed
+        (``'compression'``), the child created with the handoff ``messages`` and the parent's
+        tail above ``watermark`` cloned, in one transaction
+        (:mod:`sessionstore.sessions.compression`). A lost lease is
+        :class:`~sessionstore.errors.CompressionSessionBusyError`; a parent that is unknown,
+        deliberately ended or changed, or an empty handoff,
+        :class:`~sessionstore.errors.CompressionPublishError` (both ``RuntimeError``)."""
+        self._repo.publish_compression_child(
+            parent_session_id=parent_session_id, child_session_id=child_session_id,
+            source=source, messages=messages, model=model, model_config=model_config,
+            system_prompt=system_prompt, cwd=cwd, profile_name=profile_name,
+            compression_lock_holder=compression_lock_holder,
+            require_compression_lease=require_compression_lease,
+            require_lease_refresh=require_lease_refresh, lease_ttl_seconds=lease_ttl_seconds,
+            watermark=watermark, watermark_ceiling=watermark_ceiling,
+        )  # fmt: skip
+
+    @writes
     def record_compression_failure_cooldown(
         self, session_id: str, cooldown_until: float, error: str | None = None
     ) -> bool:

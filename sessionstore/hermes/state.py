@@ -12,10 +12,11 @@ What Hermes's module offers at module level, and so does this one: ``SessionDB``
 for it is ``ThreadedSessionDB``, since ``sessionstore.AsyncSessionDB`` is the pooled one), the
 helpers ``get_last_init_error``, ``format_session_db_unavailable``, ``is_malformed_db_error``,
 ``apply_wal_with_fallback`` and ``repair_state_db_schema`` (see ``sessionstore.hermes.helpers``),
-``DEFAULT_DB_PATH``, ``SCHEMA_VERSION`` (the Hermes schema of a store at head: hermes-agent
-0.19.0's, 22), ``SCHEMA_SQL`` and ``FTS_SQL`` (Hermes v6's DDL text, kept for code that reads
-them; a fresh store is hermes-agent 0.19.0's shape, see ``sessionstore/_migrations/versions/
-0026`` ... ``0030``), ``logger``.
+``CompressionSessionBusyError`` (what ``publish_compression_child`` raises when the lease is
+lost, as iot 0.22.2's), ``DEFAULT_DB_PATH``, ``SCHEMA_VERSION`` (the Hermes schema of a store
+at head: hermes-agent 0.19.0's, 22), ``SCHEMA_SQL`` and ``FTS_SQL`` (Hermes v6's DDL text,
+kept for code that reads them; a fresh store is hermes-agent 0.19.0's shape, see
+``sessionstore/_migrations/versions/0026`` ... ``0030``), ``logger``.
 
 ``SessionDB`` here is ``sessionstore.SessionDB`` plus the private surface Hermes's own code
 reaches into (its insights, dashboard, ACP sessions, CLI resume):
@@ -75,6 +76,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 
 from ..api import session_db as facade
 from ..dialects import sqlite_library
+from ..errors import CompressionSessionBusyError
 from ..search import contains_cjk, sanitize_fts5_query
 from ..sql.tables import SCHEMA_VERSION
 from ..storage import fork_safety
@@ -98,6 +100,7 @@ __all__ = [
     "SCHEMA_SQL",
     "SCHEMA_VERSION",
     "AsyncSessionDB",
+    "CompressionSessionBusyError",
     "SessionDB",
     "ThreadedSessionDB",
     "apply_wal_with_fallback",

