@@ -19,7 +19,10 @@ the bulk filters (``list_prune_candidates``, ``archive_sessions``, ``prune_sessi
 Where we differ on purpose the scenario stays off it: ``update_token_counts`` on an unknown
 session (Hermes creates it, SPEC §7 does not), lone surrogates (Hermes scrubs them, we refuse
 them), ``rebuild_fts``'s count (we have more indexes), exports with rewound rows (ours keep
-them).
+them), the bulk filters on a compression lineage (ours follow iot 0.22.2: an ancestor ages
+with its conversation, the archive matches by the tip) and on sessions whose last activity
+differs from their start (ours: iot's inactivity; its dry run's ``last_active`` is not
+compared).
 """
 
 from __future__ import annotations
@@ -566,7 +569,9 @@ def prune_family() -> list[Step]:
     steps: list[Step] = []
     for n, (source, reason, model, provider, branch) in enumerate([
         ("cli", "user_exit", "claude-sonnet", "Anthropic", "main"),
-        ("cli", "compression", "gpt-5", "openai", "feature/x"),
+        # Not 'compression': a compression ancestor ages with its conversation in iot 0.22.2
+        # and ours, not in 0.19.0 (tests/hermes/test_real_iot_prune_age.py has that rule).
+        ("cli", "timeout", "gpt-5", "openai", "feature/x"),
         ("telegram", "user_exit", "claude-haiku", "anthropic", None),
         ("cron", None, "qwen", "openrouter", "main"),
         ("cli", "error", "CLAUDE-opus", "ANTHROPIC", "Feature/Y"),
