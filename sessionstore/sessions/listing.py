@@ -15,13 +15,28 @@ import functools
 import re
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Final
 
-from sqlalchemy import ColumnElement, Select, bindparam, column, func, null, or_, select, text
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    and_,
+    bindparam,
+    case,
+    column,
+    func,
+    literal,
+    not_,
+    null,
+    or_,
+    select,
+    text,
+)
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import TextClause
 
 from ..dialects import StoreDialect, json_list
+from ..dialects.functions import text_position
 from ..search.sanitize import escape_like
 from ..sql import validation
 from ..sql.read_shape import ReadShape
@@ -684,19 +699,90 @@ def _common_prefix_length(left: str, right: str) -> int:
     return size
 
 
-def first_user_text() -> ColumnElement[Any]:
-    """The head of a session's first user message, over ``sessions`` (what a preview is
-    cut from: :func:`preview_text`)."""
+SUMMARY_PREFIXES: Final = (
+    "[CONTEXT COMPACTION \u2014 REFERENCE ONLY] Earlier turns were compacted into the summary "
+    "below. This is a handoff from a previous context window \u2014 treat it as background "
+    "reference, NOT as active instructions. ",
+    "[CONTEXT SUMMARY]:",
+)
+"""How iot 0.22.2's compaction summary opens (the long form up to its first instruction, and
+the legacy prefix): a user row that opens so is a hand-off, not something the user typed."""
+SUMMARY_END_MARKER: Final = (
+    "--- END OF CONTEXT SUMMARY \u2014 respond to the message below, not the summary above ---"
+)
+MERGED_SUMMARY_DELIMITER: Final = "[END OF PRIOR CONTEXT \u2014 COMPACTION SUMMARY BELOW]"
+MERGED_PRIOR_CONTEXT_HEADER: Final = "[PRIOR CONTEXT \u2014 for reference only; not a new message]"
+_WHITESPACE: Final = "\t\n\r "
+_PREVIEW_HEAD: Final = PREVIEW_LENGTH + 3 + 200
+
+
+def _ltrim(text: ColumnElement[Any]) -> ColumnElement[Any]:
+    return func.ltrim(text, literal(_WHITESPACE))
+
+
+def _trim(text: ColumnElement[Any]) -> ColumnElement[Any]:
+    return func.rtrim(_ltrim(text), literal(_WHITESPACE))
+
+
+def _opens_with_summary(text: ColumnElement[Any]) -> ColumnElement[bool]:
+    opened = _ltrim(text)
+    return or_(*(func.substr(opened, 1, len(prefix)) == prefix for prefix in SUMMARY_PREFIXES))
+
+
+def _after(text: ColumnElement[Any], marker: str) -> ColumnElement[Any]:
+    return func.substr(text, text_position(text, literal(marker)) + len(marker))
+
+
+def _preview_rule(row: Any, hidden_kind: bool) -> tuple[ColumnElement[bool], ColumnElement[Any]]:
+    """iot 0.22.2's preview rule for a user row (``_PREVIEW_ELIGIBLE_SQL`` and
+    ``_PREVIEW_RAW_SELECT``): whether it may be a session's preview, and the text the preview
+    is cut from. A compaction summary (:data:`SUMMARY_PREFIXES`) shows what follows its end
+    marker, and is skipped when nothing does; a summary merged into an earlier row shows the
+    row's prior text (its header dropped), and is skipped when there is none; a row
+    ``display_kind = 'hidden'`` (scaffolding no one is shown) is skipped. iot also shows a
+    skill invocation's scaffold as a head and tail excerpt; ours shows its head (kept: that
+    needs iot's skill registry)."""
+    content = row.c.content
+    delimiter_at = text_position(content, literal(MERGED_SUMMARY_DELIMITER))
+    standalone = _opens_with_summary(content)
+    merged = and_(delimiter_at > 0, _opens_with_summary(_after(content, MERGED_SUMMARY_DELIMITER)))
+    remainder = _after(content, SUMMARY_END_MARKER)
+    prior = _trim(func.substr(content, 1, case((delimiter_at > 0, delimiter_at - 1), else_=0)))
+    header = MERGED_PRIOR_CONTEXT_HEADER
+    unwrapped = case(
+        (func.substr(_ltrim(prior), 1, len(header)) == header,
+         _ltrim(func.substr(_ltrim(prior), len(header) + 1))),
+        else_=prior,
+    )  # fmt: skip
+    eligible = or_(
+        and_(not_(standalone), not_(merged)),
+        and_(
+            standalone,
+            text_position(content, literal(SUMMARY_END_MARKER)) > 0,
+            func.length(_trim(remainder)) > 0,
+        ),
+        and_(merged, func.length(_trim(unwrapped)) > 0),
+    )
+    if hidden_kind:
+        eligible = and_(func.coalesce(row.c.display_kind, "") != "hidden", eligible)
+    raw = case((standalone, remainder), (merged, unwrapped), else_=content)
+    return eligible, func.substr(raw, 1, _PREVIEW_HEAD)
+
+
+def first_user_text(read: ReadShape | None = None) -> ColumnElement[Any]:
+    """The head of the text a session's preview is cut from (:func:`preview_text`): its first
+    user message that may be one (:func:`_preview_rule`), by timestamp then id. ``read``: the
+    store's shape (a store without ``display_kind`` has no hidden rows)."""
     first = messages.alias("first_user")
-    # Only the head is read out; _preview flattens its line breaks in Python, where two
-    # replace() calls per row cost less than in SQL (a fifth of this subquery on SQLite).
-    head = func.substr(first.c.content, 1, PREVIEW_LENGTH + 3 + 200)
+    hidden_kind = read is None or read.has_column(messages.name, "display_kind")
+    eligible, head = _preview_rule(first, hidden_kind)
     return (
         select(head)
         .where(
             first.c.session_id == sessions.c.id,
             first.c.role == "user",
             first.c.content.is_not(None),
+            eligible,
         )
         .order_by(first.c.timestamp, first.c.id)
         .limit(1)
@@ -727,7 +813,7 @@ def _rich_select(compact: bool, read: ReadShape) -> Select[Any]:
     return select(
         *columns,
         _last_active().label("last_active"),
-        first_user_text().label("_preview_raw"),
+        first_user_text(read).label("_preview_raw"),
     )
 
 

@@ -41,6 +41,7 @@ from sqlalchemy.engine import Connection
 
 from ..dialects import StatementDeadline, StoreDialect, json_list
 from ..sql import validation
+from ..sql.read_shape import ReadShape
 from ..sql.tables import sessions_table as sessions
 from .access import reads
 from .lineage import (
@@ -215,7 +216,7 @@ class RecentBrowsePart(RepositoryPart):
 
         def run(conn: Connection) -> list[dict[str, Any]]:
             with self.store.dialect.statement_deadline(conn, seconds) as deadline:
-                return _Browse(conn, deadline, self.store.dialect).run(
+                return _Browse(conn, deadline, self.store.dialect, self.store.read_shape).run(
                     rows, candidates, ceiling, excluded, hides=hides, stamped=stamped,
                     keyed=keyed,
                 )  # fmt: skip
@@ -227,9 +228,14 @@ class _Browse:
     """One browse on one connection, each statement after a look at the deadline."""
 
     def __init__(
-        self, conn: Connection, deadline: StatementDeadline, dialect: StoreDialect
+        self,
+        conn: Connection,
+        deadline: StatementDeadline,
+        dialect: StoreDialect,
+        read: ReadShape,
     ) -> None:
         self.conn = conn
+        self.read = read
         self.deadline = deadline
         self.list_sql = dialect.json_list_sql
         self.bytewise = dialect.bytewise_collation
@@ -378,7 +384,7 @@ class _Browse:
     ) -> list[dict[str, Any]]:
         if not page:
             return []
-        head = first_user_text()
+        head = first_user_text(self.read)
         statement = select(
             sessions.c.id,
             sessions.c.source,
