@@ -41,7 +41,7 @@ from ..search.sanitize import escape_like
 from ..sql import validation
 from ..sql.read_shape import ReadShape
 from ..sql.records import SESSION_FIELDS, SessionListing, SessionRecord, session_unread
-from ..sql.statements import HotReads
+from ..sql.statements import HotReads, literal_count
 from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
 from ..sql.validation import SourceFilter, bindable
@@ -890,15 +890,15 @@ def _listing_statement(
         return (
             _rich_select(compact, read).where(*conditions)
             .order_by(*newest_first)
-            .limit(bindparam("limit"))
-            .offset(bindparam("offset"))
+            .limit(literal_count("limit"))
+            .offset(literal_count("offset"))
         )
     chosen = (
         select(sessions.c.id)
         .where(*conditions)
         .order_by(*newest_first)
-        .limit(bindparam("limit"))
-        .offset(bindparam("offset"))
+        .limit(literal_count("limit"))
+        .offset(literal_count("offset"))
         .subquery("page")
     )
     return _rich_select(compact, read).join_from(
@@ -1023,8 +1023,8 @@ def _activity_listing_statement(
             sessions.c.started_at.desc(),
             sessions.c.id.collate(bytewise_collation).desc(),
         )
-        .limit(bindparam("limit"))
-        .offset(bindparam("offset"))
+        .limit(literal_count("limit"))
+        .offset(literal_count("offset"))
         .subquery("page")
     )
     return _rich_select(compact, read).join_from(

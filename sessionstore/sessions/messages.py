@@ -28,7 +28,7 @@ from ..sql.message_content import encode_content
 from ..sql.message_identity import stamp_identities
 from ..sql.read_shape import ReadShape
 from ..sql.records import CONVERSATION_FIELDS, MESSAGE_FIELDS, ConversationRow, MessageRecord
-from ..sql.statements import HotReads, HotWrites, plain_select
+from ..sql.statements import HotReads, HotWrites, literal_count, plain_select
 from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
 from ..sql.validation import INT64_MAX, bindable
@@ -591,11 +591,14 @@ def _appended_rows(
 def _messages_of_session(
     shape: ReadShape, *, live_only: bool = False, paged: bool = False
 ) -> TextClause:
-    # LIMIT/OFFSET with bound values is the same text on both databases.
+    # The page's LIMIT and OFFSET are written in as numbers (statements.literal_count).
     order = "id LIMIT :limit OFFSET :offset" if paged else "id"
-    return plain_select(
+    statement = plain_select(
         messages, MESSAGE_FIELDS, _of_session(live_only), order_by=order, shape=shape
     )
+    if not paged:
+        return statement
+    return statement.bindparams(literal_count("limit"), literal_count("offset"))
 
 
 def message_page(limit: Any, offset: Any) -> tuple[int, int] | None:

@@ -25,13 +25,13 @@ import types
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, func, insert, select, text, update
+from sqlalchemy import Integer, Table, bindparam, func, insert, select, text, update
 from sqlalchemy import cast as sql_cast
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import ClauseElement, Update
 from sqlalchemy.sql.compiler import RESERVED_WORDS, SQLCompiler
-from sqlalchemy.sql.elements import TextClause
+from sqlalchemy.sql.elements import BindParameter, TextClause
 from sqlalchemy.util import LRUCache
 
 from .read_shape import FULL, ReadShape
@@ -50,6 +50,36 @@ ROWS_PER_INSERT = 999 // len(INSERTED_MESSAGE_FIELDS)
 accepts (3.32 raised the default to 32,766; older libraries and some builds keep 999)."""
 _LARGEST_MESSAGE_ID = "SELECT max(id) FROM messages"
 _PLAIN_VALUES = (type(None), bool, int, float, str, bytes, type, types.ModuleType)
+
+
+# A LIMIT or OFFSET is written into the statement as a number, not bound: SQLite (3.53,
+# pysqlite3's) reads a bound LIMIT or OFFSET while it plans, so a bound one marks the statement
+# to be prepared again at every run (list_sessions_rich(limit=50): 40 us of about 1 ms;
+# get_messages(limit=50): 182 -> 144 us). On PostgreSQL the same text costs no server time and
+# a little less client time, so the one mechanism serves both (docs/performance.md).
+# Each distinct value is its own statement text: one prepared statement in the driver's cache
+# (pysqlite keeps 128 per connection, least recently used first out) and one rendered text in
+# _RENDERED_PER_STATEMENT below; programs use a handful of limits, so both stay warm.
+_RENDERED_PER_STATEMENT = 16
+
+
+def literal_count(name: str) -> BindParameter[int]:
+    """A LIMIT or OFFSET parameter ``name`` that is written into the statement as a number
+    when it runs, not bound (see above): SQLAlchemy renders it at execution
+    (``literal_execute``), :class:`CompiledStatement` from its own compiled form. Its value
+    must be an ``int`` in 0..2**63 - 1 (the callers' ``row_count``): anything else is a
+    ``TypeError``/``ValueError``, never text in the statement."""
+    return bindparam(name, type_=Integer, literal_execute=True)
+
+
+def count_literal(value: Any) -> str:
+    """``value`` as the SQL number :func:`literal_count` writes: only a plain ``int`` in
+    0..2**63 - 1 (no bool, str or float), so nothing but digits reaches the statement."""
+    if type(value) is not int:
+        raise TypeError(f"a LIMIT or OFFSET written into a statement must be an int, not {value!r}")
+    if not 0 <= value <= INT64_MAX:
+        raise ValueError(f"a LIMIT or OFFSET written into a statement is 0..2**63-1, not {value}")
+    return str(value)
 
 
 def dialect_key(dialect: Dialect) -> Hashable:
@@ -126,28 +156,61 @@ class CompiledStatement:
         fixed = compiled.fixed
         merged = {**fixed, **values} if fixed else values
         if compiled.positional_names is None:
+            if compiled.literal_names:
+                return {name: value for name, value in merged.items()
+                        if name not in compiled.literal_names}
             return merged
         return tuple(merged[name] for name in compiled.positional_names)
 
+    def sql_for(self, values: Mapping[str, Any]) -> str:
+        """The statement's text for ``values``: its :func:`literal_count` parameters written
+        in as numbers (validated by :func:`count_literal`), the others left bound."""
+        compiled = self._compiled or self._compile()
+        if not compiled.literal_names:
+            return compiled.sql
+        return compiled.rendered(tuple(values[name] for name in compiled.literal_names))
+
 
 class _Compiled:
-    __slots__ = ("fixed", "positional_names", "sql")
+    __slots__ = ("_rendered", "fixed", "literal_names", "positional_names", "sql")
 
     def __init__(
-        self, sql: str, positional_names: tuple[str, ...] | None, fixed: dict[str, Any]
+        self,
+        sql: str,
+        positional_names: tuple[str, ...] | None,
+        fixed: dict[str, Any],
+        literal_names: tuple[str, ...] = (),
     ) -> None:
         self.sql = sql
         self.positional_names = positional_names
         self.fixed = fixed
+        self.literal_names = literal_names
+        self._rendered: LRUCache[tuple[int, ...], str] = LRUCache(_RENDERED_PER_STATEMENT)
+
+    def rendered(self, counts: tuple[Any, ...]) -> str:
+        # Validated before the cache is asked: True == 1 would find 1's text.
+        numbers = [count_literal(value) for value in counts]
+        sql = self._rendered.get(counts)
+        if sql is None:
+            sql = self.sql
+            for name, number in zip(self.literal_names, numbers, strict=True):
+                sql = sql.replace(f"__[POSTCOMPILE_{name}]", number)
+            self._rendered[counts] = sql
+        return sql
 
 
 def _compile(statement: ClauseElement, dialect: Dialect) -> _Compiled:
     compiled = cast(SQLCompiler, statement.compile(dialect=dialect))
+    literal = tuple(sorted({param.key for param in compiled.literal_execute_params}))
     return _Compiled(
         str(compiled),
-        tuple(compiled.positiontup or ()) if compiled.positional else None,
+        tuple(name for name in compiled.positiontup or () if name not in literal)
+        if compiled.positional
+        else None,
         # Values the statement itself carries (e.g. the 0 in COALESCE(x, 0)).
-        {name: value for name, value in compiled.params.items() if value is not None},
+        {name: value for name, value in compiled.params.items()
+         if value is not None and name not in literal},
+        literal,
     )
 
 
@@ -320,11 +383,12 @@ def run_compiled(
     it, as everywhere else."""
     dialect = conn.dialect
     cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    sql = statement.sql_for(values)
     try:
-        cursor.execute(statement.sql, statement.parameters(values))
+        cursor.execute(sql, statement.parameters(values))
     except dialect.loaded_dbapi.Error as exc:
         raise DBAPIError.instance(
-            statement.sql, None, exc, dialect.loaded_dbapi.Error, dialect=dialect
+            sql, None, exc, dialect.loaded_dbapi.Error, dialect=dialect
         ) from exc
     return cursor
 
@@ -419,12 +483,13 @@ class HotReads:
 
     def rows(self, conn: Connection, values: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        sql = self._compiled.sql_for(values)
         try:
-            cursor.execute(self._compiled.sql, self._compiled.parameters(values))
+            cursor.execute(sql, self._compiled.parameters(values))
             rows: list[tuple[Any, ...]] = cursor.fetchall()
         except self._dialect.loaded_dbapi.Error as exc:
             raise DBAPIError.instance(
-                self._compiled.sql, None, exc, self._dialect.loaded_dbapi.Error,
+                sql, None, exc, self._dialect.loaded_dbapi.Error,
                 dialect=self._dialect,
             ) from exc
         finally:
