@@ -268,7 +268,8 @@ class DeletionPart(RepositoryPart):
     def _prunable_condition(self, cutoff: float, source: SourceFilter) -> ColumnElement[bool]:
         """Ended, last active before ``cutoff``, of any of the sources (every source for
         None)."""
-        condition = and_(sessions.c.ended_at.is_not(None), *inactive_before(cutoff))
+        stamped = self._stamped()
+        condition = and_(sessions.c.ended_at.is_not(None), *inactive_before(cutoff, stamped))
         selected = validation.sources(source, "source")
         if selected is not None:
             condition = and_(condition, source_condition(self.store.dialect, selected))
@@ -288,6 +289,9 @@ class DeletionPart(RepositoryPart):
         there). ``open_sessions`` turns only the ended-session guard around (iot's
         ``count_open_prune_matches``); every other condition is the prune's own."""
         chosen = dict(filters)
+        if "stamped" in chosen:  # ours, not a filter: the store's shape decides it
+            raise TypeError("unexpected keyword argument 'stamped'")
+        chosen["stamped"] = self._stamped()
         include_pinned = validation.flag(chosen.pop("include_pinned", False), "include_pinned")
         tips_only = validation.flag(chosen.pop("lineage_tips_only", False), "lineage_tips_only")
         guarded, matched = prune_conditions(**_with_age(older_than_days, source, chosen))
@@ -321,7 +325,7 @@ class DeletionPart(RepositoryPart):
         a later segment keeps (:func:`.lineage.continued_ancestors`), as the prune does."""
         selection = self._selection(older_than_days, source, filters)
         whole = validation.flag(whole_lineages, "whole_lineages")
-        last_active = last_active_at().label("last_active")
+        last_active = last_active_at(stamped=self._stamped()).label("last_active")
 
         def run(conn: Connection) -> list[dict[str, Any]]:
             columns = [last_active if name == "last_active" else sessions.c[name]
@@ -381,6 +385,11 @@ class DeletionPart(RepositoryPart):
             return int(conn.execute(statement).scalar_one())
 
         return self.store.read(run)
+
+    def _stamped(self) -> bool:
+        """Whether the store has ``last_activity_at`` (v24): a store read as it is from before
+        it measures activity by its messages alone."""
+        return self.store.read_shape.has_column(sessions.name, "last_activity_at")
 
     def _holds_pins(self) -> bool:
         return self.store.read_shape.has_column(sessions.name, "pinned")
@@ -495,12 +504,12 @@ def _whole_lineages(conn: Connection, condition: ColumnElement[bool]) -> list[st
     return [session_id for session_id in matched if session_id not in kept]
 
 
-def inactive_before(cutoff: float) -> list[ColumnElement[bool]]:
+def inactive_before(cutoff: float, stamped: bool = True) -> list[ColumnElement[bool]]:
     """iot 0.22.2's ``last_active_before``: last active (:func:`.maintenance.last_active_at`)
     before ``cutoff``, and a session the orphan sweep ended only once that end is before it
     too (it ages from the sweep, not from its old activity)."""
     return [
-        last_active_at() < cutoff,
+        last_active_at(stamped=stamped) < cutoff,
         or_(
             func.coalesce(sessions.c.end_reason, "") != ORPHAN_REAP_END_REASON,
             sessions.c.ended_at < cutoff,
@@ -554,6 +563,7 @@ def prune_conditions(
     max_cost: float | None = None,
     min_tool_calls: int | None = None,
     max_tool_calls: int | None = None,
+    stamped: bool = True,
 ) -> tuple[ColumnElement[bool], list[ColumnElement[bool]]]:
     """Hermes 0.18.1's bulk selection (``_prune_filter_where``) in its two parts: the
     ended-session guard, and the conditions of the filters given (which
@@ -569,13 +579,17 @@ def prune_conditions(
     (:func:`inactive_before`; after: at or after), ``started_before``/``started_after`` bound
     ``started_at`` (before: strictly); ``archived``
     True only archived, False only unarchived, None both. Empty text filters are no filter,
-    as in Hermes; a value of the wrong type is a ``TypeError``."""
+    as in Hermes; a value of the wrong type is a ``TypeError``. ``stamped`` (not a filter):
+    whether the store has ``last_activity_at`` to measure activity by."""
     conditions: list[ColumnElement[bool]] = []
     if last_active_before is not None:
-        conditions += inactive_before(validation.number(last_active_before, "last_active_before"))
+        conditions += inactive_before(
+            validation.number(last_active_before, "last_active_before"), stamped
+        )
     if last_active_after is not None:
         conditions.append(
-            last_active_at() >= validation.number(last_active_after, "last_active_after")
+            last_active_at(stamped=stamped)
+            >= validation.number(last_active_after, "last_active_after")
         )
     if started_before is not None:
         conditions.append(sessions.c.started_at < validation.number(started_before,

@@ -791,12 +791,13 @@ def first_user_text(read: ReadShape | None = None) -> ColumnElement[Any]:
     )
 
 
-def _last_active() -> ColumnElement[Any]:
+def _last_active(read: ReadShape) -> ColumnElement[Any]:
     """A listing row's ``last_active``: iot 0.22.2's freshest of ``last_activity_at`` and the
     newest message, else ``started_at`` (:func:`.maintenance.last_active_at`, the one home of
     that rule). Where iot answers NULL (no clock inside 1970...2103), ours keeps the row's
     ``started_at`` as it is: a listing row always has a number there."""
-    return func.coalesce(last_active_at(), sessions.c.started_at)
+    stamped = read.has_column(sessions.name, "last_activity_at")
+    return func.coalesce(last_active_at(stamped=stamped), sessions.c.started_at)
 
 
 @functools.cache
@@ -812,7 +813,7 @@ def _rich_select(compact: bool, read: ReadShape) -> Select[Any]:
         ]
     return select(
         *columns,
-        _last_active().label("last_active"),
+        _last_active(read).label("last_active"),
         first_user_text(read).label("_preview_raw"),
     )
 

@@ -103,10 +103,12 @@ def _trusted(clock: Any) -> ColumnElement[Any]:
     return case((clock.between(EPOCH_MIN, EPOCH_MAX), clock), else_=None)
 
 
-def last_active_at() -> ColumnElement[Any]:
+def last_active_at(*, stamped: bool = True) -> ColumnElement[Any]:
     """iot 0.22.2's session recency (``_sql_session_last_active``), as an expression over
     ``sessions``: the newer of ``last_activity_at`` and the newest message's ``timestamp``
-    (each only when inside the trusted window), else ``started_at`` (likewise), else NULL."""
+    (each only when inside the trusted window), else ``started_at`` (likewise), else NULL.
+    ``stamped=False`` for a store read as it is from before ``last_activity_at`` (v24): the
+    newest message, else ``started_at``."""
     newest = messages.alias("newest")
     newest_message = (
         select(func.max(newest.c.timestamp))
@@ -117,6 +119,8 @@ def last_active_at() -> ColumnElement[Any]:
         .correlate(sessions)
         .scalar_subquery()
     )
+    if not stamped:
+        return func.coalesce(newest_message, _trusted(sessions.c.started_at))
     activity = _trusted(sessions.c.last_activity_at)
     freshest = case(
         (activity.is_(None), newest_message),

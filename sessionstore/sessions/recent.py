@@ -353,7 +353,8 @@ class _Browse:
         return tips
 
     def _activity(self, ids: set[str]) -> dict[str, float | None]:
-        statement = select(sessions.c.id, last_active_at()).where(
+        stamped = self.read.has_column(sessions.name, "last_activity_at")
+        statement = select(sessions.c.id, last_active_at(stamped=stamped)).where(
             self._in_list("sessions.id", "ids")
         )
         found = self._run(statement, {"ids": json_list(sorted(ids))})

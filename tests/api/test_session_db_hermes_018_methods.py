@@ -810,6 +810,7 @@ def test_vacuum_returns_the_space_of_deleted_rows(tmp_path: Path) -> None:
                                [{"role": "user", "content": "lorem ipsum " * 300}] * 4)
             db.end_session(f"{prefix}{index}", "done")
         execute(db, "UPDATE sessions SET started_at = 1")
+        execute(db, "UPDATE messages SET timestamp = 1")  # idle since: a prune's age
 
     def size() -> int:
         return sum(os.stat(f"{path}{suffix}").st_size for suffix in ("", "-wal"))
@@ -834,6 +835,7 @@ def test_vacuum_leaves_every_other_opener_working(tmp_path: Path) -> None:
     raw.execute("BEGIN")
     assert raw.execute("SELECT count(*) FROM messages").fetchone() == (50,)
     execute(db, "UPDATE sessions SET started_at = 1")
+    execute(db, "UPDATE messages SET timestamp = 1")  # idle since: a prune's age
     assert db.prune_sessions(1) == 50
     db.vacuum()  # while that reader is mid-snapshot
     assert raw.execute("SELECT count(*) FROM messages").fetchone() == (50,)

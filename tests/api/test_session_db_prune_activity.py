@@ -111,4 +111,6 @@ def test_a_negative_or_bad_age_is_refused(db: SessionDB) -> None:
         db.list_prune_candidates(30, last_active_before="yesterday")
     with pytest.raises(TypeError):
         db.list_prune_candidates(30, whole_lineages="yes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        db.count_prune_matches(30, stamped=False)  # the store's shape decides, not a filter
     assert len(ids(db)) == 8
