@@ -30,7 +30,7 @@ from ..sql.message_content import (
     STORED_ON_POSTGRESQL_PREFIX,
     text_of,
 )
-from ..sql.statements import HotReads
+from ..sql.statements import HotReads, fixed_count
 from ..sql.tables import messages_table
 from .hits import CONTEXT_CONTENT_CHARS, ContextLine
 
@@ -146,7 +146,7 @@ def _neighbour_id(hit: NamedFromClause, *, before: bool) -> ColumnElement[Any]:
         select(other.c.id)
         .where(other.c.session_id == hit.c.session_id, bound, strictly)
         .order_by(*order)
-        .limit(1)
+        .limit(fixed_count(1))
         .correlate(hit)
         .scalar_subquery()
     )

@@ -38,6 +38,7 @@ from sqlalchemy.engine import Connection
 
 from ..sql import validation
 from ..sql.records import SessionRecord
+from ..sql.statements import fixed_count
 from ..sql.tables import gateway_routing_table as routing
 from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
@@ -134,7 +135,7 @@ class GatewayPart(RepositoryPart):
                         sessions.c.session_key == str(session_key),
                         sessions.c.source == source,
                         resumable,
-                    ).limit(1)
+                    ).limit(fixed_count(1))
                 ).first()
                 if row is not None:
                     return SessionRecord._make(row)
@@ -150,7 +151,7 @@ class GatewayPart(RepositoryPart):
                 )
             ]
             row = conn.execute(
-                newest.where(sessions.c.source == source, *peer, resumable).limit(1)
+                newest.where(sessions.c.source == source, *peer, resumable).limit(fixed_count(1))
             ).first()
             return None if row is None else SessionRecord._make(row)
 

@@ -95,6 +95,7 @@ from sqlalchemy.sql.elements import TextClause
 
 from ..search.sanitize import escape_like
 from ..sql.codec import decode_json_object
+from ..sql.statements import fixed_count
 from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
 from ..sql.validation import bindable
@@ -471,13 +472,17 @@ def _resume_step(legacy_resets: bool) -> Select[Any]:
         select(sessions.c.id)
         .where(sessions.c.parent_session_id == bindparam("current"), *conditions)
         .order_by(sessions.c.started_at.desc(), sessions.c.id.desc())
-        .limit(1)
+        .limit(fixed_count(1))
     )
 
 
 @functools.cache
 def _has_messages() -> Select[Any]:
-    return select(messages.c.id).where(messages.c.session_id == bindparam("current")).limit(1)
+    return (
+        select(messages.c.id)
+        .where(messages.c.session_id == bindparam("current"))
+        .limit(fixed_count(1))
+    )
 
 
 def resume_target(conn: Connection, session_id: str, *, legacy_resets: bool = True) -> str:

@@ -41,7 +41,7 @@ from ..search.sanitize import escape_like
 from ..sql import validation
 from ..sql.read_shape import ReadShape
 from ..sql.records import SESSION_FIELDS, SessionListing, SessionRecord, session_unread
-from ..sql.statements import HotReads, literal_count
+from ..sql.statements import HotReads, fixed_count, literal_count
 from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
 from ..sql.validation import SourceFilter, bindable
@@ -103,7 +103,7 @@ class ListingPart(RepositoryPart):
                 select(sessions.c.id)
                 .where(sessions.c.id.like(pattern, escape="\\"))
                 .order_by(sessions.c.started_at.desc())
-                .limit(2)
+                .limit(fixed_count(2))
             ).all()
             return str(rows[0][0]) if len(rows) == 1 else None
 
@@ -785,7 +785,7 @@ def first_user_text(read: ReadShape | None = None) -> ColumnElement[Any]:
             eligible,
         )
         .order_by(first.c.timestamp, first.c.id)
-        .limit(1)
+        .limit(fixed_count(1))
         .correlate(sessions)
         .scalar_subquery()
     )

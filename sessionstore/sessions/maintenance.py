@@ -75,6 +75,7 @@ from sqlalchemy.engine import Connection
 
 from ..errors import ReadOnlyStoreError
 from ..sql import validation
+from ..sql.statements import fixed_count
 from ..sql.tables import messages_table as messages
 from ..sql.tables import metadata
 from ..sql.tables import sessions_table as sessions
@@ -330,7 +331,7 @@ def unarchive_swept_lineage(conn: Connection, session_id: str) -> bool:
     again, and the listing admits a lineage by its root. A lineage holding any deliberately
     archived row (``archived`` without ``auto_archived``) is left alone: a manual archive
     stays until the user lifts it. True when rows were unarchived."""
-    swept = select(sessions.c.id).where(sessions.c.auto_archived != 0).limit(1)
+    swept = select(sessions.c.id).where(sessions.c.auto_archived != 0).limit(fixed_count(1))
     if conn.execute(swept).first() is None:
         return False  # no sweep stamp anywhere: every archived row is a deliberate one
     lineage = sorted(line_through(conn, [session_id]))
@@ -340,7 +341,7 @@ def unarchive_swept_lineage(conn: Connection, session_id: str) -> bool:
         manual = select(sessions.c.id).where(
             sessions.c.id.in_(chunk), *archived, sessions.c.auto_archived == 0
         )
-        if conn.execute(manual.limit(1)).first() is not None:
+        if conn.execute(manual.limit(fixed_count(1))).first() is not None:
             return False
     restored = 0
     for start in range(0, len(lineage), _ARCHIVE_CHUNK):

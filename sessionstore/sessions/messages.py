@@ -28,7 +28,7 @@ from ..sql.message_content import encode_content
 from ..sql.message_identity import stamp_identities
 from ..sql.read_shape import ReadShape
 from ..sql.records import CONVERSATION_FIELDS, MESSAGE_FIELDS, ConversationRow, MessageRecord
-from ..sql.statements import HotReads, HotWrites, literal_count, plain_select
+from ..sql.statements import HotReads, HotWrites, fixed_count, literal_count, plain_select
 from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
 from ..sql.validation import INT64_MAX, bindable
@@ -476,7 +476,7 @@ class MessagesPart(RepositoryPart):
                 messages.c.session_id == session_id,
                 messages.c.platform_message_id == platform_message_id,
             )
-            .limit(1)
+            .limit(fixed_count(1))
         )
         return self.store.read(lambda conn: conn.execute(statement).first() is not None)
 
@@ -526,7 +526,7 @@ class MessagesPart(RepositoryPart):
                 messages.c.active == 1,
             )
             .order_by(messages.c.id.desc())
-            .limit(1)
+            .limit(fixed_count(1))
             .scalar_subquery()
         )
         statement = (

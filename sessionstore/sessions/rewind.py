@@ -26,6 +26,7 @@ from sqlalchemy.engine import Connection
 
 from ..sql import validation
 from ..sql.message_content import decode_content, text_of
+from ..sql.statements import fixed_count
 from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
 from ..sql.validation import bindable
@@ -166,7 +167,7 @@ class RewindPart(MessagesPart):
         statement = (
             select(messages.c.id)
             .where(messages.c.session_id == session_id, messages.c.active == 0)
-            .limit(1)
+            .limit(fixed_count(1))
         )
         return self.store.read(lambda conn: conn.execute(statement).first() is not None)
 

@@ -46,6 +46,7 @@ from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.engine import Connection
 
 from ..sql import validation
+from ..sql.statements import fixed_count
 from ..sql.tables import compression_locks_table as compression_locks
 from ..sql.tables import messages_table as messages
 from ..sql.tables import session_turn_leases_table as turn_leases
@@ -435,7 +436,11 @@ def turn_guarded(conn: Connection, session_ids: Sequence[str], now: float) -> se
     nothing; it is left for its next acquirer to sweep (iot also deletes it here, and
     reclaims a provably dead local holder, which a store shared by hosts cannot tell)."""
     guarded: set[str] = set()
-    live = select(turn_leases.c.conversation_id).where(turn_leases.c.expires_at > now).limit(1)
+    live = (
+        select(turn_leases.c.conversation_id)
+        .where(turn_leases.c.expires_at > now)
+        .limit(fixed_count(1))
+    )
     leased = conn.execute(live).first() is not None  # else no walk per session is needed
     for session_id in session_ids if leased else ():
         lease = conn.execute(

@@ -38,6 +38,7 @@ from ..sql.message_content import (
 )
 from ..sql.read_shape import ReadShape
 from ..sql.records import MESSAGE_FIELDS, MessageRecord
+from ..sql.statements import fixed_count
 from ..sql.tables import messages_table as messages
 from ..sql.validation import bindable
 from .access import reads
@@ -122,7 +123,7 @@ def _anchor() -> Select[Any]:
     return (
         select(messages.c.id)
         .where(messages.c.id == bindparam("anchor"), messages.c.session_id == bindparam("sid"))
-        .limit(1)
+        .limit(fixed_count(1))
     )
 
 
