@@ -104,6 +104,9 @@ class StoreDialect(Protocol):
     """False where TEXT cannot hold U+0000 (PostgreSQL): free text is then cleaned first."""
     batch_returning_inserts: bool
     """True where many rows go best in one INSERT ... RETURNING (a server round trip each)."""
+    writes_constants_into_statements: bool
+    """True where a precompiled statement's own constants (its string and number literals) are
+    best written into its text rather than bound (SQLite: see ``sql.statements``)."""
     serialize_writes_in_process: bool
     single_statement_appends: bool
     autocommit_snapshot_reads: bool

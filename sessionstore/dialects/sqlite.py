@@ -209,6 +209,8 @@ class SQLiteDialect:
     name = "sqlite"
     stores_nul_in_text = True
     batch_returning_inserts = False  # in-process: a row costs microseconds
+    # Bound, they made SQLite 3.53 prepare a listing again at every run (sql.statements).
+    writes_constants_into_statements = True
     serialize_writes_in_process = True
     single_statement_appends = False  # in-process: a statement costs microseconds, no trip
     autocommit_snapshot_reads = True  # the driver is in autocommit; BEGIN is ours to send

@@ -21,6 +21,7 @@ stores compiled the same statements for each (~20 ms of a small store's ~50 ms).
 from __future__ import annotations
 
 import functools
+import math
 import types
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, cast
@@ -38,16 +39,19 @@ from sqlalchemy import (
 )
 from sqlalchemy import cast as sql_cast
 from sqlalchemy.engine import Connection, Dialect
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import CompileError, DBAPIError
 from sqlalchemy.sql import ClauseElement, Update
 from sqlalchemy.sql.compiler import RESERVED_WORDS, SQLCompiler
 from sqlalchemy.sql.elements import BindParameter, ColumnElement, TextClause
+from sqlalchemy.sql.visitors import replacement_traverse
 from sqlalchemy.util import LRUCache
 
+from ..dialects import dialect_for_url
 from .read_shape import FULL, ReadShape
 from .records import MESSAGE_FIELDS
 from .tables import messages_table as messages
 from .tables import sessions_table as sessions
+from .validation import bindable
 
 INT64_MAX = 2**63 - 1
 # ``compacted`` takes its default; only compaction writes it. ``active`` is written (1): a
@@ -219,16 +223,77 @@ class _Compiled:
 
 
 def _compile(statement: ClauseElement, dialect: Dialect) -> _Compiled:
+    if _writes_constants(dialect.name):
+        try:
+            return _compile_written(_constants_written_in(statement), dialect, constants=True)
+        except CompileError:
+            pass  # a constant without a literal form: all of them stay bound
+    return _compile_written(statement, dialect, constants=False)
+
+
+# A statement's own constants (the listing's preview and activity rules carry ~180: markers,
+# patterns, lengths) are written into its text on SQLite: bound, some of them are read while
+# SQLite plans (a LIKE pattern, a LIMIT), and the listing was prepared again at every run
+# (1,270 against 484 us for list_sessions_rich(limit=50) on a 400-session store). Only plain
+# ints, finite floats and str that a literal can hold; anything else stays bound.
+@functools.cache
+def _writes_constants(backend: str) -> bool:
+    try:
+        return dialect_for_url(f"{backend}://").writes_constants_into_statements
+    except ValueError:
+        return False  # not a store's database: as it is
+
+
+def _writable(value: Any) -> bool:
+    if type(value) is int:
+        return -INT64_MAX <= value <= INT64_MAX
+    if type(value) is float:
+        return math.isfinite(value)
+    if type(value) is str:
+        return bindable(value)
+    return False
+
+
+def _constants_written_in(statement: ClauseElement) -> ClauseElement:
+    def written(element: Any, **_: Any) -> Any:
+        if (
+            isinstance(element, BindParameter)
+            and not element.literal_execute
+            and not element.expanding
+            and element.callable is None
+            and _writable(element.value)
+        ):
+            clone = element._clone(maintain_key=True)
+            clone.literal_execute = True
+            return clone
+        return None
+
+    return cast(ClauseElement, replacement_traverse(cast(Any, statement), {}, written))
+
+
+def _compile_written(statement: ClauseElement, dialect: Dialect, *, constants: bool) -> _Compiled:
     compiled = cast(SQLCompiler, statement.compile(dialect=dialect))
-    literal = tuple(sorted({param.key for param in compiled.literal_execute_params}))
+    sql = str(compiled)
+    runtime: set[str] = set()
+    for param in compiled.literal_execute_params:
+        name = compiled.bind_names[param]
+        if param.value is None or not constants:
+            runtime.add(name)
+        else:
+            text_form = compiled.render_literal_value(param.value, param.type)
+            sql = sql.replace(f"__[POSTCOMPILE_{name}]", text_form)
+    written = {compiled.bind_names[param] for param in compiled.literal_execute_params} - runtime
+    literal = tuple(sorted(runtime))
+    compiled_sql = sql
+    skipped = {*literal, *written}
     return _Compiled(
-        str(compiled),
-        tuple(name for name in compiled.positiontup or () if name not in literal)
+        compiled_sql,
+        tuple(name for name in compiled.positiontup or () if name not in skipped)
         if compiled.positional
         else None,
         # Values the statement itself carries (e.g. the 0 in COALESCE(x, 0)).
         {name: value for name, value in compiled.params.items()
-         if value is not None and name not in literal},
+         if value is not None and name not in skipped},
         literal,
     )
 

@@ -70,3 +70,24 @@ def test_rows_match_a_bound_limit(store_url: str) -> None:
                 assert [tuple(row) for row in conn.execute(_PAGE, values)] == expected
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize(
+    "value", ["it's ? 50% -- not a comment", "a\x00NUL", 3, -7, INT64_MAX, 2.5, True, b"x"]
+)
+def test_a_statements_constants_read_back_as_bound(tmp_path: Any, value: Any) -> None:
+    """On SQLite a statement's own constants are written into it where a literal holds them
+    (``statements._compile``); rows are what the bound value gives, NUL, bool and bytes stay
+    bound."""
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'c.db'}")
+    try:
+        with engine.connect() as conn:
+            statement = sa.select(sa.literal(value).label("v"), sa.literal(1).label("one"))
+            hot = HotReads(conn.dialect, statement)
+            assert hot.rows(conn, {}) == [tuple(conn.execute(statement).one())]
+            sql = CompiledStatement(statement, conn.dialect).sql
+            assert ("?" in sql.replace("'it''s ? 50% -- not a comment'", "")) == (
+                type(value) not in (int, float, str) or "\x00" in str(value)
+            )
+    finally:
+        engine.dispose()
