@@ -1,29 +1,51 @@
-"""This package's writers of one SQLite file queue in the kernel, not on a timer.
+"""This package's writers of one SQLite file queue in the kernel, not on a timer, and in turn.
 
 SQLite's busy handler polls on a fixed schedule (..., 50, 100 ms). When the holder of the write
 lock releases it, the gap before the next BEGIN is 10-50 us; a poller almost never catches it,
 and the writer that just committed takes the lock again at once. Waiters starve behind a convoy.
 
 So every writer of this package takes an exclusive ``flock`` on a side file,
-``<db>-writelock``, around its whole retry loop, across threads and processes. Waiters sleep in
-the kernel and one of them is woken the moment the lock is released; only the one holder talks
-to SQLite, whose busy handler then only ever waits for a *foreign* program (the ``sqlite3``
-shell, Hermes) and catches its release within one poll.
+``<db>-writelock`` (the *lock*), around its whole retry loop, across threads and processes.
+Waiters sleep in the kernel; only the one holder talks to SQLite, whose busy handler then only
+ever waits for a *foreign* program (the ``sqlite3`` shell, Hermes) and catches its release
+within one poll.
 
-- Uncontended, the cost is one non-blocking ``flock`` and one unlock (two system calls).
+A lock alone still lets the releaser barge: ``flock`` hands nothing over, it wakes the waiter,
+who must then be scheduled and ask again, while the process that just released asks again
+microseconds later (its next thread, or the same thread's next write) without waiting, and
+wins. A forked child writing beside a parent with three busy writer threads waited 25-140 ms
+per write, behind hundreds of the parent's 1 ms transactions. So the lock has a turnstile in
+front of it, a second side file ``<db>-writegate`` (the *gate*)::
+
+    acquire: lock(gate); lock(lock); unlock(gate)      (each wait bounded by the caller's deadline)
+    release: unlock(lock)
+
+A waiter blocked on the lock holds the gate, so the releaser's next acquire stops at the gate
+until that waiter has the lock: the turn is handed over, strictly, and the releaser queues
+behind. The order is always gate, then lock, and nobody waits for the gate while holding the
+lock (release lets go of the lock alone), so the two cannot deadlock. The gate orders waiters,
+it does not exclude writers: only the lock does, and a writer that bypasses the gate (an older
+sessionstore, or a test holding the lock directly) is merely not queued in turn. An OFD
+byte-range lock on one file would serve as a gate too, but not on macOS, and on NFS ``flock``
+is itself emulated by byte-range locks it would then conflict with: a second file is portable.
+
+- Uncontended, the cost is three ``flock`` calls and two ``fstat`` calls, and one ``flock`` at
+  release (six system calls, against three with the lock alone: about 1.5 us more per write).
 - A contended wait blocks in a helper thread so that the caller can stop waiting when its retry
-  budget runs out (``flock`` itself has no timeout); the helper releases at once whatever it
-  obtains after the caller left. It is one long-lived thread per queue, started at the first
-  contended wait: a thread per wait cost 140 us and more CPU than the rest of a wait.
-- The side file is a different file from the store, so opening and closing it never touches
-  SQLite's locks. A closing store removes it while holding the lock, so a closed store leaves
-  nothing behind; every holder checks, after locking, that the file it locked still has a
-  name (one ``fstat``), and otherwise starts again on a new one.
-- Where it cannot be created or locked (a read-only directory, a filesystem without ``flock``),
-  writers fall back to SQLite's own locking and the jittered retry: nothing breaks, waits are
-  just less fair.
+  budget runs out (``flock`` itself has no timeout): gate, then lock, each on the helper's own
+  descriptions. The helper releases at once whatever it obtains after the caller left (a gate
+  it gets for nobody is let go of without queueing for the lock). It is one long-lived thread
+  per queue, started at the first contended wait: a thread per wait cost 140 us and more CPU
+  than the rest of a wait.
+- The side files are different files from the store, so opening and closing them never touches
+  SQLite's locks. A closing store removes both while holding both, so a closed store leaves
+  nothing behind; every holder checks, after locking, that both files it went through still have
+  a name (two ``fstat``), and otherwise starts again on new ones.
+- Where they cannot be created or locked (a read-only directory, a filesystem without
+  ``flock``), writers fall back to SQLite's own locking and the jittered retry: nothing breaks,
+  waits are just less fair.
 - ``flock`` locks belong to an open file description, which a forked child shares with its
-  parent: the child drops its copy (closing it releases nothing) and opens its own.
+  parent: the child drops its copies (closing them releases nothing) and opens its own.
 """
 
 from __future__ import annotations
@@ -45,6 +67,20 @@ except ImportError:  # pragma: no cover - Windows has no flock; SQLite's locking
 
 logger = logging.getLogger(__name__)
 
+_Descriptions = tuple[int, int]
+"""Open file descriptions of the gate and of the lock, in that order (the order they are
+taken in)."""
+
+
+def gate_file(lock_file: Path) -> Path:
+    """The turnstile in front of ``lock_file``: ``state.db-writelock`` -> ``state.db-writegate``
+    (any other name gets ``-gate`` added)."""
+    name = lock_file.name
+    if name.endswith("lock"):
+        return lock_file.with_name(name.removesuffix("lock") + "gate")
+    return lock_file.with_name(name + "-gate")
+
+
 class QueueTimeout(Exception):
     """The writers ahead did not finish within the caller's budget."""
 
@@ -55,14 +91,16 @@ class QueueClosed(Exception):
 
 
 class WriterQueue:
-    """An exclusive lock on ``path`` shared by every writer of one store."""
+    """An exclusive lock on ``path``, entered through its gate, shared by every writer of one
+    store."""
 
     def __init__(self, path: Path, mode_like: Path | None = None) -> None:
         self.path = path
+        self.gate_path = gate_file(path)
         self.mode_like = mode_like
-        """The file whose permissions the side file gets when this queue creates it (the
+        """The file whose permissions the side files get when this queue creates them (the
         store's; 0600 without one: ``private_files.mode_of``)."""
-        self._fd: int | None = None
+        self._fds: _Descriptions | None = None
         self._fd_lock = threading.Lock()
         self._waiter: _Waiter | None = None
         self._unavailable = fcntl is None
@@ -83,41 +121,38 @@ class WriterQueue:
         """
         if self._interrupted:
             raise QueueClosed
-        fd = self._fd
-        if fd is not None:
-            # The uncontended path, kept to two system calls.
+        fds = self._fds
+        if fds is not None:
+            # The uncontended path: through the gate and into the lock without waiting.
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                passed = _pass_without_waiting(fds)
             except OSError:
-                pass  # contended, or stranger: the general path below sorts it out
-            else:
-                if _still_current(fd):
-                    return fd
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                self._drop_shared(fd)
+                passed = False  # stranger: the general path below sorts it out
+            if passed:
+                if _still_current(fds):
+                    return fds[1]
+                fcntl.flock(fds[1], fcntl.LOCK_UN)
+                self._drop_shared(fds)
         return self._acquire(deadline)
 
     def _acquire(self, deadline: float) -> int | None:
         while True:
-            fd = self._shared_fd()
-            if fd is None:
+            fds = self._shared_fds()
+            if fds is None:
                 return None
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                held = self._wait(deadline - time.monotonic())
-                if held is None or _still_current(held):
-                    return held
-                self.release(held)
-                continue
+                passed = _pass_without_waiting(fds)
             except OSError as exc:
                 self._give_up(exc)
                 return None
-            if _still_current(fd):
-                return fd
-            # A closing store removed the file we hold: start again on the new one.
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            self._drop_shared(fd)
+            if not passed:
+                # Someone is at the gate or holds the lock: queue behind them, in turn.
+                return self._wait(deadline - time.monotonic())
+            if _still_current(fds):
+                return fds[1]
+            # A closing store removed the files we went through: start again on new ones.
+            fcntl.flock(fds[1], fcntl.LOCK_UN)
+            self._drop_shared(fds)
 
     def release(self, fd: int) -> None:
         waiter = self._waiter
@@ -127,20 +162,20 @@ class WriterQueue:
         try:
             fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
-            if fd != self._fd:
+            fds = self._fds
+            if fds is None or fd != fds[1]:
                 os.close(fd)
 
-    def _drop_shared(self, fd: int) -> None:
+    def _drop_shared(self, fds: _Descriptions) -> None:
         with self._fd_lock:
-            if self._fd == fd:
-                self._fd = None
-        with contextlib.suppress(OSError):
-            os.close(fd)
+            if self._fds == fds:
+                self._fds = None
+        _close_all(fds)
 
     def interrupt(self) -> None:
         """The store is closing: a wait for the lock in progress ends at once with
         :class:`QueueClosed`, and so does every later :meth:`acquire`. A holder keeps the
-        lock until its release; :meth:`close` then removes the side file."""
+        lock until its release; :meth:`close` then removes the side files."""
         self._interrupted = True
         waiter = self._waiter
         if waiter is not None:
@@ -150,52 +185,60 @@ class WriterQueue:
         self._fd_lock = threading.Lock()
         waiter, self._waiter = self._waiter, None
         if waiter is not None:
-            # Its thread is the parent's, and its description is shared with the parent.
+            # Its thread is the parent's, and its descriptions are shared with the parent.
             waiter.forget_in_child()
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            # The parent's descriptor keeps the shared description, and any lock on it, alive.
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        fds, self._fds = self._fds, None
+        if fds is not None:
+            # The parent's descriptors keep the shared descriptions, and any lock on them, alive.
+            _close_all(fds)
 
     def close(self) -> None:
-        """Let go of the side file, removing it when no writer holds or awaits it right now.
+        """Let go of the side files, removing them when no writer holds or awaits them right
+        now.
 
-        A store that is still open elsewhere simply creates it again at its next write.
+        A store that is still open elsewhere simply creates them again at its next write.
         """
         with self._fd_lock:
-            fd, self._fd = self._fd, None
+            fds, self._fds = self._fds, None
             # Kept, stopped: a holder's release still finds its description's owner.
             waiter = self._waiter
         if waiter is not None:
             waiter.stop()
-        if fd is None:
+        if fds is None:
             return
+        gate, lock = fds
         try:
-            if _lock_briefly(fd):
-                if _still_current(fd) and _same_file(fd, self.path):
-                    self.path.unlink()
-                fcntl.flock(fd, fcntl.LOCK_UN)
+            if _lock_briefly(fds):
+                try:
+                    if (
+                        _still_current(fds)
+                        and _same_file(gate, self.gate_path)
+                        and _same_file(lock, self.path)
+                    ):
+                        self.gate_path.unlink()
+                        self.path.unlink()
+                finally:
+                    fcntl.flock(lock, fcntl.LOCK_UN)
+                    fcntl.flock(gate, fcntl.LOCK_UN)
         except OSError:
             pass  # already gone, or stranger: the next closer tidies up
         finally:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            _close_all(fds)
 
-    def _shared_fd(self) -> int | None:
+    def _shared_fds(self) -> _Descriptions | None:
         if self._unavailable:
             return None
-        fd = self._fd
-        if fd is not None:
-            return fd
+        fds = self._fds
+        if fds is not None:
+            return fds
         with self._fd_lock:
-            if self._fd is None:
-                self._fd = self._open()
-            return self._fd
+            if self._fds is None:
+                self._fds = self._open()
+            return self._fds
 
-    def _open(self) -> int | None:
+    def _open(self) -> _Descriptions | None:
         try:
-            return _open_description(self.path, self.mode_like)
+            return _open_descriptions(self.gate_path, self.path, self.mode_like)
         except OSError as exc:
             self._give_up(exc)
             return None
@@ -215,7 +258,7 @@ class WriterQueue:
             if self._interrupted:
                 raise QueueClosed
             if self._waiter is None or self._waiter.stopped:
-                self._waiter = _Waiter(self.path, self.mode_like)
+                self._waiter = _Waiter(self.gate_path, self.path, self.mode_like)
             waiter = self._waiter
             if self._interrupted:
                 waiter.interrupt()
@@ -226,48 +269,101 @@ class WriterQueue:
             return None
 
 
+def _pass_without_waiting(fds: _Descriptions) -> bool:
+    """Through the gate into the lock, waiting for neither: True when the lock is now held
+    through ``fds``. The gate is let go of either way. Raises :class:`OSError` when ``flock``
+    fails for another reason than somebody else's lock."""
+    gate, lock = fds
+    try:
+        fcntl.flock(gate, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        fcntl.flock(gate, fcntl.LOCK_UN)
+    return True
+
+
 CLOSE_LOCK_TRIES = 5
 CLOSE_LOCK_PAUSE_S = 0.002
 
 
-def _lock_briefly(fd: int) -> bool:
-    """Try for a few ms to lock ``fd`` without waiting in the kernel. A waiter that gave up
-    still takes and passes on the lock once on its way out; a closing store that tried only
-    once could meet it there and leave the side file behind."""
+def _lock_briefly(fds: _Descriptions) -> bool:
+    """Try for a few ms to hold both the gate and the lock through ``fds`` without waiting in
+    the kernel (True: both are held). A waiter that gave up still goes through and passes on
+    the lock once on its way out; a closing store that tried only once could meet it there and
+    leave the side files behind."""
+    gate, lock = fds
     for attempt in range(CLOSE_LOCK_TRIES):
+        if attempt:
+            time.sleep(CLOSE_LOCK_PAUSE_S)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(gate, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            if attempt + 1 < CLOSE_LOCK_TRIES:
-                time.sleep(CLOSE_LOCK_PAUSE_S)
             continue
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+            continue
+        except BaseException:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+            raise
         return True
     return False
 
 
-def _open_description(path: Path, mode_like: Path | None) -> int:
-    """A new open file description of the side file, created if a closing store removed it:
-    exclusively, with ``mode_like``'s permissions (``private_files``)."""
+def _open_descriptions(gate: Path, lock: Path, mode_like: Path | None) -> _Descriptions:
+    """New open file descriptions of the gate and the lock. When the second cannot be had, a
+    first one created just now is removed again: a queue that gives up leaves nothing behind
+    (a writer that opened it meanwhile finds it gone at its next hold, and starts again)."""
+    gate_fd, gate_created = _open_description(gate, mode_like)
+    try:
+        lock_fd, _ = _open_description(lock, mode_like)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            if gate_created and _same_file(gate_fd, gate):
+                gate.unlink()
+        os.close(gate_fd)
+        raise
+    return gate_fd, lock_fd
+
+
+def _open_description(path: Path, mode_like: Path | None) -> tuple[int, bool]:
+    """A new open file description of a side file, and whether it was created: created if
+    missing (a closing store removed it), exclusively, with ``mode_like``'s permissions
+    (``private_files``)."""
     flags = os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
     while True:
         try:
-            return os.open(path, os.O_RDWR | flags)
+            return os.open(path, os.O_RDWR | flags), False
         except FileNotFoundError:
             pass
         except OSError:
             # Someone else's side file we may not write: flock needs only a read descriptor.
-            return os.open(path, os.O_RDONLY | flags)
+            return os.open(path, os.O_RDONLY | flags), False
         try:
-            return create_new_file(path, mode_of(mode_like))
+            return create_new_file(path, mode_of(mode_like)), True
         except FileExistsError:
             continue  # another opener created it in between: open theirs
 
 
-def _still_current(fd: int) -> bool:
-    # Only a closing store removes the file, and only while holding its lock: a file we
-    # locked that has no name left is the removed one. One fstat, no path lookup.
+def _close_all(fds: _Descriptions) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def _still_current(fds: _Descriptions) -> bool:
+    # Only a closing store removes the files, and only while holding both the gate and the
+    # lock: while we hold the lock (the gate was let go of a moment ago, but nobody can remove
+    # it without the lock we hold), a file that still has a name is the current one. Two
+    # fstat, no path lookup.
     try:
-        return os.fstat(fd).st_nlink > 0
+        return all(os.fstat(fd).st_nlink > 0 for fd in fds)
     except OSError:
         return False
 
@@ -302,27 +398,29 @@ class _Claim:
 
 
 class _Waiter:
-    """One long-lived thread per queue that blocks in ``flock`` for callers that may stop
-    waiting.
+    """One long-lived thread per queue that blocks in ``flock`` (gate, then lock) for callers
+    that may stop waiting.
 
     Starting a thread per wait cost 140 us of wall time and 160 us of CPU, paid at almost
     every append while several processes write (six writers: 85 % of the waits contended), on
     a machine whose other core is busy with the holder's transaction. This thread is started
     at the first contended wait and from then on only woken.
 
-    It waits on an open file description of its own, opened once: the lock it waits for is
-    then not "already ours" through the queue's shared descriptor. A caller whose budget runs
-    out withdraws its claim; when the thread then obtains the lock it passes it straight on,
-    unless a newer caller has claimed the wait meanwhile, who then gets it. It never waits
-    again while the lock it handed over is held (its description would lock at once).
+    It waits on open file descriptions of its own, opened once: the lock it waits for is then
+    not "already ours" through the queue's shared descriptions. A caller whose budget runs
+    out withdraws its claim; when the thread then obtains the gate it lets go of it without
+    queueing for the lock, and when it obtains the lock it passes it straight on, unless a
+    newer caller has claimed the wait meanwhile, who then gets it. It never waits again while
+    the lock it handed over is held (its description would lock at once).
     """
 
-    def __init__(self, path: Path, mode_like: Path | None) -> None:
-        self._path = path
+    def __init__(self, gate: Path, lock: Path, mode_like: Path | None) -> None:
+        self._gate = gate
+        self._lock = lock
         self._mode_like = mode_like
         self._changed = threading.Condition(threading.Lock())
         self._claim: _Claim | None = None
-        self._fd: int | None = None
+        self._fds: _Descriptions | None = None
         self._handed_over = False
         self._stopping = False
         self._interrupted = False
@@ -333,13 +431,14 @@ class _Waiter:
         return self._stopping
 
     def owns(self, fd: int) -> bool:
-        return fd == self._fd
+        fds = self._fds
+        return fds is not None and fd == fds[1]
 
     def wait(self, timeout_s: float) -> int:
         """The lock, held through this waiter's description, within ``timeout_s``.
 
         Raises :class:`QueueTimeout` when it does not come in time, :class:`OSError` when
-        the side file cannot be opened or locked here, :class:`QueueClosed` when the store
+        the side files cannot be opened or locked here, :class:`QueueClosed` when the store
         closes meanwhile (:meth:`interrupt`).
         """
         claim = _Claim()
@@ -383,7 +482,7 @@ class _Waiter:
             with self._changed:
                 self._handed_over = False
                 if self._stopping and self._thread is None:
-                    self._close_description()
+                    self._close_descriptions()
                 if self._claim is not None or self._stopping:
                     # Only then has the thread something to do; waking it for nothing would
                     # take the interpreter from this writer just as it goes on.
@@ -401,20 +500,19 @@ class _Waiter:
             self._changed.notify()
 
     def stop(self) -> None:
-        """Let the thread end once it is idle. The description is closed by whoever is last
-        to use it: never under a thread blocked in ``flock`` on it, nor under a holder."""
+        """Let the thread end once it is idle. The descriptions are closed by whoever is last
+        to use them: never under a thread blocked in ``flock`` on them, nor under a holder."""
         with self._changed:
             self._stopping = True
             if self._thread is None and not self._handed_over:
-                self._close_description()
+                self._close_descriptions()
             self._changed.notify()
 
     def forget_in_child(self) -> None:
-        fd = self._fd
-        if fd is not None:
-            # The child's copy: closing it releases nothing the parent holds or awaits.
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        fds = self._fds
+        if fds is not None:
+            # The child's copies: closing them releases nothing the parent holds or awaits.
+            _close_all(fds)
 
     def _run(self) -> None:
         while True:
@@ -424,7 +522,7 @@ class _Waiter:
                 if self._stopping:
                     self._thread = None
                     if not self._handed_over:
-                        self._close_description()
+                        self._close_descriptions()
                     return
             try:
                 fd = self._lock_current()
@@ -437,7 +535,7 @@ class _Waiter:
                         claim.error = exc
                         claim.answer()
                     self._thread = None
-                    self._close_description()
+                    self._close_descriptions()
                 return
             with self._changed:
                 claim, self._claim = self._claim, None
@@ -450,30 +548,43 @@ class _Waiter:
                 claim.answer()
 
     def _lock_current(self) -> int:
-        """Block until this thread's description of the *current* side file holds the lock.
+        """Block until this thread's description of the *current* lock holds it, having come
+        through the current gate.
 
-        Raises :class:`_Unwanted` rather than create a side file again that nobody waits
-        for: a closing store may just have removed it, and it would be left behind.
+        Raises :class:`_Unwanted` rather than create side files again that nobody waits for
+        (a closing store may just have removed them, and they would be left behind), or
+        queue for the lock for nobody.
         """
         while True:
-            fd = self._fd
-            if fd is None:
-                if self._stopping or self._claim is None:
+            fds = self._fds
+            if fds is None:
+                if self._unwanted():
                     raise _Unwanted
-                fd = _open_description(self._path, self._mode_like)
+                fds = _open_descriptions(self._gate, self._lock, self._mode_like)
                 with self._changed:
-                    self._fd = fd
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            if _still_current(fd):
-                return fd
-            # A closing store removed that file while we waited: wait again on the new one.
-            fcntl.flock(fd, fcntl.LOCK_UN)
+                    self._fds = fds
+            gate, lock = fds
+            fcntl.flock(gate, fcntl.LOCK_EX)
+            try:
+                if self._unwanted():
+                    # Given up while this thread waited at the gate: stand aside.
+                    raise _Unwanted
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            finally:
+                fcntl.flock(gate, fcntl.LOCK_UN)
+            if _still_current(fds):
+                return lock
+            # A closing store removed those files while we waited: wait again on new ones.
+            fcntl.flock(lock, fcntl.LOCK_UN)
             with self._changed:
-                self._close_description()
+                self._close_descriptions()
 
-    def _close_description(self) -> None:
-        # With ``_changed`` held, and only when no thread waits on it and no holder uses it.
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+    def _unwanted(self) -> bool:
+        with self._changed:
+            return self._stopping or self._claim is None
+
+    def _close_descriptions(self) -> None:
+        # With ``_changed`` held, and only when no thread waits on them and no holder uses them.
+        fds, self._fds = self._fds, None
+        if fds is not None:
+            _close_all(fds)

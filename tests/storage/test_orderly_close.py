@@ -47,7 +47,8 @@ def _check(url: str, writers: list[_Writer]) -> None:
     assert stored == {text for w in writers for text in w.acked} | {"first"}
     path = database_file(url)
     if path is not None:
-        assert not path.with_name(path.name + "-writelock").exists(), "side file left"
+        for side in ("-writelock", "-writegate"):
+            assert not path.with_name(path.name + side).exists(), f"{side} left"
 
 
 @pytest.mark.parametrize("batch", [False, True], ids=["append_message", "append_messages"])

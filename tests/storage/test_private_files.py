@@ -199,15 +199,15 @@ def test_an_import_into_a_new_file_takes_the_export_mode(tmp_path: Path) -> None
     assert mode(from_stdin) == 0o600
 
 
-def test_the_writers_side_file_takes_the_store_mode(tmp_path: Path) -> None:
+def test_the_writers_side_files_take_the_store_mode(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     with SessionDB(path) as db:
         db.create_session("s1", "cli")
     os.chmod(path, 0o600)
     with SessionDB(path) as db:
         db.append_message("s1", "user", "hello")
-        side = tmp_path / "state.db-writelock"
-        assert mode(side) == 0o600
+        assert mode(tmp_path / "state.db-writelock") == 0o600
+        assert mode(tmp_path / "state.db-writegate") == 0o600  # the writers' turnstile
 
 
 # -- the rule itself -------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from sessionstore.errors import StoreBusyError
 from sessionstore.storage.config import sqlite_url
 from sessionstore.storage.retry import RetryPolicy
 from sessionstore.storage.store import Store
-from sessionstore.storage.writers_queue import QueueTimeout, WriterQueue
+from sessionstore.storage.writers_queue import QueueTimeout, WriterQueue, gate_file
 
 
 def _store(tmp_path: Path) -> tuple[Path, str]:
@@ -35,6 +35,11 @@ def _store(tmp_path: Path) -> tuple[Path, str]:
 
 def _side(path: Path) -> Path:
     return path.with_name(path.name + "-writelock")
+
+
+def _left_behind(lock: Path) -> list[str]:
+    """The writers' side files (the lock and its gate) that exist."""
+    return [side.name for side in (lock, gate_file(lock)) if side.exists()]
 
 
 def _count(path: Path) -> int:
@@ -109,7 +114,7 @@ def test_a_closed_store_leaves_no_side_file_and_others_go_on(tmp_path: Path) -> 
     a.append_message("s", "user", "a1")
     b.append_message("s", "user", "b1")
     a.close()  # removes the side file while nobody holds it
-    assert not _side(path).exists()
+    assert not _left_behind(_side(path))
     b.append_message("s", "user", "b2")  # starts again on a new one
     c = WriterQueue(_side(path))
     b_queue = b.store._queue
@@ -123,20 +128,25 @@ def test_a_closed_store_leaves_no_side_file_and_others_go_on(tmp_path: Path) -> 
         b_queue.release(held)
         c.close()
     b.close()
-    assert not _side(path).exists()
+    assert not _left_behind(_side(path))
     assert _count(path) == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["state.db"]
 
 
+@pytest.mark.parametrize("refused", ["-writelock", "-writegate"])
 def test_without_a_side_file_writers_fall_back_to_sqlite_locking(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    refused: str,
 ) -> None:
-    """A read-only directory (or a filesystem without flock): writes still succeed."""
+    """A read-only directory (or a filesystem without flock): writes still succeed, and
+    neither side file is left behind when only one of them could be created."""
     path, url = _store(tmp_path)
     real_open = os.open
 
     def refusing_open(name: str | os.PathLike[str], flags: int, *args: int) -> int:
-        if str(name).endswith("-writelock"):
+        if str(name).endswith(refused):
             raise PermissionError(13, "Permission denied", str(name))
         return real_open(name, flags, *args)
 
@@ -156,7 +166,7 @@ def test_without_a_side_file_writers_fall_back_to_sqlite_locking(
     for db in dbs:
         db.close()
     assert _count(path) == 40
-    assert not _side(path).exists()
+    assert not _left_behind(_side(path))
     fallbacks = [r for r in caplog.records if "cannot queue" in r.getMessage()]
     assert len(fallbacks) == 2  # once per store, not once per write
 
@@ -272,7 +282,7 @@ def test_contended_waits_reuse_one_helper_thread(tmp_path: Path) -> None:
     assert _waiter_threads() - before <= 1
     holder.close()
     waiter.close()
-    assert not lock.exists()
+    assert not _left_behind(lock)
 
 
 def _held_and_abandoned(lock: Path) -> tuple[WriterQueue, int, WriterQueue]:
@@ -297,7 +307,7 @@ def test_an_abandoned_wait_passes_the_lock_on(tmp_path: Path) -> None:
     third.release(taken)
     for queue in (holder, quitter, third):
         queue.close()
-    assert not lock.exists()
+    assert not _left_behind(lock)
 
 
 def _take_and_release(queue: WriterQueue) -> None:
@@ -309,7 +319,7 @@ def _take_and_release(queue: WriterQueue) -> None:
 def _close_leaving_no_side_file(lock: Path, *queues: WriterQueue) -> None:
     for queue in queues:
         queue.close()
-    assert not lock.exists()
+    assert not _left_behind(lock)
 
 
 class _Interrupted(BaseException):
@@ -368,7 +378,7 @@ def test_a_new_wait_takes_over_an_abandoned_one(tmp_path: Path) -> None:
     holder.release(again)
     waiter.close()
     holder.close()
-    assert not lock.exists()
+    assert not _left_behind(lock)
 
 
 def test_closing_a_queue_whose_helper_still_waits_leaves_no_side_file(tmp_path: Path) -> None:
@@ -382,13 +392,13 @@ def test_closing_a_queue_whose_helper_still_waits_leaves_no_side_file(tmp_path: 
     while _waiter_threads() >= before and time.monotonic() < deadline:
         time.sleep(0.01)
     assert _waiter_threads() < before
-    assert not lock.exists()
+    assert not _left_behind(lock)
     # A closed queue that is used again works again, with a new helper.
     reopened = WriterQueue(lock)
     _assert_excludes(quitter, reopened)
     reopened.close()
     quitter.close()
-    assert not lock.exists()
+    assert not _left_behind(lock)
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
@@ -404,3 +414,66 @@ def test_a_forked_child_of_a_process_with_a_helper_waits_on_its_own(tmp_path: Pa
     holder.release(held)
     _take_and_release(queue)
     _close_leaving_no_side_file(lock, probe, queue, holder)
+
+
+def _gate_taken(gate: Path) -> bool:
+    """True while somebody holds the gate (tried without waiting, let go of at once)."""
+    probe = os.open(gate, os.O_RDONLY)
+    try:
+        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    else:
+        fcntl.flock(probe, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(probe)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_waiting_process_gets_the_lock_before_the_releaser_takes_it_again(
+    tmp_path: Path,
+) -> None:
+    """No barging: the process that releases the lock and asks again at once (its next
+    write) queues behind the process that was already waiting, which writes first."""
+    lock = tmp_path / "q-writelock"
+    holder = WriterQueue(lock)
+    held = holder.acquire(time.monotonic() + 5.0)
+    assert held is not None
+    order_read, order_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        code = 1
+        try:
+            os.close(order_read)
+            waiter = WriterQueue(lock)  # its own descriptions, as another process has
+            taken = waiter.acquire(time.monotonic() + 60.0)
+            if taken is not None:
+                os.write(order_write, b"child ")
+                waiter.release(taken)
+                code = 0
+        finally:
+            os._exit(code)
+    os.close(order_write)
+    try:
+        # The child queues: it holds the gate while it waits for the lock (no timing here,
+        # only a bound on how long a broken queue may keep the test waiting).
+        gave_up_at = time.monotonic() + 60.0
+        while not _gate_taken(holder.gate_path):
+            assert time.monotonic() < gave_up_at, "the child never queued"
+            time.sleep(0.001)
+        holder.release(held)
+        again = holder.acquire(time.monotonic() + 60.0)  # at once, as a busy writer does
+        assert again is not None
+        os.set_blocking(order_read, False)  # with barging, the child would not have written
+        try:
+            child_wrote = os.read(order_read, 64)
+        except BlockingIOError:
+            child_wrote = b""
+        holder.release(again)
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(order_read)
+    assert child_wrote == b"child "  # it had the lock, and let go of it, before ours came
+    assert os.waitstatus_to_exitcode(status) == 0
+    _close_leaving_no_side_file(lock, holder)
