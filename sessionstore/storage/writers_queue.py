@@ -140,18 +140,33 @@ class WriterQueue:
             fds = self._shared_fds()
             if fds is None:
                 return None
+            gate, lock = fds
             try:
-                passed = _pass_without_waiting(fds)
+                if _try_lock(gate) and _try_lock(lock):
+                    fcntl.flock(gate, fcntl.LOCK_UN)
+                    if _still_current(fds):
+                        return lock
+                    # A closing store removed the files we went through: start on new ones.
+                    fcntl.flock(lock, fcntl.LOCK_UN)
+                    self._drop_shared(fds)
+                    continue
             except OSError as exc:
+                with contextlib.suppress(OSError):
+                    fcntl.flock(gate, fcntl.LOCK_UN)
                 self._give_up(exc)
                 return None
-            if not passed:
-                # Someone is at the gate or holds the lock: queue behind them, in turn.
-                return self._wait(deadline - time.monotonic())
-            if _still_current(fds):
-                return fds[1]
-            # A closing store removed the files we went through: start again on new ones.
-            fcntl.flock(fds[1], fcntl.LOCK_UN)
+            # Someone holds the lock, or stands at the gate: queue in turn. When the gate is
+            # ours already it stays ours, through the hand-over to the helper, so nobody
+            # passes us in the meantime.
+            try:
+                return self._wait(deadline - time.monotonic(), gate)
+            except _Restart:
+                pass
+            finally:
+                # The helper let go of it once it had the lock; otherwise it is ours to let go
+                # of (giving up releases whatever we obtained).
+                with contextlib.suppress(OSError):
+                    fcntl.flock(gate, fcntl.LOCK_UN)
             self._drop_shared(fds)
 
     def release(self, fd: int) -> None:
@@ -253,20 +268,29 @@ class WriterQueue:
             exc.strerror or exc,
         )
 
-    def _wait(self, timeout_s: float) -> int | None:
+    def _wait(self, timeout_s: float, gate: int) -> int | None:
         with self._fd_lock:
             if self._interrupted:
                 raise QueueClosed
             if self._waiter is None or self._waiter.stopped:
-                self._waiter = _Waiter(self.gate_path, self.path, self.mode_like)
+                self._waiter = _Waiter(self.path, self.mode_like)
             waiter = self._waiter
             if self._interrupted:
                 waiter.interrupt()
         try:
-            return waiter.wait(timeout_s)
+            return waiter.wait(timeout_s, gate)
         except OSError as exc:
             self._give_up(exc)
             return None
+
+
+def _try_lock(fd: int) -> bool:
+    """Lock ``fd`` if nobody else holds it (True); never wait."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
 
 
 def _pass_without_waiting(fds: _Descriptions) -> bool:
@@ -377,21 +401,28 @@ class _Unwanted(Exception):
     """Nobody waits for the lock any more (the caller gave up, or the queue was closed)."""
 
 
+class _Restart(Exception):
+    """The helper went through side files a closing store has removed: the caller opens the
+    new ones and queues again."""
+
+
 class _Claim:
     """One caller's wait, answered by the waiter's thread.
 
     ``answered`` is a plain lock, taken at creation and released by the thread once ``fd``
     or ``error`` is set: the caller wakes on it directly, where an ``Event`` would make it
     take the event's own lock again, which the answering thread may still be holding.
+    ``gate`` is the caller's descriptor of the gate, open for as long as the claim stands.
     """
 
-    __slots__ = ("answered", "error", "fd")
+    __slots__ = ("answered", "error", "fd", "gate")
 
-    def __init__(self) -> None:
+    def __init__(self, gate: int) -> None:
         self.answered = threading.Lock()
         self.answered.acquire()
+        self.gate = gate
         self.fd: int | None = None
-        self.error: OSError | QueueClosed | None = None
+        self.error: OSError | QueueClosed | _Restart | None = None
 
     def answer(self) -> None:
         self.answered.release()
@@ -406,21 +437,25 @@ class _Waiter:
     a machine whose other core is busy with the holder's transaction. This thread is started
     at the first contended wait and from then on only woken.
 
-    It waits on open file descriptions of its own, opened once: the lock it waits for is then
-    not "already ours" through the queue's shared descriptions. A caller whose budget runs
-    out withdraws its claim; when the thread then obtains the gate it lets go of it without
-    queueing for the lock, and when it obtains the lock it passes it straight on, unless a
-    newer caller has claimed the wait meanwhile, who then gets it. It never waits again while
-    the lock it handed over is held (its description would lock at once).
+    It goes through the caller's own gate: the same open file description (a duplicate of its
+    descriptor, taken while the claim stands), so a gate the caller already holds lets it
+    straight through, and the caller keeps its place at the gate across the hand-over (were
+    the caller to let go of the gate for the thread to take it, the releaser would pass in
+    between: measured, a forked child beside a busy parent was passed once in two waits). It
+    waits for the lock on an open file description of its own, opened once: the lock it waits
+    for is then not "already ours" through the queue's shared descriptor. A caller whose budget
+    runs out withdraws its claim; when the thread then obtains the gate it lets go of it
+    without queueing for the lock, and when it obtains the lock it passes it straight on,
+    unless a newer caller has claimed the wait meanwhile, who then gets it. It never waits
+    again while the lock it handed over is held (its description would lock at once).
     """
 
-    def __init__(self, gate: Path, lock: Path, mode_like: Path | None) -> None:
-        self._gate = gate
+    def __init__(self, lock: Path, mode_like: Path | None) -> None:
         self._lock = lock
         self._mode_like = mode_like
         self._changed = threading.Condition(threading.Lock())
         self._claim: _Claim | None = None
-        self._fds: _Descriptions | None = None
+        self._fd: int | None = None
         self._handed_over = False
         self._stopping = False
         self._interrupted = False
@@ -431,17 +466,18 @@ class _Waiter:
         return self._stopping
 
     def owns(self, fd: int) -> bool:
-        fds = self._fds
-        return fds is not None and fd == fds[1]
+        return fd == self._fd
 
-    def wait(self, timeout_s: float) -> int:
-        """The lock, held through this waiter's description, within ``timeout_s``.
+    def wait(self, timeout_s: float, gate: int) -> int:
+        """The lock, held through this waiter's description, within ``timeout_s``, entered
+        through ``gate`` (the caller's descriptor of the gate, which the caller may hold).
 
         Raises :class:`QueueTimeout` when it does not come in time, :class:`OSError` when
-        the side files cannot be opened or locked here, :class:`QueueClosed` when the store
-        closes meanwhile (:meth:`interrupt`).
+        the side file cannot be opened or locked here, :class:`QueueClosed` when the store
+        closes meanwhile (:meth:`interrupt`), :class:`_Restart` when the side files were
+        replaced.
         """
-        claim = _Claim()
+        claim = _Claim(gate)
         with self._changed:
             if self._interrupted:
                 raise QueueClosed
@@ -482,7 +518,7 @@ class _Waiter:
             with self._changed:
                 self._handed_over = False
                 if self._stopping and self._thread is None:
-                    self._close_descriptions()
+                    self._close_description()
                 if self._claim is not None or self._stopping:
                     # Only then has the thread something to do; waking it for nothing would
                     # take the interpreter from this writer just as it goes on.
@@ -500,19 +536,20 @@ class _Waiter:
             self._changed.notify()
 
     def stop(self) -> None:
-        """Let the thread end once it is idle. The descriptions are closed by whoever is last
-        to use them: never under a thread blocked in ``flock`` on them, nor under a holder."""
+        """Let the thread end once it is idle. The description is closed by whoever is last
+        to use it: never under a thread blocked in ``flock`` on it, nor under a holder."""
         with self._changed:
             self._stopping = True
             if self._thread is None and not self._handed_over:
-                self._close_descriptions()
+                self._close_description()
             self._changed.notify()
 
     def forget_in_child(self) -> None:
-        fds = self._fds
-        if fds is not None:
-            # The child's copies: closing them releases nothing the parent holds or awaits.
-            _close_all(fds)
+        fd = self._fd
+        if fd is not None:
+            # The child's copy: closing it releases nothing the parent holds or awaits.
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def _run(self) -> None:
         while True:
@@ -522,21 +559,32 @@ class _Waiter:
                 if self._stopping:
                     self._thread = None
                     if not self._handed_over:
-                        self._close_descriptions()
+                        self._close_description()
+                    return
+                claim = self._claim
+                if claim is None:
+                    continue
+                try:
+                    # Its own descriptor of the caller's gate: the caller's may be closed once
+                    # the claim is withdrawn, the description is the same.
+                    gate = os.dup(claim.gate)
+                except OSError as exc:
+                    self._fail(exc)
                     return
             try:
-                fd = self._lock_current()
+                fd = self._lock_current(gate)
             except _Unwanted:
+                continue
+            except _Restart as restart:
+                with self._changed:
+                    self._answer_error(restart)
                 continue
             except OSError as exc:
                 with self._changed:
-                    claim, self._claim = self._claim, None
-                    if claim is not None:
-                        claim.error = exc
-                        claim.answer()
-                    self._thread = None
-                    self._close_descriptions()
+                    self._fail(exc)
                 return
+            finally:
+                os.close(gate)
             with self._changed:
                 claim, self._claim = self._claim, None
                 if claim is None or self._stopping:
@@ -547,44 +595,56 @@ class _Waiter:
                 claim.fd = fd
                 claim.answer()
 
-    def _lock_current(self) -> int:
-        """Block until this thread's description of the *current* lock holds it, having come
-        through the current gate.
+    def _answer_error(self, error: OSError | _Restart) -> None:
+        # With ``_changed`` held.
+        claim, self._claim = self._claim, None
+        if claim is not None:
+            claim.error = error
+            claim.answer()
 
-        Raises :class:`_Unwanted` rather than create side files again that nobody waits for
-        (a closing store may just have removed them, and they would be left behind), or
-        queue for the lock for nobody.
+    def _fail(self, exc: OSError) -> None:
+        # With ``_changed`` held: the side file cannot be had here; the thread ends.
+        self._answer_error(exc)
+        self._thread = None
+        self._close_description()
+
+    def _lock_current(self, gate: int) -> int:
+        """Block until this thread's description of the *current* lock holds it, having come
+        through ``gate``.
+
+        Raises :class:`_Unwanted` rather than create the side file again that nobody waits for
+        (a closing store may just have removed it, and it would be left behind), or queue for
+        the lock for nobody; :class:`_Restart` when a closing store removed the files meanwhile.
         """
-        while True:
-            fds = self._fds
-            if fds is None:
-                if self._unwanted():
-                    raise _Unwanted
-                fds = _open_descriptions(self._gate, self._lock, self._mode_like)
-                with self._changed:
-                    self._fds = fds
-            gate, lock = fds
-            fcntl.flock(gate, fcntl.LOCK_EX)
-            try:
-                if self._unwanted():
-                    # Given up while this thread waited at the gate: stand aside.
-                    raise _Unwanted
-                fcntl.flock(lock, fcntl.LOCK_EX)
-            finally:
-                fcntl.flock(gate, fcntl.LOCK_UN)
-            if _still_current(fds):
-                return lock
-            # A closing store removed those files while we waited: wait again on new ones.
-            fcntl.flock(lock, fcntl.LOCK_UN)
+        fd = self._fd
+        if fd is None:
+            if self._unwanted():
+                raise _Unwanted
+            fd, _ = _open_description(self._lock, self._mode_like)
             with self._changed:
-                self._close_descriptions()
+                self._fd = fd
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            if self._unwanted():
+                # Given up while this thread waited at the gate: stand aside.
+                raise _Unwanted
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        finally:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        if _still_current((gate, fd)):
+            return fd
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        with self._changed:
+            self._close_description()
+        raise _Restart
 
     def _unwanted(self) -> bool:
         with self._changed:
             return self._stopping or self._claim is None
 
-    def _close_descriptions(self) -> None:
-        # With ``_changed`` held, and only when no thread waits on them and no holder uses them.
-        fds, self._fds = self._fds, None
-        if fds is not None:
-            _close_all(fds)
+    def _close_description(self) -> None:
+        # With ``_changed`` held, and only when no thread waits on it and no holder uses it.
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
