@@ -30,13 +30,16 @@ byte-range lock on one file would serve as a gate too, but not on macOS, and on 
 is itself emulated by byte-range locks it would then conflict with: a second file is portable.
 
 - Uncontended, the cost is three ``flock`` calls and two ``fstat`` calls, and one ``flock`` at
-  release (six system calls, against three with the lock alone: about 1.5 us more per write).
+  release: six system calls, against three with the lock alone (UNCONTENDED_COST_NOTE).
 - A contended wait blocks in a helper thread so that the caller can stop waiting when its retry
-  budget runs out (``flock`` itself has no timeout): gate, then lock, each on the helper's own
-  descriptions. The helper releases at once whatever it obtains after the caller left (a gate
-  it gets for nobody is let go of without queueing for the lock). It is one long-lived thread
-  per queue, started at the first contended wait: a thread per wait cost 140 us and more CPU
-  than the rest of a wait.
+  budget runs out (``flock`` itself has no timeout). The helper goes through the caller's own
+  gate description (a duplicate descriptor): a caller that got through the gate but found the
+  lock held keeps its place at the gate across the hand-over, so nobody passes in between.
+  It waits for the lock on a description of its own, and releases at once whatever it obtains
+  after the caller left (a gate it gets for nobody is let go of without queueing for the
+  lock); the caller lets go of the gate when it stops waiting. It is one long-lived thread per
+  queue, started at the first contended wait: a thread per wait cost 140 us and more CPU than
+  the rest of a wait.
 - The side files are different files from the store, so opening and closing them never touches
   SQLite's locks. A closing store removes both while holding both, so a closed store leaves
   nothing behind; every holder checks, after locking, that both files it went through still have
@@ -456,6 +459,8 @@ class _Waiter:
         self._changed = threading.Condition(threading.Lock())
         self._claim: _Claim | None = None
         self._fd: int | None = None
+        self._gate: int | None = None
+        """The thread's duplicate of the gate descriptor it is going through now."""
         self._handed_over = False
         self._stopping = False
         self._interrupted = False
@@ -545,11 +550,12 @@ class _Waiter:
             self._changed.notify()
 
     def forget_in_child(self) -> None:
-        fd = self._fd
-        if fd is not None:
-            # The child's copy: closing it releases nothing the parent holds or awaits.
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        for fd in (self._fd, self._gate):
+            if fd is not None:
+                # The child's copies: closing them releases nothing the parent holds or awaits
+                # (kept open, a gate held by a parent that dies would stay held by the child).
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
     def _run(self) -> None:
         while True:
@@ -567,7 +573,7 @@ class _Waiter:
                 try:
                     # Its own descriptor of the caller's gate: the caller's may be closed once
                     # the claim is withdrawn, the description is the same.
-                    gate = os.dup(claim.gate)
+                    gate = self._gate = os.dup(claim.gate)
                 except OSError as exc:
                     self._fail(exc)
                     return
@@ -584,7 +590,9 @@ class _Waiter:
                     self._fail(exc)
                 return
             finally:
-                os.close(gate)
+                with self._changed:
+                    self._gate = None
+                    os.close(gate)
             with self._changed:
                 claim, self._claim = self._claim, None
                 if claim is None or self._stopping:
