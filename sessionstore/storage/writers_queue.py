@@ -13,8 +13,8 @@ within one poll.
 A lock alone still lets the releaser barge: ``flock`` hands nothing over, it wakes the waiter,
 who must then be scheduled and ask again, while the process that just released asks again
 microseconds later (its next thread, or the same thread's next write) without waiting, and
-wins. A forked child writing beside a parent with three busy writer threads waited 25-140 ms
-per write, behind hundreds of the parent's 1 ms transactions. So the lock has a turnstile in
+wins. A forked child writing beside a parent with three busy writer threads was passed, in one
+wait in twelve, by 3 to 47 of the parent's transactions. So the lock has a turnstile in
 front of it, a second side file ``<db>-writegate`` (the *gate*)::
 
     acquire: lock(gate); lock(lock); unlock(gate)      (each wait bounded by the caller's deadline)
@@ -30,7 +30,8 @@ byte-range lock on one file would serve as a gate too, but not on macOS, and on 
 is itself emulated by byte-range locks it would then conflict with: a second file is portable.
 
 - Uncontended, the cost is three ``flock`` calls and two ``fstat`` calls, and one ``flock`` at
-  release: six system calls, against three with the lock alone (UNCONTENDED_COST_NOTE).
+  release: six system calls, against three with the lock alone (an uncontended acquire and
+  release measured 7.4 us against 3.8 us, about 1 % of an append).
 - A contended wait blocks in a helper thread so that the caller can stop waiting when its retry
   budget runs out (``flock`` itself has no timeout). The helper goes through the caller's own
   gate description (a duplicate descriptor): a caller that got through the gate but found the
