@@ -444,8 +444,9 @@ class _Waiter:
     It goes through the caller's own gate: the same open file description (a duplicate of its
     descriptor, taken while the claim stands), so a gate the caller already holds lets it
     straight through, and the caller keeps its place at the gate across the hand-over (were
-    the caller to let go of the gate for the thread to take it, the releaser would pass in
-    between: measured, a forked child beside a busy parent was passed once in two waits). It
+    the caller to let go of the gate for the thread to take it, the releaser could pass in the
+    moment the thread takes to wake; ``scripts/fork_wait.py`` did not tell the two apart, its
+    counts lag the parent's lock by the parent's wait for the interpreter). It
     waits for the lock on an open file description of its own, opened once: the lock it waits
     for is then not "already ours" through the queue's shared descriptor. A caller whose budget
     runs out withdraws its claim; when the thread then obtains the gate it lets go of it
