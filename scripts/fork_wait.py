@@ -8,15 +8,16 @@ parent: how long it held the queue's lock per write; and, over every wait of a c
 parent holds began during that wait (the lock taken by the parent while the child waited: with
 a fair hand-over 0, or 1 when the parent was already between the gate and the lock).
 
-    PYTHONPATH=. .venv/bin/python scripts/fork_wait.py [URL] [FORKS]
+    .venv/bin/python scripts/fork_wait.py [URL] [FORKS]
 
-Run it from the repository's folder (it imports ``tests/support/forklib.py``). A hold begins when
+It imports ``tests/support/forklib.py`` from the checkout it lives in. A hold begins when
 the parent's ``acquire`` returns, which may lag the lock by the parent's wait for the
 interpreter: read the counts, not the microseconds.
 """
 
 from __future__ import annotations
 
+import argparse
 import bisect
 import collections
 import multiprocessing
@@ -24,9 +25,10 @@ import os
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, "tests/support")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 import forklib
 
 from sessionstore import SessionDB
@@ -82,8 +84,12 @@ def child(job: tuple[str, int, str]) -> tuple[str, float, float, list[tuple[floa
 
 
 def main() -> None:
-    url = sys.argv[1] if len(sys.argv) > 1 else f"sqlite:///{tempfile.mkdtemp()}/s.db"
-    forks = int(sys.argv[2]) if len(sys.argv) > 2 else 45
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("url", nargs="?", help="store URL (default: a fresh SQLite file)")
+    parser.add_argument("forks", nargs="?", type=int, default=45, help="children to fork")
+    options = parser.parse_args()
+    url = options.url or f"sqlite:///{tempfile.mkdtemp()}/s.db"
+    forks = options.forks
     forklib.prepare(url)
     db = SessionDB(url=url)
     forklib.set_parent(db, url)

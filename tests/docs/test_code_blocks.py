@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 LANGUAGES = ("python", "bash", "text")
 _FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
-_MEASUREMENT = re.compile(r"^\.venv/bin/python (scripts/\w+\.py)\b(.*)$")
+_MEASUREMENT = re.compile(r"^\.venv/bin/python (scripts/\w+\.py|-m pytest)\b(.*)$")
 
 
 def documents() -> list[Path]:
@@ -137,6 +137,14 @@ def _check_measurements(code: str) -> None:
         match = _MEASUREMENT.match(line)
         assert match, line
         script, arguments = match.group(1), match.group(2).split("#")[0]
+        if script == "-m pytest":
+            # A measurement through one test: the test must still exist where the page says.
+            for word in shlex.split(arguments):
+                if "::" in word or word.endswith(".py"):
+                    path, _, name = word.partition("::")
+                    assert (ROOT / path).is_file(), word
+                    assert name.split("[")[0] in (ROOT / path).read_text(), word
+            continue
         assert (ROOT / script).is_file(), script
         usage = subprocess.run([sys.executable, script, "--help"], cwd=ROOT, capture_output=True,
                                text=True, timeout=120, check=True).stdout  # fmt: skip
