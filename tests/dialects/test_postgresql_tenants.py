@@ -61,12 +61,19 @@ def tenants(database: str) -> Iterator[tuple[SessionDB, SessionDB]]:
 
 
 def age(database: str, schema: str, session_id: str) -> None:
-    """Make a session of ``schema`` ended and a year old (a prune candidate)."""
+    """Make a session of ``schema`` ended and a year idle (a prune candidate: prune measures age
+    from the last activity, its messages and ``last_activity_at`` included)."""
     engine = plain(database)
-    with engine.connect() as conn:
+    with engine.begin() as conn:
         conn.exec_driver_sql(
             f"UPDATE {schema}.sessions SET started_at = started_at - 366 * 86400, "
-            f"ended_at = started_at - 366 * 86400 + 1, end_reason = 'done' WHERE id = %(id)s",
+            f"ended_at = started_at - 366 * 86400 + 1, end_reason = 'done', "
+            f"last_activity_at = NULL WHERE id = %(id)s",
+            {"id": session_id},
+        )
+        conn.exec_driver_sql(
+            f"UPDATE {schema}.messages SET timestamp = timestamp - 366 * 86400 "
+            f"WHERE session_id = %(id)s",
             {"id": session_id},
         )
     engine.dispose()
