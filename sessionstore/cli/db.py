@@ -213,7 +213,7 @@ def _backup_step(url: URL, target: str, *, downgrade: bool) -> BackupBeforeChang
         _refuse_what_the_migration_would(state, downgrade=downgrade)
         return not state.is_empty and migrate.status_from(state).revision != wanted
 
-    return BackupBeforeChange(full(url), needed)
+    return BackupBeforeChange(full(url), needed, reported_by_caller=True)
 
 
 def _describe(status: migrate.Status | None) -> str:

@@ -45,11 +45,15 @@ class BackupBeforeChange:
 
     ``found`` is that state (what this migration really started from: another process may
     have migrated the store between a caller's first look and the lock); ``path`` is the
-    backup's, if one was taken."""
+    backup's, if one was taken. ``reported_by_caller``: the caller tells its user where the
+    backup went (the CLI prints it), so the adoption's warning would say it twice; it is then
+    logged at INFO like any other backup."""
 
-    def __init__(self, url: str | URL, needed: Callable[[StoreState], bool]) -> None:
+    def __init__(self, url: str | URL, needed: Callable[[StoreState], bool], *,
+                 reported_by_caller: bool = False) -> None:  # fmt: skip
         self.url = url
         self.needed = needed
+        self.reported_by_caller = reported_by_caller
         self.found: StoreState | None = None
         self.path: Path | None = None
 
@@ -62,7 +66,7 @@ class BackupBeforeChange:
         self.path = backup_database(self.url)
         if self.path is None:
             return
-        if state.alembic_revision is None:
+        if state.alembic_revision is None and not self.reported_by_caller:
             logger.warning(
                 "adopting %s, a database sessionstore did not write: backup written to %s",
                 self.url, self.path,
