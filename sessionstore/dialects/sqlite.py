@@ -41,6 +41,7 @@ import contextlib
 import logging
 import os
 import sqlite3
+import sys
 import threading
 from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
@@ -75,6 +76,22 @@ logger = logging.getLogger(__name__)
 
 MMAP_BYTES = 256 * 1024 * 1024
 """How much of a store's file each connection maps (SQLite's ``mmap_size``; 0 is off)."""
+WAL_SIZE_LIMIT_BYTES = 64 * 1024 * 1024
+"""What a checkpointed WAL is truncated back to (newest Hermes's ``journal_size_limit``): with
+SQLite's default (-1) the ``-wal`` file keeps the size of the largest transaction ever."""
+
+
+def apply_write_durability(cursor: Any) -> None:
+    """The per-connection PRAGMAs a writing connection carries, as newest Hermes's WAL
+    companions: the WAL bounded (disk slack only); on macOS, whose ``fsync()`` is no write
+    barrier, ``F_FULLFSYNC`` at checkpoints and ``synchronous=FULL`` (with NORMAL a checkpoint
+    racing process termination leaves half-written pages). ``cursor``: anything with
+    ``execute`` (a driver cursor or connection, of either SQLite library)."""
+    cursor.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT_BYTES}")
+    if sys.platform == "darwin":
+        cursor.execute("PRAGMA checkpoint_fullfsync=1")
+        cursor.execute("PRAGMA synchronous=FULL")
+
 
 _INTEGRITY_MESSAGES: tuple[
     tuple[str, Literal["foreign_key", "unique", "not_null", "check", "other"]], ...
@@ -293,7 +310,9 @@ class SQLiteDialect:
                 if read_only:
                     # Belt and braces with mode=ro: this connection can never write.
                     cursor.execute("PRAGMA query_only = ON")
-                elif set_journal_mode:
+                else:
+                    apply_write_durability(cursor)
+                if not read_only and set_journal_mode:
                     _enable_wal(cursor, label)
             finally:
                 cursor.close()

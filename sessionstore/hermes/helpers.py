@@ -17,13 +17,13 @@ import contextlib
 import functools
 import logging
 import sqlite3
-import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..dialects import sqlite_library
+from ..dialects.sqlite import apply_write_durability
 from ..errors import SessionStoreError
 from ..search.object_names import FTS5_TABLES
 
@@ -38,8 +38,8 @@ MALFORMED_MARKERS = ("malformed database schema", "database disk image is malfor
 
 _last_init_error: str | None = None
 _last_init_error_lock = threading.Lock()
-_warned_wal_fallback: set[str] = set()
-_warned_wal_fallback_lock = threading.Lock()
+_wal_fallback_warned_paths: set[str] = set()
+_wal_fallback_warned_lock = threading.Lock()
 
 
 class ThreadedSessionDB:
@@ -151,9 +151,9 @@ def apply_wal_with_fallback(conn: sqlite3.Connection, *, db_label: str = "state.
             in_wal = False
         if in_wal:
             raise
-        with _warned_wal_fallback_lock:
-            first = db_label not in _warned_wal_fallback
-            _warned_wal_fallback.add(db_label)
+        with _wal_fallback_warned_lock:
+            first = db_label not in _wal_fallback_warned_paths
+            _wal_fallback_warned_paths.add(db_label)
         if first:
             logger.warning("%s: WAL is not supported here (%s); using journal_mode=DELETE",
                            db_label, exc)
@@ -167,28 +167,44 @@ def _has_wal_reset_bug(conn: sqlite3.Connection) -> bool:
     return sqlite_library.has_wal_reset_bug(version)
 
 
-_warned_wal_reset_bug: set[str] = set()
+_wal_reset_bug_warned_paths: set[str] = set()
 
 
 def _gate_wal_reset_bug(conn: sqlite3.Connection, db_label: str) -> str:
-    mode = _journal_mode(conn)
-    with _warned_wal_fallback_lock:
-        first = db_label not in _warned_wal_reset_bug
-        _warned_wal_reset_bug.add(db_label)
-    version = conn.execute("SELECT sqlite_version()").fetchone()[0]
-    if mode == "wal":
+    """On a SQLite with the WAL-reset bug, as newest Hermes (iot 0.22.2): a file in WAL keeps
+    it; a file whose mode cannot be read (a concurrent opener holds it) is left untouched and
+    reported as ``wal`` (reading "could not read" as "not WAL" once flipped a live WAL file to
+    DELETE under a writer, losing its uncheckpointed commits); any other is put in DELETE mode,
+    unless an opener appears in between, which leaves it as it is."""
+    try:
+        mode = _journal_mode(conn)
+    except sqlite3.OperationalError:
+        mode = None
+    with _wal_fallback_warned_lock:
+        first = db_label not in _wal_reset_bug_warned_paths
+        _wal_reset_bug_warned_paths.add(db_label)
+    version = sqlite3.sqlite_version
+    with contextlib.suppress(sqlite3.OperationalError):
+        version = conn.execute("SELECT sqlite_version()").fetchone()[0]
+    if mode in ("wal", None):
         if first:
             logger.warning("%s: SQLite %s has the WAL-reset bug "
-                           "(https://sqlite.org/wal.html#walresetbug); the database is in WAL "
-                           "already and is left so (no change under other openers)",
-                           db_label, version)
-        _checkpoint_barrier(conn)
+                           "(https://sqlite.org/wal.html#walresetbug); the database is %s and "
+                           "is left so (no change under other openers)", db_label, version,
+                           "in WAL already" if mode else "held by another opener")  # fmt: skip
+        if mode == "wal":
+            _checkpoint_barrier(conn)
         return "wal"
     if first:
         logger.warning("%s: SQLite %s has the WAL-reset bug "
                        "(https://sqlite.org/wal.html#walresetbug); using journal_mode=DELETE "
                        "instead of enabling WAL", db_label, version)
-    conn.execute("PRAGMA journal_mode=DELETE")
+    try:
+        conn.execute("PRAGMA journal_mode=DELETE")
+    except sqlite3.OperationalError as exc:
+        if "locked" not in str(exc).lower() and "busy" not in str(exc).lower():
+            raise
+        return mode  # an opener appeared between the probe and the switch: left as it is
     return "delete"
 
 
@@ -198,10 +214,10 @@ def _journal_mode(conn: sqlite3.Connection) -> str | None:
 
 
 def _checkpoint_barrier(conn: sqlite3.Connection) -> None:
-    # macOS's fsync() is no write barrier; F_FULLFSYNC at checkpoints is (Hermes #30636).
-    if sys.platform == "darwin":
-        with contextlib.suppress(sqlite3.OperationalError):
-            conn.execute("PRAGMA checkpoint_fullfsync=1")
+    # What every WAL activation carries, as in the store's own connections (Hermes #30636,
+    # #63531): best effort, a refused PRAGMA costs only disk slack or the macOS barrier.
+    with contextlib.suppress(sqlite3.OperationalError):
+        apply_write_durability(conn)
 
 
 # -- repair_state_db_schema --------------------------------------------------------------------

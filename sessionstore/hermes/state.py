@@ -66,6 +66,10 @@ import contextlib
 import logging
 import os
 import sqlite3
+
+# Hermes's tests reach the platform through its module (``monkeypatch.setattr(hermes_state.sys,
+# "platform", "darwin")``): the same ``sys``, so the helpers' platform checks see the patch.
+import sys as sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -93,6 +97,11 @@ from .helpers import (
     set_last_init_error,
     workspace_key,
 )
+
+# Hermes's names for the sets that keep each WAL warning to once per database (its tests clear
+# them between tests): the helpers' own objects, re-exported.
+from .helpers import _wal_fallback_warned_paths as _wal_fallback_warned_paths
+from .helpers import _wal_reset_bug_warned_paths as _wal_reset_bug_warned_paths
 
 __all__ = [
     "DEFAULT_DB_PATH",

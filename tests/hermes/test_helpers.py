@@ -8,7 +8,7 @@ import sqlite3
 import threading
 from contextlib import closing
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from sqlalchemy.exc import DBAPIError
@@ -211,6 +211,32 @@ def test_apply_wal_with_fallback_never_turns_wal_on_with_the_wal_reset_bug(
     already.close()
     warnings = [r.getMessage() for r in caplog.records if "WAL-reset bug" in r.getMessage()]
     assert len(warnings) == 2 and sqlite3.sqlite_version in warnings[0]
+
+
+@pytest.mark.skipif(
+    not has_wal_reset_bug(sqlite3.sqlite_version_info),
+    reason="needs a standard library whose SQLite has the WAL-reset bug",
+)
+def test_the_wal_reset_gate_touches_a_file_whose_mode_it_cannot_read(tmp_path: Path) -> None:
+    """A mode probe that fails (another opener holds the file) is not "not WAL": the file is
+    left untouched and reported as WAL, as iot 0.22.2 does (switching it to DELETE under a
+    live WAL writer loses that writer's uncheckpointed commits)."""
+
+    class ProbeFails(sqlite3.Connection):
+        executed: ClassVar[list[str]] = []
+
+        def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+            self.executed.append(sql)
+            if sql.strip() == "PRAGMA journal_mode":
+                raise sqlite3.OperationalError("database is locked")
+            return super().execute(sql, *args)
+
+    conn = sqlite3.connect(tmp_path / "held.db", factory=ProbeFails)
+    try:
+        assert hermes_state.apply_wal_with_fallback(conn, db_label="held.db") == "wal"
+        assert not [sql for sql in ProbeFails.executed if "journal_mode=" in sql.replace(" ", "")]
+    finally:
+        conn.close()
 
 
 # -- repair_state_db_schema --------------------------------------------------------------------

@@ -239,6 +239,26 @@ def test_a_new_file_is_switched_to_wal_on_disk(tmp_path: Path) -> None:
     assert (header[18], header[19]) == (2, 2)
 
 
+@pytest.mark.parametrize("platform", ["linux", "darwin"])
+def test_writing_connections_bound_the_wal_and_carry_the_macos_barriers(
+    sqlite_db: Path, platform: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Newest Hermes's WAL companions: the ``-wal`` truncated back to 64 MiB after a checkpoint
+    (SQLite's default keeps the largest transaction's size for ever); on macOS, where
+    ``fsync()`` is no write barrier, ``F_FULLFSYNC`` at checkpoints and ``synchronous=FULL``."""
+    monkeypatch.setattr(sys, "platform", platform)
+    engine = create_store_engine(url_of(sqlite_db))
+    try:
+        with engine.connect() as conn:
+            names = ("journal_size_limit", "checkpoint_fullfsync", "synchronous")
+            seen = {name: conn.exec_driver_sql(f"PRAGMA {name}").scalar() for name in names}
+    finally:
+        engine.dispose()
+    assert seen["journal_size_limit"] == 64 * 1024 * 1024
+    assert seen["checkpoint_fullfsync"] == (1 if platform == "darwin" else 0)
+    assert seen["synchronous"] == 2  # FULL: SQLite's default here, enforced on macOS
+
+
 def test_read_only_connections_are_query_only_with_foreign_keys(
     sqlite_db: Path, open_store: Callable[..., Store]
 ) -> None:
