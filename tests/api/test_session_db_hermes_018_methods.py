@@ -852,6 +852,25 @@ def test_vacuum_leaves_every_other_opener_working(tmp_path: Path) -> None:
     db.close()
 
 
+def test_optimize_counts_hermes_s_indexes(tmp_path: Path) -> None:
+    """Hermes (0.19.0 and iot 0.22.2 alike) counts its word and trigram indexes: 2 on a fresh
+    file. Our CJK bigram index is merged too, uncounted, so the numbers callers compare agree."""
+    db = SessionDB(tmp_path / "state.db")
+    db.create_session("s", "cli")
+    for index in range(3):
+        db.append_message("s", "user", f"hello world {index} 部署到集群")
+
+    def bigram_segments() -> int:
+        sql = sa.text("SELECT count(*) FROM messages_cjk_bigram_idx")
+        return int(db.store.read(lambda conn: conn.execute(sql).scalar()))
+
+    assert bigram_segments() > 1  # one segment per insert
+    assert db.optimize_fts() == 2
+    assert bigram_segments() == 1  # merged, though not counted
+    assert len(db.search_messages("部署")) == 3
+    db.close()
+
+
 def test_a_failing_index_is_skipped_by_optimize(tmp_path: Path, caplog: Any) -> None:
     db = SessionDB(tmp_path / "state.db")
     healthy = db.optimize_fts()
