@@ -507,8 +507,11 @@ class SQLiteSearchIndex:
         the number its callers and tests compare): our CJK bigram index is optimized too,
         uncounted."""
         present = _objects(conn)
-        steps = [(table, f"INSERT INTO {table}({table}) VALUES('optimize')", {})
-                 for table in names.FTS5_TABLES if table in present]  # fmt: skip
+        steps: list[tuple[str, str, dict[str, Any]]] = [
+            (table, f"INSERT INTO {table}({table}) VALUES('optimize')", {})
+            for table in names.FTS5_TABLES
+            if table in present
+        ]
         optimize_each(conn, [step for step in steps if step[0] == names.BIGRAM_TABLE])
         return optimize_each(conn, [step for step in steps if step[0] != names.BIGRAM_TABLE])
 
