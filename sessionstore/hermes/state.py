@@ -56,6 +56,11 @@ reaches into (its insights, dashboard, ACP sessions, CLI resume):
   SQLite lock that transaction holds, until the retry budget runs out.
 - ``_execute_write(fn)``: Hermes's write helper: ``fn(conn)`` inside ``BEGIN IMMEDIATE`` on
   ``_conn``, committed, retried with jitter while the store is busy.
+- A file whose schema is malformed (SQLite's "malformed database schema", e.g. a duplicated
+  ``sqlite_master`` row) is repaired at open with ``repair_state_db_schema`` (a backup first)
+  and opened again, once per file and process (``_repair_attempted_paths``), as Hermes 0.18.0
+  ... iot 0.22.2 do; any other unusable file raises ``StoreUnavailableError`` untouched.
+  Hermes's tests expect ``sqlite3.DatabaseError`` there; its callers catch ``Exception``.
 - ``_sanitize_fts5_query`` and ``_contains_cjk``: the static helpers under their Hermes names;
   ``set_token_counts``: early v6's spelling of ``update_token_counts(..., absolute=True)``.
 """
@@ -97,6 +102,10 @@ from .helpers import (
     set_last_init_error,
     workspace_key,
 )
+
+# Hermes's name for the health probe its repair uses (its tests call it): None when the file
+# parses, checks, reads and takes a message through the search triggers, else what failed.
+from .helpers import _health_problem as _db_opens_cleanly  # noqa: F401
 
 # Hermes's names for the sets that keep each WAL warning to once per database (its tests clear
 # them between tests): the helpers' own objects, re-exported.
@@ -220,6 +229,37 @@ def _default_db_path() -> Path | None:
     return None
 
 
+# Hermes's once-per-process guard of the automatic repair, under its names (its tests replace
+# the set): a file whose repair did not help raises at its next open instead of looping.
+_repair_attempted_paths: set[str] = set()
+_repair_attempt_lock = threading.Lock()
+
+
+def _claim_repair_attempt(db_path: Path) -> bool:
+    """Whether this caller is the first of the process to try repairing ``db_path``."""
+    key = str(db_path)
+    with _repair_attempt_lock:
+        if key in _repair_attempted_paths:
+            return False
+        _repair_attempted_paths.add(key)
+        return True
+
+
+def _is_malformed_schema(exc: BaseException) -> bool:
+    """Only SQLite's explicit malformed-*schema* error, also when wrapped (as iot 0.22.2: a
+    generic "disk image is malformed" may be any page, so the automatic repair stays out)."""
+    return is_malformed_db_error(exc) and "malformed database schema" in str(exc).lower()
+
+
+def _file_of(db_path: str | os.PathLike[str] | None, url: str | None) -> Path | None:
+    """The SQLite file a ``SessionDB(db_path)`` names (the automatic repair works on files)."""
+    if db_path is not None:
+        return Path(db_path)
+    if url is not None and url.startswith("sqlite:///") and "memory" not in url:
+        return Path(url.removeprefix("sqlite:///").split("?")[0])
+    return None
+
+
 class SessionDB(facade.SessionDB):
     """Hermes v6's ``hermes_state.SessionDB``: the facade plus Hermes's private surface.
 
@@ -244,25 +284,55 @@ class SessionDB(facade.SessionDB):
     ) -> None:
         if db_path is None and url is None:
             db_path = _default_db_path()
+        arguments = (db_path, url, read_only, auto_migrate, retry, busy_timeout_s)
         try:
-            super().__init__(
-                db_path,
-                url=url,
-                read_only=read_only,
-                auto_migrate=auto_migrate,
-                retry=retry,
-                busy_timeout_s=busy_timeout_s,
-            )
+            try:
+                self._open(*arguments)
+            except Exception as exc:
+                path = _file_of(db_path, url)
+                # A malformed schema fails every statement, before any migration could help:
+                # Hermes repairs ``sqlite_master`` in place (a backup first) and opens again,
+                # once per file and process so a file still broken raises instead of looping.
+                if path is None or not _is_malformed_schema(exc) or not _claim_repair_attempt(path):
+                    raise
+                logger.error("%s: the schema is malformed (%s); repairing it (a backup copy is "
+                             "made first)", path, exc)  # fmt: skip
+                if not repair_state_db_schema(path).get("repaired"):
+                    raise
+                self._open(*arguments)
+        except Exception as exc:
+            # What /resume and friends report (format_session_db_unavailable); a later
+            # success does not clear it, as in Hermes.
+            set_last_init_error(f"{type(exc).__name__}: {exc}")
+            raise
+
+    def _open(
+        self,
+        db_path: str | os.PathLike[str] | None,
+        url: str | None,
+        read_only: bool,
+        auto_migrate: bool,
+        retry: RetryPolicy | None,
+        busy_timeout_s: float,
+    ) -> None:
+        super().__init__(
+            db_path,
+            url=url,
+            read_only=read_only,
+            auto_migrate=auto_migrate,
+            retry=retry,
+            busy_timeout_s=busy_timeout_s,
+        )
+        try:
             self._raw = _OwnedConnection(self.store) if self.db_path is not None else None
             self._hermes_lock = _HermesLock(self)
             if self._raw is not None:
                 # Hermes opens its connection in the constructor; so do we, which also puts
                 # a fresh file into WAL before anyone else looks at it.
                 self._raw.get()
-        except Exception as exc:
-            # What /resume and friends report (format_session_db_unavailable); a later
-            # success does not clear it, as in Hermes.
-            set_last_init_error(f"{type(exc).__name__}: {exc}")
+        except BaseException:
+            # Nothing of a failed open stays: the repair (or the caller) may open the file next.
+            self.store.close()
             raise
 
     # -- Hermes's private surface ---------------------------------------------------------

@@ -779,3 +779,59 @@ def test_reordering_create_table_text_keeps_every_definition(
 def test_reordering_refuses_an_order_that_does_not_name_every_column() -> None:
     with pytest.raises(ValueError, match="cannot be put in the order"):
         helpers.reorder_create_table_sql("CREATE TABLE t (a TEXT, b TEXT)", ["b"])
+
+
+# -- automatic repair of a malformed schema at open (Hermes 0.18.0 ... iot 0.22.2) ----------
+
+
+def _duplicate_schema_row(path: Path) -> None:
+    """The field's "malformed database schema (messages_fts) - table messages_fts already
+    exists": a second ``sqlite_master`` row for one table (written with the store closed)."""
+    conn = connect_like_the_store(path)
+    conn.execute("PRAGMA writable_schema=ON")
+    conn.execute("INSERT INTO sqlite_master (type, name, tbl_name, rootpage, sql) "
+                 "SELECT type, name, tbl_name, rootpage, sql FROM sqlite_master "
+                 "WHERE name = 'messages_fts'")  # fmt: skip
+    conn.commit()
+    conn.close()
+
+
+def test_a_malformed_schema_is_repaired_at_open_once_per_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "state.db"
+    db = SessionDB(path)
+    db.create_session("kept", "cli")
+    db.append_message("kept", "user", "hello pizza")
+    db.close()
+    _duplicate_schema_row(path)
+    monkeypatch.setattr(hermes_state_module, "_repair_attempted_paths", set())
+
+    healed = SessionDB(path)
+    assert [m["content"] for m in healed.get_messages("kept")] == ["hello pizza"]
+    assert [hit["session_id"] for hit in healed.search_messages("pizza")] == ["kept"]
+    healed.close()
+    assert len(list(tmp_path.glob("state.db.malformed-backup-*"))) == 1
+
+    # Broken again in the same process: no second repair, the open fails (no loop).
+    _duplicate_schema_row(path)
+    calls: list[Path] = []
+    monkeypatch.setattr(hermes_state_module, "repair_state_db_schema",
+                        lambda p, **_: calls.append(p) or {"repaired": True})  # fmt: skip
+    with pytest.raises(sessionstore.StoreUnavailableError, match="malformed database schema"):
+        SessionDB(path)
+    assert calls == []
+
+
+def test_only_a_malformed_schema_is_repaired_at_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "state.db"
+    path.write_bytes(b"this is definitely not a sqlite database")
+    calls: list[Path] = []
+    monkeypatch.setattr(hermes_state_module, "_repair_attempted_paths", set())
+    monkeypatch.setattr(hermes_state_module, "repair_state_db_schema",
+                        lambda p, **_: calls.append(p) or {"repaired": True})  # fmt: skip
+    with pytest.raises(sessionstore.StoreUnavailableError):
+        SessionDB(path)
+    assert calls == [] and path.read_bytes() == b"this is definitely not a sqlite database"
