@@ -375,6 +375,22 @@ class AsyncSessionRepository:
             )
         )
 
+    async def get_message_dicts(
+        self,
+        session_id: str,
+        include_inactive: bool = False,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[dict[str, Any]]:
+        return await self._read(
+            lambda repo: repo.get_message_dicts(
+                session_id,
+                include_inactive,
+                limit,
+                offset,
+            )
+        )
+
     async def get_lineage_conversation(
         self,
         session_ids: Sequence[str],

@@ -23,10 +23,10 @@ what Hermes itself wrote, not part of the store).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from json import loads as _loads
 from typing import Any
 
 from ..sql.codec import decode_json
+from ..sql.codec import loads as _loads
 from ..sql.message_content import ENCODED_CONTENT_PREFIXES, decode_content
 
 REVIEW_HARNESS_PREFIXES = (

@@ -37,7 +37,6 @@ from ..sessions.maintenance import auto_prune_and_vacuum
 from ..sessions.repository import SessionRepository
 from ..sessions.session_state import DEFAULT_TURN_LEASE_TTL_S
 from ..sessions.transcripts import delete_with_transcripts, remove_transcripts, sessions_directory
-from ..sessions.windows import hermes_message_dicts
 from ..sql import validation
 from ..sql.records import session_unread
 from ..sql.validation import SourceFilter, bindable
@@ -640,9 +639,7 @@ class SessionDB:
         ``include_inactive``. ``limit``/``offset`` page them (Hermes 0.19: 0-based, in order;
         ``offset`` alone pages too). Each dict is newest Hermes's
         (``sessions.windows.hermes_message_dict``)."""
-        return hermes_message_dicts(
-            self._repo.get_message_rows(session_id, include_inactive, limit, offset)
-        )
+        return self._repo.get_message_dicts(session_id, include_inactive, limit, offset)
 
     @reads
     def get_messages_as_conversation(

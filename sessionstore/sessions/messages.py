@@ -35,6 +35,7 @@ from ..sql.validation import INT64_MAX, bindable
 from ..storage.store import Store
 from .access import reads, writes
 from .shared import RepositoryPart, constraint_error, matchable, row_count, session_exists
+from .windows import MESSAGE_DICT_FIELDS, message_dicts_of_session
 
 if TYPE_CHECKING:
     from ..search import SearchHit
@@ -193,6 +194,18 @@ class MessagesPart(RepositoryPart):
         )
         self._load_live_message_page = HotReads.built_later(
             dialect, lambda: _messages_of_session(shape, live_only=True, paged=True)
+        )
+        self._load_message_dicts = HotReads.built_later(
+            dialect, lambda: _message_dict_rows_of_session(shape)
+        )
+        self._load_live_message_dicts = HotReads.built_later(
+            dialect, lambda: _message_dict_rows_of_session(shape, live_only=True)
+        )
+        self._load_message_dict_page = HotReads.built_later(
+            dialect, lambda: _message_dict_rows_of_session(shape, paged=True)
+        )
+        self._load_live_message_dict_page = HotReads.built_later(
+            dialect, lambda: _message_dict_rows_of_session(shape, live_only=True, paged=True)
         )
         self._load_conversation = HotReads.built_later(
             dialect, lambda: _conversation_of_session(shape)
@@ -398,6 +411,32 @@ class MessagesPart(RepositoryPart):
         return self.store.read(lambda conn: load.rows(conn, values), single_statement=True)
 
     @reads
+    def get_message_dicts(
+        self,
+        session_id: str,
+        include_inactive: bool = False,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[dict[str, Any]]:
+        """:meth:`get_messages` as newest Hermes's dicts (``windows.hermes_message_dict``),
+        built straight from a statement that reads only what the dicts show, in their key
+        order (``windows.message_dicts_of_session``)."""
+        if not isinstance(session_id, str) or not bindable(session_id):
+            return []
+        page = message_page(limit, offset)
+        if page is None:
+            load = self._load_message_dicts if include_inactive else self._load_live_message_dicts
+            values: dict[str, Any] = {"session_id": session_id}
+        else:
+            load = (
+                self._load_message_dict_page if include_inactive
+                else self._load_live_message_dict_page
+            )  # fmt: skip
+            values = {"session_id": session_id, "limit": page[0], "offset": page[1]}
+        rows = self.store.read(lambda conn: load.rows(conn, values), single_statement=True)
+        return message_dicts_of_session(rows, session_id)
+
+    @reads
     def get_lineage_conversation(
         self, session_ids: Sequence[str], include_inactive: bool = False
     ) -> list[tuple[str, ConversationRow]]:
@@ -589,16 +628,28 @@ def _appended_rows(
 # after it, or the replayed conversation is refused by the provider.
 @functools.cache
 def _messages_of_session(
-    shape: ReadShape, *, live_only: bool = False, paged: bool = False
+    shape: ReadShape,
+    *,
+    live_only: bool = False,
+    paged: bool = False,
+    fields: Sequence[str] = MESSAGE_FIELDS,
 ) -> TextClause:
     # The page's LIMIT and OFFSET are written in as numbers (statements.literal_count).
     order = "id LIMIT :limit OFFSET :offset" if paged else "id"
     statement = plain_select(
-        messages, MESSAGE_FIELDS, _of_session(live_only), order_by=order, shape=shape
+        messages, fields, _of_session(live_only), order_by=order, shape=shape
     )
     if not paged:
         return statement
     return statement.bindparams(literal_count("limit"), literal_count("offset"))
+
+
+def _message_dict_rows_of_session(
+    shape: ReadShape, *, live_only: bool = False, paged: bool = False
+) -> TextClause:
+    return _messages_of_session(
+        shape, live_only=live_only, paged=paged, fields=MESSAGE_DICT_FIELDS
+    )
 
 
 def message_page(limit: Any, offset: Any) -> tuple[int, int] | None:

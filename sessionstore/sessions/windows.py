@@ -21,7 +21,6 @@ Inputs: an id that is not text a database can hold matches nothing; the anchor m
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Iterable, Sequence
 from operator import itemgetter
 from typing import Any
@@ -30,7 +29,7 @@ from sqlalchemy import Select, and_, bindparam, func, select
 from sqlalchemy.engine import Connection
 
 from ..sql import validation
-from ..sql.codec import decode_json
+from ..sql.codec import decode_json, loads
 from ..sql.message_content import (
     ENCODED_CONTENT_PREFIXES,
     STORED_ON_POSTGRESQL_PREFIX,
@@ -85,33 +84,79 @@ _COMPRESSED_SUMMARY_AT = MESSAGE_FIELDS.index("_compressed_summary")
 
 def hermes_message_dicts(rows: Iterable[Sequence[Any]]) -> list[dict[str, Any]]:
     """Plain message rows (``MESSAGE_FIELDS`` in order) as :func:`hermes_message_dict` gives
-    each, the same keys in the same order: the dicts are zipped in C from the shown columns,
-    and Python looks only at the keys it decodes (a record and its ``to_dict`` per row cost
-    more than SQLite's reading the rows of a long conversation)."""
+    each, the same keys in the same order (see :func:`message_dicts_of_session`)."""
     shown = itemgetter(*_SHOWN_AT)
     summary_at = _COMPRESSED_SUMMARY_AT
+    return [
+        _decoded(dict(zip(_SHOWN_FIELDS, shown(row))), row[summary_at], row[0])  # noqa: B905
+        for row in rows
+    ]
+
+
+MESSAGE_DICT_FIELDS = (
+    *(name for name in _SHOWN_FIELDS if name != "session_id"),
+    "_compressed_summary",
+)
+"""The columns :func:`message_dicts_of_session` reads, in its dicts' key order: every shown
+column but ``session_id`` (the caller's id, which the rows matched), then
+``_compressed_summary``. Neither ``display_identity`` nor ``display_order`` is read."""
+_DICT_KEYS = MESSAGE_DICT_FIELDS[:-1]
+# Filling a copy of a dict that already has every key skips the resizes of a dict built key
+# by key (27 keys: three), and the statement's own column order needs no reordering.
+_EMPTY_MESSAGE: dict[str, Any] = dict.fromkeys(_SHOWN_FIELDS)
+
+
+def message_dicts_of_session(
+    rows: Iterable[Sequence[Any]], session_id: str
+) -> list[dict[str, Any]]:
+    """Rows of ``MESSAGE_DICT_FIELDS`` read for ``session_id`` as :func:`hermes_message_dict`
+    gives each, the same keys in the same order.
+
+    Built in C as far as it goes (a template's copy, filled from the row by ``zip``), and
+    Python looks only at the keys it decodes: a record and its ``to_dict`` per row cost more
+    than SQLite's reading the rows of a long conversation. ``session_id`` is the id the rows
+    matched with ``=``, so it is the stored value itself (text equal to text is the same
+    text) and the statement does not read it for every row."""
     messages: list[dict[str, Any]] = []
     keep = messages.append
-    loads = json.loads
+    keys = _DICT_KEYS
+    empty = _EMPTY_MESSAGE
+    prefixes = ENCODED_CONTENT_PREFIXES
     for row in rows:
-        message = dict(zip(_SHOWN_FIELDS, shown(row)))  # noqa: B905 - as long as the fields
-        if row[summary_at]:
-            message["_compressed_summary"] = True
+        message = empty.copy()
+        message.update(zip(keys, row))  # noqa: B905 - the row's last column is read below
+        message["session_id"] = session_id
         content = message["content"]
-        if isinstance(content, str) and content.startswith(ENCODED_CONTENT_PREFIXES):
-            message["content"] = decode_content(content)
-        tool_calls = message["tool_calls"]
-        if tool_calls:
-            try:
-                message["tool_calls"] = loads(tool_calls)
-            except (ValueError, TypeError):  # the warning, and the default, as everywhere
-                message["tool_calls"] = decode_json(tool_calls, "tool_calls", row[0], [])
-        if message["display_metadata"] is not None:
-            message["display_metadata"] = decode_json(
-                message["display_metadata"], "display_metadata", row[0], None
-            )
+        if (
+            row[-1]
+            or message["tool_calls"]
+            or message["display_metadata"] is not None
+            or (isinstance(content, str) and content.startswith(prefixes))
+        ):
+            message = _decoded(message, row[-1], row[0])
         keep(message)
     return messages
+
+
+def _decoded(message: dict[str, Any], compressed_summary: Any, message_id: Any) -> dict[str, Any]:
+    """``message`` with its summary mark added and its content, tool calls and display
+    metadata decoded, as Hermes gives them."""
+    if compressed_summary:
+        message["_compressed_summary"] = True
+    content = message["content"]
+    if isinstance(content, str) and content.startswith(ENCODED_CONTENT_PREFIXES):
+        message["content"] = decode_content(content)
+    tool_calls = message["tool_calls"]
+    if tool_calls:
+        try:
+            message["tool_calls"] = loads(tool_calls)
+        except (ValueError, TypeError):  # the warning, and the default, as everywhere
+            message["tool_calls"] = decode_json(tool_calls, "tool_calls", message_id, [])
+    if message["display_metadata"] is not None:
+        message["display_metadata"] = decode_json(
+            message["display_metadata"], "display_metadata", message_id, None
+        )
+    return message
 
 
 def _columns(shape: ReadShape) -> list[Any]:
