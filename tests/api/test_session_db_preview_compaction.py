@@ -17,6 +17,7 @@ from sessionstore.sessions.listing import (
     MERGED_SUMMARY_DELIMITER,
     SUMMARY_END_MARKER,
     SUMMARY_PREFIXES,
+    SUMMARY_SIGN,
 )
 
 LONG, LEGACY = SUMMARY_PREFIXES
@@ -30,7 +31,7 @@ def say(session_id: str, text: str, at: float, role: str = "user") -> Step:
 SCENARIO: list[Step] = [
     *[("create_session", [sid, "cli"], {}) for sid in
       ("plain", "summary-only", "forced", "merged", "merged-empty", "hidden", "legacy",
-       "indented")],
+       "indented", "bracketed")],
     say("plain", "just a question\nwith two lines", 1.0),
     say("summary-only", LONG + "Do NOT answer ... the summary", 1.0),
     say("summary-only", "the first real question", 2.0),
@@ -46,6 +47,8 @@ SCENARIO: list[Step] = [
                 "WHERE content = 'scaffolding nobody sees'"], {}),
     say("legacy", f"{LEGACY} old summary, {SUMMARY_END_MARKER}   ", 1.0),
     say("indented", f" \t\n{LEGACY} x {SUMMARY_END_MARKER} after", 1.0),
+    # Holds SUMMARY_SIGN without being a summary: the rules' long way round, to the same text.
+    say("bracketed", "  see [this] and [CONTEXT] first\r\n", 1.0),
 ]  # fmt: skip
 EXPECTED = {
     "plain": "just a question with two lines",
@@ -56,6 +59,7 @@ EXPECTED = {
     "hidden": "what the user typed",
     "legacy": "",
     "indented": "after",
+    "bracketed": "see [this] and [CONTEXT] first",
 }
 
 
@@ -77,6 +81,11 @@ def db(store_url: str) -> Iterator[SessionDB]:
 
 def previews(rows: list[dict[str, Any]]) -> dict[str, str]:
     return {row["id"]: row["preview"] for row in rows}
+
+
+def test_every_summary_form_holds_the_summary_sign() -> None:
+    # The preview decides a text without the sign is no summary, in one search.
+    assert all(SUMMARY_SIGN in form for form in (*SUMMARY_PREFIXES, MERGED_SUMMARY_DELIMITER))
 
 
 def test_the_preview_skips_compaction_summaries(db: SessionDB) -> None:
