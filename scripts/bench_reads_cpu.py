@@ -1,0 +1,147 @@
+"""The reads per call, by thread CPU time: sessionstore against Hermes v6 in one process.
+
+    .venv/bin/python scripts/bench_reads_cpu.py [--rounds 40] [--workdir DIR] [--dump FILE]
+
+``scripts/bench.py``'s quick corpus (5,000 messages, the long session of 1,000) and its read
+rows: ``list_sessions_rich(limit=50)``, ``get_messages`` and ``get_messages_as_conversation``
+of the long session, and the conversation of the 115 messages. v6's file is written by its own
+``SessionDB`` (stdlib ``sqlite3``), ours is an adopted copy of Hermes 0.18.0's (pysqlite3): no
+file is opened by both drivers. Each round times every call of each side back to back by
+``time.thread_time_ns`` (what this thread ran, not what the other processes on a shared machine
+took from it), the sides alternating which goes first. Per row: the median over rounds of each
+side's mean per call, and of the round's ratio ours / v6.
+
+To compare two trees, run this script from each in turn (``PYTHONPATH=TREE``) on the same
+``--workdir``: its files are reused when present. ``--dump FILE`` writes every read's result
+(ours, several argument variants) as JSON: run it before and after a change and compare the
+files (results must be identical, key order included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench
+
+from sessionstore.api.session_db import SessionDB
+
+QUICK_MESSAGES = 5_000
+# Calls per side per round: enough that a round of each row takes a few milliseconds.
+CALLS_PER_ROUND = {"list": 20, "get_messages": 2, "conversation": 3, "conversation 115": 20}
+
+
+def prepare_files(workdir: Path, v6_root: Path, cache: Path) -> tuple[Any, Path, str, str]:
+    """v6's SessionDB on its own file, the path of our adopted copy, and the ids of the long
+    session and of the 115-message conversation."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    os.environ["HERMES_HOME"] = str(workdir / "hermes_home")
+    roots = {"v6": v6_root, "0.18.0": bench.unpacked_hermes(cache)}
+    sources = {key: bench.HermesSource(key, root, bench.load_hermes_module(key, root))
+               for key, root in roots.items()}
+    corpus = bench.build_corpus(QUICK_MESSAGES, bench.SEED)
+    for key, source in sources.items():
+        path = workdir / f"hermes_{key}.db"
+        if not path.exists():
+            bench.write_hermes_file(path, corpus, source)
+    ours = workdir / "sessionstore.db"
+    if not ours.exists():
+        staging = workdir / "sessionstore-staging.db"
+        bench.copy_sqlite_file(workdir / "hermes_0.18.0.db", staging)
+        SessionDB(staging).close()  # adopts and upgrades, as bench.py's target
+        for suffix in ("", "-wal", "-shm"):
+            if Path(f"{staging}{suffix}").exists():
+                shutil.move(f"{staging}{suffix}", f"{ours}{suffix}")
+    v6 = sources["v6"].module.SessionDB(db_path=workdir / "hermes_v6.db")
+    return v6, ours, corpus.long_session_id, corpus.conversation_session_id
+
+
+def dump_results(ours: SessionDB, session_ids: list[str]) -> dict[str, Any]:
+    """Every read this script times, with its argument variants, as ``SessionDB`` gives it."""
+    dumped: dict[str, Any] = {
+        "list": ours.list_sessions_rich(limit=50),
+        "list children": ours.list_sessions_rich(limit=50, include_children=True),
+        "list by activity": ours.list_sessions_rich(limit=50, order_by_last_active=True),
+        "list compact": ours.list_sessions_rich(limit=50, compact_rows=True),
+    }
+    for session_id in session_ids:
+        for inactive in (False, True):
+            for limit, offset in ((None, 0), (7, 3)):
+                dumped[f"messages {session_id} {inactive} {limit} {offset}"] = ours.get_messages(
+                    session_id, inactive, limit, offset)
+            for ancestors in (False, True):
+                for repair in (False, True):
+                    dumped[f"conversation {session_id} {inactive} {ancestors} {repair}"] = (
+                        ours.get_messages_as_conversation(
+                            session_id, ancestors, inactive, repair_alternation=repair))
+    return dumped
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/ss-reads-cpu"))
+    parser.add_argument("--hermes-v6", type=Path, default=bench.DEFAULT_HERMES_V6)
+    parser.add_argument("--hermes-cache", type=Path, default=bench.DEFAULT_HERMES_CACHE)
+    parser.add_argument("--dump", type=Path, default=None)
+    args = parser.parse_args(argv)
+    v6, ours_path, long_id, conversation_id = prepare_files(
+        args.workdir, args.hermes_v6, args.hermes_cache)
+    ours = SessionDB(ours_path)
+    if args.dump:
+        every_session = [row["id"] for row in ours.list_sessions_rich(
+            limit=1000, include_children=True)]
+        args.dump.write_text(json.dumps(dump_results(ours, every_session), ensure_ascii=False,
+                                        indent=1, sort_keys=False))
+    rows: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {
+        "list": (lambda: v6.list_sessions_rich(limit=50),
+                 lambda: ours.list_sessions_rich(limit=50)),
+        "get_messages": (lambda: v6.get_messages(long_id), lambda: ours.get_messages(long_id)),
+        "conversation": (lambda: v6.get_messages_as_conversation(long_id),
+                         lambda: ours.get_messages_as_conversation(long_id)),
+        "conversation 115": (lambda: v6.get_messages_as_conversation(conversation_id),
+                             lambda: ours.get_messages_as_conversation(conversation_id)),
+    }
+    clock = time.thread_time_ns
+    load = [os.getloadavg()[0]]
+    figures: dict[str, tuple[float, float, float]] = {}
+    for name, (theirs, our_call) in rows.items():
+        for _ in range(3):  # warm every statement cache
+            theirs()
+            our_call()
+        calls = CALLS_PER_ROUND[name]
+        samples: dict[str, list[float]] = {"v6": [], "ours": []}
+        sides = [("v6", theirs), ("ours", our_call)]
+        for round_number in range(args.rounds):
+            for side, call in sides if round_number % 2 == 0 else sides[::-1]:
+                started = clock()
+                for _ in range(calls):
+                    call()
+                samples[side].append((clock() - started) / calls / 1000)
+        ratio = statistics.median(
+            o / v for o, v in zip(samples["ours"], samples["v6"], strict=True))
+        figures[name] = (statistics.median(samples["v6"]),
+                         statistics.median(samples["ours"]), ratio)
+    load.append(os.getloadavg()[0])
+    ours.close()
+    v6.close()
+    print(f"thread CPU per call, median of {args.rounds} interleaved rounds; load average "
+          f"{load[0]:.1f} -> {load[1]:.1f}")
+    print(f"{'read':<18} {'v6 us':>8} {'ours us':>8} {'/v6':>6}")
+    for name, (theirs_us, ours_us, ratio) in figures.items():
+        print(f"{name:<18} {theirs_us:8.0f} {ours_us:8.0f} {ratio:6.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
