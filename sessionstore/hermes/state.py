@@ -271,6 +271,11 @@ class SessionDB(facade.SessionDB):
     _WRITE_RETRY_MIN_S = RetryPolicy.min_sleep_s
     _WRITE_RETRY_MAX_S = RetryPolicy.max_sleep_s
     _CHECKPOINT_EVERY_N_WRITES = 50
+    # Hermes's pacing between the chunks of its FTS layout rebuild (iot 0.22.2,
+    # ``optimize_fts_storage``). Ours moves the layout in one transaction, so nothing reads
+    # them: kept at Hermes's values for code and tests that tune them.
+    _FTS_REBUILD_DUTY_FACTOR = 4.0
+    _FTS_REBUILD_MIN_PAUSE = 0.2
 
     def __init__(
         self,
