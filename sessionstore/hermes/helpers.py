@@ -122,6 +122,16 @@ def is_malformed_db_error(exc: BaseException) -> bool:
     return False
 
 
+def is_sqlite_wal_reset_vulnerable(version_info: tuple[int, ...] | None = None) -> bool:
+    """Hermes's check (iot 0.22.2): whether a SQLite version has the WAL-reset bug
+    (https://sqlite.org/wal.html#walresetbug); by default the standard library's, the one
+    Hermes's own connections use. The stores decide for their own library
+    (``sessionstore.dialects.sqlite_library``)."""
+    return sqlite_library.has_wal_reset_bug(
+        sqlite3.sqlite_version_info if version_info is None else tuple(version_info)
+    )
+
+
 def apply_wal_with_fallback(conn: sqlite3.Connection, *, db_label: str = "state.db") -> str:
     """Put ``conn``'s database in WAL mode, or in DELETE mode where the file system cannot
     hold a WAL (one warning per ``db_label``); returns the mode set. Never moves a database

@@ -98,6 +98,7 @@ from .helpers import (
     format_session_db_unavailable,
     get_last_init_error,
     is_malformed_db_error,
+    is_sqlite_wal_reset_vulnerable,
     repair_state_db_schema,
     set_last_init_error,
     workspace_key,
@@ -125,6 +126,7 @@ __all__ = [
     "format_session_db_unavailable",
     "get_last_init_error",
     "is_malformed_db_error",
+    "is_sqlite_wal_reset_vulnerable",
     "repair_state_db_schema",
     "workspace_key",
 ]

@@ -189,6 +189,14 @@ def test_apply_wal_with_fallback(tmp_path: Path, caplog: pytest.LogCaptureFixtur
     other.close()
 
 
+def test_is_sqlite_wal_reset_vulnerable_names_the_affected_versions() -> None:
+    check = hermes_state.is_sqlite_wal_reset_vulnerable
+    assert [check(v) for v in ((3, 6, 23), (3, 7, 0), (3, 40, 1), (3, 44, 6), (3, 50, 4),
+                               (3, 50, 7), (3, 51, 2), (3, 51, 3), (3, 53, 4))] == [
+        False, True, True, False, True, False, True, False, False]  # fmt: skip
+    assert check() == has_wal_reset_bug(sqlite3.sqlite_version_info)  # the standard library's
+
+
 @pytest.mark.skipif(
     not has_wal_reset_bug(sqlite3.sqlite_version_info),
     reason="needs a standard library whose SQLite has the WAL-reset bug",
