@@ -50,8 +50,9 @@ It prints one table: workload, each Hermes, sessionstore, the ratio to each Herm
 the ratio to the fastest Hermes of the row and which one that is, the issue-31 target, PASS/MISS.
 
 With ``--url postgresql+psycopg://...`` sessionstore runs on a scratch database created on that
-server (loaded with COPY, dropped at the end); the table then also compares PostgreSQL append
-and search with sessionstore on SQLite. The baseline always stays on SQLite.
+server (loaded with ``db copy`` from the SQLite store, as users load one; dropped at the end);
+the table then also compares PostgreSQL append and search with sessionstore on SQLite. The
+baseline always stays on SQLite.
 
 ``--writers 1,6`` switches to the multi-process mode alone: for each count, that many processes each
 open their own store and append ``--writer-messages`` messages to their own session; the table
@@ -105,6 +106,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from sessionstore.api.session_db import SessionDB
+from sessionstore.ops import transfer
 
 logger = logging.getLogger("bench")
 
@@ -688,45 +690,16 @@ def scratch_postgresql(admin_url: str) -> Target:
     return Target(url, "PostgreSQL", drop)
 
 
-def load_postgresql(url: str, corpus: Corpus) -> None:
-    """COPY the corpus in with the secondary indexes dropped, then rebuild them and ANALYZE.
-
-    Building a GIN index once is far cheaper than maintaining it row by row; the index
-    definitions are read back from the catalog so whatever the migrations built is rebuilt.
-    """
-    engine = sa.create_engine(url)
-    try:
-        with engine.begin() as conn:
-            definitions = [
-                (row[0], row[1])
-                for row in conn.execute(
-                    sa.text(
-                        "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'messages' "
-                        "AND indexname NOT IN (SELECT conname FROM pg_constraint)"
-                    )
-                )
-            ]
-            for name, _ in definitions:
-                conn.execute(sa.text(f'DROP INDEX "{name}"'))
-            cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
-            with cursor.copy(f"COPY sessions ({', '.join(SESSION_COLUMNS)}) FROM STDIN") as copy:
-                for row in corpus.sessions:
-                    copy.write_row(row)
-            with cursor.copy(f"COPY messages ({', '.join(MESSAGE_COLUMNS)}) FROM STDIN") as copy:
-                for row in corpus.messages:
-                    copy.write_row(row)
-            conn.execute(
-                sa.text(
-                    "SELECT setval(pg_get_serial_sequence('messages', 'id'), "
-                    "(SELECT MAX(id) FROM messages))"
-                )
-            )
-            for _, definition in definitions:
-                conn.execute(sa.text(definition))
-        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            conn.execute(sa.text("VACUUM ANALYZE"))
-    finally:
-        engine.dispose()
+def load_postgresql(url: str, hermes_file: Path, workdir: Path) -> None:
+    """Load the store as a user does (docs/postgresql.md): ``db copy`` from the SQLite store
+    (the Hermes copy, adopted and upgraded), which ``ANALYZE``s the tables it filled, with the
+    indexes the migrations built maintained row by row, as they are for a user."""
+    source = workdir / "sessionstore_pg_source.db"
+    copy_sqlite_file(hermes_file, source)
+    started = time.perf_counter()
+    result = transfer.copy(f"sqlite:///{source}", url)
+    logger.info("db copy of %d messages into PostgreSQL in %.1f s", result.messages,
+                time.perf_counter() - started)
 
 
 def prepare_target(args: argparse.Namespace, workdir: Path, hermes_file: Path,
@@ -735,7 +708,7 @@ def prepare_target(args: argparse.Namespace, workdir: Path, hermes_file: Path,
         target = scratch_postgresql(args.url)
         try:
             SessionDB(url=target.url).close()  # creates the schema
-            load_postgresql(target.url, corpus)
+            load_postgresql(target.url, hermes_file, workdir)
         except BaseException:
             target.cleanup()
             raise

@@ -162,17 +162,17 @@ RELEVANCE_QUERIES = (WORD_QUERY, "kubernetes", "rollback timeout")
 def relevance(db: SessionDB) -> str:
     """How many of the exact top 20 (bm25 over every match) the windowed search returns, per
     query: what ranking only the newest ``RANK_WINDOW`` matches gives up on this corpus."""
-    from sessionstore.search import sqlite as sqlite_search
+    from sessionstore.search import request as search_request
 
-    window = sqlite_search.RANK_WINDOW
+    window = search_request.RANK_WINDOW
     parts = []
     for query in RELEVANCE_QUERIES:
         windowed = {hit["id"] for hit in db.search_messages(query, limit=20)}
-        sqlite_search.RANK_WINDOW = 2**62  # type: ignore[misc]  # every match ranked
+        search_request.RANK_WINDOW = 2**62  # type: ignore[misc]  # every match ranked
         try:
             exact = {hit["id"] for hit in db.search_messages(query, limit=20)}
         finally:
-            sqlite_search.RANK_WINDOW = window  # type: ignore[misc]
+            search_request.RANK_WINDOW = window  # type: ignore[misc]
         parts.append(f"{query!r} {len(windowed & exact)}/{len(exact)}")
     return ", ".join(parts)
 

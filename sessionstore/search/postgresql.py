@@ -28,6 +28,7 @@ from sqlalchemy.engine import Connection
 
 from ..dialects.postgresql import extension_schema, qualify_extension_objects
 from . import object_names as names
+from . import request as search_request
 from .hits import (
     SNIPPET_ELLIPSIS,
     SNIPPET_END,
@@ -40,7 +41,7 @@ from .hits import (
 )
 from .index import IndexHealth, optimize_each
 from .postgresql_ddl import HEAD_DDL, HEAD_INDEXES, INDEXED_CHARS, grams_of, indexed_text
-from .request import Page, SearchFilters, filtered_statement
+from .request import Page, SearchFilters, filtered_rows, filtered_statement, ranks_in_window
 from .sanitize import escape_like, to_postgres_tsquery
 from .terms import SubstringQuery
 
@@ -57,11 +58,56 @@ mode leaves out a number that ends the message ("answer 0" came back as ">>>answ
 then "..."), its plain mode keeps every word."""
 SHORT_MESSAGE_WORDS: Final = 40
 _TSQUERY: Final = "to_tsquery('simple', :tsquery)"
-# Parsed once per statement (an InitPlan): in a prepared statement's generic plan the bare
-# call is not folded into a constant and ran for every matching row, in the recheck and in
-# ts_rank (44 ms against 32 for a word in 8% of 100,000 messages).
-_TSQUERY_ONCE: Final = f"(SELECT {_TSQUERY})"
 
+# Best match first ranks the newest RANK_WINDOW matches (request.ranks_in_window), as on
+# SQLite: ts_rank reads every row it scores, which made a common word cost time linear in the
+# store. The window (a MATERIALIZED CTE, computed once) is the newest matches by id; the
+# planner finds them either from the GIN index (every match's id, the newest kept: a word rare
+# enough that its matches are few) or by walking the primary key back from the newest row and
+# testing each row's stored tsvector (a common word: about RANK_WINDOW / its frequency rows,
+# whatever the store's size). Only the window's rows are scored. When the filters (or an
+# offset) leave fewer of the window's matches than the page asks for, every match is ranked,
+# as SQLite does: the second branch runs only then. Its LIMIT is 0 otherwise, which ends it
+# before it reads a row (a one-time filter in its WHERE did not: the planner sent it into a
+# parallel plan whose two workers were started, 4.5 ms, only to find the filter false).
+# The choice between the two walks needs the query's own statistics: the statement is
+# therefore planned for its values at every run (never prepared: psycopg prepares a statement
+# from its fifth run, and a generic plan knows neither the words nor how common they are), and
+# to_tsquery of a constant is folded into the plan once.
+_WINDOWED_PAGE: Final = f"""
+    WITH recent AS MATERIALIZED (
+        SELECT m.id, m.session_id, m.role, m.active, m.compacted, {{tsvector}} AS tsv
+        FROM messages AS m
+        WHERE {{tsvector}} @@ {_TSQUERY}
+        ORDER BY m.id DESC
+        LIMIT {{window}}
+    ), windowed AS MATERIALIZED (
+        SELECT m.id, ts_rank(m.tsv, {_TSQUERY}) AS score
+        FROM recent AS m
+        JOIN sessions AS s ON s.id = m.session_id
+        WHERE TRUE {{filters}}
+        ORDER BY score DESC, m.id
+        LIMIT :limit OFFSET :offset
+    )
+    SELECT id, score FROM windowed WHERE (SELECT count(*) FROM windowed) >= :limit
+    UNION ALL
+    (SELECT m.id, ts_rank({{tsvector}}, {_TSQUERY}) AS score
+     FROM messages AS m
+     JOIN sessions AS s ON s.id = m.session_id
+     WHERE {{tsvector}} @@ {_TSQUERY} {{filters}}
+     ORDER BY score DESC, m.id
+     LIMIT CASE WHEN (SELECT count(*) FROM windowed) < :limit THEN :limit ELSE 0 END
+     OFFSET :offset)
+"""
+# Every match ranked: a time order, or a page reaching past half the window.
+_RANKED_PAGE: Final = f"""
+    SELECT m.id, ts_rank({{tsvector}}, {_TSQUERY}) AS score
+    FROM messages AS m
+    JOIN sessions AS s ON s.id = m.session_id
+    WHERE {{tsvector}} @@ {_TSQUERY} {{filters}}
+    ORDER BY {{order}}
+    LIMIT :limit OFFSET :offset
+"""
 
 # The page is chosen from (id, score) alone; full rows, and the expensive headlines, are
 # fetched for the page only. The headline's own text, markers removed, is looked up in the
@@ -75,17 +121,10 @@ SELECT m.id, m.session_id, m.role,
                     AND substr(doc.text, fragment.start + length(plain.text)) ~ '[[:alnum:]]'
                THEN :ellipsis ELSE '' END,
        m.timestamp, m.tool_name, s.source, s.model, s.started_at
-FROM (
-    SELECT m.id, ts_rank({{tsvector}}, {_TSQUERY_ONCE}) AS score
-    FROM messages AS m
-    JOIN sessions AS s ON s.id = m.session_id
-    WHERE {{tsvector}} @@ {_TSQUERY_ONCE} {{filters}}
-    ORDER BY {{order}}
-    LIMIT :limit OFFSET :offset
-) AS page
+FROM ({{page}}) AS page
 JOIN messages AS m ON m.id = page.id
 JOIN sessions AS s ON s.id = m.session_id
-CROSS JOIN LATERAL (SELECT {{document}} AS text) AS doc
+CROSS JOIN LATERAL (SELECT {{document}} AS text OFFSET 0) AS doc
 CROSS JOIN LATERAL (
     -- btrim: the indexed text ends in the blanks of NULL columns, which the whole-message
     -- headline would keep.
@@ -94,11 +133,12 @@ CROSS JOIN LATERAL (
                                      btrim(left(doc.text, {INDEXED_CHARS})), '\\s+'), 1), 0)
                                  <= :short_words
                             THEN :headline_whole ELSE :headline_options END)) AS text
+    OFFSET 0
 ) AS headline
 CROSS JOIN LATERAL (
-    SELECT replace(replace(headline.text, :mark_start, ''), :mark_end, '') AS text
+    SELECT replace(replace(headline.text, :mark_start, ''), :mark_end, '') AS text OFFSET 0
 ) AS plain
-CROSS JOIN LATERAL (SELECT strpos(doc.text, plain.text) AS start) AS fragment
+CROSS JOIN LATERAL (SELECT strpos(doc.text, plain.text) AS start OFFSET 0) AS fragment
 ORDER BY {{page_order}}
 """
 
@@ -227,17 +267,21 @@ class PostgreSQLSearchIndex:
             "ellipsis": SNIPPET_ELLIPSIS,
             **page.params,
         }
-        statement = filtered_statement(
-            _WORD_SEARCH,
-            filters,
+        windowed = ranks_in_window(filters, page)
+        rows = filtered_rows(
             conn,
+            _WORD_SEARCH.replace("{page}", _WINDOWED_PAGE if windowed else _RANKED_PAGE),
+            filters,
+            params,
+            prepare=False,
             tsvector=tsvector,
+            window=str(int(search_request.RANK_WINDOW)),
             order=filters.order("score DESC, m.id"),
             page_order=filters.order("page.score DESC, page.id"),
             # The headline is cut from the text the words were indexed from.
             document=substring_text,
         )
-        return [match_row(*row) for row in conn.execute(statement, params)]
+        return [match_row(*row) for row in rows]
 
     def substring_matches(
         self, conn: Connection, query: SubstringQuery, filters: SearchFilters, page: Page

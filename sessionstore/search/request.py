@@ -32,6 +32,13 @@ from ..sql.validation import bindable, integer
 MAX_ROW_COUNT: Final = 2**63 - 1
 SORT_ORDERS: Final = (None, "newest", "oldest")
 
+# Ranking scores every match, so a common word cost time linear in the store (34.7 ms at 100k
+# messages, 329 ms at 1M on SQLite, issue 31). Best-match-first therefore ranks the newest
+# RANK_WINDOW matches, on every database (each index finds them its own way); the order within
+# the window is the database's score. Decision and relevance figures: docs/search.md
+# ("Ranking window"). Read at each call (tests and the scale bench change it).
+RANK_WINDOW: Final = 4000
+
 
 @dataclass(frozen=True, slots=True)
 class Page:
@@ -104,6 +111,14 @@ class SearchFilters:
         )
 
 
+def ranks_in_window(filters: SearchFilters, page: Page) -> bool:
+    """Whether best match first ranks the newest :data:`RANK_WINDOW` matches only: not for a
+    time order (which sorts by time, not score), nor for a page reaching past half the window
+    (paging stays consistent: every page of a query uses one window). A query whose filters
+    leave fewer of the window's matches than the page asks for is ranked over every match."""
+    return filters.sort is None and page.limit + page.offset <= RANK_WINDOW // 2
+
+
 def filtered_statement(
     sql_template: str, filters: SearchFilters, conn: Connection, **fragments: str
 ) -> TextClause:
@@ -118,9 +133,12 @@ def filtered_rows(
     sql_template: str,
     filters: SearchFilters,
     params: dict[str, Any],
+    *,
+    prepare: bool | None = None,
     **fragments: str,
 ) -> list[tuple[Any, ...]]:
-    """The rows of :func:`filtered_statement`'s statement, run on the driver's cursor.
+    """The rows of :func:`filtered_statement`'s statement, run on the driver's cursor
+    (``prepare``: see :func:`hot_rows`).
 
     A search runs two or three statements for a page of 20 rows: SQLAlchemy's execution and
     result machinery cost about 0.2 ms a statement, a third of a small store's whole search.
@@ -130,18 +148,23 @@ def filtered_rows(
     """
     list_sql = dialect_for(conn).json_list_sql
     sql = sql_template.format(filters=filters.sql(list_sql), **fragments)
-    return hot_rows(conn, sql, {**params, **filters.values()})
+    return hot_rows(conn, sql, {**params, **filters.values()}, prepare=prepare)
 
 
 _HOT_READS: weakref.WeakKeyDictionary[Engine, dict[str, HotReads]] = weakref.WeakKeyDictionary()
 _HOT_READS_PER_ENGINE: Final = 512
 
 
-def hot_rows(conn: Connection, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+def hot_rows(
+    conn: Connection, sql: str, params: dict[str, Any], *, prepare: bool | None = None
+) -> list[tuple[Any, ...]]:
     """Rows of the trusted SQL text ``sql`` (``:name`` parameters) on the driver's cursor.
 
+    ``prepare=False`` (psycopg only) has the server plan the statement for its values at every
+    run, never a generic plan (:meth:`~sessionstore.sql.statements.HotReads.rows`).
     Where a program listens to the engine's cursor events (statement logging, tracing, the
-    tests' statement logs), the statement goes through SQLAlchemy instead, so it is seen.
+    tests' statement logs), the statement goes through SQLAlchemy instead, so it is seen (and
+    ``prepare`` is the driver's own rule).
     """
     if conn.dispatch.before_cursor_execute or conn.dispatch.after_cursor_execute:
         return [tuple(row) for row in conn.execute(_text(sql), params)]
@@ -154,7 +177,7 @@ def hot_rows(conn: Connection, sql: str, params: dict[str, Any]) -> list[tuple[A
         if len(statements) >= _HOT_READS_PER_ENGINE:
             statements.clear()
         statement = statements[sql] = HotReads(conn.dialect, _text(sql))
-    return statement.rows(conn, params)
+    return statement.rows(conn, params, prepare=prepare)
 
 
 @lru_cache(maxsize=512)

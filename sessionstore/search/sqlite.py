@@ -26,6 +26,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from ..dialects import json_list
 from . import object_names as names
+from . import request as search_request
 from . import sqlite_ddl as ddl
 from .context import CONTEXT_COLUMNS, CONTEXT_JOINS, context_lines
 from .hits import (
@@ -39,7 +40,7 @@ from .hits import (
 )
 from .index import IndexHealth, optimize_each
 from .long_text_snippets import LONG_MESSAGE_CHARS, long_text_snippet, term_pattern
-from .request import Page, SearchFilters, filtered_rows, hot_rows
+from .request import Page, SearchFilters, filtered_rows, hot_rows, ranks_in_window
 from .sanitize import contains_cjk, escape_like
 from .terms import SubstringQuery, Term, index_tokens
 
@@ -99,12 +100,9 @@ WHERE {names.WORD_TABLE} MATCH :query
   AND +{names.WORD_TABLE}.rowid IN (SELECT value FROM json_each(:ids))
 """
 
-# Ranking scores every match, so a common word cost time linear in the store (34.7 ms at 100k
-# messages, 329 ms at 1M, issue 31). Best-match-first therefore ranks the newest RANK_WINDOW
-# matches: FTS5 walks a doclist backwards from the newest row and stops there, and the rowid
-# bound below is a seek, not a filter. bm25 keeps its store-wide statistics; the order within
-# the window is Hermes's. Decision and relevance figures: docs/search.md ("Ranking window").
-RANK_WINDOW: Final = 4000
+# The ranking window (request.RANK_WINDOW): FTS5 walks a doclist backwards from the newest row
+# and stops at the window's oldest, and the rowid bound below is a seek, not a filter. bm25
+# keeps its store-wide statistics.
 _WINDOW_FLOOR: Final = f"""
 SELECT rowid FROM {names.WORD_TABLE} WHERE {names.WORD_TABLE} MATCH :query
 ORDER BY rowid DESC LIMIT 1 OFFSET {{last}}
@@ -112,8 +110,8 @@ ORDER BY rowid DESC LIMIT 1 OFFSET {{last}}
 
 
 def _window_floor_sql() -> str:
-    """:data:`_WINDOW_FLOOR` for the current ``RANK_WINDOW`` (read at each call)."""
-    return _WINDOW_FLOOR.format(last=RANK_WINDOW - 1)
+    """:data:`_WINDOW_FLOOR` for the current ``request.RANK_WINDOW`` (read at each call)."""
+    return _WINDOW_FLOOR.format(last=search_request.RANK_WINDOW - 1)
 
 # The floor found by the page's own statement (one statement less a search): computed once
 # (a materialized CTE), bounding the walk as the bound value does, and returned on every row,
@@ -269,7 +267,7 @@ class SQLiteSearchIndex:
         sessions: bool,
     ) -> list[int]:
         """The page's message ids, best first (``sessions``: joined to the ranked matches)."""
-        if _ranks_in_window(filters, page):
+        if ranks_in_window(filters, page):
             ids = self._windowed_page(conn, params, filters, sessions)
             # The floor, from the rows (without rows, asked alone: no match at all, or none
             # of the window's that the filters keep).
@@ -528,15 +526,8 @@ def _word_details(conn: Connection, query: str, order: list[int]) -> list[tuple[
     return [found[rowid] for rowid in order if rowid in found]
 
 
-def _ranks_in_window(filters: SearchFilters, page: Page) -> bool:
-    """Whether best match first ranks the newest ``RANK_WINDOW`` matches only: not for a time
-    order (which sorts by time, not score), nor for a page reaching past half the window
-    (paging stays consistent: every page of a query uses one window)."""
-    return filters.sort is None and page.limit + page.offset <= RANK_WINDOW // 2
-
-
 def _window_floor(conn: Connection, query: str) -> int | None:
-    """The oldest rowid of the newest ``RANK_WINDOW`` matches, or None (fewer matches than
+    """The oldest rowid of the newest ``request.RANK_WINDOW`` matches, or None (fewer matches than
     that: every match is ranked)."""
     found = hot_rows(conn, _window_floor_sql(), {"query": query})
     return None if not found or found[0][0] is None else int(found[0][0])

@@ -1,36 +1,46 @@
-"""Best-match-first word search on SQLite ranks the newest ``RANK_WINDOW`` matches (issue 31).
+"""Best-match-first word search ranks the newest ``RANK_WINDOW`` matches, on SQLite and on
+PostgreSQL alike (issue 31).
 
 The window is shrunk to 4 here so a dozen messages show every rule: the page comes from the
-newest matches, in bm25 order; a filter that leaves fewer hits than asked ranks every match; a
-time order, or a page reaching past half the window, is answered over every match.
+newest matches, in score order (bm25 on SQLite, ``ts_rank`` on PostgreSQL); a filter that
+leaves fewer hits than asked ranks every match; a time order, or a page reaching past half
+the window, is answered over every match.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
+from dataclasses import dataclass
 
 import pytest
 
 from sessionstore.api.session_db import SessionDB
-from sessionstore.search import sqlite as sqlite_search
+from sessionstore.search import request as search_request
 
-# Older messages say "alpha" three times in three words: the best bm25 of all. Newer ones say
-# it once among other words.
-OLD_STRONG = range(1, 7)
-NEW_WEAK = range(7, 13)
+
+@dataclass
+class Corpus:
+    db: SessionDB
+    old_strong: list[int]
+    """Older messages say "alpha" three times in three words: the best score of all."""
+    new_weak: list[int]
+    """Newer ones say it once among other words."""
 
 
 @pytest.fixture
-def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SessionDB]:
-    monkeypatch.setattr(sqlite_search, "RANK_WINDOW", 4)
-    database = SessionDB(tmp_path / "state.db")
+def corpus(store_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Corpus]:
+    monkeypatch.setattr(search_request, "RANK_WINDOW", 4)
+    database = SessionDB(url=store_url)
     database.create_session("s", "cli")
-    for number in OLD_STRONG:
+    old_strong = [
         database.append_message("s", "tool", "alpha alpha alpha", tool_name=f"t{number}")
-    for number in NEW_WEAK:
+        for number in range(6)
+    ]
+    new_weak = [
         database.append_message("s", "user", f"alpha beta gamma delta epsilon {number}")
-    yield database
+        for number in range(6)
+    ]
+    yield Corpus(database, old_strong, new_weak)
     database.close()
 
 
@@ -38,29 +48,43 @@ def ids(hits: list[dict[str, object]]) -> list[object]:
     return [hit["id"] for hit in hits]
 
 
-def test_best_match_first_ranks_the_newest_window(db: SessionDB) -> None:
-    hits = db.search_messages("alpha", limit=2)
+def test_best_match_first_ranks_the_newest_window(corpus: Corpus) -> None:
+    hits = corpus.db.search_messages("alpha", limit=2)
     assert len(hits) == 2
-    assert {hit["id"] for hit in hits} <= {9, 10, 11, 12}  # the newest four matches
+    assert set(ids(hits)) <= set(corpus.new_weak[-4:])  # the newest four matches
 
 
-def test_a_filter_that_empties_the_window_ranks_every_match(db: SessionDB) -> None:
-    hits = db.search_messages("alpha", role_filter=["tool"], limit=2)
-    assert len(hits) == 2 and {hit["id"] for hit in hits} <= set(OLD_STRONG)
+def test_a_filter_that_empties_the_window_ranks_every_match(corpus: Corpus) -> None:
+    hits = corpus.db.search_messages("alpha", role_filter=["tool"], limit=2)
+    assert len(hits) == 2 and set(ids(hits)) <= set(corpus.old_strong)
 
 
-def test_a_time_order_reads_every_match(db: SessionDB) -> None:
-    assert ids(db.search_messages("alpha", sort="oldest", limit=2)) == [1, 2]
-    assert ids(db.search_messages("alpha", sort="newest", limit=2)) == [12, 11]
+def test_the_next_page_comes_from_the_same_window(corpus: Corpus) -> None:
+    first = ids(corpus.db.search_messages("alpha", limit=1))
+    second = ids(corpus.db.search_messages("alpha", limit=1, offset=1))
+    assert first != second and set(first + second) <= set(corpus.new_weak[-4:])
 
 
-def test_a_page_past_half_the_window_is_ranked_over_every_match(db: SessionDB) -> None:
-    hits = db.search_messages("alpha", limit=3)
-    assert {hit["id"] for hit in hits} <= set(OLD_STRONG)  # the strongest, wherever they are
+def test_a_time_order_reads_every_match(corpus: Corpus) -> None:
+    assert ids(corpus.db.search_messages("alpha", sort="oldest", limit=2)) == corpus.old_strong[:2]
+    assert ids(corpus.db.search_messages("alpha", sort="newest", limit=2)) == [
+        corpus.new_weak[-1], corpus.new_weak[-2],
+    ]
+
+
+def test_a_page_past_half_the_window_is_ranked_over_every_match(corpus: Corpus) -> None:
+    hits = corpus.db.search_messages("alpha", limit=3)
+    assert set(ids(hits)) <= set(corpus.old_strong)  # the strongest, wherever they are
 
 
 def test_without_a_window_the_best_matches_come_first(
-    db: SessionDB, monkeypatch: pytest.MonkeyPatch
+    corpus: Corpus, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sqlite_search, "RANK_WINDOW", 1000)
-    assert {hit["id"] for hit in db.search_messages("alpha", limit=2)} <= set(OLD_STRONG)
+    monkeypatch.setattr(search_request, "RANK_WINDOW", 1000)
+    assert set(ids(corpus.db.search_messages("alpha", limit=2))) <= set(corpus.old_strong)
+
+
+def test_a_word_in_fewer_messages_than_the_page_is_found_whole(corpus: Corpus) -> None:
+    corpus.db.append_message("s", "user", "omega once")
+    assert len(corpus.db.search_messages("omega", limit=2)) == 1
+    assert corpus.db.search_messages("nowhere", limit=2) == []
