@@ -58,32 +58,38 @@ mode leaves out a number that ends the message ("answer 0" came back as ">>>answ
 then "..."), its plain mode keeps every word."""
 SHORT_MESSAGE_WORDS: Final = 40
 _TSQUERY: Final = "to_tsquery('simple', :tsquery)"
+# Parsed once per statement (an InitPlan): in a prepared statement's generic plan the bare
+# call is not folded into a constant and ran for every matching row, in the recheck and in
+# ts_rank (44 ms against 32 for a word in 8% of 100,000 messages).
+_TSQUERY_ONCE: Final = f"(SELECT {_TSQUERY})"
 
 # Best match first ranks the newest RANK_WINDOW matches (request.ranks_in_window), as on
 # SQLite: ts_rank reads every row it scores, which made a common word cost time linear in the
-# store. The window (a MATERIALIZED CTE, computed once) is the newest matches by id; the
-# planner finds them either from the GIN index (every match's id, the newest kept: a word rare
-# enough that its matches are few) or by walking the primary key back from the newest row and
-# testing each row's stored tsvector (a common word: about RANK_WINDOW / its frequency rows,
-# whatever the store's size). Only the window's rows are scored. When the filters (or an
-# offset) leave fewer of the window's matches than the page asks for, every match is ranked,
-# as SQLite does: the second branch runs only then. Its LIMIT is 0 otherwise, which ends it
-# before it reads a row (a one-time filter in its WHERE did not: the planner sent it into a
-# parallel plan whose two workers were started, 4.5 ms, only to find the filter false).
-# The choice between the two walks needs the query's own statistics: the statement is
-# therefore planned for its values at every run (never prepared: psycopg prepares a statement
-# from its fifth run, and a generic plan knows neither the words nor how common they are), and
-# to_tsquery of a constant is folded into the plan once.
+# store. The window (a MATERIALIZED CTE, computed once) is the newest matches' ids, found
+# from the GIN index: every match's id is read (about 0.7 us a match when the table is in
+# memory), the newest kept by a top-N sort of ids alone (carrying each match's tsvector
+# through the sort cost more than fetching the window's rows again by key), and only those
+# are scored (ts_rank, about 1 us a row). "m.id + 0" keeps the planner from walking the
+# primary key back from the newest row and testing each row's tsvector instead: that walk
+# reads about RANK_WINDOW / the words' frequency rows, cheaper only for a word in more than
+# about 15% of 100k messages (5% of 1M), and a generic plan, which does not know the words,
+# would choose it for rare ones as well (docs/performance.md, "PostgreSQL").
+# When the filters (or an offset) leave fewer of the window's matches than the page asks
+# for, every match is ranked, as SQLite does: the second branch runs only then. Its LIMIT is
+# 0 otherwise, which ends it before it reads a row (a one-time filter in its WHERE did not:
+# the planner sent it into a parallel plan whose two workers were started, 4.5 ms, only to
+# find the filter false).
 _WINDOWED_PAGE: Final = f"""
     WITH recent AS MATERIALIZED (
-        SELECT m.id, m.session_id, m.role, m.active, m.compacted, {{tsvector}} AS tsv
+        SELECT m.id
         FROM messages AS m
-        WHERE {{tsvector}} @@ {_TSQUERY}
-        ORDER BY m.id DESC
+        WHERE {{tsvector}} @@ {_TSQUERY_ONCE}
+        ORDER BY m.id + 0 DESC
         LIMIT {{window}}
     ), windowed AS MATERIALIZED (
-        SELECT m.id, ts_rank(m.tsv, {_TSQUERY}) AS score
-        FROM recent AS m
+        SELECT m.id, ts_rank({{tsvector}}, {_TSQUERY_ONCE}) AS score
+        FROM recent
+        JOIN messages AS m ON m.id = recent.id
         JOIN sessions AS s ON s.id = m.session_id
         WHERE TRUE {{filters}}
         ORDER BY score DESC, m.id
@@ -91,20 +97,20 @@ _WINDOWED_PAGE: Final = f"""
     )
     SELECT id, score FROM windowed WHERE (SELECT count(*) FROM windowed) >= :limit
     UNION ALL
-    (SELECT m.id, ts_rank({{tsvector}}, {_TSQUERY}) AS score
+    (SELECT m.id, ts_rank({{tsvector}}, {_TSQUERY_ONCE}) AS score
      FROM messages AS m
      JOIN sessions AS s ON s.id = m.session_id
-     WHERE {{tsvector}} @@ {_TSQUERY} {{filters}}
+     WHERE {{tsvector}} @@ {_TSQUERY_ONCE} {{filters}}
      ORDER BY score DESC, m.id
      LIMIT CASE WHEN (SELECT count(*) FROM windowed) < :limit THEN :limit ELSE 0 END
      OFFSET :offset)
 """
 # Every match ranked: a time order, or a page reaching past half the window.
 _RANKED_PAGE: Final = f"""
-    SELECT m.id, ts_rank({{tsvector}}, {_TSQUERY}) AS score
+    SELECT m.id, ts_rank({{tsvector}}, {_TSQUERY_ONCE}) AS score
     FROM messages AS m
     JOIN sessions AS s ON s.id = m.session_id
-    WHERE {{tsvector}} @@ {_TSQUERY} {{filters}}
+    WHERE {{tsvector}} @@ {_TSQUERY_ONCE} {{filters}}
     ORDER BY {{order}}
     LIMIT :limit OFFSET :offset
 """
@@ -273,7 +279,6 @@ class PostgreSQLSearchIndex:
             _WORD_SEARCH.replace("{page}", _WINDOWED_PAGE if windowed else _RANKED_PAGE),
             filters,
             params,
-            prepare=False,
             tsvector=tsvector,
             window=str(int(search_request.RANK_WINDOW)),
             order=filters.order("score DESC, m.id"),

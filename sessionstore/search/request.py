@@ -133,12 +133,9 @@ def filtered_rows(
     sql_template: str,
     filters: SearchFilters,
     params: dict[str, Any],
-    *,
-    prepare: bool | None = None,
     **fragments: str,
 ) -> list[tuple[Any, ...]]:
-    """The rows of :func:`filtered_statement`'s statement, run on the driver's cursor
-    (``prepare``: see :func:`hot_rows`).
+    """The rows of :func:`filtered_statement`'s statement, run on the driver's cursor.
 
     A search runs two or three statements for a page of 20 rows: SQLAlchemy's execution and
     result machinery cost about 0.2 ms a statement, a third of a small store's whole search.
@@ -148,23 +145,18 @@ def filtered_rows(
     """
     list_sql = dialect_for(conn).json_list_sql
     sql = sql_template.format(filters=filters.sql(list_sql), **fragments)
-    return hot_rows(conn, sql, {**params, **filters.values()}, prepare=prepare)
+    return hot_rows(conn, sql, {**params, **filters.values()})
 
 
 _HOT_READS: weakref.WeakKeyDictionary[Engine, dict[str, HotReads]] = weakref.WeakKeyDictionary()
 _HOT_READS_PER_ENGINE: Final = 512
 
 
-def hot_rows(
-    conn: Connection, sql: str, params: dict[str, Any], *, prepare: bool | None = None
-) -> list[tuple[Any, ...]]:
+def hot_rows(conn: Connection, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
     """Rows of the trusted SQL text ``sql`` (``:name`` parameters) on the driver's cursor.
 
-    ``prepare=False`` (psycopg only) has the server plan the statement for its values at every
-    run, never a generic plan (:meth:`~sessionstore.sql.statements.HotReads.rows`).
     Where a program listens to the engine's cursor events (statement logging, tracing, the
-    tests' statement logs), the statement goes through SQLAlchemy instead, so it is seen (and
-    ``prepare`` is the driver's own rule).
+    tests' statement logs), the statement goes through SQLAlchemy instead, so it is seen.
     """
     if conn.dispatch.before_cursor_execute or conn.dispatch.after_cursor_execute:
         return [tuple(row) for row in conn.execute(_text(sql), params)]
@@ -177,7 +169,7 @@ def hot_rows(
         if len(statements) >= _HOT_READS_PER_ENGINE:
             statements.clear()
         statement = statements[sql] = HotReads(conn.dialect, _text(sql))
-    return statement.rows(conn, params, prepare=prepare)
+    return statement.rows(conn, params)
 
 
 @lru_cache(maxsize=512)

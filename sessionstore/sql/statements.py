@@ -565,19 +565,11 @@ class HotReads:
         reads._compiled = CompiledStatement.built_later(build, dialect)
         return reads
 
-    def rows(
-        self, conn: Connection, values: Mapping[str, Any], *, prepare: bool | None = None
-    ) -> list[tuple[Any, ...]]:
-        """The rows for ``values``. ``prepare`` is psycopg's (None: the driver's own rule,
-        a server-side prepared statement from the fifth run; False: never prepared, so the
-        server plans the statement for these values at every run); SQLite takes None only."""
+    def rows(self, conn: Connection, values: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
         sql = self._compiled.sql_for(values)
         try:
-            if prepare is None:
-                cursor.execute(sql, self._compiled.parameters(values))
-            else:
-                cursor.execute(sql, self._compiled.parameters(values), prepare=prepare)
+            cursor.execute(sql, self._compiled.parameters(values))
             rows: list[tuple[Any, ...]] = cursor.fetchall()
         except self._dialect.loaded_dbapi.Error as exc:
             raise DBAPIError.instance(
