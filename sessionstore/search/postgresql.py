@@ -65,27 +65,61 @@ _TSQUERY_ONCE: Final = f"(SELECT {_TSQUERY})"
 
 # Best match first ranks the newest RANK_WINDOW matches (request.ranks_in_window), as on
 # SQLite: ts_rank reads every row it scores, which made a common word cost time linear in the
-# store. The window (a MATERIALIZED CTE, computed once) is the newest matches' ids, found
-# from the GIN index: every match's id is read (about 0.7 us a match when the table is in
-# memory), the newest kept by a top-N sort of ids alone (carrying each match's tsvector
-# through the sort cost more than fetching the window's rows again by key), and only those
-# are scored (ts_rank, about 1 us a row). "m.id + 0" keeps the planner from walking the
-# primary key back from the newest row and testing each row's tsvector instead: that walk
-# reads about RANK_WINDOW / the words' frequency rows, cheaper only for a word in more than
-# about 15% of 100k messages (5% of 1M), and a generic plan, which does not know the words,
-# would choose it for rare ones as well (docs/performance.md, "PostgreSQL").
+# store. The window (`recent`, a MATERIALIZED CTE, computed once) is the newest matches' ids,
+# found one of two ways, and only those rows are scored (ts_rank, about 1 us a row):
+# - from the GIN index: every match's id is read (about 0.7 us a match when the table is in
+#   memory, several when not), the newest kept by a top-N sort of ids alone (carrying each
+#   match's tsvector through the sort cost more than fetching the window's rows again by
+#   key). "m.id + 0" keeps the planner from walking the primary key instead: its default
+#   costs made the walk look about four times cheaper than it measured, and at 100k messages
+#   it walked 57,000 rows for a word in 7% of them (26 ms against 5 from the index);
+# - by walking the primary key back from the newest row, testing each row's tsvector: about
+#   RANK_WINDOW / (the words' frequency) rows, whatever the store's size. Chosen when that is
+#   cheaper: the words' frequency among the newest _PROBE_ROWS rows (`probe`, about 0.5 ms;
+#   only on stores of _WALK_MIN_ROWS rows or more, by the planner's own row count), the walk's
+#   rows against the index's matches at _WALK_COST_RATIO. A word in 8% of 1M messages: 7-30 ms
+#   walked, 200-400 ms from the index. The walk stops after _WALK_SLACK times the rows the
+#   probe predicts (a word common lately and rare before); the index then answers.
 # When the filters (or an offset) leave fewer of the window's matches than the page asks
-# for, every match is ranked, as SQLite does: the second branch runs only then. Its LIMIT is
-# 0 otherwise, which ends it before it reads a row (a one-time filter in its WHERE did not:
-# the planner sent it into a parallel plan whose two workers were started, 4.5 ms, only to
-# find the filter false).
+# for, every match is ranked, as SQLite does: the last branch runs only then. A branch that is
+# not to run gets LIMIT 0, which ends it before it reads a row (a one-time filter in its WHERE
+# did not: the planner sent it into a parallel plan whose two workers were started, 4.5 ms,
+# only to find the filter false).
+_PROBE_ROWS: Final = 2000
+_WALK_MIN_ROWS: Final = 250_000
+_WALK_COST_RATIO: Final = 0.65
+"""A row walked against a match read from the index (0.45 against 0.7 us, 100k messages)."""
+_WALK_SLACK: Final = 4
+# The planner's row count of this store's own table (the search_path's), not a count.
+_ROW_COUNT: Final = (
+    "(SELECT greatest(c.reltuples, 0) FROM pg_class AS c WHERE c.oid = 'messages'::regclass)"
+)
 _WINDOWED_PAGE: Final = f"""
-    WITH recent AS MATERIALIZED (
-        SELECT m.id
-        FROM messages AS m
-        WHERE {{tsvector}} @@ {_TSQUERY_ONCE}
-        ORDER BY m.id + 0 DESC
+    WITH probe AS MATERIALIZED (
+        SELECT count(*)::float8 AS hits
+        FROM (SELECT {{tsvector}} AS tsv FROM messages AS m ORDER BY m.id DESC
+              LIMIT CASE WHEN {_ROW_COUNT} >= {{walk_min_rows}} THEN {_PROBE_ROWS} ELSE 0 END
+        ) AS newest
+        WHERE newest.tsv @@ {_TSQUERY_ONCE}
+    ), walk AS MATERIALIZED (
+        SELECT newest.id
+        FROM (SELECT m.id, {{tsvector}} AS tsv FROM messages AS m ORDER BY m.id DESC
+              LIMIT (SELECT CASE WHEN hits * hits * {_ROW_COUNT}
+                                      > {{walk_cost_ratio}} * {{window}} * {_PROBE_ROWS ** 2}
+                                 THEN ceil({_WALK_SLACK} * {{window}} * {_PROBE_ROWS} / hits)
+                                 ELSE 0 END
+                     FROM probe)::bigint
+        ) AS newest
+        WHERE newest.tsv @@ {_TSQUERY_ONCE}
         LIMIT {{window}}
+    ), recent AS MATERIALIZED (
+        SELECT id FROM walk WHERE (SELECT count(*) FROM walk) >= {{window}}
+        UNION ALL
+        (SELECT m.id
+         FROM messages AS m
+         WHERE {{tsvector}} @@ {_TSQUERY_ONCE}
+         ORDER BY m.id + 0 DESC
+         LIMIT CASE WHEN (SELECT count(*) FROM walk) < {{window}} THEN {{window}} ELSE 0 END)
     ), windowed AS MATERIALIZED (
         SELECT m.id, ts_rank({{tsvector}}, {_TSQUERY_ONCE}) AS score
         FROM recent
@@ -281,6 +315,9 @@ class PostgreSQLSearchIndex:
             params,
             tsvector=tsvector,
             window=str(int(search_request.RANK_WINDOW)),
+            # Read at each call, as the window is (tests change them).
+            walk_min_rows=str(int(_WALK_MIN_ROWS)),
+            walk_cost_ratio=repr(float(_WALK_COST_RATIO)),
             order=filters.order("score DESC, m.id"),
             page_order=filters.order("page.score DESC, page.id"),
             # The headline is cut from the text the words were indexed from.

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from sessionstore.api.session_db import SessionDB
+from sessionstore.search import postgresql as postgresql_search
 from sessionstore.search import request as search_request
 
 
@@ -88,3 +91,47 @@ def test_a_word_in_fewer_messages_than_the_page_is_found_whole(corpus: Corpus) -
     corpus.db.append_message("s", "user", "omega once")
     assert len(corpus.db.search_messages("omega", limit=2)) == 1
     assert corpus.db.search_messages("nowhere", limit=2) == []
+
+
+def _walk_rows(plan: dict[str, Any]) -> int:
+    """Rows the ``walk`` CTE of a PostgreSQL word search produced, from its EXPLAIN ANALYZE."""
+    if plan.get("Subplan Name") == "CTE walk":
+        return int(plan["Actual Rows"])
+    return sum(_walk_rows(child) for child in plan.get("Plans", []))
+
+
+@pytest.mark.postgresql
+@pytest.mark.parametrize("store_url", ["postgresql"], indirect=True)
+def test_postgresql_walks_back_for_a_common_word_and_finds_the_same_window(
+    corpus: Corpus, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The window found by walking the primary key back (a common word on a large store) is
+    the one the GIN index gives: forced here on a dozen rows, the same hits for every rule."""
+    calls = {
+        "window": lambda: corpus.db.search_messages("alpha", limit=2),
+        "next page": lambda: corpus.db.search_messages("alpha", limit=1, offset=1),
+        "filtered": lambda: corpus.db.search_messages("alpha", role_filter=["tool"], limit=2),
+        "rare": lambda: corpus.db.search_messages("epsilon 3", limit=2),
+    }
+    from_index = {name: ids(call()) for name, call in calls.items()}
+    monkeypatch.setattr(postgresql_search, "_WALK_MIN_ROWS", 0)
+    monkeypatch.setattr(postgresql_search, "_WALK_COST_RATIO", 0.0)
+    engine = sa.create_engine(store_url)
+    statements: list[tuple[str, Any]] = []
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql("ANALYZE messages")  # the walk is chosen from the row count
+            conn.commit()
+        store_engine = corpus.db._store.engine
+        sa.event.listen(store_engine, "before_cursor_execute",
+                        lambda *args: statements.append((args[2], args[3])))
+        walked = {name: ids(call()) for name, call in calls.items()}
+        assert walked == from_index
+        window_statement = next(s for s in statements if "CTE" in s[0] or "walk AS" in s[0])
+        with engine.connect() as conn:
+            plan = conn.exec_driver_sql(
+                "EXPLAIN (ANALYZE, FORMAT JSON) " + window_statement[0], window_statement[1]
+            ).scalar_one()
+        assert _walk_rows(plan[0]["Plan"]) == 4  # the whole window, walked
+    finally:
+        engine.dispose()
