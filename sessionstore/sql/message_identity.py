@@ -31,6 +31,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from .validation import bindable
+
 HANDOFF_MARKERS = ("[CONTEXT", "COMPACTION")
 """Text that may make a user row a compaction hand-off carrier (iot's ``SUMMARY_PREFIX``,
 ``LEGACY_SUMMARY_PREFIX`` and ``_MERGED_SUMMARY_DELIMITER`` all hold one)."""
@@ -41,6 +43,20 @@ def mint_uid() -> str:
     ``mint_uid`` (``uuid4().hex``) and of the SQLite trigger's ``lower(hex(randomblob(16)))``
     (the uuid object around the bytes cost four times the bytes); never derived from content."""
     return os.urandom(16).hex()
+
+
+def given_message_uid(value: Any) -> str | None:
+    """A caller's ``message_uid`` as iot 0.22.2 takes it (``message_uid_or_none``): a
+    non-empty ``str`` is the message's id (one no database can store is a ``ValueError``);
+    anything else is no id (never coerced: an int or a blank is not an identity), and the
+    row gets a fresh one."""
+    if not isinstance(value, str) or not value:
+        return None
+    if not bindable(value):
+        raise ValueError(
+            "message_uid must be text a database can store (no NUL, no lone surrogate)"
+        )
+    return value
 
 
 def _call_ids(tool_calls: str | None) -> tuple[str, ...]:
@@ -101,7 +117,7 @@ def stamp_identities(rows: list[dict[str, Any]]) -> None:
         elif role == "user":
             pending.clear()
         tool_call_id = row["tool_call_id"]
-        row["message_uid"] = mint_uid()
+        row["message_uid"] = row.get("message_uid") or mint_uid()
         row["tool_call_uids"] = json.dumps(uids, sort_keys=True) if uids else None
         row["tool_call_uid"] = (
             pending.get(tool_call_id) if role == "tool" and tool_call_id else None

