@@ -279,7 +279,7 @@ class MessagesPart(RepositoryPart):
         return NewMessage(
             role=validation.identifier(role, "role"),
             content=self.stored_content(content),
-            tool_name=validation.optional_identifier(tool_name, "tool_name"),
+            tool_name=validation.optional_name(tool_name, "tool_name"),
             tool_calls=self._text(
                 encode_json(validation.tool_calls(tool_calls), "tool_calls"), "tool_calls"
             ),

@@ -49,12 +49,13 @@ MAX_TITLE_LENGTH: Final = 100
 # - U+2028-U+202E line/paragraph separators and bidi embeddings/overrides;
 # - U+2060-U+2069 word joiner, invisible operators and bidi isolates;
 # - U+FEFF byte-order mark / zero-width no-break space;
-# - U+FFF9-U+FFFC interlinear annotation marks and the object replacement character;
-# - lone surrogates U+D800-U+DFFF, which no database driver can encode.
+# - U+FFF9-U+FFFC interlinear annotation marks and the object replacement character.
+# Lone surrogates U+D800-U+DFFF, which no database driver can encode, become U+FFFD first
+# (``validation.replace_lone_surrogates``, as Hermes's sanitize_title does), so the title keeps
+# a visible mark where the broken character was.
 _invisible_characters: Final = lazy_pattern(
     r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\x80-\x84\x86-\x9f"
-    r"\u00ad\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ufff9-\ufffc"
-    r"\ud800-\udfff]"
+    r"\u00ad\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ufff9-\ufffc]"
 )
 _whitespace_run: Final = lazy_pattern(r"\s+")
 
@@ -66,8 +67,9 @@ _lineage_suffix: Final = lazy_pattern(r"(.+?) #([0-9]+)", re.DOTALL)
 def sanitize_title(title: str | None) -> str | None:
     """Clean a user-supplied session title; ``None`` means "no title".
 
-    Invisible and control characters are removed, tab/newline/CR and every other whitespace
-    run become one space, the ends are stripped. An empty result is ``None``.
+    Lone surrogates become U+FFFD; invisible and control characters are removed,
+    tab/newline/CR and every other whitespace run become one space, the ends are stripped. An
+    empty result is ``None``.
 
     Raises ``TypeError`` for anything but ``str`` or ``None`` and ``ValueError`` (message
     contains "too long") when more than :data:`MAX_TITLE_LENGTH` characters remain.
@@ -76,7 +78,7 @@ def sanitize_title(title: str | None) -> str | None:
         return None
     if not isinstance(title, str):
         raise TypeError(f"title must be a str or None, not {type(title).__name__}")
-    visible = _invisible_characters().sub("", title)
+    visible = _invisible_characters().sub("", validation.replace_lone_surrogates(title))
     cleaned = _whitespace_run().sub(" ", visible).strip()
     if not cleaned:
         return None

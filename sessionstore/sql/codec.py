@@ -1,7 +1,8 @@
 """How JSON values are stored: Hermes's encoding of JSON columns, and the tool-call count.
 
 One place for what every reader and writer must agree on: a falsy value is stored as NULL,
-anything else as compact UTF-8 JSON; a stored value that is not valid JSON degrades to a
+anything else as compact UTF-8 JSON (a lone surrogate, which no driver can bind, as its
+``\\udXXX`` escape, so it reads back as given); a stored value that is not valid JSON degrades to a
 default with a warning (never an exception on read); a message's tool calls count as the
 length of the list (Hermes v6's rule), one for any other non-empty value.
 """
@@ -12,6 +13,8 @@ import json
 import logging
 from collections.abc import Callable
 from typing import Any
+
+from .validation import escape_lone_surrogates_in_json
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +45,7 @@ def encode_json(value: Any, name: str) -> str | None:
     if not value:
         return None
     try:
-        return json.dumps(value, ensure_ascii=False)
+        return escape_lone_surrogates_in_json(json.dumps(value, ensure_ascii=False))
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{name} is not JSON-serialisable: {exc}") from None
 

@@ -1,23 +1,37 @@
 """Checks applied to every text argument before it reaches the database.
 
-Decisions (SPEC §7): a wrong type is a ``TypeError``; text that cannot be encoded as UTF-8 (a
-lone surrogate) is a ``ValueError`` naming the argument. NUL characters are refused in
+Decisions (SPEC §7): a wrong type is a ``TypeError``. NUL characters are refused in
 identifiers (ids, source, role, titles, tool names). In free text (message content,
 reasoning, system prompts) SQLite keeps them as they are, as Hermes does; PostgreSQL cannot store
 them in TEXT, so there they become U+FFFD (the Unicode replacement character) rather than losing
 the whole message.
+
+Lone surrogates (U+D800-U+DFFF: half of a UTF-16 pair, as a scraped web page or a cut emoji
+leaves them) cannot be encoded as UTF-8, so neither sqlite3 nor psycopg can bind them. Where
+they are text a person or a model wrote (free text, tool names, titles: :func:`free_text`,
+:func:`optional_name`, ``sessions.titles.sanitize_title``) each becomes U+FFFD before the
+write, as Hermes (0.19 on) does: one such character in a tool result must not stop a session
+persisting, and never losing a message beats a typed error there. Inside JSON values (tool
+calls, reasoning details, model config) they are kept as ``\\udXXX`` escapes
+(:func:`escape_lone_surrogates_in_json`, Hermes's ``json.dumps`` writes them so), and read back
+as they were given. Identifiers that are looked up by equality (session ids, sources, roles,
+tool-call ids) still refuse them with a ``ValueError`` naming the argument: a replaced id would
+be another session's key.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import ValueOutOfRangeError
 
 REPLACEMENT_CHARACTER = "\ufffd"
+
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 """Every counter is a signed 64-bit integer on both databases (SQLite INTEGER, PostgreSQL
@@ -28,13 +42,41 @@ def bindable(value: object) -> bool:
     """True for a ``str`` every driver can send and every database can hold: no NUL (which
     PostgreSQL text cannot hold) and no lone surrogate (which no driver can encode). The one
     test for lookup keys and filter values; a value that fails it can match no stored row."""
-    if not isinstance(value, str) or "\x00" in value:
-        return False
+    return isinstance(value, str) and "\x00" not in value and _is_encodable(value)
+
+
+@functools.cache
+def _lone_surrogate() -> re.Pattern[str]:
+    """Compiled on first use (nothing is built at import): only text with one needs it."""
+    return re.compile(r"[\ud800-\udfff]")
+
+
+def _is_encodable(value: str) -> bool:
+    """True when ``value`` has no lone surrogate. ASCII (an O(1) flag) needs no scan."""
+    if value.isascii():
+        return True
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
         return False
     return True
+
+
+def replace_lone_surrogates(value: str) -> str:
+    """``value`` with each lone surrogate replaced by U+FFFD (the rest unchanged), so any
+    driver can bind it; ``value`` itself when it has none."""
+    return value if _is_encodable(value) else _lone_surrogate().sub(REPLACEMENT_CHARACTER, value)
+
+
+def escape_lone_surrogates_in_json(text: str) -> str:
+    """JSON text (``json.dumps(..., ensure_ascii=False)``) with each lone surrogate written as
+    its ``\\udXXX`` escape: the same JSON value, now bindable. Outside strings JSON text is
+    ASCII, so every surrogate is inside a string, where the escape is valid. A high surrogate
+    directly followed by a low one reads back as the one character the two encode (JSON has no
+    other reading of the two escapes), as the escapes of Hermes's ``json.dumps`` read too."""
+    if _is_encodable(text):
+        return text
+    return _lone_surrogate().sub(lambda found: f"\\u{ord(found.group()):04x}", text)
 
 
 def _check_encodable(value: str, name: str) -> None:
@@ -58,6 +100,14 @@ def identifier(value: Any, name: str) -> str:
 
 def optional_identifier(value: Any, name: str) -> str | None:
     return None if value is None else identifier(value, name)
+
+
+def optional_name(value: Any, name: str) -> str | None:
+    """A name a model or a tool chose (a tool name): an :func:`optional_identifier` whose
+    lone surrogates become U+FFFD instead of refusing the message that carries it."""
+    if isinstance(value, str):
+        value = replace_lone_surrogates(value)
+    return optional_identifier(value, name)
 
 
 SourceFilter = str | Sequence[str] | None
@@ -128,14 +178,16 @@ def tool_calls_text(value: str, name: str = "tool_calls") -> int:
 
 
 def free_text(value: Any, name: str, *, nul_allowed: bool) -> str | None:
+    """Text a person or a model wrote, as the store keeps it: lone surrogates as U+FFFD; NUL
+    as it is where ``nul_allowed`` (SQLite), else as U+FFFD (PostgreSQL)."""
     if value is None:
         return None
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a str or None, not {type(value).__name__}")
-    _check_encodable(value, name)
-    if not nul_allowed and "\x00" in value:
-        return value.replace("\x00", REPLACEMENT_CHARACTER)
-    return value
+    text = replace_lone_surrogates(value)
+    if not nul_allowed and "\x00" in text:
+        return text.replace("\x00", REPLACEMENT_CHARACTER)
+    return text
 
 
 def flag(value: Any, name: str) -> bool:

@@ -1804,9 +1804,10 @@ BAD_CALLS: list[Any] = [
     pytest.param(
         lambda db: db.append_message("s", "user", b"bytes"), TypeError, id="bytes-content"
     ),
+    # An id is looked up by equality: a replaced one would be another key, so it is refused.
     pytest.param(
-        lambda db: db.append_message("s", "user", "bad \udc80 text"), ValueError,
-        id="surrogate-content",
+        lambda db: db.append_message("s", "tool", "x", tool_call_id="call\udc80"), ValueError,
+        id="surrogate-tool-call-id",
     ),
     pytest.param(lambda db: db.append_message("s", 42, "x"), TypeError, id="int-role"),
     pytest.param(
@@ -1853,6 +1854,75 @@ def test_bad_input_is_a_clear_error_and_changes_nothing(
     with pytest.raises(error):
         call(db)
     assert raw.dump() == before
+
+
+# -- lone surrogates (a scraped page, a cut emoji): stored as U+FFFD, never a lost message --------
+DIRTY = "scraped \ud835 price"
+CLEANED = "scraped \ufffd price"
+
+
+def test_lone_surrogates_in_written_text_become_replacement_characters(db: SessionDB) -> None:
+    """Hermes 0.19 on: one lone surrogate in a tool result must not stop the session persisting
+    (no driver can bind it), so every text a person or a model wrote keeps U+FFFD in its place."""
+    db.create_session("s", "cli", system_prompt=DIRTY)
+    db.append_message("s", "tool", DIRTY, tool_name="web\ud835search")
+    db.append_message("s", "assistant", "fine", reasoning=DIRTY, reasoning_content=DIRTY)
+    db.append_message("s", "user", "clean", api_content=DIRTY)
+    db.append_message("s", "user", "turn text")
+    assert db.set_latest_user_api_content("s", "turn text", DIRTY) == 1
+    assert db.set_session_title("s", "title \ud835 bad") is True
+    db.end_session("s", DIRTY)
+
+    tool, assistant, user, latest = db.get_messages("s")
+    assert (tool["content"], tool["tool_name"]) == (CLEANED, "web\ufffdsearch")
+    assert (assistant["reasoning"], assistant["reasoning_content"]) == (CLEANED, CLEANED)
+    assert user["api_content"] == latest["api_content"] == CLEANED
+    session = db.get_session("s")
+    assert session is not None
+    assert (session["title"], session["system_prompt"], session["end_reason"]) == (
+        "title \ufffd bad", CLEANED, CLEANED,
+    )
+    assert db.get_session_by_title("title \ufffd bad") is not None
+
+
+def test_a_dirty_row_in_a_replaced_history_does_not_freeze_the_session(db: SessionDB) -> None:
+    """replace_messages re-sends the whole history each turn: a poisoned row refused would
+    refuse every later save too."""
+    db.create_session("s", "cli")
+    history: list[dict[str, Any]] = [
+        {"role": "user", "content": "turn 1"},
+        {"role": "tool", "content": DIRTY, "tool_name": "web_search", "api_content": DIRTY},
+    ]
+    db.replace_messages("s", history)
+    history += [{"role": "user", "content": "turn 2"}, {"role": "assistant", "content": "done"}]
+    db.replace_messages("s", history)
+    rows = db.get_messages("s")
+    assert [row["content"] for row in rows] == ["turn 1", CLEANED, "turn 2", "done"]
+    assert rows[1]["api_content"] == CLEANED
+
+
+def test_lone_surrogates_inside_json_values_read_back_as_given(db: SessionDB) -> None:
+    """JSON values keep a lone surrogate as its \\udXXX escape (Hermes's json.dumps writes it
+    so): bindable, and the value reads back unchanged."""
+    calls = [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": DIRTY}}]
+    parts = [{"type": "text", "text": DIRTY}]
+    db.create_session("s", "cli", model_config={"note": DIRTY})
+    db.append_message("s", "assistant", parts, tool_calls=calls, reasoning_details={"d": DIRTY})
+    [message] = db.get_messages("s")
+    assert message["tool_calls"] == calls
+    assert message["content"] == parts
+    assert json.loads(message["reasoning_details"]) == {"d": DIRTY}
+    session = db.get_session("s")
+    assert session is not None
+    assert json.loads(session["model_config"]) == {"note": DIRTY}
+
+
+def test_well_formed_unicode_is_stored_unchanged(db: SessionDB) -> None:
+    benign = "Ünïcödé ok — 日本語 🎉 \U0001d400 emoji fine"
+    db.create_session("s", "cli")
+    db.append_message("s", "assistant", benign, reasoning=benign, tool_name="t")
+    [message] = db.get_messages("s")
+    assert message["content"] == message["reasoning"] == benign
 
 
 WRONG_TYPE_LOOKUPS: list[Any] = [

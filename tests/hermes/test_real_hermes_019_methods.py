@@ -17,12 +17,11 @@ the bulk filters (``list_prune_candidates``, ``archive_sessions``, ``prune_sessi
 ``import_sessions``; titles set only when empty; the fallback streak.
 
 Where we differ on purpose the scenario stays off it: ``update_token_counts`` on an unknown
-session (Hermes creates it, SPEC §7 does not), lone surrogates (Hermes scrubs them, we refuse
-them), ``rebuild_fts``'s count (we have more indexes), exports with rewound rows (ours keep
-them), the bulk filters on a compression lineage (ours follow iot 0.22.2: an ancestor ages
-with its conversation, the archive matches by the tip) and on sessions whose last activity
-differs from their start (ours: iot's inactivity; its dry run's ``last_active`` is not
-compared).
+session (Hermes creates it, SPEC §7 does not), ``rebuild_fts``'s count (we have more indexes),
+exports with rewound rows (ours keep them), the bulk filters on a compression lineage (ours
+follow iot 0.22.2: an ancestor ages with its conversation, the archive matches by the tip) and
+on sessions whose last activity differs from their start (ours: iot's inactivity; its dry run's
+``last_active`` is not compared).
 """
 
 from __future__ import annotations

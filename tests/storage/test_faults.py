@@ -46,6 +46,7 @@ from tiny_tmpfs import tiny_tmpfs
 from sessionstore.api.session_db import SessionDB
 from sessionstore.errors import SessionStoreError, StoreFullError
 from sessionstore.sessions.titles import sanitize_title
+from sessionstore.sql.validation import replace_lone_surrogates
 from sessionstore.storage.retry import RetryPolicy
 
 CLEAR_ERRORS = (TypeError, ValueError, SessionStoreError)
@@ -372,7 +373,11 @@ class WriteSlot:
     name: str
     call: Callable[[SessionDB, str, Any], Any]
     read_back: Callable[[SessionDB, str, Any], Any] | None = None
-    kind: str = "id"  # "id": stored as is; "free": NUL -> U+FFFD on PostgreSQL; "title"
+    # "id": stored as is (a lone surrogate refused); "name": lone surrogates -> U+FFFD; "free":
+    # that, and NUL -> U+FFFD on PostgreSQL; "title": sanitize_title; "json": inside a JSON
+    # value, as JSON gives it back (a lone surrogate escaped; a high one followed by a low one
+    # read back as the character the pair encodes, as Hermes's json.dumps escapes read too).
+    kind: str = "id"
 
 
 def _new(victim: str) -> str:
@@ -407,7 +412,7 @@ WRITE_SLOTS = [
               lambda db, v, x: db.get_session(_new(v))["system_prompt"], "free"),
     WriteSlot("create_session.model_config",
               lambda db, v, x: db.create_session(_new(v), "cli", model_config={"k": x}),
-              lambda db, v, x: json.loads(db.get_session(_new(v))["model_config"])["k"]),
+              lambda db, v, x: json.loads(db.get_session(_new(v))["model_config"])["k"], "json"),
     WriteSlot("create_session.parent_session_id",
               lambda db, v, x: db.create_session(_new(v), "cli", parent_session_id=x)),
     WriteSlot("ensure_session.session_id", lambda db, v, x: db.ensure_session(x),
@@ -449,14 +454,14 @@ WRITE_SLOTS = [
     *(
         WriteSlot(f"append_message.{field}", _append(field),
                   lambda db, v, x, field=field: _last_message(db, v)[field], kind)
-        for field, kind in (("content", "free"), ("tool_name", "id"), ("tool_call_id", "id"),
+        for field, kind in (("content", "free"), ("tool_name", "name"), ("tool_call_id", "id"),
                             ("finish_reason", "id"), ("reasoning", "free"))
     ),
     WriteSlot("append_message.tool_calls", _append("tool_calls"),
-              lambda db, v, x: _last_message(db, v)["tool_calls"]),
+              lambda db, v, x: _last_message(db, v)["tool_calls"], "json"),
     *(
         WriteSlot(f"append_message.{field}", _append(field),
-                  lambda db, v, x, field=field: json.loads(_last_message(db, v)[field]))
+                  lambda db, v, x, field=field: json.loads(_last_message(db, v)[field]), "json")
         for field in ("reasoning_details", "codex_reasoning_items")
     ),
     WriteSlot("append_messages.content",
@@ -502,6 +507,10 @@ def _bystander_state(db: SessionDB) -> Any:
 def _expected_stored(slot: WriteSlot, value: str, nul_allowed: bool) -> Any:
     if slot.kind == "title":
         return sanitize_title(value)
+    if slot.kind == "json":
+        return json.loads(json.dumps(value))
+    if slot.kind in ("free", "name"):
+        value = replace_lone_surrogates(value)
     if slot.kind == "free" and not nul_allowed:
         return value.replace("\x00", "\ufffd")
     return value
