@@ -76,6 +76,7 @@ import sqlite3
 # "platform", "darwin")``): the same ``sys``, so the helpers' platform checks see the patch.
 import sys as sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
@@ -225,6 +226,11 @@ CREATE TRIGGER IF NOT EXISTS messages_fts_update AFTER UPDATE ON messages BEGIN
 END;
 """
 
+def _wall_clock() -> float:
+    """``time.time()`` looked up at each call, so a patched ``time.time`` is the one read."""
+    return time.time()
+
+
 def _default_db_path() -> Path | None:
     """The patched ``DEFAULT_DB_PATH``, or None for the package's URL rules."""
     if DEFAULT_DB_PATH != _IMPORT_DEFAULT_DB_PATH:
@@ -332,6 +338,10 @@ class SessionDB(facade.SessionDB):
             busy_timeout_s=busy_timeout_s,
         )
         try:
+            # Hermes reads ``time.time()`` at each call, and its tests pin it through this
+            # module (``monkeypatch.setattr(hermes_state.time, "time", ...)``): leases,
+            # cooldowns and the orphan finalize read the clock the same way here.
+            self._repo.clock = _wall_clock
             self._raw = _OwnedConnection(self.store) if self.db_path is not None else None
             self._hermes_lock = _HermesLock(self)
             if self._raw is not None:

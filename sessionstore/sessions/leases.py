@@ -9,9 +9,15 @@ A compression lease is a row of ``compression_locks`` per session: ``holder`` ow
 - acquire: in one write transaction, drop the session's row if it has expired, insert ours if
   there is none, then report whether the stored holder is ours. Acquiring a lease one already
   holds succeeds and does not extend it (``refresh`` does);
-- refresh extends only a lease we still hold that has not expired;
+- refresh extends a lease whose row is still ours, expired or not (iot 0.22.2's rule; Hermes
+  0.19 refused an expired one): a live owner whose refresher stalled past the TTL revives its
+  row while no one has reclaimed it, instead of compressing on without a lease. It cannot
+  resurrect a lease another holder took: the reclaim replaces the row in one transaction, and
+  the refresh matches ours only;
 - release deletes only our own row (idempotent); the holder of a session is the holder of a
   row that has not expired. A lease is expired once ``expires_at < now``;
+- the empty session id holds no lease (as Hermes): acquire and refresh answer False, release
+  does nothing and the holder is None;
 - expired rows of other sessions are never swept, and deleting a session leaves its lease.
 
 Bad arguments (a non-``str`` id or holder, a TTL that is not a positive finite number) are a
@@ -82,6 +88,8 @@ class LeasesPart(RepositoryPart):
         session_id = validation.identifier(session_id, "session_id")
         holder = validation.identifier(holder, "holder")
         ttl = lease_ttl(ttl_seconds)
+        if not session_id:
+            return False
         insert = self.store.dialect.insert(locks)
 
         def run(conn: Connection) -> bool:
@@ -108,17 +116,14 @@ class LeasesPart(RepositoryPart):
         session_id = validation.identifier(session_id, "session_id")
         holder = validation.identifier(holder, "holder")
         ttl = lease_ttl(ttl_seconds)
+        if not session_id or not holder:
+            return False
 
         def run(conn: Connection) -> bool:
-            now = self.clock()
             result = conn.execute(
                 update(locks)
-                .where(
-                    locks.c.session_id == session_id,
-                    locks.c.holder == holder,
-                    locks.c.expires_at >= now,
-                )
-                .values(expires_at=now + ttl)
+                .where(locks.c.session_id == session_id, locks.c.holder == holder)
+                .values(expires_at=self.clock() + ttl)
             )
             return bool(result.rowcount)
 
@@ -129,6 +134,8 @@ class LeasesPart(RepositoryPart):
         """Give up our lease; True when there was one to give up."""
         session_id = validation.identifier(session_id, "session_id")
         holder = validation.identifier(holder, "holder")
+        if not session_id:
+            return False
         statement = delete(locks).where(locks.c.session_id == session_id, locks.c.holder == holder)
         return self.store.write(lambda conn: bool(conn.execute(statement).rowcount))
 

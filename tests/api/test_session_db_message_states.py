@@ -544,7 +544,8 @@ def test_lease_matches_a_model(lease_store: Store, ops: list[tuple[str, str, flo
                 model = (holder, clock.now + amount)
             assert leases.try_acquire_compression_lock("s", holder, amount) is (model[0] == holder)
         elif op == "refresh":
-            expected = live and model is not None and model[0] == holder
+            # iot 0.22.2: ours while the row is, expired or not (no one reclaimed it).
+            expected = model is not None and model[0] == holder
             if expected and model is not None:
                 model = (holder, clock.now + amount)
             assert leases.refresh_compression_lock("s", holder, amount) is expected
@@ -562,6 +563,35 @@ def test_lease_matches_a_model(lease_store: Store, ops: list[tuple[str, str, flo
             lambda conn: conn.execute(sa.text("SELECT count(*) FROM compression_locks")).scalar()
         )
         assert rows <= 1
+
+
+def test_a_stalled_owner_revives_its_unclaimed_lease_and_no_other(lease_store: Store) -> None:
+    """iot 0.22.2: refresh goes by the holder alone. A live owner whose refresher stalled past
+    the TTL gets its row back while no one reclaimed it; once another holder took the lease,
+    the stalled owner's refresh finds nothing."""
+    clock = FakeClock()
+    leases = SessionRepository(lease_store, clock=clock)
+    lease_store.write(lambda conn: conn.execute(sa.text("DELETE FROM compression_locks")))
+    assert leases.try_acquire_compression_lock("s", "a", 10.0) is True
+    clock.now += 5
+    assert leases.refresh_compression_lock("s", "b", 10.0) is False
+    clock.now += 20  # past the lease: expired, not yet reclaimed
+    assert leases.get_compression_lock_holder("s") is None
+    assert leases.refresh_compression_lock("s", "a", 10.0) is True
+    assert leases.get_compression_lock_holder("s") == "a"
+    clock.now += 11
+    assert leases.try_acquire_compression_lock("s", "b", 10.0) is True, "reclaimable on expiry"
+    assert leases.refresh_compression_lock("s", "a", 10.0) is False
+    assert leases.get_compression_lock_holder("s") == "b"
+
+
+def test_the_empty_session_id_holds_no_lease(db: SessionDB) -> None:
+    """As Hermes: acquire and refresh answer False, release does nothing, no holder."""
+    assert db.try_acquire_compression_lock("", "holder1") is False
+    assert db.refresh_compression_lock("", "holder1") is False
+    assert db.refresh_compression_lock("s", "") is False
+    assert db.release_compression_lock("", "holder1") is False
+    assert db.get_compression_lock_holder("") is None
 
 
 REWIND_SCRIPT = st.lists(st.sampled_from(["user", "assistant", "tool"]), min_size=1, max_size=12)
