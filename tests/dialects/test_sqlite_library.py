@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sqlite3
@@ -182,6 +183,40 @@ def test_a_file_open_through_the_standard_library_is_refused_untouched(tmp_path:
         other.close()
     with SessionDB(path) as db:  # once it is closed, the store opens
         assert {s["id"] for s in db.list_sessions_rich()} == {"s", "o"}
+
+
+@ON_ANOTHER_LIBRARY
+def test_a_standard_library_connection_dropped_without_close_does_not_block(
+    tmp_path: Path,
+) -> None:
+    """``with sqlite3.connect(...)`` commits but does not close, and the dropped connection
+    waits for the garbage collector (a reference cycle through its statement cache), still
+    holding the file: Hermes's own tests build old files that way. It is collected before
+    the check counts, so the store opens; one still referenced is refused as before."""
+    path = tmp_path / "state.db"
+    with SessionDB(path) as db:
+        db.create_session("s", "cli")
+
+    def edit_and_drop() -> None:
+        with sqlite3.connect(path) as conn:
+            conn.execute("UPDATE sessions SET title = 'edited' WHERE id = 's'")
+
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # the connection must still be waiting when the store opens
+    try:
+        edit_and_drop()
+        with SessionDB(path) as db:
+            assert db.get_session_title("s") == "edited"
+            db.append_message("s", "user", "after")
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    with closing(sqlite3.connect(path)) as kept:
+        kept.execute("SELECT 1 FROM sessions").fetchall()
+        with pytest.raises(SQLiteLibraryConflictError):
+            SessionDB(path)
+    with SessionDB(path) as db:
+        assert db.message_count("s") == 1
 
 
 def test_version_and_doctor_name_the_sqlite_in_use(tmp_path: Path) -> None:
