@@ -74,6 +74,26 @@ REQUIRED_SINCE: Mapping[int, tuple[str, ...]] = {
 }  # fmt: skip
 """What each number adds that every Hermes writer of it has (cumulative with the numbers below)."""
 
+V6_COLUMNS: Mapping[str, tuple[str, ...]] = {
+    "sessions": (
+        "id", "source", "user_id", "model", "model_config", "system_prompt",
+        "parent_session_id", "started_at", "ended_at", "end_reason", "message_count",
+        "tool_call_count", "input_tokens", "output_tokens", "cache_read_tokens",
+        "cache_write_tokens", "reasoning_tokens", "billing_provider", "billing_base_url",
+        "billing_mode", "estimated_cost_usd", "actual_cost_usd", "cost_status", "cost_source",
+        "pricing_version", "title",
+    ),
+    "messages": (
+        "id", "session_id", "role", "content", "tool_call_id", "tool_calls", "tool_name",
+        "timestamp", "token_count", "finish_reason", "reasoning", "reasoning_details",
+        "codex_reasoning_items",
+    ),
+}  # fmt: skip
+"""Hermes v6's columns (``/work/shared/reference/hermes-v6``): what the v7…v22 adoption, which
+starts the chain after v6 (``legacy.LATER_CHAIN_BASE``), takes as there. A file numbered 7 or
+more that lacks some (Hermes's own migration tests build such files by hand; Hermes's open adds
+any declared column a table lacks) gets them first (``legacy.add_missing_v6_columns``)."""
+
 KEYS: Mapping[str, tuple[str, ...]] = {
     table.name: tuple(column.name for column in table.primary_key.columns)
     for table in head_metadata.tables.values()

@@ -49,6 +49,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import Column, MetaData, inspect, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, SAWarning
+from sqlalchemy.schema import CreateColumn
 
 from ..dialects import dialect_for
 from ..errors import SchemaShapeError, SchemaTooNewError, UnknownRevisionError
@@ -59,6 +60,7 @@ from .hermes_shapes import (
     KEYS,
     NEWEST_JUDGED,
     OLDEST_JUDGED,
+    V6_COLUMNS,
     Catalog,
     KeyHeal,
     empty_by_default,
@@ -219,6 +221,35 @@ def adoption_revision(conn: Connection, schema_version: int | None) -> str:
     return HERMES_REVISIONS[proven] if proven < 6 else LATER_CHAIN_BASE
 
 
+def hermes_number_of(revision: str) -> int | None:
+    """The Hermes schema number a revision of ours leaves (its own, or the last before it:
+    our search revisions keep the number they follow); None before v1."""
+    numbers = [number for number, stamp in HERMES_REVISIONS.items() if stamp <= revision]
+    return max(numbers) if numbers else None
+
+
+def rerun_revision(schema_version: int | None, revision: str | None) -> str | None:
+    """Where the chain restarts for a store whose ``schema_version`` was set below the number
+    its revision leaves; None for every other store.
+
+    Hermes decides its data steps by that number alone: a file set back to 15 gets v16's
+    delegate tags, v18's gateway metadata from ``sessions.json`` and v20's usage seed again
+    on its next open (Hermes's own migration tests set it back so on a current file). Ours
+    follow it: the revision that number names is stamped and the chain runs from there; each
+    step adds only what is missing and each data step fills only what is empty, so a current
+    store loses nothing. Below v7 the strict v1…v6 steps are not run again: the chain restarts
+    after v6 (``LATER_CHAIN_BASE``). No Hermes lowers the number, and our downgrades keep the
+    two in step; only a hand (or a test) sets it back.
+    """
+    if schema_version is None or revision is None:
+        return None
+    number = hermes_number_of(revision)
+    if number is None or schema_version >= number:
+        return None
+    restart = HERMES_REVISIONS[schema_version] if schema_version >= 7 else LATER_CHAIN_BASE
+    return restart if restart < revision else None
+
+
 def check_revision_known(state: StoreState, known_revisions: Collection[str]) -> None:
     if state.alembic_revision is not None and state.alembic_revision not in known_revisions:
         raise UnknownRevisionError(unknown_revision_message(state.alembic_revision))
@@ -249,11 +280,32 @@ def adopt(conn: Connection, known_revisions: Collection[str]) -> Adoption:
     state = read_state(conn)
     check_not_too_new(state)
     check_revision_known(state, known_revisions)
-    if state.alembic_revision is not None or not state.has_sessions:
+    if state.alembic_revision is not None:
+        restart = rerun_revision(state.schema_version, state.alembic_revision)
+        if restart is None:
+            return Adoption(state, None)
+        conn.execute(
+            text(f"UPDATE {ALEMBIC_VERSION_TABLE} SET version_num = :rev"), {"rev": restart}
+        )
+        logger.warning(
+            "schema_version says Hermes schema v%s but the store is at revision %s: the "
+            "chain runs again from revision %s, Hermes's data steps after v%s included "
+            "(each step adds only what is missing)",
+            state.schema_version, state.alembic_revision, restart, state.schema_version,
+        )  # fmt: skip
+        return Adoption(state, restart)
+    if not state.has_sessions:
         return Adoption(state, None)
     check_shape(conn, state)
     version = state.schema_version
     revision = adoption_revision(conn, version)
+    if revision == LATER_CHAIN_BASE:
+        added = add_missing_v6_columns(conn)
+        if added:
+            logger.warning(
+                "a Hermes schema v%s database without some of v6's columns: added %s "
+                "(Hermes's open adds them too)", version, ", ".join(added),
+            )  # fmt: skip
     if not state.has_alembic_table:
         conn.execute(
             text(
@@ -272,6 +324,42 @@ def adopt(conn: Connection, known_revisions: Collection[str]) -> Adoption:
         version, revision,
     )
     return Adoption(state, revision)
+
+
+def add_missing_v6_columns(conn: Connection) -> list[str]:
+    """Add the v6 columns (``hermes_shapes.V6_COLUMNS``) a file adopted after v6 lacks, each
+    as the head declares it; what was added, as ``table.column``.
+
+    The later chain adds only what each later Hermes number introduced, so a v6 column missing
+    from a file numbered 7…22 would stay missing, and the first step that reads it (v16's
+    delegate tags read ``model_config``) would fail the whole adoption. Hermes's own open adds
+    every column its schema declares that a table lacks; so does this, for v6's. A column the
+    head declares ``NOT NULL`` without a default is added nullable (existing rows have no
+    value for it); a missing key column is left alone (no Hermes file lacks one).
+    """
+    from .models import SCHEMA_VERSION  # noqa: F401 - completes the head tables' definitions
+
+    inspector = inspect(conn)
+    added: list[str] = []
+    for table_name, names in V6_COLUMNS.items():
+        if not inspector.has_table(table_name):
+            continue
+        present = {column["name"] for column in inspector.get_columns(table_name)}
+        head = head_metadata.tables[table_name]
+        for name in names:
+            column = head.c[name]
+            if name in present or column.primary_key:
+                continue
+            definition = Column(
+                name,
+                column.type,
+                nullable=column.nullable or column.server_default is None,
+                server_default=column.server_default,
+            )
+            spec = CreateColumn(definition).compile(dialect=conn.dialect)
+            conn.execute(text(f"ALTER TABLE {quoted_name(table_name)} ADD COLUMN {spec}"))
+            added.append(f"{table_name}.{name}")
+    return added
 
 
 # -- completing the head shape: what no revision's "add when absent" can express ---------------

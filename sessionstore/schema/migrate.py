@@ -191,8 +191,13 @@ class Status(NamedTuple):
         """At our head, and not moved on since: a Hermes newer than this release that opened
         the store after us wrote a higher ``schema_version`` (it never touches
         ``alembic_version``), and may have changed what it maintains. Such a store is as
-        foreign as any file of that newer schema: read-only until a release knows it."""
-        return self.revision == self.head and not legacy.is_too_new(self.schema_version)
+        foreign as any file of that newer schema: read-only until a release knows it. One
+        whose number was set back is not current either (``legacy.rerun_revision``)."""
+        return (
+            self.revision == self.head
+            and not legacy.is_too_new(self.schema_version)
+            and legacy.rerun_revision(self.schema_version, self.revision) is None
+        )
 
 
 def upgrade_refusal(status: Status) -> str | None:
