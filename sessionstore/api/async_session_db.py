@@ -951,6 +951,159 @@ class AsyncSessionDB:
             )
         )
 
+    async def apply_telegram_topic_migration(self) -> None:
+        return await self._write(lambda db: db.apply_telegram_topic_migration())
+
+    async def enable_telegram_topic_mode(
+        self,
+        *,
+        chat_id: str,
+        user_id: str,
+        profile_name: str = 'default',
+        has_topics_enabled: bool | None = None,
+        allows_users_to_create_topics: bool | None = None,
+    ) -> None:
+        return await self._write(
+            lambda db: db.enable_telegram_topic_mode(
+                chat_id=chat_id,
+                user_id=user_id,
+                profile_name=profile_name,
+                has_topics_enabled=has_topics_enabled,
+                allows_users_to_create_topics=allows_users_to_create_topics,
+            )
+        )
+
+    async def disable_telegram_topic_mode(
+        self,
+        *,
+        chat_id: str,
+        profile_name: str = 'default',
+        clear_bindings: bool = True,
+    ) -> None:
+        return await self._write(
+            lambda db: db.disable_telegram_topic_mode(
+                chat_id=chat_id,
+                profile_name=profile_name,
+                clear_bindings=clear_bindings,
+            )
+        )
+
+    async def is_telegram_topic_mode_enabled(
+        self,
+        *,
+        chat_id: str,
+        user_id: str,
+        profile_name: str = 'default',
+    ) -> bool:
+        return await self._read(
+            lambda db: db.is_telegram_topic_mode_enabled(
+                chat_id=chat_id,
+                user_id=user_id,
+                profile_name=profile_name,
+            )
+        )
+
+    async def get_telegram_topic_binding(
+        self,
+        *,
+        chat_id: str,
+        thread_id: str,
+        profile_name: str = 'default',
+    ) -> dict[str, Any] | None:
+        return await self._read(
+            lambda db: db.get_telegram_topic_binding(
+                chat_id=chat_id,
+                thread_id=thread_id,
+                profile_name=profile_name,
+            )
+        )
+
+    async def list_telegram_topic_bindings_for_chat(
+        self,
+        *,
+        chat_id: str,
+        profile_name: str = 'default',
+    ) -> list[dict[str, Any]]:
+        return await self._read(
+            lambda db: db.list_telegram_topic_bindings_for_chat(
+                chat_id=chat_id,
+                profile_name=profile_name,
+            )
+        )
+
+    async def get_telegram_topic_binding_by_session(
+        self,
+        *,
+        session_id: str,
+    ) -> dict[str, Any] | None:
+        return await self._read(
+            lambda db: db.get_telegram_topic_binding_by_session(
+                session_id=session_id,
+            )
+        )
+
+    async def delete_telegram_topic_binding(
+        self,
+        *,
+        chat_id: str,
+        thread_id: str,
+        profile_name: str = 'default',
+    ) -> int:
+        return await self._write(
+            lambda db: db.delete_telegram_topic_binding(
+                chat_id=chat_id,
+                thread_id=thread_id,
+                profile_name=profile_name,
+            )
+        )
+
+    async def bind_telegram_topic(
+        self,
+        *,
+        chat_id: str,
+        thread_id: str,
+        user_id: str,
+        session_key: str,
+        session_id: str,
+        managed_mode: str = 'auto',
+        profile_name: str = 'default',
+    ) -> None:
+        return await self._write(
+            lambda db: db.bind_telegram_topic(
+                chat_id=chat_id,
+                thread_id=thread_id,
+                user_id=user_id,
+                session_key=session_key,
+                session_id=session_id,
+                managed_mode=managed_mode,
+                profile_name=profile_name,
+            )
+        )
+
+    async def is_telegram_session_linked_to_topic(self, *, session_id: str) -> bool:
+        return await self._read(
+            lambda db: db.is_telegram_session_linked_to_topic(
+                session_id=session_id,
+            )
+        )
+
+    async def list_unlinked_telegram_sessions_for_user(
+        self,
+        *,
+        chat_id: str,
+        user_id: str,
+        profile_name: str = 'default',
+        limit: int = 10,
+    ) -> list[dict[str, Any]]:
+        return await self._read(
+            lambda db: db.list_unlinked_telegram_sessions_for_user(
+                chat_id=chat_id,
+                user_id=user_id,
+                profile_name=profile_name,
+                limit=limit,
+            )
+        )
+
     async def save_gateway_routing_entry(
         self,
         session_key: str,

@@ -998,6 +998,111 @@ class SessionDB:
             platform=platform, chat_id=chat_id, thread_id=thread_id, user_id=user_id
         )
 
+    # -- Telegram DM topic mode (Hermes 0.17+; tables made on opt-in) -----------------------
+    @writes
+    def apply_telegram_topic_migration(self) -> None:
+        """Create the Telegram topic tables (v3), or bring a v1/v2 pair to v3."""
+        self._repo.apply_telegram_topic_migration()
+
+    @writes
+    def enable_telegram_topic_mode(
+        self,
+        *,
+        chat_id: str,
+        user_id: str,
+        profile_name: str = "default",
+        has_topics_enabled: bool | None = None,
+        allows_users_to_create_topics: bool | None = None,
+    ) -> None:
+        """Turn topic mode on for one private chat (creating the tables if need be)."""
+        self._repo.enable_telegram_topic_mode(
+            chat_id=chat_id, user_id=user_id, profile_name=profile_name,
+            has_topics_enabled=has_topics_enabled,
+            allows_users_to_create_topics=allows_users_to_create_topics,
+        )  # fmt: skip
+
+    @writes
+    def disable_telegram_topic_mode(
+        self, *, chat_id: str, profile_name: str = "default", clear_bindings: bool = True
+    ) -> None:
+        """Turn topic mode off for one chat (and drop its bindings); never creates tables."""
+        self._repo.disable_telegram_topic_mode(
+            chat_id=chat_id, profile_name=profile_name, clear_bindings=clear_bindings
+        )
+
+    @reads
+    def is_telegram_topic_mode_enabled(
+        self, *, chat_id: str, user_id: str, profile_name: str = "default"
+    ) -> bool:
+        """Whether topic mode is on for this chat and user."""
+        return self._repo.is_telegram_topic_mode_enabled(
+            chat_id=chat_id, user_id=user_id, profile_name=profile_name
+        )
+
+    @reads
+    def get_telegram_topic_binding(
+        self, *, chat_id: str, thread_id: str, profile_name: str = "default"
+    ) -> dict[str, Any] | None:
+        """The binding of one topic thread, or None."""
+        return self._repo.get_telegram_topic_binding(
+            chat_id=chat_id, thread_id=thread_id, profile_name=profile_name
+        )
+
+    @reads
+    def list_telegram_topic_bindings_for_chat(
+        self, *, chat_id: str, profile_name: str = "default"
+    ) -> list[dict[str, Any]]:
+        """Every binding of one chat, most recently updated first."""
+        return self._repo.list_telegram_topic_bindings_for_chat(
+            chat_id=chat_id, profile_name=profile_name
+        )
+
+    @reads
+    def get_telegram_topic_binding_by_session(self, *, session_id: str) -> dict[str, Any] | None:
+        """The binding of one session, or None."""
+        return self._repo.get_telegram_topic_binding_by_session(session_id=session_id)
+
+    @writes
+    def delete_telegram_topic_binding(
+        self, *, chat_id: str, thread_id: str, profile_name: str = "default"
+    ) -> int:
+        """Remove one topic's binding (topic mode off when it was the chat's last)."""
+        return self._repo.delete_telegram_topic_binding(
+            chat_id=chat_id, thread_id=thread_id, profile_name=profile_name
+        )
+
+    @writes
+    def bind_telegram_topic(
+        self,
+        *,
+        chat_id: str,
+        thread_id: str,
+        user_id: str,
+        session_key: str,
+        session_id: str,
+        managed_mode: str = "auto",
+        profile_name: str = "default",
+    ) -> None:
+        """Bind one topic thread to one session (``ValueError`` if bound to another topic)."""
+        self._repo.bind_telegram_topic(
+            chat_id=chat_id, thread_id=thread_id, user_id=user_id, session_key=session_key,
+            session_id=session_id, managed_mode=managed_mode, profile_name=profile_name,
+        )  # fmt: skip
+
+    @reads
+    def is_telegram_session_linked_to_topic(self, *, session_id: str) -> bool:
+        """Whether the session is bound to any topic."""
+        return self._repo.is_telegram_session_linked_to_topic(session_id=session_id)
+
+    @reads
+    def list_unlinked_telegram_sessions_for_user(
+        self, *, chat_id: str, user_id: str, profile_name: str = "default", limit: int = 10
+    ) -> list[dict[str, Any]]:
+        """The user's Telegram sessions of the profile bound to no topic, newest first."""
+        return self._repo.list_unlinked_telegram_sessions_for_user(
+            chat_id=chat_id, user_id=user_id, profile_name=profile_name, limit=limit
+        )
+
     @writes
     def save_gateway_routing_entry(
         self, session_key: str, entry_json: str, *, scope: str = ""

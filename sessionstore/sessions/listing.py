@@ -827,6 +827,22 @@ def _rich_select(compact: bool, read: ReadShape) -> Select[Any]:
     )
 
 
+def listing_select(read: ReadShape) -> Select[Any]:
+    """A listing row's SELECT (``list_sessions_rich``'s columns, ``last_active``, preview),
+    for a part that chooses its own sessions; each row becomes :func:`listing_dict`."""
+    return _rich_select(False, read)
+
+
+def listing_last_active(read: ReadShape) -> ColumnElement[Any]:
+    """A listing row's ``last_active`` expression (to order by)."""
+    return _last_active(read)
+
+
+def listing_dict(row: Sequence[Any]) -> dict[str, Any]:
+    """A :func:`listing_select` row as Hermes's listing dict (``preview``, ``last_active``)."""
+    return _listing_dict(row, None)
+
+
 ListingShape = tuple[str | None, str | None, bool, str, bool, bool, bool, bool, bool, bool]
 """What a listing's filters look like, the values aside (one prebuilt statement per shape):
 by source (:func:`_source_shape`), the dialect's SQL for the excluded sources' list (None: none

@@ -20,6 +20,7 @@ its own:
 - :mod:`.leases`: compression leases, cooldowns, the fallback streak, ``state_meta``;
 - :mod:`.session_state`: turn leases, pinned/hidden/read, activity (Hermes v24...v26);
 - :mod:`.gateway`: gateway peers, origins, routing and the handoff state machine;
+- :mod:`.telegram_topics`: Telegram DM topic mode and topic bindings (tables made on opt-in);
 - :mod:`.maintenance`: ``optimize_fts``, ``rebuild_fts``, ``vacuum``, finalizing orphaned
   continuations.
 
@@ -88,6 +89,7 @@ from .recent import RecentBrowsePart
 from .rewind import RewindPart
 from .session_state import SessionStatePart
 from .shared import row_count
+from .telegram_topics import TelegramTopicsPart
 from .titles import TitlesPart
 from .usage import UsagePart
 from .windows import WindowsPart
@@ -109,6 +111,7 @@ class SessionRepository(
     LeasesPart,
     SessionStatePart,
     GatewayPart,
+    TelegramTopicsPart,
     MaintenancePart,
 ):
     """The typed repository of one store: records in, records out (see the module)."""

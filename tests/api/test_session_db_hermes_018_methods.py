@@ -89,15 +89,8 @@ def all_ids(db: SessionDB) -> set[str]:
 
 # -- the surface: every Hermes 0.18 method, with arguments a Hermes caller can use ----------
 
-OUT_OF_SCOPE = {
-    # The opt-in Telegram-topic tables are not carried (docs/hermes.md, "Differences from Hermes").
-    "apply_telegram_topic_migration", "enable_telegram_topic_mode",
-    "disable_telegram_topic_mode", "is_telegram_topic_mode_enabled",
-    "get_telegram_topic_binding", "list_telegram_topic_bindings_for_chat",
-    "get_telegram_topic_binding_by_session", "delete_telegram_topic_binding",
-    "bind_telegram_topic", "is_telegram_session_linked_to_topic",
-    "list_unlinked_telegram_sessions_for_user",
-}  # fmt: skip
+OUT_OF_SCOPE: set[str] = set()
+"""Hermes 0.19 methods we do not carry (none since the Telegram topic methods landed)."""
 V6_POSITIONAL_ORDER = {"append_message", "list_sessions_rich", "session_count"}
 """Hermes 0.18 and 0.19 put new arguments between v6's (``reasoning_content`` before
 ``reasoning_details``, ``cwd_prefix`` third in the listing, ``effect_disposition`` before

@@ -1,0 +1,103 @@
+"""Hermes's Telegram DM topic tables, created on opt-in only (``/topic``), never at open.
+
+Hermes creates ``telegram_dm_topic_mode`` and ``telegram_dm_topic_bindings`` in
+``apply_telegram_topic_migration`` and versions them apart from ``schema_version``, in
+``state_meta telegram_dm_topic_schema_version``: v1 (0.17.0/0.18.0), v2 (0.19.0: the binding's
+``session_id`` gets ``ON DELETE CASCADE``), v3 (iot 0.21.3+: ``profile_name`` leads both keys,
+so gateways of several profiles sharing one ``state.db`` keep their topics apart). These are
+the v3 tables, newest Hermes's (``hermes_state_telegram.py``), column for column.
+
+They live in a ``MetaData`` of their own, not the head's (:mod:`.tables`): the migrations never
+create them (a store without them is current, as Hermes's is), and a file holding them at v1 or
+v2 is adopted as it is; the sessions part that owns them (``sessions.telegram_topics``) creates
+or brings them to v3 when a caller opts in. ``sessions`` is copied in only so that the
+binding's foreign key resolves; it is never created from here.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+    text,
+)
+
+from ..dialects.types import FloatColumn
+from .tables import sessions_table
+
+TOPIC_SCHEMA_VERSION = 3
+TOPIC_SCHEMA_META_KEY = "telegram_dm_topic_schema_version"
+DEFAULT_PROFILE = "default"
+
+topic_metadata = MetaData()
+sessions_table.to_metadata(topic_metadata)  # the binding's foreign key refers to it
+
+
+def _profile() -> Column[str]:
+    return Column(
+        "profile_name", Text(), nullable=False, server_default=text(f"'{DEFAULT_PROFILE}'")
+    )
+
+
+topic_mode_table = Table(
+    "telegram_dm_topic_mode",
+    topic_metadata,
+    _profile(),
+    Column("chat_id", Text(), nullable=False),
+    Column("user_id", Text(), nullable=False),
+    Column("enabled", Integer(), nullable=False, server_default=text("1")),
+    Column("activated_at", FloatColumn, nullable=False),
+    Column("updated_at", FloatColumn, nullable=False),
+    Column("has_topics_enabled", Integer()),
+    Column("allows_users_to_create_topics", Integer()),
+    Column("capability_checked_at", FloatColumn),
+    Column("intro_message_id", Text()),
+    Column("pinned_message_id", Text()),
+    PrimaryKeyConstraint("profile_name", "chat_id"),
+)
+"""Whether topic mode is on for one private chat (per profile)."""
+
+topic_bindings_table = Table(
+    "telegram_dm_topic_bindings",
+    topic_metadata,
+    _profile(),
+    Column("chat_id", Text(), nullable=False),
+    Column("thread_id", Text(), nullable=False),
+    Column("user_id", Text(), nullable=False),
+    Column("session_key", Text(), nullable=False),
+    Column(
+        "session_id", Text(), ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False
+    ),
+    Column("managed_mode", Text(), nullable=False, server_default=text("'auto'")),
+    Column("linked_at", FloatColumn, nullable=False),
+    Column("updated_at", FloatColumn, nullable=False),
+    PrimaryKeyConstraint("profile_name", "chat_id", "thread_id"),
+)
+"""Which Hermes session one DM topic thread is bound to; a session is bound to one topic."""
+
+TOPIC_INDEXES = (
+    Index("idx_telegram_dm_topic_bindings_session", topic_bindings_table.c.session_id,
+          unique=True),
+    Index("idx_telegram_dm_topic_bindings_user", topic_bindings_table.c.profile_name,
+          topic_bindings_table.c.user_id, topic_bindings_table.c.chat_id),
+)  # fmt: skip
+"""Hermes's two indexes (v3: the user index leads with the profile)."""
+
+TOPIC_TABLES = (topic_mode_table, topic_bindings_table)
+
+__all__ = [
+    "DEFAULT_PROFILE",
+    "TOPIC_INDEXES",
+    "TOPIC_SCHEMA_META_KEY",
+    "TOPIC_SCHEMA_VERSION",
+    "TOPIC_TABLES",
+    "topic_bindings_table",
+    "topic_metadata",
+    "topic_mode_table",
+]
