@@ -6,8 +6,9 @@ is backed up the way its dialect can (SQLite: the online backup API, a consisten
 WAL content included, even while Hermes itself has it open; never a byte copy of a live file)
 to ``<file>.bak-<timestamp>`` beside it, with the store's mode
 (:mod:`sessionstore.storage.backups`). Once adopted (``alembic_version`` present), a file is
-sessionstore's to migrate and no further automatic backups are taken; ``sessionstore db
-upgrade`` still takes one whenever it changes the schema. PostgreSQL is not backed up here
+sessionstore's to migrate and no further automatic backups are taken (save one whose Hermes
+number was set back: Hermes's data steps run on it again, ``legacy.rerun_revision``);
+``sessionstore db upgrade`` still takes one whenever it changes the schema. PostgreSQL is not backed up here
 (``pg_dump`` is its tool).
 
 The backup is taken inside the migration's write transaction, after the lock, from what the
@@ -26,15 +27,19 @@ from pathlib import Path
 from sqlalchemy.engine import URL, Connection
 
 from ..storage.backups import backup_database
-from .legacy import StoreState, check_not_too_new, check_shape
+from .legacy import StoreState, check_not_too_new, check_shape, rerun_revision
 
 logger = logging.getLogger(__name__)
 
 
 def needs_adoption_backup(state: StoreState) -> bool:
-    """True for a store that holds tables sessionstore has never migrated."""
+    """True for a store that holds tables sessionstore has never migrated, and for one whose
+    Hermes number was set back (the chain runs Hermes's data steps on it again:
+    ``legacy.rerun_revision``)."""
     # A file the migration will refuse (a newer Hermes's) gets nothing written beside it either.
     check_not_too_new(state)
+    if rerun_revision(state.schema_version, state.alembic_revision) is not None:
+        return True
     return state.alembic_revision is None and not state.is_empty
 
 

@@ -111,6 +111,7 @@ def test_gateway_metadata_backfilled_again_from_sessions_json(tmp_path: Path) ->
     }))  # fmt: skip
     with SessionDB(path) as db:
         row = db.get_session("legacy-gw")
+    assert len(list(tmp_path.glob("state.db.bak-*"))) == 1  # backed up before the data steps
     assert row["session_key"] == "agent:main:telegram:dm:123"
     assert row["display_name"] == "Alice"
     assert json.loads(row["origin_json"])["chat_name"] == "Alice"
