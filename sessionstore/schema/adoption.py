@@ -8,8 +8,8 @@ to ``<file>.bak-<timestamp>`` beside it, with the store's mode
 (:mod:`sessionstore.storage.backups`). Once adopted (``alembic_version`` present), a file is
 sessionstore's to migrate and no further automatic backups are taken (save one whose Hermes
 number was set back: Hermes's data steps run on it again, ``legacy.rerun_revision``);
-``sessionstore db upgrade`` still takes one whenever it changes the schema. PostgreSQL is not backed up here
-(``pg_dump`` is its tool).
+``sessionstore db upgrade`` still takes one whenever it changes the schema. PostgreSQL is not
+backed up here (``pg_dump`` is its tool).
 
 The backup is taken inside the migration's write transaction, after the lock, from what the
 store says *then* (:class:`BackupBeforeChange`, the ``before_change`` of
