@@ -19,7 +19,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..sessions.repository import Deletion, NewMessage, SessionRepository
+from ..sessions.repository import Deletion, MessageIdentity, NewMessage, SessionRepository
 from ..sql.records import ConversationRow, MessageRecord, SessionListing, SessionRecord
 from ..sql.validation import SourceFilter
 from ..storage.async_store import AsyncStore
@@ -452,6 +452,23 @@ class AsyncSessionRepository:
 
     async def message_count(self, session_id: str | None = None) -> int:
         return await self._read(lambda repo: repo.message_count(session_id))
+
+    async def message_identities(
+        self,
+        session_id: str,
+        row_ids: Sequence[int] = (),
+        message_uids: Sequence[str] = (),
+        *,
+        live_only: bool = False,
+    ) -> list[MessageIdentity]:
+        return await self._read(
+            lambda repo: repo.message_identities(
+                session_id,
+                row_ids,
+                message_uids,
+                live_only=live_only,
+            )
+        )
 
     async def has_platform_message_id(self, session_id: str, platform_message_id: str) -> bool:
         return await self._read(

@@ -618,6 +618,26 @@ class AsyncSessionDB:
     async def backfill_repo_roots(self, cwd_to_root: Mapping[str, str]) -> int:
         return await self._write(lambda db: db.backfill_repo_roots(cwd_to_root))
 
+    async def append_messages_batch(
+        self,
+        session_id: str,
+        messages: list[dict[str, Any]],
+        compression_lock_holder: str | None = None,
+        turn_lease_holder: str | None = None,
+        chunk_rows: int | None = None,
+        turn_lease_ttl_seconds: float = 300.0,
+    ) -> int:
+        return await self._write(
+            lambda db: db.append_messages_batch(
+                session_id,
+                messages,
+                compression_lock_holder,
+                turn_lease_holder,
+                chunk_rows,
+                turn_lease_ttl_seconds,
+            )
+        )
+
     async def get_messages(
         self,
         session_id: str,

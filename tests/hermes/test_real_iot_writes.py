@@ -41,11 +41,24 @@ STEPS: list[Step] = [
     (SQL_STEP, ["UPDATE session_turn_leases SET expires_at = 1"], {}),
     (APPEND, ["s", "assistant", "late"], {"turn_lease_holder": "turn-1",
                                           "turn_lease_ttl_seconds": 900}),
+    ("append_messages_batch", ["s", [
+        {"role": "user", "content": "run ls"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]},
+        {"role": "tool", "content": "a b", "tool_call_id": "call_1", "display_kind": "tool",
+         "display_metadata": {"k": 1}},
+    ]], {"turn_lease_holder": "turn-1"}),
+    ("append_messages_batch", ["s", [{"role": "user", "content": f"seed {i}"} for i in range(3)]],
+     {"chunk_rows": 2}),
+    (RAISES_PREFIX + "append_messages_batch", ["s", [{"role": "user", "content": "x"}]],
+     {"turn_lease_holder": "turn-0"}),
     (SELECT_STEP, ["SELECT CASE WHEN expires_at > :floor THEN 'renewed' ELSE 'not' END AS lease "
                    "FROM session_turn_leases", {"floor": time.time() + 800}], {}),
     (SELECT_STEP, ["SELECT role, content, _compressed_summary, display_kind, display_metadata, "
                    "CASE WHEN message_uid = :uid THEN message_uid "
-                   "ELSE CAST(length(message_uid) AS TEXT) END AS uid "
+                   "ELSE CAST(length(message_uid) AS TEXT) END AS uid, "
+                   "CASE WHEN tool_call_uids IS NULL THEN 0 ELSE 1 END AS call_uids, "
+                   "CASE WHEN tool_call_uid IS NULL THEN 0 ELSE 1 END AS paired "
                    "FROM messages ORDER BY id", {"uid": UID}], {}),
     ("get_session", ["s"], {}),
 ]  # fmt: skip
@@ -104,4 +117,5 @@ def test_appends_store_and_refuse_as_iot(iot: list[Any], db: SessionDB) -> None:
     assert iot[6] == "SessionTurnLeaseLostError"
     assert iot[-3] == [{"lease": "renewed"}]
     assert iot[-2][0]["uid"] == UID and iot[-2][0]["_compressed_summary"] == 1
+    assert iot[-6:-4] == [3, 3] and iot[-4] == "SessionTurnLeaseLostError"
     assert ours == iot
