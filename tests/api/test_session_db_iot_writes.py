@@ -220,8 +220,8 @@ def test_a_batch_is_all_or_nothing_and_fenced_by_the_turn_lease(db: SessionDB) -
         db.append_messages_batch("s", batch, turn_lease_holder="turn-0")
     assert db.message_count("s") == 0
     assert all("_row_id" not in m and "message_uid" not in m for m in batch)
-    with pytest.raises(ValueError):
-        db.append_messages_batch("s", [*batch, {"role": "user", "content": "bad\ud800"}])
+    with pytest.raises((TypeError, ValueError)):
+        db.append_messages_batch("s", [*batch, {"role": "user", "token_count": "many"}])
     assert db.message_count("s") == 0
     assert db.append_messages_batch("s", batch, turn_lease_holder="turn-1",
                                     compression_lock_holder="c") == 3  # fmt: skip
