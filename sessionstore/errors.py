@@ -139,6 +139,11 @@ class CompressionSessionBusyError(SessionStoreError, RuntimeError):
     0.22.2's class of the same name, a ``RuntimeError`` as there): nothing was written."""
 
 
+class SessionCompressionInProgressError(CompressionSessionBusyError):
+    """A transcript rewrite that refuses a running compression met one (iot 0.22.2's class of
+    the same name, a ``CompressionSessionBusyError`` as there): nothing was written."""
+
+
 class CompressionPublishError(SessionStoreError, RuntimeError):
     """A compression child could not be published (its parent is unknown, ended at a
     deliberate boundary or changed meanwhile, or the handoff is empty): iot 0.22.2 raises a

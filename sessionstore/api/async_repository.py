@@ -286,12 +286,16 @@ class AsyncSessionRepository:
         session_id: str,
         new_messages: Sequence[Mapping[str, Any]],
         active_only: bool = False,
+        archive_dropped: bool = False,
+        reject_active_turn_lease: bool = False,
     ) -> int:
         return await self._write(
             lambda repo: repo.replace_messages(
                 session_id,
                 new_messages,
                 active_only,
+                archive_dropped,
+                reject_active_turn_lease,
             )
         )
 

@@ -795,8 +795,18 @@ class AsyncSessionDB:
         session_id: str,
         messages: Sequence[Mapping[str, Any]],
         active_only: bool = False,
+        archive_dropped: bool = False,
+        reject_active_turn_lease: bool = False,
     ) -> int:
-        return await self._write(lambda db: db.replace_messages(session_id, messages, active_only))
+        return await self._write(
+            lambda db: db.replace_messages(
+                session_id,
+                messages,
+                active_only,
+                archive_dropped,
+                reject_active_turn_lease,
+            )
+        )
 
     async def has_platform_message_id(self, session_id: str, platform_message_id: str) -> bool:
         return await self._read(

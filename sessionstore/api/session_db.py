@@ -954,8 +954,15 @@ class SessionDB:
         session_id: str,
         messages: Sequence[Mapping[str, Any]],
         active_only: bool = False,
+        archive_dropped: bool = False,
+        reject_active_turn_lease: bool = False,
     ) -> int:
-        return self._repo.replace_messages(session_id, messages, active_only)
+        """Replace the session's messages; how many rows were written. ``archive_dropped``
+        and ``reject_active_turn_lease`` as iot 0.22.2 (rewind-style, and refused while a turn
+        or a compression holds the session): ``SessionRepository.replace_messages``."""
+        return self._repo.replace_messages(
+            session_id, messages, active_only, archive_dropped, reject_active_turn_lease
+        )
 
     @reads
     def has_platform_message_id(self, session_id: str, platform_message_id: str) -> bool:

@@ -86,7 +86,11 @@ from sqlalchemy.pool import PoolProxiedConnection
 
 from ..api import session_db as facade
 from ..dialects import sqlite_library
-from ..errors import CompressionSessionBusyError, SessionTurnLeaseLostError
+from ..errors import (
+    CompressionSessionBusyError,
+    SessionCompressionInProgressError,
+    SessionTurnLeaseLostError,
+)
 from ..search import contains_cjk, sanitize_fts5_query
 from ..sql.tables import SCHEMA_VERSION
 from ..storage import fork_safety
@@ -121,6 +125,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "AsyncSessionDB",
     "CompressionSessionBusyError",
+    "SessionCompressionInProgressError",
     "SessionDB",
     "SessionTurnLeaseLostError",
     "ThreadedSessionDB",

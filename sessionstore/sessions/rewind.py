@@ -25,6 +25,7 @@ from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 
 from ..sql import validation
+from ..sql.codec import decode_json
 from ..sql.message_content import decode_content, text_of
 from ..sql.statements import fixed_count
 from ..sql.tables import messages_table as messages
@@ -32,6 +33,7 @@ from ..sql.tables import sessions_table as sessions
 from ..sql.validation import bindable
 from .access import reads, writes
 from .messages import MessagesPart, NewMessage, message_rows, recount
+from .session_state import refuse_transcript_mutation
 from .shared import require_session
 
 RECENT_PREVIEW_CHARS = 80
@@ -41,6 +43,30 @@ REWIND_ROLE = "user"
 def _preview(text: str | None) -> str:
     flat = (text or "").replace("\r", " ").replace("\n", " ").strip()
     return flat if len(flat) <= RECENT_PREVIEW_CHARS else flat[: RECENT_PREVIEW_CHARS - 3] + "..."
+
+
+def _kept_prefix(live: Sequence[Any], batch: Sequence[NewMessage]) -> int:
+    """How many leading ``live`` rows (id, role, content, tool_call_id, tool_calls) ``batch``
+    repeats in order: iot 0.22.2's kept prefix of a replacement (``_stamp_kept_live_prefix``),
+    the content compared as a load shows it (a user's or assistant's text stripped), the tool
+    calls as JSON values."""
+    kept = 0
+    for row, message in zip(live, batch, strict=False):  # live holds one row more
+        if row[1] != message.role or row[3] != message.tool_call_id:
+            break
+        stored, given = row[2], message.content
+        if message.role in ("user", "assistant") and isinstance(stored, str) and isinstance(
+            given, str
+        ):
+            stored, given = stored.strip(), given.strip()
+        if stored != given or _calls(row[4]) != _calls(message.tool_calls):
+            break
+        kept += 1
+    return kept
+
+
+def _calls(text: str | None) -> Any:
+    return decode_json(text, "tool_calls", None, None) if text else None
 
 
 def _insert(conn: Connection, session_id: str, batch: Sequence[NewMessage]) -> int:
@@ -205,24 +231,59 @@ class RewindPart(MessagesPart):
         session_id: str,
         new_messages: Sequence[Mapping[str, Any]],
         active_only: bool = False,
+        archive_dropped: bool = False,
+        reject_active_turn_lease: bool = False,
     ) -> int:
         """Delete the session's messages and write ``new_messages`` instead (one transaction).
 
         With ``active_only`` the inactive rows (rewound, compaction-archived) stay. The
         counters become those of the rows the session then holds. Returns how many rows were
         written.
+
+        iot 0.22.2's arguments: ``archive_dropped`` deletes nothing: the leading live rows
+        ``new_messages`` repeats in order (same role, tool call id, tool calls and content)
+        stay as they are, with their ids, and the live rows after them are rewound
+        (``active = 0``, ``compacted = 0``: readable with ``include_inactive``, restorable),
+        as a rewind leaves them; only the rest of ``new_messages`` is inserted.
+        ``reject_active_turn_lease`` refuses the rewrite while a turn or a compression holds
+        the session (:func:`.session_state.refuse_transcript_mutation`).
         """
         session_id = validation.identifier(session_id, "session_id")
         batch = self.prepare_messages(new_messages)
 
         def run(conn: Connection) -> int:
             require_session(conn, session_id)
-            doomed = delete(messages).where(messages.c.session_id == session_id)
-            if active_only:
-                doomed = doomed.where(messages.c.active == 1)
-            conn.execute(doomed)
-            _insert(conn, session_id, batch)
+            if reject_active_turn_lease:
+                refuse_transcript_mutation(conn, session_id, self.clock())
+            kept = 0
+            if archive_dropped:
+                live = conn.execute(
+                    select(
+                        messages.c.id, messages.c.role, messages.c.content,
+                        messages.c.tool_call_id, messages.c.tool_calls,
+                    )
+                    .where(messages.c.session_id == session_id, messages.c.active == 1)
+                    .order_by(messages.c.id)
+                    .limit(fixed_count(len(batch) + 1))
+                ).all()  # fmt: skip
+                kept = _kept_prefix(live, batch)
+                if kept < len(live):
+                    conn.execute(
+                        update(messages)
+                        .where(
+                            messages.c.session_id == session_id,
+                            messages.c.active == 1,
+                            messages.c.id >= live[kept][0],
+                        )
+                        .values(active=0, compacted=0)
+                    )
+            else:
+                doomed = delete(messages).where(messages.c.session_id == session_id)
+                if active_only:
+                    doomed = doomed.where(messages.c.active == 1)
+                conn.execute(doomed)
+            _insert(conn, session_id, batch[kept:])
             recount(conn, session_id)
-            return len(batch)
+            return len(batch) - kept
 
         return self.store.write(run)

@@ -45,7 +45,7 @@ from typing import Any, Final
 from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.engine import Connection
 
-from ..errors import SessionTurnLeaseLostError
+from ..errors import SessionCompressionInProgressError, SessionTurnLeaseLostError
 from ..sql import validation
 from ..sql.statements import fixed_count
 from ..sql.tables import compression_locks_table as compression_locks
@@ -135,6 +135,48 @@ def check_turn_lease(
             update(turn_leases)
             .where(turn_leases.c.conversation_id == key, turn_leases.c.holder == holder)
             .values(expires_at=now + _ttl(ttl_seconds))
+        )
+
+
+def refuse_transcript_mutation(conn: Connection, session_id: str, now: float) -> None:
+    """iot 0.22.2's guard of a user's transcript rewrite (``reject_active_turn_lease``), in the
+    rewrite's transaction: a running compression of the session refuses it
+    (:class:`~sessionstore.errors.SessionCompressionInProgressError`), so does a turn in
+    flight in its conversation (:class:`~sessionstore.errors.SessionTurnLeaseLostError`): a
+    compressor or a turn that captured the transcript must not resurrect what the user
+    removed. An expired lock or lease is deleted instead (it also fences that holder's late
+    write)."""
+    lock = conn.execute(
+        select(compression_locks.c.holder, compression_locks.c.expires_at).where(
+            compression_locks.c.session_id == session_id
+        )
+    ).first()
+    if lock is not None:
+        if float(lock[1]) > now:
+            raise SessionCompressionInProgressError(
+                f"Session {session_id!r} is being compressed by another writer"
+            )
+        conn.execute(
+            delete(compression_locks).where(
+                compression_locks.c.session_id == session_id,
+                compression_locks.c.holder == lock[0],
+            )
+        )
+    key = turn_lease_key(conn, session_id)
+    lease = conn.execute(
+        select(turn_leases.c.holder, turn_leases.c.expires_at).where(
+            turn_leases.c.conversation_id == key
+        )
+    ).first()
+    if lease is not None:
+        if float(lease[1]) > now:
+            raise SessionTurnLeaseLostError(
+                f"Session has an active turn lease; refusing transcript mutation for {session_id!r}"
+            )
+        conn.execute(
+            delete(turn_leases).where(
+                turn_leases.c.conversation_id == key, turn_leases.c.holder == lease[0]
+            )
         )
 
 

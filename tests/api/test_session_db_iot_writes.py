@@ -238,3 +238,53 @@ def test_chunk_rows_writes_a_large_seed_in_several_transactions(db: SessionDB) -
     assert len({m["message_uid"] for m in seed}) == 7
     with pytest.raises(ValueError, match="chunk_rows"):
         db.append_messages_batch("s", seed, chunk_rows=0)
+
+
+# -- replace_messages(archive_dropped, reject_active_turn_lease) -------------------------------
+def test_archive_dropped_keeps_the_repeated_prefix_and_rewinds_the_rest(db: SessionDB) -> None:
+    db.create_session("s", "cli")
+    db.append_messages_batch("s", [*turn(), {"role": "assistant", "content": "first answer"}])
+    before = db.get_messages("s")
+    edited = [*before[:3], {"role": "assistant", "content": "second answer"}]
+    assert db.replace_messages("s", edited, archive_dropped=True) == 1
+    live = db.get_messages("s")
+    assert [m["id"] for m in live[:3]] == [m["id"] for m in before[:3]]  # kept, same rows
+    assert [m["content"] for m in live] == ["run ls", "", "a b", "second answer"]
+    every = db.get_messages("s", include_inactive=True)
+    dropped = [m for m in every if m["content"] == "first answer"]
+    assert len(dropped) == 1 and not dropped[0]["active"]
+    session = db.get_session("s")
+    assert session is not None
+    assert (session["message_count"], session["tool_call_count"]) == (4, 1)
+    # A divergence at the first row rewinds every live row; nothing is deleted.
+    assert db.replace_messages("s", [{"role": "user", "content": "new"}], archive_dropped=True) == 1
+    assert [m["content"] for m in db.get_messages("s")] == ["new"]
+    assert len(db.get_messages("s", include_inactive=True)) == 6
+
+
+def test_reject_active_turn_lease_refuses_while_a_turn_or_a_compression_runs(
+    db: SessionDB,
+) -> None:
+    from sessionstore.errors import CompressionSessionBusyError, SessionCompressionInProgressError
+
+    db.create_session("s", "cli")
+    db.append_message("s", "user", "keep me")
+    new = [{"role": "user", "content": "replaced"}]
+    assert db.try_acquire_session_turn_lease("s", "turn-1")
+    with pytest.raises(SessionTurnLeaseLostError, match="active turn lease"):
+        db.replace_messages("s", new, reject_active_turn_lease=True)
+    db.replace_messages("s", new, archive_dropped=True)  # not asked to refuse: it does not
+    db.release_session_turn_lease("s", "turn-1")
+    assert db.try_acquire_compression_lock("s", "compressor")
+    with pytest.raises(SessionCompressionInProgressError) as refused:
+        db.replace_messages("s", [{"role": "user", "content": "x"}], reject_active_turn_lease=True)
+    assert isinstance(refused.value, CompressionSessionBusyError)
+    assert [m["content"] for m in db.get_messages("s")] == ["replaced"]
+    # Expired holders are cleared by the rewrite, which then lands.
+    assert db.try_acquire_session_turn_lease("s", "turn-2")
+    run(db, "UPDATE session_turn_leases SET expires_at = 1")
+    run(db, "UPDATE compression_locks SET expires_at = 1")
+    db.replace_messages("s", [{"role": "user", "content": "y"}], reject_active_turn_lease=True)
+    assert [m["content"] for m in db.get_messages("s")] == ["y"]
+    assert db.get_compression_lock_holder("s") is None
+    assert db.session_turn_lease_expires_at("s", "turn-2") is None

@@ -64,22 +64,49 @@ STEPS: list[Step] = [
 ]  # fmt: skip
 
 
+TURN: list[dict[str, Any]] = [
+    {"role": "user", "content": "run ls"},
+    {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]},
+    {"role": "tool", "content": "a b", "tool_call_id": "call_1"},
+]  # fmt: skip
+REPLACE: list[Step] = [
+    ("create_session", ["r", "cli"], {}),
+    ("append_messages_batch", ["r", [*TURN, {"role": "assistant", "content": "first"}]], {}),
+    ("replace_messages", ["r", [*TURN, {"role": "assistant", "content": "second"}]],
+     {"archive_dropped": True}),
+    ("try_acquire_session_turn_lease", ["r", "turn-1"], {}),
+    (RAISES_PREFIX + "replace_messages", ["r", []], {"reject_active_turn_lease": True}),
+    ("release_session_turn_lease", ["r", "turn-1"], {}),
+    ("try_acquire_compression_lock", ["r", "compressor"], {}),
+    (RAISES_PREFIX + "replace_messages", ["r", []], {"reject_active_turn_lease": True}),
+    (SELECT_STEP, ["SELECT id, role, content, active, compacted FROM messages "
+                   "WHERE session_id = 'r' ORDER BY id"], {}),
+    ("get_session", ["r"], {}),
+]  # fmt: skip
+
+
 def normalized(steps: list[Step], results: list[Any]) -> list[Any]:
     """The answers to compare: an append's row id as only that it is one."""
     answers = json.loads(json.dumps(results, default=repr))
     for index, (name, _, _) in enumerate(steps):
         if name == APPEND:
             answers[index] = isinstance(answers[index], int)
+        if name == "replace_messages":
+            answers[index] = None  # iot answers nothing, ours the rows written
         if name == "get_session":
             answers[index] = {key: answers[index][key] for key in ("message_count",)}
     return answers
 
 
 @pytest.fixture(scope="module")
-def iot(tmp_path_factory: pytest.TempPathFactory) -> list[Any]:
+def iot_answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Any]]:
     root = tmp_path_factory.mktemp("iot-writes")
     hermes = RealHermesFork("iot-0.22.2", root / "home")
-    return normalized(STEPS, hermes.calls(root / "writes.db", STEPS))
+    return {
+        "writes": normalized(STEPS, hermes.calls(root / "writes.db", STEPS)),
+        "replace": normalized(REPLACE, hermes.calls(root / "replace.db", REPLACE)),
+    }
 
 
 @pytest.fixture
@@ -112,10 +139,20 @@ def run_ours(db: SessionDB, steps: list[Step]) -> list[Any]:
     return normalized(steps, results)
 
 
-def test_appends_store_and_refuse_as_iot(iot: list[Any], db: SessionDB) -> None:
+def test_appends_store_and_refuse_as_iot(iot_answers: dict[str, list[Any]], db: SessionDB) -> None:
+    iot = iot_answers["writes"]
     ours = run_ours(db, STEPS)
     assert iot[6] == "SessionTurnLeaseLostError"
     assert iot[-3] == [{"lease": "renewed"}]
     assert iot[-2][0]["uid"] == UID and iot[-2][0]["_compressed_summary"] == 1
     assert iot[-6:-4] == [3, 3] and iot[-4] == "SessionTurnLeaseLostError"
     assert ours == iot
+
+
+def test_a_rewind_style_replacement_keeps_archives_and_refuses_as_iot(
+    iot_answers: dict[str, list[Any]], db: SessionDB
+) -> None:
+    iot = iot_answers["replace"]
+    assert iot[4] == "SessionTurnLeaseLostError" and iot[7] == "SessionCompressionInProgressError"
+    assert [row["active"] for row in iot[8]] == [1, 1, 1, 0, 1]
+    assert run_ours(db, REPLACE) == iot
