@@ -189,6 +189,8 @@ class AsyncSessionRepository:
         billing_mode: str | None = None,
         absolute: bool = False,
         api_call_count: int = 0,
+        source: str | None = None,
+        task: str = '',
     ) -> bool:
         return await self._write(
             lambda repo: repo.update_token_counts(
@@ -209,6 +211,8 @@ class AsyncSessionRepository:
                 billing_mode=billing_mode,
                 absolute=absolute,
                 api_call_count=api_call_count,
+                source=source,
+                task=task,
             )
         )
 
@@ -226,6 +230,7 @@ class AsyncSessionRepository:
         cache_write_tokens: int = 0,
         reasoning_tokens: int = 0,
         estimated_cost_usd: float | None = None,
+        api_call_count: int | None = 1,
     ) -> bool:
         return await self._write(
             lambda repo: repo.record_auxiliary_usage(
@@ -240,6 +245,7 @@ class AsyncSessionRepository:
                 cache_write_tokens=cache_write_tokens,
                 reasoning_tokens=reasoning_tokens,
                 estimated_cost_usd=estimated_cost_usd,
+                api_call_count=api_call_count,
             )
         )
 

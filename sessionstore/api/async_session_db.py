@@ -348,6 +348,8 @@ class AsyncSessionDB:
         billing_mode: str | None = None,
         api_call_count: int = 0,
         absolute: bool = False,
+        source: str | None = None,
+        task: str = '',
     ) -> None:
         return await self._write(
             lambda db: db.update_token_counts(
@@ -368,6 +370,8 @@ class AsyncSessionDB:
                 billing_mode,
                 api_call_count,
                 absolute,
+                source,
+                task,
             )
         )
 
@@ -385,6 +389,7 @@ class AsyncSessionDB:
         cache_write_tokens: int = 0,
         reasoning_tokens: int = 0,
         estimated_cost_usd: float | None = None,
+        api_call_count: int | None = 1,
     ) -> None:
         return await self._write(
             lambda db: db.record_auxiliary_usage(
@@ -399,6 +404,7 @@ class AsyncSessionDB:
                 cache_write_tokens=cache_write_tokens,
                 reasoning_tokens=reasoning_tokens,
                 estimated_cost_usd=estimated_cost_usd,
+                api_call_count=api_call_count,
             )
         )
 

@@ -244,11 +244,14 @@ class SessionDB:
         billing_mode: str | None = None,
         api_call_count: int = 0,
         absolute: bool = False,
+        source: str | None = None,
+        task: str = "",
     ) -> None:
         """Add a call's tokens and costs to the session (``absolute``: set its totals), and
         the same delta to its per-model usage row, in one transaction, as Hermes 0.19 does
         (:mod:`sessionstore.sessions.usage` has the rules). An unknown session is left alone
-        (nothing is created)."""
+        (nothing is created) unless iot 0.22.2's ``source`` names its surface; ``task`` (iot)
+        a per-turn route whose usage goes to its own row."""
         self._repo.update_token_counts(
             session_id,
             input_tokens=input_tokens,
@@ -267,6 +270,8 @@ class SessionDB:
             billing_mode=billing_mode,
             absolute=absolute,
             api_call_count=api_call_count,
+            source=source,
+            task=task,
         )
 
     @writes
@@ -284,6 +289,7 @@ class SessionDB:
         cache_write_tokens: int = 0,
         reasoning_tokens: int = 0,
         estimated_cost_usd: float | None = None,
+        api_call_count: int | None = 1,
     ) -> None:
         """Add an auxiliary model call (``task``: vision, compression, title generation...)
         to the session's per-model usage, not to its totals (Hermes 0.19); a missing session
@@ -293,7 +299,7 @@ class SessionDB:
             billing_base_url=billing_base_url, input_tokens=input_tokens,
             output_tokens=output_tokens, cache_read_tokens=cache_read_tokens,
             cache_write_tokens=cache_write_tokens, reasoning_tokens=reasoning_tokens,
-            estimated_cost_usd=estimated_cost_usd,
+            estimated_cost_usd=estimated_cost_usd, api_call_count=api_call_count,
         )  # fmt: skip
 
     @reads

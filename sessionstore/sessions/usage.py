@@ -145,10 +145,20 @@ class UsagePart(RepositoryPart):
         billing_mode: str | None = None,
         absolute: bool = False,
         api_call_count: int = 0,
+        source: str | None = None,
+        task: str = "",
     ) -> bool:
         """Add token deltas (default) or set the totals (``absolute=True``), and add the
         delta to the per-model usage row of the live route (see the module); False when the
         session does not exist (nothing written).
+
+        iot 0.22.2's arguments: ``source``, the session's real surface, creates the session
+        when it is missing (with that source and ``model``: a usage reported before the
+        session's own create landed is not lost, and the session is no anonymous
+        ``'unknown'`` one, iot #111999); without it a missing session stays missing, as
+        above. ``task`` names a per-turn route (``voice_chat``): its calls count in the totals
+        and go to that task's per-model row, which borrows nothing from the session's route,
+        and never become the session's first accounted route.
 
         Costs in the totals: incrementally the estimate adds to 0 when it was NULL, and the
         actual cost only changes when one is given; with ``absolute`` the estimate is set (0
@@ -156,6 +166,8 @@ class UsagePart(RepositoryPart):
         pricing_version take a new value when given.
         """
         session_id = validation.identifier(session_id, "session_id")
+        surface = validation.optional_identifier(source, "source") or None
+        task = validation.identifier(task, "task") if task else MAIN_LOOP_TASK
         amounts = {
             "api_call_count": validation.counter(api_call_count, "api_call_count"),
             "input_tokens": validation.counter(input_tokens, "input_tokens"),
@@ -193,20 +205,26 @@ class UsagePart(RepositoryPart):
             # Hermes 0.19's first accounted route: only a call naming both a model and a
             # provider may replace a route (the statement checks the session's side).
             "first_route": 1 if accounted and route["model"] and route["billing_provider"]
-            else 0,
+            and task == MAIN_LOOP_TASK else 0,
             **{f"{name}_value": value for name, value in route.items()},
             **{f"{name}_fill": value if accounted else None for name, value in route.items()},
         }  # fmt: skip
         per_model = not absolute and (any(amounts.values()) or bool(estimated))
         usage_row = (
-            _usage_values(session_id, MAIN_LOOP_TASK, route, amounts, estimated or 0.0,
+            _usage_values(session_id, task, route, amounts, estimated or 0.0,
                           actual or 0.0, labels["cost_status"], labels["cost_source"])
             if per_model else None
         )  # fmt: skip
         add_totals = self._set_totals if absolute else self._add_totals
-        add_usage = self._add_main_usage
+        # A task's row borrows nothing from the session's route (iot's auxiliary rule).
+        add_usage = self._add_main_usage if task == MAIN_LOOP_TASK else self._add_auxiliary_usage
+        create = self._create_bare_session
+        bare = {"session_id": session_id, "source": surface, "model": route["model"],
+                "started_at": time.time()}  # fmt: skip
 
         def run(conn: Connection) -> bool:
+            if surface is not None:
+                run_compiled(conn, create, bare)
             if run_compiled(conn, add_totals, totals).rowcount == 0:
                 if not absolute and session_exists(conn, session_id):
                     raise _out_of_range(session_id)
@@ -232,17 +250,20 @@ class UsagePart(RepositoryPart):
         cache_write_tokens: int = 0,
         reasoning_tokens: int = 0,
         estimated_cost_usd: float | None = None,
+        api_call_count: int | None = 1,
     ) -> bool:
         """Add one auxiliary call (``task``: ``vision``, ``compression``...) to the session's
         per-model usage, never to its totals (Hermes 0.19, #23270). The session is created
         (source ``'unknown'``) when missing, as Hermes does. An empty ``session_id`` or
-        ``task`` records nothing (False), as in Hermes."""
+        ``task`` records nothing (False), as in Hermes. ``api_call_count`` (iot 0.22.2) may
+        aggregate several calls in one record (a background review's forks); None is one."""
         if session_id == "" or task == "":
             return False
         session_id = validation.identifier(session_id, "session_id")
         task = validation.identifier(task, "task")
         amounts = {
-            "api_call_count": 1,
+            "api_call_count": 1 if api_call_count is None
+            else validation.counter(api_call_count, "api_call_count"),
             "input_tokens": validation.counter(input_tokens, "input_tokens"),
             "output_tokens": validation.counter(output_tokens, "output_tokens"),
             "cache_read_tokens": validation.counter(cache_read_tokens, "cache_read_tokens"),
@@ -264,7 +285,8 @@ class UsagePart(RepositoryPart):
         create, add_usage = self._create_bare_session, self._add_auxiliary_usage
 
         def run(conn: Connection) -> bool:
-            run_compiled(conn, create, {"session_id": session_id, "started_at": time.time()})
+            run_compiled(conn, create, {"session_id": session_id, "source": UNKNOWN_SOURCE,
+                                        "model": None, "started_at": time.time()})  # fmt: skip
             run_compiled(conn, add_usage, row)
             return True
 
@@ -396,11 +418,12 @@ def _usage_values(
 
 @functools.cache
 def _bare_session_statement(upsert: Callable[[Any], Any]) -> Any:
-    """A session row with nothing but its id (for usage reported before the session)."""
+    """A session row with nothing but its id, source and model (for usage reported before
+    the session)."""
     return (
         upsert(sessions)
-        .values(id=bindparam("session_id"), source=UNKNOWN_SOURCE,
-                started_at=bindparam("started_at"))
+        .values(id=bindparam("session_id"), source=bindparam("source"),
+                model=bindparam("model"), started_at=bindparam("started_at"))
         .on_conflict_do_nothing()
     )  # fmt: skip
 

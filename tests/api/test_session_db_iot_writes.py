@@ -288,3 +288,48 @@ def test_reject_active_turn_lease_refuses_while_a_turn_or_a_compression_runs(
     assert [m["content"] for m in db.get_messages("s")] == ["y"]
     assert db.get_compression_lock_holder("s") is None
     assert db.session_turn_lease_expires_at("s", "turn-2") is None
+
+
+# -- usage: update_token_counts(source, task), record_auxiliary_usage(api_call_count) ------------
+def usage_rows(db: SessionDB, session_id: str) -> dict[str, dict[str, Any]]:
+    return {row["task"]: row for row in db.get_model_usage(session_id)}
+
+
+def test_a_source_creates_the_missing_session_a_task_gets_its_own_row(db: SessionDB) -> None:
+    db.update_token_counts("ghost", input_tokens=5, api_call_count=1, model="m")
+    assert db.get_session("ghost") is None  # no source: nothing is created, as before
+    db.update_token_counts("early", input_tokens=5, api_call_count=1, model="m",
+                           billing_provider="p", source="telegram")  # fmt: skip
+    session = db.get_session("early")
+    assert session is not None
+    assert (session["source"], session["input_tokens"]) == ("telegram", 5)
+    db.update_token_counts("early", input_tokens=7, api_call_count=1, model="voice-m",
+                           billing_provider="voice-p", task="voice_chat")  # fmt: skip
+    session = db.get_session("early")
+    assert session is not None
+    assert (session["input_tokens"], session["api_call_count"]) == (12, 2)
+    assert (session["model"], session["billing_provider"]) == ("m", "p")
+    rows = usage_rows(db, "early")
+    assert rows["voice_chat"]["input_tokens"] == 7 and rows["voice_chat"]["model"] == "voice-m"
+    assert rows[""]["input_tokens"] == 5
+
+
+def test_a_task_call_is_never_the_first_accounted_route(db: SessionDB) -> None:
+    db.create_session("s", "cli", model="asked-for")
+    db.update_token_counts("s", input_tokens=3, api_call_count=1, model="voice-m",
+                           billing_provider="voice-p", task="voice_chat")  # fmt: skip
+    session = db.get_session("s")
+    assert session is not None and session["model"] == "asked-for"
+    # A task row borrows no part of the session's route.
+    assert usage_rows(db, "s")["voice_chat"]["billing_base_url"] == ""
+
+
+def test_an_auxiliary_record_may_aggregate_calls(db: SessionDB) -> None:
+    db.create_session("s", "cli")
+    db.record_auxiliary_usage("s", "background_review", input_tokens=9, api_call_count=4)
+    db.record_auxiliary_usage("s", "vision", api_call_count=None)  # type: ignore[arg-type]
+    rows = usage_rows(db, "s")
+    assert rows["background_review"]["api_call_count"] == 4
+    assert rows["vision"]["api_call_count"] == 1
+    with pytest.raises((TypeError, ValueError)):
+        db.record_auxiliary_usage("s", "vision", api_call_count="many")  # type: ignore[arg-type]

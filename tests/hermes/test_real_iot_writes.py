@@ -86,6 +86,21 @@ REPLACE: list[Step] = [
 ]  # fmt: skip
 
 
+USAGE: list[Step] = [
+    ("update_token_counts", ["early"], {"input_tokens": 5, "api_call_count": 1, "model": "m",
+                                        "billing_provider": "p", "source": "telegram"}),
+    ("update_token_counts", ["early"], {"input_tokens": 7, "api_call_count": 1,
+                                        "model": "voice-m", "billing_provider": "voice-p",
+                                        "task": "voice_chat"}),
+    ("record_auxiliary_usage", ["early", "background_review"], {"input_tokens": 9,
+                                                                "api_call_count": 4}),
+    (SELECT_STEP, ["SELECT source, model, billing_provider, input_tokens, api_call_count "
+                   "FROM sessions"], {}),
+    (SELECT_STEP, ["SELECT task, model, billing_provider, billing_base_url, api_call_count, "
+                   "input_tokens FROM session_model_usage ORDER BY task"], {}),
+]  # fmt: skip
+
+
 def normalized(steps: list[Step], results: list[Any]) -> list[Any]:
     """The answers to compare: an append's row id as only that it is one."""
     answers = json.loads(json.dumps(results, default=repr))
@@ -106,6 +121,7 @@ def iot_answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Any]
     return {
         "writes": normalized(STEPS, hermes.calls(root / "writes.db", STEPS)),
         "replace": normalized(REPLACE, hermes.calls(root / "replace.db", REPLACE)),
+        "usage": normalized(USAGE, hermes.calls(root / "usage.db", USAGE)),
     }
 
 
@@ -156,3 +172,12 @@ def test_a_rewind_style_replacement_keeps_archives_and_refuses_as_iot(
     assert iot[4] == "SessionTurnLeaseLostError" and iot[7] == "SessionCompressionInProgressError"
     assert [row["active"] for row in iot[8]] == [1, 1, 1, 0, 1]
     assert run_ours(db, REPLACE) == iot
+
+
+def test_usage_with_a_source_a_task_and_aggregated_calls_as_iot(
+    iot_answers: dict[str, list[Any]], db: SessionDB
+) -> None:
+    iot = iot_answers["usage"]
+    assert iot[3] == [{"source": "telegram", "model": "m", "billing_provider": "p",
+                       "input_tokens": 12, "api_call_count": 2}]  # fmt: skip
+    assert run_ours(db, USAGE) == iot
