@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .hits import ContextMessage, SearchHit
     from .sanitize import (
+        MAX_FTS5_QUERY_CHARS,
         MAX_NEGATIONS,
         MAX_TSQUERY_TEXT_BYTES,
         contains_cjk,
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 _HOME_OF: dict[str, str] = {
     "ContextMessage": "hits",
     "SearchHit": "hits",
+    "MAX_FTS5_QUERY_CHARS": "sanitize",
     "MAX_NEGATIONS": "sanitize",
     "MAX_TSQUERY_TEXT_BYTES": "sanitize",
     "contains_cjk": "sanitize",
@@ -45,6 +47,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "MAX_FTS5_QUERY_CHARS",
     "MAX_NEGATIONS",
     "MAX_TSQUERY_TEXT_BYTES",
     "ContextMessage",

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Final, TypeAlias
 
 __all__ = [
+    "MAX_FTS5_QUERY_CHARS",
     "MAX_NEGATIONS",
     "MAX_TSQUERY_TEXT_BYTES",
     "contains_cjk",
@@ -41,6 +42,11 @@ MAX_TSQUERY_TEXT_BYTES: Final = 8192
 
 _BOOLEAN_OPERATORS: Final = frozenset({"AND", "OR", "NOT"})
 
+MAX_FTS5_QUERY_CHARS: Final = 2048
+"""A query is cut to this many characters before anything else reads it (Hermes's
+``MAX_FTS5_QUERY_CHARS``, iot 0.22.2's rule): the work and the expression FTS5 parses stay
+bounded whatever text arrives (100 000 quotes, a pasted log); no real query is longer."""
+
 
 def lazy_pattern(pattern: str, flags: int = 0) -> Callable[[], re.Pattern[str]]:
     """``re.compile(pattern, flags)``, done on the first call and kept.
@@ -57,8 +63,10 @@ def lazy_pattern(pattern: str, flags: int = 0) -> Callable[[], re.Pattern[str]]:
 _lone_surrogates: Final = lazy_pattern(r"[\ud800-\udfff]")
 _balanced_phrase: Final = lazy_pattern(r'"([^"]*)"')
 _glued_stars: Final = lazy_pattern(r"\*+")
-# The seed's list of FTS5 operators that make no sense outside a phrase once unbalanced.
-_unmatched_specials: Final = lazy_pattern(r'[+{}()"^]')
+# Outside a balanced phrase these become spaces, as iot 0.22.2's sanitizer makes them: FTS5
+# syntax (":" filters a column, "+ ( ) { } ^" group or anchor, an unmatched quote) and the
+# punctuation iot lists with it ("TODO: fix" searches TODO and fix, "it's" it and s).
+_unmatched_specials: Final = lazy_pattern(r"""[+{}():"^@/#&|~\[\]<>,;!?$=\\']""")
 # What FTS5's query parser accepts in an unquoted term (sqlite3Fts5IsBareword): ASCII letters,
 # digits, "_", the SUB control char, and every non-ASCII character. Anything else outside a
 # string is syntax (":" filters a column, "-" negates one) or a syntax error ("!", "'", ...).
@@ -98,25 +106,28 @@ def sanitize_fts5_query(query: str) -> str:
 
     1. balanced ``"phrases"`` are kept verbatim (a ``*`` glued to the closing quote makes the
        phrase a prefix query);
-    2. unmatched ``+ { } ( ) " ^`` become spaces;
+    2. unmatched ``+ { } ( ) " ^``, and ``: @ / # & | ~ [ ] < > , ; ! ? $ = \\ '`` (iot
+       0.22.2's list), become spaces;
     3. runs of ``*`` collapse to one; a ``*`` not attached to a preceding term is dropped;
     4. ``AND`` / ``OR`` / ``NOT`` at either end are dropped and consecutive operators collapse to
        the last one (``foo AND NOT bar`` -> ``foo NOT bar``). Only upper-case words are
        operators, exactly as in FTS5: a lower-case ``and`` is an ordinary word;
     5. terms FTS5 would not accept unquoted are wrapped in double quotes, which makes them
        phrase queries: ``chat-send`` -> ``"chat-send"``, ``P2.2`` -> ``"P2.2"``, and likewise
-       any term with punctuation (``content:foo``, ``it's``); a prefix ``*`` stays outside:
+       any term with other punctuation (``%``, a backtick); so are terms with ``_``
+       (``sp_new`` -> ``"sp_new"``, as Hermes quotes them); a prefix ``*`` stays outside:
        ``"chat-send"*``;
     6. the phrases are put back in place.
 
-    Also: lone surrogates are removed and NUL bytes become spaces (FTS5 reads the query as a
+    Also: the query is first cut to :data:`MAX_FTS5_QUERY_CHARS`; lone surrogates are removed
+    and NUL bytes become spaces (FTS5 reads the query as a
     C string, so a NUL would cut it short), empty phrases are dropped, and ``NOT`` clauses
     beyond :data:`MAX_NEGATIONS` are dropped so the expression stays within FTS5's depth limit.
 
     Tokens are joined by single spaces and the result is stripped; ``""`` means there is
     nothing to search for (``MATCH ''`` is itself an error, so callers must not run it).
     """
-    cleaned = _lone_surrogates().sub("", query).replace("\x00", " ")
+    cleaned = _lone_surrogates().sub("", query[:MAX_FTS5_QUERY_CHARS]).replace("\x00", " ")
     tokens = _limit_negations(_normalize_operators(_tokenize_fts5(cleaned)))
     return " ".join(_render_fts5(token) for token in tokens).strip()
 
@@ -198,6 +209,7 @@ def _render_fts5(token: _Token) -> str:
     needs_quotes = (
         token.is_phrase
         or token.text in _BOOLEAN_OPERATORS  # "AND*" would be an operator followed by "*"
+        or "_" in token.text  # a bareword to FTS5, quoted as Hermes quotes it
         or _fts5_bareword().fullmatch(token.text) is None
     )
     # A term can hold no '"': balanced quotes became phrases and the rest became spaces.

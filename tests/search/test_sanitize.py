@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sessionstore.search import (
+    MAX_FTS5_QUERY_CHARS,
     MAX_NEGATIONS,
     MAX_TSQUERY_TEXT_BYTES,
     contains_cjk,
@@ -153,11 +154,20 @@ SANITIZE_CASES = [
     ("chat-send*", '"chat-send"*'),
     ("P2.2", '"P2.2"'),
     ("my-app.config.ts", '"my-app.config.ts"'),
-    ("content:hello", '"content:hello"'),
-    ("it's", '"it\'s"'),
-    ("a\\b", '"a\\b"'),
     ("-", '"-"'),
-    ("foo_bar", "foo_bar"),
+    ("100%", '"100%"'),
+    # iot 0.22.2's punctuation becomes spaces (":" would filter a column); Hermes quotes "_"
+    ("content:hello", "content hello"),
+    ("TODO: fix", "TODO fix"),
+    ('"TODO:" fix', '"TODO:" fix'),
+    ("error:timeout", "error timeout"),
+    ("it's", "it s"),
+    ("a\\b", "a b"),
+    ("a@b/c#d&e|f~g[h]i<j>k,l;m!n?o$p=q", "a b c d e f g h i j k l m n o p q"),
+    ("foo_bar", '"foo_bar"'),
+    ("sp_new and 血管瘤", '"sp_new" and 血管瘤'),
+    ("docker-compose_up", '"docker-compose_up"'),
+    ("my.app_config.ts*", '"my.app_config.ts"*'),
     # empty input
     ("", ""),
     ("   \t\n  ", ""),
@@ -451,3 +461,15 @@ def test_escaped_text_is_literal_in_sqlite_like(text: str, escape: str) -> None:
         {"text": text, "pattern": pattern, "longer": text + "x"},
     ).fetchone()
     assert (itself, longer, prefix) == (1, 0, 1)
+
+
+def test_a_query_is_cut_to_max_fts5_query_chars_before_it_is_read() -> None:
+    """Hermes's MAX_FTS5_QUERY_CHARS (iot 0.22.2): whatever arrives, the work and the
+    expression stay bounded; only the first 2048 characters are searched for."""
+    assert MAX_FTS5_QUERY_CHARS == 2048
+    hostile = ('"' * 100_000) + ("a." * 100_000) + ("*" * 100_000)
+    assert len(sanitize_fts5_query(hostile)) <= MAX_FTS5_QUERY_CHARS * 2
+    words = sanitize_fts5_query("word " * 10_000).split()
+    assert len(words) == MAX_FTS5_QUERY_CHARS // len("word ") + 1  # the last one cut short
+    assert set(words) <= {"word", "wor"}
+    assert sanitize_fts5_query("x" * MAX_FTS5_QUERY_CHARS + " tail") == "x" * MAX_FTS5_QUERY_CHARS
