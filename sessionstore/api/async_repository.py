@@ -640,6 +640,13 @@ class AsyncSessionRepository:
             )
         )
 
+    async def get_session_rich_row(
+        self,
+        session_id: str,
+        compact_rows: bool = False,
+    ) -> dict[str, Any] | None:
+        return await self._read(lambda repo: repo.get_session_rich_row(session_id, compact_rows))
+
     async def count_listed_sessions(
         self,
         source: SourceFilter = None,

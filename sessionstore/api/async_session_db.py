@@ -550,6 +550,13 @@ class AsyncSessionDB:
     async def get_compression_chain(self, session_id: str) -> list[str]:
         return await self._read(lambda db: db.get_compression_chain(session_id))
 
+    async def get_session_rich_row(
+        self,
+        session_id: str,
+        compact_rows: bool = False,
+    ) -> dict[str, Any] | None:
+        return await self._read(lambda db: db.get_session_rich_row(session_id, compact_rows))
+
     async def list_sessions_rich(
         self,
         source: SourceFilter = None,

@@ -473,6 +473,16 @@ class SessionDB:
         return self._repo.get_compression_chain(session_id)
 
     @reads
+    def get_session_rich_row(
+        self, session_id: str, compact_rows: bool = False
+    ) -> dict[str, Any] | None:
+        """One session as a :meth:`list_sessions_rich` row (``last_active``, ``preview``,
+        ``unread`` with its columns), not projected onto a compression tip; None for an
+        unknown id. ``compact_rows`` leaves ``system_prompt`` out. iot 0.22.2's (Hermes's
+        ``_get_session_rich_row``)."""
+        return self._repo.get_session_rich_row(session_id, compact_rows)
+
+    @reads
     def list_sessions_rich(
         self,
         source: SourceFilter = None,

@@ -80,7 +80,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Final, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
 from sqlalchemy.pool import PoolProxiedConnection
 
@@ -91,7 +91,8 @@ from ..errors import (
     SessionCompressionInProgressError,
     SessionTurnLeaseLostError,
 )
-from ..search import contains_cjk, sanitize_fts5_query
+from ..search import MAX_FTS5_QUERY_CHARS, contains_cjk, sanitize_fts5_query
+from ..sessions import imports
 from ..sql.tables import SCHEMA_VERSION
 from ..storage import fork_safety
 from ..storage.config import default_db_path
@@ -121,6 +122,7 @@ from .helpers import _wal_reset_bug_warned_paths as _wal_reset_bug_warned_paths
 __all__ = [
     "DEFAULT_DB_PATH",
     "FTS_SQL",
+    "MAX_FTS5_QUERY_CHARS",
     "SCHEMA_SQL",
     "SCHEMA_VERSION",
     "AsyncSessionDB",
@@ -290,6 +292,13 @@ class SessionDB(facade.SessionDB):
     # them: kept at Hermes's values for code and tests that tune them.
     _FTS_REBUILD_DUTY_FACTOR = 4.0
     _FTS_REBUILD_MIN_PAUSE = 0.2
+    # import_sessions' limits under Hermes's names (read by its tests and tools; the one home
+    # of the values is sessionstore.sessions.imports, which enforces them).
+    _IMPORT_MAX_SESSIONS = imports.MAX_SESSIONS
+    _IMPORT_MAX_MESSAGES_PER_SESSION = imports.MAX_MESSAGES_PER_SESSION
+    _IMPORT_MAX_TOTAL_MESSAGES = imports.MAX_TOTAL_MESSAGES
+    _IMPORT_MAX_SESSION_BYTES = imports.MAX_SESSION_BYTES
+    _IMPORT_MAX_TOTAL_BYTES = imports.MAX_TOTAL_BYTES
 
     def __init__(
         self,
@@ -378,6 +387,12 @@ class SessionDB(facade.SessionDB):
     @property
     def _lock(self) -> _HermesLock:
         return self._hermes_lock
+
+    def _get_session_rich_row(
+        self, session_id: str, compact_rows: bool = False
+    ) -> dict[str, Any] | None:
+        """Hermes's private name for :meth:`get_session_rich_row` (iot 0.22.2 has both)."""
+        return self.get_session_rich_row(session_id, compact_rows)
 
     @staticmethod
     def _sanitize_fts5_query(query: str) -> str:

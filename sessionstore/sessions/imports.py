@@ -298,8 +298,12 @@ def _shape_problem(
     if any(not isinstance(message, dict) for message in batch):
         return "messages must contain only objects", 0
     try:
+        # A lone surrogate counts its three bytes: it is stored as U+FFFD (the text rule of
+        # sql/validation.py), where Hermes would refuse the session as not serializable.
         size = len(
-            json.dumps(raw, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+            json.dumps(raw, ensure_ascii=False, separators=(",", ":")).encode(
+                "utf-8", "surrogatepass"
+            )
         )
     except (TypeError, ValueError):
         return "session must be JSON serializable", 0

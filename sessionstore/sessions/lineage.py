@@ -523,11 +523,12 @@ def compression_parent(conn: Connection, session_id: str) -> str | None:
 def compression_root(conn: Connection, session_id: str) -> str:
     """The first session of ``session_id``'s compression chain (up its continuation edges;
     itself when it continues nothing, known or not)."""
-    ancestors = _compression_ancestors(conn, session_id)
+    ancestors = compression_ancestors_of(conn, session_id)
     return ancestors[0] if ancestors else session_id
 
 
-def _compression_ancestors(conn: Connection, session_id: str) -> list[str]:
+def compression_ancestors_of(conn: Connection, session_id: str) -> list[str]:
+    """The sessions ``session_id`` continues, up its continuation edges, oldest first."""
     chain: list[str] = []
     current = session_id
     for _ in range(CHAIN_CAP):
@@ -678,7 +679,7 @@ class LineagePart(RepositoryPart):
             return []
 
         def run(conn: Connection) -> list[str]:
-            return _compression_ancestors(conn, session_id)
+            return compression_ancestors_of(conn, session_id)
 
         return self.store.read(run)
 

@@ -454,6 +454,25 @@ class ListingPart(RepositoryPart):
             return [_compact(_rich_dict(row, root, chain)) for row, root, chain in rows]
         return [_rich_dict(row, root, chain) for row, root, chain in rows]
 
+    @reads
+    def get_session_rich_row(
+        self, session_id: str, compact_rows: bool = False
+    ) -> dict[str, Any] | None:
+        """One session as a row of :meth:`list_sessions_rich_dicts` (its columns,
+        ``last_active``, ``preview``, ``unread``), whatever the listing's filters would say of
+        it, and not projected onto a compression tip: iot 0.22.2's ``get_session_rich_row``
+        (a web page hydrating one session). None for an unknown id. ``compact_rows`` leaves
+        ``system_prompt`` out (the key is absent and the column is not read)."""
+        if not matchable(session_id):
+            return None
+        compact = validation.flag(compact_rows, "compact_rows")
+        hot = self._hot_listing(_rich_row_statement(compact, self.store.read_shape))
+        rows = self.store.read(lambda conn: hot.rows(conn, {"session_id": session_id}))
+        if not rows:
+            return None
+        listing = _rich_dict(rows[0], None, None)
+        return _compact(listing) if compact else listing
+
     def _listing_rows(
         self,
         source: SourceFilter,
@@ -841,6 +860,12 @@ def listing_last_active(read: ReadShape) -> ColumnElement[Any]:
 def listing_dict(row: Sequence[Any]) -> dict[str, Any]:
     """A :func:`listing_select` row as Hermes's listing dict (``preview``, ``last_active``)."""
     return _listing_dict(row, None)
+
+
+@functools.cache
+def _rich_row_statement(compact: bool, read: ReadShape) -> Select[Any]:
+    """One session's rich row, by id (``get_session_rich_row``): built once per shape."""
+    return _rich_select(compact, read).where(sessions.c.id == bindparam("session_id"))
 
 
 ListingShape = tuple[str | None, str | None, bool, str, bool, bool, bool, bool, bool, bool]

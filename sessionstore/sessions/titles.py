@@ -24,6 +24,7 @@ from ..sql.records import SessionRecord
 from ..sql.tables import sessions_table as sessions
 from ..sql.validation import bindable
 from .access import reads, writes
+from .lineage import compression_ancestors_of
 from .shared import RepositoryPart, session_columns
 
 __all__ = [
@@ -146,13 +147,21 @@ def _rank(source: str | None) -> int:
     )
 
 
+class _LostRace(Exception):
+    """A title write lost its compare-and-set after freeing an ancestor's title: raised to
+    roll the transaction back, answered as a write that did not land."""
+
+
 class TitlesPart(RepositoryPart):
     """Setting, reading and resolving session titles, with their provenance."""
 
     @writes
     def set_session_title(self, session_id: str, title: str | None) -> bool:
         """Set (or clear, with None/blank) a title on the user's behalf (provenance
-        ``user``); True if the session exists."""
+        ``user``); True if the session exists. A title another session holds is a
+        :class:`TitleInUseError`, unless that session is a compression ancestor of this one
+        (anywhere up its chain, iot 0.22.2's continuation edge): hidden behind its tip, the
+        user could never free it, so it hands the title on to this session."""
         return self._set_title(session_id, title, source=TITLE_SOURCE_USER)
 
     @writes
@@ -228,24 +237,36 @@ class TitlesPart(RepositoryPart):
                 sessions.c.title.is_(None) if current.title is None
                 else sessions.c.title == current.title,
             )  # fmt: skip
+            holder_cleared = False
             if clean is not None:
                 holder = conn.execute(
                     select(sessions.c.id).where(sessions.c.title == clean)
                 ).scalar()
                 if holder is not None and holder != session_id:
-                    # Hermes's exact words: users see them in `sessions rename` and `/title`.
-                    raise TitleInUseError(
-                        f"Title '{clean}' is already in use by session {holder}"
+                    if holder not in compression_ancestors_of(conn, session_id):
+                        # Hermes's exact words: users see them in `sessions rename` and `/title`.
+                        raise TitleInUseError(
+                            f"Title '{clean}' is already in use by session {holder}"
+                        )
+                    # A compressed ancestor (hidden behind its tip, so the user cannot free
+                    # it) hands its title on to the continuation: one holder, same lineage.
+                    conn.execute(
+                        update(sessions)
+                        .where(sessions.c.id == holder)
+                        .values(title=None, title_source=None)
                     )
-            return (
-                conn.execute(
-                    target.values(title=clean, title_source=source if clean else None)
-                ).rowcount
-                > 0
-            )
+                    holder_cleared = True
+            changed = conn.execute(
+                target.values(title=clean, title_source=source if clean else None)
+            ).rowcount
+            if not changed and holder_cleared:
+                raise _LostRace  # the ancestor keeps its title: nothing is written
+            return changed > 0
 
         try:
             return self.store.write(run)
+        except _LostRace:
+            return False
         except IntegrityError as exc:
             # Lost a race for the same title: the unique index decided.
             raise TitleInUseError(

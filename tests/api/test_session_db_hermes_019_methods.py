@@ -369,3 +369,70 @@ def test_archive_sessions_takes_whole_lineages_and_is_idempotent(db: SessionDB) 
     assert db.archive_sessions(older_than_days=0, end_reason="done") == 0
     assert [r["id"] for r in db.list_prune_candidates(0)] == ["root", "tip", "other"]
     assert [r["id"] for r in db.list_prune_candidates(0, archived=False)] == ["other"]
+
+
+def test_one_sessions_rich_row_compact_or_full(db: SessionDB) -> None:
+    """iot 0.22.2's get_session_rich_row: the listing's row for one id, not projected."""
+    db.create_session("root", "cli", system_prompt="big blob " * 50)
+    db.append_message("root", "user", "first words")
+    db.end_session("root", "compression")
+    db.create_session("tip", "cli", parent_session_id="root")
+    [listed] = db.list_sessions_rich()
+    full = db.get_session_rich_row("root")
+    assert full is not None
+    assert set(full) == set(listed) - {"_lineage_root_id", "_lineage_ids", "continuation_kind"}
+    assert (full["id"], full["system_prompt"], full["preview"]) == (
+        "root", "big blob " * 50, "first words",
+    )
+    compact = db.get_session_rich_row("root", compact_rows=True)
+    assert compact == {key: value for key, value in full.items() if key != "system_prompt"}
+    assert db.get_session_rich_row("ghost") is None
+    assert db.get_session_rich_row("\x00") is None
+
+
+def _compression_chain(db: SessionDB, *ids: str) -> None:
+    parent = None
+    for session_id in ids:
+        db.create_session(session_id, "cli", parent_session_id=parent)
+        parent = session_id
+    for session_id in ids[:-1]:
+        db.end_session(session_id, "compression")
+
+
+def test_a_continuation_takes_its_compressed_ancestors_title(db: SessionDB) -> None:
+    """Hermes 0.19 / iot 0.22.2: the ancestor is hidden behind its tip, so the user could
+    never free its title; renaming the tip to it moves it (up a chain of any length)."""
+    _compression_chain(db, "root", "mid", "tip")
+    db.set_session_title("root", "deep-dive")
+    db.set_session_title("tip", "deep-dive #2")
+    assert db.set_session_title("tip", "deep-dive") is True
+    assert (db.get_session_title("tip"), db.get_session_title("root")) == ("deep-dive", None)
+    assert db.get_session_title_source("root") is None
+    # The ancestor cannot take it back from its continuation, nor can a stranger.
+    with pytest.raises(ValueError, match="already in use by session tip"):
+        db.set_session_title("root", "deep-dive")
+    db.create_session("stranger", "cli")
+    with pytest.raises(ValueError, match="already in use by session tip"):
+        db.set_session_title("stranger", "deep-dive")
+
+
+def test_a_child_of_a_session_ended_otherwise_does_not_take_its_title(db: SessionDB) -> None:
+    db.create_session("parent", "cli")
+    db.create_session("child", "cli", parent_session_id="parent")
+    db.end_session("parent", "user_exit")
+    db.set_session_title("parent", "shared")
+    with pytest.raises(ValueError, match="already in use by session parent"):
+        db.set_session_title("child", "shared")
+    assert db.get_session_title("parent") == "shared"
+
+
+def test_an_import_with_a_lone_surrogate_is_stored_with_replacement_characters(
+    db: SessionDB,
+) -> None:
+    result = db.import_sessions(
+        [{"id": "dirty", "title": "t \ud835", "messages": [
+            {"role": "tool", "content": "scraped \ud835 price", "tool_name": "web_search"}]}]
+    )  # fmt: skip
+    assert result["ok"] is True, result
+    [message] = db.get_messages("dirty")
+    assert message["content"] == "scraped \ufffd price"

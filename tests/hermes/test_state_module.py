@@ -205,6 +205,36 @@ def test_private_helpers_under_their_hermes_names(db: SessionDB) -> None:
     assert SessionDB._contains_cjk("数据库") and not SessionDB._contains_cjk("plain")
 
 
+def test_hermes_module_level_names_its_tests_reach_for(db: SessionDB) -> None:
+    """Hermes's own tests read these through ``hermes_state``: the query cap, the import
+    limits (the values sessionstore.sessions.imports enforces) and the private rich row."""
+    from sessionstore.sessions import imports
+
+    assert hermes_state_module.MAX_FTS5_QUERY_CHARS == 2048
+    assert len(db._sanitize_fts5_query("word " * 10_000)) <= 2048
+    assert (SessionDB._IMPORT_MAX_SESSION_BYTES, SessionDB._IMPORT_MAX_MESSAGES_PER_SESSION) == (
+        imports.MAX_SESSION_BYTES, imports.MAX_MESSAGES_PER_SESSION,
+    )
+    assert SessionDB._IMPORT_MAX_SESSIONS == 500
+    db.create_session("s1", "cli", system_prompt="should be gone")
+    compact = db._get_session_rich_row("s1", compact_rows=True)
+    assert compact is not None and "system_prompt" not in compact and compact["id"] == "s1"
+    full = db._get_session_rich_row("s1")
+    assert full is not None and full["system_prompt"] == "should be gone"
+    assert db._get_session_rich_row("ghost") is None
+
+
+def test_the_clock_of_leases_is_read_through_the_module(
+    db: SessionDB, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hermes's tests pin ``hermes_state.time.time``: the lease sees the pinned clock."""
+    db.create_session("s1", "cli")
+    monkeypatch.setattr(hermes_state_module.time, "time", lambda: 1000.0)
+    assert db.try_acquire_compression_lock("s1", "holder-a", ttl_seconds=10.0) is True
+    monkeypatch.setattr(hermes_state_module.time, "time", lambda: 1016.0)
+    assert db.try_acquire_compression_lock("s1", "holder-b", ttl_seconds=10.0) is True
+
+
 # -- _conn -------------------------------------------------------------------------------------
 def test_conn_is_a_sqlite3_connection_configured_like_hermes_and_the_store(
     db: SessionDB, db_file: Path
