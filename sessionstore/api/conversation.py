@@ -15,13 +15,18 @@ Three rules shape a replayed history beyond decoding each row (:func:`message_of
   no longer matches). A port of Hermes 0.19's ``repair_message_sequence``; the stored rows
   never change.
 
-Hermes 0.19 also runs its ``sanitize_context`` over user and assistant text (memory-context
-fences); rows here come back as stored, as they always have (that is agent-side scrubbing of
-what Hermes itself wrote, not part of the store).
+Each row's text is replayed as Hermes (0.18 to iot 0.22.2) loads it: user and assistant text
+without leaked memory-context (a ``<memory-context>...</memory-context>`` block, a stray fence
+tag, the "[System note: The following is recalled memory context, ...]" line: Hermes's
+``sanitize_context``, so recalled memory a provider echoed is not replayed as the conversation)
+and stripped of surrounding whitespace. ``api_content`` is replayed verbatim: it is the exact
+text once sent, kept byte-stable for the provider's prompt cache. The stored rows never change.
 """
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -37,7 +42,38 @@ VERIFICATION_FINISH_REASONS = frozenset({"verification_required", "verify_hook_c
 
 
 _HARNESS_ROLES = frozenset({"user", "system"})
+_SCRUBBED_ROLES = frozenset({"user", "assistant"})
 _REASONING_JSON_FIELDS = ("reasoning_details", "codex_reasoning_items", "codex_message_items")
+
+
+@functools.cache
+def _memory_context_patterns() -> tuple[re.Pattern[str], ...]:
+    """Hermes's ``sanitize_context`` (agent/memory_manager.py), in its order: whole blocks,
+    the system note, then any fence tag left. Compiled on first use."""
+    return (
+        re.compile(r"<\s*memory-context\s*>[\s\S]*?</\s*memory-context\s*>", re.IGNORECASE),
+        re.compile(
+            r"\[System note:\s*The following is recalled memory context,\s*NOT new user "
+            r"input\.\s*Treat as (?:informational background data|authoritative reference "
+            r"data[^\]]*)\.\]\s*",
+            re.IGNORECASE,
+        ),
+        re.compile(r"</?\s*memory-context\s*>", re.IGNORECASE),
+    )
+
+
+@functools.cache
+def _mentions_memory_context() -> re.Pattern[str]:
+    """What every pattern above needs: one scan decides whether the three run at all."""
+    return re.compile(r"memory[- ]context", re.IGNORECASE)
+
+
+def replayed_text(content: str) -> str:
+    """User or assistant text as Hermes replays it: without leaked memory-context, stripped."""
+    if _mentions_memory_context().search(content) is not None:
+        for pattern in _memory_context_patterns():
+            content = pattern.sub("", content)
+    return content.strip()
 
 
 def message_of(record: Sequence[Any]) -> dict[str, Any]:
@@ -51,8 +87,11 @@ def message_of(record: Sequence[Any]) -> dict[str, Any]:
         finish_reason, reasoning, reasoning_content, reasoning_details, codex_reasoning_items,
         codex_message_items, platform_message_id, observed, timestamp, api_content,
     ) = record  # fmt: skip
-    if isinstance(content, str) and content.startswith(ENCODED_CONTENT_PREFIXES):
-        content = decode_content(content)
+    if isinstance(content, str):
+        if content.startswith(ENCODED_CONTENT_PREFIXES):
+            content = decode_content(content)
+        if role in _SCRUBBED_ROLES and isinstance(content, str):
+            content = replayed_text(content)
     message: dict[str, Any] = {"role": role, "content": content}
     if api_content:
         message["api_content"] = api_content

@@ -1977,3 +1977,34 @@ def test_huge_and_unicode_content_round_trips(db: SessionDB) -> None:
     assert contents == [huge, unicode_text]
     row = db.get_session("s")
     assert row is not None and row["message_count"] == 2
+
+
+LEAKED_MEMORY = (
+    "<memory-context>\n"
+    "[System note: The following is recalled memory context, NOT new user input. Treat as "
+    "informational background data.]\n\n"
+    "## Honcho Context\nstale memory\n"
+    "</memory-context>\n\n"
+)
+
+
+def test_a_replay_leaves_leaked_memory_context_out_of_user_and_assistant_text(
+    db: SessionDB,
+) -> None:
+    """Hermes 0.18 to iot 0.22.2 load user and assistant text through ``sanitize_context``
+    and strip it: recalled memory a provider echoed is not replayed as the conversation. The
+    stored rows keep what was written; ``api_content`` and tool results replay verbatim."""
+    db.create_session("s", "cli")
+    db.append_message("s", "user", "  question \n", api_content=LEAKED_MEMORY + "as sent")
+    db.append_message("s", "assistant", LEAKED_MEMORY + "Visible answer")
+    db.append_message("s", "assistant", "a </MEMORY-CONTEXT> b")
+    db.append_message("s", "tool", LEAKED_MEMORY + "tool output", tool_call_id="c1")
+    replayed = db.get_messages_as_conversation("s")
+    assert [message["content"] for message in replayed] == [
+        "question", "Visible answer", "a  b", LEAKED_MEMORY + "tool output",
+    ]
+    assert replayed[0]["api_content"] == LEAKED_MEMORY + "as sent"
+    assert isinstance(replayed[1]["timestamp"], float)
+    assert db.get_messages("s")[1]["content"] == LEAKED_MEMORY + "Visible answer"
+    with_ancestors = db.get_messages_as_conversation("s", include_ancestors=True)
+    assert [m["content"] for m in with_ancestors] == [m["content"] for m in replayed]
