@@ -238,15 +238,26 @@ def run_migrations_offline() -> None:
 
 def _migrate_with_engine(engine: Engine) -> None:
     dialect = dialect_for(engine)
+    in_a_file = dialect.database_file(engine.url) is not None
 
     def migrate_once() -> None:
         dialect.prepare_database(engine)
         with engine.connect() as connection:
-            connection.execution_options(**dialect.write_options())
-            with connection.begin():
-                dialect.lock_for_migration(connection)
-                dialect.enter_store_schema(connection)
-                _run_chain(connection)
+            try:
+                connection.execution_options(**dialect.write_options())
+                with connection.begin():
+                    dialect.lock_for_migration(connection)
+                    dialect.enter_store_schema(connection)
+                    _run_chain(connection)
+            finally:
+                # A file's connection is closed, not given back to the engine's pool: the
+                # store that opened it would keep it, its driver's statement cache full of the
+                # chain's hundreds of statements, and pysqlite3's cache then prepares a
+                # newcomer again at every run (an append cost 10x for the life of the
+                # process; CACHED_STATEMENTS in dialects/sqlite.py). An in-memory database
+                # lives only while its connection does; a lost one is the pool's to discard.
+                if in_a_file and not (connection.closed or connection.invalidated):
+                    connection.detach()
 
     # A server that cannot be connected to is a typed error, by its cause, at once.
     with typed_errors(dialect):

@@ -93,6 +93,15 @@ def apply_write_durability(cursor: Any) -> None:
         cursor.execute("PRAGMA synchronous=FULL")
 
 
+CACHED_STATEMENTS = 512
+"""Prepared statements the driver keeps per connection (``cached_statements``; the driver's
+default is 100). pysqlite3 0.6's cache never evicts its old entries for new ones: once a
+connection has run that many distinct statements, a statement first run after that is
+prepared again at every run when another newcomer runs between two of its runs. A single
+append's INSERT (its triggers compiled in) takes ~350 us to prepare against ~40 us to run:
+an append on such a connection cost 10x (scripts/bench_append_cpu.py, docs/performance.md).
+A typical statement holds ~5 KB prepared, so a full cache stays within a few MB."""
+
 _INTEGRITY_MESSAGES: tuple[
     tuple[str, Literal["foreign_key", "unique", "not_null", "check", "other"]], ...
 ] = (
@@ -263,6 +272,7 @@ class SQLiteDialect:
                 "check_same_thread": False,
                 "timeout": busy_timeout_s,
                 "factory": connection_class(),
+                "cached_statements": CACHED_STATEMENTS,
             },
         }
         if _is_uri_filename(url) and _is_memory(url):

@@ -201,3 +201,30 @@ def test_an_in_memory_store_is_migrated_on_the_engine_it_is_used_with(
         db.append_message("s1", "user", "kept in memory")
         assert [hit["session_id"] for hit in db.search_messages("memory")] == ["s1"]
     assert len(engines_built) == 1
+
+
+def test_the_connection_a_migration_ran_on_is_closed_after_it(tmp_path: Path) -> None:
+    # Given back to the pool, the store kept it, its driver's statement cache full of the
+    # chain's statements: pysqlite3 then prepared the append's INSERT again at every run.
+    url = sqlite_url(tmp_path / "state.db")
+    engine = create_store_engine(url, set_journal_mode=False)
+    chain: list[Any] = []
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _record(conn: Any, *_args: Any) -> None:
+        driver = conn.connection.dbapi_connection
+        if not any(known is driver for known in chain):
+            chain.append(driver)
+
+    try:
+        migrate.upgrade(engine)
+        assert chain, "the migration ran no statement"
+        with engine.connect() as conn:
+            kept = conn.connection.dbapi_connection
+            assert not any(kept is ran for ran in chain)
+        for ran in chain:
+            with pytest.raises(Exception, match="closed"):
+                ran.execute("SELECT 1")
+    finally:
+        engine.dispose()
+    assert migrate.status(url).up_to_date
