@@ -142,8 +142,10 @@ def phases(db: SessionDB, rounds: int, reps: int) -> dict[str, float]:
     timers.wrap(store_module.WriteLock, "enter", "writers' queue: enter (thread lock, gate, lock)")
     timers.wrap(store_module.WriteLock, "release", "writers' queue: release")
     timers.wrap(store_module.Store, "_writer_connection", "writer connection (kept)")
-    timers.wrap(statements.HotWrites, "bump_counters", "UPDATE sessions (counters)")
-    timers.wrap(statements.HotWrites, "insert_messages", "INSERT messages (+ triggers)")
+    statements_label = "UPDATE sessions, INSERT messages (+ triggers)"
+    for method in ("bump_counters", "insert_messages", "append_one"):
+        if hasattr(statements.HotWrites, method):  # append_one: one cursor for both
+            timers.wrap(statements.HotWrites, method, statements_label)
     timers.wrap(dialect, "do_commit", "COMMIT")
     timers.wrap(store_module.Store, "_count_write", "after: count (checkpoint every 50)")
     # BEGIN is the begin listener's: timed as Connection.begin (the listener and SQLAlchemy's

@@ -288,45 +288,49 @@ class MessagesPart(RepositoryPart):
         (:func:`display_metadata_text`); ``message_uid`` the durable id a caller already
         stamped on its live copy of the message (a non-empty ``str``; anything else, as in
         iot, gets a fresh one)."""
+        # Most of these are None in any one message: each is checked only when given (a
+        # validator call per absent field was a tenth of an append's Python).
+        text = self._text
         return NewMessage(
             role=validation.identifier(role, "role"),
-            content=self.stored_content(content),
-            tool_name=validation.optional_name(tool_name, "tool_name"),
-            tool_calls=self._text(
+            content=None if content is None else self.stored_content(content),
+            tool_name=None if tool_name is None
+            else validation.optional_name(tool_name, "tool_name"),
+            tool_calls=None if tool_calls is None else text(
                 encode_json(validation.tool_calls(tool_calls), "tool_calls"), "tool_calls"
             ),
-            tool_call_id=validation.optional_identifier(tool_call_id, "tool_call_id"),
+            tool_call_id=None if tool_call_id is None
+            else validation.identifier(tool_call_id, "tool_call_id"),
             token_count=None
             if token_count is None
             else validation.counter(token_count, "token_count"),
-            finish_reason=validation.optional_identifier(finish_reason, "finish_reason"),
-            reasoning=self._text(reasoning, "reasoning"),
-            reasoning_details=self._text(
+            finish_reason=None if finish_reason is None
+            else validation.identifier(finish_reason, "finish_reason"),
+            reasoning=None if reasoning is None else text(reasoning, "reasoning"),
+            reasoning_details=None if reasoning_details is None else text(
                 encode_json(reasoning_details, "reasoning_details"), "reasoning_details"
             ),
-            codex_reasoning_items=self._text(
+            codex_reasoning_items=None if codex_reasoning_items is None else text(
                 encode_json(codex_reasoning_items, "codex_reasoning_items"),
                 "codex_reasoning_items",
             ),
-            reasoning_content=self._text(reasoning_content, "reasoning_content"),
-            codex_message_items=self._text(
+            reasoning_content=None if reasoning_content is None
+            else text(reasoning_content, "reasoning_content"),
+            codex_message_items=None if codex_message_items is None else text(
                 encode_json(codex_message_items, "codex_message_items"), "codex_message_items"
             ),
-            platform_message_id=validation.optional_identifier(
-                None if platform_message_id is None else str(platform_message_id),
-                "platform_message_id",
-            ),
+            platform_message_id=None if platform_message_id is None
+            else validation.identifier(str(platform_message_id), "platform_message_id"),
             observed=1 if observed else 0,
             timestamp=None
             if timestamp is None
             else validation.optional_number(timestamp, "timestamp"),
-            tool_call_total=count_tool_calls(tool_calls),
-            effect_disposition=validation.optional_identifier(
-                effect_disposition, "effect_disposition"
-            ),
+            tool_call_total=0 if tool_calls is None else count_tool_calls(tool_calls),
+            effect_disposition=None if effect_disposition is None
+            else validation.identifier(effect_disposition, "effect_disposition"),
             # The exact text sent to the API (Hermes 0.19's byte-fidelity sidecar): only a
             # str is kept, anything else is None, as Hermes stores it.
-            api_content=self._text(api_content, "api_content")
+            api_content=text(api_content, "api_content")
             if isinstance(api_content, str) else None,
             compressed_summary=1 if compressed_summary else 0,
             display_kind=self._text(display_kind, "display_kind")
@@ -447,8 +451,11 @@ class MessagesPart(RepositoryPart):
         def run(conn: Connection) -> list[int]:
             if holder is not None:
                 check_turn_lease(conn, session_id, holder, lease_ttl_s, self.clock())
-            if one_statement:
-                appended = hot.append_in_one_statement(conn, rows[0], tool_calls)
+            if len(rows) == 1:
+                appended = (
+                    hot.append_in_one_statement(conn, rows[0], tool_calls) if one_statement
+                    else hot.append_one(conn, rows[0], tool_calls)
+                )
                 if appended is None:
                     raise not_written(conn)
                 return [appended]

@@ -80,6 +80,8 @@ def escape_lone_surrogates_in_json(text: str) -> str:
 
 
 def _check_encodable(value: str, name: str) -> None:
+    if value.isascii():  # no surrogate can be in it; and no copy of the text is made
+        return
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
