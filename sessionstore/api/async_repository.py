@@ -116,8 +116,24 @@ class AsyncSessionRepository:
     async def update_system_prompt(self, session_id: str, system_prompt: str | None) -> bool:
         return await self._write(lambda repo: repo.update_system_prompt(session_id, system_prompt))
 
-    async def update_session_model(self, session_id: str, model: str | None) -> bool:
-        return await self._write(lambda repo: repo.update_session_model(session_id, model))
+    async def update_session_model(
+        self,
+        session_id: str,
+        model: str | None,
+        provider: str | None = None,
+        *,
+        base_url: str | None = None,
+        api_mode: str | None = None,
+    ) -> bool:
+        return await self._write(
+            lambda repo: repo.update_session_model(
+                session_id,
+                model,
+                provider,
+                base_url=base_url,
+                api_mode=api_mode,
+            )
+        )
 
     async def update_session_meta(
         self,
@@ -156,6 +172,7 @@ class AsyncSessionRepository:
         cwd: str | None,
         git_branch: str | None = None,
         git_repo_root: str | None = None,
+        replace_git_meta: bool = False,
     ) -> bool:
         return await self._write(
             lambda repo: repo.update_session_cwd(
@@ -163,6 +180,7 @@ class AsyncSessionRepository:
                 cwd,
                 git_branch,
                 git_repo_root,
+                replace_git_meta,
             )
         )
 
@@ -1025,8 +1043,8 @@ class AsyncSessionRepository:
     async def get_meta(self, key: str) -> str | None:
         return await self._read(lambda repo: repo.get_meta(key))
 
-    async def set_meta(self, key: str, value: str | None) -> None:
-        return await self._write(lambda repo: repo.set_meta(key, value))
+    async def set_meta(self, key: str, value: str | None, *, cursor: Any = None) -> None:
+        return await self._write(lambda repo: repo.set_meta(key, value, cursor=cursor))
 
     async def try_acquire_session_turn_lease(
         self,

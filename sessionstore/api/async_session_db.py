@@ -618,6 +618,7 @@ class AsyncSessionDB:
         cwd: str | None,
         git_branch: str | None = None,
         git_repo_root: str | None = None,
+        replace_git_meta: bool = False,
     ) -> bool:
         return await self._write(
             lambda db: db.update_session_cwd(
@@ -625,6 +626,7 @@ class AsyncSessionDB:
                 cwd,
                 git_branch,
                 git_repo_root,
+                replace_git_meta,
             )
         )
 
@@ -739,8 +741,24 @@ class AsyncSessionDB:
     ) -> int:
         return await self._write(lambda db: db.prune_empty_ghost_sessions(sessions_dir))
 
-    async def update_session_model(self, session_id: str, model: str | None) -> bool:
-        return await self._write(lambda db: db.update_session_model(session_id, model))
+    async def update_session_model(
+        self,
+        session_id: str,
+        model: str | None,
+        provider: str | None = None,
+        *,
+        base_url: str | None = None,
+        api_mode: str | None = None,
+    ) -> bool:
+        return await self._write(
+            lambda db: db.update_session_model(
+                session_id,
+                model,
+                provider,
+                base_url=base_url,
+                api_mode=api_mode,
+            )
+        )
 
     async def update_session_meta(
         self,
@@ -931,8 +949,8 @@ class AsyncSessionDB:
     async def get_meta(self, key: str) -> str | None:
         return await self._read(lambda db: db.get_meta(key))
 
-    async def set_meta(self, key: str, value: str | None) -> None:
-        return await self._write(lambda db: db.set_meta(key, value))
+    async def set_meta(self, key: str, value: str | None, *, cursor: Any = None) -> None:
+        return await self._write(lambda db: db.set_meta(key, value, cursor=cursor))
 
     async def record_gateway_session_peer(
         self,

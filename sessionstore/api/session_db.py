@@ -571,8 +571,11 @@ class SessionDB:
         cwd: str | None,
         git_branch: str | None = None,
         git_repo_root: str | None = None,
+        replace_git_meta: bool = False,
     ) -> bool:
-        return self._repo.update_session_cwd(session_id, cwd, git_branch, git_repo_root)
+        return self._repo.update_session_cwd(
+            session_id, cwd, git_branch, git_repo_root, replace_git_meta
+        )
 
     @writes
     def backfill_repo_roots(self, cwd_to_root: Mapping[str, str]) -> int:
@@ -922,8 +925,18 @@ class SessionDB:
         return deletion.total
 
     @writes
-    def update_session_model(self, session_id: str, model: str | None) -> bool:
-        return self._repo.update_session_model(session_id, model)
+    def update_session_model(
+        self,
+        session_id: str,
+        model: str | None,
+        provider: str | None = None,
+        *,
+        base_url: str | None = None,
+        api_mode: str | None = None,
+    ) -> bool:
+        return self._repo.update_session_model(
+            session_id, model, provider, base_url=base_url, api_mode=api_mode
+        )
 
     @writes
     def update_session_meta(
@@ -1072,8 +1085,8 @@ class SessionDB:
         return self._repo.get_meta(key)
 
     @writes
-    def set_meta(self, key: str, value: str | None) -> None:
-        self._repo.set_meta(key, value)
+    def set_meta(self, key: str, value: str | None, *, cursor: Any = None) -> None:
+        self._repo.set_meta(key, value, cursor=cursor)
 
     # -- gateway peers and handoff (Hermes v11..v17) -----------------------------------------
     @writes

@@ -68,6 +68,14 @@ def meta_value(conn: Connection, key: str) -> str | None:
     return None if value is None else str(value)
 
 
+META_UPSERT_QMARK = (
+    "INSERT INTO state_meta (key, value) VALUES (?, ?) "
+    "ON CONFLICT(key) DO UPDATE SET value = excluded.value"
+)
+"""``state_meta``'s upsert as a SQLite DB-API cursor runs it (``set_meta(cursor=...)``: inside a
+transaction the caller holds on its own connection, as iot 0.22.2 writes it)."""
+
+
 def meta_upsert(dialect: StoreDialect, key: str, value: str | None) -> Executable:
     """The statement that sets ``state_meta``'s ``key`` to ``value``: the one write of it."""
     return (
@@ -235,8 +243,15 @@ class LeasesPart(RepositoryPart):
         return self.store.read(lambda conn: meta_value(conn, key))
 
     @writes
-    def set_meta(self, key: str, value: str | None) -> None:
+    def set_meta(self, key: str, value: str | None, *, cursor: Any = None) -> None:
+        """Set ``state_meta[key]``. With iot 0.22.2's ``cursor`` (a SQLite cursor of a
+        transaction the caller already holds, on a connection to this store's file: the
+        drop-in's ``_conn``) the upsert runs on it, inside that transaction, which commits it
+        or not: opening our own would wait for the caller's lock."""
         key = validation.identifier(key, "key")
         stored = None if value is None else self._text(str(value), "value")
+        if cursor is not None:
+            cursor.execute(META_UPSERT_QMARK, (key, stored))
+            return
         statement = meta_upsert(self.store.dialect, key, stored)
         self.store.write(lambda conn: conn.execute(statement))

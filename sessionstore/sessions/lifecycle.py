@@ -9,17 +9,18 @@ is held only for the statements themselves.
 from __future__ import annotations
 
 import functools
+import json
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sqlalchemy import and_, case, func, or_, update
+from sqlalchemy import and_, case, func, or_, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import TextClause
 
 from ..sql import validation
-from ..sql.codec import encode_json
+from ..sql.codec import decode_json_object, encode_json
 from ..sql.read_shape import ReadShape
 from ..sql.records import SESSION_FIELDS, SessionRecord
 from ..sql.statements import HotReads, plain_select
@@ -242,10 +243,55 @@ class LifecyclePart(RepositoryPart):
         return self.store.write(run)
 
     @writes
-    def update_session_model(self, session_id: str, model: str | None) -> bool:
-        return self._update_session(
-            session_id, {"model": validation.optional_identifier(model, "model")}
-        )
+    def update_session_model(
+        self,
+        session_id: str,
+        model: str | None,
+        provider: str | None = None,
+        *,
+        base_url: str | None = None,
+        api_mode: str | None = None,
+    ) -> bool:
+        """Set the model after a mid-session switch; False for an unknown session. As iot
+        0.22.2, in the same transaction: ``model_config`` gets the model too (its ``model``
+        key), a Browser runtime lock in it (``browser_model_lock``) is dropped, and with a
+        ``provider`` the whole route is
+        written into it, as top-level ``provider``/``base_url``/``api_mode`` keys and as
+        ``gateway_runtime`` (the shapes resumes read); an empty ``base_url`` or ``api_mode``
+        deletes its key, so the old provider's endpoint does not survive a switch. With no
+        model, no provider and no lock there is nothing to change there and ``model_config``
+        is not rewritten."""
+        session_id = validation.identifier(session_id, "session_id")
+        values: dict[str, Any] = {"model": validation.optional_identifier(model, "model")}
+        patch: dict[str, Any] = {"browser_model_lock": None}
+        if values["model"]:
+            patch["model"] = values["model"]
+        if provider:
+            route = {
+                "provider": validation.identifier(provider, "provider"),
+                "base_url": validation.optional_identifier(base_url, "base_url") or None,
+                "api_mode": validation.optional_identifier(api_mode, "api_mode") or None,
+            }
+            patch.update(route, gateway_runtime=route)
+
+        def run(conn: Connection) -> bool:
+            found = conn.execute(
+                select(sessions.c.model_config).where(sessions.c.id == session_id)
+            ).first()
+            if found is None:
+                return False
+            config = decode_json_object(found[0])
+            if len(patch) > 1 or "browser_model_lock" in config:
+                for key, value in patch.items():
+                    if value is None:
+                        config.pop(key, None)
+                    else:
+                        config[key] = value
+                values["model_config"] = json.dumps(config) if config else None
+            conn.execute(update(sessions).where(sessions.c.id == session_id).values(values))
+            return True
+
+        return self.store.write(run)
 
     @writes
     def update_session_meta(
@@ -282,11 +328,17 @@ class LifecyclePart(RepositoryPart):
         cwd: str | None,
         git_branch: str | None = None,
         git_repo_root: str | None = None,
+        replace_git_meta: bool = False,
     ) -> bool:
-        """Record where a session runs; git values are written only when non-empty."""
+        """Record where a session runs; git values are written only when non-empty (a failed
+        probe never clears a known value), except with ``replace_git_meta`` (iot 0.22.2: a
+        workspace move), which writes both, an empty or missing one as NULL."""
         values: dict[str, Any] = {"cwd": self._text(cwd, "cwd")}
         for name, value in (("git_branch", git_branch), ("git_repo_root", git_repo_root)):
-            if value:
+            if replace_git_meta:
+                text = value.strip() if isinstance(value, str) else value
+                values[name] = self._text(text, name) if text else None
+            elif value:
                 values[name] = self._text(value, name)
         return self._update_session(session_id, values)
 

@@ -333,3 +333,59 @@ def test_an_auxiliary_record_may_aggregate_calls(db: SessionDB) -> None:
     assert rows["vision"]["api_call_count"] == 1
     with pytest.raises((TypeError, ValueError)):
         db.record_auxiliary_usage("s", "vision", api_call_count="many")  # type: ignore[arg-type]
+
+
+# -- update_session_model(provider, base_url, api_mode), update_session_cwd(replace_git_meta) ----
+def config_of(db: SessionDB, session_id: str) -> Any:
+    (row,) = run(db, "SELECT model, model_config FROM sessions WHERE id = :id", id=session_id)
+    return row["model"], (json.loads(row["model_config"]) if row["model_config"] else None)
+
+
+def test_a_model_switch_writes_the_route_and_drops_the_browser_lock(db: SessionDB) -> None:
+    db.create_session("s", "cli", model="old", model_config={
+        "_branched_from": "root", "browser_model_lock": {"model": "b"},
+        "provider": "old-p", "base_url": "https://old", "api_mode": "chat"})  # fmt: skip
+    assert db.update_session_model("s", "new", "new-p", base_url="https://new")
+    model, config = config_of(db, "s")
+    route = {"provider": "new-p", "base_url": "https://new", "api_mode": None}
+    assert model == "new"
+    assert config == {"_branched_from": "root", "provider": "new-p", "base_url": "https://new",
+                      "model": "new", "gateway_runtime": route}  # fmt: skip
+    # Without a provider the route stays; only the model changes.
+    assert db.update_session_model("s", "newer")
+    assert config_of(db, "s") == ("newer", {**config, "model": "newer"})
+    assert not db.update_session_model("missing", "m", "p")
+
+
+def test_replace_git_meta_overwrites_and_clears_the_git_values(db: SessionDB) -> None:
+    db.create_session("s", "cli")
+    db.update_session_cwd("s", "/a", "main", "/a")
+    db.update_session_cwd("s", "/a", "", None)  # a failed probe clears nothing
+    (row,) = run(db, "SELECT cwd, git_branch, git_repo_root FROM sessions")
+    assert (row["git_branch"], row["git_repo_root"]) == ("main", "/a")
+    assert db.update_session_cwd("s", "/b", " dev ", None, replace_git_meta=True)
+    (row,) = run(db, "SELECT cwd, git_branch, git_repo_root FROM sessions")
+    assert (row["cwd"], row["git_branch"], row["git_repo_root"]) == ("/b", "dev", None)
+
+
+def test_set_meta_with_a_cursor_writes_in_the_callers_transaction(tmp_path: Any) -> None:
+    from sessionstore.hermes.state import SessionDB as HermesSessionDB
+
+    db = HermesSessionDB(tmp_path / "state.db")
+    try:
+        conn = db._conn
+        assert conn is not None
+        with db._lock:
+            cursor = conn.cursor()
+            cursor.execute("BEGIN IMMEDIATE")
+            db.set_meta("k", "inside", cursor=cursor)
+            conn.rollback()
+        assert db.get_meta("k") is None  # the caller's rollback took it back
+        with db._lock:
+            cursor = conn.cursor()
+            cursor.execute("BEGIN IMMEDIATE")
+            db.set_meta("k", "committed", cursor=cursor)
+            conn.commit()
+        assert db.get_meta("k") == "committed"
+    finally:
+        db.close()

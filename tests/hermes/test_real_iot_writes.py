@@ -101,12 +101,33 @@ USAGE: list[Step] = [
 ]  # fmt: skip
 
 
+ROUTE: list[Step] = [
+    ("create_session", ["s", "cli"], {"model": "old", "model_config": {
+        "_branched_from": "root", "browser_model_lock": {"model": "b"}, "provider": "old-p",
+        "base_url": "https://old", "api_mode": "chat"}}),
+    ("update_session_model", ["s", "new", "new-p"], {"base_url": "https://new"}),
+    (SELECT_STEP, ["SELECT model, model_config FROM sessions"], {}),
+    ("update_session_model", ["s", "newer"], {}),
+    (SELECT_STEP, ["SELECT model, model_config FROM sessions"], {}),
+    ("update_session_cwd", ["s", "/a", "main", "/a"], {}),
+    ("update_session_cwd", ["s", "/a", "", None], {}),
+    (SELECT_STEP, ["SELECT cwd, git_branch, git_repo_root FROM sessions"], {}),
+    ("update_session_cwd", ["s", "/b", " dev ", None], {"replace_git_meta": True}),
+    (SELECT_STEP, ["SELECT cwd, git_branch, git_repo_root FROM sessions"], {}),
+]  # fmt: skip
+
+
 def normalized(steps: list[Step], results: list[Any]) -> list[Any]:
     """The answers to compare: an append's row id as only that it is one."""
     answers = json.loads(json.dumps(results, default=repr))
     for index, (name, _, _) in enumerate(steps):
         if name == APPEND:
             answers[index] = isinstance(answers[index], int)
+        if name in ("update_session_model", "update_session_cwd"):
+            answers[index] = None  # iot: None and a generation; ours: whether a row changed
+        if name == SELECT_STEP and "model_config" in steps[index][1][0]:
+            for row in answers[index]:
+                row["model_config"] = json.loads(row["model_config"])
         if name == "replace_messages":
             answers[index] = None  # iot answers nothing, ours the rows written
         if name == "get_session":
@@ -122,6 +143,7 @@ def iot_answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Any]
         "writes": normalized(STEPS, hermes.calls(root / "writes.db", STEPS)),
         "replace": normalized(REPLACE, hermes.calls(root / "replace.db", REPLACE)),
         "usage": normalized(USAGE, hermes.calls(root / "usage.db", USAGE)),
+        "route": normalized(ROUTE, hermes.calls(root / "route.db", ROUTE)),
     }
 
 
@@ -181,3 +203,12 @@ def test_usage_with_a_source_a_task_and_aggregated_calls_as_iot(
     assert iot[3] == [{"source": "telegram", "model": "m", "billing_provider": "p",
                        "input_tokens": 12, "api_call_count": 2}]  # fmt: skip
     assert run_ours(db, USAGE) == iot
+
+
+def test_a_model_switch_and_a_workspace_move_as_iot(
+    iot_answers: dict[str, list[Any]], db: SessionDB
+) -> None:
+    iot = iot_answers["route"]
+    assert iot[2][0]["model_config"]["gateway_runtime"]["provider"] == "new-p"
+    assert iot[-1] == [{"cwd": "/b", "git_branch": "dev", "git_repo_root": None}]
+    assert run_ours(db, ROUTE) == iot
