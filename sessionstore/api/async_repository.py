@@ -437,6 +437,8 @@ class AsyncSessionRepository:
         include_inactive: bool = False,
         limit: int | None = None,
         offset: int = 0,
+        latest: bool = False,
+        after_id: int | None = None,
     ) -> list[dict[str, Any]]:
         return await self._read(
             lambda repo: repo.get_message_dicts(
@@ -444,6 +446,8 @@ class AsyncSessionRepository:
                 include_inactive,
                 limit,
                 offset,
+                latest,
+                after_id,
             )
         )
 

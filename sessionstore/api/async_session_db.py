@@ -659,6 +659,8 @@ class AsyncSessionDB:
         include_inactive: bool = False,
         limit: int | None = None,
         offset: int = 0,
+        latest: bool = False,
+        after_id: int | None = None,
     ) -> list[dict[str, Any]]:
         return await self._read(
             lambda db: db.get_messages(
@@ -666,6 +668,8 @@ class AsyncSessionDB:
                 include_inactive,
                 limit,
                 offset,
+                latest,
+                after_id,
             )
         )
 
@@ -1456,8 +1460,20 @@ class AsyncSessionDB:
         query: str,
         limit: int = 20,
         include_archived: bool = True,
+        source: SourceFilter = None,
+        sources: Sequence[str] | None = None,
+        exclude_sources: Sequence[str] | None = None,
     ) -> list[dict[str, Any]]:
-        return await self._read(lambda db: db.search_sessions_by_id(query, limit, include_archived))
+        return await self._read(
+            lambda db: db.search_sessions_by_id(
+                query,
+                limit,
+                include_archived,
+                source,
+                sources,
+                exclude_sources,
+            )
+        )
 
     async def list_cron_job_runs(
         self,

@@ -785,12 +785,17 @@ class SessionDB:
         include_inactive: bool = False,
         limit: int | None = None,
         offset: int = 0,
+        latest: bool = False,
+        after_id: int | None = None,
     ) -> list[dict[str, Any]]:
         """The session's rows in order; rewound and compaction-archived ones only with
         ``include_inactive``. ``limit``/``offset`` page them (Hermes 0.19: 0-based, in order;
-        ``offset`` alone pages too). Each dict is newest Hermes's
-        (``sessions.windows.hermes_message_dict``)."""
-        return self._repo.get_message_dicts(session_id, include_inactive, limit, offset)
+        ``offset`` alone pages too); iot 0.22.2's ``latest`` pages back from the newest and
+        ``after_id`` reads the rows after an id (``SessionRepository.get_message_dicts``).
+        Each dict is newest Hermes's (``sessions.windows.hermes_message_dict``)."""
+        return self._repo.get_message_dicts(
+            session_id, include_inactive, limit, offset, latest, after_id
+        )
 
     @reads
     def get_messages_as_conversation(
@@ -1565,12 +1570,26 @@ class SessionDB:
 
     @reads
     def search_sessions_by_id(
-        self, query: str, limit: int = 20, include_archived: bool = True
+        self,
+        query: str,
+        limit: int = 20,
+        include_archived: bool = True,
+        source: SourceFilter = None,
+        sources: Sequence[str] | None = None,
+        exclude_sources: Sequence[str] | None = None,
     ) -> list[dict[str, Any]]:
         """Listed sessions whose id (or any id of their compression chain) holds ``query``,
         case-insensitively: exact ids first, then prefixes, then the rest, each most recently
-        active first."""
-        return search_by_id(self.list_sessions_rich, query, limit, include_archived)
+        active first. ``source``, ``sources`` and ``exclude_sources`` (iot 0.22.2) narrow the
+        listing asked, as in ``list_sessions_rich``."""
+        filters = {
+            name: value
+            for name, value in (
+                ("source", source), ("sources", sources), ("exclude_sources", exclude_sources)
+            )
+            if value is not None
+        }  # fmt: skip
+        return search_by_id(self.list_sessions_rich, query, limit, include_archived, **filters)
 
     @reads
     def list_cron_job_runs(

@@ -1269,13 +1269,19 @@ def cron_prefix(job_id: str) -> str:
 
 
 def search_by_id(
-    listing: Callable[..., list[dict[str, Any]]], query: Any, limit: Any, include_archived: bool
+    listing: Callable[..., list[dict[str, Any]]],
+    query: Any,
+    limit: Any,
+    include_archived: bool,
+    **source_filters: Any,
 ) -> list[dict[str, Any]]:
     """Hermes's ``search_sessions_by_id`` over ``listing`` (a ``list_sessions_rich`` that
     returns dicts): a text query, stripped and lower-cased, asks the listing by keyword, as
     Hermes does, for four times ``limit`` rows of its id filter in activity order, and ranks
     them (:func:`rank_by_id`). The Hermes facade passes its own ``list_sessions_rich``, so
-    whatever stands in for it there (a subclass, a test) is asked, as in Hermes."""
+    whatever stands in for it there (a subclass, a test) is asked, as in Hermes.
+    ``source_filters`` (iot 0.22.2's ``source``, ``sources``, ``exclude_sources``) go to the
+    listing as they are."""
     if not isinstance(query, str):
         return []
     needle = query.strip().lower()
@@ -1288,6 +1294,7 @@ def search_by_id(
         include_archived=include_archived,
         order_by_last_active=True,
         id_query=needle,
+        **source_filters,
     )
     return rank_by_id(rows, needle, count)
 

@@ -518,13 +518,37 @@ class MessagesPart(RepositoryPart):
         include_inactive: bool = False,
         limit: int | None = None,
         offset: int = 0,
+        latest: bool = False,
+        after_id: int | None = None,
     ) -> list[dict[str, Any]]:
         """:meth:`get_messages` as newest Hermes's dicts (``windows.hermes_message_dict``),
         built straight from a statement that reads only what the dicts show, in their key
-        order (``windows.message_dicts_of_session``)."""
+        order (``windows.message_dicts_of_session``).
+
+        iot 0.22.2's paging: ``latest`` pages back from the newest row (``offset`` rows
+        skipped from the end, then ``limit``) and returns the page in order; ``after_id``
+        (keyset paging) reads only the rows after that id, and cannot be combined with
+        ``latest`` or ``offset`` (``ValueError``, as iot)."""
+        if after_id is not None and (latest or offset):
+            raise ValueError("after_id is incompatible with latest/offset paging")
+        after = None if after_id is None else validation.integer(after_id, "after_id")
         if not isinstance(session_id, str) or not bindable(session_id):
             return []
         page = message_page(limit, offset)
+        if latest or after is not None:
+            statement = _messages_of_session(
+                self.store.read_shape, live_only=not include_inactive, paged=page is not None,
+                fields=MESSAGE_DICT_FIELDS, newest_first=bool(latest), after_id=after is not None,
+            )  # fmt: skip
+            params: dict[str, Any] = {"session_id": session_id}
+            if page is not None:
+                params.update(limit=page[0], offset=page[1])
+            if after is not None:
+                params["after_id"] = max(min(after, INT64_MAX), -INT64_MAX)
+            found = self.store.read(lambda conn: list(conn.execute(statement, params)))
+            if latest:
+                found.reverse()
+            return message_dicts_of_session(found, session_id)
         if page is None:
             load = self._load_message_dicts if include_inactive else self._load_live_message_dicts
             values: dict[str, Any] = {"session_id": session_id}
@@ -771,12 +795,15 @@ def _messages_of_session(
     live_only: bool = False,
     paged: bool = False,
     fields: Sequence[str] = MESSAGE_FIELDS,
+    newest_first: bool = False,
+    after_id: bool = False,
 ) -> TextClause:
     # The page's LIMIT and OFFSET are written in as numbers (statements.literal_count).
-    order = "id LIMIT :limit OFFSET :offset" if paged else "id"
-    statement = plain_select(
-        messages, fields, _of_session(live_only), order_by=order, shape=shape
-    )
+    order = "id DESC" if newest_first else "id"
+    if paged:
+        order += " LIMIT :limit OFFSET :offset"
+    where = _of_session(live_only) + (" AND id > :after_id" if after_id else "")
+    statement = plain_select(messages, fields, where, order_by=order, shape=shape)
     if not paged:
         return statement
     return statement.bindparams(literal_count("limit"), literal_count("offset"))

@@ -389,3 +389,42 @@ def test_set_meta_with_a_cursor_writes_in_the_callers_transaction(tmp_path: Any)
         assert db.get_meta("k") == "committed"
     finally:
         db.close()
+
+
+# -- reads: search_sessions_by_id(source, sources, exclude_sources) ---------------------------
+def test_an_id_search_narrowed_by_source(db: SessionDB) -> None:
+    for session_id, source in (("abc-cli", "cli"), ("abc-tg", "telegram"), ("abc-dc", "discord")):
+        db.create_session(session_id, source)
+        db.append_message(session_id, "user", "hi")
+
+    def ids(**filters: Any) -> list[str]:
+        return sorted(row["id"] for row in db.search_sessions_by_id("abc", **filters))
+
+    assert ids() == ["abc-cli", "abc-dc", "abc-tg"]
+    assert ids(source="telegram") == ["abc-tg"]
+    assert ids(sources=["cli", "discord"]) == ["abc-cli", "abc-dc"]
+    assert ids(exclude_sources=["cli"]) == ["abc-dc", "abc-tg"]
+
+
+# -- reads: get_messages(latest, after_id) ------------------------------------------------------
+def test_latest_pages_back_from_the_newest_and_after_id_pages_by_key(db: SessionDB) -> None:
+    db.create_session("s", "cli")
+    ids = db.append_messages("s", [{"role": "user", "content": f"m{i}"} for i in range(6)])
+
+    def texts(**paging: Any) -> list[str]:
+        return [m["content"] for m in db.get_messages("s", **paging)]
+
+    assert texts(latest=True, limit=2) == ["m4", "m5"]
+    assert texts(latest=True, limit=2, offset=1) == ["m3", "m4"]
+    assert texts(latest=True) == [f"m{i}" for i in range(6)]
+    assert texts(after_id=ids[3]) == ["m4", "m5"]
+    assert texts(after_id=ids[1], limit=1) == ["m2"]
+    assert texts(after_id=2**70) == []
+    db.rewind_to_message("s", ids[4])
+    assert texts(latest=True, limit=2) == ["m2", "m3"]
+    assert texts(latest=True, limit=2, include_inactive=True) == ["m4", "m5"]
+    for bad in ({"after_id": 1, "latest": True}, {"after_id": 1, "offset": 1}):
+        with pytest.raises(ValueError, match="after_id"):
+            db.get_messages("s", **bad)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        db.get_messages("s", after_id="1")  # type: ignore[arg-type]

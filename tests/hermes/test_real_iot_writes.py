@@ -117,6 +117,20 @@ ROUTE: list[Step] = [
 ]  # fmt: skip
 
 
+READS: list[Step] = [
+    ("create_session", ["abc-cli", "cli"], {}),
+    ("create_session", ["abc-tg", "telegram"], {}),
+    ("append_messages_batch", ["abc-cli", [{"role": "user", "content": f"m{i}"}
+                                           for i in range(6)]], {}),
+    ("append_message", ["abc-tg", "user", "hi"], {}),
+    ("get_messages", ["abc-cli"], {"latest": True, "limit": 2, "offset": 1}),
+    ("get_messages", ["abc-cli"], {"after_id": 3, "limit": 2}),
+    ("search_sessions_by_id", ["abc"], {"source": "telegram"}),
+    ("search_sessions_by_id", ["abc"], {"exclude_sources": ["telegram"]}),
+    ("search_sessions_by_id", ["abc"], {"sources": ["cli", "telegram"]}),
+]  # fmt: skip
+
+
 def normalized(steps: list[Step], results: list[Any]) -> list[Any]:
     """The answers to compare: an append's row id as only that it is one."""
     answers = json.loads(json.dumps(results, default=repr))
@@ -128,6 +142,10 @@ def normalized(steps: list[Step], results: list[Any]) -> list[Any]:
         if name == SELECT_STEP and "model_config" in steps[index][1][0]:
             for row in answers[index]:
                 row["model_config"] = json.loads(row["model_config"])
+        if name == "get_messages":
+            answers[index] = [[m["id"], m["content"]] for m in answers[index]]
+        if name == "search_sessions_by_id":
+            answers[index] = sorted(row["id"] for row in answers[index])
         if name == "replace_messages":
             answers[index] = None  # iot answers nothing, ours the rows written
         if name == "get_session":
@@ -144,6 +162,7 @@ def iot_answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Any]
         "replace": normalized(REPLACE, hermes.calls(root / "replace.db", REPLACE)),
         "usage": normalized(USAGE, hermes.calls(root / "usage.db", USAGE)),
         "route": normalized(ROUTE, hermes.calls(root / "route.db", ROUTE)),
+        "reads": normalized(READS, hermes.calls(root / "reads.db", READS)),
     }
 
 
@@ -212,3 +231,12 @@ def test_a_model_switch_and_a_workspace_move_as_iot(
     assert iot[2][0]["model_config"]["gateway_runtime"]["provider"] == "new-p"
     assert iot[-1] == [{"cwd": "/b", "git_branch": "dev", "git_repo_root": None}]
     assert run_ours(db, ROUTE) == iot
+
+
+def test_paged_reads_and_an_id_search_by_source_as_iot(
+    iot_answers: dict[str, list[Any]], db: SessionDB
+) -> None:
+    iot = iot_answers["reads"]
+    assert iot[4] == [[4, "m3"], [5, "m4"]] and iot[5] == [[4, "m3"], [5, "m4"]]
+    assert iot[6:] == [["abc-tg"], ["abc-cli"], ["abc-cli", "abc-tg"]]
+    assert run_ours(db, READS) == iot
