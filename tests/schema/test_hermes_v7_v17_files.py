@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ from legacy_v7_v17 import (
     schema_objects,
 )
 from legacy_v23_v31 import V31_INDEXES, V31_MESSAGE_NAMES, V31_SESSION_NAMES
+from store_library import connect_like_the_store
 
 from sessionstore.api.session_db import SessionDB
 from sessionstore.schema import migrate
@@ -327,3 +329,56 @@ def test_a_file_newer_than_31_is_refused_untouched_and_readable(tmp_path: Path) 
     with pytest.raises(SchemaOutOfDateError) as unreadable:
         SessionDB(old_shape, read_only=True)
     assert "newer" in str(unreadable.value) and "db upgrade" not in str(unreadable.value)
+
+
+HAND_MADE_V12 = """
+CREATE TABLE schema_version (version INTEGER);
+INSERT INTO schema_version VALUES (12);
+CREATE TABLE sessions (
+    id TEXT PRIMARY KEY, source TEXT, started_at REAL, ended_at REAL,
+    message_count INTEGER DEFAULT 0, tool_call_count INTEGER DEFAULT 0,
+    title TEXT, parent_session_id TEXT, model_config TEXT
+);
+CREATE TABLE messages (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL, role TEXT NOT NULL, content TEXT,
+    tool_call_id TEXT, tool_calls TEXT, tool_name TEXT,
+    timestamp REAL NOT NULL, token_count INTEGER, finish_reason TEXT,
+    reasoning TEXT, reasoning_content TEXT, reasoning_details TEXT,
+    codex_reasoning_items TEXT, codex_message_items TEXT,
+    platform_message_id TEXT, observed INTEGER DEFAULT 0
+);
+CREATE TABLE state_meta (key TEXT PRIMARY KEY, value TEXT);
+ALTER TABLE messages ADD COLUMN active INTEGER;
+ALTER TABLE messages ADD COLUMN compacted INTEGER DEFAULT 0;
+INSERT INTO sessions (id, source, started_at) VALUES ('s1', 'discord', 1.0);
+INSERT INTO messages (session_id, role, content, timestamp)
+    VALUES ('s1', 'user', 'old hidden turn', 1.0);
+"""
+
+
+def test_a_file_numbered_past_6_lacking_v6_columns_gets_them_and_its_rows_live(
+    tmp_path: Path,
+) -> None:
+    """Hermes's own tests adopt a hand-made table numbered 12 whose markers prove v6 but that
+    lacks v1-v6 session columns (end_reason, model, ...) and whose ``active`` has no default:
+    as Hermes's open, the columns are added, the NULL-flagged row made live, and a message
+    appended without the flag is live."""
+    path = tmp_path / "state.db"
+    with closing(sqlite3.connect(path)) as conn:
+        conn.executescript(HAND_MADE_V12)
+    with SessionDB(db_path=path, backup_on_adopt=False) as db:
+        assert [m["content"] for m in db.get_messages_as_conversation("s1")] == [
+            "old hidden turn"
+        ]
+        db.append_message("s1", "user", "gateway turn")
+        assert [m["active"] for m in db.get_messages("s1")] == [1, 1]
+        session = db.get_session("s1")
+        assert session is not None
+        assert (session["end_reason"], session["input_tokens"], session["source"]) == (
+            None, 0, "discord",
+        )
+    with closing(connect_like_the_store(str(path))) as conn:
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(sessions)")}
+        assert {"end_reason", "model", "system_prompt", "billing_mode"} <= columns
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
