@@ -669,6 +669,13 @@ class AsyncSessionRepository:
     ) -> dict[str, Any] | None:
         return await self._read(lambda repo: repo.get_session_rich_row(session_id, compact_rows))
 
+    async def get_session_rich_rows(
+        self,
+        session_ids: Sequence[str],
+        compact_rows: bool = False,
+    ) -> dict[str, dict[str, Any]]:
+        return await self._read(lambda repo: repo.get_session_rich_rows(session_ids, compact_rows))
+
     async def count_listed_sessions(
         self,
         source: SourceFilter = None,

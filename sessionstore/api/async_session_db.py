@@ -557,6 +557,13 @@ class AsyncSessionDB:
     ) -> dict[str, Any] | None:
         return await self._read(lambda db: db.get_session_rich_row(session_id, compact_rows))
 
+    async def get_session_rich_rows(
+        self,
+        session_ids: Sequence[str],
+        compact_rows: bool = False,
+    ) -> dict[str, dict[str, Any]]:
+        return await self._read(lambda db: db.get_session_rich_rows(session_ids, compact_rows))
+
     async def list_sessions_rich(
         self,
         source: SourceFilter = None,

@@ -483,6 +483,14 @@ class SessionDB:
         return self._repo.get_session_rich_row(session_id, compact_rows)
 
     @reads
+    def get_session_rich_rows(
+        self, session_ids: Sequence[str], compact_rows: bool = False
+    ) -> dict[str, dict[str, Any]]:
+        """:meth:`get_session_rich_row` for many ids in one read, keyed by id (unknown ids
+        absent): iot 0.22.2's ``_get_session_rich_rows_batch``."""
+        return self._repo.get_session_rich_rows(session_ids, compact_rows)
+
+    @reads
     def list_sessions_rich(
         self,
         source: SourceFilter = None,

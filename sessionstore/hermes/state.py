@@ -77,7 +77,7 @@ import sqlite3
 import sys as sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, TypeVar, cast
@@ -393,6 +393,12 @@ class SessionDB(facade.SessionDB):
     ) -> dict[str, Any] | None:
         """Hermes's private name for :meth:`get_session_rich_row` (iot 0.22.2 has both)."""
         return self.get_session_rich_row(session_id, compact_rows)
+
+    def _get_session_rich_rows_batch(
+        self, session_ids: Sequence[str], compact_rows: bool = False
+    ) -> dict[str, dict[str, Any]]:
+        """Hermes's private name for :meth:`get_session_rich_rows`."""
+        return self.get_session_rich_rows(session_ids, compact_rows)
 
     @staticmethod
     def _sanitize_fts5_query(query: str) -> str:

@@ -473,6 +473,28 @@ class ListingPart(RepositoryPart):
         listing = _rich_dict(rows[0], None, None)
         return _compact(listing) if compact else listing
 
+    @reads
+    def get_session_rich_rows(
+        self, session_ids: Sequence[str], compact_rows: bool = False
+    ) -> dict[str, dict[str, Any]]:
+        """:meth:`get_session_rich_row` for many ids in one statement, keyed by id (iot's
+        ``_get_session_rich_rows_batch``): unknown ids (and values no id can be) are absent.
+        The ids are one JSON parameter, however many."""
+        compact = validation.flag(compact_rows, "compact_rows")
+        wanted = sorted({sid for sid in session_ids if sid and matchable(sid)})
+        if not wanted:
+            return {}
+        hot = self._hot_listing(
+            _rich_rows_statement(
+                compact, self.store.read_shape, self.store.dialect.json_list_sql("session_ids")
+            )
+        )
+        rows = self.store.read(lambda conn: hot.rows(conn, {"session_ids": json_list(wanted)}))
+        listings = (_rich_dict(row, None, None) for row in rows)
+        return {
+            listing["id"]: _compact(listing) if compact else listing for listing in listings
+        }
+
     def _listing_rows(
         self,
         source: SourceFilter,
@@ -860,6 +882,12 @@ def listing_last_active(read: ReadShape) -> ColumnElement[Any]:
 def listing_dict(row: Sequence[Any]) -> dict[str, Any]:
     """A :func:`listing_select` row as Hermes's listing dict (``preview``, ``last_active``)."""
     return _listing_dict(row, None)
+
+
+@functools.cache
+def _rich_rows_statement(compact: bool, read: ReadShape, ids_list_sql: str) -> Select[Any]:
+    """The rich rows of the ids in a JSON list (``ids_list_sql``, the dialect's)."""
+    return _rich_select(compact, read).where(text(f"sessions.id IN {ids_list_sql}"))
 
 
 @functools.cache

@@ -388,6 +388,11 @@ def test_one_sessions_rich_row_compact_or_full(db: SessionDB) -> None:
     assert compact == {key: value for key, value in full.items() if key != "system_prompt"}
     assert db.get_session_rich_row("ghost") is None
     assert db.get_session_rich_row("\x00") is None
+    db.create_session("other", "cli")
+    batch = db.get_session_rich_rows(["root", "other", "ghost", "", "\x00", "root"], True)
+    assert set(batch) == {"root", "other"}
+    assert batch["root"] == compact
+    assert db.get_session_rich_rows([]) == {}
 
 
 def _compression_chain(db: SessionDB, *ids: str) -> None:

@@ -222,6 +222,7 @@ def test_hermes_module_level_names_its_tests_reach_for(db: SessionDB) -> None:
     full = db._get_session_rich_row("s1")
     assert full is not None and full["system_prompt"] == "should be gone"
     assert db._get_session_rich_row("ghost") is None
+    assert db._get_session_rich_rows_batch(["s1", "ghost"], compact_rows=True) == {"s1": compact}
 
 
 def test_the_clock_of_leases_is_read_through_the_module(
