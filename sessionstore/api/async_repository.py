@@ -611,8 +611,16 @@ class AsyncSessionRepository:
         source: SourceFilter = None,
         limit: int = 20,
         offset: int = 0,
+        workspace_key: str | None = None,
     ) -> list[SessionRecord]:
-        return await self._read(lambda repo: repo.search_sessions(source, limit, offset))
+        return await self._read(
+            lambda repo: repo.search_sessions(
+                source,
+                limit,
+                offset,
+                workspace_key,
+            )
+        )
 
     async def distinct_session_cwds(self, include_archived: bool = False) -> list[dict[str, Any]]:
         return await self._read(lambda repo: repo.distinct_session_cwds(include_archived))

@@ -29,7 +29,7 @@ import concurrent.futures
 import functools
 import os
 import threading
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -1343,6 +1343,7 @@ class AsyncSessionDB:
         offset: int = 0,
         sort: str | None = None,
         include_inactive: bool = False,
+        fields: Collection[str] | None = None,
     ) -> list[dict[str, Any]]:
         return await self._read(
             lambda db: db.search_messages(
@@ -1354,6 +1355,7 @@ class AsyncSessionDB:
                 offset,
                 sort,
                 include_inactive,
+                fields,
             )
         )
 
@@ -1362,8 +1364,9 @@ class AsyncSessionDB:
         source: SourceFilter = None,
         limit: int = 20,
         offset: int = 0,
+        workspace_key: str | None = None,
     ) -> list[dict[str, Any]]:
-        return await self._read(lambda db: db.search_sessions(source, limit, offset))
+        return await self._read(lambda db: db.search_sessions(source, limit, offset, workspace_key))
 
     async def session_count(
         self,

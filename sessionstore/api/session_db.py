@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -1406,13 +1406,24 @@ class SessionDB:
         offset: int = 0,
         sort: str | None = None,
         include_inactive: bool = False,
+        fields: Collection[str] | None = None,
     ) -> list[dict[str, Any]]:
         """Full-text search; any user text returns a list (possibly empty), never raises.
 
         Compaction-archived messages are found; rewound ones only with ``include_inactive``.
         ``sort`` is None (best match first), ``'newest'`` or ``'oldest'``; any other value
-        is a ValueError (a programming error, not user text).
+        is a ValueError (a programming error, not user text). iot 0.22.2's ``fields`` keeps
+        only the keys named in each hit (``search.hits.hit_fields``).
         """
+        from ..search.hits import hit_fields
+
+        projection = hit_fields(fields)
+        if projection is not None:
+            hits = self.search_messages(
+                query, source_filter, exclude_sources, role_filter, limit, offset, sort,
+                include_inactive,
+            )  # fmt: skip
+            return [{name: hit[name] for name in projection if name in hit} for hit in hits]
         if not isinstance(query, str):
             return []
         # The repository's search, its hits built as dicts directly (no SearchHit between);
@@ -1429,9 +1440,15 @@ class SessionDB:
 
     @reads
     def search_sessions(
-        self, source: SourceFilter = None, limit: int = 20, offset: int = 0
+        self,
+        source: SourceFilter = None,
+        limit: int = 20,
+        offset: int = 0,
+        workspace_key: str | None = None,
     ) -> list[dict[str, Any]]:
-        return [r.to_dict() for r in self._repo.search_sessions(source, limit, offset)]
+        return [
+            r.to_dict() for r in self._repo.search_sessions(source, limit, offset, workspace_key)
+        ]
 
     @reads
     def session_count(

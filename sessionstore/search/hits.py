@@ -139,6 +139,28 @@ def search_hit(row: FoundRow) -> SearchHit:
     )  # fmt: skip
 
 
+HIT_FIELDS = (
+    "id", "session_id", "role", "snippet", "timestamp", "tool_name", "source", "model",
+    "session_started", "context",
+)  # fmt: skip
+"""The keys of a hit's dict, in their order (iot 0.22.2's ``_SEARCH_MESSAGE_RESULT_FIELDS``)."""
+
+
+def hit_fields(fields: Any) -> tuple[str, ...] | None:
+    """iot 0.22.2's ``fields`` of ``search_messages``: None (every key), or the keys named, in
+    :data:`HIT_FIELDS` order; a lone ``str`` is a ``TypeError``, an unknown key a
+    ``ValueError``."""
+    if fields is None:
+        return None
+    if isinstance(fields, (str, bytes)):
+        raise TypeError("search fields must be a collection of field names, not a string")
+    requested = set(fields)
+    unknown = requested.difference(HIT_FIELDS)
+    if unknown:
+        raise ValueError(f"unknown search result field(s): {', '.join(sorted(map(str, unknown)))}")
+    return tuple(field for field in HIT_FIELDS if field in requested)
+
+
 def hit_dict(row: FoundRow) -> dict[str, Any]:
     """What :meth:`SearchHit.to_dict` returns for this row, without the hit in between."""
     return {

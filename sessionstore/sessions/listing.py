@@ -294,8 +294,14 @@ class ListingPart(RepositoryPart):
 
     @reads
     def search_sessions(
-        self, source: SourceFilter = None, limit: int = 20, offset: int = 0
+        self,
+        source: SourceFilter = None,
+        limit: int = 20,
+        offset: int = 0,
+        workspace_key: str | None = None,
     ) -> list[SessionRecord]:
+        """Sessions, newest first; ``workspace_key`` (iot 0.22.2: ``hermes -c`` picks the last
+        session of its workspace) keeps those of one workspace (:func:`workspace_condition`)."""
         statement = (
             select(*session_columns(self.store.read_shape))
             .order_by(sessions.c.started_at.desc(), sessions.c.id)
@@ -307,6 +313,10 @@ class ListingPart(RepositoryPart):
         selected = validation.sources(source, "source")
         if selected is not None:
             statement = statement.where(source_condition(self.store.dialect, selected))
+        if workspace_key:
+            statement = statement.where(
+                workspace_condition(validation.identifier(workspace_key, "workspace_key"))
+            )
         return self.store.read(
             lambda conn: [SessionRecord(*row) for row in conn.execute(statement)]
         )
@@ -1283,6 +1293,17 @@ def cwd_patterns(prefix: str) -> tuple[str, str, str, int]:
 def cwd_condition(prefix: str) -> ColumnElement[bool]:
     """The session's cwd is ``prefix`` or below it (:func:`cwd_patterns`)."""
     return _cwd_condition(*cwd_patterns(prefix))
+
+
+def workspace_condition(key: str) -> ColumnElement[bool]:
+    """iot 0.22.2's ``workspace_key(row) == key`` (``hermes.helpers.workspace_key``): the
+    session's git repository root is ``key`` (trailing separators aside), or, for a session
+    with no root recorded, its cwd is ``key`` or below it."""
+    root = key.rstrip("/\\") or key
+    return or_(
+        sessions.c.git_repo_root == root,
+        and_(func.coalesce(sessions.c.git_repo_root, "") == "", cwd_condition(key)),
+    )
 
 
 def _cwd_condition(

@@ -428,3 +428,36 @@ def test_latest_pages_back_from_the_newest_and_after_id_pages_by_key(db: Session
             db.get_messages("s", **bad)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         db.get_messages("s", after_id="1")  # type: ignore[arg-type]
+
+
+# -- reads: search_sessions(workspace_key) ------------------------------------------------------
+def test_search_sessions_keeps_one_workspace(db: SessionDB) -> None:
+    for session_id, cwd, root in (
+        ("repo", "/w/app/sub", "/w/app"), ("plain", "/w/app/x", None),
+        ("other", "/w/app2", None), ("elsewhere", "/w/app/y", "/w/lib"),
+    ):  # fmt: skip
+        db.create_session(session_id, "cli")
+        db.update_session_cwd(session_id, cwd, None, root)
+
+    def ids(key: str | None) -> list[str]:
+        return sorted(row["id"] for row in db.search_sessions(workspace_key=key))
+
+    assert ids("/w/app/") == ["plain", "repo"]
+    assert ids("/w/lib") == ["elsewhere"]
+    assert ids(None) == ["elsewhere", "other", "plain", "repo"]
+    assert ids("/nowhere") == []
+
+
+# -- reads: search_messages(fields) ---------------------------------------------------------------
+def test_search_fields_project_each_hit(db: SessionDB) -> None:
+    db.create_session("s", "cli")
+    db.append_message("s", "user", "the kubernetes deployment failed")
+    (full,) = db.search_messages("kubernetes")
+    (projected,) = db.search_messages("kubernetes", fields=["session_id", "id", "context"])
+    assert list(projected) == ["id", "session_id", "context"]  # iot's order, not the caller's
+    assert projected == {key: full[key] for key in ("id", "session_id", "context")}
+    assert db.search_messages("nothing here", fields={"id"}) == []
+    with pytest.raises(TypeError):
+        db.search_messages("kubernetes", fields="id")
+    with pytest.raises(ValueError, match="bogus"):
+        db.search_messages("kubernetes", fields=["id", "bogus"])

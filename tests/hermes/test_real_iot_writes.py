@@ -128,6 +128,11 @@ READS: list[Step] = [
     ("search_sessions_by_id", ["abc"], {"source": "telegram"}),
     ("search_sessions_by_id", ["abc"], {"exclude_sources": ["telegram"]}),
     ("search_sessions_by_id", ["abc"], {"sources": ["cli", "telegram"]}),
+    ("update_session_cwd", ["abc-cli", "/w/app/sub", None, "/w/app"], {}),
+    ("update_session_cwd", ["abc-tg", "/w/app2"], {}),
+    ("search_sessions", [], {"workspace_key": "/w/app/"}),
+    ("search_sessions", [], {"workspace_key": "/w/app2"}),
+    ("search_messages", ["m3"], {"fields": ["session_id", "role"]}),
 ]  # fmt: skip
 
 
@@ -144,7 +149,7 @@ def normalized(steps: list[Step], results: list[Any]) -> list[Any]:
                 row["model_config"] = json.loads(row["model_config"])
         if name == "get_messages":
             answers[index] = [[m["id"], m["content"]] for m in answers[index]]
-        if name == "search_sessions_by_id":
+        if name in ("search_sessions_by_id", "search_sessions"):
             answers[index] = sorted(row["id"] for row in answers[index])
         if name == "replace_messages":
             answers[index] = None  # iot answers nothing, ours the rows written
@@ -238,5 +243,6 @@ def test_paged_reads_and_an_id_search_by_source_as_iot(
 ) -> None:
     iot = iot_answers["reads"]
     assert iot[4] == [[4, "m3"], [5, "m4"]] and iot[5] == [[4, "m3"], [5, "m4"]]
-    assert iot[6:] == [["abc-tg"], ["abc-cli"], ["abc-cli", "abc-tg"]]
+    assert iot[6:9] == [["abc-tg"], ["abc-cli"], ["abc-cli", "abc-tg"]]
+    assert iot[11:] == [["abc-cli"], ["abc-tg"], [{"session_id": "abc-cli", "role": "user"}]]
     assert run_ours(db, READS) == iot
