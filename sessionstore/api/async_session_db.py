@@ -686,6 +686,7 @@ class AsyncSessionDB:
         include_ancestors: bool = False,
         include_inactive: bool = False,
         repair_alternation: bool = False,
+        include_row_ids: bool = False,
     ) -> list[dict[str, Any]]:
         return await self._read(
             lambda db: db.get_messages_as_conversation(
@@ -693,6 +694,7 @@ class AsyncSessionDB:
                 include_ancestors,
                 include_inactive,
                 repair_alternation,
+                include_row_ids,
             )
         )
 

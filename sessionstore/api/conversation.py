@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..sql.codec import decode_json
@@ -132,32 +132,48 @@ def message_of(record: Sequence[Any]) -> dict[str, Any]:
 
 
 def conversation(
-    rows: Iterable[Sequence[Any]], *, with_ancestors: bool, repair_alternation: bool
+    rows: Iterable[Sequence[Any]],
+    *,
+    with_ancestors: bool,
+    repair_alternation: bool,
+    row_ids: bool = False,
 ) -> list[dict[str, Any]]:
-    """The replayed history of ``rows`` (in insertion order), by the rules of the module."""
+    """The replayed history of ``rows`` (in insertion order), by the rules of the module;
+    with ``row_ids`` each message also names its row (``_row_id``, iot 0.22.2's
+    ``include_row_ids``: a loader that writes the messages back addresses their rows)."""
+    make = _message_with_row_id if row_ids else message_of
     if with_ancestors:
         messages: list[dict[str, Any]] = []
         for row in rows:
-            message = message_of(row)
+            message = make(row)
             if _is_replayed_user_message(messages, message):
                 continue
             messages.append(message)
         messages = _without_review_harness(messages)
     else:
-        messages = _replayed_without_review_harness(rows)
+        messages = _replayed_without_review_harness(rows, make)
     if repair_alternation and messages:
         repair_message_sequence(messages)
     return messages
 
 
-def _replayed_without_review_harness(rows: Iterable[Sequence[Any]]) -> list[dict[str, Any]]:
+def _message_with_row_id(record: Sequence[Any]) -> dict[str, Any]:
+    message = message_of(record)
+    message["_row_id"] = record[0]
+    return message
+
+
+def _replayed_without_review_harness(
+    rows: Iterable[Sequence[Any]],
+    make: Callable[[Sequence[Any]], dict[str, Any]] = message_of,
+) -> list[dict[str, Any]]:
     """``_without_review_harness([message_of(row) for row in rows])`` in one pass: without
     ancestors nothing else looks at the rows a harness prompt and its reply leave out."""
     kept: list[dict[str, Any]] = []
     keep = kept.append
     answering_harness = False
     for row in rows:
-        message = message_of(row)
+        message = make(row)
         role = message["role"]
         if role in _HARNESS_ROLES:
             content = message["content"]

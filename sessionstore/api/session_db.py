@@ -812,9 +812,11 @@ class SessionDB:
         include_ancestors: bool = False,
         include_inactive: bool = False,
         repair_alternation: bool = False,
+        include_row_ids: bool = False,
     ) -> list[dict[str, Any]]:
         """The session as OpenAI-shaped messages to replay (live rows only by default), by
-        the rules of :mod:`sessionstore.api.conversation`.
+        the rules of :mod:`sessionstore.api.conversation`; iot 0.22.2's ``include_row_ids``
+        gives each message its row's id (``_row_id``).
 
         ``include_ancestors`` replays the whole parent chain first, root first
         (``lineage_root_to_tip``: every kind of parent, as Hermes walks it), in insertion
@@ -830,8 +832,9 @@ class SessionDB:
         else:
             rows = self._repo.get_conversation_rows(session_id, include_inactive)
         return conversation(
-            rows, with_ancestors=include_ancestors, repair_alternation=repair_alternation
-        )
+            rows, with_ancestors=include_ancestors, repair_alternation=repair_alternation,
+            row_ids=include_row_ids,
+        )  # fmt: skip
 
     @reads
     def get_resume_conversations(

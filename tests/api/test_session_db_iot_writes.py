@@ -461,3 +461,21 @@ def test_search_fields_project_each_hit(db: SessionDB) -> None:
         db.search_messages("kubernetes", fields="id")
     with pytest.raises(ValueError, match="bogus"):
         db.search_messages("kubernetes", fields=["id", "bogus"])
+
+
+# -- reads: get_messages_as_conversation(include_row_ids) ---------------------------------------
+def test_a_conversation_with_row_ids_names_each_row(db: SessionDB) -> None:
+    db.create_session("root", "cli")
+    first = db.append_message("root", "user", "q1")
+    db.end_session("root", "compression")
+    db.create_session("tip", "cli", parent_session_id="root")
+    ids = db.append_messages("tip", turn())
+    plain = db.get_messages_as_conversation("tip")
+    assert all("_row_id" not in message for message in plain)
+    named = db.get_messages_as_conversation("tip", include_row_ids=True)
+    assert [m["_row_id"] for m in named] == ids
+    assert [{k: v for k, v in m.items() if k != "_row_id"} for m in named] == plain
+    lineage = db.get_messages_as_conversation("tip", include_ancestors=True, include_row_ids=True)
+    assert [m["_row_id"] for m in lineage] == [first, *ids]
+    # Handed back to the batch append, they are known as stored.
+    assert db.append_messages_batch("tip", named) == 0

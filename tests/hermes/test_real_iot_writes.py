@@ -133,6 +133,7 @@ READS: list[Step] = [
     ("search_sessions", [], {"workspace_key": "/w/app/"}),
     ("search_sessions", [], {"workspace_key": "/w/app2"}),
     ("search_messages", ["m3"], {"fields": ["session_id", "role"]}),
+    ("get_messages_as_conversation", ["abc-cli"], {"include_row_ids": True}),
 ]  # fmt: skip
 
 
@@ -147,6 +148,8 @@ def normalized(steps: list[Step], results: list[Any]) -> list[Any]:
         if name == SELECT_STEP and "model_config" in steps[index][1][0]:
             for row in answers[index]:
                 row["model_config"] = json.loads(row["model_config"])
+        if name == "get_messages_as_conversation":
+            answers[index] = [[m.get("_row_id"), m["content"]] for m in answers[index]]
         if name == "get_messages":
             answers[index] = [[m["id"], m["content"]] for m in answers[index]]
         if name in ("search_sessions_by_id", "search_sessions"):
@@ -244,5 +247,6 @@ def test_paged_reads_and_an_id_search_by_source_as_iot(
     iot = iot_answers["reads"]
     assert iot[4] == [[4, "m3"], [5, "m4"]] and iot[5] == [[4, "m3"], [5, "m4"]]
     assert iot[6:9] == [["abc-tg"], ["abc-cli"], ["abc-cli", "abc-tg"]]
-    assert iot[11:] == [["abc-cli"], ["abc-tg"], [{"session_id": "abc-cli", "role": "user"}]]
+    assert iot[11:14] == [["abc-cli"], ["abc-tg"], [{"session_id": "abc-cli", "role": "user"}]]
+    assert iot[14] == [[i + 1, f"m{i}"] for i in range(6)]
     assert run_ours(db, READS) == iot
