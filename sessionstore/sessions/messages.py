@@ -26,7 +26,12 @@ from ..errors import UnknownSessionError, ValueOutOfRangeError
 from ..sql import validation
 from ..sql.codec import count_tool_calls, decode_json, encode_json
 from ..sql.message_content import encode_content
-from ..sql.message_identity import given_message_uid, stamp_identities
+from ..sql.message_identity import (
+    given_message_uid,
+    given_tool_call_uid,
+    given_tool_call_uids,
+    stamp_identities,
+)
 from ..sql.read_shape import ReadShape
 from ..sql.records import CONVERSATION_FIELDS, MESSAGE_FIELDS, ConversationRow, MessageRecord
 from ..sql.statements import HotReads, HotWrites, fixed_count, literal_count, plain_select
@@ -45,7 +50,8 @@ if TYPE_CHECKING:
 
 _NEW_MESSAGE_TEXT_FIELDS = (
     "content", "tool_name", "tool_call_id", "finish_reason", "reasoning", "effect_disposition",
-    "api_content", "display_kind", "display_metadata", "message_uid",
+    "api_content", "display_kind", "display_metadata", "message_uid", "tool_call_uids",
+    "tool_call_uid",
 )  # fmt: skip
 _NEW_MESSAGE_JSON_FIELDS = ("tool_calls", "reasoning_details", "codex_reasoning_items")
 
@@ -85,6 +91,8 @@ class NewMessage:
     display_kind: str | None = None
     display_metadata: str | None = None
     message_uid: str | None = None
+    tool_call_uids: str | None = None
+    tool_call_uid: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.role, str):
@@ -157,6 +165,8 @@ def message_rows(
             "display_kind": message.display_kind,
             "display_metadata": message.display_metadata,
             "message_uid": message.message_uid,
+            "tool_call_uids": message.tool_call_uids,
+            "tool_call_uid": message.tool_call_uid,
         }
         for index, message in enumerate(batch)
     ]
@@ -280,6 +290,8 @@ class MessagesPart(RepositoryPart):
         display_kind: Any = None,
         display_metadata: Any = None,
         message_uid: Any = None,
+        tool_call_uids: Any = None,
+        tool_call_uid: Any = None,
     ) -> NewMessage:
         """One message checked and encoded for an append. Newest Hermes's (iot 0.22.2)
         fields: ``compressed_summary`` marks a compaction summary row (any truthy value);
@@ -287,7 +299,9 @@ class MessagesPart(RepositoryPart):
         ``display_metadata`` a dict, or the JSON text of one, stored as JSON
         (:func:`display_metadata_text`); ``message_uid`` the durable id a caller already
         stamped on its live copy of the message (a non-empty ``str``; anything else, as in
-        iot, gets a fresh one)."""
+        iot, gets a fresh one); ``tool_call_uids`` (an assistant message's ``{call id: uid}``)
+        and ``tool_call_uid`` (a tool result's) the tool-call uids it already carries
+        (:func:`..sql.message_identity.given_tool_call_uids`)."""
         # Most of these are None in any one message: each is checked only when given (a
         # validator call per absent field was a tenth of an append's Python).
         text = self._text
@@ -338,6 +352,9 @@ class MessagesPart(RepositoryPart):
             display_metadata=self._text(display_metadata_text(display_metadata),
                                         "display_metadata"),
             message_uid=given_message_uid(message_uid),
+            tool_call_uids=None if tool_call_uids is None
+            else given_tool_call_uids(tool_call_uids),
+            tool_call_uid=None if tool_call_uid is None else given_tool_call_uid(tool_call_uid),
         )
 
     def stored_content(self, content: Any) -> str | None:
@@ -383,6 +400,9 @@ class MessagesPart(RepositoryPart):
                     display_kind=message.get("display_kind"),
                     display_metadata=message.get("display_metadata"),
                     message_uid=message.get("message_uid"),
+                    # iot's live keys, else the columns' names (an export's rows)
+                    tool_call_uids=message.get("_tool_call_uids", message.get("tool_call_uids")),
+                    tool_call_uid=message.get("_tool_call_uid", message.get("tool_call_uid")),
                 )
             )
         return prepared

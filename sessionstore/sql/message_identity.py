@@ -59,6 +59,39 @@ def given_message_uid(value: Any) -> str | None:
     return value
 
 
+def given_tool_call_uids(value: Any) -> str | None:
+    """A caller's tool-call uids of an assistant message as iot 0.22.2 keeps them (its
+    ``_uid_map``): a ``{call id: uid}`` dict, or its JSON text, each uid a non-empty ``str``
+    (or a list of them, one per repeat of an id in one row); other entries are dropped. As the
+    column stores it (JSON, keys sorted), or None when nothing is left; a new call id of the
+    message gets a fresh uid beside them (:func:`stamp_identities`)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    if not isinstance(value, Mapping):
+        return None
+    kept = {
+        key: uid
+        for key, uid in value.items()
+        if isinstance(key, str) and key and bindable(key)
+        and (
+            (isinstance(uid, str) and uid and bindable(uid))
+            or (isinstance(uid, list) and uid
+                and all(isinstance(one, str) and one and bindable(one) for one in uid))
+        )
+    }  # fmt: skip
+    return json.dumps(kept, sort_keys=True) if kept else None
+
+
+def given_tool_call_uid(value: Any) -> str | None:
+    """A caller's tool-call uid of a tool result (iot 0.22.2: the uid its call got in an
+    earlier batch): a non-empty ``str`` a database can store, else None (paired in the batch
+    when it can be)."""
+    return value if isinstance(value, str) and value and bindable(value) else None
+
+
 def _call_ids(tool_calls: str | None) -> tuple[str, ...]:
     """The effective id of each call (iot's ``coalesce_tool_call_id``: ``call_id``, else
     ``id``, stripped, before a ``|``); ``""`` for a call without one."""
@@ -108,20 +141,24 @@ def stamp_identities(rows: list[dict[str, Any]]) -> None:
     pending: dict[str, str] = {}
     for row in rows:
         role = row["role"]
-        uids: dict[str, str] = {}
+        given = row.get("tool_call_uids")
+        uids: dict[str, Any] = json.loads(given) if given and role == "assistant" else {}
         if role == "assistant":
             for call_id in _call_ids(row["tool_calls"]):
                 if call_id and call_id not in uids:
                     uids[call_id] = mint_uid()
-            pending.update(uids)
+            pending.update(
+                (call_id, uid if isinstance(uid, str) else uid[0]) for call_id, uid in uids.items()
+            )
         elif role == "user":
             pending.clear()
         tool_call_id = row["tool_call_id"]
         row["message_uid"] = row.get("message_uid") or mint_uid()
         row["tool_call_uids"] = json.dumps(uids, sort_keys=True) if uids else None
         row["tool_call_uid"] = (
-            pending.get(tool_call_id) if role == "tool" and tool_call_id else None
-        )
+            (row.get("tool_call_uid") or pending.get(tool_call_id))
+            if role == "tool" and tool_call_id else None
+        )  # fmt: skip
         row["absorbed_message_uids"] = None
         row["display_identity"] = display_identity(row)
         row["display_order"] = None

@@ -479,3 +479,21 @@ def test_a_conversation_with_row_ids_names_each_row(db: SessionDB) -> None:
     assert [m["_row_id"] for m in lineage] == [first, *ids]
     # Handed back to the batch append, they are known as stored.
     assert db.append_messages_batch("tip", named) == 0
+
+
+def test_tool_call_uids_a_flush_carries_are_kept(db: SessionDB) -> None:
+    db.create_session("s", "cli")
+    call, result = turn()[1:]
+    call["_tool_call_uids"] = {"call_1": "u-call", "old": ["a", "b"], "": "dropped", "x": 5}
+    db.append_messages_batch("s", [call])
+    assert call["_tool_call_uids"] == {"call_1": "u-call", "old": ["a", "b"]}
+    # The result comes in a later flush, paired by iot from its history.
+    result["_tool_call_uid"] = "u-call"
+    db.append_messages_batch("s", [result])
+    rows = run(db, "SELECT role, tool_call_uids, tool_call_uid FROM messages ORDER BY id")
+    assert json.loads(rows[0]["tool_call_uids"]) == {"call_1": "u-call", "old": ["a", "b"]}
+    assert rows[1]["tool_call_uid"] == "u-call"
+    # Without one, a result in a later batch stays unpaired (as in iot).
+    db.append_messages_batch("s", [{"role": "tool", "content": "c", "tool_call_id": "call_1"}])
+    last = run(db, "SELECT tool_call_uid FROM messages ORDER BY id DESC LIMIT 1")
+    assert last[0]["tool_call_uid"] is None

@@ -137,6 +137,16 @@ READS: list[Step] = [
 ]  # fmt: skip
 
 
+UIDS: list[Step] = [
+    ("create_session", ["s", "cli"], {}),
+    ("append_messages_batch", ["s", [{**TURN[1], "_tool_call_uids": {
+        "call_1": "u-call", "old": ["a", "b"], "": "dropped", "x": 5}}]], {}),
+    ("append_messages_batch", ["s", [{**TURN[2], "_tool_call_uid": "u-call"}]], {}),
+    ("append_messages_batch", ["s", [TURN[2]]], {}),
+    (SELECT_STEP, ["SELECT role, tool_call_uids, tool_call_uid FROM messages ORDER BY id"], {}),
+]  # fmt: skip
+
+
 def normalized(steps: list[Step], results: list[Any]) -> list[Any]:
     """The answers to compare: an append's row id as only that it is one."""
     answers = json.loads(json.dumps(results, default=repr))
@@ -171,6 +181,7 @@ def iot_answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Any]
         "usage": normalized(USAGE, hermes.calls(root / "usage.db", USAGE)),
         "route": normalized(ROUTE, hermes.calls(root / "route.db", ROUTE)),
         "reads": normalized(READS, hermes.calls(root / "reads.db", READS)),
+        "uids": normalized(UIDS, hermes.calls(root / "uids.db", UIDS)),
     }
 
 
@@ -182,8 +193,10 @@ def db(store_url: str) -> Iterator[SessionDB]:
 
 
 def run_ours(db: SessionDB, steps: list[Step]) -> list[Any]:
+    """The steps on ours, each on a fresh copy of its arguments (as the subprocess gets them):
+    a batch append stamps the stored identity on the dicts it is given."""
     results: list[Any] = []
-    for name, args, kwargs in steps:
+    for name, args, kwargs in json.loads(json.dumps(steps)):
         if name in (SQL_STEP, SELECT_STEP):
             statement, params = sa.text(args[0]), (args[1] if len(args) > 1 else {})
             if name == SQL_STEP:
@@ -250,3 +263,11 @@ def test_paged_reads_and_an_id_search_by_source_as_iot(
     assert iot[11:14] == [["abc-cli"], ["abc-tg"], [{"session_id": "abc-cli", "role": "user"}]]
     assert iot[14] == [[i + 1, f"m{i}"] for i in range(6)]
     assert run_ours(db, READS) == iot
+
+
+def test_tool_call_uids_a_flush_carries_are_kept_as_iot(
+    iot_answers: dict[str, list[Any]], db: SessionDB
+) -> None:
+    iot = iot_answers["uids"]
+    assert iot[-1][1]["tool_call_uid"] == "u-call"
+    assert run_ours(db, UIDS) == iot
