@@ -408,6 +408,17 @@ class SessionDB(facade.SessionDB):
     def _contains_cjk(text: str) -> bool:
         return contains_cjk(text)
 
+    def _fts_table_exists(self, name: str) -> bool:
+        """Hermes's check that a full-text table is present (its optimize and repairs skip one
+        that is not): a table of that name in the file's schema."""
+        conn = self._conn
+        if conn is None:
+            return False
+        row = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
+        ).fetchone()
+        return row is not None
+
     def set_token_counts(
         self,
         session_id: str,

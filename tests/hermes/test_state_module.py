@@ -866,3 +866,17 @@ def test_only_a_malformed_schema_is_repaired_at_open(
     with pytest.raises(sessionstore.StoreUnavailableError):
         SessionDB(path)
     assert calls == [] and path.read_bytes() == b"this is definitely not a sqlite database"
+
+
+def test_fts_table_exists_follows_the_file_s_schema(tmp_path: Path) -> None:
+    db = SessionDB(tmp_path / "state.db")
+    assert db._fts_table_exists("messages_fts") and db._fts_table_exists("messages_fts_trigram")
+    with db._lock:
+        for trigger in ("messages_fts_trigram_insert", "messages_fts_trigram_delete",
+                        "messages_fts_trigram_update"):  # fmt: skip
+            db._conn.execute(f"DROP TRIGGER IF EXISTS {trigger}")
+        db._conn.execute("DROP TABLE messages_fts_trigram")
+    assert not db._fts_table_exists("messages_fts_trigram")
+    assert not db._fts_table_exists("sessions_fts; DROP TABLE sessions")
+    assert db.optimize_fts() == 1  # the word index alone, as Hermes counts
+    db.close()
