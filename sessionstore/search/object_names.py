@@ -42,6 +42,9 @@ OLD_TRIGRAM_TRIGGERS: Final = (
 SUBSTRING_PAGE_INDEX: Final = "ix_messages_substring_page"
 """A covering index of what a page of substring hits is chosen by (revision 0024, SQLite
 only: PostgreSQL's CJK plan fetches its few candidates by primary key)."""
+SUBSTRING_TIME_INDEX: Final = "ix_messages_time"
+"""Messages by time (revision 0040, SQLite only): proves a page of substring hits taken in id
+order is the page in time order (:mod:`sessionstore.search.sqlite`)."""
 
 BIGRAM_TABLE: Final = "messages_cjk_bigram"
 """The CJK character-bigram index (revision 0021), contentless, over the CJK rows only."""
@@ -97,6 +100,7 @@ SEARCH_OBJECT_NAMES: Final = frozenset(
         PG_TRGM_INDEX,
         PG_BIGRAM_INDEX,
         SUBSTRING_PAGE_INDEX,
+        SUBSTRING_TIME_INDEX,
     }
 )
 """Every object the search indexes consist of (the models describe none of them)."""

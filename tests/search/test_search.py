@@ -24,6 +24,7 @@ from store_library import connect_like_the_store
 
 from sessionstore.dialects import dialect_for
 from sessionstore.schema import migrate
+from sessionstore.search import sqlite as sqlite_search
 from sessionstore.search.hits import ContextMessage, SearchHit
 from sessionstore.search.registry import search_index_for
 from sessionstore.search.request import Page, SearchFilters
@@ -759,6 +760,87 @@ def test_short_cjk_pages_come_from_the_covering_index(
     sqlite_store.write(lambda c: c.exec_driver_sql("DROP INDEX ix_messages_substring_page"))
     # Without it (a store below revision 0024) the same hits come from the table's rows.
     assert [hit.id for hit in search(sqlite_store, needle, **filters)] == [hit.id for hit in hits]
+
+
+def _time_order_corpus(shuffled: bool) -> list[Msg]:
+    """60 CJK messages (迁移 in each, 检查点 in every third); ``shuffled``: times that
+    disagree with the ids (a late id with the earliest time, early ids with the latest)."""
+    messages = []
+    for number in range(60):
+        text = "数据库迁移" + ("，检查点" if number % 3 == 0 else "")
+        timestamp = 1000.0 + number
+        if shuffled and number in (2, 5):
+            timestamp = 9000.0 + number  # an early id, the latest time
+        if shuffled and number == 58:
+            timestamp = 10.0  # a late id, the earliest time
+        session = "cli-1" if number % 2 else "tg-1"
+        messages.append(Msg(f"m{number}", session, "user" if number % 4 else "assistant",
+                            text, timestamp))
+    return messages
+
+
+@pytest.mark.parametrize("shuffled", [False, True], ids=["ids-in-time-order", "ids-disagree"])
+@pytest.mark.parametrize("needle", ["迁移", "检查点"])
+@pytest.mark.parametrize(
+    "filters",
+    [{}, {"limit": 5}, {"limit": 5, "offset": 3}, {"sort": "oldest", "limit": 4},
+     {"sort": "oldest", "limit": 4, "offset": 2}, {"role_filter": ["user"], "limit": 5},
+     {"source_filter": ["cli"], "limit": 5}],
+    ids=["plain", "page", "offset", "oldest", "oldest-offset", "role", "source"],
+)
+def test_substring_pages_stop_early_only_when_ids_follow_time(
+    sqlite_store: Store, shuffled: bool, needle: str, filters: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A page of substring hits is taken from the first hits in id order only when revision
+    0040's time index proves no other hit belongs in it: the same hits, in the same time
+    order, as ordering every candidate (the store without that index), ids agreeing with
+    times or not."""
+    # A store this small orders every candidate; the rule under test applies from 10,000.
+    monkeypatch.setattr(sqlite_search, "_STOP_EARLY_FROM", 0)
+    seed(sqlite_store, _time_order_corpus(shuffled))
+    with StatementLog(sqlite_store) as log:
+        hits = [hit.id for hit in search(sqlite_store, needle, **filters)]
+    ordered_all = [statement for statement, _ in log.containing(f"{BIGRAM_TABLE} MATCH")
+                   if "first_hits" not in statement]  # fmt: skip
+    stopped_early = not ordered_all
+    sqlite_store.write(lambda c: c.exec_driver_sql("DROP INDEX ix_messages_time"))
+    assert hits == [hit.id for hit in search(sqlite_store, needle, **filters)]
+    assert hits
+    # A short page stops early where ids follow times, and not where an early id carries
+    # the latest time and a late one the earliest (a page holding every hit always can).
+    if "limit" in filters:
+        assert stopped_early is not shuffled
+
+
+@pytest.mark.parametrize("shuffled", [False, True], ids=["ids-in-time-order", "ids-disagree"])
+@pytest.mark.parametrize(
+    "filters",
+    [{"sort": "newest", "limit": 5}, {"sort": "newest", "limit": 5, "offset": 3},
+     {"sort": "oldest", "limit": 4}, {"sort": "oldest", "limit": 4, "offset": 2},
+     {"sort": "newest", "role_filter": ["user"], "limit": 5},
+     {"sort": "newest", "source_filter": ["cli"], "limit": 5}, {"sort": "newest"}],
+    ids=["newest", "newest-offset", "oldest", "oldest-offset", "role", "source", "all"],
+)
+def test_word_pages_in_time_order_stop_early_only_when_ids_follow_time(
+    sqlite_store: Store, shuffled: bool, filters: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A word search in time order takes its page from the first matches in id order only
+    when revision 0040's time index proves it: the same page as ordering every match."""
+    # A store this small orders every candidate; the rule under test applies from 10,000.
+    monkeypatch.setattr(sqlite_search, "_STOP_EARLY_FROM", 0)
+    corpus = [
+        Msg(m.name, m.session, m.role, f"deploy step {number}", m.timestamp)
+        for number, m in enumerate(_time_order_corpus(shuffled))
+    ]
+    seed(sqlite_store, corpus)
+    with StatementLog(sqlite_store) as log:
+        hits = [hit.id for hit in search(sqlite_store, "deploy", **filters)]
+    stopped_early = not log.containing("ORDER BY m.timestamp")  # no match ordered by time
+    sqlite_store.write(lambda c: c.exec_driver_sql("DROP INDEX ix_messages_time"))
+    assert hits == [hit.id for hit in search(sqlite_store, "deploy", **filters)]
+    assert len(hits) == filters.get("limit", 20)
+    assert stopped_early is not shuffled
 
 
 def test_cjk_search_scans_when_the_bigram_index_is_absent(sqlite_store: Store) -> None:
