@@ -78,6 +78,7 @@ _bytecode_cached()
 from real_hermes import backup_copy  # noqa: E402
 
 from sessionstore.schema import migrate  # noqa: E402
+from sessionstore.sql.topic_tables import TOPIC_SCHEMA_META_KEY, TOPIC_TABLES  # noqa: E402
 from sessionstore.storage.engine import create_store_engine  # noqa: E402
 
 RAM_DISK = Path("/dev/shm")
@@ -210,8 +211,13 @@ class MigratedPg:
         # One round trip: the DELETEs, then each sequence back to its start (``setval(...,
         # false)`` is ``ALTER SEQUENCE ... RESTART`` without the DDL: no lock on the sequence,
         # no cache invalidation sent to every backend).
+        # Tables a caller creates on opt-in, outside the chain (Telegram's topic tables): gone
+        # again, with the meta row that says they were made, so every test starts without them.
+        opt_in = [f'DROP TABLE IF EXISTS "{table.name}" CASCADE' for table in TOPIC_TABLES]
+        opt_in.append(f"DELETE FROM state_meta WHERE key = '{TOPIC_SCHEMA_META_KEY}'")
         self.emptying = "; ".join(
             [f'DELETE FROM "{table}"' for table in self.tables]
+            + opt_in
             + [f"SELECT setval('{name}', {start}, false)" for name, start in sequences]
         )
 

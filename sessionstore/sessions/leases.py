@@ -251,6 +251,8 @@ class LeasesPart(RepositoryPart):
         key = validation.identifier(key, "key")
         stored = None if value is None else self._text(str(value), "value")
         if cursor is not None:
+            if not callable(getattr(cursor, "execute", None)):
+                raise TypeError(f"cursor must be a database cursor, not {type(cursor).__name__}")
             cursor.execute(META_UPSERT_QMARK, (key, stored))
             return
         statement = meta_upsert(self.store.dialect, key, stored)

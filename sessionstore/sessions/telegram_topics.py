@@ -34,6 +34,7 @@ from sqlalchemy import Table, delete, exists, func, insert, literal_column, sele
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
+from ..errors import UnknownSessionError
 from ..sql import validation
 from ..sql.tables import sessions_table as sessions
 from ..sql.topic_tables import (
@@ -350,6 +351,11 @@ class TelegramTopicsPart(RepositoryPart):
         )  # fmt: skip
 
         def run(conn: Connection) -> None:
+            # A binding points at a real session (the table's foreign key): said as our typed
+            # error, not the driver's constraint failure.
+            if conn.execute(select(sessions.c.id).where(
+                    sessions.c.id == values["session_id"])).first() is None:  # fmt: skip
+                raise UnknownSessionError(f"no session {values['session_id']!r} to bind")
             linked = conn.execute(
                 select(bindings.c.profile_name, bindings.c.chat_id, bindings.c.thread_id)
                 .where(bindings.c.session_id == values["session_id"])

@@ -16,6 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 from sessionstore import SessionDB
+from sessionstore.errors import UnknownSessionError
 from sessionstore.hermes import state as hermes_state
 
 TOPIC_TABLES = {"telegram_dm_topic_mode", "telegram_dm_topic_bindings"}
@@ -224,3 +225,11 @@ def test_a_v1_pair_is_rebuilt_by_a_bind_too(tmp_path: Path) -> None:
         assert [b["thread_id"] for b in db.list_telegram_topic_bindings_for_chat(
             chat_id="c1", profile_name="work")] == ["10"]  # fmt: skip
         assert db.get_meta("telegram_dm_topic_schema_version") == "3"
+
+
+def test_binding_a_session_that_does_not_exist_is_a_typed_refusal(store_url: str) -> None:
+    with SessionDB(store_url) as db:
+        db.apply_telegram_topic_migration()
+        with pytest.raises(UnknownSessionError):
+            bind(db, "17585", "no-such-session")
+        assert db.list_telegram_topic_bindings_for_chat(chat_id="208214988") == []
