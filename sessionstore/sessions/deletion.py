@@ -47,6 +47,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import ColumnElement, and_, delete, false, func, or_, select, update
 from sqlalchemy.engine import Connection
 
+from ..search.sanitize import escape_like
 from ..sql import validation
 from ..sql.read_shape import ReadShape
 from ..sql.records import SessionRecord
@@ -569,10 +570,12 @@ def prune_conditions(
     ended-session guard, and the conditions of the filters given (which
     ``count_open_prune_matches`` keeps with the guard turned around).
 
-    ``title_like``/``model_like``/``branch_like``: a case-insensitive substring (a LIKE
-    pattern, as Hermes's); ``provider`` (of the billing route, case-insensitive),
-    ``user_id``, ``chat_id``, ``chat_type``, ``end_reason``: equal; ``source``: one source or
-    any of a list of them (:data:`~sessionstore.sql.validation.SourceFilter`);
+    ``title_like``/``model_like``/``branch_like``: a case-insensitive substring, taken
+    literally (``%`` and ``_`` are characters, as iot 0.22.2 escapes them: 0.18.1's bare LIKE
+    pattern made ``title_like="%"`` select every ended session for deletion); ``provider``
+    (of the billing route, case-insensitive), ``user_id``, ``chat_id``, ``chat_type``,
+    ``end_reason``: equal; ``source``: one source or any of a list of them
+    (:data:`~sessionstore.sql.validation.SourceFilter`);
     ``cwd_prefix``: the cwd or below it; ``min_/max_messages``, ``min_/max_tool_calls``,
     ``min_/max_tokens`` (input + output), ``min_/max_cost`` (actual, else estimated);
     ``last_active_before``/``last_active_after`` bound the last activity
@@ -609,8 +612,9 @@ def prune_conditions(
                                 ("model_like", "model", model_like),
                                 ("branch_like", "git_branch", branch_like)):  # fmt: skip
         if value:
-            pattern = f"%{validation.identifier(value, name).lower()}%"
-            conditions.append(func.lower(func.coalesce(sessions.c[column], "")).like(pattern))
+            needle = escape_like(validation.identifier(value, name).lower())
+            conditions.append(func.lower(func.coalesce(sessions.c[column], ""))
+                              .like(f"%{needle}%", escape="\\"))  # fmt: skip
     if provider:
         conditions.append(
             func.lower(func.coalesce(sessions.c.billing_provider, ""))

@@ -170,3 +170,17 @@ def test_the_automatic_prune_keeps_sessions_mid_turn_or_mid_compression(db: Sess
     assert db.prune_sessions(30, exclude_active_write_guards=True) == 3
     db.repository.clock = time.time  # type: ignore[method-assign]
     assert ids(db) == PINNED | {"open", "open-pinned", "recent"}
+
+
+def test_text_filters_are_literal_so_a_wildcard_never_selects_everything(db: SessionDB) -> None:
+    """``%`` and ``_`` in a ``*_like`` filter are characters (iot 0.22.2 escapes them): a bare
+    ``%`` as a LIKE pattern selected every ended session for deletion."""
+    for session_id, title, model in (("pct", "100% coverage run", "vendor/model_mini"),
+                                     ("plain", "coverage run", "vendor/model-mini")):  # fmt: skip
+        session(db, session_id, 100, model=model)
+        db.set_session_title(session_id, title)
+    assert {r["id"] for r in db.list_prune_candidates(title_like="%")} == {"pct"}
+    assert {r["id"] for r in db.list_prune_candidates(title_like="_")} == set()
+    assert {r["id"] for r in db.list_prune_candidates(model_like="model_mini")} == {"pct"}
+    assert db.prune_sessions(title_like="%") == 1
+    assert "plain" in ids(db) and "pct" not in ids(db) and ids(db) >= OLD_ENDED
