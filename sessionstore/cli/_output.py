@@ -164,8 +164,10 @@ def stages(description: str) -> Iterator[Callable[[str, int, int], None] | None]
         task = bar_.add_task(description, total=None)
 
         def stage(name: str, number: int, total: int) -> None:
+            # Drawn now, not at the next 10 Hz tick: a quick step would otherwise never be
+            # seen (a fresh file's first revisions run in less than a tick).
             bar_.update(task, description=f"{description}: {name}", completed=number - 1,
-                        total=total)  # fmt: skip
+                        total=total, refresh=True)  # fmt: skip
 
         yield stage
 
