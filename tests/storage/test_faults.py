@@ -303,6 +303,9 @@ def test_page_limit_full_store_refuses_writes_clearly_and_resumes(tmp_path: Path
     def set_limit(pages: int) -> None:
         limit["pages"] = pages
         db.store.engine.dispose()  # pooled connections carry the old limit
+        # ... and so does the connection the store keeps for its writes (outside the pool):
+        # a real disk has no per-connection limit, so every connection must see the new one.
+        db.store.write(lambda conn: conn.exec_driver_sql(f"PRAGMA max_page_count = {pages}"))
 
     with closing(connect_like_the_store(path)) as conn:
         pages_now = conn.execute("PRAGMA page_count").fetchone()[0]
