@@ -660,6 +660,29 @@ def copy_sqlite_file(source: Path, target: Path) -> None:
             shutil.copyfile(f"{source}{suffix}", f"{target}{suffix}")
 
 
+def quick_files(workdir: Path, roots: dict[str, Path],
+                messages: int) -> tuple[dict[str, HermesSource], Path, Corpus]:
+    """The per-call CPU scripts' files, made once in ``workdir`` and reused: each Hermes of
+    ``roots`` (key -> its root, 0.18.0's among them) on its own file of a ``messages`` corpus,
+    and ours, an adopted and upgraded copy of 0.18.0's (as this script's target)."""
+    sources = {key: HermesSource(key, root, load_hermes_module(key, root))
+               for key, root in roots.items()}  # fmt: skip
+    corpus = build_corpus(messages, SEED)
+    for key, source in sources.items():
+        path = workdir / f"hermes_{key}.db"
+        if not path.exists():
+            write_hermes_file(path, corpus, source)
+    ours = workdir / "sessionstore.db"
+    if not ours.exists():
+        staging = workdir / "sessionstore-staging.db"
+        copy_sqlite_file(workdir / "hermes_0.18.0.db", staging)
+        SessionDB(staging).close()  # adopted and upgraded, then closed before the move
+        for suffix in ("", "-wal", "-shm"):
+            if Path(f"{staging}{suffix}").exists():
+                shutil.move(f"{staging}{suffix}", f"{ours}{suffix}")
+    return sources, ours, corpus
+
+
 # ---------------------------------------------------------------------------------------------
 # The sessionstore side: a SQLite copy, or a scratch PostgreSQL database
 # ---------------------------------------------------------------------------------------------

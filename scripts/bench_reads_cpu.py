@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import sys
 import time
@@ -47,21 +46,7 @@ def prepare_files(workdir: Path, v6_root: Path, cache: Path) -> tuple[Any, Path,
     workdir.mkdir(parents=True, exist_ok=True)
     os.environ["HERMES_HOME"] = str(workdir / "hermes_home")
     roots = {"v6": v6_root, "0.18.0": bench.unpacked_hermes(cache)}
-    sources = {key: bench.HermesSource(key, root, bench.load_hermes_module(key, root))
-               for key, root in roots.items()}
-    corpus = bench.build_corpus(QUICK_MESSAGES, bench.SEED)
-    for key, source in sources.items():
-        path = workdir / f"hermes_{key}.db"
-        if not path.exists():
-            bench.write_hermes_file(path, corpus, source)
-    ours = workdir / "sessionstore.db"
-    if not ours.exists():
-        staging = workdir / "sessionstore-staging.db"
-        bench.copy_sqlite_file(workdir / "hermes_0.18.0.db", staging)
-        SessionDB(staging).close()  # adopts and upgrades, as bench.py's target
-        for suffix in ("", "-wal", "-shm"):
-            if Path(f"{staging}{suffix}").exists():
-                shutil.move(f"{staging}{suffix}", f"{ours}{suffix}")
+    sources, ours, corpus = bench.quick_files(workdir, roots, QUICK_MESSAGES)
     v6 = sources["v6"].module.SessionDB(db_path=workdir / "hermes_v6.db")
     return v6, ours, corpus.long_session_id, corpus.conversation_session_id
 

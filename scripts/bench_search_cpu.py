@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import sys
 import time
@@ -49,21 +48,7 @@ def prepare_files(workdir: Path, iot_root: Path | None, v6_root: Path,
         "0.18.0": bench.unpacked_hermes(cache),
         "iot-0.22.2": iot_root or bench.fork_root("iot-0.22.2"),
     }
-    sources = {key: bench.HermesSource(key, root, bench.load_hermes_module(key, root))
-               for key, root in roots.items()}
-    corpus = bench.build_corpus(QUICK_MESSAGES, bench.SEED)
-    for key, source in sources.items():
-        path = workdir / f"hermes_{key}.db"
-        if not path.exists():
-            bench.write_hermes_file(path, corpus, source)
-    ours = workdir / "sessionstore.db"
-    if not ours.exists():
-        staging = workdir / "sessionstore-staging.db"
-        bench.copy_sqlite_file(workdir / "hermes_0.18.0.db", staging)
-        SessionDB(staging).close()  # adopts and upgrades, as bench.py's target
-        for suffix in ("", "-wal", "-shm"):
-            if Path(f"{staging}{suffix}").exists():
-                shutil.move(f"{staging}{suffix}", f"{ours}{suffix}")
+    sources, ours, corpus = bench.quick_files(workdir, roots, QUICK_MESSAGES)
     hermes = {key: sources[key].module.SessionDB(db_path=workdir / f"hermes_{key}.db")
               for key in ("iot-0.22.2", "v6")}
     return hermes, ours, bench.search_cases(corpus.vocabulary)
