@@ -29,6 +29,7 @@ from file_checks import open_db, sqlite_url
 from legacy_v7_v17 import build_later_db
 from real_hermes import FORK_RELEASES, ForkFiles, backup_copy
 from real_hermes_driver import ROOT_ID
+from telegram_topics_v1 import TELEGRAM_TOPICS_V1
 
 from sessionstore.api.session_db import SessionDB
 from sessionstore.schema import migrate
@@ -264,25 +265,8 @@ def _add_v1_topic_tables(path: Path) -> None:
         first = "SELECT id FROM sessions ORDER BY started_at LIMIT 1"
         session_id = conn.execute(first).fetchone()[0]
         conn.executescript(
-            """
-            CREATE TABLE telegram_dm_topic_mode (
-                chat_id TEXT PRIMARY KEY, user_id TEXT NOT NULL,
-                enabled INTEGER NOT NULL DEFAULT 1, activated_at REAL NOT NULL,
-                updated_at REAL NOT NULL, has_topics_enabled INTEGER,
-                allows_users_to_create_topics INTEGER, capability_checked_at REAL,
-                intro_message_id TEXT, pinned_message_id TEXT
-            );
-            CREATE TABLE telegram_dm_topic_bindings (
-                chat_id TEXT NOT NULL, thread_id TEXT NOT NULL, user_id TEXT NOT NULL,
-                session_key TEXT NOT NULL, session_id TEXT NOT NULL REFERENCES sessions(id),
-                managed_mode TEXT NOT NULL DEFAULT 'auto', linked_at REAL NOT NULL,
-                updated_at REAL NOT NULL, PRIMARY KEY (chat_id, thread_id)
-            );
-            CREATE UNIQUE INDEX idx_telegram_dm_topic_bindings_session
-                ON telegram_dm_topic_bindings(session_id);
-            CREATE INDEX idx_telegram_dm_topic_bindings_user
-                ON telegram_dm_topic_bindings(user_id, chat_id);
-            INSERT INTO state_meta (key, value) VALUES ('telegram_dm_topic_schema_version', '1');
+            TELEGRAM_TOPICS_V1
+            + """
             INSERT INTO telegram_dm_topic_mode (chat_id, user_id, activated_at, updated_at,
                 has_topics_enabled) VALUES ('4242', 'tg-4242', 1760000000.0, 1760000001.0, 1);
             """

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from telegram_topics_v1 import TELEGRAM_TOPICS_V1
 
 from sessionstore import SessionDB
 from sessionstore.errors import UnknownSessionError
@@ -142,25 +143,7 @@ def _v1_file(path: Path) -> None:
     with SessionDB(path) as db:
         db.create_session("kept", "telegram", user_id="u1")
     with closing(sqlite3.connect(path)) as conn:
-        conn.executescript("""
-            CREATE TABLE telegram_dm_topic_mode (
-                chat_id TEXT PRIMARY KEY, user_id TEXT NOT NULL,
-                enabled INTEGER NOT NULL DEFAULT 1, activated_at REAL NOT NULL,
-                updated_at REAL NOT NULL, has_topics_enabled INTEGER,
-                allows_users_to_create_topics INTEGER, capability_checked_at REAL,
-                intro_message_id TEXT, pinned_message_id TEXT
-            );
-            CREATE TABLE telegram_dm_topic_bindings (
-                chat_id TEXT NOT NULL, thread_id TEXT NOT NULL, user_id TEXT NOT NULL,
-                session_key TEXT NOT NULL, session_id TEXT NOT NULL REFERENCES sessions(id),
-                managed_mode TEXT NOT NULL DEFAULT 'auto', linked_at REAL NOT NULL,
-                updated_at REAL NOT NULL, PRIMARY KEY (chat_id, thread_id)
-            );
-            CREATE UNIQUE INDEX idx_telegram_dm_topic_bindings_session
-                ON telegram_dm_topic_bindings(session_id);
-            CREATE INDEX idx_telegram_dm_topic_bindings_user
-                ON telegram_dm_topic_bindings(user_id, chat_id);
-            INSERT INTO state_meta (key, value) VALUES ('telegram_dm_topic_schema_version', '1');
+        conn.executescript(TELEGRAM_TOPICS_V1 + """
             INSERT INTO telegram_dm_topic_mode (chat_id, user_id, activated_at, updated_at)
                 VALUES ('c1', 'u1', 1.0, 2.0);
             INSERT INTO telegram_dm_topic_bindings (chat_id, thread_id, user_id, session_key,
