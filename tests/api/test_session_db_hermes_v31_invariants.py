@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
+from store_sql import run
 
 from sessionstore.api.session_db import SessionDB
 from sessionstore.errors import SessionStoreError
@@ -41,14 +41,6 @@ def db(store_url: str) -> Iterator[SessionDB]:
     database = SessionDB(url=store_url)
     yield database
     database.close()
-
-
-def run(db: SessionDB, sql: str, **params: Any) -> list[dict[str, Any]]:
-    def work(conn: sa.Connection) -> list[dict[str, Any]]:
-        result = conn.execute(sa.text(sql), params)
-        return [dict(row) for row in result.mappings()] if result.returns_rows else []
-
-    return db.store.write(work)
 
 
 def hash_only_session(db: SessionDB, session_id: str, prompt: str, pin: str | None = None) -> None:

@@ -15,23 +15,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 from hypothesis import given
 from hypothesis import strategies as st
+from store_sql import run
 
 from sessionstore.api.session_db import SessionDB
 from sessionstore.sessions.maintenance import EPOCH_MIN, LAST_AUTO_ARCHIVE_KEY, idle_cutoff
 
 DAY = 86_400.0
 NOW = 1_800_000_000.0  # the sweep's clock; every session's clocks are set relative to it
-
-
-def run(db: SessionDB, sql: str, **params: Any) -> list[dict[str, Any]]:
-    def work(conn: sa.Connection) -> list[dict[str, Any]]:
-        result = conn.execute(sa.text(sql), params)
-        return [dict(row) for row in result.mappings()] if result.returns_rows else []
-
-    return db.store.write(work)
 
 
 def session(db: SessionDB, session_id: str, days_ago: float, **kwargs: Any) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
+from store_sql import run
 
 from sessionstore.api.session_db import SessionDB
 from sessionstore.errors import SessionTurnLeaseLostError
@@ -29,14 +29,6 @@ def db(store_url: str) -> Iterator[SessionDB]:
     database = SessionDB(url=store_url)
     yield database
     database.close()
-
-
-def run(db: SessionDB, sql: str, **params: Any) -> list[dict[str, Any]]:
-    def work(conn: sa.Connection) -> list[dict[str, Any]]:
-        result = conn.execute(sa.text(sql), params)
-        return [dict(row) for row in result.mappings()] if result.returns_rows else []
-
-    return db.store.write(work)
 
 
 def row_of(db: SessionDB, message_id: int) -> dict[str, Any]:

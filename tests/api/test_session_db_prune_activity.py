@@ -10,23 +10,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
-import sqlalchemy as sa
+from store_sql import run
 
 from sessionstore.api.session_db import SessionDB
 
 DAY = 86_400.0
 NOW = time.time()
-
-
-def run(db: SessionDB, sql: str, **params: Any) -> list[dict[str, Any]]:
-    def work(conn: sa.Connection) -> list[dict[str, Any]]:
-        result = conn.execute(sa.text(sql), params)
-        return [dict(row) for row in result.mappings()] if result.returns_rows else []
-
-    return db.store.write(work)
 
 
 def ids(db: SessionDB) -> set[str]:
