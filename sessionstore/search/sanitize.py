@@ -65,7 +65,7 @@ _balanced_phrase: Final = lazy_pattern(r'"([^"]*)"')
 _glued_stars: Final = lazy_pattern(r"\*+")
 # Outside a balanced phrase these become spaces, as iot 0.22.2's sanitizer makes them: FTS5
 # syntax (":" filters a column, "+ ( ) { } ^" group or anchor, an unmatched quote) and the
-# punctuation iot lists with it ("TODO: fix" searches TODO and fix, "it's" it and s).
+# punctuation iot lists with it ("note: fix" searches note and fix, "it's" it and s).
 _unmatched_specials: Final = lazy_pattern(r"""[+{}():"^@/#&|~\[\]<>,;!?$=\\']""")
 # What FTS5's query parser accepts in an unquoted term (sqlite3Fts5IsBareword): ASCII letters,
 # digits, "_", the SUB control char, and every non-ASCII character. Anything else outside a

@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from sqlalchemy import and_, delete, func, or_, select, update
+from sqlalchemy import Column, and_, delete, func, or_, select, update
 from sqlalchemy.engine import Connection
 
 from ..errors import SessionCompressionInProgressError, SessionTurnLeaseLostError
@@ -146,38 +146,34 @@ def refuse_transcript_mutation(conn: Connection, session_id: str, now: float) ->
     compressor or a turn that captured the transcript must not resurrect what the user
     removed. An expired lock or lease is deleted instead (it also fences that holder's late
     write)."""
-    lock = conn.execute(
-        select(compression_locks.c.holder, compression_locks.c.expires_at).where(
-            compression_locks.c.session_id == session_id
-        )
+    _refuse_live_or_clear(
+        conn, compression_locks.c.session_id, session_id, now,
+        SessionCompressionInProgressError(
+            f"Session {session_id!r} is being compressed by another writer"),
+    )  # fmt: skip
+    _refuse_live_or_clear(
+        conn, turn_leases.c.conversation_id, turn_lease_key(conn, session_id), now,
+        SessionTurnLeaseLostError(
+            "Session has an active turn lease; refusing transcript mutation for "
+            f"{session_id!r}"),
+    )  # fmt: skip
+
+
+def _refuse_live_or_clear(
+    conn: Connection, key_column: Column[Any], key: str, now: float, refusal: Exception
+) -> None:
+    """The lock or lease row of ``key`` (a table with ``holder`` and ``expires_at``): a live
+    one raises ``refusal``; an expired one is deleted, which also fences its holder's late
+    write."""
+    table = key_column.table
+    row = conn.execute(
+        select(table.c.holder, table.c.expires_at).where(key_column == key)
     ).first()
-    if lock is not None:
-        if float(lock[1]) > now:
-            raise SessionCompressionInProgressError(
-                f"Session {session_id!r} is being compressed by another writer"
-            )
-        conn.execute(
-            delete(compression_locks).where(
-                compression_locks.c.session_id == session_id,
-                compression_locks.c.holder == lock[0],
-            )
-        )
-    key = turn_lease_key(conn, session_id)
-    lease = conn.execute(
-        select(turn_leases.c.holder, turn_leases.c.expires_at).where(
-            turn_leases.c.conversation_id == key
-        )
-    ).first()
-    if lease is not None:
-        if float(lease[1]) > now:
-            raise SessionTurnLeaseLostError(
-                f"Session has an active turn lease; refusing transcript mutation for {session_id!r}"
-            )
-        conn.execute(
-            delete(turn_leases).where(
-                turn_leases.c.conversation_id == key, turn_leases.c.holder == lease[0]
-            )
-        )
+    if row is None:
+        return
+    if float(row[1]) > now:
+        raise refusal
+    conn.execute(delete(table).where(key_column == key, table.c.holder == row[0]))
 
 
 def bounded_description(description: Any) -> str:

@@ -2,9 +2,9 @@
 
 One place for what every reader and writer must agree on: a falsy value is stored as NULL,
 anything else as compact UTF-8 JSON (a lone surrogate, which no driver can bind, as its
-``\\udXXX`` escape, so it reads back as given); a stored value that is not valid JSON degrades to a
-default with a warning (never an exception on read); a message's tool calls count as the
-length of the list (Hermes v6's rule), one for any other non-empty value.
+``\\udc80``-style escape, so it reads back as given); a stored value that is not valid JSON
+degrades to a default with a warning (never an exception on read); a message's tool calls
+count as the length of the list (Hermes v6's rule), one for any other non-empty value.
 """
 
 from __future__ import annotations

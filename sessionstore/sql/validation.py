@@ -12,7 +12,7 @@ they are text a person or a model wrote (free text, tool names, titles: :func:`f
 :func:`optional_name`, ``sessions.titles.sanitize_title``) each becomes U+FFFD before the
 write, as Hermes (0.19 on) does: one such character in a tool result must not stop a session
 persisting, and never losing a message beats a typed error there. Inside JSON values (tool
-calls, reasoning details, model config) they are kept as ``\\udXXX`` escapes
+calls, reasoning details, model config) they are kept as ``\\udc80``-style escapes
 (:func:`escape_lone_surrogates_in_json`, Hermes's ``json.dumps`` writes them so), and read back
 as they were given. Identifiers that are looked up by equality (session ids, sources, roles,
 tool-call ids) still refuse them with a ``ValueError`` naming the argument: a replaced id would
@@ -70,7 +70,7 @@ def replace_lone_surrogates(value: str) -> str:
 
 def escape_lone_surrogates_in_json(text: str) -> str:
     """JSON text (``json.dumps(..., ensure_ascii=False)``) with each lone surrogate written as
-    its ``\\udXXX`` escape: the same JSON value, now bindable. Outside strings JSON text is
+    its ``\\udc80``-style escape: the same JSON value, now bindable. Outside strings JSON text is
     ASCII, so every surrogate is inside a string, where the escape is valid. A high surrogate
     directly followed by a low one reads back as the one character the two encode (JSON has no
     other reading of the two escapes), as the escapes of Hermes's ``json.dumps`` read too."""
