@@ -439,10 +439,17 @@ def test_read_only_open_leaves_the_journal_mode_alone(tmp_path: Path) -> None:
 
 
 class _Appender:
-    """A foreign program appending until stopped; ``acked`` grows as its COMMITs return."""
+    """A foreign program appending until stopped; ``acked`` grows as its COMMITs return.
+
+    It never checkpoints, so its commits stay in the WAL, and it writes at an agent's pace (a
+    message every 20 ms): flat out, it grew the WAL by 150 MB a second and, on a loaded CI
+    machine where the command under test took 40 s to win the write lock from it, to 19 GB.
+    """
 
     def __init__(self, path: Path) -> None:
-        self.process = _start("foreign", path, SESSION, "bg", 1, 1_000_000, "keep-wal")
+        self.process = _start(
+            "foreign", path, SESSION, "bg", 1, 1_000_000, "keep-wal", "pace=0.02"
+        )
         self.acked: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()

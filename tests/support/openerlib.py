@@ -5,7 +5,9 @@ Run as ``python tests/support/openerlib.py MODE ...``:
 - ``foreign PATH SESSION TAG REPEATS N``: a raw ``sqlite3`` program writing with Hermes's own
   statements (one message plus the counter, one transaction each), closing the file after every
   ``N`` messages, ``REPEATS`` times. It prints each message's text once its COMMIT returned.
-  A trailing ``keep-wal`` switches its automatic checkpoints off.
+  A trailing ``keep-wal`` switches its automatic checkpoints off, and ``pace=SECONDS`` waits that
+  long after each commit, as an agent does between messages: a writer that never checkpoints and
+  never pauses grows the WAL by about 150 MB a second, and starves any other writer while it does.
 - ``sessionstore URL SESSION TAG OPENERS N``: ``OPENERS`` ``SessionDB`` objects in one process,
   each appending ``N`` messages from its own thread and printing what was acknowledged.
 - ``read URL OPENERS``: ``OPENERS`` new ``SessionDB`` objects each print every message text
@@ -33,7 +35,8 @@ PROGRAM = str(Path(__file__).resolve())
 
 
 def foreign(
-    path: str, session_id: str, tag: str, repeats: int, per_open: int, keep_wal: bool = False
+    path: str, session_id: str, tag: str, repeats: int, per_open: int, keep_wal: bool = False,
+    pace: float = 0.0,
 ) -> None:
     for repeat in range(repeats):
         conn = sqlite3.connect(path, timeout=30, isolation_level=None)
@@ -57,6 +60,8 @@ def foreign(
                 conn.execute(HERMES_COUNT, (session_id,))
                 conn.execute("COMMIT")
                 print(text, flush=True)
+                if pace:
+                    time.sleep(pace)
         finally:
             conn.close()
 
@@ -112,7 +117,10 @@ def raw(path: str) -> None:
 if __name__ == "__main__":
     mode, *args = sys.argv[1:]
     if mode == "foreign":
-        foreign(args[0], args[1], args[2], int(args[3]), int(args[4]), args[5:] == ["keep-wal"])
+        options = args[5:]
+        paces = [float(option[len("pace="):]) for option in options if option.startswith("pace=")]
+        foreign(args[0], args[1], args[2], int(args[3]), int(args[4]), "keep-wal" in options,
+                paces[-1] if paces else 0.0)
     elif mode == "sessionstore":
         sessionstore_writers(args[0], args[1], args[2], int(args[3]), int(args[4]))
     elif mode == "read":
