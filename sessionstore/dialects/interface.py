@@ -244,6 +244,10 @@ class StoreDialect(Protocol):
         schema ``current_schema()`` names, never another schema on the ``search_path``), in
         one catalog query."""
 
+    def existing_indexes(self, conn: Connection, names: Collection[str]) -> set[str]:
+        """Which of the indexes ``names`` exist, in the namespace :meth:`existing_tables`
+        looks in, in one catalog query (SQLAlchemy's inspector skips expression indexes)."""
+
     def column_names(self, conn: Connection, table: str) -> set[str]:
         """The columns of ``table`` in the store's own namespace (as :meth:`existing_tables`
         finds it; empty when there is no such table), in one small catalog query:

@@ -249,6 +249,28 @@ def first_named_schema(search_path: str, user: str, current: str | None) -> str 
 _WHERE_NAMES_RESOLVE = "current_setting('search_path'), current_user, current_schema()"
 
 
+def _existing_relations(
+    conn: Connection, relkinds: tuple[str, ...], names: Collection[str]
+) -> set[str]:
+    """Which of ``names`` exist as relations of ``relkinds`` in the schema unqualified names
+    resolve to, and only if that is the store's own. While the schema a tenant's search_path
+    names first does not exist, names resolve in the next one on the path (public, often:
+    another store's): then the store has none of them yet."""
+    row = conn.execute(
+        text(
+            f"SELECT {_WHERE_NAMES_RESOLVE}, ARRAY(SELECT c.relname "
+            "FROM pg_catalog.pg_class c "
+            "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = current_schema() AND c.relkind::text = ANY(:kinds) "
+            "AND c.relname = ANY(:names))"
+        ),
+        {"kinds": list(relkinds), "names": sorted(names)},
+    ).one()
+    if row[2] is None or first_named_schema(str(row[0]), str(row[1]), row[2]) != row[2]:
+        return set()
+    return {str(name) for name in row[3]}
+
+
 def target_schema(conn: Connection) -> str | None:
     """The schema a migration builds the store in (:func:`first_named_schema`)."""
     row = conn.execute(text(f"SELECT {_WHERE_NAMES_RESOLVE}")).one()
@@ -391,23 +413,12 @@ class PostgreSQLDialect:
         return None  # the server keeps its own write-ahead log
 
     def existing_tables(self, conn: Connection, names: Collection[str]) -> set[str]:
-        # The tables the Inspector would list: ordinary and partitioned ones, in the schema
-        # unqualified names resolve to, and only if that is the store's own. While the schema
-        # a tenant's search_path names first does not exist, names resolve in the next one on
-        # the path (public, often: another store's): then the store has no table yet.
-        row = conn.execute(
-            text(
-                f"SELECT {_WHERE_NAMES_RESOLVE}, ARRAY(SELECT c.relname "
-                "FROM pg_catalog.pg_class c "
-                "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
-                "WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') "
-                "AND c.relname = ANY(:names))"
-            ),
-            {"names": sorted(names)},
-        ).one()
-        if row[2] is None or first_named_schema(str(row[0]), str(row[1]), row[2]) != row[2]:
-            return set()
-        return {str(name) for name in row[3]}
+        # The tables the Inspector would list: ordinary and partitioned ones.
+        return _existing_relations(conn, ("r", "p"), names)
+
+    def existing_indexes(self, conn: Connection, names: Collection[str]) -> set[str]:
+        # Plain and partitioned indexes.
+        return _existing_relations(conn, ("i", "I"), names)
 
     def column_names(self, conn: Connection, table: str) -> set[str]:
         rows = conn.execute(

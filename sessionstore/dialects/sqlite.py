@@ -368,15 +368,10 @@ class SQLiteDialect:
                 _enable_wal_on(cast(sqlite3.Connection, driver), label)
 
     def existing_tables(self, conn: Connection, names: Collection[str]) -> set[str]:
-        wanted = sorted(names)
-        if not wanted:
-            return set()
-        marks = ", ".join("?" for _ in wanted)
-        rows = conn.exec_driver_sql(
-            f"SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ({marks})",
-            tuple(wanted),
-        )
-        return {str(row[0]) for row in rows}
+        return _existing_objects(conn, "table", names)
+
+    def existing_indexes(self, conn: Connection, names: Collection[str]) -> set[str]:
+        return _existing_objects(conn, "index", names)
 
     def column_names(self, conn: Connection, table: str) -> set[str]:
         # table_xinfo also names hidden and generated columns, as the inspector does; "main":
@@ -627,6 +622,20 @@ class SQLiteDialect:
         if last >= 0x10FFFF or 0xD7FF <= last <= 0xDFFF:
             return func.substr(column, 1, len(prefix)) == prefix
         return and_(column >= prefix, column < prefix[:-1] + chr(last + 1))
+
+
+def _existing_objects(conn: Connection, kind: str, names: Collection[str]) -> set[str]:
+    """Which of ``names`` the store's own file holds as objects of ``kind`` (sqlite_master's
+    ``type``)."""
+    wanted = sorted(names)
+    if not wanted:
+        return set()
+    marks = ", ".join("?" for _ in wanted)
+    rows = conn.exec_driver_sql(
+        f"SELECT name FROM main.sqlite_master WHERE type = ? AND name IN ({marks})",
+        (kind, *wanted),
+    )
+    return {str(row[0]) for row in rows}
 
 
 def _checkpoint_truncate(driver: sqlite3.Connection) -> None:

@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import Index, func, or_, select, update
 from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.schema import CreateIndex
 
 from ..dialects import dialect_for_url
 from ..errors import ReadOnlyStoreError, StoreBusyError
@@ -59,6 +61,8 @@ class _Findings:
     # Sessions whose tool_call_count matches no era's rule: the only ones a plain --fix
     # recounts (the others' counters are history).
     wrong_tool_counts: set[str] = field(default_factory=set)
+    # Head indexes the store lacks (dropped by hand, or by a tool that rebuilt a table).
+    missing_indexes: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -137,6 +141,7 @@ def diagnose(
     stages: list[tuple[str, Callable[[], Check | list[Check]]]] = [
         ("engine", lambda: store.read(_check_engine)),
         ("integrity", lambda: _check_integrity(store)),
+        ("indexes", lambda: store.read(lambda conn: _check_indexes(conn, findings))),
         ("full-text indexes", lambda: _search_checks(store)),
         ("lineage", lambda: store.read(lambda conn: _check_dangling_parents(conn, findings))),
         ("orphaned messages", lambda: store.read(
@@ -274,6 +279,48 @@ def _check_dangling_parents(conn: Connection, findings: _Findings) -> Check:
             fixable=True,
         )
     return Check("dangling_parents", "ok", "every parent exists")
+
+
+def _head_indexes() -> dict[str, Index]:
+    """Every index the head schema declares on its tables, by name (``schema.models``)."""
+    from ..schema import models  # the DDL-only declarations: off the runtime's import path
+
+    return {
+        str(index.name): index
+        for table in models.Base.metadata.sorted_tables
+        for index in table.indexes
+        if index.name is not None
+    }
+
+
+def _missing_indexes(conn: Connection) -> list[str]:
+    expected = _head_indexes()
+    present = dialect_for_url(conn.engine.url).existing_indexes(conn, expected)
+    return sorted(set(expected) - present)
+
+
+def missing_indexes(store: Store) -> list[str]:
+    """The names of the head schema's indexes that ``store`` lacks (the ``indexes`` check)."""
+    return store.read(_missing_indexes)
+
+
+def _check_indexes(conn: Connection, findings: _Findings) -> Check:
+    """Hermes makes its indexes again at every open (``CREATE INDEX IF NOT EXISTS``); a store
+    opens on its revision and its tables' shape, so an index dropped by hand stays dropped
+    until this check finds it and ``--fix`` makes it. Without one, reads that Hermes answers
+    from an index scan a table, and without ``idx_sessions_title_unique`` two sessions may
+    take one title."""
+    expected = _head_indexes()
+    findings.missing_indexes = _missing_indexes(conn)
+    if findings.missing_indexes:
+        return Check(
+            "indexes",
+            "warn",
+            f"{len(findings.missing_indexes)} index(es) of the schema are missing: "
+            + _examples(findings.missing_indexes),
+            fixable=True,
+        )
+    return Check("indexes", "ok", f"all {len(expected)} indexes of the schema are present")
 
 
 def _check_orphan_messages(conn: Connection, findings: _Findings) -> Check:
@@ -503,6 +550,8 @@ def repair(
         if session_id not in findings.wrong_counters
     }
     planned: list[tuple[str, Callable[[], str]]] = []
+    if "indexes" in flagged:
+        planned.append(("indexes", lambda: make_indexes(store, findings.missing_indexes)))
     if "orphan_messages" in flagged:
         planned.append(("orphaned messages",
                         lambda: _adopt_orphans(store, findings.orphan_sessions)))
@@ -562,6 +611,35 @@ def _adopt_orphans(store: Store, session_ids: list[str]) -> str:
 
     store.write(run)
     return f"created {len(session_ids)} placeholder session(s) for orphaned messages"
+
+
+def make_indexes(store: Store, names: list[str]) -> str:
+    """Make the head schema's indexes ``names`` (the ``indexes`` repair), each in its own
+    transaction, so one that cannot be made (a unique
+    index over rows that repeat) leaves the others made and is named in the answer."""
+    declared = _head_indexes()
+    made: list[str] = []
+    refused: list[str] = []
+    for name in names:
+        index = declared[name]
+
+        def make(conn: Connection, index: Index = index) -> None:
+            # IF NOT EXISTS: another doctor may have made it since (no reflection needed).
+            conn.execute(CreateIndex(index, if_not_exists=True))
+
+        try:
+            store.write(make)
+        except IntegrityError:
+            refused.append(name)
+        else:
+            made.append(name)
+    answer = f"made {len(made)} missing index(es)" + (f": {', '.join(made)}" if made else "")
+    if refused:
+        answer += (
+            f"; could not make {', '.join(refused)}: the rows repeat a value it keeps unique "
+            "(sessions sharing a title, say); rename or clear the repeats, then run --fix again"
+        )
+    return answer
 
 
 def _clear_dangling_parents(store: Store, session_ids: list[str]) -> str:

@@ -29,6 +29,7 @@ from typer.testing import CliRunner
 
 from sessionstore import cli
 from sessionstore.api.session_db import SessionDB
+from sessionstore.dialects import dialect_for_url
 from sessionstore.ops import doctor
 from sessionstore.schema import migrate
 from sessionstore.sessions.repository import SessionRepository
@@ -917,6 +918,66 @@ def test_doctor_finds_and_fixes_damage(
         assert db.get_session(ALPHA)["tool_call_count"] == 1  # type: ignore[index]
         assert db.search_messages("unindexed") or url.startswith("postgresql")
     assert run(runner, url, "db", "doctor").exit_code == 0
+
+
+def _put_back_every_index(url: str) -> None:
+    """The PostgreSQL database is shared by the run: whatever a test dropped comes back."""
+    with Store.open(url) as store:
+        doctor.make_indexes(store, doctor.missing_indexes(store))
+
+
+@pytest.mark.parametrize("dropped", [
+    ["idx_messages_session", "idx_sessions_effective_activity"],  # a plain and an expression one
+    ["idx_sessions_title_unique"],
+])  # fmt: skip
+def test_doctor_makes_a_dropped_index_again(
+    runner: CliRunner, seeded: str, dropped: list[str]
+) -> None:
+    # Hermes makes its indexes again at every open; ours are checked and made by doctor.
+    engine = engine_like_the_store(seeded)
+    try:
+        with engine.begin() as conn:
+            for name in dropped:
+                conn.execute(sa.text(f"DROP INDEX {name}"))
+        found = json.loads(run(runner, seeded, "db", "doctor", "--json").stdout)
+        check = next(c for c in found["checks"] if c["name"] == "indexes")
+        assert check["status"] == "warn" and check["fixable"]
+        assert all(name in check["detail"] for name in dropped)
+        fixed = json.loads(run(runner, seeded, "db", "doctor", "--fix", "--json").stdout)
+        assert any(all(name in action for name in dropped) for action in fixed["actions"])
+        with engine.connect() as conn:
+            present = dialect_for_url(engine.url).existing_indexes(conn, dropped)
+        assert present == set(dropped)
+        again = json.loads(run(runner, seeded, "db", "doctor", "--json").stdout)
+        assert next(c for c in again["checks"] if c["name"] == "indexes")["status"] == "ok"
+    finally:
+        engine.dispose()
+        _put_back_every_index(seeded)
+
+
+def test_doctor_leaves_repeated_titles_alone_when_their_unique_index_cannot_be_made(
+    runner: CliRunner, seeded: str
+) -> None:
+    engine = engine_like_the_store(seeded)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text("DROP INDEX idx_sessions_title_unique"))
+            conn.execute(sa.text("DROP INDEX idx_messages_session"))
+            conn.execute(sa.text("UPDATE sessions SET title = 'twice' WHERE id IN (:a, :b)"),
+                         {"a": ALPHA, "b": ALPHA_OLD})
+        fixed = run(runner, seeded, "db", "doctor", "--fix", "--json")
+        actions = " ".join(json.loads(fixed.stdout)["actions"])
+        assert "could not make idx_sessions_title_unique" in actions
+        assert "idx_messages_session" in actions.split("could not make")[0]  # the other is made
+        with SessionDB(url=seeded, auto_migrate=False) as db:
+            assert db.get_session(ALPHA)["title"] == "twice"  # type: ignore[index]
+            assert db.get_session(ALPHA_OLD)["title"] == "twice"  # type: ignore[index]
+        with engine.begin() as conn:
+            conn.execute(sa.text("UPDATE sessions SET title = NULL WHERE id = :b"),
+                         {"b": ALPHA_OLD})
+    finally:
+        engine.dispose()
+        _put_back_every_index(seeded)
 
 
 def test_doctor_adopts_orphaned_messages(runner: CliRunner, tmp_path: Path) -> None:
