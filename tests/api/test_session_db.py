@@ -1399,10 +1399,16 @@ def test_get_messages_as_conversation_shape(
     fields = dict(message)
     role = fields.pop("role")
     db.append_message("s", role, **fields)
-    # Hermes 0.17+ carries each message's timestamp, right after role and content.
+    # Hermes 0.17+ carries each message's timestamp, right after role and content; iot
+    # 0.22.2 puts its durable mark and the row's tool-call uids before it.
     (stored,) = db.get_messages("s")
     role_and_content, rest = list(expected.items())[:2], list(expected.items())[2:]
-    expected = dict([*role_and_content, ("timestamp", stored["timestamp"]), *rest])
+    uids = json.loads(stored["tool_call_uids"]) if stored["tool_call_uids"] else None
+    expected = dict([
+        *role_and_content, ("_db_persisted", True),
+        *([("_tool_call_uids", uids)] if uids else []),
+        ("timestamp", stored["timestamp"]), *rest,
+    ])  # fmt: skip
     assert db.get_messages_as_conversation("s") == [expected]
     # Key order too: the expected dicts are written in the order Hermes 0.18 adds the keys.
     assert [list(m) for m in db.get_messages_as_conversation("s")] == [list(expected)]

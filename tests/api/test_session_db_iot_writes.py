@@ -489,3 +489,36 @@ def test_tool_call_uids_a_flush_carries_are_kept(db: SessionDB) -> None:
     db.append_messages_batch("s", [{"role": "tool", "content": "c", "tool_call_id": "call_1"}])
     last = run(db, "SELECT tool_call_uid FROM messages ORDER BY id DESC LIMIT 1")
     assert last[0]["tool_call_uid"] is None
+
+
+# -- reads: iot 0.22.2's replay keys ------------------------------------------------------------
+def test_a_replay_marks_each_message_stored_and_pairs_late_results(db: SessionDB) -> None:
+    """iot 0.22.2's replay (``tests/hermes/test_real_iot_replay.py`` runs it side by side):
+    every dict ``_db_persisted``; a result appended after its call paired with that call's uid
+    by any spelling of the id; broken uid columns read as none; the keys without ``_`` only
+    for a Hermes that keeps them off the wire (none in this process)."""
+    db.create_session("s", "cli")
+    call = {"id": "call_9|fc_9", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    db.append_messages_batch("s", [
+        {"role": "user", "content": "go", "display_kind": "hidden"},
+        {"role": "assistant", "content": "", "tool_calls": [call],
+         "_tool_call_uids": {"call_9": "u-9"}},
+    ])  # fmt: skip
+    db.append_message("s", "tool", "out", tool_call_id="fc_9")
+    db.append_message("s", "tool", "stray", tool_call_id="nobody")
+    run(db, "UPDATE messages SET absorbed_message_uids = '[\"a\", \"a\", 3, \"b\"]' WHERE id = 1")
+    user, assistant, result, stray = db.get_messages_as_conversation("s")
+    assert all(m["_db_persisted"] is True for m in (user, assistant, result, stray))
+    assert user["_absorbed_message_uids"] == ["a", "b"]
+    assert "display_kind" not in user and "message_uid" not in user
+    assert assistant["_tool_call_uids"] == {"call_9": "u-9"}
+    assert result["_tool_call_uid"] == "u-9" and "_tool_call_uid" not in stray
+    run(db, "UPDATE messages SET tool_call_uids = '{broken', absorbed_message_uids = 'no'")
+    user, assistant, result, _ = db.get_messages_as_conversation("s")
+    assert "_tool_call_uids" not in assistant and "_tool_call_uid" not in result
+    assert "_absorbed_message_uids" not in user
+    db.replay_wire_keys = frozenset({"message_uid", "display_kind"})
+    (user, *_) = db.get_messages_as_conversation("s")
+    assert user["display_kind"] == "hidden" and len(user["message_uid"]) == 32
+    model, display = db.get_resume_conversations("s")
+    assert [m["_row_id"] for m in model] == [m["_row_id"] for m in display][: len(model)]

@@ -83,6 +83,15 @@ NEWER_LISTING_KEYS = frozenset({"_lineage_ids", "continuation_kind", "unread", "
 its ``list_prune_candidates`` (``last_active``, which every listing row already had)."""
 
 
+NEWER_REPLAY_KEYS = frozenset({
+    "_db_persisted", "_db_row_snapshot", "_row_id", "_tool_call_uids", "_tool_call_uid",
+    "_absorbed_message_uids", "_compressed_summary",
+})  # fmt: skip
+"""What iot 0.22.2's replays (``get_messages_as_conversation``, ``get_resume_conversations``,
+``get_ancestor_display_prefix``) add to a message (and so do we), beyond columns: Hermes 0.19's
+callers drop ``_`` keys before the wire and skip a ``_db_persisted`` dict on a flush."""
+
+
 def without_newer_columns(theirs: object, ours: object) -> object:
     """``ours`` without the v23...v31 keys that ``theirs`` (an older release's answer to the
     same call) lacks, recursively: what is compared is what both releases answer."""
@@ -90,7 +99,7 @@ def without_newer_columns(theirs: object, ours: object) -> object:
         return {
             key: without_newer_columns(theirs.get(key), value)
             for key, value in ours.items()
-            if key in theirs or key not in V23_V31_COLUMNS | NEWER_LISTING_KEYS
+            if key in theirs or key not in V23_V31_COLUMNS | NEWER_LISTING_KEYS | NEWER_REPLAY_KEYS
         }
     if isinstance(theirs, list) and isinstance(ours, list) and len(theirs) == len(ours):
         return [without_newer_columns(old, new) for old, new in zip(theirs, ours, strict=True)]
