@@ -724,6 +724,96 @@ class AsyncSessionDB:
             )
         )
 
+    async def get_message_role(self, session_id: str, row_id: int) -> str | None:
+        return await self._read(lambda db: db.get_message_role(session_id, row_id))
+
+    async def latest_conversation_role(self, session_id: str) -> str | None:
+        return await self._read(lambda db: db.latest_conversation_role(session_id))
+
+    async def latest_message_row_id(
+        self,
+        session_id: str,
+        *,
+        role: str = 'user',
+        offset: int = 0,
+        require_text: bool = True,
+    ) -> int | None:
+        return await self._read(
+            lambda db: db.latest_message_row_id(
+                session_id,
+                role=role,
+                offset=offset,
+                require_text=require_text,
+            )
+        )
+
+    async def get_active_message_watermark(self, session_id: str) -> int:
+        return await self._read(lambda db: db.get_active_message_watermark(session_id))
+
+    async def resolve_active_row_id(self, session_id: str, row_id: int) -> int | None:
+        return await self._read(lambda db: db.resolve_active_row_id(session_id, row_id))
+
+    async def set_message_api_content(
+        self,
+        session_id: str,
+        row_id: int,
+        content: Any,
+        api_content: str,
+    ) -> int:
+        return await self._write(
+            lambda db: db.set_message_api_content(
+                session_id,
+                row_id,
+                content,
+                api_content,
+            )
+        )
+
+    async def set_user_message_content(self, session_id: str, row_id: int, content: Any) -> int:
+        return await self._write(
+            lambda db: db.set_user_message_content(
+                session_id,
+                row_id,
+                content,
+            )
+        )
+
+    async def deactivate_message(self, session_id: str, row_id: int) -> int:
+        return await self._write(lambda db: db.deactivate_message(session_id, row_id))
+
+    async def deactivate_messages_by_display_kind(self, session_id: str, display_kind: str) -> int:
+        return await self._write(
+            lambda db: db.deactivate_messages_by_display_kind(
+                session_id,
+                display_kind,
+            )
+        )
+
+    async def set_latest_matching_message_display_kind(
+        self,
+        session_id: str,
+        *,
+        role: str,
+        content: str,
+        display_kind: str,
+        display_metadata: dict[str, Any] | None = None,
+    ) -> bool:
+        return await self._write(
+            lambda db: db.set_latest_matching_message_display_kind(
+                session_id,
+                role=role,
+                content=content,
+                display_kind=display_kind,
+                display_metadata=display_metadata,
+            )
+        )
+
+    async def queue_token_counts(self, session_id: str, **kwargs: Any) -> None:
+        return await self._write(lambda db: db.queue_token_counts(session_id, **kwargs))
+
+    async def flush_token_counts(self, timeout: float = 5.0) -> bool:
+        return await self._read(lambda db: db.flush_token_counts(timeout))
+
     async def clear_messages(self, session_id: str) -> None:
         return await self._write(lambda db: db.clear_messages(session_id))
 

@@ -911,6 +911,100 @@ class SessionDB:
         changed, 0 or 1 (Hermes 0.19)."""
         return self._repo.set_latest_user_api_content(session_id, content, api_content)
 
+    # -- iot 0.22.2's row-addressed reads and edits (sessions.row_edits) ------------------------
+    @reads
+    def get_message_role(self, session_id: str, row_id: int) -> str | None:
+        """The role of the session's live row ``row_id``, or None (iot 0.22.2)."""
+        return self._repo.message_role(session_id, row_id)
+
+    @reads
+    def latest_conversation_role(self, session_id: str) -> str | None:
+        """The role of the session's newest live row but ``session_meta``/``system`` rows, or
+        None (iot 0.22.2: whether a failed turn left a user message unanswered)."""
+        return self._repo.latest_conversation_role(session_id)
+
+    @reads
+    def latest_message_row_id(
+        self, session_id: str, *, role: str = "user", offset: int = 0, require_text: bool = True
+    ) -> int | None:
+        """The id of the newest live ``user`` or ``assistant`` row, ``offset`` back, with text
+        unless ``require_text=False`` (iot 0.22.2)."""
+        return self._repo.latest_message_row_id(
+            session_id, role=role, offset=offset, require_text=require_text
+        )
+
+    @reads
+    def get_active_message_watermark(self, session_id: str) -> int:
+        """The newest live row's id, 0 without one (iot 0.22.2: captured when a compaction
+        starts; every live row above it arrived meanwhile)."""
+        return self._repo.active_message_watermark(session_id)
+
+    @reads
+    def resolve_active_row_id(self, session_id: str, row_id: int) -> int | None:
+        """The live row carrying row ``row_id``'s message: itself while live, else the one copy
+        an in-place compaction made of it; None otherwise (iot 0.22.2)."""
+        return self._repo.resolve_active_row_id(session_id, row_id)
+
+    @writes
+    def set_message_api_content(
+        self, session_id: str, row_id: int, content: Any, api_content: str
+    ) -> int:
+        """The ``api_content`` sidecar on one known live user row, while its content is
+        ``content``; rows changed (iot 0.22.2's row-addressed
+        :meth:`set_latest_user_api_content`)."""
+        return self._repo.set_message_api_content(session_id, row_id, content, api_content)
+
+    @writes
+    def set_user_message_content(self, session_id: str, row_id: int, content: Any) -> int:
+        """Rewrite one known live user row's content; rows changed (iot 0.22.2)."""
+        return self._repo.set_user_message_content(session_id, row_id, content)
+
+    @writes
+    def deactivate_message(self, session_id: str, row_id: int) -> int:
+        """Take one row out of the live conversation, keeping it; rows matched (iot 0.22.2)."""
+        return self._repo.deactivate_message(session_id, row_id)
+
+    @writes
+    def deactivate_messages_by_display_kind(self, session_id: str, display_kind: str) -> int:
+        """Take every live row of one ``display_kind`` out of the live conversation, keeping
+        them; how many (iot 0.22.2)."""
+        return self._repo.deactivate_messages_by_display_kind(session_id, display_kind)
+
+    @writes
+    def set_latest_matching_message_display_kind(
+        self,
+        session_id: str,
+        *,
+        role: str,
+        content: str,
+        display_kind: str,
+        display_metadata: dict[str, Any] | None = None,
+    ) -> bool:
+        """Stamp display fields on the newest live ``role`` row whose content is ``content``
+        (iot 0.22.2)."""
+        return self._repo.set_latest_matching_message_display_kind(
+            session_id, role=role, content=content, display_kind=display_kind,
+            display_metadata=display_metadata,
+        )  # fmt: skip
+
+    @writes
+    def queue_token_counts(self, session_id: str, **kwargs: Any) -> None:
+        """iot 0.22.2's per-call token accounting (``update_token_counts``'s arguments).
+        Decided: applied at once, not queued for a background writer (iot queues it so a
+        cold ``UPDATE`` does not stall its tool loop): a delta is then never lost with the
+        process, and :meth:`flush_token_counts` has nothing to wait for. As iot's writer,
+        it never raises: a failed delta is logged and dropped."""
+        try:
+            self.update_token_counts(session_id, **kwargs)
+        except Exception as exc:  # iot: "accounting loss is logged, never raised into a turn"
+            logger.warning("token accounting failed (session=%r): %s", session_id, exc)
+
+    @reads
+    def flush_token_counts(self, timeout: float = 5.0) -> bool:
+        """iot 0.22.2's barrier for queued token deltas: True, nothing is ever queued
+        (:meth:`queue_token_counts` applies each at once)."""
+        return True
+
     @writes
     def clear_messages(self, session_id: str) -> None:
         self._repo.clear_messages(session_id)

