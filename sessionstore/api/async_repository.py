@@ -187,6 +187,32 @@ class AsyncSessionRepository:
     async def backfill_repo_roots(self, roots: Mapping[str, str]) -> int:
         return await self._write(lambda repo: repo.backfill_repo_roots(roots))
 
+    async def patch_session_model_config(self, session_id: str, patch: Mapping[str, Any]) -> bool:
+        return await self._write(lambda repo: repo.patch_session_model_config(session_id, patch))
+
+    async def model_config_value(self, session_id: str, key: str, default: Any = None) -> Any:
+        return await self._read(lambda repo: repo.model_config_value(session_id, key, default))
+
+    async def update_conversation_model_config_value(
+        self,
+        session_id: str,
+        key: str,
+        update_value: Callable[[Any], Any],
+    ) -> str | None:
+        return await self._write(
+            lambda repo: repo.update_conversation_model_config_value(
+                session_id,
+                key,
+                update_value,
+            )
+        )
+
+    async def session_ids_with_model_config_key(self, key: str) -> list[str]:
+        return await self._read(lambda repo: repo.session_ids_with_model_config_key(key))
+
+    async def update_session_tool_names(self, session_id: str, pin: Any) -> bool:
+        return await self._write(lambda repo: repo.update_session_tool_names(session_id, pin))
+
     async def update_token_counts(
         self,
         session_id: str,

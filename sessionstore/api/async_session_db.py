@@ -724,6 +724,46 @@ class AsyncSessionDB:
             )
         )
 
+    async def patch_session_model_config(self, session_id: str, patch: dict[str, Any]) -> None:
+        return await self._write(lambda db: db.patch_session_model_config(session_id, patch))
+
+    async def get_session_model_config_value(
+        self,
+        session_id: str,
+        key: str,
+        default: Any = None,
+    ) -> Any:
+        return await self._read(
+            lambda db: db.get_session_model_config_value(
+                session_id,
+                key,
+                default,
+            )
+        )
+
+    async def update_conversation_model_config_value(
+        self,
+        session_id: str,
+        key: str,
+        update: Callable[[Any], Any],
+    ) -> str | None:
+        return await self._write(
+            lambda db: db.update_conversation_model_config_value(
+                session_id,
+                key,
+                update,
+            )
+        )
+
+    async def session_ids_with_model_config_key(self, key: str) -> list[str]:
+        return await self._read(lambda db: db.session_ids_with_model_config_key(key))
+
+    async def update_session_tool_names(self, session_id: str, pin: Any) -> None:
+        return await self._write(lambda db: db.update_session_tool_names(session_id, pin))
+
+    async def set_session_yolo(self, session_id: str, enabled: bool) -> None:
+        return await self._write(lambda db: db.set_session_yolo(session_id, enabled))
+
     async def get_message_role(self, session_id: str, row_id: int) -> str | None:
         return await self._read(lambda db: db.get_message_role(session_id, row_id))
 

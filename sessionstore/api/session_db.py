@@ -39,6 +39,7 @@ from ..sessions.repository import SessionRepository
 from ..sessions.session_state import DEFAULT_TURN_LEASE_TTL_S
 from ..sessions.transcripts import delete_with_transcripts, remove_transcripts, sessions_directory
 from ..sql import validation
+from ..sql.codec import decode_json_object
 from ..sql.records import session_unread
 from ..sql.validation import SourceFilter, bindable
 from ..storage.command_hints import cli_command
@@ -910,6 +911,59 @@ class SessionDB:
         message's stored content is ``content`` (encoded as an append encodes it); rows
         changed, 0 or 1 (Hermes 0.19)."""
         return self._repo.set_latest_user_api_content(session_id, content, api_content)
+
+    # -- iot 0.22.2's model_config keys and tool pin (sessions.model_config) --------------------
+    @writes
+    def patch_session_model_config(self, session_id: str, patch: dict[str, Any]) -> None:
+        """Merge ``patch`` into the session's ``model_config`` in one transaction (``None``
+        deletes a key); nothing for an unknown session or an empty patch (iot 0.22.2)."""
+        self._repo.patch_session_model_config(session_id, patch)
+
+    @reads
+    def get_session_model_config_value(
+        self, session_id: str, key: str, default: Any = None
+    ) -> Any:
+        """One key of the session's ``model_config`` (a damaged one reads as empty), else
+        ``default`` (iot 0.22.2)."""
+        return self._repo.model_config_value(session_id, key, default)
+
+    @writes
+    def update_conversation_model_config_value(
+        self, session_id: str, key: str, update: Callable[[Any], Any]
+    ) -> str | None:
+        """Read ``key`` at the session's compression tip and write ``update(value)`` back
+        (None deletes it) in one transaction; the id written, None for an unknown session
+        (iot 0.22.2). ``update`` may run more than once and must be pure."""
+        return self._repo.update_conversation_model_config_value(session_id, key, update)
+
+    @reads
+    def session_ids_with_model_config_key(self, key: str) -> list[str]:
+        """The sessions whose ``model_config`` holds the top-level ``key`` (not JSON null),
+        newest start first (iot 0.22.2; see ``sessions.model_config``)."""
+        return self._repo.session_ids_with_model_config_key(key)
+
+    @writes
+    def update_session_tool_names(self, session_id: str, pin: Any) -> None:
+        """The session's tool pin (JSON), kept by its hash in ``system_prompts`` as iot 0.22.2
+        keeps it; None clears it."""
+        self._repo.update_session_tool_names(session_id, pin)
+
+    @writes
+    def set_session_yolo(self, session_id: str, enabled: bool) -> None:
+        """iot 0.22.2's per-session ``/yolo`` flag (``model_config``'s ``yolo_mode``), so it
+        survives a resume; nothing without the session."""
+        if not session_id:
+            return
+        self._repo.patch_session_model_config(session_id, {"yolo_mode": bool(enabled)})
+
+    @staticmethod
+    def session_yolo_enabled(session_meta: dict[str, Any] | None) -> bool:
+        """Whether a session row (``get_session``'s dict, its ``model_config`` JSON text or
+        already a dict) has ``/yolo`` on; False on anything unreadable, as in iot 0.22.2 and
+        axisrow 0.20.1 (a resume must never turn the bypass on by mistake)."""
+        raw = (session_meta or {}).get("model_config") if isinstance(session_meta, dict) else None
+        config = raw if isinstance(raw, dict) else decode_json_object(raw)
+        return bool(config.get("yolo_mode"))
 
     # -- iot 0.22.2's row-addressed reads and edits (sessions.row_edits) ------------------------
     @reads

@@ -85,6 +85,7 @@ from .listing import (
 )
 from .maintenance import MaintenancePart
 from .messages import MessageIdentity, MessagesPart, NewMessage
+from .model_config import ModelConfigPart
 from .recent import RecentBrowsePart
 from .rewind import RewindPart
 from .row_edits import RowEditsPart
@@ -98,6 +99,7 @@ from .windows import WindowsPart
 
 class SessionRepository(
     LifecyclePart,
+    ModelConfigPart,
     UsagePart,
     RewindPart,
     ImportsPart,

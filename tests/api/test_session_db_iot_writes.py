@@ -522,3 +522,35 @@ def test_a_replay_marks_each_message_stored_and_pairs_late_results(db: SessionDB
     assert user["display_kind"] == "hidden" and len(user["message_uid"]) == 32
     model, display = db.get_resume_conversations("s")
     assert [m["_row_id"] for m in model] == [m["_row_id"] for m in display][: len(model)]
+
+
+# -- iot 0.22.2's model_config keys ------------------------------------------------------------
+def test_a_conversation_wide_key_is_written_at_the_compression_tip(db: SessionDB) -> None:
+    db.create_session("root", "cli", model_config={"_branched_from": "elsewhere"})
+    db.end_session("root", "compression")
+    db.create_session("tip", "cli", parent_session_id="root")
+    seen: list[Any] = []
+
+    def bump(value: Any) -> Any:
+        seen.append(value)
+        return {"n": (value or {}).get("n", 0) + 1}
+
+    assert db.update_conversation_model_config_value("root", "onboarding", bump) == "tip"
+    assert db.update_conversation_model_config_value("tip", "onboarding", bump) == "tip"
+    assert seen[-1] == {"n": 1}
+    assert db.get_session_model_config_value("tip", "onboarding") == {"n": 2}
+    assert db.get_session_model_config_value("root", "onboarding") is None
+    assert db.update_conversation_model_config_value("tip", "onboarding", lambda _: None) == "tip"
+    assert db.get_session_model_config_value("tip", "onboarding", "gone") == "gone"
+    assert db.update_conversation_model_config_value("nobody", "k", bump) is None
+    assert db.session_ids_with_model_config_key("_branched_from") == ["root"]
+    assert db.session_ids_with_model_config_key('we"ird\\') == []
+    with pytest.raises(TypeError):
+        db.patch_session_model_config("tip", {"k": object()})
+    with pytest.raises(TypeError):
+        db.patch_session_model_config("tip", [("k", 1)])  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        db.update_session_tool_names("tip", {1, 2})
+    db.patch_session_model_config("tip", {'we"ird\\': 1, "é": 2})
+    assert db.session_ids_with_model_config_key('we"ird\\') == ["tip"]
+    assert db.session_ids_with_model_config_key("é") == ["tip"]

@@ -114,6 +114,12 @@ def db(store_url: str) -> Iterator[SessionDB]:
 
 
 def run_ours(db: SessionDB, steps: list[Step]) -> list[Any]:
+    return normalized(run_ours_steps(db, steps))
+
+
+def run_ours_steps(db: SessionDB, steps: list[Step]) -> list[Any]:
+    """The steps on ours, as the driver runs them on iot (``$sql`` and ``$select`` on the
+    store's connection), each on a fresh copy of its arguments."""
     results: list[Any] = []
     for name, args, kwargs in json.loads(json.dumps(steps)):
         if name in (SQL_STEP, SELECT_STEP):
@@ -126,7 +132,7 @@ def run_ours(db: SessionDB, steps: list[Step]) -> list[Any]:
                 results.append([dict(row._mapping) for row in rows])
         else:
             results.append(getattr(db, name)(*args, **kwargs))
-    return normalized(results)
+    return results
 
 
 BOOL_ROW_ID = 4
