@@ -475,6 +475,38 @@ class AsyncSessionRepository:
             )
         )
 
+    async def set_message_reaction(
+        self,
+        session_id: str,
+        message_row_id: int,
+        emoji: str | None,
+        *,
+        author: str = 'user',
+    ) -> list[dict[str, Any]] | None:
+        return await self._write(
+            lambda repo: repo.set_message_reaction(
+                session_id,
+                message_row_id,
+                emoji,
+                author=author,
+            )
+        )
+
+    async def get_message_reactions(
+        self,
+        session_id: str,
+        message_row_id: int,
+    ) -> list[dict[str, Any]]:
+        return await self._read(lambda repo: repo.get_message_reactions(session_id, message_row_id))
+
+    async def take_unseen_reactions(
+        self,
+        session_id: str,
+        *,
+        author: str = 'user',
+    ) -> list[dict[str, Any]]:
+        return await self._write(lambda repo: repo.take_unseen_reactions(session_id, author=author))
+
     async def append_message(
         self,
         session_id: str,
@@ -1171,6 +1203,9 @@ class AsyncSessionRepository:
 
     async def get_meta(self, key: str) -> str | None:
         return await self._read(lambda repo: repo.get_meta(key))
+
+    async def list_meta_prefix(self, prefix: str) -> list[tuple[str, str | None]]:
+        return await self._read(lambda repo: repo.list_meta_prefix(prefix))
 
     async def set_meta(self, key: str, value: str | None, *, cursor: Any = None) -> None:
         return await self._write(lambda repo: repo.set_meta(key, value, cursor=cursor))

@@ -848,6 +848,41 @@ class AsyncSessionDB:
             )
         )
 
+    async def count_messages_all(self, session_id: str) -> int:
+        return await self._read(lambda db: db.count_messages_all(session_id))
+
+    async def set_message_reaction(
+        self,
+        session_id: str,
+        message_row_id: int,
+        emoji: str | None,
+        *,
+        author: str = 'user',
+    ) -> list[dict[str, Any]] | None:
+        return await self._write(
+            lambda db: db.set_message_reaction(
+                session_id,
+                message_row_id,
+                emoji,
+                author=author,
+            )
+        )
+
+    async def get_message_reactions(
+        self,
+        session_id: str,
+        message_row_id: int,
+    ) -> list[dict[str, Any]]:
+        return await self._read(lambda db: db.get_message_reactions(session_id, message_row_id))
+
+    async def take_unseen_reactions(
+        self,
+        session_id: str,
+        *,
+        author: str = 'user',
+    ) -> list[dict[str, Any]]:
+        return await self._write(lambda db: db.take_unseen_reactions(session_id, author=author))
+
     async def queue_token_counts(self, session_id: str, **kwargs: Any) -> None:
         return await self._write(lambda db: db.queue_token_counts(session_id, **kwargs))
 
@@ -1091,6 +1126,9 @@ class AsyncSessionDB:
 
     async def get_meta(self, key: str) -> str | None:
         return await self._read(lambda db: db.get_meta(key))
+
+    async def list_meta_prefix(self, prefix: str) -> list[tuple[str, str | None]]:
+        return await self._read(lambda db: db.list_meta_prefix(prefix))
 
     async def set_meta(self, key: str, value: str | None, *, cursor: Any = None) -> None:
         return await self._write(lambda db: db.set_meta(key, value, cursor=cursor))

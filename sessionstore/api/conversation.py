@@ -32,7 +32,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..sql.codec import decode_json
+from ..sql.codec import decode_display_metadata, decode_json
 from ..sql.codec import loads as _loads
 from ..sql.message_content import ENCODED_CONTENT_PREFIXES, decode_content
 from ..sql.records import ConversationRow
@@ -128,19 +128,6 @@ def row_snapshot(record: Sequence[Any]) -> str:
     return digest.hexdigest()
 
 
-def _decoded_display_metadata(raw: Any) -> dict[str, Any] | None:
-    """iot 0.22.2's ``_decode_display_metadata``: a dict, unwrapping a second JSON string
-    layer (rows its older builds double-encoded); anything else is no metadata."""
-    meta = raw
-    for _ in range(2):
-        if isinstance(meta, str):
-            try:
-                meta = _loads(meta)
-            except (ValueError, TypeError):
-                return None
-    return meta if isinstance(meta, dict) else None
-
-
 def _uid_map(raw: str) -> dict[str, Any]:
     """iot 0.22.2's ``_uid_map`` of a stored ``tool_call_uids``."""
     try:
@@ -221,7 +208,7 @@ def message_of(
         message["display_kind"] = display_kind
     if (
         display_metadata and "display_metadata" in wire_keys
-        and (meta := _decoded_display_metadata(display_metadata)) is not None
+        and (meta := decode_display_metadata(display_metadata)) is not None
     ):  # fmt: skip
         message["display_metadata"] = meta
     if summary_marker and compressed_summary:

@@ -1041,6 +1041,36 @@ class SessionDB:
             display_metadata=display_metadata,
         )  # fmt: skip
 
+    @reads
+    def count_messages_all(self, session_id: str) -> int:
+        """Every row of the session, rewound and compaction-archived ones too (iot 0.22.2);
+        0 for an empty or unknown id."""
+        if not isinstance(session_id, str) or not session_id:
+            return 0
+        return self._repo.message_count(session_id)
+
+    @writes
+    def set_message_reaction(
+        self, session_id: str, message_row_id: int, emoji: str | None, *, author: str = "user"
+    ) -> list[dict[str, Any]] | None:
+        """Set (``emoji`` None: clear) ``author``'s reaction on a row the session shows, with
+        iot 0.22.2's tapback rules; the row's reactions after it, or None
+        (``sessions.reactions``)."""
+        return self._repo.set_message_reaction(session_id, message_row_id, emoji, author=author)
+
+    @reads
+    def get_message_reactions(self, session_id: str, message_row_id: int) -> list[dict[str, Any]]:
+        """The reactions on a row the session shows (iot 0.22.2)."""
+        return self._repo.get_message_reactions(session_id, message_row_id)
+
+    @writes
+    def take_unseen_reactions(
+        self, session_id: str, *, author: str = "user"
+    ) -> list[dict[str, Any]]:
+        """``author``'s reactions not announced yet, marked seen as they are handed over
+        (iot 0.22.2)."""
+        return self._repo.take_unseen_reactions(session_id, author=author)
+
     @writes
     def queue_token_counts(self, session_id: str, **kwargs: Any) -> None:
         """iot 0.22.2's per-call token accounting (``update_token_counts``'s arguments).
@@ -1273,6 +1303,12 @@ class SessionDB:
     @reads
     def get_meta(self, key: str) -> str | None:
         return self._repo.get_meta(key)
+
+    @reads
+    def list_meta_prefix(self, prefix: str) -> list[tuple[str, str | None]]:
+        """``(key, value)`` of the ``state_meta`` keys starting with ``prefix`` (literally),
+        by key (iot 0.22.2)."""
+        return self._repo.list_meta_prefix(prefix)
 
     @writes
     def set_meta(self, key: str, value: str | None, *, cursor: Any = None) -> None:

