@@ -1190,6 +1190,50 @@ class AsyncSessionRepository:
     async def clear_compression_failure_cooldown(self, session_id: str) -> bool:
         return await self._write(lambda repo: repo.clear_compression_failure_cooldown(session_id))
 
+    async def get_compression_ineffective_count(self, session_id: str) -> int:
+        return await self._read(lambda repo: repo.get_compression_ineffective_count(session_id))
+
+    async def set_compression_ineffective_count(self, session_id: str, count: int) -> bool:
+        return await self._write(
+            lambda repo: repo.set_compression_ineffective_count(
+                session_id,
+                count,
+            )
+        )
+
+    async def get_compression_overload_streak(self, session_id: str) -> int:
+        return await self._read(lambda repo: repo.get_compression_overload_streak(session_id))
+
+    async def set_compression_overload_streak(self, session_id: str, streak: int) -> bool:
+        return await self._write(
+            lambda repo: repo.set_compression_overload_streak(
+                session_id,
+                streak,
+            )
+        )
+
+    async def increment_compression_overload_streak(self, session_id: str) -> int | None:
+        return await self._write(
+            lambda repo: repo.increment_compression_overload_streak(
+                session_id,
+            )
+        )
+
+    async def get_compression_recovery_deadline(self, session_id: str) -> float:
+        return await self._read(lambda repo: repo.get_compression_recovery_deadline(session_id))
+
+    async def set_compression_recovery_deadline(
+        self,
+        session_id: str,
+        deadline: float | None,
+    ) -> bool:
+        return await self._write(
+            lambda repo: repo.set_compression_recovery_deadline(
+                session_id,
+                deadline,
+            )
+        )
+
     async def get_compression_fallback_streak(self, session_id: str) -> int:
         return await self._read(lambda repo: repo.get_compression_fallback_streak(session_id))
 

@@ -1121,6 +1121,32 @@ class AsyncSessionDB:
     async def get_compression_fallback_streak(self, session_id: str) -> int:
         return await self._read(lambda db: db.get_compression_fallback_streak(session_id))
 
+    async def get_compression_ineffective_count(self, session_id: str) -> int:
+        return await self._read(lambda db: db.get_compression_ineffective_count(session_id))
+
+    async def set_compression_ineffective_count(self, session_id: str, count: int) -> None:
+        return await self._write(lambda db: db.set_compression_ineffective_count(session_id, count))
+
+    async def get_compression_overload_streak(self, session_id: str) -> int:
+        return await self._read(lambda db: db.get_compression_overload_streak(session_id))
+
+    async def set_compression_overload_streak(self, session_id: str, streak: int) -> None:
+        return await self._write(lambda db: db.set_compression_overload_streak(session_id, streak))
+
+    async def increment_compression_overload_streak(self, session_id: str) -> int | None:
+        return await self._write(lambda db: db.increment_compression_overload_streak(session_id))
+
+    async def get_compression_recovery_deadline(self, session_id: str) -> float:
+        return await self._read(lambda db: db.get_compression_recovery_deadline(session_id))
+
+    async def set_compression_recovery_deadline(self, session_id: str, deadline: float) -> None:
+        return await self._write(
+            lambda db: db.set_compression_recovery_deadline(
+                session_id,
+                deadline,
+            )
+        )
+
     async def set_compression_fallback_streak(self, session_id: str, streak: int) -> None:
         return await self._write(lambda db: db.set_compression_fallback_streak(session_id, streak))
 

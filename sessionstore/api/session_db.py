@@ -1295,6 +1295,40 @@ class SessionDB:
         summary (Hermes 0.19); 0 when unknown."""
         return self._repo.get_compression_fallback_streak(session_id)
 
+    @reads
+    def get_compression_ineffective_count(self, session_id: str) -> int:
+        """iot 0.22.2's compressor strikes (its anti-thrash guard survives a restart)."""
+        return self._repo.get_compression_ineffective_count(session_id)
+
+    @writes
+    def set_compression_ineffective_count(self, session_id: str, count: int) -> None:
+        self._repo.set_compression_ineffective_count(session_id, count)
+
+    @reads
+    def get_compression_overload_streak(self, session_id: str) -> int:
+        """iot 0.22.2's sustained-overload abort streak."""
+        return self._repo.get_compression_overload_streak(session_id)
+
+    @writes
+    def set_compression_overload_streak(self, session_id: str, streak: int) -> None:
+        self._repo.set_compression_overload_streak(session_id, streak)
+
+    @writes
+    def increment_compression_overload_streak(self, session_id: str) -> int | None:
+        """Add one to the overload streak atomically; the new value, None without the session
+        (iot 0.22.2)."""
+        return self._repo.increment_compression_overload_streak(session_id)
+
+    @reads
+    def get_compression_recovery_deadline(self, session_id: str) -> float:
+        """iot 0.22.2's anti-thrash recovery deadline, 0.0 when not armed."""
+        return self._repo.get_compression_recovery_deadline(session_id)
+
+    @writes
+    def set_compression_recovery_deadline(self, session_id: str, deadline: float) -> None:
+        """Arm the recovery deadline; 0 or None disarms it (iot 0.22.2)."""
+        self._repo.set_compression_recovery_deadline(session_id, deadline)
+
     @writes
     def set_compression_fallback_streak(self, session_id: str, streak: int) -> None:
         self._repo.set_compression_fallback_streak(session_id, streak)

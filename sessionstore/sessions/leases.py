@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.expression import Executable
 
@@ -204,6 +204,97 @@ class LeasesPart(RepositoryPart):
             .values(compression_failure_cooldown_until=None, compression_failure_error=None)
         )
         return self.store.write(lambda conn: bool(conn.execute(statement).rowcount))
+
+    # -- the compressor's durable counters (iot 0.22.2) ---------------------------------------
+    def _session_number(self, column: str, session_id: Any, cast: type, zero: Any) -> Any:
+        """One numeric ``sessions`` column of the session, at least ``zero``; ``zero`` for an
+        unknown session, NULL, a value that is no number, or a store from before the column."""
+        if not isinstance(session_id, str) or not session_id or not bindable(session_id):
+            return zero
+        if not self.store.read_shape.has_column(sessions.name, column):
+            return zero
+        statement = select(sessions.c[column]).where(sessions.c.id == session_id)
+        value = self.store.read(lambda conn: conn.execute(statement).scalar())
+        try:
+            return max(zero, cast(value or zero))
+        except (TypeError, ValueError, OverflowError):
+            return zero
+
+    def _set_session_number(self, column: str, session_id: Any, value: Any) -> bool:
+        if not session_id:
+            return False
+        statement = (
+            update(sessions)
+            .where(sessions.c.id == validation.identifier(session_id, "session_id"))
+            .values({column: value})
+        )
+        return bool(self.store.write(lambda conn: conn.execute(statement).rowcount > 0))
+
+    @reads
+    def get_compression_ineffective_count(self, session_id: str) -> int:
+        """The compressor's ineffective-compaction strikes (its anti-thrash guard), 0 unset."""
+        count: int = self._session_number("compression_ineffective_count", session_id, int, 0)
+        return count
+
+    @writes
+    def set_compression_ineffective_count(self, session_id: str, count: int) -> bool:
+        """Keep ``max(0, count)`` strikes; True when the session exists, nothing for ``""``."""
+        value = max(0, validation.counter(count, "count"))
+        return self._set_session_number("compression_ineffective_count", session_id, value)
+
+    @reads
+    def get_compression_overload_streak(self, session_id: str) -> int:
+        """The compressor's sustained-overload abort streak, 0 unset."""
+        streak: int = self._session_number("compression_overload_streak", session_id, int, 0)
+        return streak
+
+    @writes
+    def set_compression_overload_streak(self, session_id: str, streak: int) -> bool:
+        """Keep ``max(0, streak)``; True when the session exists, nothing for ``""``."""
+        value = max(0, validation.counter(streak, "streak"))
+        return self._set_session_number("compression_overload_streak", session_id, value)
+
+    @writes
+    def increment_compression_overload_streak(self, session_id: str) -> int | None:
+        """Add one to the overload streak in one transaction (two agents on a session lose no
+        strike); the new value, None for an unknown (or empty) session."""
+        if not isinstance(session_id, str) or not session_id or not bindable(session_id):
+            return None
+        column = sessions.c.compression_overload_streak
+        bump = (
+            update(sessions)
+            .where(sessions.c.id == session_id)
+            .values(compression_overload_streak=func.coalesce(column, 0) + 1)
+        )
+        read = select(column).where(sessions.c.id == session_id)
+
+        def run(conn: Connection) -> int | None:
+            if not conn.execute(bump).rowcount:
+                return None
+            return int(conn.execute(read).scalar_one())
+
+        found: int | None = self.store.write(run)
+        return found
+
+    @reads
+    def get_compression_recovery_deadline(self, session_id: str) -> float:
+        """The compressor's anti-thrash recovery deadline (a Unix time), 0.0 when not armed."""
+        deadline: float = self._session_number(
+            "compression_recovery_deadline", session_id, float, 0.0
+        )
+        return deadline
+
+    @writes
+    def set_compression_recovery_deadline(self, session_id: str, deadline: float | None) -> bool:
+        """Arm the recovery deadline; 0, None, a negative number or NaN disarms it (NULL), as
+        in iot. Decided: a value that is not a real number is a ``TypeError`` (iot disarms)."""
+        if deadline is not None and (
+            isinstance(deadline, bool) or not isinstance(deadline, (int, float))
+        ):
+            raise TypeError(f"deadline must be a number or None, not {type(deadline).__name__}")
+        value = float(deadline or 0.0)
+        stored = value if value > 0.0 else None  # NaN is not > 0
+        return self._set_session_number("compression_recovery_deadline", session_id, stored)
 
     # -- state_meta -------------------------------------------------------------------------
     # -- the fallback streak (Hermes 0.19) ---------------------------------------------------

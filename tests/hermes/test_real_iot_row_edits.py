@@ -197,7 +197,7 @@ def reactions_normalized(results: list[Any]) -> list[Any]:
 
     def untimed(value: Any) -> Any:
         if isinstance(value, dict):
-            return {k: (isinstance(v, float) if k == "at" else untimed(v)) for k, v in value.items()}
+            return {k: isinstance(v, float) if k == "at" else untimed(v) for k, v in value.items()}
         if isinstance(value, list):
             return [untimed(item) for item in value]
         return value
@@ -231,3 +231,44 @@ def test_reactions_meta_prefixes_and_counts_are_iot_0222s(
               for index, (step, theirs) in enumerate(zip(REACTIONS, iot_reactions, strict=True))
               if ours[index] != theirs]  # fmt: skip
     assert differ == [], json.dumps(differ, indent=1)
+
+
+INEFFECTIVE, OVERLOAD, DEADLINE = (
+    "compression_ineffective_count", "compression_overload_streak", "compression_recovery_deadline"
+)
+COUNTERS: list[Step] = [
+    ("create_session", ["s", "cli"], {}),
+    *[(f"get_{name}", [sid], {}) for name in (INEFFECTIVE, OVERLOAD, DEADLINE)
+      for sid in ("s", "nobody", "")],
+    (f"set_{INEFFECTIVE}", ["s", 3], {}), (f"set_{INEFFECTIVE}", ["nobody", 3], {}),
+    (f"get_{INEFFECTIVE}", ["s"], {}),
+    (f"set_{INEFFECTIVE}", ["s", -4], {}), (f"get_{INEFFECTIVE}", ["s"], {}),
+    (f"set_{OVERLOAD}", ["s", 2], {}), ("increment_compression_overload_streak", ["s"], {}),
+    ("increment_compression_overload_streak", ["s"], {}),
+    ("increment_compression_overload_streak", ["nobody"], {}),
+    ("increment_compression_overload_streak", [""], {}),
+    (f"get_{OVERLOAD}", ["s"], {}), (f"set_{OVERLOAD}", ["s", -1], {}),
+    (f"get_{OVERLOAD}", ["s"], {}),
+    (f"set_{DEADLINE}", ["s", 1790000000.5], {}), (f"get_{DEADLINE}", ["s"], {}),
+    (f"set_{DEADLINE}", ["s", 0], {}), (f"get_{DEADLINE}", ["s"], {}),
+    (f"set_{DEADLINE}", ["s", 12], {}), (f"set_{DEADLINE}", ["s", None], {}),
+    (f"get_{DEADLINE}", ["s"], {}), (f"set_{DEADLINE}", ["s", -5.0], {}),
+    (SELECT_STEP, [f"SELECT {INEFFECTIVE}, {OVERLOAD}, {DEADLINE} FROM sessions"], {}),
+    (f"set_{DEADLINE}", ["s", 7.25], {}),
+    (SQL_STEP, [f"UPDATE sessions SET {INEFFECTIVE} = -3, {DEADLINE} = -1"], {}),
+    (f"get_{INEFFECTIVE}", ["s"], {}), (f"get_{DEADLINE}", ["s"], {}),
+]  # fmt: skip
+
+
+def test_the_compressor_s_durable_counters_are_iot_0222s(
+    tmp_path_factory: pytest.TempPathFactory, db: SessionDB
+) -> None:
+    root = tmp_path_factory.mktemp("iot-counters")
+    theirs = json.loads(json.dumps(RealHermesFork("iot-0.22.2", root / "home").calls(
+        root / "counters.db", COUNTERS)))  # fmt: skip
+    ours = json.loads(json.dumps(run_ours_steps(db, COUNTERS)))
+    for index, (name, _, _) in enumerate(COUNTERS):
+        if name.startswith("set_"):  # iot answers None, ours whether a session took it
+            ours[index] = theirs[index] = None
+    assert theirs[COUNTERS.index(("increment_compression_overload_streak", ["s"], {})) + 1] == 4
+    assert ours == theirs
