@@ -190,6 +190,27 @@ class AsyncSessionRepository:
     async def patch_session_model_config(self, session_id: str, patch: Mapping[str, Any]) -> bool:
         return await self._write(lambda repo: repo.patch_session_model_config(session_id, patch))
 
+    async def update_session_runtime_lock(
+        self,
+        session_id: str,
+        *,
+        model: str | None = None,
+        provider: str | None = None,
+        model_options: Mapping[str, Any] | None = None,
+        route_source: str | None = None,
+        confirmed: bool = False,
+    ) -> bool:
+        return await self._write(
+            lambda repo: repo.update_session_runtime_lock(
+                session_id,
+                model=model,
+                provider=provider,
+                model_options=model_options,
+                route_source=route_source,
+                confirmed=confirmed,
+            )
+        )
+
     async def model_config_value(self, session_id: str, key: str, default: Any = None) -> Any:
         return await self._read(lambda repo: repo.model_config_value(session_id, key, default))
 
@@ -1479,8 +1500,26 @@ class AsyncSessionRepository:
     async def complete_handoff(self, session_id: str) -> bool:
         return await self._write(lambda repo: repo.complete_handoff(session_id))
 
-    async def fail_handoff(self, session_id: str, error: str | None) -> bool:
-        return await self._write(lambda repo: repo.fail_handoff(session_id, error))
+    async def fail_handoff(
+        self,
+        session_id: str,
+        error: str | None,
+        *,
+        only_states: Sequence[str] | None = None,
+    ) -> bool:
+        return await self._write(
+            lambda repo: repo.fail_handoff(
+                session_id,
+                error,
+                only_states=only_states,
+            )
+        )
+
+    async def increment_hygiene_failure_streak(self, session_key: str) -> int:
+        return await self._write(lambda repo: repo.increment_hygiene_failure_streak(session_key))
+
+    async def reset_hygiene_failure_streak(self, session_key: str) -> None:
+        return await self._write(lambda repo: repo.reset_hygiene_failure_streak(session_key))
 
     async def get_handoff_state(self, session_id: str) -> dict[str, Any] | None:
         return await self._read(lambda repo: repo.get_handoff_state(session_id))

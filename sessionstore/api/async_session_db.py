@@ -1452,8 +1452,47 @@ class AsyncSessionDB:
     async def complete_handoff(self, session_id: str) -> bool:
         return await self._write(lambda db: db.complete_handoff(session_id))
 
-    async def fail_handoff(self, session_id: str, error: str | None) -> bool:
-        return await self._write(lambda db: db.fail_handoff(session_id, error))
+    async def fail_handoff(
+        self,
+        session_id: str,
+        error: str | None,
+        *,
+        only_states: tuple[str, ...] | None = None,
+    ) -> bool:
+        return await self._write(
+            lambda db: db.fail_handoff(
+                session_id,
+                error,
+                only_states=only_states,
+            )
+        )
+
+    async def increment_hygiene_failure_streak(self, session_key: str) -> int:
+        return await self._write(lambda db: db.increment_hygiene_failure_streak(session_key))
+
+    async def reset_hygiene_failure_streak(self, session_key: str) -> None:
+        return await self._write(lambda db: db.reset_hygiene_failure_streak(session_key))
+
+    async def update_session_runtime_lock(
+        self,
+        session_id: str,
+        *,
+        model: str | None = None,
+        provider: str | None = None,
+        model_options: dict[str, Any] | None = None,
+        route_source: str | None = None,
+        confirmed: bool = False,
+    ) -> None:
+        return await self._write(
+            lambda db: db.update_session_runtime_lock(
+                session_id,
+                model=model,
+                provider=provider,
+                model_options=model_options,
+                route_source=route_source,
+                confirmed=confirmed,
+            )
+        )
 
     async def prune_sessions(
         self,

@@ -1566,8 +1566,41 @@ class SessionDB:
         return self._repo.complete_handoff(session_id)
 
     @writes
-    def fail_handoff(self, session_id: str, error: str | None) -> bool:
-        return self._repo.fail_handoff(session_id, error)
+    def fail_handoff(
+        self, session_id: str, error: str | None, *, only_states: tuple[str, ...] | None = None
+    ) -> bool:
+        """Fail a pending or running handoff; iot 0.22.2's ``only_states`` fails it only from
+        those states (a compare-and-swap)."""
+        return self._repo.fail_handoff(session_id, error, only_states=only_states)
+
+    @writes
+    def increment_hygiene_failure_streak(self, session_key: str) -> int:
+        """iot 0.22.2's gateway session-hygiene failure streak of a chat, plus one."""
+        return self._repo.increment_hygiene_failure_streak(session_key)
+
+    @writes
+    def reset_hygiene_failure_streak(self, session_key: str) -> None:
+        """Forget a chat's hygiene failure streak (iot 0.22.2)."""
+        self._repo.reset_hygiene_failure_streak(session_key)
+
+    @writes
+    def update_session_runtime_lock(
+        self,
+        session_id: str,
+        *,
+        model: str | None = None,
+        provider: str | None = None,
+        model_options: dict[str, Any] | None = None,
+        route_source: str | None = None,
+        confirmed: bool = False,
+    ) -> None:
+        """iot 0.22.2's Browser / API-client runtime lock: ``model_config``'s
+        ``browser_model_lock`` (provider, model, options, route source, confirmed, when), and
+        the model when given, in one transaction; nothing without the session."""
+        self._repo.update_session_runtime_lock(
+            session_id, model=model, provider=provider, model_options=model_options,
+            route_source=route_source, confirmed=confirmed,
+        )  # fmt: skip
 
     @writes
     def prune_sessions(

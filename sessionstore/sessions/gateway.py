@@ -39,6 +39,7 @@ from sqlalchemy.engine import Connection
 from ..sql import validation
 from ..sql.records import SessionRecord
 from ..sql.statements import fixed_count
+from ..sql.tables import gateway_hygiene_state_table as hygiene
 from ..sql.tables import gateway_routing_table as routing
 from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
@@ -368,13 +369,63 @@ class GatewayPart(RepositoryPart):
         )
 
     @writes
-    def fail_handoff(self, session_id: str, error: str | None) -> bool:
+    def fail_handoff(
+        self,
+        session_id: str,
+        error: str | None,
+        *,
+        only_states: Sequence[str] | None = None,
+    ) -> bool:
+        """Fail a pending or running handoff with ``error``; True when a row moved. iot
+        0.22.2's ``only_states`` makes it a compare-and-swap on exactly those states (a
+        waiter that gives up passes ``("pending",)``: once the gateway's watcher claimed the
+        handoff, ``running``, the outcome is the watcher's to record)."""
         message = None if error is None else str(error)[:MAX_ERROR_CHARS]
+        if only_states:
+            if isinstance(only_states, str) or not all(isinstance(s, str) for s in only_states):
+                raise TypeError("only_states must be a tuple of state names")
+            allowed = sessions.c.handoff_state.in_(tuple(only_states))
+        else:
+            allowed = sessions.c.handoff_state.in_((PENDING, RUNNING))
         return self._move_handoff(
             session_id,
-            sessions.c.handoff_state.in_((PENDING, RUNNING)),
+            allowed,
             {"handoff_state": FAILED, "handoff_error": self._peer_text(message, "error")},
         )
+
+    # -- gateway hygiene (iot 0.22.2) -------------------------------------------------------
+    @writes
+    def increment_hygiene_failure_streak(self, session_key: str) -> int:
+        """Add one to the session-hygiene failure streak of a gateway chat, in one transaction;
+        the new streak (1 for an empty key, which is not stored, as in iot)."""
+        if not session_key:
+            return 1
+        key = validation.identifier(session_key, "session_key")
+        upsert = (
+            self.store.dialect.insert(hygiene)
+            .values(session_key=key, failure_streak=1)
+            .on_conflict_do_update(
+                index_elements=[hygiene.c.session_key],
+                set_={"failure_streak": hygiene.c.failure_streak + 1},
+            )
+        )
+        read = select(hygiene.c.failure_streak).where(hygiene.c.session_key == key)
+
+        def run(conn: Connection) -> int:
+            conn.execute(upsert)
+            return int(conn.execute(read).scalar_one())
+
+        streak: int = self.store.write(run)
+        return streak
+
+    @writes
+    def reset_hygiene_failure_streak(self, session_key: str) -> None:
+        """Forget a gateway chat's hygiene failure streak."""
+        if not session_key:
+            return
+        key = validation.identifier(session_key, "session_key")
+        statement = delete(hygiene).where(hygiene.c.session_key == key)
+        self.store.write(lambda conn: conn.execute(statement))
 
     @reads
     def get_handoff_state(self, session_id: str) -> dict[str, Any] | None:

@@ -70,6 +70,42 @@ class ModelConfigPart(RepositoryPart):
             raise TypeError(f"patch must be JSON-serializable: {exc}") from None
         return bool(self.store.write(lambda conn: self._patch_on(conn, session_id, patch)))
 
+    @writes
+    def update_session_runtime_lock(
+        self,
+        session_id: str,
+        *,
+        model: str | None = None,
+        provider: str | None = None,
+        model_options: Mapping[str, Any] | None = None,
+        route_source: str | None = None,
+        confirmed: bool = False,
+    ) -> bool:
+        """iot 0.22.2's runtime lock (see :class:`~sessionstore.api.session_db.SessionDB`'s);
+        False for an unknown session."""
+        session_id = validation.identifier(session_id, "session_id")
+        chosen = validation.optional_identifier(model, "model")
+        lock = {
+            "provider": provider or "", "model": model or "",
+            "model_options": dict(model_options or {}), "route_source": route_source or "",
+            "confirmed": bool(confirmed), "updated_at": self.clock(),
+        }  # fmt: skip
+        try:
+            json.dumps(lock)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"model_options must be JSON-serializable: {exc}") from None
+
+        def run(conn: Connection) -> bool:
+            if not self._patch_on(conn, session_id, {"browser_model_lock": lock}):
+                return False
+            if chosen is not None:
+                conn.execute(
+                    update(sessions).where(sessions.c.id == session_id).values(model=chosen)
+                )
+            return True
+
+        return bool(self.store.write(run))
+
     @reads
     def model_config_value(self, session_id: str, key: str, default: Any = None) -> Any:
         """One key of the session's ``model_config`` (``default`` without it, or without the

@@ -272,3 +272,54 @@ def test_the_compressor_s_durable_counters_are_iot_0222s(
             ours[index] = theirs[index] = None
     assert theirs[COUNTERS.index(("increment_compression_overload_streak", ["s"], {})) + 1] == 4
     assert ours == theirs
+
+
+GATEWAY: list[Step] = [
+    ("create_session", ["s", "telegram"], {"model": "m1",
+                                           "model_config": {"_branched_from": "x"}}),
+    ("request_handoff", ["s", "telegram"], {}),
+    ("fail_handoff", ["s", "gave up"], {"only_states": ["running"]}),
+    ("fail_handoff", ["s", "gave up"], {"only_states": ["pending"]}),
+    ("get_handoff_state", ["s"], {}),
+    ("request_handoff", ["s", "discord"], {}),
+    (SQL_STEP, ["UPDATE sessions SET handoff_state = 'running'"], {}),
+    ("fail_handoff", ["s", "waiter"], {"only_states": ["pending"]}),
+    ("fail_handoff", ["s", "watcher"], {}),
+    ("get_handoff_state", ["s"], {}),
+    ("fail_handoff", ["s", "again"], {}),
+    *[("increment_hygiene_failure_streak", [key], {}) for key in ("k", "k", "", "j")],
+    ("reset_hygiene_failure_streak", ["k"], {}), ("reset_hygiene_failure_streak", [""], {}),
+    ("increment_hygiene_failure_streak", ["k"], {}),
+    (SELECT_STEP, ["SELECT session_key, failure_streak FROM gateway_hygiene_state "
+                   "ORDER BY session_key"], {}),
+    ("update_session_runtime_lock", ["s"], {"model": "m2", "provider": "p",
+                                           "model_options": {"t": 1}, "route_source": "browser",
+                                           "confirmed": True}),
+    ("update_session_runtime_lock", ["s"], {"provider": "q"}),
+    ("update_session_runtime_lock", ["nobody"], {"model": "m"}),
+    (SELECT_STEP, ["SELECT id, model, model_config FROM sessions"], {}),
+]  # fmt: skip
+
+
+FAIL_AGAIN = GATEWAY.index(("fail_handoff", ["s", "again"], {}))
+
+
+def test_handoff_cas_hygiene_streaks_and_runtime_locks_are_iot_0222s(
+    tmp_path_factory: pytest.TempPathFactory, db: SessionDB
+) -> None:
+    root = tmp_path_factory.mktemp("iot-gateway")
+    answers = [RealHermesFork("iot-0.22.2", root / "home").calls(root / "gateway.db", GATEWAY),
+               run_ours_steps(db, GATEWAY)]  # fmt: skip
+    for answer in answers:
+        for row in answer[-1]:
+            config = json.loads(row["model_config"])
+            assert isinstance(config["browser_model_lock"].pop("updated_at"), float)
+            row["model_config"] = config
+    theirs, ours = json.loads(json.dumps(answers))
+    assert theirs[2:4] == [False, True] and theirs[7:9] == [False, True]
+    # A handoff already failed is not failed again: iot (and 0.19.0) overwrite its error,
+    # ours leaves the state machine's terminal state alone (docs/hermes.md).
+    assert (theirs[FAIL_AGAIN], ours[FAIL_AGAIN]) == (True, False)
+    ours[FAIL_AGAIN] = theirs[FAIL_AGAIN]
+    assert theirs[-1][0]["model_config"]["browser_model_lock"]["provider"] == "q"
+    assert ours == theirs
