@@ -1378,6 +1378,8 @@ class AsyncSessionRepository:
         thread_id: str | None = None,
         display_name: str | None = None,
         origin_json: str | None = None,
+        include_compression_ancestors: bool = False,
+        transport_profile: str | None = None,
     ) -> bool:
         return await self._write(
             lambda repo: repo.record_gateway_session_peer(
@@ -1390,6 +1392,8 @@ class AsyncSessionRepository:
                 thread_id=thread_id,
                 display_name=display_name,
                 origin_json=origin_json,
+                include_compression_ancestors=include_compression_ancestors,
+                transport_profile=transport_profile,
             )
         )
 

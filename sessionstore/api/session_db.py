@@ -1362,11 +1362,18 @@ class SessionDB:
         thread_id: str | None = None,
         display_name: str | None = None,
         origin_json: str | None = None,
+        include_compression_ancestors: bool = False,
+        transport_profile: str | None = None,
     ) -> bool:
+        """A session's gateway peer (``sessions.gateway``); iot 0.22.2's
+        ``include_compression_ancestors`` and ``transport_profile`` too (without them its
+        gateway retried without ``display_name`` and ``origin_json``, which were lost)."""
         return self._repo.record_gateway_session_peer(
             session_id, source=source, user_id=user_id, session_key=session_key,
             chat_id=chat_id, chat_type=chat_type, thread_id=thread_id,
             display_name=display_name, origin_json=origin_json,
+            include_compression_ancestors=include_compression_ancestors,
+            transport_profile=transport_profile,
         )  # fmt: skip
 
     @writes

@@ -46,6 +46,7 @@ from ..sql.tables import sessions_table as sessions
 from ..sql.validation import bindable
 from .access import reads, writes
 from .lifecycle import RECOVERABLE_END_REASONS
+from .lineage import compression_ancestors_of
 from .shared import RepositoryPart, session_columns
 
 PENDING, RUNNING, COMPLETED, FAILED = "pending", "running", "completed", "failed"
@@ -78,32 +79,50 @@ class GatewayPart(RepositoryPart):
         thread_id: str | None = None,
         display_name: str | None = None,
         origin_json: str | None = None,
+        include_compression_ancestors: bool = False,
+        transport_profile: str | None = None,
     ) -> bool:
         """Remember a session's peer; without a ``session_key`` nothing is written.
-        ``display_name`` and ``origin_json`` (Hermes 0.18.1) are written when given and kept
-        when not."""
+        ``display_name`` and ``origin_json`` (Hermes 0.18.1) and iot 0.22.2's
+        ``transport_profile`` (the receiving bot's profile) are written when given and kept
+        when not; iot's ``include_compression_ancestors`` writes the peer on every session the
+        session continues after compression too (one routing peer for the conversation when a
+        resume moves its tip to another lane)."""
         if not session_key:
             return False
+        if not isinstance(include_compression_ancestors, bool):
+            raise TypeError("include_compression_ancestors must be a bool")
         values: dict[str, Any] = {
             "session_key": self._peer_text(session_key, "session_key"),
             "chat_id": self._peer_text(chat_id, "chat_id"),
             "chat_type": self._peer_text(chat_type, "chat_type"),
             "thread_id": self._peer_text(thread_id, "thread_id"),
         }
-        for name, value in (("display_name", display_name), ("origin_json", origin_json)):
+        for name, value in (
+            ("display_name", display_name), ("origin_json", origin_json),
+            ("transport_profile", transport_profile),
+        ):  # fmt: skip
             if value is not None:
                 values[name] = self._text(value, name)
         if user_id is not None:
             values["user_id"] = func.coalesce(
                 sessions.c.user_id, self._peer_text(user_id, "user_id")
             )
-        statement = update(sessions).where(
-            sessions.c.id == validation.identifier(session_id, "session_id")
-        )
+        session_id = validation.identifier(session_id, "session_id")
+        statement = update(sessions)
         if source is not None:
             source = validation.identifier(source, "source")
             statement = statement.where(sessions.c.source == source)
-        return self.store.write(lambda conn: conn.execute(statement.values(values)).rowcount > 0)
+
+        def run(conn: Connection) -> bool:
+            ids = [session_id]
+            if include_compression_ancestors:
+                ids += compression_ancestors_of(conn, session_id)
+            return bool(
+                conn.execute(statement.where(sessions.c.id.in_(ids)).values(values)).rowcount
+            )
+
+        return self.store.write(run)
 
     @reads
     def find_latest_gateway_session_for_peer(

@@ -323,3 +323,37 @@ def test_handoff_cas_hygiene_streaks_and_runtime_locks_are_iot_0222s(
     ours[FAIL_AGAIN] = theirs[FAIL_AGAIN]
     assert theirs[-1][0]["model_config"]["browser_model_lock"]["provider"] == "q"
     assert ours == theirs
+
+
+PEER = "record_gateway_session_peer"
+PEERS: list[Step] = [
+    ("create_session", ["root", "telegram"], {}),
+    ("end_session", ["root", "compression"], {}),
+    ("create_session", ["tip", "telegram"], {"parent_session_id": "root"}),
+    ("create_session", ["fork", "telegram"], {"parent_session_id": "tip",
+                                              "model_config": {"_branched_from": "tip"}}),
+    (PEER, ["tip"], {"source": "telegram", "session_key": "agent:main:telegram:dm:1",
+                     "chat_id": "1", "chat_type": "dm", "user_id": "u1", "display_name": "Ann",
+                     "origin_json": '{"chat_id": "1"}', "transport_profile": "bot-a",
+                     "include_compression_ancestors": True}),
+    (PEER, ["tip"], {"source": "telegram", "session_key": "agent:main:telegram:dm:1",
+                     "chat_id": "1", "chat_type": "dm", "user_id": "u1"}),
+    (PEER, ["fork"], {"source": "telegram", "session_key": "agent:main:telegram:dm:2",
+                      "chat_id": "2", "transport_profile": "bot-b",
+                      "include_compression_ancestors": True}),
+    (SELECT_STEP, ["SELECT id, session_key, chat_id, chat_type, user_id, display_name, "
+                   "origin_json, transport_profile FROM sessions ORDER BY id"], {}),
+]  # fmt: skip
+
+
+def test_a_gateway_peer_with_iot_0222s_keywords_is_recorded_as_iot_records_it(
+    tmp_path_factory: pytest.TempPathFactory, db: SessionDB
+) -> None:
+    root = tmp_path_factory.mktemp("iot-peers")
+    theirs = json.loads(json.dumps(
+        RealHermesFork("iot-0.22.2", root / "home").calls(root / "peers.db", PEERS)))
+    ours = json.loads(json.dumps(run_ours_steps(db, PEERS)))
+    rows = {row["id"]: row for row in theirs[-1]}
+    assert rows["root"]["transport_profile"] == "bot-a" and rows["fork"]["chat_id"] == "2"
+    assert rows["root"]["session_key"] == "agent:main:telegram:dm:1"
+    assert ours[-1] == theirs[-1]
