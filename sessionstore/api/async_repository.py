@@ -1281,12 +1281,14 @@ class AsyncSessionRepository:
         holder: str,
         *,
         ttl_seconds: float = 300.0,
+        patience_s: float | None = None,
     ) -> bool:
         return await self._write(
             lambda repo: repo.try_acquire_session_turn_lease(
                 session_id,
                 holder,
                 ttl_seconds=ttl_seconds,
+                patience_s=patience_s,
             )
         )
 
@@ -1299,7 +1301,10 @@ class AsyncSessionRepository:
         wait_seconds: float = 1800.0,
         poll_interval_seconds: float = 1.0,
         on_wait: Callable[[float], Any] | None = None,
+        wait_notice_interval_seconds: float = 15.0,
         should_abort: Callable[[], Any] | None = None,
+        acquire_patience_s: float = 0.5,
+        on_contended: Callable[[], Any] | None = None,
     ) -> bool:
         return await self._write(
             lambda repo: repo.acquire_session_turn_lease(
@@ -1309,7 +1314,10 @@ class AsyncSessionRepository:
                 wait_seconds=wait_seconds,
                 poll_interval_seconds=poll_interval_seconds,
                 on_wait=on_wait,
+                wait_notice_interval_seconds=wait_notice_interval_seconds,
                 should_abort=should_abort,
+                acquire_patience_s=acquire_patience_s,
+                on_contended=on_contended,
             )
         )
 
@@ -1322,12 +1330,14 @@ class AsyncSessionRepository:
         holder: str,
         *,
         ttl_seconds: float = 300.0,
+        patience_s: float | None = None,
     ) -> bool:
         return await self._write(
             lambda repo: repo.refresh_session_turn_lease(
                 session_id,
                 holder,
                 ttl_seconds=ttl_seconds,
+                patience_s=patience_s,
             )
         )
 

@@ -479,12 +479,14 @@ class AsyncSessionDB:
         holder: str,
         *,
         ttl_seconds: float = 300.0,
+        patience_s: float | None = None,
     ) -> bool:
         return await self._write(
             lambda db: db.try_acquire_session_turn_lease(
                 session_id,
                 holder,
                 ttl_seconds=ttl_seconds,
+                patience_s=patience_s,
             )
         )
 
@@ -497,7 +499,10 @@ class AsyncSessionDB:
         wait_seconds: float = 1800.0,
         poll_interval_seconds: float = 1.0,
         on_wait: Callable[[float], Any] | None = None,
+        wait_notice_interval_seconds: float = 15.0,
         should_abort: Callable[[], Any] | None = None,
+        acquire_patience_s: float = 0.5,
+        on_contended: Callable[[], Any] | None = None,
     ) -> bool:
         return await self._write(
             lambda db: db.acquire_session_turn_lease(
@@ -507,7 +512,10 @@ class AsyncSessionDB:
                 wait_seconds=wait_seconds,
                 poll_interval_seconds=poll_interval_seconds,
                 on_wait=on_wait,
+                wait_notice_interval_seconds=wait_notice_interval_seconds,
                 should_abort=should_abort,
+                acquire_patience_s=acquire_patience_s,
+                on_contended=on_contended,
             )
         )
 
@@ -520,12 +528,14 @@ class AsyncSessionDB:
         holder: str,
         *,
         ttl_seconds: float = 300.0,
+        patience_s: float | None = None,
     ) -> bool:
         return await self._write(
             lambda db: db.refresh_session_turn_lease(
                 session_id,
                 holder,
                 ttl_seconds=ttl_seconds,
+                patience_s=patience_s,
             )
         )
 

@@ -406,11 +406,17 @@ class SessionDB:
     # -- turn leases (iot 0.22.2) -------------------------------------------------------------
     @writes
     def try_acquire_session_turn_lease(
-        self, session_id: str, holder: str, *, ttl_seconds: float = DEFAULT_TURN_LEASE_TTL_S
+        self,
+        session_id: str,
+        holder: str,
+        *,
+        ttl_seconds: float = DEFAULT_TURN_LEASE_TTL_S,
+        patience_s: float | None = None,
     ) -> bool:
-        """Take the conversation's turn lease now, if free or expired."""
+        """Take the conversation's turn lease now, if free or expired (iot 0.22.2's
+        ``patience_s``: see ``sessions.session_state``)."""
         return self._repo.try_acquire_session_turn_lease(
-            session_id, holder, ttl_seconds=ttl_seconds
+            session_id, holder, ttl_seconds=ttl_seconds, patience_s=patience_s
         )
 
     @writes
@@ -423,13 +429,20 @@ class SessionDB:
         wait_seconds: float = 1800.0,
         poll_interval_seconds: float = 1.0,
         on_wait: Callable[[float], Any] | None = None,
+        wait_notice_interval_seconds: float = 15.0,
         should_abort: Callable[[], Any] | None = None,
+        acquire_patience_s: float = 0.5,
+        on_contended: Callable[[], Any] | None = None,
     ) -> bool:
-        """Wait for the conversation's turn lease (polling); False at the deadline."""
+        """Wait for the conversation's turn lease (polling); False at the deadline. iot
+        0.22.2's keywords: notices every ``wait_notice_interval_seconds``, ``on_contended``
+        for a busy store (``sessions.session_state``)."""
         return self._repo.acquire_session_turn_lease(
             session_id, holder, ttl_seconds=ttl_seconds, wait_seconds=wait_seconds,
             poll_interval_seconds=poll_interval_seconds, on_wait=on_wait,
-            should_abort=should_abort,
+            wait_notice_interval_seconds=wait_notice_interval_seconds,
+            should_abort=should_abort, acquire_patience_s=acquire_patience_s,
+            on_contended=on_contended,
         )  # fmt: skip
 
     @reads
@@ -438,9 +451,16 @@ class SessionDB:
 
     @writes
     def refresh_session_turn_lease(
-        self, session_id: str, holder: str, *, ttl_seconds: float = DEFAULT_TURN_LEASE_TTL_S
+        self,
+        session_id: str,
+        holder: str,
+        *,
+        ttl_seconds: float = DEFAULT_TURN_LEASE_TTL_S,
+        patience_s: float | None = None,
     ) -> bool:
-        return self._repo.refresh_session_turn_lease(session_id, holder, ttl_seconds=ttl_seconds)
+        return self._repo.refresh_session_turn_lease(
+            session_id, holder, ttl_seconds=ttl_seconds, patience_s=patience_s
+        )
 
     @writes
     def release_session_turn_lease(self, session_id: str, holder: str) -> None:

@@ -286,14 +286,11 @@ class LeasesPart(RepositoryPart):
 
     @writes
     def set_compression_recovery_deadline(self, session_id: str, deadline: float | None) -> bool:
-        """Arm the recovery deadline; 0, None, a negative number or NaN disarms it (NULL), as
-        in iot. Decided: a value that is not a real number is a ``TypeError`` (iot disarms)."""
-        if deadline is not None and (
-            isinstance(deadline, bool) or not isinstance(deadline, (int, float))
-        ):
-            raise TypeError(f"deadline must be a number or None, not {type(deadline).__name__}")
-        value = float(deadline or 0.0)
-        stored = value if value > 0.0 else None  # NaN is not > 0
+        """Arm the recovery deadline; 0, None or a negative number disarms it (NULL), as in
+        iot. Decided: a value that is not a number is a ``TypeError``, NaN, an infinity or a
+        number past a float a ``ValueError`` (iot disarms or stores them), nothing written."""
+        value = validation.optional_number(deadline, "deadline") or 0.0
+        stored = value if value > 0.0 else None
         return self._set_session_number("compression_recovery_deadline", session_id, stored)
 
     # -- state_meta -------------------------------------------------------------------------

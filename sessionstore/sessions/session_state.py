@@ -37,6 +37,7 @@ Bad arguments (a non-``str`` id or holder, a TTL that is not a positive finite n
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -45,7 +46,7 @@ from typing import Any, Final
 from sqlalchemy import Column, and_, delete, func, or_, select, update
 from sqlalchemy.engine import Connection
 
-from ..errors import SessionCompressionInProgressError, SessionTurnLeaseLostError
+from ..errors import SessionCompressionInProgressError, SessionTurnLeaseLostError, StoreBusyError
 from ..sql import validation
 from ..sql.statements import fixed_count
 from ..sql.tables import compression_locks_table as compression_locks
@@ -57,6 +58,8 @@ from .access import reads, writes
 from .leases import lease_ttl
 from .lineage import COMPRESSION_END_REASON, compression_root, continuations_of, line_through
 from .shared import RepositoryPart
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_TURN_LEASE_TTL_S: Final = 300.0
 TURN_LEASE_SWEEP_GRACE_S: Final = 86_400.0
@@ -197,8 +200,17 @@ class SessionStatePart(RepositoryPart):
     # -- turn leases -----------------------------------------------------------------------
     @writes
     def try_acquire_session_turn_lease(
-        self, session_id: str, holder: str, *, ttl_seconds: float = DEFAULT_TURN_LEASE_TTL_S
+        self,
+        session_id: str,
+        holder: str,
+        *,
+        ttl_seconds: float = DEFAULT_TURN_LEASE_TTL_S,
+        patience_s: float | None = None,
     ) -> bool:
+        """Take the conversation's turn lease now, if free or expired (or sweepable). iot
+        0.22.2's ``patience_s`` (its write-lock wait) is taken and checked; the store's retry
+        policy is the patience (``acquire_session_turn_lease``)."""
+        validation.optional_number(patience_s, "patience_s")
         parties = _lease_parties(session_id, holder)
         if parties is None:
             return False
@@ -239,31 +251,62 @@ class SessionStatePart(RepositoryPart):
         wait_seconds: float = 1800.0,
         poll_interval_seconds: float = 1.0,
         on_wait: Callable[[float], Any] | None = None,
+        wait_notice_interval_seconds: float = 15.0,
         should_abort: Callable[[], Any] | None = None,
+        acquire_patience_s: float = 0.5,
+        on_contended: Callable[[], Any] | None = None,
     ) -> bool:
         """Wait (polling, holding no lock between attempts) for the turn lease; False at the
-        deadline or once ``should_abort()`` is true. ``on_wait(elapsed)`` is called while
-        another holder has it. A store that stays locked is :class:`Store`'s retry budget's
-        business, not a holder: its error is raised."""
+        deadline or once ``should_abort()`` is true. ``on_wait(elapsed)`` is called when
+        another holder has it, then about every ``wait_notice_interval_seconds`` (0: every
+        poll), as in iot 0.22.2. A busy store is not a holder: without ``on_contended`` its
+        error (:class:`~sessionstore.errors.StoreBusyError`, once :class:`Store`'s retry
+        budget is spent) is raised; with it (iot's signal that a writer, maybe the holder's
+        last flush, is busy) it is called and the attempt made again at once, until the
+        deadline. Decided: ``acquire_patience_s`` (iot's write-lock patience per attempt) is
+        taken and checked, and the store's retry policy is the patience. A callback that
+        raises is logged and ignored, as in iot."""
         if _lease_parties(session_id, holder) is None:
             return False  # an empty id never gets the lease: no reason to wait for it
         wait = validation.optional_number(wait_seconds, "wait_seconds")
         poll = validation.optional_number(poll_interval_seconds, "poll_interval_seconds")
-        if wait is None or poll is None or not (math.isfinite(wait) and math.isfinite(poll)):
-            raise ValueError("wait_seconds and poll_interval_seconds must be finite numbers")
+        notice = validation.optional_number(
+            wait_notice_interval_seconds, "wait_notice_interval_seconds"
+        )
+        validation.optional_number(acquire_patience_s, "acquire_patience_s")
+        if wait is None or poll is None or notice is None or not (
+            math.isfinite(wait) and math.isfinite(poll) and math.isfinite(notice)
+        ):
+            raise ValueError(
+                "wait_seconds, poll_interval_seconds and wait_notice_interval_seconds must be "
+                "finite numbers"
+            )
         deadline = time.monotonic() + max(0.0, wait)
+        notice_every = max(0.0, notice)
         started: float | None = None
+        last_notice: float | None = None
         while True:
-            if should_abort is not None and should_abort():
+            if should_abort is not None and _callback(should_abort, "should_abort"):
                 return False
-            if self.try_acquire_session_turn_lease(session_id, holder, ttl_seconds=ttl_seconds):
-                return True
+            try:
+                if self.try_acquire_session_turn_lease(session_id, holder, ttl_seconds=ttl_seconds):
+                    return True
+            except StoreBusyError:
+                if on_contended is None:
+                    raise
+                _callback(on_contended, "on_contended")
+                if time.monotonic() >= deadline:
+                    return False
+                continue
             now = time.monotonic()
             if now >= deadline:
                 return False
             started = now if started is None else started
-            if on_wait is not None:
-                on_wait(now - started)
+            if on_wait is not None and (
+                last_notice is None or notice_every == 0.0 or now - last_notice >= notice_every
+            ):
+                _callback(on_wait, "on_wait", now - started)
+                last_notice = now
             time.sleep(min(max(0.01, poll), deadline - now))
 
     @reads
@@ -285,8 +328,17 @@ class SessionStatePart(RepositoryPart):
 
     @writes
     def refresh_session_turn_lease(
-        self, session_id: str, holder: str, *, ttl_seconds: float = DEFAULT_TURN_LEASE_TTL_S
+        self,
+        session_id: str,
+        holder: str,
+        *,
+        ttl_seconds: float = DEFAULT_TURN_LEASE_TTL_S,
+        patience_s: float | None = None,
     ) -> bool:
+        """Extend ``holder``'s lease, only while it holds it (``patience_s``: as for
+        :meth:`try_acquire_session_turn_lease`). The new expiry is stamped before the write
+        waits for the store, as in iot."""
+        validation.optional_number(patience_s, "patience_s")
         parties = _lease_parties(session_id, holder)
         if parties is None:
             return False
@@ -528,3 +580,13 @@ def turn_guarded(conn: Connection, session_ids: Sequence[str], now: float) -> se
             )
         )
     return guarded
+
+
+def _callback(callback: Callable[..., Any], name: str, *arguments: Any) -> Any:
+    """A caller's lease-wait callback; one that raises is logged and answers None (iot 0.22.2
+    never lets a notice callback fail the wait)."""
+    try:
+        return callback(*arguments)
+    except Exception:
+        logger.debug("session turn lease %s callback failed", name, exc_info=True)
+        return None

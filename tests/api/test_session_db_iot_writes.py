@@ -21,7 +21,7 @@ import pytest
 from store_sql import run
 
 from sessionstore.api.session_db import SessionDB
-from sessionstore.errors import SessionTurnLeaseLostError
+from sessionstore.errors import SessionTurnLeaseLostError, StoreBusyError
 
 
 @pytest.fixture
@@ -554,3 +554,46 @@ def test_a_conversation_wide_key_is_written_at_the_compression_tip(db: SessionDB
     db.patch_session_model_config("tip", {'we"ird\\': 1, "é": 2})
     assert db.session_ids_with_model_config_key('we"ird\\') == ["tip"]
     assert db.session_ids_with_model_config_key("é") == ["tip"]
+
+
+# -- iot 0.22.2's turn-lease keywords ----------------------------------------------------------
+def test_the_turn_lease_takes_iot_0222s_waiting_keywords(
+    db: SessionDB, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """iot's agent admits each turn with ``on_contended`` and refreshes with ``patience_s``: a
+    ``TypeError`` there failed every turn on the drop-in."""
+    db.create_session("s", "cli")
+    assert db.try_acquire_session_turn_lease("s", "a", patience_s=0.5)
+    assert db.refresh_session_turn_lease("s", "a", ttl_seconds=60, patience_s=None)
+    notices: list[float] = []
+
+    def boom() -> bool:
+        raise RuntimeError("a callback that fails is ignored")
+
+    assert not db.acquire_session_turn_lease(
+        "s", "b", wait_seconds=0.3, poll_interval_seconds=0.01, on_wait=notices.append,
+        wait_notice_interval_seconds=60.0, should_abort=boom, acquire_patience_s=0.1,
+        on_contended=boom,
+    )  # fmt: skip
+    assert len(notices) == 1  # the first notice, then one a minute
+    db.release_session_turn_lease("s", "a")
+    repo = db._repo
+    real = repo.try_acquire_session_turn_lease
+    busy = iter([True, True])
+    contended: list[int] = []
+
+    def busy_twice(*args: Any, **kwargs: Any) -> bool:
+        if next(busy, False):
+            raise StoreBusyError(3, 0.5)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(repo, "try_acquire_session_turn_lease", busy_twice)
+    assert db.acquire_session_turn_lease("s", "b", wait_seconds=5,
+                                         on_contended=lambda: contended.append(1))  # fmt: skip
+    assert contended == [1, 1]
+    busy = iter([True])
+    with pytest.raises(StoreBusyError):  # without on_contended a busy store is an error
+        db.acquire_session_turn_lease("s", "c", wait_seconds=5)
+    for bad in ({"patience_s": "1"}, {"patience_s": True}):
+        with pytest.raises(TypeError):
+            db.try_acquire_session_turn_lease("s", "x", **bad)  # type: ignore[arg-type]
