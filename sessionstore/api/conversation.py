@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import operator
 import re
 import sys
 from collections.abc import Iterable, Sequence
@@ -92,7 +93,9 @@ _SNAPSHOT_COLUMNS = (
     "tool_call_uids",
 )  # fmt: skip
 """iot 0.22.2's ``agent.transcript_repair._OWNED_COLUMNS``, in its order (our field names)."""
-_SNAPSHOT_INDEXES = tuple(ConversationRow._fields.index(name) for name in _SNAPSHOT_COLUMNS)
+_snapshot_values = operator.itemgetter(
+    *(ConversationRow._fields.index(name) for name in _SNAPSHOT_COLUMNS)
+)
 
 
 def wire_stripped_keys() -> frozenset[str]:
@@ -111,38 +114,48 @@ def wire_stripped_keys() -> frozenset[str]:
 
 def row_snapshot(record: Sequence[Any]) -> str:
     """iot 0.22.2's ``transcript_row_snapshot`` of a stored row (the version its flush compares
-    before it rewrites a row it replayed): a 16-byte BLAKE2b of the owned columns, hex."""
-    digest = hashlib.blake2b(digest_size=16)
-    for index in _SNAPSHOT_INDEXES:
-        value = record[index]
+    before it rewrites a row it replayed): a 16-byte BLAKE2b of the owned columns, hex. The
+    digest's input is built in one piece (the same bytes iot feeds it one column at a time)."""
+    parts: list[bytes] = []
+    add = parts.append
+    for value in _snapshot_values(record):
         if value is None:
-            digest.update(b"N")
-            continue
-        if isinstance(value, (bytes, bytearray, memoryview)):
-            tag, data = b"B", bytes(value)
-        elif isinstance(value, str):
-            tag, data = b"S", value.encode("utf-8", "surrogatepass")
+            add(b"N")
+        elif type(value) is str:
+            data = value.encode("utf-8", "surrogatepass")
+            add(b"S" + len(data).to_bytes(8, "big") + data)
+        elif type(value) is int:
+            data = repr(value).encode("ascii")
+            add(b"I" + len(data).to_bytes(8, "big") + data)
+        elif isinstance(value, (bytes, bytearray, memoryview)):
+            data = bytes(value)
+            add(b"B" + len(data).to_bytes(8, "big") + data)
         else:
-            tag, data = (b"F" if isinstance(value, float) else b"I"), repr(value).encode("ascii")
-        digest.update(tag + len(data).to_bytes(8, "big") + data)
-    return digest.hexdigest()
+            data = repr(value).encode("ascii")
+            add((b"F" if isinstance(value, float) else b"I") + len(data).to_bytes(8, "big") + data)
+    return hashlib.blake2b(b"".join(parts), digest_size=16).hexdigest()
 
 
 def _uid_map(raw: str) -> dict[str, Any]:
-    """iot 0.22.2's ``_uid_map`` of a stored ``tool_call_uids``."""
+    """iot 0.22.2's ``_uid_map`` of a stored ``tool_call_uids``: entries whose uid is a
+    non-empty ``str``, or a list of them, under a non-empty ``str`` key."""
     try:
         value = _loads(raw)
     except (ValueError, TypeError):
         return {}
-    if not isinstance(value, dict):
+    if type(value) is not dict:
         return {}
-    return {
-        key: uid for key, uid in value.items()
-        if isinstance(key, str) and key and (
-            (isinstance(uid, str) and uid)
-            or (isinstance(uid, list) and uid and all(isinstance(u, str) and u for u in uid))
-        )
-    }  # fmt: skip
+    kept: dict[str, Any] = {}
+    for key, uid in value.items():
+        if type(key) is str and key and (
+            (type(uid) is str and uid) or (type(uid) is list and uid and _all_uids(uid))
+        ):
+            kept[key] = uid
+    return kept
+
+
+def _all_uids(values: list[Any]) -> bool:
+    return all(isinstance(one, str) and one for one in values)
 
 
 def _uid_list(raw: str) -> list[str]:
@@ -158,7 +171,6 @@ def _uid_list(raw: str) -> list[str]:
 
 def message_of(
     record: Sequence[Any],
-    *,
     row_id: bool = False,
     snapshot: bool = False,
     summary_marker: bool = False,
@@ -345,10 +357,12 @@ def conversation(
     pairing = _ToolCallUidPairing()
     messages: list[dict[str, Any]] = []
     for row in rows:
-        message = message_of(
-            row, row_id=row_ids, snapshot=snapshot, summary_marker=markers, wire_keys=wire_keys
-        )
-        pairing.see(message)
+        message = message_of(row, row_ids, snapshot, markers, wire_keys)
+        role = message["role"]
+        if role == "user" or (role == "assistant" and "tool_calls" in message) or (
+            role == "tool" and "_tool_call_uid" not in message
+        ):  # the rows pairing looks at (a result stored with its uid needs none)
+            pairing.see(message)
         if with_ancestors and _is_replayed_user_message(messages, message):
             continue
         messages.append(message)
@@ -387,7 +401,7 @@ def _without_review_harness(messages: list[dict[str, Any]]) -> list[dict[str, An
     kept: list[dict[str, Any]] = []
     answering_harness = False
     for message in messages:
-        if _is_review_harness(message):
+        if message.get("role") in _HARNESS_ROLES and _is_review_harness(message):
             answering_harness = True
             continue
         if answering_harness:
