@@ -30,6 +30,8 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "agent_loop.py"
 ROOT_MESSAGES = 8  # two turns of user, assistant(tool call), tool, assistant
 CHILD_MESSAGES = 9  # the compaction summary, then two turns
 
+REPLAY_UID_KEYS = ("_tool_call_uids", "_tool_call_uid")
+
 
 @pytest.fixture(scope="module")
 def agent_loop() -> ModuleType:
@@ -142,6 +144,10 @@ def assert_conversation_recorded(
     conversation = outcome["resumed_conversation"]
     assert [m["role"] for m in conversation] == ["user", "user", "assistant", "tool", "assistant"]
     assert all(isinstance(m.pop("timestamp"), float) for m in conversation)
+    # iot 0.22.2's replay keys (docs/hermes.md): each message marked stored, with its uids.
+    assert all(m.pop("_db_persisted") is True for m in conversation)
+    uids = [{key: m.pop(key) for key in REPLAY_UID_KEYS if key in m} for m in conversation]
+    assert uids[2]["_tool_call_uids"]["call_3"] == uids[3]["_tool_call_uid"]
     summary, question, call, result, answer = conversation
     assert set(summary) == set(question) == {"role", "content"}
     assert call["content"] is None and call["tool_calls"][0]["id"] == "call_3"
@@ -158,7 +164,10 @@ def assert_conversation_recorded(
     ]
     assert "tool_calls" not in answer and "reasoning" not in answer
     stored = db.get_messages_as_conversation(child_id)[:5]
-    assert [{k: v for k, v in m.items() if k != "timestamp"} for m in stored] == conversation
+    assert [
+        {k: v for k, v in m.items() if k not in ("timestamp", "_db_persisted", *REPLAY_UID_KEYS)}
+        for m in stored
+    ] == conversation
 
     # Exports hold the whole sessions as they ended.
     exports = outcome["exports"]
