@@ -22,27 +22,28 @@ PostgreSQL cannot take a NUL character in a text parameter: every value bound he
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, NamedTuple, cast
 
 from sqlalchemy.engine import Connection
 
 from ..dialects.postgresql import extension_schema, qualify_extension_objects
 from . import object_names as names
 from . import request as search_request
+from .context import CONTEXT_COLUMNS, CONTEXT_JOINS, context_lines
 from .hits import (
     SNIPPET_ELLIPSIS,
     SNIPPET_END,
     SNIPPET_START,
     FoundRow,
     match_row,
-    substring_match_rows,
+    substring_snippet,
     substring_snippet_sql,
     substring_snippet_text_sql,
 )
 from .index import IndexHealth, optimize_each
 from .postgresql_ddl import HEAD_DDL, HEAD_INDEXES, INDEXED_CHARS, grams_of, indexed_text
-from .request import Page, SearchFilters, filtered_rows, filtered_statement, ranks_in_window
-from .sanitize import escape_like, to_postgres_tsquery
+from .request import Page, SearchFilters, filtered_rows, ranks_in_window
+from .sanitize import contains_cjk, escape_like, to_postgres_tsquery
 from .terms import SubstringQuery
 
 LIKE_ESCAPE: Final = "\\"
@@ -124,7 +125,7 @@ _WINDOWED_PAGE: Final = f"""
         SELECT m.id, ts_rank({{tsvector}}, {_TSQUERY_ONCE}) AS score
         FROM recent
         JOIN messages AS m ON m.id = recent.id
-        JOIN sessions AS s ON s.id = m.session_id
+        {{sessions}}
         WHERE TRUE {{filters}}
         ORDER BY score DESC, m.id
         LIMIT :limit OFFSET :offset
@@ -133,7 +134,7 @@ _WINDOWED_PAGE: Final = f"""
     UNION ALL
     (SELECT m.id, ts_rank({{tsvector}}, {_TSQUERY_ONCE}) AS score
      FROM messages AS m
-     JOIN sessions AS s ON s.id = m.session_id
+     {{sessions}}
      WHERE {{tsvector}} @@ {_TSQUERY_ONCE} {{filters}}
      ORDER BY score DESC, m.id
      LIMIT CASE WHEN (SELECT count(*) FROM windowed) < :limit THEN :limit ELSE 0 END
@@ -143,7 +144,7 @@ _WINDOWED_PAGE: Final = f"""
 _RANKED_PAGE: Final = f"""
     SELECT m.id, ts_rank({{tsvector}}, {_TSQUERY_ONCE}) AS score
     FROM messages AS m
-    JOIN sessions AS s ON s.id = m.session_id
+    {{sessions}}
     WHERE {{tsvector}} @@ {_TSQUERY_ONCE} {{filters}}
     ORDER BY {{order}}
     LIMIT :limit OFFSET :offset
@@ -160,7 +161,8 @@ SELECT m.id, m.session_id, m.role,
        || CASE WHEN fragment.start > 0
                     AND substr(doc.text, fragment.start + length(plain.text)) ~ '[[:alnum:]]'
                THEN :ellipsis ELSE '' END,
-       m.timestamp, m.tool_name, s.source, s.model, s.started_at
+       m.timestamp, m.tool_name, s.source, s.model, s.started_at,
+       {CONTEXT_COLUMNS}
 FROM ({{page}}) AS page
 JOIN messages AS m ON m.id = page.id
 JOIN sessions AS s ON s.id = m.session_id
@@ -179,6 +181,7 @@ CROSS JOIN LATERAL (
     SELECT replace(replace(headline.text, :mark_start, ''), :mark_end, '') AS text OFFSET 0
 ) AS plain
 CROSS JOIN LATERAL (SELECT strpos(doc.text, plain.text) AS start OFFSET 0) AS fragment
+{CONTEXT_JOINS}
 ORDER BY {{page_order}}
 """
 
@@ -187,13 +190,15 @@ _SNIPPET_TEXT: Final = substring_snippet_text_sql("strpos", ":needle")
 _SUBSTRING_PAGE: Final = f"""
 SELECT m.id, m.session_id, m.role, m.timestamp, m.tool_name, s.source, s.model, s.started_at,
        hit.start AS hit_start,
-       {substring_snippet_sql(_SNIPPET_TEXT, "hit.start", ":needle", "greatest")}
+       {substring_snippet_sql(_SNIPPET_TEXT, "hit.start", ":needle", "greatest")},
+       {CONTEXT_COLUMNS}
 FROM ({{page}}) AS page
 JOIN messages AS m ON m.id = page.id
 JOIN sessions AS s ON s.id = m.session_id
 CROSS JOIN LATERAL (
     SELECT coalesce(strpos(lower({_SNIPPET_TEXT}), lower(:needle)), 0) AS start
 ) AS hit
+{CONTEXT_JOINS}
 ORDER BY {{order}}
 """
 # No alternative can be looked up in the bigram index: the terms are verified row by row, and
@@ -201,7 +206,7 @@ ORDER BY {{order}}
 _SUBSTRING_SCAN: Final = _SUBSTRING_PAGE.replace("{page}", """
     SELECT m.id
     FROM messages AS m
-    JOIN sessions AS s ON s.id = m.session_id
+    {sessions}
     WHERE ({verify}) {filters}
     ORDER BY {order}
     LIMIT :limit OFFSET :offset
@@ -224,7 +229,7 @@ _SUBSTRING_LOOKUP: Final = """WITH candidate AS MATERIALIZED (
 )""" + _SUBSTRING_PAGE.replace("{page}", """
     SELECT m.id
     FROM candidate AS m
-    JOIN sessions AS s ON s.id = m.session_id
+    {sessions}
     WHERE m.verified {filters}
     ORDER BY {order}
     LIMIT :limit OFFSET :offset
@@ -233,26 +238,56 @@ _SUBSTRING_LOOKUP: Final = """WITH candidate AS MATERIALIZED (
 _LAYOUT_KEY: Final = "sessionstore.search_layout"
 
 
-def _layout(conn: Connection) -> tuple[str, str, bool]:
-    """(tsvector source, substring text, has the bigram index) of this database, looked up
-    once per DBAPI connection: revision 0008's stored column or 0001's expression; 0014's text
-    over three columns or ``content``; 0021's bigram index or not."""
+class _Layout(NamedTuple):
+    tsvector: str
+    """The tsvector source: revision 0008's stored column or 0001's expression."""
+    substring_text: str
+    """The text substrings are matched in: 0014's text over three columns, or ``content``."""
+    has_bigrams: bool
+    """Whether 0021's bigram index is there."""
+    sessions_join: str
+    """What joins ``sessions`` to the matches when no source filter needs it: nothing where a
+    validated foreign key on the non-null ``messages.session_id`` (revision 0001's) says every
+    message has its session, the inner join otherwise (which leaves out an orphan)."""
+
+
+def _layout(conn: Connection) -> _Layout:
+    """This database's :class:`_Layout`, looked up once per DBAPI connection."""
     info = conn.connection.info
     cached = info.get(_LAYOUT_KEY)
     if cached is not None:
-        return tuple(cached)
-    has_column, indexes = _column_and_indexes(conn)
+        return cast(_Layout, cached)
+    has_column, indexes, sessions_guaranteed = _column_and_indexes(conn)
     tsvector = (
         f"m.{names.PG_TSV_COLUMN}"
         if has_column
         else "to_tsvector('simple'::regconfig, left(coalesce(content, ''), 200000))"
     )
     substring_text = indexed_text("m") if names.PG_TRGM_INDEX in indexes else "m.content"
-    layout = (tsvector, substring_text, names.PG_BIGRAM_INDEX in indexes)
+    layout = _Layout(
+        tsvector, substring_text, names.PG_BIGRAM_INDEX in indexes,
+        "" if sessions_guaranteed else _SESSIONS_JOIN,
+    )  # fmt: skip
     info[_LAYOUT_KEY] = layout
     return layout
 
 
+_SESSIONS_JOIN: Final = "JOIN sessions AS s ON s.id = m.session_id"
+
+
+def _sessions_join(layout: _Layout, filters: SearchFilters) -> str:
+    """``sessions`` joined to the matches for a source filter, or where the store does not
+    guarantee every message its session; not otherwise (a probe per match, for nothing)."""
+    if filters.sources is not None or filters.excluded_sources:
+        return _SESSIONS_JOIN
+    return layout.sessions_join
+
+
+def _index_answers(term: str) -> bool:
+    """Whether the bigram index holds ``term`` itself as a key (lower-cased): one CJK
+    character, or two led by a CJK character. Its rows then hold the term, as ``ILIKE``
+    (which compares ``lower()`` of both sides) finds it, with nothing left to verify."""
+    return len(term) <= 2 and contains_cjk(term[0])
 _COLUMN_AND_INDEXES: Final = """
 SELECT EXISTS (
            SELECT 1 FROM pg_catalog.pg_attribute AS a
@@ -263,6 +298,14 @@ SELECT EXISTS (
            SELECT i.relname FROM pg_catalog.pg_index AS x
            JOIN pg_catalog.pg_class AS i ON i.oid = x.indexrelid
            WHERE x.indrelid = c.oid
+       ),
+       EXISTS (
+           SELECT 1 FROM pg_catalog.pg_constraint AS k
+           JOIN pg_catalog.pg_class AS r ON r.oid = k.confrelid
+           JOIN pg_catalog.pg_attribute AS a ON a.attrelid = c.oid AND a.attname = 'session_id'
+           WHERE k.conrelid = c.oid AND k.contype = 'f' AND k.convalidated
+             AND r.relname = 'sessions' AND r.relnamespace = c.relnamespace
+             AND k.conkey = ARRAY[a.attnum] AND a.attnotnull
        )
 FROM pg_catalog.pg_class AS c
 JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
@@ -270,15 +313,16 @@ WHERE n.nspname = current_schema() AND c.relname = 'messages' AND c.relkind IN (
 """
 
 
-def _column_and_indexes(conn: Connection) -> tuple[bool, set[str]]:
-    """Whether ``messages`` has the stored tsvector column, and its index names, in one
-    ``pg_catalog`` query (``information_schema.columns`` and ``pg_indexes`` are views over
-    many catalogs: two queries of 2-7 ms each on a store's first search). This store's own
-    table: another tenant's schema in the same database has the same names."""
+def _column_and_indexes(conn: Connection) -> tuple[bool, set[str], bool]:
+    """Whether ``messages`` has the stored tsvector column, its index names, and whether its
+    foreign key guarantees every message's session, in one ``pg_catalog`` query
+    (``information_schema.columns`` and ``pg_indexes`` are views over many catalogs: two
+    queries of 2-7 ms each on a store's first search). This store's own table: another
+    tenant's schema in the same database has the same names."""
     row = conn.exec_driver_sql(_COLUMN_AND_INDEXES, {"column": names.PG_TSV_COLUMN}).first()
     if row is None:
-        return False, set()
-    return bool(row[0]), {str(name) for name in row[1]}
+        return False, set(), False
+    return bool(row[0]), {str(name) for name in row[1]}, bool(row[2])
 
 
 def _indexes(conn: Connection) -> set[str]:
@@ -296,7 +340,7 @@ class PostgreSQLSearchIndex:
         tsquery = to_postgres_tsquery(query)
         if tsquery is None:
             return []
-        tsvector, substring_text, _ = _layout(conn)
+        layout = _layout(conn)
         params = {
             "tsquery": tsquery,
             "headline_options": HEADLINE_OPTIONS,
@@ -313,7 +357,8 @@ class PostgreSQLSearchIndex:
             _WORD_SEARCH.replace("{page}", _WINDOWED_PAGE if windowed else _RANKED_PAGE),
             filters,
             params,
-            tsvector=tsvector,
+            tsvector=layout.tsvector,
+            sessions=_sessions_join(layout, filters),
             window=str(int(search_request.RANK_WINDOW)),
             # Read at each call, as the window is (tests change them).
             walk_min_rows=str(int(_WALK_MIN_ROWS)),
@@ -321,38 +366,57 @@ class PostgreSQLSearchIndex:
             order=filters.order("score DESC, m.id"),
             page_order=filters.order("page.score DESC, page.id"),
             # The headline is cut from the text the words were indexed from.
-            document=substring_text,
+            document=layout.substring_text,
         )
-        return [match_row(*row) for row in rows]
+        return [
+            match_row(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8],
+                      context_lines(*row[9:]))
+            for row in rows
+        ]
 
     def substring_matches(
         self, conn: Connection, query: SubstringQuery, filters: SearchFilters, page: Page
     ) -> list[FoundRow]:
-        _, substring_text, has_bigrams = _layout(conn)
+        layout = _layout(conn)
+        substring_text = layout.substring_text
+        indexed = layout.has_bigrams and query.indexable
         params: dict[str, Any] = {"needle": query.snippet_term, **page.params}
         alternatives, lookups = [], []
         for group in query.groups:
             clauses, wanted = [], []
             for term in group:
                 name = f"term{len(params)}"
+                if term.has_cjk and not term.excluded:
+                    params[f"{name}_text"] = term.text
+                    if indexed and len(query.groups) == 1 and _index_answers(term.text):
+                        # The term is the very key the index holds: the rows the lookup
+                        # names hold it, and no ILIKE runs for it (one alternative only:
+                        # with several, a row another one named must still be checked).
+                        wanted.append(f"ARRAY[lower(:{name}_text)]")
+                        continue
+                    wanted.append(grams_of(f":{name}_text"))
                 params[name] = "%" + escape_like(term.text, LIKE_ESCAPE) + "%"
                 found = f"{substring_text} ILIKE :{name} ESCAPE '{LIKE_ESCAPE}'"
                 clauses.append(f"NOT ({found})" if term.excluded else found)
-                if term.has_cjk and not term.excluded:
-                    wanted.append(grams_of(f":{name}_text"))
-                    params[f"{name}_text"] = term.text
-            alternatives.append("(" + " AND ".join(clauses) + ")")
+            alternatives.append("(" + (" AND ".join(clauses) or "TRUE") + ")")
             lookups.append(f"{grams_of(substring_text)} @> ({' || '.join(wanted)})")
-        indexed = has_bigrams and query.indexable
-        statement = filtered_statement(
+        rows = filtered_rows(
+            conn,
             _SUBSTRING_LOOKUP if indexed else _SUBSTRING_SCAN,
             filters,
-            conn,
+            params,
+            sessions=_sessions_join(layout, filters),
             lookup=" OR ".join(lookups),
             verify=" OR ".join(alternatives),
             order=filters.time_order(),
         )
-        return substring_match_rows(conn.execute(statement, params))
+        return [
+            match_row(
+                row[0], row[1], row[2], substring_snippet(row[8], row[9], row[10], row[11]),
+                row[3], row[4], row[5], row[6], row[7], context_lines(*row[12:]),
+            )
+            for row in rows
+        ]
 
     # -- lifecycle --------------------------------------------------------------------------
     def missing(self, conn: Connection) -> list[str]:
