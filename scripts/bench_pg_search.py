@@ -146,8 +146,9 @@ def index_swapped(index: Any) -> Iterator[None]:
             registry._built["postgresql"] = saved
 
 
-def explain(db: SessionDB, query: str) -> None:
-    """EXPLAIN (ANALYZE, BUFFERS) of every statement one search of ``query`` sends."""
+def explain(db: SessionDB, query: str, *, generic: bool = False) -> None:
+    """EXPLAIN (ANALYZE, BUFFERS) of every statement one search of ``query`` sends; with
+    ``generic``, of the generic plan a statement prepared by psycopg (its fifth run) gets."""
     engine = db.store.engine
     captured: list[tuple[str, Any]] = []
 
@@ -164,6 +165,8 @@ def explain(db: SessionDB, query: str) -> None:
     raw = engine.raw_connection()
     try:
         cursor = raw.cursor()
+        if generic:
+            cursor.execute("SET plan_cache_mode = force_generic_plan")
         for statement, parameters in captured:
             if "pg_catalog" in statement:
                 continue
@@ -191,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", default=[], metavar="CATEGORY")
     parser.add_argument("--dump", type=Path)
     parser.add_argument("--explain", nargs="*", metavar="QUERY")
+    parser.add_argument("--generic", action="store_true",
+                        help="--explain the generic plans (prepared statements) instead")
     parser.add_argument("--per-query", action="store_true", help="a line per query as well")
     args = parser.parse_args(argv)
 
@@ -211,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.explain is not None:
             for query in args.explain:
                 pg.search_messages(query)  # the layout lookup, once
-                explain(pg, query)
+                explain(pg, query, generic=args.generic)
             return 0
         cases = bench.search_cases(corpus.vocabulary)
         if args.dump:

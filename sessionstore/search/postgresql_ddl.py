@@ -12,6 +12,8 @@ the migrations' repair of a dropped object after the chain):
   ``sessionstore_cjk_grams(lower(<indexed text>))`` (an array of the text's CJK characters and
   CJK-led bigrams), which answers a needle of any length.
 
+Each GIN index keeps a pending list of :data:`PENDING_LIST_KB` (revision 0041).
+
 The index expressions are the very text the queries of :mod:`.postgresql` use, or the planner
 would not match them.
 """
@@ -66,16 +68,19 @@ SELECT CASE WHEN octet_length(t) = char_length(t) THEN '{{}}'::text[] ELSE coale
     WHERE pair.c ~ '{CJK_CLASS}'
 ), '{{}}'::text[]) END
 $$"""
+PENDING_LIST_KB: Final = 256
+"""Each search index's GIN pending list (revision 0041): a search reads all of it."""
+_GIN_OPTIONS: Final = f"WITH (gin_pending_list_limit = {PENDING_LIST_KB})"
 HEAD_DDL: Final = (
     "CREATE EXTENSION IF NOT EXISTS pg_trgm",
     f"ALTER TABLE messages ADD COLUMN IF NOT EXISTS {names.PG_TSV_COLUMN} tsvector "
     f"GENERATED ALWAYS AS ({TSV_EXPRESSION}) STORED",
     f"CREATE INDEX IF NOT EXISTS {names.PG_TSV_COLUMN_INDEX} ON messages "
-    f"USING gin ({names.PG_TSV_COLUMN})",
+    f"USING gin ({names.PG_TSV_COLUMN}) {_GIN_OPTIONS}",
     f"CREATE INDEX IF NOT EXISTS {names.PG_TRGM_INDEX} ON messages "
-    f"USING gin ({indexed_text()} gin_trgm_ops)",
+    f"USING gin ({indexed_text()} gin_trgm_ops) {_GIN_OPTIONS}",
     CREATE_GRAMS_FUNCTION,
     f"CREATE INDEX IF NOT EXISTS {names.PG_BIGRAM_INDEX} ON messages "
-    f"USING gin ({grams_of(indexed_text())})",
+    f"USING gin ({grams_of(indexed_text())}) {_GIN_OPTIONS}",
 )
 HEAD_INDEXES: Final = (names.PG_TSV_COLUMN_INDEX, names.PG_TRGM_INDEX, names.PG_BIGRAM_INDEX)

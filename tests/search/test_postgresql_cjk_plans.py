@@ -95,7 +95,7 @@ def search_statement(db: SessionDB, query: str, **kwargs: Any) -> tuple[list[int
         hits = db.search_messages(query, **kwargs)
     finally:
         sa.event.remove(db.store.engine, "before_cursor_execute", record)
-    (found,) = [entry for entry in sent if "ILIKE" in entry[0]]
+    (found,) = [entry for entry in sent if "sessionstore_cjk_grams(" in entry[0]]
     return [hit["id"] for hit in hits], found[0], found[1]
 
 
@@ -135,8 +135,10 @@ def nodes(plan: Any) -> Iterator[dict[str, Any]]:
 
 
 def assert_candidates_come_from_the_bigram_index(plan: Any) -> None:
-    """Every read of ``messages`` is the bigram index's bitmap or a fetch by primary key: no
-    sequential scan, no walk of the time or per-session index, no trigram index."""
+    """Every read of ``messages`` is the bigram index's bitmap, a fetch by primary key, or (a
+    page hit's context: the message before and after it) a probe of the per-session index
+    for one session: no sequential scan, no walk of the time index or of the per-session
+    index across sessions, no trigram index."""
     bigram_scans = 0
     for node in nodes(plan):
         if node.get("Relation Name") == "messages":
@@ -146,6 +148,9 @@ def assert_candidates_come_from_the_bigram_index(plan: Any) -> None:
                 assert child["Node Type"] == "Bitmap Index Scan", plan
                 assert child["Index Name"] == BIGRAM_INDEX, plan
                 bigram_scans += 1
+            elif node.get("Index Name") == "idx_messages_session":
+                assert kind in ("Index Scan", "Index Only Scan"), plan
+                assert node["Index Cond"].startswith("((session_id = "), plan
             else:
                 assert kind == "Index Scan" and node["Index Name"] == "pk_messages", plan
                 assert "(id =" in node["Index Cond"], plan
