@@ -71,10 +71,12 @@ _TSQUERY_ONCE: Final = f"(SELECT {_TSQUERY})"
 # found one of two ways, and only those rows are scored (ts_rank, about 1 us a row):
 # - from the GIN index: every match's id is read (about 0.7 us a match when the table is in
 #   memory, several when not), the newest kept by a top-N sort of ids alone (carrying each
-#   match's tsvector through the sort cost more than fetching the window's rows again by
-#   key). "m.id + 0" keeps the planner from walking the primary key instead: its default
-#   costs made the walk look about four times cheaper than it measured, and at 100k messages
-#   it walked 57,000 rows for a word in 7% of them (26 ms against 5 from the index);
+#   match's tsvector through the sort cost more than fetching the window's rows again, by
+#   their ctid: a TID scan, one buffer a row against three for the primary key; the whole
+#   statement reads one snapshot, in which a row stays where it was found). "m.id + 0"
+#   keeps the planner from walking the primary key instead: its default costs made the walk
+#   look about four times cheaper than it measured, and at 100k messages it walked 57,000
+#   rows for a word in 7% of them (26 ms against 5 from the index);
 # - by walking the primary key back from the newest row, testing each row's tsvector: about
 #   RANK_WINDOW / (the words' frequency) rows, whatever the store's size. Chosen when that is
 #   cheaper: the words' frequency among the newest _PROBE_ROWS rows (`probe`, about 0.5 ms;
@@ -104,8 +106,8 @@ _WINDOWED_PAGE: Final = f"""
         ) AS newest
         WHERE newest.tsv @@ {_TSQUERY_ONCE}
     ), walk AS MATERIALIZED (
-        SELECT newest.id
-        FROM (SELECT m.id, {{tsvector}} AS tsv FROM messages AS m ORDER BY m.id DESC
+        SELECT newest.id, newest.tid
+        FROM (SELECT m.id, m.ctid AS tid, {{tsvector}} AS tsv FROM messages AS m ORDER BY m.id DESC
               LIMIT (SELECT CASE WHEN hits * hits * {_ROW_COUNT}
                                       > {{walk_cost_ratio}} * {{window}} * {_PROBE_ROWS ** 2}
                                  THEN ceil({_WALK_SLACK} * {{window}} * {_PROBE_ROWS} / hits)
@@ -115,9 +117,9 @@ _WINDOWED_PAGE: Final = f"""
         WHERE newest.tsv @@ {_TSQUERY_ONCE}
         LIMIT {{window}}
     ), recent AS MATERIALIZED (
-        SELECT id FROM walk WHERE (SELECT count(*) FROM walk) >= {{window}}
+        SELECT id, tid FROM walk WHERE (SELECT count(*) FROM walk) >= {{window}}
         UNION ALL
-        (SELECT m.id
+        (SELECT m.id, m.ctid
          FROM messages AS m
          WHERE {{tsvector}} @@ {_TSQUERY_ONCE}
          ORDER BY m.id + 0 DESC
@@ -125,7 +127,7 @@ _WINDOWED_PAGE: Final = f"""
     ), windowed AS MATERIALIZED (
         SELECT m.id, ts_rank({{tsvector}}, {_TSQUERY_ONCE}) AS score
         FROM recent
-        JOIN messages AS m ON m.id = recent.id
+        JOIN messages AS m ON m.ctid = recent.tid
         {{sessions}}
         WHERE TRUE {{filters}}
         ORDER BY score DESC, m.id
@@ -410,7 +412,10 @@ class PostgreSQLSearchIndex:
                 found = f"{substring_text} {like} :{name} ESCAPE '{LIKE_ESCAPE}'"
                 clauses.append(f"NOT ({found})" if term.excluded else found)
             alternatives.append("(" + (" AND ".join(clauses) or "TRUE") + ")")
-            lookups.append(f"{grams_of(substring_text)} @> ({' || '.join(wanted)})")
+            # The needle's keys in an InitPlan: a custom plan folding them into a constant
+            # estimated the lookup far cheaper than a generic plan could, so a prepared
+            # statement was planned again at every run (1-2 ms) and never kept its plan.
+            lookups.append(f"{grams_of(substring_text)} @> (SELECT {' || '.join(wanted)})")
         rows = filtered_rows(
             conn,
             _SUBSTRING_LOOKUP if indexed else _SUBSTRING_SCAN,
