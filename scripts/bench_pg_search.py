@@ -87,7 +87,7 @@ def admin_execute(admin_url: str, statement: str) -> None:
         admin.dispose()
 
 
-def load_postgresql(url: str, source: Path, workdir: Path, corpus: bench.Corpus) -> None:
+def load_postgresql(url: str, source: Path, workdir: Path) -> None:
     """``db copy`` from a copy of our SQLite store, appends, then ``ANALYZE``."""
     staging = workdir / "pg_source.db"
     bench.copy_sqlite_file(source, staging)
@@ -100,8 +100,16 @@ def load_postgresql(url: str, source: Path, workdir: Path, corpus: bench.Corpus)
 
     text = bench.TextMaker(random.Random(bench.SEED + 1))
     call_ids = iter(range(9 * 10**7, 10**8))
-    # The newest sessions (a store's appends go to its live ones).
-    sessions = iter([row[0] for row in corpus.sessions[-APPENDED_TURNS:]])
+    # The newest sessions (a store's appends go to its live ones); the corpus's session ids
+    # are made afresh by each build, so they are read from the store.
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            sessions = iter(conn.execute(sa.text(
+                "SELECT id FROM sessions ORDER BY started_at DESC LIMIT :n"
+            ), {"n": APPENDED_TURNS}).scalars().all())
+    finally:
+        engine.dispose()
     db = SessionDB(url=url)
     try:
         appended = 0
@@ -172,6 +180,9 @@ def explain(db: SessionDB, query: str, *, generic: bool = False) -> None:
         for statement, parameters in captured:
             if "pg_catalog" in statement:
                 continue
+            for _ in range(3):  # this connection's catalog caches warm, as a store's are
+                cursor.execute(statement, parameters)
+                cursor.fetchall()
             cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + statement, parameters)
             print(f"--- {query}")
             for (line,) in cursor.fetchall():
@@ -193,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reload", action="store_true", help="drop and load the database again")
     parser.add_argument("--drop", action="store_true", help="drop the database at the end")
     parser.add_argument("--before", type=Path, help="another search/postgresql.py to compare")
+    parser.add_argument("--before-db", help="search this database (loaded by the other tree: "
+                        "run this script with that tree first on PYTHONPATH) on that side")
     parser.add_argument("--only", action="append", default=[], metavar="CATEGORY")
     parser.add_argument("--dump", type=Path)
     parser.add_argument("--explain", nargs="*", metavar="QUERY")
@@ -209,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     if not database_exists(args.url, args.db):
         admin_execute(args.url, f'CREATE DATABASE "{args.db}"')
         try:
-            load_postgresql(url, sqlite_path, workdir, corpus)
+            load_postgresql(url, sqlite_path, workdir)
         except BaseException:
             admin_execute(args.url, f'DROP DATABASE IF EXISTS "{args.db}" WITH (FORCE)')
             raise
@@ -267,9 +280,14 @@ def run(args: argparse.Namespace, pg: SessionDB, sqlite_path: Path,
     if args.before:
         old = before_index(args.before)
 
+        before_db = pg
+        if args.before_db:
+            before_url = make_url(args.url).set(database=args.before_db)
+            before_db = SessionDB(url=before_url.render_as_string(hide_password=False))
+
         def before(query: str) -> Any:
             with index_swapped(old):
-                return pg.search_messages(query)
+                return before_db.search_messages(query)
 
         sides["pg before"] = before
     names = list(sides)
@@ -278,6 +296,8 @@ def run(args: argparse.Namespace, pg: SessionDB, sqlite_path: Path,
             for call in sides.values():
                 call(case.query)
     pids = backend_pids(args.url, args.db)
+    if args.before_db:
+        pids += backend_pids(args.url, args.before_db)
     wall: dict[str, dict[str, list[float]]] = {c: {n: [] for n in names} for c in categories}
     each: dict[str, dict[str, list[float]]] = {c.query: {n: [] for n in names} for c in cases}
     each_cpu: dict[str, dict[str, list[float]]] = {
