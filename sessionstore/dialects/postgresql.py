@@ -4,8 +4,8 @@ A URL means what it says
 ------------------------
 Whatever the user gives libpq as ``options`` (``?options=-csearch_path%3Dtenant_a`` in the URL,
 else ``PGOPTIONS`` from the environment, as libpq itself would read it) is kept: our own
-``-c lock_timeout=...`` goes *before* it, so a user's ``lock_timeout`` wins and their
-``search_path``, ``statement_timeout`` and the rest are untouched.
+``-c lock_timeout=... -c jit=off`` goes *before* it, so a user's ``lock_timeout`` or ``jit``
+wins and their ``search_path``, ``statement_timeout`` and the rest are untouched.
 
 Schema per tenant
 -----------------
@@ -377,9 +377,12 @@ class PostgreSQLDialect:
         _require_driver(url)
         timeout_ms = max(int(busy_timeout_s * 1000), 1)
         # A row lock that is not granted within the busy timeout becomes a retryable 55P03
-        # instead of an unbounded wait. Ours first: the server applies the options in order,
-        # so a lock_timeout of the user's own, later in the text, wins.
-        ours = f"-c lock_timeout={timeout_ms}"
+        # instead of an unbounded wait. No JIT: a store's statements read a page of rows, but
+        # at a million messages the planner's cost of a word search passes jit_above_cost and
+        # every search compiled 143 functions first (60-200 ms of a 300 ms search). Ours
+        # first: the server applies the options in order, so a lock_timeout or jit of the
+        # user's own, later in the text, wins.
+        ours = f"-c lock_timeout={timeout_ms} -c jit=off"
         theirs = user_options(url)
         # No pool_pre_ping: a round trip per checkout; ``_check_out_safely`` checks the owner
         # and what the driver knows, and the store retries after a lost connection. No native

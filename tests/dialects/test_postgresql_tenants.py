@@ -151,6 +151,14 @@ def test_the_users_options_are_kept_beside_ours(database: str) -> None:
         assert server_settings(db, "lock_timeout") == ["7s"]
 
 
+def test_jit_is_off_unless_the_user_turns_it_on(database: str) -> None:
+    """A search at a million messages passed jit_above_cost and compiled for 60-200 ms."""
+    with SessionDB(url=tenant_url(database, "tenant_a")) as db:
+        assert server_settings(db, "jit") == ["off"]
+    with SessionDB(url=tenant_url(database, "tenant_a", "-cjit=on")) as db:
+        assert server_settings(db, "jit") == ["on"]
+
+
 def test_pgoptions_from_the_environment_is_honoured(
     database: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
