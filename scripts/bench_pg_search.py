@@ -3,24 +3,28 @@
 
     .venv/bin/python scripts/bench_pg_search.py [--messages 100000] [--rounds 7]
         [--url postgresql+psycopg://postgres@127.0.0.1:5432/postgres] [--db bench_pgsearch]
-        [--workdir /var/tmp/ss-pgsearch] [--reload] [--drop] [--before FILE]
-        [--only CATEGORY] [--dump FILE] [--explain QUERY ...]
+        [--workdir /var/tmp/ss-pgsearch] [--reload] [--drop] [--tree DIR]
+        [--before FILE [--before-db NAME]] [--only CATEGORY] [--per-query] [--dump FILE]
+        [--explain QUERY ... [--generic]]
 
 The store pair is loaded the way users load one (docs/postgresql.md): ``scripts/bench.py``'s
 corpus (deterministic; ``--messages`` of it, 200 per session) written into a Hermes 0.18.0
-file by that Hermes's own ``SessionDB``, adopted and upgraded by ours (the SQLite side), then
-``db copy`` into a fresh PostgreSQL database ``--db`` (created on the server of ``--url``, and
-dropped first when it exists and ``--reload`` is given; which ``ANALYZE``s what it filled), then
-a few hundred appends through ``SessionDB``, then the documented ``ANALYZE``. Both are reused
-by the next run unless ``--reload``; ``--drop`` drops the database at the end.
+file by that Hermes's own ``SessionDB``, adopted and upgraded by ours (the SQLite side), and
+that Hermes file ``db copy``-ed into a fresh PostgreSQL database ``--db`` (created on the
+server of ``--url``, dropped first when it exists and ``--reload`` is given; ``db copy``
+``ANALYZE``s what it filled), then a few hundred appends through ``SessionDB``, then the
+documented ``ANALYZE``. Both are reused by the next run unless ``--reload``; ``--drop`` drops
+the database at the end. ``--tree DIR`` loads (and searches) with another checkout's package:
+``git archive main | tar -x -C DIR``, then ``--tree DIR --db bench_pgsearch_main --reload
+--rounds 0`` makes main's store.
 
 Every search case of ``scripts/bench.py`` (``search_cases``) is run on both sides, interleaved
-call by call in a rotating order: wall time (the PostgreSQL backend's work is another process,
-so thread CPU would miss it) and this thread's CPU. Per category: the median over rounds of
-each side's per-call time, and the median of the per-round ratio PostgreSQL / SQLite.
-``--before FILE`` adds a third side: the same store searched by another copy of
-``sessionstore/search/postgresql.py`` (say, main's, from ``git show main:...``), swapped in
-for each of its calls.
+call by call in a rotating order: wall time, and CPU time: this thread's plus the PostgreSQL
+backends' of the database (``/proc/PID/schedstat``: what they ran, not their wait for a CPU on
+a shared machine). Per category: the median of the calls, and of the per-call ratio to
+SQLite. ``--before FILE`` adds a third side: another copy of
+``sessionstore/search/postgresql.py`` (say main's, from ``git show main:...``), swapped in for
+each of its calls, on this store or on ``--before-db`` (main's store, as above).
 
 ``--dump FILE`` writes every case's PostgreSQL results under every variant of
 ``bench_search_cpu.py`` (page, offset, time orders, filters) as JSON, to compare before and
@@ -44,15 +48,27 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import bench
-import bench_search_cpu
-import sqlalchemy as sa
-from sqlalchemy import event
-from sqlalchemy.engine import make_url
 
-from sessionstore.api.session_db import SessionDB
-from sessionstore.ops import transfer
-from sessionstore.search import registry
+def _tree_first() -> None:
+    """``--tree DIR``: import ``sessionstore`` from DIR (another checkout, say main's
+    ``git archive`` unpacked), ahead of this venv's editable install, to load (``--db``) a
+    store the way that tree does."""
+    if "--tree" in sys.argv[1:-1]:
+        sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
+        sys.path.insert(0, sys.argv[sys.argv.index("--tree") + 1])
+
+
+_tree_first()
+
+import bench  # noqa: E402
+import bench_search_cpu  # noqa: E402
+import sqlalchemy as sa  # noqa: E402
+from sqlalchemy import event  # noqa: E402
+from sqlalchemy.engine import make_url  # noqa: E402
+
+from sessionstore.api.session_db import SessionDB  # noqa: E402
+from sessionstore.ops import transfer  # noqa: E402
+from sessionstore.search import registry  # noqa: E402
 
 DEFAULT_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 CATEGORIES = bench_search_cpu.CATEGORIES
@@ -88,7 +104,8 @@ def admin_execute(admin_url: str, statement: str) -> None:
 
 
 def load_postgresql(url: str, source: Path, workdir: Path) -> None:
-    """``db copy`` from a copy of our SQLite store, appends, then ``ANALYZE``."""
+    """``db copy`` from a copy of ``source`` (the Hermes 0.18.0 file: ``db copy`` adopts it, as
+    any tree can), appends, then ``ANALYZE``."""
     staging = workdir / "pg_source.db"
     bench.copy_sqlite_file(source, staging)
     started = time.perf_counter()
@@ -204,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reload", action="store_true", help="drop and load the database again")
     parser.add_argument("--drop", action="store_true", help="drop the database at the end")
     parser.add_argument("--before", type=Path, help="another search/postgresql.py to compare")
+    parser.add_argument("--tree", type=Path, help="load and search with the sessionstore of "
+                        "this checkout (see _tree_first)")
     parser.add_argument("--before-db", help="search this database (loaded by the other tree: "
                         "run this script with that tree first on PYTHONPATH) on that side")
     parser.add_argument("--only", action="append", default=[], metavar="CATEGORY")
@@ -222,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     if not database_exists(args.url, args.db):
         admin_execute(args.url, f'CREATE DATABASE "{args.db}"')
         try:
-            load_postgresql(url, sqlite_path, workdir)
+            load_postgresql(url, workdir / "hermes_0.18.0.db", workdir)
         except BaseException:
             admin_execute(args.url, f'DROP DATABASE IF EXISTS "{args.db}" WITH (FORCE)')
             raise
@@ -280,14 +299,26 @@ def run(args: argparse.Namespace, pg: SessionDB, sqlite_path: Path,
     if args.before:
         old = before_index(args.before)
 
-        before_db = pg
+        search = pg.search_messages
         if args.before_db:
+            # The search service on one kept connection in a REPEATABLE READ transaction, as
+            # SessionDB reads: SessionDB would upgrade that store (or refuse it), which must
+            # stay as the other tree left it.
+            from sessionstore.search.service import search_message_dicts
+            from sessionstore.storage.engine import create_store_engine
+
             before_url = make_url(args.url).set(database=args.before_db)
-            before_db = SessionDB(url=before_url.render_as_string(hide_password=False))
+            engine = create_store_engine(before_url.render_as_string(hide_password=False))
+            kept = engine.connect().execution_options(isolation_level="REPEATABLE READ")
+
+            def search(query: str) -> Any:
+                with kept.begin():
+                    return search_message_dicts(kept, query, source_filter=None,
+                                                exclude_sources=None, role_filter=None)
 
         def before(query: str) -> Any:
             with index_swapped(old):
-                return before_db.search_messages(query)
+                return search(query)
 
         sides["pg before"] = before
     names = list(sides)
