@@ -121,3 +121,23 @@ def test_the_postgresql_marker_goes_back_to_hermes_s_where_nul_is_kept() -> None
     assert hermes_form(on_postgresql) == marked
     assert hermes_form(marked) is marked
     assert hermes_form("plain text") == "plain text" and hermes_form(None) is None
+
+
+_MEMORY_CONTEXT_WORDS = st.sampled_from(
+    ["memory-context", "MEMORY CONTEXT", "Memory-Context", "memory_context", "memorycontext",
+     "memory\u00a0context", "MEMORY-CONTEXT", "<memory-context>", "\u212a", "\u0130", "\u017f"]
+)  # fmt: skip
+
+
+@settings(max_examples=300)
+@given(st.lists(st.one_of(_MEMORY_CONTEXT_WORDS, st.text(max_size=12)), max_size=6))
+def test_the_memory_context_prefilter_finds_what_the_pattern_finds(parts: list[str]) -> None:
+    """The cheap test before Hermes's three patterns run: it must say yes whenever a
+    case-insensitive ``memory[- ]context`` is in the text, and only then."""
+    import re
+
+    from sessionstore.api.conversation import _mentions_memory_context
+
+    text = "".join(parts)
+    expected = re.search(r"memory[- ]context", text, re.IGNORECASE) is not None
+    assert _mentions_memory_context(text) is expected
