@@ -27,6 +27,7 @@ from ..sql import validation
 from ..sql.codec import count_tool_calls, decode_json, encode_json
 from ..sql.message_content import encode_content
 from ..sql.message_identity import (
+    given_absorbed_message_uids,
     given_message_uid,
     given_tool_call_uid,
     given_tool_call_uids,
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
 _NEW_MESSAGE_TEXT_FIELDS = (
     "content", "tool_name", "tool_call_id", "finish_reason", "reasoning", "effect_disposition",
     "api_content", "display_kind", "display_metadata", "message_uid", "tool_call_uids",
-    "tool_call_uid",
+    "tool_call_uid", "absorbed_message_uids",
 )  # fmt: skip
 _NEW_MESSAGE_JSON_FIELDS = ("tool_calls", "reasoning_details", "codex_reasoning_items")
 
@@ -93,6 +94,7 @@ class NewMessage:
     message_uid: str | None = None
     tool_call_uids: str | None = None
     tool_call_uid: str | None = None
+    absorbed_message_uids: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.role, str):
@@ -167,6 +169,7 @@ def message_rows(
             "message_uid": message.message_uid,
             "tool_call_uids": message.tool_call_uids,
             "tool_call_uid": message.tool_call_uid,
+            "absorbed_message_uids": message.absorbed_message_uids,
         }
         for index, message in enumerate(batch)
     ]
@@ -292,6 +295,7 @@ class MessagesPart(RepositoryPart):
         message_uid: Any = None,
         tool_call_uids: Any = None,
         tool_call_uid: Any = None,
+        absorbed_message_uids: Any = None,
     ) -> NewMessage:
         """One message checked and encoded for an append. Newest Hermes's (iot 0.22.2)
         fields: ``compressed_summary`` marks a compaction summary row (any truthy value);
@@ -301,7 +305,8 @@ class MessagesPart(RepositoryPart):
         stamped on its live copy of the message (a non-empty ``str``; anything else, as in
         iot, gets a fresh one); ``tool_call_uids`` (an assistant message's ``{call id: uid}``)
         and ``tool_call_uid`` (a tool result's) the tool-call uids it already carries
-        (:func:`..sql.message_identity.given_tool_call_uids`)."""
+        (:func:`..sql.message_identity.given_tool_call_uids`); ``absorbed_message_uids`` the
+        uids of the messages a merged turn absorbed (a list, kept as iot keeps it)."""
         # Most of these are None in any one message: each is checked only when given (a
         # validator call per absent field was a tenth of an append's Python).
         text = self._text
@@ -355,6 +360,8 @@ class MessagesPart(RepositoryPart):
             tool_call_uids=None if tool_call_uids is None
             else given_tool_call_uids(tool_call_uids),
             tool_call_uid=None if tool_call_uid is None else given_tool_call_uid(tool_call_uid),
+            absorbed_message_uids=None if absorbed_message_uids is None
+            else given_absorbed_message_uids(absorbed_message_uids),
         )
 
     def stored_content(self, content: Any) -> str | None:
@@ -403,6 +410,9 @@ class MessagesPart(RepositoryPart):
                     # iot's live keys, else the columns' names (an export's rows)
                     tool_call_uids=message.get("_tool_call_uids", message.get("tool_call_uids")),
                     tool_call_uid=message.get("_tool_call_uid", message.get("tool_call_uid")),
+                    absorbed_message_uids=message.get(
+                        "_absorbed_message_uids", message.get("absorbed_message_uids")
+                    ),
                 )
             )
         return prepared

@@ -85,6 +85,24 @@ def given_tool_call_uids(value: Any) -> str | None:
     return json.dumps(kept, sort_keys=True) if kept else None
 
 
+def given_absorbed_message_uids(value: Any) -> str | None:
+    """A caller's ``absorbed_message_uids`` as iot 0.22.2 keeps them (``_uid_list``): the
+    uids of the messages a merged turn absorbed, a list (or its JSON text) of which only the
+    non-empty ``str`` entries count, each once, in order. As the column stores it (a JSON
+    list), or None when none is left."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    if not isinstance(value, list):
+        return None
+    kept = list(dict.fromkeys(
+        uid for uid in value if isinstance(uid, str) and uid and bindable(uid)
+    ))  # fmt: skip
+    return json.dumps(kept) if kept else None
+
+
 def given_tool_call_uid(value: Any) -> str | None:
     """A caller's tool-call uid of a tool result (iot 0.22.2: the uid its call got in an
     earlier batch): a non-empty ``str`` a database can store, else None (paired in the batch
@@ -159,6 +177,7 @@ def stamp_identities(rows: list[dict[str, Any]]) -> None:
             (row.get("tool_call_uid") or pending.get(tool_call_id))
             if role == "tool" and tool_call_id else None
         )  # fmt: skip
-        row["absorbed_message_uids"] = None
+        # A merged turn's record of the rows it absorbed, kept as its writer gave it.
+        row["absorbed_message_uids"] = row.get("absorbed_message_uids")
         row["display_identity"] = display_identity(row)
         row["display_order"] = None

@@ -491,6 +491,26 @@ def test_tool_call_uids_a_flush_carries_are_kept(db: SessionDB) -> None:
     assert last[0]["tool_call_uid"] is None
 
 
+def test_the_uids_a_merged_turn_absorbed_are_kept_and_replayed(db: SessionDB) -> None:
+    # iot's flush writes a merged message with the uids of the rows it absorbed: the record
+    # of which rows the merge stands for, read back by its next replay and its repair.
+    db.create_session("s", "cli")
+    merged = {"role": "user", "content": "two messages, merged",
+              "_absorbed_message_uids": ["u-1", "u-2", "u-1", "", 7, "u-3"]}  # fmt: skip
+    db.append_messages_batch("s", [merged])
+    db.append_messages_batch("s", [{"role": "user", "content": "c",
+                                    "absorbed_message_uids": '["u-9"]'}])  # an export's row
+    db.append_messages_batch("s", [{"role": "user", "content": "d",
+                                    "_absorbed_message_uids": "not json"}])  # fmt: skip
+    rows = run(db, "SELECT absorbed_message_uids FROM messages ORDER BY id")
+    assert [row["absorbed_message_uids"] for row in rows] == [
+        json.dumps(["u-1", "u-2", "u-3"]), json.dumps(["u-9"]), None,
+    ]
+    replayed = db.get_messages_as_conversation("s")
+    assert replayed[0]["_absorbed_message_uids"] == ["u-1", "u-2", "u-3"]
+    assert "_absorbed_message_uids" not in replayed[2]
+
+
 # -- reads: iot 0.22.2's replay keys ------------------------------------------------------------
 def test_a_replay_marks_each_message_stored_and_pairs_late_results(db: SessionDB) -> None:
     """iot 0.22.2's replay (``tests/hermes/test_real_iot_replay.py`` runs it side by side):
