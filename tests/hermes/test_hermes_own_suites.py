@@ -11,15 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hermes_own_suites import SUITES, Suite, known_divergences, outlived, run, unexplained
+from hermes_own_suites import SUITES, Suite, known_divergences, outlived, run_both, unexplained
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("suite", SUITES, ids=lambda suite: suite.name)
 def test_the_release_s_own_tests_pass_on_the_drop_in(suite: Suite, tmp_path: Path) -> None:
-    theirs = run(suite, tmp_path, ours=False)
-    ours = run(suite, tmp_path, ours=True)
+    theirs, ours = run_both(suite, tmp_path)
     listed = known_divergences(suite)
     assert sum(outcome == "passed" for outcome in theirs.values()) > 250, theirs
     diverging = {test for test, outcome in theirs.items()
