@@ -37,8 +37,10 @@ from .hits import CONTEXT_CONTENT_CHARS, ContextLine
 _STATEMENTS: weakref.WeakKeyDictionary[Engine, HotReads] = weakref.WeakKeyDictionary()
 
 
-def fetch_context(conn: Connection, hit_ids: Sequence[int]) -> dict[int, list[ContextLine]]:
-    """For each hit id: its previous message (if any), itself, its next message (if any).
+def fetch_context(conn: Connection, hit_ids: Sequence[int]) -> dict[int, ContextColumns]:
+    """For each hit id: the columns of its previous message (if any), itself and its next
+    message (if any), as :data:`ContextColumns` (:func:`context_lines` and
+    :func:`context_dicts` read them).
 
     The hit's own line says so (``is_hit``), so a reader can place it without another query.
     A message without text comes back as ``""``, as Hermes's ``(content or "")[:200]`` does.
@@ -47,15 +49,20 @@ def fetch_context(conn: Connection, hit_ids: Sequence[int]) -> dict[int, list[Co
     if not hit_ids:
         return {}
     rows = _statement(conn).rows(conn, {"hit_ids": json_list([int(i) for i in hit_ids])})
-    return {int(row[0]): context_lines(row[1], row[2], *row[3:]) for row in rows}
+    return {int(row[0]): tuple(row[1:]) for row in rows}
 
 
-def context_lines(
-    role: Any, head: Any, before_id: Any, before_role: Any, before_head: Any,
-    after_id: Any, after_role: Any, after_head: Any,
-) -> list[ContextLine]:
-    """A hit's context from the columns :data:`CONTEXT_COLUMNS` (or this module's statement)
-    reads: the hit's role and head, then each neighbour's id, role and head (no id: none)."""
+ContextColumns = tuple[Any, ...]
+"""A hit's context as :data:`CONTEXT_COLUMNS` (or :func:`fetch_context`'s statement) reads
+it: the hit's role and head, then each neighbour's id, role and head (no id: none). Empty: no
+context (the hit's message was not found)."""
+
+
+def context_lines(*columns: Any) -> list[ContextLine]:
+    """A hit's context lines from its :data:`ContextColumns`."""
+    if not columns:
+        return []
+    role, head, before_id, before_role, before_head, after_id, after_role, after_head = columns
     # Plain text, the common case, without text_of's decoding steps.
     hit = (str(role), head[:CONTEXT_CONTENT_CHARS] if type(head) is str
            and not head.startswith(ENCODED_CONTENT_PREFIXES) else _text(head), True)
@@ -67,6 +74,31 @@ def context_lines(
     around.append(hit)
     if after_id is not None:
         around.append(_line(after_role, after_head))
+    return around
+
+
+def context_dicts(*columns: Any) -> list[dict[str, Any]]:
+    """Hermes's ``context`` of a hit (``{"role", "content"}`` per line) from its
+    :data:`ContextColumns`: :func:`context_lines` without the lines in between (a search
+    builds this for every hit it returns to ``SessionDB``)."""
+    if not columns:
+        return []
+    role, head, before_id, before_role, before_head, after_id, after_role, after_head = columns
+    prefixes = ENCODED_CONTENT_PREFIXES
+    hit = {"role": str(role), "content": head[:CONTEXT_CONTENT_CHARS] if type(head) is str
+           and not head.startswith(prefixes) else _text(head)}
+    if before_id is None and after_id is None:
+        return [hit]
+    around = []
+    if before_id is not None:
+        around.append({"role": str(before_role), "content": before_head[:CONTEXT_CONTENT_CHARS]
+                       if type(before_head) is str and not before_head.startswith(prefixes)
+                       else _text(before_head)})
+    around.append(hit)
+    if after_id is not None:
+        around.append({"role": str(after_role), "content": after_head[:CONTEXT_CONTENT_CHARS]
+                       if type(after_head) is str and not after_head.startswith(prefixes)
+                       else _text(after_head)})
     return around
 
 
@@ -104,7 +136,7 @@ CONTEXT_COLUMNS: Final = (
     f" {_head_sql('context_before.content')}, context_after.id, context_after.role,"
     f" {_head_sql('context_after.content')}"
 )
-"""The columns :func:`context_lines` takes, in its order, for a hit aliased ``m`` in a
+"""The :data:`ContextColumns` of a hit aliased ``m`` (what :func:`context_lines` takes) in a
 statement that adds :data:`CONTEXT_JOINS`: a search reads its hits' context in the statement
 that reads their columns (one statement less than :func:`fetch_context`)."""
 CONTEXT_JOINS: Final = (

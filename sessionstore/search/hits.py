@@ -93,8 +93,10 @@ class FoundRow(NamedTuple):
     source: str
     model: str | None
     session_started: float
-    context: list[ContextLine] | None
-    """None when the index did not read it (the service then does)."""
+    context: tuple[Any, ...] | None
+    """The context's columns (``context.ContextColumns``, read with the hit or by the service;
+    the service builds lines or Hermes's dicts from them); None when the index did not read
+    them (the service then does)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,15 +132,6 @@ class SearchHit:
         }
 
 
-def search_hit(row: FoundRow) -> SearchHit:
-    """The :class:`SearchHit` of a found row whose context is read."""
-    return SearchHit(
-        row.id, row.session_id, row.role, row.snippet, row.timestamp, row.tool_name,
-        row.source, row.model, row.session_started,
-        [ContextMessage(role, content, is_hit) for role, content, is_hit in row.context or ()],
-    )  # fmt: skip
-
-
 HIT_FIELDS = (
     "id", "session_id", "role", "snippet", "timestamp", "tool_name", "source", "model",
     "session_started", "context",
@@ -161,22 +154,6 @@ def hit_fields(fields: Any) -> tuple[str, ...] | None:
     return tuple(field for field in HIT_FIELDS if field in requested)
 
 
-def hit_dict(row: FoundRow) -> dict[str, Any]:
-    """What :meth:`SearchHit.to_dict` returns for this row, without the hit in between."""
-    return {
-        "id": row.id,
-        "session_id": row.session_id,
-        "role": row.role,
-        "snippet": row.snippet,
-        "timestamp": row.timestamp,
-        "tool_name": row.tool_name,
-        "source": row.source,
-        "model": row.model,
-        "session_started": row.session_started,
-        "context": [{"role": role, "content": content} for role, content, _ in row.context or ()],
-    }
-
-
 def match_row(
     id_: Any,
     session_id: Any,
@@ -187,7 +164,7 @@ def match_row(
     source: Any,
     model: Any,
     session_started: Any,
-    context: list[ContextLine] | None = None,
+    context: tuple[Any, ...] | None = None,
 ) -> FoundRow:
     """A :class:`FoundRow` from database values, normalising their Python types.
 

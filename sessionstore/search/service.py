@@ -23,8 +23,8 @@ from typing import Any, Final
 from sqlalchemy.engine import Connection, Engine
 
 from ..dialects import dialect_for
-from .context import fetch_context
-from .hits import FoundRow, SearchHit, hit_dict, search_hit
+from .context import context_dicts, context_lines, fetch_context
+from .hits import ContextMessage, FoundRow, SearchHit
 from .registry import search_index_for
 from .request import make_filters, make_page
 from .sanitize import contains_cjk, sanitize_fts5_query
@@ -87,7 +87,7 @@ def search_messages(
     ``sort`` ``'newest'``/``'oldest'`` orders word hits by time instead of relevance
     (substring hits are newest first unless ``'oldest'``); any other value is a ValueError.
     """
-    return [search_hit(row) for row in found_rows(
+    return [_search_hit(row) for row in found_rows(
         conn, query, source_filter=source_filter, exclude_sources=exclude_sources,
         role_filter=role_filter, limit=limit, offset=offset,
         include_inactive=include_inactive, sort=sort,
@@ -108,7 +108,7 @@ def search_message_dicts(
 ) -> list[dict[str, Any]]:
     """:func:`search_messages`'s hits as Hermes's dicts (``SearchHit.to_dict``), built from
     the rows directly: ``SessionDB``'s search, which returns dicts, never needs the hits."""
-    return [hit_dict(row) for row in found_rows(
+    return [_hit_dict(row) for row in found_rows(
         conn, query, source_filter=source_filter, exclude_sources=exclude_sources,
         role_filter=role_filter, limit=limit, offset=offset,
         include_inactive=include_inactive, sort=sort,
@@ -151,4 +151,25 @@ def found_rows(
     if all(row.context is not None for row in rows):
         return rows  # the index read the context with the hits (SQLite)
     context = fetch_context(conn, [row.id for row in rows])
-    return [row._replace(context=context.get(row.id, [])) for row in rows]
+    return [row._replace(context=context.get(row.id, ())) for row in rows]
+
+
+def _search_hit(row: FoundRow) -> SearchHit:
+    """The :class:`SearchHit` of a found row whose context is read."""
+    return SearchHit(
+        row.id, row.session_id, row.role, row.snippet, row.timestamp, row.tool_name,
+        row.source, row.model, row.session_started,
+        [ContextMessage(role, content, is_hit)
+         for role, content, is_hit in context_lines(*row.context or ())],
+    )  # fmt: skip
+
+
+def _hit_dict(row: FoundRow) -> dict[str, Any]:
+    """What :meth:`SearchHit.to_dict` returns for this row, without the hit in between
+    (``SessionDB``'s search builds one per hit)."""
+    id_, session_id, role, snippet, timestamp, tool_name, source, model, started, context = row
+    return {
+        "id": id_, "session_id": session_id, "role": role, "snippet": snippet,
+        "timestamp": timestamp, "tool_name": tool_name, "source": source, "model": model,
+        "session_started": started, "context": context_dicts(*context or ()),
+    }  # fmt: skip
