@@ -1735,7 +1735,7 @@ class SessionDB:
             return []
         # The repository's search, its hits built as dicts directly (no SearchHit between);
         # imported on first use, as the repository does (startup never loads the search).
-        from ..search.service import search_message_dicts
+        from ..search.service import reads_alone, search_message_dicts
 
         sources, excluded, roles = (
             _as_list(source_filter), _as_list(exclude_sources), _as_list(role_filter)
@@ -1743,7 +1743,7 @@ class SessionDB:
         return self._store.read(lambda conn: search_message_dicts(
             conn, query, source_filter=sources, exclude_sources=excluded, role_filter=roles,
             limit=limit, offset=offset, include_inactive=include_inactive, sort=sort,
-        ))  # fmt: skip
+        ), single_statement=reads_alone(query, sort, limit, offset))  # fmt: skip
 
     @reads
     def search_sessions(

@@ -38,6 +38,9 @@ SORT_ORDERS: Final = (None, "newest", "oldest")
 # the window is the database's score. Decision and relevance figures: docs/search.md
 # ("Ranking window"). Read at each call (tests and the scale bench change it).
 RANK_WINDOW: Final = 4000
+ONE_STATEMENT_OFFSET: Final = 200
+"""The deepest ``offset`` a best-first word page is read at in one statement (SQLite's
+``_WORD_RANKED_PAGE``; deeper, the page's ids are chosen first)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from typing import Any, Final
 from sqlalchemy.engine import Connection, Engine
 
 from ..dialects import dialect_for
+from . import request
 from .context import context_dicts, context_lines, fetch_context
 from .hits import ContextMessage, FoundRow, SearchHit
 from .registry import search_index_for
@@ -61,6 +62,23 @@ def _parse(query: str) -> SubstringQuery | str | None:
 
 
 _parsed = functools.lru_cache(maxsize=512)(_parse)
+
+
+def reads_alone(query: Any, sort: Any, limit: Any, offset: Any) -> bool:
+    """Whether a search with these arguments reads with statements that need not agree with
+    each other (``Store.read(single_statement=True)``: no BEGIN and COMMIT around them on
+    SQLite): a substring (CJK) search, whose catalog check only picks the statement's shape
+    and whose fallback statement answers alone; a best-first word page near the top, one
+    statement (its fallbacks answer alone too). A time-ordered or deep word page chooses its
+    ids, then reads their columns: one snapshot."""
+    if not isinstance(query, str):
+        return False
+    if contains_cjk(query):
+        return True
+    return (
+        sort is None and type(limit) is int and type(offset) is int
+        and limit + offset <= request.RANK_WINDOW // 2 and offset <= request.ONE_STATEMENT_OFFSET
+    )
 
 
 def search_messages(

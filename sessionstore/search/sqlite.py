@@ -18,10 +18,11 @@ database error (locked, I/O, corruption) propagates.
 from __future__ import annotations
 
 import json
+import weakref
 from typing import Any, Final
 
 from sqlalchemy import text
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from ..dialects import json_list
@@ -39,7 +40,14 @@ from .hits import (
 )
 from .index import IndexHealth, optimize_each
 from .long_text_snippets import LONG_MESSAGE_CHARS, long_text_snippet, term_pattern
-from .request import Page, SearchFilters, filtered_rows, hot_rows, ranks_in_window
+from .request import (
+    ONE_STATEMENT_OFFSET,
+    Page,
+    SearchFilters,
+    filtered_rows,
+    hot_rows,
+    ranks_in_window,
+)
 from .sanitize import contains_cjk, escape_like
 from .terms import SubstringQuery, Term, index_tokens
 
@@ -99,40 +107,42 @@ WHERE {names.WORD_TABLE} MATCH :query
   AND +{names.WORD_TABLE}.rowid IN (SELECT value FROM json_each(:ids))
 """
 
+# Best match first, a page near the top (the common case): one statement. FTS5 sorts the
+# window's matches by rank itself (no sorter of SQLite's: the plan has no temporary B-tree),
+# so the columns, snippet() and context of the rows after it are computed for the page's rows
+# only (SQLite skips OFFSET's rows before it computes any result column; their joins run).
+# Against the page's ids and a second walk of the match for their columns (_WORD_DETAILS):
+# the same SQLite work, one statement and no transaction less (a read of one statement needs
+# no BEGIN: docs/performance.md, "Search in one statement"). Sessions are always joined: the
+# rank order is FTS5's, the join probes the page's rows only, and a message without its
+# session is skipped as the page is chosen. Up to an OFFSET of ONE_STATEMENT_OFFSET: the rows
+# skipped still pay their joins (the context's four probes, about 3 us a row); deeper pages
+# choose their ids first.
+_WORD_RANKED_PAGE: Final = f"""
+{{window_floor}}
+SELECT m.id, m.session_id, m.role,
+       CASE WHEN COALESCE(length(m.content), 0) <= {LONG_MESSAGE_CHARS}
+            THEN snippet({names.WORD_TABLE}, -1, :mark_start, :mark_end, :ellipsis,
+                         {SNIPPET_TOKENS})
+       END,
+       m.timestamp, m.tool_name, s.source, s.model, s.started_at,
+       CASE WHEN length(m.content) > {LONG_MESSAGE_CHARS} THEN m.content END,
+       {CONTEXT_COLUMNS} {{floor_column}}
+FROM {names.WORD_TABLE}
+JOIN messages AS m ON m.id = {names.WORD_TABLE}.rowid
+JOIN sessions AS s ON s.id = m.session_id
+{CONTEXT_JOINS}
+WHERE {names.WORD_TABLE} MATCH :query {{window}} {{filters}}
+ORDER BY {names.WORD_TABLE}.rank
+LIMIT {{limit}} OFFSET :offset
+"""
+
 # The ranking window (request.RANK_WINDOW): FTS5 walks a doclist backwards from the newest row
 # and stops at the window's oldest, and the rowid bound below is a seek, not a filter. bm25
 # keeps its store-wide statistics.
 _WINDOW_FLOOR: Final = f"""
 SELECT rowid FROM {names.WORD_TABLE} WHERE {names.WORD_TABLE} MATCH :query
 ORDER BY rowid DESC LIMIT 1 OFFSET {{last}}
-"""
-
-
-# Best match first, the common case (no time order, a page within half the window): the
-# window's matches scored by bm25() in a subquery of their own, kept to the first
-# limit + offset (four times that with a role or source filter, which drop more), then the
-# messages and sessions of those few probed for the filters, whose verdict comes back as a
-# column. FTS5's ``ORDER BY rank`` sorts every match's position lists with its score, in a
-# statement it prepares at each run; ordering the bare scores costs about two thirds as much
-# (0.35 against 0.43 ms for a word in 632 of 5,000 messages, 5.1 against 6.8 ms for a prefix
-# in 4,055), and the filters are tested for a page's rows instead of every match. The order is
-# rank's: bm25() is the rank function, and SQLite keeps a LIMIT's ties in the order FTS5
-# walks them (rowid ascending), which "ORDER BY score, id" spells out. When the filters leave
-# fewer than the page of the rows scored, the page is chosen as before (_page_ids).
-_WORD_TOP: Final = f"""
-WITH window_floor(id) AS MATERIALIZED ({{floor}}),
-ranked(id, score) AS MATERIALIZED (
-    SELECT rowid, bm25({names.WORD_TABLE}) FROM {names.WORD_TABLE}
-    WHERE {names.WORD_TABLE} MATCH :query
-      AND rowid >= coalesce((SELECT id FROM window_floor), {-(2**63)})
-    ORDER BY 2 LIMIT {{fetch}}
-)
-SELECT ranked.id, (SELECT id FROM window_floor),
-       coalesce(m.id IS NOT NULL AND s.id IS NOT NULL {{filters}}, 0)
-FROM ranked
-LEFT JOIN messages AS m ON m.id = ranked.id
-LEFT JOIN sessions AS s ON s.id = m.session_id
-ORDER BY ranked.score, ranked.id
 """
 
 
@@ -303,7 +313,7 @@ _SUBSTRING_OBJECTS: Final = (
     names.BIGRAM_TABLE, names.SUBSTRING_PAGE_INDEX, names.SUBSTRING_TIME_INDEX,
 )  # fmt: skip
 _PRESENT: Final = """
-SELECT name, (SELECT max(id) FROM messages) FROM sqlite_master
+SELECT name FROM sqlite_master
 WHERE type IN ('table', 'index') AND name IN (:first, :second, :third)
 """
 # Below this many messages (the highest id, a B-tree's last entry: no count) a page is chosen
@@ -315,15 +325,33 @@ WHERE type IN ('table', 'index') AND name IN (:first, :second, :third)
 _STOP_EARLY_FROM: Final = 10_000
 
 
+# The catalog is read again only when the schema changed: any program's CREATE or DROP bumps
+# the file's schema cookie (PRAGMA schema_version), which one statement reads with the highest
+# id. Listing sqlite_master on every search read each page of the schema (hundreds of lines of
+# trigger SQL), 20-40 us a search beside another program's scans.
+_SCHEMA_AND_HIGHEST: Final = """
+SELECT (SELECT schema_version FROM pragma_schema_version), (SELECT max(id) FROM messages)
+"""
+_CATALOG: weakref.WeakKeyDictionary[Engine, tuple[Any, tuple[str, ...], frozenset[str]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def _present(conn: Connection, wanted: tuple[str, str, str]) -> set[str]:
-    """Which of the objects ``wanted`` the store has: read on every search (a repair or
-    another program may drop or make them), on the driver cursor; with a name of its own
-    (:data:`_STOPS_EARLY`), whether the store is large enough to stop a page early."""
-    rows = hot_rows(
-        conn, _PRESENT, {"first": wanted[0], "second": wanted[1], "third": wanted[2]}
-    )
-    present = {str(row[0]) for row in rows}
-    if rows and int(rows[0][1] or 0) >= _STOP_EARLY_FROM:
+    """Which of the objects ``wanted`` the store has: asked on every search (a repair or
+    another program may drop or make them), from the catalog when the schema changed since it
+    was last read (see _SCHEMA_AND_HIGHEST); with a name of its own (:data:`_STOPS_EARLY`),
+    whether the store is large enough to stop a page early."""
+    version, highest = hot_rows(conn, _SCHEMA_AND_HIGHEST, {})[0]
+    engine = conn.engine
+    known = _CATALOG.get(engine)
+    if known is None or known[0] != version or known[1] != wanted:
+        rows = hot_rows(
+            conn, _PRESENT, {"first": wanted[0], "second": wanted[1], "third": wanted[2]}
+        )
+        known = _CATALOG[engine] = (version, wanted, frozenset(str(row[0]) for row in rows))
+    present = set(known[2])
+    if int(highest or 0) >= _STOP_EARLY_FROM:
         present.add(_STOPS_EARLY)
     return present
 
@@ -353,11 +381,11 @@ _new_tuple: Final = tuple.__new__
 
 def _found(row: tuple[Any, ...], snippet: Any) -> FoundRow:
     """:func:`~.hits.match_row` of a row laid out as _WORD_DETAILS reads it (the snippet
-    given apart), its context the row's last columns, in one call: a search builds one per
-    hit."""
+    given apart), its context the eight columns after the first ten, in one call: a search
+    builds one per hit."""
     return _new_tuple(FoundRow, (
         int(row[0]), str(row[1]), str(row[2]), "" if snippet is None else str(snippet),
-        float(row[4]), row[5], str(row[6]), row[7], float(row[8]), row[10:],
+        float(row[4]), row[5], str(row[6]), row[7], float(row[8]), row[10:18],
     ))  # fmt: skip
 
 
@@ -373,17 +401,14 @@ class SQLiteSearchIndex:
         params: dict[str, Any] = {"query": query, **page.params}
         by_source = filters.sources is not None or bool(filters.excluded_sources)
         try:
-            top = (
-                self._top_ids(conn, params, filters, page)
-                if ranks_in_window(filters, page) else None
-            )
-            order = top if top is not None else self._page_ids(
-                conn, params, filters, page, by_source
-            )
-            rows = _word_details(conn, query, order)
-            if len(rows) < len(order) and not by_source:
-                order = self._page_ids(conn, params, filters, page, True)
+            if ranks_in_window(filters, page) and page.offset <= ONE_STATEMENT_OFFSET:
+                rows = self._ranked_rows(conn, {**params, **_MARKERS}, filters, page)
+            else:
+                order = self._page_ids(conn, params, filters, page, by_source)
                 rows = _word_details(conn, query, order)
+                if len(rows) < len(order) and not by_source:
+                    order = self._page_ids(conn, params, filters, page, True)
+                    rows = _word_details(conn, query, order)
         except OperationalError as exc:
             if not is_query_error(exc):
                 raise
@@ -395,25 +420,27 @@ class SQLiteSearchIndex:
         ]
 
     @staticmethod
-    def _top_ids(
+    def _ranked_rows(
         conn: Connection, params: dict[str, Any], filters: SearchFilters, page: Page
-    ) -> list[int] | None:
-        """The page's message ids, best first, from the window's first scores (see
-        _WORD_TOP); None when they do not settle it (the filters left too few of them)."""
-        wanted = page.limit + page.offset
-        fetch = wanted if filters.roles is None and filters.sources is None and not (
-            filters.excluded_sources) else 4 * wanted
+    ) -> list[tuple[Any, ...]]:
+        """The page's rows, best first among the window's matches (see _WORD_RANKED_PAGE),
+        laid out as _WORD_DETAILS reads them."""
         rows = filtered_rows(
-            conn, _WORD_TOP, filters, params, floor=_window_floor_sql(), fetch=str(fetch)
+            conn, _WORD_RANKED_PAGE, filters, params, limit=str(int(page.limit)),
+            window=_WINDOW_FROM_FLOOR,
+            window_floor=_WINDOW_FLOOR_CTE.format(floor=_window_floor_sql()),
+            floor_column=_WINDOW_FLOOR_COLUMN,
         )
-        kept = [int(row[0]) for row in rows if row[2]]
-        if len(kept) >= wanted:
-            return kept[page.offset : wanted]
-        if len(rows) == fetch:
-            return None  # more matches than were scored: unsettled
-        if rows and rows[0][1] is not None and len(kept) - page.offset < page.limit:
-            return None  # the filters left too few of the window's matches: rank them all
-        return kept[page.offset :]
+        # The floor, from the rows (without rows, asked alone: no match at all, or none of
+        # the window's that the filters keep).
+        floor = rows[0][-1] if rows else _window_floor(conn, params["query"])
+        if floor is not None and len(rows) < page.limit:
+            # The filters left too few of the window's matches: rank them all.
+            return filtered_rows(
+                conn, _WORD_RANKED_PAGE, filters, params, limit=str(int(page.limit)),
+                window="", window_floor="", floor_column="",
+            )
+        return rows  # the floor, after the context's columns, is not read
 
     def _page_ids(
         self, conn: Connection, params: dict[str, Any], filters: SearchFilters, page: Page,
