@@ -63,9 +63,7 @@ def context_lines(*columns: Any) -> list[ContextLine]:
     if not columns:
         return []
     role, head, before_id, before_role, before_head, after_id, after_role, after_head = columns
-    # Plain text, the common case, without text_of's decoding steps.
-    hit = (str(role), head[:CONTEXT_CONTENT_CHARS] if type(head) is str
-           and not head.startswith(ENCODED_CONTENT_PREFIXES) else _text(head), True)
+    hit = (str(role), _head_text(head), True)
     if before_id is None and after_id is None:
         return [hit]
     around = []
@@ -84,28 +82,30 @@ def context_dicts(*columns: Any) -> list[dict[str, Any]]:
     if not columns:
         return []
     role, head, before_id, before_role, before_head, after_id, after_role, after_head = columns
-    prefixes = ENCODED_CONTENT_PREFIXES
-    hit = {"role": str(role), "content": head[:CONTEXT_CONTENT_CHARS] if type(head) is str
-           and not head.startswith(prefixes) else _text(head)}
-    if before_id is None and after_id is None:
-        return [hit]
-    around = []
-    if before_id is not None:
-        around.append({"role": str(before_role), "content": before_head[:CONTEXT_CONTENT_CHARS]
-                       if type(before_head) is str and not before_head.startswith(prefixes)
-                       else _text(before_head)})
-    around.append(hit)
-    if after_id is not None:
-        around.append({"role": str(after_role), "content": after_head[:CONTEXT_CONTENT_CHARS]
-                       if type(after_head) is str and not after_head.startswith(prefixes)
-                       else _text(after_head)})
-    return around
+    hit = {"role": str(role), "content": _head_text(head)}
+    if before_id is None:
+        if after_id is None:
+            return [hit]
+        return [hit, {"role": str(after_role), "content": _head_text(after_head)}]
+    before = {"role": str(before_role), "content": _head_text(before_head)}
+    if after_id is None:
+        return [before, hit]
+    return [before, hit, {"role": str(after_role), "content": _head_text(after_head)}]
+
+
+def _head_text(head: Any) -> str:
+    """A context line's text: plain text (the common case) cut, no text (an assistant's tool
+    calls) ``""``, marked content decoded."""
+    if type(head) is str:
+        if not head.startswith(ENCODED_CONTENT_PREFIXES):
+            return head[:CONTEXT_CONTENT_CHARS]
+    elif head is None:
+        return ""
+    return _text(head)
 
 
 def _line(role: Any, head: Any) -> ContextLine:
-    if type(head) is str and not head.startswith(ENCODED_CONTENT_PREFIXES):
-        return (str(role), head[:CONTEXT_CONTENT_CHARS], False)
-    return (str(role), _text(head), False)
+    return (str(role), _head_text(head), False)
 
 
 def _text(head: Any) -> str:

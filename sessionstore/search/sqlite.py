@@ -17,6 +17,7 @@ database error (locked, I/O, corruption) propagates.
 
 from __future__ import annotations
 
+import functools
 import json
 import weakref
 from typing import Any, Final
@@ -504,14 +505,14 @@ class SQLiteSearchIndex:
     def substring_matches(
         self, conn: Connection, query: SubstringQuery, filters: SearchFilters, page: Page
     ) -> list[FoundRow]:
-        needle = query.snippet_term
-        params: dict[str, Any] = {"needle": needle, **page.params}
-        candidates, match, verify = _SCAN_CANDIDATES, "", _verification(query, params)
-        present = _present(conn, _SUBSTRING_OBJECTS) if query.indexable else set()
+        needle, indexable, verification, terms, grams, answered = _substring_parts(query)
+        params: dict[str, Any] = {"needle": needle, **page.params, **terms}
+        candidates, match, verify = _SCAN_CANDIDATES, "", verification
+        present = _present(conn, _SUBSTRING_OBJECTS) if indexable else set()
         if names.BIGRAM_TABLE in present:
             candidates, match = _BIGRAM_CANDIDATES, _BIGRAM_MATCH
-            params["grams"] = bigram_match(query)
-            if all(answered_by_tokens(term) for term in query.terms):
+            params["grams"] = grams
+            if answered:
                 verify = "1"  # the tokens are the text itself: nothing left to verify
                 if names.SUBSTRING_PAGE_INDEX in present:
                     candidates = _BIGRAM_CANDIDATES_COVERED
@@ -746,6 +747,21 @@ def _window_floor(conn: Connection, query: str) -> int | None:
     that: every match is ranked)."""
     found = hot_rows(conn, _window_floor_sql(), {"query": query})
     return None if not found or found[0][0] is None else int(found[0][0])
+
+
+@functools.lru_cache(maxsize=512)
+def _substring_parts(
+    query: SubstringQuery,
+) -> tuple[str, bool, str, dict[str, str], str, bool]:
+    """What a substring search derives from its (parsed, itself cached) query alone, once:
+    the snippet's needle, whether an index can look it up, the ``LIKE`` verification and its
+    patterns, the bigram query, whether the tokens answer it without verification."""
+    terms: dict[str, Any] = {}
+    verification = _verification(query, terms)
+    return (
+        query.snippet_term, query.indexable, verification, terms, bigram_match(query),
+        all(answered_by_tokens(term) for term in query.terms),
+    )  # fmt: skip
 
 
 def _verification(query: SubstringQuery, params: dict[str, Any]) -> str:

@@ -735,6 +735,24 @@ def test_cjk_search_uses_the_bigram_index_not_a_scan(sqlite_store: Store, needle
     assert not full_scans, plan
 
 
+@pytest.mark.parametrize(
+    "filters", [{}, {"role_filter": ["user"]}, {"source_filter": ["cli"]}, {"offset": 1}]
+)
+def test_best_first_word_page_is_one_statement_in_fts5_rank_order(
+    sqlite_store: Store, filters: dict[str, Any]
+) -> None:
+    """A best-first page near the top is one statement whose order FTS5's rank gives (no
+    sorter of SQLite's: snippet() and the context run for the page's rows only)."""
+    seed(sqlite_store, CORPUS)
+    with StatementLog(sqlite_store) as log:
+        hits = search(sqlite_store, "gateway OR deploy OR build", limit=1, **filters)
+    assert hits
+    ((statement, parameters),) = log.containing("messages_fts MATCH")
+    assert "snippet(" in statement
+    plan = sqlite_plan(sqlite_store, statement, parameters)
+    assert "TEMP B-TREE" not in plan, plan
+
+
 @pytest.mark.parametrize("needle", ["库", "数据", "迁移 OR 库"])
 @pytest.mark.parametrize(
     "filters",
