@@ -117,8 +117,8 @@ WHERE {names.WORD_TABLE} MATCH :query
 # no BEGIN: docs/performance.md, "Search in one statement"). Sessions are always joined: the
 # rank order is FTS5's, the join probes the page's rows only, and a message without its
 # session is skipped as the page is chosen. Up to an OFFSET of ONE_STATEMENT_OFFSET: the rows
-# skipped still pay their joins (the context's four probes, about 3 us a row); deeper pages
-# choose their ids first.
+# skipped still pay their joins, not their snippets (the context's probes: offset 100 cost
+# 0.18 ms more, 100 more rows returned 1.0 ms); deeper pages choose their ids first.
 _WORD_RANKED_PAGE: Final = f"""
 {{window_floor}}
 SELECT m.id, m.session_id, m.role,
