@@ -30,7 +30,7 @@ from sqlalchemy.engine import Connection
 from ..dialects.postgresql import extension_schema, qualify_extension_objects
 from . import object_names as names
 from . import request as search_request
-from .context import CONTEXT_COLUMNS, CONTEXT_JOINS, context_lines
+from .context import CONTEXT_COLUMNS, CONTEXT_JOINS
 from .hits import (
     SNIPPET_ELLIPSIS,
     SNIPPET_END,
@@ -382,7 +382,7 @@ class PostgreSQLSearchIndex:
         )
         return [
             match_row(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8],
-                      context_lines(*row[9:]))
+                      tuple(row[9:]))  # the context's columns (context.ContextColumns)
             for row in rows
         ]
 
@@ -429,7 +429,7 @@ class PostgreSQLSearchIndex:
         return [
             match_row(
                 row[0], row[1], row[2], substring_snippet(row[8], row[9], row[10], row[11]),
-                row[3], row[4], row[5], row[6], row[7], context_lines(*row[12:]),
+                row[3], row[4], row[5], row[6], row[7], tuple(row[12:]),
             )
             for row in rows
         ]
