@@ -726,7 +726,6 @@ class MessagesPart(RepositoryPart):
     ) -> list[SearchHit]:
         """Full-text search (see ``sessionstore.search``); any text returns a list."""
         from ..search import search_messages
-        from ..search.service import reads_alone
 
         return self.store.read(
             lambda conn: search_messages(
@@ -739,8 +738,7 @@ class MessagesPart(RepositoryPart):
                 offset=offset,
                 include_inactive=include_inactive,
                 sort=sort,
-            ),
-            single_statement=reads_alone(query, sort, limit, offset),
+            )
         )
 
     @writes
