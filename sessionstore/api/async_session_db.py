@@ -902,19 +902,40 @@ class AsyncSessionDB:
     async def clear_messages(self, session_id: str) -> None:
         return await self._write(lambda db: db.clear_messages(session_id))
 
+    async def get_session_delete_targets(self, session_id: str) -> list[str]:
+        return await self._read(lambda db: db.get_session_delete_targets(session_id))
+
     async def delete_session(
         self,
         session_id: str,
         sessions_dir: str | os.PathLike[str] | None = None,
+        expected_delete_ids: Sequence[str] | None = None,
+        exclude_active_write_guards: bool = False,
     ) -> bool:
-        return await self._write(lambda db: db.delete_session(session_id, sessions_dir))
+        return await self._write(
+            lambda db: db.delete_session(
+                session_id,
+                sessions_dir,
+                expected_delete_ids,
+                exclude_active_write_guards,
+            )
+        )
 
     async def delete_sessions(
         self,
         session_ids: Sequence[str],
         sessions_dir: str | os.PathLike[str] | None = None,
+        exclude_active_write_guards: bool = False,
+        skipped_ids: list[str] | None = None,
     ) -> int:
-        return await self._write(lambda db: db.delete_sessions(session_ids, sessions_dir))
+        return await self._write(
+            lambda db: db.delete_sessions(
+                session_ids,
+                sessions_dir,
+                exclude_active_write_guards,
+                skipped_ids,
+            )
+        )
 
     async def delete_session_if_empty(
         self,

@@ -1113,31 +1113,63 @@ class SessionDB:
     def clear_messages(self, session_id: str) -> None:
         self._repo.clear_messages(session_id)
 
+    @reads
+    def get_session_delete_targets(self, session_id: str) -> list[str]:
+        """What :meth:`delete_session` would remove (iot 0.22.2): the session, then its
+        delegate children sorted; ``[]`` for an unknown one. Branch and compression children
+        are orphaned, not deleted. A gateway or CLI shows these, then passes them back as
+        ``expected_delete_ids``."""
+        return self._repo.delete_targets(session_id)
+
     @writes
     def delete_session(
-        self, session_id: str, sessions_dir: str | os.PathLike[str] | None = None
+        self,
+        session_id: str,
+        sessions_dir: str | os.PathLike[str] | None = None,
+        expected_delete_ids: Sequence[str] | None = None,
+        exclude_active_write_guards: bool = False,
     ) -> bool:
         """Delete a session with its delegate children; other children are orphaned. With
         ``sessions_dir`` (Hermes's transcript directory), the transcript and request-dump files
         of every session deleted go too
-        (``sessionstore.sessions.transcripts.remove_transcripts``)."""
+        (``sessionstore.sessions.transcripts.remove_transcripts``).
+
+        iot 0.22.2's confirmed delete: with ``expected_delete_ids`` (from
+        :meth:`get_session_delete_targets`) nothing is deleted and the answer is False unless
+        the session and its delegate children are exactly those ids, checked in the delete's
+        transaction; with ``exclude_active_write_guards`` a live turn or compression lease on
+        any of them is :class:`~sessionstore.errors.SessionActiveWriteGuardError`, nothing
+        deleted. (iot's ``expected_display_messages`` and ``include_compression_chain`` are not
+        accepted yet: a caller passing them gets a ``TypeError`` and nothing is deleted.)"""
         sessions_directory(sessions_dir)  # refused before anything else, as for the others
         if not isinstance(session_id, str) or not bindable(session_id):
             return False
         deletion = delete_with_transcripts(
-            sessions_dir, lambda: self._repo.delete_sessions_detailed([session_id])
+            sessions_dir,
+            lambda: self._repo.delete_session_confirmed(
+                session_id, expected_delete_ids, exclude_active_write_guards
+            ),
         )
         return deletion.total > 0
 
     @writes
     def delete_sessions(
-        self, session_ids: Sequence[str], sessions_dir: str | os.PathLike[str] | None = None
+        self,
+        session_ids: Sequence[str],
+        sessions_dir: str | os.PathLike[str] | None = None,
+        exclude_active_write_guards: bool = False,
+        skipped_ids: list[str] | None = None,
     ) -> int:
         """Delete these sessions (unknown ids skipped) with their delegate children, in one
-        transaction; how many of the given ids existed. ``sessions_dir`` as in
-        ``delete_session``."""
+        transaction; how many of the given ids were deleted. ``sessions_dir`` as in
+        ``delete_session``. ``exclude_active_write_guards`` (iot 0.22.2): a session under a
+        live turn or compression lease, itself or a delegate child, is kept and its id
+        appended to ``skipped_ids`` when given."""
         deletion = delete_with_transcripts(
-            sessions_dir, lambda: self._repo.delete_sessions_detailed(session_ids)
+            sessions_dir,
+            lambda: self._repo.delete_sessions_detailed(
+                session_ids, exclude_active_write_guards, skipped_ids
+            ),
         )
         return deletion.total
 

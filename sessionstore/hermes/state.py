@@ -88,6 +88,7 @@ from ..api import session_db as facade
 from ..dialects import sqlite_library
 from ..errors import (
     CompressionSessionBusyError,
+    SessionActiveWriteGuardError,
     SessionCompressionInProgressError,
     SessionTurnLeaseLostError,
 )
@@ -127,6 +128,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "AsyncSessionDB",
     "CompressionSessionBusyError",
+    "SessionActiveWriteGuardError",
     "SessionCompressionInProgressError",
     "SessionDB",
     "SessionTurnLeaseLostError",

@@ -47,6 +47,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import ColumnElement, and_, delete, false, func, or_, select, update
 from sqlalchemy.engine import Connection
 
+from ..errors import SessionActiveWriteGuardError
 from ..search.sanitize import escape_like
 from ..sql import validation
 from ..sql.read_shape import ReadShape
@@ -128,33 +129,112 @@ class DeletionPart(RepositoryPart):
         given ids existed."""
         return self.delete_sessions_detailed(session_ids).total
 
+    @reads
+    def delete_targets(self, session_id: str) -> list[str]:
+        """What :meth:`delete_session` would remove (iot 0.22.2's
+        ``get_session_delete_targets``): the session, then its delegate children (recursively)
+        sorted; ``[]`` for an unknown session. Branch and compression children are orphaned,
+        not deleted, so they are not listed."""
+        if not isinstance(session_id, str) or not bindable(session_id):
+            return []
+
+        def run(conn: Connection) -> list[str]:
+            if not _exists(conn, session_id):
+                return []
+            return [session_id, *sorted(delegate_descendants(conn, [session_id]))]
+
+        return self.store.read(run)
+
     @writes
-    def delete_sessions_detailed(self, session_ids: Sequence[str] | None) -> Deletion:
+    def delete_session_confirmed(
+        self,
+        session_id: str,
+        expected_delete_ids: Sequence[str] | None = None,
+        exclude_active_write_guards: bool = False,
+    ) -> Deletion:
+        """:meth:`delete_session` fenced as iot 0.22.2's gateway and CLI delete it, the check
+        and the delete in one transaction. ``expected_delete_ids`` (what
+        :meth:`delete_targets` showed the user): unless the session and its delegate
+        children are exactly those ids, nothing is deleted (``total`` 0, iot's ``False``): a
+        delegate run that appeared or went since the user confirmed is never deleted
+        unseen. ``exclude_active_write_guards``: a live turn or compression lease on the
+        session or a delegate child is :class:`~sessionstore.errors.SessionActiveWriteGuardError`
+        and nothing is deleted."""
+        if not isinstance(session_id, str) or not bindable(session_id):
+            return Deletion(0, ())
+        expected = _expected_ids(expected_delete_ids)
+        guards = validation.flag(exclude_active_write_guards, "exclude_active_write_guards")
+
+        def run(conn: Connection) -> Deletion:
+            if not _exists(conn, session_id):
+                return Deletion(0, ())
+            doomed = [session_id, *delegate_descendants(conn, [session_id])]
+            if guards and turn_guarded(conn, doomed, self.clock()):
+                raise SessionActiveWriteGuardError(
+                    f"session {session_id!r} (or a delegate child) has an active turn lease"
+                    " or compression lock"
+                )
+            if expected is not None and expected != set(doomed):
+                return Deletion(0, ())
+            _delete_sessions(conn, doomed)
+            return Deletion(1, tuple(doomed))
+
+        return self.store.write(run)
+
+    @writes
+    def delete_sessions_detailed(
+        self,
+        session_ids: Sequence[str] | None,
+        exclude_active_write_guards: bool = False,
+        skipped_ids: list[str] | None = None,
+    ) -> Deletion:
         """:meth:`delete_sessions`, saying also which sessions went (the given ones that
         existed, then their delegate children): the facade removes their transcript files.
 
         ``None`` or an empty list deletes nothing, as in Hermes; a lone ``str`` is a
-        ``TypeError`` (Hermes would delete a session per character of it)."""
+        ``TypeError`` (Hermes would delete a session per character of it).
+        ``exclude_active_write_guards`` (iot 0.22.2): a given session is kept when it or a
+        delegate child it would take along is under a live turn or compression lease; the kept
+        ids are appended, sorted, to ``skipped_ids`` when given, and ``total`` counts only
+        the deleted ones."""
         if session_ids is None:
             return Deletion(0, ())
         if isinstance(session_ids, (str, bytes)):
             raise TypeError("session_ids must be a list of session ids, not a single str")
+        guards = validation.flag(exclude_active_write_guards, "exclude_active_write_guards")
+        if skipped_ids is not None and not isinstance(skipped_ids, list):
+            raise TypeError("skipped_ids must be a list the skipped ids are appended to")
         wanted = list(dict.fromkeys(
             item for item in session_ids if isinstance(item, str) and bindable(item)
         ))  # fmt: skip
         if not wanted:
             return Deletion(0, ())
+        skipped: list[str] = []
 
         def run(conn: Connection) -> Deletion:
+            skipped.clear()  # a retried transaction starts over
             found = [
                 str(row[0])
                 for row in conn.execute(select(sessions.c.id).where(sessions.c.id.in_(wanted)))
             ]
-            doomed = [*found, *delegate_descendants(conn, found)]
+            if guards and found:
+                now = self.clock()
+                if turn_guarded(conn, [*found, *delegate_descendants(conn, found)], now):
+                    skipped.extend(sorted(
+                        session_id for session_id in found
+                        if turn_guarded(
+                            conn, [session_id, *delegate_descendants(conn, [session_id])], now
+                        )
+                    ))  # fmt: skip
+                    found = [session_id for session_id in found if session_id not in skipped]
+            doomed = [*found, *delegate_descendants(conn, found)] if found else []
             _delete_sessions(conn, doomed)
             return Deletion(len(found), tuple(doomed))
 
-        return self.store.write(run)
+        deletion = self.store.write(run)
+        if skipped_ids is not None:
+            skipped_ids.extend(skipped)
+        return deletion
 
     @writes
     def delete_session_if_empty(self, session_id: str) -> bool:
@@ -466,6 +546,23 @@ class DeletionPart(RepositoryPart):
     def delete_empty_sessions_detailed(self) -> Deletion:
         """:meth:`delete_empty_sessions`, saying also which sessions went."""
         return self.store.write(lambda conn: delete_matching(conn, _empty_condition()))
+
+
+def _exists(conn: Connection, session_id: str) -> bool:
+    found = conn.execute(select(sessions.c.id).where(sessions.c.id == session_id)).first()
+    return found is not None
+
+
+def _expected_ids(expected_delete_ids: Sequence[str] | None) -> set[str] | None:
+    """The confirmed delete targets as a set, or None (no fence); anything but a list of
+    strings is a ``TypeError`` (a lone ``str`` would be a set of characters)."""
+    if expected_delete_ids is None:
+        return None
+    if isinstance(expected_delete_ids, (str, bytes)) or not all(
+        isinstance(item, str) for item in expected_delete_ids
+    ):
+        raise TypeError("expected_delete_ids must be a list of session ids")
+    return set(expected_delete_ids)
 
 
 def _empty_condition() -> ColumnElement[bool]:

