@@ -163,6 +163,12 @@ class SessionActiveWriteGuardError(SessionStoreError, RuntimeError):
     was deleted."""
 
 
+class TranscriptChangedError(SessionStoreError, RuntimeError):
+    """A rewind fenced by the live transcript the caller saw (``expected_active_ids``) found
+    it changed (iot 0.22.2 raises a ``RuntimeError`` there, and this is one): nothing was
+    rewound."""
+
+
 class UnknownSessionError(SessionStoreError, LookupError):
     """The operation needs a session that does not exist."""
 

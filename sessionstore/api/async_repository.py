@@ -317,8 +317,23 @@ class AsyncSessionRepository:
     async def get_model_usage(self, session_id: str | None = None) -> list[dict[str, Any]]:
         return await self._read(lambda repo: repo.get_model_usage(session_id))
 
-    async def rewind_to_message(self, session_id: str, target_message_id: int) -> dict[str, Any]:
-        return await self._write(lambda repo: repo.rewind_to_message(session_id, target_message_id))
+    async def rewind_to_message(
+        self,
+        session_id: str,
+        target_message_id: int,
+        *,
+        expected_active_ids: Sequence[int] | None = None,
+    ) -> dict[str, Any]:
+        return await self._write(
+            lambda repo: repo.rewind_to_message(
+                session_id,
+                target_message_id,
+                expected_active_ids=expected_active_ids,
+            )
+        )
+
+    async def get_active_message_ids(self, session_id: str) -> list[int]:
+        return await self._read(lambda repo: repo.get_active_message_ids(session_id))
 
     async def restore_rewound(self, session_id: str, since_message_id: int) -> int:
         return await self._write(lambda repo: repo.restore_rewound(session_id, since_message_id))

@@ -1226,8 +1226,24 @@ class SessionDB:
 
     # -- rewind and compaction (Hermes v14..v16 era) ----------------------------------------
     @writes
-    def rewind_to_message(self, session_id: str, target_message_id: int) -> dict[str, Any]:
-        return self._repo.rewind_to_message(session_id, target_message_id)
+    def rewind_to_message(
+        self,
+        session_id: str,
+        target_message_id: int,
+        *,
+        expected_active_ids: Sequence[int] | None = None,
+    ) -> dict[str, Any]:
+        """``SessionRepository.rewind_to_message``: with ``expected_active_ids`` (from
+        :meth:`get_active_message_ids`) a transcript that changed meanwhile is
+        :class:`~sessionstore.errors.TranscriptChangedError`, nothing rewound."""
+        return self._repo.rewind_to_message(
+            session_id, target_message_id, expected_active_ids=expected_active_ids
+        )
+
+    @reads
+    def get_active_message_ids(self, session_id: str) -> list[int]:
+        """The session's live message ids in order (iot 0.22.2's rewind fence)."""
+        return self._repo.get_active_message_ids(session_id)
 
     @writes
     def restore_rewound(self, session_id: str, since_message_id: int) -> int:

@@ -91,6 +91,7 @@ from ..errors import (
     SessionActiveWriteGuardError,
     SessionCompressionInProgressError,
     SessionTurnLeaseLostError,
+    TranscriptChangedError,
 )
 from ..search import MAX_FTS5_QUERY_CHARS, contains_cjk, sanitize_fts5_query
 from ..sessions import imports
@@ -133,6 +134,7 @@ __all__ = [
     "SessionDB",
     "SessionTurnLeaseLostError",
     "ThreadedSessionDB",
+    "TranscriptChangedError",
     "apply_wal_with_fallback",
     "format_session_db_unavailable",
     "get_last_init_error",

@@ -24,6 +24,7 @@ from typing import Any
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 
+from ..errors import TranscriptChangedError
 from ..sql import validation
 from ..sql.codec import decode_json
 from ..sql.message_content import decode_content, text_of
@@ -65,6 +66,27 @@ def _kept_prefix(live: Sequence[Any], batch: Sequence[NewMessage]) -> int:
     return kept
 
 
+def _active_ids(conn: Connection, session_id: str) -> list[int]:
+    statement = (
+        select(messages.c.id)
+        .where(messages.c.session_id == session_id, messages.c.active == 1)
+        .order_by(messages.c.id)
+    )
+    return [int(row[0]) for row in conn.execute(statement)]
+
+
+def _expected_active_ids(expected: Sequence[int] | None) -> list[int] | None:
+    """The live ids a rewind is fenced by, as a list, or None (no fence); anything but a
+    sequence of ``int`` (a ``bool``, a str, a float) is a ``TypeError``."""
+    if expected is None:
+        return None
+    if isinstance(expected, (str, bytes, Mapping)) or not isinstance(expected, Sequence):
+        raise TypeError("expected_active_ids must be a list of message ids")
+    if not all(isinstance(item, int) and not isinstance(item, bool) for item in expected):
+        raise TypeError("expected_active_ids must be a list of message ids")
+    return list(expected)
+
+
 def _calls(text: str | None) -> Any:
     return decode_json(text, "tool_calls", None, None) if text else None
 
@@ -82,19 +104,36 @@ class RewindPart(MessagesPart):
 
     # -- rewind -------------------------------------------------------------------------------
     @writes
-    def rewind_to_message(self, session_id: str, target_message_id: int) -> dict[str, Any]:
+    def rewind_to_message(
+        self,
+        session_id: str,
+        target_message_id: int,
+        *,
+        expected_active_ids: Sequence[int] | None = None,
+    ) -> dict[str, Any]:
         """Undo the conversation from a user message on: it and every later row go inactive.
 
         Returns ``{rewound_count, target_message, new_head_id}``: how many rows went inactive,
         the target (``id``, ``role``, ``content``, ``timestamp``) so a UI can put its text back
         in the input box, and the id of the last live message before it (None if none).
         A target that is not a ``user`` message of this session is a ``ValueError``.
+
+        ``expected_active_ids`` (iot 0.22.2's compare-and-set): the live transcript the caller
+        saw (:meth:`get_active_message_ids`); unless the session's live ids are still exactly
+        those, in order, nothing changes and it is
+        :class:`~sessionstore.errors.TranscriptChangedError` (a ``RuntimeError``, as iot's):
+        a turn that landed meanwhile is never rewound unseen.
         """
         session_id = validation.identifier(session_id, "session_id")
         target_id = validation.row_id(target_message_id, "target_message_id")
+        expected = _expected_active_ids(expected_active_ids)
 
         def run(conn: Connection) -> dict[str, Any]:
             require_session(conn, session_id)
+            if expected is not None and _active_ids(conn, session_id) != expected:
+                raise TranscriptChangedError(
+                    "active transcript changed before the rewind could be persisted"
+                )
             target = None  # an id beyond 64 bits is no message's
             if target_id is not None:
                 target = conn.execute(
@@ -136,6 +175,15 @@ class RewindPart(MessagesPart):
             }
 
         return self.store.write(run)
+
+    @reads
+    def get_active_message_ids(self, session_id: str) -> list[int]:
+        """The ids of the session's live messages (``active = 1``), in order (iot 0.22.2): what
+        a caller passes back as ``rewind_to_message(expected_active_ids=...)``. ``[]`` for an
+        unknown session."""
+        if not isinstance(session_id, str) or not bindable(session_id):
+            return []
+        return self.store.read(lambda conn: _active_ids(conn, session_id))
 
     @writes
     def restore_rewound(self, session_id: str, since_message_id: int) -> int:
