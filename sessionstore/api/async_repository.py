@@ -1015,12 +1015,14 @@ class AsyncSessionRepository:
         session_ids: Sequence[str] | None,
         exclude_active_write_guards: bool = False,
         skipped_ids: list[str] | None = None,
+        include_compression_chain: bool = False,
     ) -> Deletion:
         return await self._write(
             lambda repo: repo.delete_sessions_detailed(
                 session_ids,
                 exclude_active_write_guards,
                 skipped_ids,
+                include_compression_chain,
             )
         )
 

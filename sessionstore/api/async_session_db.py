@@ -911,6 +911,7 @@ class AsyncSessionDB:
         sessions_dir: str | os.PathLike[str] | None = None,
         expected_delete_ids: Sequence[str] | None = None,
         exclude_active_write_guards: bool = False,
+        include_compression_chain: bool = False,
     ) -> bool:
         return await self._write(
             lambda db: db.delete_session(
@@ -918,6 +919,7 @@ class AsyncSessionDB:
                 sessions_dir,
                 expected_delete_ids,
                 exclude_active_write_guards,
+                include_compression_chain,
             )
         )
 
@@ -927,6 +929,7 @@ class AsyncSessionDB:
         sessions_dir: str | os.PathLike[str] | None = None,
         exclude_active_write_guards: bool = False,
         skipped_ids: list[str] | None = None,
+        include_compression_chain: bool = False,
     ) -> int:
         return await self._write(
             lambda db: db.delete_sessions(
@@ -934,6 +937,7 @@ class AsyncSessionDB:
                 sessions_dir,
                 exclude_active_write_guards,
                 skipped_ids,
+                include_compression_chain,
             )
         )
 

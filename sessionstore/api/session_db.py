@@ -1128,6 +1128,7 @@ class SessionDB:
         sessions_dir: str | os.PathLike[str] | None = None,
         expected_delete_ids: Sequence[str] | None = None,
         exclude_active_write_guards: bool = False,
+        include_compression_chain: bool = False,
     ) -> bool:
         """Delete a session with its delegate children; other children are orphaned. With
         ``sessions_dir`` (Hermes's transcript directory), the transcript and request-dump files
@@ -1139,9 +1140,25 @@ class SessionDB:
         the session and its delegate children are exactly those ids, checked in the delete's
         transaction; with ``exclude_active_write_guards`` a live turn or compression lease on
         any of them is :class:`~sessionstore.errors.SessionActiveWriteGuardError`, nothing
-        deleted. (iot's ``expected_display_messages`` and ``include_compression_chain`` are not
-        accepted yet: a caller passing them gets a ``TypeError`` and nothing is deleted.)"""
+        deleted. ``include_compression_chain`` (iot's dashboard delete) takes the session's
+        whole compression chain along, as :meth:`delete_sessions`; with
+        ``expected_delete_ids`` too it is a ``ValueError``, nothing deleted (iot would
+        delete the chain unchecked: the confirmed targets never list it). (iot's
+        ``expected_display_messages`` is not accepted yet: a ``TypeError``, nothing
+        deleted.)"""
         sessions_directory(sessions_dir)  # refused before anything else, as for the others
+        if validation.flag(include_compression_chain, "include_compression_chain"):
+            if expected_delete_ids is not None:
+                raise ValueError(
+                    "expected_delete_ids cannot fence include_compression_chain: the confirmed"
+                    " targets never list the chain"
+                )
+            if not isinstance(session_id, str) or not bindable(session_id):
+                return False
+            return self.delete_sessions(
+                [session_id], sessions_dir, exclude_active_write_guards,
+                include_compression_chain=True,
+            ) > 0
         if not isinstance(session_id, str) or not bindable(session_id):
             return False
         deletion = delete_with_transcripts(
@@ -1159,16 +1176,19 @@ class SessionDB:
         sessions_dir: str | os.PathLike[str] | None = None,
         exclude_active_write_guards: bool = False,
         skipped_ids: list[str] | None = None,
+        include_compression_chain: bool = False,
     ) -> int:
         """Delete these sessions (unknown ids skipped) with their delegate children, in one
         transaction; how many of the given ids were deleted. ``sessions_dir`` as in
         ``delete_session``. ``exclude_active_write_guards`` (iot 0.22.2): a session under a
         live turn or compression lease, itself or a delegate child, is kept and its id
-        appended to ``skipped_ids`` when given."""
+        appended to ``skipped_ids`` when given. ``include_compression_chain`` (iot's dashboard
+        delete): each takes its whole compression chain along; the count is still of the
+        given sessions."""
         deletion = delete_with_transcripts(
             sessions_dir,
             lambda: self._repo.delete_sessions_detailed(
-                session_ids, exclude_active_write_guards, skipped_ids
+                session_ids, exclude_active_write_guards, skipped_ids, include_compression_chain
             ),
         )
         return deletion.total

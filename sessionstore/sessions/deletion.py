@@ -187,6 +187,7 @@ class DeletionPart(RepositoryPart):
         session_ids: Sequence[str] | None,
         exclude_active_write_guards: bool = False,
         skipped_ids: list[str] | None = None,
+        include_compression_chain: bool = False,
     ) -> Deletion:
         """:meth:`delete_sessions`, saying also which sessions went (the given ones that
         existed, then their delegate children): the facade removes their transcript files.
@@ -196,12 +197,17 @@ class DeletionPart(RepositoryPart):
         ``exclude_active_write_guards`` (iot 0.22.2): a given session is kept when it or a
         delegate child it would take along is under a live turn or compression lease; the kept
         ids are appended, sorted, to ``skipped_ids`` when given, and ``total`` counts only
-        the deleted ones."""
+        the deleted ones. ``include_compression_chain`` (iot 0.22.2's dashboard delete): each
+        given session takes its whole compression chain along (every session linked to it by
+        a continuation edge, either way: :func:`.lineage.compression_lineages`), or a listing
+        would show the previous link of a "deleted" conversation; a guard anywhere on a chain
+        keeps the whole chain. ``total`` still counts the given sessions."""
         if session_ids is None:
             return Deletion(0, ())
         if isinstance(session_ids, (str, bytes)):
             raise TypeError("session_ids must be a list of session ids, not a single str")
         guards = validation.flag(exclude_active_write_guards, "exclude_active_write_guards")
+        chains = validation.flag(include_compression_chain, "include_compression_chain")
         if skipped_ids is not None and not isinstance(skipped_ids, list):
             raise TypeError("skipped_ids must be a list the skipped ids are appended to")
         wanted = list(dict.fromkeys(
@@ -217,17 +223,22 @@ class DeletionPart(RepositoryPart):
                 str(row[0])
                 for row in conn.execute(select(sessions.c.id).where(sessions.c.id.in_(wanted)))
             ]
+
+            def taken(selected: Sequence[str]) -> list[str]:
+                if not selected:
+                    return []
+                chosen = sorted(compression_lineages(conn, selected)) if chains else selected
+                return list(dict.fromkeys([*chosen, *delegate_descendants(conn, chosen)]))
+
             if guards and found:
                 now = self.clock()
-                if turn_guarded(conn, [*found, *delegate_descendants(conn, found)], now):
+                if turn_guarded(conn, taken(found), now):
                     skipped.extend(sorted(
                         session_id for session_id in found
-                        if turn_guarded(
-                            conn, [session_id, *delegate_descendants(conn, [session_id])], now
-                        )
+                        if turn_guarded(conn, taken([session_id]), now)
                     ))  # fmt: skip
                     found = [session_id for session_id in found if session_id not in skipped]
-            doomed = [*found, *delegate_descendants(conn, found)] if found else []
+            doomed = taken(found)
             _delete_sessions(conn, doomed)
             return Deletion(len(found), tuple(doomed))
 

@@ -90,7 +90,11 @@ def test_hostile_confirmed_ids_are_refused_before_anything_is_deleted(
     with pytest.raises(TypeError):
         db.delete_sessions(["root"], skipped_ids=())  # type: ignore[arg-type]
     with pytest.raises(TypeError):  # iot's keywords we do not take yet: nothing deleted
-        db.delete_session("root", include_compression_chain=True)  # type: ignore[call-arg]
+        db.delete_session("root", expected_display_messages={})  # type: ignore[call-arg]
+    with pytest.raises(ValueError):  # the confirmed targets never list a chain
+        db.delete_session("root", expected_delete_ids=TARGETS, include_compression_chain=True)
+    with pytest.raises(TypeError):
+        db.delete_session("root", include_compression_chain=1)  # type: ignore[arg-type]
     assert ids(db) == EVERYONE
     assert db.get_session_delete_targets(5) == []  # type: ignore[arg-type]
     assert db.get_session_delete_targets("\x00") == []

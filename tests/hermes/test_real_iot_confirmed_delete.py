@@ -117,3 +117,47 @@ def test_a_confirmed_delete_takes_only_what_the_user_confirmed_as_iot(
     assert iot[24] is True and iot[25] is False
     assert iot[26] == [{"id": "root-branch", "parent_session_id": None, "message_count": 1}]
     assert run_ours(db, STEPS) == iot
+
+
+CHAIN: list[Step] = [
+    ("create_session", ["root", "cli"], {}),
+    ("append_message", ["root", "user", "deploy the cluster"], {}),
+    ("end_session", ["root", "compression"], {}),
+    ("create_session", ["cont", "cli"], {"parent_session_id": "root"}),
+    ("end_session", ["cont", "compression"], {}),
+    ("create_session", ["tip", "cli"], {"parent_session_id": "cont"}),
+    ("append_message", ["tip", "user", "scale it"], {}),
+    ("create_session", ["tip-delegate", "cli"], {
+        "parent_session_id": "tip", "model_config": {"_delegate_from": "tip"}}),
+    ("create_session", ["root-branch", "cli"], {
+        "parent_session_id": "root", "model_config": {"_branched_from": "root"}}),
+    ("create_session", ["solo", "cli"], {}),
+    ("end_session", ["solo", "compression"], {}),
+    ("create_session", ["solo-next", "cli"], {"parent_session_id": "solo"}),
+    ("create_session", ["other", "cli"], {}),
+    # A chain member mid-turn keeps the whole chain; the others go, each with its chain.
+    ("try_acquire_session_turn_lease", ["solo-next", "turn-1"], {"ttl_seconds": 600}),
+    ("delete_sessions", [["tip", "solo", "other"]], {"exclude_active_write_guards": True,
+                                                     "include_compression_chain": True}),
+    ROWS,
+    ("delete_session", ["solo"], {"include_compression_chain": True,
+                                  "exclude_active_write_guards": True}),
+    ("delete_session", ["solo"], {"include_compression_chain": True}),
+    ROWS,
+]  # fmt: skip
+
+
+def test_a_dashboard_delete_takes_the_whole_compression_chain_as_iot(
+    tmp_path: Path, db: SessionDB
+) -> None:
+    iot = RealHermesFork("iot-0.22.2", tmp_path / "home").calls(tmp_path / "c.db", CHAIN)
+    assert iot[14] == 2 and [row["id"] for row in iot[15]] == ["root-branch", "solo", "solo-next"]
+    assert iot[16] is False and iot[17] is True and iot[18] == [
+        {"id": "root-branch", "parent_session_id": None, "message_count": 0}]  # fmt: skip
+    assert run_ours(db, CHAIN) == iot
+    with pytest.raises(ValueError):  # a confirmed delete never lists the chain: refused
+        db.delete_session("root-branch", expected_delete_ids=["root-branch"],
+                          include_compression_chain=True)  # fmt: skip
+    with pytest.raises(TypeError):
+        db.delete_sessions(["root-branch"], include_compression_chain="yes")  # type: ignore[arg-type]
+    assert db.get_session("root-branch") is not None
