@@ -65,6 +65,10 @@ def _unfilled(value: Any) -> Any:
         return {k: None if k in FILLED_BY_ADOPTION else _unfilled(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_unfilled(item) for item in value]
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a record (ConversationRow)
+        return value._replace(**{k: None for k in FILLED_BY_ADOPTION if k in value._fields})
+    if isinstance(value, tuple):
+        return tuple(_unfilled(item) for item in value)
     return value
 
 
