@@ -322,13 +322,17 @@ class AsyncSessionRepository:
         session_id: str,
         target_message_id: int,
         *,
+        preserve_compaction_handoff: bool = False,
         expected_active_ids: Sequence[int] | None = None,
+        expected_target_content: Any = None,
     ) -> dict[str, Any]:
         return await self._write(
             lambda repo: repo.rewind_to_message(
                 session_id,
                 target_message_id,
+                preserve_compaction_handoff=preserve_compaction_handoff,
                 expected_active_ids=expected_active_ids,
+                expected_target_content=expected_target_content,
             )
         )
 

@@ -1251,14 +1251,22 @@ class SessionDB:
         session_id: str,
         target_message_id: int,
         *,
+        preserve_compaction_handoff: bool = False,
         expected_active_ids: Sequence[int] | None = None,
+        expected_target_content: Any = None,
     ) -> dict[str, Any]:
         """``SessionRepository.rewind_to_message``: with ``expected_active_ids`` (from
         :meth:`get_active_message_ids`) a transcript that changed meanwhile is
-        :class:`~sessionstore.errors.TranscriptChangedError`, nothing rewound."""
+        :class:`~sessionstore.errors.TranscriptChangedError`, nothing rewound; so is a target
+        whose live text is not ``expected_target_content``. Refused while a live turn or
+        compression holds the session (iot 0.22.2). ``preserve_compaction_handoff``: a
+        compaction carrier is never split here, so it is a ``ValueError``, nothing rewound."""
         return self._repo.rewind_to_message(
-            session_id, target_message_id, expected_active_ids=expected_active_ids
-        )
+            session_id, target_message_id,
+            preserve_compaction_handoff=preserve_compaction_handoff,
+            expected_active_ids=expected_active_ids,
+            expected_target_content=expected_target_content,
+        )  # fmt: skip
 
     @reads
     def get_active_message_ids(self, session_id: str) -> list[int]:

@@ -36,6 +36,7 @@ from .access import reads, writes
 from .messages import MessagesPart, NewMessage, message_rows, recount
 from .session_state import refuse_transcript_mutation
 from .shared import require_session
+from .user_turns import is_user_turn, live_content
 
 RECENT_PREVIEW_CHARS = 80
 REWIND_ROLE = "user"
@@ -87,6 +88,30 @@ def _expected_active_ids(expected: Sequence[int] | None) -> list[int] | None:
     return list(expected)
 
 
+_TARGET_COLUMNS = (
+    messages.c.id, messages.c.role, messages.c.content, messages.c.timestamp,
+    messages.c.active, messages.c.display_kind, messages.c._compressed_summary,
+)  # fmt: skip
+
+
+def _check_pinned_target(target: Any, expected_content: Any, preserve: bool) -> None:
+    """iot 0.22.2's ``_split_rewind_target`` on a ``user`` row, as far as we split
+    (:mod:`.user_turns`): an inactive target or one that is no live human turn is a
+    ``ValueError``; a live text other than ``expected_content`` (when given) is
+    :class:`~sessionstore.errors.TranscriptChangedError`; ``preserve`` (a carrier asked
+    for) is a ``ValueError`` on any target we accept."""
+    if not target.active:
+        raise ValueError("rewind target is not active")
+    content = decode_content(target.content)
+    summary = target._mapping["_compressed_summary"]
+    if not is_user_turn(target.role, content, target.display_kind, summary):
+        raise ValueError("rewind target is not a user-originated turn")
+    if expected_content is not None and live_content(content) != expected_content:
+        raise TranscriptChangedError("rewind target changed before it could be persisted")
+    if preserve:
+        raise ValueError("preserve_compaction_handoff requires an active composite carrier")
+
+
 def _calls(text: str | None) -> Any:
     return decode_json(text, "tool_calls", None, None) if text else None
 
@@ -109,7 +134,9 @@ class RewindPart(MessagesPart):
         session_id: str,
         target_message_id: int,
         *,
+        preserve_compaction_handoff: bool = False,
         expected_active_ids: Sequence[int] | None = None,
+        expected_target_content: Any = None,
     ) -> dict[str, Any]:
         """Undo the conversation from a user message on: it and every later row go inactive.
 
@@ -123,13 +150,33 @@ class RewindPart(MessagesPart):
         those, in order, nothing changes and it is
         :class:`~sessionstore.errors.TranscriptChangedError` (a ``RuntimeError``, as iot's):
         a turn that landed meanwhile is never rewound unseen.
+
+        As iot 0.22.2, a rewind is refused while another writer holds the session, in the
+        rewind's transaction: a live turn lease of its conversation is
+        :class:`~sessionstore.errors.SessionTurnLeaseLostError`, a live compression lock
+        :class:`~sessionstore.errors.SessionCompressionInProgressError` (both
+        ``RuntimeError``), nothing rewound; an expired one is cleared instead
+        (:func:`.session_state.refuse_transcript_mutation`).
+
+        ``expected_target_content`` (iot's payload pin): the target's live text the caller
+        saw (:func:`.user_turns.live_content`); another one is
+        :class:`~sessionstore.errors.TranscriptChangedError`, nothing rewound. With it, or
+        with ``preserve_compaction_handoff``, the target must be a live human turn
+        (:func:`.user_turns.is_user_turn`), else ``ValueError``. ``preserve_compaction_handoff``
+        asks iot to split a compaction carrier target and keep its summary as the new head;
+        a plain turn is a ``ValueError`` there, as in iot, and so is every target here.
+        Decision (kinder): we never split a carrier (:mod:`.user_turns`), so such a rewind is
+        refused, the summary and the ask kept, where a guessed split could lose either.
         """
         session_id = validation.identifier(session_id, "session_id")
         target_id = validation.row_id(target_message_id, "target_message_id")
         expected = _expected_active_ids(expected_active_ids)
+        preserve = validation.flag(preserve_compaction_handoff, "preserve_compaction_handoff")
+        pinned = preserve or expected_target_content is not None
 
         def run(conn: Connection) -> dict[str, Any]:
             require_session(conn, session_id)
+            refuse_transcript_mutation(conn, session_id, self.clock())
             if expected is not None and _active_ids(conn, session_id) != expected:
                 raise TranscriptChangedError(
                     "active transcript changed before the rewind could be persisted"
@@ -137,14 +184,16 @@ class RewindPart(MessagesPart):
             target = None  # an id beyond 64 bits is no message's
             if target_id is not None:
                 target = conn.execute(
-                    select(
-                        messages.c.id, messages.c.role, messages.c.content, messages.c.timestamp
-                    ).where(messages.c.id == target_id, messages.c.session_id == session_id)
+                    select(*_TARGET_COLUMNS).where(
+                        messages.c.id == target_id, messages.c.session_id == session_id
+                    )
                 ).first()
             if target is None or target.role != REWIND_ROLE:
                 raise ValueError(
                     f"message {target_message_id} is not a user message of session {session_id!r}"
                 )
+            if pinned:
+                _check_pinned_target(target, expected_target_content, preserve)
             rewound = conn.execute(
                 update(messages)
                 .where(
@@ -169,7 +218,8 @@ class RewindPart(MessagesPart):
             return {
                 "rewound_count": int(rewound or 0),
                 "target_message": {
-                    **target._mapping, "content": decode_content(target.content)
+                    "id": target.id, "role": target.role,
+                    "content": decode_content(target.content), "timestamp": target.timestamp,
                 },
                 "new_head_id": None if head is None else int(head),
             }
