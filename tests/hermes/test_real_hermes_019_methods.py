@@ -28,24 +28,21 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 from legacy_v23_v31 import without_newer_columns
 from real_hermes import RealHermes
-from real_hermes_driver import SELECT_STEP, SQL_STEP, argument
-from test_real_hermes_methods import DAY, NOW, family, make, message, normalized, sql
+from real_hermes_driver import SELECT_STEP, SQL_STEP
+from side_by_side import Step, as_printed, run_steps
+from test_real_hermes_methods import DAY, NOW, family, make, message, sql
 
 from sessionstore.api.session_db import SessionDB
 
 # Each test starts the real Hermes 0.19.0 (a program): the full run only, as the other
 # real-Hermes files.
 pytestmark = pytest.mark.slow
-HERMES_019 = 22
-Step = tuple[str, list[Any], dict[str, Any]]
 RESULTS_DIFFER = {
     SQL_STEP,
     # Hermes returns None; ours says whether (how many) rows changed.
@@ -59,43 +56,8 @@ CLOCK_COLUMNS = frozenset({"first_seen", "last_seen", "updated_at", "ended_at", 
 """Columns each side stamps with its own clock (compared as set or not)."""
 
 
-@pytest.fixture(scope="module")
-def hermes(tmp_path_factory: pytest.TempPathFactory, hermes_answers: Path) -> RealHermes:
-    release = RealHermes(HERMES_019, tmp_path_factory.mktemp("hermes-019-home"))
-    release.answers = hermes_answers  # asked once per steps, not once per dialect
-    return release
-
-
-@pytest.fixture
-def db(store_url: str) -> Iterator[SessionDB]:
-    database = SessionDB(url=store_url)
-    yield database
-    database.close()
-
-
 def select_rows(statement: str, **params: Any) -> Step:
     return (SELECT_STEP, [statement, params], {})
-
-
-def run_ours(db: SessionDB, steps: list[Step]) -> list[Any]:
-    results: list[Any] = []
-    for name, args, kwargs in steps:
-        if name == SQL_STEP:
-            params = args[1] if len(args) > 1 else {}
-            db.store.write(lambda conn, a=args, p=params: conn.execute(sa.text(a[0]), p))
-            results.append(None)
-            continue
-        if name == SELECT_STEP:
-            params = args[1] if len(args) > 1 else {}
-            rows = db.store.read(
-                lambda conn, a=args, p=params: conn.execute(sa.text(a[0]), p).mappings().all()
-            )
-            results.append([dict(row) for row in rows])
-            continue
-        method = getattr(db, name)
-        results.append(method(*map(argument, args),
-                              **{key: argument(value) for key, value in kwargs.items()}))
-    return normalized(results)
 
 
 def unclocked(value: Any) -> Any:
@@ -116,7 +78,7 @@ def side_by_side(
 ) -> tuple[list[Any], list[Any]]:  # fmt: skip
     theirs = unclocked(hermes.calls_on_a_new_file(tmp_path / "hermes.db", steps))
     # Hermes 0.19.0 (v22) has none of the v23...v31 columns our answers carry.
-    ours = without_newer_columns(theirs, unclocked(run_ours(db, steps)))
+    ours = without_newer_columns(theirs, unclocked(as_printed(run_steps(db, steps))))
     assert len(theirs) == len(ours) == len(steps)
     for index, ((name, args, kwargs), expected, actual) in enumerate(
         zip(steps, theirs, ours, strict=True)

@@ -23,27 +23,23 @@ those cases against iot 0.22.2).
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 from legacy_v23_v31 import without_newer_columns
 from real_hermes import RealHermes
-from real_hermes_driver import PATH_KEY, SQL_STEP, argument
+from real_hermes_driver import PATH_KEY, SQL_STEP
+from side_by_side import Step, as_printed, run_steps
 
 from sessionstore.api.session_db import SessionDB
 
 # Slow: every test runs a real Hermes release in a side interpreter (the full run only).
 pytestmark = pytest.mark.slow
 
-HEAD_HERMES = 22
 NOW = time.time()
 DAY = 86_400.0
-Step = tuple[str, list[Any], dict[str, Any]]
 RESULTS_DIFFER = {
     SQL_STEP,
     # Hermes returns None; ours says whether (how many) rows changed.
@@ -54,39 +50,6 @@ RESULTS_DIFFER = {
     # remaining_seconds is each side's own clock (the rest is compared by the test).
     "get_compression_failure_cooldown",
 }  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def hermes(tmp_path_factory: pytest.TempPathFactory, hermes_answers: Path) -> RealHermes:
-    release = RealHermes(HEAD_HERMES, tmp_path_factory.mktemp("hermes-home"))
-    release.answers = hermes_answers  # asked once per steps, not once per dialect
-    return release
-
-
-@pytest.fixture
-def db(store_url: str) -> Iterator[SessionDB]:
-    database = SessionDB(url=store_url)
-    yield database
-    database.close()
-
-
-def normalized(value: Any) -> Any:
-    """As the driver prints it: JSON, anything else as its repr."""
-    return json.loads(json.dumps(value, default=repr))
-
-
-def run_ours(db: SessionDB, steps: list[Step]) -> list[Any]:
-    results = []
-    for name, args, kwargs in steps:
-        if name == SQL_STEP:
-            params = args[1] if len(args) > 1 else {}
-            db.store.write(lambda conn, a=args, p=params: conn.execute(sa.text(a[0]), p))
-            results.append(None)
-            continue
-        method = getattr(db, name)
-        results.append(method(*map(argument, args),
-                              **{key: argument(value) for key, value in kwargs.items()}))
-    return normalized(results)
 
 
 def assert_same(
@@ -105,7 +68,7 @@ def side_by_side(
     also_differ: frozenset[str] = frozenset(),
 ) -> tuple[list[Any], list[Any]]:  # fmt: skip
     theirs = hermes.calls_on_a_new_file(tmp_path / "hermes.db", steps)
-    ours = run_ours(db, steps)
+    ours = as_printed(run_steps(db, steps))
     assert_same(theirs, ours, steps, also_differ)
     return theirs, ours
 
@@ -413,7 +376,7 @@ def test_deletes_with_a_sessions_dir_match_hermes(
         ]
 
     theirs = hermes.calls(tmp_path / "hermes.db", steps_for(theirs_dir))
-    ours = run_ours(db, steps_for(ours_dir))
+    ours = as_printed(run_steps(db, steps_for(ours_dir)))
     assert_same(theirs, ours, steps_for(ours_dir))
     assert sorted(p.name for p in ours_dir.iterdir()) == sorted(
         p.name for p in theirs_dir.iterdir()

@@ -19,15 +19,12 @@ linked by a continuation edge, either way, as iot's delete of a chain does), for
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
-from real_hermes import RealHermesFork
 from real_hermes_driver import SELECT_STEP, SQL_STEP
+from side_by_side import AskIot, Step, as_printed, run_steps
 
 from sessionstore.api.session_db import SessionDB
 
@@ -36,7 +33,6 @@ pytestmark = pytest.mark.slow
 
 NOW = time.time()
 DAY = 86_400.0
-Step = tuple[str, list[Any], dict[str, Any]]
 
 
 def sql(statement: str, **params: Any) -> Step:
@@ -135,53 +131,24 @@ INHERITED_CALLS: list[Step] = [
 ]
 
 
-def normalized(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=repr))
-
-
 def listed(rows: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
     return [(row["id"], row.get("_lineage_root_id")) for row in rows]
 
 
 @pytest.fixture(scope="module")
-def iot(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Any]]:
+def iot(ask_iot: AskIot) -> dict[str, list[Any]]:
     """iot 0.22.2's answers to each scenario (asked once for both dialects)."""
-    root = tmp_path_factory.mktemp("iot-chain")
-    hermes = RealHermesFork("iot-0.22.2", root / "home")
     return {
-        "agreed": hermes.calls(root / "agreed.db", [*AGREED, *AGREED_CALLS, *ARCHIVE]),
-        "inherited": hermes.calls(root / "inherited.db", [*INHERITED, *INHERITED_CALLS]),
+        "agreed": ask_iot("iot-chain-agreed", [*AGREED, *AGREED_CALLS, *ARCHIVE]),
+        "inherited": ask_iot("iot-chain-inherited", [*INHERITED, *INHERITED_CALLS]),
     }
-
-
-@pytest.fixture
-def db(store_url: str) -> Iterator[SessionDB]:
-    database = SessionDB(url=store_url)
-    yield database
-    database.close()
-
-
-def run_ours(db: SessionDB, steps: list[Step]) -> list[Any]:
-    results: list[Any] = []
-    for name, args, kwargs in steps:
-        if name in (SQL_STEP, SELECT_STEP):
-            statement, params = sa.text(args[0]), (args[1] if len(args) > 1 else {})
-            if name == SQL_STEP:
-                db.store.write(lambda conn, s=statement, p=params: conn.execute(s, p))
-                results.append(None)
-            else:
-                rows = db.store.read(lambda conn, s=statement, p=params: conn.execute(s, p).all())
-                results.append([dict(row._mapping) for row in rows])
-            continue
-        results.append(getattr(db, name)(*args, **kwargs))
-    return normalized(results)
 
 
 def test_tips_resumes_lineages_and_the_listing_match_iot(
     iot: dict[str, list[Any]], db: SessionDB
 ) -> None:
     theirs = iot["agreed"][len(AGREED):]
-    ours = run_ours(db, [*AGREED, *AGREED_CALLS, *ARCHIVE])[len(AGREED):]
+    ours = as_printed(run_steps(db, [*AGREED, *AGREED_CALLS, *ARCHIVE]))[len(AGREED):]
     count = len(AGREED_IDS)
     tips, resumes, lineages = (theirs[i * count:(i + 1) * count] for i in range(3))
     # The scenario reaches every rule: the race, a stale sibling, reset/tool/delegate/branch
@@ -213,7 +180,7 @@ def test_an_inherited_branch_marker_is_a_continuation(
     iot: dict[str, list[Any]], db: SessionDB
 ) -> None:
     theirs = iot["inherited"][len(INHERITED):]
-    ours = run_ours(db, [*INHERITED, *INHERITED_CALLS])[len(INHERITED):]
+    ours = as_printed(run_steps(db, [*INHERITED, *INHERITED_CALLS]))[len(INHERITED):]
     # iot's get_compression_lineage binds the marker to the parent: the continuation that
     # inherited "_branched_from": "base" continues "fork". So do all of ours.
     assert theirs[:3] == ours[:3] == [["base"], ["fork"], ["fork", "fork-next"]]

@@ -10,22 +10,17 @@ leave the same rows. The hostile inputs and ``skipped_ids`` are in
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
-from real_hermes import RealHermesFork
 from real_hermes_driver import RAISES_PREFIX, SELECT_STEP
+from side_by_side import AskIot, Step, as_printed, run_steps
 
 from sessionstore.api.session_db import SessionDB
 
 # Slow: the real iot 0.22.2 runs in a side interpreter (the full run only).
 pytestmark = pytest.mark.slow
 
-Step = tuple[str, list[Any], dict[str, Any]]
 ROWS: Step = (SELECT_STEP, ["SELECT id, parent_session_id, message_count FROM sessions "
                             "ORDER BY id"], {})  # fmt: skip
 TARGETS = ["root", "root-delegate", "root-delegate-sub"]
@@ -71,37 +66,8 @@ STEPS: list[Step] = [
 
 
 @pytest.fixture(scope="module")
-def iot_answers(tmp_path_factory: pytest.TempPathFactory) -> list[Any]:
-    root: Path = tmp_path_factory.mktemp("iot-delete")
-    answers: list[Any] = RealHermesFork("iot-0.22.2", root / "home").calls(root / "d.db", STEPS)
-    return answers
-
-
-@pytest.fixture
-def db(store_url: str) -> Iterator[SessionDB]:
-    database = SessionDB(url=store_url)
-    yield database
-    database.close()
-
-
-def run_ours(db: SessionDB, steps: list[Step]) -> list[Any]:
-    results: list[Any] = []
-    for name, args, kwargs in json.loads(json.dumps(steps)):
-        if name == SELECT_STEP:
-            statement = sa.text(args[0])
-            rows = db.store.read(lambda conn, s=statement: conn.execute(s).all())
-            results.append([dict(row._mapping) for row in rows])
-        elif name.startswith(RAISES_PREFIX):
-            try:
-                getattr(db, name[len(RAISES_PREFIX) :])(*args, **kwargs)
-            except Exception as exc:
-                results.append(type(exc).__name__)
-            else:
-                results.append(None)
-        else:
-            results.append(getattr(db, name)(*args, **kwargs))
-    answers: list[Any] = json.loads(json.dumps(results, default=repr))
-    return answers
+def iot_answers(ask_iot: AskIot) -> list[Any]:
+    return ask_iot("iot-delete", STEPS)
 
 
 def test_a_confirmed_delete_takes_only_what_the_user_confirmed_as_iot(
@@ -116,7 +82,7 @@ def test_a_confirmed_delete_takes_only_what_the_user_confirmed_as_iot(
     assert iot[22] == 1  # "other" went; root was skipped with its leased delegate run
     assert iot[24] is True and iot[25] is False
     assert iot[26] == [{"id": "root-branch", "parent_session_id": None, "message_count": 1}]
-    assert run_ours(db, STEPS) == iot
+    assert as_printed(run_steps(db, STEPS)) == iot
 
 
 CHAIN: list[Step] = [
@@ -148,13 +114,13 @@ CHAIN: list[Step] = [
 
 
 def test_a_dashboard_delete_takes_the_whole_compression_chain_as_iot(
-    tmp_path: Path, db: SessionDB
+    ask_iot: AskIot, db: SessionDB
 ) -> None:
-    iot = RealHermesFork("iot-0.22.2", tmp_path / "home").calls(tmp_path / "c.db", CHAIN)
+    iot = ask_iot("iot-chain-delete", CHAIN)
     assert iot[14] == 2 and [row["id"] for row in iot[15]] == ["root-branch", "solo", "solo-next"]
     assert iot[16] is False and iot[17] is True and iot[18] == [
         {"id": "root-branch", "parent_session_id": None, "message_count": 0}]  # fmt: skip
-    assert run_ours(db, CHAIN) == iot
+    assert as_printed(run_steps(db, CHAIN)) == iot
     with pytest.raises(ValueError):  # a confirmed delete never lists the chain: refused
         db.delete_session("root-branch", expected_delete_ids=["root-branch"],
                           include_compression_chain=True)  # fmt: skip

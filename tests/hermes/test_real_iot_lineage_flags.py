@@ -3,7 +3,6 @@ same calls set the same rows, on SQLite and PostgreSQL (``sessions/session_state
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -55,13 +54,6 @@ def iot(tmp_path_factory: pytest.TempPathFactory) -> list[Any]:
     root = tmp_path_factory.mktemp("iot-flags")
     hermes = RealHermesFork("iot-0.22.2", root / "home")
     return [shape(answer) for answer in hermes.calls(root / "flags.db", [*SCENARIO, *CALLS])]
-
-
-@pytest.fixture
-def db(store_url: str) -> Iterator[SessionDB]:
-    database = SessionDB(url=store_url)
-    yield database
-    database.close()
 
 
 def _statement(conn: sa.Connection, name: str, args: list[Any]) -> Any:

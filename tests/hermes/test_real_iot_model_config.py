@@ -9,13 +9,12 @@ and its MCP tool pin (``tools/mcp_tool_agent.py``).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from real_hermes import RealHermesFork
 from real_hermes_driver import SELECT_STEP, SQL_STEP
-from test_real_iot_row_edits import run_ours_steps
+from side_by_side import run_steps
 
 from sessionstore.api.session_db import SessionDB
 
@@ -75,17 +74,10 @@ def iot_answers(tmp_path_factory: pytest.TempPathFactory) -> list[Any]:
     return normalized(hermes.calls(root / "config.db", STEPS))
 
 
-@pytest.fixture
-def db(store_url: str) -> Iterator[SessionDB]:
-    database = SessionDB(url=store_url)
-    yield database
-    database.close()
-
-
 def test_model_config_keys_yolo_and_tool_pins_are_iot_0222s(
     iot_answers: list[Any], db: SessionDB
 ) -> None:
-    ours = normalized(run_ours_steps(db, STEPS))
+    ours = normalized(run_steps(db, STEPS))
     assert iot_answers[16:19] == [["b", "a"], ["b"], []]
     rows = {row["id"]: row for row in iot_answers[-2]}
     assert rows["a"]["model_config"] == {"_branched_from": "x", "onboarding": {"run_id": "r1"},

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -85,13 +84,6 @@ def iot(tmp_path_factory: pytest.TempPathFactory) -> list[Any]:
     root = tmp_path_factory.mktemp("iot-prune")
     hermes = RealHermesFork("iot-0.22.2", root / "home")
     return [shape(answer) for answer in hermes.calls(root / "prune.db", [*SCENARIO, *CALLS])]
-
-
-@pytest.fixture
-def db(store_url: str) -> Iterator[SessionDB]:
-    database = SessionDB(url=store_url)
-    yield database
-    database.close()
 
 
 def _statement(conn: sa.Connection, name: str, args: list[Any]) -> Any:

@@ -14,12 +14,12 @@ import json
 import subprocess
 import sys
 import types
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from real_hermes import RealHermesFork
+from side_by_side import AskIot, Step, run_steps
 
 from sessionstore.api.conversation import WIRE_STRIPPED_KEYS, wire_stripped_keys
 from sessionstore.api.session_db import SessionDB
@@ -27,7 +27,6 @@ from sessionstore.api.session_db import SessionDB
 # Slow: the real iot 0.22.2 runs in a side interpreter (the full run only).
 pytestmark = pytest.mark.slow
 
-Step = tuple[str, list[Any], dict[str, Any]]
 T = 1_790_000_000.0
 
 
@@ -79,31 +78,25 @@ FIRST_REPLAY = 3
 
 
 @pytest.fixture(scope="module")
-def iot_answers(tmp_path_factory: pytest.TempPathFactory) -> list[Any]:
-    root = tmp_path_factory.mktemp("iot-replay")
-    hermes = RealHermesFork("iot-0.22.2", root / "home")
-    answers: list[Any] = json.loads(json.dumps(hermes.calls(root / "replay.db", STEPS)))
+def iot_answers(ask_iot: AskIot) -> list[Any]:
+    answers: list[Any] = json.loads(json.dumps(ask_iot("iot-replay", STEPS)))
     return answers
 
 
 @pytest.fixture
-def db(store_url: str) -> Iterator[SessionDB]:
-    database = SessionDB(url=store_url)
-    database.replay_wire_keys = frozenset(WIRE_STRIPPED_KEYS)  # as under iot (pinned below)
-    yield database
-    database.close()
+def db_as_under_iot(db: SessionDB) -> SessionDB:
+    db.replay_wire_keys = frozenset(WIRE_STRIPPED_KEYS)  # as under iot (pinned below)
+    return db
 
 
 def run_ours(db: SessionDB, steps: list[Step]) -> list[Any]:
-    results = []
-    for name, args, kwargs in json.loads(json.dumps(steps)):  # fresh copies, as iot's
-        results.append(getattr(db, name)(*args, **kwargs))
-    answers: list[Any] = json.loads(json.dumps(results))
+    """Strict JSON: an answer JSON cannot hold fails here rather than compare as its repr."""
+    answers: list[Any] = json.loads(json.dumps(run_steps(db, steps)))
     return answers
 
 
-def test_replays_are_iot_0222s(iot_answers: list[Any], db: SessionDB) -> None:
-    ours = run_ours(db, STEPS)
+def test_replays_are_iot_0222s(iot_answers: list[Any], db_as_under_iot: SessionDB) -> None:
+    ours = run_ours(db_as_under_iot, STEPS)
     assert ours[1:3] == iot_answers[1:3] == [len(TURNS), len(LATER)]
     for index in range(FIRST_REPLAY, len(STEPS)):
         theirs = iot_answers[index]
@@ -122,9 +115,10 @@ def test_replays_are_iot_0222s(iot_answers: list[Any], db: SessionDB) -> None:
     assert live[0]["_compressed_summary"] is True
 
 
-def test_a_replayed_history_flushed_again_writes_nothing(db: SessionDB) -> None:
+def test_a_replayed_history_flushed_again_writes_nothing(db_as_under_iot: SessionDB) -> None:
     """iot's flush of what a replay gave it: marked dicts are skipped by the agent; a dict whose
     mark its agent dropped (it edited the dict) is found by its uid and digest, not doubled."""
+    db = db_as_under_iot
     run_ours(db, STEPS[:3])
     before = len(db.get_messages("s"))
     live = db.get_messages_as_conversation("s", repair_alternation=True)

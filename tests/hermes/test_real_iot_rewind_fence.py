@@ -8,22 +8,17 @@ same rows. Hostile fences are in ``tests/api/test_session_db_rewind_fence.py``.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
-from real_hermes import RealHermesFork
 from real_hermes_driver import RAISES_PREFIX, SELECT_STEP
+from side_by_side import AskIot, Step, as_printed, builtin_base_name, run_steps
 
 from sessionstore.api.session_db import SessionDB
 
 # Slow: the real iot 0.22.2 runs in a side interpreter (the full run only).
 pytestmark = pytest.mark.slow
 
-Step = tuple[str, list[Any], dict[str, Any]]
 REWIND = "rewind_to_message"
 ACTIVE: Step = (SELECT_STEP, ["SELECT id, role, active FROM messages ORDER BY id"], {})
 
@@ -53,7 +48,7 @@ STEPS: list[Step] = [
 
 
 def normalized(results: list[Any]) -> list[Any]:
-    answers: list[Any] = json.loads(json.dumps(results, default=repr))
+    answers: list[Any] = as_printed(results)
     for index, (name, _, _) in enumerate(STEPS):
         if name == REWIND:
             answer = answers[index]
@@ -66,40 +61,8 @@ def normalized(results: list[Any]) -> list[Any]:
 
 
 @pytest.fixture(scope="module")
-def iot_answers(tmp_path_factory: pytest.TempPathFactory) -> list[Any]:
-    root: Path = tmp_path_factory.mktemp("iot-rewind")
-    return normalized(RealHermesFork("iot-0.22.2", root / "home").calls(root / "r.db", STEPS))
-
-
-@pytest.fixture
-def db(store_url: str) -> Iterator[SessionDB]:
-    database = SessionDB(url=store_url)
-    yield database
-    database.close()
-
-
-def builtin_base(error: Exception) -> str:
-    """The built-in class an error is (ours are typed subclasses of iot's built-in ones)."""
-    return next(cls.__name__ for cls in type(error).__mro__ if cls.__module__ == "builtins")
-
-
-def run_ours(db: SessionDB) -> list[Any]:
-    results: list[Any] = []
-    for name, args, kwargs in json.loads(json.dumps(STEPS)):
-        if name == SELECT_STEP:
-            statement = sa.text(args[0])
-            rows = db.store.read(lambda conn, s=statement: conn.execute(s).all())
-            results.append([dict(row._mapping) for row in rows])
-        elif name.startswith(RAISES_PREFIX):
-            try:
-                getattr(db, name[len(RAISES_PREFIX) :])(*args, **kwargs)
-            except Exception as exc:
-                results.append(builtin_base(exc))
-            else:
-                results.append(None)
-        else:
-            results.append(getattr(db, name)(*args, **kwargs))
-    return normalized(results)
+def iot_answers(ask_iot: AskIot) -> list[Any]:
+    return normalized(ask_iot("iot-rewind", STEPS))
 
 
 def test_a_fenced_rewind_rewinds_only_the_transcript_the_caller_saw_as_iot(
@@ -112,4 +75,5 @@ def test_a_fenced_rewind_rewinds_only_the_transcript_the_caller_saw_as_iot(
     assert iot[12] == [2, 2, 3, "second ask"] and iot[13] == [1, 2]
     assert iot[14:16] == ["RuntimeError", "ValueError"]
     assert [row["active"] for row in iot[17]] == [0, 0, 0, 0] and iot[18] == 2
-    assert run_ours(db) == iot
+    # Ours are typed subclasses of iot's built-in errors: compared by the built-in class.
+    assert normalized(run_steps(db, STEPS, error_name=builtin_base_name)) == iot

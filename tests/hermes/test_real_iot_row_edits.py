@@ -11,20 +11,17 @@ prompts; ``agent/turn_usage.py`` and ``agent/session_persistence.py``: every cal
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
-from real_hermes import RealHermesFork
 from real_hermes_driver import SELECT_STEP, SQL_STEP
+from side_by_side import AskIot, Step, as_printed, run_steps
 
 from sessionstore.api.session_db import SessionDB
 
 # Slow: the real iot 0.22.2 runs in a side interpreter (the full run only).
 pytestmark = pytest.mark.slow
 
-Step = tuple[str, list[Any], dict[str, Any]]
 T = 1_790_000_000.0
 ROLE, LATEST, ROW_ID = "get_message_role", "latest_conversation_role", "latest_message_row_id"
 CLONE = ("INSERT INTO messages (session_id, role, content, timestamp, active) "
@@ -86,7 +83,7 @@ STEPS: list[Step] = [
 
 
 def normalized(results: list[Any]) -> list[Any]:
-    answers: list[Any] = json.loads(json.dumps(results, default=repr))
+    answers: list[Any] = as_printed(results)
     for index, (name, _, _) in enumerate(STEPS):
         if name == "search_messages":
             answers[index] = sorted(hit["id"] for hit in answers[index])
@@ -100,39 +97,8 @@ def normalized(results: list[Any]) -> list[Any]:
 
 
 @pytest.fixture(scope="module")
-def iot_answers(tmp_path_factory: pytest.TempPathFactory) -> list[Any]:
-    root = tmp_path_factory.mktemp("iot-row-edits")
-    hermes = RealHermesFork("iot-0.22.2", root / "home")
-    return normalized(hermes.calls(root / "edits.db", STEPS))
-
-
-@pytest.fixture
-def db(store_url: str) -> Iterator[SessionDB]:
-    database = SessionDB(url=store_url)
-    yield database
-    database.close()
-
-
-def run_ours(db: SessionDB, steps: list[Step]) -> list[Any]:
-    return normalized(run_ours_steps(db, steps))
-
-
-def run_ours_steps(db: SessionDB, steps: list[Step]) -> list[Any]:
-    """The steps on ours, as the driver runs them on iot (``$sql`` and ``$select`` on the
-    store's connection), each on a fresh copy of its arguments."""
-    results: list[Any] = []
-    for name, args, kwargs in json.loads(json.dumps(steps)):
-        if name in (SQL_STEP, SELECT_STEP):
-            statement = sa.text(args[0])
-            if name == SQL_STEP:
-                db.store.write(lambda conn, s=statement: conn.execute(s))
-                results.append(None)
-            else:
-                rows = db.store.read(lambda conn, s=statement: conn.execute(s).all())
-                results.append([dict(row._mapping) for row in rows])
-        else:
-            results.append(getattr(db, name)(*args, **kwargs))
-    return results
+def iot_answers(ask_iot: AskIot) -> list[Any]:
+    return normalized(ask_iot("iot-row-edits", STEPS))
 
 
 BOOL_ROW_ID = 4
@@ -141,7 +107,7 @@ refuse a ``bool``); ours refuses it everywhere (None)."""
 
 
 def test_row_addressed_reads_and_edits_are_iot_0222s(iot_answers: list[Any], db: SessionDB) -> None:
-    ours = run_ours(db, STEPS)
+    ours = normalized(run_steps(db, STEPS))
     assert iot_answers[2:7] == ["user", None, "user", None, None]
     assert ours[BOOL_ROW_ID] is None
     rows = next(a for (name, _, _), a in zip(STEPS, iot_answers, strict=True)
@@ -202,7 +168,7 @@ def reactions_normalized(results: list[Any]) -> list[Any]:
             return [untimed(item) for item in value]
         return value
 
-    answers: list[Any] = json.loads(json.dumps(results, default=repr))
+    answers: list[Any] = as_printed(results)
     for index, (name, _, _) in enumerate(REACTIONS):
         if name == "rewind_to_message":
             answers[index] = None
@@ -214,16 +180,14 @@ def reactions_normalized(results: list[Any]) -> list[Any]:
 
 
 @pytest.fixture(scope="module")
-def iot_reactions(tmp_path_factory: pytest.TempPathFactory) -> list[Any]:
-    root = tmp_path_factory.mktemp("iot-reactions")
-    hermes = RealHermesFork("iot-0.22.2", root / "home")
-    return reactions_normalized(hermes.calls(root / "reactions.db", REACTIONS))
+def iot_reactions(ask_iot: AskIot) -> list[Any]:
+    return reactions_normalized(ask_iot("iot-reactions", REACTIONS))
 
 
 def test_reactions_meta_prefixes_and_counts_are_iot_0222s(
     iot_reactions: list[Any], db: SessionDB
 ) -> None:
-    ours = reactions_normalized(run_ours_steps(db, REACTIONS))
+    ours = reactions_normalized(run_steps(db, REACTIONS))
     taken = iot_reactions[REACTIONS.index((TAKE, ["tip"], {}))]
     assert taken == [{"row_id": 1, "role": "user", "emoji": "\U0001f389", "text": "hello"}]
     assert iot_reactions[REACTIONS.index((REACT, ["branch", 1, "x"], {}))] is None
@@ -260,13 +224,9 @@ COUNTERS: list[Step] = [
 ]  # fmt: skip
 
 
-def test_the_compressor_s_durable_counters_are_iot_0222s(
-    tmp_path_factory: pytest.TempPathFactory, db: SessionDB
-) -> None:
-    root = tmp_path_factory.mktemp("iot-counters")
-    theirs = json.loads(json.dumps(RealHermesFork("iot-0.22.2", root / "home").calls(
-        root / "counters.db", COUNTERS)))  # fmt: skip
-    ours = json.loads(json.dumps(run_ours_steps(db, COUNTERS)))
+def test_the_compressor_s_durable_counters_are_iot_0222s(ask_iot: AskIot, db: SessionDB) -> None:
+    theirs = json.loads(json.dumps(ask_iot("iot-counters", COUNTERS)))
+    ours = json.loads(json.dumps(run_steps(db, COUNTERS)))
     for index, (name, _, _) in enumerate(COUNTERS):
         if name.startswith("set_"):  # iot answers None, ours whether a session took it
             ours[index] = theirs[index] = None
@@ -305,11 +265,9 @@ FAIL_AGAIN = GATEWAY.index(("fail_handoff", ["s", "again"], {}))
 
 
 def test_handoff_cas_hygiene_streaks_and_runtime_locks_are_iot_0222s(
-    tmp_path_factory: pytest.TempPathFactory, db: SessionDB
+    ask_iot: AskIot, db: SessionDB
 ) -> None:
-    root = tmp_path_factory.mktemp("iot-gateway")
-    answers = [RealHermesFork("iot-0.22.2", root / "home").calls(root / "gateway.db", GATEWAY),
-               run_ours_steps(db, GATEWAY)]  # fmt: skip
+    answers = [ask_iot("iot-gateway", GATEWAY), run_steps(db, GATEWAY)]
     for answer in answers:
         for row in answer[-1]:
             config = json.loads(row["model_config"])
@@ -347,12 +305,10 @@ PEERS: list[Step] = [
 
 
 def test_a_gateway_peer_with_iot_0222s_keywords_is_recorded_as_iot_records_it(
-    tmp_path_factory: pytest.TempPathFactory, db: SessionDB
+    ask_iot: AskIot, db: SessionDB
 ) -> None:
-    root = tmp_path_factory.mktemp("iot-peers")
-    theirs = json.loads(json.dumps(
-        RealHermesFork("iot-0.22.2", root / "home").calls(root / "peers.db", PEERS)))
-    ours = json.loads(json.dumps(run_ours_steps(db, PEERS)))
+    theirs = json.loads(json.dumps(ask_iot("iot-peers", PEERS)))
+    ours = json.loads(json.dumps(run_steps(db, PEERS)))
     rows = {row["id"]: row for row in theirs[-1]}
     assert rows["root"]["transport_profile"] == "bot-a" and rows["fork"]["chat_id"] == "2"
     assert rows["root"]["session_key"] == "agent:main:telegram:dm:1"

@@ -8,20 +8,17 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
-from real_hermes import RealHermesFork
 from real_hermes_driver import RAISES_PREFIX, SELECT_STEP, SQL_STEP
+from side_by_side import AskIot, Step, as_printed, run_steps
 
 from sessionstore.api.session_db import SessionDB
 
 # Slow: the real iot 0.22.2 runs in a side interpreter (the full run only).
 pytestmark = pytest.mark.slow
 
-Step = tuple[str, list[Any], dict[str, Any]]
 UID = "a" * 32
 APPEND = "append_message"
 
@@ -149,7 +146,7 @@ UIDS: list[Step] = [
 
 def normalized(steps: list[Step], results: list[Any]) -> list[Any]:
     """The answers to compare: an append's row id as only that it is one."""
-    answers = json.loads(json.dumps(results, default=repr))
+    answers = as_printed(results)
     for index, (name, _, _) in enumerate(steps):
         if name == APPEND:
             answers[index] = isinstance(answers[index], int)
@@ -171,50 +168,18 @@ def normalized(steps: list[Step], results: list[Any]) -> list[Any]:
     return answers
 
 
+SCENARIOS = {"writes": STEPS, "replace": REPLACE, "usage": USAGE, "route": ROUTE,
+             "reads": READS, "uids": UIDS}  # fmt: skip
+
+
 @pytest.fixture(scope="module")
-def iot_answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Any]]:
-    root = tmp_path_factory.mktemp("iot-writes")
-    hermes = RealHermesFork("iot-0.22.2", root / "home")
-    return {
-        "writes": normalized(STEPS, hermes.calls(root / "writes.db", STEPS)),
-        "replace": normalized(REPLACE, hermes.calls(root / "replace.db", REPLACE)),
-        "usage": normalized(USAGE, hermes.calls(root / "usage.db", USAGE)),
-        "route": normalized(ROUTE, hermes.calls(root / "route.db", ROUTE)),
-        "reads": normalized(READS, hermes.calls(root / "reads.db", READS)),
-        "uids": normalized(UIDS, hermes.calls(root / "uids.db", UIDS)),
-    }
-
-
-@pytest.fixture
-def db(store_url: str) -> Iterator[SessionDB]:
-    database = SessionDB(url=store_url)
-    yield database
-    database.close()
+def iot_answers(ask_iot: AskIot) -> dict[str, list[Any]]:
+    return {name: normalized(steps, ask_iot(f"iot-writes-{name}", steps))
+            for name, steps in SCENARIOS.items()}  # fmt: skip
 
 
 def run_ours(db: SessionDB, steps: list[Step]) -> list[Any]:
-    """The steps on ours, each on a fresh copy of its arguments (as the subprocess gets them):
-    a batch append stamps the stored identity on the dicts it is given."""
-    results: list[Any] = []
-    for name, args, kwargs in json.loads(json.dumps(steps)):
-        if name in (SQL_STEP, SELECT_STEP):
-            statement, params = sa.text(args[0]), (args[1] if len(args) > 1 else {})
-            if name == SQL_STEP:
-                db.store.write(lambda conn, s=statement, p=params: conn.execute(s, p))
-                results.append(None)
-            else:
-                rows = db.store.read(lambda conn, s=statement, p=params: conn.execute(s, p).all())
-                results.append([dict(row._mapping) for row in rows])
-        elif name.startswith(RAISES_PREFIX):
-            try:
-                getattr(db, name[len(RAISES_PREFIX) :])(*args, **kwargs)
-            except Exception as exc:
-                results.append(type(exc).__name__)
-            else:
-                results.append(None)
-        else:
-            results.append(getattr(db, name)(*args, **kwargs))
-    return normalized(steps, results)
+    return normalized(steps, run_steps(db, steps))
 
 
 def test_appends_store_and_refuse_as_iot(iot_answers: dict[str, list[Any]], db: SessionDB) -> None:
