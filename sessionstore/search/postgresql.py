@@ -281,7 +281,7 @@ _SESSIONS_JOIN: Final = "JOIN sessions AS s ON s.id = m.session_id"
 def _sessions_join(layout: _Layout, filters: SearchFilters) -> str:
     """``sessions`` joined to the matches for a source filter, or where the store does not
     guarantee every message its session; not otherwise (a probe per match, for nothing)."""
-    if filters.sources is not None or filters.excluded_sources:
+    if filters.by_session:
         return _SESSIONS_JOIN
     return layout.sessions_join
 

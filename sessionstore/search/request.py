@@ -16,6 +16,7 @@ below fit all of them. Decisions:
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -63,10 +64,23 @@ class SearchFilters:
     searchable_only: bool = False
     """Leave out rewound messages (``active=0, compacted=0``); compaction-archived ones stay
     searchable, as in Hermes (its default ``m.active = 1 OR m.compacted = 1``)."""
+    started_after: float | None = None
+    """iot 0.22.2's ``after_ts``: only sessions started at or after it."""
+    started_before: float | None = None
+    """iot 0.22.2's ``before_ts``: only sessions started before it."""
 
     @property
     def matches_nothing(self) -> bool:
         return self.sources == () or self.roles == ()
+
+    @property
+    def by_session(self) -> bool:
+        """Whether a clause reads the hit's session (``s``): the matches must be joined to
+        ``sessions`` first."""
+        return (
+            self.sources is not None or bool(self.excluded_sources)
+            or self.started_after is not None or self.started_before is not None
+        )  # fmt: skip
 
     def order(self, relevance: str, alias: str = "m") -> str:
         """The ORDER BY of a word search: ``relevance`` unless a time order was asked for."""
@@ -94,11 +108,19 @@ class SearchFilters:
             clauses.append(f"AND m.role IN {list_sql('roles')}")
         if self.searchable_only:
             clauses.append("AND (m.active = 1 OR m.compacted = 1)")
+        if self.started_after is not None:
+            clauses.append("AND s.started_at >= :started_after")
+        if self.started_before is not None:
+            clauses.append("AND s.started_at < :started_before")
         return " ".join(clauses)
 
-    def values(self) -> dict[str, str]:
+    def values(self) -> dict[str, Any]:
         """The parameters :meth:`sql` refers to, each list as one JSON text."""
-        values: dict[str, str] = {}
+        values: dict[str, Any] = {}
+        if self.started_after is not None:
+            values["started_after"] = self.started_after
+        if self.started_before is not None:
+            values["started_before"] = self.started_before
         if self.sources is not None:
             values["sources"] = json_list(self.sources)
         if self.excluded_sources:
@@ -150,7 +172,8 @@ def filtered_rows(
     # and a text made anew is hashed anew by each cache it is looked up in.
     key = (
         sql_template, conn.dialect.name, filters.sources is None, bool(filters.excluded_sources),
-        filters.roles is None, filters.searchable_only, *fragments.items(),
+        filters.roles is None, filters.searchable_only, filters.started_after is None,
+        filters.started_before is None, *fragments.items(),
     )  # fmt: skip
     sql = _FORMATTED.get(key)
     if sql is None:
@@ -212,6 +235,8 @@ def make_filters(
     *,
     searchable_only: bool = False,
     sort: str | None = None,
+    started_after: Any = None,
+    started_before: Any = None,
 ) -> SearchFilters:
     if sort not in SORT_ORDERS:
         raise ValueError(f"sort must be one of None, 'newest', 'oldest', not {sort!r}")
@@ -222,7 +247,28 @@ def make_filters(
         roles=_storable_values(role_filter, "role_filter"),
         searchable_only=searchable_only,
         sort=sort,
+        started_after=_start_bound(started_after, "after_ts"),
+        started_before=_start_bound(started_before, "before_ts"),
     )
+
+
+def _start_bound(value: Any, name: str) -> float | None:
+    """iot 0.22.2's ``after_ts``/``before_ts`` as it binds them (``int(value)``: whole
+    seconds, a fraction cut toward zero); a non-number (a ``bool``, a str) is a
+    ``TypeError``, a NaN or infinity a ``ValueError``. Bound as a float (the ``started_at``
+    column is one on both databases; no driver takes an integer past 64 bits): a whole number
+    beyond any float is an infinity, which keeps its meaning."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number of seconds, not {value!r}")
+    whole = int(value)
+    try:
+        return float(whole)
+    except OverflowError:
+        return math.inf if whole > 0 else -math.inf
 
 
 def _storable_values(values: Iterable[str] | None, name: str) -> tuple[str, ...] | None:

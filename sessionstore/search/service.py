@@ -92,6 +92,8 @@ def search_messages(
     offset: int = 0,
     include_inactive: bool = False,
     sort: str | None = None,
+    after_ts: float | None = None,
+    before_ts: float | None = None,
 ) -> list[SearchHit]:
     """Messages matching ``query``: FTS5 query syntax, any text accepted (see ``sanitize``).
 
@@ -104,11 +106,14 @@ def search_messages(
     Rewound messages (``active=0, compacted=0``) are left out unless ``include_inactive``.
     ``sort`` ``'newest'``/``'oldest'`` orders word hits by time instead of relevance
     (substring hits are newest first unless ``'oldest'``); any other value is a ValueError.
+    iot 0.22.2's ``after_ts``/``before_ts`` keep hits of sessions started in ``[after_ts,
+    before_ts)`` (whole seconds, as iot binds them), inside the query: a page is never
+    filled by hits outside the window.
     """
     return [_search_hit(row) for row in found_rows(
         conn, query, source_filter=source_filter, exclude_sources=exclude_sources,
         role_filter=role_filter, limit=limit, offset=offset,
-        include_inactive=include_inactive, sort=sort,
+        include_inactive=include_inactive, sort=sort, after_ts=after_ts, before_ts=before_ts,
     )]  # fmt: skip
 
 
@@ -123,13 +128,15 @@ def search_message_dicts(
     offset: int = 0,
     include_inactive: bool = False,
     sort: str | None = None,
+    after_ts: float | None = None,
+    before_ts: float | None = None,
 ) -> list[dict[str, Any]]:
     """:func:`search_messages`'s hits as Hermes's dicts (``SearchHit.to_dict``), built from
     the rows directly: ``SessionDB``'s search, which returns dicts, never needs the hits."""
     return [_hit_dict(row) for row in found_rows(
         conn, query, source_filter=source_filter, exclude_sources=exclude_sources,
         role_filter=role_filter, limit=limit, offset=offset,
-        include_inactive=include_inactive, sort=sort,
+        include_inactive=include_inactive, sort=sort, after_ts=after_ts, before_ts=before_ts,
     )]  # fmt: skip
 
 
@@ -144,6 +151,8 @@ def found_rows(
     offset: int,
     include_inactive: bool,
     sort: str | None,
+    after_ts: float | None = None,
+    before_ts: float | None = None,
 ) -> list[FoundRow]:
     """The rows of :func:`search_messages`, each with its context."""
     if not isinstance(query, str):
@@ -155,6 +164,8 @@ def found_rows(
         role_filter,
         searchable_only=not include_inactive and has_message_states(conn),
         sort=sort,
+        started_after=after_ts,
+        started_before=before_ts,
     )
     if page is None or filters.matches_nothing:
         return []

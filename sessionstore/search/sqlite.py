@@ -400,7 +400,7 @@ class SQLiteSearchIndex:
         self, conn: Connection, query: str, filters: SearchFilters, page: Page
     ) -> list[FoundRow]:
         params: dict[str, Any] = {"query": query, **page.params}
-        by_source = filters.sources is not None or bool(filters.excluded_sources)
+        by_source = filters.by_session
         try:
             if ranks_in_window(filters, page) and page.offset <= ONE_STATEMENT_OFFSET:
                 rows = self._ranked_rows(conn, {**params, **_MARKERS}, filters, page)
@@ -516,7 +516,7 @@ class SQLiteSearchIndex:
                 verify = "1"  # the tokens are the text itself: nothing left to verify
                 if names.SUBSTRING_PAGE_INDEX in present:
                     candidates = _BIGRAM_CANDIDATES_COVERED
-        sessions = _SESSIONS if filters.sources is not None or filters.excluded_sources else ""
+        sessions = _SESSIONS if filters.by_session else ""
         ordering = {
             "order": filters.time_order(),
             "limit": str(page.limit),

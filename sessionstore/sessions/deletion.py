@@ -41,7 +41,7 @@ the same).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from sqlalchemy import ColumnElement, and_, delete, false, func, or_, select, update
@@ -57,6 +57,7 @@ from ..sql.tables import session_model_usage_table as usage
 from ..sql.tables import sessions_table as sessions
 from ..sql.validation import SourceFilter, bindable
 from .access import reads, writes
+from .display_history import display_message_dicts, expected_display_histories
 from .lineage import (
     COMPRESSION_END_REASON,
     compression_lineages,
@@ -151,6 +152,7 @@ class DeletionPart(RepositoryPart):
         session_id: str,
         expected_delete_ids: Sequence[str] | None = None,
         exclude_active_write_guards: bool = False,
+        expected_display_messages: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
     ) -> Deletion:
         """:meth:`delete_session` fenced as iot 0.22.2's gateway and CLI delete it, the check
         and the delete in one transaction. ``expected_delete_ids`` (what
@@ -159,7 +161,12 @@ class DeletionPart(RepositoryPart):
         delegate run that appeared or went since the user confirmed is never deleted
         unseen. ``exclude_active_write_guards``: a live turn or compression lease on the
         session or a delegate child is :class:`~sessionstore.errors.SessionActiveWriteGuardError`
-        and nothing is deleted."""
+        and nothing is deleted. ``expected_display_messages`` (iot's verified export-then-delete:
+        ``{session id: its display history as exported}``): unless each of those sessions
+        still shows exactly that (``get_messages(..., include_compacted=True)``, read in the
+        delete's transaction; a session gone fails too), nothing is deleted: a turn that
+        landed after the export is never deleted unexported."""
+        expected_histories = expected_display_histories(expected_display_messages)
         if not isinstance(session_id, str) or not bindable(session_id):
             return Deletion(0, ())
         expected = _expected_ids(expected_delete_ids)
@@ -175,6 +182,11 @@ class DeletionPart(RepositoryPart):
                     " or compression lock"
                 )
             if expected is not None and expected != set(doomed):
+                return Deletion(0, ())
+            if expected_histories is not None and any(
+                display_message_dicts(conn, self.store.read_shape, covered) != history
+                for covered, history in expected_histories.items()
+            ):
                 return Deletion(0, ())
             _delete_sessions(conn, doomed)
             return Deletion(1, tuple(doomed))

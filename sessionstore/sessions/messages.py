@@ -41,6 +41,8 @@ from ..sql.tables import sessions_table as sessions
 from ..sql.validation import INT64_MAX, bindable
 from ..storage.store import Store
 from .access import reads, writes
+from .display_history import dedupe_generations, display_rows_statement, read_display_rows
+from .display_history import page as page_of
 from .leases import lease_ttl
 from .session_state import DEFAULT_TURN_LEASE_TTL_S, check_turn_lease
 from .shared import RepositoryPart, constraint_error, matchable, row_count, session_exists
@@ -550,6 +552,7 @@ class MessagesPart(RepositoryPart):
         offset: int = 0,
         latest: bool = False,
         after_id: int | None = None,
+        include_compacted: bool = False,
     ) -> list[dict[str, Any]]:
         """:meth:`get_messages` as newest Hermes's dicts (``windows.hermes_message_dict``),
         built straight from a statement that reads only what the dicts show, in their key
@@ -558,13 +561,33 @@ class MessagesPart(RepositoryPart):
         iot 0.22.2's paging: ``latest`` pages back from the newest row (``offset`` rows
         skipped from the end, then ``limit``) and returns the page in order; ``after_id``
         (keyset paging) reads only the rows after that id, and cannot be combined with
-        ``latest`` or ``offset`` (``ValueError``, as iot)."""
+        ``latest`` or ``offset`` (``ValueError``, as iot). ``include_compacted``: the display
+        history (:mod:`.display_history`), paged after its dedupe; not with ``after_id``
+        (``ValueError``, as iot)."""
         if after_id is not None and (latest or offset):
             raise ValueError("after_id is incompatible with latest/offset paging")
+        compacted = validation.flag(include_compacted, "include_compacted")
+        if after_id is not None and compacted:
+            raise ValueError(
+                "after_id is incompatible with include_compacted (deduped display reads use"
+                " offset paging)"
+            )
         after = None if after_id is None else validation.integer(after_id, "after_id")
         if not isinstance(session_id, str) or not bindable(session_id):
             return []
         page = message_page(limit, offset)
+        if compacted:
+            statement = display_rows_statement(
+                self.store.read_shape, MESSAGE_DICT_FIELDS, include_inactive=include_inactive
+            )
+            width = len(MESSAGE_DICT_FIELDS)
+            shown = self.store.read(
+                lambda conn: read_display_rows(conn, statement, session_id, width)
+            )
+            if page is not None or latest:
+                count, skipped = page or (INT64_MAX, 0)
+                shown = page_of(shown, count, skipped, bool(latest))
+            return message_dicts_of_session(shown, session_id)
         if latest or after is not None:
             statement = _messages_of_session(
                 self.store.read_shape, live_only=not include_inactive, paged=page is not None,
@@ -618,6 +641,28 @@ class MessagesPart(RepositoryPart):
                 (str(row[0]), ConversationRow._make(row[1:])) for row in conn.execute(statement)
             ]
         )
+
+    @reads
+    def get_display_conversation_rows(
+        self, session_ids: Sequence[str], include_inactive: bool = False
+    ) -> list[tuple[Any, ...]]:
+        """iot 0.22.2's ``include_compacted`` replay rows (``CONVERSATION_FIELDS`` in order):
+        the display history (:mod:`.display_history`) of these sessions taken together, in id
+        order across them, as iot dedupes a lineage's rows as one."""
+        wanted = [one for one in session_ids if isinstance(one, str) and bindable(one)]
+        if not wanted:
+            return []
+        statement = display_rows_statement(
+            self.store.read_shape, CONVERSATION_FIELDS, include_inactive=include_inactive
+        )
+        width = len(CONVERSATION_FIELDS)
+
+        def run(conn: Connection) -> list[tuple[Any, ...]]:
+            rows = [row for one in wanted for row in conn.execute(statement, {"session_id": one})]
+            rows.sort(key=lambda row: int(row[width]))  # the id column the dedupe reads
+            return [tuple(row[:width]) for row in dedupe_generations(rows, width)]
+
+        return self.store.read(run)
 
     @reads
     def get_conversation(

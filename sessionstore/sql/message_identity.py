@@ -136,22 +136,27 @@ def _call_id(call: Any) -> str:
 
 def display_identity(row: Mapping[str, Any]) -> bytes | None:
     """iot 0.22.2's ``display_identity`` of a row about to be stored (see the module)."""
-    role = row["role"]
     content = row["content"]
-    if role == "user" and isinstance(content, str) and any(
+    if row["role"] == "user" and isinstance(content, str) and any(
         marker in content for marker in HANDOFF_MARKERS
     ):
         return None
-    key: tuple[Any, ...] | None = None
+    return hashlib.sha256(repr(display_key(row)).encode("utf-8", "surrogatepass")).digest()
+
+
+def display_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
+    """iot 0.22.2's display key of a stored row (``_display_dedupe_key``): an assistant row
+    whose tool calls all have ids by those ids, any other by its stored columns. A compaction
+    carrier is keyed by its stored content here, where iot keys it by its live ask (which only
+    its compressor can split off)."""
+    role = row["role"]
     if role == "assistant":
         call_ids = _call_ids(row["tool_calls"])
         if call_ids and all(call_ids):
-            key = ("assistant", None, row["timestamp"], row["tool_call_id"], call_ids,
-                   row["tool_name"])  # fmt: skip
-    if key is None:
-        key = (role, content, row["timestamp"], row["tool_call_id"], row["tool_calls"],
-               row["tool_name"])  # fmt: skip
-    return hashlib.sha256(repr(key).encode("utf-8", "surrogatepass")).digest()
+            return ("assistant", None, row["timestamp"], row["tool_call_id"], call_ids,
+                    row["tool_name"])  # fmt: skip
+    return (role, row["content"], row["timestamp"], row["tool_call_id"], row["tool_calls"],
+            row["tool_name"])  # fmt: skip
 
 
 def stamp_identities(rows: list[dict[str, Any]]) -> None:

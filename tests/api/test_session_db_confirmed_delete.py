@@ -89,8 +89,8 @@ def test_hostile_confirmed_ids_are_refused_before_anything_is_deleted(
         db.delete_sessions(["root"], exclude_active_write_guards=1)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         db.delete_sessions(["root"], skipped_ids=())  # type: ignore[arg-type]
-    with pytest.raises(TypeError):  # iot's keywords we do not take yet: nothing deleted
-        db.delete_session("root", expected_display_messages={})  # type: ignore[call-arg]
+    with pytest.raises(TypeError):  # a display fence is a mapping of lists
+        db.delete_session("root", expected_display_messages=["root"])  # type: ignore[arg-type]
     with pytest.raises(ValueError):  # the confirmed targets never list a chain
         db.delete_session("root", expected_delete_ids=TARGETS, include_compression_chain=True)
     with pytest.raises(TypeError):

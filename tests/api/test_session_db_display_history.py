@@ -1,0 +1,134 @@
+"""iot 0.22.2's display history on SQLite and PostgreSQL (issue 29, item 3): with
+``include_compacted`` the reads give what a user still sees of a compacted conversation (live
+and compaction-archived rows, each logical message once, shown by its live copy at its first
+place, model-only rows left out), paged after the dedupe; exports take the same keyword, and
+``delete_session(expected_display_messages=...)`` deletes only while each named session still
+shows exactly the history the caller exported. The release is the oracle in
+``tests/hermes/test_real_iot_display_history.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from store_sql import run
+
+from sessionstore.api.session_db import SessionDB
+
+SUMMARY = "[CONTEXT COMPACTION \u2014 REFERENCE ONLY] what came before"
+
+
+@pytest.fixture
+def db(store_url: str) -> Iterator[SessionDB]:
+    """``s``: four turns compacted (archived, the last two carried forward as live copies
+    after the summary), then a model-only note; ``other`` untouched."""
+    database = SessionDB(url=store_url)
+    database.create_session("s", "cli")
+    for stamp, (role, text) in enumerate(
+        (("user", "a"), ("assistant", "b"), ("user", "c"), ("assistant", "d")), start=1
+    ):
+        database.append_message("s", role, text, timestamp=float(stamp))
+    run(database, "UPDATE messages SET active = 0, compacted = 1 WHERE session_id = 's'")
+    database.append_message("s", "user", SUMMARY, timestamp=5.0, _compressed_summary=True)
+    database.append_message("s", "user", "c", timestamp=3.0)
+    database.append_message("s", "assistant", "d", timestamp=4.0)
+    database.append_message("s", "user", "for the model", timestamp=6.0,
+                            display_metadata={"model_only": True})  # fmt: skip
+    database.create_session("other", "cli")
+    database.append_message("other", "user", "x")
+    yield database
+    database.close()
+
+
+def shown(messages: list[dict[str, Any]]) -> list[tuple[Any, Any]]:
+    return [(message.get("id", message.get("_row_id")), message["content"]) for message in messages]
+
+
+HISTORY = [(1, "a"), (2, "b"), (6, "c"), (7, "d"), (5, SUMMARY)]
+
+
+def test_the_display_history_shows_each_message_once_by_its_live_copy(db: SessionDB) -> None:
+    assert shown(db.get_messages("s", include_compacted=True)) == HISTORY
+    assert shown(db.get_messages("s")) == [(5, SUMMARY), (6, "c"), (7, "d"), (8, "for the model")]
+    assert shown(db.get_messages("s", include_compacted=True, offset=1, limit=2)) == HISTORY[1:3]
+    assert shown(db.get_messages("s", include_compacted=True, limit=2, latest=True)) == HISTORY[3:]
+    assert shown(db.get_messages("s", include_compacted=True, offset=4)) == HISTORY[4:]
+    # Rewound rows join only with include_inactive, deduped the same way.
+    rewound = db.append_message("s", "user", "undone", timestamp=7.0)
+    db.rewind_to_message("s", rewound)
+    assert shown(db.get_messages("s", include_compacted=True)) == HISTORY
+    assert shown(db.get_messages("s", include_compacted=True, include_inactive=True)) == [
+        *HISTORY, (rewound, "undone")
+    ]
+    replay = db.get_messages_as_conversation("s", include_compacted=True, include_row_ids=True)
+    assert shown(replay) == HISTORY
+    assert db.get_messages("nobody", include_compacted=True) == []
+
+
+def test_the_display_history_takes_no_keyset_paging_and_no_non_bool(db: SessionDB) -> None:
+    with pytest.raises(ValueError, match="include_compacted"):
+        db.get_messages("s", after_id=1, include_compacted=True)
+    with pytest.raises(TypeError):
+        db.get_messages("s", include_compacted=1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        db.export_session("s", include_compacted="yes")  # type: ignore[arg-type]
+
+
+def test_a_lineage_replay_dedupes_its_sessions_as_one(db: SessionDB) -> None:
+    db.end_session("s", "compression")
+    db.create_session("s2", "cli", parent_session_id="s")
+    db.append_message("s2", "user", "c", timestamp=3.0)  # the carried ask, copied on
+    db.append_message("s2", "user", "e", timestamp=8.0)
+    replay = db.get_messages_as_conversation(
+        "s2", include_ancestors=True, include_compacted=True, include_row_ids=True
+    )
+    assert [message["content"] for message in replay] == ["a", "b", "c", "d", SUMMARY, "e"]
+
+
+def test_exports_take_the_display_history_on_request(db: SessionDB) -> None:
+    every_row = db.export_session("s")
+    assert every_row is not None and len(every_row["messages"]) == 8  # ours: every row
+    display = db.export_session("s", include_compacted=True)
+    assert display is not None and shown(display["messages"]) == HISTORY
+    lineage = db.export_session_lineage("s", include_compacted=True)
+    assert lineage is not None and shown(lineage["messages"]) == HISTORY
+    assert lineage["message_count"] == len(HISTORY)
+    exported = {one["id"]: one for one in db.export_all(include_compacted=True)}
+    assert shown(exported["s"]["messages"]) == HISTORY and len(exported["other"]["messages"]) == 1
+
+
+def test_a_verified_delete_takes_only_the_history_that_was_exported(db: SessionDB) -> None:
+    exported = db.get_messages("s", include_compacted=True)
+    other = db.get_messages("other", include_compacted=True)
+    assert db.delete_session("s", expected_display_messages={"s": exported[:-1]}) is False
+    assert db.delete_session("s", expected_display_messages={"s": exported, "gone": []}) is False
+    db.append_message("s", "assistant", "a reply that landed after the export")
+    assert db.delete_session("s", expected_display_messages={"s": exported}) is False
+    assert db.get_session("s") is not None
+    exported = db.get_messages("s", include_compacted=True)
+    assert db.delete_session(
+        "s", expected_delete_ids=["s"], expected_display_messages={"s": exported, "other": other}
+    )
+    assert db.get_session("s") is None and db.get_session("other") is not None
+
+
+@pytest.mark.parametrize(
+    "fence", ["s", ["s"], {"s": "abc"}, {"s": {"id": 1}}, {1: []}, {"s": 5}]
+)
+def test_a_hostile_display_fence_is_a_type_error_and_nothing_is_deleted(
+    db: SessionDB, fence: Any
+) -> None:
+    with pytest.raises(TypeError):
+        db.delete_session("s", expected_display_messages=fence)
+    assert db.get_session("s") is not None
+
+
+def test_a_display_fence_cannot_fence_a_whole_chain(db: SessionDB) -> None:
+    exported = db.get_messages("s", include_compacted=True)
+    with pytest.raises(ValueError, match="chain"):
+        db.delete_session(
+            "s", expected_display_messages={"s": exported}, include_compression_chain=True
+        )
+    assert db.get_session("s") is not None
