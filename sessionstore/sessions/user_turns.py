@@ -21,7 +21,10 @@ the part we can decide from the row alone:
 
 from __future__ import annotations
 
+import copy
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 STEER_DISPLAY_KIND: Final = "steer"
@@ -103,10 +106,162 @@ def live_content(content: Any) -> Any:
     return sanitize_context(content).strip() if isinstance(content, str) else content
 
 
+
+# -- turns of a replayed transcript (iot 0.22.2's ``rewind_user_turn``) -----------------------
+
+EPHEMERAL_FLAGS: Final = (
+    "_empty_recovery_synthetic", "_empty_terminal_sentinel", "_thinking_prefill",
+    "_verification_stop_synthetic", "_pre_verify_synthetic", "_kanban_stop_synthetic",
+    "_dropped_toolcall_nudge",
+)  # fmt: skip
+"""iot's ``agent.session_persistence._EPHEMERAL_SCAFFOLDING_FLAGS``: an agent's in-memory
+messages that never reach the store, left out of a warm history before it is compared."""
+_VIEW_DROPPED_KEYS: Final = (
+    "_compressed_summary", "_compressed_summary_has_user_turn", "_micro_compact_marker",
+    "_db_persisted", "display_kind", "display_metadata", "api_content",
+)  # fmt: skip
+_DURABLE_METADATA_KEYS: Final = ("reactions",)
+_IMAGE_PART_TYPES: Final = frozenset({"image", "image_url", "input_image"})
+_NON_TEXT_PART_TYPES: Final = frozenset({*_IMAGE_PART_TYPES, "audio", "input_audio"})
+_PART_TEXT_KEYS: Final = ("text", "content", "input_text", "output_text", "summary_text")
+_RETRY_TEXT_TYPES: Final = frozenset({"text", "input_text", "output_text"})
+
+
+@dataclass
+class RewindOutcome:
+    """What ``rewind_user_turn`` did (iot 0.22.2's ``hermes_state_rewind.RewindOutcome``)."""
+
+    prefix: list[dict[str, Any]]
+    """The history to install: the warm one's prefix when it was given, else the stored one."""
+    live_view: dict[str, Any]
+    """The rewound turn as the user wrote it (a retry's source)."""
+    live_text: str
+    """Its text: lossless with ``require_retryable``, else its display flattening."""
+    rewound_count: int
+    turns_undone: int
+
+
+def turn_view(message: Any) -> dict[str, Any] | None:
+    """The human turn a replayed message is, as the user wrote it (a copy without the
+    store's and the agent's bookkeeping keys, a carrier's reactions kept), or None when it is
+    none (:func:`is_user_turn`; a compaction carrier is never split: module doc)."""
+    if not isinstance(message, dict):
+        return None
+    if not is_user_turn(
+        message.get("role"), message.get("content"), message.get("display_kind"),
+        message.get("_compressed_summary"),
+    ):  # fmt: skip
+        return None
+    view = {key: value for key, value in message.items() if key not in _VIEW_DROPPED_KEYS}
+    metadata = message.get("display_metadata")
+    if isinstance(metadata, dict):
+        durable = {key: copy.deepcopy(metadata[key]) for key in _DURABLE_METADATA_KEYS
+                   if key in metadata}  # fmt: skip
+        if durable:
+            view["display_metadata"] = durable
+    return view
+
+
+def turn_indices(messages: list[dict[str, Any]]) -> list[int]:
+    return [index for index, message in enumerate(messages) if turn_view(message) is not None]
+
+
+def history_before(
+    messages: list[dict[str, Any]], index: int
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The messages before turn ``index`` (copies) and the turn's view (iot's
+    ``history_before_user_originated_turn`` without a carrier's scaffold)."""
+    view = turn_view(messages[index])
+    if view is None:
+        raise ValueError("selected row is not a user-originated turn")
+    return [dict(message) for message in messages[:index]], view
+
+
+def is_ephemeral(message: Any) -> bool:
+    return isinstance(message, dict) and any(message.get(flag) for flag in EPHEMERAL_FLAGS)
+
+
+def comparison_content(message: dict[str, Any]) -> Any:
+    """A message's content as its stored row shows it (iot's ``_comparison_content``): a
+    part list as its text parts (images ``[screenshot]``) joined by newlines, a user's or
+    assistant's text sanitised and stripped as a load gives it."""
+    content = message.get("content")
+    if isinstance(content, list):
+        kept = [
+            str(part.get("text", "")) if part.get("type") == "text" else "[screenshot]"
+            for part in content
+            if isinstance(part, dict)
+            and (part.get("type") == "text" or part.get("type") in _IMAGE_PART_TYPES)
+        ]
+        content = "\n".join(kept) if kept else None
+    if message.get("role") in ("user", "assistant") and isinstance(content, str):
+        return sanitize_context(content).strip()
+    return content
+
+
+def retryable_text(content: Any) -> str:
+    """iot's ``retryable_user_text``: the exact text a retry sends again, or a ``ValueError``
+    before anything is rewound (media, unknown or annotated parts, no text)."""
+    if not isinstance(content, (str, list)):
+        raise ValueError("retry does not support non-text content")
+    chunks: list[str] = []
+    for part in [content] if isinstance(content, str) else content:
+        if isinstance(part, str):
+            chunks.append(part)
+            continue
+        if not isinstance(part, dict):
+            raise ValueError("retry does not support non-text content")
+        if part.get("type") not in _RETRY_TEXT_TYPES:
+            raise ValueError("retry does not support media or unknown content parts")
+        if set(part) - {"type", "text"}:
+            raise ValueError("retry cannot losslessly flatten annotated text parts")
+        if not isinstance(part.get("text"), str):
+            raise ValueError("retry text parts must contain text")
+        chunks.append(part["text"])
+    text = "".join(chunks)
+    if not text.strip():
+        raise ValueError("retry found no text to send")
+    return text
+
+
+def flattened_text(content: Any) -> str:
+    """iot's ``flatten_message_text``: the visible text of a content value."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(text for text in map(_part_text, content) if text)
+    return _part_text(content) or str(content)
+
+
+def _part_text(part: Any) -> str:
+    if isinstance(part, str):
+        return part
+    if not isinstance(part, Mapping):
+        return ""
+    if str(part.get("type") or "").strip().lower() in _NON_TEXT_PART_TYPES:
+        return ""
+    for key in _PART_TEXT_KEYS:
+        text = part.get(key)
+        if isinstance(text, str):
+            return text
+    return ""
+
+
 __all__ = [
+    "EPHEMERAL_FLAGS",
     "STEER_DISPLAY_KIND",
+    "RewindOutcome",
+    "comparison_content",
+    "flattened_text",
+    "history_before",
+    "is_ephemeral",
     "is_user_turn",
     "live_content",
     "may_carry_summary",
+    "retryable_text",
     "sanitize_context",
+    "turn_indices",
+    "turn_view",
 ]
