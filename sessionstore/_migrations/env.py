@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from logging.config import fileConfig
 from typing import Any
@@ -51,10 +51,10 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, Engine
 
 from sessionstore._migrations.chain_state import HERMES_SCHEMA_BEFORE_CHAIN
-from sessionstore.dialects import database_file, dialect_for
+from sessionstore.dialects import StoreDialect, database_file, dialect_for
 from sessionstore.errors import SessionStoreError, StoreLocationError
-from sessionstore.schema import legacy
-from sessionstore.schema.migrate import BEFORE_CHANGE_ATTRIBUTE
+from sessionstore.schema import legacy, new_store
+from sessionstore.schema.migrate import BEFORE_CHANGE_ATTRIBUTE, REPLAY_NEW_STORE_ATTRIBUTE
 from sessionstore.schema.models import SEARCH_OBJECT_NAMES, Base
 from sessionstore.search.index import ensure_head_layout
 from sessionstore.search.registry import search_index_for
@@ -69,6 +69,12 @@ FROM_THE_COMMAND_LINE = config.cmd_opts is not None
 PROGRESS_LOGGERS = ("alembic", "sessionstore")
 STEP_APPLIED = "step_applied"
 """``config.attributes`` key of a callable told each revision reached (``migrate`` sets it)."""
+REACHED = "reached"
+"""``config.attributes`` key of the list the revisions reached are written to while the chain
+builds a blank store whose result is kept (:mod:`sessionstore.schema.new_store`)."""
+FILE_IDENTITY_REVISION = "0039"
+"""The revision that gives each file its own identity (iot 0.22.2's ``db_file_generation``
+token and ``application_id``): a replayed store gets a new one from its step."""
 
 
 def _configure_logging() -> None:
@@ -141,6 +147,58 @@ def _adopt_and_migrate(connection: Connection) -> None:
     if before_change is not None:
         # Under the lock: what the store says now, not what the caller saw before waiting.
         before_change(connection, legacy.read_state(connection))
+    blank = _blank_store_key(connection, dialect)
+    built = None if blank is None else new_store.built_store(blank)
+    if built is not None:
+        _replay(connection, dialect, built)
+        return
+    config.attributes[REACHED] = [] if blank is not None else None
+    try:
+        _migrate(connection, dialect)
+        if blank is not None and _at_head():
+            _keep_built_store(connection, dialect, blank)
+    finally:
+        config.attributes.pop(REACHED, None)
+
+
+def _blank_store_key(connection: Connection, dialect: StoreDialect) -> Hashable | None:
+    """The key of a blank store that :func:`_replay` may build (or the chain's result on it be
+    kept for), read under the migration's lock; None for every other store and migration."""
+    if not (config.attributes.get(REPLAY_NEW_STORE_ATTRIBUTE) and _should_adopt()):
+        return None
+    return dialect.blank_store_key(connection)
+
+
+def _file_identity() -> tuple[str, Callable[[Connection], None]]:
+    """The ``state_meta`` key of a file's identity token and the step that stamps it (with the
+    ``application_id`` derived from it) where it is missing: revision 0039's own."""
+    identity = context.script.get_revision(FILE_IDENTITY_REVISION).module
+    return str(identity.GENERATION), identity.stamp_file_identity
+
+
+def _keep_built_store(connection: Connection, dialect: StoreDialect, blank: Hashable) -> None:
+    """Read back what the chain built on a blank store (in its transaction) and keep it."""
+    image = dialect.capture_new_store(connection)
+    if image is None:
+        return
+    generation, _ = _file_identity()
+    # The blank file's application_id was 0 (``blank_store_key``): the identity step sets it.
+    image = image.without_rows("state_meta", generation).with_header("application_id", 0)
+    reached = tuple(config.attributes.get(REACHED) or ())
+    new_store.keep_built_store(blank, new_store.BuiltStore(image, reached))
+
+
+def _replay(connection: Connection, dialect: StoreDialect, built: new_store.BuiltStore) -> None:
+    """Build a blank store as the chain built the first one: its image, a new file identity,
+    the same progress."""
+    dialect.replay_new_store(connection, built.image)
+    _, stamp_file_identity = _file_identity()
+    stamp_file_identity(connection)
+    for revision in built.reached:
+        _report_reached(revision)
+
+
+def _migrate(connection: Connection, dialect: StoreDialect) -> None:
     if _should_adopt():
         known = {rev.revision for rev in context.script.walk_revisions()}
         adoption = legacy.adopt(connection, known)
@@ -177,6 +235,9 @@ def _step_applied(
 
 
 def _report_reached(revision: str) -> None:
+    reached = config.attributes.get(REACHED)
+    if reached is not None:
+        reached.append(revision)
     report = config.attributes.get(STEP_APPLIED)
     if report is not None:
         report(revision)

@@ -20,6 +20,7 @@ from .interface import (
     IntegrityViolation,
     StatementDeadline,
     StoreDialect,
+    StoreImage,
     missing_core_table,
 )
 
@@ -32,6 +33,7 @@ __all__ = [
     "IntegrityViolation",
     "StatementDeadline",
     "StoreDialect",
+    "StoreImage",
     "database_file",
     "dialect_for",
     "dialect_for_url",

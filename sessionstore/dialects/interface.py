@@ -16,7 +16,7 @@ import functools
 import math
 import re
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Hashable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
@@ -217,6 +217,22 @@ class StoreDialect(Protocol):
         run from this store's namespace (PostgreSQL: name ``pg_trgm``'s operator class by the
         schema the extension lives in); None when nothing needs it."""
 
+    def blank_store_key(self, conn: Connection) -> Hashable | None:
+        """Inside the migration's transaction, after the lock: None unless the database holds
+        no schema object at all and new stores can be built from a :class:`StoreImage`; then
+        what the chain's result on it depends on (SQLite: the library's build, the page size,
+        encoding and header values already chosen), to find the image built from an equal
+        one (:mod:`sessionstore.schema.new_store`). PostgreSQL: always None (every store is
+        built by the chain)."""
+
+    def capture_new_store(self, conn: Connection) -> StoreImage | None:
+        """What the chain built on a blank database (:meth:`blank_store_key`), read on ``conn``
+        in the migration's transaction; None when it cannot be written again by SQL."""
+
+    def replay_new_store(self, conn: Connection, image: StoreImage) -> None:
+        """Write ``image`` into the blank database on ``conn``, in the migration's transaction:
+        the same objects, rows and header values as the chain left."""
+
     def vacuum(self, conn: Connection, tables: Collection[str]) -> None:
         """Give the space of deleted rows back, as Hermes's ``vacuum()`` does, on ``conn``
         outside any transaction (the caller holds the store's write lock). SQLite: ``VACUUM``
@@ -318,3 +334,45 @@ class IntegrityViolation(NamedTuple):
     # module is imported to open every store.
     kind: Literal["foreign_key", "unique", "not_null", "check", "other"]
     constraint: str | None = None
+
+
+class TableRows(NamedTuple):
+    table: str
+    columns: tuple[str, ...]
+    """The columns written, the rowid first when ``rowid`` names it."""
+    rows: tuple[tuple[Any, ...], ...]
+    rowid: str | None
+    """The name the table's rowid is read and written by; None for a ``WITHOUT ROWID``
+    table."""
+
+
+class StoreImage(NamedTuple):
+    """A new store as the migration chain built it (:meth:`StoreDialect.capture_new_store`),
+    to be written into another blank database of the same kind; immutable, so a process's
+    threads share it and a forked child inherits it as it is. SQLite's: ``objects`` are
+    ``sqlite_master``'s SQL, ``header`` its header values (:mod:`.sqlite_image`)."""
+
+    objects: tuple[str, ...]
+    """``CREATE`` statements in creation order."""
+    rows: tuple[TableRows, ...]
+    created_rows: tuple[TableRows, ...]
+    """The shadow tables' rows, which their virtual table's creation writes."""
+    header: tuple[tuple[str, int], ...]
+
+    def without_rows(self, table: str, first_column_value: Any) -> StoreImage:
+        """This image without the rows of ``table`` whose first written column after the rowid
+        is ``first_column_value`` (a value the file must get a new one of, not a copy)."""
+        kept = []
+        for table_rows in self.rows:
+            if table_rows.table == table:
+                at = 0 if table_rows.rowid is None else 1
+                table_rows = table_rows._replace(rows=tuple(
+                    row for row in table_rows.rows if row[at] != first_column_value
+                ))  # fmt: skip
+            kept.append(table_rows)
+        return self._replace(rows=tuple(kept))
+
+    def with_header(self, name: str, value: int) -> StoreImage:
+        return self._replace(header=tuple(
+            (key, value if key == name else current) for key, current in self.header
+        ))  # fmt: skip

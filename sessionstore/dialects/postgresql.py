@@ -27,7 +27,7 @@ import contextlib
 import math
 import os
 import re
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Hashable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -54,6 +54,7 @@ from .interface import (
     InheritedHandles,
     IntegrityViolation,
     StatementDeadline,
+    StoreImage,
     missing_core_table,
 )
 
@@ -664,6 +665,19 @@ class PostgreSQLDialect:
         if schema is None:
             return None
         return lambda statement: qualify_extension_objects(statement, schema)
+
+    # Every new schema is built by the chain: its objects live in a schema of their own, named
+    # by the store's URL and written into the revisions' statements as they run
+    # (``migration_statement_rewrite``), and its first build is a server round trip a
+    # statement; a replay would have to learn all of that from the catalogs.
+    def blank_store_key(self, conn: Connection) -> Hashable | None:
+        return None
+
+    def capture_new_store(self, conn: Connection) -> StoreImage | None:
+        return None
+
+    def replay_new_store(self, conn: Connection, image: StoreImage) -> None:
+        raise NotImplementedError("PostgreSQL stores are built by the migration chain")
 
     def vacuum(self, conn: Connection, tables: Collection[str]) -> None:
         # Plain VACUUM, not VACUUM FULL: FULL would rewrite each table under an ACCESS

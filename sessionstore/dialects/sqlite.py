@@ -43,7 +43,7 @@ import os
 import sqlite3
 import sys
 import threading
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Hashable, Iterator
 from pathlib import Path
 from typing import Any, Literal, cast
 from urllib.parse import parse_qs, parse_qsl, quote, unquote, urlsplit
@@ -68,6 +68,7 @@ from .interface import (
     InheritedHandles,
     IntegrityViolation,
     StatementDeadline,
+    StoreImage,
     missing_core_table,
 )
 from .sqlite_library import connect, connection_class, is_connection, library
@@ -592,6 +593,21 @@ class SQLiteDialect:
 
     def migration_statement_rewrite(self, conn: Connection) -> Callable[[str], str] | None:
         return None
+
+    def blank_store_key(self, conn: Connection) -> Hashable | None:
+        from . import sqlite_image
+
+        return sqlite_image.blank_key(conn)
+
+    def capture_new_store(self, conn: Connection) -> StoreImage | None:
+        from . import sqlite_image
+
+        return sqlite_image.capture(conn)
+
+    def replay_new_store(self, conn: Connection, image: StoreImage) -> None:
+        from . import sqlite_image
+
+        sqlite_image.replay(conn, image)
 
     def vacuum(self, conn: Connection, tables: Collection[str]) -> None:
         # Straight to the driver, which is in autocommit (isolation_level = None): through

@@ -118,6 +118,9 @@ BeforeChange = Callable[[Connection, legacy.StoreState], None]
 """Called under the migration's lock, before the chain changes anything, with what the store
 says of its schema then (``schema.adoption.BackupBeforeChange`` takes the backup there)."""
 BEFORE_CHANGE_ATTRIBUTE = "before_change"
+REPLAY_NEW_STORE_ATTRIBUTE = "replay_new_store"
+"""Set by :func:`upgrade` to head: a blank store may be built from the chain's result kept in
+this process (:mod:`sessionstore.schema.new_store`)."""
 
 
 def upgrade(
@@ -132,9 +135,11 @@ def upgrade(
     Given an open store's engine, the migration runs on that engine (one engine per store).
     A full disk, a foreign file, a store kept busy are raised as this package's errors.
     ``progress`` is told each revision reached, as the steps run (one transaction: nothing
-    is committed until the last)."""
+    is committed until the last). A blank store upgraded to head is built as the chain built
+    the first one this process saw (:mod:`sessionstore.schema.new_store`), and ``progress``
+    is told the same revisions."""
     _run(url, lambda scripts, rev: scripts._upgrade_revs(revision, rev), revision,
-         before_change, progress)
+         before_change, progress, replay_new_store=revision in (HEAD, head_revision()))
 
 
 def downgrade(
@@ -159,6 +164,8 @@ def _run(
     destination: str,
     before_change: BeforeChange | None,
     progress: StepApplied | None,
+    *,
+    replay_new_store: bool = False,
 ) -> None:
     """``alembic.command.upgrade``/``downgrade`` (the same environment, the same ``env.py``),
     on the process's one :func:`script_directory` instead of a new one per call."""
@@ -167,6 +174,8 @@ def _run(
     cfg = alembic_config(url, progress=progress)
     if before_change is not None:
         cfg.attributes[BEFORE_CHANGE_ATTRIBUTE] = before_change
+    if replay_new_store:
+        cfg.attributes[REPLAY_NEW_STORE_ATTRIBUTE] = True
     where = url.url if isinstance(url, Engine) else make_url(_url_text(url))
     scripts = script_directory()
     with typed_errors(dialect_for_url(where), url=where), EnvironmentContext(

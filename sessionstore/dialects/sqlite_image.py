@@ -1,0 +1,160 @@
+"""A new SQLite store as the migration chain left it, read back and written again.
+
+:mod:`sessionstore.schema.new_store` says why and when (a new store is the chain's own result,
+replayed); this module is the SQLite half: what "blank" means, what is read from the store the
+chain has just built (:func:`capture`), and how it is written into another blank file
+(:func:`replay`). Everything goes through SQL on the migration's own connection, inside its
+write transaction: no page or file is copied.
+
+What is read:
+
+- every ``sqlite_master`` entry with SQL of its own, in creation order (rowid order), save
+  what SQLite makes by itself: automatic indexes (no SQL), ``sqlite_*`` tables (made by the
+  table that needs them, ``sqlite_sequence`` by the first ``AUTOINCREMENT``), and the shadow
+  tables of each virtual table (FTS5's ``*_data``, ``*_idx``, ``*_content``, ``*_docsize``,
+  ``*_config``), which ``CREATE VIRTUAL TABLE`` makes;
+- every row of every table that holds one (``alembic_version``, ``schema_version``,
+  ``state_meta``, ``sqlite_sequence`` ...) with its rowid, and, separately, the rows of the
+  shadow tables. A virtual table's creation writes its own shadow rows, but not always those
+  the chain left: FTS5's averages record (``*_data`` id 1) is empty after ``CREATE`` and two
+  zero varints after a ``'rebuild'`` of the empty index, which the chain runs. The replay
+  compares them after its DDL and, where they differ, writes the chain's;
+- the header values the chain sets: ``user_version``, ``application_id``, ``auto_vacuum``.
+
+:data:`TABLE_LIST_SINCE`: ``pragma_table_list`` (which tables are shadow tables and which have
+no rowid) is SQLite 3.37's; an older library gets no image, and every store there is built by
+the chain.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from .interface import StoreImage, TableRows
+
+TABLE_LIST_SINCE = (3, 37, 0)
+HEADER_VALUES = ("auto_vacuum", "user_version", "application_id")
+"""The header values an image carries, in the order they are written (``auto_vacuum`` takes
+effect only before the first table)."""
+BLANK_KEY_VALUES = ("page_size", "encoding", "auto_vacuum")
+"""What a blank file may already say of itself, and the chain's result depends on (chosen
+before the first table is created)."""
+UNSET_HEADER_VALUES = ("user_version", "application_id")
+"""Header values a blank file must have left at 0 to be built from an image: the chain keeps an
+``application_id`` already set, where a replay stamps one derived from the new file's
+identity."""
+_ROWID_NAMES = ("rowid", "_rowid_", "oid")
+"""What a rowid is read and written by: the first that no column of the table is called."""
+
+
+def _version(conn: Connection) -> tuple[int, ...]:
+    text = str(conn.exec_driver_sql("SELECT sqlite_version()").scalar_one())
+    return tuple(int(part) for part in text.split(".")[:3])
+
+
+def blank_key(conn: Connection) -> tuple[Any, ...] | None:
+    """What a blank database says of itself (the library's build and :data:`BLANK_KEY_VALUES`),
+    or None when it holds any schema object, has a header value set
+    (:data:`UNSET_HEADER_VALUES`), or the library is too old to be imaged."""
+    if _version(conn) < TABLE_LIST_SINCE:
+        return None
+    if conn.exec_driver_sql("SELECT 1 FROM main.sqlite_master LIMIT 1").first() is not None:
+        return None
+    if any(_pragma(conn, name) for name in UNSET_HEADER_VALUES):
+        return None
+    source = conn.exec_driver_sql("SELECT sqlite_source_id()").scalar_one()
+    return (source, *(_pragma(conn, name) for name in BLANK_KEY_VALUES))
+
+
+def _pragma(conn: Connection, name: str) -> Any:
+    return conn.exec_driver_sql(f"PRAGMA main.{name}").scalar_one()
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _table_rows(conn: Connection, table: str, *, without_rowid: bool) -> TableRows:
+    columns = tuple(
+        str(name) for (name,) in conn.exec_driver_sql(
+            "SELECT name FROM pragma_table_xinfo(?, 'main') WHERE hidden = 0", (table,)
+        )
+    )  # fmt: skip
+    rowid = None if without_rowid else next(
+        (name for name in _ROWID_NAMES if name not in columns), None
+    )
+    written = (rowid, *columns) if rowid is not None else columns
+    order = f" ORDER BY {rowid}" if rowid is not None else ""
+    select = f"SELECT {_column_list(written, rowid)} FROM main.{_quoted(table)}{order}"
+    rows = tuple(tuple(row) for row in conn.exec_driver_sql(select))
+    return TableRows(table, written, rows, rowid)
+
+
+def _column_list(columns: tuple[str, ...], rowid: str | None) -> str:
+    # The rowid by its own name: quoted, it would be a column of that name.
+    return ", ".join(name if name == rowid else _quoted(name) for name in columns)
+
+
+def capture(conn: Connection) -> StoreImage | None:
+    """The image of the store on ``conn`` (read in its transaction); None where the library
+    cannot tell shadow tables (:data:`TABLE_LIST_SINCE`) or the schema holds something that
+    cannot be created by its SQL (``sqlite_stat*`` of an ``ANALYZE``)."""
+    if _version(conn) < TABLE_LIST_SINCE:
+        return None
+    kinds = {
+        str(name): (str(kind), bool(without_rowid))
+        for name, kind, without_rowid in conn.exec_driver_sql(
+            "SELECT name, type, wr FROM pragma_table_list WHERE schema = 'main'"
+        )
+    }
+    objects: list[str] = []
+    rows: list[TableRows] = []
+    created_rows: list[TableRows] = []
+    for kind, name, sql in conn.exec_driver_sql(
+        "SELECT type, name, sql FROM main.sqlite_master ORDER BY rowid"
+    ):
+        table_kind, without_rowid = kinds.get(name, ("", False))
+        if name.startswith("sqlite_"):
+            if kind == "table" and name != "sqlite_sequence":
+                return None  # made only by SQLite itself (ANALYZE's statistics)
+        elif sql is not None and table_kind != "shadow":
+            objects.append(str(sql))
+        if kind != "table" or table_kind == "virtual":
+            continue
+        table_rows = _table_rows(conn, name, without_rowid=without_rowid)
+        if table_kind == "shadow":
+            created_rows.append(table_rows)
+        elif table_rows.rows:
+            rows.append(table_rows)
+    header = tuple((name, int(_pragma(conn, name))) for name in HEADER_VALUES)
+    return StoreImage(tuple(objects), tuple(rows), tuple(created_rows), header)
+
+
+def _insert(conn: Connection, table_rows: TableRows) -> None:
+    if not table_rows.rows:
+        return
+    names = _column_list(table_rows.columns, table_rows.rowid)
+    marks = ", ".join("?" for _ in table_rows.columns)
+    conn.exec_driver_sql(
+        f"INSERT INTO main.{_quoted(table_rows.table)} ({names}) VALUES ({marks})",
+        list(table_rows.rows),
+    )
+
+
+def replay(conn: Connection, image: StoreImage) -> None:
+    """Write ``image`` into the blank database on ``conn``, in the caller's transaction."""
+    header = dict(image.header)
+    conn.exec_driver_sql(f"PRAGMA main.auto_vacuum = {int(header['auto_vacuum'])}")
+    for statement in image.objects:
+        conn.exec_driver_sql(statement)
+    for table_rows in image.created_rows:
+        laid = _table_rows(conn, table_rows.table, without_rowid=table_rows.rowid is None)
+        if laid != table_rows:
+            conn.exec_driver_sql(f"DELETE FROM main.{_quoted(table_rows.table)}")
+            _insert(conn, table_rows)
+    for table_rows in image.rows:
+        _insert(conn, table_rows)
+    for name in ("user_version", "application_id"):
+        conn.exec_driver_sql(f"PRAGMA main.{name} = {int(header[name])}")

@@ -1,0 +1,80 @@
+"""A new store is the chain's own result, replayed.
+
+Why: building a store on an empty SQLite file runs every revision of the chain (41 of them),
+about 0.26 CPU s, each time a program opens a new file, and the test suite opens thousands.
+The result is the same every time, save the file's own identity.
+
+How: the first time in a process that a blank database (no schema object at all) is upgraded
+to head, the real chain runs, as it always did, and then, in the same transaction, the
+migration environment (``sessionstore/_migrations/env.py``) reads back what it built: the
+dialect's :class:`~sessionstore.dialects.StoreImage` (SQLite: ``sqlite_master``'s SQL in
+creation order, every row of every table that holds rows, the header values the chain sets;
+:mod:`sessionstore.dialects.sqlite_image`), kept here with the progress the chain reported.
+The next blank database upgraded to head in that process gets that image written by SQL,
+inside its own migration's write transaction (``BEGIN IMMEDIATE`` and the migration lock), after
+it was found blank there: a second opener that waited for the lock finds the store built and
+does nothing, as with the chain. Nothing is copied page by page or as a file.
+
+So the head DDL keeps one home, the revisions: the image is derived from them at run time, in
+the process that uses it, never written by hand nor checked in. It is kept per
+:meth:`~sessionstore.dialects.StoreDialect.blank_store_key` (the SQLite library's build and
+what the blank file already says of itself: page size, encoding, header values), so a file
+the chain would build otherwise is built by the chain. What must differ per file, the file
+identity iot 0.22.2 gives each store (a ``state_meta`` token and the ``application_id``
+derived from it), is left out of the image and stamped again by revision 0039's own step.
+
+Only an upgrade to head through :func:`sessionstore.schema.migrate.upgrade` (``SessionDB``, the
+CLI's ``db upgrade``) that adopts legacy files as usual is replayed; Alembic's own command line,
+a downgrade, a stamp, an upgrade to an older revision run the chain. PostgreSQL stays on the
+chain (its dialect never gives a key): its store lives in a schema named by the URL, written
+into the revisions' statements as they run.
+
+The images are immutable and kept for the life of the process; a forked child keeps using
+the ones it inherited (its lock is a new one: a thread of the parent may have held it).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Hashable
+from typing import NamedTuple
+
+from ..dialects import StoreImage
+
+
+class BuiltStore(NamedTuple):
+    image: StoreImage
+    reached: tuple[str, ...]
+    """The revisions the chain reported reaching, in order (the progress a replay reports)."""
+
+
+_lock = threading.Lock()
+_built: dict[Hashable, BuiltStore] = {}
+
+
+def _new_lock_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_in_child)
+
+
+def built_store(key: Hashable) -> BuiltStore | None:
+    """What the chain built on a blank database of ``key`` in this process, if it did."""
+    with _lock:
+        return _built.get(key)
+
+
+def keep_built_store(key: Hashable, built: BuiltStore) -> None:
+    """Keep the first result for ``key`` (two threads may each have run the chain)."""
+    with _lock:
+        _built.setdefault(key, built)
+
+
+def forget_built_stores() -> None:
+    """Forget every image (tests that build a store by the chain on purpose)."""
+    with _lock:
+        _built.clear()
