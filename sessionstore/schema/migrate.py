@@ -6,6 +6,7 @@ The migration scripts ship inside the package (``sessionstore._migrations``), an
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -178,11 +179,29 @@ def _run(
         cfg.attributes[REPLAY_NEW_STORE_ATTRIBUTE] = True
     where = url.url if isinstance(url, Engine) else make_url(_url_text(url))
     scripts = script_directory()
-    with typed_errors(dialect_for_url(where), url=where), EnvironmentContext(
+    with _environment_lock, typed_errors(dialect_for_url(where), url=where), EnvironmentContext(
         cfg, scripts, fn=lambda rev, _context: steps(scripts, rev),
         destination_rev=destination,
     ):
         scripts.run_env()
+
+
+_environment_lock = threading.RLock()
+"""One migration at a time in a process: Alembic's ``context`` (what ``env.py`` and the
+revisions call) is one module-level object, which a second thread's migration replaced and
+then removed under the first (``KeyError: 'script'``): threads opening new stores together
+failed. The migrations of one store wait for each other on its own lock anyway."""
+
+
+def _new_locks_in_child() -> None:
+    # A thread of the parent may have held them at the fork; the child has no such thread.
+    global _environment_lock, _scripts_lock
+    _environment_lock = threading.RLock()
+    _scripts_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_locks_in_child)
 
 
 # NamedTuples, not frozen dataclasses: the open path imports this module, and each dataclass

@@ -294,11 +294,17 @@ def test_adopting_a_v31_file_reflects_its_expression_index_without_a_warning(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("built_by", ["chain", "replay"])
 def test_real_iot_0222_opens_our_fresh_store_and_adds_rebuilds_or_backfills_nothing(
-    tmp_path: Path,
+    tmp_path: Path, built_by: str, replays: list[str]
 ) -> None:
+    """Whether the store was built by the chain or from the chain's result kept in the
+    process (``sessionstore.schema.new_store``: every new store after a process's first)."""
     path = tmp_path / "state.db"
+    if built_by == "replay":
+        SessionDB(db_path=tmp_path / "first.db").close()  # built by the chain, its result kept
     SessionDB(db_path=path).close()
+    assert replays == ([str(path)] if built_by == "replay" else [])
     build_with_sessionstore(path, tmp_path / "home")  # with rows: its steps see real data
     before_catalog, before = catalog(path), content(path)
 

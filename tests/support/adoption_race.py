@@ -3,9 +3,11 @@ upgrade, or several ``sessionstore db upgrade`` runs.
 
 Run as ``python tests/support/adoption_race.py KIND PATH`` with KIND ``sessiondb`` (opens
 ``SessionDB(PATH)``) or ``cli`` (runs ``sessionstore --url PATH db upgrade --json`` in this
-process). Each imports everything it will need, prints ``ready``, waits for a ``go`` line on
-standard input, then opens, and prints one JSON document: ``{"backup": ...}`` (the CLI's own
-JSON report for ``cli``), or ``{"error": "<module>.<class>: <message>"}`` when it raised.
+process), either with ``+primed``: a store of its own built first, so that a new store at PATH
+is built from the chain's result kept in the process (``sessionstore.schema.new_store``).
+Each imports everything it will need, prints ``ready``, waits for a ``go`` line on standard
+input, then opens, and prints one JSON document: ``{"backup": ...}`` (the CLI's own JSON
+report for ``cli``), or ``{"error": "<module>.<class>: <message>"}`` when it raised.
 """
 
 from __future__ import annotations
@@ -94,5 +96,17 @@ def _cli(path: str) -> None:
     main()
 
 
+def _prime() -> None:
+    import tempfile
+
+    from sessionstore import SessionDB
+
+    with tempfile.TemporaryDirectory() as scratch:
+        SessionDB(Path(scratch) / "primer.db").close()
+
+
 if __name__ == "__main__":
-    {"sessiondb": _sessiondb, "cli": _cli}[sys.argv[1]](sys.argv[2])
+    kind, _, primed = sys.argv[1].partition("+")
+    if primed:
+        _prime()
+    {"sessiondb": _sessiondb, "cli": _cli}[kind](sys.argv[2])
