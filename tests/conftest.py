@@ -268,6 +268,27 @@ def migrated_sqlite_url(migrated_sqlite_template: Path, tmp_path: Path) -> str:
     return f"sqlite:///{backup_copy(migrated_sqlite_template, tmp_path / 'state.db')}"
 
 
+@pytest.fixture
+def replays(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The SQLite files built from the chain's result kept in the process during this test
+    (``sessionstore.schema.new_store``), by their path; none kept at its start, so the test's
+    first new store is built by the chain."""
+    from sessionstore.dialects.sqlite import SQLiteDialect
+    from sessionstore.schema import new_store
+
+    built: list[str] = []
+    replay = SQLiteDialect.replay_new_store
+
+    def spied(self: SQLiteDialect, conn: sa.Connection, image: object) -> None:
+        built.append(str(conn.engine.url.database))
+        replay(self, conn, image)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SQLiteDialect, "replay_new_store", spied)
+    new_store.forget_built_stores()
+    yield built
+    new_store.forget_built_stores()
+
+
 @pytest.fixture(scope="session")
 def hermes_answers(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Where the real Hermes releases' answers are kept for this run
