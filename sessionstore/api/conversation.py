@@ -11,9 +11,9 @@ Three rules shape a replayed history beyond decoding each row (:func:`message_of
 - **Alternation repair** (``repair_alternation``, a live replay): consecutive assistant turns
   merged (a provisional verification candidate replaced by its successor; Codex interim turns
   never merged), tool results that answer no preceding tool call (or answer one twice) dropped,
-  consecutive plain-text user turns joined by a blank line (their ``api_content`` dropped, it
-  no longer matches). A port of Hermes 0.19's ``repair_message_sequence``; the stored rows
-  never change.
+  consecutive plain-text user turns joined by a blank line as iot 0.22.2 joins them (see
+  :func:`merge_consecutive_users`). A port of Hermes 0.19's ``repair_message_sequence``, its
+  user pass iot 0.22.2's; the stored rows never change.
 
 Each row's text is replayed as Hermes (0.18 to iot 0.22.2) loads it: user and assistant text
 without leaked memory-context (a ``<memory-context>...</memory-context>`` block, a stray fence
@@ -33,6 +33,8 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ..sessions.listing import MERGED_SUMMARY_DELIMITER, SUMMARY_PREFIXES
+from ..sessions.user_turns import STEER_DISPLAY_KIND
 from ..sql.codec import decode_display_metadata, decode_json
 from ..sql.codec import loads as _loads
 from ..sql.message_content import ENCODED_CONTENT_PREFIXES, decode_content
@@ -151,8 +153,10 @@ def _uid_map(raw: str) -> dict[str, Any]:
         return {}
     kept: dict[str, Any] = {}
     for key, uid in value.items():
-        if type(key) is str and key and (
-            (type(uid) is str and uid) or (type(uid) is list and uid and _all_uids(uid))
+        if (
+            type(key) is str
+            and key
+            and ((type(uid) is str and uid) or (type(uid) is list and uid and _all_uids(uid)))
         ):
             kept[key] = uid
     return kept
@@ -367,8 +371,10 @@ def conversation(
     for row in rows:
         message = message_of(row, row_ids, snapshot, markers, wire_keys)
         role = message["role"]
-        if role == "user" or (role == "assistant" and "tool_calls" in message) or (
-            role == "tool" and "_tool_call_uid" not in message
+        if (
+            role == "user"
+            or (role == "assistant" and "tool_calls" in message)
+            or (role == "tool" and "_tool_call_uid" not in message)
         ):  # the rows pairing looks at (a result stored with its uid needs none)
             pairing.see(message)
         if with_ancestors and _is_replayed_user_message(messages, message):
@@ -489,24 +495,135 @@ def repair_message_sequence(messages: list[dict[str, Any]]) -> int:
                 answerable = set()
             answered.append(message)
 
-    joined: list[dict[str, Any]] = []
-    for message in answered:
-        previous = joined[-1] if joined else None
-        if previous is not None and message.get("role") == "user" and (
-            previous.get("role") == "user"
-        ):
-            earlier_text, later_text = previous.get("content", ""), message.get("content", "")
-            if isinstance(earlier_text, str) and isinstance(later_text, str):
-                previous["content"] = (
-                    f"{earlier_text}\n\n{later_text}"
-                    if earlier_text and later_text
-                    else (earlier_text or later_text)
-                )
-                previous.pop("api_content", None)
-                repairs += 1
-                continue
-        joined.append(message)
-
+    joined, merges = merge_consecutive_users(answered)
+    repairs += merges
     if repairs:
         messages[:] = joined
     return repairs
+
+
+MERGED_DURABLE_ROWS = "_merged_durable_rows"
+"""iot 0.22.2's count of the stored rows a merged user message stands for (its compaction reads
+it off the live dict to name the rows it archives)."""
+MERGED_TURN_PREFIX = "_merged_turn_prefix"
+"""iot 0.22.2's text a merged user message held before the next turn was joined to it."""
+ABSORBED_ROW_IDS = "_absorbed_row_ids"
+ABSORBED_MESSAGE_UIDS = "_absorbed_message_uids"
+_CONTENT_JSON_PREFIX = "\x00json:"
+"""iot's ``SessionDB._CONTENT_JSON_PREFIX``: a text still holding it could not be decoded."""
+
+
+def _is_summary_carrier(message: dict[str, Any]) -> bool:
+    """iot 0.22.2's ``is_compaction_summary_message`` of a text message: marked, or its text
+    opens with a summary prefix (after the merged-summary delimiter, when it holds one)."""
+    if message.get("_compressed_summary"):
+        return True
+    content = message.get("content")
+    text = content.lstrip() if isinstance(content, str) else ""
+    if MERGED_SUMMARY_DELIMITER in text:
+        text = text.split(MERGED_SUMMARY_DELIMITER, 1)[1].lstrip()
+    return text.startswith(SUMMARY_PREFIXES)
+
+
+def _plain_text(content: Any) -> bool:
+    return isinstance(content, str) and not content.startswith(_CONTENT_JSON_PREFIX)
+
+
+def _row_id(value: Any) -> int | None:
+    return value if type(value) is int and value > 0 else None
+
+
+def _record_absorbed(survivor: dict[str, Any], dropped: dict[str, Any]) -> None:
+    """iot 0.22.2's ``_remember_absorbed_row(folded=True)``: the dropped message's row ids onto
+    ``_absorbed_row_ids``, its ``message_uid`` (and those it had absorbed) onto
+    ``_absorbed_message_uids`` (``record_absorbed_message``)."""
+    ids: list[int] = []
+    own_id = survivor.get("_row_id")
+    if (row_id := _row_id(dropped.get("_row_id"))) is not None and row_id != own_id:
+        ids.append(row_id)
+    for older in dropped.get(ABSORBED_ROW_IDS) or ():
+        if (older_id := _row_id(older)) is not None and older_id not in ids:
+            ids.append(older_id)
+    if ids:
+        absorbed_ids = survivor.setdefault(ABSORBED_ROW_IDS, [])
+        absorbed_ids.extend(row_id for row_id in ids if row_id not in absorbed_ids)
+    survivor_uid = _uid_or_none(survivor.get("message_uid"))
+    dropped_uid = _uid_or_none(dropped.get("message_uid"))
+    ordered = [
+        *_live_uids(survivor.get(ABSORBED_MESSAGE_UIDS)),
+        *([dropped_uid] if dropped_uid else []),
+        *_live_uids(dropped.get(ABSORBED_MESSAGE_UIDS)),
+    ]
+    if absorbed := [uid for uid in dict.fromkeys(ordered) if uid != survivor_uid]:
+        survivor[ABSORBED_MESSAGE_UIDS] = absorbed
+
+
+def _uid_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _live_uids(value: Any) -> list[str]:
+    return (
+        list(dict.fromkeys(u for u in value if isinstance(u, str) and u))
+        if isinstance(value, list)
+        else []
+    )
+
+
+def merge_consecutive_users(
+    messages: list[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], int]:
+    """iot 0.22.2's ``_merge_consecutive_users``: a plain-text user message right after another
+    is joined to it by a blank line; the merges made. Not after a compaction summary (the
+    carrier stays as stored) or a ``/steer`` row. The survivor keeps its first row's identity and
+    carries iot's marks, which its agent reads when it saves and compacts:
+
+    - ``_db_persisted`` is dropped when the text changed (or an ``api_content`` was dropped):
+      the dict no longer is a stored row. Kept, it told iot's agent the joined text was saved;
+    - ``_merged_durable_rows``: how many stored rows it stands for (dropped once a message not
+      from the store was joined);
+    - ``_merged_turn_prefix``: the text before the last join;
+    - ``_absorbed_row_ids`` (with row ids) and ``_absorbed_message_uids``: what it absorbed;
+    - a display marker (``display_kind``) joined with a plain turn takes the turn's row id and
+      loses its kind, so the turn stays addressable."""
+    merges = 0
+    merged: list[dict[str, Any]] = []
+    for message in messages:
+        previous = merged[-1] if merged else None
+        if not (
+            previous is not None and previous.get("role") == "user"
+            and message.get("role") == "user"
+            and not _is_summary_carrier(previous)
+            and previous.get("display_kind") != STEER_DISPLAY_KIND
+            and _plain_text(previous.get("content", "")) and _plain_text(message.get("content", ""))
+        ):  # fmt: skip
+            merged.append(message)
+            continue
+        earlier, later = previous.get("content", ""), message.get("content", "")
+        joined = f"{earlier}\n\n{later}" if earlier and later else (earlier or later)
+        had_api_content = "api_content" in previous
+        if (previous.get(PERSISTED_MARKER) or previous.get(MERGED_DURABLE_ROWS)) and message.get(
+            PERSISTED_MARKER
+        ):
+            previous[MERGED_DURABLE_ROWS] = int(previous.get(MERGED_DURABLE_ROWS) or 1) + 1
+        else:
+            previous.pop(MERGED_DURABLE_ROWS, None)
+        previous["content"] = joined
+        if earlier:
+            previous[MERGED_TURN_PREFIX] = earlier
+        previous.pop("api_content", None)
+        if previous.get("display_kind") and not message.get("display_kind"):
+            marker_row_id = previous.get("_row_id")
+            previous.pop("display_kind", None)
+            if message.get("_row_id") is not None:
+                if type(marker_row_id) is int:
+                    absorbed_ids = previous.setdefault(ABSORBED_ROW_IDS, [])
+                    if marker_row_id not in absorbed_ids:
+                        absorbed_ids.append(marker_row_id)
+                previous["_row_id"] = message["_row_id"]
+            previous.pop(PERSISTED_MARKER, None)
+        if joined != earlier or had_api_content:
+            previous.pop(PERSISTED_MARKER, None)
+        _record_absorbed(previous, message)
+        merges += 1
+    return merged, merges

@@ -86,6 +86,8 @@ its ``list_prune_candidates`` (``last_active``, which every listing row already 
 NEWER_REPLAY_KEYS = frozenset({
     "_db_persisted", "_db_row_snapshot", "_row_id", "_tool_call_uids", "_tool_call_uid",
     "_absorbed_message_uids", "_compressed_summary",
+    # a live replay's joined user messages (iot 0.22.2's ``_merge_consecutive_users``)
+    "_merged_durable_rows", "_merged_turn_prefix", "_absorbed_row_ids",
 })  # fmt: skip
 """What iot 0.22.2's replays (``get_messages_as_conversation``, ``get_resume_conversations``,
 ``get_ancestor_display_prefix``) add to a message (and so do we), beyond columns: Hermes 0.19's
