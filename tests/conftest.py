@@ -75,6 +75,7 @@ def _bytecode_cached() -> None:
 _bytecode_cached()
 
 
+from pg_server import pg_admin_url  # noqa: E402
 from real_hermes import backup_copy  # noqa: E402
 
 from sessionstore.schema import migrate  # noqa: E402
@@ -96,12 +97,7 @@ def _test_files_in_ram() -> None:
 _test_files_in_ram()
 
 
-DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 DIALECTS = ["sqlite", "postgresql"]
-
-
-def pg_admin_url() -> str:
-    return os.environ.get("SESSIONSTORE_TEST_PG_URL", DEFAULT_PG_URL)
 
 
 def _pg_reachable() -> str | None:

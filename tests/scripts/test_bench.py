@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import pg_admin_url
+from pg_server import pg_admin_url
 from store_library import connect_like_the_store
 
 # Slow: runs scripts/bench.py in a subprocess against real Hermes releases (the full run only).

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import pg_admin_url
+from pg_server import pg_admin_url
 
 # Slow: runs scripts/bench.py --async in a subprocess on both dialects (the full run only).
 pytestmark = pytest.mark.slow
