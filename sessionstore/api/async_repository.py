@@ -1222,6 +1222,61 @@ class AsyncSessionRepository:
             )
         )
 
+    async def display_message_count(self, session_id: str) -> int:
+        return await self._read(lambda repo: repo.display_message_count(session_id))
+
+    async def get_resume_message_count(self, session_id: str, *, tip_only: bool = False) -> int:
+        return await self._read(
+            lambda repo: repo.get_resume_message_count(
+                session_id,
+                tip_only=tip_only,
+            )
+        )
+
+    async def assert_resume_safe(
+        self,
+        session_id: str,
+        max_messages: int | None = None,
+        *,
+        tip_only: bool = False,
+    ) -> int:
+        return await self._read(
+            lambda repo: repo.assert_resume_safe(
+                session_id,
+                max_messages,
+                tip_only=tip_only,
+            )
+        )
+
+    async def assert_export_safe(self, session_id: str, max_messages: int | None = None) -> int:
+        return await self._read(lambda repo: repo.assert_export_safe(session_id, max_messages))
+
+    async def assert_exports_safe(
+        self,
+        session_ids: Sequence[str],
+        max_messages: int | None = None,
+    ) -> None:
+        return await self._read(lambda repo: repo.assert_exports_safe(session_ids, max_messages))
+
+    async def latest_conversation_boundary(self, session_key: str, source: str) -> int | None:
+        return await self._read(lambda repo: repo.latest_conversation_boundary(session_key, source))
+
+    async def find_pr_url_messages(self, session_ids: Sequence[str]) -> list[dict[str, Any]]:
+        return await self._read(lambda repo: repo.find_pr_url_messages(session_ids))
+
+    async def get_latest_todo_result(
+        self,
+        session_id: str,
+        *,
+        max_chars: int | None = None,
+    ) -> str | None:
+        return await self._read(
+            lambda repo: repo.get_latest_todo_result(
+                session_id,
+                max_chars=max_chars,
+            )
+        )
+
     async def try_acquire_compression_lock(
         self,
         session_id: str,
@@ -1780,6 +1835,9 @@ class AsyncSessionRepository:
                 vacuum=vacuum,
             )
         )
+
+    async def logical_size_bytes(self) -> int | None:
+        return await self._read(lambda repo: repo.logical_size_bytes())
 
     async def vacuum(self) -> int:
         return await self._write(lambda repo: repo.vacuum())

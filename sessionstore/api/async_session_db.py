@@ -719,6 +719,61 @@ class AsyncSessionDB:
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         return await self._read(lambda db: db.get_resume_conversations(session_id))
 
+    async def display_message_count(self, session_id: str) -> int:
+        return await self._read(lambda db: db.display_message_count(session_id))
+
+    async def get_resume_message_count(self, session_id: str, *, tip_only: bool = False) -> int:
+        return await self._read(
+            lambda db: db.get_resume_message_count(
+                session_id,
+                tip_only=tip_only,
+            )
+        )
+
+    async def assert_resume_safe(
+        self,
+        session_id: str,
+        max_messages: int | None = None,
+        *,
+        tip_only: bool = False,
+    ) -> int:
+        return await self._read(
+            lambda db: db.assert_resume_safe(
+                session_id,
+                max_messages,
+                tip_only=tip_only,
+            )
+        )
+
+    async def assert_export_safe(self, session_id: str, max_messages: int | None = None) -> int:
+        return await self._read(lambda db: db.assert_export_safe(session_id, max_messages))
+
+    async def assert_exports_safe(
+        self,
+        session_ids: Sequence[str],
+        max_messages: int | None = None,
+    ) -> None:
+        return await self._read(lambda db: db.assert_exports_safe(session_ids, max_messages))
+
+    async def latest_conversation_boundary(self, session_key: str, source: str) -> int | None:
+        return await self._read(lambda db: db.latest_conversation_boundary(session_key, source))
+
+    async def find_pr_url_messages(self, session_ids: Sequence[str]) -> list[dict[str, Any]]:
+        return await self._read(lambda db: db.find_pr_url_messages(session_ids))
+
+    async def get_latest_todo_result(
+        self,
+        session_id: str,
+        *,
+        max_chars: int | None = None,
+    ) -> str | None:
+        return await self._read(
+            lambda db: db.get_latest_todo_result(
+                session_id,
+                max_chars=max_chars,
+            )
+        )
+
     async def get_ancestor_display_prefix(self, session_id: str) -> list[dict[str, Any]]:
         return await self._read(lambda db: db.get_ancestor_display_prefix(session_id))
 
@@ -1882,6 +1937,9 @@ class AsyncSessionDB:
                 vacuum=vacuum,
             )
         )
+
+    async def logical_size_bytes(self) -> int | None:
+        return await self._read(lambda db: db.logical_size_bytes())
 
     async def vacuum(self) -> int:
         return await self._write(lambda db: db.vacuum())

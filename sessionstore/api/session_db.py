@@ -920,6 +920,64 @@ class SessionDB:
         return model_history, display_history
 
     @reads
+    def display_message_count(self, session_id: str) -> int:
+        """How many rows a display read of the session paints (iot 0.22.2: one per display
+        group of its live and compaction-archived rows, ``model_only`` rows not; 0 exactly
+        when it paints nothing)."""
+        return self._repo.display_message_count(session_id)
+
+    @reads
+    def get_resume_message_count(self, session_id: str, *, tip_only: bool = False) -> int:
+        """How many rows a resume would load (iot 0.22.2): its compression lineage's live and
+        archived rows, or with ``tip_only`` the session's own live rows."""
+        return self._repo.get_resume_message_count(session_id, tip_only=tip_only)
+
+    @reads
+    def assert_resume_safe(
+        self, session_id: str, max_messages: int | None = None, *, tip_only: bool = False
+    ) -> int:
+        """:meth:`get_resume_message_count`, or ``SessionResumeTooLargeError`` (a
+        ``ValueError``) beyond ``max_messages`` (iot 0.22.2). None is iot's default of
+        20,000 (Hermes's ``config.yaml`` is not read); 0 disables the guard and answers 0;
+        negative is a ``ValueError``."""
+        return self._repo.assert_resume_safe(session_id, max_messages, tip_only=tip_only)
+
+    @reads
+    def assert_export_safe(self, session_id: str, max_messages: int | None = None) -> int:
+        """How many rows an export of the session holds (every row), or
+        ``SessionExportTooLargeError`` (a ``ValueError``) beyond ``max_messages``; the bound
+        as :meth:`assert_resume_safe`'s (iot 0.22.2)."""
+        return self._repo.assert_export_safe(session_id, max_messages)
+
+    @reads
+    def assert_exports_safe(
+        self, session_ids: Sequence[str], max_messages: int | None = None
+    ) -> None:
+        """:meth:`assert_export_safe` for each id; 0 checks nothing (iot 0.22.2)."""
+        self._repo.assert_exports_safe(session_ids, max_messages)
+
+    @reads
+    def latest_conversation_boundary(self, session_key: str, source: str) -> int | None:
+        """How many resets the peer ``(session_key, source)`` has crossed, None if never
+        (iot 0.22.2, from ``conversation_generations``, which nothing prunes)."""
+        return self._repo.latest_conversation_boundary(session_key, source)
+
+    @reads
+    def find_pr_url_messages(self, session_ids: Sequence[str]) -> list[dict[str, Any]]:
+        """Tool results of these sessions mentioning ``/pull/``, oldest first:
+        ``[{"session_id", "content"}]`` (iot 0.22.2's loose scan; a lone string is one id)."""
+        return self._repo.find_pr_url_messages(session_ids)
+
+    @reads
+    def get_latest_todo_result(
+        self, session_id: str, *, max_chars: int | None = None
+    ) -> str | None:
+        """The newest valid Todo tool result a resume hydrates (iot 0.22.2: paired with its
+        assistant call, at most ``max_chars``, default 512,000), or None
+        (:mod:`sessionstore.sessions.transcript_reads`)."""
+        return self._repo.get_latest_todo_result(session_id, max_chars=max_chars)
+
+    @reads
     def get_ancestor_display_prefix(self, session_id: str) -> list[dict[str, Any]]:
         """The display messages of the session's ancestors only (its lineage's live rows not
         its own), as a resume prepends them to the live history (Hermes 0.19, #65919), each
@@ -2156,6 +2214,13 @@ class SessionDB:
         ``{"ok", "vacuumed"}`` (``"reason"`` when not ok). Hermes 0.18/0.19 sharing the file
         then no longer find CJK words that occur only in tool output (docs/search.md)."""
         return self._repo.optimize_fts_storage(progress_cb=progress_cb, vacuum=vacuum)
+
+    @reads
+    def logical_size_bytes(self) -> int | None:
+        """The store's size with its log folded in (iot 0.22.2, for reporting a VACUUM's
+        gain): SQLite ``page_count * page_size``; PostgreSQL the store schema's tables and
+        indexes. None when it cannot be read."""
+        return self._repo.logical_size_bytes()
 
     @writes
     def vacuum(self) -> int:

@@ -302,6 +302,11 @@ class StoreDialect(Protocol):
         """What the database's own page check reports (empty: sound); None where the server
         checks its own pages."""
 
+    def logical_size_bytes(self, conn: Connection) -> int:
+        """The bytes the store's data takes once its log is folded in (SQLite: ``page_count
+        * page_size``, free pages included, as iot 0.22.2 reports it; PostgreSQL: the tables
+        of the store's schema with their indexes and TOAST), read on ``conn``."""
+
     def json_list_sql(self, param: str) -> str:
         """SQL for a parenthesised subquery of the text values of the JSON-array parameter
         ``param`` (bind it with :func:`json_list`): one bound parameter however long the list,

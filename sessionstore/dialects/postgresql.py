@@ -462,6 +462,18 @@ class PostgreSQLDialect:
     def integrity_problems(self, conn: Connection) -> list[str] | None:
         return None  # PostgreSQL checks its own pages
 
+    def logical_size_bytes(self, conn: Connection) -> int:
+        # The store's own schema, not pg_database_size(): the database may hold other
+        # schemas (other stores, other programs' tables) that are not this store's size.
+        found = conn.execute(
+            text(
+                "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'm')"
+            )
+        ).scalar_one()
+        return int(found)
+
     def writer_queue_file(self, url: URL, *, read_only: bool) -> Path | None:
         # The server queues lock waiters itself.
         return None

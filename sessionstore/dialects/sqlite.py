@@ -435,6 +435,13 @@ class SQLiteDialect:
         driver = cast(sqlite3.Connection, conn.connection.driver_connection)
         return page_problems(driver, "integrity_check")
 
+    def logical_size_bytes(self, conn: Connection) -> int:
+        # The pages the main file holds once the WAL is checkpointed in: a stat() of the file
+        # misses what still sits in -wal (and never opens the file behind SQLite's back).
+        pages = conn.exec_driver_sql("PRAGMA page_count").scalar_one()
+        page_size = conn.exec_driver_sql("PRAGMA page_size").scalar_one()
+        return int(pages) * int(page_size)
+
     def writer_queue_file(self, url: URL, *, read_only: bool) -> Path | None:
         if read_only or _is_memory(url):
             return None

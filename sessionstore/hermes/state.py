@@ -90,6 +90,8 @@ from ..errors import (
     CompressionSessionBusyError,
     SessionActiveWriteGuardError,
     SessionCompressionInProgressError,
+    SessionExportTooLargeError,
+    SessionResumeTooLargeError,
     SessionTurnLeaseLostError,
     TranscriptChangedError,
 )
@@ -132,6 +134,8 @@ __all__ = [
     "SessionActiveWriteGuardError",
     "SessionCompressionInProgressError",
     "SessionDB",
+    "SessionExportTooLargeError",
+    "SessionResumeTooLargeError",
     "SessionTurnLeaseLostError",
     "ThreadedSessionDB",
     "TranscriptChangedError",

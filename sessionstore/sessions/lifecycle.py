@@ -19,15 +19,18 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import TextClause
 
+from ..dialects import StoreDialect
 from ..sql import validation
 from ..sql.codec import decode_json_object, encode_json
 from ..sql.read_shape import ReadShape
 from ..sql.records import SESSION_FIELDS, SessionRecord
 from ..sql.statements import HotReads, plain_select
+from ..sql.tables import conversation_generations_table as generations
 from ..sql.tables import sessions_table as sessions
 from ..sql.validation import bindable
 from ..storage.store import Store
 from .access import reads, writes
+from .lineage import RESET_END_REASONS
 from .maintenance import unarchive_swept_lineage
 from .prompts import delete_unreferenced_prompts, store_prompt
 from .shared import RepositoryPart, constraint_error
@@ -174,12 +177,34 @@ class LifecyclePart(RepositoryPart):
 
     @writes
     def end_session(self, session_id: str, end_reason: str | None) -> bool:
-        """End a live session; the first end reason wins (a compression split stays one)."""
-        return self._update_session(
-            session_id,
-            {"ended_at": time.time(), "end_reason": self._text(end_reason, "end_reason")},
+        """End a live session; the first end reason wins (a compression split stays one).
+        An end that is a reset boundary advances the peer's conversation generation in the
+        same transaction (iot 0.22.2: :func:`bump_conversation_generation`)."""
+        reason = self._text(end_reason, "end_reason")
+        return self._end_session(
+            session_id, {"ended_at": time.time(), "end_reason": reason}, reason,
             sessions.c.ended_at.is_(None),
+        )  # fmt: skip
+
+    def _end_session(
+        self, session_id: str, values: dict[str, Any], reason: str | None, *conditions: Any
+    ) -> bool:
+        """:meth:`_update_session` for an end stamp: only an end this call wrote bumps the
+        generation (a no-op must not rotate the peer)."""
+        statement = (
+            update(sessions)
+            .where(sessions.c.id == validation.identifier(session_id, "session_id"), *conditions)
+            .values(values)
         )
+        dialect = self.store.dialect
+
+        def run(conn: Connection) -> bool:
+            if conn.execute(statement).rowcount == 0:
+                return False
+            bump_conversation_generation(dialect, conn, session_id, reason)
+            return True
+
+        return self.store.write(run)
 
     @writes
     def promote_to_session_reset(self, session_id: str, reason: str = RESET_END_REASON) -> bool:
@@ -190,9 +215,10 @@ class LifecyclePart(RepositoryPart):
         empty or impossible id or reason (Hermes answers False where it fails)."""
         if not session_id or not bindable(session_id) or not bindable(reason):
             return False
-        return self._update_session(
+        return self._end_session(
             session_id,
             {"ended_at": time.time(), "end_reason": reason},
+            reason,
             or_(sessions.c.ended_at.is_(None),
                 sessions.c.end_reason.in_(RECOVERABLE_END_REASONS)),
         )  # fmt: skip
@@ -392,3 +418,32 @@ def _run_again(conn: Connection) -> None:
 @functools.cache
 def _session_by_id(shape: ReadShape) -> TextClause:
     return plain_select(sessions, SESSION_FIELDS, "id = :id", shape=shape)
+
+
+def bump_conversation_generation(
+    dialect: StoreDialect, conn: Connection, session_id: str, end_reason: str | None
+) -> None:
+    """Advance the conversation generation of the session's peer ``(source, session_key)``
+    past a reset boundary (an end reason of ``RESET_END_REASONS``; compression continues one
+    conversation), as iot 0.22.2 does in the transaction that writes the end. Only ever
+    increments: ``conversation_generations`` is never derived from session rows, which deletes
+    and prunes take away (``SessionDB.latest_conversation_boundary`` reads it)."""
+    if end_reason not in RESET_END_REASONS:
+        return
+    row = conn.execute(
+        select(sessions.c.source, sessions.c.session_key).where(sessions.c.id == session_id)
+    ).first()
+    if row is None:
+        return
+    source, session_key = (str(value or "").strip() for value in row)
+    if not (source and session_key):
+        return
+    statement = dialect.insert(generations).values(
+        source=source, session_key=session_key, generation=1
+    )
+    conn.execute(
+        statement.on_conflict_do_update(
+            index_elements=[generations.c.source, generations.c.session_key],
+            set_={"generation": generations.c.generation + 1},
+        )
+    )

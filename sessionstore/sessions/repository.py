@@ -17,6 +17,8 @@ its own:
 - :mod:`.titles`: set, read and resolve titles (and the lineage numbering rules);
 - :mod:`.deletion`: deletes, prunes and bulk archives, with which sessions went;
 - :mod:`.windows`: a window of messages around one, with bookends;
+- :mod:`.transcript_reads`: iot 0.22.2's display and resume counts, the resume and export
+  guards, a peer's conversation boundary, pull-request and Todo scans;
 - :mod:`.leases`: compression leases, cooldowns, the fallback streak, ``state_meta``;
 - :mod:`.session_state`: turn leases, pinned/hidden/read, activity (Hermes v24...v26);
 - :mod:`.gateway`: gateway peers, origins, routing and the handoff state machine;
@@ -94,6 +96,7 @@ from .session_state import SessionStatePart
 from .shared import row_count
 from .telegram_topics import TelegramTopicsPart
 from .titles import TitlesPart
+from .transcript_reads import TranscriptReadsPart
 from .usage import UsagePart
 from .windows import WindowsPart
 
@@ -114,6 +117,7 @@ class SessionRepository(
     TitlesPart,
     DeletionPart,
     WindowsPart,
+    TranscriptReadsPart,
     LeasesPart,
     SessionStatePart,
     GatewayPart,
