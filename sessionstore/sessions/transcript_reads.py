@@ -43,6 +43,7 @@ from sqlalchemy.engine import Connection
 
 from ..dialects import json_list
 from ..errors import SessionExportTooLargeError, SessionResumeTooLargeError
+from ..sql import validation
 from ..sql.message_content import hermes_form
 from ..sql.tables import conversation_generations_table as generations
 from ..sql.tables import messages_table as messages
@@ -107,7 +108,8 @@ def guard_limit(max_messages: Any, name: str = "max_messages") -> int:
         raise ValueError(f"{name} must be a whole number, not {max_messages!r}")
     if max_messages < 0:
         raise ValueError(f"{name} must be non-negative")
-    return int(max_messages)
+    # Beyond what a LIMIT (plus the one row past it) can bind, no store holds that many rows.
+    return min(int(max_messages), validation.INT64_MAX - 1)
 
 
 def _visible_rows() -> Any:
