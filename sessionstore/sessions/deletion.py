@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from sqlalchemy import ColumnElement, and_, delete, false, func, or_, select, update
+from sqlalchemy import ColumnElement, and_, delete, exists, false, func, or_, select, update
 from sqlalchemy.engine import Connection
 
 from ..errors import SessionActiveWriteGuardError
@@ -589,10 +589,13 @@ def _expected_ids(expected_delete_ids: Sequence[str] | None) -> set[str] | None:
 
 
 def _empty_condition() -> ColumnElement[bool]:
+    """iot 0.22.2's empty session: counts no live row, ended, not archived, and holds no row
+    at all (a session whose every row was rewound counts 0 and is not empty)."""
     return and_(
         sessions.c.message_count == 0,
         sessions.c.ended_at.is_not(None),
         sessions.c.archived == 0,
+        ~exists().where(messages.c.session_id == sessions.c.id),
     )
 
 

@@ -6,9 +6,16 @@
 
 Decisions where Hermes is silent: ``restore_rewound`` brings back rewound rows only, never
 compaction-archived ones (they were replaced by the summary that follows them; reviving them
-would replay the same history twice); ``rewind_to_message`` leaves ``message_count`` as it
-is (the rows are still there, as in Hermes), while ``archive_and_compact`` sets it to the new
-live count, as Hermes does. Every operation is one write transaction.
+would replay the same history twice). Every operation is one write transaction.
+
+Decided (newest Hermes the reference): ``rewind_to_message`` sets ``message_count`` and
+``tool_call_count`` to the live rows' counts, as iot 0.21.3 and later do, and so does
+``restore_rewound`` (ours; iot removed it), so the counters always count the live rows, as
+``archive_and_compact`` already set them. Hermes 0.18/0.19, iot 0.20.0 and axisrow 0.20.1 left
+them as they were; what their callers read the counters for (the listing's message count, the
+``min_message_count`` filter) then shows what is live, as iot shows it. A session whose every
+row was rewound counts 0 but is never "empty" for ``delete_empty_sessions``: rows of it are
+still stored (iot's ``NOT EXISTS`` guard, in ours too).
 
 Compaction and replacement write messages as an append does (:mod:`.messages`: the same
 preparation, the same row builder, the same recount), so :class:`RewindPart` builds on
@@ -208,6 +215,7 @@ class RewindPart(MessagesPart):
                 .where(sessions.c.id == session_id)
                 .values(rewind_count=func.coalesce(sessions.c.rewind_count, 0) + 1)
             )
+            recount(conn, session_id)  # the live rows' counts (module doc)
             head = conn.execute(
                 select(func.max(messages.c.id)).where(
                     messages.c.session_id == session_id,
@@ -253,7 +261,14 @@ class RewindPart(MessagesPart):
             )
             .values(active=1)
         )
-        return self.store.write(lambda conn: int(conn.execute(statement).rowcount or 0))
+
+        def run(conn: Connection) -> int:
+            restored = int(conn.execute(statement).rowcount or 0)
+            if restored:
+                recount(conn, session_id)  # the live rows' counts (module doc)
+            return restored
+
+        return self.store.write(run)
 
     @reads
     def list_recent_user_messages(
