@@ -72,6 +72,7 @@ from sqlalchemy import cast as sql_cast
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import Update
 
+from ..dialects import dialect_for_url
 from ..errors import ValueOutOfRangeError
 from ..sql import validation
 from ..sql.statements import CompiledStatement, run_compiled
@@ -107,7 +108,11 @@ class UsagePart(RepositoryPart):
         # (sessionstore/sql/statements.py): this is an agent's write per API call, and building
         # its expressions per call cost more than the database's work.
         dialect = store.engine.dialect
-        upsert = store.dialect.insert
+        # The builders are cached on the backend's name, never on ``store.dialect.insert``: a
+        # bound method of each store's own dialect object missed the cache at every new store
+        # (a statement built and compiled again, ~10 ms of its first token update, and kept
+        # for ever with the dialect object).
+        backend = store.dialect.name
         self._add_totals = CompiledStatement.built_later(
             lambda: _totals_statement(absolute=False), dialect
         )
@@ -115,13 +120,13 @@ class UsagePart(RepositoryPart):
             lambda: _totals_statement(absolute=True), dialect
         )
         self._add_main_usage = CompiledStatement.built_later(
-            lambda: _usage_statement(upsert, borrow_route=True), dialect
+            lambda: _usage_statement(backend, borrow_route=True), dialect
         )
         self._add_auxiliary_usage = CompiledStatement.built_later(
-            lambda: _usage_statement(upsert, borrow_route=False), dialect
+            lambda: _usage_statement(backend, borrow_route=False), dialect
         )
         self._create_bare_session = CompiledStatement.built_later(
-            lambda: _bare_session_statement(upsert), dialect
+            lambda: _bare_session_statement(backend), dialect
         )
 
     @writes
@@ -417,11 +422,11 @@ def _usage_values(
 
 
 @functools.cache
-def _bare_session_statement(upsert: Callable[[Any], Any]) -> Any:
+def _bare_session_statement(backend: str) -> Any:
     """A session row with nothing but its id, source and model (for usage reported before
-    the session)."""
+    the session), on the ``backend`` database (a dialect's ``name``)."""
     return (
-        upsert(sessions)
+        dialect_for_url(f"{backend}://").insert(sessions)
         .values(id=bindparam("session_id"), source=bindparam("source"),
                 model=bindparam("model"), started_at=bindparam("started_at"))
         .on_conflict_do_nothing()
@@ -429,7 +434,7 @@ def _bare_session_statement(upsert: Callable[[Any], Any]) -> Any:
 
 
 @functools.cache
-def _usage_statement(upsert: Callable[[Any], Any], *, borrow_route: bool) -> Any:
+def _usage_statement(backend: str, *, borrow_route: bool) -> Any:
     """Add one call to its per-model row, in one statement: ``INSERT ... SELECT`` from the
     session's row ``ON CONFLICT DO UPDATE`` adding the amounts, each total held at its
     column's bound (:func:`_saturating_sum`). With
@@ -459,7 +464,7 @@ def _usage_statement(upsert: Callable[[Any], Any], *, borrow_route: bool) -> Any
     source = select(*(value.label(name) for name, value in row.items())).where(
         sessions.c.id == bindparam("session_id")
     )
-    statement = upsert(usage).from_select(list(row), source)
+    statement = dialect_for_url(f"{backend}://").insert(usage).from_select(list(row), source)
     excluded = statement.excluded
     return statement.on_conflict_do_update(
         index_elements=[usage.c[name] for name in USAGE_KEY],

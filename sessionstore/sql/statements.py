@@ -45,7 +45,7 @@ from sqlalchemy.sql import ClauseElement, Update
 from sqlalchemy.sql.compiler import RESERVED_WORDS, SQLCompiler
 from sqlalchemy.sql.elements import BindParameter, ColumnElement, TextClause
 from sqlalchemy.sql.visitors import replacement_traverse
-from sqlalchemy.util import LRUCache
+from sqlalchemy.util import LRUCache, memoized_property
 
 from ..dialects import dialect_for_url
 from .read_shape import FULL, ReadShape
@@ -116,8 +116,28 @@ def dialect_key(dialect: Dialect) -> Hashable:
     the bundled pysqlite3 or the stdlib sqlite3). An object it holds counts by its class. Read
     when a statement is compiled, i.e. on a connection, after the dialect learnt the server.
     """
-    held = sorted(vars(dialect).items())
+    memoized = _MEMOIZED.get(type(dialect))
+    if memoized is None:
+        memoized = _MEMOIZED[type(dialect)] = _memoized_names(type(dialect))
+    held = sorted(item for item in vars(dialect).items() if item[0] not in memoized)
     return (type(dialect), *((name, _plain(value)) for name, value in held))
+
+
+_MEMOIZED: dict[type, frozenset[str]] = {}
+
+
+def _memoized_names(dialect_class: type) -> frozenset[str]:
+    """What SQLAlchemy computes on a dialect's first read and then keeps on it (its memoized
+    properties: ``_supports_statement_cache``, ``_type_memos``...). Each follows from the
+    class and what the dialect holds, so it tells no two dialects apart; but whether it was
+    read yet did: a store opened on a file another store had migrated compiled every
+    statement again (in each forked child that opened its own store, too)."""
+    return frozenset(
+        name
+        for klass in dialect_class.__mro__
+        for name, value in vars(klass).items()
+        if isinstance(value, memoized_property)
+    )
 
 
 def _plain(value: Any) -> Hashable:

@@ -119,3 +119,46 @@ def test_stores_of_two_shapes_and_both_dialects_read_their_own_columns(
                 assert session is not None and session["source"] == "cli"
                 [message] = db.get_messages(LATER_ROOT)
                 assert message["content"] == "hello" and message["api_content"] == "sent"
+
+
+def _token_work(db: SessionDB) -> None:
+    """Every statement of the token path: totals, the main and auxiliary per-model rows,
+    and the bare session a usage reported first creates."""
+    db.update_token_counts("a", input_tokens=1, model="m", source="cli")
+    db.update_token_counts("a", input_tokens=2, model="m", task="voice_chat")
+    db.update_token_counts("a", output_tokens=3, absolute=True)
+    db.record_auxiliary_usage("b", "title", input_tokens=4)
+
+
+def test_a_second_store_compiles_none_of_the_token_statements_again(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The per-model usage statements were cached on each store's own dialect object, so
+    every store opened built and compiled them again (and the cache kept them all)."""
+    compiled = _counting_compiles(monkeypatch)
+    with SessionDB(store_url) as first:
+        _token_work(first)
+    assert compiled, "the first store compiles the token statements"
+    compiled.clear()
+    with SessionDB(store_url) as second:
+        _token_work(second)
+        usage = second.get_model_usage("a") + second.get_model_usage("b")
+    assert compiled == []
+    assert sorted((row["task"], row["input_tokens"]) for row in usage) == [
+        ("", 2), ("title", 8), ("voice_chat", 4)
+    ]
+
+
+def test_what_sqlalchemy_keeps_on_a_dialect_after_first_use_never_splits_its_key(
+    tmp_path: Path,
+) -> None:
+    """SQLAlchemy memoizes some properties on the dialect at their first read (the first
+    statement it runs): they must not make a used dialect's key differ from a fresh one's."""
+    engine = _connected(f"sqlite:///{tmp_path / 'a.db'}")
+    fresh = dialect_key(engine.dialect)
+    kept = set(vars(engine.dialect))
+    with engine.connect() as conn:
+        conn.execute(sa.select(sa.literal(1))).scalar()
+    assert set(vars(engine.dialect)) - kept, "SQLAlchemy kept nothing more (the test is moot)"
+    assert dialect_key(engine.dialect) == fresh
+    engine.dispose()
