@@ -1,9 +1,10 @@
 """How long a forked child waits to write beside a busy parent, and how often it is overtaken.
 
-The parent runs ``tests/support/forklib.py``'s busy threads (three writers, three readers) on a
-SQLite store; a pool forks children two at a time, half opening their own ``SessionDB`` and half
-using the one they inherited, and each makes four writes. Printed, per kind of child: the time
-of the four writes and the part of it spent in the writers' queue (ms, mean per child); for the
+The parent runs ``tests/support/forklib.py``'s busy threads (three writers, three readers,
+calling without rest) on a SQLite store; a pool forks children two at a time, half opening their
+own ``SessionDB`` and half using the one they inherited, and each makes four writes. Printed, per
+kind of child: the time of the four writes and the part of it spent in the writers' queue (ms,
+mean per child); for the
 parent: how long it held the queue's lock per write; and, over every wait of a child, how many
 parent holds began during that wait (the lock taken by the parent while the child waited: with
 a fair hand-over 0, or 1 when the parent was already between the gate and the lock).
@@ -93,7 +94,7 @@ def main() -> None:
     forklib.prepare(url)
     db = SessionDB(url=url)
     forklib.set_parent(db, url)
-    busy = forklib.BusyThreads(db).start()
+    busy = forklib.BusyThreads(db, pause_s=0).start()  # the parent writes without rest
     pool = multiprocessing.get_context("fork").Pool(2, maxtasksperchild=1)
     jobs = [(("own", "inherited")[n % 2], n, url) for n in range(forks)]
     results = pool.map(child, jobs, chunksize=1)

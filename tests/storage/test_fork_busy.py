@@ -52,6 +52,7 @@ def _fork_pool_while_busy(url: str, forks: int, workers: int = 2) -> None:
     forklib.set_parent(db, url)
     busy = forklib.BusyThreads(db).start()
     child_texts: set[str] = set()
+    inside_at_forks: list[int] = []
     pool = multiprocessing.get_context("fork").Pool(workers, maxtasksperchild=1)
     jobs = _jobs(forks)
     try:
@@ -60,7 +61,8 @@ def _fork_pool_while_busy(url: str, forks: int, workers: int = 2) -> None:
             batches = results.get(timeout=60 + forks * 2)
         except multiprocessing.TimeoutError:
             pytest.fail(f"forked children hung ({forks} forks asked for)")
-        for batch in batches:
+        for inside, batch in batches:
+            inside_at_forks.append(inside)
             child_texts.update(batch)
         pool.close()
         # Every worker must also *exit*; Pool.join has no timeout, so it runs in a thread.
@@ -75,6 +77,8 @@ def _fork_pool_while_busy(url: str, forks: int, workers: int = 2) -> None:
         forklib.set_parent(None, "")
     assert not busy.errors, busy.errors
     assert busy.calls > 0
+    # Every fork was made with the parent's threads inside store calls (as its child saw it).
+    assert len(inside_at_forks) == forks and min(inside_at_forks) > 0, inside_at_forks
     assert len(child_texts) == 2 * sum(1 for kind, _ in jobs if kind != "idle")
     forklib.check_store(url, busy, child_texts)
 
@@ -114,6 +118,8 @@ def test_children_that_exit_as_programs_do(store_url: str, forks: int) -> None:
     report = json.loads(result.stdout.splitlines()[-1])
     assert report["failed"] == [] and report["errors"] == [], report
     assert report["forks"] == forks and report["parent_calls"] > 0
+    inside_at_forks = report["inside_at_forks"]
+    assert len(inside_at_forks) == forks and min(inside_at_forks) > 0, inside_at_forks
 
 
 # -- the fork's wait ------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import sys
 import threading
 import time
@@ -38,20 +39,44 @@ def prepare(url: str) -> None:
             )
 
 
+PAUSE_S = 0.05
+"""How long a busy thread rests between two calls while no fork is being made. Calling
+without rest, the three readers spun a core for the whole test: 26 of the 32 CPU s of 250
+forks, while the forks need them only at the moment of each fork. Writes still go on
+between forks, beside the children's."""
+
+WINDOW_CALLS = 6
+"""A fork lets up to this many calls (a random number) end after every thread is inside one:
+so the threads are caught at different points of their calls, not all at the start."""
+
+
 class BusyThreads:
-    """One thread per store call, each calling it again and again until :meth:`stop`.
+    """One thread per store call, each calling it again and again until :meth:`stop`, and
+    every one of them inside a call whenever the process forks.
+
+    Between forks a thread rests :data:`PAUSE_S` after each call. A fork (``os.fork``, and so
+    a ``fork`` pool's) first runs this module's hook, before the package's own: it wakes the
+    threads, waits until every one of them is inside a call and a few calls more have ended
+    (:data:`WINDOW_CALLS`), and lets the fork go on; the threads rest again once it is made.
+    ``in_call`` counts the threads inside a call; a child reads the count its fork copied
+    (:func:`inside_at_fork`), so a test sees, fork by fork, that the threads were there.
 
     What each acknowledged (the call returned) is kept, so the test can check, at the end,
     that every acknowledged write is in the store; any error is kept too.
     """
 
-    def __init__(self, db: SessionDB) -> None:
+    def __init__(self, db: SessionDB, *, pause_s: float = PAUSE_S) -> None:
         self.db = db
+        self.pause_s = pause_s
         self.appended: list[str] = []
         self.token_updates = 0
         self.errors: list[BaseException] = []
         self.calls = 0
+        self.in_call = 0
+        self._running = 0
+        self._changed = threading.Condition()
         self._stop = threading.Event()
+        self._forking = threading.Event()
         work: dict[str, Callable[[int], None]] = {
             "append": self._append,
             "append-batch": self._append_batch,
@@ -81,25 +106,107 @@ class BusyThreads:
 
     def _run(self, fn: Callable[[int], None]) -> None:
         n = 0
-        while not self._stop.is_set():
-            try:
-                fn(n)
-            except BaseException as exc:
-                self.errors.append(exc)
-                return
-            n += 1
-            self.calls += 1
+        try:
+            while not self._stop.is_set():
+                with self._changed:
+                    self.in_call += 1
+                    self._changed.notify_all()
+                try:
+                    fn(n)
+                except BaseException as exc:
+                    self.errors.append(exc)
+                    return
+                finally:
+                    with self._changed:
+                        self.in_call -= 1
+                        self.calls += 1
+                        self._changed.notify_all()
+                n += 1
+                if self.pause_s and not self._forking.is_set():
+                    self._forking.wait(self.pause_s)
+        finally:
+            with self._changed:
+                self._running -= 1
+                self._changed.notify_all()
 
     def start(self) -> BusyThreads:
+        global _ACTIVE
+        _install_hooks()
+        self._running = len(self._threads)
+        _ACTIVE = self
         for thread in self._threads:
             thread.start()
         return self
 
     def stop(self) -> None:
+        global _ACTIVE
+        _ACTIVE = None
         self._stop.set()
+        self._forking.set()  # no thread rests any more
         for thread in self._threads:
             thread.join(120)
             assert not thread.is_alive(), f"{thread.name} never finished its call"
+
+    def _before_fork(self) -> None:
+        """In the forking thread: wake the threads and wait for them to be inside calls."""
+        self._forking.set()
+        more = random.randint(0, WINDOW_CALLS)
+        with self._changed:
+            start = self.calls
+            self._changed.wait_for(
+                lambda: self.in_call >= self._running and self.calls - start >= more,
+                timeout=WINDOW_WAIT_S,
+            )
+
+    def _after_fork_in_parent(self) -> None:
+        if not self._stop.is_set():
+            self._forking.clear()
+
+
+WINDOW_WAIT_S = 30.0
+"""Longest a fork waits for the threads to be inside calls (a thread that never comes back
+from a call must not hang the fork: the child's count then shows it)."""
+
+_ACTIVE: BusyThreads | None = None
+"""The busy threads of this process, if any: what the at-fork hooks act on."""
+_inside_at_fork = -1
+_hooks_installed = False
+
+
+def _install_hooks() -> None:
+    """Once per process, after the package's own hook (a store exists already), so that
+    ours runs first before a fork (``os.register_at_fork`` runs those in reverse order)."""
+    global _hooks_installed
+    if not _hooks_installed:
+        os.register_at_fork(
+            before=_hook_before_fork,
+            after_in_parent=_hook_after_fork_in_parent,
+            after_in_child=_hook_after_fork_in_child,
+        )
+        _hooks_installed = True
+
+
+def _hook_before_fork() -> None:
+    if _ACTIVE is not None:
+        _ACTIVE._before_fork()
+
+
+def _hook_after_fork_in_parent() -> None:
+    if _ACTIVE is not None:
+        _ACTIVE._after_fork_in_parent()
+
+
+def _hook_after_fork_in_child() -> None:
+    # Read without the lock (a parent thread may have held it): the count as the fork copied it.
+    global _ACTIVE, _inside_at_fork
+    _inside_at_fork = _ACTIVE.in_call if _ACTIVE is not None else -1
+    _ACTIVE = None  # its threads do not exist here
+
+
+def inside_at_fork() -> int:
+    """In a forked child: how many of the parent's busy threads were inside a store call at
+    the fork (-1: the parent had none running)."""
+    return _inside_at_fork
 
 
 def check_store(url: str, busy: BusyThreads, child_texts: set[str]) -> None:
@@ -132,9 +239,15 @@ def set_parent(db: SessionDB | None, url: str) -> None:
     _INHERITED, _URL = db, url
 
 
-def child_task(job: tuple[str, int]) -> list[str]:
+def child_task(job: tuple[str, int]) -> tuple[int, list[str]]:
     """Run in a forked worker: ``idle`` touches no store; ``own`` opens its own store,
-    writes and reads; ``inherited`` writes and reads through the store it inherited."""
+    writes and reads; ``inherited`` writes and reads through the store it inherited.
+    Returns how many busy threads of the parent were inside a call at this worker's fork,
+    and the texts written."""
+    return inside_at_fork(), _child_writes(job)
+
+
+def _child_writes(job: tuple[str, int]) -> list[str]:
     kind, number = job
     if kind == "idle":
         return []
@@ -167,6 +280,7 @@ def _program(url: str, forks: int) -> dict[str, Any]:
     busy = BusyThreads(db).start()
     failed: list[str] = []
     texts: set[str] = set()
+    inside_at_forks: list[int] = []
     for number in range(forks):
         kind = ("idle", "own", "inherited")[number % 3]
         out_r, out_w = os.pipe()
@@ -174,11 +288,11 @@ def _program(url: str, forks: int) -> dict[str, Any]:
         if pid == 0:  # the child ends as a program does: SystemExit, finalizers, GC
             os.close(out_r)
             try:
-                written = child_task((kind, number))
+                inside, written = child_task((kind, number))
             except BaseException as exc:
                 os.write(out_w, json.dumps({"error": repr(exc)}).encode())
                 raise SystemExit(1) from None
-            os.write(out_w, json.dumps({"texts": written}).encode())
+            os.write(out_w, json.dumps({"texts": written, "inside": inside}).encode())
             raise SystemExit(0)
         os.close(out_w)
         deadline = time.monotonic() + 60
@@ -199,13 +313,14 @@ def _program(url: str, forks: int) -> dict[str, Any]:
             failed.append(f"{kind} child {number}: {json.loads(report)['error']}")
         elif report:
             texts.update(json.loads(report)["texts"])
+            inside_at_forks.append(json.loads(report)["inside"])
         if done and os.waitstatus_to_exitcode(status) != 0:
             failed.append(f"{kind} child {number} exited with {os.waitstatus_to_exitcode(status)}")
     busy.stop()
     db.close()
     check_store(url, busy, texts)
     return {"failed": failed, "forks": forks, "errors": [repr(e) for e in busy.errors],
-            "parent_calls": busy.calls}
+            "parent_calls": busy.calls, "inside_at_forks": inside_at_forks}
 
 
 if __name__ == "__main__":
