@@ -1,8 +1,9 @@
 """A new store is the chain's own result, replayed.
 
 Why: building a store on an empty SQLite file runs every revision of the chain (41 of them),
-about 0.26 CPU s, each time a program opens a new file, and the test suite opens thousands.
-The result is the same every time, save the file's own identity.
+about 0.26 CPU s, each time a program opens a new file: an agent's own test suite (Hermes's
+included, run on this drop-in) opens one per test. The result is the same every time, save
+the file's own identity.
 
 How: the first time in a process that a blank database (no schema object at all) is upgraded
 to head, the real chain runs, as it always did, and then, in the same transaction, the
