@@ -1799,15 +1799,29 @@ class AsyncSessionDB:
         self,
         session_id: str,
         include_compacted: bool = False,
+        include_inactive: bool | None = None,
     ) -> dict[str, Any] | None:
-        return await self._read(lambda db: db.export_session(session_id, include_compacted))
+        return await self._read(
+            lambda db: db.export_session(
+                session_id,
+                include_compacted,
+                include_inactive,
+            )
+        )
 
     async def export_all(
         self,
         source: SourceFilter = None,
         include_compacted: bool = False,
+        include_inactive: bool | None = None,
     ) -> list[dict[str, Any]]:
-        return await self._read(lambda db: db.export_all(source, include_compacted))
+        return await self._read(
+            lambda db: db.export_all(
+                source,
+                include_compacted,
+                include_inactive,
+            )
+        )
 
     async def get_compression_lineage(self, session_id: str) -> list[str]:
         return await self._read(lambda db: db.get_compression_lineage(session_id))
@@ -1816,8 +1830,15 @@ class AsyncSessionDB:
         self,
         session_id: str,
         include_compacted: bool = False,
+        include_inactive: bool | None = None,
     ) -> dict[str, Any] | None:
-        return await self._read(lambda db: db.export_session_lineage(session_id, include_compacted))
+        return await self._read(
+            lambda db: db.export_session_lineage(
+                session_id,
+                include_compacted,
+                include_inactive,
+            )
+        )
 
     async def import_sessions(self, sessions: list[dict[str, Any]]) -> dict[str, Any]:
         return await self._write(lambda db: db.import_sessions(sessions))

@@ -2010,35 +2010,52 @@ class SessionDB:
     # -- export -----------------------------------------------------------------------------
     @reads
     def export_session(
-        self, session_id: str, include_compacted: bool = False
+        self,
+        session_id: str,
+        include_compacted: bool = False,
+        include_inactive: bool | None = None,
     ) -> dict[str, Any] | None:
         """A session with its messages: every row, rewound and compaction-archived ones
         included (what :meth:`import_sessions` restores as they were). iot 0.22.2's
         ``include_compacted``: the display history instead (``get_messages(...,
         include_compacted=True)``), for a reader, not for an import. Decision: without it iot
-        exports only the live rows; ours keeps every row, as before, so a backup loses none."""
+        exports only the live rows; ours keeps every row, as before, so a backup loses none.
+        iot 0.22.2's ``include_inactive``: ``True`` every row (with ``include_compacted``, the
+        display history with the rewound rows), ``False`` asked for by name the live rows
+        only, as iot's default; not given, ours above."""
         session = self.get_session(session_id)
         if session is None:
             return None
-        return {**session, "messages": self._exported_messages(session_id, include_compacted)}
+        return {
+            **session,
+            "messages": self._exported_messages(session_id, include_compacted, include_inactive),
+        }
 
-    def _exported_messages(self, session_id: str, include_compacted: bool) -> list[dict[str, Any]]:
+    def _exported_messages(
+        self, session_id: str, include_compacted: bool, include_inactive: bool | None
+    ) -> list[dict[str, Any]]:
+        inactive = _export_inactive(include_inactive)
         if validation.flag(include_compacted, "include_compacted"):
-            return self.get_messages(session_id, include_compacted=True)
-        return self.get_messages(session_id, include_inactive=True)
+            return self.get_messages(
+                session_id, include_inactive=inactive is True, include_compacted=True
+            )
+        return self.get_messages(session_id, include_inactive=inactive is not False)
 
     @reads
     def export_all(
-        self, source: SourceFilter = None, include_compacted: bool = False
+        self,
+        source: SourceFilter = None,
+        include_compacted: bool = False,
+        include_inactive: bool | None = None,
     ) -> list[dict[str, Any]]:
         """Every session (of ``source``) as :meth:`export_session` gives it."""
         validation.flag(include_compacted, "include_compacted")
+        _export_inactive(include_inactive)
         exported = []
         for record in self._repo.search_sessions(source, limit=2**62, offset=0):
             session = record.to_dict()
-            exported.append(
-                {**session, "messages": self._exported_messages(record.id, include_compacted)}
-            )
+            messages = self._exported_messages(record.id, include_compacted, include_inactive)
+            exported.append({**session, "messages": messages})
         return exported
 
     @reads
@@ -2049,17 +2066,23 @@ class SessionDB:
 
     @reads
     def export_session_lineage(
-        self, session_id: str, include_compacted: bool = False
+        self,
+        session_id: str,
+        include_compacted: bool = False,
+        include_inactive: bool | None = None,
     ) -> dict[str, Any] | None:
         """A compression lineage exported as one logical session (Hermes 0.18.1): the tip's
         export, with ``segments`` (each session's export, oldest first, ``include_compacted``
-        as in :meth:`export_session`), ``lineage_session_ids``, every segment's ``messages``
-        in order and their count in ``message_count``; None for an unknown session."""
+        as in :meth:`export_session`, and ``include_inactive``), ``lineage_session_ids``,
+        every segment's ``messages`` in order and their count in ``message_count``; None for
+        an unknown session."""
         validation.flag(include_compacted, "include_compacted")
+        _export_inactive(include_inactive)
         segments = [
             exported
             for one in self.get_compression_lineage(session_id)
-            if (exported := self.export_session(one, include_compacted)) is not None
+            if (exported := self.export_session(one, include_compacted, include_inactive))
+            is not None
         ]
         if not segments:
             return None
@@ -2272,3 +2295,10 @@ def _as_list(value: Sequence[str] | str | None) -> list[str] | None:
     if isinstance(value, str):
         return [value]
     return [item for item in value if isinstance(item, str)]
+
+
+def _export_inactive(include_inactive: bool | None) -> bool | None:
+    """An export's ``include_inactive``: None (not given), or a ``bool``."""
+    if include_inactive is None:
+        return None
+    return validation.flag(include_inactive, "include_inactive")
