@@ -1839,6 +1839,22 @@ class AsyncSessionRepository:
     async def logical_size_bytes(self) -> int | None:
         return await self._read(lambda repo: repo.logical_size_bytes())
 
+    async def reclaimable_fraction(self) -> float | None:
+        return await self._read(lambda repo: repo.reclaimable_fraction())
+
+    async def purge_stale_tool_call_markers(
+        self,
+        *,
+        dry_run: bool = False,
+        backup: bool = True,
+    ) -> dict[str, Any]:
+        return await self._write(
+            lambda repo: repo.purge_stale_tool_call_markers(
+                dry_run=dry_run,
+                backup=backup,
+            )
+        )
+
     async def vacuum(self) -> int:
         return await self._write(lambda repo: repo.vacuum())
 

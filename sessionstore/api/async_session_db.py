@@ -1971,6 +1971,8 @@ class AsyncSessionDB:
         min_interval_hours: int = 24,
         vacuum: bool = True,
         sessions_dir: str | os.PathLike[str] | None = None,
+        min_vacuum_interval_days: int | None = None,
+        min_vacuum_freelist_ratio: float | None = None,
     ) -> dict[str, Any]:
         return await self._write(
             lambda db: db.maybe_auto_prune_and_vacuum(
@@ -1978,6 +1980,21 @@ class AsyncSessionDB:
                 min_interval_hours,
                 vacuum,
                 sessions_dir,
+                min_vacuum_interval_days,
+                min_vacuum_freelist_ratio,
+            )
+        )
+
+    async def purge_stale_tool_call_markers(
+        self,
+        *,
+        dry_run: bool = False,
+        backup: bool = True,
+    ) -> dict[str, Any]:
+        return await self._write(
+            lambda db: db.purge_stale_tool_call_markers(
+                dry_run=dry_run,
+                backup=backup,
             )
         )
 

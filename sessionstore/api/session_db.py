@@ -2258,17 +2258,40 @@ class SessionDB:
         min_interval_hours: int = 24,
         vacuum: bool = True,
         sessions_dir: str | os.PathLike[str] | None = None,
+        min_vacuum_interval_days: int | None = None,
+        min_vacuum_freelist_ratio: float | None = None,
     ) -> dict[str, Any]:
         """Start-up housekeeping at most every ``min_interval_hours`` (``state_meta``
-        ``last_auto_prune``): prune sessions older than ``retention_days``, vacuum if any
-        went. Never raises; ``{skipped, pruned, vacuumed}`` (and ``error`` on failure)."""
+        ``last_auto_prune``): prune sessions older than ``retention_days``, then VACUUM if any
+        went and, when given, iot 0.22.2's gates hold: the last VACUUM (``last_vacuum``) is
+        ``min_vacuum_interval_days`` old; more than ``min_vacuum_freelist_ratio`` of the store
+        is free (the fraction read is ``freelist_ratio``; PostgreSQL has none and goes by
+        time). Decision: None (the default) is Hermes 0.19.0's ungated VACUUM, not iot's 30
+        days and 0.25 (``sessions.maintenance.IOT_VACUUM_*``): the drop-in serves both, and
+        a 0.19.0 caller's VACUUM must not silently stop. Never raises; ``{skipped, pruned,
+        vacuumed}`` (and ``error`` on failure). iot's ``closed`` (its sweep of orphaned
+        gateway sessions) is not done here."""
         return auto_prune_and_vacuum(
             self,
             retention_days=retention_days,
             min_interval_hours=min_interval_hours,
             vacuum=vacuum,
             sessions_dir=sessions_dir,
+            min_vacuum_interval_days=min_vacuum_interval_days,
+            min_vacuum_freelist_ratio=min_vacuum_freelist_ratio,
+            reclaimable=self._repo.reclaimable_fraction,
         )
+
+    @writes
+    def purge_stale_tool_call_markers(
+        self, *, dry_run: bool = False, backup: bool = True
+    ) -> dict[str, Any]:
+        """Clear the bare tool-call markers (``"[memory]"``) older Hermes builds stored as the
+        text of assistant rows with tool calls (iot 0.22.2, #78148):
+        ``{"dry_run", "rows_affected", "row_ids", "backup_path"}``; ``backup`` copies a SQLite
+        file beside it first (SQLite's backup API), none on PostgreSQL
+        (:meth:`SessionRepository.purge_stale_tool_call_markers`)."""
+        return self._repo.purge_stale_tool_call_markers(dry_run=dry_run, backup=backup)
 
 
     @writes

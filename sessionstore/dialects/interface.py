@@ -307,6 +307,12 @@ class StoreDialect(Protocol):
         * page_size``, free pages included, as iot 0.22.2 reports it; PostgreSQL: the tables
         of the store's schema with their indexes and TOAST), read on ``conn``."""
 
+    def reclaimable_fraction(self, conn: Connection) -> float | None:
+        """The share of the store a ``vacuum`` would give back, read on ``conn`` (SQLite:
+        ``freelist_count / page_count``, iot 0.22.2's gate on its automatic VACUUM); None
+        where the database gives no such figure cheaply (PostgreSQL, whose plain VACUUM needs
+        no gate: it blocks nobody)."""
+
     def json_list_sql(self, param: str) -> str:
         """SQL for a parenthesised subquery of the text values of the JSON-array parameter
         ``param`` (bind it with :func:`json_list`): one bound parameter however long the list,

@@ -462,6 +462,9 @@ class PostgreSQLDialect:
     def integrity_problems(self, conn: Connection) -> list[str] | None:
         return None  # PostgreSQL checks its own pages
 
+    def reclaimable_fraction(self, conn: Connection) -> float | None:
+        return None  # dead tuples are no free-page count; plain VACUUM blocks nobody anyway
+
     def logical_size_bytes(self, conn: Connection) -> int:
         # The store's own schema, not pg_database_size(): the database may hold other
         # schemas (other stores, other programs' tables) that are not this store's size.

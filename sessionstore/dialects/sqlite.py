@@ -435,6 +435,11 @@ class SQLiteDialect:
         driver = cast(sqlite3.Connection, conn.connection.driver_connection)
         return page_problems(driver, "integrity_check")
 
+    def reclaimable_fraction(self, conn: Connection) -> float | None:
+        pages = int(conn.exec_driver_sql("PRAGMA page_count").scalar_one())
+        free = int(conn.exec_driver_sql("PRAGMA freelist_count").scalar_one())
+        return free / pages if pages > 0 else 0.0
+
     def logical_size_bytes(self, conn: Connection) -> int:
         # The pages the main file holds once the WAL is checkpointed in: a stat() of the file
         # misses what still sits in -wal (and never opens the file behind SQLite's back).

@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import time
 from collections.abc import Callable
 from typing import Any, Final, Protocol
@@ -88,6 +89,13 @@ from .shared import RepositoryPart
 logger = logging.getLogger(__name__)
 
 LAST_AUTO_PRUNE_KEY = "last_auto_prune"
+LAST_VACUUM_KEY: Final = "last_vacuum"
+"""When the automatic maintenance last ran VACUUM (iot 0.22.2's ``state_meta`` key)."""
+IOT_VACUUM_INTERVAL_DAYS: Final = 30
+IOT_VACUUM_FREELIST_RATIO: Final = 0.25
+"""iot 0.22.2's defaults of its automatic VACUUM gates (``AUTO_VACUUM_MIN_FREELIST_RATIO``):
+a caller that wants iot's behaviour passes them (``auto_prune_and_vacuum`` gates nothing
+by default)."""
 SECONDS_PER_HOUR = 3600
 ORPHANED_COMPRESSION_END_REASON = "orphaned_compression"
 ORPHAN_AGE_S = 7 * 86_400.0
@@ -218,6 +226,71 @@ class MaintenancePart(RepositoryPart):
         except Exception as exc:  # a report, never a failure (iot logs and answers None)
             logger.debug("could not read the store's logical size: %s", exc)
             return None
+
+    @reads
+    def reclaimable_fraction(self) -> float | None:
+        """The share of the store a VACUUM would give back (SQLite: free pages over all
+        pages); None where the database has no such figure or it cannot be read (iot 0.22.2's
+        ``_freelist_ratio``: the automatic VACUUM then goes by its time gate alone)."""
+        try:
+            return self.store.read(self.store.dialect.reclaimable_fraction)
+        except Exception as exc:  # a gate's input, never a failure of the run
+            logger.debug("could not read the reclaimable fraction: %s", exc)
+            return None
+
+    @writes
+    def purge_stale_tool_call_markers(
+        self, *, dry_run: bool = False, backup: bool = True
+    ) -> dict[str, Any]:
+        """Clear the bare tool-call marker text (``"[memory]"``) older Hermes builds left as
+        the content of assistant rows with tool calls (iot 0.22.2, #78148: its replay blanks
+        them in memory; this stops the re-scan). Only ``content`` changes (to ``''``; the row's
+        display identity is dropped as Hermes's trigger drops it, to be recomputed on read).
+
+        ``{"dry_run", "rows_affected", "row_ids", "backup_path"}``. ``dry_run`` only finds.
+        ``backup``: a copy of the SQLite file beside it first
+        (``<file>.pre-clean-markers-backup-<stamp>``, through SQLite's backup API where iot
+        uses ``VACUUM INTO``), none when nothing changes; PostgreSQL and in-memory stores take
+        no copy (``backup_path`` None: a server's backup is its dump tool's). The rows are
+        found again in the write's own transaction, so a row edited meanwhile is left alone."""
+        if not dry_run and self.store.read_only:
+            raise ReadOnlyStoreError("this session store was opened read-only")
+        found = self.store.read(_stale_marker_rows)
+        if dry_run or not found:
+            return _marker_result(dry_run, found, None)
+        backup_path = self._marker_backup() if backup else None
+
+        def run(conn: Connection) -> list[int]:
+            ids = _stale_marker_rows(conn)
+            if ids:
+                conn.execute(
+                    update(messages)
+                    .where(messages.c.id.in_(ids))
+                    .values(content="", display_identity=None, display_order=None)
+                )
+            return ids
+
+        cleared = self.store.write(run)
+        if cleared:
+            logger.info("cleared %d stale tool-call marker row(s) (#78148)", len(cleared))
+        return _marker_result(dry_run, cleared, backup_path)
+
+    def _marker_backup(self) -> str | None:
+        from ..storage.backups import numbered_names, write_copy  # on first use
+
+        url = self.store.url
+        dialect = self.store.dialect
+        path = dialect.database_file(url)
+        if path is None:
+            return None
+        stamp = time.strftime("%Y%m%d_%H%M%S", time.localtime(self.clock()))
+        copy = write_copy(
+            path,
+            lambda destination: dialect.copy_database(url, destination),
+            numbered_names(path, f".pre-clean-markers-backup-{stamp}"),
+        )
+        logger.info("backed the store up to %s before clearing stale markers", copy)
+        return str(copy)
 
     @writes
     def vacuum(self) -> int:
@@ -365,6 +438,15 @@ def unarchive_swept_lineage(conn: Connection, session_id: str) -> bool:
     return restored > 0
 
 
+def _seconds_since(now: float, raw: Any) -> float | None:
+    """The age of a ``state_meta`` time; None when unset or corrupt (no run before), as iot
+    reads ``last_vacuum``."""
+    try:
+        return now - float(raw) if raw else None
+    except (TypeError, ValueError):
+        return None
+
+
 def _recorded_time(raw: Any) -> float:
     """A ``state_meta`` time as iot reads it: ``float(raw or 0.0)``, 0.0 when corrupt."""
     try:
@@ -394,9 +476,23 @@ def auto_prune_and_vacuum(
     min_interval_hours: Any,
     vacuum: Any,
     sessions_dir: Any,
+    min_vacuum_interval_days: Any = None,
+    min_vacuum_freelist_ratio: Any = None,
+    reclaimable: Callable[[], float | None] = lambda: None,
     clock: Callable[[], float] = time.time,
 ) -> dict[str, Any]:
-    """Hermes's ``maybe_auto_prune_and_vacuum`` over ``db``'s own methods (see the module)."""
+    """Hermes's ``maybe_auto_prune_and_vacuum`` over ``db``'s own methods (see the module).
+
+    iot 0.22.2's VACUUM gates, each only when given (None: Hermes 0.19.0's rule, VACUUM after
+    every prune that took rows; decision: the drop-in serves both, and an ungated VACUUM
+    loses nothing, where iot's defaults of 30 days and 0.25 would silently change what a
+    0.19.0 caller gets): after a prune that took rows, VACUUM only when the last one
+    (``state_meta`` ``last_vacuum``, iot's key; unset or corrupt: never) is at least
+    ``min_vacuum_interval_days`` old and more than ``min_vacuum_freelist_ratio`` of the store
+    is free pages (``reclaimable``: ``MaintenancePart.reclaimable_fraction``; None, as on
+    PostgreSQL, passes); the fraction read
+    is in the result as ``freelist_ratio``. A gate value that is no number fails the run into
+    ``error``, as iot's comparison would."""
     result: dict[str, Any] = {"skipped": False, "pruned": 0, "vacuumed": False}
     try:
         last_raw = db.get_meta(LAST_AUTO_PRUNE_KEY)
@@ -412,13 +508,25 @@ def auto_prune_and_vacuum(
         pruned = db.prune_sessions(older_than_days=retention_days, sessions_dir=sessions_dir,
                                    exclude_active_write_guards=True)  # fmt: skip
         result["pruned"] = pruned
-        # VACUUM only when rows went: on a tight store it is wasted I/O.
-        if vacuum and pruned > 0:
-            try:
-                db.vacuum()
-                result["vacuumed"] = True
-            except Exception as exc:
-                logger.warning("session store VACUUM failed: %s", exc)
+        # VACUUM only when rows went, the last one is old enough and enough pages are free:
+        # it rewrites the whole file, which a small prune of a dense store does not repay.
+        vacuum_due = True
+        if min_vacuum_interval_days is not None:
+            since_vacuum = _seconds_since(now, db.get_meta(LAST_VACUUM_KEY))
+            vacuum_due = since_vacuum is None or since_vacuum >= (
+                min_vacuum_interval_days * SECONDS_PER_DAY
+            )
+        if vacuum and pruned > 0 and vacuum_due:
+            ratio = None
+            if min_vacuum_freelist_ratio is not None:
+                result["freelist_ratio"] = ratio = reclaimable()
+            if ratio is None or ratio > min_vacuum_freelist_ratio:
+                try:
+                    db.vacuum()
+                    result["vacuumed"] = True
+                    db.set_meta(LAST_VACUUM_KEY, str(now))
+                except Exception as exc:
+                    logger.warning("session store VACUUM failed: %s", exc)
         # Recorded even when nothing was pruned, so the next start within the interval skips.
         db.set_meta(LAST_AUTO_PRUNE_KEY, str(now))
         if pruned > 0:
@@ -431,3 +539,35 @@ def auto_prune_and_vacuum(
         logger.warning("session store auto-maintenance failed: %s", exc)
         result["error"] = str(exc)
     return result
+
+
+STALE_MARKER = re.compile(r"^\[[A-Za-z_][A-Za-z0-9_.-]*\]$")
+"""A bare tool-call marker older Hermes builds stored as an assistant row's text (iot 0.22.2's
+``_STALE_TOOL_CALL_MARKER_RE``, matched against the stripped text)."""
+
+
+def _stale_marker_rows(conn: Connection) -> list[int]:
+    """The ids of assistant rows with tool calls whose whole text is a marker, in id order.
+    ``LIKE '%[%]%'`` only narrows the scan (a marker holds both brackets); the rule is the
+    pattern's, on Python's ``strip()`` as iot applies it."""
+    rows = conn.execute(
+        select(messages.c.id, messages.c.content)
+        .where(
+            messages.c.role == "assistant",
+            messages.c.tool_calls.is_not(None),
+            messages.c.tool_calls != "",
+            messages.c.content.like("%[%]%"),
+        )
+        .order_by(messages.c.id)
+    )
+    return [
+        int(row_id)
+        for row_id, content in rows
+        if isinstance(content, str) and STALE_MARKER.fullmatch(content.strip())
+    ]
+
+
+def _marker_result(dry_run: bool, ids: list[int], backup_path: str | None) -> dict[str, Any]:
+    return {
+        "dry_run": dry_run, "rows_affected": len(ids), "row_ids": ids, "backup_path": backup_path,
+    }  # fmt: skip
