@@ -1843,6 +1843,21 @@ class AsyncSessionDB:
     async def import_sessions(self, sessions: list[dict[str, Any]]) -> dict[str, Any]:
         return await self._write(lambda db: db.import_sessions(sessions))
 
+    async def adopt_session_lineage_from(
+        self,
+        donor_db: Any,
+        session_id: str,
+        *,
+        retire_donor: bool = True,
+    ) -> dict[str, Any]:
+        return await self._write(
+            lambda db: db.adopt_session_lineage_from(
+                donor_db,
+                session_id,
+                retire_donor=retire_donor,
+            )
+        )
+
     async def resolve_resume_session_id(self, session_id: str) -> str:
         return await self._read(lambda db: db.resolve_resume_session_id(session_id))
 

@@ -23,7 +23,7 @@ from typing import Any
 from sqlalchemy.engine import Engine, make_url
 
 from ..dialects import dialect_for_url
-from ..errors import SchemaOutOfDateError
+from ..errors import SchemaOutOfDateError, UnsupportedValueError
 from ..schema import migrate
 from ..schema.adoption import adoption_backup
 from ..schema.readable import check_readable
@@ -51,6 +51,10 @@ from .conversation import conversation, wire_stripped_keys
 from .rewind_turn import rewind_user_turn
 
 logger = logging.getLogger(__name__)
+
+ADOPTED_END_REASON = "adopted_by_profile"
+"""How iot 0.22.2 ends a donor segment a lineage adoption moved away: not a recoverable end
+reason, so nothing resurrects it."""
 
 
 class SessionDB:
@@ -2100,6 +2104,80 @@ class SessionDB:
         that exist, all or nothing (Hermes 0.19; rules in
         :mod:`sessionstore.sessions.imports`)."""
         return self._repo.import_sessions(sessions)
+
+    @writes
+    def adopt_session_lineage_from(
+        self, donor_db: Any, session_id: str, *, retire_donor: bool = True
+    ) -> dict[str, Any]:
+        """Move a compression lineage here from another store (iot 0.22.2, #93091: a profile
+        bot's sessions stranded in the default profile's file): ``donor_db``'s
+        ``export_session_lineage(session_id, include_inactive=True)`` (every row, archived and
+        rewound ones too), then :meth:`import_sessions` (ids already here skipped: idempotent).
+        With ``retire_donor``, once every segment is here, each donor segment is ended
+        ``adopted_by_profile`` and archived, never deleted; a segment that has more rows in
+        the donor than here (it kept growing after an earlier adoption) retires nothing.
+        Returns ``import_sessions``'s dict with ``adopted`` and ``donor_retired``; an unknown
+        session ``{"ok": False, "adopted": False, "donor_retired": False, "error"}``.
+        ``donor_db`` is any store with iot's methods (ours, or Hermes's own ``SessionDB``).
+
+        Decision: a lineage holding rewound or compaction-archived rows is refused
+        (``UnsupportedValueError``, a ``ValueError``; nothing adopted, the donor untouched):
+        ``import_sessions`` writes every row live, so iot's adoption here would put turns the
+        user undid, or the compressor archived, back into the model's context."""
+        if not callable(getattr(donor_db, "export_session_lineage", None)):
+            raise TypeError(f"donor_db must be a session store, not {type(donor_db).__name__}")
+        payload = donor_db.export_session_lineage(session_id, include_inactive=True)
+        if not payload:
+            return {"ok": False, "adopted": False, "donor_retired": False,
+                    "error": f"session {session_id!r} not found in donor store"}  # fmt: skip
+        segments = payload.get("segments") or [payload]
+        inactive = sum(
+            1 for segment in segments for message in segment.get("messages") or []
+            if message.get("active", 1) in (0, False)
+        )  # fmt: skip
+        if inactive:
+            # import_sessions writes every row live: a rewound or compaction-archived row
+            # would come back into the model's context here. Refused, nothing written.
+            raise UnsupportedValueError(
+                f"session {session_id!r}'s lineage holds {inactive} rewound or archived "
+                "row(s), which this store's import cannot keep inactive yet; nothing was "
+                "adopted"
+            )
+        donor_ahead = any(
+            len(segment.get("messages") or []) > self.count_messages_all(segment["id"])
+            for segment in segments
+            if segment.get("id") and self.get_session(segment["id"]) is not None
+        )
+        if donor_ahead:
+            logger.warning("adoption of %s: the donor holds more rows than this store; "
+                           "the donor will not be retired", session_id)  # fmt: skip
+        result = self.import_sessions([dict(segment) for segment in segments])
+        done = int(result.get("imported") or 0) + int(result.get("skipped") or 0)
+        adopted = bool(result.get("ok", False)) and done == len(segments)
+        donor_retired = False
+        if adopted and retire_donor and not donor_ahead:
+            donor_retired = all(
+                [self._retire_donor_segment(donor_db, segment["id"])
+                 for segment in segments if segment.get("id")]
+            )  # fmt: skip
+        return {**result, "adopted": adopted, "donor_retired": donor_retired}
+
+    def _retire_donor_segment(self, donor_db: Any, segment_id: str) -> bool:
+        """End and archive one adopted donor segment, counts re-read first (it may have grown
+        since the export); False when left alone or when it failed (the adoption stands; a
+        later call retries)."""
+        try:
+            donor_rows = len(donor_db.get_messages(segment_id, include_inactive=True))
+            if donor_rows > self.count_messages_all(segment_id):
+                return False
+            donor_db.reopen_session(segment_id)  # the first end reason wins: re-end it
+            donor_db.end_session(segment_id, ADOPTED_END_REASON)
+            donor_db.set_session_archived(segment_id, True)
+            return True
+        except Exception:
+            logger.warning("could not retire donor segment %s after adoption", segment_id,
+                           exc_info=True)  # fmt: skip
+            return False
 
     # -- Hermes 0.18: listing and lineage, cleanup, maintenance -----------------------------
     @reads
