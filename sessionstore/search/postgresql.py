@@ -225,7 +225,7 @@ _SUBSTRING_SCAN: Final = _SUBSTRING_PAGE.replace("{page}", """
 # only evaluated for candidates and can never become an index scan of its own. The filters,
 # the order and the page then apply to the verified candidates.
 _SUBSTRING_LOOKUP: Final = """WITH candidate AS MATERIALIZED (
-    SELECT m.id, m.session_id, m.role, m.timestamp, m.active, m.compacted,
+    SELECT m.id, m.session_id, m.role, m.timestamp, m.active, m.compacted{shown},
            ({verify}) AS verified
     FROM messages AS m
     WHERE {lookup}
@@ -425,6 +425,7 @@ class PostgreSQLSearchIndex:
             lookup=" OR ".join(lookups),
             verify=" OR ".join(alternatives),
             order=filters.time_order(),
+            shown=", m.display_kind" if filters.shown_only else "",  # what the filters read
         )
         return [
             match_row(

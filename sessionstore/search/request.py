@@ -64,6 +64,9 @@ class SearchFilters:
     searchable_only: bool = False
     """Leave out rewound messages (``active=0, compacted=0``); compaction-archived ones stay
     searchable, as in Hermes (its default ``m.active = 1 OR m.compacted = 1``)."""
+    shown_only: bool = False
+    """Leave out rows ``display_kind = 'hidden'`` (iot 0.22.2: model-facing scaffolding the
+    person never saw), whatever ``searchable_only`` says."""
     started_after: float | None = None
     """iot 0.22.2's ``after_ts``: only sessions started at or after it."""
     started_before: float | None = None
@@ -108,6 +111,8 @@ class SearchFilters:
             clauses.append(f"AND m.role IN {list_sql('roles')}")
         if self.searchable_only:
             clauses.append("AND (m.active = 1 OR m.compacted = 1)")
+        if self.shown_only:
+            clauses.append("AND COALESCE(m.display_kind, '') <> 'hidden'")
         if self.started_after is not None:
             clauses.append("AND s.started_at >= :started_after")
         if self.started_before is not None:
@@ -172,7 +177,8 @@ def filtered_rows(
     # and a text made anew is hashed anew by each cache it is looked up in.
     key = (
         sql_template, conn.dialect.name, filters.sources is None, bool(filters.excluded_sources),
-        filters.roles is None, filters.searchable_only, filters.started_after is None,
+        filters.roles is None, filters.searchable_only, filters.shown_only,
+        filters.started_after is None,
         filters.started_before is None, *fragments.items(),
     )  # fmt: skip
     sql = _FORMATTED.get(key)
@@ -234,6 +240,7 @@ def make_filters(
     role_filter: Iterable[str] | None,
     *,
     searchable_only: bool = False,
+    shown_only: bool = False,
     sort: str | None = None,
     started_after: Any = None,
     started_before: Any = None,
@@ -246,6 +253,7 @@ def make_filters(
         excluded_sources=excluded or (),
         roles=_storable_values(role_filter, "role_filter"),
         searchable_only=searchable_only,
+        shown_only=shown_only,
         sort=sort,
         started_after=_start_bound(started_after, "after_ts"),
         started_before=_start_bound(started_before, "before_ts"),

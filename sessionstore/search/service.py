@@ -45,6 +45,20 @@ def has_message_states(conn: Connection) -> bool:
         columns = dialect_for(conn).column_names(conn, "messages")
         known = {"active", "compacted"} <= columns
         _MESSAGE_STATES[engine] = known
+        _DISPLAY_KINDS[engine] = "display_kind" in columns
+    return known
+
+
+_DISPLAY_KINDS: weakref.WeakKeyDictionary[Engine, bool] = weakref.WeakKeyDictionary()
+
+
+def has_display_kinds(conn: Connection) -> bool:
+    """Whether ``messages`` has iot's ``display_kind`` column (read with
+    :func:`has_message_states`, once per engine)."""
+    known = _DISPLAY_KINDS.get(conn.engine)
+    if known is None:
+        has_message_states(conn)
+        known = _DISPLAY_KINDS.get(conn.engine, False)
     return known
 
 
@@ -103,7 +117,8 @@ def search_messages(
     ``TypeError`` for a query that is not a ``str``, a limit or offset that is not an ``int``,
     and filters that are not lists of ``str`` (see :mod:`.request` for the filter rules).
     Database failures (locked, unreachable) propagate; the caller's store handles them.
-    Rewound messages (``active=0, compacted=0``) are left out unless ``include_inactive``.
+    Rewound messages (``active=0, compacted=0``) are left out unless ``include_inactive``;
+    rows ``display_kind = 'hidden'`` always (iot 0.22.2: scaffolding no one was shown).
     ``sort`` ``'newest'``/``'oldest'`` orders word hits by time instead of relevance
     (substring hits are newest first unless ``'oldest'``); any other value is a ValueError.
     iot 0.22.2's ``after_ts``/``before_ts`` keep hits of sessions started in ``[after_ts,
@@ -163,6 +178,7 @@ def found_rows(
         exclude_sources,
         role_filter,
         searchable_only=not include_inactive and has_message_states(conn),
+        shown_only=has_display_kinds(conn),
         sort=sort,
         started_after=after_ts,
         started_before=before_ts,
