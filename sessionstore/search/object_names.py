@@ -40,8 +40,9 @@ OLD_TRIGRAM_TRIGGERS: Final = (
 )
 
 SUBSTRING_PAGE_INDEX: Final = "ix_messages_substring_page"
-"""A covering index of what a page of substring hits is chosen by (revision 0024, SQLite
-only: PostgreSQL's CJK plan fetches its few candidates by primary key)."""
+"""A covering index of what a page of substring hits is chosen by (revision 0024, with
+``display_kind`` since 0042; SQLite only: PostgreSQL's CJK plan fetches its few candidates by
+primary key)."""
 SUBSTRING_TIME_INDEX: Final = "ix_messages_time"
 """Messages by time (revision 0040, SQLite only): proves a page of substring hits taken in id
 order is the page in time order (:mod:`sessionstore.search.sqlite`)."""

@@ -218,8 +218,9 @@ _BIGRAM_CANDIDATES: Final = f"""
         FROM {names.BIGRAM_TABLE}
         JOIN messages AS m ON m.id = {names.BIGRAM_TABLE}.rowid"""
 # When the tokens answer the query alone (nothing to verify against the text), a page is chosen
-# from the covering index of revision 0024 (order, state, role, session): thousands of
-# candidates' rows are not read for their timestamps. SQLite would take the rowid otherwise.
+# from the covering index of revisions 0024 and 0042 (order, state, role, session, display
+# kind): thousands of candidates' rows are not read for their timestamps or their kind. SQLite
+# would take the rowid otherwise.
 _BIGRAM_CANDIDATES_COVERED: Final = f"""
         FROM {names.BIGRAM_TABLE}
         JOIN messages AS m INDEXED BY {names.SUBSTRING_PAGE_INDEX}
