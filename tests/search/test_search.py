@@ -961,8 +961,11 @@ def test_ascii_rows_are_never_indexed_and_cost_no_glob(sqlite_store: Store) -> N
 
 
 def test_revision_0007_skips_the_index_without_the_trigram_tokenizer(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replays: list[str]
 ) -> None:
+    """(``replays``: the new store must come from the chain under the patched probe, not from
+    a store another test of this process built, and what it builds must not outlive the
+    test: ``sessionstore.schema.new_store``.)"""
     from sessionstore.search import sqlite_ddl
 
     search_ddl = pytest.importorskip("sessionstore._migrations.search_ddl")
@@ -980,6 +983,7 @@ def test_revision_0007_skips_the_index_without_the_trigram_tokenizer(
     url = f"sqlite:///{tmp_path}/state.db"
     migrate.upgrade(url)
     assert migrate.current(url) == migrate.HEAD_REVISION
+    assert replays == []
     with Store.open(url) as store:
         tables = sqlite_names(store, "table")
         assert not {
