@@ -79,6 +79,8 @@ class _Prepared(NamedTuple):
     row: dict[str, Any]
     parent_id: str
     batch: list[NewMessage]
+    states: list[tuple[int, int]]
+    """Each message's ``(active, compacted)``, as the payload says (live when it says nothing)."""
 
 
 class ImportProblem(ValueError):
@@ -152,7 +154,9 @@ class ImportsPart(MessagesPart):
         for name in ("estimated_cost_usd", "actual_cost_usd"):
             row[name] = _float_or_none(raw.get(name))
         row["archived"] = 1 if raw.get("archived") else 0
-        return _Prepared(row, parent_id, self._prepare_import_messages(raw.get("messages") or []))
+        batch = raw.get("messages") or []
+        return _Prepared(row, parent_id, self._prepare_import_messages(batch),
+                         _message_states(batch))
 
     def _prepare_import_messages(self, batch: Sequence[Mapping[str, Any]]) -> list[NewMessage]:
         """Hermes's ``_insert_message_rows`` rules: reasoning only on assistant messages,
@@ -223,13 +227,17 @@ def _import(
         key = store_prompt(dialect, conn, one.row["system_prompt"])
         conn.execute(insert(sessions).values({**one.row, "system_prompt_hash": key}))
         rows = message_rows(session_id, one.batch, time.time())
+        for row, (active, compacted) in zip(rows, one.states, strict=True):
+            row["active"], row["compacted"] = active, compacted
         if rows:
             conn.execute(insert(messages), rows)
+        states = zip(one.batch, one.states, strict=True)
+        live = [message for message, (active, _) in states if active]
         conn.execute(
             update(sessions)
             .where(sessions.c.id == session_id)
-            .values(message_count=len(rows),
-                    tool_call_count=sum(message.tool_call_total for message in one.batch))
+            .values(message_count=len(live),
+                    tool_call_count=sum(message.tool_call_total for message in live))
         )  # fmt: skip
         if one.parent_id:
             parents[session_id] = one.parent_id
@@ -273,6 +281,30 @@ def _import(
         "skipped_ids": skipped,
         "errors": [],
     }
+
+
+def _message_states(batch: Sequence[Mapping[str, Any]]) -> list[tuple[int, int]]:
+    """Each message's ``(active, compacted)`` as the payload gives it.
+
+    Hermes's import writes every row live: its export holds the live rows only. Ours holds
+    every row unless asked otherwise (a backup loses nothing), so a rewound row (``active`` 0)
+    or a compaction-archived one (``compacted`` 1) is written back as it was: imported live,
+    an undone turn would come back into the model's context. A message that says nothing
+    (iot's export, an older one) is live, as in Hermes. The session's counters count the live
+    rows, as after a rewind (``sessions.rewind``)."""
+    return [
+        (_state_flag(message.get("active"), 1, f"messages[{position}].active"),
+         _state_flag(message.get("compacted"), 0, f"messages[{position}].compacted"))
+        for position, message in enumerate(batch)
+    ]  # fmt: skip
+
+
+def _state_flag(value: Any, default: int, field: str) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
+        return int(value)
+    raise ImportProblem(f"{field} must be 0 or 1")
 
 
 def _problem(index: int, session_id: str, error: str) -> dict[str, Any]:
