@@ -692,7 +692,8 @@ class PostgreSQLDialect:
         return None
 
     def replay_new_store(self, conn: Connection, image: StoreImage) -> None:
-        raise NotImplementedError("PostgreSQL stores are built by the migration chain")
+        # Unreachable: blank_store_key never gives a key here, so no image is ever kept.
+        raise ValueError("a PostgreSQL store is built by the migration chain, never replayed")
 
     def vacuum(self, conn: Connection, tables: Collection[str]) -> None:
         # Plain VACUUM, not VACUUM FULL: FULL would rewrite each table under an ACCESS

@@ -5,7 +5,6 @@ nothing of a row's state (Hermes's export, live rows only) is imported live, as 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,16 +13,8 @@ from sessionstore.api.session_db import SessionDB
 
 
 @pytest.fixture
-def db(store_url: str) -> Iterator[SessionDB]:
-    database = SessionDB(url=store_url)
-    database.create_session("s", "cli")
-    for text in ("one", "two", "three"):
-        database.append_message("s", "user", text)
-        database.append_message("s", "assistant", f"re {text}")
-    second = [m["id"] for m in database.get_messages("s")][2]
-    database.rewind_to_message("s", second)  # "two" and what follows are undone
-    yield database
-    database.close()
+def db(rewound_db: SessionDB) -> SessionDB:
+    return rewound_db  # "two" and what follows are undone (tests/api/conftest.py)
 
 
 def states(db: SessionDB) -> list[tuple[str, int, int]]:
