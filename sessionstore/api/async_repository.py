@@ -317,6 +317,28 @@ class AsyncSessionRepository:
     async def get_model_usage(self, session_id: str | None = None) -> list[dict[str, Any]]:
         return await self._read(lambda repo: repo.get_model_usage(session_id))
 
+    async def get_dominant_session_model_route(self, session_id: str) -> dict[str, Any] | None:
+        return await self._read(lambda repo: repo.get_dominant_session_model_route(session_id))
+
+    async def get_recent_session_model_route(self, session_id: str) -> dict[str, Any] | None:
+        return await self._read(lambda repo: repo.get_recent_session_model_route(session_id))
+
+    async def auxiliary_usage_by_task(self, session_id: str) -> dict[str, dict[str, float]]:
+        return await self._read(lambda repo: repo.auxiliary_usage_by_task(session_id))
+
+    async def usage_totals(
+        self,
+        *,
+        min_message_count: int = 1,
+        include_archived: bool = False,
+    ) -> dict[str, float]:
+        return await self._read(
+            lambda repo: repo.usage_totals(
+                min_message_count=min_message_count,
+                include_archived=include_archived,
+            )
+        )
+
     async def rewind_to_message(
         self,
         session_id: str,
@@ -622,6 +644,7 @@ class AsyncSessionRepository:
         latest: bool = False,
         after_id: int | None = None,
         include_compacted: bool = False,
+        include_ancestors: bool = False,
     ) -> list[dict[str, Any]]:
         return await self._read(
             lambda repo: repo.get_message_dicts(
@@ -632,6 +655,7 @@ class AsyncSessionRepository:
                 latest,
                 after_id,
                 include_compacted,
+                include_ancestors,
             )
         )
 
@@ -1277,6 +1301,9 @@ class AsyncSessionRepository:
             )
         )
 
+    async def get_first_assistant_text(self, session_id: str) -> str:
+        return await self._read(lambda repo: repo.get_first_assistant_text(session_id))
+
     async def try_acquire_compression_lock(
         self,
         session_id: str,
@@ -1495,6 +1522,9 @@ class AsyncSessionRepository:
 
     async def clear_session_activity_labels(self, session_id: str) -> None:
         return await self._write(lambda repo: repo.clear_session_activity_labels(session_id))
+
+    async def get_session_activity(self, session_id: str) -> dict[str, Any] | None:
+        return await self._read(lambda repo: repo.get_session_activity(session_id))
 
     async def record_gateway_session_peer(
         self,

@@ -412,6 +412,28 @@ class AsyncSessionDB:
     async def get_model_usage(self, session_id: str | None = None) -> list[dict[str, Any]]:
         return await self._read(lambda db: db.get_model_usage(session_id))
 
+    async def get_dominant_session_model_route(self, session_id: str) -> dict[str, Any] | None:
+        return await self._read(lambda db: db.get_dominant_session_model_route(session_id))
+
+    async def get_recent_session_model_route(self, session_id: str) -> dict[str, Any] | None:
+        return await self._read(lambda db: db.get_recent_session_model_route(session_id))
+
+    async def auxiliary_usage_by_task(self, session_id: str) -> dict[str, dict[str, float]]:
+        return await self._read(lambda db: db.auxiliary_usage_by_task(session_id))
+
+    async def usage_totals(
+        self,
+        *,
+        min_message_count: int = 1,
+        include_archived: bool = False,
+    ) -> dict[str, float]:
+        return await self._read(
+            lambda db: db.usage_totals(
+                min_message_count=min_message_count,
+                include_archived=include_archived,
+            )
+        )
+
     async def ensure_session(
         self,
         session_id: str,
@@ -473,6 +495,9 @@ class AsyncSessionDB:
 
     async def clear_session_activity_labels(self, session_id: str) -> None:
         return await self._write(lambda db: db.clear_session_activity_labels(session_id))
+
+    async def get_session_activity(self, session_id: str) -> dict[str, Any] | None:
+        return await self._read(lambda db: db.get_session_activity(session_id))
 
     async def try_acquire_session_turn_lease(
         self,
@@ -680,6 +705,7 @@ class AsyncSessionDB:
         latest: bool = False,
         after_id: int | None = None,
         include_compacted: bool = False,
+        include_ancestors: bool = False,
     ) -> list[dict[str, Any]]:
         return await self._read(
             lambda db: db.get_messages(
@@ -690,6 +716,7 @@ class AsyncSessionDB:
                 latest,
                 after_id,
                 include_compacted,
+                include_ancestors,
             )
         )
 
@@ -856,6 +883,12 @@ class AsyncSessionDB:
                 require_text=require_text,
             )
         )
+
+    async def latest_user_message_row_id(self, session_id: str) -> int | None:
+        return await self._read(lambda db: db.latest_user_message_row_id(session_id))
+
+    async def get_first_assistant_text(self, session_id: str) -> str:
+        return await self._read(lambda db: db.get_first_assistant_text(session_id))
 
     async def get_active_message_watermark(self, session_id: str) -> int:
         return await self._read(lambda db: db.get_active_message_watermark(session_id))

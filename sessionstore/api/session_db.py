@@ -315,6 +315,36 @@ class SessionDB:
         or all), each a dict of every column."""
         return self._repo.get_model_usage(session_id)
 
+    @reads
+    def get_dominant_session_model_route(self, session_id: str) -> dict[str, Any] | None:
+        """axisrow 0.20.1.2: the main loop's route (``model``, ``billing_provider``,
+        ``billing_base_url``, ``billing_mode``, ``api_call_count``) that served the most API
+        calls, from the per-model usage rows; None without one."""
+        return self._repo.get_dominant_session_model_route(session_id)
+
+    @reads
+    def get_recent_session_model_route(self, session_id: str) -> dict[str, Any] | None:
+        """iot 0.22.2: the main loop's most recently used route, shaped as
+        :meth:`get_dominant_session_model_route`; None without one."""
+        return self._repo.get_recent_session_model_route(session_id)
+
+    @reads
+    def auxiliary_usage_by_task(self, session_id: str) -> dict[str, dict[str, float]]:
+        """iot 0.22.2: auxiliary usage (vision, compression, title generation...) per task,
+        summed over the session and its ancestors up to the nearest ``/branch`` copy."""
+        return self._repo.auxiliary_usage_by_task(session_id)
+
+    @reads
+    def usage_totals(
+        self, *, min_message_count: int = 1, include_archived: bool = False
+    ) -> dict[str, float]:
+        """iot 0.22.2 (and axisrow 0.20.1.2): ``{"tokens", "cost_usd"}`` of the whole store's
+        root sessions with at least ``min_message_count`` messages (archived ones with
+        ``include_archived``); cost is the billed figure, else the estimate."""
+        return self._repo.usage_totals(
+            min_message_count=min_message_count, include_archived=include_archived
+        )
+
     @writes
     def ensure_session(self, session_id: str, source: str = "unknown",
                        model: str | None = None, **extra: Any) -> str:
@@ -408,6 +438,13 @@ class SessionDB:
     def clear_session_activity_labels(self, session_id: str) -> None:
         """Clear the activity labels after a turn; ``last_activity_at`` is kept."""
         self._repo.clear_session_activity_labels(session_id)
+
+    @reads
+    def get_session_activity(self, session_id: str) -> dict[str, Any] | None:
+        """axisrow 0.20.1.2: the session's durable activity snapshot (stamp, bounded
+        description, provenance, ``seconds_since_activity`` and the gateway's short aliases),
+        or None for an unknown session."""
+        return self._repo.get_session_activity(session_id)
 
     # -- turn leases (iot 0.22.2) -------------------------------------------------------------
     @writes
@@ -823,6 +860,7 @@ class SessionDB:
         latest: bool = False,
         after_id: int | None = None,
         include_compacted: bool = False,
+        include_ancestors: bool = False,
     ) -> list[dict[str, Any]]:
         """The session's rows in order; rewound and compaction-archived ones only with
         ``include_inactive``. ``limit``/``offset`` page them (Hermes 0.19: 0-based, in order;
@@ -830,10 +868,13 @@ class SessionDB:
         ``after_id`` reads the rows after an id (``SessionRepository.get_message_dicts``).
         iot's ``include_compacted`` (by keyword: its position differs between releases): the
         display history, compaction-archived turns included once each
-        (:mod:`sessionstore.sessions.display_history`).
+        (:mod:`sessionstore.sessions.display_history`). iot's ``include_ancestors`` (by
+        keyword): a compression continuation reads its whole lineage, oldest session first,
+        each logical message once, then paged (not with ``after_id``).
         Each dict is newest Hermes's (``sessions.windows.hermes_message_dict``)."""
         return self._repo.get_message_dicts(
-            session_id, include_inactive, limit, offset, latest, after_id, include_compacted
+            session_id, include_inactive, limit, offset, latest, after_id, include_compacted,
+            include_ancestors,
         )
 
     replay_wire_keys: frozenset[str] | None = None
@@ -1087,6 +1128,18 @@ class SessionDB:
         return self._repo.latest_message_row_id(
             session_id, role=role, offset=offset, require_text=require_text
         )
+
+    @reads
+    def latest_user_message_row_id(self, session_id: str) -> int | None:
+        """axisrow 0.20.1.2: the id of the newest live user row with text (an agent's default
+        reaction target), as ``latest_message_row_id(session_id, role="user")``."""
+        return self._repo.latest_message_row_id(session_id, role="user")
+
+    @reads
+    def get_first_assistant_text(self, session_id: str) -> str:
+        """axisrow 0.20.1.2: the session's first assistant reply as plain text, ``""`` when
+        none (what a re-title feeds its titler)."""
+        return self._repo.get_first_assistant_text(session_id)
 
     @reads
     def get_active_message_watermark(self, session_id: str) -> int:

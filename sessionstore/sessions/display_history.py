@@ -19,6 +19,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
+from sqlalchemy import bindparam
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import TextClause
 
@@ -56,6 +57,20 @@ def display_rows_statement(
     dedupe reads (so a row's first ``len(fields)`` values are the caller's)."""
     where = "session_id = :session_id" if include_inactive else DISPLAY_ROWS
     return plain_select(messages, (*fields, *_KEY_FIELDS), where, order_by="id", shape=shape)
+
+
+def lineage_rows_statement(
+    shape: ReadShape, fields: Sequence[str], *, include_inactive: bool, include_compacted: bool
+) -> TextClause:
+    """The rows of the sessions ``:ids`` (expanding) a merged-lineage read dedupes (iot
+    0.22.2's ``get_messages(..., include_ancestors=True)`` over a compression lineage), in
+    id order, as :func:`display_rows_statement` lays them out: every row with
+    ``include_inactive``, else the display rows with ``include_compacted``, else the live."""
+    where = "session_id IN :ids"
+    if not include_inactive:
+        where += " AND (active = 1 OR compacted = 1)" if include_compacted else " AND active = 1"
+    statement = plain_select(messages, (*fields, *_KEY_FIELDS), where, order_by="id", shape=shape)
+    return statement.bindparams(bindparam("ids", expanding=True))
 
 
 def dedupe_generations(rows: Sequence[Row], width: int) -> list[Row]:
@@ -103,6 +118,7 @@ __all__ = [
     "display_rows_statement",
     "expected_display_histories",
     "is_model_only",
+    "lineage_rows_statement",
     "page",
     "read_display_rows",
 ]

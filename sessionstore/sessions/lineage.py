@@ -657,6 +657,28 @@ def _first_continuation() -> TextClause:
     )
 
 
+@functools.cache
+def _parent_of() -> Select[Any]:
+    return select(sessions.c.parent_session_id).where(sessions.c.id == bindparam("id"))
+
+
+def parent_walk(conn: Connection, session_id: str) -> list[str]:
+    """Hermes's ``_session_lineage_root_to_tip``: ``session_id`` and its ancestors through
+    every kind of parent, root first, at most :data:`MAX_LINEAGE_DEPTH` long, stopping at a
+    cycle or an unknown parent (an unknown session is its own one-element chain)."""
+    chain: list[str] = []
+    current: str | None = session_id
+    for _ in range(MAX_LINEAGE_DEPTH):
+        if not current or current in chain:
+            break
+        chain.append(current)
+        row = conn.execute(_parent_of(), {"id": current}).first()
+        if row is None:
+            break
+        current = None if row[0] is None else str(row[0])
+    return list(reversed(chain))
+
+
 def is_fork_row(parent_id: Any, source: Any, model_config: Any) -> bool:
     """iot 0.22.2's ``_is_explicit_fork_child_row``: a tool run, or a session whose branch or
     delegate marker names its parent (any such marker, for a session without a parent)."""
@@ -720,24 +742,7 @@ class LineagePart(RepositoryPart):
         too."""
         if not isinstance(session_id, str) or not session_id or not bindable(session_id):
             return [session_id]
-        parent_of = select(sessions.c.parent_session_id).where(
-            sessions.c.id == bindparam("id")
-        )
-
-        def run(conn: Connection) -> list[str]:
-            chain: list[str] = []
-            current: str | None = session_id
-            for _ in range(MAX_LINEAGE_DEPTH):
-                if not current or current in chain:
-                    break
-                chain.append(current)
-                row = conn.execute(parent_of, {"id": current}).first()
-                if row is None:
-                    break
-                current = None if row[0] is None else str(row[0])
-            return list(reversed(chain))
-
-        return self.store.read(run)
+        return self.store.read(lambda conn: parent_walk(conn, session_id))
 
     @reads
     def get_conversation_root(self, session_id: str) -> str:

@@ -14,7 +14,8 @@ import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import starmap
+from itertools import groupby, starmap
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy import delete, func, or_, select, update
@@ -41,9 +42,15 @@ from ..sql.tables import sessions_table as sessions
 from ..sql.validation import INT64_MAX, bindable
 from ..storage.store import Store
 from .access import reads, writes
-from .display_history import dedupe_generations, display_rows_statement, read_display_rows
+from .display_history import (
+    dedupe_generations,
+    display_rows_statement,
+    lineage_rows_statement,
+    read_display_rows,
+)
 from .display_history import page as page_of
 from .leases import lease_ttl
+from .lineage import compression_ancestors_of
 from .session_state import DEFAULT_TURN_LEASE_TTL_S, check_turn_lease
 from .shared import RepositoryPart, constraint_error, matchable, row_count, session_exists
 from .windows import MESSAGE_DICT_FIELDS, message_dicts_of_session
@@ -553,6 +560,7 @@ class MessagesPart(RepositoryPart):
         latest: bool = False,
         after_id: int | None = None,
         include_compacted: bool = False,
+        include_ancestors: bool = False,
     ) -> list[dict[str, Any]]:
         """:meth:`get_messages` as newest Hermes's dicts (``windows.hermes_message_dict``),
         built straight from a statement that reads only what the dicts show, in their key
@@ -563,7 +571,15 @@ class MessagesPart(RepositoryPart):
         (keyset paging) reads only the rows after that id, and cannot be combined with
         ``latest`` or ``offset`` (``ValueError``, as iot). ``include_compacted``: the display
         history (:mod:`.display_history`), paged after its dedupe; not with ``after_id``
-        (``ValueError``, as iot)."""
+        (``ValueError``, as iot).
+
+        iot's ``include_ancestors``: a session that continues others after compression
+        (iot's ``_resume_lineage_ids``: :func:`.lineage.compression_ancestors_of`; a branch,
+        delegate, tool or reset child continues none) reads the whole lineage, oldest
+        session first: the rows of every segment in id order, in the scope the other flags
+        choose, deduped as a display history is (each logical message once, model-only rows
+        out, :func:`.display_history.dedupe_generations`), then paged; any other session
+        reads as without it. Not with ``after_id`` (``ValueError``, as iot)."""
         if after_id is not None and (latest or offset):
             raise ValueError("after_id is incompatible with latest/offset paging")
         compacted = validation.flag(include_compacted, "include_compacted")
@@ -572,10 +588,22 @@ class MessagesPart(RepositoryPart):
                 "after_id is incompatible with include_compacted (deduped display reads use"
                 " offset paging)"
             )
+        ancestors = validation.flag(include_ancestors, "include_ancestors")
+        if after_id is not None and ancestors:
+            raise ValueError(
+                "after_id is incompatible with include_ancestors (merged-lineage reads use"
+                " offset paging)"
+            )
         after = None if after_id is None else validation.integer(after_id, "after_id")
         if not isinstance(session_id, str) or not bindable(session_id):
             return []
         page = message_page(limit, offset)
+        if ancestors:
+            merged = self._lineage_message_dicts(
+                session_id, bool(include_inactive), compacted, page, bool(latest)
+            )
+            if merged is not None:
+                return merged
         if compacted:
             statement = display_rows_statement(
                 self.store.read_shape, MESSAGE_DICT_FIELDS, include_inactive=include_inactive
@@ -613,6 +641,42 @@ class MessagesPart(RepositoryPart):
             values = {"session_id": session_id, "limit": page[0], "offset": page[1]}
         rows = self.store.read(lambda conn: load.rows(conn, values), single_statement=True)
         return message_dicts_of_session(rows, session_id)
+
+    def _lineage_message_dicts(
+        self,
+        session_id: str,
+        include_inactive: bool,
+        include_compacted: bool,
+        page: tuple[int, int] | None,
+        latest: bool,
+    ) -> list[dict[str, Any]] | None:
+        """:meth:`get_message_dicts` with ``include_ancestors`` over a lineage of more than
+        one session; None when ``session_id`` continues none (read as a single session)."""
+        fields = ("session_id", *MESSAGE_DICT_FIELDS)
+        statement = lineage_rows_statement(
+            self.store.read_shape, fields, include_inactive=include_inactive,
+            include_compacted=include_compacted,
+        )  # fmt: skip
+        width = len(fields)
+
+        def run(conn: Connection) -> list[Any] | None:
+            lineage = [*compression_ancestors_of(conn, session_id), session_id]
+            if len(lineage) == 1:
+                return None
+            rows = list(conn.execute(statement, {"ids": lineage}))
+            return [row[:width] for row in dedupe_generations(rows, width)]
+
+        shown = self.store.read(run)
+        if shown is None:
+            return None
+        if page is not None or latest:
+            count, skipped = page or (INT64_MAX, 0)
+            shown = page_of(shown, count, skipped, latest)
+        return [
+            message
+            for owner, rows in groupby(shown, key=itemgetter(0))
+            for message in message_dicts_of_session([row[1:] for row in rows], str(owner))
+        ]
 
     @reads
     def get_lineage_conversation(

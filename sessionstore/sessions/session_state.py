@@ -194,6 +194,28 @@ def known_provenance(provenance: Any) -> str:
     return text if text in ACTIVITY_PROVENANCES else "unknown"
 
 
+ACTIVITY_COLUMNS: Final = ("last_activity_at", "last_activity_description",
+                           "last_activity_provenance")  # fmt: skip
+
+
+def activity_snapshot(
+    when: Any, description: Any, provenance: Any, *, now: float
+) -> dict[str, Any]:
+    """axisrow 0.20.1.2's ``build_activity_snapshot`` of a session's activity columns."""
+    stamp = None if when is None else float(when)
+    text = bounded_description(description)
+    known = known_provenance(provenance)
+    return {
+        "last_activity_at": stamp,
+        "last_activity_description": text,
+        "last_activity_provenance": known,
+        "seconds_since_activity": None if stamp is None else round(now - stamp, 1),
+        "last_activity_ts": stamp,
+        "last_activity_desc": text,
+        "description": text,
+        "provenance": known,
+    }
+
 class SessionStatePart(RepositoryPart):
     """Turn leases, pinned/hidden/read, and the activity columns (see the module)."""
 
@@ -502,6 +524,25 @@ class SessionStatePart(RepositoryPart):
             .values(last_activity_description="", last_activity_provenance="unknown")
         )
         self.store.write(lambda conn: conn.execute(statement))
+
+
+    @reads
+    def get_session_activity(self, session_id: str) -> dict[str, Any] | None:
+        """axisrow 0.20.1.2's durable activity snapshot of a session (its
+        ``build_activity_snapshot``): the stamp, its description bounded as written, its
+        provenance (an unknown one as ``"unknown"``), the seconds since the stamp (to 0.1 s,
+        by this part's clock; None without a stamp) and the short aliases its gateway reads.
+        None for an empty or unknown id, or one no database holds."""
+        if not session_id or not bindable(session_id):
+            return None
+        shape = self.store.read_shape
+        statement = select(*shape.columns(sessions, ACTIVITY_COLUMNS)).where(
+            sessions.c.id == session_id
+        )
+        row = self.store.read(lambda conn: conn.execute(statement).first())
+        if row is None:
+            return None
+        return activity_snapshot(*row, now=self.clock())
 
 
 def _set_on_line(conn: Connection, session_id: str, values: dict[str, Any]) -> bool:

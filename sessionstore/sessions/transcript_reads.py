@@ -44,7 +44,7 @@ from sqlalchemy.engine import Connection
 from ..dialects import json_list
 from ..errors import SessionExportTooLargeError, SessionResumeTooLargeError
 from ..sql import validation
-from ..sql.message_content import hermes_form
+from ..sql.message_content import decode_content, hermes_form
 from ..sql.tables import conversation_generations_table as generations
 from ..sql.tables import messages_table as messages
 from ..sql.validation import bindable
@@ -332,9 +332,37 @@ class TranscriptReadsPart(RepositoryPart):
         return self.store.read(run)
 
 
+    @reads
+    def get_first_assistant_text(self, session_id: str) -> str:
+        """axisrow 0.20.1.2's first assistant reply of the session as plain text (what a
+        re-title feeds its titler beside the first ask): the earliest assistant row with
+        content (by ``timestamp``, then id; any state, as axisrow reads it), ``""`` when
+        there is none or its content is multi-part. An id no database holds has none."""
+        if not bindable(session_id):
+            return ""
+        found = self.store.read(
+            lambda conn: conn.execute(_first_assistant(), {"sid": session_id}).first()
+        )
+        decoded = None if found is None else decode_content(found[0])
+        return decoded if isinstance(decoded, str) else ""
+
+
 def _count_of(conn: Connection, rows: Select[Any]) -> int:
     return int(conn.execute(select(func.count()).select_from(rows.subquery())).scalar_one())
 
+
+@functools.cache
+def _first_assistant() -> Select[Any]:
+    return (
+        select(messages.c.content)
+        .where(
+            messages.c.session_id == bindparam("sid"),
+            messages.c.role == "assistant",
+            messages.c.content.is_not(None),
+        )
+        .order_by(messages.c.timestamp.asc().nulls_first(), messages.c.id)
+        .limit(1)
+    )
 
 def _ids(session_ids: Any) -> list[str]:
     """The usable ids of ``session_ids``: one string is one id; empty or unbindable ones go."""

