@@ -5,7 +5,8 @@ Each part is a class over the same store (:class:`~.shared.RepositoryPart`), in 
 its own:
 
 - :mod:`.lifecycle`: a session's row: create, read by id, update, end, reopen, reset;
-- :mod:`.usage`: token and cost totals, and the per-model usage Hermes's Insights reads;
+- :mod:`.usage`: token and cost totals, the per-model usage Hermes's Insights reads, and
+  the route, per-task and store-total reads of the newest forks;
 - :mod:`.messages`: prepare, append, read back, count, clear, search;
 - :mod:`.rewind`: rewind, restore, compaction, replacement (built on the messages part);
 - :mod:`.imports`: Hermes 0.19's import of exported sessions (built on the messages part);

@@ -23,6 +23,8 @@ method names and semantics:
 - activity (v24): ``touch_session_activity`` stamps ``last_activity_at`` (never backwards)
   with a bounded description and a known provenance (else ``"unknown"``);
   ``clear_session_activity_labels`` clears the labels and keeps the time;
+  ``get_session_activity`` reads them back as axisrow 0.20.1.2's snapshot (bounded and
+  normalised again: another writer may have stored anything);
 - lifecycle status (iot's pickers and cron): ``session_lifecycle_statuses(ids)`` classifies
   each session by its last message row (the highest id, archived rows included, as iot reads
   it; :func:`classify_session_status`): ``"error"`` for an error finish, ``"interrupted"``

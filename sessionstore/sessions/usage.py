@@ -40,6 +40,11 @@ an update the session's totals take must not be refused for its breakdown. Herme
 goes on with an inexact float there; a saturated row says "at least this much" and stays an
 integer (PostgreSQL's ``BIGINT`` would refuse the float).
 
+The reads the newest forks' ``/status``, ``/usage`` and sidebar make: the main loop's
+dominant (axisrow 0.20.1.2) and most recent (iot 0.22.2) route from the per-model rows,
+iot's auxiliary usage per task over a parent chain, and the store's totals of root sessions
+(each method says its rule).
+
 The per-model upsert is one statement on both databases (``INSERT ... SELECT ... ON CONFLICT
 DO UPDATE``): the route falls back to the session's inside it, so the whole update is two
 statements in one write transaction, both prebuilt and run on the driver's cursor as an append
