@@ -16,7 +16,7 @@ every part it is assembled from.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..sessions.repository import Deletion, MessageIdentity, NewMessage, SessionRepository
@@ -1655,6 +1655,18 @@ class AsyncSessionRepository:
             )
         )
 
+    async def gateway_routing_entry_for_session(self, session_id: str) -> dict[str, Any] | None:
+        return await self._read(lambda repo: repo.gateway_routing_entry_for_session(session_id))
+
+    async def list_gateway_routing_rows(self) -> list[dict[str, Any]]:
+        return await self._read(lambda repo: repo.list_gateway_routing_rows())
+
+    async def insert_gateway_routing_rows_if_absent(self, rows: Iterable[Sequence[Any]]) -> int:
+        return await self._write(lambda repo: repo.insert_gateway_routing_rows_if_absent(rows))
+
+    async def delete_gateway_routing_rows(self, rows: Iterable[Sequence[Any]]) -> int:
+        return await self._write(lambda repo: repo.delete_gateway_routing_rows(rows))
+
     async def request_handoff(self, session_id: str, platform: str) -> bool:
         return await self._write(lambda repo: repo.request_handoff(session_id, platform))
 
@@ -1679,6 +1691,12 @@ class AsyncSessionRepository:
             )
         )
 
+    async def has_gateway_input_owner(self, session_id: str, owner: str) -> bool:
+        return await self._read(lambda repo: repo.has_gateway_input_owner(session_id, owner))
+
+    async def retire_undrained_queue_rows(self, session_id: str) -> int:
+        return await self._write(lambda repo: repo.retire_undrained_queue_rows(session_id))
+
     async def increment_hygiene_failure_streak(self, session_key: str) -> int:
         return await self._write(lambda repo: repo.increment_hygiene_failure_streak(session_key))
 
@@ -1687,6 +1705,12 @@ class AsyncSessionRepository:
 
     async def get_handoff_state(self, session_id: str) -> dict[str, Any] | None:
         return await self._read(lambda repo: repo.get_handoff_state(session_id))
+
+    async def has_pending_handoffs(self) -> bool:
+        return await self._read(lambda repo: repo.has_pending_handoffs())
+
+    async def reclaim_stale_running_handoffs(self, error: str) -> list[str]:
+        return await self._write(lambda repo: repo.reclaim_stale_running_handoffs(error))
 
     async def list_pending_handoffs(self) -> list[SessionRecord]:
         return await self._read(lambda repo: repo.list_pending_handoffs())

@@ -5,7 +5,8 @@ Every ``SessionDB`` method is here as a coroutine with the same name, arguments,
 result shapes and errors: each *is* the sync method, run by
 :class:`~sessionstore.storage.async_store.AsyncStore` (see there for the threads, the retry in the
 event loop and what cancellation does). The static helpers (``sanitize_title``,
-``sanitize_fts5_query``, ``contains_cjk``, ``session_unread``) do no I/O and stay plain
+``sanitize_fts5_query``, ``contains_cjk``, ``session_unread``,
+``session_gateway_runtime``) do no I/O and stay plain
 functions.
 
 The constructor takes ``SessionDB``'s arguments and does no I/O: the store is opened (and
@@ -29,7 +30,7 @@ import concurrent.futures
 import functools
 import os
 import threading
-from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -59,6 +60,7 @@ class AsyncSessionDB:
     sanitize_fts5_query = staticmethod(SessionDB.sanitize_fts5_query)
     contains_cjk = staticmethod(SessionDB.contains_cjk)
     session_unread = staticmethod(SessionDB.session_unread)
+    session_gateway_runtime = staticmethod(SessionDB.session_gateway_runtime)
 
     def __init__(
         self,
@@ -1646,6 +1648,30 @@ class AsyncSessionDB:
 
     async def reset_hygiene_failure_streak(self, session_key: str) -> None:
         return await self._write(lambda db: db.reset_hygiene_failure_streak(session_key))
+
+    async def gateway_routing_entry_for_session(self, session_id: str) -> dict[str, Any] | None:
+        return await self._read(lambda db: db.gateway_routing_entry_for_session(session_id))
+
+    async def list_gateway_routing_rows(self) -> list[dict[str, Any]]:
+        return await self._read(lambda db: db.list_gateway_routing_rows())
+
+    async def insert_gateway_routing_rows_if_absent(self, rows: Iterable[Sequence[Any]]) -> int:
+        return await self._write(lambda db: db.insert_gateway_routing_rows_if_absent(rows))
+
+    async def delete_gateway_routing_rows(self, rows: Iterable[Sequence[Any]]) -> int:
+        return await self._write(lambda db: db.delete_gateway_routing_rows(rows))
+
+    async def has_pending_handoffs(self) -> bool:
+        return await self._read(lambda db: db.has_pending_handoffs())
+
+    async def reclaim_stale_running_handoffs(self, error: str) -> list[str]:
+        return await self._write(lambda db: db.reclaim_stale_running_handoffs(error))
+
+    async def has_gateway_input_owner(self, session_id: str, owner: str) -> bool:
+        return await self._read(lambda db: db.has_gateway_input_owner(session_id, owner))
+
+    async def retire_undrained_queue_rows(self, session_id: str) -> int:
+        return await self._write(lambda db: db.retire_undrained_queue_rows(session_id))
 
     async def update_session_runtime_lock(
         self,

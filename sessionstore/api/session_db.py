@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from ..schema.readable import check_readable
 from ..search import contains_cjk as _contains_cjk
 from ..search import sanitize_fts5_query as _sanitize_fts5_query
 from ..search.registry import detach_unloadable
-from ..sessions import titles
+from ..sessions import gateway, titles
 from ..sessions.access import reads, writes
 from ..sessions.leases import DEFAULT_TTL_S
 from ..sessions.listing import search_by_id
@@ -1853,6 +1853,51 @@ class SessionDB:
     def reset_hygiene_failure_streak(self, session_key: str) -> None:
         """Forget a chat's hygiene failure streak (iot 0.22.2)."""
         self._repo.reset_hygiene_failure_streak(session_key)
+
+    # -- iot 0.22.2's gateway bookkeeping (routing repair, handoffs, accepted input) ---------
+    @reads
+    def gateway_routing_entry_for_session(self, session_id: str) -> dict[str, Any] | None:
+        """The routing entry (any scope) whose current owner is ``session_id``, or None."""
+        return self._repo.gateway_routing_entry_for_session(session_id)
+
+    @reads
+    def list_gateway_routing_rows(self) -> list[dict[str, Any]]:
+        """Every routing row of every scope, by scope then key."""
+        return self._repo.list_gateway_routing_rows()
+
+    @writes
+    def insert_gateway_routing_rows_if_absent(self, rows: Iterable[Sequence[Any]]) -> int:
+        """Adopt ``(scope, session_key, entry_json, updated_at)`` rows; a present key wins."""
+        return self._repo.insert_gateway_routing_rows_if_absent(rows)
+
+    @writes
+    def delete_gateway_routing_rows(self, rows: Iterable[Sequence[Any]]) -> int:
+        """Remove the routing rows named by ``(scope, session_key)`` pairs; how many went."""
+        return self._repo.delete_gateway_routing_rows(rows)
+
+    @staticmethod
+    def session_gateway_runtime(session_meta: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The runtime route persisted on a session row (``model_config``), iot's precedence."""
+        return gateway.session_gateway_runtime(session_meta)
+
+    @reads
+    def has_pending_handoffs(self) -> bool:
+        return self._repo.has_pending_handoffs()
+
+    @writes
+    def reclaim_stale_running_handoffs(self, error: str) -> list[str]:
+        """Fail every handoff a dead gateway left ``running``; the ids reclaimed."""
+        return self._repo.reclaim_stale_running_handoffs(error)
+
+    @reads
+    def has_gateway_input_owner(self, session_id: str, owner: str) -> bool:
+        """Whether the session holds a user row the gateway accepted for ``owner``."""
+        return self._repo.has_gateway_input_owner(session_id, owner)
+
+    @writes
+    def retire_undrained_queue_rows(self, session_id: str) -> int:
+        """Deactivate (never delete) busy-queue accept rows that never drained."""
+        return self._repo.retire_undrained_queue_rows(session_id)
 
     @writes
     def update_session_runtime_lock(

@@ -29,11 +29,13 @@ needs a live handoff (``pending`` or ``running``); an error is cut to 500 charac
 
 from __future__ import annotations
 
+import json
+import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Select, and_, delete, func, insert, or_, select, update
+from sqlalchemy import Select, and_, bindparam, delete, func, insert, or_, select, update
 from sqlalchemy.engine import Connection
 
 from ..sql import validation
@@ -49,9 +51,18 @@ from .lifecycle import RECOVERABLE_END_REASONS
 from .lineage import compression_ancestors_of
 from .shared import RepositoryPart, session_columns
 
+logger = logging.getLogger(__name__)
+
 PENDING, RUNNING, COMPLETED, FAILED = "pending", "running", "completed", "failed"
 REQUESTABLE_FROM = (COMPLETED, FAILED)
 MAX_ERROR_CHARS = 500
+BARE_BILLING_PROVIDERS = frozenset({"auto", "custom"})
+"""iot 0.22.2's billing buckets that name no provider a resume could route to."""
+RUNTIME_KEYS = ("provider", "base_url", "api_mode")
+INPUT_OWNER_KEY = "gateway_input_owner"
+QUEUED_PROMPT_KEY = "_queued_prompt"
+"""iot 0.22.2's ``display_metadata`` marks: who accepted a user row at the gateway, and a
+busy-queue accept row not yet drained."""
 
 
 class GatewayPart(RepositoryPart):
@@ -350,6 +361,99 @@ class GatewayPart(RepositoryPart):
         )
         return self.store.write(lambda conn: conn.execute(statement).rowcount) if keys else 0
 
+    @reads
+    def gateway_routing_entry_for_session(self, session_id: str) -> dict[str, Any] | None:
+        """iot 0.22.2's reverse lookup: the routing entry (of any scope) whose current owner
+        is ``session_id`` (its JSON ``session_id``), decoded, or None. The id lives only
+        inside ``entry_json``, so the match is made on the decoded entries, as iot makes it;
+        an entry that is not a JSON object is passed over. Entries are tried in
+        ``(scope, session_key)`` order, bytewise, so both databases name the same one when
+        two claim the session (iot takes SQLite's row order)."""
+        for entry_json in self._routing_entry_texts():
+            try:
+                entry = json.loads(entry_json or "{}")
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(entry, dict) and entry.get("session_id") == session_id:
+                return entry
+        return None
+
+    def _routing_entry_texts(self) -> list[str]:
+        if not self.store.read_shape.has_table(routing.name):
+            return []
+        bytewise = self.store.dialect.bytewise_collation
+        statement = select(routing.c.entry_json).order_by(
+            routing.c.scope.collate(bytewise), routing.c.session_key.collate(bytewise)
+        )
+        return self.store.read(lambda conn: [row[0] for row in conn.execute(statement)])
+
+    @reads
+    def list_gateway_routing_rows(self) -> list[dict[str, Any]]:
+        """Every routing row of every scope (iot 0.22.2's ``repair-profiles`` evidence):
+        ``scope``, ``session_key``, ``entry_json``, ``updated_at``, ordered by scope then key
+        (bytewise on both databases, as SQLite orders text)."""
+        if not self.store.read_shape.has_table(routing.name):
+            return []
+        bytewise = self.store.dialect.bytewise_collation
+        statement = select(
+            routing.c.scope, routing.c.session_key, routing.c.entry_json, routing.c.updated_at
+        ).order_by(routing.c.scope.collate(bytewise), routing.c.session_key.collate(bytewise))
+        return self.store.read(
+            lambda conn: [dict(row._mapping) for row in conn.execute(statement)]
+        )
+
+    @writes
+    def insert_gateway_routing_rows_if_absent(
+        self, rows: Iterable[Sequence[Any]]
+    ) -> int:
+        """Adopt ``(scope, session_key, entry_json, updated_at)`` rows another store held
+        for this one's routing index, in one transaction; a key already present wins (the
+        entry the gateway actually loads stays), as does the first of two given for one key.
+        How many were inserted. Each row is checked before anything is written: four items
+        (else ``ValueError``), three ``str`` and a number (else ``TypeError``; iot lets SQLite
+        store any type and a NULL fail its constraint)."""
+        wanted = [_routing_row(row) for row in _listed(rows, "rows")]
+        if not wanted:
+            return 0
+        statement = (
+            self.store.dialect.insert(routing)
+            .on_conflict_do_nothing(index_elements=[routing.c.scope, routing.c.session_key])
+            .returning(routing.c.session_key)
+        )  # RETURNING: what a skipped row's rowcount is differs between the drivers
+
+        def run(conn: Connection) -> int:
+            return sum(
+                conn.execute(statement.values(row)).first() is not None for row in wanted
+            )
+
+        return self.store.write(run)
+
+    @writes
+    def delete_gateway_routing_rows(self, rows: Iterable[Sequence[Any]]) -> int:
+        """Remove the routing rows named by ``(scope, session_key)`` pairs, in one
+        transaction; how many went. A pair is unpacked as iot unpacks it (a non-pair is
+        Python's ``ValueError`` or ``TypeError``), before anything is deleted; its two items
+        must be ``str`` (``TypeError``); a key no row can hold (a NUL) removes nothing."""
+        pairs: list[tuple[str, str]] = []
+        for scope, session_key in _listed(rows, "rows"):
+            if not isinstance(scope, str) or not isinstance(session_key, str):
+                raise TypeError("each row must be a (scope, session_key) pair of str")
+            if bindable(scope) and bindable(session_key):
+                pairs.append((scope, session_key))
+        if not pairs:
+            return 0
+        statement = delete(routing).where(
+            routing.c.scope == bindparam("scope"), routing.c.session_key == bindparam("key")
+        )
+
+        def run(conn: Connection) -> int:
+            return sum(
+                conn.execute(statement, {"scope": scope, "key": key}).rowcount
+                for scope, key in pairs
+            )
+
+        return self.store.write(run)
+
     # -- handoff --------------------------------------------------------------------------
     def _move_handoff(self, session_id: str, allowed: Any, values: dict[str, Any]) -> bool:
         statement = (
@@ -412,6 +516,51 @@ class GatewayPart(RepositoryPart):
             {"handoff_state": FAILED, "handoff_error": self._peer_text(message, "error")},
         )
 
+    # -- accepted input (iot 0.22.2) ------------------------------------------------------
+    @reads
+    def has_gateway_input_owner(self, session_id: str, owner: str) -> bool:
+        """Whether the session holds a user row the gateway accepted for ``owner``: not
+        observed, live or compaction-archived (never rewound), its ``display_metadata`` a
+        JSON object whose ``gateway_input_owner`` is ``owner``. No body is read: the rows
+        that can match are found by the key's name, and only their metadata is decoded.
+        None for either argument answers False (iot's ``= NULL``); another type is a
+        ``TypeError``."""
+        if session_id is None or owner is None:
+            return False
+        for value, name in ((session_id, "session_id"), (owner, "owner")):
+            if not isinstance(value, str):
+                raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+        if not (bindable(session_id) and bindable(owner)):
+            return False
+        statement = select(messages.c.display_metadata).where(
+            messages.c.session_id == session_id,
+            messages.c.role == "user",
+            messages.c.observed == 0,
+            or_(messages.c.active == 1, messages.c.compacted == 1),
+            messages.c.display_metadata.like(f"%{INPUT_OWNER_KEY}%"),
+        )
+
+        def run(conn: Connection) -> bool:
+            return any(
+                metadata_value(row[0], INPUT_OWNER_KEY) == owner for row in conn.execute(statement)
+            )
+
+        return self.store.read(run)
+
+    @writes
+    def retire_undrained_queue_rows(self, session_id: str) -> int:
+        """Deactivate the busy-queue accept rows that never drained (iot 0.22.2, #125577):
+        live user rows whose ``display_metadata`` still carries ``_queued_prompt`` = 1 (a
+        drained prompt's replacement row carries no marker). After a restart discarded the
+        in-memory queue nothing else retires them, and a never-run prompt would be glued
+        into the previous turn. Deactivated (``active = 0``), never deleted: the row stays
+        history. Idempotent; how many rows were retired (0 for an id no row can have)."""
+        if not isinstance(session_id, str):
+            raise TypeError(f"session_id must be a str, not {type(session_id).__name__}")
+        if not bindable(session_id):
+            return 0
+        return self.store.write(lambda conn: retire_undrained_queue_rows(conn, session_id))
+
     # -- gateway hygiene (iot 0.22.2) -------------------------------------------------------
     @writes
     def increment_hygiene_failure_streak(self, session_key: str) -> int:
@@ -459,6 +608,53 @@ class GatewayPart(RepositoryPart):
         return {"state": row[0], "platform": row[1], "error": row[2]}
 
     @reads
+    def has_pending_handoffs(self) -> bool:
+        """Whether any session waits for a handoff (the watcher's idle gate): one bounded
+        probe, no rows read."""
+        statement = (
+            select(sessions.c.id).where(sessions.c.handoff_state == PENDING).limit(fixed_count(1))
+        )
+        return self.store.read(lambda conn: conn.execute(statement).first() is not None)
+
+    @writes
+    def reclaim_stale_running_handoffs(self, error: str) -> list[str]:
+        """Fail every handoff left ``running`` (only the gateway's watcher sets it, for one
+        in-process dispatch, so at the watcher's start such a row belongs to a gateway that
+        died mid-dispatch and could never hand off again) with ``error`` (cut to 500
+        characters), in one transaction; the ids reclaimed, oldest first. Failing, not
+        re-queueing, as iot: the dead gateway may already have delivered. A failed write is
+        logged and answers ``[]``, as iot's (the rows stay); an ``error`` that is no ``str``
+        is a ``TypeError`` (iot's slice fails inside its swallowed write: ``[]``)."""
+        if not isinstance(error, str):
+            raise TypeError(f"error must be a str, not {type(error).__name__}")
+        message = self._text(error[:MAX_ERROR_CHARS], "error")
+        running = (
+            select(sessions.c.id)
+            .where(sessions.c.handoff_state == RUNNING)
+            .order_by(sessions.c.started_at, sessions.c.id)
+        )
+        fail = (
+            update(sessions)
+            .where(sessions.c.handoff_state == RUNNING)
+            .values(handoff_state=FAILED, handoff_error=message)
+        )
+
+        def run(conn: Connection) -> list[str]:
+            ids = [str(row[0]) for row in conn.execute(running)]
+            if ids:
+                conn.execute(fail)
+            return ids
+
+        try:
+            return self.store.write(run)
+        except Exception:  # iot's watcher gate: a failed reclaim must not stop its start
+            logger.warning(
+                "reclaim_stale_running_handoffs failed; stranded 'running' handoff rows "
+                "(if any) were left in place", exc_info=True,
+            )  # fmt: skip
+            return []
+
+    @reads
     def list_pending_handoffs(self) -> list[SessionRecord]:
         """Sessions waiting for a handoff, oldest first."""
         statement = (
@@ -469,3 +665,101 @@ class GatewayPart(RepositoryPart):
         return self.store.read(
             lambda conn: [SessionRecord._make(row) for row in conn.execute(statement)]
         )
+
+
+def _listed(rows: Any, name: str) -> list[Any]:
+    """``rows`` as a list, as iot takes it (``list(rows)``); a ``str`` or ``bytes`` is no
+    list of rows (``TypeError``), nor is a mapping."""
+    if isinstance(rows, (str, bytes, Mapping)):
+        raise TypeError(f"{name} must be an iterable of tuples, not {type(rows).__name__}")
+    return list(rows)
+
+
+def _routing_row(row: Any) -> dict[str, Any]:
+    """One ``(scope, session_key, entry_json, updated_at)`` row, checked."""
+    if isinstance(row, (str, bytes, Mapping)) or not isinstance(row, Iterable):
+        raise TypeError(f"each row must be a 4-tuple, not {type(row).__name__}")
+    items = tuple(row)
+    if len(items) != 4:
+        raise ValueError(f"each row must have 4 items, not {len(items)}")
+    scope, session_key, entry_json, updated_at = items
+    if isinstance(updated_at, bool) or not isinstance(updated_at, (int, float)):
+        raise TypeError(f"updated_at must be a number, not {type(updated_at).__name__}")
+    return {
+        "scope": validation.identifier(scope, "scope"),
+        "session_key": validation.identifier(session_key, "session_key"),
+        "entry_json": validation.identifier(entry_json, "entry_json"),
+        "updated_at": float(updated_at),
+    }
+
+
+def session_gateway_runtime(session_meta: Mapping[str, Any] | None) -> dict[str, Any]:
+    """iot 0.22.2's persisted runtime route of a session row (its ``model_config``, JSON
+    text or a dict): the nested ``gateway_runtime`` when it names a provider (its None
+    values dropped), else the top-level ``provider``/``base_url``/``api_mode`` that are set,
+    with ``billing_provider`` filling a missing provider unless it is a bare bucket
+    (:data:`BARE_BILLING_PROVIDERS`, any case), else whatever ``gateway_runtime`` holds, else
+    ``{}`` (a resume then uses the ambient config). A ``session_meta`` that is neither a
+    mapping nor empty is a ``TypeError`` (iot's ``.get`` fails on it)."""
+    if session_meta is None or (not isinstance(session_meta, Mapping) and not session_meta):
+        session_meta = {}
+    if not isinstance(session_meta, Mapping):
+        raise TypeError(f"session_meta must be a mapping, not {type(session_meta).__name__}")
+    raw = session_meta.get("model_config")
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except (ValueError, RecursionError):
+            raw = {}
+    if not isinstance(raw, dict):
+        raw = {}
+    runtime = raw.get("gateway_runtime")
+    if isinstance(runtime, dict) and runtime.get("provider"):
+        return {key: value for key, value in runtime.items() if value is not None}
+    top_level = {key: raw.get(key) for key in RUNTIME_KEYS if raw.get(key)}
+    billing_provider = str(session_meta.get("billing_provider") or "").strip()
+    if billing_provider and billing_provider.lower() not in BARE_BILLING_PROVIDERS:
+        top_level.setdefault("provider", billing_provider)
+    if top_level:
+        return top_level
+    if not isinstance(runtime, dict):
+        return {}
+    return {key: value for key, value in runtime.items() if value is not None}
+
+
+def metadata_value(display_metadata: str | None, key: str) -> Any:
+    """``key`` of a ``display_metadata`` JSON object, as SQLite's guarded ``json_extract``
+    reads it (iot's ``CASE WHEN json_valid(...)``): None when the text is no JSON object or
+    lacks the key."""
+    if not display_metadata:
+        return None
+    try:
+        decoded = json.loads(display_metadata)
+    except (ValueError, RecursionError):
+        return None
+    return decoded.get(key) if isinstance(decoded, dict) else None
+
+
+def retire_undrained_queue_rows(conn: Connection, session_id: str) -> int:
+    """The one rule of a never-drained accept row (see
+    :meth:`GatewayPart.retire_undrained_queue_rows`), on the caller's transaction: a live
+    user row whose ``_queued_prompt`` reads as 1 in SQL (``true``, ``1``, ``1.0``; not the
+    text ``"1"``) is deactivated. How many were."""
+    candidates = select(messages.c.id, messages.c.display_metadata).where(
+        messages.c.session_id == session_id,
+        messages.c.role == "user",
+        messages.c.active == 1,
+        messages.c.display_metadata.like(f"%{QUEUED_PROMPT_KEY}%"),
+    )
+    ids = [
+        row[0] for row in conn.execute(candidates)
+        if _is_one(metadata_value(row[1], QUEUED_PROMPT_KEY))
+    ]  # fmt: skip
+    if not ids:
+        return 0
+    conn.execute(update(messages).where(messages.c.id.in_(ids)).values(active=0))
+    return len(ids)
+
+
+def _is_one(value: Any) -> bool:
+    return isinstance(value, (int, float)) and value == 1
