@@ -63,6 +63,7 @@ Examples::
 
     .venv/bin/python scripts/bench.py                       # full run, SQLite (~3-5 min)
     .venv/bin/python scripts/bench.py --quick               # small corpus, fewer repetitions
+    .venv/bin/python scripts/bench.py --smoke               # the harness checked, ratios noise
     .venv/bin/python scripts/bench.py --url postgresql+psycopg://postgres@127.0.0.1:5432/test
     .venv/bin/python scripts/bench.py --writers 1,6 [--url ...]
     .venv/bin/python scripts/bench.py --profile append      # where sessionstore's time goes
@@ -944,6 +945,11 @@ FULL_PLAN = Plan(append_reps=1500, turn_reps=250, search_reps=7, list_reps=200, 
                  warmup=20, startup_reps=21, writer_count=6, writer_messages=300, writer_runs=3)
 QUICK_PLAN = Plan(append_reps=200, turn_reps=30, search_reps=3, list_reps=30, load_reps=10,
                   warmup=3, startup_reps=3, writer_count=0, writer_messages=0, writer_runs=0)
+SMOKE_PLAN = Plan(append_reps=12, turn_reps=2, search_reps=1, list_reps=2, load_reps=1,
+                  warmup=1, startup_reps=1, writer_count=0, writer_messages=0, writer_runs=0)
+"""``--smoke``: every workload of every side once or twice, so the harness is proved end to end
+(tests/scripts/test_bench.py) without the repetitions that make a ratio mean something: a
+smoke run's ratios are noise, its table's shape and its files are not."""
 
 
 def four_kb_message(text: TextMaker) -> dict[str, Any]:
@@ -1585,6 +1591,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="with --scale: the sessions of the one-message-per-session store "
                         "(default %(default)s)")
     parser.add_argument("--quick", action="store_true", help="small corpus, few repetitions")
+    parser.add_argument("--smoke", action="store_true",
+                        help="like --quick, with each workload timed once or twice: checks the "
+                        "harness end to end; its ratios are noise")
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--workdir", type=Path, help="keep the files here (default: temp dir)")
     parser.add_argument("--profile", action="append", default=[], metavar="WORKLOAD",
@@ -1599,6 +1608,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--async", action="store_true", dest="async_api",
                         help="benchmark AsyncSessionDB instead (scripts/bench_async.py)")
     args = parser.parse_args(argv)
+    args.quick = args.quick or args.smoke
     if args.messages is None:
         args.messages = 5_000 if args.quick else DEFAULT_MESSAGES
     if args.messages < 100:
@@ -1661,7 +1671,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"SQLite {sqlite3.sqlite_version}, SQLAlchemy {sa.__version__}, "
               f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; sessionstore on "
               f"{target.label}; baselines: {', '.join(labels)}; files in {workdir}")
-        plan = QUICK_PLAN if args.quick else FULL_PLAN
+        plan = SMOKE_PLAN if args.smoke else QUICK_PLAN if args.quick else FULL_PLAN
         if args.writers:
             counts = [int(part) for part in args.writers.split(",") if part.strip()]
             rows, figures = writer_rows(counts, args.writer_messages, args.writer_runs, workdir,

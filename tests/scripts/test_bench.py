@@ -104,7 +104,7 @@ def assert_ratio_table(result: subprocess.CompletedProcess[str]) -> None:
 
 
 def test_sqlite_run_prints_the_ratio_table(tmp_path: Path) -> None:
-    result = run_bench("--quick", "--messages", "600", "--workdir", str(tmp_path))
+    result = run_bench("--smoke", "--messages", "600", "--workdir", str(tmp_path))
     assert_ratio_table(result)
     # Each Hermes wrote its own file (its schema version); sessionstore adopted 0.18.0's.
     assert (tmp_path / "sessionstore.db").exists()
@@ -139,7 +139,7 @@ def test_bad_arguments_are_refused(args: tuple[str, ...], message: str) -> None:
 def test_existing_sqlite_target_is_never_overwritten(tmp_path: Path) -> None:
     existing = tmp_path / "precious.db"
     existing.write_bytes(b"not a benchmark store")
-    result = run_bench("--quick", "--messages", "200", "--workdir", str(tmp_path / "w"),
+    result = run_bench("--smoke", "--messages", "200", "--workdir", str(tmp_path / "w"),
                        "--url", f"sqlite:///{existing}", timeout=120)
     assert result.returncode != 0
     assert "exists" in result.stderr
@@ -164,7 +164,7 @@ def test_writers_mode_prints_wall_time_per_store_and_count(tmp_path: Path) -> No
 
 
 def test_a_missing_hermes_v6_is_named_with_the_option_to_fix_it(tmp_path: Path) -> None:
-    result = run_bench("--quick", "--messages", "300", "--hermes-v6", str(tmp_path / "nowhere"),
+    result = run_bench("--smoke", "--messages", "300", "--hermes-v6", str(tmp_path / "nowhere"),
                        "--workdir", str(tmp_path / "w"), timeout=60)
     assert result.returncode != 0
     assert "Hermes v6 not found" in result.stderr and "--hermes-v6" in result.stderr
@@ -199,6 +199,6 @@ def test_scale_mode_prints_per_call_cost_and_growth(tmp_path: Path) -> None:
 
 @pytest.mark.postgresql
 def test_postgresql_run_prints_the_ratio_table(require_postgresql: None) -> None:
-    result = run_bench("--quick", "--messages", "600", "--url", pg_admin_url())
+    result = run_bench("--smoke", "--messages", "600", "--url", pg_admin_url())
     assert_ratio_table(result)
     assert "sessionstore on PostgreSQL" in result.stdout
