@@ -987,6 +987,12 @@ class AsyncSessionRepository:
     async def lineage_root_to_tip(self, session_id: str) -> list[str]:
         return await self._read(lambda repo: repo.lineage_root_to_tip(session_id))
 
+    async def is_explicit_fork_child(self, session_id: str) -> bool:
+        return await self._read(lambda repo: repo.is_explicit_fork_child(session_id))
+
+    async def declared_scope_identity(self, session_id: str) -> tuple[bool, str]:
+        return await self._read(lambda repo: repo.declared_scope_identity(session_id))
+
     async def get_conversation_root(self, session_id: str) -> str:
         return await self._read(lambda repo: repo.get_conversation_root(session_id))
 
@@ -1714,6 +1720,27 @@ class AsyncSessionRepository:
 
     async def list_pending_handoffs(self) -> list[SessionRecord]:
         return await self._read(lambda repo: repo.list_pending_handoffs())
+
+    async def backfill_null_session_profiles(self, profile_name: str) -> int:
+        return await self._write(lambda repo: repo.backfill_null_session_profiles(profile_name))
+
+    async def backfill_acp_session_cwd(self) -> int:
+        return await self._write(lambda repo: repo.backfill_acp_session_cwd())
+
+    async def find_crossed_profile_sessions(self, owner: str) -> dict[str, list[dict[str, Any]]]:
+        return await self._read(lambda repo: repo.find_crossed_profile_sessions(owner))
+
+    async def key_profiles_for_chat(self, platform: str, chat_id: str) -> set[str]:
+        return await self._read(lambda repo: repo.key_profiles_for_chat(platform, chat_id))
+
+    async def relabel_sessions_to_key_profile(self, ids: Iterable[str]) -> int:
+        return await self._write(lambda repo: repo.relabel_sessions_to_key_profile(ids))
+
+    async def sever_crossed_parents(self, ids: Iterable[str]) -> int:
+        return await self._write(lambda repo: repo.sever_crossed_parents(ids))
+
+    async def rekey_legacy_main_sessions(self, ids: Iterable[str], profile: str) -> int:
+        return await self._write(lambda repo: repo.rekey_legacy_main_sessions(ids, profile))
 
     async def apply_telegram_topic_migration(self) -> None:
         return await self._write(lambda repo: repo.apply_telegram_topic_migration())

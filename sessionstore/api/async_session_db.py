@@ -1322,6 +1322,33 @@ class AsyncSessionDB:
     async def set_compression_fallback_streak(self, session_id: str, streak: int) -> None:
         return await self._write(lambda db: db.set_compression_fallback_streak(session_id, streak))
 
+    async def backfill_null_session_profiles(self, profile_name: str) -> int:
+        return await self._write(lambda db: db.backfill_null_session_profiles(profile_name))
+
+    async def backfill_acp_session_cwd(self) -> int:
+        return await self._write(lambda db: db.backfill_acp_session_cwd())
+
+    async def find_crossed_profile_sessions(self, owner: str) -> dict[str, list[dict[str, Any]]]:
+        return await self._read(lambda db: db.find_crossed_profile_sessions(owner))
+
+    async def key_profiles_for_chat(self, platform: str, chat_id: str) -> set[str]:
+        return await self._read(lambda db: db.key_profiles_for_chat(platform, chat_id))
+
+    async def relabel_sessions_to_key_profile(self, ids: Iterable[str]) -> int:
+        return await self._write(lambda db: db.relabel_sessions_to_key_profile(ids))
+
+    async def sever_crossed_parents(self, ids: Iterable[str]) -> int:
+        return await self._write(lambda db: db.sever_crossed_parents(ids))
+
+    async def rekey_legacy_main_sessions(self, ids: Iterable[str], profile: str) -> int:
+        return await self._write(lambda db: db.rekey_legacy_main_sessions(ids, profile))
+
+    async def is_explicit_fork_child(self, session_id: str) -> bool:
+        return await self._read(lambda db: db.is_explicit_fork_child(session_id))
+
+    async def declared_scope_identity(self, session_id: str) -> tuple[bool, str]:
+        return await self._read(lambda db: db.declared_scope_identity(session_id))
+
     async def get_meta(self, key: str) -> str | None:
         return await self._read(lambda db: db.get_meta(key))
 

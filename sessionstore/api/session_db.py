@@ -1597,6 +1597,58 @@ class SessionDB:
     def set_compression_fallback_streak(self, session_id: str, streak: int) -> None:
         self._repo.set_compression_fallback_streak(session_id, streak)
 
+    # -- profile identity (iot 0.22.2; sessions.profiles) ------------------------------------
+    @writes
+    def backfill_null_session_profiles(self, profile_name: str) -> int:
+        """Stamp ``profile_name`` on the rows without an owner (NULL or blank); the rows
+        stamped (a blank name stamps none)."""
+        return self._repo.backfill_null_session_profiles(profile_name)
+
+    @writes
+    def backfill_acp_session_cwd(self) -> int:
+        """Fill an ACP row's empty ``cwd`` from its ``model_config``'s; the rows changed."""
+        return self._repo.backfill_acp_session_cwd()
+
+    @reads
+    def find_crossed_profile_sessions(self, owner: str) -> dict[str, list[dict[str, Any]]]:
+        """The keyed rows whose profile identity is crossed, in a store owned by ``owner``:
+        ``mislabelled``, ``foreign`` and ``crossed_parents`` (``sessions.profiles``)."""
+        return self._repo.find_crossed_profile_sessions(owner)
+
+    @reads
+    def key_profiles_for_chat(self, platform: str, chat_id: str) -> set[str]:
+        """The profiles whose keyed sessions hold ``(platform, chat_id)`` in this store."""
+        return self._repo.key_profiles_for_chat(platform, chat_id)
+
+    @writes
+    def relabel_sessions_to_key_profile(self, ids: Iterable[str]) -> int:
+        """Set each row's ``profile_name`` to the profile its own key encodes; the rows
+        changed."""
+        return self._repo.relabel_sessions_to_key_profile(ids)
+
+    @writes
+    def sever_crossed_parents(self, ids: Iterable[str]) -> int:
+        """Clear each row's parent while it is keyed under another profile; the rows
+        severed."""
+        return self._repo.sever_crossed_parents(ids)
+
+    @writes
+    def rekey_legacy_main_sessions(self, ids: Iterable[str], profile: str) -> int:
+        """Move the given rows' ``agent:main:`` keys to ``profile``'s namespace (and label);
+        the rows changed."""
+        return self._repo.rekey_legacy_main_sessions(ids, profile)
+
+    @reads
+    def is_explicit_fork_child(self, session_id: str) -> bool:
+        """The session is a tool run, or a branch or delegate of its parent."""
+        return self._repo.is_explicit_fork_child(session_id)
+
+    @reads
+    def declared_scope_identity(self, session_id: str) -> tuple[bool, str]:
+        """``(is_explicit_fork_child, source)`` of one row in one read; ``(False, "")`` for
+        an unknown session."""
+        return self._repo.declared_scope_identity(session_id)
+
     # -- state_meta -------------------------------------------------------------------------
     @reads
     def get_meta(self, key: str) -> str | None:

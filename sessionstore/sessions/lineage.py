@@ -745,6 +745,26 @@ class LineagePart(RepositoryPart):
         return self.store.read(lambda conn: parent_walk(conn, session_id))
 
     @reads
+    def is_explicit_fork_child(self, session_id: str) -> bool:
+        """iot 0.22.2: the session is a tool run, or a branch or delegate of its parent
+        (:func:`is_fork_row`); an unknown session is not."""
+        return self.declared_scope_identity(session_id)[0]
+
+    @reads
+    def declared_scope_identity(self, session_id: str) -> tuple[bool, str]:
+        """iot 0.22.2: ``(is_explicit_fork_child, source stripped)`` of one row in one read
+        (a prompt-cache scope needs both); ``(False, "")`` for an unknown session."""
+        if not isinstance(session_id, str) or not bindable(session_id):
+            return False, ""
+        statement = select(
+            sessions.c.parent_session_id, sessions.c.source, sessions.c.model_config
+        ).where(sessions.c.id == session_id)
+        row = self.store.read(lambda conn: conn.execute(statement).first())
+        if row is None:
+            return False, ""
+        return is_fork_row(*row), str(row[1] or "").strip()
+
+    @reads
     def get_conversation_root(self, session_id: str) -> str:
         """Hermes 0.19's stable conversation id: the first session of
         :meth:`lineage_root_to_tip` (``session_id`` itself without a parent)."""

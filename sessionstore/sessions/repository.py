@@ -23,6 +23,7 @@ its own:
 - :mod:`.leases`: compression leases, cooldowns, the fallback streak, ``state_meta``;
 - :mod:`.session_state`: turn leases, pinned/hidden/read, activity (Hermes v24...v26);
 - :mod:`.gateway`: gateway peers, origins, routing and the handoff state machine;
+- :mod:`.profiles`: which profile owns a session (iot 0.22.2's profile repair and backfills);
 - :mod:`.telegram_topics`: Telegram DM topic mode and topic bindings (tables made on opt-in);
 - :mod:`.maintenance`: ``optimize_fts``, ``rebuild_fts``, ``vacuum``, finalizing orphaned
   continuations.
@@ -89,6 +90,7 @@ from .listing import (
 from .maintenance import MaintenancePart
 from .messages import MessageIdentity, MessagesPart, NewMessage
 from .model_config import ModelConfigPart
+from .profiles import ProfilesPart
 from .reactions import ReactionsPart
 from .recent import RecentBrowsePart
 from .rewind import RewindPart
@@ -122,6 +124,7 @@ class SessionRepository(
     LeasesPart,
     SessionStatePart,
     GatewayPart,
+    ProfilesPart,
     TelegramTopicsPart,
     MaintenancePart,
 ):
