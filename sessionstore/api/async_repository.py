@@ -1742,6 +1742,12 @@ class AsyncSessionRepository:
     async def rekey_legacy_main_sessions(self, ids: Iterable[str], profile: str) -> int:
         return await self._write(lambda repo: repo.rekey_legacy_main_sessions(ids, profile))
 
+    async def rekey_profile_state(self, old_name: str, new_name: str) -> dict[str, int]:
+        return await self._write(lambda repo: repo.rekey_profile_state(old_name, new_name))
+
+    async def purge_profile_state(self, profile: str) -> dict[str, int]:
+        return await self._write(lambda repo: repo.purge_profile_state(profile))
+
     async def apply_telegram_topic_migration(self) -> None:
         return await self._write(lambda repo: repo.apply_telegram_topic_migration())
 

@@ -1343,6 +1343,12 @@ class AsyncSessionDB:
     async def rekey_legacy_main_sessions(self, ids: Iterable[str], profile: str) -> int:
         return await self._write(lambda db: db.rekey_legacy_main_sessions(ids, profile))
 
+    async def rekey_profile_state(self, old_name: str, new_name: str) -> dict[str, int]:
+        return await self._write(lambda db: db.rekey_profile_state(old_name, new_name))
+
+    async def purge_profile_state(self, profile: str) -> dict[str, int]:
+        return await self._write(lambda db: db.purge_profile_state(profile))
+
     async def is_explicit_fork_child(self, session_id: str) -> bool:
         return await self._read(lambda db: db.is_explicit_fork_child(session_id))
 

@@ -1638,6 +1638,20 @@ class SessionDB:
         the rows changed."""
         return self._repo.rekey_legacy_main_sessions(ids, profile)
 
+    @writes
+    def rekey_profile_state(self, old_name: str, new_name: str) -> dict[str, int]:
+        """Rename a profile's identity in this store, in one transaction (sessions' labels
+        and keys, origins, heartbeats, routing, the delivery ledger and the Telegram topic
+        tables where present); the rows changed, by table and column
+        (``sessions.profiles``). ``ValueError`` when a renamed key is already held."""
+        return self._repo.rekey_profile_state(old_name, new_name)
+
+    @writes
+    def purge_profile_state(self, profile: str) -> dict[str, int]:
+        """Remove a deleted profile's routing, heartbeats and topic rows, and abandon its
+        unsettled deliveries; its sessions are kept. The rows touched, by table."""
+        return self._repo.purge_profile_state(profile)
+
     @reads
     def is_explicit_fork_child(self, session_id: str) -> bool:
         """The session is a tool run, or a branch or delegate of its parent."""

@@ -27,10 +27,26 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
-from sqlalchemy import func, literal, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    and_,
+    column,
+    delete,
+    func,
+    literal,
+    or_,
+    select,
+    table,
+    update,
+)
 from sqlalchemy.engine import Connection
 
+from ..sql import validation
+from ..sql.tables import gateway_heartbeats_table as heartbeats
+from ..sql.tables import gateway_routing_table as routing
 from ..sql.tables import sessions_table as sessions
+from ..sql.topic_tables import topic_bindings_table as bindings
+from ..sql.topic_tables import topic_mode_table as modes
 from ..sql.validation import bindable
 from .access import reads, writes
 from .shared import RepositoryPart
@@ -40,6 +56,19 @@ LEGACY_MAIN_NAMESPACE: Final = "agent:main:"
 DEFAULT_PROFILE: Final = "default"
 ACP_SOURCE: Final = "acp"
 _ID_CHUNK: Final = 500
+ABANDONED: Final = "abandoned"
+SETTLED_DELIVERIES: Final = ("delivered", ABANDONED)
+
+delivery_obligations = table(
+    "delivery_obligations",
+    column("session_key"),
+    column("adapter_profile"),
+    column("state"),
+    column("updated_at"),
+)
+"""iot's gateway delivery ledger (``gateway/delivery_ledger.py``): a table its gateway creates
+when it first delivers, outside Hermes's schema and ours (an adopted file keeps it as it is;
+``adapter_profile`` came later). Only the columns a profile's rename or purge touches."""
 
 
 def session_key_namespace(profile: str | None) -> str:
@@ -79,6 +108,13 @@ def _profile_text(value: Any, name: str) -> str:
     return value.strip()
 
 
+def _profile_identity(value: Any, name: str) -> str:
+    """A profile name to rename or purge: :func:`_profile_text`, and one every database can
+    hold (a NUL or a lone surrogate is a ``ValueError``)."""
+    text = _profile_text(value, name)
+    return validation.identifier(text, name) if text else text
+
+
 def wanted_ids(ids: Iterable[Any]) -> list[str]:
     """The ids of an iterable as iot takes them (``list(ids)``), once each, keeping only the
     ones a stored id could equal (any other matches nothing and never reaches a driver)."""
@@ -115,6 +151,54 @@ def _acp_cwd(model_config: Any) -> str | None:
         return None
     cwd = json_extract_text(config.get("cwd"))
     return cwd or None
+
+
+class ProfileCollisionError(ValueError):
+    """A rename would give an old profile's row the key a row of the new profile holds
+    (iot raises a plain ``ValueError``; this is one)."""
+
+
+def _prefixed(value: ColumnElement[Any], prefix: str) -> ColumnElement[bool]:
+    """``value`` starts with ``prefix``, compared exactly (no ``LIKE`` wildcard or case)."""
+    return func.substr(value, 1, len(prefix)) == prefix
+
+
+def _renamed(value: ColumnElement[Any], old: str, new: str) -> ColumnElement[Any]:
+    """``value`` with its leading ``old`` replaced by ``new``."""
+    return literal(new) + func.substr(value, len(old) + 1)
+
+
+def _renamed_profile_json(raw: Any, key: str, old: str, new: str) -> str | None:
+    """A JSON object's ``key`` renamed from ``old`` to ``new`` as iot writes it back
+    (``json.dumps(..., ensure_ascii=False)``); None when it is not such an object."""
+    try:
+        payload = json.loads(raw)
+    except (ValueError, TypeError, RecursionError):
+        return None
+    if isinstance(payload, dict) and payload.get(key) == old:
+        payload[key] = new
+        return json.dumps(payload, ensure_ascii=False)
+    return None
+
+
+def _renamed_entry(entry_json: str, old_ns: str, new_ns: str, old: str, new: str) -> str:
+    """A routing entry as iot's rename rewrites it: its ``session_key`` into the new
+    namespace, its ``origin``'s profile renamed; any JSON object is written back."""
+    if not entry_json:
+        return entry_json
+    try:
+        payload = json.loads(entry_json)
+    except (ValueError, TypeError, RecursionError):
+        return entry_json
+    if not isinstance(payload, dict):
+        return entry_json
+    key = payload.get("session_key")
+    if isinstance(key, str) and key.startswith(old_ns):
+        payload["session_key"] = new_ns + key[len(old_ns) :]
+    origin = payload.get("origin")
+    if isinstance(origin, dict) and origin.get("profile") == old:
+        origin["profile"] = new
+    return json.dumps(payload, ensure_ascii=False)
 
 
 class ProfilesPart(RepositoryPart):
@@ -324,10 +408,193 @@ class ProfilesPart(RepositoryPart):
 
         return self.store.write(run)
 
+    # -- a profile renamed or deleted -----------------------------------------------------
+    @writes
+    def rekey_profile_state(self, old_name: str, new_name: str) -> dict[str, int]:
+        """iot 0.22.2: rename profile ``old_name`` to ``new_name`` (both stripped) in one
+        transaction: ``profile_name`` and the ``agent:<old>:`` keys of sessions, gateway
+        heartbeats, routing entries (their JSON's key and origin too), origins' ``profile``,
+        the delivery ledger and the Telegram topic tables where the store has them; the rows
+        changed, by table and column. Nothing when either is blank or both are the same.
+        :class:`ProfileCollisionError` (a ``ValueError``), nothing changed, when a renamed
+        routing key or topic row would take one the new profile already holds."""
+        old = _profile_identity(old_name, "old_name")
+        new = _profile_identity(new_name, "new_name")
+        if not old or not new or old == new:
+            return {}
+        new_label = self._text(new, "new_name")
+        old_ns, new_ns = f"agent:{old}:", f"agent:{new}:"
+
+        def run(conn: Connection) -> dict[str, int]:
+            shapes = self._profile_tables(conn)
+            self._refuse_rename_collisions(conn, shapes, old, new, old_ns, new_ns)
+            counts: dict[str, int] = {}
+            counts["sessions_profile_name"] = conn.execute(
+                update(sessions)
+                .where(sessions.c.profile_name == old)
+                .values(profile_name=new_label)
+            ).rowcount
+            counts["gateway_heartbeats_profile"] = conn.execute(
+                update(heartbeats).where(heartbeats.c.profile == old).values(profile=new_label)
+            ).rowcount
+            counts["sessions_session_key"] = conn.execute(
+                update(sessions)
+                .where(_prefixed(sessions.c.session_key, old_ns))
+                .values(session_key=_renamed(sessions.c.session_key, old_ns, new_ns))
+            ).rowcount
+            counts["sessions_origin_json"] = _rename_origins(conn, old, new)
+            ledger = shapes[delivery_obligations.name]
+            if ledger:
+                if "adapter_profile" in ledger:
+                    counts["delivery_obligations_adapter_profile"] = conn.execute(
+                        update(delivery_obligations)
+                        .where(delivery_obligations.c.adapter_profile == old)
+                        .values(adapter_profile=new_label)
+                    ).rowcount
+                counts["delivery_obligations_session_key"] = conn.execute(
+                    update(delivery_obligations)
+                    .where(_prefixed(delivery_obligations.c.session_key, old_ns))
+                    .values(session_key=_renamed(delivery_obligations.c.session_key, old_ns,
+                                                 new_ns))
+                ).rowcount  # fmt: skip
+            for topic in (modes, bindings):
+                if "profile_name" in shapes[topic.name]:
+                    counts[f"{topic.name}_profile_name"] = conn.execute(
+                        update(topic)
+                        .where(topic.c.profile_name == old)
+                        .values(profile_name=new_label)
+                    ).rowcount
+            if "session_key" in shapes[bindings.name]:
+                counts[f"{bindings.name}_session_key"] = conn.execute(
+                    update(bindings)
+                    .where(_prefixed(bindings.c.session_key, old_ns))
+                    .values(session_key=_renamed(bindings.c.session_key, old_ns, new_ns))
+                ).rowcount
+            counts[routing.name] = _rename_routing(conn, old, new, old_ns, new_ns)
+            return counts
+
+        return self.store.write(run)
+
+    @writes
+    def purge_profile_state(self, profile: str) -> dict[str, int]:
+        """iot 0.22.2: remove deleted profile ``profile``'s bookkeeping in one transaction:
+        its ``agent:<profile>:`` routing entries and its heartbeats deleted, its unsettled
+        delivery obligations abandoned (never deleted; delivered ones kept as they were), its
+        Telegram topic mode rows and bindings deleted, where the store has those tables. Its
+        sessions are kept as they are. The rows touched, by table; nothing for a blank name."""
+        name = _profile_identity(profile, "profile")
+        if not name:
+            return {}
+        ns = f"agent:{name}:"
+
+        def run(conn: Connection) -> dict[str, int]:
+            shapes = self._profile_tables(conn)
+            counts: dict[str, int] = {}
+            counts[routing.name] = conn.execute(
+                delete(routing).where(_prefixed(routing.c.session_key, ns))
+            ).rowcount
+            counts[heartbeats.name] = conn.execute(
+                delete(heartbeats).where(heartbeats.c.profile == name)
+            ).rowcount
+            ledger = shapes[delivery_obligations.name]
+            if ledger:
+                keyed = _prefixed(delivery_obligations.c.session_key, ns)
+                if "adapter_profile" in ledger:
+                    keyed = or_(delivery_obligations.c.adapter_profile == name, keyed)
+                counts[delivery_obligations.name] = conn.execute(
+                    update(delivery_obligations)
+                    .where(keyed, delivery_obligations.c.state.not_in(SETTLED_DELIVERIES))
+                    .values(state=ABANDONED, updated_at=self.clock())
+                ).rowcount
+            if "profile_name" in shapes[modes.name]:
+                counts[modes.name] = conn.execute(
+                    delete(modes).where(modes.c.profile_name == name)
+                ).rowcount
+            if "session_key" in shapes[bindings.name]:
+                bound = _prefixed(bindings.c.session_key, ns)
+                if "profile_name" in shapes[bindings.name]:
+                    bound = or_(bindings.c.profile_name == name, bound)
+                counts[bindings.name] = conn.execute(delete(bindings).where(bound)).rowcount
+            return counts
+
+        return self.store.write(run)
+
+    def _profile_tables(self, conn: Connection) -> dict[str, set[str]]:
+        """The columns of the tables a store may or may not hold (the delivery ledger, the
+        Telegram topic tables at v1...v3), empty for an absent one."""
+        names = (delivery_obligations.name, modes.name, bindings.name)
+        return {name: self.store.dialect.column_names(conn, name) for name in names}
+
+    def _refuse_rename_collisions(
+        self, conn: Connection, shapes: dict[str, set[str]], old: str, new: str, old_ns: str,
+        new_ns: str,
+    ) -> None:  # fmt: skip
+        target = routing.alias("target")
+        renamed = _renamed(routing.c.session_key, old_ns, new_ns)
+        collision = conn.execute(
+            select(routing.c.scope, renamed)
+            .select_from(routing.join(target, and_(
+                target.c.scope == routing.c.scope, target.c.session_key == renamed)))
+            .where(_prefixed(routing.c.session_key, old_ns))
+            .limit(1)
+        ).first()  # fmt: skip
+        if collision is not None:
+            raise ProfileCollisionError(
+                f"profile routing collision in scope {collision[0]!r}: {collision[1]!r}"
+            )
+        for topic, keys in ((modes, ("chat_id",)), (bindings, ("chat_id", "thread_id"))):
+            if "profile_name" not in shapes[topic.name]:
+                continue
+            held = topic.alias("target")
+            same = and_(held.c.profile_name == new, *(held.c[key] == topic.c[key] for key in keys))
+            hit = conn.execute(
+                select(literal(1)).select_from(topic.join(held, same))
+                .where(topic.c.profile_name == old).limit(1)
+            ).first()  # fmt: skip
+            if hit is not None:
+                raise ProfileCollisionError(f"profile identity collision in {topic.name}")
+
+
+def _rename_origins(conn: Connection, old: str, new: str) -> int:
+    """Each session origin (``origin_json``) whose ``profile`` is ``old`` renamed."""
+    renamed = 0
+    rows = conn.execute(
+        select(sessions.c.id, sessions.c.origin_json).where(sessions.c.origin_json.is_not(None))
+    ).all()
+    for session_id, origin_json in rows:
+        written = _renamed_profile_json(origin_json, "profile", old, new)
+        if written is not None:
+            conn.execute(
+                update(sessions).where(sessions.c.id == session_id).values(origin_json=written)
+            )
+            renamed += 1
+    return renamed
+
+
+def _rename_routing(conn: Connection, old: str, new: str, old_ns: str, new_ns: str) -> int:
+    """Each routing entry under ``old_ns`` moved to ``new_ns``, its JSON rewritten."""
+    rows = conn.execute(
+        select(routing.c.scope, routing.c.session_key, routing.c.entry_json).where(
+            _prefixed(routing.c.session_key, old_ns)
+        )
+    ).all()
+    for scope, session_key, entry_json in rows:
+        conn.execute(
+            update(routing)
+            .where(routing.c.scope == scope, routing.c.session_key == session_key)
+            .values(
+                session_key=new_ns + session_key[len(old_ns) :],
+                entry_json=_renamed_entry(entry_json, old_ns, new_ns, old, new),
+            )
+        )
+    return len(rows)
+
 
 __all__ = [
     "DEFAULT_PROFILE",
+    "ProfileCollisionError",
     "ProfilesPart",
+    "delivery_obligations",
     "json_extract_text",
     "session_key_namespace",
     "session_key_profile",

@@ -167,3 +167,87 @@ def test_a_profile_with_nul_is_stored_as_each_database_can(db: SessionDB) -> Non
     _keyed(db)
     assert db.backfill_null_session_profiles("o\x00ps") == 2  # b and the blank c
     assert _column(db, "profile_name")["b"] in ("o\x00ps", "o\ufffdps")
+
+
+# -- a profile renamed or purged -----------------------------------------------------------------
+def _identity(db: SessionDB) -> None:
+    db.create_session("s1", "telegram")
+    _set(db, "s1", session_key="agent:work:telegram:dm:1", profile_name="work",
+         origin_json='{"profile": "work"}')  # fmt: skip
+    db.create_session("s2", "telegram")
+    _set(db, "s2", session_key="agent:workshop:telegram:dm:1", profile_name="workshop",
+         origin_json='["work"]')  # fmt: skip
+    db.save_gateway_routing_entry("agent:work:telegram:dm:1", '{"session_key": "agent:work:a"}')
+    db.save_gateway_routing_entry("agent:work:telegram:dm:1", "[]", scope="other")
+    db.enable_telegram_topic_mode(chat_id="1", user_id="u", profile_name="work")
+    statement = sa.text(
+        "INSERT INTO gateway_heartbeats (backend_id, pid, started_at, last_heartbeat, profile, "
+        "host) VALUES ('b', 1, 1.0, 1.0, 'work', 'h')"
+    )
+    db.store.write(lambda conn: conn.execute(statement))
+
+
+def _routing(db: SessionDB) -> list[tuple[str, str, str]]:
+    statement = sa.text("SELECT scope, session_key, entry_json FROM gateway_routing ORDER BY 1, 2")
+    return [tuple(row) for row in db.store.read(lambda conn: conn.execute(statement).all())]
+
+
+def test_a_rename_moves_every_identity_and_a_purge_keeps_the_sessions(db: SessionDB) -> None:
+    _identity(db)
+    counts = db.rekey_profile_state("work", "ops")
+    assert counts == {
+        "sessions_profile_name": 1, "gateway_heartbeats_profile": 1, "sessions_session_key": 1,
+        "sessions_origin_json": 1, "telegram_dm_topic_mode_profile_name": 1,
+        "telegram_dm_topic_bindings_profile_name": 0, "telegram_dm_topic_bindings_session_key": 0,
+        "gateway_routing": 2,
+    }  # fmt: skip
+    assert _column(db, "session_key") == {"s1": "agent:ops:telegram:dm:1",
+                                          "s2": "agent:workshop:telegram:dm:1"}  # fmt: skip
+    assert _column(db, "origin_json") == {"s1": '{"profile": "ops"}', "s2": '["work"]'}
+    assert _routing(db) == [("", "agent:ops:telegram:dm:1", '{"session_key": "agent:ops:a"}'),
+                            ("other", "agent:ops:telegram:dm:1", "[]")]  # fmt: skip
+    assert db.is_telegram_topic_mode_enabled(chat_id="1", user_id="u", profile_name="ops")
+    purged = db.purge_profile_state(" ops ")
+    assert purged == {"gateway_routing": 2, "gateway_heartbeats": 1,
+                      "telegram_dm_topic_mode": 1, "telegram_dm_topic_bindings": 0}  # fmt: skip
+    assert _routing(db) == [] and db.get_session("s1") is not None
+    assert set(db.purge_profile_state("ops").values()) == {0}
+
+
+def test_a_rename_onto_a_held_key_changes_nothing(db: SessionDB) -> None:
+    _identity(db)
+    db.save_gateway_routing_entry("agent:ops:telegram:dm:1", "{}", scope="other")
+    before = (_routing(db), _column(db, "profile_name"), _column(db, "session_key"))
+    with pytest.raises(ValueError, match="routing collision"):
+        db.rekey_profile_state("work", "ops")
+    assert (_routing(db), _column(db, "profile_name"), _column(db, "session_key")) == before
+    db.enable_telegram_topic_mode(chat_id="1", user_id="u", profile_name="new")
+    with pytest.raises(ValueError, match="telegram_dm_topic_mode"):
+        db.rekey_profile_state("work", "new")
+    assert _column(db, "profile_name") == before[1]
+
+
+def test_a_store_without_the_optional_tables_reports_only_its_own(db: SessionDB) -> None:
+    db.create_session("s", "cli")
+    assert db.purge_profile_state("work") == {"gateway_routing": 0, "gateway_heartbeats": 0}
+    assert set(db.rekey_profile_state("work", "ops")) == {
+        "sessions_profile_name", "gateway_heartbeats_profile", "sessions_session_key",
+        "sessions_origin_json", "gateway_routing",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "error"),
+    [(5, "ops", TypeError), ("work", b"ops", TypeError), ("wo\x00rk", "ops", ValueError),
+     ("work", "o\ud800", ValueError)],
+)  # fmt: skip
+def test_a_profile_name_no_database_holds_is_refused(
+    db: SessionDB, old: Any, new: Any, error: type[Exception]
+) -> None:
+    _identity(db)
+    with pytest.raises(error):
+        db.rekey_profile_state(old, new)
+    with pytest.raises(error):
+        db.purge_profile_state(old if old != "work" else new)
+    assert _column(db, "profile_name") == {"s1": "work", "s2": "workshop"}
+    assert db.rekey_profile_state(None, "ops") == {} == db.purge_profile_state(None)
