@@ -414,6 +414,28 @@ class AsyncSessionRepository:
     async def import_sessions(self, payload: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         return await self._write(lambda repo: repo.import_sessions(payload))
 
+    async def find_foreign_import(self, origin: Mapping[str, Any]) -> str | None:
+        return await self._read(lambda repo: repo.find_foreign_import(origin))
+
+    async def import_foreign_history(
+        self,
+        origin: Mapping[str, Any],
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        title: str | None,
+        cwd: str | None,
+        profile: str | None,
+    ) -> dict[str, Any]:
+        return await self._write(
+            lambda repo: repo.import_foreign_history(
+                origin,
+                messages,
+                title=title,
+                cwd=cwd,
+                profile=profile,
+            )
+        )
+
     async def publish_compression_child(
         self,
         *,

@@ -1935,6 +1935,28 @@ class AsyncSessionDB:
     async def import_sessions(self, sessions: list[dict[str, Any]]) -> dict[str, Any]:
         return await self._write(lambda db: db.import_sessions(sessions))
 
+    async def find_foreign_import(self, origin: Mapping[str, Any]) -> str | None:
+        return await self._read(lambda db: db.find_foreign_import(origin))
+
+    async def import_foreign_history(
+        self,
+        origin: Mapping[str, Any],
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        title: str | None,
+        cwd: str | None,
+        profile: str | None,
+    ) -> dict[str, Any]:
+        return await self._write(
+            lambda db: db.import_foreign_history(
+                origin,
+                messages,
+                title=title,
+                cwd=cwd,
+                profile=profile,
+            )
+        )
+
     async def adopt_session_lineage_from(
         self,
         donor_db: Any,

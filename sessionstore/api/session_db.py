@@ -2269,6 +2269,29 @@ class SessionDB:
         :mod:`sessionstore.sessions.imports`)."""
         return self._repo.import_sessions(sessions)
 
+    @reads
+    def find_foreign_import(self, origin: Mapping[str, Any]) -> str | None:
+        """iot 0.22.2: the session an earlier :meth:`import_foreign_history` of ``origin``
+        made, or None."""
+        return self._repo.find_foreign_import(origin)
+
+    @writes
+    def import_foreign_history(
+        self,
+        origin: Mapping[str, Any],
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        title: str | None,
+        cwd: str | None,
+        profile: str | None,
+    ) -> dict[str, Any]:
+        """iot 0.22.2: adopt another tool's conversation as a new session, once per origin
+        (``{"session_id", "already_imported"}``; rules in
+        :mod:`sessionstore.sessions.imports`)."""
+        return self._repo.import_foreign_history(
+            origin, messages, title=title, cwd=cwd, profile=profile
+        )
+
     @writes
     def adopt_session_lineage_from(
         self, donor_db: Any, session_id: str, *, retire_donor: bool = True

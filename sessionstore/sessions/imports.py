@@ -30,7 +30,9 @@ from __future__ import annotations
 import json
 import math
 import time
+import uuid
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from sqlalchemy import bindparam, insert, select, update
@@ -40,10 +42,10 @@ from sqlalchemy.sql.elements import BindParameter
 
 from ..dialects.interface import StoreDialect
 from ..sql import validation
-from ..sql.codec import encode_json
+from ..sql.codec import decode_json_object, encode_json
 from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
-from .access import writes
+from .access import reads, writes
 from .messages import MessagesPart, NewMessage, message_rows
 from .prompts import store_prompt
 from .shared import constraint_error
@@ -73,6 +75,43 @@ _ASSISTANT_TEXT = ("reasoning", "reasoning_content")
 _ASSISTANT_JSON = ("reasoning_details", "codex_reasoning_items", "codex_message_items")
 """Kept on assistant messages only, as Hermes imports them."""
 _ID: BindParameter[str] = bindparam("id")
+FOREIGN_ID_HEX = 12
+"""The random hex of a foreign import's id (iot's ``new_session_id(hex_len=12)``)."""
+
+
+def foreign_session_id(now: datetime | None = None) -> str:
+    """A new id for a foreign import, iot's shape: ``YYYYMMDD_HHMMSS_<12 hex>`` (local time)."""
+    stamp = (now or datetime.now()).strftime("%Y%m%d_%H%M%S")
+    return f"{stamp}_{uuid.uuid4().hex[:FOREIGN_ID_HEX]}"
+
+
+def _imported_from(origin_json: Any) -> dict[str, Any]:
+    """The ``imported_from`` object of a session's origin; anything else is none."""
+    imported = decode_json_object(origin_json).get("imported_from")
+    return imported if isinstance(imported, dict) else {}
+
+
+def _find_foreign_import(conn: Connection, origin: Mapping[str, Any]) -> str | None:
+    """The session an earlier import of ``origin`` made (iot's rule: same tool, then the same
+    foreign session id, or without one the same path), oldest first; None without one."""
+    tool = origin["tool"]
+    if not validation.bindable(tool):
+        return None
+    rows = conn.execute(
+        select(sessions.c.id, sessions.c.origin_json)
+        .where(sessions.c.source == tool, sessions.c.origin_json.is_not(None))
+        .order_by(sessions.c.started_at, sessions.c.id)
+    ).all()
+    for session_id, origin_json in rows:
+        imported = _imported_from(origin_json)
+        if imported.get("tool") != tool:
+            continue
+        foreign_id = origin.get("foreign_session_id")
+        if (foreign_id and foreign_id == imported.get("foreign_session_id")) or (
+            not foreign_id and imported.get("path") == origin["path"]
+        ):
+            return str(session_id)
+    return None
 
 
 class _Prepared(NamedTuple):
@@ -208,6 +247,66 @@ class ImportsPart(MessagesPart):
                 )
             )
         return prepared
+
+    @reads
+    def find_foreign_import(self, origin: Mapping[str, Any]) -> str | None:
+        """iot 0.22.2: the session an earlier :meth:`import_foreign_history` of ``origin`` (a
+        dict of ``tool``, ``path`` and ``foreign_session_id``) made, or None."""
+        return self.store.read(lambda conn: _find_foreign_import(conn, origin))
+
+    @writes
+    def import_foreign_history(
+        self,
+        origin: Mapping[str, Any],
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        title: str | None,
+        cwd: str | None,
+        profile: str | None,
+    ) -> dict[str, Any]:
+        """iot 0.22.2: adopt another tool's conversation (``origin``: its ``tool``, ``path``
+        and ``foreign_session_id``) as a new session of source ``tool``, its ``messages``
+        checked and written as :meth:`import_sessions` writes them, its provenance in
+        ``origin_json`` (``{"imported_from": origin}``) and its owner in ``profile_name``, in
+        one transaction. ``{"session_id", "already_imported"}``: an origin imported before
+        is that session, nothing written. A title another session holds gets the new id's
+        tail. A payload that cannot be imported is a ``ValueError`` naming the problem."""
+        if not isinstance(origin, Mapping):
+            raise TypeError(f"origin must be a dict, not {type(origin).__name__}")
+        # A tool no database holds as it is could never be found again (imported twice).
+        tool = validation.identifier(origin["tool"], "origin['tool']")
+        session_id = foreign_session_id()
+        raw = {"id": session_id, "source": tool, "title": title, "cwd": cwd,
+               "messages": messages}  # fmt: skip
+        problem, _ = _shape_problem(raw, session_id, set())
+        if problem is not None:
+            raise ValueError(problem)
+        try:
+            one = self._prepare_session(raw, session_id)
+        except ImportProblem as exc:
+            raise ValueError(str(exc)) from None
+        owner = self._text(validation.optional_identifier(profile, "profile"), "profile")
+        provenance = self._text(json.dumps({"imported_from": dict(origin)}), "origin")
+        dialect = self.store.dialect
+
+        def run(conn: Connection) -> dict[str, Any]:
+            existing = _find_foreign_import(conn, origin)
+            if existing:
+                return {"session_id": existing, "already_imported": True}
+            named = one.row["title"]
+            if named is not None and conn.execute(
+                select(sessions.c.id).where(sessions.c.title == named).limit(1)
+            ).first():
+                one.row["title"] = f"{named} ({session_id[-FOREIGN_ID_HEX:]})"
+            _import(conn, [one], dialect)
+            conn.execute(
+                update(sessions)
+                .where(sessions.c.id == session_id)
+                .values(origin_json=provenance, profile_name=owner)
+            )
+            return {"session_id": session_id, "already_imported": False}
+
+        return self.store.write(run)
 
 
 def _import(
