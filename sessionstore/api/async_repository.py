@@ -113,6 +113,21 @@ class AsyncSessionRepository:
     async def reopen_session(self, session_id: str) -> bool:
         return await self._write(lambda repo: repo.reopen_session(session_id))
 
+    async def reopen_if_explicitly_closed(
+        self,
+        session_id: str,
+        *,
+        provenance: str,
+        patience_s: float | None = None,
+    ) -> str | None:
+        return await self._write(
+            lambda repo: repo.reopen_if_explicitly_closed(
+                session_id,
+                provenance=provenance,
+                patience_s=patience_s,
+            )
+        )
+
     async def update_system_prompt(self, session_id: str, system_prompt: str | None) -> bool:
         return await self._write(lambda repo: repo.update_system_prompt(session_id, system_prompt))
 
@@ -1606,6 +1621,25 @@ class AsyncSessionRepository:
             )
         )
 
+    async def find_orphaned_gateway_sessions(
+        self,
+        *,
+        max_gap_s: float | None = None,
+    ) -> list[dict[str, Any]]:
+        return await self._read(
+            lambda repo: repo.find_orphaned_gateway_sessions(
+                max_gap_s=max_gap_s,
+            )
+        )
+
+    async def adopt_orphaned_gateway_session(self, orphan_id: str, donor_id: str) -> bool:
+        return await self._write(
+            lambda repo: repo.adopt_orphaned_gateway_session(
+                orphan_id,
+                donor_id,
+            )
+        )
+
     async def set_expiry_finalized(self, session_id: str, finalized: bool = True) -> bool:
         return await self._write(lambda repo: repo.set_expiry_finalized(session_id, finalized))
 
@@ -1906,6 +1940,15 @@ class AsyncSessionRepository:
             )
         )
 
+    async def find_profile_less_telegram_topic_rows(self) -> list[dict[str, Any]]:
+        return await self._read(lambda repo: repo.find_profile_less_telegram_topic_rows())
+
+    async def relabel_telegram_topic_rows(
+        self,
+        rows: Iterable[Mapping[str, Any]],
+    ) -> dict[str, int]:
+        return await self._write(lambda repo: repo.relabel_telegram_topic_rows(rows))
+
     async def list_unlinked_telegram_sessions_for_user(
         self,
         *,
@@ -1975,6 +2018,29 @@ class AsyncSessionRepository:
             lambda repo: repo.archive_stale_sessions(
                 idle_days,
                 exclude_pinned=exclude_pinned,
+            )
+        )
+
+    async def sweep_orphaned_sessions(
+        self,
+        *,
+        max_idle_seconds: float,
+        sources: Sequence[str] = ('tui', 'desktop', 'subagent'),
+        exclude_ids: Sequence[str] = (),
+        exclude_pinned: bool = False,
+        heartbeat_staleness_seconds: float | None = None,
+        heartbeat_ownership_grace_seconds: float | None = None,
+        respect_gateway_heartbeats: bool = True,
+    ) -> list[str]:
+        return await self._write(
+            lambda repo: repo.sweep_orphaned_sessions(
+                max_idle_seconds=max_idle_seconds,
+                sources=sources,
+                exclude_ids=exclude_ids,
+                exclude_pinned=exclude_pinned,
+                heartbeat_staleness_seconds=heartbeat_staleness_seconds,
+                heartbeat_ownership_grace_seconds=heartbeat_ownership_grace_seconds,
+                respect_gateway_heartbeats=respect_gateway_heartbeats,
             )
         )
 

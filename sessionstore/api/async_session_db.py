@@ -322,6 +322,21 @@ class AsyncSessionDB:
     async def reopen_session(self, session_id: str) -> None:
         return await self._write(lambda db: db.reopen_session(session_id))
 
+    async def reopen_if_explicitly_closed(
+        self,
+        session_id: str,
+        *,
+        provenance: str,
+        patience_s: float | None = None,
+    ) -> str | None:
+        return await self._write(
+            lambda db: db.reopen_if_explicitly_closed(
+                session_id,
+                provenance=provenance,
+                patience_s=patience_s,
+            )
+        )
+
     async def promote_to_session_reset(
         self,
         session_id: str,
@@ -1581,6 +1596,15 @@ class AsyncSessionDB:
             )
         )
 
+    async def find_profile_less_telegram_topic_rows(self) -> list[dict[str, Any]]:
+        return await self._read(lambda db: db.find_profile_less_telegram_topic_rows())
+
+    async def relabel_telegram_topic_rows(
+        self,
+        rows: Iterable[Mapping[str, Any]],
+    ) -> dict[str, int]:
+        return await self._write(lambda db: db.relabel_telegram_topic_rows(rows))
+
     async def save_gateway_routing_entry(
         self,
         session_key: str,
@@ -1693,6 +1717,16 @@ class AsyncSessionDB:
 
     async def delete_gateway_routing_rows(self, rows: Iterable[Sequence[Any]]) -> int:
         return await self._write(lambda db: db.delete_gateway_routing_rows(rows))
+
+    async def find_orphaned_gateway_sessions(
+        self,
+        *,
+        max_gap_s: float | None = None,
+    ) -> list[dict[str, Any]]:
+        return await self._read(lambda db: db.find_orphaned_gateway_sessions(max_gap_s=max_gap_s))
+
+    async def adopt_orphaned_gateway_session(self, orphan_id: str, donor_id: str) -> bool:
+        return await self._write(lambda db: db.adopt_orphaned_gateway_session(orphan_id, donor_id))
 
     async def has_pending_handoffs(self) -> bool:
         return await self._read(lambda db: db.has_pending_handoffs())
@@ -2124,6 +2158,29 @@ class AsyncSessionDB:
             lambda db: db.purge_stale_tool_call_markers(
                 dry_run=dry_run,
                 backup=backup,
+            )
+        )
+
+    async def sweep_orphaned_sessions(
+        self,
+        *,
+        max_idle_seconds: float,
+        sources: Sequence[str] = ('tui', 'desktop', 'subagent'),
+        exclude_ids: Sequence[str] = (),
+        exclude_pinned: bool = False,
+        heartbeat_staleness_seconds: float | None = None,
+        heartbeat_ownership_grace_seconds: float | None = None,
+        respect_gateway_heartbeats: bool = True,
+    ) -> list[str]:
+        return await self._write(
+            lambda db: db.sweep_orphaned_sessions(
+                max_idle_seconds=max_idle_seconds,
+                sources=sources,
+                exclude_ids=exclude_ids,
+                exclude_pinned=exclude_pinned,
+                heartbeat_staleness_seconds=heartbeat_staleness_seconds,
+                heartbeat_ownership_grace_seconds=heartbeat_ownership_grace_seconds,
+                respect_gateway_heartbeats=respect_gateway_heartbeats,
             )
         )
 

@@ -221,6 +221,16 @@ class SessionDB:
         self._repo.reopen_session(session_id)
 
     @writes
+    def reopen_if_explicitly_closed(
+        self, session_id: str, *, provenance: str, patience_s: float | None = None
+    ) -> str | None:
+        """Clear an explicit-close stamp from a session its routing host still routes to
+        (iot 0.22.2, #106459); the reason cleared, or None (see ``sessions.lifecycle``)."""
+        return self._repo.reopen_if_explicitly_closed(
+            session_id, provenance=provenance, patience_s=patience_s
+        )
+
+    @writes
     def promote_to_session_reset(self, session_id: str, reason: str = "session_reset") -> bool:
         """End the session as a reset boundary (Hermes 0.19): a live one, or one ended only by
         accident (``agent_close``, ``ws_orphan_reap``), which a gateway would otherwise
@@ -1839,6 +1849,17 @@ class SessionDB:
             chat_id=chat_id, user_id=user_id, profile_name=profile_name, limit=limit
         )
 
+    @reads
+    def find_profile_less_telegram_topic_rows(self) -> list[dict[str, Any]]:
+        """``default``-labelled topic bindings whose key names another profile (iot 0.22.2)."""
+        return self._repo.find_profile_less_telegram_topic_rows()
+
+    @writes
+    def relabel_telegram_topic_rows(self, rows: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+        """Stamp each key's profile on those bindings (and the chat's lone default mode row);
+        a duplicate of the named profile's binding is removed (iot 0.22.2)."""
+        return self._repo.relabel_telegram_topic_rows(rows)
+
     @writes
     def save_gateway_routing_entry(
         self, session_key: str, entry_json: str, *, scope: str = ""
@@ -1945,6 +1966,20 @@ class SessionDB:
     def session_gateway_runtime(session_meta: Mapping[str, Any] | None) -> dict[str, Any]:
         """The runtime route persisted on a session row (``model_config``), iot's precedence."""
         return gateway.session_gateway_runtime(session_meta)
+
+    @reads
+    def find_orphaned_gateway_sessions(
+        self, *, max_gap_s: float | None = None
+    ) -> list[dict[str, Any]]:
+        """Message-bearing sessions that lost their routing key, each with the one keyed
+        predecessor that may give it back, if one can be named (iot 0.22.2)."""
+        return self._repo.find_orphaned_gateway_sessions(max_gap_s=max_gap_s)
+
+    @writes
+    def adopt_orphaned_gateway_session(self, orphan_id: str, donor_id: str) -> bool:
+        """Give the orphan the donor's routing identity and retire the donor, as
+        ``superseded_by_repair`` (iot 0.22.2); False when the pair no longer fits."""
+        return self._repo.adopt_orphaned_gateway_session(orphan_id, donor_id)
 
     @reads
     def has_pending_handoffs(self) -> bool:
@@ -2558,6 +2593,29 @@ class SessionDB:
         (:meth:`SessionRepository.purge_stale_tool_call_markers`)."""
         return self._repo.purge_stale_tool_call_markers(dry_run=dry_run, backup=backup)
 
+
+    @writes
+    def sweep_orphaned_sessions(
+        self,
+        *,
+        max_idle_seconds: float,
+        sources: Sequence[str] = ("tui", "desktop", "subagent"),
+        exclude_ids: Sequence[str] = (),
+        exclude_pinned: bool = False,
+        heartbeat_staleness_seconds: float | None = None,
+        heartbeat_ownership_grace_seconds: float | None = None,
+        respect_gateway_heartbeats: bool = True,
+    ) -> list[str]:
+        """End, as ``startup_orphan_reap`` (resumable, nothing deleted), the sessions of
+        ``sources`` a dead gateway left open (iot 0.22.2, #65194); the ids ended
+        (:mod:`sessionstore.sessions.maintenance`)."""
+        return self._repo.sweep_orphaned_sessions(
+            max_idle_seconds=max_idle_seconds, sources=sources, exclude_ids=exclude_ids,
+            exclude_pinned=exclude_pinned,
+            heartbeat_staleness_seconds=heartbeat_staleness_seconds,
+            heartbeat_ownership_grace_seconds=heartbeat_ownership_grace_seconds,
+            respect_gateway_heartbeats=respect_gateway_heartbeats,
+        )  # fmt: skip
 
     @writes
     def archive_stale_sessions(self, idle_days: float, *, exclude_pinned: bool = True) -> int:

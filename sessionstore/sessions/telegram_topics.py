@@ -27,7 +27,7 @@ to the profile asked for (docs/hermes.md, "Differences from Hermes").
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, TypeVar
 
 from sqlalchemy import Table, delete, exists, func, insert, literal_column, select, text, update
@@ -52,6 +52,7 @@ from ..sql.topic_tables import (
 )
 from ..storage.store import Store
 from .access import reads, writes
+from .gateway import session_key_profile
 from .leases import meta_upsert
 from .listing import listing_dict, listing_last_active, listing_select
 from .shared import RepositoryPart, row_count
@@ -365,6 +366,94 @@ class TelegramTopicsPart(RepositoryPart):
             conn.execute(statement)
 
         self._write_topics(run, create=True)
+
+    # -- crossed-profile repair (iot 0.22.2's ``sessions repair-profiles``) -----------------
+    @reads
+    def find_profile_less_telegram_topic_rows(self) -> list[dict[str, Any]]:
+        """Bindings labelled ``default`` whose ``session_key`` names another profile
+        (``agent:<name>:...``): written by a multiplexer that did not yet stamp the routed
+        profile (iot #76423). Each is ``chat_id``, ``thread_id``, ``session_key`` and the
+        key's ``key_profile``, by chat then thread (bytewise). A store without the tables,
+        or with v1/v2 ones (no ``profile_name``), has none."""
+        bytewise = self.store.dialect.bytewise_collation
+        statement = (
+            select(bindings.c.chat_id, bindings.c.thread_id, bindings.c.session_key)
+            .where(bindings.c.profile_name == DEFAULT_PROFILE)
+            .order_by(bindings.c.chat_id.collate(bytewise), bindings.c.thread_id.collate(bytewise))
+        )
+
+        def run(conn: Connection) -> list[dict[str, Any]]:
+            if self._topic_shape(conn, bindings)[0] != "current":
+                return []
+            return [dict(row._mapping) for row in conn.execute(statement)]
+
+        found = []
+        for row in self.store.read(run):
+            key_profile = session_key_profile(row["session_key"])
+            if key_profile not in (None, DEFAULT_PROFILE):
+                found.append({**row, "key_profile": key_profile})
+        return found
+
+    @writes
+    def relabel_telegram_topic_rows(self, rows: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+        """Stamp the key's profile on the ``default``-labelled bindings ``rows`` name (each
+        a mapping with ``chat_id``, ``thread_id``, ``session_key``, as
+        :meth:`find_profile_less_telegram_topic_rows` gives them), and on the chat's mode row
+        when only the default one exists; a binding the named profile already holds for that
+        topic makes the default one the stale duplicate, which is removed. The profile is
+        derived again from each ``session_key`` (a key naming no profile, or ``default``, is
+        skipped). In one transaction; ``{"bindings_relabelled",
+        "bindings_duplicates_removed", "mode_rows_relabelled"}``. v1/v2 tables are brought
+        to v3 first, as every topic write does; without the tables nothing is done (iot's
+        statements fail there). A row that is no mapping is a ``TypeError``, one without
+        the three keys a ``KeyError``, as in iot, before anything is written."""
+        if isinstance(rows, (str, bytes, Mapping)):
+            raise TypeError(f"rows must be an iterable of mappings, not {type(rows).__name__}")
+        wanted: list[tuple[str, str, str]] = []
+        for row in list(rows):
+            if not isinstance(row, Mapping):
+                raise TypeError(f"each row must be a mapping, not {type(row).__name__}")
+            session_key, chat_id, thread_id = row["session_key"], row["chat_id"], row["thread_id"]
+            target = session_key_profile(session_key)
+            if target in (None, DEFAULT_PROFILE):
+                continue
+            if not validation.bindable(target):
+                continue  # no stored row can carry it
+            wanted.append((target, _text_of(chat_id, "chat_id"), _text_of(thread_id, "thread_id")))
+        counts = {"bindings_relabelled": 0, "bindings_duplicates_removed": 0,
+                  "mode_rows_relabelled": 0}  # fmt: skip
+        if not wanted:
+            return counts
+
+        def run(conn: Connection) -> dict[str, int]:
+            for target, chat, thread in wanted:
+                topic = (bindings.c.chat_id == chat, bindings.c.thread_id == thread)
+                stale = (bindings.c.profile_name == DEFAULT_PROFILE, *topic)
+                held = conn.execute(
+                    select(bindings.c.chat_id).where(bindings.c.profile_name == target, *topic)
+                ).first()
+                if held is not None:
+                    counts["bindings_duplicates_removed"] += conn.execute(
+                        delete(bindings).where(*stale)
+                    ).rowcount
+                else:
+                    counts["bindings_relabelled"] += conn.execute(
+                        update(bindings).where(*stale).values(profile_name=target)
+                    ).rowcount
+                moded = conn.execute(
+                    select(modes.c.chat_id).where(
+                        modes.c.profile_name == target, modes.c.chat_id == chat
+                    )
+                ).first()
+                if moded is None:
+                    counts["mode_rows_relabelled"] += conn.execute(
+                        update(modes)
+                        .where(modes.c.profile_name == DEFAULT_PROFILE, modes.c.chat_id == chat)
+                        .values(profile_name=target)
+                    ).rowcount
+            return counts
+
+        return self._write_topics(run, create=False) or counts
 
     @reads
     def list_unlinked_telegram_sessions_for_user(
