@@ -303,3 +303,70 @@ def test_a_runtime_row_that_is_no_mapping_is_a_type_error() -> None:
 def test_the_runtime_route_reads_a_stored_row(db: SessionDB) -> None:
     db.create_session("s", "telegram", model_config={"gateway_runtime": {"provider": "p"}})
     assert db.session_gateway_runtime(db.get_session("s")) == {"provider": "p"}
+
+
+# -- a delegation's delivery --------------------------------------------------------------
+def test_a_delivery_is_recorded_once_across_a_rotation(db: SessionDB) -> None:
+    db.create_session("p", "telegram")
+    metadata = {"delegation_id": "d1", "delivery_notice": "done", "extra": [1]}
+    first = db.append_delegation_delivery("p", "result", metadata)
+    assert db.append_delegation_delivery("p", "again", metadata) == first
+    db.end_session("p", "compression")
+    db.create_session("c", "telegram", parent_session_id="p")
+    assert db.append_delegation_delivery("c", "replayed", metadata) == first
+    other_notice = db.append_delegation_delivery("c", "r", {**metadata, "delivery_notice": "x"})
+    assert other_notice != first
+    [row] = db.get_messages("c")
+    assert row["role"] == "user" and row["display_kind"] == "async_delegation_complete"
+    assert row["display_metadata"]["delegation_id"] == "d1"
+    assert row["message_uid"]
+    assert db.get_session("c")["message_count"] == 1  # type: ignore[index]
+
+
+def test_a_suppressed_delivery_is_hidden_and_a_none_notice_never_matches(db: SessionDB) -> None:
+    db.create_session("s", "telegram")
+    hidden = db.append_delegation_delivery(
+        "s", "r", {"delegation_id": 7, "presentation_suppressed": True})
+    assert db.append_delegation_delivery("s", "r", {"delegation_id": 7}) == hidden
+    assert db.get_messages("s")[0]["display_kind"] == "hidden"
+    none = {"delegation_id": 7, "delivery_notice": None}
+    assert db.append_delegation_delivery("s", "r", none) != db.append_delegation_delivery(
+        "s", "r", none)  # fmt: skip
+    # A branch's parent is no rotation: the delivery is written again in the branch.
+    db.create_session("b", "telegram", parent_session_id="s", model_config={"_branched_from": "s"})
+    assert db.append_delegation_delivery("b", "r", {"delegation_id": 7}) != hidden
+
+
+def test_a_delivery_is_refused_mid_turn_and_on_a_closed_parent(db: SessionDB) -> None:
+    from sessionstore.errors import CompressionSessionClosedError, SessionTurnLeaseLostError
+
+    db.create_session("s", "telegram")
+    assert db.try_acquire_session_turn_lease("s", "turn", ttl_seconds=600)
+    with pytest.raises(SessionTurnLeaseLostError):
+        db.append_delegation_delivery("s", "r", {"delegation_id": "d"})
+    db.release_session_turn_lease("s", "turn")
+    db.end_session("s", "compression")
+    with pytest.raises(CompressionSessionClosedError) as closed:
+        db.append_delegation_delivery("s", "r", {"delegation_id": "d"})
+    assert isinstance(closed.value, RuntimeError) and closed.value.session_id == "s"
+    assert db.get_messages("s") == []
+
+
+def test_delivery_hostile_inputs(db: SessionDB) -> None:
+    from sessionstore.errors import UnknownSessionError
+
+    db.create_session("s", "telegram")
+    for metadata in ({}, {"delegation_id": ""}, {"delegation_id": None}, {"delegation_id": 0}):
+        with pytest.raises(ValueError):
+            db.append_delegation_delivery("s", "r", metadata)
+    for metadata in (None, "d", [("delegation_id", "d")]):
+        with pytest.raises(TypeError):
+            db.append_delegation_delivery("s", "r", metadata)  # type: ignore[arg-type]
+    with pytest.raises(UnknownSessionError):
+        db.append_delegation_delivery("nobody", "r", {"delegation_id": "d"})
+    for wrong in (None, 5):
+        with pytest.raises(TypeError):
+            db.append_delegation_delivery(wrong, "r", {"delegation_id": "d"})  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        db.append_delegation_delivery("a\x00b", "r", {"delegation_id": "d"})
+    assert db.get_messages("s") == []
