@@ -966,17 +966,3 @@ def _same_profile(profile: Any) -> list[Any]:
         return []
     return [or_(sessions.c.profile_name.is_(None), sessions.c.profile_name == profile)]
 
-
-def session_key_profile(session_key: Any) -> str | None:
-    """The profile a gateway key ``agent:<ns>:...`` names (iot 0.22.2): ``default`` for the
-    ``main`` namespace, ``main`` for its marked form ``main~``, else the namespace itself;
-    None for anything else (no key, a key another producer minted)."""
-    if not isinstance(session_key, str):
-        return None
-    parts = session_key.split(":")
-    if len(parts) < 3 or parts[0] != "agent" or not parts[1]:
-        return None
-    namespace = parts[1]
-    if namespace == "main":
-        return "default"
-    return "main" if namespace == "main~" else namespace

@@ -52,9 +52,9 @@ from ..sql.topic_tables import (
 )
 from ..storage.store import Store
 from .access import reads, writes
-from .gateway import session_key_profile
 from .leases import meta_upsert
 from .listing import listing_dict, listing_last_active, listing_select
+from .profiles import session_key_profile
 from .shared import RepositoryPart, row_count
 
 TELEGRAM_SOURCE = "telegram"
