@@ -1983,6 +1983,20 @@ class AsyncSessionDB:
     async def import_sessions(self, sessions: list[dict[str, Any]]) -> dict[str, Any]:
         return await self._write(lambda db: db.import_sessions(sessions))
 
+    async def export_session_for_move(self, session_id: str) -> dict[str, Any] | None:
+        return await self._read(lambda db: db.export_session_for_move(session_id))
+
+    async def import_moved_session(self, payload: dict[str, Any], *, profile_name: str) -> str:
+        return await self._write(
+            lambda db: db.import_moved_session(
+                payload,
+                profile_name=profile_name,
+            )
+        )
+
+    async def delete_moved_session(self, session_id: str) -> bool:
+        return await self._write(lambda db: db.delete_moved_session(session_id))
+
     async def find_foreign_import(self, origin: Mapping[str, Any]) -> str | None:
         return await self._read(lambda db: db.find_foreign_import(origin))
 

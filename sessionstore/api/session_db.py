@@ -2313,6 +2313,35 @@ class SessionDB:
         return self._repo.import_sessions(sessions)
 
     @reads
+    def export_session_for_move(self, session_id: str) -> dict[str, Any] | None:
+        """iot 0.22.2: everything another store needs to hold the session as its own (the
+        row, its prompt and tool pin, every message row, its usage rows); None for an
+        unknown id (:func:`sessionstore.ops.transfer.export_for_move`)."""
+        from ..ops import transfer  # not on the runtime path (tests/storage/test_opening.py)
+
+        return transfer.export_for_move(self._store, session_id)
+
+    @writes
+    def import_moved_session(self, payload: dict[str, Any], *, profile_name: str) -> str:
+        """iot 0.22.2: hold a moved session as ``profile_name``'s: ``"imported"``, or
+        ``"present"`` when its id is here already
+        (:func:`sessionstore.ops.transfer.import_moved`)."""
+        from ..ops import transfer
+
+        return transfer.import_moved(
+            self._store, payload, profile_name=profile_name, max_title=self.MAX_TITLE_LENGTH
+        )
+
+    @writes
+    def delete_moved_session(self, session_id: str) -> bool:
+        """iot 0.22.2: delete a session another store now holds, only when an import into
+        that store proved it holds every row this one holds of it; else False, nothing
+        deleted (:func:`sessionstore.ops.transfer.delete_moved`)."""
+        from ..ops import transfer
+
+        return transfer.delete_moved(self._store, session_id)
+
+    @reads
     def find_foreign_import(self, origin: Mapping[str, Any]) -> str | None:
         """iot 0.22.2: the session an earlier :meth:`import_foreign_history` of ``origin``
         made, or None."""

@@ -71,12 +71,15 @@ import json
 import logging
 import os
 import tempfile
+import threading
+import weakref
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal, TypeVar
 
-from sqlalchemy import Select, Table, bindparam, func, select, update
+from sqlalchemy import Select, Table, bindparam, func, select, text, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.sql import Executable
@@ -85,6 +88,7 @@ from ..dialects import database_file
 from ..dialects.disk_space import out_of_room_typed
 from ..dialects.interface import StoreDialect
 from ..errors import ConstraintViolationError, ImportConflictError, SessionStoreError
+from ..sessions.deletion import delete_matching
 from ..sessions.prompts import store_prompt
 from ..sessions.repository import SessionRepository
 from ..sql import validation
@@ -968,3 +972,227 @@ def _resolve_parents(
         return orphaned
 
     result.orphaned_parents.extend(run_in(run))
+
+
+# -- moving one session between two stores (iot 0.22.2's repair-profiles) -----------------------
+MOVE_FINGERPRINT_FIELDS = (
+    "role", "content", "tool_call_id", "tool_calls", "tool_name", "timestamp", "token_count",
+    "finish_reason", "reasoning", "reasoning_content", "platform_message_id", "active",
+    "compacted",
+)  # fmt: skip
+"""What a moved message is compared by: what it says and whether it is live. Not its id (the
+target may renumber it), nor what a target's own triggers fill in (display order, uid)."""
+_MOVE_LOCK = threading.Lock()
+_MOVE_PROOFS: dict[str, _MoveProof] = {}
+
+
+@dataclass(frozen=True)
+class _MoveProof:
+    """An import of one session into another store, in this process: where it went."""
+
+    destination: weakref.ref[Store]
+    identity: tuple[Any, ...]
+
+
+def export_for_move(store: Store, session_id: str) -> dict[str, Any] | None:
+    """iot 0.22.2's ``export_session_for_move`` payload, read by :func:`iter_records` from one
+    snapshot: the session (every column), its prompt and tool pin as text, EVERY message row
+    (rewound and compaction-archived ones too) and its usage rows; None for an unknown id."""
+    if not validation.bindable(session_id):
+        return None
+    payload: dict[str, Any] = {"messages": [], "usage": []}
+    for kind, row in iter_records(store, session_ids=[session_id]):
+        if kind == "session":
+            payload["session"] = row
+        elif kind == "message":
+            payload["messages"].append(row)
+        elif kind == "usage":
+            payload["usage"].append(row)
+    if "session" not in payload:
+        return None
+    session = payload["session"]
+    return {"session": session, "system_prompt": session.get("system_prompt"),
+            "tool_pin": session.get("tool_names"), "messages": payload["messages"],
+            "usage": payload["usage"]}  # fmt: skip
+
+
+def import_moved(store: Store, payload: Any, *, profile_name: str, max_title: int) -> str:
+    """iot 0.22.2's ``import_moved_session``: the payload's session written into ``store`` as
+    ``profile_name``'s by :func:`write_records` (its messages and usage rows with it), in one
+    transaction; ``"present"`` when the id is here already, else ``"imported"``. The parent
+    link is kept only when the parent is here; a title another session holds gets the id's
+    tail (cut to ``max_title``). Either way, when this store then holds every message and
+    usage row of the payload, the import is remembered (in this process) as where the session
+    went, for :func:`delete_moved`."""
+    session, prompt, pin, rows, usage_rows = _move_payload(payload)
+    label = validation.identifier(profile_name, "profile_name")
+    session_id = session["id"]
+    storable = _storable_text(store)
+
+    def run(conn: Connection) -> str:
+        if _session_exists(conn, session_id):
+            return "present"
+        values = {**session, "profile_name": label}
+        values["system_prompt"] = prompt if prompt is not None else values.get("system_prompt")
+        if pin is not None or len(str(values.get("tool_names") or "")) == 64:
+            values["tool_names"] = pin  # a pin hash names nothing here: its text, or none
+        title = values.get("title")
+        if title is not None and conn.execute(
+            select(sessions.c.id).where(sessions.c.title == title).limit(1)
+        ).first():
+            suffix = f" ({session_id[-12:]})"
+            values["title"] = str(title)[: max_title - len(suffix)] + suffix
+        records: list[Record] = [("session", values)]
+        records += [("message", row) for row in rows]
+        records += [("usage", row) for row in usage_rows]
+        write_records(store, records, on_conflict="skip", conn=conn)
+        return "imported"
+
+    highest = max((int(row["id"]) for row in rows), default=0)
+    store.write(lambda conn: store.dialect.reserve_message_ids(conn, highest))
+    try:
+        outcome = store.write(run)
+    except IntegrityError as exc:
+        violation = store.dialect.integrity_violation(exc)
+        name = None if violation is None else violation.constraint
+        raise ConstraintViolationError(
+            f"moving session {session_id!r} in broke a constraint"
+            + (f" ({name})" if name else "")
+            + f"; nothing was written ({str(exc.orig).splitlines()[0]})",
+            name,
+        ) from exc
+    held = store.read(lambda conn: _held_of(conn, session_id))
+    if held is not None and _holds(held, storable, rows, usage_rows):
+        with _MOVE_LOCK:
+            _MOVE_PROOFS[session_id] = _MoveProof(weakref.ref(store), _database_identity(store))
+    return outcome
+
+
+def delete_moved(store: Store, session_id: str) -> bool:
+    """iot 0.22.2's ``delete_moved_session``, deleting only what was proved copied: the
+    session goes (children detached, its messages and usage rows with it, prompts no one
+    names any more; ``conversation_generations`` untouched) only when it was imported, in
+    this process, into ANOTHER database, still open, that holds now every message and usage
+    row this store holds of it (a row written here since the copy is no proved row: nothing
+    is deleted). False, nothing deleted, without that proof or for an unknown session."""
+    if not validation.bindable(session_id):
+        return False
+    with _MOVE_LOCK:
+        proof = _MOVE_PROOFS.get(session_id)
+    target = None if proof is None else proof.destination()
+    if proof is None or target is None or target.closed:
+        logger.warning("session %s: no open store proved to hold it; not deleted", session_id)
+        return False
+    if proof.identity == _database_identity(store):
+        logger.warning("session %s: its copy is in this very store; not deleted", session_id)
+        return False
+    copied = target.read(lambda conn: _held_of(conn, session_id))
+    storable = _storable_text(target)
+
+    def run(conn: Connection) -> bool:
+        if copied is None or not _session_exists(conn, session_id):
+            return False
+        rows = [dict(row._mapping) for row in conn.execute(_move_rows(session_id))]
+        keys = conn.execute(_usage_keys(session_id)).all()
+        usage_rows = [dict(zip(_USAGE_ROUTE, key, strict=True)) for key in keys]
+        if not _holds(copied, storable, rows, usage_rows):
+            logger.warning("session %s: the other store lacks a row of it; not deleted",
+                           session_id)  # fmt: skip
+            return False
+        delete_matching(conn, sessions.c.id == session_id)
+        return True
+
+    deleted = store.write(run)
+    if deleted:
+        with _MOVE_LOCK:
+            _MOVE_PROOFS.pop(session_id, None)
+    return deleted
+
+
+def _move_payload(
+    payload: Any,
+) -> tuple[dict[str, Any], Any, Any, list[dict[str, Any]], list[dict[str, Any]]]:
+    """The parts of a move payload, each row cut to the columns this schema has (iot: never
+    invented); a payload of another shape is a ``TypeError`` or ``ValueError``."""
+    if not isinstance(payload, dict):
+        raise TypeError(f"payload must be a dict, not {type(payload).__name__}")
+    raw = payload["session"]  # iot's KeyError without one
+    if not isinstance(raw, dict):
+        raise TypeError(f"payload['session'] must be a dict, not {type(raw).__name__}")
+    session = {k: v for k, v in raw.items() if isinstance(k, str) and k in sessions.c}
+    session["id"] = validation.identifier(session.get("id"), "session id")
+    rows = payload.get("messages") or []
+    usage_rows = payload.get("usage") or []
+    if not isinstance(rows, list) or not isinstance(usage_rows, list):
+        raise TypeError("payload 'messages' and 'usage' must be lists")
+    if not all(isinstance(row, dict) for row in (*rows, *usage_rows)):
+        raise TypeError("payload rows must be dicts")
+    kept = [{k: v for k, v in row.items() if isinstance(k, str) and k in messages.c}
+            for row in rows]  # fmt: skip
+    for row in kept:
+        if isinstance(row.get("id"), bool) or not isinstance(row.get("id"), int):
+            raise ValueError("every moved message needs its integer 'id'")
+        row.setdefault("timestamp", None)
+        row.setdefault("content", None)
+        row.setdefault("role", None)
+    usage_kept = [{k: v for k, v in row.items() if isinstance(k, str) and k in usage.c}
+                  for row in usage_rows]  # fmt: skip
+    return session, payload.get("system_prompt"), payload.get("tool_pin"), kept, usage_kept
+
+
+_USAGE_ROUTE = tuple(name for name in USAGE_KEY if name != "session_id")
+
+
+def _fingerprint(row: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(row.get(name) for name in MOVE_FINGERPRINT_FIELDS)
+
+
+def _move_rows(session_id: str) -> Select[Any]:
+    columns = [messages.c[name] for name in MOVE_FINGERPRINT_FIELDS]
+    return select(*columns).where(messages.c.session_id == session_id)
+
+
+def _usage_keys(session_id: str) -> Select[Any]:
+    columns = [usage.c[name] for name in _USAGE_ROUTE]
+    return select(*columns).where(usage.c.session_id == session_id)
+
+
+def _held_of(
+    conn: Connection, session_id: str
+) -> tuple[Counter[tuple[Any, ...]], frozenset[tuple[Any, ...]]] | None:
+    """What a store holds of a session: its messages' fingerprints and its usage keys; None
+    when it does not hold the session."""
+    if not _session_exists(conn, session_id):
+        return None
+    held = Counter(tuple(row) for row in conn.execute(_move_rows(session_id)))
+    return held, frozenset(tuple(row) for row in conn.execute(_usage_keys(session_id)))
+
+
+def _holds(
+    held: tuple[Counter[tuple[Any, ...]], frozenset[tuple[Any, ...]]],
+    storable: Callable[[dict[str, Any]], dict[str, Any]],
+    rows: list[dict[str, Any]],
+    usage_rows: list[dict[str, Any]],
+) -> bool:
+    """The store ``held`` was read from holds every one of ``rows`` (each as that store
+    writes it: ``storable``) and a usage row of each route of ``usage_rows``."""
+    wanted = Counter(_fingerprint(storable(row)) for row in rows)
+    routes = {tuple(row.get(name) for name in _USAGE_ROUTE) for row in usage_rows}
+    return not (wanted - held[0]) and routes <= held[1]
+
+
+def _database_identity(store: Store) -> tuple[Any, ...]:
+    """Which database ``store`` is, whatever URL reached it: a SQLite file by its device and
+    inode, a PostgreSQL schema by its server (address, port, start), database and schema."""
+    if store.dialect.name == "sqlite":
+        path = store.dialect.database_file(store.url)
+        if path is None:
+            return ("sqlite-memory", id(store))
+        stat = path.stat()
+        return ("sqlite", stat.st_dev, stat.st_ino)
+    statement = text(
+        "SELECT inet_server_addr()::text, inet_server_port(), "
+        "pg_postmaster_start_time()::text, current_database(), current_schema()"
+    )
+    row = store.read(lambda conn: conn.execute(statement).one())
+    return ("postgresql", *row)
