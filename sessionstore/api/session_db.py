@@ -1467,9 +1467,28 @@ class SessionDB:
 
     @writes
     def archive_and_compact(
-        self, session_id: str, compacted_messages: Sequence[Mapping[str, Any]]
+        self,
+        session_id: str,
+        compacted_messages: Sequence[Mapping[str, Any]],
+        model_config_patch: Mapping[str, Any] | None = None,
+        watermark: int | None = None,
+        lock_holder: str | None = None,
+        tail_count: int = 0,
+        carried_messages: Sequence[Mapping[str, Any]] | None = None,
+        covered_ids: Sequence[int] | None = None,
+        unresolved_held: Sequence[Mapping[str, Any]] | None = None,
     ) -> int:
-        return self._repo.archive_and_compact(session_id, compacted_messages)
+        return self._repo.archive_and_compact(
+            session_id,
+            compacted_messages,
+            model_config_patch=model_config_patch,
+            watermark=watermark,
+            lock_holder=lock_holder,
+            tail_count=tail_count,
+            carried_messages=carried_messages,
+            covered_ids=covered_ids,
+            unresolved_held=unresolved_held,
+        )
 
     @writes
     def replace_messages(

@@ -42,7 +42,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from sqlalchemy import insert, literal, select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
@@ -53,10 +53,11 @@ from ..sql.tables import compression_locks_table as locks
 from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
 from .access import writes
+from .compaction import carry_parent_timestamps, clone_rows
 from .leases import lease_ttl
 from .lineage import COMPRESSION_END_REASON
 from .maintenance import unarchive_swept_lineage
-from .messages import MessagesPart, NewMessage, message_rows
+from .messages import MessagesPart, message_rows
 from .prompts import store_prompt
 from .shared import constraint_error
 
@@ -72,8 +73,6 @@ _CARRIED_COLUMNS: Final = (
     "tool_names", "git_branch", "git_repo_root", "user_id", "session_key", "chat_id",
     "chat_type", "thread_id", "display_name", "origin_json",
 )  # fmt: skip
-_CLONE_SKIPPED: Final = frozenset({"id", "session_id", "active", "compacted", "display_order"})
-_CLONE_CHUNK: Final = 500
 
 
 def is_automatic_end_reason(reason: Any) -> bool:
@@ -193,7 +192,7 @@ class CompressionPart(MessagesPart):
                     dialect, exc, f"session {parent_id!r} does not exist",
                     f"publishing compression child {child_id!r}",
                 ) from exc  # fmt: skip
-            batch = _carry_parent_timestamps(conn, parent_id, prepared)
+            batch = carry_parent_timestamps(conn, parent_id, prepared)
             rows = message_rows(child_id, batch, now)
             for row, uid in zip(rows, uids, strict=True):
                 if uid is not None:
@@ -229,39 +228,6 @@ def _carried_uid(message: Mapping[str, Any]) -> str | None:
     return uid if isinstance(uid, str) and uid and validation.bindable(uid) else None
 
 
-def _carry_parent_timestamps(
-    conn: Connection, parent_id: str, batch: list[NewMessage]
-) -> list[NewMessage]:
-    """iot's ``_carry_parent_timestamps``: each handoff row without a timestamp takes the
-    timestamp of the parent's first unused live row with the same content identity."""
-    if all(message.timestamp is not None for message in batch):
-        return batch
-    donors: dict[tuple[Any, ...], list[float]] = {}
-    for row in conn.execute(
-        select(
-            messages.c.role, messages.c.content, messages.c.tool_call_id, messages.c.tool_calls,
-            messages.c.tool_name, messages.c.timestamp,
-        )
-        .where(messages.c.session_id == parent_id, messages.c.active == 1)
-        .order_by(messages.c.id)
-    ):  # fmt: skip
-        donors.setdefault(tuple(row[:5]), []).append(row[5])
-    carried: list[NewMessage] = []
-    for message in batch:
-        key = (message.role, message.content, message.tool_call_id, message.tool_calls,
-               message.tool_name)  # fmt: skip
-        queue = donors.get(key)
-        if message.timestamp is None and queue:
-            message = _with_timestamp(message, queue.pop(0))
-        carried.append(message)
-    return carried
-
-
-def _with_timestamp(message: NewMessage, timestamp: Any) -> NewMessage:
-    fields = {name: getattr(message, name) for name in NewMessage.__dataclass_fields__}
-    return NewMessage(**{**fields, "timestamp": timestamp})
-
-
 def _clone_tail(
     conn: Connection, parent_id: str, child_id: str, low: int, ceiling: int | None
 ) -> tuple[int, int]:
@@ -275,19 +241,7 @@ def _clone_tail(
     ).all()
     if not tail:
         return 0, 0
-    copied = [column for column in messages.columns if column.name not in _CLONE_SKIPPED]
-    names = [column.name for column in copied]
     ids = [int(row[0]) for row in tail]
-    for start in range(0, len(ids), _CLONE_CHUNK):
-        chunk = ids[start : start + _CLONE_CHUNK]
-        rows = (
-            select(*copied, literal(child_id), literal(1), literal(0))
-            .where(messages.c.id.in_(chunk))
-            .order_by(messages.c.id)
-        )
-        conn.execute(
-            insert(messages).from_select([*names, "session_id", "active", "compacted"], rows)
-        )
+    clone_rows(conn, ids, child_id)
     calls = sum(count_tool_calls(decode_json(row[1], "tool_calls", None, None)) for row in tail)
     return len(ids), calls
-

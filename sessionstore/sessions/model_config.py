@@ -29,7 +29,9 @@ from .shared import RepositoryPart
 _PLAIN_KEY = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-:.")
 
 
-def _merged(raw: Any, patch: Mapping[str, Any]) -> str | None:
+def merged_model_config(raw: Any, patch: Mapping[str, Any]) -> str | None:
+    """``raw`` (a stored ``model_config``) with ``patch`` merged (``None`` deletes a key), as
+    stored: JSON, or NULL when nothing is left."""
     config = decode_json_object(raw)
     for key, value in patch.items():
         if value is None:
@@ -48,7 +50,7 @@ class ModelConfigPart(RepositoryPart):
         ).first()
         if found is None:
             return False
-        merged = self._text(_merged(found[0], patch), "model_config")
+        merged = self._text(merged_model_config(found[0], patch), "model_config")
         conn.execute(
             update(sessions).where(sessions.c.id == session_id).values(model_config=merged)
         )

