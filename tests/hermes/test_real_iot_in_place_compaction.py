@@ -67,7 +67,7 @@ SCENARIOS: dict[str, list[Step]] = {
         (COMPACT, ["s", [SUMMARY]], {"watermark": 10**6, "tail_count": -3}),
         (COMPACT, ["s", [SUMMARY]], {}),
         ROWS, SESSIONS,
-    ],  # fmt: skip
+    ],
     # Originals carried verbatim are rewound, not archived; a carried dict whose row id
     # names another row (and has no timestamp to fall back on) names none.
     "carried-originals": [
@@ -79,7 +79,7 @@ SCENARIOS: dict[str, list[Step]] = {
                                {"role": "assistant", "content": "a2", "_row_id": 1},
                                "not a dict"]}),
         ROWS, SESSIONS,
-    ],  # fmt: skip
+    ],
     # Proved coverage: only held rows are summarized; a row another surface appended (never
     # held) is cloned after the new set. An unpersisted miss names nothing; a persisted
     # dict that names no row abandons the proof (the watermark path).
@@ -99,7 +99,7 @@ SCENARIOS: dict[str, list[Step]] = {
             "unresolved_held": [{"role": "user", "content": "nowhere", "_db_persisted": True}],
         }),
         ROWS, SESSIONS,
-    ],  # fmt: skip
+    ],
     # A user;user pair the alternation repair merged into one held dict is named as its run;
     # the carried tail then stands for both rows.
     "merged-run": [
@@ -112,7 +112,7 @@ SCENARIOS: dict[str, list[Step]] = {
                                  "_merged_durable_rows": 2, "_db_persisted": True}],
         }),
         ROWS, SESSIONS,
-    ],  # fmt: skip
+    ],
     # A row the repair retired is named by role, text, tool call id and call ids.
     "retired-row": [
         ("create_session", ["s", "cli"], {}),
@@ -124,8 +124,8 @@ SCENARIOS: dict[str, list[Step]] = {
                                  "_retired_row": True}],
         }),
         ROWS, SESSIONS,
-    ],  # fmt: skip
-}
+    ],
+}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
