@@ -422,6 +422,32 @@ class AsyncSessionRepository:
             )
         )
 
+    async def compact_in_place(
+        self,
+        session_id: str,
+        compacted_messages: Sequence[Mapping[str, Any]],
+        model_config_patch: Mapping[str, Any] | None = None,
+        watermark: int | None = None,
+        lock_holder: str | None = None,
+        tail_count: int = 0,
+        carried_messages: Sequence[Mapping[str, Any]] | None = None,
+        covered_ids: Sequence[int] | None = None,
+        unresolved_held: Sequence[Mapping[str, Any]] | None = None,
+    ) -> tuple[int, list[int]]:
+        return await self._write(
+            lambda repo: repo.compact_in_place(
+                session_id,
+                compacted_messages,
+                model_config_patch,
+                watermark,
+                lock_holder,
+                tail_count,
+                carried_messages,
+                covered_ids,
+                unresolved_held,
+            )
+        )
+
     async def replace_messages(
         self,
         session_id: str,

@@ -812,18 +812,7 @@ class SessionDB:
             turn_lease_holder=turn_lease_holder,
             turn_lease_ttl_seconds=turn_lease_ttl_seconds,
         )
-        stored = {row.id: row for row in self._repo.message_identities(session_id, ids)}
-        for message, row_id in zip(fresh, ids, strict=True):
-            row = stored.get(row_id)
-            if row is None:  # deleted since: the dict keeps what it had
-                continue
-            message["_row_id"] = row.id
-            message["timestamp"] = row.timestamp
-            message["message_uid"] = row.message_uid
-            if row.tool_call_uids:
-                message["_tool_call_uids"] = json.loads(row.tool_call_uids)
-            if row.tool_call_uid:
-                message["_tool_call_uid"] = row.tool_call_uid
+        self._stamp_stored(session_id, fresh, ids)
         return len(ids)
 
     def _not_yet_stored(
@@ -1478,7 +1467,12 @@ class SessionDB:
         covered_ids: Sequence[int] | None = None,
         unresolved_held: Sequence[Mapping[str, Any]] | None = None,
     ) -> int:
-        return self._repo.archive_and_compact(
+        """iot 0.22.2's in-place compaction (:meth:`SessionRepository.compact_in_place`); the
+        new live row count. As iot, once it has committed each dict of
+        ``compacted_messages`` gets its stored row's ``_row_id``, ``timestamp``,
+        ``message_uid`` and tool-call uids (``_tool_call_uids``, ``_tool_call_uid``), so the
+        next compaction names the rows it holds by id; a failed call stamps nothing."""
+        live, ids = self._repo.compact_in_place(
             session_id,
             compacted_messages,
             model_config_patch=model_config_patch,
@@ -1489,6 +1483,23 @@ class SessionDB:
             covered_ids=covered_ids,
             unresolved_held=unresolved_held,
         )
+        self._stamp_stored(session_id, list(compacted_messages), ids)
+        return live
+
+    def _stamp_stored(self, session_id: str, batch: list[Any], ids: list[int]) -> None:
+        """Each dict of ``batch`` given what its row ``ids[i]`` stores (iot's stamps)."""
+        stored = {row.id: row for row in self._repo.message_identities(session_id, ids)}
+        for message, row_id in zip(batch, ids, strict=True):
+            row = stored.get(row_id)
+            if row is None or not isinstance(message, dict):
+                continue  # deleted since: the dict keeps what it had
+            message["_row_id"] = row.id
+            message["timestamp"] = row.timestamp
+            message["message_uid"] = row.message_uid
+            if row.tool_call_uids:
+                message["_tool_call_uids"] = json.loads(row.tool_call_uids)
+            if row.tool_call_uid:
+                message["_tool_call_uid"] = row.tool_call_uid
 
     @writes
     def replace_messages(

