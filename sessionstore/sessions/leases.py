@@ -27,13 +27,30 @@ The fallback streak (Hermes 0.19, ``sessions.compression_fallback_streak``) coun
 consecutive compressions that fell back to the deterministic summary: read as a count (0 for an
 unknown session or a damaged value), written as a count (a negative one as 0).
 
+The exact cooldown row (iot 0.22.2's ``get_compression_failure_cooldown_row`` and
+``restore_compression_failure_cooldown_row``): a compression that is cancelled takes a snapshot
+of the two cooldown columns (expired, half NULL or absent, as stored) and puts it back exactly.
+The snapshot is ``{session_exists, cooldown_until, error}``; a falsy session id reads as an
+absent session, as in iot. The restore raises where iot does (a compensation that failed must
+not be reported as done): a snapshot of an absent session while the session now exists, or a
+row that does not read back as the snapshot, is
+:class:`~sessionstore.errors.CompressionCooldownRestoreError` (a ``RuntimeError``, as iot's);
+a session that vanished before or after the write is logged and tolerated (its cooldown died
+with it). Where ours differs: a snapshot value iot would write and then fail to verify (a
+deadline that is no finite number, an error that is no text, or text the store would not keep
+byte for byte) is a ``TypeError``/``ValueError`` before anything is written; a session id that
+is neither a ``str`` nor falsy is a ``TypeError`` (SQLite would compare ``5`` with ``'5'``).
+
 The clock is the repository's (``SessionRepository(store, clock=...)``), so that expiry can be
 tested without sleeping.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import delete, func, select, update
@@ -41,6 +58,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql.expression import Executable
 
 from ..dialects import StoreDialect
+from ..errors import CompressionCooldownRestoreError
 from ..sql import validation
 from ..sql.tables import compression_locks_table as locks
 from ..sql.tables import sessions_table as sessions
@@ -48,6 +66,8 @@ from ..sql.tables import state_meta_table as state_meta
 from ..sql.validation import bindable
 from .access import reads, writes
 from .shared import RepositoryPart
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_TTL_S = 300.0
 MAX_ERROR_CHARS = 500
@@ -83,6 +103,14 @@ def meta_upsert(dialect: StoreDialect, key: str, value: str | None) -> Executabl
         .values(key=key, value=value)
         .on_conflict_do_update(index_elements=[state_meta.c.key], set_={"value": value})
     )
+
+
+def cooldown_row(exists: bool, cooldown_until: Any, error: Any) -> dict[str, Any]:
+    """iot 0.22.2's ``_cooldown_row``: the snapshot shape of a session's cooldown columns."""
+    if cooldown_until is not None:
+        with contextlib.suppress(TypeError, ValueError):  # else as stored: an adopted file's
+            cooldown_until = float(cooldown_until)
+    return {"session_exists": exists, "cooldown_until": cooldown_until, "error": error}
 
 
 class LeasesPart(RepositoryPart):
@@ -194,6 +222,74 @@ class LeasesPart(RepositoryPart):
         if remaining <= 0:
             return None
         return {"cooldown_until": float(row[0]), "remaining_seconds": remaining, "error": row[1]}
+
+    def _cooldown_id(self, session_id: Any) -> str | None:
+        """The session id of a cooldown-row call: None for a falsy one (iot's ``if
+        session_id``), else a ``str`` (``TypeError`` for another type)."""
+        if not session_id:
+            return None
+        if not isinstance(session_id, str):
+            raise TypeError(f"session_id must be a str, not {type(session_id).__name__}")
+        return session_id
+
+    @reads
+    def get_compression_failure_cooldown_row(self, session_id: str) -> dict[str, Any]:
+        """iot 0.22.2's exact cooldown row: ``{session_exists, cooldown_until, error}`` as
+        stored, expired or not (``session_exists`` False, the others None, for an unknown or
+        falsy id). ``cooldown_until`` is a float; a stored value that is no number (an
+        adopted file's text) is given as stored."""
+        checked = self._cooldown_id(session_id)
+        if checked is None or not bindable(checked):
+            return cooldown_row(False, None, None)
+        statement = select(
+            sessions.c.compression_failure_cooldown_until, sessions.c.compression_failure_error
+        ).where(sessions.c.id == checked)
+        row = self.store.read(lambda conn: conn.execute(statement).first())
+        return cooldown_row(False, None, None) if row is None else cooldown_row(True, *row)
+
+    @writes
+    def restore_compression_failure_cooldown_row(
+        self, session_id: str, snapshot: Mapping[str, Any]
+    ) -> None:
+        """Put back a :meth:`get_compression_failure_cooldown_row` snapshot exactly, and
+        verify it (see the module for what raises and what is tolerated)."""
+        snapshot = validation.mapping(snapshot, "snapshot")
+        checked = self._cooldown_id(session_id)
+        if not snapshot.get("session_exists", False):
+            if self.get_compression_failure_cooldown_row(session_id)["session_exists"]:
+                raise CompressionCooldownRestoreError(
+                    "cannot restore absent compression cooldown row: session now exists"
+                )
+            return None
+        deadline = validation.optional_number(snapshot.get("cooldown_until"), "cooldown_until")
+        error = snapshot.get("error")
+        if self._text(error, "error") != error:
+            raise ValueError("error must be text this store keeps exactly (no NUL, no lone "
+                             "surrogate); nothing was written")  # fmt: skip
+        if checked is None or not bindable(checked):
+            logger.warning("compression cooldown rollback session missing: %r", session_id)
+            return None
+        statement = (
+            update(sessions)
+            .where(sessions.c.id == checked)
+            .values(compression_failure_cooldown_until=deadline, compression_failure_error=error)
+        )
+        if not self.store.write(lambda conn: conn.execute(statement).rowcount == 1):
+            logger.warning("compression cooldown rollback session missing: %s", checked)
+            return None
+        actual = self.get_compression_failure_cooldown_row(checked)
+        expected = cooldown_row(True, deadline, error)
+        if actual != expected:
+            if not actual["session_exists"]:
+                logger.warning(
+                    "compression cooldown rollback session missing after restore: %s", checked
+                )
+                return None
+            raise CompressionCooldownRestoreError(
+                "compression cooldown rollback verification failed: "
+                f"expected={expected!r}, actual={actual!r}"
+            )
+        return None
 
     @writes
     def clear_compression_failure_cooldown(self, session_id: str) -> bool:

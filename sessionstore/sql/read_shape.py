@@ -6,10 +6,10 @@ Hermes v17 file nobody adopted, a file a newer Hermes numbered past what this re
 writes, a store of ours at an older revision) may lack the columns Hermes added in v18...v22:
 its reads select each of those as Hermes's default for it (``NULL``, or the ``DEFAULT`` of
 its DDL: ``expiry_finalized`` and ``compression_fallback_streak`` are 0), and read nothing
-from a table it lacks (``gateway_routing``, ``session_model_usage``, ``async_delegations``):
-no routing entry, no per-model usage, no delegation (:data:`LATER_TABLES`). Every other
-column is *required*: a store without one cannot be read as it is (an older Hermes file;
-``sessionstore db upgrade`` adopts it).
+from a table it lacks (``gateway_routing``, ``session_model_usage``, ``async_delegations``,
+``gateway_heartbeats``): no routing entry, no per-model usage, no delegation, no heartbeat
+(:data:`LATER_TABLES`). Every other column is *required*: a store without one cannot be read
+as it is (an older Hermes file; ``sessionstore db upgrade`` adopts it).
 
 The shape is decided once per open store (:func:`read_shape_of`, by its tables and columns,
 never its version number) and kept on the store; statements built from it are built once per
@@ -29,6 +29,7 @@ from sqlalchemy.engine import Connection
 from .records import FIELD_DEFAULTS
 from .tables import (
     async_delegations_table,
+    gateway_heartbeats_table,
     gateway_routing_table,
     session_model_usage_table,
     system_prompts_table,
@@ -70,10 +71,10 @@ LATER_TABLES: dict[str, Table] = {
     table.name: table
     for table in (
         gateway_routing_table, session_model_usage_table, async_delegations_table,
-        system_prompts_table,
+        system_prompts_table, gateway_heartbeats_table,
     )
 }
-"""The tables Hermes added in v19...v25 that the reads use: absent, they read as empty
+"""The tables Hermes added in v19...v26 that the reads use: absent, they read as empty
 (``system_prompts``: every prompt is read from its column). So does one in an
 earlier form than our head's (the scope-less routing index of #59203, the usage table of v20
 and v21 without ``task``): what it holds is read once the file is adopted."""
