@@ -857,11 +857,16 @@ class GatewayPart(RepositoryPart):
             raise TypeError(
                 f"max_age_seconds must be a number, not {type(max_age_seconds).__name__}"
             )
-        if math.isnan(max_age_seconds):
+        if isinstance(max_age_seconds, float) and math.isnan(max_age_seconds):
             raise ValueError("max_age_seconds must be a number of seconds, not NaN")
-        if max_age_seconds <= 0 or math.isinf(max_age_seconds):
+        if max_age_seconds <= 0:
             return []
-        age = float(max_age_seconds)
+        try:
+            age = float(max_age_seconds)
+        except OverflowError:  # older than any beat can be
+            return []
+        if math.isinf(age):
+            return []
 
         def run(conn: Connection) -> list[str]:
             stale = heartbeats.c.last_heartbeat < self.clock() - age
