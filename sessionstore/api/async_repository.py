@@ -16,10 +16,17 @@ every part it is assembled from.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..sessions.repository import Deletion, MessageIdentity, NewMessage, SessionRepository
+from ..sessions.repository import (
+    Deletion,
+    MessageIdentity,
+    NeverActivePrune,
+    NewMessage,
+    SessionRepository,
+)
 from ..sql.records import ConversationRow, MessageRecord, SessionListing, SessionRecord
 from ..sql.validation import SourceFilter
 from ..storage.async_store import AsyncStore
@@ -188,7 +195,7 @@ class AsyncSessionRepository:
         git_branch: str | None = None,
         git_repo_root: str | None = None,
         replace_git_meta: bool = False,
-    ) -> bool:
+    ) -> int | None:
         return await self._write(
             lambda repo: repo.update_session_cwd(
                 session_id,
@@ -196,6 +203,24 @@ class AsyncSessionRepository:
                 git_branch,
                 git_repo_root,
                 replace_git_meta,
+            )
+        )
+
+    async def publish_session_git_metadata(
+        self,
+        session_id: str,
+        cwd: str,
+        generation: int,
+        git_branch: str | None = None,
+        git_repo_root: str | None = None,
+    ) -> bool:
+        return await self._write(
+            lambda repo: repo.publish_session_git_metadata(
+                session_id,
+                cwd,
+                generation,
+                git_branch,
+                git_repo_root,
             )
         )
 
@@ -1050,6 +1075,9 @@ class AsyncSessionRepository:
             )
         )
 
+    async def list_skill_scaffolded_sessions(self, limit: int = 200) -> list[dict[str, Any]]:
+        return await self._read(lambda repo: repo.list_skill_scaffolded_sessions(limit))
+
     async def list_recent_sessions_bounded(
         self,
         *,
@@ -1101,6 +1129,9 @@ class AsyncSessionRepository:
 
     async def unarchive_recoverable_session(self, session_id: str) -> bool:
         return await self._write(lambda repo: repo.unarchive_recoverable_session(session_id))
+
+    async def is_kanban_owned_session(self, session_id: str) -> bool:
+        return await self._read(lambda repo: repo.is_kanban_owned_session(session_id))
 
     async def set_session_title(self, session_id: str, title: str | None) -> bool:
         return await self._write(lambda repo: repo.set_session_title(session_id, title))
@@ -1305,6 +1336,28 @@ class AsyncSessionRepository:
                 source,
                 exclude_active_write_guards=exclude_active_write_guards,
                 **filters,
+            )
+        )
+
+    async def list_never_active_keyed_sessions(
+        self,
+        *,
+        older_than_days: float,
+    ) -> list[dict[str, Any]]:
+        return await self._read(
+            lambda repo: repo.list_never_active_keyed_sessions(
+                older_than_days=older_than_days,
+            )
+        )
+
+    async def prune_never_active_keyed_sessions(
+        self,
+        *,
+        older_than_days: float,
+    ) -> NeverActivePrune:
+        return await self._write(
+            lambda repo: repo.prune_never_active_keyed_sessions(
+                older_than_days=older_than_days,
             )
         )
 
@@ -2166,4 +2219,7 @@ class AsyncSessionRepository:
                 exclude_pinned,
             )
         )
+
+    async def retag_kanban_worker_sessions(self, workspaces_root: str | os.PathLike[str]) -> int:
+        return await self._write(lambda repo: repo.retag_kanban_worker_sessions(workspaces_root))
     # --- end of generated methods ---

@@ -679,7 +679,7 @@ class AsyncSessionDB:
         git_branch: str | None = None,
         git_repo_root: str | None = None,
         replace_git_meta: bool = False,
-    ) -> bool:
+    ) -> int | None:
         return await self._write(
             lambda db: db.update_session_cwd(
                 session_id,
@@ -687,6 +687,24 @@ class AsyncSessionDB:
                 git_branch,
                 git_repo_root,
                 replace_git_meta,
+            )
+        )
+
+    async def publish_session_git_metadata(
+        self,
+        session_id: str,
+        cwd: str,
+        generation: int,
+        git_branch: str | None = None,
+        git_repo_root: str | None = None,
+    ) -> bool:
+        return await self._write(
+            lambda db: db.publish_session_git_metadata(
+                session_id,
+                cwd,
+                generation,
+                git_branch,
+                git_repo_root,
             )
         )
 
@@ -1053,6 +1071,30 @@ class AsyncSessionDB:
             )
         )
 
+    async def list_never_active_keyed_sessions(
+        self,
+        *,
+        older_than_days: float,
+    ) -> list[dict[str, Any]]:
+        return await self._read(
+            lambda db: db.list_never_active_keyed_sessions(
+                older_than_days=older_than_days,
+            )
+        )
+
+    async def prune_never_active_keyed_sessions(
+        self,
+        *,
+        older_than_days: float,
+        sessions_dir: str | os.PathLike[str] | None = None,
+    ) -> tuple[int, int, int]:
+        return await self._write(
+            lambda db: db.prune_never_active_keyed_sessions(
+                older_than_days=older_than_days,
+                sessions_dir=sessions_dir,
+            )
+        )
+
     async def delete_session_if_empty(
         self,
         session_id: str,
@@ -1323,6 +1365,12 @@ class AsyncSessionDB:
 
     async def reopen_orphaned_compression_session(self, session_id: str) -> bool:
         return await self._write(lambda db: db.reopen_orphaned_compression_session(session_id))
+
+    async def is_kanban_owned_session(self, session_id: str) -> bool:
+        return await self._read(lambda db: db.is_kanban_owned_session(session_id))
+
+    async def retag_kanban_worker_sessions(self, workspaces_root: str | os.PathLike[str]) -> int:
+        return await self._write(lambda db: db.retag_kanban_worker_sessions(workspaces_root))
 
     async def record_compression_failure_cooldown(
         self,
@@ -2142,6 +2190,9 @@ class AsyncSessionDB:
                 keep_roles,
             )
         )
+
+    async def list_skill_scaffolded_sessions(self, limit: int = 200) -> list[dict[str, Any]]:
+        return await self._read(lambda db: db.list_skill_scaffolded_sessions(limit))
 
     async def search_sessions_by_id(
         self,

@@ -654,9 +654,27 @@ class SessionDB:
         git_branch: str | None = None,
         git_repo_root: str | None = None,
         replace_git_meta: bool = False,
-    ) -> bool:
+    ) -> int | None:
+        """Record where a session runs (git values only when non-empty, but with
+        ``replace_git_meta``) and claim its next Git metadata generation: returned (iot
+        0.22.2), None for an unknown session (:mod:`sessionstore.sessions.lifecycle`)."""
         return self._repo.update_session_cwd(
             session_id, cwd, git_branch, git_repo_root, replace_git_meta
+        )
+
+    @writes
+    def publish_session_git_metadata(
+        self,
+        session_id: str,
+        cwd: str,
+        generation: int,
+        git_branch: str | None = None,
+        git_repo_root: str | None = None,
+    ) -> bool:
+        """iot 0.22.2: publish an asynchronous Git probe's branch and root while the
+        session's cwd claim (``update_session_cwd``'s generation) is still current."""
+        return self._repo.publish_session_git_metadata(
+            session_id, cwd, generation, git_branch, git_repo_root
         )
 
     @writes
@@ -1332,6 +1350,28 @@ class SessionDB:
         )
         return deletion.total
 
+    @reads
+    def list_never_active_keyed_sessions(self, *, older_than_days: float) -> list[dict[str, Any]]:
+        """iot 0.22.2: the gateway rows (``session_key`` set) still open with no sign of a
+        single turn, started more than ``older_than_days`` ago, oldest first: ``id,
+        session_key, source, chat_id, chat_type, user_id, started_at``
+        (:mod:`sessionstore.sessions.deletion`)."""
+        return self._repo.list_never_active_keyed_sessions(older_than_days=older_than_days)
+
+    @writes
+    def prune_never_active_keyed_sessions(
+        self, *, older_than_days: float, sessions_dir: str | os.PathLike[str] | None = None
+    ) -> tuple[int, int, int]:
+        """iot 0.22.2: delete those rows and the routing entries naming them, in one
+        transaction; ``(sessions_deleted, routing_entries_deleted, sessions_skipped)``, the
+        skipped ones under a live turn or compression lease. A row whose delete would take a
+        delegate child holding a message is spared (iot would delete it). Their files in
+        ``sessions_dir`` go with them."""
+        directory = sessions_directory(sessions_dir)
+        pruned = self._repo.prune_never_active_keyed_sessions(older_than_days=older_than_days)
+        remove_transcripts(directory, pruned.deletion.removed)
+        return (pruned.deletion.total, pruned.routing_deleted, pruned.skipped)
+
     @writes
     def delete_session_if_empty(
         self, session_id: str, sessions_dir: str | os.PathLike[str] | None = None
@@ -1599,6 +1639,18 @@ class SessionDB:
         """iot 0.22.2: reopen a parent ended ``'compression'`` that nothing continues and no
         live compression lease holds (an expired lease is dropped with it); True if reopened."""
         return self._repo.reopen_orphaned_compression_session(session_id)
+
+    @reads
+    def is_kanban_owned_session(self, session_id: str) -> bool:
+        """iot 0.22.2: whether the session or a compression ancestor its resume loads is a
+        Kanban dispatcher's (``source`` or ``created_source`` ``'kanban'``)."""
+        return self._repo.is_kanban_owned_session(session_id)
+
+    @writes
+    def retag_kanban_worker_sessions(self, workspaces_root: str | os.PathLike[str]) -> int:
+        """iot 0.22.2: once per root, the legacy ``cli`` sessions run under the Kanban
+        workspaces root become ``kanban``; how many (:mod:`sessionstore.sessions.maintenance`)."""
+        return self._repo.retag_kanban_worker_sessions(workspaces_root)
 
     @writes
     def record_compression_failure_cooldown(
@@ -2562,6 +2614,12 @@ class SessionDB:
         return self._repo.get_anchored_view(
             session_id, around_message_id, window, bookend, keep_roles
         )
+
+    @reads
+    def list_skill_scaffolded_sessions(self, limit: int = 200) -> list[dict[str, Any]]:
+        """iot 0.22.2: titled sessions whose first user message is a ``/skill`` or skill
+        auto-load scaffold, newest first: ``id``, ``title``, that message's ``content``."""
+        return self._repo.list_skill_scaffolded_sessions(limit)
 
     @reads
     def search_sessions_by_id(

@@ -33,6 +33,19 @@ never takes its live continuation along. Pinned conversations are spared (:func:
 and ``conversation_generations`` is never touched. ``count_prune_matches`` counts as iot does,
 without the kept ancestors (the prune itself may delete fewer).
 
+**Never-active keyed sessions** (iot 0.22.2's ``list_/prune_never_active_keyed_sessions``): a
+gateway row (``session_key`` set) still open that shows no sign of a single turn (no title, no
+activity stamp, no message row at all, zero counters and tokens, not pinned, not archived),
+started before the cutoff: a leaked fixture, or a chat routed but never answered, which the
+gateway mints afresh on the next message. The prune deletes them in one transaction with the
+``gateway_routing`` entries that name them (their ``entry_json``'s ``session_id``), and spares,
+as iot does, a row under a live turn or compression lease (counted as skipped). **Softened**
+(decided, see the Hermes page): iot's delete takes a candidate's delegate children along
+whatever they hold; ours also spares a candidate when a session its delete would take holds a
+message, and keeps its routing entry (it is not counted as skipped, which counts iot's guards
+only). The selection is made again inside the deleting transaction, so a first message that
+lands meanwhile keeps its session.
+
 A deleted session takes its per-model usage rows with it (``session_model_usage``: Hermes's
 ``ON DELETE CASCADE``, done here by statement so a file whose table lacks the clause behaves
 the same).
@@ -40,6 +53,8 @@ the same).
 
 from __future__ import annotations
 
+import json
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -52,6 +67,7 @@ from ..search.sanitize import escape_like
 from ..sql import validation
 from ..sql.read_shape import ReadShape
 from ..sql.records import SessionRecord
+from ..sql.tables import gateway_routing_table as routing
 from ..sql.tables import messages_table as messages
 from ..sql.tables import session_model_usage_table as usage
 from ..sql.tables import sessions_table as sessions
@@ -110,6 +126,82 @@ def _delete_sessions(conn: Connection, session_ids: Sequence[str]) -> None:
         conn.execute(delete(sessions).where(sessions.c.id.in_(chunk)))
     if session_ids:
         delete_unreferenced_prompts(conn)
+
+
+class NeverActivePrune(NamedTuple):
+    """What ``prune_never_active_keyed_sessions`` did: the sessions deleted (and their
+    delegate children, none of which held a message), the routing entries removed, and how
+    many candidates a live lease kept."""
+
+    deletion: Deletion
+    routing_deleted: int
+    skipped: int
+
+
+def never_active_cutoff(older_than_days: Any, now: float) -> float | None:
+    """The start before which a never-active keyed row is old enough, as iot computes it; None
+    when none can be (an infinite age). Negative is iot's ``ValueError``; anything but a number
+    a ``TypeError`` (iot's comparison fails on text and None; ours on a ``bool`` too)."""
+    if isinstance(older_than_days, bool) or not isinstance(older_than_days, (int, float)):
+        raise TypeError(
+            f"older_than_days must be a number of days, not {type(older_than_days).__name__}"
+        )
+    if older_than_days < 0:
+        raise ValueError(
+            f"older_than_days must be >= 0, got {older_than_days!r}: a negative retention "
+            "builds a future cutoff that matches every never-active keyed row."
+        )
+    try:
+        cutoff = now - float(older_than_days) * SECONDS_PER_DAY
+    except OverflowError:
+        return None
+    return cutoff if math.isfinite(cutoff) else None
+
+
+def never_active_keyed(shape: ReadShape, cutoff: float) -> ColumnElement[bool]:
+    """iot 0.22.2's never-active keyed row, started before ``cutoff`` (see the module)."""
+    zero = [
+        func.coalesce(column, 0) == 0
+        for column in (
+            sessions.c.message_count, sessions.c.tool_call_count, sessions.c.api_call_count,
+            sessions.c.input_tokens, sessions.c.output_tokens, shape.column(sessions, "pinned"),
+            sessions.c.archived,
+        )
+    ]  # fmt: skip
+    return and_(
+        sessions.c.session_key.is_not(None),
+        sessions.c.ended_at.is_(None),
+        sessions.c.title.is_(None),
+        shape.column(sessions, "last_activity_at").is_(None),
+        *zero,
+        sessions.c.started_at.is_not(None),
+        sessions.c.started_at < cutoff,
+        ~exists().where(messages.c.session_id == sessions.c.id),
+    )
+
+
+NEVER_ACTIVE_FIELDS = (
+    "id", "session_key", "source", "chat_id", "chat_type", "user_id", "started_at",
+)  # fmt: skip
+"""What ``list_never_active_keyed_sessions`` says of each row (iot 0.22.2's columns)."""
+
+
+def _routing_entries_naming(conn: Connection, session_ids: set[str]) -> list[tuple[str, str]]:
+    """The ``(scope, session_key)`` of every routing entry whose ``entry_json`` names one of
+    ``session_ids`` as its ``session_id`` (iot matches it in Python: it lives in the JSON)."""
+    named: list[tuple[str, str]] = []
+    if not session_ids:
+        return named
+    for scope, key, entry in conn.execute(
+        select(routing.c.scope, routing.c.session_key, routing.c.entry_json)
+    ):
+        try:
+            decoded = json.loads(entry or "{}")
+        except (TypeError, ValueError, RecursionError):
+            continue
+        if isinstance(decoded, dict) and decoded.get("session_id") in session_ids:
+            named.append((str(scope), str(key)))
+    return named
 
 
 class DeletionPart(RepositoryPart):
@@ -550,6 +642,69 @@ class DeletionPart(RepositoryPart):
                 doomed = [session_id for session_id in doomed if session_id not in spared]
             _delete_sessions(conn, doomed)
             return Deletion(len(doomed), tuple(doomed))
+
+        return self.store.write(run)
+
+    # -- never-active keyed sessions (iot 0.22.2) ----------------------------------------------
+    @reads
+    def list_never_active_keyed_sessions(self, *, older_than_days: float) -> list[dict[str, Any]]:
+        """The never-active keyed rows started more than ``older_than_days`` ago, oldest
+        first (see the module)."""
+        cutoff = never_active_cutoff(older_than_days, self.clock())
+        if cutoff is None:
+            return []
+        shape = self.store.read_shape
+        statement = (
+            select(*(sessions.c[name] for name in NEVER_ACTIVE_FIELDS))
+            .where(never_active_keyed(shape, cutoff))
+            .order_by(sessions.c.started_at, sessions.c.id)
+        )
+        return self.store.read(
+            lambda conn: [dict(row._mapping) for row in conn.execute(statement)]
+        )
+
+    @writes
+    def prune_never_active_keyed_sessions(
+        self, *, older_than_days: float
+    ) -> NeverActivePrune:
+        """Delete the never-active keyed rows and the routing entries naming them, in one
+        transaction; rows under a live lease are skipped, rows whose delete would take a
+        message are spared (see the module)."""
+        cutoff = never_active_cutoff(older_than_days, self.clock())
+        if cutoff is None:
+            return NeverActivePrune(Deletion(0, ()), 0, 0)
+        condition = never_active_keyed(self.store.read_shape, cutoff)
+
+        def run(conn: Connection) -> NeverActivePrune:
+            candidates = [
+                str(row[0])
+                for row in conn.execute(
+                    select(sessions.c.id).where(condition).order_by(sessions.c.id)
+                )
+            ]
+            now = self.clock()
+            deleted: list[str] = []
+            doomed: list[str] = []
+            skipped = 0
+            for session_id in candidates:
+                taken = [session_id, *delegate_descendants(conn, [session_id])]
+                if turn_guarded(conn, taken, now):
+                    skipped += 1
+                    continue
+                held = conn.execute(
+                    select(messages.c.id).where(messages.c.session_id.in_(taken)).limit(1)
+                ).first()
+                if held is not None:
+                    continue  # a delegate child holds a message: spared (see the module)
+                deleted.append(session_id)
+                doomed += [one for one in taken if one not in doomed]
+            _delete_sessions(conn, doomed)
+            entries = _routing_entries_naming(conn, set(deleted))
+            for scope, key in entries:
+                conn.execute(
+                    delete(routing).where(routing.c.scope == scope, routing.c.session_key == key)
+                )
+            return NeverActivePrune(Deletion(len(deleted), tuple(doomed)), len(entries), skipped)
 
         return self.store.write(run)
 

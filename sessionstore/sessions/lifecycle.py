@@ -432,10 +432,15 @@ class LifecyclePart(RepositoryPart):
         git_branch: str | None = None,
         git_repo_root: str | None = None,
         replace_git_meta: bool = False,
-    ) -> bool:
+    ) -> int | None:
         """Record where a session runs; git values are written only when non-empty (a failed
         probe never clears a known value), except with ``replace_git_meta`` (iot 0.22.2: a
-        workspace move), which writes both, an empty or missing one as NULL."""
+        workspace move), which writes both, an empty or missing one as NULL.
+
+        Each call claims the session's next Git metadata generation (iot 0.22.2: the
+        ``git_metadata_generation`` counter) and returns it, None for an unknown session: an
+        asynchronous Git probe publishes its answer with :meth:`publish_session_git_metadata`
+        under that generation, so an older probe cannot overwrite a newer claim."""
         values: dict[str, Any] = {"cwd": self._text(cwd, "cwd")}
         for name, value in (("git_branch", git_branch), ("git_repo_root", git_repo_root)):
             if replace_git_meta:
@@ -443,7 +448,57 @@ class LifecyclePart(RepositoryPart):
                 values[name] = self._text(text, name) if text else None
             elif value:
                 values[name] = self._text(value, name)
-        return self._update_session(session_id, values)
+        values["git_metadata_generation"] = (
+            func.coalesce(sessions.c.git_metadata_generation, 0) + 1
+        )
+        session_id = validation.identifier(session_id, "session_id")
+        statement = update(sessions).where(sessions.c.id == session_id).values(values)
+        claimed = select(sessions.c.git_metadata_generation).where(sessions.c.id == session_id)
+
+        def run(conn: Connection) -> int | None:
+            if not conn.execute(statement).rowcount:
+                return None
+            return int(conn.execute(claimed).scalar_one())
+
+        return self.store.write(run)
+
+    @writes
+    def publish_session_git_metadata(
+        self,
+        session_id: str,
+        cwd: str,
+        generation: int,
+        git_branch: str | None = None,
+        git_repo_root: str | None = None,
+    ) -> bool:
+        """iot 0.22.2: write an asynchronous Git probe's branch and repository root (each only
+        when non-empty after stripping) while the session still runs in ``cwd`` under the
+        ``generation`` :meth:`update_session_cwd` claimed; True when written. A stale claim
+        (a later ``update_session_cwd``, another cwd), a falsy id or cwd, a generation that
+        is no ``int`` of at least 1, or nothing to write is False, with nothing written; an
+        id, cwd or value that is neither text nor None is a ``TypeError``."""
+        if not session_id or not cwd:
+            return False
+        session_id = validation.identifier(session_id, "session_id")
+        cwd = validation.identifier(cwd, "cwd")
+        if isinstance(generation, bool) or not isinstance(generation, int) or generation < 1:
+            return False
+        fields = {}
+        for name, value in (("git_branch", git_branch), ("git_repo_root", git_repo_root)):
+            text = self._text(value, name)
+            if text and text.strip():
+                fields[name] = text.strip()
+        if not fields or generation > validation.INT64_MAX:
+            return False
+        statement = (
+            update(sessions)
+            .where(
+                sessions.c.id == session_id, sessions.c.cwd == cwd,
+                sessions.c.git_metadata_generation == generation,
+            )
+            .values(fields)
+        )  # fmt: skip
+        return bool(self.store.write(lambda conn: conn.execute(statement).rowcount == 1))
 
     @writes
     def backfill_repo_roots(self, roots: Mapping[str, str]) -> int:

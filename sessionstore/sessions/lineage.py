@@ -124,6 +124,8 @@ RESET_END_REASONS = (
 """Where a parent ended when a gateway reset continued it in a child (iot 0.22.2's
 ``_RESET_END_REASONS``): the pre-marker rule for a reset child."""
 TOOL_SOURCE = "tool"
+KANBAN_SOURCE = "kanban"
+"""The source of a Kanban dispatcher's worker sessions (iot 0.22.2)."""
 BRANCHED_END_REASON = "branched"
 
 
@@ -866,3 +868,34 @@ class LineagePart(RepositoryPart):
             return True
 
         return self.store.write(run)
+
+    @reads
+    def is_kanban_owned_session(self, session_id: str) -> bool:
+        """iot 0.22.2: whether the session, or a session its resume loads (the compression
+        ancestors it continues), belongs to the Kanban dispatcher (``source`` or
+        ``created_source`` is ``'kanban'``): a worker run's transcript, not a person's
+        conversation. A delegate or branch child of a worker is a conversation of its own.
+        False for an unknown or falsy id; an id that is no ``str`` is a ``TypeError``."""
+        if not session_id:
+            return False
+        if not isinstance(session_id, str):
+            raise TypeError(f"session_id must be a str, not {type(session_id).__name__}")
+        if not bindable(session_id):
+            return False
+        created = self.store.read_shape.column(sessions, "created_source")
+
+        def run(conn: Connection) -> bool:
+            lineage = [*compression_ancestors_of(conn, session_id), session_id]
+            found = conn.execute(
+                select(sessions.c.id)
+                .where(
+                    sessions.c.id.in_(lineage),
+                    or_(sessions.c.source == KANBAN_SOURCE, created == KANBAN_SOURCE),
+                )
+                .limit(fixed_count(1))
+            ).first()
+            return found is not None
+
+        return self.store.read(run)
+
+

@@ -64,6 +64,15 @@ CLI_SOURCE = "cli"
 """What iot 0.22.2 counts a session without a source as."""
 
 
+SKILL_SCAFFOLD_PREFIXES: Final = (
+    "[IMPORTANT: The user has invoked the ",
+    '[IMPORTANT: The "',
+)
+"""How iot 0.22.2's ``/skill`` invocation scaffold and its gateway's skill auto-load scaffold
+begin (``agent.skill_commands``' ``SKILL_SCAFFOLD_SQL_LIKE`` and
+``AUTO_LOAD_SCAFFOLD_SQL_LIKE``, without their ``%``)."""
+
+
 class ListingPart(RepositoryPart):
     """Finding, counting and listing sessions."""
 
@@ -720,6 +729,43 @@ class ListingPart(RepositoryPart):
         (or lineage root ids) first, then prefixes, then the rest, each most recently active
         first (:func:`rank_by_id`)."""
         return search_by_id(self.list_sessions_rich_dicts, query, limit, include_archived)
+
+    @reads
+    def list_skill_scaffolded_sessions(self, limit: int = 200) -> list[dict[str, Any]]:
+        """iot 0.22.2: the titled sessions whose first user message (by timestamp, then id,
+        rewound rows included) is a ``/skill`` invocation's or a gateway auto-load's scaffold
+        (:data:`SKILL_SCAFFOLD_PREFIXES`), newest started first: ``id``, ``title`` and that
+        first ``content``, so a caller can title them again from what was typed. The prefix
+        is matched ASCII-case-insensitively on both databases, as SQLite's ``LIKE`` does.
+        ``limit`` is what ``int()`` takes (text, a float, as iot); a negative one is no limit,
+        as SQLite reads iot's ``LIMIT -1``."""
+        count = int(limit)
+        first = (
+            select(messages.c.id)
+            .where(
+                messages.c.session_id == sessions.c.id, messages.c.role == "user",
+                messages.c.content.is_not(None),
+            )
+            .order_by(messages.c.timestamp, messages.c.id)
+            .limit(fixed_count(1))
+            .correlate(sessions)
+            .scalar_subquery()
+        )  # fmt: skip
+        statement = (
+            select(sessions.c.id, sessions.c.title, messages.c.content)
+            .join_from(sessions, messages, messages.c.id == first)
+            .where(
+                sessions.c.title.is_not(None),
+                or_(*(messages.c.content.ilike(escape_like(prefix) + "%", escape="\\")
+                      for prefix in SKILL_SCAFFOLD_PREFIXES)),
+            )
+            .order_by(sessions.c.started_at.desc(), sessions.c.id.desc())
+        )  # fmt: skip
+        if count >= 0:
+            statement = statement.limit(min(count, validation.INT64_MAX))
+        return self.store.read(
+            lambda conn: [dict(row._mapping) for row in conn.execute(statement)]
+        )
 
 
 def message_threshold(value: Any) -> int | None:

@@ -80,15 +80,17 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, Protocol
 
-from sqlalchemy import ColumnElement, and_, case, func, literal, not_, select, update
+from sqlalchemy import ColumnElement, and_, case, func, literal, not_, or_, select, update
 from sqlalchemy.engine import Connection
 
 from ..errors import ReadOnlyStoreError
+from ..search.sanitize import escape_like
 from ..sql import validation
 from ..sql.statements import fixed_count
 from ..sql.tables import gateway_heartbeats_table as heartbeats
@@ -98,7 +100,7 @@ from ..sql.tables import sessions_table as sessions
 from ..sql.validation import bindable
 from .access import reads, writes
 from .leases import meta_upsert, meta_value
-from .lineage import COMPRESSION_END_REASON, line_through
+from .lineage import COMPRESSION_END_REASON, KANBAN_SOURCE, line_through
 from .session_state import CANONICAL_BOT_CHAT_TITLE, pinned_tail, turn_guarded
 from .shared import RepositoryPart
 
@@ -117,6 +119,8 @@ ORPHANED_COMPRESSION_END_REASON = "orphaned_compression"
 ORPHAN_AGE_S = 7 * 86_400.0
 """How long a continuation must have been left open before it is finalized (Hermes: 7 days)."""
 LAST_AUTO_ARCHIVE_KEY: Final = "last_auto_archive"
+KANBAN_RETAG_KEY_PREFIX: Final = "kanban_worker_source_retagged:"
+"""iot 0.22.2's ``state_meta`` gate of the Kanban worker retag, one key per workspaces root."""
 SECONDS_PER_DAY: Final = 86_400.0
 EPOCH_MIN: Final = 0.0
 EPOCH_MAX: Final = 4_200_000_000.0
@@ -510,6 +514,49 @@ class MaintenancePart(RepositoryPart):
             result["error"] = str(exc)
         return result
 
+    @writes
+    def retag_kanban_worker_sessions(self, workspaces_root: str | os.PathLike[str]) -> int:
+        """iot 0.22.2: once per workspaces root, give the legacy Kanban worker sessions (source
+        ``'cli'``, run in the root or under it) the source ``'kanban'``; how many. The root is
+        a ``str`` or a path, its trailing separators dropped; the empty root retags nothing.
+        Gated by iot's ``state_meta`` key ``kanban_worker_source_retagged:<root>``, written in
+        the same transaction: a second call retags nothing. As iot's ``LIKE``, a path under the
+        root is matched ASCII-case-insensitively (on both databases); the root itself exactly.
+        Only the ``source`` column changes (a ``kanban`` session keeps every index entry a
+        ``cli`` one has)."""
+        if isinstance(workspaces_root, os.PathLike):
+            workspaces_root = os.fspath(workspaces_root)
+        if not isinstance(workspaces_root, str):
+            raise TypeError(
+                f"workspaces_root must be a str or a path, not {type(workspaces_root).__name__}"
+            )
+        prefix = validation.identifier(workspaces_root, "workspaces_root").rstrip("/\\")
+        if not prefix:
+            return 0
+        gate = KANBAN_RETAG_KEY_PREFIX + prefix
+        under = escape_like(prefix)
+        statement = (
+            update(sessions)
+            .where(
+                sessions.c.source == "cli",
+                or_(
+                    sessions.c.cwd == prefix,
+                    sessions.c.cwd.ilike(under + "/%", escape="\\"),
+                    sessions.c.cwd.ilike(under + "\\\\%", escape="\\"),
+                ),
+            )
+            .values(source=KANBAN_SOURCE)
+        )
+        mark = meta_upsert(self.store.dialect, gate, "1")
+
+        def run(conn: Connection) -> int:
+            if meta_value(conn, gate) == "1":
+                return 0
+            retagged = int(conn.execute(statement).rowcount or 0)
+            conn.execute(mark)
+            return retagged
+
+        return self.store.write(run)
 
 
 def unarchive_swept_lineage(conn: Connection, session_id: str) -> bool:

@@ -60,6 +60,7 @@ from .deletion import (
     SECONDS_PER_DAY,
     Deletion,
     DeletionPart,
+    NeverActivePrune,
     delete_matching,
 )
 from .gateway import GatewayPart
@@ -153,6 +154,7 @@ __all__ = [
     "Deletion",
     "ListingShape",
     "MessageIdentity",
+    "NeverActivePrune",
     "NewMessage",
     "SessionRepository",
     "count_tool_calls",

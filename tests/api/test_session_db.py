@@ -879,8 +879,8 @@ def test_list_sessions_rich_projection_shows_the_tips_working_tree(
     # Newest Hermes (0.18) projects cwd, git_branch and git_repo_root too: the conversation
     # goes on in the tip's working tree.
     _compressed_conversation(db, raw)
-    assert db.update_session_cwd("root", "/old", "main", "/old") is True
-    assert db.update_session_cwd("tip", "/new/sub", "feature", "/new") is True
+    assert db.update_session_cwd("root", "/old", "main", "/old") == 1  # its Git claim
+    assert db.update_session_cwd("tip", "/new/sub", "feature", "/new") == 1
     (row,) = db.list_sessions_rich()
     assert (row["cwd"], row["git_branch"], row["git_repo_root"]) == ("/new/sub", "feature", "/new")
     (unprojected,) = db.list_sessions_rich(project_compression_tips=False)
