@@ -43,7 +43,7 @@ from sqlalchemy.sql.elements import BindParameter
 from ..dialects.interface import StoreDialect
 from ..sql import validation
 from ..sql.codec import decode_json_object, encode_json
-from ..sql.tables import messages_table as messages
+from ..sql.statements import HotWrites
 from ..sql.tables import sessions_table as sessions
 from .access import reads, writes
 from .messages import MessagesPart, NewMessage, message_rows
@@ -167,7 +167,9 @@ class ImportsPart(MessagesPart):
             return {"ok": False, "imported": 0, "skipped": 0, "detached": 0, "errors": errors}
         try:
             dialect = self.store.dialect
-            return self.store.write(lambda conn: _import(conn, prepared, dialect))
+            return self.store.write(
+                lambda conn: _import(conn, prepared, dialect, self._hot_writes)
+            )
         except IntegrityError as exc:
             raise constraint_error(
                 self.store.dialect, exc, "a session of the import does not exist",
@@ -298,7 +300,7 @@ class ImportsPart(MessagesPart):
                 select(sessions.c.id).where(sessions.c.title == named).limit(1)
             ).first():
                 one.row["title"] = f"{named} ({session_id[-FOREIGN_ID_HEX:]})"
-            _import(conn, [one], dialect)
+            _import(conn, [one], dialect, self._hot_writes)
             conn.execute(
                 update(sessions)
                 .where(sessions.c.id == session_id)
@@ -310,7 +312,7 @@ class ImportsPart(MessagesPart):
 
 
 def _import(
-    conn: Connection, prepared: Sequence[_Prepared], dialect: StoreDialect
+    conn: Connection, prepared: Sequence[_Prepared], dialect: StoreDialect, hot: HotWrites
 ) -> dict[str, Any]:
     imported: list[str] = []
     skipped: list[str] = []
@@ -329,7 +331,7 @@ def _import(
         for row, (active, compacted) in zip(rows, one.states, strict=True):
             row["active"], row["compacted"] = active, compacted
         if rows:
-            conn.execute(insert(messages), rows)
+            hot.insert_messages(conn, rows)
         states = zip(one.batch, one.states, strict=True)
         live = [message for message, (active, _) in states if active]
         conn.execute(

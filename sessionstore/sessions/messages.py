@@ -172,6 +172,7 @@ def message_rows(
             # hold ``active`` without its DEFAULT 1 (#51646), where an omitted value is NULL
             # and the row would vanish from every live read. Hermes 0.19 writes it too.
             "active": 1,
+            "compacted": 0,
             "_compressed_summary": 1 if message.compressed_summary else 0,
             "display_kind": message.display_kind,
             "display_metadata": message.display_metadata,

@@ -29,14 +29,14 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.engine import Connection
 
 from ..errors import SessionCompressionInProgressError, TranscriptChangedError, UnknownSessionError
 from ..sql import validation
 from ..sql.codec import decode_json
 from ..sql.message_content import decode_content, text_of
-from ..sql.statements import fixed_count
+from ..sql.statements import HotWrites, fixed_count
 from ..sql.tables import compression_locks_table as locks
 from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
@@ -127,11 +127,13 @@ def _calls(text: str | None) -> Any:
     return decode_json(text, "tool_calls", None, None) if text else None
 
 
-def _insert(conn: Connection, session_id: str, batch: Sequence[NewMessage]) -> int:
+def _insert(
+    conn: Connection, hot: HotWrites, session_id: str, batch: Sequence[NewMessage]
+) -> int:
     """Insert ``batch`` as an append would; the tool calls it holds."""
     rows = message_rows(session_id, batch, time.time())
     if rows:
-        conn.execute(insert(messages), rows)
+        hot.insert_messages(conn, rows)
     return sum(message.tool_call_total for message in batch)
 
 
@@ -577,7 +579,7 @@ class RewindPart(MessagesPart):
                 if active_only:
                     doomed = doomed.where(messages.c.active == 1)
                 conn.execute(doomed)
-            _insert(conn, session_id, batch[kept:])
+            _insert(conn, self._hot_writes, session_id, batch[kept:])
             recount(conn, session_id)
             return len(batch) - kept
 

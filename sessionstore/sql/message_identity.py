@@ -18,9 +18,12 @@ Hermes exactly as a row Hermes appended.
   names Hermes's summary markers) is keyed by Hermes on its live view, which only Hermes's
   compressor can compute; it gets NULL, and Hermes's read path fills it in
   (``_ensure_display_order``), as it does for every row an older Hermes wrote.
-- ``display_order`` is left to the SQLite trigger (the first live peer with the same
-  identity, else the row's own id). PostgreSQL has none of Hermes's triggers (no Hermes reads
-  it): there it stays NULL, and a copy into a Hermes file gets it from the file's trigger.
+- ``display_order``: on SQLite the value Hermes's ``messages_display_order_insert`` trigger
+  gives (the display order of the first live peer with the same identity, else the row's own
+  id), written by the insert itself (``sql.statements``: the peer looked up in the statement,
+  the id computed as ``AUTOINCREMENT`` would; :func:`display_orders` for a batch's peers), so
+  the trigger never fires for our rows. PostgreSQL has none of Hermes's triggers (no Hermes
+  reads it): there it stays NULL, and a copy into a Hermes file gets it from the file's trigger.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .validation import bindable
@@ -186,3 +189,23 @@ def stamp_identities(rows: list[dict[str, Any]]) -> None:
         row["absorbed_message_uids"] = row.get("absorbed_message_uids")
         row["display_identity"] = display_identity(row)
         row["display_order"] = None
+
+
+def display_orders(rows: Sequence[Mapping[str, Any]], first_id: int) -> list[int]:
+    """Each row's display order when a batch whose ids run on from ``first_id`` is inserted
+    and no stored row is its peer: Hermes's trigger gives a row the order of its first live
+    peer (``active = 1 OR compacted = 1``, same identity), else its own id, so within a batch
+    that is the id of the first live row before it with its identity, else its own (a row
+    without an identity has no peer). A stored peer's order, when there is one, wins in the
+    insert (``sql.statements._insert_message_sqlite``), as it wins for every row after it."""
+    first_live: dict[bytes, int] = {}
+    orders: list[int] = []
+    for row_id, row in enumerate(rows, first_id):
+        identity = row["display_identity"]
+        if identity is None:
+            orders.append(row_id)
+            continue
+        orders.append(first_live.get(identity, row_id))
+        if identity not in first_live and (row["active"] == 1 or row["compacted"] == 1):
+            first_live[identity] = row_id
+    return orders

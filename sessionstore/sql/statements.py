@@ -34,6 +34,7 @@ from sqlalchemy import (
     func,
     insert,
     literal_column,
+    or_,
     select,
     text,
     update,
@@ -48,6 +49,7 @@ from sqlalchemy.sql.visitors import replacement_traverse
 from sqlalchemy.util import LRUCache, memoized_property
 
 from ..dialects import dialect_for_url
+from .message_identity import display_orders
 from .read_shape import FULL, ReadShape
 from .records import MESSAGE_FIELDS
 from .tables import messages_table as messages
@@ -55,15 +57,32 @@ from .tables import sessions_table as sessions
 from .validation import bindable
 
 INT64_MAX = 2**63 - 1
-# ``compacted`` takes its default; only compaction writes it. ``active`` is written (1): a
-# file whose reconciled ``active`` lost its DEFAULT (#51646) would store NULL otherwise.
-INSERTED_MESSAGE_FIELDS = tuple(
-    name for name in MESSAGE_FIELDS if name not in ("id", "compacted")
+# ``active`` and ``compacted`` are written (an append 1 and 0; a Hermes import as its rows
+# were): a file whose reconciled ``active`` lost its DEFAULT (#51646) would store NULL otherwise.
+INSERTED_MESSAGE_FIELDS = tuple(name for name in MESSAGE_FIELDS if name != "id")
+MAX_BOUND_PARAMETERS = 999
+"""Bound parameters per multi-row INSERT on SQLite: what every SQLite build accepts (3.32
+raised the default to 32,766; older libraries and some builds keep 999)."""
+_LARGEST_ID_EVER = (
+    "max(COALESCE((SELECT max(id) FROM messages), 0), "
+    "COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'messages'), 0))"
 )
-ROWS_PER_INSERT = 999 // len(INSERTED_MESSAGE_FIELDS)
-"""Rows per multi-row INSERT on SQLite: within the 999 bound parameters every SQLite build
-accepts (3.32 raised the default to 32,766; older libraries and some builds keep 999)."""
-_LARGEST_MESSAGE_ID = "SELECT max(id) FROM messages"
+"""The largest id ``messages`` ever gave, as SQLite's ``AUTOINCREMENT`` reads it: the largest
+of the ids there and of the table's high-water mark in ``sqlite_sequence`` (rows with higher
+ids may have been deleted); 0 for a table that never held a row. Under the store's write
+transaction (BEGIN IMMEDIATE) nobody else inserts, so the next row's id is this plus one.
+``sqlite_sequence`` exists wherever ``messages`` does: every Hermes schema and ours declare
+the table ``AUTOINCREMENT``, and SQLite refuses to drop it."""
+ROWS_PER_INSERT = MAX_BOUND_PARAMETERS // (len(INSERTED_MESSAGE_FIELDS) + 3)
+"""Rows per multi-row INSERT on SQLite: each binds its columns, its id, and its session and
+display identity once more for its display order's peer lookup (:func:`_insert_message`)."""
+_LARGEST_MESSAGE_ID = f"SELECT {_LARGEST_ID_EVER}"
+_NEXT_MESSAGE_ID = (
+    f"(SELECT CASE WHEN largest < {INT64_MAX} THEN largest + 1 END "
+    f"FROM (SELECT {_LARGEST_ID_EVER} AS largest))"
+)
+"""The id the next row gets (see above), NULL at the 64-bit ceiling: the insert then binds
+no id and no display order, and SQLite and the trigger do as they always did."""
 _PLAIN_VALUES = (type(None), bool, int, float, str, bytes, type, types.ModuleType)
 
 
@@ -350,9 +369,17 @@ class HotWrites:
         # (a tenth of a 10-message turn).
         self._returning_one = batch_returning and bool(dialect.insert_returning)
         returning_one = self._returning_one
+        # SQLite: the insert writes the row's display order itself (Hermes's trigger would
+        # update the row after it, see _insert_message_sqlite); a server has no such trigger.
+        self._writes_display_order = dialect.name == "sqlite" and not returning_one
         # Built on first use too: a program that only reads never needs them.
         self._insert_one = CompiledStatement.built_later(
-            lambda: _insert_message(returning=returning_one), dialect
+            (lambda: _insert_message_sqlite(ids_bound=False)) if self._writes_display_order
+            else (lambda: _insert_message(returning=returning_one)),
+            dialect,
+        )
+        self._insert_many = CompiledStatement.built_later(
+            lambda: _insert_message_sqlite(ids_bound=True), dialect
         )
         self._bump_counters = CompiledStatement.built_later(_bump_counters, dialect)
         self._multi_row_sql: dict[int, str] = {}
@@ -446,36 +473,40 @@ class HotWrites:
                 [dict(row) for row in rows],
             )
             return [int(value) for value in result.scalars()]
-        if len(rows) == 1 or self._returning_one or not self._ids_follow_on(conn, len(rows)):
+        first = None
+        if len(rows) > 1 and not self._returning_one:
+            first = self._first_new_id(conn, len(rows))
+        if first is None:
             return [self._insert_single(conn, row) for row in rows]
         # SQLite: a turn is one multi-row INSERT per chunk. FTS5 writes out its pending terms at
         # the start of every statement that changes it, so ten single-row INSERTs were ten index
         # segments for the commit to merge: 730 -> 225 us for a 10-message turn's inserts.
-        ids: list[int] = []
-        for start in range(0, len(rows), ROWS_PER_INSERT):
-            ids.extend(self._insert_chunk(conn, rows[start : start + ROWS_PER_INSERT]))
+        ids = list(range(first, first + len(rows)))
+        orders = display_orders(rows, first)
+        bound = [
+            {**row, "id": row_id, "display_order": order}
+            for row, row_id, order in zip(rows, ids, orders, strict=True)
+        ]
+        for start in range(0, len(bound), ROWS_PER_INSERT):
+            self._insert_chunk(conn, bound[start : start + ROWS_PER_INSERT])
         return ids
 
-    def _ids_follow_on(self, conn: Connection, count: int) -> bool:
-        """Whether ``count`` new rows get the ids after the largest one, one after another.
-
-        SQLite gives each new row the largest id so far plus one (with AUTOINCREMENT, Hermes's
-        schema, the largest ever used); only a table without AUTOINCREMENT whose ids reach
-        2**63 - 1 has it pick random free ids instead, so near that ceiling rows go one by one.
-        """
+    def _first_new_id(self, conn: Connection, count: int) -> int | None:
+        """The id SQLite's ``AUTOINCREMENT`` gives the next row (``_LARGEST_ID_EVER`` plus
+        one; nobody else inserts during the store's write transaction), bound to ``count``
+        rows one after another; None near the 64-bit ceiling, where the rows go one by one
+        as SQLite numbers them (and a table without AUTOINCREMENT picks random free ids)."""
         cursor = self._cursor(conn)
         try:
-            largest = cursor.execute(_LARGEST_MESSAGE_ID).fetchone()[0]
+            largest = int(cursor.execute(_LARGEST_MESSAGE_ID).fetchone()[0])
         except self._driver_error() as exc:
             raise self._wrap(_LARGEST_MESSAGE_ID, exc) from exc
-        return largest is None or int(largest) <= INT64_MAX - count
+        return largest + 1 if largest <= INT64_MAX - count else None
 
-    def _insert_chunk(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> list[int]:
-        """One INSERT for ``rows``; their ids, in order: SQLite inserts a VALUES list in order
-        and the ids follow on (:meth:`_ids_follow_on`), so they are the ``len(rows)`` ending
-        at ``lastrowid``, exact without RETURNING (whose row order SQLite does not promise)."""
+    def _insert_chunk(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+        """One INSERT for ``rows``, each with its ``id`` and fallback ``display_order``."""
         count = len(rows)
-        statement = self._insert_one
+        statement = self._insert_many
         sql = self._multi_row_sql.get(count)
         if sql is None:
             head, values = statement.sql.split(" VALUES ", 1)
@@ -486,8 +517,6 @@ class HotWrites:
             cursor.execute(sql, parameters)
         except self._driver_error() as exc:
             raise self._wrap(sql, exc) from exc
-        last = int(cursor.lastrowid)
-        return list(range(last - count + 1, last + 1))
 
     def _insert_single(self, conn: Connection, row: Mapping[str, Any]) -> int:
         statement = self._insert_one
@@ -540,9 +569,54 @@ def run_compiled(
 
 @functools.cache
 def _insert_message(*, returning: bool) -> ClauseElement:
+    """A server's INSERT: every column bound as the row gives it (``display_order`` None:
+    PostgreSQL has no display-order trigger, no Hermes reads it there)."""
     row: dict[str, Any] = {name: bindparam(name) for name in INSERTED_MESSAGE_FIELDS}
     statement = insert(messages).values(row)
     return statement.returning(messages.c.id) if returning else statement
+
+
+@functools.cache
+def _insert_message_sqlite(*, ids_bound: bool) -> ClauseElement:
+    """SQLite's INSERT, which writes the row's ``id`` and ``display_order`` itself, with the
+    values Hermes's ``messages_display_order_insert`` trigger would give (the display order of
+    the first live peer: same session and display identity, ``active = 1 OR compacted = 1``,
+    an order set; else the row's own id), so the trigger's ``WHEN new.display_order IS NULL``
+    never holds for our rows and its UPDATE, which moved the row's entries in three display
+    indexes, does not run (docs/performance.md, the append path).
+
+    ``ids_bound=False`` (one row): the id is the next one (``_NEXT_MESSAGE_ID``), computed in
+    the statement; NULL at the 64-bit ceiling, and then the trigger runs as it always did.
+    ``ids_bound=True`` (a multi-row chunk): ``id`` and the fallback ``display_order`` are bound
+    (:func:`~.message_identity.display_orders`): SQLite may compute every row of a VALUES list
+    before it inserts any, so a row cannot see its batch peers; a batch peer's order is the
+    fallback then, and equal to what the lookup finds if SQLite inserts row by row.
+    """
+    peer = messages.alias("peer")
+    first_peer = (
+        select(peer.c.display_order)
+        .where(
+            peer.c.session_id == bindparam("session_id"),
+            or_(peer.c.active == 1, peer.c.compacted == 1),
+            peer.c.display_identity == bindparam("display_identity"),
+            peer.c.display_order.is_not(None),
+        )
+        .order_by(peer.c.display_order)
+        # Both written in: SQLite's compiler would bind an OFFSET 0 of its own, and a bound
+        # LIMIT or OFFSET has the statement prepared again at every run (see above).
+        .limit(fixed_count(1))
+        .offset(fixed_count(0))
+        .scalar_subquery()
+    )
+    row: dict[str, Any] = {name: bindparam(name) for name in INSERTED_MESSAGE_FIELDS}
+    if ids_bound:
+        row["id"] = bindparam("id")
+        row["display_order"] = func.coalesce(first_peer, bindparam("display_order"))
+    else:
+        next_id = literal_column(_NEXT_MESSAGE_ID, Integer)
+        row["id"] = next_id
+        row["display_order"] = func.coalesce(first_peer, next_id)
+    return insert(messages).values(row)
 
 
 @functools.cache

@@ -6,12 +6,15 @@ identity and order of our rows (after we blank them) to the very bytes we wrote,
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from real_hermes import RealHermesFork
 from real_hermes_driver import SELECT_STEP, SQL_STEP
 
 from sessionstore.api.session_db import SessionDB
+from sessionstore.dialects.sqlite_library import connect
+from sessionstore.sql.statements import INSERTED_MESSAGE_FIELDS
 
 CALLS = [{"id": "call_a", "type": "function", "function": {"name": "terminal", "arguments": "{}"}},
          {"call_id": "call_b|item_9", "type": "function",
@@ -48,3 +51,47 @@ def test_iot_recomputes_our_display_identities_and_reads_our_prompt(tmp_path: Pa
     assert theirs == ours  # the bytes iot computes, the order it gives
     assert session["system_prompt"] == "You are Hermes. \u00e9"
     assert session["system_prompt_hash"] is not None
+
+
+ORDERS = "SELECT id, display_order FROM messages ORDER BY id"
+
+
+def test_our_appends_to_an_iot_file_get_the_order_its_trigger_gives(tmp_path: Path) -> None:
+    """A file iot 0.22.2 wrote, then appended by us: our insert binds the display order
+    (the trigger never fires for it), equal to what the file's own trigger gives the same rows
+    on a twin copy, a replay of iot's rows (same identity) taking iot's row's order."""
+    path, twin = tmp_path / "state.db", tmp_path / "twin" / "state.db"
+    hermes = RealHermesFork("iot-0.22.2", tmp_path / "home")
+    stored = hermes.calls(path, [
+        ("create_session", ["s", "cli"], {}),
+        ("append_message", ["s", "user", "hello"], {}),
+        ("append_message", ["s", "assistant", "hi there"], {}),
+        (SELECT_STEP, ["SELECT id, role, content, timestamp FROM messages ORDER BY id"], {}),
+    ])[-1]  # fmt: skip
+    twin.parent.mkdir()
+    shutil.copy(path, twin)
+    SessionDB(twin).close()  # adopted alike
+    with SessionDB(path) as db:
+        replayed = [{key: row[key] for key in ("role", "content", "timestamp")} for row in stored]
+        db.append_message("s", "user", "new")
+        db.append_messages("s", [*replayed, {"role": "user", "content": "x", "timestamp": 7.0},
+                                 {"role": "user", "content": "x", "timestamp": 7.0}])  # fmt: skip
+        with db.store.engine.connect() as conn:
+            ours = [tuple(row) for row in conn.exec_driver_sql(ORDERS)]
+            columns = [name for name in INSERTED_MESSAGE_FIELDS if name != "display_order"]
+            new_rows = conn.exec_driver_sql(
+                f"SELECT {', '.join(columns)} FROM messages WHERE id > 2 ORDER BY id"
+            ).fetchall()
+    oracle = connect(str(twin), isolation_level=None)
+    try:
+        oracle.execute("BEGIN IMMEDIATE")
+        for row in new_rows:  # id and display_order left to SQLite and iot's trigger
+            oracle.execute(
+                f"INSERT INTO messages ({', '.join(columns)}) "
+                f"VALUES ({', '.join('?' * len(columns))})", tuple(row)
+            )  # fmt: skip
+        oracle.execute("COMMIT")
+        theirs = oracle.execute(ORDERS).fetchall()
+    finally:
+        oracle.close()
+    assert ours == theirs == [(1, 1), (2, 2), (3, 3), (4, 1), (5, 2), (6, 6), (7, 6)]
