@@ -313,16 +313,34 @@ def v6_statements(v6_file: Path, workdir: Path, rounds: int, reps: int) -> dict[
     return {label: statistics.median(values) for label, values in costs.items()}
 
 
-def wal_frames_per_append(look: Any, append: Callable[[], None], reps: int = 15) -> float:
+def wal_frames_per_append(checkpoint: Callable[[], int], append: Callable[[], None],
+                          reps: int = 15) -> float:
     """Pages one append writes to the WAL (its frames): after a checkpoint that copied the whole
     log, the next write starts the log again, so the frames a PASSIVE checkpoint reports after
-    one append are that append's (``look``: a connection of the file's own library)."""
+    one append are that append's. ``checkpoint`` runs ``PRAGMA wal_checkpoint(PASSIVE)`` on a
+    connection the side already holds and returns its log frames: a second connection opened
+    and closed here would drop every POSIX lock this process holds on the file."""
     frames = []
     for _ in range(reps):
-        look.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        checkpoint()
         append()
-        frames.append(look.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1])
+        frames.append(checkpoint())
     return float(statistics.median(frames))
+
+
+def hermes_checkpoint(hermes: Any) -> Callable[[], int]:
+    """A PASSIVE checkpoint on the Hermes side's own connection (``_conn``)."""
+    return lambda: int(hermes._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1])
+
+
+def store_checkpoint(db: SessionDB) -> Callable[[], int]:
+    """A PASSIVE checkpoint on a connection of the store's own pool (returned to it after)."""
+    def run() -> int:
+        with db.store.engine.connect() as conn:
+            row = conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        assert row is not None
+        return int(row[1])
+    return run
 
 
 def main() -> None:
@@ -342,15 +360,18 @@ def main() -> None:
     except (SystemExit, Exception) as exc:  # its venv is made by the field tests
         print(f"(iot 0.22.2 not measured: {exc})")
     sides: dict[str, Callable[[], None]] = {}
+    checkpoints: dict[str, Callable[[], int]] = {}
     keep: list[Any] = []
     for key, root in roots.items():
         source = bench.HermesSource(key, root, bench.load_hermes_module(key, root))
         hermes = fresh_hermes(source, workdir / f"hermes_{key}.db")
         keep.append(hermes)
         sides[f"Hermes {key}"] = appender(hermes)
+        checkpoints[f"Hermes {key}"] = hermes_checkpoint(hermes)
     ours_file = workdir / "ours.db"
     ours = fresh_ours(ours_file)
     sides["sessionstore"] = appender(ours)
+    checkpoints["sessionstore"] = store_checkpoint(ours)
     load = os.getloadavg()
     print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {args.rounds} rounds x "
           f"{args.reps} calls; files in {workdir}")
@@ -362,14 +383,9 @@ def main() -> None:
     v6 = cpu["Hermes v6"]
     for name, value in cpu.items():
         print(f"   {name:<22} {value:8.1f}   {value / v6:5.2f}x of v6")
-    import sqlite3
-
-    looks = {"Hermes v6": sqlite3.connect(workdir / "hermes_v6.db"),
-             "sessionstore": connect(ours_file)}
     print("   pages written to the WAL per append: " + ", ".join(
-        f"{name} {wal_frames_per_append(look, sides[name]):.0f}" for name, look in looks.items()))
-    for look in looks.values():
-        look.close()
+        f"{name} {wal_frames_per_append(checkpoints[name], sides[name]):.0f}"
+        for name in ("Hermes v6", "sessionstore")))
     if args.wall:
         print("   wall clock µs per call")
         wall = whole_calls(sides, args.rounds, args.reps, time.perf_counter)
