@@ -10,6 +10,15 @@ from sessionstore.api.session_db import SessionDB
 
 
 @pytest.fixture
+def db(store_url: str) -> Iterator[SessionDB]:
+    """A store on each dialect (``store_url``), closed after the test; a test file with its own
+    ``db`` (sessions made first, another URL) overrides it."""
+    database = SessionDB(url=store_url)
+    yield database
+    database.close()
+
+
+@pytest.fixture
 def rewound_db(store_url: str) -> Iterator[SessionDB]:
     """Session ``s``: three user turns with their answers, rewound to the second turn (it and
     what follows are undone, kept as inactive rows)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -84,13 +84,6 @@ def _sweep_targets(target: object) -> list[tuple[str, str, dict[str, Any]]]:
         for parameter in parameters:
             found.append((name, parameter.name, required))
     return found
-
-
-@pytest.fixture
-def db(store_url: str) -> Iterator[SessionDB]:
-    database = SessionDB(url=store_url)
-    yield database
-    database.close()
 
 
 def _check_every_parameter(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +18,6 @@ from legacy_v18_v22 import build_v22_db
 
 from sessionstore.api.session_db import SessionDB
 from sessionstore.errors import ValueOutOfRangeError
-
-
-@pytest.fixture
-def db(store_url: str) -> Iterator[SessionDB]:
-    database = SessionDB(url=store_url)
-    yield database
-    database.close()
 
 
 def _rows(db: SessionDB, statement: str) -> list[Any]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,13 +19,6 @@ from sessionstore.api.session_db import SessionDB
 from sessionstore.errors import CompressionCooldownRestoreError
 
 ABSENT = {"session_exists": False, "cooldown_until": None, "error": None}
-
-
-@pytest.fixture
-def db(store_url: str) -> Iterator[SessionDB]:
-    database = SessionDB(url=store_url)
-    yield database
-    database.close()
 
 
 def _sql(db: SessionDB, statement: str, **params: Any) -> list[Any]:

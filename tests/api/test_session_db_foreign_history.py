@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,13 +19,6 @@ from sessionstore.api.session_db import SessionDB
 ORIGIN = {"tool": "claude", "path": "/h/a.jsonl", "foreign_session_id": "f-1"}
 TURNS = [{"role": "user", "content": "hello", "timestamp": 1.0},
          {"role": "assistant", "content": "hi", "timestamp": 2.0}]  # fmt: skip
-
-
-@pytest.fixture
-def db(store_url: str) -> Iterator[SessionDB]:
-    database = SessionDB(url=store_url)
-    yield database
-    database.close()
 
 
 def _count(db: SessionDB) -> int:

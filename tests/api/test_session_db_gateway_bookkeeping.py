@@ -10,7 +10,6 @@ wrong types: iot's answer or a typed error, never a driver's). The release is th
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,13 +18,6 @@ from sessionstore.api.async_session_db import AsyncSessionDB
 from sessionstore.api.session_db import SessionDB
 
 HOSTILE_IDS = ["", "nobody", "a\x00b", "\ud800", "' OR 1=1 --", "%", "_"]
-
-
-@pytest.fixture
-def db(store_url: str) -> Iterator[SessionDB]:
-    database = SessionDB(url=store_url)
-    yield database
-    database.close()
 
 
 def _entry(session_id: str) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,13 +21,6 @@ from sessionstore.sessions.lineage import ACCIDENTAL_END_REASONS
 
 HOSTILE_IDS = ["", "nobody", "a\x00b", "\ud800", "' OR 1=1 --", "%"]
 OLD = 1_000_000.0
-
-
-@pytest.fixture
-def db(store_url: str) -> Iterator[SessionDB]:
-    database = SessionDB(url=store_url)
-    yield database
-    database.close()
 
 
 def _sql(db: SessionDB, statement: str, **params: Any) -> None:

@@ -20,7 +20,7 @@ import inspect
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +38,6 @@ from sessionstore.hermes import state as hermes_state
 
 NOW = time.time()
 DAY = 86_400.0
-
-
-@pytest.fixture
-def db(store_url: str) -> Iterator[SessionDB]:
-    database = SessionDB(url=store_url)
-    yield database
-    database.close()
 
 
 def execute(db: SessionDB, sql: str, **params: Any) -> None:

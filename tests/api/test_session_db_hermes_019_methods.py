@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -34,13 +33,6 @@ TYPED = (TypeError, ValueError, LookupError, SessionStoreError)
 HYPOTHESIS = settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-
-
-@pytest.fixture
-def db(store_url: str) -> Iterator[SessionDB]:
-    database = SessionDB(url=store_url)
-    yield database
-    database.close()
 
 
 def usage_of(db: SessionDB, session_id: str) -> list[dict[str, Any]]:

@@ -16,7 +16,6 @@ import hashlib
 import io
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -34,13 +33,6 @@ PIN = json.dumps([{"type": "function", "function": {"name": "terminal"}}])
 
 def sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-@pytest.fixture
-def db(store_url: str) -> Iterator[SessionDB]:
-    database = SessionDB(url=store_url)
-    yield database
-    database.close()
 
 
 def hash_only_session(db: SessionDB, session_id: str, prompt: str, pin: str | None = None) -> None:

@@ -8,7 +8,6 @@ was. Side by side with the real iot 0.22.2: ``tests/hermes/test_real_iot_in_plac
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,13 +19,6 @@ from sessionstore.sessions import compaction
 
 SUMMARY = {"role": "user", "content": "[CONTEXT COMPACTION] summary", "timestamp": 1000.0}
 CALLS = [{"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]
-
-
-@pytest.fixture
-def db(store_url: str) -> Iterator[SessionDB]:
-    database = SessionDB(url=store_url)
-    yield database
-    database.close()
 
 
 def turns(db: SessionDB, *texts: str, session_id: str = "s") -> list[int]:

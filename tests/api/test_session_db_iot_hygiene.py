@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +19,6 @@ import sqlalchemy as sa
 from sessionstore.api.session_db import SessionDB
 
 INVOKED = '[IMPORTANT: The user has invoked the "deploy" skill. The full skill content...'
-
-
-@pytest.fixture
-def db(store_url: str) -> Iterator[SessionDB]:
-    database = SessionDB(url=store_url)
-    yield database
-    database.close()
 
 
 def _sql(db: SessionDB, statement: str, **params: Any) -> list[Any]:

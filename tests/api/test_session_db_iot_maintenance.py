@@ -27,13 +27,6 @@ IOT_MARKER = re.compile(r"^\[[A-Za-z_][A-Za-z0-9_.-]*\]$")  # iot's _STALE_TOOL_
 DAY = 86_400.0
 
 
-@pytest.fixture
-def db(store_url: str) -> Iterator[SessionDB]:
-    database = SessionDB(url=store_url)
-    yield database
-    database.close()
-
-
 def _rows(db: SessionDB) -> list[dict[str, Any]]:
     statement = sa.text(
         "SELECT id, role, content, tool_calls, message_uid FROM messages ORDER BY id"

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,13 +21,6 @@ from store_sql import run
 
 from sessionstore.api.session_db import SessionDB
 from sessionstore.errors import SessionTurnLeaseLostError, StoreBusyError
-
-
-@pytest.fixture
-def db(store_url: str) -> Iterator[SessionDB]:
-    database = SessionDB(url=store_url)
-    yield database
-    database.close()
 
 
 def row_of(db: SessionDB, message_id: int) -> dict[str, Any]:

@@ -27,13 +27,6 @@ from sessionstore.sessions.repository import SessionRepository
 from sessionstore.storage.store import Store
 
 
-@pytest.fixture
-def db(store_url: str) -> Iterator[SessionDB]:
-    database = SessionDB(url=store_url)
-    yield database
-    database.close()
-
-
 def execute(db: SessionDB, sql: str, **params: Any) -> None:
     db.store.write(lambda conn: conn.execute(sa.text(sql), params))
 
@@ -743,7 +736,6 @@ def test_model_meta_and_billing_route_updates(db: SessionDB) -> None:
     assert (row["billing_provider"], row["billing_base_url"]) == ("openrouter", "https://o")
     assert row["system_prompt"] is None
     assert db.update_session_model("ghost", "b") is False
-
 
 
 # cwd_prefix as Hermes 0.18 matches it (the directory itself, or a path below it after "/" or

@@ -7,7 +7,6 @@ with hostile inputs (ids no database holds, wrong types: a ``TypeError`` where i
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,13 +20,6 @@ from sessionstore.sessions.profiles import (
 )
 
 HOSTILE_IDS: list[Any] = ["", "nobody", "a\x00", "\ud800", 5, None, 1.5, b"a", ("a",)]
-
-
-@pytest.fixture
-def db(store_url: str) -> Iterator[SessionDB]:
-    database = SessionDB(url=store_url)
-    yield database
-    database.close()
 
 
 def _set(db: SessionDB, session_id: str, **values: Any) -> None:

@@ -25,13 +25,6 @@ TODO = json.dumps({"todos": [{"id": "1", "content": "ship", "status": "pending"}
 TODO_CALL = [{"id": "t1", "type": "function", "function": {"name": "todo_list", "arguments": "{}"}}]
 
 
-@pytest.fixture
-def db(store_url: str) -> Iterator[SessionDB]:
-    database = SessionDB(url=store_url)
-    yield database
-    database.close()
-
-
 def _lineage(db: SessionDB) -> None:
     """``p`` (3 rows, one rewound) continued by ``c`` after compression (4 rows, two of them
     compaction-archived once ``c`` is compacted); ``b`` a branch of ``c``."""

@@ -10,7 +10,6 @@ and ``tests/hermes/test_real_axisrow_reads.py``.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,13 +20,6 @@ from sessionstore.api.session_db import SessionDB
 ROUTE_KEYS = ["model", "billing_provider", "billing_base_url", "billing_mode", "api_call_count"]
 AUX_KEYS = ["api_calls", "input_tokens", "output_tokens", "cache_read_tokens",
             "cache_write_tokens", "reasoning_tokens", "estimated_cost_usd"]  # fmt: skip
-
-
-@pytest.fixture
-def db(store_url: str) -> Iterator[SessionDB]:
-    database = SessionDB(url=store_url)
-    yield database
-    database.close()
 
 
 def _sql(db: SessionDB, statement: str, **params: Any) -> None:
