@@ -438,16 +438,16 @@ def reconcile_display_orders(conn: Connection, session_id: str) -> None:
     """iot's ``_reconcile_display_orders`` where the store keeps ``display_order`` (SQLite,
     by Hermes's trigger): each live or compaction-archived row's display group is the first
     row with its display identity (:func:`..sql.message_identity.display_identity`), so one
-    logical message spread over compaction generations is painted once. A row whose identity
-    only iot's compressor can compute (a possible hand-off carrier) is left to iot's read
-    path, as every row an older Hermes wrote. Writes only what drifted."""
+    logical message spread over compaction generations is painted once. Every row gets its
+    identity, the summary rows and hand-off carriers too, so iot's read path has nothing left
+    to backfill. Writes only what drifted."""
     first: dict[bytes, int] = {}
     changes: list[dict[str, Any]] = []
     for row in conn.execute(
         select(
             messages.c.id, messages.c.role, messages.c.content, messages.c.timestamp,
             messages.c.tool_call_id, messages.c.tool_calls, messages.c.tool_name,
-            messages.c.display_order, messages.c.display_identity,
+            messages.c.display_kind, messages.c.display_order, messages.c.display_identity,
         )
         .where(
             messages.c.session_id == session_id,
@@ -456,8 +456,6 @@ def reconcile_display_orders(conn: Connection, session_id: str) -> None:
         .order_by(messages.c.id)
     ):  # fmt: skip
         identity = display_identity(dict(row._mapping))
-        if identity is None:
-            continue
         order = first.setdefault(identity, int(row.id))
         stored = None if row.display_identity is None else bytes(row.display_identity)
         if row.display_order != order or stored != identity:

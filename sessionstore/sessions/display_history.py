@@ -35,7 +35,7 @@ MODEL_ONLY_KEY = "model_only"
 DISPLAY_ROWS = "session_id = :session_id AND (active = 1 OR compacted = 1)"
 """iot's ``_DISPLAY_ACTIVE_CLAUSE``: live and compaction-archived rows, never rewound ones."""
 _KEY_FIELDS = ("id", "role", "content", "timestamp", "tool_call_id", "tool_calls", "tool_name",
-               "active", "display_metadata")  # fmt: skip
+               "active", "display_metadata", "display_kind")  # fmt: skip
 
 Row = TypeVar("Row", bound=Sequence[Any])
 

@@ -14,10 +14,11 @@ Hermes exactly as a row Hermes appended.
   (``hermes_state_messages._display_dedupe_key``): an assistant row whose tool calls all have
   ids is ``("assistant", None, timestamp, tool_call_id, call ids, tool_name)``, any other row
   ``(role, content, timestamp, tool_call_id, tool_calls, tool_name)``, from the column values
-  as stored. One exception: a user row that may be a compaction hand-off carrier (its text
-  names Hermes's summary markers) is keyed by Hermes on its live view, which only Hermes's
-  compressor can compute; it gets NULL, and Hermes's read path fills it in
-  (``_ensure_display_order``), as it does for every row an older Hermes wrote.
+  as stored, except that a compaction summary user row carrying a human's ask (a merged
+  prior tail, or the text after the legacy end marker: :func:`.compaction_handoff.carried_ask`)
+  is keyed by that ask, encoded as iot stores content, as iot's ``_display_dedupe_key`` keys
+  it. Every row gets one, on both dialects (the compaction summaries and hand-offs too), so
+  iot's reads find nothing to backfill (``_ensure_display_order``) in what we wrote.
 - ``display_order``: on SQLite the value Hermes's ``messages_display_order_insert`` trigger
   gives (the display order of the first live peer with the same identity, else the row's own
   id), written by the insert itself (``sql.statements``: the peer looked up in the statement,
@@ -34,11 +35,9 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .compaction_handoff import carried_ask
+from .message_content import JSON_CONTENT_PREFIX
 from .validation import bindable
-
-HANDOFF_MARKERS = ("[CONTEXT", "COMPACTION")
-"""Text that may make a user row a compaction hand-off carrier (iot's ``SUMMARY_PREFIX``,
-``LEGACY_SUMMARY_PREFIX`` and ``_MERGED_SUMMARY_DELIMITER`` all hold one)."""
 
 
 def mint_uid() -> str:
@@ -137,29 +136,56 @@ def _call_id(call: Any) -> str:
     return ""
 
 
-def display_identity(row: Mapping[str, Any]) -> bytes | None:
+def display_identity(row: Mapping[str, Any]) -> bytes:
     """iot 0.22.2's ``display_identity`` of a row about to be stored (see the module)."""
-    content = row["content"]
-    if row["role"] == "user" and isinstance(content, str) and any(
-        marker in content for marker in HANDOFF_MARKERS
-    ):
-        return None
     return hashlib.sha256(repr(display_key(row)).encode("utf-8", "surrogatepass")).digest()
 
 
 def display_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
     """iot 0.22.2's display key of a stored row (``_display_dedupe_key``): an assistant row
-    whose tool calls all have ids by those ids, any other by its stored columns. A compaction
-    carrier is keyed by its stored content here, where iot keys it by its live ask (which only
-    its compressor can split off)."""
+    whose tool calls all have ids by those ids; a compaction summary user row carrying a
+    human's ask by that ask (its ``display_kind`` decides with its text, as in iot: a row
+    without the column is read as having none); any other by its stored columns."""
     role = row["role"]
+    content = row["content"]
     if role == "assistant":
         call_ids = _call_ids(row["tool_calls"])
         if call_ids and all(call_ids):
             return ("assistant", None, row["timestamp"], row["tool_call_id"], call_ids,
                     row["tool_name"])  # fmt: skip
-    return (role, row["content"], row["timestamp"], row["tool_call_id"], row["tool_calls"],
+    elif role == "user" and _may_be_summary(content):
+        carries, ask = carried_ask(_hermes_decoded(content), row.get("display_kind"))
+        if carries:
+            content = _hermes_encoded(ask)
+    return (role, content, row["timestamp"], row["tool_call_id"], row["tool_calls"],
             row["tool_name"])  # fmt: skip
+
+
+def _may_be_summary(stored: Any) -> bool:
+    """What every summary prefix and the merged delimiter hold (``[``): a stored text
+    without it is no summary, and is not decoded to find out."""
+    return isinstance(stored, str) and "[" in stored
+
+
+def _hermes_decoded(stored: str) -> Any:
+    """Stored content as iot's ``_decode_content`` reads it: only its own marker
+    (``\\x00json:``) decodes, an undecodable marked value stays the text (nesting too deep
+    to decode too, where iot's write would fail)."""
+    if not stored.startswith(JSON_CONTENT_PREFIX):
+        return stored
+    try:
+        return json.loads(stored[len(JSON_CONTENT_PREFIX) :])
+    except (ValueError, RecursionError):
+        return stored
+
+
+def _hermes_encoded(content: Any) -> Any:
+    """Content as iot's ``_encode_content`` binds it: a list as the marked JSON text, a text
+    as it is unless it starts with the marker (then marked JSON of the text). Lone
+    surrogates, which iot scrubs here, cannot reach it: no stored text holds one."""
+    if isinstance(content, str) and not content.startswith(JSON_CONTENT_PREFIX):
+        return content
+    return JSON_CONTENT_PREFIX + json.dumps(content)
 
 
 def stamp_identities(rows: list[dict[str, Any]]) -> None:

@@ -24,6 +24,7 @@ from store_sql import run
 from sessionstore.api.session_db import SessionDB
 from sessionstore.errors import SessionStoreError
 from sessionstore.ops.transfer import ImportFormatError, export_jsonl, import_jsonl
+from sessionstore.sql.compaction_handoff import LEGACY_SUMMARY_PREFIX, SUMMARY_END_MARKER
 from sessionstore.sql.message_identity import display_identity
 
 TYPED = (TypeError, ValueError, LookupError, SessionStoreError)
@@ -202,11 +203,20 @@ def test_every_appended_message_gets_iots_identity_columns(db: SessionDB) -> Non
     assert not {"display_identity", "display_order", "_compressed_summary"} & set(messages[0])
 
 
-def test_a_possible_handoff_carrier_is_left_to_hermes(db: SessionDB) -> None:
+def test_a_handoff_carrier_gets_the_identity_of_its_ask(db: SessionDB) -> None:
+    """iot keys a compaction summary carrying a human's ask by that ask (its live view), a
+    summary without one by its text; either gets its identity on every dialect."""
     db.create_session("s", "cli")
-    db.append_message("s", "user", "[CONTEXT COMPACTION \u2014 REFERENCE ONLY] summary")
-    row = run(db, "SELECT display_identity, message_uid FROM messages")[0]
-    assert row["display_identity"] is None and row["message_uid"]
+    carrier = f"{LEGACY_SUMMARY_PREFIX} summary\n{SUMMARY_END_MARKER}\n\n the ask "
+    db.append_messages("s", [{"role": "user", "content": carrier, "timestamp": 3.0},
+                             {"role": "user", "content": f"{LEGACY_SUMMARY_PREFIX} only",
+                              "timestamp": 3.0}])  # fmt: skip
+    carried, alone = run(db, "SELECT display_identity, message_uid FROM messages ORDER BY id")
+    assert bytes(carried["display_identity"]) == hashlib.sha256(
+        repr(("user", "the ask ", 3.0, None, None, None)).encode()).digest()  # fmt: skip
+    assert bytes(alone["display_identity"]) == hashlib.sha256(repr(
+        ("user", f"{LEGACY_SUMMARY_PREFIX} only", 3.0, None, None, None)).encode()).digest()
+    assert carried["message_uid"] and alone["message_uid"]
 
 
 # -- export, import, copy ----------------------------------------------------------------------

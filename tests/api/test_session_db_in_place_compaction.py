@@ -7,15 +7,20 @@ was. Side by side with the real iot 0.22.2: ``tests/hermes/test_real_iot_in_plac
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sessionstore.api.session_db import SessionDB
 from sessionstore.errors import SessionCompressionInProgressError, UnknownSessionError
 from sessionstore.sessions import compaction
+from sessionstore.sql import compaction_handoff as handoff
+from sessionstore.sql.message_identity import display_identity
 
 SUMMARY = {"role": "user", "content": "[CONTEXT COMPACTION] summary", "timestamp": 1000.0}
 CALLS = [{"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]
@@ -450,3 +455,58 @@ def test_a_failed_call_stamps_nothing(db: SessionDB) -> None:
     with pytest.raises(SessionCompressionInProgressError):
         db.archive_and_compact("s", [summary], lock_holder="nobody")
     assert summary == SUMMARY
+
+
+CARRIER = (f"{handoff.LEGACY_SUMMARY_PREFIX} what happened\n{handoff.SUMMARY_END_MARKER}\n\n"
+           "the live ask")  # fmt: skip
+
+
+def test_every_row_a_compaction_writes_has_its_display_identity(db: SessionDB) -> None:
+    """The summary and a carrier of a live ask get iot's identity, on both dialects (iot keys
+    the carrier by its ask); the clone of a row that arrived during the summary too."""
+    turns(db, "u1", "a1")
+    db.archive_and_compact("s", [SUMMARY, {"role": "user", "content": CARRIER, "timestamp": 7.0}],
+                           watermark=1)  # fmt: skip
+    query = sa.text(
+        "SELECT role, content, timestamp, tool_call_id, tool_calls, tool_name, display_kind, "
+        "display_identity FROM messages WHERE active = 1 ORDER BY id"
+    )
+    stored = db.store.read(lambda conn: conn.execute(query).mappings().all())
+    assert [row["content"] for row in stored] == [SUMMARY["content"], CARRIER, "a1"]
+    assert [bytes(row["display_identity"]) for row in stored] == [
+        display_identity(row) for row in stored]  # fmt: skip
+    assert bytes(stored[1]["display_identity"]) == hashlib.sha256(
+        repr(("user", "the live ask", 7.0, None, None, None)).encode()).digest()  # fmt: skip
+
+
+CONTENT_PARTS = st.one_of(
+    st.sampled_from([
+        handoff.SUMMARY_END_MARKER, handoff.MERGED_SUMMARY_DELIMITER,
+        handoff.MERGED_PRIOR_CONTEXT_HEADER, handoff.LEGACY_SUMMARY_PREFIX,
+        handoff.SUMMARY_PREFIX, "\x00json:", "\ufffdjson:", "[", " ", "\n", "ask",
+        *sorted(handoff.SYNTHETIC_USER_TEXTS)[:2], *handoff.SYNTHETIC_USER_PREFIXES,
+    ]),
+    st.text(max_size=4),
+)  # fmt: skip
+HOSTILE_CONTENT = st.one_of(
+    st.lists(CONTENT_PARTS, max_size=6).map("".join),
+    st.lists(st.one_of(
+        st.lists(CONTENT_PARTS, max_size=4).map(lambda parts: {"type": "text",
+                                                                "text": "".join(parts)}),
+        st.dictionaries(st.sampled_from(["type", "text", "image_url"]),
+                        st.one_of(st.none(), st.integers(), CONTENT_PARTS), max_size=3),
+        CONTENT_PARTS,
+    ), max_size=4).map(lambda parts: "\x00json:" + json.dumps(parts)),
+    st.just("\x00json:[" * 3000),
+)  # fmt: skip
+
+
+@given(content=HOSTILE_CONTENT, kind=st.sampled_from([None, "", "hidden", "steer", "notice"]))
+@settings(max_examples=200, deadline=None)
+def test_any_stored_content_has_one_display_identity(content: str, kind: str | None) -> None:
+    """Whatever a user row holds (marker soup, parts of any shape, undecodable or too deeply
+    nested JSON), its identity is a SHA-256 digest, never an error, and the same each time."""
+    row = {"role": "user", "content": content, "timestamp": 1.0, "tool_call_id": None,
+           "tool_calls": None, "tool_name": None, "display_kind": kind}  # fmt: skip
+    identity = display_identity(row)
+    assert len(identity) == 32 and identity == display_identity(dict(row))

@@ -6,14 +6,17 @@ identity and order of our rows (after we blank them) to the very bytes we wrote,
 
 from __future__ import annotations
 
+import copy
 import shutil
 from pathlib import Path
+from typing import Any
 
 from real_hermes import RealHermesFork
 from real_hermes_driver import SELECT_STEP, SQL_STEP
 
 from sessionstore.api.session_db import SessionDB
 from sessionstore.dialects.sqlite_library import connect
+from sessionstore.sql import compaction_handoff as handoff
 from sessionstore.sql.statements import INSERTED_MESSAGE_FIELDS
 
 CALLS = [{"id": "call_a", "type": "function", "function": {"name": "terminal", "arguments": "{}"}},
@@ -95,3 +98,64 @@ def test_our_appends_to_an_iot_file_get_the_order_its_trigger_gives(tmp_path: Pa
     finally:
         oracle.close()
     assert ours == theirs == [(1, 1), (2, 2), (3, 3), (4, 1), (5, 2), (6, 6), (7, 6)]
+
+
+# iot 0.22.2's compaction summary shapes (agent.context_compressor): a standalone summary, a
+# summary carrying the live ask after its legacy end marker, a merged prior tail before its
+# delimiter, as text and as parts; one carrier per summary prefix iot recognises.
+END, DELIMITER = handoff.SUMMARY_END_MARKER, handoff.MERGED_SUMMARY_DELIMITER
+HEADER = handoff.MERGED_PRIOR_CONTEXT_HEADER
+NUDGE = sorted(handoff.SYNTHETIC_USER_TEXTS)[0]
+SUMMARY_ROWS: list[dict[str, Any]] = [
+    {"role": "user", "content": f"{handoff.SUMMARY_PREFIX}\nwhat happened\n\n{END}"},
+    {"role": "user", "content": f"{handoff.LEGACY_SUMMARY_PREFIX} old\n{END}\n\nplease go on"},
+    {"role": "user", "content": f"{HEADER}\nthe prior ask\n\n{DELIMITER}\n\n"
+                                f"{handoff.SUMMARY_PREFIX}\nbody\n\n{END}"},
+    {"role": "user", "content": [{"type": "text", "text": f"prior part\n\n{DELIMITER}\n"
+                                                          f"{handoff.SUMMARY_PREFIX} body"}]},
+    {"role": "user", "content": [{"type": "text", "text": f"{handoff.LEGACY_SUMMARY_PREFIX} s"
+                                                          f" {END} ask in parts"},
+                                 {"type": "image_url", "image_url": {"url": "data:x"}}]},
+    {"role": "user", "content": f"{handoff.LEGACY_SUMMARY_PREFIX} s\n{END}\n{NUDGE}"},
+    {"role": "user", "content": f"{handoff.LEGACY_SUMMARY_PREFIX} s\n{END}\n   "},
+    {"role": "user", "content": f"{handoff.LEGACY_SUMMARY_PREFIX} s\n{END}\nhidden ask",
+     "display_kind": "hidden"},
+    {"role": "user", "content": f"{handoff.LEGACY_SUMMARY_PREFIX} s\n{END}\nnoticed",
+     "display_kind": "notice"},
+    {"role": "user", "content": "[CONTEXT COMPACTION] no real prefix"},
+    {"role": "assistant", "content": f"{handoff.LEGACY_SUMMARY_PREFIX} s\n{END}\nan answer"},
+    *({"role": "user", "content": f"{prefix}\nsummary {index}\n{END}\nask {index}"}
+      for index, prefix in enumerate(handoff.SUMMARY_PREFIXES)),
+]  # fmt: skip
+MISSING = ("SELECT count(*) AS missing FROM messages WHERE (active = 1 OR compacted = 1) "
+           "AND (display_order IS NULL OR display_identity IS NULL)")  # fmt: skip
+
+
+def test_our_compaction_summaries_carry_the_identity_iot_gives_them(tmp_path: Path) -> None:
+    """Our in-place compaction and compression hand-off write each summary row (carriers of
+    every shape and prefix) with the identity and display order iot 0.22.2 computes for it:
+    iot's read finds nothing to backfill, and recomputing every row after we blank them
+    gives the very bytes we wrote."""
+    path = tmp_path / "state.db"
+    with SessionDB(path) as db:
+        db.create_session("s", "cli")
+        db.append_messages("s", [{"role": "user", "content": "please go on", "timestamp": 5.0},
+                                 {"role": "assistant", "content": "ok"}])  # fmt: skip
+        db.archive_and_compact("s", copy.deepcopy(SUMMARY_ROWS[:6]))  # it stamps the dicts
+        db.archive_and_compact("s", copy.deepcopy(SUMMARY_ROWS[6:]))
+        db.publish_compression_child(
+            parent_session_id="s", child_session_id="c", source="cli",
+            messages=copy.deepcopy(SUMMARY_ROWS), require_compression_lease=False,
+        )  # fmt: skip
+    hermes = RealHermesFork("iot-0.22.2", tmp_path / "home")
+    ours, missing = hermes.calls(path, [(SELECT_STEP, [IDENTITY_ROWS], {}),
+                                        (SELECT_STEP, [MISSING], {})])  # fmt: skip
+    assert missing == [{"missing": 0}]  # nothing left for iot's read path to fill in
+    theirs = hermes.calls(path, [
+        (SQL_STEP, ["UPDATE messages SET display_identity = NULL, display_order = NULL"], {}),
+        ("_ensure_display_order", ["s"], {}),
+        ("_ensure_display_order", ["c"], {}),
+        (SELECT_STEP, [IDENTITY_ROWS], {}),
+    ])[-1]  # fmt: skip
+    assert len(ours) == 2 + 2 * len(SUMMARY_ROWS)
+    assert theirs == ours

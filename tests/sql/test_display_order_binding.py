@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from sessionstore.api.session_db import SessionDB
 from sessionstore.dialects.sqlite_library import connect
+from sessionstore.sql.compaction_handoff import LEGACY_SUMMARY_PREFIX, SUMMARY_END_MARKER
 from sessionstore.sql.statements import INSERTED_MESSAGE_FIELDS
 
 COLUMNS = [name for name in INSERTED_MESSAGE_FIELDS if name != "display_order"]
@@ -188,9 +189,12 @@ def test_an_import_with_rewound_and_duplicate_rows(twins: Twins) -> None:
     ]
 
 
-def test_a_handoff_carrier_without_identity_orders_by_its_id(twins: Twins) -> None:
-    twins.append("s1", [msg("[CONTEXT COMPACTION] x", 1.0), msg("[CONTEXT COMPACTION] x", 1.0)])
-    assert twins.assert_same() == [(1, "s1", 1), (2, "s1", 2)]
+def test_handoff_carriers_order_as_every_row_does(twins: Twins) -> None:
+    """A summary carrying a live ask has its identity (keyed by the ask) like any row, so a
+    repeat of it joins the first one's display group, as the trigger gives it."""
+    carrier = f"{LEGACY_SUMMARY_PREFIX} x\n{SUMMARY_END_MARKER}\nthe ask"
+    twins.append("s1", [msg(carrier, 1.0), msg(carrier, 1.0), msg("the ask", 1.0)])
+    assert twins.assert_same() == [(1, "s1", 1), (2, "s1", 1), (3, "s1", 1)]
 
 
 # -- any mix: identities drawn from a small pool, so they collide ---------------------------------
