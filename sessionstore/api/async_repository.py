@@ -2150,6 +2150,21 @@ class AsyncSessionRepository:
             )
         )
 
+    async def fts_rebuild_status(self) -> dict[str, Any] | None:
+        return await self._read(lambda repo: repo.fts_rebuild_status())
+
+    async def fts_cjk_rebuild_status(self) -> dict[str, Any] | None:
+        return await self._read(lambda repo: repo.fts_cjk_rebuild_status())
+
+    async def fts_rebuild_step(self, *, chunk_rows: int = 500) -> bool:
+        return await self._write(lambda repo: repo.fts_rebuild_step(chunk_rows=chunk_rows))
+
+    async def fts_cjk_rebuild_step(self) -> bool:
+        return await self._write(lambda repo: repo.fts_cjk_rebuild_step())
+
+    async def retry_deferred_fts_recovery(self) -> bool:
+        return await self._write(lambda repo: repo.retry_deferred_fts_recovery())
+
     async def logical_size_bytes(self) -> int | None:
         return await self._read(lambda repo: repo.logical_size_bytes())
 

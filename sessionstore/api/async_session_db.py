@@ -2275,6 +2275,21 @@ class AsyncSessionDB:
             )
         )
 
+    async def fts_rebuild_status(self) -> dict[str, Any] | None:
+        return await self._read(lambda db: db.fts_rebuild_status())
+
+    async def fts_rebuild_step(self) -> bool:
+        return await self._write(lambda db: db.fts_rebuild_step())
+
+    async def fts_cjk_rebuild_status(self) -> dict[str, Any] | None:
+        return await self._read(lambda db: db.fts_cjk_rebuild_status())
+
+    async def fts_cjk_rebuild_step(self) -> bool:
+        return await self._write(lambda db: db.fts_cjk_rebuild_step())
+
+    async def retry_deferred_fts_recovery(self) -> bool:
+        return await self._write(lambda db: db.retry_deferred_fts_recovery())
+
     async def logical_size_bytes(self) -> int | None:
         return await self._read(lambda db: db.logical_size_bytes())
 

