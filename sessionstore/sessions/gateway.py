@@ -92,6 +92,7 @@ from .lineage import (
     parent_walk,
 )
 from .maintenance import last_active_at
+from .queued_prompts import metadata_value, retire_undrained_queue_rows
 from .shared import RepositoryPart, session_columns
 
 logger = logging.getLogger(__name__)
@@ -108,9 +109,8 @@ starting (15 minutes: its incident was ~60 s, without spanning conversations).""
 REPAIR_END_REASON = "superseded_by_repair"
 CONTESTED_REASON = "ambiguous: more than one unkeyed session claims this predecessor"
 INPUT_OWNER_KEY = "gateway_input_owner"
-QUEUED_PROMPT_KEY = "_queued_prompt"
-"""iot 0.22.2's ``display_metadata`` marks: who accepted a user row at the gateway, and a
-busy-queue accept row not yet drained."""
+"""iot 0.22.2's ``display_metadata`` mark of who accepted a user row at the gateway (the
+busy-queue mark is :data:`.queued_prompts.QUEUED_PROMPT_KEY`)."""
 
 
 class GatewayPart(RepositoryPart):
@@ -1022,44 +1022,6 @@ def session_gateway_runtime(session_meta: Mapping[str, Any] | None) -> dict[str,
     if not isinstance(runtime, dict):
         return {}
     return {key: value for key, value in runtime.items() if value is not None}
-
-
-def metadata_value(display_metadata: str | None, key: str) -> Any:
-    """``key`` of a ``display_metadata`` JSON object, as SQLite's guarded ``json_extract``
-    reads it (iot's ``CASE WHEN json_valid(...)``): None when the text is no JSON object or
-    lacks the key."""
-    if not display_metadata:
-        return None
-    try:
-        decoded = json.loads(display_metadata)
-    except (ValueError, RecursionError):
-        return None
-    return decoded.get(key) if isinstance(decoded, dict) else None
-
-
-def retire_undrained_queue_rows(conn: Connection, session_id: str) -> int:
-    """The one rule of a never-drained accept row (see
-    :meth:`GatewayPart.retire_undrained_queue_rows`), on the caller's transaction: a live
-    user row whose ``_queued_prompt`` reads as 1 in SQL (``true``, ``1``, ``1.0``; not the
-    text ``"1"``) is deactivated. How many were."""
-    candidates = select(messages.c.id, messages.c.display_metadata).where(
-        messages.c.session_id == session_id,
-        messages.c.role == "user",
-        messages.c.active == 1,
-        messages.c.display_metadata.like(f"%{QUEUED_PROMPT_KEY}%"),
-    )
-    ids = [
-        row[0] for row in conn.execute(candidates)
-        if _is_one(metadata_value(row[1], QUEUED_PROMPT_KEY))
-    ]  # fmt: skip
-    if not ids:
-        return 0
-    conn.execute(update(messages).where(messages.c.id.in_(ids)).values(active=0))
-    return len(ids)
-
-
-def _is_one(value: Any) -> bool:
-    return isinstance(value, (int, float)) and value == 1
 
 
 def _same_profile(profile: Any) -> list[Any]:

@@ -42,6 +42,7 @@ from .lineage import (
 )
 from .maintenance import unarchive_swept_lineage
 from .prompts import delete_unreferenced_prompts, store_prompt
+from .queued_prompts import retire_undrained_queue_rows
 from .shared import RepositoryPart, constraint_error
 
 logger = logging.getLogger(__name__)
@@ -241,14 +242,20 @@ class LifecyclePart(RepositoryPart):
     def reopen_session(self, session_id: str) -> bool:
         """Clear the end so the session can be resumed, and undo the idle sweep's archive of
         its lineage (never a deliberate one: :func:`.maintenance.unarchive_swept_lineage`),
-        as iot 0.22.2 does. True when the session exists."""
+        as iot 0.22.2 does. First, in the same transaction, its busy-queue accept rows that
+        never drained are deactivated (never deleted:
+        :func:`.queued_prompts.retire_undrained_queue_rows`), as iot's reopen retires them,
+        so the resumed chat does not replay a prompt a restart dropped. True when the session
+        exists."""
+        session_id = validation.identifier(session_id, "session_id")
         statement = (
             update(sessions)
-            .where(sessions.c.id == validation.identifier(session_id, "session_id"))
+            .where(sessions.c.id == session_id)
             .values(ended_at=None, end_reason=None)
         )
 
         def run(conn: Connection) -> bool:
+            retire_undrained_queue_rows(conn, session_id)
             if conn.execute(statement).rowcount == 0:
                 return False
             unarchive_swept_lineage(conn, session_id)

@@ -362,3 +362,26 @@ def test_delivery_hostile_inputs(db: SessionDB) -> None:
     with pytest.raises(ValueError):
         db.append_delegation_delivery("a\x00b", "r", {"delegation_id": "d"})
     assert db.get_messages("s") == []
+
+
+def test_reopening_a_session_retires_its_undrained_queue_rows(db: SessionDB) -> None:
+    """iot 0.22.2's ``reopen_session`` first deactivates the accept rows a restart left
+    undrained (the same rule as ``retire_undrained_queue_rows``), in the same transaction;
+    nothing is deleted, another session's rows stay live, and an unknown id retires none."""
+    for session_id in ("s", "other"):
+        db.create_session(session_id, "telegram")
+        db.append_message(session_id, "user", "ran")
+        db.append_message(session_id, "user", "queued", display_metadata={"_queued_prompt": 1})
+        db.append_message(session_id, "user", "kept", display_metadata={"_queued_prompt": "1"})
+    db.end_session("s", "agent_close")
+    db.reopen_session("s")
+    rows = db.get_messages("s", include_inactive=True)
+    assert [(row["content"], bool(row["active"])) for row in rows] == [
+        ("ran", True), ("queued", False), ("kept", True)]  # fmt: skip
+    session = db.get_session("s")
+    assert session is not None and session["ended_at"] is None
+    assert all(row["active"] for row in db.get_messages("other", include_inactive=True))
+    db.reopen_session("s")  # idempotent: the row stays history
+    assert len(db.get_messages("s", include_inactive=True)) == 3
+    db.reopen_session("nobody")
+    assert db.get_session("nobody") is None

@@ -84,6 +84,14 @@ STEPS: list[Step] = [
     ("session_gateway_runtime", [{"model_config": {"base_url": "u"},
                                   "billing_provider": " openrouter "}], {}),
     ("session_gateway_runtime", [{"model_config": {"gateway_runtime": {"base_url": "u"}}}], {}),
+    # A reopen retires the undrained accept rows first (deactivated, kept), then clears the end.
+    ("append_message", ["u", "user", "queued at u"], {"display_metadata": QUEUED}),
+    ("append_message", ["u", "user", "text at u"], {"display_metadata": {"_queued_prompt": "1"}}),
+    ("end_session", ["u", "agent_close"], {}),
+    ("reopen_session", ["u"], {}),
+    ("reopen_session", ["nobody"], {}),
+    (SELECT_STEP, ["SELECT s.ended_at IS NULL AS open, m.content, m.active FROM messages m "
+                   "JOIN sessions s ON s.id = m.session_id WHERE s.id = 'u' ORDER BY m.id"], {}),
 ]  # fmt: skip
 FIRST_READ = 9
 
@@ -106,5 +114,7 @@ def test_the_gateway_bookkeeping_answers_as_iot(iot_answers: list[Any], db: Sess
     assert iot[21] is False and iot[25] is True
     assert iot[28] == ["s", "t"] and iot[29] == []
     assert iot[30] == {"state": "failed", "platform": "slack", "error": "x" * 500}
+    assert iot[-1] == [{"open": 1, "content": "queued at u", "active": 0},
+                       {"open": 1, "content": "text at u", "active": 1}]  # fmt: skip
     ours = as_printed(run_steps(db, STEPS, error_name=builtin_base_name))[FIRST_READ:]
     assert ours == iot
