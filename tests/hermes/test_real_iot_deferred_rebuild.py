@@ -152,3 +152,39 @@ def test_iot_finishes_what_ours_stepped(tmp_path: Path) -> None:
         assert db.fts_rebuild_status() is None and db.fts_rebuild_step() is False
         assert answers(db) == expected
     assert_iot_finds_it_settled(iot, path, expected)
+
+
+WORD_TRIGGERS = ("messages_fts_insert", "messages_fts_delete", "messages_fts_update")
+
+
+def test_ours_rebuilds_the_index_iot_left_stale_because_we_held_the_file(tmp_path: Path) -> None:
+    """A Hermes found its index damaged and marked it ``fts_stale``; iot opening the file drops
+    the index's triggers and defers the rebuild while another process holds the file: ours
+    (iot's housekeeping would retry until we let go, for days). Our
+    ``retry_deferred_fts_recovery`` rebuilds it, a message written meanwhile included, and iot
+    reopening the file finds it whole."""
+    path = tmp_path / "state.db"
+    iot = RealHermesFork(IOT, tmp_path / "home")
+    with SessionDB(path) as db:
+        db.create_session("chat", "cli")
+        first = [db.append_message("chat", "user", f"kubectl step {n}") for n in range(5)]
+        db.set_meta("fts_stale", "1")
+        (found,) = iot.calls(path, [("search_messages", ["kubectl"], {"limit": 100})])
+        assert sorted(hit["id"] for hit in found) == first, "iot answers by LIKE meanwhile"
+        assert db.get_meta("fts_stale") == "1", "iot deferred: our process holds the file"
+        assert json.loads(db.get_meta("fts_rebuild_deferral") or "{}")["attempts"] == 1
+        triggers = ", ".join(f"'{name}'" for name in WORD_TRIGGERS)
+        assert sql(path, f"SELECT count(*) FROM sqlite_master WHERE name IN ({triggers})") == "0"
+
+        added = db.append_message("chat", "user", "kubectl while detached")
+        assert added not in [hit["id"] for hit in db.search_messages("kubectl")]
+        assert db.retry_deferred_fts_recovery() is True
+        assert sorted(hit["id"] for hit in db.search_messages("kubectl")) == [*first, added]
+        assert db.get_meta("fts_stale") is None and db.get_meta("fts_rebuild_deferral") is None
+        assert db.retry_deferred_fts_recovery() is False, "once"
+    assert sql(path, f"SELECT count(*) FROM sqlite_master WHERE name IN ({triggers})") == "3"
+    status, found = iot.calls(path, [("fts_rebuild_status", [], {}),
+                                     ("search_messages", ["kubectl"], {"limit": 100})])  # fmt: skip
+    assert status is None
+    assert sorted(hit["id"] for hit in found) == [*first, added]
+    assert sql(path, "PRAGMA integrity_check") == "ok"
