@@ -25,16 +25,14 @@ text once sent, kept byte-stable for the provider's prompt cache. The stored row
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import operator
-import re
 import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..sessions.listing import MERGED_SUMMARY_DELIMITER, SUMMARY_PREFIXES
-from ..sessions.user_turns import STEER_DISPLAY_KIND
+from ..sessions.user_turns import STEER_DISPLAY_KIND, sanitize_context
 from ..sql.codec import decode_display_metadata, decode_json
 from ..sql.codec import loads as _loads
 from ..sql.message_content import ENCODED_CONTENT_PREFIXES, decode_content
@@ -52,38 +50,10 @@ _SCRUBBED_ROLES = frozenset({"user", "assistant"})
 _REASONING_JSON_FIELDS = ("reasoning_details", "codex_reasoning_items", "codex_message_items")
 
 
-@functools.cache
-def _memory_context_patterns() -> tuple[re.Pattern[str], ...]:
-    """Hermes's ``sanitize_context`` (agent/memory_manager.py), in its order: whole blocks,
-    the system note, then any fence tag left. Compiled on first use."""
-    return (
-        re.compile(r"<\s*memory-context\s*>[\s\S]*?</\s*memory-context\s*>", re.IGNORECASE),
-        re.compile(
-            r"\[System note:\s*The following is recalled memory context,\s*NOT new user "
-            r"input\.\s*Treat as (?:informational background data|authoritative reference "
-            r"data[^\]]*)\.\]\s*",
-            re.IGNORECASE,
-        ),
-        re.compile(r"</?\s*memory-context\s*>", re.IGNORECASE),
-    )
-
-
-def _mentions_memory_context(content: str) -> bool:
-    """What every pattern above needs (``memory-context`` or ``memory context``, in any case):
-    one scan decides whether the three run at all. ``lower()`` and two substring tests run
-    about 6x faster than the same test as an IGNORECASE pattern (every replayed message pays
-    it), and find the same texts: no other character lowers to one of these letters, as
-    none folds to one under IGNORECASE."""
-    low = content.lower()
-    return "memory-context" in low or "memory context" in low
-
-
 def replayed_text(content: str) -> str:
-    """User or assistant text as Hermes replays it: without leaked memory-context, stripped."""
-    if _mentions_memory_context(content):
-        for pattern in _memory_context_patterns():
-            content = pattern.sub("", content)
-    return content.strip()
+    """User or assistant text as Hermes replays it: without leaked memory-context
+    (:func:`~sessionstore.sessions.user_turns.sanitize_context`), stripped."""
+    return sanitize_context(content).strip()
 
 
 PERSISTED_MARKER = "_db_persisted"

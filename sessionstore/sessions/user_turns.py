@@ -22,6 +22,7 @@ the part we can decide from the row alone:
 from __future__ import annotations
 
 import copy
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -38,24 +39,44 @@ SUMMARY_MARKERS: Final = (
 )
 """iot's ``_MERGED_SUMMARY_DELIMITER`` and ``_SUMMARY_END_MARKER``: a row holding one carries
 a summary merged with other text."""
-_MEMORY_CONTEXT = (
-    re.compile(r"<\s*memory-context\s*>[\s\S]*?</\s*memory-context\s*>", re.IGNORECASE),
-    re.compile(
-        r"\[System note:\s*The following is recalled memory context,\s*NOT new user input\.\s*"
-        r"Treat as (?:informational background data|authoritative reference data[^\]]*)\.\]\s*",
-        re.IGNORECASE,
-    ),
-    re.compile(r"</?\s*memory-context\s*>", re.IGNORECASE),
-)
-"""iot's ``sanitize_context`` patterns, in its order."""
 _TEXT_PART_TYPES = frozenset({"text", "input_text"})
+
+
+@functools.cache
+def _memory_context_patterns() -> tuple[re.Pattern[str], ...]:
+    """iot's ``sanitize_context`` patterns (agent/memory_manager.py, the same since Hermes
+    0.18), in its order: whole blocks, the system note, then any fence tag left. Compiled on
+    first use."""
+    return (
+        re.compile(r"<\s*memory-context\s*>[\s\S]*?</\s*memory-context\s*>", re.IGNORECASE),
+        re.compile(
+            r"\[System note:\s*The following is recalled memory context,\s*NOT new user "
+            r"input\.\s*Treat as (?:informational background data|authoritative reference "
+            r"data[^\]]*)\.\]\s*",
+            re.IGNORECASE,
+        ),
+        re.compile(r"</?\s*memory-context\s*>", re.IGNORECASE),
+    )
+
+
+def mentions_memory_context(text: str) -> bool:
+    """What every pattern above needs (``memory-context`` or ``memory context``, in any case):
+    one scan decides whether the three run at all. ``lower()`` and two substring tests run
+    about 6x faster than the same test as an IGNORECASE pattern (every replayed message pays
+    it), and find the same texts: no other character lowers to one of these letters, as
+    none folds to one under IGNORECASE."""
+    low = text.lower()
+    return "memory-context" in low or "memory context" in low
 
 
 def sanitize_context(text: str) -> str:
     """iot's ``agent.memory_manager.sanitize_context``: recalled memory blocks, their system
-    note and stray fence tags removed."""
-    for pattern in _MEMORY_CONTEXT:
-        text = pattern.sub("", text)
+    note and stray fence tags removed. The one home of the rule: a replay
+    (``api.conversation.replayed_text``), a rewind's turn text and a compaction's row
+    identity all read text through it."""
+    if mentions_memory_context(text):
+        for pattern in _memory_context_patterns():
+            text = pattern.sub("", text)
     return text
 
 
@@ -260,6 +281,7 @@ __all__ = [
     "is_user_turn",
     "live_content",
     "may_carry_summary",
+    "mentions_memory_context",
     "retryable_text",
     "sanitize_context",
     "turn_indices",
