@@ -816,11 +816,13 @@ class AsyncSessionRepository:
         self,
         session_id: str,
         include_inactive: bool = False,
+        width: int = 25,
     ) -> list[tuple[Any, ...]]:
         return await self._read(
             lambda repo: repo.get_conversation_rows(
                 session_id,
                 include_inactive,
+                width,
             )
         )
 

@@ -36,7 +36,7 @@ from ..sessions.user_turns import STEER_DISPLAY_KIND, sanitize_context
 from ..sql.codec import decode_display_metadata, decode_json
 from ..sql.codec import loads as _loads
 from ..sql.message_content import ENCODED_CONTENT_PREFIXES, decode_content
-from ..sql.records import ConversationRow
+from ..sql.records import CONVERSATION_WIDTHS, ConversationRow
 
 REVIEW_HARNESS_PREFIXES = (
     "Review the conversation above and update the skill library",
@@ -92,6 +92,8 @@ def row_snapshot(record: Sequence[Any]) -> str:
     """iot 0.22.2's ``transcript_row_snapshot`` of a stored row (the version its flush compares
     before it rewrites a row it replayed): a 16-byte BLAKE2b of the owned columns, hex. The
     digest's input is built in one piece (the same bytes iot feeds it one column at a time)."""
+    if len(record) != CONVERSATION_WIDTHS.snapshot:
+        raise ValueError("a row digest needs the whole replay row (CONVERSATION_WIDTHS.snapshot)")
     parts: list[bytes] = []
     add = parts.append
     for value in _snapshot_values(record):
@@ -165,14 +167,27 @@ def message_of(
     flush, as iot's do.
 
     The row is unpacked once into locals and each key tested on them: a replay of 2,000 rows
-    spent more time in attribute lookups and helper calls than SQLite spent reading them."""
-    (
-        record_id, role, content, tool_call_id, tool_name, effect_disposition, tool_calls,
-        finish_reason, reasoning, reasoning_content, reasoning_details, codex_reasoning_items,
-        codex_message_items, platform_message_id, observed, timestamp, api_content,
-        _token_count, compressed_summary, display_kind, display_metadata, message_uid,
-        absorbed_message_uids, tool_call_uids, tool_call_uid,
-    ) = record  # fmt: skip
+    spent more time in attribute lookups and helper calls than SQLite spent reading them.
+    A row read narrower (:func:`replay_width`) lacks only columns its flags do not use."""
+    if len(record) == _IDENTITY_WIDTH:  # the plain replay of a Hermes without wire keys
+        (
+            record_id, role, content, tool_call_id, tool_name, effect_disposition, tool_calls,
+            finish_reason, reasoning, reasoning_content, reasoning_details,
+            codex_reasoning_items, codex_message_items, platform_message_id, observed,
+            timestamp, api_content, absorbed_message_uids, tool_call_uids, tool_call_uid,
+        ) = record  # fmt: skip
+        compressed_summary = message_uid = display_kind = display_metadata = None
+    else:
+        (
+            record_id, role, content, tool_call_id, tool_name, effect_disposition, tool_calls,
+            finish_reason, reasoning, reasoning_content, reasoning_details,
+            codex_reasoning_items, codex_message_items, platform_message_id, observed,
+            timestamp, api_content, absorbed_message_uids, tool_call_uids, tool_call_uid,
+            compressed_summary, message_uid, display_kind, display_metadata, _token_count,
+        ) = (
+            record if len(record) == CONVERSATION_WIDTHS.snapshot
+            else tuple(record) + _MISSING_COLUMNS[len(record)]
+        )  # fmt: skip
     message: dict[str, Any] = {"role": role, "content": None, PERSISTED_MARKER: True}
     if snapshot:
         message[ROW_SNAPSHOT] = row_snapshot(record)
@@ -237,6 +252,35 @@ def message_of(
                 if raw:
                     message[name] = decode_json(raw, name, record_id, None)
     return message
+
+
+_IDENTITY_WIDTH = CONVERSATION_WIDTHS.identity
+_MISSING_COLUMNS = {
+    width: (None,) * (CONVERSATION_WIDTHS.snapshot - width) for width in CONVERSATION_WIDTHS
+}
+
+
+def replay_width(
+    *,
+    repair_alternation: bool,
+    row_ids: bool = False,
+    summary_markers: bool | None = None,
+    wire_keys: frozenset[str] = frozenset(),
+) -> int:
+    """How many of ``CONVERSATION_FIELDS`` (from the first) :func:`conversation` of these
+    arguments reads from each row: the columns of the keys it gives (``CONVERSATION_WIDTHS``)."""
+    if _stamps_snapshot(repair_alternation, row_ids):
+        return CONVERSATION_WIDTHS.snapshot
+    if wire_keys:
+        return CONVERSATION_WIDTHS.wire_keys
+    if repair_alternation if summary_markers is None else summary_markers:
+        return CONVERSATION_WIDTHS.summary_markers
+    return CONVERSATION_WIDTHS.identity
+
+
+def _stamps_snapshot(repair_alternation: bool, row_ids: bool) -> bool:
+    """iot 0.22.2's rule: only the unaddressed live replay gets the row digest."""
+    return repair_alternation and not row_ids
 
 
 def _id_variants(*values: Any) -> frozenset[str]:
@@ -333,9 +377,10 @@ def conversation(
     addresses their rows); a live replay (``repair_alternation`` without ``row_ids``) gives
     each its row's digest; ``summary_markers`` (by default ``repair_alternation``, as iot)
     marks compaction summaries ``_compressed_summary``; ``wire_keys``: see
-    :func:`message_of`."""
+    :func:`message_of`. Each row holds at least the first :func:`replay_width` columns of
+    ``CONVERSATION_FIELDS``."""
     markers = repair_alternation if summary_markers is None else summary_markers
-    snapshot = repair_alternation and not row_ids
+    snapshot = _stamps_snapshot(repair_alternation, row_ids)
     pairing = _ToolCallUidPairing()
     messages: list[dict[str, Any]] = []
     for row in rows:

@@ -48,7 +48,7 @@ from ..storage.command_hints import cli_command
 from ..storage.config import resolve_url, sqlite_url
 from ..storage.retry import RetryPolicy
 from ..storage.store import Store
-from .conversation import conversation, wire_stripped_keys
+from .conversation import conversation, replay_width, wire_stripped_keys
 from .rewind_turn import rewind_user_turn
 
 logger = logging.getLogger(__name__)
@@ -938,6 +938,7 @@ class SessionDB:
         (:mod:`sessionstore.sessions.display_history`), of the whole chain with
         ``include_ancestors``.
         """
+        wire_keys = self._wire_keys()
         if validation.flag(include_compacted, "include_compacted"):
             chain = (
                 self._repo.lineage_root_to_tip(session_id) if include_ancestors else [session_id]
@@ -950,11 +951,15 @@ class SessionDB:
                 self._repo.lineage_root_to_tip(session_id), include_inactive
             )
             rows = [row for _, row in lineage]
-        else:
-            rows = self._repo.get_conversation_rows(session_id, include_inactive)
+        else:  # the replay an agent makes every turn: only the columns its keys need
+            rows = self._repo.get_conversation_rows(
+                session_id, include_inactive,
+                replay_width(repair_alternation=repair_alternation, row_ids=include_row_ids,
+                             wire_keys=wire_keys),
+            )  # fmt: skip
         return conversation(
             rows, with_ancestors=include_ancestors, repair_alternation=repair_alternation,
-            row_ids=include_row_ids, wire_keys=self._wire_keys(),
+            row_ids=include_row_ids, wire_keys=wire_keys,
         )  # fmt: skip
 
     @reads

