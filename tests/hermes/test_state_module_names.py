@@ -1,0 +1,201 @@
+"""Every module-level name Hermes's code imports from ``hermes_state`` is in our drop-in
+(``sessionstore.hermes.state``), and the helpers behind the names iot 0.22.2's agent,
+gateway, TUI, CLI and tools use (``sessionstore.hermes.persistence``) answer as iot's do.
+The list is read from the real iot 0.22.2's source (parsed, never run here) in
+:func:`test_every_name_iots_callers_import_is_in_the_drop_in`; the frozen copy below keeps the
+inner loop honest without it.
+"""
+
+from __future__ import annotations
+
+import ast
+import errno
+import json
+import os
+import sqlite3
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from real_hermes import fork_site_packages
+
+import sessionstore
+import sessionstore.hermes.state as hermes_state
+from sessionstore import errors
+from sessionstore.dialects import sqlite_library
+from sessionstore.hermes import persistence
+
+IOT_CALLERS_NAMES = (
+    "AsyncSessionDB", "DEFAULT_DB_PATH", "SessionDB",
+    "SessionExportTooLargeError", "SessionResumeTooLargeError", "StateDbCorruptError",
+    "StateDbReplacedError", "_connect_tracked_db", "_default_db_path", "_secure_state_db_files",
+    "classify_persistence_error", "divert_session_transcript_jsonl",
+    "format_session_db_unavailable", "get_hermes_home", "is_malformed_db_error",
+    "is_malformed_schema_error", "preflight_db_writability", "resolved_max_export_messages",
+    "resolved_max_resume_messages",
+)  # fmt: skip
+"""What iot 0.22.2's modules outside ``hermes_state*`` import from ``hermes_state``."""
+
+
+def test_the_names_iots_callers_import_are_there() -> None:
+    missing = [name for name in IOT_CALLERS_NAMES if not hasattr(hermes_state, name)]
+    assert missing == []
+    assert set(IOT_CALLERS_NAMES) - {"_connect_tracked_db", "_default_db_path",
+                                     "_secure_state_db_files"} <= set(hermes_state.__all__)
+
+
+def _imported_from_hermes_state(root: Path) -> set[str]:
+    """The names modules outside ``hermes_state*`` import from (or read off) ``hermes_state``."""
+    names: set[str] = set()
+    for path in root.rglob("*.py"):
+        relative = path.relative_to(root).parts
+        if relative[0].startswith(("hermes_state", "pip", "setuptools", "_distutils", "pkg_")):
+            continue
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        aliases = {alias.asname or alias.name for node in ast.walk(tree)
+                   if isinstance(node, ast.Import) for alias in node.names
+                   if alias.name == "hermes_state"}  # fmt: skip
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "hermes_state" and not node.level:  # noqa: E501
+                names.update(alias.name for alias in node.names)
+            elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                  and node.value.id in aliases):  # fmt: skip
+                names.add(node.attr)
+    return names
+
+
+@pytest.mark.slow
+def test_every_name_iots_callers_import_is_in_the_drop_in() -> None:
+    """Read from the real iot 0.22.2: the frozen list above is what its callers import."""
+    names = _imported_from_hermes_state(fork_site_packages("iot-0.22.2"))
+    assert set(IOT_CALLERS_NAMES) <= names
+    assert sorted(name for name in names if not hasattr(hermes_state, name)) == []
+
+
+def test_the_errors_hermes_catches_are_ours_everywhere() -> None:
+    """``CompressionSessionClosedError`` (an append to a parent compression closed) is the
+    one class, at the top level, in the drop-in and in ``sessionstore.errors``; a
+    ``RuntimeError`` as iot's, so its generic handlers hold."""
+    for name in ("CompressionSessionClosedError", "CompressionSessionBusyError"):
+        assert getattr(sessionstore, name) is getattr(hermes_state, name) is getattr(errors, name)
+    assert issubclass(errors.CompressionSessionClosedError, RuntimeError)
+    assert sessionstore.RewindTargetUnavailableError is errors.RewindTargetUnavailableError
+    assert sessionstore.CompressionPublishError is errors.CompressionPublishError
+    assert issubclass(hermes_state.StateDbCorruptError, sqlite3.DatabaseError)
+    assert issubclass(hermes_state.StateDbReplacedError, RuntimeError)
+
+
+# -- classify_persistence_error (iot's buckets) ---------------------------------------------
+def _sqlite_error(text: str, code: int | None) -> sqlite3.Error:
+    error = sqlite3.OperationalError(text)
+    if code is not None:
+        error.sqlite_errorcode = code  # type: ignore[attr-defined]
+    return error
+
+
+@pytest.mark.parametrize(("error", "cause"), [
+    (None, "unknown"),
+    (errors.SessionTurnLeaseLostError("x"), "turn_lease"),
+    (errors.CompressionSessionClosedError("s"), "compression_closed"),
+    (errors.SessionCompressionInProgressError("x"), "compression"),
+    (errors.CompressionSessionBusyError("x"), "compression"),
+    (persistence.StateDbReplacedError("x"), "replaced"),
+    (persistence.StateDbCorruptError("x"), "corrupt"),
+    (errors.StoreBusyError(3, 1.0), "locked"),
+    (errors.StoreFullError("x"), "disk"),
+    (_sqlite_error("vtable constructor failed: messages_fts", 5), "locked"),
+    (_sqlite_error("database disk image is malformed", 267), "fts_index"),
+    (_sqlite_error("database disk image is malformed", 11), "corrupt"),
+    (_sqlite_error("FOREIGN KEY constraint failed", 787), "session_row_missing"),
+    ("fts5: corruption found reading messages_fts_data", "fts_index"),
+    ("database disk image is malformed", "corrupt"),
+    ("database is locked", "locked"),
+    ("Session 's' is closed by compression", "compression_closed"),
+    ("state.db was replaced underneath the gateway", "replaced"),
+    ("holds a deleted state.db-wal inode", "deleted_wal"),
+    (OSError(errno.ENOSPC, "No space left on device"), "disk"),
+    ("attempt to write a readonly database", "disk"),
+    ("something else", "unknown"),
+])  # fmt: skip
+def test_a_failure_is_classified_as_iot_classifies_it(error: Any, cause: str) -> None:
+    assert hermes_state.classify_persistence_error(error) == cause
+
+
+def test_an_error_of_ours_is_classified_by_what_it_wraps() -> None:
+    wrapper = errors.StoreUnavailableError("the store failed")
+    wrapper.__cause__ = _sqlite_error("database disk image is malformed", 11)
+    assert hermes_state.classify_persistence_error(wrapper) == "corrupt"
+    looped = errors.StoreUnavailableError("the store failed")
+    looped.__cause__ = looped
+    assert hermes_state.classify_persistence_error(looped) == "unknown"
+
+
+@given(st.one_of(st.text(max_size=40), st.integers(), st.binary(max_size=8),
+                 st.builds(RuntimeError, st.text(max_size=20))))  # fmt: skip
+def test_any_value_gets_one_of_iots_causes(value: Any) -> None:
+    assert hermes_state.classify_persistence_error(value) in persistence.PERSISTENCE_ERROR_CAUSES
+
+
+def test_a_malformed_schema_is_told_from_a_malformed_image() -> None:
+    schema = sqlite3.DatabaseError("malformed database schema (x)")
+    assert hermes_state.is_malformed_schema_error(schema)
+    assert not hermes_state.is_malformed_schema_error(
+        sqlite3.DatabaseError("database disk image is malformed"))  # fmt: skip
+    assert not hermes_state.is_malformed_schema_error(ValueError("malformed database schema"))
+
+
+# -- the files ---------------------------------------------------------------------------------
+def test_a_diverted_transcript_lands_under_the_hermes_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path / "home"))
+    assert hermes_state.get_hermes_home() == tmp_path / "home"
+    assert hermes_state.divert_session_transcript_jsonl("  ", [{"a": 1}]) is None
+    assert hermes_state.divert_session_transcript_jsonl("s", []) is None
+    path = hermes_state.divert_session_transcript_jsonl(" s ", [{"role": "user"}, None, 5])
+    assert path == tmp_path / "home" / "sessions" / "s.jsonl"
+    hermes_state.divert_session_transcript_jsonl("s", ["\u4e2d"])
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    assert lines == [{"role": "user"}, {"content": "5"}, {"content": "\u4e2d"}]
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX modes")
+def test_the_store_files_are_made_private_by_path(tmp_path: Path) -> None:
+    db_path = tmp_path / "state.db"
+    hermes_state._secure_state_db_files(db_path, create_main=True)
+    wal = tmp_path / "state.db-wal"
+    wal.write_bytes(b"")
+    wal.chmod(0o644)
+    (tmp_path / "elsewhere").write_bytes(b"")
+    (tmp_path / "elsewhere").chmod(0o644)
+    (tmp_path / "state.db-shm").symlink_to(tmp_path / "elsewhere")
+    hermes_state._secure_state_db_files(db_path, create_main=True)  # exists: never reopened
+    assert stat.S_IMODE(db_path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(wal.stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "elsewhere").stat().st_mode) == 0o644  # a planted link
+
+
+def test_a_tracked_connection_is_the_stores_library(tmp_path: Path) -> None:
+    conn = hermes_state._connect_tracked_db(tmp_path / "w.db", tracking_path=tmp_path / "w.db")
+    try:
+        assert sqlite_library.is_connection(conn)
+        assert conn.execute("SELECT 1").fetchone()[0] == 1
+    finally:
+        conn.close()
+
+
+def test_the_preflight_skips_memory_and_passes_a_writable_file(tmp_path: Path) -> None:
+    hermes_state.preflight_db_writability(Path(":memory:"))
+    (tmp_path / "state.db").write_bytes(b"")
+    hermes_state.preflight_db_writability(tmp_path / "state.db")
+
+
+def test_the_transcript_limits_are_iots_default_without_hermes_config() -> None:
+    assert hermes_state.resolved_max_resume_messages() == 20_000
+    assert hermes_state.resolved_max_export_messages() == 20_000
