@@ -47,6 +47,29 @@ print(json.dumps(db.fts_rebuild_status()))
 db.close()
 """
 
+_STEPPING = """
+import json, pathlib, sys
+import hermes_state
+
+db = hermes_state.SessionDB(db_path=pathlib.Path(sys.argv[1]))
+db._FTS_REBUILD_CHUNK_ROWS = int(sys.argv[2])
+steps = 0
+while db.fts_rebuild_step():
+    steps += 1
+    if steps == 1:
+        print("stepping", flush=True)  # the test starts its own steps now
+print(json.dumps({"steps": steps, "status": db.fts_rebuild_status()}))
+db.close()
+"""
+
+_FTS_CHECK = (
+    "import sqlite3, sys\n"
+    "conn = sqlite3.connect(sys.argv[1])\n"
+    "for table in ('messages_fts', 'messages_fts_trigram'):\n"
+    "    conn.execute(f\"INSERT INTO {table}({table}, rank) VALUES('integrity-check', 1)\")\n"
+    "conn.rollback()\n"
+    "conn.close()\n"
+)
 _READ = (
     "import sqlite3, sys\n"
     "conn = sqlite3.connect(sys.argv[1])\n"
@@ -55,13 +78,17 @@ _READ = (
 )
 
 
-def interrupted_optimize(iot: RealHermesFork, path: Path, chunk_rows: int) -> Any:
-    """iot's ``optimize_fts_storage`` stopped after its first backfill chunk; its status."""
+def iot_env(iot: RealHermesFork) -> dict[str, str]:
     env = {**os.environ, "HERMES_HOME": str(iot.home), "PYTHONDONTWRITEBYTECODE": "1"}
     env.pop("PYTHONPATH", None)
+    return env
+
+
+def interrupted_optimize(iot: RealHermesFork, path: Path, chunk_rows: int) -> Any:
+    """iot's ``optimize_fts_storage`` stopped after its first backfill chunk; its status."""
     done = subprocess.run(
         [iot.python, "-c", _INTERRUPTED_OPTIMIZE, str(path), str(chunk_rows)],
-        capture_output=True, text=True, env=env, cwd=iot.home, timeout=120, check=True,
+        capture_output=True, text=True, env=iot_env(iot), cwd=iot.home, timeout=120, check=True,
     )  # fmt: skip
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -106,6 +133,13 @@ def assert_iot_finds_it_settled(iot: RealHermesFork, path: Path,
             path, f"SELECT count(*) FROM {table}_src"
         ), table
     assert sql(path, "PRAGMA integrity_check") == "ok"
+    fts_intact(path)
+
+
+def fts_intact(path: Path) -> None:
+    """FTS5's own check of each index against its content, in a process of its own."""
+    subprocess.run([sys.executable, "-c", _FTS_CHECK, str(path)], check=True,
+                   capture_output=True, text=True)  # fmt: skip
 
 
 def test_ours_finishes_the_rebuild_iot_left_and_iot_finds_it_settled(tmp_path: Path) -> None:
@@ -154,6 +188,43 @@ def test_iot_finishes_what_ours_stepped(tmp_path: Path) -> None:
                                         ("fts_rebuild_status", [], {})])  # fmt: skip
         assert (more, status) == (False, None), "iot's 500-row chunk finishes it"
         assert db.fts_rebuild_status() is None and db.fts_rebuild_step() is False
+        assert answers(db) == expected
+    assert_iot_finds_it_settled(iot, path, expected)
+
+
+def test_iot_and_ours_step_one_rebuild_at_once(tmp_path: Path) -> None:
+    """iot's process and ours step the same rebuild at the same time (ours starts once iot has
+    taken a chunk of its own), in chunks of 3 rows: each claims its chunk in its own write
+    transaction, so every row is indexed once, whoever took it (the index is compared with
+    its view, and FTS5 checks it against its content)."""
+    path = tmp_path / "state.db"
+    iot = RealHermesFork(IOT, tmp_path / "home")
+    with SessionDB(path) as db:
+        db.create_session("chat", "cli")
+        db.append_messages_batch("chat", [{"role": "user", "content": f"kubectl step {number}"}
+                                          for number in range(900)])  # fmt: skip
+        expected = answers(db)
+        interrupted_optimize(iot, path, chunk_rows=3)
+        stepping = subprocess.Popen(
+            [iot.python, "-c", _STEPPING, str(path), "3"], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, env=iot_env(iot), cwd=iot.home,
+        )  # fmt: skip
+        try:
+            assert stepping.stdout is not None
+            assert stepping.stdout.readline().strip() == "stepping", "iot took a chunk"
+            db._FTS_REBUILD_CHUNK_ROWS = 3
+            ours = 0
+            while db.fts_rebuild_step():
+                ours += 1
+            out, err = stepping.communicate(timeout=120)
+        finally:
+            if stepping.poll() is None:
+                stepping.kill()
+                stepping.wait()
+        assert stepping.returncode == 0, err
+        theirs = json.loads(out.strip().splitlines()[-1])
+        assert theirs["status"] is None and db.fts_rebuild_status() is None
+        assert ours + theirs["steps"] > 0
         assert answers(db) == expected
     assert_iot_finds_it_settled(iot, path, expected)
 
