@@ -23,6 +23,7 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sessionstore import AsyncSessionDB
 from sessionstore.hermes.state import SessionDB
 from sessionstore.search import sqlite_backfill
 
@@ -112,6 +113,17 @@ def test_nothing_pending_answers_none_and_false(store_url: str) -> None:
         assert hits(db, "kubectl")
     finally:
         db.close()
+
+
+@pytest.mark.asyncio
+async def test_the_async_store_answers_alike(store_url: str) -> None:
+    async with AsyncSessionDB(url=store_url) as db:
+        await db.create_session("chat", "cli")
+        assert await db.fts_rebuild_status() is None
+        assert await db.fts_cjk_rebuild_status() is None
+        assert await db.fts_rebuild_step() is False
+        assert await db.fts_cjk_rebuild_step() is False
+        assert await db.retry_deferred_fts_recovery() is False
 
 
 def test_postgresql_never_has_a_deferred_rebuild(pg_store_url: str) -> None:
