@@ -281,6 +281,16 @@ class StoreDialect(Protocol):
     def store_files(self, url: URL) -> tuple[Path, ...]:
         """The database file and the files beside it that belong to it (its log, ...)."""
 
+    def log_files_exist(self, url: URL) -> bool:
+        """Whether the files the database engine keeps beside the database while it is open
+        (SQLite: ``-wal`` and ``-shm``) are there now; False for a server."""
+
+    def release_log_files(self, url: URL) -> None:
+        """After a read-only store whose opening created the files beside the database has
+        closed every connection: let the database engine itself remove them, as the close
+        of a writable store does (never an unlink of ours: another process may be using
+        them). Best effort, never raises; nothing for a server."""
+
     def copy_database(self, url: URL, destination: Path) -> None:
         """Copy the live database into the new, empty file ``destination``: one consistent
         snapshot, its pages checked. Only for a database that lives in a file

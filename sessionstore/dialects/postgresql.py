@@ -443,6 +443,12 @@ class PostgreSQLDialect:
     def store_files(self, url: URL) -> tuple[Path, ...]:
         return ()
 
+    def log_files_exist(self, url: URL) -> bool:
+        return False
+
+    def release_log_files(self, url: URL) -> None:
+        return None
+
     def copy_database(self, url: URL, destination: Path) -> None:
         # pg_dump's job: sessionstore never copies a server's data directory.
         raise StoreUnavailableError("a PostgreSQL database is backed up with pg_dump")

@@ -387,6 +387,48 @@ class SQLiteDialect:
             return None
         return _filesystem_path(url)
 
+    def log_files_exist(self, url: URL) -> bool:
+        path = self.database_file(url)
+        if path is None:
+            return False
+        return any(
+            os.path.lexists(f"{path}{suffix}") for suffix in ("-wal", "-shm", "-journal")
+        )
+
+    def release_log_files(self, url: URL) -> None:
+        """A read-only connection (``mode=ro``) to a WAL database creates ``-wal`` and
+        ``-shm`` when they are missing and, unable to write, cannot remove them at its close.
+        A writable connection of the store's SQLite library, opened and closed, can: SQLite
+        removes them when it closes the last connection to the file (any process's), after a
+        checkpoint of what the log holds (committed data, nothing of ours: the store was
+        read-only); while anyone else has the file open it leaves them. Never our unlink
+        (another process may be using them, and only SQLite knows), never the standard
+        library's ``sqlite3`` beside a bundled one on one file (:mod:`.sqlite_library`).
+        Nothing for an in-memory, ``immutable`` or ``mode=ro`` database (the caller asked
+        for no writable connection), or a file the user cannot write."""
+        path = self.database_file(url)
+        parameters = uri_parameters(url)
+        if path is None or parameters.get("immutable") == "1" or parameters.get("mode") == "ro":
+            return
+        if not os.access(path, os.W_OK):
+            return
+        try:
+            conn = connect(str(path), timeout=0.0, isolation_level=None)
+        except Exception:
+            logger.debug("could not reopen %s to let SQLite remove its log files", path,
+                         exc_info=True)  # fmt: skip
+            return
+        try:
+            # One read: SQLite opens the log only when a connection first reads the file,
+            # and only a connection that opened it removes it at its close.
+            conn.execute("PRAGMA schema_version").fetchone()
+        except Exception:
+            logger.debug("could not read %s to let SQLite remove its log files", path,
+                         exc_info=True)  # fmt: skip
+        finally:
+            with contextlib.suppress(Exception):
+                conn.close()
+
     def lasting_parameters(self, url: URL) -> dict[str, str]:
         return {"immutable": "1"} if uri_parameters(url).get("immutable") == "1" else {}
 

@@ -75,6 +75,8 @@ class Store:
         self.retry = retry or RetryPolicy()
         self.checkpoint_every = checkpoint_every
         self._owns_engine = owns_engine
+        self._log_files_to_release: URL | None = None
+        """The URL whose log files this store's close lets SQLite remove (:meth:`open`)."""
         self.read_shape: ReadShape = FULL
         """The columns and tables this store's reads select (``sql.read_shape``): all of them,
         unless the store was opened read-only as it is and lacks some (set once, at open, by
@@ -140,7 +142,12 @@ class Store:
         """
         parsed = url if isinstance(url, URL) else make_url(resolve_url(url))
         # ``?mode=ro`` in a SQLite URL makes a read-only store, for this object's checks too.
-        read_only = read_only or dialect_for_url(parsed).requests_read_only(parsed)
+        dialect = dialect_for_url(parsed)
+        # A read-only open creates a WAL file's ``-wal``/``-shm`` it cannot remove at its
+        # close: when they were not there before, the close lets SQLite remove them
+        # (``release_log_files``), so a read leaves the directory as a writable close does.
+        release_log_files = read_only and not dialect.log_files_exist(parsed)
+        read_only = read_only or dialect.requests_read_only(parsed)
         engine = create_store_engine(
             parsed,
             read_only=read_only,
@@ -154,6 +161,7 @@ class Store:
             checkpoint_every=checkpoint_every,
             owns_engine=True,
         )
+        store._log_files_to_release = parsed if release_log_files else None
         try:
             with store._attempt:
                 if prepare is not None:
@@ -571,6 +579,8 @@ class Store:
             self._write_lock.close_queue()
             if self._owns_engine:
                 self.engine.dispose()
+                if self._log_files_to_release is not None:  # every connection of ours is closed
+                    self.dialect.release_log_files(self._log_files_to_release)
 
     def _close(self, *, checkpoint: bool) -> None:
         """Close a store that failed to open (no call can be running in it)."""
