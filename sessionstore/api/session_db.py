@@ -2771,7 +2771,8 @@ class SessionDB:
         """iot's housekeeping retry of a stale index: when Hermes marked its indexes stale
         (``fts_stale``: it dropped their triggers on finding them damaged and deferred the
         rebuild while other processes, this one included, held the file) or a search object
-        is missing, build them again from the messages. True only when it rebuilt; never
+        is missing (unless iot's move, its rebuild markers set, is making it), build them
+        again from the messages. True only when it rebuilt; never
         raises (a failure is logged, False). False on PostgreSQL and read-only stores."""
         return self._repo.retry_deferred_fts_recovery()
 

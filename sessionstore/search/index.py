@@ -117,8 +117,8 @@ class SearchIndex(Protocol):
         """One chunk of that rebuild in this write transaction; True while work remains."""
 
     def recover_stale(self, conn: Connection) -> bool:
-        """Rebuild the indexes another program marked stale or left without their objects
-        (Hermes's deferred recovery); True when it rebuilt."""
+        """Rebuild the indexes another program marked stale, or left without their objects
+        when no rebuild of its is pending (Hermes's deferred recovery); True when it rebuilt."""
 
     def optimize(self, conn: Connection) -> int:
         """Merge the index's pieces for faster queries (no change in results); how many

@@ -747,7 +747,9 @@ class SQLiteSearchIndex:
         )  # fmt: skip
 
     def recover_stale(self, conn: Connection) -> bool:
-        if not backfill.stale(conn) and not self.missing(conn):
+        if not backfill.stale(conn) and (
+            not self.missing(conn) or backfill.pending(conn, "word")
+        ):  # objects missing under the rebuild markers: iot's move is making them (backfill)
             return False
         self.rebuild(conn)  # deletes the stale mark with the other unsettled ones
         return True

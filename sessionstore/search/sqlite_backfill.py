@@ -26,11 +26,17 @@ are sound:
 
 Where the markers do not describe the index, they are not trusted and the whole index is
 built again from the rows (``SearchIndex.rebuild``, the repair ``db doctor --fix`` runs, which
-deletes the markers): a marker that is not an integer, P missing, P below 0 or past H, a
-search object missing, or a row in (P, H] already indexed (its later update or delete skipped
-the index, so its entry may be stale: adding it again would duplicate it, keeping it would
-leave the stale text). iot raises ``ValueError`` on the first, waits forever on the second and
-finishes the third with rows never indexed; none of that loses or duplicates a row here.
+deletes the markers): a marker that is not an integer, P missing, P below 0 or past H, or a
+row in (P, H] already indexed (its later update or delete skipped the index, so its entry may
+be stale: adding it again would duplicate it, keeping it would leave the stale text). iot
+raises ``ValueError`` on the first, waits forever on the second and finishes the third with
+rows never indexed; none of that loses or duplicates a row here.
+
+A search object missing while the markers are set is iot's move between its two transactions
+(the old indexes demoted and the markers set, then the new tables made), or a crash there:
+a step leaves it alone and answers False. Rebuilding then would race iot's second
+transaction with a layout of ours; iot's resumed ``optimize-storage``, or our next open, makes
+the objects (``retry_deferred_fts_recovery`` leaves them to those too).
 
 The CJK index ``messages_fts_cjk`` has markers of its own (``fts_cjk_rebuild_*``), reported by
 :func:`status` as iot reports them; its tokenizer is a loadable extension this package never
@@ -177,13 +183,14 @@ def step(
         return False  # none pending, or another process finished it
     high_water = _as_int(found[high_key])
     progress = _as_int(found[progress_key]) if progress_key in found else None
+    if missing:
+        return False  # iot's move is making the objects (see the module)
     pairs = _pairs(conn, layout, present)
-    if high_water is not None and high_water <= 0 and not missing:
+    if high_water is not None and high_water <= 0:
         _finish(conn, pairs, high_water, rebuild)
         return False
     if (
-        missing
-        or high_water is None
+        high_water is None
         or progress is None
         or not 0 <= progress <= high_water
         or _indexed_between(conn, pairs, progress, high_water)

@@ -441,6 +441,27 @@ def test_retry_rebuilds_what_hermes_marked_stale(layout_3: SessionDB) -> None:
     assert_indexes_match_the_messages(db)
 
 
+def test_objects_missing_under_the_markers_are_left_to_iot_move(layout_3: SessionDB) -> None:
+    """iot's move sets the markers and drops the old objects in one transaction and makes the
+    new ones in the next: between the two, neither a step nor the retry builds a layout of
+    ours in its way. Without markers a missing object is rebuilt (and with iot's stale mark)."""
+    db = layout_3
+    leave_pending(db)
+    sql(db, "DROP TRIGGER messages_fts_insert")
+    assert db.fts_rebuild_step() is False
+    assert db.retry_deferred_fts_recovery() is False
+    assert db.fts_rebuild_status() is not None, "still iot's to finish"
+    trigger = sql(db, "SELECT count(*) FROM sqlite_master WHERE name = 'messages_fts_insert'")
+    assert trigger[0][0] == 0, "nothing made in the way of iot's next transaction"
+    db.set_meta("fts_stale", "1")  # iot found its index damaged: rebuilt whatever is pending
+    assert db.retry_deferred_fts_recovery() is True
+    assert db.fts_rebuild_status() is None
+    assert_indexes_match_the_messages(db)
+    sql(db, "DROP TRIGGER messages_fts_update")  # no markers, no stale mark: a repair
+    assert db.retry_deferred_fts_recovery() is True
+    assert_indexes_match_the_messages(db)
+
+
 def test_retry_never_raises(layout_3: SessionDB, monkeypatch: pytest.MonkeyPatch) -> None:
     db = layout_3
     db.set_meta("fts_stale", "1")
