@@ -4,12 +4,15 @@
 
 ``scripts/bench.py``'s quick corpus (5,000 messages, the long session of 1,000) and its read
 rows: ``list_sessions_rich(limit=50)``, ``get_messages`` and ``get_messages_as_conversation``
-of the long session, and the conversation of the 115 messages. v6's file is written by its own
-``SessionDB`` (stdlib ``sqlite3``), ours is an adopted copy of Hermes 0.18.0's (pysqlite3): no
-file is opened by both drivers. Each round times every call of each side back to back by
-``time.thread_time_ns`` (what this thread ran, not what the other processes on a shared machine
-took from it), the sides alternating which goes first. Per row: the median over rounds of each
-side's mean per call, and of the round's ratio ours / v6.
+of the long session, and the conversation of the 115 messages; and the long session's live
+replay (``repair_alternation=True``, as an agent replays) against v6's one replay. The
+process imports no Hermes, so the replays carry no wire keys (a Hermes 0.19.0's replay).
+v6's file is written by its own ``SessionDB`` (stdlib ``sqlite3``), ours is an adopted copy
+of Hermes 0.18.0's (pysqlite3): no file is opened by both drivers. Each round times every
+call of each side back to back by ``time.thread_time_ns`` (what this thread ran, not what the
+other processes on a shared machine took from it), the sides alternating which goes first.
+Per row: the median over rounds of each side's mean per call, and of the round's ratio ours /
+v6.
 
 To compare two trees, run this script from each in turn (``PYTHONPATH=TREE``) on the same
 ``--workdir``: its files are reused when present. ``--dump FILE`` writes every read's result
@@ -37,7 +40,9 @@ from sessionstore.api.session_db import SessionDB
 
 QUICK_MESSAGES = 5_000
 # Calls per side per round: enough that a round of each row takes a few milliseconds.
-CALLS_PER_ROUND = {"list": 20, "get_messages": 2, "conversation": 3, "conversation 115": 20}
+CALLS_PER_ROUND = {
+    "list": 20, "get_messages": 2, "conversation": 3, "conversation 115": 20, "live replay": 3,
+}  # fmt: skip
 
 
 def prepare_files(workdir: Path, v6_root: Path, cache: Path) -> tuple[Any, Path, str, str]:
@@ -96,6 +101,11 @@ def main(argv: list[str] | None = None) -> int:
                          lambda: ours.get_messages_as_conversation(long_id)),
         "conversation 115": (lambda: v6.get_messages_as_conversation(conversation_id),
                              lambda: ours.get_messages_as_conversation(conversation_id)),
+        # An agent's replay on resume and every turn (Hermes 0.19, iot 0.22.2) repairs the
+        # alternation; v6 has only the plain one.
+        "live replay": (lambda: v6.get_messages_as_conversation(long_id),
+                        lambda: ours.get_messages_as_conversation(long_id,
+                                                                  repair_alternation=True)),
     }
     clock = time.thread_time_ns
     load = [os.getloadavg()[0]]

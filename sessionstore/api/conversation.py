@@ -269,7 +269,7 @@ def replay_width(
 ) -> int:
     """How many of ``CONVERSATION_FIELDS`` (from the first) :func:`conversation` of these
     arguments reads from each row: the columns of the keys it gives (``CONVERSATION_WIDTHS``)."""
-    if _stamps_snapshot(repair_alternation, row_ids):
+    if _stamps_snapshot(repair_alternation, row_ids, wire_keys):
         return CONVERSATION_WIDTHS.snapshot
     if wire_keys:
         return CONVERSATION_WIDTHS.wire_keys
@@ -278,9 +278,14 @@ def replay_width(
     return CONVERSATION_WIDTHS.identity
 
 
-def _stamps_snapshot(repair_alternation: bool, row_ids: bool) -> bool:
-    """iot 0.22.2's rule: only the unaddressed live replay gets the row digest."""
-    return repair_alternation and not row_ids
+def _stamps_snapshot(repair_alternation: bool, row_ids: bool, wire_keys: frozenset[str]) -> bool:
+    """Whether each message gets its row's digest: iot 0.22.2's rule (only the unaddressed
+    live replay), where a reader can use it. The digest is the compare-and-swap version of
+    the row a flush finds by the dict's ``message_uid``: iot 0.22.2's flush
+    (``resolve_and_repair_transcript_batch``) and ours (``append_messages_batch``) read it only
+    beside a ``message_uid``, no other Hermes reads it at all, so a replay without
+    ``message_uid`` (a Hermes that would send it to the provider) skips the 2.5 us a row."""
+    return repair_alternation and not row_ids and "message_uid" in wire_keys
 
 
 def _id_variants(*values: Any) -> frozenset[str]:
@@ -374,13 +379,14 @@ def conversation(
     """The replayed history of ``rows`` (in insertion order), by the rules of the module,
     each message as :func:`message_of` makes it: with ``row_ids`` each also names its row
     (``_row_id``, iot 0.22.2's ``include_row_ids``: a loader that writes the messages back
-    addresses their rows); a live replay (``repair_alternation`` without ``row_ids``) gives
-    each its row's digest; ``summary_markers`` (by default ``repair_alternation``, as iot)
-    marks compaction summaries ``_compressed_summary``; ``wire_keys``: see
+    addresses their rows); a live replay (``repair_alternation`` without ``row_ids``) with
+    ``message_uid`` among ``wire_keys`` gives each its row's digest; ``summary_markers`` (by
+    default ``repair_alternation``, as iot) marks compaction summaries
+    ``_compressed_summary``; ``wire_keys``: see
     :func:`message_of`. Each row holds at least the first :func:`replay_width` columns of
     ``CONVERSATION_FIELDS``."""
     markers = repair_alternation if summary_markers is None else summary_markers
-    snapshot = _stamps_snapshot(repair_alternation, row_ids)
+    snapshot = _stamps_snapshot(repair_alternation, row_ids, wire_keys)
     pairing = _ToolCallUidPairing()
     messages: list[dict[str, Any]] = []
     for row in rows:

@@ -925,7 +925,8 @@ class SessionDB:
         its row's identity and display fields (``message_of``; ``message_uid`` and the
         display fields as :attr:`replay_wire_keys` says); iot's ``include_row_ids`` gives
         each message its row's id (``_row_id``), and a live replay (``repair_alternation``
-        without it) its row's digest (``_db_row_snapshot``) and ``_compressed_summary``.
+        without it) its row's digest (``_db_row_snapshot``, beside its ``message_uid``: the
+        version a flush compares when it finds the row by that uid) and ``_compressed_summary``.
 
         ``include_ancestors`` replays the whole parent chain first, root first
         (``lineage_root_to_tip``: every kind of parent, as Hermes walks it), in insertion
