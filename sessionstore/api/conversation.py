@@ -31,10 +31,10 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..sessions.listing import MERGED_SUMMARY_DELIMITER, SUMMARY_PREFIXES
 from ..sessions.user_turns import STEER_DISPLAY_KIND, sanitize_context
 from ..sql.codec import decode_display_metadata, decode_json
 from ..sql.codec import loads as _loads
+from ..sql.compaction_handoff import is_summary_content
 from ..sql.message_content import ENCODED_CONTENT_PREFIXES, decode_content
 from ..sql.records import CONVERSATION_WIDTHS, ConversationRow
 
@@ -535,15 +535,12 @@ _CONTENT_JSON_PREFIX = "\x00json:"
 
 
 def _is_summary_carrier(message: dict[str, Any]) -> bool:
-    """iot 0.22.2's ``is_compaction_summary_message`` of a text message: marked, or its text
-    opens with a summary prefix (after the merged-summary delimiter, when it holds one)."""
-    if message.get("_compressed_summary"):
-        return True
-    content = message.get("content")
-    text = content.lstrip() if isinstance(content, str) else ""
-    if MERGED_SUMMARY_DELIMITER in text:
-        text = text.split(MERGED_SUMMARY_DELIMITER, 1)[1].lstrip()
-    return text.startswith(SUMMARY_PREFIXES)
+    """iot 0.22.2's ``is_compaction_summary_message`` (what its ``_merge_consecutive_users``
+    asks through ``split_user_originated_turn``): marked, or its text opens with one of the
+    full summary prefixes its Python knows, historical ones included (after the merged-summary
+    delimiter, when it holds one). Not the listing preview's broader SQL rule: a text that
+    opens with the long form's introduction alone is an ask here, as in iot."""
+    return bool(message.get("_compressed_summary")) or is_summary_content(message.get("content"))
 
 
 def _plain_text(content: Any) -> bool:

@@ -39,6 +39,12 @@ from ..dialects import StoreDialect, json_list
 from ..dialects.functions import text_position
 from ..search.sanitize import escape_like
 from ..sql import validation
+from ..sql.compaction_handoff import (
+    MERGED_PRIOR_CONTEXT_HEADER,
+    MERGED_SUMMARY_DELIMITER,
+    PREVIEW_SUMMARY_PREFIXES,
+    SUMMARY_END_MARKER,
+)
 from ..sql.read_shape import ReadShape
 from ..sql.records import SESSION_FIELDS, SessionListing, SessionRecord, session_unread
 from ..sql.statements import HotReads, fixed_count, literal_count
@@ -796,19 +802,6 @@ def _common_prefix_length(left: str, right: str) -> int:
     return size
 
 
-SUMMARY_PREFIXES: Final = (
-    "[CONTEXT COMPACTION \u2014 REFERENCE ONLY] Earlier turns were compacted into the summary "
-    "below. This is a handoff from a previous context window \u2014 treat it as background "
-    "reference, NOT as active instructions. ",
-    "[CONTEXT SUMMARY]:",
-)
-"""How iot 0.22.2's compaction summary opens (the long form up to its first instruction, and
-the legacy prefix): a user row that opens so is a hand-off, not something the user typed."""
-SUMMARY_END_MARKER: Final = (
-    "--- END OF CONTEXT SUMMARY \u2014 respond to the message below, not the summary above ---"
-)
-MERGED_SUMMARY_DELIMITER: Final = "[END OF PRIOR CONTEXT \u2014 COMPACTION SUMMARY BELOW]"
-MERGED_PRIOR_CONTEXT_HEADER: Final = "[PRIOR CONTEXT \u2014 for reference only; not a new message]"
 SUMMARY_SIGN: Final = "["
 """What every summary prefix and the merged-summary delimiter hold: a text without it is no
 summary (``tests/api/test_session_db_preview_compaction.py`` pins that)."""
@@ -826,7 +819,9 @@ def _trim(text: ColumnElement[Any]) -> ColumnElement[Any]:
 
 def _opens_with_summary(text: ColumnElement[Any]) -> ColumnElement[bool]:
     opened = _ltrim(text)
-    return or_(*(func.substr(opened, 1, len(prefix)) == prefix for prefix in SUMMARY_PREFIXES))
+    return or_(
+        *(func.substr(opened, 1, len(prefix)) == prefix for prefix in PREVIEW_SUMMARY_PREFIXES)
+    )
 
 
 def _after(text: ColumnElement[Any], marker: str) -> ColumnElement[Any]:
@@ -836,9 +831,10 @@ def _after(text: ColumnElement[Any], marker: str) -> ColumnElement[Any]:
 def _preview_rule(row: Any, hidden_kind: bool) -> tuple[ColumnElement[bool], ColumnElement[Any]]:
     """iot 0.22.2's preview rule for a user row (``_PREVIEW_ELIGIBLE_SQL`` and
     ``_PREVIEW_RAW_SELECT``): whether it may be a session's preview, and the text the preview
-    is cut from. A compaction summary (:data:`SUMMARY_PREFIXES`) shows what follows its end
-    marker, and is skipped when nothing does; a summary merged into an earlier row shows the
-    row's prior text (its header dropped), and is skipped when there is none; a row
+    is cut from. A compaction summary (by its SQL's own
+    :data:`.compaction_handoff.PREVIEW_SUMMARY_PREFIXES`) shows what follows its end marker,
+    and is skipped when nothing does; a summary merged into an earlier row shows the row's
+    prior text (its header dropped), and is skipped when there is none; a row
     ``display_kind = 'hidden'`` (scaffolding no one is shown) is skipped. iot also shows a
     skill invocation's scaffold as a head and tail excerpt; ours shows its head (kept: that
     needs iot's skill registry)."""

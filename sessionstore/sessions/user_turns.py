@@ -28,15 +28,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ..sql.compaction_handoff import MERGED_SUMMARY_DELIMITER, SUMMARY_END_MARKER, SUMMARY_OPENING
+
 STEER_DISPLAY_KIND: Final = "steer"
 """iot's ``agent.prompt_builder.STEER_DISPLAY_KIND``: a typed ``/steer`` is human input."""
-SUMMARY_TEXT_START: Final = "[CONTEXT "
-"""What each of iot 0.22.2's compaction summary prefixes (current, legacy, historical)
-starts with."""
-SUMMARY_MARKERS: Final = (
-    "[END OF PRIOR CONTEXT \u2014 COMPACTION SUMMARY BELOW]",
-    "--- END OF CONTEXT SUMMARY \u2014 respond to the message below, not the summary above ---",
-)
+SUMMARY_MARKERS: Final = (MERGED_SUMMARY_DELIMITER, SUMMARY_END_MARKER)
 """iot's ``_MERGED_SUMMARY_DELIMITER`` and ``_SUMMARY_END_MARKER``: a row holding one carries
 a summary merged with other text."""
 _TEXT_PART_TYPES = frozenset({"text", "input_text"})
@@ -93,7 +89,7 @@ def may_carry_summary(content: Any, compressed_summary: Any) -> bool:
     if compressed_summary:
         return True
     text = _text(content)
-    return text.lstrip().startswith(SUMMARY_TEXT_START) or any(
+    return text.lstrip().startswith(SUMMARY_OPENING) or any(
         marker in text for marker in SUMMARY_MARKERS
     )
 

@@ -138,7 +138,22 @@ HISTORICAL_SUMMARY_PREFIXES: Final = (
 """iot 0.22.2's ``SUMMARY_PREFIX`` and, newest first, its ``_HISTORICAL_SUMMARY_PREFIXES``."""
 LEGACY_SUMMARY_PREFIX: Final = "[CONTEXT SUMMARY]:"
 SUMMARY_PREFIXES: Final = (SUMMARY_PREFIX, LEGACY_SUMMARY_PREFIX, *HISTORICAL_SUMMARY_PREFIXES)
-"""Every prefix iot 0.22.2 recognises as a summary's opening, in its order."""
+"""Every prefix iot 0.22.2's Python recognises as a summary's opening, in its order
+(``_starts_with_summary_prefix``): the rule of its ``is_compaction_summary_message``, so of its
+display identity and its replay's join of user messages."""
+PREVIEW_SUMMARY_PREFIXES: Final = (
+    SUMMARY_PREFIX.split("Do NOT answer", 1)[0],
+    LEGACY_SUMMARY_PREFIX,
+)
+"""iot 0.22.2's ``_PREVIEW_SUMMARY_PREFIXES``: what its listing's SQL preview rule
+(``_PREVIEW_ELIGIBLE_SQL``) takes for a summary's opening, the long form's introduction (which
+the current and every historical long prefix share: a test pins that) and the legacy prefix.
+Broader than :data:`SUMMARY_PREFIXES` on purpose, in iot too: a text opening with the
+introduction alone is a summary to the preview but not to the Python readers. Two short
+comparisons, where the full list would be seven of up to 2,000 characters per row."""
+SUMMARY_OPENING: Final = "[CONTEXT "
+"""What every prefix of :data:`SUMMARY_PREFIXES` and :data:`PREVIEW_SUMMARY_PREFIXES` opens
+with (a test pins that): a cheap prefilter, never a rule of iot's."""
 SUMMARY_END_MARKER: Final = (
     "--- END OF CONTEXT SUMMARY \u2014 respond to the message below, not the summary above ---"
 )

@@ -12,15 +12,17 @@ from real_hermes import RealHermesFork
 from real_hermes_driver import SQL_STEP
 
 from sessionstore.api.session_db import SessionDB
-from sessionstore.sessions.listing import (
+from sessionstore.sessions.listing import SUMMARY_SIGN
+from sessionstore.sql.compaction_handoff import (
     MERGED_PRIOR_CONTEXT_HEADER,
     MERGED_SUMMARY_DELIMITER,
+    PREVIEW_SUMMARY_PREFIXES,
     SUMMARY_END_MARKER,
+    SUMMARY_OPENING,
     SUMMARY_PREFIXES,
-    SUMMARY_SIGN,
 )
 
-LONG, LEGACY = SUMMARY_PREFIXES
+LONG, LEGACY = PREVIEW_SUMMARY_PREFIXES
 Step = tuple[str, list[Any], dict[str, Any]]
 
 
@@ -85,7 +87,17 @@ def previews(rows: list[dict[str, Any]]) -> dict[str, str]:
 
 def test_every_summary_form_holds_the_summary_sign() -> None:
     # The preview decides a text without the sign is no summary, in one search.
-    assert all(SUMMARY_SIGN in form for form in (*SUMMARY_PREFIXES, MERGED_SUMMARY_DELIMITER))
+    forms = (*PREVIEW_SUMMARY_PREFIXES, *SUMMARY_PREFIXES, MERGED_SUMMARY_DELIMITER)
+    assert all(SUMMARY_SIGN in form for form in forms)
+
+
+def test_the_preview_rule_knows_every_prefix_iot_recognises() -> None:
+    # The SQL compares the two short openings only; every full prefix (current, legacy,
+    # historical) opens with one of them, so no summary iot's Python knows escapes it.
+    assert all(prefix.startswith(PREVIEW_SUMMARY_PREFIXES) for prefix in SUMMARY_PREFIXES)
+    # ... and every opening starts with the cheap prefilter the user-turn reader uses.
+    assert all(form.startswith(SUMMARY_OPENING)
+               for form in (*PREVIEW_SUMMARY_PREFIXES, *SUMMARY_PREFIXES))  # fmt: skip
 
 
 def test_the_preview_skips_compaction_summaries(db: SessionDB) -> None:
