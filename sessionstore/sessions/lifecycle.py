@@ -39,6 +39,7 @@ from .lineage import (
     RESET_END_REASONS,
     RESET_MARKER,
     TOOL_SOURCE,
+    stamp_legacy_reset_children,
 )
 from .maintenance import unarchive_swept_lineage
 from .prompts import delete_unreferenced_prompts, store_prompt
@@ -245,17 +246,24 @@ class LifecyclePart(RepositoryPart):
         as iot 0.22.2 does. First, in the same transaction, its busy-queue accept rows that
         never drained are deactivated (never deleted:
         :func:`.queued_prompts.retire_undrained_queue_rows`), as iot's reopen retires them,
-        so the resumed chat does not replay a prompt a restart dropped. True when the session
-        exists."""
+        so the resumed chat does not replay a prompt a restart dropped; and its reset
+        children that only the pre-marker rule tells apart get ``_reset_from``
+        (:func:`.lineage.stamp_legacy_reset_children`), as iot's reopen stamps them: that rule
+        reads the end reason cleared here, and the child would otherwise become a
+        continuation to iot's readers and ours (no longer listed, walked into by a resume).
+        True when the session exists."""
         session_id = validation.identifier(session_id, "session_id")
         statement = (
             update(sessions)
             .where(sessions.c.id == session_id)
             .values(ended_at=None, end_reason=None)
         )
+        keyed = self.store.read_shape.has_column(sessions.name, "session_key")
 
         def run(conn: Connection) -> bool:
             retire_undrained_queue_rows(conn, session_id)
+            if keyed:
+                stamp_legacy_reset_children(conn, session_id)
             if conn.execute(statement).rowcount == 0:
                 return False
             unarchive_swept_lineage(conn, session_id)

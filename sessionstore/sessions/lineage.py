@@ -74,6 +74,7 @@ The other rule here: :func:`delegate_descendants` (what a delete takes along).
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -98,7 +99,7 @@ from ..sql.codec import decode_json_object
 from ..sql.statements import fixed_count
 from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
-from ..sql.validation import bindable
+from ..sql.validation import bindable, escape_lone_surrogates_in_json
 from .access import reads, writes
 from .shared import RepositoryPart
 
@@ -202,6 +203,84 @@ def _legacy_reset_child(child: Any) -> ColumnElement[bool]:
         .correlate(child)
         .exists()
     )
+
+
+def _config_to_stamp(raw: Any) -> dict[str, Any] | None:
+    """A child's ``model_config`` as a dict to add the reset marker to; None to leave it as it
+    is: text that is no JSON object (kept, never rewritten), or one already naming a branch,
+    delegate or reset origin (a JSON null is no origin, as iot's ``json_extract`` reads it)."""
+    if raw is None or raw == "":
+        return {}
+    try:
+        value = json.loads(raw, parse_constant=_no_constant) if isinstance(raw, str) else None
+    except ValueError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    if any(value.get(marker) is not None
+           for marker in (RESET_MARKER, BRANCH_MARKER, DELEGATE_MARKER)):  # fmt: skip
+        return None
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is no JSON (SQLite's json_valid refuses it)")
+
+
+def stamp_legacy_reset_children(conn: Connection, parent_id: str) -> list[str]:
+    """Freeze the reset children of ``parent_id`` that only the pre-marker rule tells apart
+    (:func:`_legacy_reset_child`): each gets ``_reset_from`` = ``parent_id`` in its
+    ``model_config``; the ids stamped, in id order. iot 0.22.2's ``reopen_session`` does this
+    first, in its transaction: that rule reads the parent's end reason, which the reopen
+    clears, and an unstamped child would then turn from a reset child into a continuation
+    (no longer listed, walked into by a resume, pruned with its parent). Skipped as in iot: a
+    child with a branch, delegate or reset marker, a tool run, one that started before the
+    parent (a parent reopened and re-ended still owns its earlier reset children: it compares
+    the parent's ``started_at``, not its ``ended_at``), one on another ``session_key``.
+
+    Written in Python on both dialects (as migration 0019 tags delegate runs), compact JSON
+    with the marker last, as SQLite's ``json_set`` writes it (that keeps a number's and an
+    escape's spelling, ours writes Python's: the same object). Kinder than iot: a
+    ``model_config`` that is no JSON object is left as it is (iot's ``json_set`` fails on
+    one, empty text included, and with it the whole reopen), and an empty one counts as
+    ``{}``. Each write is conditional on the text read, so a concurrent change is never
+    overwritten (that child is left unstamped). Needs ``session_key`` (v18+)."""
+    parent = conn.execute(
+        select(sessions.c.started_at, sessions.c.end_reason, sessions.c.session_key).where(
+            sessions.c.id == parent_id
+        )
+    ).first()
+    if (
+        parent is None or parent.end_reason not in RESET_END_REASONS
+        or not parent.session_key or parent.started_at is None
+    ):  # fmt: skip
+        return []
+    children = conn.execute(
+        select(sessions.c.id, sessions.c.model_config)
+        .where(
+            sessions.c.parent_session_id == parent_id,
+            sessions.c.session_key == parent.session_key,
+            sessions.c.started_at >= parent.started_at,
+            func.coalesce(sessions.c.source, "") != TOOL_SOURCE,
+        )
+        .order_by(sessions.c.id)
+    ).all()
+    stamped: list[str] = []
+    for child_id, raw in children:
+        config = _config_to_stamp(raw)
+        if config is None:
+            continue
+        written = escape_lone_surrogates_in_json(json.dumps(
+            {**config, RESET_MARKER: parent_id}, ensure_ascii=False, separators=(",", ":")
+        ))  # fmt: skip
+        changed = conn.execute(
+            update(sessions)
+            .where(sessions.c.id == child_id, sessions.c.model_config.is_not_distinct_from(raw))
+            .values(model_config=written)
+        ).rowcount
+        if changed:
+            stamped.append(child_id)
+    return stamped
 
 
 def listable_condition(
