@@ -7,6 +7,14 @@ characters keep FTS5's snippet (Hermes's look, and bounded cost); longer ones ge
 the text around the first occurrence of a query term, about as long as a 40-token snippet,
 every term occurrence inside it marked, ``...`` where text was cut.
 
+The quadratic count is of hits, and one token is a hit of every query phrase it can start:
+``word word word`` makes each ``word`` three hits, ``a*`` and ``alpha`` make ``alpha`` two. A
+query of 40 repeated words kept FTS5's snippet of a 10,000-character message busy for a
+minute (Hermes's own search too); the 2,048 characters a query may have, for hours. So the
+length up to which FTS5 cuts the snippet is divided by that multiplicity
+(:func:`snippet_chars`): a query whose phrases start on different words keeps the whole
+:data:`LONG_MESSAGE_CHARS`.
+
 Terms are found the way a reader would (case-insensitive, whole words, ``term*`` as a
 prefix); FTS5's tokenizer also folds diacritics, so a hit it found that this scan cannot place
 is shown as the start of the message without markers rather than as a wrong window.
@@ -15,6 +23,8 @@ is shown as the start of the message without markers rather than as a wrong wind
 from __future__ import annotations
 
 import re
+import unicodedata
+from collections import Counter
 from typing import Final
 
 from .hits import SNIPPET_ELLIPSIS, SNIPPET_END, SNIPPET_START
@@ -46,6 +56,59 @@ def term_pattern(sanitized_query: str) -> re.Pattern[str] | None:
     if not alternatives:
         return None
     return re.compile("|".join(dict.fromkeys(alternatives)), re.IGNORECASE)
+
+
+def _folded(word: str) -> str:
+    """``word`` as FTS5's unicode61 tokenizer compares it: case and diacritics folded."""
+    decomposed = unicodedata.normalize("NFKD", word.casefold())
+    return "".join(char for char in decomposed if not unicodedata.combining(char))
+
+
+def hits_per_token(sanitized_query: str) -> int:
+    """How many of the query's phrases one token of a message can be a hit of, at most: the
+    phrases starting with the same word (case and diacritics folded), plus every prefix term
+    (``dep*`` starts on any word). 1 for a query of different words."""
+    starts: list[str] = []
+    prefixes = 0
+    for phrase in _PHRASE.findall(sanitized_query):
+        words = _WORD.findall(phrase)
+        if words:
+            starts.append(_folded(words[0]))
+    for match in _BARE_TERM.finditer(_PHRASE.sub(" ", sanitized_query)):
+        word, star = match.group(1), match.group(2)
+        if word in _OPERATORS:
+            continue
+        if star:
+            prefixes += 1
+        else:
+            starts.append(_folded(word))
+    most = max(Counter(starts).values(), default=0)
+    return max(1, most + prefixes)
+
+
+def highlight_query(sanitized_query: str) -> str:
+    """The query a highlighter (PostgreSQL's ``ts_headline``) is given: the query itself, or
+    for one that repeats itself (:func:`hits_per_token` above 1) each of its different terms
+    once, any of them (``OR``): ``ts_headline``'s cost too grows with the query's operands
+    times their hits (400 repeats of one word over a 10,000-character message: minutes), and
+    it marks the same words either way (told apart by case only, as PostgreSQL's "simple"
+    configuration tells them)."""
+    if hits_per_token(sanitized_query) == 1:
+        return sanitized_query
+    terms: dict[str, str] = {}
+    for phrase in _PHRASE.finditer(sanitized_query):
+        terms.setdefault(phrase.group(0).casefold(), phrase.group(0))
+    for match in _BARE_TERM.finditer(_PHRASE.sub(" ", sanitized_query)):
+        if match.group(1) not in _OPERATORS:
+            terms.setdefault(match.group(0).casefold(), match.group(0))
+    return " OR ".join(terms.values())
+
+
+def snippet_chars(sanitized_query: str) -> int:
+    """The longest message whose snippet FTS5 cuts for this query: :data:`LONG_MESSAGE_CHARS`
+    divided by :func:`hits_per_token`, so its quadratic work stays that of one word in
+    :data:`LONG_MESSAGE_CHARS` characters, whatever the query repeats."""
+    return LONG_MESSAGE_CHARS // hits_per_token(sanitized_query)
 
 
 def long_text_snippet(content: str, pattern: re.Pattern[str] | None) -> str:

@@ -41,7 +41,7 @@ from .hits import (
     substring_snippet,
 )
 from .index import BackfillTarget, IndexHealth, optimize_each
-from .long_text_snippets import LONG_MESSAGE_CHARS, long_text_snippet, term_pattern
+from .long_text_snippets import long_text_snippet, snippet_chars, term_pattern
 from .request import (
     ONE_STATEMENT_OFFSET,
     Page,
@@ -87,18 +87,19 @@ WHERE {names.WORD_TABLE} MATCH :query {{window}} {{filters}}
 ORDER BY {{order}}
 LIMIT {{limit}} OFFSET :offset
 """
-# snippet() is quadratic in the hits inside one message: long messages get their snippet cut
-# in Python instead (see long_text), from their content, fetched for the page's rows only. A
+# snippet() is quadratic in the hits inside one message: long messages (longer than
+# :snippet_chars, shorter for a query that repeats itself) get their snippet cut in Python
+# instead (see long_text_snippets), from their content, fetched for the page's rows only. A
 # message without content (an assistant's tool calls, found by their text) gets snippet().
 # The context (the messages around each hit) is read here too: one statement less a search.
 _WORD_DETAILS: Final = f"""
 SELECT m.id, m.session_id, m.role,
-       CASE WHEN COALESCE(length(m.content), 0) <= {LONG_MESSAGE_CHARS}
+       CASE WHEN COALESCE(length(m.content), 0) <= :snippet_chars
             THEN snippet({names.WORD_TABLE}, -1, :mark_start, :mark_end, :ellipsis,
                          {SNIPPET_TOKENS})
        END,
        m.timestamp, m.tool_name, s.source, s.model, s.started_at,
-       CASE WHEN length(m.content) > {LONG_MESSAGE_CHARS} THEN m.content END,
+       CASE WHEN length(m.content) > :snippet_chars THEN m.content END,
        {CONTEXT_COLUMNS}
 FROM {names.WORD_TABLE}
 JOIN messages AS m ON m.id = {names.WORD_TABLE}.rowid
@@ -123,12 +124,12 @@ WHERE {names.WORD_TABLE} MATCH :query
 _WORD_RANKED_PAGE: Final = f"""
 {{window_floor}}
 SELECT m.id, m.session_id, m.role,
-       CASE WHEN COALESCE(length(m.content), 0) <= {LONG_MESSAGE_CHARS}
+       CASE WHEN COALESCE(length(m.content), 0) <= :snippet_chars
             THEN snippet({names.WORD_TABLE}, -1, :mark_start, :mark_end, :ellipsis,
                          {SNIPPET_TOKENS})
        END,
        m.timestamp, m.tool_name, s.source, s.model, s.started_at,
-       CASE WHEN length(m.content) > {LONG_MESSAGE_CHARS} THEN m.content END,
+       CASE WHEN length(m.content) > :snippet_chars THEN m.content END,
        {CONTEXT_COLUMNS} {{floor_column}}
 FROM {names.WORD_TABLE}
 JOIN messages AS m ON m.id = {names.WORD_TABLE}.rowid
@@ -414,7 +415,10 @@ class SQLiteSearchIndex:
         by_source = filters.by_session
         try:
             if ranks_in_window(filters, page) and page.offset <= ONE_STATEMENT_OFFSET:
-                rows = self._ranked_rows(conn, {**params, **_MARKERS}, filters, page)
+                rows = self._ranked_rows(
+                    conn, {**params, **_MARKERS, "snippet_chars": snippet_chars(query)},
+                    filters, page,
+                )
             else:
                 order = self._page_ids(conn, params, filters, page, by_source)
                 rows = _word_details(conn, query, order)
@@ -774,7 +778,8 @@ def _word_details(conn: Connection, query: str, order: list[int]) -> list[tuple[
     if not order:
         return []
     found = {row[0]: row for row in hot_rows(conn, _WORD_DETAILS, {
-        "query": query, **_MARKERS, "ids": json_list(order),
+        "query": query, **_MARKERS, "snippet_chars": snippet_chars(query),
+        "ids": json_list(order),
         "lowest": min(order), "highest": max(order),
     })}  # fmt: skip
     return [found[rowid] for rowid in order if rowid in found]

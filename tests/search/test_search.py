@@ -425,6 +425,60 @@ def test_word_snippet_of_long_text_is_a_window_with_ellipses(store: Store) -> No
 
 
 @pytest.mark.parametrize(
+    "query", [" ".join(["word"] * 400), "word WORD Word word*"], ids=["400-repeats", "cases"]
+)
+def test_a_query_that_repeats_its_words_gets_a_snippet_of_bounded_cost(
+    store: Store, query: str
+) -> None:
+    """The field walk (issue 29): every token of a message is a hit of each repeat of a query
+    word, and snippet()/ts_headline are quadratic in hits: 40 repeats of ``word`` over a
+    message of 2,000 ``word``s took FTS5's snippet a minute (Hermes's search too), 400 (the
+    2,048 characters a query may hold) took PostgreSQL's headline minutes. The snippet is cut
+    as a long message's is (SQLite) or highlights each different term once (PostgreSQL)."""
+    seed(store, [Msg("repeated", "cli-1", "user", "word " * 2000, 1001)])
+    (hit,) = search(store, query)
+    assert hit.snippet.startswith(">>>word<<< >>>word<<<") and hit.snippet.endswith("...")
+    assert 10 <= len(hit.snippet.split()) <= 45
+
+
+@pytest.mark.parametrize(
+    ("query", "hits_per_token"),
+    [("alpha beta", 1), ('"alpha beta" gamma', 1), ("x OR y NOT z", 1), ("word word word", 3),
+     ("Word word", 2), ("café CAFE", 2), ("dep* deploy", 2), ('"a b" a', 2), ("a* b*", 2),
+     ("NOT", 1), ("", 1)],
+)  # fmt: skip
+def test_hits_per_token_counts_the_phrases_one_token_can_start(
+    query: str, hits_per_token: int
+) -> None:
+    from sessionstore.search.long_text_snippets import (
+        LONG_MESSAGE_CHARS,
+        highlight_query,
+        snippet_chars,
+    )
+    from sessionstore.search.long_text_snippets import hits_per_token as count
+    from sessionstore.search.sanitize import sanitize_fts5_query
+
+    sanitized = sanitize_fts5_query(query)
+    assert count(sanitized) == hits_per_token
+    assert snippet_chars(sanitized) == LONG_MESSAGE_CHARS // hits_per_token
+    if hits_per_token == 1:
+        assert highlight_query(sanitized) == sanitized
+
+
+@given(st.lists(st.sampled_from(["word", "Word", "other", "wo*", '"word other"', "OR"]),
+                max_size=40))  # fmt: skip
+def test_the_highlight_query_names_each_term_once(words: list[str]) -> None:
+    from sessionstore.search.long_text_snippets import highlight_query, hits_per_token
+    from sessionstore.search.sanitize import sanitize_fts5_query
+
+    sanitized = sanitize_fts5_query(" ".join(words))
+    highlighted = highlight_query(sanitized)
+    terms = [term for term in highlighted.split(" OR ") if term]
+    assert len({term.casefold() for term in terms}) == len(terms)
+    assert hits_per_token(highlighted) <= hits_per_token(sanitized)
+
+
+@pytest.mark.parametrize(
     ("content", "query", "expected"),
     [
         pytest.param("我们讨论了数据库迁移的方案", "数据库", "我们讨论了>>>数据库<<<迁移的方案",
