@@ -132,6 +132,40 @@ def test_the_forks_optimize_storage_on_a_file_we_adopted_and_ours_on_its_file(
     assert still is False and [hit["session_id"] for hit in found] == ["mine"]
 
 
+def test_an_iot_file_adopted_mid_optimize_storage_is_settled_for_its_next_optimize(
+    fork_files: ForkFiles, tmp_path: Path
+) -> None:
+    """The field walk (issue 29): iot 0.22.2 stopped right after staging its
+    ``optimize-storage`` of a v22 file (its old index renamed to ``fts_v22_trash_*``, a fresh
+    layout-3 index, ``fts_rebuild_high_water``/``progress`` set). Adopted, the file got the
+    legacy index our chain builds from every row but kept those marks and tables: iot's next
+    ``optimize_fts_storage`` looped for ever inserting into the legacy index (the release's run
+    hit its time limit), and without the marks failed renaming its index onto the trash."""
+    staged = tmp_path / "staged.db"
+    RealHermes(22, tmp_path / "home-0.19.0").build(staged)
+    iot = fork_files.hermes(NEWEST_FORK)
+    (high_water,) = iot.calls(staged, [("_demote_legacy_fts_to_trash", [], {})])
+    assert high_water > 0
+    trash = "SELECT count(*) FROM sqlite_master WHERE name LIKE 'fts\\_v22\\_trash\\_%' ESCAPE '\\'"
+    rebuild_marks = "SELECT count(*) FROM state_meta WHERE key LIKE 'fts_rebuild%'"
+    assert sql(staged, trash) != "0" and sql(staged, rebuild_marks) == "2"
+    with SessionDB(db_path=staged, backup_on_adopt=False) as db:
+        ours = {query: sorted(hit["id"] for hit in db.search_messages(query))
+                for query in ("kubectl", "部署")}  # fmt: skip
+    assert all(ours.values())
+    assert sql(staged, trash) == "0" and sql(staged, rebuild_marks) == "0"
+    assert sql(staged, "SELECT value FROM state_meta WHERE key = 'fts_optimize_available'") == "1"
+    available, moved, *theirs = iot.calls(staged, [
+        ("fts_optimize_available", [], {}),
+        ("optimize_fts_storage", [], {"vacuum": False}),
+        ("search_messages", ["kubectl"], {}),
+        ("search_messages", ["部署"], {}),
+    ])  # fmt: skip
+    assert available is True and moved["ok"] is True, moved
+    assert [sorted(hit["id"] for hit in hits) for hits in theirs] == list(ours.values())
+    assert sql(staged, "PRAGMA integrity_check") == "ok"
+
+
 # -- the round trip of the v22 files, for each fork ------------------------------------------
 
 SESSION_IDS = (*scenario.ALL_SESSION_IDS, *LATER_SESSION_IDS)

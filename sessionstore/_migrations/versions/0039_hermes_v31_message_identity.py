@@ -28,7 +28,10 @@ external layouts (1 or 2, or half-rebuilt: iot 0.22.2's open realigns those) get
 the view ``messages_fts_src`` (a tool row indexed as its first 8,192 characters) and
 ``messages_fts_trigram (content, tool_name)`` over ``messages_fts_trigram_src``: no tool rows,
 no cron or subagent sessions, no delegate children (v29/v30); the rebuild markers are removed
-with it. Our own bigram index is kept as it is in every case. Without the trigram
+with it. A legacy index kept is settled too: a layout-3 rebuild's markers and Hermes's staged
+``fts_v22_trash_*`` tables (an iot file adopted mid ``optimize-storage``) are removed, or iot's
+next ``optimize-storage`` of it would loop for ever (:func:`settle_legacy_word_index`).
+Our own bigram index is kept as it is in every case. Without the trigram
 tokenizer there is no trigram index, as in Hermes. A file holding Hermes's CJK bigram table
 (``messages_fts_cjk``, whose tokenizer is a loadable extension this package never loads) gets
 what Hermes does when it cannot load it: ``state_meta fts_cjk_stale = '1'`` first, then its
@@ -158,6 +161,32 @@ def has_legacy_word_index(bind: sa.engine.Connection) -> bool:
     return found is not None and "tool_name" not in str(found[0] or "")
 
 
+HERMES_TRASH_PREFIX = "fts_v22_trash_"
+LAYOUT_3_REBUILD_KEYS = tuple(
+    key for key in ddl.SETTLED_FTS_KEYS if key != "fts_optimize_available"
+)
+
+
+def settle_legacy_word_index(bind: sa.engine.Connection) -> None:
+    """A legacy word index kept at 31 was filled from every row (by this chain's revisions
+    0013/0014 on an adopted file), so nothing of a layout-3 rebuild can be pending on it: an
+    iot 0.22.2 file adopted mid ``optimize-storage`` (its old index staged as
+    ``fts_v22_trash_*`` tables, ``fts_rebuild_high_water``/``progress`` partway) kept those
+    marks here, and iot's next ``optimize_fts_storage`` then looped for ever inserting into
+    a legacy index (iot's own rule: never markers on a legacy index) and, once they were
+    gone, failed renaming its index onto the trash tables' names. The trash is derived data
+    (our ``optimize-storage`` drops it too); the marks of its teardown go with it."""
+    trash = bind.exec_driver_sql(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND substr(name, 1, ?) = ?",
+        (len(HERMES_TRASH_PREFIX), HERMES_TRASH_PREFIX),
+    ).all()
+    for (name,) in trash:
+        bind.exec_driver_sql(f'DROP TABLE IF EXISTS "{name}"')
+        _delete_meta(bind, f"fts_teardown_{name}_progress")
+    _delete_meta(bind, *LAYOUT_3_REBUILD_KEYS)
+    _set_meta(bind, "fts_optimize_available", "1")
+
+
 def restore_layout_of_0021(bind: sa.engine.Connection) -> None:
     drop_search_layouts(bind)
     search_ddl.create_later_search_objects(bind, trigram=search_ddl.sqlite_supports_trigram(bind))
@@ -223,6 +252,8 @@ def upgrade() -> None:
         _set_meta(bind, BACKFILL_DONE, "1")
         if not has_legacy_word_index(bind):
             create_layout_3(bind)
+        else:
+            settle_legacy_word_index(bind)
         stamp_file_identity(bind)
     helpers.set_schema_version(SCHEMA_VERSION)
 
