@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from ..search import ContextMessage, SearchHit
+from ..search import ContextMessage, SearchHit, contains_cjk, sanitize_fts5_query
 from ..sessions.repository import SessionRepository
 from . import _output as out
 from ._app import PlainCommand, app
@@ -23,6 +23,10 @@ from ._common import (
 )
 
 CONTEXT_LINE_CHARS = 160
+NOTHING_SEARCHABLE = (
+    "no matches: the query has no word to search for (search finds words of letters or digits,"
+    " and CJK text; emoji and punctuation alone are not indexed, as in Hermes)"
+)
 
 
 def _context_line(message: ContextMessage) -> Text:
@@ -74,7 +78,12 @@ def search(
             out.print_json([hit.to_dict() for hit in hits])
             return
         if not hits:
-            out.note("no matches")
+            # A query of emoji or punctuation finds nothing, which a bare "no matches" would
+            # wrongly tell as none of the messages holding it (the field walk, issue 29).
+            searchable = contains_cjk(query) or any(
+                char.isalnum() for char in sanitize_fts5_query(query)
+            )
+            out.note("no matches" if searchable else NOTHING_SEARCHABLE)
             return
         short = short_ids(store, sorted({hit.session_id for hit in hits}))
     console = out.console()

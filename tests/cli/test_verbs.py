@@ -29,6 +29,7 @@ from typer.testing import CliRunner
 
 from sessionstore import cli
 from sessionstore.api.session_db import SessionDB
+from sessionstore.cli.search import NOTHING_SEARCHABLE
 from sessionstore.dialects import dialect_for_url
 from sessionstore.ops import doctor
 from sessionstore.schema import migrate
@@ -420,6 +421,19 @@ def test_search_any_text_is_not_an_error(runner: CliRunner, seeded: str) -> None
         assert result.exit_code == 0, (query[:20], result.output)
         assert isinstance(json.loads(result.stdout), list)
         assert run(runner, seeded, "search", query).exit_code == 0, query[:20]
+
+
+@pytest.mark.parametrize("query", ["🚀", '"', "*", "-", "NOT", "→ ✅"])
+def test_search_says_when_the_query_has_nothing_to_search_for(
+    runner: CliRunner, seeded: str, query: str
+) -> None:
+    """The field walk (issue 29): an emoji that messages hold was answered "no matches", as if
+    none held it; the note says why instead (the table's answer; ``--json`` stays ``[]``)."""
+    result = run(runner, seeded, "search", query)
+    assert result.exit_code == 0 and result.stdout == ""
+    assert result.stderr.strip() == NOTHING_SEARCHABLE
+    assert json.loads(run(runner, seeded, "search", query, "--json").stdout) == []
+    assert run(runner, seeded, "search", "zeppelin").stderr.strip() == "no matches"
 
 
 @pytest.mark.parametrize(
