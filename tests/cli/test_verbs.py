@@ -423,7 +423,7 @@ def test_search_any_text_is_not_an_error(runner: CliRunner, seeded: str) -> None
         assert run(runner, seeded, "search", query).exit_code == 0, query[:20]
 
 
-@pytest.mark.parametrize("query", ["🚀", '"', "*", "-", "NOT", "→ ✅"])
+@pytest.mark.parametrize("query", ["🚀", '"* -', "NOT"], ids=["emoji", "punctuation", "operator"])
 def test_search_says_when_the_query_has_nothing_to_search_for(
     runner: CliRunner, seeded: str, query: str
 ) -> None:
