@@ -388,20 +388,29 @@ def conversation(
     markers = repair_alternation if summary_markers is None else summary_markers
     snapshot = _stamps_snapshot(repair_alternation, row_ids, wire_keys)
     pairing = _ToolCallUidPairing()
+    # Until a message carries ``_tool_call_uids`` the pairing has nothing to learn, forget or
+    # give (its index stays empty, and the calls it would hold unindexed carry no uids), so
+    # it sees nothing: a store written before uids (every adopted Hermes file) skips it.
+    pairing_started = False
+    harness_seen = False  # a review harness prompt: the pass that drops it runs only then
     messages: list[dict[str, Any]] = []
     for row in rows:
         message = message_of(row, row_ids, snapshot, markers, wire_keys)
         role = message["role"]
-        if (
+        if (pairing_started or "_tool_call_uids" in message) and (
             role == "user"
             or (role == "assistant" and "tool_calls" in message)
             or (role == "tool" and "_tool_call_uid" not in message)
         ):  # the rows pairing looks at (a result stored with its uid needs none)
+            pairing_started = True
             pairing.see(message)
         if with_ancestors and _is_replayed_user_message(messages, message):
             continue
+        if role in _HARNESS_ROLES and not harness_seen:
+            harness_seen = _is_review_harness(message)
         messages.append(message)
-    messages = _without_review_harness(messages)
+    if harness_seen:
+        messages = _without_review_harness(messages)
     if repair_alternation and messages:
         repair_message_sequence(messages)
     return messages

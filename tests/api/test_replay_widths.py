@@ -3,7 +3,7 @@
 0.22.2's wire keys, gives from the narrow rows exactly what it gives from the whole rows, key
 for key, in order. A live replay carries its rows' digests beside their ``message_uid`` only:
 the one place a flush reads a digest (iot 0.22.2's and ours), so a replay without uids is
-flushed the same with or without them."""
+flushed the same with or without them. The uid pairing starts at the first uids it can use."""
 
 from __future__ import annotations
 
@@ -11,11 +11,19 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from store_sql import run
 
-from sessionstore.api.conversation import WIRE_STRIPPED_KEYS, conversation, row_snapshot
+from sessionstore.api.conversation import (
+    WIRE_STRIPPED_KEYS,
+    _ToolCallUidPairing,
+    conversation,
+    message_of,
+    row_snapshot,
+)
 from sessionstore.api.session_db import SessionDB
-from sessionstore.sql.records import CONVERSATION_FIELDS, CONVERSATION_WIDTHS
+from sessionstore.sql.records import CONVERSATION_FIELDS, CONVERSATION_WIDTHS, ConversationRow
 
 WIRE_KEY_SETS = (
     frozenset(),
@@ -128,3 +136,46 @@ def test_a_replay_without_uids_is_flushed_the_same_with_digests(rich_db: Session
     assert [m["content"] for m in db.get_messages("plain")] == [
         m["content"] for m in db.get_messages("digested")
     ]
+
+
+_CALL_IDS = ("c1", "c2", "c1|r1", "r1", " c2 ")
+_UIDS = ("u1", "u2", "u3")
+
+
+@st.composite
+def _replay_rows(draw: st.DrawFn) -> list[ConversationRow]:
+    """Turns of users, assistants with calls (some with uids) and tool results (some with a
+    stored uid), ids in order: the rows the uid pairing reads."""
+    rows = []
+    for row_id in range(1, draw(st.integers(0, 14)) + 1):
+        fields: dict[str, Any] = dict.fromkeys(ConversationRow._fields)
+        role = draw(st.sampled_from(("user", "assistant", "tool")))
+        fields.update(id=row_id, role=role, content="x", timestamp=float(row_id))
+        if role == "assistant" and draw(st.booleans()):
+            calls = draw(st.lists(st.sampled_from(_CALL_IDS), min_size=1, max_size=3))
+            fields["tool_calls"] = json.dumps([{"id": one, "type": "function"} for one in calls])
+            if draw(st.booleans()):
+                uids = {one: draw(st.sampled_from(_UIDS)) for one in calls}
+                fields["tool_call_uids"] = json.dumps(uids)
+        elif role == "tool":
+            fields["tool_call_id"] = draw(st.sampled_from(_CALL_IDS))
+            fields["tool_call_uid"] = draw(st.sampled_from((None, "stored")))
+        rows.append(ConversationRow(**fields))
+    return rows
+
+
+@given(rows=_replay_rows())
+def test_the_uid_pairing_starts_at_the_first_uids_and_pairs_as_from_the_start(
+    rows: list[ConversationRow],
+) -> None:
+    """The replay skips the pairing until a message carries ``_tool_call_uids``; pairing every
+    row from the first, as iot does, gives the same dicts."""
+    got = conversation(rows, with_ancestors=False, repair_alternation=False)
+    pairing = _ToolCallUidPairing()
+    expected = []
+    for row in rows:
+        message = message_of(row)
+        if message["role"] != "tool" or "_tool_call_uid" not in message:
+            pairing.see(message)
+        expected.append(message)
+    assert _shown(got) == _shown(expected)
