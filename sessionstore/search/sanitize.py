@@ -119,7 +119,8 @@ def sanitize_fts5_query(query: str) -> str:
        ``"chat-send"*``;
     6. the phrases are put back in place.
 
-    Also: the query is first cut to :data:`MAX_FTS5_QUERY_CHARS`; lone surrogates are removed
+    Also: the query is first cut to :data:`MAX_FTS5_QUERY_CHARS`, before the word the cut would
+    split (:func:`_cut_to_whole_words`); lone surrogates are removed
     and NUL bytes become spaces (FTS5 reads the query as a
     C string, so a NUL would cut it short), empty phrases are dropped, and ``NOT`` clauses
     beyond :data:`MAX_NEGATIONS` are dropped so the expression stays within FTS5's depth limit.
@@ -127,7 +128,7 @@ def sanitize_fts5_query(query: str) -> str:
     Tokens are joined by single spaces and the result is stripped; ``""`` means there is
     nothing to search for (``MATCH ''`` is itself an error, so callers must not run it).
     """
-    cleaned = _lone_surrogates().sub("", query[:MAX_FTS5_QUERY_CHARS]).replace("\x00", " ")
+    cleaned = _lone_surrogates().sub("", _cut_to_whole_words(query)).replace("\x00", " ")
     tokens = _limit_negations(_normalize_operators(_tokenize_fts5(cleaned)))
     return " ".join(_render_fts5(token) for token in tokens).strip()
 
@@ -300,6 +301,19 @@ def to_postgres_tsquery(sanitized: str) -> str | None:
         if chains:
             conjunctions.append(" & ".join(chains))
     return " | ".join(conjunctions) or None
+
+
+def _cut_to_whole_words(query: str) -> str:
+    """``query`` cut to :data:`MAX_FTS5_QUERY_CHARS`, without the word the cut splits: its half
+    would be a term of its own that every hit must hold (``... word wor`` found nothing where
+    ``... word word`` matched; Hermes cuts there, the field walk of issue 29). A query that is
+    one word throughout keeps its cut."""
+    cut = query[:MAX_FTS5_QUERY_CHARS]
+    if len(query) > MAX_FTS5_QUERY_CHARS and not query[MAX_FTS5_QUERY_CHARS].isspace():
+        whole = _trailing_partial_word().sub("", cut)
+        if whole.strip():
+            return whole
+    return cut
 
 
 def _truncate_to_whole_words(text: str, max_bytes: int) -> str:
