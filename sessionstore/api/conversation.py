@@ -31,7 +31,11 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..sessions.user_turns import STEER_DISPLAY_KIND, sanitize_context
+from ..sessions.user_turns import (
+    STEER_DISPLAY_KIND,
+    mentions_memory_context,
+    sanitize_context,
+)
 from ..sql.codec import decode_display_metadata, decode_json
 from ..sql.codec import loads as _loads
 from ..sql.compaction_handoff import is_summary_content
@@ -188,15 +192,17 @@ def message_of(
             record if len(record) == CONVERSATION_WIDTHS.snapshot
             else tuple(record) + _MISSING_COLUMNS[len(record)]
         )  # fmt: skip
-    message: dict[str, Any] = {"role": role, "content": None, PERSISTED_MARKER: True}
-    if snapshot:
-        message[ROW_SNAPSHOT] = row_snapshot(record)
     if isinstance(content, str):
         if content.startswith(ENCODED_CONTENT_PREFIXES):
             content = decode_content(content)
         if role in _SCRUBBED_ROLES and isinstance(content, str):
-            content = replayed_text(content)
-    message["content"] = content
+            # replayed_text, without its two calls for the text that mentions no memory
+            if mentions_memory_context(content):
+                content = sanitize_context(content)
+            content = content.strip()
+    message: dict[str, Any] = {"role": role, "content": content, PERSISTED_MARKER: True}
+    if snapshot:
+        message[ROW_SNAPSHOT] = row_snapshot(record)
     if row_id and record_id is not None:
         message["_row_id"] = record_id
     if message_uid and "message_uid" in wire_keys:

@@ -68,8 +68,8 @@ def mentions_memory_context(text: str) -> bool:
 def sanitize_context(text: str) -> str:
     """iot's ``agent.memory_manager.sanitize_context``: recalled memory blocks, their system
     note and stray fence tags removed. The one home of the rule: a replay
-    (``api.conversation.replayed_text``), a rewind's turn text and a compaction's row
-    identity all read text through it."""
+    (``api.conversation.message_of``, ``replayed_text``), a rewind's turn text and a
+    compaction's row identity all read text through it."""
     if mentions_memory_context(text):
         for pattern in _memory_context_patterns():
             text = pattern.sub("", text)

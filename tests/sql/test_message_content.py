@@ -18,11 +18,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sessionstore.api.conversation import replayed_text
+from sessionstore.api.conversation import message_of, replayed_text
 from sessionstore.api.session_db import SessionDB
 from sessionstore.sessions.compaction import loaded_view
 from sessionstore.sessions.user_turns import live_content, mentions_memory_context, sanitize_context
 from sessionstore.sql.message_content import (
+    ENCODED_CONTENT_PREFIXES,
     JSON_CONTENT_PREFIX,
     STORED_ON_POSTGRESQL_PREFIX,
     decode_content,
@@ -30,6 +31,7 @@ from sessionstore.sql.message_content import (
     hermes_form,
     text_of,
 )
+from sessionstore.sql.records import ConversationRow
 
 TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=60)
 PARTS = st.lists(
@@ -183,5 +185,9 @@ def test_both_readers_of_recalled_memory_answer_as_before(parts: list[str]) -> N
     before = _sanitized_as_before(text)
     assert sanitize_context(text) == before
     assert replayed_text(text) == before.strip()
+    row = ConversationRow(**{**dict.fromkeys(ConversationRow._fields), "id": 1, "role": "user",
+                             "content": text, "timestamp": 1.0})  # fmt: skip
+    if not text.startswith(ENCODED_CONTENT_PREFIXES):  # message_of's own inlined test
+        assert message_of(row)["content"] == before.strip()
     assert live_content(text) == before.strip()
     assert loaded_view("user", text) == loaded_view("assistant", text) == before.strip()
