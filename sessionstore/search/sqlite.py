@@ -32,6 +32,7 @@ from . import request as search_request
 from . import sqlite_backfill as backfill
 from . import sqlite_ddl as ddl
 from .context import CONTEXT_COLUMNS, CONTEXT_JOINS
+from .deferred_rebuild import BackfillTarget
 from .hits import (
     SNIPPET_ELLIPSIS,
     SNIPPET_END,
@@ -40,7 +41,7 @@ from .hits import (
     FoundRow,
     substring_snippet,
 )
-from .index import BackfillTarget, IndexHealth, optimize_each
+from .index import IndexHealth, optimize_each
 from .long_text_snippets import long_text_snippet, snippet_chars, term_pattern
 from .request import (
     ONE_STATEMENT_OFFSET,

@@ -53,7 +53,7 @@ from sqlalchemy.engine import Connection
 
 from . import object_names as names
 from . import sqlite_ddl as ddl
-from .index import BackfillTarget
+from .deferred_rebuild import BackfillTarget
 
 MARKERS: Final[dict[str, tuple[str, str]]] = {
     "word": ("fts_rebuild_high_water", "fts_rebuild_progress"),

@@ -90,7 +90,7 @@ from sqlalchemy import ColumnElement, and_, case, func, literal, not_, or_, sele
 from sqlalchemy.engine import Connection
 
 from ..errors import ReadOnlyStoreError, StoreBusyError
-from ..search.index import BACKFILL_CHUNK_ROWS, BackfillTarget
+from ..search.deferred_rebuild import BACKFILL_CHUNK_ROWS, BackfillTarget
 from ..search.sanitize import escape_like
 from ..sql import validation
 from ..sql.statements import fixed_count
