@@ -502,7 +502,14 @@ def db_doctor(
         console.print(table)
         for name, command in commands:
             console.print(Text(f"{name}: run {command}"), soft_wrap=True)
-        if report.healthy:
+        not_run = sum(check.busy for check in report.checks)
+        if report.healthy and not_run:
+            console.print(Text(
+                f"no problems found in what was checked; {not_run} check(s) not run: another "
+                "program kept the store busy. Run again when it is done:", style="yellow",
+            ))  # fmt: skip
+            console.print(Text(hint(url, "db", "doctor")), soft_wrap=True)  # copied whole
+        elif report.healthy:
             console.print(Text("no problems found", style="green"))
         else:
             fixable_left = any(c.fixable for c in report.problems)

@@ -34,6 +34,7 @@ from ..sql.codec import stored_tool_call_count
 from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
 from ..storage.command_hints import cli_command
+from ..storage.retry import RetryPolicy
 from ..storage.store import Store
 
 CheckStatus = Literal["ok", "warn", "fail", "skip"]
@@ -73,6 +74,9 @@ class Check:
     status: CheckStatus
     detail: str
     fixable: bool = False
+    # Skipped only because another program kept the store busy: worth running again, and the
+    # command line says so rather than a bare "no problems found".
+    busy: bool = False
 
     @property
     def is_problem(self) -> bool:
@@ -84,6 +88,7 @@ class Check:
             "status": self.status,
             "detail": self.detail,
             "fixable": self.fixable,
+            "busy": self.busy,
         }
 
 
@@ -211,7 +216,7 @@ def _check_integrity(store: Store) -> Check:
     except StoreBusyError as exc:
         # Rollback-journal mode: a writer can keep readers out. Busy is not corrupt.
         return Check("integrity", "skip", f"the store stayed busy ({exc.attempts} attempts); "
-                     "not checked")
+                     "not checked", busy=True)
     if rows is None:
         return Check("integrity", "skip", "the database server checks its own pages")
     if not rows:
@@ -233,7 +238,11 @@ def _search_checks(store: Store) -> list[Check]:
     transaction."""
     index = search_index_for(store.dialect)
     try:
-        health = store.write(index.check) if index.check_writes else store.read(index.check)
+        health = (
+            store.write(index.check, retry=_check_lock_wait(store))
+            if index.check_writes
+            else store.read(index.check)
+        )
     except StoreBusyError as exc:
         return _fts_not_checked(f"the store stayed busy ({exc.attempts} attempts); not checked")
     except ReadOnlyStoreError:
@@ -253,8 +262,28 @@ def _search_checks(store: Store) -> list[Check]:
     ]
 
 
+CHECK_LOCK_BUDGET_S = 3.0
+"""How long the full-text check waits for the write lock. A check is no reason to sit silent
+for the writers' whole budget (20 s) behind another program's long write: a terminal that
+waits that long looks frozen. A store still busy after it is reported "not checked", and the
+command line says to run the doctor again."""
+
+
+def _check_lock_wait(store: Store) -> RetryPolicy:
+    policy = store.retry
+    return RetryPolicy(
+        max_attempts=policy.max_attempts,
+        min_sleep_s=policy.min_sleep_s,
+        max_sleep_s=policy.max_sleep_s,
+        budget_s=min(policy.budget_s, CHECK_LOCK_BUDGET_S),
+    )
+
+
 def _fts_not_checked(reason: str) -> list[Check]:
-    return [Check(name, "skip", reason) for name in ("fts_objects", "fts_parity", "fts_integrity")]
+    return [
+        Check(name, "skip", reason, busy=True)
+        for name in ("fts_objects", "fts_parity", "fts_integrity")
+    ]
 
 
 def _examples(ids: Iterable[str]) -> str:

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import time
 from collections.abc import Iterator
@@ -133,3 +134,34 @@ def test_busy_store_is_reported_not_checked(tmp_path: Path) -> None:
     holder.dispose()
     assert {check.status for check in checks} == {"skip"}
     assert all("not checked" in check.detail for check in checks)
+
+
+def test_the_command_line_says_which_checks_a_busy_store_kept_from_running(tmp_path: Path) -> None:
+    """Another program holds the write lock through the whole doctor: the full-text checks
+    wait their short budget, are not run, and the summary says so (with the command to run
+    again) instead of a bare "no problems found"; the JSON marks them busy."""
+    from typer.testing import CliRunner
+
+    from sessionstore import cli
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    with SessionDB(url=url) as db:
+        db.create_session("s1", "cli")
+        db.append_message("s1", "user", "hello")
+    runner = CliRunner(env={"COLUMNS": "200"})
+    holder = engine_like_the_store(url, isolation_level="AUTOCOMMIT")
+    with holder.connect() as conn:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        shown = runner.invoke(cli.app, ["--url", url, "db", "doctor"])
+        as_json = runner.invoke(cli.app, ["--url", url, "db", "doctor", "--json"])
+        conn.exec_driver_sql("ROLLBACK")
+    holder.dispose()
+    assert shown.exit_code == 0, shown.output
+    assert "3 check(s) not run" in shown.stdout and "db doctor" in shown.stdout
+    assert "no problems found in what was checked" in shown.stdout
+    busy = {c["name"] for c in json.loads(as_json.stdout)["checks"] if c["busy"]}
+    assert busy == {"fts_objects", "fts_parity", "fts_integrity"}
+    # Once the lock is gone, every check runs again and nothing is marked busy.
+    after = runner.invoke(cli.app, ["--url", url, "db", "doctor", "--json"])
+    assert after.exit_code == 0 and not any(c["busy"] for c in json.loads(after.stdout)["checks"])
+    assert "no problems found\n" in runner.invoke(cli.app, ["--url", url, "db", "doctor"]).stdout
