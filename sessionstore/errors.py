@@ -17,8 +17,17 @@ class StoreBusyError(SessionStoreError):
         super().__init__(
             f"the session store is busy: another process held the write lock for "
             f"{waited_s:.2f}s ({attempts} attempts); try again later"
-            + (f" (last error: {last_error})" if last_error is not None else "")
+            + (f" (last error: {_driver_message(last_error)})" if last_error is not None else "")
         )
+
+
+def _driver_message(error: BaseException) -> str:
+    """The driver's own words for ``error`` (``database is locked``), without what SQLAlchemy
+    wraps around them: the statement, its parameters (a message's text) and a link, which have
+    no place in a message a terminal or a log shows. The whole error stays in ``last_error``."""
+    driver_error = getattr(error, "orig", None)
+    shown = str(driver_error if isinstance(driver_error, BaseException) else error)
+    return shown.splitlines()[0] if shown else type(error).__name__
 
 
 class StoreClosedError(SessionStoreError, RuntimeError):

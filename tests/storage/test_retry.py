@@ -227,6 +227,28 @@ def test_busy_error_says_busy_names_the_wait_and_chains_the_last_driver_error() 
     assert error.__cause__ is last
 
 
+def test_busy_error_shows_the_drivers_words_never_the_statement_or_its_parameters() -> None:
+    """SQLAlchemy's wrapper prints the statement and its parameters (a message's text) and a
+    link; the message a terminal or a log shows keeps the driver's first line only, and the
+    whole error stays on ``last_error``."""
+    import sqlalchemy.exc
+
+    class DriverError(Exception):
+        pass
+
+    wrapped = sqlalchemy.exc.OperationalError(
+        "INSERT INTO messages (content) VALUES (?)", ("SECRET user text",),
+        DriverError("database is locked"),
+    )  # fmt: skip
+    assert "SECRET" in str(wrapped)  # what the message must not carry
+    message = str(StoreBusyError(2, 1.0, wrapped))
+    assert message.endswith("(last error: database is locked)")
+    assert "SECRET" not in message and "INSERT" not in message and "sqlalche.me" not in message
+    assert StoreBusyError(2, 1.0, wrapped).last_error is wrapped
+    assert str(StoreBusyError(1, 0.5, DriverError("a\nb"))).endswith("(last error: a)")
+    assert str(StoreBusyError(1, 0.5, DriverError())).endswith("(last error: DriverError)")
+
+
 def test_jitter_is_drawn_between_the_policy_bounds() -> None:
     time = FakeTime()
     requested: list[tuple[float, float]] = []
