@@ -35,9 +35,13 @@ def write(db: SessionDB, statement: str, **params: Any) -> None:
 def test_a_hostile_config_never_stops_the_reopen_nor_loses_a_key(db: SessionDB) -> None:
     db.create_session("p", "telegram")
     db.create_session("c", "telegram", parent_session_id="p")
+    # PostgreSQL's text refuses NUL outright, so no stored config there can hold one.
+    configs = CONFIGS
+    if db.store.dialect.name == "postgresql":
+        configs = configs.filter(lambda config: config is None or "\x00" not in config)
 
     @HYPOTHESIS
-    @given(config=CONFIGS)
+    @given(config=configs)
     def check(config: str | None) -> None:
         write(db, SET, id="p", started=100.0, ended=200.0, reason="idle", config=None)
         write(db, SET, id="c", started=300.0, ended=None, reason=None, config=config)
