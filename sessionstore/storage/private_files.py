@@ -5,8 +5,11 @@ The rule, for backups (adoption, ``db upgrade``, ``db doctor --fix``, Hermes's r
 
 - **Mode.** The copy gets its source's permission bits (a 0600 store gives 0600 copies), set
   with ``fchmod`` so the umask cannot widen or narrow them; 0600 when the source has no mode
-  to follow (PostgreSQL, standard input). SQLite gives the copy's ``-wal``/``-journal`` its
-  database's mode itself.
+  to follow (PostgreSQL, standard input). The owner may always read and write its copy: a
+  read-only 0444 (0400) store gives 0644 (0600) copies (a 0444 copy could not be written
+  while copying by anyone but root, nor imported into); the group's and others' bits are
+  always the source's. SQLite gives the copy's ``-wal``/``-journal`` its database's mode
+  itself.
 - **No predictable name.** A copy is written inside a new directory that only this user can
   enter (``tempfile.mkdtemp`` in the target's directory: a random name, mode 0700), where
   nobody else can plant a link, SQLite's own side files of the copy included. The finished file
@@ -35,6 +38,8 @@ from pathlib import Path
 
 PRIVATE_MODE = 0o600
 """The mode of a copy whose source has none (a server's data, standard input)."""
+OWNER_READ_WRITE = 0o600
+"""What the owner may always do with its copy, whatever the source's bits."""
 _CREATE_FLAGS = (
     os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
     | getattr(os, "O_CLOEXEC", 0)
@@ -42,11 +47,12 @@ _CREATE_FLAGS = (
 
 
 def mode_of(source: Path | None) -> int:
-    """The permission bits a copy of ``source`` takes: its own, or 0600 without one."""
+    """The permission bits a copy of ``source`` takes: its own plus the owner's read and
+    write, or 0600 without one."""
     if source is None:
         return PRIVATE_MODE
     try:
-        return stat.S_IMODE(os.stat(source).st_mode) & 0o777
+        return (stat.S_IMODE(os.stat(source).st_mode) & 0o777) | OWNER_READ_WRITE
     except OSError:
         return PRIVATE_MODE
 

@@ -222,6 +222,32 @@ def test_mode_of_follows_the_source_or_is_private(tmp_path: Path) -> None:
     assert mode_of(tmp_path / "missing") == 0o600
 
 
+@pytest.mark.parametrize(
+    ("store_mode", "copy_mode"), [(0o444, 0o644), (0o400, 0o600)], ids=["0444", "0400"]
+)
+def test_a_read_only_store_gives_copies_its_owner_can_write(
+    migrated_sqlite_url: str, tmp_path: Path, store_mode: int, copy_mode: int
+) -> None:
+    """The field walk: a chmod 444 state.db gave 0444 copies, which a non-root owner could
+    not write while copying: `export` failed with "Permission denied" on its private
+    workspace's file, the adoption backup with "read-only". The owner's bits now always
+    include read and write; the group's and others' stay the store's."""
+    with SessionDB(url=migrated_sqlite_url) as db:
+        db.create_session("s1", "cli")
+        db.append_message("s1", "user", "kept")
+    store_file = database_file(migrated_sqlite_url)
+    assert store_file is not None
+    os.chmod(store_file, store_mode)
+    assert mode_of(store_file) == copy_mode
+    output = tmp_path / "dump.jsonl"
+    result = CliRunner().invoke(
+        cli.app, ["--url", migrated_sqlite_url, "export", "-o", str(output)]
+    )
+    assert result.exit_code == 0, result.output
+    assert mode(output) == copy_mode and "kept" in output.read_text(encoding="utf-8")
+    assert_no_workspace_left(tmp_path)
+
+
 def test_a_new_file_is_never_created_through_a_link_or_over_a_file(tmp_path: Path) -> None:
     (loot,) = plant_links([tmp_path / "name"], tmp_path / "attacker")
     with pytest.raises(FileExistsError):
