@@ -20,13 +20,13 @@ import typer
 from sqlalchemy.engine import URL, Engine
 from sqlalchemy.exc import DBAPIError
 
-from ..dialects import database_file, translate_any_error
+from ..dialects import database_file, dialect_for_url, translate_any_error
 from ..errors import SessionStoreError, StoreLocationError
 from ..schema import legacy, migrate
 from ..search.registry import detach_unloadable
 from ..sessions.repository import SessionRepository
 from ..storage.command_hints import cli_command
-from ..storage.config import is_default_store, require_directory, store_location
+from ..storage.config import URL_ENV_VAR, is_default_store, require_directory, store_location
 from ..storage.engine import create_store_engine
 from ..storage.private_files import PRIVATE_MODE, create_empty_file
 from ..storage.store import Store
@@ -218,9 +218,23 @@ def store_url(options: CliState) -> URL:
             "for the default store)"
         )
     try:
-        return store_location(options.url_option)
+        url = store_location(options.url_option)
     except StoreLocationError as exc:
         raise UsageProblem(str(exc)) from None
+    if url.get_backend_name() == "sqlite" and database_file(url) is None:
+        # sqlite:// (or sqlite:///, :memory:) is SQLAlchemy's in-memory database: every
+        # command would start from an empty store and lose what it wrote at exit.
+        given = (
+            f"--url {options.url_option!r}"
+            if options.url_option is not None
+            else f"{URL_ENV_VAR}={os.environ.get(URL_ENV_VAR, '')!r}"
+        )
+        raise UsageProblem(
+            f"{given} names an in-memory SQLite database, which "
+            "is gone when the command ends: give a file, e.g. sqlite:////abs/path/state.db "
+            "or a plain path"
+        )
+    return url
 
 
 def shown(url: URL) -> str:
@@ -253,17 +267,34 @@ def require_existing(url: URL) -> None:
         raise CliError(f"cannot read {path}: permission denied")
 
 
+def position(status: migrate.Status) -> str:
+    """Where a store's schema stands, for a message: "revision 0042 (Hermes schema 31)", or
+    "empty (no schema yet)" for a zero-byte file or a database without tables."""
+    if status.revision is None and status.schema_version is None:
+        return "empty (no schema yet)"
+    return f"revision {status.revision or 'none'} (Hermes schema {status.schema_version or 'none'})"
+
+
+def upgrade_blocked(url: URL) -> str | None:
+    """Why `db upgrade` cannot work on this store here (a file this user cannot write), with
+    what to change, or None: a message never suggests a command that would refuse."""
+    why = dialect_for_url(url).why_read_only(url)
+    if why is None:
+        return None
+    return f"it cannot be upgraded here: {why}; then run {hint(url, 'db', 'upgrade')}"
+
+
 def outdated(status: migrate.Status, url: URL) -> CliError:
     """The refusal of a store that is not current: with the upgrade command when the upgrade
     can work, else the reason it cannot."""
     refusal = migrate.upgrade_refusal(status)
     if refusal is not None:
         return CliError(refusal)
-    return CliError(
-        f"the store at {shown(url)} is at revision {status.revision or 'none'} (Hermes schema "
-        f"{status.schema_version or 'none'}), not the current {status.head}: run "
-        f"{hint(url, 'db', 'upgrade')} first"
-    )
+    where = position(status)
+    at = where if where.startswith("empty") else f"at {where}"
+    blocked = upgrade_blocked(url)
+    remedy = blocked if blocked is not None else f"run {hint(url, 'db', 'upgrade')} first"
+    return CliError(f"the store at {shown(url)} is {at}, not the current {status.head}: {remedy}")
 
 
 @contextlib.contextmanager

@@ -39,10 +39,12 @@ from ._common import (
     full,
     hint,
     open_store,
+    position,
     report_errors,
     require_existing,
     shown,
     store_url,
+    upgrade_blocked,
 )
 
 PRESERVING_REVISIONS = frozenset({
@@ -383,15 +385,15 @@ def db_current(
             "head": status.head, "up_to_date": status.up_to_date, "refusal": refusal,
         })  # fmt: skip
     else:
-        line = (
-            f"revision {status.revision or 'none'} (Hermes schema "
-            f"{status.schema_version or 'none'})"
-        )
+        line = position(status)
+        blocked = None if refusal is not None else upgrade_blocked(url)
         if status.up_to_date:
             typer.echo(f"{line}: current")
         elif refusal is not None:
             # `db upgrade` would refuse it: say why instead of suggesting it.
             typer.echo(f"{line}: not current ({status.head}); {refusal}")
+        elif blocked is not None:
+            typer.echo(f"{line}: not current ({status.head}); {blocked}")
         else:
             typer.echo(f"{line}: not current ({status.head}); run {hint(url, 'db', 'upgrade')}")
     if check and not status.up_to_date:

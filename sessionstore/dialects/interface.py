@@ -138,6 +138,11 @@ class StoreDialect(Protocol):
         """The URL parameters a command naming this store must repeat to open it at all
         (SQLite: ``immutable=1``, for read-only media); the rest a hint may leave out."""
 
+    def why_read_only(self, url: URL) -> str | None:
+        """Why this process cannot write the store's existing file (what to change, in a
+        sentence), or None when it can, or when there is no file, or the URL asks for a
+        read-only store. Checked before a backup, so a write that must fail leaves nothing."""
+
     def read_only_media_url(self, url: URL) -> URL | None:
         """The URL that reads this store where its directory cannot be written (read-only
         media: SQLite's ``immutable=1``), when that is why it cannot be opened; else None."""

@@ -536,6 +536,9 @@ class PostgreSQLDialect:
     def lasting_parameters(self, url: URL) -> dict[str, str]:
         return {}  # a server's URL is named whole in hints
 
+    def why_read_only(self, url: URL) -> str | None:
+        return None  # the server says so at the write
+
     def read_only_media_url(self, url: URL) -> URL | None:
         return None
 

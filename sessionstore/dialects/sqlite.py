@@ -40,7 +40,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shlex
 import sqlite3
+import stat
 import sys
 import threading
 from collections.abc import Callable, Collection, Hashable, Iterator
@@ -292,6 +294,7 @@ class SQLiteDialect:
     ) -> AfterForkReset:
         label = engine.url.database or ":memory:"
         path = None if _is_memory(engine.url) else _filesystem_path(engine.url)
+        immutable = uri_parameters(engine.url).get("immutable") == "1"
         connections = _ProcessConnections(engine)
 
         @event.listens_for(engine, "do_connect")
@@ -304,6 +307,8 @@ class SQLiteDialect:
             if path is not None:
                 # Before any PRAGMA: switching to WAL would already write over a foreign file.
                 _refuse_foreign_file(path)
+                if read_only and not immutable:
+                    _roll_back_hot_journal(path)
             connections.add(dbapi_connection)
             # Autocommit at the driver, so the begin listener below owns every BEGIN.
             dbapi_connection.isolation_level = None
@@ -432,6 +437,12 @@ class SQLiteDialect:
     def lasting_parameters(self, url: URL) -> dict[str, str]:
         return {"immutable": "1"} if uri_parameters(url).get("immutable") == "1" else {}
 
+    def why_read_only(self, url: URL) -> str | None:
+        path = self.database_file(url)
+        if path is None or self.requests_read_only(url) or not path.exists():
+            return None
+        return why_not_writable(path)
+
     def read_only_media_url(self, url: URL) -> URL | None:
         path = self.database_file(url)
         if path is None or uri_parameters(url).get("immutable") == "1":
@@ -492,7 +503,9 @@ class SQLiteDialect:
     def writer_queue_file(self, url: URL, *, read_only: bool) -> Path | None:
         if read_only or _is_memory(url):
             return None
-        path = _filesystem_path(url).absolute()
+        # Through the links: a store opened by its real path and by a link to it (a linked
+        # state.db, a linked HERMES_HOME) is one store with one queue.
+        path = Path(os.path.realpath(_filesystem_path(url)))
         return path.with_name(path.name + WRITER_QUEUE_SUFFIX)
 
     def insert(self, table: Table) -> Insert:
@@ -561,11 +574,19 @@ class SQLiteDialect:
             "disk i/o error" in message and url is not None and no_room_left(self.store_files(url))
         ):
             return full_disk_error("the session store")
+        path = None if url is None else self.database_file(url)
         if "readonly database" in message or "read-only" in message:
-            return ReadOnlyStoreError(f"the session store is read-only here: {original}")
+            if path is not None and _has_hot_journal_candidate(path, original):
+                return ReadOnlyStoreError(_hot_journal_message(path))
+            why = None if path is None else why_not_writable(path)
+            if why is None:
+                return ReadOnlyStoreError(f"the session store is read-only here: {original}")
+            return ReadOnlyStoreError(f"the session store {path} is read-only here: {why}")
         if "file is not a database" in message or "malformed" in message:
+            named = "" if path is None else f": {path}"
             return StoreUnavailableError(
-                f"this file is not a usable SQLite database ({original}); it was not modified"
+                f"this file is not a usable SQLite database ({original}){named}; "
+                "it was not modified"
             )
         if missing_core_table().search(message):
             return SchemaMissingError(f"this database has no session tables ({original})")
@@ -777,6 +798,128 @@ def _refuse_foreign_file(path: Path) -> None:
             f"this file is not a usable SQLite database ({size} bytes, shorter than one "
             f"page): {path}; it was not modified"
         )
+
+
+def _has_hot_journal_candidate(path: Path, error: BaseException) -> bool:
+    """Whether a "readonly database" error met a rollback journal left beside ``path``:
+    SQLITE_READONLY_ROLLBACK by name where the driver names the extended code (the standard
+    library on Python 3.11+; pysqlite3 names only the primary SQLITE_READONLY), else by a
+    non-empty ``-journal`` (``stat``)."""
+    name = str(getattr(error, "sqlite_errorname", "") or "")
+    if name not in ("", "SQLITE_READONLY"):
+        return name == "SQLITE_READONLY_ROLLBACK"
+    try:
+        return os.stat(path.with_name(path.name + "-journal")).st_size > 0
+    except OSError:
+        return False
+
+
+def _owner(stat_result: os.stat_result) -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(stat_result.st_uid).pw_name
+    except (ImportError, KeyError):
+        return f"uid {stat_result.st_uid}"
+
+
+def _this_user() -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except (ImportError, KeyError, AttributeError):
+        return "this user"
+
+
+def why_not_writable(path: Path) -> str | None:
+    """Why this process cannot write the SQLite file ``path`` (a sentence saying what to
+    change), or None when it can. ``stat``/``access``/``statvfs`` only (the file rule): the
+    file, the directory where SQLite creates its ``-wal``, ``-shm`` and ``-journal``, the side
+    files another user left, a read-only file system."""
+    directory = path.parent
+    try:
+        if os.statvfs(directory).f_flag & os.ST_RDONLY:
+            return f"{directory} is on a read-only file system (read it with immutable=1)"
+    except (OSError, AttributeError):
+        pass
+    user = _this_user()
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    if not os.access(path, os.W_OK):
+        return (
+            f"{user} cannot write the file (mode {stat.S_IMODE(info.st_mode):04o}, owner "
+            f"{_owner(info)}): {_how_to_write(info, path)}"
+        )
+    for suffix in COMPANION_SUFFIXES:
+        side = path.with_name(path.name + suffix)
+        try:
+            side_info = os.stat(side)
+        except OSError:
+            continue
+        if not os.access(side, os.W_OK):
+            return (
+                f"{user} cannot write {side.name}, which {_owner(side_info)} left beside it: "
+                f"run as {_owner(side_info)}"
+            )
+    if not os.access(directory, os.W_OK | os.X_OK):
+        try:
+            how = _how_to_write(os.stat(directory), directory)
+        except OSError:
+            how = "give this user write access to it"
+        return (
+            f"{user} cannot write its directory {directory}, where SQLite keeps the -wal, "
+            f"-shm and -journal files beside it: {how}"
+        )
+    return None
+
+
+def _how_to_write(info: os.stat_result, path: Path) -> str:
+    """What lets this user write ``path``: its owner's ``chmod``, or running as its owner."""
+    chmod = f"`chmod u+w {shlex.quote(str(path))}`"
+    if hasattr(os, "geteuid") and info.st_uid == os.geteuid():
+        return f"make it writable ({chmod})"
+    return f"run as {_owner(info)}, or have {_owner(info)} give this user write access"
+
+
+def _hot_journal_message(path: Path) -> str:
+    journal = path.with_name(path.name + "-journal")
+    why = why_not_writable(path) or "a read-only open cannot roll it back"
+    return (
+        f"{path} has a rollback journal, {journal.name}, that a program left when it stopped "
+        f"in the middle of a write; SQLite rolls it back (the last committed state, nothing "
+        f"committed is lost) at the first open that can write the file, and {why}"
+    )
+
+
+def _roll_back_hot_journal(path: Path) -> None:
+    """A read-only connection cannot read a file whose rollback journal is hot (a writer
+    died mid-transaction: SQLITE_READONLY_ROLLBACK), and every reading verb would fail on it.
+    A writable connection of the store's own SQLite library, opened for one read and closed,
+    lets SQLite roll the journal back first, as any opener's first read does (Hermes's next
+    open too): the file returns to its last committed state, committed data untouched. Only
+    SQLite decides whether the journal is hot (a live writer's is not: its lock says so), and
+    only when this user may write the file; else the read fails and says why. ``stat`` first
+    (the file rule): nothing is opened outside SQLite, nothing at all without a journal."""
+    journal = path.with_name(path.name + "-journal")
+    try:
+        if os.stat(journal).st_size == 0 or not os.access(path, os.W_OK):
+            return
+    except OSError:
+        return
+    try:
+        conn = connect(str(path), timeout=0.0, isolation_level=None)
+    except Exception:
+        return
+    try:
+        conn.execute("PRAGMA schema_version").fetchone()
+    except Exception:
+        logger.debug("could not roll back the journal of %s", path, exc_info=True)
+    finally:
+        with contextlib.suppress(Exception):
+            conn.close()
 
 
 class _ProcessConnections:

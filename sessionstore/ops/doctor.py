@@ -176,13 +176,17 @@ def _check_schema(conn: Connection, url: URL) -> tuple[Check, bool]:
     head = migrate.head_revision()
     if status.revision != head:
         refusal = migrate.upgrade_refusal(status)
+        why = None if refusal is not None else dialect_for_url(url).why_read_only(url)
         remedy = refusal or f"run `{cli_command(url, 'db', 'upgrade')}`"
-        return Check(
-            "schema",
-            "fail",
-            f"at revision {status.revision or 'none'} (Hermes schema "
-            f"{status.schema_version or 'none'}), not {head}: {remedy}",
-        ), False
+        if why is not None:
+            remedy = f"it cannot be upgraded here: {why}; then {remedy}"
+        where = (
+            "empty (no schema yet)"
+            if status.revision is None and status.schema_version is None
+            else f"at revision {status.revision or 'none'} (Hermes schema "
+            f"{status.schema_version or 'none'})"
+        )
+        return Check("schema", "fail", f"{where}, not {head}: {remedy}"), False
     # Revisions after the Hermes chain keep writing Hermes's last number.
     expected = _REVISION_TO_HERMES.get(head, legacy.NEWEST_HERMES_SCHEMA)
     if legacy.is_too_new(status.schema_version):

@@ -22,18 +22,26 @@ from sqlalchemy.engine import URL, make_url
 
 from ..dialects import dialect_for_url, file_url_object
 from ..dialects.disk_space import full_disk_error, out_of_room_typed
-from ..errors import SessionStoreError, StoreFullError
+from ..errors import ReadOnlyStoreError, SessionStoreError, StoreFullError
 from .private_files import mode_of, private_copy, publish_new
 
 
 def backup_database(url: str | URL, *, clock: Callable[[], float] = time.time) -> Path | None:
     """Back the store up beside its file (the copy's path); None where this package takes no
-    backups (a server, an in-memory database)."""
+    backups (a server, an in-memory database). A file this process cannot write (its mode,
+    owner, directory, a side file another user left) raises ReadOnlyStoreError saying why,
+    before any copy: the change the backup is for would fail."""
     parsed = make_url(url)
     dialect = dialect_for_url(parsed)
     path = dialect.database_file(parsed)
     if path is None:
         return None
+    why = dialect.why_read_only(parsed)
+    if why is not None:
+        # The change the backup is taken for would fail: no copy is left beside the file.
+        raise ReadOnlyStoreError(
+            f"cannot change the session store {path}: {why}; nothing was written"
+        )
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(clock()))
     return write_copy(
         path,

@@ -14,7 +14,12 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
 from ..dialects import StoreDialect
-from ..errors import SessionStoreError, StoreBusyError, StoreUnavailableError
+from ..errors import (
+    ReadOnlyStoreError,
+    SessionStoreError,
+    StoreBusyError,
+    StoreUnavailableError,
+)
 from .command_hints import cli_command
 
 
@@ -32,16 +37,22 @@ def with_media_hint(
     dialect: StoreDialect, url: URL, translated: SessionStoreError
 ) -> SessionStoreError:
     """A store that cannot be opened because its directory cannot be written (a WAL file on
-    read-only media: SQLite needs its ``-shm`` beside it) is told how to read it anyway."""
-    if type(translated) is not StoreUnavailableError:
+    read-only media: SQLite needs its ``-shm`` beside it; SQLite says "unable to open", or,
+    in a directory this user may not write, SQLITE_READONLY_DIRECTORY) is told how to read it
+    anyway."""
+    if type(translated) not in (StoreUnavailableError, ReadOnlyStoreError):
         return translated
     media_url = dialect.read_only_media_url(url)
     if media_url is None:
         return translated
+    how = (
+        f"read it as it is with immutable=1: `{cli_command(media_url, 'sessions', 'list')}`, "
+        f"or SessionDB(url={media_url.render_as_string()!r})"
+    )
+    if type(translated) is ReadOnlyStoreError:
+        return ReadOnlyStoreError(f"{translated}; {how}")
     return StoreUnavailableError(
-        f"{translated}: its directory cannot be written (read-only media?); read it with "
-        f"immutable=1: `{cli_command(media_url, 'sessions', 'list')}`, or "
-        f"SessionDB(url={media_url.render_as_string()!r})"
+        f"{translated}: its directory cannot be written (read-only media?); {how}"
     )
 
 
