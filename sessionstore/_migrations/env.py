@@ -138,7 +138,11 @@ def _run_chain(connection: Connection) -> None:
     try:
         _adopt_and_migrate(connection)
     finally:
-        connection.info.pop(HERMES_SCHEMA_BEFORE_CHAIN, None)
+        # A KeyboardInterrupt mid-statement invalidates the connection (SQLite rolls the
+        # chain back as it closes); touching its info then raises SQLAlchemy's
+        # PendingRollbackError, which would replace the interrupt the user caused.
+        if not connection.invalidated:
+            connection.info.pop(HERMES_SCHEMA_BEFORE_CHAIN, None)
 
 
 def _adopt_and_migrate(connection: Connection) -> None:

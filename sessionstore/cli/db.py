@@ -278,7 +278,11 @@ def _change_schema(
     steps = _steps(before, revision, downgrade=downgrade)
     with out.stages(f"{'downgrading' if downgrade else 'upgrading'} {shown(url)}") as stage:
         progress = None if stage is None else _step_names(steps, stage, downgrade=downgrade)
-        apply(full(url), revision, before_change=backup_step, progress=progress)
+        try:
+            apply(full(url), revision, before_change=backup_step, progress=progress)
+        except KeyboardInterrupt:
+            _report_interrupted(url, backup_step)
+            raise
     backup = None if backup_step is None else backup_step.path
     if backup_step is not None and backup_step.found is not None:
         # What the store said under the migration's lock: another process may have done the
@@ -304,6 +308,20 @@ def _change_schema(
         })  # fmt: skip
     else:
         typer.echo(f"{verb} {shown(url)}: {_describe(plan.before)} -> {_describe(after)}")
+
+
+def _report_interrupted(url: URL, backup_step: BackupBeforeChange | None) -> None:
+    """Ctrl-C during a schema change: the chain is one transaction, so what it had not
+    committed was rolled back; the backup already written stays (it is complete), and the
+    user is told where it is and how to see where the store stands."""
+    backup = None if backup_step is None else backup_step.path
+    kept = "" if backup is None else f"; the backup written before it is kept: {backup}"
+    typer.echo(
+        f"interrupted: the schema change of {shown(url)} runs in one transaction, rolled back "
+        f"unless it had committed{kept}; {hint(url, 'db', 'current')} says where the store "
+        "stands",
+        err=True,
+    )
 
 
 def _report_nothing_to_do(url: URL, revision: str | None, as_json: bool) -> None:

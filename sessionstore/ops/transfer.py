@@ -66,6 +66,7 @@ else); a parent that is not in the target is set once the parent arrives, or lef
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import json
 import logging
@@ -232,6 +233,13 @@ def export_jsonl_file(
     (:mod:`sessionstore.storage.private_files`). A full disk raises StoreFullError and leaves
     ``output`` as it was."""
     mode = mode_of(store.dialect.database_file(store.url))
+    directory = output.parent
+    if directory.is_dir() and not os.access(directory, os.W_OK | os.X_OK):
+        # Else the error names the private workspace this user was not let create.
+        raise PermissionError(
+            errno.EACCES, f"cannot write the export {output.name} into this directory "
+            "(no write permission; choose another -o)", str(directory)
+        )
     with (
         out_of_room_typed(f"the export {output}", f"{output} was not written"),
         private_copy(output.parent, output.name, mode) as partial,
