@@ -40,7 +40,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shlex
 import sqlite3
 import stat
 import sys
@@ -878,6 +877,8 @@ def why_not_writable(path: Path) -> str | None:
 
 def _how_to_write(info: os.stat_result, path: Path) -> str:
     """What lets this user write ``path``: its owner's ``chmod``, or running as its owner."""
+    import shlex  # here: only a refusal needs it, and opening a store imports no more
+
     chmod = f"`chmod u+w {shlex.quote(str(path))}`"
     if hasattr(os, "geteuid") and info.st_uid == os.geteuid():
         return f"make it writable ({chmod})"
