@@ -409,12 +409,15 @@ class SQLiteDialect:
         (another process may be using them, and only SQLite knows), never the standard
         library's ``sqlite3`` beside a bundled one on one file (:mod:`.sqlite_library`).
         Nothing for an in-memory, ``immutable`` or ``mode=ro`` database (the caller asked
-        for no writable connection), or a file the user cannot write."""
+        for no writable connection), or a file the user cannot write: then side files this
+        user now owns beside another user's file are named in a warning, as they stop the
+        owner's writes (``_warn_of_foreign_side_files``)."""
         path = self.database_file(url)
         parameters = uri_parameters(url)
         if path is None or parameters.get("immutable") == "1" or parameters.get("mode") == "ro":
             return
         if not os.access(path, os.W_OK):
+            _warn_of_foreign_side_files(path)
             return
         try:
             conn = connect(str(path), timeout=0.0, isolation_level=None)
@@ -883,6 +886,44 @@ def _how_to_write(info: os.stat_result, path: Path) -> str:
     if hasattr(os, "geteuid") and info.st_uid == os.geteuid():
         return f"make it writable ({chmod})"
     return f"run as {_owner(info)}, or have {_owner(info)} give this user write access"
+
+
+def _warn_of_foreign_side_files(path: Path) -> None:
+    """Reading another user's WAL file that nobody had open, in a directory this user may
+    write, makes SQLite create its ``-wal`` and ``-shm`` owned by this user; this user cannot
+    write the file, so it cannot remove them either, and the owner's next write fails
+    ("attempt to write a readonly database") until they are gone. Not prevented (that needs
+    the file's header, which only SQLite may open here): said, with what to do. ``stat``
+    only."""
+    if not hasattr(os, "geteuid"):
+        return
+    me = os.geteuid()
+    try:
+        owner = os.stat(path).st_uid
+    except OSError:
+        return
+    if owner == me:
+        return
+    left = []
+    for suffix in ("-wal", "-shm"):
+        side = path.with_name(path.name + suffix)
+        try:
+            if os.stat(side).st_uid == me:
+                left.append(side)
+        except OSError:
+            continue
+    if not left:
+        return
+    import shlex  # here: only this warning needs it
+
+    names = " and ".join(side.name for side in left)
+    logger.warning(
+        "reading %s left %s beside it, owned by %s: its owner (%s) cannot write it until they "
+        "are removed (`rm %s`, once no program has it open); read another user's store with "
+        "immutable=1 (sqlite:///%s?immutable=1) to leave nothing",
+        path, names, _this_user(), _owner(os.stat(path)),
+        " ".join(shlex.quote(str(side)) for side in left), path,
+    )  # fmt: skip
 
 
 def _hot_journal_message(path: Path) -> str:

@@ -165,3 +165,25 @@ def test_the_writers_queue_of_a_linked_store_is_the_real_files(tmp_path: Path) -
         read_only=False,
     )
     assert by_link == real.with_name("state.db-writelock")
+
+
+def test_side_files_left_beside_another_users_file_are_named(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reading another user's WAL file that nobody had open leaves a -wal and -shm this user
+    owns, which stop the owner's writes: said, with the command that removes them."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        pytest.skip("chown to another user needs root (what the suite runs as)")
+    path = tmp_path / "state.db"
+    path.touch()
+    (tmp_path / "state.db-wal").touch()
+    (tmp_path / "state.db-shm").touch()
+    sqlite_dialect._warn_of_foreign_side_files(path)
+    assert caplog.records == []  # this user's own file: nothing to say
+    os.chown(path, 1234, 1234)
+    with caplog.at_level("WARNING", logger="sessionstore.dialects.sqlite"):
+        sqlite_dialect._warn_of_foreign_side_files(path)
+    [record] = caplog.records
+    said = record.getMessage()
+    assert "left state.db-wal and state.db-shm beside it" in said
+    assert f"`rm {path}-wal {path}-shm`" in said and "immutable=1" in said
