@@ -13,6 +13,7 @@ declared a read or a write (:mod:`sessionstore.sessions.access`) for its async m
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -57,6 +58,20 @@ ADOPTED_END_REASON = "adopted_by_profile"
 """How iot 0.22.2 ends a donor segment a lineage adoption moved away: not a recoverable end
 reason, so nothing resurrects it."""
 
+
+
+@functools.cache
+def _search_functions() -> tuple[
+    Callable[[Any], tuple[str, ...] | None],
+    Callable[..., bool],
+    Callable[..., list[dict[str, Any]]],
+]:
+    """The search's entry points, imported on first use, as the repository does (startup never
+    loads the search), and once: the import statements cost 4 us a search."""
+    from ..search.hits import hit_fields
+    from ..search.service import reads_alone, search_message_dicts
+
+    return hit_fields, reads_alone, search_message_dicts
 
 class SessionDB:
     """SQLite- (or PostgreSQL-) backed session storage with full-text search.
@@ -2278,8 +2293,7 @@ class SessionDB:
         ``before_ts`` keep the hits of sessions started in ``[after_ts, before_ts)`` (whole
         seconds; ``sessionstore.search.service.search_messages``).
         """
-        from ..search.hits import hit_fields
-
+        hit_fields, reads_alone, search_message_dicts = _search_functions()
         projection = hit_fields(fields)
         if projection is not None:
             hits = self.search_messages(
@@ -2289,10 +2303,7 @@ class SessionDB:
             return [{name: hit[name] for name in projection if name in hit} for hit in hits]
         if not isinstance(query, str):
             return []
-        # The repository's search, its hits built as dicts directly (no SearchHit between);
-        # imported on first use, as the repository does (startup never loads the search).
-        from ..search.service import reads_alone, search_message_dicts
-
+        # The repository's search, its hits built as dicts directly (no SearchHit between).
         sources, excluded, roles = (
             _as_list(source_filter), _as_list(exclude_sources), _as_list(role_filter)
         )

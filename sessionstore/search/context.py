@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from sqlalchemy import Select, and_, case, func, or_, select, text
@@ -78,19 +78,33 @@ def context_lines(*columns: Any) -> list[ContextLine]:
 def context_dicts(*columns: Any) -> list[dict[str, Any]]:
     """Hermes's ``context`` of a hit (``{"role", "content"}`` per line) from its
     :data:`ContextColumns`: :func:`context_lines` without the lines in between (a search
-    builds this for every hit it returns to ``SessionDB``)."""
+    builds this for every hit it returns to ``SessionDB``). A plain text (the common case) is
+    taken as is: the statement cut it (:data:`CONTEXT_COLUMNS`); :func:`_head_text` decides
+    the others."""
     if not columns:
         return []
     role, head, before_id, before_role, before_head, after_id, after_role, after_head = columns
-    hit = {"role": str(role), "content": _head_text(head)}
+    plain = _ENCODED
+    hit = {"role": str(role), "content": head[:_CHARS] if type(head) is str
+           and not head.startswith(plain) else _head_text(head)}
     if before_id is None:
         if after_id is None:
             return [hit]
-        return [hit, {"role": str(after_role), "content": _head_text(after_head)}]
-    before = {"role": str(before_role), "content": _head_text(before_head)}
+        return [hit, {"role": str(after_role), "content": after_head[:_CHARS]
+                      if type(after_head) is str and not after_head.startswith(plain)
+                      else _head_text(after_head)}]
+    before = {"role": str(before_role), "content": before_head[:_CHARS]
+              if type(before_head) is str and not before_head.startswith(plain)
+              else _head_text(before_head)}
     if after_id is None:
         return [before, hit]
-    return [before, hit, {"role": str(after_role), "content": _head_text(after_head)}]
+    return [before, hit, {"role": str(after_role), "content": after_head[:_CHARS]
+                          if type(after_head) is str and not after_head.startswith(plain)
+                          else _head_text(after_head)}]
+
+
+_ENCODED: Final = ENCODED_CONTENT_PREFIXES
+_CHARS: Final = CONTEXT_CONTENT_CHARS
 
 
 def _head_text(head: Any) -> str:
@@ -131,14 +145,35 @@ def _neighbour_sql(hit: str, *, before: bool) -> str:
     )
 
 
-CONTEXT_COLUMNS: Final = (
-    f"m.role, {_head_sql('m.content')}, context_before.id, context_before.role,"
-    f" {_head_sql('context_before.content')}, context_after.id, context_after.role,"
-    f" {_head_sql('context_after.content')}"
-)
+def _sqlite_head_sql(content: str) -> str:
+    """:func:`_head_sql` in comparisons SQLite makes without reading the text as characters
+    (``length()`` counts every character of a message, ``substr()`` those of its head): a
+    text below ``char(1)`` is empty or starts with NUL (``length() = 0``), an empty blob is
+    the other value of length 0, and a prefix is a range of the binary order. The very values
+    :func:`_head_sql` gives, blobs, NULs and the marker included; 18 us of a CJK search's
+    0.25 ms statement for 20 hits."""
+    prefix = STORED_ON_POSTGRESQL_PREFIX
+    assert "'" not in prefix and prefix.endswith(":")
+    after = prefix[:-1] + ";"
+    return (f"CASE WHEN {content} < char(1) OR {content} = x'' OR ({content} >= '{prefix}'"
+            f" AND {content} < '{after}') THEN {content}"
+            f" ELSE substr({content}, 1, {CONTEXT_CONTENT_CHARS}) END")
+
+
+def _context_columns(head_sql: Callable[[str], str]) -> str:
+    return (
+        f"m.role, {head_sql('m.content')}, context_before.id, context_before.role,"
+        f" {head_sql('context_before.content')}, context_after.id, context_after.role,"
+        f" {head_sql('context_after.content')}"
+    )
+
+
+CONTEXT_COLUMNS: Final = _context_columns(_head_sql)
 """The :data:`ContextColumns` of a hit aliased ``m`` (what :func:`context_lines` takes) in a
 statement that adds :data:`CONTEXT_JOINS`: a search reads its hits' context in the statement
 that reads their columns (one statement less than :func:`fetch_context`)."""
+SQLITE_CONTEXT_COLUMNS: Final = _context_columns(_sqlite_head_sql)
+""":data:`CONTEXT_COLUMNS` as SQLite computes them fastest (:func:`_sqlite_head_sql`)."""
 CONTEXT_JOINS: Final = (
     f" LEFT JOIN messages AS context_before ON context_before.id = "
     f"{_neighbour_sql('m', before=True)}"

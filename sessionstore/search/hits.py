@@ -218,19 +218,19 @@ def substring_snippet(
 # fixed width starts or ends mid-sentence; backing off to the nearest of these (when the
 # window holds one) shows whole sentences around the hit.
 # Found by a compiled pattern, not a loop over the characters (two per substring hit).
-_SENTENCE_END = re.compile("[。！？!?；;\n]")
-_TO_LAST_SENTENCE_END = re.compile("^.*[。！？!?；;\n]", re.DOTALL)
+SENTENCE_END: Final = re.compile("[。！？!?；;\n]")
+TO_LAST_SENTENCE_END: Final = re.compile("^.*[。！？!?；;\n]", re.DOTALL)
 
 
 def _from_sentence_start(before: str) -> str:
     """``before`` from just after its first sentence end (as is when it holds none)."""
-    found = _SENTENCE_END.search(before)
+    found = SENTENCE_END.search(before)
     return before if found is None else before[found.end() :].lstrip()
 
 
 def _to_sentence_end(after: str) -> str:
     """``after`` up to and including its last sentence end (as is when it holds none)."""
-    found = _TO_LAST_SENTENCE_END.match(after)
+    found = TO_LAST_SENTENCE_END.match(after)
     return after if found is None else after[: found.end()]
 
 

@@ -14,7 +14,7 @@
    (``SessionDB``: :func:`search_message_dicts`, built from the rows, no hit in between).
 
 The database's search index is the one :mod:`.registry` keeps for its dialect
-(``search_index_for(dialect_for(conn))``): this module never names a database.
+(``search_index_of(conn)``): this module never names a database.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from ..dialects import dialect_for
 from . import request
 from .context import context_dicts, context_lines, fetch_context
 from .hits import ContextMessage, FoundRow, SearchHit
-from .registry import search_index_for
+from .registry import search_index_of
 from .request import make_filters, make_page
 from .sanitize import contains_cjk, sanitize_fts5_query
 from .terms import SubstringQuery, parse_substring_query
@@ -151,11 +151,19 @@ def search_message_dicts(
 ) -> list[dict[str, Any]]:
     """:func:`search_messages`'s hits as Hermes's dicts (``SearchHit.to_dict``), built from
     the rows directly: ``SessionDB``'s search, which returns dicts, never needs the hits."""
-    return [_hit_dict(row) for row in found_rows(
+    rows = found_rows(
         conn, query, source_filter=source_filter, exclude_sources=exclude_sources,
         role_filter=role_filter, limit=limit, offset=offset,
         include_inactive=include_inactive, sort=sort, after_ts=after_ts, before_ts=before_ts,
-    )]  # fmt: skip
+    )  # fmt: skip
+    # What SearchHit.to_dict returns for each row, without the hit in between, written out
+    # here: one call less a hit.
+    return [
+        {"id": row[0], "session_id": row[1], "role": row[2], "snippet": row[3],
+         "timestamp": row[4], "tool_name": row[5], "source": row[6], "model": row[7],
+         "session_started": row[8], "context": context_dicts(*row[9] or ())}
+        for row in rows
+    ]  # fmt: skip
 
 
 def found_rows(
@@ -191,7 +199,7 @@ def found_rows(
     parsed = _parsed(query) if len(query) <= CACHED_QUERY_CHARS else _parse(query)
     if parsed is None:
         return []
-    index = search_index_for(dialect_for(conn))
+    index = search_index_of(conn)
     if isinstance(parsed, SubstringQuery):
         rows = index.substring_matches(conn, parsed, filters, page)
     else:
@@ -216,14 +224,3 @@ def _search_hit(row: FoundRow) -> SearchHit:
         [ContextMessage(role, content, is_hit)
          for role, content, is_hit in context_lines(*row.context or ())],
     )  # fmt: skip
-
-
-def _hit_dict(row: FoundRow) -> dict[str, Any]:
-    """What :meth:`SearchHit.to_dict` returns for this row, without the hit in between
-    (``SessionDB``'s search builds one per hit)."""
-    id_, session_id, role, snippet, timestamp, tool_name, source, model, started, context = row
-    return {
-        "id": id_, "session_id": session_id, "role": role, "snippet": snippet,
-        "timestamp": timestamp, "tool_name": tool_name, "source": source, "model": model,
-        "session_started": started, "context": context_dicts(*context or ()),
-    }  # fmt: skip

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import json
+import time
 import weakref
 from typing import Any, Final
 
@@ -31,18 +32,23 @@ from . import object_names as names
 from . import request as search_request
 from . import sqlite_backfill as backfill
 from . import sqlite_ddl as ddl
-from .context import CONTEXT_COLUMNS, CONTEXT_JOINS
+from .context import CONTEXT_JOINS
+from .context import SQLITE_CONTEXT_COLUMNS as CONTEXT_COLUMNS
 from .deferred_rebuild import BackfillTarget
 from .hits import (
+    SENTENCE_END,
     SNIPPET_ELLIPSIS,
     SNIPPET_END,
     SNIPPET_START,
     SUBSTRING_SNIPPET_SIDE_CHARS,
+    TO_LAST_SENTENCE_END,
     FoundRow,
     substring_snippet,
 )
 from .index import IndexHealth, optimize_each
-from .long_text_snippets import long_text_snippet, snippet_chars, term_pattern
+from .long_text_snippets import long_text_snippet
+from .long_text_snippets import snippet_chars as _snippet_chars
+from .long_text_snippets import term_pattern as _term_pattern
 from .request import (
     ONE_STATEMENT_OFFSET,
     Page,
@@ -56,6 +62,11 @@ from .terms import SubstringQuery, Term, index_tokens, parse_substring_query
 
 LIKE_ESCAPE: Final = "\\"
 SNIPPET_TOKENS: Final = 40
+
+# A query's longest FTS5-cut message and its terms' pattern, derived from its text alone
+# (6 us a word search).
+snippet_chars: Final = functools.lru_cache(maxsize=512)(_snippet_chars)
+term_pattern: Final = functools.lru_cache(maxsize=512)(_term_pattern)
 
 _MARKERS: Final = {
     "mark_start": SNIPPET_START,
@@ -171,44 +182,37 @@ _WINDOW_FROM_FLOOR: Final = (
 # lower() finds the very occurrence LIKE matched: in the content, else the tool calls, else the
 # tool name (the columns the search covers; an assistant's tool-call message has no content).
 # Each position is computed once per page row ("OFFSET 0" keeps SQLite from flattening the
-# subquery, which would copy the instr() into every expression that names it), and the text
-# around the hit is one substr() that Python cuts into before / hit / after. The hits' context
-# is read by the same statement.
+# subquery, which would copy the instr() into every expression that names it), as one number
+# (position * 4 + the column it is in: coalesce() stops at the first column holding it, so the
+# tool calls and name are searched only when the content lacks it; one subquery less than a
+# column each: 2-4 % of the statement), and the text around the hit is one substr() that
+# Python cuts into before / hit / after. The hits' context is read by the same statement.
 _SUBSTRING_SEARCH: Final = f"""
 SELECT hit.id, hit.session_id, hit.role, hit.timestamp, hit.tool_name, hit.source, hit.model,
-       hit.started_at, hit.hit_start,
-       substr(CASE hit.hit_column WHEN 2 THEN m.tool_calls WHEN 3 THEN m.tool_name
+       hit.started_at, hit.found >> 2,
+       substr(CASE hit.found & 3 WHEN 2 THEN m.tool_calls WHEN 3 THEN m.tool_name
                    ELSE m.content END,
-              max(1, hit.hit_start - {SUBSTRING_SNIPPET_SIDE_CHARS}),
-              CASE WHEN hit.hit_start > 0
-                   THEN hit.hit_start - max(1, hit.hit_start - {SUBSTRING_SNIPPET_SIDE_CHARS})
+              max(1, (hit.found >> 2) - {SUBSTRING_SNIPPET_SIDE_CHARS}),
+              CASE WHEN hit.found >> 2 > 0
+                   THEN (hit.found >> 2) - max(1, (hit.found >> 2) - {SUBSTRING_SNIPPET_SIDE_CHARS})
                         + length(:needle) + {SUBSTRING_SNIPPET_SIDE_CHARS + 1}
                    ELSE {2 * SUBSTRING_SNIPPET_SIDE_CHARS + 1} END),
        {CONTEXT_COLUMNS}
 FROM (
-    SELECT found.*,
-           CASE WHEN found.in_content > 0 THEN found.in_content
-                WHEN found.in_calls > 0 THEN found.in_calls
-                WHEN found.in_name > 0 THEN found.in_name ELSE 0 END AS hit_start,
-           CASE WHEN found.in_content > 0 THEN 1 WHEN found.in_calls > 0 THEN 2
-                WHEN found.in_name > 0 THEN 3 ELSE 1 END AS hit_column
+    SELECT m.id, m.session_id, m.role, m.timestamp, m.tool_name, s.source, s.model,
+           s.started_at,
+           coalesce(nullif(instr(lower(m.content), lower(:needle)), 0) * 4 + 1,
+                    nullif(instr(lower(m.tool_calls), lower(:needle)), 0) * 4 + 2,
+                    nullif(instr(lower(m.tool_name), lower(:needle)), 0) * 4 + 3, 1) AS found
     FROM (
-        SELECT m.id, m.session_id, m.role, m.timestamp, m.tool_name, s.source, s.model,
-               s.started_at,
-               coalesce(instr(lower(m.content), lower(:needle)), 0) AS in_content,
-               coalesce(instr(lower(m.tool_calls), lower(:needle)), 0) AS in_calls,
-               coalesce(instr(lower(m.tool_name), lower(:needle)), 0) AS in_name
-        FROM (
-            SELECT m.id
-            {{candidates}}
-            WHERE {{match}}({{verify}}) {{filters}}
-            ORDER BY {{order}}
-            LIMIT {{limit}} OFFSET :offset
-        ) AS page
-        JOIN messages AS m ON m.id = page.id
-        JOIN sessions AS s ON s.id = m.session_id
-        LIMIT -1 OFFSET 0
-    ) AS found
+        SELECT m.id
+        {{candidates}}
+        WHERE {{match}}({{verify}}) {{filters}}
+        ORDER BY {{order}}
+        LIMIT {{limit}} OFFSET :offset
+    ) AS page
+    JOIN messages AS m ON m.id = page.id
+    JOIN sessions AS s ON s.id = m.session_id
     LIMIT -1 OFFSET 0
 ) AS hit
 JOIN messages AS m ON m.id = hit.id
@@ -346,9 +350,12 @@ _STOP_EARLY_FROM: Final = 10_000
 _SCHEMA_AND_HIGHEST: Final = """
 SELECT (SELECT schema_version FROM pragma_schema_version), (SELECT max(id) FROM messages)
 """
-_CATALOG: weakref.WeakKeyDictionary[Engine, tuple[Any, tuple[str, ...], frozenset[str]]] = (
-    weakref.WeakKeyDictionary()
-)
+_CATALOG: weakref.WeakKeyDictionary[
+    Engine, tuple[Any, tuple[str, ...], frozenset[str], int, float]
+] = weakref.WeakKeyDictionary()
+_CATALOG_TRUSTED_S: Final = 1.0
+"""How long a substring search uses the catalog an earlier search read without asking again
+(see _substring_present)."""
 
 
 def _present(conn: Connection, wanted: tuple[str, str, str]) -> set[str]:
@@ -363,44 +370,112 @@ def _present(conn: Connection, wanted: tuple[str, str, str]) -> set[str]:
         rows = hot_rows(
             conn, _PRESENT, {"first": wanted[0], "second": wanted[1], "third": wanted[2]}
         )
-        known = _CATALOG[engine] = (version, wanted, frozenset(str(row[0]) for row in rows))
-    present = set(known[2])
-    if int(highest or 0) >= _STOP_EARLY_FROM:
+        objects = frozenset(str(row[0]) for row in rows)
+    else:
+        objects = known[2]
+    highest = int(highest or 0)
+    _CATALOG[engine] = (version, wanted, objects, highest, time.monotonic())
+    return _with_size(objects, highest)
+
+
+def _with_size(objects: frozenset[str], highest: int) -> set[str]:
+    present = set(objects)
+    if highest >= _STOP_EARLY_FROM:
         present.add(_STOPS_EARLY)
     return present
+
+
+def _substring_present(conn: Connection) -> tuple[set[str], bool]:
+    """The substring objects a search may use, and whether they are an earlier search's
+    (True: no statement asked; read within :data:`_CATALOG_TRUSTED_S`) rather than read now.
+
+    The cookie statement cost 25-30 us of a 0.5 ms search (thread CPU, on the driver). What
+    an older catalog gets wrong cannot change a result: every shape a catalog picks finds the
+    same hits (the scan, the bigram index, its covering index, the proven early page), and
+    the size only decides whether to try stopping early. An object made since is used once
+    the catalog is read again; one dropped since fails the statement's prepare ("no such
+    table"/"no such index"), and the page is read again from the catalog read then
+    (_substring_rows)."""
+    known = _CATALOG.get(conn.engine)
+    if (
+        known is None or known[1] != _SUBSTRING_OBJECTS
+        or time.monotonic() - known[4] >= _CATALOG_TRUSTED_S
+    ):  # fmt: skip
+        return _present(conn, _SUBSTRING_OBJECTS), False
+    return _with_size(known[2], known[3]), True
 
 
 _STOPS_EARLY: Final = ":stops-early"
 
 
+def _substring_page(
+    conn: Connection, parts: tuple[str, bool, str, dict[str, str], str, bool],
+    present: set[str], filters: SearchFilters, page: Page, within: tuple[int, int] | None,
+) -> list[tuple[Any, ...]]:  # fmt: skip
+    """The rows of a substring page (_SUBSTRING_SEARCH's), in the shape the objects
+    ``present`` allow (see SQLiteSearchIndex._substring_rows)."""
+    needle, _, verification, terms, grams, answered = parts
+    params: dict[str, Any] = {"needle": needle, **page.params, **terms}
+    candidates, match, verify = _SCAN_CANDIDATES, "", verification
+    if within is not None:
+        match = _WITHIN_IDS
+        params["within_low"], params["within_high"] = within
+    if names.BIGRAM_TABLE in present:
+        candidates, match = _BIGRAM_CANDIDATES, _BIGRAM_MATCH
+        params["grams"] = grams
+        if answered:
+            verify = "1"  # the tokens are the text itself: nothing left to verify
+            if names.SUBSTRING_PAGE_INDEX in present:
+                candidates = _BIGRAM_CANDIDATES_COVERED
+    sessions = _SESSIONS if filters.by_session else ""
+    ordering = {
+        "order": filters.time_order(),
+        "limit": str(page.limit),
+        "page_order": filters.time_order("hit"),
+    }
+    proof = _proof_fragments(filters, page) if within is None else None
+    rows = []
+    if proof and {names.BIGRAM_TABLE, names.SUBSTRING_TIME_INDEX, _STOPS_EARLY} <= present:
+        rows = filtered_rows(
+            conn, _EARLY_SUBSTRING_SEARCH, filters, params,
+            first_candidates=candidates + sessions, first_verify=verify,
+            candidates=_FIRST_HITS_CANDIDATES + sessions, match="", verify=_PROVEN,
+            **proof, **ordering,
+        )  # fmt: skip
+    if not rows:  # unproven (or no hit at all): order every candidate
+        rows = filtered_rows(
+            conn, _SUBSTRING_SEARCH, filters, params, candidates=candidates + sessions,
+            match=match, verify=verify, **ordering,
+        )  # fmt: skip
+    return rows
+
+
 def _cut_snippet(hit_start: Any, window: Any, needle_length: int) -> str:
     """The substring snippet from the text around the hit (see _SUBSTRING_SEARCH): the up to
     SUBSTRING_SNIPPET_SIDE_CHARS characters before it, the hit, and one more than that after
-    it; the start of the text when the hit was not located (``hit_start`` 0)."""
+    it; the start of the text when the hit was not located (``hit_start`` 0).
+    :func:`~.hits.substring_snippet`'s result, cut in one call (a search cuts one per hit)."""
     text = window or ""
     position = int(hit_start or 0)
     if position <= 0:
         return substring_snippet(position, None, None, text)
-    before = position - max(1, position - SUBSTRING_SNIPPET_SIDE_CHARS)
-    return substring_snippet(
-        position,
-        text[:before],
-        text[before : before + needle_length],
-        text[before + needle_length :],
-    )
+    side = SUBSTRING_SNIPPET_SIDE_CHARS
+    before = side if position > side else position - 1  # position - max(1, position - side)
+    matched = text[before : before + needle_length]
+    if not matched:
+        return substring_snippet(position, text[:before], matched, text[before + needle_length :])
+    head, after = text[:before], text[before + needle_length :]
+    if position > side + 1:
+        found = SENTENCE_END.search(head)
+        head = SNIPPET_ELLIPSIS + (head if found is None else head[found.end() :].lstrip())
+    if len(after) > side:
+        after = after[:side]
+        found = TO_LAST_SENTENCE_END.match(after)
+        after = (after if found is None else after[: found.end()]) + SNIPPET_ELLIPSIS
+    return f"{head}{SNIPPET_START}{matched}{SNIPPET_END}{after}"
 
 
 _new_tuple: Final = tuple.__new__
-
-
-def _found(row: tuple[Any, ...], snippet: Any) -> FoundRow:
-    """:func:`~.hits.match_row` of a row laid out as _WORD_DETAILS reads it (the snippet
-    given apart), its context the eight columns after the first ten, in one call: a search
-    builds one per hit."""
-    return _new_tuple(FoundRow, (
-        int(row[0]), str(row[1]), str(row[2]), "" if snippet is None else str(snippet),
-        float(row[4]), row[5], str(row[6]), row[7], float(row[8]), row[10:18],
-    ))  # fmt: skip
 
 
 class SQLiteSearchIndex:
@@ -430,11 +505,18 @@ class SQLiteSearchIndex:
             if not is_query_error(exc):
                 raise
             return []
-        terms = term_pattern(query) if any(row[9] is not None for row in rows) else None
+        # The fields of hits.match_row, in one expression a hit; a long
+        # message's snippet is cut here (row[9]: its content). A row laid out as _WORD_DETAILS
+        # reads it, its context the eight columns after the first ten.
         return [
-            _found(row, row[3] if row[9] is None else long_text_snippet(row[9], terms))
+            _new_tuple(FoundRow, (
+                int(row[0]), str(row[1]), str(row[2]),
+                ("" if row[3] is None else str(row[3])) if row[9] is None
+                else long_text_snippet(row[9], term_pattern(query)),
+                float(row[4]), row[5], str(row[6]), row[7], float(row[8]), row[10:18],
+            ))
             for row in rows
-        ]
+        ]  # fmt: skip
 
     @staticmethod
     def _ranked_rows(
@@ -541,40 +623,20 @@ class SQLiteSearchIndex:
     ) -> list[FoundRow]:  # fmt: skip
         """Substring hits; ``within``: only among the ids ``low < id <= high``, every row
         scanned (no index holds them)."""
-        needle, indexable, verification, terms, grams, answered = _substring_parts(query)
-        params: dict[str, Any] = {"needle": needle, **page.params, **terms}
-        candidates, match, verify = _SCAN_CANDIDATES, "", verification
+        needle, indexable, _, _, _, _ = parts = _substring_parts(query)
         if within is not None:
-            match, indexable = _WITHIN_IDS, False
-            params["within_low"], params["within_high"] = within
-        present = _present(conn, _SUBSTRING_OBJECTS) if indexable else set()
-        if names.BIGRAM_TABLE in present:
-            candidates, match = _BIGRAM_CANDIDATES, _BIGRAM_MATCH
-            params["grams"] = grams
-            if answered:
-                verify = "1"  # the tokens are the text itself: nothing left to verify
-                if names.SUBSTRING_PAGE_INDEX in present:
-                    candidates = _BIGRAM_CANDIDATES_COVERED
-        sessions = _SESSIONS if filters.by_session else ""
-        ordering = {
-            "order": filters.time_order(),
-            "limit": str(page.limit),
-            "page_order": filters.time_order("hit"),
-        }
-        proof = _proof_fragments(filters, page) if within is None else None
-        rows = []
-        if proof and {names.BIGRAM_TABLE, names.SUBSTRING_TIME_INDEX, _STOPS_EARLY} <= present:
-            rows = filtered_rows(
-                conn, _EARLY_SUBSTRING_SEARCH, filters, params,
-                first_candidates=candidates + sessions, first_verify=verify,
-                candidates=_FIRST_HITS_CANDIDATES + sessions, match="", verify=_PROVEN,
-                **proof, **ordering,
-            )  # fmt: skip
-        if not rows:  # unproven (or no hit at all): order every candidate
-            rows = filtered_rows(
-                conn, _SUBSTRING_SEARCH, filters, params, candidates=candidates + sessions,
-                match=match, verify=verify, **ordering,
-            )  # fmt: skip
+            indexable = False
+        present, remembered = _substring_present(conn) if indexable else (set(), False)
+        try:
+            rows = _substring_page(conn, parts, present, filters, page, within)
+        except OperationalError as exc:
+            # An object the last search's catalog named was dropped since (by a repair, or
+            # another program): the catalog is read now, and the page read again.
+            if not remembered or "no such" not in str(exc.orig).lower():
+                raise
+            _CATALOG.pop(conn.engine, None)
+            present = _present(conn, _SUBSTRING_OBJECTS)
+            rows = _substring_page(conn, parts, present, filters, page, within)
         size = len(needle)
         return [
             _new_tuple(FoundRow, (

@@ -926,6 +926,28 @@ def test_cjk_search_scans_when_the_bigram_index_is_absent(sqlite_store: Store) -
     assert log.containing("LIKE") and not log.containing(f"{BIGRAM_TABLE} MATCH")
 
 
+
+def test_cjk_search_follows_its_index_dropped_and_made_under_it(
+    sqlite_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A substring search uses the catalog an earlier search read for up to a second
+    (``_substring_present``: no statement of its own): an index dropped since (by a repair,
+    another program) fails its statement, which is read again from the catalog; one made since
+    is used once the catalog is read again. The hits are the same throughout."""
+    ids = seed(sqlite_store, CORPUS)
+    cjk_ddl = pytest.importorskip("sessionstore._migrations.revision_0021_ddl")
+    assert names_of(search(sqlite_store, "数据库"), ids) == ["chinese"]
+    sqlite_store.write(cjk_ddl.sqlite_drop_bigram_index)
+    with StatementLog(sqlite_store) as log:
+        assert names_of(search(sqlite_store, "数据库"), ids) == ["chinese"]
+    assert log.containing("LIKE")
+    sqlite_store.write(lambda conn: SQLiteSearchIndex().create(conn))
+    assert names_of(search(sqlite_store, "数据库"), ids) == ["chinese"]
+    monkeypatch.setattr(sqlite_search, "_CATALOG_TRUSTED_S", 0.0)
+    with StatementLog(sqlite_store) as log:
+        assert names_of(search(sqlite_store, "数据库"), ids) == ["chinese"]
+    assert log.containing(f"{BIGRAM_TABLE} MATCH")
+
 def bigram_ids(store: Store, needle: str) -> set[int]:
     from sessionstore.search.sqlite import bigram_match
 
