@@ -20,7 +20,8 @@ pytestmark = pytest.mark.slow
 def test_the_release_s_own_tests_pass_on_the_drop_in(suite: Suite, tmp_path: Path) -> None:
     theirs, ours = run_both(suite, tmp_path)
     listed = known_divergences(suite)
-    assert sum(outcome == "passed" for outcome in theirs.values()) > 250, theirs
+    # the baseline ran (0.13.0 has 227 tests, all passing on its own module)
+    assert sum(outcome == "passed" for outcome in theirs.values()) > 200, theirs
     diverging = {test for test, outcome in theirs.items()
                  if outcome == "passed" and ours.get(test) != "passed"}  # fmt: skip
     unlisted = unexplained(diverging, listed)
