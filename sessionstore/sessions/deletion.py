@@ -114,8 +114,22 @@ def _delete_sessions(conn: Connection, session_ids: Sequence[str]) -> None:
     ``system_prompts`` rows no session names any more (iot's rule: a row still named, by a
     prompt hash or a tool pin, stays). ``conversation_generations`` is never touched: a
     peer's generation must not be issued twice, even once all its sessions are gone."""
+    session_ids = sorted(session_ids)  # one lock order for every deleter, chunk after chunk
     for start in range(0, len(session_ids), _DELETE_CHUNK):
         chunk = list(session_ids[start : start + _DELETE_CHUNK])
+        # The doomed rows are locked first, in id order (FOR UPDATE: nothing on SQLite, whose
+        # writer holds the whole file). On a server an append in flight holds its session's
+        # row until it commits, and a new child's foreign key check shares its parent's: the
+        # delete waits for those, and its next statements see their rows; those that come
+        # after wait for the delete and find the session gone. Without it, a message or a
+        # child committed after the DELETE of messages read its rows failed the delete on a
+        # foreign key (a raw IntegrityError).
+        conn.execute(
+            select(sessions.c.id)
+            .where(sessions.c.id.in_(chunk))
+            .order_by(sessions.c.id)
+            .with_for_update()
+        ).all()
         conn.execute(
             update(sessions)
             .where(sessions.c.parent_session_id.in_(chunk))

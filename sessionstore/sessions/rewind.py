@@ -486,8 +486,11 @@ class RewindPart(MessagesPart):
                     )
             config = None
             if patch is not None:
+                # Locked as require_session locks it: a concurrent delete is waited for.
                 found = conn.execute(
-                    select(sessions.c.model_config).where(sessions.c.id == session_id)
+                    select(sessions.c.model_config)
+                    .where(sessions.c.id == session_id)
+                    .with_for_update(key_share=True)
                 ).first()
                 if found is None:
                     raise UnknownSessionError(f"session {session_id!r} does not exist")

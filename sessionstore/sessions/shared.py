@@ -87,8 +87,16 @@ def session_exists(conn: Connection, session_id: str) -> bool:
 
 
 def require_session(conn: Connection, session_id: str) -> None:
-    """``UnknownSessionError`` unless the session exists (inside the caller's transaction)."""
-    if not session_exists(conn, session_id):
+    """``UnknownSessionError`` unless the session exists, for a write that goes on to change
+    its rows: the row stays locked until the caller's transaction ends (``FOR NO KEY
+    UPDATE``, the lock the write's own counter update takes; nothing on SQLite, whose writer
+    holds the whole file). A delete of the session committed meanwhile is waited for and
+    seen (this error), and one that comes later waits for the write: without the lock, the
+    write's inserts met a deleted session as a raw foreign key violation."""
+    found = conn.execute(
+        select(sessions.c.id).where(sessions.c.id == session_id).with_for_update(key_share=True)
+    ).first()
+    if found is None:
         raise UnknownSessionError(f"session {session_id!r} does not exist")
 
 

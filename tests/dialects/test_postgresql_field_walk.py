@@ -1,0 +1,165 @@
+"""What the PostgreSQL field walk found (docs/postgresql.md, "Field walk"), each on the test
+server for real: a scratch role with the settings a DBA gives it (created and dropped here),
+``pg_terminate_backend`` of the test's own connections, and row locks held by a second
+connection to put two writers exactly where their interleaving used to fail.
+
+- a delete and a write to the same session, interleaved, are serialized by the session's row
+  (they met as raw foreign key violations).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+from sessionstore import UnknownSessionError
+from sessionstore.api.session_db import SessionDB
+
+WAIT_S = 30.0
+"""The bound on every wait of these tests (none is expected to come near it)."""
+PATIENT = 30.0
+"""A store's busy timeout (its ``lock_timeout``) where the test decides when a lock goes."""
+
+
+def plain(url: str) -> str:
+    """The URL as libpq reads it (no SQLAlchemy driver name)."""
+    return sa.make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def admin(url: str) -> psycopg.Connection[Any]:
+    return psycopg.connect(plain(url), autocommit=True)
+
+
+@pytest.fixture
+def role(pg_store_url: str) -> Iterator[Callable[..., str]]:
+    """``role(*settings, privileges=...)``: a scratch login role on the test database, with
+    ``ALTER ROLE ... SET`` settings; the store URL that logs in as it. Dropped afterwards."""
+    made: list[str] = []
+
+    def make(*settings: str, privileges: str = "ALL", limit: int | None = None) -> str:
+        name = f"walk_{uuid.uuid4().hex[:12]}"
+        with admin(pg_store_url) as conn:
+            conn.execute(f"CREATE ROLE {name} LOGIN")
+            made.append(name)
+            conn.execute(f"GRANT {privileges} ON ALL TABLES IN SCHEMA public TO {name}")
+            conn.execute(f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {name}")
+            for setting in settings:
+                conn.execute(f"ALTER ROLE {name} SET {setting}")
+            if limit is not None:
+                conn.execute(f"ALTER ROLE {name} CONNECTION LIMIT {limit}")
+        return sa.make_url(pg_store_url).set(username=name).render_as_string(hide_password=False)
+
+    yield make
+    with admin(pg_store_url) as conn:
+        for name in made:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
+                (name,),
+            )
+            conn.execute(f"DROP OWNED BY {name}")
+            conn.execute(f"DROP ROLE {name}")
+
+
+def wait_for(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.01)
+
+
+def someone_waits_for_a_lock(url: str) -> bool:
+    with admin(url) as conn:
+        found = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock'"
+        ).fetchone()
+    return bool(found and found[0])
+
+
+class InThread:
+    """A call run in a thread: its result or its exception, once it returned."""
+
+    def __init__(self, call: Callable[[], Any]) -> None:
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                self.result = call()
+            except BaseException as exc:
+                self.error = exc
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+
+    def join(self) -> Any:
+        self.thread.join(WAIT_S)
+        assert not self.thread.is_alive(), "the call never returned"
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+def messages_of(url: str, session_id: str) -> list[str]:
+    with admin(url) as conn:
+        return [str(row[0]) for row in conn.execute(
+            "SELECT content FROM messages WHERE session_id = %s ORDER BY id", (session_id,))]
+
+
+def hold_session_row(url: str, session_id: str) -> psycopg.Connection[Any]:
+    """A second connection that holds the session's row (as a writer mid-transaction)."""
+    holder = psycopg.connect(plain(url))
+    holder.execute("SELECT 1 FROM sessions WHERE id = %s FOR UPDATE", (session_id,))
+    return holder
+
+
+
+def test_a_delete_waits_for_an_append_in_flight_and_takes_its_message(
+    pg_store_url: str,
+) -> None:
+    with SessionDB(url=pg_store_url, busy_timeout_s=PATIENT) as db:
+        db.create_session("s", "cli")
+        writer = psycopg.connect(plain(pg_store_url))  # an append of another process
+        writer.execute(
+            "INSERT INTO messages (session_id, role, content, timestamp) "
+            "VALUES ('s', 'user', 'in flight', 1)"
+        )
+        try:
+            delete = InThread(lambda: db.delete_session("s"))
+            wait_for(lambda: someone_waits_for_a_lock(pg_store_url), "the delete to wait")
+            writer.commit()
+            # It was: "update or delete on table sessions violates foreign key constraint".
+            assert delete.join() is True
+        finally:
+            writer.close()
+        assert db.get_session("s") is None
+        assert messages_of(pg_store_url, "s") == []
+
+
+@pytest.mark.parametrize("rewrite", ["replace_messages", "archive_and_compact"])
+def test_a_rewrite_meeting_a_delete_in_flight_finds_the_session_gone(
+    pg_store_url: str, rewrite: str
+) -> None:
+    with SessionDB(url=pg_store_url, busy_timeout_s=PATIENT) as db:
+        db.create_session("s", "cli")
+        db.append_message("s", "user", "old")
+        deleter = psycopg.connect(plain(pg_store_url))  # a delete of another process
+        deleter.execute("DELETE FROM messages WHERE session_id = 's'")
+        deleter.execute("DELETE FROM sessions WHERE id = 's'")
+        try:
+            call = InThread(lambda: getattr(db, rewrite)("s", [{"role": "user", "content": "new"}]))
+            wait_for(lambda: someone_waits_for_a_lock(pg_store_url), "the rewrite to wait")
+            deleter.commit()
+            # It was: "insert or update on table messages violates foreign key constraint".
+            with pytest.raises(UnknownSessionError):
+                call.join()
+        finally:
+            deleter.close()
+        assert messages_of(pg_store_url, "s") == []
