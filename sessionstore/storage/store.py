@@ -341,7 +341,17 @@ class Store:
                 f"check before trying again ({exc})"
             ) from exc
         # Inside the write's attempt: a close() meanwhile waits for this look too.
-        found = self._read(recover, single_statement=False, attempt=self._recovery)
+        try:
+            found = self._read(recover, single_statement=False, attempt=self._recovery)
+        except Exception as look_failed:
+            # The server went away for good (a restart, an outage: the look cannot connect),
+            # or the look failed otherwise: the write may have committed all the same. Saying
+            # "cannot connect" would invite a retry that stores it twice.
+            raise WriteOutcomeUnknownError(
+                "the connection to the database was lost while it committed this write, and "
+                f"the look for it failed ({look_failed}): it may or may not have been stored; "
+                "check before trying again"
+            ) from exc
         if found is not None:
             logger.info("a write whose COMMIT acknowledgement was lost is in the store")
             return found

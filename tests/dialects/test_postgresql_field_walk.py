@@ -4,7 +4,9 @@ server for real: a scratch role with the settings a DBA gives it (created and dr
 connection to put two writers exactly where their interleaving used to fail.
 
 - a delete and a write to the same session, interleaved, are serialized by the session's row
-  (they met as raw foreign key violations).
+  (they met as raw foreign key violations);
+- a write whose COMMIT was made but not acknowledged, when the server then refuses the look
+  for it, is ``WriteOutcomeUnknownError``: it was "cannot connect", and it had landed.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from sessionstore import UnknownSessionError
+from sessionstore import UnknownSessionError, WriteOutcomeUnknownError
 from sessionstore.api.session_db import SessionDB
 
 WAIT_S = 30.0
@@ -163,3 +165,39 @@ def test_a_rewrite_meeting_a_delete_in_flight_finds_the_session_gone(
         finally:
             deleter.close()
         assert messages_of(pg_store_url, "s") == []
+
+
+def test_a_lost_commit_acknowledgement_the_server_then_refuses_to_check_is_outcome_unknown(
+    role: Callable[..., str], pg_store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The server committed, the acknowledgement was lost, and the look for the rows cannot
+    # connect (here the role may no longer log in; in the field, the server was stopping).
+    # The caller was told "cannot connect", as if nothing had happened, and the rows were in.
+    url = role()
+    name = sa.make_url(url).username
+    real_commit = psycopg.Connection.commit
+    lost: list[int] = []
+
+    def commit(self: psycopg.Connection[Any]) -> None:
+        real_commit(self)
+        if lost:
+            return
+        lost.append(self.info.backend_pid)
+        with admin(pg_store_url) as conn:
+            conn.execute(f"ALTER ROLE {name} NOLOGIN")
+            conn.execute("SELECT pg_terminate_backend(%s)", (self.info.backend_pid,))
+        self.execute("SELECT 1")  # raises: the server closed the connection
+
+    with SessionDB(url=url) as db:
+        db.create_session("s", "cli")
+        monkeypatch.setattr(psycopg.Connection, "commit", commit)
+        with pytest.raises(WriteOutcomeUnknownError, match="may or may not"):
+            db.append_messages("s", [{"role": "user", "content": "landed"},
+                                     {"role": "assistant", "content": "too"}])
+        monkeypatch.undo()
+        assert lost
+        assert messages_of(pg_store_url, "s") == ["landed", "too"]
+        with admin(pg_store_url) as conn:
+            conn.execute(f"ALTER ROLE {name} LOGIN")
+        db.append_message("s", "user", "the store goes on by itself")
+        assert len(messages_of(pg_store_url, "s")) == 3
