@@ -17,11 +17,11 @@ class StoreBusyError(SessionStoreError):
         super().__init__(
             f"the session store is busy: another process held the write lock for "
             f"{waited_s:.2f}s ({attempts} attempts); try again later"
-            + (f" (last error: {_driver_message(last_error)})" if last_error is not None else "")
+            + (f" (last error: {driver_message(last_error)})" if last_error is not None else "")
         )
 
 
-def _driver_message(error: BaseException) -> str:
+def driver_message(error: BaseException) -> str:
     """The driver's own words for ``error`` (``database is locked``), without what SQLAlchemy
     wraps around them: the statement, its parameters (a message's text) and a link, which have
     no place in a message a terminal or a log shows. The whole error stays in ``last_error``."""
@@ -132,6 +132,20 @@ class ConstraintViolationError(SessionStoreError):
     def __init__(self, message: str, constraint: str | None = None) -> None:
         super().__init__(message)
         self.constraint = constraint
+
+
+class StatementCanceledError(SessionStoreError, TimeoutError):
+    """The database server cancelled a statement of this call: the ``statement_timeout`` in
+    force ran out (set for the role or the database by an administrator, or in the URL's
+    options), or someone cancelled it (``pg_cancel_backend``). Its transaction was rolled
+    back: nothing of the call was written, and it is not retried (the same statement would
+    run as long again). A ``TimeoutError``, as a read's own deadline is."""
+
+
+class PermissionDeniedError(SessionStoreError, PermissionError):
+    """The database refused the store's role a privilege the call needs (PostgreSQL's
+    ``permission denied for table ...``): nothing was written. Grant the role what the store
+    needs, or open it ``read_only=True`` to only read."""
 
 
 class WriteOutcomeUnknownError(SessionStoreError):

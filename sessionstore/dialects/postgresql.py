@@ -40,9 +40,11 @@ from ..errors import (
     AuthenticationError,
     DatabaseNotFoundError,
     DriverMissingError,
+    PermissionDeniedError,
     ReadOnlyStoreError,
     SchemaMissingError,
     SessionStoreError,
+    StatementCanceledError,
     StoreFullError,
     StoreUnavailableError,
     StoreUnreachableError,
@@ -66,6 +68,8 @@ _QUERY_CANCELED_SQLSTATE = "57014"
 _LONGEST_TIMEOUT_MS = 2**31 - 1
 """The largest ``statement_timeout`` the server takes (milliseconds, a 32-bit int)."""
 _READ_ONLY_SQLSTATE = "25006"  # read_only_sql_transaction
+_PERMISSION_DENIED_SQLSTATE = "42501"  # insufficient_privilege
+_IDLE_IN_TRANSACTION_SQLSTATE = "25P03"  # idle_in_transaction_session_timeout
 # program_limit_exceeded: e.g. an id too long for its btree index (about 2.7 kB).
 _TOO_LARGE_SQLSTATE = "54000"
 # character_not_in_repertoire: e.g. a NUL byte that reached the server.
@@ -123,8 +127,13 @@ def _fresh_pool(engine: Engine, child: InheritedHandles) -> None:
 _CONNECT_FAILURE_PREFIXES = ("connection failed:", "failed to resolve host",
                              "connection timeout expired")  # fmt: skip
 # A server restarting or full answers with these: worth the retry budget.
+# A full server says "too many clients", or, with only the reserved slots left (every
+# server's superuser_reserved_connections), "remaining connection slots are reserved ..."; a
+# role's or a database's CONNECTION LIMIT says "too many connections for ...".
 _CONNECT_TRANSIENT_MARKERS = ("starting up", "shutting down", "too many clients",
-                              "recovery mode", "not yet accepting")  # fmt: skip
+                              "remaining connection slots are reserved",
+                              "too many connections for", "recovery mode",
+                              "not yet accepting")  # fmt: skip
 _AUTHENTICATION_MARKERS = ("authentication failed", "no pg_hba.conf entry", "role \"",
                            "password", "permission denied for database")  # fmt: skip
 _DATABASE_MISSING = re.compile(r'database "(?P<name>(?:[^"]|"")*)" does not exist', re.I)
@@ -184,6 +193,12 @@ class _ServerDeadline(StatementDeadline):
         ).scalar_one()
         if self.saved is None:
             self.saved = str(saved)
+
+
+def _first_line(error: BaseException) -> str:
+    """The driver's first line (psycopg's message), or the error's type when it has none."""
+    shown = str(error).strip()
+    return shown.splitlines()[0] if shown else type(error).__name__
 
 
 def _sqlstate(exc: BaseException) -> str | None:
@@ -551,18 +566,35 @@ class PostgreSQLDialect:
         state = _sqlstate(exc)
         if state in _DISK_FULL_SQLSTATES:
             return StoreFullError("the PostgreSQL server's disk is full; nothing was written")
-        if state == _READ_ONLY_SQLSTATE:
-            return ReadOnlyStoreError("this session store is read-only; nothing was written")
         original = exc.orig if isinstance(exc, DBAPIError) else exc
+        said = _first_line(exc if original is None else original)
+        if state == _READ_ONLY_SQLSTATE:
+            # The store was not opened read-only (Store.write refuses that before the server
+            # hears of it): the server or the role's settings made the transaction read-only.
+            return ReadOnlyStoreError(
+                f"the PostgreSQL server refused to write ({said}): the transaction is read-only "
+                "(a standby server, or default_transaction_read_only set for the role or the "
+                "database); nothing was written"
+            )
+        if state == _QUERY_CANCELED_SQLSTATE:
+            return StatementCanceledError(
+                f"the PostgreSQL server cancelled a statement of this call ({said}): the "
+                "statement_timeout in force ran out (set for the role, the database or in the "
+                "URL's options) or it was cancelled (pg_cancel_backend); nothing of the call "
+                "was written"
+            )
+        if state == _PERMISSION_DENIED_SQLSTATE:
+            return PermissionDeniedError(
+                f"the PostgreSQL role may not do this ({said}); nothing was written: grant the "
+                "role the privileges the store needs, or open the store read-only"
+            )
         if state == _OUT_OF_RANGE_SQLSTATE:
             return ValueOutOfRangeError(
-                "a number is out of the range its column holds; nothing was written "
-                f"({str(original).splitlines()[0]})"
+                f"a number is out of the range its column holds; nothing was written ({said})"
             )
         if state == _TOO_LARGE_SQLSTATE:
             return UnsupportedValueError(
-                "a value is too large for PostgreSQL to index; nothing was written "
-                f"({str(original).splitlines()[0]})"
+                f"a value is too large for PostgreSQL to index; nothing was written ({said})"
             )
         # psycopg refuses NUL itself, before the server sees it, so there is no SQLSTATE.
         if state == _BAD_TEXT_SQLSTATE or "cannot contain NUL" in str(original):
@@ -577,8 +609,17 @@ class PostgreSQLDialect:
         server_gone = state is not None and (
             state.startswith("08") or state in _SERVER_GONE_SQLSTATES
         )
+        if state == _IDLE_IN_TRANSACTION_SQLSTATE:
+            return StoreUnavailableError(
+                f"the PostgreSQL server ended the connection ({said}): a transaction stayed "
+                "idle past the idle_in_transaction_session_timeout set for the role or the "
+                "database (a streamed export read more slowly than that?); nothing of this "
+                "call was written"
+            )
         if server_gone or self.is_disconnect(exc):
-            return StoreUnavailableError(f"cannot reach the PostgreSQL server: {exc}")
+            # The driver's words alone: SQLAlchemy's wrapper adds the statement and its
+            # parameters (a message's text), which have no place in a log line.
+            return StoreUnavailableError(f"cannot reach the PostgreSQL server: {said}")
         return None
 
     def reserve_message_ids(self, conn: Connection, highest: int) -> None:

@@ -19,6 +19,7 @@ from ..errors import (
     SessionStoreError,
     StoreBusyError,
     StoreUnavailableError,
+    driver_message,
 )
 from .command_hints import cli_command
 
@@ -26,9 +27,10 @@ from .command_hints import cli_command
 def exhausted(dialect: StoreDialect, exc: StoreBusyError) -> SessionStoreError:
     """What to raise when the retries ran out: busy, or the database kept going away."""
     if exc.last_error is not None and dialect.is_disconnect(exc.last_error):
+        # The driver's words alone (no statement, no parameters: a message's text).
         return StoreUnavailableError(
-            f"lost the connection to the database {exc.attempts} times in a row: "
-            f"{exc.last_error}"
+            f"the database dropped or refused the connection {exc.attempts} times in a row "
+            f"({exc.waited_s:.1f} s): {driver_message(exc.last_error)}"
         )
     return exc
 

@@ -3,6 +3,9 @@ server for real: a scratch role with the settings a DBA gives it (created and dr
 ``pg_terminate_backend`` of the test's own connections, and row locks held by a second
 connection to put two writers exactly where their interleaving used to fail.
 
+- a ``statement_timeout`` set on the role, a role without write privileges, a read-only role
+  and a role's connection limit are typed errors saying what happened (they were raw driver
+  errors carrying the statement and its parameters, or an ``AuthenticationError``);
 - a delete and a write to the same session, interleaved, are serialized by the session's row
   (they met as raw foreign key violations);
 - a write whose COMMIT was made but not acknowledged, when the server then refuses the look
@@ -11,6 +14,7 @@ connection to put two writers exactly where their interleaving used to fail.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -21,7 +25,15 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from sessionstore import UnknownSessionError, WriteOutcomeUnknownError
+from sessionstore import (
+    PermissionDeniedError,
+    ReadOnlyStoreError,
+    RetryPolicy,
+    StatementCanceledError,
+    Store,
+    UnknownSessionError,
+    WriteOutcomeUnknownError,
+)
 from sessionstore.api.session_db import SessionDB
 
 WAIT_S = 30.0
@@ -121,6 +133,85 @@ def hold_session_row(url: str, session_id: str) -> psycopg.Connection[Any]:
     holder.execute("SELECT 1 FROM sessions WHERE id = %s FOR UPDATE", (session_id,))
     return holder
 
+
+def test_a_statement_timeout_set_on_the_role_is_typed_and_the_write_never_lands(
+    role: Callable[..., str], pg_store_url: str
+) -> None:
+    # The DBA's statement_timeout is shorter than our lock wait: a write kept waiting for a
+    # row is cancelled by the server. It was a raw OperationalError (QueryCanceled).
+    url = role("statement_timeout = '200ms'")
+    with SessionDB(url=url, busy_timeout_s=PATIENT) as db:
+        db.create_session("s", "cli")
+        holder = hold_session_row(pg_store_url, "s")
+        try:
+            with pytest.raises(StatementCanceledError, match="statement_timeout") as one:
+                db.append_message("s", "user", "never lands")
+            with pytest.raises(StatementCanceledError):
+                db.append_messages("s", [{"role": "user", "content": "nor this"}])
+        finally:
+            holder.rollback()
+            holder.close()
+        assert isinstance(one.value, TimeoutError)
+        assert messages_of(pg_store_url, "s") == []
+        db.append_message("s", "user", "after")  # nothing to reopen
+        assert messages_of(pg_store_url, "s") == ["after"]
+        session = db.get_session("s")
+        assert session is not None and session["message_count"] == 1
+
+
+def test_a_role_that_may_only_read_gets_a_typed_error_without_the_statement(
+    role: Callable[..., str], pg_store_url: str
+) -> None:
+    with SessionDB(url=pg_store_url) as owner:
+        owner.create_session("s", "cli")
+    with SessionDB(url=role(privileges="SELECT")) as db:
+        assert db.get_session("s") is not None
+        with pytest.raises(PermissionDeniedError, match="permission denied for table") as denied:
+            db.append_message("s", "user", "a private message")
+    # SQLAlchemy's wrapper put the statement and its parameters (the message) in the text.
+    assert "a private message" not in str(denied.value)
+    assert "INSERT" not in str(denied.value)
+    assert messages_of(pg_store_url, "s") == []
+
+
+def test_a_read_only_role_says_the_server_refused_the_write(
+    role: Callable[..., str], pg_store_url: str
+) -> None:
+    with SessionDB(url=role("default_transaction_read_only = on")) as db:
+        assert db.list_sessions_rich() == []
+        with pytest.raises(ReadOnlyStoreError, match="read-only transaction"):
+            db.create_session("s", "cli")
+
+
+def test_a_role_at_its_connection_limit_is_waited_for_not_called_a_bad_password(
+    role: Callable[..., str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # "too many connections for role" was an AuthenticationError at once (its words hold
+    # 'role "'); like a full server, it is waited for within the retry budget.
+    url = role(limit=1)
+    hog = psycopg.connect(plain(url))
+    retried = threading.Event()
+
+    class Retries(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            retried.set()
+
+    handler = Retries(logging.DEBUG)
+    retry_logger = logging.getLogger("sessionstore.storage.retry")
+    retry_logger.addHandler(handler)
+    previous = retry_logger.level
+    retry_logger.setLevel(logging.DEBUG)
+    store = Store.open(url, retry=RetryPolicy(max_attempts=100_000, budget_s=WAIT_S))
+    try:
+        call = InThread(lambda: store.read(lambda conn: conn.exec_driver_sql("SELECT 1").scalar()))
+        assert retried.wait(WAIT_S), "the refused connection was not retried"
+        hog.close()
+        assert call.join() == 1
+    finally:
+        retry_logger.removeHandler(handler)
+        retry_logger.setLevel(previous)
+        hog.close()
+        store.close()
 
 
 def test_a_delete_waits_for_an_append_in_flight_and_takes_its_message(
