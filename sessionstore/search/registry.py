@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Final
 from sqlalchemy.engine import Connection, Engine
 
 from ..dialects import dialect_for
+from ..storage.error_translation import typed_errors
+from ..storage.retry import run_with_retry
 from .object_names import HERMES_CJK_TABLE
 
 if TYPE_CHECKING:
@@ -76,11 +78,26 @@ def detach_unloadable(engine: Engine) -> bool:
     without Hermes's CJK table has none of its triggers (Hermes creates both together and
     drops only the triggers), and opening a store never imports search."""
     dialect = dialect_for(engine)
-    with engine.connect() as conn:
-        if not dialect.existing_tables(conn, (HERMES_CJK_TABLE,)):
-            return False
-        index = search_index_for(dialect)
-        if not index.unloadable_triggers(conn):
-            return False
-    with engine.begin() as conn:
-        return index.detach_unloadable(conn)
+
+    def attempt() -> bool:
+        try:
+            with engine.connect() as conn:
+                if not dialect.existing_tables(conn, (HERMES_CJK_TABLE,)):
+                    return False
+                index = search_index_for(dialect)
+                if not index.unloadable_triggers(conn):
+                    return False
+            with engine.begin() as conn:
+                return index.detach_unloadable(conn)
+        except Exception as exc:
+            if dialect.is_disconnect(exc):
+                dialect.connection_lost(engine)  # the pool's other idle ones died with it
+            raise
+
+    # As the schema check before it: a pooled connection whose backend was terminated while
+    # idle (a server restart) is retried on a new one, and what fails is a typed error. It
+    # was a raw driver error out of SessionDB(url=...) (the PostgreSQL field walk).
+    with typed_errors(dialect):
+        return run_with_retry(
+            attempt, lambda exc: dialect.is_retryable(exc) or dialect.is_disconnect(exc)
+        )

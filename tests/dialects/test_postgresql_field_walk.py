@@ -8,6 +8,8 @@ connection to put two writers exactly where their interleaving used to fail.
   errors carrying the statement and its parameters, or an ``AuthenticationError``);
 - a delete and a write to the same session, interleaved, are serialized by the session's row
   (they met as raw foreign key violations);
+- opening a store whose pooled connection was terminated after the schema check retries
+  (it was a raw driver error);
 - a write whose COMMIT was made but not acknowledged, when the server then refuses the look
   for it, is ``WriteOutcomeUnknownError``: it was "cannot connect", and it had landed.
 """
@@ -292,3 +294,31 @@ def test_a_lost_commit_acknowledgement_the_server_then_refuses_to_check_is_outco
             conn.execute(f"ALTER ROLE {name} LOGIN")
         db.append_message("s", "user", "the store goes on by itself")
         assert len(messages_of(pg_store_url, "s")) == 3
+
+
+def test_opening_a_store_whose_pooled_connection_died_after_the_schema_check_retries(
+    pg_store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The open checks the schema, then looks for another program's index on the pool's next
+    # connection: terminated in between (a restart under a gateway opening), that look was a
+    # raw OperationalError out of SessionDB(url=...).
+    from sessionstore.schema import migrate
+
+    real_status = migrate.status
+    killed: list[int] = []
+
+    def status_then_kill(target: Any) -> Any:
+        found = real_status(target)
+        with admin(pg_store_url) as conn:
+            killed.extend(int(row[0]) for row in conn.execute(
+                "SELECT pg_terminate_backend(pid), pid FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                "AND backend_type = 'client backend'").fetchall() if row[0])
+        return found
+
+    monkeypatch.setattr(migrate, "status", status_then_kill)
+    with SessionDB(url=pg_store_url) as db:
+        monkeypatch.undo()
+        assert killed
+        db.create_session("s", "cli")
+        assert db.get_session("s") is not None
