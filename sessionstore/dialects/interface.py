@@ -189,6 +189,20 @@ class StoreDialect(Protocol):
         """A connection of ``engine`` was found dead: let go of the idle ones too (they met the
         same server restart or kill), so the retry does not meet them one by one."""
 
+    def backend_of(self, conn: Connection) -> int | None:
+        """The server process serving ``conn``, where a connection the client lost can leave
+        it running (a server: the network failed, not the backend); None where there is none
+        (an embedded database). Read from what the connection recorded when it was made: no
+        round trip."""
+
+    def settle_lost_backend(self, conn: Connection, backend: int) -> bool:
+        """Before a write whose COMMIT acknowledgement was lost is looked for: make sure the
+        server process ``backend`` that ran it has ended, so that its transaction is
+        committed or rolled back for good. A backend the client lost may still be running the
+        COMMIT; a look made meanwhile finds nothing, and the retry would store the write
+        twice. True once it has ended (ended here if it had not); False when that could not
+        be made sure within a few seconds."""
+
     def is_disconnect(self, exc: BaseException) -> bool:
         """True when the connection to the database was lost (the server closed it, was
         restarted, or the socket broke): the transaction it carried did not commit, unless

@@ -337,6 +337,16 @@ def _require_driver(url: URL) -> None:
 
 
 _OWNER_PID_KEY = "sessionstore_owner_pid"
+_BACKEND_PID_KEY = "sessionstore_backend_pid"
+SETTLE_WAIT_MS = 5000
+"""How long the look for a lost COMMIT waits for the backend that ran it to end."""
+_END_BACKEND = text(
+    # Only a backend of this role on this database: the pid was read when our connection was
+    # made, and it can name another process only once ours has ended (and its outcome with
+    # it) and the server's pids have wrapped around meanwhile.
+    "SELECT pg_terminate_backend(pid, :wait_ms) FROM pg_stat_activity"
+    " WHERE pid = :pid AND usename = current_user AND datname = current_database()"
+)
 
 
 def _check_out_safely(engine: Engine) -> None:
@@ -359,6 +369,8 @@ def _check_out_safely(engine: Engine) -> None:
     @event.listens_for(engine, "connect")
     def _remember_owner(dbapi_connection: Any, record: Any) -> None:
         record.info[_OWNER_PID_KEY] = os.getpid()
+        # libpq keeps the backend's pid from the start-up: no round trip.
+        record.info[_BACKEND_PID_KEY] = dbapi_connection.info.backend_pid
 
     @event.listens_for(engine, "checkout")
     def _check_owner(dbapi_connection: Any, record: Any, proxy: Any) -> None:
@@ -655,6 +667,20 @@ class PostgreSQLDialect:
         # Closes the idle pooled connections only; checked-out ones finish (or fail) on their
         # own, and the pool connects anew on demand. This is what replaces a ping per checkout.
         engine.pool.dispose()
+
+    def backend_of(self, conn: Connection) -> int | None:
+        pid = conn.info.get(_BACKEND_PID_KEY)
+        return pid if isinstance(pid, int) else None
+
+    def settle_lost_backend(self, conn: Connection, backend: int) -> bool:
+        # A client that lost its socket (a network failure, a proxy's restart) leaves its
+        # backend running: it may still be inside the COMMIT, and it learns that its client
+        # is gone only when it next writes to it. pg_terminate_backend with a timeout
+        # (PostgreSQL 14+) signals it and waits until it has exited; a COMMIT under way
+        # finishes first (the server holds interrupts while it commits), so afterwards the
+        # transaction is in or out for good. Gone already: no row.
+        ended = conn.execute(_END_BACKEND, {"pid": backend, "wait_ms": SETTLE_WAIT_MS}).first()
+        return ended is None or bool(ended[0])
 
     def is_disconnect(self, exc: BaseException) -> bool:
         if not isinstance(exc, DBAPIError):

@@ -634,6 +634,12 @@ class SQLiteDialect:
     def connection_lost(self, engine: Engine) -> None:
         return None  # never called: an embedded database has no connection to lose
 
+    def backend_of(self, conn: Connection) -> int | None:
+        return None  # no server process: the transaction lives and ends in this one
+
+    def settle_lost_backend(self, conn: Connection, backend: int) -> bool:
+        return True  # never called: backend_of gives nothing to settle
+
     def is_disconnect(self, exc: BaseException) -> bool:
         # An embedded database has no connection to lose.
         return False

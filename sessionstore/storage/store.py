@@ -19,6 +19,7 @@ connections and the writers' side file let go of.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import random
@@ -244,6 +245,8 @@ class Store:
 
         def attempt() -> T:
             conn = self._writer_connection()
+            # Which server process runs this write: a loss during COMMIT waits for its end.
+            backend = self.dialect.backend_of(conn)
             # In autocommit the statement is the COMMIT: losing it leaves the outcome unknown.
             committing = autocommit
             try:
@@ -265,7 +268,7 @@ class Store:
                     self._drop_idle_readers()
                     self.dialect.connection_lost(self.engine)
                 if committing and lost:
-                    return self._after_lost_commit(exc, recover)
+                    return self._after_lost_commit(exc, recover, backend)
                 raise
             else:
                 if autocommit:
@@ -332,7 +335,10 @@ class Store:
         return self.dialect.is_retryable(exc) or self.dialect.is_disconnect(exc)
 
     def _after_lost_commit(
-        self, exc: BaseException, recover: Callable[[Connection], T | None] | None
+        self,
+        exc: BaseException,
+        recover: Callable[[Connection], T | None] | None,
+        backend: int | None,
     ) -> T:
         if recover is None:
             raise WriteOutcomeUnknownError(
@@ -342,6 +348,18 @@ class Store:
             ) from exc
         # Inside the write's attempt: a close() meanwhile waits for this look too.
         try:
+            # The look must not run while the server may still be committing the write (a
+            # lost socket leaves its backend running): it would find nothing, and the retry
+            # would store the write twice. Settled in a transaction of its own, so that the
+            # look's snapshot is taken after the backend has ended.
+            if backend is not None and not self._read(
+                functools.partial(self.dialect.settle_lost_backend, backend=backend),
+                single_statement=False,
+                attempt=self._recovery,
+            ):
+                raise WriteOutcomeUnknownError(
+                    f"the server process {backend} that ran it did not end when asked"
+                )
             found = self._read(recover, single_statement=False, attempt=self._recovery)
         except Exception as look_failed:
             # The server went away for good (a restart, an outage: the look cannot connect),

@@ -5,6 +5,8 @@
   repeated: an append is stored exactly once and returns its ids;
 - a write that cannot be checked raises :class:`WriteOutcomeUnknownError` instead of being
   applied twice;
+- a client that lost its socket while its backend was still inside the write waits for that
+  backend to end before it looks: the write is stored once;
 - after fork() the child's first call works and the parent's connections survive.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -170,6 +173,76 @@ def test_appends_while_backends_are_killed_lose_and_duplicate_nothing(
     contents = [content for _, content in rows(db)]
     assert sorted(contents) == sorted(f"message {index}" for index in range(appended))
     assert counter(db) == appended
+
+
+SLOW_WRITE = """
+CREATE FUNCTION sessionstore_test_slow_write() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.content = 'slow' THEN PERFORM pg_sleep(1.5); END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER sessionstore_test_slow_write AFTER INSERT ON messages
+    FOR EACH ROW EXECUTE FUNCTION sessionstore_test_slow_write();
+"""
+NO_SLOW_WRITE = """
+DROP TRIGGER IF EXISTS sessionstore_test_slow_write ON messages;
+DROP FUNCTION IF EXISTS sessionstore_test_slow_write();
+"""
+
+
+@pytest.mark.slow
+def test_a_write_still_running_when_the_client_lost_its_socket_is_stored_once(
+    db: SessionDB, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The client's socket breaks (a network failure, a proxy restarted) while its backend is
+    # still inside the write. The backend goes on and commits after the client gave up on it.
+    # The look for the write ran at once, found nothing, and the retry stored it a second time.
+    libpq_url = sa.make_url(pg_url).set(drivername="postgresql").render_as_string(
+        hide_password=False)  # fmt: skip
+    sockets: dict[int, int] = {}
+    real_execute = psycopg.Cursor.execute
+
+    def execute(self: psycopg.Cursor[Any], *args: Any, **kwargs: Any) -> Any:
+        sockets[self.connection.info.backend_pid] = self.connection.pgconn.socket
+        return real_execute(self, *args, **kwargs)
+
+    cut: list[int] = []
+
+    def cut_the_writer_s_socket() -> None:
+        with psycopg.connect(libpq_url, autocommit=True) as admin:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                sleeping = admin.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE wait_event = 'PgSleep'"
+                    " AND datname = current_database() AND pid <> pg_backend_pid()"
+                ).fetchone()
+                if sleeping is not None:
+                    break
+                time.sleep(0.01)
+            else:
+                return
+        cut.append(sleeping[0])
+        # The client's side only: the backend, asleep inside the write, notices nothing.
+        with socket.socket(fileno=os.dup(sockets[sleeping[0]])) as client_side:
+            client_side.shutdown(socket.SHUT_RDWR)
+
+    with psycopg.connect(libpq_url, autocommit=True) as admin:
+        admin.execute(SLOW_WRITE)
+    try:
+        monkeypatch.setattr(psycopg.Cursor, "execute", execute)
+        cutter = threading.Thread(target=cut_the_writer_s_socket)
+        cutter.start()
+        ids = db.append_messages("s", [{"role": "user", "content": "slow"}])
+        cutter.join()
+        monkeypatch.undo()
+        assert cut, "no write was caught inside the server: the test did not test anything"
+        time.sleep(2.0)  # past the cut backend's own 1.5 s: whatever it was to commit, it has
+        assert rows(db) == [(ids[0], "slow")]
+        assert counter(db) == 1
+    finally:
+        monkeypatch.undo()
+        with psycopg.connect(libpq_url, autocommit=True) as admin:
+            admin.execute(NO_SLOW_WRITE)
 
 
 def _append_in_child(db: SessionDB, report: Path) -> None:
