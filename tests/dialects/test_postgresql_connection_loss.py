@@ -24,6 +24,7 @@ from typing import Any
 import psycopg
 import pytest
 import sqlalchemy as sa
+from pg_faults import commit_then_lose_the_acknowledgement, libpq_url, terminate
 
 from sessionstore import RetryPolicy, Store, StoreUnavailableError, WriteOutcomeUnknownError
 from sessionstore.api.session_db import SessionDB
@@ -41,12 +42,6 @@ def db(pg_url: str) -> Iterator[SessionDB]:
     database.create_session("s", "cli")
     yield database
     database.close()
-
-
-def terminate(pid: int, url: str) -> None:
-    with psycopg.connect(sa.make_url(url).set(drivername="postgresql").render_as_string(
-            hide_password=False), autocommit=True) as admin:
-        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
 
 
 def backend_pid(conn: sa.Connection) -> int:
@@ -88,28 +83,10 @@ def test_connection_killed_before_commit_is_retried_once_stored_once(
     assert counter(db) == 2
 
 
-def _commit_then_lose_the_acknowledgement(url: str, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Make the next COMMIT reach the server and commit, then break the connection so the
-    client sees the driver's genuine connection error instead of the acknowledgement."""
-    real_commit = psycopg.Connection.commit
-    lost: list[int] = []
-
-    def commit(self: psycopg.Connection[Any]) -> None:
-        real_commit(self)
-        if lost:
-            return
-        lost.append(self.info.backend_pid)
-        terminate(self.info.backend_pid, url)
-        self.execute("SELECT 1")  # raises: the server closed the connection
-
-    monkeypatch.setattr(psycopg.Connection, "commit", commit)
-    return lost
-
-
 def test_append_whose_commit_acknowledgement_was_lost_is_stored_once(
     db: SessionDB, pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    lost = _commit_then_lose_the_acknowledgement(pg_url, monkeypatch)
+    lost = commit_then_lose_the_acknowledgement(pg_url, monkeypatch)
     ids = db.append_messages("s", [{"role": "user", "content": "only once"},
                                    {"role": "assistant", "content": "me too"}])
     assert lost, "the acknowledgement was not lost: the test did not test anything"
@@ -120,7 +97,7 @@ def test_append_whose_commit_acknowledgement_was_lost_is_stored_once(
 def test_unverifiable_write_with_lost_acknowledgement_is_not_applied_twice(
     db: SessionDB, pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    lost = _commit_then_lose_the_acknowledgement(pg_url, monkeypatch)
+    lost = commit_then_lose_the_acknowledgement(pg_url, monkeypatch)
     with pytest.raises(WriteOutcomeUnknownError, match="may or may not"):
         db.update_token_counts("s", input_tokens=5)
     assert lost
@@ -132,7 +109,7 @@ def test_session_creation_survives_a_lost_acknowledgement(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with SessionDB(url=pg_url) as db:
-        lost = _commit_then_lose_the_acknowledgement(pg_url, monkeypatch)
+        lost = commit_then_lose_the_acknowledgement(pg_url, monkeypatch)
         db.create_session("fresh", "cli")
         assert lost
         assert db.session_count() == 1
@@ -197,8 +174,7 @@ def test_a_write_still_running_when_the_client_lost_its_socket_is_stored_once(
     # The client's socket breaks (a network failure, a proxy restarted) while its backend is
     # still inside the write. The backend goes on and commits after the client gave up on it.
     # The look for the write ran at once, found nothing, and the retry stored it a second time.
-    libpq_url = sa.make_url(pg_url).set(drivername="postgresql").render_as_string(
-        hide_password=False)  # fmt: skip
+    server = libpq_url(pg_url)
     sockets: dict[int, int] = {}
     real_execute = psycopg.Cursor.execute
 
@@ -209,7 +185,7 @@ def test_a_write_still_running_when_the_client_lost_its_socket_is_stored_once(
     cut: list[int] = []
 
     def cut_the_writer_s_socket() -> None:
-        with psycopg.connect(libpq_url, autocommit=True) as admin:
+        with psycopg.connect(server, autocommit=True) as admin:
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
                 sleeping = admin.execute(
@@ -226,7 +202,7 @@ def test_a_write_still_running_when_the_client_lost_its_socket_is_stored_once(
         with socket.socket(fileno=os.dup(sockets[sleeping[0]])) as client_side:
             client_side.shutdown(socket.SHUT_RDWR)
 
-    with psycopg.connect(libpq_url, autocommit=True) as admin:
+    with psycopg.connect(server, autocommit=True) as admin:
         admin.execute(SLOW_WRITE)
     try:
         monkeypatch.setattr(psycopg.Cursor, "execute", execute)
@@ -241,7 +217,7 @@ def test_a_write_still_running_when_the_client_lost_its_socket_is_stored_once(
         assert counter(db) == 1
     finally:
         monkeypatch.undo()
-        with psycopg.connect(libpq_url, autocommit=True) as admin:
+        with psycopg.connect(server, autocommit=True) as admin:
             admin.execute(NO_SLOW_WRITE)
 
 

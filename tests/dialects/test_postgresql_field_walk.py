@@ -26,6 +26,7 @@ from typing import Any
 import psycopg
 import pytest
 import sqlalchemy as sa
+from pg_faults import commit_then_lose_the_acknowledgement
 
 from sessionstore import (
     PermissionDeniedError,
@@ -268,22 +269,13 @@ def test_a_lost_commit_acknowledgement_the_server_then_refuses_to_check_is_outco
     # The caller was told "cannot connect", as if nothing had happened, and the rows were in.
     url = role()
     name = sa.make_url(url).username
-    real_commit = psycopg.Connection.commit
-    lost: list[int] = []
 
-    def commit(self: psycopg.Connection[Any]) -> None:
-        real_commit(self)
-        if lost:
-            return
-        lost.append(self.info.backend_pid)
-        with admin(pg_store_url) as conn:
-            conn.execute(f"ALTER ROLE {name} NOLOGIN")
-            conn.execute("SELECT pg_terminate_backend(%s)", (self.info.backend_pid,))
-        self.execute("SELECT 1")  # raises: the server closed the connection
+    def no_more_logins(conn: psycopg.Connection[Any]) -> None:
+        conn.execute(f"ALTER ROLE {name} NOLOGIN")
 
     with SessionDB(url=url) as db:
         db.create_session("s", "cli")
-        monkeypatch.setattr(psycopg.Connection, "commit", commit)
+        lost = commit_then_lose_the_acknowledgement(pg_store_url, monkeypatch, no_more_logins)
         with pytest.raises(WriteOutcomeUnknownError, match="may or may not"):
             db.append_messages("s", [{"role": "user", "content": "landed"},
                                      {"role": "assistant", "content": "too"}])
