@@ -95,6 +95,14 @@ _CONNECTION_LOST_MARKERS = (
     "server closed the connection",
     "consuming input failed",
     "terminating connection",
+    # psycopg's wait, when poll() says the socket hung up or failed with nothing to read (a
+    # reset racing the poll). It raises outside libpq, which still waits for the statement's
+    # result: the connection is stuck inside it, and the statement may have run.
+    "connection socket closed",
+    # libpq on such a connection, at its next command (the ROLLBACK that follows the error
+    # above, which it hides): it can serve nothing more, and the earlier command's outcome
+    # is unknown. Lost, like a broken socket: thrown away, and a COMMIT in it looked for.
+    "another command is already in progress",
 )
 messages_table_name = "messages"
 # Arbitrary but fixed: every sessionstore process agrees on them. Migrations lock the pair

@@ -7,6 +7,8 @@
   applied twice;
 - a client that lost its socket while its backend was still inside the write waits for that
   backend to end before it looks: the write is stored once;
+- a statement sent on a socket psycopg then finds hung up leaves the connection inside the
+  command: it is thrown away, never used again, and the write is looked for (stored once);
 - after fork() the child's first call works and the parent's connections survive.
 """
 
@@ -24,7 +26,12 @@ from typing import Any
 import psycopg
 import pytest
 import sqlalchemy as sa
-from pg_faults import commit_then_lose_the_acknowledgement, libpq_url, terminate
+from pg_faults import (
+    commit_then_lose_the_acknowledgement,
+    hang_up_after_sending,
+    libpq_url,
+    terminate,
+)
 
 from sessionstore import RetryPolicy, Store, StoreUnavailableError, WriteOutcomeUnknownError
 from sessionstore.api.session_db import SessionDB
@@ -150,6 +157,31 @@ def test_appends_while_backends_are_killed_lose_and_duplicate_nothing(
     contents = [content for _, content in rows(db)]
     assert sorted(contents) == sorted(f"message {index}" for index in range(appended))
     assert counter(db) == appended
+
+
+def test_append_whose_socket_hung_up_mid_statement_is_stored_once_on_a_new_connection(
+    db: SessionDB, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The kill test above failed once under load with "another command is already in
+    # progress"; this is the way to it found: psycopg raises "connection socket closed" with
+    # libpq still inside the append, and the ROLLBACK after it fails with that error, which
+    # was no lost connection and no retry: the append failed with it.
+    hit = hang_up_after_sending(monkeypatch, "WITH")
+    ids = db.append_messages("s", [{"role": "user", "content": "once"}])
+    assert hit, "no append was sent: the test did not test anything"
+    assert hit[0].closed, "the connection left inside a command was not thrown away"
+    assert rows(db) == [(ids[0], "once")]
+    assert counter(db) == 1
+
+
+def test_read_whose_socket_hung_up_mid_statement_is_retried_on_a_new_connection(
+    db: SessionDB, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db.append_message("s", "user", "hello")
+    hit = hang_up_after_sending(monkeypatch, "SELECT")
+    assert rows(db) == [(1, "hello")]
+    assert hit and hit[0].closed
+    assert rows(db) == [(1, "hello")]  # the stuck connection is not among the idle readers
 
 
 SLOW_WRITE = """

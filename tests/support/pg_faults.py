@@ -1,14 +1,17 @@
-"""Faults made on the test PostgreSQL server for real: a backend terminated, and a COMMIT
-that reaches the server and commits while its acknowledgement never reaches the client."""
+"""Faults made on the test PostgreSQL server for real: a backend terminated, a COMMIT that
+reaches the server and commits while its acknowledgement never reaches the client, and a
+statement sent whose socket psycopg then finds hung up."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
 import psycopg
 import pytest
 import sqlalchemy as sa
+from psycopg import waiting
 
 
 def libpq_url(url: str) -> str:
@@ -46,3 +49,37 @@ def commit_then_lose_the_acknowledgement(
 
     monkeypatch.setattr(psycopg.Connection, "commit", commit)
     return lost
+
+
+def hang_up_after_sending(
+    monkeypatch: pytest.MonkeyPatch, starts_with: str
+) -> list[psycopg.Connection[Any]]:
+    """Send the next statement whose text starts with ``starts_with``, then have psycopg's
+    own wait (``wait_c``) poll a descriptor that says POLLHUP and has nothing to read, as
+    poll() says of a socket when a reset races it. psycopg then raises "connection socket
+    closed" from outside libpq, which still waits for the statement's result: the
+    connection is left inside the command, and the server runs the statement all the same.
+    Returns the list the connection it happened on is put in."""
+    real_execute = psycopg.Cursor.execute
+    real_wait = waiting.wait
+    hit: list[psycopg.Connection[Any]] = []
+
+    def execute(self: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        if hit or not str(query).lstrip().upper().startswith(starts_with.upper()):
+            return real_execute(self, query, *args, **kwargs)
+        hit.append(self.connection)
+        read_end, write_end = os.pipe()
+        os.close(write_end)  # poll() on the read end: POLLHUP, never POLLIN
+
+        def wait(gen: Any, fileno: int, *wait_args: Any, **wait_kwargs: Any) -> Any:
+            return real_wait(gen, read_end, *wait_args, **wait_kwargs)
+
+        try:
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(waiting, "wait", wait)
+                return real_execute(self, query, *args, **kwargs)
+        finally:
+            os.close(read_end)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", execute)
+    return hit
