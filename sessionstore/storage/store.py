@@ -340,26 +340,36 @@ class Store:
         recover: Callable[[Connection], T | None] | None,
         backend: int | None,
     ) -> T:
-        if recover is None:
-            raise WriteOutcomeUnknownError(
-                "the connection to the database was lost while it committed this write; it "
-                "may or may not have been stored, and repeating it could apply it twice: "
-                f"check before trying again ({exc})"
-            ) from exc
         # Inside the write's attempt: a close() meanwhile waits for this look too.
+        # Nothing is said about the write while the server may still be committing it (a lost
+        # socket leaves its backend running): a look would find nothing and the retry would
+        # store it twice, and a caller told "check before trying again" would check too soon
+        # and see it land afterwards. So that backend is made to end first, in a transaction
+        # of its own, so that the look's snapshot is taken after it has ended.
+        unsettled: Exception | None = None
         try:
-            # The look must not run while the server may still be committing the write (a
-            # lost socket leaves its backend running): it would find nothing, and the retry
-            # would store the write twice. Settled in a transaction of its own, so that the
-            # look's snapshot is taken after the backend has ended.
             if backend is not None and not self._read(
                 functools.partial(self.dialect.settle_lost_backend, backend=backend),
                 single_statement=False,
                 attempt=self._recovery,
             ):
-                raise WriteOutcomeUnknownError(
+                unsettled = WriteOutcomeUnknownError(
                     f"the server process {backend} that ran it did not end when asked"
                 )
+        except Exception as settle_failed:
+            unsettled = settle_failed
+        if recover is None:
+            raise WriteOutcomeUnknownError(
+                "the connection to the database was lost while it committed this write; it "
+                "may or may not have been stored, and repeating it could apply it twice: "
+                f"check before trying again ({exc})"
+                + ("" if unsettled is None else
+                   f"; the server process that ran it could not be made to end ({unsettled}), "
+                   "so it may still land after this")
+            ) from exc
+        try:
+            if unsettled is not None:
+                raise unsettled
             found = self._read(recover, single_statement=False, attempt=self._recovery)
         except Exception as look_failed:
             # The server went away for good (a restart, an outage: the look cannot connect),

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 from pg_faults import (
+    SocketCut,
     commit_then_lose_the_acknowledgement,
     hang_up_after_sending,
     libpq_url,
@@ -207,41 +207,13 @@ def test_a_write_still_running_when_the_client_lost_its_socket_is_stored_once(
     # still inside the write. The backend goes on and commits after the client gave up on it.
     # The look for the write ran at once, found nothing, and the retry stored it a second time.
     server = libpq_url(pg_url)
-    sockets: dict[int, int] = {}
-    real_execute = psycopg.Cursor.execute
-
-    def execute(self: psycopg.Cursor[Any], *args: Any, **kwargs: Any) -> Any:
-        sockets[self.connection.info.backend_pid] = self.connection.pgconn.socket
-        return real_execute(self, *args, **kwargs)
-
-    cut: list[int] = []
-
-    def cut_the_writer_s_socket() -> None:
-        with psycopg.connect(server, autocommit=True) as admin:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                sleeping = admin.execute(
-                    "SELECT pid FROM pg_stat_activity WHERE wait_event = 'PgSleep'"
-                    " AND datname = current_database() AND pid <> pg_backend_pid()"
-                ).fetchone()
-                if sleeping is not None:
-                    break
-                time.sleep(0.01)
-            else:
-                return
-        cut.append(sleeping[0])
-        # The client's side only: the backend, asleep inside the write, notices nothing.
-        with socket.socket(fileno=os.dup(sockets[sleeping[0]])) as client_side:
-            client_side.shutdown(socket.SHUT_RDWR)
-
     with psycopg.connect(server, autocommit=True) as admin:
         admin.execute(SLOW_WRITE)
     try:
-        monkeypatch.setattr(psycopg.Cursor, "execute", execute)
-        cutter = threading.Thread(target=cut_the_writer_s_socket)
+        cutter = SocketCut(pg_url, monkeypatch)
         cutter.start()
         ids = db.append_messages("s", [{"role": "user", "content": "slow"}])
-        cutter.join()
+        cut = cutter.join()
         monkeypatch.undo()
         assert cut, "no write was caught inside the server: the test did not test anything"
         time.sleep(2.0)  # past the cut backend's own 1.5 s: whatever it was to commit, it has
@@ -251,6 +223,52 @@ def test_a_write_still_running_when_the_client_lost_its_socket_is_stored_once(
         monkeypatch.undo()
         with psycopg.connect(server, autocommit=True) as admin:
             admin.execute(NO_SLOW_WRITE)
+
+
+SLOW_COMMIT = """
+CREATE FUNCTION sessionstore_test_slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_sleep(1.5);
+    RETURN NULL;
+END $$;
+CREATE CONSTRAINT TRIGGER sessionstore_test_slow_commit AFTER UPDATE ON sessions
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION sessionstore_test_slow_commit();
+"""
+NO_SLOW_COMMIT = """
+DROP TRIGGER IF EXISTS sessionstore_test_slow_commit ON sessions;
+DROP FUNCTION IF EXISTS sessionstore_test_slow_commit();
+"""
+
+
+@pytest.mark.slow
+def test_an_unverifiable_write_lost_inside_its_commit_has_settled_when_the_error_is_raised(
+    db: SessionDB, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The client's socket breaks while its backend is inside the COMMIT (a deferred trigger
+    # holds it there). WriteOutcomeUnknownError says "check before trying again": the check
+    # found the old value and the backend committed afterwards, so a retry on that check's
+    # word would have applied the write twice. The error now comes once the backend ended.
+    server = libpq_url(pg_url)
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(SLOW_COMMIT)
+    try:
+        cutter = SocketCut(pg_url, monkeypatch)
+        cutter.start()
+        with pytest.raises(WriteOutcomeUnknownError, match="may or may not"):
+            db.update_token_counts("s", input_tokens=5)
+        cut = cutter.join()
+        monkeypatch.undo()
+        assert cut, "no COMMIT was caught inside the server: the test did not test anything"
+        session = db.get_session("s")
+        assert session is not None
+        when_told = session["input_tokens"]
+        time.sleep(2.0)  # past the cut backend's own 1.5 s
+        session = db.get_session("s")
+        assert session is not None and session["input_tokens"] == when_told
+    finally:
+        monkeypatch.undo()
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(NO_SLOW_COMMIT)
 
 
 def _append_in_child(db: SessionDB, report: Path) -> None:

@@ -1,10 +1,14 @@
 """Faults made on the test PostgreSQL server for real: a backend terminated, a COMMIT that
-reaches the server and commits while its acknowledgement never reaches the client, and a
-statement sent whose socket psycopg then finds hung up."""
+reaches the server and commits while its acknowledgement never reaches the client, a client's
+socket cut while its backend is still inside the write, and a statement sent whose socket
+psycopg then finds hung up."""
 
 from __future__ import annotations
 
 import os
+import socket
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -83,3 +87,48 @@ def hang_up_after_sending(
 
     monkeypatch.setattr(psycopg.Cursor, "execute", execute)
     return hit
+
+
+class SocketCut:
+    """Cuts the client's side of the socket of the first backend of the database seen asleep
+    (``pg_sleep``: a write held inside the server by a test's trigger), as a network failure
+    or a restarted proxy would: the backend, asleep inside the write, notices nothing.
+    ``start()`` before the call, ``join()`` after it: the pids whose socket was cut."""
+
+    def __init__(self, url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        self._server = libpq_url(url)
+        self._sockets: dict[int, int] = {}
+        self._cut: list[int] = []
+        self._thread = threading.Thread(target=self._cut_the_sleeper_s_socket)
+        real_execute = psycopg.Cursor.execute
+        sockets = self._sockets
+
+        def execute(self: psycopg.Cursor[Any], *args: Any, **kwargs: Any) -> Any:
+            sockets[self.connection.info.backend_pid] = self.connection.pgconn.socket
+            return real_execute(self, *args, **kwargs)
+
+        monkeypatch.setattr(psycopg.Cursor, "execute", execute)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self) -> list[int]:
+        self._thread.join()
+        return self._cut
+
+    def _cut_the_sleeper_s_socket(self) -> None:
+        with psycopg.connect(self._server, autocommit=True) as admin:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                sleeping = admin.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE wait_event = 'PgSleep'"
+                    " AND datname = current_database() AND pid <> pg_backend_pid()"
+                ).fetchone()
+                if sleeping is not None:
+                    break
+                time.sleep(0.01)
+            else:
+                return
+        self._cut.append(sleeping[0])
+        with socket.socket(fileno=os.dup(self._sockets[sleeping[0]])) as client_side:
+            client_side.shutdown(socket.SHUT_RDWR)
