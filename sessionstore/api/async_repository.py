@@ -1114,6 +1114,9 @@ class AsyncSessionRepository:
     async def lineage_root_to_tip(self, session_id: str) -> list[str]:
         return await self._read(lambda repo: repo.lineage_root_to_tip(session_id))
 
+    async def replay_lineage(self, session_id: str) -> list[str]:
+        return await self._read(lambda repo: repo.replay_lineage(session_id))
+
     async def is_explicit_fork_child(self, session_id: str) -> bool:
         return await self._read(lambda repo: repo.is_explicit_fork_child(session_id))
 

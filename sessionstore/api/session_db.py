@@ -967,9 +967,11 @@ class SessionDB:
         without it) its row's digest (``_db_row_snapshot``, beside its ``message_uid``: the
         version a flush compares when it finds the row by that uid) and ``_compressed_summary``.
 
-        ``include_ancestors`` replays the whole parent chain first, root first
-        (``lineage_root_to_tip``: every kind of parent, as Hermes walks it), in insertion
-        order across the sessions, without a user message a continuation repeated.
+        ``include_ancestors`` replays the parent chain first, root first (``replay_lineage``:
+        every kind of parent, as Hermes 0.19 walks it, but not past a session that forked from
+        its parent, a ``/branch`` copy, delegate, tool run or reset child, which owns its
+        transcript, as in iot 0.22.2), in insertion order across the sessions, without a user
+        message a continuation repeated.
         ``repair_alternation`` (Hermes 0.19: a live replay) repairs the alternation of roles in
         what is returned; the stored rows never change.
 
@@ -981,14 +983,14 @@ class SessionDB:
         wire_keys = self._wire_keys()
         if validation.flag(include_compacted, "include_compacted"):
             chain = (
-                self._repo.lineage_root_to_tip(session_id) if include_ancestors else [session_id]
+                self._repo.replay_lineage(session_id) if include_ancestors else [session_id]
             )
             rows: Sequence[Sequence[Any]] = self._repo.get_display_conversation_rows(
                 chain, include_inactive
             )
         elif include_ancestors:
             lineage = self._repo.get_lineage_conversation(
-                self._repo.lineage_root_to_tip(session_id), include_inactive
+                self._repo.replay_lineage(session_id), include_inactive
             )
             rows = [row for _, row in lineage]
         else:  # the replay an agent makes every turn: only the columns its keys need
@@ -1009,9 +1011,10 @@ class SessionDB:
         """Hermes 0.19's ``(model_history, display_history)`` for a resume, from one read:
         the session's live rows alternation-repaired (``get_messages_as_conversation(id,
         repair_alternation=True)``), and its whole lineage's live rows as they are
-        (``get_messages_as_conversation(id, include_ancestors=True)``); as in iot 0.22.2 both
+        (``get_messages_as_conversation(id, include_ancestors=True)``: a branch's own copy, not
+        its parent's rows); as in iot 0.22.2 both
         name their rows (``_row_id``) and the model history marks compaction summaries."""
-        rows = self._repo.get_lineage_conversation(self._repo.lineage_root_to_tip(session_id))
+        rows = self._repo.get_lineage_conversation(self._repo.replay_lineage(session_id))
         wire_keys = self._wire_keys()
         model_history = conversation(
             (row for owner, row in rows if owner == session_id),
@@ -1093,7 +1096,7 @@ class SessionDB:
         """The display messages of the session's ancestors only (its lineage's live rows not
         its own), as a resume prepends them to the live history (Hermes 0.19, #65919), each
         with iot 0.22.2's replay keys but ``_row_id``."""
-        lineage = self._repo.lineage_root_to_tip(session_id)
+        lineage = self._repo.replay_lineage(session_id)
         if len(lineage) <= 1:
             return []
         rows = self._repo.get_lineage_conversation(lineage)

@@ -760,6 +760,37 @@ def parent_walk(conn: Connection, session_id: str) -> list[str]:
     return list(reversed(chain))
 
 
+def _replay_hop_of() -> Select[Any]:
+    return select(
+        sessions.c.parent_session_id, sessions.c.source, sessions.c.model_config
+    ).where(sessions.c.id == bindparam("id"))
+
+
+def replay_walk(conn: Connection, session_id: str) -> list[str]:
+    """The sessions a replay of ``session_id`` with its ancestors shows, root first: the
+    :func:`parent_walk`, up to the first session that forked from its parent. A branch,
+    delegate or tool run, or a reset child, that names its parent (:func:`is_fork_row`, the
+    reset marker too: iot 0.22.2's per-hop ``include_reset``) owns its transcript (a branch
+    copied its parent's at the fork), so its parent's rows, the ones written after the fork
+    among them, are not its history. Other children walk on, as Hermes 0.19 walks them."""
+    chain: list[str] = []
+    current: str | None = session_id
+    for _ in range(MAX_LINEAGE_DEPTH):
+        if not current or current in chain:
+            break
+        chain.append(current)
+        row = conn.execute(_replay_hop_of(), {"id": current}).first()
+        if row is None or row[0] is None:
+            break
+        parent = str(row[0])
+        if is_fork_row(parent, row[1], row[2]) or (
+            decode_json_object(row[2]).get(RESET_MARKER) == parent
+        ):
+            break
+        current = parent
+    return list(reversed(chain))
+
+
 def is_fork_row(parent_id: Any, source: Any, model_config: Any) -> bool:
     """iot 0.22.2's ``_is_explicit_fork_child_row``: a tool run, or a session whose branch or
     delegate marker names its parent (any such marker, for a session without a parent)."""
@@ -824,6 +855,14 @@ class LineagePart(RepositoryPart):
         if not isinstance(session_id, str) or not session_id or not bindable(session_id):
             return [session_id]
         return self.store.read(lambda conn: parent_walk(conn, session_id))
+
+    @reads
+    def replay_lineage(self, session_id: str) -> list[str]:
+        """:func:`replay_walk`: the chain a replay with ancestors, a resume's display history
+        and its ancestor prefix show (an id no database could hold is its own chain)."""
+        if not isinstance(session_id, str) or not session_id or not bindable(session_id):
+            return [session_id]
+        return self.store.read(lambda conn: replay_walk(conn, session_id))
 
     @reads
     def is_explicit_fork_child(self, session_id: str) -> bool:
