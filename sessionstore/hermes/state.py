@@ -145,7 +145,7 @@ from .persistence import (
 
 # iot 0.22.2's private names its TUI and tools import from the module (``persistence``).
 from .persistence import connect_tracked_db as _connect_tracked_db  # noqa: F401
-from .persistence import secure_state_db_files as _secure_state_db_files  # noqa: F401
+from .persistence import secure_state_db_files as _secure_state_db_files
 
 __all__ = [
     "DEFAULT_DB_PATH",
@@ -312,6 +312,22 @@ def _file_of(db_path: str | os.PathLike[str] | None, url: str | None) -> Path | 
     return None
 
 
+def _make_owner_only(file: Path, *, create: bool) -> None:
+    """A writable open's file and its sidecars to 0600, as iot 0.22.2's writable open makes
+    them (its ``_secure_state_db_files``): conversations are private, and SQLite otherwise
+    creates the file, and its sidecars like it, by the umask (0644 under 0022). ``create``
+    makes a missing file 0600 before SQLite does (``O_EXCL``: a new inode only; a missing
+    folder is the store's to make, and the call after the open covers it). A file this user
+    may not ``chmod`` (another owner's, shared through its group) is logged, never fatal:
+    the open itself says whether the user may write it."""
+    try:
+        _secure_state_db_files(file, create_main=create)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        logger.warning("%s: could not make it owner-only (0600): %s", file, exc)
+
+
 class SessionDB(facade.SessionDB):
     """Hermes v6's ``hermes_state.SessionDB``: the facade plus Hermes's private surface.
 
@@ -382,6 +398,9 @@ class SessionDB(facade.SessionDB):
         retry: RetryPolicy | None,
         busy_timeout_s: float,
     ) -> None:
+        file = None if read_only else _file_of(db_path, url)
+        if file is not None and str(file) != ":memory:":
+            _make_owner_only(file, create=True)
         super().__init__(
             db_path,
             url=url,
@@ -401,6 +420,8 @@ class SessionDB(facade.SessionDB):
                 # Hermes opens its connection in the constructor; so do we, which also puts
                 # a fresh file into WAL before anyone else looks at it.
                 self._raw.get()
+            if file is not None and str(file) != ":memory:":
+                _make_owner_only(file, create=False)  # a file the store made in a new folder
         except BaseException:
             # Nothing of a failed open stays: the repair (or the caller) may open the file next.
             self.store.close()

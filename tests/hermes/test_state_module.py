@@ -14,6 +14,7 @@ import importlib
 import logging
 import os
 import sqlite3
+import stat
 import subprocess
 import sys
 import threading
@@ -880,3 +881,74 @@ def test_fts_table_exists_follows_the_file_s_schema(tmp_path: Path) -> None:
     assert not db._fts_table_exists("sessions_fts; DROP TABLE sessions")
     assert db.optimize_fts() == 1  # the word index alone, as Hermes counts
     db.close()
+
+
+# -- owner-only files (iot 0.22.2's writable open) ------------------------------------------------
+def modes(path: Path) -> dict[str, int]:
+    """The permission bits of the file and of each companion it has now."""
+    return {
+        suffix: stat.S_IMODE(os.stat(f"{path}{suffix}").st_mode)
+        for suffix in ("", "-wal", "-shm")
+        if os.path.exists(f"{path}{suffix}")
+    }
+
+
+@pytest.mark.parametrize("folder", ["existing", "missing"])
+def test_a_new_file_and_its_companions_are_owner_only_under_a_loose_umask(
+    tmp_path: Path, folder: str
+) -> None:
+    path = tmp_path / "state.db" if folder == "existing" else tmp_path / "new" / "state.db"
+    old_umask = os.umask(0o022)
+    try:
+        db = SessionDB(path)
+    finally:
+        os.umask(old_umask)
+    try:
+        db.create_session("s1", "cli")
+        found = modes(path)
+    finally:
+        db.close()
+    assert "-wal" in found  # the companions were there to check
+    assert found == dict.fromkeys(found, 0o600)
+
+
+def test_a_writable_open_tightens_a_loose_file_and_a_read_only_open_does_not(
+    tmp_path: Path, migrated_sqlite_template: Path
+) -> None:
+    loose, untouched = tmp_path / "loose.db", tmp_path / "untouched.db"
+    for path in (loose, untouched):
+        backup_copy(migrated_sqlite_template, path)
+        os.chmod(path, 0o644)
+    SessionDB(loose).close()
+    reader = SessionDB(untouched, read_only=True)
+    try:
+        assert reader.session_count() == 0
+    finally:
+        reader.close()
+    assert modes(loose)[""] == 0o600
+    assert modes(untouched)[""] == 0o644
+
+
+def test_a_file_the_user_may_not_chmod_is_logged_and_still_opened(
+    tmp_path: Path,
+    migrated_sqlite_template: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    path = backup_copy(migrated_sqlite_template, tmp_path / "shared.db")
+    real_chmod = os.chmod
+
+    def refuse(target: Any, mode: int, *args: Any, **kwargs: Any) -> None:
+        if Path(target) == path:
+            raise PermissionError(1, "Operation not permitted", str(target))
+        real_chmod(target, mode, *args, **kwargs)
+
+    monkeypatch.setattr(os, "chmod", refuse)
+    with caplog.at_level(logging.WARNING, logger="sessionstore.hermes.state"):
+        db = SessionDB(path)
+    try:
+        db.create_session("s1", "cli")
+        assert db.get_session("s1") is not None
+    finally:
+        db.close()
+    assert any("owner-only" in record.getMessage() for record in caplog.records)
