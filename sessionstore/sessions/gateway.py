@@ -414,9 +414,11 @@ class GatewayPart(RepositoryPart):
         self, *, platform: str | None = None, active_only: bool = True
     ) -> list[dict[str, Any]]:
         """The newest session (by ``started_at``) of each ``session_key``, as Hermes 0.18.1
-        lists them instead of ``sessions.json``: session columns plus ``last_active`` (its
-        newest message, else its start), most recently active first. ``platform`` keeps one
-        source (ASCII case ignored); ``active_only`` the live ones."""
+        lists them instead of ``sessions.json``: session columns plus ``last_active`` (iot
+        0.22.2's recency, :func:`.maintenance.last_active_at`: the newer of its activity
+        heartbeat and its newest message, else its start; a listing row keeps its start where
+        no clock is trusted), most recently active first. ``platform`` keeps one source (ASCII
+        case ignored); ``active_only`` the live ones."""
         if platform is not None and not bindable(platform):
             return []
         rival = sessions.alias("same_key")
@@ -425,13 +427,12 @@ class GatewayPart(RepositoryPart):
             .where(rival.c.session_key == sessions.c.session_key)
             .scalar_subquery()
         )
-        newest_message = (
-            select(func.max(messages.c.timestamp))
-            .where(messages.c.session_id == sessions.c.id)
-            .scalar_subquery()
-        )
-        last_active = func.coalesce(newest_message, sessions.c.started_at).label("last_active")
-        statement = select(*session_columns(self.store.read_shape), last_active).where(
+        read = self.store.read_shape
+        stamped = read.has_column(sessions.name, "last_activity_at")
+        last_active = func.coalesce(
+            last_active_at(stamped=stamped), sessions.c.started_at
+        ).label("last_active")
+        statement = select(*session_columns(read), last_active).where(
             sessions.c.session_key.is_not(None), sessions.c.started_at == newest_of_key
         )
         if platform:

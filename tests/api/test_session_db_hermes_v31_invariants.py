@@ -396,6 +396,28 @@ def test_title_provenance_ranks_as_in_iot(db: SessionDB) -> None:
         db.set_session_title_source("t", "robot")
 
 
+def test_a_gateway_sessions_last_active_counts_its_heartbeat(db: SessionDB) -> None:
+    # A gateway turn that is still running (compressing, waiting on the model) has written no
+    # message yet: its heartbeat is the freshest sign of life, and the gateway's listing
+    # orders lanes by it, as iot 0.22.2's does. A heartbeat older than the newest message
+    # never moves it back.
+    for lane in ("busy", "quiet"):
+        db.create_session(lane, "telegram", session_key=f"agent:main:telegram:dm:{lane}")
+        db.append_message(lane, "user", "ping", timestamp=1_700_000_000.0)
+    run(db, "UPDATE messages SET timestamp = 1700000000.0")
+    run(db, "UPDATE sessions SET last_activity_at = NULL")
+    run(db, "UPDATE messages SET timestamp = 1700000800.0 WHERE session_id = 'quiet'")
+    db.touch_session_activity("busy", 1_700_000_900.0, description="compressing context")
+    rows = db.list_gateway_sessions(active_only=True)
+    assert [(row["id"], row["last_active"]) for row in rows] == [
+        ("busy", 1_700_000_900.0), ("quiet", 1_700_000_800.0)
+    ]
+    db.touch_session_activity("quiet", 1_700_000_500.0)
+    assert {row["id"]: row["last_active"] for row in db.list_gateway_sessions()}["quiet"] == (
+        1_700_000_800.0
+    )
+
+
 def test_activity_moves_forward_and_its_labels_clear(db: SessionDB) -> None:
     db.create_session("s", "cli")
     db.touch_session_activity("s", 100.0, description="  compressing  " + "x" * 200,
