@@ -373,8 +373,10 @@ class SessionDB(facade.SessionDB):
                 # A malformed schema fails every statement, before any migration could help:
                 # Hermes repairs ``sqlite_master`` in place (a backup first) and opens again,
                 # once per file and process so a file still broken raises instead of looping.
+                # A read-only open only reports it (iot 0.22.2: a read-only attachment stays
+                # observational; the next writable open repairs, its attempt not spent here).
                 if (
-                    path is None or not is_malformed_schema_error(exc)
+                    path is None or read_only or not is_malformed_schema_error(exc)
                     or not _claim_repair_attempt(path)
                 ):  # fmt: skip
                     raise

@@ -855,6 +855,31 @@ def test_a_malformed_schema_is_repaired_at_open_once_per_process(
     assert calls == []
 
 
+def test_a_read_only_open_reports_a_malformed_schema_and_leaves_the_repair_to_a_writer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A reader (a dashboard, `sessions list`) may run beside the live writer: schema surgery
+    # is not its to do. It fails, touching nothing; the next writable open still repairs.
+    path = tmp_path / "state.db"
+    db = SessionDB(path)
+    db.create_session("kept", "cli")
+    db.append_message("kept", "user", "hello pizza")
+    db.close()
+    _duplicate_schema_row(path)
+    before = path.read_bytes()
+    monkeypatch.setattr(hermes_state_module, "_repair_attempted_paths", set())
+    with pytest.raises(sessionstore.StoreUnavailableError, match="malformed database schema"):
+        SessionDB(path, read_only=True)
+    assert path.read_bytes() == before
+    assert list(tmp_path.glob("state.db.malformed-backup-*")) == []
+    healed = SessionDB(path)
+    try:
+        assert [m["content"] for m in healed.get_messages("kept")] == ["hello pizza"]
+    finally:
+        healed.close()
+    assert len(list(tmp_path.glob("state.db.malformed-backup-*"))) == 1
+
+
 def test_only_a_malformed_schema_is_repaired_at_open(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
