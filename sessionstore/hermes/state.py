@@ -462,6 +462,28 @@ class SessionDB(facade.SessionDB):
         """Hermes's private name for :meth:`get_session_rich_rows`."""
         return self.get_session_rich_rows(session_ids, compact_rows)
 
+    # Hermes's guards read their bound from ``config.yaml`` at each call, through the module's
+    # ``resolved_max_*_messages`` (so ``sessions.max_resume_messages: 0`` disables the guard,
+    # and code and tests that patch the module's functions are obeyed): None here is that.
+    def assert_resume_safe(
+        self, session_id: str, max_messages: int | None = None, *, tip_only: bool = False
+    ) -> int:
+        if max_messages is None:
+            max_messages = resolved_max_resume_messages()
+        return super().assert_resume_safe(session_id, max_messages, tip_only=tip_only)
+
+    def assert_export_safe(self, session_id: str, max_messages: int | None = None) -> int:
+        if max_messages is None:
+            max_messages = resolved_max_export_messages()
+        return super().assert_export_safe(session_id, max_messages)
+
+    def assert_exports_safe(
+        self, session_ids: Sequence[str], max_messages: int | None = None
+    ) -> None:
+        if max_messages is None:
+            max_messages = resolved_max_export_messages()
+        super().assert_exports_safe(session_ids, max_messages)
+
     @staticmethod
     def _sanitize_fts5_query(query: str) -> str:
         return sanitize_fts5_query(query)

@@ -977,3 +977,29 @@ def test_a_file_the_user_may_not_chmod_is_logged_and_still_opened(
     finally:
         db.close()
     assert any("owner-only" in record.getMessage() for record in caplog.records)
+
+
+# -- the resume and export guards read their bound at each call (iot 0.22.2) -------------------
+def test_the_guards_default_bound_is_read_through_the_module_at_each_call(
+    db: SessionDB, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Hermes resolves the bound from config.yaml (sessions.max_resume_messages, 0 disables)
+    # when it is not given; a user who disabled the guard must be able to resume a big session.
+    db.create_session("big", "cli")
+    for n in range(5):
+        db.append_message("big", "user", f"turn {n}")
+    monkeypatch.setattr(hermes_state_module, "resolved_max_resume_messages", lambda: 3)
+    monkeypatch.setattr(hermes_state_module, "resolved_max_export_messages", lambda: 4)
+    with pytest.raises(hermes_state_module.SessionResumeTooLargeError) as resume:
+        db.assert_resume_safe("big")
+    with pytest.raises(hermes_state_module.SessionExportTooLargeError) as export:
+        db.assert_export_safe("big")
+    with pytest.raises(hermes_state_module.SessionExportTooLargeError):
+        db.assert_exports_safe(["big"])
+    assert (resume.value.limit, export.value.limit) == (3, 4)
+    monkeypatch.setattr(hermes_state_module, "resolved_max_resume_messages", lambda: 0)
+    monkeypatch.setattr(hermes_state_module, "resolved_max_export_messages", lambda: 0)
+    assert db.assert_resume_safe("big") == 0
+    assert db.assert_export_safe("big") == 0
+    db.assert_exports_safe(["big"])
+    assert db.assert_resume_safe("big", max_messages=10) == 5  # a bound given is the bound
