@@ -86,6 +86,7 @@ from .lifecycle import RECOVERABLE_END_REASONS
 from .lineage import (
     BRANCH_MARKER,
     DELEGATE_MARKER,
+    RESET_END_REASONS,
     TOOL_SOURCE,
     compression_ancestors_of,
     has_marker,
@@ -206,6 +207,29 @@ class GatewayPart(RepositoryPart):
             has_messages,
         )
         newest = self._session_select().order_by(sessions.c.started_at.desc(), sessions.c.id.desc())
+        # iot 0.22.2's reset fence (#68539): a row of the peer that a reset boundary (/new, an
+        # idle or daily reset) ended after the candidate's last activity puts the candidate
+        # behind that boundary; recovering it would restore the context the user reset away.
+        boundary = sessions.alias("boundary")
+        candidate_activity = (
+            func.coalesce(sessions.c.last_activity_at, sessions.c.started_at)
+            if self.store.read_shape.has_column(sessions.name, "last_activity_at")
+            else sessions.c.started_at
+        )
+
+        def behind_a_reset(*same_peer: Any) -> Any:
+            return not_(
+                select(boundary.c.id)
+                .where(
+                    boundary.c.source == sessions.c.source,
+                    *same_peer,
+                    boundary.c.ended_at.is_not(None),
+                    boundary.c.end_reason.in_(RESET_END_REASONS),
+                    boundary.c.ended_at > candidate_activity,
+                )
+                .correlate(sessions)
+                .exists()
+            )
 
         def run(conn: Connection) -> SessionRecord | None:
             if session_key:
@@ -214,6 +238,7 @@ class GatewayPart(RepositoryPart):
                         sessions.c.session_key == str(session_key),
                         sessions.c.source == source,
                         resumable,
+                        behind_a_reset(boundary.c.session_key == sessions.c.session_key),
                     ).limit(fixed_count(1))
                 ).first()
                 if row is not None:
@@ -229,8 +254,14 @@ class GatewayPart(RepositoryPart):
                     ("thread_id", thread_id),
                 )
             ]
+            same_tuple = [
+                func.coalesce(boundary.c[name], "") == func.coalesce(sessions.c[name], "")
+                for name in ("user_id", "chat_id", "chat_type", "thread_id")
+            ]
             row = conn.execute(
-                newest.where(sessions.c.source == source, *peer, resumable).limit(fixed_count(1))
+                newest.where(
+                    sessions.c.source == source, *peer, resumable, behind_a_reset(*same_tuple)
+                ).limit(fixed_count(1))
             ).first()
             return None if row is None else SessionRecord._make(row)
 

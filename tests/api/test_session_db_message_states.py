@@ -410,6 +410,30 @@ def test_gateway_peer_lookup(db: SessionDB, query: dict[str, Any], expected: str
     assert db.find_latest_gateway_session_for_peer(source="discord", session_key="k1") is None
 
 
+@pytest.mark.parametrize("by_key", [True, False], ids=["by-key", "by-peer"])
+@pytest.mark.parametrize("reason", ["session_reset", "idle", "daily"])
+def test_gateway_recovery_never_reaches_behind_a_newer_reset(
+    db: SessionDB, by_key: bool, reason: str
+) -> None:
+    # /new (or an idle or daily reset) ended a later session of the peer: the chat's newest
+    # event is a deliberate fresh start, so the older conversation still open behind it is not
+    # the one to recover (iot 0.22.2, #68539). A recoverable row active after the reset is.
+    peer = {"user_id": "u", "chat_id": "42", "chat_type": "dm"}
+    key = "agent:main:telegram:dm:42"
+    for session_id, started in (("before", 1.0), ("reset", 2.0)):
+        session(db, session_id, started_at=started, source="telegram")
+        db.record_gateway_session_peer(session_id, source="telegram", session_key=key, **peer)
+        db.append_message(session_id, "user", "hello")
+    db.end_session("reset", reason)
+    query: dict[str, Any] = {"session_key": key} if by_key else peer
+    assert db.find_latest_gateway_session_for_peer(source="telegram", **query) is None
+    session(db, "after", started_at=time.time() + 60, source="telegram")
+    db.record_gateway_session_peer("after", source="telegram", session_key=key, **peer)
+    db.append_message("after", "user", "a fresh start")
+    found = db.find_latest_gateway_session_for_peer(source="telegram", **query)
+    assert found is not None and found["id"] == "after"
+
+
 def test_record_peer_needs_a_session_key(db: SessionDB) -> None:
     db.create_session("s", "telegram")
     assert db.record_gateway_session_peer("s", source="telegram", chat_id="1") is False
