@@ -29,7 +29,7 @@ from sqlalchemy import Select, and_, bindparam, func, select
 from sqlalchemy.engine import Connection
 
 from ..sql import validation
-from ..sql.codec import decode_json, loads
+from ..sql.codec import decode_display_metadata, decode_json, loads
 from ..sql.message_content import (
     ENCODED_CONTENT_PREFIXES,
     STORED_ON_POSTGRESQL_PREFIX,
@@ -61,7 +61,8 @@ def hermes_message_dict(record: MessageRecord) -> dict[str, Any]:
     """A message as newest Hermes's reads give it (iot 0.22.2's ``_row_to_message_dict``):
     every column but ``display_identity`` and ``display_order`` (its display index; raw
     bytes no JSON encoder takes), ``_compressed_summary`` only where it is set (as ``True``,
-    last), content, tool calls and ``display_metadata`` decoded."""
+    last), content, tool calls and ``display_metadata`` decoded (iot's
+    ``_decode_display_metadata``: a JSON object, else None)."""
     message = record.to_dict()
     del message["display_identity"], message["display_order"]
     if message.pop("_compressed_summary"):
@@ -70,9 +71,7 @@ def hermes_message_dict(record: MessageRecord) -> dict[str, Any]:
     if message["tool_calls"]:
         message["tool_calls"] = decode_json(message["tool_calls"], "tool_calls", record.id, [])
     if message["display_metadata"] is not None:
-        message["display_metadata"] = decode_json(
-            message["display_metadata"], "display_metadata", record.id, None
-        )
+        message["display_metadata"] = decode_display_metadata(message["display_metadata"])
     return message
 
 
@@ -153,9 +152,7 @@ def _decoded(message: dict[str, Any], compressed_summary: Any, message_id: Any) 
         except (ValueError, TypeError):  # the warning, and the default, as everywhere
             message["tool_calls"] = decode_json(tool_calls, "tool_calls", message_id, [])
     if message["display_metadata"] is not None:
-        message["display_metadata"] = decode_json(
-            message["display_metadata"], "display_metadata", message_id, None
-        )
+        message["display_metadata"] = decode_display_metadata(message["display_metadata"])
     return message
 
 

@@ -396,6 +396,34 @@ def test_title_provenance_ranks_as_in_iot(db: SessionDB) -> None:
         db.set_session_title_source("t", "robot")
 
 
+@pytest.mark.parametrize(
+    ("stored", "read"),
+    [
+        ('{"task_count": 2}', {"task_count": 2}),
+        (json.dumps(json.dumps({"twice": True})), {"twice": True}),  # older builds' double encoding
+        ("[]", None), ('"text"', None), ("0", None), ("{not json", None), ("", None),
+    ],
+)  # fmt: skip
+def test_every_message_read_gives_display_metadata_as_an_object_or_none(
+    db: SessionDB, stored: str, read: dict[str, Any] | None
+) -> None:
+    # A desktop reads ``'task_count' in meta``: a list, a string or a number there fails its
+    # whole resume. iot 0.22.2's reads decode a JSON object and drop anything else.
+    db.create_session("s", "desktop")
+    first = db.append_message("s", "user", "event", display_kind="async_delegation_complete",
+                              display_metadata={"placeholder": 1})  # fmt: skip
+    anchor = db.append_message("s", "assistant", "anchor")
+    run(db, "UPDATE messages SET display_metadata = :raw WHERE id = :id", raw=stored, id=first)
+    reads = [
+        db.get_messages("s")[0],
+        db.get_messages("s", limit=1)[0],
+        db.get_messages_around("s", first, window=0)["window"][0],
+        db.get_anchored_view("s", anchor, window=0, bookend=1)["bookend_start"][0],
+    ]
+    assert [message["display_metadata"] for message in reads] == [read] * len(reads)
+    assert {message["content"] for message in reads} == {"event"}
+
+
 def test_a_gateway_sessions_last_active_counts_its_heartbeat(db: SessionDB) -> None:
     # A gateway turn that is still running (compressing, waiting on the model) has written no
     # message yet: its heartbeat is the freshest sign of life, and the gateway's listing
