@@ -106,6 +106,7 @@ from ..errors import (
 )
 from ..search import MAX_FTS5_QUERY_CHARS, contains_cjk, sanitize_fts5_query
 from ..sessions import imports
+from ..sessions.session_state import CANONICAL_BOT_CHAT_TITLE
 from ..sql.tables import SCHEMA_VERSION
 from ..storage import fork_safety
 from ..storage.config import default_db_path
@@ -351,6 +352,9 @@ class SessionDB(facade.SessionDB):
     _IMPORT_MAX_TOTAL_MESSAGES = imports.MAX_TOTAL_MESSAGES
     _IMPORT_MAX_SESSION_BYTES = imports.MAX_SESSION_BYTES
     _IMPORT_MAX_TOTAL_BYTES = imports.MAX_TOTAL_BYTES
+    # The title that, on a hidden session, names the desktop's own Bot Chat (iot 0.22.2's class
+    # constant; the rules that read it live in sessionstore.sessions.session_state).
+    CANONICAL_BOT_CHAT_TITLE = CANONICAL_BOT_CHAT_TITLE
 
     def __init__(
         self,

@@ -224,6 +224,15 @@ def test_hermes_module_level_names_its_tests_reach_for(db: SessionDB) -> None:
     assert full is not None and full["system_prompt"] == "should be gone"
     assert db._get_session_rich_row("ghost") is None
     assert db._get_session_rich_rows_batch(["s1", "ghost"], compact_rows=True) == {"s1": compact}
+    # iot 0.22.2's tests and desktop name the canonical Bot Chat through the class; pinning it
+    # keeps it hidden (an ordinary hidden session is unhidden by a pin).
+    db.create_session("bot", "desktop")
+    db.set_session_title("bot", SessionDB.CANONICAL_BOT_CHAT_TITLE)
+    db.create_session("plain", "desktop")
+    for session_id in ("bot", "plain"):
+        db.set_session_hidden(session_id, True)
+        db.set_session_pinned(session_id, True)
+    assert [db.get_session(sid)["hidden"] for sid in ("bot", "plain")] == [1, 0]  # type: ignore[index]
 
 
 def test_the_clock_of_leases_is_read_through_the_module(
