@@ -15,8 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import AskIot
-from side_by_side import Step, as_printed, run_steps
+from side_by_side import AskIot, Step, as_printed, run_steps
 
 from sessionstore.api.session_db import SessionDB
 
