@@ -54,6 +54,7 @@ from .request import (
     Page,
     SearchFilters,
     filtered_rows,
+    filtered_sql,
     hot_rows,
     ranks_in_window,
 )
@@ -187,6 +188,10 @@ _WINDOW_FROM_FLOOR: Final = (
 # tool calls and name are searched only when the content lacks it; one subquery less than a
 # column each: 2-4 % of the statement), and the text around the hit is one substr() that
 # Python cuts into before / hit / after. The hits' context is read by the same statement.
+# The page's time and id order is said again at each level (the hit's subquery orders by
+# the page's own columns): SQLite (3.46 on) then takes each level's order from the level
+# below and sorts once, for the page, where it sorted the page's wide result rows again
+# (their heads and snippet windows: 11 of 190 us for 20 hits).
 _SUBSTRING_SEARCH: Final = f"""
 SELECT hit.id, hit.session_id, hit.role, hit.timestamp, hit.tool_name, hit.source, hit.model,
        hit.started_at, hit.found >> 2,
@@ -199,13 +204,13 @@ SELECT hit.id, hit.session_id, hit.role, hit.timestamp, hit.tool_name, hit.sourc
                    ELSE {2 * SUBSTRING_SNIPPET_SIDE_CHARS + 1} END),
        {CONTEXT_COLUMNS}
 FROM (
-    SELECT m.id, m.session_id, m.role, m.timestamp, m.tool_name, s.source, s.model,
+    SELECT page.id, m.session_id, m.role, page.timestamp, m.tool_name, s.source, s.model,
            s.started_at,
            coalesce(nullif(instr(lower(m.content), lower(:needle)), 0) * 4 + 1,
                     nullif(instr(lower(m.tool_calls), lower(:needle)), 0) * 4 + 2,
                     nullif(instr(lower(m.tool_name), lower(:needle)), 0) * 4 + 3, 1) AS found
     FROM (
-        SELECT m.id
+        SELECT m.id, m.timestamp
         {{candidates}}
         WHERE {{match}}({{verify}}) {{filters}}
         ORDER BY {{order}}
@@ -213,6 +218,7 @@ FROM (
     ) AS page
     JOIN messages AS m ON m.id = page.id
     JOIN sessions AS s ON s.id = m.session_id
+    ORDER BY {{hit_order}}
     LIMIT -1 OFFSET 0
 ) AS hit
 JOIN messages AS m ON m.id = hit.id
@@ -358,7 +364,7 @@ _CATALOG_TRUSTED_S: Final = 1.0
 (see _substring_present)."""
 
 
-def _present(conn: Connection, wanted: tuple[str, str, str]) -> set[str]:
+def _present(conn: Connection, wanted: tuple[str, str, str]) -> frozenset[str]:
     """Which of the objects ``wanted`` the store has: asked on every search (a repair or
     another program may drop or make them), from the catalog when the schema changed since it
     was last read (see _SCHEMA_AND_HIGHEST); with a name of its own (:data:`_STOPS_EARLY`),
@@ -378,14 +384,11 @@ def _present(conn: Connection, wanted: tuple[str, str, str]) -> set[str]:
     return _with_size(objects, highest)
 
 
-def _with_size(objects: frozenset[str], highest: int) -> set[str]:
-    present = set(objects)
-    if highest >= _STOP_EARLY_FROM:
-        present.add(_STOPS_EARLY)
-    return present
+def _with_size(objects: frozenset[str], highest: int) -> frozenset[str]:
+    return objects | _STOPS_EARLY_SET if highest >= _STOP_EARLY_FROM else objects
 
 
-def _substring_present(conn: Connection) -> tuple[set[str], bool]:
+def _substring_present(conn: Connection) -> tuple[frozenset[str], bool]:
     """The substring objects a search may use, and whether they are an earlier search's
     (True: no statement asked; read within :data:`_CATALOG_TRUSTED_S`) rather than read now.
 
@@ -406,14 +409,51 @@ def _substring_present(conn: Connection) -> tuple[set[str], bool]:
 
 
 _STOPS_EARLY: Final = ":stops-early"
+_STOPS_EARLY_SET: Final = frozenset((_STOPS_EARLY,))
+
+
+_NOTHING: Final[frozenset[str]] = frozenset()
+
+# A substring page's statements and their parameters, made once per query, shape and page
+# (what _substring_statements returns from its arguments alone): a search then only looks
+# its plan up and runs it. Building them on every call (the parameters' dict, the fragments,
+# the filtered text's key) was a tenth of a 3-character CJK search, more once other work
+# had left the processor's caches cold (scripts/bench_search_cpu.py).
+_PLANS: dict[tuple[Any, ...], tuple[tuple[str, dict[str, Any]], ...]] = {}
+_PLANS_KEPT: Final = 512
 
 
 def _substring_page(
-    conn: Connection, parts: tuple[str, bool, str, dict[str, str], str, bool],
-    present: set[str], filters: SearchFilters, page: Page, within: tuple[int, int] | None,
+    conn: Connection, query: SubstringQuery, present: frozenset[str], filters: SearchFilters,
+    page: Page, within: tuple[int, int] | None,
 ) -> list[tuple[Any, ...]]:  # fmt: skip
     """The rows of a substring page (_SUBSTRING_SEARCH's), in the shape the objects
-    ``present`` allow (see SQLiteSearchIndex._substring_rows)."""
+    ``present`` allow (see SQLiteSearchIndex._substring_rows): the first of its statements
+    that finds rows (an early page that is not proven finds none), else none."""
+    key = (query, present, filters, page, within, conn.dialect.name)
+    plan = _PLANS.get(key)
+    if plan is None:
+        if len(_PLANS) >= _PLANS_KEPT:
+            _PLANS.clear()
+        plan = _substring_statements(conn, _substring_parts(query), present, filters, page,
+                                     within)  # fmt: skip
+        if within is None:  # the rows another program left unindexed: asked once or twice
+            _PLANS[key] = plan
+    rows: list[tuple[Any, ...]] = []
+    for sql, params in plan:
+        rows = hot_rows(conn, sql, params)
+        if rows:
+            break
+    return rows
+
+
+def _substring_statements(
+    conn: Connection, parts: tuple[str, bool, str, dict[str, str], str, bool],
+    present: frozenset[str], filters: SearchFilters, page: Page,
+    within: tuple[int, int] | None,
+) -> tuple[tuple[str, dict[str, Any]], ...]:  # fmt: skip
+    """A substring page's statements, each with its parameters, in the order they are tried
+    (see :func:`_substring_page`)."""
     needle, _, verification, terms, grams, answered = parts
     params: dict[str, Any] = {"needle": needle, **page.params, **terms}
     candidates, match, verify = _SCAN_CANDIDATES, "", verification
@@ -431,23 +471,25 @@ def _substring_page(
     ordering = {
         "order": filters.time_order(),
         "limit": str(page.limit),
+        "hit_order": filters.time_order("page"),
         "page_order": filters.time_order("hit"),
     }
     proof = _proof_fragments(filters, page) if within is None else None
-    rows = []
+    values = {**params, **filters.values()}
+    plan = []
     if proof and {names.BIGRAM_TABLE, names.SUBSTRING_TIME_INDEX, _STOPS_EARLY} <= present:
-        rows = filtered_rows(
-            conn, _EARLY_SUBSTRING_SEARCH, filters, params,
+        plan.append((filtered_sql(
+            conn, _EARLY_SUBSTRING_SEARCH, filters,
             first_candidates=candidates + sessions, first_verify=verify,
             candidates=_FIRST_HITS_CANDIDATES + sessions, match="", verify=_PROVEN,
             **proof, **ordering,
-        )  # fmt: skip
-    if not rows:  # unproven (or no hit at all): order every candidate
-        rows = filtered_rows(
-            conn, _SUBSTRING_SEARCH, filters, params, candidates=candidates + sessions,
-            match=match, verify=verify, **ordering,
-        )  # fmt: skip
-    return rows
+        ), values))  # fmt: skip
+    # unproven (or no hit at all): order every candidate
+    plan.append((filtered_sql(
+        conn, _SUBSTRING_SEARCH, filters, candidates=candidates + sessions,
+        match=match, verify=verify, **ordering,
+    ), values))  # fmt: skip
+    return tuple(plan)
 
 
 def _cut_snippet(hit_start: Any, window: Any, needle_length: int) -> str:
@@ -623,12 +665,12 @@ class SQLiteSearchIndex:
     ) -> list[FoundRow]:  # fmt: skip
         """Substring hits; ``within``: only among the ids ``low < id <= high``, every row
         scanned (no index holds them)."""
-        needle, indexable, _, _, _, _ = parts = _substring_parts(query)
+        needle, indexable, _, _, _, _ = _substring_parts(query)
         if within is not None:
             indexable = False
-        present, remembered = _substring_present(conn) if indexable else (set(), False)
+        present, remembered = _substring_present(conn) if indexable else (_NOTHING, False)
         try:
-            rows = _substring_page(conn, parts, present, filters, page, within)
+            rows = _substring_page(conn, query, present, filters, page, within)
         except OperationalError as exc:
             # An object the last search's catalog named was dropped since (by a repair, or
             # another program): the catalog is read now, and the page read again.
@@ -636,7 +678,7 @@ class SQLiteSearchIndex:
                 raise
             _CATALOG.pop(conn.engine, None)
             present = _present(conn, _SUBSTRING_OBJECTS)
-            rows = _substring_page(conn, parts, present, filters, page, within)
+            rows = _substring_page(conn, query, present, filters, page, within)
         size = len(needle)
         return [
             _new_tuple(FoundRow, (
