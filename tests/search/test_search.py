@@ -789,6 +789,40 @@ def test_cjk_search_uses_the_bigram_index_not_a_scan(sqlite_store: Store, needle
     assert not full_scans, plan
 
 
+@pytest.mark.slow  # 24 stores seeded: 0.03-0.07 CPU s each
+@pytest.mark.parametrize("early", [False, True])
+@pytest.mark.parametrize(
+    "filters", [{}, {"sort": "oldest"}, {"source_filter": ["cli"]}, {"offset": 1, "limit": 2}]
+)
+@pytest.mark.parametrize("needle", ["库", "数据", "数据库"])
+def test_substring_page_rows_are_sorted_once(
+    sqlite_store: Store, monkeypatch: pytest.MonkeyPatch, needle: str,
+    filters: dict[str, Any], early: bool,
+) -> None:  # fmt: skip
+    """The substring statement sorts its page, not its result rows again: the hit's subquery
+    and the outer query take their time order from the level below (no sorter of theirs),
+    whether the page is chosen among every candidate or among the first hits (early)."""
+    if early:
+        monkeypatch.setattr(sqlite_search, "_STOP_EARLY_FROM", 0)
+    seed(sqlite_store, [
+        *CORPUS,
+        Msg("first", "cli-1", "user", "deploy: 数据库迁移", 9000),
+        Msg("second", "cli-1", "assistant", "数据库已迁移", 9001),
+        Msg("third", "cli-1", "user", "库里的数据库", 9002),
+    ])  # fmt: skip
+    with StatementLog(sqlite_store) as log:
+        hits = search(sqlite_store, needle, **filters)
+    assert hits
+    statement, parameters = log.containing(f"{BIGRAM_TABLE} MATCH")[-1]
+    rows = sqlite_store.read(
+        lambda c: c.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters).all()
+    )
+    (hit_level,) = [row[0] for row in rows if row[-1] == "CO-ROUTINE hit"]
+    sorters = [row for row in rows if str(row[-1]).startswith("USE TEMP B-TREE")]
+    assert sorters, rows  # the page's own
+    assert not [row for row in sorters if row[1] in (0, hit_level)], rows
+
+
 @pytest.mark.parametrize(
     "filters", [{}, {"role_filter": ["user"]}, {"source_filter": ["cli"]}, {"offset": 1}]
 )
