@@ -76,6 +76,8 @@ reaches into (its insights, dashboard, ACP sessions, CLI resume):
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import logging
 import os
 import sqlite3
@@ -102,10 +104,12 @@ from ..errors import (
     SessionExportTooLargeError,
     SessionResumeTooLargeError,
     SessionTurnLeaseLostError,
+    StoreClosedError,
     TranscriptChangedError,
 )
 from ..search import MAX_FTS5_QUERY_CHARS, contains_cjk, sanitize_fts5_query
 from ..sessions import imports
+from ..sessions.access import access_of
 from ..sessions.session_state import CANONICAL_BOT_CHAT_TITLE
 from ..sql.tables import SCHEMA_VERSION
 from ..storage import fork_safety
@@ -369,6 +373,8 @@ class SessionDB(facade.SessionDB):
         if db_path is None and url is None:
             db_path = _default_db_path()
         arguments = (db_path, url, read_only, auto_migrate, retry, busy_timeout_s)
+        self._open_arguments = arguments
+        self._reopen_guard = threading.Lock()
         try:
             try:
                 self._open(*arguments)
@@ -581,6 +587,49 @@ class SessionDB(facade.SessionDB):
                 self._raw.close()
         super().close()
 
+    def _reopen_after_close(self, closed: Store) -> bool:
+        """Open the same file again for a call that came after :meth:`close` (iot 0.22.2's
+        self-heal: a teardown's ``close()`` racing a worker's last transcript flush must not
+        lose that flush). Only a writable SQLite file handle heals; a read-only one, a
+        PostgreSQL one and an in-memory one keep raising ``StoreClosedError``. True when the
+        call may be made again: nothing of it was written (``StoreClosedError``'s promise)."""
+        if self._raw is None or self.store.read_only or str(self.db_path) == ":memory:":
+            return False
+        with self._reopen_guard:
+            if self._store is closed:  # else another thread reopened it meanwhile
+                logger.warning("%s: SessionDB used after close(); reopening the database to "
+                               "land the call", self.db_path)  # fmt: skip
+                self._open(*self._open_arguments)
+        return True
+
+
+def _heals_after_close(method: Callable[..., T]) -> Callable[..., T]:
+    @functools.wraps(method)
+    def call(self: SessionDB, *args: Any, **kwargs: Any) -> T:
+        store = self._store
+        if store.closed and self._reopen_after_close(store):
+            store = self._store
+        try:
+            return method(self, *args, **kwargs)
+        except StoreClosedError:
+            if not store.closed or not self._reopen_after_close(store):
+                raise
+            return method(self, *args, **kwargs)
+
+    return call
+
+
+# Every read and write Hermes can call, and its raw write helper, heal after close (above).
+for _name in dir(SessionDB):
+    _method = getattr(SessionDB, _name, None)
+    if isinstance(inspect.getattr_static(SessionDB, _name, None), (staticmethod, classmethod)):
+        continue
+    if _name == "_execute_write" or (
+        not _name.startswith("__") and callable(_method) and access_of(_method) is not None
+    ):
+        setattr(SessionDB, _name, _heals_after_close(cast(Callable[..., Any], _method)))
+del _name, _method
+
 
 class _OwnedConnection:
     """The one raw ``sqlite3`` connection a Hermes-style ``SessionDB`` hands out as ``_conn``.
@@ -677,10 +726,20 @@ class _HermesLock:
         return self._db.store.write_lock
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        acquired = self._target().acquire(blocking, timeout)
+        target = self._target()
+        acquired = target.acquire(blocking, timeout)
         if acquired:
             self._depth.value = getattr(self._depth, "value", 0) + 1
+            # Released on the lock it took, even if a reopen after close() has replaced the
+            # store (and its lock) meanwhile.
+            self._held_stack().append(target)
         return acquired
+
+    def _held_stack(self) -> list[WriteLock]:
+        held: list[WriteLock] | None = getattr(self._depth, "held", None)
+        if held is None:
+            held = self._depth.held = []
+        return held
 
     def release(self) -> None:
         self._release(failed=False)
@@ -692,7 +751,8 @@ class _HermesLock:
                 self._finish_open_transaction(failed=failed)
         finally:
             self._depth.value = max(depth - 1, 0)
-            self._target().release()
+            held = self._held_stack()
+            (held.pop() if held else self._target()).release()
 
     def _finish_open_transaction(self, *, failed: bool) -> None:
         raw = self._db._raw
