@@ -21,6 +21,7 @@ import sqlalchemy  # noqa: F401
 from .api.session_db import SessionDB
 from .errors import (
     AuthenticationError,
+    CanonicalTitleError,
     CompressionPublishError,
     CompressionSessionBusyError,
     CompressionSessionClosedError,
@@ -68,6 +69,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AsyncSessionDB",
     "AuthenticationError",
+    "CanonicalTitleError",
     "CompressionPublishError",
     "CompressionSessionBusyError",
     "CompressionSessionClosedError",

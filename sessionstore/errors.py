@@ -254,3 +254,9 @@ class UnknownSessionError(SessionStoreError, LookupError):
 
 class TitleInUseError(SessionStoreError, ValueError):
     """Another session already holds this title (titles are unique)."""
+
+
+class CanonicalTitleError(SessionStoreError, ValueError):
+    """A rename (or clearing) of the desktop's canonical Bot Chat: a hidden session titled
+    ``Bot Chat``, found by that exact title each time Bot Mode opens it, so another title
+    would orphan the conversation (iot 0.22.2 refuses it with a ``ValueError`` too)."""

@@ -90,7 +90,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, TypeVar, cast
+from typing import Any, ClassVar, Final, TypeVar, cast
 
 from sqlalchemy.pool import PoolProxiedConnection
 
@@ -108,8 +108,8 @@ from ..errors import (
     TranscriptChangedError,
 )
 from ..search import MAX_FTS5_QUERY_CHARS, contains_cjk, sanitize_fts5_query
-from ..sessions import imports
-from ..sessions.access import access_of
+from ..sessions import imports, titles
+from ..sessions.access import access_of, writes
 from ..sessions.session_state import CANONICAL_BOT_CHAT_TITLE
 from ..sql.tables import SCHEMA_VERSION
 from ..storage import fork_safety
@@ -359,6 +359,12 @@ class SessionDB(facade.SessionDB):
     # The title that, on a hidden session, names the desktop's own Bot Chat (iot 0.22.2's class
     # constant; the rules that read it live in sessionstore.sessions.session_state).
     CANONICAL_BOT_CHAT_TITLE = CANONICAL_BOT_CHAT_TITLE
+    # A title's provenance under iot 0.22.2's class names (``set_auto_title(..., source=
+    # SessionDB.TITLE_SOURCE_LLM)``), and their precedence.
+    TITLE_SOURCE_DERIVED = titles.TITLE_SOURCE_DERIVED
+    TITLE_SOURCE_LLM = titles.TITLE_SOURCE_LLM
+    TITLE_SOURCE_USER = titles.TITLE_SOURCE_USER
+    _TITLE_SOURCE_RANK: ClassVar[dict[str, int]] = dict(titles.TITLE_SOURCE_RANK)
 
     def __init__(
         self,
@@ -570,6 +576,24 @@ class SessionDB(facade.SessionDB):
                 return result
 
         return run_with_retry(attempt, store.dialect.is_retryable, store.retry)
+
+    @writes
+    def _set_session_title(self, session_id: str, title: str | None, *, source: str) -> bool:
+        """iot 0.22.2's one title write: ``source`` ``user`` as :meth:`set_session_title`,
+        ``derived``/``llm`` as :meth:`set_auto_title` (without its check of the source)."""
+        return self._repo._set_title(session_id, title, source=source)
+
+    def _write_sql(
+        self, sql: str, params: Any = (), *, many: bool = False, patience_s: float | None = None
+    ) -> None:
+        """iot 0.22.2's one-statement write through :meth:`_execute_write` (``many``:
+        ``executemany``). ``patience_s`` is accepted and unused: the store's retry policy
+        bounds the wait."""
+        del patience_s
+        if many:
+            self._execute_write(lambda conn: conn.executemany(sql, params))
+        else:
+            self._execute_write(lambda conn: conn.execute(sql, params))
 
     def _try_wal_checkpoint(self) -> None:
         """Best-effort PASSIVE checkpoint; never raises."""

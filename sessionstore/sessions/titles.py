@@ -17,7 +17,7 @@ from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from ..errors import TitleInUseError
+from ..errors import CanonicalTitleError, TitleInUseError
 from ..search.sanitize import escape_like, lazy_pattern
 from ..sql import validation
 from ..sql.records import SessionRecord
@@ -25,6 +25,7 @@ from ..sql.tables import sessions_table as sessions
 from ..sql.validation import bindable
 from .access import reads, writes
 from .lineage import compression_ancestors_of
+from .session_state import CANONICAL_BOT_CHAT_TITLE
 from .shared import RepositoryPart, session_columns
 
 __all__ = [
@@ -217,7 +218,7 @@ class TitlesPart(RepositoryPart):
         clean = sanitize_title(title)
         session_id = validation.identifier(session_id, "session_id")
         automatic = source != TITLE_SOURCE_USER
-        current_of = select(sessions.c.title, sessions.c.title_source).where(
+        current_of = select(sessions.c.title, sessions.c.title_source, sessions.c.hidden).where(
             sessions.c.id == session_id
         )
 
@@ -227,6 +228,20 @@ class TitlesPart(RepositoryPart):
                 return False
             if only_if_empty and current.title is not None:
                 return False  # titled already: not even checked for uniqueness
+            if (
+                current.title == CANONICAL_BOT_CHAT_TITLE and current.hidden
+                and clean != CANONICAL_BOT_CHAT_TITLE
+            ):  # fmt: skip
+                # The desktop's canonical Bot Chat is found by this exact title each time Bot
+                # Mode opens it: another title (or none) orphans it. Whatever the provenance
+                # (iot 0.22.2): a user's rename is refused, an automatic one does not land.
+                if automatic:
+                    return False
+                raise CanonicalTitleError(
+                    "This is the bot's canonical Bot Chat \u2014 its name is its identity, and "
+                    "renaming it would orphan the conversation. To start fresh, create a new "
+                    "bot instead."
+                )
             if automatic and current.title is not None and _rank(current.title_source) >= _rank(
                 source
             ):
@@ -239,17 +254,24 @@ class TitlesPart(RepositoryPart):
             )  # fmt: skip
             holder_cleared = False
             if clean is not None:
-                holder = conn.execute(
-                    select(sessions.c.id).where(sessions.c.title == clean)
-                ).scalar()
-                if holder is not None and holder != session_id:
-                    if holder not in compression_ancestors_of(conn, session_id):
+                held = conn.execute(
+                    select(sessions.c.id, sessions.c.archived, sessions.c.hidden).where(
+                        sessions.c.title == clean
+                    )
+                ).first()
+                holder = None if held is None else held.id
+                if held is not None and holder != session_id:
+                    # A deliberately archived canonical Bot Chat is a retired one: its name
+                    # goes to the replacement (iot 0.22.2), the old session stays archived.
+                    retired = clean == CANONICAL_BOT_CHAT_TITLE and held.archived and held.hidden
+                    if not retired and holder not in compression_ancestors_of(conn, session_id):
                         # Hermes's exact words: users see them in `sessions rename` and `/title`.
                         raise TitleInUseError(
                             f"Title '{clean}' is already in use by session {holder}"
                         )
                     # A compressed ancestor (hidden behind its tip, so the user cannot free
                     # it) hands its title on to the continuation: one holder, same lineage.
+                    # A retired Bot Chat hands it on to its replacement.
                     conn.execute(
                         update(sessions)
                         .where(sessions.c.id == holder)
@@ -294,6 +316,11 @@ class TitlesPart(RepositoryPart):
         if not isinstance(title, str) or not title or not bindable(title):
             return None
         def run(conn: Connection) -> str | None:
+            exact = conn.execute(select(sessions.c.id).where(sessions.c.title == title)).scalar()
+            if exact is not None and title == CANONICAL_BOT_CHAT_TITLE:
+                # The canonical Bot Chat is its exact title: a numbered sibling (a desktop
+                # branch, visible, not Bot Mode's) never takes its messages (iot 0.22.2).
+                return str(exact)
             rows = conn.execute(
                 select(sessions.c.id, sessions.c.title)
                 .where(sessions.c.title.like(lineage_like_pattern(title), escape="\\"))
@@ -303,7 +330,6 @@ class TitlesPart(RepositoryPart):
                 candidate_base, number = split_lineage(candidate)
                 if number is not None and candidate_base == title:
                     return str(session_id)
-            exact = conn.execute(select(sessions.c.id).where(sessions.c.title == title)).scalar()
             return None if exact is None else str(exact)
 
         return self.store.read(run)
