@@ -80,6 +80,14 @@ def _search_functions() -> tuple[
 
     return hit_fields, reads_alone, search_message_dicts
 
+_REASONING_KEYS = frozenset(
+    ("reasoning", "reasoning_content", "reasoning_details", "codex_reasoning_items",
+     "codex_message_items")
+)  # fmt: skip
+"""A message dict's reasoning fields, which ``append_messages_batch`` keeps only on an
+assistant row (iot 0.22.2)."""
+
+
 class SessionDB:
     """SQLite- (or PostgreSQL-) backed session storage with full-text search.
 
@@ -824,7 +832,9 @@ class SessionDB:
         uids (``_tool_call_uids``, ``_tool_call_uid``), so iot's next flush knows it.
         ``chunk_rows`` writes a large batch (a branch's seed) in transactions of at most that
         many dicts. ``turn_lease_holder`` and ``compression_lock_holder``: as in
-        :meth:`append_message`."""
+        :meth:`append_message`. A row that is not the assistant's is stored without the dict's
+        reasoning fields (``reasoning``, ``reasoning_content``, ``reasoning_details``,
+        ``codex_reasoning_items``, ``codex_message_items``), as iot's flush stores it."""
         if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
             raise TypeError("messages must be a list of message dicts")
         batch = list(messages)
@@ -850,9 +860,16 @@ class SessionDB:
                     for start in range(0, len(batch), size)
                 )
         fresh = self._not_yet_stored(session_id, batch)
+        # As iot's flush: only an assistant row keeps reasoning (the dicts themselves are
+        # left as they are; they get their stored row's ids below).
+        written = [
+            message if message.get("role") == "assistant"
+            else {key: value for key, value in message.items() if key not in _REASONING_KEYS}
+            for message in fresh
+        ]
         ids = self._repo.append_messages(
             session_id,
-            self._repo.prepare_messages(fresh),
+            self._repo.prepare_messages(written),
             turn_lease_holder=turn_lease_holder,
             turn_lease_ttl_seconds=turn_lease_ttl_seconds,
         )

@@ -328,13 +328,14 @@ class MessagesPart(RepositoryPart):
         # Most of these are None in any one message: each is checked only when given (a
         # validator call per absent field was a tenth of an append's Python).
         text = self._text
+        calls = None if tool_calls is None else validation.tool_calls(tool_calls)
         return NewMessage(
             role=validation.identifier(role, "role"),
             content=None if content is None else self.stored_content(content),
             tool_name=None if tool_name is None
             else validation.optional_name(tool_name, "tool_name"),
-            tool_calls=None if tool_calls is None else text(
-                encode_json(validation.tool_calls(tool_calls), "tool_calls"), "tool_calls"
+            tool_calls=None if calls is None else text(
+                encode_json(calls, "tool_calls"), "tool_calls"
             ),
             tool_call_id=None if tool_call_id is None
             else validation.identifier(tool_call_id, "tool_call_id"),
@@ -362,7 +363,7 @@ class MessagesPart(RepositoryPart):
             timestamp=None
             if timestamp is None
             else validation.optional_number(timestamp, "timestamp"),
-            tool_call_total=0 if tool_calls is None else count_tool_calls(tool_calls),
+            tool_call_total=0 if calls is None else count_tool_calls(calls),
             effect_disposition=None if effect_disposition is None
             else validation.identifier(effect_disposition, "effect_disposition"),
             # The exact text sent to the API (Hermes 0.19's byte-fidelity sidecar): only a

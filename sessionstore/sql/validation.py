@@ -147,11 +147,19 @@ def sources(value: Any, name: str = "source") -> tuple[str, ...] | None:
 
 def tool_calls(value: Any, name: str = "tool_calls") -> Sequence[Mapping[str, Any]] | None:
     """A message's tool calls as OpenAI and Hermes write them: a list of tool-call objects
-    (dicts); None or an empty list is none. Anything else (a number, one bare dict, a string)
-    is a ``TypeError`` naming the field: Hermes would store it and count it as one call, and
-    every later read would find no call in it."""
+    (dicts), or the JSON text of one (what an export carries: iot 0.22.2 decodes it, so it is
+    never stored twice encoded); None or an empty list is none. Anything else (a number, one
+    bare dict, other text) is a ``TypeError`` naming the field: Hermes would store it and
+    count it as one call, and every later read would find no call in it."""
     if value is None:
         return None
+    if isinstance(value, str):
+        try:
+            decoded = json.loads(value)
+        except ValueError:
+            decoded = None
+        if isinstance(decoded, list) and all(isinstance(call, Mapping) for call in decoded):
+            return decoded
     if not isinstance(value, (list, tuple)):
         raise TypeError(
             f"{name} must be a list of tool-call dicts (or None), not {type(value).__name__}"

@@ -609,3 +609,24 @@ def test_the_turn_lease_takes_iot_0222s_waiting_keywords(
     for bad in ({"patience_s": "1"}, {"patience_s": True}):
         with pytest.raises(TypeError):
             db.try_acquire_session_turn_lease("s", "x", **bad)  # type: ignore[arg-type]
+
+
+def test_a_batch_keeps_reasoning_on_assistant_rows_only(db: SessionDB) -> None:
+    db.create_session("s", "cli")
+    thinking = {
+        "reasoning": "r",
+        "reasoning_content": "rc",
+        "reasoning_details": [{"type": "summary"}],
+        "codex_reasoning_items": [{"id": "ri"}],
+        "codex_message_items": [{"id": "mi"}],
+    }
+    tool_row = {"role": "tool", "content": "out", "tool_call_id": "c1", **thinking}
+    batch = [{"role": "assistant", "content": "calling", **thinking}, tool_row]
+    assert db.append_messages_batch("s", batch) == 2
+    columns = ", ".join(thinking)
+    stored = run(db, f"SELECT role, {columns} FROM messages WHERE session_id = 's' ORDER BY id")
+    assert stored[0]["reasoning"] == "r" and stored[0]["reasoning_content"] == "rc"
+    assert json.loads(stored[0]["codex_message_items"]) == [{"id": "mi"}]
+    assert [stored[1][name] for name in thinking] == [None] * 5
+    assert tool_row["reasoning_content"] == "rc"  # the caller's dict is not changed
+    assert isinstance(tool_row["_row_id"], int)  # and still learns its stored row

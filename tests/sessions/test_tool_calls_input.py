@@ -32,6 +32,27 @@ def is_tool_call_list(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(call, dict) for call in value)
 
 
+def _json_list(text: str) -> bool:
+    try:
+        return is_tool_call_list(json.loads(text))
+    except ValueError:
+        return False
+
+
+@pytest.mark.parametrize(
+    "calls", [[{"id": "c1", "function": {"name": "t", "arguments": "{}"}}], []]
+)
+def test_the_json_text_of_a_tool_call_list_is_stored_as_the_list(
+    db: SessionDB, calls: list[dict[str, Any]]
+) -> None:
+    # An export's messages carry tool_calls as JSON text: stored once encoded, counted.
+    db.append_message("s", "assistant", "x", tool_calls=json.dumps(calls))
+    assert db.append_messages_batch("s", [{"role": "assistant", "tool_calls": json.dumps(calls)}])
+    assert [m["tool_calls"] for m in db.get_messages("s")] == [calls or None] * 2
+    session = db.get_session("s")
+    assert session is not None and session["tool_call_count"] == 2 * len(calls)
+
+
 @pytest.fixture
 def db(store_url: str) -> Iterator[SessionDB]:
     database = SessionDB(url=store_url)
@@ -89,14 +110,16 @@ def test_the_facade_stores_a_tool_call_list_or_nothing(
     with SessionDB(url=migrated_sqlite_url) as db:
         db.create_session("h", "cli")
         before = db.get_messages("h")
+        # The JSON text of a tool-call list is taken as that list (an export's form).
+        calls = json.loads(value) if isinstance(value, str) and _json_list(value) else value
         try:
             db.append_message("h", "assistant", "x", tool_calls=value)
         except TypeError as exc:
-            assert "tool_calls" in str(exc) and not is_tool_call_list(value)
+            assert "tool_calls" in str(exc) and not is_tool_call_list(calls)
             assert value is not None
             assert db.get_messages("h") == before
             return
-        assert value is None or is_tool_call_list(value)
+        assert value is None or is_tool_call_list(calls)
         last = db.get_messages("h")[-1]
-        assert last["tool_calls"] == (value or None)
+        assert last["tool_calls"] == (calls or None)
         assert len(db.get_messages("h")) == len(before) + 1
