@@ -13,9 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import AskIot
 from real_hermes_driver import RAISES_PREFIX, SELECT_STEP, SQL_STEP
-from side_by_side import Step, as_printed, builtin_base_name, run_steps
+from side_by_side import AskIot, Step, as_printed, builtin_base_name, run_steps
 
 from sessionstore.api.session_db import SessionDB
 

@@ -15,9 +15,8 @@ import ast
 from typing import Any
 
 import pytest
-from conftest import AskIot
 from real_hermes_driver import RAISES_PREFIX, SELECT_STEP, SQL_STEP
-from side_by_side import Step, as_printed, run_steps
+from side_by_side import AskIot, Step, as_printed, run_steps
 
 from sessionstore.api.session_db import SessionDB
 
