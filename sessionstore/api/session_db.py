@@ -234,7 +234,8 @@ class SessionDB:
         """Create a session if it is new. Later-Hermes columns come as keywords
         (``session_key``, ``chat_id``, ``chat_type``, ``thread_id``, ``cwd``, ``git_branch``,
         ``git_repo_root``, ``profile_name``); on an existing session they fill only what is
-        still empty."""
+        still empty. Given a parent, the session takes its parent's cwd, Git columns and
+        profile where its own are empty (iot 0.22.2; the profile within one key namespace)."""
         return self._repo.create_session(
             session_id,
             source,

@@ -99,7 +99,11 @@ class LifecyclePart(RepositoryPart):
         """Insert the session if it is new. ``extra`` holds later-Hermes columns (gateway
         peer, cwd and git). On an existing session the model, model_config, system prompt,
         parent and those columns fill only what is still NULL (never source or user_id), as
-        Hermes 0.18's session upsert does: a gateway's bare row gets the agent's model later."""
+        Hermes 0.18's session upsert does: a gateway's bare row gets the agent's model later.
+
+        Given a parent, the session then takes its parent's working context where its own is
+        still NULL (:func:`inherit_parent_context`, in the same transaction), as iot 0.22.2
+        does: a compression fork keeps its working directory and profile."""
         filled = self._extra_session_values(extra)
         values = {
             "id": validation.identifier(session_id, "session_id"),
@@ -136,6 +140,8 @@ class LifecyclePart(RepositoryPart):
             _insert_or_fill(
                 conn, statement.values(system_prompt_hash=key), values["id"], fills, prompt, key
             )
+            if values["parent_session_id"]:
+                inherit_parent_context(conn, values["id"])
             if key is not None:
                 delete_unreferenced_prompts(conn)
 
@@ -170,6 +176,8 @@ class LifecyclePart(RepositoryPart):
             name: self._text(None if value is None else str(value), name)
             for name, value in extra.items()
             if value is not None and value != ""
+            # A blank profile is no owner (iot 0.22.2 stamps its own store's, else NULL):
+            and not (name == "profile_name" and isinstance(value, str) and not value.strip())
         }
 
     def _update_session(self, session_id: str, values: dict[str, Any], *conditions: Any) -> bool:
@@ -555,6 +563,57 @@ def _insert_or_fill(conn: Connection, statement: Any, session_id: str,
         values["system_prompt_hash"] = case((none_yet, key), else_=sessions.c.system_prompt_hash)
     if values:
         conn.execute(update(sessions).where(sessions.c.id == session_id).values(values))
+
+
+INHERITED_CONTEXT_COLUMNS = ("cwd", "git_repo_root", "git_branch", "profile_name")
+"""What a child session takes from its parent where its own is NULL (iot 0.22.2's
+``_INHERIT_PARENT_META_SQL``); ``profile_name`` only within one key namespace."""
+
+
+def inherit_parent_context(conn: Connection, session_id: str) -> None:
+    """Fill the session's NULL ``cwd``, ``git_repo_root``, ``git_branch`` and ``profile_name``
+    from its parent row, as iot 0.22.2's ``_inherit_parent_session_metadata`` does after every
+    ``create_session``/``ensure_session`` given a parent: the parent is the one the row holds
+    (an existing row keeps its own), nothing non-NULL is overwritten, and a parent's NULL
+    fills nothing. ``profile_name`` crosses only where either row is keyless or both
+    ``session_key`` values share their ``agent:<ns>:`` prefix (:func:`key_namespace_prefix`): a
+    default child forked from a sibling profile's row must not be labelled that profile's
+    (iot #88381). iot's other fill, the gateway routing columns of a compression fork, is not
+    done here."""
+    child = conn.execute(
+        select(sessions.c.parent_session_id, sessions.c.session_key,
+               *(sessions.c[name] for name in INHERITED_CONTEXT_COLUMNS))
+        .where(sessions.c.id == session_id)
+    ).mappings().first()  # fmt: skip
+    if child is None or child["parent_session_id"] is None:
+        return
+    parent = conn.execute(
+        select(sessions.c.session_key, *(sessions.c[name] for name in INHERITED_CONTEXT_COLUMNS))
+        .where(sessions.c.id == child["parent_session_id"])
+    ).mappings().first()  # fmt: skip
+    if parent is None:
+        return
+    same_namespace = (
+        parent["session_key"] is None or child["session_key"] is None
+        or key_namespace_prefix(parent["session_key"])
+        == key_namespace_prefix(child["session_key"])
+    )  # fmt: skip
+    values = {
+        name: func.coalesce(sessions.c[name], parent[name])
+        for name in INHERITED_CONTEXT_COLUMNS
+        if child[name] is None and parent[name] is not None
+        and (name != "profile_name" or same_namespace)
+    }
+    if values:
+        conn.execute(update(sessions).where(sessions.c.id == session_id).values(values))
+
+
+def key_namespace_prefix(session_key: str) -> str:
+    """iot 0.22.2's namespace of a key for the profile fence, as its SQL cuts it:
+    ``substr(key, 1, instr(substr(key, 7), ':') + 6)``, i.e. ``agent:<ns>:`` for an
+    ``agent:<ns>:...`` key; any other key is cut the same way (its first six characters and
+    up to the next ``:`` after them, or its first six where there is none)."""
+    return session_key[: session_key[6:].find(":") + 7]
 
 
 def _run_again(conn: Connection) -> None:

@@ -37,8 +37,11 @@ def _keyed(db: SessionDB) -> None:
     db.create_session("a", "telegram")
     _set(db, "a", session_key="agent:main:telegram:dm:1", chat_id="1", profile_name="work",
          started_at=1.0)  # fmt: skip
-    db.create_session("b", "telegram", parent_session_id="a")
-    _set(db, "b", session_key="agent:work:telegram:dm:1", chat_id="1", started_at=2.0)
+    # The parent set after the create: a child created under ``a`` would take its label
+    # (create_session's inheritance), and ``b`` is the unlabelled crossed child.
+    db.create_session("b", "telegram")
+    _set(db, "b", session_key="agent:work:telegram:dm:1", chat_id="1", started_at=2.0,
+         parent_session_id="a")  # fmt: skip
     db.create_session("c", "cli")
     _set(db, "c", started_at=3.0, profile_name=" ")
 
