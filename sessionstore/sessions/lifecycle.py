@@ -50,7 +50,7 @@ logger = logging.getLogger(__name__)
 
 EXTRA_SESSION_COLUMNS = (
     "session_key", "chat_id", "chat_type", "thread_id", "cwd", "git_branch", "git_repo_root",
-    "profile_name",
+    "profile_name", "display_name", "origin_json", "transport_profile",
 )  # fmt: skip
 """Later-Hermes session columns ``create_session``/``ensure_session`` accept as keywords."""
 _FILLED_ON_CONFLICT = ("model", "model_config", "parent_session_id", "created_source")
@@ -568,6 +568,14 @@ def _insert_or_fill(conn: Connection, statement: Any, session_id: str,
 INHERITED_CONTEXT_COLUMNS = ("cwd", "git_repo_root", "git_branch", "profile_name")
 """What a child session takes from its parent where its own is NULL (iot 0.22.2's
 ``_INHERIT_PARENT_META_SQL``); ``profile_name`` only within one key namespace."""
+INHERITED_ROUTING_COLUMNS = (
+    "user_id", "session_key", "chat_id", "chat_type", "thread_id", "display_name", "origin_json",
+    "transport_profile",
+)  # fmt: skip
+"""What a compression fork also takes from its parent where its own is NULL (iot 0.22.2's
+``_INHERIT_PARENT_ROUTING_SQL``): the gateway's routing of the conversation it continues."""
+_INHERITED_ANY = tuple(dict.fromkeys((*INHERITED_CONTEXT_COLUMNS, "session_key",
+                                      *INHERITED_ROUTING_COLUMNS)))  # fmt: skip
 
 
 def inherit_parent_context(conn: Connection, session_id: str) -> None:
@@ -578,17 +586,21 @@ def inherit_parent_context(conn: Connection, session_id: str) -> None:
     fills nothing. ``profile_name`` crosses only where either row is keyless or both
     ``session_key`` values share their ``agent:<ns>:`` prefix (:func:`key_namespace_prefix`): a
     default child forked from a sibling profile's row must not be labelled that profile's
-    (iot #88381). iot's other fill, the gateway routing columns of a compression fork, is not
-    done here."""
+    (iot #88381).
+
+    iot's second fill: a compression fork (its parent ended ``'compression'``, and no
+    ``_delegate_from``/``_branched_from`` marker of the child names that parent) also takes
+    the parent's gateway routing (:data:`INHERITED_ROUTING_COLUMNS`) where its own is NULL,
+    so a crash before the gateway records the peer again leaves the continuation routable."""
     child = conn.execute(
-        select(sessions.c.parent_session_id, sessions.c.session_key,
-               *(sessions.c[name] for name in INHERITED_CONTEXT_COLUMNS))
+        select(sessions.c.parent_session_id, sessions.c.model_config,
+               *(sessions.c[name] for name in _INHERITED_ANY))
         .where(sessions.c.id == session_id)
     ).mappings().first()  # fmt: skip
     if child is None or child["parent_session_id"] is None:
         return
     parent = conn.execute(
-        select(sessions.c.session_key, *(sessions.c[name] for name in INHERITED_CONTEXT_COLUMNS))
+        select(sessions.c.end_reason, *(sessions.c[name] for name in _INHERITED_ANY))
         .where(sessions.c.id == child["parent_session_id"])
     ).mappings().first()  # fmt: skip
     if parent is None:
@@ -604,8 +616,29 @@ def inherit_parent_context(conn: Connection, session_id: str) -> None:
         if child[name] is None and parent[name] is not None
         and (name != "profile_name" or same_namespace)
     }
+    if parent["end_reason"] == COMPRESSION_END_REASON and not _names_as_fork_source(
+        child["model_config"], child["parent_session_id"]
+    ):
+        values.update({
+            name: func.coalesce(sessions.c[name], parent[name])
+            for name in INHERITED_ROUTING_COLUMNS
+            if child[name] is None and parent[name] is not None
+        })  # fmt: skip
     if values:
         conn.execute(update(sessions).where(sessions.c.id == session_id).values(values))
+
+
+def _names_as_fork_source(model_config: Any, parent_id: str) -> bool:
+    """Whether the child's ``_delegate_from`` or ``_branched_from`` marker names ``parent_id``:
+    a delegate or branch of a parent that happened to end on compression is no continuation
+    of its conversation (iot 0.22.2's ``_FORK_EDGE_EXCLUSION_SQL``)."""
+    config = decode_json_object(model_config)
+    if not config:
+        return False
+    return any(
+        isinstance(config.get(marker), str) and config.get(marker) == parent_id
+        for marker in (DELEGATE_MARKER, BRANCH_MARKER)
+    )
 
 
 def key_namespace_prefix(session_key: str) -> str:

@@ -123,3 +123,40 @@ def test_the_namespace_is_cut_as_iots_sql_cuts_it() -> None:
     assert key_namespace_prefix("agent:work") == key_namespace_prefix("agent:") == "agent:"
     assert key_namespace_prefix("tele") == "tele" and key_namespace_prefix("") == ""
     assert key_namespace_prefix("agent:部署:x") == "agent:部署:"
+
+
+ROUTING = ("user_id", "session_key", "chat_id", "chat_type", "thread_id", "display_name",
+           "origin_json", "transport_profile")  # fmt: skip
+
+
+def routing(db: SessionDB, session_id: str) -> tuple[Any, ...]:
+    rows = run(db, f"SELECT {', '.join(ROUTING)} FROM sessions WHERE id = :id", id=session_id)
+    return tuple(rows[0].values())
+
+
+def test_a_compression_fork_keeps_its_parents_routing_and_no_other_child_does(
+    db: SessionDB,
+) -> None:
+    given = dict(zip(ROUTING, ("u1", "agent:work:telegram:dm:1", "1", "dm", "t1", "Ann",
+                               '{"platform": "telegram"}', "tp"), strict=True))  # fmt: skip
+    db.create_session("p", "telegram", **given)  # iot's keywords, all stored
+    assert routing(db, "p") == tuple(given.values())
+    db.create_session("open-child", "cli", parent_session_id="p")
+    db.end_session("p", "compression")
+    db.create_session("fork", "telegram", parent_session_id="p", chat_id="own")
+    db.create_session("delegate", "cli", parent_session_id="p",
+                      model_config={"_delegate_from": "p"})  # fmt: skip
+    db.create_session("branch", "cli", parent_session_id="p",
+                      model_config={"_branched_from": "p"})  # fmt: skip
+    assert routing(db, "fork") == ("u1", "agent:work:telegram:dm:1", "own", "dm", "t1", "Ann",
+                                   '{"platform": "telegram"}', "tp")  # fmt: skip
+    # A delegate or branch is no continuation; a child made while the parent was open got
+    # nothing then, and nothing later fills it.
+    for child in ("delegate", "branch", "open-child"):
+        assert routing(db, child) == (None,) * len(ROUTING)
+
+
+def test_an_unknown_keyword_is_still_a_type_error(db: SessionDB) -> None:
+    with pytest.raises(TypeError, match="unknown session column"):
+        db.create_session("s", "cli", nonsense="x")  # type: ignore[call-arg]
+    assert db.get_session("s") is None

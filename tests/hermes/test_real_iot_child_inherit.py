@@ -7,9 +7,9 @@ transaction of the insert; ``profile_name`` only where either row is keyless or 
 their ``agent:<ns>:`` prefix. Hermes 0.19.0 fills nothing: a compression fork lost its working
 directory and profile and dropped out of the project sidebar and profile-scoped views. We follow
 iot (docs/hermes.md, the differences table). The same steps run on iot's own ``SessionDB`` (a
-side venv) and on ours; the same columns compare. iot also gives a compression fork its
-parent's gateway routing columns (``session_key``, ``chat_id``...); ours does not, so those
-columns are not read here and no step keys a compression fork's child after it.
+side venv) and on ours; the same columns compare. A compression fork (not a delegate or
+branch of the parent) also takes the parent's gateway routing columns (``session_key``,
+``chat_id``...) where its own are NULL, as iot's second fill gives them.
 """
 
 from __future__ import annotations
@@ -32,6 +32,10 @@ CONTEXT = (
     "SELECT id, parent_session_id, cwd, git_repo_root, git_branch, profile_name "
     "FROM sessions ORDER BY id"
 )
+ROUTING = (
+    "SELECT id, user_id, session_key, chat_id, chat_type, thread_id, display_name, origin_json, "
+    "transport_profile FROM sessions ORDER BY id"
+)
 WORK_KEY = "agent:work:telegram:dm:1"
 
 
@@ -43,7 +47,9 @@ STEPS: list[Step] = [
     # The parent: a gateway session of the ``work`` profile, in a Git checkout.
     ("create_session", ["p", "telegram"], {
         "cwd": "/work/app", "git_repo_root": "/work/app", "profile_name": "work",
-        "session_key": WORK_KEY, "chat_id": "1"}),
+        "session_key": WORK_KEY, "chat_id": "1", "user_id": "u1", "chat_type": "dm",
+        "thread_id": "t1", "display_name": "Ann", "origin_json": '{"platform": "telegram"}',
+        "transport_profile": "tp"}),
     (SQL_STEP, ["UPDATE sessions SET git_branch = 'main' WHERE id = 'p'"], {}),
     ("end_session", ["p", "compression"], {}),
     # The compression fork, created bare as iot's agent creates it: it takes everything.
@@ -83,7 +89,14 @@ STEPS: list[Step] = [
     child("odd-short", "odd", session_key="tele"),
     # A parent that does not exist: refused, nothing written.
     (RAISES_PREFIX + "create_session", ["ghost-child", "cli"], {"parent_session_id": "ghost"}),
+    # A branch of the compressed parent is no continuation: no routing.
+    ("create_session", ["branch", "cli"],
+     {"parent_session_id": "p", "model_config": {"_branched_from": "p"}}),
+    # A child of a parent that did not end on compression takes no routing either.
+    ("create_session", ["open", "telegram"], {"session_key": "agent:work:x", "chat_id": "9"}),
+    child("under-open", "open"),
     (SELECT_STEP, [CONTEXT], {}),
+    (SELECT_STEP, [ROUTING], {}),
 ]  # fmt: skip
 REFUSAL = next(i for i, step in enumerate(STEPS) if step[0].startswith(RAISES_PREFIX))
 
@@ -97,7 +110,7 @@ def test_a_child_takes_its_parents_working_context_as_iot(
 ) -> None:
     iot_answers = as_printed(ask_iot("iot-child-inherit", STEPS))
     ours_answers = as_printed(run_steps(db, STEPS))
-    iot, ours = rows(iot_answers[-1]), rows(ours_answers[-1])
+    iot, ours = rows(iot_answers[-2]), rows(ours_answers[-2])
     # The scenario reaches the rule on iot: (parent, cwd, git root, branch, profile).
     assert iot["fork"] == ("p", "/work/app", "/work/app", "main", "work")
     assert iot["own"] == ("p", "/elsewhere", "/work/app", "main", "mine")
@@ -109,8 +122,16 @@ def test_a_child_takes_its_parents_working_context_as_iot(
     assert iot["under-hollow"] == ("hollow", "", None, "", "")
     assert (iot["odd-same"][-1], iot["odd-short"][-1]) == ("oddp", None)
     assert iot_answers[REFUSAL] == "IntegrityError" and "ghost-child" not in iot
+    # The routing: a compression fork takes what it lacks; a delegate, a branch, a child of an
+    # open parent take none; a child's own key is kept.
+    iot_routes, our_routes = rows(iot_answers[-1]), rows(ours_answers[-1])
+    assert iot_routes["fork"] == iot_routes["p"] == (
+        "u1", WORK_KEY, "1", "dm", "t1", "Ann", '{"platform": "telegram"}', "tp")
+    assert iot_routes["delegate"] == iot_routes["branch"] == iot_routes["under-open"] == (None,) * 8
+    assert iot_routes["same-ns"][1] == "agent:work:cli:x" and iot_routes["same-ns"][2] == "1"
     # Ours: the same rows; the refusal is our typed one.
     assert ours == iot
+    assert our_routes == iot_routes
     assert ours_answers[REFUSAL] == UnknownSessionError.__name__
 
 
