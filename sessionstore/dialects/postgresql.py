@@ -138,10 +138,12 @@ _CONNECT_FAILURE_PREFIXES = ("connection failed:", "failed to resolve host",
 # A full server says "too many clients", or, with only the reserved slots left (every
 # server's superuser_reserved_connections), "remaining connection slots are reserved ..."; a
 # role's or a database's CONNECTION LIMIT says "too many connections for ...".
+# A backend ended during its start-up (a DBA's or a pooler's pg_terminate_backend, a restart
+# beginning) says "terminating connection": the next attempt gets a new backend.
 _CONNECT_TRANSIENT_MARKERS = ("starting up", "shutting down", "too many clients",
                               "remaining connection slots are reserved",
                               "too many connections for", "recovery mode",
-                              "not yet accepting")  # fmt: skip
+                              "not yet accepting", "terminating connection")  # fmt: skip
 _AUTHENTICATION_MARKERS = ("authentication failed", "no pg_hba.conf entry", "role \"",
                            "password", "permission denied for database")  # fmt: skip
 _DATABASE_MISSING = re.compile(r'database "(?P<name>(?:[^"]|"")*)" does not exist', re.I)

@@ -91,3 +91,34 @@ def test_the_cli_says_the_cause_in_one_line(migrated_pg_url: str) -> None:
             lines = result.stderr.strip().splitlines()
             assert len(lines) == 1 and words in lines[0], (verb, result.stderr)
             assert "lost the connection" not in lines[0]
+
+
+TERMINATED_AT_START_UP = (
+    'connection failed: connection to server at "127.0.0.1", port 5432 failed: FATAL:  '
+    "terminating connection due to administrator command"
+)
+
+
+@pytest.mark.parametrize("operation", ["store write", "SessionDB"])
+def test_a_backend_ended_during_its_start_up_is_connected_again(
+    migrated_pg_url: str, monkeypatch: pytest.MonkeyPatch, operation: str
+) -> None:
+    """A backend a DBA's or a pooler's ``pg_terminate_backend`` ended while it started says
+    "terminating connection" (the server's own words, as libpq hands them on): a new attempt
+    gets a new backend, so it is retried, not said as an unreachable server."""
+    real = psycopg.connect
+    attempts: list[int] = []
+
+    def first_one_ended(*args: Any, **kwargs: Any) -> Any:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise psycopg.OperationalError(TERMINATED_AT_START_UP)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(psycopg, "connect", first_one_ended)
+    opened = OPERATIONS[operation](migrated_pg_url)
+    assert len(attempts) >= 2
+    if isinstance(opened, SessionDB):
+        opened.create_session("s1", "cli")
+        assert opened.get_session("s1") is not None
+        opened.close()
