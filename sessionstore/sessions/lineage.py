@@ -75,7 +75,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -747,19 +747,37 @@ def parent_walk(conn: Connection, session_id: str) -> list[str]:
     """Hermes's ``_session_lineage_root_to_tip``: ``session_id`` and its ancestors through
     every kind of parent, root first, at most :data:`MAX_LINEAGE_DEPTH` long, stopping at a
     cycle or an unknown parent (an unknown session is its own one-element chain)."""
+    return _walk_up(conn, session_id, _parent_of(), _never_forks)
+
+
+def _never_forks(parent: str, row: Sequence[Any]) -> bool:
+    return False
+
+
+def _walk_up(
+    conn: Connection, session_id: str, hop: Select[Any],
+    forked: Callable[[str, Sequence[Any]], bool],
+) -> list[str]:
+    """``session_id`` and its parents, root first, read one ``hop`` (the parent first) at a
+    time: at most :data:`MAX_LINEAGE_DEPTH` long, stopping at a cycle, an unknown session, a
+    session without a parent, or one whose row says it ``forked`` from its parent."""  # fmt: skip
     chain: list[str] = []
     current: str | None = session_id
     for _ in range(MAX_LINEAGE_DEPTH):
         if not current or current in chain:
             break
         chain.append(current)
-        row = conn.execute(_parent_of(), {"id": current}).first()
-        if row is None:
+        row = conn.execute(hop, {"id": current}).first()
+        if row is None or row[0] is None:
             break
-        current = None if row[0] is None else str(row[0])
+        parent = str(row[0])
+        if forked(parent, row):
+            break
+        current = parent
     return list(reversed(chain))
 
 
+@functools.cache
 def _replay_hop_of() -> Select[Any]:
     return select(
         sessions.c.parent_session_id, sessions.c.source, sessions.c.model_config
@@ -773,22 +791,13 @@ def replay_walk(conn: Connection, session_id: str) -> list[str]:
     reset marker too: iot 0.22.2's per-hop ``include_reset``) owns its transcript (a branch
     copied its parent's at the fork), so its parent's rows, the ones written after the fork
     among them, are not its history. Other children walk on, as Hermes 0.19 walks them."""
-    chain: list[str] = []
-    current: str | None = session_id
-    for _ in range(MAX_LINEAGE_DEPTH):
-        if not current or current in chain:
-            break
-        chain.append(current)
-        row = conn.execute(_replay_hop_of(), {"id": current}).first()
-        if row is None or row[0] is None:
-            break
-        parent = str(row[0])
-        if is_fork_row(parent, row[1], row[2]) or (
-            decode_json_object(row[2]).get(RESET_MARKER) == parent
-        ):
-            break
-        current = parent
-    return list(reversed(chain))
+    return _walk_up(conn, session_id, _replay_hop_of(), _forked_for_a_replay)
+
+
+def _forked_for_a_replay(parent: str, row: Sequence[Any]) -> bool:
+    return is_fork_row(parent, row[1], row[2]) or (
+        decode_json_object(row[2]).get(RESET_MARKER) == parent
+    )
 
 
 def is_fork_row(parent_id: Any, source: Any, model_config: Any) -> bool:
