@@ -80,6 +80,20 @@ def _chain() -> list[str]:
     return [revision for revision, _, _ in migrate.history()]
 
 
+_HERMES_SCHEMA_NAME = re.compile(r"[vV](\d{1,3})")
+
+
+def named_target(revision: str) -> str:
+    """The revision a target names: a Hermes schema number spelt ``v22`` (any case) is the
+    revision that reproduces that schema (``legacy.HERMES_REVISIONS``: v22 is 0030, the file
+    hermes-agent 0.19.0 writes); anything else is taken as given. Decision: users know their
+    Hermes by its schema number, and ``db history`` prints both, so either spelling works."""
+    spelt = _HERMES_SCHEMA_NAME.fullmatch(revision)
+    if spelt is None:
+        return revision
+    return legacy.HERMES_REVISIONS.get(int(spelt.group(1)), revision)
+
+
 def check_target(revision: str, *, downgrade: bool) -> None:
     """A usage error for a target that names no revision, before the store is even opened
     (nothing is created, backed up or migrated for a typo)."""
@@ -91,7 +105,8 @@ def check_target(revision: str, *, downgrade: bool) -> None:
     extra = "base" if downgrade else "head"
     raise UsageProblem(
         f"no revision {revision!r}: give one of this release's revisions ({ends}, listed by "
-        f"`sessionstore db history`) or {extra}"
+        f"`sessionstore db history`), a Hermes schema number (v1 ... "
+        f"v{max(legacy.HERMES_REVISIONS)}) or {extra}"
     )
 
 
@@ -261,6 +276,7 @@ def _change_schema(
     yes: bool = True,
 ) -> None:
     downgrade = apply is migrate.downgrade
+    revision = named_target(revision)
     check_target(revision, downgrade=downgrade)
     url = store_url(state)
     plan = _plan_schema_change(url, revision, downgrade=downgrade)
@@ -337,7 +353,11 @@ def _report_nothing_to_do(url: URL, revision: str | None, as_json: bool) -> None
 def db_upgrade(
     ctx: typer.Context,
     revision: Annotated[
-        str, typer.Argument(metavar="REVISION", help="Target revision (default: the newest).")
+        str,
+        typer.Argument(
+            metavar="REVISION",
+            help="Target revision (default: the newest), or a Hermes schema number: v22.",
+        ),
     ] = migrate.HEAD,
     as_json: JsonOption = False,
 ) -> None:
@@ -364,7 +384,11 @@ _DOWNGRADE_HELP = (
 def db_downgrade(
     ctx: typer.Context,
     revision: Annotated[
-        str, typer.Argument(metavar="REVISION", help="Target revision, e.g. 0005 or base.")
+        str,
+        typer.Argument(
+            metavar="REVISION",
+            help="Target revision, e.g. 0005, base, or a Hermes schema number: v22 (0030).",
+        ),
     ],
     yes: Annotated[
         bool, typer.Option("--yes", "-y", help="Drop data without asking.")

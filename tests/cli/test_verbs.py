@@ -857,6 +857,25 @@ def test_unknown_revision_is_a_usage_error_before_anything(
         assert "`sessionstore db history`" in result.stderr
 
 
+def test_a_hermes_schema_number_names_its_revision(runner: CliRunner, store_url: str) -> None:
+    """``v22`` is the revision that reproduces Hermes schema 22 (hermes-agent 0.19.0's file),
+    both ways; a number no Hermes has is the usual usage error."""
+    seed(store_url)
+    result = run(runner, store_url, "db", "downgrade", "V22", "--json", "--yes")
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert (payload["to"], payload["to_schema_version"]) == ("0030", 22)
+    result = run(runner, store_url, "db", "upgrade", "v31", "--json")
+    assert result.exit_code == 0, result.output
+    assert (json.loads(result.stdout)["to_schema_version"]) == 31
+    assert len(json.loads(run(runner, store_url, "sessions", "list", "--json").stdout)) == 3
+    for target in ("v99", "v", "v2.2"):
+        result = run(runner, store_url, "db", "downgrade", target, "--yes")
+        assert result.exit_code == 2
+        assert f"no revision {target!r}" in one_error_line(result)
+        assert "a Hermes schema number (v1 ... v31)" in result.stderr
+
+
 def test_doctor_healthy_store(runner: CliRunner, seeded: str) -> None:
     result = run(runner, seeded, "db", "doctor", "--json")
     assert result.exit_code == 0, result.output
