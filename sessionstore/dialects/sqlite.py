@@ -72,6 +72,7 @@ from .interface import (
     StoreImage,
     missing_core_table,
 )
+from .shared_memory import cross_vm_filesystem
 from .sqlite_library import connect, connection_class, is_connection, library
 
 logger = logging.getLogger(__name__)
@@ -328,7 +329,7 @@ class SQLiteDialect:
                 else:
                     apply_write_durability(cursor)
                 if not read_only and set_journal_mode:
-                    _enable_wal(cursor, label)
+                    _enable_wal(cursor, label, path)
             finally:
                 cursor.close()
 
@@ -360,17 +361,18 @@ class SQLiteDialect:
 
     def enable_journal_mode(self, engine: Engine) -> None:
         label = engine.url.database or ":memory:"
+        path = None if _is_memory(engine.url) else _filesystem_path(engine.url)
 
         @event.listens_for(engine, "connect")
         def _on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
-            _enable_wal_on(dbapi_connection, label)
+            _enable_wal_on(dbapi_connection, label, path)
 
         # The pool may already hold connections made before (the schema check): switch the
         # file through one of them now (the mode is the file's, every connection sees it).
         with engine.connect() as conn:
             driver = conn.connection.driver_connection
             if is_connection(driver):
-                _enable_wal_on(cast(sqlite3.Connection, driver), label)
+                _enable_wal_on(cast(sqlite3.Connection, driver), label, path)
 
     def existing_tables(self, conn: Connection, names: Collection[str]) -> set[str]:
         return _existing_objects(conn, "table", names)
@@ -1074,20 +1076,29 @@ def close_inherited(conn: sqlite3.Connection) -> None:
         conn.close()
 
 
-def _enable_wal_on(dbapi_connection: sqlite3.Connection, label: str) -> None:
+def _enable_wal_on(
+    dbapi_connection: sqlite3.Connection, label: str, path: Path | None
+) -> None:
     cursor = dbapi_connection.cursor()
     try:
-        _enable_wal(cursor, label)
+        _enable_wal(cursor, label, path)
     finally:
         cursor.close()
 
 
 _warned_wal_reset_bug: set[str] = set()
+_warned_cross_vm: set[str] = set()
 
 
-def _enable_wal(cursor: sqlite3.Cursor, label: str) -> None:
-    """WAL lets readers and one writer work at once; some filesystems cannot do it, and a
-    SQLite with the WAL-reset bug must not (module docstring of :mod:`.sqlite_library`)."""
+def _enable_wal(cursor: sqlite3.Cursor, label: str, path: Path | None) -> None:
+    """WAL lets readers and one writer work at once; some filesystems cannot do it (SQLite
+    refuses it on some, and on those shared across a VM boundary it accepts it and corrupts:
+    :mod:`.shared_memory`), and a SQLite with the WAL-reset bug must not (module docstring of
+    :mod:`.sqlite_library`)."""
+    shared_across_vms = None if path is None else cross_vm_filesystem(path)
+    if shared_across_vms is not None:
+        _keep_off_wal(cursor, label, shared_across_vms)
+        return
     used = library()
     if used.wal_reset_bug:
         _gate_wal_reset_bug(cursor, label, used.describe())
@@ -1108,6 +1119,35 @@ def _enable_wal(cursor: sqlite3.Cursor, label: str) -> None:
             "readers and the writer will block each other",
             label,
             mode,
+        )
+
+
+def _keep_off_wal(cursor: sqlite3.Cursor, label: str, filesystem: str) -> None:
+    """A file on a file system shared across a VM boundary is never switched into WAL; one in
+    WAL already keeps it (switching back needs every other opener gone), with one warning per
+    file and process."""
+    try:
+        row = cursor.execute("PRAGMA journal_mode").fetchone()
+    except sqlite3.OperationalError as exc:
+        logger.debug("journal mode of %s not read: %s", label, exc)
+        return
+    mode = str(row[0]).lower() if row else "unknown"
+    if label in _warned_cross_vm:
+        return
+    _warned_cross_vm.add(label)
+    if mode == "wal":
+        logger.warning(
+            "%s is in WAL mode on a %s file system, shared across a VM boundary, where WAL's "
+            "shared memory is not coherent (silent corruption under concurrent writers): kept "
+            "in WAL, as switching needs every other opener gone; move the store to a native "
+            "file system, or run PRAGMA journal_mode=DELETE on it while nothing has it open",
+            label, filesystem,
+        )
+    else:
+        logger.warning(
+            "%s is on a %s file system, shared across a VM boundary, where WAL's shared memory "
+            "is not coherent: kept in journal_mode=%s (readers wait while a writer commits)",
+            label, filesystem, mode,
         )
 
 

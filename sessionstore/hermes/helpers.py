@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..dialects import sqlite_library
+from ..dialects.shared_memory import cross_vm_filesystem
 from ..dialects.sqlite import apply_write_durability
 from ..errors import SessionStoreError
 from ..search.object_names import FTS5_TABLES
@@ -148,6 +149,19 @@ def apply_wal_with_fallback(conn: sqlite3.Connection, *, db_label: str = "state.
             return "wal"
     except sqlite3.OperationalError:
         pass
+    database = _main_file(conn)
+    if database and cross_vm_filesystem(database) is not None:
+        # As iot 0.22.2: WAL corrupts silently across a VM boundary (shared_memory's
+        # docstring); a file not in WAL stays out of it.
+        with _wal_fallback_warned_lock:
+            first = db_label not in _wal_fallback_warned_paths
+            _wal_fallback_warned_paths.add(db_label)
+        if first:
+            logger.warning("%s is on a file system shared across a VM boundary (virtiofs/9p), "
+                           "where WAL's shared memory corrupts silently; using "
+                           "journal_mode=DELETE", db_label)
+        conn.execute("PRAGMA journal_mode=DELETE")
+        return "delete"
     try:
         conn.execute("PRAGMA journal_mode=WAL")
         _checkpoint_barrier(conn)
@@ -169,6 +183,17 @@ def apply_wal_with_fallback(conn: sqlite3.Connection, *, db_label: str = "state.
                            db_label, exc)
         conn.execute("PRAGMA journal_mode=DELETE")
         return "delete"
+
+
+def _main_file(conn: sqlite3.Connection) -> str:
+    """The file of ``conn``'s main database; ``""`` for an in-memory or temporary one."""
+    try:
+        for _seq, name, file in conn.execute("PRAGMA database_list"):
+            if name == "main":
+                return str(file or "")
+    except sqlite3.Error:
+        pass
+    return ""
 
 
 def _has_wal_reset_bug(conn: sqlite3.Connection) -> bool:
