@@ -76,7 +76,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Final
 
 from sqlalchemy import (
     ColumnElement,
@@ -338,6 +338,27 @@ def listable_condition(
     return listable_kind == literal_column("1")
 
 
+_DELEGATE_SCAN_PARENTS: Final = 200
+"""Parents per statement of :func:`delegate_descendants`: each adds a ``LIKE`` to one ``OR``,
+which SQLite parses as a tree as deep as its terms (at most 1,000 deep: a bulk delete of a
+thousand sessions failed with "Expression tree is too large")."""
+
+
+def _delegate_children_of(parents: Sequence[str]) -> Select[Any]:
+    """Sessions with a ``_delegate_from`` marker whose parent is one of ``parents`` or whose
+    ``model_config`` mentions one of them (the marker is checked in Python)."""
+    return select(sessions.c.id, sessions.c.parent_session_id, sessions.c.model_config).where(
+        has_marker(DELEGATE_MARKER),
+        or_(
+            sessions.c.parent_session_id.in_(parents),
+            *(
+                sessions.c.model_config.like(f"%{escape_like(parent)}%", escape="\\")
+                for parent in parents
+            ),
+        ),
+    )
+
+
 def delegate_descendants(conn: Connection, parents: Sequence[str]) -> list[str]:
     """Delegate children of ``parents``, recursively: sessions whose ``_delegate_from`` names
     one of them, or whose parent is one of them and which carry any ``_delegate_from``. The
@@ -346,18 +367,14 @@ def delegate_descendants(conn: Connection, parents: Sequence[str]) -> list[str]:
     frontier = set(parents)
     found: list[str] = []
     while frontier:
-        rows = conn.execute(
-            select(sessions.c.id, sessions.c.parent_session_id, sessions.c.model_config).where(
-                has_marker(DELEGATE_MARKER),
-                or_(
-                    sessions.c.parent_session_id.in_(sorted(frontier)),
-                    *(
-                        sessions.c.model_config.like(f"%{escape_like(parent)}%", escape="\\")
-                        for parent in sorted(frontier)
-                    ),
-                ),
-            )
-        ).all()
+        ordered = sorted(frontier)
+        rows = [
+            row
+            for start in range(0, len(ordered), _DELEGATE_SCAN_PARENTS)
+            for row in conn.execute(
+                _delegate_children_of(ordered[start : start + _DELEGATE_SCAN_PARENTS])
+            ).all()
+        ]
         next_frontier: set[str] = set()
         for session_id, parent_id, config in rows:
             if session_id in visited:
