@@ -27,10 +27,8 @@ tool call id, tool calls as JSON.
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
 from typing import Any, Final
 
 from sqlalchemy import insert, literal, or_, select, update
@@ -40,7 +38,7 @@ from ..sql.codec import count_tool_calls, decode_json
 from ..sql.message_content import decode_content, encode_content
 from ..sql.message_identity import display_identity
 from ..sql.tables import messages_table as messages
-from ..sql.validation import bindable
+from ..sql.validation import bindable, epoch
 from .messages import NewMessage
 from .user_turns import sanitize_context
 
@@ -53,9 +51,6 @@ RETIRED_DURABLE_ROWS: Final = "_retired_durable_rows"
 RETIRED_ROW: Final = "_retired_row"
 OWN_ROW: Final = "_own_row"
 """iot's ``agent.conversation_compression_archive`` keys of a held dict."""
-EPOCH_MIN: Final = 0.0
-EPOCH_MAX: Final = 4_200_000_000.0
-"""iot's ``hermes_cli.timefmt`` bounds of a trusted timestamp."""
 _GATEWAY_TIMESTAMP: Final = re.compile(
     r"^\[(?:"
     r"(?P<dow>[A-Z][a-z]{2}) "
@@ -100,17 +95,6 @@ def _stored_identity(row: Any) -> Identity:
     return row_identity(
         row.role, decode_content(row.content), row.tool_call_id, parsed_calls(row.tool_calls)
     )
-
-
-def epoch(value: Any) -> float | None:
-    """iot's ``coerce_epoch``: a timestamp as float seconds, None when unset or untrusted."""
-    if value is None or value == "":
-        return None
-    try:
-        stamp = float(value.timestamp()) if isinstance(value, datetime) else float(value)
-    except (TypeError, ValueError, OverflowError):
-        stamp = math.nan
-    return stamp if EPOCH_MIN <= stamp <= EPOCH_MAX else None
 
 
 def positive_id(value: Any) -> int | None:

@@ -98,7 +98,7 @@ from ..sql.tables import gateway_heartbeats_table as heartbeats
 from ..sql.tables import messages_table as messages
 from ..sql.tables import metadata
 from ..sql.tables import sessions_table as sessions
-from ..sql.validation import bindable
+from ..sql.validation import EPOCH_MAX, EPOCH_MIN, bindable
 from .access import reads, writes
 from .leases import meta_upsert, meta_value
 from .lineage import COMPRESSION_END_REASON, KANBAN_SOURCE, line_through
@@ -123,9 +123,6 @@ LAST_AUTO_ARCHIVE_KEY: Final = "last_auto_archive"
 KANBAN_RETAG_KEY_PREFIX: Final = "kanban_worker_source_retagged:"
 """iot 0.22.2's ``state_meta`` gate of the Kanban worker retag, one key per workspaces root."""
 SECONDS_PER_DAY: Final = 86_400.0
-EPOCH_MIN: Final = 0.0
-EPOCH_MAX: Final = 4_200_000_000.0
-"""iot's ``coerce_epoch`` window: a clock outside it (a damaged cell, text) is not trusted."""
 _ARCHIVE_CHUNK: Final = 500
 ORPHAN_REAP_END_REASON: Final = "startup_orphan_reap"
 ORPHAN_SWEEP_SOURCES: Final = ("tui", "desktop", "subagent")

@@ -360,9 +360,7 @@ class MessagesPart(RepositoryPart):
             platform_message_id=None if platform_message_id is None
             else validation.identifier(str(platform_message_id), "platform_message_id"),
             observed=1 if observed else 0,
-            timestamp=None
-            if timestamp is None
-            else validation.optional_number(timestamp, "timestamp"),
+            timestamp=validation.message_timestamp(timestamp),
             tool_call_total=0 if calls is None else count_tool_calls(calls),
             effect_disposition=None if effect_disposition is None
             else validation.identifier(effect_disposition, "effect_disposition"),

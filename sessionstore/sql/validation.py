@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import math
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from datetime import datetime
+from typing import Any, Final
 
 from ..errors import ValueOutOfRangeError
 
@@ -254,6 +256,65 @@ def number(value: Any, name: str) -> float:
     if not math.isfinite(result):
         raise ValueError(f"{name} must be a finite number, not {result!r}")
     return result
+
+
+EPOCH_MIN: Final = 0.0
+EPOCH_MAX: Final = 4_200_000_000.0
+"""iot's ``coerce_epoch`` window (1970...2103): a clock outside it (a damaged cell, text, a
+value in milliseconds) is not trusted."""
+
+_log = logging.getLogger(__name__)
+
+
+def epoch(value: Any) -> float | None:
+    """iot's ``coerce_epoch``: a timestamp (a number, numeric text, a ``datetime``) as float
+    seconds; None when unset or untrusted (outside :data:`EPOCH_MIN`...:data:`EPOCH_MAX`)."""
+    if value is None or value == "":
+        return None
+    try:
+        stamp = float(value.timestamp()) if isinstance(value, datetime) else float(value)
+    except (TypeError, ValueError, OverflowError, OSError):
+        stamp = math.nan
+    return stamp if EPOCH_MIN <= stamp <= EPOCH_MAX else None
+
+
+def _iso_time(text: str) -> datetime | None:
+    """ISO 8601 text as a ``datetime`` (a trailing ``Z`` read as UTC on every Python), else None."""
+    text = text.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+def message_timestamp(value: Any) -> float | None:
+    """A message's ``timestamp`` as iot 0.22.2's writers take it; None means the time of the
+    write. A number, numeric text, a ``datetime`` or ISO 8601 text (iot's gateway hands
+    ``datetime.now().isoformat()`` to ``append_message``) is its moment; one outside
+    1970...2103 (milliseconds, a damaged value) or text that is no time is written as the time
+    of the write, with a warning, as iot does: the message is kept and no reader is handed a
+    clock none of them trusts. A number that is NaN or infinite is a ``ValueError``, any other
+    type a ``TypeError``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, str, datetime)):
+        raise TypeError(
+            f"timestamp must be a number, text or a datetime, not {type(value).__name__}"
+        )
+    if not isinstance(value, (str, datetime)):
+        number(value, "timestamp")
+    stamp = epoch(value)
+    if stamp is None and isinstance(value, str):
+        stamp = epoch(_iso_time(value))
+    if stamp is None and value != "":
+        _log.warning(
+            "message timestamp %.80r is no time inside 1970...2103: the message is stamped "
+            "with the time of the write",
+            value,
+        )
+    return stamp
 
 
 def optional_number(value: Any, name: str) -> float | None:
