@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import re
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
@@ -893,13 +894,25 @@ def first_user_text(read: ReadShape | None = None) -> ColumnElement[Any]:
     )
 
 
+def _a_number(clock: Any) -> ColumnElement[Any]:
+    """``clock`` where it holds a finite number, else NULL. SQLite's dynamic typing lets a
+    damaged or salvaged row keep text (or a blob) in a REAL column; such a cell compares above
+    every number there, so the bounds leave it out (and NaN and the infinities, on both
+    databases)."""
+    return case((clock.between(-_FLOAT_MAX, _FLOAT_MAX), clock), else_=None)
+
+
+_FLOAT_MAX: Final = sys.float_info.max
+
+
 def _last_active(read: ReadShape) -> ColumnElement[Any]:
     """A listing row's ``last_active``: iot 0.22.2's freshest of ``last_activity_at`` and the
     newest message, else ``started_at`` (:func:`.maintenance.last_active_at`, the one home of
     that rule). Where iot answers NULL (no clock inside 1970...2103), ours keeps the row's
-    ``started_at`` as it is: a listing row always has a number there."""
+    ``started_at`` as it is when it is a number; a ``started_at`` that is no number (text in
+    a damaged SQLite row) gives NULL, as iot's, instead of failing the whole listing."""
     stamped = read.has_column(sessions.name, "last_activity_at")
-    return func.coalesce(last_active_at(stamped=stamped), sessions.c.started_at)
+    return func.coalesce(last_active_at(stamped=stamped), _a_number(sessions.c.started_at))
 
 
 @functools.cache
@@ -1116,7 +1129,7 @@ def _activity_listing_statement(
     )
     member_messages = messages.alias("member_messages")
     newest_message = (
-        select(func.max(member_messages.c.timestamp))
+        select(func.max(_a_number(member_messages.c.timestamp)))
         .where(member_messages.c.session_id == chain.c.id)
         .correlate(chain)
         .scalar_subquery()
@@ -1124,7 +1137,9 @@ def _activity_listing_statement(
     activity = (
         select(
             chain.c.root,
-            func.max(func.coalesce(newest_message, chain.c.started_at)).label("active"),
+            func.max(
+                func.coalesce(newest_message, _a_number(chain.c.started_at))
+            ).label("active"),
         )
         .group_by(chain.c.root)
         .subquery("chain_activity")
@@ -1229,6 +1244,10 @@ _PROJECTED_AT = (
 )
 
 
+def _clock(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
 def _listing(
     row: Sequence[Any], lineage_root_id: str | None, lineage_ids: list[str] | None = None
 ) -> SessionListing:
@@ -1236,7 +1255,7 @@ def _listing(
     return SessionListing(
         SessionRecord._make(row[:width]),
         preview_text(row[_PREVIEW_AT]),
-        float(row[_LAST_ACTIVE_AT]),
+        _clock(row[_LAST_ACTIVE_AT]),
         lineage_root_id,
         None if lineage_ids is None else tuple(lineage_ids),
     )
@@ -1246,7 +1265,7 @@ def _listing_dict(row: Sequence[Any], lineage_root_id: str | None) -> dict[str, 
     """``_listing(row, lineage_root_id).to_dict()``, without the records in between."""
     listing = _EMPTY_LISTING.copy()
     listing.update(zip(_LISTING_KEYS, row))  # noqa: B905 - a tip row's extra root is dropped
-    listing["last_active"] = float(listing["last_active"])
+    listing["last_active"] = _clock(listing["last_active"])
     listing["preview"] = preview_text(listing["preview"])
     if lineage_root_id is not None:
         listing["_lineage_root_id"] = lineage_root_id

@@ -131,7 +131,9 @@ class SessionListing(NamedTuple):
 
     session: SessionRecord
     preview: str
-    last_active: float
+    last_active: float | None
+    """None only for a damaged SQLite row whose ``started_at`` is no number and that has no
+    other clock."""
     lineage_root_id: str | None = None
     lineage_ids: tuple[str, ...] | None = None
     """A projected root's compression chain, root first (iot 0.22.2's ``_lineage_ids``)."""

@@ -1,0 +1,58 @@
+"""A SQLite file can hold text in a REAL column (SQLite types values, not columns): a row
+salvaged from a damaged file, or written by a tool, may say ``started_at = 'unknown'``. Such a
+row must cost the listing its own clock only (``last_active`` None, listed last), never the
+whole listing, as in iot 0.22.2. Found by upstream Hermes's ``test_corrupt_row_robustness.py``
+(the third walk, 2026-12-05): one such row made every ``list_sessions_rich`` raise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from store_sql import run
+
+from sessionstore.api.session_db import SessionDB
+
+
+@pytest.fixture
+def damaged(migrated_sqlite_url: str) -> Iterator[SessionDB]:
+    """``good``, and ``broken`` whose every clock is text (only SQLite can hold that)."""
+    database = SessionDB(url=migrated_sqlite_url)
+    for session_id in ("good", "broken"):
+        database.create_session(session_id, "cli")
+        database.append_message(session_id, "user", f"hello from {session_id}")
+    run(database, "UPDATE sessions SET started_at = 'unknown', last_activity_at = 'unknown' "
+                  "WHERE id = 'broken'")  # fmt: skip
+    run(database, "UPDATE messages SET timestamp = 'unknown' WHERE session_id = 'broken'")
+    yield database
+    database.close()
+
+
+def test_a_row_whose_clocks_are_text_costs_the_listing_that_clock_only(
+    damaged: SessionDB,
+) -> None:
+    for rows in (
+        damaged.list_sessions_rich(),
+        damaged.list_sessions_rich(order_by_last_active=True),
+        damaged.list_sessions_rich(order_by_last_active=True, compact_rows=True),
+    ):
+        active = {row["id"]: row["last_active"] for row in rows}
+        assert set(active) == {"good", "broken"}
+        assert active["broken"] is None
+        assert isinstance(active["good"], float)
+    # No clock is no recency: the healthy conversation is the most recent one.
+    assert [row["id"] for row in damaged.list_sessions_rich(order_by_last_active=True)] == [
+        "good", "broken",
+    ]  # fmt: skip
+    typed = {listing.session.id: listing for listing in damaged.repository.list_sessions_rich()}
+    assert typed["broken"].last_active is None
+
+
+def test_a_text_clock_among_a_sessions_messages_does_not_hide_its_real_ones(
+    damaged: SessionDB,
+) -> None:
+    damaged.append_message("broken", "assistant", "a real reply", timestamp=2_000_000_000.0)
+    rows = {row["id"]: row for row in damaged.list_sessions_rich(order_by_last_active=True)}
+    assert rows["broken"]["last_active"] == 2_000_000_000.0
+    assert next(iter(rows)) == "broken"
