@@ -316,11 +316,21 @@ class ListingPart(RepositoryPart):
         offset: int = 0,
         workspace_key: str | None = None,
     ) -> list[SessionRecord]:
-        """Sessions, newest first; ``workspace_key`` (iot 0.22.2: ``hermes -c`` picks the last
-        session of its workspace) keeps those of one workspace (:func:`workspace_condition`)."""
+        """Sessions, most recently used first, as iot 0.22.2 orders them (its last activity:
+        :func:`.maintenance.last_active_at`; then the newest start, then the id, bytewise, last
+        first); ``workspace_key`` (iot 0.22.2: ``hermes -c`` picks the last session of its
+        workspace) keeps those of one workspace (:func:`workspace_condition`). ``hermes -c``
+        continues the first: a session resumed and used since is the last one, whenever it
+        started (started-first order had it continue a newer, idle session)."""
+        read = self.store.read_shape
+        stamped = read.has_column(sessions.name, "last_activity_at")
         statement = (
-            select(*session_columns(self.store.read_shape))
-            .order_by(sessions.c.started_at.desc(), sessions.c.id)
+            select(*session_columns(read))
+            .order_by(
+                last_active_at(stamped=stamped).desc().nulls_last(),
+                sessions.c.started_at.desc(),
+                sessions.c.id.collate(self.store.dialect.bytewise_collation).desc(),
+            )
             .limit(row_count(limit, "limit"))
             .offset(row_count(offset, "offset"))
         )
