@@ -115,6 +115,13 @@ class UnsupportedValueError(SessionStoreError, ValueError):
     a too-long LIKE pattern, NUL characters in PostgreSQL text. Nothing was written."""
 
 
+class DamagedValueError(SessionStoreError, ValueError):
+    """A stored value is damaged (a ``model_config`` that is not the JSON object its column
+    holds: a salvaged or hand-edited file), so a change that would merge into it is refused:
+    the stored value stays as it is, byte for byte, for a person to mend. Reads take such a
+    value as empty."""
+
+
 class ValueOutOfRangeError(UnsupportedValueError):
     """A number no counter can hold: beyond a signed 64-bit integer (both databases store
     counters as 64-bit integers), or an addition whose total would pass that range. The

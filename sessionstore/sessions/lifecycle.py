@@ -21,8 +21,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import TextClause
 
 from ..dialects import StoreDialect
+from ..errors import DamagedValueError
 from ..sql import validation
-from ..sql.codec import decode_json_object, encode_json
+from ..sql.codec import decode_json_object, encode_json, mergeable_json_object
 from ..sql.read_shape import ReadShape
 from ..sql.records import SESSION_FIELDS, SessionRecord
 from ..sql.statements import HotReads, plain_select
@@ -408,12 +409,18 @@ class LifecyclePart(RepositoryPart):
                 return False
             config = decode_json_object(found[0])
             if len(patch) > 1 or "browser_model_lock" in config:
-                for key, value in patch.items():
-                    if value is None:
-                        config.pop(key, None)
-                    else:
-                        config[key] = value
-                values["model_config"] = json.dumps(config) if config else None
+                try:
+                    config = mergeable_json_object(found[0], "model_config")
+                except DamagedValueError as exc:
+                    # The switch itself lands; what could not be read is not written over.
+                    logger.warning("session %s: model switched, %s", session_id, exc)
+                else:
+                    for key, value in patch.items():
+                        if value is None:
+                            config.pop(key, None)
+                        else:
+                            config[key] = value
+                    values["model_config"] = json.dumps(config) if config else None
             conn.execute(update(sessions).where(sessions.c.id == session_id).values(values))
             return True
 

@@ -2,7 +2,9 @@
 its Codex thread id, ``/yolo``, a CLI model switch's gateway route) and of its tool pin.
 
 ``model_config`` is JSON text of an object; a damaged one reads as ``{}`` (iot's tolerant
-parse), so a patch of it starts from nothing rather than failing. A patch merges key by key,
+parse), but a change is never merged into it: that would write over what could not be read
+(iot 0.22.2 did, and newer Hermes aborts instead); :class:`~sessionstore.errors.DamagedValueError`
+and the stored text stays as it is. A patch merges key by key,
 ``None`` deleting a key; what is left empty is stored as NULL. Every merge reads and writes in
 one transaction, so it keeps the keys another writer set (the lineage markers
 ``_branched_from``/``_delegate_from`` among them).
@@ -18,7 +20,7 @@ from sqlalchemy import select, update
 from sqlalchemy.engine import Connection
 
 from ..sql import validation
-from ..sql.codec import decode_json_object
+from ..sql.codec import decode_json_object, mergeable_json_object
 from ..sql.tables import sessions_table as sessions
 from ..sql.validation import bindable
 from .access import reads, writes
@@ -32,7 +34,7 @@ _PLAIN_KEY = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123
 def merged_model_config(raw: Any, patch: Mapping[str, Any]) -> str | None:
     """``raw`` (a stored ``model_config``) with ``patch`` merged (``None`` deletes a key), as
     stored: JSON, or NULL when nothing is left."""
-    config = decode_json_object(raw)
+    config = mergeable_json_object(raw, "model_config")
     for key, value in patch.items():
         if value is None:
             config.pop(key, None)
@@ -138,7 +140,7 @@ class ModelConfigPart(RepositoryPart):
             ).first()
             if found is None:
                 return None
-            config = decode_json_object(found[0])
+            config = mergeable_json_object(found[0], "model_config")
             value = update_value(config.get(key))
             if value is None:
                 config.pop(key, None)

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import DamagedValueError
 from .validation import escape_lone_surrogates_in_json
 
 logger = logging.getLogger(__name__)
@@ -69,6 +70,28 @@ def decode_json_object(raw: Any) -> dict[str, Any]:
     except (TypeError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def mergeable_json_object(raw: Any, column: str) -> dict[str, Any]:
+    """A stored JSON object to merge a change into: ``{}`` for NULL, an empty text or JSON
+    ``null``; :class:`~sessionstore.errors.DamagedValueError` for anything else that is not
+    a JSON object (broken JSON, a list, bytes), so a merge never writes over what it could
+    not read (:func:`decode_json_object` reads the same value as ``{}``)."""
+    if raw is None or raw == "":
+        return {}
+    if isinstance(raw, str):
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        if value is None:
+            return {}
+        if isinstance(value, dict):
+            return value
+    raise DamagedValueError(
+        f"the stored {column} is not a JSON object ({str(raw)[:60]!r}): the change is not "
+        "written, and the stored value is left as it is"
+    )
 
 
 def decode_display_metadata(raw: Any) -> dict[str, Any] | None:

@@ -20,7 +20,7 @@ import pytest
 from store_sql import run
 
 from sessionstore.api.session_db import SessionDB
-from sessionstore.errors import SessionTurnLeaseLostError, StoreBusyError
+from sessionstore.errors import DamagedValueError, SessionTurnLeaseLostError, StoreBusyError
 
 
 def row_of(db: SessionDB, message_id: int) -> dict[str, Any]:
@@ -630,3 +630,36 @@ def test_a_batch_keeps_reasoning_on_assistant_rows_only(db: SessionDB) -> None:
     assert [stored[1][name] for name in thinking] == [None] * 5
     assert tool_row["reasoning_content"] == "rc"  # the caller's dict is not changed
     assert isinstance(tool_row["_row_id"], int)  # and still learns its stored row
+
+
+# -- a damaged model_config is never written over ---------------------------------------------
+@pytest.mark.parametrize(
+    "damaged", ['{"keep": "yes" BROKEN', "[1, 2]", '"just text"', "17"]
+)
+def test_a_change_is_not_merged_into_a_damaged_model_config(db: SessionDB, damaged: str) -> None:
+    """A salvaged or hand-edited file's ``model_config`` that is no JSON object: a merge would
+    write over what it could not read (iot 0.22.2 did; newer Hermes aborts), so each merging
+    writer refuses, typed, and the stored text stays byte for byte; a model switch lands
+    without touching it; reads take it as empty; JSON null and NULL are empty, not damaged."""
+    db.create_session("bad", "cli", model="m1")
+    run(db, "UPDATE sessions SET model_config = :raw WHERE id = 'bad'", raw=damaged)
+
+    def stored() -> Any:
+        return run(db, "SELECT model_config FROM sessions WHERE id = 'bad'")[0]["model_config"]
+
+    for change in (
+        lambda: db.patch_session_model_config("bad", {"new": 1}),
+        lambda: db.set_session_yolo("bad", True),
+        lambda: db.update_conversation_model_config_value("bad", "k", lambda _: 1),
+    ):
+        with pytest.raises(DamagedValueError, match="not a JSON object"):
+            change()
+        assert stored() == damaged
+    assert db.get_session_model_config_value("bad", "keep", "none") == "none"
+    assert db.update_session_model("bad", "m2", "provider-2")
+    assert (db.get_session("bad") or {})["model"] == "m2"
+    assert stored() == damaged
+    for empty in ("null", None):
+        run(db, "UPDATE sessions SET model_config = :raw WHERE id = 'bad'", raw=empty)
+        db.patch_session_model_config("bad", {"new": 1})
+        assert json.loads(stored()) == {"new": 1}
