@@ -4,7 +4,8 @@
 spelled as an INSERT and so runs in a write transaction; it changes nothing). Lock contention
 is never reported as damage: a store that stays busy gets "not checked" (``skip``). Each finding
 is a :class:`Check` with a stable name, so scripts can read the ``--json`` report.
-``repair(store, report)`` fixes what can be fixed without losing data: it rebuilds the full-text
+``repair(store, report)`` fixes what can be fixed without losing data: it adds back a column
+dropped by hand (empty: its values went with the drop), rebuilds the full-text
 index, recomputes counters from the rows (counted and written in one write transaction, so a
 concurrent writer cannot slip between), clears parent ids that point at nothing and adopts
 messages whose session is missing into a placeholder session. Take a backup first
@@ -21,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from sqlalchemy import Index, func, or_, select, update
+from sqlalchemy import Column, Index, Table, func, or_, select, update
 from sqlalchemy.engine import URL, Connection, make_url
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.schema import CreateIndex
+from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.schema import CreateColumn, CreateIndex
 
 from ..dialects import dialect_for_url
 from ..errors import ReadOnlyStoreError, StoreBusyError
@@ -64,6 +65,8 @@ class _Findings:
     wrong_tool_counts: set[str] = field(default_factory=set)
     # Head indexes the store lacks (dropped by hand, or by a tool that rebuilt a table).
     missing_indexes: list[str] = field(default_factory=list)
+    # Head columns ("table.column") the store lacks (ALTER TABLE ... DROP COLUMN by hand).
+    missing_columns: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -162,7 +165,12 @@ def diagnose(
         # The other checks assume the current columns: one clear instruction to upgrade beats
         # a cascade of SQL errors.
         return Report((schema,), findings)
-    checks = [schema]
+    columns = store.read(lambda conn: _check_columns(conn, findings))
+    checks = [schema, columns]
+    if columns.is_problem:
+        # As for a store not at head: the other checks read those columns and would fail
+        # with SQL errors; the answer is to put the columns back first.
+        return Report(tuple(checks), findings)
     for number, (name, run) in enumerate(stages, start=2):
         if progress is not None:
             progress(name, number, total)
@@ -354,6 +362,50 @@ def _check_indexes(conn: Connection, findings: _Findings) -> Check:
             fixable=True,
         )
     return Check("indexes", "ok", f"all {len(expected)} indexes of the schema are present")
+
+
+def _head_tables() -> list[Table]:
+    """The head schema's tables (``schema.models``), whose columns every store at head has."""
+    from ..schema import models  # the DDL-only declarations: off the runtime's import path
+
+    return list(models.Base.metadata.sorted_tables)
+
+
+def _missing_columns(conn: Connection) -> list[str]:
+    dialect = dialect_for_url(conn.engine.url)
+    missing = []
+    for table in _head_tables():
+        present = dialect.column_names(conn, table.name)
+        if not present:
+            missing.append(f"{table.name} (the whole table)")
+            continue
+        missing.extend(f"{table.name}.{c.name}" for c in table.columns if c.name not in present)
+    return missing
+
+
+def missing_columns(conn: Connection) -> list[str]:
+    """The head schema's columns (``table.column``) the store behind ``conn`` lacks (the
+    ``columns`` check)."""
+    return _missing_columns(conn)
+
+
+def _check_columns(conn: Connection, findings: _Findings) -> Check:
+    """The revision says which columns a store has, and nothing reads them again at open
+    (iot 0.22.2 adds a missing one at every open); a column dropped by hand
+    (``ALTER TABLE ... DROP COLUMN``) makes every read that names it fail, so it is a
+    failure, and ``--fix`` adds it back, empty (its values went with the drop)."""
+    findings.missing_columns = _missing_columns(conn)
+    if findings.missing_columns:
+        return Check(
+            "columns",
+            "fail",
+            f"{len(findings.missing_columns)} column(s) of the schema are missing, and reads "
+            "that name them fail: " + _examples(findings.missing_columns)
+            + "; --fix adds each back, empty, then run the doctor again",
+            fixable=True,
+        )
+    total = sum(len(table.columns) for table in _head_tables())
+    return Check("columns", "ok", f"all {total} columns of the schema are present")
 
 
 def _check_orphan_messages(conn: Connection, findings: _Findings) -> Check:
@@ -603,6 +655,8 @@ def repair(
         if session_id not in findings.wrong_counters
     }
     planned: list[tuple[str, Callable[[], str]]] = []
+    if "columns" in flagged:
+        planned.append(("columns", lambda: add_columns(store, findings.missing_columns)))
     if "indexes" in flagged:
         planned.append(("indexes", lambda: make_indexes(store, findings.missing_indexes)))
     if "orphan_messages" in flagged:
@@ -692,6 +746,42 @@ def make_indexes(store: Store, names: list[str]) -> str:
             f"; could not make {', '.join(refused)}: the rows repeat a value it keeps unique "
             "(sessions sharing a title, say); rename or clear the repeats, then run --fix again"
         )
+    return answer
+
+
+def add_columns(store: Store, names: list[str]) -> str:
+    """Add the head schema's columns ``names`` (``table.column``) back, each as the head
+    declares it (type, server default), in its own transaction; a whole missing table, or
+    a column the database cannot add to a table with rows (NOT NULL without a default, a
+    key), is named in the answer instead. The values the drop took are gone: each added
+    column holds its default."""
+    declared = {
+        f"{table.name}.{column.name}": column
+        for table in _head_tables()
+        for column in table.columns
+    }
+    added: list[str] = []
+    refused: list[str] = []
+    for name in names:
+        column = declared.get(name)
+        if column is None:
+            refused.append(name)
+            continue
+
+        def add(conn: Connection, column: Column[Any] = column) -> None:
+            spec = CreateColumn(column).compile(dialect=conn.dialect)
+            table = conn.dialect.identifier_preparer.quote(column.table.name)
+            conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN {spec}")
+
+        try:
+            store.write(add)
+        except DBAPIError:
+            refused.append(name)
+        else:
+            added.append(name)
+    answer = f"added {len(added)} missing column(s)" + (f": {', '.join(added)}" if added else "")
+    if refused:
+        answer += f"; could not add {', '.join(refused)}: restore the store from a backup"
     return answer
 
 

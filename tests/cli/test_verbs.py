@@ -988,6 +988,37 @@ def test_doctor_makes_a_dropped_index_again(
         _put_back_every_index(seeded)
 
 
+def test_doctor_fails_on_a_dropped_column_and_adds_it_back(runner: CliRunner, seeded: str) -> None:
+    """A column dropped by hand made every read naming it fail while the doctor said "no
+    problems found" (found by upstream Hermes's tests, the third walk); now it fails the
+    ``columns`` check, skips the checks that read those columns, and ``--fix`` adds it back,
+    empty, after which reads work and the rows are all there."""
+    engine = engine_like_the_store(seeded)
+    dropped = ["sessions.transport_profile", "messages.display_metadata"]
+    try:
+        with engine.begin() as conn:
+            for name in dropped:
+                table, column = name.split(".")
+                conn.execute(sa.text(f"ALTER TABLE {table} DROP COLUMN {column}"))
+        assert run(runner, seeded, "sessions", "show", ALPHA).exit_code == 1
+        found = run(runner, seeded, "db", "doctor", "--json")
+        assert found.exit_code == 1
+        checks = json.loads(found.stdout)["checks"]
+        assert [c["name"] for c in checks] == ["schema", "columns"]
+        assert checks[1]["status"] == "fail" and checks[1]["fixable"]
+        assert all(name in checks[1]["detail"] for name in dropped)
+        fixed = json.loads(run(runner, seeded, "db", "doctor", "--fix", "--json").stdout)
+        assert any(all(name in action for name in dropped) for action in fixed["actions"])
+        assert fixed["healthy"] is True
+        shown = run(runner, seeded, "sessions", "show", ALPHA)
+        assert shown.exit_code == 0, shown.output
+        assert len(json.loads(run(runner, seeded, "sessions", "list", "--json").stdout)) == 3
+    finally:
+        with Store.open(seeded) as store:
+            doctor.add_columns(store, store.read(doctor.missing_columns))
+        engine.dispose()
+
+
 def test_doctor_leaves_repeated_titles_alone_when_their_unique_index_cannot_be_made(
     runner: CliRunner, seeded: str
 ) -> None:
