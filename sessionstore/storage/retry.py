@@ -119,14 +119,23 @@ def run_with_retry(
     repeats half of one. Any other error propagates at once. ``started``: see
     :class:`RetryLoop`.
     """
+    if started is None:
+        started = clock()
+    try:
+        return attempt()  # the usual case: no loop to keep (a read costs one object less)
+    except Exception as exc:
+        if not is_retryable(exc):
+            raise
+        failed: Exception = exc
     loop = RetryLoop(policy, clock=clock, jitter=jitter, started=started)
     while True:
+        pause = loop.pause_after(failed)
+        if pause is None:
+            raise loop.exhausted() from loop.last_error
+        sleep(pause)
         try:
             return attempt()
         except Exception as exc:
             if not is_retryable(exc):
                 raise
-            pause = loop.pause_after(exc)
-        if pause is None:
-            raise loop.exhausted() from loop.last_error
-        sleep(pause)
+            failed = exc

@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from types import TracebackType
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError
@@ -82,6 +82,11 @@ class Store:
         """The columns and tables this store's reads select (``sql.read_shape``): all of them,
         unless the store was opened read-only as it is and lacks some (set once, at open, by
         ``schema.readable.check_readable``, before any statement is built from it)."""
+        # Stateless (the dialect, the schema hint, the URL): made once, entered by every
+        # read and write instead of made by each.
+        self._typed_errors = typed_errors(
+            self.dialect, refine=self._with_schema_hint, url=engine.url
+        )
         self._write_options = self.dialect.write_options()
         self._read_options = self.dialect.read_options()
         # SQLite has one writer per file: threads of one process queue here instead of
@@ -298,7 +303,7 @@ class Store:
             with scope:
                 return attempt()
 
-        with typed_errors(self.dialect, refine=self._with_schema_hint, url=self.engine.url):
+        with self._typed_errors:
             if self._serialize:
                 return self._queued(counted, policy)
             return run_with_retry(counted, self._is_retryable, policy)
@@ -434,44 +439,40 @@ class Store:
         self, work: Callable[[Connection], T], *, single_statement: bool, attempt: _Attempt
     ) -> T:
         bare = single_statement and self.dialect.autocommit_snapshot_reads
-        scope = attempt
-
-        def attempt_read() -> T:
-            with scope:
-                return one_attempt()
 
         def one_attempt() -> T:
-            conn = self._reader_connection()
-            clean = False
-            try:
-                if bare:
-                    result = work(conn)
-                    if conn.in_transaction():
-                        conn.rollback()
-                else:
-                    with conn.begin():
+            with attempt:  # counted in flight; on SQLite, inside the fork gate
+                conn = self._reader_connection()
+                clean = False
+                try:
+                    if bare:
                         result = work(conn)
-                clean = True
-                return result
-            except BaseException as exc:
-                # A statement on the driver cursor that lost its connection never told
-                # SQLAlchemy: without this the pool would hand the dead one out again.
-                if self.dialect.is_disconnect(exc):
-                    if not conn.invalidated:
+                        if conn.in_transaction():
+                            conn.rollback()
+                    else:
+                        with conn.begin():
+                            result = work(conn)
+                    clean = True
+                    return result
+                except BaseException as exc:
+                    # A statement on the driver cursor that lost its connection never told
+                    # SQLAlchemy: without this the pool would hand the dead one out again.
+                    if self.dialect.is_disconnect(exc):
+                        if not conn.invalidated:
+                            with contextlib.suppress(Exception):
+                                conn.invalidate()
+                        self._drop_idle_readers()
+                        self.dialect.connection_lost(self.engine)
+                    if bare and conn.in_transaction():
                         with contextlib.suppress(Exception):
-                            conn.invalidate()
-                    self._drop_idle_readers()
-                    self.dialect.connection_lost(self.engine)
-                if bare and conn.in_transaction():
-                    with contextlib.suppress(Exception):
-                        conn.rollback()
-                clean = not (conn.invalidated or conn.closed or conn.in_transaction())
-                raise
-            finally:
-                self._release_reader(conn, clean=clean)
+                            conn.rollback()
+                    clean = not (conn.invalidated or conn.closed or conn.in_transaction())
+                    raise
+                finally:
+                    self._release_reader(conn, clean=clean)
 
-        with typed_errors(self.dialect, refine=self._with_schema_hint, url=self.engine.url):
-            return run_with_retry(attempt_read, self._is_retryable, self.retry)
+        with self._typed_errors:
+            return run_with_retry(one_attempt, self._is_retryable, self.retry)
 
     def _reader_connection(self) -> Connection:
         try:
@@ -670,6 +671,10 @@ def closed_error() -> StoreClosedError:
     )
 
 
+_FORK_GATE: Final = forksafety.inside()
+"""The fork gate's context manager (one shared, stateless instance), looked up once."""
+
+
 class _Attempt:
     """``with store._attempt:`` around everything one attempt does with the database.
 
@@ -688,7 +693,7 @@ class _Attempt:
 
     def __enter__(self) -> None:
         if self._gated:
-            forksafety.inside().__enter__()
+            _FORK_GATE.__enter__()
         store = self._store
         lock = store._state_lock
         lock.acquire()
@@ -698,7 +703,7 @@ class _Attempt:
         lock.release()
         if refused:
             if self._gated:
-                forksafety.inside().__exit__(None, None, None)
+                _FORK_GATE.__exit__(None, None, None)
             raise closed_error()
 
     def __exit__(
@@ -715,7 +720,7 @@ class _Attempt:
             store._state.notify_all()
         lock.release()
         if self._gated:
-            forksafety.inside().__exit__(exc_type, exc, traceback)
+            _FORK_GATE.__exit__(exc_type, exc, traceback)
 
 
 class WriteLock:
