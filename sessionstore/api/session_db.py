@@ -2339,8 +2339,8 @@ class SessionDB:
         seconds; ``sessionstore.search.service.search_messages``).
         """
         hit_fields, reads_alone, search_message_dicts = _search_functions()
-        projection = hit_fields(fields)
-        if projection is not None:
+        if fields is not None:
+            projection = hit_fields(fields) or ()  # None (every key) asks for no call
             hits = self.search_messages(
                 query, source_filter, exclude_sources, role_filter, limit, offset, sort,
                 include_inactive, after_ts=after_ts, before_ts=before_ts,
@@ -2349,9 +2349,10 @@ class SessionDB:
         if not isinstance(query, str):
             return []
         # The repository's search, its hits built as dicts directly (no SearchHit between).
-        sources, excluded, roles = (
-            _as_list(source_filter), _as_list(exclude_sources), _as_list(role_filter)
-        )
+        # No filter (None) is the usual case: no call for it.
+        sources = None if source_filter is None else _as_list(source_filter)
+        excluded = None if exclude_sources is None else _as_list(exclude_sources)
+        roles = None if role_filter is None else _as_list(role_filter)
         return self._store.read(lambda conn: search_message_dicts(
             conn, query, source_filter=sources, exclude_sources=excluded, role_filter=roles,
             limit=limit, offset=offset, include_inactive=include_inactive, sort=sort,

@@ -57,6 +57,12 @@ class SearchIndex(Protocol):
         """One page of messages holding the query's terms (its CJK terms looked up in the
         index, every term verified against the text), newest first."""
 
+    def substring_hit_dicts(
+        self, conn: Connection, query: SubstringQuery, filters: SearchFilters, page: Page
+    ) -> list[dict[str, Any]]:
+        """:meth:`substring_matches` as Hermes's dicts (``context.hit_dicts``), context
+        included: what ``SessionDB`` returns (an index may build them without the rows)."""
+
     def unindexed_word_matches(
         self, conn: Connection, query: str, filters: SearchFilters, limit: int
     ) -> list[FoundRow]:

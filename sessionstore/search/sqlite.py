@@ -32,7 +32,7 @@ from . import object_names as names
 from . import request as search_request
 from . import sqlite_backfill as backfill
 from . import sqlite_ddl as ddl
-from .context import CONTEXT_JOINS
+from .context import CONTEXT_JOINS, context_dicts
 from .context import SQLITE_CONTEXT_COLUMNS as CONTEXT_COLUMNS
 from .deferred_rebuild import BackfillTarget
 from .hits import (
@@ -52,10 +52,13 @@ from .long_text_snippets import term_pattern as _term_pattern
 from .request import (
     ONE_STATEMENT_OFFSET,
     Page,
+    PreparedRead,
     SearchFilters,
     filtered_rows,
     filtered_sql,
     hot_rows,
+    prepared_read,
+    prepared_rows,
     ranks_in_window,
 )
 from .sanitize import contains_cjk, escape_like
@@ -419,7 +422,7 @@ _NOTHING: Final[frozenset[str]] = frozenset()
 # its plan up and runs it. Building them on every call (the parameters' dict, the fragments,
 # the filtered text's key) was a tenth of a 3-character CJK search, more once other work
 # had left the processor's caches cold (scripts/bench_search_cpu.py).
-_PLANS: dict[tuple[Any, ...], tuple[tuple[str, dict[str, Any]], ...]] = {}
+_PLANS: dict[tuple[Any, ...], tuple[PreparedRead, ...]] = {}
 _PLANS_KEPT: Final = 512
 
 
@@ -430,18 +433,22 @@ def _substring_page(
     """The rows of a substring page (_SUBSTRING_SEARCH's), in the shape the objects
     ``present`` allow (see SQLiteSearchIndex._substring_rows): the first of its statements
     that finds rows (an early page that is not proven finds none), else none."""
-    key = (query, present, filters, page, within, conn.dialect.name)
+    key = (query, present, filters, page, within, conn.dialect)
     plan = _PLANS.get(key)
     if plan is None:
         if len(_PLANS) >= _PLANS_KEPT:
             _PLANS.clear()
-        plan = _substring_statements(conn, _substring_parts(query), present, filters, page,
-                                     within)  # fmt: skip
+        plan = tuple(
+            prepared_read(conn, sql, params)
+            for sql, params in _substring_statements(
+                conn, _substring_parts(query), present, filters, page, within
+            )
+        )
         if within is None:  # the rows another program left unindexed: asked once or twice
             _PLANS[key] = plan
     rows: list[tuple[Any, ...]] = []
-    for sql, params in plan:
-        rows = hot_rows(conn, sql, params)
+    for read in plan:
+        rows = prepared_rows(conn, read)
         if rows:
             break
     return rows
@@ -647,6 +654,20 @@ class SQLiteSearchIndex:
     ) -> list[FoundRow]:
         return self._substring_rows(conn, query, filters, page)
 
+    def substring_hit_dicts(
+        self, conn: Connection, query: SubstringQuery, filters: SearchFilters, page: Page
+    ) -> list[dict[str, Any]]:
+        # context.hit_dicts of _substring_rows' rows, built from the statement's rows in one
+        # pass (no FoundRow between): what SessionDB's CJK search returns.
+        rows, size = self._substring_statement_rows(conn, query, filters, page, None)
+        return [
+            {"id": int(row[0]), "session_id": str(row[1]), "role": str(row[2]),
+             "snippet": _cut_snippet(row[8], row[9], size), "timestamp": float(row[3]),
+             "tool_name": row[4], "source": str(row[5]), "model": row[6],
+             "session_started": float(row[7]), "context": context_dicts(*row[10:])}
+            for row in rows
+        ]  # fmt: skip
+
     def unindexed_word_matches(
         self, conn: Connection, query: str, filters: SearchFilters, limit: int
     ) -> list[FoundRow]:
@@ -665,6 +686,21 @@ class SQLiteSearchIndex:
     ) -> list[FoundRow]:  # fmt: skip
         """Substring hits; ``within``: only among the ids ``low < id <= high``, every row
         scanned (no index holds them)."""
+        rows, size = self._substring_statement_rows(conn, query, filters, page, within)
+        return [
+            _new_tuple(FoundRow, (
+                int(row[0]), str(row[1]), str(row[2]), _cut_snippet(row[8], row[9], size),
+                float(row[3]), row[4], str(row[5]), row[6], float(row[7]), row[10:],
+            ))  # the fields of hits.match_row, in one call
+            for row in rows
+        ]  # fmt: skip
+
+    def _substring_statement_rows(
+        self, conn: Connection, query: SubstringQuery, filters: SearchFilters, page: Page,
+        within: tuple[int, int] | None,
+    ) -> tuple[list[tuple[Any, ...]], int]:  # fmt: skip
+        """The substring statement's rows (_SUBSTRING_SEARCH's columns) and the needle's
+        length (what the snippet is cut with)."""
         needle, indexable, _, _, _, _ = _substring_parts(query)
         if within is not None:
             indexable = False
@@ -679,14 +715,7 @@ class SQLiteSearchIndex:
             _CATALOG.pop(conn.engine, None)
             present = _present(conn, _SUBSTRING_OBJECTS)
             rows = _substring_page(conn, query, present, filters, page, within)
-        size = len(needle)
-        return [
-            _new_tuple(FoundRow, (
-                int(row[0]), str(row[1]), str(row[2]), _cut_snippet(row[8], row[9], size),
-                float(row[3]), row[4], str(row[5]), row[6], float(row[7]), row[10:],
-            ))  # the fields of hits.match_row, in one call
-            for row in rows
-        ]  # fmt: skip
+        return rows, len(needle)
 
     # -- lifecycle --------------------------------------------------------------------------
     def layout(self, conn: Connection) -> ddl.Layout:

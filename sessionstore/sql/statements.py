@@ -700,6 +700,11 @@ class HotReads:
         reads._compiled = CompiledStatement.built_later(build, dialect)
         return reads
 
+    @property
+    def compiled(self) -> CompiledStatement:
+        """The statement compiled for the dialect (on first use)."""
+        return self._compiled
+
     def rows(self, conn: Connection, values: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
         sql = self._compiled.sql_for(values)
