@@ -536,15 +536,12 @@ class SQLiteSearchIndex:
     def word_matches(
         self, conn: Connection, query: str, filters: SearchFilters, page: Page
     ) -> list[FoundRow]:
-        params: dict[str, Any] = {"query": query, **page.params}
-        by_source = filters.by_session
         try:
             if ranks_in_window(filters, page) and page.offset <= ONE_STATEMENT_OFFSET:
-                rows = self._ranked_rows(
-                    conn, {**params, **_MARKERS, "snippet_chars": snippet_chars(query)},
-                    filters, page,
-                )
+                rows = _ranked_rows(conn, query, filters, page)
             else:
+                params: dict[str, Any] = {"query": query, **page.params}
+                by_source = filters.by_session
                 order = self._page_ids(conn, params, filters, page, by_source)
                 rows = _word_details(conn, query, order)
                 if len(rows) < len(order) and not by_source:
@@ -566,29 +563,6 @@ class SQLiteSearchIndex:
             ))
             for row in rows
         ]  # fmt: skip
-
-    @staticmethod
-    def _ranked_rows(
-        conn: Connection, params: dict[str, Any], filters: SearchFilters, page: Page
-    ) -> list[tuple[Any, ...]]:
-        """The page's rows, best first among the window's matches (see _WORD_RANKED_PAGE),
-        laid out as _WORD_DETAILS reads them."""
-        rows = filtered_rows(
-            conn, _WORD_RANKED_PAGE, filters, params, limit=str(int(page.limit)),
-            window=_WINDOW_FROM_FLOOR,
-            window_floor=_WINDOW_FLOOR_CTE.format(floor=_window_floor_sql()),
-            floor_column=_WINDOW_FLOOR_COLUMN,
-        )
-        # The floor, from the rows (without rows, asked alone: no match at all, or none of
-        # the window's that the filters keep).
-        floor = rows[0][-1] if rows else _window_floor(conn, params["query"])
-        if floor is not None and len(rows) < page.limit:
-            # The filters left too few of the window's matches: rank them all.
-            return filtered_rows(
-                conn, _WORD_RANKED_PAGE, filters, params, limit=str(int(page.limit)),
-                window="", window_floor="", floor_column="",
-            )
-        return rows  # the floor, after the context's columns, is not read
 
     def _page_ids(
         self, conn: Connection, params: dict[str, Any], filters: SearchFilters, page: Page,
@@ -904,6 +878,63 @@ class SQLiteSearchIndex:
         ]
         optimize_each(conn, [step for step in steps if step[0] == names.BIGRAM_TABLE])
         return optimize_each(conn, [step for step in steps if step[0] != names.BIGRAM_TABLE])
+
+
+# A best-first page's statements (the window's, and every match's when the filters leave
+# the window short), prepared once per query, filters, page and window size, as a substring
+# page's plan (_PLANS): a search then looks them up and runs them.
+_RANKED_READS: dict[tuple[Any, ...], PreparedRead] = {}
+_EVERY_MATCH_READS: dict[tuple[Any, ...], PreparedRead] = {}
+_RANKED_READS_KEPT: Final = 512
+
+
+def _ranked_rows(
+    conn: Connection, query: str, filters: SearchFilters, page: Page
+) -> list[tuple[Any, ...]]:
+    """The page's rows, best first among the window's matches (see _WORD_RANKED_PAGE),
+    laid out as _WORD_DETAILS reads them."""
+    key = (query, filters, page, search_request.RANK_WINDOW, conn.dialect)
+    read = _RANKED_READS.get(key)
+    if read is None:
+        if len(_RANKED_READS) >= _RANKED_READS_KEPT:
+            _RANKED_READS.clear()
+        read = _RANKED_READS[key] = _ranked_read(conn, query, filters, page, True)
+    rows = prepared_rows(conn, read)
+    # The floor, from the rows (without rows, asked alone: no match at all, or none of the
+    # window's that the filters keep).
+    floor = rows[0][-1] if rows else _window_floor(conn, query)
+    if floor is not None and len(rows) < page.limit:
+        # The filters left too few of the window's matches: rank them all.
+        every = _EVERY_MATCH_READS.get(key)
+        if every is None:
+            if len(_EVERY_MATCH_READS) >= _RANKED_READS_KEPT:
+                _EVERY_MATCH_READS.clear()
+            every = _EVERY_MATCH_READS[key] = _ranked_read(conn, query, filters, page, False)
+        return prepared_rows(conn, every)
+    return rows  # the floor, after the context's columns, is not read
+
+
+def _ranked_read(
+    conn: Connection, query: str, filters: SearchFilters, page: Page, windowed: bool
+) -> PreparedRead:
+    """_WORD_RANKED_PAGE for ``query`` among the window's matches (``windowed``) or all."""
+    params = {
+        "query": query, **page.params, **_MARKERS, "snippet_chars": snippet_chars(query),
+        **filters.values(),
+    }  # fmt: skip
+    if windowed:
+        sql = filtered_sql(
+            conn, _WORD_RANKED_PAGE, filters, limit=str(int(page.limit)),
+            window=_WINDOW_FROM_FLOOR,
+            window_floor=_WINDOW_FLOOR_CTE.format(floor=_window_floor_sql()),
+            floor_column=_WINDOW_FLOOR_COLUMN,
+        )  # fmt: skip
+    else:
+        sql = filtered_sql(
+            conn, _WORD_RANKED_PAGE, filters, limit=str(int(page.limit)),
+            window="", window_floor="", floor_column="",
+        )  # fmt: skip
+    return prepared_read(conn, sql, params)
 
 
 def _word_details(conn: Connection, query: str, order: list[int]) -> list[tuple[Any, ...]]:
