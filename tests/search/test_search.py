@@ -8,6 +8,7 @@ are fixed by the data, not by the clock.
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from sessionstore.search import sqlite as sqlite_search
 from sessionstore.search.hits import ContextMessage, SearchHit
 from sessionstore.search.registry import search_index_for
 from sessionstore.search.request import Page, SearchFilters
-from sessionstore.search.service import search_messages
+from sessionstore.search.service import search_message_dicts, search_messages
 from sessionstore.search.sqlite import SQLiteSearchIndex, is_query_error
 from sessionstore.search.terms import SubstringQuery, parse_substring_query
 from sessionstore.storage.store import Store
@@ -222,6 +223,32 @@ def test_hit_fields_and_dict_shape(store: Store) -> None:
     }
     assert list(hit.to_dict()) == HIT_KEYS
     assert "chat-send returned ok" not in hit.to_dict().values()  # no full content field
+
+
+@pytest.mark.slow
+def test_hermes_dicts_are_the_hits_dicts(store: Store) -> None:
+    """SessionDB's dicts (``search_message_dicts``: a substring search's built by the index
+    from its statement's rows, no hit between) are the hits' ``to_dict``, context included,
+    for substring and word queries under each filter, order and page shape."""
+    seed(store, [
+        *CORPUS,
+        Msg("cjk_1", "tg-1", "user", "数据库迁移完成了。下一步是检查点", 2001),
+        Msg("cjk_2", "tg-1", "assistant", "好的，数据库的迁移脚本在这里：migrate.py", 2002),
+        Msg("cjk_3", "dc-1", "tool", "库存: 3; 迁移 ok", 3001, "terminal"),
+        Msg("cjk_4", "cli-1", "assistant", None, 1010, "数据库工具"),
+    ])  # fmt: skip
+    variants: list[dict[str, Any]] = [
+        {}, {"limit": 2, "offset": 1}, {"sort": "oldest"}, {"role_filter": ["assistant"]},
+        {"source_filter": ["telegram"]}, {"include_inactive": True},
+    ]  # fmt: skip
+    for query in ("数据库", "迁移", "库", "数据 migrate", "chat", "send OR deploying"):
+        for arguments in variants:
+            dicts = store.read(functools.partial(search_message_dicts, query=query, **arguments))
+            hits = search(store, query, **arguments)
+            assert dicts == [hit.to_dict() for hit in hits], (query, arguments)
+            assert [list(found) for found in dicts] == [HIT_KEYS] * len(dicts)
+            if not arguments:
+                assert dicts, query  # every query finds something unfiltered
 
 
 def test_more_occurrences_rank_first(store: Store) -> None:
