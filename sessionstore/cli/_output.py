@@ -27,6 +27,8 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from ..sql.codec import json_default, text_of_blob
+
 PIPE_WIDTH = 200
 """Rich's width when stdout is not a terminal: wide enough that tables are not squeezed."""
 BAR_WIDTH = 30
@@ -73,7 +75,7 @@ def console(*, stderr: bool = False) -> Console:
 
 
 def print_json(data: Any) -> None:
-    typer.echo(json.dumps(data, ensure_ascii=False, indent=2, default=str))
+    typer.echo(json.dumps(data, ensure_ascii=False, indent=2, default=json_default))
 
 
 def note(message: str) -> None:
@@ -85,7 +87,9 @@ def print_error(message: str) -> None:
     typer.secho(f"error: {' '.join(message.split())}", fg="red", err=True)
 
 
-def printable(text: str | None) -> str:
+def printable(text: str | bytes | None) -> str:
+    if isinstance(text, bytes):  # a text cell stored as a BLOB
+        text = text_of_blob(text)
     return _CONTROL_CHARACTERS.sub("", text or "")
 
 

@@ -93,6 +93,7 @@ from ..sessions.deletion import delete_matching
 from ..sessions.prompts import store_prompt
 from ..sessions.repository import SessionRepository
 from ..sql import validation
+from ..sql.codec import json_default, text_of_blob
 from ..sql.message_content import hermes_form
 from ..sql.records import FIELD_DEFAULTS, MESSAGE_FIELDS, SESSION_FIELDS
 from ..sql.tables import USAGE_KEY
@@ -139,7 +140,30 @@ class TransferResult:
     """Routing entries and delegations written (a key the target holds keeps its row)."""
 
 
+def _as_text_cells(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with each text cell stored as a BLOB (a salvaged or hand-edited SQLite file)
+    read as text (:func:`~sessionstore.sql.codec.text_of_blob`); the one binary column,
+    ``display_identity``, stays bytes. Without it an export refused the row and a copy into
+    PostgreSQL stored the bytes' ``\\x...`` escape as the text."""
+    if not any(type(value) is bytes for value in row.values()):
+        return row
+    return {
+        key: text_of_blob(value) if type(value) is bytes and key != "display_identity" else value
+        for key, value in row.items()
+    }
+
+
 def iter_records(
+    store: Store, *, source: SourceFilter = None, session_ids: Iterable[str] | None = None
+) -> Iterator[Record]:
+    """Every session (oldest first; of any of the sources, or with one of the ids, when
+    given) followed by its messages, then the ``state_meta`` rows (see the module docstring
+    for which), streamed from one snapshot; text cells stored as BLOBs come as text."""
+    for kind, row in _iter_stored_records(store, source=source, session_ids=session_ids):
+        yield kind, _as_text_cells(row)
+
+
+def _iter_stored_records(
     store: Store, *, source: SourceFilter = None, session_ids: Iterable[str] | None = None
 ) -> Iterator[Record]:
     """Every session (oldest first; of any of the sources, or with one of the ids, when
@@ -209,7 +233,9 @@ def export_jsonl(
         if kind == "message" and row["display_identity"] is not None:
             # Bytes (a SHA-256 digest) travel as hex text; read_records turns them back.
             row = {**row, "display_identity": bytes(row["display_identity"]).hex()}
-        fp.write(json.dumps({kind: row}, ensure_ascii=False) + "\n")
+        # A text cell stored as a BLOB travels as its text (codec.json_default), where
+        # json.dumps refused it and the whole export failed.
+        fp.write(json.dumps({kind: row}, ensure_ascii=False, default=json_default) + "\n")
         if kind == "session":
             count += 1
             if progress is not None:
@@ -902,7 +928,9 @@ def _flush(
 
     local, parents, gained, position, deferred = run_in(run)
     for values in deferred:
-        renumbered.write(json.dumps(_spooled(values), ensure_ascii=False) + "\n")
+        renumbered.write(
+            json.dumps(_spooled(values), ensure_ascii=False, default=json_default) + "\n"
+        )
     result.sessions += local.sessions
     result.messages += local.messages
     result.skipped_sessions += local.skipped_sessions

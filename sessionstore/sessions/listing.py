@@ -40,6 +40,7 @@ from ..dialects import StoreDialect, json_list
 from ..dialects.functions import text_position
 from ..search.sanitize import escape_like
 from ..sql import validation
+from ..sql.codec import text_of_blob
 from ..sql.compaction_handoff import (
     MERGED_PRIOR_CONTEXT_HEADER,
     MERGED_SUMMARY_DELIMITER,
@@ -1211,11 +1212,14 @@ def _tip_listings_statement(
     )
 
 
-def preview_text(raw: str | None) -> str:
-    """Hermes's preview: line breaks as spaces, stripped, 60 characters and an ellipsis."""
+def preview_text(raw: str | bytes | None) -> str:
+    """Hermes's preview: line breaks as spaces, stripped, 60 characters and an ellipsis. A
+    first message stored as a BLOB (a salvaged file) previews as its text: as bytes it
+    failed the whole listing."""
     if not raw:
         return ""
-    text = raw.replace("\n", " ").replace("\r", " ").strip()
+    text = text_of_blob(raw) if isinstance(raw, bytes) else raw
+    text = text.replace("\n", " ").replace("\r", " ").strip()
     if not text:
         return ""
     return text[:PREVIEW_LENGTH] + ("..." if len(text) > PREVIEW_LENGTH else "")

@@ -72,6 +72,22 @@ def decode_json_object(raw: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def text_of_blob(value: bytes | bytearray | memoryview) -> str:
+    """A text cell stored as a BLOB (a salvaged or hand-edited SQLite file: SQLite types
+    values, not columns) as text: its UTF-8, any undecodable byte replaced with U+FFFD, as
+    upstream Hermes's newest reads give it."""
+    return bytes(value).decode("utf-8", errors="replace")
+
+
+def json_default(value: Any) -> Any:
+    """``json.dumps``' ``default`` for what a store's rows may hold besides JSON's types:
+    bytes in a text column (:func:`text_of_blob`); anything else as ``str()``. Called only
+    for a value JSON cannot write, so a clean row costs nothing."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return text_of_blob(value)
+    return str(value)
+
+
 def mergeable_json_object(raw: Any, column: str) -> dict[str, Any]:
     """A stored JSON object to merge a change into: ``{}`` for NULL, an empty text or JSON
     ``null``; :class:`~sessionstore.errors.DamagedValueError` for anything else that is not

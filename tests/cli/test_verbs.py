@@ -1157,3 +1157,22 @@ def test_console_script_runs(tmp_path: Path) -> None:
     )  # fmt: skip
     assert module.returncode == 0
     assert module.stdout.splitlines()[0] == "sessionstore 0.1.0"
+
+
+def test_reading_verbs_show_text_cells_stored_as_blobs(runner: CliRunner, tmp_path: Path) -> None:
+    """A salvaged SQLite file's title and content stored as BLOBs: `sessions show` failed
+    ("cannot use a string pattern on a bytes-like object") and `--json` printed b'...'."""
+    url = f"sqlite:///{tmp_path / 'salvaged.db'}"
+    with SessionDB(url=url) as db:
+        db.create_session("s", "cli")
+        db.append_message("s", "user", "placeholder")
+    engine = engine_like_the_store(url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE sessions SET title = :t"), {"t": b"blob \xe2\x9c title"})
+        conn.execute(sa.text("UPDATE messages SET content = :c"), {"c": "blob content".encode()})
+    engine.dispose()
+    shown = run(runner, url, "sessions", "show", "s")
+    assert shown.exit_code == 0, shown.output
+    assert "blob \ufffd title" in shown.stdout and "blob content" in shown.stdout
+    listed = json.loads(run(runner, url, "sessions", "list", "--json").stdout)
+    assert listed[0]["title"] == "blob \ufffd title"

@@ -443,3 +443,39 @@ def test_a_usage_record_away_from_its_session_is_refused() -> None:
     )
     with pytest.raises(ImportFormatError, match="does not follow its session"):
         list(read_records(io.StringIO(text)))
+
+
+def test_text_cells_stored_as_blobs_are_exported_and_copied_as_text(
+    tmp_path: Path, store_url: str
+) -> None:
+    """A salvaged or hand-edited SQLite file can hold a title, a content or a reasoning as a
+    BLOB (SQLite types values, not columns). The export refused the whole store ("bytes is
+    not JSON serializable") and a copy into PostgreSQL stored the bytes' ``\\x...`` escape as
+    the text; now each is its UTF-8 text (an undecodable byte as U+FFFD), everywhere."""
+    source_url = f"sqlite:///{tmp_path / 'salvaged.db'}"
+    with SessionDB(url=source_url) as db:
+        db.create_session("s", "cli")
+        db.append_message("s", "assistant", "placeholder", reasoning="placeholder")
+    engine = engine_like_the_store(source_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE sessions SET title = :t"), {"t": "blob title".encode()})
+        conn.execute(
+            sa.text("UPDATE messages SET content = :c, reasoning = :r"),
+            {"c": "数据库 answer".encode(), "r": b"why so serious \xe2\x9c"},
+        )
+    engine.dispose()
+    with SessionDB(url=source_url) as db:
+        exported = _export(db)
+    records = [json.loads(line) for line in exported.splitlines()[1:]]
+    assert records[0]["session"]["title"] == "blob title"
+    message = records[1]["message"]
+    assert (message["content"], message["reasoning"]) == ("数据库 answer", "why so serious \ufffd")
+    assert message["display_identity"] is None or isinstance(message["display_identity"], str)
+    transfer.copy(source_url, store_url)
+    with SessionDB(url=store_url) as target:
+        assert (target.get_session("s") or {})["title"] == "blob title"
+        [copied] = target.get_messages("s")
+        assert (copied["content"], copied["reasoning"]) == (
+            "数据库 answer", "why so serious \ufffd",
+        )  # fmt: skip
+        assert [hit["session_id"] for hit in target.search_messages("answer")] == ["s"]
