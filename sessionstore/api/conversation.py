@@ -39,7 +39,7 @@ from ..sessions.user_turns import (
     mentions_memory_context,
     sanitize_context,
 )
-from ..sql.codec import decode_display_metadata, decode_json
+from ..sql.codec import decode_display_metadata, decode_json, text_of_blob
 from ..sql.codec import loads as _loads
 from ..sql.compaction_handoff import is_summary_content
 from ..sql.message_content import ENCODED_CONTENT_PREFIXES, decode_content
@@ -296,6 +296,9 @@ def message_of(
             if mentions_memory_context(content):
                 content = sanitize_context(content)
             content = content.strip()
+    elif isinstance(content, bytes):
+        # A text stored as a BLOB (a salvaged file): the provider's request is JSON.
+        content = text_of_blob(content)
     message: dict[str, Any] = {"role": role, "content": content, PERSISTED_MARKER: True}
     if snapshot:
         message[ROW_SNAPSHOT] = row_snapshot(record)

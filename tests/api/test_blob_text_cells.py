@@ -1,0 +1,41 @@
+"""Text cells stored as BLOBs: a salvaged or hand-edited SQLite file (SQLite types values, not
+columns) can hold a first message, a title or a content as bytes. SQLite only: PostgreSQL's
+text columns cannot hold bytes.
+
+What must work on such a file: the listing (one such first message failed every listing,
+its preview), and a resume (the replayed history goes to a provider as JSON). ``SessionDB``'s
+other dicts give the bytes as stored, as iot 0.22.2 does (docs/hermes.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import sqlalchemy as sa
+from store_library import engine_like_the_store
+
+from sessionstore import SessionDB
+
+
+def test_listing_and_resume_read_blob_cells_as_text(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'salvaged.db'}"
+    with SessionDB(url=url) as db:
+        db.create_session("s", "cli")
+        db.append_message("s", "user", "placeholder one")
+        db.append_message("s", "assistant", "placeholder two")
+        db.create_session("clean", "cli")
+        db.append_message("clean", "user", "a clean session")
+    engine = engine_like_the_store(url)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE messages SET content = :c WHERE session_id = 's' AND role = :r"),
+            [{"c": "first\nline".encode(), "r": "user"}, {"c": b"bad \xe2\x9c", "r": "assistant"}],
+        )
+    engine.dispose()
+    with SessionDB(url=url) as db:
+        previews = {row["id"]: row["preview"] for row in db.list_sessions_rich()}
+        assert previews == {"s": "first line", "clean": "a clean session"}
+        history = db.get_messages_as_conversation("s")
+        assert [m["content"] for m in history] == ["first\nline", "bad \ufffd"]
+        assert json.loads(json.dumps(history))[1]["role"] == "assistant"
+        assert db.get_messages("s")[0]["content"] == "first\nline".encode()  # as iot: as stored
