@@ -393,7 +393,8 @@ class StoreImage(NamedTuple):
     ``sqlite_master``'s SQL, ``header`` its header values (:mod:`.sqlite_image`)."""
 
     objects: tuple[str, ...]
-    """``CREATE`` statements in creation order."""
+    """``CREATE`` statements in creation order (SQLite: where ``sqlite_sequence`` stood, the
+    ``CREATE`` and ``DROP`` of a table that makes it)."""
     rows: tuple[TableRows, ...]
     created_rows: tuple[TableRows, ...]
     """The shadow tables' rows, which their virtual table's creation writes."""

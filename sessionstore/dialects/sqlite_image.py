@@ -12,7 +12,12 @@ What is read:
   what SQLite makes by itself: automatic indexes (no SQL), ``sqlite_*`` tables (made by the
   table that needs them, ``sqlite_sequence`` by the first ``AUTOINCREMENT``), and the shadow
   tables of each virtual table (FTS5's ``*_data``, ``*_idx``, ``*_content``, ``*_docsize``,
-  ``*_config``), which ``CREATE VIRTUAL TABLE`` makes;
+  ``*_config``), which ``CREATE VIRTUAL TABLE`` makes. ``sqlite_sequence`` keeps its place
+  all the same: the chain made it with revision 0001's ``messages``, which a later batch step
+  created again near the end, and SQLite refuses a ``CREATE`` of it; where it stood, the
+  image creates and drops an ``AUTOINCREMENT`` table of its own (:data:`SEQUENCE_MAKER`),
+  whose creation makes ``sqlite_sequence`` there, so ``sqlite_master`` lists every entry in
+  the chain's order;
 - every row of every table that holds one (``alembic_version``, ``schema_version``,
   ``state_meta``, ``sqlite_sequence`` ...) with its rowid, and, separately, the rows of the
   shadow tables. A virtual table's creation writes its own shadow rows, but not always those
@@ -45,6 +50,9 @@ UNSET_HEADER_VALUES = ("user_version", "application_id")
 """Header values a blank file must have left at 0 to be built from an image: the chain keeps an
 ``application_id`` already set, where a replay stamps one derived from the new file's
 identity."""
+SEQUENCE_MAKER = '"sessionstore image: makes sqlite_sequence"'
+"""The quoted name of the table created and dropped at ``sqlite_sequence``'s place in the
+chain's order (SQLite creates ``sqlite_sequence`` only with a table that needs it)."""
 _ROWID_NAMES = ("rowid", "_rowid_", "oid")
 """What a rowid is read and written by: the first that no column of the table is called."""
 
@@ -97,6 +105,14 @@ def _column_list(columns: tuple[str, ...], rowid: str | None) -> str:
     return ", ".join(name if name == rowid else _quoted(name) for name in columns)
 
 
+_SEQUENCE_MADE_HERE = (
+    f"CREATE TABLE {SEQUENCE_MAKER} (id INTEGER PRIMARY KEY AUTOINCREMENT)",
+    f"DROP TABLE {SEQUENCE_MAKER}",
+)
+"""Where ``sqlite_sequence`` stood: SQLite makes it with the first ``AUTOINCREMENT`` table
+(and keeps it when that table is dropped); a no-op where it is there already."""
+
+
 def capture(conn: Connection) -> StoreImage | None:
     """The image of the store on ``conn`` (read in its transaction); None where the library
     cannot tell shadow tables (:data:`TABLE_LIST_SINCE`) or the schema holds something that
@@ -116,8 +132,10 @@ def capture(conn: Connection) -> StoreImage | None:
         "SELECT type, name, sql FROM main.sqlite_master ORDER BY rowid"
     ):
         table_kind, without_rowid = kinds.get(name, ("", False))
-        if name.startswith("sqlite_"):
-            if kind == "table" and name != "sqlite_sequence":
+        if name == "sqlite_sequence":
+            objects.extend(_SEQUENCE_MADE_HERE)
+        elif name.startswith("sqlite_"):
+            if kind == "table":
                 return None  # made only by SQLite itself (ANALYZE's statistics)
         elif sql is not None and table_kind != "shadow":
             objects.append(str(sql))
