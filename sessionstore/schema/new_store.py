@@ -24,6 +24,21 @@ the chain would build otherwise is built by the chain. What must differ per file
 identity iot 0.22.2 gives each store (a ``state_meta`` token and the ``application_id``
 derived from it), is left out of the image and stamped again by revision 0039's own step.
 
+Why not a head snapshot checked in (a generated file of the head's DDL and rows, written into
+every new file, a generator with ``--check`` and a test keeping it equal to the chain): the
+process's first new store is the only one left to save. Measured 2026-12-05 at load 6-8, 20
+new stores in one process (``SessionDB(path).close()``, CPU s): by the chain each time 0.30
+mean (0.20-0.47; the image forgotten before each), replayed 0.024 (0.019-0.031); the process's
+first (the chain, reading it back, mapping the scripts) 0.5-0.7. Hermes's own suites of eight
+releases run on this drop-in (``tests/hermes/test_hermes_own_suites.py``): 652 CPU s with
+every new store by the chain, 165-171 replayed (``tests/support/suite_speed.md``). A snapshot
+would save that first chain once per process, ~0.45 CPU s (those suites run one pytest process
+a release, ~300 new stores each: ~4 CPU s of the 165), at the price of a second home of the
+head DDL that can go stale, where the image is the chain's result by construction. Nor
+SQLite's backup API from a store built in memory: the blank file is found blank, and built,
+under the migration's write lock, and a backup's destination connection must be outside any
+transaction (another connection's backup would wait behind that lock).
+
 Only an upgrade to head through :func:`sessionstore.schema.migrate.upgrade` (``SessionDB``, the
 CLI's ``db upgrade``) that adopts legacy files as usual is replayed; Alembic's own command line,
 a downgrade, a stamp, an upgrade to an older revision run the chain. PostgreSQL stays on the
