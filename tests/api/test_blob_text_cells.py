@@ -29,7 +29,7 @@ def test_listing_and_resume_read_blob_cells_as_text(tmp_path: Path) -> None:
     with engine.begin() as conn:
         conn.execute(
             sa.text("UPDATE messages SET content = :c WHERE session_id = 's' AND role = :r"),
-            [{"c": "first\nline".encode(), "r": "user"}, {"c": b"bad \xe2\x9c", "r": "assistant"}],
+            [{"c": b"first\nline", "r": "user"}, {"c": b"bad \xe2\x9c", "r": "assistant"}],
         )
     engine.dispose()
     with SessionDB(url=url) as db:
@@ -38,4 +38,4 @@ def test_listing_and_resume_read_blob_cells_as_text(tmp_path: Path) -> None:
         history = db.get_messages_as_conversation("s")
         assert [m["content"] for m in history] == ["first\nline", "bad \ufffd"]
         assert json.loads(json.dumps(history))[1]["role"] == "assistant"
-        assert db.get_messages("s")[0]["content"] == "first\nline".encode()  # as iot: as stored
+        assert db.get_messages("s")[0]["content"] == b"first\nline"  # as iot: as stored

@@ -1169,7 +1169,7 @@ def test_reading_verbs_show_text_cells_stored_as_blobs(runner: CliRunner, tmp_pa
     engine = engine_like_the_store(url)
     with engine.begin() as conn:
         conn.execute(sa.text("UPDATE sessions SET title = :t"), {"t": b"blob \xe2\x9c title"})
-        conn.execute(sa.text("UPDATE messages SET content = :c"), {"c": "blob content".encode()})
+        conn.execute(sa.text("UPDATE messages SET content = :c"), {"c": b"blob content"})
     engine.dispose()
     shown = run(runner, url, "sessions", "show", "s")
     assert shown.exit_code == 0, shown.output

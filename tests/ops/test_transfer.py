@@ -458,7 +458,7 @@ def test_text_cells_stored_as_blobs_are_exported_and_copied_as_text(
         db.append_message("s", "assistant", "placeholder", reasoning="placeholder")
     engine = engine_like_the_store(source_url)
     with engine.begin() as conn:
-        conn.execute(sa.text("UPDATE sessions SET title = :t"), {"t": "blob title".encode()})
+        conn.execute(sa.text("UPDATE sessions SET title = :t"), {"t": b"blob title"})
         conn.execute(
             sa.text("UPDATE messages SET content = :c, reasoning = :r"),
             {"c": "数据库 answer".encode(), "r": b"why so serious \xe2\x9c"},
