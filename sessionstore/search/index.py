@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
@@ -25,6 +25,10 @@ from .request import Page, SearchFilters
 from .terms import SubstringQuery
 
 logger = logging.getLogger(__name__)
+
+DamageSeen = Literal["index", "file"]
+"""What :meth:`SearchIndex.damage_in` read in an error: damage it names in the index, or the
+database's bare word for a damaged file."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,13 @@ class SearchIndex(Protocol):
 
     def check(self, conn: Connection) -> IndexHealth:
         """Objects present, indexes in step with the rows, integrity."""
+
+    def damage_in(self, exc: BaseException) -> DamageSeen | None:
+        """What the error a write failed with says of this index: ``"index"`` when it names
+        damage to one of its objects, ``"file"`` when it is the database's bare word for a
+        damaged file (the index may be what is damaged: :meth:`check` tells), None for any
+        other error. Statements changing ``messages`` update the index too (its triggers),
+        so a damaged index fails every one of them while the rows are intact."""
 
     def sessions_changed(self, conn: Connection, session_ids: list[str]) -> None:
         """Bring an index whose membership depends on the session row (Hermes's trigram

@@ -42,7 +42,7 @@ from .hits import (
     substring_snippet_sql,
     substring_snippet_text_sql,
 )
-from .index import IndexHealth, optimize_each
+from .index import DamageSeen, IndexHealth, optimize_each
 from .long_text_snippets import highlight_query
 from .postgresql_ddl import HEAD_DDL, HEAD_INDEXES, INDEXED_CHARS, grams_of, indexed_text
 from .request import Page, SearchFilters, filtered_rows, ranks_in_window
@@ -349,6 +349,9 @@ class PostgreSQLSearchIndex:
     """The PostgreSQL search index (see the module docstring)."""
 
     check_writes = False
+
+    def damage_in(self, exc: BaseException) -> DamageSeen | None:
+        return None  # its indexes are the server's, repaired by REINDEX, never mid-write
 
     def word_matches(
         self, conn: Connection, query: str, filters: SearchFilters, page: Page

@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DatabaseError, DBAPIError, OperationalError
 
 from ..dialects import json_list
 from . import object_names as names
@@ -45,7 +45,7 @@ from .hits import (
     FoundRow,
     substring_snippet,
 )
-from .index import IndexHealth, optimize_each
+from .index import DamageSeen, IndexHealth, optimize_each
 from .long_text_snippets import long_text_snippet
 from .long_text_snippets import snippet_chars as _snippet_chars
 from .long_text_snippets import term_pattern as _term_pattern
@@ -525,6 +525,8 @@ def _cut_snippet(hit_start: Any, window: Any, needle_length: int) -> str:
 
 
 _new_tuple: Final = tuple.__new__
+_SQLITE_CORRUPT: Final = 11
+_SQLITE_CORRUPT_VTAB: Final = 267  # SQLITE_CORRUPT | 1 << 8
 
 
 class SQLiteSearchIndex:
@@ -773,6 +775,22 @@ class SQLiteSearchIndex:
             if problem:
                 broken.append(f"{table}: {problem}")
         return IndexHealth(missing, out_of_step, broken, indexed)
+
+    def damage_in(self, exc: BaseException) -> DamageSeen | None:
+        error = exc.orig if isinstance(exc, DBAPIError) else None
+        if error is None or not isinstance(exc, DatabaseError):
+            return None
+        code = getattr(error, "sqlite_errorcode", None)
+        words = str(error).lower()
+        if code == _SQLITE_CORRUPT_VTAB:
+            return "index"  # a virtual table's own damage: FTS5 is this file's only kind
+        if code not in (None, _SQLITE_CORRUPT) or not (
+            "corrupt" in words or "malformed" in words
+        ):  # e.g. "no such tokenizer", a locked file: not damage
+            return None
+        if "fts5" in words or any(table in words for table in names.FTS5_TABLES):
+            return "index"  # "fts5: corrupt structure record for table messages_fts"
+        return "file" if "database disk image is malformed" in words else None
 
     def sessions_changed(self, conn: Connection, session_ids: list[str]) -> None:
         # External content: a row the index holds must be deleted with the very text it was

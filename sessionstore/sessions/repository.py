@@ -48,6 +48,7 @@ still offered here.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 
@@ -88,7 +89,7 @@ from .listing import (
     id_needle,
     message_threshold,
 )
-from .maintenance import MaintenancePart
+from .maintenance import MaintenancePart, repair_damaged_search_index
 from .messages import MessageIdentity, MessagesPart, NewMessage
 from .model_config import ModelConfigPart
 from .profiles import ProfilesPart
@@ -135,6 +136,7 @@ class SessionRepository(
         """``clock`` is the time leases, cooldowns and the orphan finalize read (a test
         passes its own to expire a lease without sleeping)."""
         super().__init__(store, clock=clock)
+        store.repair_damage = functools.partial(repair_damaged_search_index, store)
 
 
 __all__ = [

@@ -125,6 +125,13 @@ class Store:
         self._attempt = _Attempt(self, gated=self.dialect.serialize_writes_in_process)
         self._recovery = _Attempt(self, gated=self.dialect.serialize_writes_in_process,
                                   after_close=True)
+        self.repair_damage: Callable[[BaseException], bool] | None = None
+        """Set by the layer that keeps data derived from the rows (the repository: the search
+        index, which triggers update with every message). Given the error a write failed
+        with, it repairs the derived data that error names (in a write of its own) and says
+        whether to run the write again, once; False for any other error. A damaged index
+        otherwise fails every later write of a message: each one lost."""
+        self._repairing = threading.local()
         forksafety.track(self)
 
     @classmethod
@@ -282,12 +289,34 @@ class Store:
                 return result
 
         try:
-            result = self.serialized(attempt, retry)
+            try:
+                result = self.serialized(attempt, retry)
+            except Exception as exc:
+                # The transaction was rolled back: nothing of it was written, so it may run
+                # again once what made it fail is repaired.
+                if not self._repaired(exc):
+                    raise
+                result = self.serialized(attempt, retry)
         finally:
             if self._close_deferred:
                 self._finish_deferred_close()
         self._count_write()
         return result
+
+    def _repaired(self, exc: BaseException) -> bool:
+        """Whether :attr:`repair_damage` repaired what ``exc`` names (never while it runs:
+        a repair that fails the same way is not repaired again)."""
+        repair = self.repair_damage
+        if repair is None or self.read_only or getattr(self._repairing, "active", False):
+            return False
+        self._repairing.active = True
+        try:
+            return repair(exc)
+        except Exception as failure:
+            logger.warning("could not repair what failed a write (%s): %s", exc, failure)
+            return False
+        finally:
+            self._repairing.active = False
 
     def serialized(self, attempt: Callable[[], T], retry: RetryPolicy | None = None) -> T:
         """``attempt`` as :meth:`write` runs its transaction: at the head of the writers'

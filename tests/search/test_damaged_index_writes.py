@@ -1,0 +1,137 @@
+"""A damaged search index never costs a message: the write that meets it rebuilds the index
+from the rows and is made again.
+
+SQLite keeps the search indexes up to date with triggers on ``messages``, so once an FTS5
+index is damaged (a crash mid-merge, a disk error, another program's bug) every statement that
+adds or changes a message fails with FTS5's "corrupt" error although the rows are intact:
+before this, every message after the damage was refused until someone ran ``db doctor
+--fix``. The damage here is made as it is found in the field: an index's data blocks
+overwritten through the store's own connection (Hermes's ``_conn``, the store's SQLite
+library), under its lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy.exc
+
+from sessionstore.errors import ConstraintViolationError
+from sessionstore.hermes.state import SessionDB
+from sessionstore.search.sqlite import SQLiteSearchIndex
+from sessionstore.sessions.maintenance import repair_damaged_search_index
+
+GARBAGE = "X'DEADBEEFDEADBEEFDEADBEEFDEADBEEF'"
+INDEXES = ("messages_fts", "messages_fts_trigram", "messages_cjk_bigram")
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[SessionDB]:
+    database = SessionDB(tmp_path / "state.db")
+    database.create_session("chat", "cli")
+    for number in range(30):
+        database.append_message("chat", "user", f"deploy{number} 部署指南第{number}步 kubectl")
+    yield database
+    database.close()
+
+
+def damage(db: SessionDB, index: str) -> None:
+    with db._lock:
+        db._conn.execute(f"UPDATE {index}_data SET block = {GARBAGE}")
+        db._conn.commit()
+
+
+def intact(db: SessionDB, index: str) -> bool:
+    with db._lock:
+        try:
+            db._conn.execute(f"INSERT INTO {index}({index}) VALUES ('integrity-check')")
+        except sqlite3.DatabaseError:
+            return False
+        finally:
+            db._conn.commit()
+    return True
+
+
+@pytest.mark.parametrize("index", INDEXES)
+def test_messages_written_after_an_index_is_damaged_land_and_are_found(
+    db: SessionDB, index: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    damage(db, index)
+    assert not intact(db, index)
+    with caplog.at_level(logging.WARNING):
+        single = db.append_message("chat", "assistant", "rollout 完成部署的报告 landed")
+        assert db.append_messages_batch(
+            "chat", [{"role": "user", "content": "batch 批量写入的消息 arrived"}]
+        ) == 1
+    assert "the search index is damaged" in caplog.text
+    contents = [m["content"] for m in db.get_messages("chat")]
+    assert len(contents) == 32 and contents[-2:] == [
+        "rollout 完成部署的报告 landed", "batch 批量写入的消息 arrived"
+    ]
+    assert all(intact(db, each) for each in INDEXES)
+    assert [hit["id"] for hit in db.search_messages("landed")] == [single]
+    assert len(db.search_messages("kubectl", limit=50)) == 30  # the old rows found again
+    assert len(db.search_messages("部署指南")) == 20  # the CJK indexes too (a page)
+    assert len(db.search_messages("批量写入")) == 1
+
+
+def test_a_write_refused_for_another_reason_is_not_repaired(
+    db: SessionDB, caplog: pytest.LogCaptureFixture
+) -> None:
+    # SQLite's code says constraint, whatever the words: not damage.
+    with db._lock:
+        db._conn.execute(
+            "CREATE TRIGGER refuse BEFORE INSERT ON messages BEGIN SELECT "
+            "RAISE(ABORT, 'fts5: corrupt structure record for table messages_fts'); END"
+        )
+        db._conn.commit()
+    with caplog.at_level(logging.WARNING), pytest.raises(ConstraintViolationError):
+        db.append_message("chat", "user", "refused")
+    assert "search index" not in caplog.text
+    assert len(db.get_messages("chat")) == 30
+
+
+def _driver_error(words: str, code: int | None) -> sqlalchemy.exc.DBAPIError:
+    error = sqlite3.DatabaseError(words)
+    if code is not None:
+        error.sqlite_errorcode = code  # type: ignore[attr-defined]
+    return sqlalchemy.exc.DatabaseError("INSERT INTO messages ...", {}, error)
+
+
+@pytest.mark.parametrize(
+    ("words", "code", "seen"),
+    [
+        ('fts5: corrupt structure record for table "messages_fts"', 11, "index"),
+        ("malformed inverted index for FTS5 table main.messages_fts_trigram", 11, "index"),
+        ("database disk image is malformed", 267, "index"),  # SQLITE_CORRUPT_VTAB
+        ("database disk image is malformed", 11, "file"),
+        ("database disk image is malformed", None, "file"),
+        ("database disk image is malformed", 779, None),  # SQLITE_CORRUPT_INDEX: the rows'
+        ("database is locked", 5, None),
+        ("no such tokenizer: cjk_unicode61", 1, None),
+        ("vtable constructor failed: messages_fts_cjk", 1, None),
+    ],
+)
+def test_what_an_error_says_of_the_index(words: str, code: int | None, seen: str | None) -> None:
+    assert SQLiteSearchIndex().damage_in(_driver_error(words, code)) == seen
+
+
+def test_the_bare_word_for_a_damaged_file_repairs_only_a_damaged_index(db: SessionDB) -> None:
+    bare = _driver_error("database disk image is malformed", 11)
+    with db._lock:
+        before = db._conn.execute(
+            "SELECT rootpage FROM sqlite_master WHERE name = 'messages_fts_data'"
+        ).fetchone()[0]
+    assert repair_damaged_search_index(db.store, bare) is False  # healthy: not rebuilt
+    with db._lock:
+        assert db._conn.execute(
+            "SELECT rootpage FROM sqlite_master WHERE name = 'messages_fts_data'"
+        ).fetchone()[0] == before
+    damage(db, "messages_fts")
+    assert repair_damaged_search_index(db.store, bare) is True
+    assert intact(db, "messages_fts")
+    assert repair_damaged_search_index(db.store, ValueError("not a database error")) is False
