@@ -81,7 +81,11 @@ def cross_vm_filesystem(database: Path | str) -> str | None:
     """The type of the file system holding ``database`` if it is one whose shared memory is
     not coherent across a VM boundary (``CROSS_VM_FILESYSTEMS``), else None. Mounts are read
     once per directory and process (a store on a mount made later is judged by the old table:
-    mounts under a live store do not move)."""
-    directory = os.path.realpath(os.path.dirname(os.path.abspath(os.fspath(database))))
+    mounts under a live store do not move).
+
+    The file's own symbolic link is followed first: SQLite opens the file it points to and
+    keeps the ``-wal`` and ``-shm`` beside that one, so a ``state.db`` linked into a shared
+    folder is judged by the shared folder."""
+    directory = os.path.dirname(os.path.realpath(os.path.abspath(os.fspath(database))))
     kind = filesystem_type(directory, MOUNTINFO)
     return kind if kind in CROSS_VM_FILESYSTEMS else None

@@ -119,3 +119,21 @@ def test_hermes_wal_helper_refuses_wal_on_virtiofs(virtiofs_dir: Path, tmp_path:
     finally:
         shared.close()
         native.close()
+
+
+def test_a_store_linked_into_a_shared_folder_is_judged_by_the_folder_it_points_into(
+    virtiofs_dir: Path, tmp_path: Path
+) -> None:
+    # SQLite follows the link: the file, its -wal and its -shm live where the link points.
+    native = tmp_path / "home"
+    native.mkdir()
+    (native / "state.db").symlink_to(virtiofs_dir / "state.db")
+    (virtiofs_dir / "elsewhere.db").symlink_to(native / "real.db")
+    assert shared_memory.cross_vm_filesystem(native / "state.db") == "virtiofs"
+    assert shared_memory.cross_vm_filesystem(virtiofs_dir / "elsewhere.db") is None
+    with SessionDB(native / "state.db") as db:
+        db.create_session("s1", "cli")
+        db.append_message("s1", "user", "kept out of WAL through the link")
+        assert _journal_mode(virtiofs_dir / "state.db") == "delete"
+    assert not (virtiofs_dir / "state.db-wal").exists()
+    assert sorted(p.name for p in native.iterdir()) == ["state.db"]  # the link, nothing else
