@@ -193,6 +193,9 @@ _set_last_init_error = set_last_init_error
 AsyncSessionDB = ThreadedSessionDB
 
 T = TypeVar("T")
+PATIENT_ATTEMPTS: Final = 1_000_000
+"""Attempts a Hermes-style write may make: enough that its patience (time) always ends the
+wait first, as iot 0.22.2's does."""
 
 logger = logging.getLogger(__name__)
 
@@ -343,6 +346,14 @@ class SessionDB(facade.SessionDB):
     _WRITE_MAX_RETRIES = RetryPolicy.max_attempts
     _WRITE_RETRY_MIN_S = RetryPolicy.min_sleep_s
     _WRITE_RETRY_MAX_S = RetryPolicy.max_sleep_s
+    # iot 0.22.2's write-lock patience (#74478): how long a write waits for another process
+    # to let go of the file (its VACUUM, a checkpoint of a large log, an older Hermes's long
+    # index pass) before it fails; a conversation's messages wait longer, since a refused
+    # flush ends the user's turn unanswered. Time, not attempts, bounds the wait. Read when a
+    # SessionDB opens (routine writes) and at each append (messages); a ``retry`` given to
+    # the constructor replaces both.
+    _WRITE_PATIENCE_S = 20.0
+    _TRANSCRIPT_WRITE_PATIENCE_S = 60.0
     _CHECKPOINT_EVERY_N_WRITES = 50
     # Hermes's pacing between the chunks of its FTS layout rebuild (iot 0.22.2,
     # ``optimize_fts_storage``). Ours moves the layout in one transaction, so nothing reads
@@ -378,6 +389,9 @@ class SessionDB(facade.SessionDB):
     ) -> None:
         if db_path is None and url is None:
             db_path = _default_db_path()
+        self._patient = retry is None
+        if retry is None:
+            retry = self._patience_policy(self._WRITE_PATIENCE_S)
         arguments = (db_path, url, read_only, auto_migrate, retry, busy_timeout_s)
         self._open_arguments = arguments
         self._reopen_guard = threading.Lock()
@@ -557,6 +571,17 @@ class SessionDB(facade.SessionDB):
             absolute=True,
         )
 
+    def _patience_policy(self, patience_s: float) -> RetryPolicy:
+        return RetryPolicy(
+            max_attempts=PATIENT_ATTEMPTS, min_sleep_s=self._WRITE_RETRY_MIN_S,
+            max_sleep_s=self._WRITE_RETRY_MAX_S, budget_s=patience_s,
+        )  # fmt: skip
+
+    def _transcript_patience(self) -> contextlib.AbstractContextManager[None]:
+        if not getattr(self, "_patient", True):
+            return contextlib.nullcontext()
+        return self.store.patience(self._patience_policy(self._TRANSCRIPT_WRITE_PATIENCE_S))
+
     def _execute_write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Hermes's write helper: ``fn(_conn)`` in ``BEGIN IMMEDIATE``, committed, retried."""
         store = self.store
@@ -642,6 +667,20 @@ def _heals_after_close(method: Callable[..., T]) -> Callable[..., T]:
 
     return call
 
+
+def _with_transcript_patience(method: Callable[..., T]) -> Callable[..., T]:
+    @functools.wraps(method)
+    def call(self: SessionDB, *args: Any, **kwargs: Any) -> T:
+        with self._transcript_patience():
+            return method(self, *args, **kwargs)
+
+    return call
+
+
+# A conversation's messages wait for the write lock longer than other writes (iot 0.22.2's
+# transcript patience: see _TRANSCRIPT_WRITE_PATIENCE_S).
+for _name in ("append_message", "append_messages_batch", "append_messages"):
+    setattr(SessionDB, _name, _with_transcript_patience(getattr(facade.SessionDB, _name)))
 
 # Every read and write Hermes can call, and its raw write helper, heal after close (above).
 for _name in dir(SessionDB):

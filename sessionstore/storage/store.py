@@ -132,6 +132,7 @@ class Store:
         whether to run the write again, once; False for any other error. A damaged index
         otherwise fails every later write of a message: each one lost."""
         self._repairing = threading.local()
+        self._patience = threading.local()
         forksafety.track(self)
 
     @classmethod
@@ -323,7 +324,7 @@ class Store:
         queue where this store serializes writers (SQLite), retried while the database is
         busy, errors typed. For work that brings its own connection and must run outside any
         transaction (a ``VACUUM``)."""
-        policy = retry or self.retry
+        policy = retry or getattr(self._patience, "policy", None) or self.retry
         scope = self._attempt
 
         def counted() -> T:
@@ -336,6 +337,18 @@ class Store:
             if self._serialize:
                 return self._queued(counted, policy)
             return run_with_retry(counted, self._is_retryable, policy)
+
+    @contextlib.contextmanager
+    def patience(self, policy: RetryPolicy) -> Iterator[None]:
+        """The writes this thread makes inside the block wait for the write lock as ``policy``
+        says (a write given a policy of its own keeps that one): a caller gives the writes
+        that matter most, a conversation's messages, longer than the rest."""
+        outer = getattr(self._patience, "policy", None)
+        self._patience.policy = policy
+        try:
+            yield
+        finally:
+            self._patience.policy = outer
 
     def _end_autocommit(self, conn: Connection) -> None:
         try:
