@@ -11,14 +11,15 @@ All or nothing, in two steps:
    :data:`MAX_TOTAL_BYTES` and :data:`MAX_TOTAL_MESSAGES` messages. Any problem: nothing is
    imported and the answer lists every problem (``{"ok": False, "errors": [{"index",
    "session_id", "error"}]}``).
-2. **Written in one transaction.** A session whose id exists already is skipped, never
-   changed. An imported one keeps its history: its title, model, prompt, cwd and git, billing
-   and costs, token totals, start and end, archive flag; its messages become live rows (a
-   rewound or archived message of the export is live again) with their timestamps (a missing
-   one follows the previous message), and its counters are counted from them. What belonged to a
-   live process is not restored: gateway routing, handoff, leases, rewind state. A child keeps
-   its parent only when that parent exists or came in the same payload and the link makes no
-   cycle; otherwise it is detached (a root), and counted in ``detached``.
+2. **Written in one transaction.** A session whose id exists already is skipped, never changed.
+   An imported one keeps its history: its title, model, prompt, cwd and git, billing and costs,
+   token totals, start and end, archive flag; each message its uids (``message_uid``, its tool
+   calls' and results', a merged turn's absorbed ones: iot 0.22.2); its messages become live
+   rows (a rewound or archived message of the export is live again) with their timestamps (a
+   missing one follows the previous message), and its counters are counted from them. What
+   belonged to a live process is not restored: gateway routing, handoff, leases, rewind state. A
+   child keeps its parent only when that parent exists or came in the same payload and the link
+   makes no cycle; otherwise it is detached (a root), and counted in ``detached``.
 
 Returns ``{"ok": True, "imported", "skipped", "detached", "imported_ids", "skipped_ids",
 "errors": []}``. The limits are Hermes's: an import is one write transaction, and a bounded
@@ -246,6 +247,15 @@ class ImportsPart(MessagesPart):
                     timestamp=at,
                     effect_disposition=message.get("effect_disposition"),
                     api_content=message.get("api_content"),
+                    # The message's durable identity, as iot 0.22.2's import keeps it (an
+                    # export's columns, or a live dict's keys): minted afresh, a consumer
+                    # keyed on it lost every message of a moved session.
+                    message_uid=message.get("message_uid"),
+                    tool_call_uids=message.get("tool_call_uids", message.get("_tool_call_uids")),
+                    tool_call_uid=message.get("tool_call_uid", message.get("_tool_call_uid")),
+                    absorbed_message_uids=message.get(
+                        "absorbed_message_uids", message.get("_absorbed_message_uids")
+                    ),
                 )
             )
         return prepared
