@@ -491,6 +491,24 @@ class AsyncSessionRepository:
             )
         )
 
+    async def replace_messages_stored(
+        self,
+        session_id: str,
+        new_messages: Sequence[Mapping[str, Any]],
+        active_only: bool = False,
+        archive_dropped: bool = False,
+        reject_active_turn_lease: bool = False,
+    ) -> tuple[int, list[int]]:
+        return await self._write(
+            lambda repo: repo.replace_messages_stored(
+                session_id,
+                new_messages,
+                active_only,
+                archive_dropped,
+                reject_active_turn_lease,
+            )
+        )
+
     async def import_sessions(self, payload: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         return await self._write(lambda repo: repo.import_sessions(payload))
 

@@ -1622,10 +1622,16 @@ class SessionDB:
     ) -> int:
         """Replace the session's messages; how many rows were written. ``archive_dropped``
         and ``reject_active_turn_lease`` as iot 0.22.2 (rewind-style, and refused while a turn
-        or a compression holds the session): ``SessionRepository.replace_messages``."""
-        return self._repo.replace_messages(
+        or a compression holds the session): ``SessionRepository.replace_messages``. As iot,
+        once it has committed each dict of ``messages`` gets the ``_row_id``, ``timestamp``,
+        ``message_uid`` and tool-call uids of the row that stands for it (a kept row's own),
+        so a later flush of the same history knows them stored and writes none again."""
+        written, ids = self._repo.replace_messages_stored(
             session_id, messages, active_only, archive_dropped, reject_active_turn_lease
         )
+        if ids:
+            self._stamp_stored(session_id, list(messages), ids)
+        return written
 
     @writes
     def append_delegation_delivery(

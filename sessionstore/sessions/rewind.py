@@ -548,10 +548,25 @@ class RewindPart(MessagesPart):
         ``reject_active_turn_lease`` refuses the rewrite while a turn or a compression holds
         the session (:func:`.session_state.refuse_transcript_mutation`).
         """
+        return self.replace_messages_stored(
+            session_id, new_messages, active_only, archive_dropped, reject_active_turn_lease
+        )[0]
+
+    @writes
+    def replace_messages_stored(
+        self,
+        session_id: str,
+        new_messages: Sequence[Mapping[str, Any]],
+        active_only: bool = False,
+        archive_dropped: bool = False,
+        reject_active_turn_lease: bool = False,
+    ) -> tuple[int, list[int]]:
+        """:meth:`replace_messages`, with the id of the live row that stands for each of
+        ``new_messages`` afterwards (a kept row's own, an inserted row's new one), in order."""
         session_id = validation.identifier(session_id, "session_id")
         batch = self.prepare_messages(new_messages)
 
-        def run(conn: Connection) -> int:
+        def run(conn: Connection) -> tuple[int, list[int]]:
             require_session(conn, session_id)
             if reject_active_turn_lease:
                 refuse_transcript_mutation(conn, session_id, self.clock())
@@ -584,6 +599,13 @@ class RewindPart(MessagesPart):
                 conn.execute(doomed)
             _insert(conn, self._hot_writes, session_id, batch[kept:])
             recount(conn, session_id)
-            return len(batch) - kept
+            # Every live row now is one of the batch, in its order (the rest were deleted
+            # or rewound in this transaction).
+            ids = list(conn.execute(
+                select(messages.c.id)
+                .where(messages.c.session_id == session_id, messages.c.active == 1)
+                .order_by(messages.c.id)
+            ).scalars())  # fmt: skip
+            return len(batch) - kept, ids if len(ids) == len(batch) else []
 
         return self.store.write(run)

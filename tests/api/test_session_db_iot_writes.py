@@ -246,6 +246,25 @@ def test_archive_dropped_keeps_the_repeated_prefix_and_rewinds_the_rest(db: Sess
     assert len(db.get_messages("s", include_inactive=True)) == 6
 
 
+@pytest.mark.parametrize("mode", ["archive_dropped", "active_only", "everything"])
+def test_a_replaced_history_flushed_again_writes_nothing(db: SessionDB, mode: str) -> None:
+    # iot's agent keeps the dicts it handed to replace_messages as its live history; they
+    # come back stamped with their rows, so its next flush of them is no second copy.
+    db.create_session("s", "cli")
+    db.append_messages_batch("s", [{"role": "user", "content": "ask"},
+                                   {"role": "assistant", "content": "answer"}])
+    kept = [{"role": "user", "content": "ask"}, {"role": "assistant", "content": "answer"}]
+    history = [*kept, {"role": "user", "content": "and then?"}]
+    db.replace_messages("s", history, **({} if mode == "everything" else {mode: True}))
+
+    live = db.get_messages("s")
+    assert [m["_row_id"] for m in history] == [m["id"] for m in live]
+    assert [m["message_uid"] for m in history] == [
+        row["message_uid"] for m in live for row in [row_of(db, m["id"])]]
+    assert db.append_messages_batch("s", history) == 0
+    assert [m["content"] for m in db.get_messages("s")] == ["ask", "answer", "and then?"]
+
+
 def test_reject_active_turn_lease_refuses_while_a_turn_or_a_compression_runs(
     db: SessionDB,
 ) -> None:
