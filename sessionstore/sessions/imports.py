@@ -13,13 +13,14 @@ All or nothing, in two steps:
    "session_id", "error"}]}``).
 2. **Written in one transaction.** A session whose id exists already is skipped, never changed.
    An imported one keeps its history: its title, model, prompt, cwd and git, billing and costs,
-   token totals, start and end, archive flag; each message its uids (``message_uid``, its tool
-   calls' and results', a merged turn's absorbed ones: iot 0.22.2); its messages become live
-   rows (a rewound or archived message of the export is live again) with their timestamps (a
-   missing one follows the previous message), and its counters are counted from them. What
-   belonged to a live process is not restored: gateway routing, handoff, leases, rewind state. A
-   child keeps its parent only when that parent exists or came in the same payload and the link
-   makes no cycle; otherwise it is detached (a root), and counted in ``detached``.
+   token totals, start and end, its flags (archived, auto_archived, pinned, hidden); each
+   message its uids (``message_uid``, its tool calls' and results', a merged turn's absorbed
+   ones: iot 0.22.2); its messages become live rows (a rewound or archived message of the export
+   is live again) with their timestamps (a missing one follows the previous message), and its
+   counters are counted from them. What belonged to a live process is not restored: gateway
+   routing, handoff, leases, rewind state. A child keeps its parent only when that parent exists
+   or came in the same payload and the link makes no cycle; otherwise it is detached (a root),
+   and counted in ``detached``.
 
 Returns ``{"ok": True, "imported", "skipped", "detached", "imported_ids", "skipped_ids",
 "errors": []}``. The limits are Hermes's: an import is one write transaction, and a bounded
@@ -195,7 +196,13 @@ class ImportsPart(MessagesPart):
             row[name] = validation.counter(_int_or_zero(raw.get(name)), name)
         for name in ("estimated_cost_usd", "actual_cost_usd"):
             row[name] = _float_or_none(raw.get(name))
-        row["archived"] = 1 if raw.get("archived") else 0
+        # The user's flags, as iot 0.22.2 restores them: pinned is what the startup prune and
+        # the idle sweep spare (dropped, an old pinned session came back to be deleted),
+        # hidden keeps a Bot Mode chat out of listings, auto_archived (only on an archived
+        # row) lets a resume undo the sweep's archive.
+        for name in ("archived", "auto_archived", "pinned", "hidden"):
+            row[name] = 1 if raw.get(name) else 0
+        row["auto_archived"] &= row["archived"]
         batch = raw.get("messages") or []
         return _Prepared(row, parent_id, self._prepare_import_messages(batch),
                          _message_states(batch))
