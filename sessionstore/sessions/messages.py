@@ -205,6 +205,23 @@ class MessageIdentity(NamedTuple):
     tool_call_uid: str | None
 
 
+def reasoning_json_text(value: Any, name: str) -> str | None:
+    """A structured reasoning field (``reasoning_details``, ``codex_reasoning_items``,
+    ``codex_message_items``) as its column stores it: a value as its JSON; text that is JSON
+    already (a stored row's column, as ``get_messages`` returns it) as it is, as iot 0.22.2
+    keeps it; other text as the JSON of that text. Encoding the column's text again stored a
+    string where the list was: a fork (``get_messages`` into ``replace_messages``) replayed
+    the reasoning as text, which every consumer of the list drops."""
+    if isinstance(value, str):
+        try:
+            json.loads(value)
+        except ValueError:
+            pass
+        else:
+            return value
+    return encode_json(value, name)
+
+
 def display_metadata_text(value: Any) -> str | None:
     """iot 0.22.2's ``_encode_display_metadata``: a dict as its JSON text; the JSON text of a
     dict as that dict's JSON (never encoded twice); nothing, or anything else (a list, text
@@ -346,16 +363,17 @@ class MessagesPart(RepositoryPart):
             else validation.identifier(finish_reason, "finish_reason"),
             reasoning=None if reasoning is None else text(reasoning, "reasoning"),
             reasoning_details=None if reasoning_details is None else text(
-                encode_json(reasoning_details, "reasoning_details"), "reasoning_details"
+                reasoning_json_text(reasoning_details, "reasoning_details"), "reasoning_details"
             ),
             codex_reasoning_items=None if codex_reasoning_items is None else text(
-                encode_json(codex_reasoning_items, "codex_reasoning_items"),
+                reasoning_json_text(codex_reasoning_items, "codex_reasoning_items"),
                 "codex_reasoning_items",
             ),
             reasoning_content=None if reasoning_content is None
             else text(reasoning_content, "reasoning_content"),
             codex_message_items=None if codex_message_items is None else text(
-                encode_json(codex_message_items, "codex_message_items"), "codex_message_items"
+                reasoning_json_text(codex_message_items, "codex_message_items"),
+                "codex_message_items",
             ),
             platform_message_id=None if platform_message_id is None
             else validation.identifier(str(platform_message_id), "platform_message_id"),
