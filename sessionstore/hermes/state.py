@@ -69,6 +69,8 @@ reaches into (its insights, dashboard, ACP sessions, CLI resume):
   and opened again, once per file and process (``_repair_attempted_paths``), as Hermes 0.18.0
   ... iot 0.22.2 do; any other unusable file raises ``StoreUnavailableError`` untouched.
   Hermes's tests expect ``sqlite3.DatabaseError`` there; its callers catch ``Exception``.
+- ``_CONTENT_JSON_PREFIX``, ``_decode_content``, ``RECOVERABLE_END_REASONS``,
+  ``_is_fts_write_corruption_error``: what iot 0.22.2's agent, TUI and gateway read off the class.
 - ``_sanitize_fts5_query`` and ``_contains_cjk``: the static helpers under their Hermes names;
   ``set_token_counts``: early v6's spelling of ``update_token_counts(..., absolute=True)``.
 """
@@ -111,6 +113,7 @@ from ..search import MAX_FTS5_QUERY_CHARS, contains_cjk, sanitize_fts5_query
 from ..sessions import imports, titles
 from ..sessions.access import access_of, writes
 from ..sessions.session_state import CANONICAL_BOT_CHAT_TITLE
+from ..sql.message_content import JSON_CONTENT_PREFIX, decode_content
 from ..sql.tables import SCHEMA_VERSION
 from ..storage import fork_safety
 from ..storage.config import default_db_path
@@ -139,6 +142,7 @@ from .helpers import _wal_reset_bug_warned_paths as _wal_reset_bug_warned_paths
 from .persistence import (
     StateDbCorruptError,
     StateDbReplacedError,
+    _is_fts_scoped_corruption,
     classify_persistence_error,
     divert_session_transcript_jsonl,
     get_hermes_home,
@@ -370,6 +374,15 @@ class SessionDB(facade.SessionDB):
     # The title that, on a hidden session, names the desktop's own Bot Chat (iot 0.22.2's class
     # constant; the rules that read it live in sessionstore.sessions.session_state).
     CANONICAL_BOT_CHAT_TITLE = CANONICAL_BOT_CHAT_TITLE
+    # What iot 0.22.2's own modules read off this class: its alternation repair before every
+    # request (agent.agent_runtime_helpers: the content marker, ``_decode_content``), its
+    # TUI's Bot Chat resurrection (the end reasons an accident leaves) and its gateway's
+    # transcript retry (``_is_fts_write_corruption_error``). Without them an iot turn failed
+    # with AttributeError before its request was sent.
+    _CONTENT_JSON_PREFIX: ClassVar[str] = JSON_CONTENT_PREFIX
+    RECOVERABLE_END_REASONS: ClassVar[tuple[str, ...]] = (
+        "agent_close", "ws_orphan_reap", "superseded_by_resume", "startup_orphan_reap",
+    )  # fmt: skip
     # A title's provenance under iot 0.22.2's class names (``set_auto_title(..., source=
     # SessionDB.TITLE_SOURCE_LLM)``), and their precedence.
     TITLE_SOURCE_DERIVED = titles.TITLE_SOURCE_DERIVED
@@ -521,6 +534,18 @@ class SessionDB(facade.SessionDB):
     @staticmethod
     def _contains_cjk(text: str) -> bool:
         return contains_cjk(text)
+
+    @classmethod
+    def _decode_content(cls, content: Any) -> Any:
+        """iot 0.22.2's: a stored content value as its writer gave it (marked JSON decoded; an
+        undecodable one, and anything unmarked, as it is)."""
+        return decode_content(content)
+
+    @staticmethod
+    def _is_fts_write_corruption_error(exc: BaseException) -> bool:
+        """iot 0.22.2's: corruption SQLite places in the search index (its result code, else
+        its words naming a ``messages_fts*`` object), never damage to the rows."""
+        return _is_fts_scoped_corruption(exc)
 
     def _fts_table_exists(self, name: str) -> bool:
         """Hermes's check that a full-text table is present (its optimize and repairs skip one

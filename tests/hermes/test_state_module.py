@@ -206,6 +206,27 @@ def test_private_helpers_under_their_hermes_names(db: SessionDB) -> None:
     assert SessionDB._contains_cjk("数据库") and not SessionDB._contains_cjk("plain")
 
 
+def test_the_class_names_iots_own_modules_read(db: SessionDB) -> None:
+    """iot 0.22.2's alternation repair, run before every request its agent sends, reads the
+    content marker and ``_decode_content`` off this class; its TUI the accident end reasons;
+    its gateway ``_is_fts_write_corruption_error``. Missing, each turn failed before it asked."""
+    parts = [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "x"}}]
+    db.create_session("s", "cli")
+    db.append_message("s", "user", parts)
+    stored = db._conn.execute("SELECT content FROM messages WHERE session_id = 's'").fetchone()[0]
+    assert stored.startswith(SessionDB._CONTENT_JSON_PREFIX)
+    assert SessionDB._decode_content(stored) == parts
+    broken = SessionDB._CONTENT_JSON_PREFIX + "[not json"
+    for as_is in ("plain text", None, 7, broken):
+        assert SessionDB._decode_content(as_is) is as_is
+    assert SessionDB.RECOVERABLE_END_REASONS == (
+        "agent_close", "ws_orphan_reap", "superseded_by_resume", "startup_orphan_reap")
+    index_damage = sqlite3.DatabaseError("fts5: corruption found reading blob from messages_fts")
+    assert SessionDB._is_fts_write_corruption_error(index_damage)
+    assert not SessionDB._is_fts_write_corruption_error(
+        sqlite3.DatabaseError("database disk image is malformed"))
+
+
 def test_hermes_module_level_names_its_tests_reach_for(db: SessionDB) -> None:
     """Hermes's own tests read these through ``hermes_state``: the query cap, the import
     limits (the values sessionstore.sessions.imports enforces) and the private rich row."""
