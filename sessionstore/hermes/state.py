@@ -80,6 +80,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import json
 import logging
 import os
 import sqlite3
@@ -107,12 +108,15 @@ from ..errors import (
     SessionResumeTooLargeError,
     SessionTurnLeaseLostError,
     StoreClosedError,
+    TitleInUseError,
     TranscriptChangedError,
 )
 from ..search import MAX_FTS5_QUERY_CHARS, contains_cjk, sanitize_fts5_query
 from ..sessions import imports, titles
 from ..sessions.access import access_of, writes
+from ..sessions.lineage import CHAIN_CAP, COMPRESSION_END_REASON, RESET_MARKER, is_fork_row
 from ..sessions.session_state import CANONICAL_BOT_CHAT_TITLE
+from ..sql.codec import decode_json_object
 from ..sql.message_content import JSON_CONTENT_PREFIX, decode_content
 from ..sql.tables import SCHEMA_VERSION
 from ..storage import fork_safety
@@ -286,6 +290,7 @@ CREATE TRIGGER IF NOT EXISTS messages_fts_update AFTER UPDATE ON messages BEGIN
     INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
 END;
 """
+
 
 def _wall_clock() -> float:
     """``time.time()`` looked up at each call, so a patched ``time.time`` is the one read."""
@@ -558,6 +563,47 @@ class SessionDB(facade.SessionDB):
         ).fetchone()
         return row is not None
 
+    def _read_one(self, sql: str, params: Any = ()) -> sqlite3.Row | None:
+        """iot 0.22.2's one-row read (its dashboard's timeline route asks it who owns a
+        session): the first row of ``sql`` on :attr:`_conn`, or None."""
+        row: sqlite3.Row | None = self._require_conn().execute(sql, params).fetchone()
+        return row
+
+    def _is_compression_child_row(self, child: dict[str, Any]) -> bool:
+        """iot 0.22.2's: ``child`` (a :meth:`get_session` row) continues its parent after
+        compression: it has a parent, that parent ended for ``compression``, and it is no
+        branch, delegate, tool or reset fork of it. iot's gateway asks it before rewriting a
+        compression child's transcript (a published one holds rows the rewrite lacks) and
+        when it walks a chat's input owners up the lineage."""
+        parent_id = child.get("parent_session_id")
+        if not parent_id or _forks_from(parent_id, child.get("source"), child.get("model_config")):
+            return False
+        parent = self.get_session(parent_id)
+        return bool(parent and parent.get("end_reason") == COMPRESSION_END_REASON)
+
+    def _resolve_title_conflict(
+        self, conn: sqlite3.Connection, session_id: str, title: str
+    ) -> None:
+        """iot 0.22.2's title rule inside a caller's write on :attr:`_conn` (its API server's
+        create-with-title runs it in :meth:`_execute_write`): free ``title`` for
+        ``session_id``, or raise :class:`TitleInUseError` (a ``ValueError``, Hermes's words)
+        when another session holds it. The rule of :meth:`set_session_title`: a compression
+        ancestor of ``session_id`` hands the title on, so does a deliberately archived, hidden
+        canonical Bot Chat; an ended empty session keeps its title (docs/hermes.md)."""
+        held = conn.execute(
+            "SELECT id, archived, hidden FROM sessions WHERE title = ? AND id != ?",
+            (title, session_id),
+        ).fetchone()
+        if held is None:
+            return
+        holder = held[0]
+        retired = title == CANONICAL_BOT_CHAT_TITLE and bool(held[1]) and bool(held[2])
+        if not retired and holder not in _compression_ancestors_on(conn, session_id):
+            raise TitleInUseError(f"Title '{title}' is already in use by session {holder}")
+        conn.execute(
+            "UPDATE sessions SET title = NULL, title_source = NULL WHERE id = ?", (holder,)
+        )
+
     def set_token_counts(
         self,
         session_id: str,
@@ -675,6 +721,39 @@ class SessionDB(facade.SessionDB):
                                "land the call", self.db_path)  # fmt: skip
                 self._open(*self._open_arguments)
         return True
+
+
+def _forks_from(parent_id: Any, source: Any, model_config: Any) -> bool:
+    """iot 0.22.2's ``_is_explicit_fork_child_row(..., include_reset=True)``: a branch,
+    delegate, reset or tool run of ``parent_id`` (``model_config`` as text or a dict)."""
+    if isinstance(model_config, dict):
+        model_config = json.dumps(model_config)
+    if is_fork_row(parent_id, source, model_config):
+        return True
+    return bool(decode_json_object(model_config).get(RESET_MARKER) == parent_id)
+
+
+def _compression_ancestors_on(conn: sqlite3.Connection, session_id: str) -> set[str]:
+    """The sessions ``session_id`` continues after compression, read on ``conn`` (a writer's
+    own connection, inside its transaction)."""
+    ancestors: set[str] = set()
+    current = session_id
+    for _ in range(CHAIN_CAP):
+        row = conn.execute(
+            "SELECT parent_session_id, source, model_config FROM sessions WHERE id = ?",
+            (current,),
+        ).fetchone()
+        if row is None or not row[0] or _forks_from(row[0], row[1], row[2]):
+            break
+        parent = row[0]
+        ended = conn.execute("SELECT end_reason FROM sessions WHERE id = ?", (parent,)).fetchone()
+        if ended is None or ended[0] != COMPRESSION_END_REASON:
+            break
+        if parent in ancestors or parent == session_id:
+            break
+        ancestors.add(parent)
+        current = parent
+    return ancestors
 
 
 def _heals_after_close(method: Callable[..., T]) -> Callable[..., T]:

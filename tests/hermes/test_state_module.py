@@ -227,6 +227,94 @@ def test_the_class_names_iots_own_modules_read(db: SessionDB) -> None:
         sqlite3.DatabaseError("database disk image is malformed"))
 
 
+def test_a_compression_child_as_iots_gateway_asks_on_each_dialect(store_url: str) -> None:
+    """iot 0.22.2's gateway asks ``_is_compression_child_row`` before it rewrites a rotated
+    compression child (a published child holds rows the rewrite would drop; its probe fails
+    open into the rewrite) and when it walks a chat's input owners up the lineage. Only a
+    plain child of a session ended for compression counts; a branch, delegate, tool or reset
+    fork of it does not, nor a child of a session ended otherwise."""
+    db = SessionDB(url=store_url)
+    try:
+        db.create_session("done", "cli")
+        db.end_session("done", "compression")
+        db.create_session("next", "cli", parent_session_id="done")
+        forks = {
+            "branch": {"model_config": {"_branched_from": "done"}},
+            "delegate": {"model_config": {"_delegate_from": "done"}},
+            "reset": {"model_config": {"_reset_from": "done"}},
+        }
+        for sid, extra in forks.items():
+            db.create_session(sid, "cli", parent_session_id="done", **extra)
+        db.create_session("tool-run", "tool", parent_session_id="done")
+        db.create_session("closed", "cli")
+        db.end_session("closed", "user_exit")
+        db.create_session("after-exit", "cli", parent_session_id="closed")
+        answers = {
+            sid: db._is_compression_child_row(db.get_session(sid) or {})
+            for sid in ("next", *forks, "tool-run", "after-exit", "done")
+        }
+        assert answers == {
+            "next": True, "branch": False, "delegate": False, "reset": False,
+            "tool-run": False, "after-exit": False, "done": False,
+        }  # fmt: skip
+        row = dict(db.get_session("branch") or {})
+        row["model_config"] = {"_branched_from": "done"}
+        assert not db._is_compression_child_row(row)
+        assert db._is_compression_child_row({"parent_session_id": "done", "source": "cli"})
+    finally:
+        db.close()
+
+
+def test_read_one_as_iots_dashboard_asks_who_owns_a_session(db: SessionDB) -> None:
+    """iot 0.22.2's dashboard timeline route reads a session's owner with ``_read_one``."""
+    db.create_session("mine", "cli")
+    row = db._read_one("SELECT profile_name, source FROM sessions WHERE id = ?", ("mine",))
+    assert row is not None and row["profile_name"] is None and row["source"] == "cli"
+    assert db._read_one("SELECT id FROM sessions WHERE id = ?", ("nobody",)) is None
+
+
+def test_a_title_given_at_create_as_iots_api_server_writes_it(db: SessionDB) -> None:
+    """iot 0.22.2's API server creates a session with a title in one ``_execute_write``: it
+    inserts the row, asks ``_resolve_title_conflict`` on the same connection, and undoes the
+    insert on its ``ValueError``. The rule is ``set_session_title``'s."""
+
+    def create(session_id: str, title: str, parent: str | None = None) -> str:
+        def write(conn: sqlite3.Connection) -> str:
+            conn.execute(
+                "INSERT INTO sessions (id, source, started_at, parent_session_id)"
+                " VALUES (?, 'api', ?, ?)",
+                (session_id, time.time(), parent),
+            )
+            try:
+                db._resolve_title_conflict(conn, session_id, title)
+            except ValueError as exc:
+                conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+                return str(exc)
+            conn.execute("UPDATE sessions SET title = ? WHERE id = ?", (title, session_id))
+            return "created"
+
+        return db._execute_write(write)
+
+    assert create("first", "alpha") == "created"
+    assert create("second", "alpha") == "Title 'alpha' is already in use by session first"
+    assert db.get_session("second") is None
+    db.create_session("root", "cli")
+    db.set_session_title("root", "deep dive")
+    db.end_session("root", "compression")
+    assert create("tip", "deep dive", parent="root") == "created"
+    assert (db.get_session_title("root"), db.get_session_title("tip")) == (None, "deep dive")
+    db.create_session("old-bot", "desktop")
+    db.set_session_title("old-bot", SessionDB.CANONICAL_BOT_CHAT_TITLE)
+    db.set_session_hidden("old-bot", True)
+    db.set_session_archived("old-bot", True)
+    assert create("new-bot", SessionDB.CANONICAL_BOT_CHAT_TITLE) == "created"
+    assert db.get_session_title("old-bot") is None
+    db.create_session("left", "cli")
+    db.set_session_title("left", "kept")
+    db.end_session("left", "user_exit")
+    assert create("claimer", "kept") == "Title 'kept' is already in use by session left"
+
+
 def test_hermes_module_level_names_its_tests_reach_for(db: SessionDB) -> None:
     """Hermes's own tests read these through ``hermes_state``: the query cap, the import
     limits (the values sessionstore.sessions.imports enforces) and the private rich row."""
