@@ -231,6 +231,8 @@ class ImportsPart(MessagesPart):
                 **{name: _json_value(message.get(name)) if assistant else None
                    for name in _ASSISTANT_JSON},
             }  # fmt: skip
+            for name in _ASSISTANT_JSON:
+                _refuse_non_finite(fields[name], f"session.messages[{position}].{name}")
             stamp = _timestamp(message.get("timestamp"))
             at = clock if stamp is None else stamp
             clock = max(clock + 1e-6, at + 1e-6)
@@ -479,13 +481,30 @@ def _json_object_or_none(value: Any) -> str | None:
             raise ImportProblem("model_config must be valid JSON") from None
         if not isinstance(parsed, dict):
             raise ImportProblem("model_config must be a JSON object")
+        _refuse_non_finite(parsed, "session.model_config")
         return value
     if not isinstance(value, dict):
         raise ImportProblem("model_config must be a JSON object")
+    _refuse_non_finite(value, "session.model_config")
     try:
         return encode_json(value, "model_config")
     except (TypeError, ValueError):
         raise ImportProblem("model_config must be JSON serializable") from None
+
+
+def _refuse_non_finite(value: Any, where: str) -> None:
+    """A JSON value (decoded) holding NaN or an infinity anywhere (``1e309`` decodes to one):
+    stored, it is text no strict JSON reader takes, and Hermes's API answers fail on it; iot
+    0.22.2 refuses the session with these words."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ImportProblem(f"non-finite number at {where}")
+        if isinstance(item, dict):
+            pending.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            pending.extend(item)
 
 
 def _float_or_none(value: Any) -> float | None:
