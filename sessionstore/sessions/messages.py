@@ -400,12 +400,13 @@ class MessagesPart(RepositoryPart):
         )
 
     def stored_content(self, content: Any) -> str | None:
-        """``content`` as a message row stores it: text as it is; numbers and bytes as JSON
-        text; anything else (OpenAI multi-part content, a list of parts) as marked JSON text,
-        as Hermes keeps it."""
+        """``content`` as a message row stores it: text as it is (text that starts with
+        Hermes's marker as a marked JSON string: :func:`encode_content`); numbers and bytes as
+        JSON text; anything else (OpenAI multi-part content, a list of parts) as marked JSON
+        text, as Hermes keeps it."""
         if isinstance(content, (bytes, int, float)):
             content = encode_json(content, "content")
-        elif content is not None and not isinstance(content, str):
+        elif content is not None:
             content = encode_content(content)
         return self._text(content, "content")
 

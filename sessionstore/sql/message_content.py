@@ -33,7 +33,11 @@ MULTIMODAL_PLACEHOLDER: Final = "[multimodal content]"
 
 def encode_content(content: Any) -> Any:
     """What Hermes binds for ``content``: text (and numbers) as they are, lists and dicts as
-    the marked JSON text."""
+    the marked JSON text. Text that itself starts with a marker is stored as a marked JSON
+    string (iot 0.22.2's ``_encode_content``), so a read gives that text back, never a
+    structure someone wrote after the marker."""
+    if isinstance(content, str) and is_encoded(content):
+        return JSON_CONTENT_PREFIX + json.dumps(content)
     if content is None or isinstance(content, (str, bytes, int, float)):
         return content
     try:

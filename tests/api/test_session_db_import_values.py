@@ -50,3 +50,20 @@ def test_reasoning_holding_no_number_is_refused(db: SessionDB, name: str) -> Non
     # On a user message reasoning is not stored (Hermes's rule), so it is not looked at.
     messages[1]["role"] = "user"
     assert db.import_sessions([session("why", messages=messages)])["imported"] == 1
+
+
+@pytest.mark.parametrize("marker", ["\x00json:", "\ufffdjson:"])
+def test_text_that_starts_with_the_content_marker_reads_back_as_that_text(
+    db: SessionDB, marker: str
+) -> None:
+    """Hermes marks structured content with ``\\x00json:`` (PostgreSQL keeps the NUL as
+    U+FFFD, and both decode). A message or an imported one whose text merely starts so came
+    back as the list written after it; it is text, and reads back as that text."""
+    literal = marker + '["not", "parts"]'
+    db.create_session("s", "cli")
+    db.append_message("s", "user", literal)
+    db.import_sessions([session("i", messages=[{"role": "user", "content": literal}])])
+    parts = [{"type": "text", "text": "real parts"}]
+    db.append_message("s", "user", parts)
+    assert [m["content"] for m in db.get_messages("s")] == [literal, parts]
+    assert [m["content"] for m in db.get_messages_as_conversation("i")] == [literal]
