@@ -322,13 +322,18 @@ def _check_dangling_parents(conn: Connection, findings: _Findings) -> Check:
     return Check("dangling_parents", "ok", "every parent exists")
 
 
-def _head_indexes() -> dict[str, Index]:
-    """Every index the head schema declares on its tables, by name (``schema.models``)."""
+def _head_tables() -> list[Table]:
+    """The head schema's tables (``schema.models``), whose columns every store at head has."""
     from ..schema import models  # the DDL-only declarations: off the runtime's import path
 
+    return list(models.Base.metadata.sorted_tables)
+
+
+def _head_indexes() -> dict[str, Index]:
+    """Every index the head schema declares on its tables, by name (``schema.models``)."""
     return {
         str(index.name): index
-        for table in models.Base.metadata.sorted_tables
+        for table in _head_tables()
         for index in table.indexes
         if index.name is not None
     }
@@ -362,13 +367,6 @@ def _check_indexes(conn: Connection, findings: _Findings) -> Check:
             fixable=True,
         )
     return Check("indexes", "ok", f"all {len(expected)} indexes of the schema are present")
-
-
-def _head_tables() -> list[Table]:
-    """The head schema's tables (``schema.models``), whose columns every store at head has."""
-    from ..schema import models  # the DDL-only declarations: off the runtime's import path
-
-    return list(models.Base.metadata.sorted_tables)
 
 
 def _missing_columns(conn: Connection) -> list[str]:
