@@ -154,15 +154,18 @@ URI_PARAMETERS: dict[str, frozenset[str] | None] = {
     "immutable": frozenset({"0", "1"}),
     "cache": frozenset({"private", "shared"}),
     "vfs": None,  # any name; SQLite refuses one it does not have
+    "journal_mode": frozenset({"wal", "delete"}),  # ours: SQLite ignores it in a URI
 }
 """The SQLite URI parameters a store URL may carry, and their values; the URL's query and a
 ``file:`` URI's own query are read alike. ``mode=ro`` opens the store read-only; ``rw`` never
 creates the file; ``immutable=1`` opens it read-only without locks or a ``-shm`` file (read-only
 media); ``cache=private`` is SQLite's default; ``vfs`` picks a VFS (``unix-dotfile`` where the
-filesystem has no shared memory). Anything else is a ``StoreLocationError``: ``cache=shared`` on
-a file because shared-cache table locks (SQLITE_LOCKED) bypass the busy timeout and the writers'
-queue (a named in-memory database needs it, and has no other process to wait for), other names
-because a parameter the store would drop must not look honoured."""
+filesystem has no shared memory); ``journal_mode=delete`` keeps the file out of WAL (Hermes's
+``database.journal_mode``, for NFS and SMB homes: :func:`_enable_wal`). Anything else is a
+``StoreLocationError``: ``cache=shared`` on a file because shared-cache table locks
+(SQLITE_LOCKED) bypass the busy timeout and the writers' queue (a named in-memory database
+needs it, and has no other process to wait for), other names because a parameter the store
+would drop must not look honoured."""
 
 
 def uri_parameters(url: URL) -> dict[str, str]:
@@ -295,6 +298,7 @@ class SQLiteDialect:
         label = engine.url.database or ":memory:"
         path = None if _is_memory(engine.url) else _filesystem_path(engine.url)
         immutable = uri_parameters(engine.url).get("immutable") == "1"
+        wanted = _wanted_journal_mode(engine.url)
         connections = _ProcessConnections(engine)
 
         @event.listens_for(engine, "do_connect")
@@ -329,7 +333,7 @@ class SQLiteDialect:
                 else:
                     apply_write_durability(cursor)
                 if not read_only and set_journal_mode:
-                    _enable_wal(cursor, label, path)
+                    _enable_wal(cursor, label, path, wanted)
             finally:
                 cursor.close()
 
@@ -362,17 +366,18 @@ class SQLiteDialect:
     def enable_journal_mode(self, engine: Engine) -> None:
         label = engine.url.database or ":memory:"
         path = None if _is_memory(engine.url) else _filesystem_path(engine.url)
+        wanted = _wanted_journal_mode(engine.url)
 
         @event.listens_for(engine, "connect")
         def _on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
-            _enable_wal_on(dbapi_connection, label, path)
+            _enable_wal_on(dbapi_connection, label, path, wanted)
 
         # The pool may already hold connections made before (the schema check): switch the
         # file through one of them now (the mode is the file's, every connection sees it).
         with engine.connect() as conn:
             driver = conn.connection.driver_connection
             if is_connection(driver):
-                _enable_wal_on(cast(sqlite3.Connection, driver), label, path)
+                _enable_wal_on(cast(sqlite3.Connection, driver), label, path, wanted)
 
     def existing_tables(self, conn: Connection, names: Collection[str]) -> set[str]:
         return _existing_objects(conn, "table", names)
@@ -1076,28 +1081,42 @@ def close_inherited(conn: sqlite3.Connection) -> None:
         conn.close()
 
 
+def _wanted_journal_mode(url: URL) -> str:
+    """The journal mode a store's URL asks for: ``wal`` unless ``journal_mode=delete``."""
+    return uri_parameters(url).get("journal_mode", "wal")
+
+
 def _enable_wal_on(
-    dbapi_connection: sqlite3.Connection, label: str, path: Path | None
+    dbapi_connection: sqlite3.Connection, label: str, path: Path | None, wanted: str
 ) -> None:
     cursor = dbapi_connection.cursor()
     try:
-        _enable_wal(cursor, label, path)
+        _enable_wal(cursor, label, path, wanted)
     finally:
         cursor.close()
 
 
 _warned_wal_reset_bug: set[str] = set()
-_warned_cross_vm: set[str] = set()
+_warned_off_wal: set[str] = set()
 
 
-def _enable_wal(cursor: sqlite3.Cursor, label: str, path: Path | None) -> None:
+def _enable_wal(cursor: sqlite3.Cursor, label: str, path: Path | None, wanted: str) -> None:
     """WAL lets readers and one writer work at once; some filesystems cannot do it (SQLite
     refuses it on some, and on those shared across a VM boundary it accepts it and corrupts:
-    :mod:`.shared_memory`), and a SQLite with the WAL-reset bug must not (module docstring of
-    :mod:`.sqlite_library`)."""
+    :mod:`.shared_memory`), a SQLite with the WAL-reset bug must not (module docstring of
+    :mod:`.sqlite_library`), and a user may have chosen the rollback journal
+    (``journal_mode=delete``: Hermes's ``database.journal_mode``, set for NFS and SMB homes,
+    where SQLite accepts WAL and only one host sees its shared memory). In every case a file
+    already in WAL keeps it: moving it back needs every other opener gone (Hermes's rule)."""
     shared_across_vms = None if path is None else cross_vm_filesystem(path)
     if shared_across_vms is not None:
-        _keep_off_wal(cursor, label, shared_across_vms)
+        _keep_off_wal(
+            cursor, label, f"is on a {shared_across_vms} file system, shared across a VM "
+            "boundary, where WAL's shared memory is not coherent", warn_if_off=True,
+        )  # fmt: skip
+        return
+    if wanted == "delete":
+        _keep_off_wal(cursor, label, "is configured for journal_mode=delete", warn_if_off=False)
         return
     used = library()
     if used.wal_reset_bug:
@@ -1122,33 +1141,31 @@ def _enable_wal(cursor: sqlite3.Cursor, label: str, path: Path | None) -> None:
         )
 
 
-def _keep_off_wal(cursor: sqlite3.Cursor, label: str, filesystem: str) -> None:
-    """A file on a file system shared across a VM boundary is never switched into WAL; one in
-    WAL already keeps it (switching back needs every other opener gone), with one warning per
-    file and process."""
+def _keep_off_wal(cursor: sqlite3.Cursor, label: str, why: str, *, warn_if_off: bool) -> None:
+    """A file that must stay out of WAL (``why``) is never switched into it: one in the
+    rollback journal keeps its mode; one in WAL already keeps WAL (switching back needs every
+    other opener gone), with one warning per file and process saying how to move it."""
     try:
         row = cursor.execute("PRAGMA journal_mode").fetchone()
     except sqlite3.OperationalError as exc:
         logger.debug("journal mode of %s not read: %s", label, exc)
         return
     mode = str(row[0]).lower() if row else "unknown"
-    if label in _warned_cross_vm:
+    if mode == "memory" or (mode != "wal" and not warn_if_off) or label in _warned_off_wal:
         return
-    _warned_cross_vm.add(label)
+    _warned_off_wal.add(label)
     if mode == "wal":
         logger.warning(
-            "%s is in WAL mode on a %s file system, shared across a VM boundary, where WAL's "
-            "shared memory is not coherent (silent corruption under concurrent writers): kept "
-            "in WAL, as switching needs every other opener gone; move the store to a native "
-            "file system, or run PRAGMA journal_mode=DELETE on it while nothing has it open",
-            label, filesystem,
-        )
+            "%s %s, but it is in WAL mode: kept in WAL, as switching needs every other opener "
+            "gone; to leave WAL, run PRAGMA journal_mode=DELETE on it while nothing has it "
+            "open (or move the store to a native file system)",
+            label, why,
+        )  # fmt: skip
     else:
         logger.warning(
-            "%s is on a %s file system, shared across a VM boundary, where WAL's shared memory "
-            "is not coherent: kept in journal_mode=%s (readers wait while a writer commits)",
-            label, filesystem, mode,
-        )
+            "%s %s: kept in journal_mode=%s (readers wait while a writer commits)",
+            label, why, mode,
+        )  # fmt: skip
 
 
 def _gate_wal_reset_bug(cursor: sqlite3.Cursor, label: str, library_line: str) -> None:

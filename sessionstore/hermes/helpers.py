@@ -27,6 +27,7 @@ from ..dialects.shared_memory import cross_vm_filesystem
 from ..dialects.sqlite import apply_write_durability
 from ..errors import SessionStoreError
 from ..search.object_names import FTS5_TABLES
+from ..storage.config import hermes_journal_mode
 
 if TYPE_CHECKING:
     from ..api.session_db import SessionDB
@@ -133,6 +134,30 @@ def is_sqlite_wal_reset_vulnerable(version_info: tuple[int, ...] | None = None) 
     )
 
 
+def hermes_config_section(name: str) -> Any:
+    """Section ``name`` of Hermes's ``config.yaml`` read by Hermes's own config reader (iot
+    reads it the same lazy way); ``ImportError`` when the checkout has no such reader."""
+    from hermes_cli.config import load_config_readonly  # type: ignore[import-not-found]
+
+    return (load_config_readonly() or {}).get(name)
+
+
+def resolve_journal_mode() -> str:
+    """Hermes's configured ``database.journal_mode``: ``delete`` or ``wal`` (iot 0.22.2's
+    ``resolve_journal_mode``): through Hermes's own config reader when the checkout has it
+    (profiles and all), else :func:`~sessionstore.storage.config.hermes_journal_mode` (the
+    Hermes home's ``config.yaml``); anything else is ``wal``, as Hermes reads it."""
+    try:
+        database = hermes_config_section("database") or {}
+    except ImportError:
+        return hermes_journal_mode()
+    except Exception:
+        return "wal"
+    raw = database.get("journal_mode", "wal") if isinstance(database, dict) else "wal"
+    mode = raw.strip().lower() if isinstance(raw, str) else ""
+    return mode if mode in ("wal", "delete") else "wal"
+
+
 def apply_wal_with_fallback(conn: sqlite3.Connection, *, db_label: str = "state.db") -> str:
     """Put ``conn``'s database in WAL mode, or in DELETE mode where the file system cannot
     hold a WAL (one warning per ``db_label``); returns the mode set. Never moves a database
@@ -149,6 +174,11 @@ def apply_wal_with_fallback(conn: sqlite3.Connection, *, db_label: str = "state.
             return "wal"
     except sqlite3.OperationalError:
         pass
+    if resolve_journal_mode() == "delete":
+        # Hermes's ``database.journal_mode: delete`` (NFS and SMB homes): a file not in WAL
+        # (asked above) is put in DELETE mode, as iot 0.22.2 puts it.
+        conn.execute("PRAGMA journal_mode=DELETE")
+        return "delete"
     database = _main_file(conn)
     if database and cross_vm_filesystem(database) is not None:
         # As iot 0.22.2: WAL corrupts silently across a VM boundary (shared_memory's
@@ -163,7 +193,12 @@ def apply_wal_with_fallback(conn: sqlite3.Connection, *, db_label: str = "state.
         conn.execute("PRAGMA journal_mode=DELETE")
         return "delete"
     try:
-        conn.execute("PRAGMA journal_mode=WAL")
+        # The row, not the absence of an error: macOS NFS and SMB refuse WAL silently.
+        row = conn.execute("PRAGMA journal_mode=WAL").fetchone()
+        mode = str(row[0]).lower() if row else ""
+        if mode != "wal":
+            _warn_wal_fallback_once(db_label, f"WAL refused without an error (still {mode!r})")
+            return mode or "delete"
         _checkpoint_barrier(conn)
         return "wal"
     except sqlite3.OperationalError as exc:
@@ -175,14 +210,18 @@ def apply_wal_with_fallback(conn: sqlite3.Connection, *, db_label: str = "state.
             in_wal = False
         if in_wal:
             raise
-        with _wal_fallback_warned_lock:
-            first = db_label not in _wal_fallback_warned_paths
-            _wal_fallback_warned_paths.add(db_label)
-        if first:
-            logger.warning("%s: WAL is not supported here (%s); using journal_mode=DELETE",
-                           db_label, exc)
+        _warn_wal_fallback_once(db_label, str(exc))
         conn.execute("PRAGMA journal_mode=DELETE")
         return "delete"
+
+
+def _warn_wal_fallback_once(db_label: str, why: str) -> None:
+    with _wal_fallback_warned_lock:
+        first = db_label not in _wal_fallback_warned_paths
+        _wal_fallback_warned_paths.add(db_label)
+    if first:
+        logger.warning("%s: WAL is not supported here (%s); using journal_mode=DELETE",
+                       db_label, why)  # fmt: skip
 
 
 def _main_file(conn: sqlite3.Connection) -> str:

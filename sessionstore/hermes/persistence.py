@@ -47,7 +47,7 @@ from ..errors import (
     StoreFullError,
 )
 from ..storage.config import hermes_home
-from .helpers import is_malformed_db_error
+from .helpers import hermes_config_section, is_malformed_db_error
 
 logger = logging.getLogger(__name__)
 
@@ -285,14 +285,9 @@ def connect_tracked_db(path: Any, tracking_path: Any = None, **kwargs: Any) -> s
 
 def _configured_transcript_limit(key: str) -> int:
     """``sessions.<key>`` of Hermes's ``config.yaml`` when the checkout has its config
-    reader (iot reads it the same lazy way), else iot's default; a negative or unreadable
-    value is the default, 0 disables."""
+    reader, else iot's default; a negative or unreadable value is the default, 0 disables."""
     try:
-        from hermes_cli.config import (  # type: ignore[import-not-found]
-            load_config_readonly,
-        )
-
-        value = (load_config_readonly().get("sessions") or {}).get(key)
+        value = (hermes_config_section("sessions") or {}).get(key)
         if value is None:
             return MAX_SAFE_MESSAGES
         limit = int(value)

@@ -98,7 +98,7 @@ from typing import Any, ClassVar, Final, TypeVar, cast
 from sqlalchemy.pool import PoolProxiedConnection
 
 from ..api import session_db as facade
-from ..dialects import sqlite_library
+from ..dialects import file_url, sqlite_library
 from ..errors import (
     CompressionSessionBusyError,
     CompressionSessionClosedError,
@@ -120,7 +120,7 @@ from ..sql.codec import decode_json_object
 from ..sql.message_content import JSON_CONTENT_PREFIX, decode_content
 from ..sql.tables import SCHEMA_VERSION
 from ..storage import fork_safety
-from ..storage.config import default_db_path
+from ..storage.config import URL_ENV_VAR, default_db_path
 from ..storage.retry import RetryPolicy, run_with_retry
 from ..storage.store import Store, WriteLock
 from .helpers import (
@@ -131,6 +131,7 @@ from .helpers import (
     is_malformed_db_error,
     is_sqlite_wal_reset_vulnerable,
     repair_state_db_schema,
+    resolve_journal_mode,
     set_last_init_error,
     workspace_key,
 )
@@ -451,6 +452,14 @@ class SessionDB(facade.SessionDB):
         file = None if read_only else _file_of(db_path, url)
         if file is not None and str(file) != ":memory:":
             _make_owner_only(file, create=True)
+        if url is None and resolve_journal_mode() == "delete":
+            # Hermes's ``database.journal_mode: delete`` (NFS and SMB homes) holds for every
+            # file its SessionDB opens: kept out of WAL, as iot 0.22.2 keeps it.
+            path = db_path
+            if path is None and not os.environ.get(URL_ENV_VAR):
+                path = default_db_path()
+            if path is not None and str(path) != ":memory:" and "://" not in str(path):
+                db_path, url = None, f"{file_url(path)}?journal_mode=delete"
         super().__init__(
             db_path,
             url=url,

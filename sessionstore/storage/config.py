@@ -3,6 +3,10 @@
 Order: an explicit URL, else ``SESSIONSTORE_URL``, else SQLite at ``$HERMES_HOME/state.db``
 (``HERMES_HOME`` defaults to ``~/.hermes``) so an existing Hermes installation is used as is.
 
+The default store follows Hermes's own ``database.journal_mode`` (its ``config.yaml``): a
+Hermes home whose file must stay out of WAL (NFS, SMB) stays out of it when sessionstore opens
+the same file (:func:`hermes_journal_mode`).
+
 Where a person types the location (the CLI's ``--url``, Alembic's ``-x url=``,
 ``SESSIONSTORE_URL``), it is read by :func:`store_location`: a database URL, or a plain path
 to a SQLite file.
@@ -34,6 +38,36 @@ def default_db_path() -> Path:
     return hermes_home() / DEFAULT_DB_FILENAME
 
 
+def hermes_journal_mode(home: Path | None = None) -> str:
+    """``database.journal_mode`` of Hermes's ``config.yaml`` in ``home`` (default: the Hermes
+    home): ``delete`` or ``wal``; ``wal`` when the file, the key or a valid value is missing,
+    as Hermes reads it (an invalid value is ``wal``).
+
+    Read without a YAML library (sessionstore does not depend on one): the file is Hermes's
+    own, written in block style, and only a top-level ``database:`` mapping's
+    ``journal_mode:`` line is looked at, its value unquoted and its comment dropped. Hermes
+    users set ``delete`` where SQLite accepts WAL but its shared memory is one host's (NFS,
+    SMB): a drop-in that switched that file into WAL would undo their choice for good."""
+    try:
+        text = ((home or hermes_home()) / "config.yaml").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return "wal"
+    in_database, child_indent = False, 0
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        indent = len(line) - len(line.lstrip())
+        if indent == 0:
+            in_database, child_indent = line.split("#", 1)[0].rstrip() == "database:", 0
+            continue
+        child_indent = child_indent or indent  # the mapping's own keys, not nested ones
+        key, colon, value = line.strip().partition(":")
+        if in_database and indent == child_indent and colon and key.strip("'\"") == "journal_mode":
+            mode = value.split("#", 1)[0].strip().strip("'\"").lower()
+            return mode if mode in ("wal", "delete") else "wal"
+    return "wal"
+
+
 def sqlite_url(path: str | os.PathLike[str]) -> str:
     """The URL of the store in the file ``path`` (the embedded database's URL rules live in
     :mod:`sessionstore.dialects`; this name stays for the callers that know it)."""
@@ -47,6 +81,8 @@ def resolve_url(url: str | None = None) -> str:
     from_env = os.environ.get(URL_ENV_VAR)
     if from_env:
         return from_env
+    if hermes_journal_mode() == "delete":
+        return f"{sqlite_url(default_db_path())}?journal_mode=delete"
     return sqlite_url(default_db_path())
 
 
