@@ -444,7 +444,11 @@ class SQLiteDialect:
                 conn.close()
 
     def lasting_parameters(self, url: URL) -> dict[str, str]:
-        return {"immutable": "1"} if uri_parameters(url).get("immutable") == "1" else {}
+        # A suggested command keeps what the store cannot be opened without, and the choice
+        # to stay out of WAL (without it, the command would switch the file into WAL).
+        given = uri_parameters(url)
+        return {key: given[key] for key in ("immutable", "journal_mode")
+                if given.get(key) in ("1", "delete")}  # fmt: skip
 
     def why_read_only(self, url: URL) -> str | None:
         path = self.database_file(url)
@@ -786,9 +790,16 @@ def page_problems(conn: sqlite3.Connection, check: str = "quick_check") -> list[
     that, and a library other than the one that wrote an index may disagree with it without
     any damage (a Hermes trigram index written by SQLite 3.40 over text holding NUL characters
     is "malformed" to 3.53). The search indexes are checked, and rebuilt, on their own
-    (``db doctor``'s fts checks, and the chain after adoption)."""
+    (``db doctor``'s fts checks, and the chain after adoption). FTS5's own words for a damaged
+    index (``fts5: corrupt structure record for table "messages_fts"``) are left out too: the
+    index is built again from the rows by ``db doctor --fix``, which takes this copy first
+    and could otherwise never repair it."""
     rows = [str(row[0]) for row in conn.execute(f"PRAGMA {check}")]
-    return [row for row in rows if row != "ok" and " for FTS5 table " not in row]
+    return [row for row in rows if row != "ok" and not _is_fts5_finding(row)]
+
+
+def _is_fts5_finding(row: str) -> bool:
+    return " for FTS5 table " in row or row.startswith("fts5: ")
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"

@@ -391,6 +391,28 @@ def test_fts_v22_trash_leftovers_are_dropped_with_the_legacy_index_and_search_an
         ).fetchall()
 
 
+def test_a_file_whose_search_index_is_damaged_is_adopted_with_its_backup_and_searched(
+    fork_files: ForkFiles, tmp_path: Path
+) -> None:
+    """Hermes's own code fails open on a damaged FTS5 index (iot 0.22.2 detaches it and
+    answers from the rows), so such files are in the field. The backup taken before adoption
+    is checked page by page, and that check took FTS5's own words ("fts5: corrupt structure
+    record") for damage to the pages: the file could not be adopted, and `db doctor --fix`
+    (which takes the same backup) could not repair it. The index is derived from the rows:
+    adopted, backed up, every row kept, the index built again and searched."""
+    path = fork_copy(fork_files, "iot-0.22.2", tmp_path / "state.db")
+    with open_db(path) as conn:
+        for table in ("messages_fts_data", "messages_fts_trigram_data"):
+            conn.execute(f"UPDATE {table} SET block = x'00ff00ff00ff' WHERE id = 10")
+    before = rows_of(path)
+    with SessionDB(db_path=path) as db:
+        assert db.adoption_backup is not None and db.adoption_backup.exists()
+        assert db.search_messages("kubectl", limit=5)
+        db.create_session("after-the-repair", "cli")
+        db.append_message("after-the-repair", "user", "written after adoption kubectl")
+    assert_kept(before, rows_of(path), where="at the head")
+
+
 # -- Hermes's CJK bigram table, without its tokenizer ------------------------------------------
 def test_the_cjk_table_without_its_extension_is_detached_as_hermes_does(
     fork_files: ForkFiles, tmp_path: Path
