@@ -110,6 +110,13 @@ class StoreFullError(SessionStoreError):
     """The disk (or the database's page limit) is full; earlier data is intact."""
 
 
+class SearchIndexDamagedError(SessionStoreError):
+    """A full-text search index of the store is damaged (SQLite's FTS5 says "corrupt"): the
+    messages themselves are intact. ``sessionstore db doctor --fix`` builds the index again
+    from them; so does the next message written (its triggers meet the damage). Reads never
+    rebuild it: on a large store that takes minutes, which a search must not spend."""
+
+
 class UnsupportedValueError(SessionStoreError, ValueError):
     """A value this database cannot store, index or match: a megabyte-long id (index limits),
     a too-long LIKE pattern, NUL characters in PostgreSQL text. Nothing was written."""

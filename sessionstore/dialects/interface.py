@@ -136,7 +136,8 @@ class StoreDialect(Protocol):
 
     def lasting_parameters(self, url: URL) -> dict[str, str]:
         """The URL parameters a command naming this store must repeat to open it at all
-        (SQLite: ``immutable=1``, for read-only media); the rest a hint may leave out."""
+        (SQLite: ``immutable=1``, for read-only media; ``journal_mode=delete``, which a command
+        must not undo); the rest a hint may leave out."""
 
     def why_read_only(self, url: URL) -> str | None:
         """Why this process cannot write the store's existing file (what to change, in a

@@ -19,13 +19,18 @@ The database's search index is the one :mod:`.registry` keeps for its dialect
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import weakref
+from collections.abc import Iterator
 from typing import Any, Final
 
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError
 
 from ..dialects import dialect_for
+from ..errors import SearchIndexDamagedError, driver_message
+from ..storage.command_hints import cli_command
 from . import request
 from .context import context_lines, fetch_context, hit_dicts
 from .hits import ContextMessage, FoundRow, SearchHit
@@ -162,9 +167,12 @@ def search_message_dicts(
     if asked is None:
         return []
     index, parsed, filters, page = asked
-    if isinstance(parsed, SubstringQuery):
-        return index.substring_hit_dicts(conn, parsed, filters, page)
-    return hit_dicts(_with_context(conn, _word_rows(conn, index, query, parsed, filters, page)))
+    with damage_named(conn, index):
+        if isinstance(parsed, SubstringQuery):
+            return index.substring_hit_dicts(conn, parsed, filters, page)
+        return hit_dicts(
+            _with_context(conn, _word_rows(conn, index, query, parsed, filters, page))
+        )
 
 
 def found_rows(
@@ -190,11 +198,32 @@ def found_rows(
     if asked is None:
         return []
     index, parsed, filters, page = asked
-    if isinstance(parsed, SubstringQuery):
-        rows = index.substring_matches(conn, parsed, filters, page)
-    else:
-        rows = _word_rows(conn, index, query, parsed, filters, page)
-    return _with_context(conn, rows)
+    with damage_named(conn, index):
+        if isinstance(parsed, SubstringQuery):
+            rows = index.substring_matches(conn, parsed, filters, page)
+        else:
+            rows = _word_rows(conn, index, query, parsed, filters, page)
+        return _with_context(conn, rows)
+
+
+@contextlib.contextmanager
+def damage_named(conn: Connection, index: SearchIndex) -> Iterator[None]:
+    """A search that meets a damaged index (FTS5's "corrupt", in the words
+    :meth:`.SearchIndex.damage_in` reads) raises :class:`SearchIndexDamagedError` naming the
+    repair, instead of the driver's error with its statement. A search never rebuilds: on a
+    large store that takes minutes, which a read must not spend (the next write does, and
+    ``db doctor --fix``). Damage the database's words leave unclear (the bare "malformed")
+    stays the store's error: it may be the rows'."""
+    try:
+        yield
+    except DBAPIError as exc:
+        if index.damage_in(exc) != "index":
+            raise
+        repair = cli_command(conn.engine.url, "db", "doctor", "--fix")
+        raise SearchIndexDamagedError(
+            f"the search index is damaged ({driver_message(exc)}); the messages are intact: "
+            f"`{repair}` builds it again from them (so does the next message written)"
+        ) from exc
 
 
 def _asked(

@@ -19,8 +19,10 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy.exc
+from typer.testing import CliRunner
 
-from sessionstore.errors import ConstraintViolationError
+from sessionstore import cli
+from sessionstore.errors import ConstraintViolationError, SearchIndexDamagedError
 from sessionstore.hermes.state import SessionDB
 from sessionstore.search.sqlite import SQLiteSearchIndex
 from sessionstore.sessions.maintenance import repair_damaged_search_index
@@ -135,3 +137,33 @@ def test_the_bare_word_for_a_damaged_file_repairs_only_a_damaged_index(db: Sessi
     assert repair_damaged_search_index(db.store, bare) is True
     assert intact(db, "messages_fts")
     assert repair_damaged_search_index(db.store, ValueError("not a database error")) is False
+
+
+@pytest.mark.parametrize(("index", "query"), [
+    ("messages_fts", "kubectl"), ("messages_fts", "deploy*"), ("messages_fts_trigram", "部署指南"),
+    ("messages_cjk_bigram", "部署"),
+])  # fmt: skip
+def test_a_search_meeting_a_damaged_index_is_a_typed_error_naming_the_repair(
+    db: SessionDB, index: str, query: str, tmp_path: Path
+) -> None:
+    """Before, the driver's raw ``DatabaseError`` (its statement and all) reached the caller
+    and the CLI said "database error". A search never rebuilds (minutes on a large store);
+    it says what is damaged, that the messages are intact, and the command that repairs."""
+    damage(db, index)
+    before = [m["content"] for m in db.get_messages("chat")]
+    try:
+        db.search_messages(query)
+    except SearchIndexDamagedError as exc:
+        assert "the messages are intact" in str(exc)
+        assert f"sessionstore --url {tmp_path / 'state.db'} db doctor --fix" in str(exc)
+    else:  # a damaged block this query's lookup never reads answers as before
+        assert index != "messages_fts"
+    assert [m["content"] for m in db.get_messages("chat")] == before
+    result = CliRunner().invoke(cli.app, ["--url", str(tmp_path / "state.db"), "search", "kubectl"])
+    if index == "messages_fts":
+        assert result.exit_code == 1 and "search index is damaged" in result.stderr
+        assert "Traceback" not in result.output
+    assert CliRunner().invoke(
+        cli.app, ["--url", str(tmp_path / "state.db"), "db", "doctor", "--fix"]
+    ).exit_code == 0
+    assert len(db.search_messages("kubectl", limit=50)) == 30
