@@ -109,9 +109,10 @@ def test_other_parameters_are_refused_typed_before_anything_is_opened(
     assert "bad database URL" in result.stderr and "Traceback" not in result.output
 
 
-QUERY_KEYS = st.sampled_from(["mode", "immutable", "cache", "uri", "nolock", "x"])
+QUERY_KEYS = st.sampled_from(["mode", "immutable", "cache", "uri", "nolock", "x", "journal_mode"])
 QUERY_VALUES = st.sampled_from(["ro", "rw", "rwc", "memory", "0", "1", "2", "private",
-                                "shared", "true", "", "?", "&=", "ro?x=1"])  # fmt: skip
+                                "shared", "true", "", "?", "&=", "ro?x=1", "delete", "wal",
+                                "WAL"])  # fmt: skip
 
 
 @settings(
