@@ -29,7 +29,7 @@ from sqlalchemy import Select, and_, bindparam, func, select
 from sqlalchemy.engine import Connection
 
 from ..sql import validation
-from ..sql.codec import decode_display_metadata, decode_json, loads
+from ..sql.codec import decode_display_metadata, decode_json, loads, text_of_blob
 from ..sql.message_content import (
     ENCODED_CONTENT_PREFIXES,
     STORED_ON_POSTGRESQL_PREFIX,
@@ -130,7 +130,10 @@ def message_dicts_of_session(
             row[-1]
             or message["tool_calls"]
             or message["display_metadata"] is not None
-            or (isinstance(content, str) and content.startswith(prefixes))
+            or (
+                content.startswith(prefixes) if isinstance(content, str)
+                else type(content) is bytes
+            )
         ):
             message = _decoded(message, row[-1], row[0])
         keep(message)
@@ -143,6 +146,8 @@ def _decoded(message: dict[str, Any], compressed_summary: Any, message_id: Any) 
     if compressed_summary:
         message["_compressed_summary"] = True
     content = message["content"]
+    if type(content) is bytes:  # a text cell stored as a BLOB (salvaged files)
+        content = message["content"] = text_of_blob(content)
     if isinstance(content, str) and content.startswith(ENCODED_CONTENT_PREFIXES):
         message["content"] = decode_content(content)
     tool_calls = message["tool_calls"]

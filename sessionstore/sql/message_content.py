@@ -17,6 +17,8 @@ import json
 import logging
 from typing import Any, Final
 
+from .codec import text_of_blob
+
 logger = logging.getLogger(__name__)
 
 JSON_CONTENT_PREFIX: Final = "\x00json:"
@@ -74,6 +76,8 @@ def decode_content(stored: Any) -> Any:
 def text_of(stored: Any) -> str:
     """The readable text of a content value (search context, previews): a multi-part list's
     text parts joined, ``[multimodal content]`` when it has none, as Hermes renders them."""
+    if isinstance(stored, (bytes, bytearray, memoryview)):  # a text cell stored as a BLOB
+        stored = text_of_blob(stored)
     decoded = decode_content(stored)
     if isinstance(decoded, list):
         parts = [

@@ -3,8 +3,9 @@ columns) can hold a first message, a title or a content as bytes. SQLite only: P
 text columns cannot hold bytes.
 
 What must work on such a file: the listing (one such first message failed every listing,
-its preview), and a resume (the replayed history goes to a provider as JSON). ``SessionDB``'s
-other dicts give the bytes as stored, as iot 0.22.2 does (docs/hermes.md)."""
+its preview), a resume (the replayed history goes to a provider as JSON), ``get_messages``'
+content (iot's gateway and dashboard send those dicts on as JSON) and a search hit's context,
+as upstream Hermes's newest reads decode them (docs/hermes.md)."""
 
 from __future__ import annotations
 
@@ -38,4 +39,8 @@ def test_listing_and_resume_read_blob_cells_as_text(tmp_path: Path) -> None:
         history = db.get_messages_as_conversation("s")
         assert [m["content"] for m in history] == ["first\nline", "bad \ufffd"]
         assert json.loads(json.dumps(history))[1]["role"] == "assistant"
-        assert db.get_messages("s")[0]["content"] == b"first\nline"  # as iot: as stored
+        messages = db.get_messages("s")
+        assert [m["content"] for m in messages] == ["first\nline", "bad \ufffd"]
+        assert json.loads(json.dumps(messages))[0]["content"] == "first\nline"
+        (hit,) = db.search_messages("first")
+        assert [line["content"] for line in hit["context"]] == ["first\nline", "bad \ufffd"]
