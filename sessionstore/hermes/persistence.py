@@ -46,8 +46,7 @@ from ..errors import (
     StoreBusyError,
     StoreFullError,
 )
-from ..storage.config import hermes_home
-from .helpers import hermes_config_section, is_malformed_db_error
+from .helpers import get_hermes_home, hermes_config_section, is_malformed_db_error
 
 logger = logging.getLogger(__name__)
 
@@ -169,18 +168,6 @@ def is_malformed_schema_error(exc: BaseException) -> bool:
     malformed" may be any page, so an automatic repair stays out), also when an error of
     ours wraps it."""
     return is_malformed_db_error(exc) and "malformed database schema" in str(exc).lower()
-
-
-def get_hermes_home() -> Path:
-    """The Hermes home: Hermes's own ``hermes_constants.get_hermes_home`` when the checkout
-    has it (its per-profile override included), else ``$HERMES_HOME`` or ``~/.hermes``."""
-    try:
-        from hermes_constants import (  # type: ignore[import-not-found]
-            get_hermes_home as hermes_get_home,
-        )
-    except ImportError:
-        return hermes_home()
-    return Path(hermes_get_home())
 
 
 def divert_session_transcript_jsonl(session_id: Any, messages: Iterable[Any] | None) -> Path | None:

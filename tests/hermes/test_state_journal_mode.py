@@ -1,8 +1,7 @@
 """The drop-in keeps Hermes's ``database.journal_mode: delete`` (iot 0.22.2's
 ``resolve_journal_mode``): every file its ``SessionDB`` opens, and ``apply_wal_with_fallback``,
-stay out of WAL; a file in WAL keeps it. Read through Hermes's own config reader when the
-checkout has one (``hermes_cli.config.load_config_readonly``), else from the Hermes home's
-``config.yaml``."""
+stay out of WAL; a file in WAL keeps it. Read from ``config.yaml`` in the Hermes home Hermes
+names (its profile's), for that one key."""
 
 from __future__ import annotations
 
@@ -60,15 +59,17 @@ def test_config_yaml_delete_keeps_every_file_out_of_wal(hermes_home: Path, tmp_p
         fresh.close()
 
 
-def test_hermes_config_reader_is_asked_first(
+def test_the_profile_home_hermes_names_is_read(
     hermes_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    config = types.ModuleType("hermes_cli.config")
-    config.load_config_readonly = lambda: {"database": {"journal_mode": " Delete "}}  # type: ignore[attr-defined]
-    package = types.ModuleType("hermes_cli")
-    package.config = config  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "hermes_cli", package)
-    monkeypatch.setitem(sys.modules, "hermes_cli.config", config)
+    """Hermes's ``hermes_constants.get_hermes_home`` says which home (a profile's) holds the
+    configuration the running Hermes reads; ``$HERMES_HOME``'s is not that one."""
+    profile = tmp_path / "profiles" / "work"
+    profile.mkdir(parents=True)
+    (profile / "config.yaml").write_text("database:\n  journal_mode: Delete\n")
+    constants = types.ModuleType("hermes_constants")
+    constants.get_hermes_home = lambda: str(profile)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "hermes_constants", constants)
     db = hermes_state.SessionDB(db_path=tmp_path / "state.db")
     try:
         _use(db)
