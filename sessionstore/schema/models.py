@@ -15,6 +15,8 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from ..search import object_names as search_names
 from ..sql.tables import (
+    IDX_MESSAGES_SESSION,
+    IDX_SESSIONS_PARENT,
     SCHEMA_VERSION,
     CounterColumn,
     FloatColumn,
@@ -64,13 +66,11 @@ __all__ = [
 # Index names are fixed by the Hermes files on disk, so they are spelled out, not generated.
 IDX_SESSIONS_SOURCE = "idx_sessions_source"
 IDX_SESSIONS_SOURCE_ID = "idx_sessions_source_id"
-IDX_SESSIONS_PARENT = "idx_sessions_parent"
 IDX_SESSIONS_STARTED = "idx_sessions_started"
 IDX_SESSIONS_TITLE_UNIQUE = "idx_sessions_title_unique"
 IDX_SESSIONS_SESSION_KEY = "idx_sessions_session_key"
 IDX_SESSIONS_GATEWAY_PEER = "idx_sessions_gateway_peer"
 IDX_SESSIONS_HANDOFF_STATE = "idx_sessions_handoff_state"
-IDX_MESSAGES_SESSION = "idx_messages_session"
 IDX_MESSAGES_SESSION_ACTIVE = "idx_messages_session_active"
 IDX_MESSAGES_PLATFORM_MSG_ID = "idx_messages_platform_msg_id"
 IDX_MESSAGES_ACTIVE_NULL = "idx_messages_active_null"

@@ -37,7 +37,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import TextClause
 
 from ..dialects import StoreDialect, json_list
-from ..dialects.functions import text_position
+from ..dialects.functions import indexed_alias, text_position
 from ..search.sanitize import escape_like
 from ..sql import validation
 from ..sql.codec import text_of_blob
@@ -50,6 +50,7 @@ from ..sql.compaction_handoff import (
 from ..sql.read_shape import ReadShape
 from ..sql.records import SESSION_FIELDS, SessionListing, SessionRecord, session_unread
 from ..sql.statements import HotReads, fixed_count, literal_count
+from ..sql.tables import IDX_MESSAGES_SESSION, IDX_SESSIONS_PARENT
 from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
 from ..sql.validation import SourceFilter, bindable
@@ -886,8 +887,12 @@ def _preview_rule(row: Any, hidden_kind: bool) -> tuple[ColumnElement[bool], Col
 def first_user_text(read: ReadShape | None = None) -> ColumnElement[Any]:
     """The head of the text a session's preview is cut from (:func:`preview_text`): its first
     user message that may be one (:func:`_preview_rule`), by timestamp then id. ``read``: the
-    store's shape (a store without ``display_kind`` has no hidden rows)."""
-    first = messages.alias("first_user")
+    store's shape (a store without ``display_kind`` has no hidden rows). SQLite reads it
+    through ``idx_messages_session``, in that order, whatever ``sqlite_stat1`` says: through
+    ``idx_messages_session_id`` (the choice of a stale or hostile ``sqlite_stat1``) it sorted
+    every row of every listed session (docs/performance.md, "Plans that do not follow the
+    statistics")."""
+    first = indexed_alias(messages, "first_user", IDX_MESSAGES_SESSION)
     hidden_kind = read is None or read.has_column(messages.name, "display_kind")
     eligible, head = _preview_rule(first, hidden_kind)
     return (
@@ -1132,16 +1137,22 @@ def _activity_listing_statement(
         sessions.c.id.label("root"), sessions.c.id, sessions.c.end_reason, sessions.c.started_at
     ).where(*_listing_conditions(shape))
     chain = seed.cte("chain", recursive=True)
-    child = sessions.alias("chain_child")
+    child = indexed_alias(sessions, "chain_child", IDX_SESSIONS_PARENT)  # see the constant
     chain = chain.union(
         select(chain.c.root, child.c.id, child.c.end_reason, child.c.started_at)
         .join_from(chain, child, child.c.parent_session_id == chain.c.id)
         .where(text(continues_sql(child.name, chain.name)))
     )
-    member_messages = messages.alias("member_messages")
+    # A member's newest numeric timestamp is the index's last entry within the bounds (SQLite's
+    # max() optimization: one step per member). max() of a CASE read every message of every
+    # session; through idx_messages_session_id (a stale sqlite_stat1) every row's page.
+    member_messages = indexed_alias(messages, "member_messages", IDX_MESSAGES_SESSION)
     newest_message = (
-        select(func.max(_a_number(member_messages.c.timestamp)))
-        .where(member_messages.c.session_id == chain.c.id)
+        select(func.max(member_messages.c.timestamp))
+        .where(
+            member_messages.c.session_id == chain.c.id,
+            member_messages.c.timestamp.between(-_FLOAT_MAX, _FLOAT_MAX),
+        )
         .correlate(chain)
         .scalar_subquery()
     )

@@ -90,14 +90,15 @@ from sqlalchemy import ColumnElement, and_, case, func, literal, not_, or_, sele
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
+from ..dialects.functions import indexed_alias
 from ..errors import ReadOnlyStoreError, StoreBusyError, driver_message
 from ..search.deferred_rebuild import BACKFILL_CHUNK_ROWS, BackfillTarget
 from ..search.sanitize import escape_like
 from ..sql import validation
 from ..sql.statements import fixed_count
+from ..sql.tables import IDX_MESSAGES_SESSION, metadata
 from ..sql.tables import gateway_heartbeats_table as heartbeats
 from ..sql.tables import messages_table as messages
-from ..sql.tables import metadata
 from ..sql.tables import sessions_table as sessions
 from ..sql.validation import EPOCH_MAX, EPOCH_MIN, bindable
 from ..storage.store import Store
@@ -152,7 +153,7 @@ def last_active_at(*, stamped: bool = True) -> ColumnElement[Any]:
     (each only when inside the trusted window), else ``started_at`` (likewise), else NULL.
     ``stamped=False`` for a store read as it is from before ``last_activity_at`` (v24): the
     newest message, else ``started_at``."""
-    newest = messages.alias("newest")
+    newest = indexed_alias(messages, "newest", IDX_MESSAGES_SESSION)  # see first_user_text
     newest_message = (
         select(func.max(newest.c.timestamp))
         .where(

@@ -25,6 +25,8 @@ from sqlalchemy import (
 from ..dialects.types import CounterColumn, FloatColumn, IdColumn
 
 __all__ = [
+    "IDX_MESSAGES_SESSION",
+    "IDX_SESSIONS_PARENT",
     "SCHEMA_VERSION",
     "CounterColumn",
     "FloatColumn",
@@ -42,6 +44,16 @@ __all__ = [
     "state_meta_table",
     "system_prompts_table",
 ]
+
+IDX_MESSAGES_SESSION = "idx_messages_session"
+"""``messages(session_id, timestamp)``: in every store (revision 0001, every Hermes since v1,
+and iot 0.22.2 makes it again at each open). The reads that must walk a session's messages in
+time order name it (SQLite ``INDEXED BY``, :func:`..dialects.functions.indexed_alias`), so
+no ``sqlite_stat1`` can send them through another index."""
+IDX_SESSIONS_PARENT = "idx_sessions_parent"
+"""``sessions(parent_session_id)``: in every store as well (revision 0001, Hermes v1, iot's
+every open). A chain's step from a session to its children names it: a ``sqlite_stat1``
+written while the store was small scanned every session for each compression-ended one."""
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
