@@ -62,6 +62,12 @@ def sql(path: Path, statement: str) -> str:
     return done.stdout.strip()
 
 
+LEGACY_WORD_INDEX = (
+    "SELECT count(*) FROM sqlite_master WHERE name = 'messages_fts' AND sql NOT LIKE '%tool_name%'"
+)
+LAYOUT_MARK = "SELECT count(*) FROM state_meta WHERE key = 'fts_storage_version'"
+
+
 @pytest.mark.parametrize("label", list(FORK_RELEASES))
 def test_a_fork_file_is_adopted_and_its_release_keeps_using_it(
     fork_files: ForkFiles, label: str, tmp_path: Path
@@ -76,6 +82,8 @@ def test_a_fork_file_is_adopted_and_its_release_keeps_using_it(
         assert db.get_session(ROOT_ID) is not None
 
     assert sql(path, "SELECT version FROM schema_version") == "31"
+    # The legacy index every Hermes searches, without the mark of the layout the file had.
+    assert (sql(path, LEGACY_WORD_INDEX), sql(path, LAYOUT_MARK)) == ("1", "0")
     assert sql(path, "SELECT count(*) FROM messages WHERE message_uid IS NULL") == "0"
     assert sql(path, "PRAGMA integrity_check") == "ok"
     (session,) = fork_files.hermes(label).calls(path, [["get_session", [ROOT_ID], {}]])
@@ -594,3 +602,4 @@ def our_run(db: SessionDB, steps: list[Step]) -> list[Any]:
         results.append(getattr(db, name)(*args, **kwargs))
     loaded: list[Any] = json.loads(json.dumps(results, default=repr))
     return loaded
+

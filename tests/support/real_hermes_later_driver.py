@@ -11,7 +11,8 @@ holding the installed fork wheel. The actions are the base driver's, extended:
   heartbeat, a reset boundary (``conversation_generations``), cron and subagent sessions (out of
   the trigram index from v29/v30), messages with caller-chosen ``message_uid``, a deactivated
   message, the compression streaks and recovery deadline, task-tagged token counts, an
-  ``async_delegations`` row and a ``delivery_obligations`` row (the gateway's tables).
+  ``async_delegations`` row and a ``delivery_obligations`` row (the gateway's tables); then
+  the release opens the file once more, as a user's next start does.
 - ``read``: the base reads plus the newer read methods (``NEWER_READS``).
 - ``calls``: unchanged.
 
@@ -245,6 +246,10 @@ def main() -> None:
         if action == "build":
             result: Any = base.build(db)
             build_later(db, result, db_path)
+            # The user's next start: an open stamps what the file's first one did not
+            # (``state_meta fts_storage_version``, iot 0.20.4 on), and users' files have it.
+            db.close()
+            db = hermes_state.SessionDB(db_path=db_path)
         elif action == "read":
             result = read_later(db, argument)
         elif action == "calls":

@@ -175,7 +175,12 @@ def settle_legacy_word_index(bind: sa.engine.Connection) -> None:
     marks here, and iot's next ``optimize_fts_storage`` then looped for ever inserting into
     a legacy index (iot's own rule: never markers on a legacy index) and, once they were
     gone, failed renaming its index onto the trash tables' names. The trash is derived data
-    (our ``optimize-storage`` drops it too); the marks of its teardown go with it."""
+    (our ``optimize-storage`` drops it too); the marks of its teardown go with it. So does
+    Hermes's mark of the external layout the file had (``fts_storage_version`` 1, 2 or 3:
+    iot 0.20.4 to 0.22.2 mark every fresh file): kept beside the legacy index, it told iot
+    the file was optimized (its ``doctor`` no longer offers ``optimize-storage``, its storage
+    stats name a layout the file lacks), a state no Hermes makes (iot's open stamps the mark
+    only on a file that no longer needs ``optimize-storage``)."""
     trash = bind.exec_driver_sql(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND substr(name, 1, ?) = ?",
         (len(HERMES_TRASH_PREFIX), HERMES_TRASH_PREFIX),
@@ -183,7 +188,7 @@ def settle_legacy_word_index(bind: sa.engine.Connection) -> None:
     for (name,) in trash:
         bind.exec_driver_sql(f'DROP TABLE IF EXISTS "{name}"')
         _delete_meta(bind, f"fts_teardown_{name}_progress")
-    _delete_meta(bind, *LAYOUT_3_REBUILD_KEYS)
+    _delete_meta(bind, *LAYOUT_3_REBUILD_KEYS, "fts_storage_version")
     _set_meta(bind, "fts_optimize_available", "1")
 
 
