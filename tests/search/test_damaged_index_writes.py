@@ -116,6 +116,9 @@ def _driver_error(words: str, code: int | None) -> sqlalchemy.exc.DBAPIError:
         ("database is locked", 5, None),
         ("no such tokenizer: cjk_unicode61", 1, None),
         ("vtable constructor failed: messages_fts_cjk", 1, None),
+        ("constraint failed", 19, "file"),  # bare: only FTS5 raises it here; check() decides
+        ("UNIQUE constraint failed: messages.id", 1555, None),
+        ("constraint failed", 1811, None),  # a trigger's RAISE
     ],
 )
 def test_what_an_error_says_of_the_index(words: str, code: int | None, seen: str | None) -> None:
@@ -167,3 +170,57 @@ def test_a_search_meeting_a_damaged_index_is_a_typed_error_naming_the_repair(
         cli.app, ["--url", str(tmp_path / "state.db"), "db", "doctor", "--fix"]
     ).exit_code == 0
     assert len(db.search_messages("kubectl", limit=50)) == 30
+
+
+def leave_stale_segment(db: SessionDB, index: str) -> None:
+    """A row of the index's segment index at the id FTS5 gives its next segment, as an
+    interrupted segment write leaves it (upstream Hermes's issue 100227)."""
+    with db._lock:
+        used = {row[0] for row in db._conn.execute(f"SELECT segid FROM {index}_idx")}
+        stale = next(segid for segid in range(1, 1 << 20) if segid not in used)
+        db._conn.execute(
+            f"INSERT INTO {index}_idx(segid, term, pgno) VALUES (?, X'', 2)", (stale,)
+        )
+        db._conn.commit()
+
+
+@pytest.mark.parametrize("index", INDEXES)
+def test_a_stale_segment_is_seen_and_costs_no_message(
+    db: SessionDB, index: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every write to the index failed "constraint failed" (every message refused) while
+    SQLite's and FTS5's integrity checks passed, so db doctor saw nothing. The check now
+    writes a row in a savepoint it rolls back; the write that meets it repairs the index.
+    Found by upstream Hermes's test_state_db_fts_segment_collision_probe (the ninth walk)."""
+    leave_stale_segment(db, index)
+    assert intact(db, index)  # FTS5's own check sees nothing
+    with db._lock:
+        assert db._conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    health = db.store.write(SQLiteSearchIndex().check)
+    assert [problem for problem in health.broken if problem.startswith(index + ":")] == [
+        f"{index}: a new row cannot be written (constraint failed)"
+    ]
+    assert len(db.get_messages("chat")) == 30  # the probe left nothing behind
+    with caplog.at_level(logging.WARNING):
+        landed = db.append_message("chat", "assistant", "rollout 完成部署的报告 landed")
+    assert "the search index is damaged (constraint failed)" in caplog.text
+    assert len(db.get_messages("chat")) == 31
+    assert [hit["id"] for hit in db.search_messages("landed")] == [landed]
+    assert [hit["id"] for hit in db.search_messages("完成部署")] == [landed]
+    assert not db.store.write(SQLiteSearchIndex().check).broken
+
+
+def test_db_doctor_fix_repairs_a_stale_segment(db: SessionDB) -> None:
+    leave_stale_segment(db, "messages_fts")
+    path = db.db_path
+    db.close()
+    runner = CliRunner()
+    found = runner.invoke(cli.app, ["--url", str(path), "db", "doctor"])
+    assert found.exit_code != 0 and "a new row cannot be written" in found.output
+    assert runner.invoke(cli.app, ["--url", str(path), "db", "doctor", "--fix"]).exit_code == 0
+    reopened = SessionDB(path)
+    try:
+        reopened.append_message("chat", "user", "after the repair")
+        assert len(reopened.search_messages("kubectl", limit=50)) == 30
+    finally:
+        reopened.close()
