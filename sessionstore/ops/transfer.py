@@ -3,7 +3,7 @@
 
 Format (one JSON object per line, UTF-8, non-ASCII kept as is)::
 
-    {"format": "sessionstore-export", "version": 3}
+    {"format": "sessionstore-export", "version": 4}
     {"session": {...every sessions column...}}
     {"message": {...every messages column...}}      # that session's messages follow it
     {"usage": {...every session_model_usage column...}}  # then its per-model usage rows
@@ -11,17 +11,22 @@ Format (one JSON object per line, UTF-8, non-ASCII kept as is)::
     {"state": {"key": "...", "value": "..."}}       # Hermes's state_meta, after every session
     {"routing": {...every gateway_routing column...}}     # the gateway's routing index
     {"delegation": {...every async_delegations column...}}  # Hermes's background runs
+    {"generation": {...every conversation_generations column...}}  # the gateway's resets
 
-Versions 1 (no ``state`` records) and 2 (no ``usage``, ``routing`` or ``delegation``) are still
-read. A session's per-model usage (Hermes v20: what its Insights and cost reports read) travels
-with the session: skipped with it, merged by key (a row the target holds keeps its figures).
+Versions 1 (no ``state`` records), 2 (no ``usage``, ``routing`` or ``delegation``) and 3 (no
+``generation``) are still read. A session's per-model usage (Hermes v20: what its Insights and
+cost reports read) travels with the session: skipped with it, merged by key (a row the target
+holds keeps its figures).
 The routing index and the background delegations (Hermes v19, v21) are the gateway's and
 Hermes's own rows: carried as they are, never changed by sessionstore; a whole-store export
 carries every one, an export of some sessions the delegations that started from (or report
-to) one of them and no routing entry. In the target, like ``state_meta``, a key it already
-holds keeps its row. ``state_meta`` holds what Hermes keeps beside
-its sessions: a session's goal (``goal:<session id>``), its own housekeeping markers
-(``last_auto_prune``, ``ghost_session_prune_v1``, ...). A whole-store export carries every
+to) one of them and no routing entry. The gateway's reset generations
+(``conversation_generations``, Hermes v27: one counter per routing peer, never deleted, or a
+reset would issue a generation twice) travel with a whole store only, as the routing index
+does. In the target, like ``state_meta``, a key it already holds keeps its row.
+``state_meta`` holds what Hermes keeps beside its sessions: a session's goal
+(``goal:<session id>``), its own housekeeping markers (``last_auto_prune``,
+``ghost_session_prune_v1``, ...). A whole-store export carries every
 row; an export of some sessions (by source or id) carries only the rows of the form
 ``<name>:<session id>`` for those sessions, since the store-wide markers describe a store the
 target is not. Compression leases and cooldowns are not carried: they are seconds-long claims
@@ -98,6 +103,7 @@ from ..sql.message_content import hermes_form
 from ..sql.records import FIELD_DEFAULTS, MESSAGE_FIELDS, SESSION_FIELDS
 from ..sql.tables import USAGE_KEY
 from ..sql.tables import async_delegations_table as delegations
+from ..sql.tables import conversation_generations_table as generations
 from ..sql.tables import gateway_routing_table as routing
 from ..sql.tables import messages_table as messages
 from ..sql.tables import session_model_usage_table as usage
@@ -110,8 +116,8 @@ from ..storage.store import Store
 logger = logging.getLogger(__name__)
 
 FORMAT_NAME = "sessionstore-export"
-FORMAT_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+FORMAT_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 BATCH_ROWS = 1000
 
 T = TypeVar("T")
@@ -137,7 +143,9 @@ class TransferResult:
     """Per-model usage rows written."""
     routing_entries: int = 0
     delegations: int = 0
-    """Routing entries and delegations written (a key the target holds keeps its row)."""
+    generations: int = 0
+    """Routing entries, delegations and reset generations written (a key the target holds
+    keeps its row)."""
 
 
 def _as_text_cells(row: dict[str, Any]) -> dict[str, Any]:
@@ -196,6 +204,10 @@ def _iter_stored_records(
         if whole_store and has(routing.name):
             for row in conn.execute(select(routing).order_by(*routing.primary_key)).mappings():
                 yield "routing", dict(row)
+        if whole_store and has(generations.name):
+            ordered = select(generations).order_by(*generations.primary_key)
+            for row in conn.execute(ordered).mappings():
+                yield "generation", dict(row)
         if not has(delegations.name):
             return
         for row in conn.execute(
@@ -335,7 +347,7 @@ _INTEGER_FIELDS = frozenset(
      "archived", "observed", "active", "compacted", "expiry_finalized",
      "compression_fallback_streak", "delivery_attempts", "owner_pid", "owner_started_at",
      "git_metadata_generation", "compression_ineffective_count", "compression_overload_streak",
-     "auto_archived", "pinned", "hidden", "_compressed_summary", "display_order"}
+     "auto_archived", "pinned", "hidden", "_compressed_summary", "display_order", "generation"}
 )  # fmt: skip
 _NUMBER_FIELDS = frozenset({"started_at", "ended_at", "timestamp", "estimated_cost_usd",
                             "actual_cost_usd", "compression_failure_cooldown_until",
@@ -351,7 +363,8 @@ _REQUIRED_FIELDS = {"session": ("id", "source", "started_at"),
                     "state": ("key",),
                     "routing": ("session_key", "entry_json", "updated_at"),
                     "delegation": ("delegation_id", "origin_session", "state", "dispatched_at",
-                                   "updated_at")}  # fmt: skip
+                                   "updated_at"),
+                    "generation": ("source", "session_key", "generation")}  # fmt: skip
 _STATE_FIELDS = ("key", "value")
 STORE_LOCAL_STATE_KEYS = frozenset({
     "db_file_generation", "store_instance_id", "store_created_at_utc",
@@ -367,16 +380,18 @@ imported or copied (each store has its own, and a copied one would be wrong)."""
 _RECORD_FIELDS = {
     "session": SESSION_FIELDS, "message": MESSAGE_FIELDS, "state": _STATE_FIELDS,
     "usage": tuple(usage.c.keys()), "routing": tuple(routing.c.keys()),
-    "delegation": tuple(delegations.c.keys()),
+    "delegation": tuple(delegations.c.keys()), "generation": tuple(generations.c.keys()),
 }  # fmt: skip
 _KEY_FIELD = {"session": "id", "message": "id", "state": "key", "usage": "model",
-              "routing": "session_key", "delegation": "delegation_id"}  # fmt: skip
-_STORE_WIDE = frozenset({"state", "routing", "delegation"})
+              "routing": "session_key", "delegation": "delegation_id",
+              "generation": "session_key"}  # fmt: skip
+_STORE_WIDE = frozenset({"state", "routing", "delegation", "generation"})
 """Record kinds that come after every session and belong to none."""
 _KINDS_OF_VERSION = {
     1: ("session", "message"),
     2: ("session", "message", "state"),
     3: ("session", "message", "usage", "state", "routing", "delegation"),
+    4: ("session", "message", "usage", "state", "routing", "delegation", "generation"),
 }
 _DEFAULTS: dict[str, dict[str, Any]] = {
     "usage": {**dict.fromkeys(("billing_provider", "billing_base_url", "billing_mode", "task"),
@@ -522,8 +537,9 @@ def copy_store(
     source: Store, target: Store, *, progress: Progress | None = None
 ) -> TransferResult:
     """Copy every session, message and per-model usage row, and the ``state_meta`` rows, the
-    routing index and the delegations, from ``source`` into ``target``; safe to re-run, and
-    safe while others write to ``target`` (see the module docstring). A key the target already
+    routing index, the delegations and the reset generations, from ``source`` into
+    ``target``; safe to re-run, and safe while others write to ``target`` (see the module
+    docstring). A key the target already
     holds keeps the target's row."""
     highest = source.read(
         lambda conn: conn.execute(select(func.coalesce(func.max(messages.c.id), 0))).scalar_one()
@@ -546,7 +562,7 @@ def copy_store(
             f"copy incomplete: {len(missing_keys)} state_meta key(s) of the source are not in "
             f"the target, e.g. {sorted(missing_keys)[0]!r}"
         )
-    for table in (usage, routing, delegations):
+    for table in (usage, routing, delegations, generations):
         keys = select(*table.primary_key)
         missing_rows = set(_rows(source, keys)) - set(_rows(target, keys))
         if missing_rows:
@@ -680,7 +696,8 @@ def write_records(
     # after every explicit id is in: a generated id must not take one a later batch needs.
     # They wait in a temporary file, so memory stays bounded however many there are.
     state: list[dict[str, Any]] = []
-    store_wide: dict[str, list[dict[str, Any]]] = {"routing": [], "delegation": []}
+    store_wide: dict[str, list[dict[str, Any]]] = {"routing": [], "delegation": [],
+                                                   "generation": []}  # fmt: skip
     with tempfile.TemporaryFile("w+", encoding="utf-8") as renumbered:
         for kind, row in records:
             if kind == "state":
@@ -710,6 +727,7 @@ def write_records(
     result.state_keys = _insert_absent(run_in, state_meta, state)
     result.routing_entries = _insert_absent(run_in, routing, store_wide["routing"])
     result.delegations = _insert_absent(run_in, delegations, store_wide["delegation"])
+    result.generations = _insert_absent(run_in, generations, store_wide["generation"])
     return result
 
 

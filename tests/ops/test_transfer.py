@@ -198,7 +198,7 @@ def test_whole_store_export_import_and_copy_carry_state_meta(
         expected = _state(source)
     assert {"last_auto_prune", f"goal:{LATER_ROOT}", f"goal:{LATER_BRANCH}",
             "ghost_session_prune_v1"} <= set(expected)
-    assert '"version": 3' in dump.splitlines()[0]
+    assert '"version": 4' in dump.splitlines()[0]
     with SessionDB(url=store_url) as target:
         result = import_jsonl(target.store, io.StringIO(dump))
         assert result.state_keys == len(expected)
@@ -343,6 +343,10 @@ DELEGATION = {
 }  # fmt: skip
 
 
+GENERATION = {"source": "telegram", "session_key": "agent:main:telegram:dm:u1", "generation": 3}
+"""The gateway's reset counter of a peer (v27): never deleted, or a reset is issued twice."""
+
+
 def _v22_rows(db: SessionDB) -> dict[str, list[dict[str, object]]]:
     def read(conn: sa.Connection) -> dict[str, list[dict[str, object]]]:
         return {
@@ -352,6 +356,7 @@ def _v22_rows(db: SessionDB) -> dict[str, list[dict[str, object]]]:
                 ("session_model_usage", "session_id, model, task"),
                 ("gateway_routing", "scope, session_key"),
                 ("async_delegations", "delegation_id"),
+                ("conversation_generations", "source, session_key"),
             )
         }  # fmt: skip
 
@@ -382,6 +387,8 @@ def _fill_v22(db: SessionDB) -> None:
     db.save_gateway_routing_entry("k1", '{"scoped": 1}', scope="/srv")
     db.store.write(lambda conn: conn.execute(
         sa.insert(sa.table("async_delegations", *map(sa.column, DELEGATION))), DELEGATION))
+    db.store.write(lambda conn: conn.execute(
+        sa.insert(sa.table("conversation_generations", *map(sa.column, GENERATION))), GENERATION))
 
 
 def test_usage_routing_and_delegations_round_trip_and_copy_both_ways(
@@ -406,10 +413,12 @@ def test_usage_routing_and_delegations_round_trip_and_copy_both_ways(
         assert _later_columns(copied) == columns
     with SessionDB(db_path=tmp_path / "imported.db") as target:
         result = import_jsonl(target.store, io.StringIO(dump))
-        assert (result.usage_rows, result.routing_entries, result.delegations) == (3, 2, 1)
+        assert (result.usage_rows, result.routing_entries, result.delegations,
+                result.generations) == (3, 2, 1, 1)  # fmt: skip
         assert _v22_rows(target) == expected
         again = import_jsonl(target.store, io.StringIO(dump), on_conflict="merge")
-        assert (again.usage_rows, again.routing_entries, again.delegations) == (0, 0, 0)
+        assert (again.usage_rows, again.routing_entries, again.delegations,
+                again.generations) == (0, 0, 0, 0)  # fmt: skip
         assert _v22_rows(target) == expected, "a merge keeps the target's rows as they are"
     # And back the other way: the SQLite file into a store of the other kind, then out again.
     other = f"sqlite:///{tmp_path / 'copied.db'}"
@@ -433,7 +442,7 @@ def test_an_export_of_some_sessions_carries_their_usage_and_delegations_only(
             assert {row["session_id"] for kind, row in records if kind == "usage"} == set(ids)
             assert [row["delegation_id"] for kind, row in records
                     if kind == "delegation"] == delegations  # fmt: skip
-            assert [kind for kind, _ in records if kind == "routing"] == []
+            assert [kind for kind, _ in records if kind in ("routing", "generation")] == []
 
 
 def test_a_usage_record_away_from_its_session_is_refused() -> None:
