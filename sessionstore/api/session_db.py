@@ -709,8 +709,8 @@ class SessionDB:
         git_repo_root: str | None = None,
         replace_git_meta: bool = False,
     ) -> int | None:
-        """Record where a session runs (git values only when non-empty, but with
-        ``replace_git_meta``) and claim its next Git metadata generation: returned (iot
+        """Record where a session runs (git values only when non-empty, but on a move: another
+        cwd, or ``replace_git_meta``) and claim its next Git metadata generation: returned (iot
         0.22.2), None for an unknown session (:mod:`sessionstore.sessions.lifecycle`)."""
         return self._repo.update_session_cwd(
             session_id, cwd, git_branch, git_repo_root, replace_git_meta

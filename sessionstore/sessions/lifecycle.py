@@ -464,20 +464,25 @@ class LifecyclePart(RepositoryPart):
         replace_git_meta: bool = False,
     ) -> int | None:
         """Record where a session runs; git values are written only when non-empty (a failed
-        probe never clears a known value), except with ``replace_git_meta`` (iot 0.22.2: a
-        workspace move), which writes both, an empty or missing one as NULL.
+        probe never clears a known value), except on a move, which writes both, an empty or
+        missing one as NULL (iot 0.22.2): ``replace_git_meta``, or a ``cwd`` other than the
+        stored one, whose branch and repository were the old directory's.
 
         Each call claims the session's next Git metadata generation (iot 0.22.2: the
         ``git_metadata_generation`` counter) and returns it, None for an unknown session: an
         asynchronous Git probe publishes its answer with :meth:`publish_session_git_metadata`
         under that generation, so an older probe cannot overwrite a newer claim."""
         values: dict[str, Any] = {"cwd": self._text(cwd, "cwd")}
+        # The stored cwd is compared in the statement itself, so a concurrent move is seen.
+        moved = sessions.c.cwd.is_distinct_from(values["cwd"])
         for name, value in (("git_branch", git_branch), ("git_repo_root", git_repo_root)):
             if replace_git_meta:
                 text = value.strip() if isinstance(value, str) else value
                 values[name] = self._text(text, name) if text else None
             elif value:
                 values[name] = self._text(value, name)
+            else:
+                values[name] = case((moved, None), else_=sessions.c[name])
         values["git_metadata_generation"] = (
             func.coalesce(sessions.c.git_metadata_generation, 0) + 1
         )

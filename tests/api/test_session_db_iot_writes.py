@@ -371,6 +371,22 @@ def test_replace_git_meta_overwrites_and_clears_the_git_values(db: SessionDB) ->
     assert (row["cwd"], row["git_branch"], row["git_repo_root"]) == ("/b", "dev", None)
 
 
+def test_a_cwd_move_clears_the_old_directorys_git_values(db: SessionDB) -> None:
+    # iot 0.22.2: the branch and repository belonged to the old directory; a picker grouping
+    # by workspace filed the session under the old repository until a probe answered.
+    db.create_session("s", "cli")
+    generation = db.update_session_cwd("s", "/a")
+    assert generation is not None
+    assert db.publish_session_git_metadata("s", "/a", generation, "main", "/a")
+    assert db.update_session_cwd("s", "/b") == generation + 1
+    (row,) = run(db, "SELECT cwd, git_branch, git_repo_root FROM sessions")
+    assert (row["cwd"], row["git_branch"], row["git_repo_root"]) == ("/b", None, None)
+    db.update_session_cwd("s", "/c", "dev", None)  # a move with a branch: written, root NULL
+    db.update_session_cwd("s", "/c", None, "/c")  # the same cwd: the branch is kept
+    (row,) = run(db, "SELECT cwd, git_branch, git_repo_root FROM sessions")
+    assert (row["cwd"], row["git_branch"], row["git_repo_root"]) == ("/c", "dev", "/c")
+
+
 def test_set_meta_with_a_cursor_writes_in_the_callers_transaction(tmp_path: Any) -> None:
     from sessionstore.hermes.state import SessionDB as HermesSessionDB
 
