@@ -606,7 +606,8 @@ class SessionDB:
     ) -> dict[str, Any] | None:
         """One session as a :meth:`list_sessions_rich` row (``last_active``, ``preview``,
         ``unread`` with its columns), not projected onto a compression tip; None for an
-        unknown id. ``compact_rows`` leaves ``system_prompt`` out. iot 0.22.2's (Hermes's
+        unknown id. ``compact_rows`` leaves ``system_prompt``, ``system_prompt_hash`` and
+        ``git_metadata_generation`` out. iot 0.22.2's (Hermes's
         ``_get_session_rich_row``)."""
         return self._repo.get_session_rich_row(session_id, compact_rows)
 
@@ -652,7 +653,8 @@ class SessionDB:
         its chain) and ``search_query`` (the same, of the title or the id, and of the title
         without ``-_.`` and blanks: ``an94`` finds ``AN-94``); both are honoured only with
         ``order_by_last_active``, as in Hermes. ``compact_rows`` leaves ``system_prompt``
-        out of every row (Hermes 0.19: the key is absent and the prompt is not read).
+        out of every row (Hermes 0.19: the key is absent and the prompt is not read), and
+        ``system_prompt_hash`` and ``git_metadata_generation`` (iot 0.22.2).
 
         iot 0.22.2's (schema v26+), by name: ``include_hidden`` lists hidden sessions
         (``set_session_hidden``; ``archived_only`` lists them anyway: it is where a hidden,

@@ -1105,8 +1105,14 @@ def _search_match_sql(dialect: Any, squeezed: bool) -> str:
     return "(" + " OR ".join(tests) + ")"
 
 
+_COMPACT_DROPPED = (_SYSTEM_PROMPT, "system_prompt_hash", "git_metadata_generation")
+"""The keys a compact row leaves out, as iot 0.22.2's: the prompt, and two bookkeeping values
+no list renders (the prompt's key in ``system_prompts``, the Git probe counter)."""
+
+
 def _compact(listing: dict[str, Any]) -> dict[str, Any]:
-    del listing[_SYSTEM_PROMPT]
+    for key in _COMPACT_DROPPED:
+        listing.pop(key, None)
     return listing
 
 
