@@ -549,10 +549,15 @@ def _is_review_harness(message: dict[str, Any]) -> bool:
 def _without_review_harness(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     kept: list[dict[str, Any]] = []
     answering_harness = False
+    after_harness = False
     for message in messages:
         if message.get("role") in _HARNESS_ROLES and _is_review_harness(message):
-            answering_harness = True
+            # A second prompt in a row takes the first one's reply slot (iot 0.22.2): the
+            # assistant turn after a run of prompts is the conversation's own, and stays.
+            answering_harness = not after_harness
+            after_harness = True
             continue
+        after_harness = False
         if answering_harness:
             answering_harness = False
             if message.get("role") == "assistant":

@@ -2014,3 +2014,22 @@ def test_a_replay_leaves_leaked_memory_context_out_of_user_and_assistant_text(
     assert db.get_messages("s")[1]["content"] == LEAKED_MEMORY + "Visible answer"
     with_ancestors = db.get_messages_as_conversation("s", include_ancestors=True)
     assert [m["content"] for m in with_ancestors] == [m["content"] for m in replayed]
+
+
+def test_a_replay_keeps_the_reply_after_consecutive_review_harness_prompts(db: SessionDB) -> None:
+    """A harness prompt (Hermes's background review, written by older builds) and the reply it
+    got are left out; a second prompt in a row took the first one's reply slot, so the
+    assistant turn after the run is the conversation's own (iot 0.22.2). It was dropped."""
+    db.create_session("s", "cli")
+    for role, text in (
+        ("user", "deploy it"),
+        ("user", "Review the conversation above and update the skill library."),
+        ("system", "Review the conversation above and consider saving to memory."),
+        ("assistant", "deployed to staging"),
+        ("user", "Review the conversation above and update the skill library."),
+        ("assistant", "curator reply"),
+        ("user", "thanks"),
+    ):  # fmt: skip
+        db.append_message("s", role, text)
+    replayed = db.get_messages_as_conversation("s")
+    assert [m["content"] for m in replayed] == ["deploy it", "deployed to staging", "thanks"]
