@@ -22,6 +22,8 @@ Hermes's own modules are read when the checkout has them, as iot reads them (laz
 ``hermes_constants.get_hermes_home`` (its context-local profile override), and
 ``hermes_cli.config`` for ``sessions.max_resume_messages``/``max_export_messages``. Without
 them (sessionstore alone), ``$HERMES_HOME`` (else ``~/.hermes``) and iot's default of 20,000.
+So is ``hermes_state_errors`` (iot's module of its errors, which the drop-in does not
+replace), by :func:`as_hermes_error`.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import os
 import re
 import sqlite3
 import stat
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final
@@ -168,6 +171,54 @@ def is_malformed_schema_error(exc: BaseException) -> bool:
     malformed" may be any page, so an automatic repair stays out), also when an error of
     ours wraps it."""
     return is_malformed_db_error(exc) and "malformed database schema" in str(exc).lower()
+
+
+def as_hermes_error(exc: Exception) -> Exception:
+    """``exc``, as an instance of the Hermes checkout's own class of the same name in
+    ``hermes_state_errors`` too, when the checkout has one: iot's callers import their error
+    classes from that module, not from ``hermes_state``, and ``except`` theirs (its CLI's
+    ``sessions delete`` answers "Cannot delete active session" to its own
+    ``SessionActiveWriteGuardError``; ours went past it as a traceback). The twin keeps
+    ``exc``'s class, message, attributes, cause and traceback; without the module, or a class
+    of that name, ``exc`` itself."""
+    theirs = getattr(_hermes_errors_module(), type(exc).__name__, None)
+    if not isinstance(theirs, type) or not issubclass(theirs, Exception):
+        return exc
+    twin_class = _twin_class(type(exc), theirs)
+    if twin_class is None:
+        return exc
+    twin = twin_class(*exc.args)
+    twin.__dict__.update(exc.__dict__)
+    twin.__cause__, twin.__context__ = exc.__cause__, exc.__context__
+    twin.__suppress_context__ = exc.__suppress_context__
+    return twin.with_traceback(exc.__traceback__)
+
+
+def _hermes_errors_module() -> Any:
+    module = sys.modules.get("hermes_state_errors")
+    if module is not None:
+        return module
+    try:
+        import hermes_state_errors  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    return hermes_state_errors
+
+
+_TWIN_CLASSES: dict[tuple[type[Exception], type[Exception]], type[Exception] | None] = {}
+"""Each (ours, Hermes's) pair's twin class, made once: an ``except`` matches it every time."""
+
+
+def _twin_class(ours: type[Exception], theirs: type[Exception]) -> type[Exception] | None:
+    if (ours, theirs) not in _TWIN_CLASSES:
+        twin: type[Exception] | None = None
+        if not issubclass(ours, theirs):
+            namespace = {"__module__": ours.__module__, "__qualname__": ours.__qualname__,
+                         "__doc__": ours.__doc__}  # fmt: skip
+            with contextlib.suppress(TypeError):  # two exception layouts no class can share
+                twin = type(ours.__name__, (ours, theirs), namespace)
+        _TWIN_CLASSES[(ours, theirs)] = twin
+    return _TWIN_CLASSES[(ours, theirs)]
 
 
 def divert_session_transcript_jsonl(session_id: Any, messages: Iterable[Any] | None) -> Path | None:

@@ -149,6 +149,7 @@ from .persistence import (
     StateDbCorruptError,
     StateDbReplacedError,
     _is_fts_scoped_corruption,
+    as_hermes_error,
     classify_persistence_error,
     divert_session_transcript_jsonl,
     is_malformed_schema_error,
@@ -789,6 +790,24 @@ def _with_transcript_patience(method: Callable[..., T]) -> Callable[..., T]:
 
     return call
 
+
+def _raises_hermes_classes(method: Callable[..., T]) -> Callable[..., T]:
+    @functools.wraps(method)
+    def call(self: SessionDB, *args: Any, **kwargs: Any) -> T:
+        try:
+            return method(self, *args, **kwargs)
+        except SessionActiveWriteGuardError as exc:
+            twin = as_hermes_error(exc)
+            if twin is exc:
+                raise
+            raise twin from exc.__cause__
+
+    return call
+
+
+# A delete refused for a live turn or compression raises an error iot 0.22.2's CLI, dashboard
+# and TUI catch as their own class (hermes_state_errors'), as a message and not a traceback.
+SessionDB.delete_session = _raises_hermes_classes(facade.SessionDB.delete_session)  # type: ignore[method-assign]
 
 # A conversation's messages wait for the write lock longer than other writes (iot 0.22.2's
 # transcript patience: see _TRANSCRIPT_WRITE_PATIENCE_S).

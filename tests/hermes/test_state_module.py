@@ -1121,3 +1121,30 @@ def test_the_guards_default_bound_is_read_through_the_module_at_each_call(
     assert db.assert_export_safe("big") == 0
     db.assert_exports_safe(["big"])
     assert db.assert_resume_safe("big", max_messages=10) == 5  # a bound given is the bound
+
+
+def test_a_delete_refused_mid_turn_is_the_checkouts_own_error_class_too(
+    db: SessionDB, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """iot 0.22.2's CLI, dashboard and TUI import SessionActiveWriteGuardError from its
+    ``hermes_state_errors`` (which the drop-in does not replace) and answer it with a
+    message; ours, another class, went past their ``except`` as a traceback."""
+    checkout_errors = type(sys)("hermes_state_errors")
+
+    class SessionActiveWriteGuardError(RuntimeError):  # iot's, as it declares it
+        pass
+
+    checkout_errors.SessionActiveWriteGuardError = SessionActiveWriteGuardError  # type: ignore[attr-defined]
+    db.create_session("s", "cli")
+    assert db.try_acquire_session_turn_lease("s", "turn-1", ttl_seconds=600)
+    with pytest.raises(sessionstore.SessionActiveWriteGuardError) as alone:
+        db.delete_session("s", exclude_active_write_guards=True)
+    assert type(alone.value) is sessionstore.SessionActiveWriteGuardError  # no checkout
+    monkeypatch.setitem(sys.modules, "hermes_state_errors", checkout_errors)
+    for _ in range(2):  # one class each time, so every except clause matches alike
+        with pytest.raises(SessionActiveWriteGuardError, match="active turn lease") as caught:
+            db.delete_session("s", exclude_active_write_guards=True)
+        assert isinstance(caught.value, sessionstore.SessionActiveWriteGuardError)
+        assert type(caught.value).__name__ == "SessionActiveWriteGuardError"
+    assert db.get_session("s") is not None
+    assert db.delete_session("s") is True  # without the guard, as before
