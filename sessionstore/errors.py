@@ -91,6 +91,12 @@ class AuthenticationError(StoreUnavailableError):
     rule (``pg_hba.conf``) for this client and database."""
 
 
+class IndexMissingError(StoreUnavailableError):
+    """An index the store's reads name (SQLite ``INDEXED BY``: they must not depend on what
+    ``sqlite_stat1`` says) is gone from the file, dropped by hand or by another program:
+    ``sessionstore db doctor --fix`` makes it again. Nothing was changed."""
+
+
 class SQLiteLibraryConflictError(StoreUnavailableError):
     """The store's file is already open in this process through another SQLite library (or a
     plain ``open()``): two libraries drop each other's file locks, so it is not opened."""

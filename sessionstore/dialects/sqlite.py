@@ -56,6 +56,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import SingletonThreadPool
 
 from ..errors import (
+    IndexMissingError,
     ReadOnlyStoreError,
     SchemaMissingError,
     SessionStoreError,
@@ -601,6 +602,8 @@ class SQLiteDialect:
                 f"this file is not a usable SQLite database ({original}){named}; "
                 "it was not modified"
             )
+        if "no such index" in message:  # a read naming an index (INDEXED BY) the file lost
+            return IndexMissingError(f"the store has lost an index its reads need ({original})")
         if missing_core_table().search(message):
             return SchemaMissingError(f"this database has no session tables ({original})")
         if "no such vfs" in message:

@@ -15,6 +15,7 @@ from sqlalchemy.exc import DBAPIError
 
 from ..dialects import StoreDialect
 from ..errors import (
+    IndexMissingError,
     ReadOnlyStoreError,
     SessionStoreError,
     StoreBusyError,
@@ -112,5 +113,10 @@ class TypedErrors:
                 return  # propagates unchanged
             if self._url is not None:
                 translated = with_media_hint(dialect, self._url, translated)
+            if isinstance(translated, IndexMissingError):
+                translated = IndexMissingError(
+                    f"{translated}: `{cli_command(self._url, 'db', 'doctor', '--fix')}` makes "
+                    "it again; nothing was changed"
+                )
             refine = self._refine
             raise (refine(translated) if refine is not None else translated) from exc
