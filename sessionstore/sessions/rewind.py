@@ -45,7 +45,7 @@ from . import compaction
 from .access import reads, writes
 from .messages import MessagesPart, NewMessage, message_rows, recount
 from .model_config import merged_model_config
-from .session_state import refuse_transcript_mutation
+from .session_state import refuse_closed_compression_parent, refuse_transcript_mutation
 from .shared import require_session
 from .user_turns import is_user_turn, live_content
 
@@ -570,6 +570,8 @@ class RewindPart(MessagesPart):
             require_session(conn, session_id)
             if reject_active_turn_lease:
                 refuse_transcript_mutation(conn, session_id, self.clock())
+            if self.refuse_closed_compression:
+                refuse_closed_compression_parent(conn, session_id)
             kept = 0
             if archive_dropped:
                 live = conn.execute(

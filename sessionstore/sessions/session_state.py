@@ -48,7 +48,12 @@ from typing import Any, Final
 from sqlalchemy import Column, and_, delete, func, or_, select, update
 from sqlalchemy.engine import Connection
 
-from ..errors import SessionCompressionInProgressError, SessionTurnLeaseLostError, StoreBusyError
+from ..errors import (
+    CompressionSessionClosedError,
+    SessionCompressionInProgressError,
+    SessionTurnLeaseLostError,
+    StoreBusyError,
+)
 from ..sql import validation
 from ..sql.statements import fixed_count
 from ..sql.tables import compression_locks_table as compression_locks
@@ -157,6 +162,18 @@ def refuse_transcript_mutation(conn: Connection, session_id: str, now: float) ->
             f"Session {session_id!r} is being compressed by another writer"),
     )  # fmt: skip
     refuse_live_turn_lease(conn, session_id, now)
+
+
+def refuse_closed_compression_parent(conn: Connection, session_id: str) -> None:
+    """iot 0.22.2's refusal of a transcript write into a session compression ended
+    (:class:`~sessionstore.errors.CompressionSessionClosedError`): its callers catch it and
+    write to the live continuation instead (:attr:`.shared.RepositoryPart.refuse_closed_compression`
+    says when it applies)."""
+    ended = conn.execute(
+        select(sessions.c.ended_at, sessions.c.end_reason).where(sessions.c.id == session_id)
+    ).first()
+    if ended is not None and ended[0] is not None and ended[1] == COMPRESSION_END_REASON:
+        raise CompressionSessionClosedError(session_id)
 
 
 def refuse_live_turn_lease(conn: Connection, session_id: str, now: float) -> None:

