@@ -2,10 +2,12 @@
 
 :func:`remove_transcripts` does what Hermes's ``_remove_session_files`` does for each deleted
 session when a ``sessions_dir`` is given: ``{id}.json``, ``{id}.jsonl`` and
-``request_dump_{id}_*.json`` in that directory go, a file that cannot be removed is skipped.
-Unlike Hermes's path join and glob, a session id is only ever compared with the names of the
-directory's own entries: an id holding ``/``, ``..`` or glob characters (``*``, ``?``, ``[``)
-can name no file outside the directory and no other session's file.
+``request_dump_{id}_*.json`` in that directory go, and the ``session_{id}.json`` snapshot older
+Hermes builds wrote (it can hold the conversation in plain text: iot 0.22.2 sweeps it too); a
+file that cannot be removed is skipped. Unlike Hermes's path join and glob, a session id is
+only ever compared with the names of the directory's own entries: an id holding ``/``, ``..``
+or glob characters (``*``, ``?``, ``[``) can name no file outside the directory and no other
+session's file.
 
 The database side of a delete is :mod:`.deletion`; the Hermes facade pairs the two with
 :func:`delete_with_transcripts`.
@@ -24,6 +26,8 @@ from .deletion import Deletion
 logger = logging.getLogger(__name__)
 
 TRANSCRIPT_SUFFIXES = (".json", ".jsonl")
+LEGACY_SNAPSHOT_PREFIX = "session_"
+LEGACY_SNAPSHOT_SUFFIX = ".json"
 REQUEST_DUMP_PREFIX = "request_dump_"
 REQUEST_DUMP_SUFFIX = ".json"
 
@@ -73,6 +77,9 @@ def _belongs_to(name: str, session_ids: set[str]) -> bool:
     for suffix in TRANSCRIPT_SUFFIXES:
         if name.endswith(suffix) and name[: -len(suffix)] in session_ids:
             return True
+    snapshot = name.startswith(LEGACY_SNAPSHOT_PREFIX) and name.endswith(LEGACY_SNAPSHOT_SUFFIX)
+    if snapshot and name[len(LEGACY_SNAPSHOT_PREFIX) : -len(LEGACY_SNAPSHOT_SUFFIX)] in session_ids:
+        return True
     if not (name.startswith(REQUEST_DUMP_PREFIX) and name.endswith(REQUEST_DUMP_SUFFIX)):
         return False
     # request_dump_{id}_{anything}.json: every "_" may end the id (Hermes's glob matches an

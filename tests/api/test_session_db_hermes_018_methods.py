@@ -627,7 +627,9 @@ def test_finalize_orphaned_compression_sessions(
 
 # -- sessions_dir: transcript files of deleted sessions ---------------------------------------
 
-FILE_SHAPES = ("{}.json", "{}.jsonl", "request_dump_{}_1700000000.json", "request_dump_{}_.json")
+# session_{}.json: the snapshot older Hermes builds wrote (plain text; iot 0.22.2 sweeps it).
+FILE_SHAPES = ("{}.json", "{}.jsonl", "request_dump_{}_1700000000.json", "request_dump_{}_.json",
+               "session_{}.json")  # fmt: skip
 
 
 def transcripts(directory: Path, *session_ids: str) -> set[str]:
@@ -645,7 +647,8 @@ def left(directory: Path) -> set[str]:
 
 
 UNRELATED = {"notes.txt", "request_dump_other_1.json", "other.json", "dump_gone_1.json",
-             "gone.json.bak", "request_dump_gone.json"}  # fmt: skip
+             "gone.json.bak", "request_dump_gone.json", "session_gone.jsonl",
+             "session_gone.json.bak", "session_other.json", "xsession_gone.json"}  # fmt: skip
 
 
 def deleters(db: SessionDB) -> dict[str, Callable[[Any], Any]]:
