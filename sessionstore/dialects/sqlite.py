@@ -44,6 +44,7 @@ import sqlite3
 import stat
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Collection, Hashable, Iterator
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -300,6 +301,9 @@ class SQLiteDialect:
         path = None if _is_memory(engine.url) else _filesystem_path(engine.url)
         immutable = uri_parameters(engine.url).get("immutable") == "1"
         wanted = _wanted_journal_mode(engine.url)
+        # Taken before anything opens the file: the switch to WAL comes after the schema.
+        existing = path is not None and _has_pages(path)
+        _EXISTING_FILE[engine] = existing
         connections = _ProcessConnections(engine)
 
         @event.listens_for(engine, "do_connect")
@@ -334,7 +338,7 @@ class SQLiteDialect:
                 else:
                     apply_write_durability(cursor)
                 if not read_only and set_journal_mode:
-                    _enable_wal(cursor, label, path, wanted)
+                    _enable_wal(cursor, label, path, wanted, existing=existing)
             finally:
                 cursor.close()
 
@@ -368,17 +372,20 @@ class SQLiteDialect:
         label = engine.url.database or ":memory:"
         path = None if _is_memory(engine.url) else _filesystem_path(engine.url)
         wanted = _wanted_journal_mode(engine.url)
+        existing = _EXISTING_FILE.get(engine, True)
 
         @event.listens_for(engine, "connect")
         def _on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
-            _enable_wal_on(dbapi_connection, label, path, wanted)
+            _enable_wal_on(dbapi_connection, label, path, wanted, existing=existing)
 
         # The pool may already hold connections made before (the schema check): switch the
         # file through one of them now (the mode is the file's, every connection sees it).
         with engine.connect() as conn:
             driver = conn.connection.driver_connection
             if is_connection(driver):
-                _enable_wal_on(cast(sqlite3.Connection, driver), label, path, wanted)
+                _enable_wal_on(
+                    cast(sqlite3.Connection, driver), label, path, wanted, existing=existing
+                )
 
     def existing_tables(self, conn: Connection, names: Collection[str]) -> set[str]:
         return _existing_objects(conn, "table", names)
@@ -1101,27 +1108,49 @@ def _wanted_journal_mode(url: URL) -> str:
 
 
 def _enable_wal_on(
-    dbapi_connection: sqlite3.Connection, label: str, path: Path | None, wanted: str
+    dbapi_connection: sqlite3.Connection,
+    label: str,
+    path: Path | None,
+    wanted: str,
+    *,
+    existing: bool,
 ) -> None:
     cursor = dbapi_connection.cursor()
     try:
-        _enable_wal(cursor, label, path, wanted)
+        _enable_wal(cursor, label, path, wanted, existing=existing)
     finally:
         cursor.close()
 
 
+def _has_pages(path: Path) -> bool:
+    """Whether ``path`` is a file SQLite has written pages to (a new store's is missing or
+    empty until its first write)."""
+    try:
+        return path.is_file() and path.stat().st_size > 0
+    except OSError:
+        return False
+
+
+# Whether each engine's file held pages when the engine was made, before its first connection.
+_EXISTING_FILE: weakref.WeakKeyDictionary[Engine, bool] = weakref.WeakKeyDictionary()
 _warned_wal_reset_bug: set[str] = set()
 _warned_off_wal: set[str] = set()
+_warned_switched_to_wal: set[str] = set()
 
 
-def _enable_wal(cursor: sqlite3.Cursor, label: str, path: Path | None, wanted: str) -> None:
+def _enable_wal(
+    cursor: sqlite3.Cursor, label: str, path: Path | None, wanted: str, *, existing: bool
+) -> None:
     """WAL lets readers and one writer work at once; some filesystems cannot do it (SQLite
     refuses it on some, and on those shared across a VM boundary it accepts it and corrupts:
     :mod:`.shared_memory`), a SQLite with the WAL-reset bug must not (module docstring of
     :mod:`.sqlite_library`), and a user may have chosen the rollback journal
     (``journal_mode=delete``: Hermes's ``database.journal_mode``, set for NFS and SMB homes,
     where SQLite accepts WAL and only one host sees its shared memory). In every case a file
-    already in WAL keeps it: moving it back needs every other opener gone (Hermes's rule)."""
+    already in WAL keeps it: moving it back needs every other opener gone (Hermes's rule).
+    An ``existing`` file (one with pages before this store opened it) switched from the
+    rollback journal to WAL is said once: the mode is the file's, and someone may have chosen
+    the rollback journal for it (iot 0.22.2 warns alike)."""
     shared_across_vms = None if path is None else cross_vm_filesystem(path)
     if shared_across_vms is not None:
         _keep_off_wal(
@@ -1136,9 +1165,12 @@ def _enable_wal(cursor: sqlite3.Cursor, label: str, path: Path | None, wanted: s
     if used.wal_reset_bug:
         _gate_wal_reset_bug(cursor, label, used.describe())
         return
+    before = _journal_mode_of(cursor) if existing and label not in _warned_switched_to_wal else None
     try:
         row = cursor.execute("PRAGMA journal_mode = WAL").fetchone()
         mode = str(row[0]).lower() if row else "unknown"
+        if mode == "wal" and before not in (None, "wal", "memory"):
+            _warn_switched_to_wal(label, before)
     except sqlite3.OperationalError as exc:
         if "locked" in str(exc).lower() or "busy" in str(exc).lower():
             # Another connection is mid-write; it set WAL already or the next connect will.
@@ -1153,6 +1185,28 @@ def _enable_wal(cursor: sqlite3.Cursor, label: str, path: Path | None, wanted: s
             label,
             mode,
         )
+
+
+def _journal_mode_of(cursor: sqlite3.Cursor) -> str | None:
+    """The file's journal mode as SQLite reports it; None when it cannot be read."""
+    try:
+        row = cursor.execute("PRAGMA journal_mode").fetchone()
+    except sqlite3.OperationalError:
+        return None
+    return str(row[0]).lower() if row else None
+
+
+def _warn_switched_to_wal(label: str, before: str) -> None:
+    if label in _warned_switched_to_wal:
+        return
+    _warned_switched_to_wal.add(label)
+    logger.warning(
+        "%s was in journal_mode=%s and is now in WAL; the mode is the file's and stays after "
+        "this process. If the rollback journal was chosen for it (a home on NFS or SMB), keep "
+        "it with journal_mode=delete in the store URL, or database.journal_mode: delete in "
+        "Hermes's config.yaml: a PRAGMA run on the file is undone at the next open",
+        label, before,
+    )  # fmt: skip
 
 
 def _keep_off_wal(cursor: sqlite3.Cursor, label: str, why: str, *, warn_if_off: bool) -> None:

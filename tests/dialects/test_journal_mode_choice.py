@@ -133,3 +133,40 @@ def test_the_default_store_follows_hermes_config(
     assert _journal_mode(home / "state.db") == "delete"
     monkeypatch.setenv("SESSIONSTORE_URL", str(tmp_path / "elsewhere.db"))
     assert resolve_url() == str(tmp_path / "elsewhere.db")  # a named store is as named
+
+
+def _switch_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "is now in WAL" in r.getMessage()]
+
+
+def test_a_file_with_pages_switched_to_wal_is_said_once_naming_how_to_keep_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # As iot 0.22.2 warns (its #89293): the mode is the file's, and a user who put it in the
+    # rollback journal with a PRAGMA learns the next open undid it, and which setting holds.
+    path = tmp_path / "state.db"
+    with SessionDB(url=_url(path, journal_mode="delete")) as db:
+        db.create_session("s1", "cli")
+    assert _journal_mode(path) == "delete"
+    with caplog.at_level(logging.WARNING):
+        for _ in range(2):
+            with SessionDB(path) as db, SessionDB(path) as second:
+                assert db.get_session("s1") is not None
+                second.append_message("s1", "user", "written in WAL")
+    assert _journal_mode(path) == "wal"
+    warnings = _switch_warnings(caplog)
+    assert len(warnings) == 1, warnings
+    assert "journal_mode=delete" in warnings[0] and "database.journal_mode" in warnings[0]
+    assert str(path) in warnings[0]
+
+
+def test_a_new_file_switched_to_wal_is_not_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "empty.db").touch()  # made by another program, nothing written yet
+    with caplog.at_level(logging.WARNING):
+        for name in ("new.db", "empty.db"):
+            with SessionDB(tmp_path / name) as db:
+                db.create_session("s1", "cli")
+            assert _journal_mode(tmp_path / name) == "wal"
+    assert _switch_warnings(caplog) == []
