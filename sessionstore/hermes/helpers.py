@@ -98,8 +98,14 @@ def get_last_init_error() -> str | None:
     return _last_init_error
 
 
-def format_session_db_unavailable(prefix: str = "Session database not available") -> str:
-    """``"<prefix>: <cause>."``, with a hint when the cause is a file system without WAL."""
+def format_session_db_unavailable(
+    prefix: str = "Session database not available", *, details: bool = False
+) -> str:
+    """``"<prefix>: <cause>."``, with a hint when the cause is a file system without WAL.
+
+    ``details`` is iot 0.22.2's (its CLI banner passes ``details=True`` for the raw cause):
+    taken, and the line is the same either way, since it always names the cause."""
+    del details
     cause = get_last_init_error()
     if not cause:
         return f"{prefix}."

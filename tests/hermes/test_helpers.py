@@ -112,6 +112,9 @@ def test_a_failed_open_is_recorded_for_the_slash_commands(tmp_path: Path) -> Non
     assert cause is not None and "Error" in cause.split(":")[0]
     message = hermes_state.format_session_db_unavailable("No history")
     assert message.startswith("No history: ") and message.endswith(".") and cause in message
+    # iot 0.22.2's CLI banner asks for the cause by keyword (a TypeError failed its error path).
+    assert hermes_state.format_session_db_unavailable("No history", details=True) == message
+    assert hermes_state.format_session_db_unavailable(details=False).endswith(f"{cause}.")
     hermes_state.SessionDB(db_path=tmp_path / "fine.db").close()
     assert hermes_state.get_last_init_error() == cause, "a success does not clear it"
     hermes_state._set_last_init_error("OperationalError: locking protocol")
