@@ -453,6 +453,10 @@ class SessionDB(facade.SessionDB):
     ) -> None:
         file = None if read_only else _file_of(db_path, url)
         if file is not None and str(file) != ":memory:":
+            # iot 0.22.2's order: a file (or its folder or side files) this user may not write
+            # is made writable inside the Hermes home and refused elsewhere, naming it, before
+            # the 0600 below could turn a file the user set read-only writable.
+            preflight_db_writability(file, db_label=file.name)
             _make_owner_only(file, create=True)
         if url is None and resolve_journal_mode() == "delete":
             # Hermes's ``database.journal_mode: delete`` (NFS and SMB homes) holds for every

@@ -1097,6 +1097,53 @@ def test_a_file_the_user_may_not_chmod_is_logged_and_still_opened(
     assert any("owner-only" in record.getMessage() for record in caplog.records)
 
 
+def _writable_by_its_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stand in for a user who is not root (the suite runs as root): the user owns the files
+    and may write one only while its mode lets the owner write."""
+    real_access = os.access
+
+    def access(target: Any, how: int, **kwargs: Any) -> bool:
+        if how & os.W_OK and os.path.exists(target) and not os.stat(target).st_mode & stat.S_IWUSR:
+            return False
+        return real_access(target, how, **kwargs)
+
+    monkeypatch.setattr(os, "access", access)
+
+
+def test_a_read_only_file_outside_the_hermes_home_is_refused_not_made_writable(
+    tmp_path: Path, migrated_sqlite_template: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # iot 0.22.2 refuses it before its first connection; the 0600 of a writable open had made
+    # it writable, and the open then wrote to a file its owner had set read-only.
+    home, outside = tmp_path / "home", tmp_path / "archive"
+    home.mkdir()
+    outside.mkdir()
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    path = backup_copy(migrated_sqlite_template, outside / "state.db")
+    os.chmod(path, 0o444)
+    before = path.read_bytes()
+    _writable_by_its_mode(monkeypatch)
+    with pytest.raises(sqlite3.OperationalError, match="chmod u\\+rw") as refused:
+        SessionDB(path)
+    assert str(path) in str(refused.value)
+    assert modes(path)[""] == 0o444 and path.read_bytes() == before
+    with SessionDB(path, read_only=True) as reader:  # reading it is still fine
+        assert reader.session_count() == 0
+
+
+def test_a_read_only_file_in_the_hermes_home_is_made_writable_again(
+    tmp_path: Path, migrated_sqlite_template: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A sudo run or a restored backup left it 0444: iot 0.22.2 repairs its own home's files.
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path))
+    path = backup_copy(migrated_sqlite_template, tmp_path / "state.db")
+    os.chmod(path, 0o444)
+    _writable_by_its_mode(monkeypatch)
+    with SessionDB(path) as db:
+        db.create_session("s1", "cli")
+    assert modes(path)[""] == 0o600
+
+
 # -- the resume and export guards read their bound at each call (iot 0.22.2) -------------------
 def test_the_guards_default_bound_is_read_through_the_module_at_each_call(
     db: SessionDB, monkeypatch: pytest.MonkeyPatch
