@@ -823,6 +823,13 @@ class AsyncSessionRepository:
             )
         )
 
+    async def get_resume_rows(
+        self,
+        session_ids: Sequence[str],
+        session_id: str,
+    ) -> tuple[list[ConversationRow], list[tuple[str, ConversationRow]]]:
+        return await self._read(lambda repo: repo.get_resume_rows(session_ids, session_id))
+
     async def get_conversation(
         self,
         session_id: str,

@@ -1047,16 +1047,17 @@ class SessionDB:
     def get_resume_conversations(
         self, session_id: str
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """Hermes 0.19's ``(model_history, display_history)`` for a resume, from one read:
-        the session's live rows alternation-repaired (``get_messages_as_conversation(id,
-        repair_alternation=True)``), and its whole lineage's live rows as they are
-        (``get_messages_as_conversation(id, include_ancestors=True)``: a branch's own copy, not
-        its parent's rows); as in iot 0.22.2 both
-        name their rows (``_row_id``) and the model history marks compaction summaries."""
-        rows = self._repo.get_lineage_conversation(self._repo.replay_lineage(session_id))
+        """``(model_history, display_history)`` for a resume, from one read, as iot 0.22.2
+        makes them: the session's live rows alternation-repaired (``get_messages_as_conversation
+        (id, repair_alternation=True)``: the compacted transcript the model is fed), and its
+        whole lineage's display history (``get_messages_as_conversation(id,
+        include_ancestors=True, include_compacted=True)``: the turns in-place compaction
+        archived too, each logical message once; a branch's own copy, not its parent's rows);
+        both name their rows (``_row_id``) and the model history marks compaction summaries."""
+        live, shown = self._repo.get_resume_rows(self._repo.replay_lineage(session_id), session_id)
         wire_keys = self._wire_keys()
         model_history = conversation(
-            (row for owner, row in rows if owner == session_id),
+            live,
             with_ancestors=False,
             repair_alternation=True,
             row_ids=True,
@@ -1064,7 +1065,7 @@ class SessionDB:
             wire_keys=wire_keys,
         )
         display_history = conversation(
-            (row for _, row in rows),
+            (row for _, row in shown),
             with_ancestors=True,
             repair_alternation=False,
             row_ids=True,
@@ -1132,15 +1133,17 @@ class SessionDB:
 
     @reads
     def get_ancestor_display_prefix(self, session_id: str) -> list[dict[str, Any]]:
-        """The display messages of the session's ancestors only (its lineage's live rows not
-        its own), as a resume prepends them to the live history (Hermes 0.19, #65919), each
-        with iot 0.22.2's replay keys but ``_row_id``."""
+        """The display messages of the session's ancestors only (the messages of its lineage's
+        display history, as :meth:`get_resume_conversations` gives it, that the ancestors'
+        rows show), as a resume prepends them to the live history (Hermes 0.19, #65919; iot
+        0.22.2 with the rows in-place compaction archived), each with iot 0.22.2's replay keys
+        but ``_row_id``."""
         lineage = self._repo.replay_lineage(session_id)
         if len(lineage) <= 1:
             return []
-        rows = self._repo.get_lineage_conversation(lineage)
+        _, shown = self._repo.get_resume_rows(lineage, session_id)
         return conversation(
-            (row for owner, row in rows if owner != session_id),
+            (row for owner, row in shown if owner != session_id),
             with_ancestors=True,
             repair_alternation=False,
             wire_keys=self._wire_keys(),

@@ -91,6 +91,12 @@ def dedupe_generations(rows: Sequence[Row], width: int) -> list[Row]:
     return list(chosen.values())
 
 
+def is_live(row: Sequence[Any], width: int) -> bool:
+    """Whether a row of :func:`display_rows_statement` (``width`` fields of the caller's) is
+    live, not compaction-archived."""
+    return bool(row[width + _KEY_FIELDS.index("active")])
+
+
 def page(
     rows: list[Row], limit: int | None, offset: int, latest: bool
 ) -> list[Row]:
@@ -117,6 +123,7 @@ __all__ = [
     "display_message_dicts",
     "display_rows_statement",
     "expected_display_histories",
+    "is_live",
     "is_model_only",
     "lineage_rows_statement",
     "page",

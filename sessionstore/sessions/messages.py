@@ -51,6 +51,7 @@ from .access import reads, writes
 from .display_history import (
     dedupe_generations,
     display_rows_statement,
+    is_live,
     lineage_rows_statement,
     read_display_rows,
 )
@@ -824,6 +825,39 @@ class MessagesPart(RepositoryPart):
             return [tuple(row[:width]) for row in dedupe_generations(rows, width)]
 
         return self.store.read(run)
+
+    @reads
+    def get_resume_rows(
+        self, session_ids: Sequence[str], session_id: str
+    ) -> tuple[list[ConversationRow], list[tuple[str, ConversationRow]]]:
+        """A resume's two histories from one read of its lineage ``session_ids``, as iot
+        0.22.2's ``get_resume_conversations`` makes them: the live rows of ``session_id``
+        (what the model is fed: the compacted transcript) and the lineage's display history
+        (:mod:`.display_history`: its live and compaction-archived rows, each logical message
+        once), each row with its session's id."""
+        wanted = [one for one in session_ids if isinstance(one, str) and bindable(one)]
+        if not wanted:
+            return [], []
+        fields = ("session_id", *CONVERSATION_FIELDS)
+        statement = lineage_rows_statement(
+            self.store.read_shape, fields, include_inactive=False, include_compacted=True
+        )
+        width = len(fields)
+
+        def run(conn: Connection) -> list[Any]:
+            return list(conn.execute(statement, {"ids": wanted}))
+
+        rows = self.store.read(run)
+        live = [
+            ConversationRow._make(row[1:width])
+            for row in rows
+            if row[0] == session_id and is_live(row, width)
+        ]
+        shown = [
+            (str(row[0]), ConversationRow._make(row[1:width]))
+            for row in dedupe_generations(rows, width)
+        ]
+        return live, shown
 
     @reads
     def get_conversation(

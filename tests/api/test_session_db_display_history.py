@@ -132,3 +132,31 @@ def test_a_display_fence_cannot_fence_a_whole_chain(db: SessionDB) -> None:
             "s", expected_display_messages={"s": exported}, include_compression_chain=True
         )
     assert db.get_session("s") is not None
+
+
+def test_a_resume_shows_the_display_history_and_feeds_the_model_the_live_rows(
+    db: SessionDB,
+) -> None:
+    # iot 0.22.2's gateway paints a resumed chat from the display history: without the
+    # archived rows the user's own turns read as deleted down to the summary.
+    model, display = db.get_resume_conversations("s")
+    assert shown(display) == HISTORY
+    assert shown(model) == [(5, SUMMARY), (6, "c"), (7, "d"), (8, "for the model")]
+    warm = db.get_messages_as_conversation(
+        "s", include_ancestors=True, include_compacted=True, include_row_ids=True
+    )
+    assert shown(display) == shown(warm)
+
+
+def test_a_resume_and_its_ancestor_prefix_show_an_ancestors_archived_rows(
+    db: SessionDB,
+) -> None:
+    db.end_session("s", "compression")
+    db.create_session("s2", "cli", parent_session_id="s")
+    db.append_message("s2", "user", "e", timestamp=8.0)
+    model, display = db.get_resume_conversations("s2")
+    assert [message["content"] for message in display] == ["a", "b", "c", "d", SUMMARY, "e"]
+    assert [message["content"] for message in model] == ["e"]
+    prefix = db.get_ancestor_display_prefix("s2")
+    assert [message["content"] for message in prefix] == ["a", "b", "c", "d", SUMMARY]
+    assert all("_row_id" not in message for message in prefix)
