@@ -5,6 +5,11 @@ Three rules shape a replayed history beyond decoding each row (:func:`message_of
 - **Replayed user messages.** With ancestors, a user message equal to an earlier user message
   of the history, with no assistant reply (text or tool calls) in between, is left out: a
   compression continuation starts by repeating the user's pending request.
+- **Stale tool-call markers.** An assistant message with tool calls whose whole text is a bare
+  ``[marker]`` (``"[memory]"``: older Hermes builds stored a local template's marker as the
+  answer, #78148) is replayed with empty text, as iot 0.22.2 replays it: replayed, the marker
+  teaches the model to keep emitting it. The stored row is left (iot's
+  ``purge_stale_tool_call_markers`` clears it).
 - **Background-review harness.** A persisted harness prompt of Hermes's skill/memory review
   (older builds wrote it into the real session) and the assistant reply that answered it are
   left out, so a resume never adopts the curator's role.
@@ -34,6 +39,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..sessions.maintenance import STALE_MARKER
 from ..sessions.user_turns import (
     STEER_DISPLAY_KIND,
     mentions_memory_context,
@@ -509,6 +515,13 @@ def conversation(
         ):  # the rows pairing looks at (a result stored with its uid needs none)
             pairing_started = True
             pairing.see(message)
+        if (
+            role == "assistant"
+            and message.get("tool_calls")
+            and isinstance(message["content"], str)
+            and STALE_MARKER.fullmatch(message["content"])
+        ):  # the text is stripped already, as iot matches it
+            message["content"] = ""
         if with_ancestors and _is_replayed_user_message(messages, message):
             continue
         if role in _HARNESS_ROLES and not harness_seen:

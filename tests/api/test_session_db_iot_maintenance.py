@@ -152,3 +152,26 @@ def test_a_gate_that_is_no_number_fails_the_run_without_raising(db: SessionDB) -
     db.set_meta("last_vacuum", str(time.time() - 2 * DAY))  # else the gate is never compared
     result = db.maybe_auto_prune_and_vacuum(retention_days=30, min_vacuum_interval_days="x")  # type: ignore[arg-type]
     assert "error" in result and result["vacuumed"] is False
+
+
+def test_a_replay_blanks_a_stale_marker_and_the_row_keeps_it(db: SessionDB) -> None:
+    # iot 0.22.2 (#78148): a resumed session replaying "[memory]" as an answer taught the
+    # model to keep emitting it; the stored row changes only through the purge.
+    db.create_session("s", "cli")
+    db.append_message("s", "user", "do the task")
+    db.append_message("s", "assistant", " [memory] ", tool_calls=CALLS)
+    db.append_message("s", "tool", "ok", tool_call_id="c1")
+    db.append_message("s", "assistant", "[memory]")  # no tool calls: an answer
+    db.append_message("s", "assistant", "[memory] and more", tool_calls=CALLS)
+    expected = ["do the task", "", "ok", "[memory]", "[memory] and more"]
+    replays = [
+        db.get_messages_as_conversation("s"),
+        db.get_messages_as_conversation("s", include_ancestors=True, include_row_ids=True),
+        *db.get_resume_conversations("s"),
+    ]
+    for replay in replays[:2] + replays[3:]:
+        assert [message["content"] for message in replay] == expected
+    model = replays[2]  # the repaired live replay merges the two answers in a row
+    assert [message["content"] for message in model][:3] == expected[:3]
+    assert all(message.get("tool_calls") for message in model if message["content"] == "")
+    assert [row["content"] for row in db.get_messages("s")][1] == " [memory] "
