@@ -4,7 +4,10 @@ Three rules shape a replayed history beyond decoding each row (:func:`message_of
 
 - **Replayed user messages.** With ancestors, a user message equal to an earlier user message
   of the history, with no assistant reply (text or tool calls) in between, is left out: a
-  compression continuation starts by repeating the user's pending request.
+  compression continuation starts by repeating the user's pending request. A compaction carrier
+  (a summary row carrying the ask that followed it) is compared by the ask it carries, and wins
+  over the ask it repeats, which is left out in its place (iot 0.22.2's
+  ``_find_duplicate_replayed_user_message``: the continuation's carrier owns the durable row).
 - **Stale tool-call markers.** An assistant message with tool calls whose whole text is a bare
   ``[marker]`` (``"[memory]"``: older Hermes builds stored a local template's marker as the
   answer, #78148) is replayed with empty text, as iot 0.22.2 replays it: replayed, the marker
@@ -47,7 +50,7 @@ from ..sessions.user_turns import (
 )
 from ..sql.codec import decode_display_metadata, decode_json, text_of_blob
 from ..sql.codec import loads as _loads
-from ..sql.compaction_handoff import is_summary_content
+from ..sql.compaction_handoff import carried_ask, is_summary_content
 from ..sql.message_content import ENCODED_CONTENT_PREFIXES, decode_content
 from ..sql.records import CONVERSATION_WIDTHS, ConversationRow
 
@@ -522,8 +525,13 @@ def conversation(
             and STALE_MARKER.fullmatch(message["content"])
         ):  # the text is stripped already, as iot matches it
             message["content"] = ""
-        if with_ancestors and _is_replayed_user_message(messages, message):
-            continue
+        if with_ancestors and role == "user":
+            duplicate = _replayed_user_duplicate(messages, message)
+            if duplicate is not None:
+                index, carrier_wins = duplicate
+                if not carrier_wins:
+                    continue
+                del messages[index]
         if role in _HARNESS_ROLES and not harness_seen:
             harness_seen = _is_review_harness(message)
         messages.append(message)
@@ -534,20 +542,34 @@ def conversation(
     return messages
 
 
-def _is_replayed_user_message(earlier: list[dict[str, Any]], message: dict[str, Any]) -> bool:
-    if message.get("role") != "user":
-        return False
-    content = message.get("content")
-    if not isinstance(content, str) or not content:
-        return False
-    for previous in reversed(earlier):
-        if previous.get("role") == "user" and previous.get("content") == content:
-            return True
-        if previous.get("role") == "assistant" and (
-            previous.get("content") or previous.get("tool_calls")
-        ):
-            return False
-    return False
+def _replayed_ask(message: dict[str, Any]) -> tuple[Any, bool]:
+    """A user message's ask as a lineage replay compares it, and whether it is a compaction
+    carrier's (then the ask it carries)."""
+    carries, ask = carried_ask(message.get("content"), message.get("display_kind"))
+    return (ask, True) if carries else (message.get("content"), False)
+
+
+def _replayed_user_duplicate(
+    earlier: list[dict[str, Any]], message: dict[str, Any]
+) -> tuple[int, bool] | None:
+    """Where in ``earlier`` the user ``message`` repeats an ask (module doc), and whether
+    ``message`` wins (a carrier: the earlier copy is left out), or None. A multi-part ask is
+    compared only against or from a carrier, as iot compares it."""
+    ask, is_carrier = _replayed_ask(message)
+    if ask is None or ask == "" or ask == []:
+        return None
+    for index in range(len(earlier) - 1, -1, -1):
+        previous = earlier[index]
+        role = previous.get("role")
+        if role == "user":
+            previous_ask, previous_is_carrier = _replayed_ask(previous)
+            if previous_ask == ask and (
+                is_carrier or previous_is_carrier or isinstance(ask, str)
+            ):
+                return index, is_carrier
+        elif role == "assistant" and (previous.get("content") or previous.get("tool_calls")):
+            return None
+    return None
 
 
 def _is_review_harness(message: dict[str, Any]) -> bool:

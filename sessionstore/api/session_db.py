@@ -1142,12 +1142,20 @@ class SessionDB:
         if len(lineage) <= 1:
             return []
         _, shown = self._repo.get_resume_rows(lineage, session_id)
-        return conversation(
-            (row for owner, row in shown if owner != session_id),
-            with_ancestors=True,
-            repair_alternation=False,
-            wire_keys=self._wire_keys(),
-        )
+        ancestors = {row.id for owner, row in shown if owner != session_id}
+        # The whole lineage is replayed, then cut: a continuation's carrier replaces the ask
+        # it repeats from its parent (iot 0.22.2 picks the rows by their origin alike).
+        return [
+            {key: value for key, value in message.items() if key != "_row_id"}
+            for message in conversation(
+                (row for _, row in shown),
+                with_ancestors=True,
+                repair_alternation=False,
+                row_ids=True,
+                wire_keys=self._wire_keys(),
+            )
+            if message.get("_row_id") in ancestors
+        ]
 
     @reads
     def get_conversation_root(self, session_id: str) -> str:

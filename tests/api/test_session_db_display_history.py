@@ -16,6 +16,7 @@ import pytest
 from store_sql import run
 
 from sessionstore.api.session_db import SessionDB
+from sessionstore.sql.compaction_handoff import LEGACY_SUMMARY_PREFIX, SUMMARY_END_MARKER
 
 SUMMARY = "[CONTEXT COMPACTION \u2014 REFERENCE ONLY] what came before"
 
@@ -160,3 +161,39 @@ def test_a_resume_and_its_ancestor_prefix_show_an_ancestors_archived_rows(
     prefix = db.get_ancestor_display_prefix("s2")
     assert [message["content"] for message in prefix] == ["a", "b", "c", "d", SUMMARY]
     assert all("_row_id" not in message for message in prefix)
+
+
+@pytest.mark.parametrize(
+    "ask",
+    ["the real ask", [{"type": "text", "text": "inspect this"},
+                      {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}]],
+    ids=["text", "multimodal"],
+)  # fmt: skip
+def test_a_continuations_carrier_replaces_the_ask_it_repeats(db: SessionDB, ask: Any) -> None:
+    # iot 0.22.2's rotation stores the pending ask in the parent and again inside the child's
+    # compaction carrier: a lineage replay showed the user's ask twice, the prefix once more.
+    summary = f"{LEGACY_SUMMARY_PREFIX} what happened\n{SUMMARY_END_MARKER}\n\n"
+    carrier = (
+        summary + ask if isinstance(ask, str) else [{"type": "text", "text": summary}, *ask]
+    )
+    db.create_session("p", "cli")
+    db.append_message("p", "user", "first")
+    db.append_message("p", "assistant", "answer")
+    db.append_message("p", "user", ask)
+    db.end_session("p", "compression")
+    db.create_session("c", "cli", parent_session_id="p")
+    carrier_id = db.append_message("c", "user", carrier)
+    model, display = db.get_resume_conversations("c")
+    assert [message.get("_row_id") for message in display][-1] == carrier_id
+    assert [message["content"] for message in display][:-1] == ["first", "answer"]
+    assert model[-1]["_row_id"] == carrier_id
+    warm = db.get_messages_as_conversation("c", include_ancestors=True, include_row_ids=True)
+    assert [message["_row_id"] for message in warm] == [m["_row_id"] for m in display]
+    prefix = db.get_ancestor_display_prefix("c")
+    assert [message["content"] for message in prefix] == ["first", "answer"]
+    # an ordinary repeat still gives way to the ask it repeats
+    db.create_session("c2", "cli", parent_session_id="p")
+    db.append_message("c2", "user", ask)
+    replay = db.get_messages_as_conversation("c2", include_ancestors=True)
+    expected = ["first", "answer", ask] if isinstance(ask, str) else ["first", "answer", ask, ask]
+    assert [message["content"] for message in replay] == expected
