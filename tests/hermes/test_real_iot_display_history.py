@@ -17,6 +17,7 @@ from real_hermes_driver import RAISES_PREFIX, SELECT_STEP, SQL_STEP
 from side_by_side import AskIot, Step, as_printed, builtin_base_name, run_steps
 
 from sessionstore.api.session_db import SessionDB
+from sessionstore.sql.compaction_handoff import LEGACY_SUMMARY_PREFIX, SUMMARY_END_MARKER
 
 # Slow: the real iot 0.22.2 runs in a side interpreter (the full run only).
 pytestmark = pytest.mark.slow
@@ -119,3 +120,67 @@ def test_the_display_history_its_verified_delete_and_the_search_window_as_iot(
     assert normalized(iot)[15] == "ValueError"
     assert [row[2] for row in normalized(iot)[24]] == ["a needle", "b", "c", "d", SUMMARY, "e"]
     assert normalized(ours) == normalized(iot)
+
+
+CARRIED = f"{LEGACY_SUMMARY_PREFIX} what happened\n{SUMMARY_END_MARKER}\n\n"
+IMAGE_ASK = [{"type": "text", "text": "inspect this"},
+             {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}]  # fmt: skip
+RESUME_READS = ("get_resume_conversations", "get_ancestor_display_prefix",
+                "get_messages_as_conversation")  # fmt: skip
+RESUME_STEPS: list[Step] = [
+    # An in-place compaction archived the first turns; then a rotation into a continuation.
+    ("create_session", ["s", "cli"], {}),
+    ("append_message", ["s", "user", "a"], {"timestamp": 1.0}),
+    ("append_message", ["s", "assistant", "b"], {"timestamp": 2.0}),
+    (SQL_STEP, ["UPDATE messages SET active = 0, compacted = 1 WHERE session_id = 's'"], {}),
+    ("append_message", ["s", "user", SUMMARY], {"timestamp": 3.0, "_compressed_summary": True}),
+    ("append_message", ["s", "assistant", "d"], {"timestamp": 4.0}),
+    ("end_session", ["s", "compression"], {}),
+    ("create_session", ["s2", "cli"], {"parent_session_id": "s"}),
+    ("append_message", ["s2", "user", "e"], {"timestamp": 5.0}),
+    ("get_resume_conversations", ["s2"], {}),
+    ("get_ancestor_display_prefix", ["s2"], {}),
+    # iot's rotation repeats the pending ask in the continuation's carrier: shown once.
+    ("create_session", ["p", "cli"], {}),
+    ("append_message", ["p", "user", "first"], {"timestamp": 10.0}),
+    ("append_message", ["p", "assistant", "answer"], {"timestamp": 11.0}),
+    ("append_message", ["p", "user", "the real ask"], {"timestamp": 12.0}),
+    ("end_session", ["p", "compression"], {}),
+    ("create_session", ["c", "cli"], {"parent_session_id": "p"}),
+    ("append_message", ["c", "user", CARRIED + "the real ask"], {"timestamp": 13.0}),
+    ("get_resume_conversations", ["c"], {}),
+    ("get_ancestor_display_prefix", ["c"], {}),
+    ("get_messages_as_conversation", ["c"], {"include_ancestors": True, "include_row_ids": True}),
+    ("create_session", ["p2", "cli"], {}),
+    ("append_message", ["p2", "user", IMAGE_ASK], {"timestamp": 20.0}),
+    ("end_session", ["p2", "compression"], {}),
+    ("create_session", ["c2", "cli"], {"parent_session_id": "p2"}),
+    ("append_message", ["c2", "user", [{"type": "text", "text": CARRIED}, *IMAGE_ASK]],
+     {"timestamp": 21.0}),
+    ("get_resume_conversations", ["c2"], {}),
+    ("get_ancestor_display_prefix", ["c2"], {}),
+]  # fmt: skip
+
+
+def resume_normalized(answers: list[Any]) -> list[Any]:
+    """Each replayed message as ``(row id, role, content)`` (uids are minted per store)."""
+
+    def rows(messages: list[dict[str, Any]]) -> list[Any]:
+        return [[m.get("_row_id"), m["role"], m["content"]] for m in messages]
+
+    return [
+        ([rows(history) for history in answer] if name == RESUME_READS[0] else rows(answer))
+        if name in RESUME_READS else answer
+        for (name, _, _), answer in zip(RESUME_STEPS, answers, strict=True)
+    ]  # fmt: skip
+
+
+def test_a_resume_and_its_ancestor_prefix_as_iot(ask_iot: AskIot, db: SessionDB) -> None:
+    """A resume's display history and ancestor prefix show the rows in-place compaction
+    archived, and a continuation's carrier stands for the ask it repeats, as in iot."""
+    ours = resume_normalized(as_printed(run_steps(db, RESUME_STEPS, error_name=error_name)))
+    iot = resume_normalized(as_printed(ask_iot("iot-resume-display", RESUME_STEPS)))
+    assert [row[2] for row in iot[9][1]] == ["a", "b", SUMMARY, "d", "e"]
+    assert [row[2] for row in iot[10]] == ["a", "b", SUMMARY, "d"]
+    assert [row[2] for row in iot[19]] == ["first", "answer"]
+    assert ours == iot
