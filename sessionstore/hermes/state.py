@@ -479,6 +479,8 @@ class SessionDB(facade.SessionDB):
             # module (``monkeypatch.setattr(hermes_state.time, "time", ...)``): leases,
             # cooldowns and the orphan finalize read the clock the same way here.
             self._repo.clock = _wall_clock
+            if not read_only and self.db_path is not None:
+                self._repo.recover_search_index_at_open()
             # A checkout that declares iot's CompressionSessionClosedError has callers that
             # catch it and write to the live continuation: refuse as iot does. Older Hermes
             # (no such class) catches nothing, and its message is written where it asked.

@@ -127,6 +127,9 @@ class SearchIndex(Protocol):
     def backfill_step(self, conn: Connection, target: BackfillTarget, chunk_rows: int) -> bool:
         """One chunk of that rebuild in this write transaction; True while work remains."""
 
+    def needs_recovery(self, conn: Connection) -> bool:
+        """Whether :meth:`recover_stale` has work (a read, to spare a write when not)."""
+
     def recover_stale(self, conn: Connection) -> bool:
         """Rebuild the indexes another program marked stale, or left without their objects
         when no rebuild of its is pending (Hermes's deferred recovery); True when it rebuilt."""

@@ -506,6 +506,9 @@ class PostgreSQLSearchIndex:
     def backfill_step(self, conn: Connection, target: BackfillTarget, chunk_rows: int) -> bool:
         return False
 
+    def needs_recovery(self, conn: Connection) -> bool:
+        return False
+
     def recover_stale(self, conn: Connection) -> bool:
         return False
 

@@ -881,10 +881,14 @@ class SQLiteSearchIndex:
             chunk_rows=chunk_rows,
         )  # fmt: skip
 
+    def needs_recovery(self, conn: Connection) -> bool:
+        # Objects missing under the rebuild markers: iot's move is making them (backfill).
+        return backfill.stale(conn) or (
+            bool(self.missing(conn)) and not backfill.pending(conn, "word")
+        )
+
     def recover_stale(self, conn: Connection) -> bool:
-        if not backfill.stale(conn) and (
-            not self.missing(conn) or backfill.pending(conn, "word")
-        ):  # objects missing under the rebuild markers: iot's move is making them (backfill)
+        if not self.needs_recovery(conn):
             return False
         self.rebuild(conn)  # deletes the stale mark with the other unsettled ones
         return True

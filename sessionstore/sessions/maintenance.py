@@ -321,6 +321,24 @@ class MaintenancePart(RepositoryPart):
             logger.debug("a chunk of the deferred search-index rebuild waits: %s", exc)
             return True  # iot's answer to lock contention: work remains, call again
 
+    def recover_search_index_at_open(self) -> bool:
+        """At a writable open, as iot 0.22.2's open does: :meth:`retry_deferred_fts_recovery`
+        when the search index was marked stale or lost an object (a trigger dropped by a
+        Hermes that found the index damaged, or by hand), so messages written from now on are
+        found. One read when there is nothing to do: a settled open takes no write lock."""
+        if self.store.read_only:
+            return False
+        from ..search.registry import search_index_for
+
+        index = search_index_for(self.store.dialect)
+        try:
+            if not self.store.read(index.needs_recovery):
+                return False
+        except Exception as exc:  # the open goes on; a write's own repair or doctor remains
+            logger.debug("could not check the search index at open: %s", exc)
+            return False
+        return self.retry_deferred_fts_recovery()
+
     @writes
     def retry_deferred_fts_recovery(self) -> bool:
         if self.store.read_only:

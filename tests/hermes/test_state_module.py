@@ -1026,6 +1026,30 @@ def test_fts_table_exists_follows_the_file_s_schema(tmp_path: Path) -> None:
     db.close()
 
 
+# -- a search index that lost an object is rebuilt at a writable open (iot 0.22.2) -------------
+@pytest.mark.parametrize("dropped", ["messages_fts_insert", "messages_fts_trigram_insert"])
+def test_a_writable_open_rebuilds_a_search_index_that_lost_a_trigger(
+    db_file: Path, migrated_sqlite_template: Path, dropped: str
+) -> None:
+    # A Hermes that found the index damaged drops its triggers (or a user dropped one): every
+    # message written after that was missing from search until iot's next open rebuilt it.
+    backup_copy(migrated_sqlite_template, db_file)
+    present = "SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name = ?"
+    with SessionDB(db_file) as db:
+        db.create_session("s1", "cli")
+        db.append_message("s1", "user", "zebra before")
+        db._conn.execute(f"DROP TRIGGER {dropped}")
+        db._conn.commit()
+    with SessionDB(db_file, read_only=True) as reader:  # a reader only reports
+        assert reader._conn.execute(present, (dropped,)).fetchone()[0] == 0
+    with SessionDB(db_file) as db:
+        assert db._conn.execute(present, (dropped,)).fetchone()[0] == 1
+        db.append_message("s1", "user", "zebra after")
+        db.append_message("s1", "assistant", "斑马线在这里")
+        assert len(db.search_messages("zebra")) == 2
+        assert len(db.search_messages("斑马线")) == 1
+
+
 # -- owner-only files (iot 0.22.2's writable open) ------------------------------------------------
 def modes(path: Path) -> dict[str, int]:
     """The permission bits of the file and of each companion it has now."""
