@@ -29,6 +29,7 @@ from sqlalchemy.engine import Connection
 from .records import FIELD_DEFAULTS
 from .tables import (
     async_delegations_table,
+    conversation_generations_table,
     gateway_heartbeats_table,
     gateway_routing_table,
     session_model_usage_table,
@@ -71,10 +72,10 @@ LATER_TABLES: dict[str, Table] = {
     table.name: table
     for table in (
         gateway_routing_table, session_model_usage_table, async_delegations_table,
-        system_prompts_table, gateway_heartbeats_table,
+        system_prompts_table, gateway_heartbeats_table, conversation_generations_table,
     )
 }
-"""The tables Hermes added in v19...v26 that the reads use: absent, they read as empty
+"""The tables Hermes added in v19...v27 that the reads use: absent, they read as empty
 (``system_prompts``: every prompt is read from its column). So does one in an
 earlier form than our head's (the scope-less routing index of #59203, the usage table of v20
 and v21 without ``task``): what it holds is read once the file is adopted."""

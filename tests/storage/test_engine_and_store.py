@@ -350,7 +350,8 @@ def test_enable_wal_warns_only_when_a_file_cannot_use_wal(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     with caplog.at_level(logging.DEBUG, logger="sessionstore.dialects.sqlite"):
-        _enable_wal(cursor, label, None if label == ":memory:" else Path(label))  # type: ignore[arg-type]
+        path = None if label == ":memory:" else Path(label)
+        _enable_wal(cursor, label, path, "wal", existing=False)  # type: ignore[arg-type]
 
     assert cursor.executed == ["PRAGMA journal_mode = WAL"]
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
