@@ -340,10 +340,16 @@ def run_migrations_online() -> None:
     url = _store_url()
     if FROM_THE_COMMAND_LINE:
         _check_named_location(url)
-    # Journal mode untouched: a refused (too new) file must stay byte-identical.
+    # Journal mode untouched: a refused (too new) file must stay byte-identical. A file this
+    # run made is put in WAL once it is built, as a store's first open makes one: left in the
+    # rollback journal, the next open switched it and said so, as if someone had chosen it.
+    file = database_file(url)
+    made_here = file is not None and not (file.is_file() and file.stat().st_size > 0)
     engine = create_store_engine(url, set_journal_mode=False)
     try:
         _migrate_with_engine(engine)
+        if made_here:
+            dialect_for(engine).enable_journal_mode(engine)
     finally:
         engine.dispose()
 

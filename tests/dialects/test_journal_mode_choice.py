@@ -170,3 +170,17 @@ def test_a_new_file_switched_to_wal_is_not_said(
                 db.create_session("s1", "cli")
             assert _journal_mode(tmp_path / name) == "wal"
     assert _switch_warnings(caplog) == []
+
+
+def test_a_store_db_upgrade_makes_is_in_wal_and_its_first_open_says_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`db upgrade` (and `alembic upgrade head`) on a new path left the store in the rollback
+    journal; its first writable open switched it and warned as if someone had chosen it."""
+    path = tmp_path / "state.db"
+    result = CliRunner().invoke(cli.app, ["--url", str(path), "db", "upgrade"])
+    assert result.exit_code == 0, result.output
+    assert _journal_mode(path) == "wal"
+    with caplog.at_level(logging.WARNING), SessionDB(path) as db:
+        db.create_session("s1", "cli")
+    assert _switch_warnings(caplog) == []
