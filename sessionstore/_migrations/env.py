@@ -58,6 +58,7 @@ from sessionstore.schema.migrate import BEFORE_CHANGE_ATTRIBUTE, REPLAY_NEW_STOR
 from sessionstore.schema.models import SEARCH_OBJECT_NAMES, Base
 from sessionstore.search.index import ensure_head_layout
 from sessionstore.search.registry import search_index_for
+from sessionstore.sql.ledger_tables import ledger_metadata
 from sessionstore.storage.config import require_directory, store_location
 from sessionstore.storage.engine import create_store_engine
 from sessionstore.storage.error_translation import typed_errors
@@ -210,9 +211,13 @@ def _migrate(connection: Connection, dialect: StoreDialect) -> None:
             _report_reached(adoption.stamped)  # the steps before it are Hermes's own
         # Data steps Hermes already ran on this file (v16's backfill) must not run again.
         connection.info[HERMES_SCHEMA_BEFORE_CHAIN] = adoption.found.schema_version
+    # iot's delivery ledger is no model of the head's (sql.ledger_tables): where the chain
+    # makes it, autogenerate compares it too; elsewhere it is iot's, and absent at head.
+    models = [Base.metadata, ledger_metadata] if dialect.migrations_make_delivery_ledger else [
+        Base.metadata]  # fmt: skip
     context.configure(
         connection=connection,
-        target_metadata=Base.metadata,
+        target_metadata=models,
         include_name=include_name,
         # SQLite can run DDL in a transaction too: all steps commit together or not at all.
         transactional_ddl=True,

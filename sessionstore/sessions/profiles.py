@@ -30,18 +30,17 @@ from typing import Any, Final
 from sqlalchemy import (
     ColumnElement,
     and_,
-    column,
     delete,
     func,
     literal,
     or_,
     select,
-    table,
     update,
 )
 from sqlalchemy.engine import Connection
 
 from ..sql import validation
+from ..sql.ledger_tables import delivery_obligations_table as delivery_obligations
 from ..sql.tables import gateway_heartbeats_table as heartbeats
 from ..sql.tables import gateway_routing_table as routing
 from ..sql.tables import sessions_table as sessions
@@ -58,17 +57,6 @@ ACP_SOURCE: Final = "acp"
 _ID_CHUNK: Final = 500
 ABANDONED: Final = "abandoned"
 SETTLED_DELIVERIES: Final = ("delivered", ABANDONED)
-
-delivery_obligations = table(
-    "delivery_obligations",
-    column("session_key"),
-    column("adapter_profile"),
-    column("state"),
-    column("updated_at"),
-)
-"""iot's gateway delivery ledger (``gateway/delivery_ledger.py``): a table its gateway creates
-when it first delivers, outside Hermes's schema and ours (an adopted file keeps it as it is;
-``adapter_profile`` came later). Only the columns a profile's rename or purge touches."""
 
 
 def session_key_namespace(profile: str | None) -> str:

@@ -31,6 +31,7 @@ from .tables import (
     async_delegations_table,
     conversation_generations_table,
     gateway_heartbeats_table,
+    gateway_hygiene_state_table,
     gateway_routing_table,
     session_model_usage_table,
     system_prompts_table,
@@ -73,10 +74,11 @@ LATER_TABLES: dict[str, Table] = {
     for table in (
         gateway_routing_table, session_model_usage_table, async_delegations_table,
         system_prompts_table, gateway_heartbeats_table, conversation_generations_table,
+        gateway_hygiene_state_table,
     )
 }
-"""The tables Hermes added in v19...v27 that the reads use: absent, they read as empty
-(``system_prompts``: every prompt is read from its column). So does one in an
+"""The tables Hermes added in v19...v27 that the reads (an export among them) use: absent, they
+read as empty (``system_prompts``: every prompt is read from its column). So does one in an
 earlier form than our head's (the scope-less routing index of #59203, the usage table of v20
 and v21 without ``task``): what it holds is read once the file is adopted."""
 READ_TABLES = ("sessions", "messages")

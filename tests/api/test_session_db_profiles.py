@@ -187,6 +187,12 @@ def _routing(db: SessionDB) -> list[tuple[str, str, str]]:
     return [tuple(row) for row in db.store.read(lambda conn: conn.execute(statement).all())]
 
 
+def _empty_ledger(db: SessionDB, *counts: str) -> dict[str, int]:
+    """The ledger's counts (none touched) where the store has iot's delivery ledger without
+    a gateway having made it: PostgreSQL, from revision 0043 on; none on SQLite."""
+    return dict.fromkeys(counts, 0) if db.store.dialect.migrations_make_delivery_ledger else {}
+
+
 def test_a_rename_moves_every_identity_and_a_purge_keeps_the_sessions(db: SessionDB) -> None:
     _identity(db)
     counts = db.rekey_profile_state("work", "ops")
@@ -194,7 +200,8 @@ def test_a_rename_moves_every_identity_and_a_purge_keeps_the_sessions(db: Sessio
         "sessions_profile_name": 1, "gateway_heartbeats_profile": 1, "sessions_session_key": 1,
         "sessions_origin_json": 1, "telegram_dm_topic_mode_profile_name": 1,
         "telegram_dm_topic_bindings_profile_name": 0, "telegram_dm_topic_bindings_session_key": 0,
-        "gateway_routing": 2,
+        "gateway_routing": 2, **_empty_ledger(db, "delivery_obligations_adapter_profile",
+                                              "delivery_obligations_session_key"),
     }  # fmt: skip
     assert _column(db, "session_key") == {"s1": "agent:ops:telegram:dm:1",
                                           "s2": "agent:workshop:telegram:dm:1"}  # fmt: skip
@@ -204,7 +211,8 @@ def test_a_rename_moves_every_identity_and_a_purge_keeps_the_sessions(db: Sessio
     assert db.is_telegram_topic_mode_enabled(chat_id="1", user_id="u", profile_name="ops")
     purged = db.purge_profile_state(" ops ")
     assert purged == {"gateway_routing": 2, "gateway_heartbeats": 1,
-                      "telegram_dm_topic_mode": 1, "telegram_dm_topic_bindings": 0}  # fmt: skip
+                      "telegram_dm_topic_mode": 1, "telegram_dm_topic_bindings": 0,
+                      **_empty_ledger(db, "delivery_obligations")}  # fmt: skip
     assert _routing(db) == [] and db.get_session("s1") is not None
     assert set(db.purge_profile_state("ops").values()) == {0}
 
@@ -224,10 +232,13 @@ def test_a_rename_onto_a_held_key_changes_nothing(db: SessionDB) -> None:
 
 def test_a_store_without_the_optional_tables_reports_only_its_own(db: SessionDB) -> None:
     db.create_session("s", "cli")
-    assert db.purge_profile_state("work") == {"gateway_routing": 0, "gateway_heartbeats": 0}
+    assert db.purge_profile_state("work") == {"gateway_routing": 0, "gateway_heartbeats": 0,
+                                              **_empty_ledger(db, "delivery_obligations")}
     assert set(db.rekey_profile_state("work", "ops")) == {
         "sessions_profile_name", "gateway_heartbeats_profile", "sessions_session_key",
         "sessions_origin_json", "gateway_routing",
+        *_empty_ledger(db, "delivery_obligations_adapter_profile",
+                       "delivery_obligations_session_key"),
     }  # fmt: skip
 
 

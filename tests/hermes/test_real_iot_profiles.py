@@ -122,8 +122,10 @@ def test_profile_identity_answers_and_writes_as_iot(iot_answers: list[Any], db: 
 
 
 LEDGER_DDL = (
-    "CREATE TABLE delivery_obligations (obligation_id TEXT PRIMARY KEY, session_key TEXT NOT "
-    "NULL, platform TEXT NOT NULL, chat_id TEXT NOT NULL, thread_id TEXT, content TEXT NOT NULL, "
+    # IF NOT EXISTS, as iot's gateway creates it: PostgreSQL has it from revision 0043 on.
+    "CREATE TABLE IF NOT EXISTS delivery_obligations (obligation_id TEXT PRIMARY KEY, "
+    "session_key TEXT NOT NULL, platform TEXT NOT NULL, chat_id TEXT NOT NULL, thread_id TEXT, "
+    "content TEXT NOT NULL, "
     "state TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, created_at REAL NOT NULL, "
     "updated_at REAL NOT NULL, owner_pid INTEGER, owner_started_at INTEGER, last_error TEXT, "
     "adapter_profile TEXT)"

