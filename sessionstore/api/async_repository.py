@@ -2192,6 +2192,9 @@ class AsyncSessionRepository:
     async def fts_cjk_rebuild_step(self) -> bool:
         return await self._write(lambda repo: repo.fts_cjk_rebuild_step())
 
+    async def recover_search_index_at_open(self) -> bool:
+        return await self._write(lambda repo: repo.recover_search_index_at_open())
+
     async def retry_deferred_fts_recovery(self) -> bool:
         return await self._write(lambda repo: repo.retry_deferred_fts_recovery())
 

@@ -321,6 +321,7 @@ class MaintenancePart(RepositoryPart):
             logger.debug("a chunk of the deferred search-index rebuild waits: %s", exc)
             return True  # iot's answer to lock contention: work remains, call again
 
+    @writes
     def recover_search_index_at_open(self) -> bool:
         """At a writable open, as iot 0.22.2's open does: :meth:`retry_deferred_fts_recovery`
         when the search index was marked stale or lost an object (a trigger dropped by a
