@@ -653,7 +653,10 @@ def copy_store(
         lambda conn: source.dialect.column_names(conn, obligations.name)) else []  # fmt: skip
     for table in (usage, routing, delegations, generations, hygiene, *ledgers):
         keys = select(*table.primary_key)
-        missing_rows = set(_rows(source, keys)) - set(_rows(target, keys))
+        source_rows = set(_rows(source, keys))
+        if not source_rows:
+            continue  # nothing to find (a target may hold no ledger: made only for rows)
+        missing_rows = source_rows - set(_rows(target, keys))
         if missing_rows:
             raise SessionStoreError(
                 f"copy incomplete: {len(missing_rows)} {table.name} row(s) of the source are not "
