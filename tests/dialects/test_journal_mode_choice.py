@@ -16,20 +16,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy.engine import URL
-from store_library import connect_like_the_store
+from store_library import journal_mode_of
 from typer.testing import CliRunner
 
 from sessionstore import SessionDB, cli
 from sessionstore.errors import StoreLocationError
 from sessionstore.storage.config import hermes_journal_mode, resolve_url
-
-
-def _journal_mode(path: Path) -> str:
-    conn = connect_like_the_store(path)
-    try:
-        return str(conn.execute("PRAGMA journal_mode").fetchone()[0])
-    finally:
-        conn.close()
 
 
 def _url(path: Path, **query: str) -> str:
@@ -47,11 +39,11 @@ def test_a_new_store_asked_for_the_rollback_journal_stays_in_it_and_works(tmp_pa
             "kept out of WAL by choice", "written by a second opener",
         ]  # fmt: skip
         assert second.search_messages("choice")[0]["session_id"] == "s1"
-    assert _journal_mode(path) == "delete"
+    assert journal_mode_of(path) == "delete"
     assert not (tmp_path / "state.db-wal").exists()
     with SessionDB(path) as db:  # without the choice: the default, WAL
         assert len(db.get_messages("s1")) == 2
-    assert _journal_mode(path) == "wal"
+    assert journal_mode_of(path) == "wal"
 
 
 def test_a_file_in_wal_keeps_it_with_one_warning(
@@ -61,11 +53,11 @@ def test_a_file_in_wal_keeps_it_with_one_warning(
     with SessionDB(path) as db:
         db.create_session("s1", "cli")
         db.append_message("s1", "user", "written in WAL")
-    assert _journal_mode(path) == "wal"
+    assert journal_mode_of(path) == "wal"
     with caplog.at_level(logging.WARNING), SessionDB(url=_url(path, journal_mode="delete")) as db:
         db.append_message("s1", "user", "still written")
         assert len(db.get_messages("s1")) == 2
-    assert _journal_mode(path) == "wal"
+    assert journal_mode_of(path) == "wal"
     warnings = [r.getMessage() for r in caplog.records if "journal_mode=delete" in r.getMessage()]
     assert len(warnings) == 1 and "kept in WAL" in warnings[0]
 
@@ -130,7 +122,7 @@ def test_the_default_store_follows_hermes_config(
     with SessionDB() as db:
         db.create_session("s1", "cli")
         db.append_message("s1", "user", "in the Hermes home")
-    assert _journal_mode(home / "state.db") == "delete"
+    assert journal_mode_of(home / "state.db") == "delete"
     monkeypatch.setenv("SESSIONSTORE_URL", str(tmp_path / "elsewhere.db"))
     assert resolve_url() == str(tmp_path / "elsewhere.db")  # a named store is as named
 
@@ -147,13 +139,13 @@ def test_a_file_with_pages_switched_to_wal_is_said_once_naming_how_to_keep_it(
     path = tmp_path / "state.db"
     with SessionDB(url=_url(path, journal_mode="delete")) as db:
         db.create_session("s1", "cli")
-    assert _journal_mode(path) == "delete"
+    assert journal_mode_of(path) == "delete"
     with caplog.at_level(logging.WARNING):
         for _ in range(2):
             with SessionDB(path) as db, SessionDB(path) as second:
                 assert db.get_session("s1") is not None
                 second.append_message("s1", "user", "written in WAL")
-    assert _journal_mode(path) == "wal"
+    assert journal_mode_of(path) == "wal"
     warnings = _switch_warnings(caplog)
     assert len(warnings) == 1, warnings
     assert "journal_mode=delete" in warnings[0] and "database.journal_mode" in warnings[0]
@@ -168,7 +160,7 @@ def test_a_new_file_switched_to_wal_is_not_said(
         for name in ("new.db", "empty.db"):
             with SessionDB(tmp_path / name) as db:
                 db.create_session("s1", "cli")
-            assert _journal_mode(tmp_path / name) == "wal"
+            assert journal_mode_of(tmp_path / name) == "wal"
     assert _switch_warnings(caplog) == []
 
 
@@ -180,7 +172,7 @@ def test_a_store_db_upgrade_makes_is_in_wal_and_its_first_open_says_nothing(
     path = tmp_path / "state.db"
     result = CliRunner().invoke(cli.app, ["--url", str(path), "db", "upgrade"])
     assert result.exit_code == 0, result.output
-    assert _journal_mode(path) == "wal"
+    assert journal_mode_of(path) == "wal"
     with caplog.at_level(logging.WARNING), SessionDB(path) as db:
         db.create_session("s1", "cli")
     assert _switch_warnings(caplog) == []

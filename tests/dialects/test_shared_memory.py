@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from store_library import connect_like_the_store
+from store_library import connect_like_the_store, journal_mode_of
 
 from sessionstore import SessionDB
 from sessionstore.dialects import shared_memory
@@ -61,14 +61,6 @@ def virtiofs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
     shared_memory.filesystem_type.cache_clear()
 
 
-def _journal_mode(path: Path) -> str:
-    conn = connect_like_the_store(path)
-    try:
-        return str(conn.execute("PRAGMA journal_mode").fetchone()[0])
-    finally:
-        conn.close()
-
-
 def test_a_new_store_on_virtiofs_stays_in_the_rollback_journal_and_works(
     virtiofs_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -77,13 +69,13 @@ def test_a_new_store_on_virtiofs_stays_in_the_rollback_journal_and_works(
     with caplog.at_level(logging.WARNING), SessionDB(virtiofs_dir / "state.db") as db:
         db.create_session("s1", "cli")
         first = db.append_message("s1", "user", "kept out of WAL")
-        assert _journal_mode(virtiofs_dir / "state.db") == "delete"
+        assert journal_mode_of(virtiofs_dir / "state.db") == "delete"
         assert [m["id"] for m in db.get_messages("s1")] == [first]
         assert db.search_messages("WAL")[0]["session_id"] == "s1"
     assert "shared across a VM boundary" in caplog.text
     assert not (virtiofs_dir / "state.db-wal").exists()
     with SessionDB(tmp_path / "native.db"):  # beside it, a native file system: WAL
-        assert _journal_mode(tmp_path / "native.db") == "wal"
+        assert journal_mode_of(tmp_path / "native.db") == "wal"
 
 
 def test_a_store_already_in_wal_on_virtiofs_keeps_it_with_a_warning(
@@ -93,7 +85,7 @@ def test_a_store_already_in_wal_on_virtiofs_keeps_it_with_a_warning(
     shared.mkdir()
     with SessionDB(shared / "state.db") as db:  # made in WAL before the mount is known
         db.create_session("s1", "cli")
-    assert _journal_mode(shared / "state.db") == "wal"
+    assert journal_mode_of(shared / "state.db") == "wal"
     monkeypatch.setattr(
         shared_memory, "MOUNTINFO",
         _mountinfo(tmp_path, f"60 27 0:70 / {shared} rw - virtiofs hostshare rw"),
@@ -102,7 +94,7 @@ def test_a_store_already_in_wal_on_virtiofs_keeps_it_with_a_warning(
     try:
         with caplog.at_level(logging.WARNING), SessionDB(shared / "state.db") as db:
             db.append_message("s1", "user", "still written")
-            assert _journal_mode(shared / "state.db") == "wal"
+            assert journal_mode_of(shared / "state.db") == "wal"
             assert len(db.get_messages("s1")) == 1
     finally:
         shared_memory.filesystem_type.cache_clear()
@@ -134,6 +126,6 @@ def test_a_store_linked_into_a_shared_folder_is_judged_by_the_folder_it_points_i
     with SessionDB(native / "state.db") as db:
         db.create_session("s1", "cli")
         db.append_message("s1", "user", "kept out of WAL through the link")
-        assert _journal_mode(virtiofs_dir / "state.db") == "delete"
+        assert journal_mode_of(virtiofs_dir / "state.db") == "delete"
     assert not (virtiofs_dir / "state.db-wal").exists()
     assert sorted(p.name for p in native.iterdir()) == ["state.db"]  # the link, nothing else

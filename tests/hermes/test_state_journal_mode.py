@@ -11,17 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from store_library import connect_like_the_store
+from store_library import connect_like_the_store, journal_mode_of
 
 from sessionstore.hermes import state as hermes_state
-
-
-def _journal_mode(path: Path) -> str:
-    conn = connect_like_the_store(path)
-    try:
-        return str(conn.execute("PRAGMA journal_mode").fetchone()[0])
-    finally:
-        conn.close()
 
 
 @pytest.fixture
@@ -50,8 +42,8 @@ def test_config_yaml_delete_keeps_every_file_out_of_wal(hermes_home: Path, tmp_p
     finally:
         default.close()
         named.close()
-    assert _journal_mode(hermes_home / "state.db") == "delete"
-    assert _journal_mode(tmp_path / "other.db") == "delete"
+    assert journal_mode_of(hermes_home / "state.db") == "delete"
+    assert journal_mode_of(tmp_path / "other.db") == "delete"
     fresh = connect_like_the_store(tmp_path / "raw.db")
     try:
         assert hermes_state.apply_wal_with_fallback(fresh, db_label="raw.db") == "delete"
@@ -75,7 +67,7 @@ def test_the_profile_home_hermes_names_is_read(
         _use(db)
     finally:
         db.close()
-    assert _journal_mode(tmp_path / "state.db") == "delete"
+    assert journal_mode_of(tmp_path / "state.db") == "delete"
 
 
 def test_a_file_in_wal_keeps_it_and_no_config_means_wal(hermes_home: Path, tmp_path: Path) -> None:
@@ -85,7 +77,7 @@ def test_a_file_in_wal_keeps_it_and_no_config_means_wal(hermes_home: Path, tmp_p
         _use(db)
     finally:
         db.close()
-    assert _journal_mode(path) == "wal"
+    assert journal_mode_of(path) == "wal"
     (hermes_home / "config.yaml").write_text("database:\n  journal_mode: delete\n")
     db = hermes_state.SessionDB(db_path=path)
     try:
@@ -93,7 +85,7 @@ def test_a_file_in_wal_keeps_it_and_no_config_means_wal(hermes_home: Path, tmp_p
         assert db.message_count("s1") == 2
     finally:
         db.close()
-    assert _journal_mode(path) == "wal"
+    assert journal_mode_of(path) == "wal"
     conn = connect_like_the_store(path)
     try:
         assert hermes_state.apply_wal_with_fallback(conn, db_label="wal state.db") == "wal"

@@ -23,6 +23,15 @@ def connect_like_the_store(database: Any, **kwargs: Any) -> sqlite3.Connection:
     return connect(database, **kwargs)
 
 
+def journal_mode_of(path: Any) -> str:
+    """The journal mode of the SQLite file ``path``, read through the stores' library."""
+    conn = connect_like_the_store(path)
+    try:
+        return str(conn.execute("PRAGMA journal_mode").fetchone()[0])
+    finally:
+        conn.close()
+
+
 def store_row_factory() -> Any:
     """That library's ``Row`` (the standard library's cannot read another library's cursor)."""
     return library().module.Row
