@@ -9,6 +9,10 @@ key: each table is rebuilt, every row kept under the ``default`` profile, a v1 b
 session is gone dropped as Hermes drops it, since the v3 key's cascade would refuse it), and
 records ``state_meta telegram_dm_topic_schema_version = '3'``.
 
+``export``, ``import`` and ``db copy`` (:mod:`sessionstore.ops.transfer`) read and make the
+tables through this module's own :func:`topic_shape`, :func:`topic_rows` and
+:func:`ensure_topic_tables`: one rule for a v1/v2 row, one opt-in.
+
 Reads never create or change anything: absent tables read as empty (False, None, []), and a
 v1/v2 pair reads as it is, its rows being the ``default`` profile's (newest Hermes heals such
 a pair on read instead; ours waits for the next topic write). The other writes
@@ -27,13 +31,14 @@ to the profile asked for (docs/hermes.md, "Differences from Hermes").
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 from sqlalchemy import Table, delete, exists, func, insert, literal_column, select, text, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
+from ..dialects.interface import StoreDialect
 from ..errors import UnknownSessionError
 from ..sql import validation
 from ..sql.tables import sessions_table as sessions
@@ -95,34 +100,13 @@ class TelegramTopicsPart(RepositoryPart):
     def _topic_shape(self, conn: Connection, table: Table) -> tuple[TopicShape, list[str]]:
         if self._topic_tables_current:
             return "current", [column.name for column in table.c]
-        present = self.store.dialect.column_names(conn, table.name)
-        if not present:
-            return "absent", []
-        columns = [column.name for column in table.c if column.name in present]
-        return ("current" if "profile_name" in present else "legacy"), columns
+        return topic_shape(self.store.dialect, conn, table)
 
     def _ensure_topic_tables(self, conn: Connection, *, create: bool) -> bool:
         """Bring the tables to v3 (creating them only when ``create``); whether they exist."""
         if self._topic_tables_current:
             return True
-        changed = False
-        for table in TOPIC_TABLES:
-            shape, columns = self._topic_shape(conn, table)
-            if shape == "absent":
-                if not create:
-                    return False
-                table.create(conn)  # its indexes with it
-                changed = True
-            elif shape == "legacy":
-                _rebuild_at_v3(conn, table, columns)
-                changed = True
-        for index in TOPIC_INDEXES:
-            index.create(conn, checkfirst=True)
-        if changed or create:
-            conn.execute(
-                meta_upsert(self.store.dialect, TOPIC_SCHEMA_META_KEY, str(TOPIC_SCHEMA_VERSION))
-            )
-        return True
+        return ensure_topic_tables(self.store.dialect, conn, create=create)
 
     def _write_topics(self, work: Callable[[Connection], T], *, create: bool) -> T | None:
         """Run ``work`` in a write after bringing the tables to v3 (None, and nothing run,
@@ -151,20 +135,9 @@ class TelegramTopicsPart(RepositoryPart):
 
         def run(conn: Connection) -> list[dict[str, Any]]:
             shape, columns = self._topic_shape(conn, table)
-            if shape == "absent":
-                return []
-            if shape == "legacy" and profile not in (None, DEFAULT_PROFILE):
-                return []
-            conditions = where()
-            if shape == "current" and profile is not None:
-                conditions.append(table.c.profile_name == profile)
-            statement = select(*(table.c[name] for name in columns)).where(*conditions)
-            if order is not None:
-                statement = statement.order_by(order)
-            rows = [dict(row._mapping) for row in conn.execute(statement)]
-            if shape == "legacy":
-                rows = [{"profile_name": DEFAULT_PROFILE, **row} for row in rows]
-            return rows
+            return topic_rows(
+                conn, table, shape, columns, profile, where, () if order is None else (order,)
+            )
 
         return self.store.read(run)
 
@@ -495,6 +468,69 @@ class TelegramTopicsPart(RepositoryPart):
             return [listing_dict(row) for row in conn.execute(statement)]
 
         return self.store.read(run)
+
+
+# -- the tables, for the part above and for the transfer (``ops.transfer``) ----------------------
+def topic_shape(
+    dialect: StoreDialect, conn: Connection, table: Table
+) -> tuple[TopicShape, list[str]]:
+    """How ``table`` stands in the store: its shape and the v3 columns it has, in order."""
+    present = dialect.column_names(conn, table.name)
+    if not present:
+        return "absent", []
+    columns = [column.name for column in table.c if column.name in present]
+    return ("current" if "profile_name" in present else "legacy"), columns
+
+
+def ensure_topic_tables(dialect: StoreDialect, conn: Connection, *, create: bool) -> bool:
+    """Bring the tables to v3 (creating them only when ``create``) and record the version in
+    ``state_meta`` when anything was made or ``create``; whether they exist. The one opt-in:
+    the part's topic writes and a transfer that carries topic rows."""
+    changed = False
+    for table in TOPIC_TABLES:
+        shape, columns = topic_shape(dialect, conn, table)
+        if shape == "absent":
+            if not create:
+                return False
+            table.create(conn)  # its indexes with it
+            changed = True
+        elif shape == "legacy":
+            _rebuild_at_v3(conn, table, columns)
+            changed = True
+    for index in TOPIC_INDEXES:
+        index.create(conn, checkfirst=True)
+    if changed or create:
+        conn.execute(meta_upsert(dialect, TOPIC_SCHEMA_META_KEY, str(TOPIC_SCHEMA_VERSION)))
+    return True
+
+
+def topic_rows(
+    conn: Connection,
+    table: Table,
+    shape: TopicShape,
+    columns: list[str],
+    profile: str | None,
+    where: Callable[[], list[ColumnElement[bool]]],
+    order: Sequence[ColumnElement[Any]] = (),
+) -> list[dict[str, Any]]:
+    """The rows of ``table`` (as :func:`topic_shape` found it: ``shape``, ``columns``) of
+    ``profile`` (None: every profile's) matching ``where``, each a dict of every column it
+    has, in ``order`` (which names only columns it has); a v1/v2 table's rows are the
+    ``default`` profile's (it has no other)."""
+    if shape == "absent":
+        return []
+    if shape == "legacy" and profile not in (None, DEFAULT_PROFILE):
+        return []
+    conditions = where()
+    if shape == "current" and profile is not None:
+        conditions.append(table.c.profile_name == profile)
+    statement = select(*(table.c[name] for name in columns)).where(*conditions)
+    if order:
+        statement = statement.order_by(*order)
+    rows = [dict(row._mapping) for row in conn.execute(statement)]
+    if shape == "legacy":
+        rows = [{"profile_name": DEFAULT_PROFILE, **row} for row in rows]
+    return rows
 
 
 def _rebuild_at_v3(conn: Connection, table: Table, columns: list[str]) -> None:
