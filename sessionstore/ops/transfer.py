@@ -3,7 +3,7 @@
 
 Format (one JSON object per line, UTF-8, non-ASCII kept as is)::
 
-    {"format": "sessionstore-export", "version": 5}
+    {"format": "sessionstore-export", "version": 6}
     {"session": {...every sessions column...}}
     {"message": {...every messages column...}}      # that session's messages follow it
     {"usage": {...every session_model_usage column...}}  # then its per-model usage rows
@@ -14,9 +14,12 @@ Format (one JSON object per line, UTF-8, non-ASCII kept as is)::
     {"generation": {...every conversation_generations column...}}  # the gateway's resets
     {"hygiene": {...every gateway_hygiene_state column...}}  # the gateway's failure streaks
     {"obligation": {...every delivery_obligations column...}}  # iot's undelivered replies
+    {"topic_mode": {...every telegram_dm_topic_mode column...}}  # chats with topic mode
+    {"topic_binding": {...every telegram_dm_topic_bindings column...}}  # thread -> session
 
 Versions 1 (no ``state`` records), 2 (no ``usage``, ``routing`` or ``delegation``), 3 (no
-``generation``) and 4 (no ``hygiene`` or ``obligation``) are still read. A session's per-model
+``generation``), 4 (no ``hygiene`` or ``obligation``) and 5 (no ``topic_mode`` or
+``topic_binding``) are still read. A session's per-model
 usage (Hermes v20: what its Insights and cost reports read) travels with the session: skipped
 with it, merged by key (a row the target holds keeps its figures).
 The routing index and the background delegations (Hermes v19, v21) are the gateway's and
@@ -32,6 +35,22 @@ gateway still owes a platform, resent at its next start; a table iot creates its
 and refused with a typed error, before any of it is written, when a row holds a value no
 store of ours could keep or a column iot 0.22.2 does not have holds a value). In the target,
 like ``state_meta``, a key it already holds keeps its row.
+Hermes's Telegram DM topic tables (``telegram_dm_topic_mode``: which private chats have topic
+mode on; ``telegram_dm_topic_bindings``: which session each topic thread is bound to; see
+:mod:`sessionstore.sessions.telegram_topics`) are read at their v1, v2 or v3 as the sessions
+part reads them (a v1/v2 row is the ``default`` profile's) and written at v3: a target gets
+the tables (or its v1/v2 pair is brought to v3, and ``telegram_dm_topic_schema_version`` set)
+by that part's own opt-in, and only when rows of them come. A binding belongs to its session,
+as a delegation does: a whole-store export carries the binding of every session it holds (a
+v1 binding whose session is gone, which Hermes's v3 rebuild drops, is not carried), an export
+of some sessions the bindings of those sessions, and the mode rows of the chats they are in
+(what makes a binding used); a whole store carries every mode row. In the target a key it
+holds keeps its row; a binding goes in only when the target holds its session (the foreign
+key) and it was not skipped (``skip`` imports nothing for a session the target has), and
+not when the target binds that session to another topic already (a session has one topic).
+A topic row holding a value no store could keep (wrong type; NUL or a lone surrogate in a
+text cell, each a key or an id) stops the export or copy with :class:`TopicTransferError`,
+and the import with :class:`ImportFormatError`, before anything is written.
 ``state_meta`` holds what Hermes keeps beside its sessions: a session's goal
 (``goal:<session id>``), its own housekeeping markers (``last_auto_prune``,
 ``ghost_session_prune_v1``, ...). A whole-store export carries every
@@ -116,6 +135,7 @@ from ..errors import ConstraintViolationError, ImportConflictError, SessionStore
 from ..sessions.deletion import delete_matching
 from ..sessions.prompts import store_prompt
 from ..sessions.repository import SessionRepository
+from ..sessions.telegram_topics import ensure_topic_tables, topic_rows, topic_shape
 from ..sql import validation
 from ..sql.codec import json_default, text_of_blob
 from ..sql.ledger_tables import LATER_LEDGER_COLUMNS
@@ -131,6 +151,9 @@ from ..sql.tables import messages_table as messages
 from ..sql.tables import session_model_usage_table as usage
 from ..sql.tables import sessions_table as sessions
 from ..sql.tables import state_meta_table as state_meta
+from ..sql.topic_tables import TOPIC_SCHEMA_META_KEY
+from ..sql.topic_tables import topic_bindings_table as topic_bindings
+from ..sql.topic_tables import topic_mode_table as topic_modes
 from ..sql.validation import SourceFilter
 from ..storage.private_files import create_empty_file, mode_of, private_copy, publish_over
 from ..storage.store import Store
@@ -138,8 +161,8 @@ from ..storage.store import Store
 logger = logging.getLogger(__name__)
 
 FORMAT_NAME = "sessionstore-export"
-FORMAT_VERSION = 5
-READABLE_VERSIONS = (1, 2, 3, 4, 5)
+FORMAT_VERSION = 6
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
 BATCH_ROWS = 1000
 
 T = TypeVar("T")
@@ -155,6 +178,12 @@ class ImportFormatError(SessionStoreError, ValueError):
 class LedgerTransferError(SessionStoreError, ValueError):
     """A row of the source's delivery ledger that no store could keep as it is (a value of
     the wrong type, or in a column iot 0.22.2 does not have): refused, not left behind."""
+
+
+class TopicTransferError(SessionStoreError, ValueError):
+    """A row of the source's Telegram DM topic tables that no store could keep as it is (a
+    value of the wrong type, NUL or a lone surrogate in a text cell, a value in a column
+    Hermes's v3 tables do not have): refused before anything is written, not left behind."""
 
 
 @dataclass
@@ -173,8 +202,11 @@ class TransferResult:
     generations: int = 0
     hygiene_streaks: int = 0
     obligations: int = 0
-    """Routing entries, delegations, reset generations, failure streaks and delivery
-    obligations written (a key the target holds keeps its row)."""
+    topic_modes: int = 0
+    topic_bindings: int = 0
+    """Routing entries, delegations, reset generations, failure streaks, delivery
+    obligations, Telegram topic mode rows and topic bindings written (a key the target holds
+    keeps its row)."""
 
 
 def _as_text_cells(row: dict[str, Any]) -> dict[str, Any]:
@@ -191,17 +223,28 @@ def _as_text_cells(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def iter_records(
-    store: Store, *, source: SourceFilter = None, session_ids: Iterable[str] | None = None
+    store: Store,
+    *,
+    source: SourceFilter = None,
+    session_ids: Iterable[str] | None = None,
+    topics: bool = True,
 ) -> Iterator[Record]:
     """Every session (oldest first; of any of the sources, or with one of the ids, when
     given) followed by its messages, then the ``state_meta`` rows (see the module docstring
-    for which), streamed from one snapshot; text cells stored as BLOBs come as text."""
-    for kind, row in _iter_stored_records(store, source=source, session_ids=session_ids):
+    for which), streamed from one snapshot; text cells stored as BLOBs come as text.
+    ``topics=False`` leaves the Telegram topic tables unread (a move of one session: iot's
+    payload carries none)."""
+    records = _iter_stored_records(store, source=source, session_ids=session_ids, topics=topics)
+    for kind, row in records:
         yield kind, _as_text_cells(row)
 
 
 def _iter_stored_records(
-    store: Store, *, source: SourceFilter = None, session_ids: Iterable[str] | None = None
+    store: Store,
+    *,
+    source: SourceFilter = None,
+    session_ids: Iterable[str] | None = None,
+    topics: bool = True,
 ) -> Iterator[Record]:
     """Every session (oldest first; of any of the sources, or with one of the ids, when
     given) followed by its messages, then the ``state_meta`` rows (see the module docstring
@@ -213,6 +256,10 @@ def _iter_stored_records(
     # A store read as it is (``sql.read_shape``) may lack the later tables: none is read.
     has = store.read_shape.has_table
     with store.reading() as conn:
+        # Read (and checked) before the first record: a topic row no store could keep stops
+        # an export or a copy before anything is written. The tables are small (one row per
+        # chat and per topic thread).
+        modes, bindings = _topic_records(store, conn) if topics else ([], [])
         for session in repository.iter_sessions(conn, source):
             if wanted is not None and session.id not in wanted:
                 continue
@@ -243,6 +290,13 @@ def _iter_stored_records(
                 yield "hygiene", dict(row)
         if whole_store:
             yield from _ledger_records(store, conn)
+        carried = [binding for binding in bindings if binding["session_id"] in exported]
+        chats = {(binding["profile_name"], binding["chat_id"]) for binding in carried}
+        for mode in modes:
+            if whole_store or (mode["profile_name"], mode["chat_id"]) in chats:
+                yield "topic_mode", mode
+        for binding in carried:
+            yield "topic_binding", binding
         if not has(delegations.name):
             return
         for row in conn.execute(
@@ -285,6 +339,55 @@ def _ledger_records(store: Store, conn: Connection) -> Iterator[Record]:
         rows.append(row)
     for row in rows:
         yield "obligation", row
+
+
+_TOPIC_KINDS = (("topic_mode", topic_modes), ("topic_binding", topic_bindings))
+
+
+def _topic_records(
+    store: Store, conn: Connection
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The store's Telegram DM topic mode rows and its bindings of sessions it holds (none
+    when it has no such tables), read as the sessions part reads them
+    (:func:`~sessionstore.sessions.telegram_topics.topic_rows`: a v1/v2 table's rows are the
+    ``default`` profile's), each with every v3 column, by key. A v1 binding whose session is
+    gone (v1 had no cascade) is left out, as Hermes's own v3 rebuild leaves it. Every row is
+    checked here: one no store of ours could keep as it is, or a value in a column the v3
+    tables lack, is a :class:`TopicTransferError`."""
+    found: list[list[dict[str, Any]]] = []
+    bytewise = store.dialect.bytewise_collation
+    for kind, table in _TOPIC_KINDS:
+        shape, columns = topic_shape(store.dialect, conn, table)
+        present = store.dialect.column_names(conn, table.name)
+        held = [name for name in sorted(present - set(table.c.keys()))
+                if _holds_a_value(conn, table.name, name)]  # fmt: skip
+        if held:
+            raise TopicTransferError(
+                f"{table.name} holds values in column(s) {held} that sessionstore does not "
+                "carry (they are not Hermes's); nothing was written"
+            )
+
+        def live(table: Table = table) -> list[Any]:
+            if "session_id" not in table.c:
+                return []
+            return [select(sessions.c.id).where(sessions.c.id == table.c.session_id).exists()]
+
+        keys = [column.name for column in table.primary_key]
+        order = [table.c[name].collate(bytewise) for name in keys if name in columns]
+        defaults = dict.fromkeys(table.c.keys())
+        rows = []
+        for stored in topic_rows(conn, table, shape, columns, None, live, order):
+            row = _as_text_cells({**defaults, **stored})
+            problem = _bad_value(kind, row)
+            if problem is not None:
+                key = tuple(row[name] for name in keys)
+                raise TopicTransferError(
+                    f"{table.name} row {key!r} cannot be carried as it is: {problem}; "
+                    "nothing was written"
+                )
+            rows.append(row)
+        found.append(rows)
+    return found[0], found[1]
 
 
 def _holds_a_value(conn: Connection, table_name: str, column_name: str) -> bool:
@@ -424,14 +527,16 @@ _INTEGER_FIELDS = frozenset(
      "compression_fallback_streak", "delivery_attempts", "owner_pid", "owner_started_at",
      "git_metadata_generation", "compression_ineffective_count", "compression_overload_streak",
      "auto_archived", "pinned", "hidden", "_compressed_summary", "display_order", "generation",
-     "failure_streak", "attempts"}
+     "failure_streak", "attempts", "enabled", "has_topics_enabled",
+     "allows_users_to_create_topics"}
 )  # fmt: skip
 _NUMBER_FIELDS = frozenset({"started_at", "ended_at", "timestamp", "estimated_cost_usd",
                             "actual_cost_usd", "compression_failure_cooldown_until",
                             "first_seen", "last_seen", "updated_at", "dispatched_at",
                             "completed_at", "delivered_at", "delivery_claimed_at",
                             "last_activity_at", "compression_recovery_deadline",
-                            "last_read_at", "created_at"})  # fmt: skip
+                            "last_read_at", "created_at", "activated_at",
+                            "capability_checked_at", "linked_at"})  # fmt: skip
 _HEX_DIGEST_LENGTH = 64
 """``display_identity`` in an export: a SHA-256 digest as hex text."""
 _REQUIRED_FIELDS = {"session": ("id", "source", "started_at"),
@@ -445,31 +550,40 @@ _REQUIRED_FIELDS = {"session": ("id", "source", "started_at"),
                     "hygiene": ("session_key", "failure_streak"),
                     "obligation": ("obligation_id", "session_key", "platform", "chat_id",
                                    "content", "state", "attempts", "created_at",
-                                   "updated_at")}  # fmt: skip
+                                   "updated_at"),
+                    "topic_mode": tuple(column.name for column in topic_modes.c
+                                        if not column.nullable),
+                    "topic_binding": tuple(column.name for column in topic_bindings.c
+                                           if not column.nullable)}  # fmt: skip
 _STATE_FIELDS = ("key", "value")
+_TOPIC_RECORDS = frozenset({"topic_mode", "topic_binding"})
 STORE_LOCAL_STATE_KEYS = frozenset({
     "db_file_generation", "store_instance_id", "store_created_at_utc",
     "message_uid_backfill", "message_uid_backfill_id",
     "fts_storage_version", "fts_rebuild_high_water", "fts_rebuild_progress",
     "fts_optimize_available", "fts_stale", "fts_rebuild_deferral",
     "fts_tool_full_content_high_water", "fts_cjk_stale", "fts_cjk_rebuild_high_water",
-    "fts_cjk_rebuild_progress",
+    "fts_cjk_rebuild_progress", TOPIC_SCHEMA_META_KEY,
 })  # fmt: skip
 """``state_meta`` keys that describe one store file, not its history (Hermes v23...v31: the
-file's identity, its search layout and rebuild marks, the uid backfill): never exported, never
-imported or copied (each store has its own, and a copied one would be wrong)."""
+file's identity, its search layout and rebuild marks, the uid backfill; the version of the
+Telegram topic tables it holds, which a transfer that carries topic rows sets in the target as
+the opt-in sets it): never exported, never imported or copied (each store has its own, and a
+copied one would be wrong)."""
 _RECORD_FIELDS = {
     "session": SESSION_FIELDS, "message": MESSAGE_FIELDS, "state": _STATE_FIELDS,
     "usage": tuple(usage.c.keys()), "routing": tuple(routing.c.keys()),
     "delegation": tuple(delegations.c.keys()), "generation": tuple(generations.c.keys()),
     "hygiene": tuple(hygiene.c.keys()), "obligation": tuple(obligations.c.keys()),
+    "topic_mode": tuple(topic_modes.c.keys()), "topic_binding": tuple(topic_bindings.c.keys()),
 }  # fmt: skip
 _KEY_FIELD = {"session": "id", "message": "id", "state": "key", "usage": "model",
               "routing": "session_key", "delegation": "delegation_id",
               "generation": "session_key", "hygiene": "session_key",
-              "obligation": "obligation_id"}  # fmt: skip
+              "obligation": "obligation_id", "topic_mode": "chat_id",
+              "topic_binding": "thread_id"}  # fmt: skip
 _STORE_WIDE = frozenset({"state", "routing", "delegation", "generation", "hygiene",
-                         "obligation"})  # fmt: skip
+                         "obligation", "topic_mode", "topic_binding"})  # fmt: skip
 """Record kinds that come after every session and belong to none."""
 _KINDS_OF_VERSION = {
     1: ("session", "message"),
@@ -478,6 +592,8 @@ _KINDS_OF_VERSION = {
     4: ("session", "message", "usage", "state", "routing", "delegation", "generation"),
     5: ("session", "message", "usage", "state", "routing", "delegation", "generation",
         "hygiene", "obligation"),
+    6: ("session", "message", "usage", "state", "routing", "delegation", "generation",
+        "hygiene", "obligation", "topic_mode", "topic_binding"),
 }
 _DEFAULTS: dict[str, dict[str, Any]] = {
     "usage": {**dict.fromkeys(("billing_provider", "billing_base_url", "billing_mode", "task"),
@@ -489,6 +605,8 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
     "delegation": {"origin_ui_session_id": "", "delivery_state": "pending",
                    "delivery_attempts": 0},
     "obligation": {"attempts": 0},
+    "topic_mode": {"profile_name": "default", "enabled": 1},
+    "topic_binding": {"profile_name": "default", "managed_mode": "auto"},
 }  # fmt: skip
 """What a record that leaves a column out holds there (the column's default)."""
 
@@ -527,8 +645,10 @@ def _bad_value(kind: str, values: dict[str, Any]) -> str | None:
         except (TypeError, ValueError) as exc:
             if name in _INTEGER_FIELDS or name in _NUMBER_FIELDS or not isinstance(value, str):
                 return str(exc)
-            # NUL characters in free text are the store's business (cleaned for PostgreSQL).
-            if "NUL" not in str(exc):
+            # NUL characters in free text are the store's business (cleaned for PostgreSQL);
+            # a topic row's text is a key or an id (Hermes's own topic writes refuse NUL),
+            # which a cleaned copy would change.
+            if "NUL" not in str(exc) or kind in _TOPIC_RECORDS:
                 return str(exc)
     return None
 
@@ -624,10 +744,10 @@ def copy_store(
     source: Store, target: Store, *, progress: Progress | None = None
 ) -> TransferResult:
     """Copy every session, message and per-model usage row, and the ``state_meta`` rows, the
-    routing index, the delegations, the reset generations, the failure streaks and the
-    delivery ledger, from ``source`` into ``target``; safe to re-run, and safe while others
-    write to ``target`` (see the module docstring). A key the target already holds keeps the
-    target's row."""
+    routing index, the delegations, the reset generations, the failure streaks, the
+    delivery ledger and the Telegram topic tables, from ``source`` into ``target``; safe to
+    re-run, and safe while others write to ``target`` (see the module docstring). A key the
+    target already holds keeps the target's row."""
     highest = source.read(
         lambda conn: conn.execute(select(func.coalesce(func.max(messages.c.id), 0))).scalar_one()
     )
@@ -662,8 +782,49 @@ def copy_store(
                 f"copy incomplete: {len(missing_rows)} {table.name} row(s) of the source are not "
                 f"in the target, e.g. {sorted(missing_rows)[0]!r}"
             )
+    _check_topics_copied(source, target)
     _refresh_statistics(target, result)
     return result
+
+
+def _check_topics_copied(source: Store, target: Store) -> None:
+    """Every Telegram topic mode row and binding the source's export carries is in the target:
+    its key, or for a binding its session bound there (to another topic: the target's binding
+    kept). The target is read only when the source has such rows: it has the tables only
+    once rows of them came."""
+    modes, bindings = source.read(lambda conn: _topic_records(source, conn))
+    if not (modes or bindings):
+        return
+
+    def read(conn: Connection) -> list[list[dict[str, Any]]]:
+        found = []
+        for table in (topic_modes, topic_bindings):
+            shape, columns = topic_shape(target.dialect, conn, table)
+            found.append(topic_rows(conn, table, shape, columns, None, list))
+        return found
+
+    held_modes, held_bindings = target.read(read)
+
+    def keys(rows: list[dict[str, Any]], *names: str) -> set[tuple[Any, ...]]:
+        return {tuple(row[name] for name in names) for row in rows}
+
+    topic = ("profile_name", "chat_id", "thread_id")
+    bound = {row["session_id"] for row in held_bindings}
+    missing = {
+        topic_modes.name: keys(modes, "profile_name", "chat_id")
+        - keys(held_modes, "profile_name", "chat_id"),
+        topic_bindings.name: {
+            key for key, session_id in ((tuple(row[n] for n in topic), row["session_id"])
+                                        for row in bindings)
+            if session_id not in bound
+        } - keys(held_bindings, *topic),
+    }  # fmt: skip
+    for name, absent in missing.items():
+        if absent:
+            raise SessionStoreError(
+                f"copy incomplete: {len(absent)} {name} row(s) of the source are not in the "
+                f"target, e.g. {sorted(absent)[0]!r}"
+            )
 
 
 def _refresh_statistics(store: Store, result: TransferResult) -> None:
@@ -782,6 +943,7 @@ def write_records(
     result = TransferResult()
     pending_parents: dict[str, str] = {}
     merged: set[str] = set()
+    skipped: set[str] = set()
     position = _Position()
     batch: list[Record] = []
     # Messages whose id another session already uses in the target get fresh ids, but only
@@ -789,7 +951,8 @@ def write_records(
     # They wait in a temporary file, so memory stays bounded however many there are.
     state: list[dict[str, Any]] = []
     store_wide: dict[str, list[dict[str, Any]]] = {
-        kind: [] for kind in ("routing", "delegation", "generation", "hygiene", "obligation")
+        kind: [] for kind in ("routing", "delegation", "generation", "hygiene", "obligation",
+                              "topic_mode", "topic_binding")
     }
     ledger_text = _nul_cleaner(store)  # an owed reply is plain text, never Hermes's marker
     with tempfile.TemporaryFile("w+", encoding="utf-8") as renumbered:
@@ -806,13 +969,13 @@ def write_records(
                 progress(1)
             if len(batch) >= BATCH_ROWS:
                 position = _flush(
-                    run_in, batch, on_conflict, result, pending_parents, merged, position,
-                    renumbered,
+                    run_in, batch, on_conflict, result, pending_parents, merged, skipped,
+                    position, renumbered,
                 )
                 batch = []
         if batch:
             _flush(
-                run_in, batch, on_conflict, result, pending_parents, merged, position,
+                run_in, batch, on_conflict, result, pending_parents, merged, skipped, position,
                 renumbered,
             )
         _insert_renumbered(run_in, renumbered)
@@ -826,7 +989,50 @@ def write_records(
     if store_wide["obligation"]:
         run_in(lambda conn: _ensure_ledger(run_in.store.dialect, conn))
         result.obligations = _insert_absent(run_in, obligations, store_wide["obligation"])
+    modes, bindings = store_wide["topic_mode"], store_wide["topic_binding"]
+    if modes or bindings:
+        result.topic_modes, result.topic_bindings = run_in(
+            lambda conn: _write_topic_rows(run_in.store, conn, modes, bindings, skipped)
+        )
     return result
+
+
+def _write_topic_rows(
+    store: Store,
+    conn: Connection,
+    modes: list[dict[str, Any]],
+    bindings: list[dict[str, Any]],
+    skipped: set[str],
+) -> tuple[int, int]:
+    """The Telegram topic mode rows and bindings the target lacks, in one transaction; how
+    many of each went in. A binding goes in only when the target holds its session (the
+    table's foreign key) and that session was not skipped (``skip`` imports nothing for it),
+    and only when the target binds that session to no topic yet (a session is bound to one
+    topic: the target's binding stays). The tables are created, or a v1/v2 pair brought to
+    v3, by the sessions part's own opt-in (``ensure_topic_tables``: the version recorded in
+    ``state_meta`` as it records it), and only when rows are to go in."""
+    wanted = sorted({row["session_id"] for row in bindings} - skipped)
+    held: set[str] = set()
+    for start in range(0, len(wanted), BATCH_ROWS):
+        chunk = wanted[start : start + BATCH_ROWS]
+        held.update(conn.scalars(select(sessions.c.id).where(sessions.c.id.in_(chunk))))
+    bindings = [row for row in bindings if row["session_id"] in held]
+    if not (modes or bindings):
+        return 0, 0
+    ensure_topic_tables(store.dialect, conn, create=True)
+    bound: set[str] = set()
+    for start in range(0, len(wanted), BATCH_ROWS):
+        chunk = wanted[start : start + BATCH_ROWS]
+        statement = select(topic_bindings.c.session_id).where(
+            topic_bindings.c.session_id.in_(chunk)
+        )
+        bound.update(conn.scalars(statement))
+    bindings = [row for row in bindings if row["session_id"] not in bound]
+    in_this = _Runner(store, conn)
+    return (
+        _insert_absent(in_this, topic_modes, modes),
+        _insert_absent(in_this, topic_bindings, bindings),
+    )
 
 
 def _ensure_ledger(dialect: StoreDialect, conn: Connection) -> None:
@@ -981,6 +1187,7 @@ def _flush(
     result: TransferResult,
     pending_parents: dict[str, str],
     merged: set[str],
+    skipped: set[str],
     start: _Position,
     renumbered: IO[str],
 ) -> _Position:
@@ -989,10 +1196,13 @@ def _flush(
 
     def run(
         conn: Connection,
-    ) -> tuple[TransferResult, dict[str, str], set[str], _Position, list[dict[str, Any]]]:
+    ) -> tuple[
+        TransferResult, dict[str, str], set[str], set[str], _Position, list[dict[str, Any]]
+    ]:
         local = TransferResult()
         parents: dict[str, str] = {}
         gained: set[str] = set()
+        passed: set[str] = set()
         position = _Position(start.session_id, start.skipping, start.merging)
         session_ids = [row["id"] for kind, row in batch if kind == "session"]
         existing = {
@@ -1022,6 +1232,7 @@ def _flush(
                     if on_conflict == "skip":
                         position.skipping = True
                         local.skipped_sessions += 1
+                        passed.add(row["id"])
                     else:
                         position.merging = True
                     continue
@@ -1063,9 +1274,9 @@ def _flush(
             local.usage_rows += int(
                 conn.execution_options(preserve_rowcount=True).execute(statement).rowcount
             )
-        return local, parents, gained, position, deferred
+        return local, parents, gained, passed, position, deferred
 
-    local, parents, gained, position, deferred = run_in(run)
+    local, parents, gained, passed, position, deferred = run_in(run)
     for values in deferred:
         renumbered.write(
             json.dumps(_spooled(values), ensure_ascii=False, default=json_default) + "\n"
@@ -1077,6 +1288,7 @@ def _flush(
     result.usage_rows += local.usage_rows
     pending_parents.update(parents)
     merged.update(gained)
+    skipped.update(passed)
     return position
 
 
@@ -1176,7 +1388,7 @@ def export_for_move(store: Store, session_id: str) -> dict[str, Any] | None:
     if not validation.bindable(session_id):
         return None
     payload: dict[str, Any] = {"messages": [], "usage": []}
-    for kind, row in iter_records(store, session_ids=[session_id]):
+    for kind, row in iter_records(store, session_ids=[session_id], topics=False):
         if kind == "session":
             payload["session"] = row
         elif kind == "message":

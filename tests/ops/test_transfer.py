@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from legacy_v1_v6 import build_legacy_db
 from legacy_v7_v17 import LATER_BRANCH, LATER_ROOT, build_later_db
 from real_hermes import backup_copy
 from store_library import engine_like_the_store
+from telegram_topics_v1 import TELEGRAM_TOPICS_V1, TELEGRAM_TOPICS_V2
 
 from sessionstore import ImportConflictError, SessionDB
 from sessionstore.ops import transfer
@@ -199,7 +203,7 @@ def test_whole_store_export_import_and_copy_carry_state_meta(
         expected = _state(source)
     assert {"last_auto_prune", f"goal:{LATER_ROOT}", f"goal:{LATER_BRANCH}",
             "ghost_session_prune_v1"} <= set(expected)
-    assert '"version": 5' in dump.splitlines()[0]
+    assert '"version": 6' in dump.splitlines()[0]
     with SessionDB(url=store_url) as target:
         result = import_jsonl(target.store, io.StringIO(dump))
         assert result.state_keys == len(expected)
@@ -669,3 +673,425 @@ def test_text_cells_stored_as_blobs_are_exported_and_copied_as_text(
             "数据库 answer", "why so serious \ufffd",
         )  # fmt: skip
         assert [hit["session_id"] for hit in target.search_messages("answer")] == ["s"]
+
+
+# -- Hermes's Telegram DM topic tables (format 6) ------------------------------------------------
+TOPIC_SESSIONS = ("t-kept", "t-other", "t-third")
+TOPIC_MODES = [
+    {"profile_name": "default", "chat_id": "208214988", "user_id": "208214988", "enabled": 1,
+     "activated_at": 1760000000.5, "updated_at": 1760000001.25, "has_topics_enabled": 1,
+     "allows_users_to_create_topics": 0, "capability_checked_at": 1760000002.125,
+     "intro_message_id": "501", "pinned_message_id": "502"},
+    {"profile_name": "default", "chat_id": "c2 聊天 ' --", "user_id": "u2", "enabled": 0,
+     "activated_at": 1.0, "updated_at": 2.0, "has_topics_enabled": None,
+     "allows_users_to_create_topics": None, "capability_checked_at": None,
+     "intro_message_id": None, "pinned_message_id": None},
+]  # fmt: skip
+TOPIC_BINDINGS = [
+    {"profile_name": "default", "chat_id": "208214988", "thread_id": "17585",
+     "user_id": "208214988", "session_key": "agent:main:telegram:dm:208214988:17585",
+     "session_id": "t-kept", "managed_mode": "auto", "linked_at": 1760000000.75,
+     "updated_at": 1760000003.5},
+    {"profile_name": "default", "chat_id": "c2 聊天 ' --", "thread_id": "1", "user_id": "u2",
+     "session_key": "", "session_id": "t-other", "managed_mode": "manual", "linked_at": 0.1 + 0.2,
+     "updated_at": 4.0},
+]  # fmt: skip
+"""The rows a v1, v2 or v3 pair holds (v1/v2 have no ``profile_name``: the default's)."""
+WORK_MODE = {**TOPIC_MODES[0], "profile_name": "work", "user_id": "u-work", "enabled": 1}
+WORK_BINDING = {**TOPIC_BINDINGS[0], "profile_name": "work", "session_id": "t-third",
+                "session_key": "agent:work:telegram:dm:208214988:17585"}  # fmt: skip
+"""v3 only: another profile's gateway, same private chat and thread (the key leads with it)."""
+DANGLING_BINDING = {**TOPIC_BINDINGS[0], "thread_id": "9", "session_id": "pruned-long-ago"}
+"""v1 only (no cascade): a binding whose session was pruned; Hermes's v3 rebuild drops it."""
+TOPIC_TABLE_NAMES = ("telegram_dm_topic_mode", "telegram_dm_topic_bindings")
+
+
+def _expected_topics(version: int) -> dict[str, list[dict[str, Any]]]:
+    """What a transfer of a ``version`` pair holds after it, in the target's v3 tables."""
+    extra = version == 3
+    return {"telegram_dm_topic_mode": TOPIC_MODES + [WORK_MODE] * extra,
+            "telegram_dm_topic_bindings": TOPIC_BINDINGS + [WORK_BINDING] * extra}  # fmt: skip
+
+
+def _add_topic_tables(url: str, version: int) -> None:
+    """A store's sessions and its topic pair at ``version``: v1/v2 with 0.18.0's and 0.19.0's
+    DDL (``tests/support/telegram_topics_v1.py``), v3 made by our opt-in; rows written as
+    Hermes writes them (plain SQL, on the stores' SQLite library)."""
+    with SessionDB(url=url) as db:
+        for session_id in TOPIC_SESSIONS:
+            db.create_session(session_id, "telegram", user_id="208214988")
+        if version == 3:
+            db.apply_telegram_topic_migration()
+    modes, bindings = TOPIC_MODES, TOPIC_BINDINGS
+    if version == 3:
+        modes, bindings = [*modes, WORK_MODE], [*bindings, WORK_BINDING]
+    else:
+        modes = [{k: v for k, v in row.items() if k != "profile_name"} for row in modes]
+        bindings = [{k: v for k, v in row.items() if k != "profile_name"}
+                    for row in bindings + [DANGLING_BINDING] * (version == 1)]  # fmt: skip
+    statements = (TELEGRAM_TOPICS_V1 if version == 1 else TELEGRAM_TOPICS_V2).split(";")
+    with _plain_sql(url) as conn:
+        for statement in statements if version < 3 else ():
+            if statement.strip():
+                conn.exec_driver_sql(statement)
+        for table, rows in zip(TOPIC_TABLE_NAMES, (modes, bindings), strict=True):
+            names = list(rows[0])
+            conn.execute(sa.insert(sa.table(table, *map(sa.column, names))), rows)
+
+
+@contextmanager
+def _plain_sql(url: str) -> Iterator[sa.Connection]:
+    """One transaction on the file, no store open (a file as Hermes left it)."""
+    engine = engine_like_the_store(url)
+    try:
+        with engine.begin() as conn:
+            yield conn
+    finally:
+        engine.dispose()
+
+
+def _topic_tables(url: str) -> dict[str, list[dict[str, Any]]]:
+    """Every row of the store's topic tables, every column (none: no tables)."""
+    with SessionDB(url=url) as db:
+        return db.store.read(lambda conn: _topic_rows_in(db, conn))
+
+
+def _topic_rows_in(db: SessionDB, conn: sa.Connection) -> dict[str, list[dict[str, Any]]]:
+    found = {}
+    for name, order in zip(TOPIC_TABLE_NAMES, (("profile_name", "chat_id"),
+                                               ("profile_name", "chat_id", "thread_id")),
+                           strict=True):  # fmt: skip
+        present = db.store.dialect.column_names(conn, name)
+        if present:
+            keys = ", ".join(key for key in order if key in present)
+            found[name] = [dict(row) for row in conn.execute(
+                sa.text(f"SELECT * FROM {name} ORDER BY {keys}")).mappings()]  # fmt: skip
+    return found
+
+
+def _topic_version(url: str) -> str | None:
+    with SessionDB(url=url) as db:
+        return db.get_meta("telegram_dm_topic_schema_version")
+
+
+def _sqlite_copy_of(template: Path, path: Path) -> str:
+    return f"sqlite:///{backup_copy(template, path)}"
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_topic_tables_of_each_version_round_trip_by_export_and_import(
+    migrated_sqlite_template: Path, tmp_path: Path, version: int
+) -> None:
+    """The loss: an export and import left every Telegram topic thread unbound (each started
+    a fresh session) and topic mode off. Now each row arrives, every column, at v3; a v1/v2
+    row as the default profile's, as the drop-in reads it; v1's dead binding left behind."""
+    source_url = _sqlite_copy_of(migrated_sqlite_template, tmp_path / "source.db")
+    _add_topic_tables(source_url, version)
+    before = _topic_tables(source_url)
+    expected = _expected_topics(version)
+    with SessionDB(url=source_url) as source:
+        dump = _export(source)
+    records = list(read_records(io.StringIO(dump)))
+    assert [row for kind, row in records if kind == "topic_mode"] == expected[
+        "telegram_dm_topic_mode"]  # fmt: skip
+    assert [row for kind, row in records if kind == "topic_binding"] == expected[
+        "telegram_dm_topic_bindings"]  # fmt: skip
+    assert "telegram_dm_topic_schema_version" not in {
+        row.get("key") for kind, row in records if kind == "state"}  # fmt: skip
+    target_url = _sqlite_copy_of(migrated_sqlite_template, tmp_path / "target.db")
+    with SessionDB(url=target_url) as target:
+        result = import_jsonl(target.store, io.StringIO(dump))
+        assert (result.topic_modes, result.topic_bindings) == tuple(map(len, expected.values()))
+        binding = target.get_telegram_topic_binding(chat_id=208214988, thread_id="17585")
+        assert binding is not None and binding["session_id"] == "t-kept"
+        assert target.is_telegram_topic_mode_enabled(chat_id="208214988", user_id="208214988")
+        again = import_jsonl(target.store, io.StringIO(dump), on_conflict="merge")
+        assert (again.topic_modes, again.topic_bindings) == (0, 0)
+        assert _export(target) == dump
+    assert _topic_tables(target_url) == expected
+    assert _topic_version(target_url) == "3"
+    # The export read the source as it is: its pair (and its version) unchanged.
+    assert _topic_tables(source_url) == before
+    assert _topic_version(source_url) == str(version)
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_topic_tables_of_each_version_copy_into_postgresql_and_back(
+    migrated_sqlite_template: Path, pg_store_url: str, tmp_path: Path, version: int
+) -> None:
+    """``db copy`` of a gateway's file into PostgreSQL and back keeps every topic binding and
+    mode row; a re-run (after an interruption lost some) finishes without doubling any."""
+    source_url = _sqlite_copy_of(migrated_sqlite_template, tmp_path / "source.db")
+    _add_topic_tables(source_url, version)
+    expected = _expected_topics(version)
+    first = transfer.copy(source_url, pg_store_url)
+    assert (first.topic_modes, first.topic_bindings) == tuple(map(len, expected.values()))
+    assert _topic_tables(pg_store_url) == expected
+    assert _topic_version(pg_store_url) == "3"
+    with SessionDB(url=pg_store_url) as pg:  # an interrupted copy: some rows not there yet
+        pg.store.write(lambda conn: conn.execute(sa.text(
+            "DELETE FROM telegram_dm_topic_bindings WHERE session_id = 't-kept';"
+            "DELETE FROM telegram_dm_topic_mode WHERE chat_id = '208214988'")))  # fmt: skip
+    again = transfer.copy(source_url, pg_store_url)
+    assert (again.sessions, again.topic_modes, again.topic_bindings) == (0, 1 + (version == 3), 1)
+    rerun = transfer.copy(source_url, pg_store_url)
+    assert (rerun.topic_modes, rerun.topic_bindings) == (0, 0)
+    assert _topic_tables(pg_store_url) == expected
+    back_url = f"sqlite:///{tmp_path / 'back.db'}"
+    transfer.copy(pg_store_url, back_url)
+    assert _topic_tables(back_url) == expected
+    assert _topic_version(back_url) == "3"
+    with SessionDB(url=back_url) as back:
+        cascade = back.store.read(lambda conn: [tuple(row)[5:7] for row in conn.exec_driver_sql(
+            "PRAGMA foreign_key_list(telegram_dm_topic_bindings)")])  # fmt: skip
+        assert cascade == [("NO ACTION", "CASCADE")]
+        assert back.delete_session("t-other") is True  # the binding goes with its session
+    assert [row["session_id"] for row in _topic_tables(back_url)[
+        "telegram_dm_topic_bindings"]] == ["t-kept"] + ["t-third"] * (version == 3)  # fmt: skip
+
+
+def test_a_store_without_topic_rows_gives_a_target_no_topic_tables(
+    source_file_url: str, store_url: str
+) -> None:
+    """The tables exist only once a caller opts in, in Hermes: none is made for no rows (a
+    v1 pair with rows of sessions the target lacks included), and the copy's final check then
+    reads none in the target."""
+    with SessionDB(url=source_file_url) as source:
+        source.create_session("s", "telegram")
+        source.apply_telegram_topic_migration()  # the tables, empty
+    copied = transfer.copy(source_file_url, store_url)
+    assert (copied.sessions, copied.topic_modes, copied.topic_bindings) == (1, 0, 0)
+    assert _topic_tables(store_url) == {}
+    assert _topic_version(store_url) is None
+
+
+def test_a_targets_v1_pair_is_brought_to_v3_when_rows_come_its_own_rows_kept(
+    migrated_sqlite_template: Path, tmp_path: Path
+) -> None:
+    """A target holding Hermes 0.18.0's v1 pair gets it rebuilt at v3 by the same opt-in a
+    topic write uses (its live rows kept as the default profile's, its dead binding dropped,
+    the version recorded) before the carried rows go in; without rows it is left as it is."""
+    source_url = _sqlite_copy_of(migrated_sqlite_template, tmp_path / "source.db")
+    _add_topic_tables(source_url, 3)
+    target_url = _sqlite_copy_of(migrated_sqlite_template, tmp_path / "target.db")
+    _add_topic_tables(target_url, 1)  # the same rows, under the default profile
+    with SessionDB(url=target_url) as target:
+        import_jsonl(target.store, io.StringIO(_only(_topic_dump(source_url), "session")))
+        assert target.get_meta("telegram_dm_topic_schema_version") == "1"  # no rows: untouched
+        assert "profile_name" not in target.store.read(lambda conn: target.store.dialect
+                                                       .column_names(conn, TOPIC_TABLE_NAMES[0]))
+        dump = _topic_dump(source_url)
+        skipped = import_jsonl(target.store, io.StringIO(dump))  # the sessions are here: skip
+        assert (skipped.topic_modes, skipped.topic_bindings) == (1, 0)
+        result = import_jsonl(target.store, io.StringIO(dump), on_conflict="merge")
+        assert (result.topic_modes, result.topic_bindings) == (0, 1)  # the work profile's
+        assert target.get_meta("telegram_dm_topic_schema_version") == "3"
+    assert _topic_tables(target_url) == _expected_topics(3)
+
+
+def _topic_dump(url: str, **export: Any) -> str:
+    with SessionDB(url=url) as db:
+        out = io.StringIO()
+        export_jsonl(db.store, out, **export)
+        return out.getvalue()
+
+
+def _only(dump: str, *kinds: str) -> str:
+    header, *lines = dump.splitlines(keepends=True)
+    return header + "".join(line for line in lines if next(iter(json.loads(line))) in kinds)
+
+
+def test_an_export_of_some_sessions_carries_their_bindings_and_those_chats_modes(
+    store_url: str, tmp_path: Path
+) -> None:
+    """A binding goes with its session (as a delegation does), and with it the mode row of
+    its chat (what makes the binding used); a whole store carries every mode row."""
+    with SessionDB(url=store_url) as db:
+        for session_id in ("s1", "s2", "s3", "cli-only"):
+            db.create_session(session_id, "cli" if session_id == "cli-only" else "telegram")
+        for chat, profile in (("c1", "default"), ("c2", "default"), ("c1", "work"),
+                              ("c3", "default")):  # fmt: skip
+            db.enable_telegram_topic_mode(chat_id=chat, user_id="u", profile_name=profile)
+        for chat, thread, session_id, profile in (("c1", "1", "s1", "default"),
+                                                  ("c1", "2", "s2", "default"),
+                                                  ("c1", "1", "s3", "work")):  # fmt: skip
+            db.bind_telegram_topic(chat_id=chat, thread_id=thread, user_id="u",
+                                   session_key=f"k{thread}", session_id=session_id,
+                                   profile_name=profile)  # fmt: skip
+        stored = db.store.read(lambda conn: _topic_rows_in(db, conn))
+    modes, bindings = stored["telegram_dm_topic_mode"], stored["telegram_dm_topic_bindings"]
+
+    def carried(**export: Any) -> tuple[list[Any], list[Any]]:
+        records = list(read_records(io.StringIO(_topic_dump(store_url, **export))))
+        modes = [(row["profile_name"], row["chat_id"]) for kind, row in records
+                 if kind == "topic_mode"]  # fmt: skip
+        return modes, [row["session_id"] for kind, row in records if kind == "topic_binding"]
+
+    assert carried(session_ids=["s1"]) == ([("default", "c1")], ["s1"])
+    assert carried(session_ids=["s3", "s2"]) == ([("default", "c1"), ("work", "c1")],
+                                                 ["s2", "s3"])  # fmt: skip
+    assert carried(session_ids=["cli-only"]) == ([], [])
+    assert carried(source="cli") == ([], [])
+    assert carried(source="telegram")[1] == ["s1", "s2", "s3"]
+    assert carried() == ([(row["profile_name"], row["chat_id"]) for row in modes],
+                         ["s1", "s2", "s3"])  # fmt: skip
+    target_url = f"sqlite:///{tmp_path / 'some.db'}"
+    with SessionDB(url=target_url) as target:
+        result = import_jsonl(target.store, io.StringIO(_topic_dump(store_url,
+                                                                    session_ids=["s1"])))
+        assert (result.sessions, result.topic_modes, result.topic_bindings) == (1, 1, 1)
+    assert _topic_tables(target_url) == {
+        "telegram_dm_topic_mode": [row for row in modes
+                                   if (row["profile_name"], row["chat_id"]) == ("default", "c1")],
+        "telegram_dm_topic_bindings": [row for row in bindings if row["session_id"] == "s1"],
+    }  # fmt: skip
+
+
+def test_topic_rows_under_each_conflict_policy_and_the_targets_own_rows(
+    migrated_sqlite_template: Path, store_url: str, tmp_path: Path
+) -> None:
+    """A binding whose session the target does not hold (the foreign key), or a session
+    ``skip`` left alone, is not written; ``fail`` writes nothing; a key the target holds keeps
+    its row, and so does a session the target already binds to another topic."""
+    source_url = _sqlite_copy_of(migrated_sqlite_template, tmp_path / "source.db")
+    _add_topic_tables(source_url, 3)
+    dump = _topic_dump(source_url)
+    with SessionDB(url=store_url) as target:
+        nothing = import_jsonl(target.store, io.StringIO(_only(dump, "topic_binding")))
+        assert (nothing.topic_modes, nothing.topic_bindings) == (0, 0)
+        assert target.store.read(lambda conn: _topic_rows_in(target, conn)) == {}
+        assert target.get_meta("telegram_dm_topic_schema_version") is None
+        target.create_session("t-kept", "telegram", user_id="someone")
+        with pytest.raises(ImportConflictError):
+            import_jsonl(target.store, io.StringIO(dump), on_conflict="fail")
+        assert target.store.read(lambda conn: _topic_rows_in(target, conn)) == {}
+        skipped = import_jsonl(target.store, io.StringIO(dump), on_conflict="skip")
+        assert (skipped.skipped_sessions, skipped.topic_modes, skipped.topic_bindings) == (1, 3, 2)
+        rows = target.store.read(lambda conn: _topic_rows_in(target, conn))
+        assert rows["telegram_dm_topic_mode"] == [*TOPIC_MODES, WORK_MODE]
+        assert rows["telegram_dm_topic_bindings"] == [*TOPIC_BINDINGS[1:], WORK_BINDING]
+        # The target's own: a mode row changed, t-other bound to another thread, t-kept bound.
+        target.enable_telegram_topic_mode(chat_id="c2 聊天 ' --", user_id="u2-new")
+        assert target.delete_telegram_topic_binding(chat_id="c2 聊天 ' --", thread_id="1") == 1
+        target.bind_telegram_topic(chat_id="c9", thread_id="99", user_id="u", session_key="k",
+                                   session_id="t-other")  # fmt: skip
+        target.bind_telegram_topic(chat_id="c9", thread_id="98", user_id="u", session_key="k",
+                                   session_id="t-kept")  # fmt: skip
+        own = target.store.read(lambda conn: _topic_rows_in(target, conn))
+        merged = import_jsonl(target.store, io.StringIO(dump), on_conflict="merge")
+        assert (merged.topic_modes, merged.topic_bindings) == (0, 0)
+        assert target.store.read(lambda conn: _topic_rows_in(target, conn)) == own
+    transfer.copy(source_url, store_url)  # the final check: the target's binding of t-kept stands
+    assert _topic_tables(store_url) == own
+
+
+@pytest.mark.parametrize(
+    ("kind", "change", "problem"),
+    [
+        ("topic_binding", {"chat_id": "a\x00b"}, "chat_id must not contain NUL"),
+        ("topic_mode", {"user_id": "\ud800"}, "user_id"),
+        ("topic_binding", {"linked_at": "yesterday"}, "linked_at must be a number"),
+        ("topic_mode", {"enabled": 1.5}, "enabled must be an int"),
+        ("topic_binding", {"session_id": None}, "session_id is missing"),
+        ("topic_mode", {"claim": "x"}, "unknown \\['claim'\\]"),
+    ],
+    ids=["nul-in-key", "lone-surrogate", "text-in-real", "float-flag", "no-session", "column"],
+)  # fmt: skip
+def test_bad_topic_records_are_refused_before_anything_is_written(
+    store_url: str, kind: str, change: dict[str, Any], problem: str
+) -> None:
+    row = {**(TOPIC_MODES[0] if kind == "topic_mode" else TOPIC_BINDINGS[0])}
+    row.update(change)
+    text = '{"format": "sessionstore-export", "version": 6}\n' + "".join(
+        json.dumps(record) + "\n"
+        for record in ({"session": {"id": "t-kept", "source": "telegram", "started_at": 1.0}},
+                       {kind: row})
+    )  # fmt: skip
+    with SessionDB(url=store_url) as target:
+        with pytest.raises(ImportFormatError, match=problem):
+            import_jsonl(target.store, io.StringIO(text))
+        assert target.session_count(include_archived=True) == 0
+        assert target.store.read(lambda conn: _topic_rows_in(target, conn)) == {}
+    version_5 = text.replace('"version": 6', '"version": 5')
+    with pytest.raises(ImportFormatError, match=f"unknown record kind '{kind}'"):
+        list(read_records(io.StringIO(version_5)))
+
+
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        ("UPDATE telegram_dm_topic_bindings SET chat_id = 'a' || char(0) || 'b'",
+         "chat_id must not contain NUL"),
+        ("UPDATE telegram_dm_topic_mode SET updated_at = 'yesterday'",
+         "updated_at must be a number"),
+        ("UPDATE telegram_dm_topic_mode SET enabled = 'yes'", "enabled must be an int"),
+        ("ALTER TABLE telegram_dm_topic_bindings ADD COLUMN fork_note TEXT DEFAULT 'n'",
+         r"column\(s\) \['fork_note'\]"),
+    ],
+    ids=["nul-in-key", "text-in-real", "text-in-flag", "another-forks-column"],
+)  # fmt: skip
+def test_a_topic_row_no_store_could_keep_stops_export_and_copy_before_anything_is_written(
+    migrated_sqlite_template: Path, store_url: str, tmp_path: Path, damage: str, problem: str
+) -> None:
+    source_url = _sqlite_copy_of(migrated_sqlite_template, tmp_path / "source.db")
+    _add_topic_tables(source_url, 1)
+    with _plain_sql(source_url) as conn:
+        conn.exec_driver_sql(damage)
+    with SessionDB(url=source_url) as source, pytest.raises(transfer.TopicTransferError,
+                                                            match=problem):  # fmt: skip
+        _export(source)
+    with pytest.raises(transfer.TopicTransferError, match=problem):
+        transfer.copy(source_url, store_url)
+    with SessionDB(url=store_url) as target:
+        assert target.session_count(include_archived=True) == 0
+        assert target.store.read(lambda conn: _topic_rows_in(target, conn)) == {}
+
+
+_HOSTILE = st.sampled_from(["\x00", "\ud800", "\udfff", "'; DROP TABLE sessions; --", "\u202e",
+                            "😀", "\r\n", "\\x00", " ", "\ufeff", "%s", "\u0000"[:1]])
+_HOSTILE_TEXT = st.text(max_size=6) | st.builds(
+    lambda head, odd, tail: head + odd + tail, st.text(max_size=3), _HOSTILE, st.text(max_size=3)
+)
+_MODE_TEXT = ("profile_name", "chat_id", "user_id", "intro_message_id", "pinned_message_id")
+_BINDING_TEXT = ("profile_name", "chat_id", "thread_id", "user_id", "session_key",
+                 "managed_mode")  # fmt: skip
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mode_text=st.tuples(*[_HOSTILE_TEXT] * len(_MODE_TEXT)),
+       binding_text=st.tuples(*[_HOSTILE_TEXT] * len(_BINDING_TEXT)),
+       session_id=_HOSTILE_TEXT)  # fmt: skip
+def test_hostile_text_in_topic_records_survives_every_column_or_is_refused_whole(
+    migrated_sqlite_template: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    mode_text: tuple[str, ...],
+    binding_text: tuple[str, ...],
+    session_id: str,
+) -> None:
+    """Any text in any text cell of a topic record (NUL, lone surrogates, quotes, BOM, RTL,
+    empty): the import keeps every row, every column exactly, and exports it again as it
+    was; or it refuses the file with ``ImportFormatError`` and the target holds nothing."""
+    mode = {**TOPIC_MODES[0], **dict(zip(_MODE_TEXT, mode_text, strict=True))}
+    binding = {**TOPIC_BINDINGS[0], **dict(zip(_BINDING_TEXT, binding_text, strict=True)),
+               "session_id": session_id}  # fmt: skip
+    session = {"id": session_id, "source": "telegram", "started_at": 1.0}
+    text = '{"format": "sessionstore-export", "version": 6}\n' + "".join(
+        json.dumps(record) + "\n"  # ASCII: a lone surrogate travels as its escape
+        for record in ({"session": session}, {"topic_mode": mode}, {"topic_binding": binding})
+    )  # fmt: skip
+    storable = all(bindable(value) for value in (*mode_text, *binding_text, session_id))
+    url = _sqlite_copy_of(migrated_sqlite_template, tmp_path_factory.mktemp("h") / "t.db")
+    with SessionDB(url=url) as target:
+        try:
+            result = import_jsonl(target.store, io.StringIO(text))
+        except ImportFormatError:
+            assert not storable
+            assert target.session_count(include_archived=True) == 0
+            assert target.store.read(lambda conn: _topic_rows_in(target, conn)) == {}
+            return
+        assert storable
+        assert (result.sessions, result.topic_modes, result.topic_bindings) == (1, 1, 1)
+        rows = target.store.read(lambda conn: _topic_rows_in(target, conn))
+        assert rows == {"telegram_dm_topic_mode": [mode], "telegram_dm_topic_bindings": [binding]}
+        records = list(read_records(io.StringIO(_export(target))))
+        assert [row for kind, row in records if kind.startswith("topic_")] == [mode, binding]

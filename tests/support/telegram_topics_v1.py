@@ -21,3 +21,9 @@ TELEGRAM_TOPICS_V1 = """
                 ON telegram_dm_topic_bindings(user_id, chat_id);
             INSERT INTO state_meta (key, value) VALUES ('telegram_dm_topic_schema_version', '1');
 """
+
+TELEGRAM_TOPICS_V2 = TELEGRAM_TOPICS_V1.replace(
+    "REFERENCES sessions(id)", "REFERENCES sessions(id) ON DELETE CASCADE"
+).replace("'telegram_dm_topic_schema_version', '1'", "'telegram_dm_topic_schema_version', '2'")
+"""0.19.0 ... iot 0.20.x's version 2: v1 with the binding's ``ON DELETE CASCADE`` (the shape
+``test_the_telegram_topic_tables_at_each_of_their_versions`` reads from iot 0.20.4's file)."""
