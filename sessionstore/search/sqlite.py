@@ -21,7 +21,7 @@ import functools
 import json
 import time
 import weakref
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
@@ -254,6 +254,28 @@ FROM state_meta AS h WHERE h.key = 'fts_rebuild_high_water'
 """
 _WITHIN_IDS: Final = "m.id > :within_low AND m.id <= :within_high AND "
 
+
+class _Scope(NamedTuple):
+    """The rows a substring page is read among, every one of them scanned (no index holds
+    them): a condition ending in ``AND``, and its values."""
+
+    sql: str
+    values: tuple[tuple[str, Any], ...]
+
+
+# Layout 3 indexes a tool output as its first ddl.TOOL_PREFIX_CHARS characters: a search for
+# tool rows also reads the longer outputs the word index does not match, as iot 0.22.2's
+# search for tool rows reads every row (LIKE). Without it a word past the prefix was never found.
+_LONG_TOOL_OUTPUTS: Final = (
+    f"m.role = 'tool' AND length(m.content) > {ddl.TOOL_PREFIX_CHARS} AND m.id NOT IN "
+    f"(SELECT rowid FROM {names.WORD_TABLE} WHERE {names.WORD_TABLE} MATCH :word_query) AND "
+)
+_WORD_COUNT: Final = f"""
+SELECT count(*) FROM {names.WORD_TABLE}
+JOIN messages AS m ON m.id = {names.WORD_TABLE}.rowid {{sessions}}
+WHERE {names.WORD_TABLE} MATCH :query {{filters}}
+"""
+
 # Newest first ordered every candidate by time: linear in the store (迁移 in every 68th
 # message: 0.87 ms at 100k messages, 10.7 ms at 1M, by thread CPU; issue 31). The bigram index
 # walks its rows in id order and stops after the first hits (_FIRST_HITS: twice the page's
@@ -428,7 +450,7 @@ _PLANS_KEPT: Final = 512
 
 def _substring_page(
     conn: Connection, query: SubstringQuery, present: frozenset[str], filters: SearchFilters,
-    page: Page, within: tuple[int, int] | None,
+    page: Page, within: _Scope | None,
 ) -> list[tuple[Any, ...]]:  # fmt: skip
     """The rows of a substring page (_SUBSTRING_SEARCH's), in the shape the objects
     ``present`` allow (see SQLiteSearchIndex._substring_rows): the first of its statements
@@ -457,7 +479,7 @@ def _substring_page(
 def _substring_statements(
     conn: Connection, parts: tuple[str, bool, str, dict[str, str], str, bool],
     present: frozenset[str], filters: SearchFilters, page: Page,
-    within: tuple[int, int] | None,
+    within: _Scope | None,
 ) -> tuple[tuple[str, dict[str, Any]], ...]:  # fmt: skip
     """A substring page's statements, each with its parameters, in the order they are tried
     (see :func:`_substring_page`)."""
@@ -465,8 +487,8 @@ def _substring_statements(
     params: dict[str, Any] = {"needle": needle, **page.params, **terms}
     candidates, match, verify = _SCAN_CANDIDATES, "", verification
     if within is not None:
-        match = _WITHIN_IDS
-        params["within_low"], params["within_high"] = within
+        match = within.sql
+        params.update(within.values)
     if names.BIGRAM_TABLE in present:
         candidates, match = _BIGRAM_CANDIDATES, _BIGRAM_MATCH
         params["grams"] = grams
@@ -646,23 +668,59 @@ class SQLiteSearchIndex:
         ]  # fmt: skip
 
     def unindexed_word_matches(
-        self, conn: Connection, query: str, filters: SearchFilters, limit: int
+        self, conn: Connection, query: str, match: str, filters: SearchFilters, page: Page
     ) -> list[FoundRow]:
+        rows = self._tool_tail_matches(conn, query, match, filters, page)
         gap = hot_rows(conn, _UNINDEXED_GAP, {})
-        if not gap or gap[0][0] is None:
-            return []  # the usual answer: no rebuild pending (one primary-key probe, ~3 us)
+        if not gap or gap[0][0] is None or len(rows) >= page.limit:
+            return rows  # the usual answer: no rebuild pending (one primary-key probe, ~3 us)
         high, low = int(gap[0][0]), max(int(gap[0][1] or 0), 0)
         parsed = parse_substring_query(query) if high > low else None
         if parsed is None:
+            return rows
+        scope = _Scope(_WITHIN_IDS, (("within_low", low), ("within_high", high)))
+        found = {row.id for row in rows}
+        return rows + [
+            row for row in self._substring_rows(
+                conn, parsed, filters, Page(page.limit - len(rows), 0), within=scope)
+            if row.id not in found
+        ]  # fmt: skip
+
+    def _tool_tail_matches(
+        self, conn: Connection, query: str, match: str, filters: SearchFilters, page: Page
+    ) -> list[FoundRow]:
+        """Layout 3's tool outputs longer than the part its word index holds that hold the
+        terms of ``query`` (read as substrings) while the index does not match them: when
+        ``filters`` ask for tool rows (see :data:`_LONG_TOOL_OUTPUTS`). They follow every word
+        hit: ``page.offset`` counts the word hits too."""
+        if filters.roles is None or "tool" not in filters.roles:
             return []
-        return self._substring_rows(conn, parsed, filters, Page(limit, 0), within=(low, high))
+        if layout_of(conn) is not ddl.LAYOUT_3:
+            return []  # the v11 layout holds every tool output whole
+        parsed = parse_substring_query(query)
+        if parsed is None:
+            return []
+        try:
+            offset = page.offset
+            if offset:
+                sessions = _SESSIONS if filters.by_session else ""
+                counted = filtered_rows(
+                    conn, _WORD_COUNT, filters, {"query": match}, sessions=sessions)
+                offset = max(0, offset - int(counted[0][0]))
+            scope = _Scope(_LONG_TOOL_OUTPUTS, (("word_query", match),))
+            return self._substring_rows(
+                conn, parsed, filters, Page(page.limit, offset), within=scope)
+        except OperationalError as exc:
+            if not is_query_error(exc):
+                raise
+            return []
 
     def _substring_rows(
         self, conn: Connection, query: SubstringQuery, filters: SearchFilters, page: Page,
-        within: tuple[int, int] | None = None,
+        within: _Scope | None = None,
     ) -> list[FoundRow]:  # fmt: skip
-        """Substring hits; ``within``: only among the ids ``low < id <= high``, every row
-        scanned (no index holds them)."""
+        """Substring hits; ``within``: only among the rows it names, every row scanned (no
+        index holds them)."""
         rows, size = self._substring_statement_rows(conn, query, filters, page, within)
         return [
             _new_tuple(FoundRow, (
@@ -674,7 +732,7 @@ class SQLiteSearchIndex:
 
     def _substring_statement_rows(
         self, conn: Connection, query: SubstringQuery, filters: SearchFilters, page: Page,
-        within: tuple[int, int] | None,
+        within: _Scope | None,
     ) -> tuple[list[tuple[Any, ...]], int]:  # fmt: skip
         """The substring statement's rows (_SUBSTRING_SEARCH's columns) and the needle's
         length (what the snippet is cut with)."""

@@ -341,6 +341,8 @@ AFTER UPDATE OF {_UPDATE_OF} ON messages WHEN {_OLD_CJK} OR {_NEW_CJK} BEGIN
 END""",
 )
 
+TOOL_PREFIX_CHARS: Final = 8192
+"""How much of a tool row's content this layout's word index holds (the 8192 of ``WORD_DDL``)."""
 FTS_STORAGE_VERSION: Final = "3"
 """``state_meta fts_storage_version`` of this layout."""
 UNSETTLED_FTS_KEYS: Final = (

@@ -143,6 +143,40 @@ def test_the_word_past_the_prefix_is_found_in_the_v11_layout(tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize("move", [False, True], ids=["v11", "layout-3"])
+def test_a_search_for_tool_rows_finds_a_word_past_the_prefix(
+    store_url: str, move: bool
+) -> None:
+    """iot 0.22.2 answers a search for tool rows from the rows themselves, so a word past
+    layout 3's prefix is found there; ours found it only in the v11 layout. The rows the index
+    does not match follow its hits, page after page, each once."""
+    db = SessionDB(url=store_url)
+    try:
+        db.create_session("chat", "cli")
+        tail_only = db.append_message("chat", "tool", LONG_TOOL_OUTPUT, tool_name="shell")
+        both = db.append_message(
+            "chat", "tool", "needlebeyondtheprefix first " + LONG_TOOL_OUTPUT, tool_name="shell"
+        )
+        db.append_message("chat", "user", "needlebeyondtheprefix typed by the user")
+        if move and store_url.startswith("sqlite"):
+            assert db.optimize_fts_storage(vacuum=False)["ok"] is True
+            assert db.get_meta("fts_storage_version") == "3"
+
+        def ids(**kwargs: Any) -> list[int]:
+            return [hit["id"] for hit in db.search_messages("needlebeyondtheprefix", **kwargs)]
+
+        assert sorted(ids(role_filter=["tool"])) == [tail_only, both]
+        assert len(ids(role_filter=["user", "tool"])) == 3
+        pages = [ids(role_filter=["tool"], limit=1, offset=offset) for offset in range(3)]
+        assert sorted(pages[0] + pages[1]) == [tail_only, both] and pages[2] == []
+        if move and store_url.startswith("sqlite"):
+            assert pages[0] == [both]  # the index's hit first, the tail's after it
+        assert ids(role_filter=["tool"], sort="oldest", limit=5, offset=2) == []
+        assert db.search_messages("needlebeyondtheprefix", role_filter=["assistant"]) == []
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("move", [False, True], ids=["v11", "layout-3"])
 def test_a_repair_rebuilds_the_store_own_layout(tmp_path: Path, move: bool) -> None:
     path = tmp_path / "state.db"
     db = SessionDB(path)
