@@ -505,10 +505,14 @@ def db_doctor(
     require_existing(url)
     backup: Path | None = None
     actions: list[str] = []
-    # Not read-only: SQLite's FTS5 integrity check is an INSERT. The journal mode is left as
-    # it is, so a file that is refused below stays byte-identical.
-    engine = create_store_engine(url, set_journal_mode=False)
-    with contextlib.closing(Store(engine, owns_engine=True)) as store:
+    # A check alone opens the store read-only: it never writes (users run it beside a live
+    # Hermes, or on a file they cannot write), and a lock is waited for briefly. A repair
+    # opens it writable, the journal mode left as it is.
+    if fix or recount_tool_calls:
+        opened = Store(create_store_engine(url, set_journal_mode=False), owns_engine=True)
+    else:
+        opened = Store.open(url, read_only=True, retry=doctor.check_retry())
+    with contextlib.closing(opened) as store:
         with out.stages(f"checking {shown(url)}") as stage:
             report = doctor.diagnose(store, progress=stage)
         fixable = [c for c in report.checks if c.fixable and c.status in ("fail", "warn")]

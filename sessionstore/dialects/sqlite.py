@@ -794,6 +794,34 @@ def copy_pages(path: Path, destination: Path, *, check: bool = True) -> None:
         )
 
 
+@contextlib.contextmanager
+def private_snapshot(source: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """A private copy of the database ``source`` reads, for work that must write to run (FTS5
+    spells its integrity check as an INSERT) on a store that must not be written.
+
+    The copy is SQLite's anonymous temporary database (the empty file name): created by
+    SQLite exclusively, mode 0600, removed from the directory at once and gone when the
+    connection closes; its pages live in the page cache and spill to the temporary
+    directory. It is filled through the backup API from ``source``, one consistent
+    snapshot: the one of ``source``'s read transaction, which it must be in. ``source`` only
+    reads (a ``mode=ro`` connection will do): no lock but a reader's is taken on the store,
+    and nothing of it changes. The copy is the store's library's (:mod:`.sqlite_library`),
+    in autocommit: what runs on it begins its own transaction.
+    """
+    if not source.in_transaction:
+        raise ValueError("a private snapshot is taken inside the source's read transaction")
+    # The snapshot taken here, by a read: a store kept busy raises "database is locked"
+    # after the busy timeout (retried by the caller), where the driver's backup would wait
+    # for ever (it sleeps and tries again as long as the source is busy).
+    source.execute("SELECT count(*) FROM sqlite_master").fetchall()
+    copy = connect("", isolation_level=None, check_same_thread=False)
+    try:
+        source.backup(copy)  # pages=-1: the whole database in one step, one snapshot
+        yield copy
+    finally:
+        copy.close()
+
+
 def page_problems(conn: sqlite3.Connection, check: str = "quick_check") -> list[str]:
     """What ``PRAGMA quick_check`` (or ``integrity_check``) finds wrong with the database's
     pages, leaving out what SQLite 3.44+ adds about FTS5 tables: whether each full-text index

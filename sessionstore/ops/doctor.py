@@ -1,8 +1,9 @@
 """Health checks and repairs of a session store: the library behind ``sessionstore db doctor``.
 
-``diagnose(store)`` only reads (the one exception is SQLite's FTS5 ``integrity-check``, which is
-spelled as an INSERT and so runs in a write transaction; it changes nothing). Lock contention
-is never reported as damage: a store that stays busy gets "not checked" (``skip``). Each finding
+``diagnose(store)`` only reads: no write lock, not a byte of the store changed, so it runs
+beside a live Hermes and on a read-only store (SQLite's FTS5 ``integrity-check`` is spelled as
+an INSERT: it runs on a private snapshot of the database). Lock contention is never reported
+as damage: a store that stays busy gets "not checked" (``skip``). Each finding
 is a :class:`Check` with a stable name, so scripts can read the ``--json`` report.
 ``repair(store, report)`` fixes what can be fixed without losing data: it adds back a column
 dropped by hand (empty: its values went with the drop), rebuilds the full-text
@@ -28,7 +29,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.schema import CreateColumn, CreateIndex
 
 from ..dialects import dialect_for_url
-from ..errors import ReadOnlyStoreError, StoreBusyError
+from ..errors import StoreBusyError
 from ..schema import legacy, migrate
 from ..search.registry import search_index_for
 from ..sql.codec import stored_tool_call_count
@@ -148,8 +149,7 @@ def diagnose(
     findings = _Findings()
     stages: list[tuple[str, Callable[[], Check | list[Check]]]] = [
         ("engine", lambda: store.read(_check_engine)),
-        # Measured before the checks that write (the full-text probe's rolled-back row): the
-        # log as the store's own writers and checkpoints left it.
+        # The log as the store's own writers and checkpoints left it.
         ("write-ahead log", lambda: _check_wal(store, wal_warn_bytes)),
         ("integrity", lambda: _check_integrity(store)),
         ("indexes", lambda: store.read(lambda conn: _check_indexes(conn, findings))),
@@ -240,27 +240,21 @@ def _check_integrity(store: Store) -> Check:
 
 
 def _search_checks(store: Store) -> list[Check]:
-    """The full-text checks, asked of the dialect's search index.
+    """The full-text checks, asked of the dialect's search index in a read transaction.
 
-    Where the index's integrity check writes (FTS5 spells it as an INSERT), the checks run in
-    one write transaction (``BEGIN IMMEDIATE``): in a read transaction the check would have to
-    upgrade to a writer, and under load SQLite answers "database is locked" (a busy writer, or
-    a snapshot gone stale), which must never read as a damaged index. Holding the write lock
-    from the start, the checks see one state of the file; waiting for the lock follows the
-    store's retry policy, and a store that stays busy is reported as "not checked", never as
-    damage (so ``--fix`` rebuilds nothing). A read-only store is checked in a read
-    transaction."""
+    FTS5 spells its integrity check as an INSERT, so on SQLite the checks run on a private
+    snapshot of the database (:meth:`SearchIndex.check_read_only`): the store is only read,
+    no write lock is taken, not a byte of it changes, and a read-only file can be checked.
+    Before, they ran in a write transaction (``BEGIN IMMEDIATE``) that committed: pages
+    written again with the same content, the change counter and modification time moved,
+    beside a live Hermes. A store that stays busy (a rollback-journal file whose writer
+    holds readers out) is reported as "not checked", never as damage (so ``--fix``
+    rebuilds nothing)."""
     index = search_index_for(store.dialect)
     try:
-        health = (
-            store.write(index.check, retry=_check_lock_wait(store))
-            if index.check_writes
-            else store.read(index.check)
-        )
+        health = store.read(index.check_read_only)
     except StoreBusyError as exc:
         return _fts_not_checked(f"the store stayed busy ({exc.attempts} attempts); not checked")
-    except ReadOnlyStoreError:
-        health = store.read(index.check)
     return [
         Check("fts_objects", "fail", f"missing: {', '.join(health.missing)}", fixable=True)
         if health.missing
@@ -277,14 +271,18 @@ def _search_checks(store: Store) -> list[Check]:
 
 
 CHECK_LOCK_BUDGET_S = 3.0
-"""How long the full-text check waits for the write lock. A check is no reason to sit silent
-for the writers' whole budget (20 s) behind another program's long write: a terminal that
-waits that long looks frozen. A store still busy after it is reported "not checked", and the
-command line says to run the doctor again."""
+"""How long a check waits for a lock (``check_retry``): a rollback-journal file's writer holds
+readers out while it commits. A check is no reason to sit silent for the writers' whole
+budget (20 s) behind another program's long write: a terminal that waits that long looks
+frozen. A store still busy after it is reported "not checked", and the command line says to
+run the doctor again. Under WAL (every store this package opens, and Hermes's) a reader never
+waits for a writer."""
 
 
-def _check_lock_wait(store: Store) -> RetryPolicy:
-    policy = store.retry
+def check_retry(policy: RetryPolicy | None = None) -> RetryPolicy:
+    """The retry policy of a store opened for checking: ``policy`` (the default one when
+    None) with its budget cut to :data:`CHECK_LOCK_BUDGET_S`."""
+    policy = policy or RetryPolicy()
     return RetryPolicy(
         max_attempts=policy.max_attempts,
         min_sleep_s=policy.min_sleep_s,

@@ -48,7 +48,7 @@ class IndexHealth:
 class SearchIndex(Protocol):
     check_writes: bool
     """True when :meth:`check` must run in a write transaction (FTS5 spells its integrity
-    check as an INSERT); on a read-only store it is then run in a read transaction."""
+    check as an INSERT); :meth:`check_read_only` never needs one."""
 
     def word_matches(
         self, conn: Connection, query: str, filters: SearchFilters, page: Page
@@ -89,6 +89,10 @@ class SearchIndex(Protocol):
 
     def check(self, conn: Connection) -> IndexHealth:
         """Objects present, indexes in step with the rows, integrity."""
+
+    def check_read_only(self, conn: Connection) -> IndexHealth:
+        """:meth:`check` in a read transaction, writing nothing to the store (``db doctor``
+        beside a live Hermes; a read-only file)."""
 
     def damage_in(self, exc: BaseException) -> DamageSeen | None:
         """What the error a write failed with says of this index: ``"index"`` when it names

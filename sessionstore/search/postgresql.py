@@ -466,6 +466,9 @@ class PostgreSQLSearchIndex:
         for index in HEAD_INDEXES:
             conn.exec_driver_sql(f"REINDEX INDEX {index}")
 
+    def check_read_only(self, conn: Connection) -> IndexHealth:
+        return self.check(conn)  # reads only
+
     def check(self, conn: Connection) -> IndexHealth:
         rows = conn.exec_driver_sql(
             "SELECT c.relname, i.indisvalid FROM pg_index i "

@@ -21,13 +21,16 @@ import functools
 import json
 import time
 import weakref
-from typing import Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast
 
-from sqlalchemy import text
+from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DatabaseError, DBAPIError, OperationalError
+from sqlalchemy.pool import StaticPool
 
 from ..dialects import json_list
+from ..dialects.sqlite import private_snapshot
+from ..dialects.sqlite_library import library
 from . import object_names as names
 from . import request as search_request
 from . import sqlite_backfill as backfill
@@ -63,6 +66,9 @@ from .request import (
 )
 from .sanitize import contains_cjk, escape_like
 from .terms import SubstringQuery, Term, index_tokens, parse_substring_query
+
+if TYPE_CHECKING:
+    import sqlite3
 
 LIKE_ESCAPE: Final = "\\"
 SNIPPET_TOKENS: Final = 40
@@ -806,6 +812,27 @@ class SQLiteSearchIndex:
         self.create(conn, layout)
 
     def check(self, conn: Connection) -> IndexHealth:
+        return self._health(conn, snapshot=False)
+
+    def check_read_only(self, conn: Connection) -> IndexHealth:
+        """:meth:`check`, writing nothing to the store: run on a private snapshot of the
+        database ``conn`` reads (:func:`private_snapshot`), where FTS5's integrity check
+        (an INSERT) and the write probe may write. ``conn`` only reads, in a read
+        transaction: no write lock, not a byte of the store changed, and a read-only file,
+        a read-only directory or another process's open write transaction make no
+        difference (under WAL a reader never waits for a writer)."""
+        driver = cast("sqlite3.Connection", conn.connection.driver_connection)
+        with private_snapshot(driver) as copy:
+            engine = create_engine(
+                "sqlite://", module=library().module, creator=lambda: copy, poolclass=StaticPool
+            )
+            try:
+                with engine.connect() as snapshot:
+                    return self._health(snapshot, snapshot=True)
+            finally:
+                engine.dispose()
+
+    def _health(self, conn: Connection, *, snapshot: bool) -> IndexHealth:
         present = _objects(conn)
         layout = layout_of(conn)
         missing = [name for name in self._expected(conn, present, layout) if name not in present]
