@@ -21,6 +21,7 @@ Three substitutions, all about where or how long things run rather than what:
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shlex
@@ -146,11 +147,18 @@ def _check_measurements(code: str) -> None:
                     assert name.split("[")[0] in (ROOT / path).read_text(), word
             continue
         assert (ROOT / script).is_file(), script
-        usage = subprocess.run([sys.executable, script, "--help"], cwd=ROOT, capture_output=True,
-                               text=True, timeout=120, check=True).stdout  # fmt: skip
+        usage = _usage(script)
         for word in shlex.split(arguments):
             if word.startswith("--"):
                 assert word.split("=")[0] in usage, (line, word)
+
+
+@functools.cache
+def _usage(script: str) -> str:
+    """``script --help``, asked once a run: the measurement blocks name 11 scripts in 27 lines
+    (a start-up of 0.3-1 CPU s each)."""
+    return subprocess.run([sys.executable, script, "--help"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, check=True).stdout  # fmt: skip
 
 
 def test_shell_commands_have_no_placeholders() -> None:
