@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
+from ..sql.codec import stored_clock
+
 SNIPPET_START: Final = ">>>"
 SNIPPET_END: Final = "<<<"
 SNIPPET_ELLIPSIS: Final = "..."
@@ -88,11 +90,13 @@ class FoundRow(NamedTuple):
     session_id: str
     role: str
     snippet: str
-    timestamp: float
+    timestamp: float | None
+    """None where a damaged SQLite row holds no number
+    (:func:`~sessionstore.sql.codec.stored_clock`); so ``session_started``."""
     tool_name: str | None
     source: str
     model: str | None
-    session_started: float
+    session_started: float | None
     context: tuple[Any, ...] | None
     """The context's columns (``context.ContextColumns``, read with the hit or by the service;
     the service builds lines or Hermes's dicts from them); None when the index did not read
@@ -107,11 +111,13 @@ class SearchHit:
     session_id: str
     role: str
     snippet: str
-    timestamp: float
+    timestamp: float | None
+    """None only where a damaged SQLite row holds no number there
+    (:func:`~sessionstore.sql.codec.stored_clock`); so ``session_started``."""
     tool_name: str | None
     source: str
     model: str | None
-    session_started: float
+    session_started: float | None
     context: list[ContextMessage]
 
     def to_dict(self) -> dict[str, Any]:
@@ -173,7 +179,8 @@ def match_row(
     """
     return FoundRow(
         int(id_), str(session_id), str(role), "" if snippet is None else str(snippet),
-        float(timestamp), tool_name, str(source), model, float(session_started), context,
+        stored_clock(timestamp), tool_name, str(source), model, stored_clock(session_started),
+        context,
     )  # fmt: skip
 
 

@@ -32,6 +32,7 @@ from sqlalchemy.pool import StaticPool
 from ..dialects import json_list
 from ..dialects.sqlite import private_snapshot
 from ..dialects.sqlite_library import library
+from ..sql.codec import stored_clock
 from . import object_names as names
 from . import request as search_request
 from . import sqlite_backfill as backfill
@@ -591,7 +592,7 @@ class SQLiteSearchIndex:
                 int(row[0]), str(row[1]), str(row[2]),
                 ("" if row[3] is None else str(row[3])) if row[9] is None
                 else long_text_snippet(row[9], term_pattern(query)),
-                float(row[4]), row[5], str(row[6]), row[7], float(row[8]), row[10:18],
+                stored_clock(row[4]), row[5], str(row[6]), row[7], stored_clock(row[8]), row[10:18],
             ))
             for row in rows
         ]  # fmt: skip
@@ -668,9 +669,9 @@ class SQLiteSearchIndex:
         rows, size = self._substring_statement_rows(conn, query, filters, page, None)
         return [
             {"id": int(row[0]), "session_id": str(row[1]), "role": str(row[2]),
-             "snippet": _cut_snippet(row[8], row[9], size), "timestamp": float(row[3]),
+             "snippet": _cut_snippet(row[8], row[9], size), "timestamp": stored_clock(row[3]),
              "tool_name": row[4], "source": str(row[5]), "model": row[6],
-             "session_started": float(row[7]), "context": context_dicts(*row[10:])}
+             "session_started": stored_clock(row[7]), "context": context_dicts(*row[10:])}
             for row in rows
         ]  # fmt: skip
 
@@ -732,7 +733,7 @@ class SQLiteSearchIndex:
         return [
             _new_tuple(FoundRow, (
                 int(row[0]), str(row[1]), str(row[2]), _cut_snippet(row[8], row[9], size),
-                float(row[3]), row[4], str(row[5]), row[6], float(row[7]), row[10:],
+                stored_clock(row[3]), row[4], str(row[5]), row[6], stored_clock(row[7]), row[10:],
             ))  # the fields of hits.match_row, in one call
             for row in rows
         ]  # fmt: skip

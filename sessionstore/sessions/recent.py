@@ -41,6 +41,7 @@ from sqlalchemy.engine import Connection
 
 from ..dialects import StatementDeadline, StoreDialect, json_list
 from ..sql import validation
+from ..sql.codec import stored_clock
 from ..sql.read_shape import ReadShape
 from ..sql.tables import sessions_table as sessions
 from .access import reads
@@ -265,13 +266,16 @@ class _Browse:
         tips_of = self._tips(roots, ceiling)
         activity = self._activity({tip for tips in tips_of.values() for tip in tips})
         listed = self._listed_roots(list(tips_of), hides=hides, keyed=keyed)
-        ranked: list[tuple[str, str, float | None, float]] = []
+        ranked: list[tuple[str, str, float | None, Any]] = []
         for root, tips in tips_of.items():
             if root not in listed:
                 continue
             tip = max(tips, key=lambda tip: (_recency(activity[tip]), tip))
             ranked.append((root, tip, activity[tip], listed[root][0]))
-        ranked.sort(key=lambda item: (_recency(item[2]), item[3], item[1]), reverse=True)
+        ranked.sort(
+            key=lambda item: (_recency(item[2]), _recency(stored_clock(item[3])), item[1]),
+            reverse=True,
+        )
         page = ranked[:rows]
         return self._hydrate(page, listed)
 
@@ -358,13 +362,14 @@ class _Browse:
             self._in_list("sessions.id", "ids")
         )
         found = self._run(statement, {"ids": json_list(sorted(ids))})
-        return {str(row[0]): None if row[1] is None else float(row[1]) for row in found}
+        return {str(row[0]): stored_clock(row[1]) for row in found}
 
     def _listed_roots(
         self, roots: list[str], *, hides: bool, keyed: bool
-    ) -> dict[str, tuple[float, str | None]]:
+    ) -> dict[str, tuple[Any, str | None]]:
         """The roots a picker would list (not archived or hidden, no delegate run, a root or
-        a branch or reset child): their ``started_at`` and title."""
+        a branch or reset child): their ``started_at`` as stored (text in a damaged SQLite
+        row, as iot's dict; ranked as no time, :func:`stored_clock`) and title."""
         conditions: list[Any] = [
             sessions.c.archived == 0,
             listable_condition(legacy_resets=keyed),
@@ -376,12 +381,12 @@ class _Browse:
             *conditions
         )
         found = self._run(statement, {"roots": json_list(roots)})
-        return {str(row[0]): (float(row[1]), row[2]) for row in found}
+        return {str(row[0]): (row[1], row[2]) for row in found}
 
     def _hydrate(
         self,
-        page: list[tuple[str, str, float | None, float]],
-        listed: dict[str, tuple[float, str | None]],
+        page: list[tuple[str, str, float | None, Any]],
+        listed: dict[str, tuple[Any, str | None]],
     ) -> list[dict[str, Any]]:
         if not page:
             return []

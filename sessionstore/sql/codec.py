@@ -138,3 +138,18 @@ def stored_tool_call_count(value: str) -> int | None:
         return count_tool_calls(json.loads(value))
     except (json.JSONDecodeError, TypeError, ValueError):
         return None
+
+
+def stored_clock(value: Any) -> float | None:
+    """A stored clock (a search hit's ``timestamp`` or ``session_started``, a browse row's
+    ranking times) as a float; None for a cell that holds no number. SQLite's dynamic typing
+    lets a damaged or salvaged row keep text (or a blob) in a REAL column (upstream Hermes's
+    #102399): that one row says "no time", instead of failing every search or browse that
+    meets it. A number is kept as stored (an integer of a legacy file becomes its float),
+    however far outside a plausible time."""
+    if value is None or isinstance(value, float):
+        return value
+    try:
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None

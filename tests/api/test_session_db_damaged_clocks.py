@@ -55,3 +55,37 @@ def test_a_text_clock_among_a_sessions_messages_does_not_hide_its_real_ones(
     rows = {row["id"]: row for row in damaged.list_sessions_rich(order_by_last_active=True)}
     assert rows["broken"]["last_active"] == 2_000_000_000.0
     assert next(iter(rows)) == "broken"
+
+
+def test_the_recent_browse_lists_a_row_whose_clocks_are_text(damaged: SessionDB) -> None:
+    """``list_recent_sessions_bounded`` (the desktop's and the gateway's recent list) raised
+    ``ValueError`` for every call while one such row was a candidate."""
+    rows = damaged.list_recent_sessions_bounded(limit=20)
+    assert [row["id"] for row in rows] == ["good", "broken"]
+    broken = rows[1]
+    assert (broken["started_at"], broken["last_active"]) == ("unknown", None)  # as iot's dict
+    assert isinstance(rows[0]["last_active"], float)
+
+
+@pytest.mark.parametrize(
+    ("query", "sort"),
+    [("hello", None), ("hello", "newest"), ("hello", "oldest"), ("hel*", None),
+     ('"hello from"', None), ("你好世界", None), ("你好世界", "newest")],
+)  # fmt: skip
+def test_search_finds_a_message_whose_clocks_are_text(
+    damaged: SessionDB, query: str, sort: str | None
+) -> None:
+    """Every search that found such a message raised ``ValueError`` (the word index, the
+    substring one, ordered by time or not); its hit now says "no time" (None) where iot's dict
+    carries the text."""
+    for session_id in ("good", "broken"):  # CJK text: the substring search's rows
+        damaged.append_message(session_id, "user", f"hello from {session_id}: 你好世界")
+    run(damaged, "UPDATE messages SET timestamp = 'unknown' WHERE session_id = 'broken'")
+    hits = {hit["session_id"]: hit for hit in damaged.search_messages(query, sort=sort)}
+    assert set(hits) == {"good", "broken"}
+    assert (hits["broken"]["timestamp"], hits["broken"]["session_started"]) == (None, None)
+    assert isinstance(hits["good"]["timestamp"], float)
+    assert isinstance(hits["good"]["session_started"], float)
+    typed = {hit.session_id: hit for hit in damaged.repository.search_messages(query, sort=sort)}
+    assert (typed["broken"].timestamp, typed["broken"].session_started) == (None, None)
+    assert typed["good"].to_dict()["timestamp"] == hits["good"]["timestamp"]
