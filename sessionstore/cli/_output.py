@@ -13,7 +13,7 @@ import re
 import sys
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 import typer
 from rich.console import Console
@@ -93,14 +93,28 @@ def printable(text: str | bytes | None) -> str:
     return _CONTROL_CHARACTERS.sub("", text or "")
 
 
+NO_TIME: Final = "?"
+"""What a clock that is no time prints as: text, or a number no date holds, in a REAL column
+of a salvaged SQLite file (SQLite keeps what it was given). One such cell, never the command."""
+
+
+def _moment(timestamp: Any) -> datetime | None:
+    try:
+        return datetime.fromtimestamp(float(timestamp))
+    except (TypeError, ValueError, OverflowError, OSError):
+        return None
+
+
 def when(timestamp: float | None) -> str:
     if timestamp is None:
         return ""
-    return datetime.fromtimestamp(float(timestamp)).strftime("%Y-%m-%d %H:%M")
+    moment = _moment(timestamp)
+    return NO_TIME if moment is None else moment.strftime("%Y-%m-%d %H:%M")
 
 
 def day(timestamp: float) -> str:
-    return datetime.fromtimestamp(float(timestamp)).date().isoformat()
+    moment = _moment(timestamp)
+    return NO_TIME if moment is None else moment.date().isoformat()
 
 
 def dim(text: str) -> Text:

@@ -21,8 +21,14 @@ def _cost() -> ColumnElement[Any]:
     return func.coalesce(sessions.c.actual_cost_usd, sessions.c.estimated_cost_usd, 0.0)
 
 
-def _local_day(timestamp: float) -> str:
-    return datetime.fromtimestamp(float(timestamp)).date().isoformat()
+def _local_day(timestamp: Any) -> str | None:
+    """The local date of a session's start; None for a ``started_at`` that is no time (text,
+    or a number no date holds, in a salvaged SQLite row): that session is in the totals and
+    on no day, instead of failing the whole report."""
+    try:
+        return datetime.fromtimestamp(float(timestamp)).date().isoformat()
+    except (TypeError, ValueError, OverflowError, OSError):
+        return None
 
 
 def collect_stats(conn: Connection, days: int) -> dict[str, Any]:
@@ -101,7 +107,10 @@ def _per_day(conn: Connection, days: int) -> list[dict[str, Any]]:
         )
     )
     for started_at, tokens, cost in day_rows:
-        bucket = per_day[_local_day(started_at)]
+        started_on = _local_day(started_at)
+        if started_on is None:
+            continue
+        bucket = per_day[started_on]
         bucket["sessions"] += 1
         bucket["tokens"] += int(tokens or 0)
         bucket["cost_usd"] += float(cost or 0.0)

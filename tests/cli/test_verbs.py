@@ -1179,3 +1179,40 @@ def test_reading_verbs_show_text_cells_stored_as_blobs(runner: CliRunner, tmp_pa
     assert "blob \ufffd title" in shown.stdout and "blob content" in shown.stdout
     listed = json.loads(run(runner, url, "sessions", "list", "--json").stdout)
     assert listed[0]["title"] == "blob \ufffd title"
+
+
+def test_reading_verbs_show_a_row_whose_clocks_are_no_time(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    """A salvaged SQLite file whose clocks hold text or a number no date holds (SQLite keeps
+    what it was given): `sessions list`, `sessions show`, `search` and `stats` each failed the
+    whole command (ValueError, OverflowError: "timestamp out of range"); such a clock prints
+    as `?` and the row is listed, as upstream Hermes's listing does."""
+    url = f"sqlite:///{tmp_path / 'salvaged.db'}"
+    with SessionDB(url=url) as db:
+        for session_id in ("good", "text", "huge"):
+            db.create_session(session_id, "cli")
+            db.append_message(session_id, "user", f"hello from {session_id}")
+    engine = engine_like_the_store(url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE sessions SET started_at = 'unknown', "
+                             "last_activity_at = 'unknown' WHERE id = 'text'"))  # fmt: skip
+        conn.execute(sa.text("UPDATE messages SET timestamp = 'unknown' WHERE session_id = 'text'"))
+        conn.execute(sa.text("UPDATE sessions SET started_at = 8.4e252 WHERE id = 'huge'"))
+        conn.execute(sa.text("UPDATE messages SET timestamp = 1e30 WHERE session_id = 'huge'"))
+    engine.dispose()
+    listed = run(runner, url, "sessions", "list")
+    assert listed.exit_code == 0, listed.output
+    assert all(session_id in listed.stdout for session_id in ("good", "text", "huge"))
+    for session_id in ("text", "huge"):
+        shown = run(runner, url, "sessions", "show", session_id)
+        assert shown.exit_code == 0, shown.output
+        assert f"hello from {session_id}" in shown.stdout and "?" in shown.stdout
+    found = run(runner, url, "search", "hello")
+    assert found.exit_code == 0, found.output
+    for session_id in ("good", "text", "huge"):
+        assert f"hello from {session_id}" in found.stdout
+    stats = run(runner, url, "stats", "--json")
+    assert stats.exit_code == 0, stats.output
+    figures = json.loads(stats.stdout)
+    assert sum(day["sessions"] for day in figures["days"]) == 1  # only the good row has a day
