@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import forklib
 import pytest
@@ -38,49 +39,38 @@ needs_fork = pytest.mark.skipif(
 pytestmark = needs_fork
 
 
-def _jobs(forks: int) -> list[tuple[str, int]]:
-    return [(("idle", "own", "inherited")[n % 3], n) for n in range(forks)]
+def _run_forklib(*args: object, timeout_s: float) -> dict[str, Any]:
+    """Run ``tests/support/forklib.py`` (the busy parent and its forks) in a fresh interpreter:
+    forking from this pytest worker, whose heap grows over a run, cost up to three times the
+    CPU (page tables, copy-on-write) for the same forks."""
+    result = subprocess.run(
+        [sys.executable, forklib.__file__, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report: dict[str, Any] = json.loads(result.stdout.splitlines()[-1])
+    return report
 
 
 def _fork_pool_while_busy(url: str, forks: int, workers: int = 2) -> None:
     """``forks`` workers of a ``fork`` pool of ``workers`` (one task each:
     ``maxtasksperchild=1``, so every task is a new fork, made by the pool's own handler thread)
-    while the parent's threads call the store; then everything acknowledged, here and in the
-    children, is checked."""
-    forklib.prepare(url)
-    db = SessionDB(url=url)
-    forklib.set_parent(db, url)
-    busy = forklib.BusyThreads(db).start()
-    child_texts: set[str] = set()
-    inside_at_forks: list[int] = []
-    pool = multiprocessing.get_context("fork").Pool(workers, maxtasksperchild=1)
-    jobs = _jobs(forks)
-    try:
-        results = pool.map_async(forklib.child_task, jobs, chunksize=1)
-        try:
-            batches = results.get(timeout=60 + forks * 2)
-        except multiprocessing.TimeoutError:
-            pytest.fail(f"forked children hung ({forks} forks asked for)")
-        for inside, batch in batches:
-            inside_at_forks.append(inside)
-            child_texts.update(batch)
-        pool.close()
-        # Every worker must also *exit*; Pool.join has no timeout, so it runs in a thread.
-        joiner = threading.Thread(target=pool.join, daemon=True)
-        joiner.start()
-        joiner.join(120)
-        assert not joiner.is_alive(), "a forked worker never exited"
-    finally:
-        pool.terminate()
-        busy.stop()
-        db.close()
-        forklib.set_parent(None, "")
-    assert not busy.errors, busy.errors
-    assert busy.calls > 0
+    while the parent's threads call the store (``forklib.pool_program``, in a program of its
+    own); then everything acknowledged, there and in the children, is checked."""
+    report = _run_forklib("pool", url, forks, workers, timeout_s=60 + forks * 2 + 120 + 120)
+    assert not report["hung"], f"forked children hung ({forks} forks asked for)"
+    assert not report["never_exited"], "a forked worker never exited"
+    assert report["errors"] == [], report["errors"]
+    assert report["parent_calls"] > 0
     # Every fork was made with the parent's threads inside store calls (as its child saw it).
+    inside_at_forks = report["inside_at_forks"]
     assert len(inside_at_forks) == forks and min(inside_at_forks) > 0, inside_at_forks
-    assert len(child_texts) == 2 * sum(1 for kind, _ in jobs if kind != "idle")
-    forklib.check_store(url, busy, child_texts)
+    child_texts = set(report["child_texts"])
+    assert len(child_texts) == 2 * report["writing_children"]
+    assert report["writing_children"] == forks - len(range(0, forks, 3))  # idle: every third
+    forklib.check_store(url, report["appended"], report["token_updates"], child_texts)
 
 
 def test_forks_while_every_store_call_runs_never_hang(store_url: str) -> None:
@@ -108,18 +98,14 @@ def test_children_that_exit_as_programs_do(store_url: str, forks: int) -> None:
     """Plain ``os.fork()`` children ending through a normal interpreter shutdown (garbage
     collection, finalizers): none hangs, none breaks the parent's store (on PostgreSQL,
     closing an inherited connection would end the parent's session)."""
-    result = subprocess.run(
-        [sys.executable, forklib.__file__, store_url, str(forks)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.splitlines()[-1])
-    assert report["failed"] == [] and report["errors"] == [], report
+    report = _run_forklib("exit", store_url, forks, timeout_s=600)
+    assert report["failed"] == [] and report["errors"] == [], report["failed"] + report["errors"]
     assert report["forks"] == forks and report["parent_calls"] > 0
     inside_at_forks = report["inside_at_forks"]
     assert len(inside_at_forks) == forks and min(inside_at_forks) > 0, inside_at_forks
+    forklib.check_store(
+        store_url, report["appended"], report["token_updates"], set(report["child_texts"])
+    )
 
 
 # -- the fork's wait ------------------------------------------------------------------------------

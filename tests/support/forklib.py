@@ -1,21 +1,31 @@
 """Forks of a busy process: threads in every store call while the process forks.
 
-Imported by ``tests/storage/test_fork_busy.py`` (the parent's threads, the pool's task) and run
-as a program, ``python tests/support/forklib.py URL FORKS``, for the children that end the way
-a plain program ends: a normal interpreter shutdown (``SystemExit``), with every finalizer and
-garbage collection that brings, instead of ``multiprocessing``'s ``os._exit``. That program
-prints one JSON line: the children that failed, and how many forks were made.
+Run as a program by ``tests/storage/test_fork_busy.py``, so that the forks are made by a small,
+fresh interpreter rather than by a pytest worker whose heap has grown over hundreds of tests
+(a fork copies the page tables and the children's writes copy pages: the same 250 forks took
+11 CPU s from a fresh process and 23 to 36 s from a worker late in a full run)::
+
+    python tests/support/forklib.py pool URL FORKS WORKERS
+    python tests/support/forklib.py exit URL FORKS
+
+``pool``: a ``fork`` pool's workers while the parent's threads are in every store call
+(:func:`pool_program`). ``exit``: plain ``os.fork()`` children that end the way a plain
+program ends, a normal interpreter shutdown (``SystemExit``) with every finalizer and garbage
+collection that brings, instead of ``multiprocessing``'s ``os._exit`` (:func:`exit_program`).
+Each prints one JSON line, its report; the test asserts on it and checks the store itself
+(:func:`check_store`). ``scripts/fork_wait.py`` imports the busy threads.
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import random
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from sessionstore import SessionDB
@@ -85,6 +95,7 @@ class BusyThreads:
             "search": lambda _n: db.search_messages(NEEDLE, limit=5) and None,
             "listing": lambda _n: db.list_sessions_rich(limit=5) and None,
         }
+        self._work = work
         self._threads = [
             threading.Thread(target=self._run, args=(fn,), name=f"busy-{name}", daemon=True)
             for name, fn in work.items()
@@ -128,6 +139,18 @@ class BusyThreads:
             with self._changed:
                 self._running -= 1
                 self._changed.notify_all()
+
+    def warm_up(self) -> BusyThreads:
+        """Make every call once, here, before the threads start (the calls count, and what
+        they write is checked like the rest). A store call's first run in a process imports
+        modules lazily (the search backend, say); a thread inside such an import at a fork
+        holds that module's import lock in the child for ever, and a child then making the
+        same call blocks on it. A pytest worker late in a run has imported them all; a fresh
+        program must too, or its forks test that race of Python's instead of the store's."""
+        for n, fn in enumerate(self._work.values()):
+            fn(-1 - n)
+            self.calls += 1
+        return self
 
     def start(self) -> BusyThreads:
         global _ACTIVE
@@ -209,15 +232,18 @@ def inside_at_fork() -> int:
     return _inside_at_fork
 
 
-def check_store(url: str, busy: BusyThreads, child_texts: set[str]) -> None:
-    """Every write acknowledged in the parent and in the children is in the store."""
+def check_store(
+    url: str, appended: Iterable[str], token_updates: int, child_texts: set[str]
+) -> None:
+    """Every write acknowledged in the parent (its busy threads' ``appended`` texts and
+    ``token_updates``) and in the children is in the store."""
     with SessionDB(url=url) as db:
         stored = {m["content"] for m in db.get_messages(SESSION)}
-        missing = set(busy.appended) - stored
+        missing = set(appended) - stored
         assert not missing, f"{len(missing)} acknowledged appends of the parent are missing"
         session = db.get_session(SESSION)
         assert session is not None
-        assert session["input_tokens"] == busy.token_updates
+        assert session["input_tokens"] == token_updates
         assert session["message_count"] == len(stored)
         children = {
             m["content"]
@@ -272,12 +298,66 @@ def _write_and_read(db: SessionDB, session: str, texts: list[str]) -> None:
     assert db.search_messages(NEEDLE, limit=1), "search sees nothing in the child"
 
 
-# -- the program: children that exit through a normal interpreter shutdown ---------------------
-def _program(url: str, forks: int) -> dict[str, Any]:
+# -- the programs -------------------------------------------------------------------------------
+def _jobs(forks: int) -> list[tuple[str, int]]:
+    return [(("idle", "own", "inherited")[n % 3], n) for n in range(forks)]
+
+
+def pool_program(url: str, forks: int, workers: int) -> dict[str, Any]:
+    """``forks`` workers of a ``fork`` pool of ``workers`` (one task each:
+    ``maxtasksperchild=1``, so every task is a new fork, made by the pool's own handler thread)
+    while this process's threads call the store. Reports whether the children hung or never
+    exited, what each child saw and wrote, and what the busy threads had acknowledged, for the
+    test to check against the store."""
     prepare(url)
     db = SessionDB(url=url)
     set_parent(db, url)
-    busy = BusyThreads(db).start()
+    busy = BusyThreads(db).warm_up().start()
+    child_texts: set[str] = set()
+    inside_at_forks: list[int] = []
+    hung = never_exited = False
+    pool = multiprocessing.get_context("fork").Pool(workers, maxtasksperchild=1)
+    jobs = _jobs(forks)
+    try:
+        results = pool.map_async(child_task, jobs, chunksize=1)
+        try:
+            batches = results.get(timeout=60 + forks * 2)
+        except multiprocessing.TimeoutError:
+            hung = True
+        else:
+            for inside, batch in batches:
+                inside_at_forks.append(inside)
+                child_texts.update(batch)
+            pool.close()
+            # Every worker must also *exit*; Pool.join has no timeout, so it runs in a thread.
+            joiner = threading.Thread(target=pool.join, daemon=True)
+            joiner.start()
+            joiner.join(120)
+            never_exited = joiner.is_alive()
+    finally:
+        pool.terminate()
+        busy.stop()
+        db.close()
+        set_parent(None, "")
+    return {
+        "hung": hung,
+        "never_exited": never_exited,
+        "errors": [repr(e) for e in busy.errors],
+        "parent_calls": busy.calls,
+        "inside_at_forks": inside_at_forks,
+        "child_texts": sorted(child_texts),
+        "writing_children": sum(1 for kind, _ in jobs if kind != "idle"),
+        "appended": busy.appended,
+        "token_updates": busy.token_updates,
+    }
+
+
+def exit_program(url: str, forks: int) -> dict[str, Any]:
+    """Plain ``os.fork()`` children that end through a normal interpreter shutdown."""
+    prepare(url)
+    db = SessionDB(url=url)
+    set_parent(db, url)
+    busy = BusyThreads(db).warm_up().start()
     failed: list[str] = []
     texts: set[str] = set()
     inside_at_forks: list[int] = []
@@ -318,10 +398,16 @@ def _program(url: str, forks: int) -> dict[str, Any]:
             failed.append(f"{kind} child {number} exited with {os.waitstatus_to_exitcode(status)}")
     busy.stop()
     db.close()
-    check_store(url, busy, texts)
     return {"failed": failed, "forks": forks, "errors": [repr(e) for e in busy.errors],
-            "parent_calls": busy.calls, "inside_at_forks": inside_at_forks}
+            "parent_calls": busy.calls, "inside_at_forks": inside_at_forks,
+            "child_texts": sorted(texts), "appended": busy.appended,
+            "token_updates": busy.token_updates}  # fmt: skip
 
 
 if __name__ == "__main__":
-    print(json.dumps(_program(sys.argv[1], int(sys.argv[2]))))
+    mode, url_arg, forks_arg = sys.argv[1:4]
+    if mode == "pool":
+        result = pool_program(url_arg, int(forks_arg), int(sys.argv[4]))
+    else:
+        result = exit_program(url_arg, int(forks_arg))
+    print(json.dumps(result))
