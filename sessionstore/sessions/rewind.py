@@ -34,7 +34,7 @@ from sqlalchemy.engine import Connection
 
 from ..errors import SessionCompressionInProgressError, TranscriptChangedError, UnknownSessionError
 from ..sql import validation
-from ..sql.codec import decode_json
+from ..sql.codec import decode_json, stored_clock
 from ..sql.message_content import decode_content, text_of
 from ..sql.statements import HotWrites, fixed_count
 from ..sql.tables import compression_locks_table as locks
@@ -360,7 +360,8 @@ class RewindPart(MessagesPart):
         self, session_id: str, limit: int = 20, include_inactive: bool = False
     ) -> list[dict[str, Any]]:
         """The session's latest user messages, newest first: ``{id, preview, timestamp, active}``
-        with an 80-character one-line preview (rewind targets for a picker)."""
+        with an 80-character one-line preview (rewind targets for a picker); ``timestamp`` None
+        for a damaged SQLite row whose clock holds no number (``sql.codec.stored_clock``)."""
         count = min(validation.integer(limit, "limit"), validation.INT64_MAX)
         if count <= 0 or not bindable(session_id):
             return []
@@ -377,7 +378,7 @@ class RewindPart(MessagesPart):
             {
                 "id": int(row.id),
                 "preview": _preview(text_of(row.content)),
-                "timestamp": float(row.timestamp),
+                "timestamp": stored_clock(row.timestamp),
                 "active": bool(row.active),
             }
             for row in rows

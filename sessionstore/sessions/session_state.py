@@ -55,6 +55,7 @@ from ..errors import (
     StoreBusyError,
 )
 from ..sql import validation
+from ..sql.codec import stored_clock
 from ..sql.statements import fixed_count
 from ..sql.tables import compression_locks_table as compression_locks
 from ..sql.tables import messages_table as messages
@@ -229,7 +230,7 @@ def activity_snapshot(
     when: Any, description: Any, provenance: Any, *, now: float
 ) -> dict[str, Any]:
     """axisrow 0.20.1.2's ``build_activity_snapshot`` of a session's activity columns."""
-    stamp = None if when is None else float(when)
+    stamp = stored_clock(when)
     text = bounded_description(description)
     known = known_provenance(provenance)
     return {

@@ -89,3 +89,16 @@ def test_search_finds_a_message_whose_clocks_are_text(
     typed = {hit.session_id: hit for hit in damaged.repository.search_messages(query, sort=sort)}
     assert (typed["broken"].timestamp, typed["broken"].session_started) == (None, None)
     assert typed["good"].to_dict()["timestamp"] == hits["good"]["timestamp"]
+
+
+def test_a_sessions_rewind_targets_and_activity_read_with_text_clocks(damaged: SessionDB) -> None:
+    """``list_recent_user_messages`` (iot's /rewind and /undo picker) and
+    ``get_session_activity`` raised ``ValueError`` for a session whose clock holds text."""
+    targets = damaged.list_recent_user_messages("broken")
+    assert [(target["preview"], target["timestamp"]) for target in targets] == [
+        ("hello from broken", None)
+    ]
+    assert isinstance(damaged.list_recent_user_messages("good")[0]["timestamp"], float)
+    activity = damaged.get_session_activity("broken")
+    assert activity is not None
+    assert (activity["last_activity_at"], activity["seconds_since_activity"]) == (None, None)
