@@ -288,6 +288,12 @@ class SQLiteDialect:
             # A named in-memory database lives only while a connection holds it: one connection
             # per thread, as SQLAlchemy 2.0 chose from "mode=memory" and 2.1 will stop choosing.
             options["poolclass"] = SingletonThreadPool
+        elif not _is_memory(url):
+            # A file's pool (QueuePool) hands out the connection returned last: a record whose
+            # connection was closed (the Hermes ``_conn``, invalidated at its close) waits at
+            # the back instead of making a new connection for the close's checkpoint (each new
+            # connection costs its PRAGMAs and a first read of the file).
+            options["pool_use_lifo"] = True
         return options
 
     def ensure_database_location(self, url: URL) -> None:

@@ -33,9 +33,12 @@ the chain.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 
 from .interface import StoreImage, TableRows
 
@@ -84,9 +87,55 @@ def _quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _table_rows(conn: Connection, table: str, *, without_rowid: bool) -> TableRows:
+Run = Callable[..., list[tuple[Any, ...]]]
+"""``run(sql)``, ``run(sql, (values,))``: the rows of one statement; ``run(sql, [rows])``
+runs it once per row (``executemany``) and returns no rows."""
+
+
+def _through_sqlalchemy(conn: Connection) -> Run:
+    def run(sql: str, values: Any = None) -> list[tuple[Any, ...]]:
+        result = conn.exec_driver_sql(sql) if values is None else conn.exec_driver_sql(sql, values)
+        return [tuple(row) for row in result] if result.returns_rows else []
+
+    return run
+
+
+@contextmanager
+def _statements(conn: Connection) -> Iterator[Run]:
+    """What :func:`replay` runs its statements with: the driver's cursor of ``conn``'s own
+    connection (in its transaction), as ``search.request.prepared_rows`` runs a hot read: a
+    replay sends ~70 statements, and SQLAlchemy's work around each (a result object, events,
+    an execution context) cost about a third of their time. Driver errors come out as
+    SQLAlchemy's exception classes, as through it. Where a program listens to the engine's
+    cursor events (statement logging, tracing, a rewrite), everything goes through
+    SQLAlchemy, so it is seen."""
+    if conn.dispatch.before_cursor_execute or conn.dispatch.after_cursor_execute:
+        yield _through_sqlalchemy(conn)
+        return
+    dialect = conn.dialect
+    error = dialect.loaded_dbapi.Error
+    cursor: Any = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+
+    def run(sql: str, values: Any = None) -> list[tuple[Any, ...]]:
+        try:
+            if isinstance(values, list):
+                cursor.executemany(sql, values)
+                return []
+            rows: list[tuple[Any, ...]] = cursor.execute(sql, values or ()).fetchall()
+        except error as exc:
+            raise DBAPIError.instance(sql, values, exc, error, dialect=dialect) from exc
+        return rows
+
+    try:
+        yield run
+    finally:
+        cursor.close()
+
+
+def _table_rows(conn: Connection | Run, table: str, *, without_rowid: bool) -> TableRows:
+    run = _through_sqlalchemy(conn) if isinstance(conn, Connection) else conn
     columns = tuple(
-        str(name) for (name,) in conn.exec_driver_sql(
+        str(name) for (name,) in run(
             "SELECT name FROM pragma_table_xinfo(?, 'main') WHERE hidden = 0", (table,)
         )
     )  # fmt: skip
@@ -96,7 +145,7 @@ def _table_rows(conn: Connection, table: str, *, without_rowid: bool) -> TableRo
     written = (rowid, *columns) if rowid is not None else columns
     order = f" ORDER BY {rowid}" if rowid is not None else ""
     select = f"SELECT {_column_list(written, rowid)} FROM main.{_quoted(table)}{order}"
-    rows = tuple(tuple(row) for row in conn.exec_driver_sql(select))
+    rows = tuple(tuple(row) for row in run(select))
     return TableRows(table, written, rows, rowid)
 
 
@@ -150,12 +199,12 @@ def capture(conn: Connection) -> StoreImage | None:
     return StoreImage(tuple(objects), tuple(rows), tuple(created_rows), header)
 
 
-def _insert(conn: Connection, table_rows: TableRows) -> None:
+def _insert(run: Run, table_rows: TableRows) -> None:
     if not table_rows.rows:
         return
     names = _column_list(table_rows.columns, table_rows.rowid)
     marks = ", ".join("?" for _ in table_rows.columns)
-    conn.exec_driver_sql(
+    run(
         f"INSERT INTO main.{_quoted(table_rows.table)} ({names}) VALUES ({marks})",
         list(table_rows.rows),
     )
@@ -164,15 +213,16 @@ def _insert(conn: Connection, table_rows: TableRows) -> None:
 def replay(conn: Connection, image: StoreImage) -> None:
     """Write ``image`` into the blank database on ``conn``, in the caller's transaction."""
     header = dict(image.header)
-    conn.exec_driver_sql(f"PRAGMA main.auto_vacuum = {int(header['auto_vacuum'])}")
-    for statement in image.objects:
-        conn.exec_driver_sql(statement)
-    for table_rows in image.created_rows:
-        laid = _table_rows(conn, table_rows.table, without_rowid=table_rows.rowid is None)
-        if laid != table_rows:
-            conn.exec_driver_sql(f"DELETE FROM main.{_quoted(table_rows.table)}")
-            _insert(conn, table_rows)
-    for table_rows in image.rows:
-        _insert(conn, table_rows)
-    for name in ("user_version", "application_id"):
-        conn.exec_driver_sql(f"PRAGMA main.{name} = {int(header[name])}")
+    with _statements(conn) as run:
+        run(f"PRAGMA main.auto_vacuum = {int(header['auto_vacuum'])}")
+        for statement in image.objects:
+            run(statement)
+        for table_rows in image.created_rows:
+            laid = _table_rows(run, table_rows.table, without_rowid=table_rows.rowid is None)
+            if laid != table_rows:
+                run(f"DELETE FROM main.{_quoted(table_rows.table)}")
+                _insert(run, table_rows)
+        for table_rows in image.rows:
+            _insert(run, table_rows)
+        for name in ("user_version", "application_id"):
+            run(f"PRAGMA main.{name} = {int(header[name])}")

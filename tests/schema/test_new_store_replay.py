@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from adoption_race import race
 from file_checks import sqlite_url
 
@@ -108,6 +109,28 @@ def test_a_replayed_store_is_the_store_the_chain_builds(
     assert reached["first.db"] == reached["second.db"] == by_chain
     if build is _by_upgrade:
         assert by_chain == [revision for revision, _, _ in migrate.history()]
+
+
+def test_a_replay_a_program_traces_is_the_same_store_and_seen_by_its_listener(
+    tmp_path: Path, replays: list[str]
+) -> None:
+    """The replay sends its statements straight to the driver's cursor, unless a program
+    listens to the engine's cursor events (a statement log, tracing): then they go through
+    SQLAlchemy, so the listener sees them, and the store is the same."""
+    seen: list[str] = []
+
+    def log(_conn: object, _cursor: object, statement: str, *_rest: object) -> None:
+        seen.append(statement)
+
+    SessionDB(tmp_path / "chain.db").close()
+    sa.event.listen(sa.Engine, "before_cursor_execute", log)
+    try:
+        SessionDB(tmp_path / "traced.db").close()
+    finally:
+        sa.event.remove(sa.Engine, "before_cursor_execute", log)
+    assert [Path(p).name for p in replays] == ["traced.db"]
+    assert_same_store(store_image(tmp_path / "traced.db"), store_image(tmp_path / "chain.db"))
+    assert any(statement.startswith("CREATE TABLE sessions") for statement in seen), seen[:20]
 
 
 def test_a_replayed_store_searches_and_passes_its_checks(
