@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +19,7 @@ from hypothesis import strategies as st
 from legacy_v1_v6 import build_legacy_db
 from legacy_v7_v17 import LATER_BRANCH, LATER_ROOT, build_later_db
 from real_hermes import backup_copy
-from store_library import engine_like_the_store
+from store_library import engine_like_the_store, plain_transaction
 from telegram_topics_v1 import TELEGRAM_TOPICS_V1, TELEGRAM_TOPICS_V2
 
 from sessionstore import ImportConflictError, SessionDB
@@ -730,7 +728,7 @@ def _add_topic_tables(url: str, version: int) -> None:
         bindings = [{k: v for k, v in row.items() if k != "profile_name"}
                     for row in bindings + [DANGLING_BINDING] * (version == 1)]  # fmt: skip
     statements = (TELEGRAM_TOPICS_V1 if version == 1 else TELEGRAM_TOPICS_V2).split(";")
-    with _plain_sql(url) as conn:
+    with plain_transaction(url) as conn:
         for statement in statements if version < 3 else ():
             if statement.strip():
                 conn.exec_driver_sql(statement)
@@ -738,16 +736,6 @@ def _add_topic_tables(url: str, version: int) -> None:
             names = list(rows[0])
             conn.execute(sa.insert(sa.table(table, *map(sa.column, names))), rows)
 
-
-@contextmanager
-def _plain_sql(url: str) -> Iterator[sa.Connection]:
-    """One transaction on the file, no store open (a file as Hermes left it)."""
-    engine = engine_like_the_store(url)
-    try:
-        with engine.begin() as conn:
-            yield conn
-    finally:
-        engine.dispose()
 
 
 def _topic_tables(url: str) -> dict[str, list[dict[str, Any]]]:
@@ -1035,7 +1023,7 @@ def test_a_topic_row_no_store_could_keep_stops_export_and_copy_before_anything_i
 ) -> None:
     source_url = _sqlite_copy_of(migrated_sqlite_template, tmp_path / "source.db")
     _add_topic_tables(source_url, 1)
-    with _plain_sql(source_url) as conn:
+    with plain_transaction(source_url) as conn:
         conn.exec_driver_sql(damage)
     with SessionDB(url=source_url) as source, pytest.raises(transfer.TopicTransferError,
                                                             match=problem):  # fmt: skip

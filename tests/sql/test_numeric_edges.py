@@ -7,7 +7,6 @@ counter, and its integer type, as it was. Revision 0009 widens PostgreSQL's coun
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from store_library import engine_like_the_store
+from store_library import engine_like_the_store, plain_transaction
 
 from sessionstore import Store, ValueOutOfRangeError
 from sessionstore.api.session_db import SessionDB
@@ -217,14 +216,14 @@ def test_revision_0009_widens_every_postgresql_counter_and_narrows_back(
 ) -> None:
     migrate.upgrade(empty_pg_url, "0008")
     assert {pg_column_types(empty_pg_url)[key] for key in COUNTERS} == {"integer"}
-    with _raw(empty_pg_url) as conn:
+    with plain_transaction(empty_pg_url) as conn:
         conn.execute(sa.text("INSERT INTO sessions (id, source, started_at, input_tokens) "
                              "VALUES ('a', 'cli', 1, 7)"))
     migrate.upgrade(empty_pg_url)
     assert {pg_column_types(empty_pg_url)[key] for key in COUNTERS} == {"bigint"}
     migrate.downgrade(empty_pg_url, "0008")
     assert {pg_column_types(empty_pg_url)[key] for key in COUNTERS} == {"integer"}
-    with _raw(empty_pg_url) as conn:
+    with plain_transaction(empty_pg_url) as conn:
         assert conn.execute(sa.text("SELECT input_tokens FROM sessions")).scalar_one() == 7
 
 
@@ -266,15 +265,6 @@ def test_postgresql_only_revisions_change_nothing_on_sqlite(
     engine.dispose()
 
 
-@contextlib.contextmanager
-def _raw(url: str) -> Iterator[sa.Connection]:
-    engine = engine_like_the_store(url)
-    try:
-        with engine.begin() as conn:
-            yield conn
-    finally:
-        engine.dispose()
-
 
 # -- revision 0023: 64-bit message ids on PostgreSQL ---------------------------------------
 BIG_ID = 3 * 10**9
@@ -282,7 +272,7 @@ BIG_ID = 3 * 10**9
 
 def pg_message_id_types(url: str) -> tuple[str, str]:
     """``messages.id``'s type and its sequence's."""
-    with _raw(url) as conn:
+    with plain_transaction(url) as conn:
         sequence_type = conn.execute(
             sa.text(
                 "SELECT data_type FROM pg_sequences "
@@ -300,7 +290,7 @@ def test_copy_of_a_sqlite_store_with_message_ids_past_2_31(tmp_path: Path, store
     with SessionDB(url=source_url) as source:
         source.create_session("old", "cli")
         source.append_message("old", "user", "first words")
-    with _raw(source_url) as conn:
+    with plain_transaction(source_url) as conn:
         conn.execute(
             sa.text(
                 "INSERT INTO messages (id, session_id, role, content, timestamp) "
@@ -343,7 +333,7 @@ def test_revision_0023_downgrade_refuses_ids_beyond_32_bits(empty_pg_url: str, w
     with SessionDB(url=empty_pg_url) as db:
         db.create_session("s", "cli")
         db.append_message("s", "user", "small id")
-    with _raw(empty_pg_url) as conn:
+    with plain_transaction(empty_pg_url) as conn:
         if where == "row":
             conn.execute(
                 sa.text(

@@ -11,6 +11,8 @@ open (built before, or read after every store on it closed) may be opened with e
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy as sa
@@ -44,3 +46,15 @@ def engine_like_the_store(url: str, **kwargs: Any) -> sa.Engine:
         kwargs.setdefault("module", library().module)
         kwargs.setdefault("connect_args", {}).setdefault("factory", connection_class())
     return sa.create_engine(url, **kwargs)
+
+
+@contextmanager
+def plain_transaction(url: str) -> Iterator[sa.Connection]:
+    """One transaction on ``url`` through :func:`engine_like_the_store`, no store open (a file
+    as Hermes left it); the engine is disposed after it."""
+    engine = engine_like_the_store(url)
+    try:
+        with engine.begin() as conn:
+            yield conn
+    finally:
+        engine.dispose()
