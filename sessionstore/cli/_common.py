@@ -30,7 +30,7 @@ from ..storage.config import URL_ENV_VAR, is_default_store, require_directory, s
 from ..storage.engine import create_store_engine
 from ..storage.private_files import PRIVATE_MODE, create_empty_file
 from ..storage.store import Store
-from ._output import print_error, silence_broken_pipe
+from ._output import print_error, shown_id, silence_broken_pipe, unescaped_id
 
 P = ParamSpec("P")
 
@@ -389,9 +389,17 @@ def resolve_ref(store: Store, ref: str) -> str:
         listed = ", ".join(repr(title) for title in spelled[:AMBIGUOUS_SHOWN])
         raise CliError(f"{ref!r} is ambiguous: several titles differ from it only in case "
                        f"({listed}); give the exact title")
-    candidates = repository.session_ids_with_prefix(ref, AMBIGUOUS_SHOWN + 1)
+    prefix = ref
+    # Copied from a listing that printed an unprintable id escaped (``shown_id``).
+    decoded = unescaped_id(ref.removesuffix(SHORTENED_MARK))
+    if decoded is not None:
+        found = repository.resolve_session_id(decoded)
+        if found is not None:
+            return found
+        prefix = decoded
+    candidates = repository.session_ids_with_prefix(prefix, AMBIGUOUS_SHOWN + 1)
     if len(candidates) > 1:
-        listed = ", ".join(candidates[:AMBIGUOUS_SHOWN])
+        listed = ", ".join(shown_id(candidate) for candidate in candidates[:AMBIGUOUS_SHOWN])
         more = " ..." if len(candidates) > AMBIGUOUS_SHOWN else ""
         raise CliError(
             f"{ref!r} is ambiguous: it starts several session ids ({listed}{more}); "
@@ -407,6 +415,6 @@ SHORTENED_MARK = "…"
 def short_ids(store: Store, ids: list[str]) -> dict[str, str]:
     shortest = SessionRepository(store).short_ids(ids)
     return {
-        session_id: short if short == session_id else short + SHORTENED_MARK
+        session_id: shown_id(short) + ("" if short == session_id else SHORTENED_MARK)
         for session_id, short in shortest.items()
     }

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import sys
+import unicodedata
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any, Final
@@ -39,9 +40,13 @@ ROLE_STYLES = {
     "system": "bold yellow",
 }
 HIGHLIGHT_STYLE = "bold black on yellow"
-# C0/C1 control characters other than tab and newline: stored text must not be able to drive
-# the terminal (escape sequences in a tool's output, say).
-_CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# C0/C1 control characters other than tab and newline, and the bidi embeddings, overrides and
+# isolates: stored text must not be able to drive the terminal (escape sequences in a tool's
+# output, say) nor reorder what is printed after it on the line. Other format characters
+# (joiners in emoji, left-to-right marks in Hebrew text) only shape the text and stay.
+_CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# Line and paragraph separators: a line break where the text meant one.
+_LINE_SEPARATORS = re.compile(r"[\u2028\u2029]")
 
 
 def silence_broken_pipe() -> None:
@@ -90,7 +95,61 @@ def print_error(message: str) -> None:
 def printable(text: str | bytes | None) -> str:
     if isinstance(text, bytes):  # a text cell stored as a BLOB
         text = text_of_blob(text)
-    return _CONTROL_CHARACTERS.sub("", text or "")
+    return _LINE_SEPARATORS.sub("\n", _CONTROL_CHARACTERS.sub("", text or ""))
+
+
+# Characters that can hide, move or reorder what follows them on a terminal: controls (Cc),
+# invisible format characters such as bidi overrides and zero widths (Cf), line and paragraph
+# separators (Zl, Zp).
+_HIDDEN_CATEGORIES: Final = frozenset({"Cc", "Cf", "Zl", "Zp"})
+_SIMPLE_ESCAPES: Final = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
+_ESCAPE_OF: Final = {meaning: "\\" + letter for letter, meaning in _SIMPLE_ESCAPES.items()}
+
+
+def shown_id(session_id: str) -> str:
+    """A session id as the terminal shows it: exactly, or with what would not show escaped.
+
+    Ids come from gateways and callers, not from us: one holding a newline, an escape sequence
+    or a bidi override would break a table's row, drive the terminal or display as another id.
+    Such an id is printed with Python's escapes (``\\n``, ``\\x1b``, ``\\u202e``) and its
+    backslashes doubled, so the printed form names one id only; a REF given in that form
+    resolves back to it (:func:`sessionstore.cli._common.resolve_ref`). An ordinary id is
+    printed as it is, backslashes included.
+    """
+    if not any(unicodedata.category(char) in _HIDDEN_CATEGORIES for char in session_id):
+        return session_id
+    return "".join(_escaped(char) for char in session_id)
+
+
+def _escaped(char: str) -> str:
+    if char in _ESCAPE_OF:
+        return _ESCAPE_OF[char]
+    if unicodedata.category(char) not in _HIDDEN_CATEGORIES:
+        return char
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else (
+        f"\\U{code:08x}"
+    )
+
+
+_ESCAPE: Final = re.compile(r"\\(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[ntr\\])")
+
+
+def unescaped_id(ref: str) -> str | None:
+    """The id a REF names when it was copied from :func:`shown_id`'s escaped form, else None."""
+    if "\\" not in ref:
+        return None
+    decoded = _ESCAPE.sub(_decode_escape, ref)
+    return None if decoded == ref else decoded
+
+
+def _decode_escape(match: re.Match[str]) -> str:
+    escape = match.group()[1:]
+    if escape in _SIMPLE_ESCAPES:
+        return _SIMPLE_ESCAPES[escape]
+    code = int(escape[1:], 16)
+    # No stored id holds a lone surrogate or a code point past Unicode: leave such text as typed.
+    return match.group() if code > 0x10FFFF or 0xD800 <= code <= 0xDFFF else chr(code)
 
 
 NO_TIME: Final = "?"

@@ -158,7 +158,7 @@ def _show_doomed(store: Store, doomed: Sequence[SessionRecord]) -> None:
     table = Table("ID", "Title", "Source", "Started", "Ended", "Msgs", title="To delete")
     for session in doomed:
         table.add_row(
-            short.get(session.id, session.id),
+            short.get(session.id) or out.shown_id(session.id),
             Text(out.printable(session.title)) if session.title else out.dim("-"),
             Text(out.printable(session.source)),
             out.when(session.started_at),

@@ -90,7 +90,7 @@ def search(
     for hit in hits:
         console.print(
             Text.assemble(
-                (short.get(hit.session_id, hit.session_id), "bold"),
+                (short.get(hit.session_id) or out.shown_id(hit.session_id), "bold"),
                 "  ",
                 (out.printable(hit.role), out.ROLE_STYLES.get(hit.role, "bold")),
                 ("  " + out.when(hit.timestamp), "dim"),

@@ -51,7 +51,7 @@ def _listing_table(
     for listing in listings:
         session = listing.session
         row: list[str | Text] = [
-            short.get(session.id, session.id),
+            short.get(session.id) or out.shown_id(session.id),
             Text(out.printable(session.title)) if session.title else out.dim("-"),
             Text(out.printable(session.source)),
         ]
@@ -174,21 +174,22 @@ def sessions_delete(
         session = repository.get_session(session_id)
         if session is None:
             raise CliError(f"no session matches {ref!r}")
+        shown = out.shown_id(session_id)
         if not yes:
             named = f" ({session.title!r})" if session.title else ""
             confirm(
-                f"Delete session {session_id}{named} and its {session.message_count or 0} "
+                f"Delete session {shown}{named} and its {session.message_count or 0} "
                 "message(s)?",
-                refusal=f"refusing to delete session {session_id} without confirmation",
+                refusal=f"refusing to delete session {shown} without confirmation",
             )
-        with out.spinner(f"deleting session {session_id} ..."):
+        with out.spinner(f"deleting session {shown} ..."):
             deleted = repository.delete_session(session_id)
     if as_json:
         out.print_json({"id": session_id, "deleted": deleted})
     elif deleted:
-        typer.echo(f"deleted session {session_id} and its messages")
+        typer.echo(f"deleted session {shown} and its messages")
     else:
-        raise CliError(f"session {session_id} no longer exists")
+        raise CliError(f"session {shown} no longer exists")
 
 
 def _tool_call_summary(call: Any) -> str:
@@ -261,16 +262,20 @@ def _session_header(session: SessionRecord, tip: str | None) -> Panel:
         if value:
             grid.add_row(name, Text(out.printable(value)))
 
-    row("id", session.id)
+    def id_row(name: str, session_id: str | None) -> None:
+        if session_id:
+            grid.add_row(name, Text(out.shown_id(session_id)))
+
+    id_row("id", session.id)
     row("title", session.title)
     row("source", session.source)
     row("model", session.model)
     row("started", out.when(session.started_at))
     if session.ended_at is not None:
         row("ended", f"{out.when(session.ended_at)} ({session.end_reason or 'no reason'})")
-    row("parent", session.parent_session_id)
+    id_row("parent", session.parent_session_id)
     if tip is not None and tip != session.id:
-        row("continued in", tip)
+        id_row("continued in", tip)
     row(
         "messages",
         f"{session.message_count or 0} ({session.tool_call_count or 0} tool calls)",

@@ -26,15 +26,16 @@ def title_set(
     with open_store(cli_state(ctx), write=True) as store:
         repository = SessionRepository(store)
         session_id = resolve_ref(store, ref)
+        shown = out.shown_id(session_id)
         if not repository.set_session_title(session_id, title):
-            raise CliError(f"session {session_id} no longer exists")
+            raise CliError(f"session {shown} no longer exists")
         stored = repository.get_session_title(session_id)
     if as_json:
         out.print_json({"id": session_id, "title": stored})
     elif stored is None:
-        typer.echo(f"{session_id}: title cleared")
+        typer.echo(f"{shown}: title cleared")
     else:
-        typer.echo(f"{session_id}: title set to {stored!r}")
+        typer.echo(f"{shown}: title set to {stored!r}")
 
 
 @title_app.command("next", cls=PlainCommand)
