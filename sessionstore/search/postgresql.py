@@ -23,6 +23,7 @@ PostgreSQL cannot take a NUL character in a text parameter: every value bound he
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any, Final, NamedTuple, cast
 
 from sqlalchemy.engine import Connection
@@ -352,6 +353,11 @@ class PostgreSQLSearchIndex:
 
     def damage_in(self, exc: BaseException) -> DamageSeen | None:
         return None  # its indexes are the server's, repaired by REINDEX, never mid-write
+
+    def reindex_rows_read_at_nul(
+        self, conn: Connection, session_ids: Sequence[str] | None = None
+    ) -> int:
+        return 0  # no text holds a NUL here, and one server tokenizes every row
 
     def word_matches(
         self, conn: Connection, query: str, filters: SearchFilters, page: Page

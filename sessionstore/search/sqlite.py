@@ -22,6 +22,7 @@ import json
 import re
 import time
 import weakref
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast
 
 from sqlalchemy import create_engine, text
@@ -881,6 +882,21 @@ class SQLiteSearchIndex:
                 broken.append(f"{table}: {problem}")
         return IndexHealth(missing, out_of_step, broken, indexed)
 
+    def reindex_rows_read_at_nul(
+        self, conn: Connection, session_ids: Sequence[str] | None = None
+    ) -> int:
+        present = _objects(conn)
+        layout = layout_of(conn)
+        indexes = (
+            (names.TRIGRAM_TABLE, layout.trigram_source_view),
+            (names.WORD_TABLE, layout.word_source_view),
+        )
+        return sum(
+            _reindex_nul_rows_held_cut(conn, table, view, session_ids)
+            for table, view in indexes
+            if table in present and view in present
+        )
+
     def damage_in(self, exc: BaseException) -> DamageSeen | None:
         error = exc.orig if isinstance(exc, DBAPIError) else None
         if error is None or not isinstance(exc, DatabaseError):
@@ -1230,7 +1246,8 @@ def _fill_bigrams(conn: Connection, table: str) -> None:
 
 
 _NUL_CUT_PREFIX: Final = "sessionstore_check_"
-"""Names of the objects :func:`_read_nul_rows_as_indexed` makes, on a private snapshot only."""
+"""Names of the scratch objects :func:`_nul_rows_held_cut` and its callers make (on a private
+snapshot, or in the connection's ``temp`` schema)."""
 _TOKENIZE_OPTION: Final = re.compile(
     r"""\btokenize\s*=\s*('(?:[^']|'')*'|"(?:[^"]|"")*"|\w+)""", re.I
 )
@@ -1250,28 +1267,45 @@ def _cut_at_nul(column: str) -> str:
     )
 
 
-def _read_nul_rows_as_indexed(conn: Connection, table: str, view: str) -> int:
-    """On a private snapshot only (it rewrites ``view``): the rows of ``view`` whose
-    indexed text holds a NUL character and that ``table`` holds as SQLite 3.40's trigram
-    tokenizer made them (it stops at a column's first NUL; 3.53's reads to the end) are
-    given to FTS5's integrity check cut at that NUL, so the check compares the index
-    with what the library that wrote each row read. Which reading a row was indexed with is
-    told by the numbers of tokens the index holds for it (``<table>_docsize``), compared
-    with both readings tokenized by this library in a throw-away index; a row matching
-    neither is left as it is (the check then reports it). Each row is judged alone: a file
-    shared by Hermes on the standard library and by this package holds both kinds. Returns
-    how many rows are read cut."""
-    columns = [
+def _index_columns(conn: Connection, table: str) -> list[str]:
+    return [
         str(row[0])
         for row in conn.exec_driver_sql(f"SELECT name FROM pragma_table_info('{table}')")
     ]
+
+
+def _nul_rows_held_cut(
+    conn: Connection, table: str, view: str, schema: str, session_ids: Sequence[str] | None = None
+) -> str | None:
+    """The rows of ``view`` whose indexed text holds a NUL character and that ``table``
+    holds as SQLite 3.40's trigram tokenizer made them (it stops at a column's first NUL;
+    3.53's reads to the end): the name of a table made in ``schema`` holding their ids (the
+    caller drops it), or None when there are none. Which reading a row was indexed with is
+    told by the numbers of tokens the index holds for it (``<table>_docsize``), compared
+    with both readings tokenized by this library in a throw-away index; a row matching
+    neither is left out (damage, not a reading). Each row is judged alone: a file shared
+    by Hermes on the standard library and by this package holds both kinds. With
+    ``session_ids``, only those sessions' rows are looked at (through the session index)."""
+    columns = _index_columns(conn, table)
     listed = ", ".join(columns)
-    nul_rows, probe = f"{_NUL_CUT_PREFIX}{table}_rows", f"{_NUL_CUT_PREFIX}{table}_probe"
+    nul_rows = f"{schema}.{_NUL_CUT_PREFIX}{table}_rows"
+    probe = f"{schema}.{_NUL_CUT_PREFIX}{table}_probe"
     has_nul = " OR ".join(f"instr(CAST({column} AS BLOB), x'00') > 0" for column in columns)
+    candidates = (
+        f"SELECT id FROM {view} WHERE ({has_nul}) AND id IN (SELECT id FROM {table}_docsize)"
+    )
+    scope: tuple[str, ...] = ()
+    if session_ids is not None:
+        candidates += (
+            " AND id IN (SELECT id FROM messages WHERE session_id IN"
+            " (SELECT value FROM json_each(?)))"
+        )
+        scope = (json.dumps(list(session_ids)),)
+    # Most stores hold no such row: one read answers that, before any scratch table.
+    if conn.exec_driver_sql(f"{candidates} LIMIT 1", scope).first() is None:
+        return None
     conn.exec_driver_sql(f"CREATE TABLE {nul_rows} (id INTEGER PRIMARY KEY)")
-    conn.exec_driver_sql(f"INSERT INTO {nul_rows} SELECT id FROM {view} WHERE {has_nul}")
-    if conn.exec_driver_sql(f"SELECT 1 FROM {nul_rows} LIMIT 1").first() is None:
-        return 0
+    conn.exec_driver_sql(f"INSERT INTO {nul_rows} {candidates}", scope)
     created = conn.exec_driver_sql(
         "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
     ).scalar_one()
@@ -1293,23 +1327,61 @@ def _read_nul_rows_as_indexed(conn: Connection, table: str, view: str) -> int:
         " WHERE held.sz = cut.sz AND held.sz IS NOT whole.sz)"
     )
     conn.exec_driver_sql(f"DROP TABLE {probe}")
-    cut_rows = int(conn.exec_driver_sql(f"SELECT count(*) FROM {nul_rows}").scalar_one())
+    if conn.exec_driver_sql(f"SELECT 1 FROM {nul_rows} LIMIT 1").first() is None:
+        conn.exec_driver_sql(f"DROP TABLE {nul_rows}")
+        return None
+    return nul_rows
+
+
+def _read_nul_rows_as_indexed(conn: Connection, table: str, view: str) -> int:
+    """On a private snapshot only (it rewrites ``view``): the rows of ``view`` that
+    ``table`` holds as SQLite 3.40 read them (:func:`_nul_rows_held_cut`) are given to
+    FTS5's integrity check cut at their NUL, so the check compares the index with what the
+    library that wrote each row read. Returns how many rows are read cut."""
     defined = conn.exec_driver_sql(
         "SELECT sql FROM sqlite_master WHERE type = 'view' AND name = ?", (view,)
     ).scalar()
     head = _VIEW_HEAD.match(str(defined or ""))
-    if not cut_rows or head is None:
+    if head is None:
         return 0
+    nul_rows = _nul_rows_held_cut(conn, table, view, "main")
+    if nul_rows is None:
+        return 0
+    cut_rows = int(conn.exec_driver_sql(f"SELECT count(*) FROM {nul_rows}").scalar_one())
     source = f"{_NUL_CUT_PREFIX}{table}_source"
     conn.exec_driver_sql(f"CREATE VIEW {source} AS {str(defined)[head.end():]}")
     conn.exec_driver_sql(f"DROP VIEW {view}")
     read = ", ".join(
         f"CASE WHEN id IN (SELECT id FROM {nul_rows}) THEN {_cut_at_nul(column)}"
         f" ELSE {column} END AS {column}"
-        for column in columns
+        for column in _index_columns(conn, table)
     )
     conn.exec_driver_sql(f"CREATE VIEW {view} AS SELECT id, {read} FROM {source}")
     return cut_rows
+
+
+def _reindex_nul_rows_held_cut(
+    conn: Connection, table: str, view: str, session_ids: Sequence[str] | None
+) -> int:
+    """The rows :func:`_nul_rows_held_cut` finds, indexed again as this library reads them
+    (deleted with the text cut at the NUL, which gives back exactly the tokens SQLite 3.40
+    made, then inserted whole), so this library's triggers can delete and update them.
+    Scratch tables in ``temp``: nothing of them reaches the file. How many rows."""
+    nul_rows = _nul_rows_held_cut(conn, table, view, "temp", session_ids)
+    if nul_rows is None:
+        return 0
+    columns = _index_columns(conn, table)
+    listed = ", ".join(columns)
+    chosen = f"FROM {view} AS v WHERE v.id IN (SELECT id FROM {nul_rows})"
+    cut = ", ".join(_cut_at_nul(f"v.{column}") for column in columns)
+    whole = ", ".join(f"v.{column}" for column in columns)
+    conn.exec_driver_sql(
+        f"INSERT INTO {table}({table}, rowid, {listed}) SELECT 'delete', v.id, {cut} {chosen}"
+    )
+    conn.exec_driver_sql(f"INSERT INTO {table}(rowid, {listed}) SELECT v.id, {whole} {chosen}")
+    count = int(conn.exec_driver_sql(f"SELECT count(*) FROM {nul_rows}").scalar_one())
+    conn.exec_driver_sql(f"DROP TABLE {nul_rows}")
+    return count
 
 
 def _integrity_problem(conn: Connection, table: str) -> str | None:

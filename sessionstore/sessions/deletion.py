@@ -84,7 +84,7 @@ from .listing import cwd_condition
 from .maintenance import last_active_at
 from .prompts import delete_unreferenced_prompts
 from .session_state import pinned_tail, turn_guarded
-from .shared import RepositoryPart, session_columns, source_condition
+from .shared import RepositoryPart, before_rows_change, session_columns, source_condition
 
 GHOST_SOURCE = "tui"
 GHOST_AGE_S = 24 * 3600.0
@@ -135,6 +135,7 @@ def _delete_sessions(conn: Connection, session_ids: Sequence[str]) -> None:
             .where(sessions.c.parent_session_id.in_(chunk))
             .values(parent_session_id=None)
         )
+        before_rows_change(conn, chunk)
         conn.execute(delete(messages).where(messages.c.session_id.in_(chunk)))
         conn.execute(delete(usage).where(usage.c.session_id.in_(chunk)))
         conn.execute(delete(sessions).where(sessions.c.id.in_(chunk)))

@@ -91,7 +91,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
 from ..dialects.functions import indexed_alias
-from ..errors import ReadOnlyStoreError, StoreBusyError, driver_message
+from ..errors import ReadOnlyStoreError, SessionStoreError, StoreBusyError, driver_message
 from ..search.deferred_rebuild import BACKFILL_CHUNK_ROWS, BackfillTarget
 from ..search.sanitize import escape_like
 from ..sql import validation
@@ -213,6 +213,19 @@ def repair_damaged_search_index(store: Store, exc: BaseException) -> bool:
     seen = index.damage_in(exc)
     if seen is None:
         return False
+    # Rows Hermes's SQLite indexed cut at a NUL fail this SQLite's triggers the same way:
+    # read again (a scan for NULs), they cost no check and no rebuild. Should the write fail
+    # again, the next repair finds none and builds the index again; so does an index too
+    # damaged to read them again.
+    try:
+        read_again = store.write(index.reindex_rows_read_at_nul)
+    except SessionStoreError:
+        read_again = 0
+    if read_again:
+        logger.warning("%d message(s) another SQLite indexed cut at a NUL character were "
+                       "indexed again as this one reads them; the write is made again",
+                       read_again)  # fmt: skip
+        return True
     if seen == "file" and not store.write(lambda conn: bool(index.check(conn).broken)):
         return False
     logger.warning("the search index is damaged (%s): it is built again from the messages "

@@ -64,7 +64,14 @@ from .session_state import (
     refuse_closed_compression_parent,
     refuse_live_turn_lease,
 )
-from .shared import RepositoryPart, constraint_error, matchable, row_count, session_exists
+from .shared import (
+    RepositoryPart,
+    before_rows_change,
+    constraint_error,
+    matchable,
+    row_count,
+    session_exists,
+)
 from .windows import MESSAGE_DICT_FIELDS, message_dicts_of_session
 
 if TYPE_CHECKING:
@@ -1019,6 +1026,7 @@ class MessagesPart(RepositoryPart):
         session_id = validation.identifier(session_id, "session_id")
 
         def run(conn: Connection) -> None:
+            before_rows_change(conn, [session_id])
             conn.execute(delete(messages).where(messages.c.session_id == session_id))
             conn.execute(
                 update(sessions)

@@ -46,7 +46,7 @@ from .access import reads, writes
 from .messages import MessagesPart, NewMessage, message_rows, recount
 from .model_config import merged_model_config
 from .session_state import refuse_closed_compression_parent, refuse_transcript_mutation
-from .shared import require_session
+from .shared import before_rows_change, require_session
 from .user_turns import is_user_turn, live_content
 
 RECENT_PREVIEW_CHARS = 80
@@ -596,6 +596,7 @@ class RewindPart(MessagesPart):
                         .values(active=0, compacted=0)
                     )
             else:
+                before_rows_change(conn, [session_id])
                 doomed = delete(messages).where(messages.c.session_id == session_id)
                 if active_only:
                     doomed = doomed.where(messages.c.active == 1)

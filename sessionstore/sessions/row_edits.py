@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import func, select, update
+from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..sql import validation
@@ -33,6 +34,7 @@ from ..sql.tables import messages_table as messages
 from ..sql.validation import bindable
 from .access import reads, writes
 from .messages import MessagesPart, display_metadata_text
+from .shared import before_rows_change
 
 _ROLES_OF_LATEST = frozenset({"user", "assistant"})
 _BOOKKEEPING_ROLES = ("session_meta", "system")
@@ -200,7 +202,12 @@ class RowEditsPart(MessagesPart):
                 content=self.stored_content(content), display_identity=None, display_order=None
             )
         )
-        return int(self.store.write(lambda conn: conn.execute(statement).rowcount))
+
+        def run(conn: Connection) -> int:
+            before_rows_change(conn, [sid])
+            return int(conn.execute(statement).rowcount)
+
+        return int(self.store.write(run))
 
     @writes
     def deactivate_message(self, session_id: str, row_id: int) -> int:

@@ -88,6 +88,17 @@ def session_columns(shape: ReadShape) -> list[Any]:
     return shape.columns(sessions, SESSION_FIELDS)
 
 
+def before_rows_change(conn: Connection, session_ids: Sequence[str]) -> None:
+    """Before messages of ``session_ids`` are deleted or their indexed text rewritten: the
+    rows another SQLite indexed differently (a NUL in the text, Hermes's SQLite 3.40) read
+    again, so this SQLite's triggers take out the tokens the index holds
+    (``SearchIndex.reindex_rows_read_at_nul``). A read of those sessions' rows; nothing on
+    PostgreSQL."""
+    from ..search.registry import search_index_of  # on first use, not at open
+
+    search_index_of(conn).reindex_rows_read_at_nul(conn, session_ids)
+
+
 def session_exists(conn: Connection, session_id: str) -> bool:
     found = conn.execute(select(sessions.c.id).where(sessions.c.id == session_id)).first()
     return found is not None

