@@ -892,8 +892,14 @@ def first_user_text(read: ReadShape | None = None) -> ColumnElement[Any]:
     ``idx_messages_session_id`` (the choice of a stale or hostile ``sqlite_stat1``) it sorted
     every row of every listed session (docs/performance.md, "Plans that do not follow the
     statistics")."""
+    return _first_user_text(read is None or read.has_column(messages.name, "display_kind"))
+
+
+@functools.cache
+def _first_user_text(hidden_kind: bool) -> ColumnElement[Any]:
+    """:func:`first_user_text`, built once per shape: the preview rule is ~60 elements, and
+    the statements that embed it are themselves built once (a browse rebuilt it per call)."""
     first = indexed_alias(messages, "first_user", IDX_MESSAGES_SESSION)
-    hidden_kind = read is None or read.has_column(messages.name, "display_kind")
     eligible, head = _preview_rule(first, hidden_kind)
     return (
         select(head)

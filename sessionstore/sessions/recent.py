@@ -32,18 +32,22 @@ order, iot in SQLite's index order (by insertion).
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, bindparam, func, select, text
-from sqlalchemy.engine import Connection
+from sqlalchemy import ColumnElement, Select, and_, func, select, text
+from sqlalchemy.engine import Connection, Dialect
 
 from ..dialects import StatementDeadline, StoreDialect, json_list
 from ..sql import validation
 from ..sql.codec import stored_clock
 from ..sql.read_shape import ReadShape
+from ..sql.statements import HotReads, literal_count
 from ..sql.tables import sessions_table as sessions
+from ..storage.store import Store
 from .access import reads
 from .lineage import (
     BRANCH_MARKER,
@@ -53,7 +57,7 @@ from .lineage import (
     has_marker,
     listable_condition,
 )
-from .listing import first_user_text, preview_text, read_shape_has
+from .listing import first_user_text, preview_text
 from .maintenance import last_active_at
 from .shared import RepositoryPart
 
@@ -169,8 +173,98 @@ class _Walk:
         self.frontier = following
 
 
+# The browse's statements are built once per shape (which filters are on, the dialect's SQL
+# for a JSON list), never per call, and run on the driver cursor with their values bound: an
+# alias of ``sessions`` makes a proxy for each of its 62 columns, and rebuilding the walk's
+# two aliases per level, the preview rule and their compiled forms cost ~20 ms a call on a
+# small store (docs/performance.md, "The recent browse").
+
+
+@functools.cache
+def _candidates_statement(
+    stamped: bool, hides: bool, excluded_list_sql: str | None, bytewise_collation: str
+) -> Select[Any]:
+    """The newest ``:count`` sessions a browse may start from (see the module)."""
+    recency = (
+        func.coalesce(sessions.c.last_activity_at, sessions.c.started_at)
+        if stamped
+        else sessions.c.started_at
+    )
+    conditions: list[Any] = [sessions.c.archived == 0, ~has_marker(DELEGATE_MARKER)]
+    if hides:
+        conditions.append(sessions.c.hidden == 0)
+    if excluded_list_sql is not None:
+        conditions.append(text(f"sessions.source NOT IN {excluded_list_sql}"))
+    return (
+        select(sessions.c.id)
+        .where(*conditions)
+        .order_by(
+            recency.desc(),
+            sessions.c.started_at.desc(),
+            sessions.c.id.collate(bytewise_collation).desc(),
+        )
+        .limit(literal_count("count"))
+    )
+
+
+@functools.cache
+def _edges_statement(nodes_list_sql: str, upward: bool) -> Select[Any]:
+    """(node, step) for each node of the JSON list ``:nodes``: its compression parent
+    (``upward``) or children, by the edge, in (node, step) order."""
+    parent = sessions.alias(_BROWSE_PARENT)
+    child = sessions.alias(_BROWSE_CHILD)
+    near, far = (child, parent) if upward else (parent, child)
+    return (
+        select(near.c.id, far.c.id)
+        .select_from(near.join(far, and_(*compression_parent_edge(parent, child))))
+        .where(text(f"{near.name}.id IN {nodes_list_sql}"))
+        .order_by(near.c.id, far.c.id)
+    )
+
+
+@functools.cache
+def _activity_statement(ids_list_sql: str, stamped: bool) -> Select[Any]:
+    """(id, last activity) of each session of the JSON list ``:ids``."""
+    return select(sessions.c.id, last_active_at(stamped=stamped)).where(
+        text(f"sessions.id IN {ids_list_sql}")
+    )
+
+
+@functools.cache
+def _listed_roots_statement(roots_list_sql: str, hides: bool, keyed: bool) -> Select[Any]:
+    """(id, started_at, title) of the sessions of the JSON list ``:roots`` a picker lists."""
+    conditions: list[Any] = [
+        sessions.c.archived == 0,
+        listable_condition(legacy_resets=keyed),
+        text(f"sessions.id IN {roots_list_sql}"),
+    ]
+    if hides:
+        conditions.append(sessions.c.hidden == 0)
+    return select(sessions.c.id, sessions.c.started_at, sessions.c.title).where(*conditions)
+
+
+@functools.cache
+def _tips_statement(tips_list_sql: str, read: ReadShape) -> Select[Any]:
+    """The shown columns of the tips of the JSON list ``:tips``, the preview's head last."""
+    return select(
+        sessions.c.id,
+        sessions.c.source,
+        sessions.c.model,
+        sessions.c.title,
+        sessions.c.ended_at,
+        sessions.c.end_reason,
+        sessions.c.message_count,
+        sessions.c.tool_call_count,
+        first_user_text(read),
+    ).where(text(f"sessions.id IN {tips_list_sql}"))
+
+
 class RecentBrowsePart(RepositoryPart):
     """iot 0.22.2's bounded recent browse (see the module)."""
+
+    def __init__(self, store: Store, *, clock: Callable[[], float] = time.time) -> None:
+        super().__init__(store, clock=clock)
+        self._browse: dict[tuple[ReadShape, bool], _BrowseStatements] = {}
 
     @reads
     def list_recent_sessions_bounded(
@@ -211,61 +305,81 @@ class RecentBrowsePart(RepositoryPart):
         rows, candidates, ceiling = browse_bounds(limit, candidate_limit, lineage_limit)
         seconds = browse_timeout(timeout_seconds)
         excluded = browse_excluded_sources(exclude_sources)
-        hides = read_shape_has(self.store, "hidden")
-        stamped = read_shape_has(self.store, "last_activity_at")
-        keyed = read_shape_has(self.store, "session_key")
+        statements = self._browse_statements(bool(excluded))
+        dialect = self.store.dialect
 
         def run(conn: Connection) -> list[dict[str, Any]]:
-            with self.store.dialect.statement_deadline(conn, seconds) as deadline:
-                return _Browse(conn, deadline, self.store.dialect, self.store.read_shape).run(
-                    rows, candidates, ceiling, excluded, hides=hides, stamped=stamped,
-                    keyed=keyed,
-                )  # fmt: skip
+            with dialect.statement_deadline(conn, seconds) as deadline:
+                return _Browse(conn, deadline, statements).run(
+                    rows, candidates, ceiling, excluded
+                )
 
         return self.store.read(run)
+
+    def _browse_statements(self, excluding: bool) -> _BrowseStatements:
+        """The store's browse statements, with or without the excluded sources' filter."""
+        read = self.store.read_shape
+        key = (read, excluding)
+        found = self._browse.get(key)
+        if found is None:
+            found = self._browse[key] = _BrowseStatements(
+                self.store.engine.dialect, self.store.dialect, read, excluding=excluding
+            )
+        return found
+
+
+class _BrowseStatements:
+    """One store's browse statements for its read shape (each built once in the process, see
+    above), compiled for its engine on first use."""
+
+    __slots__ = ("activity", "candidates", "children", "listed_roots", "parents", "tips")
+
+    def __init__(
+        self, engine_dialect: Dialect, dialect: StoreDialect, read: ReadShape, *, excluding: bool
+    ) -> None:
+        stamped = read.has_column(sessions.name, "last_activity_at")
+        hides = read.has_column(sessions.name, "hidden")
+        keyed = read.has_column(sessions.name, "session_key")
+        list_sql = dialect.json_list_sql
+
+        def hot(statement: Select[Any]) -> HotReads:
+            return HotReads(engine_dialect, statement)
+
+        self.candidates = hot(_candidates_statement(
+            stamped, hides, list_sql("excluded") if excluding else None,
+            dialect.bytewise_collation,
+        ))  # fmt: skip
+        self.parents = hot(_edges_statement(list_sql("nodes"), True))
+        self.children = hot(_edges_statement(list_sql("nodes"), False))
+        self.activity = hot(_activity_statement(list_sql("ids"), stamped))
+        self.listed_roots = hot(_listed_roots_statement(list_sql("roots"), hides, keyed))
+        self.tips = hot(_tips_statement(list_sql("tips"), read))
 
 
 class _Browse:
     """One browse on one connection, each statement after a look at the deadline."""
 
     def __init__(
-        self,
-        conn: Connection,
-        deadline: StatementDeadline,
-        dialect: StoreDialect,
-        read: ReadShape,
+        self, conn: Connection, deadline: StatementDeadline, statements: _BrowseStatements
     ) -> None:
         self.conn = conn
-        self.read = read
         self.deadline = deadline
-        self.list_sql = dialect.json_list_sql
-        self.bytewise = dialect.bytewise_collation
+        self.statements = statements
 
-    def _run(self, statement: Any, parameters: dict[str, Any]) -> list[Any]:
+    def _run(self, statement: HotReads, parameters: dict[str, Any]) -> list[tuple[Any, ...]]:
         self.deadline.check()
-        return list(self.conn.execute(statement, parameters).all())
-
-    def _in_list(self, column_sql: str, param: str) -> Any:
-        return text(f"{column_sql} IN {self.list_sql(param)}")
+        return statement.rows(self.conn, parameters)
 
     def run(
-        self,
-        rows: int,
-        candidates: int,
-        ceiling: int,
-        excluded: list[str],
-        *,
-        hides: bool,
-        stamped: bool,
-        keyed: bool,
+        self, rows: int, candidates: int, ceiling: int, excluded: list[str]
     ) -> list[dict[str, Any]]:
-        chosen = self._candidates(candidates, excluded, hides=hides, stamped=stamped)
+        chosen = self._candidates(candidates, excluded)
         if not chosen:
             return []
         roots = self._roots(chosen, ceiling)
         tips_of = self._tips(roots, ceiling)
         activity = self._activity({tip for tips in tips_of.values() for tip in tips})
-        listed = self._listed_roots(list(tips_of), hides=hides, keyed=keyed)
+        listed = self._listed_roots(list(tips_of))
         ranked: list[tuple[str, str, float | None, Any]] = []
         for root, tips in tips_of.items():
             if root not in listed:
@@ -279,45 +393,17 @@ class _Browse:
         page = ranked[:rows]
         return self._hydrate(page, listed)
 
-    def _candidates(
-        self, count: int, excluded: list[str], *, hides: bool, stamped: bool
-    ) -> list[str]:
-        recency = (
-            func.coalesce(sessions.c.last_activity_at, sessions.c.started_at)
-            if stamped
-            else sessions.c.started_at
+    def _candidates(self, count: int, excluded: list[str]) -> list[str]:
+        found = self._run(
+            self.statements.candidates, {"count": count, "excluded": json_list(excluded)}
         )
-        conditions: list[Any] = [sessions.c.archived == 0, ~has_marker(DELEGATE_MARKER)]
-        if hides:
-            conditions.append(sessions.c.hidden == 0)
-        if excluded:
-            conditions.append(text(f"sessions.source NOT IN {self.list_sql('excluded')}"))
-        statement: Select[Any] = (
-            select(sessions.c.id)
-            .where(*conditions)
-            .order_by(
-                recency.desc(),
-                sessions.c.started_at.desc(),
-                sessions.c.id.collate(self.bytewise).desc(),
-            )
-            .limit(bindparam("count"))
-        )
-        found = self._run(statement, {"count": count, "excluded": json_list(excluded)})
         return [str(row[0]) for row in found]
 
     def _edges(self, nodes: Iterable[str], *, upward: bool) -> dict[str, list[str]]:
         """Each node's compression parent (``upward``) or children, by the edge; every node
         asked is a key (an empty list: none)."""
         asked = sorted(set(nodes))
-        parent = sessions.alias(_BROWSE_PARENT)
-        child = sessions.alias(_BROWSE_CHILD)
-        near, far = (child, parent) if upward else (parent, child)
-        statement = (
-            select(near.c.id, far.c.id)
-            .select_from(near.join(far, and_(*compression_parent_edge(parent, child))))
-            .where(self._in_list(f"{near.name}.id", "nodes"))
-            .order_by(near.c.id, far.c.id)
-        )
+        statement = self.statements.parents if upward else self.statements.children
         found: dict[str, list[str]] = {node: [] for node in asked}
         for node, step in self._run(statement, {"nodes": json_list(asked)}):
             found[str(node)].append(str(step))
@@ -357,30 +443,14 @@ class _Browse:
         return tips
 
     def _activity(self, ids: set[str]) -> dict[str, float | None]:
-        stamped = self.read.has_column(sessions.name, "last_activity_at")
-        statement = select(sessions.c.id, last_active_at(stamped=stamped)).where(
-            self._in_list("sessions.id", "ids")
-        )
-        found = self._run(statement, {"ids": json_list(sorted(ids))})
+        found = self._run(self.statements.activity, {"ids": json_list(sorted(ids))})
         return {str(row[0]): stored_clock(row[1]) for row in found}
 
-    def _listed_roots(
-        self, roots: list[str], *, hides: bool, keyed: bool
-    ) -> dict[str, tuple[Any, str | None]]:
+    def _listed_roots(self, roots: list[str]) -> dict[str, tuple[Any, str | None]]:
         """The roots a picker would list (not archived or hidden, no delegate run, a root or
         a branch or reset child): their ``started_at`` as stored (text in a damaged SQLite
         row, as iot's dict; ranked as no time, :func:`stored_clock`) and title."""
-        conditions: list[Any] = [
-            sessions.c.archived == 0,
-            listable_condition(legacy_resets=keyed),
-            self._in_list("sessions.id", "roots"),
-        ]
-        if hides:
-            conditions.append(sessions.c.hidden == 0)
-        statement = select(sessions.c.id, sessions.c.started_at, sessions.c.title).where(
-            *conditions
-        )
-        found = self._run(statement, {"roots": json_list(roots)})
+        found = self._run(self.statements.listed_roots, {"roots": json_list(roots)})
         return {str(row[0]): (row[1], row[2]) for row in found}
 
     def _hydrate(
@@ -390,19 +460,9 @@ class _Browse:
     ) -> list[dict[str, Any]]:
         if not page:
             return []
-        head = first_user_text(self.read)
-        statement = select(
-            sessions.c.id,
-            sessions.c.source,
-            sessions.c.model,
-            sessions.c.title,
-            sessions.c.ended_at,
-            sessions.c.end_reason,
-            sessions.c.message_count,
-            sessions.c.tool_call_count,
-            head,
-        ).where(self._in_list("sessions.id", "tips"))
-        found = self._run(statement, {"tips": json_list(sorted({tip for _, tip, _, _ in page}))})
+        found = self._run(
+            self.statements.tips, {"tips": json_list(sorted({tip for _, tip, _, _ in page}))}
+        )
         tip_rows = {str(row[0]): row for row in found}
         result: list[dict[str, Any]] = []
         for root, tip, activity, started in page:

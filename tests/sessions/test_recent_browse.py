@@ -18,6 +18,7 @@ from sqlalchemy import text, update
 from sqlalchemy.engine import Connection
 
 from sessionstore.api.session_db import SessionDB
+from sessionstore.sessions import recent
 from sessionstore.sessions.recent import browse_bounds, browse_timeout
 from sessionstore.sql.tables import messages_table as messages
 from sessionstore.sql.tables import sessions_table as sessions
@@ -137,6 +138,21 @@ def test_a_lineage_cut_by_the_row_ceiling_is_left_out(db: SessionDB) -> None:
     assert ids(shown) == ["chain-tip"]
     # One candidate, no room to walk: chain-tip's root is out of reach.
     assert db.list_recent_sessions_bounded(limit=1, candidate_limit=1, lineage_limit=1) == []
+
+
+def test_browses_build_no_statement_after_the_first_of_their_shape(db: SessionDB) -> None:
+    """Rebuilding the walk's aliases and the preview rule at every call cost ~20 ms a call
+    (docs/performance.md, "The recent browse"): later browses, whatever their values, reuse
+    the statements of the first."""
+    builders = [getattr(recent, name) for name in dir(recent) if name.endswith("_statement")]
+    assert len(builders) == 5
+    first = db.list_recent_sessions_bounded(exclude_sources=["telegram"])
+    db.list_recent_sessions_bounded()
+    built = [builder.cache_info().misses for builder in builders]
+    assert db.list_recent_sessions_bounded(exclude_sources=["telegram"]) == first
+    db.list_recent_sessions_bounded(exclude_sources=["cron", "cli"], limit=1, candidate_limit=3)
+    db.list_recent_sessions_bounded(limit=100, lineage_limit=9)
+    assert [builder.cache_info().misses for builder in builders] == built
 
 
 def test_the_cycle_is_never_shown_and_ends(db: SessionDB) -> None:
