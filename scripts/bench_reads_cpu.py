@@ -15,7 +15,8 @@ Per row: the median over rounds of each side's mean per call, and of the round's
 v6.
 
 To compare two trees, run this script from each in turn (``PYTHONPATH=TREE``) on the same
-``--workdir``: its files are reused when present. ``--dump FILE`` writes every read's result
+``--workdir``: its files are reused when present. ``--split`` times the listing's parts
+instead (see :func:`listing_split`). ``--dump FILE`` writes every read's result
 (ours, several argument variants) as JSON: run it before and after a change and compare the
 files (results must be identical, key order included).
 """
@@ -77,6 +78,57 @@ def dump_results(ours: SessionDB, session_ids: list[str]) -> dict[str, Any]:
     return dumped
 
 
+def listing_split(v6: Any, ours: SessionDB, rounds: int) -> None:
+    """Where ``list_sessions_rich(limit=50)`` goes, beside v6's whole call: ours whole; its
+    page's statement alone on the driver cursor; the same page's stored columns alone (the
+    statement without its preview, last-activity and prompt subqueries: what any statement
+    returning iot's row must read); and the dicts built from the page's rows (Python alone).
+    The stored columns and the dicts together are the floor of a listing that returns iot
+    0.22.2's 61-key rows."""
+    from sessionstore.sessions import listing
+    from sessionstore.sql.records import SESSION_FIELDS
+
+    ours.list_sessions_rich(limit=50)
+    repo = ours._repo
+    (hot,) = repo._hot_listings.values()
+    values = {"limit": 50, "offset": 0}
+    sql = hot._compiled.sql_for(values)
+    parameters = hot._compiled.parameters(values)
+    conn = repo.store.engine.connect()
+    driver = conn.connection.driver_connection
+    rows = driver.execute(sql, parameters).fetchall()
+    page = sql[sql.rindex("\nFROM sessions \nWHERE"):]
+    columns_sql = "SELECT " + ", ".join(f"sessions.{name}" for name in SESSION_FIELDS) + page
+    if len(driver.execute(columns_sql).fetchall()) != len(rows):
+        raise SystemExit("bench_reads_cpu.py: the columns' statement lists another page")
+    parts: dict[str, Callable[[], Any]] = {
+        "v6: call": lambda: v6.list_sessions_rich(limit=50),
+        "ours: call": lambda: ours.list_sessions_rich(limit=50),
+        "ours: statement": lambda: driver.execute(sql, parameters).fetchall(),
+        "ours: stored columns": lambda: driver.execute(columns_sql).fetchall(),
+        "ours: dicts": lambda: [listing._rich_dict(row, None, None) for row in rows],
+    }
+    clock = time.thread_time_ns
+    load = [os.getloadavg()[0]]
+    samples: dict[str, list[float]] = {name: [] for name in parts}
+    order = list(parts.items())
+    for round_number in range(rounds):
+        for name, call in order if round_number % 2 == 0 else order[::-1]:
+            started = clock()
+            for _ in range(CALLS_PER_ROUND["list"]):
+                call()
+            samples[name].append((clock() - started) / CALLS_PER_ROUND["list"] / 1000)
+    load.append(os.getloadavg()[0])
+    conn.close()
+    v6_us = statistics.median(samples["v6: call"])
+    print(f"list_sessions_rich(limit=50), {len(rows)} rows of {len(rows[0])} columns: thread CPU "
+          f"per call, median of {rounds} interleaved rounds; load average {load[0]:.1f} -> "
+          f"{load[1]:.1f}")
+    for name, taken in samples.items():
+        us = statistics.median(taken)
+        print(f"{name:<22} {us:8.0f} us {us / v6_us:6.2f}x of v6's call")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=40)
@@ -84,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hermes-v6", type=Path, default=bench.DEFAULT_HERMES_V6)
     parser.add_argument("--hermes-cache", type=Path, default=bench.DEFAULT_HERMES_CACHE)
     parser.add_argument("--dump", type=Path, default=None)
+    parser.add_argument("--split", action="store_true",
+                        help="time the listing's parts (see listing_split) and nothing else")
     args = parser.parse_args(argv)
     v6, ours_path, long_id, conversation_id = prepare_files(
         args.workdir, args.hermes_v6, args.hermes_cache)
@@ -93,6 +147,11 @@ def main(argv: list[str] | None = None) -> int:
             limit=1000, include_children=True)]
         args.dump.write_text(json.dumps(dump_results(ours, every_session), ensure_ascii=False,
                                         indent=1, sort_keys=False))
+    if args.split:
+        listing_split(v6, ours, args.rounds)
+        ours.close()
+        v6.close()
+        return 0
     rows: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {
         "list": (lambda: v6.list_sessions_rich(limit=50),
                  lambda: ours.list_sessions_rich(limit=50)),
