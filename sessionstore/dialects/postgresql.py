@@ -24,9 +24,11 @@ in (:func:`qualify_extension_objects`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import re
+import weakref
 from collections.abc import Callable, Collection, Hashable, Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -359,6 +361,72 @@ _END_BACKEND = text(
 )
 
 
+_SET_UP_QUERY = "SELECT current_schema(), current_setting('transaction_isolation')"
+_ISOLATION_READ: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+"""The isolation level :data:`_SET_UP_QUERY` read on a first connection, until SQLAlchemy
+asks for it a moment later in the same set-up."""
+
+
+@functools.cache
+def _psycopg_set_up_in_one_round_trip() -> type[Any]:
+    """SQLAlchemy's psycopg dialect, its engine's first connection set up in one query.
+
+    SQLAlchemy learns the server on each engine's first connection in four queries between a
+    BEGIN and a ROLLBACK (``version()``, ``current_schema()``, the isolation level,
+    ``standard_conforming_strings``), and every store has an engine of its own: a PostgreSQL
+    store's open was 14 round trips, six of them this. libpq already holds the server's
+    version and ``standard_conforming_strings`` from the connection's start-up (the server
+    reports both), so one query asks for the rest; SQLAlchemy's ``initialize`` is its own,
+    and the values it keeps are the ones its own queries give (tests compare them, with a
+    user's ``search_path`` and isolation level). Where libpq has no answer, SQLAlchemy's
+    query is asked. Built on first use: a SQLite-only process never imports it.
+    """
+    from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+
+    class PsycopgOneRoundTripSetUp(PGDialect_psycopg):
+        # Compiles as its parent does: SQLAlchemy caches compiled SQL only for a dialect
+        # class that says so itself.
+        supports_statement_cache = True
+
+        def _get_server_version_info(self, connection: Any) -> Any:
+            version = int(connection.connection.dbapi_connection.info.server_version)
+            if not version:
+                return super()._get_server_version_info(connection)  # type: ignore[no-untyped-call]
+            # What libpq's PQserverVersion encodes: 150020 is 15.20, 90624 was 9.6.24.
+            major, rest = divmod(version, 10000)
+            return (major, rest) if major >= 10 else (major, rest // 100, rest % 100)
+
+        def _get_default_schema_name(self, connection: Any) -> Any:
+            schema, isolation = connection.exec_driver_sql(_SET_UP_QUERY).one()
+            _ISOLATION_READ[connection.connection.dbapi_connection] = str(isolation)
+            return schema
+
+        def get_default_isolation_level(self, dbapi_conn: Any) -> Any:
+            read = _ISOLATION_READ.pop(dbapi_conn, None)
+            if read is None:
+                return super().get_default_isolation_level(dbapi_conn)  # type: ignore[no-untyped-call]
+            return read.upper()
+
+        def _set_backslash_escapes(self, connection: Any) -> None:
+            info = connection.connection.dbapi_connection.info
+            reported = info.parameter_status("standard_conforming_strings")
+            if reported is None:
+                super()._set_backslash_escapes(connection)  # type: ignore[no-untyped-call]
+            else:
+                self._backslash_escapes = reported == "off"
+
+    return PsycopgOneRoundTripSetUp
+
+
+def _set_up_in_one_round_trip(engine: Engine) -> None:
+    """Give ``engine`` the dialect :func:`_psycopg_set_up_in_one_round_trip` builds, before
+    its first connection; an engine of another driver keeps its own."""
+    from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+
+    if type(engine.dialect) is PGDialect_psycopg:
+        engine.dialect.__class__ = _psycopg_set_up_in_one_round_trip()
+
+
 def _check_out_safely(engine: Engine) -> None:
     """Each pooled connection is checked before use, without a round trip:
 
@@ -396,6 +464,7 @@ def _check_out_safely(engine: Engine) -> None:
 class PostgreSQLDialect:
     name = "postgresql"
     stores_nul_in_text = False
+    hermes_writes_here = False  # every Hermes release writes SQLite only
     migrations_make_delivery_ledger = True  # no Hermes gateway writes here to make it
     batch_returning_inserts = True  # a round trip per row costs more than one batched statement
     writes_constants_into_statements = False  # a server plans bound values alike
@@ -439,6 +508,7 @@ class PostgreSQLDialect:
     def install_listeners(
         self, engine: Engine, *, read_only: bool, busy_timeout_s: float, set_journal_mode: bool
     ) -> AfterForkReset:
+        _set_up_in_one_round_trip(engine)
         _check_out_safely(engine)
         if read_only:
 

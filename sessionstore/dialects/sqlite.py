@@ -242,6 +242,7 @@ def _file_uri(url: URL, parameters: dict[str, str]) -> URL:
 class SQLiteDialect:
     name = "sqlite"
     stores_nul_in_text = True
+    hermes_writes_here = True  # Hermes's own database
     migrations_make_delivery_ledger = False  # iot's gateway makes it, lazily, as it wants it
     batch_returning_inserts = False  # in-process: a row costs microseconds
     # Bound, they made SQLite 3.53 prepare a listing again at every run (sql.statements).

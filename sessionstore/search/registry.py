@@ -76,8 +76,11 @@ def detach_unloadable(engine: Engine) -> bool:
 
     One catalog read when there is nothing to do, and no index module imported: a store
     without Hermes's CJK table has none of its triggers (Hermes creates both together and
-    drops only the triggers), and opening a store never imports search."""
+    drops only the triggers), and opening a store never imports search. None where no Hermes
+    writes (PostgreSQL): it was a connection checkout and three round trips an open."""
     dialect = dialect_for(engine)
+    if not dialect.hermes_writes_here:
+        return False
 
     def attempt() -> bool:
         try:

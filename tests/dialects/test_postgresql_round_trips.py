@@ -1,4 +1,5 @@
-"""What an append and a read cost on PostgreSQL in statements sent (issue 12, item 6).
+"""What an append, a read and a store's open cost on PostgreSQL in statements sent (issue 12,
+item 6; issue 26: an open was 7 statements, 4 of them SQLAlchemy's server set-up).
 
 An append of one message is one statement (a CTE bumping the counters and inserting the row,
 in autocommit: no BEGIN, no COMMIT) and a checkout sends no ping; a connection that died
@@ -20,6 +21,7 @@ import sqlalchemy as sa
 
 from sessionstore.api.session_db import SessionDB
 from sessionstore.errors import UnknownSessionError
+from sessionstore.storage.engine import create_store_engine
 
 pytestmark = pytest.mark.postgresql
 
@@ -98,3 +100,69 @@ def test_reads_and_writes_after_every_idle_connection_died(
     assert [m["content"] for m in db.get_messages("s")] == ["before", "after"]
     session = db.get_session("s")
     assert session is not None and session["message_count"] == 2
+
+
+def test_an_up_to_date_stores_open_is_three_statements(pg_store_url: str, sent: list[str]) -> None:
+    """The engine's first connection learns the server in one query (libpq already holds the
+    version and ``standard_conforming_strings``), the schema check is its two small reads,
+    and there is no look for Hermes's CJK index: no Hermes writes to PostgreSQL."""
+    SessionDB(url=pg_store_url).close()  # the process's imports and compiled statements
+    sent.clear()
+    db = SessionDB(url=pg_store_url)
+    try:
+        assert sent == ["SELECT"] * 3, sent
+        db.create_session("s", "cli")
+        assert db.get_session("s") is not None
+    finally:
+        db.close()
+
+
+SERVER_FACTS = ("server_version_info", "default_schema_name", "default_isolation_level",
+                "_backslash_escapes")  # fmt: skip
+
+
+def server_facts(url: str, options: str, *, ours: bool) -> tuple[Any, ...]:
+    """What an engine's dialect learnt from the server on its first connection: a store's
+    engine (``ours``), or SQLAlchemy's own with the same server options."""
+    if ours:
+        engine = create_store_engine(sa.make_url(url).update_query_dict({"options": options}))
+    else:
+        engine = sa.create_engine(url, connect_args={"options": options})
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+        return tuple(getattr(engine.dialect, name) for name in SERVER_FACTS)
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("libpq_answers", [True, False], ids=["libpq", "queried"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        "-cjit=off",
+        "-csearch_path=store_facts,public -cdefault_transaction_isolation=serializable"
+        " -cstandard_conforming_strings=off",
+    ],
+    ids=["defaults", "users-settings"],
+)
+def test_the_one_query_set_up_learns_what_sqlalchemy_learns(
+    migrated_pg_url: str, monkeypatch: pytest.MonkeyPatch, options: str, libpq_answers: bool
+) -> None:
+    with psycopg.connect(
+        sa.make_url(migrated_pg_url).set(drivername="postgresql").render_as_string(False),
+        autocommit=True,
+    ) as admin:
+        admin.execute("CREATE SCHEMA IF NOT EXISTS store_facts")
+    try:
+        expected = server_facts(migrated_pg_url, options, ours=False)
+        if not libpq_answers:  # a connection whose start-up did not report them
+            monkeypatch.setattr(psycopg.ConnectionInfo, "server_version", property(lambda _: 0))
+            monkeypatch.setattr(psycopg.ConnectionInfo, "parameter_status", lambda *_: None)
+        assert server_facts(migrated_pg_url, options, ours=True) == expected
+    finally:
+        with psycopg.connect(
+            sa.make_url(migrated_pg_url).set(drivername="postgresql").render_as_string(False),
+            autocommit=True,
+        ) as admin:
+            admin.execute("DROP SCHEMA store_facts")
