@@ -7,6 +7,12 @@ are those of a plain LIKE scan.
 
 The plans are read with ``EXPLAIN (FORMAT JSON)`` of the very statement the search sent; no
 timing is asserted.
+
+The corpora live in a database of this module's own, filled once and shared by the checks
+that only read it (each opens a store of its own): a fill is the server's work on every index
+of ``messages`` (the large one ~7 CPU s), and the run's shared database never holds, nor keeps
+the dead rows of, 132,000 messages. The checks made before ``ANALYZE`` get a database that has
+never been analyzed.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -22,6 +29,7 @@ import sqlalchemy as sa
 from psycopg import sql as psql
 
 from sessionstore.api.session_db import SessionDB
+from sessionstore.schema import migrate
 
 pytestmark = pytest.mark.postgresql
 
@@ -62,23 +70,72 @@ FILTERS: tuple[dict[str, Any], ...] = (
 )
 
 
-def filled(url: str, rows: int, rarity: int) -> SessionDB:
-    """The store at ``url`` holding FILL's ``rows`` rows, each needle ``rarity`` times rarer."""
+def fill_statement(rows: int, rarity: int) -> str:
+    """FILL's ``rows`` rows, each needle ``rarity`` times rarer."""
     fill = FILL.replace("{rows}", str(rows))
     if rarity > 1:
         for modulus in (97, 61, 89, 83):
             fill = fill.replace(f"g % {modulus} = 0", f"g % {modulus * rarity} = 0")
-    engine = sa.create_engine(url)
-    with engine.begin() as conn:
-        conn.execute(sa.text("TRUNCATE messages, sessions RESTART IDENTITY CASCADE"))
-        conn.connection.driver_connection.execute(fill)  # type: ignore[union-attr]
-    engine.dispose()
-    return SessionDB(url=url)
+    return fill
+
+
+def plain_url(url: str) -> str:
+    return sa.make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+@dataclass
+class Corpora:
+    """This module's database and what it holds: the corpus loaded (``rows``, ``rarity``) and
+    whether it was ever analyzed (statistics outlive a refill: only a new database has none)."""
+
+    pg_databases: Any
+    url: str = ""
+    loaded: tuple[int, int] | None = None
+    analyzed: bool = False
+
+    def store(self, rows: int, rarity: int, *, analyzed: bool) -> SessionDB:
+        """A store of its own on the database holding FILL's ``rows`` rows (needles
+        ``rarity`` times rarer), analyzed or never analyzed as asked."""
+        if not self.url or (self.analyzed and not analyzed):
+            self.url = self.pg_databases.create()
+            migrate.upgrade(self.url)
+            self.loaded, self.analyzed = None, False
+        if self.loaded != (rows, rarity):
+            with psycopg.connect(plain_url(self.url), autocommit=True) as conn, conn.transaction():
+                conn.execute("TRUNCATE messages, sessions RESTART IDENTITY CASCADE")
+                conn.execute(fill_statement(rows, rarity).encode())
+            self.loaded = (rows, rarity)
+        if analyzed:
+            with psycopg.connect(plain_url(self.url), autocommit=True) as conn:
+                conn.execute("ANALYZE sessions, messages")
+            self.analyzed = True
+        db = SessionDB(url=self.url)
+        if not analyzed:
+            assert not db.store.read(
+                lambda conn: conn.exec_driver_sql(
+                    "SELECT count(*) FROM pg_stats WHERE schemaname = current_schema()"
+                    " AND tablename IN ('messages', 'sessions')"
+                ).scalar()
+            )
+        return db
+
+
+@pytest.fixture(scope="module")
+def corpora(pg_databases: Any) -> Corpora:
+    return Corpora(pg_databases)
 
 
 @pytest.fixture
-def db(migrated_pg_url: str) -> Iterator[SessionDB]:
-    database = filled(migrated_pg_url, ROWS, 1)
+def db(corpora: Corpora) -> Iterator[SessionDB]:
+    database = corpora.store(ROWS, 1, analyzed=False)
+    yield database
+    database.close()
+
+
+@pytest.fixture
+def analyzed_db(corpora: Corpora) -> Iterator[SessionDB]:
+    """The corpus, its statistics made by the documented ``ANALYZE``."""
+    database = corpora.store(ROWS, 1, analyzed=True)
     yield database
     database.close()
 
@@ -99,31 +156,55 @@ def search_statement(db: SessionDB, query: str, **kwargs: Any) -> tuple[list[int
     return [hit["id"] for hit in hits], found[0], found[1]
 
 
-def plan_of(db: SessionDB, statement: str, parameters: dict[str, Any], *, generic: bool) -> Any:
-    """EXPLAIN (FORMAT JSON) of ``statement``: as planned for its parameter values (custom),
-    or for any values, as a prepared statement's generic plan is (PostgreSQL 15 has no
-    EXPLAIN (GENERIC_PLAN): PREPARE, then EXECUTE under force_generic_plan)."""
-    names: list[str] = []
+class Planner:
+    """EXPLAIN (FORMAT JSON) of a search's statement on one connection of its own (a new
+    backend per plan was most of a check's time)."""
 
-    def positional(match: re.Match[str]) -> str:
-        if match.group(1) not in names:
-            names.append(match.group(1))
-        return f"${names.index(match.group(1)) + 1}"
+    def __init__(self) -> None:
+        self.connections: dict[str, psycopg.Connection[Any]] = {}
 
-    sql = re.sub(r"%\((\w+)\)s", positional, statement).replace("%%", "%")
-    types = ", ".join("bigint" if isinstance(parameters[n], int) else "text" for n in names)
-    url = db.store.engine.url.set(drivername="postgresql")
-    mode = "force_generic_plan" if generic else "force_custom_plan"
-    with psycopg.connect(url.render_as_string(hide_password=False), autocommit=True) as conn:
+    def plan(self, db: SessionDB, statement: str, parameters: dict[str, Any], *,
+             generic: bool) -> Any:  # fmt: skip
+        """As planned for its parameter values (custom), or for any values, as a prepared
+        statement's generic plan is (PostgreSQL 15 has no EXPLAIN (GENERIC_PLAN): PREPARE,
+        then EXECUTE under force_generic_plan)."""
+        names: list[str] = []
+
+        def positional(match: re.Match[str]) -> str:
+            if match.group(1) not in names:
+                names.append(match.group(1))
+            return f"${names.index(match.group(1)) + 1}"
+
+        sql = re.sub(r"%\((\w+)\)s", positional, statement).replace("%%", "%")
+        types = ", ".join("bigint" if isinstance(parameters[n], int) else "text" for n in names)
+        url = db.store.engine.url.render_as_string(hide_password=False)
+        conn = self.connections.get(url)
+        if conn is None:
+            conn = self.connections[url] = psycopg.connect(plain_url(url), autocommit=True)
+        mode = "force_generic_plan" if generic else "force_custom_plan"
         conn.execute(f"SET plan_cache_mode = {mode}")
         conn.execute(f"PREPARE cjk_plan ({types}) AS {sql}")
-        arguments = psql.SQL(", ").join(psql.Literal(parameters[n]) for n in names)
-        row = conn.execute(
-            psql.SQL("EXPLAIN (FORMAT JSON) EXECUTE cjk_plan ({})").format(arguments)
-        ).fetchone()
-    assert row is not None
-    plan = row[0]
-    return json.loads(plan) if isinstance(plan, str) else plan
+        try:
+            arguments = psql.SQL(", ").join(psql.Literal(parameters[n]) for n in names)
+            row = conn.execute(
+                psql.SQL("EXPLAIN (FORMAT JSON) EXECUTE cjk_plan ({})").format(arguments)
+            ).fetchone()
+        finally:
+            conn.execute("DEALLOCATE cjk_plan")
+        assert row is not None
+        plan = row[0]
+        return json.loads(plan) if isinstance(plan, str) else plan
+
+    def close(self) -> None:
+        for conn in self.connections.values():
+            conn.close()
+
+
+@pytest.fixture
+def planner() -> Iterator[Planner]:
+    explaining = Planner()
+    yield explaining
+    explaining.close()
 
 
 def nodes(plan: Any) -> Iterator[dict[str, Any]]:
@@ -186,51 +267,60 @@ def like_scan(db: SessionDB, *terms: str, **kwargs: Any) -> list[int]:
     return db.store.read(lambda conn: [row[0] for row in conn.execute(statement, params)])
 
 
-@pytest.mark.parametrize("analyzed", [False, True], ids=["no-analyze", "analyzed"])
-def test_cjk_queries_are_answered_from_the_bigram_index(db: SessionDB, analyzed: bool) -> None:
-    if analyzed:
-        db.store.write(lambda conn: conn.exec_driver_sql("ANALYZE sessions, messages"))
-    for query in QUERIES:
-        for kwargs in FILTERS:
-            ids, statement, parameters = search_statement(db, query, **kwargs)
-            assert ids == like_scan(db, query, **kwargs), (query, kwargs)
-            for generic in (False, True):
-                plan = plan_of(db, statement, parameters, generic=generic)
-                assert_candidates_come_from_the_bigram_index(plan)
-
-
-def test_the_hits_stay_right_once_the_statement_is_prepared(db: SessionDB) -> None:
-    """Past psycopg's prepare threshold, and past the server's five custom plans, the same
-    statement keeps finding what a LIKE scan finds, for needles of every length."""
-    db.store.write(lambda conn: conn.exec_driver_sql("ANALYZE sessions, messages"))
-    for _ in range(3):
-        for query in QUERIES:
-            assert [h["id"] for h in db.search_messages(query)] == like_scan(db, query)
-
-
-def test_a_mixed_script_query_uses_the_index_and_finds_each_term_anywhere(db: SessionDB) -> None:
+def test_a_mixed_script_query_uses_the_index_and_finds_each_term_anywhere(
+    db: SessionDB, planner: Planner
+) -> None:
     ids, statement, parameters = search_statement(db, "方案 数据库", sort="oldest")
     assert ids and ids == like_scan(db, "方案", "数据库", sort="oldest")
     for generic in (False, True):
         assert_candidates_come_from_the_bigram_index(
-            plan_of(db, statement, parameters, generic=generic)
+            planner.plan(db, statement, parameters, generic=generic)
         )
 
 
-def test_a_large_analyzed_store_answers_cjk_from_the_bigram_index(migrated_pg_url: str) -> None:
+@pytest.mark.parametrize("analyzed", [False, True], ids=["no-analyze", "analyzed"])
+def test_cjk_queries_are_answered_from_the_bigram_index(
+    corpora: Corpora, planner: Planner, analyzed: bool
+) -> None:
+    db = corpora.store(ROWS, 1, analyzed=analyzed)
+    try:
+        for query in QUERIES:
+            for kwargs in FILTERS:
+                ids, statement, parameters = search_statement(db, query, **kwargs)
+                assert ids == like_scan(db, query, **kwargs), (query, kwargs)
+                for generic in (False, True):
+                    plan = planner.plan(db, statement, parameters, generic=generic)
+                    assert_candidates_come_from_the_bigram_index(plan)
+    finally:
+        db.close()
+
+
+def test_the_hits_stay_right_once_the_statement_is_prepared(analyzed_db: SessionDB) -> None:
+    """Past psycopg's prepare threshold, and past the server's five custom plans, the same
+    statement keeps finding what a LIKE scan finds, for needles of every length (on a store
+    opened for this test: its connection has prepared nothing yet)."""
+    for _ in range(3):
+        for query in QUERIES:
+            assert [h["id"] for h in analyzed_db.search_messages(query)] == like_scan(
+                analyzed_db, query
+            )
+
+
+def test_a_large_analyzed_store_answers_cjk_from_the_bigram_index(
+    corpora: Corpora, planner: Planner
+) -> None:
     """Loaded as users load one (rows in, then the documented ``ANALYZE``), a store ten times
     larger with needles ten times rarer: the planner, knowing the statistics, still reads the
     candidates from the bigram index, for every needle length, filter and time order."""
-    db = filled(migrated_pg_url, LARGE_ROWS, 10)
+    db = corpora.store(LARGE_ROWS, 10, analyzed=True)
     try:
-        db.store.write(lambda conn: conn.exec_driver_sql("ANALYZE sessions, messages"))
         for query in QUERIES:
             for kwargs in FILTERS[:3]:
                 ids, statement, parameters = search_statement(db, query, **kwargs)
                 assert ids == like_scan(db, query, **kwargs), (query, kwargs)
                 for generic in (False, True):
                     assert_candidates_come_from_the_bigram_index(
-                        plan_of(db, statement, parameters, generic=generic)
+                        planner.plan(db, statement, parameters, generic=generic)
                     )
     finally:
         db.close()
