@@ -115,16 +115,16 @@ class StoreDialect(Protocol):
     """True where a precompiled statement's own constants (its string and number literals) are
     best written into its text rather than bound (SQLite: see ``sql.statements``)."""
     serialize_writes_in_process: bool
+    """True where one process's threads should queue for the write lock (SQLite's single writer)."""
     single_statement_appends: bool
+    """True where an append is best one statement in autocommit (a CTE that bumps the counters
+    and inserts the row: one round trip to a server instead of BEGIN, two statements, COMMIT)."""
     autocommit_snapshot_reads: bool
     """True where one statement outside a transaction reads a consistent snapshot and leaves
     nothing open (SQLite in autocommit): a lone SELECT then needs no BEGIN and COMMIT."""
-    """True where an append is best one statement in autocommit (a CTE that bumps the counters
-    and inserts the row: one round trip to a server instead of BEGIN, two statements, COMMIT)."""
     connect_at_open: bool
     """True where opening a store must connect at once (SQLite: the connect listener switches a
     fresh file to WAL, which must not wait for the first write)."""
-    """True where one process's threads should queue for the write lock (SQLite's single writer)."""
     bytewise_collation: str
     """The collation that orders text by its bytes (code points), as SQLite's default
     ``BINARY`` does: an ``ORDER BY`` that must agree with Hermes on equal keys uses it
