@@ -18,6 +18,7 @@ Each prints one JSON line, its report; the test asserts on it and checks the sto
 
 from __future__ import annotations
 
+import gc
 import json
 import multiprocessing
 import os
@@ -312,7 +313,17 @@ def pool_program(url: str, forks: int, workers: int) -> dict[str, Any]:
     prepare(url)
     db = SessionDB(url=url)
     set_parent(db, url)
-    busy = BusyThreads(db).warm_up().start()
+    busy = BusyThreads(db).warm_up()
+    # What a program that forks workers does (Python's advice for fork without exec, as the
+    # command line does at start): what exists now, the modules and the store, is left out of
+    # the collector's walks. Without it one child in five to ten ran a full collection over
+    # the whole inherited heap, 40-70 ms of copy-on-write faults each (a sixth to a quarter of
+    # the children's CPU, by perf). What the threads and the children create is still
+    # collected (docs/performance.md, "A forked child beside a busy parent"). The
+    # children of ``exit_program`` keep the full walk, every one of them at its interpreter's
+    # shutdown: there an inherited handle the package failed to abandon is still finalized.
+    gc.freeze()
+    busy.start()
     child_texts: set[str] = set()
     inside_at_forks: list[int] = []
     hung = never_exited = False
