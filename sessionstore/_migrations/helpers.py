@@ -15,6 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
+from alembic.util import CommandError
 
 from sessionstore._migrations import search_ddl
 
@@ -126,6 +127,34 @@ def set_schema_version(version: int) -> None:
     bind.execute(
         sa.text(f"INSERT INTO {SCHEMA_VERSION_TABLE} (version) VALUES (:version)"),
         {"version": version},
+    )
+
+
+def upgrade_also_runs(revision: str) -> bool:
+    """Whether the upgrade running now also runs ``revision`` (a later one), in its transaction.
+
+    A revision whose index fill a later one throws away and does again (it drops and refills
+    the table) skips the fill then: nothing reads the index in between, and the whole chain
+    commits together, so no store is ever left with the unfilled table (a killed upgrade rolls
+    back to the old schema). False whenever that is not certain: a relative target (``+2``),
+    a revision run outside Alembic's environment, a transaction per revision; the fill is done
+    then, as on an upgrade that stops before ``revision``.
+    """
+    context = op.get_context()
+    script, destination = context.script, context.opts.get("destination_rev")
+    if script is None or not isinstance(destination, str):
+        return False
+    if context.opts.get("transaction_per_migration"):
+        return False
+    try:
+        targets = script.get_revisions(destination)
+    except CommandError:
+        return False
+    return any(
+        step.revision == revision
+        for target in targets
+        if target is not None
+        for step in script.walk_revisions("base", target.revision)
     )
 
 

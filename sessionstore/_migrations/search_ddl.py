@@ -196,17 +196,20 @@ def _probe_trigram(bind: sa.engine.Connection) -> bool:
     return True
 
 
-def create_trigram_objects(bind: sa.engine.Connection) -> None:
+def create_trigram_objects(bind: sa.engine.Connection, *, fill: bool = True) -> None:
     """Create the trigram table and its triggers, then index every message already stored.
 
     The rebuild runs even when the table was already there: a half-applied earlier attempt
-    may have left it without triggers, and so out of step with ``messages``.
+    may have left it without triggers, and so out of step with ``messages``. ``fill=False``
+    only for an upgrade that drops the table again later in its transaction (revision 0007's
+    when 0013 follows: ``helpers.upgrade_also_runs``).
     """
     bind.exec_driver_sql(SQLITE_CREATE_TRIGRAM_SOURCE)
     bind.exec_driver_sql(SQLITE_CREATE_TRIGRAM)
     for ddl in SQLITE_CREATE_TRIGRAM_TRIGGERS:
         bind.exec_driver_sql(ddl)
-    bind.exec_driver_sql(SQLITE_REBUILD_TRIGRAM)
+    if fill:
+        bind.exec_driver_sql(SQLITE_REBUILD_TRIGRAM)
 
 
 def drop_trigram_objects(bind: sa.engine.Connection) -> None:
@@ -352,13 +355,16 @@ def drop_word_index(bind: sa.engine.Connection) -> None:
     bind.exec_driver_sql(f"DROP VIEW IF EXISTS {FTS_SOURCE_VIEW}")
 
 
-def create_v10_trigram(bind: sa.engine.Connection) -> None:
-    """Hermes v10's trigram index (content only), replacing revision 0007's twin."""
+def create_v10_trigram(bind: sa.engine.Connection, *, fill: bool = True) -> None:
+    """Hermes v10's trigram index (content only), replacing revision 0007's twin; filled from
+    the rows unless the upgrade drops it again later in its transaction (``fill=False``:
+    revision 0013's when 0014 follows)."""
     drop_trigram_objects(bind)
     drop_hermes_trigram_objects(bind)
     for ddl in _later_sqlite_ddl(over_tool_columns=False):
         bind.exec_driver_sql(ddl)
-    bind.exec_driver_sql(_rebuild(HERMES_TRIGRAM_TABLE))
+    if fill:
+        bind.exec_driver_sql(_rebuild(HERMES_TRIGRAM_TABLE))
 
 
 def _rebuild(table: str) -> str:

@@ -13,6 +13,10 @@ the tokenizer nothing is created and search keeps scanning (the search code chec
 table). Note that a file carrying this table needs a SQLite with the tokenizer for every write
 to ``messages``, since the triggers write to it.
 
+The ``'rebuild'`` is skipped when the same upgrade goes on to revision 0013, which drops this
+table for Hermes v10's: one transaction, so no store is left with the table unfilled (a killed
+upgrade rolls back whole), and an upgrade that stops here fills it.
+
 ``schema_version`` is left at 6: the schema Hermes reads is unchanged, and numbers above 6
 belong to newer Hermes releases.
 
@@ -31,7 +35,7 @@ from collections.abc import Sequence
 
 from alembic import op
 
-from sessionstore._migrations import search_ddl
+from sessionstore._migrations import helpers, search_ddl
 
 revision: str = "0007"
 down_revision: str | None = "0006"
@@ -51,7 +55,8 @@ def upgrade() -> None:
             "will scan messages instead of using an index"
         )
         return
-    search_ddl.create_trigram_objects(bind)
+    # 0013 drops this table: when the same upgrade runs it, the fill would be thrown away.
+    search_ddl.create_trigram_objects(bind, fill=not helpers.upgrade_also_runs("0013"))
 
 
 def downgrade() -> None:

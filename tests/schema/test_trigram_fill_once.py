@@ -1,0 +1,103 @@
+"""Revisions 0007 and 0013 fill their trigram table only when the upgrade stops before the
+revision that drops it again (0013 drops 0007's ``messages_trigram``, 0014 drops and refills
+0013's ``messages_fts_trigram``).
+
+An upgrade that goes on through 0014 fills the trigram index once, and leaves the very index
+an upgrade stopped at 0007, 0012 or 0013 and then taken to head leaves; every stop in between
+holds a filled index (FTS5's integrity-check compares an external-content index with its
+view: an unfilled one over rows with CJK fails it). The killed upgrades of
+``tests/storage/test_faults.py`` show a stop half-way is rolled back whole.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from pathlib import Path
+
+import pytest
+from faultlib import build_large_legacy_store
+from legacy_v7_v17 import build_later_db
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+from store_library import connect_like_the_store
+
+from sessionstore.schema import migrate
+from sessionstore.storage.config import sqlite_url
+
+TRIGRAM_TABLES = ("messages_trigram", "messages_fts_trigram")
+CJK_ROWS = 60
+
+
+@contextmanager
+def _trigram_fills() -> Iterator[list[str]]:
+    """The trigram tables filled with ``'rebuild'`` while the block runs, in order."""
+    filled: list[str] = []
+
+    def seen(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        for table in TRIGRAM_TABLES:
+            if f"INSERT INTO {table}({table}) VALUES('rebuild')" in statement:
+                filled.append(table)
+
+    event.listen(Engine, "before_cursor_execute", seen)
+    try:
+        yield filled
+    finally:
+        event.remove(Engine, "before_cursor_execute", seen)
+
+
+def _trigram_index(path: Path, table: str) -> list[tuple[str, int, int]]:
+    """Every (token, rowid, offset) ``table`` holds, after FTS5's integrity-check passed."""
+    with closing(connect_like_the_store(path)) as conn:
+        conn.execute(f"INSERT INTO {table}({table}, rank) VALUES('integrity-check', 1)")
+        conn.execute(f"CREATE VIRTUAL TABLE temp.vocab USING fts5vocab(main, {table}, instance)")
+        return conn.execute("SELECT term, doc, offset FROM temp.vocab ORDER BY 1, 2, 3").fetchall()
+
+
+def _v1_file(path: Path) -> Path:
+    build_large_legacy_store(path, messages=CJK_ROWS * 3, journal_mode="delete")
+    return path
+
+
+def _v10_file(path: Path) -> Path:
+    build_later_db(path, 10)
+    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        session = conn.execute("SELECT id FROM sessions LIMIT 1").fetchone()[0]
+        conn.executemany(
+            "INSERT INTO messages (session_id, role, content, tool_name, tool_calls, timestamp) "
+            "VALUES (?, 'tool', ?, 'grep', ?, 1.0)",
+            [(session, f"输出 {n} 数据库", f'["迁移 {n}"]') for n in range(CJK_ROWS)],
+        )
+    return path
+
+
+FILES = {"v1": _v1_file, "v10": _v10_file}
+STOPS = {"v1": ("0007", "0012", "0013"), "v10": ("0013",)}
+
+
+@pytest.mark.parametrize("hermes", ["v1", "v10"])
+def test_an_upgrade_past_0014_fills_the_trigram_index_once(tmp_path: Path, hermes: str) -> None:
+    path = FILES[hermes](tmp_path / "state.db")
+    with _trigram_fills() as filled:
+        migrate.upgrade(sqlite_url(path))
+    assert filled == ["messages_fts_trigram"]
+    assert len({doc for _, doc, _ in _trigram_index(path, "messages_fts_trigram")}) >= CJK_ROWS
+
+
+@pytest.mark.parametrize(
+    ("hermes", "stop"), [(h, stop) for h in ("v1", "v10") for stop in STOPS[h]]
+)
+def test_an_upgrade_stopped_before_the_refill_leaves_a_filled_index(
+    tmp_path: Path, hermes: str, stop: str
+) -> None:
+    one_go = FILES[hermes](tmp_path / "one_go.db")
+    migrate.upgrade(sqlite_url(one_go))
+    stepped = FILES[hermes](tmp_path / "stepped.db")
+    migrate.upgrade(sqlite_url(stepped), stop)
+    table = "messages_fts_trigram" if stop == "0013" else "messages_trigram"
+    assert len({doc for _, doc, _ in _trigram_index(stepped, table)}) >= CJK_ROWS
+    migrate.upgrade(sqlite_url(stepped))
+    assert _trigram_index(stepped, "messages_fts_trigram") == _trigram_index(
+        one_go, "messages_fts_trigram"
+    )
