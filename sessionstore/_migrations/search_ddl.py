@@ -386,7 +386,25 @@ def create_later_search_objects(bind: sa.engine.Connection, *, trigram: bool) ->
     if trigram:
         for ddl in trigram_ddl:
             bind.exec_driver_sql(ddl)
-        bind.exec_driver_sql(_rebuild(HERMES_TRIGRAM_TABLE))
+        bind.exec_driver_sql(FILL_V11_TRIGRAM)
+
+
+# What ``'rebuild'`` indexes from the trigram view (the rows whose indexed text GLOBs CJK, their
+# text, in rowid order), with the rows narrowed first by a test that every such row passes: a
+# CJK character needs a lead byte and two continuation bytes before any NUL, so the column
+# holding it counts fewer characters than bytes, or is a BLOB (whose bytes the concatenation
+# reads as text). An ASCII message then costs three length comparisons, not building its
+# text and a GLOB of every character (on a 100,000-message Hermes v17 file, 2.2 -> 0.5 CPU s).
+# The same rows with the same text: the same index (tests/schema/test_trigram_fill_once.py).
+_MAY_HOLD_CJK = " OR ".join(
+    f"length(CAST(m.{column} AS BLOB)) != length(m.{column}) OR typeof(m.{column}) = 'blob'"
+    for column in ("content", "tool_name", "tool_calls")
+)
+FILL_V11_TRIGRAM = (
+    f"INSERT INTO {HERMES_TRIGRAM_TABLE}(rowid, content) "
+    f"SELECT m.id, {indexed_text('m')} FROM messages AS m "
+    f"WHERE ({_MAY_HOLD_CJK}) AND {_cjk(indexed_text('m'))} ORDER BY m.id"
+)
 
 
 def restore_hermes_trigram_triggers(bind: sa.engine.Connection) -> None:

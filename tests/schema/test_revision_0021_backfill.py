@@ -14,16 +14,15 @@ bytes that are not UTF-8 (encoded surrogates, overlong and cut sequences).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
 import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from real_hermes import RealHermes
+from stored_values import Raw, Row, memory_store, rows
 
 from sessionstore._migrations import revision_0021_ddl as cjk_ddl
 from sessionstore.schema import migrate
@@ -31,49 +30,8 @@ from sessionstore.storage.config import sqlite_url
 from sessionstore.storage.engine import create_store_engine
 
 TABLE = cjk_ddl.BIGRAM_TABLE
-MESSAGES_DDL = (
-    "CREATE TABLE messages (id INTEGER PRIMARY KEY, content TEXT, tool_name TEXT, "
-    "tool_calls TEXT)"
-)
-# CJK of 3 and 4 UTF-8 bytes, Hangul (U+1100, U+D7FF), the edges of the CJK ranges and what
-# lies next to them (U+E000 after the surrogates, U+FFEF..U+FFFF, U+40000), full-width forms,
-# other multi-byte text, ASCII a token may join ("数a" is one token, "数," is "数"), NUL and runs
-# long enough that characters straddle the 96-byte chunk edges in every way.
-PIECES = [
-    "数", "据库", "迁移", "検索", "세션", "ｄａｔａ", "Ａ", "𠀀", "𪚥", "\U0003ffff", "\U00040000",
-    "\u1100", "\u11ff", "\u10ff", "\ud7ff", "\ue000", "\uffef", "\ufffd", "\uffff", "é", "😀",
-    "ß", "a", "B ", "\n", ",", "\x00", "x" * 37, "数据库" * 11, "é" * 47, "数x" * 20, "😀" * 23,
-]  # fmt: skip
-# Bytes stored as they are: CJK, an encoded surrogate (U+D800, U+DFFF), an overlong NUL, a cut
-# CJK character, stray continuation and lead bytes.
-RAW_PIECES = [
-    "数据".encode(), b"\xed\xa0\x80", b"\xed\xbf\xbf", b"\xc0\x80", b"\xe6\x95", b"\x80",
-    b"\xe4", b"\xff", b"\x00", b"a", "𠀀".encode(),
-]  # fmt: skip
-
-
-class Raw(NamedTuple):
-    """A value stored as a BLOB, or as TEXT holding exactly these bytes (``CAST(? AS TEXT)``)."""
-
-    data: bytes
-    as_text: bool
-
-
-Value = str | int | Raw | None
-texts = st.one_of(
-    st.lists(st.sampled_from(PIECES), max_size=30).map("".join),
-    st.text(st.characters(codec="utf-8"), max_size=120),
-)
-raws = st.builds(Raw, st.lists(st.sampled_from(RAW_PIECES), max_size=12).map(b"".join),
-                 st.booleans())  # fmt: skip
-values: st.SearchStrategy[Value] = st.one_of(
-    st.none(), texts, texts, texts, st.integers(-5, 10**12), raws
-)
-rows = st.lists(st.tuples(values, values, values), min_size=1, max_size=8)
-
-
 class Contents(NamedTuple):
-    instances: list[tuple[str, int]]
+    instances: list[tuple[bytes, int]]
     sizes: list[tuple[int, bytes]]
     totals: bytes | None
 
@@ -84,7 +42,7 @@ def _contents(conn: sa.Connection) -> Contents:
         f"CREATE VIRTUAL TABLE temp.bigram_vocab USING fts5vocab(main, {TABLE}, instance)"
     )
     instances = conn.exec_driver_sql(
-        "SELECT term, doc FROM temp.bigram_vocab ORDER BY term, doc"
+        "SELECT CAST(term AS BLOB), doc FROM temp.bigram_vocab ORDER BY 1, 2"
     ).all()
     sizes = conn.exec_driver_sql(f"SELECT id, sz FROM {TABLE}_docsize ORDER BY id").all()
     totals = conn.exec_driver_sql(f"SELECT block FROM {TABLE}_data WHERE id = 1").scalar()
@@ -108,31 +66,8 @@ def _filled(conn: sa.Connection, fill: Fill) -> Outcome:
     return ("filled", _contents(conn))
 
 
-@contextmanager
-def _memory_store(stored: list[tuple[Value, Value, Value]]) -> Iterator[sa.Connection]:
-    engine = sa.create_engine("sqlite://")
-    try:
-        with engine.connect() as conn, conn.begin():
-            conn.exec_driver_sql(MESSAGES_DDL)
-            for number, row in enumerate(stored, start=1):
-                slots, params = [], [number]
-                for value in row:
-                    if isinstance(value, Raw):
-                        slots.append("CAST(? AS TEXT)" if value.as_text else "?")
-                        params.append(value.data)
-                    else:
-                        slots.append("?")
-                        params.append(value)
-                conn.exec_driver_sql(
-                    f"INSERT INTO messages VALUES (?, {', '.join(slots)})", tuple(params)
-                )
-            yield conn
-    finally:
-        engine.dispose()
-
-
-def _both_fills(stored: list[tuple[Value, Value, Value]]) -> tuple[Outcome, Outcome]:
-    with _memory_store(stored) as conn:
+def _both_fills(stored: list[Row]) -> tuple[Outcome, Outcome]:
+    with memory_store(stored) as conn:
         return (
             _filled(conn, cjk_ddl.sqlite_fill_bigrams_row_by_row),
             _filled(conn, cjk_ddl.sqlite_fill_bigrams),
@@ -142,7 +77,7 @@ def _both_fills(stored: list[tuple[Value, Value, Value]]) -> tuple[Outcome, Outc
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows)
 def test_python_tokens_fill_the_index_as_the_token_sql_does(
-    stored: list[tuple[Value, Value, Value]],
+    stored: list[Row],
 ) -> None:
     first, new = _both_fills(stored)
     assert new == first
@@ -158,7 +93,8 @@ def test_the_comparison_sees_tokens_fallbacks_and_errors() -> None:
     assert new == first and first[0] == "filled"
     contents = first[1]
     assert isinstance(contents, Contents)
-    assert {term for term, _ in contents.instances} >= {"数据", "据库", "库", "迁移", "移x"}
+    terms = {term.decode() for term, _ in contents.instances}
+    assert terms >= {"数据", "据库", "库", "迁移", "移x"}
     assert [rowid for rowid, _ in contents.sizes] == [1, 2]
     broken = [("数据", Raw(b"\xed\xa0\x80", as_text=True), None)]
     assert _both_fills(broken) == (("error", "OperationalError"),) * 2
