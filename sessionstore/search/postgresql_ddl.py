@@ -1,7 +1,7 @@
 """The PostgreSQL search objects as a store at head has them: the one definition of the head
 layout, as :mod:`.sqlite_ddl` is SQLite's.
 
-The migrations built them (revisions 0008, 0014 and 0021) from frozen DDL of their own; every
+The migrations built them (revisions 0008, 0014, 0021 and 0044) from frozen DDL of their own; every
 repair builds them from here (the search index's create and rebuild: ``db doctor --fix``, and
 the migrations' repair of a dropped object after the chain):
 
@@ -55,18 +55,31 @@ def grams_of(expression: str) -> str:
     return f"{names.PG_GRAMS_FUNCTION}(lower({expression}))"
 
 
-# string_to_array(t, NULL) splits a text into characters in one pass; lead() pairs each with
-# the next. Pure-ASCII text (octet length = character length) returns at once.
+# Revision 0044's body, the arrays exactly 0021's: one regular expression finds the CJK runs
+# (with the character after each: the last one's bigram partner, '' at the end of the text),
+# only their characters are split and zipped with themselves shifted by one, the bigrams are
+# hashed distinct before the one sort, and the unigrams are their first characters. Sorted in
+# the default collation, as 0021's array_agg(DISTINCT) sorted. plpgsql keeps its plan for the
+# session, where a SQL function's body is planned in every statement that calls it. Pure-ASCII
+# text (octet length = character length) returns at once.
 CREATE_GRAMS_FUNCTION: Final = f"""
 CREATE OR REPLACE FUNCTION {names.PG_GRAMS_FUNCTION}(t text) RETURNS text[]
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-SELECT CASE WHEN octet_length(t) = char_length(t) THEN '{{}}'::text[] ELSE coalesce((
-    SELECT array_agg(DISTINCT gram.g)
-    FROM (SELECT c, lead(c) OVER (ORDER BY i) AS nxt
-          FROM unnest(string_to_array(t, NULL)) WITH ORDINALITY AS u(c, i)) AS pair
-    CROSS JOIN LATERAL (VALUES (pair.c), (pair.c || coalesce(pair.nxt, ''))) AS gram(g)
-    WHERE pair.c ~ '{CJK_CLASS}'
-), '{{}}'::text[]) END
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+BEGIN
+    IF octet_length(t) = char_length(t) THEN
+        RETURN '{{}}'::text[];
+    END IF;
+    RETURN coalesce((
+        WITH bigram AS (
+            SELECT DISTINCT pair.c || pair.nxt AS g
+            FROM regexp_matches(t, '({CJK_CLASS}+)(.?)', 'g') AS run(m),
+                 LATERAL (SELECT string_to_array(run.m[1], NULL) AS a) AS chars,
+                 unnest(chars.a, array_append(chars.a[2:], run.m[2])) AS pair(c, nxt)
+        )
+        SELECT array_agg(gram.g ORDER BY gram.g)
+        FROM (SELECT g FROM bigram UNION SELECT left(g, 1) FROM bigram) AS gram
+    ), '{{}}'::text[]);
+END
 $$"""
 PENDING_LIST_KB: Final = 256
 """Each search index's GIN pending list (revision 0041): a search reads all of it."""

