@@ -7,7 +7,8 @@ Each database holds two stores built at head by ``SessionDB``; on one of them th
 tokens are computed as before 0044 (SQLite: 0025's triggers; PostgreSQL: 0021's
 ``sessionstore_cjk_grams``). The sides are timed alternately (A B B A), each message written
 by a raw ``INSERT`` and its ``COMMIT`` (the FTS5 flush is in the commit) on the driver's
-connection, then deleted untimed so that both stores stay alike:
+connection; SQLite starts each batch from a fresh copy of the store, PostgreSQL deletes each
+message untimed, so that both sides stay alike:
 
 - a long message of each ``--sizes`` megabytes of UTF-8 (``random``: CJK characters drawn
   at random, a tenth of them other text, nearly every bigram distinct, the worst case for the
@@ -82,15 +83,33 @@ def short_messages(count: int) -> list[str]:
 
 
 class SqliteSide:
+    """Each batch on a fresh copy of the side's store (SQLite's backup API): the FTS5 merges
+    that deleted megabytes would leave behind are nobody's append."""
+
     def __init__(self, path: Path, before: bool) -> None:
+        self.template = path
         with SessionDB(str(path)) as db:
             db.create_session("bench", "cli")
-        self.conn = connect(str(path), isolation_level=None)
         if before:
+            conn = connect(str(path), isolation_level=None)
             for trigger in object_names.BIGRAM_TRIGGERS:
-                self.conn.execute(f"DROP TRIGGER {trigger}")
+                conn.execute(f"DROP TRIGGER {trigger}")
             for statement in revision_0025_ddl.SQLITE_CREATE_COMPACT_TRIGGERS:
-                self.conn.execute(statement)
+                conn.execute(statement)
+            conn.close()
+        self.copy = path.with_name(f"{path.stem}-copy.db")
+        self.conn: Any = None
+
+    def take_turn(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+        for leftover in (self.copy, Path(f"{self.copy}-wal"), Path(f"{self.copy}-shm")):
+            leftover.unlink(missing_ok=True)  # closed above: no connection holds it
+        source = connect(str(self.template))
+        self.conn = connect(str(self.copy), isolation_level=None)
+        source.backup(self.conn)
+        source.close()
+        self.conn.execute("PRAGMA journal_mode = WAL")
 
     def append(self, text: str) -> tuple[float, float]:
         cpu, wall = time.thread_time(), time.perf_counter()
@@ -100,7 +119,7 @@ class SqliteSide:
         return time.thread_time() - cpu, time.perf_counter() - wall
 
     def forget(self) -> None:
-        self.conn.execute("DELETE FROM messages WHERE session_id = 'bench'")
+        """Nothing: the next turn starts from a fresh copy."""
 
 
 class PostgresSide:
