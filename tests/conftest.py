@@ -77,7 +77,7 @@ _bytecode_cached()
 
 
 from pg_server import pg_admin_url  # noqa: E402
-from real_hermes import backup_copy  # noqa: E402
+from real_hermes import backup_copy, close_release_servers  # noqa: E402
 
 from sessionstore.schema import migrate  # noqa: E402
 from sessionstore.sql.topic_tables import TOPIC_SCHEMA_META_KEY, TOPIC_TABLES  # noqa: E402
@@ -126,6 +126,14 @@ def _cli_tree_built_once() -> None:
 
 
 _cli_tree_built_once()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_servers_end_with_their_module() -> Iterator[None]:
+    """The real Hermes release servers a test module started (``real_hermes._ReleaseServer``)
+    end with it: none outlives the homes it served, and their CPU is counted in its tests."""
+    yield
+    close_release_servers()
 
 
 DIALECTS = ["sqlite", "postgresql"]

@@ -6,7 +6,9 @@ release is fetched from PyPI (``pip download --no-deps``) into a cache, unpacked
 and its own ``hermes_state.SessionDB`` runs in a subprocess (`tests/support/real_hermes_driver.py`),
 so it never meets our ``sessionstore.hermes.state`` in one interpreter. That subprocess builds a
 populated file (what the driver's ``build`` writes), reads a file through the release's own methods,
-or runs a list of calls on it.
+or runs a list of calls on it. Each action is a process of its own, forked from a server that
+imported the release once for that home and environment (`tests/support/real_hermes_server.py`,
+``_ReleaseServer``): a release's import was most of a short action's CPU.
 
 Where the wheels come from: ``$SESSIONSTORE_HERMES_CACHE`` (default
 ``~/.cache/sessionstore-tests/hermes``) holds ``<release>/`` (the unpacked wheel) and
@@ -17,17 +19,23 @@ cannot be had, its tests are skipped locally and fail under ``CI=true`` (CI has 
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import hashlib
 import json
 import os
+import select
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
+import threading
 import zipfile
+from collections import OrderedDict
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -115,12 +123,141 @@ def hermes_root(release: str) -> Path:
     return root
 
 
+DRIVER_TIMEOUT_S = 120
+SERVER = Path(__file__).with_name("real_hermes_server.py")
+LIVE_SERVERS = 4
+"""Release servers kept at once (each holds a release's imports, tens of MB); the oldest idle
+one is ended when another is needed."""
+
+
+class _ReleaseServer:
+    """One ``real_hermes_server.py``: a release imported once under one environment and working
+    directory, each action a fresh process forked from it (the server's docstring says what
+    that keeps and what it saves). ``run`` answers ``None`` when the server cannot serve (it
+    declined, or another thread is using it): the caller starts the driver as a program, so
+    concurrent actions stay concurrent."""
+
+    def __init__(self, command: list[str], env: dict[str, str], cwd: Path) -> None:
+        self.scratch = Path(tempfile.mkdtemp(prefix="hermes-server-"))
+        self.lock = threading.Lock()
+        self.reported_cpu_s = 0.0
+        self.declined = False
+        with (self.scratch / "server.err").open("wb") as errors:
+            self.process = subprocess.Popen(
+                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors,
+                env=env, cwd=cwd, start_new_session=True,
+            )  # fmt: skip
+        self.actions = 0
+
+    def run(self, db_path: Path, action: str, argument: Any) -> tuple[int, str, str] | None:
+        if self.declined or not self.lock.acquire(blocking=False):
+            return None
+        try:
+            return self._run(db_path, action, argument)
+        finally:
+            self.lock.release()
+
+    def _run(self, db_path: Path, action: str, argument: Any) -> tuple[int, str, str] | None:
+        self.actions += 1
+        stdout, stderr = (self.scratch / f"{self.actions}.{name}" for name in ("out", "err"))
+        request = {"db_path": str(db_path), "action": action, "argument": argument,
+                   "stdout": str(stdout), "stderr": str(stderr)}  # fmt: skip
+        assert self.process.stdin is not None and self.process.stdout is not None
+        try:
+            self.process.stdin.write((json.dumps(request) + "\n").encode())
+            self.process.stdin.flush()
+        except BrokenPipeError:
+            self.process.stdin = None
+        readable, _, _ = select.select([self.process.stdout], [], [], DRIVER_TIMEOUT_S)
+        if not readable:
+            self.kill()
+            raise subprocess.TimeoutExpired(str(SERVER), DRIVER_TIMEOUT_S)
+        answer = self.process.stdout.readline()
+        if not answer:  # declined (a thread after the import) or died before the child ran
+            self.declined = True
+            self.close()
+            if self.process.returncode != DECLINED_STATUS:
+                raise HermesError(
+                    f"release server {self.process.args} ended with "
+                    f"{self.process.returncode}:\n{(self.scratch / 'server.err').read_text()}"
+                )
+            return None
+        reply = json.loads(answer)
+        self.reported_cpu_s = float(reply["cpu_s"])
+        ran = reply["returncode"], stdout.read_text(), stderr.read_text()
+        stdout.unlink()
+        stderr.unlink()
+        return ran
+
+    def kill(self) -> None:
+        with suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.close()
+
+    def close(self) -> None:
+        """End the server and reap it (its CPU then counts as a child's of this process)."""
+        if self.process.stdin is not None:
+            with suppress(BrokenPipeError):
+                self.process.stdin.close()
+        self.process.wait(timeout=DRIVER_TIMEOUT_S)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        self.reported_cpu_s = 0.0
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+DECLINED_STATUS = 3
+"""``real_hermes_server.DECLINED``."""
+_servers: OrderedDict[tuple[Any, ...], _ReleaseServer] = OrderedDict()
+_servers_lock = threading.Lock()
+
+
+def _server(
+    python: str, driver: Path, root: Path, home: Path, env: dict[str, str]
+) -> _ReleaseServer:
+    """The live server for exactly this interpreter, driver, release, home and environment."""
+    key = (python, str(driver), str(root), str(home), tuple(sorted(env.items())))
+    with _servers_lock:
+        server = _servers.get(key)
+        if server is not None and (server.declined or server.process.poll() is None):
+            _servers.move_to_end(key)
+            return server
+        if server is not None:  # ended unasked: start another
+            _servers.pop(key).close()
+        idle = [k for k, s in _servers.items() if not s.lock.locked()]
+        for oldest in idle[: max(0, len(_servers) - LIVE_SERVERS + 1)]:
+            _servers.pop(oldest).close()
+        server = _ReleaseServer([python, str(SERVER), str(driver), str(root)], env, home)
+        _servers[key] = server
+        return server
+
+
+def close_release_servers() -> None:
+    """End every release server (a test module's end: their CPU is counted in its tests)."""
+    with _servers_lock:
+        while _servers:
+            _servers.popitem(last=False)[1].close()
+
+
+def unreaped_cpu_s() -> float:
+    """The CPU the live release servers reported (their own and their reaped children's): what
+    this process's ``os.times`` does not count until a server is ended and reaped."""
+    return sum(server.reported_cpu_s for server in list(_servers.values()))
+
+
+atexit.register(close_release_servers)
+_cpu_durations = sys.modules.get("cpu_durations")
+if _cpu_durations is not None:
+    _cpu_durations.UNREAPED_CPU.append(unreaped_cpu_s)
+
+
 class HermesError(RuntimeError):
     """The real Hermes raised; the message carries its traceback."""
 
 
 class RealHermes:
-    """One real Hermes release, run in a subprocess per action."""
+    """One real Hermes release, run in a process of its own per action (forked from a server
+    that imported the release once for this home: ``_ReleaseServer``)."""
 
     python = sys.executable
     """The interpreter that runs the driver (a fork runs in a side venv of its own)."""
@@ -133,21 +270,32 @@ class RealHermes:
         self.home = home  # HERMES_HOME: keeps the real ~/.hermes out of every run
         home.mkdir(parents=True, exist_ok=True)
 
-    def run(self, db_path: Path, action: str, argument: Any = None) -> Any:
+    def driver_env(self) -> dict[str, str]:
+        """The environment a driver run gets."""
         env = {**os.environ, "HERMES_HOME": str(self.home)}
         if not env.get("PYTHONPYCACHEPREFIX"):  # else compiled once, kept out of the wheel's tree
             env["PYTHONDONTWRITEBYTECODE"] = "1"
         env.pop("PYTHONPATH", None)
-        completed = subprocess.run(
-            [self.python, str(self.driver), str(self.root), str(db_path), action],
-            input=json.dumps(argument), capture_output=True, text=True, env=env,
-            cwd=self.home, timeout=120, check=False,
-        )  # fmt: skip
-        if completed.returncode != 0:
+        return env
+
+    def run(self, db_path: Path, action: str, argument: Any = None) -> Any:
+        env = self.driver_env()
+        ran = _server(self.python, self.driver, self.root, self.home, env).run(
+            db_path, action, argument
+        )
+        if ran is None:  # no server for this release (or it is busy): the driver as a program
+            completed = subprocess.run(
+                [self.python, str(self.driver), str(self.root), str(db_path), action],
+                input=json.dumps(argument), capture_output=True, text=True, env=env,
+                cwd=self.home, timeout=DRIVER_TIMEOUT_S, check=False,
+            )  # fmt: skip
+            ran = completed.returncode, completed.stdout, completed.stderr
+        returncode, stdout, stderr = ran
+        if returncode != 0:
             raise HermesError(
-                f"hermes-agent {self.release} {action} on {db_path} failed:\n{completed.stderr}"
+                f"hermes-agent {self.release} {action} on {db_path} failed:\n{stderr}"
             )
-        output = json.loads(completed.stdout)
+        output = json.loads(stdout)
         assert output["schema_version"] == self.schema, (self.release, output["schema_version"])
         return output["result"]
 

@@ -569,20 +569,27 @@ def provide_repair_helper(root: Path) -> None:
         sys.modules["agent.agent_runtime_helpers"] = module
 
 
+def prepare(root: str) -> Any:
+    """The ``hermes_state`` module of ``root``, imported as a run does before its ``SessionDB``
+    (``real_hermes_server.py`` does this once and forks a process per action from there)."""
+    if root == OURS:
+        from sessionstore.hermes import state as ours
+
+        return ours
+    # This script's own directory (our tests) must not shadow the wheel's modules.
+    wheel = Path(root).resolve()
+    sys.path[:] = [root, *(p for p in sys.path[1:] if Path(p).resolve() != wheel)]
+    import hermes_state
+
+    if (wheel / "agent" / "agent_runtime_helpers.py").is_file():
+        provide_repair_helper(wheel)
+    return hermes_state
+
+
 def main() -> None:
     root, db_path, action = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
     argument = json.loads(sys.stdin.read() or "null")
-    # This script's own directory (our tests) must not shadow the wheel's modules.
-    if root == OURS:
-        from sessionstore.hermes import state as hermes_state
-    else:
-        wheel = Path(root).resolve()
-        sys.path[:] = [root, *(p for p in sys.path[1:] if Path(p).resolve() != wheel)]
-        import hermes_state
-
-        if (wheel / "agent" / "agent_runtime_helpers.py").is_file():
-            provide_repair_helper(wheel)
-
+    hermes_state = prepare(root)
     db = hermes_state.SessionDB(db_path=db_path)
     try:
         if action == "build":

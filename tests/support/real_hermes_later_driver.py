@@ -245,13 +245,19 @@ def schema_version(hermes_state: Any) -> int:
     return int(number)
 
 
-def main() -> None:
-    root, db_path, action = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
-    argument = json.loads(sys.stdin.read() or "null")
+def prepare(root: str) -> Any:
+    """The fork's ``hermes_state``, imported as a run does before its ``SessionDB``."""
     wheel = Path(root).resolve()
     sys.path[:] = [root, *(p for p in sys.path[1:] if Path(p).resolve() != wheel)]
     import hermes_state
 
+    return hermes_state
+
+
+def main() -> None:
+    root, db_path, action = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+    argument = json.loads(sys.stdin.read() or "null")
+    hermes_state = prepare(root)
     db = hermes_state.SessionDB(db_path=db_path)
     try:
         if action == "build":
