@@ -199,7 +199,12 @@ class _ReleaseServer:
         if self.process.stdin is not None:
             with suppress(BrokenPipeError):
                 self.process.stdin.close()
-        self.process.wait(timeout=DRIVER_TIMEOUT_S)
+        try:
+            self.process.wait(timeout=DRIVER_TIMEOUT_S)
+        except subprocess.TimeoutExpired:  # a forked test process still holds its stdin open
+            with suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
         if self.process.stdout is not None:
             self.process.stdout.close()
         self.reported_cpu_s = 0.0

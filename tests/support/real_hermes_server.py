@@ -22,13 +22,15 @@ module state as the import left it. The answer, one JSON line on stdout::
 accounting counts it before this process ends: ``real_hermes.unreaped_cpu_s``).
 
 What it saves: that preparation (importing a release and its agent modules), once per process
-instead of once per action.
+instead of once per action: an action of iot 0.22.2 0.47 -> 0.07 CPU s, of hermes-agent 0.19.0
+0.22 -> 0.03 (``calls`` of one step, load 14-18).
 It declines (exit status 3 before the first request) when the import left a thread running:
 a fork copies only the calling thread, so the caller runs each action as its own program.
 """
 
 from __future__ import annotations
 
+import gc
 import importlib
 import io
 import json
@@ -71,6 +73,10 @@ def serve(driver_path: str, root: str) -> int:
     driver.prepare(root)  # what its main does before its SessionDB; again a no-op there
     if threading.active_count() != 1:
         return DECLINED
+    # What the import made lives for the whole run; frozen, a child's collections (its exit's
+    # included) do not walk it and touch every page of it (a copy each): 0.11 -> 0.07 CPU s an
+    # action of a fork, 0.05 -> 0.03 of 0.19.0's.
+    gc.freeze()
     requests = sys.stdin
     answers = sys.stdout
     for line in requests:
