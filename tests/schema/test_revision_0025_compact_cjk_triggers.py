@@ -13,7 +13,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from cjk_checks import assert_cjk_index_matches_scan
+from cjk_checks import assert_cjk_index_matches_scan, churn, trigger_sql, write_cjk_rows
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -75,81 +75,22 @@ def test_every_spelling_gives_0021s_tokens_on_mixed_text(value: str) -> None:
     assert tokens["0021"]  # a text with CJK gives tokens: the comparison is not of two NULLs
 
 
-def _trigger_sql(path: Path) -> dict[str, str]:
-    conn = sqlite3.connect(path)
-    try:
-        return dict(
-            conn.execute(
-                "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND name IN (?, ?, ?)",
-                cjk_ddl.BIGRAM_TRIGGERS,
-            ).fetchall()
-        )
-    finally:
-        conn.close()
-
-
-def _write_cjk_rows(path: Path, session: str, count: int) -> None:
-    """Rows written as Hermes writes them (raw sqlite3): the store's triggers index them."""
-    conn = sqlite3.connect(path)
-    try:
-        conn.execute(
-            "INSERT INTO sessions (id, source, started_at) VALUES (?, 'cli', 1.0)", (session,)
-        )
-        conn.executemany(
-            "INSERT INTO messages (session_id, role, content, tool_name, timestamp) "
-            "VALUES (?, 'user', ?, ?, ?)",
-            [
-                (
-                    session,
-                    f"消息{index} 数据库迁移 " + "检索" * (index % 60) + f" row {index}",
-                    "工具" if index % 3 == 0 else None,
-                    float(index),
-                )
-                for index in range(count)
-            ],
-        )
-        conn.commit()
-    finally:
-        conn.close()
-
-
-def _churn(path: Path) -> None:
-    """Update and delete rows through the store's triggers (raw sqlite3, as Hermes would)."""
-    conn = sqlite3.connect(path)
-    try:
-        ids = [row[0] for row in conn.execute("SELECT id FROM messages ORDER BY id")]
-        for message_id in ids[::4]:
-            conn.execute("DELETE FROM messages WHERE id = ?", (message_id,))
-        for message_id in ids[1::4]:
-            conn.execute(
-                "UPDATE messages SET content = content || ' 更新了', tool_calls = '[\"调用\"]' "
-                "WHERE id = ?",
-                (message_id,),
-            )
-        for message_id in ids[2::4]:
-            conn.execute("UPDATE messages SET content = 'now plain ascii' WHERE id = ?",
-                         (message_id,))
-        conn.commit()
-    finally:
-        conn.close()
-
-
 def test_rows_indexed_by_0021_are_updated_and_deleted_by_0025_and_back(tmp_path: Path) -> None:
     path = tmp_path / "store.db"
     url = sqlite_url(path)
     migrate.upgrade(url, "0024")
-    _write_cjk_rows(path, "before", 120)  # indexed by 0021's triggers
-    old_sql = _trigger_sql(path)
+    write_cjk_rows(path, "before", 120)  # indexed by 0021's triggers
+    old_sql = trigger_sql(path)
 
     migrate.upgrade(url, "0025")
-    new_sql = _trigger_sql(path)
+    new_sql = trigger_sql(path)
     assert set(new_sql) == set(cjk_ddl.BIGRAM_TRIGGERS)
     assert sum(map(len, new_sql.values())) < 0.5 * sum(map(len, old_sql.values()))
-    _churn(path)  # 0021-indexed rows changed by 0025's triggers
-    _write_cjk_rows(path, "after", 80)  # indexed by 0025's triggers
+    churn(path)  # 0021-indexed rows changed by 0025's triggers
+    write_cjk_rows(path, "after", 80)  # indexed by 0025's triggers
     assert_cjk_index_matches_scan(path)
 
     migrate.downgrade(url, "0024")
-    assert _trigger_sql(path) == old_sql
-    _churn(path)  # 0025-indexed rows changed by 0021's triggers again
+    assert trigger_sql(path) == old_sql
+    churn(path)  # 0025-indexed rows changed by 0021's triggers again
     assert_cjk_index_matches_scan(path)

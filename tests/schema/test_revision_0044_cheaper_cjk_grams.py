@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from cjk_checks import assert_cjk_index_matches_scan
+from cjk_checks import assert_cjk_index_matches_scan, churn, trigger_sql, write_cjk_rows
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from store_library import connect_like_the_store
@@ -133,82 +133,23 @@ def test_the_triggers_give_0025s_tokens_on_megabytes(memory: sqlite3.Connection)
 
 
 # -- SQLite: the upgrade and the downgrade on a store --------------------------------------------
-def _trigger_sql(path: Path) -> dict[str, str]:
-    conn = sqlite3.connect(path)
-    try:
-        return dict(
-            conn.execute(
-                "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND name IN (?, ?, ?)",
-                revision_0021_ddl.BIGRAM_TRIGGERS,
-            ).fetchall()
-        )
-    finally:
-        conn.close()
-
-
-def _write_cjk_rows(path: Path, session: str, count: int) -> None:
-    """Rows written as Hermes writes them (raw sqlite3): the store's triggers index them."""
-    conn = sqlite3.connect(path)
-    try:
-        conn.execute(
-            "INSERT INTO sessions (id, source, started_at) VALUES (?, 'cli', 1.0)", (session,)
-        )
-        conn.executemany(
-            "INSERT INTO messages (session_id, role, content, tool_name, timestamp) "
-            "VALUES (?, 'user', ?, ?, ?)",
-            [
-                (
-                    session,
-                    f"消息{index} 数据库迁移 " + "检索" * (index % 60) + f" row {index} 𠀀",
-                    "工具" if index % 3 == 0 else None,
-                    float(index),
-                )
-                for index in range(count)
-            ],
-        )
-        conn.commit()
-    finally:
-        conn.close()
-
-
-def _churn(path: Path) -> None:
-    """Update and delete rows through the store's triggers (raw sqlite3, as Hermes would)."""
-    conn = sqlite3.connect(path)
-    try:
-        ids = [row[0] for row in conn.execute("SELECT id FROM messages ORDER BY id")]
-        for message_id in ids[::4]:
-            conn.execute("DELETE FROM messages WHERE id = ?", (message_id,))
-        for message_id in ids[1::4]:
-            conn.execute(
-                "UPDATE messages SET content = content || ' 更新了', tool_calls = '[\"调用\"]' "
-                "WHERE id = ?",
-                (message_id,),
-            )
-        for message_id in ids[2::4]:
-            conn.execute("UPDATE messages SET content = 'now plain ascii' WHERE id = ?",
-                         (message_id,))  # fmt: skip
-        conn.commit()
-    finally:
-        conn.close()
-
-
 def test_sqlite_rows_indexed_by_0025_are_changed_by_0044_and_back(tmp_path: Path) -> None:
     path = tmp_path / "store.db"
     url = sqlite_url(path)
     migrate.upgrade(url, "0043")
-    _write_cjk_rows(path, "before", 120)  # indexed by 0025's triggers
-    old_sql = _trigger_sql(path)
+    write_cjk_rows(path, "before", 120)  # indexed by 0025's triggers
+    old_sql = trigger_sql(path)
     assert set(old_sql.values()) == set(revision_0025_ddl.SQLITE_CREATE_COMPACT_TRIGGERS)
 
     migrate.upgrade(url, "0044")
-    assert set(_trigger_sql(path).values()) == set(revision_0044_ddl.SQLITE_CREATE_TRIGGERS)
-    _churn(path)  # 0025-indexed rows changed by 0044's triggers
-    _write_cjk_rows(path, "after", 80)  # indexed by 0044's triggers
+    assert set(trigger_sql(path).values()) == set(revision_0044_ddl.SQLITE_CREATE_TRIGGERS)
+    churn(path)  # 0025-indexed rows changed by 0044's triggers
+    write_cjk_rows(path, "after", 80)  # indexed by 0044's triggers
     assert_cjk_index_matches_scan(path)
 
     migrate.downgrade(url, "0043")
-    assert _trigger_sql(path) == old_sql
-    _churn(path)  # 0044-indexed rows changed by 0025's triggers again
+    assert trigger_sql(path) == old_sql
+    churn(path)  # 0044-indexed rows changed by 0025's triggers again
     assert_cjk_index_matches_scan(path)
 
 

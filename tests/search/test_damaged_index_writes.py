@@ -48,10 +48,16 @@ def damage(db: SessionDB, index: str) -> None:
         db._conn.commit()
 
 
-def intact(db: SessionDB, index: str) -> bool:
+def intact(db: SessionDB, index: str, *, against_rows: bool = False) -> bool:
+    """FTS5's check of ``index``; ``against_rows``: with ``rank=1``, the index also compared
+    with its rows' text (a row indexed cut at a NUL is held as this SQLite would not read
+    it: it fails there too)."""
+    rank = (", rank", ", 1") if against_rows else ("", "")
     with db._lock:
         try:
-            db._conn.execute(f"INSERT INTO {index}({index}) VALUES ('integrity-check')")
+            db._conn.execute(
+                f"INSERT INTO {index}({index}{rank[0]}) VALUES ('integrity-check'{rank[1]})"
+            )
         except sqlite3.DatabaseError:
             return False
         finally:
@@ -252,19 +258,6 @@ def index_as_sqlite_340(db: SessionDB, message_id: int) -> None:
         db._conn.commit()
 
 
-def matches_its_rows(db: SessionDB, index: str) -> bool:
-    """FTS5's check with ``rank=1``: the index also compared with its rows' text (a row
-    indexed cut at a NUL is held as this SQLite would not read it: it fails here too)."""
-    with db._lock:
-        try:
-            db._conn.execute(f"INSERT INTO {index}({index}, rank) VALUES ('integrity-check', 1)")
-        except sqlite3.DatabaseError:
-            return False
-        finally:
-            db._conn.commit()
-    return True
-
-
 def root_page(db: SessionDB, table: str) -> int:
     with db._lock:
         found = db._conn.execute(
@@ -322,7 +315,7 @@ def test_a_row_hermes_indexed_cut_at_a_nul_is_deleted_without_rebuilding_the_ind
     # No token is left of the rows gone: the one row the index holds unlike its text is
     # the one kept, which this SQLite's reading then mends.
     assert db.store.write(SQLiteSearchIndex().reindex_rows_read_at_nul) == 1
-    assert matches_its_rows(db, "messages_fts_trigram")
+    assert intact(db, "messages_fts_trigram", against_rows=True)
     assert len(db.get_messages("chat")) == 31
     assert [hit["id"] for hit in db.search_messages("bravo")] == [kept]
     assert [hit["id"] for hit in db.search_messages("structured")] == [kept]
@@ -342,7 +335,7 @@ def test_a_row_read_at_a_nul_in_an_index_damaged_besides_costs_no_message(
     assert "the search index is damaged" in caplog.text
     assert len(db.get_messages("chat")) == 30
     assert all(intact(db, each) for each in INDEXES)
-    assert matches_its_rows(db, "messages_fts_trigram")
+    assert intact(db, "messages_fts_trigram", against_rows=True)
     assert len(db.search_messages("部署指南")) == 20
 
 
@@ -359,7 +352,7 @@ def test_a_write_failing_on_rows_read_at_a_nul_reads_them_again_without_a_rebuil
         db._conn.execute("DELETE FROM messages WHERE session_id = 'chat'")
         db._conn.commit()
     index_as_sqlite_340(db, doomed)
-    assert not matches_its_rows(db, "messages_fts_trigram")
+    assert not intact(db, "messages_fts_trigram", against_rows=True)
     trigram_index = root_page(db, "messages_fts_trigram_data")
     with caplog.at_level(logging.WARNING):
         assert delete_row(db, doomed) == 1
@@ -367,7 +360,7 @@ def test_a_write_failing_on_rows_read_at_a_nul_reads_them_again_without_a_rebuil
     assert "the search index is damaged" not in caplog.text
     assert root_page(db, "messages_fts_trigram_data") == trigram_index
     assert db.get_messages("small") == []
-    assert matches_its_rows(db, "messages_fts_trigram")
+    assert intact(db, "messages_fts_trigram", against_rows=True)
 
 
 def test_rows_read_at_a_nul_as_this_sqlite_reads_them_are_left_alone(
@@ -405,5 +398,5 @@ def test_every_change_of_a_session_rows_reads_them_again_first(
         change(db, user_row)
     assert "search index" not in caplog.text and "another SQLite" not in caplog.text
     assert db.store.write(SQLiteSearchIndex().reindex_rows_read_at_nul) == 0
-    assert matches_its_rows(db, "messages_fts_trigram")
+    assert intact(db, "messages_fts_trigram", against_rows=True)
     assert all(intact(db, each) for each in INDEXES)

@@ -8,6 +8,7 @@ insert, an update and a delete. Below 0021: none of its objects is left.
 
 from __future__ import annotations
 
+import sqlite3
 from itertools import pairwise
 from pathlib import Path
 
@@ -99,3 +100,63 @@ def assert_no_cjk_index(path: Path) -> None:
     finally:
         conn.close()
     assert not set(BIGRAM_OBJECTS) & names, names
+
+
+def trigger_sql(path: Path) -> dict[str, str]:
+    """The bigram triggers' SQL as the file holds it."""
+    conn = sqlite3.connect(path)
+    try:
+        return dict(
+            conn.execute(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND name IN (?, ?, ?)",
+                BIGRAM_OBJECTS[1:],
+            ).fetchall()
+        )
+    finally:
+        conn.close()
+
+
+def write_cjk_rows(path: Path, session: str, count: int) -> None:
+    """Rows written as Hermes writes them (raw sqlite3): the store's triggers index them."""
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute(
+            "INSERT INTO sessions (id, source, started_at) VALUES (?, 'cli', 1.0)", (session,)
+        )
+        conn.executemany(
+            "INSERT INTO messages (session_id, role, content, tool_name, timestamp) "
+            "VALUES (?, 'user', ?, ?, ?)",
+            [
+                (
+                    session,
+                    f"消息{index} 数据库迁移 " + "检索" * (index % 60) + f" row {index} 𠀀",
+                    "工具" if index % 3 == 0 else None,
+                    float(index),
+                )
+                for index in range(count)
+            ],
+        )
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def churn(path: Path) -> None:
+    """Update and delete rows through the store's triggers (raw sqlite3, as Hermes would)."""
+    conn = sqlite3.connect(path)
+    try:
+        ids = [row[0] for row in conn.execute("SELECT id FROM messages ORDER BY id")]
+        for message_id in ids[::4]:
+            conn.execute("DELETE FROM messages WHERE id = ?", (message_id,))
+        for message_id in ids[1::4]:
+            conn.execute(
+                "UPDATE messages SET content = content || ' 更新了', tool_calls = '[\"调用\"]' "
+                "WHERE id = ?",
+                (message_id,),
+            )
+        for message_id in ids[2::4]:
+            conn.execute("UPDATE messages SET content = 'now plain ascii' WHERE id = ?",
+                         (message_id,))  # fmt: skip
+        conn.commit()
+    finally:
+        conn.close()
