@@ -68,6 +68,7 @@ from .request import (
     ranks_in_window,
 )
 from .sanitize import contains_cjk, escape_like
+from .sqlite_bigram_fill import fill_bigrams
 from .terms import SubstringQuery, Term, index_tokens, parse_substring_query
 
 if TYPE_CHECKING:
@@ -787,7 +788,7 @@ class SQLiteSearchIndex:
         for table, statements, fill in (
             (names.WORD_TABLE, layout.word_ddl, _rebuild_external),
             (names.TRIGRAM_TABLE, layout.trigram_ddl, _rebuild_external),
-            (names.BIGRAM_TABLE, ddl.BIGRAM_DDL, _fill_bigrams),
+            (names.BIGRAM_TABLE, ddl.BIGRAM_DDL, fill_bigrams),
         ):
             if table == names.TRIGRAM_TABLE and not (table in present or supports_trigram(conn)):
                 continue
@@ -1232,17 +1233,6 @@ def _settle_markers(conn: Connection, layout: ddl.Layout) -> None:
 
 def _rebuild_external(conn: Connection, table: str) -> None:
     conn.exec_driver_sql(f"INSERT INTO {table}({table}) VALUES('rebuild')")
-
-
-def _fill_bigrams(conn: Connection, table: str) -> None:
-    # Row by row with the text bound: the token SQL reads a bound value once, a table column
-    # once per chunk (see sqlite_ddl.column_grams).
-    conn.exec_driver_sql(f"INSERT INTO {table}({table}) VALUES('delete-all')")
-    insert = text(ddl.BIGRAM_INSERT_ONE)
-    for row in conn.execute(text(ddl.BIGRAM_ROWS)).all():
-        conn.execute(
-            insert, {"id": row[0], "content": row[1], "tool_name": row[2], "tool_calls": row[3]}
-        )
 
 
 _NUL_CUT_PREFIX: Final = "sessionstore_check_"

@@ -26,6 +26,7 @@ from stored_values import Raw, Row, memory_store, rows
 
 from sessionstore._migrations import revision_0021_ddl as cjk_ddl
 from sessionstore.schema import migrate
+from sessionstore.search.sqlite_bigram_fill import fill_bigrams
 from sessionstore.storage.config import sqlite_url
 from sessionstore.storage.engine import create_store_engine
 
@@ -74,6 +75,10 @@ def _both_fills(stored: list[Row]) -> tuple[Outcome, Outcome]:
         )
 
 
+def _repair_fill(conn: sa.Connection) -> None:
+    fill_bigrams(conn, TABLE)
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows)
 def test_python_tokens_fill_the_index_as_the_token_sql_does(
@@ -81,6 +86,10 @@ def test_python_tokens_fill_the_index_as_the_token_sql_does(
 ) -> None:
     first, new = _both_fills(stored)
     assert new == first
+    # The runtime's fill (a rebuild, db doctor --fix, a repair mid-write) keeps its own copy,
+    # with the head's token SQL (revision 0044's shape: the same tokens) for other rows.
+    with memory_store(stored) as conn:
+        assert _filled(conn, _repair_fill) == first
 
 
 def test_the_comparison_sees_tokens_fallbacks_and_errors() -> None:
@@ -111,8 +120,11 @@ def test_the_comparison_sees_tokens_fallbacks_and_errors() -> None:
     ids=["cjk-600kB", "ascii-1MB-then-cjk", "chunk-edge-and-emoji", "nul-between"],
 )
 def test_huge_values_fill_alike(text: str) -> None:
-    first, new = _both_fills([(text, "tool", text[:5000]), (None, None, text)])
+    stored: list[Row] = [(text, "tool", text[:5000]), (None, None, text)]
+    first, new = _both_fills(stored)
     assert new == first and first[0] == "filled"
+    with memory_store(stored) as conn:
+        assert _filled(conn, _repair_fill) == first
 
 
 def test_a_real_release_file_is_filled_alike(tmp_path: Path) -> None:

@@ -400,3 +400,25 @@ def test_every_change_of_a_session_rows_reads_them_again_first(
     assert db.store.write(SQLiteSearchIndex().reindex_rows_read_at_nul) == 0
     assert intact(db, "messages_fts_trigram", against_rows=True)
     assert all(intact(db, each) for each in INDEXES)
+
+
+def test_a_rebuild_and_the_check_take_the_rows_the_bigram_triggers_index(db: SessionDB) -> None:
+    """The bigram triggers test each column on its own; the rebuild's fill and the check's
+    count tested the columns joined, which stops at a NUL in an earlier column (iot's
+    structured content, with CJK in the tool call after it). The rebuild left such a row out
+    and its later delete took out tokens the index never held; the check counted one row too
+    few and called a healthy index out of step."""
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "search", "arguments": '{"q": "数据库迁移"}'}}  # fmt: skip
+    carried = db.append_message("chat", "assistant", {"answer": "structured"}, tool_calls=[call])
+    index = SQLiteSearchIndex()
+    assert not db.store.write(index.check).out_of_step
+    db.rebuild_fts()
+    with db._lock:
+        held = db._conn.execute(
+            "SELECT count(*) FROM messages_cjk_bigram_docsize WHERE id = ?", (carried,)
+        ).fetchone()[0]
+    assert held == 1
+    assert db.delete_session("chat") is True
+    assert all(intact(db, each) for each in INDEXES)
+    assert not db.store.write(index.check).out_of_step
