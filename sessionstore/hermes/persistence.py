@@ -267,6 +267,11 @@ def preflight_db_writability(db_path: Path, *, db_label: str = "state.db") -> No
     for path, is_dir in candidates:
         if (is_dir and not path.is_dir()) or os.access(path, os.R_OK | os.W_OK):
             continue
+        if not is_dir and not path.exists():
+            # Gone since it was listed: the last connection of a closing handle deletes its
+            # -wal and -shm, and a thread landing a call after close() reopens meanwhile.
+            # Nothing to check; a missing file never answers os.access.
+            continue
         execute = "x" if is_dir else ""
         in_scope = False
         with contextlib.suppress(OSError, ValueError):

@@ -202,6 +202,39 @@ def test_the_preflight_skips_memory_and_passes_a_writable_file(tmp_path: Path) -
     hermes_state.preflight_db_writability(tmp_path / "state.db")
 
 
+def test_the_preflight_passes_a_sidecar_deleted_while_it_looks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A handle's close deletes its -wal and -shm while a thread landing a call after close()
+    reopens the file: the preflight listed the -wal, then found it gone, and refused the open
+    as "read-only for this user" (a worker's message lost; seen in CI). Listed but gone now
+    stands for that window."""
+    database = tmp_path / "state.db"
+    database.write_bytes(b"")
+    listed = Path.is_file
+    monkeypatch.setattr(
+        Path, "is_file", lambda path: path.name.endswith("-wal") or listed(path)
+    )
+    hermes_state.preflight_db_writability(database)
+
+
+def test_the_preflight_refuses_a_sidecar_this_user_cannot_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outside the Hermes home nothing is repaired: an -wal there that is not writable
+    refuses the open, naming it (root may write anything: the answer is the access check's)."""
+    database, wal = tmp_path / "state.db", tmp_path / "state.db-wal"
+    database.write_bytes(b"")
+    wal.write_bytes(b"")
+    checked = os.access
+    monkeypatch.setattr(
+        os, "access", lambda path, mode: Path(path) != wal and checked(path, mode)
+    )
+    with pytest.raises(sqlite3.OperationalError, match="read-only for this user"):
+        hermes_state.preflight_db_writability(database)
+    assert wal.exists()  # never deleted: it holds committed data
+
+
 def test_the_transcript_limits_are_iots_default_without_hermes_config() -> None:
     assert hermes_state.resolved_max_resume_messages() == 20_000
     assert hermes_state.resolved_max_export_messages() == 20_000
