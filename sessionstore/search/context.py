@@ -63,7 +63,7 @@ def context_lines(*columns: Any) -> list[ContextLine]:
     if not columns:
         return []
     role, head, before_id, before_role, before_head, after_id, after_role, after_head = columns
-    hit = (str(role), _head_text(head), True)
+    hit = (str(role), head_text(head), True)
     if before_id is None and after_id is None:
         return [hit]
     around = []
@@ -79,28 +79,28 @@ def context_dicts(*columns: Any) -> list[dict[str, Any]]:
     """Hermes's ``context`` of a hit (``{"role", "content"}`` per line) from its
     :data:`ContextColumns`: :func:`context_lines` without the lines in between (a search
     builds this for every hit it returns to ``SessionDB``). A plain text (the common case) is
-    taken as is: the statement cut it (:data:`CONTEXT_COLUMNS`); :func:`_head_text` decides
+    taken as is: the statement cut it (:data:`CONTEXT_COLUMNS`); :func:`head_text` decides
     the others."""
     if not columns:
         return []
     role, head, before_id, before_role, before_head, after_id, after_role, after_head = columns
     plain = _ENCODED
     hit = {"role": str(role), "content": head[:_CHARS] if type(head) is str
-           and not head.startswith(plain) else _head_text(head)}
+           and not head.startswith(plain) else head_text(head)}
     if before_id is None:
         if after_id is None:
             return [hit]
         return [hit, {"role": str(after_role), "content": after_head[:_CHARS]
                       if type(after_head) is str and not after_head.startswith(plain)
-                      else _head_text(after_head)}]
+                      else head_text(after_head)}]
     before = {"role": str(before_role), "content": before_head[:_CHARS]
               if type(before_head) is str and not before_head.startswith(plain)
-              else _head_text(before_head)}
+              else head_text(before_head)}
     if after_id is None:
         return [before, hit]
     return [before, hit, {"role": str(after_role), "content": after_head[:_CHARS]
                           if type(after_head) is str and not after_head.startswith(plain)
-                          else _head_text(after_head)}]
+                          else head_text(after_head)}]
 
 
 def hit_dicts(rows: Sequence[FoundRow]) -> list[dict[str, Any]]:
@@ -119,7 +119,7 @@ _ENCODED: Final = ENCODED_CONTENT_PREFIXES
 _CHARS: Final = CONTEXT_CONTENT_CHARS
 
 
-def _head_text(head: Any) -> str:
+def head_text(head: Any) -> str:
     """A context line's text: plain text (the common case) cut, no text (an assistant's tool
     calls) ``""``, marked content decoded."""
     if type(head) is str:
@@ -131,7 +131,7 @@ def _head_text(head: Any) -> str:
 
 
 def _line(role: Any, head: Any) -> ContextLine:
-    return (str(role), _head_text(head), False)
+    return (str(role), head_text(head), False)
 
 
 def _text(head: Any) -> str:

@@ -167,12 +167,17 @@ def search_message_dicts(
     if asked is None:
         return []
     index, parsed, filters, page = asked
-    with damage_named(conn, index):
+    # damage_named's translation without its generator (entered on every search: a few
+    # microseconds of a search whose code the caller's other work has left cold).
+    try:
         if isinstance(parsed, SubstringQuery):
             return index.substring_hit_dicts(conn, parsed, filters, page)
         return hit_dicts(
             _with_context(conn, _word_rows(conn, index, query, parsed, filters, page))
         )
+    except DBAPIError as exc:
+        _raise_if_damaged(conn, index, exc)
+        raise
 
 
 def found_rows(
@@ -217,13 +222,19 @@ def damage_named(conn: Connection, index: SearchIndex) -> Iterator[None]:
     try:
         yield
     except DBAPIError as exc:
-        if index.damage_in(exc) != "index":
-            raise
-        repair = cli_command(conn.engine.url, "db", "doctor", "--fix")
-        raise SearchIndexDamagedError(
-            f"the search index is damaged ({driver_message(exc)}); the messages are intact: "
-            f"`{repair}` builds it again from them (so does the next message written)"
-        ) from exc
+        _raise_if_damaged(conn, index, exc)
+        raise
+
+
+def _raise_if_damaged(conn: Connection, index: SearchIndex, exc: DBAPIError) -> None:
+    """:func:`damage_named`'s error for ``exc`` when it names a damaged index (else return)."""
+    if index.damage_in(exc) != "index":
+        return
+    repair = cli_command(conn.engine.url, "db", "doctor", "--fix")
+    raise SearchIndexDamagedError(
+        f"the search index is damaged ({driver_message(exc)}); the messages are intact: "
+        f"`{repair}` builds it again from them (so does the next message written)"
+    ) from exc
 
 
 def _asked(

@@ -34,20 +34,22 @@ from ..dialects import json_list
 from ..dialects.sqlite import private_snapshot
 from ..dialects.sqlite_library import library
 from ..sql.codec import stored_clock
+from ..sql.message_content import ENCODED_CONTENT_PREFIXES as _ENCODED
 from . import object_names as names
 from . import request as search_request
 from . import sqlite_backfill as backfill
 from . import sqlite_ddl as ddl
-from .context import CONTEXT_JOINS, context_dicts
+from .context import CONTEXT_JOINS
 from .context import SQLITE_CONTEXT_COLUMNS as CONTEXT_COLUMNS
+from .context import head_text as context_head
 from .deferred_rebuild import BackfillTarget
 from .hits import (
+    CONTEXT_CONTENT_CHARS,
     SENTENCE_END,
     SNIPPET_ELLIPSIS,
     SNIPPET_END,
     SNIPPET_START,
     SUBSTRING_SNIPPET_SIDE_CHARS,
-    TO_LAST_SENTENCE_END,
     FoundRow,
     substring_snippet,
 )
@@ -420,7 +422,16 @@ def _present(conn: Connection, wanted: tuple[str, str, str]) -> frozenset[str]:
 
 
 def _with_size(objects: frozenset[str], highest: int) -> frozenset[str]:
-    return objects | _STOPS_EARLY_SET if highest >= _STOP_EARLY_FROM else objects
+    if highest < _STOP_EARLY_FROM:
+        return objects
+    # The same set each time (a plan is found by the identity of its objects: _substring_page)
+    sized = _SIZED.get(objects)
+    if sized is None:
+        sized = _SIZED[objects] = objects | _STOPS_EARLY_SET
+    return sized
+
+
+_SIZED: dict[frozenset[str], frozenset[str]] = {}
 
 
 def _substring_present(conn: Connection) -> tuple[frozenset[str], bool]:
@@ -456,6 +467,10 @@ _NOTHING: Final[frozenset[str]] = frozenset()
 # had left the processor's caches cold (scripts/bench_search_cpu.py).
 _PLANS: dict[tuple[Any, ...], tuple[PreparedRead, ...]] = {}
 _PLANS_KEPT: Final = 512
+_PLANS_BY_IDENTITY: dict[tuple[int, ...], tuple[Any, ...]] = {}
+# Each parsed query's needle and whether an index can look it up, by the query's identity
+# (_substring_parts' own cache hashes the query's terms, in Python, on every call).
+_NEEDLES: dict[int, tuple[SubstringQuery, str, bool]] = {}
 
 
 def _substring_page(
@@ -465,7 +480,35 @@ def _substring_page(
     """The rows of a substring page (_SUBSTRING_SEARCH's), in the shape the objects
     ``present`` allow (see SQLiteSearchIndex._substring_rows): the first of its statements
     that finds rows (an early page that is not proven finds none), else none."""
-    key = (query, present, filters, page, within, conn.dialect)
+    dialect = conn.dialect
+    # The same objects as a search before (a parsed query, filters and page are each made
+    # once and kept, see service._asked): found by identity, without the key's hash (each
+    # frozen dataclass hashes its fields in Python: 4 calls, more than the look-up itself
+    # once the caller's other work has left them cold). The entry holds the objects, so no
+    # id is reused while it is kept.
+    known = _PLANS_BY_IDENTITY.get((id(query), id(present), id(filters), id(page), id(dialect)))
+    if (
+        known is not None and within is None and known[0] is query and known[1] is present
+        and known[2] is filters and known[3] is page and known[4] is dialect
+    ):  # fmt: skip
+        plan = known[5]
+    else:
+        plan = _plan(conn, query, present, filters, page, within)
+    rows: list[tuple[Any, ...]] = []
+    for read in plan:
+        rows = prepared_rows(conn, read)
+        if rows:
+            break
+    return rows
+
+
+def _plan(
+    conn: Connection, query: SubstringQuery, present: frozenset[str], filters: SearchFilters,
+    page: Page, within: _Scope | None,
+) -> tuple[PreparedRead, ...]:  # fmt: skip
+    """_substring_page's statements, from _PLANS or made (and kept) now."""
+    dialect = conn.dialect
+    key = (query, present, filters, page, within, dialect)
     plan = _PLANS.get(key)
     if plan is None:
         if len(_PLANS) >= _PLANS_KEPT:
@@ -478,12 +521,13 @@ def _substring_page(
         )
         if within is None:  # the rows another program left unindexed: asked once or twice
             _PLANS[key] = plan
-    rows: list[tuple[Any, ...]] = []
-    for read in plan:
-        rows = prepared_rows(conn, read)
-        if rows:
-            break
-    return rows
+    if within is None:
+        if len(_PLANS_BY_IDENTITY) >= _PLANS_KEPT:
+            _PLANS_BY_IDENTITY.clear()
+        _PLANS_BY_IDENTITY[(id(query), id(present), id(filters), id(page), id(dialect))] = (
+            query, present, filters, page, dialect, plan,
+        )  # fmt: skip
+    return plan
 
 
 def _substring_statements(
@@ -535,25 +579,65 @@ def _cut_snippet(hit_start: Any, window: Any, needle_length: int) -> str:
     """The substring snippet from the text around the hit (see _SUBSTRING_SEARCH): the up to
     SUBSTRING_SNIPPET_SIDE_CHARS characters before it, the hit, and one more than that after
     it; the start of the text when the hit was not located (``hit_start`` 0).
-    :func:`~.hits.substring_snippet`'s result, cut in one call (a search cuts one per hit)."""
+    :func:`~.hits.substring_snippet`'s result, cut in one call (a search cuts one per hit):
+    the sentence ends are looked for inside the window (``pos``/``endpos``), without cutting
+    its parts out first, and the last one after the hit by one search (_LAST_SENTENCE_END)
+    instead of a greedy match that backtracks over the whole tail (0.9 -> 0.7 us a hit)."""
     text = window or ""
-    position = int(hit_start or 0)
+    position = hit_start if type(hit_start) is int else int(hit_start or 0)
     if position <= 0:
         return substring_snippet(position, None, None, text)
     side = SUBSTRING_SNIPPET_SIDE_CHARS
     before = side if position > side else position - 1  # position - max(1, position - side)
-    matched = text[before : before + needle_length]
+    end = before + needle_length
+    matched = text[before:end]
     if not matched:
-        return substring_snippet(position, text[:before], matched, text[before + needle_length :])
-    head, after = text[:before], text[before + needle_length :]
+        return substring_snippet(position, text[:before], matched, text[end:])
     if position > side + 1:
-        found = SENTENCE_END.search(head)
-        head = SNIPPET_ELLIPSIS + (head if found is None else head[found.end() :].lstrip())
-    if len(after) > side:
-        after = after[:side]
-        found = TO_LAST_SENTENCE_END.match(after)
-        after = (after if found is None else after[: found.end()]) + SNIPPET_ELLIPSIS
+        found = SENTENCE_END.search(text, 0, before)
+        head = SNIPPET_ELLIPSIS + (
+            text[:before] if found is None else text[found.end() : before].lstrip()
+        )
+    else:
+        head = text[:before]
+    if len(text) - end > side:
+        found = _LAST_SENTENCE_END.search(text, end, end + side)
+        after = (text[end : end + side] if found is None else text[end : found.start() + 1]
+                 ) + SNIPPET_ELLIPSIS  # fmt: skip
+    else:
+        after = text[end:]
     return f"{head}{SNIPPET_START}{matched}{SNIPPET_END}{after}"
+
+
+# The last sentence end of a text (where hits.TO_LAST_SENTENCE_END's match ends, found by a
+# search that stops at the first end with none after it).
+_LAST_SENTENCE_END: Final = re.compile(
+    f"{SENTENCE_END.pattern}[^{SENTENCE_END.pattern[1:-1]}]*\\Z"
+)
+
+
+def _hit_context_dicts(row: Sequence[Any]) -> list[dict[str, Any]]:
+    """:func:`.context.context_dicts` of a _SUBSTRING_SEARCH row (its columns 10-17), read
+    from the row in place: no slice of it unpacked into eight arguments a hit."""
+    head = row[11]
+    hit = {"role": str(row[10]), "content": head[:CONTEXT_CONTENT_CHARS] if type(head) is str
+           and not head.startswith(_ENCODED) else context_head(head)}
+    if row[12] is None:
+        if row[15] is None:
+            return [hit]
+        head = row[17]
+        return [hit, {"role": str(row[16]), "content": head[:CONTEXT_CONTENT_CHARS]
+                      if type(head) is str and not head.startswith(_ENCODED)
+                      else context_head(head)}]
+    head = row[14]
+    before = {"role": str(row[13]), "content": head[:CONTEXT_CONTENT_CHARS]
+              if type(head) is str and not head.startswith(_ENCODED) else context_head(head)}
+    if row[15] is None:
+        return [before, hit]
+    head = row[17]
+    return [before, hit, {"role": str(row[16]), "content": head[:CONTEXT_CONTENT_CHARS]
+                          if type(head) is str and not head.startswith(_ENCODED)
+                          else context_head(head)}]  # fmt: skip
 
 
 _new_tuple: Final = tuple.__new__
@@ -668,12 +752,15 @@ class SQLiteSearchIndex:
     ) -> list[dict[str, Any]]:
         # context.hit_dicts of _substring_rows' rows, built from the statement's rows in one
         # pass (no FoundRow between): what SessionDB's CJK search returns.
+        # A stored clock is a float but in a damaged or legacy row: stored_clock() only then.
         rows, size = self._substring_statement_rows(conn, query, filters, page, None)
         return [
             {"id": int(row[0]), "session_id": str(row[1]), "role": str(row[2]),
-             "snippet": _cut_snippet(row[8], row[9], size), "timestamp": stored_clock(row[3]),
+             "snippet": _cut_snippet(row[8], row[9], size),
+             "timestamp": row[3] if type(row[3]) is float else stored_clock(row[3]),
              "tool_name": row[4], "source": str(row[5]), "model": row[6],
-             "session_started": stored_clock(row[7]), "context": context_dicts(*row[10:])}
+             "session_started": row[7] if type(row[7]) is float else stored_clock(row[7]),
+             "context": _hit_context_dicts(row)}
             for row in rows
         ]  # fmt: skip
 
@@ -746,7 +833,13 @@ class SQLiteSearchIndex:
     ) -> tuple[list[tuple[Any, ...]], int]:  # fmt: skip
         """The substring statement's rows (_SUBSTRING_SEARCH's columns) and the needle's
         length (what the snippet is cut with)."""
-        needle, indexable, _, _, _, _ = _substring_parts(query)
+        known = _NEEDLES.get(id(query))
+        if known is None or known[0] is not query:  # not the parsed query a search had before
+            if len(_NEEDLES) >= _PLANS_KEPT:
+                _NEEDLES.clear()
+            parts = _substring_parts(query)
+            known = _NEEDLES[id(query)] = (query, parts[0], parts[1])
+        _, needle, indexable = known
         if within is not None:
             indexable = False
         present, remembered = _substring_present(conn) if indexable else (_NOTHING, False)
