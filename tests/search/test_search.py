@@ -26,7 +26,12 @@ from store_library import connect_like_the_store
 from sessionstore.dialects import dialect_for
 from sessionstore.schema import migrate
 from sessionstore.search import sqlite as sqlite_search
-from sessionstore.search.hits import ContextMessage, SearchHit
+from sessionstore.search.hits import (
+    SUBSTRING_SNIPPET_SIDE_CHARS,
+    ContextMessage,
+    SearchHit,
+    substring_snippet,
+)
 from sessionstore.search.registry import search_index_for
 from sessionstore.search.request import Page, SearchFilters
 from sessionstore.search.service import search_message_dicts, search_messages
@@ -531,6 +536,35 @@ def test_substring_snippet_of_long_text_is_a_window_with_ellipses(store: Store, 
     assert f">>>{query}<<<" in hit.snippet
     window = hit.snippet.replace(">>>", "").replace("<<<", "").strip(".")
     assert window in LONG_CJK and 30 <= len(window) <= 50
+
+
+_SNIPPET_TEXT = st.text(alphabet="数据库检查点。！？!?；;\n 　ab，.", max_size=70)
+
+
+@settings(max_examples=300, deadline=None)
+@given(content=_SNIPPET_TEXT, needle_length=st.integers(1, 4), data=st.data())
+@example(content="。" * 30 + "数据库" + "检查。点!" * 8, needle_length=3, data=None)
+def test_sqlite_snippet_cut_is_the_shared_snippet(
+    content: str, needle_length: int, data: st.DataObject | None
+) -> None:
+    """SQLite's substring snippet, cut in one call from the window its statement reads
+    (``_cut_snippet``: sentence ends searched inside it), is ``substring_snippet`` of the
+    parts PostgreSQL's statement reads; the start of the text when the hit was not located."""
+    side = SUBSTRING_SNIPPET_SIDE_CHARS
+    last = max(1, len(content))
+    position = last // 2 + 1 if data is None else data.draw(st.integers(0, last))
+    if position == 0:
+        window = content[: 2 * side + 1]
+        expected = substring_snippet(0, None, None, window)
+    else:
+        start = max(0, position - 1 - side)
+        end = position - 1 + needle_length
+        window = content[start : end + side + 1]
+        expected = substring_snippet(
+            position, content[start : position - 1], content[position - 1 : end],
+            content[end : end + side + 1],
+        )  # fmt: skip
+    assert sqlite_search._cut_snippet(position, window, needle_length) == expected
 
 
 # -- context ---------------------------------------------------------------------------------
