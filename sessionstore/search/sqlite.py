@@ -611,11 +611,10 @@ def _cut_snippet(hit_start: Any, window: Any, needle_length: int) -> str:
 
 # The last sentence end of a text (where hits.TO_LAST_SENTENCE_END's match ends, found by a
 # search that stops at the first end with none after it).
-_LAST_SENTENCE_END: Final = re.compile(
-    f"{SENTENCE_END.pattern}[^{SENTENCE_END.pattern[1:-1]}]*\\Z"
-)
+_LAST_SENTENCE_END: Final = re.compile(f"{SENTENCE_END.pattern}[^{SENTENCE_END.pattern[1:-1]}]*\\Z")
 
 
+# fmt: off
 def _hit_context_dicts(row: Sequence[Any]) -> list[dict[str, Any]]:
     """:func:`.context.context_dicts` of a _SUBSTRING_SEARCH row (its columns 10-17), read
     from the row in place: no slice of it unpacked into eight arguments a hit."""
@@ -637,7 +636,8 @@ def _hit_context_dicts(row: Sequence[Any]) -> list[dict[str, Any]]:
     head = row[17]
     return [before, hit, {"role": str(row[16]), "content": head[:CONTEXT_CONTENT_CHARS]
                           if type(head) is str and not head.startswith(_ENCODED)
-                          else context_head(head)}]  # fmt: skip
+                          else context_head(head)}]
+# fmt: on
 
 
 _new_tuple: Final = tuple.__new__
