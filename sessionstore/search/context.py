@@ -172,6 +172,19 @@ def _sqlite_head_sql(content: str) -> str:
             f" ELSE substr({content}, 1, {CONTEXT_CONTENT_CHARS}) END")
 
 
+def sqlite_cut_head_sql(content: str) -> str:
+    """Whether :func:`_sqlite_head_sql` of ``content`` is its text cut by ``substr()`` (a
+    text, not empty nor starting with NUL, not marked): that head then holds any
+    ``substr(content, start, length)`` ending within its first CONTEXT_CONTENT_CHARS
+    characters, as the same slice of it (``substr()`` stops at a NUL in both)."""
+    prefix = STORED_ON_POSTGRESQL_PREFIX
+    after = prefix[:-1] + ";"
+    return (
+        f"{content} >= char(1) AND {content} < x'' AND NOT ({content} >= '{prefix}'"
+        f" AND {content} < '{after}')"
+    )
+
+
 def _context_columns(head_sql: Callable[[str], str]) -> str:
     return (
         f"m.role, {head_sql('m.content')}, context_before.id, context_before.role,"

@@ -42,6 +42,7 @@ from . import sqlite_ddl as ddl
 from .context import CONTEXT_JOINS
 from .context import SQLITE_CONTEXT_COLUMNS as CONTEXT_COLUMNS
 from .context import head_text as context_head
+from .context import sqlite_cut_head_sql as cut_head
 from .deferred_rebuild import BackfillTarget
 from .hits import (
     CONTEXT_CONTENT_CHARS,
@@ -207,17 +208,25 @@ _WINDOW_FROM_FLOOR: Final = (
 # the page's own columns): SQLite (3.46 on) then takes each level's order from the level
 # below and sorts once, for the page, where it sorted the page's wide result rows again
 # (their heads and snippet windows: 11 of 190 us for 20 hits).
+# The context's columns without the hit's role: the hit's own column 2 holds it (one text
+# less to read and decode a hit).
+assert CONTEXT_COLUMNS.startswith("m.role, ")
+_HIT_CONTEXT_COLUMNS: Final = "NULL, " + CONTEXT_COLUMNS.removeprefix("m.role, ")
 _SUBSTRING_SEARCH: Final = f"""
 SELECT hit.id, hit.session_id, hit.role, hit.timestamp, hit.tool_name, hit.source, hit.model,
        hit.started_at, hit.found >> 2,
-       substr(CASE hit.found & 3 WHEN 2 THEN m.tool_calls WHEN 3 THEN m.tool_name
-                   ELSE m.content END,
+       CASE WHEN hit.found & 3 = 1 AND hit.found > 4
+                 AND (hit.found >> 2) + length(:needle) + {SUBSTRING_SNIPPET_SIDE_CHARS}
+                     <= {CONTEXT_CONTENT_CHARS}
+                 AND {cut_head("m.content")} THEN NULL
+            ELSE substr(CASE hit.found & 3 WHEN 2 THEN m.tool_calls WHEN 3 THEN m.tool_name
+                             ELSE m.content END,
               max(1, (hit.found >> 2) - {SUBSTRING_SNIPPET_SIDE_CHARS}),
               CASE WHEN hit.found >> 2 > 0
                    THEN (hit.found >> 2) - max(1, (hit.found >> 2) - {SUBSTRING_SNIPPET_SIDE_CHARS})
                         + length(:needle) + {SUBSTRING_SNIPPET_SIDE_CHARS + 1}
-                   ELSE {2 * SUBSTRING_SNIPPET_SIDE_CHARS + 1} END),
-       {CONTEXT_COLUMNS}
+                   ELSE {2 * SUBSTRING_SNIPPET_SIDE_CHARS + 1} END) END,
+       {_HIT_CONTEXT_COLUMNS}
 FROM (
     SELECT page.id, m.session_id, m.role, page.timestamp, m.tool_name, s.source, s.model,
            s.started_at,
@@ -609,17 +618,32 @@ def _cut_snippet(hit_start: Any, window: Any, needle_length: int) -> str:
     return f"{head}{SNIPPET_START}{matched}{SNIPPET_END}{after}"
 
 
+def _window(row: Sequence[Any], needle_length: int) -> Any:
+    """The text around the hit of a _SUBSTRING_SEARCH row: its column 9, or, where the
+    statement left it out (NULL: the window ends within the hit's context head, a cut text),
+    the same characters sliced from that head (column 11): one text less for SQLite to cut
+    and the driver to decode a hit."""
+    window = row[9]
+    if window is None and row[8]:
+        position = row[8]
+        side = SUBSTRING_SNIPPET_SIDE_CHARS
+        return row[11][(position - side - 1 if position > side else 0)
+                       : position + needle_length + side]  # fmt: skip
+    return window
+
+
 # The last sentence end of a text (where hits.TO_LAST_SENTENCE_END's match ends, found by a
 # search that stops at the first end with none after it).
 _LAST_SENTENCE_END: Final = re.compile(f"{SENTENCE_END.pattern}[^{SENTENCE_END.pattern[1:-1]}]*\\Z")
 
 
 # fmt: off
-def _hit_context_dicts(row: Sequence[Any]) -> list[dict[str, Any]]:
-    """:func:`.context.context_dicts` of a _SUBSTRING_SEARCH row (its columns 10-17), read
-    from the row in place: no slice of it unpacked into eight arguments a hit."""
+def _hit_context_dicts(row: Sequence[Any], role: str) -> list[dict[str, Any]]:
+    """:func:`.context.context_dicts` of a _SUBSTRING_SEARCH row (its columns 11-17, the
+    hit's ``role`` made of column 2), read from the row in place: no slice of it unpacked
+    into eight arguments a hit."""
     head = row[11]
-    hit = {"role": str(row[10]), "content": head[:CONTEXT_CONTENT_CHARS] if type(head) is str
+    hit = {"role": role, "content": head[:CONTEXT_CONTENT_CHARS] if type(head) is str
            and not head.startswith(_ENCODED) else context_head(head)}
     if row[12] is None:
         if row[15] is None:
@@ -755,12 +779,12 @@ class SQLiteSearchIndex:
         # A stored clock is a float but in a damaged or legacy row: stored_clock() only then.
         rows, size = self._substring_statement_rows(conn, query, filters, page, None)
         return [
-            {"id": int(row[0]), "session_id": str(row[1]), "role": str(row[2]),
-             "snippet": _cut_snippet(row[8], row[9], size),
+            {"id": int(row[0]), "session_id": str(row[1]), "role": (role := str(row[2])),
+             "snippet": _cut_snippet(row[8], _window(row, size), size),
              "timestamp": row[3] if type(row[3]) is float else stored_clock(row[3]),
              "tool_name": row[4], "source": str(row[5]), "model": row[6],
              "session_started": row[7] if type(row[7]) is float else stored_clock(row[7]),
-             "context": _hit_context_dicts(row)}
+             "context": _hit_context_dicts(row, role)}
             for row in rows
         ]  # fmt: skip
 
@@ -821,8 +845,10 @@ class SQLiteSearchIndex:
         rows, size = self._substring_statement_rows(conn, query, filters, page, within)
         return [
             _new_tuple(FoundRow, (
-                int(row[0]), str(row[1]), str(row[2]), _cut_snippet(row[8], row[9], size),
-                stored_clock(row[3]), row[4], str(row[5]), row[6], stored_clock(row[7]), row[10:],
+                int(row[0]), str(row[1]), str(row[2]),
+                _cut_snippet(row[8], _window(row, size), size),
+                stored_clock(row[3]), row[4], str(row[5]), row[6], stored_clock(row[7]),
+                (row[2], *row[11:]),
             ))  # the fields of hits.match_row, in one call
             for row in rows
         ]  # fmt: skip

@@ -567,6 +567,48 @@ def test_sqlite_snippet_cut_is_the_shared_snippet(
     assert sqlite_search._cut_snippet(position, window, needle_length) == expected
 
 
+_WINDOW_TEXTS = [
+    *("a" * before + "数据库。" + "b" * 40 for before in (0, 19, 20, 21, 150, 176, 177, 178, 300)),
+    "前后" + "x" * 10 + "数据库 \x00tail",  # a NUL inside the window: substr() stops there
+    "\ufffdjson:" + "x" * 5 + "数据库",  # marked: the head is the whole value
+    "😀" * 30 + "数据库" + "尾" * 30,  # four UTF-8 bytes a character
+    "ABC数据库DEF",
+]
+_SQL_WINDOWS = """
+SELECT id, substr(coalesce(content, tool_name), max(1, p - 20), p - max(1, p - 20) + 24)
+FROM (SELECT id, content, tool_name,
+             coalesce(nullif(instr(lower(content), '数据库'), 0), instr(tool_name, '数据库')) AS p
+      FROM messages)
+"""
+
+
+def test_substring_window_from_the_head_is_sqlites_substr(store: Store) -> None:
+    """Where a hit's snippet window ends inside its context head, SQLite's statement leaves the
+    window out and it is sliced from the head (``sqlite._window``): the same text as
+    ``substr()`` of the content, a NUL, 4-byte characters and the 200-character edge
+    included; a marked text and a hit in the tool name keep the statement's window."""
+    if not is_sqlite(store):
+        pytest.skip("SQLite's statement")
+    messages = [
+        Msg(f"m{number}", "cli-1", "user", text, 1001 + number)
+        for number, text in enumerate(_WINDOW_TEXTS)
+    ]
+    messages.append(Msg("tool", "cli-1", "tool", None, 1100, tool_name="x数据库"))
+    seed(store, messages)
+    query = substring_query("数据库")
+
+    def read(conn: Connection) -> tuple[list[tuple[Any, ...]], dict[int, str]]:
+        index, filters, page = SQLiteSearchIndex(), SearchFilters(), Page(50, 0)
+        rows, size = index._substring_statement_rows(conn, query, filters, page, None)
+        assert size == 3
+        return rows, dict(conn.exec_driver_sql(_SQL_WINDOWS).all())
+
+    rows, expected = store.read(read)
+    assert len(rows) == len(messages)
+    assert {row[0]: sqlite_search._window(row, 3) for row in rows} == expected
+    assert {row[0] for row in rows if row[9] is None} == {1, 2, 3, 4, 5, 6, 10, 12, 13}
+
+
 # -- context ---------------------------------------------------------------------------------
 # Ids follow list order, timestamps do not: the session's order is (timestamp, id).
 CONTEXT_CORPUS = [
