@@ -27,10 +27,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import prefork
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from openerlib import IMPORTS as OPENER_IMPORTS
 from openerlib import PROGRAM
+from prefork import ForkServer
 from store_library import connect_like_the_store
 from typer.testing import CliRunner
 
@@ -56,17 +59,48 @@ needs_fork = pytest.mark.skipif(
 )
 
 
+_PROGRAMS: ForkServer | None = None
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _programs() -> Iterator[None]:
+    """The other processes (``openerlib``'s programs) are forked from one that imported
+    ``sessionstore`` once (``prefork``), not each a new interpreter that imports it again: each
+    is still a process of its own, with its own SQLite, file locks and connections."""
+    global _PROGRAMS
+    if not prefork.available():
+        yield
+        return
+    with ForkServer(OPENER_IMPORTS) as server:
+        _PROGRAMS = server
+        try:
+            yield
+        finally:
+            _PROGRAMS = None
+
+
 def _program(*args: object) -> list[str]:
     return [sys.executable, PROGRAM, *map(str, args)]
 
 
-def _start(*args: object) -> subprocess.Popen[str]:
+def _start(*args: object) -> subprocess.Popen[str] | prefork.Forked:
+    if _PROGRAMS is not None:
+        return _PROGRAMS.start("openerlib:main", [str(arg) for arg in args],
+                               stdout=prefork.PIPE, stderr=prefork.PIPE)  # fmt: skip
     return subprocess.Popen(
         _program(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
 
 
-def _acks(process: subprocess.Popen[str]) -> set[str]:
+def _output(*args: object) -> str:
+    """What a program printed; it must succeed."""
+    process = _start(*args)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    return str(out)
+
+
+def _acks(process: subprocess.Popen[str] | prefork.Forked) -> set[str]:
     out, err = process.communicate(timeout=120)
     assert process.returncode == 0, err
     return set(out.split())
@@ -84,16 +118,12 @@ def _assert_everyone_sees(
         missing = acked - _contents(db)
         assert not missing, f"opener {number} misses {len(missing)} of {len(acked)} acked writes"
     if new_process or path is None:
-        views = json.loads(subprocess.run(
-            _program("read", url, 2), capture_output=True, text=True, check=True
-        ).stdout)
+        views = json.loads(_output("read", url, 2))
         for view in views:
             missing = acked - set(view)
             assert not missing, f"another process misses {len(missing)} of {len(acked)} writes"
     if path is not None:
-        raw = set(json.loads(subprocess.run(
-            _program("raw", path), capture_output=True, text=True, check=True
-        ).stdout))
+        raw = set(json.loads(_output("raw", path)))
         assert not acked - raw, f"{len(acked - raw)} acked writes missing from the file"
     with Store.open(url) as store:
         report = doctor.diagnose(store)
@@ -180,11 +210,7 @@ def test_the_sqlite3_shell_inserting_and_quitting_again_and_again(tmp_path: Path
                     text = f"v{visit}db{number}-{n}"
                     db.append_message(SESSION, "assistant", text)
                     acked.add(text)
-            shell = subprocess.run(
-                _program("foreign", path, SESSION, f"shell{visit}", 1, 3),
-                capture_output=True, text=True, check=True,
-            )
-            acked |= set(shell.stdout.split())
+            acked |= set(_output("foreign", path, SESSION, f"shell{visit}", 1, 3).split())
             assert not acked - _contents(first)
             assert not acked - _contents(second)
     finally:

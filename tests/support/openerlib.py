@@ -1,6 +1,7 @@
 """Programs for the multi-opener tests: writers that print what was acknowledged, and checkers.
 
-Run as ``python tests/support/openerlib.py MODE ...``:
+Run as ``python tests/support/openerlib.py MODE ...``, or forked as ``openerlib:main`` by a
+``prefork.ForkServer`` that imported ``sessionstore`` once (``IMPORTS``):
 
 - ``foreign PATH SESSION TAG REPEATS N``: a raw ``sqlite3`` program writing with Hermes's own
   statements (one message plus the counter, one transaction each), closing the file after every
@@ -32,6 +33,11 @@ HERMES_INSERT = (
 HERMES_COUNT = "UPDATE sessions SET message_count = message_count + 1 WHERE id = ?"
 
 PROGRAM = str(Path(__file__).resolve())
+IMPORTS = (
+    "openerlib", "sessionstore", "sessionstore.dialects.sqlite", "sessionstore.search.sqlite",
+    "sessionstore.dialects.postgresql", "sessionstore.search.postgresql",
+)  # fmt: skip
+"""What the programs import (``sessionstore`` at start, the rest in their first calls)."""
 
 
 def foreign(
@@ -114,8 +120,7 @@ def raw(path: str) -> None:
         conn.close()
 
 
-if __name__ == "__main__":
-    mode, *args = sys.argv[1:]
+def main(mode: str, *args: str) -> None:
     if mode == "foreign":
         options = args[5:]
         paces = [float(option[len("pace="):]) for option in options if option.startswith("pace=")]
@@ -129,3 +134,7 @@ if __name__ == "__main__":
         raw(args[0])
     else:
         raise SystemExit(f"unknown mode {mode!r}")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
