@@ -8,7 +8,6 @@ or a retried-twice write shows up as an off-by-N.
 
 from __future__ import annotations
 
-import multiprocessing
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from process_writers import MESSAGES_PER_PROCESS, run_writers
 from store_library import engine_like_the_store
 
 from sessionstore.api.session_db import SessionDB
@@ -27,7 +27,6 @@ THREADS = 8
 MESSAGES_PER_THREAD = 24
 BATCH_SIZE = 4
 PROCESSES = 4
-MESSAGES_PER_PROCESS = 40
 
 
 @pytest.fixture
@@ -230,50 +229,13 @@ def test_readers_see_consistent_counts_while_writers_write(db: SessionDB) -> Non
 
 
 # -- separate processes on one SQLite file -------------------------------------------------------
-def _process_worker(url: str, worker: int, barrier: Any) -> None:
-    """Runs in a child process: an agent of its own, writing to the shared session and its own."""
-    db = SessionDB(url=url)
-    try:
-        db.create_session("shared", "cli")  # every agent races to create it: idempotent
-        own = f"proc-{worker}"
-        db.create_session(own, "worktree", parent_session_id=None)
-        barrier.wait(timeout=120)
-        for index in range(MESSAGES_PER_PROCESS):
-            db.append_message(
-                "shared",
-                "user",
-                f"process {worker} message {index}",
-                tool_calls=[tool_call(f"{worker}-{index}")] if index % 4 == 0 else None,
-            )
-            db.update_token_counts("shared", input_tokens=1, output_tokens=2)
-            if index % 10 == 0:
-                db.append_messages(
-                    own,
-                    [
-                        {"role": "user", "content": f"{own} turn {index}"},
-                        {"role": "assistant", "content": "done"},
-                    ],
-                )
-    finally:
-        db.close()
+# Each an agent of its own (``process_writers.writer``), forked from a process that imported
+# ``sessionstore`` once: its own SQLite, file locks and connections, as a new interpreter's.
 
 
 def _run_processes(path: Path | str, processes_count: int = PROCESSES) -> None:
     url = path if isinstance(path, str) else f"sqlite:///{path}"
-    context = multiprocessing.get_context("spawn")
-    barrier = context.Barrier(processes_count)
-    processes = [
-        context.Process(target=_process_worker, args=(url, n, barrier))
-        for n in range(processes_count)
-    ]
-    for process in processes:
-        process.start()
-    for process in processes:
-        process.join(timeout=300)
-    for process in processes:
-        if process.is_alive():
-            process.kill()
-    assert [p.exitcode for p in processes] == [0] * processes_count
+    assert run_writers(url, processes_count) == [0] * processes_count
 
 
 def _assert_process_counts(path: Path | str, processes_count: int = PROCESSES) -> None:

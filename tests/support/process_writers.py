@@ -1,0 +1,102 @@
+"""The separate processes of ``tests/storage/test_concurrent_writers.py``: each an agent of its
+own on one store, as worktree agents sharing one file are.
+
+:func:`writer` runs as a program (``prefork.start``: forked from a process that imported
+``sessionstore`` once, or a new interpreter where that cannot be had); :func:`run_writers`
+starts them, releases them together once every one has opened the store and made its sessions
+(``ready`` on stdout, then one line on stdin), and waits for them.
+"""
+
+from __future__ import annotations
+
+import select
+import subprocess
+import sys
+import time
+from contextlib import nullcontext, suppress
+from typing import Any
+
+import prefork
+from prefork import PIPE
+
+IMPORTS = (
+    "process_writers", "sessionstore", "sessionstore.dialects.sqlite",
+    "sessionstore.dialects.postgresql", "sessionstore.search.service",
+    "sessionstore.search.sqlite", "sessionstore.search.postgresql",
+    "sessionstore.schema.migrate", "sessionstore.schema.new_store", "alembic.command",
+)  # fmt: skip
+"""What a writer imports, at start and in its first calls (the first to find no schema runs
+the chain: Alembic)."""
+MESSAGES_PER_PROCESS = 40
+
+
+def tool_call(call_id: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": "t", "arguments": "{}"}}
+
+
+def writer(url: str, worker_arg: str) -> None:
+    """An agent of its own, writing to the shared session and its own."""
+    from sessionstore.api.session_db import SessionDB
+
+    worker = int(worker_arg)
+    db = SessionDB(url=url)
+    try:
+        db.create_session("shared", "cli")  # every agent races to create it: idempotent
+        own = f"proc-{worker}"
+        db.create_session(own, "worktree", parent_session_id=None)
+        print("ready", flush=True)
+        sys.stdin.readline()  # every writer at once
+        for index in range(MESSAGES_PER_PROCESS):
+            db.append_message(
+                "shared",
+                "user",
+                f"process {worker} message {index}",
+                tool_calls=[tool_call(f"{worker}-{index}")] if index % 4 == 0 else None,
+            )
+            db.update_token_counts("shared", input_tokens=1, output_tokens=2)
+            if index % 10 == 0:
+                db.append_messages(
+                    own,
+                    [
+                        {"role": "user", "content": f"{own} turn {index}"},
+                        {"role": "assistant", "content": "done"},
+                    ],
+                )
+    finally:
+        db.close()
+
+
+def run_writers(url: str, count: int, timeout_s: float = 300.0) -> list[int | None]:
+    """``count`` writers on ``url``, released together; their exit codes (None: killed, hung)."""
+    with prefork.ForkServer(IMPORTS) if prefork.available() else nullcontext() as server:
+        processes = [
+            prefork.start(
+                server, "process_writers:writer", [url, str(number)], stdin=PIPE, stdout=PIPE
+            )
+            for number in range(count)
+        ]
+        deadline = time.monotonic() + timeout_s
+        try:
+            for process in processes:  # the barrier: every one ready (or dead: EOF)
+                assert process.stdout is not None
+                select.select([process.stdout], [], [], max(deadline - time.monotonic(), 0))
+                process.stdout.readline()
+            for process in processes:
+                assert process.stdin is not None
+                with suppress(BrokenPipeError):  # one that died is reported by its exit code
+                    process.stdin.write("go\n")
+                    process.stdin.close()
+            codes: list[int | None] = []
+            for process in processes:
+                try:
+                    codes.append(process.wait(max(deadline - time.monotonic(), 0.1)))
+                except subprocess.TimeoutExpired:
+                    codes.append(None)
+            return codes
+        finally:
+            for process in processes:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+                assert process.stdout is not None
+                process.stdout.close()
