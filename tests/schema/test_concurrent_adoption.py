@@ -6,16 +6,25 @@ lock and then find nothing to do. No error, one backup, nothing else left beside
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from adoption_race import race
+from adoption_race import race, race_server
 from file_checks import snapshot
 from legacy_v1_v6 import build_legacy_db
+from prefork import ForkServer
 
 from sessionstore.schema import migrate
 
 OPENERS = 8
+
+
+@pytest.fixture(scope="module")
+def races() -> Iterator[ForkServer | None]:
+    """The races' programs, forked from one that imported the package once (``race_server``)."""
+    with race_server() as server:
+        yield server
 
 
 @pytest.mark.parametrize(
@@ -28,14 +37,14 @@ OPENERS = 8
     ids=["SessionDB", "db upgrade", "both"],
 )
 def test_one_opener_backs_up_and_migrates_the_others_find_it_done(
-    tmp_path: Path, kinds: list[str]
+    tmp_path: Path, kinds: list[str], races: ForkServer | None
 ) -> None:
     path = tmp_path / "state.db"
     build_legacy_db(path, 6)
     os.chmod(path, 0o600)
     before = snapshot(path)
 
-    outcomes = race(path, kinds)
+    outcomes = race(path, kinds, server=races)
 
     failures = [
         (o.kind, o.exit_code, o.report, o.stderr[-2000:])

@@ -11,15 +11,16 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from adoption_race import race
+from adoption_race import race, race_server
 from file_checks import sqlite_url
+from prefork import ForkServer
 
 from sessionstore import SessionDB
 from sessionstore.schema import migrate
@@ -198,6 +199,13 @@ def test_threads_creating_one_new_store_end_with_one_store(
     assert_same_store(store_image(path), store_image(tmp_path / "chain.db"))
 
 
+@pytest.fixture(scope="module")
+def races() -> Iterator[ForkServer | None]:
+    """The races' programs, forked from one that imported the package once (``race_server``)."""
+    with race_server() as server:
+        yield server
+
+
 @pytest.mark.slow  # starts processes
 @pytest.mark.parametrize(
     "kinds",
@@ -206,14 +214,14 @@ def test_threads_creating_one_new_store_end_with_one_store(
     ids=["SessionDB", "SessionDB and db upgrade", "replay and chain"],
 )  # fmt: skip
 def test_processes_creating_one_new_store_end_with_one_store(
-    tmp_path: Path, kinds: list[str]
+    tmp_path: Path, kinds: list[str], races: ForkServer | None
 ) -> None:
     """Processes that each built a store of their own first (so each would replay) and one that
     did not (so it runs the chain) race to create one new file."""
     path = tmp_path / "state.db"
     SessionDB(tmp_path / "chain.db").close()
 
-    outcomes = race(path, kinds)
+    outcomes = race(path, kinds, server=races)
 
     failures = [(o.kind, o.exit_code, o.report, o.stderr[-2000:]) for o in outcomes
                 if o.exit_code != 0 or "error" in o.report]  # fmt: skip
