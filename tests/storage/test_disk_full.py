@@ -2,9 +2,10 @@
 import, export and copy; the store is intact and the next write works once room is back.
 
 Two ways to run out of room, each scenario in a process of its own
-(``tests/support/disk_full.py``): the process's file-size limit (``RLIMIT_FSIZE``: ``EFBIG``,
-which SQLite reports as a bare "disk I/O error"), and a small tmpfs filled but for a few
-hundred KiB (``ENOSPC``), mounted here when the machine lets this test mount one.
+(``tests/support/disk_full.py``, forked from one that imported the package once): the
+process's file-size limit (``RLIMIT_FSIZE``: ``EFBIG``, which SQLite reports as a bare "disk
+I/O error"), and a small tmpfs filled but for a few hundred KiB (``ENOSPC``), mounted here
+when the machine lets this test mount one.
 """
 
 from __future__ import annotations
@@ -17,8 +18,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import prefork
 import pytest
+from disk_full import IMPORTS as DISK_FULL_IMPORTS
 from disk_full import PROGRAM
+from prefork import ForkServer
 from tiny_tmpfs import tiny_tmpfs
 
 SCENARIOS = ["append", "adoption_backup", "adoption_migration", "import", "export", "copy"]
@@ -32,11 +36,31 @@ def small_filesystem(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]
         yield mount
 
 
-def run_scenario(scenario: str, squeeze: str, directory: Path) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, PROGRAM, scenario, squeeze, str(directory)],
-        capture_output=True, text=True, cwd=REPO_ROOT, timeout=300,
-    )  # fmt: skip
+@pytest.fixture(scope="module")
+def scenarios() -> Iterator[ForkServer | None]:
+    """The scenarios' processes, forked from one that imported the package and built a store
+    once (``disk_full.IMPORTS``, ``prime``): each still a process of its own, with its own
+    limits and SQLite, without importing the package and running the chain again."""
+    if not prefork.available():
+        yield None
+        return
+    with ForkServer(DISK_FULL_IMPORTS, cwd=REPO_ROOT, prime="disk_full:prime") as server:
+        yield server
+
+
+def run_scenario(
+    scenario: str, squeeze: str, directory: Path, server: ForkServer | None
+) -> dict[str, Any]:
+    if server is not None:
+        program = server.start("disk_full:main", [scenario, squeeze, str(directory)],
+                               stdout=prefork.PIPE, stderr=prefork.PIPE)  # fmt: skip
+        out, err = program.communicate(timeout=300)
+        done = subprocess.CompletedProcess(program.args, program.returncode, out, err)
+    else:
+        done = subprocess.run(
+            [sys.executable, PROGRAM, scenario, squeeze, str(directory)],
+            capture_output=True, text=True, cwd=REPO_ROOT, timeout=300,
+        )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return report
@@ -68,15 +92,19 @@ def check(scenario: str, report: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_a_file_size_limit_is_a_store_full_error(scenario: str, tmp_path: Path) -> None:
-    check(scenario, run_scenario(scenario, "rlimit", tmp_path / scenario))
+def test_a_file_size_limit_is_a_store_full_error(
+    scenario: str, tmp_path: Path, scenarios: ForkServer | None
+) -> None:
+    check(scenario, run_scenario(scenario, "rlimit", tmp_path / scenario, scenarios))
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_a_full_filesystem_is_a_store_full_error(scenario: str, small_filesystem: Path) -> None:
+def test_a_full_filesystem_is_a_store_full_error(
+    scenario: str, small_filesystem: Path, scenarios: ForkServer | None
+) -> None:
     directory = small_filesystem / scenario
     try:
-        check(scenario, run_scenario(scenario, "filler", directory))
+        check(scenario, run_scenario(scenario, "filler", directory, scenarios))
     finally:
         shutil.rmtree(directory, ignore_errors=True)
         for filler in small_filesystem.glob("filler-*"):

@@ -1,7 +1,8 @@
 """Disk-full scenarios, each in a process of its own: a file-size limit (``RLIMIT_FSIZE``) or a
 nearly full small file system squeezes the room while the store is used, then gives it back.
 
-Run as ``python tests/support/disk_full.py SCENARIO SQUEEZE DIRECTORY``:
+Run as ``python tests/support/disk_full.py SCENARIO SQUEEZE DIRECTORY``, or forked as
+``disk_full:main`` by a ``prefork.ForkServer`` (``IMPORTS``, ``prime``):
 
 - SCENARIO: ``append``, ``adoption_backup``, ``adoption_migration``, ``import``, ``export``,
   ``copy``;
@@ -260,6 +261,23 @@ SCENARIOS: dict[str, Callable[[Squeeze, Path], dict[str, Any]]] = {
     "export": export,
     "copy": copy,
 }
+
+
+IMPORTS = ("disk_full", "sessionstore", "sessionstore.cli", "sessionstore.ops.transfer")
+"""What a scenario imports before any squeeze (``main``), for a ``prefork.ForkServer``."""
+
+
+def prime() -> None:
+    """A ``prefork.ForkServer``'s step before its forks: one new store built and closed, so a
+    scenario's new stores are built from the chain's result kept in the process (as every new
+    store after a process's first is) rather than each scenario running the chain once; the
+    squeezes all come after a scenario's first new store."""
+    import tempfile
+
+    from sessionstore import SessionDB
+
+    with tempfile.TemporaryDirectory() as scratch:
+        SessionDB(Path(scratch) / "primer.db").close()
 
 
 def main(scenario: str, kind: str, directory: str) -> None:
