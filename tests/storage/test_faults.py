@@ -35,6 +35,7 @@ from faultlib import (
     sqlite_integrity_problems,
     sqlite_url,
     start_child,
+    upgrade_server,
     wait_ready,
     worker_server,
 )
@@ -228,6 +229,14 @@ LEGACY_MESSAGES = 50_000
 MIGRATION_ATTEMPTS = 6
 
 
+@pytest.fixture(scope="module")
+def upgrades() -> Iterator[ForkServer | None]:
+    """The upgrades' programs, forked from one that imported Alembic and sessionstore once
+    (`faultlib.upgrade_server`): programs of their own, killed by the kernel."""
+    with upgrade_server() as server:
+        yield server
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("journal_mode", "variant", "runner"),
@@ -240,8 +249,9 @@ MIGRATION_ATTEMPTS = 6
     ],
 )
 def test_upgrade_killed_part_way_is_completed_by_the_next_upgrade(
-    tmp_path: Path, journal_mode: str, variant: str | None, runner: str
-) -> None:
+    tmp_path: Path, journal_mode: str, variant: str | None, runner: str,
+    upgrades: ForkServer | None,
+) -> None:  # fmt: skip
     template = tmp_path / "legacy_v1.db"
     build_large_legacy_store(
         template, messages=LEGACY_MESSAGES, variant=variant, journal_mode=journal_mode
@@ -253,7 +263,9 @@ def test_upgrade_killed_part_way_is_completed_by_the_next_upgrade(
     # Each attempt is checked in full; attempts repeat until one kill provably landed inside
     # the upgrade's transaction (the process was writing, and the next upgrade had to redo it).
     for attempt in range(MIGRATION_ATTEMPTS):
-        trial = run_migration_trial(template, before, tmp_path / f"attempt{attempt}", runner, rng)
+        trial = run_migration_trial(
+            template, before, tmp_path / f"attempt{attempt}", runner, rng, upgrades
+        )
         assert trial.problems == [], (trial.interrupted, trial.problems)
         trials.append(trial)
         if trial.killed_mid_transaction:

@@ -725,6 +725,54 @@ def upgrade_command(url: str, runner: str) -> list[str]:
     raise ValueError(f"unknown runner {runner!r}")
 
 
+UPGRADE_IMPORTS = ("faultlib", "alembic.config", "alembic.command", "sessionstore",
+                   "sessionstore.schema.migrate")  # fmt: skip
+"""What an upgrade's program imports before it starts (``upgrade_server``)."""
+
+
+@contextmanager
+def upgrade_server() -> Iterator[prefork.ForkServer | None]:
+    """A fork server for the upgrades of the killed-upgrade tests (None where this platform
+    cannot adopt forked programs): each upgrade is then forked from it instead of importing
+    Alembic and sessionstore again, a program of its own all the same."""
+    if not prefork.available():
+        yield None
+        return
+    with prefork.ForkServer(UPGRADE_IMPORTS, env=child_env(), cwd=REPO_ROOT) as server:
+        yield server
+
+
+def run_alembic(*argv: str) -> None:
+    """``python -m alembic ARGV...``, in a program forked by ``upgrade_server``."""
+    from alembic.config import main
+
+    main(argv=list(argv), prog="alembic")
+
+
+def run_migrate(url: str) -> None:
+    """The ``python`` runner's program: ``migrate.upgrade(url)``."""
+    from sessionstore import migrate
+
+    migrate.upgrade(url)
+
+
+def _start_upgrade(
+    url: str, runner: str, server: prefork.ForkServer | None, *, output: int
+) -> prefork.Forked | subprocess.Popen[str]:
+    """An upgrade of ``url`` as ``upgrade_command`` runs it, forked by ``server`` if given."""
+    if server is None:
+        return subprocess.Popen(
+            upgrade_command(url, runner), cwd=REPO_ROOT, env=child_env(), stdout=output,
+            stderr=output, text=True,
+        )  # fmt: skip
+    if runner == "alembic":
+        return server.start("faultlib:run_alembic", ["-x", f"url={url}", "upgrade", "head"],
+                            stdout=output, stderr=output)  # fmt: skip
+    if runner == "python":
+        return server.start("faultlib:run_migrate", [url], stdout=output, stderr=output)
+    raise ValueError(f"unknown runner {runner!r}")
+
+
 @dataclass(frozen=True)
 class InterruptedUpgrade:
     killed_while_running: bool
@@ -740,7 +788,9 @@ def _sidecar_bytes(path: Path, suffix: str) -> int:
         return 0
 
 
-def interrupt_upgrade(path: Path, runner: str, rng: random.Random) -> InterruptedUpgrade:
+def interrupt_upgrade(
+    path: Path, runner: str, rng: random.Random, server: prefork.ForkServer | None = None
+) -> InterruptedUpgrade:
     """Start an upgrade in a child, SIGKILL it a random moment after it starts writing.
 
     "Starts writing" is seen from outside: a rollback journal appears, or the WAL grows. Only
@@ -748,13 +798,7 @@ def interrupt_upgrade(path: Path, runner: str, rng: random.Random) -> Interrupte
     journal and hide whether the next upgrade can.
     """
     started = time.monotonic()
-    process = subprocess.Popen(
-        upgrade_command(sqlite_url(path), runner),
-        cwd=REPO_ROOT,
-        env=child_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    process = _start_upgrade(sqlite_url(path), runner, server, output=subprocess.DEVNULL)
     try:
         while process.poll() is None and time.monotonic() - started < 60:
             if _sidecar_bytes(path, "-journal") or _sidecar_bytes(path, "-wal"):
@@ -781,16 +825,18 @@ def copy_database(source: Path, target: Path) -> None:
             shutil.copyfile(origin, target.parent / (target.name + suffix))
 
 
-def upgrade_to_head(path: Path) -> subprocess.CompletedProcess[str]:
+def upgrade_to_head(
+    path: Path, server: prefork.ForkServer | None = None
+) -> subprocess.CompletedProcess[str]:
     """`alembic upgrade head` from the repository root, as a deploy runs it."""
-    return subprocess.run(
-        upgrade_command(sqlite_url(path), "alembic"),
-        cwd=REPO_ROOT,
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    process = _start_upgrade(sqlite_url(path), "alembic", server, output=subprocess.PIPE)
+    try:
+        out, err = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return subprocess.CompletedProcess(process.args, process.wait(), out, err)
 
 
 @dataclass
@@ -809,8 +855,10 @@ class MigrationTrial:
 
 
 def run_migration_trial(
-    template: Path, before: ContentFingerprint, work_dir: Path, runner: str, rng: random.Random
-) -> MigrationTrial:
+    template: Path, before: ContentFingerprint, work_dir: Path, runner: str, rng: random.Random,
+    server: prefork.ForkServer | None = None,
+) -> MigrationTrial:  # fmt: skip
+    """One trial; the upgrades forked by ``server`` when one is given (``upgrade_server``)."""
     from sessionstore.schema.migrate import head_revision
 
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -818,8 +866,8 @@ def run_migration_trial(
     for suffix in ("", "-wal", "-shm", "-journal"):
         (work_dir / f"state.db{suffix}").unlink(missing_ok=True)
     copy_database(template, path)
-    interrupted = interrupt_upgrade(path, runner, rng)
-    rerun = upgrade_to_head(path)
+    interrupted = interrupt_upgrade(path, runner, rng, server)
+    rerun = upgrade_to_head(path, server)
     problems: list[str] = []
     if rerun.returncode != 0:
         problems.append(f"the next upgrade failed ({rerun.returncode}): {rerun.stderr[-1500:]}")
