@@ -41,6 +41,19 @@ BUDGET = RetryPolicy(max_attempts=1000, budget_s=0.6)
 BUSY_TIMEOUT_S = 0.1
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _collections_walk_this_module_only() -> Iterator[None]:
+    """The tests collect the garbage after each refusal (`_unchanged`, `_read_only_view`: a
+    refused connection may linger in a traceback until collected). A full collection walks
+    every object of the test process, late in a full run hundreds of tests' worth; what exists
+    before this module (after one collection) is frozen while it runs, so each collection walks
+    what the module made, the refused connections with it."""
+    gc.collect()
+    gc.freeze()
+    yield
+    gc.unfreeze()
+
+
 def _used_the_budget(waited_s: float) -> bool:
     """Kept trying for the budget (the loop stops when the next pause would overrun it), and
     gave up soon after (the last attempt's busy wait may overrun it a little)."""
