@@ -4,7 +4,8 @@ The source distributions of ``hermes-agent`` and its forks on PyPI carry Hermes'
 Their ``test_hermes_state*.py`` files are the releases' own statement of what ``hermes_state``
 does, written by people who are not us: the strictest check a drop-in can get. This module
 fetches a release's sdist (``pip download --no-deps --no-binary :all:``) into the real-Hermes
-cache, unpacks it once, and runs a suite twice in a copy of the tree:
+cache, unpacks it once, and runs a suite twice, each time in a fresh copy of the tree (at a
+fixed place when one is free, so that its compiled modules are kept for the next run: ``_tree``):
 
 - with the release's own ``hermes_state.py`` (the baseline: what passes on this interpreter and
   these packages at all);
@@ -17,6 +18,7 @@ each with its reason, in ``tests/hermes/own_suites/<distribution>-<release>.txt`
 
 from __future__ import annotations
 
+import fcntl
 import fnmatch
 import hashlib
 import importlib.metadata
@@ -28,9 +30,10 @@ import sqlite3
 import subprocess
 import sys
 import tarfile
+import tempfile
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TextIO
 
 from real_hermes import _cache_lock, cache_dir, unavailable
 
@@ -110,7 +113,7 @@ def sdist_tree(suite: Suite) -> Path:
 def run(suite: Suite, workdir: Path, *, ours: bool) -> dict[str, str]:
     """Each test's outcome (``passed``, ``failed``, ``skipped``) in a fresh copy of the tree,
     with the release's own ``hermes_state.py`` or (``ours``) the shim."""
-    return _outcomes(suite, *_start(suite, workdir, ours=ours))
+    return _outcomes(suite, _start(suite, workdir, ours=ours))
 
 
 class Sides(NamedTuple):
@@ -136,17 +139,18 @@ def run_both(suite: Suite, workdir: Path) -> Sides:
     key = baseline_key(suite)
     kept = _kept_baseline(key)
     if kept is not None:
-        return Sides(kept, _outcomes(suite, *_start(suite, workdir, ours=True)), kept=True)
+        return Sides(kept, _outcomes(suite, _start(suite, workdir, ours=True)), kept=True)
     theirs = _start(suite, workdir, ours=False)
     try:
         ours = _start(suite, workdir, ours=True)
     except BaseException:
-        theirs[0].kill()
-        theirs[0].wait()
+        theirs.process.kill()
+        theirs.process.wait()
+        theirs.end()
         raise
-    baseline = _outcomes(suite, *theirs)
+    baseline = _outcomes(suite, theirs)
     _keep_baseline(key, baseline)
-    return Sides(baseline, _outcomes(suite, *ours), kept=False)
+    return Sides(baseline, _outcomes(suite, ours), kept=False)
 
 
 def fresh_baseline(suite: Suite, workdir: Path) -> dict[str, str]:
@@ -205,51 +209,130 @@ def _keep_baseline(key: str, outcomes: dict[str, str]) -> None:
 
 
 _TIMEOUT_S = 1800
+TREE_SLOTS = 4
+"""Trees of a suite's side kept at a fixed place at once (:func:`_tree`)."""
 
 
-def _start(suite: Suite, workdir: Path, *, ours: bool) -> tuple[subprocess.Popen[str], Path]:
+class _Side(NamedTuple):
+    process: subprocess.Popen[str]
+    report: Path
+    tree: Path
+    slot: TextIO | None
+    """The locked slot file of a tree at a fixed place, held until the side ends."""
+
+    def end(self) -> None:
+        _give_back(self.tree, self.slot)
+
+
+def _tree(suite: Suite, workdir: Path, side: str) -> tuple[Path, TextIO | None]:
+    """Where the side's fresh copy of the release tree goes.
+
+    At a fixed place when one of :data:`TREE_SLOTS` is free (a lock per slot, held while the
+    side runs, so concurrent runs never share a tree): the side then keeps its compiled
+    modules (the release's and the test modules' assertion rewrites, in the interpreter's
+    ``PYTHONPYCACHEPREFIX``) for the next run, checked as always against each source's
+    mtime and size, which the copy keeps. Else in ``workdir``, compiling nothing to keep
+    (a compiled file per temporary path would pile up)."""
+    slots = Path(tempfile.gettempdir()) / "sessionstore-own-suite-trees" / suite.name
+    slots.mkdir(parents=True, exist_ok=True)
+    for n in range(TREE_SLOTS):
+        lock = (slots / f".{side}-{n}.lock").open("a")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            continue
+        tree = slots / f"{side}-{n}"
+        shutil.rmtree(tree, ignore_errors=True)
+        return tree, lock
+    return workdir / side, None
+
+
+def _give_back(tree: Path, slot: TextIO | None) -> None:
+    """A tree at a fixed place removed (its compiled files stay in the prefix), and its slot
+    given back; a tree in the run's ``workdir`` stays with it."""
+    if slot is not None:
+        shutil.rmtree(tree, ignore_errors=True)
+        slot.close()
+
+
+_LAUNCHER = """
+import os, sys
+sys.path[0] = os.getcwd()  # as `python -m pytest` puts it
+import pytest
+try:
+    from _pytest.unraisableexception import gc_collect_iterations_key
+except ImportError:
+    gc_collect_iterations_key = None
+
+class NoCollectionsAtExit:
+    # pytest collects the whole heap five times after the last test, for warnings of objects
+    # whose finalizers raised (0.1-0.45 CPU s a side); the junit report is written by then
+    @staticmethod
+    def pytest_configure(config):
+        if gc_collect_iterations_key is not None:
+            config.stash[gc_collect_iterations_key] = 0
+
+sys.exit(pytest.main(sys.argv[1:], plugins=[NoCollectionsAtExit()]))
+"""
+"""The side's pytest, as ``python -m pytest`` but for the collections at its exit."""
+
+
+def _start(suite: Suite, workdir: Path, *, ours: bool) -> _Side:
     """The side's pytest, started in a fresh copy of the tree; its junit report's path."""
-    tree = workdir / ("ours" if ours else "theirs")
-    shutil.copytree(sdist_tree(suite), tree, ignore=shutil.ignore_patterns("__pycache__"))
-    if ours:
-        (tree / "hermes_state.py").write_text(SHIM)
-    home = workdir / f"home-{tree.name}"
-    home.mkdir()
-    report = workdir / f"{tree.name}.xml"
-    env = {**os.environ, "HOME": str(home), "HERMES_HOME": str(home / ".hermes"),
-           "PYTHONDONTWRITEBYTECODE": "1"}  # fmt: skip
-    env.pop("SESSIONSTORE_URL", None)
-    env.pop("PYTEST_XDIST_WORKER", None)
-    env.pop("PYTEST_ADDOPTS", None)
-    # none of the suites' files uses a plugin (no async tests, no hypothesis, no xdist):
-    # importing those installed in our venv cost each side ~1.7 CPU s at start-up
-    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-         "--continue-on-collection-errors", "--junitxml", str(report),
-         # outcomes only: a failure's traceback (each frame's statement found by parsing
-         # the whole test module, 3,000+ lines) cost ~0.1 CPU s, and the listed divergences
-         # fail by the tens a suite; the report keeps each failure's message
-         "--tb=no",
-         # the release's addopts replaced by what they select: 0.15.x-0.16.0 add
-         # pytest-timeout's --timeout (not installed here; _TIMEOUT_S bounds the run)
-         "-o", "addopts=", "-m", "not integration",
-         "-o", "junit_family=xunit2",
-         *sorted(str(path.relative_to(tree)) for pattern in TEST_FILES
-                 for path in (tree / "tests").glob(pattern))],
-        cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
-    return process, report
+    side = "ours" if ours else "theirs"
+    workdir.mkdir(parents=True, exist_ok=True)
+    tree, slot = _tree(suite, workdir, side)
+    try:
+        shutil.copytree(sdist_tree(suite), tree, ignore=shutil.ignore_patterns("__pycache__"))
+        if ours:
+            (tree / "hermes_state.py").write_text(SHIM)
+        home = workdir / f"home-{side}"
+        home.mkdir()
+        report = workdir / f"{side}.xml"
+        env = {**os.environ, "HOME": str(home), "HERMES_HOME": str(home / ".hermes")}
+        if slot is None or not env.get("PYTHONPYCACHEPREFIX"):
+            # compiled files beside the sources, or for a tree at a temporary path: not kept
+            env["PYTHONDONTWRITEBYTECODE"] = "1"
+        else:  # kept in the prefix: this venv's packages, the tree at its fixed place
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env.pop("SESSIONSTORE_URL", None)
+        env.pop("PYTEST_XDIST_WORKER", None)
+        env.pop("PYTEST_ADDOPTS", None)
+        # none of the suites' files uses a plugin (no async tests, no hypothesis, no xdist):
+        # importing those installed in our venv cost each side ~1.7 CPU s at start-up
+        env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+        process = subprocess.Popen(
+            [sys.executable, "-c", _LAUNCHER, "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+             "--continue-on-collection-errors", "--junitxml", str(report),
+             # outcomes only: a failure's traceback (each frame's statement found by parsing
+             # the whole test module, 3,000+ lines) cost ~0.1 CPU s, and the listed divergences
+             # fail by the tens a suite; the report keeps each failure's message
+             "--tb=no",
+             # the release's addopts replaced by what they select: 0.15.x-0.16.0 add
+             # pytest-timeout's --timeout (not installed here; _TIMEOUT_S bounds the run)
+             "-o", "addopts=", "-m", "not integration",
+             "-o", "junit_family=xunit2",
+             *sorted(str(path.relative_to(tree)) for pattern in TEST_FILES
+                     for path in (tree / "tests").glob(pattern))],
+            cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+    except BaseException:
+        _give_back(tree, slot)
+        raise
+    return _Side(process, report, tree, slot)
 
 
-def _outcomes(suite: Suite, process: subprocess.Popen[str], report: Path) -> dict[str, str]:
+def _outcomes(suite: Suite, side: _Side) -> dict[str, str]:
     """Waits for the side's pytest, then reads each test's outcome from its report."""
+    process, report = side.process, side.report
     try:
         process.wait(timeout=_TIMEOUT_S)
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
+        side.end()
     if not report.is_file():
         raise RuntimeError(f"{suite.name}: pytest wrote no report")
     outcomes: dict[str, str] = {}
