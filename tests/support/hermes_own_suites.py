@@ -27,6 +27,7 @@ import os
 import platform
 import shutil
 import sqlite3
+import stat
 import subprocess
 import sys
 import tarfile
@@ -233,8 +234,15 @@ def _tree(suite: Suite, workdir: Path, side: str) -> tuple[Path, TextIO | None]:
     ``PYTHONPYCACHEPREFIX``) for the next run, checked as always against each source's
     mtime and size, which the copy keeps. Else in ``workdir``, compiling nothing to keep
     (a compiled file per temporary path would pile up)."""
-    slots = Path(tempfile.gettempdir()) / "sessionstore-own-suite-trees" / suite.name
-    slots.mkdir(parents=True, exist_ok=True)
+    # One folder per user, made private and never followed through a link another user of a
+    # shared temporary directory could have put at the fixed name.
+    base = Path(tempfile.gettempdir()) / f"sessionstore-own-suite-trees-{os.getuid()}"
+    base.mkdir(mode=0o700, exist_ok=True)
+    found = base.lstat()
+    if stat.S_ISLNK(found.st_mode) or found.st_uid != os.getuid():
+        return workdir / side, None
+    slots = base / suite.name
+    slots.mkdir(exist_ok=True)
     for n in range(TREE_SLOTS):
         lock = (slots / f".{side}-{n}.lock").open("a")
         try:
