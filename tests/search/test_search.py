@@ -582,13 +582,12 @@ FROM (SELECT id, content, tool_name,
 """
 
 
-def test_substring_window_from_the_head_is_sqlites_substr(store: Store) -> None:
+def test_substring_window_from_the_head_is_sqlites_substr(sqlite_store: Store) -> None:
     """Where a hit's snippet window ends inside its context head, SQLite's statement leaves the
     window out and it is sliced from the head (``sqlite._window``): the same text as
     ``substr()`` of the content, a NUL, 4-byte characters and the 200-character edge
     included; a marked text and a hit in the tool name keep the statement's window."""
-    if not is_sqlite(store):
-        pytest.skip("SQLite's statement")
+    store = sqlite_store
     messages = [
         Msg(f"m{number}", "cli-1", "user", text, 1001 + number)
         for number, text in enumerate(_WINDOW_TEXTS)
