@@ -51,6 +51,10 @@ DEVNULL = subprocess.DEVNULL
 
 _PR_SET_CHILD_SUBREAPER = 36
 _MAX_FDS = 3
+_ADOPTING = threading.Lock()
+"""Held while the process is a subreaper for one request. The flag is the process's, not a
+server's: two servers asked from two threads at once would let one request's turning it off
+orphan the other's program to init, where the test could no longer wait for it."""
 
 
 # --- the test's side -------------------------------------------------------------------------
@@ -174,7 +178,6 @@ class ForkServer:
         any fork (it must leave no store open, and no thread running)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._socket = ours
-        self._lock = threading.Lock()
         try:
             self._process = subprocess.Popen(
                 [sys.executable, PROGRAM, str(theirs.fileno()), prime or "-", *imports],
@@ -212,7 +215,7 @@ class ForkServer:
                 else:
                     theirs[number] = os.open(how, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             request = json.dumps({"target": target, "args": list(args), "fds": list(theirs)})
-            with self._lock:
+            with _ADOPTING:
                 if not _set_subreaper(True):
                     raise RuntimeError("cannot adopt forked programs here (no subreaper)")
                 try:
