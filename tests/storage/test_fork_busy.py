@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import forklib
+import prefork
 import pytest
 
 from sessionstore import SessionDB
@@ -39,27 +40,57 @@ needs_fork = pytest.mark.skipif(
 pytestmark = needs_fork
 
 
-def _run_forklib(*args: object, timeout_s: float) -> dict[str, Any]:
-    """Run ``tests/support/forklib.py`` (the busy parent and its forks) in a fresh interpreter:
-    forking from this pytest worker, whose heap grows over a run, cost up to three times the
-    CPU (page tables, copy-on-write) for the same forks."""
-    result = subprocess.run(
-        [sys.executable, forklib.__file__, *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    report: dict[str, Any] = json.loads(result.stdout.splitlines()[-1])
+@pytest.fixture(scope="module")
+def programs() -> Iterator[prefork.ForkServer | None]:
+    """Where the busy programs are forked from: a process that imported their modules once
+    (``forklib.IMPORTS``), or None where it cannot adopt them (a new interpreter each)."""
+    if not prefork.available():
+        yield None
+        return
+    with prefork.ForkServer(forklib.IMPORTS, cwd=Path(forklib.__file__).parents[2]) as server:
+        yield server
+
+
+def _run_forklib(
+    programs: prefork.ForkServer | None, *args: object, timeout_s: float
+) -> dict[str, Any]:
+    """Run ``tests/support/forklib.py`` (the busy parent and its forks) as a program of its
+    own, small and fresh: forking from this pytest worker, whose heap grows over a run, cost
+    up to three times the CPU (page tables, copy-on-write) for the same forks."""
+    if programs is None:
+        result = subprocess.run(
+            [sys.executable, forklib.__file__, *map(str, args)],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+        returncode, out, err = result.returncode, result.stdout, result.stderr
+    else:
+        program = programs.start(
+            "forklib:main", [str(arg) for arg in args], stdout=prefork.PIPE, stderr=prefork.PIPE
+        )
+        try:
+            out, err = program.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            program.kill()
+            program.wait()
+            raise
+        returncode = program.returncode
+    assert returncode == 0, err[-3000:]
+    report: dict[str, Any] = json.loads(out.splitlines()[-1])
     return report
 
 
-def _fork_pool_while_busy(url: str, forks: int, workers: int = 2) -> None:
+def _fork_pool_while_busy(
+    programs: prefork.ForkServer | None, url: str, forks: int, workers: int = 2
+) -> None:
     """``forks`` workers of a ``fork`` pool of ``workers`` (one task each:
     ``maxtasksperchild=1``, so every task is a new fork, made by the pool's own handler thread)
     while the parent's threads call the store (``forklib.pool_program``, in a program of its
     own); then everything acknowledged, there and in the children, is checked."""
-    report = _run_forklib("pool", url, forks, workers, timeout_s=60 + forks * 2 + 120 + 120)
+    report = _run_forklib(
+        programs, "pool", url, forks, workers, timeout_s=60 + forks * 2 + 120 + 120
+    )
     assert not report["hung"], f"forked children hung ({forks} forks asked for)"
     assert not report["never_exited"], "a forked worker never exited"
     assert report["errors"] == [], report["errors"]
@@ -73,8 +104,10 @@ def _fork_pool_while_busy(url: str, forks: int, workers: int = 2) -> None:
     forklib.check_store(url, report["appended"], report["token_updates"], child_texts)
 
 
-def test_forks_while_every_store_call_runs_never_hang(store_url: str) -> None:
-    _fork_pool_while_busy(store_url, 45)
+def test_forks_while_every_store_call_runs_never_hang(
+    store_url: str, programs: prefork.ForkServer | None
+) -> None:
+    _fork_pool_while_busy(programs, store_url, 45)
 
 
 THOUSAND_PARTS = 4
@@ -85,11 +118,13 @@ end of the run: the same thousand forks, each with every store call under way.""
 
 @pytest.mark.slow
 @pytest.mark.parametrize("part", range(THOUSAND_PARTS))
-def test_a_thousand_forks_while_every_store_call_runs(store_url: str, part: int) -> None:
+def test_a_thousand_forks_while_every_store_call_runs(
+    store_url: str, part: int, programs: prefork.ForkServer | None
+) -> None:
     """A thousand forks in all (``part`` only tells the parts apart), two children at a time
     as before the split: six at a time overlapped the children's waits for the write lock, but
     on a loaded machine a parent's writer then waited out its 20 s budget behind them."""
-    _fork_pool_while_busy(store_url, 1000 // THOUSAND_PARTS)
+    _fork_pool_while_busy(programs, store_url, 1000 // THOUSAND_PARTS)
 
 
 @pytest.mark.slow
@@ -97,8 +132,10 @@ def test_a_thousand_forks_while_every_store_call_runs(store_url: str, part: int)
 def test_children_that_exit_as_programs_do(store_url: str, forks: int) -> None:
     """Plain ``os.fork()`` children ending through a normal interpreter shutdown (garbage
     collection, finalizers): none hangs, none breaks the parent's store (on PostgreSQL,
-    closing an inherited connection would end the parent's session)."""
-    report = _run_forklib("exit", store_url, forks, timeout_s=600)
+    closing an inherited connection would end the parent's session). Its program is a new
+    interpreter, never forked from the fork server: what the server imported is frozen there
+    (``gc.freeze``), and a child's final collections must walk all it inherited."""
+    report = _run_forklib(None, "exit", store_url, forks, timeout_s=600)
     assert report["failed"] == [] and report["errors"] == [], report["failed"] + report["errors"]
     assert report["forks"] == forks and report["parent_calls"] > 0
     inside_at_forks = report["inside_at_forks"]
