@@ -8,6 +8,7 @@ outlives a fix (``tests/support/hermes_own_suites.py`` says how the suites are r
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,15 +19,31 @@ from hermes_own_suites import (
     known_divergences,
     outlived,
     run_both,
+    side_server,
     unexplained,
 )
+from prefork import ForkServer
 
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(scope="module")
+def our_sides(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkServer | None]:
+    """Where our sides are forked from: a process that imported pytest and the package and
+    built one new store, once (``hermes_own_suites.side_server``); None: new interpreters."""
+    server = side_server(tmp_path_factory.mktemp("own-suite-sides"))
+    if server is None:
+        yield None
+        return
+    with server:
+        yield server
+
+
 @pytest.mark.parametrize("suite", SUITES, ids=lambda suite: suite.name)
-def test_the_release_s_own_tests_pass_on_the_drop_in(suite: Suite, tmp_path: Path) -> None:
-    sides = run_both(suite, tmp_path / "run")
+def test_the_release_s_own_tests_pass_on_the_drop_in(
+    suite: Suite, tmp_path: Path, our_sides: ForkServer | None
+) -> None:
+    sides = run_both(suite, tmp_path / "run", our_sides)
     theirs, ours = sides.theirs, sides.ours
     unlisted, fixed = verdict(suite, theirs, ours)
     if (unlisted, fixed) != ([], []) and sides.kept:

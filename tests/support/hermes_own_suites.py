@@ -36,6 +36,8 @@ import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 from typing import NamedTuple, TextIO
 
+import own_suite_side
+import prefork
 from real_hermes import _cache_lock, cache_dir, unavailable
 
 SHIM = '''"""Shim: Hermes's own tests run against sessionstore's drop-in module."""
@@ -126,7 +128,7 @@ class Sides(NamedTuple):
     """The baseline is one kept from an earlier run (:func:`baseline_key`), not run now."""
 
 
-def run_both(suite: Suite, workdir: Path) -> Sides:
+def run_both(suite: Suite, workdir: Path, server: prefork.ForkServer | None = None) -> Sides:
     """:func:`run` with the release's module and with ours.
 
     The release's side is what passes on this interpreter and these packages at all: the same
@@ -136,14 +138,16 @@ def run_both(suite: Suite, workdir: Path) -> Sides:
     A kept baseline is never the reason a test fails: :func:`fresh_baseline` runs it again
     first (``Sides.kept`` says which it is). When it is run, the two sides run at once, each
     a pytest of its own in a tree of its own (its own ``HOME``, report and temporary files), so
-    neither sees the other, and the release's side runs while ours waits."""
+    neither sees the other, and the release's side runs while ours waits. Ours is forked from
+    ``server`` when one is given (:func:`side_server`)."""
     key = baseline_key(suite)
     kept = _kept_baseline(key)
     if kept is not None:
-        return Sides(kept, _outcomes(suite, _start(suite, workdir, ours=True)), kept=True)
+        ours = _start(suite, workdir, ours=True, server=server)
+        return Sides(kept, _outcomes(suite, ours), kept=True)
     theirs = _start(suite, workdir, ours=False)
     try:
-        ours = _start(suite, workdir, ours=True)
+        ours = _start(suite, workdir, ours=True, server=server)
     except BaseException:
         theirs.process.kill()
         theirs.process.wait()
@@ -180,6 +184,7 @@ def baseline_key(suite: Suite) -> str:
              *packages]  # fmt: skip
     digest.update(json.dumps(facts).encode())
     digest.update(Path(__file__).read_bytes())
+    digest.update(Path(own_suite_side.__file__).read_bytes())
     return digest.hexdigest()
 
 
@@ -215,7 +220,7 @@ TREE_SLOTS = 4
 
 
 class _Side(NamedTuple):
-    process: subprocess.Popen[str]
+    process: subprocess.Popen[str] | prefork.Forked
     report: Path
     tree: Path
     slot: TextIO | None
@@ -264,30 +269,42 @@ def _give_back(tree: Path, slot: TextIO | None) -> None:
         slot.close()
 
 
-_LAUNCHER = """
-import os, sys
-sys.path[0] = os.getcwd()  # as `python -m pytest` puts it
-import pytest
-try:
-    from _pytest.unraisableexception import gc_collect_iterations_key
-except ImportError:
-    gc_collect_iterations_key = None
-
-class NoCollectionsAtExit:
-    # pytest collects the whole heap five times after the last test, for warnings of objects
-    # whose finalizers raised (0.1-0.45 CPU s a side); the junit report is written by then
-    @staticmethod
-    def pytest_configure(config):
-        if gc_collect_iterations_key is not None:
-            config.stash[gc_collect_iterations_key] = 0
-
-sys.exit(pytest.main(sys.argv[1:], plugins=[NoCollectionsAtExit()]))
-"""
-"""The side's pytest, as ``python -m pytest`` but for the collections at its exit."""
+def side_server(scratch: Path) -> prefork.ForkServer | None:
+    """A server our sides are forked from (:mod:`own_suite_side`: pytest, sessionstore,
+    SQLAlchemy and Alembic imported and one new store built, once), with ``scratch`` its home;
+    None where programs cannot be forked as the test's children (``prefork.available``)."""
+    if not prefork.available():
+        return None
+    scratch.mkdir(parents=True, exist_ok=True)
+    env = _side_environment(scratch, kept=False)
+    return prefork.ForkServer(own_suite_side.IMPORTS, env=env, cwd=scratch,
+                              prime="own_suite_side:prime")  # fmt: skip
 
 
-def _start(suite: Suite, workdir: Path, *, ours: bool) -> _Side:
-    """The side's pytest, started in a fresh copy of the tree; its junit report's path."""
+def _side_environment(home: Path, *, kept: bool) -> dict[str, str]:
+    """A side's environment: its own ``HOME``; compiled files written to the prefix when
+    ``kept`` (a tree at a fixed place), else nowhere."""
+    env = {**os.environ, "HOME": str(home), "HERMES_HOME": str(home / ".hermes")}
+    if not kept or not env.get("PYTHONPYCACHEPREFIX"):
+        # compiled files beside the sources, or for a tree at a temporary path: not kept
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    else:  # kept in the prefix: this venv's packages, the tree at its fixed place
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.pop("SESSIONSTORE_URL", None)
+    env.pop("PYTEST_XDIST_WORKER", None)
+    env.pop("PYTEST_ADDOPTS", None)
+    # none of the suites' files uses a plugin (no async tests, no hypothesis, no xdist):
+    # importing those installed in our venv cost each side ~1.7 CPU s at start-up
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    return env
+
+
+def _start(
+    suite: Suite, workdir: Path, *, ours: bool, server: prefork.ForkServer | None = None
+) -> _Side:
+    """The side's pytest, started in a fresh copy of the tree; its junit report's path. Ours
+    is forked from ``server`` when one is given (:func:`side_server`), else, as the release's
+    side always is, a new interpreter."""
     side = "ours" if ours else "theirs"
     workdir.mkdir(parents=True, exist_ok=True)
     tree, slot = _tree(suite, workdir, side)
@@ -298,20 +315,8 @@ def _start(suite: Suite, workdir: Path, *, ours: bool) -> _Side:
         home = workdir / f"home-{side}"
         home.mkdir()
         report = workdir / f"{side}.xml"
-        env = {**os.environ, "HOME": str(home), "HERMES_HOME": str(home / ".hermes")}
-        if slot is None or not env.get("PYTHONPYCACHEPREFIX"):
-            # compiled files beside the sources, or for a tree at a temporary path: not kept
-            env["PYTHONDONTWRITEBYTECODE"] = "1"
-        else:  # kept in the prefix: this venv's packages, the tree at its fixed place
-            env.pop("PYTHONDONTWRITEBYTECODE", None)
-        env.pop("SESSIONSTORE_URL", None)
-        env.pop("PYTEST_XDIST_WORKER", None)
-        env.pop("PYTEST_ADDOPTS", None)
-        # none of the suites' files uses a plugin (no async tests, no hypothesis, no xdist):
-        # importing those installed in our venv cost each side ~1.7 CPU s at start-up
-        env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-        process = subprocess.Popen(
-            [sys.executable, "-c", _LAUNCHER, "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+        env = _side_environment(home, kept=slot is not None)
+        args = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly",
              "--continue-on-collection-errors", "--junitxml", str(report),
              # outcomes only: a failure's traceback (each frame's statement found by parsing
              # the whole test module, 3,000+ lines) cost ~0.1 CPU s, and the listed divergences
@@ -322,9 +327,18 @@ def _start(suite: Suite, workdir: Path, *, ours: bool) -> _Side:
              "-o", "addopts=", "-m", "not integration",
              "-o", "junit_family=xunit2",
              *sorted(str(path.relative_to(tree)) for pattern in TEST_FILES
-                     for path in (tree / "tests").glob(pattern))],
-            cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
-        )  # fmt: skip
+                     for path in (tree / "tests").glob(pattern))]  # fmt: skip
+        process: subprocess.Popen[str] | prefork.Forked
+        if ours and server is not None:
+            environment = workdir / f"environment-{side}.json"
+            environment.write_text(json.dumps(env))
+            process = server.start("own_suite_side:forked", [str(tree), str(environment), *args],
+                                   stdout=prefork.DEVNULL, stderr=prefork.DEVNULL)  # fmt: skip
+        else:
+            process = subprocess.Popen(
+                [sys.executable, own_suite_side.__file__, *args], cwd=tree, env=env,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+            )  # fmt: skip
     except BaseException:
         _give_back(tree, slot)
         raise
