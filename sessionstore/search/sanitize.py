@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Final, TypeAlias
 
 __all__ = [
@@ -405,6 +405,16 @@ def contains_cjk(text: str) -> bool:
     return _cjk_character().search(text) is not None
 
 
+def cjk_positions(text: str) -> Iterator[int]:
+    """The index of each Chinese, Japanese or Korean character of ``text``, in order."""
+    return (match.start() for match in _cjk_character().finditer(text))
+
+
+def is_cjk_at(text: str, index: int) -> bool:
+    """Whether ``text[index]`` is a Chinese, Japanese or Korean character."""
+    return _cjk_character().match(text, index) is not None
+
+
 def escape_like(text: str, escape: str = "\\") -> str:
     """Make ``text`` match itself literally in ``LIKE ... ESCAPE '<escape>'``.
 
@@ -413,5 +423,10 @@ def escape_like(text: str, escape: str = "\\") -> str:
     """
     if len(escape) != 1 or escape in "%_":
         raise ValueError(f"escape must be one character other than % and _, got {escape!r}")
-    special = {escape, "%", "_"}
-    return "".join(f"{escape}{char}" if char in special else char for char in text)
+    # The escape character first, so the escapes put before % and _ are not doubled (the same
+    # text as escaping character by character, in C: a 10 MB title was ~0.5 CPU s a call).
+    return (
+        text.replace(escape, escape + escape)
+        .replace("%", escape + "%")
+        .replace("_", escape + "_")
+    )

@@ -24,6 +24,7 @@ from sessionstore.search import (
     sanitize_fts5_query,
     to_postgres_tsquery,
 )
+from sessionstore.search.terms import index_tokens
 
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
@@ -486,3 +487,44 @@ def test_a_cut_query_never_ends_in_half_a_word(words: list[str]) -> None:
     kept = sanitize_fts5_query(query)
     assert len(kept) <= MAX_FTS5_QUERY_CHARS
     assert set(kept.replace('"', " ").split()) <= set(query.replace('"', " ").split())
+
+
+# --------------------------------------------------------------------------------------------
+# index_tokens (what the bigram index must hold for a term)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "tokens"),
+    [
+        ("", []),
+        ("plain", []),
+        ("数", [("数", True)]),
+        ("a数", [("数", True)]),
+        ("数据", [("数据", False)]),
+        ("数据库", [("数据", False), ("据库", False)]),
+        ("数a", [("数a", False)]),
+        ("a数b据", [("数b", False), ("据", True)]),
+        ("🚀数", [("数", True)]),
+        ("한글", [("한글", False)]),
+        ("\U00020001x", [("\U00020001x", False)]),
+    ],
+)
+def test_index_tokens(text: str, tokens: list[tuple[str, bool]]) -> None:
+    assert index_tokens(text) == tokens
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(st.sampled_from(["a", " ", "%", "🚀", "数", "据", "한", "ア", "\U00020001"])))
+def test_index_tokens_follow_the_per_character_rule(text: str) -> None:
+    """Each CJK character and the one after it; the last character alone (as a prefix) only
+    when no CJK character precedes it (the rule as first written, one character at a time)."""
+    expected = []
+    for index, character in enumerate(text):
+        if not contains_cjk(character):
+            continue
+        if index + 1 < len(text):
+            expected.append((text[index : index + 2], False))
+        elif index == 0 or not contains_cjk(text[index - 1]):
+            expected.append((character, True))
+    assert index_tokens(text) == expected
