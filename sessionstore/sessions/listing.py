@@ -927,6 +927,7 @@ def _a_number(clock: Any) -> ColumnElement[Any]:
 _FLOAT_MAX: Final = sys.float_info.max
 
 
+@functools.cache
 def _last_active(read: ReadShape) -> ColumnElement[Any]:
     """A listing row's ``last_active``: iot 0.22.2's freshest of ``last_activity_at`` and the
     newest message, else ``started_at`` (:func:`.maintenance.last_active_at`, the one home of

@@ -78,6 +78,7 @@ A read-only store refuses ``optimize_fts`` and ``vacuum`` with :class:`ReadOnlyS
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -147,12 +148,17 @@ def _trusted(clock: Any) -> ColumnElement[Any]:
     return case((clock.between(EPOCH_MIN, EPOCH_MAX), clock), else_=None)
 
 
+@functools.cache
 def last_active_at(*, stamped: bool = True) -> ColumnElement[Any]:
     """iot 0.22.2's session recency (``_sql_session_last_active``), as an expression over
     ``sessions``: the newer of ``last_activity_at`` and the newest message's ``timestamp``
     (each only when inside the trusted window), else ``started_at`` (likewise), else NULL.
     ``stamped=False`` for a store read as it is from before ``last_activity_at`` (v24): the
-    newest message, else ``started_at``."""
+    newest message, else ``started_at``.
+
+    Built once per process for each ``stamped`` (an expression is immutable, and statements
+    that use it copy what they change): building it, with the column proxies of its message
+    alias, was ~0.4 ms of every statement that orders or filters by recency."""
     newest = indexed_alias(messages, "newest", IDX_MESSAGES_SESSION)  # see first_user_text
     newest_message = (
         select(func.max(newest.c.timestamp))
