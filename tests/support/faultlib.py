@@ -646,19 +646,9 @@ def build_large_legacy_store(
     from legacy_v1_v6 import build_legacy_db
 
     build_legacy_db(path, 1, variant=variant, journal_mode=journal_mode)
-    rng = random.Random(seed)
     with closing(sqlite3.connect(path, isolation_level=None)) as conn:
         session_ids = [row[0] for row in conn.execute("SELECT id FROM sessions ORDER BY id")]
-        rows = (
-            (
-                session_ids[number % len(session_ids)],
-                ("user", "assistant", "tool")[number % 3],
-                f"bulk {number} " + " ".join(rng.choice(VOCABULARY) for _ in range(16)),
-                1_736_000_000.0 + number * 0.25,
-                rng.randint(1, 400),
-            )
-            for number in range(messages)
-        )
+        rows = _bulk_rows(tuple(session_ids), messages, seed)
         conn.execute("BEGIN")
         conn.executemany(
             "INSERT INTO messages (session_id, role, content, timestamp, token_count) "
@@ -670,6 +660,26 @@ def build_large_legacy_store(
             "(SELECT COUNT(*) FROM messages WHERE messages.session_id = sessions.id)"
         )
         conn.execute("COMMIT")
+
+
+@functools.lru_cache(maxsize=2)
+def _bulk_rows(
+    session_ids: tuple[str, ...], messages: int, seed: int
+) -> tuple[tuple[str, str, str, float, int], ...]:
+    """The bulk messages of :func:`build_large_legacy_store`, drawn once per process for the
+    same sessions, count and seed (the three killed-upgrade files hold the same rows: drawing
+    them was most of a build's ~0.5 CPU s)."""
+    rng = random.Random(seed)
+    return tuple(
+        (
+            session_ids[number % len(session_ids)],
+            ("user", "assistant", "tool")[number % 3],
+            f"bulk {number} " + " ".join(rng.choice(VOCABULARY) for _ in range(16)),
+            1_736_000_000.0 + number * 0.25,
+            rng.randint(1, 400),
+        )
+        for number in range(messages)
+    )
 
 
 V1_SESSION_COLUMNS = (
