@@ -419,6 +419,11 @@ def continuation_step_sql(current_sql: str) -> str:
     )"""
 
 
+_PARENT_ROW = sessions.alias("parent_row")
+""":func:`line_through`'s parent, made once: an alias of ``sessions`` made per step built the
+proxies of its 62 columns each time (~0.7 ms of each pin, archive or resume)."""
+
+
 def line_through(conn: Connection, session_ids: Sequence[str]) -> set[str]:
     """iot 0.22.2's ``_LINEAGE_CTE_SQL`` for each of ``session_ids``: the session, its
     ancestors up through parents that ended ``'compression'``, and its descendants down
@@ -443,7 +448,7 @@ def line_through(conn: Connection, session_ids: Sequence[str]) -> set[str]:
             current = str(parent)
         frontier = [session_id]
         while frontier:
-            parent_row = sessions.alias("parent_row")
+            parent_row = _PARENT_ROW
             rows = conn.execute(
                 select(sessions.c.id)
                 .join(parent_row, parent_row.c.id == sessions.c.parent_session_id)
