@@ -1283,6 +1283,25 @@ def test_postgresql_search_plans_use_the_gin_indexes(store: Store) -> None:
         assert "Seq Scan on messages" not in plan
 
 
+def test_a_term_longer_than_its_index_keys_finds_exactly_the_rows_holding_it(store: Store) -> None:
+    """PostgreSQL looks a long term up by the grams of its first ``TERM_KEY_CHARS`` characters
+    (the CJK pair cut at that edge a unigram): a row holding only that start is a candidate,
+    and the ``ILIKE`` leaves it out; the row holding the whole term, in other case, is found."""
+    from sessionstore.search.postgresql import TERM_KEY_CHARS
+
+    needle = ("Qq" + "Ab数据库" * 400)[: TERM_KEY_CHARS + 500]
+    assert needle[TERM_KEY_CHARS - 1 : TERM_KEY_CHARS + 1] == "数据"
+    ids = seed(store, [
+        Msg("whole", "cli-1", "user", "before " + needle.lower() + " after", 10.0),
+        Msg("start", "cli-1", "user", needle[:TERM_KEY_CHARS] + " 其他的结尾", 20.0),
+        Msg("other", "tg-1", "user", "无关的内容 Ab数据库", 30.0),
+    ])  # fmt: skip
+    hits = search(store, needle)
+    assert names_of(hits, ids) == ["whole"]
+    assert needle.lower()[:40] in hits[0].snippet.lower()
+    assert names_of(search(store, needle[:TERM_KEY_CHARS]), ids) == ["start", "whole"]
+
+
 def test_trigram_glob_agrees_with_contains_cjk() -> None:
     """Revision 0007 indexes exactly the messages contains_cjk would search for (see CJK_GLOB)."""
     import sqlite3
