@@ -63,10 +63,13 @@ def _fresh_venv_with(build_wheel: Callable[[], Path], where: Path) -> Path:
     """A new venv with the wheel ``build_wheel`` makes (the two are made at once, in two
     processes). ``--no-compile``: pip ran with this run's ``PYTHONPYCACHEPREFIX`` and put every
     module's bytecode in that tree, which the deploy's commands (no ``PYTHON*`` variables)
-    never read; they compile what they import into the venv, as before."""
+    never read; they compile what they import into the venv, as before. The venv is made
+    without pip and this interpreter's pip installs into it (``--python``): the same packages
+    land in the same place, without ``ensurepip`` unpacking and compiling a pip the deploy
+    never runs (~5 CPU s)."""
     venv = where / "venv"
     making = subprocess.Popen(
-        [sys.executable, "-m", "venv", str(venv)], cwd=where,
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=where,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -74,8 +77,8 @@ def _fresh_venv_with(build_wheel: Callable[[], Path], where: Path) -> Path:
     finally:
         _, made = making.communicate(timeout=300)
     assert making.returncode == 0, made
-    installed = _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-compile",
-                      str(wheel)], cwd=where)  # fmt: skip
+    installed = _run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"),
+                      "install", "-q", "--no-compile", str(wheel)], cwd=where)  # fmt: skip
     if installed.returncode != 0:
         message = f"cannot install the wheel's dependencies: {installed.stderr[-500:]}"
         if os.environ.get("CI"):
