@@ -28,6 +28,7 @@ import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -134,11 +135,16 @@ def test_every_block_runs_as_written(
     assert not list(ROOT.glob("*.db")) and not (ROOT / "all.jsonl").exists()
 
 
-def _check_measurements(code: str) -> None:
+def _measurements(code: str) -> Iterator[tuple[str, str]]:
+    """Each line of a measurement block as (the script, or ``-m pytest``; its arguments)."""
     for line in _lines(code):
         match = _MEASUREMENT.match(line)
         assert match, line
-        script, arguments = match.group(1), match.group(2).split("#")[0]
+        yield match.group(1), match.group(2).split("#")[0]
+
+
+def _check_measurements(code: str) -> None:
+    for script, arguments in _measurements(code):
         if script == "-m pytest":
             # A measurement through one test: the test must still exist where the page says.
             for word in shlex.split(arguments):
@@ -151,7 +157,7 @@ def _check_measurements(code: str) -> None:
         usage = _usage(script)
         for word in shlex.split(arguments):
             if word.startswith("--"):
-                assert word.split("=")[0] in usage, (line, word)
+                assert word.split("=")[0] in usage, (script, arguments, word)
 
 
 def _usage(script: str) -> str:
@@ -183,11 +189,11 @@ sessionstore and SQLAlchemy again (0.3-0.4 CPU s each, ~4.5 a run)."""
 @functools.cache
 def _usages() -> dict[str, str]:
     scripts = sorted({
-        match.group(1)
+        script
         for document in documents() for language, code in blocks(document)
         if language == "bash" and _is_measurement(code)
-        for match in map(_MEASUREMENT.match, _lines(code))
-        if match and match.group(1) != "-m pytest" and (ROOT / match.group(1)).is_file()
+        for script, _ in _measurements(code)
+        if script != "-m pytest" and (ROOT / script).is_file()
     })  # fmt: skip
     done = subprocess.run([sys.executable, "-c", _HELP_ALL, *scripts], cwd=ROOT,
                           capture_output=True, text=True, timeout=300, check=True)  # fmt: skip
