@@ -414,3 +414,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             test._hypothesis_internal_use_settings = settings(  # type: ignore[union-attr]
                 chosen, max_examples=INNER_LOOP_EXAMPLES
             )
+
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The collector walks less in each test process (an xdist worker collects for itself).
+
+    What exists once the tests are collected (the package, SQLAlchemy, Alembic, hypothesis,
+    pytest and every collected item: well over a million objects) lives as long as the
+    process, and every full collection walked it again: it is frozen (``gc.freeze``: kept out
+    of every generation's walks). The youngest generation is collected after 10,000 net
+    allocations instead of 700, the older ones half as often: a test's cyclic garbage (an
+    engine, a pool, a SessionDB) is freed a little later, as the collector always could; a test
+    that needs it gone calls ``gc.collect()``, and refcounting frees the rest at once, as
+    before. Programs a test starts keep Python's defaults. Measured on tests/api, search,
+    sessions and sql (4,501 tests, ``-n 2``, A B B A): 138.6 / 122.2 user CPU s with the
+    defaults, 130.7 / 104.7 with this (suite_speed.md)."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(10_000, 20, 20)
+

@@ -47,11 +47,12 @@ def _collections_walk_this_module_only() -> Iterator[None]:
     refused connection may linger in a traceback until collected). A full collection walks
     every object of the test process, late in a full run hundreds of tests' worth; what exists
     before this module (after one collection) is frozen while it runs, so each collection walks
-    what the module made, the refused connections with it."""
+    what the module made, the refused connections with it. Nothing is unfrozen after it: the
+    test process froze what it collected (conftest), and what this module froze stays frozen
+    with it (unfreezing would give every later collection the whole process to walk again)."""
     gc.collect()
     gc.freeze()
     yield
-    gc.unfreeze()
 
 
 def _used_the_budget(waited_s: float) -> bool:
