@@ -1262,18 +1262,35 @@ def _substring_parts(
     )  # fmt: skip
 
 
+# SQLite refuses a LIKE pattern longer than this many bytes ("LIKE or GLOB pattern too complex",
+# SQLITE_MAX_LIKE_PATTERN_LENGTH; a connection may only lower it). A longer term, a pasted
+# document searched for, is verified by instr() over lower(): the same rows (LIKE and lower()
+# both fold ASCII letters only, and the term is matched literally, as its escaped pattern is),
+# with no limit; shorter terms keep LIKE, the plans the bench measured.
+LIKE_PATTERN_LIMIT_BYTES: Final = 50_000
+
+
 def _verification(query: SubstringQuery, params: dict[str, Any]) -> str:
-    """``LIKE`` for every term of every alternative, its pattern bound into ``params``."""
+    """``LIKE`` (``instr()`` for a term too long for ``LIKE``) for every term of every
+    alternative, its pattern bound into ``params``."""
     alternatives = []
     for group in query.groups:
         clauses = []
         for term in group:
             name = f"term{len(params)}"
-            params[name] = like_pattern(term.text)
-            found = " OR ".join(
-                f"coalesce(m.{column} LIKE :{name} ESCAPE '{LIKE_ESCAPE}', 0)"
-                for column in ddl.INDEXED_COLUMNS
-            )
+            pattern = like_pattern(term.text)
+            if len(pattern.encode("utf-8", "surrogatepass")) <= LIKE_PATTERN_LIMIT_BYTES:
+                params[name] = pattern
+                test = f"LIKE :{name} ESCAPE '{LIKE_ESCAPE}'"
+                found = " OR ".join(
+                    f"coalesce(m.{column} {test}, 0)" for column in ddl.INDEXED_COLUMNS
+                )
+            else:
+                params[name] = term.text
+                found = " OR ".join(
+                    f"coalesce(instr(lower(m.{column}), lower(:{name})) > 0, 0)"
+                    for column in ddl.INDEXED_COLUMNS
+                )
             clauses.append(f"NOT ({found})" if term.excluded else f"({found})")
         alternatives.append("(" + " AND ".join(clauses) + ")")
     return " OR ".join(alternatives)
@@ -1292,16 +1309,36 @@ def answered_by_tokens(term: Term) -> bool:
     return len(term.text) == 2 and (not second.isascii() or second.isalnum())
 
 
+# The most bigrams of one term a bigram query names. FTS5 parses a conjunction of n phrases in
+# time quadratic in n (16,000 bigrams: 0.17 s; a 100,000-character query took 12 CPU s, a
+# million characters more than ten minutes): a longer term names this many of its distinct
+# bigrams, spread along it. Any of a term's bigrams is a sound prefilter (a row holding the
+# term holds all of them) and every candidate is verified against the whole term, so the rows
+# found are the same; a term of up to this many bigrams (33 CJK characters) names them all.
+MAX_BIGRAMS_PER_TERM: Final = 32
+
+
+def _term_tokens(text: str) -> list[tuple[str, bool]]:
+    """The tokens of one term a bigram query names (see :data:`MAX_BIGRAMS_PER_TERM`)."""
+    tokens = list(dict.fromkeys(index_tokens(text)))
+    if len(tokens) <= MAX_BIGRAMS_PER_TERM:
+        return tokens
+    last = len(tokens) - 1
+    step = last / (MAX_BIGRAMS_PER_TERM - 1)
+    return [tokens[round(index * step)] for index in range(MAX_BIGRAMS_PER_TERM)]
+
+
 def bigram_match(query: SubstringQuery) -> str:
     """The FTS5 query over ``messages_cjk_bigram`` that every row matching ``query`` matches:
-    the bigrams of each included CJK term (its last character as a prefix)."""
+    the bigrams of each included CJK term (its last character as a prefix), at most
+    :data:`MAX_BIGRAMS_PER_TERM` of them a term."""
     alternatives = []
     for group in query.groups:
         tokens = [
             '"' + token.replace('"', '""') + '"' + ("*" if prefix else "")
             for term in group
             if not term.excluded
-            for token, prefix in index_tokens(term.text)
+            for token, prefix in _term_tokens(term.text)
         ]
         alternatives.append("(" + " AND ".join(dict.fromkeys(tokens)) + ")")
     return " OR ".join(alternatives)

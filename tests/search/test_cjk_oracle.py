@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from sqlalchemy.engine import Connection
 
@@ -118,6 +118,46 @@ def corpus_and_query(draw: Any) -> tuple[list[Row], list[str]]:
 def test_indexed_cjk_search_equals_a_substring_scan(
     store: Store, case: tuple[list[Row], list[str]]
 ) -> None:
+    rows, terms = case
+    replace_rows(store, rows)
+    dialect = store.engine.dialect.name
+    hits = store.read(lambda conn: search_messages(conn, " ".join(terms), limit=1000))
+    assert {hit.id for hit in hits} == oracle(rows, terms, dialect), (rows, terms)
+
+
+LONG_TEXT = st.text(st.sampled_from(CJK + "ab"), min_size=40, max_size=90)
+
+
+@st.composite
+def long_term_case(draw: Any) -> tuple[list[Row], list[str]]:
+    """A term of 34 to 90 characters drawn from one text (more distinct bigrams than a query
+    names: the rest are verified), and rows holding most of it: the text itself, the text with
+    one character changed, its two halves apart."""
+    text = draw(LONG_TEXT)
+    start = draw(st.integers(0, len(text) - 34))
+    term = text[start : start + draw(st.integers(34, len(text) - start))]
+    assume(any(character in CJK for character in term))  # else a word search, another rule
+    at = draw(st.integers(0, len(text) - 1))
+    changed = text[:at] + draw(st.sampled_from(CJK)) + text[at + 1 :]
+    middle = len(term) // 2
+    rows: list[Row] = [
+        (text, None, None),
+        (changed, None, None),
+        (term[:middle], None, term[middle:]),
+        (term[: middle + 1] + " " + term[middle + 1 :], None, None),
+    ]
+    return rows, [term]
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(case=long_term_case())
+def test_a_long_cjk_term_finds_what_a_substring_scan_finds(
+    store: Store, case: tuple[list[Row], list[str]]
+) -> None:
+    """A term longer than the bigrams its query names (``MAX_BIGRAMS_PER_TERM``): the sample
+    only narrows the candidates, each verified against the whole term."""
     rows, terms = case
     replace_rows(store, rows)
     dialect = store.engine.dialect.name

@@ -1302,6 +1302,49 @@ def test_a_term_longer_than_its_index_keys_finds_exactly_the_rows_holding_it(sto
     assert names_of(search(store, needle[:TERM_KEY_CHARS]), ids) == ["start", "whole"]
 
 
+def test_a_term_longer_than_sqlite_s_like_patterns_is_found_exactly(store: Store) -> None:
+    """A pasted document searched for: a term whose ``LIKE`` pattern passes SQLite's 50,000
+    bytes (which refused it, "LIKE or GLOB pattern too complex") is verified whole, its ASCII
+    letters folded as ``LIKE`` folds them; a row differing in its last character is not found.
+    """
+    from sessionstore.search.sqlite import LIKE_PATTERN_LIMIT_BYTES
+
+    cjk = "".join(chr(0x4E00 + (index * 7919) % 20_000) for index in range(20_000))
+    needle = "Qq" + cjk
+    assert len(needle.encode()) > LIKE_PATTERN_LIMIT_BYTES
+    ids = seed(store, [
+        Msg("whole", "cli-1", "user", "before " + needle.lower() + " after", 10.0),
+        Msg("near", "cli-1", "user", "qq" + cjk[:-1] + "的", 20.0),
+        Msg("other", "tg-1", "user", "无关的内容 " + cjk[:30], 30.0),
+    ])  # fmt: skip
+    hits = search(store, needle)
+    assert names_of(hits, ids) == ["whole"]
+    assert cjk[:20] in hits[0].snippet
+    assert names_of(search(store, "NOT " + needle + " " + cjk[:30]), ids) == ["other", "near"]
+
+
+def test_a_long_term_s_bigram_query_names_a_bounded_sample_of_its_bigrams() -> None:
+    """FTS5 parses a conjunction in time quadratic in its phrases (a 100,000-character query
+    took 12 CPU s, a million more than ten minutes): a term names at most
+    ``MAX_BIGRAMS_PER_TERM`` of its distinct bigrams, its first and last among them; a shorter
+    term names them all, as before."""
+    from sessionstore.search.sqlite import MAX_BIGRAMS_PER_TERM, bigram_match
+    from sessionstore.search.terms import index_tokens
+
+    def named(query: str) -> list[str]:
+        parsed = parse_substring_query(query)
+        assert parsed is not None
+        return bigram_match(parsed).strip("()").split(" AND ")
+
+    short = "数据库迁移已经完成"
+    assert named(short) == [f'"{token}"' for token, _ in index_tokens(short)]
+    long = "".join(chr(0x4E00 + (index * 104_729) % 20_000) for index in range(19_000))
+    tokens = named(long)
+    assert len(tokens) == MAX_BIGRAMS_PER_TERM == len(set(tokens))
+    assert tokens[0] == f'"{long[:2]}"' and tokens[-1] == f'"{long[-2:]}"'
+    assert len(named(long + " 另一个很长的词" * 3)) <= 2 * MAX_BIGRAMS_PER_TERM
+
+
 def test_trigram_glob_agrees_with_contains_cjk() -> None:
     """Revision 0007 indexes exactly the messages contains_cjk would search for (see CJK_GLOB)."""
     import sqlite3
