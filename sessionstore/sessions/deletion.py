@@ -323,8 +323,7 @@ class DeletionPart(RepositoryPart):
         keeps the whole chain. ``total`` still counts the given sessions."""
         if session_ids is None:
             return Deletion(0, ())
-        if isinstance(session_ids, (str, bytes)):
-            raise TypeError("session_ids must be a list of session ids, not a single str")
+        validation.id_list(session_ids, "session_ids")
         guards = validation.flag(exclude_active_write_guards, "exclude_active_write_guards")
         chains = validation.flag(include_compression_chain, "include_compression_chain")
         if skipped_ids is not None and not isinstance(skipped_ids, list):

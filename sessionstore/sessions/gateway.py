@@ -591,8 +591,7 @@ class GatewayPart(RepositoryPart):
         """Remove these keys' entries from ``scope``; how many went."""
         if not session_keys:
             return 0
-        if isinstance(session_keys, (str, bytes)):
-            raise TypeError("session_keys must be a list of keys, not a single str")
+        validation.id_list(session_keys, "session_keys")
         scope = validation.identifier(scope, "scope")
         keys = [key for key in session_keys if isinstance(key, str) and bindable(key)]
         statement = delete(routing).where(

@@ -519,6 +519,7 @@ class ListingPart(RepositoryPart):
         ``_get_session_rich_rows_batch``): unknown ids (and values no id can be) are absent.
         The ids are one JSON parameter, however many."""
         compact = validation.flag(compact_rows, "compact_rows")
+        validation.id_list(session_ids, "session_ids")
         wanted = sorted({sid for sid in session_ids if sid and matchable(sid)})
         if not wanted:
             return {}

@@ -105,8 +105,11 @@ def _profile_identity(value: Any, name: str) -> str:
 
 def wanted_ids(ids: Iterable[Any]) -> list[str]:
     """The ids of an iterable as iot takes them (``list(ids)``), once each, keeping only the
-    ones a stored id could equal (any other matches nothing and never reaches a driver)."""
-    return list(dict.fromkeys(value for value in list(ids) if bindable(value)))
+    ones a stored id could equal (any other matches nothing and never reaches a driver); a
+    single ``str`` is a ``TypeError`` (:func:`~sessionstore.sql.validation.id_list`)."""
+    return list(dict.fromkeys(
+        value for value in list(validation.id_list(ids, "ids")) if bindable(value)
+    ))  # fmt: skip
 
 
 def _chunks(ids: list[str]) -> Iterator[list[str]]:

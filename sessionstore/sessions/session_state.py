@@ -468,8 +468,7 @@ class SessionStatePart(RepositoryPart):
         (see the module); one statement per 500 ids, never a transcript scan."""
         if not session_ids:
             return {}
-        if isinstance(session_ids, (str, bytes)):
-            raise TypeError("session_ids must be a list of session ids, not a single str")
+        validation.id_list(session_ids, "session_ids")
         wanted: list[str] = []
         for session_id in session_ids:
             if not session_id:

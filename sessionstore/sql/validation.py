@@ -210,6 +210,15 @@ def flag(value: Any, name: str) -> bool:
     return value
 
 
+def id_list(value: Any, name: str) -> Any:
+    """Ids given as a list (any iterable but text): a single ``str`` or ``bytes`` is a
+    ``TypeError``, where iterating it, as Hermes's own code would, takes each character for
+    an id (and a long one for that many ids)."""
+    if isinstance(value, (str, bytes)):
+        raise TypeError(f"{name} must be a list of ids, not a single {type(value).__name__}")
+    return value
+
+
 def integer(value: Any, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")

@@ -164,6 +164,28 @@ def test_a_hundred_thousand_excluded_sources_are_one_parameter(db: SessionDB) ->
     assert len(db.search_messages("hello", role_filter=roles)) == 2
 
 
+# Each call taking a list of ids, with a single id given in its place (a bare ``str``: iterated,
+# each character would be taken for an id, 300,000 of them for a long string).
+ID_LIST_CALLS: dict[str, Callable[[SessionDB, Any], Any]] = {
+    "get_session_rich_rows": lambda db, v: db.get_session_rich_rows(v),
+    "relabel_sessions_to_key_profile": lambda db, v: db.relabel_sessions_to_key_profile(v),
+    "sever_crossed_parents": lambda db, v: db.sever_crossed_parents(v),
+    "rekey_legacy_main_sessions": lambda db, v: db.rekey_legacy_main_sessions(v, "work"),
+    "session_lifecycle_statuses": lambda db, v: db.session_lifecycle_statuses(v),
+    "delete_sessions": lambda db, v: db.delete_sessions(v),
+    "delete_gateway_routing_entries": lambda db, v: db.delete_gateway_routing_entries(v),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ID_LIST_CALLS))
+def test_a_single_id_where_a_list_is_asked_is_a_type_error(db: SessionDB, name: str) -> None:
+    for single in ("s1", b"s1"):
+        with pytest.raises(TypeError, match="list of ids"):
+            ID_LIST_CALLS[name](db, single)
+    assert db.get_session("s1") is not None
+    assert [message["content"] for message in db.get_messages("s1")] == ["hello 数据库 world"]
+
+
 def test_a_url_given_as_the_path_opens_that_database(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_store_url: str
 ) -> None:
