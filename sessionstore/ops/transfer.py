@@ -1468,10 +1468,12 @@ def delete_moved(store: Store, session_id: str) -> bool:
         proof = _MOVE_PROOFS.get(session_id)
     target = None if proof is None else proof.destination()
     if proof is None or target is None or target.closed:
-        logger.warning("session %s: no open store proved to hold it; not deleted", session_id)
+        # %.200r: an id is the caller's text, of any length and with any characters in it;
+        # the log line gets its start, quoted and escaped (no forged line, no megabyte line)
+        logger.warning("session %.200r: no open store proved to hold it; not deleted", session_id)
         return False
     if proof.identity == _database_identity(store):
-        logger.warning("session %s: its copy is in this very store; not deleted", session_id)
+        logger.warning("session %.200r: its copy is in this very store; not deleted", session_id)
         return False
     copied = target.read(lambda conn: _held_of(conn, session_id))
     storable = _storable_text(target)
@@ -1483,7 +1485,7 @@ def delete_moved(store: Store, session_id: str) -> bool:
         keys = conn.execute(_usage_keys(session_id)).all()
         usage_rows = [dict(zip(_USAGE_ROUTE, key, strict=True)) for key in keys]
         if not _holds(copied, storable, rows, usage_rows):
-            logger.warning("session %s: the other store lacks a row of it; not deleted",
+            logger.warning("session %.200r: the other store lacks a row of it; not deleted",
                            session_id)  # fmt: skip
             return False
         delete_matching(conn, sessions.c.id == session_id)

@@ -153,6 +153,20 @@ def test_hostile_ids_export_and_delete_nothing(src: SessionDB, hostile: Any) -> 
     assert _rows(src, "s") == 3
 
 
+def test_a_refused_delete_logs_the_id_s_start_on_one_line(
+    src: SessionDB, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The id is the caller's text: the warning quotes its start, escaped (no line of its own
+    forged by a newline in it, no megabyte line for a megabyte id)."""
+    hostile = "s\nERROR forged line " + "x" * 300_000
+    with caplog.at_level("WARNING", logger="sessionstore"):
+        assert src.delete_moved_session(hostile) is False
+    [record] = [r for r in caplog.records if "not deleted" in r.getMessage()]
+    message = record.getMessage()
+    assert "\n" not in message and len(message) < 300, message[:400]
+    assert "forged line" in message
+
+
 def test_a_move_from_sqlite_into_postgresql_is_proved_too(
     migrated_sqlite_url: str, pg_databases: Any
 ) -> None:
