@@ -9,16 +9,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-# SQLAlchemy first, from the package's top level rather than from deep inside the chain of
-# our own modules' imports. CPython 3.11+ keeps frames in 16 KB chunks and unmaps a chunk as
-# soon as the frame at its start returns. SQLAlchemy's import, run a few of our imports
-# deeper, had a hot loop straddling a chunk edge: ~900 mmap/munmap pairs with their page
-# faults, 8 ms of system time per start (strace and getrusage of ``from sessionstore.api.session_db
-# import SessionDB``). From here 40-560 pairs across caller depths 0-12 (before: 300-1,260),
-# near a bare ``import sqlalchemy``'s 50-270.
-import sqlalchemy  # noqa: F401
-
-from .api.session_db import SessionDB
 from .errors import (
     AuthenticationError,
     CanonicalTitleError,
@@ -61,11 +51,12 @@ from .errors import (
     ValueOutOfRangeError,
     WriteOutcomeUnknownError,
 )
-from .storage.retry import RetryPolicy
-from .storage.store import Store
 
 if TYPE_CHECKING:
     from .api.async_session_db import AsyncSessionDB
+    from .api.session_db import SessionDB
+    from .storage.retry import RetryPolicy
+    from .storage.store import Store
 
 __version__ = "0.1.0"
 
@@ -119,7 +110,26 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # Imported on first use: a sync program never pays for asyncio and the async layer.
+    # Imported on first use: importing the package (as the command line does to print its
+    # help) loads neither SQLAlchemy nor the store, and a sync program never pays for asyncio
+    # and the async layer. Each is bound to the package once loaded, so this runs once per name.
+    if name in ("SessionDB", "Store", "RetryPolicy"):
+        # SQLAlchemy first, from as shallow a frame as the package has rather than from deep
+        # inside the chain of our own modules' imports. CPython 3.11+ keeps frames in 16 KB
+        # chunks and unmaps a chunk as soon as the frame at its start returns. SQLAlchemy's
+        # import, run a few of our imports deeper, had a hot loop straddling a chunk edge:
+        # ~900 mmap/munmap pairs with their page faults, 8 ms of system time per start
+        # (strace and getrusage of ``from sessionstore.api.session_db import SessionDB``).
+        # From the package's top 40-560 pairs across caller depths 0-12 (before: 300-1,260),
+        # near a bare ``import sqlalchemy``'s 50-270.
+        import sqlalchemy  # noqa: F401
+
+        from .api.session_db import SessionDB
+        from .storage.retry import RetryPolicy
+        from .storage.store import Store
+
+        globals().update(SessionDB=SessionDB, Store=Store, RetryPolicy=RetryPolicy)
+        return globals()[name]
     if name == "AsyncSessionDB":
         from .api.async_session_db import AsyncSessionDB
 
