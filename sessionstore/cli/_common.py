@@ -3,6 +3,9 @@
 Policy in one place: a verb that reads never migrates (a store not at the current schema is
 refused with the command that upgrades it), reading verbs never create a file, and every
 exception becomes one line on stderr with exit status 1 (2 for usage errors).
+
+What opens a store (SQLAlchemy, the schema, the repository) is imported by the functions that
+open one: the command tree, its options and ``--help`` are built without it.
 """
 
 from __future__ import annotations
@@ -14,23 +17,20 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import Annotated, Any, ParamSpec
+from typing import TYPE_CHECKING, Annotated, Any, ParamSpec
 
 import typer
-from sqlalchemy.engine import URL, Engine
-from sqlalchemy.exc import DBAPIError
 
-from ..dialects import database_file, dialect_for_url, translate_any_error
-from ..errors import SessionStoreError, StoreLocationError
-from ..schema import legacy, migrate
-from ..search.registry import detach_unloadable
-from ..sessions.repository import SessionRepository
-from ..storage.command_hints import cli_command
-from ..storage.config import URL_ENV_VAR, is_default_store, require_directory, store_location
-from ..storage.engine import create_store_engine
-from ..storage.private_files import PRIVATE_MODE, create_empty_file
-from ..storage.store import Store
+from ..errors import SessionStoreError
+from ..storage.private_files import PRIVATE_MODE
 from ._output import print_error, shown_id, silence_broken_pipe, unescaped_id
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL, Engine
+    from sqlalchemy.exc import DBAPIError
+
+    from ..schema import migrate
+    from ..storage.store import Store
 
 P = ParamSpec("P")
 
@@ -94,6 +94,8 @@ def cli_state(ctx: typer.Context) -> CliState:
 
 def describe_error(exc: BaseException) -> str:
     """One line that says what went wrong, for any exception a verb can raise."""
+    from sqlalchemy.exc import DBAPIError
+
     if isinstance(exc, DBAPIError):
         translated = _translate_dbapi_error(exc)
         return translated or f"database error: {_first_line(str(exc.orig))}"
@@ -118,6 +120,8 @@ def _is_alembic_error(exc: BaseException) -> bool:
 
 
 def _translate_dbapi_error(exc: DBAPIError) -> str | None:
+    from ..dialects import translate_any_error
+
     translated = translate_any_error(exc)
     return None if translated is None else _first_line(str(translated))
 
@@ -212,6 +216,10 @@ def confirm(question: str, *, refusal: str, declined: str = "nothing deleted") -
 # -- opening stores --------------------------------------------------------------------------
 def store_url(options: CliState) -> URL:
     """The store's URL: ``--url``, else the environment's rules; a plain path is a SQLite file."""
+    from ..dialects import database_file
+    from ..errors import StoreLocationError
+    from ..storage.config import URL_ENV_VAR, store_location
+
     if options.url_option is not None and not options.url_option.strip():
         raise UsageProblem(
             "--url is empty: give a database URL or a SQLite file path (or leave --url out "
@@ -238,6 +246,8 @@ def store_url(options: CliState) -> URL:
 
 
 def shown(url: URL) -> str:
+    from ..dialects import database_file
+
     path = database_file(url)
     return str(path) if path is not None else url.render_as_string(hide_password=True)
 
@@ -248,11 +258,16 @@ def full(url: URL) -> str:
 
 def hint(url: URL, *verb: str) -> str:
     """The exact command to suggest for this store, in backquotes."""
+    from ..storage.command_hints import cli_command
+
     return f"`{cli_command(url, *verb)}`"
 
 
 def require_existing(url: URL) -> None:
     """Reading verbs never create a database: a missing file is an error, not an empty store."""
+    from ..dialects import database_file
+    from ..storage.config import is_default_store
+
     path = database_file(url)
     if path is None:
         return
@@ -278,6 +293,8 @@ def position(status: migrate.Status) -> str:
 def upgrade_blocked(url: URL) -> str | None:
     """Why `db upgrade` cannot work on this store here (a file this user cannot write), with
     what to change, or None: a message never suggests a command that would refuse."""
+    from ..dialects import dialect_for_url
+
     why = dialect_for_url(url).why_read_only(url)
     if why is None:
         return None
@@ -287,6 +304,8 @@ def upgrade_blocked(url: URL) -> str | None:
 def outdated(status: migrate.Status, url: URL) -> CliError:
     """The refusal of a store that is not current: with the upgrade command when the upgrade
     can work, else the reason it cannot."""
+    from ..schema import migrate
+
     refusal = migrate.upgrade_refusal(status)
     if refusal is not None:
         return CliError(refusal)
@@ -300,6 +319,10 @@ def outdated(status: migrate.Status, url: URL) -> CliError:
 @contextlib.contextmanager
 def open_store(options: CliState, *, write: bool = False) -> Iterator[Store]:
     """The store, checked to be at head first, read-only unless the verb writes."""
+    from ..schema import migrate
+    from ..search.registry import detach_unloadable
+    from ..storage.store import Store
+
     url = store_url(options)
     require_existing(url)
     if write:
@@ -322,7 +345,10 @@ def open_store(options: CliState, *, write: bool = False) -> Iterator[Store]:
 
 def _open_for_reading(url: URL) -> Store:
     """A read-only store that holds what the reading verbs read, else the refusal."""
+    from ..schema import legacy, migrate
     from ..schema.readable import check_readable
+    from ..storage.command_hints import cli_command
+    from ..storage.store import Store
 
     store = Store.open(url, read_only=True)
     try:
@@ -348,6 +374,13 @@ def create_if_new(options: CliState, mode: int = PRIVATE_MODE) -> bool:
     created exclusively with ``mode``: the store is about to hold a copy of data whose source
     had that mode (``storage.private_files``).
     """
+    from ..dialects import database_file
+    from ..schema import legacy, migrate
+    from ..storage.config import require_directory
+    from ..storage.engine import create_store_engine
+    from ..storage.private_files import create_empty_file
+    from ..storage.store import Store
+
     url = store_url(options)
     path = database_file(url)
     if path is not None:
@@ -372,6 +405,8 @@ def resolve_ref(store: Store, ref: str) -> str:
 
     A title matches exactly first, then ignoring case when only one title fits.
     """
+    from ..sessions.repository import SessionRepository
+
     repository = SessionRepository(store)
     found = repository.resolve_session_id(ref) or repository.resolve_session_by_title(ref)
     if found is None and ref.endswith(SHORTENED_MARK):
@@ -413,6 +448,8 @@ SHORTENED_MARK = "…"
 
 
 def short_ids(store: Store, ids: list[str]) -> dict[str, str]:
+    from ..sessions.repository import SessionRepository
+
     shortest = SessionRepository(store).short_ids(ids)
     return {
         session_id: shown_id(short) + ("" if short == session_id else SHORTENED_MARK)

@@ -2,11 +2,15 @@
 
 Data goes to standard output; status lines, progress and errors to standard error, so a pipe
 carries only the data. Progress bars and spinners appear only when stderr is a terminal.
+
+Rich is imported by what uses it (a table, a progress display, the check whether stderr is a
+terminal), not with this module: ``--help`` never loads it, nor does a listing as JSON.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -14,21 +18,16 @@ import sys
 import unicodedata
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import typer
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
-from rich.text import Text
 
 from ..sql.codec import json_default, text_of_blob
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import ProgressColumn
+    from rich.text import Text
 
 PIPE_WIDTH = 200
 """Rich's width when stdout is not a terminal: wide enough that tables are not squeezed."""
@@ -64,19 +63,26 @@ def silence_broken_pipe() -> None:
         pass
 
 
-class _QuietConsole(Console):
-    def on_broken_pipe(self) -> None:
-        # Rich's own reaction is exit status 1; a reader that stopped early is not a failure.
-        self.quiet = True
-        silence_broken_pipe()
-        raise SystemExit(0)
+@functools.cache
+def _quiet_console() -> type[Console]:
+    from rich.console import Console
+
+    class _QuietConsole(Console):
+        def on_broken_pipe(self) -> None:
+            # Rich's own reaction is exit status 1; a reader that stopped early is not a
+            # failure.
+            self.quiet = True
+            silence_broken_pipe()
+            raise SystemExit(0)
+
+    return _QuietConsole
 
 
 def console(*, stderr: bool = False) -> Console:
     stream = sys.stderr if stderr else sys.stdout
     interactive = stream.isatty()
     width = None if interactive or os.environ.get("COLUMNS") else PIPE_WIDTH
-    return _QuietConsole(file=stream, width=width, highlight=False, soft_wrap=False)
+    return _quiet_console()(file=stream, width=width, highlight=False, soft_wrap=False)
 
 
 def print_json(data: Any) -> None:
@@ -177,10 +183,14 @@ def day(timestamp: float) -> str:
 
 
 def dim(text: str) -> Text:
+    from rich.text import Text
+
     return Text(text, style="dim")
 
 
 def bar(value: float, largest: float) -> Text:
+    from rich.text import Text
+
     if largest <= 0 or value <= 0:
         return Text("")
     cells = max(1, round(BAR_WIDTH * value / largest))
@@ -189,6 +199,8 @@ def bar(value: float, largest: float) -> Text:
 
 def highlighted(snippet: str) -> Text:
     """A snippet with its >>>match<<< markers turned into highlighting."""
+    from rich.text import Text
+
     text = Text()
     rest = printable(snippet).replace("\n", " ")
     while rest:
@@ -203,6 +215,24 @@ def highlighted(snippet: str) -> Text:
     return text
 
 
+def _bar_columns() -> tuple[ProgressColumn, ...]:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    return (
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+
+
 @contextlib.contextmanager
 def progress(description: str, total: int | None) -> Iterator[Callable[[int], None] | None]:
     """A progress bar on a terminal's stderr; ``None`` (stay quiet) when piped."""
@@ -210,14 +240,9 @@ def progress(description: str, total: int | None) -> Iterator[Callable[[int], No
     if not err_console.is_terminal:
         yield None
         return
-    columns = (
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=err_console, transient=True) as bar_:
+    from rich.progress import Progress
+
+    with Progress(*_bar_columns(), console=err_console, transient=True) as bar_:
         task = bar_.add_task(description, total=total)
         yield lambda steps: bar_.advance(task, steps)
 
@@ -230,14 +255,9 @@ def stages(description: str) -> Iterator[Callable[[str, int, int], None] | None]
     if not err_console.is_terminal:
         yield None
         return
-    columns = (
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=err_console, transient=True) as bar_:
+    from rich.progress import Progress
+
+    with Progress(*_bar_columns(), console=err_console, transient=True) as bar_:
         task = bar_.add_task(description, total=None)
 
         def stage(name: str, number: int, total: int) -> None:

@@ -1,5 +1,8 @@
 """``sessionstore db``: schema upgrades and downgrades (SQLite backed up first), the
-revision, the migration chain, health checks and repairs, and store-to-store copies."""
+revision, the migration chain, health checks and repairs, and store-to-store copies.
+
+Each verb imports what it runs (the migrations, the doctor, a copy, Rich's tables): the
+command tree and ``--help`` are built without them."""
 
 from __future__ import annotations
 
@@ -8,24 +11,10 @@ import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
-from rich.text import Text
-from sqlalchemy import func, inspect, select
-from sqlalchemy.engine import URL, Connection
 
-from ..dialects import database_file
-from ..ops import doctor, transfer
-from ..schema import legacy, migrate
-from ..schema.adoption import BackupBeforeChange
-from ..sessions.repository import SessionRepository
-from ..sql.tables import messages_table, sessions_table
-from ..storage.backups import backup_database
-from ..storage.config import require_directory
-from ..storage.engine import create_store_engine
-from ..storage.store import Store
 from . import _output as out
 from ._app import PlainCommand, db_app
 from ._common import (
@@ -47,6 +36,19 @@ from ._common import (
     upgrade_blocked,
 )
 
+if TYPE_CHECKING:
+    from rich.text import Text
+    from sqlalchemy.engine import URL, Connection
+
+    from ..ops import doctor
+    from ..schema import legacy, migrate
+    from ..schema.adoption import BackupBeforeChange
+
+NEWEST = "head"
+"""``db upgrade``'s default target: the newest revision, as :data:`migrate.HEAD` spells it
+(written out here: the default is read when the command tree is built, which does not import
+the migrations)."""
+
 PRESERVING_REVISIONS = frozenset({
     "0004", "0007", "0008", "0009", "0013", "0018", "0019", "0021", "0022", "0023", "0024",
     "0025", "0040", "0041", "0042", "0043", "0044",
@@ -67,6 +69,10 @@ class _SchemaPlan:
 
 
 def _row_count(conn: Connection) -> tuple[int, int]:
+    from sqlalchemy import func, inspect, select
+
+    from ..sql.tables import messages_table, sessions_table
+
     tables = set(inspect(conn).get_table_names())
 
     def count(table: Any) -> int:
@@ -78,6 +84,8 @@ def _row_count(conn: Connection) -> tuple[int, int]:
 
 
 def _chain() -> list[str]:
+    from ..schema import migrate
+
     return [revision for revision, _, _ in migrate.history()]
 
 
@@ -89,6 +97,8 @@ def named_target(revision: str) -> str:
     revision that reproduces that schema (``legacy.HERMES_REVISIONS``: v22 is 0030, the file
     hermes-agent 0.19.0 writes); anything else is taken as given. Decision: users know their
     Hermes by its schema number, and ``db history`` prints both, so either spelling works."""
+    from ..schema import legacy
+
     spelt = _HERMES_SCHEMA_NAME.fullmatch(revision)
     if spelt is None:
         return revision
@@ -98,6 +108,8 @@ def named_target(revision: str) -> str:
 def check_target(revision: str, *, downgrade: bool) -> None:
     """A usage error for a target that names no revision, before the store is even opened
     (nothing is created, backed up or migrated for a typo)."""
+    from ..schema import legacy, migrate
+
     chain = _chain()
     allowed = {migrate.HEAD, *chain, *(("base",) if downgrade else ())}
     if revision in allowed:
@@ -113,6 +125,12 @@ def check_target(revision: str, *, downgrade: bool) -> None:
 
 def _plan_schema_change(url: URL, target: str, *, downgrade: bool) -> _SchemaPlan:
     """Where the store is now, checked for refusal before anything (a backup) is written."""
+    from ..dialects import database_file
+    from ..schema import legacy, migrate
+    from ..storage.config import require_directory
+    from ..storage.engine import create_store_engine
+    from ..storage.store import Store
+
     path = database_file(url)
     if path is not None and (not path.exists() or path.stat().st_size == 0):
         if downgrade:
@@ -137,6 +155,8 @@ def _plan_schema_change(url: URL, target: str, *, downgrade: bool) -> _SchemaPla
 
 def _refuse_what_the_migration_would(state: legacy.StoreState, *, downgrade: bool) -> None:
     """Refused before a backup is written: a store too new, or at a revision not shipped."""
+    from ..schema import legacy
+
     if not downgrade:
         legacy.check_not_too_new(state)
         legacy.check_revision_known(state, set(_chain()))
@@ -166,6 +186,8 @@ def _steps(current: str | None, target: str, *, downgrade: bool) -> list[tuple[s
     """(revision, description) of each step an upgrade or downgrade will run, in order; for a
     Hermes file not yet adopted, from the first revision (adoption stamps a later one, and the
     steps before it are then skipped)."""
+    from ..schema import migrate
+
     history = migrate.history()
     chain = [revision for revision, _, _ in history]
     goal = -1 if target == "base" else chain.index(_resolve_revision(target))
@@ -207,11 +229,15 @@ def _step_names(
 
 
 def _resolve_revision(revision: str) -> str:
+    from ..schema import migrate
+
     return migrate.head_revision() if revision == migrate.HEAD else revision
 
 
 def _undone_revisions(current: str | None, target: str) -> list[str]:
     """The revisions a downgrade from ``current`` to ``target`` undoes, newest first."""
+    from ..schema import migrate
+
     chain = [revision for revision, _, _ in migrate.history()]
     if current not in chain:
         return []
@@ -225,6 +251,9 @@ def _backup_step(url: URL, target: str, *, downgrade: bool) -> BackupBeforeChang
     """The backup an upgrade or downgrade takes, decided under the migration's lock: of a SQLite
     file the change will touch. Another process that migrated the store while this one
     waited for the lock leaves nothing to back up (and nothing to do)."""
+    from ..schema import migrate
+    from ..schema.adoption import BackupBeforeChange
+
     wanted = _resolve_revision(target)
 
     def needed(state: legacy.StoreState) -> bool:
@@ -245,6 +274,8 @@ def _describe(status: migrate.Status | None) -> str:
 
 
 def _confirm_downgrade(url: URL, plan: _SchemaPlan, revision: str, yes: bool) -> None:
+    from ..dialects import database_file
+
     before = plan.before.revision if plan.before else None
     lossy = [r for r in _undone_revisions(before, revision) if r not in PRESERVING_REVISIONS]
     if not lossy or plan.rows == (0, 0) or yes:
@@ -276,6 +307,9 @@ def _change_schema(
     *,
     yes: bool = True,
 ) -> None:
+    from ..dialects import database_file
+    from ..schema import migrate
+
     downgrade = apply is migrate.downgrade
     revision = named_target(revision)
     check_target(revision, downgrade=downgrade)
@@ -359,13 +393,15 @@ def db_upgrade(
             metavar="REVISION",
             help="Target revision (default: the newest), or a Hermes schema number: v22.",
         ),
-    ] = migrate.HEAD,
+    ] = NEWEST,
     as_json: JsonOption = False,
 ) -> None:
     """Bring the store to the current schema (adopting a Hermes state.db), after a backup.
 
     A SQLite file that the upgrade changes is first copied to <file>.bak-<timestamp>.
     """
+    from ..schema import migrate
+
     _change_schema(cli_state(ctx), revision, migrate.upgrade, "upgraded", as_json)
 
 
@@ -397,6 +433,8 @@ def db_downgrade(
     as_json: JsonOption = False,
 ) -> None:
     # The help is _DOWNGRADE_HELP: it names the revisions from PRESERVING_REVISIONS.
+    from ..schema import migrate
+
     _change_schema(
         cli_state(ctx), revision, migrate.downgrade, "downgraded", as_json, yes=yes
     )
@@ -417,6 +455,9 @@ def db_current(
     as_json: JsonOption = False,
 ) -> None:
     """Show the store's schema revision and whether it is current."""
+    from ..schema import migrate
+    from ..storage.store import Store
+
     url = store_url(cli_state(ctx))
     require_existing(url)
     with contextlib.closing(Store.open(url, read_only=True)) as store:
@@ -447,6 +488,8 @@ def db_current(
 @report_errors
 def db_history(ctx: typer.Context, as_json: JsonOption = False) -> None:
     """List the migration chain, oldest first."""
+    from ..schema import migrate
+
     head = migrate.head_revision()
     rows: list[dict[str, Any]] = [
         {"revision": revision, "down_revision": down, "description": doc, "head": revision == head}
@@ -455,6 +498,9 @@ def db_history(ctx: typer.Context, as_json: JsonOption = False) -> None:
     if as_json:
         out.print_json(rows)
         return
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table("Revision", "Down", "Description", title="Migrations (oldest first)")
     for row in rows:
         mark = " (head)" if row["head"] else ""
@@ -466,12 +512,16 @@ def db_history(ctx: typer.Context, as_json: JsonOption = False) -> None:
     out.console().print(table)
 
 
-_STATUS_MARKS = {
-    "ok": Text("ok", style="green"),
-    "warn": Text("warn", style="yellow"),
-    "fail": Text("FAIL", style="bold red"),
-    "skip": Text("skip", style="dim"),
-}
+_STATUS_MARKS = {"ok": ("ok", "green"), "warn": ("warn", "yellow"),
+                 "fail": ("FAIL", "bold red"), "skip": ("skip", "dim")}  # fmt: skip
+"""How ``db doctor`` shows each check's status: the word and its style."""
+
+
+def _status_mark(status: str) -> Text:
+    from rich.text import Text
+
+    word, style = _STATUS_MARKS[status]
+    return Text(word, style=style)
 
 
 @db_app.command("doctor", cls=PlainCommand)
@@ -501,6 +551,11 @@ def db_doctor(
     A tool_call_count that follows an older Hermes version's rule is accepted as it is; only
     --recount-tool-calls rewrites it.
     """
+    from ..ops import doctor
+    from ..storage.backups import backup_database
+    from ..storage.engine import create_store_engine
+    from ..storage.store import Store
+
     url = store_url(cli_state(ctx))
     require_existing(url)
     backup: Path | None = None
@@ -535,6 +590,9 @@ def db_doctor(
             }
         )
     else:
+        from rich.table import Table
+        from rich.text import Text
+
         table = Table("Check", "Status", "Detail", title=f"Health of {shown(url)}")
         commands: list[tuple[str, str]] = []
         for check in report.checks:
@@ -542,7 +600,7 @@ def db_doctor(
             # table cell wraps it, and a wrapped command cannot be copied and run.
             detail = _COMMAND_IN_TEXT.sub(_see_below, check.detail)
             commands += [(check.name, found) for found in _COMMAND_IN_TEXT.findall(check.detail)]
-            table.add_row(check.name, _STATUS_MARKS[check.status], Text(detail))
+            table.add_row(check.name, _status_mark(check.status), Text(detail))
         console = out.console()
         if backup is not None:
             console.print(f"backup written to {backup}", markup=False)
@@ -579,6 +637,8 @@ def _see_below(found: re.Match[str]) -> str:
 
 def _only_recount(report: doctor.Report) -> doctor.Report:
     """The report with nothing flagged but the recount: --recount-tool-calls without --fix."""
+    from ..ops import doctor
+
     return doctor.Report((), report.findings)
 
 
@@ -600,6 +660,8 @@ def db_optimize_storage(
     no longer find CJK words that occur only in tool output. Only the indexes are rebuilt:
     no message or session changes.
     """
+    from ..sessions.repository import SessionRepository
+
     with open_store(cli_state(ctx), write=True) as store:
         repository = SessionRepository(store)
         pending = repository.fts_optimize_available()
@@ -612,6 +674,8 @@ def db_optimize_storage(
         return
     if not result["ok"]:
         raise CliError(f"the search indexes were not moved: {result.get('reason')}")
+    from rich.text import Text
+
     console = out.console()
     if result["moved"]:
         console.print(Text("search indexes moved to the newest layout", style="green"))
@@ -636,6 +700,10 @@ def db_copy(
 
     Safe to re-run: an interrupted copy is completed, existing rows are kept.
     """
+    from ..ops import transfer
+    from ..sessions.repository import SessionRepository
+    from ..storage.config import require_directory
+
     if len(urls) > 2:
         raise UsageProblem("db copy takes SRC_URL DST_URL, or DST_URL with --url as the source")
     options = cli_state(ctx)

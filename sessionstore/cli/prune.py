@@ -16,15 +16,10 @@ import datetime as dt
 import re
 import time
 from collections.abc import Sequence
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
-from rich.text import Text
 
-from ..sessions.repository import SessionRepository
-from ..sql.records import SessionRecord
-from ..storage.store import Store
 from . import _output as out
 from ._app import PlainCommand, app
 from ._common import (
@@ -38,6 +33,10 @@ from ._common import (
     short_ids,
     sources,
 )
+
+if TYPE_CHECKING:
+    from ..sql.records import SessionRecord
+    from ..storage.store import Store
 
 DEFAULT_AGE = "90d"
 SECONDS_PER_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
@@ -113,6 +112,8 @@ def prune(
         days = parse_age(older_than or DEFAULT_AGE)
         cutoff = time.time() - days * 86_400
     picked = sources(source)
+    from ..sessions.repository import SessionRepository
+
     with open_store(cli_state(ctx), write=True) as store:
         repository = SessionRepository(store)
         doomed = sorted(
@@ -154,6 +155,9 @@ def prune(
 def _show_doomed(store: Store, doomed: Sequence[SessionRecord]) -> None:
     if not doomed:
         return
+    from rich.table import Table
+    from rich.text import Text
+
     short = short_ids(store, [session.id for session in doomed])
     table = Table("ID", "Title", "Source", "Started", "Ended", "Msgs", title="To delete")
     for session in doomed:

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.text import Text
 
-from ..search import ContextMessage, SearchHit, contains_cjk, sanitize_fts5_query
-from ..sessions.repository import SessionRepository
 from . import _output as out
 from ._app import PlainCommand, app
 from ._common import (
@@ -22,6 +19,11 @@ from ._common import (
     sources,
 )
 
+if TYPE_CHECKING:
+    from rich.text import Text
+
+    from ..search import ContextMessage, SearchHit
+
 CONTEXT_LINE_CHARS = 160
 NOTHING_SEARCHABLE = (
     "no matches: the query has no word to search for (search finds words of letters or digits,"
@@ -30,6 +32,8 @@ NOTHING_SEARCHABLE = (
 
 
 def _context_line(message: ContextMessage) -> Text:
+    from rich.text import Text
+
     content = " ".join(out.printable(message.content or "").split())
     if len(content) > CONTEXT_LINE_CHARS:
         content = content[: CONTEXT_LINE_CHARS - 3] + "..."
@@ -65,6 +69,8 @@ def search(
     as_json: JsonOption = False,
 ) -> None:
     """Full-text search over every message, best matches first."""
+    from ..sessions.repository import SessionRepository
+
     with open_store(cli_state(ctx)) as store:
         hits = SessionRepository(store).search_messages(
             query,
@@ -80,12 +86,16 @@ def search(
         if not hits:
             # A query of emoji or punctuation finds nothing, which a bare "no matches" would
             # wrongly tell as none of the messages holding it (the field walk, issue 29).
+            from ..search import contains_cjk, sanitize_fts5_query
+
             searchable = contains_cjk(query) or any(
                 char.isalnum() for char in sanitize_fts5_query(query)
             )
             out.note("no matches" if searchable else NOTHING_SEARCHABLE)
             return
         short = short_ids(store, sorted({hit.session_id for hit in hits}))
+    from rich.text import Text
+
     console = out.console()
     for hit in hits:
         console.print(

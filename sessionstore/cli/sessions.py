@@ -5,18 +5,11 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich import box
-from rich.console import Group, JustifyMethod, RenderableType
-from rich.panel import Panel
-from rich.table import Table
-from rich.text import Text
 
-from ..sessions.repository import SessionRepository
 from ..sql.codec import decode_json
-from ..sql.records import MessageRecord, SessionListing, SessionRecord
 from . import _output as out
 from ._app import PlainCommand, sessions_app
 from ._common import (
@@ -33,6 +26,14 @@ from ._common import (
     sources,
 )
 
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod, RenderableType
+    from rich.panel import Panel
+    from rich.table import Table
+    from rich.text import Text
+
+    from ..sql.records import MessageRecord, SessionListing, SessionRecord
+
 TOOL_OUTPUT_LINES = 8
 TOOL_ARGUMENTS_CHARS = 100
 
@@ -46,6 +47,10 @@ def _listing_table(
 ) -> Table:
     """One line per session at any width: cells are cut with an ellipsis, never wrapped (a
     wrapped row at 80 columns took seven lines). Below 100 columns the model is left out."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
     narrow = width < NARROW_COLUMNS
     rows: list[list[str | Text]] = []
     for listing in listings:
@@ -120,6 +125,8 @@ def sessions_list(
     --include-hidden, as Hermes's own session list leaves them out: this lists what Hermes's
     list_sessions_rich lists, and the count on stderr counts the same sessions.
     """
+    from ..sessions.repository import SessionRepository
+
     with open_store(cli_state(ctx)) as store:
         repository = SessionRepository(store)
         total = repository.count_listed_sessions(
@@ -168,6 +175,8 @@ def sessions_delete(
 
     Asks first on a terminal; without one, refuses unless --yes is given.
     """
+    from ..sessions.repository import SessionRepository
+
     with open_store(cli_state(ctx), write=True) as store:
         repository = SessionRepository(store)
         session_id = resolve_ref(store, ref)
@@ -217,6 +226,9 @@ def _tool_call_summary(call: Any) -> str:
 
 
 def _message_block(record: MessageRecord, *, full: bool) -> RenderableType:
+    from rich.console import Group
+    from rich.text import Text
+
     parts: list[RenderableType] = []
     label = record.role
     if record.role == "tool":
@@ -254,6 +266,10 @@ def _message_block(record: MessageRecord, *, full: bool) -> RenderableType:
 
 
 def _session_header(session: SessionRecord, tip: str | None) -> Panel:
+    from rich.panel import Panel
+    from rich.table import Table
+    from rich.text import Text
+
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
@@ -302,6 +318,8 @@ def sessions_show(
     as_json: JsonOption = False,
 ) -> None:
     """Show one conversation, readably (--json: the raw messages)."""
+    from ..sessions.repository import SessionRepository
+
     with open_store(cli_state(ctx)) as store:
         repository = SessionRepository(store)
         session_id = resolve_ref(store, ref)
@@ -323,6 +341,8 @@ def sessions_show(
             rows.append(row)
         out.print_json(rows)
         return
+    from rich.text import Text
+
     console = out.console()
     console.print(_session_header(session, tip))
     if session.system_prompt:

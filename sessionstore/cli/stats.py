@@ -5,10 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
-from rich.text import Text
 
-from ..sessions.stats import collect_stats
 from . import _output as out
 from ._app import PlainCommand, app
 from ._common import JsonOption, cli_state, open_store, report_errors
@@ -24,11 +21,16 @@ def stats(
     as_json: JsonOption = False,
 ) -> None:
     """Sessions and messages per source; tokens and cost per model and per day."""
+    from ..sessions.stats import collect_stats
+
     with open_store(cli_state(ctx)) as store, out.spinner("counting ..."):
         data = store.read(lambda conn: collect_stats(conn, days))
     if as_json:
         out.print_json(data)
         return
+    from rich.table import Table
+    from rich.text import Text
+
     console = out.console()
     totals = data["totals"]
     console.print(

@@ -6,7 +6,6 @@ from typing import Annotated
 
 import typer
 
-from ..sessions.repository import SessionRepository
 from . import _output as out
 from ._app import PlainCommand, title_app
 from ._common import CliError, JsonOption, cli_state, open_store, report_errors, resolve_ref
@@ -23,6 +22,8 @@ def title_set(
     as_json: JsonOption = False,
 ) -> None:
     """Give a session a title (titles are unique; invisible characters are removed)."""
+    from ..sessions.repository import SessionRepository
+
     with open_store(cli_state(ctx), write=True) as store:
         repository = SessionRepository(store)
         session_id = resolve_ref(store, ref)
@@ -48,6 +49,8 @@ def title_next(
     as_json: JsonOption = False,
 ) -> None:
     """Print the next free title of a lineage: "name", then "name #2", "name #3"..."""
+    from ..sessions.repository import SessionRepository
+
     with open_store(cli_state(ctx)) as store:
         following = SessionRepository(store).get_next_title_in_lineage(base)
     if as_json:

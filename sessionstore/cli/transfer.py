@@ -12,11 +12,6 @@ from typing import IO, Annotated
 
 import typer
 
-from ..dialects.disk_space import out_of_room_typed
-from ..ops import doctor
-from ..ops.transfer import export_jsonl, export_jsonl_file, import_jsonl
-from ..sessions.repository import SessionRepository
-from ..storage.private_files import mode_of
 from . import _output as out
 from ._app import PlainCommand, app
 from ._common import (
@@ -53,6 +48,10 @@ def export(
     ] = None,
 ) -> None:
     """Write sessions and their messages as JSONL (streamed; restorable with `import`)."""
+    from ..dialects.disk_space import out_of_room_typed
+    from ..ops.transfer import export_jsonl, export_jsonl_file
+    from ..sessions.repository import SessionRepository
+
     if output is not None:
         _check_output_path(output)
         _refuse_store_file(ctx, output)
@@ -82,6 +81,8 @@ def export(
 
 def _refuse_store_file(ctx: typer.Context, path: Path) -> None:
     """The store's own files are SQLite's alone: never read, replaced or written as JSONL."""
+    from ..ops import doctor
+
     if doctor.is_store_file(store_url(cli_state(ctx)), path):
         raise UsageProblem(f"{path} is the session store's own file; choose another file")
 
@@ -130,6 +131,10 @@ def import_(
     The restore path: a store that does not exist yet (a new file, an empty PostgreSQL
     database) is created at the current schema first. An existing store must be current.
     """
+    from ..dialects.disk_space import out_of_room_typed
+    from ..ops.transfer import import_jsonl
+    from ..storage.private_files import mode_of
+
     with contextlib.ExitStack() as stack:
         if file == "-":
             # ``fail`` reads the input twice; standard input can be read once.
