@@ -102,8 +102,21 @@ def test_the_checker_sees_every_kind_of_damage(tmp_path: Path, kind: str, damage
 # --- 1. lock storm ---------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def sqlite_workers() -> Iterator[ForkServer | None]:
+    """Forks the workers of the lock storm and the SIGKILL test on SQLite from one process that
+    imported their modules (`faultlib.worker_server`): separate processes all the same, killed
+    by the kernel. One for the module: the server keeps no store open and nothing of one
+    request for the next, and each of its start-ups was an interpreter importing SQLAlchemy
+    and sessionstore again (0.4 CPU s), once per storm attempt and once for the SIGKILL test."""
+    with worker_server(postgresql=False) as server:
+        yield server
+
+
 @pytest.mark.slow
-def test_lock_storm_loses_nothing_and_no_lock_error_reaches_a_caller(tmp_path: Path) -> None:
+def test_lock_storm_loses_nothing_and_no_lock_error_reaches_a_caller(
+    tmp_path: Path, sqlite_workers: ForkServer | None
+) -> None:
     """8 writers, 2 readers, and a foreign write transaction held for 3 s in the middle."""
     config = StormConfig(
         url=sqlite_url(tmp_path / "state.db"),
@@ -122,7 +135,7 @@ def test_lock_storm_loses_nothing_and_no_lock_error_reaches_a_caller(tmp_path: P
     # and can keep it from the poller until they stop (then the stall never hit a writer). The
     # guarantees are checked on every run; the scenario is run again when the hold came too late.
     for attempt in range(1, 4):
-        result = run_storm(config)
+        result = run_storm(config, server=sqlite_workers)
         print("\n" + result.summary())
         assert not result.crashed, result.crashed
         assert result.append_errors == [], result.append_errors[:5]
@@ -151,14 +164,6 @@ def test_lock_storm_loses_nothing_and_no_lock_error_reaches_a_caller(tmp_path: P
 
 KILL_TRIALS = 8
 KILL_WRITERS = 2
-
-
-@pytest.fixture
-def sqlite_workers() -> Iterator[ForkServer | None]:
-    """Forks the workers of a test on SQLite from one process that imported their modules
-    (`faultlib.worker_server`): separate processes all the same, killed by the kernel."""
-    with worker_server(postgresql=False) as server:
-        yield server
 
 
 @pytest.mark.slow

@@ -1000,8 +1000,12 @@ def _create_sessions(url: str, session_ids: Sequence[str]) -> None:
             db.create_session(session_id, "stress", model="fault/test")
 
 
-def run_storm(config: StormConfig) -> StormResult:
-    """Writers, readers, a foreign lock holder and (optionally) SIGKILLs, then the verdict."""
+def run_storm(config: StormConfig, *, server: prefork.ForkServer | None = None) -> StormResult:
+    """Writers, readers, a foreign lock holder and (optionally) SIGKILLs, then the verdict.
+
+    The workers are forked by ``server`` when one is given (a ``worker_server`` for the
+    store's dialect, kept by the caller across runs), else by a ``worker_server`` of this run's
+    own (or started as new interpreters where there can be none)."""
     rng = random.Random(config.seed)
     sessions = config.session_ids
     _create_sessions(config.url, sessions)
@@ -1013,8 +1017,10 @@ def run_storm(config: StormConfig) -> StormResult:
         "durable_log": config.kills_per_minute > 0,
     }  # fmt: skip
 
-    with worker_server(postgresql=sqlite_path(config.url) is None) as server:
+    if server is not None:
         return _storm(config, rng, sessions, logs_dir, appender_base, server)
+    with worker_server(postgresql=sqlite_path(config.url) is None) as own:
+        return _storm(config, rng, sessions, logs_dir, appender_base, own)
 
 
 def _storm(
