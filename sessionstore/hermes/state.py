@@ -487,12 +487,12 @@ class SessionDB(facade.SessionDB):
             self._repo.refuse_closed_compression = declares_hermes_error(
                 "CompressionSessionClosedError"
             )
+            # ``_conn`` is opened at its first use, not here: the store's own open has put the
+            # file in WAL and checked it already, and a connection nobody asks for cost each
+            # open its connect, its parse of the whole schema and its close (~1.5 ms of a new
+            # store's ~11; an agent's test suite opens one per test).
             self._raw = _OwnedConnection(self.store) if self.db_path is not None else None
             self._hermes_lock = _HermesLock(self)
-            if self._raw is not None:
-                # Hermes opens its connection in the constructor; so do we, which also puts
-                # a fresh file into WAL before anyone else looks at it.
-                self._raw.get()
             if file is not None and str(file) != ":memory:":
                 _make_owner_only(file, create=False)  # a file the store made in a new folder
         except BaseException:

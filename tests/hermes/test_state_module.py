@@ -372,6 +372,25 @@ def test_conn_is_a_sqlite3_connection_configured_like_hermes_and_the_store(
     assert conn.execute("PRAGMA database_list").fetchone()["file"] == str(db_file)
 
 
+def test_conn_is_opened_at_its_first_use(db: SessionDB) -> None:
+    """An open that never asks for ``_conn`` holds no connection for it (each one connects
+    and parses the whole schema); asked for after other calls, it is the same connection
+    as ever: the file's, in WAL, seeing what the store wrote, held until close."""
+    pool = db.store.engine.pool
+    db.create_session("a", "cli", model="m1")
+    assert db.get_session("a") is not None
+    held = pool.checkedout()  # type: ignore[attr-defined]
+    # the store's own: its idle reader and the writer it keeps, nothing for ``_conn``
+    assert held == db.store.idle_readers + 1
+    conn = db._conn
+    assert conn is db._conn
+    assert pool.checkedout() == held + 1  # type: ignore[attr-defined]
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert [tuple(row) for row in conn.execute("SELECT id FROM sessions")] == [("a",)]
+    db.close()
+    assert pool.checkedout() == 0  # type: ignore[attr-defined]
+
+
 def test_conn_reads_what_the_store_wrote_insights_style(db: SessionDB) -> None:
     db.create_session("a", "cli", model="m1")
     db.create_session("b", "telegram", model="m1")
