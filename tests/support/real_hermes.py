@@ -151,19 +151,24 @@ class _ReleaseServer:
             )  # fmt: skip
         self.actions = 0
 
-    def run(self, db_path: Path, action: str, argument: Any) -> tuple[int, str, str] | None:
+    def run(
+        self, db_path: Path, action: str, argument: Any, env: dict[str, str]
+    ) -> tuple[int, str, str] | None:
         if self.declined or not self.lock.acquire(blocking=False):
             return None
         try:
-            return self._run(db_path, action, argument)
+            return self._run(db_path, action, argument, env)
         finally:
             self.lock.release()
 
-    def _run(self, db_path: Path, action: str, argument: Any) -> tuple[int, str, str] | None:
+    def _run(
+        self, db_path: Path, action: str, argument: Any, env: dict[str, str]
+    ) -> tuple[int, str, str] | None:
         self.actions += 1
         stdout, stderr = (self.scratch / f"{self.actions}.{name}" for name in ("out", "err"))
         request = {"db_path": str(db_path), "action": action, "argument": argument,
-                   "stdout": str(stdout), "stderr": str(stderr)}  # fmt: skip
+                   "stdout": str(stdout), "stderr": str(stderr),
+                   "environ": {name: env.get(name) for name in PER_TEST_ENV}}  # fmt: skip
         assert self.process.stdin is not None and self.process.stdout is not None
         try:
             self.process.stdin.write((json.dumps(request) + "\n").encode())
@@ -215,6 +220,14 @@ class _ReleaseServer:
 
 DECLINED_STATUS = 3
 """``real_hermes_server.DECLINED``."""
+PER_TEST_ENV = ("PYTEST_CURRENT_TEST",)
+"""Variables whose value changes from one test (and phase) to the next: pytest's id of the
+running test. A server is keyed on whether each is set, not on its value, and each action's
+child is given the current value (``real_hermes_server.run_child``), so its environment is
+what a driver run started now would get. Keyed on the value, every test started a server of
+its own and paid the release's import again. The releases read this one only for whether it
+is set (``os.environ.get(...)``, ``in os.environ``: every ``PYTEST_CURRENT_TEST`` in
+hermes-agent 0.13.0-0.19.0 and the forks' wheels), and that part of the key is kept."""
 _servers: OrderedDict[tuple[Any, ...], _ReleaseServer] = OrderedDict()
 _servers_lock = threading.Lock()
 
@@ -223,7 +236,8 @@ def _server(
     python: str, driver: Path, root: Path, home: Path, env: dict[str, str]
 ) -> _ReleaseServer:
     """The live server for exactly this interpreter, driver, release, home and environment."""
-    key = (python, str(driver), str(root), str(home), tuple(sorted(env.items())))
+    keyed = {name: None if name in PER_TEST_ENV else value for name, value in env.items()}
+    key = (python, str(driver), str(root), str(home), tuple(sorted(keyed.items())))
     with _servers_lock:
         server = _servers.get(key)
         if server is not None and (server.declined or server.process.poll() is None):
@@ -288,7 +302,7 @@ class RealHermes:
     def run(self, db_path: Path, action: str, argument: Any = None) -> Any:
         env = self.driver_env()
         ran = _server(self.python, self.driver, self.root, self.home, env).run(
-            db_path, action, argument
+            db_path, action, argument, env
         )
         if ran is None:  # no server for this release (or it is busy): the driver as a program
             completed = subprocess.run(

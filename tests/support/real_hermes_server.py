@@ -7,12 +7,14 @@ the driver's ``prepare`` (what its ``main`` does before it makes a ``SessionDB``
 root first on ``sys.path``, ``hermes_state`` imported, 0.19's repair helper provided), and then
 answers requests, one JSON line each on stdin::
 
-    {"db_path": ..., "action": ..., "argument": ..., "stdout": FILE, "stderr": FILE}
+    {"db_path": ..., "action": ..., "argument": ..., "stdout": FILE, "stderr": FILE,
+     "environ": {NAME: VALUE or null}}
 
 For each one it forks: the child is a process of its own (its own pid, SQLite locks and
 connections, its own random seed) that starts where a driver run stands after its imports,
 runs the driver's ``main`` with those arguments (the argument as its stdin, its stdout and
-stderr into the two files) and ends as a driver run ends (``SystemExit``: ``atexit`` handlers,
+stderr into the two files, ``environ``'s variables set or unset: the running test's id,
+``real_hermes.PER_TEST_ENV``) and ends as a driver run ends (``SystemExit``: ``atexit`` handlers,
 buffers flushed). No ``SessionDB`` is ever made here, so every child opens the file fresh, on
 module state as the import left it. The answer, one JSON line on stdout::
 
@@ -62,6 +64,11 @@ def run_child(driver: Any, root: str, request: dict[str, Any]) -> None:
         opened = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(opened, descriptor)
         os.close(opened)
+    for name, value in request.get("environ", {}).items():  # this test's, not the first one's
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     sys.stdin = io.StringIO(json.dumps(request["argument"]))
     sys.argv = [driver.__file__, root, request["db_path"], request["action"]]
     driver.main()
