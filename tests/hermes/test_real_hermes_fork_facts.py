@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import real_hermes_driver as scenario
-from real_hermes import FORK_RELEASES, ForkFiles, RealHermes, backup_copy
+from real_hermes import FORK_RELEASES, ForkFiles, backup_copy
 from real_hermes_later_driver import (
     CALLER_UID,
     CONTINUATION_PROMPT,
@@ -141,7 +141,7 @@ def test_trigram_membership_follows_source_and_delegate(fork_files: ForkFiles, l
 def test_a_v22_file_keeps_its_inline_index_until_optimized(fork_files: ForkFiles) -> None:
     root = fork_files.root
     v22 = root / "from-0.19.0.db"
-    RealHermes(22, root / "home" / "0.19.0").build(v22)
+    fork_files.hermes_019().build(v22)
     iot = fork_files.hermes("iot-0.22.2")
     iot.calls(v22, [])  # an open is the upgrade
     with closing(sqlite3.connect(v22)) as conn:

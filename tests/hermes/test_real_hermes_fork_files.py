@@ -24,7 +24,7 @@ import real_hermes_driver as scenario
 import sqlalchemy as sa
 from kept_rows import Rows, assert_kept, rows_of
 from legacy_v18_v22 import REVISION_OF as V22_REVISION_OF
-from real_hermes import FORK_RELEASES, POINT_RELEASES, ForkFiles, RealHermes, backup_copy
+from real_hermes import FORK_RELEASES, POINT_RELEASES, ForkFiles, backup_copy
 from real_hermes_driver import ROOT_ID
 from real_hermes_later_driver import (
     CONTINUATION_PROMPT,
@@ -154,7 +154,7 @@ def test_an_iot_file_adopted_mid_optimize_storage_is_settled_for_its_next_optimi
     ``optimize_fts_storage`` looped for ever inserting into the legacy index (the release's run
     hit its time limit), and without the marks failed renaming its index onto the trash."""
     staged = tmp_path / "staged.db"
-    RealHermes(22, tmp_path / "home-0.19.0").build(staged)
+    fork_files.hermes_019().build(staged)
     iot = fork_files.hermes(NEWEST_FORK)
     (high_water,) = iot.calls(staged, [("_demote_legacy_fts_to_trash", [], {})])
     assert high_water > 0
@@ -336,7 +336,7 @@ def test_an_adopted_fork_file_taken_down_to_v22_gives_hermes_019_every_prompt(
     migrate.downgrade(f"sqlite:///{path}", V22_REVISION_OF[22])
     assert sql(path, "SELECT group_concat(version) FROM schema_version") == "22"
 
-    theirs = RealHermes(22, tmp_path / "hermes-home").calls(path, session_steps())
+    theirs = fork_files.hermes_019().calls(path, session_steps())
 
     assert_same_reads(session_steps(), ours, theirs, f"hermes-agent 0.19.0 on {label} at v22")
     sessions = dict(zip(SESSION_IDS, theirs, strict=False))
@@ -688,7 +688,7 @@ def test_a_point_release_file_is_adopted_by_the_cli_and_shared_with_the_release(
     cli(path, "db", "downgrade", "v22", "--yes")
     assert_kept(adopted, rows_of(path), where=f"{label} at v22", down=True)
     steps = [("get_session", [sid], {}) for sid in (*SESSION_IDS, THEIR_SESSION)]
-    sessions = RealHermes(22, tmp_path / "hermes-0.19.0").calls(path, steps)
+    sessions = fork_files.hermes_019().calls(path, steps)
     prompts = {sid: (row or {}).get("system_prompt") for sid, row in zip(
         (*SESSION_IDS, THEIR_SESSION), sessions, strict=True)}  # fmt: skip
     assert None not in sessions

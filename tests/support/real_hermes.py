@@ -127,9 +127,11 @@ def hermes_root(release: str) -> Path:
 
 DRIVER_TIMEOUT_S = 120
 SERVER = Path(__file__).with_name("real_hermes_server.py")
-LIVE_SERVERS = 4
-"""Release servers kept at once (each holds a release's imports, tens of MB); the oldest idle
-one is ended when another is needed."""
+LIVE_SERVERS = 8
+"""Release servers kept at once (each holds a release's imports, 25-50 MB resident); the oldest
+idle one is ended when another is needed. `test_real_hermes_fork_files.py`'s tests each run
+over the five fork releases and ask hermes-agent 0.19.0 too: with room for four, each of its
+tests ended the server the next one needed."""
 
 
 class _ReleaseServer:
@@ -528,6 +530,12 @@ class ForkFiles:
 
     def hermes(self, label: str) -> RealHermesFork:
         return RealHermesFork(label, self.root / "home" / label)
+
+    def hermes_019(self) -> RealHermes:
+        """hermes-agent 0.19.0 (v22), one home for all: its ``hermes_state`` only reads under
+        its home (``sessions/sessions.json``, which nothing writes there), so a home of its
+        own per test was a server of its own, and an import of the release, per test."""
+        return RealHermes(22, self.root / "home" / "0.19.0")
 
     def get(self, label: str) -> Path:
         if label not in self.built:
