@@ -38,7 +38,7 @@ from .index import SearchIndex
 from .registry import search_index_of
 from .request import Page, SearchFilters, make_filters, make_page
 from .sanitize import contains_cjk, sanitize_fts5_query
-from .terms import SubstringQuery, parse_substring_query
+from .terms import CACHED_QUERY_CHARS, SubstringQuery, parse_substring_query
 
 _MESSAGE_COLUMNS: weakref.WeakKeyDictionary[Engine, tuple[bool, bool]] = (
     weakref.WeakKeyDictionary()
@@ -72,9 +72,6 @@ def has_display_kinds(conn: Connection) -> bool:
     return message_columns(conn)[1]
 
 
-CACHED_QUERY_CHARS: Final = 200
-"""Queries up to this long are parsed once (an agent repeats its queries); longer ones, which
-would fill the cache with large texts, every time."""
 
 
 def _parse(query: str) -> SubstringQuery | str | None:

@@ -525,12 +525,12 @@ def _plan(
         plan = tuple(
             prepared_read(conn, sql, params)
             for sql, params in _substring_statements(
-                conn, _substring_parts(query), present, filters, page, within
+                conn, _parts_of(query), present, filters, page, within
             )
         )
-        if within is None:  # the rows another program left unindexed: asked once or twice
+        if within is None and query.cacheable:  # unindexed rows: asked once or twice
             _PLANS[key] = plan
-    if within is None:
+    if within is None and query.cacheable:
         if len(_PLANS_BY_IDENTITY) >= _PLANS_KEPT:
             _PLANS_BY_IDENTITY.clear()
         _PLANS_BY_IDENTITY[(id(query), id(present), id(filters), id(page), id(dialect))] = (
@@ -861,10 +861,12 @@ class SQLiteSearchIndex:
         length (what the snippet is cut with)."""
         known = _NEEDLES.get(id(query))
         if known is None or known[0] is not query:  # not the parsed query a search had before
-            if len(_NEEDLES) >= _PLANS_KEPT:
-                _NEEDLES.clear()
-            parts = _substring_parts(query)
-            known = _NEEDLES[id(query)] = (query, parts[0], parts[1])
+            parts = _parts_of(query)
+            known = (query, parts[0], parts[1])
+            if query.cacheable:
+                if len(_NEEDLES) >= _PLANS_KEPT:
+                    _NEEDLES.clear()
+                _NEEDLES[id(query)] = known
         _, needle, indexable = known
         if within is not None:
             indexable = False
@@ -1245,6 +1247,12 @@ def _window_floor(conn: Connection, query: str) -> int | None:
     that: every match is ranked)."""
     found = hot_rows(conn, _window_floor_sql(), {"query": query})
     return None if not found or found[0][0] is None else int(found[0][0])
+
+
+def _parts_of(query: SubstringQuery) -> tuple[str, bool, str, dict[str, str], str, bool]:
+    """:func:`_substring_parts`, kept only for a query short enough to keep
+    (:attr:`~.terms.SubstringQuery.cacheable`)."""
+    return _substring_parts(query) if query.cacheable else _substring_parts.__wrapped__(query)
 
 
 @functools.lru_cache(maxsize=512)

@@ -32,6 +32,10 @@ _TERM: Final = re.compile(r'"([^"]*)"?|(\S+)')
 _OPERATORS: Final = frozenset({"AND", "OR", "NOT"})
 MAX_TERMS: Final = 64
 """More terms than this are ignored (each is one LIKE per candidate row)."""
+CACHED_QUERY_CHARS: Final = 200
+"""Queries up to this long are parsed and planned once (an agent repeats its queries); longer
+ones every time: kept, a caller's distinct long queries would hold their texts (and each
+index's copies of them) for the life of the process, a pasted megabyte each."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +56,12 @@ class SubstringQuery:
     @property
     def terms(self) -> tuple[Term, ...]:
         return tuple(term for group in self.groups for term in group)
+
+    @property
+    def cacheable(self) -> bool:
+        """Whether what a search derives from this query may be kept for the next one
+        (:data:`CACHED_QUERY_CHARS`)."""
+        return sum(len(term.text) for term in self.terms) <= CACHED_QUERY_CHARS
 
     @property
     def indexable(self) -> bool:

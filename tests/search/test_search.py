@@ -1323,6 +1323,36 @@ def test_a_term_longer_than_sqlite_s_like_patterns_is_found_exactly(store: Store
     assert names_of(search(store, "NOT " + needle + " " + cjk[:30]), ids) == ["other", "near"]
 
 
+def test_distinct_long_queries_leave_nothing_behind(store: Store) -> None:
+    """A search keeps what it derives from a query for the next one (an agent repeats its
+    queries) only for a short query: a caller's distinct pasted texts were each held, ~2.5
+    times their size, until 512 of them (300,000 characters each: 2.5 MB a query; a gateway
+    serving many users could hold gigabytes)."""
+    import gc
+    import tracemalloc
+
+    ids = seed(store, [Msg("hit", "cli-1", "user", "数据库迁移 hello", 10.0)])
+
+    def long_query(number: int) -> str:
+        return "".join(chr(0x4E00 + (index * 7919 + number) % 20_000) for index in range(20_000))
+
+    assert search(store, long_query(0)) == []
+    tracemalloc.start()
+    try:
+        search(store, long_query(1))
+        gc.collect()
+        kept_before = tracemalloc.get_traced_memory()[0]
+        for number in range(2, 10):
+            search(store, long_query(number))
+        gc.collect()
+        kept_after = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    # kept, eight queries held ~830 KB (each query's text, patterns and plan); now a few KB
+    assert kept_after - kept_before < 100_000, kept_after - kept_before
+    assert names_of(search(store, "数据库"), ids) == ["hit"]
+
+
 def test_a_long_term_s_bigram_query_names_a_bounded_sample_of_its_bigrams() -> None:
     """FTS5 parses a conjunction in time quadratic in its phrases (a 100,000-character query
     took 12 CPU s, a million more than ten minutes): a term names at most
