@@ -72,8 +72,6 @@ def has_display_kinds(conn: Connection) -> bool:
     return message_columns(conn)[1]
 
 
-
-
 def _parse(query: str) -> SubstringQuery | str | None:
     """A query holding CJK as a substring query, any other sanitized for FTS5; None: nothing
     to search for. Pure: the same text always parses the same."""

@@ -515,22 +515,26 @@ def _plan(
     conn: Connection, query: SubstringQuery, present: frozenset[str], filters: SearchFilters,
     page: Page, within: _Scope | None,
 ) -> tuple[PreparedRead, ...]:  # fmt: skip
-    """_substring_page's statements, from _PLANS or made (and kept) now."""
+    """_substring_page's statements, from _PLANS or made (and kept) now. Neither a long
+    query's (:attr:`~.terms.SubstringQuery.cacheable`) nor one among the rows another program
+    left unindexed (asked once or twice) is kept, nor looked for: hashing a long query's key
+    would cost more than nothing found."""
     dialect = conn.dialect
+    kept = within is None and query.cacheable
     key = (query, present, filters, page, within, dialect)
-    plan = _PLANS.get(key)
+    plan = _PLANS.get(key) if kept else None
     if plan is None:
-        if len(_PLANS) >= _PLANS_KEPT:
-            _PLANS.clear()
         plan = tuple(
             prepared_read(conn, sql, params)
             for sql, params in _substring_statements(
                 conn, _parts_of(query), present, filters, page, within
             )
         )
-        if within is None and query.cacheable:  # unindexed rows: asked once or twice
+        if kept:
+            if len(_PLANS) >= _PLANS_KEPT:
+                _PLANS.clear()
             _PLANS[key] = plan
-    if within is None and query.cacheable:
+    if kept:
         if len(_PLANS_BY_IDENTITY) >= _PLANS_KEPT:
             _PLANS_BY_IDENTITY.clear()
         _PLANS_BY_IDENTITY[(id(query), id(present), id(filters), id(page), id(dialect))] = (
