@@ -93,3 +93,12 @@ def test_a_json_listing_reads_the_store_without_rich_or_the_migrations(
         ("rich", "alembic", "sessionstore._migrations", "sessionstore.ops",
          "sessionstore.search.service", "sessionstore.sessions.stats"),
     ) == []  # fmt: skip
+
+
+def test_the_upgrade_default_is_the_migrations_own_name_for_the_newest() -> None:
+    """``db upgrade``'s default is written out in the CLI (its tree is built without the
+    migrations): it stays the spelling the migrations take for the newest revision."""
+    from sessionstore.cli import db
+    from sessionstore.schema import migrate
+
+    assert db.NEWEST == migrate.HEAD
