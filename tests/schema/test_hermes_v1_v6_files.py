@@ -8,13 +8,13 @@ All inspection goes through plain `sqlite3`, so the checks do not trust the code
 
 from __future__ import annotations
 
-import multiprocessing
 import re
 from pathlib import Path
-from typing import Any
 
+import prefork
 import pytest
 from cjk_checks import assert_cjk_index_matches_scan, assert_no_cjk_index
+from faultlib import upgrade_server
 from file_checks import (
     Row,
     Snapshot,
@@ -313,38 +313,36 @@ def test_too_new_database_is_refused_and_left_untouched(tmp_path: Path, journal_
     assert "alembic_version" not in schema_names(path, "table")
 
 
-def _upgrade_when_released(url: str, start: Any, outcomes: Any) -> None:
-    start.wait()
-    try:
-        migrate.upgrade(url, "head")
-    except BaseException as error:
-        outcomes.put(f"{type(error).__name__}: {error}")
-    else:
-        outcomes.put("ok")
-
-
 @pytest.mark.slow
 def test_two_processes_upgrading_at_once_both_succeed(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     build_legacy_db(path, 1)
     before = snapshot(path)
-    # spawn: each worker is a genuinely separate interpreter with its own engine, as two
-    # Hermes processes on one machine would be.
-    context = multiprocessing.get_context("spawn")
-    start = context.Barrier(2)
-    outcomes = context.Queue()
-    workers = [
-        context.Process(target=_upgrade_when_released, args=(sqlite_url(path), start, outcomes))
-        for _ in range(2)
-    ]
-    for worker in workers:
-        worker.start()
-    results = [outcomes.get(timeout=60) for _ in workers]
-    for worker in workers:
-        worker.join(timeout=30)
-        assert worker.exitcode == 0
+    # Two programs, each a separate process with its own engine and SQLite locks, as two
+    # Hermes processes on one machine would be: forked from a server that imported the package
+    # once (a new interpreter each where this platform cannot adopt forks), released together.
+    with upgrade_server() as server:
+        workers = [
+            prefork.start(server, "faultlib:run_migrate_when_released", [sqlite_url(path)],
+                          stdin=prefork.PIPE, stdout=prefork.PIPE, stderr=prefork.PIPE)
+            for _ in range(2)
+        ]  # fmt: skip
+        try:
+            for worker in workers:
+                assert worker.stdout is not None
+                assert worker.stdout.readline() == "ready\n"
+            for worker in workers:
+                assert worker.stdin is not None
+                worker.stdin.write("go\n")
+                worker.stdin.flush()
+            results = [worker.communicate(timeout=60) for worker in workers]
+        finally:
+            for worker in workers:
+                worker.kill()
+                worker.wait()
 
-    assert results == ["ok", "ok"]
+    assert [(worker.returncode, out, err) for worker, (out, err) in zip(
+        workers, results, strict=True)] == [(0, "ok\n", "")] * 2  # fmt: skip
     assert_at_head(path, before)
 
 

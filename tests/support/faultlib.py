@@ -766,6 +766,17 @@ def run_migrate(url: str) -> None:
     migrate.upgrade(url)
 
 
+def run_migrate_when_released(url: str) -> None:
+    """``migrate.upgrade(url)`` once the test says so: "ready" on stdout, then a line on stdin
+    releases it (two programs released together: the start of a race, as a barrier would)."""
+    from sessionstore import migrate
+
+    print("ready", flush=True)
+    sys.stdin.readline()
+    migrate.upgrade(url)
+    print("ok", flush=True)
+
+
 def _start_upgrade(
     url: str, runner: str, server: prefork.ForkServer | None, *, output: int
 ) -> prefork.Forked | subprocess.Popen[str]:
