@@ -48,6 +48,12 @@ from tiny_tmpfs import tiny_tmpfs
 
 from sessionstore.api.session_db import SessionDB
 from sessionstore.errors import SessionStoreError, StoreFullError
+from sessionstore.search.long_text_snippets import LONG_MESSAGE_CHARS
+from sessionstore.search.postgresql import TERM_KEY_CHARS
+from sessionstore.search.postgresql_ddl import INDEXED_CHARS
+from sessionstore.search.sanitize import MAX_FTS5_QUERY_CHARS, MAX_TSQUERY_TEXT_BYTES
+from sessionstore.search.sqlite import LIKE_PATTERN_LIMIT_BYTES
+from sessionstore.search.sqlite_ddl import TOOL_PREFIX_CHARS
 from sessionstore.sessions.titles import sanitize_title
 from sessionstore.sql.validation import replace_lone_surrogates
 from sessionstore.storage.retry import RetryPolicy
@@ -369,14 +375,31 @@ HOSTILE_PIECES = (
     "\x7f", "\x01", '{"tool_calls": [', "[1, 2", "null", "NaN", "💥", "数据库", "\U0010ffff",
     " #2", "title #3",
 )  # fmt: skip
-TEN_MB = 10 * 1024 * 1024
+# How huge "huge text" must be (SPEC §7): past every size that a write or lookup here treats
+# differently, no more. The largest is PostgreSQL's cap on a tsvector, 1 MiB (MAXSTRPOS,
+# 2**20 - 1 bytes: what the word index's left() guards); the product's own cuts are all
+# smaller, in characters (`SIZE_CUTS`). 10 MB values crossed no further limit (SQLite's and
+# PostgreSQL's own are ~1 GB) and cost ~10 times as much: each content slot indexed 10 MB of
+# CJK (FTS5 on SQLite ~2 CPU s, `sessionstore_cjk_grams` ~4 server CPU s on PostgreSQL).
+PG_TSVECTOR_MAX_BYTES = 2**20 - 1
+HUGE_BYTES = PG_TSVECTOR_MAX_BYTES + 2**16
+SIZE_CUTS = {
+    "INDEXED_CHARS": INDEXED_CHARS,  # PostgreSQL's word index reads this much of a text
+    "LIKE_PATTERN_LIMIT_BYTES": LIKE_PATTERN_LIMIT_BYTES,  # SQLite's LIKE, else instr()
+    "LONG_MESSAGE_CHARS": LONG_MESSAGE_CHARS,  # snippets of long messages
+    "TOOL_PREFIX_CHARS": TOOL_PREFIX_CHARS,  # a tool row's indexed prefix (SQLite)
+    "MAX_TSQUERY_TEXT_BYTES": MAX_TSQUERY_TEXT_BYTES,
+    "MAX_FTS5_QUERY_CHARS": MAX_FTS5_QUERY_CHARS,
+    "TERM_KEY_CHARS": TERM_KEY_CHARS,  # a long substring term looked up by its first grams
+    "MAX_TITLE_LENGTH": SessionDB.MAX_TITLE_LENGTH,
+}
 
 
 def _odd_values() -> list[Any]:
     return [
-        pytest.param("ab" * (TEN_MB // 2), id="10MB-ascii"),
-        # 13 UTF-8 bytes per repetition: 10 MB of multi-byte text.
-        pytest.param("数据库🚀" * (TEN_MB // 13), id="10MB-cjk-emoji"),
+        pytest.param("ab" * (HUGE_BYTES // 2), id="huge-ascii"),
+        # 13 UTF-8 bytes per repetition: past 1 MiB of multi-byte text.
+        pytest.param("数据库🚀" * (HUGE_BYTES // 13), id="huge-cjk-emoji"),
         pytest.param("a\x00b\x00", id="nul"),
         pytest.param("lone \ud800 high \udfff low", id="lone-surrogates"),
         pytest.param("".join(HOSTILE_PIECES), id="all-hostile-pieces"),
@@ -387,9 +410,16 @@ def _odd_values() -> list[Any]:
 @pytest.fixture(scope="module")
 def odd_values() -> tuple[Any, ...]:
     """`_odd_values`, made once for the module's 120 odd-value tests (strings are immutable):
-    each test made its own 23 MB of them again, and SQLite's binding encoded the 10 MB CJK text
-    to UTF-8 anew (CPython keeps a string's UTF-8 once made: 25 ms the first bind, 4 after)."""
-    return tuple(_odd_values())
+    each test made its own of them again, and SQLite's binding encoded the huge CJK text to
+    UTF-8 anew (CPython keeps a string's UTF-8 once made). The huge ones are checked past every
+    cut (`HUGE_BYTES`): a cut raised past them makes them huge again here, not smaller."""
+    values = tuple(_odd_values())
+    for param in values[:2]:
+        [text] = param.values
+        assert len(text.encode()) > PG_TSVECTOR_MAX_BYTES, param.id
+        short = {name: cut for name, cut in SIZE_CUTS.items() if len(text) <= cut}
+        assert not short, f"{param.id} ({len(text)} characters) is not past {short}"
+    return values
 
 
 hostile_text = st.one_of(
@@ -623,7 +653,7 @@ def test_write_methods_answer_hostile_values_clearly(
 def test_write_methods_answer_odd_values_clearly(
     hostile_check: HostileCheck, slot: WriteSlot, odd_values: tuple[Any, ...]
 ) -> None:
-    """10 MB of text, NUL, lone surrogates, every hostile piece at once, and nothing at all."""
+    """Huge text, NUL, lone surrogates, every hostile piece at once, and nothing at all."""
     outcomes = {}
     failures = []
     for param in odd_values:
