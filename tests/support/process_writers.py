@@ -24,9 +24,17 @@ IMPORTS = (
     "sessionstore.dialects.postgresql", "sessionstore.search.service",
     "sessionstore.search.sqlite", "sessionstore.search.postgresql",
     "sessionstore.schema.migrate", "sessionstore.schema.new_store", "alembic.command",
+    "alembic.config", "logging.config", "sessionstore.api.session_db",
+    "sessionstore.schema.models", "sessionstore.schema.adoption", "sessionstore.schema.readable",
+    "sessionstore.dialects.sqlite_image", "sessionstore.search.registry",
+    "sessionstore.sql.ledger_tables", "sessionstore._migrations.search_ddl",
+    "sessionstore._migrations.helpers", "sessionstore._migrations.chain_state",
+    "sessionstore._migrations.hermes_v23_v31_orders", "sessionstore._migrations.hermes_v30_v31_ddl",
+    "sessionstore._migrations.model_usage_ddl", "sessionstore._migrations.revision_0044_ddl",
 )  # fmt: skip
 """What a writer imports, at start and in its first calls (the first to find no schema runs
-the chain: Alembic)."""
+the chain: Alembic; the others wait for it and go through the same environment, the ORM
+models and the chain's helper modules included): each forked writer finds them imported."""
 MESSAGES_PER_PROCESS = 40
 
 
