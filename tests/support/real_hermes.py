@@ -440,10 +440,15 @@ NEWEST_FORK = "iot-0.22.2"
 """The fork whose schema (v31) is our head: its open must find a fresh store current."""
 FORK_EXTRAS = ("ruamel.yaml", "PyYAML")
 """What a fork's ``hermes_state`` imports beyond the standard library, installed beside the
-wheel (which is installed ``--no-deps``): iot 0.21.3's ``hermes_cli/config.py`` imports ``yaml``
-unconditionally."""
+wheel (which is installed without its dependencies): iot 0.21.3's ``hermes_cli/config.py``
+imports ``yaml`` unconditionally."""
 LATER_DRIVER = Path(__file__).with_name("real_hermes_later_driver.py")
 _SIDE_VENV_DONE = ".sessionstore-complete"
+_EXTRAS_PTH = "sessionstore-fork-extras.pth"
+SIDE_VENVS = "side-venvs"
+"""Where the side venvs are kept in the cache. Not ``venvs/``, where the side venvs pip
+installed each wheel and the extras into were kept: a checkout of that code sharing the cache
+with this one would make again, under its lock, each venv this one uses, and back."""
 
 
 @functools.cache
@@ -460,10 +465,8 @@ def _pip_installs_elsewhere() -> bool:
 def _pip(python: Path, *arguments: str) -> None:
     """Install into the venv of ``python`` with the pip of the interpreter running the tests
     (``--python``): a side venv is made without pip of its own (``ensurepip`` cost 2.2 CPU s a
-    venv), and nothing is byte-compiled at install (pip's compile cost 2.4 CPU s for a fork's
-    wheel, and the tests read compiled files from ``PYTHONPYCACHEPREFIX``, never from the
-    install). What is installed is the same: the fork's wheel and its packages, as a user's
-    ``pip install`` lays them out."""
+    venv), and nothing is byte-compiled at install (the tests read compiled files from
+    ``PYTHONPYCACHEPREFIX``, never from the install)."""
     pip = [sys.executable, "-m", "pip", "--python", str(python)]
     if not _pip_installs_elsewhere():  # pip < 22.3: the venv's own pip, made by ensurepip
         subprocess.run([str(python), "-m", "ensurepip", "-q"], check=True, timeout=300)
@@ -476,33 +479,95 @@ def _pip(python: Path, *arguments: str) -> None:
         unavailable(f"pip install {' '.join(arguments)} failed: {completed.stderr[-500:]}")
 
 
-def fork_site_packages(label: str) -> Path:
-    """A side venv holding the fork's wheel (``--no-deps``), ``FORK_EXTRAS`` and its own
-    extras, made once and reused (made again when what it holds changes); returns its
-    ``site-packages``. Never our venv: the fork must not meet sessionstore."""
-    fork = ALL_FORK_RELEASES[label]
-    cache = cache_dir()
-    venv = cache / "venvs" / label
-    made = f"{fork.distribution}=={fork.version} {' '.join(fork.extras)}".strip() + "\n"
-    with _cache_lock(cache, f"venv-{label}"):
-        done = venv / _SIDE_VENV_DONE
-        if not done.is_file() or done.read_text() != made:
-            wheel = fetch_wheel(fork.version, cache / "wheels", fork.distribution)
-            shutil.rmtree(venv, ignore_errors=True)
-            subprocess.run(
-                [sys.executable, "-m", "venv", "--without-pip", str(venv)],
-                check=True, timeout=300,
-            )  # fmt: skip
-            python = venv / "bin" / "python"
-            _pip(python, "--no-deps", str(wheel))
-            _pip(python, *FORK_EXTRAS, *fork.extras)
-            done.write_text(made)
+def _new_venv(venv: Path) -> Path:
+    """A new venv at ``venv`` (whatever was there removed), without pip; its
+    ``site-packages``, asked of its own interpreter once and kept beside it."""
+    shutil.rmtree(venv, ignore_errors=True)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300
+    )  # fmt: skip
     purelib = subprocess.run(
         [str(venv / "bin" / "python"), "-c",
          "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         capture_output=True, text=True, check=True, timeout=60,
     ).stdout.strip()  # fmt: skip
+    (venv / ".sessionstore-purelib").write_text(purelib)
     return Path(purelib)
+
+
+def _made_venv(venv: Path, made: str) -> Path | None:
+    """The ``site-packages`` of the venv at ``venv`` if it was made whole holding ``made``."""
+    done = venv / _SIDE_VENV_DONE
+    if not done.is_file() or done.read_text() != made:
+        return None
+    return Path((venv / ".sessionstore-purelib").read_text())
+
+
+def _extras_site(packages: tuple[str, ...]) -> Path:
+    """``packages`` and their dependencies installed by pip, once, in a venv of their own
+    (``side-venvs/extras-<hash>``) that every side venv needing exactly these shares through a
+    ``.pth`` file; its ``site-packages``. One pip run per set of packages instead of one per
+    fork release (11 of them): each cost ~1.5 CPU s and ~4 s wall."""
+    cache = cache_dir()
+    made = " ".join(packages) + "\n"
+    name = "extras-" + hashlib.sha256(made.encode()).hexdigest()[:16]
+    venv = cache / SIDE_VENVS / name
+    purelib = _made_venv(venv, made)
+    if purelib is not None:
+        return purelib
+    with _cache_lock(cache, f"venv-{name}"):
+        purelib = _made_venv(venv, made)
+        if purelib is None:
+            purelib = _new_venv(venv)
+            _pip(venv / "bin" / "python", *packages)
+            if any(purelib.glob("*.pth")):  # a .pth line's directory is not a site dir
+                raise RuntimeError(f"{packages} installed a .pth file: share them as a site dir")
+            (venv / _SIDE_VENV_DONE).write_text(made)
+    return purelib
+
+
+def _unpack_wheel(wheel: Path, purelib: Path) -> None:
+    """The wheel's files in ``purelib``, as ``pip install --no-deps --no-compile`` lays out a
+    pure-Python wheel (``Root-Is-Purelib``, no ``.data`` directory; anything else is refused):
+    its modules and its ``.dist-info`` (``METADATA``, ``RECORD``, ``entry_points.txt``: what
+    ``importlib.metadata`` reads) byte for byte. Left out, as nothing run here uses them: the
+    console scripts pip writes into ``bin/`` and the files pip adds to the ``.dist-info``
+    (``INSTALLER``, ``REQUESTED``, ``direct_url.json``, its own ``RECORD`` lines for them).
+    ~0.2 CPU s where pip took ~1.7 and ~5 s wall."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        tops = {name.split("/")[0] for name in names}
+        wheel_files = [name for name in names if name.endswith(".dist-info/WHEEL")]
+        if len(wheel_files) != 1 or any(top.endswith(".data") for top in tops):
+            raise RuntimeError(f"{wheel}: not a wheel this unpacks as pip installs it")
+        if "Root-Is-Purelib: true" not in archive.read(wheel_files[0]).decode().splitlines():
+            raise RuntimeError(f"{wheel}: not a pure-Python wheel")
+        archive.extractall(purelib)
+
+
+def fork_site_packages(label: str) -> Path:
+    """A side venv holding the fork's wheel (unpacked, without its dependencies) and, through a
+    ``.pth`` file, ``FORK_EXTRAS`` and its own extras (:func:`_extras_site`), made once and
+    reused (made again when what it holds changes); returns its ``site-packages``. Never our
+    venv: the fork runs on the venv's own interpreter, which never sees sessionstore; its
+    wheel's modules come first on its path, the extras after them."""
+    fork = ALL_FORK_RELEASES[label]
+    extras = _extras_site((*FORK_EXTRAS, *fork.extras))
+    cache = cache_dir()
+    venv = cache / SIDE_VENVS / label
+    made = f"{fork.distribution}=={fork.version} unpacked, extras {extras}\n"
+    purelib = _made_venv(venv, made)
+    if purelib is not None:
+        return purelib
+    with _cache_lock(cache, f"venv-{label}"):
+        purelib = _made_venv(venv, made)
+        if purelib is None:
+            wheel = fetch_wheel(fork.version, cache / "wheels", fork.distribution)
+            purelib = _new_venv(venv)
+            _unpack_wheel(wheel, purelib)
+            (purelib / _EXTRAS_PTH).write_text(f"{extras}\n")
+            (venv / _SIDE_VENV_DONE).write_text(made)
+    return purelib
 
 
 class RealHermesFork(RealHermes):
