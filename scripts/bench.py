@@ -1276,8 +1276,10 @@ STARTUP_SNIPPETS = {
 
 
 def startup_rows(sources: Sequence[HermesSource], hermes_paths: dict[str, Path], our_url: str,
-                 session_id: str, home: Path, reps: int) -> list[Row]:
-    """Import + open an up-to-date store + a first read, each in a fresh interpreter."""
+                 session_id: str, home: Path, reps: int, warm_up: bool = True) -> list[Row]:
+    """Import + open an up-to-date store + a first read, each in a fresh interpreter.
+    ``warm_up`` False (``--smoke``: its figures are noise) skips the untimed first start of
+    each program."""
     environment = {**os.environ, "HERMES_HOME": str(home)}
     # Compiled modules cached, as an installed wheel has them, for every program alike
     # and in a tree of their own: with PYTHONDONTWRITEBYTECODE set (as on these machines) a
@@ -1293,7 +1295,7 @@ def startup_rows(sources: Sequence[HermesSource], hermes_paths: dict[str, Path],
         programs[source.label] = STARTUP_SNIPPETS["hermes"].format(
             root=str(source.root), path=str(hermes_paths[source.key]), **common)
     samples: dict[str, list[float]] = {kind: [] for kind in programs}
-    for code in programs.values():  # warm-up: writes the bytecode cache
+    for code in programs.values() if warm_up else ():  # warm-up: writes the bytecode cache
         subprocess.run([sys.executable, "-c", code], check=True, env=environment)
     for _ in range(reps):
         for kind, code in programs.items():
@@ -1751,7 +1753,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                     TextMaker(random.Random(args.seed + 2)))
         if not args.only or "startup" in args.only:
             rows += startup_rows(sources, baseline_files, target.url, corpus.long_session_id,
-                                 home, plan.startup_reps)
+                                 home, plan.startup_reps, warm_up=not args.smoke)
         writer_figures: list[WriterFigures] = []
         # Six writers are measured on the embedded default, against each Hermes on its own
         # SQLite file.

@@ -104,7 +104,7 @@ def assert_ratio_table(result: subprocess.CompletedProcess[str]) -> None:
 
 
 def test_sqlite_run_prints_the_ratio_table(tmp_path: Path) -> None:
-    result = run_bench("--smoke", "--messages", "600", "--workdir", str(tmp_path))
+    result = run_bench("--smoke", "--messages", "200", "--workdir", str(tmp_path))
     assert_ratio_table(result)
     # Each Hermes wrote its own file (its schema version); sessionstore adopted 0.18.0's.
     assert (tmp_path / "sessionstore.db").exists()
@@ -199,6 +199,6 @@ def test_scale_mode_prints_per_call_cost_and_growth(tmp_path: Path) -> None:
 
 @pytest.mark.postgresql
 def test_postgresql_run_prints_the_ratio_table(require_postgresql: None) -> None:
-    result = run_bench("--smoke", "--messages", "600", "--url", pg_admin_url())
+    result = run_bench("--smoke", "--messages", "200", "--url", pg_admin_url())
     assert_ratio_table(result)
     assert "sessionstore on PostgreSQL" in result.stdout
