@@ -17,6 +17,12 @@ Three substitutions, all about where or how long things run rather than what:
 - a block of measurements (every line runs ``.venv/bin/python scripts/<bench or stress>.py``,
   minutes each) is checked, not run: each script must exist and accept every option the line
   gives it (its ``--help`` names them).
+
+And one about how the programs start: a ``python`` block and each ``sessionstore`` or
+``alembic`` command are forked from one process that imported the package, Alembic and
+SQLAlchemy once (``tests/support/docs_programs.py``: the block's or command's own arguments,
+streams, directory, environment and exit status; ~50 interpreter start-ups a run saved). Other
+tests start the console scripts and a fresh interpreter themselves.
 """
 
 from __future__ import annotations
@@ -28,9 +34,10 @@ import re
 import shlex
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import docs_programs
 import pytest
 
 from sessionstore.schema import migrate
@@ -91,18 +98,41 @@ def test_no_indented_code_blocks() -> None:
             previous = line
 
 
+@pytest.fixture(scope="module")
+def program_server() -> Iterator[Callable[[], docs_programs.ProgramServer | None]]:
+    """The docs' program server, started at the first page that runs a block (None where
+    programs cannot be forked: each then starts its own interpreter, as a reader's do)."""
+    started: list[docs_programs.ProgramServer] = []
+
+    def server() -> docs_programs.ProgramServer | None:
+        if not started and docs_programs.available():
+            started.append(docs_programs.ProgramServer())
+        return started[0] if started else None
+
+    yield server
+    for each in started:
+        each.close()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("document", documents(), ids=_name)
 def test_every_block_runs_as_written(
-    document: Path, tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
+    document: Path, tmp_path: Path, request: pytest.FixtureRequest,
+    program_server: Callable[[], docs_programs.ProgramServer | None],
+) -> None:  # fmt: skip
     scratch = tmp_path / "scratch"
     scratch.mkdir()
+    runnable = [
+        language != "text" and "./scripts/test.sh" not in code and not _is_measurement(code)
+        for language, code in blocks(document)
+    ]  # fmt: skip
+    server = program_server() if any(runnable) else None
     env = {key: value for key, value in os.environ.items()
            if key not in ("HERMES_HOME", "SESSIONSTORE_URL")}  # fmt: skip
+    shims = f"{server.bin_dir}{os.pathsep}" if server is not None else ""
     env.update(
         HOME=str(scratch),
-        PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+        PATH=f"{shims}{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
         COLUMNS="100",
     )
     pg_url = None
@@ -116,7 +146,9 @@ def test_every_block_runs_as_written(
             pg_url = pg_url or str(request.getfixturevalue("empty_pg_url"))
             code = code.replace(EXAMPLE_PG_URL, pg_url)
         if language == "python":
-            command = [sys.executable, "-c", code]
+            command = (
+                [sys.executable, "-c", code] if server is None else server.python_command(code)
+            )
             cwd = scratch
         else:
             command = ["bash", "-e", "-o", "pipefail", "-c", code]
