@@ -79,8 +79,12 @@ def _fresh_venv_with(build_wheel: Callable[[], Path], where: Path) -> Path:
     finally:
         _, made = making.communicate(timeout=300)
     assert making.returncode == 0, made
+    # Without PYTHONPATH: pip runs in the new venv's interpreter, and a checkout on the path
+    # (an A/B run's, with the editable install's sessionstore.egg-info) made it find the
+    # package "already installed" and install nothing.
     installed = _run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"),
-                      "install", "-q", "--no-compile", str(wheel)], cwd=where)  # fmt: skip
+                      "install", "-q", "--no-compile", str(wheel)], cwd=where,
+                     env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})  # fmt: skip
     if installed.returncode != 0:
         message = f"cannot install the wheel's dependencies: {installed.stderr[-500:]}"
         if os.environ.get("CI"):
