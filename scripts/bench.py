@@ -89,6 +89,7 @@ import pstats
 import random
 import re
 import shutil
+import site
 import sqlite3
 import statistics
 import subprocess
@@ -219,7 +220,7 @@ def load_hermes_module(key: str, root: Path) -> ModuleType:
     helpers = {mod: sys.modules.pop(mod) for mod in list(sys.modules) if mod.split(".")[0] in own}
     saved_path = list(sys.path)
     sys.path[:] = [p for p in sys.path if not (Path(p) / "hermes_state.py").exists()]
-    sys.path.append(str(root))
+    site.addsitedir(str(root))  # appended, with what its .pth files name (a fork's extras)
     spec = importlib.util.spec_from_file_location(name, root / "hermes_state.py")
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {root / 'hermes_state.py'}")
@@ -239,7 +240,7 @@ def load_hermes_module(key: str, root: Path) -> ModuleType:
         # A fork imports its own modules lazily too (hermes_state_*, hermes_cli.*, agent.*,
         # ``from hermes_state import ...``): its root stays last on the path, and the
         # ``hermes_state`` those imports name is this module, never a second copy.
-        sys.path.append(str(root))
+        site.addsitedir(str(root))
         sys.modules.setdefault("hermes_state", module)
     return module
 
@@ -1261,7 +1262,7 @@ def time_usage_appends(
 STARTUP_SNIPPETS = {
     "floor": "import sqlalchemy",
     "hermes": (
-        "import importlib.util, sys; sys.path.append({root!r}); "
+        "import importlib.util, site, sys; site.addsitedir({root!r}); "
         "spec = importlib.util.spec_from_file_location('real_hermes_state', "
         "{root!r} + '/hermes_state.py'); m = importlib.util.module_from_spec(spec); "
         "sys.modules['real_hermes_state'] = m; spec.loader.exec_module(m); "
