@@ -31,6 +31,7 @@ import json
 import multiprocessing
 import os
 import random
+import select
 import sys
 import threading
 import time
@@ -63,6 +64,14 @@ PAUSE_S = 0.05
 without rest, the three readers spun a core for the whole test: 26 of the 32 CPU s of 250
 forks, while the forks need them only at the moment of each fork. Writes still go on
 between forks, beside the children's."""
+
+EXIT_PAUSE_S = 0.25
+"""How long :func:`exit_program`'s busy threads rest between two calls while no fork is being
+made. Its children are made one at a time and each lives 0.1-0.7 s by the load (its
+interpreter's shutdown walks all it inherited); at :data:`PAUSE_S` the six threads made 15-50
+calls a child between forks, though every fork wakes them all anyway (all six inside a call
+at once). At this pause each thread still calls about once or more in a child's life, at
+times while it shuts down."""
 
 WINDOW_CALLS = 6
 """A fork lets up to this many calls (a random number) end after every thread is inside one:
@@ -376,7 +385,7 @@ def exit_program(url: str, forks: int) -> dict[str, Any]:
     prepare(url)
     db = SessionDB(url=url)
     set_parent(db, url)
-    busy = BusyThreads(db).warm_up().start()
+    busy = BusyThreads(db, pause_s=EXIT_PAUSE_S).warm_up().start()
     failed: list[str] = []
     texts: set[str] = set()
     inside_at_forks: list[int] = []
@@ -394,18 +403,11 @@ def exit_program(url: str, forks: int) -> dict[str, Any]:
             os.write(out_w, json.dumps({"texts": written, "inside": inside}).encode())
             raise SystemExit(0)
         os.close(out_w)
-        deadline = time.monotonic() + 60
-        while True:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                break
-            if time.monotonic() > deadline:
-                os.kill(pid, 9)
-                os.waitpid(pid, 0)
-                failed.append(f"{kind} child {number} hung")
-                status = 0
-                break
-            time.sleep(0.002)
+        done, status = _wait_child(pid, 60)
+        if not done:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            failed.append(f"{kind} child {number} hung")
         with os.fdopen(out_r) as reader:
             report = reader.read()
         if report and "error" in json.loads(report):
@@ -421,6 +423,25 @@ def exit_program(url: str, forks: int) -> dict[str, Any]:
             "parent_calls": busy.calls, "inside_at_forks": inside_at_forks,
             "child_texts": sorted(texts), "appended": busy.appended,
             "token_updates": busy.token_updates}  # fmt: skip
+
+
+def _wait_child(pid: int, timeout_s: float) -> tuple[int, int]:
+    """``os.waitpid(pid, WNOHANG)`` once the child has ended or ``timeout_s`` has passed:
+    ``(0, 0)`` if it is still running. Blocks on a pidfd where there is one, so the program
+    sleeps through its children's lives instead of waking 500 times a second."""
+    deadline = time.monotonic() + timeout_s
+    if hasattr(os, "pidfd_open"):
+        pidfd = os.pidfd_open(pid)
+        try:
+            select.select([pidfd], [], [], timeout_s)
+        finally:
+            os.close(pidfd)
+        return os.waitpid(pid, os.WNOHANG)
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done or time.monotonic() > deadline:
+            return done, status
+        time.sleep(0.002)
 
 
 IMPORTS = (
