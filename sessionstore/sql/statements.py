@@ -83,7 +83,11 @@ _NEXT_MESSAGE_ID = (
 )
 """The id the next row gets (see above), NULL at the 64-bit ceiling: the insert then binds
 no id and no display order, and SQLite and the trigger do as they always did."""
-_PLAIN_VALUES = (type(None), bool, int, float, str, bytes, type, types.ModuleType)
+# Compared by value, or by identity where that is all they have: a module (pysqlite3 or the
+# standard library's sqlite3), a function or method a caller gave create_engine (a JSON
+# serializer: the compiled form's bind processors call the one its dialect held).
+_PLAIN_VALUES = (type(None), bool, int, float, str, bytes, type, types.ModuleType,
+                 types.FunctionType, types.BuiltinFunctionType, types.MethodType)
 
 
 # A LIMIT or OFFSET is written into the statement as a number, not bound: SQLite (3.53,
@@ -150,12 +154,14 @@ def _memoized_names(dialect_class: type) -> frozenset[str]:
     properties: ``_supports_statement_cache``, ``_type_memos``...). Each follows from the
     class and what the dialect holds, so it tells no two dialects apart; but whether it was
     read yet did: a store opened on a file another store had migrated compiled every
-    statement again (in each forked child that opened its own store, too)."""
+    statement again (in each forked child that opened its own store, too). Likewise a method's
+    memo (``memoized_instancemethod``: the method's name, set on the dialect to a new function
+    holding its result at the first call: ``_gen_allowed_isolation_levels``)."""
     return frozenset(
         name
         for klass in dialect_class.__mro__
         for name, value in vars(klass).items()
-        if isinstance(value, memoized_property)
+        if isinstance(value, (memoized_property, types.FunctionType))
     )
 
 

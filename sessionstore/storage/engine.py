@@ -3,7 +3,8 @@
 ``create_store_engine`` is the only function in the package that calls ``create_engine``: it
 resolves the URL rules, asks the dialect for its options and attaches the dialect's listeners
 (PRAGMAs, BEGIN mode) to the new engine instance, never to the Engine class, and registers the
-after-fork reset the dialect hands back with :mod:`.fork_safety`.
+after-fork reset the dialect hands back with :mod:`.fork_safety`. Its statement cache is the
+process's, shared with every engine whose dialect compiles alike (:mod:`.statement_cache`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from sqlalchemy.engine import URL, Engine, make_url
 from ..dialects import dialect_for_url
 from . import fork_safety
 from .config import resolve_url
+from .statement_cache import DEFAULT_SIZE, SharedStatementCache
 
 DEFAULT_BUSY_TIMEOUT_S = 1.0
 
@@ -42,6 +44,12 @@ def create_store_engine(
     options = dialect.engine_options(parsed, read_only=read_only, busy_timeout_s=busy_timeout_s)
     options.update(engine_kwargs)
     engine = create_engine(parsed, **options)
+    cache_size = options.get("query_cache_size", DEFAULT_SIZE)
+    if cache_size and "compiled_cache" not in engine.get_execution_options():
+        # Compiled statements shared with every engine whose dialect compiles alike
+        # (:mod:`.statement_cache`), unless the caller turned SQLAlchemy's cache off (0) or
+        # gave the engine a cache of its own.
+        engine.update_execution_options(compiled_cache=SharedStatementCache(cache_size))
     after_fork = dialect.install_listeners(
         engine,
         read_only=read_only,
