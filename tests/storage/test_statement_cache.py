@@ -13,13 +13,18 @@ import sqlalchemy as sa
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from sessionstore import SessionDB
+from sessionstore.sql import statements
 from sessionstore.storage import statement_cache
 from sessionstore.storage.engine import create_store_engine
 
 
 @pytest.fixture
 def compilations(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """The class of every SQL compiler made while the test runs (each is one compilation)."""
+    """The class of every SQL compiler made while the test runs (each is one compilation),
+    the process's compiled forms set aside first (earlier tests of this process compiled the
+    same statements: the first store would find them all)."""
+    monkeypatch.setattr(statement_cache, "_CACHES", statement_cache._Caches())
+    monkeypatch.setattr(statements, "_COMPILED_IN_PROCESS", {})
     made: list[str] = []
     real_init = SQLCompiler.__init__
 
