@@ -52,9 +52,11 @@ def _their_methods(release: str, home: Path) -> dict[str, list[str]]:
         python = str(root.parents[2] / "bin" / "python")
     else:
         root, python = hermes_root(release), sys.executable
+    # In the home, not the checkout: ``-c`` puts the working directory first on the path, and a
+    # fork's interpreter must not find sessionstore there.
     completed = subprocess.run(
         [python, "-c", _SIGNATURES, str(root)],
-        capture_output=True, text=True, timeout=120, check=True,
+        capture_output=True, text=True, timeout=120, check=True, cwd=home,
         env={"HERMES_HOME": str(home), "HOME": str(home), "PATH": "/usr/bin:/bin"},
     )  # fmt: skip
     methods: dict[str, list[str]] = json.loads(completed.stdout)
