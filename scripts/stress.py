@@ -226,9 +226,10 @@ class BackendKiller(threading.Thread):
 def run_migration_trials(args: argparse.Namespace, work_dir: Path) -> bool:
     rng = random.Random(args.seed)
     ok = True
-    # A kill lands inside the upgrade's transaction (the next upgrade redoes it all) or after
-    # its COMMIT (the next upgrade has nothing left to do).
-    counts = {"inside the transaction": 0, "after the commit": 0}
+    # A kill lands inside the upgrade's transaction (the next upgrade redoes it all; with a
+    # rollback journal, after rolling back the main file the upgrade had written) or not
+    # provably so (after its COMMIT, or a hot journal with nothing the main file lost).
+    counts = {"inside the transaction": 0, "otherwise": 0}
     for journal_mode, variant in (("delete", None), ("delete", "no_fts"), ("wal", "no_fts")):
         template = work_dir / f"legacy_v1_{journal_mode}_{variant or 'fts'}.db"
         faultlib.build_large_legacy_store(
@@ -241,7 +242,7 @@ def run_migration_trials(args: argparse.Namespace, work_dir: Path) -> bool:
                 template, before, work_dir / "migration", runner, rng
             )
             counts[
-                "inside the transaction" if trial.killed_mid_transaction else "after the commit"
+                "inside the transaction" if trial.killed_mid_transaction else "otherwise"
             ] += 1
             if trial.problems:
                 ok = False

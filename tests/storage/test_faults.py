@@ -245,9 +245,16 @@ def test_sigkill_at_random_moments_loses_and_half_writes_nothing(
 # --- 3. an upgrade killed part-way -------------------------------------------------------------
 
 # Enough rows that the chain's one transaction outgrows SQLite's page cache and spills pages
-# before it commits (at a kill the WAL holds 1-2 MB of uncommitted frames; a rollback
-# journal 9-100 kB, as it did with 50,000 rows), and the kill, 0-80 ms after the first write,
-# lands inside that transaction: 5 of 5 kills per variant did at 10,000 rows, as at 50,000.
+# before it commits. In WAL mode the kill lands 0-80 ms after the WAL grows (it then holds 1-2
+# MB of uncommitted frames). With a rollback journal SQLite journals original pages first and
+# writes the main file only when its cache spills, so there the kill waits until the main file
+# changed while a journal of 64 kB or more is there, then lands 0-30 ms later; a trial counts
+# only if, read back once the upgrade is dead, the main file differs from the file before and
+# its hot journal holds pages the main file lost (`faultlib.read_hot_journal`): the next
+# upgrade must roll it back. At 10,000 rows it always did: rollback-journal-alembic leaves 166
+# journaled pages, 160 overwritten; the FTS rebuild 2 (schema_version's page among them) and a
+# file grown from 624 to ~2,470 pages. Deleting the journal before the rerun fails both
+# (a malformed file; schema_version 30 on a v1 shape), 3 of 3 runs each.
 # Each trial's second, complete upgrade and its checks (integrity, FTS integrity, a
 # fingerprint of every row) scale with the rows: ~3.0 CPU s a trial at 50,000, ~1.0 at 10,000.
 LEGACY_MESSAGES = 10_000
@@ -266,7 +273,8 @@ def upgrades() -> Iterator[ForkServer | None]:
 @pytest.mark.parametrize(
     ("journal_mode", "variant", "runner"),
     [
-        # A rollback journal: the kill leaves a hot journal that the next opener must roll back.
+        # A rollback journal: the kill leaves a hot journal that the next opener must roll back
+        # (the main file already half-written by the upgrade's transaction).
         pytest.param("delete", None, "alembic", id="rollback-journal-alembic"),
         # No FTS table: the upgrade builds and fills it from 10k messages, spilling pages.
         pytest.param("delete", "no_fts", "python", id="rollback-journal-fts-rebuild-python"),
@@ -286,7 +294,8 @@ def test_upgrade_killed_part_way_is_completed_by_the_next_upgrade(
     rng = random.Random(f"{journal_mode}-{variant}-{runner}")
     trials = []
     # Each attempt is checked in full; attempts repeat until one kill provably landed inside
-    # the upgrade's transaction (the process was writing, and the next upgrade had to redo it).
+    # the upgrade's transaction (the process was writing, and the next upgrade had to redo it;
+    # with a rollback journal, also to roll back the main file first).
     for attempt in range(MIGRATION_ATTEMPTS):
         trial = run_migration_trial(
             template, before, tmp_path / f"attempt{attempt}", runner, rng, upgrades

@@ -811,6 +811,39 @@ class InterruptedUpgrade:
     delay_s: float
     journal_bytes: int
     wal_bytes: int
+    # Rollback-journal files only (None in WAL mode): whether the main file differed at the
+    # kill from the file before the upgrade (size, mtime_ns, first pages), and what the hot
+    # journal left behind would have to undo (None: no hot journal).
+    main_changed: bool | None = None
+    hot_journal: HotJournal | None = None
+
+    @property
+    def left_rollback_to_do(self) -> bool:
+        """The kill left a hot journal whose original pages the main file no longer holds:
+        the next opener must roll it back, or keep a half-written transaction."""
+        journal = self.hot_journal
+        return bool(self.main_changed) and journal is not None and journal.overwritten > 0
+
+
+@dataclass(frozen=True)
+class HotJournal:
+    """What a rollback journal left by a killed writer holds, compared with the main file."""
+
+    pages: int  # original page images in the journal
+    overwritten: int  # of those, pages the main file no longer holds as the journal has them
+    original_pages: int  # the database's size in pages when the transaction began
+    main_pages: int  # its size in pages at the kill
+
+
+JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")  # a rollback journal header's first 8 bytes
+MAIN_FILE_PROBE_BYTES = 64 * 1024  # the first pages of the main file: header, schema, roots
+# With a rollback journal the kill waits for a journal of this size and a changed main file.
+# The FTS-rebuild upgrade overwrites one page of the old file before it commits (the
+# schema_version row's; page 1, the schema, stays in its cache) and appends the new pages.
+# Killed early, that page says schema_version 10 and a rerun that skipped the rollback copes;
+# once the journal holds 16 pages it says 30 over a v1 schema, and such a rerun fails (checked
+# by deleting the journal before it).
+HOT_JOURNAL_KILL_BYTES = 16 * 4096
 
 
 def _sidecar_bytes(path: Path, suffix: str) -> int:
@@ -820,32 +853,109 @@ def _sidecar_bytes(path: Path, suffix: str) -> int:
         return 0
 
 
+def _uses_wal(path: Path) -> bool:
+    """From a closed database file's header: bytes 18-19 are 2 in WAL mode, 1 otherwise."""
+    with path.open("rb") as file:
+        header = file.read(20)
+    return header[18:20] == b"\x02\x02"
+
+
+def _main_file_state(path: Path) -> tuple[int, int, str]:
+    """Size, mtime_ns and a hash of the first pages: only while no process writes the file."""
+    stat = path.stat()
+    with path.open("rb") as file:
+        head = hashlib.sha256(file.read(MAIN_FILE_PROBE_BYTES)).hexdigest()
+    return stat.st_size, stat.st_mtime_ns, head
+
+
+def read_hot_journal(path: Path) -> HotJournal | None:
+    """The rollback journal beside `path`, if one is there with a live header (a hot journal
+    once its writer is dead), compared page by page with the main file. Reads bytes only:
+    call it when no process has either file open (opening the database would roll it back).
+    Format: https://www.sqlite.org/fileformat.html#the_rollback_journal"""
+    journal_path = path.parent / (path.name + "-journal")
+    try:
+        journal = journal_path.read_bytes()
+    except FileNotFoundError:
+        return None
+    if len(journal) < 28 or not journal.startswith(JOURNAL_MAGIC):
+        return None  # empty, truncated or zeroed: not hot
+    original_pages = int.from_bytes(journal[16:20], "big")
+    sector = int.from_bytes(journal[20:24], "big")
+    page_size = int.from_bytes(journal[24:28], "big")
+    if page_size < 512 or sector < 28:
+        return None
+    main = path.read_bytes()
+    pages = overwritten = 0
+    header = 0
+    record = 4 + page_size + 4  # page number, original content, checksum
+    # Segment by segment, as SQLite plays it back: a header whose magic is still zero (its
+    # records not yet synced, so none of their pages written to the main file) ends it.
+    while journal[header : header + 8] == JOURNAL_MAGIC:
+        count = int.from_bytes(journal[header + 8 : header + 12], "big")
+        offset = header + sector
+        if count == 0xFFFFFFFF:  # no-sync journals: as many records as the file holds
+            count = (len(journal) - offset) // record
+        for _ in range(count):
+            if offset + record > len(journal):
+                break
+            number = int.from_bytes(journal[offset : offset + 4], "big")
+            if number == 0:
+                break  # not a record: SQLite would stop here too
+            original = journal[offset + 4 : offset + 4 + page_size]
+            start = (number - 1) * page_size
+            pages += 1
+            overwritten += main[start : start + page_size] != original
+            offset += record
+        header = -(-offset // sector) * sector  # the next header starts on a sector boundary
+    return HotJournal(pages, overwritten, original_pages, len(main) // page_size)
+
+
 def interrupt_upgrade(
     path: Path, runner: str, rng: random.Random, server: prefork.ForkServer | None = None
 ) -> InterruptedUpgrade:
     """Start an upgrade in a child, SIGKILL it a random moment after it starts writing.
 
-    "Starts writing" is seen from outside: a rollback journal appears, or the WAL grows. Only
-    the filesystem is looked at afterwards; opening the file here would roll back its hot
-    journal and hide whether the next upgrade can.
+    "Starts writing" is seen from outside, with `os.stat` only: in WAL mode the WAL grows
+    (the kill then lands 0-80 ms later). With a rollback journal the journal appearing is not
+    enough: SQLite journals original pages as it changes them but writes the main file only
+    when its cache spills or at commit, and a kill before that leaves a journal nobody needs.
+    So there the kill waits until the main file itself changed (size or mtime_ns) while a
+    journal of `HOT_JOURNAL_KILL_BYTES` is there, then lands 0-30 ms later. Only once the
+    child is dead are the files' bytes read (`read_hot_journal`): opening the database here
+    would roll back its hot journal and hide whether the next upgrade can.
     """
+    wal = _uses_wal(path)
+    before = None if wal else _main_file_state(path)
     started = time.monotonic()
     process = _start_upgrade(sqlite_url(path), runner, server, output=subprocess.DEVNULL)
     try:
         while process.poll() is None and time.monotonic() - started < 60:
-            if _sidecar_bytes(path, "-journal") or _sidecar_bytes(path, "-wal"):
-                break
+            if wal:
+                if _sidecar_bytes(path, "-journal") or _sidecar_bytes(path, "-wal"):
+                    break
+            elif before is not None and _sidecar_bytes(path, "-journal") >= HOT_JOURNAL_KILL_BYTES:
+                stat = path.stat()
+                if (stat.st_size, stat.st_mtime_ns) != before[:2]:
+                    break
             time.sleep(0.0005)
-        time.sleep(rng.uniform(0.0, 0.08))
+        time.sleep(rng.uniform(0.0, 0.08 if wal else 0.03))
         running = process.poll() is None
         process.kill()
     finally:
         process.wait()
+    main_changed = None
+    journal = None
+    if before is not None:
+        main_changed = _main_file_state(path) != before
+        journal = read_hot_journal(path)
     return InterruptedUpgrade(
         killed_while_running=running,
         delay_s=time.monotonic() - started,
         journal_bytes=_sidecar_bytes(path, "-journal"),
         wal_bytes=_sidecar_bytes(path, "-wal"),
+        main_changed=main_changed,
+        hot_journal=journal,
     )
 
 
@@ -882,8 +992,13 @@ class MigrationTrial:
 
     @property
     def killed_mid_transaction(self) -> bool:
-        # Still running at the kill and its work not committed: the rerun had to redo it.
-        return self.interrupted.killed_while_running and self.rerun_did_work
+        """Still running at the kill and its work not committed: the rerun had to redo it.
+        With a rollback journal also: the main file had been written by the transaction and
+        a hot journal was left, so the rerun had to roll it back first."""
+        interrupted = self.interrupted
+        if not (interrupted.killed_while_running and self.rerun_did_work):
+            return False
+        return interrupted.main_changed is None or interrupted.left_rollback_to_do
 
 
 def run_migration_trial(
