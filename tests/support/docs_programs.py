@@ -44,7 +44,7 @@ from pathlib import Path
 
 PROGRAM = str(Path(__file__).resolve())
 ENTRY_POINTS = {"sessionstore": "sessionstore.cli:main", "alembic": "alembic.config:main"}
-IMPORTS = ("sessionstore.cli", "sessionstore", "alembic.config", "alembic.command")
+IMPORTS = ("sessionstore.cli", "sessionstore", "alembic.config", "alembic.command", "prefork")
 _MAX_REQUEST = 1 << 20
 
 
@@ -149,8 +149,9 @@ def _program(request: dict[str, object], fds: list[int]) -> None:
     never returns (``SystemExit``, as a program ends)."""
     import importlib
     import random
-    import traceback
     import types
+
+    from prefork import end_as_program  # imported by the server (IMPORTS), not the client
 
     for number, fd in enumerate(fds):
         os.dup2(fd, number)
@@ -162,26 +163,22 @@ def _program(request: dict[str, object], fds: list[int]) -> None:
     os.environ.update(environment)
     random.seed()
     arguments = list(request["arguments"])  # type: ignore[call-overload]
-    code: object = 0
-    try:
+
+    def body() -> object:
         if request["kind"] == "code":
             sys.argv = ["-c"]
             sys.path[0] = ""
             main = types.ModuleType("__main__")
             sys.modules["__main__"] = main
             exec(compile(arguments[0], "<string>", "exec"), main.__dict__)
-        else:
-            name, argv0, *rest = arguments
-            module_name, _, function = ENTRY_POINTS[name].partition(":")
-            sys.argv = [argv0, *rest]
-            sys.path[0] = os.path.dirname(argv0)
-            code = getattr(importlib.import_module(module_name), function)()
-    except SystemExit as exc:
-        code = exc.code
-    except BaseException:
-        traceback.print_exc()
-        code = 1
-    raise SystemExit(code)
+            return 0
+        name, argv0, *rest = arguments
+        module_name, _, function = ENTRY_POINTS[name].partition(":")
+        sys.argv = [argv0, *rest]
+        sys.path[0] = os.path.dirname(argv0)
+        return getattr(importlib.import_module(module_name), function)()
+
+    end_as_program(body)
 
 
 def serve(socket_path: str) -> int:

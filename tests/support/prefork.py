@@ -41,9 +41,9 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 PROGRAM = str(Path(__file__).resolve())
 PIPE = subprocess.PIPE
@@ -287,15 +287,26 @@ def _run(target: str, args: list[str]) -> None:
     random.seed()  # a separate program draws its own numbers
     module_name, _, function = target.partition(":")
     sys.argv = [module_name, *args]
+
+    def body() -> None:
+        getattr(importlib.import_module(module_name), function)(*args)
+
+    end_as_program(body)
+
+
+def end_as_program(body: Callable[[], object]) -> NoReturn:
+    """Run a forked program's ``body`` and end as a program does (``SystemExit``: atexit
+    handlers, buffers flushed): with what ``body`` returns as its status (None: 0), the code of
+    a ``SystemExit`` it raised, or 1 and the traceback of anything else."""
     code: object = 0
     try:
-        getattr(importlib.import_module(module_name), function)(*args)
+        code = body()
     except SystemExit as exc:
         code = exc.code
     except BaseException:
         traceback.print_exc()
         code = 1
-    raise SystemExit(code)  # ends as a program does: atexit handlers, buffers flushed
+    raise SystemExit(code)
 
 
 def serve(control_fd: int, prime: str, imports: Sequence[str]) -> int:
