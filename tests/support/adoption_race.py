@@ -50,15 +50,9 @@ class Outcome:
 
 
 IMPORTS = (
-    "adoption_race", "alembic.command", "alembic.config", "sessionstore.cli", "sessionstore",
-    "sessionstore.api.session_db", "sessionstore.schema.migrate", "sessionstore.schema.models",
-    "sessionstore.dialects.sqlite", "sessionstore.search.sqlite", "sessionstore.storage.backups",
-    "sessionstore.schema.new_store", "sessionstore.dialects.sqlite_image", "logging.config",
-    "sessionstore._migrations.search_ddl", "sessionstore._migrations.helpers",
-    "sessionstore._migrations.hermes_v30_v31_ddl", "sessionstore._migrations.revision_0044_ddl",
-    "sessionstore._migrations.model_usage_ddl", "sessionstore._migrations.chain_state",
-    "sessionstore._migrations.hermes_v23_v31_orders", "rich.console", "pydantic.main",
-    "pydantic.type_adapter", "typer._adapters",
+    "adoption_race", *prefork.CHAIN_IMPORTS, "sessionstore.cli", "sessionstore.api.session_db",
+    "sessionstore.storage.backups", "rich.console", "pydantic.main", "pydantic.type_adapter",
+    "typer._adapters",
 )  # fmt: skip
 """What the program and its openers import (``_race``; an opener's first open and the CLI's
 report, their lazy imports included: the ORM models, the dialect, Alembic's config), so that

@@ -736,15 +736,8 @@ def upgrade_command(url: str, runner: str) -> list[str]:
 
 
 UPGRADE_IMPORTS = (
-    "faultlib", "alembic.config", "alembic.command", "sessionstore", "sessionstore.migrate",
-    "sessionstore.schema.migrate", "sessionstore.schema.models", "sessionstore.schema.new_store",
-    "sessionstore.dialects.sqlite", "sessionstore.dialects.sqlite_image",
-    "sessionstore.search.sqlite", "sessionstore.search.registry", "sessionstore.sql.codec",
-    "sessionstore.sql.ledger_tables", "logging.config",
-    "sessionstore._migrations.search_ddl", "sessionstore._migrations.helpers",
-    "sessionstore._migrations.chain_state", "sessionstore._migrations.hermes_v23_v31_orders",
-    "sessionstore._migrations.hermes_v30_v31_ddl", "sessionstore._migrations.model_usage_ddl",
-    "sessionstore._migrations.revision_0044_ddl",
+    "faultlib", *prefork.CHAIN_IMPORTS, "sessionstore.migrate", "sessionstore.search.registry",
+    "sessionstore.sql.codec", "sessionstore.sql.ledger_tables",
 )  # fmt: skip
 """What an upgrade's program imports (``upgrade_server``), its lazy imports included (the ORM
 models, the dialect, the chain's helper modules): each killed upgrade and each rerun finds

@@ -49,6 +49,19 @@ PROGRAM = str(Path(__file__).resolve())
 PIPE = subprocess.PIPE
 DEVNULL = subprocess.DEVNULL
 
+CHAIN_IMPORTS = (
+    "alembic.config", "alembic.command", "logging.config", "sessionstore",
+    "sessionstore.schema.migrate", "sessionstore.schema.models", "sessionstore.schema.new_store",
+    "sessionstore.dialects.sqlite", "sessionstore.dialects.sqlite_image",
+    "sessionstore.search.sqlite", "sessionstore._migrations.search_ddl",
+    "sessionstore._migrations.helpers", "sessionstore._migrations.chain_state",
+    "sessionstore._migrations.hermes_v23_v31_orders", "sessionstore._migrations.hermes_v30_v31_ddl",
+    "sessionstore._migrations.model_usage_ddl", "sessionstore._migrations.revision_0044_ddl",
+)  # fmt: skip
+"""What an upgrade of a SQLite file to head imports, its lazy imports included (Alembic's
+config and logging, the ORM models, the dialect, the chain's helper modules): a server whose
+programs upgrade or open stores imports them once, so that no fork imports them again."""
+
 _PR_SET_CHILD_SUBREAPER = 36
 _MAX_FDS = 3
 _ADOPTING = threading.Lock()
