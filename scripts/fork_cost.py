@@ -111,6 +111,7 @@ def main() -> None:
     options = parser.parse_args()
     url = options.url or f"sqlite:///{tempfile.mkdtemp()}/s.db"
     _instrument()
+    forklib.install_hooks()  # before the first store, as the test's program does
     forklib.prepare(url)
     db = SessionDB(url=url)
     forklib.set_parent(db, url)

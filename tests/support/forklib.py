@@ -30,7 +30,6 @@ import gc
 import json
 import multiprocessing
 import os
-import random
 import select
 import sys
 import threading
@@ -73,21 +72,31 @@ calls a child between forks, though every fork wakes them all anyway (all six in
 at once). At this pause each thread still calls about once or more in a child's life, at
 times while it shuts down."""
 
-WINDOW_CALLS = 6
-"""A fork lets up to this many calls (a random number) end after every thread is inside one:
-so the threads are caught at different points of their calls, not all at the start."""
-
 
 class BusyThreads:
     """One thread per store call, each calling it again and again until :meth:`stop`, and
     every one of them inside a call whenever the process forks.
 
     Between forks a thread rests :data:`PAUSE_S` after each call. A fork (``os.fork``, and so
-    a ``fork`` pool's) first runs this module's hook, before the package's own: it wakes the
-    threads, waits until every one of them is inside a call and a few calls more have ended
-    (:data:`WINDOW_CALLS`), and lets the fork go on; the threads rest again once it is made.
-    ``in_call`` counts the threads inside a call; a child reads the count its fork copied
+    a ``fork`` pool's) runs this module's hook after the package's own (:func:`install_hooks`,
+    called before the process's first store): the package's has closed its gate (no new work
+    enters SQLite) and waited for the threads inside SQLite to leave it; this one wakes the
+    threads, waits until every one of them is inside a call, and lets the fork go on; the
+    threads rest again once it is made. On SQLite each of them is then held at the gate
+    inside its call (or in the writers' queue behind one that is), at whatever step of the
+    call its next piece of work in SQLite is, or still in Python inside the call; on
+    PostgreSQL there is no gate and the threads are wherever their calls are. ``in_call``
+    counts the threads inside a call; a child reads the count its fork copied
     (:func:`inside_at_fork`), so a test sees, fork by fork, that the threads were there.
+
+    The hook used to run before the package's and to wait, besides, for up to six more calls
+    to end (to catch the threads at different points of their calls): the threads called
+    without rest until the forking thread got the interpreter back to see that, 10-20 ms and
+    60-90 calls a fork on a loaded machine, three quarters of the parent's CPU. Where the
+    threads were at the forks was the same (the gate held them), counted over 150 forks each
+    way (``suite_speed.md``, 2026-12-06, ``forkbusy``). If a store exists before
+    :func:`install_hooks` (a script's own order), the hook runs before the package's: the
+    threads then call without rest until they are all inside, as before.
 
     What each acknowledged (the call returned) is kept, so the test can check, at the end,
     that every acknowledged write is in the store; any error is kept too.
@@ -172,7 +181,7 @@ class BusyThreads:
 
     def start(self) -> BusyThreads:
         global _ACTIVE
-        _install_hooks()
+        install_hooks()
         self._running = len(self._threads)
         _ACTIVE = self
         for thread in self._threads:
@@ -189,15 +198,10 @@ class BusyThreads:
             assert not thread.is_alive(), f"{thread.name} never finished its call"
 
     def _before_fork(self) -> None:
-        """In the forking thread: wake the threads and wait for them to be inside calls."""
+        """In the forking thread: wake the threads and wait for them all to be inside calls."""
         self._forking.set()
-        more = random.randint(0, WINDOW_CALLS)
         with self._changed:
-            start = self.calls
-            self._changed.wait_for(
-                lambda: self.in_call >= self._running and self.calls - start >= more,
-                timeout=WINDOW_WAIT_S,
-            )
+            self._changed.wait_for(lambda: self.in_call >= self._running, timeout=WINDOW_WAIT_S)
 
     def _after_fork_in_parent(self) -> None:
         if not self._stop.is_set():
@@ -214,9 +218,10 @@ _inside_at_fork = -1
 _hooks_installed = False
 
 
-def _install_hooks() -> None:
-    """Once per process, after the package's own hook (a store exists already), so that
-    ours runs first before a fork (``os.register_at_fork`` runs those in reverse order)."""
+def install_hooks() -> None:
+    """Once per process. Called before the process's first store, the hook runs after the
+    package's before a fork (``os.register_at_fork`` runs ``before`` hooks in reverse order
+    of registration): the package's gate is closed when it waits for the threads."""
     global _hooks_installed
     if not _hooks_installed:
         os.register_at_fork(
@@ -327,6 +332,7 @@ def pool_program(url: str, forks: int, workers: int) -> dict[str, Any]:
     while this process's threads call the store. Reports whether the children hung or never
     exited, what each child saw and wrote, and what the busy threads had acknowledged, for the
     test to check against the store."""
+    install_hooks()  # before the first store: see BusyThreads
     prepare(url)
     db = SessionDB(url=url)
     set_parent(db, url)
@@ -382,6 +388,7 @@ def pool_program(url: str, forks: int, workers: int) -> dict[str, Any]:
 
 def exit_program(url: str, forks: int) -> dict[str, Any]:
     """Plain ``os.fork()`` children that end through a normal interpreter shutdown."""
+    install_hooks()  # before the first store: see BusyThreads
     prepare(url)
     db = SessionDB(url=url)
     set_parent(db, url)
