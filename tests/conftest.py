@@ -19,7 +19,9 @@ and the full run are timed in docs/getting-started.md):
   process and each program a test starts compiled every module it imported, the test
   modules, the package and a real Hermes release's ``hermes_state.py`` included: compiled files
   go to ``PYTHONPYCACHEPREFIX`` (``~/.cache/sessionstore-tests/pycache`` unless set), outside
-  the source trees, and are compiled once (``_bytecode_cached``).
+  the source trees, and are compiled once (``_bytecode_cached``): on a fresh clone once in all,
+  not once per xdist worker (``bytecode_share``: the workers split the compiling between them,
+  and what the controller read from pip's compiled files is copied into the prefix).
 - **Emptying PostgreSQL.** ``TRUNCATE`` makes new files for every table and index (170 ms);
   ``DELETE`` of the few rows a test wrote takes a few ms (``pg_store_url``).
 - **Migrating.** The chain runs once per test process and dialect; tests get copies
@@ -71,6 +73,9 @@ def _bytecode_cached() -> None:
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     sys.pycache_prefix = str(prefix)  # this process: read when each module is imported
     sys.dont_write_bytecode = False
+    from bytecode_share import carry_over_imported
+
+    carry_over_imported()
 
 
 _bytecode_cached()
@@ -415,6 +420,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 chosen, max_examples=INNER_LOOP_EXAMPLES
             )
 
+
+
+@pytest.hookimpl(tryfirst=True)  # before the collection imports anything
+def pytest_collection(session: pytest.Session) -> None:
+    """An xdist worker compiles its share of the modules first (``bytecode_share``)."""
+    from bytecode_share import compile_my_share
+
+    import sessionstore
+
+    compile_my_share(session.config, [Path(sessionstore.__file__).parent, SUPPORT_DIR])
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
