@@ -31,6 +31,7 @@ from pg_faults import (
     hang_up_after_sending,
     libpq_url,
     terminate,
+    wait_until_ended,
 )
 
 from sessionstore import RetryPolicy, Store, StoreUnavailableError, WriteOutcomeUnknownError
@@ -224,7 +225,7 @@ def test_a_write_still_running_when_the_client_lost_its_socket_is_stored_once(
         cut = cutter.join()
         monkeypatch.undo()
         assert cut, "no write was caught inside the server: the test did not test anything"
-        time.sleep(2.0)  # past the cut backend's own 1.5 s: whatever it was to commit, it has
+        wait_until_ended(pg_url, cut)  # whatever the cut backend was to commit, it has
         assert rows(db) == [(ids[0], "slow")]
         assert counter(db) == 1
     finally:
@@ -270,7 +271,7 @@ def test_an_unverifiable_write_lost_inside_its_commit_has_settled_when_the_error
         session = db.get_session("s")
         assert session is not None
         when_told = session["input_tokens"]
-        time.sleep(2.0)  # past the cut backend's own 1.5 s
+        wait_until_ended(pg_url, cut)  # the cut backend is done with its COMMIT
         session = db.get_session("s")
         assert session is not None and session["input_tokens"] == when_told
     finally:

@@ -10,6 +10,7 @@ processes) see. Also here: a fresh file's physical column order is Hermes v6's.
 
 from __future__ import annotations
 
+import fcntl
 import importlib
 import logging
 import os
@@ -97,6 +98,25 @@ def write_lock_is_free(path: Path) -> bool:
         return False
     finally:
         other.close()
+
+
+def _gate_taken(db_file: Path) -> bool:
+    """True while a writer waits in the store's writers' queue: a waiter holds the queue's gate,
+    ``<db>-writegate``, until it has the lock (``sessionstore.storage.writers_queue``). Tried
+    without waiting and let go of at once; a side file, never the store's own."""
+    try:
+        probe = os.open(f"{db_file}-writegate", os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    else:
+        fcntl.flock(probe, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(probe)
 
 
 def table_info(conn: sqlite3.Connection, table: str) -> list[tuple[Any, ...]]:
@@ -527,7 +547,13 @@ def test_lock_queues_the_writers_of_other_processes_too(db: SessionDB, db_file: 
             stdout=subprocess.PIPE,
             text=True,
         )
-        time.sleep(1.0)  # time enough for the other process to open and try to write
+        # The other process tried to write and waits in the writers' queue: a waiter holds
+        # the gate while it waits for the lock we hold (no timing here, only a bound on how
+        # long a broken queue may keep the test waiting).
+        gave_up_at = time.monotonic() + 60.0
+        while not _gate_taken(db_file) and other.poll() is None:
+            assert time.monotonic() < gave_up_at, "the other process never queued"
+            time.sleep(0.005)
         assert db.message_count("s") == 0  # it is queued, not done
         db._conn.execute("UPDATE sessions SET model = 'acp' WHERE id = 's'")
         released_at = time.time()
@@ -613,13 +639,14 @@ def test_execute_write_runs_hermes_style_and_waits_out_a_busy_store(
     db.create_session("s", "cli")
     blocker = connect_like_the_store(db_file, isolation_level=None, check_same_thread=False)
     blocker.execute("BEGIN IMMEDIATE")
-    threading.Timer(0.5, lambda: blocker.execute("COMMIT")).start()
+    release = threading.Timer(0.5, lambda: blocker.execute("COMMIT"))
+    release.start()
     try:
         changed = db._execute_write(
             lambda conn: conn.execute("UPDATE sessions SET model = 'w' WHERE id = 's'").rowcount
         )
     finally:
-        time.sleep(0.6)
+        release.join()  # its COMMIT has run: the blocker is done with its connection
         blocker.close()
     assert changed == 1
     session = db.get_session("s")

@@ -132,3 +132,18 @@ class SocketCut:
         self._cut.append(sleeping[0])
         with socket.socket(fileno=os.dup(self._sockets[sleeping[0]])) as client_side:
             client_side.shutdown(socket.SHUT_RDWR)
+
+
+def wait_until_ended(url: str, pids: list[int], timeout_s: float = 60.0) -> None:
+    """Return once none of the backends ``pids`` runs any more: whatever they were to commit,
+    they have committed (or rolled back). A cut backend goes on with its statement, then finds
+    its client gone and exits; this looks for that, where a fixed sleep past its trigger's
+    ``pg_sleep`` guessed it (and under load could guess short). ``timeout_s`` only bounds how
+    long a backend that never ends may keep the test waiting."""
+    deadline = time.monotonic() + timeout_s
+    with psycopg.connect(libpq_url(url), autocommit=True) as admin:
+        while admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,)
+        ).fetchone() != (0,):
+            assert time.monotonic() < deadline, f"backends {pids} still run after {timeout_s} s"
+            time.sleep(0.01)
