@@ -275,7 +275,10 @@ from sessionstore import SessionDB
 db = SessionDB(sys.argv[1])
 with db.store.write_lock:
     print("locked", time.time(), flush=True)
-    time.sleep(float(sys.argv[2]))
+    if sys.argv[2] == "until-told":
+        sys.stdin.readline()  # Holder.release()
+    else:
+        time.sleep(float(sys.argv[2]))
     print("releasing", time.time(), flush=True)
 db.close()
 """
@@ -292,11 +295,15 @@ conn.rollback()
 
 
 class Holder:
-    """Another process holding the store's write lock for ``seconds``."""
+    """Another process holding the store's write lock for ``seconds``, or (``None``, the
+    queue holder only) until :meth:`release`: a test whose proof is only that the lock is
+    held while it looks holds it exactly that long, with no margin to guess."""
 
-    def __init__(self, script: str, target: str, seconds: float) -> None:
+    def __init__(self, script: str, target: str, seconds: float | None) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-c", script, target, str(seconds)],
+            [sys.executable, "-c", script, target,
+             "until-told" if seconds is None else str(seconds)],
+            stdin=subprocess.PIPE if seconds is None else None,
             stdout=subprocess.PIPE, text=True, cwd=ROOT,
         )  # fmt: skip
         assert self.process.stdout is not None
@@ -304,6 +311,11 @@ class Holder:
         assert word == "locked"
         self.locked_at = float(stamp)
         self.releasing_at = float("inf")
+
+    def release(self) -> None:
+        """Let go of a lock held until told; then :meth:`wait`."""
+        assert self.process.stdin is not None
+        self.process.stdin.close()  # its readline() returns
 
     def wait(self) -> None:
         assert self.process.stdout is not None
@@ -372,9 +384,12 @@ async def test_a_timeout_while_waiting_for_the_lock_writes_nothing(tmp_path: Pat
     path = tmp_path / "state.db"
     async with AsyncSessionDB(path) as db:
         await db.create_session("s1", "cli")
-        holder = await asyncio.to_thread(Holder, QUEUE_HOLDER, str(path), 3.0)
-        with pytest.raises(asyncio.TimeoutError):
-            await asyncio.wait_for(db.append_message("s1", "user", "too late"), 0.3)
+        holder = await asyncio.to_thread(Holder, QUEUE_HOLDER, str(path), None)
+        try:
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(db.append_message("s1", "user", "too late"), 0.3)
+        finally:
+            holder.release()
         await asyncio.to_thread(holder.wait)
         assert await db.append_message("s1", "user", "in time") > 0  # usable at once
         await db.async_store.idle()
@@ -389,9 +404,12 @@ async def test_a_budget_spent_behind_another_process_is_store_busy(tmp_path: Pat
     path = tmp_path / "state.db"
     SessionDB(path).close()
     async with AsyncSessionDB(path, retry=RetryPolicy(budget_s=0.5)) as db:
-        holder = await asyncio.to_thread(Holder, QUEUE_HOLDER, str(path), 3.0)
-        with pytest.raises(StoreBusyError):
-            await db.create_session("s1", "cli")
+        holder = await asyncio.to_thread(Holder, QUEUE_HOLDER, str(path), None)
+        try:
+            with pytest.raises(StoreBusyError):
+                await db.create_session("s1", "cli")
+        finally:
+            holder.release()
         await asyncio.to_thread(holder.wait)
         await db.create_session("s1", "cli")
         assert await db.get_session("s1") is not None
