@@ -38,7 +38,7 @@ def _current(source: Path, compiled: Path) -> bool:
         return False
     if len(header) < 16 or header[:4] != importlib.util.MAGIC_NUMBER:
         return False
-    flags, mtime, size = struct.unpack("<III", header[4:16])
+    flags, mtime, size = (int(field) for field in struct.unpack("<III", header[4:16]))
     return (
         flags == 0
         and mtime == int(stat.st_mtime) & 0xFFFFFFFF
@@ -112,11 +112,11 @@ def compile_my_share(config: pytest.Config, package_dirs: Iterable[Path]) -> Non
     if not worker.startswith("gw") or count < 2 or sys.dont_write_bytecode:
         return
     try:
-        from _pytest.assertion import assertstate_key
         from _pytest.assertion.rewrite import (
             PYC_TAIL,
             _rewrite_test,
             _write_pyc,
+            assertstate_key,
             get_cache_dir,
             try_makedirs,
         )
