@@ -99,6 +99,13 @@ def _python_files(roots: Iterable[Path]) -> set[Path]:
     return found
 
 
+def _run_path(config: pytest.Config, arg: str) -> Path:
+    """A path of the run as pytest reads it: from where pytest was started, or (``testpaths``,
+    when none is given) from the root directory."""
+    started = config.invocation_params.dir / arg
+    return started if started.exists() else config.rootpath / arg
+
+
 def _rewritten(path: Path) -> bool:
     """pytest's import hook rewrites this file (the run's test modules and conftests)."""
     return path.name == "conftest.py" or any(path.match(pattern) for pattern in TEST_PATTERNS)
@@ -125,8 +132,7 @@ def compile_my_share(config: pytest.Config, package_dirs: Iterable[Path]) -> Non
     rewrite = config.getoption("assertmode") == "rewrite" and config.getini("python_files") == list(
         TEST_PATTERNS
     )
-    invocation = config.invocation_params.dir
-    run_paths = [invocation / str(arg).split("::")[0] for arg in config.args]
+    run_paths = [_run_path(config, str(arg).split("::")[0]) for arg in config.args]
     tests = {path for path in _python_files(run_paths) if _rewritten(path)} if rewrite else set()
     plain = {path for path in _python_files(package_dirs) if not _rewritten(path)}
     share = _deal(sorted(tests | plain), count)[int(worker[2:]) % count]
