@@ -196,8 +196,9 @@ _WINDOW_FROM_FLOOR: Final = (
 # Substring hits get their snippet from instr() around the first occurrence: one pass over the
 # message (FTS5's snippet() scores every window against every hit: quadratic in the hits
 # inside one message). SQLite's LIKE and lower() both fold ASCII letters only, so instr() over
-# lower() finds the very occurrence LIKE matched: in the content, else the tool calls, else the
-# tool name (the columns the search covers; an assistant's tool-call message has no content).
+# lower() finds the very occurrence LIKE matched (instr() over the text itself, for a needle
+# without ASCII letters: _found_sql): in the content, else the tool calls, else the tool name
+# (the columns the search covers; an assistant's tool-call message has no content).
 # Each position is computed once per page row ("OFFSET 0" keeps SQLite from flattening the
 # subquery, which would copy the instr() into every expression that names it), as one number
 # (position * 4 + the column it is in: coalesce() stops at the first column holding it, so the
@@ -230,9 +231,7 @@ SELECT hit.id, hit.session_id, hit.role, hit.timestamp, hit.tool_name, hit.sourc
 FROM (
     SELECT page.id, m.session_id, m.role, page.timestamp, m.tool_name, s.source, s.model,
            s.started_at,
-           coalesce(nullif(instr(lower(m.content), lower(:needle)), 0) * 4 + 1,
-                    nullif(instr(lower(m.tool_calls), lower(:needle)), 0) * 4 + 2,
-                    nullif(instr(lower(m.tool_name), lower(:needle)), 0) * 4 + 3, 1) AS found
+           {{found}} AS found
     FROM (
         SELECT m.id, m.timestamp
         {{candidates}}
@@ -249,6 +248,32 @@ JOIN messages AS m ON m.id = hit.id
 {CONTEXT_JOINS}
 ORDER BY {{page_order}}
 """
+
+
+def _found_sql(fold: bool) -> str:
+    """_SUBSTRING_SEARCH's hit position and column (``found``), the needle searched as
+    ``LIKE`` matched it: in the text and the needle with their ASCII letters lowered
+    (``fold``), else as they are. The same number for a needle without ASCII letters:
+    SQLite's own ``lower()`` (neither library a store opens with has ICU's) changes only the
+    bytes of ASCII capitals (byte for byte, NULs and lengths kept), and no byte of such a
+    needle's occurrence can be one, before or after lowering. The lowered copy of each page
+    row's text it no longer makes was 4 % of a CJK statement hot, more cold (issue 31)."""
+
+    def at(column: str) -> str:
+        return f"instr(lower({column}), lower(:needle))" if fold else f"instr({column}, :needle)"
+
+    return (
+        f"coalesce(nullif({at('m.content')}, 0) * 4 + 1,\n"
+        f"                    nullif({at('m.tool_calls')}, 0) * 4 + 2,\n"
+        f"                    nullif({at('m.tool_name')}, 0) * 4 + 3, 1)"
+    )
+
+
+_FOUND_FOLDED: Final = _found_sql(fold=True)
+_FOUND_AS_IS: Final = _found_sql(fold=False)
+_ASCII_LETTER: Final = re.compile("[A-Za-z]")
+
+
 # The page is chosen from ids alone (sessions joined only when a source filter needs them);
 # the columns, the position of the hit and the text around it are read for the page's rows.
 _BIGRAM_CANDIDATES: Final = f"""
@@ -569,6 +594,7 @@ def _substring_statements(
         "limit": str(page.limit),
         "hit_order": filters.time_order("page"),
         "page_order": filters.time_order("hit"),
+        "found": _FOUND_FOLDED if _ASCII_LETTER.search(needle) else _FOUND_AS_IS,
     }
     proof = _proof_fragments(filters, page) if within is None else None
     values = {**params, **filters.values()}

@@ -608,6 +608,43 @@ def test_substring_window_from_the_head_is_sqlites_substr(sqlite_store: Store) -
     assert {row[0] for row in rows if row[9] is None} == {1, 2, 3, 4, 5, 6, 10, 12, 13}
 
 
+_HAYSTACKS = [
+    "ABC数据库DEF", "abc数据库", "数据库" * 3, "Ä数据库ä", "前后x\x00数据库", "\x00数据库", "",
+    "数据", "ＡＢＣ数据库", "データ数据库データ", "😀数据库", "DATA数据ABC库", "Ä数 据", "😀😀数",
+]
+_NEEDLES = ["数据库", "数据", "库", "データ", "😀数", "\x00数", "Ä数", "数 据"]
+
+
+@pytest.mark.parametrize("needle", _NEEDLES)
+def test_a_needle_without_ascii_letters_is_found_without_lowering(
+    sqlite_store: Store, needle: str
+) -> None:
+    """The substring statement finds a needle without ASCII letters in the text as it is
+    (``sqlite._found_sql``: no lowered copy of each page row's text): the very position and
+    column the lowered search finds, for texts, NULs, blobs, numbers and NULL, in each
+    column; a needle with ASCII letters keeps the lowered search."""
+    assert not sqlite_search._ASCII_LETTER.search(needle)
+    assert sqlite_search._ASCII_LETTER.search("数据abc") and sqlite_search._ASCII_LETTER.search("Z")
+    values = [*_HAYSTACKS, *(text.encode() for text in _HAYSTACKS), None, 12, 1.5]
+    cases = [(value, None, None) for value in values] + [
+        (None, value, other) for value in values for other in (None, "数据库工具")
+    ]
+    sql = (
+        "SELECT {found} FROM (SELECT :content AS content, :tool_calls AS tool_calls, "
+        ":tool_name AS tool_name) AS m"
+    )
+
+    def found(conn: Connection, fold: bool) -> list[Any]:
+        statement = sql.format(found=sqlite_search._found_sql(fold))
+        values = ({"content": content, "tool_calls": calls, "tool_name": name, "needle": needle}
+                  for content, calls, name in cases)  # fmt: skip
+        return [conn.exec_driver_sql(statement, named).scalar() for named in values]
+
+    folded, as_is = sqlite_store.read(lambda conn: (found(conn, True), found(conn, False)))
+    assert as_is == folded
+    assert {value & 3 for value in folded if value > 1} >= {1, 2}  # found in the columns
+
+
 # -- context ---------------------------------------------------------------------------------
 # Ids follow list order, timestamps do not: the session's order is (timestamp, id).
 CONTEXT_CORPUS = [
