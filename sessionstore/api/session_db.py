@@ -81,18 +81,6 @@ def _search_functions() -> tuple[
 
     return hit_fields, reads_alone, search_message_dicts
 
-
-@functools.cache
-def _kept_search() -> Callable[..., Any]:
-    """``search.service.kept_search``, imported on first use (see _search_functions)."""
-    from ..search.service import kept_search
-
-    return kept_search
-
-
-_KEPT_SEARCHES = 256
-"""How many searches' kept forms a SessionDB holds (SessionDB.search_messages)."""
-
 _QUERY_UNIT = re.compile(r'"[^"]+"|\S+')
 """A search query's units for the any-term retry: a quoted phrase, else a run of non-space."""
 
@@ -177,10 +165,6 @@ class SessionDB:
                 self._store.close()
                 raise SchemaOutOfDateError(problem)
         self._repo = SessionRepository(self._store)
-        # This store's CJK searches, each with its checked arguments and statements
-        # (search.service.KeptSearch), by argument: search_messages' fast path. Per instance,
-        # so never another store's; dropped whole when full.
-        self._kept_searches: dict[tuple[Any, ...], Any] = {}
 
     @staticmethod
     def _prepare_schema(
@@ -2392,25 +2376,6 @@ class SessionDB:
         ``before_ts`` keep the hits of sessions started in ``[after_ts, before_ts)`` (whole
         seconds; ``sessionstore.search.service.search_messages``).
         """
-        if (
-            fields is None and source_filter is None and exclude_sources is None
-            and role_filter is None and after_ts is None and before_ts is None
-            and type(query) is str and type(limit) is int and type(offset) is int
-            and type(include_inactive) is bool and (sort is None or type(sort) is str)
-        ):  # fmt: skip
-            # A CJK search without filters (the common one): its kept form, made at its first
-            # call, answers as the general path below does (a CJK query is never retried).
-            # (False: not a search kept, the general path answers.)
-            key = (query, limit, offset, sort, include_inactive)
-            kept: Any = self._kept_searches.get(key)
-            if kept is None:
-                kept = _kept_search()(query, limit, offset, sort, include_inactive) or False
-                if len(self._kept_searches) >= _KEPT_SEARCHES:
-                    self._kept_searches.clear()
-                self._kept_searches[key] = kept
-            if kept:
-                hits: list[dict[str, Any]] = self._store.read(kept, single_statement=True)
-                return hits
         hit_fields, reads_alone, search_message_dicts = _search_functions()
         if fields is not None:
             projection = hit_fields(fields) or ()  # None (every key) asks for no call

@@ -45,23 +45,6 @@ class IndexHealth:
     """Messages the word index covers."""
 
 
-class KeptArguments(Protocol):
-    """A search's checked arguments, kept across its calls on one store
-    (:class:`~.service.KeptSearch`), with a place for what the index keeps beside them."""
-
-    state: Any
-    """The index's own, kept for the next call (None: nothing yet); only the index reads it."""
-
-    @property
-    def query(self) -> SubstringQuery: ...
-
-    @property
-    def filters(self) -> SearchFilters: ...
-
-    @property
-    def page(self) -> Page: ...
-
-
 class SearchIndex(Protocol):
     check_writes: bool
     """True when :meth:`check` must run in a write transaction (FTS5 spells its integrity
@@ -83,14 +66,6 @@ class SearchIndex(Protocol):
     ) -> list[dict[str, Any]]:
         """:meth:`substring_matches` as Hermes's dicts (``context.hit_dicts``), context
         included: what ``SessionDB`` returns (an index may build them without the rows)."""
-
-    def kept_substring_hit_dicts(
-        self, conn: Connection, kept: KeptArguments
-    ) -> list[dict[str, Any]]:
-        """:meth:`substring_hit_dicts` of ``kept``'s arguments, for a search made again and
-        again on one store: what the index derives from them may be kept in ``kept.state``
-        (statements, as long as what they were made for holds), never anything read from
-        the rows."""
 
     def unindexed_word_matches(
         self, conn: Connection, query: str, match: str, filters: SearchFilters, page: Page

@@ -43,7 +43,7 @@ from .hits import (
     substring_snippet_sql,
     substring_snippet_text_sql,
 )
-from .index import DamageSeen, IndexHealth, KeptArguments, optimize_each
+from .index import DamageSeen, IndexHealth, optimize_each
 from .long_text_snippets import highlight_query
 from .postgresql_ddl import HEAD_DDL, HEAD_INDEXES, INDEXED_CHARS, grams_of, indexed_text
 from .request import Page, SearchFilters, filtered_rows, ranks_in_window
@@ -481,12 +481,6 @@ class PostgreSQLSearchIndex:
         self, conn: Connection, query: SubstringQuery, filters: SearchFilters, page: Page
     ) -> list[dict[str, Any]]:
         return hit_dicts(self.substring_matches(conn, query, filters, page))  # context read
-
-    def kept_substring_hit_dicts(
-        self, conn: Connection, kept: KeptArguments
-    ) -> list[dict[str, Any]]:
-        # Nothing kept: the statement is made per call (its parameters are the query's).
-        return self.substring_hit_dicts(conn, kept.query, kept.filters, kept.page)
 
     # -- lifecycle --------------------------------------------------------------------------
     def missing(self, conn: Connection) -> list[str]:

@@ -23,7 +23,7 @@ import contextlib
 import functools
 import weakref
 from collections.abc import Iterator
-from typing import Any, Final, cast
+from typing import Any, Final
 
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
@@ -173,85 +173,6 @@ def search_message_dicts(
     except DBAPIError as exc:
         _raise_if_damaged(conn, index, exc)
         raise
-
-
-class KeptSearch:
-    """One store's CJK search of one set of arguments (no filter, no field list), made once
-    and called with a connection for each search of them (``SessionDB``: ``Store.read(kept,
-    single_statement=True)``): :func:`search_message_dicts`'s answer, with what it derives
-    from the arguments (the checked page and filters, the parsed query) kept, and what the
-    index derives from them and the store's catalog (its statements) kept by the index
-    (:meth:`.SearchIndex.kept_substring_hit_dicts`, which checks the catalog as each search
-    does). A search of 3 CJK characters spent more in the Python between ``SessionDB`` and its
-    statement than in its dicts once other programs had left the caches cold (issue 31).
-
-    Made by :func:`kept_search` for one store (``SessionDB`` keeps them per instance): what it
-    keeps is that store's (filters from its columns, statements for its catalog), never
-    another's. Made again when the connection's engine is another (a store reopened)."""
-
-    __slots__ = ("_arguments", "_asked", "_engine", "state")
-
-    def __init__(
-        self, query: str, limit: int, offset: int, sort: str | None, include_inactive: bool
-    ) -> None:
-        self._arguments = (query, limit, offset, sort, include_inactive)
-        self._engine: Engine | None = None
-        self._asked: tuple[SearchIndex, SubstringQuery, SearchFilters, Page] | None = None
-        self.state: Any = None
-        """The index's own (:meth:`.SearchIndex.kept_substring_hit_dicts`); None: none yet."""
-
-    def __call__(self, conn: Connection) -> list[dict[str, Any]]:
-        asked = self._asked
-        if asked is None or conn.engine is not self._engine:
-            query, limit, offset, sort, include_inactive = self._arguments
-            found = _asked(
-                conn, query, source_filter=None, exclude_sources=None, role_filter=None,
-                limit=limit, offset=offset, include_inactive=include_inactive, sort=sort,
-                after_ts=None, before_ts=None,
-            )  # fmt: skip
-            if found is None or not isinstance(found[1], SubstringQuery):
-                # nothing to search for (kept as nothing: the arguments alone say so)
-                return search_message_dicts(
-                    conn, query, source_filter=None, exclude_sources=None, role_filter=None,
-                    limit=limit, offset=offset, include_inactive=include_inactive, sort=sort,
-                )  # fmt: skip
-            self.state = None
-            self._engine = conn.engine
-            self._asked = asked = cast(
-                "tuple[SearchIndex, SubstringQuery, SearchFilters, Page]", found
-            )
-        index = asked[0]
-        try:
-            return index.kept_substring_hit_dicts(conn, self)
-        except DBAPIError as exc:
-            _raise_if_damaged(conn, index, exc)
-            raise
-
-    @property
-    def query(self) -> SubstringQuery:
-        assert self._asked is not None
-        return self._asked[1]
-
-    @property
-    def filters(self) -> SearchFilters:
-        assert self._asked is not None
-        return self._asked[2]
-
-    @property
-    def page(self) -> Page:
-        assert self._asked is not None
-        return self._asked[3]
-
-
-def kept_search(
-    query: str, limit: int, offset: int, sort: str | None, include_inactive: bool
-) -> KeptSearch | None:
-    """A :class:`KeptSearch` for these arguments (each of exactly its type: the caller checks),
-    or None when the query is not a CJK (substring) search, or too long to keep
-    (:data:`~.terms.CACHED_QUERY_CHARS`): :func:`search_message_dicts` answers those."""
-    if len(query) > CACHED_QUERY_CHARS or not contains_cjk(query):
-        return None
-    return KeptSearch(query, limit, offset, sort, include_inactive)
 
 
 def found_rows(

@@ -54,7 +54,7 @@ from .hits import (
     FoundRow,
     substring_snippet,
 )
-from .index import DamageSeen, IndexHealth, KeptArguments, optimize_each
+from .index import DamageSeen, IndexHealth, optimize_each
 from .long_text_snippets import long_text_snippet
 from .long_text_snippets import snippet_chars as _snippet_chars
 from .long_text_snippets import term_pattern as _term_pattern
@@ -694,70 +694,6 @@ def _hit_context_dicts(row: Sequence[Any], role: str) -> list[dict[str, Any]]:
 # fmt: on
 
 
-def _substring_dicts(rows: list[tuple[Any, ...]], size: int) -> list[dict[str, Any]]:
-    """context.hit_dicts of _substring_rows' rows, built from the statement's rows in one
-    pass (no FoundRow between): what SessionDB's CJK search returns. A stored clock is a float
-    but in a damaged or legacy row: stored_clock() only then."""
-    return [
-        {"id": int(row[0]), "session_id": str(row[1]), "role": (role := str(row[2])),
-         "snippet": _cut_snippet(row[8], _window(row, size), size),
-         "timestamp": row[3] if type(row[3]) is float else stored_clock(row[3]),
-         "tool_name": row[4], "source": str(row[5]), "model": row[6],
-         "session_started": row[7] if type(row[7]) is float else stored_clock(row[7]),
-         "context": _hit_context_dicts(row, role)}
-        for row in rows
-    ]  # fmt: skip
-
-
-def _kept_state(
-    conn: Connection, query: SubstringQuery, filters: SearchFilters, page: Page, size: int
-) -> tuple[Any, tuple[PreparedRead, ...], int] | None:
-    """What SQLiteSearchIndex.kept_substring_hit_dicts keeps after a page read through
-    _substring_statement_rows: the engine's catalog entry now, the plan _substring_page runs
-    for it (_plan's, made from that entry's objects), the needle's length. None (nothing
-    kept: every call reads as _substring_statement_rows does) for a query no index can look
-    up (no catalog asked), one too long to keep a plan for, or no substring catalog read."""
-    known = _CATALOG.get(conn.engine)
-    if (
-        known is None or known[1] != _SUBSTRING_OBJECTS or not query.cacheable
-        or not query.indexable
-    ):  # fmt: skip
-        return None
-    present = _with_size(known[2], known[3])
-    return known, _plan(conn, query, present, filters, page, None), size
-
-
-def _kept_rows(conn: Connection, plan: tuple[PreparedRead, ...]) -> list[tuple[Any, ...]] | None:
-    """The rows of ``plan`` as _substring_page reads them (the first statement that finds
-    rows, each as prepared_rows runs it, on one cursor); None when an object the plan names
-    was dropped since its catalog was read (the catalog is forgotten: the caller reads it
-    again, as _substring_statement_rows does)."""
-    dialect = plan[0].dialect
-    error = dialect.loaded_dbapi.Error
-    rows: list[tuple[Any, ...]] = []
-    cursor: Any = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-    read = plan[0]
-    try:
-        for read in plan:
-            cursor.execute(read.driver_sql, read.driver_params)
-            rows = cursor.fetchall()
-            if rows:
-                break
-    except error as exc:
-        if (
-            isinstance(exc, dialect.loaded_dbapi.OperationalError)
-            and "no such" in str(exc).lower()
-        ):  # fmt: skip
-            _CATALOG.pop(conn.engine, None)
-            return None
-        raise DBAPIError.instance(
-            read.driver_sql, None, exc, error, dialect=dialect,
-        ) from exc  # fmt: skip
-    finally:
-        cursor.close()
-    return rows
-
-
 _new_tuple: Final = tuple.__new__
 _SQLITE_CORRUPT: Final = 11
 _SQLITE_CORRUPT_VTAB: Final = 267  # SQLITE_CORRUPT | 1 << 8
@@ -868,34 +804,19 @@ class SQLiteSearchIndex:
     def substring_hit_dicts(
         self, conn: Connection, query: SubstringQuery, filters: SearchFilters, page: Page
     ) -> list[dict[str, Any]]:
+        # context.hit_dicts of _substring_rows' rows, built from the statement's rows in one
+        # pass (no FoundRow between): what SessionDB's CJK search returns.
+        # A stored clock is a float but in a damaged or legacy row: stored_clock() only then.
         rows, size = self._substring_statement_rows(conn, query, filters, page, None)
-        return _substring_dicts(rows, size)
-
-    def kept_substring_hit_dicts(
-        self, conn: Connection, kept: KeptArguments
-    ) -> list[dict[str, Any]]:
-        # kept.state: the catalog entry (_CATALOG's tuple) a plan was made for, the plan and
-        # the needle's length. Run while that entry is the engine's and trusted, as
-        # _substring_present trusts it, and no listener wants the statements (prepared_rows
-        # sends them through SQLAlchemy then): the statements _substring_page would run, without
-        # the look-ups that find them (parsed query, catalog objects, plan by identity). Else,
-        # and after an object the catalog named was dropped, _substring_statement_rows reads
-        # the page, and the plan it ran is kept.
-        state = kept.state
-        if state is not None:
-            known = _CATALOG.get(conn.engine)
-            if (
-                known is state[0] and time.monotonic() - known[4] < _CATALOG_TRUSTED_S
-                and not (conn.dispatch.before_cursor_execute
-                         or conn.dispatch.after_cursor_execute)
-            ):  # fmt: skip
-                rows = _kept_rows(conn, state[1])
-                if rows is not None:
-                    return _substring_dicts(rows, state[2])
-        query, filters, page = kept.query, kept.filters, kept.page
-        rows, size = self._substring_statement_rows(conn, query, filters, page, None)
-        kept.state = _kept_state(conn, query, filters, page, size)
-        return _substring_dicts(rows, size)
+        return [
+            {"id": int(row[0]), "session_id": str(row[1]), "role": (role := str(row[2])),
+             "snippet": _cut_snippet(row[8], _window(row, size), size),
+             "timestamp": row[3] if type(row[3]) is float else stored_clock(row[3]),
+             "tool_name": row[4], "source": str(row[5]), "model": row[6],
+             "session_started": row[7] if type(row[7]) is float else stored_clock(row[7]),
+             "context": _hit_context_dicts(row, role)}
+            for row in rows
+        ]  # fmt: skip
 
     def unindexed_word_matches(
         self, conn: Connection, query: str, match: str, filters: SearchFilters, page: Page
