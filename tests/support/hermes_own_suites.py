@@ -170,7 +170,15 @@ def baseline_key(suite: Suite) -> str:
     """A hash of everything the release's side depends on: the unpacked release tree (every
     file, by content), this interpreter, the distributions installed beside it (name and
     version), the SQLite library the standard ``sqlite3`` loads, the platform, and this
-    module's source (how the side is run)."""
+    module's source (how the side is run).
+
+    Not where the checkout or its venv lives: the interpreter is named by the binary a venv's
+    ``python`` resolves to and its version, so a checkout elsewhere on the machine with the same
+    packages (CI's fresh clone, after the session's own full run; another worktree) finds the
+    baselines kept. It counted the venv's path, and CI, in a clone of its own, made all eight
+    again (~2-7 CPU s a release warm, 8-11 on a clean machine). Nor pip's version (:data:`
+    _INSTALLERS`): a venv made by ``scripts/venv.sh`` upgrades it, one made by hand does not,
+    and no suite imports it (their files run with plugin autoload off)."""
     digest = hashlib.sha256()
     tree = sdist_tree(suite)
     for path in sorted(tree.rglob("*")):
@@ -178,14 +186,22 @@ def baseline_key(suite: Suite) -> str:
             digest.update(str(path.relative_to(tree)).encode() + b"\0")
             digest.update(hashlib.sha256(path.read_bytes()).digest())
     packages = sorted(
-        f"{dist.metadata['Name']}=={dist.version}" for dist in importlib.metadata.distributions()
+        f"{dist.metadata['Name']}=={dist.version}"
+        for dist in importlib.metadata.distributions()
+        if str(dist.metadata["Name"]).lower() not in _INSTALLERS
     )
-    facts = [suite.name, sys.version, sys.executable, sqlite3.sqlite_version, platform.platform(),
+    interpreter = os.path.realpath(sys.executable)
+    facts = [suite.name, sys.version, interpreter, sqlite3.sqlite_version, platform.platform(),
              *packages]  # fmt: skip
     digest.update(json.dumps(facts).encode())
     digest.update(Path(__file__).read_bytes())
     digest.update(Path(own_suite_side.__file__).read_bytes())
     return digest.hexdigest()
+
+
+_INSTALLERS = frozenset({"pip"})
+"""Distributions left out of :func:`baseline_key`: what installs packages, not what a suite
+imports."""
 
 
 def _baseline_path(key: str) -> Path:
