@@ -141,7 +141,7 @@ def test_deleting_or_pruning_a_session_takes_its_usage_rows(db: SessionDB) -> No
 
 @pytest.mark.postgresql
 def test_the_usage_upsert_is_one_statement_on_postgresql(
-    empty_pg_url: str, monkeypatch: pytest.MonkeyPatch
+    fresh_migrated_pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The token update is two statements on the driver's cursor: the totals' UPDATE, then
     the per-model row's ``INSERT ... ON CONFLICT DO UPDATE`` (one statement, whatever the
@@ -156,7 +156,7 @@ def test_the_usage_upsert_is_one_statement_on_postgresql(
 
     run = usage.run_compiled
     monkeypatch.setattr(usage, "run_compiled", remember)
-    with SessionDB(url=empty_pg_url) as db:
+    with SessionDB(url=fresh_migrated_pg_url) as db:
         db.create_session("s", "cli")
         for _ in range(2):  # the row's insert, then its update
             db.update_token_counts("s", input_tokens=3, model="m", billing_provider="p",

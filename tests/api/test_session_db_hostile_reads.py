@@ -154,7 +154,9 @@ def seeded(
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path_factory.mktemp('facade_properties')}/state.db"
     else:
-        url = request.getfixturevalue("pg_databases").create()
+        # A database of this module's own at head (a copy of the migrated template).
+        template = request.getfixturevalue("migrated_pg_template")
+        url = request.getfixturevalue("pg_databases").create(template=template)
     db = SessionDB(url=url)
     engine = engine_like_the_store(url)
     _seed(db, engine)

@@ -85,7 +85,9 @@ def shared(
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path_factory.mktemp('markers')}/state.db"
     else:
-        url = request.getfixturevalue("pg_databases").create()
+        # A database of this module's own at head (a copy of the migrated template).
+        template = request.getfixturevalue("migrated_pg_template")
+        url = request.getfixturevalue("pg_databases").create(template=template)
     database = SessionDB(url=url)
     database.create_session("s", "cli")
     yield database

@@ -757,8 +757,8 @@ def test_a_forked_child_opens_its_own_conn_and_the_parent_keeps_working(
     assert db.message_count("parent") == 1
 
 
-def test_conn_exists_only_on_a_sqlite_file(empty_pg_url: str) -> None:
-    db = SessionDB(url=empty_pg_url)
+def test_conn_exists_only_on_a_sqlite_file(fresh_migrated_pg_url: str) -> None:
+    db = SessionDB(url=fresh_migrated_pg_url)
     try:
         with pytest.raises(AttributeError, match="only on a SQLite file"):
             db._conn  # noqa: B018 - the access is the test

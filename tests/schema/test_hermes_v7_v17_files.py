@@ -258,7 +258,7 @@ def test_v17_file_reads_without_an_upgrade(tmp_path: Path) -> None:
 
 
 @pytest.mark.postgresql
-def test_v17_file_round_trip_into_postgresql(tmp_path: Path, empty_pg_url: str) -> None:
+def test_v17_file_round_trip_into_postgresql(tmp_path: Path, fresh_migrated_pg_url: str) -> None:
     """Adopt a current Hermes file, write to it, export it, import it into PostgreSQL."""
     import io
 
@@ -277,11 +277,10 @@ def test_v17_file_round_trip_into_postgresql(tmp_path: Path, empty_pg_url: str) 
         exported = io.StringIO()
         export_jsonl(db.store, exported)
         sqlite_sessions = db.export_all()
-    migrate.upgrade(empty_pg_url)
-    with Store.open(empty_pg_url) as target:
+    with Store.open(fresh_migrated_pg_url) as target:
         exported.seek(0)
         import_jsonl(target, exported)
-    with SessionDB(url=empty_pg_url) as pg:
+    with SessionDB(url=fresh_migrated_pg_url) as pg:
         pg_sessions = pg.export_all()
         assert [s["id"] for s in pg_sessions] == [s["id"] for s in sqlite_sessions]
         for ours, theirs in zip(sqlite_sessions, pg_sessions, strict=True):

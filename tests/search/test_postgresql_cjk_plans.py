@@ -29,7 +29,6 @@ import sqlalchemy as sa
 from psycopg import sql as psql
 
 from sessionstore.api.session_db import SessionDB
-from sessionstore.schema import migrate
 
 pytestmark = pytest.mark.postgresql
 
@@ -89,6 +88,7 @@ class Corpora:
     whether it was ever analyzed (statistics outlive a refill: only a new database has none)."""
 
     pg_databases: Any
+    template: str
     url: str = ""
     loaded: tuple[int, int] | None = None
     analyzed: bool = False
@@ -97,8 +97,8 @@ class Corpora:
         """A store of its own on the database holding FILL's ``rows`` rows (needles
         ``rarity`` times rarer), analyzed or never analyzed as asked."""
         if not self.url or (self.analyzed and not analyzed):
-            self.url = self.pg_databases.create()
-            migrate.upgrade(self.url)
+            # At head, never analyzed: a copy of the migrated template (no statistics).
+            self.url = self.pg_databases.create(template=self.template)
             self.loaded, self.analyzed = None, False
         if self.loaded != (rows, rarity):
             with psycopg.connect(plain_url(self.url), autocommit=True) as conn, conn.transaction():
@@ -121,8 +121,8 @@ class Corpora:
 
 
 @pytest.fixture(scope="module")
-def corpora(pg_databases: Any) -> Corpora:
-    return Corpora(pg_databases)
+def corpora(pg_databases: Any, migrated_pg_template: str) -> Corpora:
+    return Corpora(pg_databases, migrated_pg_template)
 
 
 @pytest.fixture

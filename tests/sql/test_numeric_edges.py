@@ -227,18 +227,18 @@ def test_revision_0009_widens_every_postgresql_counter_and_narrows_back(
         assert conn.execute(sa.text("SELECT input_tokens FROM sessions")).scalar_one() == 7
 
 
-def test_revision_0009_downgrade_refuses_values_beyond_32_bits(empty_pg_url: str) -> None:
-    migrate.upgrade(empty_pg_url)
-    with SessionDB(url=empty_pg_url) as db:
+def test_revision_0009_downgrade_refuses_values_beyond_32_bits(fresh_migrated_pg_url: str) -> None:
+    url = fresh_migrated_pg_url  # at head: a copy of the migrated template
+    with SessionDB(url=url) as db:
         db.create_session("big", "cli")
         db.update_token_counts("big", cache_read_tokens=3 * 10**9)
     with pytest.raises(RuntimeError, match=r"sessions\.cache_read_tokens.*nothing was changed"):
-        migrate.downgrade(empty_pg_url, "0008")
+        migrate.downgrade(url, "0008")
     # The whole downgrade is refused: the store is still at head (the later revisions' steps
     # down were rolled back with it).
-    assert migrate.current(empty_pg_url) == migrate.HEAD_REVISION
-    assert {pg_column_types(empty_pg_url)[key] for key in COUNTERS} == {"bigint"}
-    with SessionDB(url=empty_pg_url) as db:
+    assert migrate.current(url) == migrate.HEAD_REVISION
+    assert {pg_column_types(url)[key] for key in COUNTERS} == {"bigint"}
+    with SessionDB(url=url) as db:
         assert db.get_session("big")["cache_read_tokens"] == 3 * 10**9  # type: ignore[index]
 
 
@@ -328,12 +328,14 @@ def test_revision_0023_widens_postgresql_message_ids_and_narrows_back(
 
 
 @pytest.mark.parametrize("where", ["row", "sequence"])
-def test_revision_0023_downgrade_refuses_ids_beyond_32_bits(empty_pg_url: str, where: str) -> None:
-    migrate.upgrade(empty_pg_url)
-    with SessionDB(url=empty_pg_url) as db:
+def test_revision_0023_downgrade_refuses_ids_beyond_32_bits(
+    fresh_migrated_pg_url: str, where: str
+) -> None:
+    url = fresh_migrated_pg_url  # at head: a copy of the migrated template
+    with SessionDB(url=url) as db:
         db.create_session("s", "cli")
         db.append_message("s", "user", "small id")
-    with plain_transaction(empty_pg_url) as conn:
+    with plain_transaction(url) as conn:
         if where == "row":
             conn.execute(
                 sa.text(
@@ -348,6 +350,6 @@ def test_revision_0023_downgrade_refuses_ids_beyond_32_bits(empty_pg_url: str, w
                 {"id": BIG_ID},
             )
     with pytest.raises(RuntimeError, match=r"below revision 0023.*nothing was changed"):
-        migrate.downgrade(empty_pg_url, "0022")
-    assert migrate.current(empty_pg_url) == migrate.HEAD_REVISION
-    assert pg_message_id_types(empty_pg_url) == ("bigint", "bigint")
+        migrate.downgrade(url, "0022")
+    assert migrate.current(url) == migrate.HEAD_REVISION
+    assert pg_message_id_types(url) == ("bigint", "bigint")
