@@ -1268,6 +1268,9 @@ def test_revision_0007_up_down_up_keeps_schema_version_and_indexes_existing_rows
 
 
 # -- PostgreSQL: the planner uses the indexes ---------------------------------------------------
+# slow: its rows are the server's work (~4 server CPU s, 5 s of the inner loop's wall), which
+# the test process's CPU, and so tests/slow_tests.txt's measure, does not count.
+@pytest.mark.slow
 @pytest.mark.parametrize("store_url", ["postgresql"], indirect=True)
 def test_postgresql_search_plans_use_the_gin_indexes(store: Store) -> None:
     def fill(conn: Connection) -> None:
