@@ -10,7 +10,6 @@ processes) see. Also here: a fresh file's physical column order is Hermes v6's.
 
 from __future__ import annotations
 
-import fcntl
 import importlib
 import logging
 import os
@@ -33,6 +32,7 @@ from legacy_v1_v6 import build_legacy_db
 from legacy_v23_v31 import V31_MESSAGE_NAMES, V31_SESSION_NAMES
 from real_hermes import backup_copy
 from store_library import connect_like_the_store, engine_like_the_store
+from writer_gate import gate_taken
 
 import sessionstore
 import sessionstore.hermes.state as hermes_state_module
@@ -98,25 +98,6 @@ def write_lock_is_free(path: Path) -> bool:
         return False
     finally:
         other.close()
-
-
-def _gate_taken(db_file: Path) -> bool:
-    """True while a writer waits in the store's writers' queue: a waiter holds the queue's gate,
-    ``<db>-writegate``, until it has the lock (``sessionstore.storage.writers_queue``). Tried
-    without waiting and let go of at once; a side file, never the store's own."""
-    try:
-        probe = os.open(f"{db_file}-writegate", os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    else:
-        fcntl.flock(probe, fcntl.LOCK_UN)
-        return False
-    finally:
-        os.close(probe)
 
 
 def table_info(conn: sqlite3.Connection, table: str) -> list[tuple[Any, ...]]:
@@ -551,7 +532,7 @@ def test_lock_queues_the_writers_of_other_processes_too(db: SessionDB, db_file: 
         # the gate while it waits for the lock we hold (no timing here, only a bound on how
         # long a broken queue may keep the test waiting).
         gave_up_at = time.monotonic() + 60.0
-        while not _gate_taken(db_file) and other.poll() is None:
+        while not gate_taken(Path(f"{db_file}-writegate")) and other.poll() is None:
             assert time.monotonic() < gave_up_at, "the other process never queued"
             time.sleep(0.005)
         assert db.message_count("s") == 0  # it is queued, not done

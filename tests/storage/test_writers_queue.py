@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from store_library import connect_like_the_store
+from writer_gate import gate_taken
 
 from sessionstore.api.session_db import SessionDB
 from sessionstore.errors import StoreBusyError
@@ -416,20 +417,6 @@ def test_a_forked_child_of_a_process_with_a_helper_waits_on_its_own(tmp_path: Pa
     _close_leaving_no_side_file(lock, probe, queue, holder)
 
 
-def _gate_taken(gate: Path) -> bool:
-    """True while somebody holds the gate (tried without waiting, let go of at once)."""
-    probe = os.open(gate, os.O_RDONLY)
-    try:
-        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    else:
-        fcntl.flock(probe, fcntl.LOCK_UN)
-        return False
-    finally:
-        os.close(probe)
-
-
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_waiting_process_gets_the_lock_before_the_releaser_takes_it_again(
     tmp_path: Path,
@@ -459,7 +446,7 @@ def test_a_waiting_process_gets_the_lock_before_the_releaser_takes_it_again(
         # The child queues: it holds the gate while it waits for the lock (no timing here,
         # only a bound on how long a broken queue may keep the test waiting).
         gave_up_at = time.monotonic() + 60.0
-        while not _gate_taken(holder.gate_path):
+        while not gate_taken(holder.gate_path):
             assert time.monotonic() < gave_up_at, "the child never queued"
             time.sleep(0.001)
         holder.release(held)
