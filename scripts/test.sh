@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run the whole test suite from a fresh clone: creates .venv, installs the package with its dev
 # extra (only when pyproject.toml changed), then runs pytest (in parallel on the machine's
-# cores). Extra arguments go to pytest.
+# cores, and one worker more). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/venv.sh
