@@ -18,10 +18,11 @@ Three substitutions, all about where or how long things run rather than what:
   minutes each) is checked, not run: each script must exist and accept every option the line
   gives it (its ``--help`` names them).
 
-And one about how the programs start: a ``python`` block and each ``sessionstore`` or
-``alembic`` command are forked from one process that imported the package, Alembic and
-SQLAlchemy once (``tests/support/docs_programs.py``: the block's or command's own arguments,
-streams, directory, environment and exit status; ~50 interpreter start-ups a run saved). Other
+And one about how the programs start: a ``python`` block and each ``sessionstore``,
+``alembic``, ``python -c`` or ``python -m`` command are forked from one process that imported
+once what they import (the package, Alembic, SQLAlchemy, Rich, Pydantic:
+``tests/support/docs_programs.py``; the block's or command's own arguments, streams, directory,
+environment and exit status; ~50 interpreter start-ups and their imports a run saved). Other
 tests start the console scripts and a fresh interpreter themselves.
 """
 

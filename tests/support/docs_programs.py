@@ -10,12 +10,15 @@ that program's environment), freezes what the imports made and forks one process
 
 A request comes from a small client, ``python -I -S docs_programs.py --client SOCKET KIND
 ...`` (stdlib only, ~15 ms): the ``sessionstore`` and ``alembic`` shims :meth:`bin_dir` puts
-first on the ``PATH`` exec it, and a ``python`` block is given to it as ``code``. It hands over
+first on the ``PATH`` exec it, as does its ``python`` shim for ``python -c CODE`` and ``python
+-m MODULE`` (any other use of ``python`` is the interpreter itself), and a ``python`` block is
+given to it as ``code``. It hands over
 its standard streams, arguments, working directory and whole environment; the program (a
 grandchild of the server: a middle process waits for it and answers) gets them all, runs
 ``sessionstore.cli:main`` / ``alembic.config:main`` as their console scripts do (``sys.argv``
-the command's, ``sys.exit`` of what ``main`` returns), or the code as ``python -c`` runs it
-(``__main__``, ``sys.argv == ["-c"]``, the working directory first on ``sys.path``), and ends
+the command's, ``sys.exit`` of what ``main`` returns), the code as ``python -c`` runs it
+(``__main__``, ``sys.argv == ["-c", ...]``, the working directory first on ``sys.path``) or the
+module as ``python -m`` does (``runpy``, ``__main__``, the working directory first), and ends
 as a program does (``SystemExit``: ``atexit`` handlers, non-daemon threads waited for, buffers
 flushed; an uncaught exception's traceback and status 1). The client exits with the program's
 status, so ``bash -e``, ``||`` and pipes see it as before.
@@ -44,7 +47,24 @@ from pathlib import Path
 
 PROGRAM = str(Path(__file__).resolve())
 ENTRY_POINTS = {"sessionstore": "sessionstore.cli:main", "alembic": "alembic.config:main"}
-IMPORTS = ("sessionstore.cli", "sessionstore", "alembic.config", "alembic.command", "prefork")
+IMPORTS = (
+    "sessionstore.cli", "sessionstore", "alembic.config", "alembic.command", "prefork",
+    "sessionstore.api.session_db", "sessionstore.schema.adoption", "sessionstore.schema.readable",
+    "sessionstore.storage.backups", "sessionstore.search.service", "sessionstore.cli._output",
+    "sqlite3", "rich.console",
+)  # fmt: skip
+"""What the server imports before it forks, with ``prefork.CHAIN_IMPORTS`` (what an upgrade
+of a SQLite file imports) and :data:`OPTIONAL_IMPORTS`: what the docs' programs import, measured
+(a ``sys.modules`` diff at each program's exit, one run of the docs: ~250 modules that 15 or
+more of its ~50 programs imported each, 0.3-0.6 CPU s a program, the store's modules, the
+migration chain's, SQLAlchemy's ORM and SQLite dialect, Rich, Pydantic through Typer). None of
+them reads the environment, a terminal or the SQLite library's choice when imported (checked:
+no module-level ``environ``/``getenv``/home lookup; ``sqlite_library.library`` is still
+uncalled after the imports), so each program still decides those from its own environment.
+The PostgreSQL driver is left to the few programs that use it."""
+OPTIONAL_IMPORTS = ("pysqlite3.dbapi2", "typer._adapters")
+"""Imported when installed: pysqlite3 (the SQLite library where the system's is vulnerable)
+and Typer's Pydantic adapters (newer Typers; what a command's arguments are parsed through)."""
 _MAX_REQUEST = 1 << 20
 
 
@@ -82,6 +102,18 @@ class ProgramServer:
                 f'entry "{name}" "$0" "$@"\n'
             )
             shim.chmod(0o755)
+        # ``python -c CODE`` and ``python -m MODULE`` (a bash block's, a command substitution's)
+        # are forked too; any other use of ``python`` is the interpreter itself.
+        python = self.bin_dir / "python"
+        python.write_text(
+            "#!/bin/sh\n"
+            'if [ "$#" -ge 2 ] && { [ "$1" = -c ] || [ "$1" = -m ]; }; then\n'
+            f'  exec "{sys.executable}" -I -S "{PROGRAM}" --client "{self.socket_path}" '
+            'python "$@"\n'
+            "fi\n"
+            f'exec "{sys.executable}" "$@"\n'
+        )
+        python.chmod(0o755)
         self._counted = sys.modules.get("cpu_durations")
         if self._counted is not None:
             self._counted.UNREAPED_CPU.append(self.unreaped_cpu_s)
@@ -149,6 +181,7 @@ def _program(request: dict[str, object], fds: list[int]) -> None:
     never returns (``SystemExit``, as a program ends)."""
     import importlib
     import random
+    import runpy
     import types
 
     from prefork import end_as_program  # imported by the server (IMPORTS), not the client
@@ -165,12 +198,19 @@ def _program(request: dict[str, object], fds: list[int]) -> None:
     arguments = list(request["arguments"])  # type: ignore[call-overload]
 
     def body() -> object:
-        if request["kind"] == "code":
-            sys.argv = ["-c"]
+        if request["kind"] == "code":  # a python block: as ``python -c CODE``
+            arguments[:0] = ["-c"]
+        if request["kind"] in ("code", "python") and arguments[0] == "-c":
+            sys.argv = ["-c", *arguments[2:]]
             sys.path[0] = ""
             main = types.ModuleType("__main__")
             sys.modules["__main__"] = main
-            exec(compile(arguments[0], "<string>", "exec"), main.__dict__)
+            exec(compile(arguments[1], "<string>", "exec"), main.__dict__)
+            return 0
+        if request["kind"] == "python":  # ``python -m MODULE ARGS``: runpy sets argv[0]
+            sys.argv = ["-m", *arguments[2:]]
+            sys.path[0] = os.getcwd()
+            runpy.run_module(arguments[1], run_name="__main__", alter_sys=True)
             return 0
         name, argv0, *rest = arguments
         module_name, _, function = ENTRY_POINTS[name].partition(":")
@@ -182,12 +222,24 @@ def _program(request: dict[str, object], fds: list[int]) -> None:
 
 
 def serve(socket_path: str) -> int:
+    import contextlib
     import gc
     import importlib
     import threading
 
-    for name in IMPORTS:
+    import prefork
+
+    for name in (*IMPORTS, *prefork.CHAIN_IMPORTS):
         importlib.import_module(name)
+    for name in OPTIONAL_IMPORTS:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+    if "sessionstore.dialects.sqlite_library" in sys.modules:
+        from sessionstore.dialects.sqlite_library import library
+
+        if library.cache_info().currsize:
+            print("an import chose the SQLite library: each program chooses its own", flush=True)
+            return 3
     if threading.active_count() != 1:
         print("an import left a thread running: a fork copies only one", flush=True)
         return 3
