@@ -727,6 +727,17 @@ def load_postgresql(url: str, hermes_file: Path, workdir: Path) -> None:
                 time.perf_counter() - started)
 
 
+def sqlite_target(args: argparse.Namespace) -> Path | None:
+    """The SQLite file ``--url`` names (None: none named, or a PostgreSQL server); refused when
+    it exists, before anything is built: the benchmark writes a fresh store."""
+    if not args.url or make_url(args.url).get_backend_name() == "postgresql":
+        return None
+    path = Path(str(make_url(args.url).database)).expanduser()
+    if path.exists():
+        raise SystemExit(f"{path} exists: the benchmark writes a fresh store, give a new path")
+    return path
+
+
 def prepare_target(args: argparse.Namespace, workdir: Path, hermes_file: Path,
                    corpus: Corpus) -> Target:
     if args.url and make_url(args.url).get_backend_name() == "postgresql":
@@ -738,12 +749,7 @@ def prepare_target(args: argparse.Namespace, workdir: Path, hermes_file: Path,
             target.cleanup()
             raise
         return target
-    if args.url:
-        path = Path(str(make_url(args.url).database)).expanduser()
-        if path.exists():
-            raise SystemExit(f"{path} exists: the benchmark writes a fresh store, give a new path")
-    else:
-        path = workdir / "sessionstore.db"
+    path = sqlite_target(args) or workdir / "sessionstore.db"
     copy_sqlite_file(hermes_file, path)
     started = time.perf_counter()
     # Opening adopts the Hermes file and runs any newer migrations, as for a user's state.db.
@@ -1684,6 +1690,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from bench_scale import run_scale
 
             return run_scale(args, workdir)
+        sqlite_target(args)  # an existing file is refused before the Hermes files are built
         home = workdir / "hermes_home"
         sources = load_hermes_sources(args.hermes_cache, args.hermes_v6, home)
         for source in sources:
