@@ -330,9 +330,11 @@ def run_appender(config: dict[str, Any]) -> None:
 
 
 def run_reader(config: dict[str, Any]) -> None:
-    """Search and list until `run_s` after go; one summary line at the end."""
+    """Search and list until `run_s` after go, `pause_s` between reads (0: back to back);
+    one summary line at the end."""
     db = _open_db(config)
     rng = random.Random(f"{config['run']}.reader{config['worker']}")
+    pause = float(config.get("pause_s") or 0.0)
     start = _await_go()
     stop_at = start + float(config["run_s"])
     reads: list[tuple[float, float, str]] = []
@@ -353,6 +355,8 @@ def run_reader(config: dict[str, Any]) -> None:
                 errors.append(f"{type(exc).__module__}.{type(exc).__name__}: {exc}")
             continue
         reads.append((time.time(), time.perf_counter() - began, op))
+        if pause:
+            time.sleep(pause)
     db.close()
     fd = os.open(config["log_path"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     write_record(fd, {"reads": reads, "errors": errors, "failures": failures}, durable=False)
@@ -1057,6 +1061,7 @@ class StormConfig:
     budget_s: float = 30.0
     max_attempts: int = 10_000
     busy_timeout_s: float = 1.0
+    read_pause_s: float = 0.0  # between a reader's reads (0: back to back)
     run: str = "storm"
     seed: int = 0
 
@@ -1172,7 +1177,12 @@ def _storm(
     readers = [
         start_child(
             "reader",
-            {**appender_base, "worker": number, "run_s": config.seconds},
+            {
+                **appender_base,
+                "worker": number,
+                "run_s": config.seconds,
+                "pause_s": config.read_pause_s,
+            },
             log_path=logs_dir / f"r{number}.jsonl",
             worker=number,
             server=server,
