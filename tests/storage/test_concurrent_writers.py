@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from process_writers import MESSAGES_PER_PROCESS, run_writers
+from prefork import ForkServer
+from process_writers import MESSAGES_PER_PROCESS, run_writers, writer_server
 from store_library import engine_like_the_store
 
 from sessionstore.api.session_db import SessionDB
@@ -233,9 +234,20 @@ def test_readers_see_consistent_counts_while_writers_write(db: SessionDB) -> Non
 # ``sessionstore`` once: its own SQLite, file locks and connections, as a new interpreter's.
 
 
-def _run_processes(path: Path | str, processes_count: int = PROCESSES) -> None:
+@pytest.fixture(scope="module")
+def writers() -> Iterator[ForkServer | None]:
+    """One fork server for the module's three process tests: it opens no store and keeps
+    nothing of one request for the next (each start-up imported Alembic, SQLAlchemy and
+    sessionstore again, ~0.5 CPU s)."""
+    with writer_server() as server:
+        yield server
+
+
+def _run_processes(
+    path: Path | str, server: ForkServer | None, processes_count: int = PROCESSES
+) -> None:
     url = path if isinstance(path, str) else f"sqlite:///{path}"
-    assert run_writers(url, processes_count) == [0] * processes_count
+    assert run_writers(url, processes_count, server=server) == [0] * processes_count
 
 
 def _assert_process_counts(path: Path | str, processes_count: int = PROCESSES) -> None:
@@ -268,21 +280,25 @@ def _assert_process_counts(path: Path | str, processes_count: int = PROCESSES) -
         engine.dispose()
 
 
-def test_processes_share_one_sqlite_file(tmp_path: Path) -> None:
+def test_processes_share_one_sqlite_file(tmp_path: Path, writers: ForkServer | None) -> None:
     path = tmp_path / "state.db"
     SessionDB(db_path=path).close()  # migrated up front: this test is about the writes
-    _run_processes(path)
+    _run_processes(path, writers)
     _assert_process_counts(path)
 
 
-def test_processes_open_a_new_sqlite_file_at_once(tmp_path: Path) -> None:
+def test_processes_open_a_new_sqlite_file_at_once(
+    tmp_path: Path, writers: ForkServer | None
+) -> None:
     # No one created the schema first: the processes race to migrate it, then to write.
     path = tmp_path / "state.db"
-    _run_processes(path)
+    _run_processes(path, writers)
     _assert_process_counts(path)
 
 
-def test_eight_processes_append_to_one_postgresql_store(empty_pg_url: str) -> None:
+def test_eight_processes_append_to_one_postgresql_store(
+    empty_pg_url: str, writers: ForkServer | None
+) -> None:
     # No one created the schema first: eight processes race to migrate it, then to write.
-    _run_processes(empty_pg_url, processes_count=8)
+    _run_processes(empty_pg_url, writers, processes_count=8)
     _assert_process_counts(empty_pg_url, processes_count=8)

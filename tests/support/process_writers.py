@@ -13,7 +13,8 @@ import select
 import subprocess
 import sys
 import time
-from contextlib import nullcontext, suppress
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext, suppress
 from typing import Any
 
 import prefork
@@ -74,37 +75,56 @@ def writer(url: str, worker_arg: str) -> None:
         db.close()
 
 
-def run_writers(url: str, count: int, timeout_s: float = 300.0) -> list[int | None]:
-    """``count`` writers on ``url``, released together; their exit codes (None: killed, hung)."""
+@contextmanager
+def writer_server() -> Iterator[prefork.ForkServer | None]:
+    """A fork server for :func:`run_writers` (None where forked programs cannot be adopted:
+    the writers are new interpreters then). It opens no store and keeps nothing of one
+    request for the next, so one serves a module's tests (a start-up is an interpreter
+    importing all of :data:`IMPORTS`, ~0.5 CPU s)."""
     with prefork.ForkServer(IMPORTS) if prefork.available() else nullcontext() as server:
-        processes = [
-            prefork.start(
-                server, "process_writers:writer", [url, str(number)], stdin=PIPE, stdout=PIPE
-            )
-            for number in range(count)
-        ]
-        deadline = time.monotonic() + timeout_s
-        try:
-            for process in processes:  # the barrier: every one ready (or dead: EOF)
-                assert process.stdout is not None
-                select.select([process.stdout], [], [], max(deadline - time.monotonic(), 0))
-                process.stdout.readline()
-            for process in processes:
-                assert process.stdin is not None
-                with suppress(BrokenPipeError):  # one that died is reported by its exit code
-                    process.stdin.write("go\n")
-                    process.stdin.close()
-            codes: list[int | None] = []
-            for process in processes:
-                try:
-                    codes.append(process.wait(max(deadline - time.monotonic(), 0.1)))
-                except subprocess.TimeoutExpired:
-                    codes.append(None)
-            return codes
-        finally:
-            for process in processes:
-                if process.poll() is None:
-                    process.kill()
-                    process.wait()
-                assert process.stdout is not None
-                process.stdout.close()
+        yield server
+
+
+def run_writers(
+    url: str, count: int, timeout_s: float = 300.0, *, server: prefork.ForkServer | None = None
+) -> list[int | None]:
+    """``count`` writers on ``url``, released together; their exit codes (None: killed, hung).
+    Forked by ``server`` when one is given (:func:`writer_server`), else by one of its own."""
+    if server is None:
+        with writer_server() as own:
+            return _run_writers(url, count, timeout_s, own)
+    return _run_writers(url, count, timeout_s, server)
+
+
+def _run_writers(
+    url: str, count: int, timeout_s: float, server: prefork.ForkServer | None
+) -> list[int | None]:
+    processes = [
+        prefork.start(server, "process_writers:writer", [url, str(number)], stdin=PIPE, stdout=PIPE)
+        for number in range(count)
+    ]
+    deadline = time.monotonic() + timeout_s
+    try:
+        for process in processes:  # the barrier: every one ready (or dead: EOF)
+            assert process.stdout is not None
+            select.select([process.stdout], [], [], max(deadline - time.monotonic(), 0))
+            process.stdout.readline()
+        for process in processes:
+            assert process.stdin is not None
+            with suppress(BrokenPipeError):  # one that died is reported by its exit code
+                process.stdin.write("go\n")
+                process.stdin.close()
+        codes: list[int | None] = []
+        for process in processes:
+            try:
+                codes.append(process.wait(max(deadline - time.monotonic(), 0.1)))
+            except subprocess.TimeoutExpired:
+                codes.append(None)
+        return codes
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            assert process.stdout is not None
+            process.stdout.close()
