@@ -166,10 +166,22 @@ def all_ids(db: SessionDB) -> list[int]:
         return [int(row[0]) for row in conn.execute(sa.text("SELECT id FROM messages"))]
 
 
+@pytest.fixture(scope="module")
+def copy_source(tmp_path_factory: pytest.TempPathFactory, big_export: str) -> str:
+    """A SQLite store holding ``big_export``, the copy's source: built once, then only read
+    (``copy_store`` reads its source). Each copy test built its own, while its live appender
+    was already running, as much CPU again as the copy itself."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('copy-source')}/source.db"
+    with SessionDB(url=url) as source_db:
+        import_jsonl(source_db.store, io.StringIO(big_export))
+    return url
+
+
 @pytest.mark.parametrize("how", ["import", "copy"])
 def test_import_or_copy_alongside_live_appends_collides_with_nothing(
-    store_url: str, big_export: str, tmp_path: Path, how: str
+    store_url: str, big_export: str, request: pytest.FixtureRequest, how: str
 ) -> None:
+    source_url = request.getfixturevalue("copy_source") if how == "copy" else ""
     with SessionDB(url=store_url) as db:
         db.create_session("live", "cli")
         for index in range(5):
@@ -181,9 +193,6 @@ def test_import_or_copy_alongside_live_appends_collides_with_nothing(
             if how == "import":
                 result: Any = import_jsonl(store, io.StringIO(big_export))
             else:
-                source_url = f"sqlite:///{tmp_path}/source.db"
-                with SessionDB(url=source_url) as source_db:
-                    import_jsonl(source_db.store, io.StringIO(big_export))
                 with Store.open(source_url) as source:
                     result = copy_store(source, store)
     finally:
