@@ -41,13 +41,25 @@ def _export(db: SessionDB) -> str:
     return buffer.getvalue()
 
 
-@pytest.fixture
-def legacy_url(tmp_path: Path) -> str:
-    path = tmp_path / "hermes_v3.db"
+@pytest.fixture(scope="module")
+def legacy_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Hermes v3 file, upgraded, once per module and never opened by a store: what
+    ``legacy_url`` copies.
+
+    Built and upgraded per test before (the legacy chain, ~0.18 CPU s, twice for a test
+    parametrized by dialect); the builder is seeded, so every build was this file, and a copy
+    through SQLite's backup API is the upgraded file page for page (its file identity, which
+    the upgrade stamps and nothing here transfers, included)."""
+    path = tmp_path_factory.mktemp("legacy") / "hermes_v3.db"
     build_legacy_db(path, 3)
-    url = f"sqlite:///{path}"
-    migrate.upgrade(url)
-    return url
+    migrate.upgrade(f"sqlite:///{path}")
+    return path
+
+
+@pytest.fixture
+def legacy_url(legacy_template: Path, tmp_path: Path) -> str:
+    """A Hermes v3 file upgraded to head, of this test's own (a copy of ``legacy_template``)."""
+    return f"sqlite:///{backup_copy(legacy_template, tmp_path / 'hermes_v3.db')}"
 
 
 def test_export_import_export_is_byte_identical(legacy_url: str, store_url: str) -> None:
@@ -166,14 +178,21 @@ def test_copy_and_import_into_postgresql_analyze_the_loaded_tables(
 # -- state_meta: carried by export, import and copy ---------------------------------------
 
 
+@pytest.fixture(scope="module")
+def later_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Hermes v17 file (with its state_meta rows), upgraded, once per module and never
+    opened by a store: what ``later_url`` copies (as ``legacy_template``, seeded too)."""
+    path = tmp_path_factory.mktemp("later") / "hermes_v17.db"
+    build_later_db(path, 17)
+    migrate.upgrade(f"sqlite:///{path}")
+    return path
+
+
 @pytest.fixture
-def later_url(tmp_path: Path) -> str:
+def later_url(later_template: Path, tmp_path: Path) -> str:
     """A Hermes v17 file (with its state_meta rows), upgraded, plus a second session's goal
     and a value holding NUL (PostgreSQL stores U+FFFD instead)."""
-    path = tmp_path / "hermes_v17.db"
-    build_later_db(path, 17)
-    url = f"sqlite:///{path}"
-    migrate.upgrade(url)
+    url = f"sqlite:///{backup_copy(later_template, tmp_path / 'hermes_v17.db')}"
     with SessionDB(url=url) as db:
         db.set_meta(f"goal:{LATER_BRANCH}", "branch goal\x00with NUL")
         db.set_meta("ghost_session_prune_v1", None)
