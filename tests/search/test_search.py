@@ -788,15 +788,15 @@ def test_property_any_text_returns_a_list_and_changes_nothing(
 
 # -- SQLite: the MATCH error boundary ----------------------------------------------------------
 @pytest.mark.parametrize("raw_match", ['"unbalanced', "AND", "(", "col:report", "report NEAR"])
-def test_sqlite_match_syntax_errors_find_nothing(tmp_path: Path, raw_match: str) -> None:
-    """The backend itself, given raw FTS5 syntax the sanitizer would never let through."""
-    url = f"sqlite:///{tmp_path}/state.db"
-    migrate.upgrade(url)
-    with Store.open(url) as store:
-        seed(store, FILTER_CORPUS)
-        index = SQLiteSearchIndex()
-        page = Page(limit=10, offset=0)
-        assert store.read(lambda c: index.word_matches(c, raw_match, SearchFilters(), page)) == []
+def test_sqlite_match_syntax_errors_find_nothing(sqlite_store: Store, raw_match: str) -> None:
+    """The backend itself, given raw FTS5 syntax the sanitizer would never let through. (On a
+    copy of the process's migrated file, ``sqlite_store``: the chain's own result, as the
+    upgrade of a new file here was, and not this test's subject.)"""
+    seed(sqlite_store, FILTER_CORPUS)
+    index = SQLiteSearchIndex()
+    page = Page(limit=10, offset=0)
+    found = sqlite_store.read(lambda c: index.word_matches(c, raw_match, SearchFilters(), page))
+    assert found == []
 
 
 @pytest.mark.parametrize(
