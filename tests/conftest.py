@@ -134,6 +134,22 @@ def _cli_tree_built_once() -> None:
 _cli_tree_built_once()
 
 
+def _hypothesis_never_judges_by_the_clock() -> None:
+    """Hypothesis's per-example ``deadline`` and its ``too_slow`` health check are timed
+    assertions: on a loaded machine (the suite runs one worker more than the cores, beside
+    PostgreSQL and the programs tests start) they fail a correct test. The default profile
+    drops both; a test's own ``@settings`` keep what they name."""
+    from hypothesis import HealthCheck, settings
+
+    settings.register_profile(
+        "sessionstore", deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    )
+    settings.load_profile("sessionstore")
+
+
+_hypothesis_never_judges_by_the_clock()
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _release_servers_end_with_their_module() -> Iterator[None]:
     """The real Hermes release servers a test module started (``real_hermes._ReleaseServer``)
