@@ -19,7 +19,8 @@ site_dir="$(mktemp -d)"
 .venv/bin/mkdocs build --strict --quiet --site-dir "$site_dir"
 rm -rf "$site_dir"
 # One worker more than the machine has cores: about a fifth of a worker's time is spent waiting
-# (fsync at each COMMIT on disk, other processes, the server), which the extra worker fills. On 2
+# (scenarios that run for a set time, such as a lock held for a second; programs it started; the
+# PostgreSQL server; test files are on the RAM disk, so not fsync), which the extra worker fills. On 2
 # cores, 2026-12-06, a fresh clone of 98ec7ff: 2 workers 7 min 29 s, 3 workers 6 min 31 s, 4
 # workers 6 min 25 s for ~0.4 CPU min more than 3 (each worker builds its own module fixtures).
 # worksteal: a worker that runs out of tests takes half of another's pending ones, instead of
