@@ -194,35 +194,45 @@ def test_copy_of_a_sqlite_store_holding_3e9_tokens(tmp_path: Path, store_url: st
 
 
 # -- revision 0009 on PostgreSQL ---------------------------------------------------------
-def pg_column_types(url: str) -> dict[tuple[str, str], str]:
-    engine = sa.create_engine(url)
-    with engine.connect() as conn:
-        rows = conn.execute(
-            sa.text(
-                "SELECT table_name, column_name, data_type FROM information_schema.columns "
-                "WHERE table_name IN ('sessions', 'messages')"
-            )
-        ).all()
-    engine.dispose()
+def _column_types(conn: sa.Connection) -> dict[tuple[str, str], str]:
+    rows = conn.execute(
+        sa.text(
+            "SELECT table_name, column_name, data_type FROM information_schema.columns "
+            "WHERE table_name IN ('sessions', 'messages')"
+        )
+    ).all()
     return {(str(t), str(c)): str(d) for t, c, d in rows}
+
+
+def pg_column_types(url: str) -> dict[tuple[str, str], str]:
+    """Every column's type, read once (a new connection and an ``information_schema`` read
+    each: the set comprehensions below used to ask again for every key)."""
+    with plain_transaction(url) as conn:
+        return _column_types(conn)
 
 
 COUNTERS = [("sessions", name) for name in ("message_count", "tool_call_count", *TOKEN_COLUMNS)]
 COUNTERS.append(("messages", "token_count"))
 
 
+def pg_counter_types(url: str) -> set[str]:
+    """The types of every counter of ``COUNTERS``."""
+    types = pg_column_types(url)
+    return {types[key] for key in COUNTERS}
+
+
 def test_revision_0009_widens_every_postgresql_counter_and_narrows_back(
     empty_pg_url: str,
 ) -> None:
     migrate.upgrade(empty_pg_url, "0008")
-    assert {pg_column_types(empty_pg_url)[key] for key in COUNTERS} == {"integer"}
+    assert pg_counter_types(empty_pg_url) == {"integer"}
     with plain_transaction(empty_pg_url) as conn:
         conn.execute(sa.text("INSERT INTO sessions (id, source, started_at, input_tokens) "
                              "VALUES ('a', 'cli', 1, 7)"))
     migrate.upgrade(empty_pg_url)
-    assert {pg_column_types(empty_pg_url)[key] for key in COUNTERS} == {"bigint"}
+    assert pg_counter_types(empty_pg_url) == {"bigint"}
     migrate.downgrade(empty_pg_url, "0008")
-    assert {pg_column_types(empty_pg_url)[key] for key in COUNTERS} == {"integer"}
+    assert pg_counter_types(empty_pg_url) == {"integer"}
     with plain_transaction(empty_pg_url) as conn:
         assert conn.execute(sa.text("SELECT input_tokens FROM sessions")).scalar_one() == 7
 
@@ -237,7 +247,7 @@ def test_revision_0009_downgrade_refuses_values_beyond_32_bits(fresh_migrated_pg
     # The whole downgrade is refused: the store is still at head (the later revisions' steps
     # down were rolled back with it).
     assert migrate.current(url) == migrate.HEAD_REVISION
-    assert {pg_column_types(url)[key] for key in COUNTERS} == {"bigint"}
+    assert pg_counter_types(url) == {"bigint"}
     with SessionDB(url=url) as db:
         assert db.get_session("big")["cache_read_tokens"] == 3 * 10**9  # type: ignore[index]
 
@@ -280,7 +290,7 @@ def pg_message_id_types(url: str) -> tuple[str, str]:
                 "'id'), '.', 2))"
             )
         ).scalar_one()
-    return pg_column_types(url)[("messages", "id")], str(sequence_type)
+        return _column_types(conn)[("messages", "id")], str(sequence_type)
 
 
 def test_copy_of_a_sqlite_store_with_message_ids_past_2_31(tmp_path: Path, store_url: str) -> None:
