@@ -149,6 +149,66 @@ def _hypothesis_never_judges_by_the_clock() -> None:
 
 _hypothesis_never_judges_by_the_clock()
 
+UNICODE_TABLES = ("charmap.json.gz", "codec-v2-utf-8.json.gz")
+"""Hypothesis's Unicode tables (``hypothesis.internal.charmap``): what ``st.text()`` draws from."""
+
+
+def _unicode_tables() -> tuple[Path, Path]:
+    """Where the tables are read (``.hypothesis/unicode_data/<Unicode version>``), and where
+    they are kept between checkouts: beside the compiled modules (``XDG_CACHE_HOME``), by
+    Hypothesis's and Unicode's versions (two files, ~22 kB)."""
+    import unicodedata
+
+    import hypothesis
+    from hypothesis.configuration import storage_directory
+
+    version = unicodedata.unidata_version
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    kept = cache / "sessionstore-tests" / "hypothesis-unicode" / hypothesis.__version__ / version
+    return storage_directory("unicode_data", version, intent_to_write=False).path, kept
+
+
+def _copy_tables(source: Path, target: Path) -> None:
+    """The tables ``target`` lacks, each written whole under a temporary name and renamed into
+    place (a reader never sees part of one)."""
+    import shutil
+
+    for name in UNICODE_TABLES:
+        if (source / name).is_file() and not (target / name).exists():
+            target.mkdir(parents=True, exist_ok=True)
+            partial = target / f".{name}.{os.getpid()}"
+            shutil.copyfile(source / name, partial)
+            os.replace(partial, target / name)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_setupnodes(config: pytest.Config) -> None:
+    """The xdist controller makes Hypothesis's Unicode tables once, before it starts the workers.
+
+    A test process reads them from ``.hypothesis/unicode_data``, or builds them at its first
+    text draw when they are not there (a fresh clone, CI's: 1.1-1.3 CPU s a process) and
+    writes them; on a fresh clone each worker that drew text before another had written them
+    built them too. Here they are copied from where an earlier checkout kept them
+    (``_unicode_tables``), or else built once in this process (this hook runs after
+    Hypothesis's ``pytest_sessionstart``, so the disk access draws no warning of slow plugin
+    code) and kept. They are the files Hypothesis writes, from the same inputs, whichever
+    process wrote them. What fails here is left to the workers, which build them as before."""
+    if config.getoption("collectonly"):
+        return
+    try:
+        local, kept = _unicode_tables()
+        if not all((local / name).exists() for name in UNICODE_TABLES):
+            from hypothesis.configuration import storage_directory
+            from hypothesis.internal.charmap import charmap, intervals_from_codec
+
+            storage_directory(intent_to_write=False).create_if_missing()  # as Hypothesis does
+            _copy_tables(kept, local)
+            charmap()  # each reads the file now there, or builds and writes it
+            intervals_from_codec("utf-8")
+        _copy_tables(local, kept)
+    except OSError:
+        return
+
 
 @pytest.fixture(autouse=True, scope="module")
 def _release_servers_end_with_their_module() -> Iterator[None]:
