@@ -54,15 +54,18 @@ from sessionstore._migrations.chain_state import HERMES_SCHEMA_BEFORE_CHAIN
 from sessionstore.dialects import StoreDialect, database_file, dialect_for
 from sessionstore.errors import SessionStoreError, StoreLocationError
 from sessionstore.schema import legacy, new_store
-from sessionstore.schema.migrate import BEFORE_CHANGE_ATTRIBUTE, REPLAY_NEW_STORE_ATTRIBUTE
+from sessionstore.schema.migrate import (
+    BEFORE_CHANGE_ATTRIBUTE,
+    FILE_IDENTITY_REVISION,
+    REPLAY_NEW_STORE_ATTRIBUTE,
+    in_migration_transaction,
+)
 from sessionstore.schema.models import SEARCH_OBJECT_NAMES, Base
 from sessionstore.search.index import ensure_head_layout
 from sessionstore.search.registry import search_index_for
 from sessionstore.sql.ledger_tables import ledger_metadata
 from sessionstore.storage.config import require_directory, store_location
 from sessionstore.storage.engine import create_store_engine
-from sessionstore.storage.error_translation import typed_errors
-from sessionstore.storage.retry import RetryPolicy, run_with_retry
 
 config = context.config
 FROM_THE_COMMAND_LINE = config.cmd_opts is not None
@@ -73,9 +76,6 @@ STEP_APPLIED = "step_applied"
 REACHED = "reached"
 """``config.attributes`` key of the list the revisions reached are written to while the chain
 builds a blank store whose result is kept (:mod:`sessionstore.schema.new_store`)."""
-FILE_IDENTITY_REVISION = "0039"
-"""The revision that gives each file its own identity (iot 0.22.2's ``db_file_generation``
-token and ``application_id``): a replayed store gets a new one from its step."""
 
 
 def _configure_logging() -> None:
@@ -96,8 +96,6 @@ def _configure_logging() -> None:
 
 _configure_logging()
 
-# A migration may wait a long time behind another process's migration of a big file.
-MIGRATION_RETRY = RetryPolicy(max_attempts=100_000, budget_s=600.0)
 # Commands that only read must not stamp a legacy file as a side effect.
 READ_ONLY_COMMANDS = frozenset({"current", "history", "heads", "branches", "show", "check"})
 
@@ -155,7 +153,9 @@ def _adopt_and_migrate(connection: Connection) -> None:
     blank = _blank_store_key(connection, dialect)
     built = None if blank is None else new_store.built_store(blank)
     if built is not None:
-        _replay(connection, dialect, built)
+        _, stamp_file_identity = _file_identity()
+        new_store.build_from_image(connection, dialect, built, stamp_file_identity,
+                                   _report_reached)
         return
     config.attributes[REACHED] = [] if blank is not None else None
     try:
@@ -167,7 +167,7 @@ def _adopt_and_migrate(connection: Connection) -> None:
 
 
 def _blank_store_key(connection: Connection, dialect: StoreDialect) -> Hashable | None:
-    """The key of a blank store that :func:`_replay` may build (or the chain's result on it be
+    """The key of a blank store that may be built from its image (or the chain's result on it be
     kept for), read under the migration's lock; None for every other store and migration."""
     if not (config.attributes.get(REPLAY_NEW_STORE_ATTRIBUTE) and _should_adopt()):
         return None
@@ -191,16 +191,6 @@ def _keep_built_store(connection: Connection, dialect: StoreDialect, blank: Hash
     image = image.without_rows("state_meta", generation).with_header("application_id", 0)
     reached = tuple(config.attributes.get(REACHED) or ())
     new_store.keep_built_store(blank, new_store.BuiltStore(image, reached))
-
-
-def _replay(connection: Connection, dialect: StoreDialect, built: new_store.BuiltStore) -> None:
-    """Build a blank store as the chain built the first one: its image, a new file identity,
-    the same progress."""
-    dialect.replay_new_store(connection, built.image)
-    _, stamp_file_identity = _file_identity()
-    stamp_file_identity(connection)
-    for revision in built.reached:
-        _report_reached(revision)
 
 
 def _migrate(connection: Connection, dialect: StoreDialect) -> None:
@@ -307,31 +297,9 @@ def run_migrations_offline() -> None:
 
 
 def _migrate_with_engine(engine: Engine) -> None:
-    dialect = dialect_for(engine)
-    in_a_file = dialect.database_file(engine.url) is not None
-
-    def migrate_once() -> None:
-        dialect.prepare_database(engine)
-        with engine.connect() as connection:
-            try:
-                connection.execution_options(**dialect.write_options())
-                with connection.begin():
-                    dialect.lock_for_migration(connection)
-                    dialect.enter_store_schema(connection)
-                    _run_chain(connection)
-            finally:
-                # A file's connection is closed, not given back to the engine's pool: the
-                # store that opened it would keep it, its driver's statement cache full of the
-                # chain's hundreds of statements, and pysqlite3's cache then prepares a
-                # newcomer again at every run (an append cost 10x for the life of the
-                # process; CACHED_STATEMENTS in dialects/sqlite.py). An in-memory database
-                # lives only while its connection does; a lost one is the pool's to discard.
-                if in_a_file and not (connection.closed or connection.invalidated):
-                    connection.detach()
-
-    # A server that cannot be connected to is a typed error, by its cause, at once.
-    with typed_errors(dialect):
-        run_with_retry(migrate_once, dialect.is_retryable, MIGRATION_RETRY)
+    # The lock, the retry and the connection's end: ``schema.migrate``'s, one home for both
+    # ways a store is built.
+    in_migration_transaction(engine, _run_chain)
 
 
 def run_migrations_online() -> None:

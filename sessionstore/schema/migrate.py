@@ -26,7 +26,7 @@ from ..storage.config import resolve_url
 from ..storage.engine import create_store_engine
 from ..storage.error_translation import typed_errors
 from ..storage.retry import RetryPolicy, run_with_retry
-from . import legacy
+from . import legacy, new_store
 
 T = TypeVar("T")
 
@@ -125,6 +125,43 @@ BEFORE_CHANGE_ATTRIBUTE = "before_change"
 REPLAY_NEW_STORE_ATTRIBUTE = "replay_new_store"
 """Set by :func:`upgrade` to head: a blank store may be built from the chain's result kept in
 this process (:mod:`sessionstore.schema.new_store`)."""
+FILE_IDENTITY_REVISION = "0039"
+"""The revision that gives each file its own identity (iot 0.22.2's ``db_file_generation``
+token and ``application_id``): a replayed store gets a new one from its step."""
+MIGRATION_RETRY = RetryPolicy(max_attempts=100_000, budget_s=600.0)
+"""A migration may wait a long time behind another process's migration of a big file."""
+
+
+def in_migration_transaction(engine: Engine, work: Callable[[Connection], T]) -> T:
+    """``work`` on a connection of ``engine``, in the migration's write transaction and under
+    its lock (``env.py`` runs the chain so; :func:`upgrade` builds a blank store from its image
+    so), the whole of it retried while the store is busy; a server that cannot be connected
+    to is a typed error, by its cause, at once.
+
+    A file's connection is closed afterwards, not given back to the engine's pool: the store
+    that opened it would keep it, its driver's statement cache full of the migration's
+    statements (hundreds for the chain), and pysqlite3's cache then prepares a newcomer again
+    at every run (an append cost 10x for the life of the process; CACHED_STATEMENTS in
+    dialects/sqlite.py). An in-memory database lives only while its connection does; a lost
+    one is the pool's to discard."""
+    dialect = dialect_for(engine)
+    in_a_file = dialect.database_file(engine.url) is not None
+
+    def once() -> T:
+        dialect.prepare_database(engine)
+        with engine.connect() as connection:
+            try:
+                connection.execution_options(**dialect.write_options())
+                with connection.begin():
+                    dialect.lock_for_migration(connection)
+                    dialect.enter_store_schema(connection)
+                    return work(connection)
+            finally:
+                if in_a_file and not (connection.closed or connection.invalidated):
+                    connection.detach()
+
+    with typed_errors(dialect):
+        return run_with_retry(once, dialect.is_retryable, MIGRATION_RETRY)
 
 
 def upgrade(
@@ -142,8 +179,48 @@ def upgrade(
     is committed until the last). A blank store upgraded to head is built as the chain built
     the first one this process saw (:mod:`sessionstore.schema.new_store`), and ``progress``
     is told the same revisions."""
+    replay = revision in (HEAD, head_revision())
+    if replay and isinstance(url, Engine) and _built_from_image(url, before_change, progress):
+        return
     _run(url, lambda scripts, rev: scripts._upgrade_revs(revision, rev), revision,
-         before_change, progress, replay_new_store=revision in (HEAD, head_revision()))
+         before_change, progress, replay_new_store=replay)
+
+
+def _built_from_image(
+    engine: Engine, before_change: BeforeChange | None, progress: StepApplied | None
+) -> bool:
+    """Build the store as ``env.py`` builds a blank store it has an image for
+    (:func:`sessionstore.schema.new_store.build_from_image`), without Alembic's environment:
+    True when it was built here, False when the chain (or nothing) is for ``env.py`` to run.
+
+    An image exists only once the chain built a store in this process, so Alembic and the
+    scripts are loaded by then. Alembic's own work around a replay (its config, its
+    environment, ``env.py`` run as a module) was about a tenth of a new store's open."""
+    if not new_store.has_built_stores():
+        return False
+    dialect = dialect_for(engine)
+    stamp_file_identity = file_identity_step()
+
+    def build(connection: Connection) -> bool:
+        # Nothing happens before the store is found blank (and imaged) under the lock; else
+        # ``before_change`` is for the chain's run, told what it finds under its own lock.
+        built = new_store.built_store_for(connection, dialect)
+        if built is None:
+            return False
+        if before_change is not None:
+            before_change(connection, legacy.read_state(connection))
+        new_store.build_from_image(connection, dialect, built, stamp_file_identity, progress)
+        return True
+
+    with typed_errors(dialect, url=engine.url):
+        return in_migration_transaction(engine, build)
+
+
+def file_identity_step() -> Callable[[Connection], None]:
+    """Revision 0039's own step that stamps a file's identity where it is missing."""
+    module = script_directory().get_revision(FILE_IDENTITY_REVISION).module
+    step: Callable[[Connection], None] = module.stamp_file_identity
+    return step
 
 
 def downgrade(

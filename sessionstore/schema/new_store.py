@@ -53,10 +53,12 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import NamedTuple
 
-from ..dialects import StoreImage
+from sqlalchemy.engine import Connection
+
+from ..dialects import StoreDialect, StoreImage
 
 
 class BuiltStore(NamedTuple):
@@ -88,6 +90,35 @@ def keep_built_store(key: Hashable, built: BuiltStore) -> None:
     """Keep the first result for ``key`` (two threads may each have run the chain)."""
     with _lock:
         _built.setdefault(key, built)
+
+
+def has_built_stores() -> bool:
+    """Whether this process kept any image (none: every blank store is the chain's to build)."""
+    return bool(_built)
+
+
+def built_store_for(connection: Connection, dialect: StoreDialect) -> BuiltStore | None:
+    """Under the migration's lock: what to build the store on ``connection`` from, when it is
+    blank and the chain built a blank store of its key in this process; None otherwise."""
+    key = dialect.blank_store_key(connection)
+    return None if key is None else built_store(key)
+
+
+def build_from_image(
+    connection: Connection,
+    dialect: StoreDialect,
+    built: BuiltStore,
+    stamp_file_identity: Callable[[Connection], None],
+    report: Callable[[str], None] | None,
+) -> None:
+    """Build a blank store as the chain built the first one, in the migration's transaction:
+    its image, a new file identity (revision 0039's own step, ``stamp_file_identity``), and
+    ``report`` told the revisions the chain reported reaching."""
+    dialect.replay_new_store(connection, built.image)
+    stamp_file_identity(connection)
+    if report is not None:
+        for revision in built.reached:
+            report(revision)
 
 
 def forget_built_stores() -> None:
