@@ -151,7 +151,7 @@ def _adopt_and_migrate(connection: Connection) -> None:
         # Under the lock: what the store says now, not what the caller saw before waiting.
         before_change(connection, legacy.read_state(connection))
     blank = _blank_store_key(connection, dialect)
-    built = None if blank is None else new_store.built_store(blank)
+    built = None if blank is None else new_store.built_store(dialect, blank)
     if built is not None:
         _, stamp_file_identity = _file_identity()
         new_store.build_from_image(connection, dialect, built, stamp_file_identity,
@@ -190,7 +190,7 @@ def _keep_built_store(connection: Connection, dialect: StoreDialect, blank: Hash
     # The blank file's application_id was 0 (``blank_store_key``): the identity step sets it.
     image = image.without_rows("state_meta", generation).with_header("application_id", 0)
     reached = tuple(config.attributes.get(REACHED) or ())
-    new_store.keep_built_store(blank, new_store.BuiltStore(image, reached))
+    new_store.keep_built_store(dialect, blank, new_store.BuiltStore(image, reached))
 
 
 def _migrate(connection: Connection, dialect: StoreDialect) -> None:

@@ -196,9 +196,9 @@ def _built_from_image(
     An image exists only once the chain built a store in this process, so Alembic and the
     scripts are loaded by then. Alembic's own work around a replay (its config, its
     environment, ``env.py`` run as a module) was about a tenth of a new store's open."""
-    if not new_store.has_built_stores():
-        return False
     dialect = dialect_for(engine)
+    if not new_store.has_built_stores(dialect):
+        return False
     stamp_file_identity = file_identity_step()
 
     def build(connection: Connection) -> bool:

@@ -68,7 +68,10 @@ class BuiltStore(NamedTuple):
 
 
 _lock = threading.Lock()
-_built: dict[Hashable, BuiltStore] = {}
+_built: dict[tuple[str, Hashable], BuiltStore] = {}
+"""By the dialect's name and the blank store's key."""
+_imaged: set[str] = set()
+"""The names of the dialects with an image kept."""
 
 
 def _new_lock_in_child() -> None:
@@ -80,28 +83,32 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_new_lock_in_child)
 
 
-def built_store(key: Hashable) -> BuiltStore | None:
+def built_store(dialect: StoreDialect, key: Hashable) -> BuiltStore | None:
     """What the chain built on a blank database of ``key`` in this process, if it did."""
     with _lock:
-        return _built.get(key)
+        return _built.get((dialect.name, key))
 
 
-def keep_built_store(key: Hashable, built: BuiltStore) -> None:
+def keep_built_store(dialect: StoreDialect, key: Hashable, built: BuiltStore) -> None:
     """Keep the first result for ``key`` (two threads may each have run the chain)."""
     with _lock:
-        _built.setdefault(key, built)
+        _built.setdefault((dialect.name, key), built)
+        _imaged.add(dialect.name)
 
 
-def has_built_stores() -> bool:
-    """Whether this process kept any image (none: every blank store is the chain's to build)."""
-    return bool(_built)
+def has_built_stores(dialect: StoreDialect) -> bool:
+    """Whether this process kept an image for this dialect (none: every blank store of it is
+    the chain's to build, and nothing need be asked of the database to know it)."""
+    return dialect.name in _imaged
 
 
 def built_store_for(connection: Connection, dialect: StoreDialect) -> BuiltStore | None:
     """Under the migration's lock: what to build the store on ``connection`` from, when it is
     blank and the chain built a blank store of its key in this process; None otherwise."""
+    if not has_built_stores(dialect):
+        return None
     key = dialect.blank_store_key(connection)
-    return None if key is None else built_store(key)
+    return None if key is None else built_store(dialect, key)
 
 
 def build_from_image(
@@ -125,3 +132,4 @@ def forget_built_stores() -> None:
     """Forget every image (tests that build a store by the chain on purpose)."""
     with _lock:
         _built.clear()
+        _imaged.clear()

@@ -24,6 +24,7 @@ from prefork import ForkServer
 
 from sessionstore import SessionDB
 from sessionstore.schema import migrate
+from sessionstore.storage.engine import create_store_engine
 
 IDENTITY_KEY = "db_file_generation"
 PRAGMAS = ("user_version", "application_id", "auto_vacuum", "page_size", "journal_mode",
@@ -89,7 +90,19 @@ def _by_session_db(path: Path, reached: list[str]) -> None:
     SessionDB(path).close()
 
 
-@pytest.mark.parametrize("build", [_by_upgrade, _by_session_db], ids=["upgrade", "SessionDB"])
+def _by_engine(path: Path, reached: list[str]) -> None:
+    """As ``SessionDB`` migrates: on the store's own engine (a replay then runs without
+    Alembic's environment, ``migrate._built_from_image``), here with its progress told."""
+    engine = create_store_engine(sqlite_url(path), set_journal_mode=False)
+    try:
+        migrate.upgrade(engine, progress=reached.append)
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize(
+    "build", [_by_upgrade, _by_session_db, _by_engine], ids=["upgrade", "SessionDB", "engine"]
+)
 def test_a_replayed_store_is_the_store_the_chain_builds(
     tmp_path: Path, replays: list[str], build: Callable[[Path, list[str]], None]
 ) -> None:
@@ -108,8 +121,35 @@ def test_a_replayed_store_is_the_store_the_chain_builds(
     assert first["identity"] != second["identity"]
     # The progress told (the CLI's steps): every revision, as the chain reported them.
     assert reached["first.db"] == reached["second.db"] == by_chain
-    if build is _by_upgrade:
+    if build is not _by_session_db:
         assert by_chain == [revision for revision, _, _ in migrate.history()]
+
+
+def test_on_a_store_engine_only_a_blank_file_is_built_without_alembic(
+    tmp_path: Path, replays: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``SessionDB``'s upgrade (on the store's engine) builds a blank file it has an image for
+    without running ``env.py``; any other file (here one with a header value set, which the
+    chain builds) goes to ``env.py``, as before."""
+    _by_engine(tmp_path / "chain.db", [])
+    environments: list[object] = []
+    run_env = migrate._run_env
+
+    def counted(scripts: Any) -> None:
+        environments.append(scripts)
+        run_env(scripts)
+
+    monkeypatch.setattr(migrate, "_run_env", counted)
+    _by_engine(tmp_path / "replayed.db", [])
+    assert (environments, [Path(p).name for p in replays]) == ([], ["replayed.db"])
+
+    headed = tmp_path / "headed.db"
+    with closing(sqlite3.connect(headed)) as conn:
+        conn.execute("PRAGMA user_version = 7")
+        conn.commit()
+    _by_engine(headed, [])
+    assert len(environments) == 1 and [Path(p).name for p in replays] == ["replayed.db"]
+    assert migrate.status(sqlite_url(headed)).up_to_date
 
 
 def test_a_replay_a_program_traces_is_the_same_store_and_seen_by_its_listener(
