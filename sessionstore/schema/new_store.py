@@ -14,7 +14,12 @@ creation order, every row of every table that holds rows, the header values the 
 The next blank database upgraded to head in that process gets that image written by SQL,
 inside its own migration's write transaction (``BEGIN IMMEDIATE`` and the migration lock), after
 it was found blank there: a second opener that waited for the lock finds the store built and
-does nothing, as with the chain. Nothing is copied page by page or as a file.
+does nothing, as with the chain. Nothing is copied page by page or as a file. Upgraded on a
+store's own engine (``SessionDB``), the store is built so by
+:func:`sessionstore.schema.migrate.upgrade` itself, without Alembic's environment (its config,
+``env.py`` run as a module: about a tenth of a new store's open); the same lock, transaction
+and replay (:func:`build_from_image`), and any file not found blank and imaged goes on to
+``env.py``.
 
 So the head DDL keeps one home, the revisions: the image is derived from them at run time, in
 the process that uses it, never written by hand nor checked in. It is kept per
