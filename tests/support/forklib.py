@@ -58,19 +58,18 @@ def prepare(url: str) -> None:
             )
 
 
-PAUSE_S = 0.05
+PAUSE_S = 0.25
 """How long a busy thread rests between two calls while no fork is being made. Calling
 without rest, the three readers spun a core for the whole test: 26 of the 32 CPU s of 250
-forks, while the forks need them only at the moment of each fork. Writes still go on
-between forks, beside the children's."""
-
-EXIT_PAUSE_S = 0.25
-"""How long :func:`exit_program`'s busy threads rest between two calls while no fork is being
-made. Its children are made one at a time and each lives 0.1-0.7 s by the load (its
-interpreter's shutdown walks all it inherited); at :data:`PAUSE_S` the six threads made 15-50
-calls a child between forks, though every fork wakes them all anyway (all six inside a call
-at once). At this pause each thread still calls about once or more in a child's life, at
-times while it shuts down."""
+forks, while the forks need them only at the moment of each fork. Every fork wakes them all
+anyway (all six inside a call at once), and the calls it holds at the gate end while its
+child runs: the parent's writes still go on beside the children's. At 0.05 s the threads
+made ~2 more calls a fork between forks (a pool forks every 30-70 ms), ~7 % of a pool
+program's CPU for nothing the test checks (``suite_speed.md``, 2026-12-06, ``forks``); at
+this pause they make about none. :func:`exit_program`'s children are made one at a time and
+each lives 0.1-0.7 s by the load (its interpreter's shutdown walks all it inherited): there
+each thread still calls about once or more in a child's life, at times while it shuts
+down."""
 
 
 class BusyThreads:
@@ -392,7 +391,7 @@ def exit_program(url: str, forks: int) -> dict[str, Any]:
     prepare(url)
     db = SessionDB(url=url)
     set_parent(db, url)
-    busy = BusyThreads(db, pause_s=EXIT_PAUSE_S).warm_up().start()
+    busy = BusyThreads(db).warm_up().start()
     failed: list[str] = []
     texts: set[str] = set()
     inside_at_forks: list[int] = []
