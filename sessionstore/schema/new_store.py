@@ -75,8 +75,6 @@ class BuiltStore(NamedTuple):
 _lock = threading.Lock()
 _built: dict[tuple[str, Hashable], BuiltStore] = {}
 """By the dialect's name and the blank store's key."""
-_imaged: set[str] = set()
-"""The names of the dialects with an image kept."""
 
 
 def _new_lock_in_child() -> None:
@@ -98,13 +96,13 @@ def keep_built_store(dialect: StoreDialect, key: Hashable, built: BuiltStore) ->
     """Keep the first result for ``key`` (two threads may each have run the chain)."""
     with _lock:
         _built.setdefault((dialect.name, key), built)
-        _imaged.add(dialect.name)
 
 
 def has_built_stores(dialect: StoreDialect) -> bool:
     """Whether this process kept an image for this dialect (none: every blank store of it is
     the chain's to build, and nothing need be asked of the database to know it)."""
-    return dialect.name in _imaged
+    with _lock:
+        return any(name == dialect.name for name, _ in _built)
 
 
 def built_store_for(connection: Connection, dialect: StoreDialect) -> BuiltStore | None:
@@ -137,4 +135,3 @@ def forget_built_stores() -> None:
     """Forget every image (tests that build a store by the chain on purpose)."""
     with _lock:
         _built.clear()
-        _imaged.clear()
