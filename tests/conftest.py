@@ -84,6 +84,7 @@ _bytecode_cached()
 
 from pg_server import pg_admin_url  # noqa: E402
 from real_hermes import backup_copy, close_release_servers  # noqa: E402
+from run_kept import run_directory  # noqa: E402
 
 from sessionstore.schema import migrate  # noqa: E402
 from sessionstore.sql.topic_tables import TOPIC_SCHEMA_META_KEY, TOPIC_TABLES  # noqa: E402
@@ -437,10 +438,7 @@ def hermes_answers(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Where the real Hermes releases' answers are kept for this run
     (``RealHermes.calls_on_a_new_file``): shared by the run's xdist workers (their base
     directories' parent is the run's own), never by two runs."""
-    base = tmp_path_factory.getbasetemp()
-    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "hermes-answers"
-    root.mkdir(exist_ok=True)
-    return root
+    return run_directory(tmp_path_factory, "hermes-answers")
 
 
 @pytest.fixture(params=DIALECTS)

@@ -12,12 +12,9 @@ on SQLite, ``list_recent_user_messages(limit=2**63)``, ``rewind_to_message(..., 
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import inspect
 import itertools
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,6 +22,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from run_kept import kept_for_the_run, run_directory
 
 from sessionstore.api.session_db import SessionDB
 from sessionstore.errors import SessionStoreError
@@ -102,10 +100,7 @@ def run_draws(tmp_path_factory: pytest.TempPathFactory) -> Path:
     workers (their base directories' parent is the run's own), never by two runs. A surface
     whose two dialects' sweeps ran in two workers had its values drawn twice (1.6 CPU s each
     at load): now once in the run, as when both ran in one worker (``_DRAWN``)."""
-    base = tmp_path_factory.getbasetemp()
-    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "integer-draws"
-    root.mkdir(exist_ok=True)
-    return root
+    return run_directory(tmp_path_factory, "integer-draws")
 
 
 def _drawn_values(
@@ -131,18 +126,9 @@ def _drawn_values(
 
     def _kept_for_the_run(parameters: int) -> list[list[Any]]:
         assert shared is not None
-        name = json.dumps([repr(values), count, always, parameters])
-        kept = shared / f"{hashlib.sha256(name.encode()).hexdigest()}.json"
-        with kept.with_suffix(".lock").open("a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # one worker draws, another waits and reads
-            if kept.exists():
-                found: list[list[Any]] = json.loads(kept.read_text())
-                return found
-            drawn = _draw(parameters)
-            partial = kept.with_suffix(".partial")
-            partial.write_text(json.dumps(drawn))
-            partial.replace(kept)
-            return drawn
+        key = json.dumps([repr(values), count, always, parameters])
+        drawn: list[list[Any]] = kept_for_the_run(shared, key, lambda: _draw(parameters))
+        return drawn
 
     def _draw(parameters: int) -> list[list[Any]]:
         drawn: list[list[Any]] = []

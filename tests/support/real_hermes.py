@@ -43,6 +43,8 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from run_kept import kept_for_the_run
+
 HERMES_RELEASES: dict[int, str] = {
     11: "0.13.0", 13: "0.15.0", 14: "0.16.0", 16: "0.17.0", 17: "0.18.0", 19: "0.18.2",
     22: "0.19.0",
@@ -382,17 +384,7 @@ class RealHermes:
         if self.answers is None:
             return self.calls(db_path, steps)
         key = json.dumps([self.release, steps], sort_keys=True, default=repr)
-        name = hashlib.sha256(key.encode()).hexdigest()
-        kept = self.answers / f"{name}.json"
-        with (self.answers / f"{name}.lock").open("a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # one worker asks the release, another waits
-            if kept.exists():
-                return json.loads(kept.read_text())
-            answer = self.calls(db_path, steps)
-            partial = self.answers / f"{name}.partial"
-            partial.write_text(json.dumps(answer))
-            partial.replace(kept)
-            return answer
+        return kept_for_the_run(self.answers, key, lambda: self.calls(db_path, steps))
 
     def insights(self, db_path: Path, days: int = 36500) -> dict[str, Any]:
         """``hermes insights``: the release's own engine's ``overview`` and ``models``."""
