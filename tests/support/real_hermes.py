@@ -43,8 +43,6 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from run_kept import kept_for_the_run
-
 HERMES_RELEASES: dict[int, str] = {
     11: "0.13.0", 13: "0.15.0", 14: "0.16.0", 16: "0.17.0", 17: "0.18.0", 19: "0.18.2",
     22: "0.19.0",
@@ -383,6 +381,9 @@ class RealHermes:
         is made at ``db_path`` when the answer is kept."""
         if self.answers is None:
             return self.calls(db_path, steps)
+        # here: scripts/bench.py loads this module by its path, without tests/support importable
+        from run_kept import kept_for_the_run
+
         key = json.dumps([self.release, steps], sort_keys=True, default=repr)
         return kept_for_the_run(self.answers, key, lambda: self.calls(db_path, steps))
 
