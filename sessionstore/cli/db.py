@@ -51,11 +51,11 @@ the migrations)."""
 
 PRESERVING_REVISIONS = frozenset({
     "0004", "0007", "0008", "0009", "0013", "0018", "0019", "0021", "0022", "0023", "0024",
-    "0025", "0040", "0041", "0042", "0043", "0044",
+    "0025", "0040", "0041", "0042", "0043", "0044", "0045",
 })
 """Revisions whose downgrade loses no value: it drops or rebuilds only indexes (derived data,
 rebuilt by an upgrade: 0004, 0007, 0008, 0013, 0018, 0021, 0022, 0024, 0040, 0042), rewrites
-trigger or function text only (0025, 0044) or index settings only (0041), drops a table only
+trigger or function text only (0025, 0044, 0045) or index settings only (0041), drops a table only
 when empty (0043, else it keeps it), narrows counters or ids only when every value fits (0009,
 0023, else it refuses) or only writes the schema number back (0019). Undoing any other
 revision drops columns or tables, so a downgrade across it loses data."""

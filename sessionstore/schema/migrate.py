@@ -108,7 +108,7 @@ def script_directory() -> ScriptDirectory:
         return _scripts
 
 
-HEAD_REVISION = "0044"
+HEAD_REVISION = "0045"
 """The newest revision this release ships. A constant so that opening an up-to-date store
 costs one small read and no Alembic work; tests/test_migrations.py checks it against the
 scripts, so a new revision cannot forget to move it."""

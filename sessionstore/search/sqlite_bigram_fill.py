@@ -61,7 +61,7 @@ def fill_bigrams(conn: Connection, table: str) -> None:
 
 
 def _column_grams(value: str) -> str:
-    """A plain text's tokens as :func:`.sqlite_ddl.column_grams` computes them ("" for none)."""
+    """A plain column's tokens as :func:`.sqlite_ddl.row_grams` computes them ("" for none)."""
     return "" if value.isascii() else " ".join(_CJK_BIGRAM.findall(value))
 
 

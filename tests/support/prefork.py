@@ -57,6 +57,7 @@ CHAIN_IMPORTS = (
     "sessionstore._migrations.helpers", "sessionstore._migrations.chain_state",
     "sessionstore._migrations.hermes_v23_v31_orders", "sessionstore._migrations.hermes_v30_v31_ddl",
     "sessionstore._migrations.model_usage_ddl", "sessionstore._migrations.revision_0044_ddl",
+    "sessionstore._migrations.revision_0045_ddl",
 )  # fmt: skip
 """What an upgrade of a SQLite file to head imports, its lazy imports included (Alembic's
 config and logging, the ORM models, the dialect, the chain's helper modules): a server whose

@@ -32,6 +32,7 @@ IMPORTS = (
     "sessionstore._migrations.helpers", "sessionstore._migrations.chain_state",
     "sessionstore._migrations.hermes_v23_v31_orders", "sessionstore._migrations.hermes_v30_v31_ddl",
     "sessionstore._migrations.model_usage_ddl", "sessionstore._migrations.revision_0044_ddl",
+    "sessionstore._migrations.revision_0045_ddl",
 )  # fmt: skip
 """What a writer imports, at start and in its first calls (the first to find no schema runs
 the chain: Alembic; the others wait for it and go through the same environment, the ORM
