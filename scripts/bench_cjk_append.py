@@ -1,14 +1,15 @@
-"""Appending CJK messages with revision 0044's bigram token SQL against the one before it.
+"""Appending CJK messages with the head's bigram token SQL against an older revision's.
 
     .venv/bin/python scripts/bench_cjk_append.py [--sizes 1,10] [--kind random|prose]
         [--rounds 2] [--short 200] [--dialect sqlite|postgresql|both] [--pg-url URL]
+        [--sqlite-before 0025|0044]
 
 Each database holds two stores built at head by ``SessionDB``; on one of them the bigram
-tokens are computed as before 0044 (SQLite: 0025's triggers; PostgreSQL: 0021's
-``sessionstore_cjk_grams``). The sides are timed alternately (A B B A), each message written
-by a raw ``INSERT`` and its ``COMMIT`` (the FTS5 flush is in the commit) on the driver's
-connection; SQLite starts each batch from a fresh copy of the store, PostgreSQL deletes each
-message untimed, so that both sides stay alike:
+tokens are computed by an older revision's SQL (SQLite: 0025's triggers, or 0044's with
+``--sqlite-before 0044``; PostgreSQL: 0021's ``sessionstore_cjk_grams``). The sides are timed
+alternately (A B B A), each message written by a raw ``INSERT`` and its ``COMMIT`` (the FTS5
+flush is in the commit) on the driver's connection; SQLite starts each batch from a fresh copy
+of the store, PostgreSQL deletes each message untimed, so that both sides stay alike:
 
 - a long message of each ``--sizes`` megabytes of UTF-8 (``random``: CJK characters drawn
   at random, a tenth of them other text, nearly every bigram distinct, the worst case for the
@@ -38,7 +39,7 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sessionstore._migrations import revision_0021_ddl, revision_0025_ddl
+from sessionstore._migrations import revision_0021_ddl, revision_0025_ddl, revision_0044_ddl
 from sessionstore.api.session_db import SessionDB
 from sessionstore.dialects.sqlite_library import connect
 from sessionstore.search import object_names, postgresql_ddl
@@ -48,7 +49,11 @@ PARAGRAPH = (
     "会议记录如下：第一，确认备份策略；第二，评估写入锁的持有时间；第三，准备回滚脚本。"
     "한국어 문장도 섞여 있습니다. 日本語のテキストも少し含まれています。 error: timeout after 30s\n"
 )
-SIDES = ("before", "0044")
+SIDES = ("before", "head")
+SQLITE_BEFORE = {
+    "0025": revision_0025_ddl.SQLITE_CREATE_COMPACT_TRIGGERS,
+    "0044": revision_0044_ddl.SQLITE_CREATE_TRIGGERS,
+}
 INSERT = (
     "INSERT INTO messages (session_id, role, content, timestamp) "
     "VALUES ('bench', 'user', %s, 1.0)"
@@ -86,15 +91,15 @@ class SqliteSide:
     """Each batch on a fresh copy of the side's store (SQLite's backup API): the FTS5 merges
     that deleted megabytes would leave behind are nobody's append."""
 
-    def __init__(self, path: Path, before: bool) -> None:
+    def __init__(self, path: Path, before: tuple[str, ...] | None) -> None:
         self.template = path
         with SessionDB(str(path)) as db:
             db.create_session("bench", "cli")
-        if before:
+        if before is not None:
             conn = connect(str(path), isolation_level=None)
             for trigger in object_names.BIGRAM_TRIGGERS:
                 conn.execute(f"DROP TRIGGER {trigger}")
-            for statement in revision_0025_ddl.SQLITE_CREATE_COMPACT_TRIGGERS:
+            for statement in before:
                 conn.execute(statement)
             conn.close()
         self.copy = path.with_name(f"{path.stem}-copy.db")
@@ -183,6 +188,7 @@ def main() -> None:
     parser.add_argument("--short", type=int, default=200)
     parser.add_argument("--dialect", choices=("sqlite", "postgresql", "both"), default="both")
     parser.add_argument("--pg-url", default="postgresql+psycopg://postgres@127.0.0.1:5432/test")
+    parser.add_argument("--sqlite-before", choices=sorted(SQLITE_BEFORE), default="0025")
     args = parser.parse_args()
     texts: dict[str, list[str]] = {}
     for size in (float(s) for s in args.sizes.split(",") if s):
@@ -193,7 +199,9 @@ def main() -> None:
         texts["short"] = short_messages(args.short)
     if args.dialect in ("sqlite", "both"):
         with tempfile.TemporaryDirectory() as workdir:
-            sides = {side: SqliteSide(Path(workdir) / f"{side}.db", side == "before")
+            before = SQLITE_BEFORE[args.sqlite_before]
+            sides = {side: SqliteSide(Path(workdir) / f"{side}.db",
+                                      before if side == "before" else None)
                      for side in SIDES}  # fmt: skip
             run("sqlite", sides, texts, args.rounds)
     if args.dialect in ("postgresql", "both"):
