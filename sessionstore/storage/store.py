@@ -97,6 +97,8 @@ class Store:
         )
         self._write_options = self.dialect.write_options()
         self._read_options = self.dialect.read_options()
+        # All the execution options a reader's connection has when the read door set them.
+        self._reader_options = {**engine.get_execution_options(), **self._read_options}
         # SQLite has one writer per file: threads of one process queue here instead of
         # fighting over the file lock with sleeps, then processes on the writers' queue.
         self._serialize = self.dialect.serialize_writes_in_process
@@ -535,7 +537,17 @@ class Store:
             return conn
 
     def _release_reader(self, conn: Connection, *, clean: bool) -> None:
-        if clean and not self._closed and len(self._idle_readers) < IDLE_READERS:
+        # Where writes keep no connection of their own (a server), one is kept only with the
+        # read door's options: work that set its own on the connection (yield_per, i.e. a
+        # server-side cursor) would have the next read's every SELECT sent as DECLARE CURSOR.
+        # It goes back to the pool instead, whose next checkout is a new Connection with the
+        # options of whoever takes it.
+        if (
+            clean
+            and not self._closed
+            and len(self._idle_readers) < IDLE_READERS
+            and (self._keep_writer or conn.get_execution_options() == self._reader_options)
+        ):
             self._idle_readers.append(conn)
             return
         with contextlib.suppress(Exception):

@@ -1020,6 +1020,31 @@ def test_a_postgresql_write_is_retried_until_a_row_lock_is_released(
     assert count == 1
 
 
+# --- a PostgreSQL store's connections -----------------------------------------------------------
+
+
+def test_options_a_postgresql_read_set_on_its_connection_reach_no_later_call(
+    pg_store_url: str, open_store: Callable[..., Store]
+) -> None:
+    # yield_per on a read's connection (the doctor's walks, the listing) makes psycopg send
+    # its statements through a server-side cursor. Kept idle, that connection sent every
+    # later read's SELECT as DECLARE CURSOR. It goes back to the pool instead.
+    store = open_store(pg_store_url)
+    cursors: list[str] = []
+    sa.event.listen(
+        store.engine, "before_cursor_execute",
+        lambda _conn, cursor, *_args: cursors.append(type(cursor).__name__),
+    )
+    streamed = store.read(
+        lambda conn: list(conn.execution_options(yield_per=10).execute(sa.text("SELECT 1")))
+    )
+    store.write(lambda conn: conn.exec_driver_sql("CREATE TEMPORARY TABLE t (x int)"))
+    store.read(lambda conn: conn.exec_driver_sql("SELECT 2").scalar_one())
+
+    assert streamed == [(1,)]
+    assert cursors == ["ServerCursor", "Cursor", "Cursor"]
+
+
 # --- checkpoints -------------------------------------------------------------------------------
 
 
