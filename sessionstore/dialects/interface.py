@@ -193,6 +193,11 @@ class StoreDialect(Protocol):
     def set_autocommit(self, dbapi_connection: Any, on: bool) -> None:
         """Switch the driver's autocommit (only where ``single_statement_appends``)."""
 
+    def lend_reader_to_writes(self, conn: Connection, *, writing: bool) -> None:
+        """Make a reader's connection (idle, its :meth:`read_options` set) begin the writes'
+        transactions (``writing``), or the reads' again; only where writes keep no connection
+        of their own (``serialize_writes_in_process`` False)."""
+
     def connection_lost(self, engine: Engine) -> None:
         """A connection of ``engine`` was found dead: let go of the idle ones too (they met the
         same server restart or kill), so the retry does not meet them one by one."""

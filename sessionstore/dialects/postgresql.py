@@ -744,6 +744,18 @@ class PostgreSQLDialect:
         # psycopg only flips a flag while the connection is idle: no round trip.
         dbapi_connection.autocommit = on
 
+    def lend_reader_to_writes(self, conn: Connection, *, writing: bool) -> None:
+        # What SQLAlchemy does with the level: the pool's reset on return (the engine's
+        # default, the writes' level) and the read options on checkout. psycopg sends it with
+        # its next BEGIN: attributes, no round trip.
+        dialect, dbapi_connection = conn.dialect, conn.connection.dbapi_connection
+        if dbapi_connection is None:  # invalidated meanwhile: the caller throws it away
+            raise DisconnectionError("the connection is gone")
+        if writing:
+            dialect.reset_isolation_level(dbapi_connection)
+        else:
+            dialect.set_isolation_level(dbapi_connection, self.read_options()["isolation_level"])
+
     def connection_lost(self, engine: Engine) -> None:
         # Closes the idle pooled connections only; checked-out ones finish (or fail) on their
         # own, and the pool connects anew on demand. This is what replaces a ping per checkout.

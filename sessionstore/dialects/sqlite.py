@@ -660,6 +660,10 @@ class SQLiteDialect:
         # ever needs it switched.
         return None
 
+    def lend_reader_to_writes(self, conn: Connection, *, writing: bool) -> None:
+        # Writes keep a connection of their own here (serialize_writes_in_process).
+        raise NotImplementedError("a SQLite store's writes never use a reader's connection")
+
     def connection_lost(self, engine: Engine) -> None:
         return None  # never called: an embedded database has no connection to lose
 

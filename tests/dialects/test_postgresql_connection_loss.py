@@ -193,6 +193,28 @@ def test_read_whose_socket_hung_up_mid_statement_is_retried_on_a_new_connection(
     assert rows(db) == [(1, "hello")]  # the stuck connection is not among the idle readers
 
 
+def test_writes_after_the_idle_readers_backend_was_killed_are_stored_once(
+    db: SessionDB, pg_url: str
+) -> None:
+    # A write takes the store's idle reader (through the pool) rather than connect a second
+    # backend: killed while idle, that connection fails the write's first statement, is
+    # thrown away, and the write runs again on a new one (an append looks for itself first).
+    for write in (
+        lambda: db.append_messages("s", [{"role": "user", "content": "after"}]),
+        lambda: db.update_token_counts("s", input_tokens=5),
+    ):
+        idle = db.store.read(backend_pid)
+        assert db.store.idle_readers == 1
+        terminate(idle, pg_url)
+        wait_until_ended(pg_url, [idle])
+        write()
+        assert db.store.read(backend_pid) != idle
+    assert [content for _, content in rows(db)] == ["after"]
+    assert counter(db) == 1
+    session = db.get_session("s")
+    assert session is not None and session["input_tokens"] == 5
+
+
 SLOW_WRITE = """
 CREATE FUNCTION sessionstore_test_slow_write() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -307,6 +329,39 @@ def test_first_call_after_fork_works_and_the_parent_keeps_its_connections(
     assert all(code == 0 and text and text.startswith("ok") for code, text in outcomes), outcomes
     db.append_message("s", "user", "parent after")
     assert len(rows(db)) == 5 and counter(db) == 5
+
+
+def _read_then_append_in_child(db: SessionDB, report: Path) -> None:
+    try:
+        before = len(rows(db))
+        ids = db.append_messages("s", [{"role": "user", "content": f"child {os.getpid()}"}])
+        report.write_text(f"ok {before} {ids} {len(rows(db))}")
+    except BaseException as exc:  # pragma: no cover - reported to the parent
+        report.write_text(f"error {exc!r}")
+
+
+@pytest.mark.skipif(
+    "fork" not in multiprocessing.get_all_start_methods(), reason="needs the fork start method"
+)
+def test_a_child_that_reads_then_writes_never_uses_the_parents_idle_reader(
+    db: SessionDB, tmp_path: Path
+) -> None:
+    # The parent holds an idle reader at the fork, and a write takes the idle reader: the
+    # child's writes take its own (its list is emptied at the fork), never the parent's.
+    db.append_message("s", "user", "parent before")
+    assert rows(db) and db.store.idle_readers == 1
+    parent_reader = db.store.read(backend_pid)
+    context = multiprocessing.get_context("fork")
+    report = tmp_path / "child"
+    child = context.Process(target=_read_then_append_in_child, args=(db, report))
+    child.start()
+    child.join(timeout=60)
+    outcome = report.read_text() if report.exists() else None
+    assert child.exitcode == 0 and outcome is not None and outcome.startswith("ok 1 "), outcome
+    assert outcome.endswith(" 2")
+    assert db.store.read(backend_pid) == parent_reader  # the parent's is untouched and alive
+    db.append_message("s", "user", "parent after")
+    assert len(rows(db)) == 3 and counter(db) == 3
 
 
 def test_server_unreachable_is_a_typed_error(pg_url: str) -> None:

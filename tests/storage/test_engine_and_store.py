@@ -30,6 +30,7 @@ import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pg_faults import libpq_url
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from store_library import connect_like_the_store
@@ -1022,13 +1023,74 @@ def test_a_postgresql_write_is_retried_until_a_row_lock_is_released(
 
 # --- a PostgreSQL store's connections -----------------------------------------------------------
 
+# Which backend runs the door's transaction, at which isolation level, and whether that
+# transaction is new: a mark set for the rest of the transaction is not there yet (a
+# transaction left open by the other door would still hold the mark that door set). A
+# connection moved from one door to the other carries neither the other's level nor its
+# transaction.
+THE_DOORS_TRANSACTION = sa.text(
+    "SELECT pg_backend_pid(), current_setting('transaction_isolation'), "
+    "coalesce(current_setting('sessionstore_test.door', true), '') = '', "
+    "set_config('sessionstore_test.door', 'taken', true) IS NOT NULL"
+)
+
+
+def _connections_made(engine: Engine) -> list[int]:
+    made: list[int] = []
+    sa.event.listen(engine, "connect", lambda dbapi, _record: made.append(dbapi.info.backend_pid))
+    return made
+
+
+def test_a_postgresql_store_that_reads_then_writes_then_reads_holds_one_backend(
+    pg_store_url: str, open_store: Callable[..., Store]
+) -> None:
+    # The reader kept idle between reads is lent to the write, instead of the write
+    # connecting a second backend (a fork of the server and its caches, and a slot of the
+    # server's connections, for every store that reads and writes); a write that fails and
+    # rolls back gives it back all the same.
+    store = open_store(pg_store_url)
+    made = _connections_made(store.engine)
+    seen: list[tuple[str, int, str, bool]] = []
+
+    def look(door: str) -> Callable[[Connection], None]:
+        def work(conn: Connection) -> None:
+            pid, level, fresh, _ = conn.execute(THE_DOORS_TRANSACTION).one()
+            seen.append((door, pid, level, fresh))
+            if door == "failing write":
+                raise LookupError("rolled back")
+
+        return work
+
+    for _ in range(3):
+        store.read(look("read"))
+        store.write(look("write"))
+    store.read(look("read"))
+    with pytest.raises(LookupError):
+        store.write(look("failing write"))
+    store.read(look("read"))
+
+    assert len(made) == 1, seen
+    assert {pid for _, pid, _, _ in seen} == set(made)
+    assert {(door, level) for door, _, level, _ in seen} == {
+        ("read", "repeatable read"),
+        ("write", "read committed"),
+        ("failing write", "read committed"),
+    }
+    assert all(fresh for *_, fresh in seen), seen
+    with psycopg.connect(libpq_url(pg_store_url), autocommit=True) as admin:
+        state = admin.execute(
+            "SELECT state FROM pg_stat_activity WHERE pid = %s", (made[0],)
+        ).fetchone()
+    assert state == ("idle",)  # between calls: no transaction left open
+
 
 def test_options_a_postgresql_read_set_on_its_connection_reach_no_later_call(
     pg_store_url: str, open_store: Callable[..., Store]
 ) -> None:
     # yield_per on a read's connection (the doctor's walks, the listing) makes psycopg send
     # its statements through a server-side cursor. Kept idle, that connection sent every
-    # later read's SELECT as DECLARE CURSOR. It goes back to the pool instead.
+    # later read's SELECT as DECLARE CURSOR, and a write that borrowed it failed on its DDL
+    # ("syntax error at or near CREATE"). It goes back to the pool instead.
     store = open_store(pg_store_url)
     cursors: list[str] = []
     sa.event.listen(
@@ -1043,6 +1105,39 @@ def test_options_a_postgresql_read_set_on_its_connection_reach_no_later_call(
 
     assert streamed == [(1,)]
     assert cursors == ["ServerCursor", "Cursor", "Cursor"]
+
+
+def test_a_postgresql_write_never_takes_the_connection_of_a_read_under_way(
+    pg_store_url: str, open_store: Callable[..., Store]
+) -> None:
+    # Only idle readers are handed to a write: a read running meanwhile keeps its connection
+    # and its snapshot, and the two run side by side.
+    store = open_store(pg_store_url)
+    store.read(session_ids)  # one reader kept idle
+    inside, written = threading.Event(), threading.Event()
+
+    def long_read(conn: Connection) -> tuple[int, list[str]]:
+        pid = int(conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one())
+        inside.set()
+        assert written.wait(10)
+        return pid, session_ids(conn)
+
+    reader = Background(lambda: store.read(long_read))
+    try:
+        assert inside.wait(10)
+        writer_pid = store.write(
+            lambda conn: (insert_session("during")(conn),
+                          int(conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()))[1]
+        )
+    finally:
+        written.set()
+    looked = reader.result()
+
+    assert looked is not None
+    reader_pid, seen = looked
+    assert writer_pid != reader_pid
+    assert seen == []  # its snapshot predates the write
+    assert store.read(session_ids) == ["during"]
 
 
 # --- checkpoints -------------------------------------------------------------------------------
