@@ -19,6 +19,8 @@ writing into, and acknowledged writes vanish. So:
 - sizes and existence are checked with ``stat``/``access``, which open nothing;
 - the writers' queue (:mod:`sessionstore.storage.writers_queue`) locks a *different* file,
   ``<db>-writelock`` (:meth:`SQLiteDialect.writer_queue_file`), which SQLite never uses;
+- the closes that may remove ``-wal``/``-shm`` take turns on a lock of the store's
+  *directory* (:mod:`.last_close`), which SQLite never locks either;
 - after ``fork()`` the child abandons its inherited connections in the at-fork hook and
   closes them through SQLite before its first own connection, when the fork was quiet (the
   reset :meth:`SQLiteDialect.install_listeners` hands back, which

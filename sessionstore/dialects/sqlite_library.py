@@ -76,6 +76,7 @@ from types import ModuleType
 from typing import Any, NamedTuple, cast
 
 from ..errors import SQLiteLibraryConflictError
+from . import last_close
 
 logger = logging.getLogger(__name__)
 
@@ -198,10 +199,9 @@ def _adopt_standard_exceptions(module: ModuleType) -> None:
 
 def connection_class() -> type[sqlite3.Connection]:
     """The connection class to open with (``factory=`` of ``connect``; the engines pass it
-    through ``connect_args``): the standard library's own, or pysqlite3's, tracked for the
-    one-library check."""
-    used = library()
-    return sqlite3.Connection if used.is_standard_library else _tracked_class(used.module)
+    through ``connect_args``): the library's own, closed in turn (:mod:`.last_close`) and, for
+    pysqlite3, tracked for the one-library check."""
+    return _tracked_class(library().module)
 
 
 def is_connection(obj: object) -> bool:
@@ -215,22 +215,26 @@ def _tracked_class(module: ModuleType) -> type[sqlite3.Connection]:
     base = cast("type[sqlite3.Connection]", module.Connection)
 
     class TrackedConnection(base):  # type: ignore[valid-type,misc]
-        """The library's own connection, remembered (weakly) with the file it opened."""
+        """The library's own connection, remembered (weakly) with the file it opened, and
+        closed in turn when that file is in WAL (:mod:`.last_close`)."""
 
         def __init__(self, database: Any, *args: Any, **kwargs: Any) -> None:
+            path = _file_of(database, bool(kwargs.get("uri", False)))
             if not _checks_descriptors():
                 super().__init__(database, *args, **kwargs)
-                return
-            path = _file_of(database, kwargs.get("uri", False))
-            with _registry.lock:
-                if path is not None:
-                    _refuse_foreign_descriptors(path)
-                super().__init__(database, *args, **kwargs)
-                if path is not None:
-                    _registry.add(path, self)
+            else:
+                with _registry.lock:
+                    if path is not None:
+                        _refuse_foreign_descriptors(path)
+                    super().__init__(database, *args, **kwargs)
+                    if path is not None:
+                        _registry.add(path, self)
+            self.sessionstore_close_ticket = last_close.ticket(
+                None if _is_immutable(database) else path
+            )
 
         def close(self) -> None:
-            super().close()
+            last_close.close(getattr(self, "sessionstore_close_ticket", None), super().close)
             # Marked once SQLite has let go of its descriptors (a check in between still
             # counts this connection, which only makes it look at the shared memory alone);
             # the registry never has to ask SQLite, and wait for the connection's mutex.
@@ -266,6 +270,17 @@ def _file_of(database: Any, uri: bool) -> Path | None:
             return None
         return Path(unquote(parts.path))
     return Path(text)
+
+
+def _is_immutable(database: Any) -> bool:
+    """Opened as ``file:...?immutable=1`` (read as :func:`_file_of` reads the name): SQLite
+    takes no lock on the file at all."""
+    text = os.fsdecode(database) if isinstance(database, (str, bytes, os.PathLike)) else ""
+    if not text.startswith("file:"):
+        return False
+    from urllib.parse import parse_qs, urlsplit
+
+    return "1" in parse_qs(urlsplit(text).query).get("immutable", [])
 
 
 class _Registry:
