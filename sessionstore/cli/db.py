@@ -125,7 +125,7 @@ def check_target(revision: str, *, downgrade: bool) -> None:
 
 def _plan_schema_change(url: URL, target: str, *, downgrade: bool) -> _SchemaPlan:
     """Where the store is now, checked for refusal before anything (a backup) is written."""
-    from ..dialects import database_file
+    from ..dialects import database_file, dialect_for_url
     from ..schema import legacy, migrate
     from ..storage.config import require_directory
     from ..storage.engine import create_store_engine
@@ -148,6 +148,14 @@ def _plan_schema_change(url: URL, target: str, *, downgrade: bool) -> _SchemaPla
         )
     finally:
         store.close()
+        dialect = dialect_for_url(url)
+        if path is not None and dialect.log_files_exist(url):
+            # A writing verb's read-only look, which may be this process's last use of the
+            # file (nothing to do): writers that closed while it held the file were not last,
+            # and a read-only close cannot remove -wal/-shm. One writable close in turn lets
+            # SQLite remove them if it is last (dialects/last_close.py), and leaves them while
+            # anyone else still has the file.
+            dialect.release_log_files(url)
     _refuse_what_the_migration_would(state, downgrade=downgrade)
     _check_direction(url, status, target, downgrade=downgrade)
     return _SchemaPlan(status, rows=rows)

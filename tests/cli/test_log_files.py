@@ -8,6 +8,7 @@ unlink of ours, and nothing while another connection holds the store.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from typer.testing import CliRunner
 
 from sessionstore import cli
 from sessionstore.api.session_db import SessionDB
+from sessionstore.dialects.sqlite_library import connect
 from sessionstore.storage.store import Store
 
 SIDECARS = ("state.db-wal", "state.db-shm")
@@ -58,6 +60,29 @@ def test_a_store_another_connection_holds_keeps_its_log(store_file: Path) -> Non
         held.append_message("s", "user", "still writing")
         assert [m["content"] for m in held.get_messages("s")][-1] == "still writing"
     assert sorted(os.listdir(store_file.parent)) == ["state.db"]
+
+
+def test_db_upgrade_with_nothing_to_do_removes_the_log_its_writers_left(store_file: Path) -> None:
+    """A writer that closed while a reader held the store was not last, and the reader's
+    read-only close cannot remove ``-wal``/``-shm``: they stay, nobody has the file. ``db
+    upgrade`` with nothing to do only looks at the store, read-only, as such a reader; a
+    writable close after its look (in turn: ``dialects/last_close.py``) is last, and SQLite
+    removes them, the acknowledged write kept."""
+    writer = SessionDB(store_file)
+    writer.append_message("s", "user", "acknowledged")
+    reader = connect(f"{store_file.as_uri()}?mode=ro", uri=True)
+    reader.execute("SELECT count(*) FROM messages").fetchone()  # holds the file
+    writer.close()  # not last: the reader holds the file
+    reader.close()  # last, but read-only
+    assert sorted(os.listdir(store_file.parent)) == ["state.db", *sorted(SIDECARS)]
+
+    result = CliRunner().invoke(cli.app, ["--url", f"sqlite:///{store_file}", "db", "upgrade",
+                                          "--json"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["changed"] is False
+    assert sorted(os.listdir(store_file.parent)) == ["state.db"]
+    with SessionDB(store_file) as db:
+        assert [m["content"] for m in db.get_messages("s")][-1] == "acknowledged"
 
 
 def test_a_url_that_asks_for_read_only_gets_no_writable_connection(store_file: Path) -> None:
