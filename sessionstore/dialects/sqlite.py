@@ -663,8 +663,10 @@ class SQLiteDialect:
         return None
 
     def lend_reader_to_writes(self, conn: Connection, *, writing: bool) -> None:
-        # Writes keep a connection of their own here (serialize_writes_in_process).
-        raise NotImplementedError("a SQLite store's writes never use a reader's connection")
+        # Never called: writes keep a connection of their own here (one writer per file, kept
+        # apart from the readers for SQLite's locking; serialize_writes_in_process), so a
+        # reader is never lent and there is nothing to switch.
+        return None
 
     def connection_lost(self, engine: Engine) -> None:
         return None  # never called: an embedded database has no connection to lose
