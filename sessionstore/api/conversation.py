@@ -40,6 +40,7 @@ import re
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from ..sessions.maintenance import STALE_MARKER
@@ -127,6 +128,7 @@ replay, and 0.13/0.14 send every key to the provider (0.15.0 began to strip ``_`
 _VERSION_LINE = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILINE)
 _RELEASE_OF_VERSION = re.compile(r"(\d+)\.(\d+)")
 _checkout_release_by_path: dict[tuple[object, ...], HermesRelease | None] = {}
+_computed_release_of_module: tuple[ModuleType, HermesRelease | None] | None = None
 
 
 def running_hermes_release() -> HermesRelease | None:
@@ -136,7 +138,7 @@ def running_hermes_release() -> HermesRelease | None:
     a Hermes (or a version that is no ``X.Y...``)."""
     module = sys.modules.get("hermes_cli")
     if module is not None:
-        return _release_of(getattr(module, "__version__", None))
+        return _release_of_module(module)
     try:
         key = tuple(sys.path)
         return _checkout_release_by_path[key]
@@ -148,6 +150,24 @@ def running_hermes_release() -> HermesRelease | None:
     if len(_checkout_release_by_path) >= 8:
         _checkout_release_by_path.clear()
     _checkout_release_by_path[key] = release
+    return release
+
+
+def _release_of_module(module: ModuleType) -> HermesRelease | None:
+    """The release an imported ``hermes_cli`` names. A plain ``__version__`` is read at each
+    call (a dict look-up). One the module computes on access (PEP 562 ``__getattr__``:
+    iot 0.22.2 resolves its install path and reads its install stamp from disk every time,
+    ~220 us, which every conversation load paid) is read once per module object: the code
+    running in this process does not change release, even when an update rewrites the stamp
+    under it; a module imported again is a new object and is read again."""
+    global _computed_release_of_module
+    if "__version__" in vars(module):
+        return _release_of(vars(module)["__version__"])
+    cached = _computed_release_of_module
+    if cached is not None and cached[0] is module:
+        return cached[1]
+    release = _release_of(getattr(module, "__version__", None))
+    _computed_release_of_module = (module, release)
     return release
 
 

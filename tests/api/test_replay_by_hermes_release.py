@@ -107,3 +107,37 @@ def test_the_release_is_the_running_hermes_s(
     imported.__version__ = "unknown"  # type: ignore[attr-defined]
     assert running_hermes_release() is None
     assert _keys(replayed_db) == newest
+
+
+def test_a_version_the_module_computes_is_read_once_per_module(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """iot 0.22.2's ``hermes_cli.__version__`` is a PEP 562 ``__getattr__`` that reads its
+    install stamp from disk at each access; every conversation load asked for it. It is read
+    once per module object; a module imported again (a new object) is read again."""
+    reads: list[str] = []
+
+    def computed(version: str) -> types.ModuleType:
+        module = types.ModuleType("hermes_cli")
+
+        def __getattr__(name: str) -> str:  # noqa: N807 (PEP 562's name)
+            if name != "__version__":
+                raise AttributeError(name)
+            reads.append(version)
+            return version
+
+        module.__getattr__ = __getattr__  # type: ignore[method-assign]
+        return module
+
+    first = computed("0.15.1")
+    monkeypatch.setitem(sys.modules, "hermes_cli", first)
+    assert [running_hermes_release() for _ in range(5)] == [(0, 15)] * 5
+    assert reads == ["0.15.1"]
+
+    monkeypatch.setitem(sys.modules, "hermes_cli", computed("0.22.2"))
+    assert running_hermes_release() == (0, 22)
+    assert running_hermes_release() == (0, 22)
+    assert reads == ["0.15.1", "0.22.2"]
+
+    monkeypatch.setitem(sys.modules, "hermes_cli", first)
+    assert running_hermes_release() == (0, 15)
