@@ -120,7 +120,7 @@ def test_a_version_the_module_computes_is_read_once_per_module(
     def computed(version: str) -> types.ModuleType:
         module = types.ModuleType("hermes_cli")
 
-        def __getattr__(name: str) -> str:  # noqa: N807 (PEP 562's name)
+        def __getattr__(name: str) -> str:
             if name != "__version__":
                 raise AttributeError(name)
             reads.append(version)
