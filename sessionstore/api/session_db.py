@@ -27,7 +27,6 @@ from sqlalchemy.engine import Engine, make_url
 from ..dialects import dialect_for_url
 from ..errors import SchemaOutOfDateError, UnsupportedValueError
 from ..schema import migrate
-from ..schema.adoption import adoption_backup
 from ..schema.readable import check_readable
 from ..search import contains_cjk as _contains_cjk
 from ..search import sanitize_fts5_query as _sanitize_fts5_query
@@ -187,6 +186,8 @@ class SessionDB:
             )
         # The backup is decided and taken under the migration's lock: of several openers
         # arriving together, the first backs up and migrates, the others find it done.
+        from ..schema.adoption import adoption_backup  # a migration's: not every open's
+
         backup_step = adoption_backup(url) if backup else None
         migrate.upgrade(engine, before_change=backup_step)
         detach_unloadable(engine)

@@ -112,8 +112,13 @@ class SQLiteLibrary(NamedTuple):
     module: ModuleType
     name: str
     """``sqlite3`` (the standard library) or ``pysqlite3``."""
-    package_version: str | None
-    """pysqlite3's own version; None for the standard library."""
+
+    @property
+    def package_version(self) -> str | None:
+        """pysqlite3's own version; None for the standard library. Looked up when asked (only
+        :meth:`describe` says it): reading the installed packages' metadata was 2-4 ms of
+        every process's first open (``scripts/startup.py``)."""
+        return None if self.is_standard_library else _distribution_version(self.name)
 
     @property
     def sqlite_version(self) -> str:
@@ -154,7 +159,7 @@ def library() -> SQLiteLibrary:
         raise ValueError(
             f"{DRIVER_ENV_VAR}={wanted!r}: use {STANDARD_LIBRARY!r} or {BUNDLED_LIBRARY!r}"
         )
-    standard = SQLiteLibrary(sqlite3, STANDARD_LIBRARY, None)
+    standard = SQLiteLibrary(sqlite3, STANDARD_LIBRARY)
     if wanted == STANDARD_LIBRARY or (wanted != BUNDLED_LIBRARY and not standard.wal_reset_bug):
         return standard
     bundled = _bundled()
@@ -173,13 +178,17 @@ def _bundled() -> SQLiteLibrary | None:
         module = importlib.import_module("pysqlite3.dbapi2")
     except ImportError:
         return None
+    return SQLiteLibrary(module, BUNDLED_LIBRARY)
+
+
+@functools.cache
+def _distribution_version(name: str) -> str | None:
     try:
         from importlib.metadata import version
 
-        package_version: str | None = version(BUNDLED_LIBRARY)
+        return version(name)
     except Exception:  # metadata missing (a vendored copy): the SQLite version is what counts
-        package_version = None
-    return SQLiteLibrary(module, BUNDLED_LIBRARY, package_version)
+        return None
 
 
 def _adopt_standard_exceptions(module: ModuleType) -> None:

@@ -40,11 +40,12 @@ suggesting an upgrade that would refuse.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import warnings
 from collections.abc import Collection
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy import Column, MetaData, inspect, text
 from sqlalchemy.engine import Connection
@@ -55,17 +56,14 @@ from ..dialects import dialect_for
 from ..errors import SchemaShapeError, SchemaTooNewError, UnknownRevisionError
 from ..sql.tables import metadata as head_metadata
 from ..sql.tables import sessions_table
-from .hermes_shapes import (
-    KEY_HEALS,
-    KEYS,
-    NEWEST_JUDGED,
-    OLDEST_JUDGED,
-    V6_COLUMNS,
-    Catalog,
-    KeyHeal,
-    empty_by_default,
-    judge,
-)
+
+if TYPE_CHECKING:
+    from .hermes_shapes import KeyHeal
+
+# ``hermes_shapes`` (the shapes of Hermes's numbers, the keys and their heals) is imported by
+# the functions that judge or heal a file, not here: opening a store that is already ours
+# reads its two version numbers and nothing of it (about 2 ms of every process's import,
+# ``scripts/startup.py``).
 
 logger = logging.getLogger(__name__)
 
@@ -263,6 +261,8 @@ def shape_refusal(conn: Connection, state: StoreState) -> str | None:
     number = state.schema_version
     if state.alembic_revision is not None or not state.has_sessions or number is None:
         return None
+    from .hermes_shapes import NEWEST_JUDGED, OLDEST_JUDGED, Catalog, judge
+
     if not OLDEST_JUDGED <= number <= NEWEST_JUDGED:
         return None
     return judge(Catalog.read(conn), number).refusal()
@@ -337,6 +337,7 @@ def add_missing_v6_columns(conn: Connection) -> list[str]:
     head declares ``NOT NULL`` without a default is added nullable (existing rows have no
     value for it); a missing key column is left alone (no Hermes file lacks one).
     """
+    from .hermes_shapes import V6_COLUMNS
     from .models import SCHEMA_VERSION  # noqa: F401 - completes the head tables' definitions
 
     inspector = inspect(conn)
@@ -368,11 +369,19 @@ def add_missing_v6_columns(conn: Connection) -> list[str]:
 # the NULL flags). They are recognised by their keys and column definitions, never by number,
 # and completed after the chain, in its transaction (after the first-adoption backup).
 ACTIVE_COLUMN_DEFINITION = "INTEGER NOT NULL DEFAULT 1"
-_ACTIVE_COLUMN = re.compile(
-    r"(?P<lead>[(,]\s*)(?P<name>\"active\"|`active`|\[active\]|\bactive\b)(?P<declared>\s+[^,()]*?)"
-    r"(?P<tail>\s*(?:,|\)\s*$))",
-    re.IGNORECASE,
-)
+
+
+@functools.cache
+def _active_column() -> re.Pattern[str]:
+    """``messages.active``'s definition in a stored ``CREATE TABLE``; compiled when a heal
+    first needs it, not at every process's import."""
+    return re.compile(
+        r"(?P<lead>[(,]\s*)(?P<name>\"active\"|`active`|\[active\]|\bactive\b)(?P<declared>\s+[^,()]*?)"
+        r"(?P<tail>\s*(?:,|\)\s*$))",
+        re.IGNORECASE,
+    )
+
+
 def complete_head_shape(conn: Connection) -> list[str]:
     """Heal the shapes a head store must not have; what was healed, in words (logged too).
 
@@ -390,6 +399,7 @@ def complete_head_shape(conn: Connection) -> list[str]:
 
     Every row is kept, and every column a fork added to those tables.
     """
+    from .hermes_shapes import KEY_HEALS
     from .models import SCHEMA_VERSION  # noqa: F401 - attaches the indexes to the tables
 
     healed = [heal.healed for heal in KEY_HEALS if _heal_key(conn, heal)]
@@ -402,6 +412,8 @@ def complete_head_shape(conn: Connection) -> list[str]:
 
 
 def _heal_key(conn: Connection, heal: KeyHeal) -> bool:
+    from .hermes_shapes import KEYS, empty_by_default
+
     inspector = inspect(conn)
     if not inspector.has_table(heal.table):
         return False
@@ -485,7 +497,7 @@ def _define_sqlite_active_column(conn: Connection) -> bool:
     create_sql = conn.execute(
         text("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'messages'")
     ).scalar_one()
-    found = list(_ACTIVE_COLUMN.finditer(create_sql))
+    found = list(_active_column().finditer(create_sql))
     if len(found) != 1:
         logger.warning("messages.active left without its default: definition not recognised")
         return False

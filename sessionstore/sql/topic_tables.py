@@ -10,8 +10,8 @@ the v3 tables, newest Hermes's (``hermes_state_telegram.py``), column for column
 They live in a ``MetaData`` of their own, not the head's (:mod:`.tables`): the migrations never
 create them (a store without them is current, as Hermes's is), and a file holding them at v1 or
 v2 is adopted as it is; the sessions part that owns them (``sessions.telegram_topics``) creates
-or brings them to v3 when a caller opts in. ``sessions`` is copied in only so that the
-binding's foreign key resolves; it is never created from here.
+or brings them to v3 when a caller opts in. ``sessions`` is there only so that the binding's
+foreign key resolves, as its key column alone; it is never created from here.
 """
 
 from __future__ import annotations
@@ -36,7 +36,14 @@ TOPIC_SCHEMA_META_KEY = "telegram_dm_topic_schema_version"
 DEFAULT_PROFILE = "default"
 
 topic_metadata = MetaData()
-sessions_table.to_metadata(topic_metadata)  # the binding's foreign key refers to it
+# What the binding's foreign key refers to: ``sessions.id`` alone. A copy of the whole head
+# table (``sessions_table.to_metadata``) was ~2 ms of every process's import, this module being
+# on the runtime path (``scripts/startup.py``), for 63 columns nothing here reads.
+Table(
+    sessions_table.name,
+    topic_metadata,
+    Column("id", sessions_table.c.id.type, primary_key=True),
+)
 
 
 def _profile() -> Column[str]:
