@@ -26,7 +26,7 @@ from ..storage.config import resolve_url
 from ..storage.engine import create_store_engine
 from ..storage.error_translation import typed_errors
 from ..storage.retry import RetryPolicy, run_with_retry
-from . import legacy, new_store
+from . import legacy
 
 T = TypeVar("T")
 
@@ -196,6 +196,10 @@ def _built_from_image(
     An image exists only once the chain built a store in this process, so Alembic and the
     scripts are loaded by then. Alembic's own work around a replay (its config, its
     environment, ``env.py`` run as a module) was about a tenth of a new store's open."""
+    # Imported here, not with this module: opening a store that exists never builds one.
+    # Not imported yet, it has built no store in this process, and says so.
+    from . import new_store
+
     dialect = dialect_for(engine)
     if not new_store.has_built_stores(dialect):
         return False

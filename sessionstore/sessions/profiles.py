@@ -40,12 +40,9 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 
 from ..sql import validation
-from ..sql.ledger_tables import delivery_obligations_table as delivery_obligations
 from ..sql.tables import gateway_heartbeats_table as heartbeats
 from ..sql.tables import gateway_routing_table as routing
 from ..sql.tables import sessions_table as sessions
-from ..sql.topic_tables import topic_bindings_table as bindings
-from ..sql.topic_tables import topic_mode_table as modes
 from ..sql.validation import bindable
 from .access import reads, writes
 from .shared import RepositoryPart
@@ -409,6 +406,10 @@ class ProfilesPart(RepositoryPart):
         changed, by table and column. Nothing when either is blank or both are the same.
         :class:`ProfileCollisionError` (a ``ValueError``), nothing changed, when a renamed
         routing key or topic row would take one the new profile already holds."""
+        from ..sql.ledger_tables import delivery_obligations_table as delivery_obligations
+        from ..sql.topic_tables import topic_bindings_table as bindings
+        from ..sql.topic_tables import topic_mode_table as modes
+
         old = _profile_identity(old_name, "old_name")
         new = _profile_identity(new_name, "new_name")
         if not old or not new or old == new:
@@ -473,6 +474,10 @@ class ProfilesPart(RepositoryPart):
         delivery obligations abandoned (never deleted; delivered ones kept as they were), its
         Telegram topic mode rows and bindings deleted, where the store has those tables. Its
         sessions are kept as they are. The rows touched, by table; nothing for a blank name."""
+        from ..sql.ledger_tables import delivery_obligations_table as delivery_obligations
+        from ..sql.topic_tables import topic_bindings_table as bindings
+        from ..sql.topic_tables import topic_mode_table as modes
+
         name = _profile_identity(profile, "profile")
         if not name:
             return {}
@@ -513,6 +518,10 @@ class ProfilesPart(RepositoryPart):
     def _profile_tables(self, conn: Connection) -> dict[str, set[str]]:
         """The columns of the tables a store may or may not hold (the delivery ledger, the
         Telegram topic tables at v1...v3), empty for an absent one."""
+        from ..sql.ledger_tables import delivery_obligations_table as delivery_obligations
+        from ..sql.topic_tables import topic_bindings_table as bindings
+        from ..sql.topic_tables import topic_mode_table as modes
+
         names = (delivery_obligations.name, modes.name, bindings.name)
         return {name: self.store.dialect.column_names(conn, name) for name in names}
 
@@ -520,6 +529,9 @@ class ProfilesPart(RepositoryPart):
         self, conn: Connection, shapes: dict[str, set[str]], old: str, new: str, old_ns: str,
         new_ns: str,
     ) -> None:  # fmt: skip
+        from ..sql.topic_tables import topic_bindings_table as bindings
+        from ..sql.topic_tables import topic_mode_table as modes
+
         target = routing.alias("target")
         renamed = _renamed(routing.c.session_key, old_ns, new_ns)
         collision = conn.execute(
@@ -585,7 +597,6 @@ __all__ = [
     "DEFAULT_PROFILE",
     "ProfileCollisionError",
     "ProfilesPart",
-    "delivery_obligations",
     "json_extract_text",
     "session_key_namespace",
     "session_key_profile",

@@ -42,19 +42,7 @@ from ..dialects.interface import StoreDialect
 from ..errors import UnknownSessionError
 from ..sql import validation
 from ..sql.tables import sessions_table as sessions
-from ..sql.topic_tables import (
-    DEFAULT_PROFILE,
-    TOPIC_INDEXES,
-    TOPIC_SCHEMA_META_KEY,
-    TOPIC_SCHEMA_VERSION,
-    TOPIC_TABLES,
-)
-from ..sql.topic_tables import (
-    topic_bindings_table as bindings,
-)
-from ..sql.topic_tables import (
-    topic_mode_table as modes,
-)
+from ..sql.topic_tables import DEFAULT_PROFILE, TOPIC_SCHEMA_META_KEY, TOPIC_SCHEMA_VERSION
 from ..storage.store import Store
 from .access import reads, writes
 from .leases import meta_upsert
@@ -160,6 +148,8 @@ class TelegramTopicsPart(RepositoryPart):
         allows_users_to_create_topics: bool | None = None,
     ) -> None:
         """Turn topic mode on for one private chat (creating the tables if need be)."""
+        from ..sql.topic_tables import topic_mode_table as modes
+
         now = self.clock()
         values = {
             "profile_name": topic_profile(profile_name),
@@ -190,6 +180,9 @@ class TelegramTopicsPart(RepositoryPart):
     ) -> None:
         """Turn topic mode off for one chat; ``clear_bindings`` also drops its bindings. Never
         creates the tables: absent, nothing happens."""
+        from ..sql.topic_tables import topic_bindings_table as bindings
+        from ..sql.topic_tables import topic_mode_table as modes
+
         profile = topic_profile(profile_name)
         chat = _text_of(chat_id, "chat_id")
         clear = validation.flag(clear_bindings, "clear_bindings")
@@ -215,6 +208,8 @@ class TelegramTopicsPart(RepositoryPart):
         self, *, chat_id: str, user_id: str, profile_name: str = DEFAULT_PROFILE
     ) -> bool:
         """Whether topic mode is on for this chat and user (False without the tables)."""
+        from ..sql.topic_tables import topic_mode_table as modes
+
         chat, user = _text_of(chat_id, "chat_id"), _text_of(user_id, "user_id")
         rows = self._topic_rows(
             modes, topic_profile(profile_name),
@@ -228,6 +223,8 @@ class TelegramTopicsPart(RepositoryPart):
         self, *, chat_id: str, thread_id: str, profile_name: str = DEFAULT_PROFILE
     ) -> dict[str, Any] | None:
         """The binding of one topic thread (every column), or None."""
+        from ..sql.topic_tables import topic_bindings_table as bindings
+
         chat, thread = _text_of(chat_id, "chat_id"), _text_of(thread_id, "thread_id")
         rows = self._topic_rows(
             bindings, topic_profile(profile_name),
@@ -240,6 +237,8 @@ class TelegramTopicsPart(RepositoryPart):
         self, *, chat_id: str, profile_name: str = DEFAULT_PROFILE
     ) -> list[dict[str, Any]]:
         """Every binding of one chat, most recently updated first ([] without the tables)."""
+        from ..sql.topic_tables import topic_bindings_table as bindings
+
         chat = _text_of(chat_id, "chat_id")
         return self._topic_rows(
             bindings, topic_profile(profile_name), lambda: [bindings.c.chat_id == chat],
@@ -249,6 +248,8 @@ class TelegramTopicsPart(RepositoryPart):
     @reads
     def get_telegram_topic_binding_by_session(self, *, session_id: str) -> dict[str, Any] | None:
         """The binding of one session (whatever its profile), or None."""
+        from ..sql.topic_tables import topic_bindings_table as bindings
+
         session = _text_of(session_id, "session_id")
         rows = self._topic_rows(bindings, None, lambda: [bindings.c.session_id == session])
         return rows[0] if rows else None
@@ -265,6 +266,9 @@ class TelegramTopicsPart(RepositoryPart):
         """Remove one topic's binding (a topic deleted in Telegram); when it was the chat's
         last, topic mode is turned off in the same transaction. How many rows went (0 without
         the tables)."""
+        from ..sql.topic_tables import topic_bindings_table as bindings
+        from ..sql.topic_tables import topic_mode_table as modes
+
         profile = topic_profile(profile_name)
         chat, thread = _text_of(chat_id, "chat_id"), _text_of(thread_id, "thread_id")
         now = self.clock()
@@ -301,6 +305,8 @@ class TelegramTopicsPart(RepositoryPart):
         """Bind one topic thread to one session (creating the tables if need be). Rebinding
         the same topic replaces its fields; binding a session already bound to another topic
         raises ``ValueError`` and changes nothing."""
+        from ..sql.topic_tables import topic_bindings_table as bindings
+
         now = self.clock()
         values = {
             "profile_name": topic_profile(profile_name),
@@ -348,6 +354,8 @@ class TelegramTopicsPart(RepositoryPart):
         profile (iot #76423). Each is ``chat_id``, ``thread_id``, ``session_key`` and the
         key's ``key_profile``, by chat then thread (bytewise). A store without the tables,
         or with v1/v2 ones (no ``profile_name``), has none."""
+        from ..sql.topic_tables import topic_bindings_table as bindings
+
         bytewise = self.store.dialect.bytewise_collation
         statement = (
             select(bindings.c.chat_id, bindings.c.thread_id, bindings.c.session_key)
@@ -380,6 +388,9 @@ class TelegramTopicsPart(RepositoryPart):
         to v3 first, as every topic write does; without the tables nothing is done (iot's
         statements fail there). A row that is no mapping is a ``TypeError``, one without
         the three keys a ``KeyError``, as in iot, before anything is written."""
+        from ..sql.topic_tables import topic_bindings_table as bindings
+        from ..sql.topic_tables import topic_mode_table as modes
+
         if isinstance(rows, (str, bytes, Mapping)):
             raise TypeError(f"rows must be an iterable of mappings, not {type(rows).__name__}")
         wanted: list[tuple[str, str, str]] = []
@@ -440,6 +451,8 @@ class TelegramTopicsPart(RepositoryPart):
         """The user's Telegram sessions of this profile that no topic is bound to, most
         recently active first, as listing dicts. ``chat_id`` is Hermes's argument, unused
         there too (a private chat's id is its user's)."""
+        from ..sql.topic_tables import topic_bindings_table as bindings
+
         _text_of(chat_id, "chat_id")
         user = _text_of(user_id, "user_id")
         profile = topic_profile(profile_name)
@@ -486,6 +499,8 @@ def ensure_topic_tables(dialect: StoreDialect, conn: Connection, *, create: bool
     """Bring the tables to v3 (creating them only when ``create``) and record the version in
     ``state_meta`` when anything was made or ``create``; whether they exist. The one opt-in:
     the part's topic writes and a transfer that carries topic rows."""
+    from ..sql.topic_tables import TOPIC_INDEXES, TOPIC_TABLES
+
     changed = False
     for table in TOPIC_TABLES:
         shape, columns = topic_shape(dialect, conn, table)
@@ -537,6 +552,8 @@ def _rebuild_at_v3(conn: Connection, table: Table, columns: list[str]) -> None:
     """Rebuild a v1/v2 topic table at v3 (SQLite cannot alter a key or a foreign key): its
     rows keep their values as the ``default`` profile's; a binding whose session is gone is
     dropped (v1 had no cascade; the v3 key would refuse it), as Hermes drops it."""
+    from ..sql.topic_tables import TOPIC_INDEXES
+
     legacy = f"{table.name}_legacy"
     conn.execute(text(f"DROP TABLE IF EXISTS {legacy}"))  # left by a crash: the table is whole
     conn.execute(text(f"ALTER TABLE {table.name} RENAME TO {legacy}"))

@@ -20,8 +20,7 @@ head, where nothing is absent.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Table, cast, func, inspect, null, select
 from sqlalchemy.engine import Connection
@@ -89,12 +88,14 @@ def default_of(name: str) -> Any:
     return FIELD_DEFAULTS.get(name)
 
 
-@dataclass(frozen=True)
-class ReadShape:
+# NamedTuples, not frozen dataclasses: the open path imports this module, and each dataclass
+# compiles its generated methods at import (see ``schema.migrate.Status``). Compared, hashed
+# (the statement builders are cached by shape) and immutable alike.
+class ReadShape(NamedTuple):
     """The later columns and tables a store lacks (empty: a store at our head)."""
 
-    absent_columns: frozenset[tuple[str, str]] = field(default_factory=frozenset)
-    absent_tables: frozenset[str] = field(default_factory=frozenset)
+    absent_columns: frozenset[tuple[str, str]] = frozenset()
+    absent_tables: frozenset[str] = frozenset()
 
     @property
     def full(self) -> bool:
@@ -154,8 +155,7 @@ FULL = ReadShape()
 """A store at our head: nothing absent (the shape of every store opened for writing)."""
 
 
-@dataclass(frozen=True)
-class ReadableShape:
+class ReadableShape(NamedTuple):
     """What :func:`read_shape_of` found: the shape, and the required columns the store lacks
     (``table.column``, or ``table <name>`` for a whole table; empty: it can be read)."""
 

@@ -219,6 +219,15 @@ def test_a_standard_library_connection_dropped_without_close_does_not_block(
         assert db.message_count("s") == 1
 
 
+@ON_ANOTHER_LIBRARY
+def test_the_description_names_the_installed_pysqlite3() -> None:
+    # Its package version is read when the library is described, not at the first open.
+    from importlib.metadata import version
+
+    assert library().package_version == version("pysqlite3")
+    assert f"via pysqlite3 {version('pysqlite3')} (" in library().describe()
+
+
 def test_version_and_doctor_name_the_sqlite_in_use(tmp_path: Path) -> None:
     runner = CliRunner()
     version = runner.invoke(cli_module.app, ["--version"])

@@ -5,9 +5,11 @@
   dialects; the status check and Alembic get that engine's connections.
 - A fresh interpreter that imports ``sessionstore``, opens an up-to-date SQLite store and
   reads from it has not imported ``alembic``, ``sqlalchemy.orm`` or the PostgreSQL dialect,
-  nor the parts of this package that only rarer calls need (migrations, search machinery,
-  transfer, doctor, trajectory, the async layer, the ORM models, the CLI), nor ``shlex``
-  (quoting a hint); startup time is measured by ``scripts/startup.py``, never asserted here.
+  nor the parts of this package that only rarer calls need (migrations, adoption and its
+  backup, building a new store, search machinery, transfer, doctor, trajectory, the async
+  layer, the ORM models, the CLI, the gateway's delivery ledger), nor ``shlex`` (quoting a
+  hint); it has not built the Telegram topic tables nor read pysqlite3's package metadata.
+  Startup time is measured by ``scripts/startup.py``, never asserted here.
 - The up-to-date check reads the catalog once, not through the Inspector.
 """
 
@@ -115,9 +117,13 @@ import sessionstore
 db = sessionstore.SessionDB(sys.argv[1])
 messages = db.get_messages("s1")
 db.close()
+from sessionstore.dialects import sqlite_library
+from sessionstore.sql import topic_tables
 print(json.dumps({
     "content": messages[0]["content"],
     "loaded": sorted(set(sys.modules) - floor),
+    "topic_tables_built": "topic_mode_table" in vars(topic_tables),
+    "package_version_read": sqlite_library._distribution_version.cache_info().currsize > 0,
 }))
 """
 
@@ -129,6 +135,14 @@ NOT_ON_THE_RUNTIME_PATH = (
     # Alembic's side of the package, even the constants a migration's adoption step uses.
     "sessionstore._migrations",
     "sessionstore.schema.models",
+    # Judging and adopting a file that is not ours yet: Hermes's shapes, the backup taken
+    # first; building a new store from this process's image of one.
+    "sessionstore.schema.hermes_shapes",
+    "sessionstore.schema.adoption",
+    "sessionstore.storage.backups",
+    "sessionstore.schema.new_store",
+    # iot's gateway delivery ledger: only a profile's rename or purge touches it here.
+    "sessionstore.sql.ledger_tables",
     # Searching: the query machinery, the hits and their context, each dialect's index (its
     # object names are constants a writable open needs to look for a Hermes's CJK table).
     "sessionstore.search.service",
@@ -170,6 +184,10 @@ def test_opening_an_up_to_date_store_imports_only_the_runtime_path(tmp_path: Pat
         if any(name == root or name.startswith(root + ".") for root in NOT_ON_THE_RUNTIME_PATH)
     ]
     assert unwanted == []
+    # Imported for its constants, built only when a topic method asks (opt-in tables).
+    assert report["topic_tables_built"] is False
+    # pysqlite3's own version is for describing the library, not for opening with it.
+    assert report["package_version_read"] is False
 
 
 def test_a_store_that_needs_a_migration_still_gets_one_in_a_fresh_interpreter(
