@@ -33,6 +33,7 @@ text once sent, kept byte-stable for the provider's prompt cache. The stored row
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import operator
@@ -125,8 +126,10 @@ _REPLAY_KEYS_OF_RELEASE: tuple[tuple[HermesRelease, frozenset[str]], ...] = (
 UNDERSCORE_KEYS_SINCE: HermesRelease = (0, 18)
 """hermes-agent 0.18.0 reads ``_db_persisted``; before it no release reads a ``_`` key of a
 replay, and 0.13/0.14 send every key to the provider (0.15.0 began to strip ``_`` keys)."""
-_VERSION_LINE = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILINE)
-_RELEASE_OF_VERSION = re.compile(r"(\d+)\.(\d+)")
+# Compiled on first use, not at import: here they cost every process's import about 0.3 ms
+# (``scripts/startup.py``). The version line is read once per ``sys.path`` (``re``'s own cache
+# keeps it); a release number may be read at every conversation load (its own cached pattern).
+_VERSION_LINE = r"""^__version__\s*=\s*["']([^"']+)["']"""
 _checkout_release_by_path: dict[tuple[object, ...], HermesRelease | None] = {}
 _computed_release_of_module: tuple[ModuleType, HermesRelease | None] | None = None
 
@@ -183,12 +186,17 @@ def _checkout_version() -> str | None:
         text = Path(origin).read_text(encoding="utf-8", errors="replace")
     except OSError:
         return None
-    match = _VERSION_LINE.search(text)
+    match = re.search(_VERSION_LINE, text, re.MULTILINE)
     return match.group(1) if match else None
 
 
+@functools.cache
+def _release_of_version() -> re.Pattern[str]:
+    return re.compile(r"(\d+)\.(\d+)")
+
+
 def _release_of(version: object) -> HermesRelease | None:
-    match = _RELEASE_OF_VERSION.match(version) if isinstance(version, str) else None
+    match = _release_of_version().match(version) if isinstance(version, str) else None
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
