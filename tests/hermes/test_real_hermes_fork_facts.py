@@ -24,6 +24,7 @@ from real_hermes_later_driver import (
     SHARED_PROMPT,
     SUBAGENT_ID,
 )
+from run_kept import run_directory
 
 # Slow: every test runs a real Hermes fork release in a side interpreter (the full run only).
 pytestmark = pytest.mark.slow
@@ -45,7 +46,9 @@ TRIGRAM_EXCLUDED = (scenario.DELEGATE_ID, CRON_ID, SUBAGENT_ID)
 
 @pytest.fixture(scope="session")
 def fork_files(tmp_path_factory: pytest.TempPathFactory) -> ForkFiles:
-    return ForkFiles(tmp_path_factory.mktemp("forks"))
+    # The forks' files, built once in the run (``ForkFiles``'s ``kept``).
+    kept = run_directory(tmp_path_factory, "fork-files")
+    return ForkFiles(tmp_path_factory.mktemp("forks"), kept)
 
 
 def columns(conn: sqlite3.Connection, table: str) -> set[str]:

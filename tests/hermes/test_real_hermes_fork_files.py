@@ -33,6 +33,7 @@ from real_hermes_later_driver import (
     RESET_ID,
     SHARED_PROMPT,
 )
+from run_kept import run_directory
 from typer.testing import CliRunner
 
 from sessionstore.api.session_db import SessionDB
@@ -46,7 +47,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def fork_files(tmp_path_factory: pytest.TempPathFactory) -> ForkFiles:
-    return ForkFiles(tmp_path_factory.mktemp("fork-files"))
+    # The forks' files, built once in the run (``ForkFiles``'s ``kept``).
+    kept = run_directory(tmp_path_factory, "fork-files")
+    return ForkFiles(tmp_path_factory.mktemp("fork-files"), kept)
 
 
 _READ = (

@@ -29,6 +29,7 @@ from kept_rows import Rows, assert_kept, rows_of
 from legacy_v7_v17 import build_later_db
 from real_hermes import FORK_RELEASES, ForkFiles, backup_copy
 from real_hermes_driver import ROOT_ID
+from run_kept import run_directory
 from telegram_topics_v1 import TELEGRAM_TOPICS_V1
 
 from sessionstore.api.session_db import SessionDB
@@ -42,7 +43,9 @@ V22_REVISION = "0030"
 
 @pytest.fixture(scope="module")
 def fork_files(tmp_path_factory: pytest.TempPathFactory) -> ForkFiles:
-    return ForkFiles(tmp_path_factory.mktemp("fork-files"))
+    # The forks' files, built once in the run (``ForkFiles``'s ``kept``).
+    kept = run_directory(tmp_path_factory, "fork-files")
+    return ForkFiles(tmp_path_factory.mktemp("fork-files"), kept)
 
 
 def prompts_of(path: Path) -> dict[str, str | None]:

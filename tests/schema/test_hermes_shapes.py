@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from real_hermes import FORK_RELEASES, ForkFiles
+from run_kept import run_directory
 
 from sessionstore.schema.hermes_shapes import (
     HEALED_KEYS,
@@ -32,7 +33,9 @@ from sessionstore.storage.engine import create_store_engine
 
 @pytest.fixture(scope="session")
 def fork_files(tmp_path_factory: pytest.TempPathFactory) -> ForkFiles:
-    return ForkFiles(tmp_path_factory.mktemp("forks"))
+    # The forks' files, built once in the run (``ForkFiles``'s ``kept``).
+    kept = run_directory(tmp_path_factory, "fork-files")
+    return ForkFiles(tmp_path_factory.mktemp("forks"), kept)
 
 
 def catalog_of(path: Path) -> Catalog:

@@ -618,10 +618,18 @@ class RealHermesFork(RealHermes):
 
 
 class ForkFiles:
-    """One file per fork, built once by its own ``SessionDB`` (tests use backup copies)."""
+    """One file per fork, built once by its own ``SessionDB`` (tests use backup copies).
 
-    def __init__(self, root: Path) -> None:
+    With ``kept`` (the run's own folder, ``run_kept.run_directory``), once in the run: the
+    first to need a fork's file builds it and leaves a backup copy there, under a lock; every
+    other module and xdist worker reads that. Four modules build the five forks' files, and
+    each module again in every worker that runs some of its tests (2026-12-06's CI run: ~0.5
+    CPU s a file, a release server's start and the build, ~30 times). A test reads the file
+    or copies it, never writes it (``copy``), as within one module before."""
+
+    def __init__(self, root: Path, kept: Path | None = None) -> None:
         self.root = root
+        self.kept = kept
         self.built: dict[str, Path] = {}
 
     def hermes(self, label: str) -> RealHermesFork:
@@ -636,9 +644,26 @@ class ForkFiles:
     def get(self, label: str) -> Path:
         if label not in self.built:
             path = self.root / f"{label}.db"
-            self.hermes(label).build(path)
+            if self.kept is None:
+                self.hermes(label).build(path)
+            else:
+                path = self._kept_for_the_run(label, path)
             self.built[label] = path
         return self.built[label]
+
+    def _kept_for_the_run(self, label: str, build_at: Path) -> Path:
+        """The run's file for ``label``: built at ``build_at`` (this process's own folder) and
+        copied whole under a temporary name, renamed into place, if no one did before."""
+        assert self.kept is not None
+        kept = self.kept / f"{label}.db"
+        with (self.kept / f"{label}.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not kept.exists():
+                self.hermes(label).build(build_at)
+                partial = self.kept / f"{label}.partial"
+                partial.unlink(missing_ok=True)
+                backup_copy(build_at, partial).replace(kept)
+        return kept
 
     def copy(self, label: str, target: Path) -> Path:
         return backup_copy(self.get(label), target)
