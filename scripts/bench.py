@@ -1298,8 +1298,8 @@ def startup_rows(sources: Sequence[HermesSource], hermes_paths: dict[str, Path],
     inside it from its first line to the end of the first read (as ``scripts/startup.py``
     does): the interpreter's start, the close and the exit come after what the row names, and
     the exit's module teardown and collections grow with every program's heap alike (the
-    whole processes' medians are in the note). ``warm_up`` False (``--smoke``: its figures are noise) skips the untimed first start of
-    each program."""
+    whole processes' medians are in the note). ``warm_up`` False (``--smoke``: its figures
+    are noise) skips the untimed first start of each program."""
     environment = {**os.environ, "HERMES_HOME": str(home)}
     # Compiled modules cached, as an installed wheel has them, for every program alike
     # and in a tree of their own: with PYTHONDONTWRITEBYTECODE set (as on these machines) a
