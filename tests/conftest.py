@@ -450,6 +450,18 @@ def store_url(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(params=DIALECTS)
+def fresh_store_url(request: pytest.FixtureRequest) -> str:
+    """A migrated, empty store of this test's own on each dialect: a copy of the process's
+    migrated template (``migrated_sqlite_url``, ``fresh_migrated_pg_url``), what the chain
+    makes on a new database. For a test that damages or reshapes the schema at head, which
+    must never be done to the run's shared PostgreSQL database; tests of the upgrade itself
+    start from ``empty_url``."""
+    if request.param == "sqlite":
+        return str(request.getfixturevalue("migrated_sqlite_url"))
+    return str(request.getfixturevalue("fresh_migrated_pg_url"))
+
+
+@pytest.fixture(params=DIALECTS)
 def empty_url(request: pytest.FixtureRequest, tmp_path: object) -> str:
     """An empty database URL (no schema) on each dialect."""
     if request.param == "sqlite":

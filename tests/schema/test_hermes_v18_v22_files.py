@@ -289,14 +289,15 @@ def test_an_unbumped_file_is_completed_as_hermes_019_completes_it(tmp_path: Path
 
 
 @pytest.fixture
-def head_engine(empty_url: str) -> Any:
-    migrate.upgrade(empty_url)
-    engine = create_store_engine(empty_url)
+def head_engine(fresh_store_url: str) -> Any:
+    """An engine on a head store of this test's own (a copy of what the chain made: the heals
+    are the subject, not the upgrade that made it)."""
+    engine = create_store_engine(fresh_store_url)
     yield engine
     engine.dispose()
 
 
-def test_the_heals_run_on_both_databases(empty_url: str, head_engine: sa.Engine) -> None:
+def test_the_heals_run_on_both_databases(fresh_store_url: str, head_engine: sa.Engine) -> None:
     """The three shapes made on a head store (SQLite or PostgreSQL), then ``db upgrade``: each
     healed by what it is, every row kept."""
     with head_engine.begin() as conn:
@@ -325,7 +326,7 @@ def test_the_heals_run_on_both_databases(empty_url: str, head_engine: sa.Engine)
                 " ALTER COLUMN active DROP NOT NULL"
             ))  # fmt: skip
 
-    migrate.upgrade(empty_url)
+    migrate.upgrade(fresh_store_url)
 
     inspector = sa.inspect(head_engine)
     routing_key = inspector.get_pk_constraint("gateway_routing")["constrained_columns"]
