@@ -809,13 +809,15 @@ def test_listing_keywords_answer_as_real_hermes_18_on_random_graphs(
 @pytest.mark.postgresql
 @pytest.mark.parametrize("seed", GRAPH_SEEDS[:6])
 def test_listing_keywords_on_postgresql_answer_as_real_hermes_18(
-    field_files: FieldFiles, tmp_path: Path, empty_pg_url: str, seed: int
+    field_files: FieldFiles, tmp_path: Path, fresh_migrated_pg_url: str, seed: int
 ) -> None:
     """The same graphs copied into PostgreSQL (``sessionstore db copy``): the same answers as
-    Hermes 0.18 gives on the SQLite file, ties by bytes and ASCII-only folding included."""
+    Hermes 0.18 gives on the SQLite file, ties by bytes and ASCII-only folding included. The
+    target is an empty head store of the test's own (the listing is the subject; a copy into
+    a brand-new database, where the copy runs the chain, is proved by the tests above)."""
     path, calls, theirs = graph_file(field_files, tmp_path, seed)
-    transfer.copy(f"sqlite:///{path}", empty_pg_url)
-    db = SessionDB(url=empty_pg_url)
+    transfer.copy(f"sqlite:///{path}", fresh_migrated_pg_url)
+    db = SessionDB(url=fresh_migrated_pg_url)
     try:
         compared = assert_listing_keywords_match(calls, theirs, db, f"PostgreSQL, seed {seed}")
     finally:

@@ -602,16 +602,18 @@ def test_our_bounded_recent_browse_and_counts_equal_the_newest_forks_own(
 
 @pytest.mark.postgresql
 def test_our_bounded_recent_browse_on_postgresql_equals_the_newest_forks_own(
-    fork_files: ForkFiles, tmp_path: Path, empty_pg_url: str
+    fork_files: ForkFiles, tmp_path: Path, fresh_migrated_pg_url: str
 ) -> None:
-    """The same browses and counts on a PostgreSQL copy of the file we adopted and wrote."""
+    """The same browses and counts on a PostgreSQL copy of the file we adopted and wrote (into
+    an empty head store of the test's own: the browses are the subject; a copy into a
+    brand-new database is proved by the copy test above)."""
     writes, reads = bounded_writes(), bounded_reads()
     theirs = the_releases_browses(fork_files, tmp_path)
     path = fork_files.copy(NEWEST_FORK, tmp_path / "o.db")
     with SessionDB(db_path=path, backup_on_adopt=False) as db:
         our_run(db, writes)
-    transfer.copy(f"sqlite:///{path}", empty_pg_url)
-    with SessionDB(url=empty_pg_url) as db:
+    transfer.copy(f"sqlite:///{path}", fresh_migrated_pg_url)
+    with SessionDB(url=fresh_migrated_pg_url) as db:
         ours = our_run(db, reads)
     assert_same_browses(reads, theirs, ours, "sessionstore on PostgreSQL")
 
