@@ -31,7 +31,7 @@ def dst(store_url: str, request: pytest.FixtureRequest, tmp_path: Path) -> Itera
     if store_url.startswith("sqlite"):
         url = f"sqlite:///{tmp_path}/target.db"
     else:
-        url = request.getfixturevalue("fresh_migrated_pg_url")  # another store, at head
+        url = request.getfixturevalue("second_pg_store_url")  # another store, at head
     database = SessionDB(url=url)
     yield database
     database.close()
@@ -168,9 +168,9 @@ def test_a_refused_delete_logs_the_id_s_start_on_one_line(
 
 
 def test_a_move_from_sqlite_into_postgresql_is_proved_too(
-    migrated_sqlite_url: str, fresh_migrated_pg_url: str
+    migrated_sqlite_url: str, second_pg_store_url: str
 ) -> None:
-    src, dst = SessionDB(url=migrated_sqlite_url), SessionDB(url=fresh_migrated_pg_url)
+    src, dst = SessionDB(url=migrated_sqlite_url), SessionDB(url=second_pg_store_url)
     try:
         _session(src)  # its NUL is U+FFFD in PostgreSQL: the same row, as each database holds it
         src.append_message("s", "user", [{"type": "text", "text": "multi"}])
