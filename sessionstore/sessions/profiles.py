@@ -29,6 +29,7 @@ from typing import Any, Final
 
 from sqlalchemy import (
     ColumnElement,
+    Table,
     and_,
     delete,
     func,
@@ -188,6 +189,15 @@ def _renamed_entry(entry_json: str, old_ns: str, new_ns: str, old: str, new: str
         origin["profile"] = new
     return json.dumps(payload, ensure_ascii=False)
 
+
+def _optional_tables() -> tuple[Table, Table, Table]:
+    """The tables a store may or may not hold: iot's delivery ledger and the Telegram topic
+    mode and binding tables. Imported (and the topic tables built) when a profile call first
+    needs them, not with this module, which every store's open imports."""
+    from ..sql.ledger_tables import delivery_obligations_table
+    from ..sql.topic_tables import topic_bindings_table, topic_mode_table
+
+    return delivery_obligations_table, topic_mode_table, topic_bindings_table
 
 class ProfilesPart(RepositoryPart):
     """Profile identity of the sessions in one store (see the module)."""
@@ -406,9 +416,7 @@ class ProfilesPart(RepositoryPart):
         changed, by table and column. Nothing when either is blank or both are the same.
         :class:`ProfileCollisionError` (a ``ValueError``), nothing changed, when a renamed
         routing key or topic row would take one the new profile already holds."""
-        from ..sql.ledger_tables import delivery_obligations_table as delivery_obligations
-        from ..sql.topic_tables import topic_bindings_table as bindings
-        from ..sql.topic_tables import topic_mode_table as modes
+        delivery_obligations, modes, bindings = _optional_tables()
 
         old = _profile_identity(old_name, "old_name")
         new = _profile_identity(new_name, "new_name")
@@ -474,9 +482,7 @@ class ProfilesPart(RepositoryPart):
         delivery obligations abandoned (never deleted; delivered ones kept as they were), its
         Telegram topic mode rows and bindings deleted, where the store has those tables. Its
         sessions are kept as they are. The rows touched, by table; nothing for a blank name."""
-        from ..sql.ledger_tables import delivery_obligations_table as delivery_obligations
-        from ..sql.topic_tables import topic_bindings_table as bindings
-        from ..sql.topic_tables import topic_mode_table as modes
+        delivery_obligations, modes, bindings = _optional_tables()
 
         name = _profile_identity(profile, "profile")
         if not name:
@@ -518,9 +524,7 @@ class ProfilesPart(RepositoryPart):
     def _profile_tables(self, conn: Connection) -> dict[str, set[str]]:
         """The columns of the tables a store may or may not hold (the delivery ledger, the
         Telegram topic tables at v1...v3), empty for an absent one."""
-        from ..sql.ledger_tables import delivery_obligations_table as delivery_obligations
-        from ..sql.topic_tables import topic_bindings_table as bindings
-        from ..sql.topic_tables import topic_mode_table as modes
+        delivery_obligations, modes, bindings = _optional_tables()
 
         names = (delivery_obligations.name, modes.name, bindings.name)
         return {name: self.store.dialect.column_names(conn, name) for name in names}
@@ -529,8 +533,7 @@ class ProfilesPart(RepositoryPart):
         self, conn: Connection, shapes: dict[str, set[str]], old: str, new: str, old_ns: str,
         new_ns: str,
     ) -> None:  # fmt: skip
-        from ..sql.topic_tables import topic_bindings_table as bindings
-        from ..sql.topic_tables import topic_mode_table as modes
+        _, modes, bindings = _optional_tables()
 
         target = routing.alias("target")
         renamed = _renamed(routing.c.session_key, old_ns, new_ns)
