@@ -18,6 +18,12 @@ not CPU and are not in it, ``--wall`` adds wall-clock figures):
 3. **The statements on a raw pysqlite3 connection** (``--no-triggers`` skips it): BEGIN
    IMMEDIATE, our UPDATE and INSERT texts, COMMIT, on a copy of our file, then the INSERT again
    on copies without one trigger or index each, to price each.
+4. **The hand-over** (``--handover N``): each side's whole ``append_message`` again, the calls
+   going to N stores of one file in turn (each its own connections, as N writer processes
+   have), against one store. A connection that finds the file changed by another since its
+   last transaction drops its whole page cache (SQLite's pager, in WAL mode) and reads again
+   every page the append walks: what a fair queue of writers pays at every turn, and a
+   writer that takes the lock again and again (a convoy) does not.
 """
 
 from __future__ import annotations
@@ -84,6 +90,18 @@ def appender(db: Any) -> Callable[[], None]:
 
     def one() -> None:
         append(next(sessions), **message(next(counter)))
+
+    return one
+
+
+def appender_over(stores: list[Any]) -> Callable[[], None]:
+    """:func:`appender` whose calls go to ``stores`` in turn (one message stream for all)."""
+    counter = itertools.count(SEEDED_PER_SESSION)
+    sessions = itertools.cycle([f"s{number}" for number in range(SESSIONS)])
+    appends = itertools.cycle([store.append_message for store in stores])
+
+    def one() -> None:
+        next(appends)(next(sessions), **message(next(counter)))
 
     return one
 
@@ -350,6 +368,8 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path)
     parser.add_argument("--no-triggers", action="store_true", help="skip part 3")
     parser.add_argument("--wall", action="store_true", help="part 1 by wall clock too")
+    parser.add_argument("--handover", type=int, default=0, metavar="N",
+                        help="part 4: appends going to N stores of one file in turn")
     args = parser.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench_append_"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -362,8 +382,9 @@ def main() -> None:
     sides: dict[str, Callable[[], None]] = {}
     checkpoints: dict[str, Callable[[], int]] = {}
     keep: list[Any] = []
+    sources: dict[str, bench.HermesSource] = {}
     for key, root in roots.items():
-        source = bench.HermesSource(key, root, bench.load_hermes_module(key, root))
+        source = sources[key] = bench.HermesSource(key, root, bench.load_hermes_module(key, root))
         hermes = fresh_hermes(source, workdir / f"hermes_{key}.db")
         keep.append(hermes)
         sides[f"Hermes {key}"] = appender(hermes)
@@ -409,6 +430,30 @@ def main() -> None:
         for label, value in v6_statements(workdir / "hermes_v6.db", workdir,
                                           max(3, args.rounds // 3), args.reps).items():
             print(f"   {label:<22} {value:7.1f}")
+    if args.handover > 1:
+        print(f"\n4. the hand-over: append_message going to {args.handover} stores of one file "
+              "in turn, against one store (thread CPU µs per call)")
+        turns = {"Hermes v6 (one store)": sides["Hermes v6"],
+                 "sessionstore (one store)": sides["sessionstore"]}
+        others: list[Any] = []
+        v6_stores = [keep[0]] + [sources["v6"].module.SessionDB(db_path=workdir / "hermes_v6.db")
+                                 for _ in range(args.handover - 1)]
+        our_stores = [ours] + [SessionDB(url=f"sqlite:///{ours_file}")
+                               for _ in range(args.handover - 1)]
+        others += v6_stores[1:] + our_stores[1:]
+        turns[f"Hermes v6 ({args.handover} in turn)"] = appender_over(v6_stores)
+        turns[f"sessionstore ({args.handover} in turn)"] = appender_over(our_stores)
+        for turn in turns.values():
+            for _ in range(20):
+                turn()
+        cpu = whole_calls(turns, args.rounds, args.reps, time.thread_time)
+        for name, value in cpu.items():
+            print(f"   {name:<32} {value:8.1f}")
+        for label in ("Hermes v6", "sessionstore"):
+            extra = cpu[f"{label} ({args.handover} in turn)"] - cpu[f"{label} (one store)"]
+            print(f"   {label}: a hand-over costs {extra:+.1f} µs an append")
+        for other in others:
+            other.close()
     ours.close()
     for hermes in keep:
         hermes.close()
