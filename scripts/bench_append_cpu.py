@@ -383,9 +383,10 @@ def main() -> None:
     checkpoints: dict[str, Callable[[], int]] = {}
     keep: list[Any] = []
     sources: dict[str, bench.HermesSource] = {}
+    opened: dict[str, Any] = {}
     for key, root in roots.items():
         source = sources[key] = bench.HermesSource(key, root, bench.load_hermes_module(key, root))
-        hermes = fresh_hermes(source, workdir / f"hermes_{key}.db")
+        hermes = opened[key] = fresh_hermes(source, workdir / f"hermes_{key}.db")
         keep.append(hermes)
         sides[f"Hermes {key}"] = appender(hermes)
         checkpoints[f"Hermes {key}"] = hermes_checkpoint(hermes)
@@ -436,8 +437,9 @@ def main() -> None:
         turns = {"Hermes v6 (one store)": sides["Hermes v6"],
                  "sessionstore (one store)": sides["sessionstore"]}
         others: list[Any] = []
-        v6_stores = [keep[0]] + [sources["v6"].module.SessionDB(db_path=workdir / "hermes_v6.db")
-                                 for _ in range(args.handover - 1)]
+        v6_file = workdir / "hermes_v6.db"
+        v6_stores = [opened["v6"]] + [sources["v6"].module.SessionDB(db_path=v6_file)
+                                      for _ in range(args.handover - 1)]
         our_stores = [ours] + [SessionDB(url=f"sqlite:///{ours_file}")
                                for _ in range(args.handover - 1)]
         others += v6_stores[1:] + our_stores[1:]
