@@ -83,19 +83,9 @@ def fresh_hermes(source: bench.HermesSource, path: Path) -> Any:
     return db
 
 
-def appender(db: Any) -> Callable[[], None]:
-    counter = itertools.count(SEEDED_PER_SESSION)
-    sessions = itertools.cycle([f"s{number}" for number in range(SESSIONS)])
-    append = db.append_message
-
-    def one() -> None:
-        append(next(sessions), **message(next(counter)))
-
-    return one
-
-
-def appender_over(stores: list[Any]) -> Callable[[], None]:
-    """:func:`appender` whose calls go to ``stores`` in turn (one message stream for all)."""
+def appender(*stores: Any) -> Callable[[], None]:
+    """One message stream of distinct messages over the sessions, each call appending the next
+    one through ``stores`` in turn (one store: that store every time)."""
     counter = itertools.count(SEEDED_PER_SESSION)
     sessions = itertools.cycle([f"s{number}" for number in range(SESSIONS)])
     appends = itertools.cycle([store.append_message for store in stores])
@@ -443,8 +433,8 @@ def main() -> None:
         our_stores = [ours] + [SessionDB(url=f"sqlite:///{ours_file}")
                                for _ in range(args.handover - 1)]
         others += v6_stores[1:] + our_stores[1:]
-        turns[f"Hermes v6 ({args.handover} in turn)"] = appender_over(v6_stores)
-        turns[f"sessionstore ({args.handover} in turn)"] = appender_over(our_stores)
+        turns[f"Hermes v6 ({args.handover} in turn)"] = appender(*v6_stores)
+        turns[f"sessionstore ({args.handover} in turn)"] = appender(*our_stores)
         for turn in turns.values():
             for _ in range(20):
                 turn()
