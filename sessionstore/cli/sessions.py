@@ -350,9 +350,8 @@ def sessions_show(
             console.print(Text("system prompt:", style=out.ROLE_STYLES["system"]))
             console.print(Text(out.printable(session.system_prompt)))
         else:
-            console.print(
-                out.dim(f"▸ system prompt folded ({len(session.system_prompt)} chars)")
-            )
+            folded = len(session.system_prompt)
+            console.print(out.dim(f"▸ system prompt folded ({folded} chars; --full shows it)"))
         console.print()
     for record in records:
         console.print(_message_block(record, full=full))

@@ -299,6 +299,8 @@ def test_sessions_show_renders_the_conversation(runner: CliRunner, seeded: str, 
         assert heading in out
     assert '→ terminal(command="alembic upgrade head")' in out
     assert "reasoning folded" in out and SECRET_REASONING not in out
+    assert "system prompt folded (15 chars; --full shows it)" in out
+    assert "You are Hermes." not in out
     assert "output line 7" in out and "output line 8" not in out  # long tool output cut
     assert "12 more line(s)" in out
     assert "[bold]prod[/bold]" in out
