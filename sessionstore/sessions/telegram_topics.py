@@ -71,6 +71,15 @@ def _text_of(value: Any, name: str) -> str:
     return validation.identifier(str(value), name)
 
 
+def _topic_tables() -> tuple[Table, Table]:
+    """The topic mode and binding tables, (modes, bindings): imported (and built, by
+    ``sql/topic_tables.py``'s module ``__getattr__``) when a topic call first needs them, not
+    with this module, which every store's open imports."""
+    from ..sql.topic_tables import topic_bindings_table, topic_mode_table
+
+    return topic_mode_table, topic_bindings_table
+
+
 def _flag(value: bool | None) -> int | None:
     return None if value is None else (1 if value else 0)
 
@@ -148,7 +157,7 @@ class TelegramTopicsPart(RepositoryPart):
         allows_users_to_create_topics: bool | None = None,
     ) -> None:
         """Turn topic mode on for one private chat (creating the tables if need be)."""
-        from ..sql.topic_tables import topic_mode_table as modes
+        modes, _ = _topic_tables()
 
         now = self.clock()
         values = {
@@ -180,8 +189,7 @@ class TelegramTopicsPart(RepositoryPart):
     ) -> None:
         """Turn topic mode off for one chat; ``clear_bindings`` also drops its bindings. Never
         creates the tables: absent, nothing happens."""
-        from ..sql.topic_tables import topic_bindings_table as bindings
-        from ..sql.topic_tables import topic_mode_table as modes
+        modes, bindings = _topic_tables()
 
         profile = topic_profile(profile_name)
         chat = _text_of(chat_id, "chat_id")
@@ -208,7 +216,7 @@ class TelegramTopicsPart(RepositoryPart):
         self, *, chat_id: str, user_id: str, profile_name: str = DEFAULT_PROFILE
     ) -> bool:
         """Whether topic mode is on for this chat and user (False without the tables)."""
-        from ..sql.topic_tables import topic_mode_table as modes
+        modes, _ = _topic_tables()
 
         chat, user = _text_of(chat_id, "chat_id"), _text_of(user_id, "user_id")
         rows = self._topic_rows(
@@ -223,7 +231,7 @@ class TelegramTopicsPart(RepositoryPart):
         self, *, chat_id: str, thread_id: str, profile_name: str = DEFAULT_PROFILE
     ) -> dict[str, Any] | None:
         """The binding of one topic thread (every column), or None."""
-        from ..sql.topic_tables import topic_bindings_table as bindings
+        _, bindings = _topic_tables()
 
         chat, thread = _text_of(chat_id, "chat_id"), _text_of(thread_id, "thread_id")
         rows = self._topic_rows(
@@ -237,7 +245,7 @@ class TelegramTopicsPart(RepositoryPart):
         self, *, chat_id: str, profile_name: str = DEFAULT_PROFILE
     ) -> list[dict[str, Any]]:
         """Every binding of one chat, most recently updated first ([] without the tables)."""
-        from ..sql.topic_tables import topic_bindings_table as bindings
+        _, bindings = _topic_tables()
 
         chat = _text_of(chat_id, "chat_id")
         return self._topic_rows(
@@ -248,7 +256,7 @@ class TelegramTopicsPart(RepositoryPart):
     @reads
     def get_telegram_topic_binding_by_session(self, *, session_id: str) -> dict[str, Any] | None:
         """The binding of one session (whatever its profile), or None."""
-        from ..sql.topic_tables import topic_bindings_table as bindings
+        _, bindings = _topic_tables()
 
         session = _text_of(session_id, "session_id")
         rows = self._topic_rows(bindings, None, lambda: [bindings.c.session_id == session])
@@ -266,8 +274,7 @@ class TelegramTopicsPart(RepositoryPart):
         """Remove one topic's binding (a topic deleted in Telegram); when it was the chat's
         last, topic mode is turned off in the same transaction. How many rows went (0 without
         the tables)."""
-        from ..sql.topic_tables import topic_bindings_table as bindings
-        from ..sql.topic_tables import topic_mode_table as modes
+        modes, bindings = _topic_tables()
 
         profile = topic_profile(profile_name)
         chat, thread = _text_of(chat_id, "chat_id"), _text_of(thread_id, "thread_id")
@@ -305,7 +312,7 @@ class TelegramTopicsPart(RepositoryPart):
         """Bind one topic thread to one session (creating the tables if need be). Rebinding
         the same topic replaces its fields; binding a session already bound to another topic
         raises ``ValueError`` and changes nothing."""
-        from ..sql.topic_tables import topic_bindings_table as bindings
+        _, bindings = _topic_tables()
 
         now = self.clock()
         values = {
@@ -354,7 +361,7 @@ class TelegramTopicsPart(RepositoryPart):
         profile (iot #76423). Each is ``chat_id``, ``thread_id``, ``session_key`` and the
         key's ``key_profile``, by chat then thread (bytewise). A store without the tables,
         or with v1/v2 ones (no ``profile_name``), has none."""
-        from ..sql.topic_tables import topic_bindings_table as bindings
+        _, bindings = _topic_tables()
 
         bytewise = self.store.dialect.bytewise_collation
         statement = (
@@ -388,8 +395,7 @@ class TelegramTopicsPart(RepositoryPart):
         to v3 first, as every topic write does; without the tables nothing is done (iot's
         statements fail there). A row that is no mapping is a ``TypeError``, one without
         the three keys a ``KeyError``, as in iot, before anything is written."""
-        from ..sql.topic_tables import topic_bindings_table as bindings
-        from ..sql.topic_tables import topic_mode_table as modes
+        modes, bindings = _topic_tables()
 
         if isinstance(rows, (str, bytes, Mapping)):
             raise TypeError(f"rows must be an iterable of mappings, not {type(rows).__name__}")
@@ -451,7 +457,7 @@ class TelegramTopicsPart(RepositoryPart):
         """The user's Telegram sessions of this profile that no topic is bound to, most
         recently active first, as listing dicts. ``chat_id`` is Hermes's argument, unused
         there too (a private chat's id is its user's)."""
-        from ..sql.topic_tables import topic_bindings_table as bindings
+        _, bindings = _topic_tables()
 
         _text_of(chat_id, "chat_id")
         user = _text_of(user_id, "user_id")
