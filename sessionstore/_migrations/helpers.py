@@ -98,7 +98,7 @@ def drop_raw_index_if_present(name: str, table: str) -> None:
         op.drop_index(name, table_name=table)
 
 
-def add_column_if_missing(table: str, column: sa.Column[object]) -> None:
+def add_column_if_missing(table: str, column: sa.Column[Any]) -> None:
     if column.name not in column_names(table):
         op.add_column(table, column)
 

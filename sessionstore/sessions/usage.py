@@ -368,13 +368,14 @@ class UsagePart(RepositoryPart):
 
         def run(conn: Connection) -> list[Any]:
             chain = parent_walk(conn, session_id)
-            configs = dict(
-                conn.execute(
+            configs: dict[str, Any] = {
+                row.id: row.model_config
+                for row in conn.execute(
                     select(sessions.c.id, sessions.c.model_config).where(
                         sessions.c.id.in_(chain)
                     )
-                ).all()
-            )
+                )
+            }
             for at in range(len(chain) - 1, -1, -1):
                 if decode_json_object(configs.get(chain[at])).get(BRANCH_MARKER):
                     chain = chain[at:]
