@@ -38,6 +38,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     from alembic.config import CommandLine, Config
 
     command_line = CommandLine(prog=PROG)
+    # Only a -c given here names another file: older Alembic (1.13) defaults it to
+    # "alembic.ini" (or ALEMBIC_CONFIG), which would always win over the packaged one.
+    command_line.parser.set_defaults(config=None)
     options = command_line.parser.parse_args(arguments)
     if options.config or not hasattr(options, "cmd"):
         command_line.main(arguments)  # Alembic's own reading of -c, and its usage errors

@@ -8,6 +8,8 @@ line runs through Alembic's own ``CommandLine`` with the packaged ini, its loggi
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -67,3 +69,28 @@ def test_a_plain_path_in_a_directory_that_exists_is_created_at_head(
     capsys.readouterr()
     alembic("-x", f"url={store}", "current")
     assert f"{HEAD_REVISION} (head)" in capsys.readouterr().out
+
+
+def test_the_packaged_ini_is_read_unless_c_names_another(tmp_path: Path) -> None:
+    """``python -m sessionstore.migrations`` as a deploy runs it, in a directory of its own
+    with an ``alembic.ini`` of some other project and ``ALEMBIC_CONFIG`` set: neither is read
+    (before the fix, Alembic 1.13 put its default, ``alembic.ini``, in the parsed options and
+    that file was used: "No config file 'alembic.ini' found, or file has no '[alembic]'
+    section"). A ``-c`` still names the file to read."""
+    foreign = tmp_path / "alembic.ini"
+    foreign.write_text("[alembic]\nscript_location = elsewhere\n")
+    store = tmp_path / "deployed.db"
+    environment = {**os.environ, "ALEMBIC_CONFIG": str(tmp_path / "absent.ini")}
+
+    def run(*arguments: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "sessionstore.migrations", *arguments],
+            cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=120,
+        )
+
+    upgraded = run("-x", f"url={store}", "upgrade", "head")
+    assert upgraded.returncode == 0, upgraded.stdout + upgraded.stderr
+    assert migrate.status(f"sqlite:///{store}").up_to_date
+    named = run("-c", str(foreign), "-x", f"url={store}", "current")
+    assert named.returncode != 0
+    assert "elsewhere" in named.stdout + named.stderr
