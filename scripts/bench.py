@@ -265,6 +265,11 @@ def fork_root(label: str) -> Path:
     return root
 
 
+BASELINES_NEED_PYTHON = (3, 11)
+"""hermes-agent 0.18.0 and 0.19.0 say ``Requires-Python >=3.11``, and iot 0.22.2's import
+needs 3.11 (``datetime.UTC``): on an older Python the baselines cannot run."""
+
+
 def hermes_roots(cache: Path, v6_root: Path) -> list[tuple[str, Path]]:
     """Where each baseline's ``hermes_state.py`` is: v6 in place, the wheels unpacked, the
     forks in their side venvs.
@@ -278,6 +283,11 @@ def hermes_roots(cache: Path, v6_root: Path) -> list[tuple[str, Path]]:
             f"bench.py: Hermes v6 not found: no hermes_state.py in {v6_root}. It is the "
             "baseline from ../shared/reference/hermes-v6 (relative to the repository); give "
             "its folder with --hermes-v6 PATH."
+        )
+    if sys.version_info < BASELINES_NEED_PYTHON:
+        raise SystemExit(
+            f"bench.py: the Hermes baselines need Python 3.11 or newer (this is "
+            f"{sys.version.split()[0]}); run it with .venv/bin/python made from one"
         )
     roots = [("v6", v6_root.resolve())]
     for version in HERMES_WHEELS:

@@ -23,6 +23,10 @@ from store_library import connect_like_the_store
 
 # Slow: runs scripts/bench.py in a subprocess against real Hermes releases (the full run only).
 pytestmark = pytest.mark.slow
+needs_the_baselines_python = pytest.mark.skipif(
+    sys.version_info < (3, 11),
+    reason="the bench's Hermes baselines need Python 3.11+ (bench.BASELINES_NEED_PYTHON)",
+)
 
 BENCH = Path(__file__).resolve().parents[2] / "scripts" / "bench.py"
 
@@ -103,6 +107,7 @@ def assert_ratio_table(result: subprocess.CompletedProcess[str]) -> None:
     assert USAGE_MEASURED.search(usage.group(0)), usage.group(0)
 
 
+@needs_the_baselines_python
 def test_sqlite_run_prints_the_ratio_table(tmp_path: Path) -> None:
     result = run_bench("--smoke", "--messages", "200", "--workdir", str(tmp_path))
     assert_ratio_table(result)
@@ -146,6 +151,7 @@ def test_existing_sqlite_target_is_never_overwritten(tmp_path: Path) -> None:
     assert existing.read_bytes() == b"not a benchmark store"
 
 
+@needs_the_baselines_python
 def test_writers_mode_prints_wall_time_per_store_and_count(tmp_path: Path) -> None:
     result = run_bench("--quick", "--messages", "300", "--writers", "1,2", "--writer-messages",
                        "20", "--writer-runs", "1", "--workdir", str(tmp_path))
@@ -199,6 +205,7 @@ def test_scale_mode_prints_per_call_cost_and_growth(tmp_path: Path) -> None:
 
 
 @pytest.mark.postgresql
+@needs_the_baselines_python
 def test_postgresql_run_prints_the_ratio_table(require_postgresql: None) -> None:
     result = run_bench("--smoke", "--messages", "200", "--url", pg_admin_url())
     assert_ratio_table(result)

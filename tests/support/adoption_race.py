@@ -51,14 +51,15 @@ class Outcome:
 
 IMPORTS = (
     "adoption_race", *prefork.CHAIN_IMPORTS, "sessionstore.cli", "sessionstore.api.session_db",
-    "sessionstore.storage.backups", "rich.console", "pydantic.main", "pydantic.type_adapter",
-    "typer._adapters",
+    "sessionstore.storage.backups", "rich.console", "pydantic.main?", "pydantic.type_adapter?",
+    "typer._adapters?",
 )  # fmt: skip
 """What the program and its openers import (``_race``; an opener's first open and the CLI's
 report, their lazy imports included: the ORM models, the dialect, Alembic's config), so that
 each of the eight forks finds them imported instead of importing them again (~0.1 CPU s an
 opener). Imports only: the SQLite library is chosen at an opener's first connection, and no
-chain is run here (the "+primed" openers are the ones that inherit one)."""
+chain is run here (the "+primed" openers are the ones that inherit one). A name ending in "?"
+is imported where installed (``prefork.serve``)."""
 
 
 @contextmanager

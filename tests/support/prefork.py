@@ -188,7 +188,8 @@ class ForkServer:
         self, imports: Sequence[str], *, env: dict[str, str] | None = None,
         cwd: str | os.PathLike[str] | None = None, prime: str | None = None,
     ) -> None:  # fmt: skip
-        """``prime``: a ``module:function`` the server calls once after the imports, before
+        """``imports``: module names (one ending in "?" is imported where installed).
+        ``prime``: a ``module:function`` the server calls once after the imports, before
         any fork (it must leave no store open, and no thread running)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._socket = ours
@@ -326,7 +327,13 @@ def end_as_program(body: Callable[[], object]) -> NoReturn:
 def serve(control_fd: int, prime: str, imports: Sequence[str]) -> int:
     control = socket.socket(fileno=control_fd)
     for name in imports:
-        importlib.import_module(name)
+        # "name?": imported where installed (Typer's Pydantic adapters exist in newer Typers
+        # only; the package runs at its lower bounds too, docs/getting-started.md).
+        try:
+            importlib.import_module(name.removesuffix("?"))
+        except ImportError:
+            if not name.endswith("?"):
+                raise
     if prime != "-":
         module_name, _, function = prime.partition(":")
         getattr(importlib.import_module(module_name), function)()
