@@ -959,7 +959,7 @@ class SQLiteSearchIndex:
             conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {name}")
         for table in names.FTS5_TABLES:
             if table in present:
-                conn.exec_driver_sql(f"DROP TABLE {table}")
+                _drop_fts5_table(conn, table)
         for view in (names.WORD_SOURCE_VIEW, names.V11_WORD_SOURCE_VIEW,
                      names.TRIGRAM_SOURCE_VIEW, names.V11_TRIGRAM_SOURCE_VIEW,
                      names.OLD_TRIGRAM_SOURCE_VIEW):  # fmt: skip
@@ -1021,6 +1021,9 @@ class SQLiteSearchIndex:
                 indexed = held
             if held != should:
                 out_of_step.append(f"{table} holds {held} rows for {should}")
+            if not _opens(conn, table):
+                broken.append(f"{table}: {_UNCONSTRUCTIBLE} (its structure record is damaged)")
+                continue
             if snapshot and table != names.BIGRAM_TABLE:  # contentless: no text to read
                 view = (
                     layout.trigram_source_view if table == names.TRIGRAM_TABLE
@@ -1649,3 +1652,50 @@ _QUERY_ERROR_MARKERS: Final = (
 def is_query_error(exc: OperationalError) -> bool:
     message = str(exc.orig).lower()
     return any(marker in message for marker in _QUERY_ERROR_MARKERS)
+
+
+_UNCONSTRUCTIBLE: Final = "vtable constructor failed"
+"""SQLite's words for a virtual table whose module refused to open it."""
+
+
+def _opens(conn: Connection, table: str) -> bool:
+    """Whether SQLite can open the virtual table ``table`` (see :func:`_drop_fts5_table`)."""
+    try:
+        conn.exec_driver_sql(f"SELECT name FROM pragma_table_info('{table}')").all()
+    except DatabaseError as exc:
+        if _UNCONSTRUCTIBLE in str(exc.orig):
+            return False
+        raise
+    return True
+
+
+def _drop_fts5_table(conn: Connection, table: str) -> None:
+    """``DROP TABLE`` of an FTS5 index, damaged ones included.
+
+    SQLite opens a virtual table to drop it, and the FTS5 of SQLite 3.40.1 (the standard
+    library's on Debian 12, what a platform without pysqlite3 runs; 3.53's does not) reads the
+    index's structure record (``<table>_data`` row 10) when it opens one: with that row
+    damaged the drop failed ("vtable constructor failed") and no repair went through; nor can
+    the transaction try it first, since a refused open there makes its COMMIT fail
+    ("database disk image is malformed"). So the index's own rows are emptied and the
+    structure of an empty index written first, which always opens: every row of the index
+    goes with the table anyway."""
+    conn.exec_driver_sql(f"DELETE FROM {table}_idx")
+    conn.exec_driver_sql(f"DELETE FROM {table}_data")
+    conn.exec_driver_sql(
+        f"INSERT INTO {table}_data (id, block) VALUES (10, ?)", (_empty_structure_record(),)
+    )
+    conn.exec_driver_sql(f"DROP TABLE {table}")
+
+
+@functools.cache
+def _empty_structure_record() -> bytes:
+    """The structure record of an empty FTS5 index, as this process's SQLite writes it: read
+    from a new index in a private in-memory database, so that nothing is created through the
+    store's own connection."""
+    memory = library().module.connect(":memory:")
+    try:
+        memory.execute("CREATE VIRTUAL TABLE empty USING fts5(text)")
+        return bytes(memory.execute("SELECT block FROM empty_data WHERE id = 10").fetchone()[0])
+    finally:
+        memory.close()

@@ -13,7 +13,10 @@ library), under its lock.
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -422,3 +425,52 @@ def test_a_rebuild_and_the_check_take_the_rows_the_bigram_triggers_index(db: Ses
     assert db.delete_session("chat") is True
     assert all(intact(db, each) for each in INDEXES)
     assert not db.store.write(index.check).out_of_step
+
+
+_ON_THE_STANDARD_LIBRARY = """
+import sys
+from pathlib import Path
+
+from sessionstore.dialects.sqlite_library import library
+from sessionstore.hermes.state import SessionDB
+
+path = Path(sys.argv[1])
+db = SessionDB(path)
+assert library().name == "sqlite3", library()
+db.create_session("chat", "cli")
+for number in range(30):
+    db.append_message("chat", "user", f"deploy{number} 部署指南第{number}步 kubectl")
+for index in sys.argv[2:]:
+    with db._lock:
+        db._conn.execute(f"UPDATE {index}_data SET block = {GARBAGE}")
+        db._conn.commit()
+db.close()
+""".replace("{GARBAGE}", GARBAGE)
+
+
+@pytest.mark.slow
+def test_doctor_repairs_damaged_indexes_on_the_standard_librarys_sqlite(tmp_path: Path) -> None:
+    """Where the store runs on the standard library's SQLite (a platform without pysqlite3's
+    wheels, or ``SESSIONSTORE_SQLITE_DRIVER=sqlite3``; 3.40.1 on Debian 12), FTS5 reads an
+    index's structure record when it opens the table: with it damaged, ``db doctor --fix``
+    stopped at "vtable constructor failed" and nothing repaired the index. Run as programs of
+    their own: the library is chosen once per process."""
+    store = tmp_path / "state.db"
+    environment = {**os.environ, "SESSIONSTORE_SQLITE_DRIVER": "sqlite3"}
+
+    def run(*arguments: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, *arguments], env=environment, capture_output=True, text=True,
+            timeout=120,
+        )
+
+    built = run("-c", _ON_THE_STANDARD_LIBRARY, str(store), *INDEXES)
+    assert built.returncode == 0, built.stderr
+    fixed = run("-m", "sessionstore", "--url", str(store), "db", "doctor", "--fix")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    checked = run("-m", "sessionstore", "--url", str(store), "db", "doctor")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    found = run("-m", "sessionstore", "--url", str(store), "search", "kubectl", "--limit", "50",
+                "--json")
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.count('"session_id"') == 30, found.stdout[-2000:]
