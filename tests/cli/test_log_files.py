@@ -1,3 +1,4 @@
+
 """A verb leaves no ``-wal``/``-shm`` beside a WAL store it found without them, as
 ``SessionDB.close()`` leaves none: the reading verbs open the store read-only (``mode=ro``),
 which creates both and cannot remove them, so the store's close lets SQLite itself remove
@@ -13,6 +14,7 @@ import os
 from pathlib import Path
 
 import pytest
+from store_library import needs_wal
 from typer.testing import CliRunner
 
 from sessionstore import cli
@@ -62,6 +64,7 @@ def test_a_store_another_connection_holds_keeps_its_log(store_file: Path) -> Non
     assert sorted(os.listdir(store_file.parent)) == ["state.db"]
 
 
+@needs_wal()
 def test_db_upgrade_with_nothing_to_do_removes_the_log_its_writers_left(store_file: Path) -> None:
     """A writer that closed while a reader held the store was not last, and the reader's
     read-only close cannot remove ``-wal``/``-shm``: they stay, nobody has the file. ``db
@@ -85,6 +88,7 @@ def test_db_upgrade_with_nothing_to_do_removes_the_log_its_writers_left(store_fi
         assert [m["content"] for m in db.get_messages("s")][-1] == "acknowledged"
 
 
+@needs_wal()
 def test_a_url_that_asks_for_read_only_gets_no_writable_connection(store_file: Path) -> None:
     """``?mode=ro`` is the caller's word that nothing here may open the file writable: the
     files a read-only open made stay (SQLite removes them at the next writable close)."""

@@ -1,3 +1,4 @@
+
 """A store kept out of WAL by choice: ``journal_mode=delete`` in its SQLite URL, or Hermes's own
 ``database.journal_mode: delete`` for the default store.
 
@@ -16,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy.engine import URL
-from store_library import journal_mode_of
+from store_library import journal_mode_of, needs_wal
 from typer.testing import CliRunner
 
 from sessionstore import SessionDB, cli
@@ -28,6 +29,7 @@ def _url(path: Path, **query: str) -> str:
     return URL.create("sqlite", database=str(path), query=query).render_as_string()
 
 
+@needs_wal()
 def test_a_new_store_asked_for_the_rollback_journal_stays_in_it_and_works(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     url = _url(path, journal_mode="delete")
@@ -46,6 +48,7 @@ def test_a_new_store_asked_for_the_rollback_journal_stays_in_it_and_works(tmp_pa
     assert journal_mode_of(path) == "wal"
 
 
+@needs_wal()
 def test_a_file_in_wal_keeps_it_with_one_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -131,6 +134,7 @@ def _switch_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if "is now in WAL" in r.getMessage()]
 
 
+@needs_wal()
 def test_a_file_with_pages_switched_to_wal_is_said_once_naming_how_to_keep_it(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -152,6 +156,7 @@ def test_a_file_with_pages_switched_to_wal_is_said_once_naming_how_to_keep_it(
     assert str(path) in warnings[0]
 
 
+@needs_wal()
 def test_a_new_file_switched_to_wal_is_not_said(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -164,6 +169,7 @@ def test_a_new_file_switched_to_wal_is_not_said(
     assert _switch_warnings(caplog) == []
 
 
+@needs_wal()
 def test_a_store_db_upgrade_makes_is_in_wal_and_its_first_open_says_nothing(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -26,6 +26,7 @@ import sqlalchemy.exc
 from typer.testing import CliRunner
 
 from sessionstore import cli
+from sessionstore.dialects.sqlite_library import library
 from sessionstore.errors import ConstraintViolationError, SearchIndexDamagedError
 from sessionstore.hermes.state import SessionDB
 from sessionstore.search.sqlite import SQLiteSearchIndex
@@ -276,6 +277,25 @@ def delete_row(db: SessionDB, message_id: int) -> int:
     ).rowcount))  # fmt: skip
 
 
+def _stores_trigram_reads_past_a_nul() -> bool:
+    """Whether the trigram tokenizer of the stores' SQLite reads on past a NUL (3.53's does,
+    3.40.1's stops there). Where it stops, it holds a row as Hermes's SQLite does: the rows
+    "held cut" below cannot differ from what the store reads."""
+    memory = library().module.connect(":memory:")
+    try:
+        memory.execute("CREATE VIRTUAL TABLE t USING fts5(x, tokenize='trigram')")
+        memory.execute("INSERT INTO t(x) VALUES (?)", ("abc\x00defgh",))
+        return memory.execute("SELECT count(*) FROM t WHERE t MATCH 'efg'").fetchone()[0] == 1
+    finally:
+        memory.close()
+
+
+reads_past_a_nul = pytest.mark.skipif(
+    not _stores_trigram_reads_past_a_nul(),
+    reason="the stores' SQLite stops at a NUL as Hermes's does: no row is held cut",
+)
+
+
 @pytest.fixture
 def hermes_layout(db: SessionDB) -> SessionDB:
     """``db`` in Hermes's newest index layout (iot's ``optimize-storage``): its trigram
@@ -288,6 +308,7 @@ def hermes_layout(db: SessionDB) -> SessionDB:
     return db
 
 
+@reads_past_a_nul
 def test_a_row_hermes_indexed_cut_at_a_nul_is_deleted_without_rebuilding_the_index(
     hermes_layout: SessionDB, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -342,6 +363,7 @@ def test_a_row_read_at_a_nul_in_an_index_damaged_besides_costs_no_message(
     assert len(db.search_messages("部署指南")) == 20
 
 
+@reads_past_a_nul
 def test_a_write_failing_on_rows_read_at_a_nul_reads_them_again_without_a_rebuild(
     hermes_layout: SessionDB, caplog: pytest.LogCaptureFixture
 ) -> None:

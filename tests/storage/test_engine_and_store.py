@@ -1,3 +1,4 @@
+
 """The engine, the dialect listeners and the Store unit of work, against real databases.
 
 SPEC §4: WAL, foreign keys and a short busy timeout on every pooled connection; BEGIN IMMEDIATE
@@ -33,11 +34,12 @@ from hypothesis import strategies as st
 from pg_faults import libpq_url
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
-from store_library import connect_like_the_store
+from store_library import connect_like_the_store, needs_wal
 
 from sessionstore.dialects import dialect_for_url
 from sessionstore.dialects.postgresql import PostgreSQLDialect
 from sessionstore.dialects.sqlite import SQLiteDialect, _enable_wal
+from sessionstore.dialects.sqlite_library import library
 from sessionstore.errors import (
     ReadOnlyStoreError,
     StoreBusyError,
@@ -205,6 +207,7 @@ def write_lock_held_by_another_process(path: Path, hold_s: float) -> Iterator[No
         pytest.param(2.5, 2500, id="2.5s"),
     ],
 )
+@needs_wal()
 def test_every_pooled_connection_has_wal_foreign_keys_and_the_busy_timeout(
     sqlite_db: Path, busy_timeout_s: float | None, expected_busy_ms: int
 ) -> None:
@@ -225,6 +228,7 @@ def test_every_pooled_connection_has_wal_foreign_keys_and_the_busy_timeout(
         engine.dispose()
 
 
+@needs_wal()
 def test_a_new_file_is_switched_to_wal_on_disk(tmp_path: Path) -> None:
     path = tmp_path / "nested" / "dirs" / "fresh.db"
     engine = create_store_engine(url_of(path))
@@ -344,6 +348,7 @@ class FakeCursor:
         pytest.param(FakeCursor(("memory",)), ":memory:", None, id="in-memory"),
     ],
 )
+@needs_wal()
 def test_enable_wal_warns_only_when_a_file_cannot_use_wal(
     cursor: FakeCursor,
     label: str,
@@ -365,6 +370,7 @@ def test_enable_wal_warns_only_when_a_file_cannot_use_wal(
         assert expected_warning in warnings[0]
 
 
+@needs_wal()
 def test_a_filesystem_without_shared_memory_falls_back_to_the_rollback_journal(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -497,6 +503,7 @@ def test_store_write_holds_the_write_lock_from_begin(
     other.close()
 
 
+@needs_wal()
 def test_store_read_takes_no_write_lock(sqlite_db: Path, open_store: Callable[..., Store]) -> None:
     store = open_store(url_of(sqlite_db))
     store.write(insert_session("existing"))
@@ -527,9 +534,17 @@ def test_store_read_takes_no_write_lock(sqlite_db: Path, open_store: Callable[..
 # --- readers and writers never block each other ------------------------------------------------
 
 
+def skip_where_readers_hold_off_writers(store_url: str) -> None:
+    """Skip on a SQLite store kept out of WAL (the stores' SQLite has the WAL-reset bug): in
+    the rollback journal a reader holds off a writer's commit (docs/concurrency.md)."""
+    if store_url.startswith("sqlite") and library().wal_reset_bug:
+        pytest.skip("the stores' SQLite has the WAL-reset bug: no WAL, readers hold off writers")
+
+
 def test_a_long_read_never_blocks_a_writer(
     store_url: str, open_store: Callable[..., Store]
 ) -> None:
+    skip_where_readers_hold_off_writers(store_url)
     store = open_store(store_url)
     store.write(insert_session("before"))
     inside, written = threading.Event(), threading.Event()
@@ -557,6 +572,7 @@ def test_a_long_read_never_blocks_a_writer(
 def test_a_read_sees_one_snapshot_while_a_writer_commits(
     store_url: str, open_store: Callable[..., Store]
 ) -> None:
+    skip_where_readers_hold_off_writers(store_url)
     store = open_store(store_url)
     store.write(insert_session("before"))
     inside, written = threading.Event(), threading.Event()
@@ -1143,6 +1159,7 @@ def test_a_postgresql_write_never_takes_the_connection_of_a_read_under_way(
 # --- checkpoints -------------------------------------------------------------------------------
 
 
+@needs_wal()
 def test_a_passive_checkpoint_runs_every_n_writes(
     sqlite_db: Path, open_store: Callable[..., Store]
 ) -> None:
