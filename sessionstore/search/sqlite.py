@@ -32,7 +32,7 @@ from sqlalchemy.pool import StaticPool
 
 from ..dialects import json_list
 from ..dialects.sqlite import private_snapshot
-from ..dialects.sqlite_library import library
+from ..dialects.sqlite_library import connect, library
 from ..sql.codec import stored_clock
 from ..sql.message_content import ENCODED_CONTENT_PREFIXES as _ENCODED
 from . import object_names as names
@@ -1693,7 +1693,7 @@ def _empty_structure_record() -> bytes:
     """The structure record of an empty FTS5 index, as this process's SQLite writes it: read
     from a new index in a private in-memory database, so that nothing is created through the
     store's own connection."""
-    memory = library().module.connect(":memory:")
+    memory = connect(":memory:")
     try:
         memory.execute("CREATE VIRTUAL TABLE empty USING fts5(text)")
         return bytes(memory.execute("SELECT block FROM empty_data WHERE id = 10").fetchone()[0])
