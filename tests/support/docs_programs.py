@@ -62,9 +62,10 @@ them reads the environment, a terminal or the SQLite library's choice when impor
 no module-level ``environ``/``getenv``/home lookup; ``sqlite_library.library`` is still
 uncalled after the imports), so each program still decides those from its own environment.
 The PostgreSQL driver is left to the few programs that use it."""
-OPTIONAL_IMPORTS = ("pysqlite3.dbapi2", "typer._adapters")
-"""Imported when installed: pysqlite3 (the SQLite library where the system's is vulnerable)
-and Typer's Pydantic adapters (newer Typers; what a command's arguments are parsed through)."""
+OPTIONAL_IMPORTS = ("pysqlite3.dbapi2?", "typer._adapters?")
+"""Imported when installed (the "?" of ``prefork.import_modules``): pysqlite3 (the SQLite
+library where the system's is vulnerable) and Typer's Pydantic adapters (newer Typers; what a
+command's arguments are parsed through)."""
 _MAX_REQUEST = 1 << 20
 
 
@@ -222,18 +223,12 @@ def _program(request: dict[str, object], fds: list[int]) -> None:
 
 
 def serve(socket_path: str) -> int:
-    import contextlib
     import gc
-    import importlib
     import threading
 
     import prefork
 
-    for name in (*IMPORTS, *prefork.CHAIN_IMPORTS):
-        importlib.import_module(name)
-    for name in OPTIONAL_IMPORTS:
-        with contextlib.suppress(ImportError):
-            importlib.import_module(name)
+    prefork.import_modules((*IMPORTS, *prefork.CHAIN_IMPORTS, *OPTIONAL_IMPORTS))
     if "sessionstore.dialects.sqlite_library" in sys.modules:
         from sessionstore.dialects.sqlite_library import library
 

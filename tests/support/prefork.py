@@ -188,7 +188,7 @@ class ForkServer:
         self, imports: Sequence[str], *, env: dict[str, str] | None = None,
         cwd: str | os.PathLike[str] | None = None, prime: str | None = None,
     ) -> None:  # fmt: skip
-        """``imports``: module names (one ending in "?" is imported where installed).
+        """``imports``: module names (:func:`import_modules`).
         ``prime``: a ``module:function`` the server calls once after the imports, before
         any fork (it must leave no store open, and no thread running)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -324,16 +324,21 @@ def end_as_program(body: Callable[[], object]) -> NoReturn:
     raise SystemExit(code)
 
 
-def serve(control_fd: int, prime: str, imports: Sequence[str]) -> int:
-    control = socket.socket(fileno=control_fd)
-    for name in imports:
-        # "name?": imported where installed (Typer's Pydantic adapters exist in newer Typers
-        # only; the package runs at its lower bounds too, docs/getting-started.md).
+def import_modules(names: Sequence[str]) -> None:
+    """Import ``names`` before serving; one ending in "?" only where it is installed (Typer's
+    Pydantic adapters exist in newer Typers only, pysqlite3 where it has a wheel; the package
+    runs at its lower bounds too, docs/getting-started.md)."""
+    for name in names:
         try:
             importlib.import_module(name.removesuffix("?"))
         except ImportError:
             if not name.endswith("?"):
                 raise
+
+
+def serve(control_fd: int, prime: str, imports: Sequence[str]) -> int:
+    control = socket.socket(fileno=control_fd)
+    import_modules(imports)
     if prime != "-":
         module_name, _, function = prime.partition(":")
         getattr(importlib.import_module(module_name), function)()
