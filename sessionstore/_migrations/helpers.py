@@ -8,7 +8,6 @@ Only alembic and sqlalchemy are imported, so a revision behaves the same forever
 from __future__ import annotations
 
 import re
-import sqlite3
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -129,10 +128,10 @@ def drop_columns(table: str, names: list[str]) -> None:
         for name in present:
             op.drop_column(table, name)
         return
-    if sqlite3.sqlite_version_info >= (3, 35, 0):
+    if (bind.dialect.server_version_info or (0,)) >= (3, 35, 0):
         aside = _set_triggers_aside(bind, present)
         for name in present:
-            op.drop_column(table, name)
+            _drop_sqlite_column(bind, table, name)
         for create_sql in aside:
             bind.exec_driver_sql(create_sql)
         return
@@ -141,6 +140,29 @@ def drop_columns(table: str, names: list[str]) -> None:
             batch.drop_column(name)
     if table == "messages":
         search_ddl.restore_search_triggers(bind)
+
+
+def _drop_sqlite_column(bind: sa.Connection, table: str, name: str) -> None:
+    """``ALTER TABLE table DROP COLUMN name``, past an old SQLite's misreading of comments.
+
+    Why: SQLite 3.40 (the standard library's on Debian 12, the store's library wherever
+    pysqlite3 has no wheel: Linux on ARM) cuts the column out of the stored ``CREATE TABLE``
+    text by its own scan, which takes a comma inside a ``--`` comment for a separator and
+    then refuses its own result ("error in table ... after drop column: incomplete input").
+    Hermes writes such comments: iot 0.21+'s ``async_delegations`` explains its last column
+    in eight comment lines, and revision 0038's downgrade drops that column. The drop is
+    tried in a savepoint; on that refusal, the table's comments are taken out of its stored
+    text (no row changes, see :func:`strip_sqlite_table_comments`) and the drop runs again.
+    Newer SQLite drops at the first try and keeps Hermes's text, comments and all.
+    """
+    try:
+        with bind.begin_nested():
+            op.drop_column(table, name)
+        return
+    except sa.exc.OperationalError as error:
+        if "after drop column" not in str(error) or not strip_sqlite_table_comments(table):
+            raise
+    op.drop_column(table, name)
 
 
 def _set_triggers_aside(bind: sa.Connection, columns: list[str]) -> list[str]:
@@ -353,17 +375,54 @@ def drop_sqlite_foreign_key_clauses(table: str, column: str) -> bool:
     rewritten = (
         f"{create_sql[: open_at + 1]}\n    " + ",\n    ".join(kept) + (f"\n{create_sql[close_at:]}")
     )
+    _rewrite_stored_table_sql(bind, table, rewritten)
+    return True
+
+
+def strip_sqlite_table_comments(table: str) -> bool:
+    """Take the comments out of a SQLite table's stored ``CREATE TABLE`` text.
+
+    Comments are no part of the stored record format, so this is the same documented edit
+    as :func:`drop_sqlite_foreign_key_clauses`: no row is read or rewritten. Returns True
+    when the text held a comment; a no-op on other databases.
+    """
+    bind = op.get_bind()
+    if bind.dialect.name != "sqlite" or not table_exists(table):
+        return False
+    create_sql = str(bind.execute(
+        sa.text("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = :name"),
+        {"name": table},
+    ).scalar_one())  # fmt: skip
+    stripped = without_comments(create_sql)
+    if stripped == create_sql:
+        return False
+    _rewrite_stored_table_sql(bind, table, stripped)
+    return True
+
+
+def _rewrite_stored_table_sql(bind: sa.Connection, table: str, create_sql: str) -> None:
+    """Store ``create_sql`` as ``table``'s definition, for an edit that changes no column.
+
+    SQLite's documented way for a change outside the record format: write ``sqlite_master``
+    under ``writable_schema`` and bump ``schema_version`` so every connection re-reads it.
+    The columns are compared before and after (names, types, defaults, keys, order): an edit
+    that would change one raises, and the migration's transaction rolls the text back.
+    """
+    quoted = _quote_identifier(table)
+    before = bind.exec_driver_sql(f"PRAGMA table_xinfo({quoted})").all()
     cookie = int(bind.exec_driver_sql("PRAGMA schema_version").scalar_one())
     bind.exec_driver_sql("PRAGMA writable_schema = ON")
     try:
         bind.execute(
             sa.text("UPDATE sqlite_master SET sql = :sql WHERE type = 'table' AND name = :name"),
-            {"sql": rewritten, "name": table},
+            {"sql": create_sql, "name": table},
         )
         bind.exec_driver_sql(f"PRAGMA schema_version = {cookie + 1}")
     finally:
         bind.exec_driver_sql("PRAGMA writable_schema = OFF")
-    return True
+    after = bind.exec_driver_sql(f"PRAGMA table_xinfo({quoted})").all()
+    if after != before:  # pragma: no cover - a parser defect; the transaction rolls back
+        raise RuntimeError(f"rewriting {table}'s definition changed its columns: {after}")
 
 
 def lay_out_empty_table(table: str, columns: list[str] | tuple[str, ...]) -> bool:
@@ -453,30 +512,48 @@ def reorder_create_table_sql(create_sql: str, order: list[str]) -> str:
     return f"{create_sql[: open_at + 1]}\n    {body}\n{create_sql[close_at:]}"
 
 
+def _sql_segments(sql: str) -> list[tuple[str, int, int]]:
+    """``sql`` cut into ``(kind, start, end)`` pieces: "quoted", "comment" or "code" (one char).
+
+    One scanner for every reader of stored SQL text, so quotes ('...', "...", `...`, [...]) and
+    comments (``--`` to the end of the line, ``/* */``) are recognised the same way everywhere.
+    """
+    segments: list[tuple[str, int, int]] = []
+    index = 0
+    closers = {"'": "'", '"': '"', "`": "`", "[": "]"}
+    while index < len(sql):
+        char = sql[index]
+        if char in closers:
+            end = sql.find(closers[char], index + 1)
+            # A doubled quote is an escaped quote: keep scanning after it.
+            while char != "[" and end != -1 and sql.startswith(closers[char] * 2, end):
+                end = sql.find(closers[char], end + 2)
+            stop = len(sql) if end == -1 else end + 1
+            segments.append(("quoted", index, stop))
+        elif sql.startswith("--", index):
+            end = sql.find("\n", index)
+            stop = len(sql) if end == -1 else end
+            segments.append(("comment", index, stop))
+        elif sql.startswith("/*", index):
+            end = sql.find("*/", index + 2)
+            stop = len(sql) if end == -1 else end + 2
+            segments.append(("comment", index, stop))
+        else:
+            stop = index + 1
+            segments.append(("code", index, stop))
+        index = stop
+    return segments
+
+
 def _split_top_level(body: str) -> list[str]:
     """Split a parenthesised SQL list at its top-level commas (quotes and comments respected)."""
     parts: list[str] = []
     depth = 0
     start = 0
-    index = 0
-    closers = {"'": "'", '"': '"', "`": "`", "[": "]"}
-    while index < len(body):
+    for kind, index, _ in _sql_segments(body):
+        if kind != "code":
+            continue
         char = body[index]
-        if char in closers:
-            end = body.find(closers[char], index + 1)
-            # A doubled quote is an escaped quote: keep scanning after it.
-            while char != "[" and end != -1 and body.startswith(closers[char] * 2, end):
-                end = body.find(closers[char], end + 2)
-            index = len(body) if end == -1 else end + 1
-            continue
-        if body.startswith("--", index):
-            end = body.find("\n", index)
-            index = len(body) if end == -1 else end + 1
-            continue
-        if body.startswith("/*", index):
-            end = body.find("*/", index + 2)
-            index = len(body) if end == -1 else end + 2
-            continue
         if char == "(":
             depth += 1
         elif char == ")":
@@ -484,9 +561,33 @@ def _split_top_level(body: str) -> list[str]:
         elif char == "," and depth == 0:
             parts.append(body[start:index].strip())
             start = index + 1
-        index += 1
     parts.append(body[start:].strip())
     return [part for part in parts if part]
+
+
+def without_comments(sql: str) -> str:
+    """``sql`` with its comments removed; a line that held only a comment goes with it.
+
+    Quoted text is kept byte for byte (a ``--`` inside a string default is no comment).
+    """
+    text = ""
+    drop_line_break = separate = False
+    for kind, start, end in _sql_segments(sql):
+        piece = sql[start:end]
+        if kind == "comment":
+            line_start = text.rfind("\n") + 1
+            alone = not text[line_start:].strip()
+            # A comment alone on its line takes its indentation and line break with it.
+            text = text[:line_start] if alone else text.rstrip(" \t")
+            drop_line_break, separate = alone, not alone
+            continue
+        if drop_line_break and piece == "\n":
+            piece = ""
+        elif separate and not piece[0].isspace():
+            piece = " " + piece  # a comment between two tokens kept them apart
+        text += piece
+        drop_line_break = separate = False
+    return text
 
 
 _LEADING_NOISE = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*", re.DOTALL)
