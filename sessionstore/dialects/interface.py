@@ -216,6 +216,12 @@ class StoreDialect(Protocol):
         twice. True once it has ended (ended here if it had not); False when that could not
         be made sure within a few seconds."""
 
+    def driver_in_transaction(self, conn: Connection) -> bool:
+        """Whether the driver connection under ``conn`` still holds a transaction, whatever
+        SQLAlchemy believes: after a COMMIT that failed, SQLAlchemy counts the transaction
+        as ended, while SQLite keeps it open (a COMMIT refused busy may be tried again), with
+        its locks. Such a connection must never begin the next write."""
+
     def is_disconnect(self, exc: BaseException) -> bool:
         """True when the connection to the database was lost (the server closed it, was
         restarted, or the socket broke): the transaction it carried did not commit, unless

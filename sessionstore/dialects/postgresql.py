@@ -775,6 +775,14 @@ class PostgreSQLDialect:
         ended = conn.execute(_END_BACKEND, {"pid": backend, "wait_ms": SETTLE_WAIT_MS}).first()
         return ended is None or bool(ended[0])
 
+    def driver_in_transaction(self, conn: Connection) -> bool:
+        # A failed COMMIT ends the server's transaction; anything else not idle is left over.
+        driver = conn.connection.driver_connection if not conn.invalidated else None
+        if driver is None or driver.closed:
+            return False
+        # psycopg.pq.TransactionStatus.IDLE, by value: psycopg is imported only where used.
+        return int(driver.info.transaction_status) != 0
+
     def is_disconnect(self, exc: BaseException) -> bool:
         if not isinstance(exc, DBAPIError):
             return False  # only the driver's own errors say anything about the connection

@@ -677,6 +677,12 @@ class SQLiteDialect:
     def settle_lost_backend(self, conn: Connection, backend: int) -> bool:
         return True  # never called: backend_of gives nothing to settle
 
+    def driver_in_transaction(self, conn: Connection) -> bool:
+        # A COMMIT refused busy (the rollback journal: a reader's SHARED lock outlasted the
+        # busy timeout) leaves SQLite's transaction open, RESERVED lock and all.
+        driver = conn.connection.driver_connection if not conn.invalidated else None
+        return bool(driver is not None and is_connection(driver) and driver.in_transaction)
+
     def is_disconnect(self, exc: BaseException) -> bool:
         # An embedded database has no connection to lose.
         return False

@@ -287,7 +287,16 @@ class Store:
                 # anything stranger, or a lost connection (statements on the driver cursor
                 # never tell SQLAlchemy), and it is thrown away.
                 lost = self.dialect.is_disconnect(exc)
-                broken = lost or conn.invalidated or conn.closed or conn.in_transaction()
+                broken = (
+                    lost
+                    or conn.invalidated
+                    or conn.closed
+                    or conn.in_transaction()
+                    # A COMMIT that failed (busy) leaves the driver's transaction open: the
+                    # next write would meet it ("cannot start a transaction within a
+                    # transaction"), its locks holding every other writer off meanwhile.
+                    or self.dialect.driver_in_transaction(conn)
+                )
                 if autocommit and not broken:
                     self._end_autocommit(conn)
                 self._release_writer(conn, broken=broken, lent=lent)
