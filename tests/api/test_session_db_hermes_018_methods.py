@@ -18,7 +18,6 @@ from __future__ import annotations
 import ast
 import inspect
 import json
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,7 +27,7 @@ import pytest
 import sqlalchemy as sa
 from hypothesis import given
 from hypothesis import strategies as st
-from store_library import connect_like_the_store
+from store_library import connect_like_the_store, needs_wal
 from test_lookup_inputs import HOSTILE, SETTINGS
 
 from sessionstore.api.async_session_db import AsyncSessionDB
@@ -805,7 +804,9 @@ def test_vacuum_returns_the_space_of_deleted_rows(tmp_path: Path) -> None:
         execute(db, "UPDATE messages SET timestamp = 1")  # idle since: a prune's age
 
     def size() -> int:
-        return sum(os.stat(f"{path}{suffix}").st_size for suffix in ("", "-wal"))
+        # The log only where the store runs in WAL (not where the SQLite in use keeps it out).
+        files = [Path(f"{path}{suffix}") for suffix in ("", "-wal")]
+        return sum(file.stat().st_size for file in files if file.exists())
 
     fill("a")
     before = size()
@@ -815,6 +816,7 @@ def test_vacuum_returns_the_space_of_deleted_rows(tmp_path: Path) -> None:
     db.close()
 
 
+@needs_wal()  # a reader mid-snapshot beside a VACUUM: in the rollback journal it holds it off
 def test_vacuum_leaves_every_other_opener_working(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     # The checkpoints around the VACUUM are best effort: with the reader below mid-snapshot

