@@ -46,6 +46,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from sessionstore._migrations import search_ddl
+
 BIGRAM_TABLE = "messages_cjk_bigram"
 BIGRAM_TRIGGER_INSERT = "messages_cjk_bigram_insert"
 BIGRAM_TRIGGER_DELETE = "messages_cjk_bigram_delete"
@@ -328,7 +330,7 @@ def sqlite_drop_bigram_index(bind: sa.engine.Connection) -> None:
     # Triggers first: while they exist, every write to messages needs the table.
     for trigger in BIGRAM_TRIGGERS:
         bind.exec_driver_sql(f"DROP TRIGGER IF EXISTS {trigger}")
-    bind.exec_driver_sql(f"DROP TABLE IF EXISTS {BIGRAM_TABLE}")
+    search_ddl.drop_fts5_table(bind, BIGRAM_TABLE)
 
 
 def sqlite_prefilter_trigram_triggers(bind: sa.engine.Connection) -> None:

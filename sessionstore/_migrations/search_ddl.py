@@ -79,6 +79,48 @@ def create_search_objects(bind: sa.engine.Connection) -> None:
     bind.exec_driver_sql(PG_CREATE_TRGM_INDEX)
 
 
+def drop_fts5_table(bind: sa.engine.Connection, table: str) -> None:
+    """``DROP TABLE IF EXISTS table``, where ``table`` may be an FTS5 index whose pages a
+    crash or a foreign tool damaged (Hermes fails open on such files, so they are in the
+    field, and adoption drops and rebuilds every index it replaces).
+
+    Why: SQLite opens a virtual table to drop it, and the FTS5 of SQLite 3.40 (the standard
+    library's on Debian 12: the store's library wherever pysqlite3 has no wheel) reads the
+    index's structure record (``<table>_data`` row 10) as it opens: with that row damaged the
+    drop fails ("vtable constructor failed") and so did the adoption. Trying the drop first
+    cannot help: a refused open in the transaction makes its COMMIT fail. So an FTS5 table's
+    own rows are emptied and the structure record of an empty index written first, which
+    always opens; every row of the index goes with the table anyway. The record is read from
+    a new index in a private in-memory database of the same SQLite library as ``bind``.
+    A table of any other kind is dropped as it is.
+    """
+    names = {
+        str(name): str(sql or "")
+        for name, sql in bind.exec_driver_sql(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?)",
+            (table, f"{table}_data", f"{table}_idx"),
+        )
+    }
+    is_fts5 = len(names) == 3 and "fts5" in names[table].lower()
+    if is_fts5:
+        bind.exec_driver_sql(f'DELETE FROM "{table}_idx"')
+        bind.exec_driver_sql(f'DELETE FROM "{table}_data"')
+        bind.exec_driver_sql(
+            f'INSERT INTO "{table}_data" (id, block) VALUES (10, ?)',
+            (_empty_fts5_structure_record(bind),),
+        )
+    bind.exec_driver_sql(f'DROP TABLE IF EXISTS "{table}"')
+
+
+def _empty_fts5_structure_record(bind: sa.engine.Connection) -> bytes:
+    memory = bind.dialect.dbapi.connect(":memory:")  # type: ignore[union-attr]
+    try:
+        memory.execute("CREATE VIRTUAL TABLE empty USING fts5(text)")
+        return bytes(memory.execute("SELECT block FROM empty_data WHERE id = 10").fetchone()[0])
+    finally:
+        memory.close()
+
+
 def restore_search_triggers(bind: sa.engine.Connection) -> None:
     """Re-create the sync triggers after a batch operation rebuilt ``messages`` without them."""
     if bind.dialect.name == "sqlite":
@@ -90,7 +132,7 @@ def drop_search_objects(bind: sa.engine.Connection) -> None:
     if bind.dialect.name == "sqlite":
         for trigger in FTS_TRIGGERS:
             bind.exec_driver_sql(f"DROP TRIGGER IF EXISTS {trigger}")
-        bind.exec_driver_sql(f"DROP TABLE IF EXISTS {FTS_TABLE}")
+        drop_fts5_table(bind, FTS_TABLE)
         return
     bind.exec_driver_sql(f"DROP INDEX IF EXISTS {PG_TRGM_INDEX}")
     bind.exec_driver_sql(f"DROP INDEX IF EXISTS {PG_TSV_INDEX}")
@@ -216,7 +258,7 @@ def drop_trigram_objects(bind: sa.engine.Connection) -> None:
     # Triggers first: while they exist, any write to messages needs the table.
     for trigger in TRIGRAM_TRIGGERS:
         bind.exec_driver_sql(f"DROP TRIGGER IF EXISTS {trigger}")
-    bind.exec_driver_sql(f"DROP TABLE IF EXISTS {TRIGRAM_TABLE}")
+    drop_fts5_table(bind, TRIGRAM_TABLE)
     bind.exec_driver_sql(f"DROP VIEW IF EXISTS {TRIGRAM_SOURCE_VIEW}")
 
 
@@ -344,14 +386,14 @@ def _drop_names(bind: sa.engine.Connection, kind: str, names: tuple[str, ...]) -
 def drop_hermes_trigram_objects(bind: sa.engine.Connection) -> None:
     """Remove ``messages_fts_trigram`` whatever its shape (Hermes's inline one included)."""
     _drop_names(bind, "TRIGGER", HERMES_TRIGRAM_TRIGGERS)
-    bind.exec_driver_sql(f"DROP TABLE IF EXISTS {HERMES_TRIGRAM_TABLE}")
+    drop_fts5_table(bind, HERMES_TRIGRAM_TABLE)
     bind.exec_driver_sql(f"DROP VIEW IF EXISTS {HERMES_TRIGRAM_SOURCE_VIEW}")
 
 
 def drop_word_index(bind: sa.engine.Connection) -> None:
     """Remove ``messages_fts`` and its triggers, in either Hermes shape."""
     _drop_names(bind, "TRIGGER", FTS_TRIGGERS)
-    bind.exec_driver_sql(f"DROP TABLE IF EXISTS {FTS_TABLE}")
+    drop_fts5_table(bind, FTS_TABLE)
     bind.exec_driver_sql(f"DROP VIEW IF EXISTS {FTS_SOURCE_VIEW}")
 
 

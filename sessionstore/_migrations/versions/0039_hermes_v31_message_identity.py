@@ -131,7 +131,7 @@ def drop_search_layouts(bind: sa.engine.Connection) -> None:
                  *search_ddl.TRIGRAM_TRIGGERS):  # fmt: skip
         bind.exec_driver_sql(f"DROP TRIGGER IF EXISTS {name}")
     for table in (ddl.FTS_TABLE, ddl.TRIGRAM_TABLE, search_ddl.TRIGRAM_TABLE):
-        bind.exec_driver_sql(f"DROP TABLE IF EXISTS {table}")
+        search_ddl.drop_fts5_table(bind, table)
     views = (ddl.FTS_SOURCE_VIEW, ddl.TRIGRAM_SOURCE_VIEW, search_ddl.FTS_SOURCE_VIEW,
              search_ddl.HERMES_TRIGRAM_SOURCE_VIEW, search_ddl.TRIGRAM_SOURCE_VIEW)  # fmt: skip
     for view in views:
@@ -186,7 +186,7 @@ def settle_legacy_word_index(bind: sa.engine.Connection) -> None:
         (len(HERMES_TRASH_PREFIX), HERMES_TRASH_PREFIX),
     ).all()
     for (name,) in trash:
-        bind.exec_driver_sql(f'DROP TABLE IF EXISTS "{name}"')
+        search_ddl.drop_fts5_table(bind, name)
         _delete_meta(bind, f"fts_teardown_{name}_progress")
     _delete_meta(bind, *LAYOUT_3_REBUILD_KEYS, "fts_storage_version")
     _set_meta(bind, "fts_optimize_available", "1")
