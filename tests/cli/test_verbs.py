@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from legacy_v1_v6 import build_legacy_db
-from store_library import engine_like_the_store
+from store_library import engine_like_the_store, needs_wal
 from typer.testing import CliRunner
 
 from sessionstore import cli
@@ -1066,6 +1066,7 @@ def test_doctor_adopts_orphaned_messages(runner: CliRunner, tmp_path: Path) -> N
         assert adopted is not None and adopted["message_count"] == 1
 
 
+@needs_wal()
 def test_doctor_warns_about_a_large_wal_and_truncates_it(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/state.db"
     migrate.upgrade(url)

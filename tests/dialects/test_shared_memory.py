@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from store_library import connect_like_the_store, journal_mode_of
+from store_library import connect_like_the_store, journal_mode_of, needs_wal
 
 from sessionstore import SessionDB
 from sessionstore.dialects import shared_memory
@@ -61,6 +61,7 @@ def virtiofs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
     shared_memory.filesystem_type.cache_clear()
 
 
+@needs_wal()  # beside a native store in WAL
 def test_a_new_store_on_virtiofs_stays_in_the_rollback_journal_and_works(
     virtiofs_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -78,6 +79,7 @@ def test_a_new_store_on_virtiofs_stays_in_the_rollback_journal_and_works(
         assert journal_mode_of(tmp_path / "native.db") == "wal"
 
 
+@needs_wal()  # beside a native store in WAL
 def test_a_store_already_in_wal_on_virtiofs_keeps_it_with_a_warning(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -101,6 +103,7 @@ def test_a_store_already_in_wal_on_virtiofs_keeps_it_with_a_warning(
     assert "is on a virtiofs file system" in caplog.text and "kept in WAL" in caplog.text
 
 
+@needs_wal()  # beside a native store in WAL
 def test_hermes_wal_helper_refuses_wal_on_virtiofs(virtiofs_dir: Path, tmp_path: Path) -> None:
     shared = connect_like_the_store(virtiofs_dir / "raw.db")
     native = connect_like_the_store(tmp_path / "raw.db")

@@ -23,6 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy.engine import URL
+from store_library import needs_wal
 from typer.testing import CliRunner
 
 from sessionstore import cli
@@ -156,6 +157,7 @@ def remount_read_only(directory: Path) -> None:
     subprocess.run(["mount", "-o", "remount,ro", str(directory)], check=True)
 
 
+@needs_wal()
 def test_a_wal_store_on_read_only_media_reads_through_immutable(tmp_path: Path) -> None:
     with read_only_mount(tmp_path / "media") as media:
         path = media / "state.db"
@@ -190,6 +192,7 @@ os._exit(0)  # no close, no checkpoint: the message stays in the -wal
 """
 
 
+@needs_wal()
 def test_immutable_refuses_a_store_whose_log_it_would_not_read(tmp_path: Path) -> None:
     with read_only_mount(tmp_path / "media") as media:
         path = media / "state.db"

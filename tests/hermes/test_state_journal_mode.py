@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from store_library import connect_like_the_store, journal_mode_of
+from store_library import connect_like_the_store, journal_mode_of, needs_wal
 
 from sessionstore.hermes import state as hermes_state
 
@@ -70,6 +70,7 @@ def test_the_profile_home_hermes_names_is_read(
     assert journal_mode_of(tmp_path / "state.db") == "delete"
 
 
+@needs_wal()
 def test_a_file_in_wal_keeps_it_and_no_config_means_wal(hermes_home: Path, tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     db = hermes_state.SessionDB(db_path=path)

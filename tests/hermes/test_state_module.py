@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from legacy_v1_v6 import build_legacy_db
 from legacy_v23_v31 import V31_MESSAGE_NAMES, V31_SESSION_NAMES
 from real_hermes import backup_copy
-from store_library import connect_like_the_store, engine_like_the_store
+from store_library import connect_like_the_store, engine_like_the_store, needs_wal
 from writer_gate import gate_taken
 
 import sessionstore
@@ -356,6 +356,7 @@ def test_the_clock_of_leases_is_read_through_the_module(
     assert db.try_acquire_compression_lock("s1", "holder-b", ttl_seconds=10.0) is True
 
 
+@needs_wal()
 # -- _conn -------------------------------------------------------------------------------------
 def test_conn_is_a_sqlite3_connection_configured_like_hermes_and_the_store(
     db: SessionDB, db_file: Path
@@ -373,6 +374,7 @@ def test_conn_is_a_sqlite3_connection_configured_like_hermes_and_the_store(
     assert conn.execute("PRAGMA database_list").fetchone()["file"] == str(db_file)
 
 
+@needs_wal()
 def test_conn_is_opened_at_its_first_use(db: SessionDB) -> None:
     """An open that never asks for ``_conn`` holds no connection for it (each one connects
     and parses the whole schema); asked for after other calls, it is the same connection
@@ -751,6 +753,7 @@ def test_conn_exists_only_on_a_sqlite_file(fresh_migrated_pg_url: str) -> None:
         db.close()
 
 
+@needs_wal()
 # -- a fresh file ----------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "facade",
@@ -1087,6 +1090,7 @@ def modes(path: Path) -> dict[str, int]:
     }
 
 
+@needs_wal()
 @pytest.mark.parametrize("folder", ["existing", "missing"])
 def test_a_new_file_and_its_companions_are_owner_only_under_a_loose_umask(
     tmp_path: Path, folder: str

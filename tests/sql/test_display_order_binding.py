@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from store_library import needs_wal
 
 from sessionstore.api.session_db import SessionDB
 from sessionstore.dialects.sqlite_library import connect
@@ -260,6 +261,7 @@ def written_pages(path: Path, copy: Path) -> list[str]:
     return [names.get(page, "?") for page in pages]
 
 
+@needs_wal()  # the pages written are read from the log
 def test_an_append_writes_no_backfill_index_page(migrated_sqlite_url: str, tmp_path: Path) -> None:
     """The trigger's UPDATE took the row into and out of ``idx_messages_display_backfill``
     (its order NULL at first), so that index's page was written by every append; the raw

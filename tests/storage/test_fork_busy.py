@@ -219,6 +219,7 @@ def test_a_fork_waits_for_a_streaming_read_then_the_child_writes(
     assert {"before", "from the child", "after"} <= {m["content"] for m in db.get_messages("s")}
 
 
+@needs_wal()  # the parent writes beside the open read
 def test_a_fork_whose_wait_runs_out_makes_a_child_that_refuses_sqlite_typed(
     streaming: tuple[SessionDB, threading.Event, threading.Event],
     tmp_path: Path,

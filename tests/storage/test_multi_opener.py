@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 from openerlib import IMPORTS as OPENER_IMPORTS
 from openerlib import PROGRAM
 from prefork import ForkServer
-from store_library import connect_like_the_store
+from store_library import connect_like_the_store, needs_wal
 from typer.testing import CliRunner
 
 from sessionstore import cli
@@ -415,6 +415,7 @@ def test_a_multiprocessing_fork_pool_writing(store_url: str, tmp_path: Path) -> 
 # --- WAL at open ------------------------------------------------------------------------------
 
 
+@needs_wal()
 @pytest.mark.parametrize("opener", ["SessionDB", "Store.open"])
 def test_a_fresh_store_is_in_wal_mode_right_after_open(tmp_path: Path, opener: str) -> None:
     path = tmp_path / "state.db"
@@ -432,6 +433,7 @@ def test_a_fresh_store_is_in_wal_mode_right_after_open(tmp_path: Path, opener: s
         handle.close()
 
 
+@needs_wal()
 def test_an_existing_rollback_journal_store_is_switched_at_open(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     url = _new_store(path)

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 from faultlib import file_digest, sqlite_integrity_problems, sqlite_url
-from store_library import connect_like_the_store
+from store_library import connect_like_the_store, needs_wal
 
 from sessionstore.api.session_db import SessionDB
 from sessionstore.errors import ReadOnlyStoreError, StoreBusyError, StoreUnavailableError
@@ -251,6 +251,7 @@ def test_an_immutable_database_file_reads_and_refuses_writes(
     assert file_digest(path) == digest
 
 
+@needs_wal()
 def test_an_immutable_directory_is_refused_untouched(
     make_store: Callable[[Path], None], tmp_path: Path
 ) -> None:
@@ -284,6 +285,7 @@ def _read_only_view(directory: Path, view: Path) -> Iterator[Path]:
             subprocess.run(["umount", "-l", str(view)], check=False)
 
 
+@needs_wal()
 def test_a_read_only_filesystem_is_refused_untouched(
     make_store: Callable[[Path], None], tmp_path: Path
 ) -> None:
@@ -335,6 +337,7 @@ def _foreign_exclusive_lock(path: Path, journal_mode: str) -> Iterator[None]:
             conn.execute("ROLLBACK")
 
 
+@needs_wal()
 @pytest.mark.parametrize(("name", "write"), WRITES, ids=[name for name, _ in WRITES])
 def test_a_write_under_a_foreign_lock_fails_busy_within_the_budget(
     make_store: Callable[[Path], None], tmp_path: Path, name: str, write: Callable[[SessionDB], Any]
