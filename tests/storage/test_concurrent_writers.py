@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 from prefork import ForkServer
 from process_writers import MESSAGES_PER_PROCESS, run_writers, writer_server
-from store_library import engine_like_the_store
+from store_library import engine_like_the_store, journal_mode_of
 
 from sessionstore.api.session_db import SessionDB
 
@@ -285,6 +285,45 @@ def test_processes_share_one_sqlite_file(tmp_path: Path, writers: ForkServer | N
     SessionDB(db_path=path).close()  # migrated up front: this test is about the writes
     _run_processes(path, writers)
     _assert_process_counts(path)
+
+
+def test_processes_share_one_sqlite_file_in_the_rollback_journal(
+    tmp_path: Path, writers: ForkServer | None
+) -> None:
+    """``journal_mode=delete`` (a home on NFS or SMB; every file where the SQLite in use has the
+    WAL-reset bug): readers and a committing writer hold each other off, and a COMMIT can be
+    refused busy. Every acknowledged write is there once, the counters exact."""
+    path = tmp_path / "state.db"
+    url = f"sqlite:///{path}?journal_mode=delete"
+    done = threading.Event()
+    holds = 0
+    with SessionDB(url=url) as reader:
+
+        failed: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                _run_processes(url, writers)
+            except BaseException as exc:  # every writer must exit 0: reported below
+                failed.append(exc)
+            finally:
+                done.set()
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        # A reader inside the file for longer than the writers' busy timeout (1 s), again and
+        # again: the COMMITs waiting on it are refused, and must be settled and retried.
+        while not done.wait(0.2):
+            with reader.store.reading() as conn:
+                conn.exec_driver_sql("SELECT count(*) FROM messages").scalar()
+                holds += 1
+                done.wait(1.3)
+        thread.join()
+    if failed:
+        raise failed[0]
+    assert holds > 0
+    assert journal_mode_of(path) == "delete"  # the rollback journal all along
+    _assert_process_counts(path)  # (opened without the choice: in WAL from here on)
 
 
 def test_processes_open_a_new_sqlite_file_at_once(
