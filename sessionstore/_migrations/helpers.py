@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -352,31 +352,27 @@ def drop_sqlite_foreign_key_clauses(table: str, column: str) -> bool:
     constraint on exactly ``column`` goes; every other element is kept verbatim. Returns True
     when one was removed; a no-op on other databases.
     """
-    bind = op.get_bind()
-    if bind.dialect.name != "sqlite" or not table_exists(table):
-        return False
-    create_sql = str(bind.execute(
-        sa.text("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = :name"),
-        {"name": table},
-    ).scalar_one())  # fmt: skip
-    open_at, close_at = create_sql.index("("), create_sql.rindex(")")
-    elements = _split_top_level(create_sql[open_at + 1 : close_at])
-    kept = []
-    for element in elements:
-        clause = _FOREIGN_KEY_CLAUSE.match(element.strip())
-        named = (
-            [_leading_identifier(part) for part in clause["columns"].split(",")] if clause else []
-        )
-        if clause and [name[0] for name in named if name] == [column]:
-            continue
-        kept.append(element)
-    if len(kept) == len(elements):
-        return False
-    rewritten = (
-        f"{create_sql[: open_at + 1]}\n    " + ",\n    ".join(kept) + (f"\n{create_sql[close_at:]}")
-    )
-    _rewrite_stored_table_sql(bind, table, rewritten)
-    return True
+
+    def without_the_clause(create_sql: str) -> str:
+        open_at, close_at = create_sql.index("("), create_sql.rindex(")")
+        elements = _split_top_level(create_sql[open_at + 1 : close_at])
+        kept = []
+        for element in elements:
+            clause = _FOREIGN_KEY_CLAUSE.match(element.strip())
+            named = (
+                [_leading_identifier(part) for part in clause["columns"].split(",")]
+                if clause
+                else []
+            )
+            if clause and [name[0] for name in named if name] == [column]:
+                continue
+            kept.append(element)
+        if len(kept) == len(elements):
+            return create_sql
+        body = ",\n    ".join(kept)
+        return f"{create_sql[: open_at + 1]}\n    {body}\n{create_sql[close_at:]}"
+
+    return _edit_stored_table_sql(table, without_the_clause)
 
 
 def strip_sqlite_table_comments(table: str) -> bool:
@@ -386,6 +382,18 @@ def strip_sqlite_table_comments(table: str) -> bool:
     as :func:`drop_sqlite_foreign_key_clauses`: no row is read or rewritten. Returns True
     when the text held a comment; a no-op on other databases.
     """
+    return _edit_stored_table_sql(table, without_comments)
+
+
+def _edit_stored_table_sql(table: str, edit: Callable[[str], str]) -> bool:
+    """Store ``edit(text)`` as ``table``'s ``CREATE TABLE`` text, for an edit that changes no
+    column; True when it changed the text. A no-op on other databases.
+
+    SQLite's documented way for a change outside the record format: write ``sqlite_master``
+    under ``writable_schema`` and bump ``schema_version`` so every connection re-reads it.
+    The columns are compared before and after (names, types, defaults, keys, order): an edit
+    that would change one raises, and the migration's transaction rolls the text back.
+    """
     bind = op.get_bind()
     if bind.dialect.name != "sqlite" or not table_exists(table):
         return False
@@ -393,21 +401,9 @@ def strip_sqlite_table_comments(table: str) -> bool:
         sa.text("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = :name"),
         {"name": table},
     ).scalar_one())  # fmt: skip
-    stripped = without_comments(create_sql)
-    if stripped == create_sql:
+    edited = edit(create_sql)
+    if edited == create_sql:
         return False
-    _rewrite_stored_table_sql(bind, table, stripped)
-    return True
-
-
-def _rewrite_stored_table_sql(bind: sa.Connection, table: str, create_sql: str) -> None:
-    """Store ``create_sql`` as ``table``'s definition, for an edit that changes no column.
-
-    SQLite's documented way for a change outside the record format: write ``sqlite_master``
-    under ``writable_schema`` and bump ``schema_version`` so every connection re-reads it.
-    The columns are compared before and after (names, types, defaults, keys, order): an edit
-    that would change one raises, and the migration's transaction rolls the text back.
-    """
     quoted = _quote_identifier(table)
     before = bind.exec_driver_sql(f"PRAGMA table_xinfo({quoted})").all()
     cookie = int(bind.exec_driver_sql("PRAGMA schema_version").scalar_one())
@@ -415,7 +411,7 @@ def _rewrite_stored_table_sql(bind: sa.Connection, table: str, create_sql: str) 
     try:
         bind.execute(
             sa.text("UPDATE sqlite_master SET sql = :sql WHERE type = 'table' AND name = :name"),
-            {"sql": create_sql, "name": table},
+            {"sql": edited, "name": table},
         )
         bind.exec_driver_sql(f"PRAGMA schema_version = {cookie + 1}")
     finally:
@@ -423,6 +419,7 @@ def _rewrite_stored_table_sql(bind: sa.Connection, table: str, create_sql: str) 
     after = bind.exec_driver_sql(f"PRAGMA table_xinfo({quoted})").all()
     if after != before:  # pragma: no cover - a parser defect; the transaction rolls back
         raise RuntimeError(f"rewriting {table}'s definition changed its columns: {after}")
+    return True
 
 
 def lay_out_empty_table(table: str, columns: list[str] | tuple[str, ...]) -> bool:
