@@ -15,11 +15,10 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from alembic.migration import MigrationContext
-from alembic.operations import Operations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from store_library import engine_like_the_store
+from store_sql import as_a_revision_step
 
 from sessionstore._migrations import helpers
 
@@ -53,16 +52,7 @@ def _library_drops_at_first_try(module: object) -> bool:
 
 
 def _drop(engine: sa.Engine, table: str, columns: list[str]) -> None:
-    """In one explicit transaction, as the migration environment runs a revision."""
-    with engine.connect() as conn:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
-        try:
-            with Operations.context(MigrationContext.configure(conn)):
-                helpers.drop_columns(table, columns)
-        except BaseException:
-            conn.exec_driver_sql("ROLLBACK")
-            raise
-        conn.exec_driver_sql("COMMIT")
+    as_a_revision_step(engine, lambda _: helpers.drop_columns(table, columns))
 
 
 def _fill(engine: sa.Engine) -> None:

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from alembic.migration import MigrationContext
-from alembic.operations import Operations
 from store_library import engine_like_the_store
+from store_sql import as_a_revision_step
 
 from sessionstore._migrations import helpers
 
@@ -33,16 +32,7 @@ def _catalog(conn: sa.Connection) -> list[tuple[str, str, str]]:
 
 
 def _drop(engine: sa.Engine, columns: list[str]) -> None:
-    """In one explicit transaction, as the migration environment runs a revision."""
-    with engine.connect() as conn:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
-        try:
-            with Operations.context(MigrationContext.configure(conn)):
-                helpers.drop_columns("t", columns)
-        except BaseException:
-            conn.exec_driver_sql("ROLLBACK")
-            raise
-        conn.exec_driver_sql("COMMIT")
+    as_a_revision_step(engine, lambda _: helpers.drop_columns("t", columns))
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from store_library import engine_like_the_store
+from store_sql import as_a_revision_step
 
 from sessionstore._migrations import search_ddl
 
@@ -47,15 +48,7 @@ def _names(engine: sa.Engine) -> set[str]:
 
 
 def _drop(engine: sa.Engine, table: str) -> None:
-    """In one explicit transaction, as the migration environment runs a revision."""
-    with engine.connect() as conn:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
-        try:
-            search_ddl.drop_fts5_table(conn, table)
-        except BaseException:
-            conn.exec_driver_sql("ROLLBACK")
-            raise
-        conn.exec_driver_sql("COMMIT")
+    as_a_revision_step(engine, lambda conn: search_ddl.drop_fts5_table(conn, table))
 
 
 @pytest.mark.parametrize("tokenizer", ["", ", tokenize='trigram'"])
