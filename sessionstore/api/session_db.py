@@ -22,9 +22,9 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine import URL, Engine
 
-from ..dialects import dialect_for_url
+from ..dialects import dialect_for_url, file_location
 from ..errors import SchemaOutOfDateError, UnsupportedValueError
 from ..schema import migrate
 from ..schema.readable import check_readable
@@ -46,7 +46,7 @@ from ..sql.codec import decode_json_object
 from ..sql.records import session_unread
 from ..sql.validation import SourceFilter, bindable
 from ..storage.command_hints import cli_command
-from ..storage.config import resolve_url, sqlite_url
+from ..storage.config import resolve_location
 from ..storage.retry import RetryPolicy
 from ..storage.store import Store
 from .conversation import (
@@ -113,7 +113,7 @@ class SessionDB:
         self,
         db_path: str | os.PathLike[str] | None = None,
         *,
-        url: str | None = None,
+        url: str | URL | None = None,
         read_only: bool = False,
         auto_migrate: bool = True,
         retry: RetryPolicy | None = None,
@@ -134,9 +134,13 @@ class SessionDB:
             raise ValueError("give db_path or url, not both")
         if isinstance(db_path, str) and "://" in db_path:
             db_path, url = None, db_path
-        resolved = sqlite_url(db_path) if db_path is not None else resolve_url(url)
-        parsed = make_url(resolved)
-        self.url = resolved
+        # A URL object, never text, for a file path: its name may hold ``?``, ``#`` or ``%``
+        # (``dialects.file_location``); ``url`` keeps the text a person or a caller gave.
+        parsed = file_location(db_path) if db_path is not None else resolve_location(url)
+        resolved = parsed
+        self.url = (
+            url if isinstance(url, str) and url else parsed.render_as_string(hide_password=False)
+        )
         dialect = dialect_for_url(parsed)
         self.db_path: Path | None = dialect.database_file(parsed)
         self.adoption_backup: Path | None = None
@@ -167,7 +171,7 @@ class SessionDB:
 
     @staticmethod
     def _prepare_schema(
-        engine: Engine, url: str, auto_migrate: bool, backup: bool
+        engine: Engine, url: URL, auto_migrate: bool, backup: bool
     ) -> Path | None:
         """Check the schema (two small reads when it is current) and migrate if needed;
         the adoption backup's path when one was taken."""

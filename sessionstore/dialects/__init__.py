@@ -37,6 +37,7 @@ __all__ = [
     "database_file",
     "dialect_for",
     "dialect_for_url",
+    "file_location",
     "file_url",
     "file_url_object",
     "json_list",
@@ -93,7 +94,15 @@ def file_url(path: str | os.PathLike[str]) -> str:
     return f"{FILE_BACKEND}:///{Path(path).expanduser()}"
 
 
+def file_location(path: str | os.PathLike[str]) -> URL:
+    """The store in the database file ``path`` (``~`` expanded, a relative path kept so), as
+    a URL object. Never as URL text: a file name may hold ``?``, ``#`` or ``%``, which text
+    reads as a query, a fragment or an escape (SQLAlchemy 2.0 does not unquote a URL's
+    database, 2.1 does), and a store would open another file than the one named."""
+    return URL.create(FILE_BACKEND, database=str(Path(path).expanduser()))
+
+
 def file_url_object(path: str | os.PathLike[str]) -> URL:
-    """The same as a URL object: a file name may hold ``?`` or ``#``, which URL text would
-    read as the start of a query (the CLI takes paths as typed)."""
-    return URL.create(FILE_BACKEND, database=str(Path(path).expanduser().absolute()))
+    """:func:`file_location` of the absolute path (the CLI takes paths as typed, and its
+    hints name the file wherever they are run)."""
+    return file_location(Path(path).expanduser().absolute())

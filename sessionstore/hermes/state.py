@@ -95,10 +95,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar, Final, TypeVar, cast
 
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import PoolProxiedConnection
 
 from ..api import session_db as facade
-from ..dialects import file_url, sqlite_library
+from ..dialects import FILE_BACKEND, dialect_for_url, file_location, sqlite_library
 from ..errors import (
     CompressionSessionBusyError,
     CompressionSessionClosedError,
@@ -323,13 +325,21 @@ def _claim_repair_attempt(db_path: Path) -> bool:
         return True
 
 
-def _file_of(db_path: str | os.PathLike[str] | None, url: str | None) -> Path | None:
-    """The SQLite file a ``SessionDB(db_path)`` names (the automatic repair works on files)."""
+def _file_of(db_path: str | os.PathLike[str] | None, url: str | URL | None) -> Path | None:
+    """The SQLite file a ``SessionDB(db_path)`` names (the automatic repair works on files);
+    None for another database, an in-memory one, or a URL that does not parse (the store's
+    open says what is wrong with it)."""
     if db_path is not None:
         return Path(db_path)
-    if url is not None and url.startswith("sqlite:///") and "memory" not in url:
-        return Path(url.removeprefix("sqlite:///").split("?")[0])
-    return None
+    if url is None:
+        return None
+    try:
+        parsed = make_url(url)
+        if parsed.get_backend_name() != FILE_BACKEND:
+            return None
+        return dialect_for_url(parsed).database_file(parsed)
+    except (ArgumentError, ValueError):
+        return None
 
 
 def _make_owner_only(file: Path, *, create: bool) -> None:
@@ -402,7 +412,7 @@ class SessionDB(facade.SessionDB):
         self,
         db_path: str | os.PathLike[str] | None = None,
         *,
-        url: str | None = None,
+        url: str | URL | None = None,
         read_only: bool = False,
         auto_migrate: bool = True,
         retry: RetryPolicy | None = None,
@@ -445,7 +455,7 @@ class SessionDB(facade.SessionDB):
     def _open(
         self,
         db_path: str | os.PathLike[str] | None,
-        url: str | None,
+        url: str | URL | None,
         read_only: bool,
         auto_migrate: bool,
         retry: RetryPolicy | None,
@@ -465,7 +475,8 @@ class SessionDB(facade.SessionDB):
             if path is None and not os.environ.get(URL_ENV_VAR):
                 path = default_db_path()
             if path is not None and str(path) != ":memory:" and "://" not in str(path):
-                db_path, url = None, f"{file_url(path)}?journal_mode=delete"
+                location = file_location(path).update_query_dict({"journal_mode": "delete"})
+                db_path, url = None, location
         super().__init__(
             db_path,
             url=url,

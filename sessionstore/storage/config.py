@@ -21,7 +21,7 @@ from pathlib import Path
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
-from ..dialects import database_file, dialect_for_url, file_url, file_url_object
+from ..dialects import database_file, dialect_for_url, file_location, file_url, file_url_object
 from ..errors import StoreLocationError
 
 URL_ENV_VAR = "SESSIONSTORE_URL"
@@ -86,6 +86,20 @@ def resolve_url(url: str | None = None) -> str:
     return sqlite_url(default_db_path())
 
 
+def resolve_location(url: str | URL | None = None) -> URL:
+    """:func:`resolve_url` as a URL object, the default file's built from its path (a Hermes
+    home whose name holds ``?``, ``#`` or ``%`` names that file, not another:
+    :func:`~sessionstore.dialects.file_location`)."""
+    if isinstance(url, URL):
+        return url
+    if url or os.environ.get(URL_ENV_VAR):
+        return make_url(resolve_url(url))
+    location = file_location(default_db_path())
+    if hermes_journal_mode() == "delete":
+        location = location.update_query_dict({"journal_mode": "delete"})
+    return location
+
+
 def location_url(text: str) -> URL:
     """The URL given, or the SQLite URL of a plain file path (anything without ``://``).
 
@@ -110,7 +124,7 @@ def store_location(given: str | None) -> URL:
         )
     raw = resolve_url(given)
     try:
-        parsed = location_url(raw)
+        parsed = location_url(raw) if given is not None else resolve_location(None)
         # Its parameters too (a SQLite URI parameter the store would drop is refused).
         dialect_for_url(parsed).requests_read_only(parsed)
         parsed.get_dialect()
@@ -127,7 +141,7 @@ def hide_password(url: str) -> str:
 def is_default_store(url: str | URL) -> bool:
     """``url`` is the store opened when none is named, in this environment."""
     try:
-        default = make_url(resolve_url(None))
+        default = resolve_location(None)
         parsed = make_url(url) if isinstance(url, str) else url
     except ArgumentError:
         return False

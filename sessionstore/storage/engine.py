@@ -12,11 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import create_engine
-from sqlalchemy.engine import URL, Engine, make_url
+from sqlalchemy.engine import URL, Engine
 
 from ..dialects import dialect_for_url
 from . import fork_safety
-from .config import resolve_url
+from .config import resolve_location
 from .statement_cache import DEFAULT_SIZE, SharedStatementCache
 
 DEFAULT_BUSY_TIMEOUT_S = 1.0
@@ -35,7 +35,7 @@ def create_store_engine(
     ``set_journal_mode=False`` leaves the file's journal mode alone: migrations inspect a file
     before deciding to touch it, and switching to WAL is already a change to the file.
     """
-    parsed = make_url(resolve_url(url) if not isinstance(url, URL) else url)
+    parsed = resolve_location(url)
     dialect = dialect_for_url(parsed)
     read_only = read_only or dialect.requests_read_only(parsed)
     parsed = dialect.prepare_url(parsed, read_only=read_only)

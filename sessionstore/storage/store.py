@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Final, TypeVar
 
-from sqlalchemy.engine import URL, Connection, Engine, make_url
+from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from ..dialects import StoreDialect, dialect_for, dialect_for_url
@@ -45,7 +45,7 @@ from ..errors import (
 from ..sql.read_shape import FULL, ReadShape
 from . import fork_safety as forksafety
 from .command_hints import cli_command
-from .config import resolve_url
+from .config import resolve_location
 from .engine import DEFAULT_BUSY_TIMEOUT_S, create_store_engine
 from .error_translation import typed_errors, with_media_hint
 from .retry import RetryPolicy, queued_jitter, run_with_retry
@@ -168,7 +168,7 @@ class Store:
         is as it was and the store is closed. Only then does a writable store switch the
         journal mode (SQLite: WAL).
         """
-        parsed = url if isinstance(url, URL) else make_url(resolve_url(url))
+        parsed = resolve_location(url)
         # ``?mode=ro`` in a SQLite URL makes a read-only store, for this object's checks too.
         dialect = dialect_for_url(parsed)
         # A read-only open creates a WAL file's ``-wal``/``-shm`` it cannot remove at its
