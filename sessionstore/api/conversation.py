@@ -561,10 +561,10 @@ def conversation(
                     continue
                 del messages[index]
         if role in _HARNESS_ROLES and not harness_seen:
-            harness_seen = _is_review_harness(message)
+            harness_seen = is_review_harness(message)
         messages.append(message)
     if harness_seen:
-        messages = _without_review_harness(messages)
+        messages = without_review_harness(messages)
     if repair_alternation and messages:
         repair_message_sequence(messages)
     return messages
@@ -600,21 +600,29 @@ def _replayed_user_duplicate(
     return None
 
 
-def _is_review_harness(message: dict[str, Any]) -> bool:
+def is_review_harness(message: object) -> bool:
+    """A background-review prompt written into a real session by an older Hermes (its skill
+    or memory curator's instructions, as a user or system turn): never replayed, since it would
+    make the resumed agent the curator. Anything but such a message dict is not one."""
+    if not isinstance(message, dict):
+        return False
     content = message.get("content")
     return (
-        message.get("role") in ("user", "system")
+        message.get("role") in _HARNESS_ROLES
         and isinstance(content, str)
         and content.lstrip().startswith(REVIEW_HARNESS_PREFIXES)
     )
 
 
-def _without_review_harness(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    kept: list[dict[str, Any]] = []
+def without_review_harness(messages: list[Any]) -> list[Any]:
+    """``messages`` without the background-review prompts (:func:`is_review_harness`) and the
+    curator's reply that followed each, everything else kept in order (entries that are not
+    message dicts included)."""
+    kept: list[Any] = []
     answering_harness = False
     after_harness = False
     for message in messages:
-        if message.get("role") in _HARNESS_ROLES and _is_review_harness(message):
+        if is_review_harness(message):
             # A second prompt in a row takes the first one's reply slot (iot 0.22.2): the
             # assistant turn after a run of prompts is the conversation's own, and stays.
             answering_harness = not after_harness
@@ -623,7 +631,7 @@ def _without_review_harness(messages: list[dict[str, Any]]) -> list[dict[str, An
         after_harness = False
         if answering_harness:
             answering_harness = False
-            if message.get("role") == "assistant":
+            if isinstance(message, dict) and message.get("role") == "assistant":
                 continue
         kept.append(message)
     return kept

@@ -54,9 +54,12 @@ from urllib.parse import parse_qs, parse_qsl, quote, unquote, urlsplit
 
 from sqlalchemy import ColumnElement, Table, and_, event, func, text, true
 from sqlalchemy.dialects.sqlite import Insert, insert
+from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import SingletonThreadPool
+from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql.compiler import SQLCompiler
 
 from ..errors import (
     IndexMissingError,
@@ -98,6 +101,20 @@ def apply_write_durability(cursor: Any) -> None:
     if sys.platform == "darwin":
         cursor.execute("PRAGMA checkpoint_fullfsync=1")
         cursor.execute("PRAGMA synchronous=FULL")
+
+
+_BARE_DIALECT = sqlite_dialect(paramstyle="qmark")
+
+
+def bare_statement(statement: ClauseElement) -> tuple[str, list[Any]]:
+    """``statement`` as a bare driver connection runs it (``conn.execute(sql, parameters)``):
+    ``?`` parameters in order, every ``IN`` list spelled out. For the Hermes drop-in's
+    helpers, which Hermes calls with its own connection (``db._conn``, or one it made)."""
+    compiled = cast(
+        "SQLCompiler",
+        statement.compile(dialect=_BARE_DIALECT, compile_kwargs={"render_postcompile": True}),
+    )
+    return compiled.string, [compiled.params[name] for name in compiled.positiontup or ()]
 
 
 CACHED_STATEMENTS = 512

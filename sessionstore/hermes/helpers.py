@@ -18,15 +18,16 @@ import functools
 import logging
 import sqlite3
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..dialects import sqlite_library
 from ..dialects.shared_memory import cross_vm_filesystem
-from ..dialects.sqlite import apply_write_durability
+from ..dialects.sqlite import apply_write_durability, bare_statement
 from ..errors import SessionStoreError
 from ..search.object_names import FTS5_TABLES
+from ..sessions import lineage
 from ..storage.config import hermes_home, hermes_journal_mode
 
 if TYPE_CHECKING:
@@ -305,6 +306,58 @@ def _checkpoint_barrier(conn: sqlite3.Connection) -> None:
     # #63531): best effort, a refused PRAGMA costs only disk slack or the macOS barrier.
     with contextlib.suppress(sqlite3.OperationalError):
         apply_write_durability(conn)
+
+
+def apply_durability_barriers(conn: sqlite3.Connection) -> bool:
+    """iot 0.21.0's, for a second user of the store's file (its async-delegation ledger): the
+    durability PRAGMAs every writing connection of a store carries (the WAL bound; on macOS
+    ``F_FULLFSYNC`` at checkpoints and ``synchronous=FULL``), never the journal mode, which
+    stays the owner's. True when SQLite took them; False, never an error, when it could not
+    (a malformed schema refuses every PRAGMA; the repair applies them again once it parses).
+    iot also applies a ``database.synchronous`` from its ``config.yaml``; a store's
+    connections follow their own rule instead (``dialects.sqlite.apply_write_durability``),
+    and so does this one."""
+    try:
+        apply_write_durability(conn)
+    except Exception:
+        return False
+    return True
+
+
+# -- Hermes 0.18/0.19's delegate cascade on a bare connection ----------------------------------
+_DELETE_CHUNK = 500
+"""Sessions per ``IN`` list of :func:`delete_delegate_children` (under every SQLite's limit of
+bound parameters)."""
+
+
+def collect_delegate_child_ids(conn: Any, parent_ids: Sequence[str]) -> list[str]:
+    """Hermes 0.18/0.19's ``_collect_delegate_child_ids``: the delegate (subagent) sessions to
+    delete with ``parent_ids``, recursively, never a parent itself (Hermes #49148), on a bare
+    SQLite connection (``db._conn``, or any with a ``sessions`` table). The rule is the
+    store's own (``sessions.lineage.walk_delegates``); a ``model_config`` that is not JSON is
+    read as no marker instead of failing the walk."""
+    def children_of(chunk: Sequence[str]) -> list[Any]:
+        return list(conn.execute(*bare_statement(lineage.delegate_children_of(chunk))).fetchall())
+
+    return lineage.walk_delegates(children_of, [sid for sid in dict.fromkeys(parent_ids) if sid])
+
+
+def delete_delegate_children(conn: Any, parent_ids: Sequence[str]) -> list[str]:
+    """Hermes 0.18/0.19's ``_delete_delegate_children``: deletes what
+    :func:`collect_delegate_child_ids` finds (their messages, then the sessions; any other
+    session whose parent is one of them is orphaned, not deleted) in the caller's
+    transaction, and returns their ids."""
+    ids = collect_delegate_child_ids(conn, parent_ids)
+    for start in range(0, len(ids), _DELETE_CHUNK):
+        chunk = ids[start : start + _DELETE_CHUNK]
+        marks = ", ".join("?" * len(chunk))
+        conn.execute(f"DELETE FROM messages WHERE session_id IN ({marks})", chunk)
+        conn.execute(f"UPDATE sessions SET parent_session_id = NULL WHERE parent_session_id IN "
+                     f"({marks})", chunk)  # fmt: skip
+    for start in range(0, len(ids), _DELETE_CHUNK):
+        chunk = ids[start : start + _DELETE_CHUNK]
+        conn.execute(f"DELETE FROM sessions WHERE id IN ({', '.join('?' * len(chunk))})", chunk)
+    return ids
 
 
 # -- repair_state_db_schema --------------------------------------------------------------------

@@ -124,11 +124,25 @@ def _is_fts_scoped_corruption(exc_or_str: Any) -> bool:
     return any(marker in text for marker in _CORRUPTION_MARKERS)
 
 
-def _is_disk_full(exc_or_str: Any) -> bool:
-    if isinstance(exc_or_str, OSError) and exc_or_str.errno == errno.ENOSPC:
-        return True
-    text = (exc_or_str if isinstance(exc_or_str, str) else str(exc_or_str)).lower()
-    return any(marker in text for marker in _DISK_FULL_MARKERS)
+def is_disk_full_error(exc: BaseException | str | None) -> bool:
+    """iot's and axisrow's test of a failed write for a full disk or quota (their TUI
+    re-raises it instead of dropping the user's message): ``ENOSPC``, SQLite's "database or
+    disk is full", or such words in a text that lost its type; our :class:`StoreFullError`
+    (what a full disk raises here) and any error of ours wrapping one count too."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, StoreFullError) or (
+            isinstance(exc, OSError) and exc.errno == errno.ENOSPC
+        ):
+            return True
+        text = (exc if isinstance(exc, str) else str(exc)).lower()
+        if any(marker in text for marker in _DISK_FULL_MARKERS):
+            return True
+        if not isinstance(exc, BaseException):
+            return False
+        exc = exc.__cause__
+    return False
 
 
 def classify_persistence_error(exc_or_str: Any) -> str:
@@ -161,7 +175,9 @@ def _classified(exc_or_str: Any) -> str:
     for markers, cause in _CAUSE_BY_PHRASE:
         if any(marker in text for marker in markers):
             return cause
-    if _is_disk_full(exc_or_str) or any(word in text for word in ("disk", "readonly", "read-only")):
+    if is_disk_full_error(exc_or_str) or any(
+        word in text for word in ("disk", "readonly", "read-only")
+    ):
         return "disk"
     return "unknown"
 

