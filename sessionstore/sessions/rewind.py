@@ -29,7 +29,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import bindparam, delete, func, null, select, update
 from sqlalchemy.engine import Connection
 
 from ..errors import SessionCompressionInProgressError, TranscriptChangedError, UnknownSessionError
@@ -50,6 +50,9 @@ from .shared import before_rows_change, require_session
 from .user_turns import is_user_turn, live_content
 
 RECENT_PREVIEW_CHARS = 80
+_RECENT_PAGE_ROWS = 500
+"""Rows a page of :meth:`RewindPart.list_recent_user_messages` reads at most (it reads on
+until it has its turns)."""
 REWIND_ROLE = "user"
 
 
@@ -359,30 +362,62 @@ class RewindPart(MessagesPart):
     def list_recent_user_messages(
         self, session_id: str, limit: int = 20, include_inactive: bool = False
     ) -> list[dict[str, Any]]:
-        """The session's latest user messages, newest first: ``{id, preview, timestamp, active}``
-        with an 80-character one-line preview (rewind targets for a picker); ``timestamp`` None
-        for a damaged SQLite row whose clock holds no number (``sql.codec.stored_clock``)."""
+        """The session's latest human turns, newest first: ``{id, preview, timestamp, active}``
+        with an 80-character one-line preview (rewind targets for a picker, ``/undo N``);
+        ``timestamp`` None for a damaged SQLite row whose clock holds no number
+        (``sql.codec.stored_clock``).
+
+        Only the rows :meth:`rewind_to_message` accepts as a target (``user_turns.is_user_turn``,
+        as iot 0.22.2 and axisrow pick them): not a bookkeeping row (a ``display_kind`` other
+        than ``steer``: a delegation delivered, a hidden note), not a compaction handoff (a
+        summary stored as a user row, with or without its mark), not an empty turn. Hermes
+        counts ``/undo N`` on its in-memory turns, which exclude them; a picker that counted
+        them rewound a different turn on disk than in memory."""
         count = min(validation.integer(limit, "limit"), validation.INT64_MAX)
         if count <= 0 or not bindable(session_id):
             return []
-        statement = (
-            select(messages.c.id, messages.c.content, messages.c.timestamp, messages.c.active)
-            .where(messages.c.session_id == session_id, messages.c.role == REWIND_ROLE)
-            .order_by(messages.c.id.desc())
-            .limit(count)
+        shape = self.store.read_shape
+        kind, summary = (
+            getattr(messages.c, name) if shape.has_column(messages.name, name) else null()
+            for name in ("display_kind", "_compressed_summary")
         )
+        page = min(count * 2 + 5, _RECENT_PAGE_ROWS)
+        statement = (
+            select(messages.c.id, messages.c.content, messages.c.timestamp, messages.c.active,
+                   kind.label("display_kind"), summary.label("compressed_summary"))
+            .where(messages.c.session_id == session_id, messages.c.role == REWIND_ROLE,
+                   messages.c.id < bindparam("before"))
+            .order_by(messages.c.id.desc())
+            .limit(page)
+        )  # fmt: skip
         if not include_inactive:
             statement = statement.where(messages.c.active == 1)
-        rows = self.store.read(lambda conn: conn.execute(statement).all())
-        return [
-            {
-                "id": int(row.id),
-                "preview": _preview(text_of(row.content)),
-                "timestamp": stored_clock(row.timestamp),
-                "active": bool(row.active),
-            }
-            for row in rows
-        ]
+
+        def run(conn: Connection) -> list[dict[str, Any]]:
+            # Newest first, a page at a time, until ``count`` turns or no more rows: the rows
+            # left out (handoffs, bookkeeping) never shorten the answer.
+            found: list[dict[str, Any]] = []
+            before = validation.INT64_MAX
+            while len(found) < count:
+                rows = conn.execute(statement, {"before": before}).all()
+                for row in rows:
+                    content = decode_content(row.content)
+                    if is_user_turn(REWIND_ROLE, content, row.display_kind,
+                                    row.compressed_summary):  # fmt: skip
+                        found.append({
+                            "id": int(row.id),
+                            "preview": _preview(text_of(row.content)),
+                            "timestamp": stored_clock(row.timestamp),
+                            "active": bool(row.active),
+                        })  # fmt: skip
+                        if len(found) == count:
+                            break
+                if len(rows) < page:
+                    break
+                before = int(rows[-1].id)
+            return found
+
+        return self.store.read(run)
 
     @reads
     def has_archived_messages(self, session_id: str) -> bool:
