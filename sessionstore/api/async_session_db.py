@@ -34,6 +34,8 @@ from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, S
 from pathlib import Path
 from typing import Any, TypeVar
 
+from sqlalchemy.engine import URL
+
 from ..errors import StoreClosedError
 from ..sessions.user_turns import RewindOutcome
 from ..sql.validation import SourceFilter
@@ -66,7 +68,7 @@ class AsyncSessionDB:
         self,
         db_path: str | os.PathLike[str] | None = None,
         *,
-        url: str | None = None,
+        url: str | URL | None = None,
         read_only: bool = False,
         auto_migrate: bool = True,
         retry: RetryPolicy | None = None,

@@ -546,12 +546,7 @@ def conversation(
         ):  # the rows pairing looks at (a result stored with its uid needs none)
             pairing_started = True
             pairing.see(message)
-        if (
-            role == "assistant"
-            and message.get("tool_calls")
-            and isinstance(message["content"], str)
-            and STALE_MARKER.fullmatch(message["content"])
-        ):  # the text is stripped already, as iot matches it
+        if role == "assistant" and is_stale_tool_call_marker(message):
             message["content"] = ""
         if with_ancestors and role == "user":
             duplicate = _replayed_user_duplicate(messages, message)
@@ -598,6 +593,30 @@ def _replayed_user_duplicate(
         elif role == "assistant" and (previous.get("content") or previous.get("tool_calls")):
             return None
     return None
+
+
+def is_stale_tool_call_marker(message: object) -> bool:
+    """An assistant turn with tool calls whose whole text is a bare marker (``[memory]``,
+    ``[skill_manage]``): a tool-call template's stray text that older Hermes replayed as the
+    final answer (Hermes #78148). A replay blanks that text and keeps the calls, so their
+    results stay paired; anything but such a message dict is not one."""
+    if not isinstance(message, dict) or message.get("role") != "assistant":
+        return False
+    content = message.get("content")
+    return (
+        bool(message.get("tool_calls"))
+        and isinstance(content, str)
+        and STALE_MARKER.fullmatch(content.strip()) is not None
+    )
+
+
+def without_stale_tool_call_markers(messages: list[Any]) -> list[Any]:
+    """``messages`` with each :func:`is_stale_tool_call_marker` turn's text blanked, in place
+    (the tool calls kept), as a replay does."""
+    for message in messages:
+        if is_stale_tool_call_marker(message):
+            message["content"] = ""
+    return messages
 
 
 def is_review_harness(message: object) -> bool:

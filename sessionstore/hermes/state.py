@@ -107,11 +107,18 @@ from sqlalchemy.pool import PoolProxiedConnection
 
 from ..api import session_db as facade
 
-# Hermes 0.18/0.19's private helpers its own tests import: the background-review filter of a
-# replay (ours, iot 0.22.2's rule), and below the delegate cascade on a bare connection.
+# Hermes 0.18/0.19's and axisrow's private helpers their own tests import: the replay's
+# filters of background-review prompts (iot 0.22.2's rule) and of stale tool-call markers, and
+# below the delegate cascade on a bare connection.
 from ..api.conversation import REVIEW_HARNESS_PREFIXES as _REVIEW_HARNESS_PREFIXES  # noqa: F401
 from ..api.conversation import is_review_harness as _is_background_review_harness_message  # noqa: F401
+from ..api.conversation import (  # noqa: F401
+    is_stale_tool_call_marker as _is_stale_tool_call_marker_message,
+)
 from ..api.conversation import without_review_harness as _strip_background_review_harness  # noqa: F401
+from ..api.conversation import (  # noqa: F401
+    without_stale_tool_call_markers as _strip_stale_tool_call_markers,
+)
 from ..dialects import FILE_BACKEND, dialect_for_url, file_location, sqlite_library
 from ..errors import (
     CompressionSessionBusyError,

@@ -92,8 +92,11 @@ def resolve_location(url: str | URL | None = None) -> URL:
     :func:`~sessionstore.dialects.file_location`)."""
     if isinstance(url, URL):
         return url
-    if url or os.environ.get(URL_ENV_VAR):
-        return make_url(resolve_url(url))
+    if url:
+        return make_url(url)
+    from_env = os.environ.get(URL_ENV_VAR)
+    if from_env:
+        return location_url(from_env)  # a plain file path there too, as the CLI reads it
     location = file_location(default_db_path())
     if hermes_journal_mode() == "delete":
         location = location.update_query_dict({"journal_mode": "delete"})
@@ -124,7 +127,7 @@ def store_location(given: str | None) -> URL:
         )
     raw = resolve_url(given)
     try:
-        parsed = location_url(raw) if given is not None else resolve_location(None)
+        parsed = resolve_location(None) if given is None else location_url(raw)
         # Its parameters too (a SQLite URI parameter the store would drop is refused).
         dialect_for_url(parsed).requests_read_only(parsed)
         parsed.get_dialect()

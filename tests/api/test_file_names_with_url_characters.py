@@ -104,3 +104,19 @@ def test_any_folder_name_is_the_folder_opened(tmp_path: Path, name: str) -> None
         assert db.db_path == path
     assert _only_child(parent) == [name]
     assert path.is_file()
+
+
+def test_a_plain_path_in_the_environment_is_that_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``SESSIONSTORE_URL`` holding a file path (as the CLI has always read it) names that
+    file for the library too, ``?`` and ``%`` in it included."""
+    folder = tmp_path / "env?x%41"
+    folder.mkdir()
+    monkeypatch.setenv("SESSIONSTORE_URL", str(folder / "state.db"))
+    with sessionstore.SessionDB() as db:
+        db.create_session("s", "cli")
+        db.append_message("s", "user", "from the environment")
+        assert db.db_path == folder / "state.db"
+    assert _only_child(tmp_path) == ["env?x%41"]
+    assert _messages_in(folder / "state.db") == ["from the environment"]

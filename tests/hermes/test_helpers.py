@@ -389,3 +389,25 @@ def test_the_review_harness_filter_is_the_replays() -> None:
     # entries that are not message dicts pass through, in order
     assert hermes_state._strip_background_review_harness(["x", prompt, reply, None]) == ["x", None]
     assert hermes_state._REVIEW_HARNESS_PREFIXES[0].startswith("Review the conversation above")
+
+
+def test_the_stale_marker_filter_is_the_replays(tmp_path: Path) -> None:
+    calls = [{"id": "c1", "type": "function", "function": {"name": "memory", "arguments": "{}"}}]
+    stale = {"role": "assistant", "content": " [memory] ", "tool_calls": calls}
+    assert hermes_state._is_stale_tool_call_marker_message(stale)
+    for kept in ({**stale, "tool_calls": []}, {**stale, "role": "user"},
+                 {**stale, "content": "[memory] saved"}, {**stale, "content": None}, None, 7):
+        assert not hermes_state._is_stale_tool_call_marker_message(kept)
+    history = [{"role": "user", "content": "hi"}, dict(stale)]
+    assert hermes_state._strip_stale_tool_call_markers(history) is history
+    assert history[1] == {**stale, "content": ""}
+    # the replay applies the same rule to a stored turn
+    db = hermes_state.SessionDB(db_path=tmp_path / "state.db")
+    try:
+        db.create_session("s", "cli")
+        db.append_message("s", "assistant", "[memory]", tool_calls=calls)
+        db.append_message("s", "tool", "saved", tool_call_id="c1")
+        replay = db.get_messages_as_conversation("s")
+        assert replay[0]["content"] == "" and replay[0]["tool_calls"][0]["id"] == "c1"
+    finally:
+        db.close()

@@ -61,10 +61,13 @@ name missing failed the import of the whole module (iot 0.21.x's ``tui_gateway.s
 UPSTREAM_TESTS_NAMES = (
     "_collect_delegate_child_ids", "_delete_delegate_children",
     "_is_background_review_harness_message", "_strip_background_review_harness",
+    "_is_stale_tool_call_marker_message", "_strip_stale_tool_call_markers",
 )  # fmt: skip
-"""What hermes-agent 0.18.0 ... 0.19.0's own tests import from ``hermes_state`` beyond its
-code (``test_delegate_cascade_49148.py``, ``test_background_review_session_isolation.py``:
-run by ``tests/hermes/test_hermes_own_suites.py``)."""
+"""What hermes-agent 0.18.0 ... 0.19.0's and axisrow's own tests import from ``hermes_state``
+beyond their code (``test_delegate_cascade_49148.py``,
+``test_background_review_session_isolation.py``,
+``test_stale_tool_call_marker_session_repair.py``: run by
+``tests/hermes/test_hermes_own_suites.py``)."""
 
 
 def test_the_names_hermes_callers_import_are_there() -> None:
