@@ -643,6 +643,17 @@ class SessionDB(facade.SessionDB):
         ).fetchone()
         return row is not None
 
+    @staticmethod
+    def _db_needs_fts_storage_upgrade(cursor: Any) -> bool:
+        """iot's: whether ``optimize_fts_storage`` has work on the file ``cursor`` (a bare
+        connection or cursor, ``db._conn`` in its ``hermes update`` nag) reads: its word index
+        is not in the newest layout. No word index: nothing to move."""
+        row = cursor.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'messages_fts'"
+        ).fetchone()
+        layout = None if row is None else sqlite_ddl.layout_of_word_table(row[0])
+        return layout is not None and layout is not sqlite_ddl.LAYOUT_3
+
     def _read_one(self, sql: str, params: Any = ()) -> sqlite3.Row | None:
         """iot 0.22.2's one-row read (its dashboard's timeline route asks it who owns a
         session): the first row of ``sql`` on :attr:`_conn`, or None."""

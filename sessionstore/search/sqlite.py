@@ -1399,7 +1399,7 @@ def layout_of(conn: Connection) -> ddl.Layout:
         "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (names.WORD_TABLE,)
     ).first()
     if found is not None:
-        return ddl.LAYOUT_3 if "tool_name" in str(found[0] or "") else ddl.V11_LAYOUT
+        return ddl.layout_of_word_table(str(found[0] or ""))
     if "state_meta" not in _objects(conn):
         return ddl.V11_LAYOUT
     marked = conn.exec_driver_sql(

@@ -374,6 +374,13 @@ V11_LAYOUT: Final = Layout(
     names.V11_TRIGRAM_SOURCE_VIEW, None, False,
 )  # fmt: skip
 LAYOUTS: Final = (LAYOUT_3, V11_LAYOUT)
+
+
+def layout_of_word_table(table_sql: str | None) -> Layout:
+    """The layout a stored word index's ``CREATE`` text says, as Hermes reads it
+    (``hermes_state_fts``): a ``messages_fts`` without ``tool_name`` is the legacy layout,
+    whatever a ``state_meta`` mark says."""
+    return LAYOUT_3 if "tool_name" in (table_sql or "") else V11_LAYOUT
 HERMES_CJK_STALE_KEY: Final = "fts_cjk_stale"
 """Hermes's mark that its CJK index missed writes (its triggers were detached)."""
 HERMES_STALE_KEY: Final = "fts_stale"

@@ -411,3 +411,33 @@ def test_the_stale_marker_filter_is_the_replays(tmp_path: Path) -> None:
         assert replay[0]["content"] == "" and replay[0]["tool_calls"][0]["id"] == "c1"
     finally:
         db.close()
+
+
+IOT_CALLERS_PRIVATE_METHODS = (
+    "_conn", "_lock", "_execute_write", "_decode_content", "_is_compression_child_row",
+    "_resolve_title_conflict", "_read_one", "_db_needs_fts_storage_upgrade",
+)  # fmt: skip
+"""What iot 0.22.2's modules outside ``hermes_state*`` read off a ``SessionDB`` by private name
+(its gateway, dashboard, API server and ``hermes update``), unguarded by ``hasattr``."""
+
+
+def test_the_private_names_iots_callers_read_are_there() -> None:
+    assert [name for name in IOT_CALLERS_PRIVATE_METHODS
+            if not hasattr(hermes_state.SessionDB, name)] == []  # fmt: skip
+
+
+def test_the_storage_upgrade_probe_is_the_layout_optimize_moves(tmp_path: Path) -> None:
+    """iot's ``hermes update`` nags to run ``optimize-storage`` when this says so (its call
+    sits in a ``try`` that swallows an ``AttributeError``: without it the nag never came)."""
+    db = hermes_state.SessionDB(db_path=tmp_path / "state.db")
+    try:
+        db.create_session("s", "cli")
+        db.append_message("s", "user", "hello")
+        assert hermes_state.SessionDB._db_needs_fts_storage_upgrade(db._conn) is True
+        db.optimize_fts_storage()
+        assert db._db_needs_fts_storage_upgrade(db._conn.cursor()) is False
+    finally:
+        db.close()
+    bare = sqlite3.connect(":memory:")
+    assert hermes_state.SessionDB._db_needs_fts_storage_upgrade(bare) is False
+    bare.close()
