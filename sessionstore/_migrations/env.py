@@ -278,6 +278,9 @@ def _store_url() -> URL:
     """``-x url=`` (a URL or a plain path; empty is refused), else the config's URL, else the
     environment's rules."""
     given = context.get_x_argument(as_dictionary=True).get("url")
+    located = config.attributes.get("store_url")
+    if given is None and isinstance(located, URL):
+        return located  # ``schema.migrate``'s own: a URL object, as the store was named
     if given is None:
         given = config.get_main_option("sqlalchemy.url") or None
     return store_location(given)

@@ -76,6 +76,10 @@ def alembic_config(
     cfg.set_main_option("script_location", script_location())
     # configparser treats % as interpolation: URL-encoded passwords must be doubled.
     cfg.set_main_option("sqlalchemy.url", _url_text(url).replace("%", "%%"))
+    if isinstance(url, URL):
+        # The object itself for env.py: a file name with ``?``, ``#`` or ``%`` does not
+        # survive URL text on every SQLAlchemy (``dialects.file_location``).
+        cfg.attributes["store_url"] = url
     cfg.attributes["configure_logger"] = False
     if connection is None and isinstance(url, Engine):
         connection = url

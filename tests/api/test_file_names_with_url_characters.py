@@ -120,3 +120,19 @@ def test_a_plain_path_in_the_environment_is_that_file(
         assert db.db_path == folder / "state.db"
     assert _only_child(tmp_path) == ["env?x%41"]
     assert _messages_in(folder / "state.db") == ["from the environment"]
+
+
+def test_a_migration_named_by_a_location_object_migrates_that_file(tmp_path: Path) -> None:
+    """``schema.migrate`` hands ``env.py`` the URL object itself (its text would not keep
+    ``?`` or ``%`` on SQLAlchemy 2.0), and upgrades and downgrades that file."""
+    from sessionstore.schema import migrate
+
+    folder = tmp_path / "mig?x%41"
+    folder.mkdir()
+    path = folder / "state.db"
+    migrate.upgrade(file_location(path))
+    with sessionstore.SessionDB(path, auto_migrate=False) as db:
+        db.create_session("s", "cli")
+    migrate.downgrade(file_location(path), "0001")
+    assert _only_child(tmp_path) == ["mig?x%41"]
+    assert sorted(p.name for p in folder.iterdir()) == ["state.db"]
