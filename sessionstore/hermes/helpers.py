@@ -149,6 +149,34 @@ def hermes_config_section(name: str) -> Any:
     return (load_config_readonly() or {}).get(name)
 
 
+def hermes_skill_description(text: str) -> str | None:
+    """Hermes's own description of a turn a ``/skill`` expanded (iot 0.22.2's and axisrow's
+    ``agent.skill_commands.describe_skill_invocation``): ``"/work — fix the title leak"``,
+    what the user typed, instead of the skill's body; None where the checkout has no such
+    function or the text is no such turn. Never raises (a preview is no place to fail)."""
+    describe = _skill_describer()
+    if describe is None:
+        return None
+    try:
+        described = describe(text)
+    except Exception:
+        return None
+    return described if isinstance(described, str) and described else None
+
+
+@functools.cache
+def _skill_describer() -> Any:
+    """The checkout's describer, looked up once per process (a failed import costs a search
+    of the whole path, and a picker asks for every row it shows)."""
+    try:
+        from agent.skill_commands import (  # type: ignore[import-not-found]
+            describe_skill_invocation,
+        )
+    except Exception:
+        return None
+    return describe_skill_invocation
+
+
 def get_hermes_home() -> Path:
     """The Hermes home: Hermes's own ``hermes_constants.get_hermes_home`` when the checkout
     has it (its per-profile override included), else ``$HERMES_HOME`` or ``~/.hermes``."""

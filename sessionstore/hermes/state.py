@@ -155,6 +155,7 @@ from .helpers import (
     format_session_db_unavailable,
     get_hermes_home,
     get_last_init_error,
+    hermes_skill_description,
     is_malformed_db_error,
     is_sqlite_wal_reset_vulnerable,
     repair_state_db_schema,
@@ -536,6 +537,8 @@ class SessionDB(facade.SessionDB):
             # module (``monkeypatch.setattr(hermes_state.time, "time", ...)``): leases,
             # cooldowns and the orphan finalize read the clock the same way here.
             self._repo.clock = _wall_clock
+            # iot 0.22.2's and axisrow's rewind picker names a /skill turn as it was typed.
+            self._repo.describe_turn = hermes_skill_description
             if not read_only and self.db_path is not None:
                 self._repo.recover_search_index_at_open()
             # A checkout that declares iot's CompressionSessionClosedError has callers that

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import bindparam, delete, func, null, select, update
@@ -56,8 +56,12 @@ until it has its turns)."""
 REWIND_ROLE = "user"
 
 
-def _preview(text: str | None) -> str:
-    flat = (text or "").replace("\r", " ").replace("\n", " ").strip()
+def _preview(text: str | None, describe: Callable[[str], str | None] | None = None) -> str:
+    """A turn's one-line preview, as iot 0.22.2 cuts it: ``describe(text)`` when it names the
+    turn (Hermes's ``/skill`` description: what was typed, not the skill's body), else the
+    text; whitespace collapsed, at most 80 characters."""
+    shown = (describe(text) if describe is not None and text else None) or text or ""
+    flat = " ".join(shown.split())
     return flat if len(flat) <= RECENT_PREVIEW_CHARS else flat[: RECENT_PREVIEW_CHARS - 3] + "..."
 
 
@@ -221,7 +225,6 @@ def _watermark_rows(
 
 class RewindPart(MessagesPart):
     """Rewind, restore, compaction and replacement of a session's messages."""
-
     # -- rewind -------------------------------------------------------------------------------
     @writes
     def rewind_to_message(
@@ -406,7 +409,7 @@ class RewindPart(MessagesPart):
                                     row.compressed_summary):  # fmt: skip
                         found.append({
                             "id": int(row.id),
-                            "preview": _preview(text_of(row.content)),
+                            "preview": _preview(text_of(row.content), self.describe_turn),
                             "timestamp": stored_clock(row.timestamp),
                             "active": bool(row.active),
                         })  # fmt: skip

@@ -6,6 +6,10 @@ made the rewind on disk cut a different turn than the one cut in memory."""
 
 from __future__ import annotations
 
+import sys
+import types
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -83,3 +87,44 @@ def test_the_pick_is_the_newest_turns_of_any_mix(
                 db.append_message("s", "user", "")
         picked = [row["id"] for row in db.list_recent_user_messages("s", limit=limit)]
         assert picked == turns[::-1][:limit]
+
+
+def test_a_preview_is_one_line_of_collapsed_whitespace(db: SessionDB) -> None:
+    db.create_session("s", "cli")
+    db.append_message("s", "user", "first\tline \r\n\n  second   line " + "x" * 100)
+    (row,) = db.list_recent_user_messages("s")
+    assert row["preview"].startswith("first line second line xxx")
+    assert len(row["preview"]) == 80 and row["preview"].endswith("...")
+
+
+def test_the_drop_in_names_a_skill_turn_as_hermes_describes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the checkout's ``agent.skill_commands`` (iot 0.22.2, axisrow), the picker shows a
+    ``/skill`` turn as typed, not the skill's body; without it, the text's head."""
+    from sessionstore.hermes import helpers
+    from sessionstore.hermes import state as hermes_state
+
+    scaffold = '[IMPORTANT: The user has invoked the "work" skill.]\n\nA long body.'
+    module = types.ModuleType("agent.skill_commands")
+    module.describe_skill_invocation = (  # type: ignore[attr-defined]
+        lambda text: "/work — fix it" if text.startswith("[IMPORTANT") else None
+    )
+    helpers._skill_describer.cache_clear()
+    monkeypatch.setitem(sys.modules, "agent", types.ModuleType("agent"))
+    monkeypatch.setitem(sys.modules, "agent.skill_commands", module)
+    try:
+        db = hermes_state.SessionDB(db_path=tmp_path / "state.db")
+        try:
+            db.create_session("s", "cli")
+            db.append_message("s", "user", scaffold)
+            db.append_message("s", "user", "plain")
+            assert [r["preview"] for r in db.list_recent_user_messages("s")] == [
+                "plain", "/work — fix it"
+            ]
+        finally:
+            db.close()
+        with SessionDB(tmp_path / "state.db") as ours:  # the package's own: no checkout rules
+            assert ours.list_recent_user_messages("s")[1]["preview"].startswith("[IMPORTANT")
+    finally:
+        helpers._skill_describer.cache_clear()
