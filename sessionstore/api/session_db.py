@@ -137,7 +137,6 @@ class SessionDB:
         # A URL object, never text, for a file path: its name may hold ``?``, ``#`` or ``%``
         # (``dialects.file_location``); ``url`` keeps the text a person or a caller gave.
         parsed = file_location(db_path) if db_path is not None else resolve_location(url)
-        resolved = parsed
         self.url = (
             url if isinstance(url, str) and url else parsed.render_as_string(hide_password=False)
         )
@@ -151,7 +150,7 @@ class SessionDB:
         def prepare(engine: Engine) -> None:
             # On the store's own engine: one engine per store, for the check and a migration.
             self.adoption_backup = self._prepare_schema(
-                engine, resolved, auto_migrate, backup_on_adopt
+                engine, parsed, auto_migrate, backup_on_adopt
             )
 
         self._store = Store.open(
@@ -162,7 +161,7 @@ class SessionDB:
             prepare=None if read_only else prepare,
         )
         if read_only:
-            upgrade = cli_command(resolved, "db", "upgrade")
+            upgrade = cli_command(parsed, "db", "upgrade")
             problem = check_readable(self._store, upgrade_command=upgrade)
             if problem is not None:
                 self._store.close()

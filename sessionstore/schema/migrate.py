@@ -22,7 +22,7 @@ from sqlalchemy.exc import DBAPIError
 
 from ..dialects import dialect_for, dialect_for_url
 from ..errors import StoreBusyError
-from ..storage.config import resolve_url
+from ..storage.config import resolve_location, resolve_url
 from ..storage.engine import create_store_engine
 from ..storage.error_translation import typed_errors
 from ..storage.retry import RetryPolicy, run_with_retry
@@ -76,10 +76,11 @@ def alembic_config(
     cfg.set_main_option("script_location", script_location())
     # configparser treats % as interpolation: URL-encoded passwords must be doubled.
     cfg.set_main_option("sqlalchemy.url", _url_text(url).replace("%", "%%"))
-    if isinstance(url, URL):
-        # The object itself for env.py: a file name with ``?``, ``#`` or ``%`` does not
-        # survive URL text on every SQLAlchemy (``dialects.file_location``).
-        cfg.attributes["store_url"] = url
+    if url is None or isinstance(url, URL):
+        # The object itself for env.py: a file name with ``?``, ``#`` or ``%`` (a default
+        # store's Hermes home too) does not survive URL text on every SQLAlchemy
+        # (``dialects.file_location``).
+        cfg.attributes["store_url"] = resolve_location(url)
     cfg.attributes["configure_logger"] = False
     if connection is None and isinstance(url, Engine):
         connection = url

@@ -81,9 +81,7 @@ def resolve_url(url: str | None = None) -> str:
     from_env = os.environ.get(URL_ENV_VAR)
     if from_env:
         return from_env
-    if hermes_journal_mode() == "delete":
-        return f"{sqlite_url(default_db_path())}?journal_mode=delete"
-    return sqlite_url(default_db_path())
+    return resolve_location(None).render_as_string(hide_password=False)
 
 
 def resolve_location(url: str | URL | None = None) -> URL:

@@ -136,3 +136,19 @@ def test_a_migration_named_by_a_location_object_migrates_that_file(tmp_path: Pat
     migrate.downgrade(file_location(path), "0001")
     assert _only_child(tmp_path) == ["mig?x%41"]
     assert sorted(p.name for p in folder.iterdir()) == ["state.db"]
+
+
+def test_a_migration_of_the_default_store_migrates_the_hermes_home_s_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sessionstore.schema import migrate
+
+    home = tmp_path / "h?x%41" / ".hermes"
+    home.mkdir(parents=True)
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    monkeypatch.delenv("SESSIONSTORE_URL", raising=False)
+    migrate.upgrade()
+    assert _only_child(tmp_path) == ["h?x%41"]
+    assert (home / "state.db").is_file()
+    with sessionstore.SessionDB(auto_migrate=False) as db:
+        assert db.db_path == home / "state.db"
