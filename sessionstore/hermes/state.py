@@ -458,9 +458,9 @@ class SessionDB(facade.SessionDB):
     def __init__(
         self,
         db_path: str | os.PathLike[str] | None = None,
+        read_only: bool = False,
         *,
         url: str | URL | None = None,
-        read_only: bool = False,
         auto_migrate: bool = True,
         retry: RetryPolicy | None = None,
         busy_timeout_s: float = 1.0,

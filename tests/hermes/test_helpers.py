@@ -4,6 +4,7 @@ beside ``SessionDB``: our drop-in module has each, with Hermes's names and resul
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import sqlite3
 import threading
@@ -441,3 +442,20 @@ def test_the_storage_upgrade_probe_is_the_layout_optimize_moves(tmp_path: Path) 
     bare = sqlite3.connect(":memory:")
     assert hermes_state.SessionDB._db_needs_fts_storage_upgrade(bare) is False
     bare.close()
+
+
+def test_the_constructor_takes_hermes_s_positional_read_only(tmp_path: Path) -> None:
+    """Hermes's ``SessionDB(db_path=None, read_only=False)`` (0.19.0 ... iot 0.22.2): both
+    may be given by position, as its callers may."""
+    path = tmp_path / "state.db"
+    with hermes_state.SessionDB(path) as db:
+        db.create_session("s", "cli")
+    reader = hermes_state.SessionDB(path, True)
+    try:
+        assert reader.get_session("s") is not None
+        with pytest.raises(SessionStoreError):
+            reader.create_session("t", "cli")
+    finally:
+        reader.close()
+    assert [p.name for p in inspect.signature(hermes_state.SessionDB).parameters.values()
+            if p.kind is p.POSITIONAL_OR_KEYWORD] == ["db_path", "read_only"]  # fmt: skip
