@@ -133,7 +133,7 @@ from ..errors import (
     TranscriptChangedError,
 )
 from ..search import MAX_FTS5_QUERY_CHARS, contains_cjk, sanitize_fts5_query, sqlite_ddl
-from ..sessions import imports, titles
+from ..sessions import imports, reactions, titles
 from ..sessions.access import access_of, writes
 from ..sessions.lineage import CHAIN_CAP, COMPRESSION_END_REASON, RESET_MARKER, is_fork_row
 from ..sessions.session_state import CANONICAL_BOT_CHAT_TITLE
@@ -453,6 +453,8 @@ class SessionDB(facade.SessionDB):
     TITLE_SOURCE_DERIVED = titles.TITLE_SOURCE_DERIVED
     TITLE_SOURCE_LLM = titles.TITLE_SOURCE_LLM
     TITLE_SOURCE_USER = titles.TITLE_SOURCE_USER
+    # iot 0.20+'s and axisrow's: the display_metadata key a message's reactions live under.
+    REACTIONS_METADATA_KEY = reactions.REACTIONS_KEY
     _TITLE_SOURCE_RANK: ClassVar[dict[str, int]] = dict(titles.TITLE_SOURCE_RANK)
 
     def __init__(

@@ -459,3 +459,19 @@ def test_the_constructor_takes_hermes_s_positional_read_only(tmp_path: Path) -> 
         reader.close()
     assert [p.name for p in inspect.signature(hermes_state.SessionDB).parameters.values()
             if p.kind is p.POSITIONAL_OR_KEYWORD] == ["db_path", "read_only"]  # fmt: skip
+
+
+FORKS_SESSION_DB_CONSTANTS = (
+    "CANONICAL_BOT_CHAT_TITLE", "MAX_TITLE_LENGTH", "REACTIONS_METADATA_KEY",
+    "RECOVERABLE_END_REASONS", "TITLE_SOURCE_DERIVED", "TITLE_SOURCE_LLM", "TITLE_SOURCE_USER",
+)  # fmt: skip
+"""The public non-callable class attributes of every fork's ``SessionDB`` (iot 0.20.0 ...
+0.22.2, axisrow 0.20.1; read with ``inspect.getmembers`` in each side venv, 2026-12-06):
+constants its callers may read off the class. The methods are
+``test_real_hermes_api_coverage.py``'s."""
+
+
+def test_the_public_class_constants_of_every_fork_s_session_db_are_there() -> None:
+    assert [name for name in FORKS_SESSION_DB_CONSTANTS
+            if not hasattr(hermes_state.SessionDB, name)] == []  # fmt: skip
+    assert hermes_state.SessionDB.REACTIONS_METADATA_KEY == "reactions"
