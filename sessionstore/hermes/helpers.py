@@ -376,14 +376,14 @@ def delete_delegate_children(conn: Any, parent_ids: Sequence[str]) -> list[str]:
     session whose parent is one of them is orphaned, not deleted) in the caller's
     transaction, and returns their ids."""
     ids = collect_delegate_child_ids(conn, parent_ids)
-    for start in range(0, len(ids), _DELETE_CHUNK):
-        chunk = ids[start : start + _DELETE_CHUNK]
+    chunks = [ids[start : start + _DELETE_CHUNK] for start in range(0, len(ids), _DELETE_CHUNK)]
+    # Every chunk's messages and children first: a session is deleted once nothing names it.
+    for chunk in chunks:
         marks = ", ".join("?" * len(chunk))
         conn.execute(f"DELETE FROM messages WHERE session_id IN ({marks})", chunk)
         conn.execute(f"UPDATE sessions SET parent_session_id = NULL WHERE parent_session_id IN "
                      f"({marks})", chunk)  # fmt: skip
-    for start in range(0, len(ids), _DELETE_CHUNK):
-        chunk = ids[start : start + _DELETE_CHUNK]
+    for chunk in chunks:
         conn.execute(f"DELETE FROM sessions WHERE id IN ({', '.join('?' * len(chunk))})", chunk)
     return ids
 

@@ -101,7 +101,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar, Final, TypeVar, cast
 
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import PoolProxiedConnection
 
@@ -119,7 +119,7 @@ from ..api.conversation import without_review_harness as _strip_background_revie
 from ..api.conversation import (  # noqa: F401
     without_stale_tool_call_markers as _strip_stale_tool_call_markers,
 )
-from ..dialects import FILE_BACKEND, dialect_for_url, file_location, sqlite_library
+from ..dialects import database_file, file_location, sqlite_library
 from ..errors import (
     CompressionSessionBusyError,
     CompressionSessionClosedError,
@@ -381,11 +381,8 @@ def _file_of(db_path: str | os.PathLike[str] | None, url: str | URL | None) -> P
     if url is None:
         return None
     try:
-        parsed = make_url(url)
-        if parsed.get_backend_name() != FILE_BACKEND:
-            return None
-        return dialect_for_url(parsed).database_file(parsed)
-    except (ArgumentError, ValueError):
+        return database_file(url)
+    except (ArgumentError, ValueError):  # unparsable, or no database this package opens
         return None
 
 
