@@ -511,11 +511,11 @@ class SQLiteDialect:
             return ()
         return (database, *(database.with_name(database.name + s) for s in COMPANION_SUFFIXES))
 
-    def copy_database(self, url: URL, destination: Path) -> None:
+    def copy_database(self, url: URL, destination: Path, *, check: bool = True) -> None:
         path = self.database_file(url)
         if path is None:
             raise StoreUnavailableError("an in-memory database has no file to copy")
-        copy_pages(path, destination)
+        copy_pages(path, destination, check=check)
 
     def write_ahead_log(self, url: URL) -> Path | None:
         path = self.database_file(url)
@@ -693,6 +693,17 @@ class SQLiteDialect:
 
     def settle_lost_backend(self, conn: Connection, backend: int) -> bool:
         return True  # never called: backend_of gives nothing to settle
+
+    def long_reads_hold_writers_off(self, conn: Connection) -> bool:
+        # In WAL a reader holds nobody off. In the rollback journal its SHARED lock holds
+        # every COMMIT off, and once a writer waits (PENDING) every new reader too. An
+        # in-memory database has no other connection; nobody writes an immutable file.
+        if _is_memory(conn.engine.url) or uri_parameters(conn.engine.url).get("immutable") == "1":
+            return False
+        # On the driver, in autocommit: no transaction (and no lock) is left behind.
+        driver = cast(sqlite3.Connection, conn.connection.driver_connection)
+        journal = driver.execute("PRAGMA journal_mode").fetchone()[0]
+        return str(journal).lower() != "wal"
 
     def driver_in_transaction(self, conn: Connection) -> bool:
         # A COMMIT refused busy (the rollback journal: a reader's SHARED lock outlasted the

@@ -875,8 +875,7 @@ def _create_private_target(src_url: str, dst_url: str) -> None:
 def _count_present(target: Store, source: Store) -> tuple[int, int]:
     session_total = 0
     message_total = 0
-    with source.reading() as conn:
-        ids = [row[0] for row in conn.execute(select(sessions.c.id))]
+    ids = _scalars(source, select(sessions.c.id))
     for start in range(0, len(ids), BATCH_ROWS):
         chunk = ids[start : start + BATCH_ROWS]
 

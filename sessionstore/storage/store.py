@@ -44,6 +44,7 @@ from ..errors import (
 )
 from ..sql.read_shape import FULL, ReadShape
 from . import fork_safety as forksafety
+from . import snapshots
 from .command_hints import cli_command
 from .config import resolve_location
 from .engine import DEFAULT_BUSY_TIMEOUT_S, create_store_engine
@@ -649,15 +650,19 @@ class Store:
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[Connection]:
-        """A read transaction held open for streaming (e.g. a large export).
+        """A read transaction held open for streaming (e.g. a large export): one snapshot
+        of the store, however long the consumer takes.
 
+        It holds no writer off: where a long reader would (SQLite in the rollback journal),
+        it reads a private copy taken when it began (:mod:`.snapshots`).
         On SQLite it is one attempt throughout: a fork waits for it to end (at most
         ``fork_safety.FORK_WAIT_S``), and so does :meth:`close`."""
         try:
             with self._attempt, self.engine.connect() as conn:
                 conn.execution_options(**self._read_options)
-                with conn.begin():
-                    yield conn
+                with snapshots.streaming_source(self.dialect, self.url, conn) as source, \
+                        source.begin():
+                    yield source
         finally:
             if self._close_deferred:
                 self._finish_deferred_close()

@@ -37,8 +37,10 @@ def test_a_commit_refused_busy_leaves_nothing_behind(tmp_path: Path, writes_befo
         writer.create_session("s", "cli")
         for index in range(writes_before):
             writer.append_message("s", "user", f"before {index}")
-        with other.store.reading() as conn:
-            # A reader inside the file: the writer's COMMIT cannot take its exclusive lock.
+        with other.store.engine.connect() as conn, conn.begin():
+            # A reader inside the file (a read transaction on the store's own connection;
+            # ``store.reading()`` reads a private copy here and holds nobody off): the writer's
+            # COMMIT cannot take its exclusive lock.
             assert conn.exec_driver_sql("SELECT count(*) FROM messages").scalar() == writes_before
             with pytest.raises(StoreBusyError):
                 writer.append_message("s", "user", "refused")

@@ -314,7 +314,7 @@ def test_processes_share_one_sqlite_file_in_the_rollback_journal(
         # A reader inside the file for longer than the writers' busy timeout (1 s), again and
         # again: the COMMITs waiting on it are refused, and must be settled and retried.
         while not done.wait(0.2):
-            with reader.store.reading() as conn:
+            with reader.store.engine.connect() as conn, conn.begin():
                 conn.exec_driver_sql("SELECT count(*) FROM messages").scalar()
                 holds += 1
                 done.wait(1.3)

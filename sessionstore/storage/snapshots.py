@@ -1,0 +1,93 @@
+"""A long read's private snapshot: a streaming read that holds no writer off.
+
+``Store.reading()`` (an export, ``db copy``, a caller's own streaming) lasts as long as its
+consumer takes: an export piped into a slow link reads for minutes. Where a reader holds
+writers off for as long as it reads (SQLite in the rollback journal: ``journal_mode=delete``
+by choice, a home on NFS or a Docker Desktop share, every file where the SQLite in use cannot
+take WAL safely), a gateway appending meanwhile ran out of its retry budget and lost the
+message. There the read reads a private copy of the store instead:
+
+- taken in one step of SQLite's backup API (``StoreDialect.copy_database``): one snapshot, the
+  store's lock held only while its pages are copied, never while the consumer reads;
+- written into a private workspace (:mod:`.private_files`: the store's mode, created
+  exclusively, never through a predictable name) beside the store, or under the temporary
+  directory where the store's folder takes no new file; removed when the read ends (a
+  process killed mid-read leaves ``.<name>.<random>.partial``, deletable);
+- on disk, not in memory (SQLite's anonymous temporary databases live in memory in the
+  pysqlite3 build: a copy of a large store would be as large in RAM).
+
+It costs room for a copy of the file and the time to copy it. Where no copy can be made (no
+room or no write access in either place) the read reads the file itself, as it always did
+in WAL, and says in the log that the file's writers wait for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from sqlalchemy.engine import URL, Connection
+
+from ..dialects import StoreDialect, file_location
+from ..errors import PermissionDeniedError, ReadOnlyStoreError, StoreFullError
+from .engine import create_store_engine
+from .private_files import mode_of, private_copy
+
+logger = logging.getLogger(__name__)
+
+_NO_PLACE_FOR_A_COPY = (OSError, StoreFullError, ReadOnlyStoreError, PermissionDeniedError)
+"""What says a copy cannot be written here (no room, no write access), not that the store
+cannot be read."""
+
+
+@contextlib.contextmanager
+def streaming_source(dialect: StoreDialect, url: URL, conn: Connection) -> Iterator[Connection]:
+    """The connection a long read of the store at ``url`` reads from: ``conn`` (the store's,
+    outside any transaction) itself where a reader holds no writer off, else one to a private
+    copy of the store as it is now, which lives until the block ends."""
+    path = dialect.database_file(url)
+    if path is None or not dialect.long_reads_hold_writers_off(conn):
+        yield conn
+        return
+    with contextlib.ExitStack() as kept:
+        copy = _copy_somewhere(kept, dialect, url, path)
+        if copy is None:
+            yield conn
+            return
+        engine = create_store_engine(file_location(copy), read_only=True, set_journal_mode=False)
+        kept.callback(engine.dispose)
+        yield kept.enter_context(engine.connect())
+
+
+def _copy_somewhere(
+    kept: contextlib.ExitStack, dialect: StoreDialect, url: URL, path: Path
+) -> Path | None:
+    """A private copy of the store at ``path``, beside it or under the temporary directory,
+    kept until ``kept`` unwinds; None when neither place takes one."""
+    reasons = []
+    for directory in (path.parent, Path(tempfile.gettempdir())):
+        with contextlib.ExitStack() as attempt:
+            try:
+                copy = attempt.enter_context(private_copy(directory, path.name, mode_of(path)))
+            except OSError as exc:
+                reasons.append(f"{directory}: {exc}")
+                continue
+            try:
+                dialect.copy_database(url, copy, check=False)
+            except Exception as exc:
+                # Typed by what the copy's own file says: a full disk, a read-only place.
+                typed = dialect.translate_error(exc, file_location(copy)) or exc
+                if not isinstance(typed, _NO_PLACE_FOR_A_COPY):
+                    raise
+                reasons.append(f"{directory}: {typed}")
+                continue
+            kept.enter_context(attempt.pop_all())
+            return copy
+    logger.warning(
+        "no private copy of %s could be taken for a long read (%s); it reads the file itself, "
+        "and the file's writers wait until it ends", path, "; ".join(reasons),
+    )
+    return None
