@@ -17,6 +17,7 @@ database error (locked, I/O, corruption) propagates.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import re
@@ -30,11 +31,12 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DatabaseError, DBAPIError, OperationalError
 from sqlalchemy.pool import StaticPool
 
-from ..dialects import json_list
-from ..dialects.sqlite import private_snapshot
+from ..dialects import database_file, dialect_for, json_list
+from ..dialects.sqlite import private_snapshot, snapshot_into
 from ..dialects.sqlite_library import connect, library
 from ..sql.codec import stored_clock
 from ..sql.message_content import ENCODED_CONTENT_PREFIXES as _ENCODED
+from ..storage.snapshots import private_copy_of
 from . import object_names as names
 from . import request as search_request
 from . import sqlite_backfill as backfill
@@ -986,15 +988,25 @@ class SQLiteSearchIndex:
         was damaged
         (:func:`_read_nul_rows_as_indexed`)."""
         driver = cast("sqlite3.Connection", conn.connection.driver_connection)
-        with private_snapshot(driver) as copy:
+        path = database_file(conn.engine.url)
+        with contextlib.ExitStack() as kept:
+            # On disk where it can be (a private place beside the store, or under the
+            # temporary directory): in memory, a copy of a large store took as much memory
+            # as the store is large (pysqlite3 keeps temporary databases in memory).
+            copied = None if path is None else kept.enter_context(private_copy_of(
+                dialect_for(conn.engine), path, lambda file: snapshot_into(driver, file),
+                instead="the search checks copy it into memory",
+            ))  # fmt: skip
+            copy = kept.enter_context(
+                private_snapshot(driver) if copied is None
+                else contextlib.closing(connect(str(copied), isolation_level=None))
+            )  # fmt: skip
             engine = create_engine(
                 "sqlite://", module=library().module, creator=lambda: copy, poolclass=StaticPool
             )
-            try:
-                with engine.connect() as snapshot:
-                    return self._health(snapshot, snapshot=True)
-            finally:
-                engine.dispose()
+            kept.callback(engine.dispose)
+            with engine.connect() as snapshot:
+                return self._health(snapshot, snapshot=True)
 
     def _health(self, conn: Connection, *, snapshot: bool) -> IndexHealth:
         present = _objects(conn)

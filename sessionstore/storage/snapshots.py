@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from sqlalchemy.engine import URL, Connection
@@ -52,21 +52,43 @@ def streaming_source(dialect: StoreDialect, url: URL, conn: Connection) -> Itera
     if path is None or not dialect.long_reads_hold_writers_off(conn):
         yield conn
         return
-    with contextlib.ExitStack() as kept:
-        copy = _copy_somewhere(kept, dialect, url, path)
+
+    def copy_store(destination: Path) -> None:
+        dialect.copy_database(url, destination, check=False)
+
+    instead = "the long read reads the file itself, and the file's writers wait until it ends"
+    with private_copy_of(dialect, path, copy_store, instead=instead) as copy:
         if copy is None:
             yield conn
             return
         engine = create_store_engine(file_location(copy), read_only=True, set_journal_mode=False)
-        kept.callback(engine.dispose)
-        yield kept.enter_context(engine.connect())
+        try:
+            with engine.connect() as copied:
+                yield copied
+        finally:
+            engine.dispose()
+
+
+@contextlib.contextmanager
+def private_copy_of(
+    dialect: StoreDialect, path: Path, write: Callable[[Path], None], *, instead: str
+) -> Iterator[Path | None]:
+    """A private copy of the store at ``path``, made by ``write`` (given the new, empty file
+    with the store's mode), beside the store or else under the temporary directory, and
+    removed when the block ends; None when neither place takes one (no room, no write
+    access), with a warning in the log that says why and what the caller does ``instead``."""
+    with contextlib.ExitStack() as kept:
+        copy = _copy_somewhere(kept, dialect, path, write, instead)
+        yield copy
 
 
 def _copy_somewhere(
-    kept: contextlib.ExitStack, dialect: StoreDialect, url: URL, path: Path
+    kept: contextlib.ExitStack,
+    dialect: StoreDialect,
+    path: Path,
+    write: Callable[[Path], None],
+    instead: str,
 ) -> Path | None:
-    """A private copy of the store at ``path``, beside it or under the temporary directory,
-    kept until ``kept`` unwinds; None when neither place takes one."""
     reasons = []
     for directory in (path.parent, Path(tempfile.gettempdir())):
         with contextlib.ExitStack() as attempt:
@@ -76,7 +98,7 @@ def _copy_somewhere(
                 reasons.append(f"{directory}: {exc}")
                 continue
             try:
-                dialect.copy_database(url, copy, check=False)
+                write(copy)
             except Exception as exc:
                 # Typed by what the copy's own file says: a full disk, a read-only place.
                 typed = dialect.translate_error(exc, file_location(copy)) or exc
@@ -87,7 +109,6 @@ def _copy_somewhere(
             kept.enter_context(attempt.pop_all())
             return copy
     logger.warning(
-        "no private copy of %s could be taken for a long read (%s); it reads the file itself, "
-        "and the file's writers wait until it ends", path, "; ".join(reasons),
+        "no private copy of %s could be taken (%s); %s", path, "; ".join(reasons), instead
     )
     return None
