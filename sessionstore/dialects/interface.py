@@ -216,6 +216,12 @@ class StoreDialect(Protocol):
         twice. True once it has ended (ended here if it had not); False when that could not
         be made sure within a few seconds."""
 
+    def copy_as_read(self, conn: Connection, destination: Path) -> None:
+        """Copy the database as ``conn``'s open read transaction sees it into the new, empty
+        file ``destination``, through ``conn`` itself (its locking, its file system layer):
+        scratch for a private read, unsynced. Only where
+        :meth:`long_reads_hold_writers_off` can be True."""
+
     def long_reads_hold_writers_off(self, conn: Connection) -> bool:
         """True when a read transaction on ``conn``'s database holds every writer's COMMIT
         off for as long as it lasts (SQLite in the rollback journal); False where readers
@@ -334,9 +340,9 @@ class StoreDialect(Protocol):
         of a writable store does (never an unlink of ours: another process may be using
         them). Best effort, never raises; nothing for a server."""
 
-    def copy_database(self, url: URL, destination: Path, *, check: bool = True) -> None:
+    def copy_database(self, url: URL, destination: Path) -> None:
         """Copy the live database into the new, empty file ``destination``: one consistent
-        snapshot, its pages checked (unless not ``check``). Only for a database that lives in a file
+        snapshot, its pages checked. Only for a database that lives in a file
         (``database_file`` is not None); a server's data is its own dump tool's, and this
         package takes no copy of it (:mod:`sessionstore.storage.backups`)."""
 

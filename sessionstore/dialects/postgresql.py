@@ -557,7 +557,7 @@ class PostgreSQLDialect:
     def release_log_files(self, url: URL) -> None:
         return None
 
-    def copy_database(self, url: URL, destination: Path, *, check: bool = True) -> None:
+    def copy_database(self, url: URL, destination: Path) -> None:
         # pg_dump's job: sessionstore never copies a server's data directory.
         raise StoreUnavailableError("a PostgreSQL database is backed up with pg_dump")
 
@@ -774,6 +774,9 @@ class PostgreSQLDialect:
         # transaction is in or out for good. Gone already: no row.
         ended = conn.execute(_END_BACKEND, {"pid": backend, "wait_ms": SETTLE_WAIT_MS}).first()
         return ended is None or bool(ended[0])
+
+    def copy_as_read(self, conn: Connection, destination: Path) -> None:
+        raise StoreUnavailableError("a PostgreSQL database is never copied into a file")
 
     def long_reads_hold_writers_off(self, conn: Connection) -> bool:
         return False  # MVCC: readers and writers pass each other

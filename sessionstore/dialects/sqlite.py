@@ -511,11 +511,15 @@ class SQLiteDialect:
             return ()
         return (database, *(database.with_name(database.name + s) for s in COMPANION_SUFFIXES))
 
-    def copy_database(self, url: URL, destination: Path, *, check: bool = True) -> None:
+    def copy_database(self, url: URL, destination: Path) -> None:
         path = self.database_file(url)
         if path is None:
             raise StoreUnavailableError("an in-memory database has no file to copy")
-        copy_pages(path, destination, check=check)
+        copy_pages(path, destination)
+
+    def copy_as_read(self, conn: Connection, destination: Path) -> None:
+        driver = cast(sqlite3.Connection, conn.connection.driver_connection)
+        snapshot_into(driver, destination)
 
     def write_ahead_log(self, url: URL) -> Path | None:
         path = self.database_file(url)

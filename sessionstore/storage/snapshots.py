@@ -7,8 +7,9 @@ by choice, a home on NFS or a Docker Desktop share, every file where the SQLite 
 take WAL safely), a gateway appending meanwhile ran out of its retry budget and lost the
 message. There the read reads a private copy of the store instead:
 
-- taken in one step of SQLite's backup API (``StoreDialect.copy_database``): one snapshot, the
-  store's lock held only while its pages are copied, never while the consumer reads;
+- taken in one step of SQLite's backup API on the store's own connection
+  (``StoreDialect.copy_as_read``): one snapshot, the store's lock held only while its pages
+  are copied, never while the consumer reads;
 - written into a private workspace (:mod:`.private_files`: the store's mode, created
   exclusively, never through a predictable name) beside the store, or under the temporary
   directory where the store's folder takes no new file; removed when the read ends (a
@@ -54,7 +55,10 @@ def streaming_source(dialect: StoreDialect, url: URL, conn: Connection) -> Itera
         return
 
     def copy_store(destination: Path) -> None:
-        dialect.copy_database(url, destination, check=False)
+        # Through the store's own connection, in a read transaction of its own: its locks,
+        # its file system layer (a URL's vfs=), its busy timeout.
+        with conn.begin():
+            dialect.copy_as_read(conn, destination)
 
     instead = "the long read reads the file itself, and the file's writers wait until it ends"
     with private_copy_of(dialect, path, copy_store, instead=instead) as copy:
