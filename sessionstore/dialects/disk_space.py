@@ -62,6 +62,17 @@ def out_of_room_typed(what: str, consequence: str) -> Iterator[None]:
         raise full_disk_error(what, consequence) from exc
 
 
+def room_in(directory: Path) -> int | None:
+    """The bytes this process may still write in ``directory``'s file system (root may use
+    the blocks reserved for it); None where that cannot be told."""
+    try:
+        disk = os.statvfs(directory)
+        blocks = disk.f_bfree if os.geteuid() == 0 else disk.f_bavail
+    except (OSError, AttributeError):  # unreachable, or no statvfs/geteuid (Windows)
+        return None
+    return blocks * disk.f_frsize
+
+
 def no_room_left(paths: Iterable[Path]) -> bool:
     """True when the file system holding ``paths`` has (almost) no room left for this
     process, or a file among them has (almost) reached the process's file-size limit.
@@ -70,14 +81,12 @@ def no_room_left(paths: Iterable[Path]) -> bool:
     for path in paths:
         try:
             size = os.stat(path).st_size if path.exists() else None
-            if limit is not None and size is not None and size + LOW_ROOM_BYTES >= limit:
-                return True
-            disk = os.statvfs(path if size is not None else path.parent)
-            # root may use the blocks reserved for it: what stops it is the last free block.
-            blocks = disk.f_bfree if os.geteuid() == 0 else disk.f_bavail
-        except (OSError, AttributeError):  # unreachable, or no statvfs/geteuid (Windows)
+        except OSError:
             continue
-        if blocks * disk.f_frsize < LOW_ROOM_BYTES:
+        if limit is not None and size is not None and size + LOW_ROOM_BYTES >= limit:
+            return True
+        room = room_in(path if size is not None else path.parent)
+        if room is not None and room < LOW_ROOM_BYTES:
             return True
     return False
 

@@ -33,12 +33,16 @@ from pathlib import Path
 from sqlalchemy.engine import URL, Connection
 
 from ..dialects import StoreDialect, file_location
+from ..dialects.disk_space import room_in
 from ..errors import PermissionDeniedError, ReadOnlyStoreError, StoreFullError
 from .engine import create_store_engine
 from .private_files import mode_of, private_copy
 
 logger = logging.getLogger(__name__)
 
+SPARE_ROOM_BYTES = 64 * 1024 * 1024
+"""Room a place keeps after the copy, or it takes none: a copy that fills the disk the store
+is on would make its writers fail meanwhile ("database or disk is full")."""
 _NO_PLACE_FOR_A_COPY = (OSError, StoreFullError, ReadOnlyStoreError, PermissionDeniedError)
 """What says a copy cannot be written here (no room, no write access), not that the store
 cannot be read."""
@@ -95,6 +99,10 @@ def _copy_somewhere(
 ) -> Path | None:
     reasons = []
     for directory in (path.parent, Path(tempfile.gettempdir())):
+        short = _short_of_room(directory, path)
+        if short is not None:
+            reasons.append(f"{directory}: {short}")
+            continue
         with contextlib.ExitStack() as attempt:
             try:
                 copy = attempt.enter_context(private_copy(directory, path.name, mode_of(path)))
@@ -116,3 +124,16 @@ def _copy_somewhere(
         "no private copy of %s could be taken (%s); %s", path, "; ".join(reasons), instead
     )
     return None
+
+
+def _short_of_room(directory: Path, path: Path) -> str | None:
+    """Why ``directory`` cannot take a copy of the file at ``path`` and keep
+    :data:`SPARE_ROOM_BYTES` free, or None (also when its room cannot be told)."""
+    room = room_in(directory)
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return None
+    if room is None or room >= size + SPARE_ROOM_BYTES:
+        return None
+    return f"{room} bytes free, a copy takes {size} and {SPARE_ROOM_BYTES} must stay free"
