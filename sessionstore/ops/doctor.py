@@ -15,10 +15,12 @@ messages whose session is missing into a placeholder session. Take a backup firs
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -28,8 +30,8 @@ from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.schema import CreateColumn, CreateIndex
 
-from ..dialects import dialect_for_url
-from ..errors import StoreBusyError
+from ..dialects import dialect_for_url, file_location
+from ..errors import SessionStoreError, StoreBusyError
 from ..schema import legacy, migrate
 from ..search.registry import search_index_for
 from ..sql.codec import stored_tool_call_count
@@ -37,7 +39,10 @@ from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
 from ..storage.command_hints import cli_command
 from ..storage.retry import RetryPolicy
+from ..storage.snapshots import private_copy_of
 from ..storage.store import Store
+
+logger = logging.getLogger(__name__)
 
 CheckStatus = Literal["ok", "warn", "fail", "skip"]
 
@@ -145,21 +150,15 @@ Stage = Callable[[str, int, int], None]
 def diagnose(
     store: Store, *, wal_warn_bytes: int = WAL_WARN_BYTES, progress: Stage | None = None
 ) -> Report:
-    """Run every check; a store that is not at head gets only the schema finding."""
+    """Run every check; a store that is not at head gets only the schema finding.
+
+    The checks that read every page or row (integrity, indexes, the full-text indexes,
+    lineage, orphans, counters) take seconds to minutes on a large store. Where a reader holds
+    the store's writers off (SQLite in the rollback journal), they read a private copy of it
+    taken in one step (:func:`content_checked`), so that a gateway writing meanwhile waits
+    only for the copy: a check of a 2 GB file no longer outlasts its retry budget."""
     findings = _Findings()
-    stages: list[tuple[str, Callable[[], Check | list[Check]]]] = [
-        ("engine", lambda: store.read(_check_engine)),
-        # The log as the store's own writers and checkpoints left it.
-        ("write-ahead log", lambda: _check_wal(store, wal_warn_bytes)),
-        ("integrity", lambda: _check_integrity(store)),
-        ("indexes", lambda: store.read(lambda conn: _check_indexes(conn, findings))),
-        ("full-text indexes", lambda: _search_checks(store)),
-        ("lineage", lambda: store.read(lambda conn: _check_dangling_parents(conn, findings))),
-        ("orphaned messages", lambda: store.read(
-            lambda conn: _check_orphan_messages(conn, findings))),
-        ("counters", lambda: store.read(lambda conn: _check_counters(conn, findings))),
-    ]  # fmt: skip
-    total = len(stages) + 1
+    total = len(_stages(store, store, findings, wal_warn_bytes)) + 1  # and the schema's
     if progress is not None:
         progress("schema", 1, total)
     schema, at_head = store.read(lambda conn: _check_schema(conn, store.url))
@@ -173,12 +172,64 @@ def diagnose(
         # As for a store not at head: the other checks read those columns and would fail
         # with SQL errors; the answer is to put the columns back first.
         return Report(tuple(checks), findings)
-    for number, (name, run) in enumerate(stages, start=2):
-        if progress is not None:
-            progress(name, number, total)
-        found = run()
-        checks.extend(found if isinstance(found, list) else [found])
+    with content_checked(store) as checked:
+        stages = _stages(store, checked, findings, wal_warn_bytes)
+        for number, (name, run) in enumerate(stages, start=2):
+            if progress is not None:
+                progress(name, number, total)
+            found = run()
+            checks.extend(found if isinstance(found, list) else [found])
     return Report(tuple(checks), findings)
+
+
+@contextlib.contextmanager
+def content_checked(store: Store) -> Iterator[Store]:
+    """The store the content checks read: ``store`` itself where a long read holds no writer
+    off, else a read-only store on a private copy of it (``storage.snapshots``), closed and
+    removed when the block ends. Where the copy cannot be had (no place for it; a file SQLite
+    cannot copy, which the checks on the file itself then report) they read ``store``."""
+    path = store.dialect.database_file(store.url)
+    if path is None or not store.read(store.dialect.long_reads_hold_writers_off):
+        yield store
+        return
+
+    def copy(destination: Path) -> None:
+        store.read(lambda conn: store.dialect.copy_as_read(conn, destination))
+
+    instead = "the checks read the file itself, and its writers wait while they run"
+    with contextlib.ExitStack() as kept:
+        try:
+            place = kept.enter_context(
+                private_copy_of(store.dialect, path, copy, instead=instead)
+            )
+        except (SessionStoreError, DBAPIError) as exc:  # busy, or damage the copy met
+            logger.warning("no private copy of %s for the checks (%s); %s", path, exc, instead)
+            place = None
+        if place is None:
+            yield store
+            return
+        on_copy = Store.open(file_location(place), read_only=True, retry=store.retry)
+        kept.callback(on_copy.close)
+        yield on_copy
+
+
+def _stages(
+    store: Store, checked: Store, findings: _Findings, wal_warn_bytes: int
+) -> list[tuple[str, Callable[[], Check | list[Check]]]]:
+    """The checks after the schema's, in order: those of the file itself on ``store``, the
+    content checks on ``checked`` (:func:`content_checked`)."""
+    return [
+        ("engine", lambda: store.read(_check_engine)),
+        # The log as the store's own writers and checkpoints left it.
+        ("write-ahead log", lambda: _check_wal(store, wal_warn_bytes)),
+        ("integrity", lambda: _check_integrity(checked)),
+        ("indexes", lambda: checked.read(lambda conn: _check_indexes(conn, findings))),
+        ("full-text indexes", lambda: _search_checks(checked)),
+        ("lineage", lambda: checked.read(lambda conn: _check_dangling_parents(conn, findings))),
+        ("orphaned messages", lambda: checked.read(
+            lambda conn: _check_orphan_messages(conn, findings))),
+        ("counters", lambda: checked.read(lambda conn: _check_counters(conn, findings))),
+    ]  # fmt: skip
 
 
 def _check_schema(conn: Connection, url: URL) -> tuple[Check, bool]:

@@ -168,7 +168,9 @@ def test_the_checks_copy_is_a_private_file_beside_the_store_gone_after(
 
     def recorded(source: Any, destination: Path) -> None:
         written.append(destination)
-        assert destination.parent.parent == store_file.parent
+        # Beside the store (in the rollback journal, beside the private copy the content
+        # checks read: ``doctor.content_checked``).
+        assert store_file.parent in destination.parents
         assert destination.parent.name.startswith(".state.db.")
         assert stat.S_IMODE(destination.parent.stat().st_mode) == 0o700
         fill(source, destination)
@@ -196,3 +198,48 @@ def test_with_no_place_for_a_file_the_checks_copy_into_memory(
     code, report = doctor(store_file)
     assert code == 0 and report["healthy"] is True, report
     assert {c["name"]: c["status"] for c in report["checks"]}["fts_integrity"] == "ok"
+
+
+def test_in_the_rollback_journal_the_checks_hold_no_writer_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The content checks read every page and row (a minute on a large store). In the rollback
+    journal a reader holds every COMMIT off: a gateway appending meanwhile ran out of its
+    retry budget. They read a private copy there: the writes beside a check that takes as
+    long as it likes are acknowledged at once, and land in the store, not in the copy."""
+    import threading
+
+    from sessionstore.ops import doctor as doctor_module
+    from sessionstore.storage.retry import RetryPolicy
+
+    url = f"sqlite:///{tmp_path / 'state.db'}?journal_mode=delete"
+    populate(url)
+    inside, written = threading.Event(), threading.Event()
+    check = doctor_module._check_orphan_messages
+
+    def slow_check(conn: Any, findings: Any) -> Any:
+        found = check(conn, findings)
+        inside.set()  # in the check's read transaction, until the writes are done
+        assert written.wait(30)
+        return found
+
+    monkeypatch.setattr(doctor_module, "_check_orphan_messages", slow_check)
+    outcome: list[Any] = []
+    thread = threading.Thread(target=lambda: outcome.append(doctor(tmp_path / "state.db")))
+    thread.start()
+    try:
+        assert inside.wait(60)
+        quick = RetryPolicy(max_attempts=4, budget_s=2.0)
+        with SessionDB(url=url, retry=quick, busy_timeout_s=0.2) as gateway:
+            for index in range(3):
+                gateway.append_message("s1", "assistant", f"during the check {index}")
+    finally:
+        written.set()
+        thread.join(60)
+    code, report = outcome[0]
+    assert code == 0 and report["healthy"] is True, report
+    with SessionDB(url=url) as reopened:
+        assert [m["content"] for m in reopened.get_messages("s1")][-3:] == [
+            f"during the check {index}" for index in range(3)
+        ]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
