@@ -8,14 +8,17 @@ class SessionStoreError(Exception):
 
 
 class StoreBusyError(SessionStoreError):
-    """A write could not get the database's write lock within its retry budget."""
+    """A call could not get the database's lock within its retry budget."""
 
     def __init__(self, attempts: int, waited_s: float, last_error: BaseException | None = None):
         self.attempts = attempts
         self.waited_s = waited_s
         self.last_error = last_error
+        # Who held it is not known here: another process's writer most often, but also another
+        # connection of this process, or (SQLite in the rollback journal) a reader, whose lock
+        # holds every COMMIT off.
         super().__init__(
-            f"the session store is busy: another process held the write lock for "
+            f"the session store is busy: another connection held its lock for "
             f"{waited_s:.2f}s ({attempts} attempts); try again later"
             + (f" (last error: {driver_message(last_error)})" if last_error is not None else "")
         )

@@ -118,6 +118,7 @@ def test_the_copy_reads_exactly_what_the_file_holds(
     assert '"goal:s2"' in through_copy.getvalue() and "You are terse." in through_copy.getvalue()
 
 
+@pytest.mark.slow  # a program of its own: the CLI's start-up
 def test_a_piped_export_that_nobody_reads_holds_no_gateway_off(tmp_path: Path) -> None:
     """``sessionstore export`` into a pipe that its reader drains late (a slow link): the
     export process blocks on its output inside the read. Meanwhile another process's appends
