@@ -1,7 +1,8 @@
 """Every copy of user data this package writes: private like its source, never through a link.
 
 The rule, for backups (adoption, ``db upgrade``, ``db doctor --fix``, Hermes's repair), ``export
--o``, the new file of ``db copy`` and ``import``, and the writers' side file:
+-o``, the new file of ``db copy`` and ``import``, the private copies long reads and the
+doctor's checks read (:mod:`.snapshots`), and the writers' side file:
 
 - **Mode.** The copy gets its source's permission bits (a 0600 store gives 0600 copies), set
   with ``fchmod`` so the umask cannot widen or narrow them; 0600 when the source has no mode
