@@ -234,13 +234,28 @@ def iter_records(
     for which), streamed from one snapshot; text cells stored as BLOBs come as text.
     ``topics=False`` leaves the Telegram topic tables unread (a move of one session: iot's
     payload carries none)."""
-    records = _iter_stored_records(store, source=source, session_ids=session_ids, topics=topics)
-    for kind, row in records:
+    with store.reading() as conn:
+        yield from _records_on(store, conn, source=source, session_ids=session_ids, topics=topics)
+
+
+def _records_on(
+    store: Store,
+    conn: Connection,
+    *,
+    source: SourceFilter = None,
+    session_ids: Iterable[str] | None = None,
+    topics: bool = True,
+) -> Iterator[Record]:
+    """:func:`iter_records`, read on ``conn`` (inside ``store.reading()``)."""
+    for kind, row in _stored_records_on(
+        store, conn, source=source, session_ids=session_ids, topics=topics
+    ):
         yield kind, _as_text_cells(row)
 
 
-def _iter_stored_records(
+def _stored_records_on(
     store: Store,
+    conn: Connection,
     *,
     source: SourceFilter = None,
     session_ids: Iterable[str] | None = None,
@@ -248,62 +263,61 @@ def _iter_stored_records(
 ) -> Iterator[Record]:
     """Every session (oldest first; of any of the sources, or with one of the ids, when
     given) followed by its messages, then the ``state_meta`` rows (see the module docstring
-    for which), streamed from one snapshot."""
+    for which), read on ``conn``, one snapshot."""
     wanted = None if session_ids is None else set(session_ids)
     whole_store = wanted is None and source is None
     exported: set[str] = set()
     repository = SessionRepository(store)
     # A store read as it is (``sql.read_shape``) may lack the later tables: none is read.
     has = store.read_shape.has_table
-    with store.reading() as conn:
-        # Read (and checked) before the first record: a topic row no store could keep stops
-        # an export or a copy before anything is written. The tables are small (one row per
-        # chat and per topic thread).
-        modes, bindings = _topic_records(store, conn) if topics else ([], [])
-        for session in repository.iter_sessions(conn, source):
-            if wanted is not None and session.id not in wanted:
-                continue
-            exported.add(session.id)
-            yield "session", session.to_dict()
-            for message in repository.iter_messages(conn, session.id):
-                yield "message", message.to_dict()
-            if not has(usage.name):
-                continue
-            for row in conn.execute(_usage_of_session, {"session_id": session.id}).mappings():
-                yield "usage", dict(row)
-        rows = conn.execute(select(state_meta.c.key, state_meta.c.value).order_by(state_meta.c.key))
-        for key, value in rows:
-            if str(key) in STORE_LOCAL_STATE_KEYS:
-                continue
-            if whole_store or _session_of_key(str(key)) in exported:
-                yield "state", {"key": key, "value": value}
-        if whole_store and has(routing.name):
-            for row in conn.execute(select(routing).order_by(*routing.primary_key)).mappings():
-                yield "routing", dict(row)
-        if whole_store and has(generations.name):
-            ordered = select(generations).order_by(*generations.primary_key)
-            for row in conn.execute(ordered).mappings():
-                yield "generation", dict(row)
-        if whole_store and has(hygiene.name):
-            ordered = select(hygiene).order_by(*hygiene.primary_key)
-            for row in conn.execute(ordered).mappings():
-                yield "hygiene", dict(row)
-        if whole_store:
-            yield from _ledger_records(store, conn)
-        carried = [binding for binding in bindings if binding["session_id"] in exported]
-        chats = {(binding["profile_name"], binding["chat_id"]) for binding in carried}
-        for mode in modes:
-            if whole_store or (mode["profile_name"], mode["chat_id"]) in chats:
-                yield "topic_mode", mode
-        for binding in carried:
-            yield "topic_binding", binding
-        if not has(delegations.name):
-            return
-        for row in conn.execute(
-            select(delegations).order_by(delegations.c.delegation_id)
-        ).mappings():
-            if whole_store or {row["origin_session"], row["parent_session_id"]} & exported:
-                yield "delegation", dict(row)
+    # Read (and checked) before the first record: a topic row no store could keep stops
+    # an export or a copy before anything is written. The tables are small (one row per
+    # chat and per topic thread).
+    modes, bindings = _topic_records(store, conn) if topics else ([], [])
+    for session in repository.iter_sessions(conn, source):
+        if wanted is not None and session.id not in wanted:
+            continue
+        exported.add(session.id)
+        yield "session", session.to_dict()
+        for message in repository.iter_messages(conn, session.id):
+            yield "message", message.to_dict()
+        if not has(usage.name):
+            continue
+        for row in conn.execute(_usage_of_session, {"session_id": session.id}).mappings():
+            yield "usage", dict(row)
+    rows = conn.execute(select(state_meta.c.key, state_meta.c.value).order_by(state_meta.c.key))
+    for key, value in rows:
+        if str(key) in STORE_LOCAL_STATE_KEYS:
+            continue
+        if whole_store or _session_of_key(str(key)) in exported:
+            yield "state", {"key": key, "value": value}
+    if whole_store and has(routing.name):
+        for row in conn.execute(select(routing).order_by(*routing.primary_key)).mappings():
+            yield "routing", dict(row)
+    if whole_store and has(generations.name):
+        ordered = select(generations).order_by(*generations.primary_key)
+        for row in conn.execute(ordered).mappings():
+            yield "generation", dict(row)
+    if whole_store and has(hygiene.name):
+        ordered = select(hygiene).order_by(*hygiene.primary_key)
+        for row in conn.execute(ordered).mappings():
+            yield "hygiene", dict(row)
+    if whole_store:
+        yield from _ledger_records(store, conn)
+    carried = [binding for binding in bindings if binding["session_id"] in exported]
+    chats = {(binding["profile_name"], binding["chat_id"]) for binding in carried}
+    for mode in modes:
+        if whole_store or (mode["profile_name"], mode["chat_id"]) in chats:
+            yield "topic_mode", mode
+    for binding in carried:
+        yield "topic_binding", binding
+    if not has(delegations.name):
+        return
+    for row in conn.execute(
+        select(delegations).order_by(delegations.c.delegation_id)
+    ).mappings():
+        if whole_store or {row["origin_session"], row["parent_session_id"]} & exported:
+            yield "delegation", dict(row)
 
 
 def _ledger_records(store: Store, conn: Connection) -> Iterator[Record]:
@@ -747,21 +761,35 @@ def copy_store(
     routing index, the delegations, the reset generations, the failure streaks, the
     delivery ledger and the Telegram topic tables, from ``source`` into ``target``; safe to
     re-run, and safe while others write to ``target`` (see the module docstring). A key the
-    target already holds keeps the target's row."""
-    highest = source.read(
-        lambda conn: conn.execute(select(func.coalesce(func.max(messages.c.id), 0))).scalar_one()
-    )
-    target.write(lambda conn: target.dialect.reserve_message_ids(conn, int(highest)))
-    result = write_records(target, iter_records(source), on_conflict="merge", progress=progress)
-    expected_sessions = SessionRepository(source).session_count(include_archived=True)
-    expected_messages = SessionRepository(source).message_count()
-    present = _count_present(target, source)
-    if present != (expected_sessions, expected_messages):
+    target already holds keeps the target's row.
+
+    The source is read as one snapshot, its records and the check that every one of them
+    arrived: a source written meanwhile (a gateway still running) is copied as it was when
+    the copy began, and what it writes later is for the next run to carry. (The check read
+    the live source: each write there during the copy failed it as "copy incomplete".)"""
+    with source.reading() as snapshot:
+        highest = snapshot.execute(select(func.coalesce(func.max(messages.c.id), 0))).scalar_one()
+        target.write(lambda conn: target.dialect.reserve_message_ids(conn, int(highest)))
+        result = write_records(
+            target, _records_on(source, snapshot), on_conflict="merge", progress=progress
+        )
+        _check_copied(source, snapshot, target)
+    _refresh_statistics(target, result)
+    return result
+
+
+def _check_copied(source: Store, snapshot: Connection, target: Store) -> None:
+    """Every row of the source's ``snapshot`` that a copy carries is in the target, or the
+    copy raises ``SessionStoreError`` naming what is missing."""
+    ids = [row[0] for row in snapshot.execute(select(sessions.c.id))]
+    expected_messages = snapshot.execute(select(func.count()).select_from(messages)).scalar_one()
+    present = _count_present(target, ids)
+    if present != (len(ids), expected_messages):
         raise SessionStoreError(
-            f"copy incomplete: source has {expected_sessions} sessions/{expected_messages} "
+            f"copy incomplete: source has {len(ids)} sessions/{expected_messages} "
             f"messages, target holds {present[0]}/{present[1]} of them"
         )
-    source_keys = [key for key in _scalars(source, select(state_meta.c.key))
+    source_keys = [key for (key,) in snapshot.execute(select(state_meta.c.key))
                    if key not in STORE_LOCAL_STATE_KEYS]  # fmt: skip
     missing_keys = set(source_keys) - set(_existing_state(target, source_keys))
     if missing_keys:
@@ -769,11 +797,10 @@ def copy_store(
             f"copy incomplete: {len(missing_keys)} state_meta key(s) of the source are not in "
             f"the target, e.g. {sorted(missing_keys)[0]!r}"
         )
-    ledgers = [obligations] if source.read(
-        lambda conn: source.dialect.column_names(conn, obligations.name)) else []  # fmt: skip
+    ledgers = [obligations] if source.dialect.column_names(snapshot, obligations.name) else []
     for table in (usage, routing, delegations, generations, hygiene, *ledgers):
         keys = select(*table.primary_key)
-        source_rows = set(_rows(source, keys))
+        source_rows = {tuple(row) for row in snapshot.execute(keys)}
         if not source_rows:
             continue  # nothing to find (a target may hold no ledger: made only for rows)
         missing_rows = source_rows - set(_rows(target, keys))
@@ -782,17 +809,15 @@ def copy_store(
                 f"copy incomplete: {len(missing_rows)} {table.name} row(s) of the source are not "
                 f"in the target, e.g. {sorted(missing_rows)[0]!r}"
             )
-    _check_topics_copied(source, target)
-    _refresh_statistics(target, result)
-    return result
+    _check_topics_copied(source, snapshot, target)
 
 
-def _check_topics_copied(source: Store, target: Store) -> None:
+def _check_topics_copied(source: Store, snapshot: Connection, target: Store) -> None:
     """Every Telegram topic mode row and binding the source's export carries is in the target:
     its key, or for a binding its session bound there (to another topic: the target's binding
     kept). The target is read only when the source has such rows: it has the tables only
     once rows of them came."""
-    modes, bindings = source.read(lambda conn: _topic_records(source, conn))
+    modes, bindings = _topic_records(source, snapshot)
     if not (modes or bindings):
         return
 
@@ -872,10 +897,10 @@ def _create_private_target(src_url: str, dst_url: str) -> None:
         create_empty_file(target, mode_of(database_file(src_url)))
 
 
-def _count_present(target: Store, source: Store) -> tuple[int, int]:
+def _count_present(target: Store, ids: list[str]) -> tuple[int, int]:
+    """How many of the sessions ``ids`` the target holds, and how many messages of them."""
     session_total = 0
     message_total = 0
-    ids = _scalars(source, select(sessions.c.id))
     for start in range(0, len(ids), BATCH_ROWS):
         chunk = ids[start : start + BATCH_ROWS]
 

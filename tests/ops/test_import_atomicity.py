@@ -225,3 +225,33 @@ def test_each_constraint_is_reported_as_what_it_is(target: SessionDB) -> None:
         # The PostgreSQL database is shared by the whole run: leave its schema as found.
         with target.store.engine.begin() as conn:
             conn.execute(sa.text("DROP INDEX test_unique_content"))
+
+
+@pytest.mark.parametrize("journal_mode", ["wal", "delete"])
+def test_a_copy_of_a_source_written_meanwhile_is_its_snapshot_and_a_rerun_carries_the_rest(
+    store_url: str, big_export: str, tmp_path: Path, journal_mode: str
+) -> None:
+    """``db copy`` from a store a gateway is still writing to (moving a live deployment to
+    PostgreSQL): the copy carries the source as it was when it began, and succeeds. Its
+    check read the live source: every write there during the copy failed it with "copy
+    incomplete", a re-run too. A second run, once the writer stopped, carries the rest."""
+    source_url = f"sqlite:///{tmp_path / 'source.db'}?journal_mode={journal_mode}"
+    with SessionDB(url=source_url) as source_db:
+        import_jsonl(source_db.store, io.StringIO(big_export))
+        source_db.create_session("live", "cli")
+    appender = LiveAppender(source_url)
+    appender.start()
+    try:
+        with Store.open(source_url) as source, Store.open(store_url) as store:
+            first = copy_store(source, store)
+    finally:
+        appender.finish()
+    assert appender.errors == []
+    assert first.messages >= MESSAGES + 1
+    with Store.open(source_url) as source, Store.open(store_url) as store:
+        copy_store(source, store)  # the writer has stopped: the rest comes
+    with SessionDB(url=store_url) as db:
+        live = [m["content"] for m in db.get_messages("live")]
+        assert live == [f"live {index}" for index in range(len(appender.ids))]
+        assert db.message_count("big") == MESSAGES
+        counters_equal_rows(db)
