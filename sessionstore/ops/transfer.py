@@ -235,21 +235,14 @@ def iter_records(
     ``topics=False`` leaves the Telegram topic tables unread (a move of one session: iot's
     payload carries none)."""
     with store.reading() as conn:
-        yield from _records_on(store, conn, source=source, session_ids=session_ids, topics=topics)
+        yield from _as_text_records(
+            _stored_records_on(store, conn, source=source, session_ids=session_ids, topics=topics)
+        )
 
 
-def _records_on(
-    store: Store,
-    conn: Connection,
-    *,
-    source: SourceFilter = None,
-    session_ids: Iterable[str] | None = None,
-    topics: bool = True,
-) -> Iterator[Record]:
-    """:func:`iter_records`, read on ``conn`` (inside ``store.reading()``)."""
-    for kind, row in _stored_records_on(
-        store, conn, source=source, session_ids=session_ids, topics=topics
-    ):
+def _as_text_records(records: Iterable[Record]) -> Iterator[Record]:
+    """``records`` with their text cells stored as BLOBs read as text (:func:`_as_text_cells`)."""
+    for kind, row in records:
         yield kind, _as_text_cells(row)
 
 
@@ -771,7 +764,8 @@ def copy_store(
         highest = snapshot.execute(select(func.coalesce(func.max(messages.c.id), 0))).scalar_one()
         target.write(lambda conn: target.dialect.reserve_message_ids(conn, int(highest)))
         result = write_records(
-            target, _records_on(source, snapshot), on_conflict="merge", progress=progress
+            target, _as_text_records(_stored_records_on(source, snapshot)), on_conflict="merge",
+            progress=progress,
         )
         _check_copied(source, snapshot, target)
     _refresh_statistics(target, result)

@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 from real_hermes import RealHermesFork, hermes_root
 from store_library import journal_mode_of
+from stuck_export import stuck_export
 
 from sessionstore.api.session_db import SessionDB
 from sessionstore.schema import migrate
@@ -362,15 +363,7 @@ def test_our_export_beside_iots_gateway_holds_none_of_its_writes_off(tmp_path: P
         writer.read_until(600)  # an export of these fills a pipe many times over
         assert journal_mode_of(path) == "delete"
         before = set(writer.acked)
-        export = subprocess.Popen(
-            [sys.executable, "-m", "sessionstore", "--url", str(path), "export"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        )  # fmt: skip
-        try:
-            assert export.stdout is not None
-            head = export.stdout.readline()  # it reads now; its pipe fills next
-            time.sleep(1.0)
-            assert export.poll() is None, "the export should be stuck on its full pipe"
+        with stuck_export(str(path), settle_s=1.0) as export:
             stuck = time.time()  # from here on it holds its snapshot, and goes no further
 
             def acked_since_stuck() -> list[str]:
@@ -385,21 +378,11 @@ def test_our_export_beside_iots_gateway_holds_none_of_its_writes_off(tmp_path: P
             go_on.start()
             go_on.join(60)  # before: iot's appends waited for the export, then failed
             assert not go_on.is_alive(), "iot's appends were held off by the export"
-            assert export.poll() is None  # still stuck: the 60 came while it was
+            assert export.stuck  # still: the 60 came while it was
             during = set(acked_since_stuck())
-            out, err = export.communicate(timeout=120)
-        finally:
-            if export.poll() is None:
-                export.kill()
-                export.wait()
-        assert export.returncode == 0, err.decode()
+            exported = set(export.drain())
         stop.touch()
         writer.finish()
-    lines = [head.decode(), *out.decode().splitlines()]
-    exported = {
-        record["message"]["content"] for record in map(json.loads, lines[1:])
-        if "message" in record
-    }  # fmt: skip
     assert before <= exported  # one snapshot: what was there when it began...
     assert not exported & during  # ...and nothing written while it was stuck
     assert_everyone_has(path, set(writer.acked), iot, ["iot-own", "shared"])

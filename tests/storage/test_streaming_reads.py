@@ -12,11 +12,7 @@ from __future__ import annotations
 
 import errno
 import io
-import json
 import logging
-import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,6 +20,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import URL
 from store_library import needs_wal
+from stuck_export import stuck_export
 from tiny_tmpfs import tiny_tmpfs
 
 from sessionstore import SessionDB
@@ -53,14 +50,6 @@ def _filled(url: str, sessions: int = 6, messages: int = 20, size: int = 40) -> 
                 db.append_message(f"s{s}", "user", text)
                 texts.append(text)
     return texts
-
-
-def _exported_texts(lines: list[str]) -> list[str]:
-    return [
-        record["message"]["content"]
-        for record in map(json.loads, lines[1:])
-        if "message" in record
-    ]
 
 
 @pytest.mark.parametrize("journal_mode", ["delete", "wal"])
@@ -126,30 +115,12 @@ def test_a_piped_export_that_nobody_reads_holds_no_gateway_off(tmp_path: Path) -
     path = tmp_path / "state.db"
     url = _url(path, "delete")
     before = _filled(url, sessions=4, messages=40, size=1000)  # far more than a pipe holds
-    export = subprocess.Popen(
-        [sys.executable, "-m", "sessionstore", "--url", url, "export"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "NO_COLOR": "1"},
-    )
-    try:
-        assert export.stdout is not None
-        head = export.stdout.readline()  # the export has started; its pipe fills up next
-        assert b'"format"' in head
-        time.sleep(0.5)  # the export is blocked writing, inside its read
-        assert export.poll() is None
+    with stuck_export(url) as export:  # blocked writing, inside its read
         during = [f"during {index}" for index in range(5)]
         with SessionDB(url=url, retry=QUICK, busy_timeout_s=0.2) as gateway:
             for text in during:
                 gateway.append_message("s3", "assistant", text)
-        out, err = export.communicate(timeout=120)
-    finally:
-        if export.poll() is None:
-            export.kill()
-            export.wait()
-    assert export.returncode == 0, err.decode()
-    lines = [head.decode(), *out.decode().splitlines()]
-    assert sorted(_exported_texts(lines)) == sorted(before)
+        assert sorted(export.drain()) == sorted(before)
     with SessionDB(url=url) as reopened:
         assert [m["content"] for m in reopened.get_messages("s3")][-5:] == during
         assert reopened.get_session("s3")["message_count"] == 45
