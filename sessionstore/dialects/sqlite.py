@@ -515,7 +515,7 @@ class SQLiteDialect:
         path = self.database_file(url)
         if path is None:
             raise StoreUnavailableError("an in-memory database has no file to copy")
-        copy_pages(path, destination)
+        copy_pages(path, destination, vfs=uri_parameters(url).get("vfs"))
 
     def copy_as_read(self, conn: Connection, destination: Path) -> None:
         driver = cast(sqlite3.Connection, conn.connection.driver_connection)
@@ -820,7 +820,9 @@ def _checkpoint_truncate(driver: sqlite3.Connection) -> None:
         logger.debug("WAL checkpoint around VACUUM skipped", exc_info=True)
 
 
-def copy_pages(path: Path, destination: Path, *, check: bool = True) -> None:
+def copy_pages(
+    path: Path, destination: Path, *, check: bool = True, vfs: str | None = None
+) -> None:
     """Copy the live SQLite file ``path`` into the new, empty file ``destination``.
 
     Through SQLite's online backup API, in one step: the copy is one consistent snapshot (WAL
@@ -828,10 +830,13 @@ def copy_pages(path: Path, destination: Path, *, check: bool = True) -> None:
     processes go on writing, and the store's own files are only ever opened and closed by
     SQLite (the file rule above), never by a plain file copy. With ``check`` the copy must
     pass ``quick_check`` (:func:`page_problems`). Where the copy lives, its name and mode are
-    the caller's (:mod:`sessionstore.storage.private_files`).
+    the caller's (:mod:`sessionstore.storage.private_files`). ``vfs`` is the store URL's: the
+    file is read under the locks its writers take (``unix-dotfile`` locks are not ``fcntl``
+    locks; a copy under the default layer would read beside a commit it cannot see).
     """
     # The store's own library: a second one would drop the store's locks when it closed.
-    source = connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+    layer = "" if vfs is None else f"&vfs={quote(vfs, safe='')}"
+    source = connect(f"{path.resolve().as_uri()}?mode=ro{layer}", uri=True, timeout=30)
     try:
         copy = connect(destination)
         try:

@@ -277,3 +277,44 @@ def test_publishing_skips_taken_names_and_a_failed_copy_leaves_nothing(tmp_path:
         partial.write_text("half")
         raise RuntimeError("the copy failed")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["copy", "copy-1", "copy-2"]
+
+
+def test_a_backup_reads_under_the_locks_the_store_url_names(tmp_path: Path) -> None:
+    """A store URL naming ``vfs=unix-dotfile`` (a file system without working ``fcntl`` locks):
+    its writers lock with a ``.lock`` directory, which the default layer does not see. The
+    backup read the file under the default layer, beside a commit in progress; it reads under
+    the URL's now, so it waits for the commit and holds what was committed before it began."""
+    import threading
+
+    from store_library import connect_like_the_store
+
+    path = tmp_path / "state.db"
+    uri = f"{path.as_uri()}?vfs=unix-dotfile"
+    writer = connect_like_the_store(uri, uri=True, isolation_level=None,
+                                    check_same_thread=False)  # fmt: skip
+    writer.execute("PRAGMA journal_mode=delete")
+    writer.execute("CREATE TABLE t (x TEXT)")
+    writer.execute("BEGIN EXCLUSIVE")  # the dotfile lock: a commit is under way
+    writer.execute("INSERT INTO t VALUES ('committed while the backup waited')")
+    started = threading.Event()
+
+    def commit_soon() -> None:
+        started.wait(30)
+        time.sleep(0.5)  # the backup has asked for the file by now
+        writer.execute("COMMIT")
+
+    committer = threading.Thread(target=commit_soon)
+    committer.start()
+    try:
+        started.set()
+        backup = backup_database(f"sqlite:///{path}?vfs=unix-dotfile&journal_mode=delete")
+    finally:
+        committer.join(60)
+        writer.close()
+    assert backup is not None
+    copy = connect_like_the_store(backup)
+    try:
+        rows = [row[0] for row in copy.execute("SELECT x FROM t")]
+    finally:
+        copy.close()
+    assert rows == ["committed while the backup waited"]
