@@ -327,6 +327,7 @@ class SQLiteDialect:
         label = engine.url.database or ":memory:"
         path = None if _is_memory(engine.url) else _filesystem_path(engine.url)
         immutable = uri_parameters(engine.url).get("immutable") == "1"
+        vfs = uri_parameters(engine.url).get("vfs")
         wanted = _wanted_journal_mode(engine.url)
         # Taken before anything opens the file: the switch to WAL comes after the schema.
         existing = path is not None and _has_pages(path)
@@ -344,7 +345,7 @@ class SQLiteDialect:
                 # Before any PRAGMA: switching to WAL would already write over a foreign file.
                 _refuse_foreign_file(path)
                 if read_only and not immutable:
-                    _roll_back_hot_journal(path)
+                    _roll_back_hot_journal(path, vfs)
             connections.add(dbapi_connection)
             # Autocommit at the driver, so the begin listener below owns every BEGIN.
             dbapi_connection.isolation_level = None
@@ -462,7 +463,7 @@ class SQLiteDialect:
             _warn_of_foreign_side_files(path)
             return
         try:
-            conn = connect(str(path), timeout=0.0, isolation_level=None)
+            conn = _side_connection(path, parameters.get("vfs"))
         except Exception:
             logger.debug("could not reopen %s to let SQLite remove its log files", path,
                          exc_info=True)  # fmt: skip
@@ -1076,7 +1077,20 @@ def _hot_journal_message(path: Path) -> str:
     )
 
 
-def _roll_back_hot_journal(path: Path) -> None:
+def _side_connection(path: Path, vfs: str | None) -> sqlite3.Connection:
+    """A writable connection to the store file at ``path`` for one short read of SQLite's own
+    housekeeping (a hot journal rolled back, log files released), in autocommit, never
+    waiting, through the store URL's ``vfs``: a journal is hot only if no writer holds its
+    lock, and a ``unix-dotfile`` writer's lock (a ``.lock`` directory) is invisible to the
+    default layer, which took a live writer's journal for a dead one's and rolled it back
+    under it (its COMMIT then failed "database disk image is malformed")."""
+    if vfs is None:
+        return connect(str(path), timeout=0.0, isolation_level=None)
+    uri = f"{path.resolve().as_uri()}?vfs={quote(vfs, safe='')}"
+    return connect(uri, uri=True, timeout=0.0, isolation_level=None)
+
+
+def _roll_back_hot_journal(path: Path, vfs: str | None = None) -> None:
     """A read-only connection cannot read a file whose rollback journal is hot (a writer
     died mid-transaction: SQLITE_READONLY_ROLLBACK), and every reading verb would fail on it.
     A writable connection of the store's own SQLite library, opened for one read and closed,
@@ -1092,7 +1106,7 @@ def _roll_back_hot_journal(path: Path) -> None:
     except OSError:
         return
     try:
-        conn = connect(str(path), timeout=0.0, isolation_level=None)
+        conn = _side_connection(path, vfs)
     except Exception:
         return
     try:

@@ -201,3 +201,66 @@ def test_immutable_refuses_a_store_whose_log_it_would_not_read(tmp_path: Path) -
         remount_read_only(media)
         with pytest.raises(StoreUnavailableError, match="immutable=1 would not see"):
             SessionDB(url=f"sqlite:///{path}?immutable=1")
+
+
+_DOTFILE_WRITER = """
+import sys
+from store_library import connect_like_the_store
+path = sys.argv[1]
+writer = connect_like_the_store(f"file:{path}?vfs=unix-dotfile", uri=True, isolation_level=None)
+writer.execute("PRAGMA cache_size = 10")  # spill changed pages into the file before COMMIT
+writer.execute("BEGIN IMMEDIATE")
+writer.execute("UPDATE messages SET content = content || ' (edited)'")
+print("inside", flush=True)
+sys.stdin.readline()
+writer.execute("COMMIT")
+print("committed", flush=True)
+"""
+
+
+def test_a_reader_through_the_urls_vfs_never_rolls_back_a_live_writers_journal(
+    tmp_path: Path,
+) -> None:
+    """A store URL naming ``vfs=unix-dotfile`` (a file system without working ``fcntl``
+    locks): its writers lock with a ``.lock`` directory. A read-only open looked for a hot
+    journal (one a dead writer left) through the default layer, which does not see that lock:
+    a live writer's journal looked dead, was played back under it, and the writer's COMMIT
+    failed "database disk image is malformed", its transaction gone. The look goes through the
+    URL's layer now: the reader waits (busy), the writer commits."""
+    from sessionstore.errors import StoreBusyError
+    from sessionstore.storage.retry import RetryPolicy
+    from sessionstore.storage.store import Store
+
+    path = tmp_path / "state.db"
+    url = f"sqlite:///{path}?vfs=unix-dotfile&journal_mode=delete"
+    with SessionDB(url=url) as db:
+        db.create_session("s", "cli")
+        for index in range(200):
+            db.append_message("s", "user", f"{index} " + "x" * 2000)
+    support = str(Path(__file__).resolve().parents[1] / "support")
+    writer = subprocess.Popen(
+        [sys.executable, "-c", _DOTFILE_WRITER, str(path)], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": support},
+    )  # fmt: skip
+    try:
+        assert writer.stdout is not None and writer.stdin is not None
+        assert writer.stdout.readline().strip() == "inside"
+        assert Path(f"{path}-journal").stat().st_size > 0  # a live writer's journal
+        reader = Store.open(url, read_only=True, retry=RetryPolicy(max_attempts=2, budget_s=0.5))
+        try:
+            with pytest.raises(StoreBusyError):
+                reader.read(lambda conn: conn.exec_driver_sql("SELECT count(*) FROM messages"))
+        finally:
+            reader.close()
+        writer.stdin.write("\n")
+        writer.stdin.flush()
+        assert writer.stdout.readline().strip() == "committed"
+        writer.wait(30)
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+        writer.wait(30)
+    assert writer.returncode == 0
+    with SessionDB(url=url) as db:
+        contents = [m["content"] for m in db.get_messages("s")]
+    assert len(contents) == 200 and all(c.endswith(" (edited)") for c in contents)
