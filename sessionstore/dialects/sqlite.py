@@ -463,7 +463,7 @@ class SQLiteDialect:
             _warn_of_foreign_side_files(path)
             return
         try:
-            conn = _side_connection(path, parameters.get("vfs"))
+            conn = connect_file(path, parameters.get("vfs"))
         except Exception:
             logger.debug("could not reopen %s to let SQLite remove its log files", path,
                          exc_info=True)  # fmt: skip
@@ -480,11 +480,16 @@ class SQLiteDialect:
                 conn.close()
 
     def lasting_parameters(self, url: URL) -> dict[str, str]:
-        # A suggested command keeps what the store cannot be opened without, and the choice
-        # to stay out of WAL (without it, the command would switch the file into WAL).
+        # A suggested command keeps what the store cannot be opened without, the choice to
+        # stay out of WAL (without it, the command would switch the file into WAL), and the
+        # VFS: its writers' locks are the VFS's (a unix-dotfile writer locks with a .lock
+        # directory), and a command under another one would write beside them unseen.
         given = uri_parameters(url)
-        return {key: given[key] for key in ("immutable", "journal_mode")
-                if given.get(key) in ("1", "delete")}  # fmt: skip
+        lasting = {key: given[key] for key in ("immutable", "journal_mode")
+                   if given.get(key) in ("1", "delete")}  # fmt: skip
+        if "vfs" in given:
+            lasting["vfs"] = given["vfs"]
+        return lasting
 
     def why_read_only(self, url: URL) -> str | None:
         path = self.database_file(url)
@@ -520,7 +525,7 @@ class SQLiteDialect:
 
     def copy_as_read(self, conn: Connection, destination: Path) -> None:
         driver = cast(sqlite3.Connection, conn.connection.driver_connection)
-        snapshot_into(driver, destination)
+        snapshot_into(driver, destination, uri_parameters(conn.engine.url).get("vfs"))
 
     def write_ahead_log(self, url: URL) -> Path | None:
         path = self.database_file(url)
@@ -867,31 +872,39 @@ def private_snapshot(source: sqlite3.Connection) -> Iterator[sqlite3.Connection]
     and nothing of it changes. The copy is the store's library's (:mod:`.sqlite_library`),
     in autocommit: what runs on it begins its own transaction.
     """
-    copy = _filled_copy(source, "")
+    copy = _filled_copy(source)
     try:
         yield copy
     finally:
         copy.close()
 
 
-def snapshot_into(source: sqlite3.Connection, destination: Path) -> None:
+def snapshot_into(
+    source: sqlite3.Connection, destination: Path, vfs: str | None = None
+) -> None:
     """:func:`private_snapshot` written into ``destination``, a new, empty file in a private
-    place the caller chose, and closed: a copy on disk, where the anonymous temporary database
-    lives in memory in pysqlite3's build (``TEMP_STORE=3``): a store of 2 GB copied there
-    takes 2 GB of memory. The copy may be written freely (no sync: it is scratch)."""
-    _filled_copy(source, str(destination)).close()
+    place the caller chose (through the store URL's ``vfs``: :func:`connect_file`), and
+    closed: a copy on disk, where the anonymous temporary database lives in memory in
+    pysqlite3's build (``TEMP_STORE=3``): a store of 2 GB copied there takes 2 GB of memory.
+    The copy may be written freely (no sync: it is scratch)."""
+    _filled_copy(source, lambda: connect_file(destination, vfs, check_same_thread=False)).close()
 
 
-def _filled_copy(source: sqlite3.Connection, name: str) -> sqlite3.Connection:
+def _filled_copy(
+    source: sqlite3.Connection, open_copy: Callable[[], sqlite3.Connection] | None = None
+) -> sqlite3.Connection:
     if not source.in_transaction:
         raise ValueError("a private snapshot is taken inside the source's read transaction")
     # The snapshot taken here, by a read: a store kept busy raises "database is locked"
     # after the busy timeout (retried by the caller), where the driver's backup would wait
     # for ever (it sleeps and tries again as long as the source is busy).
     source.execute("SELECT count(*) FROM sqlite_master").fetchall()
-    copy = connect(name, isolation_level=None, check_same_thread=False)
+    if open_copy is None:  # SQLite's anonymous temporary database
+        copy = connect("", isolation_level=None, check_same_thread=False)
+    else:
+        copy = open_copy()
     try:
-        if name:
+        if open_copy is not None:
             copy.execute("PRAGMA synchronous = OFF")
         source.backup(copy)  # pages=-1: the whole database in one step, one snapshot
     except BaseException:
@@ -1077,17 +1090,19 @@ def _hot_journal_message(path: Path) -> str:
     )
 
 
-def _side_connection(path: Path, vfs: str | None) -> sqlite3.Connection:
-    """A writable connection to the store file at ``path`` for one short read of SQLite's own
-    housekeeping (a hot journal rolled back, log files released), in autocommit, never
-    waiting, through the store URL's ``vfs``: a journal is hot only if no writer holds its
-    lock, and a ``unix-dotfile`` writer's lock (a ``.lock`` directory) is invisible to the
-    default layer, which took a live writer's journal for a dead one's and rolled it back
-    under it (its COMMIT then failed "database disk image is malformed")."""
+def connect_file(path: Path | str, vfs: str | None = None, **kwargs: Any) -> sqlite3.Connection:
+    """A connection of the stores' library to the file at ``path`` through the store URL's
+    ``vfs`` (None: SQLite's default), never waiting, in autocommit unless ``kwargs`` say
+    otherwise. Whatever touches a store's file or a copy of it beside it goes through the
+    URL's layer: a ``unix-dotfile`` writer's lock (a ``.lock`` directory) is invisible to
+    the default one, which took a live writer's journal for a dead one's and rolled it back
+    under it (its COMMIT then failed "database disk image is malformed"), and on a file
+    system without working ``fcntl`` locks the default layer cannot lock at all."""
+    options: dict[str, Any] = {"timeout": 0.0, "isolation_level": None, **kwargs}
     if vfs is None:
-        return connect(str(path), timeout=0.0, isolation_level=None)
-    uri = f"{path.resolve().as_uri()}?vfs={quote(vfs, safe='')}"
-    return connect(uri, uri=True, timeout=0.0, isolation_level=None)
+        return connect(str(path), **options)
+    uri = f"{Path(path).resolve().as_uri()}?vfs={quote(vfs, safe='')}"
+    return connect(uri, uri=True, **options)
 
 
 def _roll_back_hot_journal(path: Path, vfs: str | None = None) -> None:
@@ -1106,7 +1121,7 @@ def _roll_back_hot_journal(path: Path, vfs: str | None = None) -> None:
     except OSError:
         return
     try:
-        conn = _side_connection(path, vfs)
+        conn = connect_file(path, vfs)
     except Exception:
         return
     try:

@@ -30,7 +30,7 @@ from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.schema import CreateColumn, CreateIndex
 
-from ..dialects import dialect_for_url, file_location
+from ..dialects import dialect_for_url
 from ..errors import SessionStoreError, StoreBusyError
 from ..schema import legacy, migrate
 from ..search.registry import search_index_for
@@ -39,7 +39,7 @@ from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
 from ..storage.command_hints import cli_command
 from ..storage.retry import RetryPolicy
-from ..storage.snapshots import private_copy_of
+from ..storage.snapshots import copy_location, private_copy_of
 from ..storage.store import Store
 
 logger = logging.getLogger(__name__)
@@ -208,7 +208,8 @@ def content_checked(store: Store) -> Iterator[Store]:
         if place is None:
             yield store
             return
-        on_copy = Store.open(file_location(place), read_only=True, retry=store.retry)
+        copy_url = copy_location(store.dialect, store.url, place)
+        on_copy = Store.open(copy_url, read_only=True, retry=store.retry)
         kept.callback(on_copy.close)
         yield on_copy
 

@@ -32,7 +32,7 @@ from sqlalchemy.exc import DatabaseError, DBAPIError, OperationalError
 from sqlalchemy.pool import StaticPool
 
 from ..dialects import database_file, dialect_for, json_list
-from ..dialects.sqlite import private_snapshot, snapshot_into
+from ..dialects.sqlite import connect_file, private_snapshot, snapshot_into, uri_parameters
 from ..dialects.sqlite_library import connect, library
 from ..sql.codec import stored_clock
 from ..sql.message_content import ENCODED_CONTENT_PREFIXES as _ENCODED
@@ -993,13 +993,14 @@ class SQLiteSearchIndex:
             # On disk where it can be (a private place beside the store, or under the
             # temporary directory): in memory, a copy of a large store took as much memory
             # as the store is large (pysqlite3 keeps temporary databases in memory).
+            vfs = uri_parameters(conn.engine.url).get("vfs")
             copied = None if path is None else kept.enter_context(private_copy_of(
-                dialect_for(conn.engine), path, lambda file: snapshot_into(driver, file),
+                dialect_for(conn.engine), path, lambda file: snapshot_into(driver, file, vfs),
                 instead="the search checks copy it into memory",
             ))  # fmt: skip
             copy = kept.enter_context(
                 private_snapshot(driver) if copied is None
-                else contextlib.closing(connect(str(copied), isolation_level=None))
+                else contextlib.closing(connect_file(copied, vfs, check_same_thread=False))
             )  # fmt: skip
             engine = create_engine(
                 "sqlite://", module=library().module, creator=lambda: copy, poolclass=StaticPool

@@ -69,12 +69,20 @@ def streaming_source(dialect: StoreDialect, url: URL, conn: Connection) -> Itera
         if copy is None:
             yield conn
             return
-        engine = create_store_engine(file_location(copy), read_only=True, set_journal_mode=False)
+        engine = create_store_engine(
+            copy_location(dialect, url, copy), read_only=True, set_journal_mode=False
+        )
         try:
             with engine.connect() as copied:
                 yield copied
         finally:
             engine.dispose()
+
+
+def copy_location(dialect: StoreDialect, url: URL, copy: Path) -> URL:
+    """The URL of the private ``copy`` of the store at ``url``, opened as the store must be
+    (its VFS: the copy lies on the same file system, under the same locking)."""
+    return file_location(copy).update_query_dict(dialect.lasting_parameters(url))
 
 
 @contextlib.contextmanager

@@ -264,3 +264,15 @@ def test_a_reader_through_the_urls_vfs_never_rolls_back_a_live_writers_journal(
     with SessionDB(url=url) as db:
         contents = [m["content"] for m in db.get_messages("s")]
     assert len(contents) == 200 and all(c.endswith(" (edited)") for c in contents)
+
+
+def test_a_suggested_command_keeps_the_stores_vfs() -> None:
+    """A command the package suggests (``db upgrade``, ``db doctor --fix``) names the store's
+    VFS: run under another one, it would write beside the store's writers under locks they
+    cannot see."""
+    from sessionstore.storage.command_hints import cli_command
+
+    url = "sqlite:////srv/nfs/state.db?vfs=unix-dotfile"
+    words = shlex.split(cli_command(url, "db", "upgrade"))
+    assert words[:2] == ["sessionstore", "--url"] and words[3:] == ["db", "upgrade"]
+    assert "vfs=unix-dotfile" in words[2] and words[2].startswith("sqlite:////srv/nfs/state.db")

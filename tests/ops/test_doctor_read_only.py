@@ -166,14 +166,14 @@ def test_the_checks_copy_is_a_private_file_beside_the_store_gone_after(
     written: list[Path] = []
     fill = search_sqlite.snapshot_into
 
-    def recorded(source: Any, destination: Path) -> None:
+    def recorded(source: Any, destination: Path, vfs: str | None = None) -> None:
         written.append(destination)
         # Beside the store (in the rollback journal, beside the private copy the content
         # checks read: ``doctor.content_checked``).
         assert store_file.parent in destination.parents
         assert destination.parent.name.startswith(".state.db.")
         assert stat.S_IMODE(destination.parent.stat().st_mode) == 0o700
-        fill(source, destination)
+        fill(source, destination, vfs)
 
     def in_memory(source: Any) -> Any:
         raise AssertionError("copied into memory")

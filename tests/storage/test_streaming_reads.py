@@ -216,3 +216,21 @@ def test_with_no_place_for_a_copy_the_read_reads_the_file_and_says_so(
     assert sorted(texts) == sorted(before)
     (warning,) = [r.getMessage() for r in caplog.records if r.name == snapshots.__name__]
     assert "No space left on device" in warning and "writers wait" in warning
+
+
+def test_the_copy_is_read_under_the_locks_the_store_url_names(tmp_path: Path) -> None:
+    """A store URL naming ``vfs=unix-dotfile`` (a file system without working ``fcntl``
+    locks): the copy beside it lies on that file system, and is written and read through the
+    same layer, whose read lock is a ``.lock`` directory beside the file."""
+    path = tmp_path / "state.db"
+    url = f"sqlite:///{path}?vfs=unix-dotfile&journal_mode=delete"
+    before = _filled(url, sessions=2, messages=3)
+    store = Store.open(url, read_only=True)
+    try:
+        with store.reading() as conn:
+            texts = [row[0] for row in conn.exec_driver_sql("SELECT content FROM messages")]
+            (workspace,) = _workspaces(tmp_path)
+            assert (workspace / "state.db.lock").is_dir()  # the copy's read lock, dotfile's
+    finally:
+        store.close()
+    assert sorted(texts) == sorted(before)
