@@ -50,7 +50,7 @@ import weakref
 from collections.abc import Callable, Collection, Hashable, Iterator
 from pathlib import Path
 from typing import Any, Literal, cast
-from urllib.parse import parse_qs, parse_qsl, quote, unquote, urlsplit
+from urllib.parse import parse_qs, parse_qsl, quote, unquote, urlencode, urlsplit
 
 from sqlalchemy import ColumnElement, Table, and_, event, func, text, true
 from sqlalchemy.dialects.sqlite import Insert, insert
@@ -841,8 +841,7 @@ def copy_pages(
     locks; a copy under the default layer would read beside a commit it cannot see).
     """
     # The store's own library: a second one would drop the store's locks when it closed.
-    layer = "" if vfs is None else f"&vfs={quote(vfs, safe='')}"
-    source = connect(f"{path.resolve().as_uri()}?mode=ro{layer}", uri=True, timeout=30)
+    source = connect_file(path, vfs, read_only=True, timeout=30)
     try:
         copy = connect(destination)
         try:
@@ -1090,18 +1089,24 @@ def _hot_journal_message(path: Path) -> str:
     )
 
 
-def connect_file(path: Path | str, vfs: str | None = None, **kwargs: Any) -> sqlite3.Connection:
+def connect_file(
+    path: Path | str, vfs: str | None = None, *, read_only: bool = False, **kwargs: Any
+) -> sqlite3.Connection:
     """A connection of the stores' library to the file at ``path`` through the store URL's
-    ``vfs`` (None: SQLite's default), never waiting, in autocommit unless ``kwargs`` say
-    otherwise. Whatever touches a store's file or a copy of it beside it goes through the
-    URL's layer: a ``unix-dotfile`` writer's lock (a ``.lock`` directory) is invisible to
-    the default one, which took a live writer's journal for a dead one's and rolled it back
-    under it (its COMMIT then failed "database disk image is malformed"), and on a file
-    system without working ``fcntl`` locks the default layer cannot lock at all."""
+    ``vfs`` (None: SQLite's default), ``mode=ro`` when ``read_only``, never waiting, in
+    autocommit unless ``kwargs`` say otherwise. Whatever touches a store's file or a copy of
+    it beside it goes through the URL's layer: a ``unix-dotfile`` writer's lock (a ``.lock``
+    directory) is invisible to the default one, which took a live writer's journal for a
+    dead one's and rolled it back under it (its COMMIT then failed "database disk image is
+    malformed"), and on a file system without working ``fcntl`` locks the default layer
+    cannot lock at all."""
     options: dict[str, Any] = {"timeout": 0.0, "isolation_level": None, **kwargs}
-    if vfs is None:
+    query = [("mode", "ro")] if read_only else []
+    if vfs is not None:
+        query.append(("vfs", vfs))
+    if not query:
         return connect(str(path), **options)
-    uri = f"{Path(path).resolve().as_uri()}?vfs={quote(vfs, safe='')}"
+    uri = f"{Path(path).resolve().as_uri()}?{urlencode(query, quote_via=quote)}"
     return connect(uri, uri=True, **options)
 
 

@@ -264,17 +264,7 @@ def _message_total(store: Store, session_ids: list[str]) -> int:
     """How many messages the sessions ``session_ids`` hold (ids no row could have: none)."""
     ids = [session_id for session_id in dict.fromkeys(session_ids)
            if validation.bindable(session_id)]  # fmt: skip
-
-    def count(conn: Connection) -> int:
-        total = 0
-        for start in range(0, len(ids), BATCH_ROWS):
-            chunk = ids[start : start + BATCH_ROWS]
-            counted = select(func.count()).select_from(messages)
-            total += int(conn.execute(counted.where(messages.c.session_id.in_(chunk))).scalar_one())
-        return total
-
-    return store.read(count)
-
+    return _count_present(store, ids)[1]
 
 def _as_text_records(records: Iterable[Record]) -> Iterator[Record]:
     """``records`` with their text cells stored as BLOBs read as text (:func:`_as_text_cells`)."""
