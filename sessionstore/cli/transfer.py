@@ -124,12 +124,23 @@ def import_(
             "or merge (add its missing messages: finishes an interrupted import).",
         ),
     ] = ConflictPolicyChoice.skip,
+    in_batches: Annotated[
+        bool,
+        typer.Option(
+            "--in-batches",
+            help="Commit every 1,000 rows instead of all at once, so that a store in use (a "
+            "running gateway) goes on writing meanwhile. A failure part-way keeps what was "
+            "committed; the same import with --on-conflict merge finishes it.",
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Restore a JSONL export (ids, lineage, titles, counters and timestamps as exported).
 
     The restore path: a store that does not exist yet (a new file, an empty PostgreSQL
     database) is created at the current schema first. An existing store must be current.
+    All or nothing by default: one transaction, which on SQLite holds the store's other
+    writers off until it ends (import big files when the agents are quiet, or --in-batches).
     """
     from ..dialects.disk_space import out_of_room_typed
     from ..ops.transfer import import_jsonl
@@ -154,7 +165,10 @@ def import_(
         store = stack.enter_context(open_store(options, write=True))
         total = _count_sessions_in(fp) if out.console(stderr=True).is_terminal else None
         with out.progress("importing", total) as advance:
-            result = import_jsonl(store, fp, on_conflict=on_conflict.value, progress=advance)
+            result = import_jsonl(
+                store, fp, on_conflict=on_conflict.value, progress=advance,
+                in_batches=in_batches,
+            )
     if as_json:
         out.print_json(asdict(result))
         return

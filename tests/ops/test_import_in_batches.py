@@ -1,0 +1,205 @@
+"""An import in batches (``import_jsonl(..., in_batches=True)``, ``import --in-batches``): the
+store's other writers go on while it runs, it writes what the all-or-nothing import writes,
+a damaged file still writes nothing, and a failure part-way keeps what was committed, says
+so, and is finished by the same import with ``merge``; on SQLite and PostgreSQL.
+
+The all-or-nothing import is one transaction: on SQLite it holds every other writer off until
+it ends, and a writer's budget (20 s) runs out by ~130,000 messages, its message not written.
+Each test here looks at the store from another writer in the middle of the import: the
+import's progress callback (called as each session's row is read, between statements) makes
+that writer append and waits for its answer.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sessionstore import ImportIncompleteError, RetryPolicy, SessionDB, StoreBusyError, cli
+from sessionstore.ops.transfer import ImportFormatError, export_jsonl, import_jsonl
+
+MESSAGES = 3000
+"""Messages of the export's first session: three batches of 1,000 rows and the start of a
+fourth before the second session's row is read."""
+pytestmark = pytest.mark.slow  # each test imports 3,000 messages, some twice or three times
+
+QUICK = RetryPolicy(max_attempts=50, budget_s=1.0)
+"""The other writer's patience: an import holding the lock outlasts it."""
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Session 'big' of 3,000 messages, then 'small' with one, as an export."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('source')}/source.db"
+    with SessionDB(url=url) as db:
+        db.create_session("big", "cli")
+        for start in range(0, MESSAGES, 500):
+            db.append_messages("big", [{"role": "user", "content": f"m{index}"}
+                                       for index in range(start, start + 500)])  # fmt: skip
+        db.create_session("small", "telegram")
+        db.append_message("small", "user", "hello")
+        buffer = io.StringIO()
+        export_jsonl(db.store, buffer)
+    return buffer.getvalue()
+
+
+def records(dump: str) -> list[str]:
+    """The session, message and usage lines of an export (a store's own state keys aside)."""
+    return [line for line in dump.splitlines() if line.startswith(('{"session"', '{"message"',
+                                                                   '{"usage"'))]  # fmt: skip
+
+
+def counters_equal_rows(db: SessionDB) -> None:
+    for session in db.search_sessions(limit=100):
+        assert session["message_count"] == db.message_count(session["id"]), session["id"]
+
+
+class Neighbour:
+    """Another writer of the store (its own ``SessionDB``), asked from the import's progress
+    callback, when the import reads session ``at``'s row, to run ``act`` in a thread of its own;
+    the callback waits for the answer, recorded in ``outcome``."""
+
+    def __init__(self, url: str, at: str, act: Callable[[SessionDB], object]) -> None:
+        self.db = SessionDB(url=url, retry=QUICK)
+        self.at, self.act = at, act
+        self.sessions_read = 0
+        self.outcome: object = None
+
+    def progress(self, _sessions: int) -> None:
+        self.sessions_read += 1
+        if self.sessions_read != 2:  # the second session's row: 'small'
+            return
+
+        def run() -> None:
+            try:
+                self.outcome = self.act(self.db)
+            except BaseException as exc:  # recorded for the test to judge
+                self.outcome = exc
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+
+
+def test_a_writer_goes_on_while_an_import_in_batches_runs(store_url: str, export: str) -> None:
+    with SessionDB(url=store_url) as db:
+        db.create_session("live", "cli")
+
+    def append_and_look(other: SessionDB) -> tuple[int, int]:
+        return other.append_message("live", "user", "written mid-import"), other.message_count(
+            "big"
+        )
+
+    neighbour = Neighbour(store_url, "small", append_and_look)
+    try:
+        with SessionDB(url=store_url) as db:
+            result = import_jsonl(
+                db.store, io.StringIO(export), progress=neighbour.progress, in_batches=True
+            )
+            assert not isinstance(neighbour.outcome, BaseException), neighbour.outcome
+            assert isinstance(neighbour.outcome, tuple)
+            message_id, big_seen = neighbour.outcome
+            # the batches before 'small' were committed and seen by the other writer
+            assert 2000 <= big_seen < MESSAGES
+            assert (result.sessions, result.messages) == (2, MESSAGES + 1)
+            assert db.get_messages("live")[-1]["id"] == message_id
+            assert db.message_count("big") == MESSAGES and db.message_count("small") == 1
+            counters_equal_rows(db)
+    finally:
+        neighbour.db.close()
+
+
+def test_the_all_or_nothing_import_holds_a_sqlite_writer_off(
+    migrated_sqlite_url: str, export: str
+) -> None:
+    """Why the batches exist: the same writer, the same moment, without them. Its call ends
+    typed within its budget and its message is not in the store."""
+    with SessionDB(url=migrated_sqlite_url) as db:
+        db.create_session("live", "cli")
+    neighbour = Neighbour(
+        migrated_sqlite_url, "small",
+        lambda other: other.append_message("live", "user", "written mid-import"),
+    )  # fmt: skip
+    try:
+        with SessionDB(url=migrated_sqlite_url) as db:
+            import_jsonl(db.store, io.StringIO(export), progress=neighbour.progress)
+            assert isinstance(neighbour.outcome, StoreBusyError), neighbour.outcome
+            assert db.message_count("live") == 0
+            assert db.message_count("big") == MESSAGES
+    finally:
+        neighbour.db.close()
+
+
+@pytest.mark.parametrize("policy", ["skip", "fail", "merge"])
+def test_in_batches_writes_what_the_whole_import_writes(
+    store_url: str, export: str, policy: str
+) -> None:
+    with SessionDB(url=store_url) as db:
+        result = import_jsonl(db.store, io.StringIO(export), on_conflict=policy,  # type: ignore[arg-type]
+                              in_batches=True)  # fmt: skip
+        assert (result.sessions, result.messages, result.skipped_sessions) == (2, MESSAGES + 1, 0)
+        again = import_jsonl(db.store, io.StringIO(export), on_conflict="merge", in_batches=True)
+        assert (again.sessions, again.messages) == (0, 0)
+        dump = io.StringIO()
+        export_jsonl(db.store, dump)
+        assert records(dump.getvalue()) == records(export)
+        counters_equal_rows(db)
+
+
+def test_a_damaged_file_in_batches_writes_nothing(store_url: str, export: str) -> None:
+    damaged = export.rstrip("\n")[:-10] + "\n"
+    with SessionDB(url=store_url) as db:
+        with pytest.raises(ImportFormatError, match=r"line \d+"):
+            import_jsonl(db.store, io.StringIO(damaged), in_batches=True)
+        assert db.session_count() == 0 and db.message_count() == 0
+
+
+def test_a_failure_part_way_keeps_the_batches_and_a_merge_finishes(
+    store_url: str, export: str
+) -> None:
+    """Under ``fail``, a session another writer creates after the checks: the batches before
+    it stay, the error says how many and what to do, and the merge it names finishes."""
+    neighbour = Neighbour(
+        store_url, "small",
+        lambda other: other.create_session("small", "telegram"),
+    )  # fmt: skip
+    try:
+        with SessionDB(url=store_url) as db:
+            with pytest.raises(ImportIncompleteError, match="--on-conflict merge") as raised:
+                import_jsonl(db.store, io.StringIO(export), on_conflict="fail",
+                             progress=neighbour.progress, in_batches=True)  # fmt: skip
+            assert not isinstance(neighbour.outcome, BaseException), neighbour.outcome
+            error = raised.value
+            assert "'small' already exists" in str(error)
+            assert error.sessions_written == 1
+            # the fourth batch (big's last message, then 'small') went back whole
+            assert error.messages_written == db.message_count("big") == MESSAGES - 1
+            finished = import_jsonl(db.store, io.StringIO(export), on_conflict="merge",
+                                    in_batches=True)  # fmt: skip
+            assert (finished.sessions, finished.messages) == (0, 2)
+            assert db.message_count("big") == MESSAGES and db.message_count("small") == 1
+            counters_equal_rows(db)
+    finally:
+        neighbour.db.close()
+
+
+def test_cli_import_in_batches(store_url: str, export: str, tmp_path: Path) -> None:
+    runner = CliRunner(env={"COLUMNS": "200"})
+    path = tmp_path / "export.jsonl"
+    path.write_text(export, encoding="utf-8")
+    assert "--in-batches" in runner.invoke(cli.app, ["import", "--help"]).stdout
+    result = runner.invoke(
+        cli.app, ["--url", store_url, "import", str(path), "--in-batches", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["messages"] == MESSAGES + 1
+    with SessionDB(url=store_url) as db:
+        assert db.message_count() == MESSAGES + 1
+        counters_equal_rows(db)
