@@ -106,6 +106,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import tempfile
 import threading
 import weakref
@@ -579,7 +580,9 @@ _NUMBER_FIELDS = frozenset({"started_at", "ended_at", "timestamp", "estimated_co
                             "last_read_at", "created_at", "activated_at",
                             "capability_checked_at", "linked_at"})  # fmt: skip
 _HEX_DIGEST_LENGTH = 64
-"""``display_identity`` in an export: a SHA-256 digest as hex text."""
+_HEX_DIGEST = re.compile(f"[0-9a-f]{{{_HEX_DIGEST_LENGTH}}}")
+"""``display_identity`` in an export: a SHA-256 digest as lowercase hex text (a pattern: a
+character by character check was a tenth of an import's time)."""
 _REQUIRED_FIELDS = {"session": ("id", "source", "started_at"),
                     "message": ("id", "session_id", "role", "timestamp"),
                     "usage": ("session_id", "model"),
@@ -668,10 +671,7 @@ def _bad_value(kind: str, values: dict[str, Any]) -> str | None:
         return f"key must be text without NUL or lone surrogates, not {values['key']!r}"
     if kind == "message" and values["display_identity"] is not None:
         identity = values["display_identity"]
-        if not (
-            isinstance(identity, str) and len(identity) == _HEX_DIGEST_LENGTH
-            and all(char in "0123456789abcdef" for char in identity)
-        ):
+        if not (isinstance(identity, str) and _HEX_DIGEST.fullmatch(identity)):
             return f"display_identity must be {_HEX_DIGEST_LENGTH} lowercase hex digits"
     for name, value in values.items():
         if value is None or (kind == "message" and name in ("id", "display_identity")):

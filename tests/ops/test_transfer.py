@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -353,6 +354,25 @@ def test_any_state_record_is_read_as_storable_text_or_refused(row: object) -> No
     assert kind == "state" and set(values) == {"key", "value"}
     assert bindable(values["key"])
     assert values["value"] is None or isinstance(values["value"], str)
+
+
+@settings(max_examples=300, deadline=None)
+@given(identity=_JSON_VALUES | st.text(alphabet="0123456789abcdefABCDEF\n ", min_size=62,
+                                        max_size=66))
+def test_a_display_identity_is_64_lowercase_hex_digits_or_refused(identity: object) -> None:
+    message = {"id": 1, "session_id": "s1", "role": "user", "timestamp": 2.0,
+               "display_identity": identity}  # fmt: skip
+    text = _HEADER_V2 + _SESSION + json.dumps({"message": message}) + "\n"
+    valid = isinstance(identity, str) and re.fullmatch("[0-9a-f]{64}", identity, re.ASCII)
+    try:
+        records = list(read_records(io.StringIO(text)))
+    except ImportFormatError as exc:
+        assert identity is not None and not valid
+        assert "display_identity must be 64 lowercase hex digits" in str(exc)
+        return
+    assert identity is None or valid
+    stored = records[1][1]["display_identity"]
+    assert stored == (None if identity is None else bytes.fromhex(str(identity)))
 
 
 # -- Hermes v19...v22 rows: per-model usage, routing, delegations -------------------------------
