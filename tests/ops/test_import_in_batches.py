@@ -203,3 +203,24 @@ def test_cli_import_in_batches(store_url: str, export: str, tmp_path: Path) -> N
     with SessionDB(url=store_url) as db:
         assert db.message_count() == MESSAGES + 1
         counters_equal_rows(db)
+
+
+def test_a_big_whole_import_names_in_batches_on_sqlite(
+    store_url: str, export: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where one transaction holds every other writer off (SQLite), an import of a file that
+    large says so; an import in batches, or into PostgreSQL, does not."""
+    from sessionstore.cli import transfer as cli_transfer
+
+    monkeypatch.setattr(cli_transfer, "LONG_IMPORT_BYTES", len(export.encode()) - 1)
+    runner = CliRunner(env={"COLUMNS": "200"})
+    path = tmp_path / "export.jsonl"
+    path.write_text(export, encoding="utf-8")
+    whole = runner.invoke(cli.app, ["--url", store_url, "import", str(path)])
+    assert whole.exit_code == 0, whole.output
+    assert ("--in-batches" in whole.stderr) == store_url.startswith("sqlite")
+    again = runner.invoke(
+        cli.app, ["--url", store_url, "import", str(path), "--in-batches", "--on-conflict",
+                  "merge"],
+    )  # fmt: skip
+    assert again.exit_code == 0 and "--in-batches" not in again.stderr
