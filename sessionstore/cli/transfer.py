@@ -103,10 +103,21 @@ class ConflictPolicyChoice(str, Enum):
     merge = "merge"
 
 
-LONG_IMPORT_BYTES = 32 * 1024 * 1024
-"""An export this large holds a SQLite store's writers off for seconds when imported whole
-(~840 bytes and ~0.15 ms a short message: 32 MiB is ~40,000 messages, ~6 s): the import says so,
-and names ``--in-batches``."""
+LONG_IMPORT_RECORDS = 40_000
+"""An export of this many records holds a SQLite store's writers off for seconds when imported
+whole (~0.15 ms a short message: ~6 s): the import says so, and names ``--in-batches``."""
+SHORTEST_RECORD_BYTES = 64
+"""No record line is shorter (a message's required fields alone): a file smaller than this
+many bytes a record is not counted."""
+
+
+def _long_import(fp: IO[str]) -> bool:
+    if os.fstat(fp.fileno()).st_size < LONG_IMPORT_RECORDS * SHORTEST_RECORD_BYTES:
+        return False
+    start = fp.tell()
+    records = sum(1 for _ in fp)
+    fp.seek(start)
+    return records >= LONG_IMPORT_RECORDS
 
 
 def _count_sessions_in(fp: IO[str]) -> int:
@@ -170,10 +181,7 @@ def import_(
         if create_if_new(options, mode_of(None if file == "-" else Path(file))):
             out.note(f"created a new session store at {shown(store_url(options))}")
         store = stack.enter_context(open_store(options, write=True))
-        if (
-            not in_batches and store.dialect.serialize_writes_in_process
-            and os.fstat(fp.fileno()).st_size >= LONG_IMPORT_BYTES
-        ):  # fmt: skip
+        if not in_batches and store.dialect.serialize_writes_in_process and _long_import(fp):
             out.note(
                 "this import is one transaction: until it ends, the store's other writers (a "
                 "running agent's) wait, and give up after 20 s; for a store in use, use "

@@ -208,11 +208,13 @@ def test_cli_import_in_batches(store_url: str, export: str, tmp_path: Path) -> N
 def test_a_big_whole_import_names_in_batches_on_sqlite(
     store_url: str, export: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Where one transaction holds every other writer off (SQLite), an import of a file that
-    large says so; an import in batches, or into PostgreSQL, does not."""
+    """Where one transaction holds every other writer off (SQLite), an import of that many
+    records says so, and one record fewer does not; an import in batches, or into PostgreSQL,
+    does not either."""
     from sessionstore.cli import transfer as cli_transfer
 
-    monkeypatch.setattr(cli_transfer, "LONG_IMPORT_BYTES", len(export.encode()) - 1)
+    monkeypatch.setattr(cli_transfer, "LONG_IMPORT_RECORDS", len(export.splitlines()))
+    monkeypatch.setattr(cli_transfer, "SHORTEST_RECORD_BYTES", 1)
     runner = CliRunner(env={"COLUMNS": "200"})
     path = tmp_path / "export.jsonl"
     path.write_text(export, encoding="utf-8")
@@ -224,3 +226,6 @@ def test_a_big_whole_import_names_in_batches_on_sqlite(
                   "merge"],
     )  # fmt: skip
     assert again.exit_code == 0 and "--in-batches" not in again.stderr
+    monkeypatch.setattr(cli_transfer, "LONG_IMPORT_RECORDS", len(export.splitlines()) + 1)
+    fewer = runner.invoke(cli.app, ["--url", store_url, "import", str(path)])
+    assert fewer.exit_code == 0 and "--in-batches" not in fewer.stderr
