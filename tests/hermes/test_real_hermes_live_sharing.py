@@ -386,3 +386,64 @@ def test_our_export_beside_iots_gateway_holds_none_of_its_writes_off(tmp_path: P
     assert before <= exported  # one snapshot: what was there when it began...
     assert not exported & during  # ...and nothing written while it was stuck
     assert_everyone_has(path, set(writer.acked), iot, ["iot-own", "shared"])
+
+
+def _export_of(path: Path, sessions: int, per_session: int) -> None:
+    """A sessionstore export of ``sessions`` sessions of ``per_session`` messages, written as
+    a program writes one (ids far above the live file's own)."""
+    with path.open("w", encoding="utf-8") as out:
+        out.write(json.dumps({"format": "sessionstore-export", "version": 6}) + "\n")
+        for index in range(sessions * per_session):
+            session = f"restored-{index // per_session}"
+            if index % per_session == 0:
+                out.write(json.dumps({"session": {"id": session, "source": "cli",
+                                                  "started_at": 1.0 + index}}) + "\n")  # fmt: skip
+            out.write(json.dumps({"message": {
+                "id": 10_000_000 + index, "session_id": session, "role": "user",
+                "timestamp": 2.0 + index, "content": f"restored {index} kubectl deploy",
+            }}) + "\n")  # fmt: skip
+
+
+def test_an_import_in_batches_beside_iots_gateway_holds_none_of_its_writes_off(
+    tmp_path: Path,
+) -> None:
+    """``sessionstore import --in-batches`` of 20,000 messages into a file iot 0.22.2 is
+    appending to: iot goes on acknowledging appends while the import writes (the second half
+    of its run is all writing: the check of the file comes first), every one of them is in the
+    file, and so is every imported message. A whole import held iot off for its whole write
+    (and one of ~130,000 messages outlasts a writer's 20 s: its message lost)."""
+    path, stop, export = tmp_path / "state.db", tmp_path / "stop", tmp_path / "export.jsonl"
+    SessionDB(path).close()
+    _export_of(export, sessions=100, per_session=200)
+    iot = RealHermesFork(IOT, tmp_path / "home")
+    writer = start_iot(iot, path, stop, minimum=0)
+    with ended(writer):
+        writer.read_until(20)
+        reading = threading.Event()
+
+        def read_on() -> None:
+            while not reading.is_set():
+                writer.read_until(len(writer.acked) + 1)
+
+        go_on = threading.Thread(target=read_on)
+        go_on.start()
+        began = time.time()
+        done = subprocess.run(
+            [sys.executable, "-m", "sessionstore", "--url", str(path), "import", str(export),
+             "--in-batches", "--json"],
+            capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        finished = time.time()
+        reading.set()
+        go_on.join(60)
+        assert not go_on.is_alive()
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["messages"] == 20_000
+        halfway = began + (finished - began) / 2
+        during = [at for at in writer.acked_at if halfway < at < finished]
+        assert len(during) >= 10, (len(during), finished - began)
+        stop.touch()
+        writer.finish()
+    assert_everyone_has(path, set(writer.acked), iot, ["iot-own", "shared"])
+    with SessionDB(path) as db:
+        assert sum(db.message_count(f"restored-{n}") for n in range(100)) == 20_000
