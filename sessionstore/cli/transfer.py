@@ -189,10 +189,18 @@ def import_(
             )
         total = _count_sessions_in(fp) if out.console(stderr=True).is_terminal else None
         with out.progress("importing", total) as advance:
-            result = import_jsonl(
-                store, fp, on_conflict=on_conflict.value, progress=advance,
-                in_batches=in_batches,
-            )
+            try:
+                result = import_jsonl(
+                    store, fp, on_conflict=on_conflict.value, progress=advance,
+                    in_batches=in_batches,
+                )
+            except KeyboardInterrupt:
+                if in_batches:  # (a whole import may have committed by then: not said)
+                    out.note(
+                        "interrupted: the batches committed before stay; the same import "
+                        "with --on-conflict merge finishes it"
+                    )
+                raise
     if as_json:
         out.print_json(asdict(result))
         return

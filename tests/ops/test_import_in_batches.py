@@ -14,7 +14,11 @@ from __future__ import annotations
 
 import io
 import json
+import signal
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -229,3 +233,43 @@ def test_a_big_whole_import_names_in_batches_on_sqlite(
     monkeypatch.setattr(cli_transfer, "LONG_IMPORT_RECORDS", len(export.splitlines()) + 1)
     fewer = runner.invoke(cli.app, ["--url", store_url, "import", str(path)])
     assert fewer.exit_code == 0 and "--in-batches" not in fewer.stderr
+
+
+def test_ctrl_c_part_way_keeps_the_batches_and_the_merge_it_names_finishes(
+    migrated_sqlite_url: str, tmp_path: Path
+) -> None:
+    """A user's Ctrl-C (SIGINT) while ``sessionstore import --in-batches`` writes: the program
+    stops, says what stays and how to finish; the merge it names makes the store hold exactly
+    the file's messages."""
+    path = tmp_path / "export.jsonl"
+    with path.open("w", encoding="utf-8") as out:
+        out.write(json.dumps({"format": "sessionstore-export", "version": 6}) + "\n")
+        for index in range(30_000):
+            if index % 300 == 0:
+                out.write(json.dumps({"session": {"id": f"s{index // 300}", "source": "cli",
+                                                  "started_at": 1.0, "message_count": 300}})
+                          + "\n")  # fmt: skip
+            out.write(json.dumps({"message": {"id": index + 1, "session_id": f"s{index // 300}",
+                                              "role": "user", "timestamp": 2.0,
+                                              "content": f"m{index}"}}) + "\n")  # fmt: skip
+    command = [sys.executable, "-m", "sessionstore", "--url", migrated_sqlite_url, "import",
+               str(path), "--in-batches"]  # fmt: skip
+    program = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with SessionDB(url=migrated_sqlite_url) as db:
+        deadline = time.monotonic() + 120
+        while db.message_count() < 3000 and program.poll() is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        program.send_signal(signal.SIGINT)
+        _, stderr = program.communicate(timeout=120)
+        kept = db.message_count()
+        assert program.returncode != 0 and 3000 <= kept < 30_000, (program.returncode, kept)
+        assert "--on-conflict merge finishes it" in stderr
+        finished = subprocess.run([*command, "--on-conflict", "merge"], capture_output=True,
+                                  text=True, timeout=300, check=False)  # fmt: skip
+        assert finished.returncode == 0, finished.stderr
+        assert db.message_count() == 30_000 and db.session_count() == 100
+        assert {m["content"] for m in db.get_messages("s99")} == {
+            f"m{index}" for index in range(29_700, 30_000)
+        }
+        counters_equal_rows(db)
