@@ -116,6 +116,12 @@ class StoreDialect(Protocol):
     best written into its text rather than bound (SQLite: see ``sql.statements``)."""
     serialize_writes_in_process: bool
     """True where one process's threads should queue for the write lock (SQLite's single writer)."""
+    multi_row_inserts: bool
+    """True where many rows go best as multi-row INSERTs rather than one statement a row
+    (SQLite: FTS5 writes its pending terms out as an index segment at every statement that
+    changes it, so 1,000 single-row statements made 1,000 segments for the commit to merge; an
+    import's inserts took twice as long). False where the driver sends a batch of rows as one
+    (PostgreSQL: psycopg pipelines an executemany)."""
     single_statement_appends: bool
     """True where an append is best one statement in autocommit (a CTE that bumps the counters
     and inserts the row: one round trip to a server instead of BEGIN, two statements, COMMIT)."""

@@ -469,6 +469,7 @@ class PostgreSQLDialect:
     batch_returning_inserts = True  # a round trip per row costs more than one batched statement
     writes_constants_into_statements = False  # a server plans bound values alike
     serialize_writes_in_process = False
+    multi_row_inserts = False  # psycopg pipelines an executemany
     single_statement_appends = True  # one round trip: the CTE is its own transaction
     # psycopg begins a transaction at the first statement: reads keep their explicit one.
     autocommit_snapshot_reads = False

@@ -267,6 +267,7 @@ class SQLiteDialect:
     # Bound, they made SQLite 3.53 prepare a listing again at every run (sql.statements).
     writes_constants_into_statements = True
     serialize_writes_in_process = True
+    multi_row_inserts = True  # FTS5: a segment per statement
     single_statement_appends = False  # in-process: a statement costs microseconds, no trip
     autocommit_snapshot_reads = True  # the driver is in autocommit; BEGIN is ours to send
     connect_at_open = True  # WAL from the moment the store is open

@@ -151,6 +151,7 @@ from ..sql.ledger_tables import LATER_LEDGER_COLUMNS
 from ..sql.ledger_tables import delivery_obligations_table as obligations
 from ..sql.message_content import hermes_form
 from ..sql.records import FIELD_DEFAULTS, MESSAGE_FIELDS, SESSION_FIELDS
+from ..sql.statements import insert_rows
 from ..sql.tables import USAGE_KEY
 from ..sql.tables import async_delegations_table as delegations
 from ..sql.tables import conversation_generations_table as generations
@@ -1249,7 +1250,7 @@ def _insert_renumbered(
 
 def _insert_rows(run_in: _Runner, rows: list[dict[str, Any]]) -> None:
     def run(conn: Connection) -> None:
-        conn.execute(messages.insert(), rows)
+        insert_rows(conn, messages, rows, multi_row=run_in.store.dialect.multi_row_inserts)
 
     run_in(run)
 
@@ -1365,7 +1366,8 @@ def _flush(
                 gained.add(position.session_id)
             local.messages += 1
         if message_rows:
-            conn.execute(messages.insert(), message_rows)
+            insert_rows(conn, messages, message_rows,
+                        multi_row=run_in.store.dialect.multi_row_inserts)  # fmt: skip
             _keep_unset_display_orders(run_in.store, conn, message_rows)
         for values in usage_rows:
             # A row the target holds (a merge, a resumed copy) keeps its figures.

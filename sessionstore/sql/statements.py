@@ -21,6 +21,7 @@ stores compiled the same statements for each (~20 ms of a small store's ~50 ms).
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import operator
 import types
@@ -725,3 +726,55 @@ class HotReads:
         finally:
             cursor.close()
         return rows
+
+
+@functools.lru_cache(maxsize=64)
+def _plain_insert(table: Table, names: tuple[str, ...]) -> ClauseElement:
+    """``INSERT INTO table (names) VALUES (...)``, one object per shape (so compiled once in
+    the process: :class:`CompiledStatement` keys its compiled form by the object)."""
+    return table.insert().values({name: bindparam(name) for name in names})
+
+
+def insert_rows(
+    conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]], *, multi_row: bool
+) -> None:
+    """Insert ``rows`` (dicts of column values) into ``table`` in ``conn``'s transaction.
+
+    ``multi_row`` (``StoreDialect.multi_row_inserts``): as multi-row INSERTs of at most
+    :data:`MAX_BOUND_PARAMETERS` parameters, sent to the driver as the hot statements are, where
+    the parameter style allows; otherwise as an executemany through SQLAlchemy (each run of
+    consecutive rows naming the same columns: one). Each row's triggers fire as for a
+    statement of its own. The values go to the driver as given: a store's columns take plain
+    values (text, numbers, bytes), which no type of theirs converts."""
+    # Consecutive rows of one shape together, in order (an executemany takes one shape too).
+    for names, group in itertools.groupby(rows, key=lambda row: tuple(row)):
+        _insert_alike(conn, table, names, list(group), multi_row=multi_row)
+
+
+def _insert_alike(
+    conn: Connection,
+    table: Table,
+    names: tuple[str, ...],
+    rows: list[Mapping[str, Any]],
+    *,
+    multi_row: bool,
+) -> None:
+    statement = CompiledStatement(_plain_insert(table, names), conn.dialect)
+    if not multi_row or statement.positional_names is None:  # a named parameter style
+        conn.execute(table.insert(), rows)
+        return
+    head, values = statement.sql.split(" VALUES ", 1)
+    per_statement = max(1, MAX_BOUND_PARAMETERS // max(1, len(names)))
+    error: type[Exception] = conn.dialect.loaded_dbapi.Error
+    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    try:
+        for start in range(0, len(rows), per_statement):
+            chunk = rows[start : start + per_statement]
+            sql = f"{head} VALUES {', '.join([values] * len(chunk))}"
+            parameters = [value for row in chunk for value in statement.parameters(row)]
+            try:
+                cursor.execute(sql, parameters)
+            except error as exc:
+                raise DBAPIError.instance(sql, None, exc, error, dialect=conn.dialect) from exc
+    finally:
+        cursor.close()
