@@ -747,8 +747,12 @@ def insert_rows(
     statement of its own. The values go to the driver as given: a store's columns take plain
     values (text, numbers, bytes), which no type of theirs converts."""
     # Consecutive rows of one shape together, in order (an executemany takes one shape too).
-    for names, group in itertools.groupby(rows, key=lambda row: tuple(row)):
+    for names, group in itertools.groupby(rows, key=_column_names):
         _insert_alike(conn, table, names, list(group), multi_row=multi_row)
+
+
+def _column_names(row: Mapping[str, Any]) -> tuple[str, ...]:
+    return tuple(row)
 
 
 def _insert_alike(
