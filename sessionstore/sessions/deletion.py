@@ -91,6 +91,12 @@ GHOST_AGE_S = 24 * 3600.0
 SECONDS_PER_DAY = 86_400
 _DELETE_CHUNK = 500
 """Ids per statement: within every database's bound-parameter limit."""
+PRUNE_TURN_MESSAGES = 20_000
+"""About the most messages one write transaction of a prune deletes (a session is never split:
+one larger goes alone). A prune of a year of history in one transaction held the store's other
+writers off for as long as it took (~2.7 s per 100,000 messages on SQLite: a writer's 20 s
+budget gone by ~700,000, its message lost); in turns of this size each holds the lock about
+half a second, and the writers go on between them."""
 ORPHAN_REAP_END_REASON = "startup_orphan_reap"
 
 
@@ -445,12 +451,31 @@ class DeletionPart(RepositoryPart):
         condition = self._prunable_condition(cutoff, source)
         read = self.store.read_shape
 
-        def run(conn: Connection) -> Deletion:
-            doomed = _whole_lineages(conn, spare_pins(conn, read, condition))
-            _delete_sessions(conn, doomed)
-            return Deletion(len(doomed), tuple(doomed))
+        return self._delete_in_turns(
+            lambda conn: _whole_lineages(conn, spare_pins(conn, read, condition))
+        )
 
-        return self.store.write(run)
+    def _delete_in_turns(self, doomed_now: Callable[[Connection], list[str]]) -> Deletion:
+        """Delete what ``doomed_now`` selects, in write transactions of about
+        :data:`PRUNE_TURN_MESSAGES` messages each, so that a large prune never holds the
+        store's other writers off for long. Every turn selects again, by the same rule, under
+        its own write lock, and deletes only from what it selected: a session that stopped
+        qualifying between turns (resumed, pinned, under a lease) is spared, and each turn
+        deletes at least one session, so the prune ends. A failure in a later turn leaves the
+        earlier turns' deletions in place (a prune run again finishes)."""
+        removed: list[str] = []
+
+        def turn(conn: Connection) -> tuple[list[str], bool]:
+            doomed = sorted(doomed_now(conn))
+            taken = _one_turn(conn, doomed)
+            _delete_sessions(conn, taken)
+            return taken, len(taken) < len(doomed)
+
+        while True:
+            taken, more = self.store.write(turn)
+            removed.extend(taken)
+            if not more:
+                return Deletion(len(removed), tuple(removed))
 
     @reads
     def prunable_sessions(
@@ -649,15 +674,14 @@ class DeletionPart(RepositoryPart):
         selection = self._selection(older_than_days, source, filters)
         guards = validation.flag(exclude_active_write_guards, "exclude_active_write_guards")
 
-        def run(conn: Connection) -> Deletion:
+        def doomed_now(conn: Connection) -> list[str]:
             doomed = _whole_lineages(conn, selection(conn))
             if guards and doomed:
                 spared = turn_guarded(conn, doomed, self.clock())
                 doomed = [session_id for session_id in doomed if session_id not in spared]
-            _delete_sessions(conn, doomed)
-            return Deletion(len(doomed), tuple(doomed))
+            return doomed
 
-        return self.store.write(run)
+        return self._delete_in_turns(doomed_now)
 
     # -- never-active keyed sessions (iot 0.22.2) ----------------------------------------------
     @reads
@@ -787,6 +811,26 @@ CANDIDATE_FIELDS = (
     "archived",
 )  # fmt: skip
 """What ``list_prune_candidates`` says of each session (iot 0.22.2's columns)."""
+
+
+def _one_turn(conn: Connection, doomed: list[str]) -> list[str]:
+    """The first of ``doomed`` (sorted) whose messages add up to about
+    :data:`PRUNE_TURN_MESSAGES` (by their counters, which only size the turn); at least one."""
+    taken: list[str] = []
+    held = 0
+    for start in range(0, len(doomed), _DELETE_CHUNK):
+        chunk = doomed[start : start + _DELETE_CHUNK]
+        counts = dict(
+            conn.execute(
+                select(sessions.c.id, sessions.c.message_count).where(sessions.c.id.in_(chunk))
+            ).all()
+        )
+        for session_id in chunk:
+            held += max(0, int(counts.get(session_id) or 0))
+            if taken and held > PRUNE_TURN_MESSAGES:
+                return taken
+            taken.append(session_id)
+    return taken
 
 
 def _whole_lineages(conn: Connection, condition: ColumnElement[bool]) -> list[str]:
