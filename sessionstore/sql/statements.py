@@ -516,8 +516,7 @@ class HotWrites:
         statement = self._insert_many
         sql = self._multi_row_sql.get(count)
         if sql is None:
-            head, values = statement.sql.split(" VALUES ", 1)
-            sql = self._multi_row_sql[count] = f"{head} VALUES {', '.join([values] * count)}"
+            sql = self._multi_row_sql[count] = values_repeated(statement.sql, count)
         parameters = [value for row in rows for value in statement.parameters(row)]
         cursor = self._cursor(conn)
         try:
@@ -728,6 +727,13 @@ class HotReads:
         return rows
 
 
+def values_repeated(sql: str, count: int) -> str:
+    """A one-row ``INSERT ... VALUES (...)`` with its VALUES list written ``count`` times:
+    the multi-row form of a positional statement (its parameters, row after row)."""
+    head, values = sql.split(" VALUES ", 1)
+    return f"{head} VALUES {', '.join([values] * count)}"
+
+
 @functools.lru_cache(maxsize=64)
 def _plain_insert(table: Table, names: tuple[str, ...]) -> ClauseElement:
     """``INSERT INTO table (names) VALUES (...)``, one object per shape (so compiled once in
@@ -763,18 +769,17 @@ def _insert_alike(
     *,
     multi_row: bool,
 ) -> None:
-    statement = CompiledStatement(_plain_insert(table, names), conn.dialect)
-    if not multi_row or statement.positional_names is None:  # a named parameter style
+    statement = CompiledStatement(_plain_insert(table, names), conn.dialect) if multi_row else None
+    if statement is None or statement.positional_names is None:  # or a named parameter style
         conn.execute(table.insert(), rows)
         return
-    head, values = statement.sql.split(" VALUES ", 1)
     per_statement = max(1, MAX_BOUND_PARAMETERS // max(1, len(names)))
     error: type[Exception] = conn.dialect.loaded_dbapi.Error
     cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
     try:
         for start in range(0, len(rows), per_statement):
             chunk = rows[start : start + per_statement]
-            sql = f"{head} VALUES {', '.join([values] * len(chunk))}"
+            sql = values_repeated(statement.sql, len(chunk))
             parameters = [value for row in chunk for value in statement.parameters(row)]
             try:
                 cursor.execute(sql, parameters)

@@ -14,29 +14,14 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from big_export import BIG_SESSION_MESSAGES
 from typer.testing import CliRunner
 
 from sessionstore import ConstraintViolationError, SessionDB, Store, cli
 from sessionstore.errors import UnknownSessionError
-from sessionstore.ops.transfer import ImportFormatError, copy_store, export_jsonl, import_jsonl
+from sessionstore.ops.transfer import ImportFormatError, copy_store, import_jsonl
 
-MESSAGES = 3000
-
-
-@pytest.fixture(scope="module")
-def big_export(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """One session of 3,000 messages (ids 1..3000) and a small one, as an export."""
-    url = f"sqlite:///{tmp_path_factory.mktemp('source')}/source.db"
-    with SessionDB(url=url) as db:
-        db.create_session("big", "cli")
-        for start in range(0, MESSAGES, 500):
-            db.append_messages("big", [{"role": "user", "content": f"m{index}"}
-                                       for index in range(start, start + 500)])
-        db.create_session("small", "telegram")
-        db.append_message("small", "user", "hello")
-        buffer = io.StringIO()
-        export_jsonl(db.store, buffer)
-    return buffer.getvalue()
+MESSAGES = BIG_SESSION_MESSAGES
 
 
 @pytest.fixture

@@ -23,34 +23,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from big_export import BIG_SESSION_MESSAGES
 from typer.testing import CliRunner
 
 from sessionstore import ImportIncompleteError, RetryPolicy, SessionDB, StoreBusyError, cli
 from sessionstore.ops.transfer import ImportFormatError, export_jsonl, import_jsonl
 
-MESSAGES = 3000
-"""Messages of the export's first session: three batches of 1,000 rows and the start of a
-fourth before the second session's row is read."""
+MESSAGES = BIG_SESSION_MESSAGES
 pytestmark = pytest.mark.slow  # each test imports 3,000 messages, some twice or three times
 
 QUICK = RetryPolicy(max_attempts=50, budget_s=1.0)
 """The other writer's patience: an import holding the lock outlasts it."""
-
-
-@pytest.fixture(scope="module")
-def export(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """Session 'big' of 3,000 messages, then 'small' with one, as an export."""
-    url = f"sqlite:///{tmp_path_factory.mktemp('source')}/source.db"
-    with SessionDB(url=url) as db:
-        db.create_session("big", "cli")
-        for start in range(0, MESSAGES, 500):
-            db.append_messages("big", [{"role": "user", "content": f"m{index}"}
-                                       for index in range(start, start + 500)])  # fmt: skip
-        db.create_session("small", "telegram")
-        db.append_message("small", "user", "hello")
-        buffer = io.StringIO()
-        export_jsonl(db.store, buffer)
-    return buffer.getvalue()
 
 
 def records(dump: str) -> list[str]:
@@ -92,7 +75,7 @@ class Neighbour:
         assert not thread.is_alive()
 
 
-def test_a_writer_goes_on_while_an_import_in_batches_runs(store_url: str, export: str) -> None:
+def test_a_writer_goes_on_while_an_import_in_batches_runs(store_url: str, big_export: str) -> None:
     with SessionDB(url=store_url) as db:
         db.create_session("live", "cli")
 
@@ -105,7 +88,7 @@ def test_a_writer_goes_on_while_an_import_in_batches_runs(store_url: str, export
     try:
         with SessionDB(url=store_url) as db:
             result = import_jsonl(
-                db.store, io.StringIO(export), progress=neighbour.progress, in_batches=True
+                db.store, io.StringIO(big_export), progress=neighbour.progress, in_batches=True
             )
             assert not isinstance(neighbour.outcome, BaseException), neighbour.outcome
             assert isinstance(neighbour.outcome, tuple)
@@ -121,7 +104,7 @@ def test_a_writer_goes_on_while_an_import_in_batches_runs(store_url: str, export
 
 
 def test_the_all_or_nothing_import_holds_a_sqlite_writer_off(
-    migrated_sqlite_url: str, export: str
+    migrated_sqlite_url: str, big_export: str
 ) -> None:
     """Why the batches exist: the same writer, the same moment, without them. Its call ends
     typed within its budget and its message is not in the store."""
@@ -133,7 +116,7 @@ def test_the_all_or_nothing_import_holds_a_sqlite_writer_off(
     )  # fmt: skip
     try:
         with SessionDB(url=migrated_sqlite_url) as db:
-            import_jsonl(db.store, io.StringIO(export), progress=neighbour.progress)
+            import_jsonl(db.store, io.StringIO(big_export), progress=neighbour.progress)
             assert isinstance(neighbour.outcome, StoreBusyError), neighbour.outcome
             assert db.message_count("live") == 0
             assert db.message_count("big") == MESSAGES
@@ -141,20 +124,24 @@ def test_the_all_or_nothing_import_holds_a_sqlite_writer_off(
         neighbour.db.close()
 
 
-def test_in_batches_writes_what_the_whole_import_writes(store_url: str, export: str) -> None:
+def test_in_batches_writes_what_the_whole_import_writes(store_url: str, big_export: str) -> None:
     with SessionDB(url=store_url) as db:
-        result = import_jsonl(db.store, io.StringIO(export), on_conflict="fail", in_batches=True)
+        result = import_jsonl(
+            db.store, io.StringIO(big_export), on_conflict="fail", in_batches=True
+        )
         assert (result.sessions, result.messages, result.skipped_sessions) == (2, MESSAGES + 1, 0)
-        again = import_jsonl(db.store, io.StringIO(export), on_conflict="merge", in_batches=True)
+        again = import_jsonl(
+            db.store, io.StringIO(big_export), on_conflict="merge", in_batches=True
+        )
         assert (again.sessions, again.messages) == (0, 0)
         dump = io.StringIO()
         export_jsonl(db.store, dump)
-        assert records(dump.getvalue()) == records(export)
+        assert records(dump.getvalue()) == records(big_export)
         counters_equal_rows(db)
 
 
-def test_a_damaged_file_in_batches_writes_nothing(store_url: str, export: str) -> None:
-    damaged = export.rstrip("\n")[:-10] + "\n"
+def test_a_damaged_file_in_batches_writes_nothing(store_url: str, big_export: str) -> None:
+    damaged = big_export.rstrip("\n")[:-10] + "\n"
     with SessionDB(url=store_url) as db:
         with pytest.raises(ImportFormatError, match=r"line \d+"):
             import_jsonl(db.store, io.StringIO(damaged), in_batches=True)
@@ -162,7 +149,7 @@ def test_a_damaged_file_in_batches_writes_nothing(store_url: str, export: str) -
 
 
 def test_a_failure_part_way_keeps_the_batches_and_a_merge_finishes(
-    store_url: str, export: str
+    store_url: str, big_export: str
 ) -> None:
     """Under ``fail``, a session another writer creates after the checks: the batches before
     it stay, the error says how many and what to do, and the merge it names finishes."""
@@ -173,7 +160,7 @@ def test_a_failure_part_way_keeps_the_batches_and_a_merge_finishes(
     try:
         with SessionDB(url=store_url) as db:
             with pytest.raises(ImportIncompleteError, match="--on-conflict merge") as raised:
-                import_jsonl(db.store, io.StringIO(export), on_conflict="fail",
+                import_jsonl(db.store, io.StringIO(big_export), on_conflict="fail",
                              progress=neighbour.progress, in_batches=True)  # fmt: skip
             assert not isinstance(neighbour.outcome, BaseException), neighbour.outcome
             error = raised.value
@@ -181,7 +168,7 @@ def test_a_failure_part_way_keeps_the_batches_and_a_merge_finishes(
             assert error.sessions_written == 1
             # the fourth batch (big's last message, then 'small') went back whole
             assert error.messages_written == db.message_count("big") == MESSAGES - 1
-            finished = import_jsonl(db.store, io.StringIO(export), on_conflict="merge",
+            finished = import_jsonl(db.store, io.StringIO(big_export), on_conflict="merge",
                                     in_batches=True)  # fmt: skip
             assert (finished.sessions, finished.messages) == (0, 2)
             assert db.message_count("big") == MESSAGES and db.message_count("small") == 1
@@ -190,10 +177,10 @@ def test_a_failure_part_way_keeps_the_batches_and_a_merge_finishes(
         neighbour.db.close()
 
 
-def test_cli_import_in_batches(store_url: str, export: str, tmp_path: Path) -> None:
+def test_cli_import_in_batches(store_url: str, big_export: str, tmp_path: Path) -> None:
     runner = CliRunner(env={"COLUMNS": "200"})
     path = tmp_path / "export.jsonl"
-    path.write_text(export, encoding="utf-8")
+    path.write_text(big_export, encoding="utf-8")
     assert "--in-batches" in runner.invoke(cli.app, ["import", "--help"]).stdout
     result = runner.invoke(
         cli.app, ["--url", store_url, "import", str(path), "--in-batches", "--json"]
@@ -206,18 +193,18 @@ def test_cli_import_in_batches(store_url: str, export: str, tmp_path: Path) -> N
 
 
 def test_a_big_whole_import_names_in_batches_on_sqlite(
-    store_url: str, export: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store_url: str, big_export: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Where one transaction holds every other writer off (SQLite), an import of that many
     records says so, and one record fewer does not; an import in batches, or into PostgreSQL,
     does not either."""
     from sessionstore.cli import transfer as cli_transfer
 
-    monkeypatch.setattr(cli_transfer, "LONG_IMPORT_RECORDS", len(export.splitlines()))
+    monkeypatch.setattr(cli_transfer, "LONG_IMPORT_RECORDS", len(big_export.splitlines()))
     monkeypatch.setattr(cli_transfer, "SHORTEST_RECORD_BYTES", 1)
     runner = CliRunner(env={"COLUMNS": "200"})
     path = tmp_path / "export.jsonl"
-    path.write_text(export, encoding="utf-8")
+    path.write_text(big_export, encoding="utf-8")
     whole = runner.invoke(cli.app, ["--url", store_url, "import", str(path)])
     assert whole.exit_code == 0, whole.output
     assert ("--in-batches" in whole.stderr) == store_url.startswith("sqlite")
@@ -226,7 +213,7 @@ def test_a_big_whole_import_names_in_batches_on_sqlite(
                   "merge"],
     )  # fmt: skip
     assert again.exit_code == 0 and "--in-batches" not in again.stderr
-    monkeypatch.setattr(cli_transfer, "LONG_IMPORT_RECORDS", len(export.splitlines()) + 1)
+    monkeypatch.setattr(cli_transfer, "LONG_IMPORT_RECORDS", len(big_export.splitlines()) + 1)
     fewer = runner.invoke(cli.app, ["--url", store_url, "import", str(path)])
     assert fewer.exit_code == 0 and "--in-batches" not in fewer.stderr
 
