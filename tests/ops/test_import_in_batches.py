@@ -218,6 +218,15 @@ def test_a_big_whole_import_names_in_batches_on_sqlite(
     assert fewer.exit_code == 0 and "--in-batches" not in fewer.stderr
 
 
+AS_FROM_A_TERMINAL = (
+    "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "runpy.run_module('sessionstore', run_name='__main__', alter_sys=True)"
+)
+"""``python -m sessionstore`` with Ctrl-C turned into ``KeyboardInterrupt`` as a terminal's
+start leaves it: a background job of a non-interactive shell (CI's) starts its programs with
+SIGINT ignored, and Python then leaves it ignored (the program ran to its end)."""
+
+
 def test_ctrl_c_part_way_keeps_the_batches_and_the_merge_it_names_finishes(
     migrated_sqlite_url: str, tmp_path: Path
 ) -> None:
@@ -240,7 +249,7 @@ def test_ctrl_c_part_way_keeps_the_batches_and_the_merge_it_names_finishes(
             out.write(json.dumps({"message": {"id": index + 1, "session_id": session,
                                               "role": "user", "timestamp": 2.0,
                                               "content": f"m{index}"}}) + "\n")  # fmt: skip
-    command = [sys.executable, "-m", "sessionstore", "--url", migrated_sqlite_url, "import",
+    command = [sys.executable, "-c", AS_FROM_A_TERMINAL, "--url", migrated_sqlite_url, "import",
                str(path), "--in-batches"]  # fmt: skip
     program = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     with SessionDB(url=migrated_sqlite_url) as db:
