@@ -111,20 +111,32 @@ SHORTEST_RECORD_BYTES = 64
 many bytes a record is not counted."""
 
 
-def _long_import(fp: IO[str]) -> bool:
-    if os.fstat(fp.fileno()).st_size < LONG_IMPORT_RECORDS * SHORTEST_RECORD_BYTES:
-        return False
-    start = fp.tell()
-    records = sum(1 for _ in fp)
-    fp.seek(start)
-    return records >= LONG_IMPORT_RECORDS
+class _FileTally:
+    """What the import says before it starts, read in one pass over the file, and only when
+    asked: its records (the long-import note) and its sessions (the progress bar's total)."""
 
+    def __init__(self, fp: IO[str]) -> None:
+        self._fp = fp
+        self._counts: tuple[int, int] | None = None
 
-def _count_sessions_in(fp: IO[str]) -> int:
-    start = fp.tell()
-    count = sum(1 for line in fp if line.startswith('{"session"'))
-    fp.seek(start)
-    return count
+    def _count(self) -> tuple[int, int]:
+        if self._counts is None:
+            start = self._fp.tell()
+            records = sessions = 0
+            for line in self._fp:
+                records += 1
+                sessions += line.startswith('{"session"')
+            self._fp.seek(start)
+            self._counts = (records, sessions)
+        return self._counts
+
+    def long(self) -> bool:
+        if os.fstat(self._fp.fileno()).st_size < LONG_IMPORT_RECORDS * SHORTEST_RECORD_BYTES:
+            return False
+        return self._count()[0] >= LONG_IMPORT_RECORDS
+
+    def sessions(self) -> int:
+        return self._count()[1]
 
 
 @app.command("import", cls=PlainCommand)
@@ -181,13 +193,14 @@ def import_(
         if create_if_new(options, mode_of(None if file == "-" else Path(file))):
             out.note(f"created a new session store at {shown(store_url(options))}")
         store = stack.enter_context(open_store(options, write=True))
-        if not in_batches and store.dialect.serialize_writes_in_process and _long_import(fp):
+        tally = _FileTally(fp)
+        if not in_batches and store.dialect.serialize_writes_in_process and tally.long():
             out.note(
                 "this import is one transaction: until it ends, the store's other writers (a "
                 "running agent's) wait, and give up after 20 s; for a store in use, use "
                 "--in-batches"
             )
-        total = _count_sessions_in(fp) if out.console(stderr=True).is_terminal else None
+        total = tally.sessions() if out.console(stderr=True).is_terminal else None
         with out.progress("importing", total) as advance:
             try:
                 result = import_jsonl(
