@@ -116,6 +116,12 @@ class StoreDialect(Protocol):
     best written into its text rather than bound (SQLite: see ``sql.statements``)."""
     serialize_writes_in_process: bool
     """True where one process's threads should queue for the write lock (SQLite's single writer)."""
+    foreign_writer_poll_s: float | None
+    """The longest a writer outside this package's queue sleeps between two tries of the
+    store's write lock, so that a long task writing in turns (an import in batches, a prune)
+    leaves the lock free that long now and then (``storage.write_turns``). SQLite: 0.1, the
+    longest sleep of its default busy handler, which every Hermes's ``timeout=`` is. None where
+    writers queue for their locks instead of polling (PostgreSQL)."""
     multi_row_inserts: bool
     """True where many rows go best as multi-row INSERTs rather than one statement a row
     (SQLite: FTS5 writes its pending terms out as an index segment at every statement that

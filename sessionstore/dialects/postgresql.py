@@ -470,6 +470,7 @@ class PostgreSQLDialect:
     writes_constants_into_statements = False  # a server plans bound values alike
     serialize_writes_in_process = False
     multi_row_inserts = False  # psycopg pipelines an executemany
+    foreign_writer_poll_s: float | None = None  # a server queues waiters and wakes them in turn
     single_statement_appends = True  # one round trip: the CTE is its own transaction
     # psycopg begins a transaction at the first statement: reads keep their explicit one.
     autocommit_snapshot_reads = False

@@ -268,6 +268,8 @@ class SQLiteDialect:
     writes_constants_into_statements = True
     serialize_writes_in_process = True
     multi_row_inserts = True  # FTS5: a segment per statement
+    # sqliteDefaultBusyCallback sleeps 1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, then 100 ms.
+    foreign_writer_poll_s: float | None = 0.1
     single_statement_appends = False  # in-process: a statement costs microseconds, no trip
     autocommit_snapshot_reads = True  # the driver is in autocommit; BEGIN is ours to send
     connect_at_open = True  # WAL from the moment the store is open

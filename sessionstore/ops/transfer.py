@@ -167,6 +167,7 @@ from ..sql.topic_tables import topic_mode_table as topic_modes
 from ..sql.validation import SourceFilter
 from ..storage.private_files import create_empty_file, mode_of, private_copy, publish_over
 from ..storage.store import Store
+from ..storage.write_turns import WriteTurns
 
 logger = logging.getLogger(__name__)
 
@@ -1212,16 +1213,18 @@ def _with_hermes_marker(row: dict[str, Any]) -> dict[str, Any]:
 
 
 class _Runner:
-    """Runs a piece of work in the open transaction, or else in a write transaction of its own."""
+    """Runs a piece of work in the open transaction, or else in a write transaction of its own,
+    one of the task's turns (standing aside now and then for writers outside the queue)."""
 
     def __init__(self, store: Store, conn: Connection | None) -> None:
         self.store = store
         self.conn = conn
+        self.turns = WriteTurns(store)
 
     def __call__(self, work: Callable[[Connection], T]) -> T:
         if self.conn is not None:
             return work(self.conn)
-        return self.store.write(work)
+        return self.turns.write(work)
 
 
 def _spooled(values: dict[str, Any]) -> dict[str, Any]:

@@ -72,6 +72,7 @@ from ..sql.tables import messages_table as messages
 from ..sql.tables import session_model_usage_table as usage
 from ..sql.tables import sessions_table as sessions
 from ..sql.validation import SourceFilter, bindable
+from ..storage.write_turns import WriteTurns
 from .access import reads, writes
 from .display_history import display_message_dicts, expected_display_histories
 from .lineage import (
@@ -464,6 +465,7 @@ class DeletionPart(RepositoryPart):
         deletes at least one session, so the prune ends. A failure in a later turn leaves the
         earlier turns' deletions in place (a prune run again finishes)."""
         removed: list[str] = []
+        turns = WriteTurns(self.store)
 
         def turn(conn: Connection) -> tuple[list[str], bool]:
             doomed = sorted(doomed_now(conn))
@@ -472,7 +474,7 @@ class DeletionPart(RepositoryPart):
             return taken, len(taken) < len(doomed)
 
         while True:
-            taken, more = self.store.write(turn)
+            taken, more = turns.write(turn)
             removed.extend(taken)
             if not more:
                 return Deletion(len(removed), tuple(removed))
