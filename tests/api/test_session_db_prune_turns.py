@@ -17,9 +17,11 @@ from typing import Any
 
 import pytest
 from store_sql import run
+from write_gaps import gaps_between_writes
 
 from sessionstore import RetryPolicy, SessionDB
 from sessionstore.sessions import deletion
+from sessionstore.storage.write_turns import MARGIN_S
 
 DAY = 86_400.0
 SESSIONS = 12
@@ -133,3 +135,19 @@ def test_a_turn_takes_whole_sessions_and_at_least_one(store_url: str) -> None:
             assert [len(turn) for turn in sizes()] == [3, 3, 3, 3]
         finally:
             deletion.PRUNE_TURN_MESSAGES = original
+
+
+def test_a_prune_in_turns_stands_aside_between_them_for_writers_outside_the_queue(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hermes waits for SQLite's lock in its busy handler, trying up to 100 ms apart: a turn
+    begun as soon as the last one committed left it no way in (``storage.write_turns``)."""
+    monkeypatch.setattr(deletion, "PRUNE_TURN_MESSAGES", 2 * MESSAGES)  # two sessions a turn
+    with SessionDB(url=store_url) as db:
+        doomed = old_sessions(db)
+        gaps = gaps_between_writes(monkeypatch, db.store)
+        assert db.prune_sessions(older_than_days=90) == len(doomed)
+        assert len(gaps) == SESSIONS // 2 - 1
+        poll = db.store.dialect.foreign_writer_poll_s
+        if poll is not None:  # PostgreSQL's lock waiters queue: nothing pauses there
+            assert min(gaps) >= poll + MARGIN_S
