@@ -1358,6 +1358,7 @@ class AsyncSessionRepository:
         source: SourceFilter = None,
         *,
         exclude_active_write_guards: bool = False,
+        on_turn: Callable[[list[str]], object] | None = None,
         **filters: Any,
     ) -> Deletion:
         return await self._write(
@@ -1365,6 +1366,7 @@ class AsyncSessionRepository:
                 older_than_days,
                 source,
                 exclude_active_write_guards=exclude_active_write_guards,
+                on_turn=on_turn,
                 **filters,
             )
         )

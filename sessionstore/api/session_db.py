@@ -2299,13 +2299,11 @@ class SessionDB:
         kept unless ``include_pinned=True``, as iot 0.22.2 keeps them;
         ``exclude_active_write_guards`` (iot's automatic maintenance) also keeps the sessions
         under a live turn or compression lease."""
-        sessions_directory(sessions_dir)  # refused before anything is deleted
-        deletion = delete_with_transcripts(
-            sessions_dir,
-            lambda: self._repo.prune_sessions_matching(
-                older_than_days, source,
-                exclude_active_write_guards=exclude_active_write_guards, **filters,
-            ),
+        directory = sessions_directory(sessions_dir)  # refused before anything is deleted
+        # Each turn's files as soon as it commits: a later turn's failure leaves none behind.
+        deletion = self._repo.prune_sessions_matching(
+            older_than_days, source, exclude_active_write_guards=exclude_active_write_guards,
+            on_turn=lambda removed: remove_transcripts(directory, removed), **filters,
         )  # fmt: skip
         return deletion.total
 

@@ -456,14 +456,19 @@ class DeletionPart(RepositoryPart):
             lambda conn: _whole_lineages(conn, spare_pins(conn, read, condition))
         )
 
-    def _delete_in_turns(self, doomed_now: Callable[[Connection], list[str]]) -> Deletion:
+    def _delete_in_turns(
+        self,
+        doomed_now: Callable[[Connection], list[str]],
+        on_turn: Callable[[list[str]], object] | None = None,
+    ) -> Deletion:
         """Delete what ``doomed_now`` selects, in write transactions of about
         :data:`PRUNE_TURN_MESSAGES` messages each, so that a large prune never holds the
         store's other writers off for long. Every turn selects again, by the same rule, under
         its own write lock, and deletes only from what it selected: a session that stopped
         qualifying between turns (resumed, pinned, under a lease) is spared, and each turn
         deletes at least one session, so the prune ends. A failure in a later turn leaves the
-        earlier turns' deletions in place (a prune run again finishes)."""
+        earlier turns' deletions in place (a prune run again finishes). ``on_turn`` is called
+        with each turn's deleted ids once it has committed."""
         removed: list[str] = []
         turns = WriteTurns(self.store)
 
@@ -476,6 +481,8 @@ class DeletionPart(RepositoryPart):
         while True:
             taken, more = turns.write(turn)
             removed.extend(taken)
+            if on_turn is not None and taken:
+                on_turn(taken)
             if not more:
                 return Deletion(len(removed), tuple(removed))
 
@@ -666,13 +673,17 @@ class DeletionPart(RepositoryPart):
         source: SourceFilter = None,
         *,
         exclude_active_write_guards: bool = False,
+        on_turn: Callable[[list[str]], object] | None = None,
         **filters: Any,
     ) -> Deletion:
         """Delete what ``list_prune_candidates`` with these arguments selects (children
         orphaned), saying which went: Hermes 0.18.1's ``prune_sessions`` with filters.
         ``exclude_active_write_guards`` (iot 0.22.2's automatic maintenance) also spares
         every session under a live turn lease or compression lease
-        (:func:`.session_state.turn_guarded`)."""
+        (:func:`.session_state.turn_guarded`). ``on_turn``: called with the ids each turn
+        deleted as soon as it has committed, in the thread running the prune (the Hermes
+        facade removes their transcript files there: a prune that fails in a later turn
+        leaves no file of a session it deleted)."""
         selection = self._selection(older_than_days, source, filters)
         guards = validation.flag(exclude_active_write_guards, "exclude_active_write_guards")
 
@@ -683,7 +694,7 @@ class DeletionPart(RepositoryPart):
                 doomed = [session_id for session_id in doomed if session_id not in spared]
             return doomed
 
-        return self._delete_in_turns(doomed_now)
+        return self._delete_in_turns(doomed_now, on_turn)
 
     # -- never-active keyed sessions (iot 0.22.2) ----------------------------------------------
     @reads

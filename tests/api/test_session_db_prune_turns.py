@@ -151,3 +151,38 @@ def test_a_prune_in_turns_stands_aside_between_them_for_writers_outside_the_queu
         poll = db.store.dialect.foreign_writer_poll_s
         if poll is not None:  # PostgreSQL's lock waiters queue: nothing pauses there
             assert min(gaps) >= poll + MARGIN_S
+
+
+def test_a_prune_failing_part_way_leaves_no_file_of_a_session_it_deleted(
+    store_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """The transcript files of each turn's sessions go as soon as that turn commits. They went
+    when the whole prune returned: one failing in a later turn left the files of the sessions
+    its earlier turns deleted, and no later prune found those sessions to remove them."""
+    monkeypatch.setattr(deletion, "PRUNE_TURN_MESSAGES", 2 * MESSAGES)  # two sessions a turn
+    sessions_dir = tmp_path / "sessions"
+    sessions_dir.mkdir()
+    with SessionDB(url=store_url) as db:
+        doomed = old_sessions(db)
+        for session_id in doomed:
+            (sessions_dir / f"{session_id}.jsonl").write_text("{}\n")
+            (sessions_dir / f"request_dump_{session_id}_1.json").write_text("{}")
+        write, calls = db.store.write, []
+
+        def third_fails(work: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+            calls.append(work)
+            if len(calls) == 3:
+                raise RuntimeError("the disk went away")
+            return write(work, *args, **kwargs)
+
+        monkeypatch.setattr(db.store, "write", third_fails)
+        with pytest.raises(RuntimeError, match="went away"):
+            db.prune_sessions(older_than_days=90, sessions_dir=sessions_dir)
+        monkeypatch.undo()
+        kept = {s for s in doomed if db.get_session(s) is not None}
+        assert len(kept) == SESSIONS - 4  # two turns of two sessions committed
+        files = {path.name for path in sessions_dir.iterdir()}
+        assert files == {f"{s}.jsonl" for s in kept} | {f"request_dump_{s}_1.json" for s in kept}
+        # The prune run again finishes, files included.
+        assert db.prune_sessions(older_than_days=90, sessions_dir=sessions_dir) == len(kept)
+        assert list(sessions_dir.iterdir()) == []
