@@ -2206,6 +2206,9 @@ class AsyncSessionRepository:
     async def reclaimable_fraction(self) -> float | None:
         return await self._read(lambda repo: repo.reclaimable_fraction())
 
+    async def vacuum_memory_shortfall(self) -> str | None:
+        return await self._read(lambda repo: repo.vacuum_memory_shortfall())
+
     async def purge_stale_tool_call_markers(
         self,
         *,

@@ -2920,9 +2920,12 @@ class SessionDB:
         is free (the fraction read is ``freelist_ratio``; PostgreSQL has none and goes by
         time). Decision: None (the default) is Hermes 0.19.0's ungated VACUUM, not iot's 30
         days and 0.25 (``sessions.maintenance.IOT_VACUUM_*``): the drop-in serves both, and
-        a 0.19.0 caller's VACUUM must not silently stop. Never raises; ``{skipped, pruned,
-        vacuumed}`` (and ``error`` on failure). iot's ``closed`` (its sweep of orphaned
-        gateway sessions) is not done here."""
+        a 0.19.0 caller's VACUUM must not silently stop. Where this store's SQLite builds a
+        VACUUM's copy in memory (pysqlite3) and it would take more than half the memory the
+        machine has available, the VACUUM is skipped and says why in ``vacuum_skipped``
+        (Hermes's standard-library SQLite writes that copy to a file). Never raises;
+        ``{skipped, pruned, vacuumed}`` (and ``error`` on failure). iot's ``closed`` (its
+        sweep of orphaned gateway sessions) is not done here."""
         return auto_prune_and_vacuum(
             self,
             retention_days=retention_days,
@@ -2932,6 +2935,7 @@ class SessionDB:
             min_vacuum_interval_days=min_vacuum_interval_days,
             min_vacuum_freelist_ratio=min_vacuum_freelist_ratio,
             reclaimable=self._repo.reclaimable_fraction,
+            memory_shortfall=self._repo.vacuum_memory_shortfall,
         )
 
     @writes

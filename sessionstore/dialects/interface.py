@@ -384,6 +384,13 @@ class StoreDialect(Protocol):
         where the database gives no such figure cheaply (PostgreSQL, whose plain VACUUM needs
         no gate: it blocks nobody)."""
 
+    def vacuum_memory_bytes(self, conn: Connection) -> int:
+        """About the memory a ``vacuum`` would hold for its length, read on ``conn``: SQLite
+        built to keep its temporary storage in memory (pysqlite3's ``TEMP_STORE=3``, which
+        no PRAGMA overrides) builds the compacted copy there, the store's live pages; 0 where
+        that copy goes to a file (the standard library's SQLite) or the server does the work
+        (PostgreSQL)."""
+
     def json_list_sql(self, param: str) -> str:
         """SQL for a parenthesised subquery of the text values of the JSON-array parameter
         ``param`` (bind it with :func:`json_list`): one bound parameter however long the list,

@@ -581,6 +581,9 @@ class PostgreSQLDialect:
     def reclaimable_fraction(self, conn: Connection) -> float | None:
         return None  # dead tuples are no free-page count; plain VACUUM blocks nobody anyway
 
+    def vacuum_memory_bytes(self, conn: Connection) -> int:
+        return 0  # the server's plain VACUUM works page by page in its own memory budget
+
     def logical_size_bytes(self, conn: Connection) -> int:
         # The store's own schema, not pg_database_size(): the database may hold other
         # schemas (other stores, other programs' tables) that are not this store's size.

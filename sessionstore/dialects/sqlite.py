@@ -554,6 +554,23 @@ class SQLiteDialect:
         free = int(conn.exec_driver_sql("PRAGMA freelist_count").scalar_one())
         return free / pages if pages > 0 else 0.0
 
+    def vacuum_memory_bytes(self, conn: Connection) -> int:
+        # SQLite's rule for where temporary storage goes: TEMP_STORE=0 always a file, 3 always
+        # memory; 1 (the default build) a file unless PRAGMA temp_store says memory (2), 2
+        # memory unless it says file (1). The copy is the live pages, written compacted.
+        built = 1
+        for (option,) in conn.exec_driver_sql("PRAGMA compile_options"):
+            if str(option).startswith("TEMP_STORE="):
+                built = int(str(option).partition("=")[2])
+        asked = int(conn.exec_driver_sql("PRAGMA temp_store").scalar_one())
+        in_memory = built == 3 or (built == 2 and asked != 1) or (built == 1 and asked == 2)
+        if not in_memory:
+            return 0
+        pages = conn.exec_driver_sql("PRAGMA page_count").scalar_one()
+        free = conn.exec_driver_sql("PRAGMA freelist_count").scalar_one()
+        page_size = conn.exec_driver_sql("PRAGMA page_size").scalar_one()
+        return max(0, int(pages) - int(free)) * int(page_size)
+
     def logical_size_bytes(self, conn: Connection) -> int:
         # The pages the main file holds once the WAL is checkpointed in: a stat() of the file
         # misses what still sits in -wal (and never opens the file behind SQLite's back).

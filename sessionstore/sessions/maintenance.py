@@ -102,6 +102,7 @@ from ..sql.tables import gateway_heartbeats_table as heartbeats
 from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
 from ..sql.validation import EPOCH_MAX, EPOCH_MIN, bindable
+from ..storage import host_memory
 from ..storage.store import Store
 from .access import reads, writes
 from .leases import meta_upsert, meta_value
@@ -119,6 +120,9 @@ IOT_VACUUM_FREELIST_RATIO: Final = 0.25
 """iot 0.22.2's defaults of its automatic VACUUM gates (``AUTO_VACUUM_MIN_FREELIST_RATIO``):
 a caller that wants iot's behaviour passes them (``auto_prune_and_vacuum`` gates nothing
 by default)."""
+VACUUM_MEMORY_SHARE: Final = 0.5
+"""The most of the machine's available memory an unattended VACUUM may hold: half, the rest
+left to the gateway it runs in and to everything else on the machine."""
 SECONDS_PER_HOUR = 3600
 ORPHANED_COMPRESSION_END_REASON = "orphaned_compression"
 ORPHAN_AGE_S = 7 * 86_400.0
@@ -394,6 +398,28 @@ class MaintenancePart(RepositoryPart):
         except Exception as exc:  # a gate's input, never a failure of the run
             logger.debug("could not read the reclaimable fraction: %s", exc)
             return None
+
+    @reads
+    def vacuum_memory_shortfall(self) -> str | None:
+        """Why a VACUUM should not run unattended now, or None: when this store's SQLite
+        would build the compacted copy in memory (``StoreDialect.vacuum_memory_bytes``) and
+        that is more than :data:`VACUUM_MEMORY_SHARE` of what the machine has available
+        (``storage.host_memory``). The automatic housekeeping asks it (Hermes's runs in the
+        gateway: a VACUUM that took the machine's memory could have the gateway killed
+        mid-turn); an explicit ``vacuum()`` is the caller's decision and runs regardless.
+        None too when either figure cannot be read."""
+        try:
+            needed = int(self.store.read(self.store.dialect.vacuum_memory_bytes))
+        except Exception as exc:  # a gate's input, never a failure of the run
+            logger.debug("could not read what a VACUUM would hold in memory: %s", exc)
+            return None
+        available = host_memory.available_bytes() if needed > 0 else None
+        if available is None or needed <= available * VACUUM_MEMORY_SHARE:
+            return None
+        return (
+            f"it would hold about {needed / 2**20:,.0f} MiB in memory (this SQLite builds the "
+            f"compacted copy there) and the machine has {available / 2**20:,.0f} MiB available"
+        )
 
     @writes
     def purge_stale_tool_call_markers(
@@ -751,6 +777,7 @@ def auto_prune_and_vacuum(
     min_vacuum_interval_days: Any = None,
     min_vacuum_freelist_ratio: Any = None,
     reclaimable: Callable[[], float | None] = lambda: None,
+    memory_shortfall: Callable[[], str | None] = lambda: None,
     clock: Callable[[], float] = time.time,
 ) -> dict[str, Any]:
     """Hermes's ``maybe_auto_prune_and_vacuum`` over ``db``'s own methods (see the module).
@@ -764,7 +791,10 @@ def auto_prune_and_vacuum(
     is free pages (``reclaimable``: ``MaintenancePart.reclaimable_fraction``; None, as on
     PostgreSQL, passes); the fraction read
     is in the result as ``freelist_ratio``. A gate value that is no number fails the run into
-    ``error``, as iot's comparison would."""
+    ``error``, as iot's comparison would. Ours, on top of Hermes's: a VACUUM that would hold
+    more memory than the machine can spare (``memory_shortfall``:
+    ``MaintenancePart.vacuum_memory_shortfall``) is skipped, the reason in the result as
+    ``vacuum_skipped`` and in the log; the next run tries again."""
     result: dict[str, Any] = {"skipped": False, "pruned": 0, "vacuumed": False}
     try:
         last_raw = db.get_meta(LAST_AUTO_PRUNE_KEY)
@@ -792,7 +822,13 @@ def auto_prune_and_vacuum(
             ratio = None
             if min_vacuum_freelist_ratio is not None:
                 result["freelist_ratio"] = ratio = reclaimable()
+            shortfall = None
             if ratio is None or ratio > min_vacuum_freelist_ratio:
+                shortfall = memory_shortfall()
+            if shortfall is not None:
+                result["vacuum_skipped"] = shortfall
+                logger.warning("session store VACUUM skipped: %s", shortfall)
+            elif ratio is None or ratio > min_vacuum_freelist_ratio:
                 try:
                     db.vacuum()
                     result["vacuumed"] = True

@@ -177,3 +177,64 @@ def test_a_replay_blanks_a_stale_marker_and_the_row_keeps_it(db: SessionDB) -> N
     assert [message["content"] for message in model][:3] == expected[:3]
     assert all(message.get("tool_calls") for message in model if message["content"] == "")
     assert [row["content"] for row in db.get_messages("s")][1] == " [memory] "
+
+
+def _vacuum_holds_in_memory(db: SessionDB) -> int:
+    return int(db.store.read(db.store.dialect.vacuum_memory_bytes))
+
+
+def test_what_a_vacuum_holds_in_memory_is_the_live_pages_where_sqlite_keeps_temp_there(
+    db: SessionDB,
+) -> None:
+    _old_ended_session(db, "a")
+    held = _vacuum_holds_in_memory(db)
+    if db.store.dialect.name != "sqlite":
+        assert held == 0  # the server vacuums page by page
+        return
+
+    def facts(conn: sa.Connection) -> tuple[set[str], int, int, int]:
+        options = {str(row[0]) for row in conn.exec_driver_sql("PRAGMA compile_options")}
+        pages, free, size = (
+            int(conn.exec_driver_sql(f"PRAGMA {name}").scalar_one())
+            for name in ("page_count", "freelist_count", "page_size")
+        )
+        return options, pages, free, size
+
+    options, pages, free, size = db.store.read(facts)
+    if "TEMP_STORE=3" in options:  # pysqlite3's build: the compacted copy is built in memory
+        assert held == (pages - free) * size > 0
+    else:  # the standard library's (TEMP_STORE=1): a temporary file
+        assert "TEMP_STORE=1" in options and held == 0
+
+
+@pytest.mark.parametrize("spare", [False, True])
+def test_an_unattended_vacuum_runs_only_if_the_machine_can_spare_its_memory(
+    db: SessionDB, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, spare: bool
+) -> None:
+    """pysqlite3's SQLite builds a VACUUM's compacted copy in memory, the store's live size;
+    the standard library's SQLite (Hermes's) writes it to a file. The housekeeping runs in the
+    gateway: it skips a VACUUM that would take more than half of what the machine has."""
+    from sessionstore.storage import host_memory
+
+    _old_ended_session(db, "a")
+    _old_ended_session(db, "b")
+    held = _vacuum_holds_in_memory(db)
+
+    def available() -> int:  # just enough, or a byte short, for the store as pruned by then
+        return 2 * _vacuum_holds_in_memory(db) - (0 if spare else 1)
+
+    monkeypatch.setattr(host_memory, "available_bytes", available)
+    with caplog.at_level("WARNING"):
+        result = db.maybe_auto_prune_and_vacuum(retention_days=30)
+    assert result["pruned"] == 2
+    if held == 0 or spare:  # nothing held in memory (a file, a server), or room for it
+        assert result["vacuumed"] is True and "vacuum_skipped" not in result
+        return
+    assert result["vacuumed"] is False
+    assert "MiB in memory" in result["vacuum_skipped"]
+    assert "VACUUM skipped" in caplog.text
+    assert db.get_meta("last_vacuum") is None  # the next run tries again
+    db.set_meta("last_auto_prune", None)
+    _old_ended_session(db, "c")
+    monkeypatch.setattr(host_memory, "available_bytes", lambda: None)  # cannot be told: runs
+    assert db.maybe_auto_prune_and_vacuum(retention_days=30)["vacuumed"] is True
