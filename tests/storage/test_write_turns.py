@@ -108,6 +108,7 @@ def _beside_a_foreign_writer(
     return acks, errors, began, finished
 
 
+@pytest.mark.slow  # a program of its own, beside 1.6 s of turns
 def test_a_writer_in_sqlites_busy_handler_writes_while_the_task_runs(
     store_file: Path, tmp_path: Path
 ) -> None:
@@ -124,6 +125,7 @@ def test_a_writer_in_sqlites_busy_handler_writes_while_the_task_runs(
     assert {f"foreign-{ack['ack']}" for ack in acks} <= keys
 
 
+@pytest.mark.slow  # a program of its own, beside 1.6 s of turns
 def test_without_the_pauses_that_writer_waits_out_its_busy_timeout(
     store_file: Path, tmp_path: Path
 ) -> None:
