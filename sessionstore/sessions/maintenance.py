@@ -822,19 +822,18 @@ def auto_prune_and_vacuum(
             ratio = None
             if min_vacuum_freelist_ratio is not None:
                 result["freelist_ratio"] = ratio = reclaimable()
-            shortfall = None
             if ratio is None or ratio > min_vacuum_freelist_ratio:
                 shortfall = memory_shortfall()
-            if shortfall is not None:
-                result["vacuum_skipped"] = shortfall
-                logger.warning("session store VACUUM skipped: %s", shortfall)
-            elif ratio is None or ratio > min_vacuum_freelist_ratio:
-                try:
-                    db.vacuum()
-                    result["vacuumed"] = True
-                    db.set_meta(LAST_VACUUM_KEY, str(now))
-                except Exception as exc:
-                    logger.warning("session store VACUUM failed: %s", exc)
+                if shortfall is not None:
+                    result["vacuum_skipped"] = shortfall
+                    logger.warning("session store VACUUM skipped: %s", shortfall)
+                else:
+                    try:
+                        db.vacuum()
+                        result["vacuumed"] = True
+                        db.set_meta(LAST_VACUUM_KEY, str(now))
+                    except Exception as exc:
+                        logger.warning("session store VACUUM failed: %s", exc)
         # Recorded even when nothing was pruned, so the next start within the interval skips.
         db.set_meta(LAST_AUTO_PRUNE_KEY, str(now))
         if pruned > 0:
