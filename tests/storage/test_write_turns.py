@@ -16,12 +16,15 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from sqlalchemy import Connection, func, select
 
 from sessionstore import SessionDB
+from sessionstore.dialects.sqlite import SQLiteDialect
 from sessionstore.sql.tables import state_meta_table as state_meta
 from sessionstore.storage import write_turns
 from sessionstore.storage.write_turns import HOLD_S, WriteTurns
@@ -216,3 +219,46 @@ def test_nothing_stands_aside_where_writers_queue_for_their_locks(pg_store_url: 
             )
             == 5
         )
+
+
+class _Store:
+    """What ``WriteTurns`` uses of a store, without a database: its dialect, and a write that
+    runs the work (the property below is about the clock, not the SQL)."""
+
+    dialect = SQLiteDialect()
+
+    def write(self, work: Work) -> Any:
+        return work(cast(Connection, None))
+
+
+@given(st.lists(st.floats(min_value=0.0, max_value=1.5, allow_nan=False), max_size=60))
+def test_the_lock_is_never_held_past_one_turn_beyond_the_hold_between_two_pauses(
+    turn_lengths: list[float],
+) -> None:
+    """Any sequence of turns: a pause comes exactly when the turns since the last one have
+    held the lock HOLD_S, so a waiter that polls at least every pause_s gets in within
+    HOLD_S plus one turn plus the pause, whatever the turns' lengths."""
+    clock = _Clock()
+    turns = WriteTurns(cast(Any, _Store()), clock=clock, sleep=clock.sleep)
+    held_since_pause = 0.0
+    for length in turn_lengths:
+        pauses_before = len(clock.slept)
+
+        span: list[float] = []
+
+        def work(conn: Connection, length: float = length, span: list[float] = span) -> None:
+            span.append(clock.now)
+            clock.now += length
+            span.append(clock.now)
+
+        turns.write(work)
+        paused = len(clock.slept) > pauses_before
+        assert paused == (held_since_pause >= HOLD_S)
+        if paused:
+            assert clock.slept[-1] == turns.pause_s
+            held_since_pause = 0.0
+        before_turn = held_since_pause
+        held_since_pause += span[1] - span[0]  # as the clock tells it, rounding and all
+        # Held without a pause: under HOLD_S before this turn, so under HOLD_S plus one turn.
+        assert before_turn < HOLD_S
+    assert turns.pauses == len(clock.slept)
