@@ -479,6 +479,9 @@ class MaintenancePart(RepositoryPart):
     def vacuum(self) -> int:
         if self.store.read_only:
             raise ReadOnlyStoreError("this session store was opened read-only")
+        shortfall = self.vacuum_memory_shortfall()
+        if shortfall is not None:  # asked for: it runs, and the log says what it may cost
+            logger.warning("session store VACUUM runs as asked, though %s", shortfall)
         optimized = 0
         try:
             optimized = self.optimize_fts()

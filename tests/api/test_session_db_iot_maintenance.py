@@ -238,3 +238,17 @@ def test_an_unattended_vacuum_runs_only_if_the_machine_can_spare_its_memory(
     _old_ended_session(db, "c")
     monkeypatch.setattr(host_memory, "available_bytes", lambda: None)  # cannot be told: runs
     assert db.maybe_auto_prune_and_vacuum(retention_days=30)["vacuumed"] is True
+
+
+def test_an_explicit_vacuum_runs_short_of_memory_and_says_so(
+    db: SessionDB, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from sessionstore.storage import host_memory
+
+    _old_ended_session(db, "a")
+    held = _vacuum_holds_in_memory(db)
+    monkeypatch.setattr(host_memory, "available_bytes", lambda: 2 * held - 1)
+    with caplog.at_level("WARNING"):
+        db.vacuum()
+    assert ("VACUUM runs as asked" in caplog.text) == (held > 0)
+    assert db.get_session("a") is not None  # it ran: nothing was pruned, nothing lost
