@@ -62,7 +62,9 @@ class WriteTurns:
     ) -> None:
         self.store = store
         poll = store.dialect.foreign_writer_poll_s
-        self.pause_s = None if poll is None else poll + MARGIN_S
+        # An in-memory database (no file) has no writer outside this process to let in.
+        shared = store.dialect.database_file(store.engine.url) is not None
+        self.pause_s = None if poll is None or not shared else poll + MARGIN_S
         """How long the task stands aside; None: never (no writer polls for the lock)."""
         self.pauses = 0
         """How many times it stood aside so far."""

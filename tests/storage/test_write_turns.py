@@ -16,12 +16,14 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy import Connection, func, select
+from sqlalchemy.engine import make_url
 
 from sessionstore import SessionDB
 from sessionstore.dialects.sqlite import SQLiteDialect
@@ -197,6 +199,19 @@ def test_the_task_stands_aside_once_per_hold_and_not_after_its_last_turn(
         assert turns.pauses == 3
 
 
+def test_nothing_stands_aside_in_a_database_no_other_process_can_open() -> None:
+    with SessionDB(":memory:") as db:
+        turns = WriteTurns(db.store)
+        assert turns.pause_s is None
+        for turn in range(3):
+
+            def work(conn: Connection, turn: int = turn) -> None:
+                conn.execute(state_meta.insert().values(key=f"memory-{turn}", value="y"))
+
+            turns.write(work)
+        assert turns.pauses == 0
+
+
 @pytest.mark.usefixtures("require_postgresql")
 def test_nothing_stands_aside_where_writers_queue_for_their_locks(pg_store_url: str) -> None:
     clock = _Clock()
@@ -226,6 +241,7 @@ class _Store:
     runs the work (the property below is about the clock, not the SQL)."""
 
     dialect = SQLiteDialect()
+    engine = SimpleNamespace(url=make_url("sqlite:////nowhere/state.db"))  # a file: shared
 
     def write(self, work: Work) -> Any:
         return work(cast(Connection, None))
