@@ -14,16 +14,15 @@ fast machine): iot acknowledged nothing from the first batch to the last.
 So a task that has held the lock for :data:`HOLD_S` in all since it last stood aside stands
 aside again before its next transaction, for one of those sleeps and a margin
 (``StoreDialect.foreign_writer_poll_s`` + :data:`MARGIN_S`). A writer that began waiting at any
-moment has the lock within that pause and the longer of ``HOLD_S`` and one turn, plus a turn
-when turns are short: about half a second for the turns of an import (1,000 rows, a tenth of
-a second) or a prune (~20,000 messages, 0.15 s here, 0.5 s on a slow machine), under the
-shortest busy timeout a Hermes release sets (iot's 1 s), so no Hermes write fails or spends
-its retry budget on us; a task sizes its turns to stay under it (``BATCH_ROWS``,
-``PRUNE_TURN_MESSAGES``). The price
-is the pauses, 0.11 s for every 0.4 s of the lock: at most about a fifth more time for a long
-task (an import of 50,000 messages in batches: 3.4 s instead of 3.0 s), nothing for one that
-holds the lock less than ``HOLD_S`` in all. Where writers queue for locks instead of polling
-(PostgreSQL: ``foreign_writer_poll_s`` None) nothing pauses.
+moment has the lock by the end of the next pause: at most ``HOLD_S`` and one more turn away.
+The turns are sized to keep that near half a second (``BATCH_ROWS`` rows of an import, a tenth
+of a second; ``PRUNE_TURN_MESSAGES`` of a prune, 0.15 s here and 0.5 s on a slow machine),
+under the shortest busy timeout a Hermes release sets (iot's 1 s): no Hermes write fails or
+spends its retry budget on us. The price is the pauses, 0.11 s for every 0.4 s of the lock: at
+most about a fifth more time for a long task (an import of 50,000 messages in batches: 3.4 s
+instead of 3.0 s), nothing for one that holds the lock less than ``HOLD_S`` in all. Where
+writers queue for locks instead of polling (PostgreSQL: ``foreign_writer_poll_s`` None), and
+in a database no other process can open (in memory), nothing pauses.
 """
 
 from __future__ import annotations

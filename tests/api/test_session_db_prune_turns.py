@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -154,7 +155,7 @@ def test_a_prune_in_turns_stands_aside_between_them_for_writers_outside_the_queu
 
 
 def test_a_prune_failing_part_way_leaves_no_file_of_a_session_it_deleted(
-    store_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+    store_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """The transcript files of each turn's sessions go as soon as that turn commits. They went
     when the whole prune returned: one failing in a later turn left the files of the sessions
