@@ -1273,8 +1273,16 @@ class AsyncSessionRepository:
         self,
         cutoff: float,
         source: SourceFilter = None,
+        *,
+        on_turn: Callable[[list[str]], object] | None = None,
     ) -> Deletion:
-        return await self._write(lambda repo: repo.prune_sessions_before_detailed(cutoff, source))
+        return await self._write(
+            lambda repo: repo.prune_sessions_before_detailed(
+                cutoff,
+                source,
+                on_turn=on_turn,
+            )
+        )
 
     async def prunable_sessions(
         self,

@@ -8,6 +8,12 @@ The age is ``--older-than`` (90d, 12h, ...) or a cutoff moment, ``--before`` (an
 date-time, local time unless it names its offset, or a Unix timestamp). Either way the cutoff
 is computed once, shown, and the very same timestamp is used for the deletion, however long
 the confirmation took.
+
+The deleted sessions' transcript files go too, as ``hermes sessions prune`` removes them: in
+``--sessions-dir``, by default the ``sessions`` folder beside a SQLite store's file (Hermes
+keeps ``state.db`` and ``sessions/`` side by side in its home), when there is one; only the
+files Hermes names after a deleted session (``sessions.transcripts``). ``--keep-transcripts``
+leaves every file alone.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import datetime as dt
 import re
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -99,10 +106,25 @@ def prune(
         bool, typer.Option("--dry-run", help="Show what would be deleted; delete nothing.")
     ] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    sessions_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--sessions-dir",
+            metavar="DIR",
+            help="Where the transcript files of the deleted sessions are removed from "
+            "(default: the sessions folder beside a SQLite store's file, when there is one, "
+            "as Hermes keeps them).",
+            show_default=False,
+        ),
+    ] = None,
+    keep_transcripts: Annotated[
+        bool,
+        typer.Option("--keep-transcripts", help="Remove no transcript file; only the rows."),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Delete ended sessions idle longer than --older-than (or last active before --before),
-    and their messages (never live ones, nor pinned conversations)."""
+    their messages and their transcript files (never live ones, nor pinned conversations)."""
     if before is not None and older_than is not None:
         raise UsageProblem("give --older-than or --before, not both")
     if before is not None:
@@ -112,9 +134,15 @@ def prune(
         days = parse_age(older_than or DEFAULT_AGE)
         cutoff = time.time() - days * 86_400
     picked = sources(source)
+    if keep_transcripts and sessions_dir is not None:
+        raise UsageProblem("give --sessions-dir or --keep-transcripts, not both")
+    if sessions_dir is not None and not _is_folder(sessions_dir):
+        raise UsageProblem(f"--sessions-dir {str(sessions_dir)!r}: no such folder")
     from ..sessions.repository import SessionRepository
+    from ..sessions.transcripts import remove_transcripts
 
     with open_store(cli_state(ctx), write=True) as store:
+        transcripts = None if keep_transcripts else (sessions_dir or _beside(store))
         repository = SessionRepository(store)
         doomed = sorted(
             repository.prunable_sessions_before(cutoff, picked),
@@ -125,13 +153,18 @@ def prune(
         deleted = 0
         if doomed and not dry_run:
             if not yes:
+                files = f" and their transcript files in {transcripts}" if transcripts else ""
                 confirm(
-                    f"Delete these {len(doomed)} session(s) and their messages?",
+                    f"Delete these {len(doomed)} session(s), their messages{files}?",
                     refusal=f"refusing to delete {len(doomed)} session(s) without confirmation",
                 )
             # The cutoff shown is the one used, however long the confirmation took.
             with out.spinner(f"deleting {len(doomed)} session(s) and their messages ..."):
-                deleted = repository.prune_sessions_before(cutoff, picked)
+                # Each turn's files as soon as it commits (a later turn's failure leaves none).
+                deleted = repository.prune_sessions_before_detailed(
+                    cutoff, picked,
+                    on_turn=lambda removed: remove_transcripts(transcripts, removed),
+                ).total  # fmt: skip
     if as_json:
         out.print_json(
             {
@@ -141,6 +174,7 @@ def prune(
                 "dry_run": dry_run,
                 "sessions": [session.to_dict() for session in doomed],
                 "deleted": deleted,
+                "sessions_dir": None if transcripts is None else str(transcripts),
             }
         )
     elif not doomed:
@@ -150,6 +184,23 @@ def prune(
         typer.echo(f"dry run: {len(doomed)} session(s) would be deleted")
     else:
         typer.echo(f"deleted {deleted} session(s)")
+
+
+def _is_folder(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):  # a NUL in the name, a name too long
+        return False
+
+
+def _beside(store: Store) -> Path | None:
+    """The ``sessions`` folder beside a SQLite store's file, where Hermes keeps the
+    transcripts, when it is there; None for a server or an in-memory store."""
+    database = store.dialect.database_file(store.engine.url)
+    if database is None:
+        return None
+    folder = database.parent / "sessions"
+    return folder if _is_folder(folder) else None
 
 
 def _show_doomed(store: Store, doomed: Sequence[SessionRecord]) -> None:

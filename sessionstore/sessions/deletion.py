@@ -445,15 +445,20 @@ class DeletionPart(RepositoryPart):
 
     @writes
     def prune_sessions_before_detailed(
-        self, cutoff: float, source: SourceFilter = None
+        self,
+        cutoff: float,
+        source: SourceFilter = None,
+        *,
+        on_turn: Callable[[list[str]], object] | None = None,
     ) -> Deletion:
-        """:meth:`prune_sessions_before`, saying also which sessions went."""
+        """:meth:`prune_sessions_before`, saying also which sessions went; ``on_turn`` as in
+        :meth:`prune_sessions_matching` (the CLI's prune removes transcript files there)."""
         cutoff = _cutoff_timestamp(cutoff)
         condition = self._prunable_condition(cutoff, source)
         read = self.store.read_shape
 
         return self._delete_in_turns(
-            lambda conn: _whole_lineages(conn, spare_pins(conn, read, condition))
+            lambda conn: _whole_lineages(conn, spare_pins(conn, read, condition)), on_turn
         )
 
     def _delete_in_turns(

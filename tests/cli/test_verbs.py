@@ -666,6 +666,75 @@ def test_prune_asks_on_a_terminal(
     assert (ALPHA_OLD in session_ids(seeded)) is kept
 
 
+def _transcripts(folder: Path) -> set[str]:
+    """Hermes's files for the seeded sessions in ``folder`` (and one of nobody's), made."""
+    folder.mkdir(exist_ok=True)
+    names = {f"{ALPHA_OLD}.jsonl", f"{ALPHA_OLD}.json", f"request_dump_{ALPHA_OLD}_1.json",
+             f"session_{ALPHA_OLD}.json", f"{ALPHA}.jsonl", f"{LIVE_OLD}.jsonl", "notes.txt"}
+    for name in names:
+        (folder / name).write_text("{}")
+    return names
+
+
+def test_prune_removes_the_deleted_sessions_transcripts_beside_a_hermes_store(
+    runner: CliRunner, seeded: str
+) -> None:
+    """As ``hermes sessions prune`` does: Hermes keeps ``state.db`` and ``sessions/`` side by
+    side in its home, and a pruned session's transcript files (its whole conversation, in
+    plain text) go with its rows; nobody else's file is touched."""
+    url = sa.make_url(seeded)
+    database = url.database if url.get_backend_name() == "sqlite" else None
+    folder = None if not database else Path(database).parent / "sessions"
+    names = set() if folder is None else _transcripts(folder)
+    result = run(runner, seeded, "prune", "--older-than", "90d", "--yes", "--json")
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload["deleted"] == 1
+    if folder is None:  # a server's store has no folder beside it (--sessions-dir: below)
+        assert payload["sessions_dir"] is None
+        return
+    assert payload["sessions_dir"] == str(folder)
+    assert {p.name for p in folder.iterdir()} == {n for n in names if ALPHA_OLD not in n}
+
+
+@pytest.mark.parametrize("how", ["--sessions-dir", "--keep-transcripts"])
+def test_prune_takes_the_transcripts_from_a_folder_given_or_keeps_them(
+    runner: CliRunner, seeded: str, tmp_path: Path, how: str
+) -> None:
+    folder = tmp_path / "elsewhere"
+    names = _transcripts(folder)
+    url = sa.make_url(seeded)
+    beside = url.database if url.get_backend_name() == "sqlite" else None
+    if beside:  # a folder beside the store too: --keep-transcripts must leave it alone as well
+        names_beside = _transcripts(Path(beside).parent / "sessions")
+    args = [how, str(folder)] if how == "--sessions-dir" else [how]
+    result = run(runner, seeded, "prune", "--older-than", "90d", "--yes", *args)
+    assert result.exit_code == 0, result.output
+    assert ALPHA_OLD not in session_ids(seeded)
+    left = {p.name for p in folder.iterdir()}
+    if how == "--sessions-dir":
+        assert left == {n for n in names if ALPHA_OLD not in n}
+    else:
+        assert left == names
+    if beside:  # only the folder named (or none) is looked in
+        assert {p.name for p in (Path(beside).parent / "sessions").iterdir()} == names_beside
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--sessions-dir", "/no/such/folder"], ["--sessions-dir", "a\x00b"],
+     ["--sessions-dir", ".", "--keep-transcripts"]],
+    ids=["missing", "nul", "both"],
+)  # fmt: skip
+def test_prune_refuses_a_transcript_folder_it_cannot_use_and_deletes_nothing(
+    runner: CliRunner, seeded: str, args: list[str]
+) -> None:
+    result = run(runner, seeded, "prune", "--older-than", "90d", "--yes", *args)
+    assert result.exit_code == 2, result.output
+    assert "--sessions-dir" in one_error_line(result)
+    assert ALPHA_OLD in session_ids(seeded)
+
+
 @pytest.mark.parametrize(
     ("text", "days"),
     [("90d", 90.0), ("90", 90.0), ("12h", 0.5), ("2w", 14.0), ("30m", 30 / 1440),
