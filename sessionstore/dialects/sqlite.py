@@ -46,6 +46,7 @@ import sqlite3
 import stat
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable, Collection, Hashable, Iterator
 from pathlib import Path
@@ -636,10 +637,7 @@ class SQLiteDialect:
 
     def is_retryable(self, exc: BaseException) -> bool:
         original = exc.orig if isinstance(exc, DBAPIError) else exc
-        if not isinstance(original, sqlite3.OperationalError):
-            return False
-        message = str(original).lower()
-        return "locked" in message or "busy" in message
+        return isinstance(original, sqlite3.OperationalError) and _is_busy(original)
 
     def translate_error(
         self, exc: BaseException, url: URL | None = None
@@ -1327,14 +1325,14 @@ def _enable_wal(
         return
     before = _journal_mode_of(cursor) if existing and label not in _warned_switched_to_wal else None
     try:
-        row = cursor.execute("PRAGMA journal_mode = WAL").fetchone()
-        mode = str(row[0]).lower() if row else "unknown"
+        mode = _switch_to_wal(cursor)
         if mode == "wal" and before not in (None, "wal", "memory"):
             _warn_switched_to_wal(label, before)
     except sqlite3.OperationalError as exc:
-        if "locked" in str(exc).lower() or "busy" in str(exc).lower():
-            # Another connection is mid-write; it set WAL already or the next connect will.
-            logger.debug("journal mode not changed for %s: %s", label, exc)
+        if _is_busy(exc):
+            # A writer held the file past this connection's busy timeout: the next open
+            # switches it (the file and every write in it are whole meanwhile).
+            logger.info("%s not switched to WAL yet: %s", label, exc)
             return
         mode = f"unchanged ({exc})"
     # An in-memory database (":memory:" or a named one) answers "memory": nothing to warn about.
@@ -1345,6 +1343,46 @@ def _enable_wal(
             label,
             mode,
         )
+
+
+# Between tries of the switch to WAL while another connection writes (seconds): short, as
+# a writer on a new or small store commits within milliseconds.
+WAL_SWITCH_PAUSE_S = 0.005
+
+
+def _switch_to_wal(
+    cursor: sqlite3.Cursor,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str:
+    """``PRAGMA journal_mode = WAL``, tried again while another connection writes, for as long
+    as this connection's busy timeout; the mode SQLite answers. SQLite itself never waits
+    here: the switch writes the file's header under a read transaction it already holds, and
+    a busy handler is not called there (it could deadlock), so "database is locked" comes at
+    once whenever another connection holds the write lock. A process that gave up then left
+    a store it had just built in the rollback journal for good when it was the last to open
+    it (processes racing to create one store: the others had found it busy too)."""
+    deadline = clock() + _busy_timeout_s(cursor)
+    while True:
+        try:
+            row = cursor.execute("PRAGMA journal_mode = WAL").fetchone()
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc) or clock() >= deadline:
+                raise
+            sleep(WAL_SWITCH_PAUSE_S)
+            continue
+        return str(row[0]).lower() if row else "unknown"
+
+
+def _busy_timeout_s(cursor: sqlite3.Cursor) -> float:
+    row = cursor.execute("PRAGMA busy_timeout").fetchone()
+    return (int(row[0]) if row else 0) / 1000
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    message = str(exc).lower()
+    return "locked" in message or "busy" in message
 
 
 def _journal_mode_of(cursor: sqlite3.Cursor) -> str | None:
