@@ -310,21 +310,26 @@ def test_a_message_for_an_unknown_session_violates_the_foreign_key(
 
 
 class FakeCursor:
-    """Answers ``PRAGMA journal_mode = WAL`` with a scripted row or error."""
+    """Answers ``PRAGMA journal_mode = WAL`` with a scripted row or error (and a busy timeout
+    of none: the switch is tried once)."""
 
     def __init__(self, row: tuple[str] | None = None, error: Exception | None = None) -> None:
         self.row = row
         self.error = error
         self.executed: list[str] = []
+        self.last = ""
 
     def execute(self, sql: str) -> FakeCursor:
+        self.last = sql
+        if sql == "PRAGMA busy_timeout":
+            return self
         self.executed.append(sql)
         if self.error is not None:
             raise self.error
         return self
 
-    def fetchone(self) -> tuple[str] | None:
-        return self.row
+    def fetchone(self) -> tuple[str] | tuple[int] | None:
+        return (0,) if self.last == "PRAGMA busy_timeout" else self.row
 
 
 @pytest.mark.parametrize(
