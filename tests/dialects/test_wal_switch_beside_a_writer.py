@@ -82,7 +82,7 @@ def test_an_open_switches_to_wal_once_a_writer_commits(store_in_the_rollback_jou
             assert [m["content"] for m in db.get_messages("s1")] == ["written before the switch"]
             db.append_message("s1", "assistant", "written in WAL")
     assert journal_mode_of(path) == "wal"
-    assert 0.25 < waited < 5
+    assert waited >= 0.25  # the writer's hold (0.3 s from just before), waited out
     assert _state_meta_value(path, "held") == "by a writer"
 
 
@@ -102,7 +102,7 @@ def test_a_writer_holding_past_the_busy_timeout_leaves_the_file_as_it_was(
         finally:
             db.close()
         assert journal_mode_of(path) == "delete"
-    assert 0.15 < waited < 5
+    assert waited >= 0.2  # the busy timeout, spent trying
     assert _state_meta_value(path, "held") == "by a writer"
     with SessionDB(path) as db:
         db.append_message("s1", "assistant", "written in WAL")
