@@ -1356,11 +1356,13 @@ def _switch_to_wal(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> str:
-    """``PRAGMA journal_mode = WAL``, tried again while another connection writes, for as long
-    as this connection's busy timeout; the mode SQLite answers. SQLite itself never waits
-    here: the switch writes the file's header under a read transaction it already holds, and
-    a busy handler is not called there (it could deadlock), so "database is locked" comes at
-    once whenever another connection holds the write lock. A process that gave up then left
+    """``PRAGMA journal_mode = WAL``, tried again while another connection writes, until this
+    connection's busy timeout has passed; the mode SQLite answers. SQLite itself does not wait
+    for a writer here: the switch writes the file's header under a read transaction it
+    already holds, and a busy handler is not called there (it could deadlock), so "database
+    is locked" comes at once whenever another connection holds the write lock. (Readers
+    alone it does wait for, up to the busy timeout, inside one try: the whole wait stays
+    under twice the busy timeout.) A process that gave up then left
     a store it had just built in the rollback journal for good when it was the last to open
     it (processes racing to create one store: the others had found it busy too)."""
     deadline = clock() + _busy_timeout_s(cursor)
