@@ -545,20 +545,20 @@ def compression_chain(conn: Connection, session_id: str) -> list[str]:
     return chain or [session_id]
 
 
-@functools.cache
-def _chains_statement() -> TextClause:
+def compression_chains_statement(roots_sql: str) -> TextClause:
+    """:func:`compression_chain` of each known root of ``roots_sql`` (the SQL of the roots'
+    list), in one statement: ``(root, id)`` rows, each chain in order (a listing page's
+    projected roots: iot 0.22.2 shows each one's chain as ``_lineage_ids``). Read them with
+    :func:`chains_by_root`."""
     return text(
-        compression_chain_sql(":roots") + "SELECT root, id FROM chain ORDER BY root, depth"
-    ).bindparams(bindparam("roots", expanding=True))
+        compression_chain_sql(roots_sql) + "SELECT root, id FROM chain ORDER BY root, depth"
+    )
 
 
-def compression_chains(conn: Connection, root_ids: Sequence[str]) -> dict[str, list[str]]:
-    """:func:`compression_chain` of each known root, in one statement (a listing page's
-    projected roots: iot 0.22.2 shows each one's chain as ``_lineage_ids``)."""
-    if not root_ids:
-        return {}
+def chains_by_root(rows: Iterable[Sequence[Any]]) -> dict[str, list[str]]:
+    """The rows of :func:`compression_chains_statement` as each root's chain."""
     chains: dict[str, list[str]] = {}
-    for root, session_id in conn.execute(_chains_statement(), {"roots": list(root_ids)}):
+    for root, session_id in rows:
         chains.setdefault(str(root), []).append(str(session_id))
     return chains
 

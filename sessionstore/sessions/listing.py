@@ -58,7 +58,8 @@ from ..storage.store import Store
 from .access import reads
 from .lineage import (
     COMPRESSION_END_REASON,
-    compression_chains,
+    chains_by_root,
+    compression_chains_statement,
     continues_sql,
     listable_condition,
     projection_tips_sql,
@@ -97,6 +98,9 @@ class ListingPart(RepositoryPart):
         self._load_compact_tip_listings = HotReads.built_later(
             store.engine.dialect,
             lambda: _tip_listings_statement(roots_sql, store.read_shape, compact=True),
+        )
+        self._load_chains = HotReads.built_later(
+            store.engine.dialect, lambda: compression_chains_statement(roots_sql)
         )
 
     def _hot_listing(self, statement: Select[Any]) -> HotReads:
@@ -665,7 +669,10 @@ class ListingPart(RepositoryPart):
             tips = {
                 tip[_ROOT_AT]: tip for tip in load_tips.rows(conn, {"roots": json_list(roots)})
             }
-            chains = compression_chains(conn, list(tips)) if tips else {}
+            chains = (
+                chains_by_root(self._load_chains.rows(conn, {"roots": json_list(tips)}))
+                if tips else {}
+            )  # fmt: skip
             return [
                 (row, None, None) if (tip := tips.get(row[0])) is None
                 else (_project(row, tip), row[0], chains.get(row[0], [row[0], tip[0]]))
