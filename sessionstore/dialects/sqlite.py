@@ -1362,9 +1362,9 @@ def _switch_to_wal(
     already holds, and a busy handler is not called there (it could deadlock), so "database
     is locked" comes at once whenever another connection holds the write lock. (Readers
     alone it does wait for, up to the busy timeout, inside one try: the whole wait stays
-    under twice the busy timeout.) A process that gave up then left
-    a store it had just built in the rollback journal for good when it was the last to open
-    it (processes racing to create one store: the others had found it busy too)."""
+    under twice the busy timeout.) Given up at once, processes racing to create one store
+    (one building it, the others checking it) could all find it busy, and the store stayed in
+    the rollback journal until a later open."""
     deadline = clock() + _busy_timeout_s(cursor)
     while True:
         try:
