@@ -1365,12 +1365,16 @@ def _switch_to_wal(
     under twice the busy timeout.) Given up at once, processes racing to create one store
     (one building it, the others checking it) could all find it busy, and the store stayed in
     the rollback journal until a later open."""
-    deadline = clock() + _busy_timeout_s(cursor)
+    deadline: float | None = None  # read at the first refusal: most switches never meet one
     while True:
         try:
             row = cursor.execute("PRAGMA journal_mode = WAL").fetchone()
         except sqlite3.OperationalError as exc:
-            if not _is_busy(exc) or clock() >= deadline:
+            if not _is_busy(exc):
+                raise
+            if deadline is None:
+                deadline = clock() + _busy_timeout_s(cursor)
+            if clock() >= deadline:
                 raise
             sleep(WAL_SWITCH_PAUSE_S)
             continue
