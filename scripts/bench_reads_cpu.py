@@ -14,6 +14,11 @@ other processes on a shared machine took from it), the sides alternating which g
 Per row: the median over rounds of each side's mean per call, and of the round's ratio ours /
 v6.
 
+``--evict MB`` times each call alone, right after copying a buffer of that many megabytes
+(outside the timed part), so every call meets CPU caches another program emptied: what
+``scripts/bench.py`` measures, where the sides run in turn and each evicts the others' data
+(docs/performance.md, "Reads with cold caches").
+
 To compare two trees, run this script from each in turn (``PYTHONPATH=TREE``) on the same
 ``--workdir``: its files are reused when present. ``--split`` times the listing's parts
 instead (see :func:`listing_split`). ``--dump FILE`` writes every read's result
@@ -129,6 +134,20 @@ def listing_split(v6: Any, ours: SessionDB, rounds: int) -> None:
         print(f"{name:<22} {us:8.0f} us {us / v6_us:6.2f}x of v6's call")
 
 
+def cache_evictor(megabytes: int) -> Callable[[], None]:
+    """A call that empties the CPU's caches of what ran before it (reading a buffer of
+    ``megabytes`` into a new one), or does nothing for 0."""
+    if megabytes <= 0:
+        return lambda: None
+    buffer = bytearray(megabytes * 1024 * 1024)
+    view = memoryview(buffer)
+
+    def evict() -> None:
+        bytes(view)
+
+    return evict
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=40)
@@ -136,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hermes-v6", type=Path, default=bench.DEFAULT_HERMES_V6)
     parser.add_argument("--hermes-cache", type=Path, default=bench.DEFAULT_HERMES_CACHE)
     parser.add_argument("--dump", type=Path, default=None)
+    parser.add_argument("--evict", type=int, default=0, metavar="MB",
+                        help="time each call alone after copying a buffer of MB megabytes")
     parser.add_argument("--split", action="store_true",
                         help="time the listing's parts (see listing_split) and nothing else")
     args = parser.parse_args(argv)
@@ -169,15 +190,17 @@ def main(argv: list[str] | None = None) -> int:
     clock = time.thread_time_ns
     load = [os.getloadavg()[0]]
     figures: dict[str, tuple[float, float, float]] = {}
+    evict = cache_evictor(args.evict)
     for name, (theirs, our_call) in rows.items():
         for _ in range(3):  # warm every statement cache
             theirs()
             our_call()
-        calls = CALLS_PER_ROUND[name]
+        calls = 1 if args.evict else CALLS_PER_ROUND[name]
         samples: dict[str, list[float]] = {"v6": [], "ours": []}
         sides = [("v6", theirs), ("ours", our_call)]
         for round_number in range(args.rounds):
             for side, call in sides if round_number % 2 == 0 else sides[::-1]:
+                evict()
                 started = clock()
                 for _ in range(calls):
                     call()
@@ -189,8 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     load.append(os.getloadavg()[0])
     ours.close()
     v6.close()
-    print(f"thread CPU per call, median of {args.rounds} interleaved rounds; load average "
-          f"{load[0]:.1f} -> {load[1]:.1f}")
+    evicted = f"; each call after evicting {args.evict} MB" if args.evict else ""
+    print(f"thread CPU per call, median of {args.rounds} interleaved rounds{evicted}; load "
+          f"average {load[0]:.1f} -> {load[1]:.1f}")
     print(f"{'read':<18} {'v6 us':>8} {'ours us':>8} {'/v6':>6}")
     for name, (theirs_us, ours_us, ratio) in figures.items():
         print(f"{name:<18} {theirs_us:8.0f} {ours_us:8.0f} {ratio:6.2f}")
