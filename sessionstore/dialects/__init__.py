@@ -11,7 +11,7 @@ import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 
@@ -41,6 +41,7 @@ __all__ = [
     "file_url",
     "file_url_object",
     "json_list",
+    "json_pairs",
     "missing_core_table",
     "translate_any_error",
 ]
@@ -50,6 +51,16 @@ def json_list(values: Iterable[str] | Iterable[int]) -> str:
     """The value to bind to a :meth:`StoreDialect.json_list_sql` (or ``json_id_list_sql``)
     parameter."""
     return json.dumps(list(values))
+
+
+def json_pairs(value: Any) -> list[tuple[Any, Any]]:
+    """The pairs a :meth:`StoreDialect.json_pairs_sql` aggregate gave, sorted: the JSON text
+    SQLite returns or the list psycopg has already decoded (None, an aggregate of no row, is
+    no pair)."""
+    if value is None:
+        return []
+    decoded = json.loads(value) if isinstance(value, (str, bytes)) else value
+    return sorted((first, second) for first, second in decoded)
 
 
 def dialect_for_url(url: str | URL) -> StoreDialect:

@@ -399,6 +399,11 @@ class StoreDialect(Protocol):
     def json_id_list_sql(self, param: str) -> str:
         """The same for a JSON array of integer ids (message ids): a subquery of integers."""
 
+    def json_pairs_sql(self, first: str, second: str) -> str:
+        """SQL of an aggregate: the ``[first, second]`` pair of every row it sees, as one JSON
+        array, in no set order (SQLite before 3.44 has no ordered aggregate: sort after
+        :func:`json_value`)."""
+
     def statement_deadline(
         self, conn: Connection, seconds: float
     ) -> AbstractContextManager[StatementDeadline]:

@@ -609,6 +609,9 @@ class PostgreSQLDialect:
     def json_id_list_sql(self, param: str) -> str:
         return f"(SELECT CAST(json_array_elements_text(CAST(:{param} AS json)) AS bigint))"
 
+    def json_pairs_sql(self, first: str, second: str) -> str:
+        return f"json_agg(json_build_array({first}, {second}))"
+
     @contextlib.contextmanager
     def statement_deadline(self, conn: Connection, seconds: float) -> Iterator[StatementDeadline]:
         deadline = _ServerDeadline(conn, seconds)

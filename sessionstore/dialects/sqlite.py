@@ -597,6 +597,9 @@ class SQLiteDialect:
         # json_each already yields a JSON number as an INTEGER.
         return self.json_list_sql(param)
 
+    def json_pairs_sql(self, first: str, second: str) -> str:
+        return f"json_group_array(json_array({first}, {second}))"
+
     @contextlib.contextmanager
     def statement_deadline(self, conn: Connection, seconds: float) -> Iterator[StatementDeadline]:
         deadline = StatementDeadline(seconds)

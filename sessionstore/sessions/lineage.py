@@ -94,6 +94,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import TextClause
 
+from ..dialects import json_pairs
 from ..search.sanitize import escape_like
 from ..sql.codec import decode_json_object
 from ..sql.statements import fixed_count
@@ -503,14 +504,28 @@ WITH RECURSIVE chain(root, id, depth, path) AS (
 """
 
 
-def projection_tips_sql(roots_sql: str) -> str:
+def projection_tips_sql(roots_sql: str, members_sql: str | None = None) -> str:
     """Each known root of ``roots_sql`` with its compression tip, as ``(root, id)`` (the root
     itself when nothing continues it): :func:`compression_chain_sql`'s deepest session, one
-    statement for a whole page of roots."""
-    return compression_chain_sql(roots_sql) + """
-SELECT root, id FROM chain AS last
+    statement for a whole page of roots. With ``members_sql`` (a dialect's
+    ``json_pairs_sql("member.depth", "member.id")``) each row also holds its root's whole
+    chain, ``members``: :func:`chain_of` reads it (iot 0.22.2 shows a projected root's chain
+    as ``_lineage_ids``; read with the tip, it is the same walk of the same snapshot)."""
+    members = (
+        "" if members_sql is None
+        else f", (SELECT {members_sql} FROM chain AS member WHERE member.root = last.root)"
+        " AS members"
+    )  # fmt: skip
+    return compression_chain_sql(roots_sql) + f"""
+SELECT root, id{members} FROM chain AS last
 WHERE depth = (SELECT MAX(depth) FROM chain AS other WHERE other.root = last.root)
 """
+
+
+def chain_of(members: Any) -> list[str]:
+    """A root's chain in order, root first, from the ``members`` column of
+    :func:`projection_tips_sql`."""
+    return [str(session_id) for _, session_id in json_pairs(members)]
 
 
 @functools.cache
@@ -543,24 +558,6 @@ def compression_chain(conn: Connection, session_id: str) -> list[str]:
     (``[session_id]`` when none, known or not)."""
     chain = [str(row[0]) for row in conn.execute(_chain_statement(), {"root": session_id})]
     return chain or [session_id]
-
-
-def compression_chains_statement(roots_sql: str) -> TextClause:
-    """:func:`compression_chain` of each known root of ``roots_sql`` (the SQL of the roots'
-    list), in one statement: ``(root, id)`` rows, each chain in order (a listing page's
-    projected roots: iot 0.22.2 shows each one's chain as ``_lineage_ids``). Read them with
-    :func:`chains_by_root`."""
-    return text(
-        compression_chain_sql(roots_sql) + "SELECT root, id FROM chain ORDER BY root, depth"
-    )
-
-
-def chains_by_root(rows: Iterable[Sequence[Any]]) -> dict[str, list[str]]:
-    """The rows of :func:`compression_chains_statement` as each root's chain."""
-    chains: dict[str, list[str]] = {}
-    for root, session_id in rows:
-        chains.setdefault(str(root), []).append(str(session_id))
-    return chains
 
 
 def resume_tip(conn: Connection, session_id: str) -> str:
