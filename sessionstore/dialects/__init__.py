@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable
+from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,11 +57,14 @@ def json_list(values: Iterable[str] | Iterable[int]) -> str:
 def json_pairs(value: Any) -> list[tuple[Any, Any]]:
     """The pairs a :meth:`StoreDialect.json_pairs_sql` aggregate gave, sorted: the JSON text
     SQLite returns or the list psycopg has already decoded (None, an aggregate of no row, is
-    no pair)."""
+    no pair). A second value SQLite held as a BLOB comes back as those bytes, as the driver
+    would have read it."""
     if value is None:
         return []
     decoded = json.loads(value) if isinstance(value, (str, bytes)) else value
-    return sorted((first, second) for first, second in decoded)
+    pairs = [(pair[0], bytes.fromhex(pair[2]) if len(pair) > 2 else pair[1]) for pair in decoded]
+    pairs.sort(key=itemgetter(0))  # by the first alone: the seconds may not compare
+    return pairs
 
 
 def dialect_for_url(url: str | URL) -> StoreDialect:

@@ -401,8 +401,8 @@ class StoreDialect(Protocol):
 
     def json_pairs_sql(self, first: str, second: str) -> str:
         """SQL of an aggregate: the ``[first, second]`` pair of every row it sees, as one JSON
-        array, in no set order (SQLite before 3.44 has no ordered aggregate: sort after
-        :func:`json_value`)."""
+        array, in no set order (SQLite before 3.44 has no ordered aggregate): read it with
+        :func:`json_pairs`, which sorts it and gives a BLOB value back as its bytes."""
 
     def statement_deadline(
         self, conn: Connection, seconds: float

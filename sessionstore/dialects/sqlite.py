@@ -598,7 +598,13 @@ class SQLiteDialect:
         return self.json_list_sql(param)
 
     def json_pairs_sql(self, first: str, second: str) -> str:
-        return f"json_group_array(json_array({first}, {second}))"
+        # JSON holds no BLOB (a salvaged file's id can be one: json_array would fail the
+        # statement); such a value travels as its hex, third, and comes back as its bytes.
+        return (
+            f"json_group_array(CASE WHEN typeof({second}) = 'blob'"
+            f" THEN json_array({first}, NULL, hex({second}))"
+            f" ELSE json_array({first}, {second}) END)"
+        )
 
     @contextlib.contextmanager
     def statement_deadline(self, conn: Connection, seconds: float) -> Iterator[StatementDeadline]:

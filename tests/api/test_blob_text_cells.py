@@ -44,3 +44,31 @@ def test_listing_and_resume_read_blob_cells_as_text(tmp_path: Path) -> None:
         assert json.loads(json.dumps(messages))[0]["content"] == "first\nline"
         (hit,) = db.search_messages("first")
         assert [line["content"] for line in hit["context"]] == ["first\nline", "bad \ufffd"]
+
+
+def test_a_compression_chain_through_a_blob_id_still_lists(tmp_path: Path) -> None:
+    """A continuation whose id a salvaged file holds as bytes: the listing projects its root
+    onto it and names the chain, as it did when the chain was read alone (the chain now
+    comes as JSON with the tip, and JSON holds no BLOB)."""
+    url = f"sqlite:///{tmp_path / 'salvaged.db'}"
+    with SessionDB(url=url) as db:
+        db.create_session("root", "cli")
+        db.append_message("root", "user", "before compression")
+        db.end_session("root", "compression")
+        db.create_session("tip", "cli", parent_session_id="root")
+        db.append_message("tip", "user", "after compression")
+    engine = engine_like_the_store(url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("PRAGMA foreign_keys = OFF"))
+        for table, column in (("messages", "session_id"), ("sessions", "id")):
+            conn.execute(
+                sa.text(f"UPDATE {table} SET {column} = :blob WHERE {column} = 'tip'"),
+                {"blob": b"tip"},
+            )
+    engine.dispose()
+    with SessionDB(url=url) as db:
+        (row,) = db.list_sessions_rich()
+        assert row["_lineage_root_id"] == "root"
+        # The tip's id as the row gives it (the driver's bytes) stands second in its chain.
+        assert row["_lineage_ids"] == ["root", str(row["id"])]
+        assert row["preview"] == "after compression"

@@ -33,6 +33,26 @@ def test_the_pairs_come_back_whole_and_in_order_on_each_dialect(store_url: str) 
     assert json_pairs(value) == list(enumerate(IDS))
 
 
+def test_a_blob_value_comes_back_as_its_bytes(migrated_sqlite_url: str) -> None:
+    # A salvaged SQLite file can hold an id as a BLOB; JSON holds none, and the aggregate
+    # must not fail the statement that reads it (a listing of a chain through such a session).
+    dialect = dialect_for_url(migrated_sqlite_url)
+    engine = create_store_engine(migrated_sqlite_url)
+    try:
+        with engine.connect() as conn:
+            aggregate = dialect.json_pairs_sql("member.depth", "member.id")
+            value = conn.execute(
+                sa.text(
+                    f"SELECT {aggregate} FROM (SELECT 1 AS depth, :blob AS id"
+                    " UNION ALL SELECT 0, 'root') AS member"
+                ),
+                {"blob": b"\x00\xffc1"},
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    assert json_pairs(value) == [(0, "root"), (1, b"\x00\xffc1")]
+
+
 def test_an_aggregate_of_no_row_is_no_pair() -> None:
     assert json_pairs(None) == []
     assert json_pairs("[]") == []
