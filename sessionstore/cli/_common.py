@@ -15,13 +15,14 @@ import functools
 import inspect
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Annotated, Any, ParamSpec
 
 import typer
 
 from ..errors import SessionStoreError
+from ..sql.codec import cell_text
 from ..storage.private_files import PRIVATE_MODE
 from ._output import print_error, shown_id, silence_broken_pipe, unescaped_id
 
@@ -447,11 +448,15 @@ SHORTENED_MARK = "…"
 """Ends an id the listing shortened to its unique prefix (a REF may keep it: it is dropped)."""
 
 
-def short_ids(store: Store, ids: list[str]) -> dict[str, str]:
+def short_ids(store: Store, ids: Sequence[str]) -> dict[str, str]:
+    """Each id as a listing shows it: its shortest unique prefix, marked when shortened. Keyed
+    by the ids as the records give them: an id a salvaged SQLite file holds as a BLOB comes as
+    bytes, and is shortened and shown as its text."""
     from ..sessions.repository import SessionRepository
 
-    shortest = SessionRepository(store).short_ids(ids)
+    texts = {session_id: cell_text(session_id) for session_id in ids}
+    shortest = SessionRepository(store).short_ids(sorted(set(texts.values())))
     return {
-        session_id: shown_id(short) + ("" if short == session_id else SHORTENED_MARK)
-        for session_id, short in shortest.items()
+        session_id: shown_id(shortest[text]) + ("" if shortest[text] == text else SHORTENED_MARK)
+        for session_id, text in texts.items()
     }

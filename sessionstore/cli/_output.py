@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import typer
 
-from ..sql.codec import json_default, text_of_blob
+from ..sql.codec import cell_text, json_default, text_of_blob
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -112,8 +112,9 @@ _SIMPLE_ESCAPES: Final = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
 _ESCAPE_OF: Final = {meaning: "\\" + letter for letter, meaning in _SIMPLE_ESCAPES.items()}
 
 
-def shown_id(session_id: str) -> str:
+def shown_id(session_id: str | bytes) -> str:
     """A session id as the terminal shows it: exactly, or with what would not show escaped.
+    An id a salvaged SQLite file holds as a BLOB shows as its text (``cell_text``).
 
     Ids come from gateways and callers, not from us: one holding a newline, an escape sequence
     or a bidi override would break a table's row, drive the terminal or display as another id.
@@ -122,6 +123,7 @@ def shown_id(session_id: str) -> str:
     resolves back to it (:func:`sessionstore.cli._common.resolve_ref`). An ordinary id is
     printed as it is, backslashes included.
     """
+    session_id = cell_text(session_id)
     if not any(unicodedata.category(char) in _HIDDEN_CATEGORIES for char in session_id):
         return session_id
     return "".join(_escaped(char) for char in session_id)

@@ -25,6 +25,7 @@ from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.selectable import NamedFromClause
 
 from ..dialects import dialect_for, json_list
+from ..sql.codec import cell_text
 from ..sql.message_content import (
     ENCODED_CONTENT_PREFIXES,
     STORED_ON_POSTGRESQL_PREFIX,
@@ -63,7 +64,7 @@ def context_lines(*columns: Any) -> list[ContextLine]:
     if not columns:
         return []
     role, head, before_id, before_role, before_head, after_id, after_role, after_head = columns
-    hit = (str(role), head_text(head), True)
+    hit = (cell_text(role), head_text(head), True)
     if before_id is None and after_id is None:
         return [hit]
     around = []
@@ -85,20 +86,20 @@ def context_dicts(*columns: Any) -> list[dict[str, Any]]:
         return []
     role, head, before_id, before_role, before_head, after_id, after_role, after_head = columns
     plain = _ENCODED
-    hit = {"role": str(role), "content": head[:_CHARS] if type(head) is str
+    hit = {"role": cell_text(role), "content": head[:_CHARS] if type(head) is str
            and not head.startswith(plain) else head_text(head)}
     if before_id is None:
         if after_id is None:
             return [hit]
-        return [hit, {"role": str(after_role), "content": after_head[:_CHARS]
+        return [hit, {"role": cell_text(after_role), "content": after_head[:_CHARS]
                       if type(after_head) is str and not after_head.startswith(plain)
                       else head_text(after_head)}]
-    before = {"role": str(before_role), "content": before_head[:_CHARS]
+    before = {"role": cell_text(before_role), "content": before_head[:_CHARS]
               if type(before_head) is str and not before_head.startswith(plain)
               else head_text(before_head)}
     if after_id is None:
         return [before, hit]
-    return [before, hit, {"role": str(after_role), "content": after_head[:_CHARS]
+    return [before, hit, {"role": cell_text(after_role), "content": after_head[:_CHARS]
                           if type(after_head) is str and not after_head.startswith(plain)
                           else head_text(after_head)}]
 
@@ -131,7 +132,7 @@ def head_text(head: Any) -> str:
 
 
 def _line(role: Any, head: Any) -> ContextLine:
-    return (str(role), head_text(head), False)
+    return (cell_text(role), head_text(head), False)
 
 
 def _text(head: Any) -> str:

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
-from ..sql.codec import stored_clock
+from ..sql.codec import cell_text, stored_clock
 
 SNIPPET_START: Final = ">>>"
 SNIPPET_END: Final = "<<<"
@@ -178,9 +178,9 @@ def match_row(
     of a message without text is NULL.
     """
     return FoundRow(
-        int(id_), str(session_id), str(role), "" if snippet is None else str(snippet),
-        stored_clock(timestamp), tool_name, str(source), model, stored_clock(session_started),
-        context,
+        int(id_), cell_text(session_id), cell_text(role),
+        "" if snippet is None else cell_text(snippet), stored_clock(timestamp), tool_name,
+        cell_text(source), model, stored_clock(session_started), context,
     )  # fmt: skip
 
 

@@ -34,7 +34,7 @@ from sqlalchemy.pool import StaticPool
 from ..dialects import database_file, dialect_for, json_list
 from ..dialects.sqlite import connect_file, private_snapshot, snapshot_into, uri_parameters
 from ..dialects.sqlite_library import connect, library
-from ..sql.codec import stored_clock
+from ..sql.codec import cell_text, stored_clock
 from ..sql.message_content import ENCODED_CONTENT_PREFIXES as _ENCODED
 from ..storage.snapshots import private_copy_of
 from . import object_names as names
@@ -731,10 +731,11 @@ class SQLiteSearchIndex:
         # reads it, its context the eight columns after the first ten.
         return [
             _new_tuple(FoundRow, (
-                int(row[0]), str(row[1]), str(row[2]),
+                int(row[0]), cell_text(row[1]), cell_text(row[2]),
                 ("" if row[3] is None else str(row[3])) if row[9] is None
                 else long_text_snippet(row[9], term_pattern(query)),
-                stored_clock(row[4]), row[5], str(row[6]), row[7], stored_clock(row[8]), row[10:18],
+                stored_clock(row[4]), row[5], cell_text(row[6]), row[7], stored_clock(row[8]),
+                row[10:18],
             ))
             for row in rows
         ]  # fmt: skip
@@ -811,10 +812,11 @@ class SQLiteSearchIndex:
         # A stored clock is a float but in a damaged or legacy row: stored_clock() only then.
         rows, size = self._substring_statement_rows(conn, query, filters, page, None)
         return [
-            {"id": int(row[0]), "session_id": str(row[1]), "role": (role := str(row[2])),
+            {"id": int(row[0]), "session_id": cell_text(row[1]),
+             "role": (role := cell_text(row[2])),
              "snippet": _cut_snippet(row[8], _window(row, size), size),
              "timestamp": row[3] if type(row[3]) is float else stored_clock(row[3]),
-             "tool_name": row[4], "source": str(row[5]), "model": row[6],
+             "tool_name": row[4], "source": cell_text(row[5]), "model": row[6],
              "session_started": row[7] if type(row[7]) is float else stored_clock(row[7]),
              "context": _hit_context_dicts(row, role)}
             for row in rows
@@ -877,9 +879,9 @@ class SQLiteSearchIndex:
         rows, size = self._substring_statement_rows(conn, query, filters, page, within)
         return [
             _new_tuple(FoundRow, (
-                int(row[0]), str(row[1]), str(row[2]),
+                int(row[0]), cell_text(row[1]), cell_text(row[2]),
                 _cut_snippet(row[8], _window(row, size), size),
-                stored_clock(row[3]), row[4], str(row[5]), row[6], stored_clock(row[7]),
+                stored_clock(row[3]), row[4], cell_text(row[5]), row[6], stored_clock(row[7]),
                 (row[2], *row[11:]),
             ))  # the fields of hits.match_row, in one call
             for row in rows

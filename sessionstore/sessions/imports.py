@@ -44,7 +44,7 @@ from sqlalchemy.sql.elements import BindParameter
 
 from ..dialects.interface import StoreDialect
 from ..sql import validation
-from ..sql.codec import decode_json_object, encode_json
+from ..sql.codec import cell_text, decode_json_object, encode_json
 from ..sql.statements import HotWrites
 from ..sql.tables import sessions_table as sessions
 from .access import reads, writes
@@ -112,7 +112,7 @@ def _find_foreign_import(conn: Connection, origin: Mapping[str, Any]) -> str | N
         if (foreign_id and foreign_id == imported.get("foreign_session_id")) or (
             not foreign_id and imported.get("path") == origin["path"]
         ):
-            return str(session_id)
+            return cell_text(session_id)
     return None
 
 

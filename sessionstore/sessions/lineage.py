@@ -96,7 +96,7 @@ from sqlalchemy.sql.elements import TextClause
 
 from ..dialects import json_pairs
 from ..search.sanitize import escape_like
-from ..sql.codec import decode_json_object
+from ..sql.codec import cell_text, decode_json_object
 from ..sql.statements import fixed_count
 from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
@@ -394,7 +394,7 @@ def walk_delegates(
             if marker in frontier or (parent_id in frontier and marker is not None):
                 visited.add(session_id)
                 next_frontier.add(session_id)
-                found.append(str(session_id))
+                found.append(cell_text(session_id))
         frontier = next_frontier
     return found
 
@@ -525,7 +525,7 @@ WHERE depth = (SELECT MAX(depth) FROM chain AS other WHERE other.root = last.roo
 def chain_of(members: Any) -> list[str]:
     """A root's chain in order, root first, from the ``members`` column of
     :func:`projection_tips_sql`."""
-    return [str(session_id) for _, session_id in json_pairs(members)]
+    return [cell_text(session_id) for _, session_id in json_pairs(members)]
 
 
 @functools.cache

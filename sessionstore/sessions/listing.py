@@ -40,7 +40,7 @@ from ..dialects import StoreDialect, json_list
 from ..dialects.functions import indexed_alias, text_position
 from ..search.sanitize import escape_like
 from ..sql import validation
-from ..sql.codec import text_of_blob
+from ..sql.codec import cell_text, text_of_blob
 from ..sql.compaction_handoff import (
     MERGED_PRIOR_CONTEXT_HEADER,
     MERGED_SUMMARY_DELIMITER,
@@ -119,7 +119,7 @@ class ListingPart(RepositoryPart):
             exact = conn.execute(select(sessions.c.id).where(sessions.c.id == id_or_prefix))
             found = exact.scalar()
             if found is not None:
-                return str(found)
+                return cell_text(found)
             pattern = escape_like(id_or_prefix) + "%"
             rows = conn.execute(
                 select(sessions.c.id)
@@ -127,7 +127,7 @@ class ListingPart(RepositoryPart):
                 .order_by(sessions.c.started_at.desc())
                 .limit(fixed_count(2))
             ).all()
-            return str(rows[0][0]) if len(rows) == 1 else None
+            return cell_text(rows[0][0]) if len(rows) == 1 else None
 
         return self.store.read(run)
 
@@ -142,7 +142,7 @@ class ListingPart(RepositoryPart):
             .order_by(sessions.c.started_at.desc())
             .limit(row_count(limit, "limit"))
         )
-        return self.store.read(lambda conn: [str(row[0]) for row in conn.execute(statement)])
+        return self.store.read(lambda conn: [cell_text(row[0]) for row in conn.execute(statement)])
 
     @reads
     def short_ids(self, ids: Sequence[str], min_length: int = SHORT_ID_LENGTH) -> dict[str, str]:
@@ -155,7 +155,9 @@ class ListingPart(RepositoryPart):
         statement = select(sessions.c.id).where(
             func.substr(sessions.c.id, 1, min_length).in_(heads)
         )
-        neighbours = self.store.read(lambda conn: [str(row[0]) for row in conn.execute(statement)])
+        neighbours = self.store.read(
+            lambda conn: [cell_text(row[0]) for row in conn.execute(statement)]
+        )
         shortest: dict[str, str] = {}
         for session_id in ids:
             length = min_length

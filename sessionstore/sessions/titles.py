@@ -20,6 +20,7 @@ from sqlalchemy.exc import IntegrityError
 from ..errors import CanonicalTitleError, TitleInUseError
 from ..search.sanitize import escape_like, lazy_pattern
 from ..sql import validation
+from ..sql.codec import cell_text
 from ..sql.records import SessionRecord
 from ..sql.tables import sessions_table as sessions
 from ..sql.validation import bindable
@@ -320,7 +321,7 @@ class TitlesPart(RepositoryPart):
             if exact is not None and title == CANONICAL_BOT_CHAT_TITLE:
                 # The canonical Bot Chat is its exact title: a numbered sibling (a desktop
                 # branch, visible, not Bot Mode's) never takes its messages (iot 0.22.2).
-                return str(exact)
+                return cell_text(exact)
             rows = conn.execute(
                 select(sessions.c.id, sessions.c.title)
                 .where(sessions.c.title.like(lineage_like_pattern(title), escape="\\"))
@@ -329,8 +330,8 @@ class TitlesPart(RepositoryPart):
             for session_id, candidate in rows:
                 candidate_base, number = split_lineage(candidate)
                 if number is not None and candidate_base == title:
-                    return str(session_id)
-            return None if exact is None else str(exact)
+                    return cell_text(session_id)
+            return None if exact is None else cell_text(exact)
 
         return self.store.read(run)
 

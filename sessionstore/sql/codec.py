@@ -79,6 +79,17 @@ def text_of_blob(value: bytes | bytearray | memoryview) -> str:
     return bytes(value).decode("utf-8", errors="replace")
 
 
+def cell_text(value: object) -> str:
+    """A cell read as text: a BLOB (an id, a role or a source a salvaged SQLite file holds as
+    bytes) as :func:`text_of_blob` gives it, anything else as ``str()``. Not ``str()`` of the
+    bytes: Python's ``b'...'`` form names no session and shows none."""
+    if type(value) is str:
+        return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return text_of_blob(value)
+    return str(value)
+
+
 def json_default(value: Any) -> Any:
     """``json.dumps``' ``default`` for what a store's rows may hold besides JSON's types:
     bytes in a text column (:func:`text_of_blob`); anything else as ``str()``. Called only

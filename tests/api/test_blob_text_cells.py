@@ -14,8 +14,9 @@ from pathlib import Path
 
 import sqlalchemy as sa
 from store_library import engine_like_the_store
+from typer.testing import CliRunner
 
-from sessionstore import SessionDB
+from sessionstore import SessionDB, cli
 
 
 def test_listing_and_resume_read_blob_cells_as_text(tmp_path: Path) -> None:
@@ -69,6 +70,66 @@ def test_a_compression_chain_through_a_blob_id_still_lists(tmp_path: Path) -> No
     with SessionDB(url=url) as db:
         (row,) = db.list_sessions_rich()
         assert row["_lineage_root_id"] == "root"
-        # The tip's id as the row gives it (the driver's bytes) stands second in its chain.
-        assert row["_lineage_ids"] == ["root", str(row["id"])]
+        # The row gives the tip's id as stored (the driver's bytes); its chain names it by
+        # its text, as every id the store returns as text (``sql.codec.cell_text``).
+        assert row["id"] == b"tip"
+        assert row["_lineage_ids"] == ["root", "tip"]
         assert row["preview"] == "after compression"
+
+
+def _file_with_a_blob_id(tmp_path: Path) -> str:
+    """A store whose session ``blob-1`` a salvaged file holds by a BLOB id (its messages
+    too), beside a session ``plain``."""
+    url = f"sqlite:///{tmp_path / 'salvaged.db'}"
+    with SessionDB(url=url) as db:
+        db.create_session("blob-1", "cli")
+        db.append_message("blob-1", "user", "hello from the salvaged session 迁移数据库")
+        db.append_message("blob-1", "assistant", "an answer")
+        db.set_session_title("blob-1", "Salvaged")
+        db.create_session("plain", "cli")
+        db.append_message("plain", "user", "hello from a clean session")
+    engine = engine_like_the_store(url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("PRAGMA foreign_keys = OFF"))
+        for table, column in (("messages", "session_id"), ("sessions", "id")):
+            conn.execute(
+                sa.text(f"UPDATE {table} SET {column} = :blob WHERE {column} = 'blob-1'"),
+                {"blob": b"blob-1"},
+            )
+    engine.dispose()
+    return url
+
+
+def test_an_id_stored_as_a_blob_is_returned_as_its_text_never_as_pythons_repr(
+    tmp_path: Path,
+) -> None:
+    """Every id the store returns as text names a BLOB id by its text: search hits (word,
+    prefix and substring routes), a title's session; the listing's rows keep the id as
+    stored, as Hermes's (``_lineage_ids`` above)."""
+    url = _file_with_a_blob_id(tmp_path)
+    with SessionDB(url=url) as db:
+        for query in ("salvaged", "salv*", "迁移"):
+            hits = db.search_messages(query)
+            assert [hit["session_id"] for hit in hits] == ["blob-1"], query
+            assert hits[0]["context"][0]["role"] == "user"
+        assert db.resolve_session_by_title("Salvaged") == "blob-1"
+        assert {row["id"] for row in db.list_sessions_rich()} == {b"blob-1", "plain"}
+        assert json.loads(json.dumps(db.search_messages("hello")))  # JSON takes every hit
+
+
+def test_the_command_line_lists_and_finds_a_session_with_a_blob_id(tmp_path: Path) -> None:
+    """``sessions list`` failed (``'<' not supported between 'bytes' and 'str'``, shortening
+    the ids) and ``search`` showed ``b'blob-1'``: both show the id's text now."""
+    url = _file_with_a_blob_id(tmp_path)
+    runner = CliRunner()
+    for arguments in (["sessions", "list"], ["sessions", "list", "--all"]):
+        result = runner.invoke(cli.app, ["--url", url, *arguments])
+        assert result.exit_code == 0, result.output
+        assert "blob-1" in result.stdout and "b'" not in result.stdout
+    listed = runner.invoke(cli.app, ["--url", url, "sessions", "list", "--json"])
+    assert {row["id"] for row in json.loads(listed.stdout)} == {"blob-1", "plain"}
+    found = runner.invoke(cli.app, ["--url", url, "search", "salvaged"])
+    assert found.exit_code == 0, found.output
+    assert "blob-1" in found.stdout and "b'" not in found.stdout
+    as_json = runner.invoke(cli.app, ["--url", url, "search", "salvaged", "--json"])
+    assert [hit["session_id"] for hit in json.loads(as_json.stdout)] == ["blob-1"]
