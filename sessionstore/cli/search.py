@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from ..sql.codec import cell_text
 from . import _output as out
 from ._app import PlainCommand, app
 from ._common import (
@@ -104,7 +105,7 @@ def search(
                 "  ",
                 (out.printable(hit.role), out.ROLE_STYLES.get(hit.role, "bold")),
                 ("  " + out.when(hit.timestamp), "dim"),
-                ("  " + out.printable(f"{hit.source} {hit.model or ''}").strip(), "dim"),
+                ("  " + out.printable(f"{hit.source} {cell_text(hit.model or '')}").strip(), "dim"),
             )
         )
         before, after = _split_context(hit) if context else ([], [])

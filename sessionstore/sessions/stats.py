@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.engine import Connection
 
+from ..sql.codec import cell_text
 from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
 
@@ -60,7 +61,7 @@ def _per_source(conn: Connection) -> list[dict[str, Any]]:
     return sorted(
         (
             {
-                "source": str(source),
+                "source": cell_text(source),
                 "sessions": int(count),
                 "messages": int(message_rows.get(source, 0)),
             }
@@ -83,7 +84,7 @@ def _per_model(conn: Connection) -> list[dict[str, Any]]:
     return sorted(
         (
             {
-                "model": model,
+                "model": model if model is None else cell_text(model),
                 "sessions": int(count),
                 "input_tokens": int(input_tokens or 0),
                 "output_tokens": int(output_tokens or 0),

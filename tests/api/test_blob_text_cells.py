@@ -133,3 +133,31 @@ def test_the_command_line_lists_and_finds_a_session_with_a_blob_id(tmp_path: Pat
     assert "blob-1" in found.stdout and "b'" not in found.stdout
     as_json = runner.invoke(cli.app, ["--url", url, "search", "salvaged", "--json"])
     assert [hit["session_id"] for hit in json.loads(as_json.stdout)] == ["blob-1"]
+
+
+def test_stats_and_search_lines_show_a_blob_source_and_model_as_text(tmp_path: Path) -> None:
+    """``stats`` named a BLOB source ``b'telegram'`` (and its JSON too), ``search``'s line a
+    BLOB model ``b'gpt-x'``; the API's session dicts keep both as stored."""
+    url = f"sqlite:///{tmp_path / 'salvaged.db'}"
+    with SessionDB(url=url) as db:
+        db.create_session("s", "telegram", model="gpt-x")
+        db.append_message("s", "user", "deploy the image")
+    engine = engine_like_the_store(url)
+    with engine.begin() as conn:
+        conn.execute(sa.text(
+            "UPDATE sessions SET source = CAST(source AS BLOB), model = CAST(model AS BLOB)"
+        ))  # fmt: skip
+    engine.dispose()
+    runner = CliRunner()
+    stats = runner.invoke(cli.app, ["--url", url, "stats", "--json"])
+    assert stats.exit_code == 0, stats.output
+    figures = json.loads(stats.stdout)
+    assert [row["source"] for row in figures["sources"]] == ["telegram"]
+    assert [row["model"] for row in figures["models"]] == ["gpt-x"]
+    for arguments in (["stats"], ["search", "deploy"]):
+        result = runner.invoke(cli.app, ["--url", url, *arguments])
+        assert result.exit_code == 0, result.output
+        assert "telegram" in result.stdout and "b'" not in result.stdout, arguments
+    with SessionDB(url=url) as db:
+        session = db.get_session("s")
+        assert session is not None and session["source"] == b"telegram"
