@@ -606,11 +606,24 @@ def _live_counters(conn: Connection) -> dict[str, tuple[int, int | None]]:
     return counts
 
 
+def _stored_count(value: object) -> int | None:
+    """A counter as a damaged file may hold it: NULL as 0, an integer (a REAL of integral
+    value as that integer), else None: text, a BLOB or a fraction counts nothing, so it
+    disagrees with the rows and is reported (and rewritten by ``--fix``), never raised."""
+    if value is None:
+        return 0
+    if type(value) is int:
+        return value
+    if type(value) is float and value.is_integer():
+        return int(value)
+    return None
+
+
 def _check_counters(conn: Connection, findings: _Findings) -> list[Check]:
     message_totals = _counted_totals(conn)
     counting = _tool_counting(conn)
     stored = {
-        str(row[0]): (int(row[1] or 0), int(row[2] or 0))
+        str(row[0]): (_stored_count(row[1]), _stored_count(row[2]))
         for row in conn.execute(
             select(sessions.c.id, sessions.c.message_count, sessions.c.tool_call_count)
         )
@@ -634,7 +647,9 @@ def _check_counters(conn: Connection, findings: _Findings) -> list[Check]:
                 wrong_tools.append(session_id)
                 findings.wrong_tool_counts.add(session_id)
         if session_id in wrong_messages or session_id in wrong_tools:
-            fixed = tools.v6 if session_id in wrong_tools else stored_tools
+            # A stored tool count that is no count (text, a fraction) beside damaged tool
+            # calls: the calls that could be counted.
+            fixed = tools.v6 if session_id in wrong_tools or stored_tools is None else stored_tools
             findings.wrong_counters[session_id] = (message_total, fixed)
     legacy_note = (
         f"; {len(legacy_tools)} session(s) counted the Hermes v1 way (one per tool-related "
