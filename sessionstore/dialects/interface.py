@@ -102,6 +102,10 @@ class StoreDialect(Protocol):
     name: str
     stores_nul_in_text: bool
     """False where TEXT cannot hold U+0000 (PostgreSQL): free text is then cleaned first."""
+    keeps_any_type_in_a_column: bool
+    """True where a column keeps a value of any type as it was given (SQLite's flexible
+    typing: a damaged file's counter can hold text); False where each column holds its own
+    type only (PostgreSQL), so a copy checks such values before it writes them."""
     hermes_writes_here: bool
     """True where Hermes itself may open the store and change its schema (SQLite: a Hermes
     that loads its CJK tokenizer adds an index of its own, which a writable open here must

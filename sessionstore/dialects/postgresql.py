@@ -79,6 +79,8 @@ _BAD_TEXT_SQLSTATE = "22021"
 _UNDEFINED_TABLE_SQLSTATE = "42P01"
 # numeric_value_out_of_range: a total past BIGINT or DOUBLE PRECISION.
 _OUT_OF_RANGE_SQLSTATE = "22003"
+# invalid_text_representation: a value of another type for a typed column (text for a number)
+_WRONG_TYPE_SQLSTATE = "22P02"
 # admin_shutdown (pg_terminate_backend, a fast shutdown), crash_shutdown, cannot_connect_now.
 _SERVER_GONE_SQLSTATES = frozenset({"57P01", "57P02", "57P03"})
 _INTEGRITY_KINDS: dict[str, Literal["foreign_key", "unique", "not_null", "check", "other"]] = {
@@ -464,6 +466,7 @@ def _check_out_safely(engine: Engine) -> None:
 class PostgreSQLDialect:
     name = "postgresql"
     stores_nul_in_text = False
+    keeps_any_type_in_a_column = False
     hermes_writes_here = False  # every Hermes release writes SQLite only
     migrations_make_delivery_ledger = True  # no Hermes gateway writes here to make it
     batch_returning_inserts = True  # a round trip per row costs more than one batched statement
@@ -692,6 +695,10 @@ class PostgreSQLDialect:
         if state == _OUT_OF_RANGE_SQLSTATE:
             return ValueOutOfRangeError(
                 f"a number is out of the range its column holds; nothing was written ({said})"
+            )
+        if state == _WRONG_TYPE_SQLSTATE:
+            return UnsupportedValueError(
+                f"a value is not of its column's type; nothing was written ({said})"
             )
         if state == _TOO_LARGE_SQLSTATE:
             return UnsupportedValueError(

@@ -140,13 +140,14 @@ from ..errors import (
     ImportConflictError,
     ImportIncompleteError,
     SessionStoreError,
+    UnsupportedValueError,
 )
 from ..sessions.deletion import delete_matching
 from ..sessions.prompts import store_prompt
 from ..sessions.repository import SessionRepository
 from ..sessions.telegram_topics import ensure_topic_tables, topic_rows, topic_shape
 from ..sql import validation
-from ..sql.codec import json_default, text_of_blob
+from ..sql.codec import cell_text, json_default, text_of_blob
 from ..sql.ledger_tables import LATER_LEDGER_COLUMNS
 from ..sql.ledger_tables import delivery_obligations_table as obligations
 from ..sql.message_content import hermes_form
@@ -847,7 +848,8 @@ def copy_store(
         highest = snapshot.execute(select(func.coalesce(func.max(messages.c.id), 0))).scalar_one()
         target.write(lambda conn: target.dialect.reserve_message_ids(conn, int(highest)))
         result = write_records(
-            target, _as_text_records(_stored_records_on(source, snapshot)), on_conflict="merge",
+            target, _typed_for(target, _as_text_records(_stored_records_on(source, snapshot))),
+            on_conflict="merge",
             progress=progress,
         )
         _check_copied(source, snapshot, target)
@@ -855,10 +857,44 @@ def copy_store(
     return result
 
 
+def _typed_for(target: Store, records: Iterable[Record]) -> Iterator[Record]:
+    """``records`` as they are; where each column of ``target`` holds its own type only
+    (PostgreSQL), a record with a number column holding anything but a number (text or bytes a
+    damaged SQLite file keeps there: a ``message_count`` of ``'many'``, a timestamp of
+    ``'yesterday'``) is refused, typed and named, before the batch it is in is written, where
+    the server refused the batch with its own words (a parameter's number) and the copy
+    stopped untyped."""
+    if target.dialect.keeps_any_type_in_a_column:
+        yield from records
+        return
+    for kind, row in records:
+        problem = _not_a_number(row)
+        if problem is not None:
+            raise UnsupportedValueError(
+                f"the {kind} {row.get(_KEY_FIELD.get(kind, 'id'))!r} of the source holds "
+                f"{problem}, which {target.dialect.name} cannot store in a number column; "
+                "nothing of its batch was written (what was copied before is kept). Mend it in "
+                "the source (`sessionstore db doctor --fix` rewrites message and tool-call "
+                "counts from the rows) and run the copy again"
+            )
+        yield kind, row
+
+
+def _not_a_number(values: dict[str, Any]) -> str | None:
+    """The first number field of a record whose value is no number, as ``name=value``."""
+    for name, value in values.items():
+        if value is None or (name not in _INTEGER_FIELDS and name not in _NUMBER_FIELDS):
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"{name}={value!r}"
+    return None
+
+
 def _check_copied(source: Store, snapshot: Connection, target: Store) -> None:
     """Every row of the source's ``snapshot`` that a copy carries is in the target, or the
     copy raises ``SessionStoreError`` naming what is missing."""
-    ids = [row[0] for row in snapshot.execute(select(sessions.c.id))]
+    # As the copy wrote them: an id a salvaged file holds as a BLOB went in as its text.
+    ids = [cell_text(row[0]) for row in snapshot.execute(select(sessions.c.id))]
     expected_messages = snapshot.execute(select(func.count()).select_from(messages)).scalar_one()
     present = _count_present(target, ids)
     if present != (len(ids), expected_messages):

@@ -1,0 +1,107 @@
+"""``db copy`` of a damaged or hand-edited SQLite file into PostgreSQL.
+
+SQLite keeps a value of any type in any column; PostgreSQL's columns hold their own type only.
+A number column holding text (a ``message_count`` of ``'many'``, a timestamp of
+``'yesterday'``) stopped the copy with psycopg's ``DataError`` (untyped, naming a parameter's
+number); it is now refused typed, naming the record and the column, before its batch is
+written. A session id stored as a BLOB is copied as its text, and the copy's closing check
+looks for it so (it reported the copy incomplete).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from store_library import engine_like_the_store
+
+from sessionstore import SessionDB, Store, UnsupportedValueError
+from sessionstore.ops import doctor
+from sessionstore.ops.transfer import copy
+
+
+def _source(tmp_path: Path, damage: str) -> str:
+    url = f"sqlite:///{tmp_path / 'damaged.db'}"
+    with SessionDB(url=url) as db:
+        db.create_session("first", "cli")
+        db.append_message("first", "user", "a clean session, copied")
+        db.create_session("damaged", "cli")
+        db.append_message("damaged", "user", "hi")
+    engine = engine_like_the_store(url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("PRAGMA foreign_keys = OFF"))
+        conn.execute(sa.text(damage))
+    engine.dispose()
+    return url
+
+
+@pytest.mark.parametrize(
+    ("damage", "named"),
+    [
+        ("UPDATE sessions SET message_count = 'many' WHERE id = 'damaged'",
+         "the session 'damaged' of the source holds message_count='many'"),
+        ("UPDATE messages SET timestamp = 'yesterday' WHERE session_id = 'damaged'",
+         "holds timestamp='yesterday'"),
+        ("UPDATE sessions SET ended_at = x'00ff' WHERE id = 'damaged'",
+         "holds ended_at="),
+        ("UPDATE messages SET active = 'yes' WHERE session_id = 'damaged'",
+         "holds active='yes'"),
+    ],
+)  # fmt: skip
+def test_a_number_column_holding_text_is_refused_typed_and_named(
+    tmp_path: Path, fresh_migrated_pg_url: str, damage: str, named: str
+) -> None:
+    source = _source(tmp_path, damage)
+    with pytest.raises(UnsupportedValueError, match="db doctor --fix") as refused:
+        copy(source, fresh_migrated_pg_url)
+    assert named in str(refused.value)
+    # The source is as it was: nothing of the copy wrote there.
+    engine = engine_like_the_store(source)
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM messages")).scalar_one() == 2
+    engine.dispose()
+
+
+def test_after_the_doctor_mends_a_counter_the_copy_completes(
+    tmp_path: Path, fresh_migrated_pg_url: str
+) -> None:
+    source = _source(tmp_path, "UPDATE sessions SET message_count = 'many'")
+    with pytest.raises(UnsupportedValueError):
+        copy(source, fresh_migrated_pg_url)
+    with Store.open(source) as store:
+        doctor.repair(store, doctor.diagnose(store))
+    result = copy(source, fresh_migrated_pg_url)
+    assert (result.sessions, result.messages) == (2, 2)
+    with SessionDB(url=fresh_migrated_pg_url) as db:
+        damaged = db.get_session("damaged")
+        assert damaged is not None and damaged["message_count"] == 1
+
+
+def test_a_session_id_stored_as_a_blob_is_copied_as_its_text(
+    tmp_path: Path, fresh_migrated_pg_url: str
+) -> None:
+    source = _source(tmp_path, "UPDATE sessions SET id = CAST(id AS BLOB) WHERE id = 'damaged'")
+    engine = engine_like_the_store(source)
+    with engine.begin() as conn:
+        conn.execute(sa.text("PRAGMA foreign_keys = OFF"))
+        conn.execute(sa.text(
+            "UPDATE messages SET session_id = CAST(session_id AS BLOB) "
+            "WHERE session_id = 'damaged'"
+        ))  # fmt: skip
+    engine.dispose()
+    result = copy(source, fresh_migrated_pg_url)  # raised "copy incomplete"
+    assert (result.sessions, result.messages) == (2, 2)
+    with SessionDB(url=fresh_migrated_pg_url) as db:
+        assert [m["content"] for m in db.get_messages("damaged")] == ["hi"]
+
+
+def test_any_value_postgresql_finds_of_another_type_is_a_typed_error(
+    fresh_migrated_pg_url: str,
+) -> None:
+    """The server's own refusal (SQLSTATE 22P02) is typed too, for what no check foresaw."""
+    with (
+        Store.open(fresh_migrated_pg_url) as store,
+        pytest.raises(UnsupportedValueError, match="not of its column's type"),
+    ):
+        store.write(lambda conn: conn.exec_driver_sql("SELECT 'many'::bigint").all())
