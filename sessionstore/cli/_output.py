@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import os
 import re
 import sys
@@ -86,7 +87,25 @@ def console(*, stderr: bool = False) -> Console:
 
 
 def print_json(data: Any) -> None:
-    typer.echo(json.dumps(data, ensure_ascii=False, indent=2, default=json_default))
+    """``data`` as JSON that every parser reads: a float that is no finite number (an infinity
+    a salvaged SQLite cell holds) is written ``null``, as JavaScript's ``JSON.stringify``
+    writes it, where Python's ``Infinity`` is no JSON (``jq`` refuses the whole output)."""
+    try:
+        text = json.dumps(data, ensure_ascii=False, indent=2, default=json_default,
+                          allow_nan=False)  # fmt: skip
+    except ValueError:  # rare: walk the data only when it holds such a float
+        text = json.dumps(_finite(data), ensure_ascii=False, indent=2, default=json_default)
+    typer.echo(text)
+
+
+def _finite(data: Any) -> Any:
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {key: _finite(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_finite(value) for value in data]
+    return data
 
 
 def note(message: str) -> None:
@@ -182,6 +201,27 @@ def when(timestamp: float | None) -> str:
 def day(timestamp: float) -> str:
     moment = _moment(timestamp)
     return NO_TIME if moment is None else moment.date().isoformat()
+
+
+def count(value: object, *, grouped: bool = True) -> str:
+    """A stored count (messages, tokens) as the terminal shows it: an integer (with thousands
+    separators when ``grouped``), NULL as 0; what a damaged file holds there instead (text, a
+    BLOB, a fraction) as its text, where a format for numbers stopped the verb."""
+    if value is None:
+        value = 0
+    if type(value) is float and value.is_integer():
+        value = int(value)
+    if type(value) is int:
+        return f"{value:,}" if grouped else str(value)
+    return printable(cell_text(value))
+
+
+def money(value: object) -> str:
+    """A stored cost in dollars, four decimals; anything else a damaged file holds there as its
+    text (:func:`count`)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"${value:.4f}"
+    return printable(cell_text(value))
 
 
 def dim(text: str) -> Text:

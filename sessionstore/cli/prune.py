@@ -218,6 +218,6 @@ def _show_doomed(store: Store, doomed: Sequence[SessionRecord]) -> None:
             Text(out.printable(session.source)),
             out.when(session.started_at),
             out.when(session.ended_at),
-            str(session.message_count or 0),
+            out.count(session.message_count, grouped=False),
         )
     out.console().print(table)

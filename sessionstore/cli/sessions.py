@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ..sql.codec import decode_json
+from ..sql.codec import cell_text, decode_json
 from . import _output as out
 from ._app import PlainCommand, sessions_app
 from ._common import (
@@ -63,7 +63,7 @@ def _listing_table(
         if not narrow:
             row.append(Text(out.printable(session.model or "")))
         row += [
-            str(session.message_count or 0),
+            out.count(session.message_count, grouped=False),
             out.when(listing.last_active),
             Text(" ".join(out.printable(listing.preview).split())),
         ]
@@ -185,9 +185,10 @@ def sessions_delete(
             raise CliError(f"no session matches {ref!r}")
         shown = out.shown_id(session_id)
         if not yes:
-            named = f" ({session.title!r})" if session.title else ""
+            named = f" ({out.printable(session.title)!r})" if session.title else ""
             confirm(
-                f"Delete session {shown}{named} and its {session.message_count or 0} "
+                f"Delete session {shown}{named} and its "
+                f"{out.count(session.message_count, grouped=False)} "
                 "message(s)?",
                 refusal=f"refusing to delete session {shown} without confirmation",
             )
@@ -232,7 +233,8 @@ def _message_block(record: MessageRecord, *, full: bool) -> RenderableType:
     parts: list[RenderableType] = []
     label = record.role
     if record.role == "tool":
-        label = f"tool result · {record.tool_name}" if record.tool_name else "tool result"
+        name = record.tool_name
+        label = f"tool result · {cell_text(name)}" if name else "tool result"
     heading = Text.assemble(
         (out.printable(label), out.ROLE_STYLES.get(record.role, "bold")),
         ("  " + out.when(record.timestamp), "dim"),
@@ -288,20 +290,22 @@ def _session_header(session: SessionRecord, tip: str | None) -> Panel:
     row("model", session.model)
     row("started", out.when(session.started_at))
     if session.ended_at is not None:
-        row("ended", f"{out.when(session.ended_at)} ({session.end_reason or 'no reason'})")
+        reason = out.printable(session.end_reason) or "no reason"
+        row("ended", f"{out.when(session.ended_at)} ({reason})")
     id_row("parent", session.parent_session_id)
     if tip is not None and tip != session.id:
         id_row("continued in", tip)
     row(
         "messages",
-        f"{session.message_count or 0} ({session.tool_call_count or 0} tool calls)",
+        f"{out.count(session.message_count, grouped=False)} "
+        f"({out.count(session.tool_call_count, grouped=False)} tool calls)",
     )
-    row("tokens", f"{session.input_tokens or 0:,} in / {session.output_tokens or 0:,} out")
+    row("tokens", f"{out.count(session.input_tokens)} in / {out.count(session.output_tokens)} out")
     cost = session.actual_cost_usd if session.actual_cost_usd is not None else (
         session.estimated_cost_usd
     )
     if cost:
-        row("cost", f"${cost:.4f}")
+        row("cost", out.money(cost))
     return Panel(grid, title="session", expand=False)
 
 

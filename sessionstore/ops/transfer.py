@@ -279,9 +279,29 @@ def _message_total(store: Store, session_ids: list[str]) -> int:
     return _count_present(store, ids)[1]
 
 def _as_text_records(records: Iterable[Record]) -> Iterator[Record]:
-    """``records`` with their text cells stored as BLOBs read as text (:func:`_as_text_cells`)."""
+    """``records`` with their text cells stored as BLOBs read as text (:func:`_as_text_cells`),
+    and a message's damaged ``display_identity`` left out (:func:`_with_sound_identity`)."""
     for kind, row in records:
-        yield kind, _as_text_cells(row)
+        row = _as_text_cells(row)
+        yield kind, _with_sound_identity(row) if kind == "message" else row
+
+
+DIGEST_BYTES = 32
+"""A ``display_identity`` is a SHA-256 digest."""
+
+
+def _with_sound_identity(row: dict[str, Any]) -> dict[str, Any]:
+    """A message row whose ``display_identity`` is a digest (or NULL) as it is; one holding
+    anything else (text, a BLOB of another length: a salvaged or hand-edited file) with NULL
+    there. The identity is derived from what the row shows, and Hermes fills a NULL one when it
+    reads the row (``_ensure_display_order``, revision 0038): an export wrote the damaged value
+    as hex an import then refused, whole file and all, or failed on text (``bytes(str)``)."""
+    identity = row.get("display_identity")
+    if identity is None or (
+        isinstance(identity, (bytes, bytearray, memoryview)) and len(identity) == DIGEST_BYTES
+    ):
+        return row
+    return {**row, "display_identity": None}
 
 
 def _stored_records_on(

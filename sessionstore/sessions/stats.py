@@ -6,8 +6,10 @@ stream the sessions' start times once and bucket them by local calendar day.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import ColumnElement, func, select
@@ -20,6 +22,28 @@ from ..sql.tables import sessions_table as sessions
 
 def _cost() -> ColumnElement[Any]:
     return func.coalesce(sessions.c.actual_cost_usd, sessions.c.estimated_cost_usd, 0.0)
+
+
+def _whole(value: Any) -> int:
+    """A token figure as an integer (PostgreSQL sums BIGINT as ``numeric``: a ``Decimal``);
+    what a salvaged SQLite cell makes of it that is no finite number (text, a BLOB, an
+    infinity SQLite summed) counts 0 instead of failing the report."""
+    if type(value) is int:
+        return value
+    if type(value) is Decimal:
+        return int(value) if value.is_finite() else 0
+    if type(value) is float and math.isfinite(value):
+        return int(value)
+    return 0
+
+
+def _amount(value: Any) -> float:
+    """A cost in dollars as a float; anything that is no finite number counts 0 (:func:`_whole`)."""
+    if type(value) is Decimal:
+        value = float(value)
+    if type(value) in (int, float) and math.isfinite(value):
+        return float(value)
+    return 0.0
 
 
 def _local_day(timestamp: Any) -> str | None:
@@ -86,9 +110,9 @@ def _per_model(conn: Connection) -> list[dict[str, Any]]:
             {
                 "model": model if model is None else cell_text(model),
                 "sessions": int(count),
-                "input_tokens": int(input_tokens or 0),
-                "output_tokens": int(output_tokens or 0),
-                "cost_usd": round(float(cost or 0.0), 6),
+                "input_tokens": _whole(input_tokens),
+                "output_tokens": _whole(output_tokens),
+                "cost_usd": round(_amount(cost), 6),
             }
             for model, count, input_tokens, output_tokens, cost in model_rows
         ),
@@ -113,8 +137,8 @@ def _per_day(conn: Connection, days: int) -> list[dict[str, Any]]:
             continue
         bucket = per_day[started_on]
         bucket["sessions"] += 1
-        bucket["tokens"] += int(tokens or 0)
-        bucket["cost_usd"] += float(cost or 0.0)
+        bucket["tokens"] += _whole(tokens)
+        bucket["cost_usd"] += _amount(cost)
     recent = sorted(per_day)[-days:] if days > 0 else []
     return [
         {"day": day, **per_day[day], "cost_usd": round(per_day[day]["cost_usd"], 6)}

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from store_library import engine_like_the_store
+from typer.testing import CliRunner
 
-from sessionstore import SessionDB, Store, UnsupportedValueError
+from sessionstore import SessionDB, Store, UnsupportedValueError, cli
 from sessionstore.ops import doctor
 from sessionstore.ops.transfer import copy
 
@@ -105,3 +106,36 @@ def test_any_value_postgresql_finds_of_another_type_is_a_typed_error(
         pytest.raises(UnsupportedValueError, match="not of its column's type"),
     ):
         store.write(lambda conn: conn.exec_driver_sql("SELECT 'many'::bigint").all())
+
+
+@pytest.mark.parametrize("identity", ["free", b"\x01\x02"])
+def test_a_damaged_display_identity_travels_as_null_and_the_copies_complete(
+    tmp_path: Path, fresh_migrated_pg_url: str, identity: str | bytes
+) -> None:
+    """A ``display_identity`` that is no digest (text, a BLOB of another length): an export
+    failed on the text (``string argument without an encoding``) or wrote hex the import then
+    refused, whole file and all. It is derived from the row (Hermes fills a NULL one when it
+    reads it), so it travels as NULL; the digests of the other rows travel as they are."""
+    source = _source(tmp_path, "SELECT 1")
+    engine = engine_like_the_store(source)
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE messages SET display_identity = :i WHERE id = 1"),
+                     {"i": identity})  # fmt: skip
+        kept = conn.execute(sa.text("SELECT display_identity FROM messages WHERE id = 2")).scalar()
+    engine.dispose()
+    assert isinstance(kept, bytes) and len(kept) == 32
+    export = tmp_path / "export.jsonl"
+    runner = CliRunner()
+    exported = runner.invoke(cli.app, ["--url", source, "export", "-o", str(export)])
+    assert exported.exit_code == 0, exported.output
+    imported_url = f"sqlite:///{tmp_path / 'imported.db'}"
+    imported = runner.invoke(cli.app, ["--url", imported_url, "import", str(export)])
+    assert imported.exit_code == 0, imported.output
+    assert copy(source, fresh_migrated_pg_url).messages == 2
+    for url in (imported_url, fresh_migrated_pg_url):
+        engine = engine_like_the_store(url)
+        with engine.connect() as conn:
+            rows = conn.execute(sa.text("SELECT id, display_identity FROM messages"))
+            identities = {row[0]: row[1] for row in rows}
+        engine.dispose()
+        assert identities[1] is None and bytes(identities[2]) == kept, url
