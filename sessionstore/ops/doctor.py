@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import time
 from collections import defaultdict
@@ -34,7 +35,7 @@ from ..dialects import dialect_for_url
 from ..errors import SessionStoreError, StoreBusyError
 from ..schema import legacy, migrate
 from ..search.registry import search_index_for
-from ..sql.codec import stored_tool_call_count
+from ..sql.codec import cell_text, stored_clock, stored_tool_call_count
 from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
 from ..storage.command_hints import cli_command
@@ -61,7 +62,8 @@ class _Findings:
     """What the checks found that ``repair`` needs again (ids, not just counts)."""
 
     dangling_parents: list[str] = field(default_factory=list)
-    orphan_sessions: list[str] = field(default_factory=list)
+    # The session ids orphaned messages name, as stored (a salvaged file's may be a BLOB).
+    orphan_sessions: list[object] = field(default_factory=list)
     wrong_counters: dict[str, tuple[int, int]] = field(default_factory=dict)
     # Every session whose tool_call_count is not the v6 count, legacy-valid ones included: what
     # an explicit recount rewrites.
@@ -464,7 +466,7 @@ def _check_orphan_messages(conn: Connection, findings: _Findings) -> Check:
         .where(~select(sessions.c.id).where(sessions.c.id == messages.c.session_id).exists())
         .group_by(messages.c.session_id)
     )
-    rows = [(str(row[0]), int(row[1])) for row in conn.execute(statement)]
+    rows = [(row[0], int(row[1])) for row in conn.execute(statement)]
     findings.orphan_sessions = [session_id for session_id, _ in rows]
     if rows:
         total = sum(count for _, count in rows)
@@ -472,7 +474,7 @@ def _check_orphan_messages(conn: Connection, findings: _Findings) -> Check:
             "orphan_messages",
             "fail",
             f"{total} message(s) belong to {len(rows)} missing session(s): "
-            + _examples(findings.orphan_sessions),
+            + _examples(cell_text(session_id) for session_id, _ in rows),
             fixable=True,
         )
     return Check("orphan_messages", "ok", "every message has its session")
@@ -758,31 +760,64 @@ def _recount_tool_calls(store: Store, totals: dict[str, int]) -> str:
     return f"recounted the tool calls of {len(totals)} session(s) by the Hermes v6 rule"
 
 
-def _adopt_orphans(store: Store, session_ids: list[str]) -> str:
-    """Give orphaned messages a session to belong to: deleting them would lose data."""
+def _adopt_orphans(store: Store, stored_ids: list[object]) -> str:
+    """Give orphaned messages a session to belong to: deleting them would lose data.
+
+    Messages a salvaged file files under a session id stored as a BLOB (or a number) are first
+    filed under the id's text (``cell_text``), the id every read gives: where a session of
+    that id exists they are its messages again, and no placeholder is made. (The placeholder
+    was made with Python's ``b'...'`` form as its id, and the messages stayed orphaned.)"""
+    relinked: list[str] = []
+    adopted: list[str] = []
 
     def run(conn: Connection) -> None:
-        for session_id in session_ids:
-            rows = conn.execute(
-                select(messages.c.timestamp, messages.c.tool_calls).where(
-                    messages.c.session_id == session_id
+        relinked.clear()
+        adopted.clear()
+        for stored in stored_ids:
+            session_id = cell_text(stored)
+            found = select(sessions.c.id).where(sessions.c.id == session_id)
+            # There already (a BLOB id's text, or made since the diagnosis): only counted.
+            if conn.execute(found).first() is not None:
+                relinked.append(session_id)
+            else:
+                rows = conn.execute(
+                    select(messages.c.timestamp, messages.c.tool_calls).where(
+                        messages.c.session_id == stored
+                    )
+                ).all()
+                tools = sum(stored_tool_call_count(str(value)) or 0 for _, value in rows if value)
+                clocks = [clock for row in rows if (clock := stored_clock(row[0])) is not None
+                          and math.isfinite(clock)]  # fmt: skip
+                conn.execute(
+                    sessions.insert().values(
+                        id=session_id,
+                        source=PLACEHOLDER_SOURCE,
+                        started_at=min(clocks, default=time.time()),
+                        message_count=len(rows),
+                        tool_call_count=tools,
+                    )
                 )
-            ).all()
-            tool_calls = sum(stored_tool_call_count(str(value)) or 0 for _, value in rows if value)
-            conn.execute(
-                sessions.insert().values(
-                    id=session_id,
-                    source=PLACEHOLDER_SOURCE,
-                    started_at=min((float(row[0]) for row in rows), default=time.time()),
-                    message_count=len(rows),
-                    tool_call_count=tool_calls,
-                )
-            )
+                adopted.append(session_id)
+            if type(stored) is not str:  # after the session exists: messages point at it
+                conn.execute(
+                    update(messages).where(messages.c.session_id == stored)
+                    .values(session_id=session_id)
+                )  # fmt: skip
+        # A session that got messages back counts them (the others counted theirs above).
+        for session_id, (message_total, tool_total) in _counters_of(conn, relinked).items():
+            values: dict[str, int] = {"message_count": message_total}
+            if tool_total is not None:
+                values["tool_call_count"] = tool_total
+            conn.execute(update(sessions).where(sessions.c.id == session_id).values(values))
         # Their rows join the indexes whose membership depends on the session (trigram).
-        search_index_for(store.dialect).sessions_changed(conn, session_ids)
+        search_index_for(store.dialect).sessions_changed(conn, adopted + relinked)
 
     store.write(run)
-    return f"created {len(session_ids)} placeholder session(s) for orphaned messages"
+    said = f"created {len(adopted)} placeholder session(s) for orphaned messages"
+    if relinked:
+        said += (f"; filed the messages of {len(relinked)} session(s) stored under a BLOB id "
+                 "under the id's text again")  # fmt: skip
+    return said
 
 
 def make_indexes(store: Store, names: list[str]) -> str:

@@ -95,3 +95,47 @@ def test_the_command_reports_a_text_counter_and_fix_writes_the_rows_count(
     fixed = runner.invoke(cli.app, ["--url", url, "db", "doctor", "--fix"])
     assert fixed.exit_code == 0, fixed.output
     assert _counters(url) == (3, 1)
+
+
+def test_messages_filed_under_a_blob_id_are_filed_under_its_text_again(tmp_path: Path) -> None:
+    """A salvaged file's messages can name their session by a BLOB id: orphans to every read
+    (a BLOB never equals the text id). ``--fix`` made a placeholder session called ``b's2'``
+    (Python's form of the bytes) and left them orphaned; it now files them under the id's
+    text: the session's own again where it exists (recounted), else one placeholder with the
+    text orphans of that id, whose clocks may be damaged too."""
+    url = f"sqlite:///{tmp_path / 'salvaged.db'}"
+    with SessionDB(url=url) as db:
+        db.create_session("s1", "cli")
+        db.append_message("s1", "user", "stays")
+        db.create_session("s2", "cli")
+        db.append_message("s2", "user", "filed under a blob")
+        db.create_session("gone", "cli")
+        db.append_message("gone", "user", "orphan as text")
+        db.append_message("gone", "assistant", "orphan as a blob")
+    engine = engine_like_the_store(url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("PRAGMA foreign_keys = OFF"))
+        conn.execute(sa.text("DELETE FROM sessions WHERE id = 'gone'"))
+        conn.execute(sa.text(
+            "UPDATE messages SET session_id = CAST(session_id AS BLOB) "
+            "WHERE session_id = 's2' OR role = 'assistant'"
+        ))  # fmt: skip
+        conn.execute(sa.text("UPDATE messages SET timestamp = 'yesterday' WHERE role = 'user' "
+                             "AND session_id = 'gone'"))  # fmt: skip
+    engine.dispose()
+    with Store.open(url) as store:
+        report = doctor.diagnose(store)
+        orphans = report.get("orphan_messages")
+        assert orphans is not None and orphans.status == "fail"
+        assert "b'" not in orphans.detail
+        doctor.repair(store, report)
+        assert doctor.diagnose(store).healthy
+    with SessionDB(url=url) as db:
+        assert [m["content"] for m in db.get_messages("s2")] == ["filed under a blob"]
+        assert [m["content"] for m in db.get_messages("gone")] == [
+            "orphan as text", "orphan as a blob"
+        ]
+        sessions = {row["id"]: row for row in db.search_sessions()}
+        assert set(sessions) == {"s1", "s2", "gone"}
+        assert (sessions["s2"]["message_count"], sessions["gone"]["message_count"]) == (1, 2)
+        assert sorted(hit["session_id"] for hit in db.search_messages("blob")) == ["gone", "s2"]
