@@ -82,17 +82,14 @@ def _per_source(conn: Connection) -> list[dict[str, Any]]:
             .group_by(sessions.c.source)
         )
     }
-    return sorted(
-        (
-            {
-                "source": cell_text(source),
-                "sessions": int(count),
-                "messages": int(message_rows.get(source, 0)),
-            }
-            for source, count in session_rows
-        ),
-        key=lambda row: (-row["sessions"], row["source"]),
-    )
+    # By the source's text: a salvaged file's BLOB "telegram" is the same source as the text.
+    merged: dict[str, dict[str, Any]] = {}
+    for source, count in session_rows:
+        name = cell_text(source)
+        row = merged.setdefault(name, {"source": name, "sessions": 0, "messages": 0})
+        row["sessions"] += int(count)
+        row["messages"] += int(message_rows.get(source, 0))
+    return sorted(merged.values(), key=lambda row: (-row["sessions"], row["source"]))
 
 
 def _per_model(conn: Connection) -> list[dict[str, Any]]:
@@ -105,17 +102,19 @@ def _per_model(conn: Connection) -> list[dict[str, Any]]:
             func.sum(_cost()),
         ).group_by(sessions.c.model)
     ).all()
+    merged: dict[str | None, dict[str, Any]] = {}  # by the model's text, as the sources
+    for model, count, input_tokens, output_tokens, cost in model_rows:
+        name = None if model is None else cell_text(model)
+        row = merged.setdefault(name, {"model": name, "sessions": 0, "input_tokens": 0,
+                                       "output_tokens": 0, "cost_usd": 0.0})  # fmt: skip
+        row["sessions"] += int(count)
+        row["input_tokens"] += _whole(input_tokens)
+        row["output_tokens"] += _whole(output_tokens)
+        row["cost_usd"] += _amount(cost)
+    for row in merged.values():
+        row["cost_usd"] = round(row["cost_usd"], 6)
     return sorted(
-        (
-            {
-                "model": model if model is None else cell_text(model),
-                "sessions": int(count),
-                "input_tokens": _whole(input_tokens),
-                "output_tokens": _whole(output_tokens),
-                "cost_usd": round(_amount(cost), 6),
-            }
-            for model, count, input_tokens, output_tokens, cost in model_rows
-        ),
+        merged.values(),
         key=lambda row: (-(row["input_tokens"] + row["output_tokens"]), str(row["model"])),
     )
 

@@ -142,18 +142,21 @@ def test_stats_and_search_lines_show_a_blob_source_and_model_as_text(tmp_path: P
     with SessionDB(url=url) as db:
         db.create_session("s", "telegram", model="gpt-x")
         db.append_message("s", "user", "deploy the image")
+        db.create_session("t", "telegram", model="gpt-x")  # stays text
     engine = engine_like_the_store(url)
     with engine.begin() as conn:
         conn.execute(sa.text(
-            "UPDATE sessions SET source = CAST(source AS BLOB), model = CAST(model AS BLOB)"
+            "UPDATE sessions SET source = CAST(source AS BLOB), model = CAST(model AS BLOB) "
+            "WHERE id = 's'"
         ))  # fmt: skip
     engine.dispose()
     runner = CliRunner()
     stats = runner.invoke(cli.app, ["--url", url, "stats", "--json"])
     assert stats.exit_code == 0, stats.output
     figures = json.loads(stats.stdout)
-    assert [row["source"] for row in figures["sources"]] == ["telegram"]
-    assert [row["model"] for row in figures["models"]] == ["gpt-x"]
+    # One source and one model, whether a session's cell holds text or the same as a BLOB.
+    assert figures["sources"] == [{"source": "telegram", "sessions": 2, "messages": 1}]
+    assert [(row["model"], row["sessions"]) for row in figures["models"]] == [("gpt-x", 2)]
     for arguments in (["stats"], ["search", "deploy"]):
         result = runner.invoke(cli.app, ["--url", url, *arguments])
         assert result.exit_code == 0, result.output
