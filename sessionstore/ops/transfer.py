@@ -901,7 +901,11 @@ def _typed_for(target: Store, records: Iterable[Record]) -> Iterator[Record]:
 
 
 def _not_a_number(values: dict[str, Any]) -> str | None:
-    """The first number field of a record whose value is no number, as ``name=value``."""
+    """The first number field of a record whose value is no number, as ``name=value``.
+
+    Looser than an import's check (:func:`_bad_value`), on purpose: a copy carries a file as
+    it is, and a REAL in a counter column (which PostgreSQL rounds) copied before this check
+    existed; only what the server refuses anyway is refused here, by name."""
     for name, value in values.items():
         if value is None or (name not in _INTEGER_FIELDS and name not in _NUMBER_FIELDS):
             continue

@@ -58,15 +58,7 @@ def test_a_compression_chain_through_a_blob_id_still_lists(tmp_path: Path) -> No
         db.end_session("root", "compression")
         db.create_session("tip", "cli", parent_session_id="root")
         db.append_message("tip", "user", "after compression")
-    engine = engine_like_the_store(url)
-    with engine.begin() as conn:
-        conn.execute(sa.text("PRAGMA foreign_keys = OFF"))
-        for table, column in (("messages", "session_id"), ("sessions", "id")):
-            conn.execute(
-                sa.text(f"UPDATE {table} SET {column} = :blob WHERE {column} = 'tip'"),
-                {"blob": b"tip"},
-            )
-    engine.dispose()
+    _hold_id_as_a_blob(url, "tip")
     with SessionDB(url=url) as db:
         (row,) = db.list_sessions_rich()
         assert row["_lineage_root_id"] == "root"
@@ -88,16 +80,21 @@ def _file_with_a_blob_id(tmp_path: Path) -> str:
         db.set_session_title("blob-1", "Salvaged")
         db.create_session("plain", "cli")
         db.append_message("plain", "user", "hello from a clean session")
+    _hold_id_as_a_blob(url, "blob-1")
+    return url
+
+
+def _hold_id_as_a_blob(url: str, session_id: str) -> None:
+    """The session's id, and its messages' ``session_id``, stored as a BLOB of its UTF-8."""
     engine = engine_like_the_store(url)
     with engine.begin() as conn:
         conn.execute(sa.text("PRAGMA foreign_keys = OFF"))
         for table, column in (("messages", "session_id"), ("sessions", "id")):
             conn.execute(
-                sa.text(f"UPDATE {table} SET {column} = :blob WHERE {column} = 'blob-1'"),
-                {"blob": b"blob-1"},
+                sa.text(f"UPDATE {table} SET {column} = :blob WHERE {column} = :text"),
+                {"blob": session_id.encode(), "text": session_id},
             )
     engine.dispose()
-    return url
 
 
 def test_an_id_stored_as_a_blob_is_returned_as_its_text_never_as_pythons_repr(
