@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
-import math
 import os
 import re
 import sys
@@ -23,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import typer
 
-from ..sql.codec import cell_text, json_default, text_of_blob
+from ..sql.codec import cell_text, dumps_strict, text_of_blob
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -87,25 +85,9 @@ def console(*, stderr: bool = False) -> Console:
 
 
 def print_json(data: Any) -> None:
-    """``data`` as JSON that every parser reads: a float that is no finite number (an infinity
-    a salvaged SQLite cell holds) is written ``null``, as JavaScript's ``JSON.stringify``
-    writes it, where Python's ``Infinity`` is no JSON (``jq`` refuses the whole output)."""
-    try:
-        text = json.dumps(data, ensure_ascii=False, indent=2, default=json_default,
-                          allow_nan=False)  # fmt: skip
-    except ValueError:  # rare: walk the data only when it holds such a float
-        text = json.dumps(_finite(data), ensure_ascii=False, indent=2, default=json_default)
-    typer.echo(text)
-
-
-def _finite(data: Any) -> Any:
-    if isinstance(data, float):
-        return data if math.isfinite(data) else None
-    if isinstance(data, dict):
-        return {key: _finite(value) for key, value in data.items()}
-    if isinstance(data, (list, tuple)):
-        return [_finite(value) for value in data]
-    return data
+    """``data`` as JSON that every parser reads (:func:`~sessionstore.sql.codec.dumps_strict`:
+    a non-finite float a salvaged cell holds as ``null``)."""
+    typer.echo(dumps_strict(data, indent=2))
 
 
 def note(message: str) -> None:

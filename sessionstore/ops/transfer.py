@@ -147,7 +147,7 @@ from ..sessions.prompts import store_prompt
 from ..sessions.repository import SessionRepository
 from ..sessions.telegram_topics import ensure_topic_tables, topic_rows, topic_shape
 from ..sql import validation
-from ..sql.codec import cell_text, json_default, text_of_blob
+from ..sql.codec import cell_text, dumps_strict, json_default, text_of_blob
 from ..sql.ledger_tables import LATER_LEDGER_COLUMNS
 from ..sql.ledger_tables import delivery_obligations_table as obligations
 from ..sql.message_content import hermes_form
@@ -490,8 +490,8 @@ def export_jsonl(
             # Bytes (a SHA-256 digest) travel as hex text; read_records turns them back.
             row = {**row, "display_identity": bytes(row["display_identity"]).hex()}
         # A text cell stored as a BLOB travels as its text (codec.json_default), where
-        # json.dumps refused it and the whole export failed.
-        fp.write(json.dumps({kind: row}, ensure_ascii=False, default=json_default) + "\n")
+        # json.dumps refused it and the whole export failed; a non-finite number as null.
+        fp.write(dumps_strict({kind: row}) + "\n")
         if kind == "session":
             count += 1
             if progress is not None:

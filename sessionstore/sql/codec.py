@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -97,6 +98,29 @@ def json_default(value: Any) -> Any:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return text_of_blob(value)
     return str(value)
+
+
+def dumps_strict(data: Any, *, indent: int | None = None) -> str:
+    """``data`` as JSON that every parser reads (rows as a store holds them, bytes and all:
+    :func:`json_default`): a float that is no finite number (an infinity a salvaged SQLite
+    cell holds; our own writes refuse them) is written ``null``, as JavaScript's
+    ``JSON.stringify`` writes it. Python's ``Infinity`` is no JSON: ``jq`` refused a whole
+    output or export over one cell, and our own import the export's line."""
+    try:
+        return json.dumps(data, ensure_ascii=False, indent=indent, default=json_default,
+                          allow_nan=False)  # fmt: skip
+    except ValueError:  # rare: walk the data only when it holds such a float
+        return json.dumps(_finite(data), ensure_ascii=False, indent=indent, default=json_default)
+
+
+def _finite(data: Any) -> Any:
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {key: _finite(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_finite(value) for value in data]
+    return data
 
 
 def mergeable_json_object(raw: Any, column: str) -> dict[str, Any]:

@@ -104,6 +104,9 @@ def _every_verb_answers(url: str, folder: Path) -> None:
         assert BYTES_REPR.search(said) is None, (verb, said[-400:])
         if "--json" in verb:  # JSON every parser reads: no Infinity or NaN
             json.loads(result.stdout, parse_constant=_no_constant)
+        if verb[0] == "export":  # so is every line of an export
+            for line in out.read_text(encoding="utf-8").splitlines():
+                json.loads(line, parse_constant=_no_constant)
 
 
 def _no_constant(name: str) -> None:
@@ -151,4 +154,26 @@ def test_a_damaged_count_shows_as_its_text(seeded: Path, tmp_path: Path) -> None
     assert url is not None
     listed = CliRunner().invoke(cli.app, ["--url", url, "sessions", "list"])
     assert listed.exit_code == 0 and "lots" in listed.stdout, listed.output
+
+
+def test_an_export_holding_an_infinite_figure_is_json_that_imports_back(
+    seeded: Path, tmp_path: Path
+) -> None:
+    """The export wrote the cell as ``Infinity``: no JSON (``jq`` refused the file) and our
+    own import refused the line, so the whole file. Now ``null``, as ``--json`` writes it."""
+    url = _damaged_copy(seeded, tmp_path, "sessions", "input_tokens", float("inf"))
+    assert url is not None
+    runner = CliRunner()
+    out = tmp_path / "out.jsonl"
+    exported = runner.invoke(cli.app, ["--url", url, "export", "-o", str(out)])
+    assert exported.exit_code == 0, exported.output
+    lines = [json.loads(line, parse_constant=_no_constant) for line in out.read_text().splitlines()]
+    (s1,) = [line["session"] for line in lines if line.get("session", {}).get("id") == "s1"]
+    assert s1["input_tokens"] is None and s1["message_count"] == 3
+    target = f"sqlite:///{tmp_path / 'restored.db'}"
+    imported = runner.invoke(cli.app, ["--url", target, "import", str(out)])
+    assert imported.exit_code == 0, imported.output
+    with SessionDB(url=target) as db:
+        assert [m["content"] for m in db.get_messages("s1")] == ["hello docker world", "ok", "done"]
+        assert not db.get_session("s1")["input_tokens"]
 
