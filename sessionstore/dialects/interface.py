@@ -335,6 +335,21 @@ class StoreDialect(Protocol):
         SQLAlchemy's inspector reads every column's type and default, 4-9 ms against well
         under one."""
 
+    def referencing_columns(
+        self, conn: Connection, table: str, column: str
+    ) -> list[tuple[str, str]]:
+        """Every (table, column) whose foreign key refers to ``table.column``, as the store
+        declares them (an adopted Hermes file keeps its own DDL, not the models'), in the
+        namespace :meth:`existing_tables` looks in."""
+
+    def holds_bytes(self, cell: ColumnElement[Any]) -> ColumnElement[bool]:
+        """Whether ``cell`` holds bytes where its column is declared text: a salvaged SQLite
+        file's may (``keeps_any_type_in_a_column``); a PostgreSQL text column never does."""
+
+    def defer_foreign_keys(self, conn: Connection) -> None:
+        """Check this transaction's foreign keys at its commit instead of statement by
+        statement: a session's id and the rows that name it are rewritten one after another."""
+
     def enable_journal_mode(self, engine: Engine) -> None:
         """Switch the store to its journal mode now and on every later connection (for an
         engine built with ``set_journal_mode=False`` whose schema proved fit to use)."""

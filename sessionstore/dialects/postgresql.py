@@ -33,7 +33,7 @@ from collections.abc import Callable, Collection, Hashable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, Table, event, func, text
+from sqlalchemy import ColumnElement, Table, event, false, func, text
 from sqlalchemy.dialects.postgresql import Insert, insert
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError, DisconnectionError
@@ -536,6 +536,34 @@ class PostgreSQLDialect:
     def existing_indexes(self, conn: Connection, names: Collection[str]) -> set[str]:
         # Plain and partitioned indexes.
         return _existing_relations(conn, ("i", "I"), names)
+
+    def referencing_columns(
+        self, conn: Connection, table: str, column: str
+    ) -> list[tuple[str, str]]:
+        rows = conn.execute(
+            text(
+                "SELECT child.relname, child_column.attname "
+                "FROM pg_catalog.pg_constraint k "
+                "JOIN pg_catalog.pg_class parent ON parent.oid = k.confrelid "
+                "JOIN pg_catalog.pg_namespace n ON n.oid = parent.relnamespace "
+                "JOIN pg_catalog.pg_class child ON child.oid = k.conrelid "
+                "JOIN pg_catalog.pg_attribute parent_column "
+                "  ON parent_column.attrelid = k.confrelid AND parent_column.attnum = k.confkey[1] "
+                "JOIN pg_catalog.pg_attribute child_column "
+                "  ON child_column.attrelid = k.conrelid AND child_column.attnum = k.conkey[1] "
+                "WHERE k.contype = 'f' AND n.nspname = current_schema() "
+                "AND parent.relname = :table AND parent_column.attname = :column "
+                "ORDER BY child.relname, child_column.attname"
+            ),
+            {"table": table, "column": column},
+        )
+        return [(str(row[0]), str(row[1])) for row in rows]
+
+    def holds_bytes(self, cell: ColumnElement[Any]) -> ColumnElement[bool]:
+        return false()
+
+    def defer_foreign_keys(self, conn: Connection) -> None:
+        conn.exec_driver_sql("SET CONSTRAINTS ALL DEFERRED")
 
     def column_names(self, conn: Connection, table: str) -> set[str]:
         rows = conn.execute(

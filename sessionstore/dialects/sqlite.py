@@ -434,6 +434,26 @@ class SQLiteDialect:
         )
         return {str(row[0]) for row in rows}
 
+    def referencing_columns(
+        self, conn: Connection, table: str, column: str
+    ) -> list[tuple[str, str]]:
+        # A key naming no column refers to the primary key: ``id``, for the tables asked about.
+        rows = conn.exec_driver_sql(
+            'SELECT m.name, f."from" FROM main.sqlite_master AS m, '
+            "pragma_foreign_key_list(m.name, 'main') AS f "
+            "WHERE m.type = 'table' AND lower(f.\"table\") = lower(?) "
+            'AND (f."to" IS NULL OR lower(f."to") = lower(?)) ORDER BY m.name, f."from"',
+            (table, column),
+        )
+        return [(str(row[0]), str(row[1])) for row in rows]
+
+    def holds_bytes(self, cell: ColumnElement[Any]) -> ColumnElement[bool]:
+        return func.typeof(cell) == "blob"
+
+    def defer_foreign_keys(self, conn: Connection) -> None:
+        # Ends with the transaction by itself (SQLite resets it at every COMMIT and ROLLBACK).
+        conn.exec_driver_sql("PRAGMA defer_foreign_keys = ON")
+
     def database_file(self, url: URL) -> Path | None:
         if _is_memory(url):
             return None

@@ -26,16 +26,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from sqlalchemy import Column, Index, Table, func, or_, select, update
+from sqlalchemy import Column, Index, Table, column, func, or_, select, update
+from sqlalchemy import table as lightweight_table
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.schema import CreateColumn, CreateIndex
 
-from ..dialects import dialect_for_url
+from ..dialects import StoreDialect, dialect_for_url
 from ..errors import SessionStoreError, StoreBusyError
 from ..schema import legacy, migrate
 from ..search.registry import search_index_for
-from ..sql.codec import cell_text, stored_clock, stored_tool_call_count
+from ..sql.codec import cell_text, stored_clock, stored_tool_call_count, text_of_blob
 from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
 from ..storage.command_hints import cli_command
@@ -62,6 +63,9 @@ class _Findings:
     """What the checks found that ``repair`` needs again (ids, not just counts)."""
 
     dangling_parents: list[str] = field(default_factory=list)
+    # Session ids stored as bytes (a salvaged SQLite file's), in sessions.id or a column whose
+    # foreign key names it, each once: what --fix rewrites as their text.
+    blob_ids: list[bytes] = field(default_factory=list)
     # The session ids orphaned messages name, as stored (a salvaged file's may be a BLOB).
     orphan_sessions: list[object] = field(default_factory=list)
     wrong_counters: dict[str, tuple[int, int]] = field(default_factory=dict)
@@ -228,6 +232,8 @@ def _stages(
         ("integrity", lambda: _check_integrity(checked)),
         ("indexes", lambda: checked.read(lambda conn: _check_indexes(conn, findings))),
         ("full-text indexes", lambda: _search_checks(checked)),
+        ("session ids", lambda: checked.read(
+            lambda conn: _check_blob_ids(conn, checked.dialect, findings))),
         ("lineage", lambda: checked.read(lambda conn: _check_dangling_parents(conn, findings))),
         ("orphaned messages", lambda: checked.read(
             lambda conn: _check_orphan_messages(conn, findings))),
@@ -358,13 +364,55 @@ def _examples(ids: Iterable[str]) -> str:
     return shown + (f" and {len(listed) - MAX_EXAMPLES} more" if len(listed) > MAX_EXAMPLES else "")
 
 
+def _session_id_columns(conn: Connection, dialect: StoreDialect) -> list[tuple[str, str]]:
+    """``sessions.id`` and every column whose foreign key names it, as the store declares
+    them (the Telegram topic bindings' where the store has them)."""
+    return [("sessions", "id"), *dialect.referencing_columns(conn, "sessions", "id")]
+
+
+def _check_blob_ids(conn: Connection, dialect: StoreDialect, findings: _Findings) -> Check:
+    """Session ids stored as bytes: SQLite keeps a value of any type in any column, and a
+    salvaged or hand-edited file (a tool binding Python ``bytes``) holds some. Every read
+    shows such an id as its text (``cell_text``), so the session is listed and searched, but
+    a lookup by that text finds nothing (``sessions show``, ``get_session``, a delete)."""
+    if not dialect.keeps_any_type_in_a_column:
+        return Check("blob_ids", "ok", "every session id is text (the column's type)")
+    found: set[bytes] = set()
+    for table_name, column_name in _session_id_columns(conn, dialect):
+        cell = lightweight_table(table_name, column(column_name)).c[column_name]
+        statement = select(cell).where(dialect.holds_bytes(cell)).distinct()
+        found.update(bytes(row[0]) for row in conn.execute(statement))
+    findings.blob_ids = sorted(found)
+    if not found:
+        return Check("blob_ids", "ok", "every session id is stored as text")
+    clashing = [blob for blob in findings.blob_ids if _clashes(conn, blob)]
+    said = (
+        f"{len(found)} session id(s) stored as bytes, so listed and searched but not found "
+        "by their id: " + _examples(text_of_blob(blob) for blob in findings.blob_ids)
+    )
+    if clashing:
+        said += (f"; {len(clashing)} of them also exist as text, two sessions of one id: "
+                 "left as they are")  # fmt: skip
+    fixable = len(clashing) < len(found)
+    return Check("blob_ids", "fail" if fixable else "warn", said, fixable=fixable)
+
+
+def _clashes(conn: Connection, blob: bytes) -> bool:
+    """Whether sessions hold both ``blob`` and its text as ids: two sessions, which one id
+    cannot name (a reference stored as bytes beside a text session is only that session's)."""
+    both = select(func.count()).where(
+        or_(sessions.c.id == blob, sessions.c.id == text_of_blob(blob))
+    )
+    return int(conn.execute(both).scalar_one()) > 1
+
+
 def _check_dangling_parents(conn: Connection, findings: _Findings) -> Check:
     parent = sessions.alias("parent")
     statement = select(sessions.c.id).where(
         sessions.c.parent_session_id.is_not(None),
         ~select(parent.c.id).where(parent.c.id == sessions.c.parent_session_id).exists(),
     )
-    findings.dangling_parents = [str(row[0]) for row in conn.execute(statement)]
+    findings.dangling_parents = [cell_text(row[0]) for row in conn.execute(statement)]
     if findings.dangling_parents:
         return Check(
             "dangling_parents",
@@ -528,13 +576,13 @@ def last_compaction(conn: Connection, session_ids: list[str] | None = None) -> d
     )
     if session_ids is not None:
         statement = statement.where(messages.c.session_id.in_(session_ids))
-    return {str(session_id): int(last) for session_id, last in conn.execute(statement)}
+    return {cell_text(session_id): int(last) for session_id, last in conn.execute(statement)}
 
 
 def _counted_totals(conn: Connection) -> dict[str, int]:
     """Messages per session, as Hermes counts them (see :func:`last_compaction`)."""
     totals = {
-        str(row[0]): int(row[1])
+        cell_text(row[0]): int(row[1])
         for row in conn.execute(
             select(sessions.c.id, func.count(messages.c.id))
             .select_from(sessions.outerjoin(messages, messages.c.session_id == sessions.c.id))
@@ -556,7 +604,7 @@ def _counted_totals(conn: Connection) -> dict[str, int]:
             .group_by(messages.c.session_id)
         )  # fmt: skip
         for session_id, before in archived:
-            totals[str(session_id)] -= int(before)
+            totals[cell_text(session_id)] -= int(before)
     return totals
 
 
@@ -569,10 +617,10 @@ def _tool_counting(conn: Connection) -> dict[str, _ToolCounting]:
     )
     counting: dict[str, _ToolCounting] = defaultdict(_ToolCounting)
     for session_id, role, value, message_id in rows:
-        if message_id <= compacted.get(str(session_id), 0):
+        if message_id <= compacted.get(cell_text(session_id), 0):
             continue  # archived by a compaction: no longer counted
         v6_weight = stored_tool_call_count(str(value)) if value else 0
-        counting[str(session_id)].add(_v1_weight(str(role), value), v6_weight)
+        counting[cell_text(session_id)].add(_v1_weight(str(role), value), v6_weight)
     return counting
 
 
@@ -600,9 +648,9 @@ def _live_counters(conn: Connection) -> dict[str, tuple[int, int | None]]:
         select(messages.c.session_id, messages.c.tool_calls).where(messages.c.active == 1)
     )
     for session_id, value in rows:
-        total, tools = counts.get(str(session_id), (0, 0))
+        total, tools = counts.get(cell_text(session_id), (0, 0))
         weight = stored_tool_call_count(str(value)) if value else 0
-        counts[str(session_id)] = (
+        counts[cell_text(session_id)] = (
             total + 1, None if tools is None or weight is None else tools + weight
         )
     return counts
@@ -625,7 +673,7 @@ def _check_counters(conn: Connection, findings: _Findings) -> list[Check]:
     message_totals = _counted_totals(conn)
     counting = _tool_counting(conn)
     stored = {
-        str(row[0]): (_stored_count(row[1]), _stored_count(row[2]))
+        cell_text(row[0]): (_stored_count(row[1]), _stored_count(row[2]))
         for row in conn.execute(
             select(sessions.c.id, sessions.c.message_count, sessions.c.tool_call_count)
         )
@@ -722,6 +770,8 @@ def repair(
         if session_id not in findings.wrong_counters
     }
     planned: list[tuple[str, Callable[[], str]]] = []
+    if "blob_ids" in flagged:  # first: the other repairs name sessions by their text
+        planned.append(("session ids", lambda: _ids_as_text(store, findings.blob_ids)))
     if "columns" in flagged:
         planned.append(("columns", lambda: add_columns(store, findings.missing_columns)))
     if "indexes" in flagged:
@@ -747,6 +797,47 @@ def repair(
             progress(name, number, len(planned))
         actions.append(run())
     return actions
+
+
+def _ids_as_text(store: Store, blobs: list[bytes]) -> str:
+    """Store each session id held as bytes as its text (``text_of_blob``, the id every read
+    shows), in ``sessions.id`` and in every column whose foreign key names it, in one
+    transaction whose keys are checked at its commit. An id whose text another session has
+    is left (:func:`_clashes`), and so is one whose rewrite a unique key refuses (a usage
+    row of the same route under both forms): nothing of it is written."""
+    renamed: list[str] = []
+    left: list[str] = []
+
+    def run(conn: Connection) -> None:
+        renamed.clear()
+        left.clear()
+        store.dialect.defer_foreign_keys(conn)
+        columns = _session_id_columns(conn, store.dialect)
+        for blob in blobs:
+            session_id = text_of_blob(blob)
+            if _clashes(conn, blob):
+                left.append(session_id)
+                continue
+            try:
+                with conn.begin_nested():
+                    for table_name, column_name in columns:
+                        table = lightweight_table(table_name, column(column_name))
+                        conn.execute(
+                            update(table).where(table.c[column_name] == blob)
+                            .values({column_name: session_id})
+                        )  # fmt: skip
+            except IntegrityError:
+                left.append(session_id)
+            else:
+                renamed.append(session_id)
+        # Their rows join the indexes whose membership depends on the session (trigram).
+        search_index_for(store.dialect).sessions_changed(conn, renamed)
+
+    store.write(run)
+    said = f"stored {len(renamed)} session id(s) held as bytes as their text"
+    if left:
+        said += f"; left {len(left)} that another session's id already is: {_examples(left)}"
+    return said
 
 
 def _recount_tool_calls(store: Store, totals: dict[str, int]) -> str:
@@ -889,10 +980,17 @@ def _clear_dangling_parents(store: Store, session_ids: list[str]) -> str:
     def run(conn: Connection) -> None:
         for start in range(0, len(session_ids), UPDATE_BATCH):
             chunk = session_ids[start : start + UPDATE_BATCH]
+            # Still dangling: a parent id stored as bytes names its session again once the
+            # ids are text (``_ids_as_text`` runs first), and its lineage is kept.
             conn.execute(
-                update(sessions).where(sessions.c.id.in_(chunk)).values(parent_session_id=None)
-            )
+                update(sessions)
+                .where(sessions.c.id.in_(chunk),
+                       ~select(parent.c.id).where(parent.c.id == sessions.c.parent_session_id)
+                       .exists())
+                .values(parent_session_id=None)
+            )  # fmt: skip
 
+    parent = sessions.alias("parent")
     store.write(run)
     return f"cleared {len(session_ids)} dangling parent id(s)"
 

@@ -139,3 +139,80 @@ def test_messages_filed_under_a_blob_id_are_filed_under_its_text_again(tmp_path:
         assert set(sessions) == {"s1", "s2", "gone"}
         assert (sessions["s2"]["message_count"], sessions["gone"]["message_count"]) == (1, 2)
         assert sorted(hit["session_id"] for hit in db.search_messages("blob")) == ["gone", "s2"]
+
+
+def _salvaged_with_blob_ids(tmp_path: Path) -> str:
+    """A file whose session ``s2`` (its row, its messages, its usage, its child's parent id)
+    and session ``s3``'s id are stored as bytes; ``s4``'s messages and its child's parent id
+    name it by bytes while its row holds text; ``twin`` exists under both forms."""
+    url = f"sqlite:///{tmp_path / 'salvaged.db'}"
+    with SessionDB(url=url) as db:
+        for session_id in ("s1", "s2", "s3", "s4", "twin"):
+            db.create_session(session_id, "cli")
+            db.append_message(session_id, "user", f"words of {session_id}")
+        db.create_session("child-of-s2", "cli", parent_session_id="s2")
+        db.create_session("child-of-s4", "cli", parent_session_id="s4")
+        db.update_token_counts("s2", input_tokens=5, model="m")
+    engine = engine_like_the_store(url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("PRAGMA foreign_keys = OFF"))
+        for table, column, session_id in (
+            ("sessions", "id", "s2"), ("messages", "session_id", "s2"),
+            ("session_model_usage", "session_id", "s2"), ("sessions", "parent_session_id", "s2"),
+            ("sessions", "id", "s3"), ("messages", "session_id", "s3"),
+            ("messages", "session_id", "s4"), ("sessions", "parent_session_id", "s4"),
+        ):  # fmt: skip
+            conn.execute(
+                sa.text(f"UPDATE {table} SET {column} = :blob WHERE {column} = :text"),
+                {"blob": session_id.encode(), "text": session_id},
+            )
+        conn.execute(sa.text("INSERT INTO sessions (id, source, started_at) "
+                             "VALUES (CAST('twin' AS BLOB), 'cli', 1)"))  # fmt: skip
+    engine.dispose()
+    return url
+
+
+def test_session_ids_stored_as_bytes_are_stored_as_their_text(tmp_path: Path) -> None:
+    """A session whose id a salvaged file holds as bytes was listed and searched under its
+    text, but ``sessions show`` of that text said no such session, and the doctor found
+    nothing. It now reports them, and ``--fix`` stores each id as its text in the session's
+    row and every row whose foreign key names it (messages, usage, children), keeping the
+    lineage a parent id stored as bytes named (the lineage repair cleared it). An id whose
+    text is another session's is reported and left."""
+    url = _salvaged_with_blob_ids(tmp_path)
+    runner = CliRunner()
+    assert runner.invoke(cli.app, ["--url", url, "sessions", "show", "s2"]).exit_code != 0
+    checked = runner.invoke(cli.app, ["--url", url, "db", "doctor"])
+    assert checked.exit_code == 1 and "stored as bytes" in checked.output, checked.output
+    fixed = runner.invoke(cli.app, ["--url", url, "db", "doctor", "--fix"])
+    assert fixed.exit_code == 0, fixed.output
+    assert "stored 3 session id(s) held as bytes as their text" in fixed.output, fixed.output
+    assert "left 1" in fixed.output and "twin" in fixed.output, fixed.output
+    shown = runner.invoke(cli.app, ["--url", url, "sessions", "show", "s2"])
+    assert shown.exit_code == 0 and "words of s2" in shown.output, shown.output
+    with SessionDB(url=url) as db:
+        for session_id in ("s1", "s2", "s3", "s4"):
+            row = db.get_session(session_id)
+            assert row is not None and row["message_count"] == 1, (session_id, row)
+            assert [m["content"] for m in db.get_messages(session_id)] == [
+                f"words of {session_id}"
+            ]
+        assert db.get_session("child-of-s2")["parent_session_id"] == "s2"
+        assert db.get_session("child-of-s4")["parent_session_id"] == "s4"
+        assert db.get_session("s2")["input_tokens"] == 5
+        assert db.delete_session("s3") and db.get_session("s3") is None
+    engine = engine_like_the_store(url)
+    with engine.connect() as conn:
+        kinds = conn.execute(sa.text(
+            "SELECT typeof(id), count(*) FROM sessions GROUP BY 1 ORDER BY 1"
+        )).all()  # fmt: skip
+        assert kinds == [("blob", 1), ("text", 6)], kinds  # the twin's bytes, left; s3 deleted
+        assert conn.execute(sa.text("SELECT typeof(session_id) FROM session_model_usage")).all() \
+            == [("text",)]  # fmt: skip
+        assert conn.execute(sa.text("PRAGMA foreign_key_check")).all() == []
+    engine.dispose()
+    with Store.open(url) as store:
+        report = doctor.diagnose(store)  # search indexes, counters, lineage: all sound
+        assert report.healthy, report.problems
+        again = report.get("blob_ids")
+        assert again is not None and again.status == "warn" and not again.fixable
