@@ -65,6 +65,7 @@ from sqlalchemy.engine import Connection
 from ..errors import SessionActiveWriteGuardError
 from ..search.sanitize import escape_like
 from ..sql import validation
+from ..sql.codec import whole_number
 from ..sql.read_shape import ReadShape
 from ..sql.records import SessionRecord
 from ..sql.tables import gateway_routing_table as routing
@@ -419,6 +420,7 @@ class DeletionPart(RepositoryPart):
             sessions.c.ended_at.is_not(None),
             sessions.c.started_at < time.time() - age,
             ~select(messages.c.id).where(messages.c.session_id == sessions.c.id).exists(),
+            self._text_ids(),
         )
 
         return self.store.write(lambda conn: delete_matching(conn, condition))
@@ -518,7 +520,9 @@ class DeletionPart(RepositoryPart):
         """Ended, last active before ``cutoff``, of any of the sources (every source for
         None)."""
         stamped = self._stamped()
-        condition = and_(sessions.c.ended_at.is_not(None), *inactive_before(cutoff, stamped))
+        condition = and_(
+            sessions.c.ended_at.is_not(None), *inactive_before(cutoff, stamped), self._text_ids()
+        )
         selected = validation.sources(source, "source")
         if selected is not None:
             condition = and_(condition, source_condition(self.store.dialect, selected))
@@ -545,7 +549,7 @@ class DeletionPart(RepositoryPart):
         tips_only = validation.flag(chosen.pop("lineage_tips_only", False), "lineage_tips_only")
         guarded, matched = prune_conditions(**_with_age(older_than_days, source, chosen))
         guard = sessions.c.ended_at.is_(None) if open_sessions else guarded
-        condition = and_(guard, *matched)
+        condition = and_(guard, *matched, self._text_ids())
         if tips_only:  # a compressed-away segment is archived with its tip, never alone
             condition = and_(
                 condition, func.coalesce(sessions.c.end_reason, "") != COMPRESSION_END_REASON
@@ -639,6 +643,13 @@ class DeletionPart(RepositoryPart):
         """Whether the store has ``last_activity_at`` (v24): a store read as it is from before
         it measures activity by its messages alone."""
         return self.store.read_shape.has_column(sessions.name, "last_activity_at")
+
+    def _text_ids(self) -> ColumnElement[bool]:
+        """Sessions whose id is stored as text: the bulk deletes' own condition. One whose id
+        a salvaged SQLite file holds as bytes stopped every prune, dry runs included (ids are
+        sorted and bound as text); it is left to ``db doctor --fix``, which reports it and
+        stores the id as its text, and the next prune takes it."""
+        return ~self.store.dialect.holds_bytes(sessions.c.id)
 
     def _holds_pins(self) -> bool:
         return self.store.read_shape.has_column(sessions.name, "pinned")
@@ -768,7 +779,9 @@ class DeletionPart(RepositoryPart):
     @reads
     def count_empty_sessions(self) -> int:
         """Ended, unarchived sessions without messages: what ``delete_empty_sessions`` takes."""
-        statement = select(func.count()).select_from(sessions).where(_empty_condition())
+        statement = (
+            select(func.count()).select_from(sessions).where(_empty_condition(), self._text_ids())
+        )
         return int(self.store.read(lambda conn: conn.execute(statement).scalar_one()))
 
     @writes
@@ -779,7 +792,8 @@ class DeletionPart(RepositoryPart):
     @writes
     def delete_empty_sessions_detailed(self) -> Deletion:
         """:meth:`delete_empty_sessions`, saying also which sessions went."""
-        return self.store.write(lambda conn: delete_matching(conn, _empty_condition()))
+        condition = and_(_empty_condition(), self._text_ids())
+        return self.store.write(lambda conn: delete_matching(conn, condition))
 
 
 def _exists(conn: Connection, session_id: str) -> bool:
@@ -844,7 +858,7 @@ def _one_turn(conn: Connection, doomed: list[str]) -> list[str]:
             ).all()
         )
         for session_id in chunk:
-            held += max(0, int(counts.get(session_id) or 0))
+            held += max(0, whole_number(counts.get(session_id)))  # a damaged one: 0
             if taken and held > PRUNE_TURN_MESSAGES:
                 return taken
             taken.append(session_id)

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.engine import Connection
 
-from ..sql.codec import cell_text
+from ..sql.codec import cell_text, whole_number
 from ..sql.tables import messages_table as messages
 from ..sql.tables import sessions_table as sessions
 
@@ -24,21 +24,9 @@ def _cost() -> ColumnElement[Any]:
     return func.coalesce(sessions.c.actual_cost_usd, sessions.c.estimated_cost_usd, 0.0)
 
 
-def _whole(value: Any) -> int:
-    """A token figure as an integer (PostgreSQL sums BIGINT as ``numeric``: a ``Decimal``);
-    what a salvaged SQLite cell makes of it that is no finite number (text, a BLOB, an
-    infinity SQLite summed) counts 0 instead of failing the report."""
-    if type(value) is int:
-        return value
-    if type(value) is Decimal:
-        return int(value) if value.is_finite() else 0
-    if type(value) is float and math.isfinite(value):
-        return int(value)
-    return 0
-
-
 def _amount(value: Any) -> float:
-    """A cost in dollars as a float; anything that is no finite number counts 0 (:func:`_whole`)."""
+    """A cost in dollars as a float; anything that is no finite number counts 0, as a damaged
+    token figure does (:func:`~sessionstore.sql.codec.whole_number`)."""
     if type(value) is Decimal:
         value = float(value)
     if type(value) in (int, float) and math.isfinite(value):
@@ -108,8 +96,8 @@ def _per_model(conn: Connection) -> list[dict[str, Any]]:
         row = merged.setdefault(name, {"model": name, "sessions": 0, "input_tokens": 0,
                                        "output_tokens": 0, "cost_usd": 0.0})  # fmt: skip
         row["sessions"] += int(count)
-        row["input_tokens"] += _whole(input_tokens)
-        row["output_tokens"] += _whole(output_tokens)
+        row["input_tokens"] += whole_number(input_tokens)
+        row["output_tokens"] += whole_number(output_tokens)
         row["cost_usd"] += _amount(cost)
     for row in merged.values():
         row["cost_usd"] = round(row["cost_usd"], 6)
@@ -136,7 +124,7 @@ def _per_day(conn: Connection, days: int) -> list[dict[str, Any]]:
             continue
         bucket = per_day[started_on]
         bucket["sessions"] += 1
-        bucket["tokens"] += _whole(tokens)
+        bucket["tokens"] += whole_number(tokens)
         bucket["cost_usd"] += _amount(cost)
     recent = sorted(per_day)[-days:] if days > 0 else []
     return [

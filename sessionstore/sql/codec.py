@@ -13,6 +13,7 @@ import json
 import logging
 import math
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 from ..errors import DamagedValueError
@@ -98,6 +99,19 @@ def json_default(value: Any) -> Any:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return text_of_blob(value)
     return str(value)
+
+
+def whole_number(value: Any) -> int:
+    """A count or token figure as an integer: PostgreSQL sums BIGINT as ``numeric`` (a
+    ``Decimal``); what a salvaged SQLite cell holds that is no finite number (text, a BLOB,
+    an infinity, or SQLite's sum of one) counts 0, instead of failing a report or a prune."""
+    if type(value) is int:
+        return value
+    if type(value) is Decimal:
+        return int(value) if value.is_finite() else 0
+    if type(value) is float and math.isfinite(value):
+        return int(value)
+    return 0
 
 
 def dumps_strict(data: Any, *, indent: int | None = None) -> str:
