@@ -125,12 +125,14 @@ from sqlalchemy import (
     literal,
     select,
     text,
+    type_coerce,
     update,
 )
 from sqlalchemy import table as lightweight_table
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.sql import Executable
+from sqlalchemy.types import NullType
 
 from ..dialects import database_file
 from ..dialects.disk_space import out_of_room_typed
@@ -914,6 +916,15 @@ def _not_a_number(values: dict[str, Any]) -> str | None:
     return None
 
 
+def _as_given(values: dict[str, Any]) -> dict[str, Any]:
+    """A row's values bound as they are, as :func:`insert_rows` binds a message's: the column
+    types' own conversions (SQLite's REAL binds ``float(value)``) refused a copy of a damaged
+    file (a ``started_at`` of ``'yesterday'``, which a SQLite target keeps as SQLite keeps
+    it: ``unexpected StatementError``). What a target cannot hold is refused before, by name
+    (:func:`_typed_for`); an import's records are checked before (:func:`_bad_value`)."""
+    return {name: type_coerce(value, NullType()) for name, value in values.items()}
+
+
 def _check_copied(source: Store, snapshot: Connection, target: Store) -> None:
     """Every row of the source's ``snapshot`` that a copy carries is in the target, or the
     copy raises ``SessionStoreError`` naming what is missing."""
@@ -924,7 +935,9 @@ def _check_copied(source: Store, snapshot: Connection, target: Store) -> None:
     if present != (len(ids), expected_messages):
         raise SessionStoreError(
             f"copy incomplete: source has {len(ids)} sessions/{expected_messages} "
-            f"messages, target holds {present[0]}/{present[1]} of them"
+            f"messages, target holds {present[0]}/{present[1]} of them (a message whose "
+            "session the source lacks is not carried: `sessionstore db doctor --fix` on the "
+            "source files such messages under a session; then copy again)"
         )
     source_keys = [key for (key,) in snapshot.execute(select(state_meta.c.key))
                    if key not in STORE_LOCAL_STATE_KEYS]  # fmt: skip
@@ -937,16 +950,21 @@ def _check_copied(source: Store, snapshot: Connection, target: Store) -> None:
     ledgers = [obligations] if source.dialect.column_names(snapshot, obligations.name) else []
     for table in (usage, routing, delegations, generations, hygiene, *ledgers):
         keys = select(*table.primary_key)
-        source_rows = {tuple(row) for row in snapshot.execute(keys)}
+        # As the copy wrote them: a key part a salvaged file holds as a BLOB went as its text.
+        source_rows = {tuple(map(_key_part, row)) for row in snapshot.execute(keys)}
         if not source_rows:
             continue  # nothing to find (a target may hold no ledger: made only for rows)
-        missing_rows = source_rows - set(_rows(target, keys))
+        missing_rows = source_rows - {tuple(map(_key_part, row)) for row in _rows(target, keys)}
         if missing_rows:
             raise SessionStoreError(
                 f"copy incomplete: {len(missing_rows)} {table.name} row(s) of the source are not "
                 f"in the target, e.g. {sorted(missing_rows)[0]!r}"
             )
     _check_topics_copied(source, snapshot, target)
+
+
+def _key_part(value: Any) -> Any:
+    return cell_text(value) if isinstance(value, (bytes, bytearray, memoryview)) else value
 
 
 def _check_topics_copied(source: Store, snapshot: Connection, target: Store) -> None:
@@ -1407,7 +1425,7 @@ def _flush(
                 if parent is not None and not _session_exists(conn, parent):
                     parents[values["id"]] = parent
                     values["parent_session_id"] = None
-                conn.execute(sessions.insert(), values)
+                conn.execute(sessions.insert().values(_as_given(values)))
                 local.sessions += 1
                 continue
             if position.skipping or position.session_id is None:
@@ -1435,7 +1453,7 @@ def _flush(
         for values in usage_rows:
             # A row the target holds (a merge, a resumed copy) keeps its figures.
             statement = (
-                run_in.store.dialect.insert(usage).values(values)
+                run_in.store.dialect.insert(usage).values(_as_given(values))
                 .on_conflict_do_nothing(index_elements=list(usage.primary_key))
             )
             local.usage_rows += int(

@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from sessionstore import SessionDB, Store, UnsupportedValueError, cli
 from sessionstore.ops import doctor
 from sessionstore.ops.transfer import copy
+from sessionstore.sql.codec import cell_text
 
 
 def _source(tmp_path: Path, damage: str) -> str:
@@ -139,3 +140,58 @@ def test_a_damaged_display_identity_travels_as_null_and_the_copies_complete(
             identities = {row[0]: row[1] for row in rows}
         engine.dispose()
         assert identities[1] is None and bytes(identities[2]) == kept, url
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "UPDATE sessions SET started_at = 'yesterday' WHERE id = 'damaged'",
+        "UPDATE sessions SET estimated_cost_usd = x'00ff' WHERE id = 'damaged'",
+        "UPDATE sessions SET last_activity_at = '' WHERE id = 'damaged'",
+    ],
+)
+def test_a_sqlite_copy_carries_a_time_or_cost_holding_text_as_sqlite_keeps_it(
+    tmp_path: Path, damage: str
+) -> None:
+    """Into SQLite, which keeps it as the source does (bytes as their text, as the copy
+    carries every BLOB cell): SQLAlchemy's REAL bound
+    ``float(value)`` and the copy stopped (``unexpected StatementError: could not convert
+    string to float``), though the messages' times of the same kind went through."""
+    source = _source(tmp_path, damage)
+    target = f"sqlite:///{tmp_path / 'copy.db'}"
+    copy(source, target)
+    column = damage.split()[3]
+    read = f"SELECT {column}, typeof({column}) FROM sessions WHERE id = 'damaged'"
+    engines = [engine_like_the_store(url) for url in (source, target)]
+    try:
+        stored = [engine.connect().execute(sa.text(read)).one() for engine in engines]
+    finally:
+        for engine in engines:
+            engine.dispose()
+    # as text: bytes in any column travel as their text, as every copy carries them
+    assert stored[1] == (cell_text(stored[0][0]), "text"), stored
+    with SessionDB(url=target) as db:
+        assert [m["content"] for m in db.get_messages("damaged")] == ["hi"]
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
+def test_a_usage_key_held_as_a_blob_is_copied_as_its_text_and_found(
+    tmp_path: Path, fresh_migrated_pg_url: str, dialect: str
+) -> None:
+    """A usage row's model or task stored as bytes goes in as its text (as every text cell
+    does); the copy's closing check looked for the bytes and called the copy incomplete."""
+    source = _source(tmp_path, "SELECT 1")
+    with SessionDB(url=source) as db:
+        db.update_token_counts("damaged", input_tokens=7, model="gpt-x")
+    engine = engine_like_the_store(source)
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE session_model_usage SET model = CAST(model AS BLOB), "
+                             "task = CAST('summary' AS BLOB)"))  # fmt: skip
+    engine.dispose()
+    target = fresh_migrated_pg_url if dialect == "postgresql" else f"sqlite:///{tmp_path / 'c.db'}"
+    copy(source, target)
+    with Store.open(target) as store:
+        rows = store.read(lambda conn: conn.execute(sa.text(
+            "SELECT session_id, model, task, input_tokens FROM session_model_usage"
+        )).all())  # fmt: skip
+    assert [tuple(row) for row in rows] == [("damaged", "gpt-x", "summary", 7)]
