@@ -664,7 +664,10 @@ class ListingPart(RepositoryPart):
                 # Before the projection, so a pinned root is shown as its tip, as iot does.
                 listed = {row[0] for row in rows}
                 rows += [row for row in pinned.rows(conn, parameters) if row[0] not in listed]
-            roots = [row[0] for row in rows if row[_END_REASON_AT] == COMPRESSION_END_REASON]
+            # A root whose id a salvaged file holds as bytes is listed as it is: JSON carries
+            # no bytes (the listing failed), and ``db doctor --fix`` stores the id as text.
+            roots = [row[0] for row in rows
+                     if row[_END_REASON_AT] == COMPRESSION_END_REASON and type(row[0]) is str]
             if not project or not roots:
                 return [(row, None, None) for row in rows]
             load_tips = self._load_compact_tip_listings if compact else self._load_tip_listings

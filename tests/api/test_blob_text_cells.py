@@ -16,7 +16,8 @@ import sqlalchemy as sa
 from store_library import engine_like_the_store
 from typer.testing import CliRunner
 
-from sessionstore import SessionDB, cli
+from sessionstore import SessionDB, Store, cli
+from sessionstore.ops import doctor
 
 
 def test_listing_and_resume_read_blob_cells_as_text(tmp_path: Path) -> None:
@@ -161,3 +162,24 @@ def test_stats_and_search_lines_show_a_blob_source_and_model_as_text(tmp_path: P
     with SessionDB(url=url) as db:
         session = db.get_session("s")
         assert session is not None and session["source"] == b"telegram"
+
+
+def test_a_compressed_root_whose_id_is_a_blob_is_listed_as_it_is(tmp_path: Path) -> None:
+    """A compression root held by a BLOB id failed every listing that projects roots onto
+    their tips (``Object of type bytes is not JSON serializable``: the roots travel to the
+    statement as JSON). It is listed as it is; once ``db doctor --fix`` stores its id as
+    text, it is projected onto its tip as any root."""
+    url = f"sqlite:///{tmp_path / 'salvaged.db'}"
+    with SessionDB(url=url) as db:
+        db.create_session("root", "cli")
+        db.append_message("root", "user", "the start")
+        db.end_session("root", "compression")
+        db.create_session("tip", "cli", parent_session_id="root")
+        db.append_message("tip", "user", "the continuation")
+    _hold_id_as_a_blob(url, "root")
+    with SessionDB(url=url) as db:
+        assert [row["id"] for row in db.list_sessions_rich()] == [b"root"]  # unprojected
+    with Store.open(url) as store:
+        doctor.repair(store, doctor.diagnose(store))
+    with SessionDB(url=url) as db:
+        assert [row["id"] for row in db.list_sessions_rich()] == ["tip"]
