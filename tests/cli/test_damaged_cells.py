@@ -26,6 +26,7 @@ from store_library import engine_like_the_store
 from typer.testing import CliRunner
 
 from sessionstore import SessionDB, cli
+from sessionstore.errors import ValueOutOfRangeError
 
 VERBS = (
     ("sessions", "list"), ("sessions", "list", "--json"), ("sessions", "show", "s1"),
@@ -208,3 +209,19 @@ def test_a_prune_leaves_a_session_whose_id_is_bytes_to_the_doctor(
     with SessionDB(url=url) as db:
         assert db.get_session("s1") is None and db.get_session("s2") is not None
 
+
+
+def test_figures_whose_sum_passes_64_bits_are_refused_typed(seeded: Path, tmp_path: Path) -> None:
+    """Two token figures of 6e18 (damage: no real count is near) add up past SQLite's 64-bit
+    SUM, which raised ``OperationalError: integer overflow``, untyped (``usage_totals``)."""
+    url = _damaged_copy(seeded, tmp_path, "sessions", "input_tokens", 6 * 10**18)
+    assert url is not None
+    engine = engine_like_the_store(url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE sessions SET input_tokens = 6000000000000000000, "
+                             "source = 'cli', model = 'm', parent_session_id = NULL"))  # fmt: skip
+    engine.dispose()
+    said = CliRunner().invoke(cli.app, ["--url", url, "stats"])
+    assert said.exit_code == 1 and "passes a 64-bit integer" in said.output, said.output
+    with SessionDB(url=url) as db, pytest.raises(ValueOutOfRangeError, match="damaged"):
+        db.usage_totals()
