@@ -38,6 +38,7 @@ from ..schema import legacy, migrate
 from ..search.registry import search_index_for
 from ..sql.codec import cell_text, stored_clock, stored_tool_call_count, text_of_blob
 from ..sql.tables import messages_table as messages
+from ..sql.tables import session_model_usage_table as usage
 from ..sql.tables import sessions_table as sessions
 from ..storage.command_hints import cli_command
 from ..storage.retry import RetryPolicy
@@ -509,20 +510,37 @@ def _check_columns(conn: Connection, findings: _Findings) -> Check:
 
 
 def _check_orphan_messages(conn: Connection, findings: _Findings) -> Check:
+    """Messages, and per-model usage rows, whose session does not exist (a file written with
+    foreign keys off: Hermes's delete takes both with the session). Their data is kept: a
+    placeholder session gives them a home (:func:`_adopt_orphans`); a copy carried none of
+    them, and called itself incomplete."""
     statement = (
         select(messages.c.session_id, func.count())
         .where(~select(sessions.c.id).where(sessions.c.id == messages.c.session_id).exists())
         .group_by(messages.c.session_id)
     )
     rows = [(row[0], int(row[1])) for row in conn.execute(statement)]
-    findings.orphan_sessions = [session_id for session_id, _ in rows]
-    if rows:
-        total = sum(count for _, count in rows)
+    usage_only = conn.execute(
+        select(usage.c.session_id, func.count())
+        .where(~select(sessions.c.id).where(sessions.c.id == usage.c.session_id).exists())
+        .group_by(usage.c.session_id)
+    ).all()
+    named = {session_id for session_id, _ in rows}
+    usage_rows = [(row[0], int(row[1])) for row in usage_only if row[0] not in named]
+    findings.orphan_sessions = [session_id for session_id, _ in rows + usage_rows]
+    if findings.orphan_sessions:
+        said = []
+        if rows:
+            said.append(f"{sum(count for _, count in rows)} message(s) belong to {len(rows)} "
+                        "missing session(s)")  # fmt: skip
+        if usage_rows:
+            said.append(f"{sum(count for _, count in usage_rows)} usage row(s) to "
+                        f"{len(usage_rows)} more")  # fmt: skip
         return Check(
             "orphan_messages",
             "fail",
-            f"{total} message(s) belong to {len(rows)} missing session(s): "
-            + _examples(cell_text(session_id) for session_id, _ in rows),
+            "; ".join(said) + ": "
+            + _examples(cell_text(session_id) for session_id in findings.orphan_sessions),
             fixable=True,
         )
     return Check("orphan_messages", "ok", "every message has its session")
@@ -852,7 +870,8 @@ def _recount_tool_calls(store: Store, totals: dict[str, int]) -> str:
 
 
 def _adopt_orphans(store: Store, stored_ids: list[object]) -> str:
-    """Give orphaned messages a session to belong to: deleting them would lose data.
+    """Give orphaned messages (and per-model usage rows) a session to belong to: deleting
+    them would lose data.
 
     Messages a salvaged file files under a session id stored as a BLOB (or a number) are first
     filed under the id's text (``cell_text``), the id every read gives: where a session of
@@ -904,7 +923,7 @@ def _adopt_orphans(store: Store, stored_ids: list[object]) -> str:
         search_index_for(store.dialect).sessions_changed(conn, adopted + relinked)
 
     store.write(run)
-    said = f"created {len(adopted)} placeholder session(s) for orphaned messages"
+    said = f"created {len(adopted)} placeholder session(s) for orphaned messages and usage rows"
     if relinked:
         said += (f"; filed the messages of {len(relinked)} session(s) stored under a BLOB id "
                  "under the id's text again")  # fmt: skip

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from store_library import engine_like_the_store
 from typer.testing import CliRunner
 
-from sessionstore import SessionDB, Store, UnsupportedValueError, cli
+from sessionstore import SessionDB, SessionStoreError, Store, UnsupportedValueError, cli
 from sessionstore.ops import doctor
 from sessionstore.ops.transfer import copy
 from sessionstore.sql.codec import cell_text
@@ -195,3 +195,33 @@ def test_a_usage_key_held_as_a_blob_is_copied_as_its_text_and_found(
             "SELECT session_id, model, task, input_tokens FROM session_model_usage"
         )).all())  # fmt: skip
     assert [tuple(row) for row in rows] == [("damaged", "gpt-x", "summary", 7)]
+
+
+def test_usage_rows_of_a_missing_session_get_a_placeholder_and_the_copy_completes(
+    tmp_path: Path, fresh_migrated_pg_url: str
+) -> None:
+    """A usage row whose session is gone (written with foreign keys off) was carried by no
+    copy, which then called itself incomplete, and the doctor saw nothing to mend. It is an
+    orphan now, as a message is: ``--fix`` gives it a placeholder session, keeping its
+    figures, and the copy completes."""
+    source = _source(tmp_path, "SELECT 1")
+    with SessionDB(url=source) as db:
+        db.update_token_counts("damaged", input_tokens=7, model="gpt-x")
+    engine = engine_like_the_store(source)
+    with engine.begin() as conn:
+        conn.execute(sa.text("PRAGMA foreign_keys = OFF"))
+        conn.execute(sa.text("UPDATE session_model_usage SET session_id = 'gone'"))
+    engine.dispose()
+    with pytest.raises(SessionStoreError, match="session_model_usage"):
+        copy(source, fresh_migrated_pg_url)
+    runner = CliRunner()
+    checked = runner.invoke(cli.app, ["--url", source, "db", "doctor"])
+    assert checked.exit_code == 1 and "1 usage row(s)" in checked.output, checked.output
+    fixed = runner.invoke(cli.app, ["--url", source, "db", "doctor", "--fix"])
+    assert fixed.exit_code == 0, fixed.output
+    copy(source, fresh_migrated_pg_url)
+    with SessionDB(url=fresh_migrated_pg_url) as db:
+        assert db.get_session("gone") is not None
+        assert [(row["model"], row["input_tokens"]) for row in db.get_model_usage("gone")] == [
+            ("gpt-x", 7)
+        ]
