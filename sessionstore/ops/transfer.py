@@ -956,9 +956,12 @@ def _check_copied(source: Store, snapshot: Connection, target: Store) -> None:
             continue  # nothing to find (a target may hold no ledger: made only for rows)
         missing_rows = source_rows - {tuple(map(_key_part, row)) for row in _rows(target, keys)}
         if missing_rows:
+            mend = (" (a usage row whose session the source lacks is not carried: `sessionstore "
+                    "db doctor --fix` on the source gives it a session; then copy again)"
+                    if table is usage else "")  # fmt: skip
             raise SessionStoreError(
                 f"copy incomplete: {len(missing_rows)} {table.name} row(s) of the source are not "
-                f"in the target, e.g. {sorted(missing_rows)[0]!r}"
+                f"in the target, e.g. {sorted(missing_rows)[0]!r}{mend}"
             )
     _check_topics_copied(source, snapshot, target)
 
