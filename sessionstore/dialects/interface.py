@@ -338,9 +338,9 @@ class StoreDialect(Protocol):
     def referencing_columns(
         self, conn: Connection, table: str, column: str
     ) -> list[tuple[str, str]]:
-        """Every (table, column) whose foreign key refers to ``table.column``, as the store
-        declares them (an adopted Hermes file keeps its own DDL, not the models'), in the
-        namespace :meth:`existing_tables` looks in."""
+        """Every (table, column) whose single-column foreign key refers to ``table.column``,
+        as the store declares them (an adopted Hermes file keeps its own DDL, not the
+        models'), in the namespace :meth:`existing_tables` looks in."""
 
     def holds_bytes(self, cell: ColumnElement[Any]) -> ColumnElement[bool]:
         """Whether ``cell`` holds bytes where its column is declared text: a salvaged SQLite

@@ -854,7 +854,8 @@ def _ids_as_text(store: Store, blobs: list[bytes]) -> str:
     store.write(run)
     said = f"stored {len(renamed)} session id(s) held as bytes as their text"
     if left:
-        said += f"; left {len(left)} that another session's id already is: {_examples(left)}"
+        said += (f"; left {len(left)} whose text another session's id already is (or a "
+                 f"unique key refused): {_examples(left)}")  # fmt: skip
     return said
 
 
@@ -996,22 +997,25 @@ def add_columns(store: Store, names: list[str]) -> str:
 
 
 def _clear_dangling_parents(store: Store, session_ids: list[str]) -> str:
+    cleared = [0]
+
     def run(conn: Connection) -> None:
+        cleared[0] = 0
         for start in range(0, len(session_ids), UPDATE_BATCH):
             chunk = session_ids[start : start + UPDATE_BATCH]
             # Still dangling: a parent id stored as bytes names its session again once the
             # ids are text (``_ids_as_text`` runs first), and its lineage is kept.
-            conn.execute(
+            cleared[0] += conn.execute(
                 update(sessions)
                 .where(sessions.c.id.in_(chunk),
                        ~select(parent.c.id).where(parent.c.id == sessions.c.parent_session_id)
                        .exists())
                 .values(parent_session_id=None)
-            )  # fmt: skip
+            ).rowcount  # fmt: skip
 
     parent = sessions.alias("parent")
     store.write(run)
-    return f"cleared {len(session_ids)} dangling parent id(s)"
+    return f"cleared {cleared[0]} dangling parent id(s)"
 
 
 def _fix_counters(
