@@ -48,10 +48,9 @@ def test_listing_and_resume_read_blob_cells_as_text(tmp_path: Path) -> None:
         assert [line["content"] for line in hit["context"]] == ["first\nline", "bad \ufffd"]
 
 
-def test_a_compression_chain_through_a_blob_id_still_lists(tmp_path: Path) -> None:
-    """A continuation whose id a salvaged file holds as bytes: the listing projects its root
-    onto it and names the chain, as it did when the chain was read alone (the chain now
-    comes as JSON with the tip, and JSON holds no BLOB)."""
+def _compressed_chain_holding_a_blob(tmp_path: Path, held: str) -> str:
+    """A compression root ``root`` continued by ``tip``, the session ``held`` (one of them)
+    held by a BLOB id."""
     url = f"sqlite:///{tmp_path / 'salvaged.db'}"
     with SessionDB(url=url) as db:
         db.create_session("root", "cli")
@@ -59,7 +58,15 @@ def test_a_compression_chain_through_a_blob_id_still_lists(tmp_path: Path) -> No
         db.end_session("root", "compression")
         db.create_session("tip", "cli", parent_session_id="root")
         db.append_message("tip", "user", "after compression")
-    _hold_id_as_a_blob(url, "tip")
+    _hold_id_as_a_blob(url, held)
+    return url
+
+
+def test_a_compression_chain_through_a_blob_id_still_lists(tmp_path: Path) -> None:
+    """A continuation whose id a salvaged file holds as bytes: the listing projects its root
+    onto it and names the chain, as it did when the chain was read alone (the chain now
+    comes as JSON with the tip, and JSON holds no BLOB)."""
+    url = _compressed_chain_holding_a_blob(tmp_path, "tip")
     with SessionDB(url=url) as db:
         (row,) = db.list_sessions_rich()
         assert row["_lineage_root_id"] == "root"
@@ -169,14 +176,7 @@ def test_a_compressed_root_whose_id_is_a_blob_is_listed_as_it_is(tmp_path: Path)
     their tips (``Object of type bytes is not JSON serializable``: the roots travel to the
     statement as JSON). It is listed as it is; once ``db doctor --fix`` stores its id as
     text, it is projected onto its tip as any root."""
-    url = f"sqlite:///{tmp_path / 'salvaged.db'}"
-    with SessionDB(url=url) as db:
-        db.create_session("root", "cli")
-        db.append_message("root", "user", "the start")
-        db.end_session("root", "compression")
-        db.create_session("tip", "cli", parent_session_id="root")
-        db.append_message("tip", "user", "the continuation")
-    _hold_id_as_a_blob(url, "root")
+    url = _compressed_chain_holding_a_blob(tmp_path, "root")
     with SessionDB(url=url) as db:
         assert [row["id"] for row in db.list_sessions_rich()] == [b"root"]  # unprojected
     with Store.open(url) as store:
