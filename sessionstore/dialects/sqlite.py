@@ -703,11 +703,10 @@ class SQLiteDialect:
             return StoreLocationError(f"the URL names a VFS this SQLite does not have ({original})")
         if "unable to open database" in message:
             return StoreUnavailableError(f"cannot open the SQLite database: {original}")
-        if "integer overflow" in message:  # SUM past 2**63: only a damaged figure gets there
+        if "integer overflow" in message:  # SUM past 2**63 (PostgreSQL sums as numeric)
             return ValueOutOfRangeError(
-                f"a total of the store's figures passes a 64-bit integer ({original}): a "
-                "figure stored in the file is damaged (a counter beyond any real count); "
-                "nothing was written"
+                f"a total of the store's figures passes a 64-bit integer, the most SQLite's "
+                f"SUM holds ({original}); nothing was written"
             )
         if "pattern too complex" in message or "string or blob too big" in message:
             # SQLite's length limits (SQLITE_LIMIT_LIKE_PATTERN_LENGTH, SQLITE_MAX_LENGTH).

@@ -213,7 +213,8 @@ def test_a_prune_leaves_a_session_whose_id_is_bytes_to_the_doctor(
 
 def test_figures_whose_sum_passes_64_bits_are_refused_typed(seeded: Path, tmp_path: Path) -> None:
     """Two token figures of 6e18 (damage: no real count is near) add up past SQLite's 64-bit
-    SUM, which raised ``OperationalError: integer overflow``, untyped (``usage_totals``)."""
+    SUM, which raised ``OperationalError: integer overflow``, untyped (``usage_totals``), and
+    ``stats`` said "database error"."""
     url = _damaged_copy(seeded, tmp_path, "sessions", "input_tokens", 6 * 10**18)
     assert url is not None
     engine = engine_like_the_store(url)
@@ -223,5 +224,5 @@ def test_figures_whose_sum_passes_64_bits_are_refused_typed(seeded: Path, tmp_pa
     engine.dispose()
     said = CliRunner().invoke(cli.app, ["--url", url, "stats"])
     assert said.exit_code == 1 and "passes a 64-bit integer" in said.output, said.output
-    with SessionDB(url=url) as db, pytest.raises(ValueOutOfRangeError, match="damaged"):
+    with SessionDB(url=url) as db, pytest.raises(ValueOutOfRangeError, match="64-bit"):
         db.usage_totals()
