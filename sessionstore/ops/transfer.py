@@ -921,7 +921,9 @@ def _as_given(values: dict[str, Any]) -> dict[str, Any]:
     types' own conversions (SQLite's REAL binds ``float(value)``) refused a copy of a damaged
     file (a ``started_at`` of ``'yesterday'``, which a SQLite target keeps as SQLite keeps
     it: ``unexpected StatementError``). What a target cannot hold is refused before, by name
-    (:func:`_typed_for`); an import's records are checked before (:func:`_bad_value`)."""
+    (:func:`_typed_for`); an import's records are checked before (:func:`_bad_value`). Only
+    for a row that needs it: a statement built per row cost an import of 5,000 sessions 2.0
+    -> 3.8 CPU s."""
     return {name: type_coerce(value, NullType()) for name, value in values.items()}
 
 
@@ -1428,7 +1430,10 @@ def _flush(
                 if parent is not None and not _session_exists(conn, parent):
                     parents[values["id"]] = parent
                     values["parent_session_id"] = None
-                conn.execute(sessions.insert().values(_as_given(values)))
+                if _not_a_number(values) is None:
+                    conn.execute(sessions.insert(), values)
+                else:  # a damaged figure, which a SQLite target keeps as the source does
+                    conn.execute(sessions.insert().values(_as_given(values)))
                 local.sessions += 1
                 continue
             if position.skipping or position.session_id is None:
@@ -1456,7 +1461,8 @@ def _flush(
         for values in usage_rows:
             # A row the target holds (a merge, a resumed copy) keeps its figures.
             statement = (
-                run_in.store.dialect.insert(usage).values(_as_given(values))
+                run_in.store.dialect.insert(usage)
+                .values(values if _not_a_number(values) is None else _as_given(values))
                 .on_conflict_do_nothing(index_elements=list(usage.primary_key))
             )
             local.usage_rows += int(
