@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import sqlalchemy as sa
-from store_library import engine_like_the_store
+from store_library import damaging_transaction, engine_like_the_store
 from typer.testing import CliRunner
 
 from sessionstore import SessionDB, Store, cli
@@ -94,15 +94,12 @@ def _file_with_a_blob_id(tmp_path: Path) -> str:
 
 def _hold_id_as_a_blob(url: str, session_id: str) -> None:
     """The session's id, and its messages' ``session_id``, stored as a BLOB of its UTF-8."""
-    engine = engine_like_the_store(url)
-    with engine.begin() as conn:
-        conn.execute(sa.text("PRAGMA foreign_keys = OFF"))
+    with damaging_transaction(url) as conn:
         for table, column in (("messages", "session_id"), ("sessions", "id")):
             conn.execute(
                 sa.text(f"UPDATE {table} SET {column} = :blob WHERE {column} = :text"),
                 {"blob": session_id.encode(), "text": session_id},
             )
-    engine.dispose()
 
 
 def test_an_id_stored_as_a_blob_is_returned_as_its_text_never_as_pythons_repr(

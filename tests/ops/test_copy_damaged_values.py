@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from store_library import engine_like_the_store
+from store_library import damaging_transaction, engine_like_the_store, plain_transaction
 from typer.testing import CliRunner
 
 from sessionstore import SessionDB, SessionStoreError, Store, UnsupportedValueError, cli
@@ -30,11 +30,8 @@ def _source(tmp_path: Path, damage: str) -> str:
         db.append_message("first", "user", "a clean session, copied")
         db.create_session("damaged", "cli")
         db.append_message("damaged", "user", "hi")
-    engine = engine_like_the_store(url)
-    with engine.begin() as conn:
-        conn.execute(sa.text("PRAGMA foreign_keys = OFF"))
+    with damaging_transaction(url) as conn:
         conn.execute(sa.text(damage))
-    engine.dispose()
     return url
 
 
@@ -84,14 +81,11 @@ def test_a_session_id_stored_as_a_blob_is_copied_as_its_text(
     tmp_path: Path, fresh_migrated_pg_url: str
 ) -> None:
     source = _source(tmp_path, "UPDATE sessions SET id = CAST(id AS BLOB) WHERE id = 'damaged'")
-    engine = engine_like_the_store(source)
-    with engine.begin() as conn:
-        conn.execute(sa.text("PRAGMA foreign_keys = OFF"))
+    with damaging_transaction(source) as conn:
         conn.execute(sa.text(
             "UPDATE messages SET session_id = CAST(session_id AS BLOB) "
             "WHERE session_id = 'damaged'"
         ))  # fmt: skip
-    engine.dispose()
     result = copy(source, fresh_migrated_pg_url)  # raised "copy incomplete"
     assert (result.sessions, result.messages) == (2, 2)
     with SessionDB(url=fresh_migrated_pg_url) as db:
@@ -183,11 +177,9 @@ def test_a_usage_key_held_as_a_blob_is_copied_as_its_text_and_found(
     source = _source(tmp_path, "SELECT 1")
     with SessionDB(url=source) as db:
         db.update_token_counts("damaged", input_tokens=7, model="gpt-x")
-    engine = engine_like_the_store(source)
-    with engine.begin() as conn:
+    with plain_transaction(source) as conn:
         conn.execute(sa.text("UPDATE session_model_usage SET model = CAST(model AS BLOB), "
                              "task = CAST('summary' AS BLOB)"))  # fmt: skip
-    engine.dispose()
     target = fresh_migrated_pg_url if dialect == "postgresql" else f"sqlite:///{tmp_path / 'c.db'}"
     copy(source, target)
     with Store.open(target) as store:
@@ -207,11 +199,8 @@ def test_usage_rows_of_a_missing_session_get_a_placeholder_and_the_copy_complete
     source = _source(tmp_path, "SELECT 1")
     with SessionDB(url=source) as db:
         db.update_token_counts("damaged", input_tokens=7, model="gpt-x")
-    engine = engine_like_the_store(source)
-    with engine.begin() as conn:
-        conn.execute(sa.text("PRAGMA foreign_keys = OFF"))
+    with damaging_transaction(source) as conn:
         conn.execute(sa.text("UPDATE session_model_usage SET session_id = 'gone'"))
-    engine.dispose()
     with pytest.raises(SessionStoreError, match=r"session_model_usage.*db doctor --fix"):
         copy(source, fresh_migrated_pg_url)
     runner = CliRunner()

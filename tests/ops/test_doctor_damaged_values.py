@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from store_library import engine_like_the_store
+from store_library import damaging_transaction, engine_like_the_store
 from typer.testing import CliRunner
 
 from sessionstore import Store, cli
@@ -112,9 +112,7 @@ def test_messages_filed_under_a_blob_id_are_filed_under_its_text_again(tmp_path:
         db.create_session("gone", "cli")
         db.append_message("gone", "user", "orphan as text")
         db.append_message("gone", "assistant", "orphan as a blob")
-    engine = engine_like_the_store(url)
-    with engine.begin() as conn:
-        conn.execute(sa.text("PRAGMA foreign_keys = OFF"))
+    with damaging_transaction(url) as conn:
         conn.execute(sa.text("DELETE FROM sessions WHERE id = 'gone'"))
         conn.execute(sa.text(
             "UPDATE messages SET session_id = CAST(session_id AS BLOB) "
@@ -122,7 +120,6 @@ def test_messages_filed_under_a_blob_id_are_filed_under_its_text_again(tmp_path:
         ))  # fmt: skip
         conn.execute(sa.text("UPDATE messages SET timestamp = 'yesterday' WHERE role = 'user' "
                              "AND session_id = 'gone'"))  # fmt: skip
-    engine.dispose()
     with Store.open(url) as store:
         report = doctor.diagnose(store)
         orphans = report.get("orphan_messages")
@@ -153,9 +150,7 @@ def _salvaged_with_blob_ids(tmp_path: Path) -> str:
         db.create_session("child-of-s2", "cli", parent_session_id="s2")
         db.create_session("child-of-s4", "cli", parent_session_id="s4")
         db.update_token_counts("s2", input_tokens=5, model="m")
-    engine = engine_like_the_store(url)
-    with engine.begin() as conn:
-        conn.execute(sa.text("PRAGMA foreign_keys = OFF"))
+    with damaging_transaction(url) as conn:
         for table, column, session_id in (
             ("sessions", "id", "s2"), ("messages", "session_id", "s2"),
             ("session_model_usage", "session_id", "s2"), ("sessions", "parent_session_id", "s2"),
@@ -168,7 +163,6 @@ def _salvaged_with_blob_ids(tmp_path: Path) -> str:
             )
         conn.execute(sa.text("INSERT INTO sessions (id, source, started_at) "
                              "VALUES (CAST('twin' AS BLOB), 'cli', 1)"))  # fmt: skip
-    engine.dispose()
     return url
 
 

@@ -60,6 +60,16 @@ def plain_transaction(url: str) -> Iterator[sa.Connection]:
         engine.dispose()
 
 
+@contextmanager
+def damaging_transaction(url: str) -> Iterator[sa.Connection]:
+    """:func:`plain_transaction` on a SQLite file with its foreign keys off (set before the
+    transaction begins: SQLite ignores the pragma inside one): for writing what a salvaged or
+    hand-edited file holds (orphans, ids as bytes, text in number columns)."""
+    with plain_transaction(url) as conn:
+        conn.execute(sa.text("PRAGMA foreign_keys = OFF"))
+        yield conn
+
+
 def needs_wal() -> Any:
     """A mark for a test of a store in WAL: skipped where the library the stores run on has the
     WAL-reset bug, since the package then keeps new files out of WAL (the standard library's
