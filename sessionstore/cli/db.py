@@ -540,8 +540,8 @@ def db_doctor(
         bool,
         typer.Option(
             "--fix",
-            help="After a backup: rebuild the full-text index, repair counters, clear "
-            "dangling parents.",
+            help="After a backup: rebuild the full-text index, repair counters and number "
+            "cells holding no number, clear dangling parents, adopt orphans.",
         ),
     ] = False,
     recount_tool_calls: Annotated[

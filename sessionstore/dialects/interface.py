@@ -346,6 +346,12 @@ class StoreDialect(Protocol):
         """Whether ``cell`` holds bytes where its column is declared text: a salvaged SQLite
         file's may (``keeps_any_type_in_a_column``); a PostgreSQL text column never does."""
 
+    def holds_no_number(self, cell: ColumnElement[Any], *, whole: bool) -> ColumnElement[bool]:
+        """Whether ``cell``, in a column declared a number (``whole``: an integer one), holds
+        no finite number: text or bytes a salvaged SQLite file keeps there, or an infinity
+        (and PostgreSQL's NaN), which no reading of a time, cost or count means
+        (:mod:`sessionstore.ops.number_cells`)."""
+
     def defer_foreign_keys(self, conn: Connection) -> None:
         """Check this transaction's foreign keys at its commit instead of statement by
         statement: a session's id and the rows that name it are rewritten one after another."""

@@ -33,7 +33,7 @@ from collections.abc import Callable, Collection, Hashable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, Table, event, false, func, text
+from sqlalchemy import ColumnElement, Table, event, false, func, literal_column, text
 from sqlalchemy.dialects.postgresql import Insert, insert
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError, DisconnectionError
@@ -561,6 +561,13 @@ class PostgreSQLDialect:
 
     def holds_bytes(self, cell: ColumnElement[Any]) -> ColumnElement[bool]:
         return false()
+
+    def holds_no_number(self, cell: ColumnElement[Any], *, whole: bool) -> ColumnElement[bool]:
+        if whole:  # a BIGINT or INTEGER column holds whole numbers only
+            return false()
+        # PostgreSQL's float8 holds both infinities and NaN, and NaN equals NaN here.
+        return cell.in_([literal_column(f"'{name}'::float8")
+                         for name in ("Infinity", "-Infinity", "NaN")])  # fmt: skip
 
     def defer_foreign_keys(self, conn: Connection) -> None:
         conn.exec_driver_sql("SET CONSTRAINTS ALL DEFERRED")

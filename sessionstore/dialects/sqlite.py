@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any, Literal, cast
 from urllib.parse import parse_qs, parse_qsl, quote, unquote, urlencode, urlsplit
 
-from sqlalchemy import ColumnElement, Table, and_, event, func, text, true
+from sqlalchemy import ColumnElement, Table, and_, event, func, literal_column, or_, text, true
 from sqlalchemy.dialects.sqlite import Insert, insert
 from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 from sqlalchemy.engine import URL, Connection, Engine
@@ -450,6 +450,11 @@ class SQLiteDialect:
 
     def holds_bytes(self, cell: ColumnElement[Any]) -> ColumnElement[bool]:
         return func.typeof(cell) == "blob"
+
+    def holds_no_number(self, cell: ColumnElement[Any], *, whole: bool) -> ColumnElement[bool]:
+        # 9e999 is SQLite's literal of an infinity (it stores no NaN: a NaN bound is NULL).
+        infinities: list[ColumnElement[Any]] = [literal_column("9e999"), literal_column("-9e999")]
+        return or_(func.typeof(cell).in_(("text", "blob")), cell.in_(infinities))
 
     def defer_foreign_keys(self, conn: Connection) -> None:
         # Ends with the transaction by itself (SQLite resets it at every COMMIT and ROLLBACK).

@@ -8,7 +8,8 @@ is a :class:`Check` with a stable name, so scripts can read the ``--json`` repor
 ``repair(store, report)`` fixes what can be fixed without losing data: it adds back a column
 dropped by hand (empty: its values went with the drop), rebuilds the full-text
 index, recomputes counters from the rows (counted and written in one write transaction, so a
-concurrent writer cannot slip between), clears parent ids that point at nothing and adopts
+concurrent writer cannot slip between), stores a number in each time, cost or token cell that
+holds none (:mod:`.number_cells`), clears parent ids that point at nothing and adopts
 messages whose session is missing into a placeholder session. Take a backup first
 (:func:`sessionstore.dialects.backup_database`); the CLI does.
 """
@@ -20,7 +21,7 @@ import logging
 import math
 import os
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,7 @@ from ..storage.command_hints import cli_command
 from ..storage.retry import RetryPolicy
 from ..storage.snapshots import copy_location, private_copy_of
 from ..storage.store import Store
+from . import number_cells
 
 logger = logging.getLogger(__name__)
 
@@ -235,6 +237,8 @@ def _stages(
         ("full-text indexes", lambda: _search_checks(checked)),
         ("session ids", lambda: checked.read(
             lambda conn: _check_blob_ids(conn, checked.dialect, findings))),
+        ("number cells", lambda: checked.read(
+            lambda conn: _check_number_cells(conn, checked.dialect))),
         ("lineage", lambda: checked.read(lambda conn: _check_dangling_parents(conn, findings))),
         ("orphaned messages", lambda: checked.read(
             lambda conn: _check_orphan_messages(conn, findings))),
@@ -405,6 +409,23 @@ def _clashes(conn: Connection, blob: bytes) -> bool:
         or_(sessions.c.id == blob, sessions.c.id == text_of_blob(blob))
     )
     return int(conn.execute(both).scalar_one()) > 1
+
+
+def _check_number_cells(conn: Connection, dialect: StoreDialect) -> Check:
+    """Number cells holding no number (text, bytes, an infinity): :mod:`.number_cells`."""
+    found = list(number_cells.find(conn, dialect))
+    if not found:
+        return Check("number_cells", "ok", "every time, cost and token cell holds a number")
+    places = Counter(cell.place for cell in found)
+    where = ", ".join(f"{place} ({count})" for place, count in sorted(places.items()))
+    owners = dict.fromkeys(cell.owner for cell in found)  # in order, each once
+    return Check(
+        "number_cells",
+        "fail",
+        f"{len(found)} number cell(s) hold no finite number (text, bytes, an infinity): {where}; "
+        f"session(s) {_examples(owners)}",
+        fixable=True,
+    )
 
 
 def _check_dangling_parents(conn: Connection, findings: _Findings) -> Check:
@@ -790,6 +811,8 @@ def repair(
     planned: list[tuple[str, Callable[[], str]]] = []
     if "blob_ids" in flagged:  # first: the other repairs name sessions by their text
         planned.append(("session ids", lambda: _ids_as_text(store, findings.blob_ids)))
+    if "number_cells" in flagged:
+        planned.append(("number cells", lambda: _mend_number_cells(store)))
     if "columns" in flagged:
         planned.append(("columns", lambda: add_columns(store, findings.missing_columns)))
     if "indexes" in flagged:
@@ -857,6 +880,17 @@ def _ids_as_text(store: Store, blobs: list[bytes]) -> str:
         said += (f"; left {len(left)} whose text another session's id already is (or a "
                  f"unique key refused): {_examples(left)}")  # fmt: skip
     return said
+
+
+def _mend_number_cells(store: Store) -> str:
+    """Every number cell holding no number gets what :mod:`.number_cells` decides, in one
+    write transaction that finds them again."""
+    mended = store.write(lambda conn: number_cells.mend(conn, store.dialect))
+    places = Counter(cell.place for cell in mended)
+    where = ", ".join(f"{place} ({count})" for place, count in sorted(places.items()))
+    return (f"stored a number (read from the text, else the column's default, a neighbour's "
+            f"time or no value) in {len(mended)} number cell(s): "
+            f"{where or 'none left'}")  # fmt: skip
 
 
 def _recount_tool_calls(store: Store, totals: dict[str, int]) -> str:
