@@ -105,6 +105,7 @@ import errno
 import itertools
 import json
 import logging
+import math
 import os
 import re
 import tempfile
@@ -492,8 +493,9 @@ def export_jsonl(
             # Bytes (a SHA-256 digest) travel as hex text; read_records turns them back.
             row = {**row, "display_identity": bytes(row["display_identity"]).hex()}
         # A text cell stored as a BLOB travels as its text (codec.json_default), where
-        # json.dumps refused it and the whole export failed; a non-finite number as null.
-        fp.write(dumps_strict({kind: row}) + "\n")
+        # json.dumps refused it and the whole export failed; an infinity as 1e999, which
+        # the import reads back as it (NaN, which no store of ours keeps, as null).
+        fp.write(dumps_strict({kind: row}, keep_infinities=True) + "\n")
         if kind == "session":
             count += 1
             if progress is not None:
@@ -701,6 +703,11 @@ def _bad_value(kind: str, values: dict[str, Any]) -> str | None:
     for name, value in values.items():
         if value is None or (kind == "message" and name in ("id", "display_identity")):
             continue
+        if kind in _CARRIED_AS_STORED and (name in _INTEGER_FIELDS or name in _NUMBER_FIELDS):
+            problem = _unstorable_number(name, value)
+            if problem is not None:
+                return problem
+            continue
         try:
             if name in _INTEGER_FIELDS:
                 validation.counter(value, name)
@@ -716,6 +723,31 @@ def _bad_value(kind: str, values: dict[str, Any]) -> str | None:
             # which a cleaned copy would change.
             if "NUL" not in str(exc) or kind in _TOPIC_RECORDS:
                 return str(exc)
+    return None
+
+
+_CARRIED_AS_STORED = frozenset({"session", "message", "usage"})
+"""The record kinds whose number fields an import takes as ``db copy`` carries them: what an
+export of a damaged file wrote (text in a time or counter, a fraction in a counter, an
+infinity) restores as it was stored, not refused with the whole file. A target that holds
+each column's own type only refuses such a value by name before anything is written
+(:func:`_typed_for`), and ``db doctor`` finds and mends it where it is kept
+(:mod:`sessionstore.ops.number_cells`)."""
+
+
+def _unstorable_number(name: str, value: Any) -> str | None:
+    """Why no store could keep ``value`` in the number field ``name`` as it is, or None: a
+    value JSON gives that no SQLite cell holds (true or false, a list, an object), an integer
+    beyond 64 bits, a number a float cannot hold, NaN (SQLite stores it as NULL)."""
+    if isinstance(value, str):
+        return None  # text a damaged file's cell holds: kept as it was
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        kind = type(value).__name__
+        return f"{name} must be a number (or the text a damaged store held), not {kind}"
+    if isinstance(value, int) and not validation.INT64_MIN <= value <= validation.INT64_MAX:
+        return f"{name}={value} does not fit in 64 bits, which no store holds"
+    if isinstance(value, float) and math.isnan(value):
+        return f"{name} is NaN, which a SQLite store holds as no value"
     return None
 
 
@@ -744,7 +776,7 @@ def import_jsonl(
     before it stay, and the same import run again with ``on_conflict="merge"`` finishes it.
     """
     start = fp.tell()
-    scan = scan_records(read_records(fp))
+    scan = scan_records(_typed_for(store, read_records(fp), _IMPORT_REFUSAL))
     if on_conflict == "fail":
         clash = _existing_session_ids(store, scan.session_ids)
         if clash:
@@ -870,7 +902,9 @@ def copy_store(
         highest = snapshot.execute(select(func.coalesce(func.max(messages.c.id), 0))).scalar_one()
         target.write(lambda conn: target.dialect.reserve_message_ids(conn, int(highest)))
         result = write_records(
-            target, _typed_for(target, _as_text_records(_stored_records_on(source, snapshot))),
+            target,
+            _typed_for(target, _as_text_records(_stored_records_on(source, snapshot)),
+                       _COPY_REFUSAL),
             on_conflict="merge",
             progress=progress,
         )
@@ -879,27 +913,54 @@ def copy_store(
     return result
 
 
-def _typed_for(target: Store, records: Iterable[Record]) -> Iterator[Record]:
+_MEND = (
+    "Mend it in {where} (`sessionstore db doctor --fix` stores a number in every such cell: "
+    "message and tool-call counts recounted from the rows, any other read from its text, else "
+    "the column's default) and {again}"
+)
+_COPY_REFUSAL = (
+    "the source", "nothing of its batch was written (what was copied before is kept)",
+    _MEND.format(where="the source", again="run the copy again"),
+)
+_IMPORT_REFUSAL = (
+    "the file", "nothing was imported",
+    _MEND.format(where="the store it was exported from", again="export it again"),
+)
+
+
+def _typed_for(
+    target: Store, records: Iterable[Record], refusal: tuple[str, str, str]
+) -> Iterator[Record]:
     """``records`` as they are; where each column of ``target`` holds its own type only
     (PostgreSQL), a record with a number column holding anything but a number (text or bytes a
     damaged SQLite file keeps there: a ``message_count`` of ``'many'``, a timestamp of
-    ``'yesterday'``) is refused, typed and named, before the batch it is in is written, where
-    the server refused the batch with its own words (a parameter's number) and the copy
-    stopped untyped."""
+    ``'yesterday'``), or an infinity in an integer column, is refused, typed and named, before
+    the batch it is in is written, where the server refused the batch with its own words (a
+    parameter's number, "bigint out of range") and the copy stopped untyped. ``refusal``:
+    where the records come from, what was written, and the mend (:data:`_COPY_REFUSAL`,
+    :data:`_IMPORT_REFUSAL`)."""
     if target.dialect.keeps_any_type_in_a_column:
         yield from records
         return
+    source, outcome, mend = refusal
     for kind, row in records:
-        problem = _not_a_number(row)
+        problem = _not_a_number(row) or _infinite_count(row)
         if problem is not None:
             raise UnsupportedValueError(
-                f"the {kind} {row.get(_KEY_FIELD.get(kind, 'id'))!r} of the source holds "
+                f"the {kind} {row.get(_KEY_FIELD.get(kind, 'id'))!r} of {source} holds "
                 f"{problem}, which {target.dialect.name} cannot store in a number column; "
-                "nothing of its batch was written (what was copied before is kept). Mend it in "
-                "the source (`sessionstore db doctor --fix` rewrites message and tool-call "
-                "counts from the rows) and run the copy again"
+                f"{outcome}. {mend}"
             )
         yield kind, row
+
+
+def _infinite_count(values: dict[str, Any]) -> str | None:
+    """The first integer field of a record holding an infinity, as ``name=value``: a float
+    column keeps one on either database, an integer column only on SQLite."""
+    for name, value in values.items():
+        if name in _INTEGER_FIELDS and type(value) is float and math.isinf(value):
+            return f"{name}={value!r}"
+    return None
 
 
 def _not_a_number(values: dict[str, Any]) -> str | None:

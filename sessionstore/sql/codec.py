@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import secrets
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
@@ -114,26 +115,46 @@ def whole_number(value: Any) -> int:
     return 0
 
 
-def dumps_strict(data: Any, *, indent: int | None = None) -> str:
+def dumps_strict(data: Any, *, indent: int | None = None, keep_infinities: bool = False) -> str:
     """``data`` as JSON that every parser reads (rows as a store holds them, bytes and all:
     :func:`json_default`): a float that is no finite number (an infinity a salvaged SQLite
     cell holds; our own writes refuse them) is written ``null``, as JavaScript's
     ``JSON.stringify`` writes it. Python's ``Infinity`` is no JSON: ``jq`` refused a whole
-    output or export over one cell, and our own import the export's line."""
+    output or export over one cell, and our own import the export's line.
+
+    ``keep_infinities`` (an export, which an import must restore as it was): an infinity is
+    written ``1e999`` or ``-1e999`` instead, a number by JSON's grammar that Python (and
+    JavaScript) read back as the infinity (``jq`` as the largest double); NaN, which no
+    number literal reads as, is still ``null``."""
     try:
         return json.dumps(data, ensure_ascii=False, indent=indent, default=json_default,
                           allow_nan=False)  # fmt: skip
     except ValueError:  # rare: walk the data only when it holds such a float
-        return json.dumps(_finite(data), ensure_ascii=False, indent=indent, default=json_default)
+        pass
+    if not keep_infinities:
+        return json.dumps(_finite(data, None), ensure_ascii=False, indent=indent,
+                          default=json_default)  # fmt: skip
+    # Each infinity goes in as a string no cell can be (a NUL and a random token: NUL is
+    # written escaped, so the quoted form below is only ever the marker's), then its quoted
+    # form is replaced by the number literal.
+    marker = "\x00" + secrets.token_hex(16)
+    marks = {math.inf: marker + "+", -math.inf: marker + "-"}
+    text = json.dumps(_finite(data, marks), ensure_ascii=False, indent=indent,
+                      default=json_default)  # fmt: skip
+    written = json.dumps(marker)[:-1]  # '"\u0000<token>', the closing quote left off
+    return text.replace(written + '+"', "1e999").replace(written + '-"', "-1e999")
 
 
-def _finite(data: Any) -> Any:
+def _finite(data: Any, marks: dict[float, str] | None) -> Any:
+    """``data`` with each float that is no finite number as None, or as its mark."""
     if isinstance(data, float):
-        return data if math.isfinite(data) else None
+        if math.isfinite(data):
+            return data
+        return None if marks is None or math.isnan(data) else marks[data]
     if isinstance(data, dict):
-        return {key: _finite(value) for key, value in data.items()}
+        return {key: _finite(value, marks) for key, value in data.items()}
     if isinstance(data, (list, tuple)):
-        return [_finite(value) for value in data]
+        return [_finite(value, marks) for value in data]
     return data
 
 

@@ -108,9 +108,12 @@ def _every_verb_answers(url: str, folder: Path) -> None:
         assert BYTES_REPR.search(said) is None, (verb, said[-400:])
         if "--json" in verb and result.exit_code == 0:  # JSON every parser reads: no Infinity
             json.loads(result.stdout, parse_constant=_no_constant)
-        if verb[0] == "export":  # so is every line of an export
+        if verb[0] == "export":  # so is every line of an export, and it imports back
             for line in out.read_text(encoding="utf-8").splitlines():
                 json.loads(line, parse_constant=_no_constant)
+            restored = f"sqlite:///{folder / 'restored.db'}"
+            imported = runner.invoke(cli.app, ["--url", restored, "import", str(out)])
+            assert imported.exit_code == 0, imported.output[-400:]
 
 
 def _no_constant(name: str) -> None:
@@ -166,7 +169,8 @@ def test_an_export_holding_an_infinite_figure_is_json_that_imports_back(
     seeded: Path, tmp_path: Path
 ) -> None:
     """The export wrote the cell as ``Infinity``: no JSON (``jq`` refused the file) and our
-    own import refused the line, so the whole file. Now ``null``, as ``--json`` writes it."""
+    own import refused the line, so the whole file. Now ``1e999``, a JSON number that Python
+    reads back as the infinity, so the import restores the cell as it was stored."""
     url = _damaged_copy(seeded, tmp_path, "sessions", "input_tokens", float("inf"))
     assert url is not None
     runner = CliRunner()
@@ -175,13 +179,14 @@ def test_an_export_holding_an_infinite_figure_is_json_that_imports_back(
     assert exported.exit_code == 0, exported.output
     lines = [json.loads(line, parse_constant=_no_constant) for line in out.read_text().splitlines()]
     (s1,) = [line["session"] for line in lines if line.get("session", {}).get("id") == "s1"]
-    assert s1["input_tokens"] is None and s1["message_count"] == 3
+    assert s1["input_tokens"] == float("inf") and s1["message_count"] == 3
+    assert '"input_tokens": 1e999' in out.read_text()
     target = f"sqlite:///{tmp_path / 'restored.db'}"
     imported = runner.invoke(cli.app, ["--url", target, "import", str(out)])
     assert imported.exit_code == 0, imported.output
     with SessionDB(url=target) as db:
         assert [m["content"] for m in db.get_messages("s1")] == ["hello docker world", "ok", "done"]
-        assert not db.get_session("s1")["input_tokens"]
+        assert db.get_session("s1")["input_tokens"] == float("inf")  # as the source holds it
 
 
 def test_a_prune_leaves_a_session_whose_id_is_bytes_to_the_doctor(

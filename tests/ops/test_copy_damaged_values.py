@@ -1,15 +1,19 @@
-"""``db copy`` of a damaged or hand-edited SQLite file into PostgreSQL.
+"""``db copy`` of a damaged or hand-edited SQLite file into PostgreSQL, and its export and
+import.
 
 SQLite keeps a value of any type in any column; PostgreSQL's columns hold their own type only.
 A number column holding text (a ``message_count`` of ``'many'``, a timestamp of
 ``'yesterday'``) stopped the copy with psycopg's ``DataError`` (untyped, naming a parameter's
 number); it is now refused typed, naming the record and the column, before its batch is
 written. A session id stored as a BLOB is copied as its text, and the copy's closing check
-looks for it so (it reported the copy incomplete).
+looks for it so (it reported the copy incomplete). An export of such a file restores as it
+was stored (its import refused the whole file over one cell), and ``db doctor --fix`` mends
+every such cell, so that the copy the refusal sends the user back to completes.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -46,6 +50,9 @@ def _source(tmp_path: Path, damage: str) -> str:
          "holds ended_at="),
         ("UPDATE messages SET active = 'yes' WHERE session_id = 'damaged'",
          "holds active='yes'"),
+        # an infinity in an integer column: the server's "bigint out of range" named no row
+        ("UPDATE sessions SET input_tokens = 9e999 WHERE id = 'damaged'",
+         "holds input_tokens=inf"),
     ],
 )  # fmt: skip
 def test_a_number_column_holding_text_is_refused_typed_and_named(
@@ -62,19 +69,38 @@ def test_a_number_column_holding_text_is_refused_typed_and_named(
     engine.dispose()
 
 
-def test_after_the_doctor_mends_a_counter_the_copy_completes(
-    tmp_path: Path, fresh_migrated_pg_url: str
+@pytest.mark.parametrize(
+    ("damage", "column", "mended"),
+    [
+        ("UPDATE sessions SET message_count = 'many'", "message_count", 1),  # recounted
+        ("UPDATE sessions SET input_tokens = 9e999", "input_tokens", 0),  # the default
+        ("UPDATE sessions SET input_tokens = '1_200'", "input_tokens", 1200),  # its text
+        ("UPDATE sessions SET ended_at = x'00ff'", "ended_at", None),  # no value
+        ("UPDATE sessions SET started_at = 'yesterday'", "started_at", "its message's time"),
+    ],
+)  # fmt: skip
+def test_after_the_doctor_mends_the_cell_the_copy_completes(
+    tmp_path: Path, fresh_migrated_pg_url: str, damage: str, column: str, mended: object
 ) -> None:
-    source = _source(tmp_path, "UPDATE sessions SET message_count = 'many'")
-    with pytest.raises(UnsupportedValueError):
+    """The copy's refusal sends the user to ``db doctor --fix``, which mended only the two
+    counters: for a time, a cost or a token figure it said "no problems found", and the file
+    could not be moved to PostgreSQL at all (``tests/ops/test_number_cells.py``)."""
+    source = _source(tmp_path, damage + " WHERE id = 'damaged'")
+    with pytest.raises(UnsupportedValueError, match="db doctor --fix"):
         copy(source, fresh_migrated_pg_url)
     with Store.open(source) as store:
-        doctor.repair(store, doctor.diagnose(store))
+        report = doctor.diagnose(store)
+        assert not report.healthy
+        doctor.repair(store, report)
+        assert doctor.diagnose(store).healthy
     result = copy(source, fresh_migrated_pg_url)
     assert (result.sessions, result.messages) == (2, 2)
     with SessionDB(url=fresh_migrated_pg_url) as db:
         damaged = db.get_session("damaged")
-        assert damaged is not None and damaged["message_count"] == 1
+        assert damaged is not None
+        if mended == "its message's time":
+            mended = db.get_messages("damaged")[0]["timestamp"]
+        assert damaged[column] == mended
 
 
 def test_a_session_id_stored_as_a_blob_is_copied_as_its_text(
@@ -214,3 +240,107 @@ def test_usage_rows_of_a_missing_session_get_a_placeholder_and_the_copy_complete
         assert [(row["model"], row["input_tokens"]) for row in db.get_model_usage("gone")] == [
             ("gpt-x", 7)
         ]
+
+
+_EXPORT_DAMAGES = [
+    ("sessions", "message_count", "'many'"),
+    ("sessions", "input_tokens", "2.5"),
+    ("sessions", "started_at", "'yesterday'"),
+    ("sessions", "ended_at", "x'6e6f'"),  # bytes travel as their text, as in every copy
+    ("sessions", "estimated_cost_usd", "9e999"),
+    ("sessions", "started_at", "-9e999"),  # a required time: null stopped the import
+    ("messages", "timestamp", "'later'"),
+    ("messages", "token_count", "9e999"),
+    ("session_model_usage", "input_tokens", "'lots'"),
+    ("session_model_usage", "first_seen", "9e999"),
+]
+
+
+_ORDER = {"sessions": "id", "messages": "id", "session_model_usage": "session_id, model"}
+
+
+def _stored(url: str, table: str, column: str) -> list[tuple[object, str]]:
+    engine = engine_like_the_store(url)
+    read = f"SELECT {column}, typeof({column}) FROM {table} ORDER BY {_ORDER[table]}"
+    try:
+        with engine.connect() as conn:
+            return [(row[0], row[1]) for row in conn.execute(sa.text(read))]
+    finally:
+        engine.dispose()
+
+
+def _damaged_source(tmp_path: Path, table: str, column: str, value: str) -> str:
+    source = _source(tmp_path, "SELECT 1")
+    with SessionDB(url=source) as db:
+        db.update_token_counts("damaged", input_tokens=7, model="gpt-x")
+    owner = "id" if table == "sessions" else "session_id"
+    with damaging_transaction(source) as conn:
+        changed = conn.execute(
+            sa.text(f"UPDATE {table} SET {column} = {value} WHERE {owner} = 'damaged'")
+        )
+        assert changed.rowcount == 1
+    return source
+
+
+def _strict_json(line: str) -> object:
+    """A line as a strict JSON parser reads it: ``Infinity``, ``NaN`` are no JSON."""
+
+    def refuse(name: str) -> object:
+        raise ValueError(f"{name} is no JSON")
+
+    return json.loads(line, parse_constant=refuse)
+
+
+@pytest.mark.parametrize(("table", "column", "value"), _EXPORT_DAMAGES)
+def test_an_export_of_a_damaged_file_imports_as_it_was_stored(
+    tmp_path: Path, table: str, column: str, value: str
+) -> None:
+    """The export wrote the cell as it was (an infinity as null), and its own import refused
+    the whole file: "bad session record: message_count must be an int, not str", or
+    "started_at is missing". A backup that cannot be restored: now every row comes back, each
+    damaged value as it was stored (``db copy``'s rule; the doctor mends it where it is)."""
+    source = _damaged_source(tmp_path, table, column, value)
+    export = tmp_path / "export.jsonl"
+    runner = CliRunner()
+    exported = runner.invoke(cli.app, ["--url", source, "export", "-o", str(export)])
+    assert exported.exit_code == 0, exported.output
+    for line in export.read_text(encoding="utf-8").splitlines():
+        _strict_json(line)  # jq reads it (1e999 is a number by JSON's grammar)
+    target = f"sqlite:///{tmp_path / 'restored.db'}"
+    imported = runner.invoke(cli.app, ["--url", target, "import", str(export)])
+    assert imported.exit_code == 0, imported.output
+    assert "imported 2 session(s) and 2 message(s)" in imported.output
+    before, after = _stored(source, table, column), _stored(target, table, column)
+    assert after == [(cell_text(cell), "text") if kind == "blob" else (cell, kind)
+                     for cell, kind in before]  # fmt: skip
+
+
+def test_an_import_into_postgresql_names_a_damaged_value_before_writing_anything(
+    tmp_path: Path, fresh_migrated_pg_url: str
+) -> None:
+    """PostgreSQL cannot keep the text: the import is refused before its first write, naming
+    the session, the column and the mend; after ``db doctor --fix`` in the store it came
+    from, its new export imports."""
+    source = _damaged_source(tmp_path, "sessions", "started_at", "'yesterday'")
+    export = tmp_path / "export.jsonl"
+    runner = CliRunner()
+
+    def export_and_import() -> str:
+        exported = runner.invoke(cli.app, ["--url", source, "export", "-o", str(export)])
+        assert exported.exit_code == 0, exported.output
+        imported = runner.invoke(cli.app, ["--url", fresh_migrated_pg_url, "import",
+                                           str(export)])  # fmt: skip
+        return str(imported.output)
+
+    refused = export_and_import()
+    assert "the session 'damaged' of the file holds started_at='yesterday'" in refused
+    assert "nothing was imported" in refused and "db doctor --fix" in refused
+    with SessionDB(url=fresh_migrated_pg_url) as db:
+        assert db.session_count(include_archived=True) == 0
+    mended = runner.invoke(cli.app, ["--url", source, "db", "doctor", "--fix"])
+    assert mended.exit_code == 0, mended.output
+    assert "imported 2 session(s) and 2 message(s)" in export_and_import()
+    with SessionDB(url=fresh_migrated_pg_url) as db:
+        damaged = db.get_session("damaged")
+        assert damaged is not None
+        assert damaged["started_at"] == db.get_messages("damaged")[0]["timestamp"]

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from big_export import BIG_SESSION_MESSAGES
 from typer.testing import CliRunner
 
-from sessionstore import ConstraintViolationError, SessionDB, Store, cli
+from sessionstore import ConstraintViolationError, SessionDB, Store, UnsupportedValueError, cli
 from sessionstore.errors import UnknownSessionError
 from sessionstore.ops.transfer import ImportFormatError, copy_store, import_jsonl
 
@@ -46,22 +46,60 @@ def test_damaged_last_line_imports_nothing(target: SessionDB, big_export: str) -
     assert target.session_count() == 0 and target.message_count() == 0
 
 
-@pytest.mark.parametrize(
-    "poison",
-    ['"timestamp": NaN', '"timestamp": Infinity', '"token_count": 99999999999999999999',
-     '"token_count": "ten"', '"role": null'],
-    ids=["nan", "inf", "beyond-int64", "text-count", "missing-role"],
-)  # fmt: skip
-def test_a_poisoned_value_near_the_end_imports_nothing(
-    target: SessionDB, big_export: str, poison: str
-) -> None:
+def _poisoned(big_export: str, poison: str) -> tuple[str, int]:
+    """The export with one value of its third line from the end replaced; that line's id."""
     lines = lines_of(big_export)
     record = json.loads(lines[-3])
     name = poison.split(":")[0].strip('"')
     record["message"][name] = "__POISON__"
     lines[-3] = json.dumps(record).replace('"__POISON__"', poison.split(": ", 1)[1]) + "\n"
-    with pytest.raises(ImportFormatError, match=rf"line {len(lines) - 2}"):
-        import_jsonl(target.store, io.StringIO("".join(lines)))
+    return "".join(lines), record["message"]["id"]
+
+
+@pytest.mark.parametrize(
+    "poison",
+    ['"timestamp": NaN', '"token_count": 99999999999999999999', '"token_count": true',
+     '"role": null'],
+    ids=["nan", "beyond-int64", "a-boolean-count", "missing-role"],
+)  # fmt: skip
+def test_a_poisoned_value_near_the_end_imports_nothing(
+    target: SessionDB, big_export: str, poison: str
+) -> None:
+    """What no store keeps (NaN, a SQLite NULL; an integer past 64 bits; a JSON boolean, which
+    no cell holds; a required field missing): the whole file is refused by its line."""
+    dump, _ = _poisoned(big_export, poison)
+    with pytest.raises(ImportFormatError, match=rf"line {len(lines_of(dump)) - 2}"):
+        import_jsonl(target.store, io.StringIO(dump))
+    assert target.session_count() == 0 and target.message_count() == 0
+
+
+@pytest.mark.parametrize(
+    ("poison", "stored"),
+    [('"token_count": "ten"', "ten"), ('"timestamp": Infinity', float("inf")),
+     ('"timestamp": 1e999', float("inf")), ('"token_count": 2.5', 2.5)],
+    ids=["text-count", "inf-literal-of-older-exports", "inf", "fraction-count"],
+)  # fmt: skip
+def test_a_damaged_value_an_export_holds_is_kept_or_refused_before_anything_is_written(
+    target: SessionDB, big_export: str, poison: str, stored: object
+) -> None:
+    """What an export of a damaged SQLite file holds (text in a number field, an infinity, a
+    fraction in a counter) restores as it was stored, where the target keeps it (SQLite,
+    and PostgreSQL's float columns); where it cannot (text or an infinity in a PostgreSQL
+    integer column) the import is refused, typed and named, before its first write."""
+    dump, message_id = _poisoned(big_export, poison)
+    name = poison.split(":")[0].strip('"')
+    dialect = target.store.dialect
+    if dialect.keeps_any_type_in_a_column or not isinstance(stored, str):
+        import_jsonl(target.store, io.StringIO(dump))
+        (kept,) = target.store.read(lambda conn: conn.execute(sa.text(
+            f"SELECT {name} FROM messages WHERE id = :i"), {"i": message_id}).one())  # fmt: skip
+        if not dialect.keeps_any_type_in_a_column and name == "token_count":
+            assert isinstance(stored, float)
+            stored = round(stored)  # a fraction in a BIGINT rounds, as in a copy
+        assert kept == stored
+        return
+    with pytest.raises(UnsupportedValueError, match=f"the message {message_id} of the file"):
+        import_jsonl(target.store, io.StringIO(dump))
     assert target.session_count() == 0 and target.message_count() == 0
 
 
