@@ -15,7 +15,10 @@ column holds its type only: there only an infinity or NaN in a float column is f
 What ``--fix`` stores in each, decided here once (:func:`readable_number`, :func:`_mended`):
 
 - text (or bytes, as their text) that reads as a finite number: that number, an integer
-  column's as an ``int`` where it is whole (``' 12 '``, ``'1e3'``);
+  column's as an ``int`` where it is whole (``' 12 '``, ``'1e3'``); in a time column, ISO 8601
+  text as the moment it names (``'2024-05-01T10:00:00'``, as iot's gateway hands a message's
+  time to ``append_message``: :func:`~sessionstore.sql.validation.iso_moment`, the rule the
+  writes follow);
 - otherwise the column's default where it has one (a counter's or a flag's 0: Hermes adds to
   a counter, and NULL plus anything stays NULL for ever), else NULL where the column takes
   NULL (an end time, a cost);
@@ -42,6 +45,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.types import NullType
 
 from ..dialects import StoreDialect
+from ..sql import validation
 from ..sql.codec import cell_text, text_of_blob
 from ..sql.tables import messages_table as messages
 from ..sql.tables import session_model_usage_table as usage
@@ -49,6 +53,8 @@ from ..sql.tables import sessions_table as sessions
 from ..sql.validation import INT64_MAX, INT64_MIN
 
 COUNTED_ELSEWHERE = frozenset({"message_count", "tool_call_count"})
+COSTS = frozenset({"estimated_cost_usd", "actual_cost_usd"})
+"""The float columns that are no time (every other float column of the three tables is one)."""
 """Recounted from the rows by the doctor's counters check (whatever they held)."""
 TABLES = (sessions, messages, usage)
 """In the order they are mended: a message's time may fall back to its session's."""
@@ -160,6 +166,8 @@ def mend(conn: Connection, dialect: StoreDialect) -> list[DamagedCell]:
 def _mended(conn: Connection, table: Table, cell: DamagedCell) -> Any:
     column = table.c[cell.column]
     read = readable_number(cell.value, whole=isinstance(column.type, Integer))
+    if read is None and _is_time(column):
+        read = validation.iso_moment(cell_text(cell.value))
     if read is not None:
         return read
     default = getattr(column.server_default, "arg", None)  # the models' text("0") and such
@@ -170,6 +178,10 @@ def _mended(conn: Connection, table: Table, cell: DamagedCell) -> Any:
     if table is sessions:
         return _session_start(conn, cell.key[0])
     return _message_time(conn, cell.key[0], cell.key[1])
+
+
+def _is_time(column: Column[Any]) -> bool:
+    return isinstance(column.type, Float) and column.name not in COSTS
 
 
 def _first_readable(values: Iterator[Any]) -> float | None:

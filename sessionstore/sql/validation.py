@@ -298,6 +298,13 @@ def _iso_time(text: str) -> datetime | None:
         return None
 
 
+def iso_moment(text: str) -> float | None:
+    """ISO 8601 text as the moment it names, in epoch seconds (naive text in local time, as
+    ``datetime.now().isoformat()`` wrote it); None for text that is no such time, or one
+    outside 1970...2103."""
+    return epoch(_iso_time(text))
+
+
 def message_timestamp(value: Any) -> float | None:
     """A message's ``timestamp`` as iot 0.22.2's writers take it; None means the time of the
     write. A number, numeric text, a ``datetime`` or ISO 8601 text (iot's gateway hands
@@ -316,7 +323,7 @@ def message_timestamp(value: Any) -> float | None:
         number(value, "timestamp")
     stamp = epoch(value)
     if stamp is None and isinstance(value, str):
-        stamp = epoch(_iso_time(value))
+        stamp = iso_moment(value)
     if stamp is None and value != "":
         _log.warning(
             "message timestamp %.80r is no time inside 1970...2103: the message is stamped "

@@ -98,6 +98,10 @@ def _get(place: tuple[str, str], columns: str) -> str:
         (_SESSION, "ended_at", "-9e999", None),
         (_SESSION, "pinned", "'yes'", 0),
         (_SESSION, "started_at", "'yesterday'", FIRST),  # its earliest message's time
+        # ISO 8601 text in a time column: the moment it names (UTC here), as the writes read it
+        (_SESSION, "ended_at", "'2023-11-14T22:13:20Z'", 1_700_000_000.0),
+        (_message("two"), "timestamp", "'2023-11-14T22:13:20+00:00'", 1_700_000_000.0),
+        (_USAGE, "estimated_cost_usd", "'2023-11-14T22:13:20Z'", 0.0),  # a cost is no time
         (_message("one"), "timestamp", "'later'", FIRST - 10),  # its session's start
         (_message("three"), "timestamp", "'later'", SECOND),  # the message before's
         (_message("two"), "token_count", "'x'", None),
