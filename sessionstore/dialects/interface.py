@@ -349,8 +349,8 @@ class StoreDialect(Protocol):
     def holds_no_number(self, cell: ColumnElement[Any], *, whole: bool) -> ColumnElement[bool]:
         """Whether ``cell``, in a column declared a number (``whole``: an integer one), holds
         no finite number: text or bytes a salvaged SQLite file keeps there, or an infinity
-        (and PostgreSQL's NaN), which no reading of a time, cost or count means
-        (:mod:`sessionstore.ops.number_cells`)."""
+        (and PostgreSQL's NaN), which no reading of a time, cost or count means; in an integer
+        column also a fraction (:mod:`sessionstore.ops.number_cells`)."""
 
     def defer_foreign_keys(self, conn: Connection) -> None:
         """Check this transaction's foreign keys at its commit instead of statement by

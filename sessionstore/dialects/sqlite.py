@@ -454,7 +454,12 @@ class SQLiteDialect:
     def holds_no_number(self, cell: ColumnElement[Any], *, whole: bool) -> ColumnElement[bool]:
         # 9e999 is SQLite's literal of an infinity (it stores no NaN: a NaN bound is NULL).
         infinities: list[ColumnElement[Any]] = [literal_column("9e999"), literal_column("-9e999")]
-        return or_(func.typeof(cell).in_(("text", "blob")), cell.in_(infinities))
+        found: list[ColumnElement[bool]] = [
+            func.typeof(cell).in_(("text", "blob")), cell.in_(infinities)
+        ]
+        if whole:  # a REAL that is no whole number (INTEGER affinity keeps a whole one as such)
+            found.append(and_(func.typeof(cell) == "real", cell != func.round(cell)))
+        return or_(*found)
 
     def defer_foreign_keys(self, conn: Connection) -> None:
         # Ends with the transaction by itself (SQLite resets it at every COMMIT and ROLLBACK).

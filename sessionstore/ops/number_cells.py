@@ -1,11 +1,12 @@
 """Number cells that hold no number: found, and mended by ``db doctor --fix``.
 
 SQLite keeps a value of any type in any column, so a salvaged or hand-edited file can hold
-text or bytes in a time, cost or token column (``'yesterday'``, ``'many'``), or an infinity,
-which no reading of it means. Every read answers around such a cell (a token figure counts 0,
-:func:`~sessionstore.sql.codec.whole_number`), but PostgreSQL cannot store it: ``db copy``
-into PostgreSQL, and an import of such a file's export there, refuse it by name and send the
-user to the doctor, which before this check found nothing to mend.
+text or bytes in a time, cost or token column (``'yesterday'``, ``'many'``), an infinity,
+which no reading of it means, or a fraction in a count or a flag. Every read answers around
+such a cell (a token figure counts 0, :func:`~sessionstore.sql.codec.whole_number`), but
+PostgreSQL cannot store it as it is: ``db copy`` into PostgreSQL, and an import of such a
+file's export there, refuse it by name and send the user to the doctor, which before this
+check found nothing to mend (and a fraction was rounded by the copy without a word).
 
 Which cells: every number column of ``sessions``, ``messages`` and ``session_model_usage``
 (the head models' Integer and Float columns) but the primary key, and ``message_count`` and
@@ -14,11 +15,12 @@ column holds its type only: there only an infinity or NaN in a float column is f
 
 What ``--fix`` stores in each, decided here once (:func:`readable_number`, :func:`_mended`):
 
-- text (or bytes, as their text) that reads as a finite number: that number, an integer
-  column's as an ``int`` where it is whole (``' 12 '``, ``'1e3'``); in a time column, ISO 8601
-  text as the moment it names (``'2024-05-01T10:00:00'``, as iot's gateway hands a message's
-  time to ``append_message``: :func:`~sessionstore.sql.validation.iso_moment`, the rule the
-  writes follow);
+- text (or bytes, as their text) that reads as a finite number: that number (``' 12 '``,
+  ``'1e3'``), in an integer column the whole number it rounds to, as a fraction stored there
+  is (a count or a flag is whole; PostgreSQL's cast rounds it so too); in a time column,
+  ISO 8601 text as the moment it names (``'2024-05-01T10:00:00'``, as iot's gateway hands a
+  message's time to ``append_message``: :func:`~sessionstore.sql.validation.iso_moment`, the
+  rule the writes follow);
 - otherwise the column's default where it has one (a counter's or a flag's 0: Hermes adds to
   a counter, and NULL plus anything stays NULL for ever), else NULL where the column takes
   NULL (an end time, a cost);
@@ -119,9 +121,9 @@ def find(conn: Connection, dialect: StoreDialect) -> Iterator[DamagedCell]:
 
 
 def readable_number(value: Any, *, whole: bool) -> int | float | None:
-    """What ``value`` reads as, as a finite number (an ``int`` for a whole number in an
-    integer column), or None: text and bytes by Python's own reading of a number, an
-    integer beyond 64 bits (no store can hold it) and anything not finite as None."""
+    """What ``value`` reads as, as a finite number (in an integer column, ``whole``, the
+    whole number it rounds to), or None: text and bytes by Python's own reading of a number,
+    an integer beyond 64 bits (no store can hold it) and anything not finite as None."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         value = text_of_blob(value)
     if isinstance(value, str):
@@ -139,8 +141,8 @@ def readable_number(value: Any, *, whole: bool) -> int | float | None:
     if isinstance(number, float):
         if not math.isfinite(number):
             return None
-        if whole and number.is_integer():
-            number = int(number)
+        if whole:  # a count or a flag: the whole number, as PostgreSQL's cast rounds (to even)
+            number = round(number)
     if isinstance(number, int) and not INT64_MIN <= number <= INT64_MAX:
         return None
     return number

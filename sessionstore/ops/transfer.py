@@ -934,7 +934,8 @@ def _typed_for(
     """``records`` as they are; where each column of ``target`` holds its own type only
     (PostgreSQL), a record with a number column holding anything but a number (text or bytes a
     damaged SQLite file keeps there: a ``message_count`` of ``'many'``, a timestamp of
-    ``'yesterday'``), or an infinity in an integer column, is refused, typed and named, before
+    ``'yesterday'``), or an infinity or a fraction in an integer column, is refused, typed and
+    named, before
     the batch it is in is written, where the server refused the batch with its own words (a
     parameter's number, "bigint out of range") and the copy stopped untyped. ``refusal``:
     where the records come from, what was written, and the mend (:data:`_COPY_REFUSAL`,
@@ -944,21 +945,23 @@ def _typed_for(
         return
     source, outcome, mend = refusal
     for kind, row in records:
-        problem = _not_a_number(row) or _infinite_count(row)
+        problem = _not_a_number(row) or _not_a_whole_count(row)
         if problem is not None:
             raise UnsupportedValueError(
                 f"the {kind} {row.get(_KEY_FIELD.get(kind, 'id'))!r} of {source} holds "
-                f"{problem}, which {target.dialect.name} cannot store in a number column; "
+                f"{problem}, which {target.dialect.name} cannot store as it is in that column; "
                 f"{outcome}. {mend}"
             )
         yield kind, row
 
 
-def _infinite_count(values: dict[str, Any]) -> str | None:
-    """The first integer field of a record holding an infinity, as ``name=value``: a float
-    column keeps one on either database, an integer column only on SQLite."""
+def _not_a_whole_count(values: dict[str, Any]) -> str | None:
+    """The first integer field of a record holding a float that is no whole number (an
+    infinity, a fraction), as ``name=value``: a float column keeps it on either database, an
+    integer column only on SQLite (PostgreSQL refused an infinity untyped, "bigint out of
+    range", and rounded a fraction, changing the value without a word)."""
     for name, value in values.items():
-        if name in _INTEGER_FIELDS and type(value) is float and math.isinf(value):
+        if name in _INTEGER_FIELDS and type(value) is float and not value.is_integer():
             return f"{name}={value!r}"
     return None
 

@@ -53,6 +53,9 @@ def _source(tmp_path: Path, damage: str) -> str:
         # an infinity in an integer column: the server's "bigint out of range" named no row
         ("UPDATE sessions SET input_tokens = 9e999 WHERE id = 'damaged'",
          "holds input_tokens=inf"),
+        # a fraction in an integer column: the server rounded it without a word
+        ("UPDATE messages SET token_count = 2.5 WHERE session_id = 'damaged'",
+         "holds token_count=2.5"),
     ],
 )  # fmt: skip
 def test_a_number_column_holding_text_is_refused_typed_and_named(
@@ -76,6 +79,7 @@ def test_a_number_column_holding_text_is_refused_typed_and_named(
         ("UPDATE sessions SET input_tokens = 9e999", "input_tokens", 0),  # the default
         ("UPDATE sessions SET input_tokens = '1_200'", "input_tokens", 1200),  # its text
         ("UPDATE sessions SET ended_at = x'00ff'", "ended_at", None),  # no value
+        ("UPDATE sessions SET output_tokens = 7.5", "output_tokens", 8),  # rounded to even
         ("UPDATE sessions SET started_at = 'yesterday'", "started_at", "its message's time"),
     ],
 )  # fmt: skip

@@ -97,6 +97,9 @@ def _get(place: tuple[str, str], columns: str) -> str:
         (_SESSION, "estimated_cost_usd", "'free'", None),  # no default: no value
         (_SESSION, "ended_at", "-9e999", None),
         (_SESSION, "pinned", "'yes'", 0),
+        (_SESSION, "reasoning_tokens", "12.5", 12),  # a fraction in a count: rounded (to even)
+        (_SESSION, "cache_write_tokens", "'7.6'", 8),
+        (_message("two"), "display_order", "2.5", 2),
         (_SESSION, "started_at", "'yesterday'", FIRST),  # its earliest message's time
         # ISO 8601 text in a time column: the moment it names (UTC here), as the writes read it
         (_SESSION, "ended_at", "'2023-11-14T22:13:20Z'", 1_700_000_000.0),
@@ -196,14 +199,15 @@ def test_any_cell_reads_as_a_storable_finite_number_or_none(value: object, whole
     if isinstance(read, int):
         assert INT64_MIN <= read <= INT64_MAX
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        assert read == value  # a number is kept as it is
-    if whole and isinstance(read, float):
-        assert not read.is_integer()  # a whole number in an integer column is an int
+        assert read == (round(value) if whole else value)  # a number is kept (a count whole)
+    if whole:
+        assert type(read) is int  # a count or a flag is whole
 
 
 @pytest.mark.parametrize(
     ("text", "whole", "read"),
-    [(" 12 ", True, 12), ("1e3", True, 1000), ("1e3", False, 1000.0), ("2.5", True, 2.5),
+    [(" 12 ", True, 12), ("1e3", True, 1000), ("1e3", False, 1000.0), ("2.5", True, 2),
+     ("3.5", True, 4), ("2.5", False, 2.5),
      ("9" * 30, True, None), ("inf", False, None), ("nan", False, None), ("", True, None),
      ("many", True, None), (b"7", True, 7), (b"\xff", True, None)],
 )  # fmt: skip
