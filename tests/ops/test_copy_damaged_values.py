@@ -13,17 +13,36 @@ every such cell, so that the copy the refusal sends the user back to completes.
 
 from __future__ import annotations
 
+import io
 import json
+import math
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from store_library import damaging_transaction, engine_like_the_store, plain_transaction
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from real_hermes import backup_copy
+from store_library import (
+    connect_like_the_store,
+    damaging_transaction,
+    engine_like_the_store,
+    plain_transaction,
+)
 from typer.testing import CliRunner
 
-from sessionstore import SessionDB, SessionStoreError, Store, UnsupportedValueError, cli
+from sessionstore import (
+    ConstraintViolationError,
+    SessionDB,
+    SessionStoreError,
+    Store,
+    UnsupportedValueError,
+    cli,
+)
 from sessionstore.ops import doctor
-from sessionstore.ops.transfer import copy
+from sessionstore.ops.transfer import ImportFormatError, copy, export_jsonl, import_jsonl
+from sessionstore.sql import codec
 from sessionstore.sql.codec import cell_text
 
 
@@ -348,3 +367,65 @@ def test_an_import_into_postgresql_names_a_damaged_value_before_writing_anything
         damaged = db.get_session("damaged")
         assert damaged is not None
         assert damaged["started_at"] == db.get_messages("damaged")[0]["timestamp"]
+
+
+_ANY_JSON_NUMBER_FIELD = (
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8)
+    | st.lists(st.integers(), max_size=2) | st.sampled_from([2**63, -(2**63) - 1, 2**1100])
+)
+"""What a hand-made or damaged export line may hold in a number field."""
+_NUMBER_FIELDS_TRIED = (
+    ("session", "message_count"), ("session", "input_tokens"), ("session", "started_at"),
+    ("session", "estimated_cost_usd"), ("session", "pinned"), ("message", "timestamp"),
+    ("message", "token_count"), ("message", "active"), ("usage", "input_tokens"),
+    ("usage", "first_seen"),
+)  # fmt: skip
+
+
+@pytest.mark.slow
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(field=st.sampled_from(_NUMBER_FIELDS_TRIED), value=_ANY_JSON_NUMBER_FIELD)
+def test_any_value_in_a_number_field_is_restored_as_written_or_refused_whole(
+    migrated_sqlite_template: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    field: tuple[str, str],
+    value: object,
+) -> None:
+    """Into SQLite: the import restores the value as the line holds it (an export of the
+    store gives it back), or refuses the whole file, typed, before writing anything: never a
+    half import, an untyped error, or a value changed on the way."""
+    kind, name = field
+    records: dict[str, dict[str, object]] = {
+        "session": {"id": "s1", "source": "cli", "started_at": 1.0},
+        "message": {"id": 1, "session_id": "s1", "role": "user", "timestamp": 2.0},
+        "usage": {"session_id": "s1", "model": "m"},
+    }
+    records[kind][name] = value
+    text = '{"format": "sessionstore-export", "version": 6}\n' + "".join(
+        codec.dumps_strict({record: row}, keep_infinities=True) + "\n"
+        for record, row in records.items()
+    )  # fmt: skip
+    path = tmp_path_factory.mktemp("n") / "t.db"
+    with SessionDB(url=f"sqlite:///{backup_copy(migrated_sqlite_template, path)}") as target:
+        try:
+            import_jsonl(target.store, io.StringIO(text))
+        except (ImportFormatError, SessionStoreError) as exc:
+            # ConstraintViolationError: null in a NOT NULL column (``pinned``), SQLite's refusal
+            assert isinstance(exc, (ImportFormatError, UnsupportedValueError,
+                                    ConstraintViolationError)), exc  # fmt: skip
+            assert target.session_count(include_archived=True) == 0
+            return
+        buffer = io.StringIO()
+        export_jsonl(target.store, buffer)
+    lines = buffer.getvalue().split("\n")[1:-1]  # not splitlines(): U+0085 is in the text
+    exported = {next(iter(line)): next(iter(line.values())) for line in map(json.loads, lines)}
+    again = exported[kind][name]
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return  # null in the line (NaN is written so): the column's default, where it has one
+    if isinstance(value, str):  # text a number column's affinity reads as a number: that number
+        affinity = "INTEGER" if isinstance(again, int) else "REAL"
+        with closing(connect_like_the_store(":memory:")) as oracle:
+            oracle.execute(f"CREATE TABLE t (v {affinity})")
+            value = oracle.execute("INSERT INTO t VALUES (?) RETURNING v", (value,)).fetchone()[0]
+    assert again == value, (value, again)
