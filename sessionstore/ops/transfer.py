@@ -572,6 +572,9 @@ def read_records(fp: IO[str]) -> Iterator[Record]:
             )
         defaults = _DEFAULTS.get(kind, FIELD_DEFAULTS)
         values = {name: row.get(name, defaults.get(name)) for name in expected}
+        for name in _NULL_MEANS_DEFAULT.get(kind, ()):
+            if values[name] is None:
+                values[name] = defaults[name]
         problem = _bad_value(kind, values)
         if problem is not None:
             raise ImportFormatError(f"line {number}: bad {kind} record: {problem}")
@@ -680,6 +683,16 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
     "topic_binding": {"profile_name": "default", "managed_mode": "auto"},
 }  # fmt: skip
 """What a record that leaves a column out holds there (the column's default)."""
+
+
+_NULL_MEANS_DEFAULT = {
+    kind: tuple(column.name for column in table.c
+                if not column.nullable and column.name in _DEFAULTS.get(kind, FIELD_DEFAULTS))
+    for kind, table in (("session", sessions), ("message", messages), ("usage", usage))
+}  # fmt: skip
+"""The fields of a record whose column takes no NULL but has a default: ``null`` there is read
+as the field left out, the default (a hand-made line's ``"pinned": null`` broke the target's
+NOT NULL constraint, and the whole import was refused as "one message id twice")."""
 
 
 def _bad_value(kind: str, values: dict[str, Any]) -> str | None:
