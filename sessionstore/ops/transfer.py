@@ -969,14 +969,19 @@ def _typed_for(
 
 
 def _not_a_whole_count(values: dict[str, Any]) -> str | None:
-    """The first integer field of a record holding a float that is no whole number (an
-    infinity, a fraction), as ``name=value``: a float column keeps it on either database, an
-    integer column only on SQLite (PostgreSQL refused an infinity untyped, "bigint out of
-    range", and rounded a fraction, changing the value without a word)."""
+    """The first integer field of a record holding a float that is no whole number of 64 bits
+    (an infinity, a fraction, 1e19), as ``name=value``: a float column keeps it on either
+    database, an integer column only on SQLite (PostgreSQL refused an infinity or 1e19 as
+    "bigint out of range", naming no record, and rounded a fraction without a word)."""
     for name, value in values.items():
-        if name in _INTEGER_FIELDS and type(value) is float and not value.is_integer():
+        if (name in _INTEGER_FIELDS and type(value) is float
+                and not (value.is_integer() and _INT64_FLOATS[0] <= value < _INT64_FLOATS[1])):
             return f"{name}={value!r}"
     return None
+
+
+_INT64_FLOATS = (float(validation.INT64_MIN), float(validation.INT64_MAX))
+"""-2**63 and 2**63 as floats: a whole float in ``[-2**63, 2**63)`` fits a BIGINT."""
 
 
 def _not_a_number(values: dict[str, Any]) -> str | None:

@@ -14,6 +14,7 @@ every such cell, so that the copy the refusal sends the user back to completes.
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import math
 from contextlib import closing
@@ -39,6 +40,7 @@ from sessionstore import (
     UnsupportedValueError,
     cli,
 )
+from sessionstore.errors import ValueOutOfRangeError
 from sessionstore.ops import doctor
 from sessionstore.ops.transfer import ImportFormatError, copy, export_jsonl, import_jsonl
 from sessionstore.sql import codec
@@ -434,6 +436,58 @@ def test_any_value_in_a_number_field_is_restored_as_written_or_refused_whole(
         oracle.execute(f"CREATE TABLE t (v {'INTEGER' if whole else 'REAL'})")
         stored = oracle.execute("INSERT INTO t VALUES (?) RETURNING v", (value,)).fetchone()[0]
     assert again == stored, (value, stored, again)
+
+
+_EXAMPLES = itertools.count(1)
+
+
+@pytest.mark.slow
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(field=st.sampled_from(_NUMBER_FIELDS_TRIED), value=_ANY_JSON_NUMBER_FIELD)
+def test_any_value_in_a_number_field_reaches_postgresql_exactly_or_is_refused_whole(
+    fresh_migrated_pg_url: str, field: tuple[str, str], value: object
+) -> None:
+    """Into PostgreSQL, whose columns hold their own type: a number the column holds is stored
+    exactly so (an infinity in a float column too); text, or a float that is no whole number
+    in an integer column (which the server rounded), is refused by name before anything is
+    written."""
+    kind, name = field
+    number = next(_EXAMPLES)
+    session_id = f"pg-{number}"
+    records: dict[str, dict[str, object]] = {
+        "session": {"id": session_id, "source": "cli", "started_at": 1.0},
+        "message": {"id": number, "session_id": session_id, "role": "user", "timestamp": 2.0},
+        "usage": {"session_id": session_id, "model": "m"},
+    }
+    records[kind][name] = value
+    text = '{"format": "sessionstore-export", "version": 6}\n' + "".join(
+        codec.dumps_strict({record: row}, keep_infinities=True) + "\n"
+        for record, row in records.items()
+    )  # fmt: skip
+    whole = name in ("message_count", "input_tokens", "pinned", "token_count", "active")
+    with SessionDB(url=fresh_migrated_pg_url) as target:
+        try:
+            import_jsonl(target.store, io.StringIO(text))
+        except (ImportFormatError, SessionStoreError) as exc:
+            assert isinstance(exc, (ImportFormatError, UnsupportedValueError,
+                                    ValueOutOfRangeError)), exc  # fmt: skip
+            assert target.get_session(session_id) is None
+            if isinstance(exc, ValueOutOfRangeError):  # a flag's INTEGER is 32 bits there
+                assert isinstance(value, (int, float)) and abs(value) >= 2**31, value
+            elif isinstance(exc, UnsupportedValueError):
+                assert isinstance(value, str) or (whole and isinstance(value, float) and not (
+                    value.is_integer() and abs(value) < 2**63)), value  # fmt: skip
+            return
+        table = {"session": "sessions", "message": "messages", "usage": "session_model_usage"}
+        owner = "id" if kind == "session" else "session_id"
+        stored = target.store.read(lambda conn: conn.execute(sa.text(
+            f"SELECT {name} FROM {table[kind]} WHERE {owner} = :s"), {"s": session_id}
+        ).scalar_one())  # fmt: skip
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return  # null in the line (NaN is written so), as in the SQLite test above
+    assert not isinstance(value, str)
+    assert stored == value and type(stored) is (int if whole else float), (value, stored)
 
 
 def test_null_in_a_field_whose_column_takes_none_is_its_default(migrated_sqlite_url: str) -> None:
