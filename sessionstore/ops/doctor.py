@@ -412,20 +412,24 @@ def _clashes(conn: Connection, blob: bytes) -> bool:
 
 
 def _check_number_cells(conn: Connection, dialect: StoreDialect) -> Check:
-    """Number cells holding no number (text, bytes, an infinity): :mod:`.number_cells`."""
+    """Number cells holding no number of their kind: :mod:`.number_cells`."""
     found = list(number_cells.find(conn, dialect))
     if not found:
         return Check("number_cells", "ok", "every time, cost and token cell holds a number")
-    places = Counter(cell.place for cell in found)
-    where = ", ".join(f"{place} ({count})" for place, count in sorted(places.items()))
     owners = dict.fromkeys(cell.owner for cell in found)  # in order, each once
     return Check(
         "number_cells",
         "fail",
-        f"{len(found)} number cell(s) hold no finite number (text, bytes, an infinity): {where}; "
-        f"session(s) {_examples(owners)}",
+        f"{len(found)} number cell(s) hold no number of their kind (text, bytes, an infinity, "
+        f"a fraction in a count): {_places(found)}; session(s) {_examples(owners)}",
         fixable=True,
     )
+
+
+def _places(cells: Iterable[number_cells.DamagedCell]) -> str:
+    """How many cells of each ``table.column``: ``sessions.started_at (1), ...``."""
+    counted = Counter(cell.place for cell in cells)
+    return ", ".join(f"{place} ({count})" for place, count in sorted(counted.items()))
 
 
 def _check_dangling_parents(conn: Connection, findings: _Findings) -> Check:
@@ -886,11 +890,9 @@ def _mend_number_cells(store: Store) -> str:
     """Every number cell holding no number gets what :mod:`.number_cells` decides, in one
     write transaction that finds them again."""
     mended = store.write(lambda conn: number_cells.mend(conn, store.dialect))
-    places = Counter(cell.place for cell in mended)
-    where = ", ".join(f"{place} ({count})" for place, count in sorted(places.items()))
     return (f"stored a number (read from the text, else the column's default, a neighbour's "
             f"time or no value) in {len(mended)} number cell(s): "
-            f"{where or 'none left'}")  # fmt: skip
+            f"{_places(mended) or 'none left'}")  # fmt: skip
 
 
 def _recount_tool_calls(store: Store, totals: dict[str, int]) -> str:

@@ -55,9 +55,9 @@ from ..sql.tables import sessions_table as sessions
 from ..sql.validation import INT64_MAX, INT64_MIN
 
 COUNTED_ELSEWHERE = frozenset({"message_count", "tool_call_count"})
+"""Recounted from the rows by the doctor's counters check (whatever they held)."""
 COSTS = frozenset({"estimated_cost_usd", "actual_cost_usd"})
 """The float columns that are no time (every other float column of the three tables is one)."""
-"""Recounted from the rows by the doctor's counters check (whatever they held)."""
 TABLES = (sessions, messages, usage)
 """In the order they are mended: a message's time may fall back to its session's."""
 FALLBACK_TIME = 0.0

@@ -751,7 +751,7 @@ each column's own type only refuses such a value by name before anything is writ
 def _unstorable_number(name: str, value: Any) -> str | None:
     """Why no store could keep ``value`` in the number field ``name`` as it is, or None: a
     value JSON gives that no SQLite cell holds (true or false, a list, an object), an integer
-    beyond 64 bits, a number a float cannot hold, NaN (SQLite stores it as NULL)."""
+    beyond 64 bits, NaN (SQLite stores it as NULL)."""
     if isinstance(value, str):
         return None  # text a damaged file's cell holds: kept as it was
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -948,11 +948,10 @@ def _typed_for(
     (PostgreSQL), a record with a number column holding anything but a number (text or bytes a
     damaged SQLite file keeps there: a ``message_count`` of ``'many'``, a timestamp of
     ``'yesterday'``), or an infinity or a fraction in an integer column, is refused, typed and
-    named, before
-    the batch it is in is written, where the server refused the batch with its own words (a
-    parameter's number, "bigint out of range") and the copy stopped untyped. ``refusal``:
-    where the records come from, what was written, and the mend (:data:`_COPY_REFUSAL`,
-    :data:`_IMPORT_REFUSAL`)."""
+    named, before the batch it is in is written, where the server refused the batch with its
+    own words (a parameter's number, "bigint out of range") and the copy stopped untyped.
+    ``refusal``: where the records come from, what was written, and the mend
+    (:data:`_COPY_REFUSAL`, :data:`_IMPORT_REFUSAL`)."""
     if target.dialect.keeps_any_type_in_a_column:
         yield from records
         return
