@@ -150,6 +150,16 @@ def test_a_counter_the_rows_give_is_left_to_the_counters_check(migrated_sqlite_u
     assert _read(url, _get(_SESSION, "message_count")) == [(3,)]
 
 
+def _found_and_mended(url: str, *, cells: int) -> None:
+    """The doctor reports ``cells`` damaged cells, and after one ``--fix`` the store is healthy."""
+    with Store.open(url) as store:
+        check = doctor.diagnose(store).get("number_cells")
+        assert check is not None and check.status == "fail"
+        assert f"{cells} number cell(s)" in check.detail
+        doctor.repair(store, doctor.diagnose(store))
+        assert doctor.diagnose(store).healthy
+
+
 def test_every_cell_of_a_file_damaged_throughout_is_mended_in_one_fix(
     migrated_sqlite_url: str,
 ) -> None:
@@ -160,11 +170,7 @@ def test_every_cell_of_a_file_damaged_throughout_is_mended_in_one_fix(
         conn.execute(sa.text(_set(_SESSION, "started_at = 'then', ended_at = 'soon'")))
         conn.execute(sa.text(_set(_message("one"), "timestamp = x'00'")))
         conn.execute(sa.text(_set(_USAGE, "model = CAST(model AS BLOB), input_tokens = 'lots'")))
-    with Store.open(url) as store:
-        check = doctor.diagnose(store).get("number_cells")
-        assert check is not None and check.status == "fail" and "4 number cell(s)" in check.detail
-        doctor.repair(store, doctor.diagnose(store))
-        assert doctor.diagnose(store).healthy
+    _found_and_mended(url, cells=4)
     assert _read(url, _get(_SESSION, "started_at, ended_at")) == [(SECOND, None)]
     assert _read(url, _get(_message("one"), "timestamp")) == [(SECOND,)]
     assert _read(url, _get(_USAGE, "input_tokens")) == [(0,)]
@@ -181,10 +187,7 @@ def test_postgresql_float_columns_holding_an_infinity_or_nan_are_mended(
             _set(_SESSION, "estimated_cost_usd = 'Infinity', started_at = 'NaN'"))))
         store.write(lambda conn: conn.execute(sa.text(
             _set(_message("three"), "timestamp = '-Infinity'"))))
-        check = doctor.diagnose(store).get("number_cells")
-        assert check is not None and check.status == "fail" and "3 number cell(s)" in check.detail
-        doctor.repair(store, doctor.diagnose(store))
-        assert doctor.diagnose(store).healthy
+    _found_and_mended(url, cells=3)
     assert _read(url, _get(_SESSION, "started_at, estimated_cost_usd")) == [(FIRST, None)]
     assert _read(url, _get(_message("three"), "timestamp")) == [(SECOND,)]
 
