@@ -1298,6 +1298,13 @@ class AsyncSessionRepository:
     ) -> list[SessionRecord]:
         return await self._read(lambda repo: repo.prunable_sessions_before(cutoff, source))
 
+    async def prunable_ids_held_as_bytes_before(
+        self,
+        cutoff: float,
+        source: SourceFilter = None,
+    ) -> int:
+        return await self._read(lambda repo: repo.prunable_ids_held_as_bytes_before(cutoff, source))
+
     async def list_prune_candidates(
         self,
         older_than_days: float | None = None,

@@ -35,6 +35,7 @@ from ._common import (
     UsageProblem,
     cli_state,
     confirm,
+    hint,
     open_store,
     report_errors,
     short_ids,
@@ -148,6 +149,7 @@ def prune(
             repository.prunable_sessions_before(cutoff, picked),
             key=lambda session: session.started_at,
         )
+        held_as_bytes = repository.prunable_ids_held_as_bytes_before(cutoff, picked)
         if not as_json:
             _show_doomed(store, doomed)
         deleted = 0
@@ -175,15 +177,23 @@ def prune(
                 "sessions": [session.to_dict() for session in doomed],
                 "deleted": deleted,
                 "sessions_dir": None if transcripts is None else str(transcripts),
+                "ids_held_as_bytes": held_as_bytes,
             }
         )
-    elif not doomed:
+        return
+    if not doomed:
         typer.echo("nothing to prune: no ended session started before the cutoff (sessions "
                    "that never ended are never pruned)")  # fmt: skip
     elif dry_run:
         typer.echo(f"dry run: {len(doomed)} session(s) would be deleted")
     else:
         typer.echo(f"deleted {deleted} session(s)")
+    if held_as_bytes:
+        typer.echo(
+            f"left {held_as_bytes} ended session(s) before the cutoff whose id the file holds "
+            f"as bytes: {hint(store.url, 'db', 'doctor', '--fix')} stores each as its text, "
+            "and the next prune weighs them"
+        )
 
 
 def _is_folder(path: Path) -> bool:

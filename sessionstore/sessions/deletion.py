@@ -516,13 +516,31 @@ class DeletionPart(RepositoryPart):
 
         return self.store.read(run)
 
-    def _prunable_condition(self, cutoff: float, source: SourceFilter) -> ColumnElement[bool]:
+    @reads
+    def prunable_ids_held_as_bytes_before(
+        self, cutoff: float, source: SourceFilter = None
+    ) -> int:
+        """How many sessions a prune before ``cutoff`` leaves only because a salvaged SQLite
+        file holds their id as bytes (:meth:`_text_ids`): ended, idle since before it, of the
+        sources. ``db doctor --fix`` stores such an id as its text, and the next prune weighs
+        them as any other (pins and continued chains included, which this count is not)."""
+        condition = and_(
+            self._prunable_condition(_cutoff_timestamp(cutoff), source, text_ids=False),
+            self.store.dialect.holds_bytes(sessions.c.id),
+        )
+        statement = select(func.count()).select_from(sessions).where(condition)
+        return int(self.store.read(lambda conn: conn.execute(statement).scalar_one()))
+
+    def _prunable_condition(
+        self, cutoff: float, source: SourceFilter, *, text_ids: bool = True
+    ) -> ColumnElement[bool]:
         """Ended, last active before ``cutoff``, of any of the sources (every source for
-        None)."""
+        None); with ``text_ids``, only sessions whose id is stored as text."""
         stamped = self._stamped()
         condition = and_(
-            sessions.c.ended_at.is_not(None), *inactive_before(cutoff, stamped), self._text_ids()
-        )
+            sessions.c.ended_at.is_not(None), *inactive_before(cutoff, stamped),
+            *([self._text_ids()] if text_ids else []),
+        )  # fmt: skip
         selected = validation.sources(source, "source")
         if selected is not None:
             condition = and_(condition, source_condition(self.store.dialect, selected))

@@ -194,8 +194,8 @@ def test_a_prune_leaves_a_session_whose_id_is_bytes_to_the_doctor(
 ) -> None:
     """A prune (and its dry run) over a file holding an ended session's id as bytes stopped
     on sorting the ids (``'<' not supported between instances of 'str' and 'bytes'``). It now
-    leaves that session; ``db doctor --fix`` stores the id as its text, and the next prune
-    takes it."""
+    leaves that session, and says so (it said "nothing to prune", as if none were old);
+    ``db doctor --fix`` stores the id as its text, and the next prune takes it."""
     url = _damaged_copy(seeded, tmp_path, "sessions", "id", b"s1")
     assert url is not None
     runner = CliRunner()
@@ -205,12 +205,16 @@ def test_a_prune_leaves_a_session_whose_id_is_bytes_to_the_doctor(
         assert pruned.exit_code == 0, pruned.output
         return pruned.output
 
-    assert "nothing to prune" in prune("--dry-run")
-    assert "nothing to prune" in prune("--yes")
+    left = "left 1 ended session(s) before the cutoff whose id the file holds as bytes"
+    for said in (prune("--dry-run"), prune("--yes")):
+        assert "nothing to prune" in said and left in said and "db doctor --fix" in said
+    assert json.loads(prune("--dry-run", "--json"))["ids_held_as_bytes"] == 1
     fixed = runner.invoke(cli.app, ["--url", url, "db", "doctor", "--fix"])
     assert fixed.exit_code == 0, fixed.output
     assert "1 session(s) would be deleted" in prune("--dry-run")
-    assert "deleted 1 session(s)" in prune("--yes")
+    assert json.loads(prune("--dry-run", "--json"))["ids_held_as_bytes"] == 0
+    said = prune("--yes")
+    assert "deleted 1 session(s)" in said and "left" not in said
     with SessionDB(url=url) as db:
         assert db.get_session("s1") is None and db.get_session("s2") is not None
 
