@@ -950,14 +950,13 @@ def _typed_for(
     ``'yesterday'``), or an infinity or a fraction in an integer column, is refused, typed and
     named, before the batch it is in is written, where the server refused the batch with its
     own words (a parameter's number, "bigint out of range") and the copy stopped untyped.
+    Where a column keeps any type (SQLite), only NaN is refused, which SQLite stores as NULL.
     ``refusal``: where the records come from, what was written, and the mend
     (:data:`_COPY_REFUSAL`, :data:`_IMPORT_REFUSAL`)."""
-    if target.dialect.keeps_any_type_in_a_column:
-        yield from records
-        return
+    typed = not target.dialect.keeps_any_type_in_a_column
     source, outcome, mend = refusal
     for kind, row in records:
-        problem = _not_a_number(row) or _not_a_whole_count(row)
+        problem = (_not_a_number(row) or _not_a_whole_count(row)) if typed else _nan(row)
         if problem is not None:
             raise UnsupportedValueError(
                 f"the {kind} {row.get(_KEY_FIELD.get(kind, 'id'))!r} of {source} holds "
@@ -965,6 +964,16 @@ def _typed_for(
                 f"{outcome}. {mend}"
             )
         yield kind, row
+
+
+def _nan(values: dict[str, Any]) -> str | None:
+    """The first field of a record holding NaN (a PostgreSQL float column's), as
+    ``name=nan``: SQLite stores a NaN bound as NULL, which changed the value, or, in a column
+    that takes no NULL, stopped the copy with "NOT NULL constraint failed", naming no record."""
+    for name, value in values.items():
+        if type(value) is float and value != value:
+            return f"{name}=nan"
+    return None
 
 
 def _not_a_whole_count(values: dict[str, Any]) -> str | None:

@@ -513,3 +513,28 @@ def test_null_in_a_field_whose_column_takes_none_is_its_default(migrated_sqlite_
             "SELECT m.active, m.observed, u.input_tokens, u.task FROM messages m "
             "JOIN session_model_usage u ON u.session_id = m.session_id")).one())  # fmt: skip
         assert tuple(read) == (1, None, 0, "")
+
+
+def test_a_postgresql_nan_copied_into_sqlite_is_refused_by_name_until_the_doctor_mends_it(
+    fresh_migrated_pg_url: str, tmp_path: Path
+) -> None:
+    """PostgreSQL's float columns hold NaN, which SQLite stores as NULL: a start time of NaN
+    stopped the copy with "database error: NOT NULL constraint failed: sessions.started_at"
+    (a cost's would have become NULL without a word). Refused by name now, and the doctor
+    of the source mends it."""
+    with SessionDB(url=fresh_migrated_pg_url) as db:
+        db.create_session("nan", "cli")
+        db.append_message("nan", "user", "hi")
+        db.store.write(lambda conn: conn.execute(sa.text(
+            "UPDATE sessions SET started_at = 'NaN', estimated_cost_usd = 'NaN'")))  # fmt: skip
+    target = f"sqlite:///{tmp_path / 'copy.db'}"
+    with pytest.raises(UnsupportedValueError, match=r"the session 'nan' of the source holds "
+                                                    r"(started_at|estimated_cost_usd)=nan"):
+        copy(fresh_migrated_pg_url, target)
+    with Store.open(fresh_migrated_pg_url) as store:
+        doctor.repair(store, doctor.diagnose(store))
+    assert copy(fresh_migrated_pg_url, target).sessions == 1
+    with SessionDB(url=target) as db:
+        copied = db.get_session("nan")
+        assert copied is not None and copied["estimated_cost_usd"] is None
+        assert copied["started_at"] == db.get_messages("nan")[0]["timestamp"]
