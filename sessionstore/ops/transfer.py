@@ -701,6 +701,10 @@ def _bad_value(kind: str, values: dict[str, Any]) -> str | None:
     (or, NaN, be stored at all)."""
     for name in _REQUIRED_FIELDS[kind]:
         if values.get(name) is None:
+            if name in _NUMBER_FIELDS:  # an export writes a NaN (PostgreSQL's floats) as null
+                return (f"{name} is missing or null (an export writes a NaN so: "
+                        "`sessionstore db doctor --fix` on the store it came from stores a "
+                        "number there)")  # fmt: skip
             return f"{name} is missing"
     if kind == "message":
         identifier = values["id"]

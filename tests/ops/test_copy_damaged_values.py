@@ -531,6 +531,13 @@ def test_a_postgresql_nan_copied_into_sqlite_is_refused_by_name_until_the_doctor
     with pytest.raises(UnsupportedValueError, match=r"the session 'nan' of the source holds "
                                                     r"(started_at|estimated_cost_usd)=nan"):
         copy(fresh_migrated_pg_url, target)
+    # Its export writes the NaN null (JSON has none), which the import names with the mend.
+    buffer = io.StringIO()
+    with Store.open(fresh_migrated_pg_url) as store:
+        export_jsonl(store, buffer)
+    with (SessionDB(url=f"sqlite:///{tmp_path / 'imported.db'}") as db,
+          pytest.raises(ImportFormatError, match=r"started_at is missing or null .* db doctor")):
+        import_jsonl(db.store, io.StringIO(buffer.getvalue()))  # fmt: skip
     with Store.open(fresh_migrated_pg_url) as store:
         doctor.repair(store, doctor.diagnose(store))
     assert copy(fresh_migrated_pg_url, target).sessions == 1
