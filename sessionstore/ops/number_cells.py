@@ -2,7 +2,8 @@
 
 SQLite keeps a value of any type in any column, so a salvaged or hand-edited file can hold
 text or bytes in a time, cost or token column (``'yesterday'``, ``'many'``), an infinity,
-which no reading of it means, or a fraction in a count or a flag. Every read answers around
+which no reading of it means, a fraction in a count or a flag, or a flag past 32 bits (what
+PostgreSQL's INTEGER holds). Every read answers around
 such a cell (a token figure counts 0, :func:`~sessionstore.sql.codec.whole_number`), but
 PostgreSQL cannot store it as it is: ``db copy`` into PostgreSQL, and an import of such a
 file's export there, refuse it by name and send the user to the doctor, which before this
@@ -42,7 +43,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Column, Float, Integer, Numeric, Table, or_, select, type_coerce, update
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Float,
+    Integer,
+    Numeric,
+    Table,
+    or_,
+    select,
+    type_coerce,
+    update,
+)
 from sqlalchemy.engine import Connection
 from sqlalchemy.types import NullType
 
@@ -62,6 +74,16 @@ TABLES = (sessions, messages, usage)
 """In the order they are mended: a message's time may fall back to its session's."""
 FALLBACK_TIME = 0.0
 """A time no readable neighbour gives (the epoch), for a column that takes no NULL."""
+FLAG_RANGE = (-(2**31), 2**31 - 1)
+"""What a flag column holds (``archived``, ``pinned``, ``active`` ...: INTEGER, 32 bits on
+PostgreSQL): a SQLite file's flag past it copies nowhere else, and is damage."""
+
+
+def range_of(column: Column[Any]) -> tuple[int, int]:
+    """The whole numbers ``column`` holds on every database: a flag's 32 bits, a count's 64."""
+    if isinstance(column.type, Integer) and not isinstance(column.type, BigInteger):
+        return FLAG_RANGE
+    return (INT64_MIN, INT64_MAX)
 
 
 @dataclass(frozen=True)
@@ -106,10 +128,7 @@ def find(conn: Connection, dialect: StoreDialect) -> Iterator[DamagedCell]:
     for table in TABLES:
         checked = number_columns(table)
         keys = _key_columns(table)
-        damaged = {
-            column.name: dialect.holds_no_number(column, whole=isinstance(column.type, Integer))
-            for column in checked
-        }
+        damaged = {column.name: _holds_no_number(dialect, column) for column in checked}
         # Each condition once more as a column: which of the row's cells it found.
         statement = select(*keys, *checked, *damaged.values()).where(or_(*damaged.values()))
         width = len(keys) + len(checked)
@@ -120,10 +139,21 @@ def find(conn: Connection, dialect: StoreDialect) -> Iterator[DamagedCell]:
                     yield DamagedCell(table.name, column.name, key, row[len(keys) + index])
 
 
-def readable_number(value: Any, *, whole: bool) -> int | float | None:
+def _holds_no_number(dialect: StoreDialect, column: Column[Any]) -> Any:
+    """The dialect's test of the cell, and, for a flag, a whole number past its 32 bits."""
+    found = dialect.holds_no_number(column, whole=isinstance(column.type, Integer))
+    if range_of(column) == FLAG_RANGE:
+        found = or_(found, ~column.between(*FLAG_RANGE))
+    return found
+
+
+def readable_number(
+    value: Any, *, whole: bool, within: tuple[int, int] = (INT64_MIN, INT64_MAX)
+) -> int | float | None:
     """What ``value`` reads as, as a finite number (in an integer column, ``whole``, the
     whole number it rounds to), or None: text and bytes by Python's own reading of a number,
-    an integer beyond 64 bits (no store can hold it) and anything not finite as None."""
+    an integer outside ``within`` (64 bits: no store can hold more; a flag's 32) and anything
+    not finite as None."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         value = text_of_blob(value)
     if isinstance(value, str):
@@ -143,7 +173,7 @@ def readable_number(value: Any, *, whole: bool) -> int | float | None:
             return None
         if whole:  # a count or a flag: the whole number, as PostgreSQL's cast rounds (to even)
             number = round(number)
-    if isinstance(number, int) and not INT64_MIN <= number <= INT64_MAX:
+    if isinstance(number, int) and not within[0] <= number <= within[1]:
         return None
     return number
 
@@ -167,7 +197,9 @@ def mend(conn: Connection, dialect: StoreDialect) -> list[DamagedCell]:
 
 def _mended(conn: Connection, table: Table, cell: DamagedCell) -> Any:
     column = table.c[cell.column]
-    read = readable_number(cell.value, whole=isinstance(column.type, Integer))
+    read = readable_number(
+        cell.value, whole=isinstance(column.type, Integer), within=range_of(column)
+    )
     if read is None and _is_time(column):
         read = validation.iso_moment(cell_text(cell.value))
     if read is not None:

@@ -118,6 +118,7 @@ from pathlib import Path
 from typing import IO, Any, Literal, TypeVar
 
 from sqlalchemy import (
+    Integer,
     Select,
     Table,
     bindparam,
@@ -168,10 +169,11 @@ from ..sql.tables import state_meta_table as state_meta
 from ..sql.topic_tables import TOPIC_SCHEMA_META_KEY
 from ..sql.topic_tables import topic_bindings_table as topic_bindings
 from ..sql.topic_tables import topic_mode_table as topic_modes
-from ..sql.validation import SourceFilter
+from ..sql.validation import INT64_MAX, INT64_MIN, SourceFilter
 from ..storage.private_files import create_empty_file, mode_of, private_copy, publish_over
 from ..storage.store import Store
 from ..storage.write_turns import WriteTurns
+from .number_cells import FLAG_RANGE, range_of
 
 logger = logging.getLogger(__name__)
 
@@ -981,19 +983,28 @@ def _nan(values: dict[str, Any]) -> str | None:
 
 
 def _not_a_whole_count(values: dict[str, Any]) -> str | None:
-    """The first integer field of a record holding a float that is no whole number of 64 bits
-    (an infinity, a fraction, 1e19), as ``name=value``: a float column keeps it on either
-    database, an integer column only on SQLite (PostgreSQL refused an infinity or 1e19 as
-    "bigint out of range", naming no record, and rounded a fraction without a word)."""
+    """The first integer field of a record holding what its column cannot hold on PostgreSQL,
+    as ``name=value``: a float that is no whole number of 64 bits (an infinity, a fraction,
+    1e19), or a flag past 32 bits (``pinned`` = 2**31: INTEGER there). A float column keeps
+    such a float on either database, an integer column only on SQLite; PostgreSQL refused
+    them as "bigint out of range" or "integer out of range", naming no record, and rounded a
+    fraction without a word."""
     for name, value in values.items():
-        if (name in _INTEGER_FIELDS and type(value) is float
-                and not (value.is_integer() and _INT64_FLOATS[0] <= value < _INT64_FLOATS[1])):
+        if name not in _INTEGER_FIELDS or type(value) not in (int, float):
+            continue
+        if type(value) is float and not (value.is_integer() and -(2.0**63) <= value < 2.0**63):
+            return f"{name}={value!r}"
+        low, high = FLAG_RANGE if name in _FLAG_FIELDS else (INT64_MIN, INT64_MAX)
+        if not low <= value <= high:
             return f"{name}={value!r}"
     return None
 
 
-_INT64_FLOATS = (float(validation.INT64_MIN), float(validation.INT64_MAX))
-"""-2**63 and 2**63 as floats: a whole float in ``[-2**63, 2**63)`` fits a BIGINT."""
+_FLAG_FIELDS = frozenset(
+    column.name for table in (sessions, messages) for column in table.c
+    if isinstance(column.type, Integer) and range_of(column) == FLAG_RANGE
+)  # fmt: skip
+"""The integer fields that are flags, 32 bits on PostgreSQL (``number_cells.range_of``)."""
 
 
 def _not_a_number(values: dict[str, Any]) -> str | None:

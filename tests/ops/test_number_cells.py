@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from sessionstore import SessionDB, Store, cli
 from sessionstore.ops import doctor
-from sessionstore.ops.number_cells import readable_number
+from sessionstore.ops.number_cells import FLAG_RANGE, readable_number
 from sessionstore.sql.validation import INT64_MAX, INT64_MIN
 
 FIRST, SECOND, THIRD = 1_700_000_000.0, 1_700_000_100.0, 1_700_000_200.0
@@ -100,6 +100,8 @@ def _get(place: tuple[str, str], columns: str) -> str:
         (_SESSION, "reasoning_tokens", "12.5", 12),  # a fraction in a count: rounded (to even)
         (_SESSION, "cache_write_tokens", "'7.6'", 8),
         (_message("two"), "display_order", "2.5", 2),
+        (_SESSION, "archived", "2147483648", 0),  # a flag past 32 bits: PostgreSQL's INTEGER
+        (_SESSION, "hidden", "'-2147483649'", 0),
         (_SESSION, "started_at", "'yesterday'", FIRST),  # its earliest message's time
         # ISO 8601 text in a time column: the moment it names (UTC here), as the writes read it
         (_SESSION, "ended_at", "'2023-11-14T22:13:20Z'", 1_700_000_000.0),
@@ -205,6 +207,13 @@ def test_any_cell_reads_as_a_storable_finite_number_or_none(value: object, whole
         assert read == (round(value) if whole else value)  # a number is kept (a count whole)
     if whole:
         assert type(read) is int  # a count or a flag is whole
+
+
+def test_a_flag_holds_32_bits_and_a_count_64() -> None:
+    assert readable_number("2147483647", whole=True, within=FLAG_RANGE) == 2**31 - 1
+    assert readable_number("2147483648", whole=True, within=FLAG_RANGE) is None
+    assert readable_number(2.0**31, whole=True, within=FLAG_RANGE) is None
+    assert readable_number("2147483648", whole=True) == 2**31
 
 
 @pytest.mark.parametrize(
