@@ -102,6 +102,9 @@ class StoreDialect(Protocol):
     name: str
     stores_nul_in_text: bool
     """False where TEXT cannot hold U+0000 (PostgreSQL): free text is then cleaned first."""
+    keeps_nan: bool
+    """True where a float column keeps a NaN (PostgreSQL); False where a NaN bound is stored as
+    NULL (SQLite), so a transfer refuses one by name instead of changing it."""
     keeps_any_type_in_a_column: bool
     """True where a column keeps a value of any type as it was given (SQLite's flexible
     typing: a damaged file's counter can hold text); False where each column holds its own

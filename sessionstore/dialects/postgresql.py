@@ -466,6 +466,7 @@ def _check_out_safely(engine: Engine) -> None:
 class PostgreSQLDialect:
     name = "postgresql"
     stores_nul_in_text = False
+    keeps_nan = True
     keeps_any_type_in_a_column = False
     hermes_writes_here = False  # every Hermes release writes SQLite only
     migrations_make_delivery_ledger = True  # no Hermes gateway writes here to make it

@@ -263,6 +263,7 @@ def _file_uri(url: URL, parameters: dict[str, str]) -> URL:
 class SQLiteDialect:
     name = "sqlite"
     stores_nul_in_text = True
+    keeps_nan = False
     keeps_any_type_in_a_column = True
     hermes_writes_here = True  # Hermes's own database
     migrations_make_delivery_ledger = False  # iot's gateway makes it, lazily, as it wants it

@@ -956,13 +956,16 @@ def _typed_for(
     ``'yesterday'``), or an infinity or a fraction in an integer column, is refused, typed and
     named, before the batch it is in is written, where the server refused the batch with its
     own words (a parameter's number, "bigint out of range") and the copy stopped untyped.
-    Where a column keeps any type (SQLite), only NaN is refused, which SQLite stores as NULL.
+    Where the target stores a NaN as NULL (``keeps_nan``: SQLite), a NaN is refused too.
     ``refusal``: where the records come from, what was written, and the mend
     (:data:`_COPY_REFUSAL`, :data:`_IMPORT_REFUSAL`)."""
     typed = not target.dialect.keeps_any_type_in_a_column
+    nan_refused = not target.dialect.keeps_nan
     source, outcome, mend = refusal
     for kind, row in records:
-        problem = (_not_a_number(row) or _not_a_whole_count(row)) if typed else _nan(row)
+        problem = (_not_a_number(row) or _not_a_whole_count(row)) if typed else None
+        if problem is None and nan_refused:
+            problem = _nan(row)
         if problem is not None:
             raise UnsupportedValueError(
                 f"the {kind} {row.get(_KEY_FIELD.get(kind, 'id'))!r} of {source} holds "
