@@ -203,7 +203,11 @@ def as_hermes_error(exc: Exception) -> Exception:
     twin_class = _twin_class(type(exc), theirs)
     if twin_class is None:
         return exc
-    twin = twin_class(*exc.args)
+    # A copy, never a construction: an ``__init__`` that formats its argument (ours and iot's
+    # ``CompressionSessionClosedError(session_id)``) would take the message for the session
+    # id, and the twin's message would nest in itself once per ``__init__`` on the way.
+    twin = twin_class.__new__(twin_class, *exc.args)
+    twin.args = exc.args
     twin.__dict__.update(exc.__dict__)
     twin.__cause__, twin.__context__ = exc.__cause__, exc.__context__
     twin.__suppress_context__ = exc.__suppress_context__

@@ -1252,6 +1252,11 @@ def test_a_delete_refused_mid_turn_is_the_checkouts_own_error_class_too(
     assert db.delete_session("s") is True  # without the guard, as before
 
 
+CLOSED_WORDS = (
+    "Session 's' is closed by compression; adopt its live continuation before appending messages"
+)
+
+
 def test_a_write_into_a_compression_closed_session_is_refused_as_the_checkout_expects(
     db_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1263,8 +1268,13 @@ def test_a_write_into_a_compression_closed_session_is_refused_as_the_checkout_ex
     that declares the class gets the refusal, as that class; one that does not, the write."""
     checkout_errors = type(sys)("hermes_state_errors")
 
-    class CompressionSessionClosedError(RuntimeError):  # iot's, as it declares them
-        pass
+    class CompressionSessionClosedError(RuntimeError):  # iot's, as it declares it
+        def __init__(self, session_id: str):
+            self.session_id = session_id
+            super().__init__(
+                f"Session {session_id!r} is closed by compression; "
+                "adopt its live continuation before appending messages"
+            )
 
     class SessionTurnLeaseLostError(RuntimeError):
         pass
@@ -1287,6 +1297,9 @@ def test_a_write_into_a_compression_closed_session_is_refused_as_the_checkout_ex
                 write()
             assert isinstance(closed.value, sessionstore.CompressionSessionClosedError)
             assert closed.value.session_id == "s"  # type: ignore[attr-defined]
+            # Its words once: the twin is a copy (each __init__ once formatted them again).
+            assert closed.value.args == (CLOSED_WORDS,)
+            assert str(closed.value) == CLOSED_WORDS
         assert [m["content"] for m in db.get_messages("s")] == ["written where 0.19 asked"]
         db.create_session("live", "telegram")
         assert db.try_acquire_session_turn_lease("live", "turn-1", ttl_seconds=600)
