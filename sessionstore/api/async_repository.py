@@ -991,6 +991,22 @@ class AsyncSessionRepository:
             )
         )
 
+    async def search_sessions_dicts(
+        self,
+        source: SourceFilter = None,
+        limit: int = 20,
+        offset: int = 0,
+        workspace_key: str | None = None,
+    ) -> list[dict[str, Any]]:
+        return await self._read(
+            lambda repo: repo.search_sessions_dicts(
+                source,
+                limit,
+                offset,
+                workspace_key,
+            )
+        )
+
     async def distinct_session_cwds(self, include_archived: bool = False) -> list[dict[str, Any]]:
         return await self._read(lambda repo: repo.distinct_session_cwds(include_archived))
 

@@ -57,6 +57,7 @@ from .conversation import (
     running_hermes_release,
     wire_stripped_keys,
 )
+from .export_timings import export_timings
 from .rewind_turn import rewind_user_turn
 
 logger = logging.getLogger(__name__)
@@ -2423,9 +2424,8 @@ class SessionDB:
         offset: int = 0,
         workspace_key: str | None = None,
     ) -> list[dict[str, Any]]:
-        return [
-            r.to_dict() for r in self._repo.search_sessions(source, limit, offset, workspace_key)
-        ]
+        """Sessions, most recently used first (iot 0.22.2), each with its ``last_active``."""
+        return self._repo.search_sessions_dicts(source, limit, offset, workspace_key)
 
     @reads
     def session_count(
@@ -2500,14 +2500,16 @@ class SessionDB:
         exports only the live rows; ours keeps every row, as before, so a backup loses none.
         iot 0.22.2's ``include_inactive``: ``True`` every row (with ``include_compacted``, the
         display history with the rewound rows), ``False`` asked for by name the live rows
-        only, as iot's default; not given, ours above."""
+        only, as iot's default; not given, ours above.
+
+        With iot 0.22.2's ``timings`` last: where the session's time went, from its exported
+        messages' timestamps (:mod:`.export_timings`; derived, an import ignores it)."""
         session = self.get_session(session_id)
         if session is None:
             return None
-        return {
-            **session,
-            "messages": self._exported_messages(session_id, include_compacted, include_inactive),
-        }
+        return _with_messages(
+            session, self._exported_messages(session_id, include_compacted, include_inactive)
+        )
 
     def _exported_messages(
         self, session_id: str, include_compacted: bool, include_inactive: bool | None
@@ -2526,15 +2528,17 @@ class SessionDB:
         include_compacted: bool = False,
         include_inactive: bool | None = None,
     ) -> list[dict[str, Any]]:
-        """Every session (of ``source``) as :meth:`export_session` gives it."""
+        """Every session (of ``source``) as :meth:`export_session` gives it, most recently
+        used first, each with its ``last_active`` (iot 0.22.2: its ``search_sessions`` rows)."""
         validation.flag(include_compacted, "include_compacted")
         _export_inactive(include_inactive)
-        exported = []
-        for record in self._repo.search_sessions(source, limit=2**62, offset=0):
-            session = record.to_dict()
-            messages = self._exported_messages(record.id, include_compacted, include_inactive)
-            exported.append({**session, "messages": messages})
-        return exported
+        return [
+            _with_messages(
+                session,
+                self._exported_messages(session["id"], include_compacted, include_inactive),
+            )
+            for session in self._repo.search_sessions_dicts(source, limit=2**62, offset=0)
+        ]
 
     @reads
     def get_compression_lineage(self, session_id: str) -> list[str]:
@@ -2552,8 +2556,8 @@ class SessionDB:
         """A compression lineage exported as one logical session (Hermes 0.18.1): the tip's
         export, with ``segments`` (each session's export, oldest first, ``include_compacted``
         as in :meth:`export_session`, and ``include_inactive``), ``lineage_session_ids``,
-        every segment's ``messages`` in order and their count in ``message_count``; None for
-        an unknown session."""
+        every segment's ``messages`` in order and their count in ``message_count``, and the
+        ``timings`` of those messages together; None for an unknown session."""
         validation.flag(include_compacted, "include_compacted")
         _export_inactive(include_inactive)
         segments = [
@@ -2570,6 +2574,7 @@ class SessionDB:
         lineage["lineage_session_ids"] = [segment["id"] for segment in segments]
         lineage["message_count"] = len(every_message)
         lineage["messages"] = every_message
+        lineage["timings"] = export_timings(every_message)
         return lineage
 
     @writes
@@ -3004,3 +3009,9 @@ def _export_inactive(include_inactive: bool | None) -> bool | None:
     if include_inactive is None:
         return None
     return validation.flag(include_inactive, "include_inactive")
+
+
+def _with_messages(session: dict[str, Any], messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """An exported session (iot 0.22.2's ``_with_messages``): its fields, its ``messages``,
+    then their ``timings``."""
+    return {**session, "messages": messages, "timings": export_timings(messages)}

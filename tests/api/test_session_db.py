@@ -23,6 +23,7 @@ from legacy_v23_v31 import V31_MESSAGE_NAMES, V31_SESSION_NAMES
 from store_library import engine_like_the_store
 
 from sessionstore import SessionStoreError
+from sessionstore.api.export_timings import export_timings
 from sessionstore.api.session_db import SessionDB
 from sessionstore.schema import migrate
 from sessionstore.sql.statements import ROWS_PER_INSERT
@@ -45,7 +46,9 @@ LISTING_KEYS = (*SESSION_KEYS, "last_active", "preview", "unread")
 PROJECTED_LISTING_KEYS = (
     *LISTING_KEYS[:-1], "_lineage_root_id", "_lineage_ids", "continuation_kind", "unread"
 )  # iot 0.22.2's order
-EXPORT_KEYS = (*SESSION_KEYS, "messages")
+EXPORT_KEYS = (*SESSION_KEYS, "messages", "timings")
+MRU_KEYS = (*SESSION_KEYS, "last_active")  # iot 0.22.2's search_sessions rows
+EXPORT_ALL_KEYS = (*MRU_KEYS, "messages", "timings")
 DAY = 86_400.0
 
 
@@ -1768,7 +1771,8 @@ def test_search_sessions_newest_first(db: SessionDB, raw: RawSQL) -> None:
     make_session(db, raw, "child", started_at=250.0, source="cli", parent="old")
     rows = db.search_sessions()
     assert [r["id"] for r in rows] == ["new", "child", "mid", "old"]
-    assert all(list(r) == list(SESSION_KEYS) for r in rows)
+    assert all(list(r) == list(MRU_KEYS) for r in rows)
+    assert [r["last_active"] for r in rows] == [300.0, 250.0, 200.0, 100.0]
     assert [r["id"] for r in db.search_sessions(source="cli")] == ["child", "mid", "old"]
     assert [r["id"] for r in db.search_sessions(limit=2, offset=1)] == ["child", "mid"]
 
@@ -1798,18 +1802,21 @@ def test_export_session_and_export_all(db: SessionDB) -> None:
     session_a, session_b = db.get_session("a"), db.get_session("b")
     assert session_a is not None and session_b is not None
     exported = db.export_session("a")
-    assert exported == {**session_a, "messages": db.get_messages("a")}
+    messages = db.get_messages("a")
+    assert exported == {**session_a, "messages": messages, "timings": export_timings(messages)}
     assert list(exported) == list(EXPORT_KEYS)
     assert all(list(message) == list(MESSAGE_KEYS) for message in exported["messages"])
     assert exported["messages"][1]["tool_calls"] == [tool_call("c1")]
     assert db.export_session("ghost") is None
 
     everything = db.export_all()
+    last_active = {row["id"]: row["last_active"] for row in db.search_sessions()}
     assert {item["id"]: item for item in everything} == {
-        "a": exported,
-        "b": {**session_b, "messages": []},
-    }
-    assert all(list(item) == list(EXPORT_KEYS) for item in everything)
+        "a": {**session_a, "last_active": last_active["a"], **exported},
+        "b": {**session_b, "last_active": last_active["b"], "messages": [],
+              "timings": export_timings([])},
+    }  # fmt: skip
+    assert all(list(item) == list(EXPORT_ALL_KEYS) for item in everything)
     assert [item["id"] for item in db.export_all(source="telegram")] == ["b"]
 
 

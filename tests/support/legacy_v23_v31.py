@@ -78,9 +78,12 @@ V23_V31_COLUMNS = frozenset(V31_SESSION_NAMES + V31_MESSAGE_NAMES) - _v22_names(
 the dicts of a release that predates them (Hermes 0.18/0.19) do not."""
 
 
-NEWER_LISTING_KEYS = frozenset({"_lineage_ids", "continuation_kind", "unread", "last_active"})
-"""What iot 0.22.2's ``list_sessions_rich`` adds to a row (and so do we), beyond columns, and
-its ``list_prune_candidates`` (``last_active``, which every listing row already had)."""
+NEWER_LISTING_KEYS = frozenset({
+    "_lineage_ids", "continuation_kind", "unread", "last_active", "timings",
+})  # fmt: skip
+"""What iot 0.22.2's ``list_sessions_rich`` adds to a row (and so do we), beyond columns, its
+``list_prune_candidates`` and ``search_sessions`` (``last_active``, which every listing row
+already had), and its exports (``timings``, :mod:`sessionstore.api.export_timings`)."""
 
 
 NEWER_REPLAY_KEYS = frozenset({
