@@ -287,6 +287,14 @@ class UnknownSessionError(SessionStoreError, LookupError):
     """The operation needs a session that does not exist."""
 
 
+class UnknownRewindSessionError(UnknownSessionError, ValueError):
+    """A rewind (``rewind_to_message``) named a session that does not exist: a typo, or one
+    deleted since its messages were read. Also a ``ValueError``: Hermes answers "message N not
+    found in session X", and the ``/undo`` handlers of Hermes 0.18, 0.19 and iot 0.22.2 catch
+    a ``ValueError`` as the request's fault (a client error, where any other error is the
+    server's)."""
+
+
 class TitleInUseError(SessionStoreError, ValueError):
     """Another session already holds this title (titles are unique)."""
 

@@ -45,7 +45,7 @@ from .lineage import (
 from .maintenance import unarchive_swept_lineage
 from .prompts import delete_unreferenced_prompts, store_prompt
 from .queued_prompts import retire_undrained_queue_rows
-from .shared import RepositoryPart, constraint_error
+from .shared import UNKNOWN_SOURCE, RepositoryPart, constraint_error
 
 logger = logging.getLogger(__name__)
 
@@ -99,8 +99,10 @@ class LifecyclePart(RepositoryPart):
     ) -> str:
         """Insert the session if it is new. ``extra`` holds later-Hermes columns (gateway
         peer, cwd and git). On an existing session the model, model_config, system prompt,
-        parent and those columns fill only what is still NULL (never source or user_id), as
-        Hermes 0.18's session upsert does: a gateway's bare row gets the agent's model later.
+        parent and those columns fill only what is still NULL (never user_id), as Hermes
+        0.18's session upsert does: a gateway's bare row gets the agent's model later. The
+        source is kept, unless it is the placeholder :data:`.shared.UNKNOWN_SOURCE` (usage
+        written before the session was created): then it is this one, as in iot 0.22.2.
 
         Given a parent, the session then takes its parent's working context where its own is
         still NULL (:func:`inherit_parent_context`, in the same transaction), as iot 0.22.2
@@ -139,7 +141,8 @@ class LifecyclePart(RepositoryPart):
             # The prompt as a hash AND inline (see .prompts); in the same transaction.
             key = store_prompt(dialect, conn, prompt)
             _insert_or_fill(
-                conn, statement.values(system_prompt_hash=key), values["id"], fills, prompt, key
+                conn, statement.values(system_prompt_hash=key), values["id"], fills, prompt, key,
+                values["source"],
             )
             if values["parent_session_id"]:
                 inherit_parent_context(conn, values["id"])
@@ -158,7 +161,7 @@ class LifecyclePart(RepositoryPart):
         return session_id
 
     @writes
-    def ensure_session(self, session_id: str, source: str = "unknown",
+    def ensure_session(self, session_id: str, source: str = UNKNOWN_SOURCE,
                        model: str | None = None,
                        extra: Mapping[str, Any] | None = None) -> str:
         """:meth:`create_session` with Hermes's defaults: every keyword ``create_session``
@@ -561,13 +564,20 @@ class LifecyclePart(RepositoryPart):
 
 
 def _insert_or_fill(conn: Connection, statement: Any, session_id: str,
-                    filled: Mapping[str, Any], prompt: str | None, key: str | None) -> None:
+                    filled: Mapping[str, Any], prompt: str | None, key: str | None,
+                    source: str) -> None:
     inserted = conn.execute(statement).rowcount
     if inserted:
         return
     values: dict[str, Any] = {
         name: func.coalesce(sessions.c[name], value) for name, value in filled.items()
     }
+    if source != UNKNOWN_SOURCE:
+        # A placeholder source (usage written before the session was created) is the one
+        # source replaced: the real surface, else the session stayed anonymous for life.
+        values["source"] = case(
+            (sessions.c.source == UNKNOWN_SOURCE, source), else_=sessions.c.source
+        )
     if prompt is not None:
         # Only a session without a prompt (inline or hashed) gets one: the two must not part.
         none_yet = and_(sessions.c.system_prompt.is_(None), sessions.c.system_prompt_hash.is_(None))

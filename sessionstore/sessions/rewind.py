@@ -32,7 +32,12 @@ from typing import Any
 from sqlalchemy import bindparam, delete, func, null, select, update
 from sqlalchemy.engine import Connection
 
-from ..errors import SessionCompressionInProgressError, TranscriptChangedError, UnknownSessionError
+from ..errors import (
+    SessionCompressionInProgressError,
+    TranscriptChangedError,
+    UnknownRewindSessionError,
+    UnknownSessionError,
+)
 from ..sql import validation
 from ..sql.codec import decode_json, stored_clock
 from ..sql.message_content import decode_content, text_of
@@ -241,7 +246,9 @@ class RewindPart(MessagesPart):
         Returns ``{rewound_count, target_message, new_head_id}``: how many rows went inactive,
         the target (``id``, ``role``, ``content``, ``timestamp``) so a UI can put its text back
         in the input box, and the id of the last live message before it (None if none).
-        A target that is not a ``user`` message of this session is a ``ValueError``.
+        A target that is not a ``user`` message of this session is a ``ValueError``; so is an
+        unknown session (:class:`~sessionstore.errors.UnknownRewindSessionError`, also an
+        ``UnknownSessionError``), as Hermes's "message N not found" is.
 
         ``expected_active_ids`` (iot 0.22.2's compare-and-set): the live transcript the caller
         saw (:meth:`get_active_message_ids`); unless the session's live ids are still exactly
@@ -273,7 +280,10 @@ class RewindPart(MessagesPart):
         pinned = preserve or expected_target_content is not None
 
         def run(conn: Connection) -> dict[str, Any]:
-            require_session(conn, session_id)
+            try:
+                require_session(conn, session_id)
+            except UnknownSessionError as exc:
+                raise UnknownRewindSessionError(str(exc)) from None
             refuse_transcript_mutation(conn, session_id, self.clock())
             if expected is not None and _active_ids(conn, session_id) != expected:
                 raise TranscriptChangedError(

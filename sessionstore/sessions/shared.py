@@ -55,6 +55,12 @@ class RepositoryPart:
         return validation.free_text(value, name, nul_allowed=self._nul_allowed)
 
 
+UNKNOWN_SOURCE = "unknown"
+"""The placeholder source of a session something wrote to before the session was created (an
+auxiliary call's usage, iot's token accounting): the session's own ``create_session`` replaces
+it with the real surface, as iot 0.22.2 does (#111999), where any other source is kept."""
+
+
 def row_count(value: Any, name: str) -> int:
     """A LIMIT or OFFSET: anything ``int()`` takes (as Hermes did), negatives as 0, capped at
     the largest value both databases accept; NaN, infinities and text are a ``ValueError``."""

@@ -92,7 +92,7 @@ from ..sql.validation import bindable
 from ..storage.store import Store
 from .access import reads, writes
 from .lineage import BRANCH_MARKER, parent_walk
-from .shared import RepositoryPart, session_exists
+from .shared import UNKNOWN_SOURCE, RepositoryPart, session_exists
 
 UNKNOWN_MODEL = "unknown"
 MAIN_LOOP_TASK = ""
@@ -105,8 +105,6 @@ USAGE_COUNTERS = ("api_call_count", *TOKEN_FIELDS)
 USAGE_COSTS = ("estimated_cost_usd", "actual_cost_usd")
 ROUTE_FIELDS = ("billing_provider", "billing_base_url", "billing_mode")
 ROUTE_PARTS = ("model", *ROUTE_FIELDS)
-UNKNOWN_SOURCE = "unknown"
-"""The source of a session an auxiliary call creates (Hermes's)."""
 _FLOAT_MAX = sys.float_info.max
 
 
@@ -610,12 +608,14 @@ def _usage_values(
 
 @functools.cache
 def _bare_session_statement(backend: str) -> Any:
-    """A session row with nothing but its id, source and model (for usage reported before
-    the session), on the ``backend`` database (a dialect's ``name``)."""
+    """A session row with nothing but its id, source (its ``created_source`` too, as iot's
+    insert) and model (for usage reported before the session), on the ``backend`` database (a
+    dialect's ``name``)."""
     return (
         dialect_for_url(f"{backend}://").insert(sessions)
         .values(id=bindparam("session_id"), source=bindparam("source"),
-                model=bindparam("model"), started_at=bindparam("started_at"))
+                created_source=bindparam("source"), model=bindparam("model"),
+                started_at=bindparam("started_at"))
         .on_conflict_do_nothing()
     )  # fmt: skip
 
