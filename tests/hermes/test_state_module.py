@@ -1287,11 +1287,14 @@ def test_a_write_into_a_compression_closed_session_is_refused_as_the_checkout_ex
         older.append_message("s", "user", "written where 0.19 asked")
     monkeypatch.setitem(sys.modules, "hermes_state_errors", checkout_errors)
     with SessionDB(db_file) as db:
+        written = db.get_messages("s")[0]["id"]
         for write in (
             lambda: db.append_message("s", "user", "refused"),
             lambda: db.append_messages_batch("s", [{"role": "user", "content": "refused"}]),
             lambda: db.replace_messages("s", [{"role": "user", "content": "refused"}]),
             lambda: db.append_delegation_delivery("s", "r", {"delegation_id": "d"}),
+            # An /undo belongs to the live continuation too (iot 0.22.2's guard).
+            lambda: db.rewind_to_message("s", written),
         ):
             with pytest.raises(CompressionSessionClosedError) as closed:
                 write()
@@ -1301,6 +1304,7 @@ def test_a_write_into_a_compression_closed_session_is_refused_as_the_checkout_ex
             assert closed.value.args == (CLOSED_WORDS,)
             assert str(closed.value) == CLOSED_WORDS
         assert [m["content"] for m in db.get_messages("s")] == ["written where 0.19 asked"]
+        assert db.get_messages("s")[0]["active"] == 1  # not rewound
         db.create_session("live", "telegram")
         assert db.try_acquire_session_turn_lease("live", "turn-1", ttl_seconds=600)
         with pytest.raises(SessionTurnLeaseLostError) as lost:
