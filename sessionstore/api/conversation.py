@@ -16,12 +16,10 @@ Three rules shape a replayed history beyond decoding each row (:func:`message_of
 - **Background-review harness.** A persisted harness prompt of Hermes's skill/memory review
   (older builds wrote it into the real session) and the assistant reply that answered it are
   left out, so a resume never adopts the curator's role.
-- **Alternation repair** (``repair_alternation``, a live replay): consecutive assistant turns
-  merged (a provisional verification candidate replaced by its successor; Codex interim turns
-  never merged), tool results that answer no preceding tool call (or answer one twice) dropped,
-  consecutive plain-text user turns joined by a blank line as iot 0.22.2 joins them (see
-  :func:`merge_consecutive_users`). A port of Hermes 0.19's ``repair_message_sequence``, its
-  user pass iot 0.22.2's; the stored rows never change.
+- **Alternation repair** (``repair_alternation``, a live replay): iot 0.22.2's four passes
+  (:mod:`.alternation`): consecutive assistant turns folded, stray tool results dropped,
+  unanswered tool calls pruned, consecutive plain-text user turns joined, each survivor
+  carrying the rows it stands for; the stored rows never change.
 
 Each row's text is replayed as Hermes (0.18 to iot 0.22.2) loads it: user and assistant text
 without leaked memory-context (a ``<memory-context>...</memory-context>`` block, a stray fence
@@ -44,24 +42,23 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from ..sessions.compaction import PERSISTED_MARKER
 from ..sessions.maintenance import STALE_MARKER
 from ..sessions.user_turns import (
-    STEER_DISPLAY_KIND,
     mentions_memory_context,
     sanitize_context,
 )
 from ..sql.codec import decode_display_metadata, decode_json, text_of_blob
 from ..sql.codec import loads as _loads
-from ..sql.compaction_handoff import carried_ask, is_summary_content
+from ..sql.compaction_handoff import carried_ask
 from ..sql.message_content import ENCODED_CONTENT_PREFIXES, decode_content
 from ..sql.records import CONVERSATION_WIDTHS, ConversationRow
+from .alternation import repair_message_sequence
 
 REVIEW_HARNESS_PREFIXES = (
     "Review the conversation above and update the skill library",
     "Review the conversation above and consider saving to memory",
 )
-VERIFICATION_FINISH_REASONS = frozenset({"verification_required", "verify_hook_continue"})
-
 
 _HARNESS_ROLES = frozenset({"user", "system"})
 _SCRUBBED_ROLES = frozenset({"user", "assistant"})
@@ -74,9 +71,6 @@ def replayed_text(content: str) -> str:
     return sanitize_context(content).strip()
 
 
-PERSISTED_MARKER = "_db_persisted"
-"""iot 0.22.2's (and 0.19.0's) mark of a message dict already written to the store: an agent's
-flush skips it. Every replayed message carries it (iot stamps it at the source)."""
 ROW_SNAPSHOT = "_db_row_snapshot"
 WIRE_STRIPPED_KEYS = ("message_uid", "display_kind", "display_metadata")
 """iot 0.22.2's replay keys without a leading ``_``: see :func:`wire_stripped_keys`."""
@@ -654,203 +648,3 @@ def without_review_harness(messages: list[Any]) -> list[Any]:
                 continue
         kept.append(message)
     return kept
-
-
-def _is_codex_interim(message: dict[str, Any]) -> bool:
-    return bool(
-        message.get("codex_reasoning_items")
-        or message.get("codex_message_items")
-        or message.get("finish_reason") == "incomplete"
-    )
-
-
-def repair_message_sequence(messages: list[dict[str, Any]]) -> int:
-    """Hermes 0.19's ``repair_message_sequence`` (see the module), in place; how many
-    repairs it made."""
-    repairs = 0
-    merged_assistants: list[dict[str, Any]] = []
-    for message in messages:
-        previous = merged_assistants[-1] if merged_assistants else None
-        if (
-            previous is not None
-            and message.get("role") == "assistant"
-            and previous.get("role") == "assistant"
-            and not _is_codex_interim(message)
-            and not _is_codex_interim(previous)
-        ):
-            repairs += 1
-            if previous.get("finish_reason") in VERIFICATION_FINISH_REASONS:
-                merged_assistants[-1] = message
-                continue
-            earlier_calls = list(previous.get("tool_calls") or [])
-            later_calls = list(message.get("tool_calls") or [])
-            if later_calls:
-                previous["tool_calls"] = earlier_calls + later_calls
-            elif earlier_calls:
-                previous["tool_calls"] = earlier_calls
-            earlier_text, later_text = previous.get("content"), message.get("content")
-            if isinstance(earlier_text, str) and isinstance(later_text, str):
-                previous["content"] = "\n".join(
-                    part for part in (earlier_text.strip(), later_text.strip()) if part
-                )
-            elif not earlier_text and later_text is not None:
-                previous["content"] = later_text
-            if not previous.get("reasoning_content") and message.get("reasoning_content"):
-                previous["reasoning_content"] = message["reasoning_content"]
-            continue
-        merged_assistants.append(message)
-
-    answerable: set[Any] = set()
-    answered: list[dict[str, Any]] = []
-    for message in merged_assistants:
-        role = message.get("role")
-        if role == "assistant":
-            answerable = {
-                call.get(key)
-                for call in message.get("tool_calls") or []
-                if isinstance(call, dict)
-                for key in ("id", "call_id")
-                if call.get(key)
-            }
-            answered.append(message)
-        elif role == "tool":
-            call_id = message.get("tool_call_id")
-            if call_id and call_id in answerable:
-                answered.append(message)
-                answerable.discard(call_id)  # a second result for one call is a duplicate
-            else:
-                repairs += 1
-        else:
-            if role == "user":
-                answerable = set()
-            answered.append(message)
-
-    joined, merges = merge_consecutive_users(answered)
-    repairs += merges
-    if repairs:
-        messages[:] = joined
-    return repairs
-
-
-MERGED_DURABLE_ROWS = "_merged_durable_rows"
-"""iot 0.22.2's count of the stored rows a merged user message stands for (its compaction reads
-it off the live dict to name the rows it archives)."""
-MERGED_TURN_PREFIX = "_merged_turn_prefix"
-"""iot 0.22.2's text a merged user message held before the next turn was joined to it."""
-ABSORBED_ROW_IDS = "_absorbed_row_ids"
-ABSORBED_MESSAGE_UIDS = "_absorbed_message_uids"
-_CONTENT_JSON_PREFIX = "\x00json:"
-"""iot's ``SessionDB._CONTENT_JSON_PREFIX``: a text still holding it could not be decoded."""
-
-
-def _is_summary_carrier(message: dict[str, Any]) -> bool:
-    """iot 0.22.2's ``is_compaction_summary_message`` (what its ``_merge_consecutive_users``
-    asks through ``split_user_originated_turn``): marked, or its text opens with one of the
-    full summary prefixes its Python knows, historical ones included (after the merged-summary
-    delimiter, when it holds one). Not the listing preview's broader SQL rule: a text that
-    opens with the long form's introduction alone is an ask here, as in iot."""
-    return bool(message.get("_compressed_summary")) or is_summary_content(message.get("content"))
-
-
-def _plain_text(content: Any) -> bool:
-    return isinstance(content, str) and not content.startswith(_CONTENT_JSON_PREFIX)
-
-
-def _row_id(value: Any) -> int | None:
-    return value if type(value) is int and value > 0 else None
-
-
-def _record_absorbed(survivor: dict[str, Any], dropped: dict[str, Any]) -> None:
-    """iot 0.22.2's ``_remember_absorbed_row(folded=True)``: the dropped message's row ids onto
-    ``_absorbed_row_ids``, its ``message_uid`` (and those it had absorbed) onto
-    ``_absorbed_message_uids`` (``record_absorbed_message``)."""
-    ids: list[int] = []
-    own_id = survivor.get("_row_id")
-    if (row_id := _row_id(dropped.get("_row_id"))) is not None and row_id != own_id:
-        ids.append(row_id)
-    for older in dropped.get(ABSORBED_ROW_IDS) or ():
-        if (older_id := _row_id(older)) is not None and older_id not in ids:
-            ids.append(older_id)
-    if ids:
-        absorbed_ids = survivor.setdefault(ABSORBED_ROW_IDS, [])
-        absorbed_ids.extend(row_id for row_id in ids if row_id not in absorbed_ids)
-    survivor_uid = _uid_or_none(survivor.get("message_uid"))
-    dropped_uid = _uid_or_none(dropped.get("message_uid"))
-    ordered = [
-        *_live_uids(survivor.get(ABSORBED_MESSAGE_UIDS)),
-        *([dropped_uid] if dropped_uid else []),
-        *_live_uids(dropped.get(ABSORBED_MESSAGE_UIDS)),
-    ]
-    if absorbed := [uid for uid in dict.fromkeys(ordered) if uid != survivor_uid]:
-        survivor[ABSORBED_MESSAGE_UIDS] = absorbed
-
-
-def _uid_or_none(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def _live_uids(value: Any) -> list[str]:
-    return (
-        list(dict.fromkeys(u for u in value if isinstance(u, str) and u))
-        if isinstance(value, list)
-        else []
-    )
-
-
-def merge_consecutive_users(
-    messages: list[dict[str, Any]],
-) -> tuple[list[dict[str, Any]], int]:
-    """iot 0.22.2's ``_merge_consecutive_users``: a plain-text user message right after another
-    is joined to it by a blank line; the merges made. Not after a compaction summary (the
-    carrier stays as stored) or a ``/steer`` row. The survivor keeps its first row's identity and
-    carries iot's marks, which its agent reads when it saves and compacts:
-
-    - ``_db_persisted`` is dropped when the text changed (or an ``api_content`` was dropped):
-      the dict no longer is a stored row. Kept, it told iot's agent the joined text was saved;
-    - ``_merged_durable_rows``: how many stored rows it stands for (dropped once a message not
-      from the store was joined);
-    - ``_merged_turn_prefix``: the text before the last join;
-    - ``_absorbed_row_ids`` (with row ids) and ``_absorbed_message_uids``: what it absorbed;
-    - a display marker (``display_kind``) joined with a plain turn takes the turn's row id and
-      loses its kind, so the turn stays addressable."""
-    merges = 0
-    merged: list[dict[str, Any]] = []
-    for message in messages:
-        previous = merged[-1] if merged else None
-        if not (
-            previous is not None and previous.get("role") == "user"
-            and message.get("role") == "user"
-            and not _is_summary_carrier(previous)
-            and previous.get("display_kind") != STEER_DISPLAY_KIND
-            and _plain_text(previous.get("content", "")) and _plain_text(message.get("content", ""))
-        ):  # fmt: skip
-            merged.append(message)
-            continue
-        earlier, later = previous.get("content", ""), message.get("content", "")
-        joined = f"{earlier}\n\n{later}" if earlier and later else (earlier or later)
-        had_api_content = "api_content" in previous
-        if (previous.get(PERSISTED_MARKER) or previous.get(MERGED_DURABLE_ROWS)) and message.get(
-            PERSISTED_MARKER
-        ):
-            previous[MERGED_DURABLE_ROWS] = int(previous.get(MERGED_DURABLE_ROWS) or 1) + 1
-        else:
-            previous.pop(MERGED_DURABLE_ROWS, None)
-        previous["content"] = joined
-        if earlier:
-            previous[MERGED_TURN_PREFIX] = earlier
-        previous.pop("api_content", None)
-        if previous.get("display_kind") and not message.get("display_kind"):
-            marker_row_id = previous.get("_row_id")
-            previous.pop("display_kind", None)
-            if message.get("_row_id") is not None:
-                if type(marker_row_id) is int:
-                    absorbed_ids = previous.setdefault(ABSORBED_ROW_IDS, [])
-                    if marker_row_id not in absorbed_ids:
-                        absorbed_ids.append(marker_row_id)
-                previous["_row_id"] = message["_row_id"]
-            previous.pop(PERSISTED_MARKER, None)
-        if joined != earlier or had_api_content:
-            previous.pop(PERSISTED_MARKER, None)
-        _record_absorbed(previous, message)
-        merges += 1
-    return merged, merges

@@ -1017,7 +1017,8 @@ class SessionDB:
         transcript, as in iot 0.22.2), in insertion order across the sessions, without a user
         message a continuation repeated.
         ``repair_alternation`` (Hermes 0.19: a live replay) repairs the alternation of roles in
-        what is returned; the stored rows never change.
+        what is returned as iot 0.22.2's agent does (:mod:`.alternation`); the stored rows
+        never change.
 
         iot 0.22.2's ``include_compacted``, for display reads only (a model fed it would
         regrow what compaction summarised): the display history

@@ -91,6 +91,8 @@ NEWER_REPLAY_KEYS = frozenset({
     "_absorbed_message_uids", "_compressed_summary",
     # a live replay's joined user messages (iot 0.22.2's ``_merge_consecutive_users``)
     "_merged_durable_rows", "_merged_turn_prefix", "_absorbed_row_ids",
+    # the rows a replay without row ids drops behind a survivor (sessionstore/api/alternation.py)
+    "_unnamed_durable_rows", "_retired_durable_rows",
 })  # fmt: skip
 """What iot 0.22.2's replays (``get_messages_as_conversation``, ``get_resume_conversations``,
 ``get_ancestor_display_prefix``) add to a message (and so do we), beyond columns: Hermes 0.19's
