@@ -29,7 +29,7 @@ Found side by side with the real iot 0.22.2 (``tests/hermes/test_real_iot_altern
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from ..sessions.compaction import PERSISTED_MARKER
@@ -164,12 +164,12 @@ def _drop_stray_tool_results(messages: list[Message]) -> tuple[list[Message], in
         if role in ("assistant", "user"):
             group_of, answered = {}, set()
             for call in message.get("tool_calls") or () if role == "assistant" else ():
-                if variants := _call_variants(call):
+                if variants := call_variants(call):
                     for variant in variants:
                         group_of.setdefault(variant, next_group)
                     next_group += 1
         elif role == "tool":
-            variants = _variants((message.get("tool_call_id"),))
+            variants = id_variants(message.get("tool_call_id"))
             groups = {group_of[v] for v in variants if v in group_of} - answered
             if variants and not groups:
                 _retire_dropped(kept, message, leading)
@@ -199,9 +199,9 @@ def _prune_unanswered_tool_calls(messages: list[Message]) -> tuple[list[Message]
                 break
             call_id = follower.get("tool_call_id")
             if isinstance(call_id, str) and call_id.strip():
-                answered |= _variants((call_id,))
+                answered |= id_variants(call_id)
         calls = message["tool_calls"]
-        answered_calls = [call for call in calls if _call_variants(call) & answered]
+        answered_calls = [call for call in calls if call_variants(call) & answered]
         if len(answered_calls) != len(calls):
             repairs += 1
             rest = {key: value for key, value in message.items() if key != "tool_calls"}
@@ -404,9 +404,10 @@ def _live_uids(value: Any) -> list[str]:
 # -- tool-call ids ----------------------------------------------------------------------------
 
 
-def _variants(values: Iterable[Any]) -> frozenset[str]:
-    """Every spelling of one call's id (iot's ``_expand_tool_id_variants``): a Responses bridge
-    may give the pairing id and the response item's id apart or as ``call_id|item_id``."""
+def id_variants(*values: Any) -> frozenset[str]:
+    """iot 0.22.2's ``_expand_tool_id_variants``: every spelling of one tool-call id (a
+    Responses bridge names one call by its pairing id and its item's id apart, or as
+    ``call_id|item_id``)."""
     found: set[str] = set()
     for raw in values:
         value = raw.strip() if isinstance(raw, str) else ""
@@ -416,13 +417,14 @@ def _variants(values: Iterable[Any]) -> frozenset[str]:
     return frozenset(found)
 
 
-def _call_variants(call: Any) -> frozenset[str]:
+def call_variants(call: Any) -> frozenset[str]:
+    """Every spelling of a tool call's id (iot's ``tool_call_id_variants``)."""
     if not isinstance(call, dict):
         return frozenset()
-    return _variants(call.get(key) for key in ("call_id", "id", "response_item_id"))
+    return id_variants(call.get("call_id"), call.get("id"), call.get("response_item_id"))
 
 
-def _call_id(call: Any) -> str:
+def coalesced_call_id(call: Any) -> str:
     """iot's ``coalesce_tool_call_id``: a call's pairing id (``call_id``, else ``id``)."""
     for key in ("call_id", "id"):
         raw = call.get(key) if isinstance(call, dict) else None
@@ -435,7 +437,7 @@ def _call_id(call: Any) -> str:
 def _per_occurrence(uids: dict[str, Any], calls: list[Any]) -> dict[str, Any]:
     """iot's ``per_occurrence_tool_call_uids``: an id a turn names more than once shares one
     uid; before a fold appends another turn's calls, it fills each of this turn's slots."""
-    counts = Counter(call_id for call in calls if (call_id := _call_id(call)))
+    counts = Counter(call_id for call in calls if (call_id := coalesced_call_id(call)))
     expanded = dict(uids)
     for call_id, count in counts.items():
         if count > 1 and isinstance(uid := uids.get(call_id), str):

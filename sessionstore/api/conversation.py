@@ -53,7 +53,7 @@ from ..sql.codec import loads as _loads
 from ..sql.compaction_handoff import carried_ask
 from ..sql.message_content import ENCODED_CONTENT_PREFIXES, decode_content
 from ..sql.records import CONVERSATION_WIDTHS, ConversationRow
-from .alternation import repair_message_sequence
+from .alternation import call_variants, coalesced_call_id, id_variants, repair_message_sequence
 
 REVIEW_HARNESS_PREFIXES = (
     "Review the conversation above and update the skill library",
@@ -424,26 +424,6 @@ def _stamps_snapshot(repair_alternation: bool, row_ids: bool, wire_keys: frozens
     return repair_alternation and not row_ids and "message_uid" in wire_keys
 
 
-def _id_variants(*values: Any) -> frozenset[str]:
-    """iot 0.22.2's ``_expand_tool_id_variants``: every spelling of one tool-call id
-    (``call_id|response_item_id`` bridges name one call both ways)."""
-    variants: set[str] = set()
-    for raw in values:
-        value = raw.strip() if isinstance(raw, str) else ""
-        if value:
-            variants.add(value)
-            variants.update(p for p in (part.strip() for part in value.split("|")) if p)
-    return frozenset(variants)
-
-
-def _coalesced_call_id(call: Any) -> str:
-    for raw in (call.get("call_id"), call.get("id")):
-        value = raw.strip() if isinstance(raw, str) else ""
-        if value:
-            return value.split("|", 1)[0].strip() or value
-    return ""
-
-
 class _ToolCallUidPairing:
     """iot 0.22.2's replay pairing of a tool result stored without a ``tool_call_uid`` (one
     appended after its call, or by an older writer) with the uid its call got: the nearest
@@ -470,7 +450,7 @@ class _ToolCallUidPairing:
                 self._index(owner)
             self.unindexed.clear()
             if self.index and isinstance(tool_call_id, str):
-                for variant in _id_variants(tool_call_id):
+                for variant in id_variants(tool_call_id):
                     if uid := self.index.get(variant):
                         message["_tool_call_uid"] = uid
                         break
@@ -482,7 +462,7 @@ class _ToolCallUidPairing:
             # adopted Hermes file) replays without parsing a single call id.
             return
         calls = [
-            (call, _id_variants(call.get("call_id"), call.get("id"), call.get("response_item_id")))
+            (call, call_variants(call))
             for call in assistant.get("tool_calls") or ()
             if isinstance(call, dict)
         ]
@@ -493,7 +473,7 @@ class _ToolCallUidPairing:
             return
         occurrence: dict[str, int] = {}
         for call, variants in calls:
-            call_id = _coalesced_call_id(call)
+            call_id = coalesced_call_id(call)
             uid = uids.get(call_id)
             if isinstance(uid, list):
                 nth = occurrence[call_id] = occurrence.get(call_id, -1) + 1
