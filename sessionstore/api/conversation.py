@@ -1,6 +1,6 @@
-"""A session's messages as the OpenAI-shaped history Hermes replays, with Hermes 0.19's rules.
+"""A session's messages as the OpenAI-shaped history Hermes replays, with its rules.
 
-Three rules shape a replayed history beyond decoding each row (:func:`message_of`):
+Four rules shape a replayed history beyond decoding each row (:func:`message_of`):
 
 - **Replayed user messages.** With ancestors, a user message equal to an earlier user message
   of the history, with no assistant reply (text or tool calls) in between, is left out: a
