@@ -194,12 +194,12 @@ def _prune_unanswered_tool_calls(messages: list[Message]) -> tuple[list[Message]
             kept.append(message)
             continue
         answered: set[str] = set()
-        for follower in messages[index + 1 :]:
-            if follower.get("role") != "tool":
-                break
-            call_id = follower.get("tool_call_id")
+        follower_at = index + 1  # walked by index: a slice per turn made the pass quadratic
+        while follower_at < len(messages) and messages[follower_at].get("role") == "tool":
+            call_id = messages[follower_at].get("tool_call_id")
             if isinstance(call_id, str) and call_id.strip():
                 answered |= id_variants(call_id)
+            follower_at += 1
         calls = message["tool_calls"]
         answered_calls = [call for call in calls if call_variants(call) & answered]
         if len(answered_calls) != len(calls):
@@ -413,7 +413,8 @@ def id_variants(*values: Any) -> frozenset[str]:
         value = raw.strip() if isinstance(raw, str) else ""
         if value:
             found.add(value)
-            found.update(part for part in (piece.strip() for piece in value.split("|")) if part)
+            if "|" in value:  # most ids are plain: the split is the exception
+                found.update(part for part in (piece.strip() for piece in value.split("|")) if part)
     return frozenset(found)
 
 
