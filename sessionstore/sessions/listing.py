@@ -330,7 +330,7 @@ class ListingPart(RepositoryPart):
         workspace) keeps those of one workspace (:func:`workspace_condition`). ``hermes -c``
         continues the first: a session resumed and used since is the last one, whenever it
         started (started-first order had it continue a newer, idle session)."""
-        statement = self._mru_statement(source, limit, offset, workspace_key)
+        statement = self._mru_statement(source, limit, offset, workspace_key, last_active=False)
         if statement is None:
             return []
         width = _SESSION_WIDTH
@@ -349,7 +349,7 @@ class ListingPart(RepositoryPart):
         """:meth:`search_sessions` as iot 0.22.2's ``search_sessions`` gives it: each session's
         dict with its ``last_active`` last (the listing's value, :func:`listing_last_active`),
         which a picker shows and ``export_all`` carries."""
-        statement = self._mru_statement(source, limit, offset, workspace_key)
+        statement = self._mru_statement(source, limit, offset, workspace_key, last_active=True)
         if statement is None:
             return []
         rows = self.store.read(lambda conn: conn.execute(statement).all())
@@ -366,13 +366,17 @@ class ListingPart(RepositoryPart):
         limit: int,
         offset: int,
         workspace_key: str | None,
+        *,
+        last_active: bool,
     ) -> Select[Any] | None:
-        """The statement of :meth:`search_sessions` (the session columns, then the listing's
-        ``last_active``); None when ``source`` can match no session."""
+        """The statement of :meth:`search_sessions`: the session columns, then (with
+        ``last_active``) the listing's ``last_active``, a subquery per row a caller of records
+        would throw away; None when ``source`` can match no session."""
         read = self.store.read_shape
         stamped = read.has_column(sessions.name, "last_activity_at")
+        shown = [_last_active(read).label("last_active")] if last_active else []
         statement = (
-            select(*session_columns(read), _last_active(read).label("last_active"))
+            select(*session_columns(read), *shown)
             .order_by(
                 last_active_at(stamped=stamped).desc().nulls_last(),
                 sessions.c.started_at.desc(),
