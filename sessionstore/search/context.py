@@ -163,21 +163,34 @@ def _sqlite_head_sql(content: str) -> str:
     (``length()`` counts every character of a message, ``substr()`` those of its head): a
     text below ``char(1)`` is empty or starts with NUL (``length() = 0``), an empty blob is
     the other value of length 0, and a prefix is a range of the binary order. The very values
-    :func:`_head_sql` gives, blobs, NULs and the marker included; 18 us of a CJK search's
-    0.25 ms statement for 20 hits."""
+    :func:`_head_sql` gives, blobs and the marker included; 18 us of a CJK search's 0.25 ms
+    statement for 20 hits.
+
+    A text of at most four bytes a character of the head (800) comes whole, as does a longer
+    one with a NUL character in its head: ``substr()`` stops at a NUL, where Hermes cuts the
+    text in Python (``content[:200]``) and shows what follows it; the caller cuts
+    (:func:`context_dicts`). A longer text has more than 200 characters, so its head was cut
+    short by a NUL exactly when the byte after it is one (a NUL 201st character brings the
+    text whole too, which the caller cuts the same). A blob keeps its 200 bytes. Per line of
+    context (``docs/performance.md``): no cost up to 800 bytes, 0.25-0.6 us above."""
     prefix = STORED_ON_POSTGRESQL_PREFIX
     assert "'" not in prefix and prefix.endswith(":")
     after = prefix[:-1] + ";"
+    head = f"substr({content}, 1, {CONTEXT_CONTENT_CHARS})"
     return (f"CASE WHEN {content} < char(1) OR {content} = x'' OR ({content} >= '{prefix}'"
-            f" AND {content} < '{after}') THEN {content}"
-            f" ELSE substr({content}, 1, {CONTEXT_CONTENT_CHARS}) END")
+            f" AND {content} < '{after}')"
+            f" OR ({content} < x'' AND (length(CAST({content} AS BLOB))"
+            f" <= {4 * CONTEXT_CONTENT_CHARS} OR substr(CAST({content} AS BLOB),"
+            f" length(CAST({head} AS BLOB)) + 1, 1) = x'00'))"
+            f" THEN {content} ELSE {head} END")
 
 
 def sqlite_cut_head_sql(content: str) -> str:
-    """Whether :func:`_sqlite_head_sql` of ``content`` is its text cut by ``substr()`` (a
-    text, not empty nor starting with NUL, not marked): that head then holds any
-    ``substr(content, start, length)`` ending within its first CONTEXT_CONTENT_CHARS
-    characters, as the same slice of it (``substr()`` stops at a NUL in both)."""
+    """Whether :func:`_sqlite_head_sql` of ``content`` is its text, whole or cut (a text, not
+    empty nor starting with NUL, not marked): that head then holds the text's first
+    CONTEXT_CONTENT_CHARS characters, NULs and what follows them included, so any
+    ``substr(content, start, length)`` ending within them is that slice of the head, up to
+    the head's first NUL (where ``substr()`` stops)."""
     prefix = STORED_ON_POSTGRESQL_PREFIX
     after = prefix[:-1] + ";"
     return (

@@ -659,8 +659,12 @@ def _window(row: Sequence[Any], needle_length: int) -> Any:
     if window is None and row[8]:
         position = row[8]
         side = SUBSTRING_SNIPPET_SIDE_CHARS
-        return row[11][(position - side - 1 if position > side else 0)
-                       : position + needle_length + side]  # fmt: skip
+        head = row[11]
+        start = position - side - 1 if position > side else 0
+        end = position + needle_length + side
+        # substr() stops at a NUL, which the head (cut in Python by Hermes's rule) keeps
+        nul = head.find("\0", 0, end)
+        return head[start:end] if nul < 0 else head[start:nul]
     return window
 
 

@@ -689,6 +689,66 @@ def test_context_content_is_cut_to_200_chars_and_null_is_empty(store: Store) -> 
     ]
 
 
+# NUL characters before, at and past the 200th: Hermes cuts the text in Python, so a context
+# line shows what follows a NUL in its first 200 characters (SQLite's substr() stops there).
+NUL_CONTEXT_CORPUS = [
+    Msg("short", "cli-1", "user", "before\x00after, a short text", 10),
+    Msg("hit", "cli-1", "assistant", "needle 针头测试中", 20),
+    Msg("long", "cli-1", "user", "x" * 50 + "\x00" + "tail " * 200, 30),  # over 800 bytes
+    Msg("hit2", "tg-1", "assistant", "needle 针头测试中 again", 40),
+    Msg("late", "tg-1", "user", "y" * 250 + "\x00z", 50),
+    Msg("first", "dc-1", "user", "\x00" + "a text behind a leading NUL " * 9, 60),
+    Msg("hit3", "dc-1", "assistant", "needle 针头测试中 too", 70),
+    Msg("edge", "dc-1", "user", "e" * 199 + "\x00" + "after the edge", 80),
+    Msg("cjk", "tg-1", "user", "数" * 150 + "\x00" + "尾" * 300, 90),  # three bytes a character
+    Msg("hit4", "tg-1", "assistant", "needle 针头测试中 four", 100),
+    Msg("at201", "tg-1", "user", "f" * 200 + "\x00" + "g" * 700, 110),
+]
+
+
+@pytest.mark.parametrize("query", ["needle", "针头测试", "针头"], ids=["words", "trigram", "short"])
+def test_context_keeps_what_follows_a_nul_in_the_first_200_chars(
+    sqlite_store: Store, query: str
+) -> None:
+    """(SQLite: PostgreSQL stores a NUL as U+FFFD.)"""
+    seed(sqlite_store, NUL_CONTEXT_CORPUS)
+    stored = {message.name: message.content or "" for message in NUL_CONTEXT_CORPUS}
+    hits = sorted(search(sqlite_store, query), key=lambda hit: hit.id)
+    assert [[message.content for message in hit.context] for hit in hits] == [
+        [stored[name][:200] for name in names]
+        for names in (("short", "hit", "long"), ("hit2", "late"), ("first", "hit3", "edge"),
+                      ("cjk", "hit4", "at201"))
+    ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.sampled_from(["a", " ", "\x00", "数", "é", "😀"]), max_size=1_000)
+       | st.binary(max_size=1_000))  # fmt: skip
+@example("数" * 266 + "\x00" + "z" * 10)  # 799 bytes before the NUL, the 267th character
+@example("a" * 200 + "\x00" + "a" * 700)
+def test_sqlite_context_head_gives_hermes_s_first_200_characters(content: str | bytes) -> None:
+    """SQLite's head of a context line, cut as the caller cuts it, is Hermes's
+    ``content[:200]`` of any text (NULs anywhere, 1-4 bytes a character), as SQLite stores
+    it; a blob's line is that of its first 200 bytes, as before."""
+    from sessionstore.search.context import SQLITE_CONTEXT_COLUMNS, context_dicts
+
+    conn = connect_like_the_store(":memory:")
+    try:
+        conn.execute("CREATE TABLE m (role TEXT, content)")
+        conn.execute("INSERT INTO m VALUES ('user', ?)", (content,))
+        head_sql = SQLITE_CONTEXT_COLUMNS.split(", context_before.id")[0]
+        (row,) = conn.execute(f"SELECT {head_sql} FROM m").fetchall()
+        if isinstance(content, bytes):
+            blob_head = conn.execute("SELECT substr(content, 1, 200) FROM m").fetchone()[0]
+            (expected,) = context_dicts("user", blob_head, None, None, None, None, None, None)
+        else:
+            expected = {"role": "user", "content": content[:200]}
+    finally:
+        conn.close()
+    (line,) = context_dicts(*row, None, None, None, None, None, None)
+    assert line == expected
+
+
 @pytest.mark.parametrize("query", ["needle", "针头测试", "针头"], ids=["words", "trigram", "short"])
 def test_statement_count_does_not_grow_with_hits(store: Store, query: str) -> None:
     seed(
