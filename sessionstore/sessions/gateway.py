@@ -4,7 +4,8 @@ state machine (v11 era).
 A gateway session remembers its chat peer (``session_key``, ``chat_id``, ``chat_type``,
 ``thread_id``) so that, after a restart, the next message of the same peer finds it again:
 
-1. an exact ``session_key`` + ``source`` match, else
+1. an exact ``session_key`` + ``source`` match (a lookup without a key finds nothing, as in
+   every Hermes), else
 2. only when ``chat_id`` and ``chat_type`` are given, the full peer tuple (``source``,
    ``user_id``, ``chat_id``, ``chat_type``, ``thread_id``; NULL and '' are the same);
 3. a candidate must still be live or have ended by accident (``'agent_close'``, an old
@@ -143,11 +144,19 @@ class GatewayPart(RepositoryPart):
         transport_profile: str | None = None,
     ) -> bool:
         """Remember a session's peer; without a ``session_key`` nothing is written.
-        ``display_name`` and ``origin_json`` (Hermes 0.18.1) and iot 0.22.2's
-        ``transport_profile`` (the receiving bot's profile) are written when given and kept
-        when not; iot's ``include_compression_ancestors`` writes the peer on every session the
-        session continues after compression too (one routing peer for the conversation when a
-        resume moves its tip to another lane)."""
+
+        As every Hermes that has the call (0.18, 0.19, iot 0.22.2): the peer is the gateway's
+        latest word, so ``source``, ``user_id``, ``chat_id``, ``chat_type`` and ``thread_id``
+        are written as given (None clears) whatever the session held: a CLI session handed
+        off to Telegram becomes Telegram's, and is found there after a restart
+        (``find_latest_gateway_session_for_peer``). A ``source`` of None (beyond Hermes, which
+        requires one) leaves the source as it is. ``display_name`` and ``origin_json``
+        (Hermes 0.18.1) and iot 0.22.2's ``transport_profile`` (the receiving bot's profile)
+        are written when given and kept when not; iot's ``include_compression_ancestors``
+        writes the peer on every session the session continues after compression too (one
+        routing peer for the conversation when a resume moves its tip to another lane).
+        Whether a session was written: a missing session is not created (iot 0.22.2 inserts
+        one; ``docs/hermes.md``)."""
         if not session_key:
             return False
         if not isinstance(include_compression_ancestors, bool):
@@ -164,15 +173,11 @@ class GatewayPart(RepositoryPart):
         ):  # fmt: skip
             if value is not None:
                 values[name] = self._text(value, name)
-        if user_id is not None:
-            values["user_id"] = func.coalesce(
-                sessions.c.user_id, self._peer_text(user_id, "user_id")
-            )
+        values["user_id"] = self._peer_text(user_id, "user_id")
+        if source is not None:
+            values["source"] = validation.identifier(source, "source")
         session_id = validation.identifier(session_id, "session_id")
         statement = update(sessions)
-        if source is not None:
-            source = validation.identifier(source, "source")
-            statement = statement.where(sessions.c.source == source)
 
         def run(conn: Connection) -> bool:
             ids = [session_id]
@@ -196,7 +201,11 @@ class GatewayPart(RepositoryPart):
         thread_id: str | None = None,
     ) -> SessionRecord | None:
         values = (source, user_id, session_key, chat_id, chat_type, thread_id)
-        if not all(value is None or bindable(str(value)) for value in values) or not source:
+        # No key, no answer (every Hermes that has the call): the peer tuple only stands in
+        # for a key the row lacks, never for a caller that names none.
+        if not session_key or not source:
+            return None
+        if not all(value is None or bindable(str(value)) for value in values):
             return None
         has_messages = (
             select(messages.c.id).where(messages.c.session_id == sessions.c.id).exists()

@@ -382,8 +382,10 @@ PEER_CASES = [
     pytest.param({"session_key": "nope", "chat_id": "42", "chat_type": "dm", "user_id": "u"},
                  "closed", id="peer-tuple"),
     pytest.param({"session_key": "nope"}, None, id="no-tuple-no-fallback"),
-    pytest.param({"chat_id": "42", "chat_type": "group", "user_id": "u"}, None,
-                 id="other-chat-type"),
+    pytest.param({"session_key": "nope", "chat_id": "42", "chat_type": "group", "user_id": "u"},
+                 None, id="other-chat-type"),
+    # As every Hermes: the tuple stands in for a key the row lacks, not for no key at all.
+    pytest.param({"chat_id": "42", "chat_type": "dm", "user_id": "u"}, None, id="no-key"),
     pytest.param({"session_key": "k-ended"}, None, id="ended-is-not-resumable"),
     pytest.param({"session_key": "k-closed"}, "closed", id="agent-close-is-resumable"),
     pytest.param({"session_key": "k-empty"}, None, id="needs-messages"),
@@ -425,13 +427,19 @@ def test_gateway_recovery_never_reaches_behind_a_newer_reset(
         db.record_gateway_session_peer(session_id, source="telegram", session_key=key, **peer)
         db.append_message(session_id, "user", "hello")
     db.end_session("reset", reason)
-    query: dict[str, Any] = {"session_key": key} if by_key else peer
+    query: dict[str, Any] = {"session_key": key} if by_key else {"session_key": "k?", **peer}
     assert db.find_latest_gateway_session_for_peer(source="telegram", **query) is None
     session(db, "after", started_at=time.time() + 60, source="telegram")
     db.record_gateway_session_peer("after", source="telegram", session_key=key, **peer)
     db.append_message("after", "user", "a fresh start")
     found = db.find_latest_gateway_session_for_peer(source="telegram", **query)
     assert found is not None and found["id"] == "after"
+
+
+def test_a_peer_of_a_missing_session_creates_nothing(db: SessionDB) -> None:
+    assert db.record_gateway_session_peer("nobody", source="telegram", session_key="k",
+                                          chat_id="1", chat_type="dm") is False  # fmt: skip
+    assert db.get_session("nobody") is None
 
 
 def test_record_peer_needs_a_session_key(db: SessionDB) -> None:

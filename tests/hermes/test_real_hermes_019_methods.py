@@ -323,6 +323,36 @@ def test_origins_and_gateway_listings_are_hermes_019s(
     assert found[:4] == [None, "tg-bob", "tg-new", None], "the scenario reaches every rule"
 
 
+PEER_MOVES: list[Step] = [
+    ("create_session", ["cli-1"], {"source": "cli", "user_id": "alice"}),
+    ("append_message", ["cli-1", "user", "hello"], {}),
+    # a CLI session handed off to Telegram: the gateway's peer is its latest word
+    ("record_gateway_session_peer", ["cli-1"], {"source": "telegram", "user_id": "tg-7",
+     "session_key": "agent:main:telegram:dm:7", "chat_id": "7", "chat_type": "dm",
+     "thread_id": "t"}),
+    ("find_latest_gateway_session_for_peer", [], {"source": "telegram",
+     "session_key": "agent:main:telegram:dm:7"}),
+    ("find_latest_gateway_session_for_peer", [], {"source": "telegram", "user_id": "tg-7",
+     "chat_id": "7", "chat_type": "dm", "thread_id": "t"}),
+    # a refresh without a sender or thread clears them, as Hermes writes what it is given
+    ("record_gateway_session_peer", ["cli-1"], {"source": "telegram",
+     "session_key": "agent:main:telegram:dm:7", "chat_id": "7", "chat_type": "dm"}),
+    ("create_session", ["dc-1"], {"source": "discord", "user_id": "bob"}),
+    ("record_gateway_session_peer", ["dc-1"], {"source": "discord", "user_id": "carol",
+     "session_key": "agent:main:discord:group:9", "chat_id": "9", "chat_type": "group"}),
+    select_rows("SELECT id, source, user_id, session_key, chat_id, chat_type, thread_id "
+                "FROM sessions ORDER BY id"),
+]  # fmt: skip
+
+
+def test_a_peer_moves_a_session_to_its_platform_as_hermes_019s(
+    hermes: RealHermes, db: SessionDB, tmp_path: Path
+) -> None:
+    theirs, _ = side_by_side(hermes, db, tmp_path, PEER_MOVES)
+    assert [row["source"] for row in theirs[-1]] == ["telegram", "discord"]
+    assert theirs[3]["id"] == "cli-1" and theirs[4] is None  # by its key; no key, no answer
+
+
 def test_reset_promotion_and_recovery_are_hermes_019s(
     hermes: RealHermes, db: SessionDB, tmp_path: Path
 ) -> None:

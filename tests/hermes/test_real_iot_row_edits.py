@@ -313,3 +313,16 @@ def test_a_gateway_peer_with_iot_0222s_keywords_is_recorded_as_iot_records_it(
     assert rows["root"]["transport_profile"] == "bot-a" and rows["fork"]["chat_id"] == "2"
     assert rows["root"]["session_key"] == "agent:main:telegram:dm:1"
     assert ours[-1] == theirs[-1]
+
+
+def test_a_peer_moves_a_session_to_its_platform_as_iot_0222s(
+    ask_iot: AskIot, db: SessionDB
+) -> None:
+    from test_real_hermes_019_methods import PEER_MOVES
+
+    theirs = json.loads(json.dumps(ask_iot("iot-peer-moves", PEER_MOVES), default=repr))
+    ours = json.loads(json.dumps(run_steps(db, PEER_MOVES), default=repr))
+    assert ours[-1] == theirs[-1]
+    assert [row["source"] for row in theirs[-1]] == ["telegram", "discord"]
+    found = [(answer or {}).get("id") for answer in (*theirs[3:5], *ours[3:5])]
+    assert found == ["cli-1", None] * 2  # by its key; no key, no answer
