@@ -446,13 +446,20 @@ class LifecyclePart(RepositoryPart):
         self, session_id: str, *, provider: str, base_url: str, billing_mode: str | None = None
     ) -> bool:
         """A model-route change: the new billing provider and URL, the mode when given, and
-        the cached system prompt dropped (it named the old route), as Hermes does."""
+        the cached system prompt dropped (it named the old route), as Hermes 0.19 does; kept
+        where the checkout checks a stored prompt itself (:attr:`keep_prompt_on_route_change`,
+        iot 0.22.2)."""
         values: dict[str, Any] = {
             "billing_provider": validation.identifier(provider, "provider"),
             "billing_base_url": validation.identifier(base_url, "base_url"),
         }
         if billing_mode is not None:
             values["billing_mode"] = validation.identifier(billing_mode, "billing_mode")
+        if self.keep_prompt_on_route_change:
+            statement = update(sessions).where(
+                sessions.c.id == validation.identifier(session_id, "session_id")
+            ).values(values)
+            return self.store.write(lambda conn: conn.execute(statement).rowcount > 0)
         # The prompt goes, hash and inline copy both: a hash left alone would still be read.
         return self._update_prompt(session_id, values, prompt=None)
 

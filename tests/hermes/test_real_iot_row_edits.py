@@ -326,3 +326,20 @@ def test_a_peer_moves_a_session_to_its_platform_as_iot_0222s(
     assert [row["source"] for row in theirs[-1]] == ["telegram", "discord"]
     found = [(answer or {}).get("id") for answer in (*theirs[3:5], *ours[3:5])]
     assert found == ["cli-1", None] * 2  # by its key; no key, no answer
+
+
+ROUTE_CHANGE: list[Step] = [
+    ("create_session", ["s", "cli"], {"system_prompt": "You are Hermes."}),
+    ("update_session_billing_route", ["s"], {"provider": "openrouter",
+                                             "base_url": "https://openrouter.ai/api/v1"}),
+    (SELECT_STEP, ["SELECT s.billing_provider, coalesce(s.system_prompt, p.prompt) AS prompt "
+                   "FROM sessions AS s LEFT JOIN system_prompts AS p "
+                   "ON p.hash = s.system_prompt_hash"], {}),
+]  # fmt: skip
+
+
+def test_iot_0222_keeps_the_prompt_at_a_route_change(ask_iot: AskIot) -> None:
+    """The fact ``tests/hermes/test_state_module.py`` builds on: iot 0.22.2's route writer
+    keeps the stored prompt (its resume checks it), where Hermes 0.19 drops it."""
+    (row,) = ask_iot("iot-route-change", ROUTE_CHANGE)[-1]
+    assert row == {"billing_provider": "openrouter", "prompt": "You are Hermes."}

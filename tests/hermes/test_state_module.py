@@ -1312,3 +1312,42 @@ def test_a_write_into_a_compression_closed_session_is_refused_as_the_checkout_ex
         assert isinstance(lost.value, sessionstore.SessionTurnLeaseLostError)
         db.append_message("live", "user", "the live tip takes it", turn_lease_holder="turn-1")
         assert db.message_count("live") == 1
+
+
+ROUTE = {"provider": "openrouter", "base_url": "https://openrouter.ai/api/v1"}
+
+
+def test_a_route_change_keeps_the_prompt_where_the_checkout_checks_stored_prompts(
+    db_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Hermes 0.19 (and iot up to 0.21) drop the stored prompt at a route change, so that the
+    # next resume builds one naming the new route; iot 0.22.2's resume checks a stored prompt
+    # against its runtime instead, and its route writers keep it
+    # (tests/hermes/test_real_iot_row_edits.py has both releases' answers).
+    monkeypatch.delitem(sys.modules, "agent", raising=False)
+    monkeypatch.delitem(sys.modules, "agent.conversation_loop", raising=False)
+    with SessionDB(db_file) as db:
+        db.create_session("s", "cli", system_prompt="You are Hermes.")
+        assert db.update_session_billing_route("s", **ROUTE) is not False
+        assert db.get_session("s")["system_prompt"] is None
+        db.update_system_prompt("s", "You are Hermes.")
+    # A checkout like iot 0.22.2's: its agent's loop defines the check (read from its source).
+    package = tmp_path / "checkout" / "agent"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "conversation_loop.py").write_text(
+        "def _stored_prompt_matches_runtime(agent, prompt):\n    return True\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path / "checkout"))
+    with SessionDB(db_file) as db:
+        db.update_session_billing_route("s", **ROUTE, billing_mode="api")
+        row = db.get_session("s")
+        assert row is not None
+        assert (row["system_prompt"], row["billing_provider"], row["billing_mode"]) == (
+            "You are Hermes.", "openrouter", "api")
+    # A loaded loop without the check (iot 0.21's) is believed over the source on disk.
+    older_loop = type(sys)("agent.conversation_loop")
+    monkeypatch.setitem(sys.modules, "agent.conversation_loop", older_loop)
+    with SessionDB(db_file) as db:
+        db.update_session_billing_route("s", **ROUTE)
+        assert db.get_session("s")["system_prompt"] is None
