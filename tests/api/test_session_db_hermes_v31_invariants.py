@@ -145,11 +145,13 @@ def test_created_source_is_the_first_source_and_survives_a_change(db: SessionDB)
     assert db.get_session("k")["created_source"] == "kanban"  # type: ignore[index]
 
 
-def test_a_billing_route_change_drops_hash_and_inline_copy(db: SessionDB) -> None:
+def test_a_billing_route_change_keeps_the_hashed_prompt(db: SessionDB) -> None:
+    # As iot 0.22.2: its resume checks a stored prompt against the runtime before reusing it.
     hash_only_session(db, "iot", PROMPT)
-    db.update_session_billing_route("iot", provider="p", base_url="u")
-    assert db.get_session("iot")["system_prompt"] is None  # type: ignore[index]
-    assert prompts(db) == {}
+    before = prompts(db)
+    assert db.update_session_billing_route("iot", provider="p", base_url="u")
+    assert db.get_session("iot")["system_prompt"] == PROMPT  # type: ignore[index]
+    assert prompts(db) == before != {}
 
 
 HOSTILE_PROMPTS = [

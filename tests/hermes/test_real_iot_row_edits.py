@@ -338,8 +338,9 @@ ROUTE_CHANGE: list[Step] = [
 ]  # fmt: skip
 
 
-def test_iot_0222_keeps_the_prompt_at_a_route_change(ask_iot: AskIot) -> None:
-    """The fact ``tests/hermes/test_state_module.py`` builds on: iot 0.22.2's route writer
-    keeps the stored prompt (its resume checks it), where Hermes 0.19 drops it."""
-    (row,) = ask_iot("iot-route-change", ROUTE_CHANGE)[-1]
-    assert row == {"billing_provider": "openrouter", "prompt": "You are Hermes."}
+def test_a_route_change_keeps_the_prompt_as_iot_0222s(ask_iot: AskIot, db: SessionDB) -> None:
+    """iot 0.22.2's route writer keeps the stored prompt (its resume checks it), and so does
+    ours, where Hermes 0.19 drops it (``docs/hermes.md``)."""
+    (theirs,) = ask_iot("iot-route-change", ROUTE_CHANGE)[-1]
+    (ours,) = run_steps(db, ROUTE_CHANGE)[-1]
+    assert ours == theirs == {"billing_provider": "openrouter", "prompt": "You are Hermes."}
