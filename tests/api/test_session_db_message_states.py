@@ -766,8 +766,7 @@ def test_model_meta_and_billing_route_updates(db: SessionDB) -> None:
     assert row is not None
     assert row["model"] == "c" and json.loads(row["model_config"]) == {"_branched_from": "x"}
     assert (row["billing_provider"], row["billing_base_url"]) == ("openrouter", "https://o")
-    # kept, as iot 0.22.2 keeps it (Hermes 0.19 dropped it; its agent checks a stored prompt)
-    assert row["system_prompt"] == "old route prompt"
+    assert row["system_prompt"] is None  # Hermes 0.19's #48173 (iot 0.22.2: test_state_module)
     assert db.update_session_model("ghost", "b") is False
 
 

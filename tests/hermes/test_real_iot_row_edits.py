@@ -340,7 +340,9 @@ ROUTE_CHANGE: list[Step] = [
 
 def test_a_route_change_keeps_the_prompt_as_iot_0222s(ask_iot: AskIot, db: SessionDB) -> None:
     """iot 0.22.2's route writer keeps the stored prompt (its resume checks it), and so does
-    ours, where Hermes 0.19 drops it (``docs/hermes.md``)."""
+    ours where the drop-in runs under iot 0.22.2's checkout; Hermes 0.19 drops it, as ours
+    does by default (``docs/hermes.md``)."""
     (theirs,) = ask_iot("iot-route-change", ROUTE_CHANGE)[-1]
+    db._repo.keep_prompt_on_route_change = True  # what the drop-in sets under iot 0.22.2
     (ours,) = run_steps(db, ROUTE_CHANGE)[-1]
     assert ours == theirs == {"billing_provider": "openrouter", "prompt": "You are Hermes."}

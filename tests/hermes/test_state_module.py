@@ -1313,3 +1313,32 @@ def test_a_write_into_a_compression_closed_session_is_refused_as_the_checkout_ex
         db.append_message("live", "user", "the live tip takes it", turn_lease_holder="turn-1")
         assert db.message_count("live") == 1
 
+
+
+ROUTE = {"provider": "openrouter", "base_url": "https://openrouter.ai/api/v1"}
+
+
+def test_a_route_change_keeps_the_prompt_under_an_iot_0222_checkout(
+    db_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Hermes 0.18-0.19 and iot up to 0.21 drop the stored prompt at a route change (their
+    # own tests pin it, #48173); iot 0.22.2 keeps it (tests/hermes/test_real_iot_row_edits.py).
+    monkeypatch.delitem(sys.modules, "hermes_state_errors", raising=False)
+    with SessionDB(db_file) as db:
+        db.create_session("s", "cli", system_prompt="You are Hermes.")
+        db.update_session_billing_route("s", **ROUTE)
+        assert db.get_session("s")["system_prompt"] is None
+        db.update_system_prompt("s", "You are Hermes.")
+    checkout_errors = type(sys)("hermes_state_errors")
+
+    class SessionActiveWriteGuardError(RuntimeError):  # iot 0.22.2's, as it declares it
+        pass
+
+    checkout_errors.SessionActiveWriteGuardError = SessionActiveWriteGuardError  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "hermes_state_errors", checkout_errors)
+    with SessionDB(db_file) as db:
+        db.update_session_billing_route("s", **ROUTE, billing_mode="api")
+        row = db.get_session("s")
+        assert row is not None
+        assert (row["system_prompt"], row["billing_provider"], row["billing_mode"]) == (
+            "You are Hermes.", "openrouter", "api")
