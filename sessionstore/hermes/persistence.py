@@ -235,10 +235,13 @@ def checkout_catches_closed_compression() -> bool:
     there, read here from their source: importing them would start half of Hermes."""
     if declares_hermes_error(_CLOSED_REFUSAL):
         return True
-    return any(_names_closed_refusal(path) for path in _caller_sources())
+    return any(_names_closed_refusal(path) for path in _caller_sources(tuple(sys.path)))
 
 
-def _caller_sources() -> list[str]:
+@functools.lru_cache(maxsize=8)
+def _caller_sources(search_path: tuple[str, ...]) -> list[str]:
+    """The callers' source files on ``search_path`` (``sys.path``, the cache key: finding
+    them walks it, ~90 us, at every open otherwise)."""
     found = []
     for name, child in (("gateway", "session.py"), ("run_agent", None)):
         try:
@@ -269,6 +272,13 @@ def _hermes_errors_module() -> Any:
     module = sys.modules.get("hermes_state_errors")
     if module is not None:
         return module
+    return _import_hermes_errors(tuple(sys.path))
+
+
+@functools.lru_cache(maxsize=8)
+def _import_hermes_errors(search_path: tuple[str, ...]) -> Any:
+    """The checkout's ``hermes_state_errors`` on ``search_path`` (``sys.path``, the cache
+    key), or None: a failed import walks the whole path (~30 us), at every open otherwise."""
     try:
         import hermes_state_errors  # type: ignore[import-not-found]
     except ImportError:
