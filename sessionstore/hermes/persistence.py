@@ -239,10 +239,10 @@ def checkout_catches_closed_compression() -> bool:
 
 
 @functools.lru_cache(maxsize=8)
-def _caller_sources(search_path: tuple[str, ...]) -> list[str]:
+def _caller_sources(search_path: tuple[str, ...]) -> tuple[str, ...]:
     """The callers' source files on ``search_path`` (``sys.path``, the cache key: finding
-    them walks it, ~90 us, at every open otherwise)."""
-    found = []
+    them walks it, ~90 us, at every open otherwise); a tuple, as the cache shares it."""
+    found: list[str] = []
     for name, child in (("gateway", "session.py"), ("run_agent", None)):
         try:
             spec = importlib.util.find_spec(name)
@@ -256,7 +256,7 @@ def _caller_sources(search_path: tuple[str, ...]) -> list[str]:
         else:
             found += [os.path.join(folder, child)
                       for folder in spec.submodule_search_locations or ()]  # fmt: skip
-    return found
+    return tuple(found)
 
 
 @functools.cache

@@ -286,7 +286,7 @@ class RewindPart(MessagesPart):
                 raise UnknownRewindSessionError(str(exc)) from None
             refuse_transcript_mutation(conn, session_id, self.clock())
             if self.refuse_closed_compression_rewind:
-                # iot 0.22.2's guard of every transcript write: an /undo belongs to the live
+                # iot 0.21+'s guard of every transcript write: an /undo belongs to the live
                 # continuation, and rewinding the closed parent would leave that one as it was.
                 refuse_closed_compression_parent(conn, session_id)
             if expected is not None and _active_ids(conn, session_id) != expected:
